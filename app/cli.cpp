@@ -1,0 +1,166 @@
+#include "cli.hpp"
+
+#include <cmath>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+namespace flashlab::app {
+
+po::variables_map parse(const Args& args, const po::options_description& desc,
+                        const po::positional_options_description* positional) {
+  po::variables_map vm;
+  try {
+    auto parser = po::command_line_parser(args).options(desc);
+    if (positional) parser.positional(*positional);
+    po::store(parser.run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(e.what(), "see --help for the options");
+  }
+  return vm;
+}
+
+void print_help(std::ostream& os, std::string_view usage, std::string_view summary,
+                const po::options_description& desc) {
+  os << "Usage: flashlab " << usage << "\n\n" << summary << "\n\n" << desc << "\n";
+}
+
+int guarded(std::string_view command, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const UsageError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    if (!e.hint().empty()) std::cerr << "hint: " << e.hint() << "\n";
+    else std::cerr << "hint: flashlab " << command << " --help\n";
+    return kUsage;
+  } catch (const po::error& e) {
+    std::cerr << "error: " << e.what() << "\nhint: flashlab " << command << " --help\n";
+    return kUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kFailed;
+  }
+}
+
+void require_range(std::string_view flag, long long value, long long lo, long long hi) {
+  if (value < lo || value > hi) {
+    std::ostringstream msg;
+    msg << "--" << flag << " " << value << " is out of range";
+    std::ostringstream hint;
+    hint << "--" << flag << " takes a value from " << lo << " to " << hi;
+    throw UsageError(msg.str(), hint.str());
+  }
+}
+
+std::string json_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out;
+}
+
+void Json::indent() {
+  if (!pretty_) return;
+  os_ << '\n' << std::string(2 * first_.size(), ' ');
+}
+
+void Json::separator() {
+  if (after_key_) {
+    after_key_ = false;
+    return;
+  }
+  if (!first_.empty()) {
+    if (!first_.back()) os_ << ',';
+    first_.back() = false;
+    indent();
+  }
+}
+
+Json& Json::begin_object() {
+  separator();
+  os_ << '{';
+  first_.push_back(true);
+  return *this;
+}
+Json& Json::end_object() {
+  const bool empty = first_.back();
+  first_.pop_back();
+  if (!empty) indent();
+  os_ << '}';
+  return *this;
+}
+Json& Json::begin_array() {
+  separator();
+  os_ << '[';
+  first_.push_back(true);
+  return *this;
+}
+Json& Json::end_array() {
+  const bool empty = first_.back();
+  first_.pop_back();
+  if (!empty) indent();
+  os_ << ']';
+  return *this;
+}
+Json& Json::key(std::string_view k) {
+  separator();
+  os_ << '"' << json_escape(k) << "\":" << (pretty_ ? " " : "");
+  after_key_ = true;
+  return *this;
+}
+Json& Json::value(std::string_view s) {
+  separator();
+  os_ << '"' << json_escape(s) << '"';
+  return *this;
+}
+Json& Json::value(double d) {
+  separator();
+  if (!std::isfinite(d)) {
+    os_ << "null";
+  } else {
+    std::ostringstream tmp;
+    tmp << std::setprecision(17) << d;
+    os_ << tmp.str();
+  }
+  return *this;
+}
+Json& Json::value(std::int64_t i) {
+  separator();
+  os_ << i;
+  return *this;
+}
+Json& Json::value(std::uint64_t u) {
+  separator();
+  os_ << u;
+  return *this;
+}
+Json& Json::value(bool b) {
+  separator();
+  os_ << (b ? "true" : "false");
+  return *this;
+}
+Json& Json::null() {
+  separator();
+  os_ << "null";
+  return *this;
+}
+void Json::finish() { os_ << '\n'; }
+
+}  // namespace flashlab::app

@@ -1,0 +1,92 @@
+// Shared plumbing for the `flashlab` subcommands: argument parsing helpers, the mapping from
+// exceptions to `error: …` lines and exit codes, and a tiny JSON writer. No algorithm code.
+#pragma once
+
+#include <boost/program_options.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flashlab::app {
+
+namespace po = boost::program_options;
+
+/// Exit codes shared by every subcommand.
+enum Exit : int {
+  kOk = 0,          ///< ran (and, for checks, passed)
+  kFailed = 1,      ///< ran but a check failed / answer wrong
+  kUsage = 2,       ///< bad command line, or the input does not assemble/parse
+  kRuntimeFault = 3 ///< the program ran and faulted (toy machine runtime fault)
+};
+
+/// A bad command line: printed as `error: <what>` plus `hint: <hint>`, exit 2.
+class UsageError : public std::runtime_error {
+ public:
+  UsageError(const std::string& what, std::string hint = {})
+      : std::runtime_error(what), hint_(std::move(hint)) {}
+  [[nodiscard]] const std::string& hint() const { return hint_; }
+
+ private:
+  std::string hint_;
+};
+
+/// Arguments after the subcommand name (argv[2..]).
+using Args = std::vector<std::string>;
+
+/// Parses `args` against `desc` (+ positionals), turning Boost's errors into UsageError that
+/// name the flag. Adds nothing itself: every command declares its own `--help`.
+po::variables_map parse(const Args& args, const po::options_description& desc,
+                        const po::positional_options_description* positional = nullptr);
+
+/// Prints `Usage: flashlab <usage>`, the summary and the option table.
+void print_help(std::ostream& os, std::string_view usage, std::string_view summary,
+                const po::options_description& desc);
+
+/// Runs a subcommand body, mapping exceptions to `error: …` on stderr and an exit code:
+/// UsageError and po errors → 2; anything else → 1. The command's name prefixes nothing:
+/// messages already name the flag or the file:line:col.
+int guarded(std::string_view command, const std::function<int()>& body);
+
+/// Checks that an integer flag lies in [lo, hi]; throws UsageError naming the flag otherwise.
+void require_range(std::string_view flag, long long value, long long lo, long long hi);
+
+/// Minimal streaming JSON writer (objects, arrays, strings, numbers, booleans, null).
+/// Non-finite doubles are written as null (JSON has no NaN/Inf).
+class Json {
+ public:
+  explicit Json(std::ostream& os, bool pretty = true) : os_(os), pretty_(pretty) {}
+  Json& begin_object();
+  Json& end_object();
+  Json& begin_array();
+  Json& end_array();
+  Json& key(std::string_view k);
+  Json& value(std::string_view s);
+  Json& value(const char* s) { return value(std::string_view(s)); }
+  Json& value(const std::string& s) { return value(std::string_view(s)); }
+  Json& value(double d);
+  Json& value(std::int64_t i);
+  Json& value(std::uint64_t u);
+  Json& value(int i) { return value(static_cast<std::int64_t>(i)); }
+  Json& value(bool b);
+  Json& null();
+  /// Ends the document with a newline.
+  void finish();
+
+ private:
+  void separator();
+  void indent();
+  std::ostream& os_;
+  bool pretty_;
+  std::vector<bool> first_;  // per open container: no element written yet
+  bool after_key_ = false;
+};
+
+/// Escapes a string for JSON.
+std::string json_escape(std::string_view s);
+
+}  // namespace flashlab::app

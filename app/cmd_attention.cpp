@@ -1,0 +1,7 @@
+// PLACEHOLDER — replaced by the real command before anything lands.
+#include "commands.hpp"
+#include <iostream>
+namespace flashlab::app {
+int cmd_attention(const Args&) { std::cerr << "error: flashlab attention is not built yet\n"; return kFailed; }
+
+}  // namespace flashlab::app

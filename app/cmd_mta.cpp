@@ -1,0 +1,7 @@
+// PLACEHOLDER — replaced by the real command before anything lands.
+#include "commands.hpp"
+#include <iostream>
+namespace flashlab::app {
+int cmd_mta(const Args&) { std::cerr << "error: flashlab mta is not built yet\n"; return kFailed; }
+
+}  // namespace flashlab::app

@@ -1,0 +1,17 @@
+// The `flashlab` subcommands. Each lives in its own cmd_<name>.cpp, parses its flags with
+// Boost.Program_options, calls one library, and formats the result — no algorithm code here.
+#pragma once
+
+#include "cli.hpp"
+
+namespace flashlab::app {
+
+int cmd_run(const Args& args);        ///< run a toy-machine trace (cmd_run.cpp)
+int cmd_machines(const Args& args);   ///< list machine profiles (cmd_run.cpp)
+int cmd_attention(const Args& args);  ///< attention reference fwd/bwd (cmd_attention.cpp)
+int cmd_traffic(const Args& args);    ///< traffic sweeps naive vs FA1 vs FA2 (cmd_traffic.cpp)
+int cmd_mta(const Args& args);        ///< Multi-Token Attention reference (cmd_mta.cpp)
+int cmd_stream(const Args& args);     ///< STREAM sparse tracing reference (cmd_stream.cpp)
+int cmd_demo(const Args& args);       ///< the main job on its embedded default (cmd_demo.cpp)
+
+}  // namespace flashlab::app
