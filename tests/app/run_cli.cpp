@@ -1,0 +1,47 @@
+#include "run_cli.hpp"
+
+#include <sys/wait.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+namespace flashlab::test {
+
+namespace {
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+}  // namespace
+
+std::string fresh_temp_dir(const std::string& tag) {
+  static std::atomic<int> counter{0};
+  auto dir = std::filesystem::temp_directory_path() /
+             ("flashlab_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+CliResult run_cli(const std::string& args, const std::string& workdir) {
+  const std::string dir = fresh_temp_dir("cli");
+  const std::string out = dir + "/out.txt", err = dir + "/err.txt";
+  std::string cmd = "NO_COLOR=1 ";
+  if (!workdir.empty()) cmd = "cd '" + workdir + "' && " + cmd;
+  cmd += std::string("'") + FLASHLAB_BIN + "' " + args + " </dev/null >'" + out + "' 2>'" + err + "'";
+  const int status = std::system(cmd.c_str());
+  CliResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  std::filesystem::remove_all(dir);
+  return r;
+}
+
+}  // namespace flashlab::test

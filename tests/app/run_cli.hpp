@@ -1,0 +1,22 @@
+// Runs the real `flashlab` binary for end-to-end tests and captures what it printed.
+#pragma once
+
+#include <string>
+
+namespace flashlab::test {
+
+/// What one `flashlab …` invocation produced.
+struct CliResult {
+  int exit_code = -1;
+  std::string out;  ///< stdout
+  std::string err;  ///< stderr
+};
+
+/// Runs `flashlab <args>` (args is a shell-quoted string) with stdin from /dev/null and
+/// NO_COLOR set, in `workdir` if given, and returns exit code and both streams.
+CliResult run_cli(const std::string& args, const std::string& workdir = "");
+
+/// A fresh empty directory under the system temp dir, unique per call.
+std::string fresh_temp_dir(const std::string& tag);
+
+}  // namespace flashlab::test
