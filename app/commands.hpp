@@ -8,6 +8,8 @@ namespace flashlab::app {
 
 int cmd_run(const Args& args);        ///< run a toy-machine trace (cmd_run.cpp)
 int cmd_machines(const Args& args);   ///< list machine profiles (cmd_run.cpp)
+int cmd_step(const Args& args);       ///< terminal stepper for a trace (cmd_step.cpp)
+int cmd_lesson(const Args& args);     ///< lessons: list, show, hint, check, answer (cmd_lesson.cpp)
 int cmd_attention(const Args& args);  ///< attention reference fwd/bwd (cmd_attention.cpp)
 int cmd_traffic(const Args& args);    ///< traffic sweeps naive vs FA1 vs FA2 (cmd_traffic.cpp)
 int cmd_mta(const Args& args);        ///< Multi-Token Attention reference (cmd_mta.cpp)

@@ -21,6 +21,8 @@ constexpr Command kCommands[] = {
     {"demo", "the tour: a toy-machine trace, online softmax, attention traffic (make demo)", flashlab::app::cmd_demo},
     {"run", "run a toy-machine trace and count cycles and DRAM traffic", flashlab::app::cmd_run},
     {"machines", "list the built-in toy-machine profiles", flashlab::app::cmd_machines},
+    {"step", "step through a trace in the terminal, forward and back", flashlab::app::cmd_step},
+    {"lesson", "the lesson's problems and quizzes, with checked answers", flashlab::app::cmd_lesson},
     {"attention", "attention forward/backward on the CPU reference (naive, FA1, FA2, atomic)", flashlab::app::cmd_attention},
     {"traffic", "HBM traffic of naive vs FA1 vs FA2, modelled (and measured with --device cuda)", flashlab::app::cmd_traffic},
     {"mta", "Multi-Token Attention reference: forward, backward, split-K inference", flashlab::app::cmd_mta},
