@@ -1,7 +1,462 @@
-// PLACEHOLDER — replaced by the real command before anything lands.
+// `flashlab attention fwd|bwd`: run one attention variant of the CPU reference, compare it with
+// the naive float64 result, and print the traffic its loops counted beside the closed-form
+// formula (tensor | read | write | formula). Parsing and formatting only: the algorithms are in
+// reference/ (attention.hpp), the formulas in attention_traffic.hpp.
 #include "commands.hpp"
+
+#include "flashlab/reference/attention.hpp"
+#include "flashlab/reference/attention_traffic.hpp"
+#include "flashlab/reference/npy.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <iomanip>
 #include <iostream>
+#include <optional>
+#include <sstream>
+
 namespace flashlab::app {
-int cmd_attention(const Args&) { std::cerr << "error: flashlab attention is not built yet\n"; return kFailed; }
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace flashlab::ref;
+
+constexpr const char* kUsageLine =
+    "attention fwd|bwd --seq N --dim D [--heads H] [--batch B] [--block-m BM] [--block-n BN] [--causal]\n"
+    "                          [--variant naive|fa1|fa2|atomic] [--dtype fp32|bf16|fp16] [--precision float|double]\n"
+    "                          [--seed S] [--inputs DIR] [--save DIR] [--json]";
+constexpr const char* kSummary =
+    "Runs attention forward (fwd) or backward (bwd) on the CPU reference and prints the max error\n"
+    "against the naive float64 result (max|got - ref| / max|ref| per tensor) and the HBM traffic the\n"
+    "tile loops counted beside the closed-form formula. --dtype sets the element size of the traffic\n"
+    "count only; --precision sets the arithmetic. Variants: fwd naive|fa1|fa2, bwd naive|fa2 (two\n"
+    "kernels: D preprocessing, dQ, dK/dV)|atomic (one kernel, dQ read-modify-written in HBM).\n"
+    "--inputs DIR reads q.npy k.npy v.npy [do.npy] ([N,H,D] or [B,N,H,D], f4 or f8); --save DIR\n"
+    "writes o.npy lse.npy [dq.npy dk.npy dv.npy]. Exit 0 when within tolerance (float64 1e-12,\n"
+    "float32 1e-5; with --fp16-arithmetic only NaN fails) and the counts equal the formula; 1 otherwise.";
+
+po::options_description options() {
+  po::options_description d("Options");
+  d.add_options()("help,h", "show this help")
+      ("seq", po::value<long long>(), "N, query sequence length (1..8192; from q.npy with --inputs)")
+      ("seq-k", po::value<long long>(), "N_k, key/value length when it differs from N (causal is bottom-right aligned)")
+      ("heads", po::value<long long>()->default_value(1), "H, number of heads")
+      ("dim", po::value<long long>(), "d, head dimension (1..1024)")
+      ("batch", po::value<long long>()->default_value(1), "B, batch size")
+      ("block-m", po::value<long long>()->default_value(64), "BLOCK_M = Br, query rows per tile")
+      ("block-n", po::value<long long>()->default_value(64), "BLOCK_N = Bc, key rows per tile")
+      ("causal", po::bool_switch(), "causal mask (fully masked tiles are skipped)")
+      ("scale", po::value<double>(), "softmax scale (default 1/sqrt(d))")
+      ("variant", po::value<std::string>()->default_value("fa2"), "naive | fa1 | fa2 | atomic")
+      ("dtype", po::value<std::string>()->default_value("fp32"), "element type for the traffic bytes: fp32 | bf16 | fp16")
+      ("precision", po::value<std::string>()->default_value("float"), "arithmetic of the run: float | double")
+      ("seed", po::value<long long>()->default_value(1), "seed of the random inputs")
+      ("inputs", po::value<std::string>(), "directory with q.npy k.npy v.npy [do.npy]")
+      ("save", po::value<std::string>(), "directory to write o.npy lse.npy [dq.npy dk.npy dv.npy]")
+      ("drop-kv-mask", po::bool_switch(), "bwd: do not mask out-of-sequence keys (the seed's NaN hazard)")
+      ("fp16-arithmetic", po::bool_switch(), "bwd: round every tile operation to half precision")
+      ("json", po::bool_switch(), "print one JSON object instead of tables");
+  return d;
+}
+
+// The positional fwd|bwd, parsed but not listed in --help.
+po::options_description hidden() {
+  po::options_description d;
+  d.add_options()("mode", po::value<std::string>(), "fwd | bwd");
+  return d;
+}
+
+struct Run {
+  std::string mode;
+  Variant variant = Variant::fa2_fwd;
+  std::string variant_flag;
+  bool use_double = false;
+  AttentionConfig cfg;
+  bool four_d = false;  // inputs had a batch dimension (or --batch > 1): save 4-D arrays
+  unsigned long long seed = 1;
+  std::optional<fs::path> inputs, save;
+  BackwardOptions bwd;
+  bool json = false;
+};
+
+// ---- inputs ------------------------------------------------------------------------------
+
+struct Loaded {
+  Tensor<double> t;
+  bool four_d = false;
+};
+
+Loaded load_operand(const fs::path& file) {
+  NpyArray a;
+  try {
+    a = read_npy(file);
+  } catch (const NpyError& e) {
+    throw UsageError(e.what(), "--inputs DIR needs q.npy k.npy v.npy (and do.npy for bwd), float32 or float64");
+  }
+  if (a.descr != "<f4" && a.descr != "<f8")
+    throw UsageError(file.string() + ": dtype " + a.descr + " is not float32 (<f4) or float64 (<f8)",
+                     "save the array as float32 or float64");
+  if (a.shape.size() != 3 && a.shape.size() != 4)
+    throw UsageError(file.string() + ": shape " + shape_str(a.shape) + " is not [N, H, D] or [B, N, H, D]",
+                     "attention operands use the seed's layout [SEQ, HEAD_NUM, HEAD_DIM], optionally with a batch");
+  const bool four = a.shape.size() == 4;
+  Shape s{four ? a.shape[0] : 1, a.shape[four ? 1 : 0], a.shape[four ? 2 : 1], a.shape[four ? 3 : 2]};
+  if (s.numel() == 0)
+    throw UsageError(file.string() + ": shape " + shape_str(a.shape) + " has a zero dimension", "every dimension must be at least 1");
+  Loaded out{Tensor<double>(s), four};
+  const auto values = a.as_double();
+  std::copy(values.begin(), values.end(), out.t.data());
+  return out;
+}
+
+void require_match(const fs::path& file, const char* what, std::size_t got, std::size_t want, const char* against) {
+  if (got != want) {
+    std::ostringstream m;
+    m << file.string() << ": " << what << " is " << got << " but " << against << " has " << want;
+    throw UsageError(m.str(), "q and do are [B, N, H, D]; k and v are [B, N_k, H, D] with the same B, H, D");
+  }
+}
+
+// ---- output ------------------------------------------------------------------------------
+
+std::string human(std::uint64_t bytes) {
+  std::ostringstream s;
+  s << bytes;
+  return s.str();
+}
+
+struct ErrorLine {
+  std::string name;
+  double error;
+};
+
+void print_traffic_table(std::ostream& os, const Traffic& counted, const Traffic& formula) {
+  os << std::left << std::setw(8) << "tensor" << std::right << std::setw(16) << "read B" << std::setw(16) << "write B"
+     << "   formula (read / write B)\n";
+  for (const auto& t : counted.tensors()) {
+    const auto* f = formula.find(t.name);
+    const std::uint64_t fr = f ? f->read_bytes() : 0, fw = f ? f->write_bytes() : 0;
+    const bool same = fr == t.read_bytes() && fw == t.write_bytes();
+    os << std::left << std::setw(8) << t.name << std::right << std::setw(16) << human(t.read_bytes()) << std::setw(16)
+       << human(t.write_bytes()) << "   " << fr << " / " << fw << (same ? "" : "   MISMATCH") << "\n";
+  }
+  os << std::left << std::setw(8) << "total" << std::right << std::setw(16) << counted.total_read_bytes()
+     << std::setw(16) << counted.total_write_bytes() << "   " << formula.total_read_bytes() << " / "
+     << formula.total_write_bytes() << "\n";
+  os << std::left << std::setw(8) << "FLOPs" << std::right << std::setw(16) << counted.flops() << std::setw(16) << ""
+     << "   " << formula.flops() << "\n";
+}
+
+template <typename T>
+void save_tensor(const fs::path& file, const Tensor<T>& t, bool four_d) {
+  const Shape& s = t.shape();
+  std::vector<std::size_t> shape = four_d ? std::vector<std::size_t>{s.batch, s.seq, s.heads, s.head_dim}
+                                          : std::vector<std::size_t>{s.seq, s.heads, s.head_dim};
+  write_npy(file, shape, t.data());
+}
+template <typename T>
+void save_stats(const fs::path& file, const std::vector<T>& v, const AttentionConfig& cfg, bool four_d) {
+  std::vector<std::size_t> shape = four_d ? std::vector<std::size_t>{cfg.batch, cfg.heads, cfg.n_q()}
+                                          : std::vector<std::size_t>{cfg.heads, cfg.n_q()};
+  write_npy(file, shape, v.data());
+}
+
+template <typename T>
+Tensor<T> as(const Tensor<double>& t) {
+  if constexpr (std::is_same_v<T, double>) return t;
+  else return t.template cast<T>();
+}
+
+// ---- the run -------------------------------------------------------------------------------
+
+template <typename T>
+int execute(const Run& run, const Tensor<double>& Q, const Tensor<double>& K, const Tensor<double>& V,
+            const Tensor<double>& dO) {
+  const AttentionConfig& cfg = run.cfg;
+  const auto Qt = as<T>(Q), Kt = as<T>(K), Vt = as<T>(V), dOt = as<T>(dO);
+  const bool bwd = run.mode == "bwd";
+  std::vector<ErrorLine> errors;
+  Traffic counted(cfg.dtype);
+  std::vector<KernelTraffic> kernels;
+  double d_identity = -1.0;
+  bool nan = false;
+
+  const auto ref_f = naive_forward(cfg, Q, K, V);
+  const auto fwd = bwd ? (run.variant == Variant::naive_bwd ? naive_forward(cfg, Qt, Kt, Vt)
+                                                             : flash_forward_fa2(cfg, Qt, Kt, Vt))
+                       : attention_forward(run.variant, cfg, Qt, Kt, Vt);
+  if (!bwd) {
+    errors.push_back({"O", max_error_vs_max(fwd.O.data(), ref_f.O.data(), ref_f.O.numel())});
+    errors.push_back({"LSE", max_error_vs_max(fwd.LSE.data(), ref_f.LSE.data(), ref_f.LSE.size())});
+    nan = has_nan(fwd.O.data(), fwd.O.numel());
+    counted = fwd.traffic;
+    kernels = fwd.kernels;
+  }
+  std::optional<AttentionGradients<T>> grads;
+  if (bwd) {
+    const auto ref_g = naive_backward(cfg, Q, K, V, dO);
+    d_identity = max_error_vs_max(ref_g.D_from_O.data(), ref_g.D.data(), ref_g.D.size());
+    if (run.variant == Variant::naive_bwd) grads = naive_backward(cfg, Qt, Kt, Vt, dOt);
+    else if (run.variant == Variant::bwd_atomic)
+      grads = flash_backward_atomic(cfg, Qt, Kt, Vt, fwd.O, fwd.LSE, dOt, run.bwd);
+    else grads = flash_backward_two_kernel(cfg, Qt, Kt, Vt, fwd.O, fwd.LSE, dOt, run.bwd);
+    errors.push_back({"dQ", max_error_vs_max(grads->dQ.data(), ref_g.dQ.data(), ref_g.dQ.numel())});
+    errors.push_back({"dK", max_error_vs_max(grads->dK.data(), ref_g.dK.data(), ref_g.dK.numel())});
+    errors.push_back({"dV", max_error_vs_max(grads->dV.data(), ref_g.dV.data(), ref_g.dV.numel())});
+    errors.push_back({"D", max_error_vs_max(grads->D.data(), ref_g.D.data(), ref_g.D.size())});
+    nan = has_nan(grads->dQ.data(), grads->dQ.numel()) || has_nan(grads->dK.data(), grads->dK.numel()) ||
+          has_nan(grads->dV.data(), grads->dV.numel());
+    counted = grads->traffic;
+    kernels = grads->kernels;
+  }
+  const Traffic formula = attention_traffic_formula(run.variant, cfg);
+  std::string why;
+  const bool counts_ok = same_counts(counted, formula, &why);
+  // Emulated fp16 is shown, not judged (its error depends on the data's cancellation); NaN fails.
+  const bool judged = !run.bwd.fp16_arithmetic;
+  const double tol = run.use_double ? 1e-12 : 1e-5;
+  double worst = 0.0;
+  for (const auto& e : errors) worst = std::max(worst, e.error);
+  const bool within = !nan && (!judged || worst <= tol);
+  const bool ok = within && counts_ok;
+
+  if (run.save) {
+    fs::create_directories(*run.save);
+    save_tensor(*run.save / "o.npy", fwd.O, run.four_d);
+    save_stats(*run.save / "lse.npy", fwd.LSE, cfg, run.four_d);
+    if (grads) {
+      save_tensor(*run.save / "dq.npy", grads->dQ, run.four_d);
+      save_tensor(*run.save / "dk.npy", grads->dK, run.four_d);
+      save_tensor(*run.save / "dv.npy", grads->dV, run.four_d);
+    }
+  }
+
+  if (run.json) {
+    Json j(std::cout);
+    j.begin_object();
+    j.key("command").value("attention " + run.mode);
+    j.key("variant").value(variant_name(run.variant));
+    j.key("precision").value(run.use_double ? "double" : "float");
+    j.key("config").begin_object();
+    j.key("batch").value(std::uint64_t(cfg.batch)).key("seq").value(std::uint64_t(cfg.n_q()));
+    j.key("seq_k").value(std::uint64_t(cfg.n_k())).key("heads").value(std::uint64_t(cfg.heads));
+    j.key("head_dim").value(std::uint64_t(cfg.head_dim)).key("block_m").value(std::uint64_t(cfg.block_m));
+    j.key("block_n").value(std::uint64_t(cfg.block_n)).key("causal").value(cfg.causal);
+    j.key("scale").value(cfg.softmax_scale()).key("dtype").value(dtype_name(cfg.dtype));
+    j.end_object();
+    j.key("error_metric").value("max|got-ref|/max|ref| against naive float64");
+    j.key("errors").begin_object();
+    for (const auto& e : errors) j.key(e.name).value(e.error);
+    j.end_object();
+    if (d_identity >= 0) j.key("D_identity_error").value(d_identity);
+    if (judged) j.key("tolerance").value(tol);
+    else j.key("tolerance").null();
+    j.key("nan").value(nan).key("within_tolerance").value(within);
+    j.key("traffic").begin_array();
+    for (const auto& t : counted.tensors()) {
+      const auto* f = formula.find(t.name);
+      j.begin_object().key("tensor").value(t.name);
+      j.key("read_bytes").value(t.read_bytes()).key("write_bytes").value(t.write_bytes());
+      j.key("formula_read_bytes").value(std::uint64_t(f ? f->read_bytes() : 0));
+      j.key("formula_write_bytes").value(std::uint64_t(f ? f->write_bytes() : 0));
+      j.end_object();
+    }
+    j.end_array();
+    j.key("kernels").begin_array();
+    for (const auto& k : kernels) {
+      j.begin_object().key("name").value(k.name);
+      j.key("read_bytes").value(k.traffic.total_read_bytes()).key("write_bytes").value(k.traffic.total_write_bytes());
+      j.key("flops").value(k.traffic.flops()).end_object();
+    }
+    j.end_array();
+    j.key("flops").value(counted.flops()).key("formula_flops").value(formula.flops());
+    j.key("counts_equal_formula").value(counts_ok);
+    j.key("ok").value(ok);
+    j.end_object();
+    j.finish();
+  } else {
+    std::ostream& os = std::cout;
+    os << "flashlab attention " << run.mode << "  variant " << variant_name(run.variant) << "  precision "
+       << (run.use_double ? "double" : "float") << (run.bwd.fp16_arithmetic ? " (fp16 arithmetic emulated)" : "")
+       << (run.bwd.mask_kv ? "" : "  KV mask DROPPED") << "\n";
+    os << cfg.str() << "  scale " << cfg.softmax_scale() << "\n\n";
+    os << "max error vs naive float64 (max|got - ref| / max|ref|):";
+    for (const auto& e : errors) os << "  " << e.name << " " << std::setprecision(3) << e.error;
+    os << "\n";
+    if (d_identity >= 0)
+      os << "D identity: rowsum(dP*P) vs rowsum(dO*O) in float64: " << std::setprecision(3) << d_identity << "\n";
+    if (nan) os << "NaN in the result" << (run.bwd.mask_kv ? "" : " — the seed's NaN hazard: unmasked padded keys, Inf * 0") << "\n";
+    if (judged) os << "tolerance " << tol << ": " << (within ? "ok" : "FAILED") << "\n\n";
+    else os << "emulated fp16: errors shown, not judged; NaN: " << (nan ? "yes (FAILED)" : "none") << "\n\n";
+    os << "traffic (bytes; " << dtype_name(cfg.dtype) << " tensors, LSE/D/m/l fp32), counted by the tile loops\n";
+    print_traffic_table(os, counted, formula);
+    if (kernels.size() > 1) {
+      os << "\nper kernel              read B          write B            FLOPs\n";
+      for (const auto& k : kernels)
+        os << std::left << std::setw(20) << k.name << std::right << std::setw(12) << k.traffic.total_read_bytes()
+           << std::setw(17) << k.traffic.total_write_bytes() << std::setw(17) << k.traffic.flops() << "\n";
+    }
+    os << "\ncounted == formula: " << (counts_ok ? "yes" : "NO (" + why + ")") << "\n";
+    if (run.save) os << "saved to " << run.save->string() << "\n";
+  }
+  return ok ? kOk : kFailed;
+}
+
+long long get_ll(const po::variables_map& vm, const char* name) { return vm[name].as<long long>(); }
+
+}  // namespace
+
+int cmd_attention(const Args& args) {
+  return guarded("attention", [&]() -> int {
+    const auto desc = options();
+    po::options_description all;
+    all.add(desc).add(hidden());
+    po::positional_options_description pos;
+    pos.add("mode", 1);
+    const auto vm = parse(args, all, &pos);
+    if (vm.count("help")) {
+      print_help(std::cout, kUsageLine, kSummary, desc);
+      return kOk;
+    }
+    Run run;
+    if (!vm.count("mode")) throw UsageError("missing the mode: fwd or bwd", "e.g. flashlab attention fwd --seq 128 --dim 64");
+    run.mode = vm["mode"].as<std::string>();
+    if (run.mode != "fwd" && run.mode != "bwd")
+      throw UsageError("unknown mode '" + run.mode + "'", "the mode is fwd or bwd");
+    const bool bwd = run.mode == "bwd";
+
+    // --variant
+    run.variant_flag = vm["variant"].as<std::string>();
+    const std::string& v = run.variant_flag;
+    if (v == "naive") run.variant = bwd ? Variant::naive_bwd : Variant::naive_fwd;
+    else if (v == "fa2") run.variant = bwd ? Variant::bwd_two_kernel : Variant::fa2_fwd;
+    else if (v == "fa1" && !bwd) run.variant = Variant::fa1_fwd;
+    else if (v == "atomic" && bwd) run.variant = Variant::bwd_atomic;
+    else if (v == "fa1")
+      throw UsageError("--variant fa1 is a forward loop order", "bwd takes --variant naive, fa2 (two kernels) or atomic");
+    else if (v == "atomic")
+      throw UsageError("--variant atomic is a backward design", "fwd takes --variant naive, fa1 or fa2");
+    else throw UsageError("--variant '" + v + "' is unknown", "choose naive, fa1, fa2 or atomic");
+
+    // --dtype, --precision
+    const std::string dt = vm["dtype"].as<std::string>();
+    if (dt != "fp32" && dt != "bf16" && dt != "fp16")
+      throw UsageError("--dtype '" + dt + "' is unknown", "choose fp32, bf16 or fp16");
+    run.cfg.dtype = parse_dtype(dt);
+    const std::string prec = vm["precision"].as<std::string>();
+    if (prec != "float" && prec != "double")
+      throw UsageError("--precision '" + prec + "' is unknown", "choose float or double");
+    run.use_double = prec == "double";
+
+    // sizes
+    require_range("heads", get_ll(vm, "heads"), 1, 1024);
+    require_range("batch", get_ll(vm, "batch"), 1, 1024);
+    require_range("block-m", get_ll(vm, "block-m"), 1, 65536);
+    require_range("block-n", get_ll(vm, "block-n"), 1, 65536);
+    require_range("seed", get_ll(vm, "seed"), 0, (1LL << 62));
+    run.cfg.block_m = std::size_t(get_ll(vm, "block-m"));
+    run.cfg.block_n = std::size_t(get_ll(vm, "block-n"));
+    run.cfg.causal = vm["causal"].as<bool>();
+    run.seed = static_cast<unsigned long long>(get_ll(vm, "seed"));
+    run.json = vm["json"].as<bool>();
+    run.bwd.mask_kv = !vm["drop-kv-mask"].as<bool>();
+    run.bwd.fp16_arithmetic = vm["fp16-arithmetic"].as<bool>();
+    if ((!run.bwd.mask_kv || run.bwd.fp16_arithmetic) && !bwd)
+      throw UsageError("--drop-kv-mask and --fp16-arithmetic apply to bwd only", "flashlab attention bwd --drop-kv-mask --fp16-arithmetic …");
+    if ((!run.bwd.mask_kv || run.bwd.fp16_arithmetic) && run.variant == Variant::naive_bwd)
+      throw UsageError("--drop-kv-mask and --fp16-arithmetic apply to the flash backward", "use --variant fa2 or atomic");
+    if (vm.count("scale")) {
+      const double s = vm["scale"].as<double>();
+      if (!(s > 0.0) || !std::isfinite(s)) throw UsageError("--scale must be a positive number", "e.g. --scale 0.125");
+      run.cfg.scale = s;
+    }
+    if (vm.count("save")) run.save = fs::path(vm["save"].as<std::string>());
+
+    Tensor<double> Q, K, V, dO;
+    if (vm.count("inputs")) {
+      run.inputs = fs::path(vm["inputs"].as<std::string>());
+      if (!fs::is_directory(*run.inputs))
+        throw UsageError("--inputs " + run.inputs->string() + " is not a directory", "give a directory holding q.npy k.npy v.npy");
+      const auto q = load_operand(*run.inputs / "q.npy");
+      const auto k = load_operand(*run.inputs / "k.npy");
+      const auto vv = load_operand(*run.inputs / "v.npy");
+      const Shape qs = q.t.shape(), ks = k.t.shape();
+      const fs::path kf = *run.inputs / "k.npy", vf = *run.inputs / "v.npy";
+      require_match(kf, "batch", ks.batch, qs.batch, "q.npy");
+      require_match(kf, "heads", ks.heads, qs.heads, "q.npy");
+      require_match(kf, "head dim", ks.head_dim, qs.head_dim, "q.npy");
+      require_match(vf, "batch", vv.t.shape().batch, ks.batch, "k.npy");
+      require_match(vf, "sequence length", vv.t.shape().seq, ks.seq, "k.npy");
+      require_match(vf, "heads", vv.t.shape().heads, ks.heads, "k.npy");
+      require_match(vf, "head dim", vv.t.shape().head_dim, ks.head_dim, "k.npy");
+      const fs::path qf = *run.inputs / "q.npy";
+      auto agree = [&](const char* flag, std::size_t file_value) {
+        if (vm.count(flag) && !vm[flag].defaulted() && std::size_t(get_ll(vm, flag)) != file_value) {
+          std::ostringstream m;
+          m << "--" << flag << " " << get_ll(vm, flag) << " disagrees with " << qf.string() << " (" << file_value << ")";
+          throw UsageError(m.str(), "with --inputs the sizes come from the files; drop the flag");
+        }
+      };
+      agree("seq", qs.seq);
+      agree("heads", qs.heads);
+      agree("dim", qs.head_dim);
+      agree("batch", qs.batch);
+      if (vm.count("seq-k")) agree("seq-k", ks.seq);
+      run.cfg.batch = qs.batch;
+      run.cfg.seq = qs.seq;
+      run.cfg.seq_k = ks.seq == qs.seq ? 0 : ks.seq;
+      run.cfg.heads = qs.heads;
+      run.cfg.head_dim = qs.head_dim;
+      run.four_d = q.four_d;
+      Q = q.t;
+      K = k.t;
+      V = vv.t;
+      if (bwd && fs::exists(*run.inputs / "do.npy")) {
+        auto d = load_operand(*run.inputs / "do.npy");
+        if (!(d.t.shape() == qs))
+          throw UsageError((*run.inputs / "do.npy").string() + ": shape differs from q.npy", "dO has the shape of Q (and O)");
+        dO = d.t;
+      }
+    } else {
+      if (!vm.count("seq")) throw UsageError("--seq is required", "e.g. --seq 128 (or --inputs DIR)");
+      if (!vm.count("dim")) throw UsageError("--dim is required", "e.g. --dim 64 (or --inputs DIR)");
+      run.cfg.batch = std::size_t(get_ll(vm, "batch"));
+      run.cfg.heads = std::size_t(get_ll(vm, "heads"));
+      run.four_d = run.cfg.batch > 1;
+    }
+    if (vm.count("seq")) {
+      require_range("seq", get_ll(vm, "seq"), 1, 8192);
+      run.cfg.seq = std::size_t(get_ll(vm, "seq"));
+    }
+    if (vm.count("dim")) {
+      require_range("dim", get_ll(vm, "dim"), 1, 1024);
+      run.cfg.head_dim = std::size_t(get_ll(vm, "dim"));
+    }
+    if (vm.count("seq-k")) {
+      require_range("seq-k", get_ll(vm, "seq-k"), 1, 8192);
+      run.cfg.seq_k = std::size_t(get_ll(vm, "seq-k"));
+    }
+    if (run.cfg.seq > 8192 || run.cfg.n_k() > 8192)
+      throw UsageError("sequence length " + std::to_string(std::max(run.cfg.seq, run.cfg.n_k())) + " is above 8192",
+                       "the naive float64 reference materialises N x N scores; use a shorter sequence");
+    run.cfg.validate();
+
+    if (!run.inputs) {
+      Q = Tensor<double>(run.cfg.q_shape());
+      K = Tensor<double>(run.cfg.kv_shape());
+      V = Tensor<double>(run.cfg.kv_shape());
+      fill_normal(Q, run.seed * 4 + 0);
+      fill_normal(K, run.seed * 4 + 1);
+      fill_normal(V, run.seed * 4 + 2);
+    }
+    if (bwd && dO.numel() == 0) {
+      dO = Tensor<double>(run.cfg.q_shape());
+      fill_normal(dO, run.seed * 4 + 3);
+    }
+    return run.use_double ? execute<double>(run, Q, K, V, dO) : execute<float>(run, Q, K, V, dO);
+  });
+}
 
 }  // namespace flashlab::app

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <sstream>
 
 namespace flashlab::ref {
 
@@ -39,6 +40,13 @@ double rel_error(const T* got, const double* ref, std::size_t n, double floor) {
   return worst;
 }
 }  // namespace
+
+std::string Shape::str() const {
+  // Built with a stream: GCC 12 warns (-Wrestrict, a false positive) on chained operator+.
+  std::ostringstream os;
+  os << '[' << batch << ", " << seq << ", " << heads << ", " << head_dim << ']';
+  return os.str();
+}
 
 void fill_normal(Tensor<double>& t, unsigned long long seed, double stddev) {
   fill_box_muller(t.data(), t.numel(), seed, stddev);

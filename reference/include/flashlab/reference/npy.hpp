@@ -19,12 +19,12 @@ namespace flashlab::ref {
 /// Error reading or writing a `.npy` file; the message names the file and the problem.
 class NpyError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  using std::runtime_error::runtime_error;  ///< constructs from the message
 };
 
 /// A raw array as stored in a `.npy` file.
 struct NpyArray {
-  std::vector<std::size_t> shape;  ///< dimensions, outermost first
+  std::vector<std::size_t> shape;    ///< dimensions, outermost first
   std::string descr;               ///< NumPy dtype string, e.g. "<f4"
   std::vector<unsigned char> bytes;  ///< raw little-endian element bytes, C order
 

@@ -41,12 +41,10 @@ struct Shape {
   [[nodiscard]] std::size_t numel() const { return batch * seq * heads * head_dim; }
   /// Distance in elements between two consecutive tokens of one head (`H·d`).
   [[nodiscard]] std::size_t row_stride() const { return heads * head_dim; }
+  /// Shapes are equal when every dimension is.
   friend bool operator==(const Shape&, const Shape&) = default;
   /// "[B, N, H, d]" for messages.
-  [[nodiscard]] std::string str() const {
-    return "[" + std::to_string(batch) + ", " + std::to_string(seq) + ", " + std::to_string(heads) +
-           ", " + std::to_string(head_dim) + "]";
-  }
+  [[nodiscard]] std::string str() const;
 };
 
 /// Owning dense tensor `[B, N, H, d]`, contiguous, row-major (last index fastest).
@@ -57,11 +55,17 @@ class Tensor {
   /// Allocates a zero-filled tensor of the given shape.
   explicit Tensor(Shape shape) : shape_(shape), data_(shape.numel(), T(0)) {}
 
+  /// The shape `[B, N, H, d]`.
   [[nodiscard]] const Shape& shape() const { return shape_; }
+  /// Number of elements.
   [[nodiscard]] std::size_t numel() const { return data_.size(); }
+  /// Contiguous element storage (row-major, last index fastest).
   [[nodiscard]] T* data() { return data_.data(); }
+  /// Contiguous element storage (row-major, last index fastest).
   [[nodiscard]] const T* data() const { return data_.data(); }
+  /// The underlying vector.
   [[nodiscard]] std::vector<T>& storage() { return data_; }
+  /// The underlying vector.
   [[nodiscard]] const std::vector<T>& storage() const { return data_; }
 
   /// Element (b, n, h, k).

@@ -30,8 +30,8 @@ Dtype parse_dtype(std::string_view s);
 struct TensorTraffic {
   std::string name;               ///< tensor name in paper notation: "Q", "K", "LSE", "dQ", ...
   std::size_t element_bytes = 4;  ///< bytes per element of this tensor
-  std::uint64_t read_elements = 0;
-  std::uint64_t write_elements = 0;
+  std::uint64_t read_elements = 0;   ///< elements moved HBM → fast memory
+  std::uint64_t write_elements = 0;  ///< elements moved fast memory → HBM
   /// Bytes read = elements × element size.
   [[nodiscard]] std::uint64_t read_bytes() const { return read_elements * element_bytes; }
   /// Bytes written = elements × element size.
@@ -57,14 +57,21 @@ class Traffic {
   /// Adds floating-point operations (a multiply-add counts 2).
   void add_flops(std::uint64_t flops) { flops_ += flops; }
 
+  /// Every tensor touched or declared, in that order.
   [[nodiscard]] const std::vector<TensorTraffic>& tensors() const { return tensors_; }
   /// The entry for `tensor`, or nullptr if it was never touched or declared.
   [[nodiscard]] const TensorTraffic* find(std::string_view tensor) const;
+  /// Bytes read of `tensor` (0 if never touched).
   [[nodiscard]] std::uint64_t read_bytes(std::string_view tensor) const;
+  /// Bytes written of `tensor` (0 if never touched).
   [[nodiscard]] std::uint64_t write_bytes(std::string_view tensor) const;
+  /// Bytes read over all tensors.
   [[nodiscard]] std::uint64_t total_read_bytes() const;
+  /// Bytes written over all tensors.
   [[nodiscard]] std::uint64_t total_write_bytes() const;
+  /// Floating-point operations counted so far.
   [[nodiscard]] std::uint64_t flops() const { return flops_; }
+  /// The element type the counter was made for.
   [[nodiscard]] Dtype dtype() const { return dtype_; }
   /// Adds every count of `other` into this counter (tensor by tensor).
   void merge(const Traffic& other);

@@ -1,0 +1,315 @@
+// Attention forward on the CPU: naive (S and P materialised), FA2 loop order, FA1 loop order.
+//
+// Manual. All three take Q [B, N_q, H, d], K and V [B, N_k, H, d] and return O [B, N_q, H, d] and
+// LSE [B, H, N_q] (base 2, seed 001), plus the traffic their loops caused. Each head is an Eigen
+// map with outer stride H·d (the seed's layout); "HBM" is the tensor memory, "SRAM" the tile
+// buffers (Mat<T>) a loop copies into. Every copy between the two is counted where it happens.
+// Performance note: FA2 here is single-threaded Eigen on Br × Bc tiles; the naive version does two
+// big GEMMs, so it wins on arithmetic and loses on memory — bench/bench_attention.cpp measures it.
+#include "tiles.hpp"
+
+#include <algorithm>
+
+namespace flashlab::ref {
+
+using detail::neg_inf;
+
+namespace {
+
+template <typename T>
+void check_inputs(const AttentionConfig& cfg, const Tensor<T>& Q, const Tensor<T>& K, const Tensor<T>& V) {
+  cfg.validate();
+  detail::require_shape("Q", Q.shape(), cfg.q_shape());
+  detail::require_shape("K", K.shape(), cfg.kv_shape());
+  detail::require_shape("V", V.shape(), cfg.kv_shape());
+}
+
+template <typename T>
+AttentionForward<T> make_output(const AttentionConfig& cfg) {
+  AttentionForward<T> out{Tensor<T>(cfg.q_shape()), std::vector<T>(cfg.stat_numel(), T(0)), Traffic(cfg.dtype), {}};
+  return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Naive forward (seed 001 "Formulation"): S = QKᵀ/√d, P = softmax(S), O = PV, whole matrices.
+// Scores are kept in base 2 (S·log2 e) so that LSE has the same meaning as the flash versions.
+// ---------------------------------------------------------------------------------------------
+template <typename T>
+AttentionForward<T> naive_forward(const AttentionConfig& cfg, const Tensor<T>& Q, const Tensor<T>& K,
+                                  const Tensor<T>& V) {
+  check_inputs(cfg, Q, K, V);
+  auto out = make_output<T>(cfg);
+  Traffic step_s(cfg.dtype), step_p(cfg.dtype), step_o(cfg.dtype);
+  const std::size_t nq = cfg.n_q(), nk = cfg.n_k(), d = cfg.head_dim;
+  const T scale_log2 = static_cast<T>(cfg.softmax_scale() * detail::kLog2e);
+  Mat<T> S;
+  for (std::size_t b = 0; b < cfg.batch; ++b) {
+    for (std::size_t h = 0; h < cfg.heads; ++h) {
+      const auto Qh = Q.head(b, h);
+      const auto Kh = K.head(b, h);
+      const auto Vh = V.head(b, h);
+      auto Oh = out.O.head(b, h);
+      T* lse = out.LSE.data() + (b * cfg.heads + h) * nq;
+
+      // S = scale·log2(e)·Q Kᵀ: read Q, K; write S (N_q × N_k) to HBM.
+      step_s.read("Q", nq * d);
+      step_s.read("K", nk * d);
+      S.noalias() = Qh * Kh.transpose();
+      S *= scale_log2;
+      detail::apply_masks(cfg, S, 0, 0, nk, false);
+      step_s.write("S", nq * nk);
+      step_s.add_flops(2 * nq * nk * d);
+
+      // P = softmax(S) row by row (base 2), LSE = m + log2 l: read S; write P and LSE.
+      step_p.read("S", nq * nk);
+      const Vec<T> m = S.rowwise().maxCoeff();
+      const Vec<T> m_safe = (m.array() == neg_inf<T>()).select(T(0), m);  // fully masked row: reference 0
+      S.array().colwise() -= m_safe.array();
+      detail::exp2_inplace(S);
+      const Vec<T> l = S.rowwise().sum();
+      for (std::size_t r = 0; r < nq; ++r) {
+        // Fully masked row (l = 0): P row = 0, O row = 0, LSE = −inf.
+        const T inv = l(Eigen::Index(r)) > T(0) ? T(1) / l(Eigen::Index(r)) : T(0);
+        S.row(Eigen::Index(r)) *= inv;
+        lse[r] = l(Eigen::Index(r)) > T(0) ? m(Eigen::Index(r)) + std::log2(l(Eigen::Index(r))) : neg_inf<T>();
+      }
+      step_p.write("P", nq * nk);
+      step_p.write("LSE", nq);
+
+      // O = P V: read P, V; write O.
+      step_o.read("P", nq * nk);
+      step_o.read("V", nk * d);
+      Oh.noalias() = S * Vh;
+      step_o.write("O", nq * d);
+      step_o.add_flops(2 * nq * nk * d);
+    }
+  }
+  out.kernels = {{"S = QK^T", step_s}, {"P = softmax(S)", step_p}, {"O = PV", step_o}};
+  for (const auto& k : out.kernels) out.traffic.merge(k.traffic);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flash forward, FA2 loop order (seed 004: inner product style; seed 001 _fwd_kernel):
+//   for each query tile Q_i:                       (Q_i resident in SRAM)
+//     m_i = −inf, l_i = 0, acc = 0
+//     for each key tile j (skipping fully masked causal tiles):
+//       S_ij = Q_i K_jᵀ · scale·log2 e ; mask out-of-sequence and causal entries to −inf
+//       m_new = max(m_i, rowmax S_ij) ; P_ij = 2^(S_ij − m_new) ; α = 2^(m_i − m_new)
+//       l_i = α l_i + rowsum P_ij ; acc = α acc + P_ij V_j ; m_i = m_new
+//     O_i = acc / l_i ; LSE_i = m_i + log2 l_i      (l_i = 0: O_i = 0, LSE_i = −inf)
+// ---------------------------------------------------------------------------------------------
+template <typename T>
+AttentionForward<T> flash_forward_fa2(const AttentionConfig& cfg, const Tensor<T>& Q, const Tensor<T>& K,
+                                      const Tensor<T>& V) {
+  check_inputs(cfg, Q, K, V);
+  auto out = make_output<T>(cfg);
+  Traffic& tr = out.traffic;
+  const std::size_t nq = cfg.n_q(), nk = cfg.n_k(), d = cfg.head_dim;
+  const std::size_t Br = cfg.block_m, Bc = cfg.block_n;
+  const T scale_log2 = static_cast<T>(cfg.softmax_scale() * detail::kLog2e);
+  Mat<T> Q_i, K_j, V_j, S_ij, acc;
+  Vec<T> m_i, l_i, m_new, m_safe, alpha;
+  for (std::size_t b = 0; b < cfg.batch; ++b) {
+    for (std::size_t h = 0; h < cfg.heads; ++h) {
+      const auto Qh = Q.head(b, h);
+      const auto Kh = K.head(b, h);
+      const auto Vh = V.head(b, h);
+      auto Oh = out.O.head(b, h);
+      T* lse = out.LSE.data() + (b * cfg.heads + h) * nq;
+      for (std::size_t i = 0; i < cfg.Tr(); ++i) {
+        const std::size_t r0 = i * Br, rq = std::min(Br, nq - r0);
+        // load Q_i: HBM → SRAM (zero-padded to Br rows, as boundary_check does)
+        detail::load_tile(Qh, r0, rq, Br, Q_i);
+        tr.read("Q", rq * d);
+        m_i.setConstant(Eigen::Index(Br), neg_inf<T>());
+        l_i.setZero(Eigen::Index(Br));
+        acc.setZero(Eigen::Index(Br), Eigen::Index(d));
+        for (std::size_t j = 0; j < cfg.Tc(); ++j) {
+          const std::size_t c0 = j * Bc, rk = std::min(Bc, nk - c0);
+          if (detail::tile_fully_masked(cfg, r0, r0 + rq, c0)) continue;  // causal: skipped, not loaded
+          // load K_j, V_j: HBM → SRAM
+          detail::load_tile(Kh, c0, rk, Bc, K_j);
+          detail::load_tile(Vh, c0, rk, Bc, V_j);
+          tr.read("K", rk * d);
+          tr.read("V", rk * d);
+          // S_ij = Q_i K_jᵀ · scale·log2 e, masked (SRAM only)
+          S_ij.noalias() = Q_i * K_j.transpose();
+          S_ij *= scale_log2;
+          detail::apply_masks(cfg, S_ij, r0, c0, rk, true);
+          // online softmax in base 2
+          m_new = m_i.cwiseMax(S_ij.rowwise().maxCoeff());
+          m_safe = (m_new.array() == neg_inf<T>()).select(T(0), m_new);  // row masked so far: reference 0
+          S_ij.array().colwise() -= m_safe.array();
+          detail::exp2_inplace(S_ij);  // S_ij now holds P_ij
+          alpha = m_i - m_safe;
+          detail::exp2_inplace(alpha);
+          l_i = l_i.cwiseProduct(alpha) + S_ij.rowwise().sum();
+          acc.array().colwise() *= alpha.array();
+          acc.noalias() += S_ij * V_j;
+          m_i = m_new;
+          tr.add_flops(4 * d * rq * rk);
+        }
+        // write O_i, LSE_i: SRAM → HBM (valid rows only)
+        for (std::size_t r = 0; r < rq; ++r) {
+          const auto R = Eigen::Index(r);
+          if (l_i(R) > T(0)) {
+            Oh.row(Eigen::Index(r0 + r)) = acc.row(R) / l_i(R);
+            lse[r0 + r] = m_i(R) + std::log2(l_i(R));
+          } else {  // fully masked row: documented convention, no NaN
+            Oh.row(Eigen::Index(r0 + r)).setZero();
+            lse[r0 + r] = neg_inf<T>();
+          }
+        }
+        tr.write("O", rq * d);
+        tr.write("LSE", rq);
+      }
+    }
+  }
+  out.kernels = {{"forward", out.traffic}};
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flash forward, FA1 loop order (seed 004: outer product style):
+//   for each key tile j (skipping tiles no query can see):   (K_j, V_j resident in SRAM)
+//     for each query tile i that sees tile j:
+//       load Q_i; unless first visit, load O_i, m_i, l_i (HBM)
+//       S_ij, masks, m_new, P_ij, α as in FA2
+//       l_new = α l_i + rowsum P_ij ; O_i = (α l_i O_i + P_ij V_j) / l_new
+//       store O_i; store m_i, l_i — or, on the last visit, LSE_i = m_new + log2 l_new instead
+//   query tiles no key tile reaches: store O_i = 0, LSE_i = −inf
+// ---------------------------------------------------------------------------------------------
+template <typename T>
+AttentionForward<T> flash_forward_fa1(const AttentionConfig& cfg, const Tensor<T>& Q, const Tensor<T>& K,
+                                      const Tensor<T>& V) {
+  check_inputs(cfg, Q, K, V);
+  auto out = make_output<T>(cfg);
+  Traffic& tr = out.traffic;
+  const std::size_t nq = cfg.n_q(), nk = cfg.n_k(), d = cfg.head_dim;
+  const std::size_t Br = cfg.block_m, Bc = cfg.block_n;
+  const T scale_log2 = static_cast<T>(cfg.softmax_scale() * detail::kLog2e);
+  Mat<T> Q_i, K_j, V_j, S_ij, O_i;
+  Vec<T> m_i, l_i, m_new, m_safe, alpha, l_new;
+  std::vector<T> m_hbm(nq), l_hbm(nq);  // FA1's running statistics live in HBM between visits
+  std::vector<char> visited(cfg.Tr());
+  for (std::size_t b = 0; b < cfg.batch; ++b) {
+    for (std::size_t h = 0; h < cfg.heads; ++h) {
+      const auto Qh = Q.head(b, h);
+      const auto Kh = K.head(b, h);
+      const auto Vh = V.head(b, h);
+      auto Oh = out.O.head(b, h);
+      T* lse = out.LSE.data() + (b * cfg.heads + h) * nq;
+      std::fill(visited.begin(), visited.end(), 0);
+      for (std::size_t j = 0; j < cfg.Tc(); ++j) {
+        const std::size_t c0 = j * Bc, rk = std::min(Bc, nk - c0);
+        if (detail::tile_fully_masked(cfg, 0, nq, c0)) continue;  // no query row sees this key tile
+        // load K_j, V_j: HBM → SRAM (once per key tile)
+        detail::load_tile(Kh, c0, rk, Bc, K_j);
+        detail::load_tile(Vh, c0, rk, Bc, V_j);
+        tr.read("K", rk * d);
+        tr.read("V", rk * d);
+        for (std::size_t i = 0; i < cfg.Tr(); ++i) {
+          const std::size_t r0 = i * Br, rq = std::min(Br, nq - r0);
+          if (detail::tile_fully_masked(cfg, r0, r0 + rq, c0)) continue;
+          const bool first = !visited[i];
+          const bool last = j + 1 == cfg.Tc() || detail::tile_fully_masked(cfg, r0, r0 + rq, c0 + Bc);
+          visited[i] = 1;
+          // load Q_i: HBM → SRAM (once per visited pair)
+          detail::load_tile(Qh, r0, rq, Br, Q_i);
+          tr.read("Q", rq * d);
+          O_i.setZero(Eigen::Index(Br), Eigen::Index(d));
+          m_i.setConstant(Eigen::Index(Br), neg_inf<T>());
+          l_i.setZero(Eigen::Index(Br));
+          if (!first) {
+            // load O_i, m_i, l_i: HBM → SRAM (read-modify-write of the running state)
+            O_i.topRows(Eigen::Index(rq)) = Oh.middleRows(Eigen::Index(r0), Eigen::Index(rq));
+            for (std::size_t r = 0; r < rq; ++r) {
+              m_i(Eigen::Index(r)) = m_hbm[r0 + r];
+              l_i(Eigen::Index(r)) = l_hbm[r0 + r];
+            }
+            tr.read("O", rq * d);
+            tr.read("m", rq);
+            tr.read("l", rq);
+          }
+          S_ij.noalias() = Q_i * K_j.transpose();
+          S_ij *= scale_log2;
+          detail::apply_masks(cfg, S_ij, r0, c0, rk, true);
+          m_new = m_i.cwiseMax(S_ij.rowwise().maxCoeff());
+          m_safe = (m_new.array() == neg_inf<T>()).select(T(0), m_new);
+          S_ij.array().colwise() -= m_safe.array();
+          detail::exp2_inplace(S_ij);  // P_ij
+          alpha = m_i - m_safe;
+          detail::exp2_inplace(alpha);
+          l_new = l_i.cwiseProduct(alpha) + S_ij.rowwise().sum();
+          // O_i = (α l_i O_i + P_ij V_j) / l_new, with 0 for rows still fully masked
+          O_i.array().colwise() *= (alpha.cwiseProduct(l_i)).array();
+          O_i.noalias() += S_ij * V_j;
+          const Vec<T> inv = (l_new.array() > T(0)).select(l_new.cwiseInverse(), T(0));
+          O_i.array().colwise() *= inv.array();
+          tr.add_flops(4 * d * rq * rk);
+          // store O_i (every visit): SRAM → HBM
+          Oh.middleRows(Eigen::Index(r0), Eigen::Index(rq)) = O_i.topRows(Eigen::Index(rq));
+          tr.write("O", rq * d);
+          if (last) {
+            // store LSE_i: SRAM → HBM (the statistics are final)
+            for (std::size_t r = 0; r < rq; ++r) {
+              const auto R = Eigen::Index(r);
+              lse[r0 + r] = l_new(R) > T(0) ? m_new(R) + std::log2(l_new(R)) : neg_inf<T>();
+            }
+            tr.write("LSE", rq);
+          } else {
+            // store m_i, l_i: SRAM → HBM (for the next visit)
+            for (std::size_t r = 0; r < rq; ++r) {
+              m_hbm[r0 + r] = m_new(Eigen::Index(r));
+              l_hbm[r0 + r] = l_new(Eigen::Index(r));
+            }
+            tr.write("m", rq);
+            tr.write("l", rq);
+          }
+        }
+      }
+      // query tiles that no key tile reaches (causal with N_q > N_k): O_i = 0, LSE_i = −inf
+      for (std::size_t i = 0; i < cfg.Tr(); ++i) {
+        if (visited[i]) continue;
+        const std::size_t r0 = i * Br, rq = std::min(Br, nq - r0);
+        Oh.middleRows(Eigen::Index(r0), Eigen::Index(rq)).setZero();
+        std::fill(lse + r0, lse + r0 + rq, neg_inf<T>());
+        tr.write("O", rq * d);
+        tr.write("LSE", rq);
+      }
+    }
+  }
+  out.kernels = {{"forward", out.traffic}};
+  return out;
+}
+
+template <typename T>
+AttentionForward<T> attention_forward(Variant v, const AttentionConfig& cfg, const Tensor<T>& Q, const Tensor<T>& K,
+                                      const Tensor<T>& V) {
+  switch (v) {
+    case Variant::naive_fwd: return naive_forward(cfg, Q, K, V);
+    case Variant::fa1_fwd: return flash_forward_fa1(cfg, Q, K, V);
+    case Variant::fa2_fwd: return flash_forward_fa2(cfg, Q, K, V);
+    default: break;
+  }
+  throw std::invalid_argument("attention_forward: " + std::string(variant_name(v)) + " is not a forward variant");
+}
+
+// Explicit instantiations: double (the reference) and float only.
+#define FLASHLAB_FWD(T)                                                                                            \
+  template AttentionForward<T> naive_forward(const AttentionConfig&, const Tensor<T>&, const Tensor<T>&,            \
+                                             const Tensor<T>&);                                                     \
+  template AttentionForward<T> flash_forward_fa2(const AttentionConfig&, const Tensor<T>&, const Tensor<T>&,        \
+                                                 const Tensor<T>&);                                                 \
+  template AttentionForward<T> flash_forward_fa1(const AttentionConfig&, const Tensor<T>&, const Tensor<T>&,        \
+                                                 const Tensor<T>&);                                                 \
+  template AttentionForward<T> attention_forward(Variant, const AttentionConfig&, const Tensor<T>&,                 \
+                                                 const Tensor<T>&, const Tensor<T>&);
+FLASHLAB_FWD(double)
+FLASHLAB_FWD(float)
+#undef FLASHLAB_FWD
+
+}  // namespace flashlab::ref
