@@ -1,6 +1,359 @@
-// PLACEHOLDER — replaced by the real command before anything lands.
-#include "commands.hpp"
+// `flashlab step [TRACE] (--machine NAME | --machine-file F | --lesson ID)`: the full-screen
+// terminal stepper (issue 3, item 1). This file only parses flags, owns the executor, reads keys
+// and prints frames; every frame comes from the pure lessons::render_frame (lessons/src/stepper.cpp),
+// which the golden tests cover. Without a TTY (or with --plain) it prints the seed-style step
+// table instead and exits, so it also works in pipes and scripts.
+#include <curses.h>
+#include <langinfo.h>
+#include <unistd.h>
+
+#include <clocale>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <iostream>
+#include <optional>
+#include <sstream>
+
+#include "commands.hpp"
+#include "flashlab/lessons/checker.hpp"
+#include "flashlab/lessons/lesson.hpp"
+#include "flashlab/lessons/stepper.hpp"
+#include "flashlab/toymachine/assembler.hpp"
+#include "flashlab/toymachine/executor.hpp"
+#include "flashlab/toymachine/machine.hpp"
+#include "flashlab/toymachine/render.hpp"
+
 namespace flashlab::app {
-int cmd_step(const Args&) { std::cerr << "error: flashlab step is not built yet\n"; return kFailed; }
+
+namespace toy = flashlab::toy;
+namespace lessons = flashlab::lessons;
+
+namespace {
+
+bool read_file(const std::string& path, std::string& out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  out = ss.str();
+  return true;
+}
+
+// Frames are UTF-8 (─ │ · … −). In a terminal whose locale is not UTF-8 they are spelled in ASCII.
+std::string ascii(const std::string& s) {
+  static const std::pair<const char*, const char*> map[] = {
+      {"─", "-"}, {"│", "|"}, {"·", "."}, {"…", "~"}, {"−", "-"}, {"×", "x"}, {"Σ", "S"}, {"→", ">"}, {"←", "<"}};
+  std::string out;
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      out += s[i++];
+      continue;
+    }
+    bool done = false;
+    for (const auto& [from, to] : map) {
+      const std::size_t n = std::strlen(from);
+      if (s.compare(i, n, from) == 0) {
+        out += to;
+        i += n;
+        done = true;
+        break;
+      }
+    }
+    if (!done) {
+      out += '?';
+      i += c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    }
+  }
+  return out;
+}
+
+struct Session {
+  Session(toy::Executor e, std::string t) : ex(std::move(e)), title(std::move(t)) {}
+  toy::Executor ex;
+  std::string title;
+  bool numeric = false;
+  bool help = false;
+  std::string status;
+  std::optional<std::string> input;  // the goto prompt's text while typing
+};
+
+void go_to_step(Session& s, std::size_t target) {
+  while (s.ex.steps_taken() < target && !s.ex.done()) s.ex.step();
+  while (s.ex.steps_taken() > target && s.ex.back()) {
+  }
+}
+
+// `g` then "12" → step 12; ":7" → forward to the first step of source line 7.
+void do_goto(Session& s, const std::string& text) {
+  try {
+    if (!text.empty() && text[0] == ':') {
+      const int line = std::stoi(text.substr(1));
+      const auto& code = s.ex.program().code;
+      while (!s.ex.done() && code[s.ex.steps_taken()].source_line != line) s.ex.step();
+      if (s.ex.steps_taken() >= code.size() || code[s.ex.steps_taken()].source_line != line)
+        s.status = "line " + std::to_string(line) + " is not reached from here";
+      return;
+    }
+    const long target = std::stol(text);
+    if (target < 0 || static_cast<std::size_t>(target) > s.ex.program().code.size()) {
+      s.status = "step " + text + " is out of range: 0.." + std::to_string(s.ex.program().code.size());
+      return;
+    }
+    go_to_step(s, static_cast<std::size_t>(target));
+  } catch (const std::exception&) {
+    s.status = "'" + text + "' is not a step number (or :line)";
+  }
+}
+
+int interactive(Session& s) {
+  // Wide characters need a UTF-8 locale; fall back to C.UTF-8, then to ASCII frames.
+  std::setlocale(LC_ALL, "");
+  bool utf8 = std::strcmp(nl_langinfo(CODESET), "UTF-8") == 0;
+  if (!utf8 && std::setlocale(LC_CTYPE, "C.UTF-8")) utf8 = std::strcmp(nl_langinfo(CODESET), "UTF-8") == 0;
+  // newterm (not initscr, which exits the process) so that an unknown TERM is an error we report.
+  SCREEN* screen = newterm(nullptr, stdout, stdin);
+  if (!screen) {
+    const char* term = std::getenv("TERM");
+    throw UsageError(std::string("cannot drive this terminal (TERM=") + (term ? term : "unset") + ")",
+                     "set TERM (e.g. TERM=xterm), or use --plain for the step table");
+  }
+  cbreak();
+  noecho();
+  keypad(stdscr, TRUE);
+  curs_set(0);
+  set_escdelay(25);
+  const bool colour = has_colors() && !std::getenv("NO_COLOR");
+  if (colour) {
+    start_color();
+    use_default_colors();
+    init_pair(1, COLOR_YELLOW, -1);  // changed registers
+    init_pair(2, COLOR_RED, -1);     // faults
+    init_pair(3, COLOR_CYAN, -1);    // last DRAM access
+  }
+  for (;;) {
+    const toy::State& now = s.ex.state();
+    const std::size_t pc = now.pc;
+    const toy::State* prev = pc > 0 && pc - 1 < s.ex.history().size() ? &s.ex.history()[pc - 1] : nullptr;
+    lessons::FrameOptions opt;
+    opt.width = COLS;
+    opt.height = LINES;
+    opt.numeric = s.numeric;
+    opt.help = s.help;
+    opt.title = s.title;
+    opt.status = s.input ? "go to step (or :line), Enter to go, Esc to cancel: " + *s.input : s.status;
+    lessons::FrameContext ctx{&s.ex.program(), &s.ex.machine(), s.ex.fault() ? &*s.ex.fault() : nullptr};
+    const std::string frame = lessons::render_frame(ctx, now, prev, opt);
+    erase();
+    std::istringstream is(frame);
+    std::string line;
+    const int left = static_cast<int>(lessons::listing_width(COLS));
+    for (int row = 0; std::getline(is, line) && row < LINES; ++row) {
+      mvaddstr(row, 0, (utf8 ? line : ascii(line)).c_str());
+      // Highlights read the markers the pure frame already carries.
+      if (line.rfind("> ", 0) == 0) mvchgat(row, 0, left, A_REVERSE, 0, nullptr);
+      const bool changed_reg = line.find("│ *") != std::string::npos;
+      if (colour) {
+        if (line.rfind("FAULT", 0) == 0) mvchgat(row, 0, -1, A_BOLD, 2, nullptr);
+        if (changed_reg) mvchgat(row, left + 3, -1, A_BOLD, 1, nullptr);
+        // The last DRAM access, `[..]R` or `[..]W`, in cyan (columns counted in characters).
+        std::size_t rb = line.find("]R");
+        if (rb == std::string::npos) rb = line.find("]W");
+        const std::size_t lb = rb == std::string::npos ? rb : line.rfind('[', rb);
+        if (lb != std::string::npos && line.rfind("──", 0) != 0) {
+          const int col = static_cast<int>(toy::display_width(line.substr(0, lb)));
+          const int len = static_cast<int>(toy::display_width(line.substr(lb, rb + 2 - lb)));
+          mvchgat(row, col, len, A_BOLD, 3, nullptr);
+        }
+      } else if (changed_reg) {
+        mvchgat(row, left + 3, -1, A_BOLD, 0, nullptr);
+      }
+    }
+    refresh();
+    const int ch = getch();
+    s.status.clear();
+    if (ch == KEY_RESIZE) continue;
+    if (s.input) {
+      if (ch == '\n' || ch == KEY_ENTER || ch == '\r') {
+        const std::string text = *s.input;
+        s.input.reset();
+        do_goto(s, text);
+      } else if (ch == 27) {
+        s.input.reset();
+      } else if ((ch == KEY_BACKSPACE || ch == 127 || ch == 8) && !s.input->empty()) {
+        s.input->pop_back();
+      } else if ((ch >= '0' && ch <= '9') || ch == ':') {
+        if (s.input->size() < 12) *s.input += static_cast<char>(ch);
+      }
+      continue;
+    }
+    if (s.help) {
+      s.help = false;
+      if (ch == 'q') break;
+      continue;
+    }
+    switch (ch) {
+      case 'q':
+      case 27:
+        endwin();
+        delscreen(screen);
+        return kOk;
+      case 'n':
+      case ' ':
+      case 'j':
+      case KEY_RIGHT:
+      case KEY_DOWN:
+        if (s.ex.done()) s.status = s.ex.fault() ? "stopped by the fault: b steps back" : "at the end: b steps back";
+        else s.ex.step();
+        break;
+      case 'b':
+      case 'k':
+      case KEY_LEFT:
+      case KEY_UP:
+        if (!s.ex.back()) s.status = "at the start";
+        break;
+      case 'e':
+      case 'G':
+      case KEY_END:
+        s.ex.run();
+        break;
+      case 'r':
+      case KEY_HOME:
+        go_to_step(s, 0);
+        break;
+      case 'g':
+        s.input = std::string();
+        break;
+      case 's':
+        s.numeric = !s.numeric;
+        break;
+      case '?':
+      case 'h':
+        s.help = true;
+        break;
+      default:
+        s.status = "unknown key: ? shows the keys";
+    }
+  }
+  endwin();
+  delscreen(screen);
+  return kOk;
+}
+
+}  // namespace
+
+int cmd_step(const Args& args) {
+  return guarded("step", [&]() -> int {
+    po::options_description desc("Options");
+    desc.add_options()("help,h", "show this help")("machine,m", po::value<std::string>(), "built-in machine profile")(
+        "machine-file", po::value<std::string>(), "a machine file (docs/toymachine.md)")(
+        "lesson", po::value<std::string>(), "use lesson ID's machine (and its starter when no TRACE is given)")(
+        "n", po::value<int>()->default_value(8), "size parameter n of the machine")(
+        "seed", po::value<long long>()->default_value(1), "seed of the random inputs")(
+        "plain", "print the step table and counters instead of the full-screen view")(
+        "numeric", "start with numeric values");
+    po::options_description hidden;
+    hidden.add_options()("trace", po::value<std::string>());
+    po::options_description all;
+    all.add(desc).add(hidden);
+    po::positional_options_description pos;
+    pos.add("trace", 1);
+    const auto vm = parse(args, all, &pos);
+    if (vm.count("help")) {
+      print_help(std::cout, "step [TRACE] (--machine NAME | --machine-file F | --lesson ID) [options]",
+                 "Step through a toy-machine trace, forward and back. With no TRACE: lesson 1's worked trace\n"
+                 "(the seed's c00 trace on matmul3). Full screen on a terminal; otherwise (or --plain)\n"
+                 "the step table.\n\n" + lessons::stepper_keys_help(),
+                 desc);
+      return kOk;
+    }
+    const int n = vm["n"].as<int>();
+    require_range("n", n, 1, 4096);
+    const long long seed = vm["seed"].as<long long>();
+    require_range("seed", seed, 0, (1LL << 62));
+    const int sources = static_cast<int>(vm.count("machine") + vm.count("machine-file") + vm.count("lesson"));
+    if (sources > 1) throw UsageError("--machine, --machine-file and --lesson are exclusive", "give one of them");
+
+    std::string trace_name, text;
+    toy::Machine machine;
+    const lessons::Lesson* lesson = nullptr;
+    if (vm.count("lesson")) {
+      lesson = lessons::find_lesson(vm["lesson"].as<std::string>());
+      if (!lesson) {
+        throw UsageError("--lesson: no lesson '" + vm["lesson"].as<std::string>() + "'",
+                         "the lessons are: " + lessons::lesson_ids());
+      }
+      if (!lesson->trace || lesson->trace->model != lessons::TraceModel::Toy) {
+        throw UsageError("--lesson " + lesson->id + " has no toy-machine trace to step through",
+                         "the tile lessons are checked with flashlab lesson check; the quizzes have no trace");
+      }
+    }
+    if (!vm.count("trace")) {
+      if (sources == 0) lesson = lessons::find_lesson("1");
+      if (!lesson) throw UsageError("TRACE is missing", "give a trace file, or --lesson ID to open its starter");
+      const bool worked = sources == 0;  // the default opens the seed's worked trace
+      text = worked ? lesson->trace->solution : lesson->trace->starter;
+      trace_name = "lesson " + lesson->id + (worked ? " worked trace" : " starter");
+    } else {
+      trace_name = vm["trace"].as<std::string>();
+      if (!read_file(trace_name, text)) throw UsageError("cannot read '" + trace_name + "'", "check the path of the trace file");
+      if (sources == 0) {
+        throw UsageError("--machine is required", "e.g. --machine matmul3 (flashlab machines lists them), or --lesson ID");
+      }
+    }
+    try {
+      if (lesson) {
+        machine = lessons::task_machine(*lesson->trace, vm["n"].defaulted() && !lesson->trace->ns.empty()
+                                                            ? lesson->trace->ns.front()
+                                                            : n);
+      } else if (vm.count("machine")) {
+        machine = toy::builtin_machine(vm["machine"].as<std::string>(), n);
+      } else {
+        std::string mtext;
+        const auto path = vm["machine-file"].as<std::string>();
+        if (!read_file(path, mtext)) throw UsageError("--machine-file: cannot read '" + path + "'", "check the path");
+        machine = toy::parse_machine_file(mtext, path, n);
+      }
+    } catch (const toy::MachineError& e) {
+      if (e.diagnostic()) {
+        std::cerr << toy::format_diagnostic(*e.diagnostic());
+        return kUsage;
+      }
+      throw UsageError(e.what(), e.hint());
+    }
+
+    auto as = toy::assemble(text, machine, trace_name);
+    if (!as.ok()) {
+      for (const auto& d : as.diagnostics) std::cerr << toy::format_diagnostic(d);
+      return kUsage;
+    }
+    const auto inputs = toy::random_inputs(machine, static_cast<std::uint64_t>(seed));
+    Session s(toy::Executor(as.program, machine, inputs, toy::Options{true, 10'000'000}), trace_name + " on " + machine.name);
+    s.numeric = vm.count("numeric") > 0;
+
+    if (vm.count("plain") || !::isatty(STDOUT_FILENO) || !::isatty(STDIN_FILENO)) {
+      s.ex.run();
+      std::vector<toy::State> states = s.ex.history();
+      states.push_back(s.ex.state());
+      toy::RenderOptions ro;
+      ro.numeric = s.numeric || !lessons::states_printable(states);
+      if (ro.numeric && !s.numeric) std::cerr << "note: expressions too large to print; showing numbers\n";
+      std::cout << toy::render_table(as.program, machine, states, ro) << "\n"
+                << toy::render_counters(machine, s.ex.state().counters);
+      if (const auto& f = s.ex.fault()) {
+        std::cerr << toy::format_fault(*f, trace_name);
+        return kRuntimeFault;
+      }
+      return kOk;
+    }
+    try {
+      return interactive(s);
+    } catch (...) {
+      if (!isendwin()) endwin();  // leave the terminal usable before the error is printed
+      throw;
+    }
+  });
+}
+
 }  // namespace flashlab::app

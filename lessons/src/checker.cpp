@@ -1,0 +1,656 @@
+// The checker behind `flashlab lesson check` and `lesson answer` (issue 3). A trace is graded
+// in three stages, and the feedback names the first thing a student can act on:
+//   1. it must assemble (for every size n it is checked at) — else the diagnostics, exit 2;
+//   2. it must be right: run numerically on kRandomRuns random inputs per size, every graded
+//      output compared with an independent C++ reference; once symbolically, so the feedback
+//      can show "expected a00·b01 + a01·b11, got a00·b01 + a01·b10" (seed 004 prints its tables
+//      that way), and for the matmul lessons the symbolic form must match too;
+//   3. it must be within the lesson's cost targets (cycles, LOADs, DRAM reads/writes as formulas
+//      in n, checked at each n — so `3n` is graded as a formula, not at one size).
+#include "flashlab/lessons/checker.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <map>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+#include "expr_size.hpp"
+#include "flashlab/lessons/formula.hpp"
+#include "flashlab/lessons/tile.hpp"
+#include "flashlab/toymachine/assembler.hpp"
+#include "flashlab/toymachine/executor.hpp"
+#include "flashlab/toymachine/machine.hpp"
+#include "flashlab/toymachine/render.hpp"
+#include "flashlab/toymachine/value.hpp"
+
+namespace flashlab::lessons {
+
+namespace {
+
+constexpr std::uint64_t kCheckCycleCap = 2'000'000;  // a looping trace cannot hang a check
+// Symbolic runs keep every state (for back-steps and the re-read analysis); lesson traces are a
+// few hundred steps, so a trace that expands far beyond that is refused before it eats memory.
+constexpr std::size_t kMaxCheckedSteps = 100'000;
+constexpr std::size_t kMaxShown = 120;                // symbolic strings are cut here
+
+std::string num(double v) { return toy::format_number(v); }
+
+std::string at_n(int n) { return n > 0 ? " at n=" + std::to_string(n) : ""; }
+
+std::uint64_t target_value(const std::string& formula, int n) {
+  const double v = evaluate_formula(formula, {{"n", static_cast<double>(n)}});
+  return static_cast<std::uint64_t>(std::llround(v));
+}
+
+// Grades one measured count against its formula; adds the cost line and, if over, the problem.
+void grade_cost(CheckReport& rep, const std::string& metric, int n, std::uint64_t measured,
+                const std::string& formula) {
+  if (formula.empty()) return;
+  CostLine c;
+  c.metric = metric;
+  c.n = n;
+  c.measured = measured;
+  c.formula = formula;
+  c.target = target_value(formula, n);
+  rep.costs.push_back(c);
+  const bool constant = formula.find('n') == std::string::npos;
+  const std::string tgt = constant ? formula : formula + " = " + std::to_string(c.target);
+  if (measured > c.target) {
+    rep.problems.push_back(metric + at_n(n) + ": " + std::to_string(measured) + ", target " + tgt + " — " +
+                           std::to_string(measured - c.target) + " over");
+  } else if (measured < c.target) {
+    rep.notes.push_back(metric + at_n(n) + ": " + std::to_string(measured) + " beats the target " + tgt +
+                        " — nice; tell us how");
+  }
+}
+
+// Flat element index of a memory operand.
+std::size_t flat_index(const toy::ArrayDecl& a, const std::vector<long long>& idx) {
+  std::size_t f = 0;
+  for (std::size_t d = 0; d < idx.size() && d < a.dims.size(); ++d) f = f * a.dims[d] + static_cast<std::size_t>(idx[d]);
+  return f;
+}
+
+// "re-read" summary from per-element read counts: "each x[i] is read 3 times" or "a[0][0] ×2, …".
+std::vector<std::string> reread_summary(const toy::Machine& m, const toy::Counters& c) {
+  std::vector<std::string> out;
+  for (std::size_t ai = 0; ai < m.arrays.size() && ai < c.element_reads.size(); ++ai) {
+    const auto& a = m.arrays[ai];
+    const auto& reads = c.element_reads[ai];
+    if (reads.empty()) continue;
+    const auto mx = *std::max_element(reads.begin(), reads.end());
+    if (mx <= 1) continue;
+    const bool uniform = reads.size() > 2 && std::all_of(reads.begin(), reads.end(), [&](auto r) { return r == mx; });
+    if (uniform) {
+      out.push_back("each element of " + a.name + " is read " + std::to_string(mx) + " times");
+      continue;
+    }
+    std::string s;
+    int shown = 0;
+    for (std::size_t e = 0; e < reads.size(); ++e) {
+      if (reads[e] <= 1) continue;
+      if (shown++ == 6) {
+        s += ", …";
+        break;
+      }
+      s += (s.empty() ? "" : ", ") + a.element_operand(e) + " ×" + std::to_string(reads[e]);
+    }
+    out.push_back("read more than once: " + s);
+  }
+  return out;
+}
+
+// LOADs of a value that a register already holds (seed, Problem 2: "you can reuse it"). One
+// message per source line, so a loop body is reported once with a count.
+std::vector<std::string> needless_loads(const toy::Executor& ex) {
+  std::vector<std::string> out;
+  std::map<int, std::pair<std::size_t, int>> by_line;  // source line → (index in out, repeats)
+  const auto& prog = ex.program();
+  const auto& m = ex.machine();
+  const auto& hist = ex.history();
+  const std::size_t steps = ex.steps_taken();
+  for (std::size_t s = 0; s < steps && s < prog.code.size(); ++s) {
+    const auto& ins = prog.code[s];
+    if (ins.op != toy::Opcode::LOAD || ins.operands.size() != 2) continue;
+    const auto& mem = ins.operands[0];
+    if (mem.array < 0) continue;
+    const toy::State& before = s < hist.size() ? hist[s] : ex.state();
+    const auto& a = m.arrays[static_cast<std::size_t>(mem.array)];
+    const std::size_t f = flat_index(a, mem.index);
+    if (f >= before.dram[static_cast<std::size_t>(mem.array)].size()) continue;
+    const auto& cell = before.dram[static_cast<std::size_t>(mem.array)][f];
+    if (!cell || !cell->sym) continue;
+    // The destination first: reloading the register's own value is the clearest waste.
+    std::vector<std::size_t> order;
+    if (ins.operands[1].reg >= 0) order.push_back(static_cast<std::size_t>(ins.operands[1].reg));
+    for (std::size_t r = 0; r < before.registers.size(); ++r)
+      if (static_cast<int>(r) != ins.operands[1].reg) order.push_back(r);
+    for (std::size_t r : order) {
+      if (r >= before.registers.size()) continue;
+      const auto& reg = before.registers[r];
+      if (!reg || !reg->sym || !toy::equivalent(*reg->sym, *cell->sym)) continue;
+      auto seen = by_line.find(ins.source_line);
+      if (seen != by_line.end()) {
+        ++seen->second.second;
+        break;
+      }
+      // Constants print as their number; name the DRAM cell instead ("one", not "1").
+      const std::string what = a.role == toy::ArrayRole::Constant ? a.element_operand(f)
+                                                                   : toy::to_string(*cell->sym, &m.names);
+      std::string msg = "step " + std::to_string(s + 1) + " (line " + std::to_string(ins.source_line) + ") `" +
+                        ins.text + "` reads " + what + " again, but " + m.registers[r] + " already holds it";
+      msg += static_cast<int>(r) == ins.operands[1].reg ? " — drop this LOAD" : " — use " + m.registers[r] + " instead";
+      by_line[ins.source_line] = {out.size(), 0};
+      out.push_back(msg);
+      break;
+    }
+  }
+  for (const auto& [line, where] : by_line) {
+    if (where.second > 0) out[where.first] += " (and " + std::to_string(where.second) + " more times in the loop)";
+  }
+  return out;
+}
+
+struct SymbolicOutputs {
+  std::map<std::string, std::vector<toy::ExprPtr>> cells;  // array → per element (null = unwritten)
+};
+
+SymbolicOutputs symbolic_outputs(const toy::Machine& m, const toy::State& s) {
+  SymbolicOutputs out;
+  for (std::size_t ai = 0; ai < m.arrays.size(); ++ai) {
+    if (m.arrays[ai].role != toy::ArrayRole::Output) continue;
+    auto& v = out.cells[m.arrays[ai].name];
+    for (const auto& c : s.dram[ai]) v.push_back(c && c->sym ? c->sym : nullptr);
+  }
+  return out;
+}
+
+// A symbolic output for feedback: the expression as the seed's tables print it; when that is
+// just a name (c00), the expansion too ("c00 = a00·b00 + a01·b10"). Empty when unknown or too
+// long to help (a truncated formula hides exactly the part that differs).
+std::string shown(const toy::Machine& m, const SymbolicOutputs& so, const std::string& array, std::size_t e) {
+  auto it = so.cells.find(array);
+  if (it == so.cells.end() || e >= it->second.size() || !it->second[e]) return "";
+  if (!detail::printable(*it->second[e])) return "";
+  const std::string named = toy::to_string(*it->second[e], &m.names);
+  if (named.size() > kMaxShown) return "";
+  const bool bare_name = std::all_of(named.begin(), named.end(), [](unsigned char c) { return std::isalnum(c) || c == '_'; });
+  if (bare_name) {
+    const std::string full = toy::to_string(*it->second[e]);
+    if (full != named && full.size() <= kMaxShown) return named + " = " + full;
+  }
+  return named;
+}
+
+void check_toy(const Lesson& lesson, const TraceTask& task, std::string_view text, std::string_view filename,
+               CheckReport& rep) {
+  const std::vector<int> sizes = task.ns.empty() ? std::vector<int>{0} : task.ns;
+  bool shown_fault = false;
+  for (std::size_t si = 0; si < sizes.size(); ++si) {
+    const int n = sizes[si];
+    const toy::Machine machine = task_machine(task, n > 0 ? n : 8);
+    auto as = toy::assemble(text, machine, filename);
+    if (!as.ok()) {
+      rep.verdict = Verdict::DoesNotAssemble;
+      for (const auto& d : as.diagnostics) rep.diagnostics.push_back(toy::format_diagnostic(d));
+      return;
+    }
+    if (as.program.code.size() > kMaxCheckedSteps) {
+      rep.problems.push_back("the trace expands to " + std::to_string(as.program.code.size()) + " instructions" +
+                             at_n(n) + "; a lesson check runs at most " + std::to_string(kMaxCheckedSteps) +
+                             " — check the loop bounds (they are written in terms of n)");
+      rep.verdict = Verdict::Wrong;
+      return;
+    }
+    auto ref = toy::assemble(task.solution, machine, lesson.id + "/solution.trace");
+    if (!ref.ok()) throw std::logic_error("lesson " + lesson.id + ": the reference solution does not assemble");
+
+    // The symbolic run (first random input) — for the feedback and the re-read analysis.
+    const toy::Inputs in1 = toy::random_inputs(machine, 1);
+    toy::Executor sym(as.program, machine, in1, toy::Options{true, kCheckCycleCap});
+    sym.run();
+    toy::Executor sym_ref(ref.program, machine, in1, toy::Options{true, kCheckCycleCap});
+    if (sym_ref.run()) throw std::logic_error("lesson " + lesson.id + ": the reference solution faults");
+    const SymbolicOutputs got_sym = symbolic_outputs(machine, sym.state());
+    const SymbolicOutputs want_sym = symbolic_outputs(machine, sym_ref.state());
+
+    if (const auto& f = sym.fault()) {
+      if (!shown_fault) {
+        std::string msg = "runtime fault at step " + std::to_string(f->step) + " (" + std::string(filename) + ":" +
+                          std::to_string(f->source_line) + ")" + at_n(n) + ": " + f->message;
+        if (!f->hint.empty()) msg += "\n    hint: " + f->hint;
+        // A trace written for one size (say n = 8, unrolled) faults at the other sizes.
+        if (sizes.size() > 1 && f->message.find("out of range") != std::string::npos) {
+          msg += "\n    note: this lesson is checked at n =";
+          for (int sz : sizes) msg += " " + std::to_string(sz);
+          msg += ": write the trace once with loops in terms of n (for i in 1..n-1 … end)";
+        }
+        rep.problems.push_back(msg);
+        shown_fault = true;
+      }
+      rep.verdict = Verdict::Wrong;
+      return;
+    }
+
+    // Numeric runs on random inputs against the independent reference.
+    int wrong_cells = 0;
+    for (int seed = 1; seed <= kRandomRuns; ++seed) {
+      const toy::Inputs inputs = seed == 1 ? in1 : toy::random_inputs(machine, static_cast<std::uint64_t>(seed));
+      toy::Executor ex(as.program, machine, inputs, toy::Options{false, kCheckCycleCap});
+      if (auto f = ex.run()) {
+        rep.problems.push_back("runtime fault at step " + std::to_string(f->step) + " (" + std::string(filename) +
+                               ":" + std::to_string(f->source_line) + ")" + at_n(n) + ": " + f->message);
+        rep.verdict = Verdict::Wrong;
+        return;
+      }
+      ++rep.runs;
+      const ExpectedOutputs want = task.reference(inputs, n > 0 ? n : machine.n);
+      for (const auto& [array, cells] : want) {
+        const int ai = machine.find_array(array);
+        if (ai < 0) throw std::logic_error("lesson " + lesson.id + ": no output array " + array);
+        const auto& a = machine.arrays[static_cast<std::size_t>(ai)];
+        for (std::size_t e = 0; e < cells.size(); ++e) {
+          if (!cells[e]) continue;
+          const auto& got = ex.state().dram[static_cast<std::size_t>(ai)][e];
+          const std::string w_sym = shown(machine, want_sym, array, e);
+          if (!got) {
+            if (seed == 1 && wrong_cells < 4) {
+              rep.problems.push_back(a.element_operand(e) + " was never written" +
+                                     (w_sym.empty() ? "" : " (expected " + w_sym + ")") + at_n(n));
+            }
+            ++wrong_cells;
+            continue;
+          }
+          const double w = *cells[e];
+          if (std::fabs(got->num - w) > 1e-9 * std::max(1.0, std::fabs(w))) {
+            if (wrong_cells < 4) {
+              std::string msg = a.element_operand(e) + " is wrong" + at_n(n) + ": expected ";
+              const std::string g_sym = shown(machine, got_sym, array, e);
+              if (!w_sym.empty()) msg += w_sym + " = ";
+              msg += num(w) + ", got ";
+              if (!g_sym.empty()) msg += g_sym + " = ";
+              msg += num(got->num);
+              if (seed != 1) msg += " (random input #" + std::to_string(seed) + ")";
+              rep.problems.push_back(msg);
+            }
+            ++wrong_cells;
+          }
+        }
+      }
+      if (wrong_cells > 0) break;
+    }
+    if (wrong_cells > 4) rep.problems.push_back("… and " + std::to_string(wrong_cells - 4) + " more wrong outputs");
+    if (wrong_cells > 0) {
+      rep.verdict = Verdict::Wrong;
+      return;
+    }
+    // Exact lessons: the formula, not just the numbers (seed 004 tables: c00 = a00·b00 + a01·b10).
+    if (task.symbolic_decides) {
+      for (const auto& [array, cells] : task.reference(in1, n > 0 ? n : machine.n)) {
+        const auto& g = got_sym.cells.at(array);
+        const auto& w = want_sym.cells.at(array);
+        for (std::size_t e = 0; e < cells.size(); ++e) {
+          if (!cells[e] || !w[e]) continue;
+          if (!g[e] || !toy::equivalent(*g[e], *w[e])) {
+            rep.problems.push_back(machine.arrays[static_cast<std::size_t>(machine.find_array(array))].element_operand(e) +
+                                   " has the right numbers but the wrong formula: expected " +
+                                   shown(machine, want_sym, array, e) + ", got " + shown(machine, got_sym, array, e));
+            rep.verdict = Verdict::Wrong;
+          }
+        }
+      }
+      if (rep.verdict == Verdict::Wrong && !rep.problems.empty()) return;
+      rep.symbolic = true;
+    }
+
+    // Cost: the counters are data-independent (no branches), so the symbolic run's are the cost.
+    const toy::Counters& c = sym.state().counters;
+    const std::size_t before = rep.problems.size();
+    grade_cost(rep, "cycles", n, c.cycles, task.target.cycles);
+    grade_cost(rep, "LOADs", n, c.instructions[static_cast<std::size_t>(toy::Opcode::LOAD)], task.target.loads);
+    grade_cost(rep, "DRAM reads", n, c.dram_reads, task.target.reads);
+    grade_cost(rep, "DRAM writes", n, c.dram_writes, task.target.writes);
+    const bool over = rep.problems.size() > before;
+    if (si == 0) {
+      const auto needless = needless_loads(sym);
+      const bool reads_over = over && (!task.target.loads.empty() || !task.target.reads.empty());
+      for (const auto& s : needless) (reads_over ? rep.problems : rep.notes).push_back(s);
+      if (reads_over) {
+        for (const auto& s : reread_summary(machine, c)) rep.notes.push_back(s);
+      }
+    }
+  }
+  rep.verdict = rep.problems.empty() ? Verdict::Passed : Verdict::OverBudget;
+}
+
+void check_tile(const TraceTask& task, std::string_view text, std::string_view filename, CheckReport& rep) {
+  for (std::size_t si = 0; si < task.ns.size(); ++si) {
+    const int n = task.ns[si];
+    const tile::TileShape shape = tile::lesson_shape(n);
+    const auto prog = tile::assemble_tiles(text, shape, filename);
+    if (!prog.ok()) {
+      rep.verdict = Verdict::DoesNotAssemble;
+      for (const auto& d : prog.diagnostics) rep.diagnostics.push_back(toy::format_diagnostic(d));
+      return;
+    }
+    for (int seed = 1; seed <= kRandomRuns; ++seed) {
+      const auto in = tile::random_tile_inputs(shape, static_cast<std::uint64_t>(seed));
+      const auto run = tile::run_tiles(prog, shape, in.q, in.k, in.v);
+      if (run.fault) {
+        rep.problems.push_back("runtime fault" + at_n(n) + ": " + *run.fault +
+                               (run.fault_hint.empty() ? "" : "\n    hint: " + run.fault_hint));
+        rep.verdict = Verdict::Wrong;
+        return;
+      }
+      ++rep.runs;
+      int bad = 0;
+      for (int i = 0; i < n; ++i) {
+        if (static_cast<int>(run.merged[i].size()) == n) continue;
+        std::string missing;
+        for (long long j = 0; j < n; ++j) {
+          if (!std::binary_search(run.merged[i].begin(), run.merged[i].end(), j))
+            missing += (missing.empty() ? "" : ", ") + std::to_string(j);
+        }
+        if (bad++ < 4) {
+          rep.problems.push_back("O[" + std::to_string(i) + "] is wrong" + at_n(n) + ": the state stored in HBM " +
+                                 (run.merged[i].empty() ? std::string("was never updated")
+                                                        : "is missing KV tiles " + missing));
+        }
+      }
+      if (bad > 0) {
+        rep.verdict = Verdict::Wrong;
+        return;
+      }
+      const auto want = tile::naive_attention(in.q, in.k, in.v, n * shape.rows, shape.d);
+      for (std::size_t e = 0; e < want.size(); ++e) {
+        if (!(std::fabs(run.out[e] - want[e]) <= 1e-9 * std::max(1.0, std::fabs(want[e])))) {
+          rep.problems.push_back("O row " + std::to_string(e / shape.d) + " differs from softmax(QKᵀ)V" + at_n(n) +
+                                 ": expected " + num(want[e]) + ", got " + num(run.out[e]));
+          rep.verdict = Verdict::Wrong;
+          return;
+        }
+      }
+      if (seed == 1) {
+        for (const auto& [metric, formula] : task.tile_targets) {
+          const char tensor = metric[0];
+          const bool load = metric.find("load") != std::string::npos;
+          const auto& m = load ? run.counters.loads : run.counters.stores;
+          const auto it = m.find(tensor);
+          grade_cost(rep, metric + "s", n, it == m.end() ? 0 : it->second, formula);
+        }
+      }
+    }
+  }
+  rep.verdict = rep.problems.empty() ? Verdict::Passed : Verdict::OverBudget;
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string trim(std::string_view s) {
+  std::size_t a = 0, b = s.size();
+  while (a < b && std::isspace(static_cast<unsigned char>(s[a]))) ++a;
+  while (b > a && std::isspace(static_cast<unsigned char>(s[b - 1]))) --b;
+  return std::string(s.substr(a, b - a));
+}
+
+}  // namespace
+
+toy::Machine task_machine(const TraceTask& t, int n) {
+  if (t.model != TraceModel::Toy) throw std::invalid_argument("the tile model has no toy machine");
+  if (!t.machine_file.empty()) return toy::parse_machine_file(t.machine_file, t.machine + ".machine", n);
+  return toy::builtin_machine(t.machine, n);
+}
+
+std::string loop_order_table(int n) {
+  const tile::TileShape shape = tile::lesson_shape(n);
+  const auto in = tile::random_tile_inputs(shape, 1);
+  tile::TileCounters c[2];
+  const char* ids[2] = {"fa2-order", "fa1-order"};
+  for (int k = 0; k < 2; ++k) {
+    const Lesson* l = find_lesson(ids[k]);
+    if (!l || !l->trace) throw std::logic_error(std::string("lesson ") + ids[k] + " is missing");
+    const auto prog = tile::assemble_tiles(l->trace->solution, shape, "solution.trace");
+    const auto run = tile::run_tiles(prog, shape, in.q, in.k, in.v);
+    if (!prog.ok() || run.fault) throw std::logic_error(std::string("lesson ") + ids[k] + ": reference trace fails");
+    c[k] = run.counters;
+  }
+  auto get = [](const std::map<char, std::uint64_t>& m, char t) {
+    auto it = m.find(t);
+    return it == m.end() ? std::uint64_t{0} : it->second;
+  };
+  // KV counts a (K_j, V_j) pair once, as the seed's table does.
+  struct Row {
+    const char* name;
+    std::uint64_t inner, outer;
+    const char* f_inner;
+    const char* f_outer;
+  } rows[] = {
+      {"Q loads", get(c[0].loads, 'Q'), get(c[1].loads, 'Q'), "n", "n²"},
+      {"KV loads", get(c[0].loads, 'K'), get(c[1].loads, 'K'), "n²", "n"},
+      {"O loads", get(c[0].loads, 'O'), get(c[1].loads, 'O'), "n", "n²"},
+      {"O stores", get(c[0].stores, 'O'), get(c[1].stores, 'O'), "n", "n²"},
+  };
+  std::ostringstream os;
+  os << "The seed's cost comparison, measured on the tile model at n = " << n << " (in tiles):\n";
+  os << "              inner product (FA2)   outer product (FA1)\n";
+  os << "  outer loop  over queries          over KV\n";
+  for (const auto& r : rows) {
+    std::ostringstream a, b;
+    a << r.inner << " (" << r.f_inner << ")";
+    b << r.outer << " (" << r.f_outer << ")";
+    std::string as = a.str(), bs = b.str();
+    os << "  " << r.name << std::string(12 - std::string(r.name).size(), ' ') << as
+       << std::string(as.size() < 22 ? 22 - toy::display_width(as) : 1, ' ') << bs << "\n";
+  }
+  return os.str();
+}
+
+int CheckReport::exit_code() const {
+  switch (verdict) {
+    case Verdict::Passed: return 0;
+    case Verdict::DoesNotAssemble: return 2;
+    default: return 1;
+  }
+}
+
+std::string CheckReport::to_text() const {
+  std::ostringstream os;
+  for (const auto& d : diagnostics) os << d;
+  for (const auto& p : problems) os << "  ✗ " << p << "\n";
+  for (const auto& nt : notes) os << "  · " << nt << "\n";
+  if (!costs.empty()) {
+    os << "cost:\n";
+    for (const auto& c : costs) {
+      std::string metric = c.metric + (c.n > 0 ? " (n=" + std::to_string(c.n) + ")" : "");
+      os << "  " << metric << std::string(metric.size() < 24 ? 24 - metric.size() : 1, ' ') << c.measured
+         << "   target " << c.formula;
+      if (c.formula.find('n') != std::string::npos) os << " = " << c.target;
+      os << (c.within() ? "   ok" : "   OVER") << "\n";
+    }
+  }
+  switch (verdict) {
+    case Verdict::Passed:
+      os << "PASSED: correct on " << runs << " random inputs" << (symbolic ? " and symbolically" : "");
+      break;
+    case Verdict::OverBudget: os << "OVER BUDGET: correct on " << runs << " random inputs, but over the target"; break;
+    case Verdict::Wrong: os << "WRONG"; break;
+    case Verdict::DoesNotAssemble: os << "DOES NOT ASSEMBLE: fix the errors above and check again"; break;
+  }
+  os << "\n";
+  return os.str();
+}
+
+CheckReport check_trace(const Lesson& lesson, std::string_view text, std::string_view filename) {
+  if (!lesson.trace) throw std::invalid_argument("lesson " + lesson.id + " has no trace to check");
+  CheckReport rep;
+  if (lesson.trace->model == TraceModel::Tile) {
+    check_tile(*lesson.trace, text, filename, rep);
+  } else {
+    check_toy(lesson, *lesson.trace, text, filename, rep);
+  }
+  return rep;
+}
+
+int AnswerReport::exit_code() const {
+  if (!error.empty()) return 2;
+  return all_correct ? 0 : 1;
+}
+
+std::string AnswerReport::to_text() const {
+  std::ostringstream os;
+  if (!error.empty()) {
+    os << "error: " << error << "\n";
+    if (!hint.empty()) os << "hint: " << hint << "\n";
+    return os.str();
+  }
+  for (const auto& l : lines) os << "  " << (l.correct ? "✓ " : "✗ ") << l.key << ": " << l.message << "\n";
+  os << (all_correct ? "PASSED: every answer is right\n" : "NOT YET: see the answers marked ✗\n");
+  return os.str();
+}
+
+AnswerReport check_answer(const Lesson& lesson, std::string_view text) {
+  if (lesson.questions.empty()) throw std::invalid_argument("lesson " + lesson.id + " has no questions");
+  AnswerReport rep;
+  std::string keys;
+  for (const auto& q : lesson.questions) keys += (keys.empty() ? "" : ", ") + q.key;
+  const std::string form = [&] {
+    std::string f;
+    for (const auto& q : lesson.questions) f += (f.empty() ? "" : "; ") + q.key + "=…";
+    return "answer as \"" + f + "\" (names: " + keys + ")";
+  }();
+
+  // Split into parts. A lesson with one keyword/choice question takes the whole text.
+  std::vector<std::string> parts;
+  const bool single_free = lesson.questions.size() == 1 && lesson.questions[0].kind != AnswerKind::Formula &&
+                           lesson.questions[0].kind != AnswerKind::Number;
+  if (single_free) {
+    parts.push_back(std::string(text));
+  } else {
+    // `lesson answer 4 reads=3n writes=n` (no quotes, no separator): a known `key=` after a
+    // blank starts a new answer too.
+    std::string joined(text);
+    for (const auto& q : lesson.questions) {
+      for (std::size_t at = joined.find(" " + q.key + "="); at != std::string::npos;
+           at = joined.find(" " + q.key + "=", at + 2)) {
+        joined[at] = ';';
+      }
+    }
+    std::string cur;
+    for (char c : joined) {
+      if (c == ';' || c == ',') {
+        parts.push_back(cur);
+        cur.clear();
+      } else {
+        cur += c;
+      }
+    }
+    parts.push_back(cur);
+    parts.erase(std::remove_if(parts.begin(), parts.end(), [](const std::string& p) { return trim(p).empty(); }),
+                parts.end());
+  }
+  if (parts.empty()) {
+    rep.error = "empty answer";
+    rep.hint = form;
+    return rep;
+  }
+  std::map<std::string, std::string> given;
+  std::size_t next = 0;
+  for (const auto& raw : parts) {
+    std::string p = trim(raw);
+    const auto eq = p.find('=');
+    std::string key;
+    std::string value = p;
+    if (eq != std::string::npos && !single_free) {
+      key = lower(trim(p.substr(0, eq)));
+      value = trim(p.substr(eq + 1));
+      const bool known = std::any_of(lesson.questions.begin(), lesson.questions.end(),
+                                     [&](const Question& q) { return q.key == key; });
+      if (!known) {
+        rep.error = "unknown answer name '" + key + "'";
+        rep.hint = "lesson " + lesson.id + " asks for: " + keys + "; " + form;
+        return rep;
+      }
+    } else {
+      if (next >= lesson.questions.size()) {
+        rep.error = "more answers than questions (" + std::to_string(lesson.questions.size()) + ")";
+        rep.hint = form;
+        return rep;
+      }
+      key = lesson.questions[next].key;
+    }
+    ++next;
+    if (given.count(key)) {
+      rep.error = "'" + key + "' is answered twice";
+      rep.hint = form;
+      return rep;
+    }
+    given[key] = value;
+  }
+
+  rep.all_correct = true;
+  for (const auto& q : lesson.questions) {
+    AnswerLine line;
+    line.key = q.key;
+    auto it = given.find(q.key);
+    if (it == given.end()) {
+      line.message = "not answered (" + q.prompt + ")";
+      rep.all_correct = false;
+      rep.lines.push_back(line);
+      continue;
+    }
+    const std::string& v = it->second;
+    switch (q.kind) {
+      case AnswerKind::Formula:
+      case AnswerKind::Number: {
+        try {
+          const auto samples = default_samples(q.vars);
+          const auto m = compare_formulas(v, q.expected, samples);
+          line.correct = m.equal;
+          line.message = m.equal ? "correct — " + q.why : "wrong (" + q.prompt + "): " + m.counterexample;
+        } catch (const FormulaError& e) {
+          rep.error = "answer '" + q.key + "' = \"" + v + "\": " + e.what() +
+                      (e.column() > 0 ? " (column " + std::to_string(e.column()) + ")" : "");
+          rep.hint = e.hint() + (q.vars.empty() ? std::string("; this answer is a number")
+                                                : "; e.g. " + q.key + "=3n");
+          rep.lines.clear();
+          rep.all_correct = false;
+          return rep;
+        }
+        break;
+      }
+      case AnswerKind::Choice: {
+        std::string c = lower(trim(v));
+        c.erase(std::remove_if(c.begin(), c.end(), [](char ch) { return ch == '(' || ch == ')' || ch == '.'; }),
+                c.end());
+        if (c.size() != 1 || c[0] < 'a' || c[0] > 'z') {
+          rep.error = "\"" + v + "\" is not one letter";
+          rep.hint = "answer a multiple choice with its letter, e.g. a";
+          rep.lines.clear();
+          rep.all_correct = false;
+          return rep;
+        }
+        line.correct = c == q.expected;
+        line.message = line.correct ? "correct — " + q.why : "wrong: (" + c + ") is not it — reread the options";
+        break;
+      }
+      case AnswerKind::Keyword: {
+        const std::string lv = lower(v);
+        line.correct = std::any_of(q.accepted.begin(), q.accepted.end(),
+                                   [&](const std::string& w) { return lv.find(w) != std::string::npos; });
+        line.message = line.correct ? "correct — " + q.why : "not what we are looking for — try `lesson hint " + lesson.id + "`";
+        break;
+      }
+    }
+    rep.all_correct = rep.all_correct && line.correct;
+    rep.lines.push_back(line);
+  }
+  return rep;
+}
+
+}  // namespace flashlab::lessons
