@@ -1,5 +1,6 @@
 #include "cli.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <iomanip>
 #include <iostream>
@@ -135,9 +136,10 @@ Json& Json::value(double d) {
   if (!std::isfinite(d)) {
     os_ << "null";
   } else {
-    std::ostringstream tmp;
-    tmp << std::setprecision(17) << d;
-    os_ << tmp.str();
+    // Shortest text that reads back to the same double (0.27, not 0.27000000000000002).
+    char buf[32];
+    const auto res = std::to_chars(buf, buf + sizeof buf, d);
+    os_ << std::string_view(buf, static_cast<std::size_t>(res.ptr - buf));
   }
   return *this;
 }

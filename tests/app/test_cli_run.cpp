@@ -183,3 +183,16 @@ TEST_CASE("machines lists the profiles; --help works on run and machines", "[cli
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Catch::Contains("error: --n -1 is out of range"));
 }
+
+TEST_CASE("cli run: a squaring chain finishes and prints a placeholder", "[run]") {
+  const std::string dir = flashlab::test::fresh_temp_dir("sq");
+  {
+    std::ofstream f(dir + "/sq.trace");
+    f << "LOAD x[0], R0\n";
+    for (int k = 0; k < 80; ++k) f << "MUL R0, R0, R0\n";
+    f << "STORE R0, out[0]\n";
+  }
+  auto r = flashlab::test::run_cli("run sq.trace --machine softmax3 --n 1 --table", dir);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("expression of more than 2000 terms"));
+}

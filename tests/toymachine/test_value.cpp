@@ -107,3 +107,15 @@ TEST_CASE("format_number", "[value]") {
   CHECK(format_number(-0.0) == "0");
   CHECK(format_number(1e300 * 1e300) == "inf");
 }
+
+TEST_CASE("printer: an exploding expression prints a placeholder, fast", "[value]") {
+  // x0^(2^80) as a DAG of 81 nodes: printing it in full would take 2^80 terms.
+  ExprPtr e = make_add(x(0), x(1));
+  for (int k = 0; k < 80; ++k) e = make_mul(e, e);
+  CHECK(to_string(*e) == "\u27e8expression of more than 2000 terms\u27e9");
+  CHECK(equivalent(*e, *e));
+  // Below the cap, expressions still print in full.
+  ExprPtr small = make_add(x(0), x(1));
+  for (int k = 0; k < 3; ++k) small = make_mul(small, small);
+  CHECK(to_string(*small).find("expression of more than") == std::string::npos);
+}

@@ -249,6 +249,7 @@ ExprPtr make_sum_of(const std::vector<ExprPtr>& items) {
 }
 
 bool equivalent(const Expr& a, const Expr& b) {
+  if (&a == &b) return true;  // shared subtrees: without this, squaring chains compare in 2^k
   if (&a == &b) return true;
   if (a.hash != b.hash || a.kind != b.kind) return false;
   switch (a.kind) {
@@ -419,7 +420,33 @@ struct Printer {
 
 }  // namespace
 
+namespace {
+// Nodes of the fully expanded tree of `e`, saturating at `cap`. Expressions are shared DAGs: a
+// trace that squares a register 80 times builds 81 nodes whose printed form has 2^80 terms, so
+// the printer asks this first (memoised per shared node: linear in the DAG).
+// A named subexpression (c00, m, S) prints as its name and counts as one node.
+std::size_t expanded_size(const Expr& e, std::size_t cap, const NameTable* names,
+                          std::unordered_map<const Expr*, std::size_t>& memo) {
+  if (auto it = memo.find(&e); it != memo.end()) return it->second;
+  std::size_t n = 1;
+  const bool named = names && !names->empty() && names->find(e);
+  for (const auto& a : e.args) {
+    if (!a || named) continue;
+    n += expanded_size(*a, cap, names, memo);
+    if (n >= cap) {
+      n = cap;
+      break;
+    }
+  }
+  memo.emplace(&e, n);
+  return n;
+}
+}  // namespace
+
 std::string to_string(const Expr& e, const NameTable* names) {
+  std::unordered_map<const Expr*, std::size_t> memo;
+  if (expanded_size(e, kMaxPrintedTerms + 1, names, memo) > kMaxPrintedTerms)
+    return "\u27e8expression of more than " + std::to_string(kMaxPrintedTerms) + " terms\u27e9";
   Printer p{names};
   return p.print(e);
 }

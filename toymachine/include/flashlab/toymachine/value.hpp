@@ -85,7 +85,12 @@ class NameTable {
 /// `max(x0, x1)`, `e^(x0 − m)/S`. Runs of four or more consecutive inputs in a max print as
 /// `max(x0..x7)`; a sum of four or more terms that differ only in one input index prints as
 /// `Σ_{j=0..7} e^(xj − m)`. Subexpressions found in `names` print as their name.
+/// An expression whose expanded tree has more than kMaxPrintedTerms nodes prints as
+/// `⟨expression of more than N terms⟩` instead (a squaring chain would otherwise print 2^k terms).
 std::string to_string(const Expr& e, const NameTable* names = nullptr);
+
+/// Expanded-tree size above which to_string() prints a placeholder instead of the expression.
+inline constexpr std::size_t kMaxPrintedTerms = 2000;
 
 /// A value in a register or DRAM cell: always a number; the expression is null in numeric-only mode.
 struct Value {
