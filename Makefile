@@ -6,6 +6,8 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := demo
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+# ccache rewrites paths under the checkout as relative ones, so two clones share one cache.
+export CCACHE_BASEDIR := $(CURDIR)
 
 # Debian 12 packages the CPU build needs (CUDA is optional and not from Debian).
 DEB_PACKAGES := cmake g++ make libeigen3-dev libboost-program-options-dev catch2 \

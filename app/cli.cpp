@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -52,6 +53,15 @@ void require_range(std::string_view flag, long long value, long long lo, long lo
     hint << "--" << flag << " takes a value from " << lo << " to " << hi;
     throw UsageError(msg.str(), hint.str());
   }
+}
+
+bool read_file(const std::string& path, std::string& out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  out = ss.str();
+  return true;
 }
 
 std::string json_escape(std::string_view s) {

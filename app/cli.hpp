@@ -55,6 +55,9 @@ int guarded(std::string_view command, const std::function<int()>& body);
 /// Checks that an integer flag lies in [lo, hi]; throws UsageError naming the flag otherwise.
 void require_range(std::string_view flag, long long value, long long lo, long long hi);
 
+/// Reads a whole file into `out`; false when it cannot be opened (the caller names the flag).
+bool read_file(const std::string& path, std::string& out);
+
 /// Minimal streaming JSON writer (objects, arrays, strings, numbers, booleans, null).
 /// Non-finite doubles are written as null (JSON has no NaN/Inf).
 class Json {

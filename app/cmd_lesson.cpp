@@ -31,15 +31,6 @@ constexpr const char* kLessonUsage =
     "answer — 0 all right, 1 something wrong, 2 malformed. Progress is kept in\n"
     "$XDG_STATE_HOME/flashlab/progress (default ~/.local/state/flashlab/progress).";
 
-bool read_file(const std::string& path, std::string& out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  out = ss.str();
-  return true;
-}
-
 const lessons::Lesson& lesson_or_throw(const std::string& id) {
   if (const auto* l = lessons::find_lesson(id)) return *l;
   throw UsageError("no lesson '" + id + "'", "the lessons are: " + lessons::lesson_ids() + " (flashlab lesson list)");

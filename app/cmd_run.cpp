@@ -21,15 +21,6 @@ namespace {
 constexpr std::size_t kMaxSymbolicSteps = 20000;
 constexpr std::size_t kMaxSymbolicCells = 4'000'000;
 
-bool read_file(const std::string& path, std::string& out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  out = ss.str();
-  return true;
-}
-
 std::string builtin_list() {
   std::string s;
   for (const auto& n : toy::builtin_machine_names()) s += (s.empty() ? "" : ", ") + n;

@@ -31,15 +31,6 @@ namespace lessons = flashlab::lessons;
 
 namespace {
 
-bool read_file(const std::string& path, std::string& out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  out = ss.str();
-  return true;
-}
-
 // Frames are UTF-8 (─ │ · … −). In a terminal whose locale is not UTF-8 they are spelled in ASCII.
 std::string ascii(const std::string& s) {
   static const std::pair<const char*, const char*> map[] = {
