@@ -1,0 +1,151 @@
+// Shared plumbing of the CUDA kernels (internal: not installed, not part of the public API).
+//
+// - FLASHLAB_CUDA_CHECK(expr): every CUDA runtime call goes through it; a failure throws
+//   flashlab::cuda::CudaError whose message names the call, the error and file:line. Libraries
+//   never exit().
+// - DeviceBuffer<T>: RAII owner of one cudaMalloc'ed array (move-only).
+// - Problem: the launch-time description shared by every kernel: B, N, H, d, BLOCK_M, BLOCK_N,
+//   causal, the softmax scale and scale·log2(e) (seed 001, "Base-2 Exponential").
+// - Layout: Q, K, V, O, dO, dQ, dK, dV are [B, N, H, d] row-major, as the reference's Tensor;
+//   one head is an N × d matrix whose rows are H·d floats apart. LSE and D are [B, H, N].
+#pragma once
+
+#include "flashlab/cuda/options.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+#include <utility>
+
+#if defined(__CUDACC__)
+#define FLASHLAB_HD __host__ __device__
+#else
+#define FLASHLAB_HD
+#endif
+
+namespace flashlab::cuda::detail {
+
+/// Throws CudaError "CUDA error in <expr>: <name> (<text>) at file:line".
+[[noreturn]] void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int line);
+
+#define FLASHLAB_CUDA_CHECK(expr)                                                        \
+  do {                                                                                   \
+    cudaError_t flashlab_err_ = (expr);                                                  \
+    if (flashlab_err_ != cudaSuccess)                                                    \
+      ::flashlab::cuda::detail::throw_cuda_error(flashlab_err_, #expr, __FILE__, __LINE__); \
+  } while (0)
+
+/// After a <<<...>>> launch: a bad configuration shows up in cudaGetLastError(); the message
+/// names the kernel (`kernel_name` is a string literal).
+#define FLASHLAB_CUDA_CHECK_LAUNCH(kernel_name)                                                     \
+  do {                                                                                              \
+    cudaError_t flashlab_err_ = cudaGetLastError();                                                 \
+    if (flashlab_err_ != cudaSuccess)                                                               \
+      ::flashlab::cuda::detail::throw_cuda_error(flashlab_err_, "launch of " kernel_name, __FILE__, __LINE__); \
+  } while (0)
+
+/// RAII device array of `count` elements of T.
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t count) : count_(count) {
+    if (count_ > 0) FLASHLAB_CUDA_CHECK(cudaMalloc(&ptr_, count_ * sizeof(T)));
+  }
+  ~DeviceBuffer() {
+    if (ptr_) cudaFree(ptr_);  // destructor: nothing useful to do with an error here
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), count_(std::exchange(o.count_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      if (ptr_) cudaFree(ptr_);
+      ptr_ = std::exchange(o.ptr_, nullptr);
+      count_ = std::exchange(o.count_, 0);
+    }
+    return *this;
+  }
+  T* get() const { return ptr_; }
+  std::size_t size() const { return count_; }
+  std::size_t bytes() const { return count_ * sizeof(T); }
+  void upload(const T* host) {
+    if (count_) FLASHLAB_CUDA_CHECK(cudaMemcpy(ptr_, host, bytes(), cudaMemcpyHostToDevice));
+  }
+  void download(T* host) const {
+    if (count_) FLASHLAB_CUDA_CHECK(cudaMemcpy(host, ptr_, bytes(), cudaMemcpyDeviceToHost));
+  }
+  /// Fills every byte with 0xFF: as fp32 that is a NaN, so an element a kernel forgets to write
+  /// fails every comparison ("poison outputs before each run", DEVICE.md).
+  void poison() {
+    if (count_) FLASHLAB_CUDA_CHECK(cudaMemset(ptr_, 0xFF, bytes()));
+  }
+  void zero() {
+    if (count_) FLASHLAB_CUDA_CHECK(cudaMemset(ptr_, 0, bytes()));
+  }
+
+ private:
+  T* ptr_ = nullptr;
+  std::size_t count_ = 0;
+};
+
+/// Everything a kernel needs besides its pointers (passed by value to every kernel).
+struct Problem {
+  int batch = 1;       ///< B
+  int seq = 0;         ///< N (SEQ)
+  int heads = 1;       ///< H (HEAD_NUM)
+  int head_dim = 0;    ///< d (HEAD_DIM)
+  int block_m = 64;    ///< BLOCK_M = Br, query rows per tile
+  int block_n = 32;    ///< BLOCK_N = Bc, key rows per tile
+  bool causal = false; ///< key j visible to query i only when j <= i
+  float scale = 0.f;   ///< softmax scale (1/sqrt(d) by default)
+  float scale_log2 = 0.f;  ///< scale · log2(e): scores in base-2 units (seed 001)
+
+  /// Elements between two tokens of one head (H·d).
+  FLASHLAB_HD std::size_t row_stride() const { return std::size_t(heads) * head_dim; }
+  /// Offset of element (b, token 0, h, 0) in a [B, N, H, d] tensor.
+  FLASHLAB_HD std::size_t head_offset(int b, int h) const {
+    return std::size_t(b) * seq * row_stride() + std::size_t(h) * head_dim;
+  }
+  /// Offset of row 0 of head (b, h) in a [B, H, N] statistics vector (LSE, D).
+  FLASHLAB_HD std::size_t stat_offset(int b, int h) const {
+    return (std::size_t(b) * heads + h) * std::size_t(seq);
+  }
+  /// Number of query tiles Tr = ceil(N / BLOCK_M).
+  FLASHLAB_HD int num_m_tiles() const { return (seq + block_m - 1) / block_m; }
+  /// Number of key tiles Tc = ceil(N / BLOCK_N).
+  FLASHLAB_HD int num_n_tiles() const { return (seq + block_n - 1) / block_n; }
+};
+
+/// Validates shapes and options, fills scale/scale_log2, and returns the launch description.
+Problem make_problem(int batch, int seq, int heads, int head_dim, const Options& opt);
+
+/// Threads per block of every attention kernel (4 warps).
+inline constexpr int kThreads = 128;
+
+/// Shared-memory row pitch for a tile whose rows hold `head_dim` floats: one float of padding
+/// so that threads reading column k of consecutive rows hit different banks (d = 64 and 128
+/// are multiples of 32 banks; without the pad a K_j column read would be a 32-way conflict).
+FLASHLAB_HD inline int smem_pitch(int head_dim) { return head_dim + 1; }
+
+/// Opts a kernel into `bytes` of dynamic shared memory, throwing a clear error when the tile
+/// configuration needs more than the device has (name the kernel and the tile sizes).
+void set_smem(const void* kernel, std::size_t bytes, const char* kernel_name, const Problem& p);
+
+/// Launch hook: the traffic probe installs one to flush L2 before every measured kernel and to
+/// remember which kernel each profiler range belongs to. nullptr (the default) does nothing.
+struct LaunchHook {
+  virtual ~LaunchHook() = default;
+  /// Called right before the launch of the kernel called `name`.
+  virtual void before(const char* name) = 0;
+};
+
+/// The hook of the current thread (nullptr when not measuring).
+LaunchHook*& launch_hook();
+/// Calls the hook (if any); every launcher calls this right before its <<<...>>>.
+inline void announce(const char* name) {
+  if (LaunchHook* h = launch_hook()) h->before(name);
+}
+
+}  // namespace flashlab::cuda::detail

@@ -1,0 +1,194 @@
+// Every clear CUDA kernel against the float64 reference (flashlab_attention's naive_forward<double>
+// and naive_backward<double>, whole S and P per head):
+// fresh random inputs, outputs poisoned with NaN before each run (the host API does it), error
+// metric max|got − ref| / max|ref| over the whole tensor (ref::max_error_vs_max: NaN → +inf, fails),
+// tolerance 1e-5 for fp32. Shapes: N ∈ {1, 17, 128, 1000, 4096}, d ∈ {48, 64, 128}, causal and
+// not, BLOCK_M ≠ BLOCK_N. Tag [sanitize]: the small shapes run under compute-sanitizer.
+#include <catch2/catch.hpp>
+
+#include "flashlab/cuda/attention.hpp"
+#include "flashlab/reference/attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace fc = flashlab::cuda;
+namespace fr = flashlab::ref;
+
+namespace {
+
+constexpr double kTol = 1e-5;  // fp32 kernels vs float64 reference, tensor-wide relative error
+
+unsigned long long fresh_seed() {
+  if (const char* s = std::getenv("FLASHLAB_TEST_SEED")) return std::strtoull(s, nullptr, 10);
+  static std::random_device rd;
+  return (static_cast<unsigned long long>(rd()) << 32) ^ rd();
+}
+
+double err(const std::vector<float>& got, const std::vector<double>& ref) {
+  REQUIRE(got.size() == ref.size());
+  return fr::max_error_vs_max(got.data(), ref.data(), got.size());
+}
+double err(const fr::Tensor<float>& got, const fr::Tensor<double>& ref) {
+  REQUIRE(got.shape() == ref.shape());
+  return fr::max_error_vs_max(got.data(), ref.data(), got.numel());
+}
+
+// Worst error seen per quantity over the whole run, printed at the end of each TEST_CASE so a
+// log records how far below the tolerance the kernels are (not only that they passed).
+struct Worst {
+  double value = 0.0;
+  std::string where;
+  void see(double e, const std::string& w) {
+    if (!(e <= value)) value = e, where = w;  // NaN/inf propagate as worst
+  }
+};
+Worst g_worst;
+
+void report_worst(const char* test) {
+  std::printf("[%s] worst error max|got-ref|/max|ref| = %.3e at %s (tolerance %.0e)\n", test, g_worst.value,
+              g_worst.where.c_str(), kTol);
+  g_worst = Worst{};
+}
+
+struct Case {
+  std::size_t batch, seq, heads, head_dim;
+  int block_m, block_n;
+  bool causal;
+};
+
+// Runs every variant of one case and compares with the float64 naive reference.
+void check_case(const Case& c) {
+  const unsigned long long seed = fresh_seed();
+  INFO("B=" << c.batch << " N=" << c.seq << " H=" << c.heads << " d=" << c.head_dim << " Br=" << c.block_m
+            << " Bc=" << c.block_n << (c.causal ? " causal" : "") << " seed=" << seed
+            << " (rerun with FLASHLAB_TEST_SEED)");
+  const std::string label = "B=" + std::to_string(c.batch) + " N=" + std::to_string(c.seq) + " H=" +
+                            std::to_string(c.heads) + " d=" + std::to_string(c.head_dim) + " Br=" +
+                            std::to_string(c.block_m) + " Bc=" + std::to_string(c.block_n) +
+                            (c.causal ? " causal" : "");
+  const fr::Shape shape{c.batch, c.seq, c.heads, c.head_dim};
+  fr::Tensor<double> q0(shape), k0(shape), v0(shape), do0(shape);
+  fr::fill_normal(q0, seed);
+  fr::fill_normal(k0, seed + 1);
+  fr::fill_normal(v0, seed + 2);
+  fr::fill_normal(do0, seed + 3);
+  // The GPU gets fp32; the reference gets exactly those fp32 values in float64.
+  const fr::Tensor<float> Q = q0.cast<float>(), K = k0.cast<float>(), V = v0.cast<float>(), dO = do0.cast<float>();
+  const fr::Tensor<double> Qd = Q.cast<double>(), Kd = K.cast<double>(), Vd = V.cast<double>(),
+                           dOd = dO.cast<double>();
+
+  fr::AttentionConfig cfg;
+  cfg.batch = c.batch;
+  cfg.seq = c.seq;
+  cfg.heads = c.heads;
+  cfg.head_dim = c.head_dim;
+  cfg.block_m = std::size_t(c.block_m);
+  cfg.block_n = std::size_t(c.block_n);
+  cfg.causal = c.causal;
+  const auto ref_fwd = fr::naive_forward<double>(cfg, Qd, Kd, Vd);
+  const auto ref_bwd = fr::naive_backward<double>(cfg, Qd, Kd, Vd, dOd);
+
+  fc::Options opt;
+  opt.block_m = c.block_m;
+  opt.block_n = c.block_n;
+  opt.causal = c.causal;
+
+  struct Fwd {
+    const char* name;
+    fc::ForwardVariant v;
+    int split;
+  };
+  const std::vector<Fwd> fwds = {{"naive", fc::ForwardVariant::naive, 0},
+                                 {"fa1 (auto split)", fc::ForwardVariant::fa1, 0},
+                                 {"fa1 (split 1: one block per head)", fc::ForwardVariant::fa1, 1},
+                                 {"fa2", fc::ForwardVariant::fa2, 0}};
+  for (const auto& f : fwds) {
+    if (f.split == 1 && c.seq > 1000) continue;  // one block per head: too slow to test at 4096
+    opt.fa1_query_split = f.split;
+    const auto got = fc::attention_forward(f.v, Q, K, V, opt);
+    const double eO = err(got.O, ref_fwd.O), eL = err(got.LSE, ref_fwd.LSE);
+    INFO(f.name << ": O error " << eO << ", LSE error " << eL);
+    g_worst.see(eO, std::string(f.name) + " O, " + label);
+    g_worst.see(eL, std::string(f.name) + " LSE, " + label);
+    CHECK(eO <= kTol);
+    CHECK(eL <= kTol);
+  }
+
+  // Backward from the reference's O and LSE (in fp32), so only the backward kernels are tested.
+  const fr::Tensor<float> O = ref_fwd.O.cast<float>();
+  std::vector<float> LSE(ref_fwd.LSE.begin(), ref_fwd.LSE.end());
+  for (auto v : {fc::BackwardVariant::two_kernel, fc::BackwardVariant::atomic}) {
+    const char* name = v == fc::BackwardVariant::two_kernel ? "bwd two-kernel" : "bwd atomic";
+    const auto got = fc::attention_backward(v, Q, K, V, O, dO, LSE, opt);
+    const double eq = err(got.dQ, ref_bwd.dQ), ek = err(got.dK, ref_bwd.dK), ev = err(got.dV, ref_bwd.dV),
+                 eD = err(got.D, ref_bwd.D);
+    INFO(name << ": dQ " << eq << ", dK " << ek << ", dV " << ev << ", D " << eD);
+    g_worst.see(eq, std::string(name) + " dQ, " + label);
+    g_worst.see(ek, std::string(name) + " dK, " + label);
+    g_worst.see(ev, std::string(name) + " dV, " + label);
+    g_worst.see(eD, std::string(name) + " D, " + label);
+    CHECK(eq <= kTol);
+    CHECK(ek <= kTol);
+    CHECK(ev <= kTol);
+    CHECK(eD <= kTol);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("small shapes: every kernel equals the float64 reference", "[attention][sanitize]") {
+  for (std::size_t seq : {1, 17, 128}) {
+    for (std::size_t d : {48, 64}) {
+      for (bool causal : {false, true}) {
+        check_case({1, seq, 2, d, 64, 32, causal});
+        check_case({1, seq, 1, d, 16, 48, causal});
+      }
+    }
+  }
+  check_case({2, 70, 3, 64, 32, 16, true});  // batch > 1, ragged tail in both tile sizes
+  report_worst("small");
+}
+
+TEST_CASE("head dim 128 and N = 17, 128", "[attention][d128]") {
+  for (std::size_t seq : {1, 17, 128})
+    for (bool causal : {false, true}) check_case({1, seq, 2, 128, 64, 32, causal});
+  report_worst("d128");
+}
+
+TEST_CASE("N = 1000: ragged tails, two tile shapes", "[attention][n1000]") {
+  for (std::size_t d : {48, 64, 128})
+    for (bool causal : {false, true}) {
+      check_case({1, 1000, 2, d, 64, 32, causal});
+      check_case({1, 1000, 1, d, 32, 64, causal});
+    }
+  report_worst("n1000");
+}
+
+TEST_CASE("N = 4096", "[attention][n4096]") {
+  for (std::size_t d : {48, 64, 128})
+    for (bool causal : {false, true}) check_case({1, 4096, 1, d, 64, 32, causal});
+  report_worst("n4096");
+}
+
+TEST_CASE("bad input is refused with a message naming it", "[attention][errors]") {
+  const fr::Tensor<float> Q(fr::Shape{1, 8, 1, 64}), K(fr::Shape{1, 9, 1, 64});
+  fc::Options opt;
+  CHECK_THROWS_WITH(fc::attention_forward(fc::ForwardVariant::fa2, Q, K, Q, opt), Catch::Contains("K has shape"));
+  opt.block_m = 0;
+  CHECK_THROWS_WITH(fc::attention_forward(fc::ForwardVariant::fa2, Q, Q, Q, opt), Catch::Contains("BLOCK_M"));
+  opt.block_m = 128;
+  opt.block_n = 128;
+  const fr::Tensor<float> big(fr::Shape{1, 8, 1, 256});
+  CHECK_THROWS_WITH(fc::attention_forward(fc::ForwardVariant::fa2, big, big, big, opt),
+                    Catch::Contains("shared memory"));
+  fc::Options ok;
+  CHECK_THROWS_WITH(fc::attention_backward(fc::BackwardVariant::two_kernel, Q, Q, Q, Q, Q, std::vector<float>(3), ok),
+                    Catch::Contains("LSE has 3 elements"));
+}
