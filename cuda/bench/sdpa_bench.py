@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""sdpa_bench.py — PyTorch SDPA (flash and cuDNN backends) on the shapes of bench_cuda_attention,
+in the same session, and our/their ratios.
+
+Usage (on the GPU machine, after `bench_cuda_attention --csv ours.csv`):
+    python3 cuda/bench/sdpa_bench.py ours.csv [--reps 30] [--out ratios.csv]
+
+Method, the same as bench_cuda_attention: per shape 3 warm-up calls, then --reps timed calls, each
+timed alone with CUDA events, L2 flushed before each (256 MiB zero_() outside the timed range),
+inputs rotated over 3 sets; the median is reported. FLOPs = 4·N²·d·H (halved for causal).
+
+Layouts: ours is [B, N, H, d]; SDPA is called on the transposed view of the same memory ("bnhd",
+the layout a fused QKV projection produces, what our kernel reads) and, for reference, on
+contiguous [B, H, N, d] tensors ("bhnd"), each backend's preferred layout.
+"""
+import csv
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def time_sdpa(backend, B, H, N, d, causal, dtype, layout, reps):
+    sets = []
+    for _ in range(3):
+        if layout == "bnhd":
+            q, k, v = (torch.randn(B, N, H, d, device="cuda", dtype=dtype).transpose(1, 2) for _ in range(3))
+        else:
+            q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=dtype) for _ in range(3))
+        sets.append((q, k, v))
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    with sdpa_kernel([backend]):
+        for r in range(3 + reps):
+            q, k, v = sets[r % 3]
+            flush.zero_()
+            e0.record()
+            F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            e1.record()
+            e1.synchronize()
+            if r >= 3:
+                times.append(e0.elapsed_time(e1))
+    return statistics.median(times)
+
+
+def main():
+    if len(sys.argv) < 2:
+        print(__doc__)
+        return 2
+    ours_path = sys.argv[1]
+    reps = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 30
+    out_path = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else None
+    print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}")
+    rows = list(csv.DictReader(open(ours_path)))
+    backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
+    header = ["d", "causal", "N", "ours_tflops"]
+    for name, _ in backends:
+        for layout in ("bnhd", "bhnd"):
+            header += [f"{name}_{layout}_tflops", f"ours/{name}_{layout}"]
+    print(" ".join(f"{h:>17}" for h in header))
+    out_rows = []
+    for row in rows:
+        d, causal, N, H, B = int(row["d"]), int(row["causal"]) != 0, int(row["N"]), int(row["H"]), int(row["B"])
+        dtype = torch.bfloat16 if row["dtype"] == "bf16" else torch.float16
+        ours = float(row["tflops"])
+        flops = 4.0 * N * N * d * H * B * (0.5 if causal else 1.0)
+        vals = [d, int(causal), N, ours]
+        for name, be in backends:
+            for layout in ("bnhd", "bhnd"):
+                try:
+                    ms = time_sdpa(be, B, H, N, d, causal, dtype, layout, reps)
+                    tf = flops / (ms * 1e-3) / 1e12
+                    vals += [round(tf, 1), round(ours / tf, 3)]
+                except RuntimeError as e:  # a backend may refuse a shape or layout: say so
+                    print(f"  {name} {layout} d={d} N={N} causal={causal}: not run ({str(e).splitlines()[0]})")
+                    vals += ["n/a", "n/a"]
+        print(" ".join(f"{v:>17}" for v in vals), flush=True)
+        out_rows.append(vals)
+    if out_path:
+        with open(out_path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(header)
+            w.writerows(out_rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

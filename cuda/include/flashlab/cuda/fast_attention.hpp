@@ -1,0 +1,71 @@
+/// @file fast_attention.hpp
+/// @brief Host API of the fast tensor-core attention forward (issue 7, first step): bf16 or fp16
+/// inputs, fp32 accumulation, `mma.sync` m16n8k16. No CUDA types here: 16-bit values travel as
+/// `uint16_t` storage (their bit patterns), so CPU-only code may include this header.
+///
+/// Layout as the clear kernels: Q, K, V, O are `[B, N, H, d]` row-major; LSE is `[B, H, N]` fp32,
+/// base 2 of the base-2 scores (seed 001): LSE_i = m_i + log2(l_i) with scores S·scale·log2(e).
+/// Head dims 64 and 128 only; any N ≥ 1; causal (key j visible to query i iff j ≤ i) or not.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace flashlab::cuda {
+
+/// Storage type of the 16-bit inputs and output.
+enum class FastDtype {
+  bf16,  ///< bfloat16 (8 exponent bits, 7 mantissa bits)
+  fp16   ///< IEEE binary16 (5 exponent bits, 10 mantissa bits)
+};
+
+/// Shape and options of one fast forward call.
+struct FastForwardConfig {
+  int batch = 1;                   ///< B
+  int seq = 0;                     ///< N (SEQ), any value ≥ 1
+  int heads = 1;                   ///< H (HEAD_NUM)
+  int head_dim = 64;               ///< d (HEAD_DIM): 64 or 128
+  bool causal = false;             ///< causal mask: query i sees keys j ≤ i
+  double scale = 0.0;              ///< softmax scale; 0 means 1/sqrt(HEAD_DIM)
+  FastDtype dtype = FastDtype::bf16;  ///< storage type of Q, K, V and O
+};
+
+/// Results of a fast forward pass copied back to the host.
+struct FastForwardResult {
+  std::vector<std::uint16_t> O;  ///< output, [B, N, H, d], bit patterns of `dtype`
+  std::vector<float> LSE;        ///< base-2 log-sum-exp, [B, H, N]
+};
+
+/// Tile sizes the fast kernel uses for `head_dim` (fixed at compile time): BLOCK_M, BLOCK_N.
+struct FastTiles {
+  int block_m;  ///< BLOCK_M = Br, query rows per thread block
+  int block_n;  ///< BLOCK_N = Bc, key rows per pipeline stage
+};
+
+/// The tiles of the fast forward for `head_dim`; throws std::invalid_argument for d ∉ {64, 128}.
+FastTiles fast_forward_tiles(int head_dim);
+
+/// Uploads Q, K, V (each `[B, N, H, d]` as 16-bit bit patterns), poisons O and LSE with NaN,
+/// runs the fast forward, checks every CUDA call and downloads O and LSE. Throws
+/// std::invalid_argument for a bad shape or size, CudaError for a CUDA failure.
+FastForwardResult fast_attention_forward(const FastForwardConfig& cfg, const std::vector<std::uint16_t>& Q,
+                                         const std::vector<std::uint16_t>& K,
+                                         const std::vector<std::uint16_t>& V);
+
+/// Launches the fast forward on device pointers (no copies, no synchronisation) on `stream`
+/// (a cudaStream_t passed as void*; nullptr is the default stream). For benchmarks. Throws
+/// std::invalid_argument for a bad shape, CudaError if the launch fails.
+void fast_attention_forward_device(const FastForwardConfig& cfg, const void* Q, const void* K, const void* V,
+                                   void* O, float* LSE, void* stream = nullptr);
+
+/// Rounds a float to the nearest bfloat16 (ties to even) and returns its bit pattern.
+std::uint16_t float_to_bf16(float x);
+/// The float value of a bfloat16 bit pattern (exact).
+float bf16_to_float(std::uint16_t bits);
+/// Rounds a float to the nearest IEEE binary16 (ties to even) and returns its bit pattern.
+std::uint16_t float_to_fp16(float x);
+/// The float value of a binary16 bit pattern (exact).
+float fp16_to_float(std::uint16_t bits);
+
+}  // namespace flashlab::cuda
