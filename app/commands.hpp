@@ -15,5 +15,6 @@ int cmd_traffic(const Args& args);    ///< traffic sweeps naive vs FA1 vs FA2 (c
 int cmd_mta(const Args& args);        ///< Multi-Token Attention reference (cmd_mta.cpp)
 int cmd_stream(const Args& args);     ///< STREAM sparse tracing reference (cmd_stream.cpp)
 int cmd_demo(const Args& args);       ///< the main job on its embedded default (cmd_demo.cpp)
+int cmd_bench(const Args& args);      ///< GPU timing of the fast attention forward (cmd_bench.cpp)
 
 }  // namespace flashlab::app

@@ -16,7 +16,8 @@ struct Command {
   int (*run)(const Args&);
 };
 
-// The order is the order of the three journeys: toy machine, lessons, references, traffic.
+// The order is the order of the three journeys: toy machine, lessons, references, traffic; then
+// the GPU benchmark.
 constexpr Command kCommands[] = {
     {"demo", "the tour: a toy-machine trace, online softmax, attention traffic (make demo)", flashlab::app::cmd_demo},
     {"run", "run a toy-machine trace and count cycles and DRAM traffic", flashlab::app::cmd_run},
@@ -27,6 +28,7 @@ constexpr Command kCommands[] = {
     {"traffic", "HBM traffic of naive vs FA1 vs FA2, modelled (and measured with --device cuda)", flashlab::app::cmd_traffic},
     {"mta", "Multi-Token Attention reference: forward, backward, split-K inference", flashlab::app::cmd_mta},
     {"stream", "STREAM sparse tracing reference: estimate, apply, trace", flashlab::app::cmd_stream},
+    {"bench", "time the fast tensor-core attention forward on the GPU (ms, TFLOP/s, GB/s)", flashlab::app::cmd_bench},
 };
 
 void usage(std::ostream& os) {

@@ -3,8 +3,8 @@
 #
 # Build here (CPU machine, nvcc present), copy the binaries into gpu-carry-fast/, run this there:
 #   cmake -S . -B build-fast -DCMAKE_BUILD_TYPE=Release -DFLASHLAB_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
-#   cmake --build build-fast --target test_cuda bench_cuda_attention -j2
-#   mkdir -p gpu-carry-fast && cp build-fast/tests/cuda/test_cuda build-fast/cuda/bench_cuda_attention gpu-carry-fast/
+#   cmake --build build-fast --target test_cuda flashlab -j2
+#   mkdir -p gpu-carry-fast && cp build-fast/tests/cuda/test_cuda build-fast/app/flashlab gpu-carry-fast/
 #   (device) OUT=/some/dir bash cuda/bench/run_fast_on_device.sh [all|tests|bench]
 # Logs in $OUT: env.log, fast_tests.log, fast_sanitize.log, bench.log, ours.csv, sdpa.log, ratios.csv.
 set -u
@@ -35,8 +35,9 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tests ]; then
 fi
 
 if [ "$WHAT" = all ] || [ "$WHAT" = bench ]; then
-  step "bench" "$OUT/bench.log" timeout 240 "$BIN/bench_cuda_attention" --csv "$OUT/ours.csv" ${BENCH_ARGS:-}
-  cat "$OUT/bench.log"
+  # `flashlab bench attention --csv`: CSV on stdout (→ ours.csv), the device/method lines on stderr.
+  step "bench" "$OUT/bench.log" timeout 240 bash -c "\"$BIN/flashlab\" bench attention --csv ${BENCH_ARGS:-} >\"$OUT/ours.csv\""
+  cat "$OUT/bench.log" "$OUT/ours.csv"
   step "sdpa" "$OUT/sdpa.log" timeout 240 env PYTHONUNBUFFERED=1 python3 cuda/bench/sdpa_bench.py "$OUT/ours.csv" --out "$OUT/ratios.csv"
   cat "$OUT/sdpa.log"
 fi

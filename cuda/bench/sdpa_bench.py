@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""sdpa_bench.py — PyTorch SDPA (flash and cuDNN backends) on the shapes of bench_cuda_attention,
-in the same session, and our/their ratios.
+"""sdpa_bench.py — PyTorch SDPA (flash and cuDNN backends) on the shapes of `flashlab bench
+attention --csv`, in the same session, and our/their ratios.
 
-Usage (on the GPU machine, after `bench_cuda_attention --csv ours.csv`):
+Usage (on the GPU machine, after `flashlab bench attention --csv > ours.csv`):
     python3 cuda/bench/sdpa_bench.py ours.csv [--reps 30] [--out ratios.csv]
 
-Method, the same as bench_cuda_attention: per shape 3 warm-up calls, then --reps timed calls, each
+Method, the same as `flashlab bench attention` (cuda/src/bench.cpp): per shape 3 warm-up calls, then --reps timed calls, each
 timed alone with CUDA events, L2 flushed before each (256 MiB zero_() outside the timed range),
 inputs rotated over 3 sets; the median is reported. FLOPs = 4·N²·d·H (halved for causal).
 

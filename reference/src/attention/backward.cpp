@@ -65,6 +65,37 @@ void load_stats(const T* lse, const T* D, std::size_t r0, std::size_t rq, std::s
   }
 }
 
+// Loads K_j, V_j (rows [c0, c0+rk) of head (b, h)) zero-padded to Bc rows: HBM → SRAM, counted.
+template <typename T>
+void load_kv_tile(const Tensor<T>& K, const Tensor<T>& V, std::size_t b, std::size_t h, std::size_t c0,
+                  std::size_t rk, std::size_t Bc, bool half, Traffic& tr, Mat<T>& K_j, Mat<T>& V_j) {
+  const std::size_t d = K.shape().head_dim;
+  detail::load_tile(K.head(b, h), c0, rk, Bc, K_j);
+  detail::load_tile(V.head(b, h), c0, rk, Bc, V_j);
+  tr.read("K", rk * d);
+  tr.read("V", rk * d);
+  detail::maybe_half(half, K_j);
+  detail::maybe_half(half, V_j);
+}
+
+// Loads Q_i, dO_i, LSE_i, D_i (rows [r0, r0+rq)) zero-padded to Br rows: HBM → SRAM, counted.
+// Zero padding is the seed's implicit Q-side masking.
+template <typename T>
+void load_q_tile(const Tensor<T>& Q, const Tensor<T>& dO, const T* lse, const T* D, std::size_t b, std::size_t h,
+                 std::size_t r0, std::size_t rq, std::size_t Br, bool half, Traffic& tr, Mat<T>& Q_i, Mat<T>& dO_i,
+                 Vec<T>& lse_i, Vec<T>& D_i) {
+  const std::size_t d = Q.shape().head_dim;
+  detail::load_tile(Q.head(b, h), r0, rq, Br, Q_i);
+  detail::load_tile(dO.head(b, h), r0, rq, Br, dO_i);
+  load_stats(lse, D, r0, rq, Br, lse_i, D_i);
+  tr.read("Q", rq * d);
+  tr.read("dO", rq * d);
+  tr.read("LSE", rq);
+  tr.read("D", rq);
+  detail::maybe_half(half, Q_i);
+  detail::maybe_half(half, dO_i);
+}
+
 // ---------------------------------------------------------------------------------------------
 // D preprocessing (seed 001 "The O(N) Preprocessing Trick"): D_i = rowsum(dO_i ∘ O_i), O(N·d).
 // ---------------------------------------------------------------------------------------------
@@ -256,26 +287,13 @@ AttentionGradients<T> flash_backward_two_kernel(const AttentionConfig& cfg, cons
       for (std::size_t i = 0; i < cfg.Tr(); ++i) {
         const std::size_t r0 = i * Br, rq = std::min(Br, nq - r0);
         // load Q_i, dO_i, LSE_i, D_i: HBM → SRAM (zero-padded: the seed's implicit Q-side masking)
-        detail::load_tile(Q.head(b, h), r0, rq, Br, Q_i);
-        detail::load_tile(dO.head(b, h), r0, rq, Br, dO_i);
-        load_stats(lse, Dh, r0, rq, Br, lse_i, D_i);
-        kq.read("Q", rq * d);
-        kq.read("dO", rq * d);
-        kq.read("LSE", rq);
-        kq.read("D", rq);
-        detail::maybe_half(half, Q_i);
-        detail::maybe_half(half, dO_i);
+        load_q_tile(Q, dO, lse, Dh, b, h, r0, rq, Br, half, kq, Q_i, dO_i, lse_i, D_i);
         dQ_i.setZero(Eigen::Index(Br), Eigen::Index(d));
         for (std::size_t j = 0; j < cfg.Tc(); ++j) {
           const std::size_t c0 = j * Bc, rk = std::min(Bc, nk - c0);
           if (detail::tile_fully_masked(cfg, r0, r0 + rq, c0)) continue;
           // load K_j, V_j: HBM → SRAM
-          detail::load_tile(K.head(b, h), c0, rk, Bc, K_j);
-          detail::load_tile(V.head(b, h), c0, rk, Bc, V_j);
-          kq.read("K", rk * d);
-          kq.read("V", rk * d);
-          detail::maybe_half(half, K_j);
-          detail::maybe_half(half, V_j);
+          load_kv_tile(K, V, b, h, c0, rk, Bc, half, kq, K_j, V_j);
           t.recompute(cfg, opt, Q_i, dO_i, lse_i, D_i, K_j, V_j, r0, c0, rk);
           dQ_i.noalias() += t.dS * K_j;  // padded K_j rows are 0: Inf·0 = NaN if the KV mask is dropped
           detail::maybe_half(half, dQ_i);
@@ -298,27 +316,14 @@ AttentionGradients<T> flash_backward_two_kernel(const AttentionConfig& cfg, cons
       for (std::size_t j = 0; j < cfg.Tc(); ++j) {
         const std::size_t c0 = j * Bc, rk = std::min(Bc, nk - c0);
         // load K_j, V_j: HBM → SRAM (resident for the whole inner loop)
-        detail::load_tile(K.head(b, h), c0, rk, Bc, K_j);
-        detail::load_tile(V.head(b, h), c0, rk, Bc, V_j);
-        kkv.read("K", rk * d);
-        kkv.read("V", rk * d);
-        detail::maybe_half(half, K_j);
-        detail::maybe_half(half, V_j);
+        load_kv_tile(K, V, b, h, c0, rk, Bc, half, kkv, K_j, V_j);
         dK_j.setZero(Eigen::Index(Bc), Eigen::Index(d));
         dV_j.setZero(Eigen::Index(Bc), Eigen::Index(d));
         for (std::size_t i = 0; i < cfg.Tr(); ++i) {
           const std::size_t r0 = i * Br, rq = std::min(Br, nq - r0);
           if (detail::tile_fully_masked(cfg, r0, r0 + rq, c0)) continue;
           // load Q_i, dO_i, LSE_i, D_i: HBM → SRAM
-          detail::load_tile(Q.head(b, h), r0, rq, Br, Q_i);
-          detail::load_tile(dO.head(b, h), r0, rq, Br, dO_i);
-          load_stats(lse, Dh, r0, rq, Br, lse_i, D_i);
-          kkv.read("Q", rq * d);
-          kkv.read("dO", rq * d);
-          kkv.read("LSE", rq);
-          kkv.read("D", rq);
-          detail::maybe_half(half, Q_i);
-          detail::maybe_half(half, dO_i);
+          load_q_tile(Q, dO, lse, Dh, b, h, r0, rq, Br, half, kkv, Q_i, dO_i, lse_i, D_i);
           t.recompute(cfg, opt, Q_i, dO_i, lse_i, D_i, K_j, V_j, r0, c0, rk);
           dV_j.noalias() += t.P.transpose() * dO_i;
           dK_j.noalias() += t.dS.transpose() * Q_i;
@@ -374,27 +379,14 @@ AttentionGradients<T> flash_backward_atomic(const AttentionConfig& cfg, const Te
       for (std::size_t j = 0; j < cfg.Tc(); ++j) {
         const std::size_t c0 = j * Bc, rk = std::min(Bc, nk - c0);
         // load K_j, V_j: HBM → SRAM
-        detail::load_tile(K.head(b, h), c0, rk, Bc, K_j);
-        detail::load_tile(V.head(b, h), c0, rk, Bc, V_j);
-        k.read("K", rk * d);
-        k.read("V", rk * d);
-        detail::maybe_half(half, K_j);
-        detail::maybe_half(half, V_j);
+        load_kv_tile(K, V, b, h, c0, rk, Bc, half, k, K_j, V_j);
         dK_j.setZero(Eigen::Index(Bc), Eigen::Index(d));
         dV_j.setZero(Eigen::Index(Bc), Eigen::Index(d));
         for (std::size_t i = 0; i < cfg.Tr(); ++i) {
           const std::size_t r0 = i * Br, rq = std::min(Br, nq - r0);
           if (detail::tile_fully_masked(cfg, r0, r0 + rq, c0)) continue;
           // load Q_i, dO_i, LSE_i, D_i: HBM → SRAM
-          detail::load_tile(Q.head(b, h), r0, rq, Br, Q_i);
-          detail::load_tile(dO.head(b, h), r0, rq, Br, dO_i);
-          load_stats(lse, Dh, r0, rq, Br, lse_i, D_i);
-          k.read("Q", rq * d);
-          k.read("dO", rq * d);
-          k.read("LSE", rq);
-          k.read("D", rq);
-          detail::maybe_half(half, Q_i);
-          detail::maybe_half(half, dO_i);
+          load_q_tile(Q, dO, lse, Dh, b, h, r0, rq, Br, half, k, Q_i, dO_i, lse_i, D_i);
           t.recompute(cfg, opt, Q_i, dO_i, lse_i, D_i, K_j, V_j, r0, c0, rk);
           dV_j.noalias() += t.P.transpose() * dO_i;
           dK_j.noalias() += t.dS.transpose() * Q_i;
