@@ -1,0 +1,201 @@
+// `flashlab bench attention`: times the fast tensor-core forward (cuda/src/attention_fwd_tc.cu)
+// over a sweep of shapes and prints ms, TFLOP/s and effective GB/s per shape (issue 7, item 2).
+// Flags are parsed and checked in every build; the timing itself is
+// flashlab::cuda::bench_attention_forward (cuda/src/bench.cpp), compiled only with CUDA
+// (FLASHLAB_HAVE_CUDA). Formatting only here.
+#include "commands.hpp"
+
+#ifdef FLASHLAB_HAVE_CUDA
+#include "flashlab/cuda/bench.hpp"
+#include "flashlab/cuda/options.hpp"
+#endif
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace flashlab::app {
+
+namespace {
+
+constexpr const char* kUsageLine =
+    "bench attention [--seq N[,N2,...]] [--dim D[,D2]] [--heads H] [--batch B] [--causal | --no-causal | --both]\n"
+    "                       [--dtype bf16|fp16] [--reps R] [--warmup W] [--csv]";
+constexpr const char* kSummary =
+    "Times the fast tensor-core attention forward on the GPU (bf16/fp16 in, fp32 accumulation) for\n"
+    "every (d, causal, N) of the sweep. Per shape: W warm-up launches, then R launches each timed\n"
+    "alone with CUDA events, L2 flushed (256 MiB memset) before each, inputs rotated over 3 sets.\n"
+    "Prints the median, min and max ms, TFLOP/s = 4·N²·d·H·B / median (halved for causal) and\n"
+    "effective GB/s = (Q + K + V + O + LSE bytes) / median (a lower bound on traffic: K and V are\n"
+    "re-read per query tile). Defaults: issue 7's sweep, N = 1024…16384, d = 64 and 128, H = 16,\n"
+    "B = 1, causal and not. --csv rows feed cuda/bench/sdpa_bench.py (PyTorch SDPA, same shapes).\n"
+    "Needs a build with CUDA and an NVIDIA GPU.";
+
+po::options_description options() {
+  po::options_description d("Options");
+  d.add_options()("help,h", "show this help")
+      ("seq", po::value<std::string>()->default_value("1024,2048,4096,8192,16384"), "sequence lengths N, comma separated")
+      ("dim", po::value<std::string>()->default_value("64,128"), "head dims d, comma separated (64 and/or 128)")
+      ("heads", po::value<long long>()->default_value(16), "H, number of heads")
+      ("batch", po::value<long long>()->default_value(1), "B, batch size")
+      ("causal", po::bool_switch(), "causal only")
+      ("no-causal", po::bool_switch(), "non-causal only")
+      ("both", po::bool_switch(), "causal and non-causal (the default)")
+      ("dtype", po::value<std::string>()->default_value("bf16"), "bf16 | fp16")
+      ("reps", po::value<long long>()->default_value(30), "timed launches per shape (at least 20)")
+      ("warmup", po::value<long long>()->default_value(3), "untimed launches per shape before timing")
+      ("csv", po::bool_switch(), "print CSV (dtype,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps) instead of a table");
+  return d;
+}
+
+// The positional subject ("attention"), parsed but not listed in --help.
+po::options_description hidden() {
+  po::options_description d;
+  d.add_options()("subject", po::value<std::string>(), "attention");
+  return d;
+}
+
+// "1024,2048" → {1024, 2048}; each item an integer in [lo, hi], else a UsageError naming `flag`.
+std::vector<int> parse_list(const std::string& flag, const std::string& text, long long lo, long long hi,
+                            const std::string& example) {
+  std::vector<int> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    std::size_t used = 0;
+    long long v = lo - 1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size() || v < lo || v > hi)
+      throw UsageError("--" + flag + ": '" + item + "' is not a value from " + std::to_string(lo) + " to " +
+                           std::to_string(hi),
+                       "--" + flag + " takes integers separated by commas, e.g. --" + flag + " " + example);
+    out.push_back(int(v));
+  }
+  if (out.empty() || (!text.empty() && text.back() == ','))
+    throw UsageError("--" + flag + ": '" + text + "' is not a list", "e.g. --" + flag + " " + example);
+  return out;
+}
+
+/// Everything the sweep needs, checked.
+struct Sweep {
+  std::vector<int> seqs, dims;
+  std::vector<bool> causal;
+  int heads = 16, batch = 1, reps = 30, warmup = 3;
+  bool fp16 = false, csv = false;
+};
+
+Sweep parse_sweep(const po::variables_map& vm) {
+  Sweep s;
+  s.seqs = parse_list("seq", vm["seq"].as<std::string>(), 1, 1 << 20, "1024,2048,4096");
+  s.dims = parse_list("dim", vm["dim"].as<std::string>(), 1, 4096, "64,128");
+  for (int d : s.dims)
+    if (d != 64 && d != 128)
+      throw UsageError("--dim " + std::to_string(d) + " is not supported by the fast kernel",
+                       "the fast forward has head dims 64 and 128 (flashlab attention fwd takes any d on the CPU)");
+  require_range("heads", vm["heads"].as<long long>(), 1, 4096);
+  require_range("batch", vm["batch"].as<long long>(), 1, 4096);
+  require_range("reps", vm["reps"].as<long long>(), 20, 100000);
+  require_range("warmup", vm["warmup"].as<long long>(), 0, 100000);
+  s.heads = int(vm["heads"].as<long long>());
+  s.batch = int(vm["batch"].as<long long>());
+  s.reps = int(vm["reps"].as<long long>());
+  s.warmup = int(vm["warmup"].as<long long>());
+  const bool c = vm["causal"].as<bool>(), nc = vm["no-causal"].as<bool>(), both = vm["both"].as<bool>();
+  if (int(c) + int(nc) + int(both) > 1)
+    throw UsageError("--causal, --no-causal and --both exclude each other", "give at most one (default: --both)");
+  if (c) s.causal = {true};
+  else if (nc) s.causal = {false};
+  else s.causal = {false, true};
+  const std::string dt = vm["dtype"].as<std::string>();
+  if (dt != "bf16" && dt != "fp16") throw UsageError("--dtype '" + dt + "' is unknown", "choose bf16 or fp16");
+  s.fp16 = dt == "fp16";
+  s.csv = vm["csv"].as<bool>();
+  return s;
+}
+
+#ifdef FLASHLAB_HAVE_CUDA
+int run_sweep(const Sweep& s) {
+  namespace fc = flashlab::cuda;
+  std::string why;
+  if (!fc::device_available(&why))
+    throw std::runtime_error("flashlab bench attention needs a CUDA GPU, and none is usable: " + why +
+                             "\nhint: run it on a machine with an NVIDIA GPU and driver (nvidia-smi lists it)");
+  fc::AttentionBenchConfig b;
+  b.seqs = s.seqs;
+  b.head_dims = s.dims;
+  b.causal = s.causal;
+  b.heads = s.heads;
+  b.batch = s.batch;
+  b.reps = s.reps;
+  b.warmup = s.warmup;
+  b.dtype = s.fp16 ? fc::FastDtype::fp16 : fc::FastDtype::bf16;
+  const char* dt = s.fp16 ? "fp16" : "bf16";
+  const std::string device = fc::device_description();
+  // CSV goes to stdout alone (a file for sdpa_bench.py); the device line then goes to stderr.
+  std::ostream& info = s.csv ? std::cerr : std::cout;
+  info << "device: " << device << "\n"
+       << "fast forward, " << dt << ", H=" << s.heads << " B=" << s.batch << "; per shape " << s.warmup
+       << " warm-up + " << s.reps << " timed launches, each alone (CUDA events), L2 flushed before each, "
+       << b.input_sets << " input sets rotated; median (min, max)\n";
+  if (s.csv) std::cout << "dtype,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps\n";
+  else {
+    char line[160];
+    std::snprintf(line, sizeof line, "%-5s %4s %6s %6s %10s %10s %10s %9s %9s\n", "dtype", "d", "causal", "N", "ms",
+                  "min ms", "max ms", "TFLOP/s", "GB/s");
+    std::cout << line;
+  }
+  std::cout.flush();
+  fc::bench_attention_forward(b, [&](const fc::AttentionBenchRow& r) {
+    const auto& c = r.config;
+    char line[200];
+    if (s.csv)
+      std::snprintf(line, sizeof line, "%s,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%.3f,%.1f\n", dt, c.head_dim, int(c.causal),
+                    c.seq, c.heads, c.batch, r.median_ms, r.min_ms, r.max_ms, r.tflops, r.gbps);
+    else
+      std::snprintf(line, sizeof line, "%-5s %4d %6s %6d %10.4f %10.4f %10.4f %9.1f %9.1f\n", dt, c.head_dim,
+                    c.causal ? "yes" : "no", c.seq, r.median_ms, r.min_ms, r.max_ms, r.tflops, r.gbps);
+    std::cout << line << std::flush;
+  });
+  return kOk;
+}
+#endif
+
+}  // namespace
+
+int cmd_bench(const Args& args) {
+  return guarded("bench", [&]() -> int {
+    const auto desc = options();
+    po::options_description all;
+    all.add(desc).add(hidden());
+    po::positional_options_description pos;
+    pos.add("subject", 1);
+    const auto vm = parse(args, all, &pos);
+    if (vm.count("help")) {
+      print_help(std::cout, kUsageLine, kSummary, desc);
+      return kOk;
+    }
+    if (!vm.count("subject"))
+      throw UsageError("missing what to benchmark: attention", "e.g. flashlab bench attention --seq 4096 --dim 128");
+    const std::string subject = vm["subject"].as<std::string>();
+    if (subject != "attention")
+      throw UsageError("unknown bench subject '" + subject + "'", "flashlab bench attention [--seq …]");
+    const Sweep sweep = parse_sweep(vm);
+#ifdef FLASHLAB_HAVE_CUDA
+    return run_sweep(sweep);
+#else
+    (void)sweep;
+    throw UsageError("this flashlab was built without CUDA (bench attention times the GPU kernel)",
+                     "rebuild with nvcc present (cmake --preset cuda, FLASHLAB_ENABLE_CUDA=ON) and run on a machine "
+                     "with an NVIDIA GPU");
+#endif
+  });
+}
+
+}  // namespace flashlab::app

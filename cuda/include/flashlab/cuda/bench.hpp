@@ -1,0 +1,69 @@
+/// @file bench.hpp
+/// @brief Timing of the fast tensor-core forward (issue 7, item 2): the one implementation behind
+/// `flashlab bench attention` and the `bench_cuda_attention` driver. No CUDA types here, so
+/// CPU-only code may include this header.
+///
+/// Method, per shape: `warmup` untimed launches, then `reps` launches each timed alone with a pair
+/// of CUDA events on the default stream; before every launch (warm-up and timed) L2 is flushed by
+/// a `flush_bytes` memset outside the timed range, and the inputs rotate over `input_sets`
+/// independent Q/K/V sets (launch r uses set r mod `input_sets`), so no launch finds its inputs
+/// in L2. Reported: median, minimum and maximum time, TFLOP/s of the median and effective GB/s of
+/// the median (see attention_fwd_flops() and attention_fwd_bytes()).
+#pragma once
+
+#include "flashlab/cuda/fast_attention.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace flashlab::cuda {
+
+/// A sweep of the fast forward: every (head dim, causal, N) combination of the lists, in that
+/// loop order (head dim outermost, N innermost), each shape timed as the file comment states.
+struct AttentionBenchConfig {
+  std::vector<int> seqs = {1024, 2048, 4096, 8192, 16384};  ///< N values (each ≥ 1)
+  std::vector<int> head_dims = {64, 128};                    ///< d values (64 or 128)
+  std::vector<bool> causal = {false, true};                  ///< mask settings to time
+  int heads = 16;                                            ///< H
+  int batch = 1;                                             ///< B
+  FastDtype dtype = FastDtype::bf16;                         ///< storage type of Q, K, V, O
+  int reps = 30;                                             ///< timed launches per shape (≥ 1)
+  int warmup = 3;                                            ///< untimed launches per shape (≥ 0)
+  int input_sets = 3;                                        ///< Q/K/V sets rotated over (≥ 1)
+  std::size_t flush_bytes = std::size_t(256) << 20;          ///< L2 flush buffer (256 MiB; H100 L2 is 50 MiB)
+  std::uint32_t seed = 1234;                                 ///< seed of the N(0, 1) inputs
+};
+
+/// One timed shape of a sweep.
+struct AttentionBenchRow {
+  FastForwardConfig config;  ///< the shape and options that were timed
+  int reps = 0;              ///< timed launches behind the statistics
+  double median_ms = 0.0;    ///< median launch time, milliseconds
+  double min_ms = 0.0;       ///< fastest launch, milliseconds
+  double max_ms = 0.0;       ///< slowest launch, milliseconds
+  double tflops = 0.0;       ///< attention_fwd_flops() / median time, 10¹² FLOP/s
+  double gbps = 0.0;         ///< attention_fwd_bytes() / median time, 10⁹ B/s
+};
+
+/// FLOPs of one forward as issue 7 counts them: 4·N²·d·H·B (QKᵀ and PV, 2 FLOPs per
+/// multiply-add), halved for causal. Softmax work is not counted.
+double attention_fwd_flops(const FastForwardConfig& cfg);
+
+/// Ideal HBM bytes of one forward: Q, K, V read once and O written once (B·N·H·d elements each,
+/// 2 bytes) plus LSE written once (B·H·N fp32). The effective GB/s divides this by the time; at
+/// large N the kernel re-reads K and V once per query tile, so the number is a lower bound on
+/// the traffic, meaningful as a bandwidth only at small N.
+double attention_fwd_bytes(const FastForwardConfig& cfg);
+
+/// Times the fast forward on every shape of `bench` on device 0 and returns one row per shape,
+/// in sweep order; `on_row`, if given, is called with each row as soon as it is measured (for
+/// progress output). Device memory is allocated per shape and freed before the next. Throws
+/// std::invalid_argument for an empty list or a bad count (reps < 1, warmup < 0, input_sets < 1)
+/// or a shape fast_attention_forward_device() refuses, and CudaError when no device is usable
+/// (the message names cudaGetDeviceCount's error) or a CUDA call fails.
+std::vector<AttentionBenchRow> bench_attention_forward(
+    const AttentionBenchConfig& bench, const std::function<void(const AttentionBenchRow&)>& on_row = {});
+
+}  // namespace flashlab::cuda

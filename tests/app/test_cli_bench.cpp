@@ -1,0 +1,82 @@
+// `flashlab bench attention`, end to end on the CPU machine: help, bad flags (usage errors naming
+// the flag, in every build), and what happens where it cannot time anything: a build without CUDA
+// refuses with a usage error; a CUDA build on a machine without a GPU fails naming the CUDA error.
+// The timing itself needs a GPU: it is run on the device (cuda/RESULTS.md §6).
+#include <catch2/catch.hpp>
+
+#include "run_cli.hpp"
+
+#include <filesystem>
+#include <string>
+
+using flashlab::test::run_cli;
+
+namespace {
+
+void expect_usage_error(const std::string& args, const std::string& message) {
+  INFO("flashlab " << args);
+  const auto r = run_cli(args);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("error:") && Catch::Contains(message) && Catch::Contains("hint:"));
+  CHECK(r.out.empty());
+}
+
+}  // namespace
+
+TEST_CASE("cli bench: --help names the method and every flag", "[cli][bench]") {
+  const auto r = run_cli("bench attention --help");
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("Usage: flashlab bench attention") && Catch::Contains("CUDA events") &&
+                        Catch::Contains("L2 flushed") && Catch::Contains("median"));
+  for (const char* flag : {"--seq", "--dim", "--heads", "--batch", "--causal", "--no-causal", "--both", "--dtype",
+                           "--reps", "--warmup", "--csv"}) {
+    INFO(flag);
+    CHECK_THAT(r.out, Catch::Contains(flag));
+  }
+  CHECK_THAT(r.out, Catch::Contains("1024,2048,4096,8192,16384"));  // the sweep is the default
+  const auto top = run_cli("--help");
+  CHECK_THAT(top.out, Catch::Contains("bench"));
+}
+
+TEST_CASE("cli bench: bad flags are usage errors naming the flag", "[cli][bench][errors]") {
+  expect_usage_error("bench", "missing what to benchmark");
+  expect_usage_error("bench mta", "unknown bench subject 'mta'");
+  expect_usage_error("bench attention --seq 1024,x", "--seq: 'x'");
+  expect_usage_error("bench attention --seq 0", "--seq: '0'");
+  expect_usage_error("bench attention --seq 1024,,2048", "--seq: ''");
+  expect_usage_error("bench attention --seq 1024,", "--seq");
+  expect_usage_error("bench attention --dim 96", "--dim 96 is not supported");
+  expect_usage_error("bench attention --dim 64,abc", "--dim: 'abc'");
+  expect_usage_error("bench attention --heads 0", "--heads 0 is out of range");
+  expect_usage_error("bench attention --batch -1", "--batch");
+  expect_usage_error("bench attention --reps 19", "--reps 19 is out of range");
+  expect_usage_error("bench attention --reps many", "--reps");
+  expect_usage_error("bench attention --warmup -1", "--warmup");
+  expect_usage_error("bench attention --dtype fp32", "--dtype 'fp32'");
+  expect_usage_error("bench attention --causal --both", "exclude each other");
+  expect_usage_error("bench attention --causal --no-causal", "exclude each other");
+  expect_usage_error("bench attention --frobnicate", "frobnicate");
+}
+
+TEST_CASE("cli bench: without CUDA, or without a GPU, it says so and exits non-zero", "[cli][bench][errors]") {
+  // Small, valid flags: on a machine with a GPU (CUDA build) this would time one shape quickly.
+  const std::string args = "bench attention --seq 128 --dim 64 --causal --reps 20 --warmup 1";
+#ifndef FLASHLAB_TEST_HAVE_CUDA
+  expect_usage_error(args, "this flashlab was built without CUDA");
+#else
+  const auto r = run_cli(args);
+  INFO(r.err);
+  if (!std::filesystem::exists("/dev/nvidia0") && !std::filesystem::exists("/dev/nvidiactl")) {
+    // No NVIDIA device node: cudaGetDeviceCount must fail (or find none), and the message says which.
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::Contains("needs a CUDA GPU") && Catch::Contains("hint:"));
+    CHECK_THAT(r.err, Catch::Contains("cudaGetDeviceCount") || Catch::Contains("no CUDA device found"));
+    CHECK(r.out.empty());
+  } else if (r.exit_code == 0) {  // a GPU: one row of the table
+    CHECK_THAT(r.out, Catch::Contains("device:") && Catch::Contains("TFLOP/s") && Catch::Contains("bf16"));
+  } else {  // a device node but no usable GPU: still the clear error
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::Contains("needs a CUDA GPU"));
+  }
+#endif
+}
