@@ -6,6 +6,10 @@
 /// Layout as the clear kernels: Q, K, V, O are `[B, N, H, d]` row-major; LSE is `[B, H, N]` fp32,
 /// base 2 of the base-2 scores (seed 001): LSE_i = m_i + log2(l_i) with scores S·scale·log2(e).
 /// Head dims 64 and 128 only; any N ≥ 1; causal (key j visible to query i iff j ≤ i) or not.
+///
+/// Backward (D preprocessing, dQ kernel, dK/dV kernel: cuda/src/attention_bwd_tc.cu):
+/// fast_attention_backward() takes Q, K, V, O, dO and the forward's LSE and returns dQ, dK, dV in
+/// the same dtype.
 #pragma once
 
 #include <cstddef>
@@ -58,6 +62,42 @@ FastForwardResult fast_attention_forward(const FastForwardConfig& cfg, const std
 /// std::invalid_argument for a bad shape, CudaError if the launch fails.
 void fast_attention_forward_device(const FastForwardConfig& cfg, const void* Q, const void* K, const void* V,
                                    void* O, float* LSE, void* stream = nullptr);
+
+/// Shape and options of one fast backward call: the same fields as the forward's (the
+/// configuration of the forward whose O and LSE the backward consumes).
+using FastBackwardConfig = FastForwardConfig;
+
+/// Gradients of a fast backward pass copied back to the host (loss L = Σ O∘dO).
+struct FastBackwardResult {
+  std::vector<std::uint16_t> dQ;  ///< ∂L/∂Q, [B, N, H, d], bit patterns of `dtype`
+  std::vector<std::uint16_t> dK;  ///< ∂L/∂K, [B, N, H, d], bit patterns of `dtype`
+  std::vector<std::uint16_t> dV;  ///< ∂L/∂V, [B, N, H, d], bit patterns of `dtype`
+  std::vector<float> D;           ///< D_i = rowsum(dO_i ∘ O_i) in fp32, [B, H, N]
+};
+
+/// Fast two-kernel backward (cuda/src/attention_bwd_tc.cu): uploads Q, K, V, O, dO (each
+/// `[B, N, H, d]`, 16-bit bit patterns) and the forward's base-2 LSE (`[B, H, N]`), poisons the
+/// outputs with NaN, runs D preprocessing, the dQ kernel and the dK/dV kernel, checks every CUDA
+/// call and downloads dQ, dK, dV and D. Throws std::invalid_argument for a bad shape or size,
+/// CudaError for a CUDA failure.
+FastBackwardResult fast_attention_backward(const FastBackwardConfig& cfg, const std::vector<std::uint16_t>& Q,
+                                           const std::vector<std::uint16_t>& K, const std::vector<std::uint16_t>& V,
+                                           const std::vector<std::uint16_t>& O, const std::vector<std::uint16_t>& dO,
+                                           const std::vector<float>& LSE);
+
+/// Launches the fast backward (three kernels) on device pointers, no copies, no synchronisation,
+/// on `stream` (a cudaStream_t passed as void*; nullptr is the default stream). `D` is fp32
+/// scratch of B·H·N elements (written, then read). Throws std::invalid_argument for a bad shape,
+/// CudaError if a launch fails.
+void fast_attention_backward_device(const FastBackwardConfig& cfg, const void* Q, const void* K, const void* V,
+                                    const void* O, const void* dO, const float* LSE, void* dQ, void* dK, void* dV,
+                                    float* D, void* stream = nullptr);
+
+/// Median time in milliseconds of `reps` fast backward passes (after two warm-up passes) on
+/// device 0, each timed with a pair of CUDA events, L2 flushed by a 256 MiB memset before each;
+/// inputs are a fixed pseudo-random pattern. Throws std::invalid_argument for reps < 1 or a bad
+/// shape, CudaError for a CUDA failure.
+double fast_attention_backward_time_ms(const FastBackwardConfig& cfg, int reps);
 
 /// Rounds a float to the nearest bfloat16 (ties to even) and returns its bit pattern.
 std::uint16_t float_to_bf16(float x);
