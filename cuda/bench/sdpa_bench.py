@@ -1,13 +1,19 @@
 #!/usr/bin/env python3
-"""sdpa_bench.py — PyTorch SDPA (flash and cuDNN backends) on the shapes of `flashlab bench
-attention --csv`, in the same session, and our/their ratios.
+"""sdpa_bench.py — PyTorch SDPA (flash and cuDNN backends) on the shapes and passes of `flashlab
+bench attention --csv`, in the same session, and our/their ratios per pass.
 
 Usage (on the GPU machine, after `flashlab bench attention --csv > ours.csv`):
     python3 cuda/bench/sdpa_bench.py ours.csv [--reps 30] [--out ratios.csv]
 
-Method, the same as `flashlab bench attention` (cuda/src/bench.cpp): per shape 3 warm-up calls, then --reps timed calls, each
-timed alone with CUDA events, L2 flushed before each (256 MiB zero_() outside the timed range),
-inputs rotated over 3 sets; the median is reported. FLOPs = 4·N²·d·H (halved for causal).
+Method, the same as `flashlab bench attention` (cuda/src/bench.cpp): per shape and pass 3 warm-up
+calls, then --reps timed calls, each timed alone with CUDA events, L2 flushed before each (256 MiB
+zero_() outside the timed range), inputs rotated over 3 sets; the median is reported.
+  fwd: F.scaled_dot_product_attention(q, k, v) under torch.no_grad(). FLOPs = 4·N²·d·H·B.
+  bwd: q, k, v require grad; out = SDPA(q, k, v) once per input set (untimed, graph kept); each
+       timed call is out.backward(dO, retain_graph=True) with the grads set to None beforehand
+       (outside the timed range), so the time is SDPA's backward kernel(s) plus what autograd adds
+       to hand the gradients to the leaves (no accumulation). FLOPs = 2.5 × 4·N²·d·H·B.
+  Causal: half the FLOPs. A CSV without a `pass` column (older runs, bench_cuda_attention) is fwd.
 
 Layouts: ours is [B, N, H, d]; SDPA is called on the transposed view of the same memory ("bnhd",
 the layout a fused QKV projection produces, what our kernel reads) and, for reference, on
@@ -22,24 +28,48 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
-def time_sdpa(backend, B, H, N, d, causal, dtype, layout, reps):
-    sets = []
-    for _ in range(3):
-        if layout == "bnhd":
-            q, k, v = (torch.randn(B, N, H, d, device="cuda", dtype=dtype).transpose(1, 2) for _ in range(3))
-        else:
-            q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=dtype) for _ in range(3))
-        sets.append((q, k, v))
+def make(B, H, N, d, dtype, layout, grad):
+    """One tensor in `layout`; returns (the tensor SDPA sees, the leaf that holds the gradient)."""
+    if layout == "bnhd":
+        leaf = torch.randn(B, N, H, d, device="cuda", dtype=dtype, requires_grad=grad)
+        return leaf.transpose(1, 2), leaf
+    leaf = torch.randn(B, H, N, d, device="cuda", dtype=dtype, requires_grad=grad)
+    return leaf, leaf
+
+
+def time_sdpa(backend, B, H, N, d, causal, dtype, layout, reps, backward=False):
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
     with sdpa_kernel([backend]):
+        sets = []
+        for _ in range(3):
+            made = [make(B, H, N, d, dtype, layout, backward) for _ in range(3)]
+            q, k, v = (t for t, _ in made)
+            leaves = [leaf for _, leaf in made]
+            if backward:
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                dO = torch.randn_like(out)
+                sets.append((out, dO, leaves))
+            else:
+                sets.append((q, k, v))
+        torch.cuda.synchronize()
         for r in range(3 + reps):
-            q, k, v = sets[r % 3]
-            flush.zero_()
-            e0.record()
-            F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            e1.record()
+            if backward:
+                out, dO, leaves = sets[r % 3]
+                for leaf in leaves:
+                    leaf.grad = None
+                flush.zero_()
+                e0.record()
+                out.backward(dO, retain_graph=True)
+                e1.record()
+            else:
+                q, k, v = sets[r % 3]
+                flush.zero_()
+                with torch.no_grad():
+                    e0.record()
+                    F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                    e1.record()
             e1.synchronize()
             if r >= 3:
                 times.append(e0.elapsed_time(e1))
@@ -56,7 +86,7 @@ def main():
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}")
     rows = list(csv.DictReader(open(ours_path)))
     backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
-    header = ["d", "causal", "N", "ours_tflops"]
+    header = ["pass", "d", "causal", "N", "ours_tflops"]
     for name, _ in backends:
         for layout in ("bnhd", "bhnd"):
             header += [f"{name}_{layout}_tflops", f"ours/{name}_{layout}"]
@@ -64,18 +94,20 @@ def main():
     out_rows = []
     for row in rows:
         d, causal, N, H, B = int(row["d"]), int(row["causal"]) != 0, int(row["N"]), int(row["H"]), int(row["B"])
+        pas = row.get("pass") or "fwd"
+        backward = pas == "bwd"
         dtype = torch.bfloat16 if row["dtype"] == "bf16" else torch.float16
         ours = float(row["tflops"])
-        flops = 4.0 * N * N * d * H * B * (0.5 if causal else 1.0)
-        vals = [d, int(causal), N, ours]
+        flops = (2.5 if backward else 1.0) * 4.0 * N * N * d * H * B * (0.5 if causal else 1.0)
+        vals = [pas, d, int(causal), N, ours]
         for name, be in backends:
             for layout in ("bnhd", "bhnd"):
                 try:
-                    ms = time_sdpa(be, B, H, N, d, causal, dtype, layout, reps)
+                    ms = time_sdpa(be, B, H, N, d, causal, dtype, layout, reps, backward)
                     tf = flops / (ms * 1e-3) / 1e12
                     vals += [round(tf, 1), round(ours / tf, 3)]
                 except RuntimeError as e:  # a backend may refuse a shape or layout: say so
-                    print(f"  {name} {layout} d={d} N={N} causal={causal}: not run ({str(e).splitlines()[0]})")
+                    print(f"  {name} {layout} {pas} d={d} N={N} causal={causal}: not run ({str(e).splitlines()[0]})")
                     vals += ["n/a", "n/a"]
         print(" ".join(f"{v:>17}" for v in vals), flush=True)
         out_rows.append(vals)

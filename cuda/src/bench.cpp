@@ -1,11 +1,15 @@
-// bench.cpp — the timing harness of the fast tensor-core forward (flashlab/cuda/bench.hpp): the one
-// implementation behind `flashlab bench attention` and `bench_cuda_attention`.
+// bench.cpp — the timing harness of the fast tensor-core forward and backward
+// (flashlab/cuda/bench.hpp): the one implementation behind `flashlab bench attention` and
+// `bench_cuda_attention`.
 //
-// Per shape: allocate input_sets × (Q, K, V) + O + LSE, upload random N(0, 1) values rounded to
-// the dtype, then warmup + reps launches; before each, a cudaMemsetAsync of the flush buffer
-// (outside the event pair) evicts L2, and launch r reads input set r mod input_sets. Each timed
-// launch sits alone between two events on the default stream and is synchronised before the
-// next flush, so a time is one kernel, never an overlap of several.
+// Per shape: allocate input_sets × (Q, K, V [, dO], O, LSE) (+ dQ, dK, dV, D when the backward is
+// timed), upload random N(0, 1) values rounded to the dtype, then per pass warmup + reps
+// launches; before each, a cudaMemsetAsync of the flush buffer (outside the event pair) evicts
+// L2, and launch r reads input set r mod input_sets. Each timed launch sits alone between two
+// events on the default stream and is synchronised before the next flush, so a time is one
+// launch (the backward: its three kernels, D preprocessing, dQ, dK/dV), never an overlap of
+// several. The backward reads the O and LSE of one untimed forward per set, run before its
+// warm-up.
 #include "common.hpp"
 #include "flashlab/cuda/bench.hpp"
 
@@ -65,16 +69,27 @@ double attention_fwd_bytes(const FastForwardConfig& cfg) {
   return 4.0 * rows * cfg.head_dim * 2.0 + rows * 4.0;          // Q, K, V, O (16-bit) + LSE (fp32)
 }
 
-std::vector<AttentionBenchRow> bench_attention_forward(const AttentionBenchConfig& bench,
-                                                       const std::function<void(const AttentionBenchRow&)>& on_row) {
+double attention_bwd_flops(const FastBackwardConfig& cfg) { return 2.5 * attention_fwd_flops(cfg); }
+
+double attention_bwd_bytes(const FastBackwardConfig& cfg) {
+  const double rows = double(cfg.batch) * cfg.seq * cfg.heads;  // B·N·H
+  return 8.0 * rows * cfg.head_dim * 2.0 + 3.0 * rows * 4.0;    // Q K V O dO dQ dK dV (16-bit) + LSE, D, D (fp32)
+}
+
+std::vector<AttentionBenchRow> bench_attention(const AttentionBenchConfig& bench,
+                                               const std::function<void(const AttentionBenchRow&)>& on_row) {
   validate(bench);
   std::string why;
   if (!device_available(&why)) throw CudaError("no usable CUDA device: " + why);
+  const bool do_fwd = bench.pass != BenchPass::bwd;
+  const bool do_bwd = bench.pass != BenchPass::fwd;
 
-  // One pool of random 16-bit values, made once; buffer k (of 3 · input_sets) is uploaded from
-  // offset 997·k, so the sets differ without drawing 3 · input_sets · B·N·H·d normals per shape.
+  // One pool of random 16-bit values, made once; buffer k (of 4 · input_sets: Q, K, V, dO per
+  // set) is uploaded from offset 997·k, so the sets differ without drawing 4 · input_sets ·
+  // B·N·H·d normals per shape.
   constexpr std::size_t kStride = 997;
-  const std::size_t buffers = 3 * std::size_t(bench.input_sets);
+  constexpr std::size_t kPerSet = 4;
+  const std::size_t buffers = kPerSet * std::size_t(bench.input_sets);
   std::size_t max_numel = 0;
   for (int d : bench.head_dims)
     for (int n : bench.seqs) max_numel = std::max(max_numel, std::size_t(bench.batch) * n * bench.heads * d);
@@ -100,44 +115,85 @@ std::vector<AttentionBenchRow> bench_attention_forward(const AttentionBenchConfi
         cfg.causal = causal;
         cfg.dtype = bench.dtype;
         const std::size_t numel = std::size_t(cfg.batch) * n * cfg.heads * d;
-        std::vector<detail::DeviceBuffer<std::uint16_t>> in;  // set s: Q, K, V at 3s, 3s+1, 3s+2
-        in.reserve(buffers);
-        for (std::size_t k = 0; k < buffers; ++k) {
-          in.emplace_back(numel);
-          in.back().upload(pool.data() + kStride * k);
+        const std::size_t stats = std::size_t(cfg.batch) * cfg.heads * n;
+        const std::size_t sets = std::size_t(bench.input_sets);
+        // Set s: Q, K, V, dO at 4s … 4s+3 (dO only when the backward is timed), O and LSE at s.
+        const std::size_t per_set = do_bwd ? kPerSet : 3;
+        std::vector<detail::DeviceBuffer<std::uint16_t>> in;
+        in.reserve(kPerSet * sets);
+        for (std::size_t k = 0; k < kPerSet * sets; ++k) {
+          in.emplace_back(k % kPerSet < per_set ? numel : 0);
+          if (k % kPerSet < per_set) in.back().upload(pool.data() + kStride * k);
         }
-        detail::DeviceBuffer<std::uint16_t> O(numel);
-        detail::DeviceBuffer<float> LSE(std::size_t(cfg.batch) * cfg.heads * n);
+        std::vector<detail::DeviceBuffer<std::uint16_t>> O;
+        std::vector<detail::DeviceBuffer<float>> LSE;
+        O.reserve(sets);
+        LSE.reserve(sets);
+        for (std::size_t s = 0; s < sets; ++s) {
+          O.emplace_back(numel);
+          LSE.emplace_back(stats);
+        }
+        const std::size_t grad_numel = do_bwd ? numel : 0;
+        detail::DeviceBuffer<std::uint16_t> dQ(grad_numel), dK(grad_numel), dV(grad_numel);
+        detail::DeviceBuffer<float> D(do_bwd ? stats : 0);
 
-        std::vector<double> times;
-        times.reserve(std::size_t(bench.reps));
-        for (int r = 0; r < bench.warmup + bench.reps; ++r) {
-          const std::size_t s = 3 * std::size_t(r % bench.input_sets);
-          // Evict L2: outside the timed range (before the start event).
-          if (flush.size()) FLASHLAB_CUDA_CHECK(cudaMemsetAsync(flush.get(), r & 0xff, flush.bytes()));
-          FLASHLAB_CUDA_CHECK(cudaEventRecord(ev.start()));
-          fast_attention_forward_device(cfg, in[s].get(), in[s + 1].get(), in[s + 2].get(), O.get(), LSE.get());
-          FLASHLAB_CUDA_CHECK(cudaEventRecord(ev.stop()));
-          FLASHLAB_CUDA_CHECK(cudaEventSynchronize(ev.stop()));
-          float ms = 0.f;
-          FLASHLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start(), ev.stop()));
-          if (r >= bench.warmup) times.push_back(ms);
+        // One pass: warmup + reps launches of `launch(set)`, each alone between the events after
+        // an L2 flush; returns its row.
+        auto time_pass = [&](bool backward, const std::function<void(std::size_t)>& launch) {
+          std::vector<double> times;
+          times.reserve(std::size_t(bench.reps));
+          for (int r = 0; r < bench.warmup + bench.reps; ++r) {
+            // Evict L2: outside the timed range (before the start event).
+            if (flush.size()) FLASHLAB_CUDA_CHECK(cudaMemsetAsync(flush.get(), r & 0xff, flush.bytes()));
+            FLASHLAB_CUDA_CHECK(cudaEventRecord(ev.start()));
+            launch(std::size_t(r % bench.input_sets));
+            FLASHLAB_CUDA_CHECK(cudaEventRecord(ev.stop()));
+            FLASHLAB_CUDA_CHECK(cudaEventSynchronize(ev.stop()));
+            float ms = 0.f;
+            FLASHLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start(), ev.stop()));
+            if (r >= bench.warmup) times.push_back(ms);
+          }
+          FLASHLAB_CUDA_CHECK(cudaGetLastError());
+          std::sort(times.begin(), times.end());
+          const std::size_t m = times.size();
+          AttentionBenchRow row;
+          row.config = cfg;
+          row.backward = backward;
+          row.reps = bench.reps;
+          row.median_ms = m % 2 ? times[m / 2] : 0.5 * (times[m / 2 - 1] + times[m / 2]);
+          row.min_ms = times.front();
+          row.max_ms = times.back();
+          const double flops = backward ? attention_bwd_flops(cfg) : attention_fwd_flops(cfg);
+          const double bytes = backward ? attention_bwd_bytes(cfg) : attention_fwd_bytes(cfg);
+          row.tflops = flops / (row.median_ms * 1e-3) / 1e12;
+          row.gbps = bytes / (row.median_ms * 1e-3) / 1e9;
+          rows.push_back(row);
+          if (on_row) on_row(row);
+        };
+        auto forward = [&](std::size_t s) {
+          fast_attention_forward_device(cfg, in[kPerSet * s].get(), in[kPerSet * s + 1].get(),
+                                        in[kPerSet * s + 2].get(), O[s].get(), LSE[s].get());
+        };
+        if (do_fwd) time_pass(false, forward);
+        if (do_bwd) {
+          // The backward consumes a real forward's O and LSE: one untimed forward per set.
+          for (std::size_t s = 0; s < sets; ++s) forward(s);
+          FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+          time_pass(true, [&](std::size_t s) {
+            const std::size_t q = kPerSet * s;
+            fast_attention_backward_device(cfg, in[q].get(), in[q + 1].get(), in[q + 2].get(), O[s].get(),
+                                           in[q + 3].get(), LSE[s].get(), dQ.get(), dK.get(), dV.get(), D.get());
+          });
         }
-        FLASHLAB_CUDA_CHECK(cudaGetLastError());
-        std::sort(times.begin(), times.end());
-        const std::size_t m = times.size();
-        AttentionBenchRow row;
-        row.config = cfg;
-        row.reps = bench.reps;
-        row.median_ms = m % 2 ? times[m / 2] : 0.5 * (times[m / 2 - 1] + times[m / 2]);
-        row.min_ms = times.front();
-        row.max_ms = times.back();
-        row.tflops = attention_fwd_flops(cfg) / (row.median_ms * 1e-3) / 1e12;
-        row.gbps = attention_fwd_bytes(cfg) / (row.median_ms * 1e-3) / 1e9;
-        rows.push_back(row);
-        if (on_row) on_row(row);
       }
   return rows;
+}
+
+std::vector<AttentionBenchRow> bench_attention_forward(const AttentionBenchConfig& bench,
+                                                       const std::function<void(const AttentionBenchRow&)>& on_row) {
+  AttentionBenchConfig fwd = bench;
+  fwd.pass = BenchPass::fwd;
+  return bench_attention(fwd, on_row);
 }
 
 }  // namespace flashlab::cuda

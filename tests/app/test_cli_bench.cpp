@@ -29,7 +29,7 @@ TEST_CASE("cli bench: --help names the method and every flag", "[cli][bench]") {
   CHECK_THAT(r.out, Catch::Contains("Usage: flashlab bench attention") && Catch::Contains("CUDA events") &&
                         Catch::Contains("L2 flushed") && Catch::Contains("median"));
   for (const char* flag : {"--seq", "--dim", "--heads", "--batch", "--causal", "--no-causal", "--both", "--dtype",
-                           "--reps", "--warmup", "--csv"}) {
+                           "--reps", "--warmup", "--csv", "--pass"}) {
     INFO(flag);
     CHECK_THAT(r.out, Catch::Contains(flag));
   }
@@ -53,6 +53,8 @@ TEST_CASE("cli bench: bad flags are usage errors naming the flag", "[cli][bench]
   expect_usage_error("bench attention --reps many", "--reps");
   expect_usage_error("bench attention --warmup -1", "--warmup");
   expect_usage_error("bench attention --dtype fp32", "--dtype 'fp32'");
+  expect_usage_error("bench attention --pass sideways", "--pass 'sideways'");
+  expect_usage_error("bench attention --pass", "pass");
   expect_usage_error("bench attention --causal --both", "exclude each other");
   expect_usage_error("bench attention --causal --no-causal", "exclude each other");
   expect_usage_error("bench attention --frobnicate", "frobnicate");

@@ -1,14 +1,18 @@
 /// @file bench.hpp
-/// @brief Timing of the fast tensor-core forward (issue 7, item 2): the one implementation behind
-/// `flashlab bench attention` and the `bench_cuda_attention` driver. No CUDA types here, so
-/// CPU-only code may include this header.
+/// @brief Timing of the fast tensor-core forward and backward (issue 7, item 2): the one
+/// implementation behind `flashlab bench attention` and the `bench_cuda_attention` driver. No CUDA
+/// types here, so CPU-only code may include this header.
 ///
-/// Method, per shape: `warmup` untimed launches, then `reps` launches each timed alone with a pair
-/// of CUDA events on the default stream; before every launch (warm-up and timed) L2 is flushed by
-/// a `flush_bytes` memset outside the timed range, and the inputs rotate over `input_sets`
-/// independent Q/K/V sets (launch r uses set r mod `input_sets`), so no launch finds its inputs
-/// in L2. Reported: median, minimum and maximum time, TFLOP/s of the median and effective GB/s of
-/// the median (see attention_fwd_flops() and attention_fwd_bytes()).
+/// Method, per shape and pass: `warmup` untimed launches, then `reps` launches each timed alone
+/// with a pair of CUDA events on the default stream; before every launch (warm-up and timed) L2
+/// is flushed by a `flush_bytes` memset outside the timed range, and the inputs rotate over
+/// `input_sets` independent sets (launch r uses set r mod `input_sets`), so no launch finds its
+/// inputs in L2. A forward launch is fast_attention_forward_device() on Q/K/V; a backward launch
+/// is fast_attention_backward_device() (D preprocessing, dQ kernel, dK/dV kernel: all three
+/// inside the timed range) on Q/K/V/dO and the O and LSE of a real forward of that set, computed
+/// once per set before the backward's warm-up (untimed). Reported: median, minimum and maximum
+/// time, TFLOP/s of the median and effective GB/s of the median (see attention_fwd_flops(),
+/// attention_bwd_flops(), attention_fwd_bytes() and attention_bwd_bytes()).
 #pragma once
 
 #include "flashlab/cuda/fast_attention.hpp"
@@ -20,8 +24,16 @@
 
 namespace flashlab::cuda {
 
-/// A sweep of the fast forward: every (head dim, causal, N) combination of the lists, in that
-/// loop order (head dim outermost, N innermost), each shape timed as the file comment states.
+/// Which passes a sweep times.
+enum class BenchPass {
+  fwd,  ///< the forward only
+  bwd,  ///< the backward only (after one untimed forward per input set, for O and LSE)
+  both  ///< the forward, then the backward, of each shape
+};
+
+/// A sweep of the fast kernels: every (head dim, causal, N) combination of the lists, in that
+/// loop order (head dim outermost, N innermost), each shape timed as the file comment states, for
+/// the passes `pass` selects (forward row before backward row).
 struct AttentionBenchConfig {
   std::vector<int> seqs = {1024, 2048, 4096, 8192, 16384};  ///< N values (each ≥ 1)
   std::vector<int> head_dims = {64, 128};                    ///< d values (64 or 128)
@@ -34,17 +46,19 @@ struct AttentionBenchConfig {
   int input_sets = 3;                                        ///< Q/K/V sets rotated over (≥ 1)
   std::size_t flush_bytes = std::size_t(256) << 20;          ///< L2 flush buffer (256 MiB; H100 L2 is 50 MiB)
   std::uint32_t seed = 1234;                                 ///< seed of the N(0, 1) inputs
+  BenchPass pass = BenchPass::both;                          ///< passes to time (bench_attention())
 };
 
 /// One timed shape of a sweep.
 struct AttentionBenchRow {
   FastForwardConfig config;  ///< the shape and options that were timed
+  bool backward = false;     ///< false: a forward row; true: a backward row
   int reps = 0;              ///< timed launches behind the statistics
   double median_ms = 0.0;    ///< median launch time, milliseconds
   double min_ms = 0.0;       ///< fastest launch, milliseconds
   double max_ms = 0.0;       ///< slowest launch, milliseconds
-  double tflops = 0.0;       ///< attention_fwd_flops() / median time, 10¹² FLOP/s
-  double gbps = 0.0;         ///< attention_fwd_bytes() / median time, 10⁹ B/s
+  double tflops = 0.0;       ///< attention_fwd_flops() (backward: attention_bwd_flops()) / median, 10¹² FLOP/s
+  double gbps = 0.0;         ///< attention_fwd_bytes() (backward: attention_bwd_bytes()) / median, 10⁹ B/s
 };
 
 /// FLOPs of one forward as issue 7 counts them: 4·N²·d·H·B (QKᵀ and PV, 2 FLOPs per
@@ -57,7 +71,28 @@ double attention_fwd_flops(const FastForwardConfig& cfg);
 /// the traffic, meaningful as a bandwidth only at small N.
 double attention_fwd_bytes(const FastForwardConfig& cfg);
 
-/// Times the fast forward on every shape of `bench` on device 0 and returns one row per shape,
+/// FLOPs of one backward as DEVICE.md and issue 7 count them: 2.5 × attention_fwd_flops(), i.e.
+/// 2.5 · 4·N²·d·H·B (the five matrix products S = QKᵀ, dP = dO·Vᵀ, dV, dK, dQ against the
+/// forward's two), halved for causal. The recomputation of S is counted; softmax work is not.
+double attention_bwd_flops(const FastBackwardConfig& cfg);
+
+/// Ideal HBM bytes of one backward: Q, K, V, O, dO read once and dQ, dK, dV written once
+/// (B·N·H·d elements each, 2 bytes) plus LSE read once and D written once and read once (B·H·N
+/// fp32 each). A lower bound on the traffic, as attention_fwd_bytes().
+double attention_bwd_bytes(const FastBackwardConfig& cfg);
+
+/// Times the fast kernels on every shape of `bench`, for the passes `bench.pass` selects, on
+/// device 0 and returns the rows in sweep order (per shape: the forward row, then the backward
+/// row); `on_row`, if given, is called with each row as soon as it is measured (for progress
+/// output). Device memory is allocated per shape and freed before the next. Throws
+/// std::invalid_argument for an empty list or a bad count (reps < 1, warmup < 0, input_sets < 1)
+/// or a shape the kernels refuse, and CudaError when no device is usable (the message names
+/// cudaGetDeviceCount's error) or a CUDA call fails.
+std::vector<AttentionBenchRow> bench_attention(const AttentionBenchConfig& bench,
+                                               const std::function<void(const AttentionBenchRow&)>& on_row = {});
+
+/// bench_attention() with the forward only, whatever `bench.pass` says (the `bench_cuda_attention`
+/// driver's entry). Times the fast forward on every shape of `bench` on device 0 and returns one row per shape,
 /// in sweep order; `on_row`, if given, is called with each row as soon as it is measured (for
 /// progress output). Device memory is allocated per shape and freed before the next. Throws
 /// std::invalid_argument for an empty list or a bad count (reps < 1, warmup < 0, input_sets < 1)
