@@ -49,6 +49,7 @@
 // 143.8 TFLOP/s causal (2.5 × 4·N²·d·H FLOPs, halved for causal) — about half of SDPA's
 // FlashAttention-2 backward (311, issue 7) and of issue 7's bar (315): not met.
 #include "common.hpp"
+#include "tensor_core.cuh"
 #include "flashlab/cuda/fast_attention.hpp"
 
 #include <cuda_bf16.h>
@@ -82,66 +83,7 @@ struct BwdTraits {
 };
 
 // ----------------------------------------------------------------------------- PTX helpers
-/// Byte offset of 16-byte chunk `chunk` of row `row` in a [rows][HEAD_DIM] 16-bit SRAM tile,
-/// XOR-swizzled: 8 consecutive rows put the same logical chunk in 8 different bank groups.
-template <int HEAD_DIM>
-__device__ __forceinline__ uint32_t swz(int row, int chunk) {
-  return uint32_t(row * (HEAD_DIM * 2) + ((chunk ^ (row & 7)) << 4));
-}
-
-/// 16 bytes HBM → SRAM without staging in registers; `valid == false` writes 16 zero bytes.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
-
-/// Four 8×8 16-bit matrices SRAM → registers; lane l gives the row address of matrix l/8.
-__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-/// Same, each matrix transposed on the way (a row-major [k][n] tile as the B operand).
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2,
-                                              uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-
-/// D = A·B + D, A 16×16 (4 regs), B 16×8 (2 regs), D 16×8 fp32 (4 regs).
-template <bool kBf16>
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (kBf16) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-/// Two floats → two 16-bit values in one register, `lo` in the low half (the lower column).
-template <bool kBf16>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  uint32_t r;
-  if constexpr (kBf16) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    memcpy(&r, &v, 4);
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    memcpy(&r, &v, 4);
-  }
-  return r;
-}
 
 /// Two 16-bit values in one register → two floats (exact).
 template <bool kBf16>
@@ -155,13 +97,6 @@ __device__ __forceinline__ float2 unpack2(uint32_t r) {
     memcpy(&v, &r, 4);
     return __half22float2(v);
   }
-}
-
-/// 2^x with the hardware approximation (relative error ~2^-22).
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
 }
 
 /// Issue cp.async for rows [row0, row0 + ROWS) of one head into a swizzled SRAM tile (rows ≥ N
