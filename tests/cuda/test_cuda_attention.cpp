@@ -6,6 +6,7 @@
 // not, BLOCK_M ≠ BLOCK_N. Tag [sanitize]: the small shapes run under compute-sanitizer.
 #include <catch2/catch.hpp>
 
+#include "gpu_test_util.hpp"
 #include "flashlab/cuda/attention.hpp"
 #include "flashlab/reference/attention.hpp"
 
@@ -25,11 +26,7 @@ namespace {
 
 constexpr double kTol = 1e-5;  // fp32 kernels vs float64 reference, tensor-wide relative error
 
-unsigned long long fresh_seed() {
-  if (const char* s = std::getenv("FLASHLAB_TEST_SEED")) return std::strtoull(s, nullptr, 10);
-  static std::random_device rd;
-  return (static_cast<unsigned long long>(rd()) << 32) ^ rd();
-}
+using flashlab::test::fresh_seed;
 
 double err(const std::vector<float>& got, const std::vector<double>& ref) {
   REQUIRE(got.size() == ref.size());

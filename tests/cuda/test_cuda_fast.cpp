@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include "flashlab/cuda/fast_attention.hpp"
+#include "gpu_test_util.hpp"
 #include "flashlab/cuda/options.hpp"
 #include "flashlab/reference/attention.hpp"
 
@@ -27,16 +28,14 @@
 namespace fc = flashlab::cuda;
 namespace fr = flashlab::ref;
 
+using flashlab::test::fresh_seed;
+using flashlab::test::round_to_16;
+using flashlab::test::to_float;
+
 namespace {
 
 constexpr double kTolO = 1e-2;    // 16-bit O vs float64 reference (issue 7)
 constexpr double kTolLSE = 1e-4;  // fp32 LSE vs float64 reference
-
-unsigned long long fresh_seed() {
-  if (const char* s = std::getenv("FLASHLAB_TEST_SEED")) return std::strtoull(s, nullptr, 10);
-  static std::random_device rd;
-  return (static_cast<unsigned long long>(rd()) << 32) ^ rd();
-}
 
 struct FastCase {
   int batch, seq, heads, head_dim;
@@ -45,18 +44,6 @@ struct FastCase {
 };
 
 double g_worst_O = 0.0, g_worst_LSE = 0.0;
-
-// Rounds a float64 tensor to the 16-bit dtype: bit patterns for the GPU, the rounded values
-// (exact in float64) for the reference.
-std::vector<std::uint16_t> round_to_16(const fr::Tensor<double>& x, fc::FastDtype dt, fr::Tensor<double>& rounded) {
-  std::vector<std::uint16_t> bits(x.numel());
-  for (std::size_t k = 0; k < x.numel(); ++k) {
-    const float f = static_cast<float>(x.data()[k]);
-    bits[k] = dt == fc::FastDtype::bf16 ? fc::float_to_bf16(f) : fc::float_to_fp16(f);
-    rounded.data()[k] = dt == fc::FastDtype::bf16 ? fc::bf16_to_float(bits[k]) : fc::fp16_to_float(bits[k]);
-  }
-  return bits;
-}
 
 void check_fast(const FastCase& c) {
   const unsigned long long seed = fresh_seed();
@@ -86,7 +73,7 @@ void check_fast(const FastCase& c) {
   std::vector<float> ref_rounded(ref.O.numel());
   for (std::size_t k = 0; k < ref_rounded.size(); ++k) {
     const float f = static_cast<float>(ref.O.data()[k]);
-    ref_rounded[k] = bf16 ? fc::bf16_to_float(fc::float_to_bf16(f)) : fc::fp16_to_float(fc::float_to_fp16(f));
+    ref_rounded[k] = flashlab::test::round_float_to_16(f, c.dtype);
   }
   const double e_floor = fr::max_error_vs_max(ref_rounded.data(), ref.O.data(), ref_rounded.size());
 
@@ -101,7 +88,7 @@ void check_fast(const FastCase& c) {
   REQUIRE(got.O.size() == ref.O.numel());
   REQUIRE(got.LSE.size() == ref.LSE.size());
   std::vector<float> O(got.O.size());
-  for (std::size_t k = 0; k < O.size(); ++k) O[k] = bf16 ? fc::bf16_to_float(got.O[k]) : fc::fp16_to_float(got.O[k]);
+  for (std::size_t k = 0; k < O.size(); ++k) O[k] = to_float(got.O[k], c.dtype);
   const double eO = fr::max_error_vs_max(O.data(), ref.O.data(), O.size());
   const double eL = fr::max_error_vs_max(got.LSE.data(), ref.LSE.data(), got.LSE.size());
   std::printf("  %-34s O error %.3e (float32 naive: %.3e, O rounded to 16 bits: %.3e)  LSE error %.3e\n",

@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include "flashlab/cuda/fast_attention.hpp"
+#include "gpu_test_util.hpp"
 #include "flashlab/reference/attention.hpp"
 
 #include <cstdint>
@@ -26,15 +27,13 @@
 namespace fc = flashlab::cuda;
 namespace fr = flashlab::ref;
 
+using flashlab::test::fresh_seed;
+using flashlab::test::round_to_16;
+using flashlab::test::to_float;
+
 namespace {
 
 constexpr double kTolGrad = 1e-2;  // 16-bit dQ, dK, dV vs float64 reference (issue 7)
-
-unsigned long long fresh_seed() {
-  if (const char* s = std::getenv("FLASHLAB_TEST_SEED")) return std::strtoull(s, nullptr, 10);
-  static std::random_device rd;
-  return (static_cast<unsigned long long>(rd()) << 32) ^ rd();
-}
 
 struct BwdCase {
   int batch, seq, heads, head_dim;
@@ -43,22 +42,6 @@ struct BwdCase {
 };
 
 double g_worst = 0.0;
-
-float to_float(std::uint16_t bits, fc::FastDtype dt) {
-  return dt == fc::FastDtype::bf16 ? fc::bf16_to_float(bits) : fc::fp16_to_float(bits);
-}
-
-// Rounds a float64 tensor to the 16-bit dtype: bit patterns for the GPU, the rounded values
-// (exact in float64) for the reference.
-std::vector<std::uint16_t> round_to_16(const fr::Tensor<double>& x, fc::FastDtype dt, fr::Tensor<double>& rounded) {
-  std::vector<std::uint16_t> bits(x.numel());
-  for (std::size_t k = 0; k < x.numel(); ++k) {
-    const float f = static_cast<float>(x.data()[k]);
-    bits[k] = dt == fc::FastDtype::bf16 ? fc::float_to_bf16(f) : fc::float_to_fp16(f);
-    rounded.data()[k] = to_float(bits[k], dt);
-  }
-  return bits;
-}
 
 // Error of a 16-bit result against the reference, and the error of the reference rounded to 16 bits.
 struct GradError {
@@ -69,7 +52,7 @@ GradError grad_error(const std::vector<std::uint16_t>& got, const fr::Tensor<dou
   for (std::size_t k = 0; k < got.size(); ++k) {
     g[k] = to_float(got[k], dt);
     const float f = static_cast<float>(ref.data()[k]);
-    r[k] = to_float(dt == fc::FastDtype::bf16 ? fc::float_to_bf16(f) : fc::float_to_fp16(f), dt);
+    r[k] = flashlab::test::round_float_to_16(f, dt);
   }
   return {fr::max_error_vs_max(g.data(), ref.data(), g.size()), fr::max_error_vs_max(r.data(), ref.data(), r.size())};
 }

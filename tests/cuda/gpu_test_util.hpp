@@ -1,0 +1,44 @@
+// Helpers shared by the GPU tests: fresh seeds (replayable) and 16-bit rounding of inputs.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "flashlab/cuda/fast_attention.hpp"
+#include "flashlab/reference/tensor.hpp"
+
+namespace flashlab::test {
+
+/// A fresh random seed per check, or FLASHLAB_TEST_SEED to replay a failure.
+inline unsigned long long fresh_seed() {
+  if (const char* s = std::getenv("FLASHLAB_TEST_SEED")) return std::strtoull(s, nullptr, 10);
+  static std::random_device rd;
+  return (static_cast<unsigned long long>(rd()) << 32) ^ rd();
+}
+
+/// One 16-bit value (bf16 or fp16 bit pattern) as float (exact).
+inline float to_float(std::uint16_t bits, cuda::FastDtype dt) {
+  return dt == cuda::FastDtype::bf16 ? cuda::bf16_to_float(bits) : cuda::fp16_to_float(bits);
+}
+
+/// One float rounded to the 16-bit dtype (nearest even) and back.
+inline float round_float_to_16(float f, cuda::FastDtype dt) {
+  return to_float(dt == cuda::FastDtype::bf16 ? cuda::float_to_bf16(f) : cuda::float_to_fp16(f), dt);
+}
+
+/// Rounds a float64 tensor to the 16-bit dtype: bit patterns for the GPU, and the rounded values
+/// (exact in float64) in `rounded` for the reference, so the measured error is the kernel's own.
+inline std::vector<std::uint16_t> round_to_16(const ref::Tensor<double>& x, cuda::FastDtype dt,
+                                              ref::Tensor<double>& rounded) {
+  std::vector<std::uint16_t> bits(x.numel());
+  for (std::size_t k = 0; k < x.numel(); ++k) {
+    const float f = static_cast<float>(x.data()[k]);
+    bits[k] = dt == cuda::FastDtype::bf16 ? cuda::float_to_bf16(f) : cuda::float_to_fp16(f);
+    rounded.data()[k] = to_float(bits[k], dt);
+  }
+  return bits;
+}
+
+}  // namespace flashlab::test
