@@ -23,6 +23,28 @@ po::variables_map parse(const Args& args, const po::options_description& desc,
   return vm;
 }
 
+std::optional<po::variables_map> parse_subject_command(const Args& args, const po::options_description& desc,
+                                                       const SubjectCommand& cmd) {
+  po::options_description hidden;
+  hidden.add_options()("subject", po::value<std::string>(), "what to run");
+  po::options_description all;
+  all.add(desc).add(hidden);
+  po::positional_options_description pos;
+  pos.add("subject", 1);
+  auto vm = parse(args, all, &pos);
+  if (vm.count("help")) {
+    print_help(std::cout, cmd.usage, cmd.summary, desc);
+    return std::nullopt;
+  }
+  const std::string example = "e.g. " + std::string(cmd.example);
+  if (!vm.count("subject"))
+    throw UsageError("missing what to " + std::string(cmd.verb) + ": " + std::string(cmd.subject), example);
+  const std::string subject = vm["subject"].as<std::string>();
+  if (subject != cmd.subject)
+    throw UsageError("unknown " + std::string(cmd.command) + " subject '" + subject + "'", example);
+  return vm;
+}
+
 void print_help(std::ostream& os, std::string_view usage, std::string_view summary,
                 const po::options_description& desc) {
   os << "Usage: flashlab " << usage << "\n\n" << summary << "\n\n" << desc << "\n";

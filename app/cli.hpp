@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <iosfwd>
 #include <stdexcept>
 #include <string>
@@ -42,6 +43,21 @@ using Args = std::vector<std::string>;
 /// name the flag. Adds nothing itself: every command declares its own `--help`.
 po::variables_map parse(const Args& args, const po::options_description& desc,
                         const po::positional_options_description* positional = nullptr);
+
+/// What a `flashlab CMD SUBJECT [options]` command (bench, traffic) accepts as its subject.
+struct SubjectCommand {
+  std::string_view command;  ///< e.g. "traffic"
+  std::string_view verb;     ///< e.g. "model", for "missing what to model: attention"
+  std::string_view subject;  ///< the one subject there is so far, e.g. "attention"
+  std::string_view example;  ///< a working command line, used as the hint
+  std::string_view usage;    ///< the usage line for --help
+  std::string_view summary;  ///< the summary for --help
+};
+
+/// Parses `args` for a subject command: the subject as the first positional, then `desc`.
+/// Returns nothing after printing --help; throws UsageError for a missing or unknown subject.
+std::optional<po::variables_map> parse_subject_command(const Args& args, const po::options_description& desc,
+                                                       const SubjectCommand& cmd);
 
 /// Prints `Usage: flashlab <usage>`, the summary and the option table.
 void print_help(std::ostream& os, std::string_view usage, std::string_view summary,

@@ -57,12 +57,6 @@ po::options_description options() {
 }
 
 // The positional subject ("attention"), parsed but not listed in --help.
-po::options_description hidden() {
-  po::options_description d;
-  d.add_options()("subject", po::value<std::string>(), "attention");
-  return d;
-}
-
 // "1024,2048" → {1024, 2048}; each item an integer in [lo, hi], else a UsageError naming `flag`.
 std::vector<int> parse_list(const std::string& flag, const std::string& text, long long lo, long long hi,
                             const std::string& example) {
@@ -186,20 +180,10 @@ int run_sweep(const Sweep& s) {
 int cmd_bench(const Args& args) {
   return guarded("bench", [&]() -> int {
     const auto desc = options();
-    po::options_description all;
-    all.add(desc).add(hidden());
-    po::positional_options_description pos;
-    pos.add("subject", 1);
-    const auto vm = parse(args, all, &pos);
-    if (vm.count("help")) {
-      print_help(std::cout, kUsageLine, kSummary, desc);
-      return kOk;
-    }
-    if (!vm.count("subject"))
-      throw UsageError("missing what to benchmark: attention", "e.g. flashlab bench attention --seq 4096 --dim 128");
-    const std::string subject = vm["subject"].as<std::string>();
-    if (subject != "attention")
-      throw UsageError("unknown bench subject '" + subject + "'", "flashlab bench attention [--seq …]");
+    const auto parsed = parse_subject_command(
+        args, desc, {"bench", "benchmark", "attention", "flashlab bench attention --seq 4096 --dim 128", kUsageLine, kSummary});
+    if (!parsed) return kOk;  // --help was printed
+    const po::variables_map& vm = *parsed;
     const Sweep sweep = parse_sweep(vm);
 #ifdef FLASHLAB_HAVE_CUDA
     return run_sweep(sweep);

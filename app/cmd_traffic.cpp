@@ -51,12 +51,6 @@ po::options_description options() {
 }
 
 // The positional subject ("attention"), parsed but not listed in --help.
-po::options_description hidden() {
-  po::options_description d;
-  d.add_options()("subject", po::value<std::string>(), "attention");
-  return d;
-}
-
 std::vector<std::size_t> parse_seq(const std::string& text) {
   std::vector<std::size_t> out;
   std::stringstream ss(text);
@@ -150,20 +144,10 @@ void per_tensor(const std::vector<std::size_t>& seqs, AttentionConfig cfg, Varia
 int cmd_traffic(const Args& args) {
   return guarded("traffic", [&]() -> int {
     const auto desc = options();
-    po::options_description all;
-    all.add(desc).add(hidden());
-    po::positional_options_description pos;
-    pos.add("subject", 1);
-    const auto vm = parse(args, all, &pos);
-    if (vm.count("help")) {
-      print_help(std::cout, kUsageLine, kSummary, desc);
-      return kOk;
-    }
-    if (!vm.count("subject"))
-      throw UsageError("missing what to model: attention", "e.g. flashlab traffic attention --seq 1024,2048");
-    const std::string subject = vm["subject"].as<std::string>();
-    if (subject != "attention")
-      throw UsageError("unknown traffic subject '" + subject + "'", "flashlab traffic attention --seq …");
+    const auto parsed = parse_subject_command(
+        args, desc, {"traffic", "model", "attention", "flashlab traffic attention --seq 1024,2048", kUsageLine, kSummary});
+    if (!parsed) return kOk;  // --help was printed
+    const po::variables_map& vm = *parsed;
     if (!vm.count("seq")) throw UsageError("--seq is required", "e.g. --seq 1024,2048,4096");
     const auto seqs = parse_seq(vm["seq"].as<std::string>());
     require_range("heads", vm["heads"].as<long long>(), 1, 65536);
