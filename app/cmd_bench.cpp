@@ -1,5 +1,6 @@
 // `flashlab bench attention`: times the fast tensor-core forward (cuda/src/attention_fwd_tc.cu)
-// and/or backward (cuda/src/attention_bwd_tc.cu) over a sweep of shapes and prints ms, TFLOP/s and
+// and/or backward (--bwd-design: cuda/src/attention_bwd_tc_atomic.cu, the default, or
+// cuda/src/attention_bwd_tc.cu) over a sweep of shapes and prints ms, TFLOP/s and
 // effective GB/s per shape and pass (issue 7, item 2).
 // Flags are parsed and checked in every build; the timing itself is
 // flashlab::cuda::bench_attention (cuda/src/bench.cpp), compiled only with CUDA
@@ -24,13 +25,16 @@ namespace {
 
 constexpr const char* kUsageLine =
     "bench attention [--seq N[,N2,...]] [--dim D[,D2]] [--heads H] [--batch B] [--causal | --no-causal | --both]\n"
-    "                       [--pass fwd|bwd|both] [--dtype bf16|fp16] [--reps R] [--warmup W] [--csv]";
+    "                       [--pass fwd|bwd|both] [--bwd-design atomic|two-kernel] [--dtype bf16|fp16]\n"
+    "                       [--reps R] [--warmup W] [--csv]";
 constexpr const char* kSummary =
     "Times the fast tensor-core attention forward and/or backward on the GPU (bf16/fp16 in, fp32\n"
     "accumulation) for every (d, causal, N) of the sweep. Per shape and pass: W warm-up launches,\n"
     "then R launches each timed alone with CUDA events, L2 flushed (256 MiB memset) before each,\n"
-    "inputs rotated over 3 sets. A backward launch is its three kernels (D preprocessing, dQ, dK/dV)\n"
-    "on the O and LSE of a real forward, run once per input set before timing. Prints the median,\n"
+    "inputs rotated over 3 sets. A backward launch is every kernel of its design (--bwd-design:\n"
+    "atomic = dQ accumulator zeroing, D preprocessing, one kernel per K/V block with fp32 dQ atomics,\n"
+    "dQ conversion; two-kernel = D preprocessing, dQ kernel, dK/dV kernel) on the O and LSE of a\n"
+    "real forward, run once per input set before timing. Prints the median,\n"
     "min and max ms, TFLOP/s = 4·N²·d·H·B / median for fwd, 2.5 × that for bwd (halved for causal)\n"
     "and effective GB/s = ideal HBM bytes / median (fwd: Q, K, V, O, LSE; bwd: Q, K, V, O, dO, dQ,\n"
     "dK, dV, LSE, D; a lower bound on traffic: tiles are re-read). Defaults: issue 7's sweep,\n"
@@ -49,10 +53,13 @@ po::options_description options() {
       ("no-causal", po::bool_switch(), "non-causal only")
       ("both", po::bool_switch(), "causal and non-causal (the default)")
       ("pass", po::value<std::string>()->default_value("both"), "fwd | bwd | both: the passes to time")
+      ("bwd-design", po::value<std::string>()->default_value("atomic"),
+       "atomic | two-kernel: the backward design to time (default atomic, the faster on H100)")
       ("dtype", po::value<std::string>()->default_value("bf16"), "bf16 | fp16")
       ("reps", po::value<long long>()->default_value(30), "timed launches per shape (at least 20)")
       ("warmup", po::value<long long>()->default_value(3), "untimed launches per shape before timing")
-      ("csv", po::bool_switch(), "print CSV (dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps) instead of a table");
+      ("csv", po::bool_switch(),
+       "print CSV (dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps,bwd_design) instead of a table");
   return d;
 }
 
@@ -89,6 +96,7 @@ struct Sweep {
   int heads = 16, batch = 1, reps = 30, warmup = 3;
   bool fwd = true, bwd = true;  // passes to time (--pass)
   bool fp16 = false, csv = false;
+  bool bwd_atomic = true;  // --bwd-design
 };
 
 Sweep parse_sweep(const po::variables_map& vm) {
@@ -118,6 +126,10 @@ Sweep parse_sweep(const po::variables_map& vm) {
     throw UsageError("--pass '" + pass + "' is unknown", "choose fwd, bwd or both (the default)");
   s.fwd = pass != "bwd";
   s.bwd = pass != "fwd";
+  const std::string design = vm["bwd-design"].as<std::string>();
+  if (design != "atomic" && design != "two-kernel")
+    throw UsageError("--bwd-design '" + design + "' is unknown", "choose atomic (the default) or two-kernel");
+  s.bwd_atomic = design == "atomic";
   const std::string dt = vm["dtype"].as<std::string>();
   if (dt != "bf16" && dt != "fp16") throw UsageError("--dtype '" + dt + "' is unknown", "choose bf16 or fp16");
   s.fp16 = dt == "fp16";
@@ -142,16 +154,19 @@ int run_sweep(const Sweep& s) {
   b.warmup = s.warmup;
   b.dtype = s.fp16 ? fc::FastDtype::fp16 : fc::FastDtype::bf16;
   b.pass = s.fwd && s.bwd ? fc::BenchPass::both : (s.bwd ? fc::BenchPass::bwd : fc::BenchPass::fwd);
+  b.bwd_design = s.bwd_atomic ? fc::FastBackwardDesign::atomic : fc::FastBackwardDesign::two_kernel;
+  const std::string bwd_name = std::string(fc::to_string(b.bwd_design)) + " backward";
   const char* dt = s.fp16 ? "fp16" : "bf16";
   const std::string device = fc::device_description();
   // CSV goes to stdout alone (a file for sdpa_bench.py); the device line then goes to stderr.
   std::ostream& info = s.csv ? std::cerr : std::cout;
   info << "device: " << device << "\n"
-       << (s.fwd && s.bwd ? "fast forward and backward (3 kernels), " : s.bwd ? "fast backward (3 kernels), " : "fast forward, ")
+       << (s.fwd && s.bwd ? "fast forward and " + bwd_name + ", "
+                          : s.bwd ? "fast " + bwd_name + ", " : std::string("fast forward, "))
        << dt << ", H=" << s.heads << " B=" << s.batch << "; per shape " << s.warmup
        << " warm-up + " << s.reps << " timed launches, each alone (CUDA events), L2 flushed before each, "
        << b.input_sets << " input sets rotated; median (min, max)\n";
-  if (s.csv) std::cout << "dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps\n";
+  if (s.csv) std::cout << "dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps,bwd_design\n";
   else {
     char line[160];
     std::snprintf(line, sizeof line, "%-5s %4s %4s %6s %6s %10s %10s %10s %9s %9s\n", "dtype", "pass", "d", "causal",
@@ -164,8 +179,9 @@ int run_sweep(const Sweep& s) {
     const char* pass = r.backward ? "bwd" : "fwd";
     char line[200];
     if (s.csv)
-      std::snprintf(line, sizeof line, "%s,%s,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%.3f,%.1f\n", dt, pass, c.head_dim,
-                    int(c.causal), c.seq, c.heads, c.batch, r.median_ms, r.min_ms, r.max_ms, r.tflops, r.gbps);
+      std::snprintf(line, sizeof line, "%s,%s,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%.3f,%.1f,%s\n", dt, pass, c.head_dim,
+                    int(c.causal), c.seq, c.heads, c.batch, r.median_ms, r.min_ms, r.max_ms, r.tflops, r.gbps,
+                    r.backward ? fc::to_string(r.bwd_design) : "");
     else
       std::snprintf(line, sizeof line, "%-5s %4s %4d %6s %6d %10.4f %10.4f %10.4f %9.1f %9.1f\n", dt, pass, c.head_dim,
                     c.causal ? "yes" : "no", c.seq, r.median_ms, r.min_ms, r.max_ms, r.tflops, r.gbps);

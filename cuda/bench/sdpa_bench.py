@@ -14,6 +14,8 @@ zero_() outside the timed range), inputs rotated over 3 sets; the median is repo
        (outside the timed range), so the time is SDPA's backward kernel(s) plus what autograd adds
        to hand the gradients to the leaves (no accumulation). FLOPs = 2.5 × 4·N²·d·H·B.
   Causal: half the FLOPs. A CSV without a `pass` column (older runs, bench_cuda_attention) is fwd.
+  The `bwd_design` column (atomic or two-kernel, `flashlab bench attention --bwd-design`; empty for
+  fwd rows, absent in older CSVs) is carried into the output as `ours_design`.
 
 Layouts: ours is [B, N, H, d]; SDPA is called on the transposed view of the same memory ("bnhd",
 the layout a fused QKV projection produces, what our kernel reads) and, for reference, on
@@ -86,7 +88,7 @@ def main():
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}")
     rows = list(csv.DictReader(open(ours_path)))
     backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
-    header = ["pass", "d", "causal", "N", "ours_tflops"]
+    header = ["pass", "d", "causal", "N", "ours_design", "ours_tflops"]
     for name, _ in backends:
         for layout in ("bnhd", "bhnd"):
             header += [f"{name}_{layout}_tflops", f"ours/{name}_{layout}"]
@@ -99,7 +101,8 @@ def main():
         dtype = torch.bfloat16 if row["dtype"] == "bf16" else torch.float16
         ours = float(row["tflops"])
         flops = (2.5 if backward else 1.0) * 4.0 * N * N * d * H * B * (0.5 if causal else 1.0)
-        vals = [pas, d, int(causal), N, ours]
+        design = (row.get("bwd_design") or "-") if backward else "-"
+        vals = [pas, d, int(causal), N, design, ours]
         for name, be in backends:
             for layout in ("bnhd", "bhnd"):
                 try:

@@ -1,4 +1,8 @@
-// attention_bwd_tc.cu — fast FlashAttention backward on tensor cores, two-kernel design (issue 7).
+// attention_bwd_tc.cu — fast FlashAttention backward on tensor cores, two-kernel design (issue 7),
+// and the host API of both backward designs (fast_attention.hpp: FastBackwardDesign). The atomic
+// design (one kernel per K_j/V_j block, dQ by fp32 atomics; faster, the default) is in
+// attention_bwd_tc_atomic.cu; the pieces both use (D preprocessing kernel, tile loader, stores)
+// are in attention_bwd_tc.cuh.
 //
 // What it does: the algorithm, loop order and names of the clear fp32 backward
 // (attention_bwd.cu, seed 001 "Backward Pass"), with bf16 or fp16 inputs and the matrix products
@@ -33,9 +37,11 @@
 // It never produces S, P, dP or dS outside registers. dQ, dK, dV are written once in the input
 // dtype (fp32 accumulators scaled then rounded); D in fp32.
 //
-// How to run: flashlab::cuda::fast_attention_backward(cfg, Q, K, V, O, dO, LSE) (host vectors; O
-// and LSE from fast_attention_forward) or fast_attention_backward_device(...) on device pointers;
-// fast_attention_backward_time_ms() times it. Tests: tests/cuda/test_cuda_fast_bwd.cpp ([fast-bwd]).
+// How to run: flashlab::cuda::fast_attention_backward(cfg, Q, K, V, O, dO, LSE) with cfg.design =
+// FastBackwardDesign::two_kernel (host vectors; O and LSE from fast_attention_forward) or
+// fast_attention_backward_device(...) on device pointers (workspace: D only);
+// fast_attention_backward_time_ms() times it; `flashlab bench attention --pass bwd --bwd-design
+// two-kernel`. Tests: tests/cuda/test_cuda_fast_bwd.cpp ([fast-bwd], both designs).
 //
 // Honest performance notes: a first, straightforward version written for correctness: no
 // registers kept for Q_i/dO_i (K_j/V_j) fragments, single m16 tile per warp (every B fragment read
@@ -48,6 +54,11 @@
 // than a forward's): bf16, H = 16, N = 8192, d = 128: 8.83 ms = 155.6 TFLOP/s non-causal, 4.78 ms =
 // 143.8 TFLOP/s causal (2.5 × 4·N²·d·H FLOPs, halved for causal) — about half of SDPA's
 // FlashAttention-2 backward (311, issue 7) and of issue 7's bar (315): not met.
+// Re-measured 2026-11-22 ~13:22 UTC with `flashlab bench attention --pass bwd --seq 8192 --dim
+// 128,64 --both --bwd-design two-kernel` (median of 30, 3 input sets, real forward's O/LSE):
+// d = 128: 156.3 / 144.6 TFLOP/s (non-causal / causal), d = 64: 128.3 / 120.3 — the atomic
+// design measured 266.6 / 264.3 and 228.0 / 222.6 in the same session (1.70–1.85×).
+#include "attention_bwd_tc.cuh"
 #include "common.hpp"
 #include "tensor_core.cuh"
 #include "flashlab/cuda/fast_attention.hpp"
@@ -71,7 +82,6 @@ struct BwdTraits {
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kRowBytes = HEAD_DIM * 2;  // one 16-bit row in SRAM
-  static constexpr int kChunks = HEAD_DIM / 8;    // 16-byte chunks per row
   // dQ kernel: Q_i, dO_i resident (16 rows per warp), K_j, V_j streamed.
   static constexpr int kDqBlockM = 16 * kWarps;
   static constexpr int kDqBlockN = 64;
@@ -81,41 +91,6 @@ struct BwdTraits {
   static constexpr int kKvBlockM = HEAD_DIM == 128 ? 32 : 64;
   static constexpr int kKvSmem = 2 * kKvBlockN * kRowBytes + 2 * 2 * kKvBlockM * kRowBytes;
 };
-
-// ----------------------------------------------------------------------------- PTX helpers
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
-
-/// Two 16-bit values in one register → two floats (exact).
-template <bool kBf16>
-__device__ __forceinline__ float2 unpack2(uint32_t r) {
-  if constexpr (kBf16) {
-    __nv_bfloat162 v;
-    memcpy(&v, &r, 4);
-    return __bfloat1622float2(v);
-  } else {
-    __half2 v;
-    memcpy(&v, &r, 4);
-    return __half22float2(v);
-  }
-}
-
-/// Issue cp.async for rows [row0, row0 + ROWS) of one head into a swizzled SRAM tile (rows ≥ N
-/// are zero-filled).
-template <int HEAD_DIM, int ROWS>
-__device__ __forceinline__ void load_tile_async(uint32_t smem, const uint16_t* head, std::size_t stride, int row0,
-                                                int N) {
-  using T = BwdTraits<HEAD_DIM>;
-  static_assert(ROWS * T::kChunks % T::kThreads == 0, "tile chunks must divide among the threads");
-#pragma unroll
-  for (int it = 0; it < ROWS * T::kChunks / T::kThreads; ++it) {
-    const int idx = int(threadIdx.x) + it * T::kThreads;
-    const int r = idx / T::kChunks, c = idx % T::kChunks;
-    const int row = row0 + r;
-    const bool ok = row < N;
-    const uint16_t* src = head + std::size_t(ok ? row : 0) * stride + c * 8;
-    cp_async16(smem + swz<HEAD_DIM>(r, c), src, ok);
-  }
-}
 
 // ----------------------------------------------------------------------------- warp-level products
 /// c (16 × NS, fp32 C fragments) = A Bᵀ over k = HEAD_DIM: A = rows [a_row0, a_row0 + 16) of the
@@ -168,49 +143,8 @@ __device__ __forceinline__ void warp_gemm_xb(float (&acc)[HEAD_DIM / 8][4], cons
   }
 }
 
-/// Rows r and r + 8 of a warp's 16 × HEAD_DIM fp32 accumulator, times `scale`, registers → HBM in
-/// the input dtype (4-byte stores); rows ≥ N are not written.
-template <int HEAD_DIM, bool kBf16>
-__device__ __forceinline__ void store_rows16(uint16_t* out_head, std::size_t stride, int warp_row0, int N,
-                                             const float (&acc)[HEAD_DIM / 8][4], float scale, int g, int t) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = warp_row0 + g + 8 * r;
-    if (row < N) {
-      uint16_t* out = out_head + std::size_t(row) * stride + 2 * t;
-#pragma unroll
-      for (int n = 0; n < HEAD_DIM / 8; ++n)
-        *reinterpret_cast<uint32_t*>(out + 8 * n) =
-            pack2<kBf16>(acc[n][2 * r] * scale, acc[n][2 * r + 1] * scale);
-    }
-  }
-}
-
 // ----------------------------------------------------------------------------- 1. D preprocessing
-/// Grid (ceil(N / 64), H, B), 128 threads: one warp per row (16 rows per warp), each lane reads two
-/// adjacent elements of O and dO per 64 columns. D_i = rowsum(dO_i ∘ O_i) in fp32.
-/// HBM traffic: O and dO read once, D written once.
-template <int HEAD_DIM, bool kBf16>
-__global__ void __launch_bounds__(128) fast_bwd_preprocess_kernel(Problem p, const uint16_t* __restrict__ O,
-                                                                  const uint16_t* __restrict__ dO,
-                                                                  float* __restrict__ D) {
-  const int h = blockIdx.y, b = blockIdx.z;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const std::size_t stride = p.row_stride(), base = p.head_offset(b, h), stat = p.stat_offset(b, h);
-  for (int r = 0; r < 16; ++r) {
-    const int row = int(blockIdx.x) * 64 + warp * 16 + r;
-    if (row >= p.seq) break;
-    float sum = 0.f;
-#pragma unroll
-    for (int k = 2 * lane; k < HEAD_DIM; k += 64) {  // O[row, k:k+2], dO[row, k:k+2]: HBM → registers
-      const float2 o = unpack2<kBf16>(*reinterpret_cast<const uint32_t*>(O + base + std::size_t(row) * stride + k));
-      const float2 g = unpack2<kBf16>(*reinterpret_cast<const uint32_t*>(dO + base + std::size_t(row) * stride + k));
-      sum = fmaf(o.x, g.x, fmaf(o.y, g.y, sum));
-    }
-    for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);  // warp sum
-    if (lane == 0) D[stat + row] = sum;
-  }
-}
+// fast_bwd_preprocess_kernel, shared with the atomic design: attention_bwd_tc.cuh.
 
 // ----------------------------------------------------------------------------- 2. dQ kernel
 /// Grid (Tr, H, B), 128 threads, kDqSmem bytes of dynamic SRAM:
@@ -244,10 +178,10 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
   const int Tc = (n_end + BLOCK_N - 1) / BLOCK_N;
 
   // Load Q_i, dO_i, K_0, V_0: HBM → SRAM (one cp.async group).
-  load_tile_async<HEAD_DIM, BLOCK_M>(sQ, Q + base, stride, row0, N);
-  load_tile_async<HEAD_DIM, BLOCK_M>(sdO, dO + base, stride, row0, N);
-  load_tile_async<HEAD_DIM, BLOCK_N>(sK, K + base, stride, 0, N);
-  load_tile_async<HEAD_DIM, BLOCK_N>(sV, V + base, stride, 0, N);
+  load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sQ, Q + base, stride, row0, N);
+  load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sdO, dO + base, stride, row0, N);
+  load_tile_async<HEAD_DIM, BLOCK_N, T::kThreads>(sK, K + base, stride, 0, N);
+  load_tile_async<HEAD_DIM, BLOCK_N, T::kThreads>(sV, V + base, stride, 0, N);
   cp_async_commit();
 
   // LSE_i, D_i of this thread's rows g and g + 8: HBM → registers (rows ≥ N: 0, never stored).
@@ -273,8 +207,8 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
     // Load K_{j+1}, V_{j+1}: HBM → SRAM into the other stage, while step j computes.
     if (j + 1 < Tc) {
       const uint32_t next = uint32_t(((j + 1) & 1) * kTileK);
-      load_tile_async<HEAD_DIM, BLOCK_N>(sK + next, K + base, stride, start_n + BLOCK_N, N);
-      load_tile_async<HEAD_DIM, BLOCK_N>(sV + next, V + base, stride, start_n + BLOCK_N, N);
+      load_tile_async<HEAD_DIM, BLOCK_N, T::kThreads>(sK + next, K + base, stride, start_n + BLOCK_N, N);
+      load_tile_async<HEAD_DIM, BLOCK_N, T::kThreads>(sV + next, V + base, stride, start_n + BLOCK_N, N);
     }
     cp_async_commit();
 
@@ -306,7 +240,7 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
   cp_async_wait_all();  // no copy may still be writing SRAM when the block exits (empty groups)
 
   // dQ_i = scale · acc: registers → HBM, once.
-  store_rows16<HEAD_DIM, kBf16>(dQ + base, stride, warp_row0, N, acc, p.scale, g, t);
+  store_rows16<HEAD_DIM / 8, kBf16>(dQ + base, stride, warp_row0, N, acc, p.scale, g, t);
 }
 
 // ----------------------------------------------------------------------------- 3. dK/dV kernel
@@ -342,10 +276,10 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
   const int Tr = (N + BLOCK_M - 1) / BLOCK_M;
 
   // Load K_j, V_j, Q_first, dO_first: HBM → SRAM (one cp.async group).
-  load_tile_async<HEAD_DIM, BLOCK_N>(sK, K + base, stride, start_n, N);
-  load_tile_async<HEAD_DIM, BLOCK_N>(sV, V + base, stride, start_n, N);
-  load_tile_async<HEAD_DIM, BLOCK_M>(sQ, Q + base, stride, i_begin * BLOCK_M, N);
-  load_tile_async<HEAD_DIM, BLOCK_M>(sdO, dO + base, stride, i_begin * BLOCK_M, N);
+  load_tile_async<HEAD_DIM, BLOCK_N, T::kThreads>(sK, K + base, stride, start_n, N);
+  load_tile_async<HEAD_DIM, BLOCK_N, T::kThreads>(sV, V + base, stride, start_n, N);
+  load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sQ, Q + base, stride, i_begin * BLOCK_M, N);
+  load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sdO, dO + base, stride, i_begin * BLOCK_M, N);
   cp_async_commit();
 
   float acc_dk[HEAD_DIM / 8][4], acc_dv[HEAD_DIM / 8][4];  // keys g and g + 8 of the warp's 16
@@ -365,8 +299,8 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
     // Load Q_{i+1}, dO_{i+1}: HBM → SRAM into the other stage, while step i computes.
     if (i + 1 < Tr) {
       const uint32_t next = uint32_t(((i + 1 - i_begin) & 1) * kTileQ);
-      load_tile_async<HEAD_DIM, BLOCK_M>(sQ + next, Q + base, stride, row0 + BLOCK_M, N);
-      load_tile_async<HEAD_DIM, BLOCK_M>(sdO + next, dO + base, stride, row0 + BLOCK_M, N);
+      load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sQ + next, Q + base, stride, row0 + BLOCK_M, N);
+      load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sdO + next, dO + base, stride, row0 + BLOCK_M, N);
     }
     cp_async_commit();
 
@@ -407,18 +341,11 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
   cp_async_wait_all();  // no copy may still be writing SRAM when the block exits (empty groups)
 
   // dK_j = scale · acc_dk, dV_j = acc_dv: registers → HBM, once.
-  store_rows16<HEAD_DIM, kBf16>(dK + base, stride, warp_key0, N, acc_dk, p.scale, g, t);
-  store_rows16<HEAD_DIM, kBf16>(dV + base, stride, warp_key0, N, acc_dv, 1.f, g, t);
+  store_rows16<HEAD_DIM / 8, kBf16>(dK + base, stride, warp_key0, N, acc_dk, p.scale, g, t);
+  store_rows16<HEAD_DIM / 8, kBf16>(dV + base, stride, warp_key0, N, acc_dv, 1.f, g, t);
 }
 
 // ----------------------------------------------------------------------------- launchers
-struct BwdPointers {
-  const void *Q, *K, *V, *O, *dO;
-  const float* LSE;
-  void *dQ, *dK, *dV;
-  float* D;
-};
-
 template <int HEAD_DIM, bool kBf16>
 void launch_fast_bwd(const Problem& p, const BwdPointers& a, cudaStream_t stream) {
   using T = BwdTraits<HEAD_DIM>;
@@ -436,10 +363,7 @@ void launch_fast_bwd(const Problem& p, const BwdPointers& a, cudaStream_t stream
   const auto* V = static_cast<const uint16_t*>(a.V);
   const auto* dO = static_cast<const uint16_t*>(a.dO);
 
-  announce("fast_bwd_preprocess_kernel");
-  fast_bwd_preprocess_kernel<HEAD_DIM, kBf16><<<dim3((p.seq + 63) / 64, p.heads, p.batch), 128, 0, stream>>>(
-      p, static_cast<const uint16_t*>(a.O), dO, a.D);
-  FLASHLAB_CUDA_CHECK_LAUNCH("fast_bwd_preprocess_kernel");
+  launch_fast_bwd_preprocess<HEAD_DIM, kBf16>(p, a, stream);
 
   announce("fast_bwd_dq_kernel");
   dq_kernel<<<dim3((p.seq + T::kDqBlockM - 1) / T::kDqBlockM, p.heads, p.batch), T::kThreads, T::kDqSmem,
@@ -451,6 +375,10 @@ void launch_fast_bwd(const Problem& p, const BwdPointers& a, cudaStream_t stream
               stream>>>(p, Q, K, V, dO, a.LSE, a.D, static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV));
   FLASHLAB_CUDA_CHECK_LAUNCH("fast_bwd_dkdv_kernel");
 }
+
+/// Byte offset of the atomic design's dQ accumulator in the workspace: after D (B·H·N floats),
+/// rounded up to 256 bytes (float4 accesses, and a cache-line start).
+std::size_t dq_accum_offset(std::size_t stats) { return (stats * sizeof(float) + 255) / 256 * 256; }
 
 Problem fast_bwd_problem(const FastBackwardConfig& cfg) {
   (void)fast_forward_tiles(cfg.head_dim);  // throws for d ∉ {64, 128}
@@ -467,14 +395,37 @@ Problem fast_bwd_problem(const FastBackwardConfig& cfg) {
 
 namespace flashlab::cuda {
 
+const char* to_string(FastBackwardDesign design) {
+  return design == FastBackwardDesign::atomic ? "atomic" : "two-kernel";
+}
+
+std::size_t fast_attention_backward_workspace_bytes(const FastBackwardConfig& cfg) {
+  const detail::Problem p = detail::fast_bwd_problem(cfg);
+  const std::size_t stats = std::size_t(p.batch) * p.heads * p.seq;
+  if (cfg.design == FastBackwardDesign::two_kernel) return stats * sizeof(float);
+  const std::size_t numel = std::size_t(p.batch) * p.seq * p.row_stride();
+  return detail::dq_accum_offset(stats) + numel * sizeof(float);
+}
+
 void fast_attention_backward_device(const FastBackwardConfig& cfg, const void* Q, const void* K, const void* V,
                                     const void* O, const void* dO, const float* LSE, void* dQ, void* dK, void* dV,
-                                    float* D, void* stream) {
+                                    void* workspace, void* stream) {
   const detail::Problem p = detail::fast_bwd_problem(cfg);
+  if (workspace == nullptr)
+    throw std::invalid_argument(
+        "flashlab::cuda: fast_attention_backward_device needs a workspace (hint: allocate "
+        "fast_attention_backward_workspace_bytes(cfg) bytes of device memory)");
   const auto s = static_cast<cudaStream_t>(stream);
-  const detail::BwdPointers a{Q, K, V, O, dO, LSE, dQ, dK, dV, D};
+  const std::size_t stats = std::size_t(p.batch) * p.heads * p.seq;
+  auto* ws = static_cast<unsigned char*>(workspace);
+  float* D = reinterpret_cast<float*>(ws);
+  const bool atomic = cfg.design == FastBackwardDesign::atomic;
+  float* dQaccum = atomic ? reinterpret_cast<float*>(ws + detail::dq_accum_offset(stats)) : nullptr;
+  const detail::BwdPointers a{Q, K, V, O, dO, LSE, dQ, dK, dV, D, dQaccum};
   const bool bf16 = cfg.dtype == FastDtype::bf16;
-  if (cfg.head_dim == 64) {
+  if (atomic) {
+    detail::launch_fast_bwd_atomic(p, bf16, a, s);
+  } else if (cfg.head_dim == 64) {
     if (bf16) detail::launch_fast_bwd<64, true>(p, a, s);
     else detail::launch_fast_bwd<64, false>(p, a, s);
   } else {
@@ -503,7 +454,9 @@ FastBackwardResult fast_attention_backward(const FastBackwardConfig& cfg, const 
   check("LSE", LSE.size(), stats, "LSE is [B, H, N]");
   detail::DeviceBuffer<std::uint16_t> bQ(numel), bK(numel), bV(numel), bO(numel), bdO(numel);
   detail::DeviceBuffer<std::uint16_t> bdQ(numel), bdK(numel), bdV(numel);
-  detail::DeviceBuffer<float> bLSE(stats), bD(stats);
+  detail::DeviceBuffer<float> bLSE(stats);
+  const std::size_t ws_bytes = fast_attention_backward_workspace_bytes(cfg);
+  detail::DeviceBuffer<unsigned char> bws(ws_bytes);
   bQ.upload(Q.data());
   bK.upload(K.data());
   bV.upload(V.data());
@@ -513,9 +466,9 @@ FastBackwardResult fast_attention_backward(const FastBackwardConfig& cfg, const 
   bdQ.poison();  // 0xFFFF is a NaN in bf16 and fp16 alike; 0xFFFFFFFF in fp32
   bdK.poison();
   bdV.poison();
-  bD.poison();
+  bws.poison();  // D and (atomic) the dQ accumulator: NaN unless the kernels write/zero them
   fast_attention_backward_device(cfg, bQ.get(), bK.get(), bV.get(), bO.get(), bdO.get(), bLSE.get(), bdQ.get(),
-                                 bdK.get(), bdV.get(), bD.get(), nullptr);
+                                 bdK.get(), bdV.get(), bws.get(), nullptr);
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
   FastBackwardResult r;
   r.dQ.resize(numel);
@@ -525,7 +478,7 @@ FastBackwardResult fast_attention_backward(const FastBackwardConfig& cfg, const 
   bdQ.download(r.dQ.data());
   bdK.download(r.dK.data());
   bdV.download(r.dV.data());
-  bD.download(r.D.data());
+  FLASHLAB_CUDA_CHECK(cudaMemcpy(r.D.data(), bws.get(), stats * sizeof(float), cudaMemcpyDeviceToHost));
   return r;
 }
 
@@ -545,7 +498,8 @@ double fast_attention_backward_time_ms(const FastBackwardConfig& cfg, int reps) 
   }
   detail::DeviceBuffer<std::uint16_t> bQ(numel), bK(numel), bV(numel), bO(numel), bdO(numel);
   detail::DeviceBuffer<std::uint16_t> bdQ(numel), bdK(numel), bdV(numel);
-  detail::DeviceBuffer<float> bLSE(stats), bD(stats);
+  detail::DeviceBuffer<float> bLSE(stats);
+  detail::DeviceBuffer<unsigned char> bws(fast_attention_backward_workspace_bytes(cfg));  // outside the timing
   for (auto* b : {&bQ, &bK, &bV, &bO, &bdO}) b->upload(host.data());
   const std::vector<float> lse(stats, std::log2(float(p.seq)) + 1.f);
   bLSE.upload(lse.data());
@@ -558,7 +512,7 @@ double fast_attention_backward_time_ms(const FastBackwardConfig& cfg, int reps) 
     FLASHLAB_CUDA_CHECK(cudaMemset(flush.get(), r & 0xff, flush.bytes()));
     FLASHLAB_CUDA_CHECK(cudaEventRecord(e0));
     fast_attention_backward_device(cfg, bQ.get(), bK.get(), bV.get(), bO.get(), bdO.get(), bLSE.get(), bdQ.get(),
-                                   bdK.get(), bdV.get(), bD.get(), nullptr);
+                                   bdK.get(), bdV.get(), bws.get(), nullptr);
     FLASHLAB_CUDA_CHECK(cudaEventRecord(e1));
     FLASHLAB_CUDA_CHECK(cudaEventSynchronize(e1));
     float t = 0.f;

@@ -1,24 +1,35 @@
-// attention_fwd_tc.cu — fast FlashAttention forward on tensor cores (issue 7, first step).
+// attention_fwd_tc.cu — fast FlashAttention forward on tensor cores (issue 7).
 //
 // What it does: the same algorithm, loop order and names as attention_fa2_fwd.cu (FA2 order, one
 // thread block per query tile Q_i, inner loop over key tiles K_j, V_j, online softmax in base 2,
 // LSE_i = m_i + log2(l_i) saved in fp32), but with bf16 or fp16 inputs and the work done by
 // `mma.sync.aligned.m16n8k16` (fp32 accumulation):
-//   - Tiles (FastConfig below, chosen by measurement, cuda/FAST_NOTES.md):
-//       d = 128: BLOCK_M = Br = 128, 8 warps × 16 query rows, BLOCK_N = Bc = 64, 1 block/SM;
-//       d = 64:  BLOCK_M = Br = 128, 4 warps × 32 query rows (two m16 tiles share every K_j/V_j
-//                fragment), BLOCK_N = Bc = 64, 2 blocks/SM.
+//   - Tiles (FastConfig below, one tuple per head dim and causal flag, chosen by measurement,
+//     cuda/FAST_NOTES.md and cuda/results/fwd_session2_notes.md); BLOCK_M = Br = 128 and
+//     BLOCK_N = Bc = 64 everywhere:
+//       d = 128, non-causal: 4 warps × 32 query rows (two m16 tiles share every K_j/V_j fragment:
+//                half the SRAM bytes per mma), Q_i re-read from SRAM, 2 blocks/SM (255 registers,
+//                no spills, 96 KiB SRAM each), lazy rescale (below), cp.async addresses from one
+//                per-thread base (TileLoader);
+//       d = 128, causal:     8 warps × 16 query rows, Q_i in registers, 1 block/SM (thinner warps
+//                skip more of the masked triangle; 214 registers, 96 KiB);
+//       d = 64:              4 warps × 32 query rows, Q_i in registers, 2 blocks/SM (236/240
+//                registers, 48 KiB).
 //     Each warp owns its query rows of Q_i, S_ij, P_ij and O_i for the whole loop.
-//   - Q_i: HBM → SRAM once (cp.async), then SRAM → registers once (ldmatrix) as mma A fragments.
+//   - Q_i: HBM → SRAM once (cp.async), then SRAM → registers (ldmatrix) as mma A fragments, once
+//     (Q in registers) or at every k-step of S = Q Kᵀ (Q from SRAM, when registers are short).
 //   - K_j, V_j: HBM → SRAM with cp.async, two stages: K_{j+1}, V_{j+1} are in flight while step j
-//     computes; one __syncthreads() per step. SRAM tiles are XOR-swizzled in 16-byte chunks
-//     (chunk ^ (row & 7)) so both the cp.async writes and the ldmatrix reads of 8 rows hit 8
-//     different bank groups (no padding).
+//     computes; one __syncthreads() per step. (stages = 1 selects FA2's split schedule instead:
+//     one K and one V buffer, two barriers per step; measured slower here.) SRAM tiles are
+//     XOR-swizzled in 16-byte chunks (chunk ^ (row & 7)) so both the cp.async writes and the
+//     ldmatrix reads of 8 rows hit 8 different bank groups (no padding).
 //   - S_ij = Q_i K_jᵀ and P_ij live in registers only (mma C fragments); P_ij is rounded to 16 bits
 //     in registers and reused directly as the A fragment of O_i += P_ij V_j (V_j via ldmatrix.trans).
 //   - Scores stay raw; the base-2 scale is folded into one FMA: P = 2^(S·scale·log2 e − m_i) (ex2).
 //   - l_i is kept per thread (partial row sums) and reduced across the 4 threads of a row only at
 //     the end; 1/l_i is applied once at the end (deferred normalisation).
+//   - Lazy rescale (d = 128 non-causal): acc = diag(alpha)·acc is skipped in a step where no row of
+//     the warp got a new maximum (one warp vote; alpha = 2^0 = 1 exactly, so results are identical).
 //   - Causal: key tiles right of the block's last row are never loaded; inside the loop a warp
 //     whose rows see none of a tile skips its math; the mask is applied only on tiles that need
 //     it (diagonal tiles, and the ragged last tile where keys ≥ N get −inf). Causal blocks run the
@@ -26,18 +37,23 @@
 //   - Out-of-sequence rows of Q_i, K_j, V_j are zero-filled by cp.async (src-size 0), so no stale or
 //     uninitialised SRAM (a possible NaN) reaches P·V (seed 001, "the NaN hazard").
 // It never produces S or P outside registers; O is written once in the input dtype, LSE in fp32.
-// Instantiations: d ∈ {64, 128} × {bf16, fp16}; causal is a run-time flag (a uniform branch).
+// Instantiations: d ∈ {64, 128} × {bf16, fp16} × {causal, not}: the launch picks the causal
+// instantiation from the run-time flag (each has its own tuple; inside the kernel it is constexpr).
 //
 // How to run: flashlab::cuda::fast_attention_forward(cfg, Q, K, V) (host vectors of 16-bit bit
 // patterns) or fast_attention_forward_device(...) on device pointers; `bench_cuda_attention` times
 // it and cuda/bench/sdpa_bench.py sets PyTorch SDPA beside it (cuda/bench/run_fast_on_device.sh).
 //
-// Honest performance notes (measured, cuda/RESULTS.md): H100, bf16, H = 16: d = 64 reaches
-// 326–334 TFLOP/s at N ≥ 8192 (1.07–1.09× SDPA's FlashAttention-2 backend), d = 128 309–321
-// (0.86–0.92× of it; issue 7's bar is 350). cuDNN is 1.5–2× faster. This is mma.sync, not
-// Hopper's wgmma/TMA; the exp2/softmax phase of a warp does not overlap its own mma phase (a
-// one-step-ahead S pipeline was tried and was slower, see FAST_NOTES.md), and O is stored
-// straight from registers (4-byte stores) rather than staged through SRAM.
+// Honest performance notes (measured 2026-11-22, H100 80GB HBM3, bf16, B = 1, H = 16, median of
+// 20–30 launches, L2 flushed; cuda/results/fwd_session2_notes.md). d = 128 non-causal: 352–362
+// TFLOP/s at N = 8192 and 367–368 at 16384 over four runs; in the final run 353.7 / 367.1 against
+// SDPA's FlashAttention-2 backend 357.6–358.1 / 352.8–357.5 in the same session, i.e. 0.99× at
+// N = 8192 (issue 7's "≥ FA2" is NOT met there; ≥ 350 is) and 1.03–1.04× at 16384. d = 128 causal
+// 292.2 / 324.8 (1.01–1.13× / 0.99–1.01×); d = 64 335.9 / 342.0 (1.11–1.16×), causal 267.3 / 302.6
+// (1.08–1.15×). cuDNN is 1.4–2× faster. This is mma.sync, not Hopper's wgmma/TMA; the exp2/softmax
+// phase of a warp does not overlap its own mma phase (a one-step-ahead S pipeline was tried and was
+// slower, see FAST_NOTES.md), and O is stored straight from registers (4-byte stores) rather than
+// staged through SRAM.
 #include "common.hpp"
 #include "tensor_core.cuh"
 #include "flashlab/cuda/fast_attention.hpp"
@@ -49,23 +65,34 @@
 #include <stdexcept>
 #include <string>
 
-// Build-time switches for the optimisation experiments (cuda/FAST_NOTES.md); the defaults are
-// the measured best. Per head dim: warps per block, m16 tiles (16 query rows each) per warp,
-// BLOCK_N, Q_i fragments re-read from SRAM (1) or kept in registers (0), min blocks per SM,
-// K_j/V_j pipeline stages.
+// Build-time switches for the optimisation experiments (cuda/FAST_NOTES.md,
+// cuda/results/fwd_session2_notes.md); the defaults are the measured best. Per head dim (and per
+// causal flag): warps per block, m16 tiles (16 query rows each) per warp, BLOCK_N, Q_i fragments
+// re-read from SRAM (1) or kept in registers (0), min blocks per SM, K_j/V_j stages (1 = FA2's split
+// schedule, ≥ 2 = a ring), [lazy rescale (1) or not (0), cp.async per-thread base (1) or per chunk (0)].
 #ifndef FLASHLAB_FAST_D64
 #define FLASHLAB_FAST_D64 4, 2, 64, 0, 2, 2
 #endif
 #ifndef FLASHLAB_FAST_D128
-#define FLASHLAB_FAST_D128 8, 1, 64, 0, 1, 2
+#define FLASHLAB_FAST_D128 4, 2, 64, 1, 2, 2, 1, 1
+#endif
+// Causal launches have their own tuple (same BLOCK_M and BLOCK_N): a warp skips key tiles left of
+// its rows, so thinner warps skip more on the diagonal and the best shape differs.
+#ifndef FLASHLAB_FAST_D64_CAUSAL
+#define FLASHLAB_FAST_D64_CAUSAL FLASHLAB_FAST_D64
+#endif
+#ifndef FLASHLAB_FAST_D128_CAUSAL
+#define FLASHLAB_FAST_D128_CAUSAL 8, 1, 64, 0, 1, 2
 #endif
 
 namespace flashlab::cuda::detail {
 namespace {
 
 // ----------------------------------------------------------------------------- tile parameters
-/// One configuration: warps, m16 tiles per warp, BLOCK_N, Q from SRAM, min blocks per SM.
-template <int kWarps_, int kMT_, int kBlockN_, int kQSmem_, int kMinBlocks_, int kStages_>
+/// One configuration: warps, m16 tiles per warp, BLOCK_N, Q from SRAM, min blocks per SM, stages,
+/// lazy rescale, loader kind.
+template <int kWarps_, int kMT_, int kBlockN_, int kQSmem_, int kMinBlocks_, int kStages_, int kLazy_ = 0,
+          int kLoader_ = 0>
 struct FastConfig {
   static constexpr int kWarps = kWarps_;
   static constexpr int kMT = kMT_;  // m16 tiles per warp: 16·kMT query rows per warp
@@ -76,18 +103,28 @@ struct FastConfig {
   static constexpr int kMinBlocks = kMinBlocks_;
   // K_j/V_j buffers in SRAM (tile j + kStages − 1 is in flight while tile j computes).
   static constexpr int kStages = kStages_;
-  static_assert(kStages >= 2, "at least double buffering");
+  static_assert(kStages >= 1, "1 = FA2 split schedule, ≥ 2 = K_j/V_j ring");
+  // Skip acc = diag(alpha)·acc when no row maximum of the warp moved (alpha = 1 exactly).
+  static constexpr bool kLazyRescale = kLazy_ != 0;
+  // cp.async addresses: per chunk from the thread index (0), or one per-thread base (1).
+  static constexpr bool kLoaderBase = kLoader_ != 0;
 };
-template <int HEAD_DIM>
+template <int HEAD_DIM, bool kCausal>
 struct FastTraitsBase;
 template <>
-struct FastTraitsBase<64> : FastConfig<FLASHLAB_FAST_D64> {};
+struct FastTraitsBase<64, false> : FastConfig<FLASHLAB_FAST_D64> {};
 template <>
-struct FastTraitsBase<128> : FastConfig<FLASHLAB_FAST_D128> {};
+struct FastTraitsBase<128, false> : FastConfig<FLASHLAB_FAST_D128> {};
+template <>
+struct FastTraitsBase<64, true> : FastConfig<FLASHLAB_FAST_D64_CAUSAL> {};
+template <>
+struct FastTraitsBase<128, true> : FastConfig<FLASHLAB_FAST_D128_CAUSAL> {};
 
-template <int HEAD_DIM>
-struct FastTraits : FastTraitsBase<HEAD_DIM> {
-  using C = FastTraitsBase<HEAD_DIM>;
+template <int HEAD_DIM, bool kCausal_>
+struct FastTraits : FastTraitsBase<HEAD_DIM, kCausal_> {
+  using C = FastTraitsBase<HEAD_DIM, kCausal_>;
+  static constexpr int kHeadDim = HEAD_DIM;
+  static constexpr bool kCausal = kCausal_;
   static constexpr int kThreads = 32 * C::kWarps;
   static constexpr int BLOCK_M = 16 * C::kMT * C::kWarps;  // Br
   using C::kStages;
@@ -103,32 +140,66 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
-/// Issue cp.async for rows [row0, row0 + ROWS) of one head (rows ≥ N are zero-filled).
-template <int HEAD_DIM, int ROWS>
-__device__ __forceinline__ void load_tile_async(uint32_t smem, const uint16_t* head, std::size_t stride, int row0,
-                                                int N) {
-  using T = FastTraits<HEAD_DIM>;
-  constexpr int kPerThread = ROWS * T::kChunks / T::kThreads;
-  static_assert(ROWS * T::kChunks % T::kThreads == 0, "tile chunks must divide among the threads");
-#pragma unroll
-  for (int it = 0; it < kPerThread; ++it) {
-    const int idx = threadIdx.x + it * T::kThreads;
-    const int r = idx / T::kChunks, c = idx % T::kChunks;
-    const int row = row0 + r;
-    const bool ok = row < N;
-    const uint16_t* src = head + std::size_t(ok ? row : 0) * stride + c * 8;
-    cp_async16(smem + swz<HEAD_DIM>(r, c), src, ok);
+/// This thread's share of the cp.async tile copies (rows ≥ N are zero-filled).
+/// kLoaderBase = false: chunk idx = thread + k·threads of the tile, its row, column and swizzled
+/// offset computed per chunk (the first version). kLoaderBase = true: thread τ always copies chunk
+/// c = τ mod (d/8) of rows r = τ div (d/8) + k·R (R = threads / (d/8), a multiple of 8), so its
+/// swizzled SRAM offset is one per-thread constant plus k·R rows (chunk ^ (row & 7) does not change
+/// with k) and its HBM offset one per-thread constant plus (row0 + k·R)·stride. Which one is
+/// faster depends on what else competes for registers (fwd_session2_notes.md), so it is a tuple field.
+template <class T>
+struct TileLoader {
+  static constexpr int HEAD_DIM = T::kHeadDim;
+  static constexpr int kRowsPerPass = T::kThreads / T::kChunks;  // R
+  static_assert(T::kThreads % T::kChunks == 0 && kRowsPerPass % 8 == 0, "swizzle must be pass-invariant");
+  std::size_t head;  // element offset of row 0 of this block's head (the same in Q, K, V, O)
+  int r;             // kLoaderBase: first row of this thread
+  uint32_t soff;     // ... its swizzled SRAM byte offset inside a tile
+  std::size_t goff;  // ... its element offset (row r, chunk c of this head)
+
+  __device__ __forceinline__ TileLoader(std::size_t head_, std::size_t stride) : head(head_) {
+    r = int(threadIdx.x) / T::kChunks;
+    const int c = int(threadIdx.x) % T::kChunks;
+    soff = swz<HEAD_DIM>(r, c);
+    goff = head + std::size_t(r) * stride + 8 * c;
   }
-}
+  /// Issue cp.async for rows [row0, row0 + ROWS) of this block's head of `x` (the tensor's own
+  /// pointer: a kernel parameter, so no register holds a per-tensor head pointer).
+  template <int ROWS>
+  __device__ __forceinline__ void load(uint32_t smem, const uint16_t* x, std::size_t stride, int row0,
+                                       int N) const {
+    static_assert(ROWS % kRowsPerPass == 0, "tile rows must divide among the passes");
+    if constexpr (T::kLoaderBase) {
+#pragma unroll
+      for (int k = 0; k < ROWS / kRowsPerPass; ++k) {
+        const int row = row0 + r + k * kRowsPerPass;
+        const bool ok = row < N;
+        // A zero-filled chunk reads nothing; its address still points inside the tensor.
+        const uint16_t* src = ok ? x + goff + std::size_t(row0 + k * kRowsPerPass) * stride : x;
+        cp_async16(smem + soff + uint32_t(k * kRowsPerPass * HEAD_DIM * 2), src, ok);
+      }
+    } else {
+#pragma unroll
+      for (int it = 0; it < ROWS * T::kChunks / T::kThreads; ++it) {
+        const int idx = int(threadIdx.x) + it * T::kThreads;
+        const int rr = idx / T::kChunks, c = idx % T::kChunks;
+        const int row = row0 + rr;
+        const bool ok = row < N;
+        cp_async16(smem + swz<HEAD_DIM>(rr, c), x + head + std::size_t(ok ? row : 0) * stride + c * 8, ok);
+      }
+    }
+  }
+};
 
 // ----------------------------------------------------------------------------- the kernel
 /// Grid (Tr, H, B), FastTraits::kThreads threads, FastTraits::kSmemBytes of dynamic SRAM:
 /// [Q_i: BLOCK_M × d][K_j: kStages × BLOCK_N × d][V_j: kStages × BLOCK_N × d], all swizzled.
-template <int HEAD_DIM, bool kBf16>
-__global__ void __launch_bounds__(FastTraits<HEAD_DIM>::kThreads, FastTraits<HEAD_DIM>::kMinBlocks)
+template <class T, bool kBf16>
+__global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     fast_fwd_kernel(Problem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                     const uint16_t* __restrict__ V, uint16_t* __restrict__ O, float* __restrict__ LSE) {
-  using T = FastTraits<HEAD_DIM>;
+  constexpr int HEAD_DIM = T::kHeadDim;
+  constexpr bool causal = T::kCausal;  // == p.causal (the launch picks the instantiation)
   constexpr int BLOCK_M = T::BLOCK_M, BLOCK_N = T::BLOCK_N, kMT = T::kMT;
   constexpr int kKStepsQK = HEAD_DIM / 16;  // k-steps of S = Q Kᵀ (over d)
   constexpr int kNTilesS = BLOCK_N / 8;     // n8 tiles of S_ij per m16 tile
@@ -138,7 +209,7 @@ __global__ void __launch_bounds__(FastTraits<HEAD_DIM>::kThreads, FastTraits<HEA
 
   const int N = p.seq;
   // Causal: the bottom query tiles see the most keys; launch them first (better tail balance).
-  const int i = p.causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int i = causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
   const int h = blockIdx.y, b = blockIdx.z;
   const int row0 = i * BLOCK_M;
   const std::size_t stride = p.row_stride();
@@ -154,22 +225,43 @@ __global__ void __launch_bounds__(FastTraits<HEAD_DIM>::kThreads, FastTraits<HEA
   const uint32_t sV = sK + T::kStages * T::kTileKVBytes;  // + stage · kTileKVBytes
 
   // Causal: key tiles starting past this tile's last query row are entirely masked — skip them.
-  const int n_end = p.causal ? min(N, row0 + BLOCK_M) : N;
+  const int n_end = causal ? min(N, row0 + BLOCK_M) : N;
   const int Tc = (n_end + BLOCK_N - 1) / BLOCK_N;
 
-  // Load Q_i, K_0, V_0: HBM → SRAM (one cp.async group), then K_s, V_s for the first stages
-  // (one group each; an empty group where there is no tile, so the group count stays uniform).
-  load_tile_async<HEAD_DIM, BLOCK_M>(sQ, Q + base, stride, row0, N);
-  load_tile_async<HEAD_DIM, BLOCK_N>(sK, K + base, stride, 0, N);
-  load_tile_async<HEAD_DIM, BLOCK_N>(sV, V + base, stride, 0, N);
-  cp_async_commit();
-#pragma unroll
-  for (int st = 1; st < T::kStages - 1; ++st) {
-    if (st < Tc) {
-      load_tile_async<HEAD_DIM, BLOCK_N>(sK + st * T::kTileKVBytes, K + base, stride, st * BLOCK_N, N);
-      load_tile_async<HEAD_DIM, BLOCK_N>(sV + st * T::kTileKVBytes, V + base, stride, st * BLOCK_N, N);
-    }
+  // ldmatrix row addresses. Every fragment this lane addresses has row ≡ lane (mod 8), so the
+  // swizzle chunk ^ (row & 7) = (2·k) ^ x with x fixed per lane (chunk = 2·k + x-bit, disjoint
+  // bits): address = lane base + compile-time row offset + ((32·k) ^ lane xor). Three bases and
+  // three xors per lane instead of one precomputed register per (k-step, tile) address.
+  constexpr int kRowBytes = HEAD_DIM * 2;
+  const int mi = lane >> 3;  // which 8×8 matrix of an ldmatrix.x4 this lane addresses
+  const uint32_t q_lane = sQ + uint32_t((warp_m0 + (lane & 15)) * kRowBytes);
+  const uint32_t q_xor = uint32_t(((lane >> 4) ^ (lane & 7)) << 4);
+  const uint32_t k_lane = sK + uint32_t(((lane & 7) + ((mi >> 1) << 3)) * kRowBytes);
+  const uint32_t k_xor = uint32_t(((mi & 1) ^ (lane & 7)) << 4);
+  const uint32_t v_lane = sV + uint32_t(((lane & 7) + ((mi & 1) << 3)) * kRowBytes);
+  const uint32_t v_xor = uint32_t(((mi >> 1) ^ (lane & 7)) << 4);
+
+  const TileLoader<T> ld(base, stride);
+  if constexpr (T::kStages == 1) {
+    // One K_j and one V_j buffer, FA2's split schedule (see the loop): group 0 = Q_i, K_0.
+    ld.template load<BLOCK_M>(sQ, Q, stride, row0, N);
+    ld.template load<BLOCK_N>(sK, K, stride, 0, N);
     cp_async_commit();
+  } else {
+    // Load Q_i, K_0, V_0: HBM → SRAM (one cp.async group), then K_s, V_s for the first stages
+    // (one group each; an empty group where there is no tile, so the group count stays uniform).
+    ld.template load<BLOCK_M>(sQ, Q, stride, row0, N);
+    ld.template load<BLOCK_N>(sK, K, stride, 0, N);
+    ld.template load<BLOCK_N>(sV, V, stride, 0, N);
+    cp_async_commit();
+#pragma unroll
+    for (int st = 1; st < T::kStages - 1; ++st) {
+      if (st < Tc) {
+        ld.template load<BLOCK_N>(sK + st * T::kTileKVBytes, K, stride, st * BLOCK_N, N);
+        ld.template load<BLOCK_N>(sV + st * T::kTileKVBytes, V, stride, st * BLOCK_N, N);
+      }
+      cp_async_commit();
+    }
   }
 
   // acc = 0 (unnormalised O_i), m_i = −inf, l_i = 0; per m16 tile, rows g and g + 8.
@@ -186,18 +278,26 @@ __global__ void __launch_bounds__(FastTraits<HEAD_DIM>::kThreads, FastTraits<HEA
   for (int j = 0; j < Tc; ++j) {
     const int start_n = j * BLOCK_N;
     const uint32_t stage_off = uint32_t((j % T::kStages) * T::kTileKVBytes);
-    // kStages − 1 + j groups are committed; the (j+1)-th holds K_j, V_j: wait for it.
-    cp_async_wait<T::kStages - 2>();
-    // Every thread's cp.async of K_j, V_j (and Q_i) is now visible to all warps, and every warp
-    // has finished step j − 1, so the stage it read may be refilled below.
-    __syncthreads();
-    // Load K_{j+S-1}, V_{j+S-1}: HBM → SRAM into the stage step j − 1 used, while step j computes.
-    {
+    if constexpr (T::kStages == 1) {
+      // FA2's schedule, one buffer each: K_j has landed (the only pending group); after the
+      // barrier every warp is past step j − 1, so nobody still reads V_{j−1}: V_j may overwrite it
+      // and loads while S_ij = Q_i K_jᵀ is computed.
+      cp_async_wait<0>();
+      __syncthreads();
+      ld.template load<BLOCK_N>(sV, V, stride, start_n, N);
+      cp_async_commit();
+    } else {
+      // kStages − 1 + j groups are committed; the (j+1)-th holds K_j, V_j: wait for it.
+      cp_async_wait<T::kStages - 2>();
+      // Every thread's cp.async of K_j, V_j (and Q_i) is now visible to all warps, and every warp
+      // has finished step j − 1, so the stage it read may be refilled below.
+      __syncthreads();
+      // Load K_{j+S-1}, V_{j+S-1}: HBM → SRAM into the stage step j − 1 used, while step j computes.
       const int jn = j + T::kStages - 1;
       if (jn < Tc) {
         const uint32_t next = uint32_t((jn % T::kStages) * T::kTileKVBytes);
-        load_tile_async<HEAD_DIM, BLOCK_N>(sK + next, K + base, stride, jn * BLOCK_N, N);
-        load_tile_async<HEAD_DIM, BLOCK_N>(sV + next, V + base, stride, jn * BLOCK_N, N);
+        ld.template load<BLOCK_N>(sK + next, K, stride, jn * BLOCK_N, N);
+        ld.template load<BLOCK_N>(sV + next, V, stride, jn * BLOCK_N, N);
       }
       cp_async_commit();
     }
@@ -209,17 +309,17 @@ __global__ void __launch_bounds__(FastTraits<HEAD_DIM>::kThreads, FastTraits<HEA
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
           for (int kk = 0; kk < kKStepsQK; ++kk)
-            ldsm_x4(sQ + swz<HEAD_DIM>(warp_m0 + 16 * mt + (lane & 15), 2 * kk + (lane >> 4)), q_frag[mt][kk][0],
+            ldsm_x4(q_lane + 16 * mt * kRowBytes + ((32 * kk) ^ q_xor), q_frag[mt][kk][0],
                     q_frag[mt][kk][1], q_frag[mt][kk][2], q_frag[mt][kk][3]);
       }
     }
 
     // A warp whose rows are all left of this key tile (causal) has nothing to add.
-    const bool warp_active = !p.causal || start_n <= warp_row0 + 16 * kMT - 1;
+    const bool warp_active = !causal || start_n <= warp_row0 + 16 * kMT - 1;
+    float s[kMT][kNTilesS][4];
     if (warp_active) {
       // S_ij = Q_i K_jᵀ (raw scores, fp32, registers). B fragments of K_j via ldmatrix (non-trans),
       // each used by all kMT m16 tiles of the warp.
-      float s[kMT][kNTilesS][4];
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -233,16 +333,14 @@ __global__ void __launch_bounds__(FastTraits<HEAD_DIM>::kThreads, FastTraits<HEA
 #pragma unroll
             for (int e = 0; e < 4; ++e) qa[mt][e] = q_frag[mt][kk][e];
           } else {  // Q_i fragment of this k-step: SRAM → registers
-            ldsm_x4(sQ + swz<HEAD_DIM>(warp_m0 + 16 * mt + (lane & 15), 2 * kk + (lane >> 4)), qa[mt][0],
+            ldsm_x4(q_lane + 16 * mt * kRowBytes + ((32 * kk) ^ q_xor), qa[mt][0],
                     qa[mt][1], qa[mt][2], qa[mt][3]);
           }
         }
 #pragma unroll
         for (int np = 0; np < kNTilesS / 2; ++np) {
-          const int mi = lane >> 3;
-          const int key = 16 * np + (lane & 7) + ((mi >> 1) << 3);
-          uint32_t b0, b1, b2, b3;
-          ldsm_x4(sK + stage_off + swz<HEAD_DIM>(key, 2 * kk + (mi & 1)), b0, b1, b2, b3);
+          uint32_t b0, b1, b2, b3;  // keys 16·np + [0, 16), dims 16·kk + [0, 16)
+          ldsm_x4(k_lane + stage_off + 16 * np * kRowBytes + ((32 * kk) ^ k_xor), b0, b1, b2, b3);
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
             mma16816<kBf16>(s[mt][2 * np], qa[mt], b0, b1);
@@ -253,7 +351,7 @@ __global__ void __launch_bounds__(FastTraits<HEAD_DIM>::kThreads, FastTraits<HEA
 
       // Mask (seed 001, "Out-of-Sequence Masking"): keys ≥ N, and causal keys > query row → −inf,
       // so 2^(−inf) = 0 adds nothing to l_i or acc. Only tiles that straddle N or the diagonal.
-      const bool need_mask = start_n + BLOCK_N > N || (p.causal && start_n + BLOCK_N - 1 > warp_row0);
+      const bool need_mask = start_n + BLOCK_N > N || (causal && start_n + BLOCK_N - 1 > warp_row0);
       if (need_mask) {
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
@@ -263,13 +361,56 @@ __global__ void __launch_bounds__(FastTraits<HEAD_DIM>::kThreads, FastTraits<HEA
             for (int e = 0; e < 4; ++e) {
               const int col = start_n + 8 * n + 2 * t + (e & 1);
               const int row = warp_row0 + 16 * mt + g + 8 * (e >> 1);
-              if (col >= N || (p.causal && col > row)) s[mt][n][e] = NEG_INF;
+              if (col >= N || (causal && col > row)) s[mt][n][e] = NEG_INF;
             }
       }
-
+    }
+    if constexpr (T::kStages == 1) {
+      // V_j has landed; after the barrier no warp reads K_j any more, so K_{j+1} may overwrite it
+      // and loads during the softmax and O_i += P_ij V_j.
+      cp_async_wait<0>();
+      __syncthreads();
+      if (j + 1 < Tc) {
+        ld.template load<BLOCK_N>(sK, K, stride, start_n + BLOCK_N, N);
+        cp_async_commit();
+      }
+    }
+    if (warp_active) {
       // Online softmax (seed 001, base 2), rows r = g and g + 8 of each m16 tile:
       //   m_ij = max(m_i, rowmax(S_ij)·scale·log2 e); P_ij = 2^(S_ij·scale·log2 e − m_ij);
       //   alpha = 2^(m_i − m_ij); l_i = l_i·alpha + rowsum(P_ij); acc = diag(alpha)·acc.
+      float alpha[kMT][2] = {};  // all set below before use; = {} keeps the front end quiet
+      bool max_moved = false;  // some row of this thread has a new maximum (alpha ≠ 1)
+      // P_ij = 2^(S_ij·scale·log2 e − m_ij) and its row sums, rows r = g, g + 8 of m16 tile mt;
+      // l_i = l_i·alpha + rowsum.
+      auto exp_rows = [&](int mt, int r) {
+        // A row that has seen only masked scores keeps m = −inf; subtracting 0 instead keeps
+        // 2^(−inf − m) = 0 rather than 2^(−inf + inf) = NaN.
+        const float m_ref = m_i[mt][r] == NEG_INF ? 0.f : m_i[mt][r];
+        float row_sum = 0.f;
+#pragma unroll
+        for (int n = 0; n < kNTilesS; ++n) {
+          s[mt][n][2 * r] = ex2(fmaf(s[mt][n][2 * r], p.scale_log2, -m_ref));
+          s[mt][n][2 * r + 1] = ex2(fmaf(s[mt][n][2 * r + 1], p.scale_log2, -m_ref));
+          row_sum += s[mt][n][2 * r] + s[mt][n][2 * r + 1];
+        }
+        l_i[mt][r] = l_i[mt][r] * alpha[mt][r] + row_sum;
+      };
+      // Rows whose maximum did not move have alpha = 2^0 = 1 exactly: when that holds for all 32·kMT
+      // rows of the warp (a warp vote), the kMT·d/2 multiplications of acc are skipped (lazy
+      // rescale) — identical results. A row's maximum moves at step j with probability ~1/j for
+      // random scores, so the skips grow along the loop (estimated ~40 % of the steps at N = 8192).
+      auto rescale_acc = [&] {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+#pragma unroll
+            for (int n = 0; n < kNTilesO; ++n) {
+              acc[mt][n][2 * r] *= alpha[mt][r];
+              acc[mt][n][2 * r + 1] *= alpha[mt][r];
+            }
+      };
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -281,25 +422,14 @@ __global__ void __launch_bounds__(FastTraits<HEAD_DIM>::kThreads, FastTraits<HEA
           raw_max = fmaxf(raw_max, __shfl_xor_sync(0xffffffffu, raw_max, 1));
           raw_max = fmaxf(raw_max, __shfl_xor_sync(0xffffffffu, raw_max, 2));
           const float m_ij = fmaxf(m_i[mt][r], raw_max * p.scale_log2);
-          // A row that has seen only masked scores keeps m = −inf; subtracting 0 instead keeps
-          // 2^(−inf − m) = 0 rather than 2^(−inf + inf) = NaN.
-          const float m_ref = m_ij == NEG_INF ? 0.f : m_ij;
-          const float alpha = ex2(m_i[mt][r] - m_ref);
+          alpha[mt][r] = ex2(m_i[mt][r] - (m_ij == NEG_INF ? 0.f : m_ij));  // NaN guard: exp_rows
+          max_moved |= m_ij != m_i[mt][r];
           m_i[mt][r] = m_ij;
-          float row_sum = 0.f;
-#pragma unroll
-          for (int n = 0; n < kNTilesS; ++n) {
-            s[mt][n][2 * r] = ex2(fmaf(s[mt][n][2 * r], p.scale_log2, -m_ref));
-            s[mt][n][2 * r + 1] = ex2(fmaf(s[mt][n][2 * r + 1], p.scale_log2, -m_ref));
-            row_sum += s[mt][n][2 * r] + s[mt][n][2 * r + 1];
-          }
-          l_i[mt][r] = l_i[mt][r] * alpha + row_sum;
-#pragma unroll
-          for (int n = 0; n < kNTilesO; ++n) {
-            acc[mt][n][2 * r] *= alpha;
-            acc[mt][n][2 * r + 1] *= alpha;
-          }
+          exp_rows(mt, r);
         }
+      // (Deciding the vote before the exponentials, so that exp2 and the P·V mma share one basic
+      // block, was measured 2 % slower: fwd_session2_notes.md, step 5.)
+      if (!T::kLazyRescale || __any_sync(0xffffffffu, max_moved)) rescale_acc();
 
       // acc += P_ij V_j: P_ij rounded to 16 bits in registers is the A fragment (C layout of two
       // n8 tiles = A layout of one k16 step); V_j B fragments via ldmatrix.trans, each used by
@@ -316,10 +446,8 @@ __global__ void __launch_bounds__(FastTraits<HEAD_DIM>::kThreads, FastTraits<HEA
         }
 #pragma unroll
         for (int np = 0; np < kNTilesO / 2; ++np) {
-          const int mi = lane >> 3;
-          const int key = 16 * kk + (lane & 7) + ((mi & 1) << 3);
-          uint32_t b0, b1, b2, b3;
-          ldsm_x4_trans(sV + stage_off + swz<HEAD_DIM>(key, 2 * np + (mi >> 1)), b0, b1, b2, b3);
+          uint32_t b0, b1, b2, b3;  // keys 16·kk + [0, 16), dims 16·np + [0, 16)
+          ldsm_x4_trans(v_lane + stage_off + 16 * kk * kRowBytes + ((32 * np) ^ v_xor), b0, b1, b2, b3);
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
             mma16816<kBf16>(acc[mt][2 * np], a[mt], b0, b1);
@@ -353,11 +481,14 @@ __global__ void __launch_bounds__(FastTraits<HEAD_DIM>::kThreads, FastTraits<HEA
     }
 }
 
-template <int HEAD_DIM, bool kBf16>
-void launch_fast(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
-                 cudaStream_t stream) {
-  using T = FastTraits<HEAD_DIM>;
-  auto kernel = &fast_fwd_kernel<HEAD_DIM, kBf16>;
+template <int HEAD_DIM, bool kBf16, bool kCausal>
+void launch_fast_one(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                     cudaStream_t stream) {
+  using T = FastTraits<HEAD_DIM, kCausal>;
+  static_assert(T::BLOCK_M == FastTraits<HEAD_DIM, !kCausal>::BLOCK_M &&
+                    T::BLOCK_N == FastTraits<HEAD_DIM, !kCausal>::BLOCK_N,
+                "causal and non-causal tuples share the tiles fast_forward_tiles() reports");
+  auto kernel = &fast_fwd_kernel<T, kBf16>;
   // Opt in to > 48 KiB of dynamic SRAM once per instantiation (thread-safe static init).
   static const bool opted_in = [&] {
     set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "fast_fwd_kernel", p);
@@ -370,6 +501,13 @@ void launch_fast(const Problem& p, const void* Q, const void* K, const void* V, 
                                                        static_cast<const uint16_t*>(K),
                                                        static_cast<const uint16_t*>(V), static_cast<uint16_t*>(O), LSE);
   FLASHLAB_CUDA_CHECK_LAUNCH("fast_fwd_kernel");
+}
+
+template <int HEAD_DIM, bool kBf16>
+void launch_fast(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                 cudaStream_t stream) {
+  if (p.causal) launch_fast_one<HEAD_DIM, kBf16, true>(p, Q, K, V, O, LSE, stream);
+  else launch_fast_one<HEAD_DIM, kBf16, false>(p, Q, K, V, O, LSE, stream);
 }
 
 Problem fast_problem(const FastForwardConfig& cfg) {
@@ -391,8 +529,8 @@ Problem fast_problem(const FastForwardConfig& cfg) {
 namespace flashlab::cuda {
 
 FastTiles fast_forward_tiles(int head_dim) {
-  if (head_dim == 64) return {detail::FastTraits<64>::BLOCK_M, detail::FastTraits<64>::BLOCK_N};
-  if (head_dim == 128) return {detail::FastTraits<128>::BLOCK_M, detail::FastTraits<128>::BLOCK_N};
+  if (head_dim == 64) return {detail::FastTraits<64, false>::BLOCK_M, detail::FastTraits<64, false>::BLOCK_N};
+  if (head_dim == 128) return {detail::FastTraits<128, false>::BLOCK_M, detail::FastTraits<128, false>::BLOCK_N};
   throw std::invalid_argument("flashlab::cuda: fast forward HEAD_DIM = " + std::to_string(head_dim) +
                               " is not supported (hint: 64 or 128; the clear fa2 kernel takes any d)");
 }

@@ -2,12 +2,12 @@
 // (flashlab/cuda/bench.hpp): the one implementation behind `flashlab bench attention` and
 // `bench_cuda_attention`.
 //
-// Per shape: allocate input_sets × (Q, K, V [, dO], O, LSE) (+ dQ, dK, dV, D when the backward is
+// Per shape: allocate input_sets × (Q, K, V [, dO], O, LSE) (+ dQ, dK, dV, workspace when the backward is
 // timed), upload random N(0, 1) values rounded to the dtype, then per pass warmup + reps
 // launches; before each, a cudaMemsetAsync of the flush buffer (outside the event pair) evicts
 // L2, and launch r reads input set r mod input_sets. Each timed launch sits alone between two
 // events on the default stream and is synchronised before the next flush, so a time is one
-// launch (the backward: its three kernels, D preprocessing, dQ, dK/dV), never an overlap of
+// launch (the backward: every kernel of its design, see bench.hpp), never an overlap of
 // several. The backward reads the O and LSE of one untimed forward per set, run before its
 // warm-up.
 #include "common.hpp"
@@ -69,9 +69,9 @@ double attention_fwd_bytes(const FastForwardConfig& cfg) {
   return 4.0 * rows * cfg.head_dim * 2.0 + rows * 4.0;          // Q, K, V, O (16-bit) + LSE (fp32)
 }
 
-double attention_bwd_flops(const FastBackwardConfig& cfg) { return 2.5 * attention_fwd_flops(cfg); }
+double attention_bwd_flops(const FastForwardConfig& cfg) { return 2.5 * attention_fwd_flops(cfg); }
 
-double attention_bwd_bytes(const FastBackwardConfig& cfg) {
+double attention_bwd_bytes(const FastForwardConfig& cfg) {
   const double rows = double(cfg.batch) * cfg.seq * cfg.heads;  // B·N·H
   return 8.0 * rows * cfg.head_dim * 2.0 + 3.0 * rows * 4.0;    // Q K V O dO dQ dK dV (16-bit) + LSE, D, D (fp32)
 }
@@ -135,7 +135,11 @@ std::vector<AttentionBenchRow> bench_attention(const AttentionBenchConfig& bench
         }
         const std::size_t grad_numel = do_bwd ? numel : 0;
         detail::DeviceBuffer<std::uint16_t> dQ(grad_numel), dK(grad_numel), dV(grad_numel);
-        detail::DeviceBuffer<float> D(do_bwd ? stats : 0);
+        FastBackwardConfig bcfg;
+        static_cast<FastForwardConfig&>(bcfg) = cfg;
+        bcfg.design = bench.bwd_design;
+        // Workspace (D; atomic: + the fp32 dQ accumulator), allocated here, outside the timing.
+        detail::DeviceBuffer<unsigned char> workspace(do_bwd ? fast_attention_backward_workspace_bytes(bcfg) : 0);
 
         // One pass: warmup + reps launches of `launch(set)`, each alone between the events after
         // an L2 flush; returns its row.
@@ -159,6 +163,7 @@ std::vector<AttentionBenchRow> bench_attention(const AttentionBenchConfig& bench
           AttentionBenchRow row;
           row.config = cfg;
           row.backward = backward;
+          row.bwd_design = bench.bwd_design;
           row.reps = bench.reps;
           row.median_ms = m % 2 ? times[m / 2] : 0.5 * (times[m / 2 - 1] + times[m / 2]);
           row.min_ms = times.front();
@@ -181,8 +186,9 @@ std::vector<AttentionBenchRow> bench_attention(const AttentionBenchConfig& bench
           FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
           time_pass(true, [&](std::size_t s) {
             const std::size_t q = kPerSet * s;
-            fast_attention_backward_device(cfg, in[q].get(), in[q + 1].get(), in[q + 2].get(), O[s].get(),
-                                           in[q + 3].get(), LSE[s].get(), dQ.get(), dK.get(), dV.get(), D.get());
+            fast_attention_backward_device(bcfg, in[q].get(), in[q + 1].get(), in[q + 2].get(), O[s].get(),
+                                           in[q + 3].get(), LSE[s].get(), dQ.get(), dK.get(), dV.get(),
+                                           workspace.get());
           });
         }
       }

@@ -29,7 +29,7 @@ TEST_CASE("cli bench: --help names the method and every flag", "[cli][bench]") {
   CHECK_THAT(r.out, Catch::Contains("Usage: flashlab bench attention") && Catch::Contains("CUDA events") &&
                         Catch::Contains("L2 flushed") && Catch::Contains("median"));
   for (const char* flag : {"--seq", "--dim", "--heads", "--batch", "--causal", "--no-causal", "--both", "--dtype",
-                           "--reps", "--warmup", "--csv", "--pass"}) {
+                           "--reps", "--warmup", "--csv", "--pass", "--bwd-design"}) {
     INFO(flag);
     CHECK_THAT(r.out, Catch::Contains(flag));
   }
@@ -55,6 +55,8 @@ TEST_CASE("cli bench: bad flags are usage errors naming the flag", "[cli][bench]
   expect_usage_error("bench attention --dtype fp32", "--dtype 'fp32'");
   expect_usage_error("bench attention --pass sideways", "--pass 'sideways'");
   expect_usage_error("bench attention --pass", "pass");
+  expect_usage_error("bench attention --bwd-design fast", "--bwd-design 'fast'");
+  expect_usage_error("bench attention --pass bwd --bwd-design Atomic", "--bwd-design 'Atomic'");
   expect_usage_error("bench attention --causal --both", "exclude each other");
   expect_usage_error("bench attention --causal --no-causal", "exclude each other");
   expect_usage_error("bench attention --frobnicate", "frobnicate");

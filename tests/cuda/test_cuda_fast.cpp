@@ -9,7 +9,8 @@
 // from fp32 scores, only the output O is rounded to 16 bits). For context each case also prints the
 // error of the same computation done in float32 (naive_forward<float> on the same rounded inputs)
 // and the floor of any 16-bit output (the float64 O rounded to the dtype).
-// Shapes: N ∈ {1, 17, 128, 1000, 4096}, d ∈ {64, 128}, causal and not, batch > 1 once, fp16 once.
+// Shapes: N ∈ {1, 17, 128, 1000, 4096}, d ∈ {64, 128}, causal and not, batch > 1 once, fp16 once;
+// plus N = 300 with key rows scaled up along the sequence (maxima that keep growing: late rescales).
 // Tag [fast-sanitize]: the small shapes, for compute-sanitizer.
 #include <catch2/catch.hpp>
 
@@ -41,6 +42,9 @@ struct FastCase {
   int batch, seq, heads, head_dim;
   bool causal;
   fc::FastDtype dtype = fc::FastDtype::bf16;
+  // > 0: key row n is scaled by 1 + k_ramp·n/N, so row maxima keep growing from key tile to key
+  // tile (by more than the kernel's rescale slack of 2^8), exercising the late rescale of acc.
+  double k_ramp = 0.0;
 };
 
 double g_worst_O = 0.0, g_worst_LSE = 0.0;
@@ -50,13 +54,23 @@ void check_fast(const FastCase& c) {
   const bool bf16 = c.dtype == fc::FastDtype::bf16;
   const std::string label = std::string(bf16 ? "bf16" : "fp16") + " B=" + std::to_string(c.batch) +
                             " N=" + std::to_string(c.seq) + " H=" + std::to_string(c.heads) +
-                            " d=" + std::to_string(c.head_dim) + (c.causal ? " causal" : "");
+                            " d=" + std::to_string(c.head_dim) + (c.causal ? " causal" : "") +
+                            (c.k_ramp > 0.0 ? " k-ramp" : "");
   INFO(label << " seed=" << seed << " (rerun with FLASHLAB_TEST_SEED)");
   const fr::Shape shape{std::size_t(c.batch), std::size_t(c.seq), std::size_t(c.heads), std::size_t(c.head_dim)};
   fr::Tensor<double> q0(shape), k0(shape), v0(shape), Qd(shape), Kd(shape), Vd(shape);
   fr::fill_normal(q0, seed);
   fr::fill_normal(k0, seed + 1);
   fr::fill_normal(v0, seed + 2);
+  if (c.k_ramp > 0.0) {
+    const std::size_t row = shape.heads * shape.head_dim;  // elements per token ([B, N, H, d])
+    for (std::size_t b = 0; b < shape.batch; ++b)
+      for (std::size_t n = 0; n < shape.seq; ++n) {
+        const double f = 1.0 + c.k_ramp * double(n) / double(shape.seq);
+        double* x = k0.data() + (b * shape.seq + n) * row;
+        for (std::size_t e = 0; e < row; ++e) x[e] *= f;
+      }
+  }
   const auto Qb = round_to_16(q0, c.dtype, Qd), Kb = round_to_16(k0, c.dtype, Kd), Vb = round_to_16(v0, c.dtype, Vd);
 
   fr::AttentionConfig cfg;
@@ -128,6 +142,16 @@ TEST_CASE("fast forward, N = 1000 and 4096", "[fast][fast-large]") {
       check_fast({1, 4096, 1, d, causal});
     }
   report("fast large");
+}
+
+TEST_CASE("fast forward, row maxima growing along the keys (late rescales)", "[fast][fast-sanitize]") {
+  // Scores grow ~20× from the first key to the last: maxima jump by more than 2^8 between key
+  // tiles, so acc = diag(alpha)·acc runs with alpha < 1 long after the first tile (the lazy and the
+  // slack rescale of attention_fwd_tc.cu), and P stays ≤ 2^8 in between.
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) check_fast({1, 300, 2, d, causal, fc::FastDtype::bf16, 19.0});
+  check_fast({1, 300, 2, 128, false, fc::FastDtype::fp16, 19.0});
+  report("fast k-ramp");
 }
 
 TEST_CASE("fast forward refuses what it does not support", "[fast][errors]") {

@@ -8,8 +8,10 @@
 /// is flushed by a `flush_bytes` memset outside the timed range, and the inputs rotate over
 /// `input_sets` independent sets (launch r uses set r mod `input_sets`), so no launch finds its
 /// inputs in L2. A forward launch is fast_attention_forward_device() on Q/K/V; a backward launch
-/// is fast_attention_backward_device() (D preprocessing, dQ kernel, dK/dV kernel: all three
-/// inside the timed range) on Q/K/V/dO and the O and LSE of a real forward of that set, computed
+/// is fast_attention_backward_device() of design `bwd_design` (every kernel of the design inside
+/// the timed range: two_kernel = D preprocessing, dQ kernel, dK/dV kernel; atomic = dQ-accumulator
+/// zeroing, D preprocessing, main kernel, dQ conversion; its workspace is allocated once per shape,
+/// outside the timing) on Q/K/V/dO and the O and LSE of a real forward of that set, computed
 /// once per set before the backward's warm-up (untimed). Reported: median, minimum and maximum
 /// time, TFLOP/s of the median and effective GB/s of the median (see attention_fwd_flops(),
 /// attention_bwd_flops(), attention_fwd_bytes() and attention_bwd_bytes()).
@@ -47,12 +49,14 @@ struct AttentionBenchConfig {
   std::size_t flush_bytes = std::size_t(256) << 20;          ///< L2 flush buffer (256 MiB; H100 L2 is 50 MiB)
   std::uint32_t seed = 1234;                                 ///< seed of the N(0, 1) inputs
   BenchPass pass = BenchPass::both;                          ///< passes to time (bench_attention())
+  FastBackwardDesign bwd_design = FastBackwardDesign::atomic;  ///< backward design timed (default: the faster)
 };
 
 /// One timed shape of a sweep.
 struct AttentionBenchRow {
   FastForwardConfig config;  ///< the shape and options that were timed
   bool backward = false;     ///< false: a forward row; true: a backward row
+  FastBackwardDesign bwd_design = FastBackwardDesign::atomic;  ///< the backward design (backward rows)
   int reps = 0;              ///< timed launches behind the statistics
   double median_ms = 0.0;    ///< median launch time, milliseconds
   double min_ms = 0.0;       ///< fastest launch, milliseconds
@@ -74,12 +78,14 @@ double attention_fwd_bytes(const FastForwardConfig& cfg);
 /// FLOPs of one backward as DEVICE.md and issue 7 count them: 2.5 × attention_fwd_flops(), i.e.
 /// 2.5 · 4·N²·d·H·B (the five matrix products S = QKᵀ, dP = dO·Vᵀ, dV, dK, dQ against the
 /// forward's two), halved for causal. The recomputation of S is counted; softmax work is not.
-double attention_bwd_flops(const FastBackwardConfig& cfg);
+/// The same count for both designs (the two-kernel design does 14·N²·d of product FLOPs, the
+/// atomic one 10·N²·d: only the counted work is credited).
+double attention_bwd_flops(const FastForwardConfig& cfg);
 
 /// Ideal HBM bytes of one backward: Q, K, V, O, dO read once and dQ, dK, dV written once
 /// (B·N·H·d elements each, 2 bytes) plus LSE read once and D written once and read once (B·H·N
 /// fp32 each). A lower bound on the traffic, as attention_fwd_bytes().
-double attention_bwd_bytes(const FastBackwardConfig& cfg);
+double attention_bwd_bytes(const FastForwardConfig& cfg);
 
 /// Times the fast kernels on every shape of `bench`, for the passes `bench.pass` selects, on
 /// device 0 and returns the rows in sweep order (per shape: the forward row, then the backward

@@ -7,7 +7,9 @@
 /// base 2 of the base-2 scores (seed 001): LSE_i = m_i + log2(l_i) with scores S·scale·log2(e).
 /// Head dims 64 and 128 only; any N ≥ 1; causal (key j visible to query i iff j ≤ i) or not.
 ///
-/// Backward (D preprocessing, dQ kernel, dK/dV kernel: cuda/src/attention_bwd_tc.cu):
+/// Backward, two designs (FastBackwardDesign): two_kernel (D preprocessing, dQ kernel, dK/dV
+/// kernel: cuda/src/attention_bwd_tc.cu) and atomic (D preprocessing, one kernel over K_j/V_j
+/// blocks with dQ accumulated in fp32 by atomics, dQ conversion: cuda/src/attention_bwd_tc_atomic.cu).
 /// fast_attention_backward() takes Q, K, V, O, dO and the forward's LSE and returns dQ, dK, dV in
 /// the same dtype.
 #pragma once
@@ -63,9 +65,28 @@ FastForwardResult fast_attention_forward(const FastForwardConfig& cfg, const std
 void fast_attention_forward_device(const FastForwardConfig& cfg, const void* Q, const void* K, const void* V,
                                    void* O, float* LSE, void* stream = nullptr);
 
-/// Shape and options of one fast backward call: the same fields as the forward's (the
-/// configuration of the forward whose O and LSE the backward consumes).
-using FastBackwardConfig = FastForwardConfig;
+/// Which fast backward runs (issue 7). Both compute the same gradients from the same inputs.
+enum class FastBackwardDesign {
+  /// D preprocessing, a dQ kernel (one block per Q_i) and a dK/dV kernel (one block per K_j):
+  /// no atomics, bit-reproducible, but S and dP are recomputed in both kernels (14·N²·d FLOPs of
+  /// products). Workspace: D only.
+  two_kernel,
+  /// D preprocessing, one kernel per K_j/V_j block looping over Q_i that adds dQ_i's partial sums
+  /// into an fp32 accumulator with atomics (FlashAttention-2's design; 10·N²·d FLOPs), then a
+  /// conversion dQ = scale · accumulator. Workspace: D and the B·N·H·d fp32 accumulator. The
+  /// fp32 summation order of dQ varies run to run (not bit-reproducible).
+  atomic
+};
+
+/// Shape and options of one fast backward call: the forward's fields (the configuration of the
+/// forward whose O and LSE the backward consumes) plus the design. A FastBackwardConfig may be
+/// passed wherever a FastForwardConfig is expected.
+struct FastBackwardConfig : FastForwardConfig {
+  FastBackwardDesign design = FastBackwardDesign::atomic;  ///< which backward runs (default: the faster, atomic)
+};
+
+/// "two-kernel" or "atomic" (the names the `flashlab bench attention --bwd-design` flag takes).
+const char* to_string(FastBackwardDesign design);
 
 /// Gradients of a fast backward pass copied back to the host (loss L = Σ O∘dO).
 struct FastBackwardResult {
@@ -75,25 +96,32 @@ struct FastBackwardResult {
   std::vector<float> D;           ///< D_i = rowsum(dO_i ∘ O_i) in fp32, [B, H, N]
 };
 
-/// Fast two-kernel backward (cuda/src/attention_bwd_tc.cu): uploads Q, K, V, O, dO (each
-/// `[B, N, H, d]`, 16-bit bit patterns) and the forward's base-2 LSE (`[B, H, N]`), poisons the
-/// outputs with NaN, runs D preprocessing, the dQ kernel and the dK/dV kernel, checks every CUDA
-/// call and downloads dQ, dK, dV and D. Throws std::invalid_argument for a bad shape or size,
-/// CudaError for a CUDA failure.
+/// Fast backward of design `cfg.design`: uploads Q, K, V, O, dO (each `[B, N, H, d]`, 16-bit bit
+/// patterns) and the forward's base-2 LSE (`[B, H, N]`), poisons the outputs and the workspace
+/// with NaN, runs the design's kernels, checks every CUDA call and downloads dQ, dK, dV and D.
+/// Throws std::invalid_argument for a bad shape or size, CudaError for a CUDA failure.
 FastBackwardResult fast_attention_backward(const FastBackwardConfig& cfg, const std::vector<std::uint16_t>& Q,
                                            const std::vector<std::uint16_t>& K, const std::vector<std::uint16_t>& V,
                                            const std::vector<std::uint16_t>& O, const std::vector<std::uint16_t>& dO,
                                            const std::vector<float>& LSE);
 
-/// Launches the fast backward (three kernels) on device pointers, no copies, no synchronisation,
-/// on `stream` (a cudaStream_t passed as void*; nullptr is the default stream). `D` is fp32
-/// scratch of B·H·N elements (written, then read). Throws std::invalid_argument for a bad shape,
-/// CudaError if a launch fails.
+/// Bytes of device scratch fast_attention_backward_device() needs for `cfg` (its design and
+/// shape): D (fp32, B·H·N) at offset 0, then, for the atomic design, the fp32 dQ accumulator
+/// (B·N·H·d) at the next multiple of 256 bytes. Throws std::invalid_argument for a bad shape.
+std::size_t fast_attention_backward_workspace_bytes(const FastBackwardConfig& cfg);
+
+/// Launches the fast backward of design `cfg.design` on device pointers, no copies, no
+/// allocation, no synchronisation, on `stream` (a cudaStream_t passed as void*; nullptr is the
+/// default stream). `workspace` is device memory of at least
+/// fast_attention_backward_workspace_bytes(cfg) bytes, 256-byte aligned (cudaMalloc's pointers
+/// are); on return its first B·H·N floats hold D = rowsum(dO ∘ O) ([B, H, N]). Throws
+/// std::invalid_argument for a bad shape or a null workspace, CudaError if a launch fails.
 void fast_attention_backward_device(const FastBackwardConfig& cfg, const void* Q, const void* K, const void* V,
                                     const void* O, const void* dO, const float* LSE, void* dQ, void* dK, void* dV,
-                                    float* D, void* stream = nullptr);
+                                    void* workspace, void* stream = nullptr);
 
-/// Median time in milliseconds of `reps` fast backward passes (after two warm-up passes) on
+/// Median time in milliseconds of `reps` fast backward passes of design `cfg.design` (after two
+/// warm-up passes; workspace allocated once, outside the timed range) on
 /// device 0, each timed with a pair of CUDA events, L2 flushed by a 256 MiB memset before each;
 /// inputs are a fixed pseudo-random pattern. Throws std::invalid_argument for reps < 1 or a bad
 /// shape, CudaError for a CUDA failure.
