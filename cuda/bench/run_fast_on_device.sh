@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# cuda/bench/run_fast_on_device.sh — one GPU run for the fast tensor-core forward (issue 7).
+# cuda/bench/run_fast_on_device.sh — one GPU run for the fast tensor-core kernels (issue 7):
+# forward, two-kernel and atomic backward: tests, sanitizers, timings beside PyTorch SDPA.
 #
 # Build here (CPU machine, nvcc present), copy the binaries into gpu-carry-fast/, run this there:
 #   cmake -S . -B build-fast -DCMAKE_BUILD_TYPE=Release -DFLASHLAB_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
@@ -26,10 +27,10 @@ step() {  # step NAME LOG CMD...: run, append to LOG, remember failures
 { date -u; nvidia-smi; } >"$OUT/env.log" 2>&1
 
 if [ "$WHAT" = all ] || [ "$WHAT" = tests ]; then
-  step "fast tests" "$OUT/fast_tests.log" timeout 200 "$BIN/test_cuda" '[fast]' --durations yes
-  for tool in memcheck racecheck; do
-    step "compute-sanitizer $tool" "$OUT/fast_sanitize.log" timeout 150 compute-sanitizer --tool "$tool" \
-      --error-exitcode 9 "$BIN/test_cuda" '[fast-sanitize]'
+  step "fast tests" "$OUT/fast_tests.log" timeout 200 "$BIN/test_cuda" '[fast],[fast-bwd]' --durations yes
+  for tool in memcheck racecheck synccheck; do
+    step "compute-sanitizer $tool" "$OUT/fast_sanitize.log" timeout 200 compute-sanitizer --tool "$tool" \
+      --error-exitcode 9 "$BIN/test_cuda" '[fast-sanitize],[fast-bwd-sanitize]'
   done
   grep -h "worst\|passed\|failed\|ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/fast_tests.log" "$OUT/fast_sanitize.log"
 fi

@@ -4,14 +4,14 @@
 // (attention_bwd_atomic.cu; seed 001 "Backward Pass", and "Architecture Design: Triton vs. CUDA":
 // FlashAttention-2's own CUDA backward), with bf16 or fp16 inputs and every matrix product on
 // `mma.sync.aligned.m16n8k16` (fp32 accumulation), as in attention_bwd_tc.cu:
-//   0. cudaMemsetAsync                 dQaccum = 0 (fp32, [B, N, H, d], caller's workspace)
+//   0. cudaMemsetAsync                 dQaccum = 0 (fp32, tiled layout below, caller's workspace)
 //   1. fast_bwd_preprocess_kernel      D_i = rowsum(dO_i ∘ O_i) in fp32 (attention_bwd_tc.cuh)
 //   2. fast_bwd_atomic_kernel          one block per K_j, V_j (resident in SRAM), loop over Q_i, dO_i:
 //        S_ij  = Q_i K_jᵀ,  P_ij = 2^(S_ij · scale·log2 e − LSE_i)   (masked → P = 0, selected)
 //        dP_ij = dO_i V_jᵀ, dS_ij = P_ij ∘ (dP_ij − D_i)
+//        dQaccum_i += dS_ij K_j        (fp32, one bulk asynchronous reduction SRAM → L2 per warp)
 //        dV_j += P_ijᵀ dO_i,  dK_j += dS_ijᵀ Q_i          (registers, the whole loop)
-//        dQaccum_i += dS_ij K_j                          (fp32 `red.global.add.v2.f32`, in L2)
-//   3. fast_bwd_dq_convert_kernel      dQ = scale · dQaccum → 16 bits
+//   3. fast_bwd_dq_convert_tiled_kernel  dQ = scale · dQaccum → 16 bits, [B, N, H, d]
 // S and dP are computed once per (i, j) pair: 10·N²·d FLOPs of products (the two-kernel design
 // recomputes S and dP in both kernels: 14·N²·d).
 //
@@ -20,22 +20,35 @@
 // (kWM = BLOCK_M/32 warps along the query rows, kWN = 8/kWM across):
 //   S, dP (BLOCK_M × 128):       kWM (rows) × kWN (keys) warps, each 32 rows × 128/kWN keys
 //                                (d = 128: 2 × 4, 32 × 32; d = 64: 4 × 2, 32 × 64);
+//   dQ_i partial (BLOCK_M × d):  kWM (rows) × kWN (d) warps, each 32 rows × d/kWN = 32, A = dS
+//                                (ldmatrix), B = K_j (ldmatrix.trans);
 //   dV_j, dK_j (128 × d):        4 (keys) × 2 (d) warps, each 32 keys × d/2 of BOTH accumulators,
-//                                A = Pᵀ / dSᵀ from SRAM (ldmatrix.trans), B = dO_i / Q_i (ldmatrix.trans);
-//   dQ_i partial (BLOCK_M × d):  kWM (rows) × kWN (d) warps, each 32 rows × d/kWN, A = dS (ldmatrix),
-//                                B = K_j (ldmatrix.trans), then fp32 vector reductions into dQaccum.
+//                                A = Pᵀ / dSᵀ from SRAM (ldmatrix.trans), B = dO_i / Q_i (ldmatrix.trans).
 // Every warp holds two m16 tiles in each product, so every B fragment read from SRAM feeds two mma.
 // SRAM (swizzled in 16-byte chunks like the other fast kernels): K_j, V_j, 2 stages of Q_i and
 // dO_i (cp.async, tile i+1 in flight while tile i computes), P_ij and dS_ij in 16 bits, 2 stages of
 // LSE_i and D_i (fp32, 4-byte cp.async with the tiles, so their latency is off the critical path),
-// and 8 warp slices of 32 × 32 fp32 for the dQ partials: 193 KiB at d = 128, 194 KiB at d = 64;
-// one block (8 warps) per SM. Two __syncthreads() per step: at the top (tile i landed; every warp
+// and 8 warp slices of 4 KiB for the dQ partials: 193 KiB at d = 128, 194 KiB at d = 64; one
+// block (8 warps) per SM. Two __syncthreads() per step: at the top (tile i landed; every warp
 // finished step i−1, so its stage, P and dS may be overwritten) and after P/dS are written (the
 // products read other warps' rows and columns).
-// dQ reductions: each warp writes its 32 × 32 fp32 partial to its SRAM slice and reads it back
-// row-contiguous, so one `red.global.add.v4.f32` covers 4 rows × 128 B (4 L2 lines).
+// dQ reductions (the costly part: ~28 % of the time as red.global from the warps, measured in
+// session 2): dQaccum is this design's own scratch, so its layout is chosen for the reduction.
+// It is TILED: per (b, h, query tile i) BLOCK_M·d contiguous floats, inside them warp w's
+// 32 × 32 partial as 4 KiB in mma C-fragment order (float4 number 32·(mt·4 + n) + lane =
+// dq[mt][n][0..3]). Every key block j adds its partial of tile i in that same order. Per step a
+// warp (a) waits until its previous bulk reduction has finished READING its slice
+// (cp.async.bulk.wait_group.read, a whole step later: never a real wait), (b) writes its partial
+// to the slice with 8 conflict-free float4 stores, (c) warp barrier, lane 0 fences the async
+// proxy (fence.proxy.async.shared::cta: the generic-proxy stores before the bulk read) and issues
+// ONE `cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32` of 4 KiB. The bulk-copy unit
+// performs the adds in L2; the warp's load/store path carries none of them, and the dQ product
+// comes FIRST in the step (before dK/dV), so the reduction runs under the dK/dV products. After
+// the kernel, fast_bwd_dq_convert_tiled_kernel maps the tiles back to [B, N, H, d] and rounds.
+// The workspace holds whole tiles: N rounded up to 128 rows (the last tile's padding rows get
+// partials of exactly 0: their P, hence dS, is masked to 0).
 // Causal grid (H, Tc, B): heaviest blocks (small j) start first across all heads; non-causal
-// (Tc, H, B): the blocks of one head run together and share Q_i, dO_i, dQaccum rows in L2.
+// (Tc, H, B): the blocks of one head run together and share Q_i, dO_i, dQaccum tiles in L2.
 // Masks: keys ≥ N, query rows ≥ N and, causal, key > query → P = 0 (selected, never 2^(−inf)·x,
 // so no Inf·0 → NaN). Out-of-sequence rows are zero-filled by cp.async (src-size 0). Causal: query
 // tiles that end before this block's first key are never loaded (the loop starts at i_begin).
@@ -48,24 +61,23 @@
 // with a workspace of fast_attention_backward_workspace_bytes(cfg) bytes, or
 // `flashlab bench attention --pass bwd --bwd-design atomic`. Tests: tests/cuda/test_cuda_fast_bwd.cpp.
 //
-// Registers (ptxas, sm_90, kept configurations, bf16 and fp16 alike): 255 with 16 bytes of spill
-// at d = 128, 255 without spills at d = 64; 1 block of 8 warps per SM (registers and SRAM both
-// allow one).
-// Measured (2026-11-22 ~13:22 UTC, NVIDIA H100 80GB HBM3, `flashlab bench attention --pass bwd
-// --seq 8192 --dim 128,64 --both`: median of 30, L2 flushed, 3 input sets, O/LSE of a real
-// forward; bf16, B = 1, H = 16, N = 8192; TFLOP/s = 2.5·4·N²·d·H / time, halved for causal), with
-// PyTorch SDPA in the same GPU session (cuda/bench/sdpa_bench.py, [B, N, H, d] layout):
-//   d = 128 non-causal 5.156 ms = 266.6 TFLOP/s (SDPA FA2 299.1: 0.89×; cuDNN 525.8)
-//   d = 128 causal     2.600 ms = 264.3        (FA2 254.0: 1.04×; cuDNN 484.0)
-//   d = 64  non-causal 3.014 ms = 228.0        (FA2 269.0: 0.85×; cuDNN 429.0)
-//   d = 64  causal     1.544 ms = 222.6        (FA2 230.0: 0.97×; cuDNN 327.4)
-// Two-kernel design, same run: 156.3 / 144.6 / 128.3 / 120.3 — the atomic design is 1.70–1.85×
-// faster. Issue 7's bar (≥ 315 TFLOP/s and ≥ FA2, d = 128 non-causal) is NOT met.
-// Where the time goes (d = 128 non-causal): without the dQ reductions (diagnostic VARIANT 128,
-// wrong dQ) the kernel runs at 368 TFLOP/s, so the fp32 reductions into dQaccum cost ~28 % of
-// the time; the dQ product itself costs nothing measurable. ncu (VARIANT 1, red.v2 from registers;
-// at its locked 1.45 GHz): tensor
-// pipe 40.6 % of peak, L1/shared 66.5 %, issue slots 26.8 % busy, 2 warps per scheduler.
+// Registers (ptxas, sm_90, kept configuration 12293, bf16 and fp16 alike): 255 with 24 bytes of
+// spill at d = 128, 255 without spills at d = 64; 1 block of 8 warps per SM (registers and SRAM
+// both allow one).
+// Measured (2026-11-22 13:36 UTC, session 2 round 2 run 2, NVIDIA H100 80GB HBM3, `flashlab_exp
+// bench attention --pass bwd --seq 8192 --reps 20`: median of 20, L2 flushed, 3 input sets, O/LSE
+// of a real forward; bf16, B = 1, H = 16, N = 8192; TFLOP/s = 2.5·4·N²·d·H / time, halved for
+// causal), previous kept configuration (513: red.v4 from the warps, dQ last) in the same run:
+//   d = 128 non-causal 4.801 ms = 286.3 TFLOP/s (513: 264.3, +8.3 %; SDPA FA2 296.3–301.1)
+//   d = 128 causal     2.440 ms = 281.6        (513: 264.2, +6.6 %; FA2 244.2–259.6)
+// d = 64 with 12293 and the final side-by-side table (SDPA FA2 and cuDNN, same run): run 3 in
+// cuda/results/bwd_atomic_session2.md, "Round 2". Issue 7's bar (≥ 315 TFLOP/s and ≥ FA2,
+// d = 128 non-causal) is still NOT met.
+// Where the time goes (d = 128 non-causal): the same kernel without the bulk reductions (12421,
+// 4225: diagnostics, wrong dQ) shows what the reductions still cost; with the reductions done by
+// red.global from the warps (513) they cost ~28 % (368 TFLOP/s without them). ncu (session 2,
+// VARIANT 1, red.v2 from registers; at its locked 1.45 GHz): tensor pipe 40.6 % of peak,
+// L1/shared 66.5 %, issue slots 26.8 % busy, 2 warps per scheduler.
 // Tuning steps, predicted vs measured: cuda/results/bwd_atomic_session2.md.
 #include "attention_bwd_tc.cuh"
 
@@ -96,6 +108,11 @@ struct AtomicTraits {
   static constexpr int kTileL = 2 * BLOCK_M * 4;        // one stage of LSE_i and D_i (fp32)
   static constexpr int kSmem = 2 * kTileK + 2 * 2 * kTileQ + 2 * kTileP + 2 * kTileL;
   static constexpr int kSmemDq = kWarps * 32 * 32 * 4;  // VARIANT bit 512: dQ partial staging
+  // VARIANT bit 2048: each warp's 32 × 32 fp32 dQ partial as 32 rows of 128 contiguous bytes (one
+  // bulk reduction each), row stride 160 B: the fragment stores of rows g = 0..3 fall in four
+  // different 32-byte bank groups, so each float2 store takes the minimum 2 wavefronts.
+  static constexpr int kDqBulkRow = 160;
+  static constexpr int kSmemDqBulk = kWarps * 32 * kDqBulkRow;
   // Warp layouts. S/dP and dQ: kWM warps along the query rows (32 rows each) × kWN across
   // (keys for S/dP, d for dQ). dK/dV: 4 warps along the keys (32 each) × 2 along d.
   static constexpr int kWM = BLOCK_M / 32;
@@ -224,16 +241,29 @@ __device__ __forceinline__ void warp_gemm_xb(float (&c)[2][NT][4], uint32_t sX, 
 // ----------------------------------------------------------------------------- 2. main kernel
 /// Grid (Tc = ceil(N / BLOCK_N), H, B), 256 threads, kSmem bytes of dynamic SRAM:
 /// [K_j][V_j][Q_i: 2 stages][dO_i: 2 stages][P_ij][dS_ij][LSE_i, D_i: 2 stages], 16-bit tiles swizzled.
-/// VARIANT bits (tuning experiments; the launcher instantiates only the kept 1 | 512; the
-/// measurements of each are in cuda/results/bwd_atomic_session2.md):
+/// VARIANT bits (tuning experiments; the launcher instantiates only the kept 1|4|4096|8192 =
+/// 12293; the measurements of each are in cuda/results/bwd_atomic_session2.md):
 ///    1 = LSE_i, D_i staged in SRAM by cp.async one step ahead (else __ldg per step);     kept
 ///    2 = dS from the 16-bit P (P kept packed, fewer live registers);                     slower
-///    4 = dQ product and its reductions before dK/dV;  32 = between dV_j and dK_j;       slower
+///    4 = dQ product and its reductions before dK/dV;  32 = between dV_j and dK_j:
+///        slower with red (the warps wait on their own reductions); with 4096 (bulk, async)
+///        dQ first is 8 % FASTER: its reductions run under the dK/dV products;           kept
 ///   64 = ldmatrix fragments of k-step kk+1 loaded before the mma of kk;                  slower
 ///  128 = no dQ reductions, 256 = no dQ at all (diagnostics: WRONG dQ, timing only);
 ///  512 = dQ partial staged in SRAM, row-contiguous red.v4 (else red.v2 from registers);  kept
 /// 1024 = clusters of 2 key blocks sum their dQ partials in DSMEM before reducing (half the L2
 ///        atomics; correct, but the per-step cluster barrier made it 19 % slower).
+/// 2048 = dQ partial staged in SRAM (row-contiguous, 160-byte row stride) and added into dQaccum
+///        by the bulk-copy unit: one `cp.reduce.async.bulk...add.f32` of 128 B per row, issued by
+///        the row's lane, instead of red.v4 from the warps (overrides 512). 7 % slower than 512:
+///        256 small bulk requests per step.
+/// 4096 = dQaccum in a TILED layout (the atomic design's own workspace, read only by the dQ
+///        convert kernel): for each (b, h, query tile i) BLOCK_M·d contiguous floats, inside them
+///        warp w's 32 × 32 partial as 4 KiB in mma-fragment order. Each warp stores its partial
+///        to its SRAM slice with conflict-free float4 stores and ONE bulk reduction of 4 KiB per
+///        step adds it into dQaccum (overrides 512 and 2048).                               kept
+/// 8192 = (with 4096) the async-proxy fence by the issuing lane only, after the warp barrier,
+///        instead of by every lane before it (+1 %).                                          kept
 template <int HEAD_DIM, int BM, bool kBf16, int VARIANT>
 __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM, BM>::kThreads, 1)
     fast_bwd_atomic_kernel(Problem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
@@ -245,6 +275,9 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM, BM>::kThreads, 1)
   constexpr bool kStatsInSram = VARIANT & 1, kPackedP = VARIANT & 2, kDqFirst = VARIANT & 4;
   constexpr bool kDqMiddle = VARIANT & 32, kPf = VARIANT & 64, kDqViaSram = VARIANT & 512;
   constexpr bool kPair = VARIANT & 1024;  // cluster of 2 key blocks: dQ partials summed in DSMEM
+  constexpr bool kDqTiled = VARIANT & 4096;  // tiled dQaccum, one 4 KiB bulk reduction per warp
+  constexpr bool kFence1 = VARIANT & 8192;   // kDqTiled: the proxy fence by the issuing lane only
+  constexpr bool kDqBulk = (VARIANT & 2048) && !kDqTiled;  // row-wise bulk reductions
   // Diagnostics only (results wrong; experiment builds): 128 = no dQ reductions, 256 = no dQ product.
   constexpr bool kNoDqRed = VARIANT & 128, kNoDq = VARIANT & 256;
   constexpr int SNT = T::kSNT, kSCols = 8 * SNT;
@@ -358,6 +391,71 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM, BM>::kThreads, 1)
                             dq[mt][n][2 * r] + x0, dq[mt][n][2 * r + 1] + x1);
           }
         }
+    } else if constexpr (kDqTiled) {
+      // Tile (b, h, i) of dQaccum is BLOCK_M·d contiguous floats; warp w owns floats
+      // [1024·w, 1024·w + 1024) of it, in the order its mma C fragments come: float4 number
+      // 32·(mt·kDqNT + n) + lane holds dq[mt][n][0..3] (rows g, g + 8 of m tile mt, columns 2t,
+      // 2t + 1 of n8 tile n). Every key block adds its partial of tile i in this same order, and
+      // fast_bwd_dq_convert_tiled_kernel maps it back to [B, N, H, d]. The warp writes that
+      // order to its SRAM slice (each float4 store covers 512 contiguous bytes: conflict-free)
+      // and lane 0 hands the whole 4 KiB to the bulk-copy unit in one reduction — the warp's
+      // load/store path carries no per-element reductions and the bulk unit one request per
+      // warp per step.
+      static_assert(T::BLOCK_M * HEAD_DIM == T::kWarps * 1024 && T::kDqNT == 4, "tile = 8 warps × 32 × 32");
+      const uint32_t sW = sDq + uint32_t(warp) * 4096u;
+      if (lane == 0) bulk_wait_group_read<0>();  // the bulk read of step i−1 is done with the slice
+      __syncwarp();
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int n = 0; n < T::kDqNT; ++n)
+          asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                           sW + uint32_t(((mt * T::kDqNT + n) * 32 + lane) * 16)),
+                       "f"(dq[mt][n][0]), "f"(dq[mt][n][1]), "f"(dq[mt][n][2]), "f"(dq[mt][n][3]));
+      // Generic-proxy writes → async-proxy read. Either every writer fences its own stores before
+      // the warp barrier, or (kFence1) lane 0 fences after it: the barrier orders the other
+      // lanes' stores before lane 0's fence, and the fence orders them before its bulk read
+      // (PTX memory model, proxy-preserved causality order through a proxy fence).
+      if constexpr (!kFence1) fence_proxy_async_shared();
+      __syncwarp();
+      if (lane == 0) {
+        if constexpr (kFence1) fence_proxy_async_shared();
+        const std::size_t tile = (std::size_t(b) * p.heads + h) * std::size_t(Tr) + std::size_t(row0 / BLOCK_M);
+        if constexpr (!kNoDqRed)
+          bulk_reduce_add_f32(dQaccum + tile * (BLOCK_M * HEAD_DIM) + 1024 * warp, sW, 4096u);
+        bulk_commit_group();
+      }
+    } else if constexpr (kDqBulk) {
+      // The warp's 32 × 32 fp32 partial goes to its own SRAM slice as 32 row segments of 128
+      // contiguous bytes (the same bytes' place in dQaccum's row is contiguous too), then lane l
+      // hands row l to the bulk-copy unit: dQaccum[row, wn·32 .. +32) += slice row l, performed
+      // in L2 without the warp's load/store path. The warp neither reads the slice back nor
+      // issues per-element reductions; it only waits, a whole step later, until its previous
+      // bulk reads of the slice are done (wait_group.read: source reusable).
+      static_assert(T::kDqCols == 32, "bulk slice is 32 rows × 32 floats");
+      const uint32_t sW = sDq + uint32_t(warp) * (32 * T::kDqBulkRow);
+      bulk_wait_group_read<0>();  // this lane's bulk read of step i−1 has finished with the slice
+      __syncwarp();               // ... and so has every other lane's, before anyone overwrites it
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int n = 0; n < T::kDqNT; ++n) {
+            const int lrow = 16 * mt + g + 8 * r;
+            const uint32_t a = sW + uint32_t(lrow * T::kDqBulkRow + (8 * n + 2 * t) * 4);
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(dq[mt][n][2 * r]),
+                         "f"(dq[mt][n][2 * r + 1]));
+          }
+      // Generic-proxy writes → async-proxy reads: each writer fences its own stores, then the
+      // warp barrier orders them before any lane's bulk operation.
+      fence_proxy_async_shared();
+      __syncwarp();
+      const int row = row0 + 32 * wm + lane;
+      if (row < N && !kNoDqRed)
+        bulk_reduce_add_f32(dQaccum + base + std::size_t(row) * stride + wn * 32,
+                            sW + uint32_t(lane * T::kDqBulkRow), 32 * 4);
+      bulk_commit_group();  // (an empty group when the row is past N)
     } else {
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
@@ -516,6 +614,9 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM, BM>::kThreads, 1)
     if constexpr (!kDqFirst && !kDqMiddle) dq_step(row0, i - i_begin);
   }
   cp_async_wait_all();  // no copy may still be writing SRAM when the block exits (empty groups)
+  // Bulk dQ reductions still reading this block's SRAM or not yet performed in L2 must finish
+  // before the block exits (its SRAM is then released).
+  if constexpr (kDqBulk || kDqTiled) bulk_wait_group<0>();
 
   // dK_j = scale · acc_dk, dV_j = acc_dv: registers → HBM, once.
 #pragma unroll
@@ -540,20 +641,57 @@ __global__ void __launch_bounds__(256) fast_bwd_dq_convert_kernel(const float4* 
   }
 }
 
+/// VARIANT bit 4096: dQ = scale · dQaccum → 16 bits, dQaccum in the tiled fragment order of the
+/// main kernel (tile (b, h, i): BLOCK_M·d floats; warp w: 1024 floats; float4 number
+/// 32·(mt·4 + n) + lane). One thread per float4 (grid-stride): it holds columns c, c + 1 of rows
+/// r and r + 8; rows ≥ N (the last tile's padding) are skipped. The accumulator is read
+/// coalesced; each row of dQ gets 4-byte stores, 16 contiguous bytes per 4 lanes.
+template <int HEAD_DIM, int BM, bool kBf16>
+__global__ void __launch_bounds__(256) fast_bwd_dq_convert_tiled_kernel(Problem p, const float4* __restrict__ acc,
+                                                                        uint16_t* __restrict__ dQ, std::size_t n4) {
+  using T = AtomicTraits<HEAD_DIM, BM>;
+  const int Tr = (p.seq + BM - 1) / BM;
+  for (std::size_t k = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; k < n4;
+       k += std::size_t(gridDim.x) * blockDim.x) {
+    const int lane = int(k & 31), frag = int((k >> 5) & 7), warp = int((k >> 8) & 7);
+    const std::size_t tile = k >> 11;  // 2048 float4 = BM·d floats per tile
+    const int i = int(tile % Tr), h = int(tile / Tr % p.heads), b = int(tile / Tr / p.heads);
+    const int mt = frag / T::kDqNT, n = frag % T::kDqNT, g = lane >> 2, t = lane & 3;
+    const int wm = warp / T::kWN, wn = warp % T::kWN;
+    const int row = i * BM + 32 * wm + 16 * mt + g, col = wn * T::kDqCols + 8 * n + 2 * t;
+    const float4 v = acc[k];
+    uint16_t* out = dQ + p.head_offset(b, h) + col;
+    if (row < p.seq)
+      *reinterpret_cast<uint32_t*>(out + std::size_t(row) * p.row_stride()) = pack2<kBf16>(v.x * p.scale, v.y * p.scale);
+    if (row + 8 < p.seq)
+      *reinterpret_cast<uint32_t*>(out + std::size_t(row + 8) * p.row_stride()) =
+          pack2<kBf16>(v.z * p.scale, v.w * p.scale);
+  }
+}
+
 template <int HEAD_DIM, int BM, bool kBf16, int VARIANT>
 void launch_atomic(const Problem& p, const BwdPointers& a, cudaStream_t stream) {
   using T = AtomicTraits<HEAD_DIM, BM>;
   auto kernel = &fast_bwd_atomic_kernel<HEAD_DIM, BM, kBf16, VARIANT>;
-  constexpr int kSmem = T::kSmem + ((VARIANT & (512 | 1024)) ? T::kSmemDq : 0);
+  constexpr int kSmem =
+      T::kSmem + ((VARIANT & 4096)                ? T::kSmemDq
+                  : (VARIANT & 2048)              ? T::kSmemDqBulk
+                  : (VARIANT & (512 | 1024)) ? T::kSmemDq
+                                                  : 0);
   // Opt in to > 48 KiB of dynamic SRAM once per instantiation (thread-safe static init).
   static const bool opted_in = [&] {
     set_smem(reinterpret_cast<const void*>(kernel), kSmem, "fast_bwd_atomic_kernel", p);
     return true;
   }();
   (void)opted_in;
+  constexpr bool kTiled = VARIANT & 4096;
   const std::size_t numel = std::size_t(p.batch) * p.seq * p.row_stride();
+  // Tiled layout: Tr whole tiles per (b, h), the last one padded (the workspace holds
+  // B·H·ceil(N / 128)·128·d floats, enough for both BLOCK_M).
+  const std::size_t acc_numel =
+      kTiled ? std::size_t(p.batch) * p.heads * ((p.seq + BM - 1) / BM) * BM * HEAD_DIM : numel;
   // dQaccum = 0: the kernel only ever adds into it.
-  FLASHLAB_CUDA_CHECK(cudaMemsetAsync(a.dQaccum, 0, numel * sizeof(float), stream));
+  FLASHLAB_CUDA_CHECK(cudaMemsetAsync(a.dQaccum, 0, acc_numel * sizeof(float), stream));
   launch_fast_bwd_preprocess<HEAD_DIM, kBf16>(p, a, stream);
 
   announce("fast_bwd_atomic_kernel");
@@ -587,19 +725,25 @@ void launch_atomic(const Problem& p, const BwdPointers& a, cudaStream_t stream) 
   }
   FLASHLAB_CUDA_CHECK_LAUNCH("fast_bwd_atomic_kernel");
 
-  const std::size_t n4 = numel / 4;
+  const std::size_t n4 = acc_numel / 4;
   const unsigned blocks = unsigned(std::min<std::size_t>((n4 + 255) / 256, 4096));
   announce("fast_bwd_dq_convert_kernel");
-  fast_bwd_dq_convert_kernel<kBf16><<<blocks, 256, 0, stream>>>(reinterpret_cast<const float4*>(a.dQaccum),
-                                                                 static_cast<uint2*>(a.dQ), n4, p.scale);
+  if constexpr (kTiled) {
+    fast_bwd_dq_convert_tiled_kernel<HEAD_DIM, BM, kBf16><<<blocks, 256, 0, stream>>>(
+        p, reinterpret_cast<const float4*>(a.dQaccum), static_cast<uint16_t*>(a.dQ), n4);
+  } else {
+    fast_bwd_dq_convert_kernel<kBf16><<<blocks, 256, 0, stream>>>(reinterpret_cast<const float4*>(a.dQaccum),
+                                                                   static_cast<uint2*>(a.dQ), n4, p.scale);
+  }
   FLASHLAB_CUDA_CHECK_LAUNCH("fast_bwd_dq_convert_kernel");
 }
 
 // Kept configuration per head dim (BLOCK_M, VARIANT bits; measurements:
-// cuda/results/bwd_atomic_session2.md): LSE_i/D_i staged in SRAM, fp32 P, dQ after dK/dV, dQ
-// partials staged in SRAM and reduced with row-contiguous red.v4.
-constexpr int kBM64 = 128, kV64 = 513;
-constexpr int kBM128 = 64, kV128 = 513;
+// cuda/results/bwd_atomic_session2.md, "Round 2"): LSE_i/D_i staged in SRAM, fp32 P, dQ product
+// first, dQ partials staged in SRAM in fragment order and added into the tiled dQaccum by one
+// 4 KiB bulk asynchronous reduction per warp and step (fence by the issuing lane).
+constexpr int kBM64 = 128, kV64 = 12293;
+constexpr int kBM128 = 64, kV128 = 12293;
 
 }  // namespace
 
@@ -613,7 +757,8 @@ void launch_fast_bwd_atomic(const Problem& p, bool bf16, const BwdPointers& a, c
     const std::string v = env;
 #define FLASHLAB_X(D, BM, VAR)                                                       \
   if (p.head_dim == D && v == #BM "," #VAR) return launch_atomic<D, BM, true, VAR>(p, a, stream);
-    FLASHLAB_X(128, 64, 513) FLASHLAB_X(128, 64, 1025) FLASHLAB_X(64, 128, 513) FLASHLAB_X(64, 128, 1025)
+    FLASHLAB_X(128, 64, 513) FLASHLAB_X(128, 64, 12293) FLASHLAB_X(128, 64, 4101) FLASHLAB_X(128, 64, 12325)
+    FLASHLAB_X(128, 64, 12421) FLASHLAB_X(64, 128, 513) FLASHLAB_X(64, 128, 12293) FLASHLAB_X(64, 128, 12325)
 #undef FLASHLAB_X
     throw std::invalid_argument("FLASHLAB_BWD_ATOMIC_VARIANT=" + v + " is not built");
   }

@@ -53,7 +53,13 @@
 // (1.08–1.15×). cuDNN is 1.4–2× faster. This is mma.sync, not Hopper's wgmma/TMA; the exp2/softmax
 // phase of a warp does not overlap its own mma phase (a one-step-ahead S pipeline was tried and was
 // slower, see FAST_NOTES.md), and O is stored straight from registers (4-byte stores) rather than
-// staged through SRAM.
+// staged through SRAM. Nsight Compute (fwd_session2_notes.md, step 6; N = 8192): FA2 and a
+// BLOCK_N = 32 variant of this kernel both issue ~1.7–1.8 instructions/cycle/SM with 2 warps per
+// scheduler and keep the tensor pipe ~51–55 % busy; FA2 interleaves its exp2 with its P·V mma in
+// one basic block, but doing the same here (the lazy-rescale vote moved up, exp2 + P·V copied into
+// both sides) costs register moves under the 255-register cap and measured 4–5 % slower. In that session (13:34 UTC) this kernel
+// ran 354.4 / 367.2 TFLOP/s at N = 8192 / 16384 against FA2's 350.8–355.8 / 354.9–361.1: still a tie
+// at 8192 (0.996–1.01×).
 #include "common.hpp"
 #include "tensor_core.cuh"
 #include "flashlab/cuda/fast_attention.hpp"
@@ -428,7 +434,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
           exp_rows(mt, r);
         }
       // (Deciding the vote before the exponentials, so that exp2 and the P·V mma share one basic
-      // block, was measured 2 % slower: fwd_session2_notes.md, step 5.)
+      // block, was measured 2 % slower: fwd_session2_notes.md, step 5; with exp2 + P·V copied into
+      // both sides of the vote, 4–5 % slower: step 6.)
       if (!T::kLazyRescale || __any_sync(0xffffffffu, max_moved)) rescale_acc();
 
       // acc += P_ij V_j: P_ij rounded to 16 bits in registers is the A fragment (C layout of two

@@ -93,4 +93,37 @@ __device__ __forceinline__ void red_add_f32x4(float* addr, float a, float b, flo
                : "memory");
 }
 
+// ---- Bulk asynchronous reduction (sm_90; PTX ISA 8.0, plain sm_90 — ptxas accepts it for
+// -gencode arch=compute_90,code=sm_90). The copy/reduce is carried out by the SM's bulk-copy (TMA)
+// unit, not by the issuing warp's load/store path, and runs in the async proxy. Used for the atomic
+// backward's dQ partials (attention_bwd_tc_atomic.cu).
+
+/// Make this thread's earlier ordinary (generic-proxy) writes to shared memory visible to later
+/// async-proxy reads of it (a bulk copy issued after a barrier reads what every writer fenced).
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/// dst[0 .. bytes/4) += src[0 .. bytes/4) in fp32: SRAM (src, shared::cta address) → global
+/// (dst), performed asynchronously in L2; bytes a multiple of 16, both addresses 16-byte aligned.
+/// Completion is tracked per thread by bulk groups (bulk_commit_group / bulk_wait_group_read).
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+               "r"(bytes)
+               : "memory");
+}
+/// Close this thread's bulk group (its bulk operations issued since the last commit).
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/// Wait until at most N of this thread's bulk groups still READ their shared-memory source (the
+/// source may be overwritten afterwards; the global side may still be in flight).
+template <int N>
+__device__ __forceinline__ void bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+/// Wait until at most N of this thread's bulk groups are still pending at all (writes performed).
+template <int N>
+__device__ __forceinline__ void bulk_wait_group() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 }  // namespace flashlab::cuda::detail

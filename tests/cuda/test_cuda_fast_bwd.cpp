@@ -172,7 +172,8 @@ TEST_CASE("fast backward refuses what it does not support", "[fast-bwd][errors]"
   cfg.design = fc::FastBackwardDesign::two_kernel;
   CHECK(fc::fast_attention_backward_workspace_bytes(cfg) == 8 * sizeof(float));
   cfg.design = fc::FastBackwardDesign::atomic;
-  CHECK(fc::fast_attention_backward_workspace_bytes(cfg) == 256 + 8 * 64 * sizeof(float));
+  // (whole query tiles: N rounded up to 128 rows)
+  CHECK(fc::fast_attention_backward_workspace_bytes(cfg) == 256 + 128 * 64 * sizeof(float));
 }
 
 TEST_CASE("fast backward timing, N = 8192, H = 16, d = 128", "[.][fast-bwd-bench]") {

@@ -107,7 +107,8 @@ FastBackwardResult fast_attention_backward(const FastBackwardConfig& cfg, const 
 
 /// Bytes of device scratch fast_attention_backward_device() needs for `cfg` (its design and
 /// shape): D (fp32, B·H·N) at offset 0, then, for the atomic design, the fp32 dQ accumulator
-/// (B·N·H·d) at the next multiple of 256 bytes. Throws std::invalid_argument for a bad shape.
+/// (B·H·⌈N/128⌉·128·d floats: whole query tiles) at the next multiple of 256 bytes. Throws
+/// std::invalid_argument for a bad shape.
 std::size_t fast_attention_backward_workspace_bytes(const FastBackwardConfig& cfg);
 
 /// Launches the fast backward of design `cfg.design` on device pointers, no copies, no
