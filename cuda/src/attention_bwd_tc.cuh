@@ -1,6 +1,7 @@
 // cuda/src/attention_bwd_tc.cuh — pieces shared by the two fast tensor-core backward designs
 // (issue 7): attention_bwd_tc.cu (two kernels: dQ kernel, dK/dV kernel) and
-// attention_bwd_tc_atomic.cu (one kernel over K_j/V_j blocks, dQ accumulated with fp32 atomics).
+// attention_bwd_tc_atomic.cu (one kernel over K_j/V_j blocks, dQ accumulated in fp32 by bulk
+// asynchronous reductions in L2).
 // Seed 001, "Backward Pass": D_i = rowsum(dO_i ∘ O_i) is computed once, before either design.
 // Internal to cuda/src; included by exactly those two .cu files. The device helpers and the
 // preprocess kernel sit in an unnamed namespace (each translation unit gets its own copy, as
@@ -20,7 +21,8 @@
 namespace flashlab::cuda::detail {
 
 /// Device pointers of one backward call (both designs). `D` is fp32 [B, H, N]; `dQaccum` is the
-/// atomic design's fp32 [B, N, H, d] accumulator (nullptr for the two-kernel design).
+/// atomic design's fp32 accumulator in its own tiled layout (attention_bwd_tc_atomic.cu; nullptr
+/// for the two-kernel design).
 struct BwdPointers {
   const void *Q, *K, *V, *O, *dO;
   const float* LSE;

@@ -1,7 +1,7 @@
 // cuda/src/tensor_core.cuh — the tensor-core building blocks the fast kernels share
 // (attention_fwd_tc.cu, attention_bwd_tc.cu, attention_bwd_tc_atomic.cu): swizzled SRAM addressing,
 // cp.async, ldmatrix, mma.sync m16n8k16 (bf16/fp16 in, fp32 accumulate), packing to 16 bits, exp2,
-// vector fp32 reductions in global memory.
+// bulk asynchronous fp32 reductions SRAM → global (sm_90).
 // Internal to cuda/src; device code only.
 #pragma once
 
@@ -78,19 +78,6 @@ __device__ __forceinline__ float ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
-}
-
-/// *addr += a, *(addr + 1) += b in global memory, one vector reduction (`red`, no value returned;
-/// performed in L2). sm_90 accepts the .v2.f32 form; addr must be 8-byte aligned. Used for the
-/// atomic backward's fp32 dQ accumulator (attention_bwd_tc_atomic.cu).
-__device__ __forceinline__ void red_add_f32x2(float* addr, float a, float b) {
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b) : "memory");
-}
-
-/// addr[0..3] += {a, b, c, d} in global memory, one 16-byte vector reduction; addr 16-byte aligned.
-__device__ __forceinline__ void red_add_f32x4(float* addr, float a, float b, float c, float d) {
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(addr), "f"(a), "f"(b), "f"(c), "f"(d)
-               : "memory");
 }
 
 // ---- Bulk asynchronous reduction (sm_90; PTX ISA 8.0, plain sm_90 — ptxas accepts it for
