@@ -59,7 +59,9 @@
 // one basic block, but doing the same here (the lazy-rescale vote moved up, exp2 + P·V copied into
 // both sides) costs register moves under the 255-register cap and measured 4–5 % slower. In that session (13:34 UTC) this kernel
 // ran 354.4 / 367.2 TFLOP/s at N = 8192 / 16384 against FA2's 350.8–355.8 / 354.9–361.1: still a tie
-// at 8192 (0.996–1.01×).
+// at 8192 (0.996–1.01×). Step 7 (same notes) measured freeing registers first — P packed right
+// after exp2, 32-key sub-tiles with their own max update, the one-block schedule on top — and every
+// variant was 1–10 % slower at d = 128, so none of them is kept in this file.
 #include "common.hpp"
 #include "tensor_core.cuh"
 #include "flashlab/cuda/fast_attention.hpp"

@@ -10,6 +10,7 @@
 // error of the same computation done in float32 (naive_forward<float> on the same rounded inputs)
 // and the floor of any 16-bit output (the float64 O rounded to the dtype).
 // Shapes: N ∈ {1, 17, 128, 1000, 4096}, d ∈ {64, 128}, causal and not, batch > 1 once, fp16 once;
+// N = 80 non-causal (a full key tile, then a ragged one of 16 keys);
 // plus N = 300 with key rows scaled up along the sequence (maxima that keep growing: late rescales).
 // Tag [fast-sanitize]: the small shapes, for compute-sanitizer.
 #include <catch2/catch.hpp>
@@ -132,6 +133,10 @@ TEST_CASE("fast forward, small shapes, equals the float64 reference", "[fast][fa
   check_fast({2, 70, 3, 64, true});                            // batch > 1, ragged
   check_fast({1, 200, 2, 128, true, fc::FastDtype::fp16});     // fp16 instantiation
   check_fast({1, 200, 2, 64, false, fc::FastDtype::fp16});
+  // One full key tile, then a tile with 16 keys: 48 masked keys after real maxima exist (the
+  // lazy rescale must keep alpha = 1 and P = 0 there).
+  for (int d : {64, 128}) check_fast({1, 80, 2, d, false});
+  check_fast({1, 80, 2, 128, false, fc::FastDtype::fp16});
   report("fast small");
 }
 
