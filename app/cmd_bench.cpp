@@ -25,8 +25,8 @@ namespace {
 
 constexpr const char* kUsageLine =
     "bench attention [--seq N[,N2,...]] [--dim D[,D2]] [--heads H] [--batch B] [--causal | --no-causal | --both]\n"
-    "                       [--pass fwd|bwd|both] [--bwd-design atomic|two-kernel] [--dtype bf16|fp16]\n"
-    "                       [--reps R] [--warmup W] [--csv]";
+    "                       [--pass fwd|bwd|both] [--bwd-design atomic|two-kernel] [--fwd-kernel mma|wgmma]\n"
+    "                       [--dtype bf16|fp16] [--reps R] [--warmup W] [--csv]";
 constexpr const char* kSummary =
     "Times the fast tensor-core attention forward and/or backward on the GPU (bf16/fp16 in, fp32\n"
     "accumulation) for every (d, causal, N) of the sweep. Per shape and pass: W warm-up launches,\n"
@@ -55,11 +55,14 @@ po::options_description options() {
       ("pass", po::value<std::string>()->default_value("both"), "fwd | bwd | both: the passes to time")
       ("bwd-design", po::value<std::string>()->default_value("atomic"),
        "atomic | two-kernel: the backward design to time (default atomic, the faster on H100)")
+      ("fwd-kernel", po::value<std::string>()->default_value("mma"),
+       "mma | wgmma: the forward kernel to time (mma.sync, the default, or Hopper's wgmma; sm_90a)")
       ("dtype", po::value<std::string>()->default_value("bf16"), "bf16 | fp16")
       ("reps", po::value<long long>()->default_value(30), "timed launches per shape (at least 20)")
       ("warmup", po::value<long long>()->default_value(3), "untimed launches per shape before timing")
       ("csv", po::bool_switch(),
-       "print CSV (dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps,bwd_design) instead of a table");
+       "print CSV (dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps,bwd_design,fwd_kernel) instead of a "
+       "table");
   return d;
 }
 
@@ -97,6 +100,7 @@ struct Sweep {
   bool fwd = true, bwd = true;  // passes to time (--pass)
   bool fp16 = false, csv = false;
   bool bwd_atomic = true;  // --bwd-design
+  bool fwd_wgmma = false;  // --fwd-kernel
 };
 
 Sweep parse_sweep(const po::variables_map& vm) {
@@ -130,6 +134,10 @@ Sweep parse_sweep(const po::variables_map& vm) {
   if (design != "atomic" && design != "two-kernel")
     throw UsageError("--bwd-design '" + design + "' is unknown", "choose atomic (the default) or two-kernel");
   s.bwd_atomic = design == "atomic";
+  const std::string fk = vm["fwd-kernel"].as<std::string>();
+  if (fk != "mma" && fk != "wgmma")
+    throw UsageError("--fwd-kernel '" + fk + "' is unknown", "choose mma (the default) or wgmma");
+  s.fwd_wgmma = fk == "wgmma";
   const std::string dt = vm["dtype"].as<std::string>();
   if (dt != "bf16" && dt != "fp16") throw UsageError("--dtype '" + dt + "' is unknown", "choose bf16 or fp16");
   s.fp16 = dt == "fp16";
@@ -155,18 +163,23 @@ int run_sweep(const Sweep& s) {
   b.dtype = s.fp16 ? fc::FastDtype::fp16 : fc::FastDtype::bf16;
   b.pass = s.fwd && s.bwd ? fc::BenchPass::both : (s.bwd ? fc::BenchPass::bwd : fc::BenchPass::fwd);
   b.bwd_design = s.bwd_atomic ? fc::FastBackwardDesign::atomic : fc::FastBackwardDesign::two_kernel;
+  b.fwd_kernel = s.fwd_wgmma ? fc::FastForwardKernel::wgmma : fc::FastForwardKernel::mma_sync;
+  if (s.fwd_wgmma && !fc::fast_forward_wgmma_built())
+    throw UsageError("--fwd-kernel wgmma is not in this build",
+                     "configure with CMAKE_CUDA_ARCHITECTURES including 90 (the wgmma forward is sm_90a code)");
   const std::string bwd_name = std::string(fc::to_string(b.bwd_design)) + " backward";
   const char* dt = s.fp16 ? "fp16" : "bf16";
   const std::string device = fc::device_description();
   // CSV goes to stdout alone (a file for sdpa_bench.py); the device line then goes to stderr.
   std::ostream& info = s.csv ? std::cerr : std::cout;
   info << "device: " << device << "\n"
-       << (s.fwd && s.bwd ? "fast forward and " + bwd_name + ", "
-                          : s.bwd ? "fast " + bwd_name + ", " : std::string("fast forward, "))
+       << (s.fwd && s.bwd ? "fast forward (" + std::string(fc::to_string(b.fwd_kernel)) + ") and " + bwd_name + ", "
+                          : s.bwd ? "fast " + bwd_name + ", "
+                                  : "fast forward (" + std::string(fc::to_string(b.fwd_kernel)) + "), ")
        << dt << ", H=" << s.heads << " B=" << s.batch << "; per shape " << s.warmup
        << " warm-up + " << s.reps << " timed launches, each alone (CUDA events), L2 flushed before each, "
        << b.input_sets << " input sets rotated; median (min, max)\n";
-  if (s.csv) std::cout << "dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps,bwd_design\n";
+  if (s.csv) std::cout << "dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps,bwd_design,fwd_kernel\n";
   else {
     char line[160];
     std::snprintf(line, sizeof line, "%-5s %4s %4s %6s %6s %10s %10s %10s %9s %9s\n", "dtype", "pass", "d", "causal",
@@ -179,9 +192,9 @@ int run_sweep(const Sweep& s) {
     const char* pass = r.backward ? "bwd" : "fwd";
     char line[200];
     if (s.csv)
-      std::snprintf(line, sizeof line, "%s,%s,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%.3f,%.1f,%s\n", dt, pass, c.head_dim,
+      std::snprintf(line, sizeof line, "%s,%s,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%.3f,%.1f,%s,%s\n", dt, pass, c.head_dim,
                     int(c.causal), c.seq, c.heads, c.batch, r.median_ms, r.min_ms, r.max_ms, r.tflops, r.gbps,
-                    r.backward ? fc::to_string(r.bwd_design) : "");
+                    r.backward ? fc::to_string(r.bwd_design) : "", r.backward ? "" : fc::to_string(c.kernel));
     else
       std::snprintf(line, sizeof line, "%-5s %4s %4d %6s %6d %10.4f %10.4f %10.4f %9.1f %9.1f\n", dt, pass, c.head_dim,
                     c.causal ? "yes" : "no", c.seq, r.median_ms, r.min_ms, r.max_ms, r.tflops, r.gbps);

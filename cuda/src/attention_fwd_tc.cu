@@ -63,6 +63,7 @@
 // after exp2, 32-key sub-tiles with their own max update, the one-block schedule on top — and every
 // variant was 1–10 % slower at d = 128, so none of them is kept in this file.
 #include "common.hpp"
+#include "launchers.hpp"
 #include "tensor_core.cuh"
 #include "flashlab/cuda/fast_attention.hpp"
 
@@ -520,7 +521,7 @@ void launch_fast(const Problem& p, const void* Q, const void* K, const void* V, 
 }
 
 Problem fast_problem(const FastForwardConfig& cfg) {
-  const FastTiles tiles = fast_forward_tiles(cfg.head_dim);  // throws for d ∉ {64, 128}
+  const FastTiles tiles = fast_forward_tiles(cfg.head_dim, cfg.kernel);  // throws for d ∉ {64, 128}
   Options opt;  // make_problem validates the clear kernels' tiles (≤ 128): pass legal ones, set ours after
   opt.block_m = 64;
   opt.block_n = 64;
@@ -537,7 +538,19 @@ Problem fast_problem(const FastForwardConfig& cfg) {
 
 namespace flashlab::cuda {
 
-FastTiles fast_forward_tiles(int head_dim) {
+const char* to_string(FastForwardKernel kernel) { return kernel == FastForwardKernel::wgmma ? "wgmma" : "mma"; }
+
+bool fast_forward_wgmma_built() {
+#ifdef FLASHLAB_HAVE_WGMMA
+  return true;
+#else
+  return false;
+#endif
+}
+
+FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel) {
+  if (kernel == FastForwardKernel::wgmma && (head_dim == 64 || head_dim == 128))
+    return {detail::kWgmmaBlockM, detail::kWgmmaBlockN};
   if (head_dim == 64) return {detail::FastTraits<64, false>::BLOCK_M, detail::FastTraits<64, false>::BLOCK_N};
   if (head_dim == 128) return {detail::FastTraits<128, false>::BLOCK_M, detail::FastTraits<128, false>::BLOCK_N};
   throw std::invalid_argument("flashlab::cuda: fast forward HEAD_DIM = " + std::to_string(head_dim) +
@@ -549,6 +562,16 @@ void fast_attention_forward_device(const FastForwardConfig& cfg, const void* Q, 
   const detail::Problem p = detail::fast_problem(cfg);
   const auto s = static_cast<cudaStream_t>(stream);
   const bool bf16 = cfg.dtype == FastDtype::bf16;
+  if (cfg.kernel == FastForwardKernel::wgmma) {
+#ifdef FLASHLAB_HAVE_WGMMA
+    detail::launch_fast_wgmma(p, bf16, Q, K, V, O, LSE, s);
+    return;
+#else
+    throw std::invalid_argument(
+        "flashlab::cuda: the wgmma forward is not in this build (hint: configure with "
+        "CMAKE_CUDA_ARCHITECTURES including 90; it needs an sm_90 GPU)");
+#endif
+  }
   if (cfg.head_dim == 64) {
     if (bf16) detail::launch_fast<64, true>(p, Q, K, V, O, LSE, s);
     else detail::launch_fast<64, false>(p, Q, K, V, O, LSE, s);

@@ -54,7 +54,7 @@ void validate(const AttentionBenchConfig& b) {
   if (b.heads < 1 || b.batch < 1) bad("heads and batch must be >= 1");
   for (int n : b.seqs)
     if (n < 1) bad("sequence length " + std::to_string(n) + " must be >= 1");
-  for (int d : b.head_dims) (void)fast_forward_tiles(d);  // throws for d ∉ {64, 128} before any timing
+  for (int d : b.head_dims) (void)fast_forward_tiles(d, b.fwd_kernel);  // throws for d ∉ {64, 128} before any timing
 }
 
 }  // namespace
@@ -114,6 +114,7 @@ std::vector<AttentionBenchRow> bench_attention(const AttentionBenchConfig& bench
         cfg.head_dim = d;
         cfg.causal = causal;
         cfg.dtype = bench.dtype;
+        cfg.kernel = bench.fwd_kernel;
         const std::size_t numel = std::size_t(cfg.batch) * n * cfg.heads * d;
         const std::size_t stats = std::size_t(cfg.batch) * cfg.heads * n;
         const std::size_t sets = std::size_t(bench.input_sets);

@@ -30,6 +30,18 @@ void launch_bwd_dq(const Problem& p, const float* Q, const float* K, const float
 void launch_bwd_dkdv(const Problem& p, const float* Q, const float* K, const float* V, const float* dO,
                      const float* LSE, const float* D, float* dK, float* dV);
 
+// attention_fwd_wgmma.cu (sm_90a, built only when CMAKE_CUDA_ARCHITECTURES include 90:
+// FLASHLAB_HAVE_WGMMA) — the wgmma forward; 16-bit Q, K, V, O [B, N, H, d], LSE [B, H, N] base 2.
+// Tiles: BLOCK_M = Br = 128 (two warpgroups), BLOCK_N = Bc = 128.
+constexpr int kWgmmaBlockM = 128, kWgmmaBlockN = 128;
+void launch_fast_wgmma(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                       cudaStream_t stream);
+/// The same with a schedule picked at run time, for experiments (cuda/bench/wgmma_driver.cu):
+/// variant bit 1 = the overlapped schedule, bit 0 = V's descriptor strides swapped (a debugging
+/// probe: wrong on purpose). Returns the launch error instead of throwing.
+cudaError_t wgmma_forward_launch(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O,
+                                 float* LSE, cudaStream_t stream, int variant);
+
 // attention_bwd_atomic.cu — one kernel, dQ accumulated with atomicAdd.
 void launch_zero_fill(const Problem& p, float* dQ);
 void launch_bwd_atomic(const Problem& p, const float* Q, const float* K, const float* V, const float* dO,

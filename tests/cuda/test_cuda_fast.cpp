@@ -12,7 +12,8 @@
 // Shapes: N ∈ {1, 17, 128, 1000, 4096}, d ∈ {64, 128}, causal and not, batch > 1 once, fp16 once;
 // N = 80 non-causal (a full key tile, then a ragged one of 16 keys);
 // plus N = 300 with key rows scaled up along the sequence (maxima that keep growing: late rescales).
-// Tag [fast-sanitize]: the small shapes, for compute-sanitizer.
+// Tag [fast-sanitize]: the small shapes, for compute-sanitizer. [fast-wgmma]: the same checks on the
+// wgmma forward (FastForwardKernel::wgmma, cuda/src/attention_fwd_wgmma.cu).
 #include <catch2/catch.hpp>
 
 #include "flashlab/cuda/fast_attention.hpp"
@@ -46,6 +47,7 @@ struct FastCase {
   // > 0: key row n is scaled by 1 + k_ramp·n/N, so row maxima keep growing from key tile to key
   // tile (by more than the kernel's rescale slack of 2^8), exercising the late rescale of acc.
   double k_ramp = 0.0;
+  fc::FastForwardKernel kernel = fc::FastForwardKernel::mma_sync;  // which forward runs
 };
 
 double g_worst_O = 0.0, g_worst_LSE = 0.0;
@@ -56,7 +58,8 @@ void check_fast(const FastCase& c) {
   const std::string label = std::string(bf16 ? "bf16" : "fp16") + " B=" + std::to_string(c.batch) +
                             " N=" + std::to_string(c.seq) + " H=" + std::to_string(c.heads) +
                             " d=" + std::to_string(c.head_dim) + (c.causal ? " causal" : "") +
-                            (c.k_ramp > 0.0 ? " k-ramp" : "");
+                            (c.k_ramp > 0.0 ? " k-ramp" : "") +
+                            (c.kernel == fc::FastForwardKernel::wgmma ? " wgmma" : "");
   INFO(label << " seed=" << seed << " (rerun with FLASHLAB_TEST_SEED)");
   const fr::Shape shape{std::size_t(c.batch), std::size_t(c.seq), std::size_t(c.heads), std::size_t(c.head_dim)};
   fr::Tensor<double> q0(shape), k0(shape), v0(shape), Qd(shape), Kd(shape), Vd(shape);
@@ -99,6 +102,7 @@ void check_fast(const FastCase& c) {
   fcfg.head_dim = c.head_dim;
   fcfg.causal = c.causal;
   fcfg.dtype = c.dtype;
+  fcfg.kernel = c.kernel;
   const auto got = fc::fast_attention_forward(fcfg, Qb, Kb, Vb);
   REQUIRE(got.O.size() == ref.O.numel());
   REQUIRE(got.LSE.size() == ref.LSE.size());
@@ -159,6 +163,43 @@ TEST_CASE("fast forward, row maxima growing along the keys (late rescales)", "[f
   report("fast k-ramp");
 }
 
+// The wgmma forward (cuda/src/attention_fwd_wgmma.cu, sm_90a; Br = Bc = 128): the same checks.
+// Shapes mirror the mma.sync cases, plus N = 130 and 200 (a full 128-key tile, then a ragged one)
+// and N = 300 k-ramp (three key tiles, late rescales; this kernel always rescales).
+bool wgmma_in_build() {
+  if (fc::fast_forward_wgmma_built()) return true;
+  WARN("wgmma forward not in this build (CMAKE_CUDA_ARCHITECTURES without 90): skipped");
+  return false;
+}
+constexpr fc::FastDtype kBf16 = fc::FastDtype::bf16, kFp16 = fc::FastDtype::fp16;
+constexpr fc::FastForwardKernel kWgmma = fc::FastForwardKernel::wgmma;
+
+TEST_CASE("wgmma forward, small shapes, equals the float64 reference", "[fast][fast-wgmma][fast-sanitize]") {
+  if (!wgmma_in_build()) return;
+  for (int seq : {1, 17, 128, 130})
+    for (int d : {64, 128})
+      for (bool causal : {false, true}) check_fast({1, seq, 2, d, causal, kBf16, 0.0, kWgmma});
+  check_fast({2, 70, 3, 64, true, kBf16, 0.0, kWgmma});  // batch > 1, ragged
+  check_fast({3, 200, 2, 128, false, kBf16, 0.0, kWgmma});
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) check_fast({1, 200, 2, d, causal, kFp16, 0.0, kWgmma});  // fp16
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) check_fast({1, 300, 2, d, causal, kBf16, 19.0, kWgmma});  // k-ramp
+  check_fast({1, 300, 2, 128, false, kFp16, 19.0, kWgmma});
+  report("wgmma small");
+}
+
+TEST_CASE("wgmma forward, N = 1000 and 4096", "[fast][fast-wgmma][fast-large]") {
+  if (!wgmma_in_build()) return;
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) {
+      check_fast({1, 1000, 2, d, causal, kBf16, 0.0, kWgmma});
+      check_fast({1, 4096, 1, d, causal, kBf16, 0.0, kWgmma});
+    }
+  check_fast({2, 1000, 2, 128, true, kFp16, 0.0, kWgmma});
+  report("wgmma large");
+}
+
 TEST_CASE("fast forward refuses what it does not support", "[fast][errors]") {
   fc::FastForwardConfig cfg;
   cfg.seq = 8;
@@ -167,6 +208,9 @@ TEST_CASE("fast forward refuses what it does not support", "[fast][errors]") {
   CHECK_THROWS_WITH(fc::fast_attention_forward(cfg, x, x, x), Catch::Contains("HEAD_DIM = 48"));
   cfg.head_dim = 64;
   CHECK_THROWS_WITH(fc::fast_attention_forward(cfg, x, x, x), Catch::Contains("Q has 384 elements"));
+  cfg.kernel = fc::FastForwardKernel::wgmma;
+  cfg.head_dim = 48;
+  CHECK_THROWS_WITH(fc::fast_attention_forward(cfg, x, x, x), Catch::Contains("HEAD_DIM = 48"));
 }
 
 TEST_CASE("bf16 and fp16 conversions round to nearest even", "[fast][errors]") {

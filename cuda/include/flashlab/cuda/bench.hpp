@@ -50,6 +50,7 @@ struct AttentionBenchConfig {
   std::uint32_t seed = 1234;                                 ///< seed of the N(0, 1) inputs
   BenchPass pass = BenchPass::both;                          ///< passes to time (bench_attention())
   FastBackwardDesign bwd_design = FastBackwardDesign::atomic;  ///< backward design timed (default: the faster)
+  FastForwardKernel fwd_kernel = FastForwardKernel::mma_sync;  ///< forward kernel timed (rows: config.kernel)
 };
 
 /// One timed shape of a sweep.

@@ -1,6 +1,7 @@
 /// @file fast_attention.hpp
 /// @brief Host API of the fast tensor-core attention forward (issue 7, first step): bf16 or fp16
-/// inputs, fp32 accumulation, `mma.sync` m16n8k16. No CUDA types here: 16-bit values travel as
+/// inputs, fp32 accumulation, `mma.sync` m16n8k16 or (FastForwardKernel::wgmma, sm_90a) Hopper's
+/// `wgmma.mma_async`. No CUDA types here: 16-bit values travel as
 /// `uint16_t` storage (their bit patterns), so CPU-only code may include this header.
 ///
 /// Layout as the clear kernels: Q, K, V, O are `[B, N, H, d]` row-major; LSE is `[B, H, N]` fp32,
@@ -26,6 +27,23 @@ enum class FastDtype {
   fp16   ///< IEEE binary16 (5 exponent bits, 10 mantissa bits)
 };
 
+/// Which fast forward kernel runs (issue 7). Both compute the same O and LSE (same algorithm,
+/// tiles aside) from the same inputs.
+enum class FastForwardKernel {
+  /// `mma.sync` m16n8k16 (cuda/src/attention_fwd_tc.cu): the default, sm_90 build.
+  mma_sync,
+  /// Hopper's warpgroup MMA, `wgmma.mma_async` (cuda/src/attention_fwd_wgmma.cu): compiled for
+  /// sm_90a, so it runs on compute capability 9.0 GPUs only (H100/H200), and only in builds whose
+  /// CMAKE_CUDA_ARCHITECTURES include 90 (fast_forward_wgmma_built()).
+  wgmma
+};
+
+/// "mma" or "wgmma" (the names the `flashlab bench attention --fwd-kernel` flag takes).
+const char* to_string(FastForwardKernel kernel);
+
+/// Whether this build contains the wgmma forward (CMAKE_CUDA_ARCHITECTURES included 90).
+bool fast_forward_wgmma_built();
+
 /// Shape and options of one fast forward call.
 struct FastForwardConfig {
   int batch = 1;                   ///< B
@@ -35,6 +53,7 @@ struct FastForwardConfig {
   bool causal = false;             ///< causal mask: query i sees keys j ≤ i
   double scale = 0.0;              ///< softmax scale; 0 means 1/sqrt(HEAD_DIM)
   FastDtype dtype = FastDtype::bf16;  ///< storage type of Q, K, V and O
+  FastForwardKernel kernel = FastForwardKernel::mma_sync;  ///< forward kernel (ignored by the backward)
 };
 
 /// Results of a fast forward pass copied back to the host.
@@ -49,8 +68,9 @@ struct FastTiles {
   int block_n;  ///< BLOCK_N = Bc, key rows per pipeline stage
 };
 
-/// The tiles of the fast forward for `head_dim`; throws std::invalid_argument for d ∉ {64, 128}.
-FastTiles fast_forward_tiles(int head_dim);
+/// The tiles of the fast forward `kernel` for `head_dim`; throws std::invalid_argument for
+/// d ∉ {64, 128}.
+FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel = FastForwardKernel::mma_sync);
 
 /// Uploads Q, K, V (each `[B, N, H, d]` as 16-bit bit patterns), poisons O and LSE with NaN,
 /// runs the fast forward, checks every CUDA call and downloads O and LSE. Throws

@@ -1,0 +1,558 @@
+// attention_fwd_wgmma.cu — FlashAttention forward on Hopper's warpgroup MMA (issue 7: "Hopper-only
+// instructions (wgmma, TMA via sm_90a) are welcome as a further variant once the mma.sync version
+// is right"). Selected with FastForwardConfig::kernel = FastForwardKernel::wgmma
+// (fast_attention.hpp) or `flashlab bench attention --fwd-kernel wgmma`; built (cuda/CMakeLists.txt,
+// object library flashlab_cuda_wgmma, CUDA_ARCHITECTURES 90a) only when the configured
+// architectures include 90. Measurements: cuda/results/fwd_wgmma_notes.md.
+//
+// What it does: the same algorithm, loop order and names as attention_fwd_tc.cu (FA2 order, one
+// thread block per query tile Q_i, inner loop over key tiles K_j, V_j, online softmax in base 2,
+// LSE_i = m_i + log2(l_i) in fp32, deferred 1/l_i; seed 001), but the two matrix products are
+// `wgmma.mma_async` (sm_90a only: compile this file with -gencode arch=compute_90a,code=sm_90a):
+//   - A block has kWarpgroups = 2 warpgroups of 128 threads; warpgroup w owns query rows
+//     64w .. 64w+63 of Q_i (Br = BLOCK_M = 128) and their S_ij, P_ij, O_i for the whole loop.
+//     Bc = BLOCK_N = 128 keys per step.
+//   - S_ij = Q_i K_jᵀ: `wgmma m64n128k16`, both operands read by the tensor cores straight from
+//     SRAM through matrix descriptors (no ldmatrix); fp32 accumulators in registers (64 per thread).
+//   - Softmax on those accumulator registers (scores raw, scale folded into one FMA before ex2, as
+//     attention_fwd_tc.cu). P_ij is rounded to 16 bits in registers and is the *register* A
+//     operand of O_i += P_ij V_j (`wgmma m64n{d}k16`, B = V_j from SRAM). The accumulator layout
+//     of m64nN (per warp: the m16n8 C layout, repeated over n) is exactly the register-A layout of
+//     m64nNk16, so P needs no shuffles.
+//   - SRAM layout = the descriptors' 128-byte swizzle: a [rows][d] tile is stored as d/64 column
+//     blocks ("atoms" of 64 16-bit columns = 128 bytes per row); inside a block, row r's 16-byte
+//     chunk c sits at chunk c ^ (r & 7) (the same XOR as tensor_core.cuh's swz, which is why the
+//     hardware's Swizzle<3,4,3> and our cp.async writes agree). Every tile starts 1024-byte aligned
+//     (the swizzle is applied to absolute address bits 4–9).
+//       Q_i, K_j (K-major operands): stride between 8-row groups (SBO) = 1024 B; a k16 step inside
+//         a 64-column block advances the start address by 32 B, the next block by rows·128 B.
+//       V_j (B of P·V, [keys][d] row-major = MN-major, imm-trans-b = 1): SBO = 1024 B between
+//         8-key groups, LBO = BLOCK_N·128 B between the 64-column blocks of d; a k16 step = 16
+//         keys = 2048 B.
+//   - K_j, V_j: HBM → SRAM with cp.async (all 256 threads), two stages: K_{j+1}, V_{j+1} are in
+//     flight while step j computes; one __syncthreads() per step. cp.async writes are generic-proxy
+//     writes, wgmma reads SRAM through the async proxy: every thread fences (fence.proxy.async)
+//     after its copies landed and before the barrier. Out-of-sequence rows are zero-filled (seed
+//     001, "the NaN hazard": no stale SRAM reaches P·V).
+//   - Masks as attention_fwd_tc.cu: keys ≥ N and (causal) key > row get −inf, only on tiles that
+//     need it; a fully masked row gives O = 0 and LSE = −inf, never NaN. Causal blocks skip key
+//     tiles right of their last row and run the longest (bottom) query tiles first.
+//   - Two schedules (FLASHLAB_WGMMA_OVERLAP): plain (default; S_j, wait, softmax, P·V_j, wait) and
+//     overlapped (FlashAttention-3's intra-warpgroup pipeline, one step deep: softmax_j runs while
+//     the tensor cores do P_{j−1}·V_{j−1}). The overlapped one measured 3–7 % SLOWER here (240
+//     registers instead of 218; the two warpgroups of a block already overlap each other's softmax
+//     and wgmma), so it is kept only as a switch for the next experiment.
+//   - Not done: TMA loads (cp.async.bulk.tensor), a producer warp with mbarriers instead of the
+//     block-wide barrier per step (which keeps both warpgroups in lock step), explicit ping-pong of
+//     the two warpgroups (named barriers), O staged through SRAM for 16-byte stores, lazy rescale.
+//     FlashAttention-3 has all of these; cuDNN (~660 TFLOP/s here) is 1.5× faster than this file.
+// Resources (ptxas, sm_90a): d = 128: 218 registers (216 causal), no spills, 164,864 B of dynamic
+// SRAM (Q_i 32 KiB + 2 stages × (K_j 32 KiB + V_j 32 KiB) + 1 KiB alignment slack), 1 block/SM;
+// d = 64: 167/170 registers, 82,944 B, 1 block/SM (registers: 2 blocks would need ≤ 128).
+// Honest performance (H100 80GB HBM3, bf16, B = 1, H = 16, median of 30 launches, L2 flushed,
+// `flashlab bench attention --fwd-kernel wgmma`, SDPA in the same session; 2026-11-22, notes file):
+// d = 128 non-causal 446.2 / 447.2 TFLOP/s at N = 8192 / 16384 (mma.sync 363.4 / 364.0; SDPA's
+// FlashAttention-2 351.2 / 351.0, i.e. 1.27×; cuDNN 659.1 / 659.7, i.e. 0.68×); causal 377.8 /
+// 445.0 (FA2 228.3 / 314.7); d = 64 342.1 / 356.1 (FA2 299.7 / 302.6; mma.sync 334.3 / 342.0).
+// Instantiations: d ∈ {64, 128} × {bf16, fp16} × {causal, not} × {plain, overlapped}.
+#include "common.hpp"
+#include "launchers.hpp"
+#include "tensor_core.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+// Schedule (see the kernel): 0 = plain (measured faster on H100, cuda/results/fwd_wgmma_notes.md),
+// 1 = one-step intra-warpgroup overlap of softmax_j with P_{j−1}·V_{j−1}.
+#ifndef FLASHLAB_WGMMA_OVERLAP
+#define FLASHLAB_WGMMA_OVERLAP 0
+#endif
+
+namespace flashlab::cuda::detail {
+
+namespace {
+
+// ----------------------------------------------------------------------------- wgmma primitives
+// Only sm_90a has wgmma; elsewhere the kernel body compiles to a trap (never launched: the host
+// side checks the device). __CUDA_ARCH_FEAT_SM90_ALL is nvcc's macro for "compute_90a".
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FLASHLAB_WGMMA_OK 1
+#else
+#define FLASHLAB_WGMMA_OK 0
+#endif
+
+/// Registers written before this point (accumulators, A fragments) are ready for wgmma.
+__device__ __forceinline__ void wg_fence() {
+#if FLASHLAB_WGMMA_OK
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+/// Close the current group of issued wgmma ops.
+__device__ __forceinline__ void wg_commit() {
+#if FLASHLAB_WGMMA_OK
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+/// Wait until at most kPending groups of this warpgroup are still running.
+template <int kPending>
+__device__ __forceinline__ void wg_wait() {
+#if FLASHLAB_WGMMA_OK
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+/// The compiler must not move reads/writes of accumulator registers across a wgmma fence/wait
+/// (the asm blocks above only order memory): tie every register to an empty asm.
+template <int kN>
+__device__ __forceinline__ void reg_fence(float (&a)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(a[i])::"memory");
+}
+
+/// Shared-memory matrix descriptor (PTX ISA "matrix descriptor", sm_90): start address >> 4 in
+/// bits 0–13, leading byte offset >> 4 in 16–29, stride byte offset >> 4 in 32–45, base offset
+/// 0 (tiles are 1024-byte aligned), swizzle mode in 62–63 (1 = 128-byte swizzle).
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32) |
+         (uint64_t(1) << 62);
+}
+
+// Operand lists of the accumulator registers (written once here, read by the three wrappers).
+#define FL_D32                                                                                            \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define FL_D64                                                                                              \
+  FL_D32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, " \
+         "%51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define FL_ACC8(d, i)                                                                                  \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
+      "+f"(d[i + 7])
+#define FL_ACC32(d) FL_ACC8(d, 0), FL_ACC8(d, 8), FL_ACC8(d, 16), FL_ACC8(d, 24)
+#define FL_ACC64(d) FL_ACC32(d), FL_ACC8(d, 32), FL_ACC8(d, 40), FL_ACC8(d, 48), FL_ACC8(d, 56)
+
+/// D[64×128] (+)= A[64×16] · B[16×128], A and B K-major in SRAM (descriptors). Used for S = Q Kᵀ.
+#define FL_WGMMA_SS_N128(TY)                                                                  \
+  asm volatile(                                                                               \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                            \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" FL_D64 "}, %64, %65, p, 1, 1, 0, 0;\n}\n" \
+      : FL_ACC64(d)                                                                           \
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+template <bool kBf16>
+__device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+#if FLASHLAB_WGMMA_OK
+  if constexpr (kBf16) FL_WGMMA_SS_N128("bf16");
+  else FL_WGMMA_SS_N128("f16");
+#endif
+}
+
+/// D[64×N] (+)= A[64×16] (registers) · B[16×N], B MN-major in SRAM (imm-trans-b = 1). O += P V.
+#define FL_WGMMA_RS_N128(TY)                                                                           \
+  asm volatile(                                                                                        \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                     \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" FL_D64                             \
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                                 \
+      : FL_ACC64(d)                                                                                    \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
+#define FL_WGMMA_RS_N64(TY)                                                                            \
+  asm volatile(                                                                                        \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                     \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {" FL_D32                              \
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                                 \
+      : FL_ACC32(d)                                                                                    \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
+template <bool kBf16, int kN>
+__device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
+#if FLASHLAB_WGMMA_OK
+  if constexpr (kN == 128) {
+    if constexpr (kBf16) FL_WGMMA_RS_N128("bf16");
+    else FL_WGMMA_RS_N128("f16");
+  } else {
+    static_assert(kN == 64, "P·V wgmma: n = d ∈ {64, 128}");
+    if constexpr (kBf16) FL_WGMMA_RS_N64("bf16");
+    else FL_WGMMA_RS_N64("f16");
+  }
+#endif
+}
+
+// ----------------------------------------------------------------------------- tile parameters
+template <int HEAD_DIM, bool kBf16_, bool kCausal_>
+struct WgTraits {
+  static constexpr int kHeadDim = HEAD_DIM;
+  static constexpr bool kBf16 = kBf16_;
+  static constexpr bool kCausal = kCausal_;
+  static constexpr int kWarpgroups = 2;               // consumer warpgroups, 64 query rows each
+  static constexpr int kThreads = 128 * kWarpgroups;
+  static constexpr int BLOCK_M = 64 * kWarpgroups;    // Br
+  static constexpr int BLOCK_N = 128;                 // Bc (n of the S wgmma)
+  static constexpr int kStages = 2;                   // K_j/V_j ring (stage = j & 1 in the kernel)
+  static_assert(kStages == 2, "the kernel indexes stages with j & 1");
+  static constexpr int kChunks = HEAD_DIM / 8;        // 16-byte chunks per row
+  static constexpr int kTileQBytes = BLOCK_M * HEAD_DIM * 2;
+  static constexpr int kTileKVBytes = BLOCK_N * HEAD_DIM * 2;
+  // +1024: the dynamic SRAM base is rounded up to the 1024-byte swizzle period.
+  static constexpr int kSmemBytes = kTileQBytes + 2 * kStages * kTileKVBytes + 1024;
+  static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "d ∈ {64, 128}");
+  // With Br == Bc no warpgroup ever sees a causal key tile that is masked for all its rows (the
+  // last tile of block i is tile i, whose first key is the block's first row), so no per-warpgroup skip.
+  static_assert(BLOCK_M == BLOCK_N, "causal loop bound assumes Br == Bc");
+};
+
+/// Byte offset of 16-byte chunk `c` of row `r` in a [rows][d] tile in the 128-byte-swizzle layout.
+__device__ __forceinline__ uint32_t sw128(int rows, int r, int c) {
+  return uint32_t((c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+/// rows × d tile (token rows row0 ..) HBM → SRAM with cp.async; rows ≥ N are zero-filled.
+template <class T, int kRows>
+__device__ __forceinline__ void load_tile(uint32_t dst, const uint16_t* __restrict__ head, int row0, int N,
+                                          std::size_t stride, int tid) {
+  constexpr int kIters = kRows * T::kChunks / T::kThreads;
+  static_assert(kIters * T::kThreads == kRows * T::kChunks, "whole tile per pass");
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int idx = tid + it * T::kThreads;
+    const int r = idx / T::kChunks, c = idx % T::kChunks;
+    const bool valid = row0 + r < N;
+    const uint16_t* src = head + (valid ? std::size_t(row0 + r) * stride + 8 * c : 0);
+    cp_async16(dst + sw128(kRows, r, c), src, valid);
+  }
+}
+
+__device__ __forceinline__ void cp_async_wait_all_wg() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+/// reg_fence for the 16-bit P fragments: they are wgmma inputs until the wait that follows P·V.
+template <int kN>
+__device__ __forceinline__ void reg_fence_u(uint32_t (&a)[kN][4]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) asm volatile("" : "+r"(a[i][k])::"memory");
+}
+
+// ----------------------------------------------------------------------------- one step's pieces
+/// Issue S_ij = Q_i K_jᵀ (d/16 k-steps, the first overwrites: scale-d = 0); not committed.
+template <class T>
+__device__ __forceinline__ void issue_s(float (&s_acc)[T::BLOCK_N / 2], uint32_t sQ_wg, uint32_t sK) {
+#pragma unroll
+  for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
+    const uint32_t col = uint32_t(kk / 4), k32 = uint32_t(kk % 4) * 32;  // 64-column block, k16 inside it
+    const uint64_t da = smem_desc(sQ_wg + col * T::BLOCK_M * 128 + k32, 16, 1024);
+    const uint64_t db = smem_desc(sK + col * T::BLOCK_N * 128 + k32, 16, 1024);
+    wgmma_ss_n128<T::kBf16>(s_acc, da, db, kk > 0);
+  }
+}
+
+/// Issue O_i += P_ij V_j (Bc/16 k-steps, P from registers); not committed.
+template <class T>
+__device__ __forceinline__ void issue_pv(float (&o)[T::kHeadDim / 2], const uint32_t (&pa)[T::BLOCK_N / 16][4],
+                                         uint32_t sV, uint32_t v_lbo, uint32_t v_sbo) {
+#pragma unroll
+  for (int kk = 0; kk < T::BLOCK_N / 16; ++kk)
+    wgmma_rs<T::kBf16, T::kHeadDim>(o, pa[kk], smem_desc(sV + uint32_t(kk) * 16 * 128, v_lbo, v_sbo), 1);
+}
+
+/// Masks (only on tiles that need them: keys ≥ N, causal key > row), then the online softmax in
+/// base 2 on this thread's two rows: m_new = max(m_i, rowmax(S)·scale·log2 e),
+/// P = 2^(S·scale·log2 e − m_new) in place, l_i = alpha·l_i + rowsum(P). Returns alpha per row.
+template <class T>
+__device__ __forceinline__ void softmax_step(float (&s_acc)[T::BLOCK_N / 2], float (&m_i)[2], float (&l_i)[2],
+                                             float (&alpha)[2], int key0, int N, int row_base, bool need_mask,
+                                             int t4, float scale_log2) {
+  constexpr float NEG_INF = -INFINITY;
+  constexpr int BLOCK_N = T::BLOCK_N;
+  if (need_mask) {
+#pragma unroll
+    for (int t = 0; t < BLOCK_N / 8; ++t)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = key0 + 8 * t + 2 * t4 + e;
+          if (key >= N || (T::kCausal && key > row_base + 8 * r)) s_acc[4 * t + 2 * r + e] = NEG_INF;
+        }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = NEG_INF;
+#pragma unroll
+    for (int t = 0; t < BLOCK_N / 8; ++t) mx = fmaxf(mx, fmaxf(s_acc[4 * t + 2 * r], s_acc[4 * t + 2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the 4 threads of a row
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m_i[r], mx * scale_log2);
+    // A row with every key masked so far has m_new = −inf: subtract 0 instead (P = 0, no NaN).
+    const float m_use = m_new == NEG_INF ? 0.f : m_new;
+    alpha[r] = ex2(m_i[r] - m_use);
+    m_i[r] = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int t = 0; t < BLOCK_N / 8; ++t)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float pv = ex2(fmaf(s_acc[4 * t + 2 * r + e], scale_log2, -m_use));
+        s_acc[4 * t + 2 * r + e] = pv;
+        sum += pv;
+      }
+    l_i[r] = l_i[r] * alpha[r] + sum;
+  }
+}
+
+/// O_i = diag(alpha) O_i on this thread's two rows.
+template <int D>
+__device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&alpha)[2]) {
+#pragma unroll
+  for (int t = 0; t < D / 8; ++t)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      o[4 * t + 2 * r] *= alpha[r];
+      o[4 * t + 2 * r + 1] *= alpha[r];
+    }
+}
+
+/// P_ij (fp32 accumulator layout) → 16-bit A fragments: k-step kk = keys 16kk .. 16kk+15 = the
+/// accumulator's n-tiles 2kk, 2kk+1 (register-A layout of m64nNk16 = accumulator layout).
+template <class T>
+__device__ __forceinline__ void pack_p(const float (&s_acc)[T::BLOCK_N / 2], uint32_t (&pa)[T::BLOCK_N / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < T::BLOCK_N / 16; ++kk) {
+    pa[kk][0] = pack2<T::kBf16>(s_acc[8 * kk + 0], s_acc[8 * kk + 1]);  // row g,   keys 2·t4 ..
+    pa[kk][1] = pack2<T::kBf16>(s_acc[8 * kk + 2], s_acc[8 * kk + 3]);  // row g+8, keys 2·t4 ..
+    pa[kk][2] = pack2<T::kBf16>(s_acc[8 * kk + 4], s_acc[8 * kk + 5]);  // row g,   keys 8 + 2·t4 ..
+    pa[kk][3] = pack2<T::kBf16>(s_acc[8 * kk + 6], s_acc[8 * kk + 7]);  // row g+8, keys 8 + 2·t4 ..
+  }
+}
+
+// ----------------------------------------------------------------------------- the kernel
+// kOverlap = false: step j = S_j, wait, softmax, P·V_j, wait (the two warpgroups overlap each other
+// only). kOverlap = true (FlashAttention-3's intra-warpgroup pipeline, one step deep): step j issues
+// S_j and then P_{j−1}·V_{j−1}, waits for S_j only, runs softmax_j while the tensor cores do
+// P_{j−1}·V_{j−1}, then waits for it and rescales O. K runs one tile ahead of V: the copies issued
+// in step j are K_{j+1} and V_j.
+template <class T, bool kOverlap>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    wgmma_fwd_kernel(Problem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
+                     const uint16_t* __restrict__ V, uint16_t* __restrict__ O, float* __restrict__ LSE,
+                     uint32_t v_lbo, uint32_t v_sbo) {
+#if FLASHLAB_WGMMA_OK
+  constexpr int D = T::kHeadDim, BLOCK_M = T::BLOCK_M, BLOCK_N = T::BLOCK_N;
+  constexpr bool kBf16 = T::kBf16, kCausal = T::kCausal;
+  constexpr float NEG_INF = -INFINITY;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t smem0 = (uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  const uint32_t sQ = smem0;
+  auto sK = [&](int s) { return smem0 + T::kTileQBytes + uint32_t(s) * 2 * T::kTileKVBytes; };
+  auto sV = [&](int s) { return sK(s) + T::kTileKVBytes; };
+
+  const int N = p.seq;
+  // Causal: the bottom query tiles have the most key tiles; launch them first.
+  const int m_tile = kCausal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int q0 = m_tile * BLOCK_M;
+  const std::size_t stride = p.row_stride();
+  const std::size_t base = p.head_offset(b, h);
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;                   // warpgroup: query rows 64·wg .. of Q_i
+  const int warp = (tid % 128) / 32;          // warp inside the warpgroup: 16 rows each
+  const int lane = tid % 32, g = lane / 4, t4 = lane % 4;
+  const int row_base = q0 + 64 * wg + 16 * warp + g;  // this thread's rows: row_base, row_base + 8
+  const int wg_row0 = q0 + 64 * wg;
+
+  int n_tiles = (N + BLOCK_N - 1) / BLOCK_N;
+  if (kCausal) n_tiles = min(n_tiles, (q0 + BLOCK_M - 1) / BLOCK_N + 1);
+  // Tile j needs masks when it reaches past N, or (causal) past this warpgroup's first row.
+  auto need_mask = [&](int j) {
+    return (j + 1) * BLOCK_N > N || (kCausal && (j + 1) * BLOCK_N - 1 > wg_row0);
+  };
+
+  load_tile<T, BLOCK_M>(sQ, Q + base, q0, N, stride, tid);
+  load_tile<T, BLOCK_N>(sK(0), K + base, 0, N, stride, tid);
+  if constexpr (!kOverlap) load_tile<T, BLOCK_N>(sV(0), V + base, 0, N, stride, tid);
+  cp_async_commit();
+
+  float o[D / 2];            // O_i accumulator: m64nD fragment (rows row_base + 8r, cols 8t + 2·t4 + e)
+  float s_acc[BLOCK_N / 2];  // S_ij, then P_ij (fp32)
+  uint32_t pa[BLOCK_N / 16][4];  // P_ij in 16 bits: the A operand of P·V
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < BLOCK_N / 2; ++i) s_acc[i] = 0.f;
+  float m_i[2] = {NEG_INF, NEG_INF};  // running row max, base-2 scaled units
+  float l_i[2] = {0.f, 0.f};          // running row sum (this thread's columns only)
+  float alpha[2];
+  const float scale_log2 = p.scale_log2;
+  const uint32_t sQ_wg = sQ + uint32_t(wg) * 64 * 128;  // this warpgroup's 64 rows (8 swizzle periods)
+
+  if constexpr (!kOverlap) {
+    for (int j = 0; j < n_tiles; ++j) {
+      const int s = j & 1;
+      cp_async_wait_all_wg();      // K_j, V_j (and Q_i) of this thread landed
+      fence_proxy_async_shared();  // ... and are visible to the tensor cores' (async proxy) reads
+      __syncthreads();             // everyone's copies; everyone done with stage s ^ 1 (step j − 1)
+      if (j + 1 < n_tiles) {
+        load_tile<T, BLOCK_N>(sK(s ^ 1), K + base, (j + 1) * BLOCK_N, N, stride, tid);
+        load_tile<T, BLOCK_N>(sV(s ^ 1), V + base, (j + 1) * BLOCK_N, N, stride, tid);
+      }
+      cp_async_commit();
+
+      wg_fence();
+      reg_fence(s_acc);
+      issue_s<T>(s_acc, sQ_wg, sK(s));
+      wg_commit();
+      wg_wait<0>();
+      reg_fence(s_acc);
+
+      softmax_step<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
+      rescale_o<D>(o, alpha);
+      pack_p<T>(s_acc, pa);
+
+      wg_fence();  // o and pa were written by ordinary instructions
+      reg_fence(o);
+      issue_pv<T>(o, pa, sV(s), v_lbo, v_sbo);
+      wg_commit();
+      wg_wait<0>();  // stage s is overwritten after the next barrier
+      reg_fence(o);
+      reg_fence_u(pa);
+    }
+  } else {
+    // Step j waits for K_j, V_{j−1} and issues the copies of K_{j+1}, V_j. The first step (no
+    // P·V yet) and the drain (P·V only) are peeled so the steady-state body is one basic block
+    // sequence ptxas can pipeline (with the branches inside, it serialised every wgmma: C7514).
+    auto top_of_step = [&](int j) {
+      cp_async_wait_all_wg();
+      fence_proxy_async_shared();
+      __syncthreads();  // K stage (j+1)&1 (K_{j−1}: S_{j−1} done) and V stage j&1 (V_{j−2}: P·V done) are free
+      if (j + 1 < n_tiles) load_tile<T, BLOCK_N>(sK((j + 1) & 1), K + base, (j + 1) * BLOCK_N, N, stride, tid);
+      if (j < n_tiles) load_tile<T, BLOCK_N>(sV(j & 1), V + base, j * BLOCK_N, N, stride, tid);
+      cp_async_commit();
+    };
+    top_of_step(0);
+    wg_fence();
+    reg_fence(s_acc);
+    issue_s<T>(s_acc, sQ_wg, sK(0));
+    wg_commit();
+    wg_wait<0>();
+    reg_fence(s_acc);
+    softmax_step<T>(s_acc, m_i, l_i, alpha, 0, N, row_base, need_mask(0), t4, scale_log2);
+    pack_p<T>(s_acc, pa);  // O = 0 so far: no rescale
+    for (int j = 1; j < n_tiles; ++j) {
+      top_of_step(j);
+      wg_fence();  // s_acc, o, pa last written by ordinary instructions
+      reg_fence(s_acc);
+      reg_fence(o);
+      issue_s<T>(s_acc, sQ_wg, sK(j & 1));
+      wg_commit();
+      issue_pv<T>(o, pa, sV((j - 1) & 1), v_lbo, v_sbo);
+      wg_commit();
+      wg_wait<1>();  // S_j done (P_{j−1}·V_{j−1}, committed after it, may still run)
+      reg_fence(s_acc);
+      softmax_step<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
+      wg_wait<0>();  // P_{j−1}·V_{j−1} done: o and pa may be touched again
+      reg_fence(o);
+      reg_fence_u(pa);
+      rescale_o<D>(o, alpha);
+      pack_p<T>(s_acc, pa);
+    }
+    top_of_step(n_tiles);  // V_{n−1} landed
+    wg_fence();
+    reg_fence(o);
+    issue_pv<T>(o, pa, sV((n_tiles - 1) & 1), v_lbo, v_sbo);
+    wg_commit();
+    wg_wait<0>();
+    reg_fence(o);
+  }
+  cp_async_wait_all_wg();  // no copy may still be writing SRAM when the block exits (empty groups)
+
+  // O_i = acc / l_i: registers → HBM (input dtype). LSE_i = m_i + log2(l_i) (fp32, base 2).
+  const std::size_t stat = p.stat_offset(b, h);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_i[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv_l = l > 0.f ? 1.f / l : 0.f;
+    const int row = row_base + 8 * r;
+    if (row < N) {
+      uint16_t* out = O + base + std::size_t(row) * stride + 2 * t4;
+#pragma unroll
+      for (int t = 0; t < D / 8; ++t)
+        *reinterpret_cast<uint32_t*>(out + 8 * t) = pack2<kBf16>(o[4 * t + 2 * r] * inv_l, o[4 * t + 2 * r + 1] * inv_l);
+      if (t4 == 0) LSE[stat + row] = l > 0.f ? m_i[r] + log2f(l) : NEG_INF;
+    }
+  }
+#else
+  __trap();  // built without sm_90a: never launched (see the file-top comment)
+#endif
+}
+
+template <int D, bool kBf16, bool kCausal, bool kOverlap>
+cudaError_t launch_wgmma_one(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                             cudaStream_t stream, bool swap_v_desc) {
+  using T = WgTraits<D, kBf16, kCausal>;
+  auto kernel = &wgmma_fwd_kernel<T, kOverlap>;
+  // Opt in to > 48 KiB of dynamic SRAM once per instantiation (thread-safe static init).
+  static const bool opted_in = [&] {
+    set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "wgmma_fwd_kernel", p);
+    return true;
+  }();
+  (void)opted_in;
+  // V's descriptor: LBO = bytes between the 64-column blocks of d, SBO = bytes between 8-key groups
+  // (swap_v_desc swaps them: a debugging aid for the MN-major descriptor convention).
+  uint32_t lbo = uint32_t(T::BLOCK_N) * 128u, sbo = 1024u;
+  if (swap_v_desc) {
+    const uint32_t x = lbo;
+    lbo = sbo;
+    sbo = x;
+  }
+  const dim3 grid((p.seq + T::BLOCK_M - 1) / T::BLOCK_M, p.heads, p.batch);
+  announce("wgmma_fwd_kernel");
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(
+      p, static_cast<const uint16_t*>(Q), static_cast<const uint16_t*>(K), static_cast<const uint16_t*>(V),
+      static_cast<uint16_t*>(O), LSE, lbo, sbo);
+  return cudaGetLastError();
+}
+
+template <int D, bool kBf16, bool kOverlap>
+cudaError_t launch_wgmma_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                           cudaStream_t stream, bool swap_v_desc) {
+  return p.causal ? launch_wgmma_one<D, kBf16, true, kOverlap>(p, Q, K, V, O, LSE, stream, swap_v_desc)
+                  : launch_wgmma_one<D, kBf16, false, kOverlap>(p, Q, K, V, O, LSE, stream, swap_v_desc);
+}
+
+template <bool kOverlap>
+cudaError_t launch_wgmma(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O,
+                         float* LSE, cudaStream_t stream, bool swap_v_desc) {
+  if (p.head_dim == 64)
+    return bf16 ? launch_wgmma_d<64, true, kOverlap>(p, Q, K, V, O, LSE, stream, swap_v_desc)
+                : launch_wgmma_d<64, false, kOverlap>(p, Q, K, V, O, LSE, stream, swap_v_desc);
+  if (p.head_dim == 128)
+    return bf16 ? launch_wgmma_d<128, true, kOverlap>(p, Q, K, V, O, LSE, stream, swap_v_desc)
+                : launch_wgmma_d<128, false, kOverlap>(p, Q, K, V, O, LSE, stream, swap_v_desc);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+/// Launches the wgmma forward on device pointers (layouts as fast_attention_forward_device:
+/// Q, K, V, O [B, N, H, d] 16-bit, LSE [B, H, N] fp32 base 2). p.scale_log2 must be set.
+/// Needs an sm_90 device and this file built for sm_90a. `variant`: bit 0 swaps V's descriptor
+/// strides (debugging only), bit 1 selects the overlapped schedule (kOverlap). Returns the launch error.
+cudaError_t wgmma_forward_launch(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O,
+                                 float* LSE, cudaStream_t stream, int variant) {
+  const bool swap = (variant & 1) != 0;
+  return (variant & 2) ? launch_wgmma<true>(p, bf16, Q, K, V, O, LSE, stream, swap)
+                       : launch_wgmma<false>(p, bf16, Q, K, V, O, LSE, stream, swap);
+}
+
+/// The launcher of launchers.hpp: the measured-best schedule (FLASHLAB_WGMMA_OVERLAP, default 0:
+/// the plain one), launch errors thrown as CudaError.
+void launch_fast_wgmma(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                       cudaStream_t stream) {
+  static_assert(kWgmmaBlockM == WgTraits<128, true, false>::BLOCK_M && kWgmmaBlockN == WgTraits<128, true, false>::BLOCK_N,
+                "launchers.hpp reports the tiles of this file");
+  const cudaError_t err = wgmma_forward_launch(p, bf16, Q, K, V, O, LSE, stream, FLASHLAB_WGMMA_OVERLAP ? 2 : 0);
+  if (err != cudaSuccess) throw_cuda_error(err, "launch of wgmma_fwd_kernel", __FILE__, __LINE__);
+}
+
+}  // namespace flashlab::cuda::detail
