@@ -10,8 +10,8 @@
 // dQ accumulator) are poisoned with NaN by the host API before each run, so a missing zero-fill
 // or write shows up. Tolerance: dQ, dK, dV ≤ 1e-2 (issue 7's bar). For context each case prints the
 // error of merely rounding the float64 gradient to the dtype (the floor of any 16-bit output).
-// Shapes: N ∈ {1, 17, 128, 1000}, d ∈ {64, 128}, causal and not, batch > 1 once, fp16 twice, each
-// for both designs (errors printed per design with their ratio to the rounding floor).
+// Shapes: N ∈ {1, 17, 128, 1000, 4096} (the clear-kernel tests' N), d ∈ {64, 128}, causal and
+// not, batch > 1 once, fp16 twice, each for both designs (errors printed per design with their ratio to the rounding floor).
 // Tag [fast-bwd-sanitize]: the small shapes, for compute-sanitizer. [fast-bwd-bench]: timing only
 // (hidden: run it by name).
 #include <catch2/catch.hpp>
@@ -149,9 +149,13 @@ TEST_CASE("fast backward, small shapes, equals the float64 reference", "[fast-bw
   report("fast bwd small");
 }
 
-TEST_CASE("fast backward, N = 1000", "[fast-bwd][fast-bwd-large]") {
+TEST_CASE("fast backward, N = 1000 and 4096", "[fast-bwd][fast-bwd-large]") {
   for (int d : {64, 128})
     for (bool causal : {false, true}) check_bwd({1, 1000, 2, d, causal});
+  // N = 4096: many query and key tiles per block (long dQ accumulation chains); one head keeps the
+  // float64 reference's time down.
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) check_bwd({1, 4096, 1, d, causal});
   report("fast bwd large");
 }
 
