@@ -11,7 +11,8 @@
 // or write shows up. Tolerance: dQ, dK, dV ≤ 1e-2 (issue 7's bar). For context each case prints the
 // error of merely rounding the float64 gradient to the dtype (the floor of any 16-bit output).
 // Shapes: N ∈ {1, 17, 128, 1000, 4096} (the clear-kernel tests' N), d ∈ {64, 128}, causal and
-// not, batch > 1 once, fp16 twice, each for both designs (errors printed per design with their ratio to the rounding floor).
+// not, batch > 1 once, fp16 twice, each for both designs (errors printed per design with their
+// ratio to the rounding floor).
 // Tag [fast-bwd-sanitize]: the small shapes, for compute-sanitizer. [fast-bwd-bench]: timing only
 // (hidden: run it by name).
 #include <catch2/catch.hpp>
