@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
   for (int j = 0; j < Tc; ++j) {
     const int start_n = j * BLOCK_N;
     const uint32_t stage = uint32_t((j & 1) * kTileK);
-    cp_async_wait_all();  // this thread's copies of K_j, V_j (and Q_i, dO_i) have landed
+    cp_async_wait<0>();  // this thread's copies of K_j, V_j (and Q_i, dO_i) have landed
     // Every thread's copies are visible to all warps, and every warp has finished step j − 1, so
     // the stage it read may be refilled below.
     __syncthreads();
@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
     // dQ_i += dS_ij K_j (K_j as the k-major B operand, ldmatrix.trans).
     warp_gemm_xb<HEAD_DIM, BLOCK_N, kBf16>(acc, s, sK + stage, lane);
   }
-  cp_async_wait_all();  // no copy may still be writing SRAM when the block exits (empty groups)
+  cp_async_wait<0>();  // no copy may still be writing SRAM when the block exits (empty groups)
 
   // dQ_i = scale · acc: registers → HBM, once.
   store_rows16<HEAD_DIM / 8, kBf16>(dQ + base, stride, warp_row0, N, acc, p.scale, g, t);
@@ -292,7 +292,7 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
   for (int i = i_begin; i < Tr; ++i) {
     const int row0 = i * BLOCK_M;
     const uint32_t stage = uint32_t(((i - i_begin) & 1) * kTileQ);
-    cp_async_wait_all();  // this thread's copies of Q_i, dO_i (and K_j, V_j) have landed
+    cp_async_wait<0>();  // this thread's copies of Q_i, dO_i (and K_j, V_j) have landed
     // All copies visible to all warps; every warp has finished the previous step, so the stage
     // it read may be refilled below.
     __syncthreads();
@@ -338,7 +338,7 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
     warp_gemm_xb<HEAD_DIM, BLOCK_M, kBf16>(acc_dv, s, sdO + stage, lane);
     warp_gemm_xb<HEAD_DIM, BLOCK_M, kBf16>(acc_dk, dp, sQ + stage, lane);
   }
-  cp_async_wait_all();  // no copy may still be writing SRAM when the block exits (empty groups)
+  cp_async_wait<0>();  // no copy may still be writing SRAM when the block exits (empty groups)
 
   // dK_j = scale · acc_dk, dV_j = acc_dv: registers → HBM, once.
   store_rows16<HEAD_DIM / 8, kBf16>(dK + base, stride, warp_key0, N, acc_dk, p.scale, g, t);

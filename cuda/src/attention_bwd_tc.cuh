@@ -37,8 +37,6 @@ void launch_fast_bwd_atomic(const Problem& p, bool bf16, const BwdPointers& a, c
 
 namespace {
 
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
-
 /// Two 16-bit values in one register → two floats (exact).
 template <bool kBf16>
 __device__ __forceinline__ float2 unpack2(uint32_t r) {

@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
     const int row0 = i * BLOCK_M;
     const int st = (i - i_begin) & 1;
     const uint32_t stage = uint32_t(st * T::kTileQ);
-    cp_async_wait_all();  // this thread's copies of Q_i, dO_i, LSE_i, D_i (and K_j, V_j) have landed
+    cp_async_wait<0>();  // this thread's copies of Q_i, dO_i, LSE_i, D_i (and K_j, V_j) have landed
     // All copies visible to all warps; every warp has finished step i−1, so the other stage, P
     // and dS may be overwritten below.
     __syncthreads();
@@ -404,7 +404,7 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
     warp_gemm_xtb<HEAD_DIM, BLOCK_M, BLOCK_N, T::kDkvNT, kBf16>(acc_dk, sdS, 32 * wk, sQ + stage,
                                                                 wd * (HEAD_DIM / 2), lane);
   }
-  cp_async_wait_all();  // no copy may still be writing SRAM when the block exits (empty groups)
+  cp_async_wait<0>();  // no copy may still be writing SRAM when the block exits (empty groups)
   // Bulk dQ reductions still reading this block's SRAM or not yet performed in L2 must finish
   // before the block exits (its SRAM is then released).
   bulk_wait_group<0>();

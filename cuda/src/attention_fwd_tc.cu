@@ -143,12 +143,6 @@ struct FastTraits : FastTraitsBase<HEAD_DIM, kCausal_> {
   static constexpr int kSmemBytes = kTileQBytes + 2 * kStages * kTileKVBytes;
 };
 
-// ----------------------------------------------------------------------------- PTX helpers
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
 /// This thread's share of the cp.async tile copies (rows ≥ N are zero-filled).
 /// kLoaderBase = false: chunk idx = thread + k·threads of the tile, its row, column and swizzled
 /// offset computed per chunk (the first version). kLoaderBase = true: thread τ always copies chunk

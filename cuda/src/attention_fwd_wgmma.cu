@@ -221,8 +221,6 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const uint16_t* __restri
   }
 }
 
-__device__ __forceinline__ void cp_async_wait_all_wg() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
 /// reg_fence for the 16-bit P fragments: they are wgmma inputs until the wait that follows P·V.
 template <int kN>
 __device__ __forceinline__ void reg_fence_u(uint32_t (&a)[kN][4]) {
@@ -387,7 +385,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   if constexpr (!kOverlap) {
     for (int j = 0; j < n_tiles; ++j) {
       const int s = j & 1;
-      cp_async_wait_all_wg();      // K_j, V_j (and Q_i) of this thread landed
+      cp_async_wait<0>();      // K_j, V_j (and Q_i) of this thread landed
       fence_proxy_async_shared();  // ... and are visible to the tensor cores' (async proxy) reads
       __syncthreads();             // everyone's copies; everyone done with stage s ^ 1 (step j − 1)
       if (j + 1 < n_tiles) {
@@ -420,7 +418,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // P·V yet) and the drain (P·V only) are peeled so the steady-state body is one basic block
     // sequence ptxas can pipeline (with the branches inside, it serialised every wgmma: C7514).
     auto top_of_step = [&](int j) {
-      cp_async_wait_all_wg();
+      cp_async_wait<0>();
       fence_proxy_async_shared();
       __syncthreads();  // K stage (j+1)&1 (K_{j−1}: S_{j−1} done) and V stage j&1 (V_{j−2}: P·V done) are free
       if (j + 1 < n_tiles) load_tile<T, BLOCK_N>(sK((j + 1) & 1), K + base, (j + 1) * BLOCK_N, N, stride, tid);
@@ -462,7 +460,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     wg_wait<0>();
     reg_fence(o);
   }
-  cp_async_wait_all_wg();  // no copy may still be writing SRAM when the block exits (empty groups)
+  cp_async_wait<0>();  // no copy may still be writing SRAM when the block exits (empty groups)
 
   // O_i = acc / l_i: registers → HBM (input dtype). LSE_i = m_i + log2(l_i) (fp32, base 2).
   const std::size_t stat = p.stat_offset(b, h);
