@@ -19,8 +19,8 @@
 //   - Q_i: HBM → SRAM once (cp.async), then SRAM → registers (ldmatrix) as mma A fragments, once
 //     (Q in registers) or at every k-step of S = Q Kᵀ (Q from SRAM, when registers are short).
 //   - K_j, V_j: HBM → SRAM with cp.async, two stages: K_{j+1}, V_{j+1} are in flight while step j
-//     computes; one __syncthreads() per step. (stages = 1 selects FA2's split schedule instead:
-//     one K and one V buffer, two barriers per step; measured slower here.) SRAM tiles are
+//     computes; one __syncthreads() per step. (FA2's split schedule — one K and one V buffer,
+//     two barriers per step — measured 3–6 % slower here: fwd_session2_notes.md.) SRAM tiles are
 //     XOR-swizzled in 16-byte chunks (chunk ^ (row & 7)) so both the cp.async writes and the
 //     ldmatrix reads of 8 rows hit 8 different bank groups (no padding).
 //   - S_ij = Q_i K_jᵀ and P_ij live in registers only (mma C fragments); P_ij is rounded to 16 bits
@@ -77,8 +77,8 @@
 // Build-time switches for the optimisation experiments (cuda/FAST_NOTES.md,
 // cuda/results/fwd_session2_notes.md); the defaults are the measured best. Per head dim (and per
 // causal flag): warps per block, m16 tiles (16 query rows each) per warp, BLOCK_N, Q_i fragments
-// re-read from SRAM (1) or kept in registers (0), min blocks per SM, K_j/V_j stages (1 = FA2's split
-// schedule, ≥ 2 = a ring), [lazy rescale (1) or not (0), cp.async per-thread base (1) or per chunk (0)].
+// re-read from SRAM (1) or kept in registers (0), min blocks per SM, K_j/V_j stages (≥ 2, a ring),
+// [lazy rescale (1) or not (0), cp.async per-thread base (1) or per chunk (0)].
 #ifndef FLASHLAB_FAST_D64
 #define FLASHLAB_FAST_D64 4, 2, 64, 0, 2, 2
 #endif
@@ -112,7 +112,7 @@ struct FastConfig {
   static constexpr int kMinBlocks = kMinBlocks_;
   // K_j/V_j buffers in SRAM (tile j + kStages − 1 is in flight while tile j computes).
   static constexpr int kStages = kStages_;
-  static_assert(kStages >= 1, "1 = FA2 split schedule, ≥ 2 = K_j/V_j ring");
+  static_assert(kStages >= 2, "at least double buffering");
   // Skip acc = diag(alpha)·acc when no row maximum of the warp moved (alpha = 1 exactly).
   static constexpr bool kLazyRescale = kLazy_ != 0;
   // cp.async addresses: per chunk from the thread index (0), or one per-thread base (1).
@@ -245,26 +245,19 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   const uint32_t v_xor = uint32_t(((mi >> 1) ^ (lane & 7)) << 4);
 
   const TileLoader<T> ld(base, stride);
-  if constexpr (T::kStages == 1) {
-    // One K_j and one V_j buffer, FA2's split schedule (see the loop): group 0 = Q_i, K_0.
-    ld.template load<BLOCK_M>(sQ, Q, stride, row0, N);
-    ld.template load<BLOCK_N>(sK, K, stride, 0, N);
-    cp_async_commit();
-  } else {
-    // Load Q_i, K_0, V_0: HBM → SRAM (one cp.async group), then K_s, V_s for the first stages
-    // (one group each; an empty group where there is no tile, so the group count stays uniform).
-    ld.template load<BLOCK_M>(sQ, Q, stride, row0, N);
-    ld.template load<BLOCK_N>(sK, K, stride, 0, N);
-    ld.template load<BLOCK_N>(sV, V, stride, 0, N);
-    cp_async_commit();
+  // Load Q_i, K_0, V_0: HBM → SRAM (one cp.async group), then K_s, V_s for the first stages
+  // (one group each; an empty group where there is no tile, so the group count stays uniform).
+  ld.template load<BLOCK_M>(sQ, Q, stride, row0, N);
+  ld.template load<BLOCK_N>(sK, K, stride, 0, N);
+  ld.template load<BLOCK_N>(sV, V, stride, 0, N);
+  cp_async_commit();
 #pragma unroll
-    for (int st = 1; st < T::kStages - 1; ++st) {
-      if (st < Tc) {
-        ld.template load<BLOCK_N>(sK + st * T::kTileKVBytes, K, stride, st * BLOCK_N, N);
-        ld.template load<BLOCK_N>(sV + st * T::kTileKVBytes, V, stride, st * BLOCK_N, N);
-      }
-      cp_async_commit();
+  for (int st = 1; st < T::kStages - 1; ++st) {
+    if (st < Tc) {
+      ld.template load<BLOCK_N>(sK + st * T::kTileKVBytes, K, stride, st * BLOCK_N, N);
+      ld.template load<BLOCK_N>(sV + st * T::kTileKVBytes, V, stride, st * BLOCK_N, N);
     }
+    cp_async_commit();
   }
 
   // acc = 0 (unnormalised O_i), m_i = −inf, l_i = 0; per m16 tile, rows g and g + 8.
@@ -281,21 +274,13 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   for (int j = 0; j < Tc; ++j) {
     const int start_n = j * BLOCK_N;
     const uint32_t stage_off = uint32_t((j % T::kStages) * T::kTileKVBytes);
-    if constexpr (T::kStages == 1) {
-      // FA2's schedule, one buffer each: K_j has landed (the only pending group); after the
-      // barrier every warp is past step j − 1, so nobody still reads V_{j−1}: V_j may overwrite it
-      // and loads while S_ij = Q_i K_jᵀ is computed.
-      cp_async_wait<0>();
-      __syncthreads();
-      ld.template load<BLOCK_N>(sV, V, stride, start_n, N);
-      cp_async_commit();
-    } else {
-      // kStages − 1 + j groups are committed; the (j+1)-th holds K_j, V_j: wait for it.
-      cp_async_wait<T::kStages - 2>();
-      // Every thread's cp.async of K_j, V_j (and Q_i) is now visible to all warps, and every warp
-      // has finished step j − 1, so the stage it read may be refilled below.
-      __syncthreads();
-      // Load K_{j+S-1}, V_{j+S-1}: HBM → SRAM into the stage step j − 1 used, while step j computes.
+    // kStages − 1 + j groups are committed; the (j+1)-th holds K_j, V_j: wait for it.
+    cp_async_wait<T::kStages - 2>();
+    // Every thread's cp.async of K_j, V_j (and Q_i) is now visible to all warps, and every warp
+    // has finished step j − 1, so the stage it read may be refilled below.
+    __syncthreads();
+    // Load K_{j+S-1}, V_{j+S-1}: HBM → SRAM into the stage step j − 1 used, while step j computes.
+    {
       const int jn = j + T::kStages - 1;
       if (jn < Tc) {
         const uint32_t next = uint32_t((jn % T::kStages) * T::kTileKVBytes);
@@ -319,8 +304,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
 
     // A warp whose rows are all left of this key tile (causal) has nothing to add.
     const bool warp_active = !causal || start_n <= warp_row0 + 16 * kMT - 1;
-    float s[kMT][kNTilesS][4];
     if (warp_active) {
+      float s[kMT][kNTilesS][4];
       // S_ij = Q_i K_jᵀ (raw scores, fp32, registers). B fragments of K_j via ldmatrix (non-trans),
       // each used by all kMT m16 tiles of the warp.
 #pragma unroll
@@ -367,18 +352,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
               if (col >= N || (causal && col > row)) s[mt][n][e] = NEG_INF;
             }
       }
-    }
-    if constexpr (T::kStages == 1) {
-      // V_j has landed; after the barrier no warp reads K_j any more, so K_{j+1} may overwrite it
-      // and loads during the softmax and O_i += P_ij V_j.
-      cp_async_wait<0>();
-      __syncthreads();
-      if (j + 1 < Tc) {
-        ld.template load<BLOCK_N>(sK, K, stride, start_n + BLOCK_N, N);
-        cp_async_commit();
-      }
-    }
-    if (warp_active) {
+
       // Online softmax (seed 001, base 2), rows r = g and g + 8 of each m16 tile:
       //   m_ij = max(m_i, rowmax(S_ij)·scale·log2 e); P_ij = 2^(S_ij·scale·log2 e − m_ij);
       //   alpha = 2^(m_i − m_ij); l_i = l_i·alpha + rowsum(P_ij); acc = diag(alpha)·acc.
