@@ -403,9 +403,10 @@ std::size_t fast_attention_backward_workspace_bytes(const FastBackwardConfig& cf
   const detail::Problem p = detail::fast_bwd_problem(cfg);
   const std::size_t stats = std::size_t(p.batch) * p.heads * p.seq;
   if (cfg.design == FastBackwardDesign::two_kernel) return stats * sizeof(float);
-  // The atomic design's dQ accumulator holds whole query tiles of BLOCK_M ∈ {64, 128} rows per
-  // (b, h) (attention_bwd_tc_atomic.cu, tiled layout): N rounded up to 128.
-  const std::size_t rows = (std::size_t(p.seq) + 127) / 128 * 128;
+  // The atomic design's dQ accumulator holds whole query tiles per (b, h) (attention_bwd_tc_atomic.cu,
+  // tiled layout): N rounded up to kAtomicDqTileRows.
+  constexpr std::size_t kTile = detail::kAtomicDqTileRows;
+  const std::size_t rows = (std::size_t(p.seq) + kTile - 1) / kTile * kTile;
   const std::size_t numel = std::size_t(p.batch) * rows * p.row_stride();
   return detail::dq_accum_offset(stats) + numel * sizeof(float);
 }

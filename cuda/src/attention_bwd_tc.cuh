@@ -31,6 +31,11 @@ struct BwdPointers {
   float* dQaccum;
 };
 
+/// Rows per (b, h) of the atomic design's tiled dQ accumulator come in whole query tiles of this
+/// many rows (a multiple of every head dim's BLOCK_M, checked there), so one workspace size
+/// (fast_attention_backward_workspace_bytes) serves both head dims.
+constexpr int kAtomicDqTileRows = 128;
+
 /// The atomic design (attention_bwd_tc_atomic.cu): zero dQaccum, D preprocessing, the main
 /// kernel, dQ = scale · dQaccum → 16 bits. d ∈ {64, 128}.
 void launch_fast_bwd_atomic(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream);

@@ -137,6 +137,7 @@ struct AtomicTraits {
   static_assert(kWM * kWN == kWarps && kSNT % 2 == 0, "S/dP warp tile");
   static_assert(BLOCK_M * HEAD_DIM == kWarps * 1024 && kDqNT == 4, "dQ tile = 8 warps × 32 × 32 floats");
   static_assert(BLOCK_N % BLOCK_M == 0, "causal: a key block's first visible query tile starts at start_n");
+  static_assert(kAtomicDqTileRows % BLOCK_M == 0, "the workspace holds whole dQ tiles of this BLOCK_M");
 };
 
 // ----------------------------------------------------------------------------- warp-level products
@@ -459,7 +460,7 @@ void launch_atomic(const Problem& p, const BwdPointers& a, cudaStream_t stream) 
   }();
   (void)opted_in;
   // Tiled layout: Tr whole tiles per (b, h), the last one padded (the workspace holds
-  // B·H·ceil(N / 128)·128·d floats, enough for both BLOCK_M).
+  // B·H·ceil(N / kAtomicDqTileRows)·kAtomicDqTileRows·d floats, enough for this BLOCK_M).
   const std::size_t acc_numel =
       std::size_t(p.batch) * p.heads * ((p.seq + T::BLOCK_M - 1) / T::BLOCK_M) * T::BLOCK_M * HEAD_DIM;
   // dQaccum = 0: the kernel only ever adds into it.
