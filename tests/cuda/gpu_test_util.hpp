@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "flashlab/cuda/fast_attention.hpp"
+#include "flashlab/reference/attention.hpp"
 #include "flashlab/reference/tensor.hpp"
 
 namespace flashlab::test {
@@ -39,6 +40,21 @@ inline std::vector<std::uint16_t> round_to_16(const ref::Tensor<double>& x, cuda
     rounded.data()[k] = to_float(bits[k], dt);
   }
   return bits;
+}
+
+/// Error of a 16-bit result (bit patterns) against the float64 reference: max|got − ref| / max|ref|
+/// (ref::max_error_vs_max; NaN → +inf).
+inline double error_16(const std::vector<std::uint16_t>& got, const double* ref, cuda::FastDtype dt) {
+  std::vector<float> g(got.size());
+  for (std::size_t k = 0; k < got.size(); ++k) g[k] = to_float(got[k], dt);
+  return ref::max_error_vs_max(g.data(), ref, g.size());
+}
+
+/// The floor of any 16-bit output: the error of the float64 reference merely rounded to the dtype.
+inline double rounding_floor(const double* ref, std::size_t n, cuda::FastDtype dt) {
+  std::vector<float> r(n);
+  for (std::size_t k = 0; k < n; ++k) r[k] = round_float_to_16(static_cast<float>(ref[k]), dt);
+  return ref::max_error_vs_max(r.data(), ref, n);
 }
 
 }  // namespace flashlab::test

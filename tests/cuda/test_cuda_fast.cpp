@@ -33,7 +33,6 @@ namespace fr = flashlab::ref;
 
 using flashlab::test::fresh_seed;
 using flashlab::test::round_to_16;
-using flashlab::test::to_float;
 
 namespace {
 
@@ -88,12 +87,7 @@ void check_fast(const FastCase& c) {
   const auto ref32 = fr::naive_forward<float>(cfg, Qd.cast<float>(), Kd.cast<float>(), Vd.cast<float>());
   const double e32 = fr::max_error_vs_max(ref32.O.data(), ref.O.data(), ref.O.numel());
   // The floor of any 16-bit output: the float64 O itself rounded to the dtype.
-  std::vector<float> ref_rounded(ref.O.numel());
-  for (std::size_t k = 0; k < ref_rounded.size(); ++k) {
-    const float f = static_cast<float>(ref.O.data()[k]);
-    ref_rounded[k] = flashlab::test::round_float_to_16(f, c.dtype);
-  }
-  const double e_floor = fr::max_error_vs_max(ref_rounded.data(), ref.O.data(), ref_rounded.size());
+  const double e_floor = flashlab::test::rounding_floor(ref.O.data(), ref.O.numel(), c.dtype);
 
   fc::FastForwardConfig fcfg;
   fcfg.batch = c.batch;
@@ -106,9 +100,7 @@ void check_fast(const FastCase& c) {
   const auto got = fc::fast_attention_forward(fcfg, Qb, Kb, Vb);
   REQUIRE(got.O.size() == ref.O.numel());
   REQUIRE(got.LSE.size() == ref.LSE.size());
-  std::vector<float> O(got.O.size());
-  for (std::size_t k = 0; k < O.size(); ++k) O[k] = to_float(got.O[k], c.dtype);
-  const double eO = fr::max_error_vs_max(O.data(), ref.O.data(), O.size());
+  const double eO = flashlab::test::error_16(got.O, ref.O.data(), c.dtype);
   const double eL = fr::max_error_vs_max(got.LSE.data(), ref.LSE.data(), got.LSE.size());
   std::printf("  %-34s O error %.3e (float32 naive: %.3e, O rounded to 16 bits: %.3e)  LSE error %.3e\n",
               label.c_str(), eO, e32, e_floor, eL);

@@ -33,7 +33,6 @@ namespace fr = flashlab::ref;
 
 using flashlab::test::fresh_seed;
 using flashlab::test::round_to_16;
-using flashlab::test::to_float;
 
 namespace {
 
@@ -54,13 +53,7 @@ struct GradError {
   double err, floor;
 };
 GradError grad_error(const std::vector<std::uint16_t>& got, const fr::Tensor<double>& ref, fc::FastDtype dt) {
-  std::vector<float> g(got.size()), r(got.size());
-  for (std::size_t k = 0; k < got.size(); ++k) {
-    g[k] = to_float(got[k], dt);
-    const float f = static_cast<float>(ref.data()[k]);
-    r[k] = flashlab::test::round_float_to_16(f, dt);
-  }
-  return {fr::max_error_vs_max(g.data(), ref.data(), g.size()), fr::max_error_vs_max(r.data(), ref.data(), r.size())};
+  return {flashlab::test::error_16(got, ref.data(), dt), flashlab::test::rounding_floor(ref.data(), ref.numel(), dt)};
 }
 
 void check_bwd(const BwdCase& c) {
