@@ -1,0 +1,460 @@
+// results_tables — the measured tables of cuda/RESULTS.md and README.md, generated from the CSV files
+// in cuda/results/ (written by cuda/bench/measure.sh on the GPU machine).
+//
+// Manual. `results_tables [--check] RESULTS_DIR PAGE...`. A page marks each generated table with
+//     <!-- begin generated: NAME -->
+//     ...
+//     <!-- end generated: NAME -->
+// and this program replaces what lies between the two lines with table NAME rendered from the CSVs.
+// Without --check it rewrites the pages in place; with --check it changes nothing and exits 1 when a
+// page's table differs from what the CSVs give (CTest runs it so). Exit 2: a CSV or a page is
+// malformed (the message names file:line). The CSV columns are documented in cuda/results/README.md.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace {
+
+struct InputError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// ---- CSV ------------------------------------------------------------------------------------
+
+/// One CSV file: the header's column names and the rows as strings (RFC 4180 quoting).
+struct Csv {
+  std::string path;
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+  std::vector<int> lines;  // the file line of each row, for messages
+
+  std::size_t column(const std::string& name) const {
+    const auto it = std::find(header.begin(), header.end(), name);
+    if (it == header.end()) throw InputError(path + ":1: no column '" + name + "' in the header");
+    return std::size_t(it - header.begin());
+  }
+};
+
+std::vector<std::string> split_csv_line(const std::string& line, const std::string& where) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+      fields.back() += '"';
+      ++i;
+    } else if (c == '"') {
+      quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      fields.emplace_back();
+    } else if (c != '\r') {
+      fields.back() += c;
+    }
+  }
+  if (quoted) throw InputError(where + ": unterminated quote");
+  return fields;
+}
+
+Csv read_csv(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path + ": cannot open (run cuda/bench/measure.sh, or check RESULTS_DIR)");
+  Csv csv{path, {}, {}, {}};
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.empty()) continue;
+    const std::string where = path + ":" + std::to_string(number);
+    auto fields = split_csv_line(line, where);
+    if (csv.header.empty()) {
+      csv.header = std::move(fields);
+      continue;
+    }
+    if (fields.size() != csv.header.size())
+      throw InputError(where + ": " + std::to_string(fields.size()) + " fields, the header has " +
+                       std::to_string(csv.header.size()));
+    csv.rows.push_back(std::move(fields));
+    csv.lines.push_back(number);
+  }
+  if (csv.header.empty()) throw InputError(path + ": empty file (a header line is expected)");
+  return csv;
+}
+
+/// Read access to one row by column name, numbers checked where they are used.
+struct Row {
+  const Csv* table;
+  std::size_t index;
+
+  const std::string& str(const std::string& name) const { return table->rows[index][table->column(name)]; }
+  bool has(const std::string& name) const { return !str(name).empty(); }
+  double num(const std::string& name) const {
+    const std::string& s = str(name);
+    char* end = nullptr;
+    const double v = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end != '\0' || !std::isfinite(v))
+      throw InputError(table->path + ":" + std::to_string(table->lines[index]) + ": column '" + name +
+                       "' is not a number: '" + s + "'");
+    return v;
+  }
+};
+
+std::vector<Row> rows_of(const Csv& csv) {
+  std::vector<Row> rows;
+  for (std::size_t i = 0; i < csv.rows.size(); ++i) rows.push_back(Row{&csv, i});
+  return rows;
+}
+
+// ---- formatting -----------------------------------------------------------------------------
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+std::string bytes(double b) {
+  if (b >= 1e9) return fmt("%.3f GB", b / 1e9);
+  if (b >= 1e6) return fmt("%.1f MB", b / 1e6);
+  if (b >= 1e3) return fmt("%.1f kB", b / 1e3);
+  return fmt("%.0f B", b);
+}
+
+std::string ratio(double num, double den, const char* format) { return den > 0 ? fmt(format, num / den) : "–"; }
+
+/// "a / b" of two optional TFLOP/s columns, or "–" when the run has no SDPA figures.
+std::string pair(const Row& r, const std::string& a, const std::string& b, const char* format) {
+  if (!r.has(a) || !r.has(b)) return "–";
+  return fmt(format, r.num(a)) + " / " + fmt(format, r.num(b));
+}
+
+std::string ratio_pair(const Row& r, const std::string& a, const std::string& b) {
+  if (!r.has(a) || !r.has(b)) return "–";
+  const double ours = r.num("tflops");
+  return ratio(ours, r.num(a), "%.2f") + " / " + ratio(ours, r.num(b), "%.2f");
+}
+
+std::string yes_no(const std::string& flag) { return flag == "1" ? "yes" : "no"; }
+
+struct Markdown {
+  std::ostringstream out;
+  void header(const std::vector<std::string>& cells) {
+    line(cells);
+    out << '|';
+    for (std::size_t i = 0; i < cells.size(); ++i) out << " --- |";
+    out << '\n';
+  }
+  void line(const std::vector<std::string>& cells) {
+    out << '|';
+    for (const auto& c : cells) out << ' ' << c << " |";
+    out << '\n';
+  }
+};
+
+std::string run_line(const std::string& date, const std::string& device) {
+  return "Run: " + date + " UTC, " + device + ".\n\n";
+}
+
+// ---- correctness tables ---------------------------------------------------------------------
+
+std::string checks_table(const std::string& dir) {
+  const Csv csv = read_csv(dir + "/checks.csv");
+  Markdown md;
+  md.header({"date (UTC)", "device", "command", "result", "assertions", "test cases", "sanitizer errors"});
+  for (const Row& r : rows_of(csv))
+    md.line({r.str("date"), r.str("device"), "`" + r.str("command") + "`", r.str("status"),
+             r.has("assertions") ? r.str("assertions") : "–", r.has("test_cases") ? r.str("test_cases") : "–",
+             r.has("sanitizer_errors") ? r.str("sanitizer_errors") : "–"});
+  return md.out.str();
+}
+
+std::string worst_errors_table(const std::string& dir) {
+  const Csv csv = read_csv(dir + "/worst_errors.csv");
+  Markdown md;
+  md.header({"date (UTC)", "test group", "quantity", "worst error", "tolerance", "where"});
+  for (const Row& r : rows_of(csv))
+    md.line({r.str("date"), r.str("group"), r.str("quantity"), fmt("%.2e", r.num("worst_error")),
+             fmt("%.0e", r.num("tolerance")), r.has("where") ? r.str("where") : "–"});
+  return md.out.str();
+}
+
+// ---- traffic tables -------------------------------------------------------------------------
+
+std::string traffic_kernels_table(const std::string& dir) {
+  const Csv csv = read_csv(dir + "/traffic_kernels.csv");
+  Markdown md;
+  md.header({"kernel", "N", "causal", "model read", "tiled model read", "L2→SM read", "L2→SM / tiled model",
+             "L2 slice read", "DRAM read", "model write", "SM→L2 write", "DRAM write", "L2 atomic", "ms"});
+  std::string date, device;
+  for (const Row& r : rows_of(csv)) {
+    if (r.str("variant") == "naive") continue;  // the naive kernels are in the sweep table
+    date = r.str("date");
+    device = r.str("device");
+    md.line({"`" + r.str("kernel") + "`", r.str("seq"), yes_no(r.str("causal")), bytes(r.num("model_read_bytes")),
+             bytes(r.num("tiled_model_read_bytes")), bytes(r.num("l2_read_bytes")),
+             ratio(r.num("l2_read_bytes"), r.num("tiled_model_read_bytes"), "%.3f"), bytes(r.num("lts_read_bytes")),
+             bytes(r.num("dram_read_bytes")), bytes(r.num("model_write_bytes")), bytes(r.num("l2_write_bytes")),
+             bytes(r.num("dram_write_bytes")), bytes(r.num("l2_atomic_bytes")),
+             fmt("%.2f", r.num("duration_ns") / 1e6)});
+  }
+  return run_line(date, device) + md.out.str();
+}
+
+/// Whole-pass totals per N of the naive kernels and of FA2's one kernel (reads + writes).
+struct SweepTotals {
+  double model = 0, l2 = 0, dram = 0, ms = 0;
+};
+
+std::map<long, std::map<std::string, SweepTotals>> sweep_totals(const Csv& csv) {
+  std::map<long, std::map<std::string, SweepTotals>> by_n;
+  for (const Row& r : rows_of(csv)) {
+    SweepTotals& t = by_n[long(r.num("seq"))][r.str("variant")];
+    t.model += r.num("model_read_bytes") + r.num("model_write_bytes");
+    t.l2 += r.num("l2_read_bytes") + r.num("l2_write_bytes");
+    t.dram += r.num("dram_read_bytes") + r.num("dram_write_bytes");
+    t.ms += r.num("duration_ns") / 1e6;
+  }
+  return by_n;
+}
+
+std::string traffic_sweep_table(const std::string& dir) {
+  const Csv csv = read_csv(dir + "/traffic_sweep.csv");
+  Markdown md;
+  md.header({"N", "model naive", "model flash", "model ratio", "L2→SM naive", "L2→SM flash", "L2 ratio", "DRAM naive",
+             "DRAM flash", "DRAM ratio", "ms naive", "ms flash"});
+  for (const auto& [n, v] : sweep_totals(csv)) {
+    const SweepTotals naive = v.count("naive") ? v.at("naive") : SweepTotals{};
+    const SweepTotals flash = v.count("fa2") ? v.at("fa2") : SweepTotals{};
+    md.line({std::to_string(n), bytes(naive.model), bytes(flash.model), ratio(naive.model, flash.model, "%.2f"),
+             bytes(naive.l2), bytes(flash.l2), ratio(naive.l2, flash.l2, "%.2f"), bytes(naive.dram),
+             bytes(flash.dram), ratio(naive.dram, flash.dram, "%.1f"), fmt("%.2f", naive.ms), fmt("%.2f", flash.ms)});
+  }
+  const Row first{&csv, 0};
+  return (csv.rows.empty() ? std::string() : run_line(first.str("date"), first.str("device"))) + md.out.str();
+}
+
+std::string readme_traffic_table(const std::string& dir) {
+  const Csv csv = read_csv(dir + "/traffic_sweep.csv");
+  Markdown md;
+  md.header({"N", "model naive", "model FA2", "L2→SM naive", "L2→SM FA2", "DRAM naive", "DRAM FA2", "DRAM ratio"});
+  for (const auto& [n, v] : sweep_totals(csv)) {
+    if (n != 1024 && n != 4096 && n != 16384) continue;
+    const SweepTotals naive = v.count("naive") ? v.at("naive") : SweepTotals{};
+    const SweepTotals flash = v.count("fa2") ? v.at("fa2") : SweepTotals{};
+    md.line({std::to_string(n), bytes(naive.model), bytes(flash.model), bytes(naive.l2), bytes(flash.l2),
+             bytes(naive.dram), bytes(flash.dram), ratio(naive.dram, flash.dram, "%.0f×")});
+  }
+  return md.out.str();
+}
+
+// ---- fast-kernel timing tables --------------------------------------------------------------
+
+bool headline_shape(const Row& r) {
+  return r.str("dtype") == "bf16" && r.str("d") == "128" && r.str("N") == "8192" && r.str("causal") == "0";
+}
+
+/// The newest run (by date) with rows of `dtype` and SDPA figures beside them.
+std::string newest_run(const Csv& csv, const std::string& dtype) {
+  std::string newest;
+  for (const Row& r : rows_of(csv))
+    if (r.str("dtype") == dtype && r.has("fa2_bnhd_tflops") && r.str("date") > newest) newest = r.str("date");
+  if (newest.empty()) throw InputError(csv.path + ": no " + dtype + " rows with SDPA figures");
+  return newest;
+}
+
+std::string fast_sweep_table(const std::string& dir, const std::string& dtype) {
+  const Csv csv = read_csv(dir + "/fast_attention.csv");
+  const std::string run = newest_run(csv, dtype);
+  std::vector<Row> rows;
+  for (const Row& r : rows_of(csv))
+    if (r.str("date") == run && r.str("dtype") == dtype) rows.push_back(r);
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    const auto key = [](const Row& r) {
+      return std::make_tuple(r.num("d"), r.num("causal"), r.num("N"), r.str("pass") == "bwd", r.str("kernel"));
+    };
+    return key(a) < key(b);
+  });
+  Markdown md;
+  md.header({"d", "causal", "N", "pass", "kernel", "median ms", "min – max ms", "TFLOP/s", "SDPA FA2 (bnhd / bhnd)",
+             "ours / FA2", "SDPA cuDNN (bnhd / bhnd)", "ours / cuDNN"});
+  for (const Row& r : rows) {
+    const bool bold = headline_shape(r);
+    const std::string tflops = fmt("%.1f", r.num("tflops"));
+    md.line({r.str("d"), yes_no(r.str("causal")), bold ? "**" + r.str("N") + "**" : r.str("N"), r.str("pass"),
+             r.str("kernel"), fmt("%.4f", r.num("median_ms")),
+             fmt("%.4f", r.num("min_ms")) + " – " + fmt("%.4f", r.num("max_ms")), bold ? "**" + tflops + "**" : tflops,
+             pair(r, "fa2_bnhd_tflops", "fa2_bhnd_tflops", "%.1f"), ratio_pair(r, "fa2_bnhd_tflops", "fa2_bhnd_tflops"),
+             pair(r, "cudnn_bnhd_tflops", "cudnn_bhnd_tflops", "%.1f"),
+             ratio_pair(r, "cudnn_bnhd_tflops", "cudnn_bhnd_tflops")});
+  }
+  return run_line(run, rows.front().str("device")) + md.out.str();
+}
+
+std::string fast_headline_table(const std::string& dir) {
+  const Csv csv = read_csv(dir + "/fast_attention.csv");
+  Markdown md;
+  md.header({"date (UTC)", "pass", "kernel", "median ms", "TFLOP/s", "SDPA FA2 (bnhd / bhnd)", "ours / FA2",
+             "SDPA cuDNN (bnhd / bhnd)", "ours / cuDNN"});
+  for (const Row& r : rows_of(csv)) {
+    if (!headline_shape(r)) continue;
+    md.line({r.str("date"), r.str("pass"), r.str("kernel"), r.has("median_ms") ? fmt("%.4f", r.num("median_ms")) : "–",
+             fmt("%.1f", r.num("tflops")), pair(r, "fa2_bnhd_tflops", "fa2_bhnd_tflops", "%.1f"),
+             ratio_pair(r, "fa2_bnhd_tflops", "fa2_bhnd_tflops"), pair(r, "cudnn_bnhd_tflops", "cudnn_bhnd_tflops", "%.1f"),
+             ratio_pair(r, "cudnn_bnhd_tflops", "cudnn_bhnd_tflops")});
+  }
+  return md.out.str();
+}
+
+/// README: per kernel at the headline shape, the newest run with SDPA beside it and the range over runs.
+std::string readme_fast_table(const std::string& dir) {
+  const Csv csv = read_csv(dir + "/fast_attention.csv");
+  struct Kernel {
+    const Row* newest = nullptr;
+    double lo = 1e300, hi = 0;
+    int runs = 0;
+  };
+  std::vector<std::pair<std::string, Kernel>> kernels;  // in order of first appearance
+  const std::vector<Row> rows = rows_of(csv);
+  for (const Row& r : rows) {
+    if (!headline_shape(r)) continue;
+    const std::string name = r.str("pass") + " " + r.str("kernel");
+    auto it = std::find_if(kernels.begin(), kernels.end(), [&](const auto& k) { return k.first == name; });
+    if (it == kernels.end()) it = kernels.insert(kernels.end(), {name, Kernel{}});
+    Kernel& k = it->second;
+    k.lo = std::min(k.lo, r.num("tflops"));
+    k.hi = std::max(k.hi, r.num("tflops"));
+    ++k.runs;
+    if (r.has("fa2_bnhd_tflops") && (!k.newest || r.str("date") > k.newest->str("date"))) k.newest = &r;
+  }
+  Markdown md;
+  md.header({"pass", "kernel", "TFLOP/s", "× SDPA FA2 (bnhd / bhnd)", "× SDPA cuDNN (bnhd / bhnd)",
+             "TFLOP/s over all runs", "run (UTC)"});
+  for (const auto& [name, k] : kernels) {
+    if (!k.newest) continue;
+    const Row& r = *k.newest;
+    md.line({r.str("pass"), r.str("kernel"), fmt("%.1f", r.num("tflops")),
+             ratio_pair(r, "fa2_bnhd_tflops", "fa2_bhnd_tflops"), ratio_pair(r, "cudnn_bnhd_tflops", "cudnn_bhnd_tflops"),
+             fmt("%.1f", k.lo) + " – " + fmt("%.1f", k.hi) + " (" + std::to_string(k.runs) + ")", r.str("date")});
+  }
+  return md.out.str();
+}
+
+// ---- pages ----------------------------------------------------------------------------------
+
+using Renderer = std::function<std::string(const std::string&)>;
+
+const std::map<std::string, Renderer>& renderers() {
+  static const std::map<std::string, Renderer> table = {
+      {"checks", checks_table},
+      {"worst_errors", worst_errors_table},
+      {"traffic_kernels", traffic_kernels_table},
+      {"traffic_sweep", traffic_sweep_table},
+      {"readme_traffic", readme_traffic_table},
+      {"fast_bf16", [](const std::string& d) { return fast_sweep_table(d, "bf16"); }},
+      {"fast_fp16", [](const std::string& d) { return fast_sweep_table(d, "fp16"); }},
+      {"fast_headline", fast_headline_table},
+      {"readme_fast", readme_fast_table},
+  };
+  return table;
+}
+
+const std::string kBegin = "<!-- begin generated: ";
+const std::string kEnd = "<!-- end generated: ";
+
+/// The name in a marker line "<!-- begin generated: NAME -->", or "" when the line is no marker.
+std::string marker_name(const std::string& line, const std::string& prefix) {
+  if (line.rfind(prefix, 0) != 0) return "";
+  const auto stop = line.find(" -->", prefix.size());
+  return stop == std::string::npos ? "" : line.substr(prefix.size(), stop - prefix.size());
+}
+
+struct PageResult {
+  std::string text;
+  std::vector<std::string> stale;  // "NAME (line N)" of each table that differs
+};
+
+PageResult regenerate(const std::string& page, const std::string& text, const std::string& dir) {
+  std::istringstream in(text);
+  PageResult result;
+  std::string line, open, body;
+  int number = 0, open_line = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    const std::string where = page + ":" + std::to_string(number);
+    if (!open.empty()) {
+      if (marker_name(line, kBegin) != "") throw InputError(where + ": begin marker inside '" + open + "'");
+      const std::string end = marker_name(line, kEnd);
+      if (end.empty()) {
+        body += line + "\n";
+        continue;
+      }
+      if (end != open) throw InputError(where + ": end marker '" + end + "' closes '" + open + "'");
+      const std::string fresh = renderers().at(open)(dir);
+      if (fresh != body) result.stale.push_back(open + " (line " + std::to_string(open_line) + ")");
+      result.text += fresh + line + "\n";
+      open.clear();
+      continue;
+    }
+    result.text += line + "\n";
+    open = marker_name(line, kBegin);
+    if (!open.empty() && !renderers().count(open)) throw InputError(where + ": no generated table named '" + open + "'");
+    open_line = number;
+    body.clear();
+    if (marker_name(line, kEnd) != "") throw InputError(where + ": end marker without a begin marker");
+  }
+  if (!open.empty()) throw InputError(page + ":" + std::to_string(open_line) + ": '" + open + "' is never ended");
+  return result;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int run(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  const bool check = !args.empty() && args.front() == "--check";
+  if (check) args.erase(args.begin());
+  if (args.size() < 2) {
+    std::cerr << "usage: results_tables [--check] RESULTS_DIR PAGE...\n";
+    return 2;
+  }
+  int stale = 0;
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    const std::string old_text = slurp(args[i]);
+    const PageResult r = regenerate(args[i], old_text, args[0]);
+    for (const auto& s : r.stale) {
+      std::cerr << args[i] << ": generated table " << s << (check ? " differs from " : " rewritten from ")
+                << args[0] << "/*.csv\n";
+      ++stale;
+    }
+    if (!check && r.text != old_text) std::ofstream(args[i], std::ios::binary) << r.text;
+  }
+  if (check && stale > 0) {
+    std::cerr << "hint: regenerate with `cmake --build --preset cpu --target results-pages`\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const InputError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
+}

@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# cuda/bench/measure.sh — every GPU figure of cuda/RESULTS.md and the README, in one run.
+#
+#   measure.sh run [BIN_DIR] [OUT_DIR]   on the GPU machine, from the repository root: tests,
+#                                        sanitizers, CUPTI traffic, timings beside PyTorch SDPA;
+#                                        raw logs in OUT_DIR/logs, then `tabulate`
+#   measure.sh tabulate OUT_DIR          raw logs of OUT_DIR/logs -> OUT_DIR/csv/*.csv, the files
+#                                        (and columns) of cuda/results/; runs anywhere (bash + awk)
+#
+# BIN_DIR (default gpu-carry) holds `flashlab` and `test_cuda` built with the cuda preset
+# (sm_90 + sm_90a); OUT_DIR (default /tmp/flashlab-measure) must lie outside the tree, because
+# raw logs do not belong in it. The recipe, end to end:
+#   cmake --preset cuda && cmake --build --preset cuda -j2 --target flashlab test_cuda
+#   mkdir -p gpu-carry && cp build/cuda/app/flashlab build/cuda/tests/cuda/test_cuda gpu-carry/
+#   (GPU machine)  bash cuda/bench/measure.sh run gpu-carry "$OUT"        # about 4 minutes
+#   (here)         cp OUT_DIR/csv/*.csv cuda/results/      # or append the rows to keep older runs
+#                  cmake --build --preset cpu --target results-pages      # rewrites the tables
+# Each CSV row carries the run's date (UTC) and device, so rows of several runs can share a file;
+# the pages show the newest run and, for the headline shape, every run.
+set -u
+
+usage() { sed -n '2,20p' "$0" >&2; exit 2; }
+
+# ---------------------------------------------------------------------------------------------
+# run: every measurement, one log per command
+# ---------------------------------------------------------------------------------------------
+run_all() {
+  local bin=$1 out=$2 logs=$2/logs status=0
+  mkdir -p "$logs"
+  export PATH=$PATH:/usr/local/cuda/bin
+  {
+    echo "date=$(date -u '+%Y-%m-%d %H:%M')"
+    echo "device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+  } >"$logs/env.txt"
+  nvidia-smi >"$logs/nvidia-smi.txt" 2>&1
+  step() {  # step LOG CMD...: run CMD, its output into LOG, remember a failure
+    local log=$1; shift
+    echo "=== $*" | tee "$log.cmd"
+    timeout 400 "$@" >"$log" 2>"$log.err"
+    local rc=$?
+    echo "$rc" >"$log.rc"
+    [ "$rc" -eq 0 ] || { echo "    failed: rc=$rc (see $log.err)"; status=1; }
+  }
+  # Correctness: every GPU test case, then the three sanitizers on the small shapes.
+  step "$logs/test_cuda.log" "$bin/test_cuda" --durations yes
+  for tool in memcheck racecheck synccheck; do
+    step "$logs/sanitize_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      "$bin/test_cuda" '[sanitize],[fast-sanitize],[fast-bwd-sanitize]'
+  done
+  # Traffic of the clear fp32 kernels, CUPTI beside the model.
+  local traffic=("$bin/flashlab" traffic attention --device cuda --heads 16 --dim 64 --block-m 64 --block-n 32)
+  for v in fa2 bwd atomic; do
+    step "$logs/traffic_$v.csv" "${traffic[@]}" --variant "$v" --seq 4096,8192 --csv
+    step "$logs/traffic_${v}_causal.csv" "${traffic[@]}" --variant "$v" --seq 4096 --causal --csv
+  done
+  step "$logs/traffic_fa1.csv" "${traffic[@]}" --variant fa1 --seq 4096 --csv
+  step "$logs/sweep.csv" "${traffic[@]}" --seq 1024,2048,4096,8192,16384 --csv
+  # Timings of the fast kernels, each sweep followed by SDPA on the same shapes.
+  bench() {  # bench NAME ARGS...: ours, then SDPA's flash and cuDNN backends
+    step "$logs/bench_$1.csv" "$bin/flashlab" bench attention --csv "${@:2}"
+    step "$logs/sdpa_$1.log" env PYTHONUNBUFFERED=1 python3 cuda/bench/sdpa_bench.py \
+      "$logs/bench_$1.csv" --out "$logs/sdpa_$1.csv"
+  }
+  bench bf16                                   # mma.sync forward + atomic backward, N = 1k…16k
+  bench wgmma --pass fwd --fwd-kernel wgmma    # the sm_90a forward
+  bench twokernel --pass bwd --bwd-design two-kernel
+  bench fp16 --dtype fp16 --seq 8192
+  tabulate "$out" || status=1
+  tar czf "$out/measure.tgz" -C "$out" logs csv
+  echo "measure: status $status; CSVs in $out/csv"
+  return $status
+}
+
+# ---------------------------------------------------------------------------------------------
+# tabulate: raw logs -> the CSVs of cuda/results/ (names and columns are the generator's input)
+# ---------------------------------------------------------------------------------------------
+env_value() { sed -n "s/^$1=//p" "$2" | head -1; }
+
+# checks.csv: one row per test or sanitizer command: its exit status and Catch2's summary.
+tab_checks() {
+  local logs=$1 date=$2 device=$3
+  echo "date,device,command,status,assertions,test_cases,sanitizer_errors"
+  for log in "$logs"/test_cuda.log "$logs"/sanitize_*.log; do
+    [ -f "$log" ] || continue
+    local cmd rc
+    cmd=$(sed -n '1s/^=== //p' "$log.cmd" 2>/dev/null | sed 's|^[^ ]*/||; s|compute-sanitizer \(.*\) [^ ]*/test_cuda|compute-sanitizer \1 test_cuda|')
+    rc=$(cat "$log.rc" 2>/dev/null || echo "")
+    awk -v date="$date" -v device="$device" -v cmd="$cmd" -v rc="$rc" '
+      /All tests passed \(/ { split($0, a, /[(]/); split(a[2], b, / /); asserts = b[1]; cases = b[4]; ok = 1 }
+      /test cases:.*failed/ { ok = 0 }
+      /^assertions:/ { asserts = $2 }
+      /^test cases:/ { cases = $3 }
+      /ERROR SUMMARY: [0-9]+ error/ { san += $4 }
+      /RACECHECK SUMMARY: [0-9]+ hazard/ { san += $4 }
+      END {
+        status = (rc == "" ? (ok ? "pass" : "fail") : (rc == 0 ? "pass" : "fail (rc " rc ")"))
+        gsub(/"/, "\"\"", cmd)
+        printf "%s,%s,\"%s\",%s,%s,%s,%s\n", date, device, cmd, status, asserts, cases, (san == "" ? "" : san + 0)
+      }' "$log"
+  done
+}
+
+# worst_errors.csv: the "[tag] worst ..." lines the GPU tests print, one row per quantity.
+tab_worst_errors() {
+  local log=$1 date=$2 device=$3
+  echo "date,device,group,quantity,worst_error,tolerance,where"
+  [ -f "$log" ] || return 0
+  awk -v date="$date" -v device="$device" '
+    function row(group, qty, err, tol, where) {
+      gsub(/"/, "\"\"", where)
+      printf "%s,%s,%s,%s,%s,%s,\"%s\"\n", date, device, group, qty, err, tol, where
+    }
+    /^\[[^]]*\] worst / {
+      group = substr($0, 2, index($0, "]") - 2); rest = substr($0, index($0, "]") + 2)
+      if (rest ~ /^worst error max/) {               # clear kernels: one error over all outputs
+        match(rest, /= [0-9.e+-]+/); err = substr(rest, RSTART + 2, RLENGTH - 2)
+        where = rest; sub(/^.* at /, "", where); sub(/ \(tolerance.*$/, "", where)
+        match(rest, /tolerance [0-9.e+-]+/); tol = substr(rest, RSTART + 10, RLENGTH - 10)
+        row(group, "all outputs", err, tol, where)
+        next
+      }
+      n = split(rest, parts, /, worst /)
+      for (i = 1; i <= n; ++i) {                     # fast kernels: "worst O error E (tolerance T)"
+        p = parts[i]; sub(/^worst /, "", p)
+        qty = p; sub(/ error .*$/, "", qty)
+        match(p, /error [0-9.e+-]+/); err = substr(p, RSTART + 6, RLENGTH - 6)
+        match(p, /tolerance [0-9.e+-]+/); tol = substr(p, RSTART + 10, RLENGTH - 10)
+        row(group, qty, err, tol, "")
+      }
+    }' "$log"
+}
+
+# traffic_kernels.csv / traffic_sweep.csv: `flashlab traffic attention --csv` rows, date and device first.
+tab_traffic() {
+  local date=$1 device=$2; shift 2
+  local first=1
+  for f in "$@"; do
+    [ -f "$f" ] || continue
+    awk -F, -v date="$date" -v device="$device" -v first="$first" '
+      /^variant,/ { if (first == 1) print "date,device," $0; next }
+      NF > 8 { print date "," device "," $0 }' "$f"
+    first=0
+  done
+  [ $first -eq 0 ] || echo "date,device"
+}
+
+# fast_attention.csv: our timings (bench_X.csv) joined with SDPA's (sdpa_X.csv) on pass, d, causal, N.
+tab_fast() {
+  local logs=$1 date=$2 device=$3
+  echo "date,device,dtype,pass,kernel,d,causal,N,H,B,median_ms,min_ms,max_ms,tflops,fa2_bnhd_tflops,fa2_bhnd_tflops,cudnn_bnhd_tflops,cudnn_bhnd_tflops"
+  for ours in "$logs"/bench_*.csv; do
+    [ -f "$ours" ] || continue
+    local sdpa=${ours%/bench_*}/sdpa_${ours##*/bench_}
+    if [ ! -f "$sdpa" ]; then   # a sweep timed without SDPA: its columns stay empty
+      sdpa=$(mktemp)
+      echo "pass,d,causal,N" >"$sdpa"
+    fi
+    awk -F, -v date="$date" -v device="$device" '
+      FNR == 1 { delete col; for (i = 1; i <= NF; ++i) col[$i] = i; file++; next }
+      function get(name) { return (name in col) ? $col[name] : "" }
+      function key(p) { return (p == "" ? "fwd" : p) SUBSEP get("d") SUBSEP get("causal") SUBSEP get("N") }
+      file == 1 && NF > 1 {                                   # SDPA (read first)
+        k = key(get("pass"))
+        fa2b[k] = get("flash_bnhd_tflops"); fa2h[k] = get("flash_bhnd_tflops")
+        cub[k] = get("cudnn_bnhd_tflops"); cuh[k] = get("cudnn_bhnd_tflops")
+        next
+      }
+      file == 2 && NF > 1 {                                   # ours
+        p = get("pass"); if (p == "") p = "fwd"
+        kernel = (p == "fwd") ? get("fwd_kernel") : get("bwd_design")
+        if (kernel == "") kernel = (p == "fwd") ? "mma" : "two-kernel"
+        k = key(p)
+        printf "%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", date, device, get("dtype"), p,
+               kernel, get("d"), get("causal"), get("N"), get("H"), get("B"), get("ms"), get("min_ms"),
+               get("max_ms"), get("tflops"), fa2b[k], fa2h[k], cub[k], cuh[k]
+      }' "$sdpa" "$ours"
+    [ "$sdpa" = "${ours%/bench_*}/sdpa_${ours##*/bench_}" ] || rm -f "$sdpa"
+  done
+}
+
+tabulate() {
+  local out=$1 logs=$1/logs
+  [ -f "$logs/env.txt" ] || { echo "measure: $logs/env.txt missing (date=…, device=… lines)" >&2; return 1; }
+  local date device
+  date=$(env_value date "$logs/env.txt")
+  device=$(env_value device "$logs/env.txt")
+  mkdir -p "$out/csv"
+  tab_checks "$logs" "$date" "$device" >"$out/csv/checks.csv"
+  tab_worst_errors "$logs/test_cuda.log" "$date" "$device" >"$out/csv/worst_errors.csv"
+  local v kernels=()
+  for v in fa2 fa2_causal fa1 bwd bwd_causal atomic atomic_causal; do kernels+=("$logs/traffic_$v.csv"); done
+  tab_traffic "$date" "$device" "${kernels[@]}" >"$out/csv/traffic_kernels.csv"
+  tab_traffic "$date" "$device" "$logs/sweep.csv" >"$out/csv/traffic_sweep.csv"
+  tab_fast "$logs" "$date" "$device" >"$out/csv/fast_attention.csv"
+  wc -l "$out"/csv/*.csv
+}
+
+case "${1:-}" in
+  run) run_all "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
+  tabulate) [ $# -eq 2 ] || usage; tabulate "$2" ;;
+  *) usage ;;
+esac
