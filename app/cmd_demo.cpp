@@ -36,7 +36,7 @@ std::string human_bytes(double b) {
   return buf;
 }
 
-// Level 1a: the seed's Problem 1 trace, as printed, stepped on the 3-register machine.
+// Level 1a: the toy-machine lesson's Problem 1 trace, as printed, stepped on the 3-register machine.
 int show_problem1() {
   const lessons::Lesson* lesson = lessons::find_lesson("1");
   if (!lesson || !lesson->trace) throw std::runtime_error("lesson 1 is missing from this build");
@@ -48,7 +48,7 @@ int show_problem1() {
   std::vector<toy::State> states = ex.history();
   states.push_back(ex.state());
   toy::RenderOptions opt;
-  std::cout << "Problem 1 (seed 004): c00 = a00·b00 + a01·b10 on machine " << machine.name
+  std::cout << "Problem 1 (the toy-machine lesson): c00 = a00·b00 + a01·b10 on machine " << machine.name
             << " (3 registers, LOAD/STORE/MAC_Z/MAC)\n\n"
             << toy::render_table(ex.program(), machine, states, opt) << "\n"
             << toy::render_counters(machine, ex.state().counters);
@@ -73,7 +73,7 @@ bool show_softmax_and_loop_orders() {
     std::cout << "\n";
   }
   std::cout << "  One more register merges the max pass into the sum pass: 3n → 2n DRAM reads.\n";
-  std::cout << "\nElement is tile: attention's two loop orders on the tile model (seed 004, cost comparison):\n\n"
+  std::cout << "\nElement is tile: attention's two loop orders on the tile model (the toy-machine lesson's cost comparison):\n\n"
             << lessons::loop_order_table(8);
   return ok;
 }
@@ -153,10 +153,10 @@ int cmd_demo(const Args& args) {
       return int(kOk);
     }
     std::cout << "flashlab — FlashAttention from the smallest machine up. Three levels, one algorithm.\n";
-    heading("Level 1: the toy machine (seed 004)");
+    heading("Level 1: the toy machine of the toy-machine lesson");
     show_problem1();
     const bool toy_ok = show_softmax_and_loop_orders();
-    heading("Level 2: the CPU reference (seed 001), bytes counted per tensor");
+    heading("Level 2: the CPU reference (the Triton walkthrough's algorithm), bytes counted per tensor");
     const bool ref_ok = show_reference();
     heading("Level 3: the GPU");
 #ifdef FLASHLAB_HAVE_CUDA

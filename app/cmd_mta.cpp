@@ -1,4 +1,4 @@
-// `flashlab mta fwd|bwd|infer`: runs the flash MTA reference (seed 003) on seeded or given
+// `flashlab mta fwd|bwd|infer`: runs the flash MTA reference (the MTA kernels) on seeded or given
 // inputs, compares it with the naive float64 result, and prints the traffic its tile loops
 // counted beside the closed-form formula. Parsing and formatting only; the algorithms live in
 // reference/ (mta.hpp, mta_traffic.hpp).
@@ -32,7 +32,7 @@ constexpr std::string_view kUsage =
     "mta fwd|bwd|infer [--seq N] [--heads H] [--dim D] [--cq CQ] [--ck CK] [--block B] [--splits S]\n"
     "                [--batch NB] [--seed S] [--scale X] [--dtype T] [--inputs DIR] [--save DIR] [--json]";
 constexpr std::string_view kSummary =
-    "Multi-Token Attention on the CPU reference (seed 003): per head S = scale*QK^T, causal zeros,\n"
+    "Multi-Token Attention on the CPU reference (the MTA kernels): per head S = scale*QK^T, causal zeros,\n"
     "a cq x ck convolution over (query, key) (cq-1 rows of past-query padding, (ck-1)/2 key columns\n"
     "each side), causal -inf mask, softmax, O = PV. Runs the flash path (fwd: forward, bwd: backward\n"
     "dQ dK dV dW, infer: split-K output of the last token), prints its max error against the naive\n"

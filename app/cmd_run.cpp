@@ -214,9 +214,9 @@ int cmd_run(const Args& args) {
         ("n", po::value<long long>()->default_value(8), "the length n of x[n], out[n] (softmax profiles, machine files)")
         ("seed", po::value<std::uint64_t>()->default_value(1), "seed for the random inputs (uniform in [-2, 2], 2 decimals)")
         ("inputs", po::value<std::vector<std::string>>()->composing(), "give one input array: name=v1,v2,… (row-major; repeatable)")
-        ("table", po::bool_switch(), "print the seed's step table (Step | Instruction | one column per register)")
+        ("table", po::bool_switch(), "print the lesson's step table (Step | Instruction | one column per register)")
         ("numeric", po::bool_switch(), "numbers only: no symbolic values, no history (fast)")
-        ("ditto", po::bool_switch(), "with --table: show \" for a register unchanged since the row above, as the seed does")
+        ("ditto", po::bool_switch(), "with --table: show \" for a register unchanged since the row above, as the lesson does")
         ("json", po::bool_switch(), "print one JSON object: counts, inputs, outputs, symbolic outputs")
         ("max-cycles", po::value<std::uint64_t>()->default_value(10'000'000), "runtime fault beyond this many cycles (0 = no cap)");
     po::positional_options_description pos;
@@ -224,7 +224,7 @@ int cmd_run(const Args& args) {
     const auto vm = parse(args, desc, &pos);
     if (vm.count("help")) {
       print_help(std::cout, "run TRACE --machine NAME [options]",
-                 "Runs a toy-machine trace (seed 004) and counts cycles, instructions and DRAM traffic.\n"
+                 "Runs a toy-machine trace (the toy-machine lesson) and counts cycles, instructions and DRAM traffic.\n"
                  "Exit codes: 0 ran, 2 usage error or the trace does not assemble, 3 runtime fault.",
                  desc);
       std::cout << isa_help();
@@ -306,7 +306,7 @@ int cmd_machines(const Args& args) {
     const auto vm = parse(args, desc);
     if (vm.count("help")) {
       print_help(std::cout, "machines [--n N] [--machine-file F]",
-                 "Lists the toy-machine profiles: registers, instructions, DRAM arrays (seed 004).", desc);
+                 "Lists the toy-machine profiles: registers, instructions, DRAM arrays (the toy-machine lesson).", desc);
       std::cout << isa_help();
       return kOk;
     }

@@ -1,7 +1,7 @@
 // `flashlab step [TRACE] (--machine NAME | --machine-file F | --lesson ID)`: the full-screen
-// terminal stepper (issue 3, item 1). This file only parses flags, owns the executor, reads keys
+// terminal stepper. This file only parses flags, owns the executor, reads keys
 // and prints frames; every frame comes from the pure lessons::render_frame (lessons/src/stepper.cpp),
-// which the golden tests cover. Without a TTY (or with --plain) it prints the seed-style step
+// which the golden tests cover. Without a TTY (or with --plain) it prints the lesson-style step
 // table instead and exits, so it also works in pipes and scripts.
 #include <curses.h>
 #include <langinfo.h>
@@ -254,7 +254,7 @@ int cmd_step(const Args& args) {
     if (vm.count("help")) {
       print_help(std::cout, "step [TRACE] (--machine NAME | --machine-file F | --lesson ID) [options]",
                  "Step through a toy-machine trace, forward and back. With no TRACE: lesson 1's worked trace\n"
-                 "(the seed's c00 trace on matmul3). Full screen on a terminal; otherwise (or --plain)\n"
+                 "(the lesson's c00 trace on matmul3). Full screen on a terminal; otherwise (or --plain)\n"
                  "the step table.\n\n" + lessons::stepper_keys_help(),
                  desc);
       return kOk;
@@ -283,7 +283,7 @@ int cmd_step(const Args& args) {
     if (!vm.count("trace")) {
       if (sources == 0) lesson = lessons::find_lesson("1");
       if (!lesson) throw UsageError("TRACE is missing", "give a trace file, or --lesson ID to open its starter");
-      const bool worked = sources == 0;  // the default opens the seed's worked trace
+      const bool worked = sources == 0;  // the default opens the lesson's worked trace
       text = worked ? lesson->trace->solution : lesson->trace->starter;
       trace_name = "lesson " + lesson->id + (worked ? " worked trace" : " starter");
     } else {

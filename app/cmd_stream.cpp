@@ -1,4 +1,4 @@
-// `flashlab stream estimate|apply|trace` — the STREAM sparse-tracing reference (seed 002) from the
+// `flashlab stream estimate|apply|trace` — the STREAM sparse-tracing reference (the STREAM paper) from the
 // command line: parse flags, load or generate Q, K, V, call reference/stream, print and save.
 // No algorithm code here (DESIGN.md); the specification lives in reference/src/stream/ and
 // docs/stream.md.
@@ -29,7 +29,7 @@ constexpr std::string_view kStreamUsage =
     "                       [--threads N] [--inputs DIR] [--save DIR] [--dtype fp32|fp64] [--check]\n"
     "                       [--format npy|csv] [--json]";
 constexpr std::string_view kSummary =
-    "STREAM sparse tracing (seed 002): hierarchical top-k key-block selection with tie-breaking τ.\n"
+    "STREAM sparse tracing (the STREAM paper): hierarchical top-k key-block selection with tie-breaking τ.\n"
     "  estimate  the index tensor I [T/b_q, k] (0-based key blocks, -1 = empty) -> indices.npy\n"
     "  apply     sparse attention over the selected blocks (online softmax)     -> o.npy\n"
     "  trace     streamed edge records (q, r, slot, score, mass, value_norm)   -> edges.npy|csv\n"
@@ -124,7 +124,7 @@ void write_edges(const fs::path& path, const std::vector<rs::Edge>& edges, const
 
 template <typename S>
 int run(const Options& o, const Mat<double>* Qd, const Mat<double>* Kd, const Mat<double>* Vd) {
-  // Inputs in the storage dtype: float at large T halves memory (issue 5), double for exactness.
+  // Inputs in the storage dtype: float at large T halves memory, double for exactness.
   const bool need_v = o.sub != "estimate";
   std::size_t T = 0, D = 0;
   Mat<S> Q, K, V;

@@ -3,7 +3,7 @@
 //
 // Manual. `bench_attention [N] [d] [runs] [Br] [Bc]` (defaults 4096 64 7 64 64, one head). Each
 // variant runs once to warm up, then `runs` times; the median wall time is printed with the
-// command line. The target: flash forward within 2× the naive forward at N = 4096,
+// command line. The target: flash forward within 2× the naive forward at N = 4096,
 // d = 64. Notes: the naive version runs two large Eigen GEMMs but writes and re-reads the N × N
 // matrices S and P (64 MiB each at N = 4096 in float32), which do not fit in cache; the flash loop
 // runs Tr·Tc small GEMMs on tiles that stay in cache and rescales its accumulator per tile. Which

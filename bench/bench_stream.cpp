@@ -1,5 +1,5 @@
-// bench_stream — time and peak memory of STREAM mask estimation (seed 002, §8 "Auxiliary memory
-// bound"; issue 5: T = 131072, D = 64, b_q = b_k = 64, k = 8 with no T × T buffer).
+// bench_stream — time and peak memory of STREAM mask estimation (the STREAM paper, §8 "Auxiliary memory
+// bound"; the target: T = 131072, D = 64, b_q = b_k = 64, k = 8 with no T × T buffer).
 //
 // What it does: generates seeded normal Q, K (float storage: 2·T·D·4 bytes), records the peak RSS
 // (getrusage ru_maxrss) after the inputs exist, runs stream_estimate `--reps` times and reports the
@@ -8,7 +8,7 @@
 // need 4·T² bytes (64 GiB at T = 131072) — the RSS shows none exists.
 //
 // Usage: bench_stream [--seq T] [--dim D] [--bq BQ] [--bk BK] [--k K] [--threads N] [--reps R]
-// Defaults: the issue's configuration, 2 threads, 3 repetitions. Honest notes: the scoring is an
+// Defaults: the target configuration above, 2 threads, 3 repetitions. Honest notes: the scoring is an
 // Eigen float GEMM per candidate tile (b_q × d by d × b_k); single-core GEMM speed dominates.
 #include <sys/resource.h>
 

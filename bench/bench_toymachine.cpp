@@ -1,7 +1,7 @@
-// bench_toymachine — how fast the toy machine's numeric-only executor runs (issue 2: at least
+// bench_toymachine — how fast the toy machine's numeric-only executor runs (the target: at least
 // 20 million instructions per second on one core).
 //
-// What it runs: the seed's online softmax (toymachine/traces/p5_online_softmax4.trace, Problem 5)
+// What it runs: the toy-machine lesson's online softmax (toymachine/traces/p5_online_softmax4.trace, Problem 5)
 // and safe softmax (p4_safe_softmax3.trace, Problem 4) for n = 4096 on the built-in profiles,
 // in numeric-only mode (Options{symbolic = false}: no expressions, no history). One sample runs
 // the program `reps` times, each on a fresh Executor. The headline figure times Executor::run()

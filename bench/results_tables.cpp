@@ -313,37 +313,27 @@ std::string fast_headline_table(const std::string& dir) {
   return md.out.str();
 }
 
-/// README: per kernel at the headline shape, the newest run with SDPA beside it and the range over runs.
+/// README: per kernel at the headline shape, its newest run with SDPA beside it (forward kernels first).
 std::string readme_fast_table(const std::string& dir) {
   const Csv csv = read_csv(dir + "/fast_attention.csv");
-  struct Kernel {
-    const Row* newest = nullptr;
-    double lo = 1e300, hi = 0;
-    int runs = 0;
-  };
-  std::vector<std::pair<std::string, Kernel>> kernels;  // in order of first appearance
-  const std::vector<Row> rows = rows_of(csv);
-  for (const Row& r : rows) {
-    if (!headline_shape(r)) continue;
-    const std::string name = r.str("pass") + " " + r.str("kernel");
-    auto it = std::find_if(kernels.begin(), kernels.end(), [&](const auto& k) { return k.first == name; });
-    if (it == kernels.end()) it = kernels.insert(kernels.end(), {name, Kernel{}});
-    Kernel& k = it->second;
-    k.lo = std::min(k.lo, r.num("tflops"));
-    k.hi = std::max(k.hi, r.num("tflops"));
-    ++k.runs;
-    if (r.has("fa2_bnhd_tflops") && (!k.newest || r.str("date") > k.newest->str("date"))) k.newest = &r;
+  std::vector<Row> newest;  // one row per pass and kernel, in order of first appearance
+  for (const Row& r : rows_of(csv)) {
+    if (!headline_shape(r) || !r.has("fa2_bnhd_tflops")) continue;
+    const auto same = [&](const Row& k) { return k.str("pass") == r.str("pass") && k.str("kernel") == r.str("kernel"); };
+    const auto it = std::find_if(newest.begin(), newest.end(), same);
+    if (it == newest.end())
+      newest.push_back(r);
+    else if (r.str("date") > it->str("date"))
+      *it = r;
   }
+  std::stable_sort(newest.begin(), newest.end(),
+                   [](const Row& a, const Row& b) { return a.str("pass") == "fwd" && b.str("pass") != "fwd"; });
   Markdown md;
-  md.header({"pass", "kernel", "TFLOP/s", "× SDPA FA2 (bnhd / bhnd)", "× SDPA cuDNN (bnhd / bhnd)",
-             "TFLOP/s over all runs", "run (UTC)"});
-  for (const auto& [name, k] : kernels) {
-    if (!k.newest) continue;
-    const Row& r = *k.newest;
+  md.header({"pass", "kernel", "TFLOP/s", "× SDPA FA2 (bnhd / bhnd)", "× SDPA cuDNN (bnhd / bhnd)", "run (UTC)"});
+  for (const Row& r : newest)
     md.line({r.str("pass"), r.str("kernel"), fmt("%.1f", r.num("tflops")),
              ratio_pair(r, "fa2_bnhd_tflops", "fa2_bhnd_tflops"), ratio_pair(r, "cudnn_bnhd_tflops", "cudnn_bhnd_tflops"),
-             fmt("%.1f", k.lo) + " – " + fmt("%.1f", k.hi) + " (" + std::to_string(k.runs) + ")", r.str("date")});
-  }
+             r.str("date")});
   return md.out.str();
 }
 
