@@ -1,5 +1,5 @@
-// `flashlab demo`: the tour behind `make demo`. One algorithm at three levels (DESIGN.md, "the
-// spine"): the toy machine runs the lesson's traces, the CPU reference runs attention and counts
+// `flashlab demo`: the tour behind `make demo`. One algorithm at three levels (see README.md):
+// the toy machine runs the lesson's traces, the CPU reference runs attention and counts
 // its HBM bytes, and the CUDA level says where the measured numbers come from. Everything shown
 // is computed now, on an embedded default; nothing is pasted.
 #include <cstdio>
