@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
   std::printf("  peak RSS: start %.1f MiB, after inputs %.1f MiB, after estimate %.1f MiB (auxiliary %.1f MiB)\n",
               rss_start / 1024.0, rss_inputs / 1024.0, rss_end / 1024.0, (rss_end - rss_inputs) / 1024.0);
   std::printf("  a dense T x T float score matrix would need %.1f GiB\n", 4.0 * double(T) * double(T) / (1ull << 30));
-  std::printf("  blocks scored %llu (max per query block %llu); IO_est %.4g B vs seed upper %.4g B (ratio %.3f), "
+  std::printf("  blocks scored %llu (max per query block %llu); IO_est %.4g B vs paper upper %.4g B (ratio %.3f), "
               "lower %.4g B\n",
               static_cast<unsigned long long>(res.blocks_scored),
               static_cast<unsigned long long>(res.max_blocks_scored_per_q), io * 4, b.io_upper_seed * 4,

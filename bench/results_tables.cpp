@@ -1,14 +1,17 @@
 // results_tables — the measured tables of cuda/RESULTS.md and README.md, generated from the CSV files
-// in cuda/results/ (written by cuda/bench/measure.sh on the GPU machine).
+// in cuda/results/ (written by cuda/bench/measure.sh on the GPU machine) and bench/results/cpu.csv
+// (written by bench/measure_cpu.sh).
 //
-// Manual. `results_tables [--check] RESULTS_DIR PAGE...`. A page marks each generated table with
+// Manual. `results_tables [--check] REPO_ROOT PAGE...` reads the CSVs under REPO_ROOT. A page marks
+// each generated table with
 //     <!-- begin generated: NAME -->
 //     ...
 //     <!-- end generated: NAME -->
 // and this program replaces what lies between the two lines with table NAME rendered from the CSVs.
 // Without --check it rewrites the pages in place; with --check it changes nothing and exits 1 when a
 // page's table differs from what the CSVs give (CTest runs it so). Exit 2: a CSV or a page is
-// malformed (the message names file:line). The CSV columns are documented in cuda/results/README.md.
+// malformed (the message names file:line). The CSV columns are documented in cuda/results/README.md
+// and bench/results/README.md.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -66,7 +69,7 @@ std::vector<std::string> split_csv_line(const std::string& line, const std::stri
 
 Csv read_csv(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw InputError(path + ": cannot open (run cuda/bench/measure.sh, or check RESULTS_DIR)");
+  if (!in) throw InputError(path + ": cannot open (written by cuda/bench/measure.sh or bench/measure_cpu.sh; is REPO_ROOT right?)");
   Csv csv{path, {}, {}, {}};
   std::string line;
   int number = 0;
@@ -165,8 +168,8 @@ std::string run_line(const std::string& date, const std::string& device) {
 
 // ---- correctness tables ---------------------------------------------------------------------
 
-std::string checks_table(const std::string& dir) {
-  const Csv csv = read_csv(dir + "/checks.csv");
+std::string checks_table(const std::string& root) {
+  const Csv csv = read_csv(root + "/cuda/results/checks.csv");
   Markdown md;
   md.header({"date (UTC)", "device", "command", "result", "assertions", "test cases", "sanitizer errors"});
   for (const Row& r : rows_of(csv))
@@ -176,8 +179,8 @@ std::string checks_table(const std::string& dir) {
   return md.out.str();
 }
 
-std::string worst_errors_table(const std::string& dir) {
-  const Csv csv = read_csv(dir + "/worst_errors.csv");
+std::string worst_errors_table(const std::string& root) {
+  const Csv csv = read_csv(root + "/cuda/results/worst_errors.csv");
   Markdown md;
   md.header({"date (UTC)", "test group", "quantity", "worst error", "tolerance", "where"});
   for (const Row& r : rows_of(csv))
@@ -188,8 +191,8 @@ std::string worst_errors_table(const std::string& dir) {
 
 // ---- traffic tables -------------------------------------------------------------------------
 
-std::string traffic_kernels_table(const std::string& dir) {
-  const Csv csv = read_csv(dir + "/traffic_kernels.csv");
+std::string traffic_kernels_table(const std::string& root) {
+  const Csv csv = read_csv(root + "/cuda/results/traffic_kernels.csv");
   Markdown md;
   md.header({"kernel", "N", "causal", "model read", "tiled model read", "L2→SM read", "L2→SM / tiled model",
              "L2 slice read", "DRAM read", "model write", "SM→L2 write", "DRAM write", "L2 atomic", "ms"});
@@ -225,8 +228,8 @@ std::map<long, std::map<std::string, SweepTotals>> sweep_totals(const Csv& csv) 
   return by_n;
 }
 
-std::string traffic_sweep_table(const std::string& dir) {
-  const Csv csv = read_csv(dir + "/traffic_sweep.csv");
+std::string traffic_sweep_table(const std::string& root) {
+  const Csv csv = read_csv(root + "/cuda/results/traffic_sweep.csv");
   Markdown md;
   md.header({"N", "model naive", "model flash", "model ratio", "L2→SM naive", "L2→SM flash", "L2 ratio", "DRAM naive",
              "DRAM flash", "DRAM ratio", "ms naive", "ms flash"});
@@ -241,8 +244,8 @@ std::string traffic_sweep_table(const std::string& dir) {
   return (csv.rows.empty() ? std::string() : run_line(first.str("date"), first.str("device"))) + md.out.str();
 }
 
-std::string readme_traffic_table(const std::string& dir) {
-  const Csv csv = read_csv(dir + "/traffic_sweep.csv");
+std::string readme_traffic_table(const std::string& root) {
+  const Csv csv = read_csv(root + "/cuda/results/traffic_sweep.csv");
   Markdown md;
   md.header({"N", "model naive", "model FA2", "L2→SM naive", "L2→SM FA2", "DRAM naive", "DRAM FA2", "DRAM ratio"});
   for (const auto& [n, v] : sweep_totals(csv)) {
@@ -270,8 +273,8 @@ std::string newest_run(const Csv& csv, const std::string& dtype) {
   return newest;
 }
 
-std::string fast_sweep_table(const std::string& dir, const std::string& dtype) {
-  const Csv csv = read_csv(dir + "/fast_attention.csv");
+std::string fast_sweep_table(const std::string& root, const std::string& dtype) {
+  const Csv csv = read_csv(root + "/cuda/results/fast_attention.csv");
   const std::string run = newest_run(csv, dtype);
   std::vector<Row> rows;
   for (const Row& r : rows_of(csv))
@@ -298,8 +301,8 @@ std::string fast_sweep_table(const std::string& dir, const std::string& dtype) {
   return run_line(run, rows.front().str("device")) + md.out.str();
 }
 
-std::string fast_headline_table(const std::string& dir) {
-  const Csv csv = read_csv(dir + "/fast_attention.csv");
+std::string fast_headline_table(const std::string& root) {
+  const Csv csv = read_csv(root + "/cuda/results/fast_attention.csv");
   Markdown md;
   md.header({"date (UTC)", "pass", "kernel", "median ms", "TFLOP/s", "SDPA FA2 (bnhd / bhnd)", "ours / FA2",
              "SDPA cuDNN (bnhd / bhnd)", "ours / cuDNN"});
@@ -314,8 +317,8 @@ std::string fast_headline_table(const std::string& dir) {
 }
 
 /// README: per kernel at the headline shape, its newest run with SDPA beside it (forward kernels first).
-std::string readme_fast_table(const std::string& dir) {
-  const Csv csv = read_csv(dir + "/fast_attention.csv");
+std::string readme_fast_table(const std::string& root) {
+  const Csv csv = read_csv(root + "/cuda/results/fast_attention.csv");
   std::vector<Row> newest;  // one row per pass and kernel, in order of first appearance
   for (const Row& r : rows_of(csv)) {
     if (!headline_shape(r) || !r.has("fa2_bnhd_tflops")) continue;
@@ -337,6 +340,19 @@ std::string readme_fast_table(const std::string& dir) {
   return md.out.str();
 }
 
+// ---- CPU benchmark table ------------------------------------------------------------------
+
+std::string readme_cpu_table(const std::string& root) {
+  const Csv csv = read_csv(root + "/bench/results/cpu.csv");
+  Markdown md;
+  md.header({"what", "figure", "target", "command", "date, machine"});
+  for (const Row& r : rows_of(csv))
+    md.line({r.str("benchmark"), fmt("%.3g", r.num("value")) + (r.has("unit") ? " " + r.str("unit") : ""),
+             r.has("target") ? r.str("target") : "–", "`" + r.str("command") + "`",
+             r.str("date") + ", " + r.str("machine")});
+  return md.out.str();
+}
+
 // ---- pages ----------------------------------------------------------------------------------
 
 using Renderer = std::function<std::string(const std::string&)>;
@@ -348,10 +364,11 @@ const std::map<std::string, Renderer>& renderers() {
       {"traffic_kernels", traffic_kernels_table},
       {"traffic_sweep", traffic_sweep_table},
       {"readme_traffic", readme_traffic_table},
-      {"fast_bf16", [](const std::string& d) { return fast_sweep_table(d, "bf16"); }},
-      {"fast_fp16", [](const std::string& d) { return fast_sweep_table(d, "fp16"); }},
+      {"fast_bf16", [](const std::string& r) { return fast_sweep_table(r, "bf16"); }},
+      {"fast_fp16", [](const std::string& r) { return fast_sweep_table(r, "fp16"); }},
       {"fast_headline", fast_headline_table},
       {"readme_fast", readme_fast_table},
+      {"readme_cpu", readme_cpu_table},
   };
   return table;
 }
@@ -371,7 +388,7 @@ struct PageResult {
   std::vector<std::string> stale;  // "NAME (line N)" of each table that differs
 };
 
-PageResult regenerate(const std::string& page, const std::string& text, const std::string& dir) {
+PageResult regenerate(const std::string& page, const std::string& text, const std::string& root) {
   std::istringstream in(text);
   PageResult result;
   std::string line, open, body;
@@ -387,7 +404,7 @@ PageResult regenerate(const std::string& page, const std::string& text, const st
         continue;
       }
       if (end != open) throw InputError(where + ": end marker '" + end + "' closes '" + open + "'");
-      const std::string fresh = renderers().at(open)(dir);
+      const std::string fresh = renderers().at(open)(root);
       if (fresh != body) result.stale.push_back(open + " (line " + std::to_string(open_line) + ")");
       result.text += fresh + line + "\n";
       open.clear();
@@ -417,7 +434,7 @@ int run(int argc, char** argv) {
   const bool check = !args.empty() && args.front() == "--check";
   if (check) args.erase(args.begin());
   if (args.size() < 2) {
-    std::cerr << "usage: results_tables [--check] RESULTS_DIR PAGE...\n";
+    std::cerr << "usage: results_tables [--check] REPO_ROOT PAGE...\n";
     return 2;
   }
   int stale = 0;
@@ -426,7 +443,7 @@ int run(int argc, char** argv) {
     const PageResult r = regenerate(args[i], old_text, args[0]);
     for (const auto& s : r.stale) {
       std::cerr << args[i] << ": generated table " << s << (check ? " differs from " : " rewritten from ")
-                << args[0] << "/*.csv\n";
+                << "the CSVs under " << args[0] << "\n";
       ++stale;
     }
     if (!check && r.text != old_text) std::ofstream(args[i], std::ios::binary) << r.text;
