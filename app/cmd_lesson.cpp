@@ -65,7 +65,7 @@ std::string status(const lessons::Lesson& l, const lessons::Progress& p) {
 
 int do_list() {
   const auto p = load();
-  std::cout << "flashlab lessons — the toy-machine lesson, from the toy machine to FlashAttention\n\n";
+  std::cout << "flashlab lessons — from the toy machine to FlashAttention\n\n";
   int done = 0;
   for (const auto& l : lessons::catalogue()) {
     const std::string st = status(l, p);
@@ -102,7 +102,7 @@ std::string machine_text(const lessons::TraceTask& t) {
 
 int do_show(const lessons::Lesson& l) {
   const auto p = load();
-  std::cout << l.title << "   [lesson " << l.id << ", section \"" << l.section << "\"]\n\n" << l.statement;
+  std::cout << l.title << "   [lesson " << l.id << ", seed section \"" << l.section << "\"]\n\n" << l.statement;
   if (l.statement.empty() || l.statement.back() != '\n') std::cout << "\n";
   if (l.trace) {
     std::cout << "\n" << machine_text(*l.trace);

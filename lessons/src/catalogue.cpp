@@ -1,12 +1,15 @@
-// The lesson catalogue: per lesson the metadata that is code (machine, sizes, cost targets,
-// the independent reference, the questions), with the prose and traces read from the embedded
-// lessons/data/<id>/ files. Order = the seed's order (seed 004: toy model, softmax, attention,
-// element is tile, loop orders, quizzes, backward pass).
+// The lesson catalogue, read from the embedded lessons/data/: catalogue.txt gives the order, each
+// lesson's lesson.txt its metadata (see lessons/data/README.md for the format). What stays code:
+// the independent references (plain C++, so a wrong reference trace cannot agree with itself)
+// and the traffic model the traffic chapter's answers come from (reference/).
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 #include <stdexcept>
 
 #include "flashlab/lessons/lesson.hpp"
+#include "flashlab/lessons/traffic_chapter.hpp"
+#include "flashlab/reference/attention_traffic.hpp"
 
 namespace flashlab::lessons {
 
@@ -29,77 +32,6 @@ std::vector<std::string> embedded_files() {
 }
 
 namespace {
-
-// A data file that must exist: a missing one is a packaging bug, reported loudly.
-std::string data(const std::string& id, const std::string& file) {
-  const std::string* s = embedded_file(id + "/" + file);
-  if (!s) throw std::logic_error("lesson data missing: lessons/data/" + id + "/" + file);
-  return *s;
-}
-
-std::string optional_data(const std::string& id, const std::string& file) {
-  const std::string* s = embedded_file(id + "/" + file);
-  return s ? *s : std::string();
-}
-
-// hints.md holds the hints in order, separated by lines consisting of `---`.
-std::vector<std::string> split_hints(const std::string& text) {
-  std::vector<std::string> out;
-  std::string cur, line;
-  auto flush = [&] {
-    while (!cur.empty() && (cur.back() == '\n' || cur.back() == ' ')) cur.pop_back();
-    if (!cur.empty()) out.push_back(cur);
-    cur.clear();
-  };
-  for (std::size_t i = 0; i <= text.size(); ++i) {
-    if (i == text.size() || text[i] == '\n') {
-      if (line == "---") flush();
-      else cur += line + "\n";
-      line.clear();
-    } else {
-      line += text[i];
-    }
-  }
-  flush();
-  return out;
-}
-
-Lesson base(const std::string& id, std::string title, std::string section) {
-  Lesson l;
-  l.id = id;
-  l.title = std::move(title);
-  l.section = std::move(section);
-  l.statement = data(id, "statement.md");
-  l.hints = split_hints(optional_data(id, "hints.md"));
-  return l;
-}
-
-TraceTask toy_task(const std::string& id, std::string machine, std::vector<int> ns, CostTarget target,
-                   std::string target_text, ReferenceFn ref) {
-  TraceTask t;
-  t.model = TraceModel::Toy;
-  t.machine = std::move(machine);
-  t.machine_file = optional_data(id, "machine.txt");
-  t.ns = std::move(ns);
-  t.target = std::move(target);
-  t.target_text = std::move(target_text);
-  t.reference = std::move(ref);
-  t.starter = data(id, "starter.trace");
-  t.solution = data(id, "solution.trace");
-  return t;
-}
-
-Question formula(std::string key, std::string prompt, std::string expected, std::vector<std::string> vars,
-                 std::string why) {
-  Question q;
-  q.key = std::move(key);
-  q.prompt = std::move(prompt);
-  q.kind = vars.empty() ? AnswerKind::Number : AnswerKind::Formula;
-  q.expected = std::move(expected);
-  q.vars = std::move(vars);
-  q.why = std::move(why);
-  return q;
-}
 
 // ---- independent references (plain C++, not traces) ----------------------------------------
 
@@ -139,7 +71,7 @@ ExpectedOutputs mean_var_ref(const InputValues& inputs, int n, bool with_var) {
   const long double mean = sum / n;
   ExpectedOutputs out{{"mean", {static_cast<double>(mean)}}};
   if (with_var) {
-    long double ss = 0;  // two-pass definition, the thing Welford must reproduce
+    long double ss = 0;  // the two-pass definition, in long double: what Welford must reproduce
     for (int i = 0; i < n; ++i) ss += (x[i] - mean) * (x[i] - mean);
     out["var"] = {static_cast<double>(ss / (n - 1))};
   }
@@ -166,203 +98,245 @@ ExpectedOutputs attention_row_ref(const InputValues& inputs, int n) {
   return {{"o", {static_cast<double>(o0 / l), static_cast<double>(o1 / l)}}};
 }
 
-std::vector<Lesson> build() {
-  std::vector<Lesson> all;
+ReferenceFn reference_named(const std::string& name) {
+  if (name == "matmul-c00") return [](const InputValues& x, int) { return matmul_ref(x, true); };
+  if (name == "matmul") return [](const InputValues& x, int) { return matmul_ref(x, false); };
+  if (name == "softmax") return softmax_ref;
+  if (name == "mean") return [](const InputValues& x, int n) { return mean_var_ref(x, n, false); };
+  if (name == "mean-variance") return [](const InputValues& x, int n) { return mean_var_ref(x, n, true); };
+  if (name == "attention-row") return attention_row_ref;
+  throw std::invalid_argument("unknown reference '" + name +
+                              "' (matmul-c00, matmul, softmax, mean, mean-variance, attention-row)");
+}
 
-  {  // seed: "Problem 1: Compute c00"
-    Lesson l = base("1", "Problem 1: compute c00 on the 3-register machine", "The Toy Model");
-    l.trace = toy_task("1", "matmul3", {}, {"7", "4", "", ""}, "7 cycles, 4 LOADs",
-                       [](const InputValues& x, int) { return matmul_ref(x, true); });
-    l.trace->symbolic_decides = true;
-    l.discussion =
-        "Three registers is the minimum for a dot product longer than one term: two operands and the "
-        "running sum. MAC takes its addend from a register, never from DRAM.";
-    all.push_back(std::move(l));
+// ---- the lesson.txt format ------------------------------------------------------------------
+
+std::string trim(const std::string& s) {
+  const auto a = s.find_first_not_of(" \t\r");
+  if (a == std::string::npos) return "";
+  return s.substr(a, s.find_last_not_of(" \t\r") - a + 1);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream is(s);
+  while (std::getline(is, cur, sep)) {
+    cur = trim(cur);
+    if (!cur.empty()) out.push_back(cur);
   }
-  {  // seed: "Problem 2: Full matmul — Locality!"
-    Lesson l = base("2", "Problem 2: full 2x2 matmul with 3 registers (locality)", "The Toy Model");
-    l.trace = toy_task("2", "matmul3", {}, {"25", "13", "", ""}, "25 cycles, 13 LOADs",
-                       [](const InputValues& x, int) { return matmul_ref(x, false); });
-    l.trace->symbolic_decides = true;
-    l.questions.push_back(formula("cycles", "cycles of the full matmul with operand reuse", "25", {},
-                                  "4 × 7 = 28 minus the 3 LOADs saved by reusing one operand per output"));
-    l.discussion = "Locality: ordering the work so that consecutive outputs share operands removes LOADs.";
-    all.push_back(std::move(l));
+  return out;
+}
+
+std::vector<std::string> words(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream is(s);
+  std::string w;
+  while (is >> w) out.push_back(w);
+  return out;
+}
+
+// hints.md holds the hints in order, separated by lines consisting of `---`.
+std::vector<std::string> split_hints(const std::string& text) {
+  std::vector<std::string> out;
+  std::string cur, line;
+  auto flush = [&] {
+    while (!cur.empty() && (cur.back() == '\n' || cur.back() == ' ')) cur.pop_back();
+    if (!cur.empty()) out.push_back(cur);
+    cur.clear();
+  };
+  std::istringstream is(text);
+  while (std::getline(is, line)) {
+    if (line == "---") flush();
+    else cur += line + "\n";
   }
-  {  // seed: "Problem 3: Outer product matmul"
-    Lesson l = base("3", "Problem 3: outer-product matmul with 6 registers", "Enlarging the Register File");
-    l.trace = toy_task("3", "matmul6", {}, {"22", "10", "", ""}, "22 cycles, 10 LOADs",
-                       [](const InputValues& x, int) { return matmul_ref(x, false); });
-    l.trace->symbolic_decides = true;
-    l.questions.push_back(formula("cycles", "cycles of the outer-product matmul on 6 registers", "22", {},
-                                  "10 LOADs + 8 MACs + 4 STOREs"));
-    l.discussion =
-        "More registers let each loaded value serve several outputs before it is replaced: 13 → 10 LOADs.";
-    all.push_back(std::move(l));
+  flush();
+  return out;
+}
+
+// "ma:-6..6" → a real range; "n" → whole numbers 2..1000.
+VariableRange parse_range(const std::string& tok) {
+  VariableRange r;
+  const auto colon = tok.find(':');
+  r.name = tok.substr(0, colon);
+  if (colon == std::string::npos) return r;
+  const std::string span = tok.substr(colon + 1);
+  const auto dots = span.find("..");
+  if (dots == std::string::npos) throw std::invalid_argument("variable range '" + tok + "' is not NAME:LO..HI");
+  r.lo = std::stod(span.substr(0, dots));
+  r.hi = std::stod(span.substr(dots + 2));
+  r.real = true;
+  if (!(r.lo < r.hi)) throw std::invalid_argument("variable range '" + tok + "' is empty");
+  return r;
+}
+
+ref::Variant model_variant(const std::string& name) {
+  for (ref::Variant v : {ref::Variant::naive_fwd, ref::Variant::fa1_fwd, ref::Variant::fa2_fwd,
+                         ref::Variant::naive_bwd, ref::Variant::bwd_two_kernel, ref::Variant::bwd_atomic}) {
+    if (ref::variant_name(v) == name) return v;
   }
-  {  // seed: "Quiz: inner product with 6 registers"
-    Lesson l = base("inner6", "Quiz: the best inner product with 6 registers", "Enlarging the Register File");
-    // The optimum, found by reasoning and checked on the machine: 8 MACs and 4 STOREs are
-    // unavoidable and each of the 8 inputs must be read once, so 20 cycles / 8 LOADs is a lower
-    // bound — and lessons/data/inner6/solution.trace reaches it.
-    l.trace = toy_task("inner6", "matmul6", {}, {"20", "8", "", ""}, "20 cycles, 8 LOADs",
-                       [](const InputValues& x, int) { return matmul_ref(x, false); });
-    l.trace->symbolic_decides = true;
-    l.questions.push_back(formula("cycles", "cycles of the best inner-product trace with 6 registers", "20", {},
-                                  "8 LOADs + 8 MACs + 4 STOREs: nothing is read twice"));
-    l.questions.push_back(formula("loads", "LOADs of that trace", "8", {},
-                                  "each input once; the savings are the 5 re-reads of Problem 2"));
-    l.discussion =
-        "The savings come from reuse, not from the loop order: with two registers kept for b00 and b10 "
-        "and the outputs walked c00 → c01 → c11 → c10, no input is read twice. 20 cycles is the lower bound "
-        "(8 MACs + 4 STOREs + 8 distinct inputs), so it even beats the outer product's 22.";
-    all.push_back(std::move(l));
+  throw std::invalid_argument("unknown traffic model '" + name + "'");
+}
+
+void set_question_field(Question& q, const std::string& key, const std::string& value,
+                        const std::optional<ref::AttentionConfig>& shape) {
+  if (key == "kind") {
+    if (value == "formula") q.kind = AnswerKind::Formula;
+    else if (value == "number") q.kind = AnswerKind::Number;
+    else if (value == "choice") q.kind = AnswerKind::Choice;
+    else if (value == "words") q.kind = AnswerKind::Keyword;
+    else throw std::invalid_argument("kind '" + value + "' is not formula, number, choice or words");
+  } else if (key == "prompt") {
+    q.prompt = value;
+  } else if (key == "expected") {
+    q.expected = value;
+  } else if (key == "expected.model") {
+    // The traffic chapter's answers come from the reference's model at the lesson's shape.
+    if (!shape) throw std::invalid_argument("expected.model needs a shape: line before the questions");
+    const auto t = ref::attention_traffic_formula(model_variant(value), *shape);
+    q.expected = std::to_string(t.total_read_bytes() + t.total_write_bytes());
+  } else if (key == "vars") {
+    for (const auto& tok : words(value)) {
+      q.ranges.push_back(parse_range(tok));
+      q.vars.push_back(q.ranges.back().name);
+    }
+  } else if (key == "accept") {
+    q.accepted = split(value, '|');
+  } else if (key == "reject") {
+    q.rejected = split(value, '|');
+  } else if (key == "why") {
+    q.why = value;
+  } else {
+    throw std::invalid_argument("unknown question field '" + key + "'");
   }
-  {  // seed: "Problem 4: Safe softmax"
-    Lesson l = base("4", "Problem 4: safe softmax with 3 registers (3 passes)", "Softmax");
-    l.trace = toy_task("4", "softmax3", {4, 7}, {"", "", "3n", "n"}, "3n DRAM reads, n writes",
-                       [](const InputValues& x, int n) { return softmax_ref(x, n); });
-    l.questions.push_back(formula("reads", "DRAM reads of safe softmax with 3 registers", "3n", {"n"},
-                                  "three passes over x: max, sum, normalise"));
-    l.questions.push_back(formula("writes", "DRAM writes", "n", {"n"}, "only the outputs are written"));
-    l.discussion =
-        "The exponentials are recomputed in pass 3 instead of stored: compute is traded for DRAM traffic.";
-    all.push_back(std::move(l));
+}
+
+InputFamily input_family(const std::string& v) {
+  if (v == "none") return InputFamily::None;
+  if (v == "softmax") return InputFamily::Softmax;
+  if (v == "mean") return InputFamily::Mean;
+  if (v == "attention") return InputFamily::Attention;
+  throw std::invalid_argument("inputs '" + v + "' is not none, softmax, mean or attention");
+}
+
+// One `key: value` line outside a question block.
+void set_lesson_field(Lesson& l, TraceTask& t, bool& has_trace, std::optional<ref::AttentionConfig>& shape,
+                      const std::string& key, const std::string& value) {
+  if (key == "title") l.title = value;
+  else if (key == "section") l.section = value;
+  else if (key == "trace") {
+    has_trace = true;
+    if (value == "toy") t.model = TraceModel::Toy;
+    else if (value == "tile") t.model = TraceModel::Tile, t.machine = "tile";
+    else throw std::invalid_argument("trace '" + value + "' is not toy or tile");
+  } else if (key == "machine") t.machine = value;
+  else if (key == "sizes") {
+    for (const auto& w : words(value)) t.ns.push_back(std::stoi(w));
+  } else if (key == "smallest_n") t.smallest_n = std::stoi(value);
+  else if (key == "reference") t.reference = reference_named(value);
+  else if (key == "symbolic") t.symbolic_decides = value == "yes";
+  else if (key == "inputs") t.inputs = input_family(value);
+  else if (key == "method") t.methods = words(value);
+  else if (key == "cost.cycles") t.target.cycles = value;
+  else if (key == "cost.loads") t.target.loads = value;
+  else if (key == "cost.reads") t.target.reads = value;
+  else if (key == "cost.writes") t.target.writes = value;
+  else if (key == "tile.cost") {
+    const auto eq = value.find('=');
+    if (eq == std::string::npos) throw std::invalid_argument("tile.cost '" + value + "' is not 'T load = formula'");
+    t.tile_targets.emplace_back(trim(value.substr(0, eq)), trim(value.substr(eq + 1)));
+  } else if (key == "budget") t.target_text = value;
+  else if (key == "budget.hidden") t.hidden_target_text = value;
+  else if (key == "shape") shape = parse_attention_shape(value);
+  else throw std::invalid_argument("unknown field '" + key + "'");
+}
+
+const std::string& file_or_throw(const std::map<std::string, std::string>& files, const std::string& id,
+                                 const std::string& name) {
+  auto it = files.find(name);
+  if (it == files.end()) throw std::invalid_argument("lessons/data/" + id + "/" + name + " is missing");
+  return it->second;
+}
+
+std::string file_or_empty(const std::map<std::string, std::string>& files, const std::string& name) {
+  auto it = files.find(name);
+  return it == files.end() ? std::string() : it->second;
+}
+
+}  // namespace
+
+Lesson parse_lesson(const std::string& id, const std::map<std::string, std::string>& files) {
+  Lesson l;
+  l.id = id;
+  TraceTask t;
+  bool has_trace = false;
+  std::optional<ref::AttentionConfig> shape;
+  std::optional<Question> q;
+  std::istringstream is(file_or_throw(files, id, "lesson.txt"));
+  std::string line;
+  int no = 0;
+  try {
+    while (std::getline(is, line)) {
+      ++no;
+      const std::string s = trim(line);
+      if (s.empty() || s[0] == '#') continue;
+      if (s.front() == '[') {  // [question KEY]
+        if (s.rfind("[question ", 0) != 0 || s.back() != ']') throw std::invalid_argument("expected [question KEY]");
+        if (q) l.questions.push_back(std::move(*q));
+        q = Question{};
+        q->key = trim(s.substr(10, s.size() - 11));
+        continue;
+      }
+      const auto colon = s.find(':');
+      if (colon == std::string::npos) throw std::invalid_argument("expected 'key: value'");
+      const std::string key = trim(s.substr(0, colon)), value = trim(s.substr(colon + 1));
+      if (q) set_question_field(*q, key, value, shape);
+      else set_lesson_field(l, t, has_trace, shape, key, value);
+    }
+    if (q) l.questions.push_back(std::move(*q));
+  } catch (const std::exception& e) {
+    throw std::invalid_argument("lessons/data/" + id + "/lesson.txt:" + std::to_string(no) + ": " + e.what());
   }
-  {  // seed: "Problem 5: Online softmax trace"
-    Lesson l = base("5", "Problem 5: online softmax with 4 registers (2 passes)", "One More Register");
-    l.trace = toy_task("5", "softmax4", {4, 7}, {"", "", "2n", "n"}, "2n DRAM reads, n writes",
-                       [](const InputValues& x, int n) { return softmax_ref(x, n); });
-    l.questions.push_back(formula("reads", "DRAM reads of online softmax with 4 registers", "2n", {"n"},
-                                  "one online pass for (m, S) plus the normalise pass"));
-    l.questions.push_back(formula("writes", "DRAM writes", "n", {"n"}, "the outputs, once each"));
-    l.discussion =
-        "One register more merges the max pass into the sum pass: n fewer reads, for more arithmetic per "
-        "element (MAX, 2 SUB, 2 EXP, MUL, ADD).";
-    all.push_back(std::move(l));
+  for (const auto& question : l.questions) {
+    if (question.expected.empty())
+      throw std::invalid_argument("lessons/data/" + id + "/lesson.txt: question " + question.key + " has no expected answer");
   }
-  {  // seed: "Problem 6: Other running tricks"
-    Lesson l = base("6", "Problem 6: another running trick — the running mean", "Intuition and Exploration");
-    l.trace = toy_task("6", "running", {4, 7}, {"", "", "n + 1", "1"}, "n + 1 DRAM reads, 1 write",
-                       [](const InputValues& x, int n) { return mean_var_ref(x, n, false); });
-    l.discussion =
-        "Same pattern as online softmax: the state (k, mean) is corrected when the reference (the count) "
-        "changes. Welford's variance adds one more number to the state.";
-    all.push_back(std::move(l));
-  }
-  {  // seed: "Quiz: Online variance (Welford's algorithm)"
-    Lesson l = base("welford", "Quiz: online variance (Welford) as a trace", "Intuition and Exploration");
-    l.trace = toy_task("welford", "welford", {4, 7}, {"", "", "n + 1", "2"}, "n + 1 DRAM reads, 2 writes",
-                       [](const InputValues& x, int n) { return mean_var_ref(x, n, true); });
-    l.discussion =
-        "(k−1)s²_k = (k−2)s²_{k−1} + (x_k − x̄_k)(x_k − x̄_{k−1}): the state (k, x̄, M2) is corrected for a "
-        "moving mean exactly as (m, S) is corrected for a moving max.";
-    all.push_back(std::move(l));
-  }
-  {  // seed: "Problem 7: Online attention update"
-    Lesson l = base("7", "Problem 7: online attention for one query row (one pass)", "Applying Online Softmax");
-    l.trace = toy_task("7", "attention", {3, 6}, {"", "", "4n + 2", "2"}, "4n + 2 DRAM reads, 2 writes",
-                       [](const InputValues& x, int n) { return attention_row_ref(x, n); });
-    l.questions.push_back(formula("passes", "passes over K and V", "1", {},
-                                  "only the weighted sum is needed, so the normalise pass disappears"));
-    l.discussion =
-        "Each p_j is produced, multiplied into v_j, accumulated and discarded: P is never materialised, and "
-        "the running state is O(d) per query row.";
-    all.push_back(std::move(l));
-  }
-  {  // seed: "Inner Product vs. Outer Product in Attention" (FA2)
-    Lesson l = base("fa2-order", "Tiles: the inner-product (FA2) loop order", "Inner Product vs. Outer Product");
-    TraceTask t;
-    t.model = TraceModel::Tile;
-    t.machine = "tile";
-    t.ns = {3, 5};
-    t.target_text = "Q loads n, K and V loads n² each, O loads n, O stores n";
-    t.tile_targets = {{"Q load", "n"}, {"K load", "n^2"}, {"V load", "n^2"}, {"O load", "n"}, {"O store", "n"}};
-    t.starter = data("fa2-order", "starter.trace");
-    t.solution = data("fa2-order", "solution.trace");
+  l.statement = file_or_throw(files, id, "statement.md");
+  l.hints = split_hints(file_or_empty(files, "hints.md"));
+  l.discussion = trim(file_or_empty(files, "discussion.md"));
+  if (has_trace) {
+    if (t.model == TraceModel::Toy && !t.reference)
+      throw std::invalid_argument("lessons/data/" + id + "/lesson.txt: a toy trace needs reference:");
+    t.machine_file = file_or_empty(files, "machine.txt");
+    t.starter = file_or_throw(files, id, "starter.trace");
+    t.solution = file_or_throw(files, id, "solution.trace");
     l.trace = std::move(t);
-    l.discussion = "FA2: each query's output stays in SRAM across all KV tiles and is stored once; KV is reloaded "
-                   "for every query tile.";
-    all.push_back(std::move(l));
   }
-  {  // seed: "Inner Product vs. Outer Product in Attention" (FA1)
-    Lesson l = base("fa1-order", "Tiles: the outer-product (FA1) loop order", "Inner Product vs. Outer Product");
-    TraceTask t;
-    t.model = TraceModel::Tile;
-    t.machine = "tile";
-    t.ns = {3, 5};
-    t.target_text = "Q loads n², K and V loads n each, O loads n², O stores n²";
-    t.tile_targets = {{"Q load", "n^2"}, {"K load", "n"}, {"V load", "n"}, {"O load", "n^2"}, {"O store", "n^2"}};
-    t.starter = data("fa1-order", "starter.trace");
-    t.solution = data("fa1-order", "solution.trace");
-    l.trace = std::move(t);
-    l.questions.push_back(formula("saved", "O stores saved by keeping one more output slot resident", "n - 1",
-                                  {"n"}, "stored once instead of once per KV tile"));
-    l.discussion = "FA1: KV is loaded once, but every query's state makes an HBM round trip per KV tile. Each "
-                   "output slot kept in SRAM saves n − 1 stores, sliding toward the FA2 schedule.";
-    all.push_back(std::move(l));
-  }
-  {
-    Lesson l = base("ai-order", "Quiz: arithmetic intensity, inner vs outer product", "Quizzes");
-    l.questions.push_back(formula("inner", "tile transfers of the FA2 order", "2n^2 + 3n", {"n"},
-                                  "Q n + K n² + V n² + O n + O n"));
-    l.questions.push_back(formula("outer", "tile transfers of the FA1 order", "3n^2 + 2n", {"n"},
-                                  "Q n² + K n + V n + O n² + O n²"));
-    l.questions.push_back(formula("ai", "block updates per tile transferred, FA2 order", "n^2/(2n^2 + 3n)", {"n"},
-                                  "tends to 1/2 (FA1: 1/3)"));
-    all.push_back(std::move(l));
-  }
-  {
-    Lesson l = base("ai-flash", "Quiz: arithmetic intensity of flash attention", "Quizzes");
-    l.questions.push_back(formula("flops", "FLOPs of QKᵀ and PV", "4n^2d", {"n", "d", "Br"}, "2·n²d for each product"));
-    l.questions.push_back(formula("kv", "K and V elements read by FA2", "2n^2d/Br", {"n", "d", "Br"},
-                                  "n/Br query blocks × 2nd elements each"));
-    l.questions.push_back(formula("ai", "FLOPs per K/V element read", "2Br", {"n", "d", "Br"},
-                                  "larger query blocks, higher intensity"));
-    all.push_back(std::move(l));
-  }
-  {
-    Lesson l = base("contraction", "Quiz: what lets the forward pass skip P?", "Backward Pass");
-    Question q;
-    q.key = "answer";
-    q.prompt = "the key ingredient";
-    q.kind = AnswerKind::Keyword;
-    q.expected = "contraction";
-    q.accepted = {"contraction", "contract", "reduction", "reduce", "weighted sum"};
-    q.why = "P only appears inside Σ_j P_ij v_j: produced, consumed, discarded";
-    l.questions.push_back(q);
-    all.push_back(std::move(l));
-  }
-  {
-    Lesson l = base("why-dw", "Quiz: why compute dW_Q, dW_K, dW_V?", "Backward Pass");
-    Question q;
-    q.key = "answer";
-    q.prompt = "which statement is right";
-    q.kind = AnswerKind::Choice;
-    q.expected = "b";
-    q.why = "the weight gradients are what the optimizer uses to update the projections";
-    l.questions.push_back(q);
-    all.push_back(std::move(l));
-  }
-  {
-    Lesson l = base("bwd-compute", "Quiz: compute for the weight gradients and dX", "Backward Pass");
-    l.questions.push_back(formula("dw", "MACs for dW_Q, dW_K, dW_V", "3nd^2", {"n", "d"}, "three (d×n)(n×d) products"));
-    l.questions.push_back(formula("dx", "MACs for dX", "3nd^2", {"n", "d"}, "three (n×d)(d×d) products"));
-    all.push_back(std::move(l));
-  }
-  {
-    Lesson l = base("bwd-order", "Quiz: row-wise vs column-wise backward", "Backward Pass");
-    l.questions.push_back(formula("rows", "inner products when iterating row-wise", "1", {}, "only dQ"));
-    l.questions.push_back(formula("cols", "inner products when iterating column-wise", "2", {}, "dK and dV"));
-    all.push_back(std::move(l));
-  }
-  {
-    Lesson l = base("d-trick", "Quiz: the D_i trick and K loads", "Backward Pass");
-    l.questions.push_back(formula("without", "K block loads without the trick", "2", {},
-                                  "one sweep to finish D_i, one to use dS"));
-    l.questions.push_back(formula("with", "K block loads with D_i precomputed", "1", {},
-                                  "everything fuses into one pass: twice the arithmetic intensity"));
-    all.push_back(std::move(l));
+  return l;
+}
+
+namespace {
+
+std::vector<Lesson> build() {
+  const std::string* order = embedded_file("catalogue.txt");
+  if (!order) throw std::logic_error("lesson data missing: lessons/data/catalogue.txt");
+  std::vector<Lesson> all;
+  std::istringstream is(*order);
+  std::string line;
+  while (std::getline(is, line)) {
+    const std::string id = trim(line);
+    if (id.empty() || id[0] == '#') continue;
+    std::map<std::string, std::string> files;
+    for (const auto& [path, content] : detail::embedded_data()) {
+      if (path.size() > id.size() + 1 && path.compare(0, id.size() + 1, id + "/") == 0 &&
+          path.find('/', id.size() + 1) == std::string::npos)
+        files[path.substr(id.size() + 1)] = content;
+    }
+    try {
+      all.push_back(parse_lesson(id, files));
+    } catch (const std::invalid_argument& e) {
+      throw std::logic_error(std::string("lesson data: ") + e.what());
+    }
   }
   return all;
 }

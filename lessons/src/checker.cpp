@@ -1,12 +1,17 @@
-// The checker behind `flashlab lesson check` and `lesson answer` (issue 3). A trace is graded
-// in three stages, and the feedback names the first thing a student can act on:
+// The checker behind `flashlab lesson check` and `lesson answer`. A trace is graded in stages,
+// and the feedback names the first thing a student can act on:
 //   1. it must assemble (for every size n it is checked at) — else the diagnostics, exit 2;
 //   2. it must be right: run numerically on kRandomRuns random inputs per size, every graded
 //      output compared with an independent C++ reference; once symbolically, so the feedback
-//      can show "expected a00·b01 + a01·b11, got a00·b01 + a01·b10" (seed 004 prints its tables
-//      that way), and for the matmul lessons the symbolic form must match too;
-//   3. it must be within the lesson's cost targets (cycles, LOADs, DRAM reads/writes as formulas
-//      in n, checked at each n — so `3n` is graded as a formula, not at one size).
+//      can show "expected a00·b01 + a01·b11, got a00·b01 + a01·b10" (the toy-machine lesson
+//      prints its tables that way), and for the matmul lessons the symbolic form must match too;
+//      a wrong trace also gets the first step that departs from a correct run;
+//   3. it must survive hostile inputs (hostile_inputs.hpp): the step where an ∞, a NaN or a
+//      positive exponent first appears is named;
+//   4. it must be within the lesson's budget (cycles, LOADs, DRAM reads/writes as formulas in n,
+//      checked at each n — so `3n` is graded as a formula, not at one size);
+//   5. it must follow the lesson's method (method_checks.hpp): right values by the wrong method
+//      (an inner product for the outer-product problem, a sum instead of a running mean) fail.
 #include "flashlab/lessons/checker.hpp"
 
 #include <algorithm>
@@ -18,6 +23,8 @@
 #include <stdexcept>
 
 #include "expr_size.hpp"
+#include "hostile_inputs.hpp"
+#include "method_checks.hpp"
 #include "flashlab/lessons/formula.hpp"
 #include "flashlab/lessons/tile.hpp"
 #include "flashlab/toymachine/assembler.hpp"
@@ -47,7 +54,7 @@ std::uint64_t target_value(const std::string& formula, int n) {
 
 // Grades one measured count against its formula; adds the cost line and, if over, the problem.
 void grade_cost(CheckReport& rep, const std::string& metric, int n, std::uint64_t measured,
-                const std::string& formula) {
+                const std::string& formula, bool hidden) {
   if (formula.empty()) return;
   CostLine c;
   c.metric = metric;
@@ -58,6 +65,12 @@ void grade_cost(CheckReport& rep, const std::string& metric, int n, std::uint64_
   rep.costs.push_back(c);
   const bool constant = formula.find('n') == std::string::npos;
   const std::string tgt = constant ? formula : formula + " = " + std::to_string(c.target);
+  if (hidden) {  // the budget is a quiz answer: say over or not, never by how much
+    if (measured > c.target)
+      rep.problems.push_back(metric + at_n(n) + ": " + std::to_string(measured) +
+                             " — over the budget (its exact value is a question of this lesson)");
+    return;
+  }
   if (measured > c.target) {
     rep.problems.push_back(metric + at_n(n) + ": " + std::to_string(measured) + ", target " + tgt + " — " +
                            std::to_string(measured - c.target) + " over");
@@ -103,7 +116,7 @@ std::vector<std::string> reread_summary(const toy::Machine& m, const toy::Counte
   return out;
 }
 
-// LOADs of a value that a register already holds (seed, Problem 2: "you can reuse it"). One
+// LOADs of a value that a register already holds (the lesson text, Problem 2: "you can reuse it"). One
 // message per source line, so a loop body is reported once with a count.
 std::vector<std::string> needless_loads(const toy::Executor& ex) {
   std::vector<std::string> out;
@@ -168,7 +181,7 @@ SymbolicOutputs symbolic_outputs(const toy::Machine& m, const toy::State& s) {
   return out;
 }
 
-// A symbolic output for feedback: the expression as the seed's tables print it; when that is
+// A symbolic output for feedback: the expression as the lesson text's tables print it; when that is
 // just a name (c00), the expansion too ("c00 = a00·b00 + a01·b10"). Empty when unknown or too
 // long to help (a truncated formula hides exactly the part that differs).
 std::string shown(const toy::Machine& m, const SymbolicOutputs& so, const std::string& array, std::size_t e) {
@@ -185,10 +198,37 @@ std::string shown(const toy::Machine& m, const SymbolicOutputs& so, const std::s
   return named;
 }
 
+// A seed from the trace text: the same trace always gets the same random n and inputs, so a
+// student who re-runs a check sees the same report.
+std::uint64_t text_seed(std::string_view text) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+bool has_method(const TraceTask& task, const std::string& m) {
+  return std::find(task.methods.begin(), task.methods.end(), m) != task.methods.end();
+}
+
+// The lesson's sizes, then the smallest sizes and a random one: a trace written for n = 4 and 7
+// must also work at n = 1 and 2 and at an n nobody chose.
+std::vector<int> checked_sizes(const TraceTask& task, std::uint64_t seed) {
+  if (task.ns.empty()) return {0};
+  std::vector<int> sizes = task.ns;
+  const int random_n = 3 + static_cast<int>(seed % 10);
+  for (int n : {task.smallest_n, std::max(task.smallest_n, 2), std::max(task.smallest_n, random_n)}) {
+    if (std::find(sizes.begin(), sizes.end(), n) == sizes.end()) sizes.push_back(n);
+  }
+  return sizes;
+}
+
 void check_toy(const Lesson& lesson, const TraceTask& task, std::string_view text, std::string_view filename,
-               CheckReport& rep) {
-  const std::vector<int> sizes = task.ns.empty() ? std::vector<int>{0} : task.ns;
+               const CheckOptions& opt, CheckReport& rep) {
+  const std::uint64_t trace_seed = text_seed(text);
+  const std::vector<int> sizes = checked_sizes(task, trace_seed);
+  rep.sizes = sizes;
   bool shown_fault = false;
+  std::vector<std::string> method_problems;
   for (std::size_t si = 0; si < sizes.size(); ++si) {
     const int n = sizes[si];
     const toy::Machine machine = task_machine(task, n > 0 ? n : 8);
@@ -265,7 +305,7 @@ void check_toy(const Lesson& lesson, const TraceTask& task, std::string_view tex
             continue;
           }
           const double w = *cells[e];
-          if (std::fabs(got->num - w) > 1e-9 * std::max(1.0, std::fabs(w))) {
+          if (!(std::fabs(got->num - w) <= 1e-9 * std::max(1.0, std::fabs(w)))) {  // NaN is wrong too
             if (wrong_cells < 4) {
               std::string msg = a.element_operand(e) + " is wrong" + at_n(n) + ": expected ";
               const std::string g_sym = shown(machine, got_sym, array, e);
@@ -284,10 +324,12 @@ void check_toy(const Lesson& lesson, const TraceTask& task, std::string_view tex
     }
     if (wrong_cells > 4) rep.problems.push_back("… and " + std::to_string(wrong_cells - 4) + " more wrong outputs");
     if (wrong_cells > 0) {
+      const std::string departs = detail::first_departure(sym, sym_ref, filename);
+      if (!departs.empty()) rep.notes.push_back(departs);
       rep.verdict = Verdict::Wrong;
       return;
     }
-    // Exact lessons: the formula, not just the numbers (seed 004 tables: c00 = a00·b00 + a01·b10).
+    // Exact lessons: the formula, not just the numbers (the toy-machine lesson tables: c00 = a00·b00 + a01·b10).
     if (task.symbolic_decides) {
       for (const auto& [array, cells] : task.reference(in1, n > 0 ? n : machine.n)) {
         const auto& g = got_sym.cells.at(array);
@@ -306,15 +348,32 @@ void check_toy(const Lesson& lesson, const TraceTask& task, std::string_view tex
       rep.symbolic = true;
     }
 
+    // Hostile inputs: ±800, all negative, ties, 1e9 offsets — the step an ∞, a NaN or a
+    // positive exponent first appears is named.
+    const bool exp_after_max = has_method(task, "exp-after-max");
+    for (const auto& h : detail::hostile_inputs(task.inputs, machine, trace_seed + static_cast<std::uint64_t>(n))) {
+      if (auto p = detail::hostile_run(as.program, machine, h, task.reference, exp_after_max, sym.history(), filename)) {
+        rep.problems.push_back(*p);
+        rep.verdict = Verdict::Wrong;
+        return;
+      }
+      ++rep.hostile_runs;
+    }
+
     // Cost: the counters are data-independent (no branches), so the symbolic run's are the cost.
     const toy::Counters& c = sym.state().counters;
     const std::size_t before = rep.problems.size();
-    grade_cost(rep, "cycles", n, c.cycles, task.target.cycles);
-    grade_cost(rep, "LOADs", n, c.instructions[static_cast<std::size_t>(toy::Opcode::LOAD)], task.target.loads);
-    grade_cost(rep, "DRAM reads", n, c.dram_reads, task.target.reads);
-    grade_cost(rep, "DRAM writes", n, c.dram_writes, task.target.writes);
+    grade_cost(rep, "cycles", n, c.cycles, task.target.cycles, opt.hide_budget);
+    grade_cost(rep, "LOADs", n, c.instructions[static_cast<std::size_t>(toy::Opcode::LOAD)], task.target.loads,
+               opt.hide_budget);
+    grade_cost(rep, "DRAM reads", n, c.dram_reads, task.target.reads, opt.hide_budget);
+    grade_cost(rep, "DRAM writes", n, c.dram_writes, task.target.writes, opt.hide_budget);
     const bool over = rep.problems.size() > before;
     if (si == 0) {
+      if (has_method(task, "outer-product")) {
+        if (auto p = detail::outer_product_problem(as.program, machine, filename)) method_problems.push_back(*p);
+      }
+      if (auto p = detail::running_state_problem(sym, task.methods, filename)) method_problems.push_back(*p);
       const auto needless = needless_loads(sym);
       const bool reads_over = over && (!task.target.loads.empty() || !task.target.reads.empty());
       for (const auto& s : needless) (reads_over ? rep.problems : rep.notes).push_back(s);
@@ -323,12 +382,23 @@ void check_toy(const Lesson& lesson, const TraceTask& task, std::string_view tex
       }
     }
   }
+  if (rep.problems.empty() && !method_problems.empty()) {
+    // Right values by the wrong method: no praise for beating the budget that way.
+    rep.notes.erase(std::remove_if(rep.notes.begin(), rep.notes.end(),
+                                   [](const std::string& s) { return s.find("beats the target") != std::string::npos; }),
+                    rep.notes.end());
+    rep.problems = method_problems;
+    rep.verdict = Verdict::Wrong;
+    return;
+  }
   rep.verdict = rep.problems.empty() ? Verdict::Passed : Verdict::OverBudget;
 }
 
 void check_tile(const TraceTask& task, std::string_view text, std::string_view filename, CheckReport& rep) {
-  for (std::size_t si = 0; si < task.ns.size(); ++si) {
-    const int n = task.ns[si];
+  const std::vector<int> sizes = checked_sizes(task, text_seed(text));
+  rep.sizes = sizes;
+  for (std::size_t si = 0; si < sizes.size(); ++si) {
+    const int n = sizes[si];
     const tile::TileShape shape = tile::lesson_shape(n);
     const auto prog = tile::assemble_tiles(text, shape, filename);
     if (!prog.ok()) {
@@ -366,7 +436,7 @@ void check_tile(const TraceTask& task, std::string_view text, std::string_view f
       }
       const auto want = tile::naive_attention(in.q, in.k, in.v, n * shape.rows, shape.d);
       for (std::size_t e = 0; e < want.size(); ++e) {
-        if (!(std::fabs(run.out[e] - want[e]) <= 1e-9 * std::max(1.0, std::fabs(want[e])))) {
+        if (!(std::fabs(run.out[e] - want[e]) <= 1e-9 * std::max(1.0, std::fabs(want[e])))) {  // NaN is wrong
           rep.problems.push_back("O row " + std::to_string(e / shape.d) + " differs from softmax(QKᵀ)V" + at_n(n) +
                                  ": expected " + num(want[e]) + ", got " + num(run.out[e]));
           rep.verdict = Verdict::Wrong;
@@ -379,7 +449,7 @@ void check_tile(const TraceTask& task, std::string_view text, std::string_view f
           const bool load = metric.find("load") != std::string::npos;
           const auto& m = load ? run.counters.loads : run.counters.stores;
           const auto it = m.find(tensor);
-          grade_cost(rep, metric + "s", n, it == m.end() ? 0 : it->second, formula);
+          grade_cost(rep, metric + "s", n, it == m.end() ? 0 : it->second, formula, false);
         }
       }
     }
@@ -397,6 +467,74 @@ std::string trim(std::string_view s) {
   while (a < b && std::isspace(static_cast<unsigned char>(s[a]))) ++a;
   while (b > a && std::isspace(static_cast<unsigned char>(s[b - 1]))) --b;
   return std::string(s.substr(a, b - a));
+}
+
+// Fixed points catch the usual slips at once; random points (new each time) make agreeing at
+// a few chosen points worthless. Real-valued variables (the tile merge) get random points only.
+std::vector<Bindings> answer_samples(const Question& q) {
+  std::vector<VariableRange> ranges = q.ranges;
+  if (ranges.empty()) {
+    for (const auto& v : q.vars) ranges.push_back(VariableRange{v, 2, 1000, false});
+  }
+  const bool real = std::any_of(ranges.begin(), ranges.end(), [](const VariableRange& r) { return r.real; });
+  std::vector<Bindings> out = real ? std::vector<Bindings>{} : default_samples(q.vars);
+  const auto random = random_samples(ranges, std::random_device{}(), real ? 12 : 6);
+  out.insert(out.end(), random.begin(), random.end());
+  return out;
+}
+
+// Free text as whole words: "ASCII letters and digits" runs, lower case.
+std::vector<std::string> word_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (unsigned char c : text) {
+    if (std::isalnum(c)) {
+      cur += static_cast<char>(std::tolower(c));
+    } else if (!cur.empty()) {
+      out.push_back(cur);
+      cur.clear();
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+// Where `phrase` occurs in `words` as whole words, and whether a negation comes just before it
+// ("not a contraction", "isn't cached", "no reuse"): {found un-negated, found negated}.
+std::pair<bool, bool> find_phrase(const std::vector<std::string>& words, const std::string& phrase) {
+  static const std::vector<std::string> negations = {"not", "no", "never", "isn", "isnt", "doesn", "doesnt",
+                                                     "don", "dont", "without", "nor", "neither", "cannot"};
+  const auto p = word_list(phrase);
+  bool plain = false, negated = false;
+  for (std::size_t i = 0; !p.empty() && i + p.size() <= words.size(); ++i) {
+    if (!std::equal(p.begin(), p.end(), words.begin() + static_cast<std::ptrdiff_t>(i))) continue;
+    bool neg = false;
+    for (std::size_t k = i >= 3 ? i - 3 : 0; k < i; ++k)
+      neg = neg || std::find(negations.begin(), negations.end(), words[k]) != negations.end();
+    (neg ? negated : plain) = true;
+  }
+  return {plain, negated};
+}
+
+struct WordsVerdict {
+  bool correct = false;
+  std::string why;  // when wrong: what was wrong with it
+};
+
+WordsVerdict judge_words(const std::string& answer, const Question& q) {
+  const auto words = word_list(answer);
+  for (const auto& r : q.rejected) {
+    if (find_phrase(words, r).first)
+      return {false, "\"" + r + "\" is not it — the question rules it out, or it misses the point"};
+  }
+  bool negated = false;
+  for (const auto& a : q.accepted) {
+    const auto [plain, neg] = find_phrase(words, a);
+    if (plain) return {true, ""};
+    negated = negated || neg;
+  }
+  if (negated) return {false, "your answer names it only to deny it"};
+  return {false, "not what we are looking for"};
 }
 
 }  // namespace
@@ -424,7 +562,7 @@ std::string loop_order_table(int n) {
     auto it = m.find(t);
     return it == m.end() ? std::uint64_t{0} : it->second;
   };
-  // KV counts a (K_j, V_j) pair once, as the seed's table does.
+  // KV counts a (K_j, V_j) pair once, as the lesson text's table does.
   struct Row {
     const char* name;
     std::uint64_t inner, outer;
@@ -437,7 +575,7 @@ std::string loop_order_table(int n) {
       {"O stores", get(c[0].stores, 'O'), get(c[1].stores, 'O'), "n", "n²"},
   };
   std::ostringstream os;
-  os << "The seed's cost comparison, measured on the tile model at n = " << n << " (in tiles):\n";
+  os << "The lesson text's cost comparison, measured on the tile model at n = " << n << " (in tiles):\n";
   os << "              inner product (FA2)   outer product (FA1)\n";
   os << "  outer loop  over queries          over KV\n";
   for (const auto& r : rows) {
@@ -468,8 +606,12 @@ std::string CheckReport::to_text() const {
     os << "cost:\n";
     for (const auto& c : costs) {
       std::string metric = c.metric + (c.n > 0 ? " (n=" + std::to_string(c.n) + ")" : "");
-      os << "  " << metric << std::string(metric.size() < 24 ? 24 - metric.size() : 1, ' ') << c.measured
-         << "   target " << c.formula;
+      os << "  " << metric << std::string(metric.size() < 24 ? 24 - metric.size() : 1, ' ') << c.measured;
+      if (budget_hidden) {
+        os << (c.within() ? "   within the budget" : "   OVER the budget") << "\n";
+        continue;
+      }
+      os << "   target " << c.formula;
       if (c.formula.find('n') != std::string::npos) os << " = " << c.target;
       os << (c.within() ? "   ok" : "   OVER") << "\n";
     }
@@ -477,6 +619,11 @@ std::string CheckReport::to_text() const {
   switch (verdict) {
     case Verdict::Passed:
       os << "PASSED: correct on " << runs << " random inputs" << (symbolic ? " and symbolically" : "");
+      if (hostile_runs > 0) os << ", and on " << hostile_runs << " hostile inputs (±800, ties, large offsets)";
+      if (sizes.size() > 1) {
+        os << " at n =";
+        for (int n : sizes) os << " " << n;
+      }
       break;
     case Verdict::OverBudget: os << "OVER BUDGET: correct on " << runs << " random inputs, but over the target"; break;
     case Verdict::Wrong: os << "WRONG"; break;
@@ -486,13 +633,15 @@ std::string CheckReport::to_text() const {
   return os.str();
 }
 
-CheckReport check_trace(const Lesson& lesson, std::string_view text, std::string_view filename) {
+CheckReport check_trace(const Lesson& lesson, std::string_view text, std::string_view filename,
+                        const CheckOptions& options) {
   if (!lesson.trace) throw std::invalid_argument("lesson " + lesson.id + " has no trace to check");
   CheckReport rep;
+  rep.budget_hidden = options.hide_budget;
   if (lesson.trace->model == TraceModel::Tile) {
     check_tile(*lesson.trace, text, filename, rep);
   } else {
-    check_toy(lesson, *lesson.trace, text, filename, rep);
+    check_toy(lesson, *lesson.trace, text, filename, options, rep);
   }
   return rep;
 }
@@ -542,8 +691,10 @@ AnswerReport check_answer(const Lesson& lesson, std::string_view text) {
       }
     }
     std::string cur;
+    int depth = 0;  // max(ma, mb): a comma inside parentheses belongs to the formula
     for (char c : joined) {
-      if (c == ';' || c == ',') {
+      depth += c == '(' ? 1 : c == ')' && depth > 0 ? -1 : 0;
+      if ((c == ';' || c == ',') && depth == 0) {
         parts.push_back(cur);
         cur.clear();
       } else {
@@ -609,8 +760,7 @@ AnswerReport check_answer(const Lesson& lesson, std::string_view text) {
       case AnswerKind::Formula:
       case AnswerKind::Number: {
         try {
-          const auto samples = default_samples(q.vars);
-          const auto m = compare_formulas(v, q.expected, samples);
+          const auto m = compare_formulas(v, q.expected, answer_samples(q));
           line.correct = m.equal;
           line.message = m.equal ? "correct — " + q.why : "wrong (" + q.prompt + "): " + m.counterexample;
         } catch (const FormulaError& e) {
@@ -640,10 +790,9 @@ AnswerReport check_answer(const Lesson& lesson, std::string_view text) {
         break;
       }
       case AnswerKind::Keyword: {
-        const std::string lv = lower(v);
-        line.correct = std::any_of(q.accepted.begin(), q.accepted.end(),
-                                   [&](const std::string& w) { return lv.find(w) != std::string::npos; });
-        line.message = line.correct ? "correct — " + q.why : "not what we are looking for — try `lesson hint " + lesson.id + "`";
+        const WordsVerdict w = judge_words(v, q);
+        line.correct = w.correct;
+        line.message = w.correct ? "correct — " + q.why : w.why + " — try `lesson hint " + lesson.id + "`";
         break;
       }
     }

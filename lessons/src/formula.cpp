@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <random>
 #include <sstream>
 
 namespace flashlab::lessons {
@@ -15,7 +16,10 @@ namespace {
 constexpr std::size_t kMaxLength = 200;
 constexpr int kMaxDepth = 32;
 
-enum class Tok { Number, Name, Plus, Minus, Star, Slash, Caret, LParen, RParen, End };
+enum class Tok { Number, Name, Func, Plus, Minus, Star, Slash, Caret, LParen, RParen, Comma, End };
+
+// The functions an answer may call (the tile merge needs them): exp(x), max(a, b), min(a, b).
+bool is_function(const std::string& word) { return word == "exp" || word == "max" || word == "min"; }
 
 struct Token {
   Tok kind;
@@ -25,7 +29,7 @@ struct Token {
 };
 
 std::string names_hint(const Bindings& vars) {
-  std::string s = "use numbers, + - * / ^, parentheses";
+  std::string s = "use numbers, + - * / ^, parentheses, exp(…), max(…, …)";
   if (!vars.empty()) {
     s += " and the names ";
     bool first = true;
@@ -68,6 +72,12 @@ std::vector<Token> tokenize(const std::string& text, const Bindings& vars) {
       std::size_t j = i;
       while (j < text.size() && (std::isalpha(static_cast<unsigned char>(text[j])) || text[j] == '_')) ++j;
       const std::string word = text.substr(i, j - i);
+      if (is_function(word) && !vars.count(word)) {
+        out.push_back(Token{Tok::Func, 0, word, here});
+        col += static_cast<int>(j - i) - 1;
+        i = j;
+        continue;
+      }
       // Split a run of letters into bound names, longest first: `nd` → n·d, `Br` stays Br.
       std::size_t k = 0;
       while (k < word.size()) {
@@ -103,6 +113,7 @@ std::vector<Token> tokenize(const std::string& text, const Bindings& vars) {
       case '^': push(Tok::Caret, here); break;
       case '(': push(Tok::LParen, here); break;
       case ')': push(Tok::RParen, here); break;
+      case ',': push(Tok::Comma, here); break;
       default: {
         std::string shown = c < 0x80 ? std::string(1, static_cast<char>(c)) : std::string("non-ASCII character");
         throw FormulaError("unexpected '" + shown + "'", here, names_hint(vars));
@@ -159,7 +170,7 @@ class Parser {
         const double r = unary(depth + 1);
         if (r == 0) throw FormulaError("division by zero", col, "check the denominator");
         v /= r;
-      } else if (k == Tok::Name || k == Tok::LParen) {
+      } else if (k == Tok::Name || k == Tok::LParen || k == Tok::Func) {
         v *= unary(depth + 1);  // implicit multiplication: 3n, n(n+1)
       } else if (k == Tok::Number) {
         throw FormulaError("a number cannot follow here", peek().column, "write 2n or n*2, not n2");
@@ -199,6 +210,7 @@ class Parser {
     switch (t.kind) {
       case Tok::Number: return t.number;
       case Tok::Name: return vars_.at(t.name);
+      case Tok::Func: return call(t, depth);
       case Tok::LParen: {
         const double v = expr(depth + 1);
         if (peek().kind != Tok::RParen) throw FormulaError("missing ')'", peek().column, "close every '('");
@@ -210,6 +222,26 @@ class Parser {
       default:
         throw FormulaError("expected a number, a name or '('", t.column, names_hint(vars_));
     }
+  }
+
+  // exp(x), max(a, b, …), min(a, b, …): the name is taken, then the parenthesised arguments.
+  double call(const Token& f, int depth) {
+    if (peek().kind != Tok::LParen)
+      throw FormulaError(f.name + " needs its arguments in parentheses", peek().column, "e.g. " + f.name + "(x)");
+    take();
+    std::vector<double> args{expr(depth + 1)};
+    while (peek().kind == Tok::Comma) {
+      take();
+      args.push_back(expr(depth + 1));
+    }
+    if (peek().kind != Tok::RParen) throw FormulaError("missing ')'", peek().column, "close every '('");
+    take();
+    if (f.name == "exp") {
+      if (args.size() != 1) throw FormulaError("exp takes one argument", f.column, "e.g. exp(ma - mb)");
+      return std::exp(args[0]);
+    }
+    if (args.size() < 2) throw FormulaError(f.name + " takes two or more arguments", f.column, "e.g. max(ma, mb)");
+    return f.name == "max" ? *std::max_element(args.begin(), args.end()) : *std::min_element(args.begin(), args.end());
   }
 
   std::vector<Token> toks_;
@@ -255,6 +287,22 @@ FormulaMatch compare_formulas(const std::string& answer, const std::string& expe
     }
   }
   return m;
+}
+
+std::vector<Bindings> random_samples(const std::vector<VariableRange>& ranges, std::uint64_t seed, int count) {
+  std::mt19937_64 rng(seed);
+  std::vector<Bindings> out(static_cast<std::size_t>(count));
+  for (auto& b : out) {
+    for (const auto& r : ranges) {
+      if (r.real) {
+        b[r.name] = std::uniform_real_distribution<double>(r.lo, r.hi)(rng);
+      } else {
+        const auto lo = static_cast<long long>(r.lo), hi = static_cast<long long>(r.hi);
+        b[r.name] = static_cast<double>(std::uniform_int_distribution<long long>(lo, hi)(rng));
+      }
+    }
+  }
+  return out;
 }
 
 std::vector<Bindings> default_samples(const std::vector<std::string>& names) {

@@ -1,4 +1,4 @@
-// Per-user progress (issue 3: "remembered per user (XDG state directory)"). A tiny line format
+// Per-user progress "). A tiny line format
 // so that a person can read and edit it:
 //   trace <id> <summary>      the lesson's trace check passed (summary: the cost it passed with)
 //   answers <id>              every question answered correctly

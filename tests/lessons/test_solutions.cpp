@@ -1,4 +1,4 @@
-// Every lesson's reference solution must pass its own check (issue 3, "Done when"), and the
+// Every lesson's reference solution must pass its own check , and the
 // starters must at least assemble or fail in a way that names the place.
 #include <catch2/catch.hpp>
 
@@ -7,7 +7,7 @@
 
 using namespace flashlab::lessons;
 
-TEST_CASE("lessons: the catalogue covers every problem and quiz of seed 004", "[lessons]") {
+TEST_CASE("lessons: the catalogue covers every problem and quiz of the toy-machine lesson", "[lessons]") {
   for (const char* id : {"1", "2", "3", "inner6", "4", "5", "6", "welford", "7", "fa2-order", "fa1-order", "ai-order",
                          "ai-flash", "contraction", "why-dw", "bwd-compute", "bwd-order", "d-trick"}) {
     INFO(id);
@@ -34,7 +34,7 @@ TEST_CASE("lessons: every reference solution passes its check", "[lessons][solut
   }
 }
 
-TEST_CASE("lessons: the seed's costs are met exactly by the reference solutions", "[lessons][solutions]") {
+TEST_CASE("lessons: the lesson text's costs are met exactly by the reference solutions", "[lessons][solutions]") {
   auto cost = [](const char* id, const std::string& metric, int n) -> long long {
     const Lesson* l = find_lesson(id);
     REQUIRE(l);
@@ -59,7 +59,7 @@ TEST_CASE("lessons: the seed's costs are met exactly by the reference solutions"
   CHECK(cost("6", "DRAM reads", 7) == 8);   // n + 1
   CHECK(cost("welford", "DRAM writes", 4) == 2);
   CHECK(cost("7", "DRAM reads", 6) == 26);  // 4n + 2: one pass over K and V
-  // The seed's cost-comparison table, in tiles (n = 5).
+  // The lesson text's cost-comparison table, in tiles (n = 5).
   CHECK(cost("fa2-order", "Q loads", 5) == 5);
   CHECK(cost("fa2-order", "K loads", 5) == 25);
   CHECK(cost("fa2-order", "V loads", 5) == 25);

@@ -1,4 +1,4 @@
-// The tile model (seed 004 "Element is Tile" / loop orders) and the progress file.
+// The tile model (the toy-machine lesson "Element is Tile" / loop orders) and the progress file.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -13,7 +13,7 @@
 
 using namespace flashlab::lessons;
 
-TEST_CASE("tile: both loop orders compute softmax(QK^T)V and move the seed's tile counts", "[tile]") {
+TEST_CASE("tile: both loop orders compute softmax(QK^T)V and move the lesson text's tile counts", "[tile]") {
   const char* fa2 =
       "for i in 0..n-1\n LOAD Q[i], R0\n LOAD O[i], R3\n for j in 0..n-1\n  LOAD K[j], R1\n  LOAD V[j], R2\n"
       "  ATTN R0, R1, R2, R3\n end\n STORE R3, O[i]\nend\n";
@@ -83,7 +83,7 @@ TEST_CASE("progress: XDG_STATE_HOME, round trip, missing file", "[progress]") {
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("tile: the seed's cost-comparison table, measured", "[tile]") {
+TEST_CASE("tile: the lesson text's cost-comparison table, measured", "[tile]") {
   const std::string t = flashlab::lessons::loop_order_table(4);
   INFO(t);
   CHECK_THAT(t, Catch::Contains("Q loads     4 (n)                 16 (n²)"));

@@ -1,4 +1,4 @@
-// The wrong-answer catalogue (issue 3, "Done when"): for every trace lesson, traces under
+// The wrong-answer catalogue : for every trace lesson, traces under
 // tests/lessons/wrong/<id>/ that are wrong (value), over budget, re-read needlessly, misuse
 // registers or do not assemble. Each file states what the checker must say:
 //   # verdict: wrong | over | asm

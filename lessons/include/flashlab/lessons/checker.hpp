@@ -1,7 +1,8 @@
 /// @file checker.hpp
 /// @brief Grades a submitted trace or answer against a lesson: runs the trace on several random
-/// inputs and once symbolically, compares every graded output with an independent reference,
-/// then grades the cost against the lesson's targets, and says exactly what is wrong.
+/// and hostile inputs and once symbolically, compares every graded output with an independent
+/// reference, checks the lesson's method, then grades the cost against the lesson's budget, and
+/// says exactly what is wrong and at which step.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +42,9 @@ struct CheckReport {
   std::vector<std::string> notes;        ///< helpful observations (re-reads, beating the target)
   std::vector<CostLine> costs;           ///< every graded cost
   int runs = 0;                          ///< numeric runs done (random inputs × sizes)
+  int hostile_runs = 0;                  ///< runs on hostile inputs (±800, ties, 1e9 offsets) that passed
+  std::vector<int> sizes;                ///< the sizes n it was checked at (lesson sizes, 1, 2, a random n)
+  bool budget_hidden = false;            ///< the budget is a quiz answer: cost lines say over/within only
   bool symbolic = false;                 ///< the outputs were also compared symbolically (and matched)
   /// Process exit code for `lesson check`: 0 passed, 1 wrong or over budget, 2 does not assemble.
   [[nodiscard]] int exit_code() const;
@@ -48,20 +52,32 @@ struct CheckReport {
   [[nodiscard]] std::string to_text() const;
 };
 
-/// Number of random inputs each size is checked on (issue 3: at least five).
+/// Number of random inputs each size is checked on (at least five).
 inline constexpr int kRandomRuns = 5;
 
-/// Grades `text` (a trace, file name `filename` for diagnostics) against `lesson`'s trace task.
+/// How a check reports.
+struct CheckOptions {
+  /// Say whether the cost is within the budget but not the budget itself (it is the answer to
+  /// a question of the lesson that the student has not answered yet).
+  bool hide_budget = false;
+};
+
+/// Grades `text` (a trace, file name `filename` for diagnostics) against `lesson`'s trace task:
+/// at the lesson's sizes and at n = 1, 2 and a random n (drawn from the text, so a re-run gives
+/// the same report); on random and, for the numeric lessons, on hostile inputs (an ∞, a NaN or
+/// a positive exponent is wrong, named by its step); by the lesson's method checks (the outer
+/// product's order, the running state after each element); then its cost.
 /// @throws std::invalid_argument when the lesson has no trace exercise.
-CheckReport check_trace(const Lesson& lesson, std::string_view text, std::string_view filename);
+CheckReport check_trace(const Lesson& lesson, std::string_view text, std::string_view filename,
+                        const CheckOptions& options = {});
 
 /// The toy machine of a trace task at size `n`: the built-in profile, or the lesson's embedded
 /// machine file. @throws std::invalid_argument for a tile-model task; toy::MachineError for bad n.
 toy::Machine task_machine(const TraceTask& task, int n);
 
-/// The seed's cost-comparison table ("Inner Product vs. Outer Product in Attention"), measured:
+/// The lesson text's cost-comparison table ("Inner Product vs. Outer Product in Attention"), measured:
 /// runs the reference traces of `fa2-order` and `fa1-order` on the tile model at size `n` and
-/// prints Q, KV and O loads and stores of both orders beside the seed's formulas.
+/// prints Q, KV and O loads and stores of both orders beside the lesson text's formulas.
 std::string loop_order_table(int n);
 
 /// One graded answer to one question.

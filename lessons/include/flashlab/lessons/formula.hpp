@@ -1,14 +1,16 @@
 /// @file formula.hpp
 /// A tiny, safe evaluator for the formula answers of the lesson quizzes (`3n`, `2n^2 + 3n`,
-/// `n^2/(2n^2+3n)`, `2*Br`). Answers are compared by value at several points, never by string,
-/// so `3n`, `n*3` and `n+2n` are all the same answer (issue 3: "formula answers are checked by
-/// value at several n").
+/// `n^2/(2n^2+3n)`, `2*Br`, `da*exp(ma - max(ma, mb))`). Answers are compared by value at fixed
+/// and random points, never by string, so `3n`, `n*3` and `n+2n` are all the same answer.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "flashlab/lessons/lesson.hpp"
 
 namespace flashlab::lessons {
 
@@ -33,8 +35,9 @@ class FormulaError : public std::runtime_error {
 using Bindings = std::map<std::string, double>;
 
 /// Evaluates `text` with the given variables. Grammar: numbers, the bound variable names,
-/// `+ - * / ^` (also `·`, `×`, `²`, `³`), parentheses, unary minus and implicit multiplication
-/// (`3n`, `2n^2d`, `nd` = n·d when both are bound names, longest name first).
+/// `+ - * / ^` (also `·`, `×`, `²`, `³`), parentheses, unary minus, implicit multiplication
+/// (`3n`, `2n^2d`, `nd` = n·d when both are bound names, longest name first) and the functions
+/// exp(x), max(a, b, …) and min(a, b, …).
 /// Throws FormulaError on a syntax error, an unknown name, division by zero or a result that is
 /// not finite. Input longer than 200 characters or nested deeper than 32 levels is refused.
 double evaluate_formula(const std::string& text, const Bindings& vars);
@@ -53,5 +56,8 @@ FormulaMatch compare_formulas(const std::string& answer, const std::string& expe
 /// Sample points for the variables named in `names` (e.g. {"n"} or {"n","d","Br"}): several
 /// distinct, non-special values per variable so that different polynomials cannot agree by chance.
 std::vector<Bindings> default_samples(const std::vector<std::string>& names);
+
+/// `count` random points: each variable drawn from its range (whole or real numbers).
+std::vector<Bindings> random_samples(const std::vector<VariableRange>& ranges, std::uint64_t seed, int count);
 
 }  // namespace flashlab::lessons

@@ -1,8 +1,10 @@
 /// @file lesson.hpp
-/// @brief The lesson catalogue: every problem and quiz of seed 004 as data — statement, hints,
-/// the machine, a starter and a reference trace, the cost targets and the questions with
-/// checked answers. Texts live in lessons/data/ID/ and are embedded into the binary at build
-/// time, so `flashlab lesson …` works from any directory.
+/// @brief The lesson catalogue: every problem and quiz of the toy-machine lesson, and the traffic
+/// chapter, as data. Each lesson is a folder lessons/data/ID/ — lesson.txt (title, machine,
+/// sizes, budget, method checks, questions), statement.md, hints.md, discussion.md, starter and
+/// solution traces — and lessons/data/catalogue.txt lists them in order. The folder is embedded
+/// into the binary at build time, so `flashlab lesson …` works from any directory. Only what
+/// must be code stays code: the independent references the traces are checked against.
 #pragma once
 
 #include <functional>
@@ -39,15 +41,31 @@ enum class TraceModel {
   Tile  ///< the tile model (tile.hpp): a register holds a tile, LOAD moves a tile
 };
 
+/// The hostile inputs a numeric lesson is also checked on (adversarial.hpp builds them).
+enum class InputFamily {
+  None,       ///< the random inputs only (the matmul lessons: exact, checked symbolically)
+  Softmax,    ///< x near ±800, all negative, all equal, a spread of ±800 around the maximum
+  Mean,       ///< x near 1e9 (cancellation), all equal, all negative, ±800
+  Attention   ///< scores near ±800, all equal, keys that move the maximum late
+};
+
 /// A trace exercise: write a trace for a machine; it is run and its cost graded.
 struct TraceTask {
   TraceModel model = TraceModel::Toy;  ///< which simulator runs it
   std::string machine;                 ///< built-in toy profile name, or the name of the embedded machine file
   std::string machine_file;            ///< embedded machine-file text (empty: `machine` is a built-in profile)
   std::vector<int> ns;                 ///< the sizes `n` the trace is checked at (first one is shown)
+  int smallest_n = 1;                  ///< the smallest n the lesson is defined for (adversarial sizes start here)
   CostTarget target;                   ///< the budget
   std::string target_text;             ///< the budget in words, e.g. "25 cycles, 13 LOADs"
+  /// The budget as a hint while the lesson's questions are unanswered (the exact budget is a
+  /// quiz answer then); empty: the budget is shown from the start.
+  std::string hidden_target_text;
   bool symbolic_decides = false;       ///< outputs must also be symbolically equivalent (exact polynomials)
+  InputFamily inputs = InputFamily::None;  ///< the hostile inputs it is also run on
+  /// Method checks (checker.cpp): "outer-product", "exp-after-max", "running-max",
+  /// "running-sum", "running-mean", "running-m2", "running-score-max", "running-denominator".
+  std::vector<std::string> methods;
   ReferenceFn reference;               ///< the expected outputs
   std::string starter;                 ///< starter trace (embedded file text)
   std::string solution;                ///< reference solution (embedded file text)
@@ -57,10 +75,18 @@ struct TraceTask {
 
 /// How an answer to a question is compared.
 enum class AnswerKind {
-  Formula,  ///< a formula in the question's variables, compared by value at several points
+  Formula,  ///< a formula in the question's variables, compared by value at random points
   Number,   ///< a number (a formula without variables), compared by value
   Choice,   ///< one letter of a multiple choice, case-insensitive
-  Keyword   ///< free text that must contain one of the accepted words (case-insensitive)
+  Keyword   ///< free text: whole words or phrases; distractors and negated answers are refused
+};
+
+/// The range a formula variable is sampled from when answers are compared.
+struct VariableRange {
+  std::string name;    ///< the variable, e.g. "n" or "ma"
+  double lo = 2;       ///< smallest value
+  double hi = 1000;    ///< largest value
+  bool real = false;   ///< real numbers (true) or whole numbers (false)
 };
 
 /// One question with a checked answer.
@@ -68,25 +94,29 @@ struct Question {
   std::string key;                   ///< short name used in `name=value` answers, e.g. "reads"
   std::string prompt;                ///< the question
   AnswerKind kind = AnswerKind::Number;  ///< how the answer is compared
-  std::string expected;              ///< the expected formula / number / letter
+  std::string expected;              ///< the expected formula / number / letter / model phrase
   std::vector<std::string> vars;     ///< Formula: the variable names it may use, e.g. {"n"}
-  std::vector<std::string> accepted; ///< Keyword: accepted words
+  std::vector<VariableRange> ranges; ///< Formula: where each variable is sampled (one per name in vars)
+  std::vector<std::string> accepted; ///< Keyword: accepted words or phrases (whole words, lower case)
+  std::vector<std::string> rejected; ///< Keyword: distractors; an answer naming one is wrong
   std::string why;                   ///< one line shown after a correct answer
 };
 
-/// One lesson: a problem or quiz of seed 004.
+/// One lesson: a problem or quiz of the toy-machine lesson, or of the traffic chapter.
 struct Lesson {
-  std::string id;                    ///< `1` … `7` for the seed's problems; short names for quizzes
+  std::string id;                    ///< `1` … `7` for the lesson text's problems; short names for quizzes
   std::string title;                 ///< one line for `lesson list`
-  std::string section;               ///< the seed section it comes from
+  std::string section;               ///< the section of the lesson text it comes from
   std::string statement;             ///< the statement, in our own words (markdown-ish plain text)
-  std::vector<std::string> hints;    ///< revealed one at a time
+  std::vector<std::string> hints;    ///< revealed one at a time; they lead, never state the answer
   std::optional<TraceTask> trace;    ///< the trace exercise, if the lesson has one
   std::vector<Question> questions;   ///< the questions, answered with `lesson answer`
   std::string discussion;            ///< shown after the lesson is passed
 };
 
-/// All lessons, in curriculum order (the seed's order).
+/// All lessons, in curriculum order (lessons/data/catalogue.txt).
+/// @throws std::logic_error on the first call when the embedded data is malformed (a packaging
+/// bug: the test suite loads the catalogue).
 const std::vector<Lesson>& catalogue();
 
 /// The lesson with this id, or nullptr.
@@ -100,5 +130,10 @@ const std::string* embedded_file(std::string_view path);
 
 /// The paths of every embedded data file, sorted.
 std::vector<std::string> embedded_files();
+
+/// Parses one lesson from the texts of its folder (`files`: file name → contents, e.g.
+/// "lesson.txt", "statement.md"). Used by catalogue() and by tests on malformed data.
+/// @throws std::invalid_argument naming the file, the line and what is wrong.
+Lesson parse_lesson(const std::string& id, const std::map<std::string, std::string>& files);
 
 }  // namespace flashlab::lessons

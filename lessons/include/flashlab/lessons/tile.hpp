@@ -1,11 +1,11 @@
 /// @file tile.hpp
-/// @brief The tile model of seed 004 "Element is Tile" and "Inner Product vs. Outer Product in
+/// @brief The tile model of the toy-machine lesson "Element is Tile" and "Inner Product vs. Outer Product in
 /// Attention": a register holds a whole tile and LOAD/STORE move a tile between HBM and fast
 /// memory. HBM holds Q, K, V as n tiles each (Br rows × d) and O as n running-state tiles
 /// (m, ℓ, numerator per row; seed "Full update rules"), initially empty. One compute instruction,
 /// `ATTN Rq, Rk, Rv, Ro`, merges the block (Q_i, K_j, V_j) into the running state held in Ro —
-/// the seed's tile merge. The values are real numbers, so a finished O is checked against
-/// softmax(QKᵀ)V; the counters are the seed's cost table (Q/K/V/O loads and stores, in tiles).
+/// the lesson text's tile merge. The values are real numbers, so a finished O is checked against
+/// softmax(QKᵀ)V; the counters are the lesson text's cost table (Q/K/V/O loads and stores, in tiles).
 ///
 /// Trace syntax (the toy machine's, with its loop directive):
 /// @code

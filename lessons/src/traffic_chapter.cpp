@@ -1,0 +1,273 @@
+// The traffic chapter's three-level table (traffic_chapter.hpp): toy tile counts × bytes per
+// tile, the reference's counted bytes, and measured L2 / DRAM bytes.
+#include "flashlab/lessons/traffic_chapter.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+
+#include "flashlab/lessons/formula.hpp"
+#include "flashlab/lessons/lesson.hpp"
+
+namespace flashlab::lessons {
+
+namespace {
+
+std::vector<std::string> split_csv(const std::string& line) {
+  // Fields may be quoted (the command contains spaces and maybe commas); "" is a quote.
+  std::vector<std::string> out;
+  std::string cur;
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') cur += '"', ++i;
+      else if (c == '"') quoted = false;
+      else cur += c;
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      out.push_back(cur);
+      cur.clear();
+    } else if (c != '\r') {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+std::string quote(const std::string& s) {
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+std::size_t to_size(const std::string& s, const char* what) {
+  std::size_t used = 0;
+  long long v = -1;
+  try {
+    v = std::stoll(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != s.size() || v < 1) throw std::invalid_argument(std::string(what) + " '" + s + "' is not a positive integer");
+  return static_cast<std::size_t>(v);
+}
+
+double to_bytes(const std::string& s) {
+  std::size_t used = 0;
+  double v = -1;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != s.size() || !(v >= 0) || !std::isfinite(v)) throw std::invalid_argument("'" + s + "' is not a byte count");
+  return v;
+}
+
+std::string human(double bytes) {
+  char buf[32];
+  if (bytes >= 1e9) std::snprintf(buf, sizeof buf, "%.3f GB", bytes / 1e9);
+  else if (bytes >= 1e6) std::snprintf(buf, sizeof buf, "%.3f MB", bytes / 1e6);
+  else std::snprintf(buf, sizeof buf, "%.3f kB", bytes / 1e3);
+  return buf;
+}
+
+std::string pad(std::string s, std::size_t w) {
+  // Widths count code points (the table uses "—" and "×").
+  std::size_t cps = 0;
+  for (unsigned char c : s) cps += (c & 0xC0) != 0x80;
+  if (cps < w) s.insert(0, w - cps, ' ');
+  return s;
+}
+
+// Degree of a tile-count formula in n: 1 for n, 2 for n^2 (checked at n = 2 and 3).
+int degree(const std::string& formula) {
+  const double two = evaluate_formula(formula, {{"n", 2.0}}), three = evaluate_formula(formula, {{"n", 3.0}});
+  for (int k = 1; k <= 2; ++k) {
+    if (std::fabs(two - std::pow(2.0, k)) < 1e-9 && std::fabs(three - std::pow(3.0, k)) < 1e-9) return k;
+  }
+  throw std::logic_error("tile count '" + formula + "' is neither n nor n^2");
+}
+
+}  // namespace
+
+ref::AttentionConfig parse_attention_shape(const std::string& text) {
+  ref::AttentionConfig c;
+  std::istringstream is(text);
+  std::string w;
+  while (is >> w) {
+    const auto eq = w.find('=');
+    if (eq == std::string::npos) {
+      if (w == "fp32" || w == "bf16" || w == "fp16") c.dtype = ref::parse_dtype(w);
+      else if (w == "causal") c.causal = true;
+      else throw std::invalid_argument("shape: unknown word '" + w + "'");
+      continue;
+    }
+    const std::string k = w.substr(0, eq);
+    const std::size_t v = to_size(w.substr(eq + 1), k.c_str());
+    if (k == "B") c.batch = v;
+    else if (k == "N") c.seq = v;
+    else if (k == "H") c.heads = v;
+    else if (k == "d") c.head_dim = v;
+    else if (k == "Br") c.block_m = v;
+    else if (k == "Bc") c.block_n = v;
+    else throw std::invalid_argument("shape: unknown size '" + k + "' (B, N, H, d, Br, Bc)");
+  }
+  c.validate();
+  return c;
+}
+
+const MeasuredBytes* Measurement::find(const std::string& variant, std::size_t seq) const {
+  for (const auto& r : rows) {
+    if (r.variant == variant && r.seq == seq) return &r;
+  }
+  return nullptr;
+}
+
+Measurement parse_measurement_csv(const std::string& text) {
+  Measurement m;
+  std::istringstream is(text);
+  std::string line;
+  int no = 0;
+  bool header = false;
+  while (std::getline(is, line)) {
+    ++no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    try {
+      if (!header) {
+        if (line != kMeasuredCsvHeader) throw std::invalid_argument("the header is not " + std::string(kMeasuredCsvHeader));
+        header = true;
+        continue;
+      }
+      const auto f = split_csv(line);
+      if (f.size() != 16) throw std::invalid_argument(std::to_string(f.size()) + " fields, expected 16");
+      ref::AttentionConfig c;
+      c.batch = to_size(f[4], "batch");
+      c.seq = to_size(f[5], "seq");
+      c.heads = to_size(f[6], "heads");
+      c.head_dim = to_size(f[7], "head_dim");
+      c.block_m = to_size(f[8], "block_m");
+      c.block_n = to_size(f[9], "block_n");
+      c.dtype = ref::parse_dtype(f[10]);
+      if (m.rows.empty()) {
+        m.date = f[0];
+        m.device = f[1];
+        m.command = f[2];
+        m.shape = c;
+      } else if (f[0] != m.date || f[1] != m.device || f[2] != m.command || c.batch != m.shape.batch ||
+                 c.heads != m.shape.heads || c.head_dim != m.shape.head_dim || c.block_m != m.shape.block_m ||
+                 c.block_n != m.shape.block_n || c.dtype != m.shape.dtype) {
+        throw std::invalid_argument("every row must share date, device, command and shape (only N varies)");
+      }
+      MeasuredBytes r;
+      r.variant = f[3];
+      r.seq = c.seq;
+      r.l2_read = to_bytes(f[11]);
+      r.l2_write = to_bytes(f[12]);
+      r.l2_atomic = to_bytes(f[13]);
+      r.dram_read = to_bytes(f[14]);
+      r.dram_write = to_bytes(f[15]);
+      m.rows.push_back(r);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument("measured.csv:" + std::to_string(no) + ": " + e.what());
+    }
+  }
+  if (m.rows.empty()) throw std::invalid_argument("measured.csv has no rows");
+  return m;
+}
+
+const Measurement& recorded_measurement() {
+  static const Measurement m = [] {
+    const std::string* text = embedded_file("traffic-levels/measured.csv");
+    if (!text) throw std::logic_error("lesson data missing: lessons/data/traffic-levels/measured.csv");
+    return parse_measurement_csv(*text);
+  }();
+  return m;
+}
+
+std::string measurement_csv(const Measurement& m) {
+  std::ostringstream os;
+  os.precision(12);
+  os << kMeasuredCsvHeader << "\n";
+  for (const auto& r : m.rows) {
+    os << m.date << "," << quote(m.device) << "," << quote(m.command) << "," << r.variant << "," << m.shape.batch
+       << "," << r.seq << "," << m.shape.heads << "," << m.shape.head_dim << "," << m.shape.block_m << ","
+       << m.shape.block_n << "," << ref::dtype_name(m.shape.dtype) << "," << r.l2_read << "," << r.l2_write << ","
+       << r.l2_atomic << "," << r.dram_read << "," << r.dram_write << "\n";
+  }
+  return os.str();
+}
+
+std::optional<std::uint64_t> toy_tile_bytes(ref::Variant v, const ref::AttentionConfig& cfg) {
+  const char* id = v == ref::Variant::fa2_fwd ? "fa2-order" : v == ref::Variant::fa1_fwd ? "fa1-order" : nullptr;
+  if (!id || cfg.causal) return std::nullopt;
+  const Lesson* l = find_lesson(id);
+  if (!l || !l->trace) throw std::logic_error(std::string("lesson ") + id + " is missing");
+  const std::uint64_t Tr = cfg.Tr(), Tc = cfg.Tc(), bh = cfg.batch * cfg.heads;
+  const std::uint64_t elem = ref::dtype_bytes(cfg.dtype);
+  std::uint64_t bytes = 0;
+  for (const auto& [metric, formula] : l->trace->tile_targets) {
+    const char tensor = metric[0];
+    const bool query_side = tensor == 'Q' || tensor == 'O';
+    const std::uint64_t own = query_side ? Tr : Tc;
+    const std::uint64_t count = degree(formula) == 2 ? Tr * Tc : own;
+    const std::uint64_t tile = (query_side ? cfg.block_m : cfg.block_n) * cfg.head_dim * elem;
+    bytes += count * tile * bh;
+  }
+  return bytes;
+}
+
+std::vector<ref::Variant> chapter_variants() {
+  return {ref::Variant::naive_fwd, ref::Variant::fa1_fwd, ref::Variant::fa2_fwd, ref::Variant::bwd_two_kernel,
+          ref::Variant::bwd_atomic};
+}
+
+std::string traffic_levels_table(const ref::AttentionConfig& cfg, const Measurement* measured, bool explain) {
+  std::ostringstream os;
+  os << "HBM traffic at " << cfg.str() << ", three levels (bytes read + written):\n";
+  os << "  toy      = the tile lessons' transfer counts × bytes per tile (fa1-order, fa2-order only)\n";
+  os << "  counted  = the reference's traffic model (traffic-fwd, traffic-bwd)\n";
+  os << "  L2       = bytes the SMs requested from L2;  DRAM = bytes L2 moved to and from HBM\n";
+  if (measured)
+    os << "  measured: " << (measured->date.empty() ? "now" : measured->date) << ", " << measured->device
+       << ", `" << measured->command << "`\n";
+  os << "\n"
+     << pad("design", 16) << pad("toy", 12) << pad("counted", 12) << pad("L2", 12) << pad("L2/counted", 12)
+     << pad("DRAM", 12) << pad("DRAM/L2", 10) << "\n";
+  for (ref::Variant v : chapter_variants()) {
+    const std::string name(ref::variant_name(v));
+    const auto t = ref::attention_traffic_formula(v, cfg);
+    const double counted = double(t.total_read_bytes() + t.total_write_bytes());
+    const auto toy = toy_tile_bytes(v, cfg);
+    const MeasuredBytes* r = measured ? measured->find(name, cfg.seq) : nullptr;
+    char ratio_l2[16] = "—", ratio_dram[16] = "—";
+    if (r) {
+      std::snprintf(ratio_l2, sizeof ratio_l2, "%.3f", r->l2_total() / counted);
+      std::snprintf(ratio_dram, sizeof ratio_dram, "%.3f", r->l2_total() > 0 ? r->dram_total() / r->l2_total() : 0.0);
+    }
+    os << pad(name, 16) << pad(toy ? human(double(*toy)) : "—", 12) << pad(human(counted), 12)
+       << pad(r ? human(r->l2_total()) : "—", 12) << pad(ratio_l2, 12) << pad(r ? human(r->dram_total()) : "—", 12)
+       << pad(ratio_dram, 10) << "\n";
+  }
+  os << "\ntoy vs counted: the tile model loads and stores O (the running state) where the kernels start\n"
+        "from zero and write O once; it has no m, l or LSE. naive's L2 is above counted: the GPU kernels\n"
+        "re-read K and V once per query tile where the model reads them once.\n";
+  if (!measured || !measured->find("fa2_fwd", cfg.seq))
+    os << "no measurement at N = " << cfg.seq << ": the recorded one has "
+       << (measured ? measured->shape.str() : std::string("none")) << "; measure live with --device cuda\n";
+  if (explain) {
+    os << "why DRAM < L2: every query tile (block) requests all of K_j and V_j, Tr = " << cfg.Tr()
+       << " times per head; after the first request the lines are in the 50 MB L2, so the re-reads are\n"
+          "served from L2 and only the first one reaches HBM.\n";
+  } else {
+    os << "why is DRAM below L2?  flashlab lesson show traffic-levels\n";
+  }
+  return os.str();
+}
+
+}  // namespace flashlab::lessons
