@@ -63,9 +63,14 @@ std::string status(const lessons::Lesson& l, const lessons::Progress& p) {
   return done > 0 ? "[~]" : "[ ]";
 }
 
+// The budget of a trace lesson is a quiz answer until the lesson's questions are answered.
+bool budget_hidden(const lessons::Lesson& l, const lessons::Progress& p) {
+  return l.trace && !l.trace->hidden_target_text.empty() && !l.questions.empty() && !p.answers_passed.count(l.id);
+}
+
 int do_list() {
   const auto p = load();
-  std::cout << "flashlab lessons — from the toy machine to FlashAttention\n\n";
+  std::cout << "flashlab lessons — from the toy machine to FlashAttention, then its HBM traffic\n\n";
   int done = 0;
   for (const auto& l : lessons::catalogue()) {
     const std::string st = status(l, p);
@@ -102,11 +107,12 @@ std::string machine_text(const lessons::TraceTask& t) {
 
 int do_show(const lessons::Lesson& l) {
   const auto p = load();
-  std::cout << l.title << "   [lesson " << l.id << ", seed section \"" << l.section << "\"]\n\n" << l.statement;
+  std::cout << l.title << "   [lesson " << l.id << ", section \"" << l.section << "\"]\n\n" << l.statement;
   if (l.statement.empty() || l.statement.back() != '\n') std::cout << "\n";
   if (l.trace) {
     std::cout << "\n" << machine_text(*l.trace);
-    std::cout << "target: " << l.trace->target_text;
+    if (budget_hidden(l, p)) std::cout << "budget: " << l.trace->hidden_target_text;
+    else std::cout << "target: " << l.trace->target_text;
     if (!l.trace->ns.empty() && l.trace->model == lessons::TraceModel::Toy) {
       std::cout << " (checked at n =";
       for (int n : l.trace->ns) std::cout << " " << n;
@@ -184,7 +190,9 @@ int do_check(const lessons::Lesson& l, const std::string& file) {
     throw UsageError("cannot read '" + file + "'", "give the path of your trace file, e.g. flashlab lesson check " +
                                                       l.id + " lesson" + l.id + ".trace");
   }
-  const auto rep = lessons::check_trace(l, text, file);
+  lessons::CheckOptions opt;
+  opt.hide_budget = budget_hidden(l, load());
+  const auto rep = lessons::check_trace(l, text, file, opt);
   std::cout << "lesson " << l.id << ": " << l.title << "\n";
   const std::string body = rep.to_text();
   (rep.verdict == lessons::Verdict::DoesNotAssemble ? std::cerr : std::cout) << body;
@@ -222,6 +230,10 @@ int do_answer(const lessons::Lesson& l, const std::string& text) {
     auto p = load();
     p.answers_passed[l.id] = "answered";
     save(p);
+    if (l.trace && !l.trace->hidden_target_text.empty())
+      std::cout << "the budget of the trace: " << l.trace->target_text << "\n";
+    if (l.id == "traffic-fwd" || l.id == "traffic-bwd" || l.id == "traffic-levels")
+      std::cout << "the three levels, measured: flashlab traffic levels\n";
     if (l.trace && !p.trace_passed.count(l.id))
       std::cout << "now the trace: flashlab lesson check " << l.id << " FILE\n";
     else if (!l.discussion.empty())

@@ -1,5 +1,6 @@
 // `flashlab run TRACE --machine NAME` and `flashlab machines`: parse flags, call the toy machine
 // library (toymachine/), format the result. No machine semantics here.
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -287,6 +288,16 @@ int cmd_run(const Args& args) {
       }
       std::cout << toy::render_counters(m, ex.state().counters) << "\n";
       print_outputs(ex);
+    }
+    // An output that is NaN or ∞ ran, but is almost never what was meant (e^800, 0/0).
+    for (std::size_t i = 0; i < ex.machine().arrays.size(); ++i) {
+      if (ex.machine().arrays[i].role != toy::ArrayRole::Output) continue;
+      for (std::size_t k = 0; k < ex.state().dram[i].size(); ++k) {
+        const auto& v = ex.state().dram[i][k];
+        if (v && !std::isfinite(v->num))
+          std::cerr << "warning: " << ex.machine().arrays[i].element_operand(k) << " is " << toy::format_number(v->num)
+                    << " (overflow or 0/0; subtract the maximum before EXP)\n";
+      }
     }
     if (fault) {
       std::cerr << toy::format_fault(*fault, trace_path);

@@ -3,6 +3,7 @@
 // `--device cuda` hands the same parsed flags to the CUDA helper (cuda_traffic.hpp), which
 // measures the kernels with CUPTI beside this model. Formatting only: the formulas are
 // reference/ attention_traffic.hpp, and tests assert they equal what the tile loops count.
+#include "cmd_traffic_chapter.hpp"
 #include "commands.hpp"
 
 #include "flashlab/reference/attention_traffic.hpp"
@@ -24,7 +25,8 @@ using namespace flashlab::ref;
 constexpr const char* kUsageLine =
     "traffic attention --seq N[,N2,...] [--dim D] [--heads H] [--batch B] [--block-m BM] [--block-n BN]\n"
     "                          [--causal] [--dtype fp32|bf16|fp16] [--variant naive|fa1|fa2|atomic|bwd] [--csv]\n"
-    "                          [--device cpu|cuda]";
+    "                          [--device cpu|cuda] [--svg FILE]\n"
+    "       flashlab traffic levels [options]   (the traffic chapter's three-level table; --help)";
 constexpr const char* kSummary =
     "Prints the HBM bytes (read + write) of attention as the reference's closed-form model states\n"
     "them, for each N: naive (S and P materialised) vs FA1 (KV outer, O/m/l read-modify-written) vs\n"
@@ -46,7 +48,8 @@ po::options_description options() {
       ("dtype", po::value<std::string>()->default_value("fp32"), "fp32 | bf16 | fp16 (statistics stay fp32)")
       ("variant", po::value<std::string>(), "naive | fa1 | fa2 | atomic | bwd (default: naive vs FA1 vs FA2)")
       ("csv", po::bool_switch(), "print CSV instead of a table")
-      ("device", po::value<std::string>()->default_value("cpu"), "cpu (the model) | cuda (measure the kernels)");
+      ("device", po::value<std::string>()->default_value("cpu"), "cpu (the model) | cuda (measure the kernels)")
+      ("svg", po::value<std::string>(), "also write bytes against N (naive, FA1, FA2; model and measured) as SVG");
   return d;
 }
 
@@ -142,6 +145,7 @@ void per_tensor(const std::vector<std::size_t>& seqs, AttentionConfig cfg, Varia
 }  // namespace
 
 int cmd_traffic(const Args& args) {
+  if (!args.empty() && args.front() == "levels") return cmd_traffic_levels(Args(args.begin() + 1, args.end()));
   return guarded("traffic", [&]() -> int {
     const auto desc = options();
     const auto parsed = parse_subject_command(
@@ -163,6 +167,17 @@ int cmd_traffic(const Args& args) {
         variant != "bwd")
       throw UsageError("--variant '" + variant + "' is unknown", "choose naive, fa1, fa2, atomic or bwd");
     const std::string device = vm["device"].as<std::string>();
+    if (traffic_svg_wanted(vm)) {
+      AttentionConfig plot;
+      plot.heads = std::size_t(vm["heads"].as<long long>());
+      plot.head_dim = std::size_t(vm["dim"].as<long long>());
+      plot.batch = std::size_t(vm["batch"].as<long long>());
+      plot.block_m = std::size_t(vm["block-m"].as<long long>());
+      plot.block_n = std::size_t(vm["block-n"].as<long long>());
+      plot.causal = vm["causal"].as<bool>();
+      plot.dtype = parse_dtype(dt);
+      write_traffic_svg(vm, seqs, plot);
+    }
     if (device == "cuda") {
 #ifdef FLASHLAB_HAVE_CUDA
       return cuda_traffic_attention(vm);

@@ -247,7 +247,7 @@ void set_lesson_field(Lesson& l, TraceTask& t, bool& has_trace, std::optional<re
     t.tile_targets.emplace_back(trim(value.substr(0, eq)), trim(value.substr(eq + 1)));
   } else if (key == "budget") t.target_text = value;
   else if (key == "budget.hidden") t.hidden_target_text = value;
-  else if (key == "shape") shape = parse_attention_shape(value);
+  else if (key == "shape") shape = parse_attention_shape(value), l.shape = value;
   else throw std::invalid_argument("unknown field '" + key + "'");
 }
 

@@ -112,6 +112,7 @@ struct Lesson {
   std::optional<TraceTask> trace;    ///< the trace exercise, if the lesson has one
   std::vector<Question> questions;   ///< the questions, answered with `lesson answer`
   std::string discussion;            ///< shown after the lesson is passed
+  std::string shape;                 ///< traffic chapter: the attention shape, e.g. "B=1 N=4096 … fp32"
 };
 
 /// All lessons, in curriculum order (lessons/data/catalogue.txt).

@@ -27,8 +27,10 @@ struct MeasuredBytes {
   double l2_atomic = 0;       ///< bytes of atomic reductions done in L2
   double dram_read = 0;       ///< HBM → L2 bytes
   double dram_write = 0;      ///< L2 → HBM bytes
-  /// L2 request bytes: reads + writes, an atomic counted as a read and a write (as the model does).
-  [[nodiscard]] double l2_total() const { return l2_read + l2_write + 2 * l2_atomic; }
+  /// L2 request bytes: reads + writes + atomics. An atomic add in L2 returns no data: its payload
+  /// is already in the writes, so the atomic bytes stand for the read half of the model's
+  /// read-modify-write of dQ.
+  [[nodiscard]] double l2_total() const { return l2_read + l2_write + l2_atomic; }
   /// DRAM bytes read and written.
   [[nodiscard]] double dram_total() const { return dram_read + dram_write; }
 };
