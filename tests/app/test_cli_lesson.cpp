@@ -121,3 +121,56 @@ TEST_CASE("cli lesson: hints come one at a time; bad ids and actions are usage e
   CHECK(help.exit_code == 0);
   CHECK_THAT(help.out, Catch::Contains("check ID FILE"));
 }
+
+TEST_CASE("cli lesson: a budget that is a quiz answer stays hidden until answered", "[cli][lesson]") {
+  PrivateState st;
+  auto before = run_cli("lesson show 2");
+  REQUIRE(before.exit_code == 0);
+  CHECK_THAT(before.out, Catch::Contains("budget: fewer than four times Problem 1"));
+  CHECK_THAT(before.out, !Catch::Contains("25"));
+  CHECK_THAT(before.out, !Catch::Contains("13 LOADs"));
+  // Over the budget: said, but not by how much.
+  const auto dir = fresh_temp_dir("lesson");
+  std::string four_times;
+  for (const char* c : {"c[0][0]", "c[0][1]", "c[1][0]", "c[1][1]"}) {
+    const std::string i(1, c[2]), j(1, c[5]);
+    four_times += "LOAD a[" + i + "][0], R0\nLOAD b[0][" + j + "], R1\nMAC_Z R0, R1, R2\nLOAD a[" + i +
+                  "][1], R0\nLOAD b[1][" + j + "], R1\nMAC R0, R1, R2, R2\nSTORE R2, " + c + "\n";
+  }
+  auto over = run_cli("lesson check 2 '" + write(dir, "p2.trace", four_times) + "'");
+  CHECK(over.exit_code == 1);
+  CHECK_THAT(over.out, Catch::Contains("over the budget") && !Catch::Contains("25"));
+  REQUIRE(run_cli("lesson answer 2 25").exit_code == 0);
+  CHECK_THAT(run_cli("lesson show 2").out, Catch::Contains("target: 25 cycles, 13 LOADs"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("cli lesson: the traffic chapter is listed and its table runs without a GPU", "[cli][lesson][traffic]") {
+  PrivateState st;
+  auto list = run_cli("lesson list");
+  CHECK_THAT(list.out, Catch::Contains("traffic-fwd") && Catch::Contains("traffic-bwd") &&
+                           Catch::Contains("traffic-levels"));
+  auto table = run_cli("traffic levels");
+  REQUIRE(table.exit_code == 0);
+  CHECK_THAT(table.out, Catch::Contains("B=1 N=4096 H=16 d=64 Br=64 Bc=32 fp32") && Catch::Contains("fa2_fwd") &&
+                            Catch::Contains("bwd_atomic") && Catch::Contains("measured: 20") &&
+                            Catch::Contains("H100"));
+  // The why is the quiz: shown only after it is answered.
+  CHECK_THAT(table.out, !Catch::Contains("served from L2"));
+  REQUIRE(run_cli("lesson answer traffic-levels 'rereads=64; why=the re-reads hit in the L2 cache'").exit_code == 0);
+  CHECK_THAT(run_cli("traffic levels").out, Catch::Contains("served from L2"));
+  auto csv = run_cli("traffic levels --csv");
+  CHECK(csv.exit_code == 2);
+  CHECK_THAT(csv.err, Catch::Contains("--csv needs --device cuda"));
+}
+
+TEST_CASE("cli run: an output that is NaN or inf is warned about", "[cli][run]") {
+  const auto dir = fresh_temp_dir("run");
+  auto r = run_cli("run '" + write(dir, "e.trace", "LOAD x[0], R0\nEXP R0, R0\nSTORE R0, out[0]\n") +
+                   "' --machine softmax3 --n 1 --inputs x=800");
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.err, Catch::Contains("warning: out[0] is inf"));
+  auto fine = run_cli("run '" + write(dir, "f.trace", "LOAD x[0], R0\nSTORE R0, out[0]\n") + "' --machine softmax3 --n 1");
+  CHECK_THAT(fine.err, !Catch::Contains("warning"));
+  std::filesystem::remove_all(dir);
+}

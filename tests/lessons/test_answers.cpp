@@ -5,6 +5,8 @@
 #include "flashlab/lessons/checker.hpp"
 #include "flashlab/lessons/lesson.hpp"
 
+#include <cctype>
+
 using namespace flashlab::lessons;
 
 namespace {
@@ -77,4 +79,84 @@ TEST_CASE("answers: malformed answers are errors with a hint", "[answers][errors
   auto number = answer("d-trick", "without=n");
   CHECK(number.exit_code() == 2);
   CHECK(answer("4", "  ").exit_code() == 2);
+}
+
+TEST_CASE("answers: formulas are compared at random points, not only at fixed ones", "[answers]") {
+  // Equal to 3n at the fixed points n = 5, 8, 13, 64, 1000, different everywhere else.
+  const std::string sly = "3n + (n-5)(n-8)(n-13)(n-64)(n-1000)";
+  auto r = answer("4", "reads=" + sly + "; writes=n");
+  CHECK(!r.all_correct);
+  CHECK_THAT(r.to_text(), Catch::Contains("✗ reads"));
+}
+
+TEST_CASE("answers: free text is read as whole words; distractors and negations fail", "[answers][words]") {
+  CHECK(answer("contraction", "a contraction").all_correct);
+  CHECK(answer("contraction", "P is only used inside a reduction over j").all_correct);
+  CHECK(answer("contraction", "the contraction, not online softmax").all_correct);
+  CHECK(answer("contraction", "weighted sum").all_correct);
+  auto distractor = answer("contraction", "online softmax and a contraction");
+  CHECK(!distractor.all_correct);
+  CHECK_THAT(distractor.to_text(), Catch::Contains("online softmax"));
+  auto negated = answer("contraction", "it is not a contraction");
+  CHECK(!negated.all_correct);
+  CHECK_THAT(negated.to_text(), Catch::Contains("deny"));
+  CHECK(!answer("contraction", "contractionless").all_correct);   // a substring is not a word
+  CHECK(!answer("contraction", "abstraction").all_correct);
+  CHECK(!answer("contraction", "tiling").all_correct);
+  // The lesson text's own phrasings.
+  CHECK(answer("traffic-levels", "rereads=64; why=re-reads hit in L2").all_correct);
+  CHECK(answer("traffic-levels", "rereads=Tr; why=K and V are served from L2").exit_code() == 2);  // Tr is not a number
+  CHECK(!answer("traffic-levels", "rereads=64; why=the data is not cached").all_correct);
+  CHECK(!answer("traffic-levels", "rereads=64; why=compression").all_correct);
+}
+
+TEST_CASE("answers: the tile merge takes exp and max, compared at random real points", "[answers][merge]") {
+  CHECK(answer("merge", "m=max(mb, ma); d=db*exp(mb - max(ma,mb)) + da*exp(ma - max(ma,mb)); "
+                        "num=na*exp(ma-max(ma,mb)) + nb*exp(mb-max(ma,mb))").all_correct);
+  // Forgetting to rescale one tile: right only when that tile holds the maximum.
+  auto half = answer("merge", "m=max(ma,mb); d=da + db*exp(mb - max(ma,mb)); num=na + nb");
+  CHECK(!half.all_correct);
+  CHECK_THAT(half.to_text(), Catch::Contains("✗ d") && Catch::Contains("✗ num") && Catch::Contains("✓ m"));
+  auto bad = answer("merge", "m=max(ma); d=1; num=1");
+  CHECK(bad.exit_code() == 2);
+  CHECK_THAT(bad.error, Catch::Contains("two or more arguments"));
+  CHECK(answer("safety", "bound=1; overflow=710; form=a").all_correct);
+  CHECK(!answer("safety", "bound=1; overflow=89; form=b").all_correct);
+}
+
+TEST_CASE("lessons: hints, budgets and statements do not state a quiz's answer", "[lessons][answers]") {
+  // Answers worth hiding: numbers of two or more digits and formulas in n (single digits and
+  // words occur in ordinary prose). Shown texts: every hint, the statement, the hidden budget.
+  for (const auto& l : catalogue()) {
+    for (const auto& q : l.questions) {
+      if (q.kind != AnswerKind::Formula && q.kind != AnswerKind::Number) continue;
+      const bool worth = q.expected.size() >= 2 && q.expected.find('(') == std::string::npos &&
+                         q.expected.find("model") == std::string::npos;
+      // A number that is part of the lesson's given shape (d = 64) is data, not the answer.
+      const bool given = !l.shape.empty() && l.shape.find("=" + q.expected) != std::string::npos;
+      if (!worth || given) continue;
+      std::vector<std::string> forms{q.expected};
+      std::string spaced = q.expected;  // "n - 1" also as "n − 1"
+      for (auto at = spaced.find(" - "); at != std::string::npos; at = spaced.find(" - ", at + 1))
+        spaced.replace(at, 3, " − ");
+      forms.push_back(spaced);
+      std::vector<std::string> shown = l.hints;
+      shown.push_back(l.statement);
+      if (l.trace && !l.trace->hidden_target_text.empty()) shown.push_back(l.trace->hidden_target_text);
+      for (const auto& text : shown) {
+        for (const auto& f : forms) {
+          INFO("lesson " << l.id << ", question " << q.key << " = " << f << ", in:\n" << text);
+          // As a whole token: not preceded or followed by a digit or a letter.
+          bool found = false;
+          for (auto at = text.find(f); at != std::string::npos && !found; at = text.find(f, at + 1)) {
+            const bool left = at == 0 || !std::isalnum(static_cast<unsigned char>(text[at - 1]));
+            const std::size_t e = at + f.size();
+            const bool right = e >= text.size() || !std::isalnum(static_cast<unsigned char>(text[e]));
+            found = left && right;
+          }
+          CHECK(!found);
+        }
+      }
+    }
+  }
 }

@@ -1,0 +1,102 @@
+// The traffic chapter: the shipped measurement parses and agrees with the model where the
+// lesson says it does, the toy tile level is the tile lessons' counts × bytes per tile, and
+// the chapter's answers are the reference model's bytes.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "flashlab/lessons/checker.hpp"
+#include "flashlab/lessons/lesson.hpp"
+#include "flashlab/lessons/traffic_chapter.hpp"
+
+using namespace flashlab::lessons;
+namespace fr = flashlab::ref;
+
+TEST_CASE("traffic chapter: the recorded measurement is at the chapter's shape and has every design",
+          "[traffic]") {
+  const Measurement& m = recorded_measurement();
+  const Lesson* l = find_lesson("traffic-levels");
+  REQUIRE(l);
+  const auto shape = parse_attention_shape(l->shape);
+  CHECK(!m.date.empty());
+  CHECK_THAT(m.device, Catch::Contains("H100"));
+  CHECK_THAT(m.command, Catch::Contains("flashlab"));
+  CHECK(m.shape.heads == shape.heads);
+  CHECK(m.shape.head_dim == shape.head_dim);
+  CHECK(m.shape.block_m == shape.block_m);
+  CHECK(m.shape.block_n == shape.block_n);
+  for (fr::Variant v : chapter_variants()) {
+    INFO(fr::variant_name(v));
+    const auto* row = m.find(std::string(fr::variant_name(v)), shape.seq);
+    REQUIRE(row);
+    CHECK(row->l2_total() > 0);
+    CHECK(row->dram_total() > 0);
+    // The lesson's point: DRAM falls below the L2 requests.
+    CHECK(row->dram_total() < row->l2_total());
+  }
+  // FA2 forward: the L2 requests are the model's bytes within 5%.
+  fr::AttentionConfig c = shape;
+  const auto t = fr::attention_traffic_formula(fr::Variant::fa2_fwd, c);
+  const double counted = double(t.total_read_bytes() + t.total_write_bytes());
+  const double l2 = m.find("fa2_fwd", shape.seq)->l2_total();
+  CHECK(std::fabs(l2 / counted - 1.0) < 0.05);
+}
+
+TEST_CASE("traffic chapter: the CSV round-trips and malformed CSV names its line", "[traffic][errors]") {
+  const Measurement& m = recorded_measurement();
+  const Measurement again = parse_measurement_csv(measurement_csv(m));
+  REQUIRE(again.rows.size() == m.rows.size());
+  CHECK(again.command == m.command);
+  CHECK(again.rows.front().l2_read == Approx(m.rows.front().l2_read));
+  CHECK_THROWS_WITH(parse_measurement_csv("x,y\n"), Catch::Contains("measured.csv:1") && Catch::Contains("header"));
+  const std::string bad = std::string(kMeasuredCsvHeader) + "\n2026-01-01,dev,cmd,fa2_fwd,1,4096,16,64,64,32,fp32,1,2,3\n";
+  CHECK_THROWS_WITH(parse_measurement_csv(bad), Catch::Contains("measured.csv:2") && Catch::Contains("14 fields"));
+  const std::string neg = std::string(kMeasuredCsvHeader) + "\n2026-01-01,dev,cmd,fa2_fwd,1,4096,16,64,64,32,fp32,1,2,3,-4,5\n";
+  CHECK_THROWS_WITH(parse_measurement_csv(neg), Catch::Contains("not a byte count"));
+  CHECK_THROWS_WITH(parse_attention_shape("B=1 N=0"), Catch::Contains("N"));
+  CHECK_THROWS_WITH(parse_attention_shape("B=1 Q=3"), Catch::Contains("unknown size 'Q'"));
+}
+
+TEST_CASE("traffic chapter: the toy level is the tile lessons' counts times bytes per tile", "[traffic]") {
+  fr::AttentionConfig c = parse_attention_shape("B=1 N=4096 H=16 d=64 Br=64 Bc=32 fp32");
+  const std::uint64_t Tr = 64, Tc = 128, q_tile = 64 * 64 * 4, kv_tile = 32 * 64 * 4, H = 16;
+  // FA2 order: Q n, K n², V n², O load n, O store n.
+  CHECK(*toy_tile_bytes(fr::Variant::fa2_fwd, c) == H * (Tr * q_tile + 2 * Tr * Tc * kv_tile + 2 * Tr * q_tile));
+  // FA1 order: Q n², K n, V n, O load n², O store n².
+  CHECK(*toy_tile_bytes(fr::Variant::fa1_fwd, c) == H * (3 * Tr * Tc * q_tile + 2 * Tc * kv_tile));
+  CHECK(!toy_tile_bytes(fr::Variant::naive_fwd, c));
+  const std::string table = traffic_levels_table(c, &recorded_measurement(), false);
+  CHECK_THAT(table, Catch::Contains("fa2_fwd") && Catch::Contains("bwd_two_kernel") && Catch::Contains("L2/counted"));
+  CHECK_THAT(table, !Catch::Contains("served from L2"));
+  CHECK_THAT(traffic_levels_table(c, &recorded_measurement(), true), Catch::Contains("served from L2"));
+}
+
+TEST_CASE("traffic chapter: the predictions are the reference model's bytes", "[traffic][answers]") {
+  const Lesson* fwd = find_lesson("traffic-fwd");
+  REQUIRE(fwd);
+  const auto c = parse_attention_shape(fwd->shape);
+  const auto fa2 = fr::attention_traffic_formula(fr::Variant::fa2_fwd, c);
+  // Worked by hand: Q, O once; K, V Tr = 64 times; LSE once; 16 heads, 4 bytes.
+  const std::uint64_t N = 4096, d = 64, by_hand = 16 * 4 * (N * d + 64 * 2 * N * d + N * d + N);
+  CHECK(fa2.total_read_bytes() + fa2.total_write_bytes() == by_hand);
+  const auto r = check_answer(*fwd, "naive=1; fa1=2; fa2=16*4*(4096*64 + 64*2*4096*64 + 4096*64 + 4096)");
+  REQUIRE(r.lines.size() == 3);
+  CHECK(!r.lines[0].correct);
+  CHECK(r.lines[2].correct);
+}
+
+TEST_CASE("lesson data: malformed lesson.txt names the file and line", "[lessons][data][errors]") {
+  std::map<std::string, std::string> files{{"lesson.txt", "title: t\nsection: s\nfrobnicate: 3\n"},
+                                           {"statement.md", "x"}};
+  CHECK_THROWS_WITH(parse_lesson("zz", files), Catch::Contains("lessons/data/zz/lesson.txt:3") &&
+                                                   Catch::Contains("unknown field 'frobnicate'"));
+  files["lesson.txt"] = "title: t\n[question q]\nkind: formula\nprompt: p\n";
+  CHECK_THROWS_WITH(parse_lesson("zz", files), Catch::Contains("has no expected answer"));
+  files["lesson.txt"] = "title: t\ntrace: toy\nmachine: softmax3\n";
+  CHECK_THROWS_WITH(parse_lesson("zz", files), Catch::Contains("needs reference"));
+  files["lesson.txt"] = "title: t\n[question q]\nkind: guess\n";
+  CHECK_THROWS_WITH(parse_lesson("zz", files), Catch::Contains("kind 'guess'"));
+  files.erase("statement.md");
+  files["lesson.txt"] = "title: t\n";
+  CHECK_THROWS_WITH(parse_lesson("zz", files), Catch::Contains("statement.md is missing"));
+}
