@@ -5,6 +5,7 @@
 // Also the `--svg FILE` plot of `flashlab traffic attention` (svg_plot.hpp).
 #include "cmd_traffic_chapter.hpp"
 
+#include <algorithm>
 #include <ctime>
 #include <fstream>
 #include <iostream>
@@ -30,14 +31,16 @@ namespace fr = flashlab::ref;
 
 constexpr const char* kLevelsUsage =
     "traffic levels [--seq N[,N2,...]] [--heads H] [--dim D] [--block-m BM] [--block-n BN]\n"
-    "                       [--device cpu|cuda] [--forward] [--csv]";
+    "                       [--device cpu|cuda] [--forward-seq N[,N2,...]] [--csv]";
 constexpr const char* kLevelsSummary =
     "The traffic chapter's table: for one shape, the HBM bytes of naive, FA1 and FA2 forward and of\n"
     "the two backward designs at three levels — the toy tile model's counts × bytes per tile, the\n"
     "reference's counted bytes, and the bytes measured on an H100 (L2 requests and DRAM). Without\n"
     "--device cuda the measurement is the recorded one shipped with the lessons (its date, device\n"
     "and command are printed). --csv with --device cuda prints the measurement in the shipped\n"
-    "format instead. The lessons traffic-fwd, traffic-bwd and traffic-levels ask for the numbers.";
+    "format (lessons/data/traffic-levels/measured.csv) and the table on stderr; --forward-seq adds\n"
+    "sizes measured for the forward designs only (the --svg plot's points). The lessons\n"
+    "traffic-fwd, traffic-bwd and traffic-levels ask for the numbers.";
 
 // The chapter's shape: the `shape:` line of the traffic lessons.
 fr::AttentionConfig chapter_shape() {
@@ -74,8 +77,8 @@ std::string today() {
   return buf;
 }
 
-fl::Measurement measure_live(const fr::AttentionConfig& shape, const std::vector<std::size_t>& seqs, bool forward_only,
-                             const std::string& command) {
+fl::Measurement measure_live(const fr::AttentionConfig& shape, const std::vector<std::size_t>& seqs,
+                             const std::vector<std::size_t>& forward_seqs, const std::string& command) {
   namespace fc = flashlab::cuda;
   std::string why;
   if (!fc::device_available(&why)) throw UsageError("--device cuda: " + why, "use --device cpu for the recorded measurement");
@@ -88,7 +91,11 @@ fl::Measurement measure_live(const fr::AttentionConfig& shape, const std::vector
       {fc::ProbeVariant::naive, fr::Variant::naive_fwd}, {fc::ProbeVariant::fa1, fr::Variant::fa1_fwd},
       {fc::ProbeVariant::fa2, fr::Variant::fa2_fwd}, {fc::ProbeVariant::bwd_two_kernel, fr::Variant::bwd_two_kernel},
       {fc::ProbeVariant::bwd_atomic, fr::Variant::bwd_atomic}};
-  for (std::size_t n : seqs) {
+  std::vector<std::pair<std::size_t, bool>> sizes;  // (N, forward only)
+  for (std::size_t n : seqs) sizes.emplace_back(n, false);
+  for (std::size_t n : forward_seqs) sizes.emplace_back(n, true);
+  std::sort(sizes.begin(), sizes.end());
+  for (const auto& [n, forward_only] : sizes) {
     for (const auto& [probe, model] : designs) {
       if (forward_only && fr::is_backward(model)) continue;
       fc::ProbeConfig pc;
@@ -129,7 +136,7 @@ int cmd_traffic_levels(const Args& args) {
         ("block-m", po::value<long long>()->default_value(static_cast<long long>(chapter.block_m)), "Br, query rows per tile")
         ("block-n", po::value<long long>()->default_value(static_cast<long long>(chapter.block_n)), "Bc, key rows per tile")
         ("device", po::value<std::string>()->default_value("cpu"), "cpu (recorded measurement) | cuda (measure now)")
-        ("forward", po::bool_switch(), "cuda: measure the forward designs only")
+        ("forward-seq", po::value<std::string>(), "cuda: more N, measured for the forward designs only")
         ("csv", po::bool_switch(), "cuda: print the measurement as the shipped CSV instead of the table");
     const auto vm = parse(args, desc);
     if (vm.count("help")) {
@@ -149,8 +156,8 @@ int cmd_traffic_levels(const Args& args) {
     const std::string device = vm["device"].as<std::string>();
     if (device != "cpu" && device != "cuda") throw UsageError("--device '" + device + "' is unknown", "choose cpu or cuda");
     const bool csv = vm["csv"].as<bool>();
-    if (device == "cpu" && (csv || vm["forward"].as<bool>()))
-      throw UsageError(csv ? "--csv needs --device cuda" : "--forward needs --device cuda",
+    if (device == "cpu" && (csv || vm.count("forward-seq")))
+      throw UsageError(csv ? "--csv needs --device cuda" : "--forward-seq needs --device cuda",
                        "the recorded measurement is lessons/data/traffic-levels/measured.csv");
 
     fl::Measurement live;
@@ -159,17 +166,17 @@ int cmd_traffic_levels(const Args& args) {
 #ifdef FLASHLAB_HAVE_CUDA
       std::string command = "flashlab traffic levels";
       for (const auto& a : args) command += " " + a;
-      live = measure_live(cfg, seqs, vm["forward"].as<bool>(), command);
+      const auto forward_seqs =
+          vm.count("forward-seq") ? parse_seqs(vm["forward-seq"].as<std::string>()) : std::vector<std::size_t>{};
+      live = measure_live(cfg, seqs, forward_seqs, command);
       measured = &live;
 #else
       throw UsageError("this flashlab was built without CUDA (--device cuda)",
                        "rebuild with nvcc, or leave out --device cuda for the recorded measurement");
 #endif
     }
-    if (csv) {
-      std::cout << fl::measurement_csv(*measured);
-      return kOk;
-    }
+    std::ostream& table_out = csv ? std::cerr : std::cout;
+    if (csv) std::cout << fl::measurement_csv(*measured);
     // The recorded measurement counts only at its own shape.
     const auto& r = measured->shape;
     const bool same = r.batch == cfg.batch && r.heads == cfg.heads && r.head_dim == cfg.head_dim &&
@@ -181,7 +188,7 @@ int cmd_traffic_levels(const Args& args) {
     }
     for (std::size_t n : seqs) {
       cfg.seq = n;
-      std::cout << fl::traffic_levels_table(cfg, same ? measured : nullptr, explain) << "\n";
+      table_out << fl::traffic_levels_table(cfg, same ? measured : nullptr, explain) << "\n";
     }
     return kOk;
   });
