@@ -394,6 +394,49 @@ void check_toy(const Lesson& lesson, const TraceTask& task, std::string_view tex
   rep.verdict = rep.problems.empty() ? Verdict::Passed : Verdict::OverBudget;
 }
 
+std::string tile_list(const std::vector<long long>& tiles) {
+  std::string s;
+  for (long long t : tiles) s += (s.empty() ? "" : ", ") + std::to_string(t);
+  return "{" + s + "}";
+}
+
+// The first step of a wrong tile trace that departs from every correct run: a correct run never
+// makes an O[i] in HBM lose a merged KV tile, and its last STORE of O[i] holds all n of them.
+std::string tile_departure(const tile::TileProgram& prog, const tile::TileShape& shape, const tile::TileInputs& in,
+                           const tile::TileRun& full, std::string_view filename) {
+  auto where = [&](std::size_t pc) {
+    const auto& ins = prog.code[pc];
+    return "step " + std::to_string(pc + 1) + " (" + std::string(filename) + ":" + std::to_string(ins.source_line) +
+           ") `" + ins.text + "`";
+  };
+  std::vector<std::vector<long long>> before(static_cast<std::size_t>(shape.n));
+  for (std::size_t k = 0; k < prog.code.size(); ++k) {
+    if (prog.code[k].op != tile::TileOp::STORE) continue;  // only a STORE changes O in HBM
+    tile::TileProgram prefix;
+    prefix.code.assign(prog.code.begin(), prog.code.begin() + static_cast<std::ptrdiff_t>(k + 1));
+    const auto run = tile::run_tiles(prefix, shape, in.q, in.k, in.v);
+    for (std::size_t i = 0; i < before.size(); ++i) {
+      const auto& now = run.merged[i];
+      if (std::includes(now.begin(), now.end(), before[i].begin(), before[i].end())) continue;
+      return where(k) + " is the first step that departs from a correct run: O[" + std::to_string(i) +
+             "] in HBM had KV tiles " + tile_list(before[i]) + " and now has " + tile_list(now) +
+             " — it stores a state loaded before the last update";
+    }
+    before = run.merged;
+  }
+  for (std::size_t i = 0; i < full.merged.size(); ++i) {
+    if (static_cast<int>(full.merged[i].size()) == shape.n) continue;
+    for (std::size_t k = prog.code.size(); k-- > 0;) {
+      const auto& ins = prog.code[k];
+      if (ins.op == tile::TileOp::STORE && ins.index == static_cast<long long>(i))
+        return where(k) + " is the last store of O[" + std::to_string(i) + "]: it holds KV tiles " +
+               tile_list(full.merged[i]) + " of 0.." + std::to_string(shape.n - 1);
+    }
+    return "O[" + std::to_string(i) + "] is never stored: a correct run stores every query tile's state";
+  }
+  return "";
+}
+
 void check_tile(const TraceTask& task, std::string_view text, std::string_view filename, CheckReport& rep) {
   const std::vector<int> sizes = checked_sizes(task, text_seed(text));
   rep.sizes = sizes;
@@ -431,6 +474,8 @@ void check_tile(const TraceTask& task, std::string_view text, std::string_view f
         }
       }
       if (bad > 0) {
+        const std::string departs = tile_departure(prog, shape, in, run, filename);
+        if (!departs.empty()) rep.notes.push_back(departs);
         rep.verdict = Verdict::Wrong;
         return;
       }
