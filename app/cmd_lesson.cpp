@@ -76,7 +76,7 @@ int do_list() {
     const std::string st = status(l, p);
     done += st == "[x]";
     std::string kind = l.trace ? (l.questions.empty() ? "trace" : "trace+answer") : "answer";
-    std::cout << "  " << st << " " << l.id << std::string(l.id.size() < 13 ? 13 - l.id.size() : 1, ' ') << kind
+    std::cout << "  " << st << " " << l.id << std::string(l.id.size() < 16 ? 16 - l.id.size() : 1, ' ') << kind
               << std::string(kind.size() < 14 ? 14 - kind.size() : 1, ' ') << l.title;
     if (auto it = p.trace_passed.find(l.id); it != p.trace_passed.end() && !it->second.empty())
       std::cout << "  (passed: " << it->second << ")";
