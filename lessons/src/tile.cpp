@@ -1,4 +1,4 @@
-// The tile model ("Element is Tile" and "Inner Product vs. Outer Product in
+// The tile model (seed 004, "Element is Tile" and "Inner Product vs. Outer Product in
 // Attention"). Lives in lessons/ rather than toymachine/: the toy machine's registers hold
 // scalars, and this model's registers hold a whole tile (Br×d block, or a running state).
 // Parsing reuses the toy machine's index-expression evaluator and Diagnostic so that errors look
@@ -81,7 +81,7 @@ class TileAssembler {
       const int line = static_cast<int>(li) + 1;
       std::string s = lines_[li];
       if (auto h = s.find('#'); h != std::string::npos) s.resize(h);
-      // Leading step number (the lesson text's tables number their rows).
+      // Leading step number (the seed's tables number their rows).
       std::size_t p = 0;
       while (p < s.size() && std::isspace(static_cast<unsigned char>(s[p]))) ++p;
       std::size_t q = p;

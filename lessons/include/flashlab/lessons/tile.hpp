@@ -2,7 +2,7 @@
 /// @brief The tile model of the toy-machine lesson "Element is Tile" and "Inner Product vs. Outer Product in
 /// Attention": a register holds a whole tile and LOAD/STORE move a tile between HBM and fast
 /// memory. HBM holds Q, K, V as n tiles each (Br rows × d) and O as n running-state tiles
-/// (m, ℓ, numerator per row; seed "Full update rules"), initially empty. One compute instruction,
+/// (m, ℓ, numerator per row; the lesson text's "Full update rules"), initially empty. One compute instruction,
 /// `ATTN Rq, Rk, Rv, Ro`, merges the block (Q_i, K_j, V_j) into the running state held in Ro —
 /// the lesson text's tile merge. The values are real numbers, so a finished O is checked against
 /// softmax(QKᵀ)V; the counters are the lesson text's cost table (Q/K/V/O loads and stores, in tiles).
