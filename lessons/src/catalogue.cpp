@@ -1,5 +1,5 @@
 // The lesson catalogue, read from the embedded lessons/data/: catalogue.txt gives the order, each
-// lesson's lesson.txt its metadata (see lessons/data/README.md for the format). What stays code:
+// lesson's lesson.txt its metadata (the format: docs/lessons.md, "Where things live"). What stays code:
 // the independent references (plain C++, so a wrong reference trace cannot agree with itself)
 // and the traffic model the traffic chapter's answers come from (reference/).
 #include <algorithm>

@@ -528,6 +528,16 @@ std::vector<Bindings> answer_samples(const Question& q) {
   return out;
 }
 
+// A wrong number says which way it is off, coarsely — never the answer itself.
+std::string how_far(const std::string& answer, const std::string& expected) {
+  const double got = evaluate_formula(answer, {}), want = evaluate_formula(expected, {});
+  const std::string dir = got < want ? "too small" : "too large";
+  const double ratio = want != 0 && got != 0 ? std::max(got / want, want / got) : 0;
+  if (ratio > 0 && ratio <= 1.1) return toy::format_number(got) + " is a little " + dir + " (within 10%)";
+  if (ratio > 0 && ratio <= 2) return toy::format_number(got) + " is " + dir + " (within a factor of 2)";
+  return toy::format_number(got) + " is " + dir + " (by more than a factor of 2)";
+}
+
 // Free text as whole words: "ASCII letters and digits" runs, lower case.
 std::vector<std::string> word_list(const std::string& text) {
   std::vector<std::string> out;
@@ -807,7 +817,9 @@ AnswerReport check_answer(const Lesson& lesson, std::string_view text) {
         try {
           const auto m = compare_formulas(v, q.expected, answer_samples(q));
           line.correct = m.equal;
-          line.message = m.equal ? "correct — " + q.why : "wrong (" + q.prompt + "): " + m.counterexample;
+          line.message = m.equal ? "correct — " + q.why
+                         : q.vars.empty() ? "wrong (" + q.prompt + "): " + how_far(v, q.expected)
+                                          : "wrong (" + q.prompt + "): " + m.counterexample;
         } catch (const FormulaError& e) {
           rep.error = "answer '" + q.key + "' = \"" + v + "\": " + e.what() +
                       (e.column() > 0 ? " (column " + std::to_string(e.column()) + ")" : "");

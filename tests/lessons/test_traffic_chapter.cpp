@@ -100,3 +100,14 @@ TEST_CASE("lesson data: malformed lesson.txt names the file and line", "[lessons
   files["lesson.txt"] = "title: t\n";
   CHECK_THROWS_WITH(parse_lesson("zz", files), Catch::Contains("statement.md is missing"));
 }
+
+TEST_CASE("traffic chapter: its lessons share one shape", "[traffic][lessons]") {
+  const Lesson* levels = find_lesson("traffic-levels");
+  REQUIRE(levels);
+  for (const char* id : {"traffic-fwd", "traffic-bwd"}) {
+    const Lesson* l = find_lesson(id);
+    REQUIRE(l);
+    INFO(id);
+    CHECK(l->shape == levels->shape);
+  }
+}
