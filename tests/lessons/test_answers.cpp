@@ -164,7 +164,7 @@ TEST_CASE("lessons: hints, budgets and statements do not state a quiz's answer",
 TEST_CASE("answers: a wrong number says which way it is off, never the answer", "[answers]") {
   auto r = answer("inner6", "cycles=22; loads=10");
   CHECK(!r.all_correct);
-  CHECK_THAT(r.to_text(), Catch::Contains("22 is too large") && !Catch::Contains("20") && !Catch::Contains(" 8"));
+  CHECK_THAT(r.to_text(), Catch::Contains("22 is a little too large") && !Catch::Contains("20") && !Catch::Contains(" 8"));
   auto close = answer("2", "24");
   CHECK_THAT(close.to_text(), Catch::Contains("a little too small (within 10%)") && !Catch::Contains("25"));
 }
