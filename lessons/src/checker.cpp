@@ -222,12 +222,110 @@ std::vector<int> checked_sizes(const TraceTask& task, std::uint64_t seed) {
   return sizes;
 }
 
+// The numeric runs on kRandomRuns random inputs against the independent reference; false (with
+// the problems added) when an output is wrong, unwritten or a run faults.
+bool numeric_runs_right(const Lesson& lesson, const TraceTask& task, const toy::Program& program,
+                        const toy::Machine& machine, const toy::Inputs& in1, int n, const SymbolicOutputs& got_sym,
+                        const SymbolicOutputs& want_sym, std::string_view filename, CheckReport& rep) {
+  int wrong_cells = 0;
+  for (int seed = 1; seed <= kRandomRuns; ++seed) {
+    const toy::Inputs inputs = seed == 1 ? in1 : toy::random_inputs(machine, static_cast<std::uint64_t>(seed));
+    toy::Executor ex(program, machine, inputs, toy::Options{false, kCheckCycleCap});
+    if (auto f = ex.run()) {
+      rep.problems.push_back("runtime fault at step " + std::to_string(f->step) + " (" + std::string(filename) +
+                             ":" + std::to_string(f->source_line) + ")" + at_n(n) + ": " + f->message);
+      return false;
+    }
+    ++rep.runs;
+    const ExpectedOutputs want = task.reference(inputs, n > 0 ? n : machine.n);
+    for (const auto& [array, cells] : want) {
+      const int ai = machine.find_array(array);
+      if (ai < 0) throw std::logic_error("lesson " + lesson.id + ": no output array " + array);
+      const auto& a = machine.arrays[static_cast<std::size_t>(ai)];
+      for (std::size_t e = 0; e < cells.size(); ++e) {
+        if (!cells[e]) continue;
+        const auto& got = ex.state().dram[static_cast<std::size_t>(ai)][e];
+        const std::string w_sym = shown(machine, want_sym, array, e);
+        if (!got) {
+          if (seed == 1 && wrong_cells < 4) {
+            rep.problems.push_back(a.element_operand(e) + " was never written" +
+                                   (w_sym.empty() ? "" : " (expected " + w_sym + ")") + at_n(n));
+          }
+          ++wrong_cells;
+          continue;
+        }
+        const double w = *cells[e];
+        if (!(std::fabs(got->num - w) <= 1e-9 * std::max(1.0, std::fabs(w)))) {  // NaN is wrong too
+          if (wrong_cells < 4) {
+            std::string msg = a.element_operand(e) + " is wrong" + at_n(n) + ": expected ";
+            const std::string g_sym = shown(machine, got_sym, array, e);
+            if (!w_sym.empty()) msg += w_sym + " = ";
+            msg += num(w) + ", got ";
+            if (!g_sym.empty()) msg += g_sym + " = ";
+            msg += num(got->num);
+            if (seed != 1) msg += " (random input #" + std::to_string(seed) + ")";
+            rep.problems.push_back(msg);
+          }
+          ++wrong_cells;
+        }
+      }
+    }
+    if (wrong_cells > 0) break;
+  }
+  if (wrong_cells > 4) rep.problems.push_back("… and " + std::to_string(wrong_cells - 4) + " more wrong outputs");
+  return wrong_cells == 0;
+}
+
+// Exact lessons: the formula, not just the numbers (the lesson text's tables: c00 = a00·b00 +
+// a01·b10). False (with the problems added) when an output's polynomial differs.
+bool symbolic_right(const TraceTask& task, const toy::Machine& machine, const toy::Inputs& in1, int n,
+                    const SymbolicOutputs& got_sym, const SymbolicOutputs& want_sym, CheckReport& rep) {
+  bool right = true;
+  for (const auto& [array, cells] : task.reference(in1, n > 0 ? n : machine.n)) {
+    const auto& g = got_sym.cells.at(array);
+    const auto& w = want_sym.cells.at(array);
+    for (std::size_t e = 0; e < cells.size(); ++e) {
+      if (!cells[e] || !w[e]) continue;
+      if (!g[e] || !toy::equivalent(*g[e], *w[e])) {
+        rep.problems.push_back(machine.arrays[static_cast<std::size_t>(machine.find_array(array))].element_operand(e) +
+                               " has the right numbers but the wrong formula: expected " +
+                               shown(machine, want_sym, array, e) + ", got " + shown(machine, got_sym, array, e));
+        right = false;
+      }
+    }
+  }
+  return right;
+}
+
+// Grades the counters of one size against the budget; true when something is over.
+bool grade_toy_cost(const TraceTask& task, int n, const toy::Counters& c, bool hidden, CheckReport& rep) {
+  const std::size_t before = rep.problems.size();
+  grade_cost(rep, "cycles", n, c.cycles, task.target.cycles, hidden);
+  grade_cost(rep, "LOADs", n, c.instructions[static_cast<std::size_t>(toy::Opcode::LOAD)], task.target.loads, hidden);
+  grade_cost(rep, "DRAM reads", n, c.dram_reads, task.target.reads, hidden);
+  grade_cost(rep, "DRAM writes", n, c.dram_writes, task.target.writes, hidden);
+  return rep.problems.size() > before;
+}
+
+// A runtime fault of the symbolic run, with a note when the trace was written for one size.
+std::string fault_message(const toy::Fault& f, std::string_view filename, int n, const std::vector<int>& sizes) {
+  std::string msg = "runtime fault at step " + std::to_string(f.step) + " (" + std::string(filename) + ":" +
+                    std::to_string(f.source_line) + ")" + at_n(n) + ": " + f.message;
+  if (!f.hint.empty()) msg += "\n    hint: " + f.hint;
+  // A trace written for one size (say n = 8, unrolled) faults at the other sizes.
+  if (sizes.size() > 1 && f.message.find("out of range") != std::string::npos) {
+    msg += "\n    note: this lesson is checked at n =";
+    for (int sz : sizes) msg += " " + std::to_string(sz);
+    msg += ": write the trace once with loops in terms of n (for i in 1..n-1 … end)";
+  }
+  return msg;
+}
+
 void check_toy(const Lesson& lesson, const TraceTask& task, std::string_view text, std::string_view filename,
                const CheckOptions& opt, CheckReport& rep) {
   const std::uint64_t trace_seed = text_seed(text);
   const std::vector<int> sizes = checked_sizes(task, trace_seed);
   rep.sizes = sizes;
-  bool shown_fault = false;
   std::vector<std::string> method_problems;
   for (std::size_t si = 0; si < sizes.size(); ++si) {
     const int n = sizes[si];
@@ -238,11 +336,11 @@ void check_toy(const Lesson& lesson, const TraceTask& task, std::string_view tex
       for (const auto& d : as.diagnostics) rep.diagnostics.push_back(toy::format_diagnostic(d));
       return;
     }
+    rep.verdict = Verdict::Wrong;  // until it has passed every stage
     if (as.program.code.size() > kMaxCheckedSteps) {
       rep.problems.push_back("the trace expands to " + std::to_string(as.program.code.size()) + " instructions" +
                              at_n(n) + "; a lesson check runs at most " + std::to_string(kMaxCheckedSteps) +
                              " — check the loop bounds (they are written in terms of n)");
-      rep.verdict = Verdict::Wrong;
       return;
     }
     auto ref = toy::assemble(task.solution, machine, lesson.id + "/solution.trace");
@@ -256,127 +354,39 @@ void check_toy(const Lesson& lesson, const TraceTask& task, std::string_view tex
     if (sym_ref.run()) throw std::logic_error("lesson " + lesson.id + ": the reference solution faults");
     const SymbolicOutputs got_sym = symbolic_outputs(machine, sym.state());
     const SymbolicOutputs want_sym = symbolic_outputs(machine, sym_ref.state());
-
     if (const auto& f = sym.fault()) {
-      if (!shown_fault) {
-        std::string msg = "runtime fault at step " + std::to_string(f->step) + " (" + std::string(filename) + ":" +
-                          std::to_string(f->source_line) + ")" + at_n(n) + ": " + f->message;
-        if (!f->hint.empty()) msg += "\n    hint: " + f->hint;
-        // A trace written for one size (say n = 8, unrolled) faults at the other sizes.
-        if (sizes.size() > 1 && f->message.find("out of range") != std::string::npos) {
-          msg += "\n    note: this lesson is checked at n =";
-          for (int sz : sizes) msg += " " + std::to_string(sz);
-          msg += ": write the trace once with loops in terms of n (for i in 1..n-1 … end)";
-        }
-        rep.problems.push_back(msg);
-        shown_fault = true;
-      }
-      rep.verdict = Verdict::Wrong;
+      rep.problems.push_back(fault_message(*f, filename, n, sizes));
       return;
     }
-
-    // Numeric runs on random inputs against the independent reference.
-    int wrong_cells = 0;
-    for (int seed = 1; seed <= kRandomRuns; ++seed) {
-      const toy::Inputs inputs = seed == 1 ? in1 : toy::random_inputs(machine, static_cast<std::uint64_t>(seed));
-      toy::Executor ex(as.program, machine, inputs, toy::Options{false, kCheckCycleCap});
-      if (auto f = ex.run()) {
-        rep.problems.push_back("runtime fault at step " + std::to_string(f->step) + " (" + std::string(filename) +
-                               ":" + std::to_string(f->source_line) + ")" + at_n(n) + ": " + f->message);
-        rep.verdict = Verdict::Wrong;
-        return;
-      }
-      ++rep.runs;
-      const ExpectedOutputs want = task.reference(inputs, n > 0 ? n : machine.n);
-      for (const auto& [array, cells] : want) {
-        const int ai = machine.find_array(array);
-        if (ai < 0) throw std::logic_error("lesson " + lesson.id + ": no output array " + array);
-        const auto& a = machine.arrays[static_cast<std::size_t>(ai)];
-        for (std::size_t e = 0; e < cells.size(); ++e) {
-          if (!cells[e]) continue;
-          const auto& got = ex.state().dram[static_cast<std::size_t>(ai)][e];
-          const std::string w_sym = shown(machine, want_sym, array, e);
-          if (!got) {
-            if (seed == 1 && wrong_cells < 4) {
-              rep.problems.push_back(a.element_operand(e) + " was never written" +
-                                     (w_sym.empty() ? "" : " (expected " + w_sym + ")") + at_n(n));
-            }
-            ++wrong_cells;
-            continue;
-          }
-          const double w = *cells[e];
-          if (!(std::fabs(got->num - w) <= 1e-9 * std::max(1.0, std::fabs(w)))) {  // NaN is wrong too
-            if (wrong_cells < 4) {
-              std::string msg = a.element_operand(e) + " is wrong" + at_n(n) + ": expected ";
-              const std::string g_sym = shown(machine, got_sym, array, e);
-              if (!w_sym.empty()) msg += w_sym + " = ";
-              msg += num(w) + ", got ";
-              if (!g_sym.empty()) msg += g_sym + " = ";
-              msg += num(got->num);
-              if (seed != 1) msg += " (random input #" + std::to_string(seed) + ")";
-              rep.problems.push_back(msg);
-            }
-            ++wrong_cells;
-          }
-        }
-      }
-      if (wrong_cells > 0) break;
-    }
-    if (wrong_cells > 4) rep.problems.push_back("… and " + std::to_string(wrong_cells - 4) + " more wrong outputs");
-    if (wrong_cells > 0) {
+    if (!numeric_runs_right(lesson, task, as.program, machine, in1, n, got_sym, want_sym, filename, rep)) {
       const std::string departs = detail::first_departure(sym, sym_ref, filename);
       if (!departs.empty()) rep.notes.push_back(departs);
-      rep.verdict = Verdict::Wrong;
       return;
     }
-    // Exact lessons: the formula, not just the numbers (the toy-machine lesson tables: c00 = a00·b00 + a01·b10).
     if (task.symbolic_decides) {
-      for (const auto& [array, cells] : task.reference(in1, n > 0 ? n : machine.n)) {
-        const auto& g = got_sym.cells.at(array);
-        const auto& w = want_sym.cells.at(array);
-        for (std::size_t e = 0; e < cells.size(); ++e) {
-          if (!cells[e] || !w[e]) continue;
-          if (!g[e] || !toy::equivalent(*g[e], *w[e])) {
-            rep.problems.push_back(machine.arrays[static_cast<std::size_t>(machine.find_array(array))].element_operand(e) +
-                                   " has the right numbers but the wrong formula: expected " +
-                                   shown(machine, want_sym, array, e) + ", got " + shown(machine, got_sym, array, e));
-            rep.verdict = Verdict::Wrong;
-          }
-        }
-      }
-      if (rep.verdict == Verdict::Wrong && !rep.problems.empty()) return;
+      if (!symbolic_right(task, machine, in1, n, got_sym, want_sym, rep)) return;
       rep.symbolic = true;
     }
-
     // Hostile inputs: ±800, all negative, ties, 1e9 offsets — the step an ∞, a NaN or a
     // positive exponent first appears is named.
     const bool exp_after_max = has_method(task, "exp-after-max");
     for (const auto& h : detail::hostile_inputs(task.inputs, machine, trace_seed + static_cast<std::uint64_t>(n))) {
       if (auto p = detail::hostile_run(as.program, machine, h, task.reference, exp_after_max, sym.history(), filename)) {
         rep.problems.push_back(*p);
-        rep.verdict = Verdict::Wrong;
         return;
       }
       ++rep.hostile_runs;
     }
-
     // Cost: the counters are data-independent (no branches), so the symbolic run's are the cost.
     const toy::Counters& c = sym.state().counters;
-    const std::size_t before = rep.problems.size();
-    grade_cost(rep, "cycles", n, c.cycles, task.target.cycles, opt.hide_budget);
-    grade_cost(rep, "LOADs", n, c.instructions[static_cast<std::size_t>(toy::Opcode::LOAD)], task.target.loads,
-               opt.hide_budget);
-    grade_cost(rep, "DRAM reads", n, c.dram_reads, task.target.reads, opt.hide_budget);
-    grade_cost(rep, "DRAM writes", n, c.dram_writes, task.target.writes, opt.hide_budget);
-    const bool over = rep.problems.size() > before;
+    const bool over = grade_toy_cost(task, n, c, opt.hide_budget, rep);
     if (si == 0) {
       if (has_method(task, "outer-product")) {
         if (auto p = detail::outer_product_problem(as.program, machine, filename)) method_problems.push_back(*p);
       }
       if (auto p = detail::running_state_problem(sym, task.methods, filename)) method_problems.push_back(*p);
-      const auto needless = needless_loads(sym);
       const bool reads_over = over && (!task.target.loads.empty() || !task.target.reads.empty());
-      for (const auto& s : needless) (reads_over ? rep.problems : rep.notes).push_back(s);
+      for (const auto& s : needless_loads(sym)) (reads_over ? rep.problems : rep.notes).push_back(s);
       if (reads_over) {
         for (const auto& s : reread_summary(machine, c)) rep.notes.push_back(s);
       }
@@ -388,7 +398,6 @@ void check_toy(const Lesson& lesson, const TraceTask& task, std::string_view tex
                                    [](const std::string& s) { return s.find("beats the target") != std::string::npos; }),
                     rep.notes.end());
     rep.problems = method_problems;
-    rep.verdict = Verdict::Wrong;
     return;
   }
   rep.verdict = rep.problems.empty() ? Verdict::Passed : Verdict::OverBudget;
@@ -718,87 +727,120 @@ std::string AnswerReport::to_text() const {
   return os.str();
 }
 
+namespace {
+
+// The answer text split into one part per answer. A lesson with one keyword/choice question
+// takes the whole text; otherwise `;` and `,` separate (not inside parentheses: max(ma, mb)),
+// and so does a known `key=` after a blank (`lesson answer 4 reads=3n writes=n`).
+std::vector<std::string> split_answers(const Lesson& lesson, std::string_view text, bool single_free) {
+  if (single_free) return {std::string(text)};
+  std::string joined(text);
+  for (const auto& q : lesson.questions) {
+    for (std::size_t at = joined.find(" " + q.key + "="); at != std::string::npos;
+         at = joined.find(" " + q.key + "=", at + 2)) {
+      joined[at] = ';';
+    }
+  }
+  std::vector<std::string> parts;
+  std::string cur;
+  int depth = 0;
+  for (char c : joined) {
+    depth += c == '(' ? 1 : c == ')' && depth > 0 ? -1 : 0;
+    if ((c == ';' || c == ',') && depth == 0) {
+      parts.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  parts.push_back(cur);
+  parts.erase(std::remove_if(parts.begin(), parts.end(), [](const std::string& p) { return trim(p).empty(); }),
+              parts.end());
+  return parts;
+}
+
+// Grades one answer `v` to `q` into `line`; a malformed answer sets rep.error/hint and returns false.
+bool grade_answer(const Lesson& lesson, const Question& q, const std::string& v, AnswerLine& line, AnswerReport& rep) {
+  switch (q.kind) {
+    case AnswerKind::Formula:
+    case AnswerKind::Number: {
+      try {
+        const auto m = compare_formulas(v, q.expected, answer_samples(q));
+        line.correct = m.equal;
+        line.message = m.equal ? "correct — " + q.why
+                       : q.vars.empty() ? "wrong (" + q.prompt + "): " + how_far(v, q.expected)
+                                        : "wrong (" + q.prompt + "): " + m.counterexample;
+      } catch (const FormulaError& e) {
+        rep.error = "answer '" + q.key + "' = \"" + v + "\": " + e.what() +
+                    (e.column() > 0 ? " (column " + std::to_string(e.column()) + ")" : "");
+        rep.hint = e.hint() + (q.vars.empty() ? std::string("; this answer is a number") : "; e.g. " + q.key + "=3n");
+        return false;
+      }
+      return true;
+    }
+    case AnswerKind::Choice: {
+      std::string c = lower(trim(v));
+      c.erase(std::remove_if(c.begin(), c.end(), [](char ch) { return ch == '(' || ch == ')' || ch == '.'; }), c.end());
+      if (c.size() != 1 || c[0] < 'a' || c[0] > 'z') {
+        rep.error = "\"" + v + "\" is not one letter";
+        rep.hint = "answer a multiple choice with its letter, e.g. a";
+        return false;
+      }
+      line.correct = c == q.expected;
+      line.message = line.correct ? "correct — " + q.why : "wrong: (" + c + ") is not it — reread the options";
+      return true;
+    }
+    case AnswerKind::Keyword: {
+      const WordsVerdict w = judge_words(v, q);
+      line.correct = w.correct;
+      line.message = w.correct ? "correct — " + q.why : w.why + " — try `lesson hint " + lesson.id + "`";
+      return true;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 AnswerReport check_answer(const Lesson& lesson, std::string_view text) {
   if (lesson.questions.empty()) throw std::invalid_argument("lesson " + lesson.id + " has no questions");
   AnswerReport rep;
-  std::string keys;
-  for (const auto& q : lesson.questions) keys += (keys.empty() ? "" : ", ") + q.key;
-  const std::string form = [&] {
-    std::string f;
-    for (const auto& q : lesson.questions) f += (f.empty() ? "" : "; ") + q.key + "=…";
-    return "answer as \"" + f + "\" (names: " + keys + ")";
-  }();
-
-  // Split into parts. A lesson with one keyword/choice question takes the whole text.
-  std::vector<std::string> parts;
+  std::string keys, f;
+  for (const auto& q : lesson.questions) {
+    keys += (keys.empty() ? "" : ", ") + q.key;
+    f += (f.empty() ? "" : "; ") + q.key + "=…";
+  }
+  const std::string form = "answer as \"" + f + "\" (names: " + keys + ")";
   const bool single_free = lesson.questions.size() == 1 && lesson.questions[0].kind != AnswerKind::Formula &&
                            lesson.questions[0].kind != AnswerKind::Number;
-  if (single_free) {
-    parts.push_back(std::string(text));
-  } else {
-    // `lesson answer 4 reads=3n writes=n` (no quotes, no separator): a known `key=` after a
-    // blank starts a new answer too.
-    std::string joined(text);
-    for (const auto& q : lesson.questions) {
-      for (std::size_t at = joined.find(" " + q.key + "="); at != std::string::npos;
-           at = joined.find(" " + q.key + "=", at + 2)) {
-        joined[at] = ';';
-      }
-    }
-    std::string cur;
-    int depth = 0;  // max(ma, mb): a comma inside parentheses belongs to the formula
-    for (char c : joined) {
-      depth += c == '(' ? 1 : c == ')' && depth > 0 ? -1 : 0;
-      if ((c == ';' || c == ',') && depth == 0) {
-        parts.push_back(cur);
-        cur.clear();
-      } else {
-        cur += c;
-      }
-    }
-    parts.push_back(cur);
-    parts.erase(std::remove_if(parts.begin(), parts.end(), [](const std::string& p) { return trim(p).empty(); }),
-                parts.end());
-  }
-  if (parts.empty()) {
-    rep.error = "empty answer";
-    rep.hint = form;
+  const std::vector<std::string> parts = split_answers(lesson, text, single_free);
+  auto malformed = [&](std::string error, std::string hint) {
+    rep.error = std::move(error);
+    rep.hint = std::move(hint);
     return rep;
-  }
+  };
+  if (parts.empty()) return malformed("empty answer", form);
   std::map<std::string, std::string> given;
   std::size_t next = 0;
   for (const auto& raw : parts) {
-    std::string p = trim(raw);
+    const std::string p = trim(raw);
     const auto eq = p.find('=');
-    std::string key;
-    std::string value = p;
+    std::string key, value = p;
     if (eq != std::string::npos && !single_free) {
       key = lower(trim(p.substr(0, eq)));
       value = trim(p.substr(eq + 1));
       const bool known = std::any_of(lesson.questions.begin(), lesson.questions.end(),
                                      [&](const Question& q) { return q.key == key; });
-      if (!known) {
-        rep.error = "unknown answer name '" + key + "'";
-        rep.hint = "lesson " + lesson.id + " asks for: " + keys + "; " + form;
-        return rep;
-      }
+      if (!known) return malformed("unknown answer name '" + key + "'", "lesson " + lesson.id + " asks for: " + keys + "; " + form);
     } else {
-      if (next >= lesson.questions.size()) {
-        rep.error = "more answers than questions (" + std::to_string(lesson.questions.size()) + ")";
-        rep.hint = form;
-        return rep;
-      }
+      if (next >= lesson.questions.size())
+        return malformed("more answers than questions (" + std::to_string(lesson.questions.size()) + ")", form);
       key = lesson.questions[next].key;
     }
     ++next;
-    if (given.count(key)) {
-      rep.error = "'" + key + "' is answered twice";
-      rep.hint = form;
-      return rep;
-    }
+    if (given.count(key)) return malformed("'" + key + "' is answered twice", form);
     given[key] = value;
   }
-
   rep.all_correct = true;
   for (const auto& q : lesson.questions) {
     AnswerLine line;
@@ -806,52 +848,10 @@ AnswerReport check_answer(const Lesson& lesson, std::string_view text) {
     auto it = given.find(q.key);
     if (it == given.end()) {
       line.message = "not answered (" + q.prompt + ")";
+    } else if (!grade_answer(lesson, q, it->second, line, rep)) {
+      rep.lines.clear();
       rep.all_correct = false;
-      rep.lines.push_back(line);
-      continue;
-    }
-    const std::string& v = it->second;
-    switch (q.kind) {
-      case AnswerKind::Formula:
-      case AnswerKind::Number: {
-        try {
-          const auto m = compare_formulas(v, q.expected, answer_samples(q));
-          line.correct = m.equal;
-          line.message = m.equal ? "correct — " + q.why
-                         : q.vars.empty() ? "wrong (" + q.prompt + "): " + how_far(v, q.expected)
-                                          : "wrong (" + q.prompt + "): " + m.counterexample;
-        } catch (const FormulaError& e) {
-          rep.error = "answer '" + q.key + "' = \"" + v + "\": " + e.what() +
-                      (e.column() > 0 ? " (column " + std::to_string(e.column()) + ")" : "");
-          rep.hint = e.hint() + (q.vars.empty() ? std::string("; this answer is a number")
-                                                : "; e.g. " + q.key + "=3n");
-          rep.lines.clear();
-          rep.all_correct = false;
-          return rep;
-        }
-        break;
-      }
-      case AnswerKind::Choice: {
-        std::string c = lower(trim(v));
-        c.erase(std::remove_if(c.begin(), c.end(), [](char ch) { return ch == '(' || ch == ')' || ch == '.'; }),
-                c.end());
-        if (c.size() != 1 || c[0] < 'a' || c[0] > 'z') {
-          rep.error = "\"" + v + "\" is not one letter";
-          rep.hint = "answer a multiple choice with its letter, e.g. a";
-          rep.lines.clear();
-          rep.all_correct = false;
-          return rep;
-        }
-        line.correct = c == q.expected;
-        line.message = line.correct ? "correct — " + q.why : "wrong: (" + c + ") is not it — reread the options";
-        break;
-      }
-      case AnswerKind::Keyword: {
-        const WordsVerdict w = judge_words(v, q);
-        line.correct = w.correct;
-        line.message = w.correct ? "correct — " + q.why : w.why + " — try `lesson hint " + lesson.id + "`";
-        break;
-      }
+      return rep;
     }
     rep.all_correct = rep.all_correct && line.correct;
     rep.lines.push_back(line);
