@@ -111,7 +111,12 @@ std::string render_svg(const SvgPlot& plot) {
     const char* colour = kPalette[static_cast<std::size_t>(std::max(0, s.colour)) % std::size(kPalette)];
     std::string pts;
     for (const auto& p : s.points)
-      if (drawable(p)) pts += (pts.empty() ? "" : " ") + fmt(ax.pixel(p.first, x0, x1)) + "," + fmt(ay.pixel(p.second, y0, y1));
+      if (drawable(p)) {
+        if (!pts.empty()) pts += ' ';
+        pts += fmt(ax.pixel(p.first, x0, x1));
+        pts += ',';
+        pts += fmt(ay.pixel(p.second, y0, y1));
+      }
     if (pts.empty()) continue;
     os << "<polyline class=\"series\" data-name=\"" << escape(s.name) << "\" fill=\"none\" stroke=\"" << colour
        << "\" stroke-width=\"2\"" << (s.measured ? " stroke-dasharray=\"6 4\"" : "") << " points=\"" << pts << "\"/>\n";
