@@ -1,7 +1,8 @@
-// `flashlab attention fwd|bwd`: run one attention variant of the CPU reference, compare it with
+// `flashlab attention fwd|bwd`: run one attention algorithm of the CPU reference, compare it with
 // the naive float64 result, and print the traffic its loops counted beside the closed-form
 // formula (tensor | read | write | formula). Parsing and formatting only: the algorithms are in
 // reference/ (attention.hpp), the formulas in attention_traffic.hpp.
+#include "attention_flags.hpp"
 #include "commands.hpp"
 
 #include "flashlab/reference/attention.hpp"
@@ -45,11 +46,9 @@ po::options_description options() {
       ("heads", po::value<long long>()->default_value(1), "H, number of heads")
       ("dim", po::value<long long>(), "d, head dimension (1..1024)")
       ("batch", po::value<long long>()->default_value(1), "B, batch size")
-      ("block-m", po::value<long long>()->default_value(64), "BLOCK_M = Br, query rows per tile")
-      ("block-n", po::value<long long>()->default_value(64), "BLOCK_N = Bc, key rows per tile")
       ("causal", po::bool_switch(), "causal mask (fully masked tiles are skipped)")
       ("scale", po::value<double>(), "softmax scale (default 1/sqrt(d))")
-      ("variant", po::value<std::string>()->default_value("fa2"), "naive | fa1 | fa2 | atomic")
+      ("variant", po::value<std::string>()->default_value("fa2"), "fwd: naive | fa1 | fa2; bwd: naive | fa2 (= two-kernel) | atomic")
       ("dtype", po::value<std::string>()->default_value("fp32"), "element type for the traffic bytes: fp32 | bf16 | fp16")
       ("precision", po::value<std::string>()->default_value("float"), "arithmetic of the run: float | double")
       ("seed", po::value<long long>()->default_value(1), "seed of the random inputs")
@@ -58,6 +57,7 @@ po::options_description options() {
       ("drop-kv-mask", po::bool_switch(), "bwd: do not mask out-of-sequence keys (the seed's NaN hazard)")
       ("fp16-arithmetic", po::bool_switch(), "bwd: round every tile operation to half precision")
       ("json", po::bool_switch(), "print one JSON object instead of tables");
+  add_tile_options(d);
   return d;
 }
 
@@ -70,10 +70,10 @@ po::options_description hidden() {
 
 struct Run {
   std::string mode;
-  Variant variant = Variant::fa2_fwd;
+  Algorithm algorithm = Algorithm::fa2_fwd;
   std::string variant_flag;
   bool use_double = false;
-  AttentionConfig cfg;
+  AttentionProblem cfg;
   bool four_d = false;  // inputs had a batch dimension (or --batch > 1): save 4-D arrays
   unsigned long long seed = 1;
   std::optional<fs::path> inputs, save;
@@ -157,7 +157,7 @@ void save_tensor(const fs::path& file, const Tensor<T>& t, bool four_d) {
   write_npy(file, shape, t.data());
 }
 template <typename T>
-void save_stats(const fs::path& file, const std::vector<T>& v, const AttentionConfig& cfg, bool four_d) {
+void save_stats(const fs::path& file, const std::vector<T>& v, const AttentionProblem& cfg, bool four_d) {
   std::vector<std::size_t> shape = four_d ? std::vector<std::size_t>{cfg.batch, cfg.heads, cfg.n_q()}
                                           : std::vector<std::size_t>{cfg.heads, cfg.n_q()};
   write_npy(file, shape, v.data());
@@ -174,7 +174,7 @@ Tensor<T> as(const Tensor<double>& t) {
 template <typename T>
 int execute(const Run& run, const Tensor<double>& Q, const Tensor<double>& K, const Tensor<double>& V,
             const Tensor<double>& dO) {
-  const AttentionConfig& cfg = run.cfg;
+  const AttentionProblem& cfg = run.cfg;
   const auto Qt = as<T>(Q), Kt = as<T>(K), Vt = as<T>(V), dOt = as<T>(dO);
   const bool bwd = run.mode == "bwd";
   std::vector<ErrorLine> errors;
@@ -184,9 +184,9 @@ int execute(const Run& run, const Tensor<double>& Q, const Tensor<double>& K, co
   bool nan = false;
 
   const auto ref_f = naive_forward(cfg, Q, K, V);
-  const auto fwd = bwd ? (run.variant == Variant::naive_bwd ? naive_forward(cfg, Qt, Kt, Vt)
+  const auto fwd = bwd ? (run.algorithm == Algorithm::naive_bwd ? naive_forward(cfg, Qt, Kt, Vt)
                                                              : flash_forward_fa2(cfg, Qt, Kt, Vt))
-                       : attention_forward(run.variant, cfg, Qt, Kt, Vt);
+                       : attention_forward(run.algorithm, cfg, Qt, Kt, Vt);
   if (!bwd) {
     errors.push_back({"O", max_error_vs_max(fwd.O.data(), ref_f.O.data(), ref_f.O.numel())});
     errors.push_back({"LSE", max_error_vs_max(fwd.LSE.data(), ref_f.LSE.data(), ref_f.LSE.size())});
@@ -198,8 +198,8 @@ int execute(const Run& run, const Tensor<double>& Q, const Tensor<double>& K, co
   if (bwd) {
     const auto ref_g = naive_backward(cfg, Q, K, V, dO);
     d_identity = max_error_vs_max(ref_g.D_from_O.data(), ref_g.D.data(), ref_g.D.size());
-    if (run.variant == Variant::naive_bwd) grads = naive_backward(cfg, Qt, Kt, Vt, dOt);
-    else if (run.variant == Variant::bwd_atomic)
+    if (run.algorithm == Algorithm::naive_bwd) grads = naive_backward(cfg, Qt, Kt, Vt, dOt);
+    else if (run.algorithm == Algorithm::bwd_atomic)
       grads = flash_backward_atomic(cfg, Qt, Kt, Vt, fwd.O, fwd.LSE, dOt, run.bwd);
     else grads = flash_backward_two_kernel(cfg, Qt, Kt, Vt, fwd.O, fwd.LSE, dOt, run.bwd);
     errors.push_back({"dQ", max_error_vs_max(grads->dQ.data(), ref_g.dQ.data(), ref_g.dQ.numel())});
@@ -211,7 +211,7 @@ int execute(const Run& run, const Tensor<double>& Q, const Tensor<double>& K, co
     counted = grads->traffic;
     kernels = grads->kernels;
   }
-  const Traffic formula = attention_traffic_formula(run.variant, cfg);
+  const Traffic formula = attention_traffic_formula(run.algorithm, cfg);
   std::string why;
   const bool counts_ok = same_counts(counted, formula, &why);
   // Emulated fp16 is shown, not judged (its error depends on the data's cancellation); NaN fails.
@@ -237,13 +237,13 @@ int execute(const Run& run, const Tensor<double>& Q, const Tensor<double>& K, co
     Json j(std::cout);
     j.begin_object();
     j.key("command").value("attention " + run.mode);
-    j.key("variant").value(variant_name(run.variant));
+    j.key("variant").value(algorithm_name(run.algorithm));
     j.key("precision").value(run.use_double ? "double" : "float");
     j.key("config").begin_object();
     j.key("batch").value(std::uint64_t(cfg.batch)).key("seq").value(std::uint64_t(cfg.n_q()));
     j.key("seq_k").value(std::uint64_t(cfg.n_k())).key("heads").value(std::uint64_t(cfg.heads));
-    j.key("head_dim").value(std::uint64_t(cfg.head_dim)).key("block_m").value(std::uint64_t(cfg.block_m));
-    j.key("block_n").value(std::uint64_t(cfg.block_n)).key("causal").value(cfg.causal);
+    j.key("head_dim").value(std::uint64_t(cfg.head_dim)).key("block_m").value(std::uint64_t(cfg.Br));
+    j.key("block_n").value(std::uint64_t(cfg.Bc)).key("causal").value(cfg.causal);
     j.key("scale").value(cfg.softmax_scale()).key("dtype").value(dtype_name(cfg.dtype));
     j.end_object();
     j.key("error_metric").value("max|got-ref|/max|ref| against naive float64");
@@ -278,7 +278,7 @@ int execute(const Run& run, const Tensor<double>& Q, const Tensor<double>& K, co
     j.finish();
   } else {
     std::ostream& os = std::cout;
-    os << "flashlab attention " << run.mode << "  variant " << variant_name(run.variant) << "  precision "
+    os << "flashlab attention " << run.mode << "  variant " << algorithm_name(run.algorithm) << "  precision "
        << (run.use_double ? "double" : "float") << (run.bwd.fp16_arithmetic ? " (fp16 arithmetic emulated)" : "")
        << (run.bwd.mask_kv ? "" : "  KV mask DROPPED") << "\n";
     os << cfg.str() << "  scale " << cfg.softmax_scale() << "\n\n";
@@ -329,16 +329,7 @@ int cmd_attention(const Args& args) {
 
     // --variant
     run.variant_flag = vm["variant"].as<std::string>();
-    const std::string& v = run.variant_flag;
-    if (v == "naive") run.variant = bwd ? Variant::naive_bwd : Variant::naive_fwd;
-    else if (v == "fa2") run.variant = bwd ? Variant::bwd_two_kernel : Variant::fa2_fwd;
-    else if (v == "fa1" && !bwd) run.variant = Variant::fa1_fwd;
-    else if (v == "atomic" && bwd) run.variant = Variant::bwd_atomic;
-    else if (v == "fa1")
-      throw UsageError("--variant fa1 is a forward loop order", "bwd takes --variant naive, fa2 (two kernels) or atomic");
-    else if (v == "atomic")
-      throw UsageError("--variant atomic is a backward design", "fwd takes --variant naive, fa1 or fa2");
-    else throw UsageError("--variant '" + v + "' is unknown", "choose naive, fa1, fa2 or atomic");
+    run.algorithm = algorithm_flag(run.variant_flag, bwd);
 
     // --dtype, --precision
     const std::string dt = vm["dtype"].as<std::string>();
@@ -353,11 +344,9 @@ int cmd_attention(const Args& args) {
     // sizes
     require_range("heads", get_ll(vm, "heads"), 1, 1024);
     require_range("batch", get_ll(vm, "batch"), 1, 1024);
-    require_range("block-m", get_ll(vm, "block-m"), 1, 65536);
-    require_range("block-n", get_ll(vm, "block-n"), 1, 65536);
     require_range("seed", get_ll(vm, "seed"), 0, (1LL << 62));
-    run.cfg.block_m = std::size_t(get_ll(vm, "block-m"));
-    run.cfg.block_n = std::size_t(get_ll(vm, "block-n"));
+    run.cfg.Br = size_flag(vm, "block-m");
+    run.cfg.Bc = size_flag(vm, "block-n");
     run.cfg.causal = vm["causal"].as<bool>();
     run.seed = static_cast<unsigned long long>(get_ll(vm, "seed"));
     run.json = vm["json"].as<bool>();
@@ -365,13 +354,9 @@ int cmd_attention(const Args& args) {
     run.bwd.fp16_arithmetic = vm["fp16-arithmetic"].as<bool>();
     if ((!run.bwd.mask_kv || run.bwd.fp16_arithmetic) && !bwd)
       throw UsageError("--drop-kv-mask and --fp16-arithmetic apply to bwd only", "flashlab attention bwd --drop-kv-mask --fp16-arithmetic …");
-    if ((!run.bwd.mask_kv || run.bwd.fp16_arithmetic) && run.variant == Variant::naive_bwd)
+    if ((!run.bwd.mask_kv || run.bwd.fp16_arithmetic) && run.algorithm == Algorithm::naive_bwd)
       throw UsageError("--drop-kv-mask and --fp16-arithmetic apply to the flash backward", "use --variant fa2 or atomic");
-    if (vm.count("scale")) {
-      const double s = vm["scale"].as<double>();
-      if (!(s > 0.0) || !std::isfinite(s)) throw UsageError("--scale must be a positive number", "e.g. --scale 0.125");
-      run.cfg.scale = s;
-    }
+    if (vm.count("scale")) run.cfg.scale = vm["scale"].as<double>();
     if (vm.count("save")) run.save = fs::path(vm["save"].as<std::string>());
 
     Tensor<double> Q, K, V, dO;
@@ -441,7 +426,7 @@ int cmd_attention(const Args& args) {
     if (run.cfg.seq > 8192 || run.cfg.n_k() > 8192)
       throw UsageError("sequence length " + std::to_string(std::max(run.cfg.seq, run.cfg.n_k())) + " is above 8192",
                        "the naive float64 reference materialises N x N scores; use a shorter sequence");
-    run.cfg.validate();
+    validate_flags(run.cfg);
 
     if (!run.inputs) {
       Q = Tensor<double>(run.cfg.q_shape());

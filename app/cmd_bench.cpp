@@ -1,7 +1,7 @@
 // `flashlab bench attention`: times the fast tensor-core forward (cuda/src/attention_fwd_tc.cu)
 // and/or backward (--bwd-design: cuda/src/attention_bwd_tc_atomic.cu, the default, or
 // cuda/src/attention_bwd_tc.cu) over a sweep of shapes and prints ms, TFLOP/s and
-// effective GB/s per shape and pass (issue 7, item 2).
+// effective GB/s per shape and pass.
 // Flags are parsed and checked in every build; the timing itself is
 // flashlab::cuda::bench_attention (cuda/src/bench.cpp), compiled only with CUDA
 // (FLASHLAB_HAVE_CUDA). Formatting only here.
@@ -37,7 +37,7 @@ constexpr const char* kSummary =
     "real forward, run once per input set before timing. Prints the median,\n"
     "min and max ms, TFLOP/s = 4·N²·d·H·B / median for fwd, 2.5 × that for bwd (halved for causal)\n"
     "and effective GB/s = ideal HBM bytes / median (fwd: Q, K, V, O, LSE; bwd: Q, K, V, O, dO, dQ,\n"
-    "dK, dV, LSE, D; a lower bound on traffic: tiles are re-read). Defaults: issue 7's sweep,\n"
+    "dK, dV, LSE, D; a lower bound on traffic: tiles are re-read). Default sweep:\n"
     "N = 1024…16384, d = 64 and 128, H = 16, B = 1, causal and not, both passes. --csv rows feed\n"
     "cuda/bench/sdpa_bench.py (PyTorch SDPA, same shapes and passes).\n"
     "Needs a build with CUDA and an NVIDIA GPU.";
@@ -160,14 +160,14 @@ int run_sweep(const Sweep& s) {
   b.batch = s.batch;
   b.reps = s.reps;
   b.warmup = s.warmup;
-  b.dtype = s.fp16 ? fc::FastDtype::fp16 : fc::FastDtype::bf16;
+  b.dtype = s.fp16 ? flashlab::ref::Dtype::fp16 : flashlab::ref::Dtype::bf16;
   b.pass = s.fwd && s.bwd ? fc::BenchPass::both : (s.bwd ? fc::BenchPass::bwd : fc::BenchPass::fwd);
-  b.bwd_design = s.bwd_atomic ? fc::FastBackwardDesign::atomic : fc::FastBackwardDesign::two_kernel;
+  b.bwd_design = s.bwd_atomic ? flashlab::ref::Algorithm::bwd_atomic : flashlab::ref::Algorithm::bwd_two_kernel;
   b.fwd_kernel = s.fwd_wgmma ? fc::FastForwardKernel::wgmma : fc::FastForwardKernel::mma_sync;
   if (s.fwd_wgmma && !fc::fast_forward_wgmma_built())
     throw UsageError("--fwd-kernel wgmma is not in this build",
                      "configure with CMAKE_CUDA_ARCHITECTURES including 90 (the wgmma forward is sm_90a code)");
-  const std::string bwd_name = std::string(fc::to_string(b.bwd_design)) + " backward";
+  const std::string bwd_name = std::string(flashlab::ref::algorithm_flag_name(b.bwd_design)) + " backward";
   const char* dt = s.fp16 ? "fp16" : "bf16";
   const std::string device = fc::device_description();
   // CSV goes to stdout alone (a file for sdpa_bench.py); the device line then goes to stderr.
@@ -188,15 +188,16 @@ int run_sweep(const Sweep& s) {
   }
   std::cout.flush();
   fc::bench_attention(b, [&](const fc::AttentionBenchRow& r) {
-    const auto& c = r.config;
+    const auto& c = r.problem;
+    const std::string design(flashlab::ref::algorithm_flag_name(r.bwd_design));
     const char* pass = r.backward ? "bwd" : "fwd";
     char line[200];
     if (s.csv)
-      std::snprintf(line, sizeof line, "%s,%s,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%.3f,%.1f,%s,%s\n", dt, pass, c.head_dim,
-                    int(c.causal), c.seq, c.heads, c.batch, r.median_ms, r.min_ms, r.max_ms, r.tflops, r.gbps,
-                    r.backward ? fc::to_string(r.bwd_design) : "", r.backward ? "" : fc::to_string(c.kernel));
+      std::snprintf(line, sizeof line, "%s,%s,%zu,%d,%zu,%zu,%zu,%.6f,%.6f,%.6f,%.3f,%.1f,%s,%s\n", dt, pass,
+                    c.head_dim, int(c.causal), c.seq, c.heads, c.batch, r.median_ms, r.min_ms, r.max_ms, r.tflops,
+                    r.gbps, r.backward ? design.c_str() : "", r.backward ? "" : fc::to_string(r.fwd_kernel));
     else
-      std::snprintf(line, sizeof line, "%-5s %4s %4d %6s %6d %10.4f %10.4f %10.4f %9.1f %9.1f\n", dt, pass, c.head_dim,
+      std::snprintf(line, sizeof line, "%-5s %4s %4zu %6s %6zu %10.4f %10.4f %10.4f %9.1f %9.1f\n", dt, pass, c.head_dim,
                     c.causal ? "yes" : "no", c.seq, r.median_ms, r.min_ms, r.max_ms, r.tflops, r.gbps);
     std::cout << line << std::flush;
   });

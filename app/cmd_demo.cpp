@@ -80,12 +80,12 @@ bool show_softmax_and_loop_orders() {
 
 // Level 2: the CPU reference runs FA2 against naive and counts the bytes its tiles move.
 bool show_reference() {
-  ref::AttentionConfig cfg;
+  ref::AttentionProblem cfg;
   cfg.seq = 1000;  // not a multiple of either tile: the out-of-sequence mask is exercised
   cfg.heads = 4;
   cfg.head_dim = 64;
-  cfg.block_m = 64;
-  cfg.block_n = 32;
+  cfg.Br = 64;
+  cfg.Bc = 32;
   cfg.causal = true;
   cfg.dtype = ref::Dtype::fp32;
   ref::Shape shape{1, cfg.seq, cfg.heads, cfg.head_dim};
@@ -97,9 +97,9 @@ bool show_reference() {
   const auto fa2 = ref::flash_forward_fa2(cfg, Q, K, V);
   const double err = ref::max_error_vs_max(fa2.O.data(), naive.O.data(), naive.O.numel());
   const bool counted_equals_formula =
-      ref::same_counts(fa2.traffic, ref::attention_traffic_formula(ref::Variant::fa2_fwd, cfg));
+      ref::same_counts(fa2.traffic, ref::attention_traffic_formula(ref::Algorithm::fa2_fwd, cfg));
   std::cout << "Attention forward, N = " << cfg.seq << ", H = " << cfg.heads << ", d = " << cfg.head_dim
-            << ", Br = " << cfg.block_m << ", Bc = " << cfg.block_n << ", causal, float64:\n"
+            << ", Br = " << cfg.Br << ", Bc = " << cfg.Bc << ", causal, float64:\n"
             << "  FA2 (online softmax in base 2, LSE saved) vs naive (S and P materialised): max error "
             << err << (err <= 1e-12 ? "  (≤ 1e-12: ok)" : "  (> 1e-12: FAILED)") << "\n"
             << "  bytes counted by FA2's tile loops equal the closed-form formula: "
@@ -115,18 +115,18 @@ bool show_reference() {
   std::cout << "\nHBM bytes (read + write) as N grows, H = 16, d = 64, Br = Bc = 64, bf16, model:\n"
             << "         N        naive          FA1          FA2   naive/FA2\n";
   for (std::size_t n : {1024u, 4096u, 16384u}) {
-    ref::AttentionConfig c = cfg;
+    ref::AttentionProblem c = cfg;
     c.seq = n;
     c.heads = 16;
-    c.block_m = c.block_n = 64;
+    c.Br = c.Bc = 64;
     c.causal = false;
     c.dtype = ref::Dtype::bf16;
-    auto total = [&](ref::Variant v) {
+    auto total = [&](ref::Algorithm v) {
       const auto t = ref::attention_traffic_formula(v, c);
       return double(t.total_read_bytes() + t.total_write_bytes());
     };
-    const double naive_b = total(ref::Variant::naive_fwd), fa1_b = total(ref::Variant::fa1_fwd),
-                 fa2_b = total(ref::Variant::fa2_fwd);
+    const double naive_b = total(ref::Algorithm::naive_fwd), fa1_b = total(ref::Algorithm::fa1_fwd),
+                 fa2_b = total(ref::Algorithm::fa2_fwd);
     char line[160];
     std::snprintf(line, sizeof line, "  %8zu %12s %12s %12s   %6.2f\n", n, human_bytes(naive_b).c_str(),
                   human_bytes(fa1_b).c_str(), human_bytes(fa2_b).c_str(), naive_b / fa2_b);

@@ -3,6 +3,7 @@
 // `--device cuda` hands the same parsed flags to the CUDA helper (cuda_traffic.hpp), which
 // measures the kernels with CUPTI beside this model. Formatting only: the formulas are
 // reference/ attention_traffic.hpp, and tests assert they equal what the tile loops count.
+#include "attention_flags.hpp"
 #include "cmd_traffic_chapter.hpp"
 #include "commands.hpp"
 
@@ -13,6 +14,7 @@
 #endif
 
 #include <iomanip>
+#include <optional>
 #include <iostream>
 #include <sstream>
 
@@ -42,14 +44,13 @@ po::options_description options() {
       ("heads", po::value<long long>()->default_value(1), "H, number of heads")
       ("dim", po::value<long long>()->default_value(64), "d, head dimension")
       ("batch", po::value<long long>()->default_value(1), "B, batch size")
-      ("block-m", po::value<long long>()->default_value(64), "BLOCK_M = Br, query rows per tile")
-      ("block-n", po::value<long long>()->default_value(64), "BLOCK_N = Bc, key rows per tile")
       ("causal", po::bool_switch(), "causal mask (fully masked tiles are skipped)")
       ("dtype", po::value<std::string>()->default_value("fp32"), "fp32 | bf16 | fp16 (statistics stay fp32)")
       ("variant", po::value<std::string>(), "naive | fa1 | fa2 | atomic | bwd (default: naive vs FA1 vs FA2)")
       ("csv", po::bool_switch(), "print CSV instead of a table")
       ("device", po::value<std::string>()->default_value("cpu"), "cpu (the model) | cuda (measure the kernels)")
       ("svg", po::value<std::string>(), "also write bytes against N (naive, FA1, FA2; model and measured) as SVG");
+  add_tile_options(d);
   return d;
 }
 
@@ -83,10 +84,10 @@ std::string ratio(std::uint64_t a, std::uint64_t b) {
   return s.str();
 }
 
-void side_by_side(const std::vector<std::size_t>& seqs, AttentionConfig cfg, bool csv, bool backward) {
-  const Variant a = backward ? Variant::naive_bwd : Variant::naive_fwd;
-  const Variant b = backward ? Variant::bwd_two_kernel : Variant::fa1_fwd;
-  const Variant c = backward ? Variant::bwd_atomic : Variant::fa2_fwd;
+void side_by_side(const std::vector<std::size_t>& seqs, AttentionProblem cfg, bool csv, bool backward) {
+  const Algorithm a = backward ? Algorithm::naive_bwd : Algorithm::naive_fwd;
+  const Algorithm b = backward ? Algorithm::bwd_two_kernel : Algorithm::fa1_fwd;
+  const Algorithm c = backward ? Algorithm::bwd_atomic : Algorithm::fa2_fwd;
   const char* na = backward ? "naive_bwd" : "naive";
   const char* nb = backward ? "two_kernel" : "fa1";
   const char* nc = backward ? "atomic" : "fa2";
@@ -96,7 +97,7 @@ void side_by_side(const std::vector<std::size_t>& seqs, AttentionConfig cfg, boo
        << na << "_flops," << nb << "_flops," << nc << "_flops\n";
   } else {
     os << "attention HBM traffic (model; bytes read + written), H=" << cfg.heads << " B=" << cfg.batch
-       << " d=" << cfg.head_dim << " Br=" << cfg.block_m << " Bc=" << cfg.block_n << (cfg.causal ? " causal" : "")
+       << " d=" << cfg.head_dim << " Br=" << cfg.Br << " Bc=" << cfg.Bc << (cfg.causal ? " causal" : "")
        << " " << dtype_name(cfg.dtype) << "\n";
     os << std::setw(10) << "N" << std::setw(18) << na << std::setw(18) << nb << std::setw(18) << nc << std::setw(12)
        << (std::string(na) + "/" + nc) << std::setw(12) << (std::string(nb) + "/" + nc) << "\n";
@@ -106,7 +107,7 @@ void side_by_side(const std::vector<std::size_t>& seqs, AttentionConfig cfg, boo
     const auto ta = attention_traffic_formula(a, cfg), tb = attention_traffic_formula(b, cfg),
                tc = attention_traffic_formula(c, cfg);
     if (csv) {
-      os << n << "," << cfg.heads << "," << cfg.head_dim << "," << cfg.block_m << "," << cfg.block_n << ","
+      os << n << "," << cfg.heads << "," << cfg.head_dim << "," << cfg.Br << "," << cfg.Bc << ","
          << (cfg.causal ? 1 : 0) << "," << dtype_name(cfg.dtype) << "," << total(ta) << "," << total(tb) << ","
          << total(tc) << "," << ta.flops() << "," << tb.flops() << "," << tc.flops() << "\n";
     } else {
@@ -116,7 +117,7 @@ void side_by_side(const std::vector<std::size_t>& seqs, AttentionConfig cfg, boo
   }
 }
 
-void per_tensor(const std::vector<std::size_t>& seqs, AttentionConfig cfg, Variant v, bool csv) {
+void per_tensor(const std::vector<std::size_t>& seqs, AttentionProblem cfg, Algorithm v, bool csv) {
   std::ostream& os = std::cout;
   if (csv) os << "variant,seq,kernel,tensor,read_bytes,write_bytes\n";
   for (std::size_t n : seqs) {
@@ -125,11 +126,11 @@ void per_tensor(const std::vector<std::size_t>& seqs, AttentionConfig cfg, Varia
     if (csv) {
       for (const auto& k : kernels)
         for (const auto& t : k.traffic.tensors())
-          os << variant_name(v) << "," << n << ",\"" << k.name << "\"," << t.name << "," << t.read_bytes() << ","
+          os << algorithm_name(v) << "," << n << ",\"" << k.name << "\"," << t.name << "," << t.read_bytes() << ","
              << t.write_bytes() << "\n";
       continue;
     }
-    os << variant_name(v) << "  " << cfg.str() << "\n";
+    os << algorithm_name(v) << "  " << cfg.str() << "\n";
     os << std::left << std::setw(20) << "kernel" << std::setw(8) << "tensor" << std::right << std::setw(16) << "read B"
        << std::setw(16) << "write B" << "\n";
     for (const auto& k : kernels)
@@ -157,8 +158,6 @@ int cmd_traffic(const Args& args) {
     require_range("heads", vm["heads"].as<long long>(), 1, 65536);
     require_range("dim", vm["dim"].as<long long>(), 1, 4096);
     require_range("batch", vm["batch"].as<long long>(), 1, 65536);
-    require_range("block-m", vm["block-m"].as<long long>(), 1, 65536);
-    require_range("block-n", vm["block-n"].as<long long>(), 1, 65536);
     const std::string dt = vm["dtype"].as<std::string>();
     if (dt != "fp32" && dt != "bf16" && dt != "fp16")
       throw UsageError("--dtype '" + dt + "' is unknown", "choose fp32, bf16 or fp16");
@@ -166,21 +165,25 @@ int cmd_traffic(const Args& args) {
     if (variant != "all" && variant != "naive" && variant != "fa1" && variant != "fa2" && variant != "atomic" &&
         variant != "bwd")
       throw UsageError("--variant '" + variant + "' is unknown", "choose naive, fa1, fa2, atomic or bwd");
+    AttentionProblem cfg;
+    cfg.seq = seqs.front();
+    cfg.heads = std::size_t(vm["heads"].as<long long>());
+    cfg.head_dim = std::size_t(vm["dim"].as<long long>());
+    cfg.batch = std::size_t(vm["batch"].as<long long>());
+    cfg.Br = size_flag(vm, "block-m");
+    cfg.Bc = size_flag(vm, "block-n");
+    cfg.causal = vm["causal"].as<bool>();
+    cfg.dtype = parse_dtype(dt);
+    validate_flags(cfg);
     const std::string device = vm["device"].as<std::string>();
-    if (traffic_svg_wanted(vm)) {
-      AttentionConfig plot;
-      plot.heads = std::size_t(vm["heads"].as<long long>());
-      plot.head_dim = std::size_t(vm["dim"].as<long long>());
-      plot.batch = std::size_t(vm["batch"].as<long long>());
-      plot.block_m = std::size_t(vm["block-m"].as<long long>());
-      plot.block_n = std::size_t(vm["block-n"].as<long long>());
-      plot.causal = vm["causal"].as<bool>();
-      plot.dtype = parse_dtype(dt);
-      write_traffic_svg(vm, seqs, plot);
-    }
+    if (traffic_svg_wanted(vm)) write_traffic_svg(vm, seqs, cfg);
     if (device == "cuda") {
 #ifdef FLASHLAB_HAVE_CUDA
-      return cuda_traffic_attention(vm);
+      // "bwd" is the two-kernel design; no --variant measures naive and fa2 side by side.
+      std::optional<Algorithm> algorithm;
+      if (variant == "bwd") algorithm = Algorithm::bwd_two_kernel;
+      else if (variant != "all") algorithm = algorithm_flag(variant, variant == "atomic");
+      return cuda_traffic_attention(cfg, seqs, algorithm, vm["csv"].as<bool>());
 #else
       throw UsageError("this flashlab was built without CUDA (--device cuda)",
                        "rebuild on a machine with nvcc (FLASHLAB_ENABLE_CUDA=ON), or use --device cpu for the model");
@@ -188,21 +191,13 @@ int cmd_traffic(const Args& args) {
     }
     if (device != "cpu") throw UsageError("--device '" + device + "' is unknown", "choose cpu or cuda");
 
-    AttentionConfig cfg;
-    cfg.heads = std::size_t(vm["heads"].as<long long>());
-    cfg.head_dim = std::size_t(vm["dim"].as<long long>());
-    cfg.batch = std::size_t(vm["batch"].as<long long>());
-    cfg.block_m = std::size_t(vm["block-m"].as<long long>());
-    cfg.block_n = std::size_t(vm["block-n"].as<long long>());
-    cfg.causal = vm["causal"].as<bool>();
-    cfg.dtype = parse_dtype(dt);
     const bool csv = vm["csv"].as<bool>();
     if (variant == "all") side_by_side(seqs, cfg, csv, false);
     else if (variant == "bwd") side_by_side(seqs, cfg, csv, true);
-    else if (variant == "naive") per_tensor(seqs, cfg, Variant::naive_fwd, csv);
-    else if (variant == "fa1") per_tensor(seqs, cfg, Variant::fa1_fwd, csv);
-    else if (variant == "fa2") per_tensor(seqs, cfg, Variant::fa2_fwd, csv);
-    else per_tensor(seqs, cfg, Variant::bwd_atomic, csv);
+    else if (variant == "naive") per_tensor(seqs, cfg, Algorithm::naive_fwd, csv);
+    else if (variant == "fa1") per_tensor(seqs, cfg, Algorithm::fa1_fwd, csv);
+    else if (variant == "fa2") per_tensor(seqs, cfg, Algorithm::fa2_fwd, csv);
+    else per_tensor(seqs, cfg, Algorithm::bwd_atomic, csv);
     return kOk;
   });
 }

@@ -43,7 +43,7 @@ constexpr const char* kLevelsSummary =
     "traffic-fwd, traffic-bwd and traffic-levels ask for the numbers.";
 
 // The chapter's shape: the `shape:` line of the traffic lessons.
-fr::AttentionConfig chapter_shape() {
+fr::AttentionProblem chapter_shape() {
   const fl::Lesson* l = fl::find_lesson("traffic-levels");
   if (!l || l->shape.empty()) throw std::logic_error("lesson traffic-levels has no shape");
   return fl::parse_attention_shape(l->shape);
@@ -77,7 +77,7 @@ std::string today() {
   return buf;
 }
 
-fl::Measurement measure_live(const fr::AttentionConfig& shape, const std::vector<std::size_t>& seqs,
+fl::Measurement measure_live(const fr::AttentionProblem& shape, const std::vector<std::size_t>& seqs,
                              const std::vector<std::size_t>& forward_seqs, const std::string& command) {
   namespace fc = flashlab::cuda;
   std::string why;
@@ -87,27 +87,21 @@ fl::Measurement measure_live(const fr::AttentionConfig& shape, const std::vector
   m.device = fc::device_description();
   m.command = command;
   m.shape = shape;
-  const std::pair<fc::ProbeVariant, fr::Variant> designs[] = {
-      {fc::ProbeVariant::naive, fr::Variant::naive_fwd}, {fc::ProbeVariant::fa1, fr::Variant::fa1_fwd},
-      {fc::ProbeVariant::fa2, fr::Variant::fa2_fwd}, {fc::ProbeVariant::bwd_two_kernel, fr::Variant::bwd_two_kernel},
-      {fc::ProbeVariant::bwd_atomic, fr::Variant::bwd_atomic}};
+  const fr::Algorithm designs[] = {fr::Algorithm::naive_fwd, fr::Algorithm::fa1_fwd, fr::Algorithm::fa2_fwd,
+                                   fr::Algorithm::bwd_two_kernel, fr::Algorithm::bwd_atomic};
   std::vector<std::pair<std::size_t, bool>> sizes;  // (N, forward only)
   for (std::size_t n : seqs) sizes.emplace_back(n, false);
   for (std::size_t n : forward_seqs) sizes.emplace_back(n, true);
   std::sort(sizes.begin(), sizes.end());
   for (const auto& [n, forward_only] : sizes) {
-    for (const auto& [probe, model] : designs) {
+    for (const fr::Algorithm model : designs) {
       if (forward_only && fr::is_backward(model)) continue;
       fc::ProbeConfig pc;
-      pc.batch = int(shape.batch);
-      pc.seq = int(n);
-      pc.heads = int(shape.heads);
-      pc.head_dim = int(shape.head_dim);
-      pc.options.block_m = int(shape.block_m);
-      pc.options.block_n = int(shape.block_n);
-      const fc::ProbeResult res = fc::measure_attention(probe, pc);
+      pc.problem = shape;
+      pc.problem.seq = n;
+      const fc::ProbeResult res = fc::measure_attention(model, pc);
       fl::MeasuredBytes b;
-      b.variant = std::string(fr::variant_name(model));
+      b.variant = std::string(fr::algorithm_name(model));
       b.seq = n;
       for (const auto& k : res.kernels) {
         b.l2_read += k.counters.l2_read_bytes;
@@ -127,14 +121,14 @@ fl::Measurement measure_live(const fr::AttentionConfig& shape, const std::vector
 
 int cmd_traffic_levels(const Args& args) {
   return guarded("traffic", [&]() -> int {
-    const fr::AttentionConfig chapter = chapter_shape();
+    const fr::AttentionProblem chapter = chapter_shape();
     po::options_description desc("Options");
     desc.add_options()("help,h", "show this help")
         ("seq", po::value<std::string>()->default_value(std::to_string(chapter.seq)), "sequence lengths N, comma separated")
         ("heads", po::value<long long>()->default_value(static_cast<long long>(chapter.heads)), "H, number of heads")
         ("dim", po::value<long long>()->default_value(static_cast<long long>(chapter.head_dim)), "d, head dimension")
-        ("block-m", po::value<long long>()->default_value(static_cast<long long>(chapter.block_m)), "Br, query rows per tile")
-        ("block-n", po::value<long long>()->default_value(static_cast<long long>(chapter.block_n)), "Bc, key rows per tile")
+        ("block-m", po::value<long long>()->default_value(static_cast<long long>(chapter.Br)), "Br, query rows per tile")
+        ("block-n", po::value<long long>()->default_value(static_cast<long long>(chapter.Bc)), "Bc, key rows per tile")
         ("device", po::value<std::string>()->default_value("cpu"), "cpu (recorded measurement) | cuda (measure now)")
         ("forward-seq", po::value<std::string>(), "cuda: more N, measured for the forward designs only")
         ("csv", po::bool_switch(), "cuda: print the measurement as the shipped CSV instead of the table");
@@ -148,11 +142,11 @@ int cmd_traffic_levels(const Args& args) {
     require_range("dim", vm["dim"].as<long long>(), 1, 256);
     require_range("block-m", vm["block-m"].as<long long>(), 1, 128);
     require_range("block-n", vm["block-n"].as<long long>(), 1, 128);
-    fr::AttentionConfig cfg = chapter;
+    fr::AttentionProblem cfg = chapter;
     cfg.heads = std::size_t(vm["heads"].as<long long>());
     cfg.head_dim = std::size_t(vm["dim"].as<long long>());
-    cfg.block_m = std::size_t(vm["block-m"].as<long long>());
-    cfg.block_n = std::size_t(vm["block-n"].as<long long>());
+    cfg.Br = std::size_t(vm["block-m"].as<long long>());
+    cfg.Bc = std::size_t(vm["block-n"].as<long long>());
     const std::string device = vm["device"].as<std::string>();
     if (device != "cpu" && device != "cuda") throw UsageError("--device '" + device + "' is unknown", "choose cpu or cuda");
     const bool csv = vm["csv"].as<bool>();
@@ -180,7 +174,7 @@ int cmd_traffic_levels(const Args& args) {
     // The recorded measurement counts only at its own shape.
     const auto& r = measured->shape;
     const bool same = r.batch == cfg.batch && r.heads == cfg.heads && r.head_dim == cfg.head_dim &&
-                      r.block_m == cfg.block_m && r.block_n == cfg.block_n && r.dtype == cfg.dtype;
+                      r.Br == cfg.Br && r.Bc == cfg.Bc && r.dtype == cfg.dtype;
     bool explain = false;
     try {
       explain = fl::load_progress(fl::progress_path()).answers_passed.count("traffic-levels") > 0;
@@ -197,33 +191,33 @@ int cmd_traffic_levels(const Args& args) {
 bool traffic_svg_wanted(const po::variables_map& vm) { return vm.count("svg") > 0; }
 
 void write_traffic_svg(const po::variables_map& vm, const std::vector<std::size_t>& seqs,
-                       const fr::AttentionConfig& base) {
+                       const fr::AttentionProblem& base) {
   const std::string path = vm["svg"].as<std::string>();
   const fl::Measurement& rec = fl::recorded_measurement();
   const auto& r = rec.shape;
   const bool same = r.batch == base.batch && r.heads == base.heads && r.head_dim == base.head_dim &&
-                    r.block_m == base.block_m && r.block_n == base.block_n && r.dtype == base.dtype && !base.causal;
+                    r.Br == base.Br && r.Bc == base.Bc && r.dtype == base.dtype && !base.causal;
   SvgPlot plot;
   plot.title = "attention HBM bytes against N (B=" + std::to_string(base.batch) + " H=" + std::to_string(base.heads) +
-               " d=" + std::to_string(base.head_dim) + " Br=" + std::to_string(base.block_m) +
-               " Bc=" + std::to_string(base.block_n) + (base.causal ? " causal " : " ") +
+               " d=" + std::to_string(base.head_dim) + " Br=" + std::to_string(base.Br) +
+               " Bc=" + std::to_string(base.Bc) + (base.causal ? " causal " : " ") +
                std::string(fr::dtype_name(base.dtype)) + ")";
   plot.x_label = "sequence length N";
   plot.y_label = "HBM bytes (read + written)";
-  const std::pair<fr::Variant, const char*> designs[] = {
-      {fr::Variant::naive_fwd, "naive"}, {fr::Variant::fa1_fwd, "FA1"}, {fr::Variant::fa2_fwd, "FA2"}};
+  const std::pair<fr::Algorithm, const char*> designs[] = {
+      {fr::Algorithm::naive_fwd, "naive"}, {fr::Algorithm::fa1_fwd, "FA1"}, {fr::Algorithm::fa2_fwd, "FA2"}};
   int colour = 0;
   for (const auto& [v, name] : designs) {
     SvgSeries model{std::string(name) + " model", {}, false, colour};
     SvgSeries meas{std::string(name) + " measured (L2)", {}, true, colour};
     ++colour;
     for (std::size_t n : seqs) {
-      fr::AttentionConfig c = base;
+      fr::AttentionProblem c = base;
       c.seq = n;
       const auto t = fr::attention_traffic_formula(v, c);
       model.points.push_back({double(n), double(t.total_read_bytes() + t.total_write_bytes())});
       if (!same) continue;
-      if (const auto* m = rec.find(std::string(fr::variant_name(v)), n)) meas.points.push_back({double(n), m->l2_total()});
+      if (const auto* m = rec.find(std::string(fr::algorithm_name(v)), n)) meas.points.push_back({double(n), m->l2_total()});
     }
     plot.series.push_back(model);
     if (!meas.points.empty()) plot.series.push_back(meas);

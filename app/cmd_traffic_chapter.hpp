@@ -19,6 +19,6 @@ bool traffic_svg_wanted(const po::variables_map& vm);
 /// and FA2, the model for every N of `seqs` and the recorded measurement where it has that N
 /// and `base`'s shape. @throws UsageError when the file cannot be written.
 void write_traffic_svg(const po::variables_map& vm, const std::vector<std::size_t>& seqs,
-                       const ref::AttentionConfig& base);
+                       const ref::AttentionProblem& base);
 
 }  // namespace flashlab::app

@@ -10,8 +10,6 @@
 #include "flashlab/cuda/traffic_probe.hpp"
 #include "flashlab/reference/attention_traffic.hpp"
 
-#include <boost/any.hpp>
-
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -25,83 +23,17 @@ namespace {
 namespace fc = flashlab::cuda;
 namespace fr = flashlab::ref;
 
-// Reads an integer flag whatever integer type (or string) the command declared it with.
-long long get_int(const po::variables_map& vm, const char* name, long long fallback) {
-  if (!vm.count(name)) return fallback;
-  const boost::any& a = vm[name].value();
-  if (const int* v = boost::any_cast<int>(&a)) return *v;
-  if (const unsigned* v = boost::any_cast<unsigned>(&a)) return *v;
-  if (const long* v = boost::any_cast<long>(&a)) return *v;
-  if (const long long* v = boost::any_cast<long long>(&a)) return *v;
-  if (const unsigned long* v = boost::any_cast<unsigned long>(&a)) return static_cast<long long>(*v);
-  if (const unsigned long long* v = boost::any_cast<unsigned long long>(&a)) return static_cast<long long>(*v);
-  if (const std::string* s = boost::any_cast<std::string>(&a)) {
-    try {
-      std::size_t used = 0;
-      const long long v = std::stoll(*s, &used);
-      if (used == s->size()) return v;
-    } catch (const std::exception&) {
-    }
-    throw UsageError(std::string("--") + name + " '" + *s + "' is not an integer", std::string("e.g. --") + name + " 64");
+// The short name of an algorithm in the tables and the CSV (the names --variant takes).
+const char* short_name(fr::Algorithm a) {
+  switch (a) {
+    case fr::Algorithm::naive_fwd: return "naive";
+    case fr::Algorithm::fa1_fwd: return "fa1";
+    case fr::Algorithm::fa2_fwd: return "fa2";
+    case fr::Algorithm::bwd_two_kernel: return "bwd";
+    case fr::Algorithm::bwd_atomic: return "atomic";
+    case fr::Algorithm::naive_bwd: return "naive_bwd";
   }
-  throw UsageError(std::string("--") + name + " has an unexpected type");
-}
-
-std::string get_string(const po::variables_map& vm, const char* name, const std::string& fallback) {
-  if (!vm.count(name)) return fallback;
-  const boost::any& a = vm[name].value();
-  if (const std::string* s = boost::any_cast<std::string>(&a)) return *s;
-  if (const auto* v = boost::any_cast<std::vector<std::string>>(&a)) {
-    std::string joined;
-    for (const auto& x : *v) joined += (joined.empty() ? "" : ",") + x;
-    return joined;
-  }
-  return std::to_string(get_int(vm, name, 0));
-}
-
-bool get_switch(const po::variables_map& vm, const char* name) {
-  if (!vm.count(name)) return false;
-  const boost::any& a = vm[name].value();
-  if (const bool* b = boost::any_cast<bool>(&a)) return *b;
-  return true;
-}
-
-std::vector<int> parse_seq_list(const std::string& text) {
-  std::vector<int> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    std::size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    // Allow 1k, 16k.
-    if (used + 1 == item.size() && (item.back() == 'k' || item.back() == 'K')) v *= 1024, used = item.size();
-    if (used != item.size() || v < 1 || v > (1 << 20))
-      throw UsageError("--seq: '" + item + "' is not a sequence length in 1..1048576", "e.g. --seq 1024,2048,4096 or 1k,16k");
-    out.push_back(int(v));
-  }
-  if (out.empty()) throw UsageError("--seq is empty", "e.g. --seq 4096");
-  return out;
-}
-
-struct VariantPick {
-  fc::ProbeVariant probe;
-  fr::Variant model;
-  const char* name;
-};
-
-VariantPick parse_variant(const std::string& v) {
-  if (v == "naive" || v == "naive_fwd") return {fc::ProbeVariant::naive, fr::Variant::naive_fwd, "naive"};
-  if (v == "fa1" || v == "fa1_fwd") return {fc::ProbeVariant::fa1, fr::Variant::fa1_fwd, "fa1"};
-  if (v == "fa2" || v == "fa2_fwd" || v == "flash") return {fc::ProbeVariant::fa2, fr::Variant::fa2_fwd, "fa2"};
-  if (v == "bwd" || v == "bwd_two_kernel") return {fc::ProbeVariant::bwd_two_kernel, fr::Variant::bwd_two_kernel, "bwd"};
-  if (v == "atomic" || v == "bwd_atomic") return {fc::ProbeVariant::bwd_atomic, fr::Variant::bwd_atomic, "atomic"};
-  throw UsageError("--variant '" + v + "' has no CUDA kernels", "choose naive, fa1, fa2, bwd or atomic");
+  return "?";
 }
 
 // One row of the per-kernel table.
@@ -116,7 +48,7 @@ struct Row {
 double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
 // The GPU kernels re-read some operands the reference's model counts once; state exactly how much.
-double tiling_extra_read(const std::string& kernel, const fr::AttentionConfig& cfg, int fa1_split) {
+double tiling_extra_read(const std::string& kernel, const fr::AttentionProblem& cfg, int fa1_split) {
   const double bh = double(cfg.batch * cfg.heads), nd = double(cfg.seq * cfg.head_dim), e = 4.0;
   const double Tr = double(cfg.Tr());
   if (kernel == "naive_scores_kernel" || kernel == "naive_pv_kernel") return (Tr - 1) * nd * e * bh;  // K / V per query tile
@@ -127,9 +59,9 @@ double tiling_extra_read(const std::string& kernel, const fr::AttentionConfig& c
     for (std::size_t first = 0; first < cfg.Tr(); first += per) {
       const std::size_t last_tile = std::min(cfg.Tr(), first + per) - 1;
       const std::size_t c = fr::visible_key_tiles(cfg, last_tile);
-      rows += double(std::min(cfg.seq, c * cfg.block_n));
+      rows += double(std::min(cfg.seq, c * cfg.Bc));
     }
-    base_rows = double(std::min(cfg.seq, fr::visible_key_tiles(cfg, cfg.Tr() - 1) * cfg.block_n));
+    base_rows = double(std::min(cfg.seq, fr::visible_key_tiles(cfg, cfg.Tr() - 1) * cfg.Bc));
     return 2.0 * (rows - base_rows) * double(cfg.head_dim) * e * bh;
   }
   return 0.0;
@@ -151,7 +83,7 @@ std::string pct(double x) {
 }
 
 // One line on each gap between model, L2 and DRAM, from the measured numbers.
-std::string explain(const Row& r, const fr::AttentionConfig& cfg, int fa1_split) {
+std::string explain(const Row& r, const fr::AttentionProblem& cfg, int fa1_split) {
   std::ostringstream os;
   if (r.kernel == "naive_scores_kernel")
     os << "K re-read by each of Tr=" << cfg.Tr() << " query-tile blocks (the model reads K once); ";
@@ -198,15 +130,11 @@ struct Measured {
   std::vector<std::string> unavailable;
 };
 
-Measured measure(const VariantPick& v, const fr::AttentionConfig& cfg, const fc::Options& opt) {
+Measured measure(fr::Algorithm algorithm, const fr::AttentionProblem& cfg) {
   fc::ProbeConfig pc;
-  pc.batch = int(cfg.batch);
-  pc.seq = int(cfg.seq);
-  pc.heads = int(cfg.heads);
-  pc.head_dim = int(cfg.head_dim);
-  pc.options = opt;
-  const fc::ProbeResult res = fc::measure_attention(v.probe, pc);
-  const auto model = fr::attention_traffic_kernels(v.model, cfg);
+  pc.problem = cfg;
+  const fc::ProbeResult res = fc::measure_attention(algorithm, pc);
+  const auto model = fr::attention_traffic_kernels(algorithm, cfg);
   if (model.size() != res.kernels.size())
     throw std::runtime_error("model has " + std::to_string(model.size()) + " kernels, the GPU ran " +
                              std::to_string(res.kernels.size()));
@@ -221,7 +149,7 @@ Measured measure(const VariantPick& v, const fr::AttentionConfig& cfg, const fc:
     const fr::Traffic& t = model[k].traffic;
     r.model_read = double(t.total_read_bytes());
     r.model_write = double(t.total_write_bytes());
-    if (v.model == fr::Variant::bwd_atomic && r.kernel == "bwd_atomic_kernel") {
+    if (algorithm == fr::Algorithm::bwd_atomic && r.kernel == "bwd_atomic_kernel") {
       // dQ's read-modify-write is done by atomics in L2: compare it with the atomic column.
       // The RED returns no data (no L2->SM read), its payload crosses to L2 like a store: so the
       // model's dQ reads leave the read column, its dQ writes stay in the SM->L2 write column.
@@ -235,9 +163,9 @@ Measured measure(const VariantPick& v, const fr::AttentionConfig& cfg, const fc:
   return out;
 }
 
-void print_table(std::ostream& os, const fr::AttentionConfig& cfg, const VariantPick& v, const Measured& m) {
-  os << "\n" << v.name << "  " << cfg.str();
-  if (v.probe == fc::ProbeVariant::fa1) os << "  (FA1 query split " << m.fa1_split << ")";
+void print_table(std::ostream& os, const fr::AttentionProblem& cfg, fr::Algorithm v, const Measured& m) {
+  os << "\n" << short_name(v) << "  " << cfg.str();
+  if (v == fr::Algorithm::fa1_fwd) os << "  (FA1 query split " << m.fa1_split << ")";
   os << "  [CUPTI passes per metric " << m.passes << "]\n";
   char line[512];
   std::snprintf(line, sizeof line, "%-22s %11s %11s %11s %11s %11s %7s %7s %11s %11s %11s %11s %9s\n", "kernel",
@@ -268,10 +196,10 @@ void print_csv_header(std::ostream& os) {
         "dram_write_bytes,model_atomic_bytes,l2_atomic_bytes,duration_ns\n";
 }
 
-void print_csv(std::ostream& os, const fr::AttentionConfig& cfg, const VariantPick& v, const Measured& m) {
+void print_csv(std::ostream& os, const fr::AttentionProblem& cfg, fr::Algorithm v, const Measured& m) {
   for (const auto& r : m.rows)
-    os << v.name << "," << cfg.seq << "," << cfg.heads << "," << cfg.head_dim << "," << cfg.block_m << ","
-       << cfg.block_n << "," << (cfg.causal ? 1 : 0) << "," << r.kernel << "," << r.model_read << "," << r.tiled_read
+    os << short_name(v) << "," << cfg.seq << "," << cfg.heads << "," << cfg.head_dim << "," << cfg.Br << ","
+       << cfg.Bc << "," << (cfg.causal ? 1 : 0) << "," << r.kernel << "," << r.model_read << "," << r.tiled_read
        << "," << r.m.l2_read_bytes << "," << r.m.lts_read_bytes << "," << r.m.dram_read_bytes << "," << r.model_write
        << "," << r.m.l2_write_bytes << "," << r.m.lts_write_bytes << "," << r.m.dram_write_bytes << ","
        << r.model_atomic << "," << r.m.l2_atomic_bytes << "," << r.m.duration_ns << "\n";
@@ -300,46 +228,22 @@ double total_time(const Measured& m) {
 
 }  // namespace
 
-int cuda_traffic_attention(const po::variables_map& vm) {
-  const std::vector<int> seqs = parse_seq_list(get_string(vm, "seq", "4096"));
-  const long long heads = get_int(vm, "heads", 16), dim = get_int(vm, "dim", 64);
-  const long long bm = get_int(vm, "block-m", 64), bn = get_int(vm, "block-n", 32);
-  require_range("--heads", heads, 1, 65535);
-  require_range("--dim", dim, 1, 256);
-  require_range("--block-m", bm, 1, 128);
-  require_range("--block-n", bn, 1, 128);
-  const std::string dtype = get_string(vm, "dtype", "fp32");
-  if (dtype != "fp32")
-    throw UsageError("--dtype " + dtype + ": the CUDA kernels are fp32 (clear kernels on CUDA cores)",
+int cuda_traffic_attention(const fr::AttentionProblem& problem, const std::vector<std::size_t>& seqs,
+                           std::optional<fr::Algorithm> algorithm, bool csv) {
+  if (problem.dtype != fr::Dtype::fp32)
+    throw UsageError(std::string("--dtype ") + std::string(fr::dtype_name(problem.dtype)) +
+                         ": the CUDA kernels measured here are the clear fp32 kernels",
                      "use --dtype fp32 with --device cuda");
   // No --variant: measure naive and fa2 side by side (the sweep table), like the CPU default.
-  const std::string vname = get_string(vm, "variant", "");
-  const VariantPick v = parse_variant(vname.empty() ? "naive" : vname);
-  const long long batch = get_int(vm, "batch", 1);
-  require_range("--batch", batch, 1, 65535);
-  const bool csv = get_switch(vm, "csv");
-  const bool causal = get_switch(vm, "causal");
-
+  const fr::Algorithm v = algorithm.value_or(fr::Algorithm::naive_fwd);
   std::string why;
   if (!fc::device_available(&why)) {
     std::cerr << "error: --device cuda: " << why << "\nhint: run on a machine with an NVIDIA GPU, or use --device cpu\n";
     return kFailed;
   }
-
-  fc::Options opt;
-  opt.block_m = int(bm);
-  opt.block_n = int(bn);
-  opt.causal = causal;
-  auto config_for = [&](int n) {
-    fr::AttentionConfig cfg;
-    cfg.batch = std::size_t(batch);
-    cfg.seq = std::size_t(n);
-    cfg.heads = std::size_t(heads);
-    cfg.head_dim = std::size_t(dim);
-    cfg.block_m = std::size_t(bm);
-    cfg.block_n = std::size_t(bn);
-    cfg.causal = causal;
-    cfg.dtype = fr::Dtype::fp32;
+  auto config_for = [&](std::size_t n) {
+    fr::AttentionProblem cfg = problem;
+    cfg.seq = n;
     return cfg;
   };
 
@@ -352,37 +256,39 @@ int cuda_traffic_attention(const po::variables_map& vm) {
        << "and the SMs; L2 slice = sectors counted at the L2 slices; DRAM = HBM bytes. L2 is flushed (256 MiB\n"
        << "write + read) before every measured kernel; one CUPTI metric per replay-free session.\n";
 
-  const bool sweep = (seqs.size() > 1 || vname.empty()) && (v.probe == fc::ProbeVariant::naive || v.probe == fc::ProbeVariant::fa2);
+  const bool sweep =
+      (seqs.size() > 1 || !algorithm) && (v == fr::Algorithm::naive_fwd || v == fr::Algorithm::fa2_fwd);
   struct SweepRow {
-    int n;
+    std::size_t n;
     Measured naive, flash;
   };
   std::vector<SweepRow> sweep_rows;
-  for (int n : seqs) {
-    const fr::AttentionConfig cfg = config_for(n);
-    Measured m = measure(v, cfg, opt);
+  for (std::size_t n : seqs) {
+    const fr::AttentionProblem cfg = config_for(n);
+    Measured m = measure(v, cfg);
     if (csv) print_csv(os, cfg, v, m);
     else print_table(os, cfg, v, m);
     if (sweep) {
-      const VariantPick other = parse_variant(v.probe == fc::ProbeVariant::naive ? "fa2" : "naive");
-      Measured o = measure(other, cfg, opt);
+      const fr::Algorithm other = v == fr::Algorithm::naive_fwd ? fr::Algorithm::fa2_fwd : fr::Algorithm::naive_fwd;
+      Measured o = measure(other, cfg);
       if (csv) print_csv(os, cfg, other, o);
       else print_table(os, cfg, other, o);
-      if (v.probe == fc::ProbeVariant::naive) sweep_rows.push_back({n, std::move(m), std::move(o)});
+      if (v == fr::Algorithm::naive_fwd) sweep_rows.push_back({n, std::move(m), std::move(o)});
       else sweep_rows.push_back({n, std::move(o), std::move(m)});
     }
     os.flush();
   }
   if (sweep && !csv) {
-    os << "\nnaive vs flash (fa2) forward, total bytes read + written, B=" << batch << " H=" << heads << " d=" << dim << " Br=" << bm
-       << " Bc=" << bn << (causal ? " causal" : "") << "\n";
+    os << "\nnaive vs flash (fa2) forward, total bytes read + written, B=" << problem.batch << " H=" << problem.heads
+       << " d=" << problem.head_dim << " Br=" << problem.Br << " Bc=" << problem.Bc
+       << (problem.causal ? " causal" : "") << "\n";
     char line[512];
     std::snprintf(line, sizeof line, "%7s %12s %12s %8s %12s %12s %8s %12s %12s %8s %10s %10s\n", "N", "model naive",
                   "model flash", "ratio", "L2 naive", "L2 flash", "ratio", "DRAM naive", "DRAM flash", "ratio",
                   "ms naive", "ms flash");
     os << line;
     for (const auto& s : sweep_rows) {
-      std::snprintf(line, sizeof line, "%7d %12s %12s %8.2f %12s %12s %8.2f %12s %12s %8.2f %10.3f %10.3f\n", s.n,
+      std::snprintf(line, sizeof line, "%7zu %12s %12s %8.2f %12s %12s %8.2f %12s %12s %8.2f %10.3f %10.3f\n", s.n,
                     human(total_model(s.naive)).c_str(), human(total_model(s.flash)).c_str(),
                     ratio(total_model(s.naive), total_model(s.flash)), human(total_l2(s.naive)).c_str(),
                     human(total_l2(s.flash)).c_str(), ratio(total_l2(s.naive), total_l2(s.flash)),

@@ -5,10 +5,19 @@
 
 #include "cli.hpp"
 
+#include "flashlab/reference/attention_problem.hpp"
+
+#include <cstddef>
+#include <optional>
+#include <vector>
+
 namespace flashlab::app {
 
-/// Runs the CUDA kernels named by the parsed `traffic attention` flags, measures them with
-/// CUPTI, and prints model vs measured L2 and DRAM bytes. Returns an exit code.
-int cuda_traffic_attention(const po::variables_map& vm);
+/// Runs the clear CUDA kernels of `algorithm` on `problem` once per N of `seqs` (the problem's
+/// `seq` replaced), measures them with CUPTI, and prints model vs measured L2 and DRAM bytes (a
+/// table, or CSV when `csv`). Without an algorithm it measures naive_fwd and fa2_fwd side by side
+/// and adds the naive-vs-flash sweep table. Returns an exit code.
+int cuda_traffic_attention(const ref::AttentionProblem& problem, const std::vector<std::size_t>& seqs,
+                           std::optional<ref::Algorithm> algorithm, bool csv);
 
 }  // namespace flashlab::app

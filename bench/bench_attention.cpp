@@ -2,7 +2,7 @@
 // flash FA2 (Br × Bc tiles, online softmax) vs FA1, float32, one thread.
 //
 // Manual. `bench_attention [N] [d] [runs] [Br] [Bc]` (defaults 4096 64 7 64 64, one head). Each
-// variant runs once to warm up, then `runs` times; the median wall time is printed with the
+// algorithm runs once to warm up, then `runs` times; the median wall time is printed with the
 // command line. The target: flash forward within 2× the naive forward at N = 4096,
 // d = 64. Notes: the naive version runs two large Eigen GEMMs but writes and re-reads the N × N
 // matrices S and P (64 MiB each at N = 4096 in float32), which do not fit in cache; the flash loop
@@ -49,17 +49,18 @@ std::size_t arg(int argc, char** argv, int i, std::size_t fallback) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  AttentionConfig cfg;
+  AttentionProblem cfg;
   cfg.seq = arg(argc, argv, 1, 4096);
   cfg.head_dim = arg(argc, argv, 2, 64);
   const int runs = static_cast<int>(arg(argc, argv, 3, 7));
-  cfg.block_m = arg(argc, argv, 4, 64);
-  cfg.block_n = arg(argc, argv, 5, 64);
+  cfg.Br = arg(argc, argv, 4, kDefaultBr);
+  cfg.Bc = arg(argc, argv, 5, kDefaultBc);
   cfg.heads = 1;
   cfg.batch = 1;
+  cfg.validate();
 
-  std::cout << "command: bench_attention " << cfg.seq << " " << cfg.head_dim << " " << runs << " " << cfg.block_m << " "
-            << cfg.block_n << "\n";
+  std::cout << "command: bench_attention " << cfg.seq << " " << cfg.head_dim << " " << runs << " " << cfg.Br << " "
+            << cfg.Bc << "\n";
   std::cout << "config:  " << cfg.str() << ", float32 arithmetic, one thread, median of " << runs << " runs\n";
 
   Tensor<float> Q(cfg.q_shape()), K(cfg.kv_shape()), V(cfg.kv_shape());
@@ -74,11 +75,11 @@ int main(int argc, char** argv) {
 
   const auto total = [](const Traffic& t) { return t.total_read_bytes() + t.total_write_bytes(); };
   std::cout << "naive forward (Eigen, S and P materialised): " << naive << " ms   modelled HBM bytes "
-            << total(attention_traffic_formula(Variant::naive_fwd, cfg)) << "\n";
+            << total(attention_traffic_formula(Algorithm::naive_fwd, cfg)) << "\n";
   std::cout << "flash forward FA2 (Br x Bc tiles):           " << fa2 << " ms   modelled HBM bytes "
-            << total(attention_traffic_formula(Variant::fa2_fwd, cfg)) << "\n";
+            << total(attention_traffic_formula(Algorithm::fa2_fwd, cfg)) << "\n";
   std::cout << "flash forward FA1 (KV outer):                " << fa1 << " ms   modelled HBM bytes "
-            << total(attention_traffic_formula(Variant::fa1_fwd, cfg)) << "\n";
+            << total(attention_traffic_formula(Algorithm::fa1_fwd, cfg)) << "\n";
   std::cout << "FA2 / naive time: " << fa2 / naive << "  (target: at most 2)\n";
   std::cout << "(checksum " << sink << ")\n";
   return 0;

@@ -1,9 +1,9 @@
 // bench_attention_fast.cu — a thin driver over flashlab::cuda::bench_attention_forward
 // (cuda/src/bench.cpp), the same harness as `flashlab bench attention`, which is the command to
-// use (it validates its flags and prints a table or CSV). This program stays for the
-// hand-compiled tile experiments of cuda/FAST_NOTES.md: link it with a variant's object.
+// use (it validates its flags and prints a table or CSV). This program is a small standalone
+// timer of the forward, handy when trying a new tile tuple without rebuilding the CLI.
 //
-// Method (issue 7), see flashlab/cuda/bench.hpp: per shape 3 warm-ups, then --reps (default 30)
+// Method, see flashlab/cuda/bench.hpp: per shape 3 warm-ups, then --reps (default 30)
 // launches each timed alone with CUDA events, L2 flushed before each, inputs rotated over 3 sets;
 // median/min/max ms, TFLOP/s (4·N²·d·H·B, halved for causal), effective GB/s (Q, K, V, O, LSE).
 //
@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
       for (int c : parse_list(argv[++a])) b.causal.push_back(c != 0);
     } else if (arg == "--dtype" && has_value) {
       const std::string dt = argv[++a];
-      b.dtype = dt == "fp16" ? fc::FastDtype::fp16 : fc::FastDtype::bf16;
+      b.dtype = dt == "fp16" ? flashlab::ref::Dtype::fp16 : flashlab::ref::Dtype::bf16;
     } else {
       std::fprintf(stderr, "error: unknown or incomplete argument '%s' (hint: --csv F --reps R --seq a,b --dim 64,128 --causal 0,1 --dtype bf16; or use `flashlab bench attention`)\n", arg.c_str());
       return 2;
@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: cannot write %s\n", csv_path);
     return 1;
   }
-  const char* dt = b.dtype == fc::FastDtype::bf16 ? "bf16" : "fp16";
+  const char* dt = b.dtype == flashlab::ref::Dtype::bf16 ? "bf16" : "fp16";
   try {
     std::string why;
     if (!fc::device_available(&why)) {
@@ -70,13 +70,13 @@ int main(int argc, char** argv) {
     if (csv) std::fprintf(csv, "dtype,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps\n");
     std::printf("%-5s %4s %6s %6s %10s %9s %9s\n", "dtype", "d", "causal", "N", "ms", "TFLOP/s", "GB/s");
     fc::bench_attention_forward(b, [&](const fc::AttentionBenchRow& r) {
-      const auto& c = r.config;
-      std::printf("%-5s %4d %6d %6d %10.4f %9.1f %9.1f\n", dt, c.head_dim, int(c.causal), c.seq, r.median_ms, r.tflops,
-                  r.gbps);
+      const auto& c = r.problem;
+      std::printf("%-5s %4zu %6d %6zu %10.4f %9.1f %9.1f\n", dt, c.head_dim, int(c.causal), c.seq, r.median_ms,
+                  r.tflops, r.gbps);
       std::fflush(stdout);
       if (csv)
-        std::fprintf(csv, "%s,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%.3f,%.1f\n", dt, c.head_dim, int(c.causal), c.seq, c.heads,
-                     c.batch, r.median_ms, r.min_ms, r.max_ms, r.tflops, r.gbps);
+        std::fprintf(csv, "%s,%zu,%d,%zu,%zu,%zu,%.6f,%.6f,%.6f,%.3f,%.1f\n", dt, c.head_dim, int(c.causal), c.seq,
+                     c.heads, c.batch, r.median_ms, r.min_ms, r.max_ms, r.tflops, r.gbps);
     });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -1,4 +1,4 @@
-// attention_bwd.cu — FlashAttention backward as three kernels (seed 001, "Backward Pass"):
+// attention_bwd.cu — FlashAttention backward as three kernels (the Triton walkthrough, "Backward Pass"):
 //
 //   1. bwd_preprocess_kernel  D_i = rowsum(dO_i ∘ O_i)                 (the O(N·d) D trick)
 //   2. bwd_dq_kernel          one block per Q_i, loop over K_j, V_j:  dQ_i = Σ_j dS_ij K_j
@@ -37,10 +37,10 @@ __global__ void bwd_preprocess_kernel(Problem p, const float* __restrict__ O, co
                                       float* __restrict__ D) {
   __shared__ float D_i[128];  // BLOCK_M <= 128 (make_problem checks)
   const int h = blockIdx.y, b = blockIdx.z;
-  const int row0 = blockIdx.x * p.block_m;
+  const int row0 = blockIdx.x * p.Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   const std::size_t stride = p.row_stride(), base = p.head_offset(b, h);
-  for (int r = warp; r < p.block_m; r += warps) {
+  for (int r = warp; r < p.Br; r += warps) {
     const int row = row0 + r;
     if (row >= p.seq) break;
     float sum = 0.f;
@@ -52,7 +52,7 @@ __global__ void bwd_preprocess_kernel(Problem p, const float* __restrict__ O, co
     if (lane == 0) D_i[r] = sum;
   }
   __syncthreads();  // every row's D_i is in SRAM before the block stores them together
-  for (int r = threadIdx.x; r < p.block_m; r += blockDim.x)
+  for (int r = threadIdx.x; r < p.Br; r += blockDim.x)
     if (row0 + r < p.seq) D[p.stat_offset(b, h) + row0 + r] = D_i[r];  // D_i: SRAM → HBM
 }
 
@@ -61,7 +61,7 @@ __global__ void bwd_preprocess_kernel(Problem p, const float* __restrict__ O, co
 __global__ void bwd_dq_kernel(Problem p, const float* __restrict__ Q, const float* __restrict__ K,
                               const float* __restrict__ V, const float* __restrict__ dO, const float* __restrict__ LSE,
                               const float* __restrict__ D, float* __restrict__ dQ) {
-  const int Br = p.block_m, Bc = p.block_n, d = p.head_dim, N = p.seq;
+  const int Br = p.Br, Bc = p.Bc, d = p.head_dim, N = p.seq;
   const int ld = smem_pitch(d), sp = Bc + 1;
   const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int row0 = i * Br;
@@ -80,13 +80,15 @@ __global__ void bwd_dq_kernel(Problem p, const float* __restrict__ Q, const floa
   // Load Q_i, dO_i, LSE_i, D_i: HBM → SRAM, once. dQ_i = 0 in SRAM.
   load_rows(Q_i, ld, Q + base, stride, row0, Br, N, d);
   load_rows(dO_i, ld, dO + base, stride, row0, Br, N, d);
-  load_stats(LSE_i, LSE + sbase, row0, Br, N);
+  load_lse(LSE_i, LSE + sbase, row0, Br, N);
   load_stats(D_i, D + sbase, row0, Br, N);
   fill_tile(dQ_i, Br * ld, 0.f);
   __syncthreads();  // the resident tiles are complete before the loop reads them
 
   const int n_end = p.causal ? min(N, row0 + Br) : N;  // causal: skip fully masked key tiles
-  for (int start_n = 0; start_n < n_end; start_n += Bc) {
+  const int Tc = (n_end + Bc - 1) / Bc;  // key tiles this block visits
+  for (int j = 0; j < Tc; ++j) {
+    const int start_n = j * Bc;  // first key of K_j
     // Load K_j, V_j: HBM → SRAM.
     load_rows(K_j, ld, K + base, stride, start_n, Bc, N, d);
     load_rows(V_j, ld, V + base, stride, start_n, Bc, N, d);
@@ -125,7 +127,7 @@ __global__ void bwd_dkdv_kernel(Problem p, const float* __restrict__ Q, const fl
                                 const float* __restrict__ V, const float* __restrict__ dO,
                                 const float* __restrict__ LSE, const float* __restrict__ D, float* __restrict__ dK,
                                 float* __restrict__ dV) {
-  const int Br = p.block_m, Bc = p.block_n, d = p.head_dim, N = p.seq;
+  const int Br = p.Br, Bc = p.Bc, d = p.head_dim, N = p.seq;
   const int ld = smem_pitch(d), sp = Bc + 1;
   const int j = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int start_n = j * Bc;  // first key row of K_j
@@ -152,12 +154,13 @@ __global__ void bwd_dkdv_kernel(Problem p, const float* __restrict__ Q, const fl
 
   // Causal: query tiles that end before this key tile starts see none of it — start at the
   // tile holding row start_n.
-  const int m_begin = p.causal ? (start_n / Br) * Br : 0;
-  for (int row0 = m_begin; row0 < N; row0 += Br) {
+  const int i_begin = p.causal ? start_n / Br : 0;
+  for (int i = i_begin; i < p.Tr(); ++i) {
+    const int row0 = i * Br;  // first query row of Q_i
     // Load Q_i, dO_i, LSE_i, D_i: HBM → SRAM.
     load_rows(Q_i, ld, Q + base, stride, row0, Br, N, d);
     load_rows(dO_i, ld, dO + base, stride, row0, Br, N, d);
-    load_stats(LSE_i, LSE + sbase, row0, Br, N);
+    load_lse(LSE_i, LSE + sbase, row0, Br, N);
     load_stats(D_i, D + sbase, row0, Br, N);
     __syncthreads();  // Q_i, dO_i, LSE_i, D_i (and, first time, K_j, V_j, dK_j, dV_j) are complete
 
@@ -198,7 +201,7 @@ __global__ void bwd_dkdv_kernel(Problem p, const float* __restrict__ Q, const fl
 // Launchers.
 
 void launch_bwd_preprocess(const Problem& p, const float* O, const float* dO, float* D) {
-  const dim3 grid(p.num_m_tiles(), p.heads, p.batch);
+  const dim3 grid(p.Tr(), p.heads, p.batch);
   announce("bwd_preprocess_kernel");
   bwd_preprocess_kernel<<<grid, kThreads>>>(p, O, dO, D);
   FLASHLAB_CUDA_CHECK_LAUNCH("bwd_preprocess_kernel");
@@ -208,11 +211,11 @@ void launch_bwd_dq(const Problem& p, const float* Q, const float* K, const float
                    const float* LSE, const float* D, float* dQ) {
   const std::size_t ld = smem_pitch(p.head_dim);
   const std::size_t smem =
-      ((3 * std::size_t(p.block_m) + 2 * std::size_t(p.block_n)) * ld + std::size_t(p.block_m) * (p.block_n + 1) +
-       2 * std::size_t(p.block_m)) *
+      ((3 * std::size_t(p.Br) + 2 * std::size_t(p.Bc)) * ld + std::size_t(p.Br) * (p.Bc + 1) +
+       2 * std::size_t(p.Br)) *
       sizeof(float);
   set_smem(reinterpret_cast<const void*>(&bwd_dq_kernel), smem, "bwd_dq_kernel", p);
-  const dim3 grid(p.num_m_tiles(), p.heads, p.batch);
+  const dim3 grid(p.Tr(), p.heads, p.batch);
   announce("bwd_dq_kernel");
   bwd_dq_kernel<<<grid, kThreads, smem>>>(p, Q, K, V, dO, LSE, D, dQ);
   FLASHLAB_CUDA_CHECK_LAUNCH("bwd_dq_kernel");
@@ -221,15 +224,15 @@ void launch_bwd_dq(const Problem& p, const float* Q, const float* K, const float
 /// Shared floats of bwd_dkdv_kernel and bwd_atomic_kernel (the same tiles).
 std::size_t bwd_dkdv_smem_floats(const Problem& p) {
   const std::size_t ld = smem_pitch(p.head_dim);
-  return (4 * std::size_t(p.block_n) + 2 * std::size_t(p.block_m)) * ld +
-         2 * std::size_t(p.block_m) * (p.block_n + 1) + 2 * std::size_t(p.block_m);
+  return (4 * std::size_t(p.Bc) + 2 * std::size_t(p.Br)) * ld +
+         2 * std::size_t(p.Br) * (p.Bc + 1) + 2 * std::size_t(p.Br);
 }
 
 void launch_bwd_dkdv(const Problem& p, const float* Q, const float* K, const float* V, const float* dO,
                      const float* LSE, const float* D, float* dK, float* dV) {
   const std::size_t smem = bwd_dkdv_smem_floats(p) * sizeof(float);
   set_smem(reinterpret_cast<const void*>(&bwd_dkdv_kernel), smem, "bwd_dkdv_kernel", p);
-  const dim3 grid(p.num_n_tiles(), p.heads, p.batch);
+  const dim3 grid(p.Tc(), p.heads, p.batch);
   announce("bwd_dkdv_kernel");
   bwd_dkdv_kernel<<<grid, kThreads, smem>>>(p, Q, K, V, dO, LSE, D, dK, dV);
   FLASHLAB_CUDA_CHECK_LAUNCH("bwd_dkdv_kernel");

@@ -1,4 +1,4 @@
-// attention_bwd_atomic.cu — FlashAttention backward as ONE kernel with atomic dQ (seed 001,
+// attention_bwd_atomic.cu — FlashAttention backward as ONE kernel with atomic dQ (the Triton walkthrough,
 // "Architecture Design: Triton vs. CUDA"; the FA2 CUDA release's choice).
 //
 // Same as bwd_dkdv_kernel in attention_bwd.cu — one block per K_j, V_j, inner loop over Q_i,
@@ -33,7 +33,7 @@ __global__ void bwd_atomic_kernel(Problem p, const float* __restrict__ Q, const 
                                   const float* __restrict__ V, const float* __restrict__ dO,
                                   const float* __restrict__ LSE, const float* __restrict__ D, float* __restrict__ dQ,
                                   float* __restrict__ dK, float* __restrict__ dV) {
-  const int Br = p.block_m, Bc = p.block_n, d = p.head_dim, N = p.seq;
+  const int Br = p.Br, Bc = p.Bc, d = p.head_dim, N = p.seq;
   const int ld = smem_pitch(d), sp = Bc + 1;
   const int j = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int start_n = j * Bc;
@@ -57,12 +57,13 @@ __global__ void bwd_atomic_kernel(Problem p, const float* __restrict__ Q, const 
   fill_tile(dK_j, Bc * ld, 0.f);
   fill_tile(dV_j, Bc * ld, 0.f);
 
-  const int m_begin = p.causal ? (start_n / Br) * Br : 0;  // causal: earlier query tiles see nothing
-  for (int row0 = m_begin; row0 < N; row0 += Br) {
+  const int i_begin = p.causal ? start_n / Br : 0;  // causal: earlier query tiles see nothing
+  for (int i = i_begin; i < p.Tr(); ++i) {
+    const int row0 = i * Br;  // first query row of Q_i
     // Load Q_i, dO_i, LSE_i, D_i: HBM → SRAM.
     load_rows(Q_i, ld, Q + base, stride, row0, Br, N, d);
     load_rows(dO_i, ld, dO + base, stride, row0, Br, N, d);
-    load_stats(LSE_i, LSE + sbase, row0, Br, N);
+    load_lse(LSE_i, LSE + sbase, row0, Br, N);
     load_stats(D_i, D + sbase, row0, Br, N);
     __syncthreads();  // Q_i, dO_i, LSE_i, D_i (and, first time, K_j, V_j, dK_j, dV_j) are complete
 
@@ -119,7 +120,7 @@ void launch_bwd_atomic(const Problem& p, const float* Q, const float* K, const f
                        const float* LSE, const float* D, float* dQ, float* dK, float* dV) {
   const std::size_t smem = bwd_dkdv_smem_floats(p) * sizeof(float);
   set_smem(reinterpret_cast<const void*>(&bwd_atomic_kernel), smem, "bwd_atomic_kernel", p);
-  const dim3 grid(p.num_n_tiles(), p.heads, p.batch);
+  const dim3 grid(p.Tc(), p.heads, p.batch);
   announce("bwd_atomic_kernel");
   bwd_atomic_kernel<<<grid, kThreads, smem>>>(p, Q, K, V, dO, LSE, D, dQ, dK, dV);
   FLASHLAB_CUDA_CHECK_LAUNCH("bwd_atomic_kernel");

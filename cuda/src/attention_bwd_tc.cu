@@ -1,18 +1,18 @@
-// attention_bwd_tc.cu — fast FlashAttention backward on tensor cores, two-kernel design (issue 7),
-// and the host API of both backward designs (fast_attention.hpp: FastBackwardDesign). The atomic
+// attention_bwd_tc.cu — fast FlashAttention backward on tensor cores, two-kernel design, and the
+// host API of both backward designs (fast_attention.hpp: ref::Algorithm::bwd_*). The atomic
 // design (one kernel per K_j/V_j block, dQ by fp32 atomics; faster, the default) is in
 // attention_bwd_tc_atomic.cu; the pieces both use (D preprocessing kernel, tile loader, stores)
 // are in attention_bwd_tc.cuh.
 //
 // What it does: the algorithm, loop order and names of the clear fp32 backward
-// (attention_bwd.cu, seed 001 "Backward Pass"), with bf16 or fp16 inputs and the matrix products
+// (attention_bwd.cu, the Triton walkthrough "Backward Pass"), with bf16 or fp16 inputs and the matrix products
 // done by `mma.sync.aligned.m16n8k16` (fp32 accumulation), as in attention_fwd_tc.cu:
 //   1. fast_bwd_preprocess_kernel  D_i = rowsum(dO_i ∘ O_i) in fp32           (the O(N·d) D trick)
 //   2. fast_bwd_dq_kernel          one block per Q_i (Q_i, dO_i resident), loop over K_j, V_j:
 //                                  dQ_i = scale · Σ_j dS_ij K_j
 //   3. fast_bwd_dkdv_kernel        one block per K_j, V_j (resident), loop over Q_i, dO_i:
 //                                  dV_j = Σ_i P_ijᵀ dO_i,  dK_j = scale · Σ_i dS_ijᵀ Q_i
-// with, recomputed in registers from the forward's base-2 LSE (seed 001):
+// with, recomputed in registers from the forward's base-2 LSE (the Triton walkthrough):
 //   S_ij  = Q_i K_jᵀ (raw),  P_ij = 2^(S_ij · scale·log2 e − LSE_i)  (masked → P = 0, the NaN hazard),
 //   dP_ij = dO_i V_jᵀ,       dS_ij = P_ij ∘ (dP_ij − D_i)   (the scale is applied once, at the store).
 //
@@ -37,27 +37,17 @@
 // It never produces S, P, dP or dS outside registers. dQ, dK, dV are written once in the input
 // dtype (fp32 accumulators scaled then rounded); D in fp32.
 //
-// How to run: flashlab::cuda::fast_attention_backward(cfg, Q, K, V, O, dO, LSE) with cfg.design =
-// FastBackwardDesign::two_kernel (host vectors; O and LSE from fast_attention_forward) or
-// fast_attention_backward_device(...) on device pointers (workspace: D only);
-// fast_attention_backward_time_ms() times it; `flashlab bench attention --pass bwd --bwd-design
-// two-kernel`. Tests: tests/cuda/test_cuda_fast_bwd.cpp ([fast-bwd], both designs).
+// How to run: flashlab::cuda::fast_attention_backward(ref::Algorithm::bwd_two_kernel, problem, Q,
+// K, V, O, dO, LSE) (host vectors; O and LSE from fast_attention_forward) or
+// fast_attention_backward_device(...) on device pointers (workspace: D only); `flashlab bench
+// attention --pass bwd --bwd-design two-kernel` times it. Tests: tests/cuda/test_cuda_fast_bwd.cpp
+// ([fast-bwd], both designs).
 //
-// Honest performance notes: a first, straightforward version written for correctness: no
-// registers kept for Q_i/dO_i (K_j/V_j) fragments, single m16 tile per warp (every B fragment read
-// from SRAM feeds one mma), LSE/D re-read per step, BLOCK sizes not tuned. Registers (ptxas,
-// sm_90, no spills): dQ kernel 248 (d = 128) / 168 (d = 64), dK/dV kernel 246 / 228 — at most
-// 2 blocks (8 warps) per SM, few to hide the SRAM → register (ldmatrix) traffic (an estimate:
-// ncu was not run).
-// Measured once (2026-11-22 12:28 UTC, NVIDIA H100 80GB HBM3, `test_cuda "[fast-bwd-bench]"`,
-// fast_attention_backward_time_ms: median of 20, L2 flushed, one input set, LSE a constant rather
-// than a forward's): bf16, H = 16, N = 8192, d = 128: 8.83 ms = 155.6 TFLOP/s non-causal, 4.78 ms =
-// 143.8 TFLOP/s causal (2.5 × 4·N²·d·H FLOPs, halved for causal) — about half of SDPA's
-// FlashAttention-2 backward (311, issue 7) and of issue 7's bar (315): not met.
-// Re-measured 2026-11-22 ~13:22 UTC with `flashlab bench attention --pass bwd --seq 8192 --dim
-// 128,64 --both --bwd-design two-kernel` (median of 30, 3 input sets, real forward's O/LSE):
-// d = 128: 156.3 / 144.6 TFLOP/s (non-causal / causal), d = 64: 128.3 / 120.3 — the atomic
-// design measured 266.6 / 264.3 and 228.0 / 222.6 in the same session (1.70–1.85×).
+// Why it is slower than the atomic design: it is the straightforward version, written for
+// correctness and kept as the bit-reproducible design: no registers kept for Q_i/dO_i (K_j/V_j)
+// fragments, one m16 tile per warp (every B fragment read from SRAM feeds one mma), LSE/D re-read
+// per step, tiles not tuned, and S and dP computed twice. The dQ and dK/dV kernels need close to
+// 255 registers, so at most 2 blocks (8 warps) run per SM, few to hide the ldmatrix traffic.
 #include "attention_bwd_tc.cuh"
 #include "common.hpp"
 #include "tensor_core.cuh"
@@ -367,12 +357,13 @@ void launch_fast_bwd(const Problem& p, const BwdPointers& a, cudaStream_t stream
 
   announce("fast_bwd_dq_kernel");
   dq_kernel<<<dim3((p.seq + T::kDqBlockM - 1) / T::kDqBlockM, p.heads, p.batch), T::kThreads, T::kDqSmem,
-              stream>>>(p, Q, K, V, dO, a.LSE, a.D, static_cast<uint16_t*>(a.dQ));
+              stream>>>(p.with_tiles(T::kDqBlockM, T::kDqBlockN), Q, K, V, dO, a.LSE, a.D, static_cast<uint16_t*>(a.dQ));
   FLASHLAB_CUDA_CHECK_LAUNCH("fast_bwd_dq_kernel");
 
   announce("fast_bwd_dkdv_kernel");
   kv_kernel<<<dim3((p.seq + T::kKvBlockN - 1) / T::kKvBlockN, p.heads, p.batch), T::kThreads, T::kKvSmem,
-              stream>>>(p, Q, K, V, dO, a.LSE, a.D, static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV));
+              stream>>>(p.with_tiles(T::kKvBlockM, T::kKvBlockN), Q, K, V, dO, a.LSE, a.D, static_cast<uint16_t*>(a.dK),
+                        static_cast<uint16_t*>(a.dV));
   FLASHLAB_CUDA_CHECK_LAUNCH("fast_bwd_dkdv_kernel");
 }
 
@@ -380,14 +371,14 @@ void launch_fast_bwd(const Problem& p, const BwdPointers& a, cudaStream_t stream
 /// rounded up to 256 bytes (float4 accesses, and a cache-line start).
 std::size_t dq_accum_offset(std::size_t stats) { return (stats * sizeof(float) + 255) / 256 * 256; }
 
-Problem fast_bwd_problem(const FastBackwardConfig& cfg) {
-  (void)fast_forward_tiles(cfg.head_dim);  // throws for d ∉ {64, 128}
-  Options opt;  // make_problem validates the clear kernels' tiles: pass legal ones
-  opt.block_m = 64;
-  opt.block_n = 64;
-  opt.causal = cfg.causal;
-  opt.scale = cfg.scale;
-  return make_problem(cfg.batch, cfg.seq, cfg.heads, cfg.head_dim, opt);
+// The checked launch description of a fast backward; each launcher sets its kernels' tiles.
+Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProblem& problem) {
+  check_fast_problem(problem);
+  if (design != ref::Algorithm::bwd_two_kernel && design != ref::Algorithm::bwd_atomic)
+    throw std::invalid_argument("flashlab::cuda: fast backward: algorithm = " +
+                                std::string(ref::algorithm_name(design)) +
+                                " is not a fast backward design (hint: bwd_two_kernel or bwd_atomic)");
+  return make_problem(problem);
 }
 
 }  // namespace
@@ -395,14 +386,10 @@ Problem fast_bwd_problem(const FastBackwardConfig& cfg) {
 
 namespace flashlab::cuda {
 
-const char* to_string(FastBackwardDesign design) {
-  return design == FastBackwardDesign::atomic ? "atomic" : "two-kernel";
-}
-
-std::size_t fast_attention_backward_workspace_bytes(const FastBackwardConfig& cfg) {
-  const detail::Problem p = detail::fast_bwd_problem(cfg);
+std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const ref::AttentionProblem& problem) {
+  const detail::Problem p = detail::fast_bwd_problem(design, problem);
   const std::size_t stats = std::size_t(p.batch) * p.heads * p.seq;
-  if (cfg.design == FastBackwardDesign::two_kernel) return stats * sizeof(float);
+  if (design == ref::Algorithm::bwd_two_kernel) return stats * sizeof(float);
   // The atomic design's dQ accumulator holds whole query tiles per (b, h) (attention_bwd_tc_atomic.cu,
   // tiled layout): N rounded up to kAtomicDqTileRows.
   constexpr std::size_t kTile = detail::kAtomicDqTileRows;
@@ -411,25 +398,25 @@ std::size_t fast_attention_backward_workspace_bytes(const FastBackwardConfig& cf
   return detail::dq_accum_offset(stats) + numel * sizeof(float);
 }
 
-void fast_attention_backward_device(const FastBackwardConfig& cfg, const void* Q, const void* K, const void* V,
-                                    const void* O, const void* dO, const float* LSE, void* dQ, void* dK, void* dV,
-                                    void* workspace, void* stream) {
-  const detail::Problem p = detail::fast_bwd_problem(cfg);
+void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionProblem& problem, const void* Q,
+                                    const void* K, const void* V, const void* O, const void* dO, const float* LSE,
+                                    void* dQ, void* dK, void* dV, void* workspace, void* stream) {
+  const detail::Problem p = detail::fast_bwd_problem(design, problem);
   if (workspace == nullptr)
     throw std::invalid_argument(
         "flashlab::cuda: fast_attention_backward_device needs a workspace (hint: allocate "
-        "fast_attention_backward_workspace_bytes(cfg) bytes of device memory)");
+        "fast_attention_backward_workspace_bytes(design, problem) bytes of device memory)");
   const auto s = static_cast<cudaStream_t>(stream);
   const std::size_t stats = std::size_t(p.batch) * p.heads * p.seq;
   auto* ws = static_cast<unsigned char*>(workspace);
   float* D = reinterpret_cast<float*>(ws);
-  const bool atomic = cfg.design == FastBackwardDesign::atomic;
+  const bool atomic = design == ref::Algorithm::bwd_atomic;
   float* dQaccum = atomic ? reinterpret_cast<float*>(ws + detail::dq_accum_offset(stats)) : nullptr;
   const detail::BwdPointers a{Q, K, V, O, dO, LSE, dQ, dK, dV, D, dQaccum};
-  const bool bf16 = cfg.dtype == FastDtype::bf16;
+  const bool bf16 = problem.dtype == ref::Dtype::bf16;
   if (atomic) {
     detail::launch_fast_bwd_atomic(p, bf16, a, s);
-  } else if (cfg.head_dim == 64) {
+  } else if (p.head_dim == 64) {
     if (bf16) detail::launch_fast_bwd<64, true>(p, a, s);
     else detail::launch_fast_bwd<64, false>(p, a, s);
   } else {
@@ -438,11 +425,12 @@ void fast_attention_backward_device(const FastBackwardConfig& cfg, const void* Q
   }
 }
 
-FastBackwardResult fast_attention_backward(const FastBackwardConfig& cfg, const std::vector<std::uint16_t>& Q,
+FastBackwardResult fast_attention_backward(ref::Algorithm design, const ref::AttentionProblem& problem,
+                                           const std::vector<std::uint16_t>& Q,
                                            const std::vector<std::uint16_t>& K, const std::vector<std::uint16_t>& V,
                                            const std::vector<std::uint16_t>& O, const std::vector<std::uint16_t>& dO,
                                            const std::vector<float>& LSE) {
-  const detail::Problem p = detail::fast_bwd_problem(cfg);
+  const detail::Problem p = detail::fast_bwd_problem(design, problem);
   const std::size_t numel = std::size_t(p.batch) * p.seq * p.heads * p.head_dim;
   const std::size_t stats = std::size_t(p.batch) * p.heads * p.seq;
   auto check = [&](const char* name, std::size_t got, std::size_t want, const char* shape) {
@@ -459,7 +447,7 @@ FastBackwardResult fast_attention_backward(const FastBackwardConfig& cfg, const 
   detail::DeviceBuffer<std::uint16_t> bQ(numel), bK(numel), bV(numel), bO(numel), bdO(numel);
   detail::DeviceBuffer<std::uint16_t> bdQ(numel), bdK(numel), bdV(numel);
   detail::DeviceBuffer<float> bLSE(stats);
-  const std::size_t ws_bytes = fast_attention_backward_workspace_bytes(cfg);
+  const std::size_t ws_bytes = fast_attention_backward_workspace_bytes(design, problem);
   detail::DeviceBuffer<unsigned char> bws(ws_bytes);
   bQ.upload(Q.data());
   bK.upload(K.data());
@@ -471,8 +459,8 @@ FastBackwardResult fast_attention_backward(const FastBackwardConfig& cfg, const 
   bdK.poison();
   bdV.poison();
   bws.poison();  // D and (atomic) the dQ accumulator: NaN unless the kernels write/zero them
-  fast_attention_backward_device(cfg, bQ.get(), bK.get(), bV.get(), bO.get(), bdO.get(), bLSE.get(), bdQ.get(),
-                                 bdK.get(), bdV.get(), bws.get(), nullptr);
+  fast_attention_backward_device(design, problem, bQ.get(), bK.get(), bV.get(), bO.get(), bdO.get(), bLSE.get(),
+                                 bdQ.get(), bdK.get(), bdV.get(), bws.get(), nullptr);
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
   FastBackwardResult r;
   r.dQ.resize(numel);
@@ -484,49 +472,6 @@ FastBackwardResult fast_attention_backward(const FastBackwardConfig& cfg, const 
   bdV.download(r.dV.data());
   FLASHLAB_CUDA_CHECK(cudaMemcpy(r.D.data(), bws.get(), stats * sizeof(float), cudaMemcpyDeviceToHost));
   return r;
-}
-
-double fast_attention_backward_time_ms(const FastBackwardConfig& cfg, int reps) {
-  if (reps < 1) throw std::invalid_argument("flashlab::cuda: fast_attention_backward_time_ms needs reps ≥ 1");
-  const detail::Problem p = detail::fast_bwd_problem(cfg);
-  const std::size_t numel = std::size_t(p.batch) * p.seq * p.heads * p.head_dim;
-  const std::size_t stats = std::size_t(p.batch) * p.heads * p.seq;
-  // Inputs: a fixed pseudo-random pattern in [−1, 1) for Q, K, V, O, dO; LSE = log2(N) + 1
-  // (the values only need to be finite; the work does not depend on them).
-  std::vector<std::uint16_t> host(numel);
-  std::uint32_t state = 12345u;
-  for (auto& x : host) {
-    state = state * 1664525u + 1013904223u;
-    const float f = float(state >> 8) / float(1u << 24) * 2.f - 1.f;
-    x = cfg.dtype == FastDtype::bf16 ? float_to_bf16(f) : float_to_fp16(f);
-  }
-  detail::DeviceBuffer<std::uint16_t> bQ(numel), bK(numel), bV(numel), bO(numel), bdO(numel);
-  detail::DeviceBuffer<std::uint16_t> bdQ(numel), bdK(numel), bdV(numel);
-  detail::DeviceBuffer<float> bLSE(stats);
-  detail::DeviceBuffer<unsigned char> bws(fast_attention_backward_workspace_bytes(cfg));  // outside the timing
-  for (auto* b : {&bQ, &bK, &bV, &bO, &bdO}) b->upload(host.data());
-  const std::vector<float> lse(stats, std::log2(float(p.seq)) + 1.f);
-  bLSE.upload(lse.data());
-  detail::DeviceBuffer<unsigned char> flush(std::size_t(256) << 20);  // L2 flush (H100 L2: 50 MiB)
-  cudaEvent_t e0, e1;
-  FLASHLAB_CUDA_CHECK(cudaEventCreate(&e0));
-  FLASHLAB_CUDA_CHECK(cudaEventCreate(&e1));
-  std::vector<double> ms;
-  for (int r = -2; r < reps; ++r) {  // two untimed warm-up launches
-    FLASHLAB_CUDA_CHECK(cudaMemset(flush.get(), r & 0xff, flush.bytes()));
-    FLASHLAB_CUDA_CHECK(cudaEventRecord(e0));
-    fast_attention_backward_device(cfg, bQ.get(), bK.get(), bV.get(), bO.get(), bdO.get(), bLSE.get(), bdQ.get(),
-                                   bdK.get(), bdV.get(), bws.get(), nullptr);
-    FLASHLAB_CUDA_CHECK(cudaEventRecord(e1));
-    FLASHLAB_CUDA_CHECK(cudaEventSynchronize(e1));
-    float t = 0.f;
-    FLASHLAB_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    if (r >= 0) ms.push_back(t);
-  }
-  FLASHLAB_CUDA_CHECK(cudaEventDestroy(e0));
-  FLASHLAB_CUDA_CHECK(cudaEventDestroy(e1));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
 }
 
 }  // namespace flashlab::cuda

@@ -1,8 +1,8 @@
-// cuda/src/attention_bwd_tc.cuh — pieces shared by the two fast tensor-core backward designs
-// (issue 7): attention_bwd_tc.cu (two kernels: dQ kernel, dK/dV kernel) and
+// cuda/src/attention_bwd_tc.cuh — pieces shared by the two fast tensor-core backward designs:
+// attention_bwd_tc.cu (two kernels: dQ kernel, dK/dV kernel) and
 // attention_bwd_tc_atomic.cu (one kernel over K_j/V_j blocks, dQ accumulated in fp32 by bulk
 // asynchronous reductions in L2).
-// Seed 001, "Backward Pass": D_i = rowsum(dO_i ∘ O_i) is computed once, before either design.
+// The Triton walkthrough, "Backward Pass": D_i = rowsum(dO_i ∘ O_i) is computed once, before either design.
 // Internal to cuda/src; included by exactly those two .cu files. The device helpers and the
 // preprocess kernel sit in an unnamed namespace (each translation unit gets its own copy, as
 // they had before being shared); the host-side declarations are in detail proper.
@@ -94,7 +94,7 @@ __device__ __forceinline__ void store_rows16(uint16_t* out_head, std::size_t str
   }
 }
 
-/// D preprocessing (seed 001, "Backward Pass"). Grid (ceil(N / 64), H, B), 128 threads: one warp
+/// D preprocessing (the Triton walkthrough, "Backward Pass"). Grid (ceil(N / 64), H, B), 128 threads: one warp
 /// per row (16 rows per warp), each lane reads two adjacent elements of O and dO per 64 columns.
 /// D_i = rowsum(dO_i ∘ O_i) in fp32. HBM traffic: O and dO read once, D written once.
 template <int HEAD_DIM, bool kBf16>

@@ -1,7 +1,7 @@
-// attention_bwd_tc_atomic.cu — fast FlashAttention backward on tensor cores, ATOMIC design (issue 7).
+// attention_bwd_tc_atomic.cu — fast FlashAttention backward on tensor cores, ATOMIC design.
 //
 // WHAT. The algorithm, loop order and names of the clear fp32 atomic backward
-// (attention_bwd_atomic.cu; seed 001 "Backward Pass", and "Architecture Design: Triton vs. CUDA":
+// (attention_bwd_atomic.cu; the Triton walkthrough "Backward Pass", and "Architecture Design: Triton vs. CUDA":
 // FlashAttention-2's own CUDA backward), with bf16 or fp16 inputs and every matrix product on
 // `mma.sync.aligned.m16n8k16` (fp32 accumulation), as in attention_bwd_tc.cu. Plain sm_90 (no
 // wgmma). Four instantiations: d ∈ {64, 128} × {bf16, fp16}; causal is a run-time flag.
@@ -17,7 +17,7 @@
 // recomputes them in both its kernels: 14·N²·d).
 //
 // TILES. Bc = BLOCK_N = 128 resident keys. Br = BLOCK_M streamed query rows: 64 at d = 128 (SRAM
-// limit), 128 at d = 64 (twice the work per barrier, +8 % measured). 8 warps, 1 block per SM.
+// limit), 128 at d = 64 (twice the work per barrier, measured faster). 8 warps, 1 block per SM.
 // kWM = BLOCK_M/32 warps along the query rows, kWN = 8/kWM across. Three warp layouts per step:
 //   S, dP (BLOCK_M × 128):       kWM × kWN warps, each 32 rows × 128/kWN keys
 //                                (d = 128: 2 × 4 warps of 32 × 32; d = 64: 4 × 2 of 32 × 64);
@@ -29,7 +29,7 @@
 // Every warp holds two m16 tiles in each product, so each B fragment read from SRAM feeds two mma.
 // Grid: non-causal (Tc, H, B), so the blocks of one head run together and share Q_i, dO_i and the
 // dQaccum tiles in L2; causal (H, Tc, B), so the heaviest blocks (small j: most query tiles) start
-// first across all heads (+9–10 % causal). Causal blocks start at the first query tile that sees
+// first across all heads (measured faster for causal). Causal blocks start at the first query tile that sees
 // their keys (i_begin); earlier tiles are never loaded.
 //
 // SRAM (dynamic; 16-bit tiles swizzled in 16-byte chunks like the other fast kernels):
@@ -80,24 +80,16 @@
 // alone take 128 at d = 128), with 48 bytes of spill at d = 128 and 8 at d = 64; the spill loads
 // sit in the once-per-step prefetch branch, not in the products. Convert kernel 28.
 //
-// MEASURED (2026-11-22, round 3 run 2, NVIDIA H100 80GB HBM3; `flashlab bench attention --pass
-// bwd --seq 8192 --dim 128,64 --both --reps 30`: median of 30, L2 flushed; bf16, B = 1, H = 16,
-// N = 8192; TFLOP/s = 2.5·4·N²·d·H / time, halved for causal; SDPA FA2 bnhd in the same run):
-//   d = 128 non-causal 4.276 ms = 321.4 TFLOP/s (FA2 303.2: 1.06×)   causal 315.2 (FA2 269.1: 1.17×)
-//   d = 64  non-causal 2.305 ms = 298.1 TFLOP/s (FA2 273.9: 1.09×)   causal 287.8 (FA2 224.9: 1.28×)
-// With a per-element `visible ? 2^x : 0` (round 3 run 1): 286.2 / 281.7 / 240.3 / 232.5 TFLOP/s.
-// Issue 7's bar (≥ 315 TFLOP/s and ≥ FA2 at d = 128 non-causal) is met in this run: 321.4, 1.06×.
+// Tried and not kept, each measured slower on the H100 (the optimisation story is
+// cuda/FAST_NOTES.md): LSE/D by __ldg; dS from packed 16-bit P (spills); red.global from the warps
+// (v2, v4, or via SRAM: the dQ reductions then took about a quarter of the time); 128-byte
+// row-wise bulk reductions; 2-block clusters summing dQ in distributed shared memory; ldmatrix
+// prefetch of k-step kk+1; dQ between dV and dK, or last; the proxy fence by every lane; a
+// per-element `visible ? 2^x : 0` (ptxas puts a branch around every MUFU.EX2).
 //
-// REJECTED (measurements, predicted vs measured: cuda/results/bwd_atomic_session2.md): LSE/D by
-// __ldg (−6 %); dS from packed 16-bit P (−10 %, spills); red.global from the warps, v2, v4 or via
-// SRAM (dQ reductions ~28 % of the time; dQ first was −5 % with them); 128-B row-wise bulk
-// reductions (−7 %); 2-block clusters summing dQ in DSMEM (−19 %); ldmatrix prefetch of k-step kk+1
-// (−3 %); dQ between dV and dK or last (±0 / −8 % with the bulk path); fence by every lane (±0);
-// a per-element `visible ? 2^x : 0` (ptxas puts a branch around every MUFU.EX2; round 3).
-//
-// How to run: flashlab::cuda::fast_attention_backward(cfg, ...) with cfg.design =
-// FastBackwardDesign::atomic (the default; the host vectors API), fast_attention_backward_device(...)
-// with a workspace of fast_attention_backward_workspace_bytes(cfg) bytes, or
+// How to run: flashlab::cuda::fast_attention_backward(ref::Algorithm::bwd_atomic, problem, ...)
+// (host vectors), fast_attention_backward_device(...) with a workspace of
+// fast_attention_backward_workspace_bytes(design, problem) bytes, or
 // `flashlab bench attention --pass bwd --bwd-design atomic`. Tests: tests/cuda/test_cuda_fast_bwd.cpp.
 #include "attention_bwd_tc.cuh"
 
@@ -369,7 +361,7 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
       // of tiles and, causal, the diagonal) run it without any per-element test. In the masked
       // copy 2^x is computed for every entry and masked entries are then SELECTED to 0 (a
       // masked 2^x may be +inf; it is discarded, never multiplied: no Inf·0 → NaN). A per-element
-      // `visible ? 2^x : 0` instead compiles to a branch around every MUFU.EX2 (measured: round 3).
+      // `visible ? 2^x : 0` instead compiles to a branch around every MUFU.EX2 (measured slower).
       auto write_p_ds = [&](auto masked) {
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
@@ -471,8 +463,8 @@ void launch_atomic(const Problem& p, const BwdPointers& a, cudaStream_t stream) 
   const unsigned tc = unsigned((p.seq + T::BLOCK_N - 1) / T::BLOCK_N);
   const dim3 grid = p.causal ? dim3(p.heads, tc, p.batch) : dim3(tc, p.heads, p.batch);  // see the kernel
   kernel<<<grid, T::kThreads, T::kSmem, stream>>>(
-      p, static_cast<const uint16_t*>(a.Q), static_cast<const uint16_t*>(a.K), static_cast<const uint16_t*>(a.V),
-      static_cast<const uint16_t*>(a.dO), a.LSE, a.D, a.dQaccum, static_cast<uint16_t*>(a.dK),
+      p.with_tiles(T::BLOCK_M, T::BLOCK_N), static_cast<const uint16_t*>(a.Q), static_cast<const uint16_t*>(a.K),
+      static_cast<const uint16_t*>(a.V), static_cast<const uint16_t*>(a.dO), a.LSE, a.D, a.dQaccum, static_cast<uint16_t*>(a.dK),
       static_cast<uint16_t*>(a.dV));
   FLASHLAB_CUDA_CHECK_LAUNCH("fast_bwd_atomic_kernel");
 

@@ -1,4 +1,4 @@
-// attention_fa1_fwd.cu — FlashAttention forward in the FA1 loop order (seed 004, "outer product"
+// attention_fa1_fwd.cu — FlashAttention forward in the FA1 loop order (the toy-machine lesson, "outer product"
 // style; FlashAttention-1, Algorithm 1): the key tile is outer, the query tile inner.
 //
 //   for each key tile j:                          (K_j, V_j resident in SRAM: read once)
@@ -31,10 +31,10 @@ namespace flashlab::cuda::detail {
 __global__ void fa1_fwd_kernel(Problem p, int tiles_per_block, const float* __restrict__ Q,
                                const float* __restrict__ K, const float* __restrict__ V, float* __restrict__ O,
                                float* __restrict__ m, float* __restrict__ l, float* __restrict__ LSE) {
-  const int Br = p.block_m, Bc = p.block_n, d = p.head_dim, N = p.seq;
+  const int Br = p.Br, Bc = p.Bc, d = p.head_dim, N = p.seq;
   const int ld = smem_pitch(d), sp = Bc + 1;
   const int h = blockIdx.y, b = blockIdx.z;
-  const int Tr = p.num_m_tiles(), Tc = p.num_n_tiles();
+  const int Tr = p.Tr(), Tc = p.Tc();
   const int i_begin = blockIdx.x * tiles_per_block, i_end = min(Tr, i_begin + tiles_per_block);
   if (i_begin >= i_end) return;  // whole block leaves together: no barrier is skipped by some threads only
   const std::size_t stride = p.row_stride(), base = p.head_offset(b, h), sbase = p.stat_offset(b, h);
@@ -144,19 +144,19 @@ int fa1_auto_split(const Problem& p) {
   FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const long long heads_total = (long long)p.batch * p.heads;
   const long long want = (2LL * sms + heads_total - 1) / heads_total;  // about two blocks per SM
-  return int(std::clamp<long long>(want, 1, p.num_m_tiles()));
+  return int(std::clamp<long long>(want, 1, p.Tr()));
 }
 
 void launch_fa1_forward(const Problem& p, int query_split, const float* Q, const float* K, const float* V, float* O,
                         float* m, float* l, float* LSE) {
-  const int Tr = p.num_m_tiles();
+  const int Tr = p.Tr();
   const int split = std::clamp(query_split, 1, Tr);
   const int tiles_per_block = (Tr + split - 1) / split;
   const int blocks = (Tr + tiles_per_block - 1) / tiles_per_block;
   const std::size_t ld = smem_pitch(p.head_dim);
   const std::size_t smem =
-      ((2 * std::size_t(p.block_n) + 2 * std::size_t(p.block_m)) * ld + std::size_t(p.block_m) * (p.block_n + 1) +
-       5 * std::size_t(p.block_m)) *
+      ((2 * std::size_t(p.Bc) + 2 * std::size_t(p.Br)) * ld + std::size_t(p.Br) * (p.Bc + 1) +
+       5 * std::size_t(p.Br)) *
       sizeof(float);
   set_smem(reinterpret_cast<const void*>(&fa1_fwd_kernel), smem, "fa1_fwd_kernel", p);
   const dim3 grid(blocks, p.heads, p.batch);

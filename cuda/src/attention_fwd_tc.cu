@@ -1,67 +1,54 @@
-// attention_fwd_tc.cu — fast FlashAttention forward on tensor cores (issue 7).
+// attention_fwd_tc.cu — fast FlashAttention forward on tensor cores.
 //
 // What it does: the same algorithm, loop order and names as attention_fa2_fwd.cu (FA2 order, one
 // thread block per query tile Q_i, inner loop over key tiles K_j, V_j, online softmax in base 2,
 // LSE_i = m_i + log2(l_i) saved in fp32), but with bf16 or fp16 inputs and the work done by
 // `mma.sync.aligned.m16n8k16` (fp32 accumulation):
-//   - Tiles (FastConfig below, one tuple per head dim and causal flag, chosen by measurement,
-//     cuda/FAST_NOTES.md and cuda/results/fwd_session2_notes.md); BLOCK_M = Br = 128 and
-//     BLOCK_N = Bc = 64 everywhere:
+//   - Tiles (FastConfig below, one tuple per head dim and causal flag, chosen by measurement; the
+//     optimisation story is cuda/FAST_NOTES.md); Br = 128 and Bc = 64 everywhere:
 //       d = 128, non-causal: 4 warps × 32 query rows (two m16 tiles share every K_j/V_j fragment:
-//                half the SRAM bytes per mma), Q_i re-read from SRAM, 2 blocks/SM (255 registers,
-//                no spills, 96 KiB SRAM each), lazy rescale (below), cp.async addresses from one
-//                per-thread base (TileLoader);
+//                half the SRAM bytes per mma), Q_i re-read from SRAM, 2 blocks/SM (the register
+//                budget of 2 blocks, no spills, 96 KiB SRAM each), lazy rescale (below), cp.async
+//                addresses from one per-thread base (TileLoader);
 //       d = 128, causal:     8 warps × 16 query rows, Q_i in registers, 1 block/SM (thinner warps
-//                skip more of the masked triangle; 214 registers, 96 KiB);
-//       d = 64:              4 warps × 32 query rows, Q_i in registers, 2 blocks/SM (236/240
-//                registers, 48 KiB).
+//                skip more of the masked triangle);
+//       d = 64:              4 warps × 32 query rows, Q_i in registers, 2 blocks/SM (48 KiB SRAM).
 //     Each warp owns its query rows of Q_i, S_ij, P_ij and O_i for the whole loop.
 //   - Q_i: HBM → SRAM once (cp.async), then SRAM → registers (ldmatrix) as mma A fragments, once
 //     (Q in registers) or at every k-step of S = Q Kᵀ (Q from SRAM, when registers are short).
 //   - K_j, V_j: HBM → SRAM with cp.async, two stages: K_{j+1}, V_{j+1} are in flight while step j
-//     computes; one __syncthreads() per step. (FA2's split schedule — one K and one V buffer,
-//     two barriers per step — measured 3–6 % slower here: fwd_session2_notes.md.) SRAM tiles are
-//     XOR-swizzled in 16-byte chunks (chunk ^ (row & 7)) so both the cp.async writes and the
-//     ldmatrix reads of 8 rows hit 8 different bank groups (no padding).
+//     computes; one __syncthreads() per step (FA2's split schedule, one K and one V buffer with two
+//     barriers per step, was slower). SRAM tiles are XOR-swizzled in 16-byte chunks
+//     (chunk ^ (row & 7)) so both the cp.async writes and the ldmatrix reads of 8 rows hit 8
+//     different bank groups (no padding).
 //   - S_ij = Q_i K_jᵀ and P_ij live in registers only (mma C fragments); P_ij is rounded to 16 bits
 //     in registers and reused directly as the A fragment of O_i += P_ij V_j (V_j via ldmatrix.trans).
 //   - Scores stay raw; the base-2 scale is folded into one FMA: P = 2^(S·scale·log2 e − m_i) (ex2).
 //   - l_i is kept per thread (partial row sums) and reduced across the 4 threads of a row only at
-//     the end; 1/l_i is applied once at the end (deferred normalisation).
-//   - Lazy rescale (d = 128 non-causal): acc = diag(alpha)·acc is skipped in a step where no row of
-//     the warp got a new maximum (one warp vote; alpha = 2^0 = 1 exactly, so results are identical).
+//     the end; 1/l_i is applied once at the end (deferred normalisation), guarded: l_i = 0 (a fully
+//     masked row) gives O_i = 0 and LSE_i = −inf.
+//   - Lazy rescale (d = 128 non-causal): acc = diag(α)·acc is skipped in a step where no row of
+//     the warp got a new maximum (one warp vote; α = 2^0 = 1 exactly, so results are identical).
 //   - Causal: key tiles right of the block's last row are never loaded; inside the loop a warp
 //     whose rows see none of a tile skips its math; the mask is applied only on tiles that need
 //     it (diagonal tiles, and the ragged last tile where keys ≥ N get −inf). Causal blocks run the
 //     longest (bottom) query tiles first.
 //   - Out-of-sequence rows of Q_i, K_j, V_j are zero-filled by cp.async (src-size 0), so no stale or
-//     uninitialised SRAM (a possible NaN) reaches P·V (seed 001, "the NaN hazard").
+//     uninitialised SRAM (a possible NaN) reaches P·V.
 // It never produces S or P outside registers; O is written once in the input dtype, LSE in fp32.
 // Instantiations: d ∈ {64, 128} × {bf16, fp16} × {causal, not}: the launch picks the causal
 // instantiation from the run-time flag (each has its own tuple; inside the kernel it is constexpr).
 //
-// How to run: flashlab::cuda::fast_attention_forward(cfg, Q, K, V) (host vectors of 16-bit bit
-// patterns) or fast_attention_forward_device(...) on device pointers; `bench_cuda_attention` times
-// it and cuda/bench/sdpa_bench.py sets PyTorch SDPA beside it (cuda/bench/run_fast_on_device.sh).
+// Why not more: this is mma.sync, not Hopper's wgmma/TMA (attention_fwd_wgmma.cu is); the
+// exp2/softmax phase of a warp does not overlap its own mma phase, and O is stored straight from
+// registers (4-byte stores) rather than staged through SRAM. Interleaving exp2 with P·V as FA2's
+// Triton kernel does, a one-step-ahead S pipeline, freeing registers earlier (P packed right after
+// exp2, 32-key sub-tiles) were each measured slower under the 255-register cap and are not kept.
 //
-// Honest performance notes (measured 2026-11-22, H100 80GB HBM3, bf16, B = 1, H = 16, median of
-// 20–30 launches, L2 flushed; cuda/results/fwd_session2_notes.md). d = 128 non-causal: 352–362
-// TFLOP/s at N = 8192 and 367–368 at 16384 over four runs; in the final run 353.7 / 367.1 against
-// SDPA's FlashAttention-2 backend 357.6–358.1 / 352.8–357.5 in the same session, i.e. 0.99× at
-// N = 8192 (issue 7's "≥ FA2" is NOT met there; ≥ 350 is) and 1.03–1.04× at 16384. d = 128 causal
-// 292.2 / 324.8 (1.01–1.13× / 0.99–1.01×); d = 64 335.9 / 342.0 (1.11–1.16×), causal 267.3 / 302.6
-// (1.08–1.15×). cuDNN is 1.4–2× faster. This is mma.sync, not Hopper's wgmma/TMA; the exp2/softmax
-// phase of a warp does not overlap its own mma phase (a one-step-ahead S pipeline was tried and was
-// slower, see FAST_NOTES.md), and O is stored straight from registers (4-byte stores) rather than
-// staged through SRAM. Nsight Compute (fwd_session2_notes.md, step 6; N = 8192): FA2 and a
-// BLOCK_N = 32 variant of this kernel both issue ~1.7–1.8 instructions/cycle/SM with 2 warps per
-// scheduler and keep the tensor pipe ~51–55 % busy; FA2 interleaves its exp2 with its P·V mma in
-// one basic block, but doing the same here (the lazy-rescale vote moved up, exp2 + P·V copied into
-// both sides) costs register moves under the 255-register cap and measured 4–5 % slower. In that session (13:34 UTC) this kernel
-// ran 354.4 / 367.2 TFLOP/s at N = 8192 / 16384 against FA2's 350.8–355.8 / 354.9–361.1: still a tie
-// at 8192 (0.996–1.01×). Step 7 (same notes) measured freeing registers first — P packed right
-// after exp2, 32-key sub-tiles with their own max update, the one-block schedule on top — and every
-// variant was 1–10 % slower at d = 128, so none of them is kept in this file.
+// How to run: flashlab::cuda::fast_attention_forward(problem, kernel, Q, K, V) (host vectors of
+// 16-bit bit patterns) or fast_attention_forward_device(...) on device pointers;
+// `bench_cuda_attention` and `flashlab bench attention` time it.
+
 #include "common.hpp"
 #include "launchers.hpp"
 #include "tensor_core.cuh"
@@ -73,26 +60,6 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
-
-// Build-time switches for the optimisation experiments (cuda/FAST_NOTES.md,
-// cuda/results/fwd_session2_notes.md); the defaults are the measured best. Per head dim (and per
-// causal flag): warps per block, m16 tiles (16 query rows each) per warp, BLOCK_N, Q_i fragments
-// re-read from SRAM (1) or kept in registers (0), min blocks per SM, K_j/V_j stages (≥ 2, a ring),
-// [lazy rescale (1) or not (0), cp.async per-thread base (1) or per chunk (0)].
-#ifndef FLASHLAB_FAST_D64
-#define FLASHLAB_FAST_D64 4, 2, 64, 0, 2, 2
-#endif
-#ifndef FLASHLAB_FAST_D128
-#define FLASHLAB_FAST_D128 4, 2, 64, 1, 2, 2, 1, 1
-#endif
-// Causal launches have their own tuple (same BLOCK_M and BLOCK_N): a warp skips key tiles left of
-// its rows, so thinner warps skip more on the diagonal and the best shape differs.
-#ifndef FLASHLAB_FAST_D64_CAUSAL
-#define FLASHLAB_FAST_D64_CAUSAL FLASHLAB_FAST_D64
-#endif
-#ifndef FLASHLAB_FAST_D128_CAUSAL
-#define FLASHLAB_FAST_D128_CAUSAL 8, 1, 64, 0, 1, 2
-#endif
 
 namespace flashlab::cuda::detail {
 namespace {
@@ -120,14 +87,17 @@ struct FastConfig {
 };
 template <int HEAD_DIM, bool kCausal>
 struct FastTraitsBase;
+// The measured-best tuples (warps, m16 tiles per warp, Bc, Q from SRAM, min blocks per SM, stages,
+// lazy rescale, loader). Causal launches have their own tuple with the same Br and Bc: a warp
+// skips key tiles left of its rows, so thinner warps skip more on the diagonal.
 template <>
-struct FastTraitsBase<64, false> : FastConfig<FLASHLAB_FAST_D64> {};
+struct FastTraitsBase<64, false> : FastConfig<4, 2, 64, 0, 2, 2> {};
 template <>
-struct FastTraitsBase<128, false> : FastConfig<FLASHLAB_FAST_D128> {};
+struct FastTraitsBase<128, false> : FastConfig<4, 2, 64, 1, 2, 2, 1, 1> {};
 template <>
-struct FastTraitsBase<64, true> : FastConfig<FLASHLAB_FAST_D64_CAUSAL> {};
+struct FastTraitsBase<64, true> : FastConfig<4, 2, 64, 0, 2, 2> {};
 template <>
-struct FastTraitsBase<128, true> : FastConfig<FLASHLAB_FAST_D128_CAUSAL> {};
+struct FastTraitsBase<128, true> : FastConfig<8, 1, 64, 0, 1, 2> {};
 
 template <int HEAD_DIM, bool kCausal_>
 struct FastTraits : FastTraitsBase<HEAD_DIM, kCausal_> {
@@ -149,7 +119,7 @@ struct FastTraits : FastTraitsBase<HEAD_DIM, kCausal_> {
 /// c = τ mod (d/8) of rows r = τ div (d/8) + k·R (R = threads / (d/8), a multiple of 8), so its
 /// swizzled SRAM offset is one per-thread constant plus k·R rows (chunk ^ (row & 7) does not change
 /// with k) and its HBM offset one per-thread constant plus (row0 + k·R)·stride. Which one is
-/// faster depends on what else competes for registers (fwd_session2_notes.md), so it is a tuple field.
+/// faster depends on what else competes for registers, so it is a tuple field.
 template <class T>
 struct TileLoader {
   static constexpr int HEAD_DIM = T::kHeadDim;
@@ -337,7 +307,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
         }
       }
 
-      // Mask (seed 001, "Out-of-Sequence Masking"): keys ≥ N, and causal keys > query row → −inf,
+      // Mask (the Triton walkthrough, "Out-of-Sequence Masking"): keys ≥ N, and causal keys > query row → −inf,
       // so 2^(−inf) = 0 adds nothing to l_i or acc. Only tiles that straddle N or the diagonal.
       const bool need_mask = start_n + BLOCK_N > N || (causal && start_n + BLOCK_N - 1 > warp_row0);
       if (need_mask) {
@@ -353,12 +323,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
             }
       }
 
-      // Online softmax (seed 001, base 2), rows r = g and g + 8 of each m16 tile:
-      //   m_ij = max(m_i, rowmax(S_ij)·scale·log2 e); P_ij = 2^(S_ij·scale·log2 e − m_ij);
-      //   alpha = 2^(m_i − m_ij); l_i = l_i·alpha + rowsum(P_ij); acc = diag(alpha)·acc.
+      // Online softmax (base 2, as in the Triton walkthrough), rows r = g and g + 8 of each m16 tile:
+      //   m_new = max(m_i, rowmax(S_ij)·scale·log2 e); P_ij = 2^(S_ij·scale·log2 e − m_new);
+      //   alpha = 2^(m_i − m_new); l_i = l_i·alpha + rowsum(P_ij); acc = diag(alpha)·acc.
       float alpha[kMT][2] = {};  // all set below before use; = {} keeps the front end quiet
       bool max_moved = false;  // some row of this thread has a new maximum (alpha ≠ 1)
-      // P_ij = 2^(S_ij·scale·log2 e − m_ij) and its row sums, rows r = g, g + 8 of m16 tile mt;
+      // P_ij = 2^(S_ij·scale·log2 e − m_new) and its row sums, rows r = g, g + 8 of m16 tile mt;
       // l_i = l_i·alpha + rowsum.
       auto exp_rows = [&](int mt, int r) {
         // A row that has seen only masked scores keeps m = −inf; subtracting 0 instead keeps
@@ -398,15 +368,14 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
           // The 4 threads of a quad hold one row between them.
           raw_max = fmaxf(raw_max, __shfl_xor_sync(0xffffffffu, raw_max, 1));
           raw_max = fmaxf(raw_max, __shfl_xor_sync(0xffffffffu, raw_max, 2));
-          const float m_ij = fmaxf(m_i[mt][r], raw_max * p.scale_log2);
-          alpha[mt][r] = ex2(m_i[mt][r] - (m_ij == NEG_INF ? 0.f : m_ij));  // NaN guard: exp_rows
-          max_moved |= m_ij != m_i[mt][r];
-          m_i[mt][r] = m_ij;
+          const float m_new = fmaxf(m_i[mt][r], raw_max * p.scale_log2);
+          alpha[mt][r] = ex2(m_i[mt][r] - (m_new == NEG_INF ? 0.f : m_new));  // NaN guard: exp_rows
+          max_moved |= m_new != m_i[mt][r];
+          m_i[mt][r] = m_new;
           exp_rows(mt, r);
         }
       // (Deciding the vote before the exponentials, so that exp2 and the P·V mma share one basic
-      // block, was measured 2 % slower: fwd_session2_notes.md, step 5; with exp2 + P·V copied into
-      // both sides of the vote, 4–5 % slower: step 6.)
+      // block, was measured slower, also with exp2 + P·V copied into both sides of the vote.)
       if (!T::kLazyRescale || __any_sync(0xffffffffu, max_moved)) rescale_acc();
 
       // acc += P_ij V_j: P_ij rounded to 16 bits in registers is the A fragment (C layout of two
@@ -488,17 +457,12 @@ void launch_fast(const Problem& p, const void* Q, const void* K, const void* V, 
   else launch_fast_one<HEAD_DIM, kBf16, false>(p, Q, K, V, O, LSE, stream);
 }
 
-Problem fast_problem(const FastForwardConfig& cfg) {
-  const FastTiles tiles = fast_forward_tiles(cfg.head_dim, cfg.kernel);  // throws for d ∉ {64, 128}
-  Options opt;  // make_problem validates the clear kernels' tiles (≤ 128): pass legal ones, set ours after
-  opt.block_m = 64;
-  opt.block_n = 64;
-  opt.causal = cfg.causal;
-  opt.scale = cfg.scale;
-  Problem p = make_problem(cfg.batch, cfg.seq, cfg.heads, cfg.head_dim, opt);
-  p.block_m = tiles.block_m;
-  p.block_n = tiles.block_n;
-  return p;
+// The fast kernels' one limit on d (stated once, used by check_fast_problem and fast_forward_tiles).
+void require_fast_head_dim(std::size_t head_dim) {
+  if (head_dim != 64 && head_dim != 128)
+    throw std::invalid_argument("flashlab::cuda: fast kernels: head_dim (d) = " + std::to_string(head_dim) +
+                                " is not 64 or 128 (hint: the fast kernels are compiled for d = 64 and 128; the "
+                                "clear fa2 kernel takes any d up to 256)");
 }
 
 }  // namespace
@@ -517,20 +481,29 @@ bool fast_forward_wgmma_built() {
 }
 
 FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel) {
-  if (kernel == FastForwardKernel::wgmma && (head_dim == 64 || head_dim == 128))
-    return {detail::kWgmmaBlockM, detail::kWgmmaBlockN};
+  detail::require_fast_head_dim(head_dim < 0 ? 0 : std::size_t(head_dim));
+  if (kernel == FastForwardKernel::wgmma) return {detail::kWgmmaBlockM, detail::kWgmmaBlockN};
   if (head_dim == 64) return {detail::FastTraits<64, false>::BLOCK_M, detail::FastTraits<64, false>::BLOCK_N};
-  if (head_dim == 128) return {detail::FastTraits<128, false>::BLOCK_M, detail::FastTraits<128, false>::BLOCK_N};
-  throw std::invalid_argument("flashlab::cuda: fast forward HEAD_DIM = " + std::to_string(head_dim) +
-                              " is not supported (hint: 64 or 128; the clear fa2 kernel takes any d)");
+  return {detail::FastTraits<128, false>::BLOCK_M, detail::FastTraits<128, false>::BLOCK_N};
 }
 
-void fast_attention_forward_device(const FastForwardConfig& cfg, const void* Q, const void* K, const void* V,
-                                   void* O, float* LSE, void* stream) {
-  const detail::Problem p = detail::fast_problem(cfg);
+void check_fast_problem(const ref::AttentionProblem& problem) {
+  problem.validate();
+  detail::require_fast_head_dim(problem.head_dim);
+  if (problem.dtype != ref::Dtype::bf16 && problem.dtype != ref::Dtype::fp16)
+    throw std::invalid_argument("flashlab::cuda: fast kernels: dtype = " + std::string(ref::dtype_name(problem.dtype)) +
+                                " is not bf16 or fp16 (hint: the fast kernels take 16-bit inputs; fp32 runs on "
+                                "the clear kernels)");
+}
+
+void fast_attention_forward_device(const ref::AttentionProblem& problem, FastForwardKernel kernel, const void* Q,
+                                   const void* K, const void* V, void* O, float* LSE, void* stream) {
+  check_fast_problem(problem);
+  const FastTiles tiles = fast_forward_tiles(int(problem.head_dim), kernel);
+  const detail::Problem p = detail::make_problem(problem).with_tiles(tiles.Br, tiles.Bc);
   const auto s = static_cast<cudaStream_t>(stream);
-  const bool bf16 = cfg.dtype == FastDtype::bf16;
-  if (cfg.kernel == FastForwardKernel::wgmma) {
+  const bool bf16 = problem.dtype == ref::Dtype::bf16;
+  if (kernel == FastForwardKernel::wgmma) {
 #ifdef FLASHLAB_HAVE_WGMMA
     detail::launch_fast_wgmma(p, bf16, Q, K, V, O, LSE, s);
     return;
@@ -540,7 +513,7 @@ void fast_attention_forward_device(const FastForwardConfig& cfg, const void* Q, 
         "CMAKE_CUDA_ARCHITECTURES including 90; it needs an sm_90 GPU)");
 #endif
   }
-  if (cfg.head_dim == 64) {
+  if (p.head_dim == 64) {
     if (bf16) detail::launch_fast<64, true>(p, Q, K, V, O, LSE, s);
     else detail::launch_fast<64, false>(p, Q, K, V, O, LSE, s);
   } else {
@@ -549,12 +522,12 @@ void fast_attention_forward_device(const FastForwardConfig& cfg, const void* Q, 
   }
 }
 
-FastForwardResult fast_attention_forward(const FastForwardConfig& cfg, const std::vector<std::uint16_t>& Q,
-                                         const std::vector<std::uint16_t>& K,
+FastForwardResult fast_attention_forward(const ref::AttentionProblem& problem, FastForwardKernel kernel,
+                                         const std::vector<std::uint16_t>& Q, const std::vector<std::uint16_t>& K,
                                          const std::vector<std::uint16_t>& V) {
-  const detail::Problem p = detail::fast_problem(cfg);
-  const std::size_t numel = std::size_t(p.batch) * p.seq * p.heads * p.head_dim;
-  const std::size_t stats = std::size_t(p.batch) * p.heads * p.seq;
+  check_fast_problem(problem);
+  const std::size_t numel = problem.batch * problem.seq * problem.heads * problem.head_dim;
+  const std::size_t stats = problem.stat_numel();
   auto check = [&](const char* name, const std::vector<std::uint16_t>& x) {
     if (x.size() != numel)
       throw std::invalid_argument(std::string("flashlab::cuda: ") + name + " has " + std::to_string(x.size()) +
@@ -571,7 +544,7 @@ FastForwardResult fast_attention_forward(const FastForwardConfig& cfg, const std
   dV.upload(V.data());
   dO.poison();  // 0xFFFF is a NaN in bf16 and fp16 alike
   dLSE.poison();
-  fast_attention_forward_device(cfg, dQ.get(), dK.get(), dV.get(), dO.get(), dLSE.get(), nullptr);
+  fast_attention_forward_device(problem, kernel, dQ.get(), dK.get(), dV.get(), dO.get(), dLSE.get(), nullptr);
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
   FastForwardResult r;
   r.O.resize(numel);

@@ -1,13 +1,11 @@
-// attention_fwd_wgmma.cu — FlashAttention forward on Hopper's warpgroup MMA (issue 7: "Hopper-only
-// instructions (wgmma, TMA via sm_90a) are welcome as a further variant once the mma.sync version
-// is right"). Selected with FastForwardConfig::kernel = FastForwardKernel::wgmma
-// (fast_attention.hpp) or `flashlab bench attention --fwd-kernel wgmma`; built (cuda/CMakeLists.txt,
-// object library flashlab_cuda_wgmma, CUDA_ARCHITECTURES 90a) only when the configured
-// architectures include 90. Measurements: cuda/results/fwd_wgmma_notes.md.
+// attention_fwd_wgmma.cu — FlashAttention forward on Hopper's warpgroup MMA, the further step after
+// the mma.sync forward. Selected with FastForwardKernel::wgmma (fast_attention.hpp) or
+// `flashlab bench attention --fwd-kernel wgmma`; built (cuda/CMakeLists.txt, object library
+// flashlab_cuda_wgmma, CUDA_ARCHITECTURES 90a) only when the configured architectures include 90.
 //
 // What it does: the same algorithm, loop order and names as attention_fwd_tc.cu (FA2 order, one
 // thread block per query tile Q_i, inner loop over key tiles K_j, V_j, online softmax in base 2,
-// LSE_i = m_i + log2(l_i) in fp32, deferred 1/l_i; seed 001), but the two matrix products are
+// LSE_i = m_i + log2(l_i) in fp32, deferred 1/l_i; the Triton walkthrough), but the two matrix products are
 // `wgmma.mma_async` (sm_90a only: compile this file with -gencode arch=compute_90a,code=sm_90a):
 //   - A block has kWarpgroups = 2 warpgroups of 128 threads; warpgroup w owns query rows
 //     64w .. 64w+63 of Q_i (Br = BLOCK_M = 128) and their S_ij, P_ij, O_i for the whole loop.
@@ -37,24 +35,18 @@
 //   - Masks as attention_fwd_tc.cu: keys ≥ N and (causal) key > row get −inf, only on tiles that
 //     need it; a fully masked row gives O = 0 and LSE = −inf, never NaN. Causal blocks skip key
 //     tiles right of their last row and run the longest (bottom) query tiles first.
-//   - Two schedules (FLASHLAB_WGMMA_OVERLAP): plain (default; S_j, wait, softmax, P·V_j, wait) and
-//     overlapped (FlashAttention-3's intra-warpgroup pipeline, one step deep: softmax_j runs while
-//     the tensor cores do P_{j−1}·V_{j−1}). The overlapped one measured 3–7 % SLOWER here (240
-//     registers instead of 218; the two warpgroups of a block already overlap each other's softmax
-//     and wgmma), so it is kept only as a switch for the next experiment.
+//   - One schedule per step: S_ij, wait, softmax, P_ij·V_j, wait. FlashAttention-3's
+//     intra-warpgroup pipeline (softmax_j while the tensor cores do P_{j−1}·V_{j−1}) was measured
+//     slower here: it needs more registers, and the two warpgroups of a block already overlap
+//     each other's softmax and wgmma.
 //   - Not done: TMA loads (cp.async.bulk.tensor), a producer warp with mbarriers instead of the
 //     block-wide barrier per step (which keeps both warpgroups in lock step), explicit ping-pong of
 //     the two warpgroups (named barriers), O staged through SRAM for 16-byte stores, lazy rescale.
-//     FlashAttention-3 has all of these; cuDNN (~660 TFLOP/s here) is 1.5× faster than this file.
-// Resources (ptxas, sm_90a): d = 128: 218 registers (216 causal), no spills, 164,864 B of dynamic
-// SRAM (Q_i 32 KiB + 2 stages × (K_j 32 KiB + V_j 32 KiB) + 1 KiB alignment slack), 1 block/SM;
-// d = 64: 167/170 registers, 82,944 B, 1 block/SM (registers: 2 blocks would need ≤ 128).
-// Honest performance (H100 80GB HBM3, bf16, B = 1, H = 16, median of 30 launches, L2 flushed,
-// `flashlab bench attention --fwd-kernel wgmma`, SDPA in the same session; 2026-11-22, notes file):
-// d = 128 non-causal 446.2 / 447.2 TFLOP/s at N = 8192 / 16384 (mma.sync 363.4 / 364.0; SDPA's
-// FlashAttention-2 351.2 / 351.0, i.e. 1.27×; cuDNN 659.1 / 659.7, i.e. 0.68×); causal 377.8 /
-// 445.0 (FA2 228.3 / 314.7); d = 64 342.1 / 356.1 (FA2 299.7 / 302.6; mma.sync 334.3 / 342.0).
-// Instantiations: d ∈ {64, 128} × {bf16, fp16} × {causal, not} × {plain, overlapped}.
+//     FlashAttention-3 has all of these, and cuDNN's forward is faster than this file.
+// Resources: d = 128 fits in the register budget of one 256-thread block per SM without spills,
+// with Q_i 32 KiB + 2 stages × (K_j 32 KiB + V_j 32 KiB) + 1 KiB alignment slack of dynamic SRAM;
+// d = 64 also runs one block per SM (two would need ≤ 128 registers per thread).
+// Instantiations: d ∈ {64, 128} × {bf16, fp16} × {causal, not}.
 #include "common.hpp"
 #include "launchers.hpp"
 #include "tensor_core.cuh"
@@ -66,11 +58,6 @@
 #include <cmath>
 #include <cstdint>
 
-// Schedule (see the kernel): 0 = plain (measured faster on H100, cuda/results/fwd_wgmma_notes.md),
-// 1 = one-step intra-warpgroup overlap of softmax_j with P_{j−1}·V_{j−1}.
-#ifndef FLASHLAB_WGMMA_OVERLAP
-#define FLASHLAB_WGMMA_OVERLAP 0
-#endif
 
 namespace flashlab::cuda::detail {
 
@@ -281,15 +268,15 @@ __device__ __forceinline__ void softmax_step(float (&s_acc)[T::BLOCK_N / 2], flo
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(m_i[r], mx * scale_log2);
     // A row with every key masked so far has m_new = −inf: subtract 0 instead (P = 0, no NaN).
-    const float m_use = m_new == NEG_INF ? 0.f : m_new;
-    alpha[r] = ex2(m_i[r] - m_use);
+    const float m_ref = m_new == NEG_INF ? 0.f : m_new;
+    alpha[r] = ex2(m_i[r] - m_ref);
     m_i[r] = m_new;
     float sum = 0.f;
 #pragma unroll
     for (int t = 0; t < BLOCK_N / 8; ++t)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float pv = ex2(fmaf(s_acc[4 * t + 2 * r + e], scale_log2, -m_use));
+        const float pv = ex2(fmaf(s_acc[4 * t + 2 * r + e], scale_log2, -m_ref));
         s_acc[4 * t + 2 * r + e] = pv;
         sum += pv;
       }
@@ -323,12 +310,9 @@ __device__ __forceinline__ void pack_p(const float (&s_acc)[T::BLOCK_N / 2], uin
 }
 
 // ----------------------------------------------------------------------------- the kernel
-// kOverlap = false: step j = S_j, wait, softmax, P·V_j, wait (the two warpgroups overlap each other
-// only). kOverlap = true (FlashAttention-3's intra-warpgroup pipeline, one step deep): step j issues
-// S_j and then P_{j−1}·V_{j−1}, waits for S_j only, runs softmax_j while the tensor cores do
-// P_{j−1}·V_{j−1}, then waits for it and rescales O. K runs one tile ahead of V: the copies issued
-// in step j are K_{j+1} and V_j.
-template <class T, bool kOverlap>
+// Step j: S_ij = Q_i K_jᵀ, wait, softmax, O_i += P_ij V_j, wait; the copies of K_{j+1}, V_{j+1}
+// are in flight meanwhile. The two warpgroups of a block overlap each other's softmax and wgmma.
+template <class T>
 __global__ void __launch_bounds__(T::kThreads, 1)
     wgmma_fwd_kernel(Problem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                      const uint16_t* __restrict__ V, uint16_t* __restrict__ O, float* __restrict__ LSE,
@@ -347,26 +331,26 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // Causal: the bottom query tiles have the most key tiles; launch them first.
   const int m_tile = kCausal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
   const int h = blockIdx.y, b = blockIdx.z;
-  const int q0 = m_tile * BLOCK_M;
+  const int row0 = m_tile * BLOCK_M;
   const std::size_t stride = p.row_stride();
   const std::size_t base = p.head_offset(b, h);
   const int tid = threadIdx.x;
   const int wg = tid / 128;                   // warpgroup: query rows 64·wg .. of Q_i
   const int warp = (tid % 128) / 32;          // warp inside the warpgroup: 16 rows each
   const int lane = tid % 32, g = lane / 4, t4 = lane % 4;
-  const int row_base = q0 + 64 * wg + 16 * warp + g;  // this thread's rows: row_base, row_base + 8
-  const int wg_row0 = q0 + 64 * wg;
+  const int row_base = row0 + 64 * wg + 16 * warp + g;  // this thread's rows: row_base, row_base + 8
+  const int wg_row0 = row0 + 64 * wg;
 
-  int n_tiles = (N + BLOCK_N - 1) / BLOCK_N;
-  if (kCausal) n_tiles = min(n_tiles, (q0 + BLOCK_M - 1) / BLOCK_N + 1);
+  int Tc = (N + BLOCK_N - 1) / BLOCK_N;
+  if (kCausal) Tc = min(Tc, (row0 + BLOCK_M - 1) / BLOCK_N + 1);
   // Tile j needs masks when it reaches past N, or (causal) past this warpgroup's first row.
   auto need_mask = [&](int j) {
     return (j + 1) * BLOCK_N > N || (kCausal && (j + 1) * BLOCK_N - 1 > wg_row0);
   };
 
-  load_tile<T, BLOCK_M>(sQ, Q + base, q0, N, stride, tid);
+  load_tile<T, BLOCK_M>(sQ, Q + base, row0, N, stride, tid);
   load_tile<T, BLOCK_N>(sK(0), K + base, 0, N, stride, tid);
-  if constexpr (!kOverlap) load_tile<T, BLOCK_N>(sV(0), V + base, 0, N, stride, tid);
+  load_tile<T, BLOCK_N>(sV(0), V + base, 0, N, stride, tid);
   cp_async_commit();
 
   float o[D / 2];            // O_i accumulator: m64nD fragment (rows row_base + 8r, cols 8t + 2·t4 + e)
@@ -382,83 +366,35 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const float scale_log2 = p.scale_log2;
   const uint32_t sQ_wg = sQ + uint32_t(wg) * 64 * 128;  // this warpgroup's 64 rows (8 swizzle periods)
 
-  if constexpr (!kOverlap) {
-    for (int j = 0; j < n_tiles; ++j) {
-      const int s = j & 1;
-      cp_async_wait<0>();      // K_j, V_j (and Q_i) of this thread landed
-      fence_proxy_async_shared();  // ... and are visible to the tensor cores' (async proxy) reads
-      __syncthreads();             // everyone's copies; everyone done with stage s ^ 1 (step j − 1)
-      if (j + 1 < n_tiles) {
-        load_tile<T, BLOCK_N>(sK(s ^ 1), K + base, (j + 1) * BLOCK_N, N, stride, tid);
-        load_tile<T, BLOCK_N>(sV(s ^ 1), V + base, (j + 1) * BLOCK_N, N, stride, tid);
-      }
-      cp_async_commit();
-
-      wg_fence();
-      reg_fence(s_acc);
-      issue_s<T>(s_acc, sQ_wg, sK(s));
-      wg_commit();
-      wg_wait<0>();
-      reg_fence(s_acc);
-
-      softmax_step<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
-      rescale_o<D>(o, alpha);
-      pack_p<T>(s_acc, pa);
-
-      wg_fence();  // o and pa were written by ordinary instructions
-      reg_fence(o);
-      issue_pv<T>(o, pa, sV(s), v_lbo, v_sbo);
-      wg_commit();
-      wg_wait<0>();  // stage s is overwritten after the next barrier
-      reg_fence(o);
-      reg_fence_u(pa);
+  for (int j = 0; j < Tc; ++j) {
+    const int s = j & 1;
+    cp_async_wait<0>();      // K_j, V_j (and Q_i) of this thread landed
+    fence_proxy_async_shared();  // ... and are visible to the tensor cores' (async proxy) reads
+    __syncthreads();             // everyone's copies; everyone done with stage s ^ 1 (step j − 1)
+    if (j + 1 < Tc) {
+      load_tile<T, BLOCK_N>(sK(s ^ 1), K + base, (j + 1) * BLOCK_N, N, stride, tid);
+      load_tile<T, BLOCK_N>(sV(s ^ 1), V + base, (j + 1) * BLOCK_N, N, stride, tid);
     }
-  } else {
-    // Step j waits for K_j, V_{j−1} and issues the copies of K_{j+1}, V_j. The first step (no
-    // P·V yet) and the drain (P·V only) are peeled so the steady-state body is one basic block
-    // sequence ptxas can pipeline (with the branches inside, it serialised every wgmma: C7514).
-    auto top_of_step = [&](int j) {
-      cp_async_wait<0>();
-      fence_proxy_async_shared();
-      __syncthreads();  // K stage (j+1)&1 (K_{j−1}: S_{j−1} done) and V stage j&1 (V_{j−2}: P·V done) are free
-      if (j + 1 < n_tiles) load_tile<T, BLOCK_N>(sK((j + 1) & 1), K + base, (j + 1) * BLOCK_N, N, stride, tid);
-      if (j < n_tiles) load_tile<T, BLOCK_N>(sV(j & 1), V + base, j * BLOCK_N, N, stride, tid);
-      cp_async_commit();
-    };
-    top_of_step(0);
+    cp_async_commit();
+
     wg_fence();
     reg_fence(s_acc);
-    issue_s<T>(s_acc, sQ_wg, sK(0));
+    issue_s<T>(s_acc, sQ_wg, sK(s));
     wg_commit();
     wg_wait<0>();
     reg_fence(s_acc);
-    softmax_step<T>(s_acc, m_i, l_i, alpha, 0, N, row_base, need_mask(0), t4, scale_log2);
-    pack_p<T>(s_acc, pa);  // O = 0 so far: no rescale
-    for (int j = 1; j < n_tiles; ++j) {
-      top_of_step(j);
-      wg_fence();  // s_acc, o, pa last written by ordinary instructions
-      reg_fence(s_acc);
-      reg_fence(o);
-      issue_s<T>(s_acc, sQ_wg, sK(j & 1));
-      wg_commit();
-      issue_pv<T>(o, pa, sV((j - 1) & 1), v_lbo, v_sbo);
-      wg_commit();
-      wg_wait<1>();  // S_j done (P_{j−1}·V_{j−1}, committed after it, may still run)
-      reg_fence(s_acc);
-      softmax_step<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
-      wg_wait<0>();  // P_{j−1}·V_{j−1} done: o and pa may be touched again
-      reg_fence(o);
-      reg_fence_u(pa);
-      rescale_o<D>(o, alpha);
-      pack_p<T>(s_acc, pa);
-    }
-    top_of_step(n_tiles);  // V_{n−1} landed
-    wg_fence();
+
+    softmax_step<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
+    rescale_o<D>(o, alpha);
+    pack_p<T>(s_acc, pa);
+
+    wg_fence();  // o and pa were written by ordinary instructions
     reg_fence(o);
-    issue_pv<T>(o, pa, sV((n_tiles - 1) & 1), v_lbo, v_sbo);
+    issue_pv<T>(o, pa, sV(s), v_lbo, v_sbo);
     wg_commit();
-    wg_wait<0>();
+    wg_wait<0>();  // stage s is overwritten after the next barrier
     reg_fence(o);
+    reg_fence_u(pa);
   }
   cp_async_wait<0>();  // no copy may still be writing SRAM when the block exits (empty groups)
 
@@ -484,73 +420,47 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #endif
 }
 
-template <int D, bool kBf16, bool kCausal, bool kOverlap>
-cudaError_t launch_wgmma_one(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
-                             cudaStream_t stream, bool swap_v_desc) {
+template <int D, bool kBf16, bool kCausal>
+void launch_wgmma_one(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                      cudaStream_t stream) {
   using T = WgTraits<D, kBf16, kCausal>;
-  auto kernel = &wgmma_fwd_kernel<T, kOverlap>;
+  auto kernel = &wgmma_fwd_kernel<T>;
   // Opt in to > 48 KiB of dynamic SRAM once per instantiation (thread-safe static init).
   static const bool opted_in = [&] {
     set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "wgmma_fwd_kernel", p);
     return true;
   }();
   (void)opted_in;
-  // V's descriptor: LBO = bytes between the 64-column blocks of d, SBO = bytes between 8-key groups
-  // (swap_v_desc swaps them: a debugging aid for the MN-major descriptor convention).
-  uint32_t lbo = uint32_t(T::BLOCK_N) * 128u, sbo = 1024u;
-  if (swap_v_desc) {
-    const uint32_t x = lbo;
-    lbo = sbo;
-    sbo = x;
-  }
+  // V's descriptor: LBO = bytes between the 64-column blocks of d, SBO = bytes between 8-key groups.
+  const uint32_t lbo = uint32_t(T::BLOCK_N) * 128u, sbo = 1024u;
   const dim3 grid((p.seq + T::BLOCK_M - 1) / T::BLOCK_M, p.heads, p.batch);
   announce("wgmma_fwd_kernel");
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(
       p, static_cast<const uint16_t*>(Q), static_cast<const uint16_t*>(K), static_cast<const uint16_t*>(V),
       static_cast<uint16_t*>(O), LSE, lbo, sbo);
-  return cudaGetLastError();
+  FLASHLAB_CUDA_CHECK_LAUNCH("wgmma_fwd_kernel");
 }
 
-template <int D, bool kBf16, bool kOverlap>
-cudaError_t launch_wgmma_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
-                           cudaStream_t stream, bool swap_v_desc) {
-  return p.causal ? launch_wgmma_one<D, kBf16, true, kOverlap>(p, Q, K, V, O, LSE, stream, swap_v_desc)
-                  : launch_wgmma_one<D, kBf16, false, kOverlap>(p, Q, K, V, O, LSE, stream, swap_v_desc);
-}
-
-template <bool kOverlap>
-cudaError_t launch_wgmma(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O,
-                         float* LSE, cudaStream_t stream, bool swap_v_desc) {
-  if (p.head_dim == 64)
-    return bf16 ? launch_wgmma_d<64, true, kOverlap>(p, Q, K, V, O, LSE, stream, swap_v_desc)
-                : launch_wgmma_d<64, false, kOverlap>(p, Q, K, V, O, LSE, stream, swap_v_desc);
-  if (p.head_dim == 128)
-    return bf16 ? launch_wgmma_d<128, true, kOverlap>(p, Q, K, V, O, LSE, stream, swap_v_desc)
-                : launch_wgmma_d<128, false, kOverlap>(p, Q, K, V, O, LSE, stream, swap_v_desc);
-  return cudaErrorInvalidValue;
+template <int D, bool kBf16>
+void launch_wgmma_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                    cudaStream_t stream) {
+  if (p.causal) launch_wgmma_one<D, kBf16, true>(p, Q, K, V, O, LSE, stream);
+  else launch_wgmma_one<D, kBf16, false>(p, Q, K, V, O, LSE, stream);
 }
 
 }  // namespace
 
-/// Launches the wgmma forward on device pointers (layouts as fast_attention_forward_device:
-/// Q, K, V, O [B, N, H, d] 16-bit, LSE [B, H, N] fp32 base 2). p.scale_log2 must be set.
-/// Needs an sm_90 device and this file built for sm_90a. `variant`: bit 0 swaps V's descriptor
-/// strides (debugging only), bit 1 selects the overlapped schedule (kOverlap). Returns the launch error.
-cudaError_t wgmma_forward_launch(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O,
-                                 float* LSE, cudaStream_t stream, int variant) {
-  const bool swap = (variant & 1) != 0;
-  return (variant & 2) ? launch_wgmma<true>(p, bf16, Q, K, V, O, LSE, stream, swap)
-                       : launch_wgmma<false>(p, bf16, Q, K, V, O, LSE, stream, swap);
-}
-
-/// The launcher of launchers.hpp: the measured-best schedule (FLASHLAB_WGMMA_OVERLAP, default 0:
-/// the plain one), launch errors thrown as CudaError.
 void launch_fast_wgmma(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
                        cudaStream_t stream) {
   static_assert(kWgmmaBlockM == WgTraits<128, true, false>::BLOCK_M && kWgmmaBlockN == WgTraits<128, true, false>::BLOCK_N,
                 "launchers.hpp reports the tiles of this file");
-  const cudaError_t err = wgmma_forward_launch(p, bf16, Q, K, V, O, LSE, stream, FLASHLAB_WGMMA_OVERLAP ? 2 : 0);
-  if (err != cudaSuccess) throw_cuda_error(err, "launch of wgmma_fwd_kernel", __FILE__, __LINE__);
+  if (p.head_dim == 64) {
+    if (bf16) launch_wgmma_d<64, true>(p, Q, K, V, O, LSE, stream);
+    else launch_wgmma_d<64, false>(p, Q, K, V, O, LSE, stream);
+  } else {
+    if (bf16) launch_wgmma_d<128, true>(p, Q, K, V, O, LSE, stream);
+    else launch_wgmma_d<128, false>(p, Q, K, V, O, LSE, stream);
+  }
 }
 
 }  // namespace flashlab::cuda::detail

@@ -1,5 +1,5 @@
 // attention_naive.cu — standard attention that materialises S and P in HBM: the traffic baseline
-// (seed 001, "Formulation": S = QKᵀ/√d, P = softmax(S), O = PV).
+// (the Triton walkthrough, "Formulation": S = QKᵀ/√d, P = softmax(S), O = PV).
 //
 // Three kernels, one per line of the formula, mirroring naive_forward in
 // reference/src/attention/forward.cpp (scores kept in base 2, S·log2 e, so LSE means the same as
@@ -32,7 +32,7 @@ __host__ __device__ inline std::size_t score_offset(const Problem& p, int b, int
 /// Step 1, grid (Tr, H, B): Q_i resident, loop over K_j, write S_ij rows to HBM.
 __global__ void naive_scores_kernel(Problem p, const float* __restrict__ Q, const float* __restrict__ K,
                                     float* __restrict__ S) {
-  const int Br = p.block_m, Bc = p.block_n, d = p.head_dim, N = p.seq;
+  const int Br = p.Br, Bc = p.Bc, d = p.head_dim, N = p.seq;
   const int ld = smem_pitch(d);
   const int row0 = blockIdx.x * Br, h = blockIdx.y, b = blockIdx.z;
   const std::size_t stride = p.row_stride(), base = p.head_offset(b, h);
@@ -43,7 +43,8 @@ __global__ void naive_scores_kernel(Problem p, const float* __restrict__ Q, cons
   float* K_j = Q_i + Br * ld;  // [Bc][ld]
 
   load_rows(Q_i, ld, Q + base, stride, row0, Br, N, d);  // Q_i: HBM → SRAM, once
-  for (int start_n = 0; start_n < N; start_n += Bc) {
+  for (int j = 0; j < p.Tc(); ++j) {
+    const int start_n = j * Bc;  // first key of K_j
     load_rows(K_j, ld, K + base, stride, start_n, Bc, N, d);  // K_j: HBM → SRAM
     __syncthreads();  // Q_i and K_j complete before the dot products read them
     // S_ij → HBM, every entry of the N × N matrix (masked ones as −inf, as the reference does).
@@ -110,7 +111,7 @@ __global__ void naive_softmax_kernel(Problem p, const float* S, float* P,  // S 
 /// Step 3, grid (Tr, H, B): O_i = Σ_j P_ij V_j; P_ij and V_j tiles HBM → SRAM, O_i → HBM once.
 __global__ void naive_pv_kernel(Problem p, const float* __restrict__ P, const float* __restrict__ V,
                                 float* __restrict__ O) {
-  const int Br = p.block_m, Bc = p.block_n, d = p.head_dim, N = p.seq;
+  const int Br = p.Br, Bc = p.Bc, d = p.head_dim, N = p.seq;
   const int ld = smem_pitch(d), sp = Bc + 1;
   const int row0 = blockIdx.x * Br, h = blockIdx.y, b = blockIdx.z;
   const std::size_t stride = p.row_stride(), base = p.head_offset(b, h);
@@ -122,7 +123,8 @@ __global__ void naive_pv_kernel(Problem p, const float* __restrict__ P, const fl
   float* P_ij = V_j + Bc * ld;   // [Br][sp]
 
   fill_tile(acc, Br * ld, 0.f);
-  for (int start_n = 0; start_n < N; start_n += Bc) {
+  for (int j = 0; j < p.Tc(); ++j) {
+    const int start_n = j * Bc;  // first key of V_j
     load_rows(V_j, ld, V + base, stride, start_n, Bc, N, d);  // V_j: HBM → SRAM
     for (int idx = threadIdx.x; idx < Br * Bc; idx += blockDim.x) {  // P_ij: HBM → SRAM
       const int r = idx / Bc, c = idx % Bc;
@@ -149,18 +151,14 @@ int naive_max_seq() {
 }
 
 void launch_naive_scores(const Problem& p, const float* Q, const float* K, float* S) {
-  const std::size_t smem = (std::size_t(p.block_m) + p.block_n) * smem_pitch(p.head_dim) * sizeof(float);
+  const std::size_t smem = (std::size_t(p.Br) + p.Bc) * smem_pitch(p.head_dim) * sizeof(float);
   set_smem(reinterpret_cast<const void*>(&naive_scores_kernel), smem, "naive_scores_kernel", p);
   announce("naive_scores_kernel");
-  naive_scores_kernel<<<dim3(p.num_m_tiles(), p.heads, p.batch), kThreads, smem>>>(p, Q, K, S);
+  naive_scores_kernel<<<dim3(p.Tr(), p.heads, p.batch), kThreads, smem>>>(p, Q, K, S);
   FLASHLAB_CUDA_CHECK_LAUNCH("naive_scores_kernel");
 }
 
 void launch_naive_softmax(const Problem& p, const float* S, float* P, float* LSE) {
-  if (p.seq > naive_max_seq())
-    throw std::invalid_argument("flashlab::cuda: naive softmax holds a row of N = " + std::to_string(p.seq) +
-                                " floats in shared memory; the limit is " + std::to_string(naive_max_seq()) +
-                                " (hint: use a flash variant for longer sequences)");
   const std::size_t smem = std::size_t(p.seq) * sizeof(float);
   set_smem(reinterpret_cast<const void*>(&naive_softmax_kernel), smem, "naive_softmax_kernel", p);
   announce("naive_softmax_kernel");
@@ -170,11 +168,11 @@ void launch_naive_softmax(const Problem& p, const float* S, float* P, float* LSE
 
 void launch_naive_pv(const Problem& p, const float* P, const float* V, float* O) {
   const std::size_t smem =
-      ((std::size_t(p.block_m) + p.block_n) * smem_pitch(p.head_dim) + std::size_t(p.block_m) * (p.block_n + 1)) *
+      ((std::size_t(p.Br) + p.Bc) * smem_pitch(p.head_dim) + std::size_t(p.Br) * (p.Bc + 1)) *
       sizeof(float);
   set_smem(reinterpret_cast<const void*>(&naive_pv_kernel), smem, "naive_pv_kernel", p);
   announce("naive_pv_kernel");
-  naive_pv_kernel<<<dim3(p.num_m_tiles(), p.heads, p.batch), kThreads, smem>>>(p, P, V, O);
+  naive_pv_kernel<<<dim3(p.Tr(), p.heads, p.batch), kThreads, smem>>>(p, P, V, O);
   FLASHLAB_CUDA_CHECK_LAUNCH("naive_pv_kernel");
 }
 

@@ -43,6 +43,18 @@ class EventPair {
   cudaEvent_t stop_ = nullptr;
 };
 
+// The problem of one shape of the sweep.
+ref::AttentionProblem problem_of(const AttentionBenchConfig& b, int n, int d, bool causal) {
+  ref::AttentionProblem problem;
+  problem.batch = std::size_t(b.batch);
+  problem.seq = std::size_t(n);
+  problem.heads = std::size_t(b.heads);
+  problem.head_dim = std::size_t(d);
+  problem.causal = causal;
+  problem.dtype = b.dtype;
+  return problem;
+}
+
 void validate(const AttentionBenchConfig& b) {
   auto bad = [](const std::string& what) { throw std::invalid_argument("flashlab::cuda::bench: " + what); };
   if (b.seqs.empty()) bad("no sequence lengths given");
@@ -54,26 +66,28 @@ void validate(const AttentionBenchConfig& b) {
   if (b.heads < 1 || b.batch < 1) bad("heads and batch must be >= 1");
   for (int n : b.seqs)
     if (n < 1) bad("sequence length " + std::to_string(n) + " must be >= 1");
-  for (int d : b.head_dims) (void)fast_forward_tiles(d, b.fwd_kernel);  // throws for d ∉ {64, 128} before any timing
+  if (b.bwd_design != ref::Algorithm::bwd_two_kernel && b.bwd_design != ref::Algorithm::bwd_atomic)
+    bad("bwd_design = " + std::string(ref::algorithm_name(b.bwd_design)) + " is not a fast backward design");
+  for (int d : b.head_dims) check_fast_problem(problem_of(b, 1, d, false));  // before any timing
 }
 
 }  // namespace
 
-double attention_fwd_flops(const FastForwardConfig& cfg) {
-  const double n = cfg.seq;
-  return 4.0 * n * n * cfg.head_dim * cfg.heads * cfg.batch * (cfg.causal ? 0.5 : 1.0);
+double attention_fwd_flops(const ref::AttentionProblem& problem) {
+  const double n = double(problem.seq);
+  return 4.0 * n * n * double(problem.head_dim * problem.heads * problem.batch) * (problem.causal ? 0.5 : 1.0);
 }
 
-double attention_fwd_bytes(const FastForwardConfig& cfg) {
-  const double rows = double(cfg.batch) * cfg.seq * cfg.heads;  // B·N·H
-  return 4.0 * rows * cfg.head_dim * 2.0 + rows * 4.0;          // Q, K, V, O (16-bit) + LSE (fp32)
+double attention_fwd_bytes(const ref::AttentionProblem& problem) {
+  const double rows = double(problem.batch * problem.seq * problem.heads);  // B·N·H
+  return 4.0 * rows * double(problem.head_dim) * 2.0 + rows * 4.0;          // Q, K, V, O (16-bit) + LSE (fp32)
 }
 
-double attention_bwd_flops(const FastForwardConfig& cfg) { return 2.5 * attention_fwd_flops(cfg); }
+double attention_bwd_flops(const ref::AttentionProblem& problem) { return 2.5 * attention_fwd_flops(problem); }
 
-double attention_bwd_bytes(const FastForwardConfig& cfg) {
-  const double rows = double(cfg.batch) * cfg.seq * cfg.heads;  // B·N·H
-  return 8.0 * rows * cfg.head_dim * 2.0 + 3.0 * rows * 4.0;    // Q K V O dO dQ dK dV (16-bit) + LSE, D, D (fp32)
+double attention_bwd_bytes(const ref::AttentionProblem& problem) {
+  const double rows = double(problem.batch * problem.seq * problem.heads);  // B·N·H
+  return 8.0 * rows * double(problem.head_dim) * 2.0 + 3.0 * rows * 4.0;    // Q K V O dO dQ dK dV (16-bit) + LSE, D, D (fp32)
 }
 
 std::vector<AttentionBenchRow> bench_attention(const AttentionBenchConfig& bench,
@@ -97,7 +111,7 @@ std::vector<AttentionBenchRow> bench_attention(const AttentionBenchConfig& bench
   {
     std::mt19937 rng(bench.seed);
     std::normal_distribution<float> normal(0.f, 1.f);
-    const bool bf16 = bench.dtype == FastDtype::bf16;
+    const bool bf16 = bench.dtype == ref::Dtype::bf16;
     for (auto& x : pool) x = bf16 ? float_to_bf16(normal(rng)) : float_to_fp16(normal(rng));
   }
 
@@ -107,16 +121,9 @@ std::vector<AttentionBenchRow> bench_attention(const AttentionBenchConfig& bench
   for (int d : bench.head_dims)
     for (bool causal : bench.causal)
       for (int n : bench.seqs) {
-        FastForwardConfig cfg;
-        cfg.batch = bench.batch;
-        cfg.seq = n;
-        cfg.heads = bench.heads;
-        cfg.head_dim = d;
-        cfg.causal = causal;
-        cfg.dtype = bench.dtype;
-        cfg.kernel = bench.fwd_kernel;
-        const std::size_t numel = std::size_t(cfg.batch) * n * cfg.heads * d;
-        const std::size_t stats = std::size_t(cfg.batch) * cfg.heads * n;
+        const ref::AttentionProblem problem = problem_of(bench, n, d, causal);
+        const std::size_t numel = problem.batch * problem.seq * problem.heads * problem.head_dim;
+        const std::size_t stats = problem.stat_numel();
         const std::size_t sets = std::size_t(bench.input_sets);
         // Set s: Q, K, V, dO at 4s … 4s+3 (dO only when the backward is timed), O and LSE at s.
         const std::size_t per_set = do_bwd ? kPerSet : 3;
@@ -136,11 +143,9 @@ std::vector<AttentionBenchRow> bench_attention(const AttentionBenchConfig& bench
         }
         const std::size_t grad_numel = do_bwd ? numel : 0;
         detail::DeviceBuffer<std::uint16_t> dQ(grad_numel), dK(grad_numel), dV(grad_numel);
-        FastBackwardConfig bcfg;
-        static_cast<FastForwardConfig&>(bcfg) = cfg;
-        bcfg.design = bench.bwd_design;
         // Workspace (D; atomic: + the fp32 dQ accumulator), allocated here, outside the timing.
-        detail::DeviceBuffer<unsigned char> workspace(do_bwd ? fast_attention_backward_workspace_bytes(bcfg) : 0);
+        detail::DeviceBuffer<unsigned char> workspace(
+            do_bwd ? fast_attention_backward_workspace_bytes(bench.bwd_design, problem) : 0);
 
         // One pass: warmup + reps launches of `launch(set)`, each alone between the events after
         // an L2 flush; returns its row.
@@ -162,22 +167,23 @@ std::vector<AttentionBenchRow> bench_attention(const AttentionBenchConfig& bench
           std::sort(times.begin(), times.end());
           const std::size_t m = times.size();
           AttentionBenchRow row;
-          row.config = cfg;
+          row.problem = problem;
           row.backward = backward;
+          row.fwd_kernel = bench.fwd_kernel;
           row.bwd_design = bench.bwd_design;
           row.reps = bench.reps;
           row.median_ms = m % 2 ? times[m / 2] : 0.5 * (times[m / 2 - 1] + times[m / 2]);
           row.min_ms = times.front();
           row.max_ms = times.back();
-          const double flops = backward ? attention_bwd_flops(cfg) : attention_fwd_flops(cfg);
-          const double bytes = backward ? attention_bwd_bytes(cfg) : attention_fwd_bytes(cfg);
+          const double flops = backward ? attention_bwd_flops(problem) : attention_fwd_flops(problem);
+          const double bytes = backward ? attention_bwd_bytes(problem) : attention_fwd_bytes(problem);
           row.tflops = flops / (row.median_ms * 1e-3) / 1e12;
           row.gbps = bytes / (row.median_ms * 1e-3) / 1e9;
           rows.push_back(row);
           if (on_row) on_row(row);
         };
         auto forward = [&](std::size_t s) {
-          fast_attention_forward_device(cfg, in[kPerSet * s].get(), in[kPerSet * s + 1].get(),
+          fast_attention_forward_device(problem, bench.fwd_kernel, in[kPerSet * s].get(), in[kPerSet * s + 1].get(),
                                         in[kPerSet * s + 2].get(), O[s].get(), LSE[s].get());
         };
         if (do_fwd) time_pass(false, forward);
@@ -187,7 +193,7 @@ std::vector<AttentionBenchRow> bench_attention(const AttentionBenchConfig& bench
           FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
           time_pass(true, [&](std::size_t s) {
             const std::size_t q = kPerSet * s;
-            fast_attention_backward_device(bcfg, in[q].get(), in[q + 1].get(), in[q + 2].get(), O[s].get(),
+            fast_attention_backward_device(bench.bwd_design, problem, in[q].get(), in[q + 1].get(), in[q + 2].get(), O[s].get(),
                                            in[q + 3].get(), LSE[s].get(), dQ.get(), dK.get(), dV.get(),
                                            workspace.get());
           });

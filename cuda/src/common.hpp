@@ -4,8 +4,10 @@
 //   flashlab::cuda::CudaError whose message names the call, the error and file:line. Libraries
 //   never exit().
 // - DeviceBuffer<T>: RAII owner of one cudaMalloc'ed array (move-only).
-// - Problem: the launch-time description shared by every kernel: B, N, H, d, BLOCK_M, BLOCK_N,
-//   causal, the softmax scale and scale·log2(e) (seed 001, "Base-2 Exponential").
+// - Problem: the launch-time description shared by every kernel, built by make_problem() from a
+//   validated ref::AttentionProblem: B, N, H, d, the tiles Br and Bc the launched kernel really
+//   uses, causal, the softmax scale and scale·log2(e) (scores in base-2 units, so exp2 replaces
+//   exp). Its layout is part of every kernel's parameters: keep the members and their order.
 // - Layout: Q, K, V, O, dO, dQ, dK, dV are [B, N, H, d] row-major, as the reference's Tensor;
 //   one head is an N × d matrix whose rows are H·d floats apart. LSE and D are [B, H, N].
 #pragma once
@@ -23,6 +25,10 @@
 #else
 #define FLASHLAB_HD
 #endif
+
+namespace flashlab::ref {
+struct AttentionProblem;
+}
 
 namespace flashlab::cuda::detail {
 
@@ -77,7 +83,7 @@ class DeviceBuffer {
     if (count_) FLASHLAB_CUDA_CHECK(cudaMemcpy(host, ptr_, bytes(), cudaMemcpyDeviceToHost));
   }
   /// Fills every byte with 0xFF: as fp32 that is a NaN, so an element a kernel forgets to write
-  /// fails every comparison ("poison outputs before each run", DEVICE.md).
+  /// fails every comparison (outputs are poisoned before each run).
   void poison() {
     if (count_) FLASHLAB_CUDA_CHECK(cudaMemset(ptr_, 0xFF, bytes()));
   }
@@ -96,11 +102,11 @@ struct Problem {
   int seq = 0;         ///< N (SEQ)
   int heads = 1;       ///< H (HEAD_NUM)
   int head_dim = 0;    ///< d (HEAD_DIM)
-  int block_m = 64;    ///< BLOCK_M = Br, query rows per tile
-  int block_n = 32;    ///< BLOCK_N = Bc, key rows per tile
+  int Br = 0;          ///< query rows per tile of the launched kernel (set by with_tiles(); 0: no tiles)
+  int Bc = 0;          ///< key rows per tile of the launched kernel (set by with_tiles(); 0: no tiles)
   bool causal = false; ///< key j visible to query i only when j <= i
   float scale = 0.f;   ///< softmax scale (1/sqrt(d) by default)
-  float scale_log2 = 0.f;  ///< scale · log2(e): scores in base-2 units (seed 001)
+  float scale_log2 = 0.f;  ///< scale · log2(e): scores in base-2 units
 
   /// Elements between two tokens of one head (H·d).
   FLASHLAB_HD std::size_t row_stride() const { return std::size_t(heads) * head_dim; }
@@ -112,14 +118,25 @@ struct Problem {
   FLASHLAB_HD std::size_t stat_offset(int b, int h) const {
     return (std::size_t(b) * heads + h) * std::size_t(seq);
   }
-  /// Number of query tiles Tr = ceil(N / BLOCK_M).
-  FLASHLAB_HD int num_m_tiles() const { return (seq + block_m - 1) / block_m; }
-  /// Number of key tiles Tc = ceil(N / BLOCK_N).
-  FLASHLAB_HD int num_n_tiles() const { return (seq + block_n - 1) / block_n; }
+  /// This description with the tiles of the kernel about to be launched.
+  Problem with_tiles(int query_rows, int key_rows) const {
+    Problem p = *this;
+    p.Br = query_rows;
+    p.Bc = key_rows;
+    return p;
+  }
+  /// Number of query tiles Tr = ceil(N / Br).
+  FLASHLAB_HD int Tr() const { return (seq + Br - 1) / Br; }
+  /// Number of key tiles Tc = ceil(N / Bc).
+  FLASHLAB_HD int Tc() const { return (seq + Bc - 1) / Bc; }
 };
 
-/// Validates shapes and options, fills scale/scale_log2, and returns the launch description.
-Problem make_problem(int batch, int seq, int heads, int head_dim, const Options& opt);
+/// The launch description of `problem` (already checked by its kernel family): sizes as int
+/// (throws std::invalid_argument when B·N·H·d does not fit an int index or N_k ≠ N), the scale
+/// resolved and scale·log2(e). Br and Bc are 0: each launcher passes its kernel
+/// `with_tiles(...)` of the tiles that kernel uses (the problem's for the clear kernels, the
+/// compile-time ones for the fast kernels).
+Problem make_problem(const ref::AttentionProblem& problem);
 
 /// Threads per block of every attention kernel (4 warps).
 inline constexpr int kThreads = 128;

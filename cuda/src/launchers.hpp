@@ -36,11 +36,6 @@ void launch_bwd_dkdv(const Problem& p, const float* Q, const float* K, const flo
 constexpr int kWgmmaBlockM = 128, kWgmmaBlockN = 128;
 void launch_fast_wgmma(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
                        cudaStream_t stream);
-/// The same with a schedule picked at run time, for experiments (cuda/bench/wgmma_driver.cu):
-/// variant bit 1 = the overlapped schedule, bit 0 = V's descriptor strides swapped (a debugging
-/// probe: wrong on purpose). Returns the launch error instead of throwing.
-cudaError_t wgmma_forward_launch(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O,
-                                 float* LSE, cudaStream_t stream, int variant);
 
 // attention_bwd_atomic.cu — one kernel, dQ accumulated with atomicAdd.
 void launch_zero_fill(const Problem& p, float* dQ);

@@ -35,6 +35,17 @@ __device__ __forceinline__ void load_stats(float* __restrict__ dst, const float*
   for (int r = threadIdx.x; r < rows; r += blockDim.x) dst[r] = row0 + r < seq ? __ldcg(src + row0 + r) : 0.f;
 }
 
+/// Loads `rows` values of LSE_i starting at row0 like load_stats(), but reads LSE_i = −inf (a row
+/// that saw no key: l_i = 0 in the forward) as +inf, so P_ij = 2^(S_ij − LSE_i) = 0 for that row
+/// instead of 2^(+inf) — the same guard as the reference's backward. HBM → SRAM.
+__device__ __forceinline__ void load_lse(float* __restrict__ dst, const float* __restrict__ src, int row0, int rows,
+                                         int seq) {
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+    const float v = row0 + r < seq ? __ldcg(src + row0 + r) : 0.f;
+    dst[r] = v == neg_inf() ? INFINITY : v;
+  }
+}
+
 /// Stores rows [row0, row0 + rows) of a shared tile to one head, skipping rows past N, each
 /// element multiplied by row_scale[r] (pass nullptr for 1). SRAM → HBM.
 __device__ __forceinline__ void store_rows(float* __restrict__ head_base, std::size_t stride, const float* __restrict__ tile,

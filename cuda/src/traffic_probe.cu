@@ -1,4 +1,4 @@
-// traffic_probe.cu — runs one attention variant under the CUPTI Range Profiler with L2 flushed
+// traffic_probe.cu — runs one attention algorithm's clear kernels under the CUPTI Range Profiler with L2 flushed
 // before each measured kernel (traffic_probe.hpp). Inputs are generated on the device from a
 // seeded hash (no host upload of hundreds of MB); the values are standard-normal-like.
 #include "flashlab/cuda/traffic_probe.hpp"
@@ -85,16 +85,18 @@ struct HookScope {
 }  // namespace
 
 int fa1_query_split_for(const ProbeConfig& cfg) {
-  const detail::Problem p = detail::make_problem(cfg.batch, cfg.seq, cfg.heads, cfg.head_dim, cfg.options);
-  const int split = cfg.options.fa1_query_split > 0 ? cfg.options.fa1_query_split : detail::fa1_auto_split(p);
+  check_clear_problem(ref::Algorithm::fa1_fwd, cfg.problem);
+  const detail::Problem p = detail::make_problem(cfg.problem).with_tiles(int(cfg.problem.Br), int(cfg.problem.Bc));
+  const int split = cfg.fa1_query_split > 0 ? cfg.fa1_query_split : detail::fa1_auto_split(p);
   // The launcher rounds to whole query-tile ranges; report the number of blocks it launches.
-  const int Tr = p.num_m_tiles();
+  const int Tr = p.Tr();
   const int per = (Tr + std::clamp(split, 1, Tr) - 1) / std::clamp(split, 1, Tr);
   return (Tr + per - 1) / per;
 }
 
-ProbeResult measure_attention(ProbeVariant variant, const ProbeConfig& cfg) {
-  const detail::Problem p = detail::make_problem(cfg.batch, cfg.seq, cfg.heads, cfg.head_dim, cfg.options);
+ProbeResult measure_attention(ref::Algorithm algorithm, const ProbeConfig& cfg) {
+  check_clear_problem(algorithm, cfg.problem);
+  const detail::Problem p = detail::make_problem(cfg.problem).with_tiles(int(cfg.problem.Br), int(cfg.problem.Bc));
   if (cfg.flush_bytes < (std::size_t(64) << 20))
     throw std::invalid_argument("flashlab::cuda: flush buffer of " + std::to_string(cfg.flush_bytes) +
                                 " bytes is too small to flush a 50 MB L2 (hint: use >= 128 MiB)");
@@ -111,14 +113,11 @@ ProbeResult measure_attention(ProbeVariant variant, const ProbeConfig& cfg) {
   hook.sink = &sink;
 
   ProbeResult result;
-  // Buffers every variant may need (allocated only when used), then the launch sequence.
+  // Buffers every algorithm may need (allocated only when used), then the launch sequence.
   DeviceBuffer<float> S, m, l, dO, D, dQ, dK, dV;
   std::function<void()> launches;
-  switch (variant) {
-    case ProbeVariant::naive:
-      if (p.seq > detail::naive_max_seq())
-        throw std::invalid_argument("flashlab::cuda: naive attention supports N <= " +
-                                    std::to_string(detail::naive_max_seq()) + " (hint: use fa2)");
+  switch (algorithm) {
+    case ref::Algorithm::naive_fwd:
       S = DeviceBuffer<float>(std::size_t(p.batch) * p.heads * std::size_t(p.seq) * p.seq);
       launches = [&] {
         detail::launch_naive_scores(p, Q.get(), K.get(), S.get());
@@ -126,7 +125,7 @@ ProbeResult measure_attention(ProbeVariant variant, const ProbeConfig& cfg) {
         detail::launch_naive_pv(p, S.get(), V.get(), O.get());
       };
       break;
-    case ProbeVariant::fa1:
+    case ref::Algorithm::fa1_fwd:
       m = DeviceBuffer<float>(stats);
       l = DeviceBuffer<float>(stats);
       result.fa1_query_split = fa1_query_split_for(cfg);
@@ -135,11 +134,11 @@ ProbeResult measure_attention(ProbeVariant variant, const ProbeConfig& cfg) {
                                    LSE.get());
       };
       break;
-    case ProbeVariant::fa2:
+    case ref::Algorithm::fa2_fwd:
       launches = [&] { detail::launch_flash_forward(p, Q.get(), K.get(), V.get(), O.get(), LSE.get()); };
       break;
-    case ProbeVariant::bwd_two_kernel:
-    case ProbeVariant::bwd_atomic:
+    case ref::Algorithm::bwd_two_kernel:
+    case ref::Algorithm::bwd_atomic:
       dO = DeviceBuffer<float>(numel);
       D = DeviceBuffer<float>(stats);
       dQ = DeviceBuffer<float>(numel);
@@ -150,7 +149,7 @@ ProbeResult measure_attention(ProbeVariant variant, const ProbeConfig& cfg) {
       FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
       launches = [&] {
         detail::launch_bwd_preprocess(p, O.get(), dO.get(), D.get());
-        if (variant == ProbeVariant::bwd_two_kernel) {
+        if (algorithm == ref::Algorithm::bwd_two_kernel) {
           detail::launch_bwd_dq(p, Q.get(), K.get(), V.get(), dO.get(), LSE.get(), D.get(), dQ.get());
           detail::launch_bwd_dkdv(p, Q.get(), K.get(), V.get(), dO.get(), LSE.get(), D.get(), dK.get(), dV.get());
         } else {
@@ -160,6 +159,8 @@ ProbeResult measure_attention(ProbeVariant variant, const ProbeConfig& cfg) {
         }
       };
       break;
+    case ref::Algorithm::naive_bwd:
+      break;  // refused by check_clear_problem
   }
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
 

@@ -170,16 +170,16 @@ VariableRange parse_range(const std::string& tok) {
   return r;
 }
 
-ref::Variant model_variant(const std::string& name) {
-  for (ref::Variant v : {ref::Variant::naive_fwd, ref::Variant::fa1_fwd, ref::Variant::fa2_fwd,
-                         ref::Variant::naive_bwd, ref::Variant::bwd_two_kernel, ref::Variant::bwd_atomic}) {
-    if (ref::variant_name(v) == name) return v;
+ref::Algorithm model_variant(const std::string& name) {
+  for (ref::Algorithm v : {ref::Algorithm::naive_fwd, ref::Algorithm::fa1_fwd, ref::Algorithm::fa2_fwd,
+                         ref::Algorithm::naive_bwd, ref::Algorithm::bwd_two_kernel, ref::Algorithm::bwd_atomic}) {
+    if (ref::algorithm_name(v) == name) return v;
   }
   throw std::invalid_argument("unknown traffic model '" + name + "'");
 }
 
 void set_question_field(Question& q, const std::string& key, const std::string& value,
-                        const std::optional<ref::AttentionConfig>& shape) {
+                        const std::optional<ref::AttentionProblem>& shape) {
   if (key == "kind") {
     if (value == "formula") q.kind = AnswerKind::Formula;
     else if (value == "number") q.kind = AnswerKind::Number;
@@ -220,7 +220,7 @@ InputFamily input_family(const std::string& v) {
 }
 
 // One `key: value` line outside a question block.
-void set_lesson_field(Lesson& l, TraceTask& t, bool& has_trace, std::optional<ref::AttentionConfig>& shape,
+void set_lesson_field(Lesson& l, TraceTask& t, bool& has_trace, std::optional<ref::AttentionProblem>& shape,
                       const std::string& key, const std::string& value) {
   if (key == "title") l.title = value;
   else if (key == "section") l.section = value;
@@ -270,7 +270,7 @@ Lesson parse_lesson(const std::string& id, const std::map<std::string, std::stri
   l.id = id;
   TraceTask t;
   bool has_trace = false;
-  std::optional<ref::AttentionConfig> shape;
+  std::optional<ref::AttentionProblem> shape;
   std::optional<Question> q;
   std::istringstream is(file_or_throw(files, id, "lesson.txt"));
   std::string line;

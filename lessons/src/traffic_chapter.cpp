@@ -95,8 +95,8 @@ int degree(const std::string& formula) {
 
 }  // namespace
 
-ref::AttentionConfig parse_attention_shape(const std::string& text) {
-  ref::AttentionConfig c;
+ref::AttentionProblem parse_attention_shape(const std::string& text) {
+  ref::AttentionProblem c;
   std::istringstream is(text);
   std::string w;
   while (is >> w) {
@@ -113,8 +113,8 @@ ref::AttentionConfig parse_attention_shape(const std::string& text) {
     else if (k == "N") c.seq = v;
     else if (k == "H") c.heads = v;
     else if (k == "d") c.head_dim = v;
-    else if (k == "Br") c.block_m = v;
-    else if (k == "Bc") c.block_n = v;
+    else if (k == "Br") c.Br = v;
+    else if (k == "Bc") c.Bc = v;
     else throw std::invalid_argument("shape: unknown size '" + k + "' (B, N, H, d, Br, Bc)");
   }
   c.validate();
@@ -146,13 +146,13 @@ Measurement parse_measurement_csv(const std::string& text) {
       }
       const auto f = split_csv(line);
       if (f.size() != 16) throw std::invalid_argument(std::to_string(f.size()) + " fields, expected 16");
-      ref::AttentionConfig c;
+      ref::AttentionProblem c;
       c.batch = to_size(f[4], "batch");
       c.seq = to_size(f[5], "seq");
       c.heads = to_size(f[6], "heads");
       c.head_dim = to_size(f[7], "head_dim");
-      c.block_m = to_size(f[8], "block_m");
-      c.block_n = to_size(f[9], "block_n");
+      c.Br = to_size(f[8], "block_m");
+      c.Bc = to_size(f[9], "block_n");
       c.dtype = ref::parse_dtype(f[10]);
       if (m.rows.empty()) {
         m.date = f[0];
@@ -160,8 +160,8 @@ Measurement parse_measurement_csv(const std::string& text) {
         m.command = f[2];
         m.shape = c;
       } else if (f[0] != m.date || f[1] != m.device || f[2] != m.command || c.batch != m.shape.batch ||
-                 c.heads != m.shape.heads || c.head_dim != m.shape.head_dim || c.block_m != m.shape.block_m ||
-                 c.block_n != m.shape.block_n || c.dtype != m.shape.dtype) {
+                 c.heads != m.shape.heads || c.head_dim != m.shape.head_dim || c.Br != m.shape.Br ||
+                 c.Bc != m.shape.Bc || c.dtype != m.shape.dtype) {
         throw std::invalid_argument("every row must share date, device, command and shape (only N varies)");
       }
       MeasuredBytes r;
@@ -196,15 +196,15 @@ std::string measurement_csv(const Measurement& m) {
   os << kMeasuredCsvHeader << "\n";
   for (const auto& r : m.rows) {
     os << m.date << "," << quote(m.device) << "," << quote(m.command) << "," << r.variant << "," << m.shape.batch
-       << "," << r.seq << "," << m.shape.heads << "," << m.shape.head_dim << "," << m.shape.block_m << ","
-       << m.shape.block_n << "," << ref::dtype_name(m.shape.dtype) << "," << r.l2_read << "," << r.l2_write << ","
+       << "," << r.seq << "," << m.shape.heads << "," << m.shape.head_dim << "," << m.shape.Br << ","
+       << m.shape.Bc << "," << ref::dtype_name(m.shape.dtype) << "," << r.l2_read << "," << r.l2_write << ","
        << r.l2_atomic << "," << r.dram_read << "," << r.dram_write << "\n";
   }
   return os.str();
 }
 
-std::optional<std::uint64_t> toy_tile_bytes(ref::Variant v, const ref::AttentionConfig& cfg) {
-  const char* id = v == ref::Variant::fa2_fwd ? "fa2-order" : v == ref::Variant::fa1_fwd ? "fa1-order" : nullptr;
+std::optional<std::uint64_t> toy_tile_bytes(ref::Algorithm v, const ref::AttentionProblem& cfg) {
+  const char* id = v == ref::Algorithm::fa2_fwd ? "fa2-order" : v == ref::Algorithm::fa1_fwd ? "fa1-order" : nullptr;
   if (!id || cfg.causal) return std::nullopt;
   const Lesson* l = find_lesson(id);
   if (!l || !l->trace) throw std::logic_error(std::string("lesson ") + id + " is missing");
@@ -216,18 +216,18 @@ std::optional<std::uint64_t> toy_tile_bytes(ref::Variant v, const ref::Attention
     const bool query_side = tensor == 'Q' || tensor == 'O';
     const std::uint64_t own = query_side ? Tr : Tc;
     const std::uint64_t count = degree(formula) == 2 ? Tr * Tc : own;
-    const std::uint64_t tile = (query_side ? cfg.block_m : cfg.block_n) * cfg.head_dim * elem;
+    const std::uint64_t tile = (query_side ? cfg.Br : cfg.Bc) * cfg.head_dim * elem;
     bytes += count * tile * bh;
   }
   return bytes;
 }
 
-std::vector<ref::Variant> chapter_variants() {
-  return {ref::Variant::naive_fwd, ref::Variant::fa1_fwd, ref::Variant::fa2_fwd, ref::Variant::bwd_two_kernel,
-          ref::Variant::bwd_atomic};
+std::vector<ref::Algorithm> chapter_variants() {
+  return {ref::Algorithm::naive_fwd, ref::Algorithm::fa1_fwd, ref::Algorithm::fa2_fwd, ref::Algorithm::bwd_two_kernel,
+          ref::Algorithm::bwd_atomic};
 }
 
-std::string traffic_levels_table(const ref::AttentionConfig& cfg, const Measurement* measured, bool explain) {
+std::string traffic_levels_table(const ref::AttentionProblem& cfg, const Measurement* measured, bool explain) {
   std::ostringstream os;
   os << "HBM traffic at " << cfg.str() << ", three levels (bytes read + written):\n";
   os << "  toy      = the tile lessons' transfer counts × bytes per tile (fa1-order, fa2-order only)\n";
@@ -239,8 +239,8 @@ std::string traffic_levels_table(const ref::AttentionConfig& cfg, const Measurem
   os << "\n"
      << pad("design", 16) << pad("toy", 12) << pad("counted", 12) << pad("L2", 12) << pad("L2/counted", 12)
      << pad("DRAM", 12) << pad("DRAM/L2", 10) << "\n";
-  for (ref::Variant v : chapter_variants()) {
-    const std::string name(ref::variant_name(v));
+  for (ref::Algorithm v : chapter_variants()) {
+    const std::string name(ref::algorithm_name(v));
     const auto t = ref::attention_traffic_formula(v, cfg);
     const double counted = double(t.total_read_bytes() + t.total_write_bytes());
     const auto toy = toy_tile_bytes(v, cfg);

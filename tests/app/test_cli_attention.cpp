@@ -134,11 +134,11 @@ TEST_CASE("cli attention: bad flags are usage errors naming the flag", "[cli][at
   expect_usage_error("attention fwd --seq 0 --dim 4", "--seq 0 is out of range");
   expect_usage_error("attention fwd --seq -4 --dim 4", "--seq");
   expect_usage_error("attention fwd --seq 4 --dim abc", "--dim");
-  expect_usage_error("attention fwd --seq 4 --dim 4 --block-n 0", "--block-n 0 is out of range");
+  expect_usage_error("attention fwd --seq 4 --dim 4 --block-n 0", "--block-n: Bc = 0 must be at least 1");
   expect_usage_error("attention fwd --seq 4 --dim 4 --block-m -2", "--block-m");
   expect_usage_error("attention fwd --seq 4 --dim 4 --heads 0", "--heads 0");
-  expect_usage_error("attention bwd --seq 4 --dim 4 --variant fa1", "--variant fa1 is a forward loop order");
-  expect_usage_error("attention fwd --seq 4 --dim 4 --variant atomic", "--variant atomic is a backward design");
+  expect_usage_error("attention bwd --seq 4 --dim 4 --variant fa1", "--variant 'fa1' is a forward loop order");
+  expect_usage_error("attention fwd --seq 4 --dim 4 --variant atomic", "--variant 'atomic' is a backward design");
   expect_usage_error("attention fwd --seq 4 --dim 4 --variant fa3", "--variant 'fa3'");
   expect_usage_error("attention fwd --seq 4 --dim 4 --dtype fp8", "--dtype 'fp8'");
   expect_usage_error("attention fwd --seq 4 --dim 4 --precision half", "--precision 'half'");
@@ -200,7 +200,7 @@ TEST_CASE("cli traffic attention: bad flags are usage errors naming the flag", "
   expect_usage_error("traffic attention --seq 0", "--seq: '0'");
   expect_usage_error("traffic attention --seq 1024,,2048", "--seq: ''");
   expect_usage_error("traffic attention --seq 64 --dim 0", "--dim 0 is out of range");
-  expect_usage_error("traffic attention --seq 64 --block-m 0", "--block-m 0 is out of range");
+  expect_usage_error("traffic attention --seq 64 --block-m 0", "--block-m: Br = 0 must be at least 1");
   expect_usage_error("traffic attention --seq 64 --heads -1", "--heads");
   expect_usage_error("traffic attention --seq 64 --dtype fp64x", "--dtype 'fp64x'");
   expect_usage_error("traffic attention --seq 64 --variant fa9", "--variant 'fa9'");

@@ -33,7 +33,7 @@ TEST_CASE("cli bench: --help names the method and every flag", "[cli][bench]") {
     INFO(flag);
     CHECK_THAT(r.out, Catch::Contains(flag));
   }
-  CHECK_THAT(r.out, Catch::Contains("1024,2048,4096,8192,16384"));  // the sweep is the default
+  CHECK_THAT(r.out, Catch::Contains("1024,2048,4096,8192,16384"));  // the full sweep is the default
   const auto top = run_cli("--help");
   CHECK_THAT(top.out, Catch::Contains("bench"));
 }

@@ -20,23 +20,23 @@ inline unsigned long long fresh_seed() {
 }
 
 /// One 16-bit value (bf16 or fp16 bit pattern) as float (exact).
-inline float to_float(std::uint16_t bits, cuda::FastDtype dt) {
-  return dt == cuda::FastDtype::bf16 ? cuda::bf16_to_float(bits) : cuda::fp16_to_float(bits);
+inline float to_float(std::uint16_t bits, ref::Dtype dt) {
+  return dt == ref::Dtype::bf16 ? cuda::bf16_to_float(bits) : cuda::fp16_to_float(bits);
 }
 
 /// One float rounded to the 16-bit dtype (nearest even) and back.
-inline float round_float_to_16(float f, cuda::FastDtype dt) {
-  return to_float(dt == cuda::FastDtype::bf16 ? cuda::float_to_bf16(f) : cuda::float_to_fp16(f), dt);
+inline float round_float_to_16(float f, ref::Dtype dt) {
+  return to_float(dt == ref::Dtype::bf16 ? cuda::float_to_bf16(f) : cuda::float_to_fp16(f), dt);
 }
 
 /// Rounds a float64 tensor to the 16-bit dtype: bit patterns for the GPU, and the rounded values
 /// (exact in float64) in `rounded` for the reference, so the measured error is the kernel's own.
-inline std::vector<std::uint16_t> round_to_16(const ref::Tensor<double>& x, cuda::FastDtype dt,
+inline std::vector<std::uint16_t> round_to_16(const ref::Tensor<double>& x, ref::Dtype dt,
                                               ref::Tensor<double>& rounded) {
   std::vector<std::uint16_t> bits(x.numel());
   for (std::size_t k = 0; k < x.numel(); ++k) {
     const float f = static_cast<float>(x.data()[k]);
-    bits[k] = dt == cuda::FastDtype::bf16 ? cuda::float_to_bf16(f) : cuda::float_to_fp16(f);
+    bits[k] = dt == ref::Dtype::bf16 ? cuda::float_to_bf16(f) : cuda::float_to_fp16(f);
     rounded.data()[k] = to_float(bits[k], dt);
   }
   return bits;
@@ -44,14 +44,14 @@ inline std::vector<std::uint16_t> round_to_16(const ref::Tensor<double>& x, cuda
 
 /// Error of a 16-bit result (bit patterns) against the float64 reference: max|got − ref| / max|ref|
 /// (ref::max_error_vs_max; NaN → +inf).
-inline double error_16(const std::vector<std::uint16_t>& got, const double* ref, cuda::FastDtype dt) {
+inline double error_16(const std::vector<std::uint16_t>& got, const double* ref, ref::Dtype dt) {
   std::vector<float> g(got.size());
   for (std::size_t k = 0; k < got.size(); ++k) g[k] = to_float(got[k], dt);
   return ref::max_error_vs_max(g.data(), ref, g.size());
 }
 
 /// The floor of any 16-bit output: the error of the float64 reference merely rounded to the dtype.
-inline double rounding_floor(const double* ref, std::size_t n, cuda::FastDtype dt) {
+inline double rounding_floor(const double* ref, std::size_t n, ref::Dtype dt) {
   std::vector<float> r(n);
   for (std::size_t k = 0; k < n; ++k) r[k] = round_float_to_16(static_cast<float>(ref[k]), dt);
   return ref::max_error_vs_max(r.data(), ref, n);

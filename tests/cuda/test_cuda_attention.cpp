@@ -97,19 +97,19 @@ void report_worst(const char* test) {
 
 struct Case {
   std::size_t batch, seq, heads, head_dim;
-  int block_m, block_n;
+  std::size_t Br, Bc;
   bool causal;
 };
 
-// Runs every variant of one case and compares with the float64 naive reference.
+// Runs every algorithm of one case and compares with the float64 naive reference.
 void check_case(const Case& c) {
   const unsigned long long seed = fresh_seed();
-  INFO("B=" << c.batch << " N=" << c.seq << " H=" << c.heads << " d=" << c.head_dim << " Br=" << c.block_m
-            << " Bc=" << c.block_n << (c.causal ? " causal" : "") << " seed=" << seed
+  INFO("B=" << c.batch << " N=" << c.seq << " H=" << c.heads << " d=" << c.head_dim << " Br=" << c.Br
+            << " Bc=" << c.Bc << (c.causal ? " causal" : "") << " seed=" << seed
             << " (rerun with FLASHLAB_TEST_SEED)");
   const std::string label = "B=" + std::to_string(c.batch) + " N=" + std::to_string(c.seq) + " H=" +
                             std::to_string(c.heads) + " d=" + std::to_string(c.head_dim) + " Br=" +
-                            std::to_string(c.block_m) + " Bc=" + std::to_string(c.block_n) +
+                            std::to_string(c.Br) + " Bc=" + std::to_string(c.Bc) +
                             (c.causal ? " causal" : "");
   const fr::Shape shape{c.batch, c.seq, c.heads, c.head_dim};
   fr::Tensor<double> q0(shape), k0(shape), v0(shape), do0(shape);
@@ -122,35 +122,29 @@ void check_case(const Case& c) {
   const fr::Tensor<double> Qd = Q.cast<double>(), Kd = K.cast<double>(), Vd = V.cast<double>(),
                            dOd = dO.cast<double>();
 
-  fr::AttentionConfig cfg;
+  fr::AttentionProblem cfg;
   cfg.batch = c.batch;
   cfg.seq = c.seq;
   cfg.heads = c.heads;
   cfg.head_dim = c.head_dim;
-  cfg.block_m = std::size_t(c.block_m);
-  cfg.block_n = std::size_t(c.block_n);
+  cfg.Br = c.Br;
+  cfg.Bc = c.Bc;
   cfg.causal = c.causal;
   const auto ref_fwd = fr::naive_forward<double>(cfg, Qd, Kd, Vd);
   const auto ref_bwd = fr::naive_backward<double>(cfg, Qd, Kd, Vd, dOd);
 
-  fc::Options opt;
-  opt.block_m = c.block_m;
-  opt.block_n = c.block_n;
-  opt.causal = c.causal;
-
   struct Fwd {
     const char* name;
-    fc::ForwardVariant v;
+    fr::Algorithm algorithm;
     int split;
   };
-  const std::vector<Fwd> fwds = {{"naive", fc::ForwardVariant::naive, 0},
-                                 {"fa1 (auto split)", fc::ForwardVariant::fa1, 0},
-                                 {"fa1 (split 1: one block per head)", fc::ForwardVariant::fa1, 1},
-                                 {"fa2", fc::ForwardVariant::fa2, 0}};
+  const std::vector<Fwd> fwds = {{"naive", fr::Algorithm::naive_fwd, 0},
+                                 {"fa1 (auto split)", fr::Algorithm::fa1_fwd, 0},
+                                 {"fa1 (split 1: one block per head)", fr::Algorithm::fa1_fwd, 1},
+                                 {"fa2", fr::Algorithm::fa2_fwd, 0}};
   for (const auto& f : fwds) {
     if (f.split == 1 && c.seq > 1000) continue;  // one block per head: too slow to test at 4096
-    opt.fa1_query_split = f.split;
-    const auto got = fc::attention_forward(f.v, Q, K, V, opt);
+    const auto got = fc::attention_forward(f.algorithm, cfg, Q, K, V, f.split);
     const double eO = err(got.O, ref_fwd.O), eL = err_LSE(got.LSE, ref_fwd.LSE);
     INFO(f.name << ": O error " << eO << ", LSE error " << eL);
     g_worst.see(eO, std::string(f.name) + " O, " + label);
@@ -162,9 +156,9 @@ void check_case(const Case& c) {
   // Backward from the reference's O and LSE (in fp32), so only the backward kernels are tested.
   const fr::Tensor<float> O = ref_fwd.O.cast<float>();
   std::vector<float> LSE(ref_fwd.LSE.begin(), ref_fwd.LSE.end());
-  for (auto v : {fc::BackwardVariant::two_kernel, fc::BackwardVariant::atomic}) {
-    const char* name = v == fc::BackwardVariant::two_kernel ? "bwd two-kernel" : "bwd atomic";
-    const auto got = fc::attention_backward(v, Q, K, V, O, dO, LSE, opt);
+  for (auto v : {fr::Algorithm::bwd_two_kernel, fr::Algorithm::bwd_atomic}) {
+    const char* name = v == fr::Algorithm::bwd_two_kernel ? "bwd two-kernel" : "bwd atomic";
+    const auto got = fc::attention_backward(v, cfg, Q, K, V, O, dO, LSE);
     const double eq = err(got.dQ, ref_bwd.dQ), ek = err(got.dK, ref_bwd.dK), ev = err(got.dV, ref_bwd.dV),
                  eD = err_D(got.D, ref_bwd.D, dOd, O);  // relative to the scale of D's terms
     INFO(name << ": dQ " << eq << ", dK " << ek << ", dV " << ev << ", D " << eD);
@@ -216,17 +210,28 @@ TEST_CASE("N = 4096", "[attention][n4096]") {
 }
 
 TEST_CASE("bad input is refused with a message naming it", "[attention][errors]") {
+  fr::AttentionProblem problem;
+  problem.seq = 8;
+  problem.head_dim = 64;
   const fr::Tensor<float> Q(fr::Shape{1, 8, 1, 64}), K(fr::Shape{1, 9, 1, 64});
-  fc::Options opt;
-  CHECK_THROWS_WITH(fc::attention_forward(fc::ForwardVariant::fa2, Q, K, Q, opt), Catch::Contains("K has shape"));
-  opt.block_m = 0;
-  CHECK_THROWS_WITH(fc::attention_forward(fc::ForwardVariant::fa2, Q, Q, Q, opt), Catch::Contains("BLOCK_M"));
-  opt.block_m = 128;
-  opt.block_n = 128;
-  const fr::Tensor<float> big(fr::Shape{1, 8, 1, 256});
-  CHECK_THROWS_WITH(fc::attention_forward(fc::ForwardVariant::fa2, big, big, big, opt),
-                    Catch::Contains("shared memory"));
-  fc::Options ok;
-  CHECK_THROWS_WITH(fc::attention_backward(fc::BackwardVariant::two_kernel, Q, Q, Q, Q, Q, std::vector<float>(3), ok),
+  const auto fa2 = fr::Algorithm::fa2_fwd;
+  CHECK_THROWS_WITH(fc::attention_forward(fa2, problem, Q, K, Q), Catch::Contains("K has shape"));
+  fr::AttentionProblem bad = problem;
+  bad.Br = 0;
+  CHECK_THROWS_WITH(fc::attention_forward(fa2, bad, Q, Q, Q), Catch::Contains("Br = 0 must be at least 1"));
+  bad.Br = 129;
+  CHECK_THROWS_WITH(fc::attention_forward(fa2, bad, Q, Q, Q), Catch::Contains("Br = 129 is above 128"));
+  bad = problem;
+  bad.dtype = fr::Dtype::bf16;
+  CHECK_THROWS_WITH(fc::attention_forward(fa2, bad, Q, Q, Q), Catch::Contains("dtype = bf16 is not fp32"));
+  CHECK_THROWS_WITH(fc::attention_forward(fr::Algorithm::bwd_atomic, problem, Q, Q, Q),
+                    Catch::Contains("is a backward design"));
+  fr::AttentionProblem big = problem;
+  big.head_dim = 256;
+  big.Br = 128;
+  big.Bc = 128;
+  const fr::Tensor<float> t256(fr::Shape{1, 8, 1, 256});
+  CHECK_THROWS_WITH(fc::attention_forward(fa2, big, t256, t256, t256), Catch::Contains("shared memory"));
+  CHECK_THROWS_WITH(fc::attention_backward(fr::Algorithm::bwd_two_kernel, problem, Q, Q, Q, Q, Q, std::vector<float>(3)),
                     Catch::Contains("LSE has 3 elements"));
 }

@@ -1,5 +1,5 @@
 // Measured traffic against the model (tag [cupti]; needs performance-counter permission, i.e.
-// root on the H100 machine). Done-when of issue 6: the L2 read bytes (L2 → SM over the crossbar)
+// root on the H100 machine). The bar: the L2 read bytes (L2 → SM over the crossbar)
 // of the flash forward and the two backward kernels are within 5% of the reference's model for
 // N ≥ 4096, and DRAM never reads more than L2 delivers (it only sees the misses). The atomic
 // kernel: its dQ read-modify-write, done by RED atomics in L2, within 5% of the model's dQ bytes.
@@ -16,25 +16,20 @@ namespace fr = flashlab::ref;
 
 namespace {
 
-void check_within_model(fc::ProbeVariant pv, fr::Variant mv, bool causal) {
-  fc::ProbeConfig pc;
-  pc.seq = 4096;
-  pc.heads = 16;
-  pc.head_dim = 64;
-  pc.options.block_m = 64;
-  pc.options.block_n = 32;
-  pc.options.causal = causal;
-  fr::AttentionConfig cfg;
+void check_within_model(fr::Algorithm algorithm, bool causal) {
+  fr::AttentionProblem cfg;
   cfg.seq = 4096;
   cfg.heads = 16;
   cfg.head_dim = 64;
-  cfg.block_m = 64;
-  cfg.block_n = 32;
+  cfg.Br = 64;
+  cfg.Bc = 32;
   cfg.causal = causal;
-  const auto res = fc::measure_attention(pv, pc);
+  fc::ProbeConfig pc;
+  pc.problem = cfg;
+  const auto res = fc::measure_attention(algorithm, pc);
   for (const auto& u : res.unavailable) WARN("metric not available: " << u);
   REQUIRE(res.unavailable.empty());
-  const auto model = fr::attention_traffic_kernels(mv, cfg);
+  const auto model = fr::attention_traffic_kernels(algorithm, cfg);
   REQUIRE(res.kernels.size() == model.size());
   for (std::size_t k = 0; k < model.size(); ++k) {
     const auto& c = res.kernels[k].counters;
@@ -62,15 +57,15 @@ void check_within_model(fc::ProbeVariant pv, fr::Variant mv, bool causal) {
 }  // namespace
 
 TEST_CASE("fa2 forward: L2 reads within 5% of the model at N = 4096", "[cupti]") {
-  check_within_model(fc::ProbeVariant::fa2, fr::Variant::fa2_fwd, false);
-  check_within_model(fc::ProbeVariant::fa2, fr::Variant::fa2_fwd, true);
+  check_within_model(fr::Algorithm::fa2_fwd, false);
+  check_within_model(fr::Algorithm::fa2_fwd, true);
 }
 
 TEST_CASE("two-kernel backward: L2 reads within 5% of the model at N = 4096", "[cupti]") {
-  check_within_model(fc::ProbeVariant::bwd_two_kernel, fr::Variant::bwd_two_kernel, false);
-  check_within_model(fc::ProbeVariant::bwd_two_kernel, fr::Variant::bwd_two_kernel, true);
+  check_within_model(fr::Algorithm::bwd_two_kernel, false);
+  check_within_model(fr::Algorithm::bwd_two_kernel, true);
 }
 
 TEST_CASE("atomic backward: L2 reads and RED atomics within 5% of the model at N = 4096", "[cupti]") {
-  check_within_model(fc::ProbeVariant::bwd_atomic, fr::Variant::bwd_atomic, false);
+  check_within_model(fr::Algorithm::bwd_atomic, false);
 }

@@ -23,11 +23,11 @@ TEST_CASE("traffic chapter: the recorded measurement is at the chapter's shape a
   CHECK_THAT(m.command, Catch::Contains("flashlab"));
   CHECK(m.shape.heads == shape.heads);
   CHECK(m.shape.head_dim == shape.head_dim);
-  CHECK(m.shape.block_m == shape.block_m);
-  CHECK(m.shape.block_n == shape.block_n);
-  for (fr::Variant v : chapter_variants()) {
-    INFO(fr::variant_name(v));
-    const auto* row = m.find(std::string(fr::variant_name(v)), shape.seq);
+  CHECK(m.shape.Br == shape.Br);
+  CHECK(m.shape.Bc == shape.Bc);
+  for (fr::Algorithm v : chapter_variants()) {
+    INFO(fr::algorithm_name(v));
+    const auto* row = m.find(std::string(fr::algorithm_name(v)), shape.seq);
     REQUIRE(row);
     CHECK(row->l2_total() > 0);
     CHECK(row->dram_total() > 0);
@@ -35,8 +35,8 @@ TEST_CASE("traffic chapter: the recorded measurement is at the chapter's shape a
     CHECK(row->dram_total() < row->l2_total());
   }
   // FA2 forward: the L2 requests are the model's bytes within 5%.
-  fr::AttentionConfig c = shape;
-  const auto t = fr::attention_traffic_formula(fr::Variant::fa2_fwd, c);
+  fr::AttentionProblem c = shape;
+  const auto t = fr::attention_traffic_formula(fr::Algorithm::fa2_fwd, c);
   const double counted = double(t.total_read_bytes() + t.total_write_bytes());
   const double l2 = m.find("fa2_fwd", shape.seq)->l2_total();
   CHECK(std::fabs(l2 / counted - 1.0) < 0.05);
@@ -58,13 +58,13 @@ TEST_CASE("traffic chapter: the CSV round-trips and malformed CSV names its line
 }
 
 TEST_CASE("traffic chapter: the toy level is the tile lessons' counts times bytes per tile", "[traffic]") {
-  fr::AttentionConfig c = parse_attention_shape("B=1 N=4096 H=16 d=64 Br=64 Bc=32 fp32");
+  fr::AttentionProblem c = parse_attention_shape("B=1 N=4096 H=16 d=64 Br=64 Bc=32 fp32");
   const std::uint64_t Tr = 64, Tc = 128, q_tile = 64 * 64 * 4, kv_tile = 32 * 64 * 4, H = 16;
   // FA2 order: Q n, K n², V n², O load n, O store n.
-  CHECK(*toy_tile_bytes(fr::Variant::fa2_fwd, c) == H * (Tr * q_tile + 2 * Tr * Tc * kv_tile + 2 * Tr * q_tile));
+  CHECK(*toy_tile_bytes(fr::Algorithm::fa2_fwd, c) == H * (Tr * q_tile + 2 * Tr * Tc * kv_tile + 2 * Tr * q_tile));
   // FA1 order: Q n², K n, V n, O load n², O store n².
-  CHECK(*toy_tile_bytes(fr::Variant::fa1_fwd, c) == H * (3 * Tr * Tc * q_tile + 2 * Tc * kv_tile));
-  CHECK(!toy_tile_bytes(fr::Variant::naive_fwd, c));
+  CHECK(*toy_tile_bytes(fr::Algorithm::fa1_fwd, c) == H * (3 * Tr * Tc * q_tile + 2 * Tc * kv_tile));
+  CHECK(!toy_tile_bytes(fr::Algorithm::naive_fwd, c));
   const std::string table = traffic_levels_table(c, &recorded_measurement(), false);
   CHECK_THAT(table, Catch::Contains("fa2_fwd") && Catch::Contains("bwd_two_kernel") && Catch::Contains("L2/counted"));
   CHECK_THAT(table, !Catch::Contains("served from L2"));
@@ -75,7 +75,7 @@ TEST_CASE("traffic chapter: the predictions are the reference model's bytes", "[
   const Lesson* fwd = find_lesson("traffic-fwd");
   REQUIRE(fwd);
   const auto c = parse_attention_shape(fwd->shape);
-  const auto fa2 = fr::attention_traffic_formula(fr::Variant::fa2_fwd, c);
+  const auto fa2 = fr::attention_traffic_formula(fr::Algorithm::fa2_fwd, c);
   // Worked by hand: Q, O once; K, V Tr = 64 times; LSE once; 16 heads, 4 bytes.
   const std::uint64_t N = 4096, d = 64, by_hand = 16 * 4 * (N * d + 64 * 2 * N * d + N * d + N);
   CHECK(fa2.total_read_bytes() + fa2.total_write_bytes() == by_hand);

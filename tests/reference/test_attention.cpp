@@ -3,7 +3,7 @@
 // and the seed's NaN hazard in emulated fp16.
 //
 // Error metric everywhere: max |got − ref| / max |ref| over the tensor (max_error_vs_max), with
-// the float64 naive result as ref. Tolerances: float64 1e-12, float32 1e-5 (issue 4).
+// the float64 naive result as ref. Tolerances: float64 1e-12, float32 1e-5.
 #include <catch2/catch.hpp>
 
 #include "flashlab/reference/attention.hpp"
@@ -22,20 +22,20 @@ struct Case {
   bool causal;
 };
 
-AttentionConfig make_cfg(const Case& c) {
-  AttentionConfig cfg;
+AttentionProblem make_cfg(const Case& c) {
+  AttentionProblem cfg;
   cfg.batch = c.B;
   cfg.seq = c.Nq;
   cfg.seq_k = c.Nk == c.Nq ? 0 : c.Nk;
   cfg.heads = c.H;
   cfg.head_dim = c.d;
-  cfg.block_m = c.Br;
-  cfg.block_n = c.Bc;
+  cfg.Br = c.Br;
+  cfg.Bc = c.Bc;
   cfg.causal = c.causal;
   return cfg;
 }
 
-// The shapes of the issue: N = 1, N not a multiple of either block, Br ≠ Bc, d = 48 and 96, causal,
+// The awkward shapes: N = 1, N not a multiple of either block, Br ≠ Bc, d = 48 and 96, causal,
 // batch and heads > 1, and N_q ≠ N_k (both ways, including fully masked rows under causal).
 const Case kCases[] = {
     {1, 1, 1, 1, 16, 4, 4, false},    {1, 1, 1, 1, 16, 4, 4, true},     {1, 37, 37, 1, 48, 16, 8, false},
@@ -55,7 +55,7 @@ struct Inputs {
   Tensor<double> Q, K, V, dO;
 };
 
-Inputs random_inputs(const AttentionConfig& cfg, unsigned long long seed) {
+Inputs random_inputs(const AttentionProblem& cfg, unsigned long long seed) {
   Inputs in{Tensor<double>(cfg.q_shape()), Tensor<double>(cfg.kv_shape()), Tensor<double>(cfg.kv_shape()),
             Tensor<double>(cfg.q_shape())};
   fill_normal(in.Q, seed);
@@ -100,8 +100,8 @@ TEST_CASE("attention: FA2 and FA1 forward equal the naive forward (float64 and f
     const auto ref = naive_forward(cfg, in.Q, in.K, in.V);
     REQUIRE_FALSE(has_nan(ref.O.data(), ref.O.numel()));
 
-    for (Variant v : {Variant::fa2_fwd, Variant::fa1_fwd}) {
-      INFO(variant_name(v));
+    for (Algorithm v : {Algorithm::fa2_fwd, Algorithm::fa1_fwd}) {
+      INFO(algorithm_name(v));
       const auto f64 = attention_forward(v, cfg, in.Q, in.K, in.V);
       CHECK(err(f64.O, ref.O) <= 1e-12);
       CHECK(err(f64.LSE, ref.LSE) <= 1e-12);
@@ -113,10 +113,10 @@ TEST_CASE("attention: FA2 and FA1 forward equal the naive forward (float64 and f
 }
 
 TEST_CASE("attention: LSE is base 2 of the natural-exp softmax denominator", "[attention][forward]") {
-  AttentionConfig cfg;
+  AttentionProblem cfg;
   cfg.seq = 3;
   cfg.head_dim = 2;
-  cfg.block_m = cfg.block_n = 2;
+  cfg.Br = cfg.Bc = 2;
   Tensor<double> Q(cfg.q_shape()), K(cfg.kv_shape()), V(cfg.kv_shape());
   fill_normal(Q, 1);
   fill_normal(K, 2);
@@ -132,11 +132,11 @@ TEST_CASE("attention: LSE is base 2 of the natural-exp softmax denominator", "[a
 }
 
 TEST_CASE("attention: a custom softmax scale is honoured by every variant", "[attention][forward]") {
-  AttentionConfig cfg = make_cfg({1, 11, 11, 1, 8, 4, 3, true});
+  AttentionProblem cfg = make_cfg({1, 11, 11, 1, 8, 4, 3, true});
   cfg.scale = 0.9;
   const auto in = random_inputs(cfg, 7);
   const auto ref = naive_forward(cfg, in.Q, in.K, in.V);
-  AttentionConfig unit = cfg;
+  AttentionProblem unit = cfg;
   unit.scale = 0.0;
   CHECK(err(naive_forward(unit, in.Q, in.K, in.V).O, ref.O) > 1e-3);  // the scale matters
   CHECK(err(flash_forward_fa2(cfg, in.Q, in.K, in.V).O, ref.O) <= 1e-12);
@@ -276,10 +276,10 @@ TEST_CASE("attention: round_to_half rounds to nearest even and overflows to inf"
 
 TEST_CASE("attention: the NaN hazard — no KV mask in fp16 arithmetic gives NaN, the mask prevents it",
           "[attention][fp16][masking]") {
-  // Seed 001 "The NaN Hazard": N_k = 5 with Bc = 4 leaves 3 zero-padded key rows in the last tile.
+  // The Triton walkthrough "The NaN Hazard": N_k = 5 with Bc = 4 leaves 3 zero-padded key rows in the last tile.
   // Every score is about −20 in base 2, so LSE ≈ −17.7 and an unmasked padded score 0 gives
   // P = 2^(0 − LSE) ≈ 2^17.7 > 65504: Inf in fp16, and dQ += dS·K_pad = Inf·0 = NaN.
-  AttentionConfig cfg = make_cfg({1, 6, 6, 1, 16, 4, 4, false});
+  AttentionProblem cfg = make_cfg({1, 6, 6, 1, 16, 4, 4, false});
   cfg.seq_k = 5;
   Tensor<double> Q(cfg.q_shape()), K(cfg.kv_shape()), V(cfg.kv_shape()), dO(cfg.q_shape());
   fill_normal(Q, 11, 0.05);
@@ -315,13 +315,13 @@ TEST_CASE("attention: the NaN hazard — no KV mask in fp16 arithmetic gives NaN
 }
 
 TEST_CASE("attention: wrong operand shapes and bad configurations are refused with a message", "[attention][errors]") {
-  AttentionConfig cfg = make_cfg({1, 8, 8, 1, 4, 4, 4, false});
+  AttentionProblem cfg = make_cfg({1, 8, 8, 1, 4, 4, 4, false});
   Tensor<double> Q(cfg.q_shape()), K(Shape{1, 7, 1, 4}), V(cfg.kv_shape());
   REQUIRE_THROWS_WITH(flash_forward_fa2(cfg, Q, K, V), Catch::Contains("K has shape [1, 7, 1, 4]"));
-  AttentionConfig bad = cfg;
-  bad.block_n = 0;
-  REQUIRE_THROWS_WITH(bad.validate(), Catch::Contains("block_n"));
-  REQUIRE_THROWS_AS(attention_forward(Variant::bwd_atomic, cfg, Q, Tensor<double>(cfg.kv_shape()), V),
+  AttentionProblem bad = cfg;
+  bad.Bc = 0;
+  REQUIRE_THROWS_WITH(bad.validate(), Catch::Contains("Bc = 0 must be at least 1"));
+  REQUIRE_THROWS_AS(attention_forward(Algorithm::bwd_atomic, cfg, Q, Tensor<double>(cfg.kv_shape()), V),
                     std::invalid_argument);
 }
 
@@ -360,11 +360,11 @@ TEST_CASE("attention: random shapes — every variant equals naive and counts eq
       INFO(what << ": " << why);
       CHECK(ok);
     };
-    same(fa2.traffic, attention_traffic_formula(Variant::fa2_fwd, cfg), "fa2");
-    same(fa1.traffic, attention_traffic_formula(Variant::fa1_fwd, cfg), "fa1");
-    same(ref.traffic, attention_traffic_formula(Variant::naive_fwd, cfg), "naive");
-    same(gref.traffic, attention_traffic_formula(Variant::naive_bwd, cfg), "naive bwd");
-    same(two.traffic, attention_traffic_formula(Variant::bwd_two_kernel, cfg), "two-kernel");
-    same(atom.traffic, attention_traffic_formula(Variant::bwd_atomic, cfg), "atomic");
+    same(fa2.traffic, attention_traffic_formula(Algorithm::fa2_fwd, cfg), "fa2");
+    same(fa1.traffic, attention_traffic_formula(Algorithm::fa1_fwd, cfg), "fa1");
+    same(ref.traffic, attention_traffic_formula(Algorithm::naive_fwd, cfg), "naive");
+    same(gref.traffic, attention_traffic_formula(Algorithm::naive_bwd, cfg), "naive bwd");
+    same(two.traffic, attention_traffic_formula(Algorithm::bwd_two_kernel, cfg), "two-kernel");
+    same(atom.traffic, attention_traffic_formula(Algorithm::bwd_atomic, cfg), "atomic");
   }
 }

@@ -12,16 +12,16 @@ using namespace flashlab::ref;
 
 namespace {
 
-AttentionConfig cfg_of(std::size_t B, std::size_t Nq, std::size_t Nk, std::size_t H, std::size_t d, std::size_t Br,
+AttentionProblem cfg_of(std::size_t B, std::size_t Nq, std::size_t Nk, std::size_t H, std::size_t d, std::size_t Br,
                        std::size_t Bc, bool causal, Dtype dt = Dtype::fp32) {
-  AttentionConfig c;
+  AttentionProblem c;
   c.batch = B;
   c.seq = Nq;
   c.seq_k = Nk == Nq ? 0 : Nk;
   c.heads = H;
   c.head_dim = d;
-  c.block_m = Br;
-  c.block_n = Bc;
+  c.Br = Br;
+  c.Bc = Bc;
   c.causal = causal;
   c.dtype = dt;
   return c;
@@ -49,7 +49,7 @@ void require_same_kernels(const std::vector<KernelTraffic>& counted, const std::
 }  // namespace
 
 TEST_CASE("attention traffic: counted bytes equal the formulas for every variant and shape", "[attention][traffic]") {
-  const AttentionConfig configs[] = {
+  const AttentionProblem configs[] = {
       cfg_of(1, 1, 1, 1, 16, 4, 4, false),        cfg_of(1, 1, 1, 1, 16, 4, 4, true),
       cfg_of(1, 37, 37, 1, 8, 16, 8, false),      cfg_of(1, 37, 37, 1, 8, 16, 8, true),
       cfg_of(1, 37, 37, 1, 8, 8, 16, true),       cfg_of(2, 23, 23, 3, 4, 5, 7, true, Dtype::bf16),
@@ -68,26 +68,26 @@ TEST_CASE("attention traffic: counted bytes equal the formulas for every variant
     fill_normal(dO, seed++);
 
     const auto naive = naive_forward(cfg, Q, K, V);
-    require_same(naive.traffic, attention_traffic_formula(Variant::naive_fwd, cfg), what + " naive_fwd");
-    require_same_kernels(naive.kernels, attention_traffic_kernels(Variant::naive_fwd, cfg), what + " naive_fwd");
+    require_same(naive.traffic, attention_traffic_formula(Algorithm::naive_fwd, cfg), what + " naive_fwd");
+    require_same_kernels(naive.kernels, attention_traffic_kernels(Algorithm::naive_fwd, cfg), what + " naive_fwd");
 
     const auto fa2 = flash_forward_fa2(cfg, Q, K, V);
-    require_same(fa2.traffic, attention_traffic_formula(Variant::fa2_fwd, cfg), what + " fa2_fwd");
+    require_same(fa2.traffic, attention_traffic_formula(Algorithm::fa2_fwd, cfg), what + " fa2_fwd");
 
     const auto fa1 = flash_forward_fa1(cfg, Q, K, V);
-    require_same(fa1.traffic, attention_traffic_formula(Variant::fa1_fwd, cfg), what + " fa1_fwd");
+    require_same(fa1.traffic, attention_traffic_formula(Algorithm::fa1_fwd, cfg), what + " fa1_fwd");
 
     const auto nb = naive_backward(cfg, Q, K, V, dO);
-    require_same(nb.traffic, attention_traffic_formula(Variant::naive_bwd, cfg), what + " naive_bwd");
-    require_same_kernels(nb.kernels, attention_traffic_kernels(Variant::naive_bwd, cfg), what + " naive_bwd");
+    require_same(nb.traffic, attention_traffic_formula(Algorithm::naive_bwd, cfg), what + " naive_bwd");
+    require_same_kernels(nb.kernels, attention_traffic_kernels(Algorithm::naive_bwd, cfg), what + " naive_bwd");
 
     const auto two = flash_backward_two_kernel(cfg, Q, K, V, fa2.O, fa2.LSE, dO);
-    require_same(two.traffic, attention_traffic_formula(Variant::bwd_two_kernel, cfg), what + " two-kernel");
-    require_same_kernels(two.kernels, attention_traffic_kernels(Variant::bwd_two_kernel, cfg), what + " two-kernel");
+    require_same(two.traffic, attention_traffic_formula(Algorithm::bwd_two_kernel, cfg), what + " two-kernel");
+    require_same_kernels(two.kernels, attention_traffic_kernels(Algorithm::bwd_two_kernel, cfg), what + " two-kernel");
 
     const auto atom = flash_backward_atomic(cfg, Q, K, V, fa2.O, fa2.LSE, dO);
-    require_same(atom.traffic, attention_traffic_formula(Variant::bwd_atomic, cfg), what + " atomic");
-    require_same_kernels(atom.kernels, attention_traffic_kernels(Variant::bwd_atomic, cfg), what + " atomic");
+    require_same(atom.traffic, attention_traffic_formula(Algorithm::bwd_atomic, cfg), what + " atomic");
+    require_same_kernels(atom.kernels, attention_traffic_kernels(Algorithm::bwd_atomic, cfg), what + " atomic");
   }
 }
 
@@ -97,8 +97,8 @@ TEST_CASE("attention traffic: the float loops count the same bytes as the double
   fill_normal(Q, 1);
   fill_normal(K, 2);
   fill_normal(V, 3);
-  require_same(flash_forward_fa2(cfg, Q, K, V).traffic, attention_traffic_formula(Variant::fa2_fwd, cfg), "fa2 float");
-  require_same(flash_forward_fa1(cfg, Q, K, V).traffic, attention_traffic_formula(Variant::fa1_fwd, cfg), "fa1 float");
+  require_same(flash_forward_fa2(cfg, Q, K, V).traffic, attention_traffic_formula(Algorithm::fa2_fwd, cfg), "fa2 float");
+  require_same(flash_forward_fa1(cfg, Q, K, V).traffic, attention_traffic_formula(Algorithm::fa1_fwd, cfg), "fa1 float");
 }
 
 TEST_CASE("attention traffic: visible key tiles match an element-by-element mask scan", "[attention][traffic]") {
@@ -129,7 +129,7 @@ TEST_CASE("attention traffic: visible key tiles match an element-by-element mask
 TEST_CASE("attention traffic: hand-computed counts (N = 8, d = 2, Br = Bc = 4, fp32)", "[attention][traffic]") {
   const auto cfg = cfg_of(1, 8, 8, 1, 2, 4, 4, false);
   // FA2: Q 8·2 once; K, V reloaded for each of Tr = 2 query tiles: 2·8·2 = 32 each; O 16, LSE 8.
-  const auto fa2 = attention_traffic_formula(Variant::fa2_fwd, cfg);
+  const auto fa2 = attention_traffic_formula(Algorithm::fa2_fwd, cfg);
   CHECK(fa2.read_bytes("Q") == 16 * 4);
   CHECK(fa2.read_bytes("K") == 32 * 4);
   CHECK(fa2.read_bytes("V") == 32 * 4);
@@ -138,7 +138,7 @@ TEST_CASE("attention traffic: hand-computed counts (N = 8, d = 2, Br = Bc = 4, f
   CHECK(fa2.flops() == 4 * 8 * 8 * 2);
   // FA1: K, V once (16 each); Q once per (key tile, query tile) pair: 2·16 = 32; O written each of
   // Tc = 2 visits (32), read on the second (16); m, l written on the first (8) and read on the second (8).
-  const auto fa1 = attention_traffic_formula(Variant::fa1_fwd, cfg);
+  const auto fa1 = attention_traffic_formula(Algorithm::fa1_fwd, cfg);
   CHECK(fa1.read_bytes("K") == 16 * 4);
   CHECK(fa1.read_bytes("Q") == 32 * 4);
   CHECK(fa1.read_bytes("O") == 16 * 4);
@@ -147,7 +147,7 @@ TEST_CASE("attention traffic: hand-computed counts (N = 8, d = 2, Br = Bc = 4, f
   CHECK(fa1.write_bytes("l") == 8 * 4);
   CHECK(fa1.write_bytes("LSE") == 8 * 4);
   // naive: S and P, 8×8 each, written once and read once (P read by O = PV).
-  const auto naive = attention_traffic_formula(Variant::naive_fwd, cfg);
+  const auto naive = attention_traffic_formula(Algorithm::naive_fwd, cfg);
   CHECK(naive.write_bytes("S") == 64 * 4);
   CHECK(naive.read_bytes("S") == 64 * 4);
   CHECK(naive.write_bytes("P") == 64 * 4);
@@ -155,31 +155,31 @@ TEST_CASE("attention traffic: hand-computed counts (N = 8, d = 2, Br = Bc = 4, f
   // causal: query tile 0 sees key tile 0 only, tile 1 sees both: K rows loaded 4 + 8 = 12.
   auto causal = cfg;
   causal.causal = true;
-  CHECK(attention_traffic_formula(Variant::fa2_fwd, causal).read_bytes("K") == 12 * 2 * 4);
+  CHECK(attention_traffic_formula(Algorithm::fa2_fwd, causal).read_bytes("K") == 12 * 2 * 4);
 }
 
 TEST_CASE("attention traffic: FLOPs are 4N²d forward, 14N²d two-kernel, 10N²d atomic (plus D)", "[attention][traffic]") {
   const std::uint64_t N = 256, d = 64;
   const auto cfg = cfg_of(1, N, N, 1, d, 64, 32, false);
-  CHECK(attention_traffic_formula(Variant::fa2_fwd, cfg).flops() == 4 * N * N * d);
-  CHECK(attention_traffic_formula(Variant::fa1_fwd, cfg).flops() == 4 * N * N * d);
-  CHECK(attention_traffic_formula(Variant::naive_fwd, cfg).flops() == 4 * N * N * d);
-  // Seed 001 says 12N²d for the two kernels, counting the QKᵀ recompute twice; dO·Vᵀ is recomputed
+  CHECK(attention_traffic_formula(Algorithm::fa2_fwd, cfg).flops() == 4 * N * N * d);
+  CHECK(attention_traffic_formula(Algorithm::fa1_fwd, cfg).flops() == 4 * N * N * d);
+  CHECK(attention_traffic_formula(Algorithm::naive_fwd, cfg).flops() == 4 * N * N * d);
+  // The Triton walkthrough says 12N²d for the two kernels, counting the QKᵀ recompute twice; dO·Vᵀ is recomputed
   // in both kernels as well, which the seed's count leaves out: 6N²d + 8N²d = 14N²d.
-  const auto two = attention_traffic_kernels(Variant::bwd_two_kernel, cfg);
+  const auto two = attention_traffic_kernels(Algorithm::bwd_two_kernel, cfg);
   REQUIRE(two.size() == 3);
   CHECK(two[0].traffic.flops() == 2 * N * d);          // D preprocessing
   CHECK(two[1].traffic.flops() == 6 * N * N * d);      // dQ kernel: S, dP, dQ
   CHECK(two[2].traffic.flops() == 8 * N * N * d);      // dK/dV kernel: S, dV, dP, dK
-  CHECK(attention_traffic_formula(Variant::bwd_atomic, cfg).flops() == 10 * N * N * d + 2 * N * d);
+  CHECK(attention_traffic_formula(Algorithm::bwd_atomic, cfg).flops() == 10 * N * N * d + 2 * N * d);
 }
 
 TEST_CASE("attention traffic: formulas are cheap at N = 16384 and FA2 beats FA1 beats naive", "[attention][traffic]") {
   const std::uint64_t N = 16384, d = 64;
   const auto cfg = cfg_of(1, N, N, 1, d, 128, 64, false, Dtype::fp16);
-  const auto naive = attention_traffic_formula(Variant::naive_fwd, cfg);
-  const auto fa1 = attention_traffic_formula(Variant::fa1_fwd, cfg);
-  const auto fa2 = attention_traffic_formula(Variant::fa2_fwd, cfg);
+  const auto naive = attention_traffic_formula(Algorithm::naive_fwd, cfg);
+  const auto fa1 = attention_traffic_formula(Algorithm::fa1_fwd, cfg);
+  const auto fa2 = attention_traffic_formula(Algorithm::fa2_fwd, cfg);
   const auto total = [](const Traffic& t) { return t.total_read_bytes() + t.total_write_bytes(); };
   CHECK(fa2.read_bytes("K") == (N / 128) * N * d * 2);  // K reloaded once per query tile (Tr = 128)
   CHECK(fa1.write_bytes("O") == (N / 64) * N * d * 2);  // O stored once per key tile (Tc = 256)
@@ -187,9 +187,9 @@ TEST_CASE("attention traffic: formulas are cheap at N = 16384 and FA2 beats FA1 
   CHECK(total(fa1) < total(naive));
   auto causal = cfg;
   causal.causal = true;
-  CHECK(total(attention_traffic_formula(Variant::fa2_fwd, causal)) < total(fa2));
-  const auto two = attention_traffic_formula(Variant::bwd_two_kernel, cfg);
-  const auto atom = attention_traffic_formula(Variant::bwd_atomic, cfg);
+  CHECK(total(attention_traffic_formula(Algorithm::fa2_fwd, causal)) < total(fa2));
+  const auto two = attention_traffic_formula(Algorithm::bwd_two_kernel, cfg);
+  const auto atom = attention_traffic_formula(Algorithm::bwd_atomic, cfg);
   CHECK(atom.read_bytes("dQ") > 0);
   CHECK(two.read_bytes("dQ") == 0);
 }

@@ -1,6 +1,6 @@
 // Attention backward on the CPU: naive (P, dP, dS materialised), the two-kernel flash design
 // (D preprocessing, dQ kernel, dK/dV kernel) and the single-kernel design with dQ accumulated in
-// HBM ("atomic"). Seed 001 "Backward Pass"; seed 004 "The D_i Trick".
+// HBM ("atomic"). The Triton walkthrough "Backward Pass"; the toy-machine lesson "The D_i Trick".
 //
 // Manual. The loss is L = Σ O∘dO, so dL/dO = dO. The flash versions take O and LSE from a forward
 // pass; LSE is base 2 (scores pre-scaled by scale·log2 e), so P_ij = 2^(S_ij − LSE_i) and
@@ -34,7 +34,7 @@ double round_to_half(double x) {
 namespace {
 
 template <typename T>
-void check_bwd_inputs(const AttentionConfig& cfg, const Tensor<T>& Q, const Tensor<T>& K, const Tensor<T>& V,
+void check_bwd_inputs(const AttentionProblem& cfg, const Tensor<T>& Q, const Tensor<T>& K, const Tensor<T>& V,
                       const Tensor<T>& O, const std::vector<T>& LSE, const Tensor<T>& dO) {
   cfg.validate();
   detail::require_shape("Q", Q.shape(), cfg.q_shape());
@@ -46,48 +46,48 @@ void check_bwd_inputs(const AttentionConfig& cfg, const Tensor<T>& Q, const Tens
 }
 
 template <typename T>
-AttentionGradients<T> make_grads(const AttentionConfig& cfg) {
+AttentionGradients<T> make_grads(const AttentionProblem& cfg) {
   AttentionGradients<T> g{Tensor<T>(cfg.q_shape()), Tensor<T>(cfg.kv_shape()), Tensor<T>(cfg.kv_shape()),
                           std::vector<T>(cfg.stat_numel(), T(0)), {}, Traffic(cfg.dtype), {}};
   return g;
 }
 
-// Loads LSE_i and D_i (rows [r0, r0+rq)) zero-padded to Br, LSE = −inf read as +inf (P row = 0).
+// Loads LSE_i and D_i (rows [row0, row0+rq)) zero-padded to Br, LSE = −inf read as +inf (P row = 0).
 template <typename T>
-void load_stats(const T* lse, const T* D, std::size_t r0, std::size_t rq, std::size_t Br, Vec<T>& lse_i,
+void load_stats(const T* lse, const T* D, std::size_t row0, std::size_t rq, std::size_t Br, Vec<T>& lse_i,
                 Vec<T>& D_i) {
   lse_i.setZero(Eigen::Index(Br));
   D_i.setZero(Eigen::Index(Br));
   for (std::size_t r = 0; r < rq; ++r) {
-    const T v = lse[r0 + r];
+    const T v = lse[row0 + r];
     lse_i(Eigen::Index(r)) = v == neg_inf<T>() ? std::numeric_limits<T>::infinity() : v;
-    D_i(Eigen::Index(r)) = D[r0 + r];
+    D_i(Eigen::Index(r)) = D[row0 + r];
   }
 }
 
-// Loads K_j, V_j (rows [c0, c0+rk) of head (b, h)) zero-padded to Bc rows: HBM → SRAM, counted.
+// Loads K_j, V_j (rows [start_n, start_n+rk) of head (b, h)) zero-padded to Bc rows: HBM → SRAM, counted.
 template <typename T>
-void load_kv_tile(const Tensor<T>& K, const Tensor<T>& V, std::size_t b, std::size_t h, std::size_t c0,
+void load_kv_tile(const Tensor<T>& K, const Tensor<T>& V, std::size_t b, std::size_t h, std::size_t start_n,
                   std::size_t rk, std::size_t Bc, bool half, Traffic& tr, Mat<T>& K_j, Mat<T>& V_j) {
   const std::size_t d = K.shape().head_dim;
-  detail::load_tile(K.head(b, h), c0, rk, Bc, K_j);
-  detail::load_tile(V.head(b, h), c0, rk, Bc, V_j);
+  detail::load_tile(K.head(b, h), start_n, rk, Bc, K_j);
+  detail::load_tile(V.head(b, h), start_n, rk, Bc, V_j);
   tr.read("K", rk * d);
   tr.read("V", rk * d);
   detail::maybe_half(half, K_j);
   detail::maybe_half(half, V_j);
 }
 
-// Loads Q_i, dO_i, LSE_i, D_i (rows [r0, r0+rq)) zero-padded to Br rows: HBM → SRAM, counted.
+// Loads Q_i, dO_i, LSE_i, D_i (rows [row0, row0+rq)) zero-padded to Br rows: HBM → SRAM, counted.
 // Zero padding is the seed's implicit Q-side masking.
 template <typename T>
 void load_q_tile(const Tensor<T>& Q, const Tensor<T>& dO, const T* lse, const T* D, std::size_t b, std::size_t h,
-                 std::size_t r0, std::size_t rq, std::size_t Br, bool half, Traffic& tr, Mat<T>& Q_i, Mat<T>& dO_i,
+                 std::size_t row0, std::size_t rq, std::size_t Br, bool half, Traffic& tr, Mat<T>& Q_i, Mat<T>& dO_i,
                  Vec<T>& lse_i, Vec<T>& D_i) {
   const std::size_t d = Q.shape().head_dim;
-  detail::load_tile(Q.head(b, h), r0, rq, Br, Q_i);
-  detail::load_tile(dO.head(b, h), r0, rq, Br, dO_i);
-  load_stats(lse, D, r0, rq, Br, lse_i, D_i);
+  detail::load_tile(Q.head(b, h), row0, rq, Br, Q_i);
+  detail::load_tile(dO.head(b, h), row0, rq, Br, dO_i);
+  load_stats(lse, D, row0, rq, Br, lse_i, D_i);
   tr.read("Q", rq * d);
   tr.read("dO", rq * d);
   tr.read("LSE", rq);
@@ -97,23 +97,23 @@ void load_q_tile(const Tensor<T>& Q, const Tensor<T>& dO, const T* lse, const T*
 }
 
 // ---------------------------------------------------------------------------------------------
-// D preprocessing (seed 001 "The O(N) Preprocessing Trick"): D_i = rowsum(dO_i ∘ O_i), O(N·d).
+// D preprocessing (the Triton walkthrough "The O(N) Preprocessing Trick"): D_i = rowsum(dO_i ∘ O_i), O(N·d).
 // ---------------------------------------------------------------------------------------------
 template <typename T>
-Traffic d_preprocessing(const AttentionConfig& cfg, const Tensor<T>& O, const Tensor<T>& dO, std::vector<T>& D,
+Traffic d_preprocessing(const AttentionProblem& cfg, const Tensor<T>& O, const Tensor<T>& dO, std::vector<T>& D,
                         bool half) {
   Traffic tr(cfg.dtype);
-  const std::size_t nq = cfg.n_q(), d = cfg.head_dim, Br = cfg.block_m;
+  const std::size_t nq = cfg.n_q(), d = cfg.head_dim, Br = cfg.Br;
   Mat<T> O_i, dO_i;
   Vec<T> D_i;
   for (std::size_t b = 0; b < cfg.batch; ++b) {
     for (std::size_t h = 0; h < cfg.heads; ++h) {
       T* Dh = D.data() + (b * cfg.heads + h) * nq;
       for (std::size_t i = 0; i < cfg.Tr(); ++i) {
-        const std::size_t r0 = i * Br, rq = std::min(Br, nq - r0);
+        const std::size_t row0 = i * Br, rq = std::min(Br, nq - row0);
         // load O_i, dO_i: HBM → SRAM
-        detail::load_tile(O.head(b, h), r0, rq, Br, O_i);
-        detail::load_tile(dO.head(b, h), r0, rq, Br, dO_i);
+        detail::load_tile(O.head(b, h), row0, rq, Br, O_i);
+        detail::load_tile(dO.head(b, h), row0, rq, Br, dO_i);
         tr.read("O", rq * d);
         tr.read("dO", rq * d);
         detail::maybe_half(half, O_i);
@@ -121,7 +121,7 @@ Traffic d_preprocessing(const AttentionConfig& cfg, const Tensor<T>& O, const Te
         D_i = O_i.cwiseProduct(dO_i).rowwise().sum();
         tr.add_flops(2 * rq * d);
         // store D_i: SRAM → HBM (fp32 statistic)
-        for (std::size_t r = 0; r < rq; ++r) Dh[r0 + r] = D_i(Eigen::Index(r));
+        for (std::size_t r = 0; r < rq; ++r) Dh[row0 + r] = D_i(Eigen::Index(r));
         tr.write("D", rq);
       }
     }
@@ -135,9 +135,9 @@ Traffic d_preprocessing(const AttentionConfig& cfg, const Tensor<T>& O, const Te
 template <typename T>
 struct TilePair {
   Mat<T> S, P, dP, dS;
-  void recompute(const AttentionConfig& cfg, const BackwardOptions& opt, const Mat<T>& Q_i, const Mat<T>& dO_i,
-                 const Vec<T>& lse_i, const Vec<T>& D_i, const Mat<T>& K_j, const Mat<T>& V_j, std::size_t r0,
-                 std::size_t c0, std::size_t rk) {
+  void recompute(const AttentionProblem& cfg, const BackwardOptions& opt, const Mat<T>& Q_i, const Mat<T>& dO_i,
+                 const Vec<T>& lse_i, const Vec<T>& D_i, const Mat<T>& K_j, const Mat<T>& V_j, std::size_t row0,
+                 std::size_t start_n, std::size_t rk) {
     const bool half = opt.fp16_arithmetic;
     const T scale = static_cast<T>(cfg.softmax_scale());
     const T scale_log2 = static_cast<T>(cfg.softmax_scale() * detail::kLog2e);
@@ -146,7 +146,7 @@ struct TilePair {
     S *= scale_log2;
     detail::maybe_half(half, S);
     // KV mask (out-of-sequence keys → −inf) unless dropped; causal mask always. No Q-side mask.
-    detail::apply_masks(cfg, S, r0, c0, rk, opt.mask_kv);
+    detail::apply_masks(cfg, S, row0, start_n, rk, opt.mask_kv);
     P = S;
     P.array().colwise() -= lse_i.array();
     detail::maybe_half(half, P);
@@ -167,12 +167,12 @@ struct TilePair {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// Naive backward (seed 001 "Formulation"): whole N_q × N_k matrices per head.
+// Naive backward (the Triton walkthrough "Formulation"): whole N_q × N_k matrices per head.
 //   dV = Pᵀ dO ; dP = dO Vᵀ ; D = rowsum(dP∘P) ; dS = P∘(dP − D) ; dQ = scale·dS K ; dK = scale·dSᵀ Q
 // D is also computed as rowsum(dO∘O) (D_from_O) to show the identity of the D_i trick.
 // ---------------------------------------------------------------------------------------------
 template <typename T>
-AttentionGradients<T> naive_backward(const AttentionConfig& cfg, const Tensor<T>& Q, const Tensor<T>& K,
+AttentionGradients<T> naive_backward(const AttentionProblem& cfg, const Tensor<T>& Q, const Tensor<T>& K,
                                      const Tensor<T>& V, const Tensor<T>& dO) {
   cfg.validate();
   detail::require_shape("dO", dO.shape(), cfg.q_shape());
@@ -256,7 +256,7 @@ AttentionGradients<T> naive_backward(const AttentionConfig& cfg, const Tensor<T>
 }
 
 // ---------------------------------------------------------------------------------------------
-// Flash backward, two kernels (seed 001 _bwd_dq_kernel and _bwd_dk_dv_kernel):
+// Flash backward, two kernels (the Triton walkthrough _bwd_dq_kernel and _bwd_dk_dv_kernel):
 //   D preprocessing: D_i = rowsum(dO_i ∘ O_i)
 //   dQ kernel:   for each query tile i (Q_i, dO_i, LSE_i, D_i resident):
 //                  for each key tile j: recompute S_ij, P_ij, dP_ij, dS_ij ; dQ_i += dS_ij K_j
@@ -264,14 +264,14 @@ AttentionGradients<T> naive_backward(const AttentionConfig& cfg, const Tensor<T>
 //                  for each query tile i: recompute ; dV_j += P_ijᵀ dO_i ; dK_j += dS_ijᵀ Q_i
 // ---------------------------------------------------------------------------------------------
 template <typename T>
-AttentionGradients<T> flash_backward_two_kernel(const AttentionConfig& cfg, const Tensor<T>& Q, const Tensor<T>& K,
+AttentionGradients<T> flash_backward_two_kernel(const AttentionProblem& cfg, const Tensor<T>& Q, const Tensor<T>& K,
                                                 const Tensor<T>& V, const Tensor<T>& O, const std::vector<T>& LSE,
                                                 const Tensor<T>& dO, BackwardOptions opt) {
   check_bwd_inputs(cfg, Q, K, V, O, LSE, dO);
   auto g = make_grads<T>(cfg);
   const bool half = opt.fp16_arithmetic;
   const std::size_t nq = cfg.n_q(), nk = cfg.n_k(), d = cfg.head_dim;
-  const std::size_t Br = cfg.block_m, Bc = cfg.block_n;
+  const std::size_t Br = cfg.Br, Bc = cfg.Bc;
   Traffic pre = d_preprocessing(cfg, O, dO, g.D, half);
   Traffic kq(cfg.dtype), kkv(cfg.dtype);
   Mat<T> Q_i, dO_i, K_j, V_j, dQ_i, dK_j, dV_j;
@@ -285,22 +285,22 @@ AttentionGradients<T> flash_backward_two_kernel(const AttentionConfig& cfg, cons
       const T* Dh = g.D.data() + (b * cfg.heads + h) * nq;
       auto dQh = g.dQ.head(b, h);
       for (std::size_t i = 0; i < cfg.Tr(); ++i) {
-        const std::size_t r0 = i * Br, rq = std::min(Br, nq - r0);
+        const std::size_t row0 = i * Br, rq = std::min(Br, nq - row0);
         // load Q_i, dO_i, LSE_i, D_i: HBM → SRAM (zero-padded: the seed's implicit Q-side masking)
-        load_q_tile(Q, dO, lse, Dh, b, h, r0, rq, Br, half, kq, Q_i, dO_i, lse_i, D_i);
+        load_q_tile(Q, dO, lse, Dh, b, h, row0, rq, Br, half, kq, Q_i, dO_i, lse_i, D_i);
         dQ_i.setZero(Eigen::Index(Br), Eigen::Index(d));
         for (std::size_t j = 0; j < cfg.Tc(); ++j) {
-          const std::size_t c0 = j * Bc, rk = std::min(Bc, nk - c0);
-          if (detail::tile_fully_masked(cfg, r0, r0 + rq, c0)) continue;
+          const std::size_t start_n = j * Bc, rk = std::min(Bc, nk - start_n);
+          if (detail::tile_fully_masked(cfg, row0, row0 + rq, start_n)) continue;
           // load K_j, V_j: HBM → SRAM
-          load_kv_tile(K, V, b, h, c0, rk, Bc, half, kq, K_j, V_j);
-          t.recompute(cfg, opt, Q_i, dO_i, lse_i, D_i, K_j, V_j, r0, c0, rk);
+          load_kv_tile(K, V, b, h, start_n, rk, Bc, half, kq, K_j, V_j);
+          t.recompute(cfg, opt, Q_i, dO_i, lse_i, D_i, K_j, V_j, row0, start_n, rk);
           dQ_i.noalias() += t.dS * K_j;  // padded K_j rows are 0: Inf·0 = NaN if the KV mask is dropped
           detail::maybe_half(half, dQ_i);
           kq.add_flops(6 * d * rq * rk);
         }
         // store dQ_i: SRAM → HBM
-        dQh.middleRows(Eigen::Index(r0), Eigen::Index(rq)) = dQ_i.topRows(Eigen::Index(rq));
+        dQh.middleRows(Eigen::Index(row0), Eigen::Index(rq)) = dQ_i.topRows(Eigen::Index(rq));
         kq.write("dQ", rq * d);
       }
     }
@@ -314,17 +314,17 @@ AttentionGradients<T> flash_backward_two_kernel(const AttentionConfig& cfg, cons
       auto dKh = g.dK.head(b, h);
       auto dVh = g.dV.head(b, h);
       for (std::size_t j = 0; j < cfg.Tc(); ++j) {
-        const std::size_t c0 = j * Bc, rk = std::min(Bc, nk - c0);
+        const std::size_t start_n = j * Bc, rk = std::min(Bc, nk - start_n);
         // load K_j, V_j: HBM → SRAM (resident for the whole inner loop)
-        load_kv_tile(K, V, b, h, c0, rk, Bc, half, kkv, K_j, V_j);
+        load_kv_tile(K, V, b, h, start_n, rk, Bc, half, kkv, K_j, V_j);
         dK_j.setZero(Eigen::Index(Bc), Eigen::Index(d));
         dV_j.setZero(Eigen::Index(Bc), Eigen::Index(d));
         for (std::size_t i = 0; i < cfg.Tr(); ++i) {
-          const std::size_t r0 = i * Br, rq = std::min(Br, nq - r0);
-          if (detail::tile_fully_masked(cfg, r0, r0 + rq, c0)) continue;
+          const std::size_t row0 = i * Br, rq = std::min(Br, nq - row0);
+          if (detail::tile_fully_masked(cfg, row0, row0 + rq, start_n)) continue;
           // load Q_i, dO_i, LSE_i, D_i: HBM → SRAM
-          load_q_tile(Q, dO, lse, Dh, b, h, r0, rq, Br, half, kkv, Q_i, dO_i, lse_i, D_i);
-          t.recompute(cfg, opt, Q_i, dO_i, lse_i, D_i, K_j, V_j, r0, c0, rk);
+          load_q_tile(Q, dO, lse, Dh, b, h, row0, rq, Br, half, kkv, Q_i, dO_i, lse_i, D_i);
+          t.recompute(cfg, opt, Q_i, dO_i, lse_i, D_i, K_j, V_j, row0, start_n, rk);
           dV_j.noalias() += t.P.transpose() * dO_i;
           dK_j.noalias() += t.dS.transpose() * Q_i;
           detail::maybe_half(half, dV_j);
@@ -332,8 +332,8 @@ AttentionGradients<T> flash_backward_two_kernel(const AttentionConfig& cfg, cons
           kkv.add_flops(8 * d * rq * rk);
         }
         // store dK_j, dV_j: SRAM → HBM
-        dKh.middleRows(Eigen::Index(c0), Eigen::Index(rk)) = dK_j.topRows(Eigen::Index(rk));
-        dVh.middleRows(Eigen::Index(c0), Eigen::Index(rk)) = dV_j.topRows(Eigen::Index(rk));
+        dKh.middleRows(Eigen::Index(start_n), Eigen::Index(rk)) = dK_j.topRows(Eigen::Index(rk));
+        dVh.middleRows(Eigen::Index(start_n), Eigen::Index(rk)) = dV_j.topRows(Eigen::Index(rk));
         kkv.write("dK", rk * d);
         kkv.write("dV", rk * d);
       }
@@ -345,21 +345,21 @@ AttentionGradients<T> flash_backward_two_kernel(const AttentionConfig& cfg, cons
 }
 
 // ---------------------------------------------------------------------------------------------
-// Flash backward, one kernel with dQ in HBM (seed 001 "CUDA (Single Kernel, 10N²d)"):
+// Flash backward, one kernel with dQ in HBM (the Triton walkthrough "CUDA (Single Kernel, 10N²d)"):
 //   D preprocessing ; dQ = 0
 //   for each key tile j (K_j, V_j resident; dK_j, dV_j accumulate in SRAM):
 //     for each query tile i: recompute ; dV_j += P_ijᵀ dO_i ; dK_j += dS_ijᵀ Q_i ;
 //                            dQ_i += dS_ij K_j   (read-modify-write in HBM: atomicAdd on a GPU)
 // ---------------------------------------------------------------------------------------------
 template <typename T>
-AttentionGradients<T> flash_backward_atomic(const AttentionConfig& cfg, const Tensor<T>& Q, const Tensor<T>& K,
+AttentionGradients<T> flash_backward_atomic(const AttentionProblem& cfg, const Tensor<T>& Q, const Tensor<T>& K,
                                             const Tensor<T>& V, const Tensor<T>& O, const std::vector<T>& LSE,
                                             const Tensor<T>& dO, BackwardOptions opt) {
   check_bwd_inputs(cfg, Q, K, V, O, LSE, dO);
   auto g = make_grads<T>(cfg);
   const bool half = opt.fp16_arithmetic;
   const std::size_t nq = cfg.n_q(), nk = cfg.n_k(), d = cfg.head_dim;
-  const std::size_t Br = cfg.block_m, Bc = cfg.block_n;
+  const std::size_t Br = cfg.Br, Bc = cfg.Bc;
   Traffic pre = d_preprocessing(cfg, O, dO, g.D, half);
   // dQ = 0 in HBM before the kernel (the atomics accumulate into it)
   Traffic zero(cfg.dtype);
@@ -377,17 +377,17 @@ AttentionGradients<T> flash_backward_atomic(const AttentionConfig& cfg, const Te
       auto dKh = g.dK.head(b, h);
       auto dVh = g.dV.head(b, h);
       for (std::size_t j = 0; j < cfg.Tc(); ++j) {
-        const std::size_t c0 = j * Bc, rk = std::min(Bc, nk - c0);
+        const std::size_t start_n = j * Bc, rk = std::min(Bc, nk - start_n);
         // load K_j, V_j: HBM → SRAM
-        load_kv_tile(K, V, b, h, c0, rk, Bc, half, k, K_j, V_j);
+        load_kv_tile(K, V, b, h, start_n, rk, Bc, half, k, K_j, V_j);
         dK_j.setZero(Eigen::Index(Bc), Eigen::Index(d));
         dV_j.setZero(Eigen::Index(Bc), Eigen::Index(d));
         for (std::size_t i = 0; i < cfg.Tr(); ++i) {
-          const std::size_t r0 = i * Br, rq = std::min(Br, nq - r0);
-          if (detail::tile_fully_masked(cfg, r0, r0 + rq, c0)) continue;
+          const std::size_t row0 = i * Br, rq = std::min(Br, nq - row0);
+          if (detail::tile_fully_masked(cfg, row0, row0 + rq, start_n)) continue;
           // load Q_i, dO_i, LSE_i, D_i: HBM → SRAM
-          load_q_tile(Q, dO, lse, Dh, b, h, r0, rq, Br, half, k, Q_i, dO_i, lse_i, D_i);
-          t.recompute(cfg, opt, Q_i, dO_i, lse_i, D_i, K_j, V_j, r0, c0, rk);
+          load_q_tile(Q, dO, lse, Dh, b, h, row0, rq, Br, half, k, Q_i, dO_i, lse_i, D_i);
+          t.recompute(cfg, opt, Q_i, dO_i, lse_i, D_i, K_j, V_j, row0, start_n, rk);
           dV_j.noalias() += t.P.transpose() * dO_i;
           dK_j.noalias() += t.dS.transpose() * Q_i;
           detail::maybe_half(half, dV_j);
@@ -395,7 +395,7 @@ AttentionGradients<T> flash_backward_atomic(const AttentionConfig& cfg, const Te
           // dQ_i += dS_ij K_j: read dQ_i HBM → SRAM, add, write back SRAM → HBM (atomicAdd)
           dQ_i = t.dS * K_j;
           detail::maybe_half(half, dQ_i);
-          auto dst = dQh.middleRows(Eigen::Index(r0), Eigen::Index(rq));
+          auto dst = dQh.middleRows(Eigen::Index(row0), Eigen::Index(rq));
           dst += dQ_i.topRows(Eigen::Index(rq));
           if (half) {
             for (Eigen::Index r = 0; r < dst.rows(); ++r)
@@ -407,8 +407,8 @@ AttentionGradients<T> flash_backward_atomic(const AttentionConfig& cfg, const Te
           k.add_flops(10 * d * rq * rk);
         }
         // store dK_j, dV_j: SRAM → HBM
-        dKh.middleRows(Eigen::Index(c0), Eigen::Index(rk)) = dK_j.topRows(Eigen::Index(rk));
-        dVh.middleRows(Eigen::Index(c0), Eigen::Index(rk)) = dV_j.topRows(Eigen::Index(rk));
+        dKh.middleRows(Eigen::Index(start_n), Eigen::Index(rk)) = dK_j.topRows(Eigen::Index(rk));
+        dVh.middleRows(Eigen::Index(start_n), Eigen::Index(rk)) = dV_j.topRows(Eigen::Index(rk));
         k.write("dK", rk * d);
         k.write("dV", rk * d);
       }
@@ -452,12 +452,12 @@ bool has_nan(const double* p, std::size_t n) { return any_nan(p, n); }
 bool has_nan(const float* p, std::size_t n) { return any_nan(p, n); }
 
 #define FLASHLAB_BWD(T)                                                                                             \
-  template AttentionGradients<T> naive_backward(const AttentionConfig&, const Tensor<T>&, const Tensor<T>&,         \
+  template AttentionGradients<T> naive_backward(const AttentionProblem&, const Tensor<T>&, const Tensor<T>&,         \
                                                 const Tensor<T>&, const Tensor<T>&);                                \
-  template AttentionGradients<T> flash_backward_two_kernel(const AttentionConfig&, const Tensor<T>&,                \
+  template AttentionGradients<T> flash_backward_two_kernel(const AttentionProblem&, const Tensor<T>&,                \
                                                            const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,     \
                                                            const std::vector<T>&, const Tensor<T>&, BackwardOptions); \
-  template AttentionGradients<T> flash_backward_atomic(const AttentionConfig&, const Tensor<T>&, const Tensor<T>&,  \
+  template AttentionGradients<T> flash_backward_atomic(const AttentionProblem&, const Tensor<T>&, const Tensor<T>&,  \
                                                        const Tensor<T>&, const Tensor<T>&, const std::vector<T>&,    \
                                                        const Tensor<T>&, BackwardOptions);
 FLASHLAB_BWD(double)

@@ -1,7 +1,7 @@
 // Attention forward on the CPU: naive (S and P materialised), FA2 loop order, FA1 loop order.
 //
 // Manual. All three take Q [B, N_q, H, d], K and V [B, N_k, H, d] and return O [B, N_q, H, d] and
-// LSE [B, H, N_q] (base 2, seed 001), plus the traffic their loops caused. Each head is an Eigen
+// LSE [B, H, N_q] (base 2, the Triton walkthrough), plus the traffic their loops caused. Each head is an Eigen
 // map with outer stride H·d (the seed's layout); "HBM" is the tensor memory, "SRAM" the tile
 // buffers (Mat<T>) a loop copies into. Every copy between the two is counted where it happens.
 // Performance note: FA2 here is single-threaded Eigen on Br × Bc tiles; the naive version does two
@@ -17,7 +17,7 @@ using detail::neg_inf;
 namespace {
 
 template <typename T>
-void check_inputs(const AttentionConfig& cfg, const Tensor<T>& Q, const Tensor<T>& K, const Tensor<T>& V) {
+void check_inputs(const AttentionProblem& cfg, const Tensor<T>& Q, const Tensor<T>& K, const Tensor<T>& V) {
   cfg.validate();
   detail::require_shape("Q", Q.shape(), cfg.q_shape());
   detail::require_shape("K", K.shape(), cfg.kv_shape());
@@ -25,7 +25,7 @@ void check_inputs(const AttentionConfig& cfg, const Tensor<T>& Q, const Tensor<T
 }
 
 template <typename T>
-AttentionForward<T> make_output(const AttentionConfig& cfg) {
+AttentionForward<T> make_output(const AttentionProblem& cfg) {
   AttentionForward<T> out{Tensor<T>(cfg.q_shape()), std::vector<T>(cfg.stat_numel(), T(0)), Traffic(cfg.dtype), {}};
   return out;
 }
@@ -33,11 +33,11 @@ AttentionForward<T> make_output(const AttentionConfig& cfg) {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// Naive forward (seed 001 "Formulation"): S = QKᵀ/√d, P = softmax(S), O = PV, whole matrices.
+// Naive forward (the Triton walkthrough "Formulation"): S = QKᵀ/√d, P = softmax(S), O = PV, whole matrices.
 // Scores are kept in base 2 (S·log2 e) so that LSE has the same meaning as the flash versions.
 // ---------------------------------------------------------------------------------------------
 template <typename T>
-AttentionForward<T> naive_forward(const AttentionConfig& cfg, const Tensor<T>& Q, const Tensor<T>& K,
+AttentionForward<T> naive_forward(const AttentionProblem& cfg, const Tensor<T>& Q, const Tensor<T>& K,
                                   const Tensor<T>& V) {
   check_inputs(cfg, Q, K, V);
   auto out = make_output<T>(cfg);
@@ -65,8 +65,8 @@ AttentionForward<T> naive_forward(const AttentionConfig& cfg, const Tensor<T>& Q
       // P = softmax(S) row by row (base 2), LSE = m + log2 l: read S; write P and LSE.
       step_p.read("S", nq * nk);
       const Vec<T> m = S.rowwise().maxCoeff();
-      const Vec<T> m_safe = (m.array() == neg_inf<T>()).select(T(0), m);  // fully masked row: reference 0
-      S.array().colwise() -= m_safe.array();
+      const Vec<T> m_ref = (m.array() == neg_inf<T>()).select(T(0), m);  // fully masked row: reference 0
+      S.array().colwise() -= m_ref.array();
       detail::exp2_inplace(S);
       const Vec<T> l = S.rowwise().sum();
       for (std::size_t r = 0; r < nq; ++r) {
@@ -92,7 +92,7 @@ AttentionForward<T> naive_forward(const AttentionConfig& cfg, const Tensor<T>& Q
 }
 
 // ---------------------------------------------------------------------------------------------
-// Flash forward, FA2 loop order (seed 004: inner product style; seed 001 _fwd_kernel):
+// Flash forward, FA2 loop order (the toy-machine lesson: inner product style; the Triton walkthrough _fwd_kernel):
 //   for each query tile Q_i:                       (Q_i resident in SRAM)
 //     m_i = −inf, l_i = 0, acc = 0
 //     for each key tile j (skipping fully masked causal tiles):
@@ -102,16 +102,16 @@ AttentionForward<T> naive_forward(const AttentionConfig& cfg, const Tensor<T>& Q
 //     O_i = acc / l_i ; LSE_i = m_i + log2 l_i      (l_i = 0: O_i = 0, LSE_i = −inf)
 // ---------------------------------------------------------------------------------------------
 template <typename T>
-AttentionForward<T> flash_forward_fa2(const AttentionConfig& cfg, const Tensor<T>& Q, const Tensor<T>& K,
+AttentionForward<T> flash_forward_fa2(const AttentionProblem& cfg, const Tensor<T>& Q, const Tensor<T>& K,
                                       const Tensor<T>& V) {
   check_inputs(cfg, Q, K, V);
   auto out = make_output<T>(cfg);
   Traffic& tr = out.traffic;
   const std::size_t nq = cfg.n_q(), nk = cfg.n_k(), d = cfg.head_dim;
-  const std::size_t Br = cfg.block_m, Bc = cfg.block_n;
+  const std::size_t Br = cfg.Br, Bc = cfg.Bc;
   const T scale_log2 = static_cast<T>(cfg.softmax_scale() * detail::kLog2e);
   Mat<T> Q_i, K_j, V_j, S_ij, acc;
-  Vec<T> m_i, l_i, m_new, m_safe, alpha;
+  Vec<T> m_i, l_i, m_new, m_ref, alpha;
   for (std::size_t b = 0; b < cfg.batch; ++b) {
     for (std::size_t h = 0; h < cfg.heads; ++h) {
       const auto Qh = Q.head(b, h);
@@ -120,31 +120,31 @@ AttentionForward<T> flash_forward_fa2(const AttentionConfig& cfg, const Tensor<T
       auto Oh = out.O.head(b, h);
       T* lse = out.LSE.data() + (b * cfg.heads + h) * nq;
       for (std::size_t i = 0; i < cfg.Tr(); ++i) {
-        const std::size_t r0 = i * Br, rq = std::min(Br, nq - r0);
+        const std::size_t row0 = i * Br, rq = std::min(Br, nq - row0);
         // load Q_i: HBM → SRAM (zero-padded to Br rows, as boundary_check does)
-        detail::load_tile(Qh, r0, rq, Br, Q_i);
+        detail::load_tile(Qh, row0, rq, Br, Q_i);
         tr.read("Q", rq * d);
         m_i.setConstant(Eigen::Index(Br), neg_inf<T>());
         l_i.setZero(Eigen::Index(Br));
         acc.setZero(Eigen::Index(Br), Eigen::Index(d));
         for (std::size_t j = 0; j < cfg.Tc(); ++j) {
-          const std::size_t c0 = j * Bc, rk = std::min(Bc, nk - c0);
-          if (detail::tile_fully_masked(cfg, r0, r0 + rq, c0)) continue;  // causal: skipped, not loaded
+          const std::size_t start_n = j * Bc, rk = std::min(Bc, nk - start_n);
+          if (detail::tile_fully_masked(cfg, row0, row0 + rq, start_n)) continue;  // causal: skipped, not loaded
           // load K_j, V_j: HBM → SRAM
-          detail::load_tile(Kh, c0, rk, Bc, K_j);
-          detail::load_tile(Vh, c0, rk, Bc, V_j);
+          detail::load_tile(Kh, start_n, rk, Bc, K_j);
+          detail::load_tile(Vh, start_n, rk, Bc, V_j);
           tr.read("K", rk * d);
           tr.read("V", rk * d);
           // S_ij = Q_i K_jᵀ · scale·log2 e, masked (SRAM only)
           S_ij.noalias() = Q_i * K_j.transpose();
           S_ij *= scale_log2;
-          detail::apply_masks(cfg, S_ij, r0, c0, rk, true);
+          detail::apply_masks(cfg, S_ij, row0, start_n, rk, true);
           // online softmax in base 2
           m_new = m_i.cwiseMax(S_ij.rowwise().maxCoeff());
-          m_safe = (m_new.array() == neg_inf<T>()).select(T(0), m_new);  // row masked so far: reference 0
-          S_ij.array().colwise() -= m_safe.array();
+          m_ref = (m_new.array() == neg_inf<T>()).select(T(0), m_new);  // row masked so far: reference 0
+          S_ij.array().colwise() -= m_ref.array();
           detail::exp2_inplace(S_ij);  // S_ij now holds P_ij
-          alpha = m_i - m_safe;
+          alpha = m_i - m_ref;
           detail::exp2_inplace(alpha);
           l_i = l_i.cwiseProduct(alpha) + S_ij.rowwise().sum();
           acc.array().colwise() *= alpha.array();
@@ -156,11 +156,11 @@ AttentionForward<T> flash_forward_fa2(const AttentionConfig& cfg, const Tensor<T
         for (std::size_t r = 0; r < rq; ++r) {
           const auto R = Eigen::Index(r);
           if (l_i(R) > T(0)) {
-            Oh.row(Eigen::Index(r0 + r)) = acc.row(R) / l_i(R);
-            lse[r0 + r] = m_i(R) + std::log2(l_i(R));
+            Oh.row(Eigen::Index(row0 + r)) = acc.row(R) / l_i(R);
+            lse[row0 + r] = m_i(R) + std::log2(l_i(R));
           } else {  // fully masked row: documented convention, no NaN
-            Oh.row(Eigen::Index(r0 + r)).setZero();
-            lse[r0 + r] = neg_inf<T>();
+            Oh.row(Eigen::Index(row0 + r)).setZero();
+            lse[row0 + r] = neg_inf<T>();
           }
         }
         tr.write("O", rq * d);
@@ -173,7 +173,7 @@ AttentionForward<T> flash_forward_fa2(const AttentionConfig& cfg, const Tensor<T
 }
 
 // ---------------------------------------------------------------------------------------------
-// Flash forward, FA1 loop order (seed 004: outer product style):
+// Flash forward, FA1 loop order (the toy-machine lesson: outer product style):
 //   for each key tile j (skipping tiles no query can see):   (K_j, V_j resident in SRAM)
 //     for each query tile i that sees tile j:
 //       load Q_i; unless first visit, load O_i, m_i, l_i (HBM)
@@ -183,16 +183,16 @@ AttentionForward<T> flash_forward_fa2(const AttentionConfig& cfg, const Tensor<T
 //   query tiles no key tile reaches: store O_i = 0, LSE_i = −inf
 // ---------------------------------------------------------------------------------------------
 template <typename T>
-AttentionForward<T> flash_forward_fa1(const AttentionConfig& cfg, const Tensor<T>& Q, const Tensor<T>& K,
+AttentionForward<T> flash_forward_fa1(const AttentionProblem& cfg, const Tensor<T>& Q, const Tensor<T>& K,
                                       const Tensor<T>& V) {
   check_inputs(cfg, Q, K, V);
   auto out = make_output<T>(cfg);
   Traffic& tr = out.traffic;
   const std::size_t nq = cfg.n_q(), nk = cfg.n_k(), d = cfg.head_dim;
-  const std::size_t Br = cfg.block_m, Bc = cfg.block_n;
+  const std::size_t Br = cfg.Br, Bc = cfg.Bc;
   const T scale_log2 = static_cast<T>(cfg.softmax_scale() * detail::kLog2e);
   Mat<T> Q_i, K_j, V_j, S_ij, O_i;
-  Vec<T> m_i, l_i, m_new, m_safe, alpha, l_new;
+  Vec<T> m_i, l_i, m_new, m_ref, alpha, l_new;
   std::vector<T> m_hbm(nq), l_hbm(nq);  // FA1's running statistics live in HBM between visits
   std::vector<char> visited(cfg.Tr());
   for (std::size_t b = 0; b < cfg.batch; ++b) {
@@ -204,31 +204,31 @@ AttentionForward<T> flash_forward_fa1(const AttentionConfig& cfg, const Tensor<T
       T* lse = out.LSE.data() + (b * cfg.heads + h) * nq;
       std::fill(visited.begin(), visited.end(), 0);
       for (std::size_t j = 0; j < cfg.Tc(); ++j) {
-        const std::size_t c0 = j * Bc, rk = std::min(Bc, nk - c0);
-        if (detail::tile_fully_masked(cfg, 0, nq, c0)) continue;  // no query row sees this key tile
+        const std::size_t start_n = j * Bc, rk = std::min(Bc, nk - start_n);
+        if (detail::tile_fully_masked(cfg, 0, nq, start_n)) continue;  // no query row sees this key tile
         // load K_j, V_j: HBM → SRAM (once per key tile)
-        detail::load_tile(Kh, c0, rk, Bc, K_j);
-        detail::load_tile(Vh, c0, rk, Bc, V_j);
+        detail::load_tile(Kh, start_n, rk, Bc, K_j);
+        detail::load_tile(Vh, start_n, rk, Bc, V_j);
         tr.read("K", rk * d);
         tr.read("V", rk * d);
         for (std::size_t i = 0; i < cfg.Tr(); ++i) {
-          const std::size_t r0 = i * Br, rq = std::min(Br, nq - r0);
-          if (detail::tile_fully_masked(cfg, r0, r0 + rq, c0)) continue;
+          const std::size_t row0 = i * Br, rq = std::min(Br, nq - row0);
+          if (detail::tile_fully_masked(cfg, row0, row0 + rq, start_n)) continue;
           const bool first = !visited[i];
-          const bool last = j + 1 == cfg.Tc() || detail::tile_fully_masked(cfg, r0, r0 + rq, c0 + Bc);
+          const bool last = j + 1 == cfg.Tc() || detail::tile_fully_masked(cfg, row0, row0 + rq, start_n + Bc);
           visited[i] = 1;
           // load Q_i: HBM → SRAM (once per visited pair)
-          detail::load_tile(Qh, r0, rq, Br, Q_i);
+          detail::load_tile(Qh, row0, rq, Br, Q_i);
           tr.read("Q", rq * d);
           O_i.setZero(Eigen::Index(Br), Eigen::Index(d));
           m_i.setConstant(Eigen::Index(Br), neg_inf<T>());
           l_i.setZero(Eigen::Index(Br));
           if (!first) {
             // load O_i, m_i, l_i: HBM → SRAM (read-modify-write of the running state)
-            O_i.topRows(Eigen::Index(rq)) = Oh.middleRows(Eigen::Index(r0), Eigen::Index(rq));
+            O_i.topRows(Eigen::Index(rq)) = Oh.middleRows(Eigen::Index(row0), Eigen::Index(rq));
             for (std::size_t r = 0; r < rq; ++r) {
-              m_i(Eigen::Index(r)) = m_hbm[r0 + r];
-              l_i(Eigen::Index(r)) = l_hbm[r0 + r];
+              m_i(Eigen::Index(r)) = m_hbm[row0 + r];
+              l_i(Eigen::Index(r)) = l_hbm[row0 + r];
             }
             tr.read("O", rq * d);
             tr.read("m", rq);
@@ -236,12 +236,12 @@ AttentionForward<T> flash_forward_fa1(const AttentionConfig& cfg, const Tensor<T
           }
           S_ij.noalias() = Q_i * K_j.transpose();
           S_ij *= scale_log2;
-          detail::apply_masks(cfg, S_ij, r0, c0, rk, true);
+          detail::apply_masks(cfg, S_ij, row0, start_n, rk, true);
           m_new = m_i.cwiseMax(S_ij.rowwise().maxCoeff());
-          m_safe = (m_new.array() == neg_inf<T>()).select(T(0), m_new);
-          S_ij.array().colwise() -= m_safe.array();
+          m_ref = (m_new.array() == neg_inf<T>()).select(T(0), m_new);
+          S_ij.array().colwise() -= m_ref.array();
           detail::exp2_inplace(S_ij);  // P_ij
-          alpha = m_i - m_safe;
+          alpha = m_i - m_ref;
           detail::exp2_inplace(alpha);
           l_new = l_i.cwiseProduct(alpha) + S_ij.rowwise().sum();
           // O_i = (α l_i O_i + P_ij V_j) / l_new, with 0 for rows still fully masked
@@ -251,20 +251,20 @@ AttentionForward<T> flash_forward_fa1(const AttentionConfig& cfg, const Tensor<T
           O_i.array().colwise() *= inv.array();
           tr.add_flops(4 * d * rq * rk);
           // store O_i (every visit): SRAM → HBM
-          Oh.middleRows(Eigen::Index(r0), Eigen::Index(rq)) = O_i.topRows(Eigen::Index(rq));
+          Oh.middleRows(Eigen::Index(row0), Eigen::Index(rq)) = O_i.topRows(Eigen::Index(rq));
           tr.write("O", rq * d);
           if (last) {
             // store LSE_i: SRAM → HBM (the statistics are final)
             for (std::size_t r = 0; r < rq; ++r) {
               const auto R = Eigen::Index(r);
-              lse[r0 + r] = l_new(R) > T(0) ? m_new(R) + std::log2(l_new(R)) : neg_inf<T>();
+              lse[row0 + r] = l_new(R) > T(0) ? m_new(R) + std::log2(l_new(R)) : neg_inf<T>();
             }
             tr.write("LSE", rq);
           } else {
             // store m_i, l_i: SRAM → HBM (for the next visit)
             for (std::size_t r = 0; r < rq; ++r) {
-              m_hbm[r0 + r] = m_new(Eigen::Index(r));
-              l_hbm[r0 + r] = l_new(Eigen::Index(r));
+              m_hbm[row0 + r] = m_new(Eigen::Index(r));
+              l_hbm[row0 + r] = l_new(Eigen::Index(r));
             }
             tr.write("m", rq);
             tr.write("l", rq);
@@ -274,9 +274,9 @@ AttentionForward<T> flash_forward_fa1(const AttentionConfig& cfg, const Tensor<T
       // query tiles that no key tile reaches (causal with N_q > N_k): O_i = 0, LSE_i = −inf
       for (std::size_t i = 0; i < cfg.Tr(); ++i) {
         if (visited[i]) continue;
-        const std::size_t r0 = i * Br, rq = std::min(Br, nq - r0);
-        Oh.middleRows(Eigen::Index(r0), Eigen::Index(rq)).setZero();
-        std::fill(lse + r0, lse + r0 + rq, neg_inf<T>());
+        const std::size_t row0 = i * Br, rq = std::min(Br, nq - row0);
+        Oh.middleRows(Eigen::Index(row0), Eigen::Index(rq)).setZero();
+        std::fill(lse + row0, lse + row0 + rq, neg_inf<T>());
         tr.write("O", rq * d);
         tr.write("LSE", rq);
       }
@@ -287,26 +287,26 @@ AttentionForward<T> flash_forward_fa1(const AttentionConfig& cfg, const Tensor<T
 }
 
 template <typename T>
-AttentionForward<T> attention_forward(Variant v, const AttentionConfig& cfg, const Tensor<T>& Q, const Tensor<T>& K,
+AttentionForward<T> attention_forward(Algorithm v, const AttentionProblem& cfg, const Tensor<T>& Q, const Tensor<T>& K,
                                       const Tensor<T>& V) {
   switch (v) {
-    case Variant::naive_fwd: return naive_forward(cfg, Q, K, V);
-    case Variant::fa1_fwd: return flash_forward_fa1(cfg, Q, K, V);
-    case Variant::fa2_fwd: return flash_forward_fa2(cfg, Q, K, V);
+    case Algorithm::naive_fwd: return naive_forward(cfg, Q, K, V);
+    case Algorithm::fa1_fwd: return flash_forward_fa1(cfg, Q, K, V);
+    case Algorithm::fa2_fwd: return flash_forward_fa2(cfg, Q, K, V);
     default: break;
   }
-  throw std::invalid_argument("attention_forward: " + std::string(variant_name(v)) + " is not a forward variant");
+  throw std::invalid_argument("attention_forward: " + std::string(algorithm_name(v)) + " is not a forward variant");
 }
 
 // Explicit instantiations: double (the reference) and float only.
 #define FLASHLAB_FWD(T)                                                                                            \
-  template AttentionForward<T> naive_forward(const AttentionConfig&, const Tensor<T>&, const Tensor<T>&,            \
+  template AttentionForward<T> naive_forward(const AttentionProblem&, const Tensor<T>&, const Tensor<T>&,            \
                                              const Tensor<T>&);                                                     \
-  template AttentionForward<T> flash_forward_fa2(const AttentionConfig&, const Tensor<T>&, const Tensor<T>&,        \
+  template AttentionForward<T> flash_forward_fa2(const AttentionProblem&, const Tensor<T>&, const Tensor<T>&,        \
                                                  const Tensor<T>&);                                                 \
-  template AttentionForward<T> flash_forward_fa1(const AttentionConfig&, const Tensor<T>&, const Tensor<T>&,        \
+  template AttentionForward<T> flash_forward_fa1(const AttentionProblem&, const Tensor<T>&, const Tensor<T>&,        \
                                                  const Tensor<T>&);                                                 \
-  template AttentionForward<T> attention_forward(Variant, const AttentionConfig&, const Tensor<T>&,                 \
+  template AttentionForward<T> attention_forward(Algorithm, const AttentionProblem&, const Tensor<T>&,                 \
                                                  const Tensor<T>&, const Tensor<T>&);
 FLASHLAB_FWD(double)
 FLASHLAB_FWD(float)

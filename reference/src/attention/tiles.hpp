@@ -61,29 +61,29 @@ void exp2_inplace(Vec<T>& x) {
   x = (x.array() == neg_inf<T>()).select(T(0), (x.array() * T(kLn2)).exp());
 }
 
-/// Is the causal tile (query rows [r0, r1), key columns [c0, c1)) entirely masked?
-inline bool tile_fully_masked(const AttentionConfig& cfg, std::size_t /*r0*/, std::size_t r1, std::size_t c0) {
-  // The last row r1 − 1 sees the most keys (masks only cut off to the right).
+/// Is the causal tile (query rows [row0, row_end), keys from start_n on) entirely masked?
+inline bool tile_fully_masked(const AttentionProblem& cfg, std::size_t /*row0*/, std::size_t row_end, std::size_t start_n) {
+  // The last row row_end − 1 sees the most keys (masks only cut off to the right).
   if (!cfg.causal) return false;
-  const long long last_row = static_cast<long long>(std::min(r1, cfg.n_q())) - 1;
-  return static_cast<long long>(c0) > last_row + cfg.causal_offset();
+  const long long last_row = static_cast<long long>(std::min(row_end, cfg.n_q())) - 1;
+  return static_cast<long long>(start_n) > last_row + cfg.causal_offset();
 }
 
-/// Applies the masks to a score tile S (rows = query positions r0…, cols = key positions c0…):
+/// Applies the masks to a score tile S (rows = query positions row0…, cols = key positions start_n…):
 /// the KV out-of-sequence mask (columns ≥ `valid_cols`) when `mask_kv`, and the causal mask.
 /// Only boundary tiles do any per-element work.
 template <typename T>
-void apply_masks(const AttentionConfig& cfg, Mat<T>& S, std::size_t r0, std::size_t c0, std::size_t valid_cols,
+void apply_masks(const AttentionProblem& cfg, Mat<T>& S, std::size_t row0, std::size_t start_n, std::size_t valid_cols,
                  bool mask_kv) {
   const Eigen::Index cols = S.cols();
   if (mask_kv && Eigen::Index(valid_cols) < cols)
     S.rightCols(cols - Eigen::Index(valid_cols)).setConstant(neg_inf<T>());
   if (!cfg.causal) return;
   const long long off = cfg.causal_offset();
-  // Row r sees columns c with c0 + c ≤ r0 + r + off; everything right of that is masked.
-  if (static_cast<long long>(c0 + std::size_t(cols)) - 1 <= static_cast<long long>(r0) + off) return;  // tile fully visible
+  // Row r sees columns c with start_n + c ≤ row0 + r + off; everything right of that is masked.
+  if (static_cast<long long>(start_n + std::size_t(cols)) - 1 <= static_cast<long long>(row0) + off) return;  // tile fully visible
   for (Eigen::Index r = 0; r < S.rows(); ++r) {
-    const long long first_masked = static_cast<long long>(r0) + r + off + 1 - static_cast<long long>(c0);
+    const long long first_masked = static_cast<long long>(row0) + r + off + 1 - static_cast<long long>(start_n);
     if (first_masked >= cols) continue;
     const Eigen::Index from = first_masked < 0 ? 0 : Eigen::Index(first_masked);
     S.row(r).tail(cols - from).setConstant(neg_inf<T>());

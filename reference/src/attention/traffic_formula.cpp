@@ -2,7 +2,7 @@
 //
 // Every formula is a sum over query tiles i of a few per-tile sizes, so it costs O(Tr) — cheap at
 // N = 16384 — and states exactly what the tile loops in attention_forward.cpp and
-// attention_backward.cpp count. The per-head quantities (seed 001 / 004 notation):
+// attention_backward.cpp count. The per-head quantities (notation of the Triton walkthrough and the toy-machine lesson):
 //   rq(i)  rows of query tile i (Br, or the ragged tail)
 //   c_i    key tiles visited by query tile i (all Tc, or fewer with causal: fully masked tiles skipped)
 //   kr_i   key rows in those tiles = min(N_k, c_i·Bc)
@@ -18,56 +18,13 @@
 
 namespace flashlab::ref {
 
-double AttentionConfig::softmax_scale() const {
-  return scale > 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
-}
-
-void AttentionConfig::validate() const {
-  auto need = [](std::size_t v, const char* name) {
-    if (v == 0) throw std::invalid_argument(std::string("attention config: ") + name + " must be at least 1");
-  };
-  need(batch, "batch");
-  need(seq, "seq (N_q)");
-  need(heads, "heads");
-  need(head_dim, "head_dim");
-  need(block_m, "block_m (Br)");
-  need(block_n, "block_n (Bc)");
-  if (!(scale >= 0.0) || std::isinf(scale))
-    throw std::invalid_argument("attention config: scale must be finite and positive (0 means 1/sqrt(d))");
-}
-
-std::string AttentionConfig::str() const {
-  std::ostringstream s;
-  s << "B=" << batch << " N=" << n_q();
-  if (n_k() != n_q()) s << " N_k=" << n_k();
-  s << " H=" << heads << " d=" << head_dim << " Br=" << block_m << " Bc=" << block_n
-    << (causal ? " causal" : "") << " " << dtype_name(dtype);
-  return s.str();
-}
-
-std::string_view variant_name(Variant v) {
-  switch (v) {
-    case Variant::naive_fwd: return "naive_fwd";
-    case Variant::fa1_fwd: return "fa1_fwd";
-    case Variant::fa2_fwd: return "fa2_fwd";
-    case Variant::naive_bwd: return "naive_bwd";
-    case Variant::bwd_two_kernel: return "bwd_two_kernel";
-    case Variant::bwd_atomic: return "bwd_atomic";
-  }
-  return "?";
-}
-
-bool is_backward(Variant v) {
-  return v == Variant::naive_bwd || v == Variant::bwd_two_kernel || v == Variant::bwd_atomic;
-}
-
-std::size_t visible_key_tiles(const AttentionConfig& cfg, std::size_t i) {
+std::size_t visible_key_tiles(const AttentionProblem& cfg, std::size_t i) {
   if (!cfg.causal) return cfg.Tc();
   // The last row of tile i sees the most keys; a key tile is visited iff its first key is visible.
-  const long long last_row = static_cast<long long>(std::min((i + 1) * cfg.block_m, cfg.n_q())) - 1;
+  const long long last_row = static_cast<long long>(std::min((i + 1) * cfg.Br, cfg.n_q())) - 1;
   const long long max_key = last_row + cfg.causal_offset();
   if (max_key < 0) return 0;
-  return std::min(cfg.Tc(), static_cast<std::size_t>(max_key) / cfg.block_n + 1);
+  return std::min(cfg.Tc(), static_cast<std::size_t>(max_key) / cfg.Bc + 1);
 }
 
 namespace {
@@ -78,13 +35,13 @@ struct TileSums {
   std::uint64_t key_rows_visited = 0;  // rows of key tiles visited by at least one query tile
 };
 
-TileSums tile_sums(const AttentionConfig& cfg) {
+TileSums tile_sums(const AttentionProblem& cfg) {
   TileSums t;
   const std::size_t nq = cfg.n_q(), nk = cfg.n_k();
   for (std::size_t i = 0; i < cfg.Tr(); ++i) {
-    const std::uint64_t rq = std::min(cfg.block_m, nq - i * cfg.block_m);
+    const std::uint64_t rq = std::min(cfg.Br, nq - i * cfg.Br);
     const std::uint64_t c = visible_key_tiles(cfg, i);
-    const std::uint64_t kr = std::min<std::uint64_t>(nk, c * cfg.block_n);
+    const std::uint64_t kr = std::min<std::uint64_t>(nk, c * cfg.Bc);
     t.A += kr;
     t.Bq += c * rq;
     t.E += rq * kr;
@@ -106,7 +63,7 @@ struct Builder {
 
 }  // namespace
 
-std::vector<KernelTraffic> attention_traffic_kernels(Variant v, const AttentionConfig& cfg) {
+std::vector<KernelTraffic> attention_traffic_kernels(Algorithm v, const AttentionProblem& cfg) {
   cfg.validate();
   const std::uint64_t nq = cfg.n_q(), nk = cfg.n_k(), d = cfg.head_dim;
   const std::uint64_t bh = static_cast<std::uint64_t>(cfg.batch) * cfg.heads;
@@ -115,7 +72,7 @@ std::vector<KernelTraffic> attention_traffic_kernels(Variant v, const AttentionC
   auto kernel = [&](const char* name, Builder& b) { out.push_back({name, b.t}); };
 
   switch (v) {
-    case Variant::naive_fwd: {
+    case Algorithm::naive_fwd: {
       // Three materialising steps; each operand read once per step, S and P full N_q × N_k
       // (causal entries included: the naive version writes the −inf / 0 entries too).
       Builder s1(cfg.dtype, bh), s2(cfg.dtype, bh), s3(cfg.dtype, bh);
@@ -127,7 +84,7 @@ std::vector<KernelTraffic> attention_traffic_kernels(Variant v, const AttentionC
       kernel("O = PV", s3);
       break;
     }
-    case Variant::fa2_fwd: {
+    case Algorithm::fa2_fwd: {
       // Q_i read once per query tile; K_j, V_j once per visited (query tile, key tile) pair;
       // O and LSE written once per query row.
       Builder k(cfg.dtype, bh);
@@ -135,7 +92,7 @@ std::vector<KernelTraffic> attention_traffic_kernels(Variant v, const AttentionC
       kernel("forward", k);
       break;
     }
-    case Variant::fa1_fwd: {
+    case Algorithm::fa1_fwd: {
       // K_j, V_j read once per visited key tile; Q_i once per visited pair; O_i, m_i, l_i read on
       // every visit but the first, O_i written on every visit, m_i, l_i on every visit but the
       // last (which writes LSE_i instead); never-visited query tiles get O = 0, LSE = −inf.
@@ -149,7 +106,7 @@ std::vector<KernelTraffic> attention_traffic_kernels(Variant v, const AttentionC
       kernel("forward", k);
       break;
     }
-    case Variant::naive_bwd: {
+    case Algorithm::naive_bwd: {
       Builder a(cfg.dtype, bh), b(cfg.dtype, bh), c(cfg.dtype, bh), e(cfg.dtype, bh), g(cfg.dtype, bh),
           h(cfg.dtype, bh);
       a.r("P", nq * nk).r("dO", nq * d).w("dV", nk * d).f(2 * nq * nk * d);
@@ -166,13 +123,13 @@ std::vector<KernelTraffic> attention_traffic_kernels(Variant v, const AttentionC
       kernel("dK = scale dS^T Q", h);
       break;
     }
-    case Variant::bwd_two_kernel:
-    case Variant::bwd_atomic: {
+    case Algorithm::bwd_two_kernel:
+    case Algorithm::bwd_atomic: {
       // D preprocessing: O_i, dO_i read once, D_i written once (the D_i trick, O(N·d)).
       Builder pre(cfg.dtype, bh);
       pre.r("O", nq * d).r("dO", nq * d).w("D", nq).f(2 * nq * d);
       kernel("D preprocessing", pre);
-      if (v == Variant::bwd_two_kernel) {
+      if (v == Algorithm::bwd_two_kernel) {
         // dQ kernel: Q_i, dO_i, LSE_i, D_i resident per query tile; K_j, V_j per visited pair.
         Builder dq(cfg.dtype, bh);
         dq.r("Q", nq * d).r("dO", nq * d).r("LSE", nq).r("D", nq).r("K", s.A * d).r("V", s.A * d);
@@ -201,7 +158,7 @@ std::vector<KernelTraffic> attention_traffic_kernels(Variant v, const AttentionC
   return out;
 }
 
-Traffic attention_traffic_formula(Variant v, const AttentionConfig& cfg) {
+Traffic attention_traffic_formula(Algorithm v, const AttentionProblem& cfg) {
   Traffic total(cfg.dtype);
   for (const auto& k : attention_traffic_kernels(v, cfg)) total.merge(k.traffic);
   return total;

@@ -1,6 +1,5 @@
 /// @file bench.hpp
-/// @brief Timing of the fast tensor-core forward and backward (issue 7, item 2): the one
-/// implementation behind `flashlab bench attention` and the `bench_cuda_attention` driver. No CUDA
+/// @brief Timing of the fast tensor-core forward and backward: the one implementation behind `flashlab bench attention` and the `bench_cuda_attention` driver. No CUDA
 /// types here, so CPU-only code may include this header.
 ///
 /// Method, per shape and pass: `warmup` untimed launches, then `reps` launches each timed alone
@@ -8,7 +7,7 @@
 /// is flushed by a `flush_bytes` memset outside the timed range, and the inputs rotate over
 /// `input_sets` independent sets (launch r uses set r mod `input_sets`), so no launch finds its
 /// inputs in L2. A forward launch is fast_attention_forward_device() on Q/K/V; a backward launch
-/// is fast_attention_backward_device() of design `bwd_design` (every kernel of the design inside
+/// is fast_attention_backward_device() of `bwd_design` (every kernel of the design inside
 /// the timed range: two_kernel = D preprocessing, dQ kernel, dK/dV kernel; atomic = dQ-accumulator
 /// zeroing, D preprocessing, main kernel, dQ conversion; its workspace is allocated once per shape,
 /// outside the timing) on Q/K/V/dO and the O and LSE of a real forward of that set, computed
@@ -42,22 +41,23 @@ struct AttentionBenchConfig {
   std::vector<bool> causal = {false, true};                  ///< mask settings to time
   int heads = 16;                                            ///< H
   int batch = 1;                                             ///< B
-  FastDtype dtype = FastDtype::bf16;                         ///< storage type of Q, K, V, O
+  ref::Dtype dtype = ref::Dtype::bf16;                       ///< storage type of Q, K, V, O (bf16 or fp16)
   int reps = 30;                                             ///< timed launches per shape (≥ 1)
   int warmup = 3;                                            ///< untimed launches per shape (≥ 0)
   int input_sets = 3;                                        ///< Q/K/V sets rotated over (≥ 1)
   std::size_t flush_bytes = std::size_t(256) << 20;          ///< L2 flush buffer (256 MiB; H100 L2 is 50 MiB)
   std::uint32_t seed = 1234;                                 ///< seed of the N(0, 1) inputs
   BenchPass pass = BenchPass::both;                          ///< passes to time (bench_attention())
-  FastBackwardDesign bwd_design = FastBackwardDesign::atomic;  ///< backward design timed (default: the faster)
-  FastForwardKernel fwd_kernel = FastForwardKernel::mma_sync;  ///< forward kernel timed (rows: config.kernel)
+  ref::Algorithm bwd_design = ref::Algorithm::bwd_atomic;      ///< backward design timed (default: the faster)
+  FastForwardKernel fwd_kernel = FastForwardKernel::mma_sync;  ///< forward kernel timed
 };
 
 /// One timed shape of a sweep.
 struct AttentionBenchRow {
-  FastForwardConfig config;  ///< the shape and options that were timed
-  bool backward = false;     ///< false: a forward row; true: a backward row
-  FastBackwardDesign bwd_design = FastBackwardDesign::atomic;  ///< the backward design (backward rows)
+  ref::AttentionProblem problem;  ///< the problem that was timed
+  bool backward = false;          ///< false: a forward row; true: a backward row
+  FastForwardKernel fwd_kernel = FastForwardKernel::mma_sync;  ///< the forward kernel (forward rows)
+  ref::Algorithm bwd_design = ref::Algorithm::bwd_atomic;      ///< the backward design (backward rows)
   int reps = 0;              ///< timed launches behind the statistics
   double median_ms = 0.0;    ///< median launch time, milliseconds
   double min_ms = 0.0;       ///< fastest launch, milliseconds
@@ -66,27 +66,27 @@ struct AttentionBenchRow {
   double gbps = 0.0;         ///< attention_fwd_bytes() (backward: attention_bwd_bytes()) / median, 10⁹ B/s
 };
 
-/// FLOPs of one forward as issue 7 counts them: 4·N²·d·H·B (QKᵀ and PV, 2 FLOPs per
-/// multiply-add), halved for causal. Softmax work is not counted.
-double attention_fwd_flops(const FastForwardConfig& cfg);
+/// FLOPs of one forward: 4·N²·d·H·B (QKᵀ and PV, 2 FLOPs per multiply-add), halved for
+/// causal. Softmax work is not counted.
+double attention_fwd_flops(const ref::AttentionProblem& problem);
 
 /// Ideal HBM bytes of one forward: Q, K, V read once and O written once (B·N·H·d elements each,
 /// 2 bytes) plus LSE written once (B·H·N fp32). The effective GB/s divides this by the time; at
 /// large N the kernel re-reads K and V once per query tile, so the number is a lower bound on
 /// the traffic, meaningful as a bandwidth only at small N.
-double attention_fwd_bytes(const FastForwardConfig& cfg);
+double attention_fwd_bytes(const ref::AttentionProblem& problem);
 
-/// FLOPs of one backward as DEVICE.md and issue 7 count them: 2.5 × attention_fwd_flops(), i.e.
+/// FLOPs of one backward: 2.5 × attention_fwd_flops(), i.e.
 /// 2.5 · 4·N²·d·H·B (the five matrix products S = QKᵀ, dP = dO·Vᵀ, dV, dK, dQ against the
 /// forward's two), halved for causal. The recomputation of S is counted; softmax work is not.
 /// The same count for both designs (the two-kernel design does 14·N²·d of product FLOPs, the
 /// atomic one 10·N²·d: only the counted work is credited).
-double attention_bwd_flops(const FastForwardConfig& cfg);
+double attention_bwd_flops(const ref::AttentionProblem& problem);
 
 /// Ideal HBM bytes of one backward: Q, K, V, O, dO read once and dQ, dK, dV written once
 /// (B·N·H·d elements each, 2 bytes) plus LSE read once and D written once and read once (B·H·N
 /// fp32 each). A lower bound on the traffic, as attention_fwd_bytes().
-double attention_bwd_bytes(const FastForwardConfig& cfg);
+double attention_bwd_bytes(const ref::AttentionProblem& problem);
 
 /// Times the fast kernels on every shape of `bench`, for the passes `bench.pass` selects, on
 /// device 0 and returns the rows in sweep order (per shape: the forward row, then the backward

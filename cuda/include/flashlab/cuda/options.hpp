@@ -1,37 +1,29 @@
 /// @file options.hpp
-/// @brief Tile options, variants and errors of the CUDA attention kernels (no CUDA types here,
-/// so CPU-only code may include it).
+/// @brief Errors, device queries and the clear kernels' limits (no CUDA types and no Eigen here,
+/// so CPU-only code and CUDA sources may include it). The problem a kernel solves is a
+/// ref::AttentionProblem (flashlab/reference/attention_problem.hpp), its algorithm a
+/// ref::Algorithm; the fast kernels' limits are in fast_attention.hpp.
 #pragma once
 
+#include "flashlab/reference/attention_problem.hpp"
+
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 
 namespace flashlab::cuda {
 
-/// Tile parameters and masking, the same names as the reference (seed 001).
-struct Options {
-  int block_m = 64;     ///< BLOCK_M = Br: query rows per tile (1..128)
-  int block_n = 32;     ///< BLOCK_N = Bc: key rows per tile (1..128)
-  bool causal = false;  ///< causal mask: query i sees keys j <= i
-  double scale = 0.0;   ///< softmax scale; 0 means 1/sqrt(HEAD_DIM)
-  /// FA1 only: how many thread blocks share one head's query tiles. 1 is FA1 as published (one
-  /// block per head and batch, K_j/V_j read once); s > 1 runs s blocks per head, each reading
-  /// K and V once, so K/V traffic grows s-fold. 0 picks enough blocks to fill the GPU.
-  int fa1_query_split = 0;
-};
+/// Largest Br and Bc of the clear kernels: a block of 128 threads gives each tile row a thread.
+inline constexpr std::size_t kClearMaxTileRows = 128;
+/// Largest d of the clear kernels: they keep whole rows of d in SRAM.
+inline constexpr std::size_t kClearMaxHeadDim = 256;
 
-/// Forward algorithms.
-enum class ForwardVariant {
-  naive,  ///< S = QKᵀ, P = softmax(S), O = PV, with S and P materialised in HBM (3 kernels)
-  fa1,    ///< FlashAttention-1 loop order: outer loop over K_j/V_j, inner over Q_i; O, m, l in HBM
-  fa2     ///< FlashAttention-2 loop order: one block per Q_i, inner loop over K_j/V_j; LSE base 2
-};
-
-/// Backward algorithms (both start with the D preprocessing kernel).
-enum class BackwardVariant {
-  two_kernel,  ///< D preprocessing, dQ kernel, dK/dV kernel (seed 001, 12N²d FLOPs)
-  atomic       ///< D preprocessing, dQ zero-fill, one dK/dV kernel that adds into dQ atomically
-};
+/// The clear kernels' limits beyond ref::AttentionProblem::validate(), checked here and nowhere
+/// else: `algorithm` is naive_fwd, fa1_fwd, fa2_fwd, bwd_two_kernel or bwd_atomic; dtype fp32;
+/// N_k = N (self-attention); d ≤ kClearMaxHeadDim; Br, Bc ≤ kClearMaxTileRows; naive_fwd:
+/// N ≤ the row its softmax holds in SRAM. Validates the problem first. Throws
+/// std::invalid_argument naming the field, the value, the limit and a hint.
+void check_clear_problem(ref::Algorithm algorithm, const ref::AttentionProblem& problem);
 
 /// A CUDA runtime, driver or CUPTI failure; the message names the call and file:line.
 class CudaError : public std::runtime_error {

@@ -1,6 +1,6 @@
 /// @file profiler.hpp
 /// @brief A small wrapper of the CUPTI Range Profiler (CUDA 13): per-kernel DRAM and L2 bytes and
-/// duration, measured in-process (DEVICE.md, "Measured HBM traffic in-process works").
+/// duration, measured in-process.
 ///
 /// Every kernel launched inside `profile()` becomes one range (auto range, kernel replay). The
 /// counters are read per range:

@@ -16,7 +16,7 @@ namespace flashlab::lessons {
 
 /// Parses a shape such as "B=1 N=4096 H=16 d=64 Br=64 Bc=32 fp32" (any order; fp32, bf16 or
 /// fp16; "causal" for the causal mask). @throws std::invalid_argument naming the bad word.
-ref::AttentionConfig parse_attention_shape(const std::string& text);
+ref::AttentionProblem parse_attention_shape(const std::string& text);
 
 /// Bytes one design moved on the GPU, summed over its kernels.
 struct MeasuredBytes {
@@ -40,7 +40,7 @@ struct Measurement {
   std::string date;     ///< e.g. 2026-11-23 (empty for a live run: it is now)
   std::string device;   ///< e.g. NVIDIA H100 80GB HBM3
   std::string command;  ///< the command that produced it
-  ref::AttentionConfig shape;        ///< B, H, d, Br, Bc, dtype (seq of the first row)
+  ref::AttentionProblem shape;        ///< B, H, d, Br, Bc, dtype (seq of the first row)
   std::vector<MeasuredBytes> rows;   ///< one per (design, N)
   /// The row of `variant` at `seq`, or nullptr.
   [[nodiscard]] const MeasuredBytes* find(const std::string& variant, std::size_t seq) const;
@@ -65,14 +65,14 @@ std::string measurement_csv(const Measurement& m);
 /// fa1-order: Q, K, V, O loads and stores as formulas in n, checked on the tile model) with n
 /// query tiles → Tr and n KV tiles → Tc, times the bytes of one tile (Br·d or Bc·d elements).
 /// nullopt for designs the tile model has no lesson for (naive, backward).
-std::optional<std::uint64_t> toy_tile_bytes(ref::Variant v, const ref::AttentionConfig& cfg);
+std::optional<std::uint64_t> toy_tile_bytes(ref::Algorithm v, const ref::AttentionProblem& cfg);
 
 /// The designs of the chapter's table, in order.
-std::vector<ref::Variant> chapter_variants();
+std::vector<ref::Algorithm> chapter_variants();
 
 /// The three-level table at `cfg.seq`: per design toy, counted, L2 requests, DRAM and their
 /// ratios, with the source of the measurement and why DRAM falls below L2 (once the
 /// traffic-levels lesson is passed: `explain`). Rows without a measurement show "—".
-std::string traffic_levels_table(const ref::AttentionConfig& cfg, const Measurement* measured, bool explain);
+std::string traffic_levels_table(const ref::AttentionProblem& cfg, const Measurement* measured, bool explain);
 
 }  // namespace flashlab::lessons

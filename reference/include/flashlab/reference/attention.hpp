@@ -2,7 +2,7 @@
 /// @brief Attention forward and backward on the CPU (Eigen): naive, FA1, FA2 forward; naive,
 ///        two-kernel and atomic backward. Every tiled loop counts the HBM traffic it causes.
 ///
-/// What each function is (seed 001 "Forward Pass" / "Backward Pass", seed 004 "Inner Product
+/// What each function is (the Triton walkthrough "Forward Pass" / "Backward Pass", the toy-machine lesson "Inner Product
 /// vs. Outer Product in Attention" and "The D_i Trick"):
 /// - naive_forward: S = scale·QKᵀ, P = softmax(S), O = PV, whole matrices (S, P in "HBM").
 /// - flash_forward_fa2: FA2 loop order — Q_i resident, stream K_j, V_j, online softmax in base 2
@@ -17,7 +17,7 @@
 ///
 /// Tiles are loaded zero-padded to full Br × d and Bc × d buffers as Triton's boundary_check
 /// does; out-of-sequence key columns are masked to −inf (the KV mask), padded query rows are
-/// masked only implicitly (zero Q, dO, LSE, D), exactly as in seed 001. Fully masked tiles
+/// masked only implicitly (zero Q, dO, LSE, D), exactly as in the Triton walkthrough. Fully masked tiles
 /// (causal) are skipped and not counted. A fully masked row gets O = 0, LSE = −inf, and P = 0
 /// in the backward pass (so its dQ row is 0): no NaN.
 ///
@@ -70,41 +70,41 @@ double round_to_half(double x);
 
 /// Naive forward: S and P materialised (per head). Traffic per docs/attention.md ("naive").
 template <typename T>
-AttentionForward<T> naive_forward(const AttentionConfig& cfg, const Tensor<T>& Q, const Tensor<T>& K,
+AttentionForward<T> naive_forward(const AttentionProblem& cfg, const Tensor<T>& Q, const Tensor<T>& K,
                                   const Tensor<T>& V);
 
 /// Flash forward, FA2 loop order (query tiles outer, key tiles inner).
 template <typename T>
-AttentionForward<T> flash_forward_fa2(const AttentionConfig& cfg, const Tensor<T>& Q, const Tensor<T>& K,
+AttentionForward<T> flash_forward_fa2(const AttentionProblem& cfg, const Tensor<T>& Q, const Tensor<T>& K,
                                       const Tensor<T>& V);
 
 /// Flash forward, FA1 loop order (key tiles outer, query tiles inner, O/m/l read-modify-written).
 template <typename T>
-AttentionForward<T> flash_forward_fa1(const AttentionConfig& cfg, const Tensor<T>& Q, const Tensor<T>& K,
+AttentionForward<T> flash_forward_fa1(const AttentionProblem& cfg, const Tensor<T>& Q, const Tensor<T>& K,
                                       const Tensor<T>& V);
 
 /// Forward of `v` (naive_fwd, fa1_fwd or fa2_fwd); throws std::invalid_argument for a backward variant.
 template <typename T>
-AttentionForward<T> attention_forward(Variant v, const AttentionConfig& cfg, const Tensor<T>& Q,
+AttentionForward<T> attention_forward(Algorithm v, const AttentionProblem& cfg, const Tensor<T>& Q,
                                       const Tensor<T>& K, const Tensor<T>& V);
 
 /// Naive backward for the loss L = Σ O∘dO: recomputes O and P from Q, K, V (the counted
 /// traffic assumes P was saved by the naive forward) and returns D both ways.
 template <typename T>
-AttentionGradients<T> naive_backward(const AttentionConfig& cfg, const Tensor<T>& Q, const Tensor<T>& K,
+AttentionGradients<T> naive_backward(const AttentionProblem& cfg, const Tensor<T>& Q, const Tensor<T>& K,
                                      const Tensor<T>& V, const Tensor<T>& dO);
 
 /// Flash backward, two kernels: D preprocessing, dQ kernel, dK/dV kernel. `O` and `LSE` come
 /// from a forward pass with the same configuration.
 template <typename T>
-AttentionGradients<T> flash_backward_two_kernel(const AttentionConfig& cfg, const Tensor<T>& Q,
+AttentionGradients<T> flash_backward_two_kernel(const AttentionProblem& cfg, const Tensor<T>& Q,
                                                 const Tensor<T>& K, const Tensor<T>& V, const Tensor<T>& O,
                                                 const std::vector<T>& LSE, const Tensor<T>& dO,
                                                 BackwardOptions opt = {});
 
 /// Flash backward, one KV-outer kernel with dQ accumulated in HBM (the "atomic" design).
 template <typename T>
-AttentionGradients<T> flash_backward_atomic(const AttentionConfig& cfg, const Tensor<T>& Q, const Tensor<T>& K,
+AttentionGradients<T> flash_backward_atomic(const AttentionProblem& cfg, const Tensor<T>& Q, const Tensor<T>& K,
                                             const Tensor<T>& V, const Tensor<T>& O, const std::vector<T>& LSE,
                                             const Tensor<T>& dO, BackwardOptions opt = {});
 
