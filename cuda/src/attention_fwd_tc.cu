@@ -164,9 +164,66 @@ struct TileLoader {
   }
 };
 
+// ----------------------------------------------------------------------------- parts of the kernel
+// Inlined into fast_fwd_kernel; each works on this warp's 16·kMT query rows (kMT m16 tiles; in
+// each, this thread holds rows g and g + 8 of the mma fragments). The matrix products and the
+// online softmax stay in the kernel's body: as separate inlined functions they compile to a
+// different instruction schedule (checked on the cubin), and this kernel is tuned.
+
+/// The masks (the Triton walkthrough, "Out-of-Sequence Masking"): keys ≥ N, and causal keys >
+/// query row → −inf, so 2^(−inf) = 0 adds nothing to l_i or acc. Called only for tiles that
+/// straddle N or the diagonal.
+template <class T>
+__device__ __forceinline__ void mask_scores(float (&s)[T::kMT][T::BLOCK_N / 8][4], int start_n, int N, int warp_row0,
+                                            int g, int t) {
+  const float NEG_INF = __int_as_float(0xff800000);  // −inf
+#pragma unroll
+  for (int mt = 0; mt < T::kMT; ++mt)
+#pragma unroll
+    for (int n = 0; n < T::BLOCK_N / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = start_n + 8 * n + 2 * t + (e & 1);
+        const int row = warp_row0 + 16 * mt + g + 8 * (e >> 1);
+        if (col >= N || (T::kCausal && col > row)) s[mt][n][e] = NEG_INF;
+      }
+}
+
+/// O_i = acc / l_i: registers → HBM (input dtype). LSE_i = m_i + log2(l_i): registers → HBM.
+/// l_i (per-thread partial sums) is first reduced over the quad. Guard: l_i = 0 (a row that saw
+/// no key) stores O_i = 0 and LSE_i = −inf.
+template <class T, bool kBf16>
+__device__ __forceinline__ void store_output(uint16_t* __restrict__ O, float* __restrict__ LSE,
+                                             const float (&acc)[T::kMT][T::kHeadDim / 8][4],
+                                             const float (&m_i)[T::kMT][2], const float (&l_i)[T::kMT][2],
+                                             const Problem& p, int b, int h, std::size_t base, std::size_t stride,
+                                             int warp_row0, int g, int t) {
+  const float NEG_INF = __int_as_float(0xff800000);  // −inf
+  const int N = p.seq;
+  const std::size_t stat = p.stat_offset(b, h);
+#pragma unroll
+  for (int mt = 0; mt < T::kMT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = l_i[mt][r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv_l = l > 0.f ? 1.f / l : 0.f;
+      const int row = warp_row0 + 16 * mt + g + 8 * r;
+      if (row < N) {
+        uint16_t* out = O + base + std::size_t(row) * stride + 2 * t;
+#pragma unroll
+        for (int n = 0; n < T::kHeadDim / 8; ++n)
+          *reinterpret_cast<uint32_t*>(out + 8 * n) =
+              pack2<kBf16>(acc[mt][n][2 * r] * inv_l, acc[mt][n][2 * r + 1] * inv_l);
+        if (t == 0) LSE[stat + row] = l > 0.f ? m_i[mt][r] + log2f(l) : NEG_INF;
+      }
+    }
+}
+
 // ----------------------------------------------------------------------------- the kernel
 /// Grid (Tr, H, B), FastTraits::kThreads threads, FastTraits::kSmemBytes of dynamic SRAM:
-/// [Q_i: BLOCK_M × d][K_j: kStages × BLOCK_N × d][V_j: kStages × BLOCK_N × d], all swizzled.
+/// [Q_i: Br × d][K_j: kStages × Bc × d][V_j: kStages × Bc × d], all swizzled.
 template <class T, bool kBf16>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     fast_fwd_kernel(Problem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
@@ -307,21 +364,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
         }
       }
 
-      // Mask (the Triton walkthrough, "Out-of-Sequence Masking"): keys ≥ N, and causal keys > query row → −inf,
-      // so 2^(−inf) = 0 adds nothing to l_i or acc. Only tiles that straddle N or the diagonal.
+      // Masks (keys ≥ N; causal: keys > query row) only on tiles that straddle N or the diagonal.
       const bool need_mask = start_n + BLOCK_N > N || (causal && start_n + BLOCK_N - 1 > warp_row0);
-      if (need_mask) {
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-          for (int n = 0; n < kNTilesS; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int col = start_n + 8 * n + 2 * t + (e & 1);
-              const int row = warp_row0 + 16 * mt + g + 8 * (e >> 1);
-              if (col >= N || (causal && col > row)) s[mt][n][e] = NEG_INF;
-            }
-      }
+      if (need_mask) mask_scores<T>(s, start_n, N, warp_row0, g, t);
 
       // Online softmax (base 2, as in the Triton walkthrough), rows r = g and g + 8 of each m16 tile:
       //   m_new = max(m_i, rowmax(S_ij)·scale·log2 e); P_ij = 2^(S_ij·scale·log2 e − m_new);
@@ -406,26 +451,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   }
   cp_async_wait<0>();  // no copy may still be writing SRAM when the block exits (empty groups)
 
-  // O_i = acc / l_i: registers → HBM (input dtype). LSE_i = m_i + log2(l_i): registers → HBM.
-  const std::size_t stat = p.stat_offset(b, h);
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float l = l_i[mt][r];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv_l = l > 0.f ? 1.f / l : 0.f;
-      const int row = warp_row0 + 16 * mt + g + 8 * r;
-      if (row < N) {
-        uint16_t* out = O + base + std::size_t(row) * stride + 2 * t;
-#pragma unroll
-        for (int n = 0; n < kNTilesO; ++n)
-          *reinterpret_cast<uint32_t*>(out + 8 * n) =
-              pack2<kBf16>(acc[mt][n][2 * r] * inv_l, acc[mt][n][2 * r + 1] * inv_l);
-        if (t == 0) LSE[stat + row] = l > 0.f ? m_i[mt][r] + log2f(l) : NEG_INF;
-      }
-    }
+  store_output<T, kBf16>(O, LSE, acc, m_i, l_i, p, b, h, base, stride, warp_row0, g, t);
 }
 
 template <int HEAD_DIM, bool kBf16, bool kCausal>

@@ -71,6 +71,97 @@ void validate(const AttentionBenchConfig& b) {
   for (int d : b.head_dims) check_fast_problem(problem_of(b, 1, d, false));  // before any timing
 }
 
+// One pool of random 16-bit values, made once per sweep; buffer k (of 4 · input_sets: Q, K, V, dO
+// per set) is uploaded from offset 997·k, so the sets differ without drawing 4 · input_sets ·
+// B·N·H·d normals per shape.
+constexpr std::size_t kStride = 997;
+constexpr std::size_t kPerSet = 4;
+
+/// Times one shape of the sweep (the passes `bench.pass` selects), appending its rows to `rows`
+/// and handing each to `on_row`. Device memory is allocated here and freed on return.
+void bench_shape(const AttentionBenchConfig& bench, const ref::AttentionProblem& problem,
+                 const std::vector<std::uint16_t>& pool, detail::DeviceBuffer<unsigned char>& flush, EventPair& ev,
+                 std::vector<AttentionBenchRow>& rows, const std::function<void(const AttentionBenchRow&)>& on_row) {
+  const bool do_fwd = bench.pass != BenchPass::bwd;
+  const bool do_bwd = bench.pass != BenchPass::fwd;
+  const std::size_t numel = problem.batch * problem.seq * problem.heads * problem.head_dim;
+  const std::size_t stats = problem.stat_numel();
+  const std::size_t sets = std::size_t(bench.input_sets);
+  // Set s: Q, K, V, dO at 4s … 4s+3 (dO only when the backward is timed), O and LSE at s.
+  const std::size_t per_set = do_bwd ? kPerSet : 3;
+  std::vector<detail::DeviceBuffer<std::uint16_t>> in;
+  in.reserve(kPerSet * sets);
+  for (std::size_t k = 0; k < kPerSet * sets; ++k) {
+    in.emplace_back(k % kPerSet < per_set ? numel : 0);
+    if (k % kPerSet < per_set) in.back().upload(pool.data() + kStride * k);
+  }
+  std::vector<detail::DeviceBuffer<std::uint16_t>> O;
+  std::vector<detail::DeviceBuffer<float>> LSE;
+  O.reserve(sets);
+  LSE.reserve(sets);
+  for (std::size_t s = 0; s < sets; ++s) {
+    O.emplace_back(numel);
+    LSE.emplace_back(stats);
+  }
+  const std::size_t grad_numel = do_bwd ? numel : 0;
+  detail::DeviceBuffer<std::uint16_t> dQ(grad_numel), dK(grad_numel), dV(grad_numel);
+  // Workspace (D; atomic: + the fp32 dQ accumulator), allocated here, outside the timing.
+  detail::DeviceBuffer<unsigned char> workspace(
+      do_bwd ? fast_attention_backward_workspace_bytes(bench.bwd_design, problem) : 0);
+
+  // One pass: warmup + reps launches of `launch(set)`, each alone between the events after
+  // an L2 flush; returns its row.
+  auto time_pass = [&](bool backward, const std::function<void(std::size_t)>& launch) {
+    std::vector<double> times;
+    times.reserve(std::size_t(bench.reps));
+    for (int r = 0; r < bench.warmup + bench.reps; ++r) {
+      // Evict L2: outside the timed range (before the start event).
+      if (flush.size()) FLASHLAB_CUDA_CHECK(cudaMemsetAsync(flush.get(), r & 0xff, flush.bytes()));
+      FLASHLAB_CUDA_CHECK(cudaEventRecord(ev.start()));
+      launch(std::size_t(r % bench.input_sets));
+      FLASHLAB_CUDA_CHECK(cudaEventRecord(ev.stop()));
+      FLASHLAB_CUDA_CHECK(cudaEventSynchronize(ev.stop()));
+      float ms = 0.f;
+      FLASHLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start(), ev.stop()));
+      if (r >= bench.warmup) times.push_back(ms);
+    }
+    FLASHLAB_CUDA_CHECK(cudaGetLastError());
+    std::sort(times.begin(), times.end());
+    const std::size_t m = times.size();
+    AttentionBenchRow row;
+    row.problem = problem;
+    row.backward = backward;
+    row.fwd_kernel = bench.fwd_kernel;
+    row.bwd_design = bench.bwd_design;
+    row.reps = bench.reps;
+    row.median_ms = m % 2 ? times[m / 2] : 0.5 * (times[m / 2 - 1] + times[m / 2]);
+    row.min_ms = times.front();
+    row.max_ms = times.back();
+    const double flops = backward ? attention_bwd_flops(problem) : attention_fwd_flops(problem);
+    const double bytes = backward ? attention_bwd_bytes(problem) : attention_fwd_bytes(problem);
+    row.tflops = flops / (row.median_ms * 1e-3) / 1e12;
+    row.gbps = bytes / (row.median_ms * 1e-3) / 1e9;
+    rows.push_back(row);
+    if (on_row) on_row(row);
+  };
+  auto forward = [&](std::size_t s) {
+    fast_attention_forward_device(problem, bench.fwd_kernel, in[kPerSet * s].get(), in[kPerSet * s + 1].get(),
+                                  in[kPerSet * s + 2].get(), O[s].get(), LSE[s].get());
+  };
+  if (do_fwd) time_pass(false, forward);
+  if (do_bwd) {
+    // The backward consumes a real forward's O and LSE: one untimed forward per set.
+    for (std::size_t s = 0; s < sets; ++s) forward(s);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    time_pass(true, [&](std::size_t s) {
+      const std::size_t q = kPerSet * s;
+      fast_attention_backward_device(bench.bwd_design, problem, in[q].get(), in[q + 1].get(), in[q + 2].get(), O[s].get(),
+                                     in[q + 3].get(), LSE[s].get(), dQ.get(), dK.get(), dV.get(),
+                                     workspace.get());
+    });
+  }
+}
+
 }  // namespace
 
 double attention_fwd_flops(const ref::AttentionProblem& problem) {
@@ -95,14 +186,7 @@ std::vector<AttentionBenchRow> bench_attention(const AttentionBenchConfig& bench
   validate(bench);
   std::string why;
   if (!device_available(&why)) throw CudaError("no usable CUDA device: " + why);
-  const bool do_fwd = bench.pass != BenchPass::bwd;
-  const bool do_bwd = bench.pass != BenchPass::fwd;
 
-  // One pool of random 16-bit values, made once; buffer k (of 4 · input_sets: Q, K, V, dO per
-  // set) is uploaded from offset 997·k, so the sets differ without drawing 4 · input_sets ·
-  // B·N·H·d normals per shape.
-  constexpr std::size_t kStride = 997;
-  constexpr std::size_t kPerSet = 4;
   const std::size_t buffers = kPerSet * std::size_t(bench.input_sets);
   std::size_t max_numel = 0;
   for (int d : bench.head_dims)
@@ -120,85 +204,7 @@ std::vector<AttentionBenchRow> bench_attention(const AttentionBenchConfig& bench
   std::vector<AttentionBenchRow> rows;
   for (int d : bench.head_dims)
     for (bool causal : bench.causal)
-      for (int n : bench.seqs) {
-        const ref::AttentionProblem problem = problem_of(bench, n, d, causal);
-        const std::size_t numel = problem.batch * problem.seq * problem.heads * problem.head_dim;
-        const std::size_t stats = problem.stat_numel();
-        const std::size_t sets = std::size_t(bench.input_sets);
-        // Set s: Q, K, V, dO at 4s … 4s+3 (dO only when the backward is timed), O and LSE at s.
-        const std::size_t per_set = do_bwd ? kPerSet : 3;
-        std::vector<detail::DeviceBuffer<std::uint16_t>> in;
-        in.reserve(kPerSet * sets);
-        for (std::size_t k = 0; k < kPerSet * sets; ++k) {
-          in.emplace_back(k % kPerSet < per_set ? numel : 0);
-          if (k % kPerSet < per_set) in.back().upload(pool.data() + kStride * k);
-        }
-        std::vector<detail::DeviceBuffer<std::uint16_t>> O;
-        std::vector<detail::DeviceBuffer<float>> LSE;
-        O.reserve(sets);
-        LSE.reserve(sets);
-        for (std::size_t s = 0; s < sets; ++s) {
-          O.emplace_back(numel);
-          LSE.emplace_back(stats);
-        }
-        const std::size_t grad_numel = do_bwd ? numel : 0;
-        detail::DeviceBuffer<std::uint16_t> dQ(grad_numel), dK(grad_numel), dV(grad_numel);
-        // Workspace (D; atomic: + the fp32 dQ accumulator), allocated here, outside the timing.
-        detail::DeviceBuffer<unsigned char> workspace(
-            do_bwd ? fast_attention_backward_workspace_bytes(bench.bwd_design, problem) : 0);
-
-        // One pass: warmup + reps launches of `launch(set)`, each alone between the events after
-        // an L2 flush; returns its row.
-        auto time_pass = [&](bool backward, const std::function<void(std::size_t)>& launch) {
-          std::vector<double> times;
-          times.reserve(std::size_t(bench.reps));
-          for (int r = 0; r < bench.warmup + bench.reps; ++r) {
-            // Evict L2: outside the timed range (before the start event).
-            if (flush.size()) FLASHLAB_CUDA_CHECK(cudaMemsetAsync(flush.get(), r & 0xff, flush.bytes()));
-            FLASHLAB_CUDA_CHECK(cudaEventRecord(ev.start()));
-            launch(std::size_t(r % bench.input_sets));
-            FLASHLAB_CUDA_CHECK(cudaEventRecord(ev.stop()));
-            FLASHLAB_CUDA_CHECK(cudaEventSynchronize(ev.stop()));
-            float ms = 0.f;
-            FLASHLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start(), ev.stop()));
-            if (r >= bench.warmup) times.push_back(ms);
-          }
-          FLASHLAB_CUDA_CHECK(cudaGetLastError());
-          std::sort(times.begin(), times.end());
-          const std::size_t m = times.size();
-          AttentionBenchRow row;
-          row.problem = problem;
-          row.backward = backward;
-          row.fwd_kernel = bench.fwd_kernel;
-          row.bwd_design = bench.bwd_design;
-          row.reps = bench.reps;
-          row.median_ms = m % 2 ? times[m / 2] : 0.5 * (times[m / 2 - 1] + times[m / 2]);
-          row.min_ms = times.front();
-          row.max_ms = times.back();
-          const double flops = backward ? attention_bwd_flops(problem) : attention_fwd_flops(problem);
-          const double bytes = backward ? attention_bwd_bytes(problem) : attention_fwd_bytes(problem);
-          row.tflops = flops / (row.median_ms * 1e-3) / 1e12;
-          row.gbps = bytes / (row.median_ms * 1e-3) / 1e9;
-          rows.push_back(row);
-          if (on_row) on_row(row);
-        };
-        auto forward = [&](std::size_t s) {
-          fast_attention_forward_device(problem, bench.fwd_kernel, in[kPerSet * s].get(), in[kPerSet * s + 1].get(),
-                                        in[kPerSet * s + 2].get(), O[s].get(), LSE[s].get());
-        };
-        if (do_fwd) time_pass(false, forward);
-        if (do_bwd) {
-          // The backward consumes a real forward's O and LSE: one untimed forward per set.
-          for (std::size_t s = 0; s < sets; ++s) forward(s);
-          FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-          time_pass(true, [&](std::size_t s) {
-            const std::size_t q = kPerSet * s;
-            fast_attention_backward_device(bench.bwd_design, problem, in[q].get(), in[q + 1].get(), in[q + 2].get(), O[s].get(),
-                                           in[q + 3].get(), LSE[s].get(), dQ.get(), dK.get(), dV.get(),
-                                           workspace.get());
-          });
-        }
-      }
+      for (int n : bench.seqs) bench_shape(bench, problem_of(bench, n, d, causal), pool, flush, ev, rows, on_row);
   return rows;
 }
 

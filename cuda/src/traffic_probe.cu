@@ -82,6 +82,53 @@ struct HookScope {
   HookScope& operator=(const HookScope&) = delete;
 };
 
+/// Runs `launches` once per CUPTI metric and adds what each measured kernel (flush kernels left
+/// out) counted to `result.kernels`, in launch order; metrics the device refuses go to
+/// `result.unavailable`.
+void profile_each_metric(const std::function<void()>& launches, FlushHook& hook, ProbeResult& result) {
+  // One metric per session: each session needs a single pass, so every measured kernel runs
+  // exactly once right after its L2 flush. Several metrics in one configuration would make CUPTI
+  // replay each kernel once per pass, and the replays would start with a warm L2. The launch
+  // sequences are idempotent (every output is overwritten; atomic dQ is zeroed first), so they
+  // can simply be repeated.
+  for (const std::string& metric : RangeProfiler::all_metrics()) {
+    RangeProfiler profiler({metric});
+    if (!profiler.unavailable_metrics().empty()) {
+      result.unavailable.push_back(metric);
+      continue;
+    }
+    result.passes = std::max(result.passes, profiler.passes());
+    hook.launched.clear();
+    std::vector<KernelCounters> ranges;
+    {
+      HookScope scope(&hook);
+      ranges = profiler.profile(launches);
+    }
+    // Ranges and launches must pair up one to one, in order.
+    if (ranges.size() != hook.launched.size()) {
+      std::string names;
+      for (const auto& r : ranges) names += " " + r.range_name;
+      throw CudaError("CUPTI returned " + std::to_string(ranges.size()) + " ranges for " +
+                      std::to_string(hook.launched.size()) + " launches:" + names);
+    }
+    // If CUPTI's range names carry the kernel names (they do for auto ranges), every one must
+    // match; if none does, the names are not informative and the launch order alone pairs them.
+    std::size_t matches = 0;
+    for (std::size_t r = 0; r < ranges.size(); ++r)
+      if (ranges[r].range_name.find(hook.launched[r]) != std::string::npos) ++matches;
+    std::size_t k = 0;
+    for (std::size_t r = 0; r < ranges.size(); ++r) {
+      if (matches != 0 && ranges[r].range_name.find(hook.launched[r]) == std::string::npos)
+        throw CudaError("CUPTI range " + std::to_string(r) + " is '" + ranges[r].range_name + "', expected kernel " +
+                        hook.launched[r]);
+      if (hook.launched[r].rfind("l2_flush_", 0) == 0) continue;
+      if (k == result.kernels.size()) result.kernels.push_back({hook.launched[r], KernelCounters{}});
+      RangeProfiler::accumulate(result.kernels[k].counters, ranges[r]);
+      ++k;
+    }
+  }
+}
+
 }  // namespace
 
 int fa1_query_split_for(const ProbeConfig& cfg) {
@@ -164,47 +211,7 @@ ProbeResult measure_attention(ref::Algorithm algorithm, const ProbeConfig& cfg) 
   }
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
 
-  // One metric per session: each session needs a single pass, so every measured kernel runs
-  // exactly once right after its L2 flush. Several metrics in one configuration would make CUPTI
-  // replay each kernel once per pass, and the replays would start with a warm L2. The launch
-  // sequences are idempotent (every output is overwritten; atomic dQ is zeroed first), so they
-  // can simply be repeated.
-  for (const std::string& metric : RangeProfiler::all_metrics()) {
-    RangeProfiler profiler({metric});
-    if (!profiler.unavailable_metrics().empty()) {
-      result.unavailable.push_back(metric);
-      continue;
-    }
-    result.passes = std::max(result.passes, profiler.passes());
-    hook.launched.clear();
-    std::vector<KernelCounters> ranges;
-    {
-      HookScope scope(&hook);
-      ranges = profiler.profile(launches);
-    }
-    // Ranges and launches must pair up one to one, in order.
-    if (ranges.size() != hook.launched.size()) {
-      std::string names;
-      for (const auto& r : ranges) names += " " + r.range_name;
-      throw CudaError("CUPTI returned " + std::to_string(ranges.size()) + " ranges for " +
-                      std::to_string(hook.launched.size()) + " launches:" + names);
-    }
-    // If CUPTI's range names carry the kernel names (they do for auto ranges), every one must
-    // match; if none does, the names are not informative and the launch order alone pairs them.
-    std::size_t matches = 0;
-    for (std::size_t r = 0; r < ranges.size(); ++r)
-      if (ranges[r].range_name.find(hook.launched[r]) != std::string::npos) ++matches;
-    std::size_t k = 0;
-    for (std::size_t r = 0; r < ranges.size(); ++r) {
-      if (matches != 0 && ranges[r].range_name.find(hook.launched[r]) == std::string::npos)
-        throw CudaError("CUPTI range " + std::to_string(r) + " is '" + ranges[r].range_name + "', expected kernel " +
-                        hook.launched[r]);
-      if (hook.launched[r].rfind("l2_flush_", 0) == 0) continue;
-      if (k == result.kernels.size()) result.kernels.push_back({hook.launched[r], KernelCounters{}});
-      RangeProfiler::accumulate(result.kernels[k].counters, ranges[r]);
-      ++k;
-    }
-  }
+  profile_each_metric(launches, hook, result);
   return result;
 }
 

@@ -91,6 +91,42 @@ AttentionForward<T> naive_forward(const AttentionProblem& cfg, const Tensor<T>& 
   return out;
 }
 
+// One online-softmax step on tile (i, j), the same in both loop orders (SRAM only):
+//   S_ij = Q_i K_jᵀ · scale·log2 e, masked ; m_new = max(m_i, rowmax S_ij)
+//   P_ij = 2^(S_ij − m_ref) in place of S_ij ; α = 2^(m_i − m_ref)
+// with m_ref = m_new, or 0 for a row that has seen only masked scores (so 2^(−inf − m_ref) = 0,
+// never 2^(−inf + inf) = NaN: guard 1 of docs/glossary.md).
+template <typename T>
+void online_softmax_step(const AttentionProblem& cfg, const Mat<T>& Q_i, const Mat<T>& K_j, std::size_t row0,
+                         std::size_t start_n, std::size_t rk, T scale_log2, const Vec<T>& m_i, Mat<T>& S_ij,
+                         Vec<T>& m_new, Vec<T>& alpha) {
+  S_ij.noalias() = Q_i * K_j.transpose();
+  S_ij *= scale_log2;
+  detail::apply_masks(cfg, S_ij, row0, start_n, rk, true);
+  m_new = m_i.cwiseMax(S_ij.rowwise().maxCoeff());
+  const Vec<T> m_ref = (m_new.array() == neg_inf<T>()).select(T(0), m_new);
+  S_ij.array().colwise() -= m_ref.array();
+  detail::exp2_inplace(S_ij);  // S_ij now holds P_ij
+  alpha = m_i - m_ref;
+  detail::exp2_inplace(alpha);
+}
+
+// FA1: the query tiles no key tile reaches (causal with N_q > N_k) get O_i = 0, LSE_i = −inf
+// (guard 2 of docs/glossary.md), written once.
+template <typename T>
+void store_unvisited_rows(const AttentionProblem& cfg, const std::vector<char>& visited, HeadMap<T>& Oh, T* lse,
+                          Traffic& tr) {
+  const std::size_t nq = cfg.n_q(), Br = cfg.Br;
+  for (std::size_t i = 0; i < cfg.Tr(); ++i) {
+    if (visited[i]) continue;
+    const std::size_t row0 = i * Br, rq = std::min(Br, nq - row0);
+    Oh.middleRows(Eigen::Index(row0), Eigen::Index(rq)).setZero();
+    std::fill(lse + row0, lse + row0 + rq, neg_inf<T>());
+    tr.write("O", rq * cfg.head_dim);
+    tr.write("LSE", rq);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Flash forward, FA2 loop order (the toy-machine lesson: inner product style; the Triton walkthrough _fwd_kernel):
 //   for each query tile Q_i:                       (Q_i resident in SRAM)
@@ -111,7 +147,7 @@ AttentionForward<T> flash_forward_fa2(const AttentionProblem& cfg, const Tensor<
   const std::size_t Br = cfg.Br, Bc = cfg.Bc;
   const T scale_log2 = static_cast<T>(cfg.softmax_scale() * detail::kLog2e);
   Mat<T> Q_i, K_j, V_j, S_ij, acc;
-  Vec<T> m_i, l_i, m_new, m_ref, alpha;
+  Vec<T> m_i, l_i, m_new, alpha;
   for (std::size_t b = 0; b < cfg.batch; ++b) {
     for (std::size_t h = 0; h < cfg.heads; ++h) {
       const auto Qh = Q.head(b, h);
@@ -135,17 +171,7 @@ AttentionForward<T> flash_forward_fa2(const AttentionProblem& cfg, const Tensor<
           detail::load_tile(Vh, start_n, rk, Bc, V_j);
           tr.read("K", rk * d);
           tr.read("V", rk * d);
-          // S_ij = Q_i K_jᵀ · scale·log2 e, masked (SRAM only)
-          S_ij.noalias() = Q_i * K_j.transpose();
-          S_ij *= scale_log2;
-          detail::apply_masks(cfg, S_ij, row0, start_n, rk, true);
-          // online softmax in base 2
-          m_new = m_i.cwiseMax(S_ij.rowwise().maxCoeff());
-          m_ref = (m_new.array() == neg_inf<T>()).select(T(0), m_new);  // row masked so far: reference 0
-          S_ij.array().colwise() -= m_ref.array();
-          detail::exp2_inplace(S_ij);  // S_ij now holds P_ij
-          alpha = m_i - m_ref;
-          detail::exp2_inplace(alpha);
+          online_softmax_step(cfg, Q_i, K_j, row0, start_n, rk, scale_log2, m_i, S_ij, m_new, alpha);
           l_i = l_i.cwiseProduct(alpha) + S_ij.rowwise().sum();
           acc.array().colwise() *= alpha.array();
           acc.noalias() += S_ij * V_j;
@@ -192,7 +218,7 @@ AttentionForward<T> flash_forward_fa1(const AttentionProblem& cfg, const Tensor<
   const std::size_t Br = cfg.Br, Bc = cfg.Bc;
   const T scale_log2 = static_cast<T>(cfg.softmax_scale() * detail::kLog2e);
   Mat<T> Q_i, K_j, V_j, S_ij, O_i;
-  Vec<T> m_i, l_i, m_new, m_ref, alpha, l_new;
+  Vec<T> m_i, l_i, m_new, alpha, l_new;
   std::vector<T> m_hbm(nq), l_hbm(nq);  // FA1's running statistics live in HBM between visits
   std::vector<char> visited(cfg.Tr());
   for (std::size_t b = 0; b < cfg.batch; ++b) {
@@ -234,15 +260,7 @@ AttentionForward<T> flash_forward_fa1(const AttentionProblem& cfg, const Tensor<
             tr.read("m", rq);
             tr.read("l", rq);
           }
-          S_ij.noalias() = Q_i * K_j.transpose();
-          S_ij *= scale_log2;
-          detail::apply_masks(cfg, S_ij, row0, start_n, rk, true);
-          m_new = m_i.cwiseMax(S_ij.rowwise().maxCoeff());
-          m_ref = (m_new.array() == neg_inf<T>()).select(T(0), m_new);
-          S_ij.array().colwise() -= m_ref.array();
-          detail::exp2_inplace(S_ij);  // P_ij
-          alpha = m_i - m_ref;
-          detail::exp2_inplace(alpha);
+          online_softmax_step(cfg, Q_i, K_j, row0, start_n, rk, scale_log2, m_i, S_ij, m_new, alpha);
           l_new = l_i.cwiseProduct(alpha) + S_ij.rowwise().sum();
           // O_i = (α l_i O_i + P_ij V_j) / l_new, with 0 for rows still fully masked
           O_i.array().colwise() *= (alpha.cwiseProduct(l_i)).array();
@@ -271,15 +289,7 @@ AttentionForward<T> flash_forward_fa1(const AttentionProblem& cfg, const Tensor<
           }
         }
       }
-      // query tiles that no key tile reaches (causal with N_q > N_k): O_i = 0, LSE_i = −inf
-      for (std::size_t i = 0; i < cfg.Tr(); ++i) {
-        if (visited[i]) continue;
-        const std::size_t row0 = i * Br, rq = std::min(Br, nq - row0);
-        Oh.middleRows(Eigen::Index(row0), Eigen::Index(rq)).setZero();
-        std::fill(lse + row0, lse + row0 + rq, neg_inf<T>());
-        tr.write("O", rq * d);
-        tr.write("LSE", rq);
-      }
+      store_unvisited_rows(cfg, visited, Oh, lse, tr);
     }
   }
   out.kernels = {{"forward", out.traffic}};
