@@ -21,7 +21,7 @@
 // dO there); it costs no traffic and keeps the kernels correct for any padding contents.
 //
 // Honest performance note: fp32 CUDA-core code written for reading, several times slower than a
-// tuned kernel. How to run: flashlab::cuda::attention_backward(BackwardVariant::two_kernel, ...)
+// tuned kernel. How to run: flashlab::cuda::attention_backward(ref::Algorithm::bwd_two_kernel, problem, ...)
 // or `flashlab traffic attention --device cuda --variant bwd --seq 4096`.
 #include "launchers.hpp"
 #include "tile.cuh"

@@ -14,7 +14,7 @@
 //
 // Honest performance note: Tc blocks hammer the same dQ_i rows; in fp32 that is fine at these
 // sizes, and the result is not bit-for-bit reproducible run to run (float addition order varies).
-// How to run: attention_backward(BackwardVariant::atomic, ...) or
+// How to run: attention_backward(ref::Algorithm::bwd_atomic, problem, ...) or
 // `flashlab traffic attention --device cuda --variant atomic --seq 4096`.
 #include "launchers.hpp"
 #include "tile.cuh"

@@ -11,14 +11,14 @@
 // This is reference/src/attention/forward.cpp (flash_forward_fa1) line for line. The running
 // state O_i, m_i, l_i goes to HBM and back once per visited (i, j) pair — the traffic FA2 removes
 // by swapping the loops. As in FA1, parallelism is over batch and heads: one block per (b, h)
-// runs the whole double loop (Options::fa1_query_split = 1). That leaves most of an H100 idle at
+// runs the whole double loop (fa1_query_split = 1 in attention_forward). That leaves most of an H100 idle at
 // small B·H, so by default the query tiles of one head are split over `s` blocks
 // (blockIdx.x = 0..s−1), each running the same loop over its own contiguous range of query
 // tiles; each block then reads the K_j, V_j its tiles need, so K/V traffic is s times FA1's
 // (the host API and the traffic command add exactly that term to the model).
 //
 // Honest performance note: slow on purpose — FA1's HBM round trips of O_i, m_i, l_i, and fp32
-// CUDA-core arithmetic. How to run: attention_forward(ForwardVariant::fa1, ...) or
+// CUDA-core arithmetic. How to run: attention_forward(ref::Algorithm::fa1_fwd, problem, ...) or
 // `flashlab traffic attention --device cuda --variant fa1 --seq 2048`.
 #include "launchers.hpp"
 #include "tile.cuh"

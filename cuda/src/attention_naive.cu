@@ -17,7 +17,7 @@
 //
 // Honest performance note: memory-bound by design (4·N² floats per head through HBM); the
 // softmax holds one row of S in shared memory, so N is limited to naive_max_seq() (≈ 56k).
-// How to run: attention_forward(ForwardVariant::naive, ...) or
+// How to run: attention_forward(ref::Algorithm::naive_fwd, problem, ...) or
 // `flashlab traffic attention --device cuda --variant naive --seq 4096`.
 #include "launchers.hpp"
 #include "tile.cuh"

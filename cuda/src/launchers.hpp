@@ -17,7 +17,7 @@ int naive_max_seq();
 // attention_fa1_fwd.cu — FA1 loop order; O, m, l live in HBM between outer iterations.
 void launch_fa1_forward(const Problem& p, int query_split, const float* Q, const float* K, const float* V,
                         float* O, float* m, float* l, float* LSE);
-/// The split used when Options::fa1_query_split is 0: enough blocks to fill the GPU.
+/// The split used when attention_forward's fa1_query_split is 0: enough blocks to fill the GPU.
 int fa1_auto_split(const Problem& p);
 
 // attention_fa2_fwd.cu — FA2 loop order, LSE in base 2.

@@ -61,6 +61,59 @@ struct Builder {
   Builder& f(std::uint64_t n) { t.add_flops(n * bh); return *this; }
 };
 
+// The naive backward: six materialising steps, whole N_q × N_k matrices per head.
+void naive_backward_kernels(const AttentionProblem& cfg, std::uint64_t bh, std::vector<KernelTraffic>& out) {
+  const std::uint64_t nq = cfg.n_q(), nk = cfg.n_k(), d = cfg.head_dim;
+  auto kernel = [&](const char* name, Builder& b) { out.push_back({name, b.t}); };
+  Builder a(cfg.dtype, bh), b(cfg.dtype, bh), c(cfg.dtype, bh), e(cfg.dtype, bh), g(cfg.dtype, bh), h(cfg.dtype, bh);
+  a.r("P", nq * nk).r("dO", nq * d).w("dV", nk * d).f(2 * nq * nk * d);
+  b.r("dO", nq * d).r("V", nk * d).w("dP", nq * nk).f(2 * nq * nk * d);
+  c.r("dP", nq * nk).r("P", nq * nk).w("D", nq).f(2 * nq * nk);
+  e.r("P", nq * nk).r("dP", nq * nk).r("D", nq).w("dS", nq * nk);
+  g.r("dS", nq * nk).r("K", nk * d).w("dQ", nq * d).f(2 * nq * nk * d);
+  h.r("dS", nq * nk).r("Q", nq * d).w("dK", nk * d).f(2 * nq * nk * d);
+  kernel("dV = P^T dO", a);
+  kernel("dP = dO V^T", b);
+  kernel("D = rowsum(dP*P)", c);
+  kernel("dS = P*(dP - D)", e);
+  kernel("dQ = scale dS K", g);
+  kernel("dK = scale dS^T Q", h);
+}
+
+// The flash backward designs: D preprocessing, then the two kernels or the one atomic kernel.
+void flash_backward_kernels(Algorithm v, const AttentionProblem& cfg, const TileSums& s, std::uint64_t bh,
+                            std::vector<KernelTraffic>& out) {
+  const std::uint64_t nq = cfg.n_q(), nk = cfg.n_k(), d = cfg.head_dim;
+  auto kernel = [&](const char* name, Builder& b) { out.push_back({name, b.t}); };
+  // D preprocessing: O_i, dO_i read once, D_i written once (the D_i trick, O(N·d)).
+  Builder pre(cfg.dtype, bh);
+  pre.r("O", nq * d).r("dO", nq * d).w("D", nq).f(2 * nq * d);
+  kernel("D preprocessing", pre);
+  if (v == Algorithm::bwd_two_kernel) {
+    // dQ kernel: Q_i, dO_i, LSE_i, D_i resident per query tile; K_j, V_j per visited pair.
+    Builder dq(cfg.dtype, bh);
+    dq.r("Q", nq * d).r("dO", nq * d).r("LSE", nq).r("D", nq).r("K", s.A * d).r("V", s.A * d);
+    dq.w("dQ", nq * d).f(6 * d * s.E);
+    kernel("dQ kernel", dq);
+    // dK/dV kernel: K_j, V_j resident per key tile (all Tc tiles); Q_i, dO_i, LSE_i, D_i per
+    // visited pair; dK_j, dV_j written once.
+    Builder dkv(cfg.dtype, bh);
+    dkv.r("K", nk * d).r("V", nk * d).r("Q", s.Bq * d).r("dO", s.Bq * d).r("LSE", s.Bq).r("D", s.Bq);
+    dkv.w("dK", nk * d).w("dV", nk * d).f(8 * d * s.E);
+    kernel("dK/dV kernel", dkv);
+    return;
+  }
+  Builder zero(cfg.dtype, bh);
+  zero.w("dQ", nq * d);
+  kernel("dQ = 0", zero);
+  // One kernel: K_j, V_j resident; per visited pair Q_i, dO_i, LSE_i, D_i read and dQ_i
+  // read-modify-written (atomicAdd in HBM); dK_j, dV_j written once.
+  Builder k(cfg.dtype, bh);
+  k.r("K", nk * d).r("V", nk * d).r("Q", s.Bq * d).r("dO", s.Bq * d).r("LSE", s.Bq).r("D", s.Bq);
+  k.r("dQ", s.Bq * d).w("dQ", s.Bq * d).w("dK", nk * d).w("dV", nk * d).f(10 * d * s.E);
+  kernel("dQ+dK/dV kernel", k);
+}
+
 }  // namespace
 
 std::vector<KernelTraffic> attention_traffic_kernels(Algorithm v, const AttentionProblem& cfg) {
@@ -106,54 +159,13 @@ std::vector<KernelTraffic> attention_traffic_kernels(Algorithm v, const Attentio
       kernel("forward", k);
       break;
     }
-    case Algorithm::naive_bwd: {
-      Builder a(cfg.dtype, bh), b(cfg.dtype, bh), c(cfg.dtype, bh), e(cfg.dtype, bh), g(cfg.dtype, bh),
-          h(cfg.dtype, bh);
-      a.r("P", nq * nk).r("dO", nq * d).w("dV", nk * d).f(2 * nq * nk * d);
-      b.r("dO", nq * d).r("V", nk * d).w("dP", nq * nk).f(2 * nq * nk * d);
-      c.r("dP", nq * nk).r("P", nq * nk).w("D", nq).f(2 * nq * nk);
-      e.r("P", nq * nk).r("dP", nq * nk).r("D", nq).w("dS", nq * nk);
-      g.r("dS", nq * nk).r("K", nk * d).w("dQ", nq * d).f(2 * nq * nk * d);
-      h.r("dS", nq * nk).r("Q", nq * d).w("dK", nk * d).f(2 * nq * nk * d);
-      kernel("dV = P^T dO", a);
-      kernel("dP = dO V^T", b);
-      kernel("D = rowsum(dP*P)", c);
-      kernel("dS = P*(dP - D)", e);
-      kernel("dQ = scale dS K", g);
-      kernel("dK = scale dS^T Q", h);
+    case Algorithm::naive_bwd:
+      naive_backward_kernels(cfg, bh, out);
       break;
-    }
     case Algorithm::bwd_two_kernel:
-    case Algorithm::bwd_atomic: {
-      // D preprocessing: O_i, dO_i read once, D_i written once (the D_i trick, O(N·d)).
-      Builder pre(cfg.dtype, bh);
-      pre.r("O", nq * d).r("dO", nq * d).w("D", nq).f(2 * nq * d);
-      kernel("D preprocessing", pre);
-      if (v == Algorithm::bwd_two_kernel) {
-        // dQ kernel: Q_i, dO_i, LSE_i, D_i resident per query tile; K_j, V_j per visited pair.
-        Builder dq(cfg.dtype, bh);
-        dq.r("Q", nq * d).r("dO", nq * d).r("LSE", nq).r("D", nq).r("K", s.A * d).r("V", s.A * d);
-        dq.w("dQ", nq * d).f(6 * d * s.E);
-        kernel("dQ kernel", dq);
-        // dK/dV kernel: K_j, V_j resident per key tile (all Tc tiles); Q_i, dO_i, LSE_i, D_i per
-        // visited pair; dK_j, dV_j written once.
-        Builder dkv(cfg.dtype, bh);
-        dkv.r("K", nk * d).r("V", nk * d).r("Q", s.Bq * d).r("dO", s.Bq * d).r("LSE", s.Bq).r("D", s.Bq);
-        dkv.w("dK", nk * d).w("dV", nk * d).f(8 * d * s.E);
-        kernel("dK/dV kernel", dkv);
-      } else {
-        Builder zero(cfg.dtype, bh);
-        zero.w("dQ", nq * d);
-        kernel("dQ = 0", zero);
-        // One kernel: K_j, V_j resident; per visited pair Q_i, dO_i, LSE_i, D_i read and dQ_i
-        // read-modify-written (atomicAdd in HBM); dK_j, dV_j written once.
-        Builder k(cfg.dtype, bh);
-        k.r("K", nk * d).r("V", nk * d).r("Q", s.Bq * d).r("dO", s.Bq * d).r("LSE", s.Bq).r("D", s.Bq);
-        k.r("dQ", s.Bq * d).w("dQ", s.Bq * d).w("dK", nk * d).w("dV", nk * d).f(10 * d * s.E);
-        kernel("dQ+dK/dV kernel", k);
-      }
+    case Algorithm::bwd_atomic:
+      flash_backward_kernels(v, cfg, s, bh, out);
       break;
-    }
   }
   return out;
 }
