@@ -54,7 +54,7 @@ po::options_description options() {
       ("seed", po::value<long long>()->default_value(1), "seed of the random inputs")
       ("inputs", po::value<std::string>(), "directory with q.npy k.npy v.npy [do.npy]")
       ("save", po::value<std::string>(), "directory to write o.npy lse.npy [dq.npy dk.npy dv.npy]")
-      ("drop-kv-mask", po::bool_switch(), "bwd: do not mask out-of-sequence keys (the seed's NaN hazard)")
+      ("drop-kv-mask", po::bool_switch(), "bwd: do not mask out-of-sequence keys (the Triton walkthrough's NaN hazard)")
       ("fp16-arithmetic", po::bool_switch(), "bwd: round every tile operation to half precision")
       ("json", po::bool_switch(), "print one JSON object instead of tables");
   add_tile_options(d);
@@ -100,7 +100,7 @@ Loaded load_operand(const fs::path& file) {
                      "save the array as float32 or float64");
   if (a.shape.size() != 3 && a.shape.size() != 4)
     throw UsageError(file.string() + ": shape " + shape_str(a.shape) + " is not [N, H, D] or [B, N, H, D]",
-                     "attention operands use the seed's layout [SEQ, HEAD_NUM, HEAD_DIM], optionally with a batch");
+                     "attention operands use the Triton walkthrough's layout [SEQ, HEAD_NUM, HEAD_DIM], optionally with a batch");
   const bool four = a.shape.size() == 4;
   Shape s{four ? a.shape[0] : 1, a.shape[four ? 1 : 0], a.shape[four ? 2 : 1], a.shape[four ? 3 : 2]};
   if (s.numel() == 0)
@@ -171,6 +171,98 @@ Tensor<T> as(const Tensor<double>& t) {
 
 // ---- the run -------------------------------------------------------------------------------
 
+// What a run found, for the printers.
+struct Verdict {
+  std::vector<ErrorLine> errors;       // max error per output tensor against naive float64
+  Traffic counted;                     // bytes the tile loops counted
+  Traffic formula;                     // the closed-form count
+  std::vector<KernelTraffic> kernels;  // the counted traffic per kernel
+  double d_identity;                   // bwd: rowsum(dP∘P) vs rowsum(dO∘O); < 0 for fwd
+  bool nan;                            // NaN in any output
+  bool judged;                         // errors judged against `tol` (not with emulated fp16)
+  double tol;                          // the tolerance of the run's precision
+  bool within;                         // no NaN and (not judged or within tol)
+  bool counts_ok;                      // counted == formula
+  bool ok;                             // within and counts_ok
+  std::string why;                     // the first difference when !counts_ok
+};
+
+// The run's outcome as one JSON object.
+void print_json(const Run& run, const Verdict& v) {
+  const AttentionProblem& cfg = run.cfg;
+  Json j(std::cout);
+  j.begin_object();
+  j.key("command").value("attention " + run.mode);
+  j.key("variant").value(algorithm_name(run.algorithm));
+  j.key("precision").value(run.use_double ? "double" : "float");
+  j.key("config").begin_object();
+  j.key("batch").value(std::uint64_t(cfg.batch)).key("seq").value(std::uint64_t(cfg.n_q()));
+  j.key("seq_k").value(std::uint64_t(cfg.n_k())).key("heads").value(std::uint64_t(cfg.heads));
+  j.key("head_dim").value(std::uint64_t(cfg.head_dim)).key("block_m").value(std::uint64_t(cfg.Br));
+  j.key("block_n").value(std::uint64_t(cfg.Bc)).key("causal").value(cfg.causal);
+  j.key("scale").value(cfg.softmax_scale()).key("dtype").value(dtype_name(cfg.dtype));
+  j.end_object();
+  j.key("error_metric").value("max|got-ref|/max|ref| against naive float64");
+  j.key("errors").begin_object();
+  for (const auto& e : v.errors) j.key(e.name).value(e.error);
+  j.end_object();
+  if (v.d_identity >= 0) j.key("D_identity_error").value(v.d_identity);
+  if (v.judged) j.key("tolerance").value(v.tol);
+  else j.key("tolerance").null();
+  j.key("nan").value(v.nan).key("within_tolerance").value(v.within);
+  j.key("traffic").begin_array();
+  for (const auto& t : v.counted.tensors()) {
+    const auto* f = v.formula.find(t.name);
+    j.begin_object().key("tensor").value(t.name);
+    j.key("read_bytes").value(t.read_bytes()).key("write_bytes").value(t.write_bytes());
+    j.key("formula_read_bytes").value(std::uint64_t(f ? f->read_bytes() : 0));
+    j.key("formula_write_bytes").value(std::uint64_t(f ? f->write_bytes() : 0));
+    j.end_object();
+  }
+  j.end_array();
+  j.key("kernels").begin_array();
+  for (const auto& k : v.kernels) {
+    j.begin_object().key("name").value(k.name);
+    j.key("read_bytes").value(k.traffic.total_read_bytes()).key("write_bytes").value(k.traffic.total_write_bytes());
+    j.key("flops").value(k.traffic.flops()).end_object();
+  }
+  j.end_array();
+  j.key("flops").value(v.counted.flops()).key("formula_flops").value(v.formula.flops());
+  j.key("counts_equal_formula").value(v.counts_ok);
+  j.key("ok").value(v.ok);
+  j.end_object();
+  j.finish();
+}
+
+// The run's outcome as tables: errors, verdict, traffic per tensor and per kernel.
+void print_text(const Run& run, const Verdict& v) {
+  const AttentionProblem& cfg = run.cfg;
+  std::ostream& os = std::cout;
+  os << "flashlab attention " << run.mode << "  variant " << algorithm_name(run.algorithm) << "  precision "
+     << (run.use_double ? "double" : "float") << (run.bwd.fp16_arithmetic ? " (fp16 arithmetic emulated)" : "")
+     << (run.bwd.mask_kv ? "" : "  KV mask DROPPED") << "\n";
+  os << cfg.str() << "  scale " << cfg.softmax_scale() << "\n\n";
+  os << "max error vs naive float64 (max|got - ref| / max|ref|):";
+  for (const auto& e : v.errors) os << "  " << e.name << " " << std::setprecision(3) << e.error;
+  os << "\n";
+  if (v.d_identity >= 0)
+    os << "D identity: rowsum(dP*P) vs rowsum(dO*O) in float64: " << std::setprecision(3) << v.d_identity << "\n";
+  if (v.nan) os << "NaN in the result" << (run.bwd.mask_kv ? "" : " — the Triton walkthrough's NaN hazard: unmasked padded keys, Inf * 0") << "\n";
+  if (v.judged) os << "tolerance " << v.tol << ": " << (v.within ? "ok" : "FAILED") << "\n\n";
+  else os << "emulated fp16: errors shown, not judged; NaN: " << (v.nan ? "yes (FAILED)" : "none") << "\n\n";
+  os << "traffic (bytes; " << dtype_name(cfg.dtype) << " tensors, LSE/D/m/l fp32), counted by the tile loops\n";
+  print_traffic_table(os, v.counted, v.formula);
+  if (v.kernels.size() > 1) {
+    os << "\nper kernel              read B          write B            FLOPs\n";
+    for (const auto& k : v.kernels)
+      os << std::left << std::setw(20) << k.name << std::right << std::setw(12) << k.traffic.total_read_bytes()
+         << std::setw(17) << k.traffic.total_write_bytes() << std::setw(17) << k.traffic.flops() << "\n";
+  }
+  os << "\ncounted == formula: " << (v.counts_ok ? "yes" : "NO (" + v.why + ")") << "\n";
+  if (run.save) os << "saved to " << run.save->string() << "\n";
+}
+
+
 template <typename T>
 int execute(const Run& run, const Tensor<double>& Q, const Tensor<double>& K, const Tensor<double>& V,
             const Tensor<double>& dO) {
@@ -233,74 +325,9 @@ int execute(const Run& run, const Tensor<double>& Q, const Tensor<double>& K, co
     }
   }
 
-  if (run.json) {
-    Json j(std::cout);
-    j.begin_object();
-    j.key("command").value("attention " + run.mode);
-    j.key("variant").value(algorithm_name(run.algorithm));
-    j.key("precision").value(run.use_double ? "double" : "float");
-    j.key("config").begin_object();
-    j.key("batch").value(std::uint64_t(cfg.batch)).key("seq").value(std::uint64_t(cfg.n_q()));
-    j.key("seq_k").value(std::uint64_t(cfg.n_k())).key("heads").value(std::uint64_t(cfg.heads));
-    j.key("head_dim").value(std::uint64_t(cfg.head_dim)).key("block_m").value(std::uint64_t(cfg.Br));
-    j.key("block_n").value(std::uint64_t(cfg.Bc)).key("causal").value(cfg.causal);
-    j.key("scale").value(cfg.softmax_scale()).key("dtype").value(dtype_name(cfg.dtype));
-    j.end_object();
-    j.key("error_metric").value("max|got-ref|/max|ref| against naive float64");
-    j.key("errors").begin_object();
-    for (const auto& e : errors) j.key(e.name).value(e.error);
-    j.end_object();
-    if (d_identity >= 0) j.key("D_identity_error").value(d_identity);
-    if (judged) j.key("tolerance").value(tol);
-    else j.key("tolerance").null();
-    j.key("nan").value(nan).key("within_tolerance").value(within);
-    j.key("traffic").begin_array();
-    for (const auto& t : counted.tensors()) {
-      const auto* f = formula.find(t.name);
-      j.begin_object().key("tensor").value(t.name);
-      j.key("read_bytes").value(t.read_bytes()).key("write_bytes").value(t.write_bytes());
-      j.key("formula_read_bytes").value(std::uint64_t(f ? f->read_bytes() : 0));
-      j.key("formula_write_bytes").value(std::uint64_t(f ? f->write_bytes() : 0));
-      j.end_object();
-    }
-    j.end_array();
-    j.key("kernels").begin_array();
-    for (const auto& k : kernels) {
-      j.begin_object().key("name").value(k.name);
-      j.key("read_bytes").value(k.traffic.total_read_bytes()).key("write_bytes").value(k.traffic.total_write_bytes());
-      j.key("flops").value(k.traffic.flops()).end_object();
-    }
-    j.end_array();
-    j.key("flops").value(counted.flops()).key("formula_flops").value(formula.flops());
-    j.key("counts_equal_formula").value(counts_ok);
-    j.key("ok").value(ok);
-    j.end_object();
-    j.finish();
-  } else {
-    std::ostream& os = std::cout;
-    os << "flashlab attention " << run.mode << "  variant " << algorithm_name(run.algorithm) << "  precision "
-       << (run.use_double ? "double" : "float") << (run.bwd.fp16_arithmetic ? " (fp16 arithmetic emulated)" : "")
-       << (run.bwd.mask_kv ? "" : "  KV mask DROPPED") << "\n";
-    os << cfg.str() << "  scale " << cfg.softmax_scale() << "\n\n";
-    os << "max error vs naive float64 (max|got - ref| / max|ref|):";
-    for (const auto& e : errors) os << "  " << e.name << " " << std::setprecision(3) << e.error;
-    os << "\n";
-    if (d_identity >= 0)
-      os << "D identity: rowsum(dP*P) vs rowsum(dO*O) in float64: " << std::setprecision(3) << d_identity << "\n";
-    if (nan) os << "NaN in the result" << (run.bwd.mask_kv ? "" : " — the seed's NaN hazard: unmasked padded keys, Inf * 0") << "\n";
-    if (judged) os << "tolerance " << tol << ": " << (within ? "ok" : "FAILED") << "\n\n";
-    else os << "emulated fp16: errors shown, not judged; NaN: " << (nan ? "yes (FAILED)" : "none") << "\n\n";
-    os << "traffic (bytes; " << dtype_name(cfg.dtype) << " tensors, LSE/D/m/l fp32), counted by the tile loops\n";
-    print_traffic_table(os, counted, formula);
-    if (kernels.size() > 1) {
-      os << "\nper kernel              read B          write B            FLOPs\n";
-      for (const auto& k : kernels)
-        os << std::left << std::setw(20) << k.name << std::right << std::setw(12) << k.traffic.total_read_bytes()
-           << std::setw(17) << k.traffic.total_write_bytes() << std::setw(17) << k.traffic.flops() << "\n";
-    }
-    os << "\ncounted == formula: " << (counts_ok ? "yes" : "NO (" + why + ")") << "\n";
-    if (run.save) os << "saved to " << run.save->string() << "\n";
-  }
+  const Verdict v{errors, counted, formula, kernels, d_identity, nan, judged, tol, within, counts_ok, ok, why};
+  if (run.json) print_json(run, v);
+  else print_text(run, v);
   return ok ? kOk : kFailed;
 }
 

@@ -17,7 +17,7 @@
 // dK/dV kernel reads K_j, V_j once per block and every Q_i, dO_i, LSE_i, D_i once per block,
 // writes dK_j, dV_j once. Causal: tiles entirely above the diagonal are skipped.
 //
-// Masking: we mask query rows past N explicitly as well (the seed relies on zero padding of Q and
+// Masking: we mask query rows past N explicitly as well (the Triton walkthrough relies on zero padding of Q and
 // dO there); it costs no traffic and keeps the kernels correct for any padding contents.
 //
 // Honest performance note: fp32 CUDA-core code written for reading, several times slower than a

@@ -108,7 +108,7 @@ TEST_CASE("cli attention: --inputs and --save round-trip through .npy files", "[
   CHECK(ref::read_npy(fs::path(out) / "o.npy").descr == "<f4");
 }
 
-TEST_CASE("cli attention: the seed's NaN hazard shows without the KV mask in fp16 arithmetic", "[cli][attention][fp16]") {
+TEST_CASE("cli attention: the Triton walkthrough's NaN hazard shows without the KV mask in fp16 arithmetic", "[cli][attention][fp16]") {
   // Scores near −20 (base 2) make LSE ≈ −18; the padded keys of the last Bc = 4 tile (N_k = 5)
   // then give 2^18 > 65504 → Inf in fp16, and Inf·0 = NaN in dQ when they are not masked.
   const std::string in = fresh_temp_dir("attn_nan");

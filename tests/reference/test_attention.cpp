@@ -1,6 +1,6 @@
 // Attention numerics: flash (FA1, FA2) equals naive, naive gradients equal finite differences,
 // flash backward (two-kernel, atomic) equals naive backward, the D identity, fully masked rows,
-// and the seed's NaN hazard in emulated fp16.
+// and the Triton walkthrough's NaN hazard in emulated fp16.
 //
 // Error metric everywhere: max |got − ref| / max |ref| over the tensor (max_error_vs_max), with
 // the float64 naive result as ref. Tolerances: float64 1e-12, float32 1e-5.

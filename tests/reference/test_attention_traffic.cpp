@@ -1,6 +1,6 @@
 // Attention traffic: the bytes the tile loops count equal the closed-form formulas, per kernel and
 // in total, for every variant, with and without causal, ragged tails, Br ≠ Bc, N_q ≠ N_k, B and
-// H > 1, and every dtype; plus hand-computed values and the seed's FLOP counts.
+// H > 1, and every dtype; plus hand-computed values and the Triton walkthrough's FLOP counts.
 #include <catch2/catch.hpp>
 
 #include "flashlab/reference/attention.hpp"
@@ -165,7 +165,7 @@ TEST_CASE("attention traffic: FLOPs are 4N²d forward, 14N²d two-kernel, 10N²d
   CHECK(attention_traffic_formula(Algorithm::fa1_fwd, cfg).flops() == 4 * N * N * d);
   CHECK(attention_traffic_formula(Algorithm::naive_fwd, cfg).flops() == 4 * N * N * d);
   // The Triton walkthrough says 12N²d for the two kernels, counting the QKᵀ recompute twice; dO·Vᵀ is recomputed
-  // in both kernels as well, which the seed's count leaves out: 6N²d + 8N²d = 14N²d.
+  // in both kernels as well, which the Triton walkthrough's count leaves out: 6N²d + 8N²d = 14N²d.
   const auto two = attention_traffic_kernels(Algorithm::bwd_two_kernel, cfg);
   REQUIRE(two.size() == 3);
   CHECK(two[0].traffic.flops() == 2 * N * d);          // D preprocessing

@@ -4,7 +4,7 @@
 //
 // Manual. The loss is L = Σ O∘dO, so dL/dO = dO. The flash versions take O and LSE from a forward
 // pass; LSE is base 2 (scores pre-scaled by scale·log2 e), so P_ij = 2^(S_ij − LSE_i) and
-// dS_ij = P_ij (dP_ij − D_i) · scale. Padded query rows are handled exactly as in the seed:
+// dS_ij = P_ij (dP_ij − D_i) · scale. Padded query rows are handled exactly as in the Triton walkthrough:
 // zero Q_i, dO_i, LSE_i, D_i, no explicit mask (implicit masking); padded key rows are masked to
 // −inf unless BackwardOptions::mask_kv is false (the NaN hazard). A fully masked row (LSE = −inf)
 // is read as LSE = +inf so that its P row is exactly 0 (2^(S − ∞) = 0) instead of 2^(−∞+∞) = NaN.
@@ -79,7 +79,7 @@ void load_kv_tile(const Tensor<T>& K, const Tensor<T>& V, std::size_t b, std::si
 }
 
 // Loads Q_i, dO_i, LSE_i, D_i (rows [row0, row0+rq)) zero-padded to Br rows: HBM → SRAM, counted.
-// Zero padding is the seed's implicit Q-side masking.
+// Zero padding is the Triton walkthrough's implicit Q-side masking.
 template <typename T>
 void load_q_tile(const Tensor<T>& Q, const Tensor<T>& dO, const T* lse, const T* D, std::size_t b, std::size_t h,
                  std::size_t row0, std::size_t rq, std::size_t Br, bool half, Traffic& tr, Mat<T>& Q_i, Mat<T>& dO_i,
@@ -286,7 +286,7 @@ AttentionGradients<T> flash_backward_two_kernel(const AttentionProblem& cfg, con
       auto dQh = g.dQ.head(b, h);
       for (std::size_t i = 0; i < cfg.Tr(); ++i) {
         const std::size_t row0 = i * Br, rq = std::min(Br, nq - row0);
-        // load Q_i, dO_i, LSE_i, D_i: HBM → SRAM (zero-padded: the seed's implicit Q-side masking)
+        // load Q_i, dO_i, LSE_i, D_i: HBM → SRAM (zero-padded: the Triton walkthrough's implicit Q-side masking)
         load_q_tile(Q, dO, lse, Dh, b, h, row0, rq, Br, half, kq, Q_i, dO_i, lse_i, D_i);
         dQ_i.setZero(Eigen::Index(Br), Eigen::Index(d));
         for (std::size_t j = 0; j < cfg.Tc(); ++j) {

@@ -2,7 +2,7 @@
 //
 // Manual. All three take Q [B, N_q, H, d], K and V [B, N_k, H, d] and return O [B, N_q, H, d] and
 // LSE [B, H, N_q] (base 2, the Triton walkthrough), plus the traffic their loops caused. Each head is an Eigen
-// map with outer stride H·d (the seed's layout); "HBM" is the tensor memory, "SRAM" the tile
+// map with outer stride H·d (the Triton walkthrough's layout); "HBM" is the tensor memory, "SRAM" the tile
 // buffers (Mat<T>) a loop copies into. Every copy between the two is counted where it happens.
 // Performance note: FA2 here is single-threaded Eigen on Br × Bc tiles; the naive version does two
 // big GEMMs, so it wins on arithmetic and loses on memory — bench/bench_attention.cpp measures it.

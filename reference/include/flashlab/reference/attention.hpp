@@ -11,7 +11,7 @@
 ///   read-modify-written in HBM once per visited tile.
 /// - naive_backward: dV = Pᵀ dO, dP = dO Vᵀ, D = rowsum(dP∘P) (and rowsum(dO∘O) for the
 ///   identity), dS = P∘(dP − D), dQ = scale·dS K, dK = scale·dSᵀ Q.
-/// - flash_backward_two_kernel: D preprocessing, dQ kernel, dK/dV kernel (12N²d by the seed's
+/// - flash_backward_two_kernel: D preprocessing, dQ kernel, dK/dV kernel (12N²d by the Triton walkthrough's
 ///   count; 14N²d when dP = dO Vᵀ is counted in both kernels too — see docs/attention.md).
 /// - flash_backward_atomic: D preprocessing, one KV-outer kernel with dQ read-modify-written (10N²d).
 ///
@@ -57,10 +57,10 @@ struct AttentionGradients {
 /// Switches of the flash backward passes (defaults: the correct kernel in T arithmetic).
 struct BackwardOptions {
   /// Mask out-of-sequence keys (padded K_j rows) to −inf when recomputing S_ij. Dropping it is
-  /// the seed's NaN hazard: harmless in fp32, NaN in fp16 arithmetic (see `fp16_arithmetic`).
+  /// the Triton walkthrough's NaN hazard: harmless in fp32, NaN in fp16 arithmetic (see `fp16_arithmetic`).
   bool mask_kv = true;
   /// Round every tile operation's result to IEEE half precision (overflow → ±inf), emulating
-  /// fp16 arithmetic on the CPU so the seed's Inf × 0 = NaN can be shown.
+  /// fp16 arithmetic on the CPU so the Triton walkthrough's Inf × 0 = NaN can be shown.
   bool fp16_arithmetic = false;
 };
 
