@@ -230,10 +230,6 @@ double total_time(const Measured& m) {
 
 int cuda_traffic_attention(const fr::AttentionProblem& problem, const std::vector<std::size_t>& seqs,
                            std::optional<fr::Algorithm> algorithm, bool csv) {
-  if (problem.dtype != fr::Dtype::fp32)
-    throw UsageError(std::string("--dtype ") + std::string(fr::dtype_name(problem.dtype)) +
-                         ": the CUDA kernels measured here are the clear fp32 kernels",
-                     "use --dtype fp32 with --device cuda");
   // No --variant: measure naive and fa2 side by side (the sweep table), like the CPU default.
   const fr::Algorithm v = algorithm.value_or(fr::Algorithm::naive_fwd);
   std::string why;
@@ -246,6 +242,15 @@ int cuda_traffic_attention(const fr::AttentionProblem& problem, const std::vecto
     cfg.seq = n;
     return cfg;
   };
+  // The clear kernels' limits (check_clear_problem states them) before any measurement, as usage errors.
+  for (std::size_t n : seqs) {
+    try {
+      fc::check_clear_problem(v, config_for(n));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--device cuda: ") + e.what(),
+                       "the clear CUDA kernels take --dtype fp32, --dim up to 256, --block-m and --block-n up to 128");
+    }
+  }
 
   std::ostream& os = std::cout;
   if (csv) print_csv_header(os);
