@@ -333,6 +333,50 @@ int execute(const Run& run, const Tensor<double>& Q, const Tensor<double>& K, co
 
 long long get_ll(const po::variables_map& vm, const char* name) { return vm[name].as<long long>(); }
 
+// The mode and every flag except the sizes and the inputs, checked; the problem's sizes come later
+// (from the flags or from --inputs).
+Run parse_run_flags(const po::variables_map& vm) {
+  Run run;
+  if (!vm.count("mode")) throw UsageError("missing the mode: fwd or bwd", "e.g. flashlab attention fwd --seq 128 --dim 64");
+  run.mode = vm["mode"].as<std::string>();
+  if (run.mode != "fwd" && run.mode != "bwd")
+    throw UsageError("unknown mode '" + run.mode + "'", "the mode is fwd or bwd");
+  const bool bwd = run.mode == "bwd";
+
+  // --variant
+  run.variant_flag = vm["variant"].as<std::string>();
+  run.algorithm = algorithm_flag(run.variant_flag, bwd);
+
+  // --dtype, --precision
+  const std::string dt = vm["dtype"].as<std::string>();
+  if (dt != "fp32" && dt != "bf16" && dt != "fp16")
+    throw UsageError("--dtype '" + dt + "' is unknown", "choose fp32, bf16 or fp16");
+  run.cfg.dtype = parse_dtype(dt);
+  const std::string prec = vm["precision"].as<std::string>();
+  if (prec != "float" && prec != "double")
+    throw UsageError("--precision '" + prec + "' is unknown", "choose float or double");
+  run.use_double = prec == "double";
+
+  // sizes
+  require_range("heads", get_ll(vm, "heads"), 1, 1024);
+  require_range("batch", get_ll(vm, "batch"), 1, 1024);
+  require_range("seed", get_ll(vm, "seed"), 0, (1LL << 62));
+  run.cfg.Br = size_flag(vm, "block-m");
+  run.cfg.Bc = size_flag(vm, "block-n");
+  run.cfg.causal = vm["causal"].as<bool>();
+  run.seed = static_cast<unsigned long long>(get_ll(vm, "seed"));
+  run.json = vm["json"].as<bool>();
+  run.bwd.mask_kv = !vm["drop-kv-mask"].as<bool>();
+  run.bwd.fp16_arithmetic = vm["fp16-arithmetic"].as<bool>();
+  if ((!run.bwd.mask_kv || run.bwd.fp16_arithmetic) && !bwd)
+    throw UsageError("--drop-kv-mask and --fp16-arithmetic apply to bwd only", "flashlab attention bwd --drop-kv-mask --fp16-arithmetic …");
+  if ((!run.bwd.mask_kv || run.bwd.fp16_arithmetic) && run.algorithm == Algorithm::naive_bwd)
+    throw UsageError("--drop-kv-mask and --fp16-arithmetic apply to the flash backward", "use --variant fa2 or atomic");
+  if (vm.count("scale")) run.cfg.scale = vm["scale"].as<double>();
+  if (vm.count("save")) run.save = fs::path(vm["save"].as<std::string>());
+  return run;
+}
+
 }  // namespace
 
 int cmd_attention(const Args& args) {
@@ -347,44 +391,8 @@ int cmd_attention(const Args& args) {
       print_help(std::cout, kUsageLine, kSummary, desc);
       return kOk;
     }
-    Run run;
-    if (!vm.count("mode")) throw UsageError("missing the mode: fwd or bwd", "e.g. flashlab attention fwd --seq 128 --dim 64");
-    run.mode = vm["mode"].as<std::string>();
-    if (run.mode != "fwd" && run.mode != "bwd")
-      throw UsageError("unknown mode '" + run.mode + "'", "the mode is fwd or bwd");
+    Run run = parse_run_flags(vm);
     const bool bwd = run.mode == "bwd";
-
-    // --variant
-    run.variant_flag = vm["variant"].as<std::string>();
-    run.algorithm = algorithm_flag(run.variant_flag, bwd);
-
-    // --dtype, --precision
-    const std::string dt = vm["dtype"].as<std::string>();
-    if (dt != "fp32" && dt != "bf16" && dt != "fp16")
-      throw UsageError("--dtype '" + dt + "' is unknown", "choose fp32, bf16 or fp16");
-    run.cfg.dtype = parse_dtype(dt);
-    const std::string prec = vm["precision"].as<std::string>();
-    if (prec != "float" && prec != "double")
-      throw UsageError("--precision '" + prec + "' is unknown", "choose float or double");
-    run.use_double = prec == "double";
-
-    // sizes
-    require_range("heads", get_ll(vm, "heads"), 1, 1024);
-    require_range("batch", get_ll(vm, "batch"), 1, 1024);
-    require_range("seed", get_ll(vm, "seed"), 0, (1LL << 62));
-    run.cfg.Br = size_flag(vm, "block-m");
-    run.cfg.Bc = size_flag(vm, "block-n");
-    run.cfg.causal = vm["causal"].as<bool>();
-    run.seed = static_cast<unsigned long long>(get_ll(vm, "seed"));
-    run.json = vm["json"].as<bool>();
-    run.bwd.mask_kv = !vm["drop-kv-mask"].as<bool>();
-    run.bwd.fp16_arithmetic = vm["fp16-arithmetic"].as<bool>();
-    if ((!run.bwd.mask_kv || run.bwd.fp16_arithmetic) && !bwd)
-      throw UsageError("--drop-kv-mask and --fp16-arithmetic apply to bwd only", "flashlab attention bwd --drop-kv-mask --fp16-arithmetic …");
-    if ((!run.bwd.mask_kv || run.bwd.fp16_arithmetic) && run.algorithm == Algorithm::naive_bwd)
-      throw UsageError("--drop-kv-mask and --fp16-arithmetic apply to the flash backward", "use --variant fa2 or atomic");
-    if (vm.count("scale")) run.cfg.scale = vm["scale"].as<double>();
-    if (vm.count("save")) run.save = fs::path(vm["save"].as<std::string>());
 
     Tensor<double> Q, K, V, dO;
     if (vm.count("inputs")) {
