@@ -107,10 +107,6 @@ Sweep parse_sweep(const po::variables_map& vm) {
   Sweep s;
   s.seqs = parse_list("seq", vm["seq"].as<std::string>(), 1, 1 << 20, "1024,2048,4096");
   s.dims = parse_list("dim", vm["dim"].as<std::string>(), 1, 4096, "64,128");
-  for (int d : s.dims)
-    if (d != 64 && d != 128)
-      throw UsageError("--dim " + std::to_string(d) + " is not supported by the fast kernel",
-                       "the fast forward has head dims 64 and 128 (flashlab attention fwd takes any d on the CPU)");
   require_range("heads", vm["heads"].as<long long>(), 1, 4096);
   require_range("batch", vm["batch"].as<long long>(), 1, 4096);
   require_range("reps", vm["reps"].as<long long>(), 20, 100000);
@@ -148,6 +144,19 @@ Sweep parse_sweep(const po::variables_map& vm) {
 #ifdef FLASHLAB_HAVE_CUDA
 int run_sweep(const Sweep& s) {
   namespace fc = flashlab::cuda;
+  // The fast kernels' limits (check_fast_problem states them) before anything runs, as usage errors.
+  for (int d : s.dims) {
+    flashlab::ref::AttentionProblem shape;
+    shape.seq = 1;
+    shape.head_dim = std::size_t(d);
+    shape.dtype = s.fp16 ? flashlab::ref::Dtype::fp16 : flashlab::ref::Dtype::bf16;
+    try {
+      fc::check_fast_problem(shape);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError("--dim " + std::to_string(d) + ": " + e.what(),
+                       "the fast kernels take --dim 64 and/or 128 (flashlab attention fwd takes any d on the CPU)");
+    }
+  }
   std::string why;
   if (!fc::device_available(&why))
     throw std::runtime_error("flashlab bench attention needs a CUDA GPU, and none is usable: " + why +

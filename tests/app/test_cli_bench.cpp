@@ -45,7 +45,11 @@ TEST_CASE("cli bench: bad flags are usage errors naming the flag", "[cli][bench]
   expect_usage_error("bench attention --seq 0", "--seq: '0'");
   expect_usage_error("bench attention --seq 1024,,2048", "--seq: ''");
   expect_usage_error("bench attention --seq 1024,", "--seq");
-  expect_usage_error("bench attention --dim 96", "--dim 96 is not supported");
+#ifdef FLASHLAB_TEST_HAVE_CUDA
+  expect_usage_error("bench attention --dim 96", "--dim 96: flashlab::cuda: fast kernels: head_dim (d) = 96 is not 64 or 128");
+#else
+  expect_usage_error("bench attention --dim 96", "built without CUDA");
+#endif
   expect_usage_error("bench attention --fwd-kernel tma", "--fwd-kernel 'tma' is unknown");
   expect_usage_error("bench attention --dim 64,abc", "--dim: 'abc'");
   expect_usage_error("bench attention --heads 0", "--heads 0 is out of range");
