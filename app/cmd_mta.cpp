@@ -431,6 +431,9 @@ int run(const Args& args) {
 
 }  // namespace
 
-int cmd_mta(const Args& args) { return guarded("mta", [&] { return run(args); }); }
+int cmd_mta(const Args& args) {
+  if (mta_device_given(args)) return cmd_mta_device(args);  // --device cpu|cuda: cmd_mta_cuda.cpp
+  return guarded("mta", [&] { return run(args); });
+}
 
 }  // namespace flashlab::app

@@ -1,0 +1,528 @@
+// `flashlab traffic mta`: the HBM traffic of the flash MTA passes as the reference's closed-form
+// model states it (mta_traffic.hpp), and with --device cuda the clear CUDA kernels' bytes
+// measured with CUPTI beside it (flashlab/cuda/mta.hpp, measure). Formatting only.
+//
+// What is compared: the model's reads with the bytes L2 delivered to the SMs (L2 → SM, the level
+// a tile-load model describes: every load is __ldcg, so none is served by L1), and its writes
+// with the bytes the SMs sent to L2. dW's per-row-tile read-modify-write is done by atomics in
+// L2: no data comes back to the SM, so the model's dW reads are shown in the atomic column and
+// left out of the read comparison.
+#include "commands.hpp"
+
+#include "flashlab/reference/mta.hpp"
+#include "flashlab/reference/mta_traffic.hpp"
+#include "flashlab/reference/npy.hpp"
+
+#ifdef FLASHLAB_HAVE_CUDA
+#include "flashlab/cuda/mta.hpp"
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace flashlab::app {
+
+namespace {
+
+namespace mta = flashlab::ref::mta;
+
+constexpr const char* kUsageLine =
+    "traffic mta [--pass fwd|bwd|infer|all] [--seq N] [--heads H] [--dim D] [--batch B] [--cq CQ] [--ck CK]\n"
+    "                    [--block B] [--splits S] [--device cpu|cuda] [--csv]";
+constexpr const char* kSummary =
+    "Prints the HBM bytes of the flash Multi-Token Attention passes (forward, backward, split-K\n"
+    "inference) as the reference's closed-form model states them (fp32, statistics fp32).\n"
+    "--device cuda runs the clear CUDA kernels and measures them with CUPTI (L2 flushed before\n"
+    "every kernel): L2 -> SM bytes against the model's reads, SM -> L2 bytes against its writes,\n"
+    "DRAM bytes and time beside them. 'reads within 5%' says whether L2 -> SM / model read lies in\n"
+    "[0.95, 1.05]; scalar stores (the inference's M_s, L_s) move whole 32-byte sectors.";
+
+// Largest tensors the probe allocates (fp32 elements per tensor): 2^28 = 1 GiB each.
+constexpr std::size_t kMaxElements = std::size_t(1) << 28;
+
+po::options_description options() {
+  po::options_description d("Options");
+  d.add_options()("help,h", "show this help")
+      ("pass", po::value<std::string>()->default_value("all"), "fwd | bwd | infer | all")
+      ("seq", po::value<long long>()->default_value(2048), "N, sequence length")
+      ("heads", po::value<long long>()->default_value(16), "H, number of heads")
+      ("dim", po::value<long long>()->default_value(64), "d, head dimension")
+      ("batch", po::value<long long>()->default_value(1), "batch size")
+      ("cq", po::value<long long>()->default_value(3), "kernel rows; Pq = cq - 1")
+      ("ck", po::value<long long>()->default_value(3), "kernel columns, odd; Pk = (ck - 1)/2")
+      ("block", po::value<long long>()->default_value(64), "B, the loaded (overlapping) tile size")
+      ("splits", po::value<long long>()->default_value(8), "key splits of the inference pass")
+      ("device", po::value<std::string>()->default_value("cpu"), "cpu (the model) | cuda (measure the kernels)")
+      ("csv", po::bool_switch(), "print CSV instead of a table");
+  return d;
+}
+
+struct PassRow {
+  std::string pass;
+  double model_read = 0, model_write = 0, model_atomic = 0;
+  double l2_read = 0, l2_write = 0, l2_atomic = 0, dram_read = 0, dram_write = 0, time_ms = 0;
+  bool measured = false;
+  std::vector<std::string> kernel_lines;
+};
+
+double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+// The model describes loads: the verdict is on L2 -> SM reads. Writes are shown beside it; scalar
+// stores (M_s, L_s of the inference partials) move whole 32-byte sectors, 8x their 4 bytes.
+bool within_5(const PassRow& r) { return std::abs(ratio(r.l2_read, r.model_read) - 1) <= 0.05; }
+
+PassRow model_row(const std::string& pass, const ref::Shape& shape, const mta::Params& p) {
+  const ref::Traffic t = pass == "fwd"   ? mta::forward_traffic(shape, p)
+                         : pass == "bwd" ? mta::backward_traffic(shape, p)
+                                         : mta::infer_traffic(shape, p);
+  PassRow r;
+  r.pass = pass;
+  r.model_read = double(t.total_read_bytes());
+  r.model_write = double(t.total_write_bytes());
+  if (pass == "bwd") {
+    r.model_atomic = double(t.read_bytes("dW"));
+    r.model_read -= r.model_atomic;
+  }
+  return r;
+}
+
+#ifdef FLASHLAB_HAVE_CUDA
+void measure_row(PassRow& r, const ref::Shape& shape, const mta::Params& p) {
+  namespace fc = flashlab::cuda;
+  fc::mta::ProbeConfig cfg;
+  cfg.shape = shape;
+  cfg.params = p;
+  const fc::mta::Pass pass = r.pass == "fwd" ? fc::mta::Pass::forward
+                             : r.pass == "bwd" ? fc::mta::Pass::backward
+                                               : fc::mta::Pass::infer;
+  const fc::ProbeResult res = fc::mta::measure(pass, cfg);
+  if (!res.unavailable.empty()) {
+    std::string names;
+    for (const auto& u : res.unavailable) names += " " + u;
+    throw std::runtime_error("CUPTI metrics not available on this device:" + names);
+  }
+  for (const auto& k : res.kernels) {
+    const auto& c = k.counters;
+    r.l2_read += c.l2_read_bytes;
+    r.l2_write += c.l2_write_bytes;
+    r.l2_atomic += c.l2_atomic_bytes;
+    r.dram_read += c.dram_read_bytes;
+    r.dram_write += c.dram_write_bytes;
+    r.time_ms += c.duration_ns / 1e6;
+    char line[256];
+    std::snprintf(line, sizeof line, "    %-24s L2->SM %14.0f  SM->L2 %14.0f  atomic %10.0f  DRAM rd %14.0f  %9.3f ms",
+                  k.kernel.c_str(), c.l2_read_bytes, c.l2_write_bytes, c.l2_atomic_bytes, c.dram_read_bytes,
+                  c.duration_ns / 1e6);
+    r.kernel_lines.emplace_back(line);
+  }
+  r.measured = true;
+}
+#endif
+
+void print_csv(std::ostream& os, const std::vector<PassRow>& rows, const ref::Shape& s, const mta::Params& p) {
+  os << "pass,batch,seq,heads,dim,cq,ck,block,splits,model_read_bytes,l2_read_bytes,read_ratio,model_write_bytes,"
+        "l2_write_bytes,write_ratio,model_atomic_bytes,l2_atomic_bytes,dram_read_bytes,dram_write_bytes,duration_ms\n";
+  for (const auto& r : rows) {
+    char line[512];
+    std::snprintf(line, sizeof line, "%s,%zu,%zu,%zu,%zu,%zu,%zu,%zu,%zu,%.0f,%.0f,%.4f,%.0f,%.0f,%.4f,%.0f,%.0f,%.0f,%.0f,%.4f\n",
+                  r.pass.c_str(), s.batch, s.seq, s.heads, s.head_dim, p.cq, p.ck, p.block, p.splits, r.model_read,
+                  r.l2_read, ratio(r.l2_read, r.model_read), r.model_write, r.l2_write,
+                  ratio(r.l2_write, r.model_write), r.model_atomic, r.l2_atomic, r.dram_read, r.dram_write, r.time_ms);
+    os << line;
+  }
+}
+
+void print_table(std::ostream& os, const std::vector<PassRow>& rows, const ref::Shape& s, const mta::Params& p) {
+  os << "MTA traffic, fp32: batch=" << s.batch << " N=" << s.seq << " H=" << s.heads << " d=" << s.head_dim
+     << ", W " << p.cq << "x" << p.ck << ", B=" << p.block << ", splits=" << p.splits << "\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "%-6s %15s %15s %7s %15s %15s %7s %12s %12s %15s %10s %s\n", "pass", "model read",
+                "L2->SM read", "ratio", "model write", "SM->L2 write", "ratio", "model atomic", "L2 atomic",
+                "DRAM read", "time ms", "reads within 5%");
+  os << line;
+  for (const auto& r : rows) {
+    if (r.measured)
+      std::snprintf(line, sizeof line, "%-6s %15.0f %15.0f %7.4f %15.0f %15.0f %7.4f %12.0f %12.0f %15.0f %10.3f %s\n",
+                    r.pass.c_str(), r.model_read, r.l2_read, ratio(r.l2_read, r.model_read), r.model_write,
+                    r.l2_write, ratio(r.l2_write, r.model_write), r.model_atomic, r.l2_atomic, r.dram_read,
+                    r.time_ms, within_5(r) ? "yes" : "NO");
+    else
+      std::snprintf(line, sizeof line, "%-6s %15.0f %15s %7s %15.0f %15s %7s %12.0f\n", r.pass.c_str(), r.model_read,
+                    "-", "-", r.model_write, "-", "-", r.model_atomic);
+    os << line;
+    for (const auto& k : r.kernel_lines) os << k << "\n";
+  }
+}
+
+}  // namespace
+
+int cmd_traffic_mta(const Args& args) {
+  return guarded("traffic", [&]() -> int {
+    const auto desc = options();
+    const auto parsed = parse_subject_command(
+        args, desc, {"traffic", "model", "mta", "flashlab traffic mta --seq 2048", kUsageLine, kSummary});
+    if (!parsed) return kOk;  // --help was printed
+    const po::variables_map& vm = *parsed;
+    require_range("--seq", vm["seq"].as<long long>(), 1, 1 << 20);
+    require_range("--heads", vm["heads"].as<long long>(), 1, 65535);
+    require_range("--dim", vm["dim"].as<long long>(), 1, 1024);
+    require_range("--batch", vm["batch"].as<long long>(), 1, 65535);
+    require_range("--cq", vm["cq"].as<long long>(), 1, 64);
+    require_range("--ck", vm["ck"].as<long long>(), 1, 64);
+    require_range("--block", vm["block"].as<long long>(), 1, 1024);
+    require_range("--splits", vm["splits"].as<long long>(), 1, 65535);
+    if (vm["ck"].as<long long>() % 2 == 0)
+      throw UsageError("--ck " + std::to_string(vm["ck"].as<long long>()) + " is even",
+                       "--ck must be odd so that (ck - 1)/2 key columns pad each side");
+    const ref::Shape shape{std::size_t(vm["batch"].as<long long>()), std::size_t(vm["seq"].as<long long>()),
+                           std::size_t(vm["heads"].as<long long>()), std::size_t(vm["dim"].as<long long>())};
+    if (shape.numel() > kMaxElements)
+      throw UsageError("--batch x --seq x --heads x --dim = " + std::to_string(shape.numel()) + " elements per tensor",
+                       "at most " + std::to_string(kMaxElements) + "; use fewer tokens or heads");
+    mta::Params p;
+    p.cq = std::size_t(vm["cq"].as<long long>());
+    p.ck = std::size_t(vm["ck"].as<long long>());
+    p.block = std::size_t(vm["block"].as<long long>());
+    p.splits = std::size_t(vm["splits"].as<long long>());
+    const std::string pass = vm["pass"].as<std::string>();
+    if (pass != "fwd" && pass != "bwd" && pass != "infer" && pass != "all")
+      throw UsageError("--pass '" + pass + "' is unknown", "choose fwd, bwd, infer or all");
+    std::vector<std::string> passes = pass == "all" ? std::vector<std::string>{"fwd", "bwd", "infer"}
+                                                    : std::vector<std::string>{pass};
+    for (const auto& ps : passes) {
+      try {
+        if (ps == "bwd") (void)mta::backward_tiling(shape.seq, p);
+        else (void)mta::forward_tiling(shape.seq, p);
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(e.what(), "--block must exceed the halos (backward: 2*Pq and 4*Pk), e.g. --block 64");
+      }
+      if (ps == "infer" && p.cq > mta::kInferQueryRows)
+        throw UsageError("--cq " + std::to_string(p.cq) + " is too large for the inference pass",
+                         "the 16-row query tile needs cq <= 16, or use --pass fwd|bwd");
+    }
+    const std::string device = vm["device"].as<std::string>();
+    if (device != "cpu" && device != "cuda") throw UsageError("--device '" + device + "' is unknown", "choose cpu or cuda");
+
+    std::vector<PassRow> rows;
+    for (const auto& ps : passes) rows.push_back(model_row(ps, shape, p));
+    if (device == "cuda") {
+#ifdef FLASHLAB_HAVE_CUDA
+      std::string why;
+      if (!flashlab::cuda::device_available(&why)) {
+        std::cerr << "error: --device cuda: " << why << "\nhint: run on a machine with an NVIDIA GPU, or use --device cpu\n";
+        return kFailed;
+      }
+      if (!vm["csv"].as<bool>()) std::cout << "device: " << flashlab::cuda::device_description() << "\n";
+      for (auto& r : rows) measure_row(r, shape, p);
+#else
+      throw UsageError("this flashlab was built without CUDA (--device cuda)",
+                       "rebuild with FLASHLAB_ENABLE_CUDA=ON, or use --device cpu for the model");
+#endif
+    }
+    if (vm["csv"].as<bool>()) print_csv(std::cout, rows, shape, p);
+    else print_table(std::cout, rows, shape, p);
+    return kOk;
+  });
+}
+
+}  // namespace flashlab::app
+
+// ---- `flashlab mta fwd|bwd|infer --device cpu|cuda` ----
+//
+// --device cpu hands the remaining flags to the CPU reference command (cmd_mta.cpp). --device
+// cuda runs the clear CUDA kernels (fp32) on the same inputs — seeded, or q.npy k.npy v.npy
+// w.npy (do.npy) from --inputs — and compares them with the naive float64 reference.
+
+namespace flashlab::app {
+
+namespace {
+
+namespace fs = std::filesystem;
+using ref::Shape;
+using ref::Tensor;
+
+constexpr std::string_view kMtaUsage =
+    "mta fwd|bwd|infer --device cuda [--seq N] [--heads H] [--dim D] [--cq CQ] [--ck CK] [--block B]\n"
+    "                [--splits S] [--batch NB] [--seed S] [--scale X] [--inputs DIR] [--save DIR]";
+constexpr std::string_view kMtaSummary =
+    "Multi-Token Attention on the GPU: the clear fp32 CUDA kernels (forward with O read-modify-written\n"
+    "per key tile, backward dQ + dW and dK/dV kernels, split-K inference with its combine kernel),\n"
+    "tile for tile with the CPU reference, on seeded inputs or on q.npy k.npy v.npy w.npy (do.npy for\n"
+    "bwd) from --inputs DIR. Prints each output's max error against the naive float64 reference\n"
+    "(max |gpu - ref| / max |ref|, tolerance 1e-5 for fp32). --save DIR writes the GPU's o.npy (and\n"
+    "dq dk dv dw .npy for bwd) as float32. Exit 0 when every error is within tolerance, 1 when not,\n"
+    "2 on bad input. --device cpu runs the CPU reference command instead.";
+
+// The naive float64 reference materialises N x N per head: the CPU command's limits.
+constexpr long long kMaxSeq = 4096, kMaxDim = 256, kMaxHeads = 256, kMaxBatch = 256, kMaxKernel = 64;
+constexpr std::size_t kMaxNumel = std::size_t(1) << 26;
+constexpr double kFp32Tolerance = 1e-5;
+
+// The value of --device, or "" when the flag is absent.
+std::string device_value(const Args& args) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--device") return i + 1 < args.size() ? args[i + 1] : std::string("?");
+    if (args[i].rfind("--device=", 0) == 0) return args[i].substr(9);
+  }
+  return "";
+}
+
+Args without_device(const Args& args) {
+  Args out;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--device") ++i;
+    else if (args[i].rfind("--device=", 0) != 0) out.push_back(args[i]);
+  }
+  return out;
+}
+
+double rel_error(const float* got, const double* want, std::size_t n) {
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(got[i])) return std::numeric_limits<double>::infinity();
+    diff = std::max(diff, std::abs(double(got[i]) - want[i]));
+    scale = std::max(scale, std::abs(want[i]));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+ref::NpyArray read_input(const fs::path& dir, const char* name) {
+  const fs::path file = dir / name;
+  if (!fs::exists(file)) throw UsageError(file.string() + ": no such file", std::string("--inputs DIR must hold ") + name);
+  try {
+    ref::NpyArray a = ref::read_npy(file);
+    for (double x : a.as_double())
+      if (!std::isfinite(x)) throw UsageError(file.string() + ": holds a non-finite value", "inputs must be finite numbers");
+    return a;
+  } catch (const ref::NpyError& e) {
+    throw UsageError(e.what(), "write it with numpy.save (float32 or float64, C order)");
+  }
+}
+
+Tensor<double> tensor_of(const ref::NpyArray& a, const Shape& s) {
+  Tensor<double> t(s);
+  const auto v = a.as_double();
+  std::copy(v.begin(), v.end(), t.data());
+  return t;
+}
+
+struct MtaInputs {
+  Shape shape;
+  bool batched = true;
+  Tensor<double> q, k, v, d_o;
+  ref::mta::Weights<double> w;
+};
+
+// q.npy fixes the sizes; k, v (do) must match it, w.npy must be [H, cq, ck] with ck odd.
+MtaInputs load_inputs(const fs::path& dir, bool need_do) {
+  if (!fs::is_directory(dir)) throw UsageError("--inputs " + dir.string() + ": not a directory");
+  MtaInputs in;
+  const auto qa = read_input(dir, "q.npy");
+  if (qa.shape.size() != 3 && qa.shape.size() != 4)
+    throw UsageError((dir / "q.npy").string() + ": shape " + ref::shape_str(qa.shape) + " is not [B, N, H, D] or [N, H, D]");
+  in.batched = qa.shape.size() == 4;
+  const std::size_t off = in.batched ? 1 : 0;
+  in.shape = Shape{in.batched ? qa.shape[0] : 1, qa.shape[off], qa.shape[off + 1], qa.shape[off + 2]};
+  require_range("q.npy batch", (long long)in.shape.batch, 1, kMaxBatch);
+  require_range("q.npy seq", (long long)in.shape.seq, 1, kMaxSeq);
+  require_range("q.npy heads", (long long)in.shape.heads, 1, kMaxHeads);
+  require_range("q.npy dim", (long long)in.shape.head_dim, 1, kMaxDim);
+  if (in.shape.numel() > kMaxNumel) throw UsageError("q.npy holds more than 2^26 elements", "use a smaller problem");
+  in.q = tensor_of(qa, in.shape);
+  auto same = [&](const char* name) {
+    const auto a = read_input(dir, name);
+    if (a.shape != qa.shape)
+      throw UsageError((dir / name).string() + ": shape " + ref::shape_str(a.shape) + " differs from q.npy " +
+                       ref::shape_str(qa.shape), "q, k, v (and do) must have the same shape");
+    return tensor_of(a, in.shape);
+  };
+  in.k = same("k.npy");
+  in.v = same("v.npy");
+  if (need_do) in.d_o = same("do.npy");
+  const auto wa = read_input(dir, "w.npy");
+  if (wa.shape.size() != 3 || wa.shape[0] != in.shape.heads || wa.shape[1] < 1 || wa.shape[2] < 1 ||
+      wa.shape[1] > std::size_t(kMaxKernel) || wa.shape[2] > std::size_t(kMaxKernel) || wa.shape[2] % 2 == 0)
+    throw UsageError((dir / "w.npy").string() + ": shape " + ref::shape_str(wa.shape) +
+                         " is not [HEAD_NUM, cq, ck] with HEAD_NUM = " + std::to_string(in.shape.heads) +
+                         ", 1 <= cq, ck <= 64, ck odd",
+                     "one cq x ck kernel per head");
+  in.w = ref::mta::Weights<double>(in.shape.heads, wa.shape[1], wa.shape[2]);
+  const auto wv = wa.as_double();
+  std::copy(wv.begin(), wv.end(), in.w.data());
+  return in;
+}
+
+void save(const fs::path& dir, const char* name, const Tensor<float>& t, bool batched) {
+  const Shape& s = t.shape();
+  std::vector<std::size_t> shape = {s.seq, s.heads, s.head_dim};
+  if (batched) shape.insert(shape.begin(), s.batch);
+  ref::write_npy(dir / name, shape, t.data());
+}
+
+#ifdef FLASHLAB_HAVE_CUDA
+int run_mta_cuda(const Args& args) {
+  po::options_description desc("Options");
+  desc.add_options()("help,h", "show this help")
+      ("device", po::value<std::string>(), "cuda (this command) | cpu (the reference command)")
+      ("seq", po::value<long long>()->default_value(64), "N, sequence length")
+      ("heads", po::value<long long>()->default_value(2), "H, number of heads")
+      ("dim", po::value<long long>()->default_value(64), "D, head dimension")
+      ("cq", po::value<long long>()->default_value(2), "kernel rows; Pq = cq - 1")
+      ("ck", po::value<long long>()->default_value(3), "kernel columns, odd; Pk = (ck - 1)/2")
+      ("block", po::value<long long>()->default_value(32), "B, the loaded (overlapping) tile size")
+      ("splits", po::value<long long>()->default_value(1), "key splits of the split-K inference path")
+      ("batch", po::value<long long>()->default_value(1), "batch size")
+      ("seed", po::value<unsigned long long>()->default_value(0), "seed of the random inputs")
+      ("scale", po::value<double>(), "softmax scale (default 1/sqrt(D))")
+      ("inputs", po::value<std::string>(), "read q.npy k.npy v.npy w.npy (do.npy for bwd) from DIR")
+      ("save", po::value<std::string>(), "write the GPU's o.npy (dq dk dv dw .npy for bwd) to DIR");
+  po::options_description hidden;
+  hidden.add_options()("mode", po::value<std::string>(), "fwd, bwd or infer");
+  po::options_description all;
+  all.add(desc).add(hidden);
+  po::positional_options_description pos;
+  pos.add("mode", 1);
+  const auto vm = parse(args, all, &pos);
+  if (vm.count("help")) {
+    print_help(std::cout, kMtaUsage, kMtaSummary, desc);
+    return kOk;
+  }
+  const std::string mode = vm.count("mode") ? vm["mode"].as<std::string>() : "";
+  if (mode != "fwd" && mode != "bwd" && mode != "infer")
+    throw UsageError(mode.empty() ? "missing mode: fwd, bwd or infer" : "unknown mode '" + mode + "'",
+                     "e.g. flashlab mta fwd --device cuda --seq 256");
+  for (const auto& [flag, hi] : {std::pair<const char*, long long>{"seq", kMaxSeq}, {"heads", kMaxHeads},
+                                 {"dim", kMaxDim}, {"batch", kMaxBatch}, {"cq", kMaxKernel}, {"ck", kMaxKernel},
+                                 {"block", 1024}, {"splits", 65535}})
+    require_range(std::string("--") + flag, vm[flag].as<long long>(), 1, hi);
+  if (vm["ck"].as<long long>() % 2 == 0) throw UsageError("--ck is even", "--ck must be odd");
+
+  MtaInputs in;
+  ref::mta::Params p;
+  if (vm.count("inputs")) {
+    in = load_inputs(vm["inputs"].as<std::string>(), mode == "bwd");
+    p.cq = in.w.cq();
+    p.ck = in.w.ck();
+  } else {
+    in.shape = Shape{std::size_t(vm["batch"].as<long long>()), std::size_t(vm["seq"].as<long long>()),
+                     std::size_t(vm["heads"].as<long long>()), std::size_t(vm["dim"].as<long long>())};
+    if (in.shape.numel() > kMaxNumel) throw UsageError("more than 2^26 elements per tensor", "use a smaller problem");
+    p.cq = std::size_t(vm["cq"].as<long long>());
+    p.ck = std::size_t(vm["ck"].as<long long>());
+    const auto seed = vm["seed"].as<unsigned long long>();
+    for (Tensor<double>* t : {&in.q, &in.k, &in.v, &in.d_o}) *t = Tensor<double>(in.shape);
+    ref::fill_normal(in.q, seed * 8 + 1);  // the CPU command's seeds: same inputs for the same --seed
+    ref::fill_normal(in.k, seed * 8 + 2);
+    ref::fill_normal(in.v, seed * 8 + 3);
+    ref::fill_normal(in.d_o, seed * 8 + 4);
+    in.w = ref::mta::random_weights(in.shape.heads, p.cq, p.ck, seed * 8 + 5);
+  }
+  p.block = std::size_t(vm["block"].as<long long>());
+  p.splits = std::size_t(vm["splits"].as<long long>());
+  if (vm.count("scale")) {
+    if (!std::isfinite(vm["scale"].as<double>())) throw UsageError("--scale must be a finite number");
+    p.scale = vm["scale"].as<double>();
+  }
+  try {
+    (void)(mode == "bwd" ? ref::mta::backward_tiling(in.shape.seq, p) : ref::mta::forward_tiling(in.shape.seq, p));
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--block: ") + e.what(), "e.g. --block 64 (it must exceed the halos)");
+  }
+  if (mode == "infer" && p.cq > ref::mta::kInferQueryRows)
+    throw UsageError("--cq " + std::to_string(p.cq) + " is too large for mta infer", "the query tile holds 16 rows: cq <= 16");
+  std::optional<fs::path> save_dir;
+  if (vm.count("save")) {
+    save_dir = fs::path(vm["save"].as<std::string>());
+    std::error_code ec;
+    fs::create_directories(*save_dir, ec);
+    if (ec || !fs::is_directory(*save_dir)) throw UsageError("--save " + save_dir->string() + ": cannot create the directory");
+  }
+  std::string why;
+  if (!flashlab::cuda::device_available(&why)) {
+    std::cerr << "error: --device cuda: " << why << "\nhint: run on a machine with an NVIDIA GPU, or use --device cpu\n";
+    return kFailed;
+  }
+
+  // The GPU gets fp32; the reference gets exactly those fp32 values in float64.
+  const Tensor<float> q = in.q.cast<float>(), k = in.k.cast<float>(), v = in.v.cast<float>();
+  const ref::mta::Weights<float> w = in.w.cast<float>();
+  const Tensor<double> qd = q.cast<double>(), kd = k.cast<double>(), vd = v.cast<double>();
+  const ref::mta::Weights<double> wd = w.cast<double>();
+  const auto naive = ref::mta::naive_forward<double>(qd, kd, vd, wd, p);
+  std::vector<std::pair<std::string, double>> errors;
+  if (mode == "fwd" || mode == "bwd") {
+    const auto fwd = flashlab::cuda::mta::forward(q, k, v, w, p);
+    errors.emplace_back("O", rel_error(fwd.o.data(), naive.o.data(), fwd.o.numel()));
+    if (save_dir) save(*save_dir, "o.npy", fwd.o, in.batched);
+    if (mode == "bwd") {
+      const Tensor<float> d_o = in.d_o.cast<float>();
+      const auto g = flashlab::cuda::mta::backward(q, k, v, w, fwd.o, fwd.m, fwd.l, d_o, p);
+      const auto gn = ref::mta::naive_backward<double>(qd, kd, vd, wd, d_o.cast<double>(), p);
+      errors.emplace_back("dQ", rel_error(g.dq.data(), gn.dq.data(), g.dq.numel()));
+      errors.emplace_back("dK", rel_error(g.dk.data(), gn.dk.data(), g.dk.numel()));
+      errors.emplace_back("dV", rel_error(g.dv.data(), gn.dv.data(), g.dv.numel()));
+      errors.emplace_back("dW", rel_error(g.dw.data(), gn.dw.data(), g.dw.numel()));
+      if (save_dir) {
+        save(*save_dir, "dq.npy", g.dq, in.batched);
+        save(*save_dir, "dk.npy", g.dk, in.batched);
+        save(*save_dir, "dv.npy", g.dv, in.batched);
+        ref::write_npy(*save_dir / "dw.npy", {g.dw.heads(), g.dw.cq(), g.dw.ck()}, g.dw.data());
+      }
+    }
+  } else {
+    const auto last = flashlab::cuda::mta::infer(q, k, v, w, p);
+    Tensor<double> want(last.shape());
+    for (std::size_t b = 0; b < in.shape.batch; ++b)
+      for (std::size_t h = 0; h < in.shape.heads; ++h)
+        want.head(b, h).row(0) = naive.o.head(b, h).row(Eigen::Index(in.shape.seq) - 1);
+    errors.emplace_back("O", rel_error(last.data(), want.data(), last.numel()));
+    if (save_dir) save(*save_dir, "o.npy", last, in.batched);  // [B, 1, H, D]: the last token
+  }
+
+  const Shape& s = in.shape;
+  std::cout << "flashlab mta " << mode << " --device cuda: " << flashlab::cuda::device_description() << "\n"
+            << "batch=" << s.batch << " N=" << s.seq << " H=" << s.heads << " D=" << s.head_dim << ", cq=" << p.cq
+            << " ck=" << p.ck << ", block B=" << p.block << (mode == "infer" ? ", splits=" + std::to_string(p.splits) : "")
+            << "\nmax error vs naive float64 (max |gpu - ref| / max |ref|):\n";
+  bool passed = true;
+  for (const auto& [name, e] : errors) {
+    const bool ok = e <= kFp32Tolerance;
+    passed = passed && ok;
+    char line[128];
+    std::snprintf(line, sizeof line, "  %-4s %.2e  %s  (tolerance %.0e, fp32)\n", name.c_str(), e, ok ? "ok" : "FAILED",
+                  kFp32Tolerance);
+    std::cout << line;
+  }
+  if (!passed) {
+    std::cerr << "error: the GPU result does not match the float64 reference (see above)\n";
+    return kFailed;
+  }
+  return kOk;
+}
+#endif
+
+}  // namespace
+
+bool mta_device_given(const Args& args) { return !device_value(args).empty(); }
+
+int cmd_mta_device(const Args& args) {
+  const std::string device = device_value(args);
+  if (device == "cpu") return cmd_mta(without_device(args));
+  return guarded("mta", [&]() -> int {
+    if (device != "cuda") throw UsageError("--device '" + device + "' is unknown", "choose cpu or cuda");
+#ifdef FLASHLAB_HAVE_CUDA
+    return run_mta_cuda(args);
+#else
+    throw UsageError("this flashlab was built without CUDA (--device cuda)",
+                     "rebuild with FLASHLAB_ENABLE_CUDA=ON, or use --device cpu");
+#endif
+  });
+}
+
+}  // namespace flashlab::app
