@@ -282,6 +282,8 @@ Args without_device(const Args& args) {
   return out;
 }
 
+#ifdef FLASHLAB_HAVE_CUDA
+// Everything below runs only with the CUDA kernels built.
 double rel_error(const float* got, const double* want, std::size_t n) {
   double diff = 0, scale = 0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -321,7 +323,8 @@ struct MtaInputs {
 
 // q.npy fixes the sizes; k, v (do) must match it, w.npy must be [H, cq, ck] with ck odd.
 MtaInputs load_inputs(const fs::path& dir, bool need_do) {
-  if (!fs::is_directory(dir)) throw UsageError("--inputs " + dir.string() + ": not a directory");
+  if (!fs::is_directory(dir))
+    throw UsageError("--inputs " + dir.string() + ": not a directory", "give the folder that holds q.npy k.npy v.npy w.npy");
   MtaInputs in;
   const auto qa = read_input(dir, "q.npy");
   if (qa.shape.size() != 3 && qa.shape.size() != 4)
@@ -365,7 +368,6 @@ void save(const fs::path& dir, const char* name, const Tensor<float>& t, bool ba
   ref::write_npy(dir / name, shape, t.data());
 }
 
-#ifdef FLASHLAB_HAVE_CUDA
 int run_mta_cuda(const Args& args) {
   po::options_description desc("Options");
   desc.add_options()("help,h", "show this help")
@@ -426,7 +428,7 @@ int run_mta_cuda(const Args& args) {
   p.block = std::size_t(vm["block"].as<long long>());
   p.splits = std::size_t(vm["splits"].as<long long>());
   if (vm.count("scale")) {
-    if (!std::isfinite(vm["scale"].as<double>())) throw UsageError("--scale must be a finite number");
+    if (!std::isfinite(vm["scale"].as<double>())) throw UsageError("--scale must be a finite number", "e.g. --scale 0.125");
     p.scale = vm["scale"].as<double>();
   }
   try {
@@ -441,7 +443,8 @@ int run_mta_cuda(const Args& args) {
     save_dir = fs::path(vm["save"].as<std::string>());
     std::error_code ec;
     fs::create_directories(*save_dir, ec);
-    if (ec || !fs::is_directory(*save_dir)) throw UsageError("--save " + save_dir->string() + ": cannot create the directory");
+    if (ec || !fs::is_directory(*save_dir))
+      throw UsageError("--save " + save_dir->string() + ": cannot create the directory", "give a writable folder");
   }
   std::string why;
   if (!flashlab::cuda::device_available(&why)) {

@@ -194,7 +194,7 @@ TEST_CASE("cli traffic attention: naive vs FA1 vs FA2 side by side, table and CS
 
 TEST_CASE("cli traffic attention: bad flags are usage errors naming the flag", "[cli][traffic][errors]") {
   expect_usage_error("traffic", "missing what to model");
-  expect_usage_error("traffic mta --seq 4", "unknown traffic subject 'mta'");
+  expect_usage_error("traffic softmax --seq 4", "unknown traffic subject 'softmax'");
   expect_usage_error("traffic attention", "--seq is required");
   expect_usage_error("traffic attention --seq 1024,x", "--seq: 'x'");
   expect_usage_error("traffic attention --seq 0", "--seq: '0'");

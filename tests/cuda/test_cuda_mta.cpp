@@ -3,7 +3,8 @@
 // convolution loops that share no code with any tile path). Fresh random inputs per case (replay
 // with FLASHLAB_TEST_SEED), outputs poisoned with NaN by the host API, error metric
 // max|got − ref| / max|ref| over the whole tensor (NaN → +inf, fails), tolerance 1e-5 for fp32;
-// LSE = M + log L absolute below |LSE| = 1 (it enters only as e^{Ŝ − LSE}).
+// LSE = M + log L absolute below |LSE| = 1 (it enters only as e^{Ŝ − LSE}); dW relative to the
+// scale of its terms (err_dw: a sum whose terms cancel).
 // Shapes: N not a multiple of Br or Bc, N < B, N = 1, cq = ck = 1 (also checked against plain
 // causal attention), 3 × 3, 6 × 11, 16 × 15, d = 64 and 128, batch and heads > 1, inference with
 // 1, 3 and more splits than key tiles. Tag [sanitize]: the small shapes for compute-sanitizer.
@@ -58,6 +59,64 @@ double err_lse(const fr::Tensor<float>& m, const fr::Tensor<float>& l, const fr:
   return worst / ref_max;
 }
 
+struct Inputs {
+  fr::Tensor<float> q, k, v, d_o;
+  fm::Weights<float> w;
+  fr::Tensor<double> qd, kd, vd, dod;  // the same fp32 values in float64
+  fm::Weights<double> wd;
+};
+
+// dW[a, b] = Σ_ij dŜ[i, j] · S[i + a − Pq, j + b − Pk] is one sum over N²/2 entries per head
+// whose terms cancel (Σ_j dŜ[i, j] = 0 on every row), so |dW| can be far below its terms and fp32
+// round-off large *relative to dW* though correct (a 1 × 1 kernel at N = 130 measured 6.9e-6 of
+// the 1e-5). Its error is therefore normalised by the terms' scale, max over taps of
+// Σ_ij |dŜ[i, j]| · |S[i + a − Pq, j + b − Pk]| (≥ max|dW|, so never looser than needed for a
+// well-conditioned dW), computed here in float64 from the definition. NaN → +inf.
+double err_dw(const fm::Weights<float>& got, const fm::Weights<double>& want, const Inputs& in, const fm::Params& p) {
+  const fr::Shape& sh = in.qd.shape();
+  const double scale = fm::resolve_scale(p, sh.head_dim);
+  const long n = long(sh.seq), pq = long(p.pq()), pk = long(p.pk());
+  double terms = 0.0;
+  for (std::size_t h = 0; h < sh.heads; ++h) {
+    fr::Mat<double> sum_abs = fr::Mat<double>::Zero(long(p.cq), long(p.ck));
+    for (std::size_t b = 0; b < sh.batch; ++b) {
+      fr::Mat<double> s = scale * (in.qd.head(b, h) * in.kd.head(b, h).transpose());
+      for (long i = 0; i < n; ++i)
+        for (long j = i + 1; j < n; ++j) s(i, j) = 0.0;
+      auto at = [&](long r, long c) { return r < 0 || c < 0 || r >= n || c >= n ? 0.0 : s(r, c); };
+      fr::Mat<double> prob = fr::Mat<double>::Zero(n, n);
+      for (long i = 0; i < n; ++i) {
+        double m = -std::numeric_limits<double>::infinity(), l = 0.0;
+        for (long j = 0; j <= i; ++j) {
+          double acc = 0.0;
+          for (long a = 0; a <= pq; ++a)
+            for (long c = 0; c < long(p.ck); ++c) acc += in.wd.at(h, std::size_t(a), std::size_t(c)) * at(i + a - pq, j + c - pk);
+          prob(i, j) = acc;
+          m = std::max(m, acc);
+        }
+        for (long j = 0; j <= i; ++j) l += std::exp(prob(i, j) - m);
+        for (long j = 0; j <= i; ++j) prob(i, j) = std::exp(prob(i, j) - m) / l;
+      }
+      const fr::Mat<double> o = prob * in.vd.head(b, h), d_p = in.dod.head(b, h) * in.vd.head(b, h).transpose();
+      for (long i = 0; i < n; ++i) {
+        const double d_i = in.dod.head(b, h).row(i).dot(o.row(i));
+        for (long j = 0; j <= i; ++j) {
+          const double ds_hat = std::abs(prob(i, j) * (d_p(i, j) - d_i));
+          for (long a = 0; a <= pq; ++a)
+            for (long c = 0; c < long(p.ck); ++c) sum_abs(a, c) += ds_hat * std::abs(at(i + a - pq, j + c - pk));
+        }
+      }
+    }
+    terms = std::max(terms, sum_abs.maxCoeff());
+  }
+  double worst = 0.0;
+  for (std::size_t t = 0; t < got.numel(); ++t) {
+    const double e = std::abs(double(got.data()[t]) - want.data()[t]);
+    if (!(e <= worst)) worst = std::isnan(e) ? std::numeric_limits<double>::infinity() : e;
+  }
+  return terms > 0.0 ? worst / terms : (worst == 0.0 ? 0.0 : std::numeric_limits<double>::infinity());
+}
+
 struct Worst {
   double value = 0.0;
   std::string where;
@@ -66,11 +125,15 @@ struct Worst {
   }
 };
 Worst g_worst;
+Worst g_dw_vs_max;  // dW's error relative to max|dW| (ill-conditioned when its terms cancel)
 
 void report_worst(const char* test) {
   std::printf("[mta %s] worst error max|got-ref|/max|ref| = %.3e at %s (tolerance %.0e)\n", test, g_worst.value,
               g_worst.where.c_str(), kTol);
+  std::printf("[mta %s] for information, dW relative to max|dW|: worst %.3e at %s\n", test, g_dw_vs_max.value,
+              g_dw_vs_max.where.c_str());
   g_worst = Worst{};
+  g_dw_vs_max = Worst{};
 }
 
 void expect(double e, const char* what, const std::string& where) {
@@ -78,13 +141,6 @@ void expect(double e, const char* what, const std::string& where) {
   g_worst.see(e, std::string(what) + ", " + where);
   CHECK(e <= kTol);
 }
-
-struct Inputs {
-  fr::Tensor<float> q, k, v, d_o;
-  fm::Weights<float> w;
-  fr::Tensor<double> qd, kd, vd, dod;  // the same fp32 values in float64
-  fm::Weights<double> wd;
-};
 
 Inputs make_inputs(const Case& c, unsigned long long seed, bool unit_kernel) {
   const fr::Shape shape{c.batch, c.seq, c.heads, c.dim};
@@ -143,7 +199,8 @@ void check_case(const Case& c, bool unit_kernel = false) {
   expect(err(g.dq.data(), ref_bwd.dq.data(), g.dq.numel()), "dQ", where);
   expect(err(g.dk.data(), ref_bwd.dk.data(), g.dk.numel()), "dK", where);
   expect(err(g.dv.data(), ref_bwd.dv.data(), g.dv.numel()), "dV", where);
-  expect(err(g.dw.data(), ref_bwd.dw.data(), g.dw.numel()), "dW", where);
+  expect(err_dw(g.dw, ref_bwd.dw, in, p), "dW (relative to its terms)", where);
+  g_dw_vs_max.see(err(g.dw.data(), ref_bwd.dw.data(), g.dw.numel()), where);  // printed, not checked
 
   if (c.cq <= fm::kInferQueryRows) {
     const auto o_last = fc::mta::infer(in.q, in.k, in.v, in.w, p);
