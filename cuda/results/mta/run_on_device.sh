@@ -28,11 +28,17 @@ for tool in memcheck racecheck synccheck; do
     "$BIN/test_cuda" '[mta][sanitize]'
 done
 
+# A CSV step writes only the CSV to its file (the step's markers go to traffic.log).
+csv() {
+  local file=$1
+  shift
+  step "$(basename "$file")" "$L/traffic.log" bash -c '"$@" > "$0"' "$file" "$@"
+}
 F="$BIN/flashlab traffic mta --device cuda --heads 16 --dim 64 --block 64"
 step "traffic 3x3 table" "$L/traffic.log" $F --seq 2048 --splits 8 --cq 3 --ck 3
-step "traffic_3x3.csv" "$L/traffic_3x3.csv" $F --seq 2048 --splits 8 --cq 3 --ck 3 --csv
-step "traffic_6x11.csv" "$L/traffic_6x11.csv" $F --seq 2048 --splits 8 --cq 6 --ck 11 --csv
-step "traffic_infer_32k.csv" "$L/traffic_infer_32k.csv" $F --pass infer --seq 32768 --splits 64 --cq 3 --ck 3 --csv
+csv "$L/traffic_3x3.csv" $F --seq 2048 --splits 8 --cq 3 --ck 3 --csv
+csv "$L/traffic_6x11.csv" $F --seq 2048 --splits 8 --cq 6 --ck 11 --csv
+csv "$L/traffic_infer_32k.csv" $F --pass infer --seq 32768 --splits 64 --cq 3 --ck 3 --csv
 
 C="$BIN/flashlab mta"
 step "mta fwd --device cuda" "$L/cli.log" $C fwd --device cuda --seq 300 --heads 2 --dim 64 --cq 3 --ck 3 --block 64
