@@ -255,14 +255,19 @@ constexpr std::string_view kMtaSummary =
     "per key tile, backward dQ + dW and dK/dV kernels, split-K inference with its combine kernel),\n"
     "tile for tile with the CPU reference, on seeded inputs or on q.npy k.npy v.npy w.npy (do.npy for\n"
     "bwd) from --inputs DIR. Prints each output's max error against the naive float64 reference\n"
-    "(max |gpu - ref| / max |ref|, tolerance 1e-5 for fp32). --save DIR writes the GPU's o.npy (and\n"
-    "dq dk dv dw .npy for bwd) as float32. Exit 0 when every error is within tolerance, 1 when not,\n"
-    "2 on bad input. --device cpu runs the CPU reference command instead.";
+    "(max |gpu - ref| / max |ref|, tolerance 1e-5 for fp32, 1e-4 for dW: a sum whose terms cancel).\n"
+    "--save DIR writes the GPU's o.npy (and dq dk dv dw .npy for bwd) as float32. Exit 0 when every\n"
+    "error is within tolerance, 1 when not, 2 on bad input. --device cpu runs the CPU reference\n"
+    "command instead.";
 
 // The naive float64 reference materialises N x N per head: the CPU command's limits.
 constexpr long long kMaxSeq = 4096, kMaxDim = 256, kMaxHeads = 256, kMaxBatch = 256, kMaxKernel = 64;
 constexpr std::size_t kMaxNumel = std::size_t(1) << 26;
 constexpr double kFp32Tolerance = 1e-5;
+// dW is one sum over N²/2 score entries whose terms cancel (Σ_j dŜ[i, j] = 0 on every row), so
+// relative to max|dW| its fp32 round-off can exceed 1e-5 though correct (1.6e-5 measured for a
+// 1 x 1 kernel of weight 1 at N = 29; the GPU tests hold it to 1e-5 of its terms' scale).
+constexpr double kFp32DwTolerance = 1e-4;
 
 // The value of --device, or "" when the flag is absent.
 std::string device_value(const Args& args) {
@@ -495,11 +500,12 @@ int run_mta_cuda(const Args& args) {
             << "\nmax error vs naive float64 (max |gpu - ref| / max |ref|):\n";
   bool passed = true;
   for (const auto& [name, e] : errors) {
-    const bool ok = e <= kFp32Tolerance;
+    const double tolerance = name == "dW" ? kFp32DwTolerance : kFp32Tolerance;
+    const bool ok = e <= tolerance;
     passed = passed && ok;
     char line[128];
     std::snprintf(line, sizeof line, "  %-4s %.2e  %s  (tolerance %.0e, fp32)\n", name.c_str(), e, ok ? "ok" : "FAILED",
-                  kFp32Tolerance);
+                  tolerance);
     std::cout << line;
   }
   if (!passed) {

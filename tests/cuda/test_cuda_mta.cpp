@@ -189,7 +189,7 @@ void check_case(const Case& c, bool unit_kernel = false) {
   expect(err_lse(fwd.m, fwd.l, ref_fwd.lse), "LSE", where);
   if (unit_kernel && c.cq == 1 && c.ck == 1) {
     // A 1 × 1 kernel of weight 1 is plain causal attention: hold O to that reference too.
-    fr::AttentionConfig cfg;
+    fr::AttentionProblem cfg;
     cfg.batch = c.batch;
     cfg.seq = c.seq;
     cfg.heads = c.heads;
