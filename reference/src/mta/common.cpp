@@ -41,10 +41,10 @@ Tiling make_tiling(std::size_t n, const Params& p, std::size_t row_halo, std::si
 }
 }  // namespace
 
-// Seed 003, forward: "B_r = B − P_q, B_c = B − 2P_k".
+// The MTA kernels, forward: "B_r = B − P_q, B_c = B − 2P_k".
 Tiling forward_tiling(std::size_t n, const Params& p) { return make_tiling(n, p, p.pq(), 2 * p.pk(), "forward"); }
 
-// Seed 003, backward: "B_r = B − 2P_q, B_c = B − 4P_k" — the halo is doubled because dS needs
+// The MTA kernels, backward: "B_r = B − 2P_q, B_c = B − 4P_k" — the halo is doubled because dS needs
 // dŜ one halo further out, and dŜ needs S one halo further still.
 Tiling backward_tiling(std::size_t n, const Params& p) {
   return make_tiling(n, p, 2 * p.pq(), 4 * p.pk(), "backward");

@@ -1,19 +1,19 @@
-// Flash MTA backward — seed 003, the dQ + dW algorithm and the dK/dV algorithm, preceded by the
-// D preprocessing of seed 001 (D_i = rowsum(dO_i ⊙ O_i)).
+// Flash MTA backward — the MTA kernels, the dQ + dW algorithm and the dK/dV algorithm, preceded by the
+// D preprocessing of the Triton walkthrough (D_i = rowsum(dO_i ⊙ O_i)).
 //
 // Why the halo doubles: dS[r, c] (the gradient of the pre-convolution score) collects dŜ from
 // rows r … r + Pq and columns c − Pk … c + Pk (the transposed convolution), and each of those dŜ
 // needs an exact Ŝ, i.e. S from a further Pq rows above and Pk columns to each side. So a
 // B × B tile yields exact dS on rows [Pq, B − Pq) and columns [2Pk, B − 2Pk): strides
-// Br = B − 2Pq and Bc = B − 4Pk (seed 003).
+// Br = B − 2Pq and Bc = B − 4Pk (the MTA kernels).
 //
-// Deviation from the seed, on purpose (docs/mta.md, "The backward halo"): the seed starts the
+// Deviation from the MTA kernels, on purpose (docs/mta.md, "The backward halo"): the source starts the
 // loaded row tile 2Pq rows above its effective region (I_s = (i−1)·Br − 2Pq). The convolution
 // looks at *past* queries, so its transpose looks at *future* ones: dS row r needs dŜ rows
 // r … r + Pq, which lie *below* r. With the whole doubled halo above, the last Pq effective rows
 // would miss that gradient. We centre the row halo (Pq above, Pq below: I_s = (i−1)·Br − Pq),
-// which keeps the seed's Br, Tr and tile size and makes the result equal the naive one.
-// The column halo is symmetric (2Pk each side), exactly as in the seed.
+// which keeps the source's Br, Tr and tile size and makes the result equal the naive one.
+// The column halo is symmetric (2Pk each side), exactly as in the source.
 #include "flashlab/reference/mta.hpp"
 
 #include "shape_text.hpp"
@@ -105,7 +105,7 @@ Grads<T> flash_backward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>&
       auto dk_hbm = g.dk.head(b, h);
       auto dv_hbm = g.dv.head(b, h);
 
-      // Preprocessing (seed 001): D_i = rowsum(dO_i ⊙ O_i) — read O and dO once, write D.
+      // Preprocessing (the Triton walkthrough): D_i = rowsum(dO_i ⊙ O_i) — read O and dO once, write D.
       dh = (doh.array() * oh.array()).rowwise().sum().matrix();
       if (tr) {
         tr->read("O", std::uint64_t(n * d));

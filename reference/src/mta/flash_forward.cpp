@@ -1,4 +1,4 @@
-// Flash MTA forward — seed 003, "forward" algorithm, one (batch, head) at a time.
+// Flash MTA forward — the MTA kernels, "forward" algorithm, one (batch, head) at a time.
 //
 // Why overlapping tiles: Ŝ[i, j] reads S rows i − Pq … i and columns j − Pk … j + Pk, so a
 // B × B tile of S yields exact Ŝ only on its inner (B − Pq) × (B − 2Pk) region. Tiles are

@@ -1,4 +1,4 @@
-// Split-K inference — seed 003, "fwd_inference_kernel" + "combine_splits_kernel".
+// Split-K inference — the MTA kernels, "fwd_inference_kernel" + "combine_splits_kernel".
 //
 // Decoding needs the output of the last query token only, but its convolved scores read the
 // Pq query rows above it, so the kernel loads a fixed 16-row query tile (rows N − 16 … N − 1,
@@ -6,7 +6,7 @@
 // ranges of T_k = ⌈N / (N_splits · Bc)⌉ key tiles each; each split runs its own online softmax
 // and writes a partial (O_s, M_s, L_s); the combine step merges them with the α/β rescaling.
 //
-// Conventions the seed leaves open (docs/mta.md):
+// Conventions the source leaves open (docs/mta.md):
 // - Key tiles overlap like the forward's: B keys loaded, effective Bc = B − 2Pk (the conv needs
 //   Pk halo columns on each side); the V tile loaded is the same B rows as the K tile.
 // - A key tile whose effective range starts at or past N is not loaded (a split may be empty:

@@ -1,4 +1,4 @@
-// Naive MTA: the definition of issue 5 followed literally, one (batch, head) at a time, with
+// Naive MTA: the definition (docs/mta.md, "Semantics") followed literally, one (batch, head) at a time, with
 // the full N × N score matrices materialised. The convolution and its adjoint are written as
 // scalar loops straight from the formula Ŝ[i,j] = Σ_a Σ_b W[a,b] · S[i + a − Pq, j + b − Pk]
 // (no shared code with the tile helpers), so that the flash paths are checked against an

@@ -62,7 +62,7 @@ Mat<T> conv(const Mat<T>& s, const Mat<T>& w) {
   return out;
 }
 
-/// The adjoint of `conv` ("TransposedConv2D" of seed 003): scatters each output gradient back
+/// The adjoint of `conv` ("TransposedConv2D" of the MTA kernels): scatters each output gradient back
 /// to the scores it read, dS[r + a − Pq, c + b − Pk] += W[a, b] · dŜ[r, c] — the same blocks as
 /// `conv` with source and destination swapped.
 template <typename T>

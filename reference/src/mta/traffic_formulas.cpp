@@ -1,5 +1,5 @@
 // Closed-form traffic of the flash MTA paths. Every count is per (batch, head) unless noted and
-// derived from the loop structure of seed 003 (docs/mta.md, "Traffic"); the tests hold the
+// derived from the loop structure of the MTA kernels (docs/mta.md, "Traffic"); the tests hold the
 // tile loops to these numbers.
 #include "flashlab/reference/mta_traffic.hpp"
 

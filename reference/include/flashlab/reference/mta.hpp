@@ -1,9 +1,9 @@
 /// @file mta.hpp
 /// @brief Multi-Token Attention (MTA): a 2-D convolution over the attention scores, fused with
-/// flash tiling (seed 003). Naive float64-grade reference, the flash forward, the flash backward
+/// flash tiling (the MTA kernels). Naive float64-grade reference, the flash forward, the flash backward
 /// (dQ + dW loop and dK/dV loop) and the split-K inference path with its combine step.
 ///
-/// Semantics (issue 5; kept exactly, docs/mta.md states them with the conventions below), per
+/// Semantics (kept exactly; docs/mta.md states them with the conventions below), per
 /// (batch, head) with one kernel W of shape cq × ck (ck odd) per head:
 ///
 ///     S      = scale · Q Kᵀ                          (N × N), scale defaults to 1/√d
@@ -14,7 +14,7 @@
 ///     Ŝ[i,j] = −∞                         for j > i  (causal mask *after* the convolution)
 ///     P      = softmax over j of Ŝ,  O = P V.
 ///
-/// Tensors use the seed layout `[BATCH, SEQ, HEAD_NUM, HEAD_DIM]` (tensor.hpp). The convolution
+/// Tensors use the layout of the Triton walkthrough `[BATCH, SEQ, HEAD_NUM, HEAD_DIM]` (tensor.hpp). The convolution
 /// kernel W and its gradient dW are `[HEAD_NUM, cq, ck]` (one W per head, shared by the batch).
 /// Row statistics (LSE, M, L, D) are `[BATCH, SEQ, HEAD_NUM, 1]` tensors.
 ///
@@ -31,7 +31,7 @@
 
 namespace flashlab::ref::mta {
 
-/// Query rows of the split-K inference tile (seed 003, "Query matrix for the last 16 tokens").
+/// Query rows of the split-K inference tile (the MTA kernels, "Query matrix for the last 16 tokens").
 inline constexpr std::size_t kInferQueryRows = 16;
 
 /// Per-head convolution kernels `[HEAD_NUM, cq, ck]`, contiguous, last index fastest (the
@@ -85,7 +85,7 @@ class Weights {
 Weights<double> random_weights(std::size_t heads, std::size_t cq, std::size_t ck, unsigned long long seed,
                                double stddev = 0.5);
 
-/// Tiling parameters of the flash paths (seed 003 notation).
+/// Tiling parameters of the flash paths (the MTA kernels' notation).
 struct Params {
   std::size_t cq = 1;             ///< kernel rows; Pq = cq − 1 rows of halo (past queries)
   std::size_t ck = 1;             ///< kernel columns, odd; Pk = (ck − 1)/2 columns of halo per side
@@ -102,7 +102,7 @@ struct Params {
 /// The softmax scale for head dimension d: `p.scale` if set, else 1/√d.
 double resolve_scale(const Params& p, std::size_t head_dim);
 
-/// Effective tile sizes and tile counts of one pass (seed 003: "effective block sizes (strides)").
+/// Effective tile sizes and tile counts of one pass (the MTA kernels: "effective block sizes (strides)").
 struct Tiling {
   std::size_t br = 0;  ///< Br, effective query rows per tile (the row stride)
   std::size_t bc = 0;  ///< Bc, effective key columns per tile (the column stride)
@@ -150,7 +150,7 @@ template <typename T>
 Grads<T> naive_backward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, const Weights<T>& w,
                         const Tensor<T>& d_o, const Params& p);
 
-/// Result of the flash forward (seed 003, forward algorithm).
+/// Result of the flash forward (the MTA kernels, forward algorithm).
 template <typename T>
 struct FlashForward {
   Tensor<T> o;  ///< normalised output O, `[B, N, H, d]`
@@ -158,7 +158,7 @@ struct FlashForward {
   Tensor<T> l;  ///< L: the row sum ℓ_i (relative to M) at the end, `[B, N, H, 1]`
 };
 
-/// Flash MTA forward as seed 003 states it: overlapping B × B tiles with effective sizes
+/// Flash MTA forward as the MTA kernels state it: overlapping B × B tiles with effective sizes
 /// Br = B − Pq, Bc = B − 2Pk; per (i, j): S_ij, Conv2D on chip, online softmax with the α/β
 /// rescaling, O[I_s:I_e] read-modify-written (effective rows written back); a final
 /// normalisation pass; M and L saved. Traffic is counted into `traffic` when non-null.
@@ -166,7 +166,7 @@ template <typename T>
 FlashForward<T> flash_forward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, const Weights<T>& w,
                               const Params& p, Traffic* traffic = nullptr);
 
-/// Flash MTA backward (seed 003): D preprocessing, the dQ + dW loop (row tiles outer, key tiles
+/// Flash MTA backward (the MTA kernels): D preprocessing, the dQ + dW loop (row tiles outer, key tiles
 /// inner; dW_i accumulated per row tile and added into the global dW) and the dK/dV loop (key
 /// tiles outer), both with the doubled halos Br = B − 2Pq, Bc = B − 4Pk. `m` and `l` are the
 /// flash forward's M and L; `o` its output. Traffic is counted into `traffic` when non-null.
@@ -175,7 +175,7 @@ Grads<T> flash_backward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>&
                         const Tensor<T>& o, const Tensor<T>& m, const Tensor<T>& l, const Tensor<T>& d_o,
                         const Params& p, Traffic* traffic = nullptr);
 
-/// Split-K inference (seed 003): the output of the last query token N − 1 from a 16-row query
+/// Split-K inference (the MTA kernels): the output of the last query token N − 1 from a 16-row query
 /// tile (rows N − 16 … N − 1), key tiles split over `p.splits` splits, each split's partial
 /// (O_s, M_s, L_s) combined in a second step. Returns `[B, 1, H, d]`. Requires cq ≤ 16.
 template <typename T>

@@ -1,5 +1,5 @@
 /// @file mta_traffic.hpp
-/// @brief Closed-form HBM traffic and work of the flash MTA paths (seed 003), per tensor.
+/// @brief Closed-form HBM traffic and work of the flash MTA paths (the MTA kernels), per tensor.
 ///
 /// The tile loops of mta.hpp count what they move as they run; these functions state the same
 /// numbers from the shape alone, so a test can hold the loops to the formulas (and the CUDA
