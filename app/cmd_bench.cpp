@@ -25,7 +25,7 @@ namespace {
 
 constexpr const char* kUsageLine =
     "bench attention [--seq N[,N2,...]] [--dim D[,D2]] [--heads H] [--batch B] [--causal | --no-causal | --both]\n"
-    "                       [--pass fwd|bwd|both] [--bwd-design atomic|two-kernel] [--fwd-kernel mma|wgmma]\n"
+    "                       [--pass fwd|bwd|both] [--bwd-design atomic|two-kernel] [--fwd-kernel mma|wgmma|tma-ws]\n"
     "                       [--dtype bf16|fp16] [--reps R] [--warmup W] [--csv]";
 constexpr const char* kSummary =
     "Times the fast tensor-core attention forward and/or backward on the GPU (bf16/fp16 in, fp32\n"
@@ -56,7 +56,8 @@ po::options_description options() {
       ("bwd-design", po::value<std::string>()->default_value("atomic"),
        "atomic | two-kernel: the backward design to time (default atomic, the faster on H100)")
       ("fwd-kernel", po::value<std::string>()->default_value("mma"),
-       "mma | wgmma: the forward kernel to time (mma.sync, the default, or Hopper's wgmma; sm_90a)")
+       "mma | wgmma | tma-ws: the forward kernel to time (mma.sync, the default; Hopper's wgmma; wgmma fed by "
+       "TMA with warp specialisation; the last two sm_90a)")
       ("dtype", po::value<std::string>()->default_value("bf16"), "bf16 | fp16")
       ("reps", po::value<long long>()->default_value(30), "timed launches per shape (at least 20)")
       ("warmup", po::value<long long>()->default_value(3), "untimed launches per shape before timing")
@@ -100,7 +101,7 @@ struct Sweep {
   bool fwd = true, bwd = true;  // passes to time (--pass)
   bool fp16 = false, csv = false;
   bool bwd_atomic = true;  // --bwd-design
-  bool fwd_wgmma = false;  // --fwd-kernel
+  std::string fwd_kernel = "mma";  // --fwd-kernel
 };
 
 Sweep parse_sweep(const po::variables_map& vm) {
@@ -131,9 +132,9 @@ Sweep parse_sweep(const po::variables_map& vm) {
     throw UsageError("--bwd-design '" + design + "' is unknown", "choose atomic (the default) or two-kernel");
   s.bwd_atomic = design == "atomic";
   const std::string fk = vm["fwd-kernel"].as<std::string>();
-  if (fk != "mma" && fk != "wgmma")
-    throw UsageError("--fwd-kernel '" + fk + "' is unknown", "choose mma (the default) or wgmma");
-  s.fwd_wgmma = fk == "wgmma";
+  if (fk != "mma" && fk != "wgmma" && fk != "tma-ws")
+    throw UsageError("--fwd-kernel '" + fk + "' is unknown", "choose mma (the default), wgmma or tma-ws");
+  s.fwd_kernel = fk;
   const std::string dt = vm["dtype"].as<std::string>();
   if (dt != "bf16" && dt != "fp16") throw UsageError("--dtype '" + dt + "' is unknown", "choose bf16 or fp16");
   s.fp16 = dt == "fp16";
@@ -172,10 +173,13 @@ int run_sweep(const Sweep& s) {
   b.dtype = s.fp16 ? flashlab::ref::Dtype::fp16 : flashlab::ref::Dtype::bf16;
   b.pass = s.fwd && s.bwd ? fc::BenchPass::both : (s.bwd ? fc::BenchPass::bwd : fc::BenchPass::fwd);
   b.bwd_design = s.bwd_atomic ? flashlab::ref::Algorithm::bwd_atomic : flashlab::ref::Algorithm::bwd_two_kernel;
-  b.fwd_kernel = s.fwd_wgmma ? fc::FastForwardKernel::wgmma : fc::FastForwardKernel::mma_sync;
-  if (s.fwd_wgmma && !fc::fast_forward_wgmma_built())
-    throw UsageError("--fwd-kernel wgmma is not in this build",
-                     "configure with CMAKE_CUDA_ARCHITECTURES including 90 (the wgmma forward is sm_90a code)");
+  b.fwd_kernel = s.fwd_kernel == "wgmma"    ? fc::FastForwardKernel::wgmma
+                 : s.fwd_kernel == "tma-ws" ? fc::FastForwardKernel::tma_ws
+                                            : fc::FastForwardKernel::mma_sync;
+  if (s.fwd_kernel != "mma" && !fc::fast_forward_wgmma_built())
+    throw UsageError("--fwd-kernel " + s.fwd_kernel + " is not in this build",
+                     "configure with CMAKE_CUDA_ARCHITECTURES including 90 (the " + s.fwd_kernel +
+                         " forward is sm_90a code)");
   const std::string bwd_name = std::string(flashlab::ref::algorithm_flag_name(b.bwd_design)) + " backward";
   const char* dt = s.fp16 ? "fp16" : "bf16";
   const std::string device = fc::device_description();

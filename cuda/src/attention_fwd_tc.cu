@@ -496,7 +496,13 @@ void require_fast_head_dim(std::size_t head_dim) {
 
 namespace flashlab::cuda {
 
-const char* to_string(FastForwardKernel kernel) { return kernel == FastForwardKernel::wgmma ? "wgmma" : "mma"; }
+const char* to_string(FastForwardKernel kernel) {
+  switch (kernel) {
+    case FastForwardKernel::wgmma: return "wgmma";
+    case FastForwardKernel::tma_ws: return "tma-ws";
+    default: return "mma";
+  }
+}
 
 bool fast_forward_wgmma_built() {
 #ifdef FLASHLAB_HAVE_WGMMA
@@ -509,6 +515,7 @@ bool fast_forward_wgmma_built() {
 FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel) {
   detail::require_fast_head_dim(head_dim < 0 ? 0 : std::size_t(head_dim));
   if (kernel == FastForwardKernel::wgmma) return {detail::kWgmmaBlockM, detail::kWgmmaBlockN};
+  if (kernel == FastForwardKernel::tma_ws) return {detail::kTmaWsBlockM, detail::kTmaWsBlockN};
   if (head_dim == 64) return {detail::FastTraits<64, false>::BLOCK_M, detail::FastTraits<64, false>::BLOCK_N};
   return {detail::FastTraits<128, false>::BLOCK_M, detail::FastTraits<128, false>::BLOCK_N};
 }
@@ -529,9 +536,10 @@ void fast_attention_forward_device(const ref::AttentionProblem& problem, FastFor
   const detail::Problem p = detail::make_problem(problem).with_tiles(tiles.Br, tiles.Bc);
   const auto s = static_cast<cudaStream_t>(stream);
   const bool bf16 = problem.dtype == ref::Dtype::bf16;
-  if (kernel == FastForwardKernel::wgmma) {
+  if (kernel == FastForwardKernel::wgmma || kernel == FastForwardKernel::tma_ws) {
 #ifdef FLASHLAB_HAVE_WGMMA
-    detail::launch_fast_wgmma(p, bf16, Q, K, V, O, LSE, s);
+    if (kernel == FastForwardKernel::wgmma) detail::launch_fast_wgmma(p, bf16, Q, K, V, O, LSE, s);
+    else detail::launch_fast_tma_ws(p, bf16, Q, K, V, O, LSE, s);
     return;
 #else
     throw std::invalid_argument(

@@ -49,6 +49,7 @@
 // Instantiations: d ∈ {64, 128} × {bf16, fp16} × {causal, not}.
 #include "common.hpp"
 #include "launchers.hpp"
+#include "hopper.cuh"
 #include "tensor_core.cuh"
 
 #include <cuda_bf16.h>
@@ -63,106 +64,7 @@ namespace flashlab::cuda::detail {
 
 namespace {
 
-// ----------------------------------------------------------------------------- wgmma primitives
-// Only sm_90a has wgmma; elsewhere the kernel body compiles to a trap (never launched: the host
-// side checks the device). __CUDA_ARCH_FEAT_SM90_ALL is nvcc's macro for "compute_90a".
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define FLASHLAB_WGMMA_OK 1
-#else
-#define FLASHLAB_WGMMA_OK 0
-#endif
-
-/// Registers written before this point (accumulators, A fragments) are ready for wgmma.
-__device__ __forceinline__ void wg_fence() {
-#if FLASHLAB_WGMMA_OK
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#endif
-}
-/// Close the current group of issued wgmma ops.
-__device__ __forceinline__ void wg_commit() {
-#if FLASHLAB_WGMMA_OK
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
-/// Wait until at most kPending groups of this warpgroup are still running.
-template <int kPending>
-__device__ __forceinline__ void wg_wait() {
-#if FLASHLAB_WGMMA_OK
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-#endif
-}
-/// The compiler must not move reads/writes of accumulator registers across a wgmma fence/wait
-/// (the asm blocks above only order memory): tie every register to an empty asm.
-template <int kN>
-__device__ __forceinline__ void reg_fence(float (&a)[kN]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(a[i])::"memory");
-}
-
-/// Shared-memory matrix descriptor (PTX ISA "matrix descriptor", sm_90): start address >> 4 in
-/// bits 0–13, leading byte offset >> 4 in 16–29, stride byte offset >> 4 in 32–45, base offset
-/// 0 (tiles are 1024-byte aligned), swizzle mode in 62–63 (1 = 128-byte swizzle).
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32) |
-         (uint64_t(1) << 62);
-}
-
-// Operand lists of the accumulator registers (written once here, read by the three wrappers).
-#define FL_D32                                                                                            \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
-  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define FL_D64                                                                                              \
-  FL_D32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, " \
-         "%51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define FL_ACC8(d, i)                                                                                  \
-  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
-      "+f"(d[i + 7])
-#define FL_ACC32(d) FL_ACC8(d, 0), FL_ACC8(d, 8), FL_ACC8(d, 16), FL_ACC8(d, 24)
-#define FL_ACC64(d) FL_ACC32(d), FL_ACC8(d, 32), FL_ACC8(d, 40), FL_ACC8(d, 48), FL_ACC8(d, 56)
-
-/// D[64×128] (+)= A[64×16] · B[16×128], A and B K-major in SRAM (descriptors). Used for S = Q Kᵀ.
-#define FL_WGMMA_SS_N128(TY)                                                                  \
-  asm volatile(                                                                               \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                            \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" FL_D64 "}, %64, %65, p, 1, 1, 0, 0;\n}\n" \
-      : FL_ACC64(d)                                                                           \
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
-template <bool kBf16>
-__device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-#if FLASHLAB_WGMMA_OK
-  if constexpr (kBf16) FL_WGMMA_SS_N128("bf16");
-  else FL_WGMMA_SS_N128("f16");
-#endif
-}
-
-/// D[64×N] (+)= A[64×16] (registers) · B[16×N], B MN-major in SRAM (imm-trans-b = 1). O += P V.
-#define FL_WGMMA_RS_N128(TY)                                                                           \
-  asm volatile(                                                                                        \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                     \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" FL_D64                             \
-      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                                 \
-      : FL_ACC64(d)                                                                                    \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
-#define FL_WGMMA_RS_N64(TY)                                                                            \
-  asm volatile(                                                                                        \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                     \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {" FL_D32                              \
-      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                                 \
-      : FL_ACC32(d)                                                                                    \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
-template <bool kBf16, int kN>
-__device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
-#if FLASHLAB_WGMMA_OK
-  if constexpr (kN == 128) {
-    if constexpr (kBf16) FL_WGMMA_RS_N128("bf16");
-    else FL_WGMMA_RS_N128("f16");
-  } else {
-    static_assert(kN == 64, "P·V wgmma: n = d ∈ {64, 128}");
-    if constexpr (kBf16) FL_WGMMA_RS_N64("bf16");
-    else FL_WGMMA_RS_N64("f16");
-  }
-#endif
-}
+// wgmma primitives (wg_fence, smem_desc, wgmma_ss_n128, wgmma_rs, ...): hopper.cuh.
 
 // ----------------------------------------------------------------------------- tile parameters
 template <int HEAD_DIM, bool kBf16_, bool kCausal_>
@@ -206,15 +108,6 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const uint16_t* __restri
     const uint16_t* src = head + (valid ? std::size_t(row0 + r) * stride + 8 * c : 0);
     cp_async16(dst + sw128(kRows, r, c), src, valid);
   }
-}
-
-/// reg_fence for the 16-bit P fragments: they are wgmma inputs until the wait that follows P·V.
-template <int kN>
-__device__ __forceinline__ void reg_fence_u(uint32_t (&a)[kN][4]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i)
-#pragma unroll
-    for (int k = 0; k < 4; ++k) asm volatile("" : "+r"(a[i][k])::"memory");
 }
 
 // ----------------------------------------------------------------------------- one step's pieces

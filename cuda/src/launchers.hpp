@@ -37,6 +37,12 @@ constexpr int kWgmmaBlockM = 128, kWgmmaBlockN = 128;
 void launch_fast_wgmma(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
                        cudaStream_t stream);
 
+// attention_fwd_ws.cu (sm_90a, same condition) — TMA loads, a producer warpgroup, two ping-pong
+// consumer warpgroups on wgmma. Tiles: BLOCK_M = Br = 128, BLOCK_N = Bc = 128.
+constexpr int kTmaWsBlockM = 128, kTmaWsBlockN = 128;
+void launch_fast_tma_ws(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                        cudaStream_t stream);
+
 // attention_bwd_atomic.cu — one kernel, dQ accumulated with atomicAdd.
 void launch_zero_fill(const Problem& p, float* dQ);
 void launch_bwd_atomic(const Problem& p, const float* Q, const float* K, const float* V, const float* dO,

@@ -13,7 +13,8 @@
 // N = 80 non-causal (a full key tile, then a ragged one of 16 keys);
 // plus N = 300 with key rows scaled up along the sequence (maxima that keep growing: late rescales).
 // Tag [fast-sanitize]: the small shapes, for compute-sanitizer. [fast-wgmma]: the same checks on the
-// wgmma forward (FastForwardKernel::wgmma, cuda/src/attention_fwd_wgmma.cu).
+// wgmma forward (FastForwardKernel::wgmma, cuda/src/attention_fwd_wgmma.cu); [fast-ws]: on the TMA +
+// warp-specialised forward (FastForwardKernel::tma_ws, cuda/src/attention_fwd_ws.cu).
 #include <catch2/catch.hpp>
 
 #include "flashlab/cuda/fast_attention.hpp"
@@ -58,7 +59,7 @@ void check_fast(const FastCase& c) {
                             " N=" + std::to_string(c.seq) + " H=" + std::to_string(c.heads) +
                             " d=" + std::to_string(c.head_dim) + (c.causal ? " causal" : "") +
                             (c.k_ramp > 0.0 ? " k-ramp" : "") +
-                            (c.kernel == fc::FastForwardKernel::wgmma ? " wgmma" : "");
+                            (c.kernel == fc::FastForwardKernel::mma_sync ? "" : std::string(" ") + fc::to_string(c.kernel));
   INFO(label << " seed=" << seed << " (rerun with FLASHLAB_TEST_SEED)");
   const fr::Shape shape{std::size_t(c.batch), std::size_t(c.seq), std::size_t(c.heads), std::size_t(c.head_dim)};
   fr::Tensor<double> q0(shape), k0(shape), v0(shape), Qd(shape), Kd(shape), Vd(shape);
@@ -185,6 +186,38 @@ TEST_CASE("wgmma forward, N = 1000 and 4096", "[fast][fast-wgmma][fast-large]") 
   report("wgmma large");
 }
 
+// The TMA + warp-specialised forward (cuda/src/attention_fwd_ws.cu, sm_90a; Br = Bc = 128): the
+// same shapes as the wgmma ones, plus N = 80 (one ragged tile), 300 (three tiles: the stage ring
+// wraps) and 4096 / 1000 with batch > 1 (many blocks, both pipeline phases).
+constexpr fc::FastForwardKernel kTmaWs = fc::FastForwardKernel::tma_ws;
+
+TEST_CASE("tma-ws forward, small shapes, equals the float64 reference", "[fast][fast-ws][fast-sanitize]") {
+  if (!wgmma_in_build()) return;
+  for (int seq : {1, 17, 80, 128, 130, 300})
+    for (int d : {64, 128})
+      for (bool causal : {false, true}) check_fast({1, seq, 2, d, causal, kBf16, 0.0, kTmaWs});
+  check_fast({2, 70, 3, 64, true, kBf16, 0.0, kTmaWs});  // batch > 1, ragged
+  check_fast({3, 200, 2, 128, false, kBf16, 0.0, kTmaWs});
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) check_fast({1, 200, 2, d, causal, kFp16, 0.0, kTmaWs});  // fp16
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) check_fast({1, 300, 2, d, causal, kBf16, 19.0, kTmaWs});  // k-ramp: late rescales
+  check_fast({1, 300, 2, 128, false, kFp16, 19.0, kTmaWs});
+  report("tma-ws small");
+}
+
+TEST_CASE("tma-ws forward, N = 1000 and 4096", "[fast][fast-ws][fast-large]") {
+  if (!wgmma_in_build()) return;
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) {
+      check_fast({1, 1000, 2, d, causal, kBf16, 0.0, kTmaWs});
+      check_fast({1, 4096, 1, d, causal, kBf16, 0.0, kTmaWs});
+    }
+  check_fast({2, 1000, 2, 128, true, kFp16, 0.0, kTmaWs});
+  check_fast({2, 4096, 2, 64, false, kFp16, 0.0, kTmaWs});
+  report("tma-ws large");
+}
+
 TEST_CASE("fast forward refuses what it does not support", "[fast][errors]") {
   fr::AttentionProblem cfg;
   cfg.seq = 8;
@@ -194,6 +227,8 @@ TEST_CASE("fast forward refuses what it does not support", "[fast][errors]") {
   const std::vector<std::uint16_t> x(8 * 48);
   CHECK_THROWS_WITH(fc::fast_attention_forward(cfg, mma, x, x, x), Catch::Contains("head_dim (d) = 48 is not 64 or 128"));
   CHECK_THROWS_WITH(fc::fast_attention_forward(cfg, wgmma, x, x, x), Catch::Contains("head_dim (d) = 48"));
+  CHECK_THROWS_WITH(fc::fast_attention_forward(cfg, fc::FastForwardKernel::tma_ws, x, x, x),
+                    Catch::Contains("head_dim (d) = 48"));
   cfg.head_dim = 64;
   CHECK_THROWS_WITH(fc::fast_attention_forward(cfg, mma, x, x, x), Catch::Contains("Q has 384 elements"));
   cfg.dtype = fr::Dtype::fp32;

@@ -35,10 +35,13 @@ enum class FastForwardKernel {
   /// Hopper's warpgroup MMA, `wgmma.mma_async` (cuda/src/attention_fwd_wgmma.cu): compiled for
   /// sm_90a, so it runs on compute capability 9.0 GPUs only (H100/H200), and only in builds whose
   /// CMAKE_CUDA_ARCHITECTURES include 90 (fast_forward_wgmma_built()).
-  wgmma
+  wgmma,
+  /// wgmma fed by TMA loads from a producer warpgroup, two consumer warpgroups taking turns at the
+  /// tensor cores (cuda/src/attention_fwd_ws.cu): sm_90a, built and usable as wgmma.
+  tma_ws
 };
 
-/// "mma" or "wgmma" (the names the `flashlab bench attention --fwd-kernel` flag takes).
+/// "mma", "wgmma" or "tma-ws" (the names the `flashlab bench attention --fwd-kernel` flag takes).
 const char* to_string(FastForwardKernel kernel);
 
 /// Whether this build contains the wgmma forward (CMAKE_CUDA_ARCHITECTURES included 90).

@@ -1,0 +1,419 @@
+// attention_fwd_ws.cu — FlashAttention forward on Hopper with TMA loads and warp specialisation
+// (FlashAttention-3's structure). Selected with FastForwardConfig::kernel = FastForwardKernel::tma_ws
+// (fast_attention.hpp) or `flashlab bench attention --fwd-kernel tma-ws`; built for sm_90a alone
+// (cuda/CMakeLists.txt, object library flashlab_cuda_wgmma) when the architectures include 90.
+//
+// The algorithm, names and numerics are those of attention_fwd_wgmma.cu (FA2 loop order, one block
+// per query tile Q_i with Br = BLOCK_M = 128, key tiles K_j, V_j of Bc = BLOCK_N = 128, online
+// softmax in base 2, deferred 1/l_i, LSE_i = m_i + log2(l_i)); what changes is who moves the data
+// and how the two warpgroups of a block share the tensor cores:
+//   - A block has three warpgroups. Warpgroup 0 is the PRODUCER: it gives back most of its
+//     registers (setmaxnreg.dec to 24) and one thread issues every load as a TMA box
+//     (cp.async.bulk.tensor, hopper.cuh): Q_i once, then K_j and V_j into a ring of kStages
+//     stages. Warpgroups 1 and 2 are the CONSUMERS (setmaxnreg.inc to 240), 64 query rows each,
+//     and never touch global memory until they store O_i.
+//   - Hand-off by mbarriers, one per event: q_full; k_full[s] and v_full[s] (the TMA credits the
+//     bytes, so S_ij can start as soon as K_j landed while V_j is still in flight); empty[s]
+//     (one arrival per consumer warp once its P_ij·V_j finished reading the stage; the producer
+//     waits on it before it overwrites). Waiters name the phase by its parity (j / kStages) & 1.
+//   - TMA writes the 128-byte-swizzled layout the wgmma descriptors read (one box = 64 columns ×
+//     rows; a [rows][d] tile is d/64 boxes, each a 1024-byte-aligned block of rows·128 bytes).
+//     Rows past N arrive as zeros (no stale SRAM reaches P·V: the NaN hazard).
+//   - Ping-pong: the two consumer warpgroups take turns at ISSUING their GEMMs, enforced by two
+//     named barriers (bar.sync on one's own, bar.arrive on the other's). A turn issues S_ij =
+//     Q_i K_jᵀ and O_i += P_i(j−1) V_(j−1) back to back; while the tensor cores run them the other
+//     warpgroup does its softmax. So the softmax (exp2 on the SFU) of one warpgroup hides behind the
+//     GEMMs of the other, rather than both warpgroups doing softmax at the same time.
+//   - Lazy rescale (as the mma.sync forward): O_i = diag(alpha) O_i only when some row of the warp
+//     saw its maximum move (a warp vote; alpha = 1 exactly otherwise).
+//   - Masks only on tiles that need them (the last, ragged key tile; causal: the diagonal tile);
+//     causal blocks stop at the diagonal and the bottom query tiles are launched first. A fully
+//     masked row gives O = 0 and LSE = −inf, never NaN.
+// Resources: see the ptxas figures in docs/optimisation.md.
+#include "common.hpp"
+#include "hopper.cuh"
+#include "launchers.hpp"
+#include "tensor_core.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+namespace flashlab::cuda::detail {
+
+namespace {
+
+template <int HEAD_DIM, bool kBf16_, bool kCausal_>
+struct WsTraits {
+  static constexpr int kHeadDim = HEAD_DIM;
+  static constexpr bool kBf16 = kBf16_;
+  static constexpr bool kCausal = kCausal_;
+  static constexpr int kConsumers = 2;                      // consumer warpgroups, 64 query rows each
+  static constexpr int kThreads = 128 * (1 + kConsumers);   // + the producer warpgroup
+  static constexpr int kConsumerWarps = 4 * kConsumers;     // arrivals on empty[s]
+  static constexpr int BLOCK_M = 64 * kConsumers;           // Br
+  static constexpr int BLOCK_N = 128;                       // Bc (n of the S wgmma)
+  static constexpr int kStages = 2;                         // K_j/V_j ring
+  static constexpr int kColBlocks = HEAD_DIM / 64;          // TMA boxes (64 columns) per tile
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register file");
+  static constexpr int kTileQBytes = BLOCK_M * HEAD_DIM * 2;
+  static constexpr int kTileKVBytes = BLOCK_N * HEAD_DIM * 2;
+  static constexpr int kBarrierOffset = kTileQBytes + 2 * kStages * kTileKVBytes;  // after the tiles
+  static constexpr int kBarriers = 1 + 3 * kStages;  // q_full, k_full[], v_full[], empty[]
+  // +1024: the dynamic SRAM base is rounded up to the 1024-byte swizzle period.
+  static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;
+  static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "d ∈ {64, 128}");
+  static_assert(BLOCK_M == BLOCK_N, "causal: only the diagonal tile is masked, and no warpgroup sees a fully masked tile");
+};
+
+// Named barriers 1 and 2 (0 is __syncthreads): consumer warpgroup c waits on kTurnBarrier + c.
+constexpr int kTurnBarrier = 1;
+
+/// SRAM addresses of the tiles and barriers of one block.
+template <class T>
+struct WsSmem {
+  uint32_t base;
+  __device__ uint32_t q() const { return base; }
+  __device__ uint32_t k(int s) const { return base + T::kTileQBytes + uint32_t(s) * 2 * T::kTileKVBytes; }
+  __device__ uint32_t v(int s) const { return k(s) + T::kTileKVBytes; }
+  __device__ uint32_t bar(int i) const { return base + T::kBarrierOffset + 8u * uint32_t(i); }
+  __device__ uint32_t q_full() const { return bar(0); }
+  __device__ uint32_t k_full(int s) const { return bar(1 + s); }
+  __device__ uint32_t v_full(int s) const { return bar(1 + T::kStages + s); }
+  __device__ uint32_t empty(int s) const { return bar(1 + 2 * T::kStages + s); }
+};
+
+/// Issue the d/64 TMA boxes of one [rows][d] tile (rows from token `row0` of head h, batch b).
+template <class T, int kRows>
+__device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, int row0, int h, int b, uint32_t bar) {
+#pragma unroll
+  for (int c = 0; c < T::kColBlocks; ++c) tma_load_4d(dst + uint32_t(c) * kRows * 128, map, 64 * c, h, row0, b, bar);
+}
+
+/// The producer (one thread): Q_i, then K_j, V_j for j < n_tiles through the stage ring.
+template <class T>
+__device__ void produce(const WsSmem<T>& sm, const CUtensorMap* map_q, const CUtensorMap* map_k,
+                        const CUtensorMap* map_v, int q0, int h, int b, int n_tiles) {
+  mbar_arrive_expect_tx(sm.q_full(), T::kTileQBytes);
+  tma_tile<T, T::BLOCK_M>(sm.q(), map_q, q0, h, b, sm.q_full());
+  for (int j = 0; j < n_tiles; ++j) {
+    const int s = j % T::kStages;
+    // Stage s was last filled for tile j − kStages: wait for that phase of empty[s].
+    if (j >= T::kStages) mbar_wait(sm.empty(s), uint32_t(j / T::kStages - 1) & 1u);
+    mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
+    tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, j * T::BLOCK_N, h, b, sm.k_full(s));
+    mbar_arrive_expect_tx(sm.v_full(s), T::kTileKVBytes);
+    tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, j * T::BLOCK_N, h, b, sm.v_full(s));
+  }
+}
+
+/// Issue S_ij = Q_i K_jᵀ for this warpgroup's 64 rows (d/16 k-steps, the first overwrites).
+template <class T>
+__device__ __forceinline__ void issue_qk(float (&s_acc)[T::BLOCK_N / 2], uint32_t sQ_wg, uint32_t sK) {
+#pragma unroll
+  for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
+    const uint32_t col = uint32_t(kk / 4), k32 = uint32_t(kk % 4) * 32;  // 64-column box, k16 inside it
+    const uint64_t da = smem_desc(sQ_wg + col * T::BLOCK_M * 128 + k32, 16, 1024);
+    const uint64_t db = smem_desc(sK + col * T::BLOCK_N * 128 + k32, 16, 1024);
+    wgmma_ss_n128<T::kBf16>(s_acc, da, db, kk > 0);
+  }
+}
+
+/// Issue O_i += P_ij V_j (Bc/16 k-steps, P from registers; V MN-major: LBO = bytes between the
+/// 64-column boxes of d, SBO = 1024 bytes between 8-key groups, a k16 step = 16 keys = 2048 bytes).
+template <class T>
+__device__ __forceinline__ void issue_pv(float (&o)[T::kHeadDim / 2], const uint32_t (&pa)[T::BLOCK_N / 16][4],
+                                         uint32_t sV) {
+#pragma unroll
+  for (int kk = 0; kk < T::BLOCK_N / 16; ++kk)
+    wgmma_rs<T::kBf16, T::kHeadDim>(o, pa[kk], smem_desc(sV + uint32_t(kk) * 16 * 128, T::BLOCK_N * 128, 1024), 1);
+}
+
+/// Online softmax of one S_ij on this thread's two rows (masks first when `need_mask`), P_ij
+/// packed to 16 bits into `pa`, then O_i = diag(alpha) O_i if any row of the warp moved its max.
+template <class T>
+__device__ __forceinline__ void softmax_rescale(float (&s_acc)[T::BLOCK_N / 2], uint32_t (&pa)[T::BLOCK_N / 16][4],
+                                                float (&o)[T::kHeadDim / 2], float (&m_i)[2], float (&l_i)[2],
+                                                int key0, int N, int row_base, bool need_mask, int t4,
+                                                float scale_log2) {
+  constexpr float NEG_INF = -INFINITY;
+  constexpr int BLOCK_N = T::BLOCK_N;
+  if (need_mask) {
+#pragma unroll
+    for (int t = 0; t < BLOCK_N / 8; ++t)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = key0 + 8 * t + 2 * t4 + e;
+          if (key >= N || (T::kCausal && key > row_base + 8 * r)) s_acc[4 * t + 2 * r + e] = NEG_INF;
+        }
+  }
+  float alpha[2];
+  bool max_moved = false;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = NEG_INF;
+#pragma unroll
+    for (int t = 0; t < BLOCK_N / 8; ++t) mx = fmaxf(mx, fmaxf(s_acc[4 * t + 2 * r], s_acc[4 * t + 2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the 4 threads of a row
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m_i[r], mx * scale_log2);
+    // A row with every key masked so far has m_new = −inf: subtract 0 instead (P = 0, no NaN).
+    const float m_use = m_new == NEG_INF ? 0.f : m_new;
+    alpha[r] = ex2(m_i[r] - m_use);
+    max_moved |= m_new != m_i[r];
+    m_i[r] = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int t = 0; t < BLOCK_N / 8; ++t)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float pv = ex2(fmaf(s_acc[4 * t + 2 * r + e], scale_log2, -m_use));
+        s_acc[4 * t + 2 * r + e] = pv;
+        sum += pv;
+      }
+    l_i[r] = l_i[r] * alpha[r] + sum;
+  }
+  // k-step kk of P·V = keys 16kk .. 16kk+15 = accumulator n-tiles 2kk, 2kk+1 (register-A layout of
+  // m64nNk16 = the accumulator layout of m64nN: no shuffles).
+#pragma unroll
+  for (int kk = 0; kk < BLOCK_N / 16; ++kk)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) pa[kk][q] = pack2<T::kBf16>(s_acc[8 * kk + 2 * q], s_acc[8 * kk + 2 * q + 1]);
+  if (__any_sync(0xffffffffu, max_moved)) {
+#pragma unroll
+    for (int t = 0; t < T::kHeadDim / 8; ++t)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        o[4 * t + 2 * r] *= alpha[r];
+        o[4 * t + 2 * r + 1] *= alpha[r];
+      }
+  }
+}
+
+/// O_i = acc / l_i → HBM (input dtype), LSE_i = m_i + log2(l_i) (fp32, base 2).
+template <class T>
+__device__ __forceinline__ void store_o_lse(const Problem& p, uint16_t* __restrict__ O, float* __restrict__ LSE,
+                                            const float (&o)[T::kHeadDim / 2], const float (&m_i)[2],
+                                            const float (&l_i)[2], int b, int h, int row_base, int t4) {
+  const std::size_t base = p.head_offset(b, h), stat = p.stat_offset(b, h);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_i[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv_l = l > 0.f ? 1.f / l : 0.f;
+    const int row = row_base + 8 * r;
+    if (row < p.seq) {
+      uint16_t* out = O + base + std::size_t(row) * p.row_stride() + 2 * t4;
+#pragma unroll
+      for (int t = 0; t < T::kHeadDim / 8; ++t)
+        *reinterpret_cast<uint32_t*>(out + 8 * t) =
+            pack2<T::kBf16>(o[4 * t + 2 * r] * inv_l, o[4 * t + 2 * r + 1] * inv_l);
+      if (t4 == 0) LSE[stat + row] = l > 0.f ? m_i[r] + log2f(l) : -INFINITY;
+    }
+  }
+}
+
+/// One consumer warpgroup `cw` (0 or 1): its 64 rows of Q_i against every key tile.
+/// Turn k of warpgroup 0 follows turn k − 1 of warpgroup 1 and vice versa (named barriers).
+template <class T>
+__device__ void consume(const Problem& p, const WsSmem<T>& sm, uint16_t* __restrict__ O, float* __restrict__ LSE,
+                        int cw, int q0, int h, int b, int n_tiles) {
+  constexpr int D = T::kHeadDim, BLOCK_N = T::BLOCK_N, S = T::kStages;
+  constexpr float NEG_INF = -INFINITY;
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t4 = lane % 4;
+  const int row_base = q0 + 64 * cw + 16 * warp + lane / 4;  // this thread's rows: row_base, row_base + 8
+  const int wg_row0 = q0 + 64 * cw, N = p.seq;
+  const float scale_log2 = p.scale_log2;
+  const uint32_t sQ_wg = sm.q() + uint32_t(cw) * 64 * 128;  // this warpgroup's 64 rows (8 swizzle periods)
+  const int my_turn = kTurnBarrier + cw, other_turn = kTurnBarrier + (cw ^ 1);
+  auto need_mask = [&](int j) { return (j + 1) * BLOCK_N > N || (T::kCausal && (j + 1) * BLOCK_N - 1 > wg_row0); };
+  auto phase = [](int j) { return uint32_t(j / S) & 1u; };
+
+  float o[D / 2], s_acc[BLOCK_N / 2];
+  uint32_t pa[BLOCK_N / 16][4];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  float m_i[2] = {NEG_INF, NEG_INF}, l_i[2] = {0.f, 0.f};
+
+  if (cw == 1) named_bar_arrive(kTurnBarrier, 256);  // warpgroup 0 takes the first turn
+  mbar_wait(sm.q_full(), 0);
+  // Tile 0: S only.
+  mbar_wait(sm.k_full(0), 0);
+  named_bar_sync(my_turn, 256);
+  wg_fence();
+  issue_qk<T>(s_acc, sQ_wg, sm.k(0));
+  wg_commit();
+  named_bar_arrive(other_turn, 256);
+  wg_wait<0>();
+  reg_fence(s_acc);
+  softmax_rescale<T>(s_acc, pa, o, m_i, l_i, 0, N, row_base, need_mask(0), t4, scale_log2);
+  // Tile j: S_ij with P_i(j−1)·V_(j−1) in one turn; the softmax of tile j overlaps the other's turn.
+  for (int j = 1; j < n_tiles; ++j) {
+    const int s = j % S, sp = (j - 1) % S;
+    mbar_wait(sm.k_full(s), phase(j));
+    mbar_wait(sm.v_full(sp), phase(j - 1));
+    named_bar_sync(my_turn, 256);
+    wg_fence();  // s_acc, o, pa last written by ordinary instructions
+    reg_fence(s_acc);
+    reg_fence(o);
+    reg_fence_u(pa);
+    issue_qk<T>(s_acc, sQ_wg, sm.k(s));
+    wg_commit();
+    issue_pv<T>(o, pa, sm.v(sp));
+    wg_commit();
+    named_bar_arrive(other_turn, 256);
+    wg_wait<0>();
+    reg_fence(s_acc);
+    reg_fence(o);
+    reg_fence_u(pa);
+    if (lane == 0) mbar_arrive(sm.empty(sp));  // this warp is done with K_(j−1), V_(j−1)
+    softmax_rescale<T>(s_acc, pa, o, m_i, l_i, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
+  }
+  // Last P·V: one more turn; warpgroup 1 owes no arrival (warpgroup 0 has no turn left).
+  const int last = n_tiles - 1;
+  mbar_wait(sm.v_full(last % S), phase(last));
+  named_bar_sync(my_turn, 256);
+  wg_fence();
+  reg_fence(o);
+  reg_fence_u(pa);
+  issue_pv<T>(o, pa, sm.v(last % S));
+  wg_commit();
+  if (cw == 0) named_bar_arrive(other_turn, 256);
+  wg_wait<0>();
+  reg_fence(o);
+  store_o_lse<T>(p, O, LSE, o, m_i, l_i, b, h, row_base, t4);
+}
+
+template <class T>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    ws_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
+                  const __grid_constant__ CUtensorMap map_v, Problem p, uint16_t* __restrict__ O,
+                  float* __restrict__ LSE) {
+#if FLASHLAB_WGMMA_OK
+  extern __shared__ uint8_t smem_raw[];
+  const WsSmem<T> sm{(uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u};
+  // Causal: the bottom query tiles have the most key tiles; launch them first.
+  const int m_tile = T::kCausal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int h = blockIdx.y, b = blockIdx.z, q0 = m_tile * T::BLOCK_M;
+  int n_tiles = (p.seq + T::BLOCK_N - 1) / T::BLOCK_N;
+  if (T::kCausal) n_tiles = min(n_tiles, (q0 + T::BLOCK_M - 1) / T::BLOCK_N + 1);
+  const int wg = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    tma_prefetch_map(&map_q);
+    tma_prefetch_map(&map_k);
+    tma_prefetch_map(&map_v);
+    mbar_init(sm.q_full(), 1);
+    for (int s = 0; s < T::kStages; ++s) {
+      mbar_init(sm.k_full(s), 1);
+      mbar_init(sm.v_full(s), 1);
+      mbar_init(sm.empty(s), T::kConsumerWarps);
+    }
+    mbar_fence_init();
+  }
+  __syncthreads();
+  if (wg == 0) {
+    regs_release<T::kProducerRegs>();
+    if (threadIdx.x == 0) produce<T>(sm, &map_q, &map_k, &map_v, q0, h, b, n_tiles);
+    return;  // every load is consumed before the consumers exit: nothing in flight is orphaned
+  }
+  regs_claim<T::kConsumerRegs>();
+  consume<T>(p, sm, O, LSE, wg - 1, q0, h, b, n_tiles);
+#else
+  __trap();  // built without sm_90a: never launched
+#endif
+}
+
+template <int D, bool kBf16, bool kCausal>
+void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                   cudaStream_t stream) {
+  using T = WsTraits<D, kBf16, kCausal>;
+  auto kernel = &ws_fwd_kernel<T>;
+  static const bool opted_in = [&] {  // > 48 KiB of dynamic SRAM, once per instantiation
+    set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "ws_fwd_kernel", p);
+    return true;
+  }();
+  (void)opted_in;
+  const CUtensorMap map_q = make_head_tile_map(Q, p, T::BLOCK_M);
+  const CUtensorMap map_k = make_head_tile_map(K, p, T::BLOCK_N);
+  const CUtensorMap map_v = make_head_tile_map(V, p, T::BLOCK_N);
+  const dim3 grid((p.seq + T::BLOCK_M - 1) / T::BLOCK_M, p.heads, p.batch);
+  announce("ws_fwd_kernel");
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, p, static_cast<uint16_t*>(O), LSE);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) throw_cuda_error(err, "launch of ws_fwd_kernel", __FILE__, __LINE__);
+}
+
+template <int D, bool kBf16>
+void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                 cudaStream_t stream) {
+  if (p.causal) launch_ws_one<D, kBf16, true>(p, Q, K, V, O, LSE, stream);
+  else launch_ws_one<D, kBf16, false>(p, Q, K, V, O, LSE, stream);
+}
+
+/// cuTensorMapEncodeTiled, looked up once through the runtime's driver entry point.
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiledFn encode_tiled() {
+  static const EncodeTiledFn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found);
+    if (err != cudaSuccess) throw_cuda_error(err, "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)", __FILE__, __LINE__);
+    if (found != cudaDriverEntryPointSuccess || f == nullptr)
+      throw_cuda_error(cudaErrorNotSupported, "the driver has no cuTensorMapEncodeTiled (hint: a CUDA 12+ driver)",
+                       __FILE__, __LINE__);
+    return reinterpret_cast<EncodeTiledFn>(f);
+  }();
+  return fn;
+}
+
+}  // namespace
+
+CUtensorMap make_head_tile_map(const void* base, const Problem& p, int box_rows) {
+  CUtensorMap map{};
+  const cuuint64_t elem = 2;  // 16-bit storage
+  const cuuint64_t dims[4] = {cuuint64_t(p.head_dim), cuuint64_t(p.heads), cuuint64_t(p.seq), cuuint64_t(p.batch)};
+  // Byte strides of dims 1..3 (dim 0 is contiguous): head, token, batch.
+  const cuuint64_t strides[3] = {elem * p.head_dim, elem * p.row_stride(), elem * p.row_stride() * p.seq};
+  const cuuint32_t box[4] = {64, 1, cuuint32_t(box_rows), 1};  // 64 columns = one 128-byte swizzle row
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  // The data type only sizes the elements for a tile load (no conversion): bf16 and fp16 alike.
+  const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims, strides, box,
+                                    elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw_cuda_error(cudaErrorInvalidValue,
+                     ("cuTensorMapEncodeTiled (CUresult " + std::to_string(int(r)) +
+                      "; hint: the tensor needs 16-byte aligned rows and base)")
+                         .c_str(),
+                     __FILE__, __LINE__);
+  return map;
+}
+
+/// The launcher of launchers.hpp (errors thrown as CudaError).
+void launch_fast_tma_ws(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                        cudaStream_t stream) {
+  static_assert(kTmaWsBlockM == WsTraits<128, true, false>::BLOCK_M && kTmaWsBlockN == WsTraits<128, true, false>::BLOCK_N,
+                "launchers.hpp reports the tiles of this file");
+  if (p.head_dim == 64) {
+    if (bf16) launch_ws_d<64, true>(p, Q, K, V, O, LSE, stream);
+    else launch_ws_d<64, false>(p, Q, K, V, O, LSE, stream);
+  } else if (p.head_dim == 128) {
+    if (bf16) launch_ws_d<128, true>(p, Q, K, V, O, LSE, stream);
+    else launch_ws_d<128, false>(p, Q, K, V, O, LSE, stream);
+  } else {
+    throw_cuda_error(cudaErrorInvalidValue, "tma-ws forward: HEAD_DIM must be 64 or 128", __FILE__, __LINE__);
+  }
+}
+
+}  // namespace flashlab::cuda::detail
