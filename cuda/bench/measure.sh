@@ -6,6 +6,9 @@
 #                                        raw logs in OUT_DIR/logs, then `tabulate`
 #   measure.sh tabulate OUT_DIR          raw logs of OUT_DIR/logs -> OUT_DIR/csv/*.csv, the files
 #                                        (and columns) of cuda/results/; runs anywhere (bash + awk)
+#   measure.sh hopper [BIN_DIR] [OUT_DIR] the Hopper forwards only (about a minute): the tma-ws
+#                                        tests and sanitizers, tma-ws and wgmma sweeps beside SDPA,
+#                                        one ncu profile of each at the headline shape; tabulated
 #
 # BIN_DIR (default gpu-carry) holds `flashlab` and `test_cuda` built with the cuda preset
 # (sm_90 + sm_90a); OUT_DIR (default /tmp/flashlab-measure) must lie outside the tree, because
@@ -19,7 +22,7 @@
 # the pages show the newest run and, for the headline shape, every run.
 set -u
 
-usage() { sed -n '2,20p' "$0" >&2; exit 2; }
+usage() { sed -n '2,23p' "$0" >&2; exit 2; }
 
 # ---------------------------------------------------------------------------------------------
 # run: every measurement, one log per command
@@ -68,6 +71,48 @@ run_all() {
   tabulate "$out" || status=1
   tar czf "$out/measure.tgz" -C "$out" logs csv
   echo "measure: status $status; CSVs in $out/csv"
+  return $status
+}
+
+# ---------------------------------------------------------------------------------------------
+# hopper: the sm_90a forwards (tma-ws against wgmma), a subset of `run`
+# ---------------------------------------------------------------------------------------------
+run_hopper() {
+  local bin=$1 out=$2 logs=$2/logs status=0
+  mkdir -p "$logs"
+  export PATH=$PATH:/usr/local/cuda/bin
+  {
+    echo "date=$(date -u '+%Y-%m-%d %H:%M')"
+    echo "device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+  } >"$logs/env.txt"
+  step() {
+    local log=$1; shift
+    echo "=== $*" | tee "$log.cmd"
+    timeout 300 "$@" >"$log" 2>"$log.err"
+    local rc=$?
+    echo "$rc" >"$log.rc"
+    [ "$rc" -eq 0 ] || { echo "    failed: rc=$rc (see $log.err)"; status=1; }
+  }
+  step "$logs/test_cuda.log" "$bin/test_cuda" '[fast-ws]'
+  for tool in memcheck racecheck; do
+    step "$logs/sanitize_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      "$bin/test_cuda" 'tma-ws forward, small shapes*'
+  done
+  local sweep=(--pass fwd --seq 1024,2048,4096,8192,16384)
+  step "$logs/bench_tmaws.csv" "$bin/flashlab" bench attention --csv "${sweep[@]}" --fwd-kernel tma-ws
+  step "$logs/bench_wgmma.csv" "$bin/flashlab" bench attention --csv "${sweep[@]}" --fwd-kernel wgmma
+  step "$logs/sdpa_tmaws.log" env PYTHONUNBUFFERED=1 python3 cuda/bench/sdpa_bench.py \
+    "$logs/bench_tmaws.csv" --out "$logs/sdpa_tmaws.csv"
+  cp "$logs/sdpa_tmaws.csv" "$logs/sdpa_wgmma.csv"  # the same shapes, timed once in this run
+  local metrics=gpu__time_duration.sum,launch__registers_per_thread,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active
+  metrics+=,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed
+  for k in tma-ws wgmma; do
+    step "$logs/ncu_$k.csv" ncu --csv --kernel-name regex:fwd_kernel --launch-skip 2 --launch-count 1 --metrics "$metrics" \
+      "$bin/flashlab" bench attention --pass fwd --seq 8192 --dim 128 --no-causal --reps 20 --warmup 2 --fwd-kernel "$k"
+  done
+  tabulate "$out" >/dev/null || status=1
+  tar czf "$out/measure.tgz" -C "$out" logs csv
+  echo "measure hopper: status $status"
   return $status
 }
 
@@ -198,5 +243,6 @@ tabulate() {
 case "${1:-}" in
   run) run_all "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
   tabulate) [ $# -eq 2 ] || usage; tabulate "$2" ;;
+  hopper) run_hopper "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
   *) usage ;;
 esac
