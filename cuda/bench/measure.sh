@@ -96,7 +96,7 @@ run_hopper() {
   step "$logs/test_cuda.log" "$bin/test_cuda" '[fast-ws]'
   for tool in memcheck racecheck; do
     step "$logs/sanitize_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      "$bin/test_cuda" 'tma-ws forward, small shapes*'
+      "$bin/test_cuda" '[fast-ws][fast-sanitize]'
   done
   local sweep=(--pass fwd --seq 1024,2048,4096,8192,16384)
   step "$logs/bench_tmaws.csv" "$bin/flashlab" bench attention --csv "${sweep[@]}" --fwd-kernel tma-ws
@@ -104,7 +104,7 @@ run_hopper() {
   step "$logs/sdpa_tmaws.log" env PYTHONUNBUFFERED=1 python3 cuda/bench/sdpa_bench.py \
     "$logs/bench_tmaws.csv" --out "$logs/sdpa_tmaws.csv"
   cp "$logs/sdpa_tmaws.csv" "$logs/sdpa_wgmma.csv"  # the same shapes, timed once in this run
-  local metrics=gpu__time_duration.sum,launch__registers_per_thread,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active
+  local metrics=gpu__time_duration.sum,launch__registers_per_thread,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active
   metrics+=,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed
   for k in tma-ws wgmma; do
     step "$logs/ncu_$k.csv" ncu --csv --kernel-name regex:fwd_kernel --launch-skip 2 --launch-count 1 --metrics "$metrics" \

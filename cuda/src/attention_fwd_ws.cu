@@ -43,6 +43,12 @@
 #include <cstdint>
 #include <string>
 
+// Within a consumer turn: 1 = the softmax of S_ij overlaps the P_i(j−1)·V_(j−1) just issued
+// (FlashAttention-3's intra-warpgroup pipeline), 0 = wait for both GEMMs first.
+#ifndef FLASHLAB_WS_OVERLAP
+#define FLASHLAB_WS_OVERLAP 1
+#endif
+
 namespace flashlab::cuda::detail {
 
 namespace {
@@ -134,13 +140,13 @@ __device__ __forceinline__ void issue_pv(float (&o)[T::kHeadDim / 2], const uint
     wgmma_rs<T::kBf16, T::kHeadDim>(o, pa[kk], smem_desc(sV + uint32_t(kk) * 16 * 128, T::BLOCK_N * 128, 1024), 1);
 }
 
-/// Online softmax of one S_ij on this thread's two rows (masks first when `need_mask`), P_ij
-/// packed to 16 bits into `pa`, then O_i = diag(alpha) O_i if any row of the warp moved its max.
+/// Online softmax of one S_ij on this thread's two rows (masks first when `need_mask`): P_ij in
+/// place of S_ij (fp32), m_i and l_i updated, alpha = 2^(m_old − m_new) per row. Returns whether
+/// some row of this thread moved its maximum (alpha ≠ 1). Touches neither O_i nor the P fragments.
 template <class T>
-__device__ __forceinline__ void softmax_rescale(float (&s_acc)[T::BLOCK_N / 2], uint32_t (&pa)[T::BLOCK_N / 16][4],
-                                                float (&o)[T::kHeadDim / 2], float (&m_i)[2], float (&l_i)[2],
-                                                int key0, int N, int row_base, bool need_mask, int t4,
-                                                float scale_log2) {
+__device__ __forceinline__ bool softmax_p(float (&s_acc)[T::BLOCK_N / 2], float (&m_i)[2], float (&l_i)[2],
+                                          float (&alpha)[2], int key0, int N, int row_base, bool need_mask, int t4,
+                                          float scale_log2) {
   constexpr float NEG_INF = -INFINITY;
   constexpr int BLOCK_N = T::BLOCK_N;
   if (need_mask) {
@@ -154,7 +160,6 @@ __device__ __forceinline__ void softmax_rescale(float (&s_acc)[T::BLOCK_N / 2], 
           if (key >= N || (T::kCausal && key > row_base + 8 * r)) s_acc[4 * t + 2 * r + e] = NEG_INF;
         }
   }
-  float alpha[2];
   bool max_moved = false;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -180,6 +185,15 @@ __device__ __forceinline__ void softmax_rescale(float (&s_acc)[T::BLOCK_N / 2], 
       }
     l_i[r] = l_i[r] * alpha[r] + sum;
   }
+  return max_moved;
+}
+
+/// P_ij → 16-bit A fragments `pa`, then O_i = diag(alpha) O_i if any row of the warp moved its
+/// maximum (lazy rescale: otherwise alpha = 1 exactly).
+template <class T>
+__device__ __forceinline__ void pack_rescale(const float (&s_acc)[T::BLOCK_N / 2], uint32_t (&pa)[T::BLOCK_N / 16][4],
+                                             float (&o)[T::kHeadDim / 2], const float (&alpha)[2], bool max_moved) {
+  constexpr int BLOCK_N = T::BLOCK_N;
   // k-step kk of P·V = keys 16kk .. 16kk+15 = accumulator n-tiles 2kk, 2kk+1 (register-A layout of
   // m64nNk16 = the accumulator layout of m64nN: no shuffles).
 #pragma unroll
@@ -254,7 +268,9 @@ __device__ void consume(const Problem& p, const WsSmem<T>& sm, uint16_t* __restr
   named_bar_arrive(other_turn, 256);
   wg_wait<0>();
   reg_fence(s_acc);
-  softmax_rescale<T>(s_acc, pa, o, m_i, l_i, 0, N, row_base, need_mask(0), t4, scale_log2);
+  float alpha[2];
+  bool moved = softmax_p<T>(s_acc, m_i, l_i, alpha, 0, N, row_base, need_mask(0), t4, scale_log2);
+  pack_rescale<T>(s_acc, pa, o, alpha, moved);
   // Tile j: S_ij with P_i(j−1)·V_(j−1) in one turn; the softmax of tile j overlaps the other's turn.
   for (int j = 1; j < n_tiles; ++j) {
     const int s = j % S, sp = (j - 1) % S;
@@ -270,12 +286,25 @@ __device__ void consume(const Problem& p, const WsSmem<T>& sm, uint16_t* __restr
     issue_pv<T>(o, pa, sm.v(sp));
     wg_commit();
     named_bar_arrive(other_turn, 256);
+#if FLASHLAB_WS_OVERLAP
+    // Intra-warpgroup overlap: the softmax of S_ij runs while P_i(j−1)·V_(j−1) is still on the
+    // tensor cores; O_i and the P fragments are touched only after it finished.
+    wg_wait<1>();
+    reg_fence(s_acc);
+    moved = softmax_p<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
+    wg_wait<0>();
+    reg_fence(o);
+    reg_fence_u(pa);
+    if (lane == 0) mbar_arrive(sm.empty(sp));  // this warp is done with K_(j−1), V_(j−1)
+#else
     wg_wait<0>();
     reg_fence(s_acc);
     reg_fence(o);
     reg_fence_u(pa);
     if (lane == 0) mbar_arrive(sm.empty(sp));  // this warp is done with K_(j−1), V_(j−1)
-    softmax_rescale<T>(s_acc, pa, o, m_i, l_i, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
+    moved = softmax_p<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
+#endif
+    pack_rescale<T>(s_acc, pa, o, alpha, moved);
   }
   // Last P·V: one more turn; warpgroup 1 owes no arrival (warpgroup 0 has no turn left).
   const int last = n_tiles - 1;
