@@ -43,6 +43,7 @@
 //     block-wide barrier per step (which keeps both warpgroups in lock step), explicit ping-pong of
 //     the two warpgroups (named barriers), O staged through SRAM for 16-byte stores, lazy rescale.
 //     FlashAttention-3 has all of these, and cuDNN's forward is faster than this file.
+//     attention_fwd_ws.cu (`--fwd-kernel tma-ws`) adds TMA, the producer, ping-pong and lazy rescale.
 // Resources: d = 128 fits in the register budget of one 256-thread block per SM without spills,
 // with Q_i 32 KiB + 2 stages × (K_j 32 KiB + V_j 32 KiB) + 1 KiB alignment slack of dynamic SRAM;
 // d = 64 also runs one block per SM (two would need ≤ 128 registers per thread).

@@ -80,7 +80,8 @@ struct WsTraits {
   // +1024: the dynamic SRAM base is rounded up to the 1024-byte swizzle period.
   static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "d ∈ {64, 128}");
-  static_assert(BLOCK_M == BLOCK_N, "causal: only the diagonal tile is masked, and no warpgroup sees a fully masked tile");
+  static_assert(BLOCK_M == BLOCK_N,
+                "causal: only the diagonal tile is masked, and no warpgroup sees a fully masked tile");
 };
 
 // Named barriers 1 and 2 (0 is __syncthreads): consumer warpgroup c waits on kTurnBarrier + c.
@@ -402,8 +403,10 @@ EncodeTiledFn encode_tiled() {
   static const EncodeTiledFn fn = [] {
     void* f = nullptr;
     cudaDriverEntryPointQueryResult found{};
-    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found);
-    if (err != cudaSuccess) throw_cuda_error(err, "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)", __FILE__, __LINE__);
+    const cudaError_t err =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found);
+    if (err != cudaSuccess)
+      throw_cuda_error(err, "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)", __FILE__, __LINE__);
     if (found != cudaDriverEntryPointSuccess || f == nullptr)
       throw_cuda_error(cudaErrorNotSupported, "the driver has no cuTensorMapEncodeTiled (hint: a CUDA 12+ driver)",
                        __FILE__, __LINE__);
@@ -423,8 +426,8 @@ CUtensorMap make_head_tile_map(const void* base, const Problem& p, int box_rows)
   const cuuint32_t box[4] = {64, 1, cuuint32_t(box_rows), 1};  // 64 columns = one 128-byte swizzle row
   const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
   // The data type only sizes the elements for a tile load (no conversion): bf16 and fp16 alike.
-  const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims, strides, box,
-                                    elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+  const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims, strides,
+                                    box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw_cuda_error(cudaErrorInvalidValue,
@@ -438,7 +441,8 @@ CUtensorMap make_head_tile_map(const void* base, const Problem& p, int box_rows)
 /// The launcher of launchers.hpp (errors thrown as CudaError).
 void launch_fast_tma_ws(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
                         cudaStream_t stream) {
-  static_assert(kTmaWsBlockM == WsTraits<128, true, false>::BLOCK_M && kTmaWsBlockN == WsTraits<128, true, false>::BLOCK_N,
+  using Headline = WsTraits<128, true, false>;
+  static_assert(kTmaWsBlockM == Headline::BLOCK_M && kTmaWsBlockN == Headline::BLOCK_N,
                 "launchers.hpp reports the tiles of this file");
   if (p.head_dim == 64) {
     if (bf16) launch_ws_d<64, true>(p, Q, K, V, O, LSE, stream);
