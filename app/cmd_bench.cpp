@@ -55,8 +55,9 @@ po::options_description options() {
       ("pass", po::value<std::string>()->default_value("both"), "fwd | bwd | both: the passes to time")
       ("bwd-design", po::value<std::string>()->default_value("atomic"),
        "atomic | two-kernel: the backward design to time (default atomic, the faster on H100)")
-      ("fwd-kernel", po::value<std::string>()->default_value("mma"),
-       "mma | wgmma | tma-ws: the forward kernel to time (mma.sync, the default; Hopper's wgmma; wgmma fed by "
+      ("fwd-kernel", po::value<std::string>()->default_value("auto"),
+       "auto | mma | wgmma | tma-ws: the forward kernel to time (auto, the default: the fastest this build "
+       "runs on the device, tma-ws on an H100/H200, else mma; mma.sync; Hopper's wgmma; wgmma fed by "
        "TMA with warp specialisation; the last two sm_90a)")
       ("dtype", po::value<std::string>()->default_value("bf16"), "bf16 | fp16")
       ("reps", po::value<long long>()->default_value(30), "timed launches per shape (at least 20)")
@@ -101,7 +102,7 @@ struct Sweep {
   bool fwd = true, bwd = true;  // passes to time (--pass)
   bool fp16 = false, csv = false;
   bool bwd_atomic = true;  // --bwd-design
-  std::string fwd_kernel = "mma";  // --fwd-kernel
+  std::string fwd_kernel = "auto";  // --fwd-kernel
 };
 
 Sweep parse_sweep(const po::variables_map& vm) {
@@ -132,8 +133,8 @@ Sweep parse_sweep(const po::variables_map& vm) {
     throw UsageError("--bwd-design '" + design + "' is unknown", "choose atomic (the default) or two-kernel");
   s.bwd_atomic = design == "atomic";
   const std::string fk = vm["fwd-kernel"].as<std::string>();
-  if (fk != "mma" && fk != "wgmma" && fk != "tma-ws")
-    throw UsageError("--fwd-kernel '" + fk + "' is unknown", "choose mma (the default), wgmma or tma-ws");
+  if (fk != "auto" && fk != "mma" && fk != "wgmma" && fk != "tma-ws")
+    throw UsageError("--fwd-kernel '" + fk + "' is unknown", "choose auto (the default), mma, wgmma or tma-ws");
   s.fwd_kernel = fk;
   const std::string dt = vm["dtype"].as<std::string>();
   if (dt != "bf16" && dt != "fp16") throw UsageError("--dtype '" + dt + "' is unknown", "choose bf16 or fp16");
@@ -173,22 +174,26 @@ int run_sweep(const Sweep& s) {
   b.dtype = s.fp16 ? flashlab::ref::Dtype::fp16 : flashlab::ref::Dtype::bf16;
   b.pass = s.fwd && s.bwd ? fc::BenchPass::both : (s.bwd ? fc::BenchPass::bwd : fc::BenchPass::fwd);
   b.bwd_design = s.bwd_atomic ? flashlab::ref::Algorithm::bwd_atomic : flashlab::ref::Algorithm::bwd_two_kernel;
-  b.fwd_kernel = s.fwd_kernel == "wgmma"    ? fc::FastForwardKernel::wgmma
+  const bool chosen = s.fwd_kernel == "auto";
+  b.fwd_kernel = chosen                     ? fc::fastest_forward_kernel()
+                 : s.fwd_kernel == "wgmma"  ? fc::FastForwardKernel::wgmma
                  : s.fwd_kernel == "tma-ws" ? fc::FastForwardKernel::tma_ws
                                             : fc::FastForwardKernel::mma_sync;
-  if (s.fwd_kernel != "mma" && !fc::fast_forward_wgmma_built())
+  if (!chosen && s.fwd_kernel != "mma" && !fc::fast_forward_wgmma_built())
     throw UsageError("--fwd-kernel " + s.fwd_kernel + " is not in this build",
                      "configure with CMAKE_CUDA_ARCHITECTURES including 90 (the " + s.fwd_kernel +
                          " forward is sm_90a code)");
   const std::string bwd_name = std::string(flashlab::ref::algorithm_flag_name(b.bwd_design)) + " backward";
+  const std::string fwd_name =
+      std::string(fc::to_string(b.fwd_kernel)) + (chosen ? ", the fastest for this device" : "");
   const char* dt = s.fp16 ? "fp16" : "bf16";
   const std::string device = fc::device_description();
   // CSV goes to stdout alone (a file for sdpa_bench.py); the device line then goes to stderr.
   std::ostream& info = s.csv ? std::cerr : std::cout;
   info << "device: " << device << "\n"
-       << (s.fwd && s.bwd ? "fast forward (" + std::string(fc::to_string(b.fwd_kernel)) + ") and " + bwd_name + ", "
+       << (s.fwd && s.bwd ? "fast forward (" + fwd_name + ") and " + bwd_name + ", "
                           : s.bwd ? "fast " + bwd_name + ", "
-                                  : "fast forward (" + std::string(fc::to_string(b.fwd_kernel)) + "), ")
+                                  : "fast forward (" + fwd_name + "), ")
        << dt << ", H=" << s.heads << " B=" << s.batch << "; per shape " << s.warmup
        << " warm-up + " << s.reps << " timed launches, each alone (CUDA events), L2 flushed before each, "
        << b.input_sets << " input sets rotated; median (min, max)\n";

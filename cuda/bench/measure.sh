@@ -64,7 +64,7 @@ run_all() {
     step "$logs/sdpa_$1.log" env PYTHONUNBUFFERED=1 python3 cuda/bench/sdpa_bench.py \
       "$logs/bench_$1.csv" --out "$logs/sdpa_$1.csv"
   }
-  bench bf16                                   # mma.sync forward + atomic backward, N = 1k…16k
+  bench bf16 --fwd-kernel mma                   # mma.sync forward + atomic backward, N = 1k…16k
   bench wgmma --pass fwd --fwd-kernel wgmma    # the sm_90a forward
   bench twokernel --pass bwd --bwd-design two-kernel
   bench fp16 --dtype fp16 --seq 8192

@@ -512,6 +512,16 @@ bool fast_forward_wgmma_built() {
 #endif
 }
 
+FastForwardKernel fastest_forward_kernel() {
+  int dev = 0, major = 0, minor = 0;
+  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
+  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  // sm_90a code runs on compute capability 9.0 only (the "a" features are not forward-compatible).
+  const bool hopper = major == 9 && minor == 0;
+  return fast_forward_wgmma_built() && hopper ? FastForwardKernel::tma_ws : FastForwardKernel::mma_sync;
+}
+
 FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel) {
   detail::require_fast_head_dim(head_dim < 0 ? 0 : std::size_t(head_dim));
   if (kernel == FastForwardKernel::wgmma) return {detail::kWgmmaBlockM, detail::kWgmmaBlockN};

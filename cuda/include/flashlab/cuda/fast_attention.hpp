@@ -47,6 +47,12 @@ const char* to_string(FastForwardKernel kernel);
 /// Whether this build contains the wgmma forward (CMAKE_CUDA_ARCHITECTURES included 90).
 bool fast_forward_wgmma_built();
 
+/// The fastest forward kernel this build can run on the current device: tma_ws where the sm_90a
+/// kernels are built and the device is compute capability 9.0 (H100, H200), else mma_sync (any
+/// device from sm_80 on). Measured order on the H100: tma_ws > wgmma > mma_sync at every timed
+/// shape (docs/optimisation.md). Throws CudaError when no device can be queried.
+FastForwardKernel fastest_forward_kernel();
+
 /// Results of a fast forward pass copied back to the host.
 struct FastForwardResult {
   std::vector<std::uint16_t> O;  ///< output, [B, N, H, d], bit patterns of the problem's dtype
