@@ -1,8 +1,8 @@
-// The tile model (seed 004, "Element is Tile" and "Inner Product vs. Outer Product in
-// Attention"). Lives in lessons/ rather than toymachine/: the toy machine's registers hold
+// The tile model (the toy-machine lesson, "Element is Tile" and "Inner Product vs. Outer Product
+// in Attention"). Lives in lessons/ rather than toymachine/: the toy machine's registers hold
 // scalars, and this model's registers hold a whole tile (Br×d block, or a running state).
-// Parsing reuses the toy machine's index-expression evaluator and Diagnostic so that errors look
-// the same in both models.
+// Parsing goes through the toy machine's front end (lines, loops, index expressions, located
+// diagnostics and their limits), so errors look the same in both models.
 #include "flashlab/lessons/tile.hpp"
 
 #include <algorithm>
@@ -11,21 +11,11 @@
 #include <limits>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <stdexcept>
 
 namespace flashlab::lessons::tile {
 
 namespace {
-
-constexpr std::size_t kMaxTileInstructions = 1'000'000;
-
-std::string trim(std::string_view s) {
-  std::size_t a = 0, b = s.size();
-  while (a < b && std::isspace(static_cast<unsigned char>(s[a]))) ++a;
-  while (b > a && std::isspace(static_cast<unsigned char>(s[b - 1]))) --b;
-  return std::string(s.substr(a, b - a));
-}
 
 // Builds "R<k>" (a helper rather than "R" + to_string: GCC 12 warns falsely on that, PR105329).
 std::string rname(long long r) {
@@ -39,143 +29,86 @@ std::string upper(std::string s) {
   return s;
 }
 
-// One operand as written, with its column (1-based).
-struct RawOperand {
-  std::string text;
-  int col = 0;
-};
-
-// A parsed line: an instruction or a loop with a body.
-struct Node {
-  bool loop = false;
+// One tile instruction as written; the tile index is bound at expansion.
+struct TileStatement {
+  TileOp op = TileOp::LOAD;
+  char tensor = 'Q';
+  std::array<int, 4> regs{{-1, -1, -1, -1}};
+  toy::IndexExpr index;  // LOAD/STORE
   int line = 0;
-  int col = 0;
-  std::string mnemonic;              // instruction
-  std::vector<RawOperand> operands;  // instruction
-  std::string var;                   // loop
-  RawOperand lo, hi;                 // loop bounds (expressions)
-  std::vector<Node> body;            // loop
 };
 
+// The tile model's operands on top of the shared front end (lines, loops, index expressions and
+// diagnostics come from toymachine's frontend.hpp, so errors read the same in both models).
 class TileAssembler {
  public:
-  TileAssembler(std::string_view text, const TileShape& shape, std::string_view filename)
-      : shape_(shape), file_(filename) {
-    std::string cur;
-    for (char c : text) {
-      if (c == '\n') {
-        lines_.push_back(cur);
-        cur.clear();
-      } else if (c != '\r') {
-        cur += c;
-      }
+  TileAssembler(toy::Source& src, const TileShape& shape) : src_(src), shape_(shape) {}
+
+  bool parse_statement(const toy::StatementLine& st, const toy::IndexVars& scope) {
+    const std::string& s = src_.line(st.line);
+    const std::string word = s.substr(st.mnemonic.begin, st.mnemonic.end - st.mnemonic.begin);
+    const std::string mn = upper(word);
+    TileStatement t;
+    t.line = st.line;
+    auto count = [&](std::size_t want, const char* pattern) {
+      if (st.operands.size() == want) return true;
+      error(st.line, st.mnemonic, mn + " takes " + std::to_string(want) + " operands, got " + std::to_string(st.operands.size()),
+            std::string("write ") + pattern);
+      return false;
+    };
+    bool ok = true;
+    if (mn == "LOAD") {
+      if (!count(2, "LOAD Q[i], R0")) return false;
+      t.op = TileOp::LOAD;
+      ok = tile(st.line, st.operands[0], false, scope, t);
+      ok = reg(st.line, st.operands[1], t.regs[0]) && ok;
+    } else if (mn == "STORE") {
+      if (!count(2, "STORE R3, O[i]")) return false;
+      t.op = TileOp::STORE;
+      ok = reg(st.line, st.operands[0], t.regs[0]);
+      ok = tile(st.line, st.operands[1], true, scope, t) && ok;
+    } else if (mn == "ATTN") {
+      if (!count(4, "ATTN Rq, Rk, Rv, Ro")) return false;
+      t.op = TileOp::ATTN;
+      for (std::size_t k = 0; k < 4; ++k) ok = reg(st.line, st.operands[k], t.regs[k]) && ok;
+    } else {
+      error(st.line, st.mnemonic, "unknown tile instruction '" + word + "'",
+            "the tile machine has LOAD T[idx], Rd · STORE Rs, O[idx] · ATTN Rq, Rk, Rv, Ro");
+      return false;
     }
-    if (!cur.empty()) lines_.push_back(cur);
+    if (ok) statements_.push_back(std::move(t));
+    return ok;
   }
 
-  TileProgram run() {
-    std::vector<Node> top;
-    std::vector<Node>* target = &top;
-    std::vector<std::vector<Node>*> targets{&top};
-    for (std::size_t li = 0; li < lines_.size(); ++li) {
-      const int line = static_cast<int>(li) + 1;
-      std::string s = lines_[li];
-      if (auto h = s.find('#'); h != std::string::npos) s.resize(h);
-      // Leading step number (the seed's tables number their rows).
-      std::size_t p = 0;
-      while (p < s.size() && std::isspace(static_cast<unsigned char>(s[p]))) ++p;
-      std::size_t q = p;
-      while (q < s.size() && std::isdigit(static_cast<unsigned char>(s[q]))) ++q;
-      if (q > p && q < s.size() && std::isspace(static_cast<unsigned char>(s[q]))) p = q;
-      while (p < s.size() && std::isspace(static_cast<unsigned char>(s[p]))) ++p;
-      if (p >= s.size()) continue;
-      const int col0 = static_cast<int>(p) + 1;
-      std::size_t e = p;
-      while (e < s.size() && !std::isspace(static_cast<unsigned char>(s[e]))) ++e;
-      const std::string word = s.substr(p, e - p);
-      const std::string uword = upper(word);
-      target = targets.back();
-      if (uword == "FOR") {
-        Node n;
-        n.loop = true;
-        n.line = line;
-        n.col = col0;
-        // for VAR in A..B
-        const std::string rest = s.substr(e);
-        std::istringstream is(rest);
-        std::string var, in;
-        is >> var >> in;
-        const auto dots = rest.find("..");
-        const auto in_pos = rest.find(" in ");
-        if (var.empty() || upper(in) != "IN" || dots == std::string::npos || in_pos == std::string::npos) {
-          error(line, col0, static_cast<int>(word.size()), "malformed loop",
-                "write a loop as `for i in 0..n-1` … `end`");
-          continue;
-        }
-        n.var = var;
-        const std::size_t lo_start = in_pos + 4;
-        n.lo = RawOperand{trim(rest.substr(lo_start, dots - lo_start)), static_cast<int>(e + lo_start) + 1};
-        n.hi = RawOperand{trim(rest.substr(dots + 2)), static_cast<int>(e + dots + 2) + 1};
-        target->push_back(std::move(n));
-        targets.push_back(&target->back().body);
-        open_line_.push_back(line);
-        continue;
-      }
-      if (uword == "END") {
-        if (targets.size() == 1) {
-          error(line, col0, 3, "`end` without a matching `for`", "remove it, or open the loop with `for i in A..B`");
-        } else {
-          targets.pop_back();
-          open_line_.pop_back();
-        }
-        continue;
-      }
-      Node n;
-      n.line = line;
-      n.col = col0;
-      n.mnemonic = uword;
-      // Operands: comma separated, columns kept.
-      std::size_t start = e;
-      const std::string rest = s;
-      while (start < rest.size()) {
-        std::size_t comma = rest.find(',', start);
-        if (comma == std::string::npos) comma = rest.size();
-        std::string raw = rest.substr(start, comma - start);
-        std::size_t lead = 0;
-        while (lead < raw.size() && std::isspace(static_cast<unsigned char>(raw[lead]))) ++lead;
-        const std::string t = trim(raw);
-        if (!t.empty() || comma < rest.size()) {
-          n.operands.push_back(RawOperand{t, static_cast<int>(start + lead) + 1});
-        }
-        start = comma + 1;
-      }
-      if (!check_shape(n)) continue;
-      target->push_back(std::move(n));
+  bool emit(std::size_t statement, const toy::IndexVars& vars, std::vector<TileInstruction>& out) {
+    const TileStatement& t = statements_[statement];
+    TileInstruction ins;
+    ins.op = t.op;
+    ins.regs = t.regs;
+    ins.tensor = t.tensor;
+    ins.source_line = t.line;
+    if (t.op == TileOp::ATTN) {
+      ins.text = "ATTN " + rname(t.regs[0]) + ", " + rname(t.regs[1]) + ", " + rname(t.regs[2]) + ", " + rname(t.regs[3]);
+    } else {
+      if (!toy::evaluate_index(src_, t.index, vars, ins.index)) return false;
+      // Built by appending (GCC 12 warns falsely on chains of string temporaries, PR105329).
+      std::string cell(1, t.tensor);
+      cell += '[';
+      cell += std::to_string(ins.index);
+      cell += ']';
+      const std::string r = rname(t.regs[0]);
+      ins.text = t.op == TileOp::LOAD ? "LOAD " : "STORE ";
+      ins.text += t.op == TileOp::LOAD ? cell : r;
+      ins.text += ", ";
+      ins.text += t.op == TileOp::LOAD ? r : cell;
     }
-    for (int l : open_line_) {
-      error(l, 1, 3, "this `for` has no matching `end`", "close every loop with a line `end`");
-    }
-    TileProgram prog;
-    if (diags_.empty()) {
-      std::vector<std::pair<std::string, long long>> vars{{"n", shape_.n}};
-      expand(top, vars, prog.code);
-    }
-    prog.diagnostics = std::move(diags_);
-    if (prog.diagnostics.size() > toy::kMaxDiagnostics) prog.diagnostics.resize(toy::kMaxDiagnostics);
-    return prog;
+    out.push_back(std::move(ins));
+    return true;
   }
 
  private:
-  void error(int line, int col, int len, std::string msg, std::string hint) {
-    toy::Diagnostic d;
-    d.file = file_;
-    d.line = line;
-    d.col = col;
-    d.length = std::max(1, len);
-    d.message = std::move(msg);
-    d.hint = std::move(hint);
-    d.source_line = line >= 1 && static_cast<std::size_t>(line) <= lines_.size() ? lines_[line - 1] : "";
-    diags_.push_back(std::move(d));
+  void error(int line, toy::Span at, std::string msg, std::string hint) {
+    src_.error(line, at.begin, std::max<std::size_t>(1, at.end - at.begin), std::move(msg), std::move(hint));
   }
 
   std::string reg_hint() const {
@@ -183,135 +116,50 @@ class TileAssembler {
            std::to_string(shape_.slots - 1);
   }
 
-  // Register operand → index, or −1 with a diagnostic.
-  int reg(const Node& n, const RawOperand& o) {
-    const std::string u = upper(o.text);
-    if (u.size() >= 2 && u[0] == 'R' &&
-        std::all_of(u.begin() + 1, u.end(), [](unsigned char c) { return std::isdigit(c); })) {
-      const int r = std::stoi(u.substr(1));
-      if (r < shape_.slots) return r;
-      error(n.line, o.col, static_cast<int>(o.text.size()), "no register " + o.text, reg_hint());
-      return -1;
+  // A register operand R<k> with k < slots (digits read with a bound: no overflow, no stoi).
+  bool reg(int line, toy::Span at, int& out) {
+    const std::string text = src_.line(line).substr(at.begin, at.end - at.begin);
+    const bool digits = text.size() >= 2 && (text[0] == 'R' || text[0] == 'r') &&
+                        std::all_of(text.begin() + 1, text.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+    if (!digits) {
+      error(line, at, "expected a register, got '" + text + "'", reg_hint());
+      return false;
     }
-    error(n.line, o.col, std::max<int>(1, static_cast<int>(o.text.size())),
-          "expected a register, got '" + o.text + "'", reg_hint());
-    return -1;
+    long long r = 0;
+    for (std::size_t i = 1; i < text.size() && r < shape_.slots; ++i) r = r * 10 + (text[i] - '0');
+    if (r >= shape_.slots) {
+      error(line, at, "no register " + text, reg_hint());
+      return false;
+    }
+    out = static_cast<int>(r);
+    return true;
   }
 
-  // Memory operand: T[expr] with T in Q K V O (STORE: only O).
-  bool mem(const Node& n, const RawOperand& o, bool store) {
-    const auto lb = o.text.find('[');
-    if (o.text.size() < 4 || lb != 1 || o.text.back() != ']' ||
-        std::string("QKVO").find(static_cast<char>(std::toupper(static_cast<unsigned char>(o.text[0])))) == std::string::npos) {
-      error(n.line, o.col, std::max<int>(1, static_cast<int>(o.text.size())),
-            "expected a tile such as Q[i], K[j], V[j] or O[i], got '" + o.text + "'",
+  // A tile operand T[expr] with T in Q K V O (STORE: only O); the expression is checked now.
+  bool tile(int line, toy::Span at, bool store, const toy::IndexVars& scope, TileStatement& t) {
+    const std::string text = src_.line(line).substr(at.begin, at.end - at.begin);
+    const char tensor = text.empty() ? ' ' : static_cast<char>(std::toupper(static_cast<unsigned char>(text[0])));
+    if (text.size() < 4 || text[1] != '[' || text.back() != ']' || std::string("QKVO").find(tensor) == std::string::npos) {
+      error(line, at, "expected a tile such as Q[i], K[j], V[j] or O[i], got '" + text + "'",
             "HBM holds the tiles Q[0..n-1], K[0..n-1], V[0..n-1] and O[0..n-1]");
       return false;
     }
-    if (store && std::toupper(static_cast<unsigned char>(o.text[0])) != 'O') {
-      error(n.line, o.col, 1, "only O is written: " + o.text.substr(0, 1) + " is an input",
+    if (store && tensor != 'O') {
+      error(line, {at.begin, at.begin + 1}, "only O is written: " + text.substr(0, 1) + " is an input",
             "STORE Rs, O[i] writes the running state of query tile i back to HBM");
       return false;
     }
-    return true;
+    t.tensor = tensor;
+    t.index = toy::IndexExpr{text.substr(2, text.size() - 3), line, at.begin + 2};
+    return toy::check_index(src_, t.index, scope);
   }
 
-  bool check_shape(const Node& n) {
-    const std::size_t before = diags_.size();
-    auto count = [&](std::size_t want, const char* pattern) {
-      if (n.operands.size() != want) {
-        error(n.line, n.col, static_cast<int>(n.mnemonic.size()),
-              n.mnemonic + " takes " + std::to_string(want) + " operands, got " + std::to_string(n.operands.size()),
-              std::string("write ") + pattern);
-        return false;
-      }
-      return true;
-    };
-    if (n.mnemonic == "LOAD") {
-      if (count(2, "LOAD Q[i], R0")) {
-        mem(n, n.operands[0], false);
-        reg(n, n.operands[1]);
-      }
-    } else if (n.mnemonic == "STORE") {
-      if (count(2, "STORE R3, O[i]")) {
-        reg(n, n.operands[0]);
-        mem(n, n.operands[1], true);
-      }
-    } else if (n.mnemonic == "ATTN") {
-      if (count(4, "ATTN Rq, Rk, Rv, Ro")) {
-        for (const auto& o : n.operands) reg(n, o);
-      }
-    } else {
-      error(n.line, n.col, static_cast<int>(n.mnemonic.size()), "unknown tile instruction '" + n.mnemonic + "'",
-            "the tile machine has LOAD T[idx], Rd · STORE Rs, O[idx] · ATTN Rq, Rk, Rv, Ro");
-    }
-    return diags_.size() == before;
-  }
-
-  bool eval(const Node& n, const RawOperand& o, const std::string& expr, int col,
-            const std::vector<std::pair<std::string, long long>>& vars, long long& out) {
-    std::string err;
-    std::size_t ecol = 0;
-    if (!toy::eval_index_expression(expr, vars, out, err, ecol)) {
-      error(n.line, col + static_cast<int>(ecol), 1, err, "indices use integers, n, loop variables, + − * and ( )");
-      (void)o;
-      return false;
-    }
-    return true;
-  }
-
-  void expand(const std::vector<Node>& nodes, std::vector<std::pair<std::string, long long>>& vars,
-              std::vector<TileInstruction>& out) {
-    for (const auto& n : nodes) {
-      if (!diags_.empty()) return;
-      if (n.loop) {
-        long long lo = 0, hi = 0;
-        if (!eval(n, n.lo, n.lo.text, n.lo.col, vars, lo) || !eval(n, n.hi, n.hi.text, n.hi.col, vars, hi)) return;
-        for (long long v = lo; v <= hi; ++v) {
-          vars.emplace_back(n.var, v);
-          expand(n.body, vars, out);
-          vars.pop_back();
-          if (!diags_.empty()) return;
-        }
-        continue;
-      }
-      if (out.size() >= kMaxTileInstructions) {
-        error(n.line, n.col, 1, "the trace expands to more than 1000000 instructions", "check the loop bounds");
-        return;
-      }
-      TileInstruction ins;
-      ins.source_line = n.line;
-      std::string text = n.mnemonic + " ";
-      if (n.mnemonic == "ATTN") {
-        ins.op = TileOp::ATTN;
-        for (int k = 0; k < 4; ++k) ins.regs[k] = std::stoi(n.operands[k].text.substr(1));
-        text += rname(ins.regs[0]) + ", R" + std::to_string(ins.regs[1]) + ", R" +
-                std::to_string(ins.regs[2]) + ", R" + std::to_string(ins.regs[3]);
-      } else {
-        const bool load = n.mnemonic == "LOAD";
-        ins.op = load ? TileOp::LOAD : TileOp::STORE;
-        const RawOperand& m = n.operands[load ? 0 : 1];
-        const RawOperand& r = n.operands[load ? 1 : 0];
-        ins.regs[0] = std::stoi(r.text.substr(1));
-        ins.tensor = static_cast<char>(std::toupper(static_cast<unsigned char>(m.text[0])));
-        const std::string idx = m.text.substr(2, m.text.size() - 3);
-        if (!eval(n, m, idx, m.col + 2, vars, ins.index)) return;
-        const std::string cell = std::string(1, ins.tensor) + "[" + std::to_string(ins.index) + "]";
-        text += load ? cell + ", R" + std::to_string(ins.regs[0]) : rname(ins.regs[0]) + ", " + cell;
-      }
-      ins.text = text;
-      out.push_back(std::move(ins));
-    }
-  }
-
+  toy::Source& src_;
   TileShape shape_;
-  std::string file_;
-  std::vector<std::string> lines_;
-  std::vector<toy::Diagnostic> diags_;
-  std::vector<int> open_line_;
+  std::vector<TileStatement> statements_;
 };
 
-// The running state of one query tile (seed "Full update rules": m, denominator, numerator).
+// The running state of one query tile (the lesson's "Full update rules": m, denominator, numerator).
 struct OState {
   std::vector<double> m, l, acc;     // per row; acc is rows × d
   std::vector<long long> merged;     // KV tiles already folded in
@@ -326,7 +174,22 @@ struct Slot {
 }  // namespace
 
 TileProgram assemble_tiles(std::string_view text, const TileShape& shape, std::string_view filename) {
-  return TileAssembler(text, shape, filename).run();
+  toy::Source src(text, std::string(filename));
+  TileAssembler a(src, shape);
+  const toy::IndexVars outer{{"n", shape.n}};
+  const toy::LoopProgram loops = toy::parse_loops(
+      src, outer, [&](const toy::StatementLine& st, const toy::IndexVars& scope) { return a.parse_statement(st, scope); });
+  TileProgram prog;
+  if (src.ok()) {
+    if (const auto count = toy::count_expansion(src, loops, outer)) {
+      prog.code.reserve(*count);
+      toy::expand_loops(src, loops, outer,
+                        [&](std::size_t st, const toy::IndexVars& vars) { return a.emit(st, vars, prog.code); });
+    }
+  }
+  prog.diagnostics = src.diagnostics();
+  if (!prog.ok()) prog.code.clear();
+  return prog;
 }
 
 TileRun run_tiles(const TileProgram& program, const TileShape& shape, const std::vector<double>& q,
@@ -345,7 +208,7 @@ TileRun run_tiles(const TileProgram& program, const TileShape& shape, const std:
     return s;
   };
   std::vector<std::shared_ptr<OState>> hbm_o(shape.n);
-  for (auto& s : hbm_o) s = empty_state();  // O starts initialised in HBM (seed: "O loads n (initialize once per query)")
+  for (auto& s : hbm_o) s = empty_state();  // O starts initialised in HBM (the lesson: "O loads n (initialize once per query)")
   std::vector<std::optional<Slot>> regs(shape.slots);
   TileRun run;
   auto fault = [&](std::size_t step, const TileInstruction& ins, std::string msg, std::string hint) {
@@ -353,7 +216,11 @@ TileRun run_tiles(const TileProgram& program, const TileShape& shape, const std:
                 "): " + msg;
     run.fault_hint = std::move(hint);
   };
-  auto name = [](const Slot& s) { return std::string(1, s.kind) + std::to_string(s.index); };
+  auto name = [](const Slot& s) {
+    std::string out(1, s.kind);
+    out += std::to_string(s.index);
+    return out;
+  };
   for (std::size_t pc = 0; pc < program.code.size(); ++pc) {
     const auto& ins = program.code[pc];
     const std::size_t step = pc + 1;
@@ -423,7 +290,7 @@ TileRun run_tiles(const TileProgram& program, const TileShape& shape, const std:
               "each (query tile, KV tile) block is merged exactly once");
         break;
       }
-      // Seed "Element is Tile": local block max and sums, merged into the running state with
+      // "Element is Tile": local block max and sums, merged into the running state with
       // the scalar rescale e^(m − m'), row by row.
       for (int r = 0; r < R; ++r) {
         const double* qr = &q[(static_cast<std::size_t>(sq.index) * R + r) * D];

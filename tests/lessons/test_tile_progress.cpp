@@ -50,7 +50,7 @@ TEST_CASE("tile: the assembler locates its errors", "[tile][errors]") {
   CHECK(p.diagnostics[0].message == "no register R9");
   CHECK(p.diagnostics[1].message == "only O is written: Q is an input");
   CHECK(p.diagnostics[2].message == "ATTN takes 4 operands, got 2");
-  CHECK(p.diagnostics[3].message == "this `for` has no matching `end`");
+  CHECK(p.diagnostics[3].message == "'for' without a matching 'end'");
   auto q = tile::assemble_tiles("LOAD Q[i+], R0\n", shape, "y.trace");
   REQUIRE(!q.ok());
   CHECK(q.diagnostics[0].file == "y.trace");

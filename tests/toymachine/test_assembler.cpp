@@ -202,7 +202,7 @@ TEST_CASE("loop expansion is capped", "[assembler][errors][loops]") {
         "big.trace:1:1: error: the loops expand to more than 1000000 instructions\n"
         "  for i in 0..1000000\n"
         "  ^^^\n"
-        "hint: check the loop bounds, or use a smaller --n\n");
+        "hint: check the loop bounds (write them in terms of n); a trace may expand to at most 1000000 instructions\n");
 }
 
 TEST_CASE("caret columns count characters, not bytes", "[assembler][errors]") {

@@ -7,7 +7,7 @@
 /// the lesson text's tile merge. The values are real numbers, so a finished O is checked against
 /// softmax(QKᵀ)V; the counters are the lesson text's cost table (Q/K/V/O loads and stores, in tiles).
 ///
-/// Trace syntax (the toy machine's, with its loop directive):
+/// Trace syntax (the toy machine's front end: step numbers, comments, loops and their limits):
 /// @code
 /// for i in 0..n-1
 ///   LOAD Q[i], R0
@@ -30,7 +30,8 @@
 #include <string_view>
 #include <vector>
 
-#include "flashlab/toymachine/assembler.hpp"
+#include "flashlab/toymachine/diagnostic.hpp"
+#include "flashlab/toymachine/frontend.hpp"
 
 namespace flashlab::lessons::tile {
 

@@ -1,7 +1,9 @@
 /// @file assembler.hpp
-/// @brief Trace text → program. Accepts the seed's traces as printed (optional step numbers,
-/// `#` comments, `a[0][0]`/`x[2]`/`out[1]` operands, register names in any case) plus a loop
-/// directive `for i in A..B` … `end`, expanded before execution. Every error is collected.
+/// @brief Trace text → program. Accepts the toy-machine lesson's traces as printed (optional step
+/// numbers, `#` comments, `a[0][0]`/`x[2]`/`out[1]` operands, register names in any case) plus
+/// the loop directive `for i in A..B` … `end`, expanded before execution. The lexer, the
+/// diagnostics, the index expressions, the loops and their limits are the shared front end's
+/// (frontend.hpp); this file adds the machine's operands. Every error is collected.
 #pragma once
 
 #include <cstddef>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "flashlab/toymachine/diagnostic.hpp"
+#include "flashlab/toymachine/frontend.hpp"
 #include "flashlab/toymachine/isa.hpp"
 #include "flashlab/toymachine/machine.hpp"
 
@@ -48,21 +51,11 @@ struct AssembleResult {
   [[nodiscard]] bool ok() const { return diagnostics.empty(); }
 };
 
-/// At most this many diagnostics are reported (the last one says that more were dropped).
-inline constexpr std::size_t kMaxDiagnostics = 20;
-
-/// Loop expansion stops with an error beyond this many instructions.
-inline constexpr std::size_t kMaxInstructions = 1'000'000;
-
 /// Assembles `text` for `machine`. Unknown mnemonics, instructions the machine lacks, unknown
 /// registers, wrong operand counts or kinds, bad index expressions and unbalanced loops are
-/// diagnostics; array names and index ranges are checked when the instruction runs (faults).
+/// diagnostics, and so are loops past the front end's limits (kMaxInstructions, kMaxNesting) and
+/// index arithmetic that overflows; array names and index ranges are checked when the instruction
+/// runs (faults).
 AssembleResult assemble(std::string_view text, const Machine& machine, std::string_view filename);
-
-/// Evaluates an index expression (integers, `n`, loop variables, + − * and parentheses);
-/// exposed for the machine-file parser. On error returns false and sets `error` and `error_col`
-/// (0-based offset into `expr`).
-bool eval_index_expression(std::string_view expr, const std::vector<std::pair<std::string, long long>>& vars,
-                           long long& result, std::string& error, std::size_t& error_col);
 
 }  // namespace flashlab::toy
