@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -78,6 +79,8 @@ void require_range(std::string_view flag, long long value, long long lo, long lo
 }
 
 bool read_file(const std::string& path, std::string& out) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return false;  // a directory opens, and reads as empty
   std::ifstream in(path, std::ios::binary);
   if (!in) return false;
   std::stringstream ss;

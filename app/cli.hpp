@@ -71,7 +71,8 @@ int guarded(std::string_view command, const std::function<int()>& body);
 /// Checks that an integer flag lies in [lo, hi]; throws UsageError naming the flag otherwise.
 void require_range(std::string_view flag, long long value, long long lo, long long hi);
 
-/// Reads a whole file into `out`; false when it cannot be opened (the caller names the flag).
+/// Reads a whole file into `out`; false when it cannot be opened or is a directory (the caller
+/// names the flag).
 bool read_file(const std::string& path, std::string& out);
 
 /// Minimal streaming JSON writer (objects, arrays, strings, numbers, booleans, null).

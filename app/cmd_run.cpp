@@ -6,10 +6,12 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "toy_flags.hpp"
 #include "flashlab/toymachine/assembler.hpp"
 #include "flashlab/toymachine/executor.hpp"
 #include "flashlab/toymachine/isa.hpp"
 #include "flashlab/toymachine/machine.hpp"
+#include "flashlab/toymachine/policy.hpp"
 #include "flashlab/toymachine/render.hpp"
 
 namespace flashlab::app {
@@ -17,10 +19,6 @@ namespace flashlab::app {
 namespace toy = flashlab::toy;
 
 namespace {
-
-// Beyond these sizes `run` goes numeric-only (see cmd_run).
-constexpr std::size_t kMaxSymbolicSteps = 20000;
-constexpr std::size_t kMaxSymbolicCells = 4'000'000;
 
 std::string builtin_list() {
   std::string s;
@@ -212,14 +210,12 @@ int cmd_run(const Args& args) {
         ("trace", po::value<std::string>(), "the trace file (positional)")
         ("machine,m", po::value<std::string>(), ("built-in machine profile: " + builtin_list()).c_str())
         ("machine-file", po::value<std::string>(), "a user-defined machine (format: docs/toymachine.md)")
-        ("n", po::value<long long>()->default_value(8), "the length n of x[n], out[n] (softmax profiles, machine files)")
-        ("seed", po::value<std::uint64_t>()->default_value(1), "seed for the random inputs (uniform in [-2, 2], 2 decimals)")
         ("inputs", po::value<std::vector<std::string>>()->composing(), "give one input array: name=v1,v2,… (row-major; repeatable)")
         ("table", po::bool_switch(), "print the lesson's step table (Step | Instruction | one column per register)")
         ("numeric", po::bool_switch(), "numbers only: no symbolic values, no history (fast)")
         ("ditto", po::bool_switch(), "with --table: show \" for a register unchanged since the row above, as the lesson does")
-        ("json", po::bool_switch(), "print one JSON object: counts, inputs, outputs, symbolic outputs")
-        ("max-cycles", po::value<std::uint64_t>()->default_value(10'000'000), "runtime fault beyond this many cycles (0 = no cap)");
+        ("json", po::bool_switch(), "print one JSON object: counts, inputs, outputs, symbolic outputs");
+    add_toy_run_options(desc);
     po::positional_options_description pos;
     pos.add("trace", 1);
     const auto vm = parse(args, desc, &pos);
@@ -235,15 +231,12 @@ int cmd_run(const Args& args) {
     const bool table = vm["table"].as<bool>(), json = vm["json"].as<bool>(), numeric = vm["numeric"].as<bool>();
     if (table && json) throw UsageError("--table and --json are exclusive", "pick one output format");
     if (table && numeric) throw UsageError("--table needs the symbolic run; drop --numeric", "--table shows every state, which --numeric does not keep");
-    const long long n = vm["n"].as<long long>();
-    require_range("n", n, 1, toy::kMaxN);
+    const ToyRunFlags flags = toy_run_flags(vm);
     toy::Machine machine;
-    if (!load_machine(vm, static_cast<int>(n), machine)) return kUsage;
+    if (!load_machine(vm, flags.n, machine)) return kUsage;
 
     const auto trace_path = vm["trace"].as<std::string>();
-    std::string text;
-    if (!read_file(trace_path, text))
-      throw UsageError("TRACE: cannot read '" + trace_path + "'", "give the path of a trace file, e.g. toymachine/traces/p1_c00.trace");
+    const std::string text = read_trace_file(trace_path);
     auto assembled = toy::assemble(text, machine, trace_path);
     if (!assembled.ok()) {
       for (const auto& d : assembled.diagnostics) std::cerr << toy::format_diagnostic(d);
@@ -252,14 +245,13 @@ int cmd_run(const Args& args) {
       return kUsage;
     }
 
-    toy::Inputs inputs = toy::random_inputs(machine, vm["seed"].as<std::uint64_t>());
+    toy::Inputs inputs = toy::random_inputs(machine, flags.seed);
     if (vm.count("inputs")) apply_inputs(vm["inputs"].as<std::vector<std::string>>(), machine, inputs);
     // Symbolic mode keeps every state (for --table and back-steps): each holds all of DRAM, so
     // large runs switch to numeric-only rather than eat memory.
-    std::size_t cells = 0;
-    for (const auto& a : machine.arrays) cells += a.size();
+    const std::size_t cells = toy::dram_cells(machine);
     const std::size_t steps = assembled.program.code.size();
-    const bool too_big = steps > kMaxSymbolicSteps || steps * cells > kMaxSymbolicCells;
+    const bool too_big = !toy::fits_symbolic(steps, machine);
     if (too_big && table)
       throw UsageError("--table: " + std::to_string(steps) + " instructions over " + std::to_string(cells) +
                            " DRAM cells is too large to tabulate",
@@ -269,7 +261,7 @@ int cmd_run(const Args& args) {
                 << " DRAM cells: running numeric-only (no symbolic values); pass --numeric to silence this\n";
     toy::Options opt;
     opt.symbolic = !numeric && !too_big;
-    opt.cycle_cap = vm["max-cycles"].as<std::uint64_t>();
+    opt.cycle_cap = flags.max_cycles;
     toy::Executor ex(std::move(assembled.program), std::move(machine), inputs, opt);
     const auto fault = ex.run();
 

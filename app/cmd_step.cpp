@@ -1,8 +1,9 @@
 // `flashlab step [TRACE] (--machine NAME | --machine-file F | --lesson ID)`: the full-screen
-// terminal stepper. This file only parses flags, owns the executor, reads keys
-// and prints frames; every frame comes from the pure lessons::render_frame (lessons/src/stepper.cpp),
-// which the golden tests cover. Without a TTY (or with --plain) it prints the lesson-style step
-// table instead and exits, so it also works in pipes and scripts.
+// terminal stepper. This file only parses flags, owns the timeline, reads keys and prints
+// frames; every frame comes from the pure lessons::render_frame (lessons/src/stepper.cpp), which
+// the golden tests cover, and every move is the timeline's (toymachine/timeline.hpp: bounded
+// memory, checkpoints and re-execution). Without a TTY (or with --plain) it prints the lesson's
+// step table instead and exits, so it also works in pipes and scripts.
 #include <curses.h>
 #include <langinfo.h>
 #include <unistd.h>
@@ -16,13 +17,16 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "toy_flags.hpp"
 #include "flashlab/lessons/checker.hpp"
 #include "flashlab/lessons/lesson.hpp"
 #include "flashlab/lessons/stepper.hpp"
 #include "flashlab/toymachine/assembler.hpp"
 #include "flashlab/toymachine/executor.hpp"
 #include "flashlab/toymachine/machine.hpp"
+#include "flashlab/toymachine/policy.hpp"
 #include "flashlab/toymachine/render.hpp"
+#include "flashlab/toymachine/timeline.hpp"
 
 namespace flashlab::app {
 
@@ -61,8 +65,8 @@ std::string ascii(const std::string& s) {
 }
 
 struct Session {
-  Session(toy::Executor e, std::string t) : ex(std::move(e)), title(std::move(t)) {}
-  toy::Executor ex;
+  Session(toy::Timeline t, std::string name) : tl(std::move(t)), title(std::move(name)) {}
+  toy::Timeline tl;
   std::string title;
   bool numeric = false;
   bool help = false;
@@ -70,32 +74,44 @@ struct Session {
   std::optional<std::string> input;  // the goto prompt's text while typing
 };
 
-void go_to_step(Session& s, std::size_t target) {
-  while (s.ex.steps_taken() < target && !s.ex.done()) s.ex.step();
-  while (s.ex.steps_taken() > target && s.ex.back()) {
+// Digits → a number, or nothing when empty, not all digits, or too large (no stoul text leaks).
+std::optional<std::size_t> parse_count(const std::string& digits) {
+  if (digits.empty() || digits.size() > 12) return std::nullopt;
+  std::size_t v = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + static_cast<std::size_t>(c - '0');
   }
+  return v;
 }
 
-// `g` then "12" → step 12; ":7" → forward to the first step of source line 7.
+// `g` then "12" → step 12; ":7" → the next execution of source line 7 after the current
+// position, or its first one when none follows (the status line says which).
 void do_goto(Session& s, const std::string& text) {
-  try {
-    if (!text.empty() && text[0] == ':') {
-      const int line = std::stoi(text.substr(1));
-      const auto& code = s.ex.program().code;
-      while (!s.ex.done() && code[s.ex.steps_taken()].source_line != line) s.ex.step();
-      if (s.ex.steps_taken() >= code.size() || code[s.ex.steps_taken()].source_line != line)
-        s.status = "line " + std::to_string(line) + " is not reached from here";
-      return;
-    }
-    const long target = std::stol(text);
-    if (target < 0 || static_cast<std::size_t>(target) > s.ex.program().code.size()) {
-      s.status = "step " + text + " is out of range: 0.." + std::to_string(s.ex.program().code.size());
-      return;
-    }
-    go_to_step(s, static_cast<std::size_t>(target));
-  } catch (const std::exception&) {
+  const bool line_goto = !text.empty() && text[0] == ':';
+  const auto value = parse_count(line_goto ? text.substr(1) : text);
+  if (!value) {
     s.status = "'" + text + "' is not a step number (or :line)";
+    return;
   }
+  if (line_goto) {
+    const std::string line = std::to_string(*value);
+    const auto hit = *value <= 1'000'000'000 ? s.tl.find_line(static_cast<int>(*value)) : std::nullopt;
+    if (!hit) {
+      s.status = "line " + line + " runs no instruction";
+      return;
+    }
+    s.tl.go_to(hit->step);
+    s.status = hit->wrapped ? "line " + line + " does not run again: back at its first execution, step " + std::to_string(hit->step)
+                            : "line " + line + ": its next execution, step " + std::to_string(hit->step);
+    if (s.tl.position() != hit->step) s.status = "the run stops at a fault before line " + line;
+    return;
+  }
+  if (*value > s.tl.length()) {
+    s.status = "step " + text + " is out of range: 0.." + std::to_string(s.tl.length());
+    return;
+  }
+  s.tl.go_to(*value);
 }
 
 int interactive(Session& s) {
@@ -124,17 +140,16 @@ int interactive(Session& s) {
     init_pair(3, COLOR_CYAN, -1);    // last DRAM access
   }
   for (;;) {
-    const toy::State& now = s.ex.state();
-    const std::size_t pc = now.pc;
-    const toy::State* prev = pc > 0 && pc - 1 < s.ex.history().size() ? &s.ex.history()[pc - 1] : nullptr;
+    const toy::State& now = s.tl.state();
+    const toy::State* prev = s.tl.previous();
     lessons::FrameOptions opt;
     opt.width = COLS;
     opt.height = LINES;
-    opt.numeric = s.numeric;
+    opt.numeric = s.numeric || !s.tl.options().symbolic;
     opt.help = s.help;
     opt.title = s.title;
     opt.status = s.input ? "go to step (or :line), Enter to go, Esc to cancel: " + *s.input : s.status;
-    lessons::FrameContext ctx{&s.ex.program(), &s.ex.machine(), s.ex.fault() ? &*s.ex.fault() : nullptr};
+    lessons::FrameContext ctx{&s.tl.program(), &s.tl.machine(), s.tl.fault() ? &*s.tl.fault() : nullptr};
     const std::string frame = lessons::render_frame(ctx, now, prev, opt);
     erase();
     std::istringstream is(frame);
@@ -195,29 +210,30 @@ int interactive(Session& s) {
       case 'j':
       case KEY_RIGHT:
       case KEY_DOWN:
-        if (s.ex.done()) s.status = s.ex.fault() ? "stopped by the fault: b steps back" : "at the end: b steps back";
-        else s.ex.step();
+        if (s.tl.done()) s.status = s.tl.fault() ? "stopped by the fault: b steps back" : "at the end: b steps back";
+        else s.tl.step();
         break;
       case 'b':
       case 'k':
       case KEY_LEFT:
       case KEY_UP:
-        if (!s.ex.back()) s.status = "at the start";
+        if (!s.tl.back()) s.status = "at the start";
         break;
       case 'e':
       case 'G':
       case KEY_END:
-        s.ex.run();
+        s.tl.run_to_end();
         break;
       case 'r':
       case KEY_HOME:
-        go_to_step(s, 0);
+        s.tl.go_to(0);
         break;
       case 'g':
         s.input = std::string();
         break;
       case 's':
-        s.numeric = !s.numeric;
+        if (!s.tl.options().symbolic) s.status = "numeric only: the trace is too long to carry expressions";
+        else s.numeric = !s.numeric;
         break;
       case '?':
       case 'h':
@@ -232,6 +248,30 @@ int interactive(Session& s) {
   return kOk;
 }
 
+// Without a terminal: the step table (every state) when the run keeps them, else the counters.
+int print_plain(toy::Executor ex, const std::string& trace_name, bool numeric) {
+  ex.run();
+  const toy::Machine& machine = ex.machine();
+  if (ex.options().symbolic) {
+    std::vector<toy::State> states = ex.history();
+    states.push_back(ex.state());
+    toy::RenderOptions ro;
+    ro.numeric = numeric || !lessons::states_printable(states);
+    if (ro.numeric && !numeric) std::cerr << "note: expressions too large to print; showing numbers\n";
+    std::cout << toy::render_table(ex.program(), machine, states, ro) << "\n";
+  } else {
+    std::cerr << "note: " << ex.program().code.size() << " instructions over " << toy::dram_cells(machine)
+              << " DRAM cells: too long for the step table; counters only (the full-screen stepper and"
+                 " flashlab run show more)\n";
+  }
+  std::cout << toy::render_counters(machine, ex.state().counters);
+  if (const auto& f = ex.fault()) {
+    std::cerr << toy::format_fault(*f, trace_name);
+    return kRuntimeFault;
+  }
+  return kOk;
+}
+
 }  // namespace
 
 int cmd_step(const Args& args) {
@@ -240,10 +280,9 @@ int cmd_step(const Args& args) {
     desc.add_options()("help,h", "show this help")("machine,m", po::value<std::string>(), "built-in machine profile")(
         "machine-file", po::value<std::string>(), "a machine file (docs/toymachine.md)")(
         "lesson", po::value<std::string>(), "use lesson ID's machine (and its starter when no TRACE is given)")(
-        "n", po::value<int>()->default_value(8), "size parameter n of the machine")(
-        "seed", po::value<long long>()->default_value(1), "seed of the random inputs")(
         "plain", "print the step table and counters instead of the full-screen view")(
         "numeric", "start with numeric values");
+    add_toy_run_options(desc);
     po::options_description hidden;
     hidden.add_options()("trace", po::value<std::string>());
     po::options_description all;
@@ -259,10 +298,8 @@ int cmd_step(const Args& args) {
                  desc);
       return kOk;
     }
-    const int n = vm["n"].as<int>();
-    require_range("n", n, 1, 4096);
-    const long long seed = vm["seed"].as<long long>();
-    require_range("seed", seed, 0, (1LL << 62));
+    const ToyRunFlags flags = toy_run_flags(vm);
+    const int n = flags.n;
     const int sources = static_cast<int>(vm.count("machine") + vm.count("machine-file") + vm.count("lesson"));
     if (sources > 1) throw UsageError("--machine, --machine-file and --lesson are exclusive", "give one of them");
 
@@ -288,11 +325,11 @@ int cmd_step(const Args& args) {
       trace_name = "lesson " + lesson->id + (worked ? " worked trace" : " starter");
     } else {
       trace_name = vm["trace"].as<std::string>();
-      if (!read_file(trace_name, text)) throw UsageError("cannot read '" + trace_name + "'", "check the path of the trace file");
       if (sources == 0) {
         throw UsageError("--machine is required", "e.g. --machine matmul3 (flashlab machines lists them), or --lesson ID");
       }
     }
+    if (vm.count("trace")) text = read_trace_file(trace_name);
     try {
       if (lesson) {
         machine = lessons::task_machine(*lesson->trace, vm["n"].defaulted() && !lesson->trace->ns.empty()
@@ -319,25 +356,15 @@ int cmd_step(const Args& args) {
       for (const auto& d : as.diagnostics) std::cerr << toy::format_diagnostic(d);
       return kUsage;
     }
-    const auto inputs = toy::random_inputs(machine, static_cast<std::uint64_t>(seed));
-    Session s(toy::Executor(as.program, machine, inputs, toy::Options{true, 10'000'000}), trace_name + " on " + machine.name);
-    s.numeric = vm.count("numeric") > 0;
-
-    if (vm.count("plain") || !::isatty(STDOUT_FILENO) || !::isatty(STDIN_FILENO)) {
-      s.ex.run();
-      std::vector<toy::State> states = s.ex.history();
-      states.push_back(s.ex.state());
-      toy::RenderOptions ro;
-      ro.numeric = s.numeric || !lessons::states_printable(states);
-      if (ro.numeric && !s.numeric) std::cerr << "note: expressions too large to print; showing numbers\n";
-      std::cout << toy::render_table(as.program, machine, states, ro) << "\n"
-                << toy::render_counters(machine, s.ex.state().counters);
-      if (const auto& f = s.ex.fault()) {
-        std::cerr << toy::format_fault(*f, trace_name);
-        return kRuntimeFault;
-      }
-      return kOk;
-    }
+    const auto inputs = toy::random_inputs(machine, flags.seed);
+    // The run policy (policy.hpp), as `run` applies it: long traces go numeric-only.
+    const toy::Options options{toy::fits_symbolic(as.program.code.size(), machine), flags.max_cycles};
+    const bool numeric = vm.count("numeric") > 0;
+    if (vm.count("plain") || !::isatty(STDOUT_FILENO) || !::isatty(STDIN_FILENO))
+      return print_plain(toy::Executor(std::move(as.program), machine, inputs, options), trace_name, numeric);
+    Session s(toy::Timeline(std::move(as.program), machine, inputs, options), trace_name + " on " + machine.name);
+    s.numeric = numeric;
+    if (!options.symbolic) s.status = "numeric only: the trace is too long to carry expressions";
     try {
       return interactive(s);
     } catch (...) {

@@ -30,6 +30,7 @@
 #include "flashlab/toymachine/assembler.hpp"
 #include "flashlab/toymachine/executor.hpp"
 #include "flashlab/toymachine/machine.hpp"
+#include "flashlab/toymachine/policy.hpp"
 #include "flashlab/toymachine/render.hpp"
 #include "flashlab/toymachine/value.hpp"
 
@@ -37,10 +38,11 @@ namespace flashlab::lessons {
 
 namespace {
 
-constexpr std::uint64_t kCheckCycleCap = 2'000'000;  // a looping trace cannot hang a check
-// Symbolic runs keep every state (for back-steps and the re-read analysis); lesson traces are a
-// few hundred steps, so a trace that expands far beyond that is refused before it eats memory.
-constexpr std::size_t kMaxCheckedSteps = 100'000;
+// The run policy of every toy-machine command (toymachine/policy.hpp): the same cycle cap as
+// `run` and `step`; the symbolic runs keep every state (for the re-read analysis), so a trace
+// must fit the symbolic budget, as `run --table` requires.
+constexpr std::uint64_t kCheckCycleCap = toy::kDefaultCycleCap;
+constexpr std::size_t kMaxCheckedSteps = toy::kMaxSymbolicSteps;
 constexpr std::size_t kMaxShown = 120;                // symbolic strings are cut here
 
 std::string num(double v) { return toy::format_number(v); }

@@ -123,7 +123,7 @@ TEST_CASE("run: usage errors name the flag", "[cli][run][errors]") {
   };
   for (const auto& c : std::vector<Case>{
            {"run --machine matmul3", "error: missing TRACE file\n"},
-           {"run nope.trace --machine matmul3", "error: TRACE: cannot read 'nope.trace'\n"},
+           {"run nope.trace --machine matmul3", "error: TRACE: no such file 'nope.trace'\n"},
            {"run " + p1, "error: --machine is required\n"},
            {"run " + p1 + " --machine matmul9", "error: --machine: unknown machine 'matmul9'\n"},
            {"run " + p1 + " --machine softmax3 --n 0", "error: --n 0 is out of range\n"},

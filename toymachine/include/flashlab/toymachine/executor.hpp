@@ -14,6 +14,7 @@
 
 #include "flashlab/toymachine/assembler.hpp"
 #include "flashlab/toymachine/machine.hpp"
+#include "flashlab/toymachine/policy.hpp"
 #include "flashlab/toymachine/value.hpp"
 
 namespace flashlab::toy {
@@ -89,9 +90,9 @@ std::optional<Fault> next_state(const Program& program, const Machine& machine, 
 struct Options {
   /// Carry expressions and keep every state for back() and tables (false: numeric-only, no
   /// history, fast). History holds all of DRAM per step: keep symbolic runs small (the CLI goes
-  /// numeric-only past 20,000 steps).
+  /// numeric-only past the policy's size, policy.hpp).
   bool symbolic = true;
-  std::uint64_t cycle_cap = 10'000'000;  ///< fault when a step would exceed it; 0 = no cap
+  std::uint64_t cycle_cap = kDefaultCycleCap;  ///< fault when a step would exceed it; 0 = no cap
 };
 
 /// Runs a program step by step, forward and back.
