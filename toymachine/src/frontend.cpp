@@ -15,19 +15,44 @@
 
 namespace flashlab::toy {
 
+namespace {
+
+// Echoed lines are cut to a window around the caret: a line of 200,000 parentheses stays readable.
+constexpr int kEchoWidth = 100;
+
+// Byte offset of code point `cp` (0-based) in UTF-8 `s`.
+std::size_t byte_of_char(std::string_view s, int cp) {
+  int n = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) continue;
+    if (n++ == cp) return i;
+  }
+  return s.size();
+}
+
+}  // namespace
+
 std::string format_diagnostic(const Diagnostic& d) {
   std::string out = d.file + ":" + std::to_string(d.line) + ":" + std::to_string(d.col) + ": error: " + d.message + "\n";
   if (!d.source_line.empty()) {
-    out += "  " + d.source_line + "\n  ";
+    // The window [first, first + kEchoWidth) in characters, holding the caret's column.
+    const int chars = text::chars_before(d.source_line, d.source_line.size());
+    const int first = chars <= kEchoWidth ? 0 : std::clamp(d.col - 1 - kEchoWidth / 2, 0, chars - kEchoWidth);
+    const std::size_t b0 = byte_of_char(d.source_line, first);
+    const std::size_t b1 = chars <= kEchoWidth ? d.source_line.size() : byte_of_char(d.source_line, first + kEchoWidth);
+    const std::string lead = first > 0 ? "…" : "";
+    out += "  " + lead + d.source_line.substr(b0, b1 - b0) + (b1 < d.source_line.size() ? "…" : "") + "\n  ";
+    if (first > 0) out += ' ';
     // Tabs in the echoed line stay tabs under it, so the caret lines up.
-    int col = 1;
-    for (std::size_t i = 0; i < d.source_line.size() && col < d.col; ++i) {
+    int col = first + 1;
+    for (std::size_t i = b0; i < b1 && col < d.col; ++i) {
       unsigned char c = static_cast<unsigned char>(d.source_line[i]);
       if ((c & 0xC0) == 0x80) continue;
       out += c == '\t' ? '\t' : ' ';
       ++col;
     }
-    out += std::string(static_cast<std::size_t>(std::max(1, d.length)), '^') + "\n";
+    const int carets = std::max(1, std::min(d.length, first + kEchoWidth + 1 - d.col));  // within the window
+    out += std::string(static_cast<std::size_t>(carets), '^') + "\n";
   }
   if (!d.hint.empty()) out += "hint: " + d.hint + "\n";
   return out;
@@ -135,6 +160,15 @@ struct ExprParser {
   }
 };
 
+// An expression quoted in a message, cut when long (the caret shows the place anyway).
+std::string quoted(const std::string& expr) {
+  constexpr std::size_t kShown = 40;
+  if (expr.size() <= kShown) return "'" + expr + "'";
+  std::size_t cut = kShown;
+  while (cut > 0 && (static_cast<unsigned char>(expr[cut]) & 0xC0) == 0x80) --cut;
+  return "'" + expr.substr(0, cut) + "…'";
+}
+
 std::string scope_names(const IndexVars& scope) {
   std::string s;
   for (const auto& [name, v] : scope) s += (s.empty() ? "" : ", ") + name;
@@ -161,6 +195,18 @@ bool eval_index_expression(std::string_view expr, const IndexVars& vars, long lo
   return true;
 }
 
+namespace {
+
+// The hint for one evaluation error: nesting and overflow have their own.
+std::string hint_for(const std::string& err, const IndexVars& vars) {
+  if (err.rfind("index expression nested", 0) == 0)
+    return "an index may nest at most " + std::to_string(kMaxNesting) + " parentheses and unary minuses: write it flatter";
+  if (err == "index arithmetic overflows") return "an index is a 64-bit integer: check the expression and the loop bounds";
+  return index_hint(vars);
+}
+
+}  // namespace
+
 std::string index_hint(const IndexVars& scope) {
   return "indices are integer expressions over " + scope_names(scope) +
          " with + - * and parentheses, e.g. x[i], x[n-1]";
@@ -173,7 +219,7 @@ bool check_index(Source& src, const IndexExpr& e, const IndexVars& scope) {
   if (eval_index_expression(e.text, scope, v, err, col)) return true;
   // The loop variables hold placeholders while parsing: an overflow is judged at expansion.
   if (err == "index arithmetic overflows") return true;
-  src.error(e.line, e.at + col, 1, err + " in index '" + e.text + "'", index_hint(scope));
+  src.error(e.line, e.at + col, 1, err + " in index " + quoted(e.text), hint_for(err, scope));
   return false;
 }
 
@@ -183,9 +229,7 @@ bool evaluate_index(Source& src, const IndexExpr& e, const IndexVars& vars, long
   if (eval_index_expression(e.text, vars, out, err, col)) return true;
   std::string values;
   for (const auto& [name, v] : vars) values += (values.empty() ? "" : ", ") + name + " = " + std::to_string(v);
-  src.error(e.line, e.at + col, 1, err + " in '" + e.text + "' (with " + values + ")",
-            err == "index arithmetic overflows" ? "an index is a 64-bit integer: check the expression and the loop bounds"
-                                                : index_hint(vars));
+  src.error(e.line, e.at + col, 1, err + " in index " + quoted(e.text) + " (with " + values + ")", hint_for(err, vars));
   return false;
 }
 
