@@ -9,6 +9,14 @@
 
 namespace flashlab::toy {
 
+namespace {
+
+// At most this many checkpoints (plus the initial state): per-state overhead stays bounded for
+// small machines, and a back-step re-executes at most length / kMaxCheckpoints steps.
+constexpr std::size_t kMaxCheckpoints = 1024;
+
+}  // namespace
+
 std::size_t dram_cells(const Machine& machine) {
   std::size_t cells = 0;
   for (const auto& a : machine.arrays) cells += a.size();
@@ -23,9 +31,10 @@ bool fits_symbolic(std::size_t steps, const Machine& machine) {
 Timeline::Timeline(Program program, Machine machine, const Inputs& inputs, Options options)
     : program_(std::move(program)), machine_(std::move(machine)), options_(options),
       state_(initial_state(machine_, inputs, options_.symbolic)) {
-  // K such that (length / K + 1) checkpoints hold at most kMaxKeptCells cells.
+  // K such that the length / K + 1 checkpoints hold at most kMaxKeptCells cells and number at
+  // most kMaxCheckpoints.
   const std::size_t cells = std::max<std::size_t>(dram_cells(machine_) + machine_.registers.size(), 1);
-  const std::size_t kept = std::max<std::size_t>(kMaxKeptCells / cells, 1);
+  const std::size_t kept = std::clamp<std::size_t>(kMaxKeptCells / cells, 1, kMaxCheckpoints);
   interval_ = std::max<std::size_t>(1, (program_.code.size() + kept - 1) / kept);
   checkpoints_.push_back(state_);
 }

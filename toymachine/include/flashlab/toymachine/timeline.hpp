@@ -2,7 +2,8 @@
 /// @brief Moving through one run in both directions with bounded memory, for the stepper.
 ///
 /// The executor's step is pure, so the past need not be stored: the timeline keeps a checkpoint
-/// every K steps (K chosen so that the checkpoints hold at most kMaxKeptCells DRAM cells) and
+/// every K steps (K chosen so that the checkpoints hold at most kMaxKeptCells DRAM cells and are
+/// at most a thousand or so) and
 /// reaches an earlier step by re-executing from the checkpoint before it. A back-step costs at
 /// most K steps; memory stays bounded for a trace of any length.
 #pragma once
