@@ -2,8 +2,10 @@
 // (0 ran, 2 usage or does not assemble, 3 runtime fault).
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "run_cli.hpp"
 
@@ -22,7 +24,7 @@ std::string write_temp(const std::string& name, const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("run --table prints the seed's Problem 1 table and the counters", "[cli][run]") {
+TEST_CASE("run --table prints the lesson's Problem 1 table and the counters", "[cli][run]") {
   auto r = run_cli("run '" + kTraces + "p1_c00.trace' --machine matmul3 --table");
   CHECK(r.exit_code == 0);
   CHECK(r.err.empty());
@@ -72,7 +74,7 @@ TEST_CASE("run: softmax with --n, numeric and symbolic", "[cli][run]") {
   CHECK_THAT(num.out, Catch::Contains("\"symbolic_outputs\": {}"));
 }
 
-TEST_CASE("run: large runs go numeric-only with a note; --table refuses them", "[cli][run]") {
+TEST_CASE("run: large runs go numeric-only with a note, and --table refuses them", "[cli][run]") {
   auto r = run_cli("run '" + kTraces + "p5_online_softmax4.trace' --machine softmax4 --n 5000");
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.err, Catch::Contains("note: 69996 instructions over 10000 DRAM cells: running numeric-only"));
@@ -163,7 +165,7 @@ TEST_CASE("run --machine-file: a user machine with its own cycle costs", "[cli][
                        "hint: the instructions are LOAD STORE MAC_Z MAC MAX SUB EXP ADD MUL DIV MOV\n");
 }
 
-TEST_CASE("machines lists the profiles; --help works on run and machines", "[cli][machines]") {
+TEST_CASE("machines lists the profiles, and --help works on run and machines", "[cli][machines]") {
   auto r = run_cli("machines --n 4");
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("matmul3  ") && Catch::Contains("  registers     R0..R2\n") &&
@@ -195,4 +197,131 @@ TEST_CASE("cli run: a squaring chain finishes and prints a placeholder", "[run]"
   auto r = flashlab::test::run_cli("run sq.trace --machine softmax3 --n 1 --table", dir);
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("expression of more than 2000 terms"));
+}
+
+namespace {
+
+std::string repeat(const std::string& s, std::size_t n) {
+  std::string out;
+  out.reserve(s.size() * n);
+  for (std::size_t i = 0; i < n; ++i) out += s;
+  return out;
+}
+
+// What one command must answer to one hostile trace.
+struct Expect {
+  int exit_code;
+  std::string err;  // a substring of stderr (or of stdout for lesson check's report)
+};
+
+// Text that must never reach a user: a signal's effects, or a library's internals.
+void check_clean(const flashlab::test::CliResult& r) {
+  CHECK(r.exit_code >= 0);
+  CHECK(r.exit_code <= 3);
+  for (const char* leak : {"bad_alloc", "stoull", "stoi", "stol", "terminate", "Sanitizer"}) {
+    CHECK_THAT(r.err, !Catch::Contains(leak));
+    CHECK_THAT(r.out, !Catch::Contains(leak));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("run, step and lesson check share one front end and its limits on hostile traces", "[cli][run][hostile]") {
+  const std::string dir = flashlab::test::fresh_temp_dir("hostile");
+  std::string deep_loops;
+  for (int k = 0; k < 100000; ++k) deep_loops += "for v" + std::to_string(k) + " in 0..1\n";
+  deep_loops += "LOAD a[0][0], R0\n" + repeat("end\n", 100000);
+  struct Case {
+    std::string name, text;
+    Expect run, step, check;
+  };
+  const std::string nested = "error: index expression nested deeper than 32 levels";
+  const std::string ovf = ":1:18: error: index arithmetic overflows in index '3037000500*3037000500' (with n = ";
+  const std::vector<Case> cases{
+      {"parens.trace", "LOAD a[" + repeat("(", 100000) + "0" + repeat(")", 100000) + "][0], R0\n",
+       {2, "parens.trace:1:40: " + nested}, {2, "parens.trace:1:40: " + nested}, {2, "parens.trace:1:40: " + nested}},
+      {"minus.trace", "LOAD a[" + repeat("-", 100000) + "1][0], R0\n",
+       {2, "minus.trace:1:40: " + nested}, {2, "minus.trace:1:40: " + nested}, {2, "minus.trace:1:40: " + nested}},
+      {"loops.trace", deep_loops, {2, "loops.trace:33:1: error: loops nested deeper than 32 levels"},
+       {2, "loops.trace:33:1: error: loops nested deeper than 32 levels"},
+       {2, "loops.trace:33:1: error: loops nested deeper than 32 levels"}},
+      {"empty.trace", "for i in 0..1000000000\nend\n", {0, ""}, {0, ""}, {1, "c[0][0] was never written"}},
+      {"spin.trace", "for i in 0..1000000000\n  for j in 1..0\n    LOAD a[0][0], R0\n  end\nend\n",
+       {2, "spin.trace:1:1: error: the loops iterate more than 1000000 times"},
+       {2, "spin.trace:1:1: error: the loops iterate more than 1000000 times"},
+       {2, "spin.trace:1:1: error: the loops iterate more than 1000000 times"}},
+      {"big.trace", "for i in 0..9223372036854775807\n  LOAD a[0][0], R0\nend\n",
+       {2, "big.trace:1:1: error: the loops expand to more than 1000000 instructions"},
+       {2, "big.trace:1:1: error: the loops expand to more than 1000000 instructions"},
+       {2, "big.trace:1:1: error: the loops expand to more than 1000000 instructions"}},
+      {"ovf.trace", "LOAD a[3037000500*3037000500][0], R0\n", {2, "ovf.trace" + ovf}, {2, "ovf.trace" + ovf},
+       {2, "ovf.trace" + ovf}},
+      {"neg.trace", "LOAD a[-(-9223372036854775807-1)][0], R0\n",
+       {2, "neg.trace:1:8: error: index arithmetic overflows"}, {2, "neg.trace:1:8: error: index arithmetic overflows"},
+       {2, "neg.trace:1:8: error: index arithmetic overflows"}},
+  };
+  for (const auto& c : cases) {
+    const std::string path = dir + "/" + c.name;
+    std::ofstream(path) << c.text;
+    INFO(c.name);
+    const auto run = run_cli("run '" + path + "' --machine matmul3");
+    check_clean(run);
+    CHECK(run.exit_code == c.run.exit_code);
+    CHECK_THAT(run.err, Catch::Contains(c.run.err));
+    const auto step = run_cli("step '" + path + "' --machine matmul3");
+    check_clean(step);
+    CHECK(step.exit_code == c.step.exit_code);
+    CHECK_THAT(step.err, Catch::Contains(c.step.err));
+    const auto check = run_cli("lesson check 1 '" + path + "'", dir);
+    check_clean(check);
+    CHECK(check.exit_code == c.check.exit_code);
+    CHECK_THAT(check.out + check.err, Catch::Contains(c.check.err));
+  }
+  // A directory is not a trace.
+  const auto run = run_cli("run '" + dir + "' --machine matmul3");
+  CHECK(run.exit_code == 2);
+  CHECK(run.err.rfind("error: TRACE: '" + dir + "' is a directory\nhint: ", 0) == 0);
+  const auto step = run_cli("step '" + dir + "' --machine matmul3");
+  CHECK(step.exit_code == 2);
+  CHECK(step.err.rfind("error: TRACE: '" + dir + "' is a directory\nhint: ", 0) == 0);
+  const auto check = run_cli("lesson check 1 '" + dir + "'", dir);
+  CHECK(check.exit_code == 2);
+  CHECK_THAT(check.err, Catch::Contains("'" + dir + "'"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("run and step validate --n, --seed and --max-cycles the same way", "[cli][run][hostile]") {
+  const std::string p1 = "'" + kTraces + "p1_c00.trace' --machine matmul3 ";
+  struct Case {
+    std::string flags, err, hint;
+  };
+  for (const auto& c : std::vector<Case>{
+           {"--max-cycles -1", "error: --max-cycles -1 is out of range\n", "hint: --max-cycles takes a value from 0 to 4611686018427387904\n"},
+           {"--seed -1", "error: --seed -1 is out of range\n", "hint: --seed takes a value from 0 to 4611686018427387904\n"},
+           {"--seed 4611686018427387905", "error: --seed 4611686018427387905 is out of range\n", "hint: --seed takes"},
+           {"--n 0", "error: --n 0 is out of range\n", "hint: --n takes a value from 1 to 1048576\n"},
+           {"--n 1048577", "error: --n 1048577 is out of range\n", "hint: --n takes a value from 1 to 1048576\n"},
+           {"--seed 18446744073709551615", "error: the argument ('18446744073709551615') for option '--seed' is invalid", "hint: "},
+       }) {
+    for (const std::string command : {"run ", "step "}) {
+      INFO(command + c.flags);
+      const auto r = run_cli(command + p1 + c.flags);
+      CHECK(r.exit_code == 2);
+      CHECK_THAT(r.err, Catch::StartsWith(c.err));
+      CHECK_THAT(r.err, Catch::Contains(c.hint));
+    }
+  }
+  // The same values are accepted by both.
+  for (const std::string command : {"run ", "step "}) {
+    const auto r = run_cli(command + p1 + "--seed 4611686018427387904 --max-cycles 0 --n 1048576");
+    INFO(command << r.err);
+    CHECK(r.exit_code == 0);
+  }
+  // The cycle cap applies to both.
+  const auto capped_run = run_cli("run " + p1 + "--max-cycles 3");
+  CHECK(capped_run.exit_code == 3);
+  CHECK_THAT(capped_run.err, Catch::Contains("the cycle cap of 3 would be exceeded"));
+  const auto capped_step = run_cli("step " + p1 + "--max-cycles 3");
+  CHECK(capped_step.exit_code == 3);
+  CHECK_THAT(capped_step.err, Catch::Contains("the cycle cap of 3 would be exceeded"));
 }

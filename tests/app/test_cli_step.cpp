@@ -41,7 +41,7 @@ const char* kProblem1 =
 
 }  // namespace
 
-TEST_CASE("cli step: without a TTY it prints the seed's table for lesson 1's worked trace", "[cli][step]") {
+TEST_CASE("cli step: without a TTY it prints the lesson's table for lesson 1's worked trace", "[cli][step]") {
   auto r = run_cli("step");
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("MAC R0, R1, R2, R2") && Catch::Contains("c00") && Catch::Contains("cycles"));
@@ -156,5 +156,83 @@ TEST_CASE("cli step: a trace whose expression explodes still prints at once (num
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.err, Catch::Contains("too large to print"));
   CHECK_THAT(r.out, Catch::Contains("cycles        72"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("cli step: a long trace without a terminal prints the counters, not a table of every state",
+          "[cli][step][hostile]") {
+  const auto dir = fresh_temp_dir("steplong");
+  std::string text;
+  for (int k = 0; k < 200000; ++k) text += "LOAD a[0][0], R0\n";
+  const auto path = write(dir, "long.trace", text);
+  auto r = run_cli("step '" + path + "' --machine matmul3");
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.err, Catch::Contains("note: 200000 instructions over 12 DRAM cells: too long for the step table"));
+  CHECK_THAT(r.out, Catch::Contains("DRAM reads    200000 (a 200000)"));
+  CHECK_THAT(r.out, !Catch::Contains("Step |"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("cli step: full screen on a long trace, end, back, goto a line ahead and behind",
+          "[cli][step][tmux][hostile]") {
+  if (std::system("command -v tmux >/dev/null 2>&1") != 0) {
+    FAIL("tmux is not installed, so the full-screen test cannot run (apt-get install tmux)");
+  }
+  const auto dir = fresh_temp_dir("tmuxlong");
+  // 30,000 steps: past the symbolic budget, so the stepper runs numeric-only with checkpoints.
+  const auto path = write(dir, "long.trace", "for i in 0..9999\n  LOAD a[0][0], R0\n  LOAD b[0][0], R1\n  MAC_Z R0, R1, R2\nend\n");
+  const std::string rcfile = dir + "/rc";
+  std::string tm = "tmux -L flashlab_long_";
+  tm += std::to_string(::getpid());
+  tm += " ";
+  std::string cmd = "'";
+  cmd += FLASHLAB_BIN;
+  cmd += "' step '";
+  cmd += path;
+  cmd += "' --machine matmul3; echo $? > '";
+  cmd += rcfile;
+  cmd += "'";
+  const std::string conf = write(dir, "tmux.conf", "set -g default-terminal screen\n");
+  REQUIRE(std::system((tm + "-f '" + conf + "' new-session -d -s s -x 100 -y 30 \"" + cmd + "\"").c_str()) == 0);
+  auto wait_for = [&](const std::vector<std::string>& want) {
+    std::string s;
+    for (int i = 0; i < 200; ++i) {
+      s = sh(tm + "capture-pane -p -t s");
+      bool all = true;
+      for (const auto& w : want) all = all && s.find(w) != std::string::npos;
+      if (all) return s;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return s;
+  };
+  auto keys = [&](const std::string& k) { REQUIRE(std::system((tm + "send-keys -t s " + k).c_str()) == 0); };
+  auto expect = [&](const std::vector<std::string>& want) {
+    const std::string s = wait_for(want);
+    INFO("screen:\n" << s);
+    for (const auto& w : want) CHECK_THAT(s, Catch::Contains(w));
+  };
+  expect({"step 0/30000", "numeric only: the trace is too long to carry expressions"});
+  keys("e");
+  expect({"step 30000/30000", "end of trace", "DRAM reads 20000"});
+  keys("b");
+  expect({"step 29999/30000", "> 30000  MAC_Z R0, R1, R2", "DRAM reads 20000"});
+  keys("g : 3 Enter");  // line 3 does not run after step 29999: back to its first execution
+  expect({"line 3 does not run again: back at its first execution, step 1", "step 1/30000"});
+  keys("g : 3 Enter");
+  expect({"line 3: its next execution, step 4", "step 4/30000"});
+  keys("g 15000 Enter");
+  expect({"step 15000/30000", "DRAM reads 10000"});
+  keys("b");
+  expect({"step 14999/30000", "DRAM reads 10000"});
+  keys("g : 9 Enter");
+  expect({"line 9 runs no instruction", "step 14999/30000"});
+  keys("q");
+  bool ended = false;
+  for (int i = 0; i < 100 && !ended; ++i) {
+    ended = std::filesystem::exists(rcfile) && std::filesystem::file_size(rcfile) > 0;
+    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(ended);
+  (void)std::system((tm + "kill-server >/dev/null 2>&1").c_str());
   std::filesystem::remove_all(dir);
 }

@@ -211,7 +211,6 @@ AssembleResult assemble(std::string_view textv, const Machine& machine, std::str
       src, outer, [&](const StatementLine& st, const IndexVars& scope) { return a.parse_statement(st, scope); });
   AssembleResult r;
   r.program.file = src.file();
-  r.program.source_lines = src.lines();
   if (src.ok()) {
     if (const auto count = count_expansion(src, loops, outer)) {
       r.program.code.reserve(*count);
@@ -220,6 +219,7 @@ AssembleResult assemble(std::string_view textv, const Machine& machine, std::str
     }
   }
   r.diagnostics = src.diagnostics();
+  r.program.source_lines = src.release_lines();  // last: diagnostics echo the lines
   if (!r.ok()) r.program.code.clear();
   return r;
 }

@@ -298,7 +298,7 @@ struct LoopParser {
   }
 
   // `for VAR in A..B`; fills the item and returns whether the header is well formed.
-  bool parse_header(int line, const std::string& s, std::size_t p, std::size_t end, LoopItem& item) {
+  bool parse_header(int line, const std::string& s, std::size_t p, std::size_t end, LoopHeader& item) {
     std::size_t i = p + 3;
     skip_space(s, i, end);
     const std::size_t vs = i;
@@ -348,15 +348,18 @@ struct LoopParser {
                   "flatten the trace: at most " + std::to_string(kMaxNesting) + " loops may be open at once");
       return;
     }
+    LoopHeader header;
+    parse_header(line, s, p, end, header);
+    if (!open.empty()) program.items[open.back().item].leaf = false;
+    const bool named = !header.var.empty();
+    if (named) scope.emplace_back(header.var, 0);
     LoopItem item;
     item.loop = true;
     item.line = line;
     item.col = p;
-    parse_header(line, s, p, end, item);
-    if (!open.empty()) program.items[open.back().item].leaf = false;
-    const bool named = !item.var.empty();
-    if (named) scope.emplace_back(item.var, 0);
-    program.items.push_back(std::move(item));
+    item.index = program.headers.size();
+    program.headers.push_back(std::move(header));
+    program.items.push_back(item);
     open.push_back({program.items.size() - 1, named});
   }
 
@@ -408,8 +411,8 @@ struct LoopParser {
     LoopItem item;
     item.line = line;
     item.col = p;
-    item.statement = program.statements++;
-    program.items.push_back(std::move(item));
+    item.index = program.statements++;
+    program.items.push_back(item);
   }
 
   void read_line(int line, const std::string& s) {
@@ -501,8 +504,9 @@ struct Walker {
   // Enters the loop at k (or skips it); returns false on error.
   bool enter(std::size_t& k) {
     const LoopItem& loop = program.items[k];
+    const LoopHeader& header = program.headers[loop.index];
     long long lo = 0, hi = 0;
-    if (!evaluate_index(src, loop.lo, vars, lo) || !evaluate_index(src, loop.hi, vars, hi)) return false;
+    if (!evaluate_index(src, header.lo, vars, lo) || !evaluate_index(src, header.hi, vars, hi)) return false;
     unsigned long long trips = 0;
     if (!trip_count(lo, hi, trips)) return refuse(k, "iterate 2^64 times");
     const std::size_t body = loop.body_end - k - 1;  // statements, when the loop is a leaf
@@ -522,7 +526,7 @@ struct Walker {
     if (!emit && ++iterations > kMaxInstructions)
       return refuse(k, "iterate more than " + std::to_string(kMaxInstructions) + " times");
     stack.push_back({k, lo, trips});
-    vars.emplace_back(loop.var, lo);
+    vars.emplace_back(header.var, lo);
     ++k;
     return true;
   }
@@ -558,7 +562,7 @@ struct Walker {
         continue;
       }
       if (emit) {
-        if (!(*emit)(it.statement, vars)) return false;
+        if (!(*emit)(it.index, vars)) return false;
       } else if (count >= kMaxInstructions) {
         return refuse(k, "expand to more than " + std::to_string(kMaxInstructions) + " instructions");
       }

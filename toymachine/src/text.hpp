@@ -19,7 +19,12 @@ inline std::string upper(std::string_view s) {
   return out;
 }
 
-inline bool iequals(std::string_view a, std::string_view b) { return upper(a) == upper(b); }
+inline bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::toupper(static_cast<unsigned char>(a[i])) != std::toupper(static_cast<unsigned char>(b[i]))) return false;
+  return true;
+}
 
 /// Code points in s[0, bytes): byte offsets → character columns for carets.
 inline int chars_before(std::string_view s, std::size_t bytes) {

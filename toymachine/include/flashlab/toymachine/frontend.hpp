@@ -62,6 +62,8 @@ class Source {
   void error(int number, std::size_t byte_col, std::size_t byte_len, std::string message, std::string hint);
   /// True while no error was recorded.
   [[nodiscard]] bool ok() const { return diagnostics_.empty(); }
+  /// Moves the lines out (for the assembled program), once reading is over.
+  std::vector<std::string> release_lines() { return std::move(lines_); }
   /// The diagnostics in the order recorded, cut to kMaxDiagnostics (the last then says how many
   /// more there were).
   [[nodiscard]] std::vector<Diagnostic> diagnostics() const;
@@ -106,23 +108,28 @@ struct StatementLine {
   Span rest;                   ///< everything after the mnemonic up to a comment, trimmed
 };
 
+/// The header of one loop: `for var in lo..hi`.
+struct LoopHeader {
+  std::string var;  ///< the variable
+  IndexExpr lo;     ///< the first value
+  IndexExpr hi;     ///< the last value (inclusive)
+};
+
 /// One entry of a trace's loop structure: a statement, or a loop whose body follows it.
 struct LoopItem {
-  bool loop = false;          ///< a `for` (else a statement)
-  int line = 0;               ///< 1-based line
-  std::size_t col = 0;        ///< byte offset of the mnemonic or of `for`
-  std::size_t statement = 0;  ///< statement: its number in the model's own list
-  std::string var;            ///< loop: the variable
-  IndexExpr lo;               ///< loop: the first value
-  IndexExpr hi;               ///< loop: the last value (inclusive)
-  std::size_t body_end = 0;   ///< loop: index of the first item after its `end`
-  bool leaf = true;           ///< loop: its body holds no loop
+  bool loop = false;         ///< a `for` (else a statement)
+  bool leaf = true;          ///< loop: its body holds no loop
+  int line = 0;              ///< 1-based line
+  std::size_t col = 0;       ///< byte offset of the mnemonic or of `for`
+  std::size_t index = 0;     ///< statement: its number in the model's own list; loop: its header
+  std::size_t body_end = 0;  ///< loop: index of the first item after its `end`
 };
 
 /// The structure of a trace in source order, flat: loop k's body is items (k, body_end).
 struct LoopProgram {
-  std::vector<LoopItem> items;  ///< statements and loops in source order
-  std::size_t statements = 0;   ///< statements the model kept
+  std::vector<LoopItem> items;      ///< statements and loops in source order
+  std::vector<LoopHeader> headers;  ///< the loops' headers, by LoopItem::index
+  std::size_t statements = 0;       ///< statements the model kept
 };
 
 /// The model's parser for one instruction line: `scope` holds the names its index expressions
