@@ -64,8 +64,8 @@ std::string ascii(const std::string& s) {
   return out;
 }
 
-struct Session {
-  Session(toy::Timeline t, std::string name) : tl(std::move(t)), title(std::move(name)) {}
+struct Stepper {
+  Stepper(toy::Timeline t, std::string name) : tl(std::move(t)), title(std::move(name)) {}
   toy::Timeline tl;
   std::string title;
   bool numeric = false;
@@ -87,7 +87,7 @@ std::optional<std::size_t> parse_count(const std::string& digits) {
 
 // `g` then "12" → step 12; ":7" → the next execution of source line 7 after the current
 // position, or its first one when none follows (the status line says which).
-void do_goto(Session& s, const std::string& text) {
+void do_goto(Stepper& s, const std::string& text) {
   const bool line_goto = !text.empty() && text[0] == ':';
   const auto value = parse_count(line_goto ? text.substr(1) : text);
   if (!value) {
@@ -114,7 +114,7 @@ void do_goto(Session& s, const std::string& text) {
   s.tl.go_to(*value);
 }
 
-int interactive(Session& s) {
+int interactive(Stepper& s) {
   // Wide characters need a UTF-8 locale; fall back to C.UTF-8, then to ASCII frames.
   std::setlocale(LC_ALL, "");
   bool utf8 = std::strcmp(nl_langinfo(CODESET), "UTF-8") == 0;
@@ -362,7 +362,7 @@ int cmd_step(const Args& args) {
     const bool numeric = vm.count("numeric") > 0;
     if (vm.count("plain") || !::isatty(STDOUT_FILENO) || !::isatty(STDIN_FILENO))
       return print_plain(toy::Executor(std::move(as.program), machine, inputs, options), trace_name, numeric);
-    Session s(toy::Timeline(std::move(as.program), machine, inputs, options), trace_name + " on " + machine.name);
+    Stepper s(toy::Timeline(std::move(as.program), machine, inputs, options), trace_name + " on " + machine.name);
     s.numeric = numeric;
     if (!options.symbolic) s.status = "numeric only: the trace is too long to carry expressions";
     try {

@@ -9,12 +9,14 @@
 #include <random>
 #include <sstream>
 
+#include "flashlab/toymachine/frontend.hpp"
+
 namespace flashlab::lessons {
 
 namespace {
 
 constexpr std::size_t kMaxLength = 200;
-constexpr int kMaxDepth = 32;
+constexpr int kMaxDepth = toy::kMaxNesting;  // the same nesting limit as trace index expressions
 
 enum class Tok { Number, Name, Func, Plus, Minus, Star, Slash, Caret, LParen, RParen, Comma, End };
 

@@ -80,7 +80,7 @@ TEST_CASE("cli step: the full-screen stepper under tmux (80x24): next, back, tog
   const auto dir = fresh_temp_dir("tmux");
   const auto p1 = write(dir, "p1.trace", kProblem1);
   const std::string rcfile = dir + "/rc";
-  // A private tmux server (-L): never touches a user's sessions; killed at the end.
+  // A private tmux server (-L): never touches the user's own tmux; killed at the end.
   // (Built with += : GCC 12 warns falsely on long chains of string temporaries, PR105329.)
   std::string tm = "tmux -L flashlab_test_";
   tm += std::to_string(::getpid());

@@ -1,4 +1,4 @@
-// Golden frames of the stepper (issue 3: "Frames come from a pure render function with
+// Golden frames of the stepper ("Frames come from a pure render function with
 // golden-text tests"). Inputs are given explicitly so the frames do not depend on the random
 // generator. To regenerate after an intended change: FLASHLAB_UPDATE_GOLDEN=1 test_lessons "[golden]".
 #include <catch2/catch.hpp>

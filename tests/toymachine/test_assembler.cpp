@@ -1,4 +1,4 @@
-// The assembler: the seed's trace syntax, the loop directive, and every diagnostic class with
+// The assembler: the lesson's trace syntax, the loop directive, and every diagnostic class with
 // its full formatted text (file:line:col, echoed line, caret, hint).
 #include <catch2/catch.hpp>
 
@@ -8,14 +8,14 @@
 
 using namespace flashlab::toy;
 
-TEST_CASE("seed syntax: step numbers, comments, spacing, register case", "[assembler]") {
+TEST_CASE("lesson syntax: step numbers, comments, spacing, register case", "[assembler]") {
   const Machine m = builtin_machine("softmax3", 4);
   const Program p = toytest::assemble_ok(
       "# a comment line\n"
       "\n"
       "1  LOAD x[0], r1      # trailing comment\n"
       "2.\tload x[ 3 ],R0\n"
-      "3\n"  // a bare step number (the seed's blank template rows) is an empty line
+      "3\n"  // a bare step number (the lesson's blank template rows) is an empty line
       "  10) MAX R0 , R1, r1\r\n"
       "STORE r1, out[n-1]\n",
       m);
@@ -28,13 +28,13 @@ TEST_CASE("seed syntax: step numbers, comments, spacing, register case", "[assem
   CHECK(p.code[1].operands[0].index == std::vector<long long>{3});
   CHECK(p.code[1].operands[1].reg == 0);
   CHECK(p.code[2].op == Opcode::MAX);
-  CHECK(p.code[2].operands[1].reg == 1);  // R1 is the seed's r1
+  CHECK(p.code[2].operands[1].reg == 1);  // R1 is the lesson's r1
   CHECK(p.code[2].source_line == 6);
   CHECK(p.code[3].text == "STORE r1, out[3]");
   CHECK(p.source_lines.size() == 7);
 }
 
-TEST_CASE("the seed's traces assemble as printed", "[assembler][seed]") {
+TEST_CASE("the lesson's traces assemble as printed", "[assembler][lesson]") {
   CHECK(toytest::assemble_ok(toytest::read_trace("p1_c00.trace"), builtin_machine("matmul3")).code.size() == 7);
   CHECK(toytest::assemble_ok(toytest::read_trace("p2_inner_matmul3.trace"), builtin_machine("matmul3")).code.size() == 25);
   CHECK(toytest::assemble_ok(toytest::read_trace("p3_outer_matmul6.trace"), builtin_machine("matmul6")).code.size() == 22);
@@ -67,7 +67,7 @@ TEST_CASE("loop directive: inclusive bounds, n, nesting, empty ranges", "[assemb
     const Program p = toytest::assemble_ok("LOAD x[0], R0\nfor i in 1..n-1\n  LOAD x[i], R0\nend\n", builtin_machine("softmax3", 1));
     CHECK(p.code.size() == 1);
   }
-  SECTION("the seed's minus sign is accepted in indices") {
+  SECTION("the lesson's minus sign is accepted in indices") {
     const Program p = toytest::assemble_ok("LOAD x[n\u22121], R0\n", m);
     CHECK(p.code[0].operands[0].index[0] == 4);
   }
@@ -206,7 +206,7 @@ TEST_CASE("loop expansion is capped", "[assembler][errors][loops]") {
 }
 
 TEST_CASE("caret columns count characters, not bytes", "[assembler][errors]") {
-  // The seed's "−" is 3 bytes in UTF-8; the caret must still land under R7.
+  // The lesson's "−" is 3 bytes in UTF-8; the caret must still land under R7.
   CHECK(toytest::diagnostics_of("LOAD x[n\u22121], R7\n", builtin_machine("softmax3")) ==
         "t.trace:1:14: error: machine softmax3 has no register R7\n"
         "  LOAD x[n\u22121], R7\n"

@@ -1,4 +1,4 @@
-// The ISA table, the built-in profiles (issue 2's list) and the machine-file parser.
+// The ISA table, the built-in profiles (the lesson's list) and the machine-file parser.
 #include <catch2/catch.hpp>
 
 #include <fstream>
@@ -9,7 +9,7 @@
 
 using namespace flashlab::toy;
 
-TEST_CASE("ISA table: one row per opcode, in order, with the seed's operand patterns", "[isa]") {
+TEST_CASE("ISA table: one row per opcode, in order, with the lesson's operand patterns", "[isa]") {
   REQUIRE(isa().size() == static_cast<std::size_t>(kOpcodeCount));
   for (std::size_t i = 0; i < isa().size(); ++i) {
     CHECK(static_cast<std::size_t>(isa()[i].opcode) == i);
@@ -27,7 +27,7 @@ TEST_CASE("ISA table: one row per opcode, in order, with the seed's operand patt
   CHECK(find_instruction("") == nullptr);
 }
 
-TEST_CASE("built-in profiles match issue 2", "[machine]") {
+TEST_CASE("built-in profiles match the lesson's machines", "[machine]") {
   CHECK(builtin_machine_names() == std::vector<std::string>{"matmul3", "matmul6", "softmax3", "softmax4"});
   const Machine m3 = builtin_machine("matmul3");
   CHECK(m3.registers == std::vector<std::string>{"R0", "R1", "R2"});

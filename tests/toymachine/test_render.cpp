@@ -1,4 +1,4 @@
-// The step table and counters block: golden text for the seed's Problem 1 table.
+// The step table and counters block: golden text for the lesson's Problem 1 table.
 #include <catch2/catch.hpp>
 
 #include "flashlab/toymachine/render.hpp"
@@ -14,7 +14,7 @@ std::vector<State> all_states(const Executor& ex) {
 }
 }  // namespace
 
-TEST_CASE("render: the seed's Problem 1 table, symbolic", "[render]") {
+TEST_CASE("render: the lesson's Problem 1 table, symbolic", "[render]") {
   const Machine m = builtin_machine("matmul3");
   Executor ex(toytest::assemble_ok(toytest::read_trace("p1_c00.trace"), m), m, random_inputs(m, 1));
   REQUIRE_FALSE(ex.run());

@@ -1,4 +1,4 @@
-// The symbolic printer and the algebra behind it: the seed's table notation, naming (c00, m, S),
+// The symbolic printer and the algebra behind it: the lesson's table notation, naming (c00, m, S),
 // max runs, Σ runs, and the folding that makes the online sum equal the two-pass S.
 #include <catch2/catch.hpp>
 
@@ -24,7 +24,7 @@ ExprPtr b(int i, int j) {
 }
 }  // namespace
 
-TEST_CASE("printer: the seed's matmul notation", "[value]") {
+TEST_CASE("printer: the lesson's matmul notation", "[value]") {
   const ExprPtr c00 = make_add(make_mul(a(0, 0), b(0, 0)), make_mul(a(0, 1), b(1, 0)));
   CHECK(to_string(*c00) == "a00·b00 + a01·b10");
   const Machine m = builtin_machine("matmul3");
@@ -39,7 +39,7 @@ TEST_CASE("printer: the seed's matmul notation", "[value]") {
   CHECK(to_string(*make_add(make_mul(a(0, 0), b(0, 1)), make_mul(a(0, 1), b(1, 0))), &m.names) == "a00·b01 + a01·b10");
 }
 
-TEST_CASE("printer: the seed's softmax notation", "[value]") {
+TEST_CASE("printer: the lesson's softmax notation", "[value]") {
   const Machine m = builtin_machine("softmax3", 3);
   const ExprPtr mx = make_max(make_max(x(1), x(0)), x(2));
   CHECK(to_string(*make_max(x(1), x(0))) == "max(x0, x1)");
@@ -72,7 +72,7 @@ TEST_CASE("printer: long runs are abbreviated", "[value]") {
 
 TEST_CASE("algebra: cancel, fold, and the online-softmax rescale", "[value]") {
   CHECK(to_string(*make_sub(x(0), x(0))) == "0");
-  CHECK(to_string(*make_exp(make_sub(x(0), x(0)))) == "1");  // seed: online init, r2 = 1
+  CHECK(to_string(*make_exp(make_sub(x(0), x(0)))) == "1");  // lesson: online init, r2 = 1
   CHECK(to_string(*make_mul(make_constant(1), x(2))) == "x2");
   CHECK(to_string(*make_sub(make_add(x(0), x(1)), x(0))) == "x1");
   CHECK(to_string(*make_add(x(0), x(0))) == "2·x0");

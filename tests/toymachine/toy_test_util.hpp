@@ -1,4 +1,4 @@
-// Helpers shared by the toy-machine tests: read a seed trace, assemble it (failing loudly with
+// Helpers shared by the toy-machine tests: read one of the lesson's traces, assemble it (failing loudly with
 // the diagnostics), and run it.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The executor: one step function over an explicit State (seed 004's machine: every LOAD and
+// The executor: one step function over an explicit State (the toy-machine lesson's machine: every LOAD and
 // STORE moves one element between DRAM and the register file and costs its cycles).
 //
 // One semantic core, step_core<Symbolic>, serves both modes: the symbolic mode (values carry
@@ -209,7 +209,7 @@ std::optional<Fault> step_core(const Program& p, const Machine& m, const Decoded
                                  std::to_string(c.cycles) + " cycles so far)",
                       "the trace runs longer than allowed: check the loop bounds, or raise the cap (--max-cycles)");
   auto& R = s.registers;
-  // Source registers must hold a value (the seed's machine has no zeroed registers).
+  // Source registers must hold a value (the lesson's machine has no zeroed registers).
   auto need = [&](int r) -> std::optional<Fault> {
     if (!R[static_cast<std::size_t>(r)]) return unset_register_fault(p, m, pc, r);
     return std::nullopt;

@@ -1,5 +1,5 @@
-// The ISA table (seed 004, "Instruction Set" of the matmul machine and of the softmax machine).
-// Operand order follows the seed exactly: sources first, destination last.
+// The ISA table (the toy-machine lesson, "Instruction Set" of the matmul machine and of the softmax machine).
+// Operand order follows the lesson exactly: sources first, destination last.
 #include "flashlab/toymachine/isa.hpp"
 
 #include <cctype>

@@ -1,4 +1,4 @@
-// Machine profiles (seed 004): the 3-register matmul machine of "The Toy Model", the 6-register
+// Machine profiles (the toy-machine lesson): the 3-register matmul machine of "The Toy Model", the 6-register
 // one of "Enlarging the Register File", the 3-register softmax machine of "Softmax" and the
 // 4-register one of "One More Register"; plus the parser for user machine files.
 #include "flashlab/toymachine/machine.hpp"
@@ -55,7 +55,7 @@ int Machine::find_array(std::string_view array) const {
 bool Machine::allows(Opcode op) const { return std::find(opcodes.begin(), opcodes.end(), op) != opcodes.end(); }
 
 std::string Machine::register_list() const {
-  // "R0..R2" when the names are R0, R1, … in order (the seed's matmul machines).
+  // "R0..R2" when the names are R0, R1, … in order (the lesson's matmul machines).
   bool numbered = registers.size() > 2;
   for (std::size_t i = 0; i < registers.size() && numbered; ++i)
     numbered = registers[i] == text::join("R", static_cast<long long>(i));
@@ -100,8 +100,8 @@ ExprPtr input_expr(const ArrayDecl& a, std::size_t flat) { return make_input(a.n
 Machine matmul(std::string name, int regs, int n) {
   Machine m;
   m.name = std::move(name);
-  m.description = regs == 3 ? "seed Problems 1-2: the smallest matmul machine, C = A x B with 2x2 matrices"
-                            : "seed Problem 3: the register file doubled, for the outer-product order";
+  m.description = regs == 3 ? "Problems 1-2: the smallest matmul machine, C = A x B with 2x2 matrices"
+                            : "Problem 3: the register file doubled, for the outer-product order";
   for (int i = 0; i < regs; ++i) m.registers.push_back("R" + std::to_string(i));
   m.opcodes = {Opcode::LOAD, Opcode::STORE, Opcode::MAC_Z, Opcode::MAC};
   set_default_cycles(m);
@@ -124,9 +124,9 @@ Machine matmul(std::string name, int regs, int n) {
 Machine softmax(std::string name, int regs, int n) {
   Machine m;
   m.name = std::move(name);
-  m.description = regs == 3 ? "seed Problem 4: safe softmax in three passes, out = softmax(x)"
-                            : "seed Problem 5: one more register, online softmax in two passes";
-  m.registers = {"R0", "r1", "r2"};  // the seed's own spelling
+  m.description = regs == 3 ? "Problem 4: safe softmax in three passes, out = softmax(x)"
+                            : "Problem 5: one more register, online softmax in two passes";
+  m.registers = {"R0", "r1", "r2"};  // the lesson's own spelling
   if (regs == 4) m.registers.push_back("r3");
   m.opcodes = {Opcode::LOAD, Opcode::STORE, Opcode::MAX, Opcode::SUB, Opcode::EXP,
                Opcode::ADD,  Opcode::MUL,   Opcode::DIV, Opcode::MOV};
@@ -134,7 +134,7 @@ Machine softmax(std::string name, int regs, int n) {
   const auto un = static_cast<std::size_t>(n);
   m.arrays = {array("x", {un}, ArrayRole::Input), array("out", {un}, ArrayRole::Output)};
   m.n = n;
-  // m = max_j xj and S = Σ_j e^(xj − m), the names the seed's Problem 4 tables use.
+  // m = max_j xj and S = Σ_j e^(xj − m), the names the lesson's Problem 4 tables use.
   // Only where a symbolic run can use them: beyond 4096 elements the CLI runs numeric-only anyway,
   // and the two definitions would cost memory per element.
   if (un > 4096) return m;

@@ -1,4 +1,4 @@
-// The seed's step table (seed 004, "Full trace for c00": Step | Instruction | R0 | R1 | R2, each
+// The lesson's step table (the toy-machine lesson, "Full trace for c00": Step | Instruction | R0 | R1 | R2, each
 // cell the symbolic contents after the step) and the counters block. Pure functions of states,
 // so the stepper and `flashlab run --table` print the same thing.
 #include "flashlab/toymachine/render.hpp"
@@ -55,7 +55,7 @@ std::vector<std::string> render_row(const Program& program, const Machine& machi
   row.push_back(std::to_string(after.pc));
   row.push_back(before.pc < program.code.size() ? program.code[before.pc].text : "");
   for (std::size_t r = 0; r < after.registers.size(); ++r) {
-    // The seed marks an unchanged register with " (Problem 3's tables); optional here.
+    // The lesson marks an unchanged register with " (Problem 3's tables); optional here.
     if (opt.ditto && after.registers[r] && same(before.registers[r], after.registers[r])) row.emplace_back("\"");
     else row.push_back(render_cell(after.registers[r], machine, opt));
   }

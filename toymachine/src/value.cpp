@@ -1,7 +1,7 @@
-// Symbolic values: the expressions the seed's step tables print in each register column.
+// Symbolic values: the expressions the lesson's step tables print in each register column.
 //
 // Construction normalises as it goes (flatten, cancel, fold) so that two routes to the same
-// quantity give the same tree. That is the point of seed 004, "Two paths to the same sum": the
+// quantity give the same tree. That is the point of the toy-machine lesson, "Two paths to the same sum": the
 // online sum s_k = s_{k-1}·e^(m_{k-1} − m_k) + e^(x_{k-1} − m_k) folds, by e^u·e^v = e^(u+v),
 // into Σ_j e^(xj − m_k), which at k = n *is* the two-pass S and prints as `S`.
 #include "flashlab/toymachine/value.hpp"
@@ -105,7 +105,7 @@ struct Terms {
     auto [lo, hi] = index.equal_range(t->hash);
     for (auto it = lo; it != hi; ++it) {
       if (equivalent(*args[it->second], *t)) {
-        coeffs[it->second] += c;  // x − x cancels in build() (seed: SUB R0, r1, R0 with R0 = r1 = x0 gives 0)
+        coeffs[it->second] += c;  // x − x cancels in build() (lesson: SUB R0, r1, R0 with R0 = r1 = x0 gives 0)
         return;
       }
     }
@@ -289,7 +289,7 @@ std::string format_number(double v) {
 
 namespace {
 
-constexpr const char* kMinus = "\u2212";  // − as the seed prints it
+constexpr const char* kMinus = "\u2212";  // − as the lesson prints it
 constexpr const char* kDot = "\u00b7";    // ·
 
 // Printer. `subst` (when set) prints input (array, index) as array + "j": used to detect and
@@ -342,7 +342,7 @@ struct Printer {
     in_max = true;
     std::string out = "max(";
     for (std::size_t i = 0; i < e.args.size();) {
-      // A run of ≥ 4 consecutive inputs of one array prints as x0..x7 (seed: max(x_{0..n−2})).
+      // A run of ≥ 4 consecutive inputs of one array prints as x0..x7 (lesson: max(x_{0..n−2})).
       std::size_t j = i;
       if (e.args[i]->kind == ExprKind::Input) {
         while (j + 1 < e.args.size() && e.args[j + 1]->kind == ExprKind::Input &&

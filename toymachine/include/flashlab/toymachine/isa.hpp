@@ -1,6 +1,6 @@
 /// @file isa.hpp
 /// @brief The toy machine's instruction set: one table drives the assembler, the executor,
-/// `--help`, the error hints and docs/toymachine.md (seed 004, "Instruction Set", both machines).
+/// `--help`, the error hints and docs/toymachine.md (the toy-machine lesson, "Instruction Set", both machines).
 #pragma once
 
 #include <string>
@@ -9,7 +9,7 @@
 
 namespace flashlab::toy {
 
-/// Every opcode of both seed machines (matmul: LOAD STORE MAC_Z MAC; softmax: LOAD STORE MAX SUB
+/// Every opcode of both of the lesson's machines (matmul: LOAD STORE MAC_Z MAC; softmax: LOAD STORE MAX SUB
 /// EXP ADD MUL DIV MOV). A machine profile allows a subset.
 enum class Opcode {
   LOAD,   ///< `LOAD src, Rd`: Rd = DRAM[src]
@@ -34,7 +34,7 @@ enum class OperandKind {
 /// One row of the ISA table.
 struct IsaEntry {
   Opcode opcode;                      ///< the opcode this row describes
-  std::string mnemonic;               ///< upper-case mnemonic as the seed writes it, e.g. "MAC_Z"
+  std::string mnemonic;               ///< upper-case mnemonic as the lesson writes it, e.g. "MAC_Z"
   std::string operands;               ///< operand pattern for help and hints, e.g. "Ra, Rb, Rc, Rd"
   std::vector<OperandKind> pattern;   ///< the kind of each operand slot, in order
   int default_cycles;                 ///< cycles unless the machine profile says otherwise

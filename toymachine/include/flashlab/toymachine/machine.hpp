@@ -1,6 +1,6 @@
 /// @file machine.hpp
 /// @brief Machine profiles: registers, the allowed ISA subset, cycle costs and the DRAM layout.
-/// The built-in profiles are the seed's two machines (seed 004, "The Toy Model" and "Softmax",
+/// The built-in profiles are the lesson's two machines (the toy-machine lesson, "The Toy Model" and "Softmax",
 /// plus "Enlarging the Register File" and "One More Register").
 #pragma once
 

@@ -1,5 +1,5 @@
 /// @file render.hpp
-/// @brief The seed's step table (Step | Instruction | one column per register) and the
+/// @brief The lesson's step table (Step | Instruction | one column per register) and the
 /// counters block, as pure functions of states.
 #pragma once
 
@@ -17,7 +17,7 @@ namespace flashlab::toy {
 /// How cells are shown.
 struct RenderOptions {
   bool numeric = false;       ///< show numbers instead of expressions
-  bool ditto = false;         ///< show `"` for a register unchanged since the previous row (the seed's style)
+  bool ditto = false;         ///< show `"` for a register unchanged since the previous row (the lesson's style)
   std::size_t max_cell = 48;  ///< longer cell contents are cut to this many characters, ending in `…`
 };
 

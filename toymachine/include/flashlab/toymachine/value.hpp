@@ -1,6 +1,6 @@
 /// @file value.hpp
 /// @brief Values the toy machine carries: a float64 plus a symbolic expression over the input
-/// names, printed the way the seed's step tables print them (`a00·b00 + a01·b10`, `e^(x0 − m)`).
+/// names, printed the way the lesson's step tables print them (`a00·b00 + a01·b10`, `e^(x0 − m)`).
 #pragma once
 
 #include <cstddef>
@@ -28,7 +28,7 @@ struct Expr;
 using ExprPtr = std::shared_ptr<const Expr>;
 
 /// One immutable expression node. Build with the functions below, never by hand: they
-/// flatten, cancel and fold so that equal values get equal trees (seed 004, "Two paths to the
+/// flatten, cancel and fold so that equal values get equal trees (the toy-machine lesson, "Two paths to the
 /// same sum": the online sum s_n must come out as the same Σ e^(xj − m) as the two-pass S).
 struct Expr {
   ExprKind kind = ExprKind::Constant;  ///< which node this is
@@ -67,7 +67,7 @@ ExprPtr make_exp(const ExprPtr& a);
 bool equivalent(const Expr& a, const Expr& b);
 
 /// Names for whole expressions, so that the printer shows `c00` for a00·b00 + a01·b10 and `m`
-/// for max(x0..x7), like the seed's tables. Lookups are by hash, so printing stays cheap.
+/// for max(x0..x7), like the lesson's tables. Lookups are by hash, so printing stays cheap.
 class NameTable {
  public:
   /// Registers `name` for `expr` (bare inputs and constants are ignored: they print as themselves).
@@ -81,7 +81,7 @@ class NameTable {
   std::unordered_multimap<std::uint64_t, std::pair<std::string, ExprPtr>> by_hash_;
 };
 
-/// Prints an expression like the seed's tables: `a00·b00 + a01·b10`, `e^(x0 − m)`,
+/// Prints an expression like the lesson's tables: `a00·b00 + a01·b10`, `e^(x0 − m)`,
 /// `max(x0, x1)`, `e^(x0 − m)/S`. Runs of four or more consecutive inputs in a max print as
 /// `max(x0..x7)`; a sum of four or more terms that differ only in one input index prints as
 /// `Σ_{j=0..7} e^(xj − m)`. Subexpressions found in `names` print as their name.

@@ -1,6 +1,6 @@
-// The seed's own traces (toymachine/traces/, typed in as printed) give the seed's counts, and
+// The lesson's own traces (toymachine/traces/, typed in as printed) give the lesson's counts, and
 // their outputs equal an independent reference (C = A·B; softmax computed here) on several
-// random inputs. Seed 004: Problems 1, 2, 3 (cost table 25/13 vs 22/10), 4 (3n reads, n writes)
+// random inputs. The toy-machine lesson: Problems 1, 2, 3 (cost table 25/13 vs 22/10), 4 (3n reads, n writes)
 // and 5 (2n reads, n writes).
 #include <catch2/catch.hpp>
 
@@ -59,7 +59,7 @@ void check_close(const std::vector<double>& got, const std::vector<double>& ref,
 
 }  // namespace
 
-TEST_CASE("seed Problem 1: c00 on matmul3 is 7 cycles = 4 LOAD + 2 MAC + 1 STORE", "[seed][matmul]") {
+TEST_CASE("lesson Problem 1: c00 on matmul3 is 7 cycles = 4 LOAD + 2 MAC + 1 STORE", "[lesson][matmul]") {
   const Machine m = builtin_machine("matmul3");
   const Program p = toytest::assemble_ok(toytest::read_trace("p1_c00.trace"), m);
   for (std::uint64_t seed : {1, 2, 3, 42}) {
@@ -83,7 +83,7 @@ TEST_CASE("seed Problem 1: c00 on matmul3 is 7 cycles = 4 LOAD + 2 MAC + 1 STORE
   }
 }
 
-TEST_CASE("seed Problem 2: inner-product matmul on matmul3 is 25 cycles with 13 LOADs", "[seed][matmul]") {
+TEST_CASE("lesson Problem 2: inner-product matmul on matmul3 is 25 cycles with 13 LOADs", "[lesson][matmul]") {
   const Machine m = builtin_machine("matmul3");
   const Program p = toytest::assemble_ok(toytest::read_trace("p2_inner_matmul3.trace"), m);
   for (std::uint64_t seed : {1, 7, 99}) {
@@ -98,7 +98,7 @@ TEST_CASE("seed Problem 2: inner-product matmul on matmul3 is 25 cycles with 13 
   }
 }
 
-TEST_CASE("seed Problem 3: outer-product matmul on matmul6 is 22 cycles with 10 LOADs", "[seed][matmul]") {
+TEST_CASE("lesson Problem 3: outer-product matmul on matmul6 is 22 cycles with 10 LOADs", "[lesson][matmul]") {
   const Machine m = builtin_machine("matmul6");
   const Program p = toytest::assemble_ok(toytest::read_trace("p3_outer_matmul6.trace"), m);
   for (std::uint64_t seed : {1, 5, 123}) {
@@ -111,7 +111,7 @@ TEST_CASE("seed Problem 3: outer-product matmul on matmul6 is 22 cycles with 10 
     CHECK(count(c, Opcode::MAC_Z) + count(c, Opcode::MAC) == 8);
     CHECK(count(c, Opcode::STORE) == 4);
     check_close(output(ex, "c"), matmul_ref(in), 1e-12);
-    // Every output register ends as the named definition (seed table, steps 12-18).
+    // Every output register ends as the named definition (the lesson's table, steps 12-18).
     for (int r = 2; r <= 5; ++r) {
       const auto& v = ex.state().registers[static_cast<std::size_t>(r)];
       REQUIRE(v);
@@ -123,7 +123,7 @@ TEST_CASE("seed Problem 3: outer-product matmul on matmul6 is 22 cycles with 10 
   CHECK_FALSE(assemble(toytest::read_trace("p3_outer_matmul6.trace"), builtin_machine("matmul3"), "p3").ok());
 }
 
-TEST_CASE("seed Problem 4: safe softmax on softmax3 reads 3n and writes n, for several n", "[seed][softmax]") {
+TEST_CASE("lesson Problem 4: safe softmax on softmax3 reads 3n and writes n, for several n", "[lesson][softmax]") {
   const std::string text = toytest::read_trace("p4_safe_softmax3.trace");
   for (int n : {1, 2, 3, 8, 33}) {
     const Machine m = builtin_machine("softmax3", n);
@@ -141,7 +141,7 @@ TEST_CASE("seed Problem 4: safe softmax on softmax3 reads 3n and writes n, for s
   }
 }
 
-TEST_CASE("seed Problem 4 typed in as printed for n = 3", "[seed][softmax]") {
+TEST_CASE("lesson Problem 4 typed in as printed for n = 3", "[lesson][softmax]") {
   const Machine m = builtin_machine("softmax3", 3);
   const Program p = toytest::assemble_ok(toytest::read_trace("p4_safe_softmax3_n3.trace"), m);
   const Inputs in = random_inputs(m, 11);
@@ -150,13 +150,13 @@ TEST_CASE("seed Problem 4 typed in as printed for n = 3", "[seed][softmax]") {
   CHECK(ex.state().counters.dram_reads == 9);
   CHECK(ex.state().counters.dram_writes == 3);
   check_close(output(ex, "out"), softmax_ref(in.at("x")), 1e-12);
-  // The seed's tables: r1 = m after pass 1, r2 = S after pass 2, out[i] = e^(xi − m)/S.
+  // The lesson's tables: r1 = m after pass 1, r2 = S after pass 2, out[i] = e^(xi − m)/S.
   CHECK(to_string(*ex.state().registers[1]->sym, &m.names) == "m");
   CHECK(to_string(*ex.state().registers[2]->sym, &m.names) == "S");
   CHECK(to_string(*ex.state().dram[1][2]->sym, &m.names) == "e^(x2 − m)/S");
 }
 
-TEST_CASE("seed Problem 5: online softmax on softmax4 reads 2n and writes n, for several n", "[seed][softmax]") {
+TEST_CASE("lesson Problem 5: online softmax on softmax4 reads 2n and writes n, for several n", "[lesson][softmax]") {
   for (const char* file : {"p5_online_softmax4.trace", "p5_online_softmax4_n3.trace"}) {
     const std::string text = toytest::read_trace(file);
     const bool fixed = std::string(file).find("_n3") != std::string::npos;
@@ -180,7 +180,7 @@ TEST_CASE("seed Problem 5: online softmax on softmax4 reads 2n and writes n, for
   CHECK_FALSE(assemble(toytest::read_trace("p5_online_softmax4.trace"), builtin_machine("softmax3"), "p5").ok());
 }
 
-TEST_CASE("online softmax does not overflow where the naive sum would", "[seed][softmax]") {
+TEST_CASE("online softmax does not overflow where the naive sum would", "[lesson][softmax]") {
   // Seed, "Numerical safety": every exponent is <= 0, so x = 1000 is fine.
   const Machine m = builtin_machine("softmax4", 4);
   const Program p = toytest::assemble_ok(toytest::read_trace("p5_online_softmax4.trace"), m);
