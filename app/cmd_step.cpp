@@ -114,6 +114,105 @@ void do_goto(Stepper& s, const std::string& text) {
   s.tl.go_to(*value);
 }
 
+// Draws one frame; highlights read the markers the pure frame already carries.
+void draw(const Stepper& s, bool utf8, bool colour) {
+  lessons::FrameOptions opt;
+  opt.width = COLS;
+  opt.height = LINES;
+  opt.numeric = s.numeric || !s.tl.options().symbolic;
+  opt.help = s.help;
+  opt.title = s.title;
+  opt.status = s.input ? "go to step (or :line), Enter to go, Esc to cancel: " + *s.input : s.status;
+  lessons::FrameContext ctx{&s.tl.program(), &s.tl.machine(), s.tl.fault() ? &*s.tl.fault() : nullptr};
+  const std::string frame = lessons::render_frame(ctx, s.tl.state(), s.tl.previous(), opt);
+  erase();
+  std::istringstream is(frame);
+  std::string line;
+  const int left = static_cast<int>(lessons::listing_width(COLS));
+  for (int row = 0; std::getline(is, line) && row < LINES; ++row) {
+    mvaddstr(row, 0, (utf8 ? line : ascii(line)).c_str());
+    if (line.rfind("> ", 0) == 0) mvchgat(row, 0, left, A_REVERSE, 0, nullptr);
+    const bool changed_reg = line.find("│ *") != std::string::npos;
+    if (!colour) {
+      if (changed_reg) mvchgat(row, left + 3, -1, A_BOLD, 0, nullptr);
+      continue;
+    }
+    if (line.rfind("FAULT", 0) == 0) mvchgat(row, 0, -1, A_BOLD, 2, nullptr);
+    if (changed_reg) mvchgat(row, left + 3, -1, A_BOLD, 1, nullptr);
+    // The last DRAM access, `[..]R` or `[..]W`, in cyan (columns counted in characters).
+    std::size_t rb = line.find("]R");
+    if (rb == std::string::npos) rb = line.find("]W");
+    const std::size_t lb = rb == std::string::npos ? rb : line.rfind('[', rb);
+    if (lb != std::string::npos && line.rfind("──", 0) != 0) {
+      const int col = static_cast<int>(toy::display_width(line.substr(0, lb)));
+      const int len = static_cast<int>(toy::display_width(line.substr(lb, rb + 2 - lb)));
+      mvchgat(row, col, len, A_BOLD, 3, nullptr);
+    }
+  }
+  refresh();
+}
+
+// One key of the goto prompt.
+void prompt_key(Stepper& s, int ch) {
+  if (ch == '\n' || ch == KEY_ENTER || ch == '\r') {
+    const std::string text = *s.input;
+    s.input.reset();
+    do_goto(s, text);
+  } else if (ch == 27) {
+    s.input.reset();
+  } else if ((ch == KEY_BACKSPACE || ch == 127 || ch == 8) && !s.input->empty()) {
+    s.input->pop_back();
+  } else if ((ch >= '0' && ch <= '9') || ch == ':') {
+    if (s.input->size() < 12) *s.input += static_cast<char>(ch);
+  }
+}
+
+// One key of the stepper; returns false to quit.
+bool stepper_key(Stepper& s, int ch) {
+  switch (ch) {
+    case 'q':
+    case 27:
+      return false;
+    case 'n':
+    case ' ':
+    case 'j':
+    case KEY_RIGHT:
+    case KEY_DOWN:
+      if (s.tl.done()) s.status = s.tl.fault() ? "stopped by the fault: b steps back" : "at the end: b steps back";
+      else s.tl.step();
+      break;
+    case 'b':
+    case 'k':
+    case KEY_LEFT:
+    case KEY_UP:
+      if (!s.tl.back()) s.status = "at the start";
+      break;
+    case 'e':
+    case 'G':
+    case KEY_END:
+      s.tl.run_to_end();
+      break;
+    case 'r':
+    case KEY_HOME:
+      s.tl.go_to(0);
+      break;
+    case 'g':
+      s.input = std::string();
+      break;
+    case 's':
+      if (!s.tl.options().symbolic) s.status = "numeric only: the trace is too long to carry expressions";
+      else s.numeric = !s.numeric;
+      break;
+    case '?':
+    case 'h':
+      s.help = true;
+      break;
+    default:
+      s.status = "unknown key: ? shows the keys";
+  }
+  return true;
+}
+
 int interactive(Stepper& s) {
   // Wide characters need a UTF-8 locale; fall back to C.UTF-8, then to ASCII frames.
   std::setlocale(LC_ALL, "");
@@ -140,107 +239,17 @@ int interactive(Stepper& s) {
     init_pair(3, COLOR_CYAN, -1);    // last DRAM access
   }
   for (;;) {
-    const toy::State& now = s.tl.state();
-    const toy::State* prev = s.tl.previous();
-    lessons::FrameOptions opt;
-    opt.width = COLS;
-    opt.height = LINES;
-    opt.numeric = s.numeric || !s.tl.options().symbolic;
-    opt.help = s.help;
-    opt.title = s.title;
-    opt.status = s.input ? "go to step (or :line), Enter to go, Esc to cancel: " + *s.input : s.status;
-    lessons::FrameContext ctx{&s.tl.program(), &s.tl.machine(), s.tl.fault() ? &*s.tl.fault() : nullptr};
-    const std::string frame = lessons::render_frame(ctx, now, prev, opt);
-    erase();
-    std::istringstream is(frame);
-    std::string line;
-    const int left = static_cast<int>(lessons::listing_width(COLS));
-    for (int row = 0; std::getline(is, line) && row < LINES; ++row) {
-      mvaddstr(row, 0, (utf8 ? line : ascii(line)).c_str());
-      // Highlights read the markers the pure frame already carries.
-      if (line.rfind("> ", 0) == 0) mvchgat(row, 0, left, A_REVERSE, 0, nullptr);
-      const bool changed_reg = line.find("│ *") != std::string::npos;
-      if (colour) {
-        if (line.rfind("FAULT", 0) == 0) mvchgat(row, 0, -1, A_BOLD, 2, nullptr);
-        if (changed_reg) mvchgat(row, left + 3, -1, A_BOLD, 1, nullptr);
-        // The last DRAM access, `[..]R` or `[..]W`, in cyan (columns counted in characters).
-        std::size_t rb = line.find("]R");
-        if (rb == std::string::npos) rb = line.find("]W");
-        const std::size_t lb = rb == std::string::npos ? rb : line.rfind('[', rb);
-        if (lb != std::string::npos && line.rfind("──", 0) != 0) {
-          const int col = static_cast<int>(toy::display_width(line.substr(0, lb)));
-          const int len = static_cast<int>(toy::display_width(line.substr(lb, rb + 2 - lb)));
-          mvchgat(row, col, len, A_BOLD, 3, nullptr);
-        }
-      } else if (changed_reg) {
-        mvchgat(row, left + 3, -1, A_BOLD, 0, nullptr);
-      }
-    }
-    refresh();
+    draw(s, utf8, colour);
     const int ch = getch();
     s.status.clear();
     if (ch == KEY_RESIZE) continue;
     if (s.input) {
-      if (ch == '\n' || ch == KEY_ENTER || ch == '\r') {
-        const std::string text = *s.input;
-        s.input.reset();
-        do_goto(s, text);
-      } else if (ch == 27) {
-        s.input.reset();
-      } else if ((ch == KEY_BACKSPACE || ch == 127 || ch == 8) && !s.input->empty()) {
-        s.input->pop_back();
-      } else if ((ch >= '0' && ch <= '9') || ch == ':') {
-        if (s.input->size() < 12) *s.input += static_cast<char>(ch);
-      }
-      continue;
-    }
-    if (s.help) {
-      s.help = false;
+      prompt_key(s, ch);
+    } else if (s.help) {
+      s.help = false;  // any key leaves the help; q also quits
       if (ch == 'q') break;
-      continue;
-    }
-    switch (ch) {
-      case 'q':
-      case 27:
-        endwin();
-        delscreen(screen);
-        return kOk;
-      case 'n':
-      case ' ':
-      case 'j':
-      case KEY_RIGHT:
-      case KEY_DOWN:
-        if (s.tl.done()) s.status = s.tl.fault() ? "stopped by the fault: b steps back" : "at the end: b steps back";
-        else s.tl.step();
-        break;
-      case 'b':
-      case 'k':
-      case KEY_LEFT:
-      case KEY_UP:
-        if (!s.tl.back()) s.status = "at the start";
-        break;
-      case 'e':
-      case 'G':
-      case KEY_END:
-        s.tl.run_to_end();
-        break;
-      case 'r':
-      case KEY_HOME:
-        s.tl.go_to(0);
-        break;
-      case 'g':
-        s.input = std::string();
-        break;
-      case 's':
-        if (!s.tl.options().symbolic) s.status = "numeric only: the trace is too long to carry expressions";
-        else s.numeric = !s.numeric;
-        break;
-      case '?':
-      case 'h':
-        s.help = true;
-        break;
-      default:
-        s.status = "unknown key: ? shows the keys";
+    } else if (!stepper_key(s, ch)) {
+      break;
     }
   }
   endwin();
@@ -270,6 +279,29 @@ int print_plain(toy::Executor ex, const std::string& trace_name, bool numeric) {
     return kRuntimeFault;
   }
   return kOk;
+}
+
+// The machine of --lesson, --machine or --machine-file; false after printing a located error in a
+// machine file.
+bool step_machine(const po::variables_map& vm, const lessons::Lesson* lesson, int n, toy::Machine& machine) {
+  try {
+    if (lesson) {
+      const auto& ns = lesson->trace->ns;
+      machine = lessons::task_machine(*lesson->trace, vm["n"].defaulted() && !ns.empty() ? ns.front() : n);
+    } else if (vm.count("machine")) {
+      machine = toy::builtin_machine(vm["machine"].as<std::string>(), n);
+    } else {
+      std::string mtext;
+      const auto path = vm["machine-file"].as<std::string>();
+      if (!read_file(path, mtext)) throw UsageError("--machine-file: cannot read '" + path + "'", "check the path");
+      machine = toy::parse_machine_file(mtext, path, n);
+    }
+  } catch (const toy::MachineError& e) {
+    if (!e.diagnostic()) throw UsageError(e.what(), e.hint());
+    std::cerr << toy::format_diagnostic(*e.diagnostic());
+    return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -330,26 +362,7 @@ int cmd_step(const Args& args) {
       }
     }
     if (vm.count("trace")) text = read_trace_file(trace_name);
-    try {
-      if (lesson) {
-        machine = lessons::task_machine(*lesson->trace, vm["n"].defaulted() && !lesson->trace->ns.empty()
-                                                            ? lesson->trace->ns.front()
-                                                            : n);
-      } else if (vm.count("machine")) {
-        machine = toy::builtin_machine(vm["machine"].as<std::string>(), n);
-      } else {
-        std::string mtext;
-        const auto path = vm["machine-file"].as<std::string>();
-        if (!read_file(path, mtext)) throw UsageError("--machine-file: cannot read '" + path + "'", "check the path");
-        machine = toy::parse_machine_file(mtext, path, n);
-      }
-    } catch (const toy::MachineError& e) {
-      if (e.diagnostic()) {
-        std::cerr << toy::format_diagnostic(*e.diagnostic());
-        return kUsage;
-      }
-      throw UsageError(e.what(), e.hint());
-    }
+    if (!step_machine(vm, lesson, n, machine)) return kUsage;
 
     auto as = toy::assemble(text, machine, trace_name);
     if (!as.ok()) {
