@@ -200,6 +200,22 @@ void print_outputs(const toy::Executor& ex) {
   }
 }
 
+// The text report: a header, the step table when asked for, the counters and the outputs.
+void print_text(const toy::Executor& ex, const std::string& trace_path, bool table, bool ditto) {
+  const auto& m = ex.machine();
+  std::cout << "machine " << m.name << " (n = " << m.n << "), " << trace_path << ": " << ex.steps_taken() << " of "
+            << ex.program().code.size() << " instructions ran\n\n";
+  if (table) {
+    std::vector<toy::State> states = ex.history();
+    states.push_back(ex.state());
+    toy::RenderOptions ro;
+    ro.ditto = ditto;
+    std::cout << toy::render_table(ex.program(), m, states, ro) << "\n";
+  }
+  std::cout << toy::render_counters(m, ex.state().counters) << "\n";
+  print_outputs(ex);
+}
+
 }  // namespace
 
 int cmd_run(const Args& args) {
@@ -265,22 +281,8 @@ int cmd_run(const Args& args) {
     toy::Executor ex(std::move(assembled.program), std::move(machine), inputs, opt);
     const auto fault = ex.run();
 
-    if (json) {
-      print_json(ex, trace_path);
-    } else {
-      const auto& m = ex.machine();
-      std::cout << "machine " << m.name << " (n = " << m.n << "), " << trace_path << ": " << ex.steps_taken() << " of "
-                << ex.program().code.size() << " instructions ran\n\n";
-      if (table) {
-        std::vector<toy::State> states = ex.history();
-        states.push_back(ex.state());
-        toy::RenderOptions ro;
-        ro.ditto = vm["ditto"].as<bool>();
-        std::cout << toy::render_table(ex.program(), m, states, ro) << "\n";
-      }
-      std::cout << toy::render_counters(m, ex.state().counters) << "\n";
-      print_outputs(ex);
-    }
+    if (json) print_json(ex, trace_path);
+    else print_text(ex, trace_path, table, vm["ditto"].as<bool>());
     // An output that is NaN or ∞ ran, but is almost never what was meant (e^800, 0/0).
     for (std::size_t i = 0; i < ex.machine().arrays.size(); ++i) {
       if (ex.machine().arrays[i].role != toy::ArrayRole::Output) continue;
