@@ -68,8 +68,8 @@ TEST_CASE("timeline: back-steps re-execute to exactly the state a full history h
 
 TEST_CASE("timeline: a long trace keeps few checkpoints and stays exact", "[timeline][hostile]") {
   const Machine m = builtin_machine("softmax3", 8);
-  const Program p = toytest::assemble_ok(long_trace(10000), m);  // 240,000 steps
-  REQUIRE(p.code.size() == 240000);
+  const Program p = toytest::assemble_ok(long_trace(2000), m);  // 48,000 steps
+  REQUIRE(p.code.size() == 48000);
   CHECK_FALSE(fits_symbolic(p.code.size(), m));
   const Inputs in = random_inputs(m, 1);
   Timeline tl(p, m, in, Options{false, kDefaultCycleCap});
@@ -79,7 +79,7 @@ TEST_CASE("timeline: a long trace keeps few checkpoints and stays exact", "[time
   CHECK(tl.checkpoints() <= p.code.size() / tl.checkpoint_interval() + 1);
   // The last write was out[7] = e^x[7]; one step back undoes exactly that STORE.
   REQUIRE(tl.back());
-  CHECK(tl.state().counters.dram_writes == 240000 / 3 - 1);
+  CHECK(tl.state().counters.dram_writes == 48000 / 3 - 1);
   CHECK(tl.previous()->pc == p.code.size() - 2);
   // g :L: the next execution of line 4 (EXP) after the current position. Steps 0, 1, 2 run
   // lines 3, 4, 5, so at step 100 line 4 is the instruction about to run: the next one is 103.
