@@ -218,7 +218,7 @@ struct Expect {
 void check_clean(const flashlab::test::CliResult& r) {
   CHECK(r.exit_code >= 0);
   CHECK(r.exit_code <= 3);
-  for (const char* leak : {"bad_alloc", "stoull", "stoi", "stol", "terminate", "Sanitizer"}) {
+  for (const char* leak : {"bad_alloc", "stoull", "stoi", "stol", "terminate", "Sanitizer", "runtime error"}) {
     CHECK_THAT(r.err, !Catch::Contains(leak));
     CHECK_THAT(r.out, !Catch::Contains(leak));
   }
