@@ -11,6 +11,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "attention_flags.hpp"
 #include "commands.hpp"
 #include "flashlab/lessons/lesson.hpp"
 #include "flashlab/lessons/progress.hpp"
@@ -138,15 +139,15 @@ int cmd_traffic_levels(const Args& args) {
       return kOk;
     }
     const auto seqs = parse_seqs(vm["seq"].as<std::string>());
-    require_range("heads", vm["heads"].as<long long>(), 1, 65536);
-    require_range("dim", vm["dim"].as<long long>(), 1, 256);
-    require_range("block-m", vm["block-m"].as<long long>(), 1, 128);
-    require_range("block-n", vm["block-n"].as<long long>(), 1, 128);
     fr::AttentionProblem cfg = chapter;
-    cfg.heads = std::size_t(vm["heads"].as<long long>());
-    cfg.head_dim = std::size_t(vm["dim"].as<long long>());
-    cfg.Br = std::size_t(vm["block-m"].as<long long>());
-    cfg.Bc = std::size_t(vm["block-n"].as<long long>());
+    cfg.heads = size_flag(vm, "heads");
+    cfg.head_dim = size_flag(vm, "dim");
+    cfg.Br = size_flag(vm, "block-m");
+    cfg.Bc = size_flag(vm, "block-n");
+    for (std::size_t n : seqs) {  // the problem's own limits, named by flag (one place for each)
+      cfg.seq = n;
+      validate_flags(cfg);
+    }
     const std::string device = vm["device"].as<std::string>();
     if (device != "cpu" && device != "cuda") throw UsageError("--device '" + device + "' is unknown", "choose cpu or cuda");
     const bool csv = vm["csv"].as<bool>();
