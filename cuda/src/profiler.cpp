@@ -1,5 +1,5 @@
-// CUPTI Range Profiler wrapper (profiler.hpp). Written from the verified call sequence in
-// ../shared/examples/cupti_range_probe.cu (CUDA 13): profiler initialise → chip name → counter
+// CUPTI Range Profiler wrapper (profiler.hpp). The call sequence, verified on the H100 with
+// CUDA 13's CUPTI (cupti_range_profiler.h, cupti_profiler_host.h): profiler initialise → chip name → counter
 // availability → host object with the metrics → config image → per session: enable, counter
 // data image, set config (auto range, kernel replay), start, kernels, stop, decode, evaluate
 // each range, disable.

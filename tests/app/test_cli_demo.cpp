@@ -8,7 +8,7 @@ using flashlab::test::run_cli;
 TEST_CASE("cli demo: the three levels run and pass their own checks", "[demo]") {
   auto r = run_cli("demo");
   CHECK(r.exit_code == 0);
-  // Level 1: the seed's Problem 1 counts, softmax reads, the loop-order table.
+  // Level 1: the toy-machine lesson's Problem 1 counts, softmax reads, the loop-order table.
   CHECK_THAT(r.out, Catch::Contains("cycles        7") && Catch::Contains("MAC R0, R1, R2, R2 | a01 | b10 | c00"));
   CHECK_THAT(r.out, Catch::Contains("DRAM reads 12 (3n)") && Catch::Contains("DRAM reads 8 (2n)"));
   CHECK_THAT(r.out, Catch::Contains("KV loads    64 (n²)"));

@@ -29,7 +29,7 @@ std::string ArrayDecl::element_name(std::size_t flat) const {
   if (dims.empty()) return name;
   if (dims.size() == 1) return name + std::to_string(flat);
   std::size_t r = flat / dims[1], c = flat % dims[1];
-  // a01 like the seed; with a dimension over 10 the digits would be ambiguous, so a1,12.
+  // a01 like the toy-machine lesson; with a dimension over 10 the digits would be ambiguous, so a1,12.
   if (dims[0] <= 10 && dims[1] <= 10) return name + std::to_string(r) + std::to_string(c);
   return name + std::to_string(r) + "," + std::to_string(c);
 }
