@@ -4,6 +4,8 @@
 // reference/ (attention.hpp), the formulas in attention_traffic.hpp.
 #include "attention_flags.hpp"
 #include "commands.hpp"
+#include "input_checks.hpp"
+#include "progress.hpp"
 
 #include "flashlab/reference/attention.hpp"
 #include "flashlab/reference/attention_traffic.hpp"
@@ -36,7 +38,9 @@ constexpr const char* kSummary =
     "kernels: D preprocessing, dQ, dK/dV)|atomic (one kernel, dQ read-modify-written in HBM).\n"
     "--inputs DIR reads q.npy k.npy v.npy [do.npy] ([N,H,D] or [B,N,H,D], f4 or f8); --save DIR\n"
     "writes o.npy lse.npy [dq.npy dk.npy dv.npy]. Exit 0 when within tolerance (float64 1e-12,\n"
-    "float32 1e-5; with --fp16-arithmetic only NaN fails) and the counts equal the formula; 1 otherwise.";
+    "float32 1e-5, scaled up by L/64 when the logit bound L exceeds 64; with --fp16-arithmetic only\n"
+    "NaN fails) and the counts equal the formula; 1 otherwise. NaN/Inf inputs are refused unless\n"
+    "--allow-nonfinite.";
 
 po::options_description options() {
   po::options_description d("Options");
@@ -58,6 +62,7 @@ po::options_description options() {
       ("fp16-arithmetic", po::bool_switch(), "bwd: round every tile operation to half precision")
       ("json", po::bool_switch(), "print one JSON object instead of tables");
   add_tile_options(d);
+  add_input_options(d);
   return d;
 }
 
@@ -79,6 +84,7 @@ struct Run {
   std::optional<fs::path> inputs, save;
   BackwardOptions bwd;
   bool json = false;
+  InputPolicy policy;
 };
 
 // ---- inputs ------------------------------------------------------------------------------
@@ -88,27 +94,48 @@ struct Loaded {
   bool four_d = false;
 };
 
-Loaded load_operand(const fs::path& file) {
-  NpyArray a;
-  try {
-    a = read_npy(file);
-  } catch (const NpyError& e) {
-    throw UsageError(e.what(), "--inputs DIR needs q.npy k.npy v.npy (and do.npy for bwd), float32 or float64");
-  }
-  if (a.descr != "<f4" && a.descr != "<f8")
-    throw UsageError(file.string() + ": dtype " + a.descr + " is not float32 (<f4) or float64 (<f8)",
-                     "save the array as float32 or float64");
-  if (a.shape.size() != 3 && a.shape.size() != 4)
-    throw UsageError(file.string() + ": shape " + shape_str(a.shape) + " is not [N, H, D] or [B, N, H, D]",
+constexpr const char* kInputsHint = "--inputs DIR needs q.npy k.npy v.npy (and do.npy for bwd), float32 or float64";
+
+// The operand's shape from its header alone (nothing read yet), so a run is sized before loading.
+struct OperandShape {
+  Shape shape;
+  bool four_d = false;
+};
+OperandShape operand_shape(const fs::path& file) {
+  const auto h = float_input_header(file, kInputsHint);
+  if (h.shape.size() != 3 && h.shape.size() != 4)
+    throw UsageError(file.string() + ": shape " + shape_str(h.shape) + " is not [N, H, D] or [B, N, H, D]",
                      "attention operands use the Triton walkthrough's layout [SEQ, HEAD_NUM, HEAD_DIM], optionally with a batch");
-  const bool four = a.shape.size() == 4;
-  Shape s{four ? a.shape[0] : 1, a.shape[four ? 1 : 0], a.shape[four ? 2 : 1], a.shape[four ? 3 : 2]};
-  if (s.numel() == 0)
-    throw UsageError(file.string() + ": shape " + shape_str(a.shape) + " has a zero dimension", "every dimension must be at least 1");
-  Loaded out{Tensor<double>(s), four};
-  const auto values = a.as_double();
+  const bool four = h.shape.size() == 4;
+  const Shape s{four ? h.shape[0] : 1, h.shape[four ? 1 : 0], h.shape[four ? 2 : 1], h.shape[four ? 3 : 2]};
+  if (h.numel == 0)
+    throw UsageError(file.string() + ": shape " + shape_str(h.shape) + " has a zero dimension", "every dimension must be at least 1");
+  return {s, four};
+}
+
+Loaded load_operand(const fs::path& file, const InputPolicy& policy) {
+  const OperandShape os = operand_shape(file);
+  Loaded out{Tensor<double>(os.shape), os.four_d};
+  const auto values = read_float_input(file, policy, kInputsHint);
   std::copy(values.begin(), values.end(), out.t.data());
   return out;
+}
+
+// What a run holds at its peak, from the sizes alone: the float64 operands and their copies in
+// the run's precision, the outputs of the run and of the naive reference, and the naive
+// reference's N x N_k score matrices (S, P and, backward, dP, dS) of one head.
+void require_attention_memory(const InputPolicy& policy, const Shape& q, const Shape& kv, bool bwd, bool use_double) {
+  MemoryPlan plan;
+  const std::uint64_t qn = checked_size({q.batch, q.seq, q.heads, q.head_dim}, "Q's element count");
+  const std::uint64_t kvn = checked_size({kv.batch, kv.seq, kv.heads, kv.head_dim}, "K's element count");
+  const std::uint64_t elem = use_double ? 8 : 4;
+  plan.add("Q, O (float64 inputs and reference)", qn, 8, bwd ? 4 : 2);
+  plan.add("K, V (float64 inputs)", kvn, 8, 2);
+  plan.add("Q, K, V copies in the run's precision", qn + kvn * 2, elem);
+  plan.add("outputs of the run", qn, elem, bwd ? 4 : 1);
+  if (bwd) plan.add("dK, dV (run and reference)", kvn, 8, 4);
+  plan.add("naive N x N_k scores of one head", checked_size({q.seq, kv.seq}, "N x N_k"), 8, bwd ? 4 : 2);
+  plan.require_within(policy, "attention " + std::string(bwd ? "bwd" : "fwd") + " on Q " + q.str() + ", K " + kv.str());
 }
 
 void require_match(const fs::path& file, const char* what, std::size_t got, std::size_t want, const char* against) {
@@ -180,11 +207,12 @@ struct Verdict {
   double d_identity;                   // bwd: rowsum(dP∘P) vs rowsum(dO∘O); < 0 for fwd
   bool nan;                            // NaN in any output
   bool judged;                         // errors judged against `tol` (not with emulated fp16)
-  double tol;                          // the tolerance of the run's precision
+  double tol;                          // the tolerance: the run's precision, scaled by conditioning
   bool within;                         // no NaN and (not judged or within tol)
   bool counts_ok;                      // counted == formula
   bool ok;                             // within and counts_ok
   std::string why;                     // the first difference when !counts_ok
+  Tolerance tolerance;                 // tol and why it has the value it has (input_checks.hpp)
 };
 
 // The run's outcome as one JSON object.
@@ -207,7 +235,7 @@ void print_json(const Run& run, const Verdict& v) {
   for (const auto& e : v.errors) j.key(e.name).value(e.error);
   j.end_object();
   if (v.d_identity >= 0) j.key("D_identity_error").value(v.d_identity);
-  if (v.judged) j.key("tolerance").value(v.tol);
+  if (v.judged) j.key("tolerance").value(v.tol).key("tolerance_logit_bound").value(v.tolerance.logit_bound);
   else j.key("tolerance").null();
   j.key("nan").value(v.nan).key("within_tolerance").value(v.within);
   j.key("traffic").begin_array();
@@ -248,7 +276,7 @@ void print_text(const Run& run, const Verdict& v) {
   if (v.d_identity >= 0)
     os << "D identity: rowsum(dP*P) vs rowsum(dO*O) in float64: " << std::setprecision(3) << v.d_identity << "\n";
   if (v.nan) os << "NaN in the result" << (run.bwd.mask_kv ? "" : " — the Triton walkthrough's NaN hazard: unmasked padded keys, Inf * 0") << "\n";
-  if (v.judged) os << "tolerance " << v.tol << ": " << (v.within ? "ok" : "FAILED") << "\n\n";
+  if (v.judged) os << "tolerance " << v.tolerance.str() << ": " << (v.within ? "ok" : "FAILED") << "\n\n";
   else os << "emulated fp16: errors shown, not judged; NaN: " << (v.nan ? "yes (FAILED)" : "none") << "\n\n";
   os << "traffic (bytes; " << dtype_name(cfg.dtype) << " tensors, LSE/D/m/l fp32), counted by the tile loops\n";
   print_traffic_table(os, v.counted, v.formula);
@@ -262,6 +290,26 @@ void print_text(const Run& run, const Verdict& v) {
   if (run.save) os << "saved to " << run.save->string() << "\n";
 }
 
+double max_abs(const Tensor<double>& t) {
+  double m = 0;
+  for (std::size_t i = 0; i < t.numel(); ++i) m = std::max(m, std::abs(t.data()[i]));
+  return m;
+}
+
+// dS = P∘(dP − D) cancels where P is nearly one-hot (large logits): dQ and dK come out far smaller
+// than the terms they are summed from, and both computations' rounding, relative to max|dQ|,
+// grows by the ratio. Bounds of those terms: |dP_ij| ≤ ‖dO_i‖·‖V_j‖, Σ_j P_ij |dP_ij − D_i| ≤
+// 2·max|dP|, so ‖dQ_i‖ ≤ 2·scale·max|dP|·max‖K_j‖ before cancellation (and likewise dK with Q).
+double backward_cancellation(const AttentionProblem& cfg, const Tensor<double>& Q, const Tensor<double>& K,
+                             const Tensor<double>& V, const Tensor<double>& dO, const Tensor<double>& dQ,
+                             const Tensor<double>& dK) {
+  const std::size_t d = cfg.head_dim;
+  auto norm = [d](const Tensor<double>& t) { return max_row_norm(t.data(), t.numel() / d, d); };
+  const double dp = norm(dO) * norm(V);
+  const double dq_terms = 2.0 * cfg.softmax_scale() * dp * norm(K), dk_terms = 2.0 * cfg.softmax_scale() * dp * norm(Q);
+  const double mq = max_abs(dQ), mk = max_abs(dK);
+  return std::max(mq > 0 ? dq_terms / mq : 1.0, mk > 0 ? dk_terms / mk : 1.0);
+}
 
 template <typename T>
 int execute(const Run& run, const Tensor<double>& Q, const Tensor<double>& K, const Tensor<double>& V,
@@ -273,12 +321,20 @@ int execute(const Run& run, const Tensor<double>& Q, const Tensor<double>& K, co
   Traffic counted(cfg.dtype);
   std::vector<KernelTraffic> kernels;
   double d_identity = -1.0;
+  double cancellation = 1.0;
   bool nan = false;
 
+  // Forward ≈ 4·B·H·N·N_k·d flops, backward ≈ 2.5× that; stages in the order they run below.
+  const double fwd_work = 4.0 * double(cfg.batch * cfg.heads) * double(cfg.n_q()) * double(cfg.n_k()) * double(cfg.head_dim);
+  std::vector<Stage> stages = {{"naive float64 reference", fwd_work}, {"forward " + run.variant_flag, fwd_work}};
+  if (bwd) stages.insert(stages.end(), {{"naive float64 backward", 2.5 * fwd_work}, {"backward " + run.variant_flag, 2.5 * fwd_work}});
+  Progress progress("attention " + run.mode, std::move(stages));
   const auto ref_f = naive_forward(cfg, Q, K, V);
+  progress.next();
   const auto fwd = bwd ? (run.algorithm == Algorithm::naive_bwd ? naive_forward(cfg, Qt, Kt, Vt)
                                                              : flash_forward_fa2(cfg, Qt, Kt, Vt))
                        : attention_forward(run.algorithm, cfg, Qt, Kt, Vt);
+  progress.next();
   if (!bwd) {
     errors.push_back({"O", max_error_vs_max(fwd.O.data(), ref_f.O.data(), ref_f.O.numel())});
     errors.push_back({"LSE", max_error_vs_max(fwd.LSE.data(), ref_f.LSE.data(), ref_f.LSE.size())});
@@ -289,11 +345,13 @@ int execute(const Run& run, const Tensor<double>& Q, const Tensor<double>& K, co
   std::optional<AttentionGradients<T>> grads;
   if (bwd) {
     const auto ref_g = naive_backward(cfg, Q, K, V, dO);
+    progress.next();
     d_identity = max_error_vs_max(ref_g.D_from_O.data(), ref_g.D.data(), ref_g.D.size());
     if (run.algorithm == Algorithm::naive_bwd) grads = naive_backward(cfg, Qt, Kt, Vt, dOt);
     else if (run.algorithm == Algorithm::bwd_atomic)
       grads = flash_backward_atomic(cfg, Qt, Kt, Vt, fwd.O, fwd.LSE, dOt, run.bwd);
     else grads = flash_backward_two_kernel(cfg, Qt, Kt, Vt, fwd.O, fwd.LSE, dOt, run.bwd);
+    cancellation = backward_cancellation(cfg, Q, K, V, dO, ref_g.dQ, ref_g.dK);
     errors.push_back({"dQ", max_error_vs_max(grads->dQ.data(), ref_g.dQ.data(), ref_g.dQ.numel())});
     errors.push_back({"dK", max_error_vs_max(grads->dK.data(), ref_g.dK.data(), ref_g.dK.numel())});
     errors.push_back({"dV", max_error_vs_max(grads->dV.data(), ref_g.dV.data(), ref_g.dV.numel())});
@@ -308,7 +366,13 @@ int execute(const Run& run, const Tensor<double>& Q, const Tensor<double>& K, co
   const bool counts_ok = same_counts(counted, formula, &why);
   // Emulated fp16 is shown, not judged (its error depends on the data's cancellation); NaN fails.
   const bool judged = !run.bwd.fp16_arithmetic;
-  const double tol = run.use_double ? 1e-12 : 1e-5;
+  // Large logits and cancelling gradients make both results sensitive to rounding: the
+  // tolerance grows with the logit bound scale·max‖q_i‖·max‖k_j‖ and the cancellation.
+  const std::size_t d = cfg.head_dim;
+  const double logit_bound = cfg.softmax_scale() * max_row_norm(Q.data(), Q.numel() / d, d) *
+                             max_row_norm(K.data(), K.numel() / d, d);
+  const Tolerance tolerance = conditioned_tolerance(run.use_double ? 1e-12 : 1e-5, logit_bound, cancellation);
+  const double tol = tolerance.value;
   double worst = 0.0;
   for (const auto& e : errors) worst = std::max(worst, e.error);
   const bool within = !nan && (!judged || worst <= tol);
@@ -325,7 +389,7 @@ int execute(const Run& run, const Tensor<double>& Q, const Tensor<double>& K, co
     }
   }
 
-  const Verdict v{errors, counted, formula, kernels, d_identity, nan, judged, tol, within, counts_ok, ok, why};
+  const Verdict v{errors, counted, formula, kernels, d_identity, nan, judged, tol, within, counts_ok, ok, why, tolerance};
   if (run.json) print_json(run, v);
   else print_text(run, v);
   return ok ? kOk : kFailed;
@@ -360,11 +424,11 @@ Run parse_run_flags(const po::variables_map& vm) {
   // sizes
   require_range("heads", get_ll(vm, "heads"), 1, 1024);
   require_range("batch", get_ll(vm, "batch"), 1, 1024);
-  require_range("seed", get_ll(vm, "seed"), 0, (1LL << 62));
   run.cfg.Br = size_flag(vm, "block-m");
   run.cfg.Bc = size_flag(vm, "block-n");
   run.cfg.causal = vm["causal"].as<bool>();
-  run.seed = static_cast<unsigned long long>(get_ll(vm, "seed"));
+  run.seed = checked_seed(get_ll(vm, "seed"));
+  run.policy = input_policy(vm);
   run.json = vm["json"].as<bool>();
   run.bwd.mask_kv = !vm["drop-kv-mask"].as<bool>();
   run.bwd.fp16_arithmetic = vm["fp16-arithmetic"].as<bool>();
@@ -372,7 +436,7 @@ Run parse_run_flags(const po::variables_map& vm) {
     throw UsageError("--drop-kv-mask and --fp16-arithmetic apply to bwd only", "flashlab attention bwd --drop-kv-mask --fp16-arithmetic …");
   if ((!run.bwd.mask_kv || run.bwd.fp16_arithmetic) && run.algorithm == Algorithm::naive_bwd)
     throw UsageError("--drop-kv-mask and --fp16-arithmetic apply to the flash backward", "use --variant fa2 or atomic");
-  if (vm.count("scale")) run.cfg.scale = vm["scale"].as<double>();
+  if (const auto s = checked_scale(vm)) run.cfg.scale = *s;
   if (vm.count("save")) run.save = fs::path(vm["save"].as<std::string>());
   return run;
 }
@@ -399,9 +463,16 @@ int cmd_attention(const Args& args) {
       run.inputs = fs::path(vm["inputs"].as<std::string>());
       if (!fs::is_directory(*run.inputs))
         throw UsageError("--inputs " + run.inputs->string() + " is not a directory", "give a directory holding q.npy k.npy v.npy");
-      const auto q = load_operand(*run.inputs / "q.npy");
-      const auto k = load_operand(*run.inputs / "k.npy");
-      const auto vv = load_operand(*run.inputs / "v.npy");
+      // Sized from the headers before any payload is read.
+      const bool have_do = bwd && fs::exists(*run.inputs / "do.npy");
+      const Shape q_shape = operand_shape(*run.inputs / "q.npy").shape;
+      const Shape k_shape = operand_shape(*run.inputs / "k.npy").shape;
+      operand_shape(*run.inputs / "v.npy");
+      if (have_do) operand_shape(*run.inputs / "do.npy");
+      require_attention_memory(run.policy, q_shape, k_shape, bwd, run.use_double);
+      const auto q = load_operand(*run.inputs / "q.npy", run.policy);
+      const auto k = load_operand(*run.inputs / "k.npy", run.policy);
+      const auto vv = load_operand(*run.inputs / "v.npy", run.policy);
       const Shape qs = q.t.shape(), ks = k.t.shape();
       const fs::path kf = *run.inputs / "k.npy", vf = *run.inputs / "v.npy";
       require_match(kf, "batch", ks.batch, qs.batch, "q.npy");
@@ -433,8 +504,8 @@ int cmd_attention(const Args& args) {
       Q = q.t;
       K = k.t;
       V = vv.t;
-      if (bwd && fs::exists(*run.inputs / "do.npy")) {
-        auto d = load_operand(*run.inputs / "do.npy");
+      if (have_do) {
+        auto d = load_operand(*run.inputs / "do.npy", run.policy);
         if (!(d.t.shape() == qs))
           throw UsageError((*run.inputs / "do.npy").string() + ": shape differs from q.npy", "dO has the shape of Q (and O)");
         dO = d.t;
@@ -464,6 +535,7 @@ int cmd_attention(const Args& args) {
     validate_flags(run.cfg);
 
     if (!run.inputs) {
+      require_attention_memory(run.policy, run.cfg.q_shape(), run.cfg.kv_shape(), bwd, run.use_double);
       Q = Tensor<double>(run.cfg.q_shape());
       K = Tensor<double>(run.cfg.kv_shape());
       V = Tensor<double>(run.cfg.kv_shape());

@@ -12,6 +12,8 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "input_checks.hpp"
+#include "progress.hpp"
 #include "flashlab/reference/npy.hpp"
 #include "flashlab/reference/stream.hpp"
 #include "flashlab/reference/tensor.hpp"
@@ -35,7 +37,9 @@ constexpr std::string_view kSummary =
     "  trace     streamed edge records (q, r, slot, score, mass, value_norm)   -> edges.npy|csv\n"
     "Inputs: q.npy k.npy [v.npy] of shape [T, D] from --inputs, else seeded normal values.\n"
     "The block mask (--mask) is a .npy of uint8/bool [n_q, n_k] or a text file of '0'/'1' rows;\n"
-    "it is ANDed with causality. The specification and its decisions: docs/stream.md.";
+    "it is ANDed with causality. The specification and its decisions: docs/stream.md.\n"
+    "Inputs are float32 or float64 and finite (--allow-nonfinite lets NaN/Inf through); the --check\n"
+    "tolerance 1e-12 is scaled up by L/64 when the logit bound L = max|q_t|*max|k_s| exceeds 64.";
 
 /// The dense check computes full attention: O(T²·d) time, so it is limited to moderate T.
 constexpr long long kMaxCheckSeq = 16384;
@@ -46,24 +50,22 @@ struct Options {
   long long bq = 0, bk = 0, k = 0, seed = 0, threads = 1;
   std::string mask, inputs, save, dtype = "fp32", format = "npy";
   bool json = false, check = false;
+  InputPolicy policy;
 };
 
-// Reads one [T, D] input; errors name the file and what was expected.
-Mat<double> load_matrix(const fs::path& path, std::optional<long long> seq, std::optional<long long> dim,
-                        bool check_dim) {
-  ref::NpyArray a;
-  try {
-    a = ref::read_npy(path);
-  } catch (const ref::NpyError& e) {
-    throw UsageError(e.what(), "--inputs DIR must hold q.npy, k.npy (and v.npy for apply/trace), float [T, D]");
-  }
+constexpr const char* kInputsHint = "--inputs DIR must hold q.npy, k.npy (and v.npy for apply/trace), float [T, D]";
+
+// Checks one [T, D] input's header (nothing read yet); errors name the file and what was expected.
+ref::NpyHeader matrix_header(const fs::path& path, std::optional<long long> seq, std::optional<long long> dim,
+                             bool check_dim) {
+  const ref::NpyHeader a = float_input_header(path, kInputsHint);
   if (a.shape.size() != 2) {
     throw UsageError(path.string() + ": has shape " + ref::shape_str(a.shape) + ", expected [T, D]",
                      "save the input as a 2-D array, one row per token");
   }
-  if (a.descr != "<f4" && a.descr != "<f8") {
-    throw UsageError(path.string() + ": dtype " + a.descr + ", expected float32 or float64", "save Q, K, V as float");
-  }
+  if (a.shape[0] == 0 || a.shape[1] == 0)
+    throw UsageError(path.string() + ": shape " + ref::shape_str(a.shape) + " has a zero dimension",
+                     "T and D must be at least 1");
   if (seq && a.shape[0] != std::size_t(*seq)) {
     throw UsageError(path.string() + ": has " + std::to_string(a.shape[0]) + " rows, expected T = " +
                          std::to_string(*seq) + " (from --seq or q.npy)",
@@ -74,10 +76,30 @@ Mat<double> load_matrix(const fs::path& path, std::optional<long long> seq, std:
                          std::to_string(*dim) + " (from --dim or q.npy)",
                      "q and k must share the head dim; drop --dim to take D from q.npy");
   }
-  const auto v = a.as_double();
-  Mat<double> m(static_cast<Eigen::Index>(a.shape[0]), static_cast<Eigen::Index>(a.shape[1]));
+  return a;
+}
+
+// Reads an input whose header was checked; the finiteness policy applies.
+Mat<double> load_matrix(const fs::path& path, const ref::NpyHeader& h, const InputPolicy& policy) {
+  const auto v = read_float_input(path, policy, kInputsHint);
+  Mat<double> m(static_cast<Eigen::Index>(h.shape[0]), static_cast<Eigen::Index>(h.shape[1]));
   std::copy(v.begin(), v.end(), m.data());
   return m;
+}
+
+// What a run holds at its peak, from the sizes alone: Q, K, V read as float64 and kept in the
+// storage dtype, the float64 copies of the dense check, O, the index tensor and the edge records.
+void require_stream_memory(const Options& o, std::size_t T, std::size_t D, std::size_t v_cols, bool from_files) {
+  const std::uint64_t td = checked_size({T, D}, "T x D");
+  const std::uint64_t tv = checked_size({T, v_cols}, "T x D_v");
+  const std::uint64_t elem = o.dtype == "fp32" ? 4 : 8;
+  const std::uint64_t n_q = (T + std::size_t(o.bq) - 1) / std::size_t(o.bq);
+  MemoryPlan plan;
+  if (from_files) plan.add("Q, K, V read as float64", td * 2 + tv, 8);
+  plan.add("Q, K, V and O in the storage dtype", td * 2 + tv * 2, elem);
+  if (o.check) plan.add("float64 Q, K, V and O of the dense check", td * 2 + tv * 3, 8);
+  plan.add("index tensor I [n_q, k]", checked_size({n_q, std::uint64_t(o.k)}, "n_q x k"), 8, o.sub == "trace" ? 7 : 1);
+  plan.require_within(o.policy, "stream " + o.sub + " at T = " + std::to_string(T) + ", D = " + std::to_string(D));
 }
 
 template <typename S>
@@ -144,17 +166,28 @@ int run(const Options& o, const Mat<double>* Qd, const Mat<double>* Kd, const Ma
   }
   const rs::Geometry g{T, std::size_t(o.bq), std::size_t(o.bk)};
   const std::size_t k = std::size_t(o.k);
-  const rs::BlockMask mask = o.mask.empty() ? rs::BlockMask(g) : rs::load_block_mask(o.mask, g);
+  const rs::BlockMask mask = o.mask.empty() ? rs::BlockMask(g) : rs::load_block_mask(o.mask, g, o.policy.memory_limit);
 
+  const rs::Bounds b = rs::stream_bounds(g, D, k);
+  std::vector<Stage> stages = {{"estimate", b.work_seed}};
+  if (need_v) stages.push_back({"apply", 2.0 * b.work_seed});
+  if (o.check) stages.push_back({"dense check", 4.0 * double(T) * double(T) * double(D)});
+  Progress progress("stream " + o.sub, std::move(stages));
   const rs::EstimateResult est = rs::stream_estimate(Q, K, mask, rs::EstimateParams{k, std::size_t(o.threads)});
+  progress.next();
   const std::string violation = rs::validate_indices(est.indices, k, mask);
   std::optional<rs::ApplyResult<S>> app;
   if (need_v) app = rs::stream_apply(Q, K, V, mask, est.indices, k, std::size_t(o.threads), o.sub == "trace");
+  progress.next();
   std::optional<rs::DenseCheck> chk;
+  std::optional<Tolerance> check_tolerance;
   if (o.check) {
     const Mat<double> q64 = Q.template cast<double>(), k64 = K.template cast<double>();
     const Mat<double> v64 = need_v ? Mat<double>(V.template cast<double>()) : random_matrix<double>(T, D, 7);
     chk = rs::stream_check_dense(q64, k64, v64, mask, std::size_t(o.threads));
+    // Conditioning (input_checks.hpp): STREAM's logits are unscaled ⟨q_t, k_s⟩ ≤ max‖q‖·max‖k‖.
+    check_tolerance = conditioned_tolerance(chk->tolerance, max_row_norm(q64.data(), T, D) * max_row_norm(k64.data(), T, D));
+    chk->tolerance = check_tolerance->value;
   }
 
   std::vector<std::string> saved;
@@ -174,7 +207,6 @@ int run(const Options& o, const Mat<double>* Qd, const Mat<double>* Kd, const Ma
     }
   }
 
-  const rs::Bounds b = rs::stream_bounds(g, D, k);
   const double eb = sizeof(S);
   const auto* qt = est.traffic.find("Q");
   const auto* kt = est.traffic.find("K");
@@ -278,7 +310,7 @@ int run(const Options& o, const Mat<double>* Qd, const Mat<double>* Kd, const Ma
     }
     if (chk) {
       os << std::setprecision(3) << "dense check (k = n_k, float64): max rel error " << chk->max_rel_error
-         << " (tolerance " << chk->tolerance << "), every valid block kept: "
+         << " (tolerance " << check_tolerance->str() << "), every valid block kept: "
          << (chk->every_valid_block_kept ? "yes" : "no") << " — " << (chk->passed() ? "PASS" : "FAIL") << "\n";
     }
     for (const auto& s : saved) os << "saved " << s << "\n";
@@ -318,6 +350,7 @@ int cmd_stream(const Args& args) {
         ("check", po::bool_switch(&o.check), "also run the dense check: k = n_k must equal dense causal attention (float64, 1e-12)")
         ("format", po::value<std::string>(&o.format)->default_value("npy"), "edge list format for trace: npy | csv")
         ("json", po::bool_switch(&o.json), "print a JSON report");
+    add_input_options(desc);
     po::positional_options_description pos;
     pos.add("sub", 1);
     const auto vm = parse(args, desc, &pos);
@@ -348,7 +381,8 @@ int cmd_stream(const Args& args) {
     require_range("bk", o.bk, 1, 1LL << 24);
     require_range("k", o.k, 1, 1LL << 20);
     require_range("threads", o.threads, 1, 256);
-    require_range("seed", o.seed, 0, (1LL << 62));
+    checked_seed(o.seed);
+    o.policy = input_policy(vm);
     if (o.dtype != "fp32" && o.dtype != "fp64") {
       throw UsageError("--dtype '" + o.dtype + "' is not supported", "--dtype takes fp32 or fp64");
     }
@@ -366,11 +400,20 @@ int cmd_stream(const Args& args) {
     if (!o.inputs.empty()) {
       const fs::path dir(o.inputs);
       if (!fs::is_directory(dir)) throw UsageError("--inputs " + o.inputs + ": not a directory", "pass the directory holding q.npy and k.npy");
-      Qd = load_matrix(dir / "q.npy", o.seq, o.dim, true);
-      Kd = load_matrix(dir / "k.npy", std::optional<long long>(Qd->rows()), std::optional<long long>(Qd->cols()), true);
-      if (o.sub != "estimate") Vd = load_matrix(dir / "v.npy", std::optional<long long>(Qd->rows()), std::nullopt, false);
-      o.seq = Qd->rows();
-      o.dim = Qd->cols();
+      // Every header first (shapes agree, the run fits the memory limit), then the payloads.
+      const auto qh = matrix_header(dir / "q.npy", o.seq, o.dim, true);
+      const auto T = static_cast<long long>(qh.shape[0]), D = static_cast<long long>(qh.shape[1]);
+      const auto kh = matrix_header(dir / "k.npy", T, D, true);
+      std::optional<ref::NpyHeader> vh;
+      if (o.sub != "estimate") vh = matrix_header(dir / "v.npy", T, std::nullopt, false);
+      require_stream_memory(o, qh.shape[0], qh.shape[1], vh ? vh->shape[1] : qh.shape[1], true);
+      Qd = load_matrix(dir / "q.npy", qh, o.policy);
+      Kd = load_matrix(dir / "k.npy", kh, o.policy);
+      if (vh) Vd = load_matrix(dir / "v.npy", *vh, o.policy);
+      o.seq = T;
+      o.dim = D;
+    } else {
+      require_stream_memory(o, std::size_t(*o.seq), std::size_t(*o.dim), std::size_t(*o.dim), false);
     }
     if (o.check && *o.seq > kMaxCheckSeq) {
       throw UsageError("--check computes dense attention (O(T²·d)) and is limited to --seq ≤ " + std::to_string(kMaxCheckSeq),

@@ -95,7 +95,7 @@ TEST_CASE("cli lesson: formula answers are checked by value", "[cli][lesson]") {
   CHECK(kw.exit_code == 0);
 }
 
-TEST_CASE("cli lesson: hints come one at a time; bad ids and actions are usage errors", "[cli][lesson][errors]") {
+TEST_CASE("cli lesson: hints come one at a time, and bad ids and actions are usage errors", "[cli][lesson][errors]") {
   PrivateState st;
   auto h1 = run_cli("lesson hint 1");
   CHECK(h1.exit_code == 0);

@@ -123,7 +123,11 @@ TEST_CASE("cli mta: usage errors name the flag and hint", "[cli][mta][errors]") 
       {"mta fwd --frobnicate", "frobnicate"},
       {"mta fwd --seq abc", "seq"},
       {"mta fwd --block 2000", "--block 2000 is out of range"},
-      {"mta fwd --seq 4096 --heads 256 --dim 1024", "elements per tensor"},
+      {"mta fwd --seq 4096 --heads 256 --dim 1024 --memory-limit 4G", "above the memory limit of 4.00 GiB"},
+      {"mta fwd --scale -1", "--scale must be a positive finite number"},
+      {"mta fwd --scale 0", "--scale must be a positive finite number"},
+      {"mta fwd --seed -1", "--seed -1 is out of range"},
+      {"mta fwd --memory-limit lots", "--memory-limit 'lots' is not a size"},
   };
   for (const auto& c : cases) {
     INFO(c.args);
@@ -180,7 +184,8 @@ TEST_CASE("cli mta: bad input files are named", "[cli][mta][errors]") {
     ref::write_npy(in / "q.npy", {9, 2, 3}, q.data());
     auto r = run_cli("mta fwd" + dir);
     CHECK(r.exit_code == 2);
-    CHECK_THAT(r.err, Catch::Contains("q.npy") && Catch::Contains("not finite"));
+    CHECK_THAT(r.err, Catch::Contains("q.npy: element [0, 1, 1] (flat index 4) is NaN") &&
+                          Catch::Contains("--allow-nonfinite"));
   }
   SECTION("a directory that does not exist") {
     auto r = run_cli("mta fwd --inputs '" + (in / "nope").string() + "'");

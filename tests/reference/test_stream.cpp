@@ -74,7 +74,7 @@ TEST_CASE("stream: packed first/last-valid scans agree with a brute force across
   }
 }
 
-TEST_CASE("stream: tau orders by score desc, then r, branch_id, split_bit asc; NaN is -inf", "[stream][tau]") {
+TEST_CASE("stream: tau orders by score desc, then r, branch_id, split_bit asc, and NaN is -inf", "[stream][tau]") {
   const double inf = std::numeric_limits<double>::infinity();
   const double nan = std::numeric_limits<double>::quiet_NaN();
   auto c = [](double s, std::int64_t r, std::uint64_t b, std::uint8_t bit) {

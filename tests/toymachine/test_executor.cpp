@@ -100,7 +100,7 @@ TEST_CASE("constants: LOAD from a constant array, STORE into it faults", "[execu
         "hint: results go to the output array: out[1]\n");
 }
 
-TEST_CASE("back() restores the previous state exactly; step after back replays identically", "[executor]") {
+TEST_CASE("back() restores the previous state exactly, and step after back replays identically", "[executor]") {
   const Machine m = builtin_machine("softmax4", 5);
   const Program p = toytest::assemble_ok(toytest::read_trace("p5_online_softmax4.trace"), m);
   Executor ex(p, m, random_inputs(m, 3));

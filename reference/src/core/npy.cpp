@@ -1,6 +1,11 @@
 #include "flashlab/reference/npy.hpp"
 
+#include "flashlab/reference/memory_budget.hpp"
+
+#include <algorithm>
 #include <bit>
+#include <cctype>
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -13,9 +18,13 @@ namespace {
 
 constexpr char kMagic[] = "\x93NUMPY";
 
-[[noreturn]] void fail(const std::filesystem::path& path, const std::string& what) {
-  throw NpyError(path.string() + ": " + what);
+[[noreturn]] void fail(const std::string& name, const std::string& what) {
+  throw NpyError(name + ": " + what);
 }
+[[noreturn]] void fail(const std::filesystem::path& path, const std::string& what) { fail(path.string(), what); }
+
+constexpr std::size_t kMaxHeaderBytes = std::size_t{1} << 20;  // NumPy itself writes < 64 KiB
+constexpr std::size_t kMaxRank = 32;                             // NumPy's own limit is 64
 
 std::size_t item_size(const std::string& descr) {
   if (descr == "<f4" || descr == "<i4") return 4;
@@ -24,44 +33,152 @@ std::size_t item_size(const std::string& descr) {
   return 0;
 }
 
-// Pulls the value of `'key':` out of the header dict (a Python literal).
-std::string dict_value(const std::string& header, const std::string& key, const std::filesystem::path& path) {
-  const std::string needle = "'" + key + "'";
-  auto pos = header.find(needle);
-  if (pos == std::string::npos) fail(path, "header has no '" + key + "' entry");
-  pos = header.find(':', pos + needle.size());
-  if (pos == std::string::npos) fail(path, "header entry '" + key + "' has no value");
-  ++pos;
-  while (pos < header.size() && header[pos] == ' ') ++pos;
-  if (pos >= header.size()) fail(path, "header entry '" + key + "' is truncated");
-  const char open = header[pos];
-  char close = 0;
-  if (open == '\'') close = '\'';
-  if (open == '(') close = ')';
-  if (close) {
-    auto end = header.find(close, pos + 1);
-    if (end == std::string::npos) fail(path, "header entry '" + key + "' is not closed");
-    return header.substr(pos, end - pos + 1);
-  }
-  auto end = header.find_first_of(",}", pos);
-  return header.substr(pos, end - pos);
+// '=' (native) is little-endian here, and one-byte types carry no byte order at all.
+std::string normalise_descr(std::string d) {
+  if (d.size() >= 2 && d[0] == '=') d[0] = '<';
+  if (d == "<u1" || d == "<b1" || d == "=u1" || d == "=b1") d[0] = '|';
+  return d;
 }
 
-std::vector<std::size_t> parse_shape(const std::string& tuple, const std::filesystem::path& path) {
-  std::vector<std::size_t> shape;
-  std::string inner = tuple.substr(1, tuple.size() - 2);
-  std::stringstream ss(inner);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    const auto first = item.find_first_not_of(' ');
-    if (first == std::string::npos) continue;
-    const auto last = item.find_last_not_of(' ');
-    const std::string digits = item.substr(first, last - first + 1);
-    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos)
-      fail(path, "shape entry '" + digits + "' is not a non-negative integer");
-    shape.push_back(std::stoull(digits));
+void check_descr(const std::string& descr, const std::string& name) {
+  if (item_size(descr) != 0) return;
+  // Built with a stream: GCC 12 warns (-Wrestrict, a false positive) on chained operator+.
+  std::ostringstream m;
+  std::string little = descr;
+  if (!little.empty()) little[0] = '<';
+  if (descr.size() >= 2 && descr[0] == '>' && item_size(little) != 0)
+    m << "byte order '>' (big-endian) of dtype '" << descr << "' is not supported (hint: arr.astype('" << little
+      << "') before np.save)";
+  else
+    m << "dtype '" << descr << "' is not supported; supported: <f4 <f8 <i4 <i8 |u1 |b1 (hint: save as float32 or float64)";
+  fail(name, m.str());
+}
+
+// A cursor over the header dict, a Python literal such as
+// {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }
+class DictParser {
+ public:
+  DictParser(std::string_view text, const std::string& name) : s_(text), name_(name) {}
+
+  void skip_space() {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) ++pos_;
   }
-  return shape;
+  [[nodiscard]] bool at(char c) {
+    skip_space();
+    return pos_ < s_.size() && s_[pos_] == c;
+  }
+  void expect(char c, const std::string& where) {
+    if (!at(c)) fail(name_, std::string("header dict: expected '") + c + "' " + where + " at byte " + std::to_string(pos_));
+    ++pos_;
+  }
+  std::string string_literal(const char* what) {
+    skip_space();
+    if (pos_ >= s_.size() || (s_[pos_] != '\'' && s_[pos_] != '"'))
+      fail(name_, std::string("header dict: expected a quoted ") + what + " at byte " + std::to_string(pos_));
+    const char quote = s_[pos_++];
+    const auto end = s_.find(quote, pos_);
+    if (end == std::string_view::npos) fail(name_, std::string("header dict: unterminated ") + what);
+    std::string out(s_.substr(pos_, end - pos_));
+    pos_ = end + 1;
+    return out;
+  }
+  std::string word() {
+    skip_space();
+    const std::size_t start = pos_;
+    while (pos_ < s_.size() && std::isalpha(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+    return std::string(s_.substr(start, pos_ - start));
+  }
+  std::vector<std::size_t> shape_tuple() {
+    expect('(', "to open 'shape'");
+    std::vector<std::size_t> shape;
+    while (!at(')')) {
+      skip_space();
+      const char* first = s_.data() + pos_;
+      std::uint64_t v = 0;
+      const auto [end, ec] = std::from_chars(first, s_.data() + s_.size(), v);
+      if (ec == std::errc::result_out_of_range) fail(name_, "shape entry " + std::to_string(shape.size()) + " does not fit 64 bits");
+      if (ec != std::errc() || end == first)
+        fail(name_, "shape entry " + std::to_string(shape.size()) + " is not a non-negative integer");
+      pos_ += std::size_t(end - first);
+      shape.push_back(std::size_t(v));
+      if (shape.size() > kMaxRank) fail(name_, "shape has more than " + std::to_string(kMaxRank) + " dimensions");
+      if (!at(',')) break;
+      ++pos_;
+    }
+    expect(')', "to close 'shape'");
+    return shape;
+  }
+  [[nodiscard]] bool only_space_left() {
+    skip_space();
+    return pos_ == s_.size();
+  }
+  [[nodiscard]] const std::string& name() const { return name_; }
+
+ private:
+  std::string_view s_;
+  std::size_t pos_ = 0;
+  const std::string& name_;
+};
+
+// Fills descr, shape and the Fortran flag from the dict; every key must appear exactly once.
+void parse_dict(std::string_view text, const std::string& name, NpyHeader& h) {
+  DictParser p(text, name);
+  bool have_descr = false, have_fortran = false, have_shape = false;
+  p.expect('{', "at the start of the header dict");
+  while (!p.at('}')) {
+    const std::string key = p.string_literal("key");
+    p.expect(':', "after key '" + key + "'");
+    bool* seen = nullptr;
+    if (key == "descr") {
+      seen = &have_descr;
+      if (p.at('[')) fail(name, "structured dtypes (a list as 'descr') are not supported for reading");
+      h.descr = normalise_descr(p.string_literal("dtype"));
+      check_descr(h.descr, name);
+    } else if (key == "fortran_order") {
+      seen = &have_fortran;
+      const std::string v = p.word();
+      if (v == "True") fail(name, "Fortran-ordered arrays are not supported (hint: np.ascontiguousarray before np.save)");
+      if (v != "False") fail(name, "header 'fortran_order' is '" + v + "', expected True or False");
+    } else if (key == "shape") {
+      seen = &have_shape;
+      h.shape = p.shape_tuple();
+    } else {
+      fail(name, "unexpected header key '" + key + "' (a .npy header has descr, fortran_order and shape)");
+    }
+    if (*seen) fail(name, "header key '" + key + "' appears twice");
+    *seen = true;
+    if (!p.at(',')) break;
+    p.expect(',', "between entries");
+  }
+  p.expect('}', "at the end of the header dict");
+  if (!p.only_space_left()) fail(name, "unexpected text after the header dict");
+  if (!have_descr) fail(name, "header has no 'descr' entry");
+  if (!have_fortran) fail(name, "header has no 'fortran_order' entry");
+  if (!have_shape) fail(name, "header has no 'shape' entry");
+}
+
+std::uint32_t little_endian(std::string_view b, std::size_t at, std::size_t n) {
+  std::uint32_t v = 0;
+  for (std::size_t i = 0; i < n; ++i) v |= std::uint32_t(static_cast<unsigned char>(b[at + i])) << (8 * i);
+  return v;
+}
+
+// Payload bytes after the header: exactly what the header declares, before anything is allocated.
+void check_payload(const NpyHeader& h, std::uint64_t available, const std::string& name) {
+  if (available < h.nbytes)
+    fail(name, "data shorter than the header's shape " + shape_str(h.shape) + " of '" + h.descr + "' says: it needs " +
+                   bytes_str(h.nbytes) + ", the file holds " + bytes_str(available) + " after the header");
+  if (available > h.nbytes)
+    fail(name, "the file holds " + bytes_str(available) + " after the header, but shape " + shape_str(h.shape) +
+                   " of '" + h.descr + "' declares " + bytes_str(h.nbytes) + " (several arrays in one file?)");
+}
+
+void check_limit(const NpyHeader& h, std::uint64_t max_bytes, const std::string& name) {
+  try {
+    require_within_limit("shape " + shape_str(h.shape) + " of '" + h.descr + "'", h.nbytes, max_bytes);
+  } catch (const MemoryLimitError& e) {
+    fail(name, e.what());
+  }
 }
 
 void write_impl(const std::filesystem::path& path, const std::vector<std::size_t>& shape, const std::string& descr,
@@ -87,9 +204,19 @@ void write_impl(const std::filesystem::path& path, const std::vector<std::size_t
 }
 
 std::size_t product(const std::vector<std::size_t>& shape) {
-  std::size_t n = 1;
-  for (auto s : shape) n *= s;
-  return n;
+  const auto n = checked_product(shape);
+  if (!n) throw NpyError("shape " + shape_str(shape) + " has more than 2^64 elements");
+  return std::size_t(*n);
+}
+
+// as_double/as_int64 index bytes by the shape: refuse an array whose two disagree.
+void check_consistent(const NpyArray& a) {
+  const auto n = checked_product(a.shape);
+  const std::size_t item = item_size(a.descr);
+  const auto bytes = n ? checked_mul(*n, item) : std::nullopt;
+  if (item == 0 || !bytes || *bytes != a.bytes.size())
+    throw NpyError("array of shape " + shape_str(a.shape) + " and dtype '" + a.descr + "' holds " +
+                   std::to_string(a.bytes.size()) + " bytes, which does not match");
 }
 
 }  // namespace
@@ -107,6 +234,7 @@ std::string shape_str(const std::vector<std::size_t>& shape) {
 std::size_t NpyArray::numel() const { return product(shape); }
 
 std::vector<double> NpyArray::as_double() const {
+  check_consistent(*this);
   const std::size_t n = numel();
   std::vector<double> out(n);
   for (std::size_t i = 0; i < n; ++i) {
@@ -122,6 +250,7 @@ std::vector<double> NpyArray::as_double() const {
 std::vector<std::int64_t> NpyArray::as_int64() const {
   if (descr == "<f4" || descr == "<f8")
     throw NpyError("array of dtype " + descr + " where an integer array was expected");
+  check_consistent(*this);
   const std::size_t n = numel();
   std::vector<std::int64_t> out(n);
   for (std::size_t i = 0; i < n; ++i) {
@@ -132,43 +261,87 @@ std::vector<std::int64_t> NpyArray::as_int64() const {
   return out;
 }
 
-NpyArray read_npy(const std::filesystem::path& path) {
+NpyHeader parse_npy_header(std::string_view b, const std::string& name) {
+  if (b.size() < 6 || b.substr(0, 6) != std::string_view(kMagic, 6)) fail(name, "not a .npy file (bad magic)");
+  if (b.size() < 8) fail(name, "truncated header (no version)");
+  const unsigned major = static_cast<unsigned char>(b[6]), minor = static_cast<unsigned char>(b[7]);
+  if (major < 1 || major > 3 || minor != 0)
+    fail(name, "unsupported .npy format version " + std::to_string(major) + "." + std::to_string(minor) +
+                   " (supported: 1.0, 2.0, 3.0)");
+  const std::size_t len_bytes = major == 1 ? 2 : 4;
+  if (b.size() < 8 + len_bytes) fail(name, "truncated header (no header length)");
+  const std::size_t header_len = little_endian(b, 8, len_bytes);
+  if (header_len > kMaxHeaderBytes)
+    fail(name, "header length " + std::to_string(header_len) + " is implausible (over 1 MiB)");
+  NpyHeader h;
+  h.data_offset = 8 + len_bytes + header_len;
+  if (b.size() < h.data_offset)
+    fail(name, "truncated header: it declares " + std::to_string(header_len) + " bytes, the file holds " +
+                   std::to_string(b.size() - 8 - len_bytes));
+  const std::string_view dict = b.substr(8 + len_bytes, header_len);
+  if (major < 3)
+    for (const char c : dict)
+      if (static_cast<unsigned char>(c) >= 0x80) fail(name, "header of a version 1.0/2.0 file is not ASCII");
+  parse_dict(dict, name, h);
+  h.item_size = item_size(h.descr);
+  const auto numel = checked_product(h.shape);
+  const auto nbytes = numel ? checked_mul(*numel, h.item_size) : std::nullopt;
+  if (!nbytes)
+    fail(name, "shape " + shape_str(h.shape) + " of '" + h.descr + "' declares more than 2^64 bytes");
+  h.numel = *numel;
+  h.nbytes = *nbytes;
+  return h;
+}
+
+NpyHeader read_npy_header(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail(path, "is a directory, not a .npy file");
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) fail(path, "cannot open (no such file?)");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot open (permission?)");
+  std::string prefix(std::min<std::uintmax_t>(size, 12 + kMaxHeaderBytes), '\0');
+  in.read(prefix.data(), static_cast<std::streamsize>(prefix.size()));
+  prefix.resize(static_cast<std::size_t>(in.gcount()));
+  const NpyHeader h = parse_npy_header(prefix, path.string());
+  check_payload(h, std::uint64_t(size) - h.data_offset, path.string());
+  return h;
+}
+
+NpyArray read_npy(const std::filesystem::path& path, std::uint64_t max_bytes) {
+  const NpyHeader h = read_npy_header(path);
+  check_limit(h, max_bytes, path.string());
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot open (no such file?)");
-  char magic[6];
-  if (!in.read(magic, 6) || std::memcmp(magic, kMagic, 6) != 0) fail(path, "not a .npy file (bad magic)");
-  unsigned char version[2];
-  if (!in.read(reinterpret_cast<char*>(version), 2)) fail(path, "truncated header");
-  std::size_t header_len = 0;
-  if (version[0] == 1) {
-    unsigned char b[2];
-    if (!in.read(reinterpret_cast<char*>(b), 2)) fail(path, "truncated header");
-    header_len = b[0] | (std::size_t(b[1]) << 8);
-  } else if (version[0] == 2 || version[0] == 3) {
-    unsigned char b[4];
-    if (!in.read(reinterpret_cast<char*>(b), 4)) fail(path, "truncated header");
-    header_len = b[0] | (std::size_t(b[1]) << 8) | (std::size_t(b[2]) << 16) | (std::size_t(b[3]) << 24);
-  } else {
-    fail(path, "unsupported .npy version " + std::to_string(version[0]));
-  }
-  if (header_len > (1u << 20)) fail(path, "implausible header length");
-  std::string header(header_len, '\0');
-  if (!in.read(header.data(), static_cast<std::streamsize>(header_len))) fail(path, "truncated header");
-
   NpyArray arr;
-  std::string descr = dict_value(header, "descr", path);
-  if (descr.size() < 2 || descr.front() != '\'') fail(path, "structured dtypes are not supported for reading");
-  arr.descr = descr.substr(1, descr.size() - 2);
-  if (item_size(arr.descr) == 0)
-    fail(path, "dtype '" + arr.descr + "' not supported (hint: save as float32, float64, int32 or int64)");
-  const std::string fortran = dict_value(header, "fortran_order", path);
-  if (fortran.find("True") != std::string::npos)
-    fail(path, "Fortran-ordered arrays are not supported (hint: np.ascontiguousarray before np.save)");
-  arr.shape = parse_shape(dict_value(header, "shape", path), path);
-  const std::size_t nbytes = arr.numel() * item_size(arr.descr);
-  arr.bytes.resize(nbytes);
-  if (nbytes && !in.read(reinterpret_cast<char*>(arr.bytes.data()), static_cast<std::streamsize>(nbytes)))
-    fail(path, "data shorter than the header's shape " + shape_str(arr.shape) + " says");
+  arr.shape = h.shape;
+  arr.descr = h.descr;
+  arr.bytes.resize(std::size_t(h.nbytes));
+  in.seekg(static_cast<std::streamoff>(h.data_offset));
+  if (h.nbytes && !in.read(reinterpret_cast<char*>(arr.bytes.data()), static_cast<std::streamsize>(h.nbytes)))
+    fail(path, "data shorter than the header's shape " + shape_str(arr.shape) + " says (file changed while read?)");
+  return arr;
+}
+
+NpyArray read_npy(const std::filesystem::path& path) {
+  std::uint64_t limit = 0;
+  try {
+    limit = memory_limit_from_env();
+  } catch (const MemoryLimitError& e) {
+    fail(path, e.what());
+  }
+  return read_npy(path, limit);
+}
+
+NpyArray parse_npy(std::string_view bytes, const std::string& name, std::uint64_t max_bytes) {
+  const NpyHeader h = parse_npy_header(bytes, name);
+  check_payload(h, bytes.size() - h.data_offset, name);
+  check_limit(h, max_bytes, name);
+  NpyArray arr;
+  arr.shape = h.shape;
+  arr.descr = h.descr;
+  const auto* data = reinterpret_cast<const unsigned char*>(bytes.data()) + h.data_offset;
+  arr.bytes.assign(data, data + h.nbytes);
   return arr;
 }
 

@@ -4,6 +4,7 @@
 // causal-only run stores nothing of size n_q × n_k; the user half is one bit per block pair,
 // 64 per word, and the two queries the estimator needs — "any valid r in [a, b]" and "the first
 // valid r in [a, b]" — are fixed-order word scans, as §5 describes for the kernel.
+#include "flashlab/reference/memory_budget.hpp"
 #include "flashlab/reference/npy.hpp"
 #include "flashlab/reference/stream.hpp"
 
@@ -21,6 +22,9 @@ std::size_t ceil_log2(std::size_t n) {
 }
 
 void Geometry::check() const {
+  // Far above any run (the CLI takes T ≤ 2^24); keeps T + b_q − 1 and n_q·b_q far from overflow.
+  constexpr std::size_t kMax = std::size_t{1} << 40;
+  if (T > kMax || bq > kMax || bk > kMax) throw StreamError("T, b_q and b_k must each be at most 2^40");
   if (T == 0) throw StreamError("sequence length T must be at least 1");
   if (bq == 0) throw StreamError("query-block size b_q must be at least 1");
   if (bk == 0) throw StreamError("key-block size b_k must be at least 1");
@@ -119,31 +123,45 @@ bool BlockMask::token_valid(std::size_t t, std::size_t s) const {
 
 namespace {
 
-[[noreturn]] void mask_fail(const std::filesystem::path& path, const std::string& where, const std::string& what) {
-  throw StreamError(path.string() + (where.empty() ? "" : ":" + where) + ": " + what);
+[[noreturn]] void mask_fail(const std::string& name, const std::string& where, const std::string& what) {
+  throw StreamError(name + (where.empty() ? "" : ":" + where) + ": " + what);
 }
 
-BlockMask load_npy_mask(const std::filesystem::path& path, Geometry g) {
-  NpyArray a;
+std::string geometry_str(Geometry g) {
+  std::ostringstream s;
+  s << "(" << g.n_q() << ", " << g.n_k() << ") for T=" << g.T << ", b_q=" << g.bq << ", b_k=" << g.bk;
+  return s.str();
+}
+
+// n_q·n_k user entries (one byte each while read) plus the packed bits, checked before any
+// allocation: a mask for T = 2^24 with one-token blocks would need 2^48 entries.
+std::uint64_t mask_entries(Geometry g, const std::string& name, std::uint64_t max_bytes) {
+  const auto entries = checked_mul(g.n_q(), g.n_k());
+  const auto words = checked_mul(g.n_q(), (g.n_k() + 63) / 64);
+  const auto bits_bytes = words ? checked_mul(*words, 8) : std::nullopt;
+  const auto total = entries && bits_bytes ? checked_add(*entries, *bits_bytes) : std::nullopt;
+  if (!total) mask_fail(name, "", "a block mask of shape " + geometry_str(g) + " has more than 2^64 entries");
   try {
-    a = read_npy(path);
-  } catch (const NpyError& e) {
-    throw StreamError(std::string("block mask: ") + e.what());
+    require_within_limit("a block mask of shape " + geometry_str(g), *total, max_bytes);
+  } catch (const MemoryLimitError& e) {
+    mask_fail(name, "", e.what());
   }
-  const std::size_t nq = g.n_q(), nk = g.n_k();
+  return *entries;
+}
+
+BlockMask mask_from_npy(const NpyArray& a, const std::string& name, Geometry g) {
+  const std::size_t nk = g.n_k();
   if (a.descr != "|u1" && a.descr != "|b1" && a.descr != "<i4" && a.descr != "<i8") {
-    mask_fail(path, "", "block mask has dtype " + a.descr + "; expected uint8 or bool (|u1, |b1), or int32/int64");
+    mask_fail(name, "", "block mask has dtype " + a.descr + "; expected uint8 or bool (|u1, |b1), or int32/int64");
   }
-  if (a.shape != std::vector<std::size_t>{nq, nk}) {
-    mask_fail(path, "", "block mask has shape " + shape_str(a.shape) + "; expected [n_q, n_k] = (" +
-                            std::to_string(nq) + ", " + std::to_string(nk) + ") for T=" + std::to_string(g.T) +
-                            ", b_q=" + std::to_string(g.bq) + ", b_k=" + std::to_string(g.bk));
+  if (a.shape != std::vector<std::size_t>{g.n_q(), nk}) {
+    mask_fail(name, "", "block mask has shape " + shape_str(a.shape) + "; expected [n_q, n_k] = " + geometry_str(g));
   }
   const auto v = a.as_int64();
   std::vector<std::uint8_t> user(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) {
     if (v[i] != 0 && v[i] != 1) {
-      mask_fail(path, "", "entry [" + std::to_string(i / nk) + ", " + std::to_string(i % nk) + "] is " +
+      mask_fail(name, "", "entry [" + std::to_string(i / nk) + ", " + std::to_string(i % nk) + "] is " +
                               std::to_string(v[i]) + "; block mask entries must be 0 or 1");
     }
     user[i] = static_cast<std::uint8_t>(v[i]);
@@ -151,30 +169,42 @@ BlockMask load_npy_mask(const std::filesystem::path& path, Geometry g) {
   return BlockMask(g, user);
 }
 
-BlockMask load_text_mask(const std::filesystem::path& path, Geometry g) {
-  std::ifstream in(path);
-  if (!in) mask_fail(path, "", "cannot open block mask (no such file?)");
+// The shape check before the payload is read: a wrong shape is named without reading a byte more.
+void check_npy_mask_header(const NpyHeader& h, const std::string& name, Geometry g) {
+  if (h.shape != std::vector<std::size_t>{g.n_q(), g.n_k()})
+    mask_fail(name, "", "block mask has shape " + shape_str(h.shape) + "; expected [n_q, n_k] = " + geometry_str(g));
+}
+
+BlockMask parse_text_mask(std::string_view text, const std::string& name, Geometry g, std::uint64_t entries) {
   const std::size_t nq = g.n_q(), nk = g.n_k();
+  // The text is in memory already (within the limit); n_q·n_k may be far larger than a short file.
   std::vector<std::uint8_t> user;
-  user.reserve(nq * nk);
-  std::string line;
-  std::size_t line_no = 0, rows = 0;
-  while (std::getline(in, line)) {
+  user.reserve(std::size_t(std::min<std::uint64_t>(entries, text.size())));
+  std::size_t line_no = 0, rows = 0, pos = 0;
+  while (pos < text.size()) {
+    const std::size_t eol = std::min(text.find('\n', pos), text.size());
+    std::string_view line = text.substr(pos, eol - pos);
+    pos = eol + 1;
     ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty() || line[0] == '#') continue;
     if (rows == nq) {
-      mask_fail(path, std::to_string(line_no) + ":1",
+      mask_fail(name, std::to_string(line_no) + ":1",
                 "extra row: the block mask must have exactly n_q = " + std::to_string(nq) + " rows");
     }
     for (std::size_t c = 0; c < line.size(); ++c) {
       if (line[c] != '0' && line[c] != '1') {
-        mask_fail(path, std::to_string(line_no) + ":" + std::to_string(c + 1),
-                  std::string("unexpected character '") + line[c] + "'; rows are strings of '0' and '1'");
+        const unsigned char ch = static_cast<unsigned char>(line[c]);
+        std::ostringstream what;
+        what << "unexpected character ";
+        if (ch >= 0x20 && ch < 0x7f) what << "'" << line[c] << "'";
+        else what << "byte 0x" << std::hex << int(ch);
+        what << "; rows are strings of '0' and '1'";
+        mask_fail(name, std::to_string(line_no) + ":" + std::to_string(c + 1), what.str());
       }
     }
     if (line.size() != nk) {
-      mask_fail(path, std::to_string(line_no) + ":" + std::to_string(std::min(line.size(), nk) + 1),
+      mask_fail(name, std::to_string(line_no) + ":" + std::to_string(std::min(line.size(), nk) + 1),
                 "row " + std::to_string(rows) + " has " + std::to_string(line.size()) + " columns; expected n_k = " +
                     std::to_string(nk));
     }
@@ -182,7 +212,7 @@ BlockMask load_text_mask(const std::filesystem::path& path, Geometry g) {
     ++rows;
   }
   if (rows != nq) {
-    mask_fail(path, std::to_string(line_no + 1) + ":1",
+    mask_fail(name, std::to_string(line_no + 1) + ":1",
               "block mask has " + std::to_string(rows) + " rows; expected n_q = " + std::to_string(nq));
   }
   return BlockMask(g, user);
@@ -190,10 +220,60 @@ BlockMask load_text_mask(const std::filesystem::path& path, Geometry g) {
 
 }  // namespace
 
-BlockMask load_block_mask(const std::filesystem::path& path, Geometry g) {
+BlockMask parse_block_mask(std::string_view bytes, const std::string& name, bool npy, Geometry g,
+                           std::uint64_t max_bytes) {
   g.check();
-  if (path.extension() == ".npy") return load_npy_mask(path, g);
-  return load_text_mask(path, g);
+  const std::uint64_t entries = mask_entries(g, name, max_bytes);
+  if (!npy) return parse_text_mask(bytes, name, g, entries);
+  NpyArray a;
+  try {
+    check_npy_mask_header(parse_npy_header(bytes, name), name, g);
+    a = parse_npy(bytes, name, max_bytes);
+  } catch (const NpyError& e) {
+    throw StreamError(std::string("block mask: ") + e.what());
+  }
+  return mask_from_npy(a, name, g);
+}
+
+BlockMask load_block_mask(const std::filesystem::path& path, Geometry g, std::uint64_t max_bytes) {
+  g.check();
+  const std::string name = path.string();
+  const std::uint64_t entries = mask_entries(g, name, max_bytes);
+  if (path.extension() == ".npy") {
+    NpyArray a;
+    try {
+      check_npy_mask_header(read_npy_header(path), name, g);
+      a = read_npy(path, max_bytes);
+    } catch (const NpyError& e) {
+      throw StreamError(std::string("block mask: ") + e.what());
+    }
+    return mask_from_npy(a, name, g);
+  }
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) mask_fail(name, "", "is a directory, not a block mask");
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) mask_fail(name, "", "cannot open block mask (no such file?)");
+  try {
+    require_within_limit("text block mask of " + std::to_string(size) + " bytes", size, max_bytes);
+  } catch (const MemoryLimitError& e) {
+    mask_fail(name, "", e.what());
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) mask_fail(name, "", "cannot open block mask (permission?)");
+  std::string text(static_cast<std::size_t>(size), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(size));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  return parse_text_mask(text, name, g, entries);
+}
+
+BlockMask load_block_mask(const std::filesystem::path& path, Geometry g) {
+  std::uint64_t limit = 0;
+  try {
+    limit = memory_limit_from_env();
+  } catch (const MemoryLimitError& e) {
+    mask_fail(path.string(), "", e.what());
+  }
+  return load_block_mask(path, g, limit);
 }
 
 std::uint64_t indices_checksum(const std::vector<std::int64_t>& indices) {

@@ -5,6 +5,12 @@
 /// inputs can come from PyTorch/NumPy and results can be checked there. Supported element
 /// types: `<f4`, `<f8`, `<i4`, `<i8`, `|u1`, `|b1` (little-endian only; Fortran order is
 /// refused with a clear error rather than silently transposed).
+///
+/// The reader trusts nothing in a file: the header is parsed as the Python literal it is (every
+/// key, dtype, byte order, Fortran flag and version checked and named when unsupported), the
+/// element count and byte size are multiplied with overflow checks, the declared payload is
+/// compared with the bytes the file holds, and the memory limit (memory_budget.hpp) is checked —
+/// all before the payload is allocated.
 #pragma once
 
 #include <cstddef>
@@ -12,6 +18,7 @@
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace flashlab::ref {
@@ -20,6 +27,16 @@ namespace flashlab::ref {
 class NpyError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;  ///< constructs from the message
+};
+
+/// What a `.npy` header declares, validated: supported dtype, C order, sizes that fit 64 bits.
+struct NpyHeader {
+  std::vector<std::size_t> shape;  ///< dimensions, outermost first
+  std::string descr;               ///< NumPy dtype string, normalised to "<f4", "<f8", "<i4", "<i8", "|u1", "|b1"
+  std::size_t item_size = 0;       ///< bytes per element
+  std::size_t data_offset = 0;     ///< bytes before the payload (magic, version, length, dict)
+  std::uint64_t numel = 0;         ///< product of the shape (1 for a 0-d array)
+  std::uint64_t nbytes = 0;        ///< payload bytes the header declares, numel · item_size
 };
 
 /// A raw array as stored in a `.npy` file.
@@ -36,8 +53,22 @@ struct NpyArray {
   [[nodiscard]] std::vector<std::int64_t> as_int64() const;
 };
 
-/// Reads a `.npy` file. Throws NpyError naming the file on any malformed or unsupported input.
+/// Parses and validates the header at the start of `bytes` (a whole file or its first bytes);
+/// `name` prefixes every message. Throws NpyError on anything malformed or unsupported.
+NpyHeader parse_npy_header(std::string_view bytes, const std::string& name);
+
+/// Reads and validates the header of a `.npy` file and checks that the file holds exactly the
+/// payload it declares; reads no payload (commands size a whole run from headers first).
+NpyHeader read_npy_header(const std::filesystem::path& path);
+
+/// Reads a `.npy` file whose payload is at most `max_bytes`. Throws NpyError naming the file on
+/// any malformed or unsupported input, and on a payload above the limit (shape, bytes, limit).
+NpyArray read_npy(const std::filesystem::path& path, std::uint64_t max_bytes);
+/// Reads a `.npy` file under the limit of memory_limit_from_env().
 NpyArray read_npy(const std::filesystem::path& path);
+
+/// The same checks on a file already in memory (`bytes` is the whole file; `name` for messages).
+NpyArray parse_npy(std::string_view bytes, const std::string& name, std::uint64_t max_bytes);
 
 /// Writes float64 data with the given shape.
 void write_npy(const std::filesystem::path& path, const std::vector<std::size_t>& shape, const double* data);

@@ -27,6 +27,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace flashlab::ref::stream {
@@ -115,7 +116,14 @@ class BlockMask {
 /// int32 or int64, shape [n_q, n_k], values 0 or 1; or a text file (any other extension) of n_q
 /// lines, each n_k characters '0'/'1' (blank lines and lines starting with '#' are skipped).
 /// Errors name the file and the position (row, column or line:col) and say what was expected.
+/// The memory limit (memory_budget.hpp) is checked against n_q·n_k and the file size before
+/// anything of that size is allocated.
 BlockMask load_block_mask(const std::filesystem::path& path, Geometry g);
+/// Same, under an explicit memory limit in bytes.
+BlockMask load_block_mask(const std::filesystem::path& path, Geometry g, std::uint64_t max_bytes);
+/// Same checks on a mask file already in memory: `npy` picks the format, `name` is for messages.
+BlockMask parse_block_mask(std::string_view bytes, const std::string& name, bool npy, Geometry g,
+                           std::uint64_t max_bytes);
 
 /// Parameters of mask estimation.
 struct EstimateParams {
