@@ -3,6 +3,8 @@
 #   make test  — install what is missing, build, run every CPU test
 #   make cuda  — also compile the CUDA kernels (needs nvcc; run them on the GPU machine)
 #   make docs  — Doxygen (warnings are errors for public headers)
+#   make test-sanitize — the whole CPU suite built with AddressSanitizer + UndefinedBehaviorSanitizer
+#   make fuzz  — every libFuzzer target in fuzz/ for FUZZ_SECONDS each (clang-14, ASan + UBSan)
 SHELL := /bin/bash
 .DEFAULT_GOAL := demo
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
@@ -12,12 +14,22 @@ export CCACHE_BASEDIR := $(CURDIR)
 # Debian 12 packages the CPU build needs (CUDA is optional and not from Debian).
 DEB_PACKAGES := cmake g++ make libeigen3-dev libboost-program-options-dev catch2 \
                 doxygen libncurses-dev tmux ccache
+# What `make fuzz` needs on top: clang and its libFuzzer/sanitizer runtimes.
+FUZZ_PACKAGES := clang-14 libclang-rt-14-dev
+FUZZ_SECONDS ?= 600
 
-.PHONY: demo test deps build cuda docs clean
+.PHONY: demo test deps fuzz-deps install-missing build cuda docs clean test-sanitize fuzz
 
 deps:
+	@$(MAKE) --no-print-directory install-missing PACKAGES="$(DEB_PACKAGES)"
+
+fuzz-deps: deps
+	@$(MAKE) --no-print-directory install-missing PACKAGES="$(FUZZ_PACKAGES)"
+
+# Installs the Debian packages in PACKAGES that are missing (as root), or prints the line to run.
+install-missing:
 	@missing=""; \
-	for p in $(DEB_PACKAGES); do \
+	for p in $(PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
@@ -52,6 +64,27 @@ cuda: deps
 docs: deps
 	cmake --preset cpu
 	cmake --build --preset cpu --target docs
+
+test-sanitize: deps
+	cmake --preset debug
+	cmake --build --preset debug -j $(JOBS)
+	ctest --preset debug -j $(JOBS)
+
+# Each target fuzzes for FUZZ_SECONDS from its seed corpus (fuzz/corpus/NAME, read only); what it
+# finds new goes to build/fuzz/corpus/NAME, crashes to build/fuzz/artifacts/ (then: fix, add the
+# input to fuzz/corpus/NAME, and the replay test keeps it fixed).
+fuzz: fuzz-deps
+	cmake --preset fuzz
+	cmake --build --preset fuzz -j $(JOBS)
+	@mkdir -p build/fuzz/artifacts; \
+	for bin in build/fuzz/fuzz/fuzz_*; do \
+	  [ -f "$$bin" ] && [ -x "$$bin" ] || continue; \
+	  name=$$(basename $$bin); name=$${name#fuzz_}; \
+	  mkdir -p build/fuzz/corpus/$$name; \
+	  echo "flashlab: fuzzing $$name for $(FUZZ_SECONDS) s"; \
+	  $$bin -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -artifact_prefix=build/fuzz/artifacts/$$name- \
+	    build/fuzz/corpus/$$name fuzz/corpus/$$name || exit 1; \
+	done
 
 clean:
 	rm -rf build

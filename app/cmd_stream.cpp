@@ -148,25 +148,22 @@ template <typename S>
 int run(const Options& o, const Mat<double>* Qd, const Mat<double>* Kd, const Mat<double>* Vd) {
   // Inputs in the storage dtype: float at large T halves memory, double for exactness.
   const bool need_v = o.sub != "estimate";
-  std::size_t T = 0, D = 0;
+  // T and D are known (from --seq/--dim or the headers): the mask is sized and read first.
+  const std::size_t T = std::size_t(*o.seq), D = std::size_t(*o.dim);
+  const rs::Geometry g{T, std::size_t(o.bq), std::size_t(o.bk)};
+  const std::size_t k = std::size_t(o.k);
+  const rs::BlockMask mask = o.mask.empty() ? rs::BlockMask(g) : rs::load_block_mask(o.mask, g, o.policy.memory_limit);
   Mat<S> Q, K, V;
   if (Qd) {
     Q = Qd->cast<S>();
     K = Kd->cast<S>();
     if (need_v) V = Vd->cast<S>();
-    T = std::size_t(Q.rows());
-    D = std::size_t(Q.cols());
   } else {
-    T = std::size_t(*o.seq);
-    D = std::size_t(*o.dim);
     const auto seed = static_cast<unsigned long long>(o.seed);
     Q = random_matrix<S>(T, D, seed);
     K = random_matrix<S>(T, D, seed + 1);
     if (need_v) V = random_matrix<S>(T, D, seed + 2);
   }
-  const rs::Geometry g{T, std::size_t(o.bq), std::size_t(o.bk)};
-  const std::size_t k = std::size_t(o.k);
-  const rs::BlockMask mask = o.mask.empty() ? rs::BlockMask(g) : rs::load_block_mask(o.mask, g, o.policy.memory_limit);
 
   const rs::Bounds b = rs::stream_bounds(g, D, k);
   std::vector<Stage> stages = {{"estimate", b.work_seed}};

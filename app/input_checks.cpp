@@ -162,15 +162,23 @@ std::string Tolerance::str() const {
   std::ostringstream s;
   s.precision(2);
   s << value;
-  if (scaled()) s << " (" << base << " scaled by the logit bound L = " << logit_bound << " / " << kCalibratedLogitBound << ")";
+  if (!scaled()) return s.str();
+  s << " (" << base << " scaled by";
+  if (logit_bound > kCalibratedLogitBound) s << " the logit bound L = " << logit_bound << " / " << kCalibratedLogitBound;
+  if (logit_bound > kCalibratedLogitBound && cancellation > kCalibratedCancellation) s << " and";
+  if (cancellation > kCalibratedCancellation)
+    s << " the gradients' cancellation C = " << cancellation << " / " << kCalibratedCancellation;
+  s << ")";
   return s.str();
 }
 
-Tolerance conditioned_tolerance(double base, double logit_bound) {
+Tolerance conditioned_tolerance(double base, double logit_bound, double cancellation) {
   Tolerance t;
   t.base = base;
   t.logit_bound = logit_bound;
-  const double raised = base * logit_bound / kCalibratedLogitBound;
+  t.cancellation = cancellation;
+  const double raised = base * std::max(1.0, logit_bound / kCalibratedLogitBound) *
+                        std::max(1.0, cancellation / kCalibratedCancellation);
   t.value = std::isfinite(raised) ? std::max(base, raised) : base;
   return t;
 }

@@ -73,21 +73,27 @@ double max_row_norm(const double* values, std::size_t rows, std::size_t cols);
 /// Logit bound up to which the fixed self-check tolerances hold (each command's default inputs
 /// stay far below it).
 inline constexpr double kCalibratedLogitBound = 64.0;
+/// Cancellation ratio up to which they hold: ordinary random inputs give 60–900 (attention bwd).
+inline constexpr double kCalibratedCancellation = 1024.0;
 
 /// A self-check tolerance scaled by conditioning. A softmax weight inherits the absolute rounding
 /// error of its logit, u·|s|, as a relative error, so two correct computations drift apart in
-/// proportion to the largest logit: the fixed tolerance holds up to |s| ≤ 64, and grows as
-/// base·L/64 beyond (L bounds |s|, e.g. scale·max‖q_i‖·max‖k_j‖ by Cauchy–Schwarz).
+/// proportion to the largest logit: the fixed tolerance holds up to |s| ≤ 64 and grows as
+/// base·L/64 beyond (L bounds |s|, e.g. scale·max‖q_i‖·max‖k_j‖ by Cauchy–Schwarz). A result
+/// summed from terms C times larger than itself (a gradient through dS = P∘(dP − D) when P is
+/// nearly one-hot) loses C in relative accuracy: above C = 1024 the tolerance grows by C/1024 too.
 struct Tolerance {
-  double value = 0;        ///< the tolerance used
-  double base = 0;         ///< the fixed tolerance for well-conditioned inputs
-  double logit_bound = 0;  ///< L
-  /// True when the logits raised the tolerance above the base.
+  double value = 0;         ///< the tolerance used
+  double base = 0;          ///< the fixed tolerance for well-conditioned inputs
+  double logit_bound = 0;   ///< L
+  double cancellation = 1;  ///< C, the size of the summed terms over the size of the result
+  /// True when the conditioning raised the tolerance above the base.
   [[nodiscard]] bool scaled() const { return value > base; }
   /// "1e-12", or "1.7e-09 (1e-12 scaled by the logit bound L = 1.1e+05 / 64)".
   [[nodiscard]] std::string str() const;
 };
-/// max(base, base·L/64); the base alone when L is not finite (a NaN never passes anyway).
-Tolerance conditioned_tolerance(double base, double logit_bound);
+/// base·max(1, L/64)·max(1, C/1024); the base alone when that is not finite (a NaN result never
+/// passes anyway).
+Tolerance conditioned_tolerance(double base, double logit_bound, double cancellation = 1.0);
 
 }  // namespace flashlab::app
