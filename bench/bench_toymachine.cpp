@@ -38,12 +38,10 @@ std::string read(const std::string& path) {
   return ss.str();
 }
 
-// The traces live beside this file's source (CMake passes absolute paths, so __FILE__ finds them
-// without any extra build setting).
-std::string traces_dir() {
-  std::string here = __FILE__;
-  return here.substr(0, here.rfind('/')) + "/../toymachine/traces";
-}
+// The traces live in the source tree; CMake passes its absolute path (__FILE__ is not enough:
+// with ccache's CCACHE_BASEDIR it is relative to the build folder, so the program found its
+// traces only when started there).
+std::string traces_dir() { return std::string(FLASHLAB_SOURCE_DIR) + "/toymachine/traces"; }
 
 double bench(const char* label, const std::string& trace, const char* machine, int n, int samples, int reps) {
   const Machine m = builtin_machine(machine, n);
