@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <new>
 #include <sstream>
 
 namespace flashlab::app {
@@ -62,6 +63,12 @@ int guarded(std::string_view command, const std::function<int()>& body) {
   } catch (const po::error& e) {
     std::cerr << "error: " << e.what() << "\nhint: flashlab " << command << " --help\n";
     return kUsage;
+  } catch (const std::bad_alloc&) {
+    // Sizes are checked against the memory limit before work starts; this is the last resort.
+    std::cerr << "error: out of memory\nhint: use smaller sizes, or a lower --memory-limit so that the sizes are "
+                 "checked before the run (flashlab "
+              << command << " --help)\n";
+    return kFailed;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return kFailed;

@@ -51,6 +51,6 @@ class MemoryLimitError : public std::runtime_error {
 /// Throws MemoryLimitError unless `bytes` ≤ `limit`; `what` says what needs them, e.g.
 /// "q.npy: shape (4096, 8, 64) as float64". `source` names where the limit came from.
 void require_within_limit(std::string_view what, std::uint64_t bytes, std::uint64_t limit,
-                          std::string_view source = "FLASHLAB_MEMORY_LIMIT or half of physical memory");
+                          std::string_view source = "--memory-limit or FLASHLAB_MEMORY_LIMIT; default half of physical memory");
 
 }  // namespace flashlab::ref
