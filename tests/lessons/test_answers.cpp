@@ -89,7 +89,7 @@ TEST_CASE("answers: formulas are compared at random points, not only at fixed on
   CHECK_THAT(r.to_text(), Catch::Contains("✗ reads"));
 }
 
-TEST_CASE("answers: free text is read as whole words; distractors and negations fail", "[answers][words]") {
+TEST_CASE("answers: free text is read as whole words, and distractors and negations fail", "[answers][words]") {
   CHECK(answer("contraction", "a contraction").all_correct);
   CHECK(answer("contraction", "P is only used inside a reduction over j").all_correct);
   CHECK(answer("contraction", "the contraction, not online softmax").all_correct);
