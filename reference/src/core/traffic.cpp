@@ -34,7 +34,7 @@ Dtype parse_dtype(std::string_view s) {
 }
 
 namespace {
-// Per-row softmax statistics are fp32 in seed 001's kernels regardless of the input dtype.
+// Per-row softmax statistics are fp32 in the Triton walkthrough's kernels regardless of the input dtype.
 bool is_statistic(std::string_view t) {
   constexpr std::array<std::string_view, 6> stats = {"LSE", "D", "M", "L", "m", "l"};
   for (auto s : stats)

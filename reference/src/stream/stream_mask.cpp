@@ -1,4 +1,4 @@
-// STREAM block geometry and the bit-packed block mask C_blk (seed 002, §2, §5).
+// STREAM block geometry and the bit-packed block mask C_blk (the STREAM paper, §2, §5).
 //
 // C_blk[q, r] = causal(q, r) ∧ user[q, r]. The causal half is arithmetic (one comparison), so a
 // causal-only run stores nothing of size n_q × n_k; the user half is one bit per block pair,

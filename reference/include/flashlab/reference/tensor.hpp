@@ -1,7 +1,7 @@
 /// @file tensor.hpp
-/// @brief Dense tensors in the seed's layout `[BATCH, SEQ, HEAD_NUM, HEAD_DIM]`.
+/// @brief Dense tensors in the Triton walkthrough's layout `[BATCH, SEQ, HEAD_NUM, HEAD_DIM]`.
 ///
-/// Seed 001 addresses Q, K, V, O as `[SEQ, HEAD_NUM, HEAD_DIM]` with row stride
+/// The Triton walkthrough addresses Q, K, V, O as `[SEQ, HEAD_NUM, HEAD_DIM]` with row stride
 /// `HEAD_NUM·HEAD_DIM`: one head is an `N × d` matrix whose rows are `H·d` apart. We keep
 /// exactly that layout (plus an optional leading batch) so a `.npy` written here can be fed
 /// to the CUDA kernels and to PyTorch unchanged, and expose one head as an Eigen map with an
@@ -33,7 +33,7 @@ using ConstHeadMap = Eigen::Map<const Mat<T>, Eigen::Unaligned, Eigen::OuterStri
 /// Shape of an attention operand: batch, sequence length N, heads H, head dim d.
 struct Shape {
   std::size_t batch = 1;     ///< B (1 when the tensor has no batch dimension)
-  std::size_t seq = 0;       ///< N, the SEQ of seed 001
+  std::size_t seq = 0;       ///< N, the SEQ of the Triton walkthrough
   std::size_t heads = 1;     ///< H, HEAD_NUM
   std::size_t head_dim = 0;  ///< d, HEAD_DIM
 
