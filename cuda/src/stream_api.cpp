@@ -1,0 +1,235 @@
+// Host API of the clear STREAM kernels (flashlab/cuda/stream.hpp): validates parameters with the
+// reference's rules and messages, packs C_blk, uploads, poisons outputs, launches, downloads.
+#include "flashlab/cuda/stream.hpp"
+
+#include "stream_common.hpp"
+
+#include <climits>
+#include <limits>
+#include <string>
+
+namespace flashlab::cuda::stream {
+
+using ::flashlab::cuda::detail::DeviceBuffer;
+using ref::stream::StreamError;
+using detail::StreamProblem;
+
+namespace {
+
+int to_int(std::size_t v, const char* what) {
+  if (v > std::size_t(INT_MAX)) throw StreamError(std::string(what) + " = " + std::to_string(v) + " exceeds the GPU kernels' 32-bit indices");
+  return int(v);
+}
+
+/// The launch description for inputs of `heads` heads, head dims d / d_v, and k; throws
+/// StreamError naming the parameter and the limit.
+StreamProblem make_problem(const ref::stream::BlockMask& mask, std::size_t heads, std::size_t d, std::size_t dv,
+                           std::size_t k) {
+  const ref::stream::Geometry& g = mask.geometry();
+  g.check();
+  if (k == 0) throw StreamError("k must be at least 1");
+  if (heads == 0) throw StreamError("heads must be at least 1");
+  if (d == 0 || d > kMaxHeadDim || dv == 0 || dv > kMaxHeadDim)
+    throw StreamError("head dims d = " + std::to_string(d) + ", d_v = " + std::to_string(dv) + " must be in 1.." +
+                      std::to_string(kMaxHeadDim) + " (the clear kernels hold whole rows in shared memory)");
+  if (g.bq > kMaxBlock || g.bk > kMaxBlock)
+    throw StreamError("b_q = " + std::to_string(g.bq) + ", b_k = " + std::to_string(g.bk) + " must be at most " +
+                      std::to_string(kMaxBlock) + " on the GPU (hint: --bq 64 --bk 64)");
+  if (ref::stream::ceil_log2(k) + g.n_it() > 62)
+    throw StreamError("k·2^n_it overflows the 64-bit branch identifiers of τ");
+  StreamProblem p;
+  p.T = to_int(g.T, "T");
+  to_int(g.T * heads, "T·H");
+  p.bq = int(g.bq);
+  p.bk = int(g.bk);
+  p.n_q = int(g.n_q());
+  p.n_k = int(g.n_k());
+  p.n_it = int(g.n_it());
+  p.heads = to_int(heads, "heads");
+  p.d = int(d);
+  p.dv = int(dv);
+  p.k = to_int(k, "k");
+  if (std::size_t(p.n_q) * heads * k > std::size_t(INT_MAX)) throw StreamError("n_q·H·k is too large for the GPU index tensor");
+  p.words_per_row = mask.has_user_mask() ? int((g.n_k() + 63) / 64) : 0;
+  return p;
+}
+
+/// Throws StreamError when a kernel's shared memory exceeds what the device gives one block.
+void check_smem(std::size_t bytes, const char* kernel, const StreamProblem& p) {
+  int dev = 0, optin = 0;
+  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
+  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (bytes > std::size_t(optin))
+    throw StreamError(std::string(kernel) + " needs " + std::to_string(bytes) + " bytes of shared memory for b_q = " +
+                      std::to_string(p.bq) + ", b_k = " + std::to_string(p.bk) + ", d = " + std::to_string(p.d) +
+                      ", d_v = " + std::to_string(p.dv) + "; the device allows " + std::to_string(optin) +
+                      " (hint: smaller blocks)");
+}
+
+void check_input(const HostHeads& x, const char* name, const ref::stream::Geometry& g, std::size_t heads) {
+  if (x.data == nullptr) throw StreamError(std::string(name) + " is missing");
+  if (x.heads != heads)
+    throw StreamError(std::string(name) + " has " + std::to_string(x.heads) + " heads, Q has " + std::to_string(heads));
+  (void)g;
+}
+
+DeviceBuffer<float> upload(const HostHeads& x, const StreamProblem& p) {
+  DeviceBuffer<float> d(std::size_t(p.T) * x.heads * x.dim);
+  d.upload(x.data);
+  return d;
+}
+
+/// C_blk packed as the kernels read it: n_q rows of words_per_row words, causality ANDed in.
+DeviceBuffer<std::uint64_t> upload_mask(const ref::stream::BlockMask& mask, const StreamProblem& p) {
+  if (p.words_per_row == 0) return {};
+  std::vector<std::uint64_t> words(std::size_t(p.n_q) * p.words_per_row, 0);
+  for (int q = 0; q < p.n_q; ++q)
+    for (int r = 0; r <= p.causal_last(q); ++r)
+      if (mask.valid(std::size_t(q), std::size_t(r)))
+        words[std::size_t(q) * p.words_per_row + r / 64] |= 1ull << (r % 64);
+  DeviceBuffer<std::uint64_t> d(words.size());
+  d.upload(words.data());
+  return d;
+}
+
+/// The reference's check of I before application: every entry −1 or a valid block of its row.
+DeviceBuffer<long long> upload_indices(const std::vector<std::int64_t>& indices, const ref::stream::BlockMask& mask,
+                                       const StreamProblem& p) {
+  const std::size_t rows = std::size_t(p.heads) * p.n_q;
+  if (indices.size() != rows * p.k)
+    throw StreamError("index tensor has " + std::to_string(indices.size()) + " entries, expected H·n_q·k = " +
+                      std::to_string(p.heads) + "·" + std::to_string(p.n_q) + "·" + std::to_string(p.k));
+  for (std::size_t row = 0; row < rows; ++row) {
+    const std::size_t q = row % std::size_t(p.n_q);
+    for (int j = 0; j < p.k; ++j) {
+      const std::int64_t r = indices[row * p.k + j];
+      if (r == -1) continue;
+      if (r < -1 || r >= p.n_k || !mask.valid(q, std::size_t(r)))
+        throw StreamError("I[" + std::to_string(row / p.n_q) + ", " + std::to_string(q) + ", " + std::to_string(j) +
+                          "] = " + std::to_string(r) + " is not a valid key block for query block " +
+                          std::to_string(q) + " under C_blk");
+    }
+  }
+  static_assert(sizeof(long long) == sizeof(std::int64_t));
+  DeviceBuffer<long long> d(indices.size());
+  d.upload(reinterpret_cast<const long long*>(indices.data()));
+  return d;
+}
+
+}  // namespace
+
+EstimateOutput stream_estimate(const HostHeads& Q, const HostHeads& K, const ref::stream::BlockMask& mask,
+                               std::size_t k) {
+  const ref::stream::Geometry& g = mask.geometry();
+  check_input(Q, "Q", g, Q.heads);
+  check_input(K, "K", g, Q.heads);
+  if (K.dim != Q.dim) throw StreamError("Q and K must have the same head dim d ≥ 1");
+  const StreamProblem p = make_problem(mask, Q.heads, Q.dim, Q.dim, k);
+  check_smem(detail::estimate_smem_bytes(p), "stream_estimate_kernel", p);
+  DeviceBuffer<float> dQ = upload(Q, p), dK = upload(K, p);
+  DeviceBuffer<std::uint64_t> dmask = upload_mask(mask, p);
+  const std::size_t rows = std::size_t(p.heads) * p.n_q;
+  DeviceBuffer<unsigned char> work(detail::estimate_work_bytes(p));
+  DeviceBuffer<long long> dI(rows * k);
+  DeviceBuffer<float> dscores(rows * k), dmargins(rows);
+  dI.poison();
+  dscores.poison();
+  dmargins.poison();
+  work.poison();
+  detail::launch_estimate(p, dQ.get(), dK.get(), dmask.get(), work.get(), dI.get(), dscores.get(), dmargins.get());
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  EstimateOutput out;
+  out.k = k;
+  out.indices.resize(rows * k);
+  out.scores.resize(rows * k);
+  out.margins.resize(rows);
+  dI.download(reinterpret_cast<long long*>(out.indices.data()));
+  dscores.download(out.scores.data());
+  dmargins.download(out.margins.data());
+  return out;
+}
+
+namespace {
+
+/// Uploads everything the application needs, runs it; row statistics only when wanted.
+struct ApplyRun {
+  StreamProblem p;
+  DeviceBuffer<float> Q, K, V, O, mu, lam;
+  DeviceBuffer<long long> I;
+};
+
+ApplyRun run_apply(const HostHeads& Q, const HostHeads& K, const HostHeads& V, const ref::stream::BlockMask& mask,
+                   const std::vector<std::int64_t>& indices, std::size_t k, bool keep_stats) {
+  const ref::stream::Geometry& g = mask.geometry();
+  check_input(Q, "Q", g, Q.heads);
+  check_input(K, "K", g, Q.heads);
+  check_input(V, "V", g, Q.heads);
+  if (K.dim != Q.dim) throw StreamError("Q and K must share the head dim d ≥ 1, and V must have d_v ≥ 1 columns");
+  ApplyRun run;
+  run.p = make_problem(mask, Q.heads, Q.dim, V.dim, k);
+  const StreamProblem& p = run.p;
+  check_smem(detail::apply_smem_bytes(p), "stream_apply_kernel", p);
+  run.I = upload_indices(indices, mask, p);
+  run.Q = upload(Q, p);
+  run.K = upload(K, p);
+  run.V = upload(V, p);
+  run.O = DeviceBuffer<float>(std::size_t(p.T) * p.heads * p.dv);
+  run.O.poison();
+  if (keep_stats) {
+    run.mu = DeviceBuffer<float>(std::size_t(p.T) * p.heads);
+    run.lam = DeviceBuffer<float>(std::size_t(p.T) * p.heads);
+    run.mu.poison();
+    run.lam.poison();
+  }
+  detail::launch_apply(p, run.Q.get(), run.K.get(), run.V.get(), run.I.get(), run.O.get(), run.mu.get(),
+                       run.lam.get());
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  return run;
+}
+
+}  // namespace
+
+std::vector<float> stream_apply(const HostHeads& Q, const HostHeads& K, const HostHeads& V,
+                                const ref::stream::BlockMask& mask, const std::vector<std::int64_t>& indices,
+                                std::size_t k) {
+  const ApplyRun run = run_apply(Q, K, V, mask, indices, k, false);
+  std::vector<float> O(run.O.size());
+  run.O.download(O.data());
+  return O;
+}
+
+std::vector<float> stream_trace(const HostHeads& Q, const HostHeads& K, const HostHeads& V,
+                                const ref::stream::BlockMask& mask, const std::vector<std::int64_t>& indices,
+                                std::size_t k, std::size_t chunk_query_blocks,
+                                const std::function<void(const std::vector<HeadEdge>&)>& sink) {
+  if (chunk_query_blocks == 0) throw StreamError("the trace chunk must hold at least one query block");
+  const ApplyRun run = run_apply(Q, K, V, mask, indices, k, true);
+  const StreamProblem& p = run.p;
+  check_smem(detail::trace_smem_bytes(p), "stream_trace_kernel", p);
+  const int chunk = int(std::min<std::size_t>(chunk_query_blocks, std::size_t(p.n_q)));
+  // The only record storage on the device: one chunk of H·chunk·k records.
+  DeviceBuffer<detail::EdgeRecord> records(std::size_t(p.heads) * chunk * p.k);
+  std::vector<detail::EdgeRecord> host(records.size());
+  std::vector<HeadEdge> batch;
+  for (int q0 = 0; q0 < p.n_q; q0 += chunk) {
+    const int count = std::min(chunk, p.n_q - q0);
+    records.poison();
+    detail::launch_trace(p, q0, count, run.Q.get(), run.K.get(), run.V.get(), run.I.get(), run.mu.get(),
+                         run.lam.get(), records.get());
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    records.download(host.data());
+    batch.clear();
+    for (int h = 0; h < p.heads; ++h)
+      for (std::size_t i = 0; i < std::size_t(count) * p.k; ++i) {
+        const detail::EdgeRecord& e = host[std::size_t(h) * count * p.k + i];
+        if (e.r < 0) continue;  // empty slot of I
+        batch.push_back(HeadEdge{std::size_t(h), ref::stream::Edge{e.q, e.r, e.slot, e.score, e.mass, e.value_norm}});
+      }
+    sink(batch);
+  }
+  std::vector<float> O(run.O.size());
+  run.O.download(O.data());
+  return O;
+}
+
+}  // namespace flashlab::cuda::stream
