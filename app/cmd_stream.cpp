@@ -326,6 +326,8 @@ int run(const Options& o, const Mat<double>* Qd, const Mat<double>* Kd, const Ma
 }  // namespace
 
 int cmd_stream(const Args& args) {
+  if (!args.empty() && args[0] == "needles") return cmd_stream_needles(args);
+  if (stream_wants_cuda(args)) return cmd_stream_cuda(args);
   return guarded("stream", [&]() -> int {
     Options o;
     long long seq = 0, dim = 0;

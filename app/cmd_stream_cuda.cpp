@@ -1,0 +1,367 @@
+// `flashlab stream estimate|apply|trace --device cuda` (the clear GPU kernels, multi-head inputs)
+// and `flashlab stream needles` (planted-needle recall, CPU or GPU). Parsing and printing only:
+// the algorithms live in reference/src/stream and cuda/src/stream_*.
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <optional>
+
+#include "cli.hpp"
+#include "commands.hpp"
+#include "flashlab/reference/npy.hpp"
+#include "flashlab/reference/stream.hpp"
+#include "flashlab/reference/stream_needles.hpp"
+#include "flashlab/reference/tensor.hpp"
+#if FLASHLAB_HAVE_CUDA
+#include "flashlab/cuda/stream.hpp"
+#endif
+
+namespace flashlab::app {
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace rs = flashlab::ref::stream;
+
+constexpr std::string_view kCudaUsage =
+    "stream <estimate|apply|trace> --device cuda --bq BQ --bk BK --k K [--seq T --dim D --heads H]\n"
+    "                       [--inputs DIR] [--mask FILE] [--seed S] [--save DIR] [--chunk N]\n"
+    "                       [--format npy|csv] [--compare] [--threads N]";
+constexpr std::string_view kCudaSummary =
+    "STREAM on the GPU: the clear fp32 kernels (cuda/src/stream_*.cu), the same procedure and τ as\n"
+    "the CPU reference. Inputs q.npy k.npy [v.npy] of shape [T, D] or [T, H, D] from --inputs, else\n"
+    "seeded normal values (the CPU command's values for H = 1). Saves indices.npy [H, n_q, k] (or\n"
+    "[n_q, k] for one head), o.npy, edges.npy|csv (a 'head' field first when H > 1). --compare runs the\n"
+    "CPU reference on every head and reports whether I is identical.";
+
+constexpr std::string_view kNeedlesUsage =
+    "stream needles --seq T --dim D --bq BQ --bk BK --k K [--needle-blocks N] [--needles M]\n"
+    "                       [--noise SD] [--slope S] [--no-lead-in] [--seed S] [--threads N]\n"
+    "                       [--device cpu|cuda] [--save DIR]";
+constexpr std::string_view kNeedlesSummary =
+    "Planted needles: N query blocks get M key blocks far in their past, each matched by one query\n"
+    "token on its own coordinate; the rest is noise. Keys before a needle carry a trace of it that\n"
+    "grows towards it (--no-lead-in removes it: the representative rule then sees a needle only\n"
+    "where a branch starts on it). Prints the recall of the planted blocks by the estimate.\n"
+    "--save writes q.npy, k.npy and needles.csv (q,r).";
+
+/// True when `args` ask for --device cuda (the dispatch test of cmd_stream).
+bool wants(const Args& args, const std::string& flag, const std::string& value) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == flag + "=" + value) return true;
+    if (args[i] == flag && i + 1 < args.size() && args[i + 1] == value) return true;
+  }
+  return false;
+}
+
+struct NeedleOptions {
+  long long seq = 0, dim = 0, bq = 0, bk = 0, k = 0, blocks = 8, needles = 8, seed = 1, threads = 1;
+  double noise = 0.02, slope = 0.25;
+  bool no_lead_in = false;
+  std::string device = "cpu", save;
+};
+
+/// I of the planted inputs on the chosen device.
+std::vector<std::int64_t> needle_indices(const NeedleOptions& o, const rs::NeedleSet& set, const rs::Geometry& g) {
+  const rs::BlockMask mask(g);
+  if (o.device == "cpu")
+    return rs::stream_estimate(set.Q, set.K, mask, rs::EstimateParams{std::size_t(o.k), std::size_t(o.threads)}).indices;
+#if FLASHLAB_HAVE_CUDA
+  const cuda::stream::HostHeads Q{set.Q.data(), 1, std::size_t(set.Q.cols())}, K{set.K.data(), 1, std::size_t(set.K.cols())};
+  return cuda::stream::stream_estimate(Q, K, mask, std::size_t(o.k)).indices;
+#else
+  throw UsageError("this flashlab was built without CUDA (--device cuda)", "use --device cpu");
+#endif
+}
+
+}  // namespace
+
+bool stream_wants_cuda(const Args& args) { return wants(args, "--device", "cuda"); }
+
+int cmd_stream_needles(const Args& args) {
+  return guarded("stream needles", [&]() -> int {
+    NeedleOptions o;
+    po::options_description desc("Options");
+    desc.add_options()
+        ("help,h", "show this help")
+        ("sub", po::value<std::string>(), "needles")
+        ("seq", po::value<long long>(&o.seq), "sequence length T (required)")
+        ("dim", po::value<long long>(&o.dim), "head dim D (required)")
+        ("bq", po::value<long long>(&o.bq), "query-block size b_q (required)")
+        ("bk", po::value<long long>(&o.bk), "key-block size b_k (required)")
+        ("k", po::value<long long>(&o.k), "key blocks kept per query block (required)")
+        ("needle-blocks", po::value<long long>(&o.blocks)->default_value(8), "query blocks with needles")
+        ("needles", po::value<long long>(&o.needles)->default_value(8), "needles per such query block")
+        ("noise", po::value<double>(&o.noise)->default_value(0.02), "standard deviation of the noise")
+        ("slope", po::value<double>(&o.slope)->default_value(0.25), "lead-in growth per key block")
+        ("no-lead-in", po::bool_switch(&o.no_lead_in), "plant isolated needles (no trace before them)")
+        ("seed", po::value<long long>(&o.seed)->default_value(1), "seed of the inputs")
+        ("threads", po::value<long long>(&o.threads)->default_value(1), "CPU threads over query blocks")
+        ("device", po::value<std::string>(&o.device)->default_value("cpu"), "cpu | cuda")
+        ("save", po::value<std::string>(&o.save), "directory for q.npy, k.npy, needles.csv");
+    po::positional_options_description pos;
+    pos.add("sub", 1);
+    const auto vm = parse(args, desc, &pos);
+    if (vm.count("help")) {
+      print_help(std::cout, kNeedlesUsage, kNeedlesSummary, desc);
+      return kOk;
+    }
+    for (const char* flag : {"seq", "dim", "bq", "bk", "k"})
+      if (!vm.count(flag)) throw UsageError(std::string("--") + flag + " is required", "flashlab stream needles --help");
+    require_range("seq", o.seq, 1, 1LL << 24);
+    require_range("dim", o.dim, 1, 4096);
+    require_range("bq", o.bq, 1, 1LL << 24);
+    require_range("bk", o.bk, 1, 1LL << 24);
+    require_range("k", o.k, 1, 1LL << 20);
+    require_range("needle-blocks", o.blocks, 1, 1LL << 20);
+    require_range("needles", o.needles, 1, 4096);
+    require_range("threads", o.threads, 1, 256);
+    require_range("seed", o.seed, 0, 1LL << 62);
+    if (o.device != "cpu" && o.device != "cuda")
+      throw UsageError("--device '" + o.device + "' is unknown", "choose cpu or cuda");
+    rs::NeedleParams p;
+    p.geometry = rs::Geometry{std::size_t(o.seq), std::size_t(o.bq), std::size_t(o.bk)};
+    p.d = std::size_t(o.dim);
+    p.needle_blocks = std::size_t(o.blocks);
+    p.needles_per_block = std::size_t(o.needles);
+    p.noise = o.noise;
+    p.slope = o.slope;
+    p.lead_in = !o.no_lead_in;
+    p.seed = std::uint64_t(o.seed);
+    rs::NeedleSet set;
+    std::vector<std::int64_t> I;
+    try {
+      set = rs::make_needles(p);
+      I = needle_indices(o, set, p.geometry);
+    } catch (const rs::StreamError& e) {
+      throw UsageError(e.what(), "--needle-blocks × --needles ≤ --dim, --needles ≤ --bq, and a long enough --seq");
+    }
+    const rs::NeedleRecall rec = rs::needle_recall(set.needles, I, std::size_t(o.k));
+    std::cout << "needles: T=" << o.seq << " d=" << o.dim << " b_q=" << o.bq << " b_k=" << o.bk << " k=" << o.k
+              << " needle blocks=" << o.blocks << " needles per block=" << o.needles
+              << " lead-in=" << (p.lead_in ? "yes" : "no") << " device=" << o.device << "\n"
+              << "recall " << rec.found << "/" << rec.planted << " = " << std::setprecision(4) << rec.recall() << "\n";
+    if (!o.save.empty()) {
+      const fs::path dir(o.save);
+      fs::create_directories(dir);
+      const std::vector<std::size_t> shape{std::size_t(o.seq), std::size_t(o.dim)};
+      ref::write_npy(dir / "q.npy", shape, set.Q.data());
+      ref::write_npy(dir / "k.npy", shape, set.K.data());
+      std::ofstream csv(dir / "needles.csv");
+      csv << "q,r\n";
+      for (const auto& n : set.needles) csv << n.q << ',' << n.r << '\n';
+      if (!csv) throw std::runtime_error((dir / "needles.csv").string() + ": write failed");
+      std::cout << "saved " << (dir / "q.npy").string() << ", k.npy, needles.csv\n";
+    }
+    return kOk;
+  });
+}
+
+#if FLASHLAB_HAVE_CUDA
+namespace {
+
+struct CudaOptions {
+  std::string sub, mask, inputs, save, format = "npy";
+  long long seq = 0, dim = 0, heads = 1, bq = 0, bk = 0, k = 0, seed = 0, chunk = 4096, threads = 4;
+  bool compare = false;
+};
+
+/// A [T, H, D] float array and its shape.
+struct Heads {
+  std::vector<float> data;
+  std::size_t T = 0, H = 1, D = 0;
+  [[nodiscard]] cuda::stream::HostHeads view() const { return {data.data(), H, D}; }
+  /// Head h as a T × D matrix (for the CPU reference).
+  [[nodiscard]] ref::Mat<float> head(std::size_t h) const {
+    ref::Mat<float> m(Eigen::Index(T), Eigen::Index(D));
+    for (std::size_t t = 0; t < T; ++t)
+      for (std::size_t c = 0; c < D; ++c) m(Eigen::Index(t), Eigen::Index(c)) = data[(t * H + h) * D + c];
+    return m;
+  }
+};
+
+Heads load_heads(const fs::path& path) {
+  ref::NpyArray a;
+  try {
+    a = ref::read_npy(path);
+  } catch (const ref::NpyError& e) {
+    throw UsageError(e.what(), "--inputs DIR must hold q.npy, k.npy (and v.npy for apply/trace), float [T, D] or [T, H, D]");
+  }
+  if (a.shape.size() != 2 && a.shape.size() != 3)
+    throw UsageError(path.string() + ": has shape " + ref::shape_str(a.shape) + ", expected [T, D] or [T, H, D]",
+                     "one row per token, heads in the middle");
+  if (a.descr != "<f4" && a.descr != "<f8")
+    throw UsageError(path.string() + ": dtype " + a.descr + ", expected float32 or float64", "save Q, K, V as float");
+  Heads x;
+  x.T = a.shape[0];
+  x.H = a.shape.size() == 3 ? a.shape[1] : 1;
+  x.D = a.shape.back();
+  const auto v = a.as_double();
+  x.data.assign(v.begin(), v.end());
+  return x;
+}
+
+Heads random_heads(std::size_t T, std::size_t H, std::size_t D, unsigned long long seed) {
+  ref::Tensor<float> t(ref::Shape{1, T, H, D});
+  ref::fill_normal(t, seed);
+  return Heads{std::vector<float>(t.data(), t.data() + t.numel()), T, H, D};
+}
+
+void write_edges(const fs::path& path, const std::vector<cuda::stream::HeadEdge>& edges, std::size_t heads,
+                 const std::string& format) {
+  if (format == "csv") {
+    std::ofstream out(path);
+    out << (heads > 1 ? "head," : "") << "q,r,slot,score,mass,value_norm\n" << std::setprecision(17);
+    for (const auto& he : edges) {
+      const rs::Edge& e = he.edge;
+      if (heads > 1) out << he.head << ',';
+      out << e.q << ',' << e.r << ',' << e.slot << ',' << e.score << ',' << e.mass << ',' << e.value_norm << '\n';
+    }
+    if (!out) throw std::runtime_error(path.string() + ": write failed");
+    return;
+  }
+  const std::string fields = "('q', '<i8'), ('r', '<i8'), ('slot', '<i8'), ('score', '<f8'), ('mass', '<f8'), ('value_norm', '<f8')";
+  if (heads == 1) {
+    std::vector<rs::Edge> plain;
+    for (const auto& he : edges) plain.push_back(he.edge);
+    ref::write_npy_raw(path, {plain.size()}, "[" + fields + "]", plain.data(), plain.size() * sizeof(rs::Edge));
+    return;
+  }
+  struct Row { std::int64_t head; rs::Edge e; };
+  static_assert(sizeof(Row) == 56, "record layout must match the structured dtype");
+  std::vector<Row> rows;
+  for (const auto& he : edges) rows.push_back(Row{std::int64_t(he.head), he.edge});
+  ref::write_npy_raw(path, {rows.size()}, "[('head', '<i8'), " + fields + "]", rows.data(), rows.size() * sizeof(Row));
+}
+
+int run_cuda(const CudaOptions& o) {
+  const bool need_v = o.sub != "estimate";
+  Heads Q, K, V;
+  if (!o.inputs.empty()) {
+    const fs::path dir(o.inputs);
+    Q = load_heads(dir / "q.npy");
+    K = load_heads(dir / "k.npy");
+    if (need_v) V = load_heads(dir / "v.npy");
+    if (K.T != Q.T || K.H != Q.H || K.D != Q.D)
+      throw UsageError("k.npy must have the shape of q.npy", "Q and K are [T, H, D] with the same T, H, D");
+    if (need_v && (V.T != Q.T || V.H != Q.H))
+      throw UsageError("v.npy must have the T and H of q.npy", "V is [T, H, D_v]");
+  } else {
+    Q = random_heads(std::size_t(o.seq), std::size_t(o.heads), std::size_t(o.dim), std::uint64_t(o.seed));
+    K = random_heads(Q.T, Q.H, Q.D, std::uint64_t(o.seed) + 1);
+    if (need_v) V = random_heads(Q.T, Q.H, Q.D, std::uint64_t(o.seed) + 2);
+  }
+  const rs::Geometry g{Q.T, std::size_t(o.bq), std::size_t(o.bk)};
+  const std::size_t k = std::size_t(o.k);
+  const rs::BlockMask mask = o.mask.empty() ? rs::BlockMask(g) : rs::load_block_mask(o.mask, g);
+  const cuda::stream::EstimateOutput est = cuda::stream::stream_estimate(Q.view(), K.view(), mask, k);
+  std::vector<float> O;
+  std::vector<cuda::stream::HeadEdge> edges;
+  if (o.sub == "apply") O = cuda::stream::stream_apply(Q.view(), K.view(), V.view(), mask, est.indices, k);
+  if (o.sub == "trace")
+    O = cuda::stream::stream_trace(Q.view(), K.view(), V.view(), mask, est.indices, k, std::size_t(o.chunk),
+                                   [&](const std::vector<cuda::stream::HeadEdge>& batch) {
+                                     edges.insert(edges.end(), batch.begin(), batch.end());
+                                   });
+  const std::size_t per_head = g.n_q() * k;
+  std::cout << "stream " << o.sub << " --device cuda: T=" << g.T << " H=" << Q.H << " d=" << Q.D << " b_q=" << g.bq
+            << " b_k=" << g.bk << " k=" << k << " n_q=" << g.n_q() << " n_k=" << g.n_k() << " n_it=" << g.n_it()
+            << "\n";
+  bool all_same = true;
+  for (std::size_t h = 0; h < Q.H; ++h) {
+    const std::vector<std::int64_t> I(est.indices.begin() + std::ptrdiff_t(h * per_head),
+                                      est.indices.begin() + std::ptrdiff_t((h + 1) * per_head));
+    const std::string violation = rs::validate_indices(I, k, mask);
+    std::cout << "head " << h << ": indices checksum 0x" << std::hex << std::setw(16) << std::setfill('0')
+              << rs::indices_checksum(I) << std::dec << std::setfill(' ')
+              << ", validity invariant " << (violation.empty() ? "holds" : "BROKEN: " + violation);
+    if (o.compare) {
+      const auto ref = rs::stream_estimate(Q.head(h), K.head(h), mask, rs::EstimateParams{k, std::size_t(o.threads)});
+      const bool same = ref.indices == I;
+      all_same = all_same && same;
+      std::cout << ", CPU reference " << (same ? "identical" : "DIFFERS");
+    }
+    std::cout << "\n";
+    all_same = all_same && violation.empty();
+  }
+  if (o.sub == "trace") std::cout << "edges: " << edges.size() << " records\n";
+  if (!o.save.empty()) {
+    const fs::path dir(o.save);
+    fs::create_directories(dir);
+    std::vector<std::size_t> ishape{g.n_q(), k};
+    if (Q.H > 1) ishape.insert(ishape.begin(), Q.H);
+    if (o.sub == "estimate") ref::write_npy(dir / "indices.npy", ishape, est.indices.data());
+    std::vector<std::size_t> oshape{g.T, V.D};
+    if (V.H > 1) oshape.insert(oshape.begin() + 1, V.H);
+    if (o.sub == "apply") ref::write_npy(dir / "o.npy", oshape, O.data());
+    if (o.sub == "trace") write_edges(dir / (o.format == "csv" ? "edges.csv" : "edges.npy"), edges, Q.H, o.format);
+    std::cout << "saved to " << dir.string() << "\n";
+  }
+  return all_same ? kOk : kFailed;
+}
+
+}  // namespace
+#endif
+
+int cmd_stream_cuda(const Args& args) {
+  return guarded("stream", [&]() -> int {
+#if FLASHLAB_HAVE_CUDA
+    CudaOptions o;
+    po::options_description desc("Options");
+    desc.add_options()
+        ("help,h", "show this help")
+        ("sub", po::value<std::string>(&o.sub), "estimate | apply | trace")
+        ("device", po::value<std::string>(), "cuda")
+        ("seq", po::value<long long>(&o.seq), "sequence length T (without --inputs)")
+        ("dim", po::value<long long>(&o.dim), "head dim D (without --inputs)")
+        ("heads", po::value<long long>(&o.heads)->default_value(1), "heads H (without --inputs)")
+        ("bq", po::value<long long>(&o.bq), "query-block size b_q (required)")
+        ("bk", po::value<long long>(&o.bk), "key-block size b_k (required)")
+        ("k", po::value<long long>(&o.k), "key blocks kept per query block (required)")
+        ("mask", po::value<std::string>(&o.mask), "user block mask: .npy uint8/bool [n_q, n_k] or text of 0/1 rows")
+        ("seed", po::value<long long>(&o.seed)->default_value(0), "seed of the random inputs")
+        ("inputs", po::value<std::string>(&o.inputs), "directory with q.npy k.npy [v.npy], [T, D] or [T, H, D]")
+        ("save", po::value<std::string>(&o.save), "directory for indices.npy / o.npy / edges.npy|csv")
+        ("chunk", po::value<long long>(&o.chunk)->default_value(4096), "trace: query blocks per streamed chunk")
+        ("format", po::value<std::string>(&o.format)->default_value("npy"), "trace: npy | csv")
+        ("compare", po::bool_switch(&o.compare), "also run the CPU reference and compare I per head")
+        ("threads", po::value<long long>(&o.threads)->default_value(4), "CPU threads of --compare");
+    po::positional_options_description pos;
+    pos.add("sub", 1);
+    const auto vm = parse(args, desc, &pos);
+    if (vm.count("help")) {
+      print_help(std::cout, kCudaUsage, kCudaSummary, desc);
+      return kOk;
+    }
+    if (o.sub != "estimate" && o.sub != "apply" && o.sub != "trace")
+      throw UsageError("unknown stream subcommand '" + o.sub + "'", "use one of: estimate, apply, trace");
+    for (const char* flag : {"bq", "bk", "k"})
+      if (!vm.count(flag)) throw UsageError(std::string("--") + flag + " is required", "flashlab stream --device cuda --help");
+    if (o.inputs.empty() && (!vm.count("seq") || !vm.count("dim")))
+      throw UsageError("--seq and --dim are required without --inputs", "pass --seq T --dim D or --inputs DIR");
+    if (o.inputs.empty()) {
+      require_range("seq", o.seq, 1, 1LL << 24);
+      require_range("dim", o.dim, 1, 256);
+      require_range("heads", o.heads, 1, 1024);
+    }
+    require_range("bq", o.bq, 1, 128);
+    require_range("bk", o.bk, 1, 128);
+    require_range("k", o.k, 1, 1LL << 20);
+    require_range("chunk", o.chunk, 1, 1LL << 24);
+    require_range("threads", o.threads, 1, 256);
+    require_range("seed", o.seed, 0, 1LL << 62);
+    if (o.format != "npy" && o.format != "csv") throw UsageError("--format '" + o.format + "' is not supported", "npy or csv");
+    if (!o.mask.empty() && !fs::exists(o.mask)) throw UsageError("--mask " + o.mask + ": no such file", "a .npy or text 0/1 mask");
+    try {
+      return run_cuda(o);
+    } catch (const rs::StreamError& e) {
+      throw UsageError(e.what(), "check --mask, --bq, --bk and --k against T (docs/stream.md)");
+    }
+#else
+    (void)args;
+    throw UsageError("this flashlab was built without CUDA (--device cuda)", "drop --device cuda to run the CPU reference");
+#endif
+  });
+}
+
+}  // namespace flashlab::app
