@@ -173,7 +173,7 @@ struct Heads {
   [[nodiscard]] cuda::stream::HostHeads view() const { return {data.data(), H, D}; }
   /// Head h as a T × D matrix (for the CPU reference).
   [[nodiscard]] ref::Mat<float> head(std::size_t h) const {
-    ref::Mat<float> m(Eigen::Index(T), Eigen::Index(D));
+    ref::Mat<float> m(static_cast<Eigen::Index>(T), static_cast<Eigen::Index>(D));
     for (std::size_t t = 0; t < T; ++t)
       for (std::size_t c = 0; c < D; ++c) m(Eigen::Index(t), Eigen::Index(c)) = data[(t * H + h) * D + c];
     return m;
