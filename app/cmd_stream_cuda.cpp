@@ -1,6 +1,8 @@
 // `flashlab stream estimate|apply|trace --device cuda` (the clear GPU kernels, multi-head inputs)
 // and `flashlab stream needles` (planted-needle recall, CPU or GPU). Parsing and printing only:
 // the algorithms live in reference/src/stream and cuda/src/stream_*.
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -34,6 +36,13 @@ constexpr std::string_view kCudaSummary =
     "[n_q, k] for one head), o.npy, edges.npy|csv (a 'head' field first when H > 1). --compare runs the\n"
     "CPU reference on every head and reports whether I is identical.";
 
+constexpr std::string_view kTrafficUsage =
+    "traffic stream --device cuda [--seq T] [--dim D] [--heads H] [--bq BQ] [--bk BK] [--k K] [--mask FILE]\n"
+    "                       [--seed S] [--threads N] [--csv FILE]";
+constexpr std::string_view kTrafficSummary =
+    "Memory traffic of the clear STREAM kernels measured with CUPTI (bytes the SMs read from L2, L2\n"
+    "sectors, DRAM bytes, one launch after an L2 flush) beside the bytes the CPU reference counts\n"
+    "where its loops move tiles (Q, K, C_blk, I for the estimate; Q, K, V, I, O for the apply).";
 constexpr std::string_view kNeedlesUsage =
     "stream needles --seq T --dim D --bq BQ --bk BK --k K [--needle-blocks N] [--needles M]\n"
     "                       [--noise SD] [--slope S] [--no-lead-in] [--seed S] [--threads N]\n"
@@ -300,6 +309,60 @@ int run_cuda(const CudaOptions& o) {
   return all_same ? kOk : kFailed;
 }
 
+/// Counted bytes of the reference (sum over heads) beside the measured ones, one row per kernel.
+int traffic_stream(const CudaOptions& o, const std::string& csv) {
+  const Heads Q = random_heads(std::size_t(o.seq), std::size_t(o.heads), std::size_t(o.dim), std::uint64_t(o.seed));
+  const Heads K = random_heads(Q.T, Q.H, Q.D, std::uint64_t(o.seed) + 1);
+  const Heads V = random_heads(Q.T, Q.H, Q.D, std::uint64_t(o.seed) + 2);
+  const rs::Geometry g{Q.T, std::size_t(o.bq), std::size_t(o.bk)};
+  const std::size_t k = std::size_t(o.k);
+  const rs::BlockMask mask = o.mask.empty() ? rs::BlockMask(g) : rs::load_block_mask(o.mask, g);
+  std::vector<std::int64_t> I;
+  const auto measured = cuda::stream::measure_stream_traffic(Q.view(), K.view(), V.view(), mask, k, &I);
+  double counted_read[2] = {0, 0}, counted_write[2] = {0, 0};
+  bool same_indices = true;
+  for (std::size_t h = 0; h < Q.H; ++h) {
+    const ref::Mat<float> Qh = Q.head(h), Kh = K.head(h), Vh = V.head(h);
+    const auto est = rs::stream_estimate(Qh, Kh, mask, rs::EstimateParams{k, std::size_t(o.threads)});
+    same_indices = same_indices && std::equal(est.indices.begin(), est.indices.end(),
+                                              I.begin() + std::ptrdiff_t(h * g.n_q() * k));
+    const auto app = rs::stream_apply(Qh, Kh, Vh, mask, est.indices, k, std::size_t(o.threads), false);
+    counted_read[0] += double(est.traffic.total_read_bytes());
+    counted_write[0] += double(est.traffic.total_write_bytes());
+    counted_read[1] += double(app.traffic.total_read_bytes());
+    counted_write[1] += double(app.traffic.total_write_bytes());
+  }
+  const bool new_file = !csv.empty() && !fs::exists(csv);
+  std::ofstream out;
+  if (!csv.empty()) {
+    out.open(csv, std::ios::app);
+    if (!out) throw std::runtime_error(csv + ": cannot write");
+    if (new_file)
+      out << "T,d,H,bq,bk,k,kernel,counted_read_bytes,l2_read_bytes,lts_read_bytes,dram_read_bytes,"
+             "counted_write_bytes,l2_write_bytes,dram_write_bytes,duration_ms,l2_read_over_counted\n";
+  }
+  std::cout << "traffic stream --device cuda: T=" << g.T << " H=" << Q.H << " d=" << Q.D << " b_q=" << g.bq
+            << " b_k=" << g.bk << " k=" << k << " (fp32, L2 flushed before each measured launch)\n"
+            << "indices of the measured run vs CPU reference: " << (same_indices ? "identical" : "DIFFER") << "\n";
+  bool within = true;
+  for (std::size_t i = 0; i < measured.size(); ++i) {
+    const cuda::KernelCounters& c = measured[i].counters;
+    const double ratio = c.l2_read_bytes / counted_read[i];
+    within = within && std::abs(ratio - 1) <= 0.05;
+    std::cout << measured[i].kernel << ": counted reads " << counted_read[i] << " B, measured L2→SM " << c.l2_read_bytes
+              << " B (ratio " << std::setprecision(4) << ratio << std::setprecision(6) << "), L2-slice sectors "
+              << c.lts_read_bytes << " B, DRAM " << c.dram_read_bytes << " B; counted writes " << counted_write[i]
+              << " B, measured SM→L2 " << c.l2_write_bytes << " B; " << c.duration_ns / 1e6 << " ms (one launch)\n";
+    if (out)
+      out << g.T << ',' << Q.D << ',' << Q.H << ',' << g.bq << ',' << g.bk << ',' << k << ',' << measured[i].kernel
+          << ',' << counted_read[i] << ',' << c.l2_read_bytes << ',' << c.lts_read_bytes << ',' << c.dram_read_bytes
+          << ',' << counted_write[i] << ',' << c.l2_write_bytes << ',' << c.dram_write_bytes << ','
+          << c.duration_ns / 1e6 << ',' << ratio << '\n';
+  }
+  std::cout << "measured L2 reads within 5% of the counted bytes: " << (within ? "yes" : "NO") << "\n";
+  return same_indices ? kOk : kFailed;
+}
+
 }  // namespace
 #endif
 
@@ -360,6 +423,55 @@ int cmd_stream_cuda(const Args& args) {
 #else
     (void)args;
     throw UsageError("this flashlab was built without CUDA (--device cuda)", "drop --device cuda to run the CPU reference");
+#endif
+  });
+}
+
+int cmd_traffic_stream(const Args& args) {
+  return guarded("traffic stream", [&]() -> int {
+#if FLASHLAB_HAVE_CUDA
+    CudaOptions o;
+    std::string device = "cpu", csv;
+    po::options_description desc("Options");
+    desc.add_options()
+        ("help,h", "show this help")
+        ("sub", po::value<std::string>(), "stream")
+        ("device", po::value<std::string>(&device)->default_value("cpu"), "cuda (measure the clear kernels)")
+        ("seq", po::value<long long>(&o.seq)->default_value(131072), "sequence length T")
+        ("dim", po::value<long long>(&o.dim)->default_value(128), "head dim d")
+        ("heads", po::value<long long>(&o.heads)->default_value(1), "heads H")
+        ("bq", po::value<long long>(&o.bq)->default_value(64), "query-block size b_q")
+        ("bk", po::value<long long>(&o.bk)->default_value(64), "key-block size b_k")
+        ("k", po::value<long long>(&o.k)->default_value(8), "key blocks kept per query block")
+        ("mask", po::value<std::string>(&o.mask), "user block mask file")
+        ("seed", po::value<long long>(&o.seed)->default_value(0), "seed of the random inputs")
+        ("threads", po::value<long long>(&o.threads)->default_value(8), "CPU threads of the reference count")
+        ("csv", po::value<std::string>(&csv), "append the rows to this CSV file (header when new)");
+    po::positional_options_description pos;
+    pos.add("sub", 1);
+    const auto vm = parse(args, desc, &pos);
+    if (vm.count("help")) {
+      print_help(std::cout, kTrafficUsage, kTrafficSummary, desc);
+      return kOk;
+    }
+    if (device != "cuda") throw UsageError("traffic stream measures the GPU kernels only", "add --device cuda");
+    require_range("seq", o.seq, 1, 1LL << 24);
+    require_range("dim", o.dim, 1, 256);
+    require_range("heads", o.heads, 1, 1024);
+    require_range("bq", o.bq, 1, 128);
+    require_range("bk", o.bk, 1, 128);
+    require_range("k", o.k, 1, 1LL << 20);
+    require_range("threads", o.threads, 1, 256);
+    require_range("seed", o.seed, 0, 1LL << 62);
+    try {
+      return traffic_stream(o, csv);
+    } catch (const rs::StreamError& e) {
+      throw UsageError(e.what(), "check --bq, --bk and --k against --seq (docs/stream.md)");
+    }
+#else
+    (void)args;
+    throw UsageError("this flashlab was built without CUDA (traffic stream --device cuda)",
+                     "the CPU counts are printed by flashlab stream estimate|apply");
 #endif
   });
 }

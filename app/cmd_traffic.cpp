@@ -148,6 +148,7 @@ void per_tensor(const std::vector<std::size_t>& seqs, AttentionProblem cfg, Algo
 int cmd_traffic(const Args& args) {
   if (!args.empty() && args.front() == "levels") return cmd_traffic_levels(Args(args.begin() + 1, args.end()));
   if (!args.empty() && args.front() == "mta") return cmd_traffic_mta(args);  // cmd_mta_cuda.cpp
+  if (!args.empty() && args.front() == "stream") return cmd_traffic_stream(args);  // cmd_stream_cuda.cpp
   return guarded("traffic", [&]() -> int {
     const auto desc = options();
     const auto parsed = parse_subject_command(

@@ -4,6 +4,7 @@
 
 #include "stream_common.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <limits>
 #include <string>
@@ -230,6 +231,52 @@ std::vector<float> stream_trace(const HostHeads& Q, const HostHeads& K, const Ho
   std::vector<float> O(run.O.size());
   run.O.download(O.data());
   return O;
+}
+
+std::vector<MeasuredStreamKernel> measure_stream_traffic(const HostHeads& Q, const HostHeads& K, const HostHeads& V,
+                                                         const ref::stream::BlockMask& mask, std::size_t k,
+                                                         std::vector<std::int64_t>* indices, std::size_t flush_bytes) {
+  if (flush_bytes < (std::size_t(64) << 20))
+    throw StreamError("an L2 flush of " + std::to_string(flush_bytes) + " bytes cannot flush a 50 MB L2 (hint: ≥ 128 MiB)");
+  const ref::stream::Geometry& g = mask.geometry();
+  check_input(Q, "Q", g, Q.heads);
+  check_input(K, "K", g, Q.heads);
+  check_input(V, "V", g, Q.heads);
+  if (K.dim != Q.dim) throw StreamError("Q and K must have the same head dim d ≥ 1");
+  const StreamProblem p = make_problem(mask, Q.heads, Q.dim, V.dim, k);
+  check_smem(detail::estimate_smem_bytes(p), "stream_estimate_kernel", p);
+  check_smem(detail::apply_smem_bytes(p), "stream_apply_kernel", p);
+  DeviceBuffer<float> dQ = upload(Q, p), dK = upload(K, p), dV = upload(V, p);
+  DeviceBuffer<std::uint64_t> dmask = upload_mask(mask, p);
+  const std::size_t rows = std::size_t(p.heads) * p.n_q;
+  DeviceBuffer<unsigned char> work(detail::estimate_work_bytes(p));
+  DeviceBuffer<long long> dI(rows * k);
+  DeviceBuffer<float> dscores(rows * k), dmargins(rows), dO(std::size_t(p.T) * p.heads * p.dv);
+  DeviceBuffer<unsigned char> flush(flush_bytes);
+  const std::function<void()> launches[] = {
+      [&] { detail::launch_estimate(p, dQ.get(), dK.get(), dmask.get(), work.get(), dI.get(), dscores.get(), dmargins.get()); },
+      [&] { detail::launch_apply(p, dQ.get(), dK.get(), dV.get(), dI.get(), dO.get(), nullptr, nullptr); }};
+  std::vector<MeasuredStreamKernel> out{{"stream_estimate_kernel", {}}, {"stream_apply_kernel", {}}};
+  launches[0]();  // I for the apply's sessions (the estimate is idempotent: every output is overwritten)
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  // One metric per session so that each session is one pass: the kernel runs once, after a flush.
+  for (const std::string& metric : RangeProfiler::all_metrics()) {
+    RangeProfiler profiler({metric});
+    if (!profiler.unavailable_metrics().empty()) continue;  // the counter stays 0
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      FLASHLAB_CUDA_CHECK(cudaMemset(flush.get(), int(i + 1), flush.bytes()));
+      FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<KernelCounters> ranges = profiler.profile(launches[i], 4);
+      if (ranges.size() != 1)
+        throw CudaError("CUPTI returned " + std::to_string(ranges.size()) + " ranges for one launch of " + out[i].kernel);
+      RangeProfiler::accumulate(out[i].counters, ranges[0]);
+    }
+  }
+  if (indices) {
+    indices->resize(rows * k);
+    dI.download(reinterpret_cast<long long*>(indices->data()));
+  }
+  return out;
 }
 
 }  // namespace flashlab::cuda::stream

@@ -17,11 +17,13 @@
 #pragma once
 
 #include "flashlab/cuda/options.hpp"
+#include "flashlab/cuda/profiler.hpp"
 #include "flashlab/reference/stream.hpp"
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace flashlab::cuda::stream {
@@ -81,5 +83,21 @@ std::vector<float> stream_trace(const HostHeads& Q, const HostHeads& K, const Ho
                                 const ref::stream::BlockMask& mask, const std::vector<std::int64_t>& indices,
                                 std::size_t k, std::size_t chunk_query_blocks,
                                 const std::function<void(const std::vector<HeadEdge>&)>& sink);
+
+/// One measured STREAM kernel: its name and what CUPTI counted for its single launch.
+struct MeasuredStreamKernel {
+  std::string kernel;       ///< "stream_estimate_kernel" or "stream_apply_kernel"
+  KernelCounters counters;  ///< L2 / DRAM bytes and duration (profiler.hpp)
+};
+
+/// Measures the memory traffic of the clear estimate and apply kernels on these inputs with the
+/// CUPTI Range Profiler: one metric per session, each session one launch of the kernel right
+/// after an L2 flush (a cudaMemset of `flush_bytes`, outside the measured range). The apply uses
+/// the estimate's I. Requires permission to read the performance counters. `indices`, if given,
+/// receives I ([H, n_q, k]).
+std::vector<MeasuredStreamKernel> measure_stream_traffic(const HostHeads& Q, const HostHeads& K, const HostHeads& V,
+                                                         const ref::stream::BlockMask& mask, std::size_t k,
+                                                         std::vector<std::int64_t>* indices = nullptr,
+                                                         std::size_t flush_bytes = std::size_t(256) << 20);
 
 }  // namespace flashlab::cuda::stream
