@@ -40,7 +40,7 @@ StreamProblem make_problem(const ref::stream::BlockMask& mask, std::size_t heads
     throw StreamError("k·2^n_it overflows the 64-bit branch identifiers of τ");
   StreamProblem p;
   p.T = to_int(g.T, "T");
-  to_int(g.T * heads, "T·H");
+  to_int(g.T * heads, "T·H");  // [T, H, d] row indices must fit the kernels' int arithmetic
   p.bq = int(g.bq);
   p.bk = int(g.bk);
   p.n_q = int(g.n_q());
@@ -67,11 +67,10 @@ void check_smem(std::size_t bytes, const char* kernel, const StreamProblem& p) {
                       " (hint: smaller blocks)");
 }
 
-void check_input(const HostHeads& x, const char* name, const ref::stream::Geometry& g, std::size_t heads) {
+void check_input(const HostHeads& x, const char* name, std::size_t heads) {
   if (x.data == nullptr) throw StreamError(std::string(name) + " is missing");
   if (x.heads != heads)
     throw StreamError(std::string(name) + " has " + std::to_string(x.heads) + " heads, Q has " + std::to_string(heads));
-  (void)g;
 }
 
 DeviceBuffer<float> upload(const HostHeads& x, const StreamProblem& p) {
@@ -121,9 +120,8 @@ DeviceBuffer<long long> upload_indices(const std::vector<std::int64_t>& indices,
 
 EstimateOutput stream_estimate(const HostHeads& Q, const HostHeads& K, const ref::stream::BlockMask& mask,
                                std::size_t k) {
-  const ref::stream::Geometry& g = mask.geometry();
-  check_input(Q, "Q", g, Q.heads);
-  check_input(K, "K", g, Q.heads);
+  check_input(Q, "Q", Q.heads);
+  check_input(K, "K", Q.heads);
   if (K.dim != Q.dim) throw StreamError("Q and K must have the same head dim d ≥ 1");
   const StreamProblem p = make_problem(mask, Q.heads, Q.dim, Q.dim, k);
   check_smem(detail::estimate_smem_bytes(p), "stream_estimate_kernel", p);
@@ -161,10 +159,9 @@ struct ApplyRun {
 
 ApplyRun run_apply(const HostHeads& Q, const HostHeads& K, const HostHeads& V, const ref::stream::BlockMask& mask,
                    const std::vector<std::int64_t>& indices, std::size_t k, bool keep_stats) {
-  const ref::stream::Geometry& g = mask.geometry();
-  check_input(Q, "Q", g, Q.heads);
-  check_input(K, "K", g, Q.heads);
-  check_input(V, "V", g, Q.heads);
+  check_input(Q, "Q", Q.heads);
+  check_input(K, "K", Q.heads);
+  check_input(V, "V", Q.heads);
   if (K.dim != Q.dim) throw StreamError("Q and K must share the head dim d ≥ 1, and V must have d_v ≥ 1 columns");
   ApplyRun run;
   run.p = make_problem(mask, Q.heads, Q.dim, V.dim, k);
@@ -238,10 +235,9 @@ std::vector<MeasuredStreamKernel> measure_stream_traffic(const HostHeads& Q, con
                                                          std::vector<std::int64_t>* indices, std::size_t flush_bytes) {
   if (flush_bytes < (std::size_t(64) << 20))
     throw StreamError("an L2 flush of " + std::to_string(flush_bytes) + " bytes cannot flush a 50 MB L2 (hint: ≥ 128 MiB)");
-  const ref::stream::Geometry& g = mask.geometry();
-  check_input(Q, "Q", g, Q.heads);
-  check_input(K, "K", g, Q.heads);
-  check_input(V, "V", g, Q.heads);
+  check_input(Q, "Q", Q.heads);
+  check_input(K, "K", Q.heads);
+  check_input(V, "V", Q.heads);
   if (K.dim != Q.dim) throw StreamError("Q and K must have the same head dim d ≥ 1");
   const StreamProblem p = make_problem(mask, Q.heads, Q.dim, V.dim, k);
   check_smem(detail::estimate_smem_bytes(p), "stream_estimate_kernel", p);
