@@ -166,8 +166,8 @@ int run(const Options& o, const Mat<double>* Qd, const Mat<double>* Kd, const Ma
   }
 
   const rs::Bounds b = rs::stream_bounds(g, D, k);
-  std::vector<Stage> stages = {{"estimate", b.work_seed}};
-  if (need_v) stages.push_back({"apply", 2.0 * b.work_seed});
+  std::vector<Stage> stages = {{"estimate", b.work_paper}};
+  if (need_v) stages.push_back({"apply", 2.0 * b.work_paper});
   if (o.check) stages.push_back({"dense check", 4.0 * double(T) * double(T) * double(D)});
   Progress progress("stream " + o.sub, std::move(stages));
   const rs::EstimateResult est = rs::stream_estimate(Q, K, mask, rs::EstimateParams{k, std::size_t(o.threads)});
@@ -246,11 +246,11 @@ int run(const Options& o, const Mat<double>* Qd, const Mat<double>* Kd, const Ma
     if (app) traffic("traffic_apply", app->traffic);
     j.key("bounds").begin_object();
     j.key("io_est_counted_bytes").value(io_counted * eb);
-    j.key("io_upper_seed_bytes").value(b.io_upper_seed * eb);
+    j.key("io_upper_paper_bytes").value(b.io_upper_paper * eb);
     j.key("io_upper_exact_bytes").value(b.io_upper_exact * eb);
     j.key("io_lower_bytes").value(b.io_lower * eb);
     j.key("work_counted_flops").value(est.traffic.flops());
-    j.key("work_seed_flops").value(b.work_seed);
+    j.key("work_paper_flops").value(b.work_paper);
     j.key("work_upper_exact_flops").value(b.work_upper_exact);
     j.end_object();
     if (app && o.sub == "trace") j.key("edges").value(std::uint64_t(app->edges.size()));
@@ -285,13 +285,13 @@ int run(const Options& o, const Mat<double>* Qd, const Mat<double>* Kd, const Ma
     os << std::setprecision(4);
     os << "IO_est (Q + K reads) " << io_counted * eb << " bytes; blocks scored " << est.blocks_scored
        << " (max per query block " << est.max_blocks_scored_per_q << ")\n"
-       << "  ≤ Td + n_q·k·n_it·b_k·d     = " << b.io_upper_seed * eb << "  (seed, Thm 3; ratio "
-       << io_counted / b.io_upper_seed << ")\n"
+       << "  ≤ Td + n_q·k·n_it·b_k·d     = " << b.io_upper_paper * eb << "  (STREAM paper, Thm 3; ratio "
+       << io_counted / b.io_upper_paper << ")\n"
        << "  ≤ Td + n_q·k·(n_it+1)·b_k·d = " << b.io_upper_exact * eb << "  (this reference's worst case)\n"
-       << "  ≥ Td + n_q·k·b_k·d          = " << b.io_lower * eb << "  (seed, Thm 4; ratio "
+       << "  ≥ Td + n_q·k·b_k·d          = " << b.io_lower * eb << "  (STREAM paper, Thm 4; ratio "
        << io_counted / b.io_lower << ")\n"
-       << "Work_est " << double(est.traffic.flops()) << " flops vs 2·n_q·k·n_it·b_q·b_k·d = " << b.work_seed
-       << " (ratio " << double(est.traffic.flops()) / b.work_seed << ")\n";
+       << "Work_est " << double(est.traffic.flops()) << " flops vs 2·n_q·k·n_it·b_q·b_k·d = " << b.work_paper
+       << " (ratio " << double(est.traffic.flops()) / b.work_paper << ")\n";
     if (app) {
       os << "apply traffic:\n";
       print_traffic(os, app->traffic);

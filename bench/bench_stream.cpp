@@ -101,8 +101,8 @@ int main(int argc, char** argv) {
   std::printf("  blocks scored %llu (max per query block %llu); IO_est %.4g B vs paper upper %.4g B (ratio %.3f), "
               "lower %.4g B\n",
               static_cast<unsigned long long>(res.blocks_scored),
-              static_cast<unsigned long long>(res.max_blocks_scored_per_q), io * 4, b.io_upper_seed * 4,
-              io / b.io_upper_seed, b.io_lower * 4);
+              static_cast<unsigned long long>(res.max_blocks_scored_per_q), io * 4, b.io_upper_paper * 4,
+              io / b.io_upper_paper, b.io_lower * 4);
   std::printf("  flops %.4g (%.2f GFLOP/s); checksum 0x%016llx; validity invariant %s\n",
               double(res.traffic.flops()), double(res.traffic.flops()) / seconds[seconds.size() / 2] * 1e-9,
               static_cast<unsigned long long>(rs::indices_checksum(res.indices)),

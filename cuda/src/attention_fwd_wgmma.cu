@@ -30,8 +30,8 @@
 //   - K_j, V_j: HBM → SRAM with cp.async (all 256 threads), two stages: K_{j+1}, V_{j+1} are in
 //     flight while step j computes; one __syncthreads() per step. cp.async writes are generic-proxy
 //     writes, wgmma reads SRAM through the async proxy: every thread fences (fence.proxy.async)
-//     after its copies landed and before the barrier. Out-of-sequence rows are zero-filled (seed
-//     001, "the NaN hazard": no stale SRAM reaches P·V).
+//     after its copies landed and before the barrier. Out-of-sequence rows are zero-filled (the Triton
+//     walkthrough, "the NaN hazard": no stale SRAM reaches P·V).
 //   - Masks as attention_fwd_tc.cu: keys ≥ N and (causal) key > row get −inf, only on tiles that
 //     need it; a fully masked row gives O = 0 and LSE = −inf, never NaN. Causal blocks skip key
 //     tiles right of their last row and run the longest (bottom) query tiles first.

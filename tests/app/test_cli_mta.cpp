@@ -19,7 +19,7 @@ namespace {
 
 // Writes q, k, v, do ([N, H, D], no batch) and w ([H, cq, ck]) drawn exactly as `flashlab mta`
 // draws them for --seed 0 (seed·8 + 1 … + 5; w with stddev 0.5), so a run from the files and a
-// run from the seed must agree bit for bit.
+// run from the same random seed must agree bit for bit.
 void write_seeded_inputs(const fs::path& dir, std::size_t n, std::size_t h, std::size_t d, std::size_t cq,
                          std::size_t ck) {
   const ref::Shape s{1, n, h, d};

@@ -1,4 +1,4 @@
-// STREAM reference (seed 002): geometry, the bit-packed block mask, τ, hand-worked selections,
+// STREAM reference (the STREAM paper): geometry, the bit-packed block mask, τ, hand-worked selections,
 // the validity invariant on random and adversarial masks, determinism across thread counts.
 #include <catch2/catch.hpp>
 
@@ -239,7 +239,7 @@ TEST_CASE("stream: estimate and apply are bitwise identical across runs and 1, 2
   }
 }
 
-TEST_CASE("stream: counted traffic and work stay within the seed's bounds", "[stream][traffic]") {
+TEST_CASE("stream: counted traffic and work stay within the paper's bounds", "[stream][traffic]") {
   for (const Geometry g : {Geometry{256, 16, 16}, Geometry{250, 8, 12}, Geometry{96, 4, 4}}) {
     const std::size_t d = 8, k = 3;
     const Mat<float> Q = random_mat<float>(g.T, d, 31), K = random_mat<float>(g.T, d, 32);

@@ -1,5 +1,5 @@
 // Differential test: the library's estimator against a literal, slow transcription of the
-// seed's reference specification (§2, App. A, App. B) written independently here — every
+// paper's reference specification (§2, App. A, App. B) written independently here — every
 // candidate scored from scratch by token loops (no inherited scores, no packed-word scans, no
 // Eigen products), τ as a std::tuple comparison. Integer-valued inputs make every dot product
 // exact, so equal scores are exactly equal and τ's tie-breaking is exercised constantly.

@@ -181,7 +181,7 @@ TEST_CASE("lesson Problem 5: online softmax on softmax4 reads 2n and writes n, f
 }
 
 TEST_CASE("online softmax does not overflow where the naive sum would", "[lesson][softmax]") {
-  // Seed, "Numerical safety": every exponent is <= 0, so x = 1000 is fine.
+  // The toy-machine lesson, "Numerical safety": every exponent is <= 0, so x = 1000 is fine.
   const Machine m = builtin_machine("softmax4", 4);
   const Program p = toytest::assemble_ok(toytest::read_trace("p5_online_softmax4.trace"), m);
   Inputs in{{"x", {1000.0, 999.0, 1001.0, 998.0}}};

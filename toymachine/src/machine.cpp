@@ -108,7 +108,7 @@ Machine matmul(std::string name, int regs, int n) {
   m.arrays = {array("a", {2, 2}, ArrayRole::Input), array("b", {2, 2}, ArrayRole::Input),
               array("c", {2, 2}, ArrayRole::Output)};
   m.n = n;
-  // c_ij = a_i0·b_0j + a_i1·b_1j, so a register holding it prints as c00 (seed, step 6 of Problem 1).
+  // c_ij = a_i0·b_0j + a_i1·b_1j, so a register holding it prints as c00 (the toy-machine lesson, step 6 of Problem 1).
   for (std::size_t i = 0; i < 2; ++i)
     for (std::size_t j = 0; j < 2; ++j) {
       ExprPtr acc;

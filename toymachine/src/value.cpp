@@ -165,7 +165,7 @@ ExprPtr make_sub(const ExprPtr& a, const ExprPtr& b) {
 }
 
 ExprPtr make_exp(const ExprPtr& a) {
-  if (is_const(a, 0.0)) return make_constant(1.0);  // e^0 = 1 (seed, online softmax init)
+  if (is_const(a, 0.0)) return make_constant(1.0);  // e^0 = 1 (the toy-machine lesson, online softmax init)
   Expr e = node(ExprKind::Exp);
   e.args = {a};
   return finish(std::move(e));

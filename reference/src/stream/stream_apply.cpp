@@ -1,4 +1,4 @@
-// STREAM mask application and trace emission (seed 002, §3, §6), the dense float64 reference and
+// STREAM mask application and trace emission (the STREAM paper, §3, §6), the dense float64 reference and
 // the built-in check "k covers every valid block ⇒ sparse == dense causal attention".
 //
 // For each query block q (parallel over q only, so results do not depend on the thread count):

@@ -14,7 +14,7 @@ namespace flashlab::ref::stream::detail {
 
 /// Runs fn(begin, end, worker) over [0, n) cut into `threads` contiguous chunks, one std::thread
 /// each. Work is split by query block only, and every query block's result depends on nothing
-/// but its own inputs, so the output is the same for any thread count (issue 5: bitwise equal
+/// but its own inputs, so the output is the same for any thread count (bitwise equal
 /// for 1, 2, 4 threads). The first exception of any worker is rethrown on the caller.
 inline void parallel_for(std::size_t n, std::size_t threads,
                          const std::function<void(std::size_t, std::size_t, std::size_t)>& fn) {

@@ -1,4 +1,4 @@
-// STREAM mask estimation: the reference specification of seed 002 (§2, §5, App. A and B).
+// STREAM mask estimation: the reference specification of the STREAM paper (§2, §5, App. A and B).
 //
 // For each query block q (one "CTA" of §5; here one iteration of a loop that std::threads share):
 //   load Q_q once                                            (§5: "loads Q_q once")
@@ -14,7 +14,7 @@
 // block of [lo, hi], so it lies in exactly one half and is that half's representative too. Its
 // score is a pure function of (q, r), so the child inherits it instead of re-reading K_r; only the
 // other half needs a fresh representative and score. Hence ≤ k new K blocks per round plus the k
-// initial ones: K reads ≤ n_q·k·(n_it + 1)·b_k·d, the seed's Theorem 3 bound with constant 1 on
+// initial ones: K reads ≤ n_q·k·(n_it + 1)·b_k·d, the paper's Theorem 3 bound with constant 1 on
 // the n_it term and one extra round (stream_bounds, docs/stream.md).
 #include "stream_detail.hpp"
 
@@ -231,10 +231,10 @@ Bounds stream_bounds(const Geometry& g, std::size_t d, std::size_t k) {
   b.n_k = g.n_k();
   b.n_it = g.n_it();
   const double T = double(g.T), D = double(d), nq = double(b.n_q), K = double(k), it = double(b.n_it);
-  b.io_upper_seed = T * D + nq * K * it * double(g.bk) * D;
+  b.io_upper_paper = T * D + nq * K * it * double(g.bk) * D;
   b.io_upper_exact = T * D + nq * K * (it + 1) * double(g.bk) * D;
   b.io_lower = T * D + nq * K * double(g.bk) * D;
-  b.work_seed = 2 * nq * K * it * double(g.bq) * double(g.bk) * D;
+  b.work_paper = 2 * nq * K * it * double(g.bq) * double(g.bk) * D;
   b.work_upper_exact = 2 * nq * K * (it + 1) * double(g.bq) * double(g.bk) * D;
   return b;
 }

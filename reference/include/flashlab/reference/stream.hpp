@@ -1,5 +1,5 @@
 /// @file stream.hpp
-/// @brief STREAM sparse tracing, the reference specification (seed 002, §2, §3, §6, §8, App. A/B).
+/// @brief STREAM sparse tracing, the reference specification (the STREAM paper, §2, §3, §6, §8, App. A/B).
 ///
 /// Three phases, each a pure function of its inputs, parallel over query blocks q only:
 /// 1. **Mask estimation** `stream_estimate`: for every query block q, hierarchical top-k selection
@@ -12,7 +12,7 @@
 /// 3. **Checks**: `validate_indices` (the validity invariant of §3), `stream_dense_reference` and
 ///    `stream_check_dense` (sparse with every valid block kept == dense causal attention).
 ///
-/// Every decision the seed leaves open (indexing base, remainder convention, one-block branches,
+/// Every decision the paper leaves open (indexing base, remainder convention, one-block branches,
 /// k larger than the number of valid blocks, padding, output order) is stated in docs/stream.md
 /// and at the code that implements it. Nothing here allocates anything of size T × T: the only
 /// per-run state is O(T·d) inputs, O(n_q·k) outputs and a b_q × b_k tile per thread.
@@ -39,14 +39,14 @@ class StreamError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// ⌈log2 n⌉ for n ≥ 1 (0 for n ≤ 1): the seed's refinement depth n_it = ⌈log2(T/b_k)⌉ (§8).
+/// ⌈log2 n⌉ for n ≥ 1 (0 for n ≤ 1): the paper's refinement depth n_it = ⌈log2(T/b_k)⌉ (§8).
 std::size_t ceil_log2(std::size_t n);
 
 /// Block geometry of one head: T tokens cut into query blocks of b_q and key blocks of b_k.
 ///
 /// Padding decision (docs/stream.md): when T is not a multiple of b_q (or b_k) the last block is
 /// partial and its missing tokens are *invalid* both as queries and as keys. Blocks made only of
-/// padding are not created, so n_q = ⌈T/b_q⌉ and n_k = ⌈T/b_k⌉ (the seed's lcm padding would add
+/// padding are not created, so n_q = ⌈T/b_q⌉ and n_k = ⌈T/b_k⌉ (the paper's lcm padding would add
 /// all-invalid key blocks that change n_it and the initial partition but can never be selected).
 struct Geometry {
   std::size_t T = 0;   ///< sequence length (tokens)
@@ -72,7 +72,7 @@ struct Geometry {
 /// C_blk[q, r] = causal(q, r) ∧ user[q, r], where causal(q, r) holds iff some token pair (t, s)
 /// with t in block q, s in block r, t, s < T has s ≤ t. The causal part is computed, never
 /// stored (so a causal-only mask costs O(1) memory); the optional user mask is stored one bit
-/// per block pair, 64 per word, row-major — the seed's "bit-packed in HBM" layout (§5). Inside
+/// per block pair, 64 per word, row-major — the paper's "bit-packed in HBM" layout (§5). Inside
 /// a valid block, token validity is the causal rule s ≤ t (the user mask is block-level).
 class BlockMask {
  public:
@@ -160,7 +160,7 @@ struct EstimateResult {
   [[nodiscard]] std::int64_t at(std::size_t q, std::size_t j) const { return indices[q * k + j]; }
 };
 
-/// The seed's reference STREAM mask estimation (§2, §5, App. A/B), I = stream_estimate(Q, K,
+/// The paper's reference STREAM mask estimation (§2, §5, App. A/B), I = stream_estimate(Q, K,
 /// C_blk, b_q, b_k, k, τ). Q and K are T × d (rows are tokens). Bitwise identical for any
 /// `threads`. Throws StreamError on inconsistent shapes or parameters.
 template <typename S>
@@ -200,7 +200,7 @@ struct ApplyResult {
 };
 
 /// Sparse attention over the blocks in I (§6): for each query token t of block q, online softmax
-/// (μ, λ, o) over the selected blocks in slot order, ℓ = ⟨Q_t, K_s⟩ (the seed's unscaled logit;
+/// (μ, λ, o) over the selected blocks in slot order, ℓ = ⟨Q_t, K_s⟩ (the paper's unscaled logit;
 /// scale Q beforehand for 1/√d), ℓ = −inf for token-invalid pairs; O_t = o/λ. `indices` is an
 /// n_q × k index tensor (−1 entries skipped). With `edges`, also the records of §3/§6.
 template <typename S>
@@ -228,20 +228,20 @@ struct DenseCheck {
   [[nodiscard]] bool passed() const { return every_valid_block_kept && max_rel_error <= tolerance; }
 };
 
-/// The built-in check of §6 (issue 5): estimate with k = n_k, so every valid block is kept, apply
+/// The built-in check of §6: estimate with k = n_k, so every valid block is kept, apply
 /// in float64, and compare with `stream_dense_reference`.
 DenseCheck stream_check_dense(const Mat<double>& Q, const Mat<double>& K, const Mat<double>& V,
                               const BlockMask& mask, std::size_t threads);
 
-/// The seed's cost expressions for one run (§8), in elements (multiply by the dtype size).
+/// The paper's cost expressions for one run (§8), in elements (multiply by the dtype size).
 struct Bounds {
   std::size_t n_q = 0;             ///< query blocks
   std::size_t n_k = 0;             ///< key blocks
   std::size_t n_it = 0;            ///< bisection rounds
-  double io_upper_seed = 0;        ///< Td + n_q·k·n_it·b_k·d (Theorem 3, constant 1)
+  double io_upper_paper = 0;        ///< Td + n_q·k·n_it·b_k·d (Theorem 3, constant 1)
   double io_upper_exact = 0;       ///< Td + n_q·k·(n_it+1)·b_k·d: what this reference can read at most
   double io_lower = 0;             ///< Td + n_q·k·b_k·d (Theorem 4, constant 1)
-  double work_seed = 0;            ///< 2·n_q·k·n_it·b_q·b_k·d flops (Work_est, a multiply-add = 2)
+  double work_paper = 0;            ///< 2·n_q·k·n_it·b_q·b_k·d flops (Work_est, a multiply-add = 2)
   double work_upper_exact = 0;     ///< 2·n_q·k·(n_it+1)·b_q·b_k·d flops
 };
 

@@ -41,7 +41,7 @@ struct TensorTraffic {
 /// Per-tensor traffic and work counter, filled in by the tiled loops as they run.
 ///
 /// Tensors appear in the order they are first touched (or declared). Statistics tensors
-/// (`LSE`, `D`, `M`, `L`, `m`, `l`) are kept in fp32 whatever the input dtype, as in seed 001,
+/// (`LSE`, `D`, `M`, `L`, `m`, `l`) are kept in fp32 whatever the input dtype, as in the Triton walkthrough,
 /// unless declared otherwise with `declare`.
 class Traffic {
  public:
