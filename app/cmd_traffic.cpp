@@ -28,7 +28,8 @@ constexpr const char* kUsageLine =
     "traffic attention --seq N[,N2,...] [--dim D] [--heads H] [--batch B] [--block-m BM] [--block-n BN]\n"
     "                          [--causal] [--dtype fp32|bf16|fp16] [--variant naive|fa1|fa2|atomic|bwd] [--csv]\n"
     "                          [--device cpu|cuda] [--svg FILE]\n"
-    "       flashlab traffic levels [options]   (the traffic chapter's three-level table; --help)";
+    "       flashlab traffic levels [options]   (the traffic chapter's three-level table; --help)\n"
+    "       flashlab traffic mta|stream [options] (their models beside the clear kernels' measured bytes; --help)";
 constexpr const char* kSummary =
     "Prints the HBM bytes (read + write) of attention as the reference's closed-form model states\n"
     "them, for each N: naive (S and P materialised) vs FA1 (KV outer, O/m/l read-modify-written) vs\n"
