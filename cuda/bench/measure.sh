@@ -9,6 +9,12 @@
 #   measure.sh hopper [BIN_DIR] [OUT_DIR] the Hopper forwards only (about a minute): the tma-ws
 #                                        tests and sanitizers, tma-ws and wgmma sweeps beside SDPA,
 #                                        one ncu profile of each at the headline shape; tabulated
+#   measure.sh mta [BIN_DIR] [OUT_DIR]   the clear MTA kernels: tests, sanitizers, CUPTI traffic
+#                                        beside the model, the CLI (also on INPUTS=<dir of .npy>);
+#                                        tabulated into mta_checks.csv, mta_traffic.csv
+#   measure.sh stream [BIN_DIR] [OUT_DIR] the clear STREAM kernels: tests, sanitizers, CUPTI traffic,
+#                                        planted-needle recall at T = 1M; tabulated into
+#                                        stream_checks.csv, stream_traffic.csv, stream_needles.csv
 #
 # BIN_DIR (default gpu-carry) holds `flashlab` and `test_cuda` built with the cuda preset
 # (sm_90 + sm_90a); OUT_DIR (default /tmp/flashlab-measure) must lie outside the tree, because
@@ -22,28 +28,41 @@
 # the pages show the newest run and, for the headline shape, every run.
 set -u
 
-usage() { sed -n '2,23p' "$0" >&2; exit 2; }
+usage() { awk 'NR > 1 && /^set -u/ { exit } NR > 1' "$0" >&2; exit 2; }
+
+# ---------------------------------------------------------------------------------------------
+# shared by the modes: the run's date, device and mode, and one log per command
+# ---------------------------------------------------------------------------------------------
+begin_logs() {  # begin_logs LOGS MODE: env.txt (date=, device=, mode= lines) and nvidia-smi's view
+  mkdir -p "$1"
+  export PATH=$PATH:/usr/local/cuda/bin
+  {
+    echo "date=$(date -u '+%Y-%m-%d %H:%M')"
+    echo "device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+    echo "mode=$2"
+  } >"$1/env.txt"
+  nvidia-smi >"$1/nvidia-smi.txt" 2>&1
+}
+
+# step LOG CMD...: run CMD (at most $step_timeout seconds), its stdout into LOG, its stderr into
+# LOG.err, the command line into LOG.cmd and the exit status into LOG.rc; a failure sets the
+# caller's `status` to 1.
+step() {
+  local log=$1; shift
+  echo "=== $*" | tee "$log.cmd"
+  timeout "${step_timeout:-400}" "$@" >"$log" 2>"$log.err"
+  local rc=$?
+  echo "$rc" >"$log.rc"
+  [ "$rc" -eq 0 ] || { echo "    failed: rc=$rc (see $log.err)"; status=1; }
+}
 
 # ---------------------------------------------------------------------------------------------
 # run: every measurement, one log per command
 # ---------------------------------------------------------------------------------------------
 run_all() {
   local bin=$1 out=$2 logs=$2/logs status=0
-  mkdir -p "$logs"
-  export PATH=$PATH:/usr/local/cuda/bin
-  {
-    echo "date=$(date -u '+%Y-%m-%d %H:%M')"
-    echo "device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
-  } >"$logs/env.txt"
-  nvidia-smi >"$logs/nvidia-smi.txt" 2>&1
-  step() {  # step LOG CMD...: run CMD, its output into LOG, remember a failure
-    local log=$1; shift
-    echo "=== $*" | tee "$log.cmd"
-    timeout 400 "$@" >"$log" 2>"$log.err"
-    local rc=$?
-    echo "$rc" >"$log.rc"
-    [ "$rc" -eq 0 ] || { echo "    failed: rc=$rc (see $log.err)"; status=1; }
-  }
+  local step_timeout=400
+  begin_logs "$logs" run
   # Correctness: every GPU test case, then the three sanitizers on the small shapes.
   step "$logs/test_cuda.log" "$bin/test_cuda" --durations yes
   for tool in memcheck racecheck synccheck; do
@@ -79,20 +98,8 @@ run_all() {
 # ---------------------------------------------------------------------------------------------
 run_hopper() {
   local bin=$1 out=$2 logs=$2/logs status=0
-  mkdir -p "$logs"
-  export PATH=$PATH:/usr/local/cuda/bin
-  {
-    echo "date=$(date -u '+%Y-%m-%d %H:%M')"
-    echo "device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
-  } >"$logs/env.txt"
-  step() {
-    local log=$1; shift
-    echo "=== $*" | tee "$log.cmd"
-    timeout 300 "$@" >"$log" 2>"$log.err"
-    local rc=$?
-    echo "$rc" >"$log.rc"
-    [ "$rc" -eq 0 ] || { echo "    failed: rc=$rc (see $log.err)"; status=1; }
-  }
+  local step_timeout=300
+  begin_logs "$logs" hopper
   step "$logs/test_cuda.log" "$bin/test_cuda" '[fast-ws]'
   for tool in memcheck racecheck; do
     step "$logs/sanitize_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 9 \
@@ -115,6 +122,73 @@ run_hopper() {
   tar czf "$out/measure.tgz" -C "$out" logs csv
   echo "measure hopper: status $status"
   return $status
+}
+
+# ---------------------------------------------------------------------------------------------
+# mta: the clear fp32 MTA kernels — tests, sanitizers, CUPTI traffic beside the model, the CLI
+# ---------------------------------------------------------------------------------------------
+run_mta() {
+  local bin=$1 out=$2 logs=$2/logs status=0
+  local step_timeout=200
+  begin_logs "$logs" mta
+  step "$logs/test_cuda.log" "$bin/test_cuda" '[mta]' --durations yes
+  for tool in memcheck racecheck synccheck; do
+    step "$logs/sanitize_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/test_cuda" '[mta][sanitize]'
+  done
+  local traffic=("$bin/flashlab" traffic mta --device cuda --heads 16 --dim 64 --block 64)
+  step "$logs/mta_traffic_3x3.txt" "${traffic[@]}" --seq 2048 --splits 8 --cq 3 --ck 3   # the text table
+  step "$logs/mta_traffic_3x3.csv" "${traffic[@]}" --seq 2048 --splits 8 --cq 3 --ck 3 --csv
+  step "$logs/mta_traffic_6x11.csv" "${traffic[@]}" --seq 2048 --splits 8 --cq 6 --ck 11 --csv
+  step "$logs/mta_traffic_infer_32k.csv" "${traffic[@]}" --pass infer --seq 32768 --splits 64 --cq 3 --ck 3 --csv
+  # The CLI on seeded inputs (each prints its error against the float64 reference) and, when the
+  # environment names a folder INPUTS with q.npy k.npy v.npy do.npy w.npy, on those files.
+  local mta=("$bin/flashlab" mta)
+  step "$logs/mta_fwd.txt" "${mta[@]}" fwd --device cuda --seq 300 --heads 2 --dim 64 --cq 3 --ck 3 --block 64
+  step "$logs/mta_bwd.txt" "${mta[@]}" bwd --device cuda --seq 300 --heads 2 --dim 128 --cq 6 --ck 11 --block 48
+  step "$logs/mta_infer.txt" "${mta[@]}" infer --device cuda --seq 1000 --heads 2 --dim 128 --cq 3 --ck 5 \
+    --block 32 --splits 6
+  if [ -n "${INPUTS:-}" ]; then
+    step "$logs/mta_bwd_inputs_cuda.txt" "${mta[@]}" bwd --device cuda --inputs "$INPUTS" --block 32 --save "$logs/gpu_out"
+    step "$logs/mta_bwd_inputs_cpu.txt" "${mta[@]}" bwd --device cpu --inputs "$INPUTS" --block 32
+  fi
+  finish "$out" "$status" mta
+}
+
+# ---------------------------------------------------------------------------------------------
+# stream: the clear fp32 STREAM kernels — tests, sanitizers, CUPTI traffic, planted-needle recall
+# ---------------------------------------------------------------------------------------------
+run_stream() {
+  local bin=$1 out=$2 logs=$2/logs status=0
+  begin_logs "$logs" stream
+  step_timeout=200 step "$logs/test_cuda.log" "$bin/test_cuda" "[stream]" -d yes
+  step_timeout=150 step "$logs/sanitize_memcheck.log" compute-sanitizer --tool memcheck "$bin/test_cuda" "[stream]~[large]"
+  step_timeout=150 step "$logs/sanitize_racecheck.log" compute-sanitizer --tool racecheck "$bin/test_cuda" \
+    "cuda stream: sparse apply*,cuda stream: NaN*,*heads are independent*"
+  local shape i=0
+  for shape in "--seq 32768 --dim 128 --k 16" "--seq 131072 --dim 64 --k 8" "--seq 131072 --dim 128 --k 8" \
+               "--seq 131072 --dim 128 --k 8 --heads 2" "--seq 1048576 --dim 128 --k 8 --threads 16"; do
+    # shellcheck disable=SC2086 # the shape is a list of flags
+    step_timeout=120 step "$logs/stream_traffic_$((i++)).txt" "$bin/flashlab" traffic stream --device cuda $shape \
+      --csv "$logs/stream_traffic.csv"   # the command appends its rows to that file
+  done
+  local lead
+  for lead in lead-in no-lead-in; do
+    local flag=(); [ "$lead" = lead-in ] || flag=(--no-lead-in)
+    step_timeout=120 step "$logs/stream_needles_$lead.txt" "$bin/flashlab" stream needles --device cuda --seq 1048576 \
+      --dim 128 --bq 64 --bk 64 --k 16 --needle-blocks 8 --needles 8 "${flag[@]}"
+  done
+  step_timeout=60 step "$logs/stream_estimate.txt" "$bin/flashlab" stream estimate --device cuda --seq 20000 --dim 32 \
+    --heads 3 --bq 64 --bk 32 --k 8 --compare
+  finish "$out" "$status" stream
+}
+
+# finish OUT STATUS MODE: tabulate, pack the logs, report
+finish() {
+  local status=$2
+  tabulate "$1" >/dev/null || status=1
+  tar czf "$1/measure.tgz" -C "$1" logs csv
+  echo "measure $3: status $status; CSVs in $1/csv"
+  return "$status"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -224,20 +298,60 @@ tab_fast() {
   done
 }
 
+# prefix_csv DATE DEVICE FILE...: the CSV files of one command, concatenated under the first file's
+# header, date and device first (the later files' header lines are dropped).
+prefix_csv() {
+  local date=$1 device=$2; shift 2
+  local first=1 f
+  for f in "$@"; do
+    [ -f "$f" ] || continue
+    awk -v date="$date" -v device="$device" -v first="$first" '
+      FNR == 1 { if (first == 1) print "date,device," $0; next }
+      NF > 0 { print date "," device "," $0 }' "$f"
+    first=0
+  done
+  [ $first -eq 0 ] || echo "date,device"
+}
+
+# stream_needles.csv: the two lines `flashlab stream needles` prints, one row per command.
+tab_needles() {
+  local logs=$1 date=$2 device=$3
+  echo "date,device,T,d,bq,bk,k,needle_blocks,needles_per_block,lead_in,found,planted"
+  for log in "$logs"/stream_needles_*.txt; do
+    [ -f "$log" ] || continue
+    awk -v date="$date" -v device="$device" '
+      function field(name,   v) { v = $0; sub(".*" name "=", "", v); sub(/ .*/, "", v); return v }
+      /^needles: / { shape = field("T") "," field(" d") "," field("b_q") "," field("b_k") "," field(" k") "," \
+                       field("needle blocks") "," field("needles per block") "," field("lead-in") }
+      /^recall / { split($2, fp, "/"); print date "," device "," shape "," fp[1] "," fp[2] }' "$log"
+  done
+}
+
 tabulate() {
   local out=$1 logs=$1/logs
   [ -f "$logs/env.txt" ] || { echo "measure: $logs/env.txt missing (date=…, device=… lines)" >&2; return 1; }
-  local date device
+  local date device mode
   date=$(env_value date "$logs/env.txt")
   device=$(env_value device "$logs/env.txt")
+  mode=$(env_value mode "$logs/env.txt")
   mkdir -p "$out/csv"
-  tab_checks "$logs" "$date" "$device" >"$out/csv/checks.csv"
-  tab_worst_errors "$logs/test_cuda.log" "$date" "$device" >"$out/csv/worst_errors.csv"
-  local v kernels=()
-  for v in fa2 fa2_causal fa1 bwd bwd_causal atomic atomic_causal; do kernels+=("$logs/traffic_$v.csv"); done
-  tab_traffic "$date" "$device" "${kernels[@]}" >"$out/csv/traffic_kernels.csv"
-  tab_traffic "$date" "$device" "$logs/sweep.csv" >"$out/csv/traffic_sweep.csv"
-  tab_fast "$logs" "$date" "$device" >"$out/csv/fast_attention.csv"
+  case "${mode:-run}" in
+    mta)
+      tab_checks "$logs" "$date" "$device" >"$out/csv/mta_checks.csv"
+      prefix_csv "$date" "$device" "$logs"/mta_traffic_{3x3,6x11,infer_32k}.csv >"$out/csv/mta_traffic.csv" ;;
+    stream)
+      tab_checks "$logs" "$date" "$device" >"$out/csv/stream_checks.csv"
+      prefix_csv "$date" "$device" "$logs/stream_traffic.csv" >"$out/csv/stream_traffic.csv"
+      tab_needles "$logs" "$date" "$device" >"$out/csv/stream_needles.csv" ;;
+    *)
+      tab_checks "$logs" "$date" "$device" >"$out/csv/checks.csv"
+      tab_worst_errors "$logs/test_cuda.log" "$date" "$device" >"$out/csv/worst_errors.csv"
+      local v kernels=()
+      for v in fa2 fa2_causal fa1 bwd bwd_causal atomic atomic_causal; do kernels+=("$logs/traffic_$v.csv"); done
+      tab_traffic "$date" "$device" "${kernels[@]}" >"$out/csv/traffic_kernels.csv"
+      tab_traffic "$date" "$device" "$logs/sweep.csv" >"$out/csv/traffic_sweep.csv"
+      tab_fast "$logs" "$date" "$device" >"$out/csv/fast_attention.csv" ;;
+  esac
   wc -l "$out"/csv/*.csv
 }
 
@@ -245,5 +359,7 @@ case "${1:-}" in
   run) run_all "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
   tabulate) [ $# -eq 2 ] || usage; tabulate "$2" ;;
   hopper) run_hopper "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
+  mta) run_mta "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
+  stream) run_stream "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
   *) usage ;;
 esac
