@@ -168,15 +168,29 @@ std::string run_line(const std::string& date, const std::string& device) {
 
 // ---- correctness tables ---------------------------------------------------------------------
 
-std::string checks_table(const std::string& root) {
-  const Csv csv = read_csv(root + "/cuda/results/checks.csv");
+/// One row per test or sanitizer command of a checks file (`schedule` too where the file has it).
+std::string checks_rows(const std::string& path) {
+  const Csv csv = read_csv(path);
+  const bool schedule = std::find(csv.header.begin(), csv.header.end(), "schedule") != csv.header.end();
   Markdown md;
-  md.header({"date (UTC)", "device", "command", "result", "assertions", "test cases", "sanitizer errors"});
-  for (const Row& r : rows_of(csv))
-    md.line({r.str("date"), r.str("device"), "`" + r.str("command") + "`", r.str("status"),
-             r.has("assertions") ? r.str("assertions") : "–", r.has("test_cases") ? r.str("test_cases") : "–",
-             r.has("sanitizer_errors") ? r.str("sanitizer_errors") : "–"});
+  std::vector<std::string> head{"date (UTC)", "device", "command", "result", "assertions", "test cases",
+                                "sanitizer errors"};
+  if (schedule) head.push_back("schedule");
+  md.header(head);
+  const auto or_dash = [](const Row& r, const std::string& c) { return r.has(c) ? r.str(c) : std::string("–"); };
+  for (const Row& r : rows_of(csv)) {
+    std::vector<std::string> cells{r.str("date"), r.str("device"), "`" + r.str("command") + "`", r.str("status"),
+                                   or_dash(r, "assertions"), or_dash(r, "test_cases"), or_dash(r, "sanitizer_errors")};
+    if (schedule) cells.push_back(r.str("schedule"));
+    md.line(cells);
+  }
   return md.out.str();
+}
+
+std::string checks_table(const std::string& root) { return checks_rows(root + "/cuda/results/checks.csv"); }
+
+std::string tma_ws_checks_table(const std::string& root) {
+  return checks_rows(root + "/cuda/results/fwd_tma_ws_checks.csv");
 }
 
 std::string worst_errors_table(const std::string& root) {
@@ -340,6 +354,147 @@ std::string readme_fast_table(const std::string& root) {
   return md.out.str();
 }
 
+// ---- Hopper forwards (tma-ws beside wgmma and SDPA) ----------------------------------------
+
+/// The run of fwd_tma_ws.csv with the most `tma-ws` rows (the full sweep; a tie goes to the newer).
+std::string tma_ws_sweep_run(const Csv& csv) {
+  std::map<std::string, int> count;
+  for (const Row& r : rows_of(csv))
+    if (r.str("kernel") == "tma-ws") ++count[r.str("date")];
+  std::string best;
+  for (const auto& [date, n] : count)
+    if (best.empty() || n >= count[best]) best = date;
+  if (best.empty()) throw InputError(csv.path + ": no rows of kernel 'tma-ws'");
+  return best;
+}
+
+/// tma-ws per shape of its sweep run with N ≥ min_n, beside wgmma and SDPA (bnhd) of that run.
+std::string tma_ws_table(const std::string& root, double min_n) {
+  const Csv csv = read_csv(root + "/cuda/results/fwd_tma_ws.csv");
+  const std::string run = tma_ws_sweep_run(csv);
+  std::vector<Row> rows;
+  std::map<std::tuple<std::string, std::string, std::string>, double> wgmma;  // (d, causal, N) -> TFLOP/s
+  for (const Row& r : rows_of(csv)) {
+    if (r.str("date") != run) continue;
+    if (r.str("kernel") == "wgmma") wgmma[{r.str("d"), r.str("causal"), r.str("N")}] = r.num("tflops");
+    if (r.str("kernel") == "tma-ws" && r.num("N") >= min_n) rows.push_back(r);
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    const auto key = [](const Row& r) { return std::make_tuple(-r.num("d"), r.num("causal"), r.num("N")); };
+    return key(a) < key(b);
+  });
+  Markdown md;
+  md.header({"d", "causal", "N", "tma-ws", "wgmma", "SDPA FA2", "SDPA cuDNN", "÷ wgmma", "÷ FA2", "÷ cuDNN"});
+  for (const Row& r : rows) {
+    const double ours = r.num("tflops");
+    const auto w = wgmma.find({r.str("d"), r.str("causal"), r.str("N")});
+    const bool sdpa = r.has("fa2_bnhd_tflops") && r.has("cudnn_bnhd_tflops");
+    md.line({r.str("d"), yes_no(r.str("causal")), r.str("N"), fmt("%.1f", ours),
+             w == wgmma.end() ? "–" : fmt("%.1f", w->second), sdpa ? fmt("%.1f", r.num("fa2_bnhd_tflops")) : "–",
+             sdpa ? fmt("%.1f", r.num("cudnn_bnhd_tflops")) : "–",
+             w == wgmma.end() ? "–" : ratio(ours, w->second, "%.2f×"),
+             sdpa ? ratio(ours, r.num("fa2_bnhd_tflops"), "%.2f×") : "–",
+             sdpa ? ratio(ours, r.num("cudnn_bnhd_tflops"), "%.2f×") : "–"});
+  }
+  return run_line(run, rows.empty() ? "–" : rows.front().str("device")) + md.out.str();
+}
+
+/// Every run's rows of fwd_tma_ws.csv at the headline shape: the run-to-run spread and the schedules.
+std::string tma_ws_runs_table(const std::string& root) {
+  const Csv csv = read_csv(root + "/cuda/results/fwd_tma_ws.csv");
+  Markdown md;
+  md.header({"date (UTC)", "kernel", "median ms", "TFLOP/s", "SDPA FA2 (bnhd / bhnd)", "ours / FA2",
+             "SDPA cuDNN (bnhd / bhnd)", "ours / cuDNN"});
+  for (const Row& r : rows_of(csv)) {
+    if (!headline_shape(r)) continue;
+    md.line({r.str("date"), r.str("kernel"), fmt("%.4f", r.num("median_ms")), fmt("%.1f", r.num("tflops")),
+             pair(r, "fa2_bnhd_tflops", "fa2_bhnd_tflops", "%.1f"), ratio_pair(r, "fa2_bnhd_tflops", "fa2_bhnd_tflops"),
+             pair(r, "cudnn_bnhd_tflops", "cudnn_bhnd_tflops", "%.1f"),
+             ratio_pair(r, "cudnn_bnhd_tflops", "cudnn_bhnd_tflops")});
+  }
+  return md.out.str();
+}
+
+// ---- MTA and STREAM: measured traffic of the clear kernels beside the model ----------------
+
+/// The rows of the newest run (largest date) of a file.
+std::vector<Row> newest_rows(const Csv& csv) {
+  std::string newest;
+  for (const Row& r : rows_of(csv)) newest = std::max(newest, r.str("date"));
+  std::vector<Row> rows;
+  for (const Row& r : rows_of(csv))
+    if (r.str("date") == newest) rows.push_back(r);
+  if (rows.empty()) throw InputError(csv.path + ": no rows");
+  return rows;
+}
+
+std::string mta_traffic_table(const std::string& root) {
+  const Csv csv = read_csv(root + "/cuda/results/mta_traffic.csv");
+  const std::vector<Row> rows = newest_rows(csv);
+  Markdown md;
+  md.header({"pass", "W (cq × ck)", "N", "splits", "model read", "L2→SM read", "ratio", "model write", "SM→L2 write",
+             "ratio", "model atomic", "L2 atomic", "DRAM read", "ms"});
+  for (const Row& r : rows)
+    md.line({r.str("pass"), r.str("cq") + " × " + r.str("ck"), r.str("seq"),
+             r.str("pass") == "infer" ? r.str("splits") : "–", bytes(r.num("model_read_bytes")),
+             bytes(r.num("l2_read_bytes")), ratio(r.num("l2_read_bytes"), r.num("model_read_bytes"), "%.4f"),
+             bytes(r.num("model_write_bytes")), bytes(r.num("l2_write_bytes")),
+             ratio(r.num("l2_write_bytes"), r.num("model_write_bytes"), "%.4f"), bytes(r.num("model_atomic_bytes")),
+             bytes(r.num("l2_atomic_bytes")), bytes(r.num("dram_read_bytes")), fmt("%.2f", r.num("duration_ms"))});
+  const Row& first = rows.front();
+  return run_line(first.str("date"), first.str("device")) + "H = " + first.str("heads") + ", d = " +
+         first.str("dim") + ", B = " + first.str("block") + ", batch " + first.str("batch") + ", fp32.\n\n" +
+         md.out.str();
+}
+
+/// The estimate and apply kernels of one STREAM shape, side by side.
+struct StreamShape {
+  std::string label;  // "T | d | H | k" cells
+  const Row* estimate = nullptr;
+  const Row* apply = nullptr;
+};
+
+std::vector<StreamShape> stream_shapes(const std::vector<Row>& rows) {
+  std::vector<StreamShape> shapes;
+  for (const Row& r : rows) {
+    const std::string label = r.str("T") + " | " + r.str("d") + " | " + r.str("H") + " | " + r.str("bq") + " × " +
+                              r.str("bk") + " | " + r.str("k");
+    auto it = std::find_if(shapes.begin(), shapes.end(), [&](const StreamShape& s) { return s.label == label; });
+    if (it == shapes.end()) it = shapes.insert(shapes.end(), StreamShape{label});
+    const std::string& kernel = r.str("kernel");
+    if (kernel.find("estimate") != std::string::npos) it->estimate = &r;
+    else if (kernel.find("apply") != std::string::npos) it->apply = &r;
+    else throw InputError(r.table->path + ":" + std::to_string(r.table->lines[r.index]) + ": kernel '" + kernel +
+                          "' is neither the estimate nor the apply kernel");
+  }
+  return shapes;
+}
+
+/// "counted / measured | ratio | ms" cells of one kernel, or dashes when the run lacks it.
+std::string stream_read_cells(const Row* r) {
+  if (r == nullptr) return "– | – | –";
+  return bytes(r->num("counted_read_bytes")) + " / " + bytes(r->num("l2_read_bytes")) + " | " +
+         ratio(r->num("l2_read_bytes"), r->num("counted_read_bytes"), "%.3f") + " | " +
+         fmt("%.1f", r->num("duration_ms"));
+}
+
+std::string stream_traffic_table(const std::string& root) {
+  const Csv csv = read_csv(root + "/cuda/results/stream_traffic.csv");
+  const std::vector<Row> rows = newest_rows(csv);
+  Markdown md;
+  md.header({"T", "d", "H", "b_q × b_k", "k", "estimate: counted / L2→SM read", "ratio", "ms",
+             "apply: counted / L2→SM read", "ratio", "ms", "estimate: counted / SM→L2 write", "DRAM read (estimate, apply)"});
+  for (const StreamShape& s : stream_shapes(rows)) {
+    const Row* e = s.estimate;
+    const std::string writes =
+        e ? bytes(e->num("counted_write_bytes")) + " / " + bytes(e->num("l2_write_bytes")) : "–";
+    const std::string dram = (e ? bytes(e->num("dram_read_bytes")) : "–") + ", " +
+                             (s.apply ? bytes(s.apply->num("dram_read_bytes")) : "–");
+    md.line({s.label, stream_read_cells(e), stream_read_cells(s.apply), writes, dram});
+  }
+  return run_line(rows.front().str("date"), rows.front().str("device")) + md.out.str();
+}
+
 // ---- CPU benchmark table ------------------------------------------------------------------
 
 std::string readme_cpu_table(const std::string& root) {
@@ -369,6 +524,12 @@ const std::map<std::string, Renderer>& renderers() {
       {"fast_headline", fast_headline_table},
       {"readme_fast", readme_fast_table},
       {"readme_cpu", readme_cpu_table},
+      {"tma_ws_sweep", [](const std::string& r) { return tma_ws_table(r, 0); }},
+      {"tma_ws_long", [](const std::string& r) { return tma_ws_table(r, 8192); }},
+      {"tma_ws_runs", tma_ws_runs_table},
+      {"tma_ws_checks", tma_ws_checks_table},
+      {"mta_traffic", mta_traffic_table},
+      {"stream_traffic", stream_traffic_table},
   };
   return table;
 }
