@@ -1,6 +1,6 @@
-// results_tables — the measured tables of cuda/RESULTS.md and README.md, generated from the CSV files
-// in cuda/results/ (written by cuda/bench/measure.sh on the GPU machine) and bench/results/cpu.csv
-// (written by bench/measure_cpu.sh).
+// results_tables — the measured tables of cuda/RESULTS.md, README.md and the GPU sections of docs/mta.md,
+// docs/stream.md and docs/optimisation.md, generated from the CSV files in cuda/results/ (written by
+// cuda/bench/measure.sh on the GPU machine) and bench/results/cpu.csv (written by bench/measure_cpu.sh).
 //
 // Manual. `results_tables [--check] REPO_ROOT PAGE...` reads the CSVs under REPO_ROOT. A page marks
 // each generated table with
