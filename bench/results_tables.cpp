@@ -331,10 +331,16 @@ std::string fast_headline_table(const std::string& root) {
 }
 
 /// README: per kernel at the headline shape, its newest run with SDPA beside it (forward kernels first).
+/// The README's headline table: the newest row per pass and kernel at the headline shape, from the
+/// fast kernels' runs and the Hopper forwards' runs (same columns), SDPA of the same run beside it.
 std::string readme_fast_table(const std::string& root) {
-  const Csv csv = read_csv(root + "/cuda/results/fast_attention.csv");
+  const Csv fast = read_csv(root + "/cuda/results/fast_attention.csv");
+  const Csv hopper = read_csv(root + "/cuda/results/fwd_tma_ws.csv");  // rows point into these two
+  std::vector<Row> all = rows_of(fast);
+  for (const Row& r : rows_of(hopper))
+    if (r.str("kernel") == "tma-ws") all.push_back(r);  // the default schedule only
   std::vector<Row> newest;  // one row per pass and kernel, in order of first appearance
-  for (const Row& r : rows_of(csv)) {
+  for (const Row& r : all) {
     if (!headline_shape(r) || !r.has("fa2_bnhd_tflops")) continue;
     const auto same = [&](const Row& k) { return k.str("pass") == r.str("pass") && k.str("kernel") == r.str("kernel"); };
     const auto it = std::find_if(newest.begin(), newest.end(), same);
