@@ -21,9 +21,4 @@ std::vector<float> stats_to_device_layout(const ref::Tensor<float>& s);
 /// The kernels' [B, H, N] statistics vector as a [B, N, H, 1] tensor.
 ref::Tensor<float> stats_from_device_layout(const std::vector<float>& v, const ref::Shape& shape);
 
-/// Seeded unit-variance random values written on the device (the traffic probe's inputs).
-void launch_random_fill(float* x, std::size_t count, unsigned long long seed);
-/// Evicts L2: writes then reads `count` floats of `buf` (≫ L2); `sink` keeps the reads alive.
-void launch_l2_flush(float* buf, std::size_t count, float* sink);
-
 }  // namespace flashlab::cuda::detail::mta

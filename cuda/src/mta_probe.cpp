@@ -1,7 +1,7 @@
 // The MTA traffic probe (mta.hpp, measure): one pass of the clear MTA kernels on seeded device
 // inputs under the CUPTI Range Profiler, L2 flushed before every measured kernel, one metric per
-// profiling session (a single pass each, so no replay starts with a warm L2) — the recipe of
-// traffic_probe.cu, applied to the MTA launch sequences.
+// profiling session (a single pass each, so no replay starts with a warm L2) — the recipe every
+// probe shares (probe_kernels.hpp), applied to the MTA launch sequences.
 #include "common.hpp"
 // GCC 12 at -O2/-O3 reports a false -Wrestrict inside std::string operator+ (GCC bug 105329).
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
@@ -10,6 +10,7 @@
 #include "flashlab/cuda/mta.hpp"
 #include "flashlab/cuda/profiler.hpp"
 #include "mta_api.hpp"
+#include "probe_kernels.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -30,9 +31,9 @@ struct FlushHook : detail::LaunchHook {
   DeviceBuffer<float>* sink = nullptr;
   std::vector<std::string> launched;  // every kernel in launch order, the two flush kernels included
   void before(const char* name) override {
-    dm::launch_l2_flush(flush->get(), flush->size(), sink->get());
-    launched.emplace_back("mta_l2_flush_write_kernel");
-    launched.emplace_back("mta_l2_flush_read_kernel");
+    detail::launch_l2_flush(flush->get(), flush->size(), sink->get());
+    launched.emplace_back(detail::kL2FlushWriteKernel);
+    launched.emplace_back(detail::kL2FlushReadKernel);
     launched.emplace_back(name);
   }
 };
@@ -70,7 +71,7 @@ ProbeResult profile_each_metric(const std::function<void()>& launches, FlushHook
           ranges[r].range_name.find("mta_") != std::string::npos)
         throw CudaError("CUPTI range " + std::to_string(r) + " is '" + ranges[r].range_name + "', expected kernel " +
                         hook.launched[r]);
-      if (hook.launched[r].rfind("mta_l2_flush_", 0) == 0) continue;
+      if (hook.launched[r].rfind(detail::kL2FlushPrefix, 0) == 0) continue;
       if (k == result.kernels.size()) result.kernels.push_back({hook.launched[r], KernelCounters{}});
       RangeProfiler::accumulate(result.kernels[k].counters, ranges[r]);
       ++k;
@@ -96,10 +97,10 @@ ProbeResult measure(Pass pass, const ProbeConfig& cfg) {
   const std::size_t numel = sh.numel(), stats = sh.batch * sh.heads * sh.seq, taps = sh.heads * p.cq * p.ck;
 
   DeviceBuffer<float> Q(numel), K(numel), V(numel), W(taps), O(numel), M(stats), L(stats);
-  dm::launch_random_fill(Q.get(), numel, cfg.seed * 8 + 0);
-  dm::launch_random_fill(K.get(), numel, cfg.seed * 8 + 1);
-  dm::launch_random_fill(V.get(), numel, cfg.seed * 8 + 2);
-  dm::launch_random_fill(W.get(), taps, cfg.seed * 8 + 3);
+  detail::launch_random_fill(Q.get(), numel, cfg.seed * 8 + 0);
+  detail::launch_random_fill(K.get(), numel, cfg.seed * 8 + 1);
+  detail::launch_random_fill(V.get(), numel, cfg.seed * 8 + 2);
+  detail::launch_random_fill(W.get(), taps, cfg.seed * 8 + 3);
   DeviceBuffer<float> flush(cfg.flush_bytes / sizeof(float)), sink(1);
   FlushHook hook;
   hook.flush = &flush;
@@ -121,7 +122,7 @@ ProbeResult measure(Pass pass, const ProbeConfig& cfg) {
       dK = DeviceBuffer<float>(numel);
       dV = DeviceBuffer<float>(numel);
       dW = DeviceBuffer<float>(taps);
-      dm::launch_random_fill(dO.get(), numel, cfg.seed * 8 + 4);
+      detail::launch_random_fill(dO.get(), numel, cfg.seed * 8 + 4);
       dm::launch_zero_fill(O.get(), numel);  // the forward for O, M, L (not measured)
       dm::launch_forward(F, Q.get(), K.get(), V.get(), W.get(), O.get(), M.get(), L.get());
       launches = [&] {

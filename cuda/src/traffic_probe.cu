@@ -1,10 +1,12 @@
 // traffic_probe.cu — runs one attention algorithm's clear kernels under the CUPTI Range Profiler with L2 flushed
 // before each measured kernel (traffic_probe.hpp). Inputs are generated on the device from a
-// seeded hash (no host upload of hundreds of MB); the values are standard-normal-like.
+// seeded hash (no host upload of hundreds of MB); the values are standard-normal-like. The fill and
+// the flush are the recipe every probe shares (probe_kernels.hpp).
 #include "flashlab/cuda/traffic_probe.hpp"
 
 #include "common.hpp"
 #include "launchers.hpp"
+#include "probe_kernels.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -16,47 +18,7 @@ using detail::DeviceBuffer;
 
 namespace {
 
-/// x[i] = sum of 4 uniforms in [-1, 1) scaled to unit variance, from a 64-bit hash of (seed, i).
-__global__ void random_fill_kernel(float* __restrict__ x, std::size_t n, unsigned long long seed) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    unsigned long long z = seed * 0x9E3779B97F4A7C15ull + i;
-    float s = 0.f;
-    for (int k = 0; k < 4; ++k) {
-      z += 0x9E3779B97F4A7C15ull;
-      unsigned long long y = z;
-      y = (y ^ (y >> 30)) * 0xBF58476D1CE4E5B9ull;
-      y = (y ^ (y >> 27)) * 0x94D049BB133111EBull;
-      y ^= y >> 31;
-      s += float(y >> 40) * (2.f / 16777216.f) - 1.f;
-    }
-    x[i] = s * 0.8660254f;  // 4 uniforms of variance 1/3 → variance 4/3; scale to 1
-  }
-}
-
-/// L2 flush, step 1: write every byte of a buffer larger than L2 (evicts all earlier lines).
-__global__ void l2_flush_write_kernel(float* __restrict__ buf, std::size_t n) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * blockDim.x)
-    buf[i] = float(i & 1023);
-}
-
-/// L2 flush, step 2: read it back, so the dirty lines of step 1 are written back here and not
-/// during the measured kernel (which would add to its DRAM write bytes).
-__global__ void l2_flush_read_kernel(const float* __restrict__ buf, std::size_t n, float* __restrict__ sink) {
-  float acc = 0.f;
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * blockDim.x)
-    acc += __ldcg(buf + i);
-  if (acc == -1.f) sink[0] = acc;  // never true (all values ≥ 0): keeps the loads alive
-}
-
-constexpr unsigned kFillBlocks = 1024;
-
-void random_fill(DeviceBuffer<float>& b, unsigned long long seed) {
-  random_fill_kernel<<<kFillBlocks, 256>>>(b.get(), b.size(), seed);
-  FLASHLAB_CUDA_CHECK(cudaGetLastError());
-}
+void random_fill(DeviceBuffer<float>& b, unsigned long long seed) { detail::launch_random_fill(b.get(), b.size(), seed); }
 
 /// The hook: before each kernel the variant launches, flush L2 and remember the kernel's name.
 struct FlushHook : detail::LaunchHook {
@@ -64,12 +26,9 @@ struct FlushHook : detail::LaunchHook {
   DeviceBuffer<float>* sink = nullptr;
   std::vector<std::string> launched;  // every kernel in launch order, flush kernels included
   void before(const char* name) override {
-    l2_flush_write_kernel<<<kFillBlocks, 256>>>(flush->get(), flush->size());
-    FLASHLAB_CUDA_CHECK(cudaGetLastError());
-    l2_flush_read_kernel<<<kFillBlocks, 256>>>(flush->get(), flush->size(), sink->get());
-    FLASHLAB_CUDA_CHECK(cudaGetLastError());
-    launched.emplace_back("l2_flush_write_kernel");
-    launched.emplace_back("l2_flush_read_kernel");
+    detail::launch_l2_flush(flush->get(), flush->size(), sink->get());
+    launched.emplace_back(detail::kL2FlushWriteKernel);
+    launched.emplace_back(detail::kL2FlushReadKernel);
     launched.emplace_back(name);
   }
 };
@@ -121,7 +80,7 @@ void profile_each_metric(const std::function<void()>& launches, FlushHook& hook,
       if (matches != 0 && ranges[r].range_name.find(hook.launched[r]) == std::string::npos)
         throw CudaError("CUPTI range " + std::to_string(r) + " is '" + ranges[r].range_name + "', expected kernel " +
                         hook.launched[r]);
-      if (hook.launched[r].rfind("l2_flush_", 0) == 0) continue;
+      if (hook.launched[r].rfind(detail::kL2FlushPrefix, 0) == 0) continue;
       if (k == result.kernels.size()) result.kernels.push_back({hook.launched[r], KernelCounters{}});
       RangeProfiler::accumulate(result.kernels[k].counters, ranges[r]);
       ++k;

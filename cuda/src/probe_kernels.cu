@@ -1,15 +1,16 @@
-// Kernels of the MTA traffic probe (mta_probe.cpp): seeded inputs made on the device and the L2
-// flush run before every measured kernel — the same recipe as traffic_probe.cu.
-#include "mta_tile.cuh"
+// The traffic probes' shared kernels (probe_kernels.hpp): device-side seeded fill and L2 flush.
+#include "probe_kernels.hpp"
 
-namespace flashlab::cuda::detail::mta {
+#include "common.hpp"
+
+namespace flashlab::cuda::detail {
 
 namespace {
 constexpr unsigned kFillBlocks = 1024;
 }  // namespace
 
 /// x[i] = sum of 4 uniforms in [−1, 1) scaled to unit variance, from a 64-bit hash of (seed, i).
-__global__ void mta_random_fill_kernel(float* __restrict__ x, std::size_t n, unsigned long long seed) {
+__global__ void random_fill_kernel(float* __restrict__ x, std::size_t n, unsigned long long seed) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x) {
     unsigned long long z = seed * 0x9E3779B97F4A7C15ull + i;
@@ -27,15 +28,15 @@ __global__ void mta_random_fill_kernel(float* __restrict__ x, std::size_t n, uns
 }
 
 /// Flush step 1: write every byte of a buffer larger than L2 (evicts everything earlier).
-__global__ void mta_l2_flush_write_kernel(float* __restrict__ buf, std::size_t n) {
+__global__ void l2_flush_write_kernel(float* __restrict__ buf, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x)
     buf[i] = float(i & 1023);
 }
 
 /// Flush step 2: read it back, so step 1's dirty lines are written back now, not during the
-/// measured kernel.
-__global__ void mta_l2_flush_read_kernel(const float* __restrict__ buf, std::size_t n, float* __restrict__ sink) {
+/// measured kernel (which would add to its DRAM write bytes).
+__global__ void l2_flush_read_kernel(const float* __restrict__ buf, std::size_t n, float* __restrict__ sink) {
   float acc = 0.f;
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x)
@@ -44,15 +45,15 @@ __global__ void mta_l2_flush_read_kernel(const float* __restrict__ buf, std::siz
 }
 
 void launch_random_fill(float* x, std::size_t count, unsigned long long seed) {
-  mta_random_fill_kernel<<<kFillBlocks, 256>>>(x, count, seed);
-  FLASHLAB_CUDA_CHECK_LAUNCH("mta_random_fill_kernel");
+  random_fill_kernel<<<kFillBlocks, 256>>>(x, count, seed);
+  FLASHLAB_CUDA_CHECK_LAUNCH("random_fill_kernel");
 }
 
 void launch_l2_flush(float* buf, std::size_t count, float* sink) {
-  mta_l2_flush_write_kernel<<<kFillBlocks, 256>>>(buf, count);
-  FLASHLAB_CUDA_CHECK_LAUNCH("mta_l2_flush_write_kernel");
-  mta_l2_flush_read_kernel<<<kFillBlocks, 256>>>(buf, count, sink);
-  FLASHLAB_CUDA_CHECK_LAUNCH("mta_l2_flush_read_kernel");
+  l2_flush_write_kernel<<<kFillBlocks, 256>>>(buf, count);
+  FLASHLAB_CUDA_CHECK_LAUNCH("l2_flush_write_kernel");
+  l2_flush_read_kernel<<<kFillBlocks, 256>>>(buf, count, sink);
+  FLASHLAB_CUDA_CHECK_LAUNCH("l2_flush_read_kernel");
 }
 
-}  // namespace flashlab::cuda::detail::mta
+}  // namespace flashlab::cuda::detail
