@@ -8,6 +8,7 @@
 // L2: no data comes back to the SM, so the model's dW reads are shown in the atomic column and
 // left out of the read comparison.
 #include "commands.hpp"
+#include "mta_inputs.hpp"
 
 #include "flashlab/reference/mta.hpp"
 #include "flashlab/reference/mta_traffic.hpp"
@@ -249,7 +250,8 @@ using ref::Tensor;
 
 constexpr std::string_view kMtaUsage =
     "mta fwd|bwd|infer --device cuda [--seq N] [--heads H] [--dim D] [--cq CQ] [--ck CK] [--block B]\n"
-    "                [--splits S] [--batch NB] [--seed S] [--scale X] [--inputs DIR] [--save DIR]";
+    "                [--splits S] [--batch NB] [--seed S] [--scale X] [--inputs DIR] [--save DIR]\n"
+    "                [--allow-nonfinite] [--memory-limit SIZE]";
 constexpr std::string_view kMtaSummary =
     "Multi-Token Attention on the GPU: the clear fp32 CUDA kernels (forward with O read-modify-written\n"
     "per key tile, backward dQ + dW and dK/dV kernels, split-K inference with its combine kernel),\n"
@@ -257,12 +259,10 @@ constexpr std::string_view kMtaSummary =
     "bwd) from --inputs DIR. Prints each output's max error against the naive float64 reference\n"
     "(max |gpu - ref| / max |ref|, tolerance 1e-5 for fp32, 1e-4 for dW: a sum whose terms cancel).\n"
     "--save DIR writes the GPU's o.npy (and dq dk dv dw .npy for bwd) as float32. Exit 0 when every\n"
-    "error is within tolerance, 1 when not, 2 on bad input. --device cpu runs the CPU reference\n"
-    "command instead.";
+    "error is within tolerance, 1 when not, 2 on bad input. The flags, limits and input rules are the\n"
+    "CPU command's (inputs float32 or float64 and finite, --allow-nonfinite lets NaN/Inf through);\n"
+    "--device cpu runs the CPU reference command instead.";
 
-// The naive float64 reference materialises N x N per head: the CPU command's limits.
-constexpr long long kMaxSeq = 4096, kMaxDim = 256, kMaxHeads = 256, kMaxBatch = 256, kMaxKernel = 64;
-constexpr std::size_t kMaxNumel = std::size_t(1) << 26;
 constexpr double kFp32Tolerance = 1e-5;
 // dW is one sum over N²/2 score entries whose terms cancel (Σ_j dŜ[i, j] = 0 on every row), so
 // relative to max|dW| its fp32 round-off can exceed 1e-5 though correct (1.6e-5 measured for a
@@ -299,73 +299,6 @@ double rel_error(const float* got, const double* want, std::size_t n) {
   return scale > 0 ? diff / scale : diff;
 }
 
-ref::NpyArray read_input(const fs::path& dir, const char* name) {
-  const fs::path file = dir / name;
-  if (!fs::exists(file)) throw UsageError(file.string() + ": no such file", std::string("--inputs DIR must hold ") + name);
-  try {
-    ref::NpyArray a = ref::read_npy(file);
-    for (double x : a.as_double())
-      if (!std::isfinite(x)) throw UsageError(file.string() + ": holds a non-finite value", "inputs must be finite numbers");
-    return a;
-  } catch (const ref::NpyError& e) {
-    throw UsageError(e.what(), "write it with numpy.save (float32 or float64, C order)");
-  }
-}
-
-Tensor<double> tensor_of(const ref::NpyArray& a, const Shape& s) {
-  Tensor<double> t(s);
-  const auto v = a.as_double();
-  std::copy(v.begin(), v.end(), t.data());
-  return t;
-}
-
-struct MtaInputs {
-  Shape shape;
-  bool batched = true;
-  Tensor<double> q, k, v, d_o;
-  ref::mta::Weights<double> w;
-};
-
-// q.npy fixes the sizes; k, v (do) must match it, w.npy must be [H, cq, ck] with ck odd.
-MtaInputs load_inputs(const fs::path& dir, bool need_do) {
-  if (!fs::is_directory(dir))
-    throw UsageError("--inputs " + dir.string() + ": not a directory", "give the folder that holds q.npy k.npy v.npy w.npy");
-  MtaInputs in;
-  const auto qa = read_input(dir, "q.npy");
-  if (qa.shape.size() != 3 && qa.shape.size() != 4)
-    throw UsageError((dir / "q.npy").string() + ": shape " + ref::shape_str(qa.shape) + " is not [B, N, H, D] or [N, H, D]");
-  in.batched = qa.shape.size() == 4;
-  const std::size_t off = in.batched ? 1 : 0;
-  in.shape = Shape{in.batched ? qa.shape[0] : 1, qa.shape[off], qa.shape[off + 1], qa.shape[off + 2]};
-  require_range("q.npy batch", (long long)in.shape.batch, 1, kMaxBatch);
-  require_range("q.npy seq", (long long)in.shape.seq, 1, kMaxSeq);
-  require_range("q.npy heads", (long long)in.shape.heads, 1, kMaxHeads);
-  require_range("q.npy dim", (long long)in.shape.head_dim, 1, kMaxDim);
-  if (in.shape.numel() > kMaxNumel) throw UsageError("q.npy holds more than 2^26 elements", "use a smaller problem");
-  in.q = tensor_of(qa, in.shape);
-  auto same = [&](const char* name) {
-    const auto a = read_input(dir, name);
-    if (a.shape != qa.shape)
-      throw UsageError((dir / name).string() + ": shape " + ref::shape_str(a.shape) + " differs from q.npy " +
-                       ref::shape_str(qa.shape), "q, k, v (and do) must have the same shape");
-    return tensor_of(a, in.shape);
-  };
-  in.k = same("k.npy");
-  in.v = same("v.npy");
-  if (need_do) in.d_o = same("do.npy");
-  const auto wa = read_input(dir, "w.npy");
-  if (wa.shape.size() != 3 || wa.shape[0] != in.shape.heads || wa.shape[1] < 1 || wa.shape[2] < 1 ||
-      wa.shape[1] > std::size_t(kMaxKernel) || wa.shape[2] > std::size_t(kMaxKernel) || wa.shape[2] % 2 == 0)
-    throw UsageError((dir / "w.npy").string() + ": shape " + ref::shape_str(wa.shape) +
-                         " is not [HEAD_NUM, cq, ck] with HEAD_NUM = " + std::to_string(in.shape.heads) +
-                         ", 1 <= cq, ck <= 64, ck odd",
-                     "one cq x ck kernel per head");
-  in.w = ref::mta::Weights<double>(in.shape.heads, wa.shape[1], wa.shape[2]);
-  const auto wv = wa.as_double();
-  std::copy(wv.begin(), wv.end(), in.w.data());
-  return in;
-}
-
 void save(const fs::path& dir, const char* name, const Tensor<float>& t, bool batched) {
   const Shape& s = t.shape();
   std::vector<std::size_t> shape = {s.seq, s.heads, s.head_dim};
@@ -373,90 +306,42 @@ void save(const fs::path& dir, const char* name, const Tensor<float>& t, bool ba
   ref::write_npy(dir / name, shape, t.data());
 }
 
-int run_mta_cuda(const Args& args) {
-  po::options_description desc("Options");
-  desc.add_options()("help,h", "show this help")
-      ("device", po::value<std::string>(), "cuda (this command) | cpu (the reference command)")
-      ("seq", po::value<long long>()->default_value(64), "N, sequence length")
-      ("heads", po::value<long long>()->default_value(2), "H, number of heads")
-      ("dim", po::value<long long>()->default_value(64), "D, head dimension")
-      ("cq", po::value<long long>()->default_value(2), "kernel rows; Pq = cq - 1")
-      ("ck", po::value<long long>()->default_value(3), "kernel columns, odd; Pk = (ck - 1)/2")
-      ("block", po::value<long long>()->default_value(32), "B, the loaded (overlapping) tile size")
-      ("splits", po::value<long long>()->default_value(1), "key splits of the split-K inference path")
-      ("batch", po::value<long long>()->default_value(1), "batch size")
-      ("seed", po::value<unsigned long long>()->default_value(0), "seed of the random inputs")
-      ("scale", po::value<double>(), "softmax scale (default 1/sqrt(D))")
-      ("inputs", po::value<std::string>(), "read q.npy k.npy v.npy w.npy (do.npy for bwd) from DIR")
-      ("save", po::value<std::string>(), "write the GPU's o.npy (dq dk dv dw .npy for bwd) to DIR");
-  po::options_description hidden;
-  hidden.add_options()("mode", po::value<std::string>(), "fwd, bwd or infer");
-  po::options_description all;
-  all.add(desc).add(hidden);
-  po::positional_options_description pos;
-  pos.add("mode", 1);
-  const auto vm = parse(args, all, &pos);
-  if (vm.count("help")) {
-    print_help(std::cout, kMtaUsage, kMtaSummary, desc);
-    return kOk;
+// Prints the errors beside their fp32 tolerances; kFailed when one is above.
+int report(const MtaInputs& in, const std::vector<std::pair<std::string, double>>& errors) {
+  const std::string& mode = in.mode;
+  const ref::mta::Params& p = in.p;
+  const Shape& s = in.shape;
+  std::cout << "flashlab mta " << mode << " --device cuda: " << flashlab::cuda::device_description() << "\n"
+            << "batch=" << s.batch << " N=" << s.seq << " H=" << s.heads << " D=" << s.head_dim << ", cq=" << p.cq
+            << " ck=" << p.ck << ", block B=" << p.block << (mode == "infer" ? ", splits=" + std::to_string(p.splits) : "")
+            << "\nmax error vs naive float64 (max |gpu - ref| / max |ref|):\n";
+  bool passed = true;
+  for (const auto& [name, e] : errors) {
+    const double tolerance = name == "dW" ? kFp32DwTolerance : kFp32Tolerance;
+    const bool ok = e <= tolerance;
+    passed = passed && ok;
+    char line[128];
+    std::snprintf(line, sizeof line, "  %-4s %.2e  %s  (tolerance %.0e, fp32)\n", name.c_str(), e, ok ? "ok" : "FAILED",
+                  tolerance);
+    std::cout << line;
   }
-  const std::string mode = vm.count("mode") ? vm["mode"].as<std::string>() : "";
-  if (mode != "fwd" && mode != "bwd" && mode != "infer")
-    throw UsageError(mode.empty() ? "missing mode: fwd, bwd or infer" : "unknown mode '" + mode + "'",
-                     "e.g. flashlab mta fwd --device cuda --seq 256");
-  for (const auto& [flag, hi] : {std::pair<const char*, long long>{"seq", kMaxSeq}, {"heads", kMaxHeads},
-                                 {"dim", kMaxDim}, {"batch", kMaxBatch}, {"cq", kMaxKernel}, {"ck", kMaxKernel},
-                                 {"block", 1024}, {"splits", 65535}})
-    require_range(std::string("--") + flag, vm[flag].as<long long>(), 1, hi);
-  if (vm["ck"].as<long long>() % 2 == 0) throw UsageError("--ck is even", "--ck must be odd");
+  if (!passed) {
+    std::cerr << "error: the GPU result does not match the float64 reference (see above)\n";
+    return kFailed;
+  }
+  return kOk;
+}
 
-  MtaInputs in;
-  ref::mta::Params p;
-  if (vm.count("inputs")) {
-    in = load_inputs(vm["inputs"].as<std::string>(), mode == "bwd");
-    p.cq = in.w.cq();
-    p.ck = in.w.ck();
-  } else {
-    in.shape = Shape{std::size_t(vm["batch"].as<long long>()), std::size_t(vm["seq"].as<long long>()),
-                     std::size_t(vm["heads"].as<long long>()), std::size_t(vm["dim"].as<long long>())};
-    if (in.shape.numel() > kMaxNumel) throw UsageError("more than 2^26 elements per tensor", "use a smaller problem");
-    p.cq = std::size_t(vm["cq"].as<long long>());
-    p.ck = std::size_t(vm["ck"].as<long long>());
-    const auto seed = vm["seed"].as<unsigned long long>();
-    for (Tensor<double>* t : {&in.q, &in.k, &in.v, &in.d_o}) *t = Tensor<double>(in.shape);
-    ref::fill_normal(in.q, seed * 8 + 1);  // the CPU command's seeds: same inputs for the same --seed
-    ref::fill_normal(in.k, seed * 8 + 2);
-    ref::fill_normal(in.v, seed * 8 + 3);
-    ref::fill_normal(in.d_o, seed * 8 + 4);
-    in.w = ref::mta::random_weights(in.shape.heads, p.cq, p.ck, seed * 8 + 5);
-  }
-  p.block = std::size_t(vm["block"].as<long long>());
-  p.splits = std::size_t(vm["splits"].as<long long>());
-  if (vm.count("scale")) {
-    if (!std::isfinite(vm["scale"].as<double>())) throw UsageError("--scale must be a finite number", "e.g. --scale 0.125");
-    p.scale = vm["scale"].as<double>();
-  }
-  try {
-    (void)(mode == "bwd" ? ref::mta::backward_tiling(in.shape.seq, p) : ref::mta::forward_tiling(in.shape.seq, p));
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("--block: ") + e.what(), "e.g. --block 64 (it must exceed the halos)");
-  }
-  if (mode == "infer" && p.cq > ref::mta::kInferQueryRows)
-    throw UsageError("--cq " + std::to_string(p.cq) + " is too large for mta infer", "the query tile holds 16 rows: cq <= 16");
-  std::optional<fs::path> save_dir;
-  if (vm.count("save")) {
-    save_dir = fs::path(vm["save"].as<std::string>());
-    std::error_code ec;
-    fs::create_directories(*save_dir, ec);
-    if (ec || !fs::is_directory(*save_dir))
-      throw UsageError("--save " + save_dir->string() + ": cannot create the directory", "give a writable folder");
-  }
+// The GPU run on checked inputs: fp32 kernels, errors against the naive float64 reference.
+int run_on_gpu(const MtaInputs& in) {
+  const std::string& mode = in.mode;
+  const ref::mta::Params& p = in.p;
+  const std::optional<fs::path>& save_dir = in.save_dir;
   std::string why;
   if (!flashlab::cuda::device_available(&why)) {
     std::cerr << "error: --device cuda: " << why << "\nhint: run on a machine with an NVIDIA GPU, or use --device cpu\n";
     return kFailed;
   }
-
   // The GPU gets fp32; the reference gets exactly those fp32 values in float64.
   const Tensor<float> q = in.q.cast<float>(), k = in.k.cast<float>(), v = in.v.cast<float>();
   const ref::mta::Weights<float> w = in.w.cast<float>();
@@ -493,28 +378,33 @@ int run_mta_cuda(const Args& args) {
     if (save_dir) save(*save_dir, "o.npy", last, in.batched);  // [B, 1, H, D]: the last token
   }
 
-  const Shape& s = in.shape;
-  std::cout << "flashlab mta " << mode << " --device cuda: " << flashlab::cuda::device_description() << "\n"
-            << "batch=" << s.batch << " N=" << s.seq << " H=" << s.heads << " D=" << s.head_dim << ", cq=" << p.cq
-            << " ck=" << p.ck << ", block B=" << p.block << (mode == "infer" ? ", splits=" + std::to_string(p.splits) : "")
-            << "\nmax error vs naive float64 (max |gpu - ref| / max |ref|):\n";
-  bool passed = true;
-  for (const auto& [name, e] : errors) {
-    const double tolerance = name == "dW" ? kFp32DwTolerance : kFp32Tolerance;
-    const bool ok = e <= tolerance;
-    passed = passed && ok;
-    char line[128];
-    std::snprintf(line, sizeof line, "  %-4s %.2e  %s  (tolerance %.0e, fp32)\n", name.c_str(), e, ok ? "ok" : "FAILED",
-                  tolerance);
-    std::cout << line;
-  }
-  if (!passed) {
-    std::cerr << "error: the GPU result does not match the float64 reference (see above)\n";
-    return kFailed;
-  }
-  return kOk;
+  return report(in, errors);
 }
 #endif
+
+// Parsing and every check run before any CUDA call, with the CPU command's flags and rules
+// (mta_inputs.hpp): the same bad input gets the same error on both devices, in any build.
+int run_mta_cuda(const Args& args) {
+  po::options_description desc("Options"), hidden;
+  desc.add_options()("help,h", "show this help");
+  add_mta_options(desc, hidden, 64, 32);
+  po::options_description all;
+  all.add(desc).add(hidden);
+  po::positional_options_description pos;
+  pos.add("mode", 1);
+  const auto vm = parse(args, all, &pos);
+  if (vm.count("help")) {
+    print_help(std::cout, kMtaUsage, kMtaSummary, desc);
+    return kOk;
+  }
+  const MtaInputs in = mta_inputs(vm);
+#ifdef FLASHLAB_HAVE_CUDA
+  return run_on_gpu(in);
+#else
+  throw UsageError("this flashlab was built without CUDA (--device cuda)",
+                   "rebuild with FLASHLAB_ENABLE_CUDA=ON, or use --device cpu");
+#endif
+}
 
 }  // namespace
 
@@ -525,12 +415,7 @@ int cmd_mta_device(const Args& args) {
   if (device == "cpu") return cmd_mta(without_device(args));
   return guarded("mta", [&]() -> int {
     if (device != "cuda") throw UsageError("--device '" + device + "' is unknown", "choose cpu or cuda");
-#ifdef FLASHLAB_HAVE_CUDA
     return run_mta_cuda(args);
-#else
-    throw UsageError("this flashlab was built without CUDA (--device cuda)",
-                     "rebuild with FLASHLAB_ENABLE_CUDA=ON, or use --device cpu");
-#endif
   });
 }
 

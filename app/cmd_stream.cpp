@@ -13,6 +13,7 @@
 
 #include "commands.hpp"
 #include "input_checks.hpp"
+#include "stream_flags.hpp"
 #include "progress.hpp"
 #include "flashlab/reference/npy.hpp"
 #include "flashlab/reference/stream.hpp"
@@ -29,28 +30,30 @@ using ref::Mat;
 constexpr std::string_view kStreamUsage =
     "stream <estimate|apply|trace> --seq T --dim D --bq BQ --bk BK --k K [--mask FILE] [--seed S]\n"
     "                       [--threads N] [--inputs DIR] [--save DIR] [--dtype fp32|fp64] [--check]\n"
-    "                       [--format npy|csv] [--json]";
+    "                       [--format npy|csv] [--json] [--allow-nonfinite] [--memory-limit SIZE]\n"
+    "                       [--device cpu|cuda]\n"
+    "       flashlab stream needles --seq T --dim D --bq BQ --bk BK --k K [--device cpu|cuda] …";
 constexpr std::string_view kSummary =
     "STREAM sparse tracing (the STREAM paper): hierarchical top-k key-block selection with tie-breaking τ.\n"
     "  estimate  the index tensor I [T/b_q, k] (0-based key blocks, -1 = empty) -> indices.npy\n"
     "  apply     sparse attention over the selected blocks (online softmax)     -> o.npy\n"
     "  trace     streamed edge records (q, r, slot, score, mass, value_norm)   -> edges.npy|csv\n"
+    "  needles   planted-needle recall of the estimate (flashlab stream needles --help)\n"
     "Inputs: q.npy k.npy [v.npy] of shape [T, D] from --inputs, else seeded normal values.\n"
     "The block mask (--mask) is a .npy of uint8/bool [n_q, n_k] or a text file of '0'/'1' rows;\n"
     "it is ANDed with causality. The specification and its decisions: docs/stream.md.\n"
     "Inputs are float32 or float64 and finite (--allow-nonfinite lets NaN/Inf through); the --check\n"
-    "tolerance 1e-12 is scaled up by L/64 when the logit bound L = max|q_t|*max|k_s| exceeds 64.";
+    "tolerance 1e-12 is scaled up by L/64 when the logit bound L = max|q_t|*max|k_s| exceeds 64.\n"
+    "--device cuda runs estimate|apply|trace on the clear CUDA kernels with the same flags and input\n"
+    "rules, also on [T, H, D] inputs (flashlab stream estimate --device cuda --help); --device cpu,\n"
+    "the default, runs this CPU reference.";
 
 /// The dense check computes full attention: O(T²·d) time, so it is limited to moderate T.
 constexpr long long kMaxCheckSeq = 16384;
 
-struct Options {
-  std::string sub;
-  std::optional<long long> seq, dim;
-  long long bq = 0, bk = 0, k = 0, seed = 0, threads = 1;
-  std::string mask, inputs, save, dtype = "fp32", format = "npy";
+struct Options : StreamFlags {
+  std::string dtype = "fp32";
   bool json = false, check = false;
-  InputPolicy policy;
 };
 
 constexpr const char* kInputsHint = "--inputs DIR must hold q.npy, k.npy (and v.npy for apply/trace), float [T, D]";
@@ -330,26 +333,13 @@ int cmd_stream(const Args& args) {
   if (stream_wants_cuda(args)) return cmd_stream_cuda(args);
   return guarded("stream", [&]() -> int {
     Options o;
-    long long seq = 0, dim = 0;
     po::options_description desc("Options");
+    desc.add_options()("help,h", "show this help");
+    add_stream_options(desc, 1);
     desc.add_options()
-        ("help,h", "show this help")
-        ("sub", po::value<std::string>(&o.sub), "estimate | apply | trace")
-        ("seq", po::value<long long>(&seq), "sequence length T (taken from --inputs when omitted)")
-        ("dim", po::value<long long>(&dim), "head dim D (taken from --inputs when omitted)")
-        ("bq", po::value<long long>(&o.bq), "query-block size b_q (required)")
-        ("bk", po::value<long long>(&o.bk), "key-block size b_k (required)")
-        ("k", po::value<long long>(&o.k), "key blocks kept per query block (required)")
-        ("mask", po::value<std::string>(&o.mask), "user block mask: .npy uint8/bool [n_q, n_k] or text of 0/1 rows")
-        ("seed", po::value<long long>(&o.seed)->default_value(0), "seed of the random inputs")
-        ("threads", po::value<long long>(&o.threads)->default_value(1), "std::threads over query blocks (results do not depend on it)")
-        ("inputs", po::value<std::string>(&o.inputs), "directory with q.npy k.npy [v.npy] of shape [T, D]")
-        ("save", po::value<std::string>(&o.save), "directory for indices.npy / o.npy / edges.npy|csv")
         ("dtype", po::value<std::string>(&o.dtype)->default_value("fp32"), "storage and compute dtype: fp32 | fp64")
         ("check", po::bool_switch(&o.check), "also run the dense check: k = n_k must equal dense causal attention (float64, 1e-12)")
-        ("format", po::value<std::string>(&o.format)->default_value("npy"), "edge list format for trace: npy | csv")
         ("json", po::bool_switch(&o.json), "print a JSON report");
-    add_input_options(desc);
     po::positional_options_description pos;
     pos.add("sub", 1);
     const auto vm = parse(args, desc, &pos);
@@ -357,44 +347,12 @@ int cmd_stream(const Args& args) {
       print_help(std::cout, kStreamUsage, kSummary, desc);
       return kOk;
     }
-    if (o.sub.empty()) throw UsageError("missing subcommand", "flashlab stream estimate|apply|trace …");
-    if (o.sub != "estimate" && o.sub != "apply" && o.sub != "trace") {
-      throw UsageError("unknown stream subcommand '" + o.sub + "'", "use one of: estimate, apply, trace");
-    }
-    for (const char* flag : {"bq", "bk", "k"}) {
-      if (!vm.count(flag)) throw UsageError(std::string("--") + flag + " is required", "flashlab stream --help");
-    }
-    if (o.inputs.empty()) {
-      if (!vm.count("seq")) throw UsageError("--seq is required without --inputs", "pass --seq T or --inputs DIR");
-      if (!vm.count("dim")) throw UsageError("--dim is required without --inputs", "pass --dim D or --inputs DIR");
-    }
-    if (vm.count("seq")) {
-      require_range("seq", seq, 1, 1LL << 24);
-      o.seq = seq;
-    }
-    if (vm.count("dim")) {
-      require_range("dim", dim, 1, 4096);
-      o.dim = dim;
-    }
-    require_range("bq", o.bq, 1, 1LL << 24);
-    require_range("bk", o.bk, 1, 1LL << 24);
-    require_range("k", o.k, 1, 1LL << 20);
-    require_range("threads", o.threads, 1, 256);
-    checked_seed(o.seed);
-    o.policy = input_policy(vm);
+    if (vm.count("device") && vm["device"].as<std::string>() != "cpu")  // cuda went to cmd_stream_cuda
+      throw UsageError("--device '" + vm["device"].as<std::string>() + "' is unknown", "choose cpu or cuda");
+    static_cast<StreamFlags&>(o) = stream_flags(vm);
     if (o.dtype != "fp32" && o.dtype != "fp64") {
       throw UsageError("--dtype '" + o.dtype + "' is not supported", "--dtype takes fp32 or fp64");
     }
-    if (o.format != "npy" && o.format != "csv") {
-      throw UsageError("--format '" + o.format + "' is not supported", "--format takes npy or csv");
-    }
-    if (vm["format"].defaulted() == false && o.sub != "trace") {
-      throw UsageError("--format applies to 'stream trace' only", "drop --format, or use stream trace");
-    }
-    if (!o.mask.empty() && !fs::exists(o.mask)) {
-      throw UsageError("--mask " + o.mask + ": no such file", "a .npy of uint8/bool [n_q, n_k] or a text file of 0/1 rows");
-    }
-
     std::optional<Mat<double>> Qd, Kd, Vd;
     if (!o.inputs.empty()) {
       const fs::path dir(o.inputs);

@@ -10,6 +10,8 @@
 
 #include "cli.hpp"
 #include "commands.hpp"
+#include "input_checks.hpp"
+#include "stream_flags.hpp"
 #include "flashlab/reference/npy.hpp"
 #include "flashlab/reference/stream.hpp"
 #include "flashlab/reference/stream_needles.hpp"
@@ -125,7 +127,7 @@ int cmd_stream_needles(const Args& args) {
     require_range("needle-blocks", o.blocks, 1, 1LL << 20);
     require_range("needles", o.needles, 1, 4096);
     require_range("threads", o.threads, 1, 256);
-    require_range("seed", o.seed, 0, 1LL << 62);
+    checked_seed(o.seed);
     if (o.device != "cpu" && o.device != "cuda")
       throw UsageError("--device '" + o.device + "' is unknown", "choose cpu or cuda");
     rs::NeedleParams p;
@@ -166,20 +168,27 @@ int cmd_stream_needles(const Args& args) {
   });
 }
 
-#if FLASHLAB_HAVE_CUDA
 namespace {
 
-struct CudaOptions {
-  std::string sub, mask, inputs, save, format = "npy";
-  long long seq = 0, dim = 0, heads = 1, bq = 0, bk = 0, k = 0, seed = 0, chunk = 4096, threads = 4;
+/// The shared flags (stream_flags.hpp) and those of the GPU command alone.
+struct CudaOptions : StreamFlags {
+  long long heads = 1, chunk = 4096;
   bool compare = false;
+};
+
+/// The flags of `traffic stream` (seeded inputs only).
+struct TrafficOptions {
+  long long seq = 0, dim = 0, heads = 1, bq = 0, bk = 0, k = 0, seed = 0, threads = 8;
+  std::string mask;
 };
 
 /// A [T, H, D] float array and its shape.
 struct Heads {
   std::vector<float> data;
   std::size_t T = 0, H = 1, D = 0;
+#if FLASHLAB_HAVE_CUDA
   [[nodiscard]] cuda::stream::HostHeads view() const { return {data.data(), H, D}; }
+#endif
   /// Head h as a T × D matrix (for the CPU reference).
   [[nodiscard]] ref::Mat<float> head(std::size_t h) const {
     ref::Mat<float> m(static_cast<Eigen::Index>(T), static_cast<Eigen::Index>(D));
@@ -189,25 +198,46 @@ struct Heads {
   }
 };
 
-Heads load_heads(const fs::path& path) {
-  ref::NpyArray a;
-  try {
-    a = ref::read_npy(path);
-  } catch (const ref::NpyError& e) {
-    throw UsageError(e.what(), "--inputs DIR must hold q.npy, k.npy (and v.npy for apply/trace), float [T, D] or [T, H, D]");
-  }
+constexpr const char* kHeadsHint =
+    "--inputs DIR must hold q.npy, k.npy (and v.npy for apply/trace), float [T, D] or [T, H, D]";
+
+/// One input's header under the shared dtype rule (input_checks.hpp), as [T, H, D].
+Heads heads_header(const fs::path& path) {
+  if (!fs::exists(path)) throw UsageError(path.string() + ": no such file", kHeadsHint);
+  const ref::NpyHeader a = float_input_header(path, kHeadsHint);
   if (a.shape.size() != 2 && a.shape.size() != 3)
     throw UsageError(path.string() + ": has shape " + ref::shape_str(a.shape) + ", expected [T, D] or [T, H, D]",
                      "one row per token, heads in the middle");
-  if (a.descr != "<f4" && a.descr != "<f8")
-    throw UsageError(path.string() + ": dtype " + a.descr + ", expected float32 or float64", "save Q, K, V as float");
+  for (const std::size_t n : a.shape)
+    if (n == 0)
+      throw UsageError(path.string() + ": shape " + ref::shape_str(a.shape) + " has a zero dimension",
+                       "T, H and D must be at least 1");
   Heads x;
   x.T = a.shape[0];
   x.H = a.shape.size() == 3 ? a.shape[1] : 1;
   x.D = a.shape.back();
-  const auto v = a.as_double();
-  x.data.assign(v.begin(), v.end());
   return x;
+}
+
+/// Reads the payload of a checked header under the memory limit and the non-finite policy.
+void read_heads(Heads& x, const fs::path& path, const InputPolicy& policy) {
+  const auto v = read_float_input(path, policy, kHeadsHint);
+  x.data.assign(v.begin(), v.end());
+}
+
+// What a GPU run holds on the host at its peak, from the sizes alone: Q, K, V read as float64
+// and kept as float32, O, the index tensor with its scores and margins, and the edge records.
+void require_stream_cuda_memory(const CudaOptions& o, const Heads& q, std::size_t v_cols, bool from_files) {
+  const std::uint64_t thd = checked_size({q.T, q.H, q.D}, "T x H x D");
+  const std::uint64_t thv = checked_size({q.T, q.H, v_cols}, "T x H x D_v");
+  const std::uint64_t n_q = (q.T + std::size_t(o.bq) - 1) / std::size_t(o.bq);
+  MemoryPlan plan;
+  if (from_files) plan.add("Q, K, V read as float64", thd * 2 + thv, 8);
+  plan.add("Q, K, V and O as float32", thd * 2 + thv * 2, 4);
+  plan.add("index tensor I [H, n_q, k] with scores and margins", checked_size({q.H, n_q, std::uint64_t(o.k)}, "H x n_q x k"),
+           16, o.sub == "trace" ? 4 : 1);
+  plan.require_within(o.policy, "stream " + o.sub + " --device cuda at T = " + std::to_string(q.T) +
+                                    ", H = " + std::to_string(q.H) + ", D = " + std::to_string(q.D));
 }
 
 Heads random_heads(std::size_t T, std::size_t H, std::size_t D, unsigned long long seed) {
@@ -215,6 +245,44 @@ Heads random_heads(std::size_t T, std::size_t H, std::size_t D, unsigned long lo
   ref::fill_normal(t, seed);
   return Heads{std::vector<float>(t.data(), t.data() + t.numel()), T, H, D};
 }
+
+/// Q, K (and V) from --inputs (every header and the memory plan checked before any payload is
+/// read) or seeded; all before any CUDA call.
+void load_cuda_inputs(const CudaOptions& o, Heads& Q, Heads& K, Heads& V) {
+  const bool need_v = o.sub != "estimate";
+  if (o.inputs.empty()) {
+    Q = Heads{{}, std::size_t(*o.seq), std::size_t(o.heads), std::size_t(*o.dim)};
+    require_stream_cuda_memory(o, Q, Q.D, false);
+    Q = random_heads(Q.T, Q.H, Q.D, std::uint64_t(o.seed));
+    K = random_heads(Q.T, Q.H, Q.D, std::uint64_t(o.seed) + 1);
+    if (need_v) V = random_heads(Q.T, Q.H, Q.D, std::uint64_t(o.seed) + 2);
+    return;
+  }
+  const fs::path dir(o.inputs);
+  if (!fs::is_directory(dir)) throw UsageError("--inputs " + o.inputs + ": not a directory", "pass the directory holding q.npy and k.npy");
+  Q = heads_header(dir / "q.npy");
+  K = heads_header(dir / "k.npy");
+  if (need_v) V = heads_header(dir / "v.npy");
+  if (K.T != Q.T || K.H != Q.H || K.D != Q.D)
+    throw UsageError("k.npy must have the shape of q.npy", "Q and K are [T, H, D] with the same T, H, D");
+  if (need_v && (V.T != Q.T || V.H != Q.H))
+    throw UsageError("v.npy must have the T and H of q.npy", "V is [T, H, D_v]");
+  if (o.seq && std::size_t(*o.seq) != Q.T)
+    throw UsageError("--seq " + std::to_string(*o.seq) + " disagrees with q.npy (T = " + std::to_string(Q.T) + ")",
+                     "drop --seq to take T from q.npy");
+  if (o.dim && std::size_t(*o.dim) != Q.D)
+    throw UsageError("--dim " + std::to_string(*o.dim) + " disagrees with q.npy (D = " + std::to_string(Q.D) + ")",
+                     "drop --dim to take D from q.npy");
+  require_stream_cuda_memory(o, Q, need_v ? V.D : Q.D, true);
+  read_heads(Q, dir / "q.npy", o.policy);
+  read_heads(K, dir / "k.npy", o.policy);
+  if (need_v) read_heads(V, dir / "v.npy", o.policy);
+}
+
+}  // namespace
+
+#if FLASHLAB_HAVE_CUDA
+namespace {
 
 void write_edges(const fs::path& path, const std::vector<cuda::stream::HeadEdge>& edges, std::size_t heads,
                  const std::string& format) {
@@ -243,26 +311,10 @@ void write_edges(const fs::path& path, const std::vector<cuda::stream::HeadEdge>
   ref::write_npy_raw(path, {rows.size()}, "[('head', '<i8'), " + fields + "]", rows.data(), rows.size() * sizeof(Row));
 }
 
-int run_cuda(const CudaOptions& o) {
-  const bool need_v = o.sub != "estimate";
-  Heads Q, K, V;
-  if (!o.inputs.empty()) {
-    const fs::path dir(o.inputs);
-    Q = load_heads(dir / "q.npy");
-    K = load_heads(dir / "k.npy");
-    if (need_v) V = load_heads(dir / "v.npy");
-    if (K.T != Q.T || K.H != Q.H || K.D != Q.D)
-      throw UsageError("k.npy must have the shape of q.npy", "Q and K are [T, H, D] with the same T, H, D");
-    if (need_v && (V.T != Q.T || V.H != Q.H))
-      throw UsageError("v.npy must have the T and H of q.npy", "V is [T, H, D_v]");
-  } else {
-    Q = random_heads(std::size_t(o.seq), std::size_t(o.heads), std::size_t(o.dim), std::uint64_t(o.seed));
-    K = random_heads(Q.T, Q.H, Q.D, std::uint64_t(o.seed) + 1);
-    if (need_v) V = random_heads(Q.T, Q.H, Q.D, std::uint64_t(o.seed) + 2);
-  }
+int run_cuda(const CudaOptions& o, const Heads& Q, const Heads& K, const Heads& V) {
   const rs::Geometry g{Q.T, std::size_t(o.bq), std::size_t(o.bk)};
   const std::size_t k = std::size_t(o.k);
-  const rs::BlockMask mask = o.mask.empty() ? rs::BlockMask(g) : rs::load_block_mask(o.mask, g);
+  const rs::BlockMask mask = o.mask.empty() ? rs::BlockMask(g) : rs::load_block_mask(o.mask, g, o.policy.memory_limit);
   const cuda::stream::EstimateOutput est = cuda::stream::stream_estimate(Q.view(), K.view(), mask, k);
   std::vector<float> O;
   std::vector<cuda::stream::HeadEdge> edges;
@@ -310,7 +362,7 @@ int run_cuda(const CudaOptions& o) {
 }
 
 /// Counted bytes of the reference (sum over heads) beside the measured ones, one row per kernel.
-int traffic_stream(const CudaOptions& o, const std::string& csv) {
+int traffic_stream(const TrafficOptions& o, const std::string& csv) {
   const Heads Q = random_heads(std::size_t(o.seq), std::size_t(o.heads), std::size_t(o.dim), std::uint64_t(o.seed));
   const Heads K = random_heads(Q.T, Q.H, Q.D, std::uint64_t(o.seed) + 1);
   const Heads V = random_heads(Q.T, Q.H, Q.D, std::uint64_t(o.seed) + 2);
@@ -366,29 +418,18 @@ int traffic_stream(const CudaOptions& o, const std::string& csv) {
 }  // namespace
 #endif
 
+// Parsing, every check and the inputs come before any CUDA call, with the CPU command's flags and
+// rules (stream_flags.hpp): the same bad input gets the same error on both devices, in any build.
 int cmd_stream_cuda(const Args& args) {
   return guarded("stream", [&]() -> int {
-#if FLASHLAB_HAVE_CUDA
     CudaOptions o;
     po::options_description desc("Options");
+    desc.add_options()("help,h", "show this help");
+    add_stream_options(desc, 4);
     desc.add_options()
-        ("help,h", "show this help")
-        ("sub", po::value<std::string>(&o.sub), "estimate | apply | trace")
-        ("device", po::value<std::string>(), "cuda")
-        ("seq", po::value<long long>(&o.seq), "sequence length T (without --inputs)")
-        ("dim", po::value<long long>(&o.dim), "head dim D (without --inputs)")
         ("heads", po::value<long long>(&o.heads)->default_value(1), "heads H (without --inputs)")
-        ("bq", po::value<long long>(&o.bq), "query-block size b_q (required)")
-        ("bk", po::value<long long>(&o.bk), "key-block size b_k (required)")
-        ("k", po::value<long long>(&o.k), "key blocks kept per query block (required)")
-        ("mask", po::value<std::string>(&o.mask), "user block mask: .npy uint8/bool [n_q, n_k] or text of 0/1 rows")
-        ("seed", po::value<long long>(&o.seed)->default_value(0), "seed of the random inputs")
-        ("inputs", po::value<std::string>(&o.inputs), "directory with q.npy k.npy [v.npy], [T, D] or [T, H, D]")
-        ("save", po::value<std::string>(&o.save), "directory for indices.npy / o.npy / edges.npy|csv")
         ("chunk", po::value<long long>(&o.chunk)->default_value(4096), "trace: query blocks per streamed chunk")
-        ("format", po::value<std::string>(&o.format)->default_value("npy"), "trace: npy | csv")
-        ("compare", po::bool_switch(&o.compare), "also run the CPU reference and compare I per head")
-        ("threads", po::value<long long>(&o.threads)->default_value(4), "CPU threads of --compare");
+        ("compare", po::bool_switch(&o.compare), "also run the CPU reference and compare I per head");
     po::positional_options_description pos;
     pos.add("sub", 1);
     const auto vm = parse(args, desc, &pos);
@@ -396,32 +437,18 @@ int cmd_stream_cuda(const Args& args) {
       print_help(std::cout, kCudaUsage, kCudaSummary, desc);
       return kOk;
     }
-    if (o.sub != "estimate" && o.sub != "apply" && o.sub != "trace")
-      throw UsageError("unknown stream subcommand '" + o.sub + "'", "use one of: estimate, apply, trace");
-    for (const char* flag : {"bq", "bk", "k"})
-      if (!vm.count(flag)) throw UsageError(std::string("--") + flag + " is required", "flashlab stream --device cuda --help");
-    if (o.inputs.empty() && (!vm.count("seq") || !vm.count("dim")))
-      throw UsageError("--seq and --dim are required without --inputs", "pass --seq T --dim D or --inputs DIR");
-    if (o.inputs.empty()) {
-      require_range("seq", o.seq, 1, 1LL << 24);
-      require_range("dim", o.dim, 1, 256);
-      require_range("heads", o.heads, 1, 1024);
-    }
-    require_range("bq", o.bq, 1, 128);
-    require_range("bk", o.bk, 1, 128);
-    require_range("k", o.k, 1, 1LL << 20);
+    static_cast<StreamFlags&>(o) = stream_flags(vm);
+    require_range("heads", o.heads, 1, 1024);
     require_range("chunk", o.chunk, 1, 1LL << 24);
-    require_range("threads", o.threads, 1, 256);
-    require_range("seed", o.seed, 0, 1LL << 62);
-    if (o.format != "npy" && o.format != "csv") throw UsageError("--format '" + o.format + "' is not supported", "npy or csv");
-    if (!o.mask.empty() && !fs::exists(o.mask)) throw UsageError("--mask " + o.mask + ": no such file", "a .npy or text 0/1 mask");
+    Heads Q, K, V;
+    load_cuda_inputs(o, Q, K, V);
+#if FLASHLAB_HAVE_CUDA
     try {
-      return run_cuda(o);
+      return run_cuda(o, Q, K, V);
     } catch (const rs::StreamError& e) {
       throw UsageError(e.what(), "check --mask, --bq, --bk and --k against T (docs/stream.md)");
     }
 #else
-    (void)args;
     throw UsageError("this flashlab was built without CUDA (--device cuda)", "drop --device cuda to run the CPU reference");
 #endif
   });
@@ -430,7 +457,7 @@ int cmd_stream_cuda(const Args& args) {
 int cmd_traffic_stream(const Args& args) {
   return guarded("traffic stream", [&]() -> int {
 #if FLASHLAB_HAVE_CUDA
-    CudaOptions o;
+    TrafficOptions o;
     std::string device = "cpu", csv;
     po::options_description desc("Options");
     desc.add_options()
@@ -456,13 +483,17 @@ int cmd_traffic_stream(const Args& args) {
     }
     if (device != "cuda") throw UsageError("traffic stream measures the GPU kernels only", "add --device cuda");
     require_range("seq", o.seq, 1, 1LL << 24);
-    require_range("dim", o.dim, 1, 256);
+    require_range("dim", o.dim, 1, (long long)cuda::stream::kMaxHeadDim);
     require_range("heads", o.heads, 1, 1024);
-    require_range("bq", o.bq, 1, 128);
-    require_range("bk", o.bk, 1, 128);
+    require_range("bq", o.bq, 1, (long long)cuda::stream::kMaxBlock);
+    require_range("bk", o.bk, 1, (long long)cuda::stream::kMaxBlock);
     require_range("k", o.k, 1, 1LL << 20);
     require_range("threads", o.threads, 1, 256);
-    require_range("seed", o.seed, 0, 1LL << 62);
+    checked_seed(o.seed);
+    // Q, K, V as [T, H, d] and one head's float copies of each for the reference count.
+    MemoryPlan plan;
+    plan.add("Q, K, V", checked_size({std::uint64_t(o.seq), std::uint64_t(o.heads), std::uint64_t(o.dim)}, "T x H x d"), 4, 4);
+    plan.require_within(input_policy(vm), "traffic stream at T = " + std::to_string(o.seq));
     try {
       return traffic_stream(o, csv);
     } catch (const rs::StreamError& e) {
