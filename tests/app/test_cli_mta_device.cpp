@@ -40,7 +40,7 @@ TEST_CASE("cli traffic mta and mta --device: bad flags are usage errors naming t
   expect_usage_error("mta fwd --device tpu", "--device 'tpu'");
 #ifdef FLASHLAB_TEST_HAVE_CUDA
   // Checked before the GPU is looked for, so a build with CUDA refuses them on any machine.
-  expect_usage_error("mta fwd --device cuda --ck 2", "--ck is even");
+  expect_usage_error("mta fwd --device cuda --ck 2", "--ck 2 is even");
   expect_usage_error("mta bwd --device cuda --block 4", "--block");
   expect_usage_error("mta fwd --device cuda --inputs /nonexistent-dir", "not a directory");
 #else

@@ -1,0 +1,165 @@
+// Sibling commands on two devices: `mta` and `stream` with --device cpu (the CPU reference) and
+// --device cuda (the clear CUDA kernels) check their flags and input files in one shared place,
+// before any CUDA call. Each case gives both devices the same bad input and requires the same
+// exit code and the same error text, so these run in a build with or without CUDA and on a
+// machine without a GPU.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "flashlab/reference/npy.hpp"
+#include "flashlab/reference/tensor.hpp"
+#include "run_cli.hpp"
+
+namespace fs = std::filesystem;
+namespace ref = flashlab::ref;
+using flashlab::test::fresh_temp_dir;
+using flashlab::test::run_cli;
+
+namespace {
+
+// `args` run with --device cpu and with --device cuda: both refuse it with exit 2 and the same
+// message, which contains `message`.
+void same_error_on_both_devices(const std::string& args, const std::string& message) {
+  INFO("flashlab " << args << " --device cpu|cuda");
+  const auto cpu = run_cli(args + " --device cpu");
+  const auto gpu = run_cli(args + " --device cuda");
+  CHECK(cpu.exit_code == 2);
+  CHECK(gpu.exit_code == 2);
+  CHECK_THAT(cpu.err, Catch::Contains("error: " + message) && Catch::Contains("hint:"));
+  CHECK(gpu.err == cpu.err);
+  CHECK(cpu.out.empty());
+  CHECK(gpu.out.empty());
+}
+
+void write_values(const fs::path& file, const std::vector<std::size_t>& shape, std::uint64_t seed) {
+  std::size_t n = 1;
+  for (auto d : shape) n *= d;
+  ref::Tensor<double> t(ref::Shape{1, n, 1, 1});
+  ref::fill_normal(t, seed);
+  ref::write_npy(file, shape, t.data());
+}
+
+// q k v do (and w for MTA) of the given token shape, all finite.
+fs::path inputs(const std::string& tag, const std::vector<std::size_t>& shape, bool with_w) {
+  const fs::path dir = fresh_temp_dir(tag);
+  const char* names[] = {"q.npy", "k.npy", "v.npy", "do.npy"};
+  for (std::uint64_t i = 0; i < 4; ++i) write_values(dir / names[i], shape, i + 1);
+  if (with_w) write_values(dir / "w.npy", {shape.size() == 3 ? shape[1] : 1, 2, 3}, 9);
+  return dir;
+}
+
+void write_with(const fs::path& file, const std::vector<std::size_t>& shape, std::size_t flat, double value) {
+  std::size_t n = 1;
+  for (auto d : shape) n *= d;
+  std::vector<double> v(n, 0.25);
+  v[flat] = value;
+  ref::write_npy(file, shape, v.data());
+}
+
+}  // namespace
+
+TEST_CASE("mta on cpu and cuda: the same flags are refused with the same message", "[cli][mta][device]") {
+  same_error_on_both_devices("mta fwd --seq 0", "--seq 0 is out of range");
+  same_error_on_both_devices("mta fwd --dim 2000", "--dim 2000 is out of range");
+  same_error_on_both_devices("mta fwd --ck 2", "--ck 2 is even");
+  same_error_on_both_devices("mta fwd --scale -0.5", "--scale must be a positive finite number");
+  same_error_on_both_devices("mta fwd --seed -1", "--seed -1 is out of range");
+  same_error_on_both_devices("mta fwd --memory-limit 0", "--memory-limit '0' is not a size");
+  same_error_on_both_devices("mta bwd --seq 4096 --heads 256 --dim 1024 --batch 256 --memory-limit 8G", "mta bwd on [B, N, H, D]");
+  same_error_on_both_devices("mta bwd --block 4", "--block 4 leaves no effective tile for mta bwd");
+  same_error_on_both_devices("mta infer --cq 17 --block 64", "--cq 17 is too large for mta infer");
+  same_error_on_both_devices("mta both", "unknown mode 'both'");
+}
+
+TEST_CASE("mta on cpu and cuda: one dtype, non-finite and shape rule for the input files", "[cli][mta][device]") {
+  const std::vector<std::size_t> shape{16, 1, 4};
+  const fs::path dir = inputs("siblings_mta", shape, true);
+  const std::string cmd = "mta fwd --inputs '" + dir.string() + "'";
+  SECTION("NaN and Inf are named with the file and the first index") {
+    write_with(dir / "k.npy", shape, 13, std::numeric_limits<double>::quiet_NaN());
+    same_error_on_both_devices(cmd, (dir / "k.npy").string() + ": element [3, 0, 1] (flat index 13) is NaN");
+    write_values(dir / "k.npy", shape, 2);
+    write_with(dir / "w.npy", {1, 2, 3}, 4, -std::numeric_limits<double>::infinity());
+    same_error_on_both_devices(cmd, (dir / "w.npy").string() + ": element [0, 1, 1] (flat index 4) is -Inf");
+  }
+  SECTION("integer inputs are refused by the one dtype rule") {
+    const std::vector<std::int32_t> ints(16 * 4, 1);
+    ref::write_npy(dir / "v.npy", shape, ints.data());
+    same_error_on_both_devices(cmd, (dir / "v.npy").string() + ": dtype <i4 is not float32 (<f4) or float64 (<f8)");
+  }
+  SECTION("a flag that disagrees with the files, and a missing file") {
+    same_error_on_both_devices(cmd + " --seq 8", "--seq 8 disagrees with");
+    fs::remove(dir / "do.npy");
+    same_error_on_both_devices("mta bwd --inputs '" + dir.string() + "'", (dir / "do.npy").string() + ": no such file");
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("stream on cpu and cuda: the same flags are refused with the same message", "[cli][stream][device]") {
+  const std::string ok = " --bq 4 --bk 4 --k 2";
+  same_error_on_both_devices("stream estimate --seq 0 --dim 4" + ok, "--seq 0 is out of range");
+  same_error_on_both_devices("stream estimate --seq 16" + ok, "--dim is required without --inputs");
+  same_error_on_both_devices("stream estimate --seq 16 --dim 4 --bk 4 --k 2", "--bq is required");
+  same_error_on_both_devices("stream estimate --seq 16 --dim 4 --seed -1" + ok, "--seed -1 is out of range");
+  same_error_on_both_devices("stream estimate --seq 16 --dim 4 --threads 0" + ok, "--threads 0 is out of range");
+  same_error_on_both_devices("stream estimate --seq 16 --dim 4 --memory-limit 12X" + ok, "--memory-limit '12X' is not a size");
+  same_error_on_both_devices("stream apply --seq 16 --dim 4 --format csv" + ok, "--format applies to 'stream trace' only");
+  same_error_on_both_devices("stream trace --seq 16 --dim 4 --format xml" + ok, "--format 'xml' is not supported");
+  same_error_on_both_devices("stream estimate --seq 16 --dim 4 --mask nowhere.txt" + ok, "--mask nowhere.txt: no such file");
+  same_error_on_both_devices("stream search --seq 16 --dim 4" + ok, "unknown stream subcommand 'search'");
+}
+
+TEST_CASE("stream on cpu and cuda: one dtype and non-finite rule for the input files", "[cli][stream][device]") {
+  const std::vector<std::size_t> shape{16, 4};
+  const fs::path dir = inputs("siblings_stream", shape, false);
+  const std::string cmd = "stream apply --bq 4 --bk 4 --k 2 --inputs '" + dir.string() + "'";
+  SECTION("NaN and Inf are named with the file and the first index") {
+    write_with(dir / "q.npy", shape, 13, std::numeric_limits<double>::quiet_NaN());
+    same_error_on_both_devices(cmd, (dir / "q.npy").string() + ": element [3, 1] (flat index 13) is NaN");
+    write_values(dir / "q.npy", shape, 1);
+    write_with(dir / "v.npy", shape, 6, std::numeric_limits<double>::infinity());
+    same_error_on_both_devices(cmd, (dir / "v.npy").string() + ": element [1, 2] (flat index 6) is +Inf");
+  }
+  SECTION("integer inputs are refused by the one dtype rule") {
+    const std::vector<std::int32_t> ints(16 * 4, 1);
+    ref::write_npy(dir / "k.npy", shape, ints.data());
+    same_error_on_both_devices(cmd, (dir / "k.npy").string() + ": dtype <i4 is not float32 (<f4) or float64 (<f8)");
+  }
+  SECTION("an input larger than the memory limit is refused before it is read") {
+    // Each device states what it would hold (the GPU path keeps float32 copies and margins).
+    for (const char* device : {" --device cpu", " --device cuda"}) {
+      const auto r = run_cli(cmd + " --memory-limit 1000" + device);
+      CHECK(r.exit_code == 2);
+      CHECK_THAT(r.err, Catch::Contains("above the memory limit of 1000 bytes (--memory-limit)"));
+    }
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("mta and stream: help names every subcommand and --device; --device cpu is accepted", "[cli][device]") {
+  for (const char* args : {"mta --help", "mta fwd --device cuda --help", "stream --help",
+                           "stream estimate --device cuda --help"}) {
+    INFO(args);
+    const auto r = run_cli(args);
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.out, Catch::Contains("--device"));
+  }
+  const auto mta = run_cli("mta --help");
+  for (const char* word : {"fwd", "bwd", "infer", "--device cpu|cuda", "--allow-nonfinite"}) CHECK_THAT(mta.out, Catch::Contains(word));
+  const auto stream = run_cli("stream --help");
+  for (const char* word : {"estimate", "apply", "trace", "needles", "--device cpu|cuda", "--allow-nonfinite"})
+    CHECK_THAT(stream.out, Catch::Contains(word));
+  const auto cpu = run_cli("stream estimate --seq 16 --dim 4 --bq 4 --bk 4 --k 2 --device cpu");
+  CHECK(cpu.exit_code == 0);
+  CHECK_THAT(cpu.out, Catch::Contains("stream estimate  T=16"));
+  const auto eq = run_cli("stream estimate --seq 16 --dim 4 --bq 4 --bk 4 --k 2 --device=cpu");
+  CHECK(eq.exit_code == 0);
+  const auto tpu = run_cli("stream estimate --seq 16 --dim 4 --bq 4 --bk 4 --k 2 --device tpu");
+  CHECK(tpu.exit_code == 2);
+  CHECK_THAT(tpu.err, Catch::Contains("--device 'tpu' is unknown"));
+}
