@@ -166,6 +166,43 @@ void print_json(std::ostream& os, const std::string& mode, const MtaInputs& pr, 
   j.finish();
 }
 
+// Conditioning (input_checks.hpp): a logit of the convolved scores is bounded by
+// L = scale·max‖q_i‖·max‖k_j‖·max_h Σ|W_h|; above 64 the float64 tolerances grow with L.
+double convolved_logit_bound(const MtaInputs& pr, double scale) {
+  const std::size_t d = pr.shape.head_dim, taps = pr.p.cq * pr.p.ck;
+  double w_sum = 0;
+  for (std::size_t h = 0; h < pr.w.heads(); ++h) {
+    double sum = 0;
+    for (std::size_t i = 0; i < taps; ++i) sum += std::abs(pr.w.data()[h * taps + i]);
+    w_sum = std::max(w_sum, sum);
+  }
+  return std::abs(scale) * max_row_norm(pr.q.data(), pr.q.numel() / d, d) *
+         max_row_norm(pr.k.data(), pr.k.numel() / d, d) * w_sum;
+}
+
+// The backward pass: flash gradients (their traffic counted) against the naive ones.
+void check_backward(const MtaInputs& pr, const Tensor<double>& naive_o, double tol, double tol_dw, Progress& progress,
+                    Report& r) {
+  const auto fl = mta::flash_forward(pr.q, pr.k, pr.v, pr.w, pr.p);  // not counted: bwd traffic only
+  progress.next();
+  const auto g = mta::flash_backward(pr.q, pr.k, pr.v, pr.w, fl.o, fl.m, fl.l, pr.d_o, pr.p, &r.counted);
+  progress.next();
+  const auto gn = mta::naive_backward(pr.q, pr.k, pr.v, pr.w, pr.d_o, pr.p);
+  r.formula = mta::backward_traffic(pr.shape, pr.p, r.counted.dtype());
+  r.errors.push_back({"O", rel_to_max(fl.o.data(), naive_o.data(), fl.o.numel()), tol});
+  r.errors.push_back({"dQ", rel_to_max(g.dq.data(), gn.dq.data(), g.dq.numel()), tol});
+  r.errors.push_back({"dK", rel_to_max(g.dk.data(), gn.dk.data(), g.dk.numel()), tol});
+  r.errors.push_back({"dV", rel_to_max(g.dv.data(), gn.dv.data(), g.dv.numel()), tol});
+  r.errors.push_back({"dW", rel_to_max(g.dw.data(), gn.dw.data(), g.dw.numel()), tol_dw});
+  if (!pr.save_dir) return;
+  const fs::path& dir = *pr.save_dir;
+  save_tensor(dir, "o.npy", fl.o, pr.batched);
+  save_tensor(dir, "dq.npy", g.dq, pr.batched);
+  save_tensor(dir, "dk.npy", g.dk, pr.batched);
+  save_tensor(dir, "dv.npy", g.dv, pr.batched);
+  ref::write_npy(dir / "dw.npy", {g.dw.heads(), g.dw.cq(), g.dw.ck()}, g.dw.data());
+}
+
 int run(const Args& args) {
   po::options_description desc("Options"), hidden;
   desc.add_options()("help,h", "show this help");
@@ -193,17 +230,8 @@ int run(const Args& args) {
   const std::optional<fs::path>& save_dir = pr.save_dir;
   const double scale = mta::resolve_scale(pr.p, pr.shape.head_dim);
 
-  // Conditioning (input_checks.hpp): a logit of the convolved scores is bounded by
-  // L = scale·max‖q_i‖·max‖k_j‖·max_h Σ|W_h|; above 64 the float64 tolerances grow with L.
-  const std::size_t d = pr.shape.head_dim, taps = pr.p.cq * pr.p.ck;
-  double w_sum = 0;
-  for (std::size_t h = 0; h < pr.w.heads(); ++h) {
-    double sum = 0;
-    for (std::size_t i = 0; i < taps; ++i) sum += std::abs(pr.w.data()[h * taps + i]);
-    w_sum = std::max(w_sum, sum);
-  }
-  const double logit_bound = std::abs(scale) * max_row_norm(pr.q.data(), pr.q.numel() / d, d) *
-                             max_row_norm(pr.k.data(), pr.k.numel() / d, d) * w_sum;
+  const std::size_t d = pr.shape.head_dim;
+  const double logit_bound = convolved_logit_bound(pr, scale);
   const Tolerance conditioned = conditioned_tolerance(kTolerance, logit_bound);
   const double tol = conditioned.value;
   const double tol_dw = conditioned_tolerance(dw_tolerance(pr.shape), logit_bound).value;
@@ -225,24 +253,7 @@ int run(const Args& args) {
     r.errors.push_back({"O", rel_to_max(fl.o.data(), naive.o.data(), fl.o.numel()), tol});
     if (save_dir) save_tensor(*save_dir, "o.npy", fl.o, pr.batched);
   } else if (mode == "bwd") {
-    const auto fl = mta::flash_forward(pr.q, pr.k, pr.v, pr.w, pr.p);  // not counted: bwd traffic only
-    progress.next();
-    const auto g = mta::flash_backward(pr.q, pr.k, pr.v, pr.w, fl.o, fl.m, fl.l, pr.d_o, pr.p, &r.counted);
-    progress.next();
-    const auto gn = mta::naive_backward(pr.q, pr.k, pr.v, pr.w, pr.d_o, pr.p);
-    r.formula = mta::backward_traffic(pr.shape, pr.p, dtype);
-    r.errors.push_back({"O", rel_to_max(fl.o.data(), naive.o.data(), fl.o.numel()), tol});
-    r.errors.push_back({"dQ", rel_to_max(g.dq.data(), gn.dq.data(), g.dq.numel()), tol});
-    r.errors.push_back({"dK", rel_to_max(g.dk.data(), gn.dk.data(), g.dk.numel()), tol});
-    r.errors.push_back({"dV", rel_to_max(g.dv.data(), gn.dv.data(), g.dv.numel()), tol});
-    r.errors.push_back({"dW", rel_to_max(g.dw.data(), gn.dw.data(), g.dw.numel()), tol_dw});
-    if (save_dir) {
-      save_tensor(*save_dir, "o.npy", fl.o, pr.batched);
-      save_tensor(*save_dir, "dq.npy", g.dq, pr.batched);
-      save_tensor(*save_dir, "dk.npy", g.dk, pr.batched);
-      save_tensor(*save_dir, "dv.npy", g.dv, pr.batched);
-      ref::write_npy(*save_dir / "dw.npy", {g.dw.heads(), g.dw.cq(), g.dw.ck()}, g.dw.data());
-    }
+    check_backward(pr, naive.o, tol, tol_dw, progress, r);
   } else {
     const auto last = mta::flash_infer(pr.q, pr.k, pr.v, pr.w, pr.p, &r.counted);
     r.formula = mta::infer_traffic(pr.shape, pr.p, dtype);
