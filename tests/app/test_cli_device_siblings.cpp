@@ -141,7 +141,7 @@ TEST_CASE("stream on cpu and cuda: one dtype and non-finite rule for the input f
   fs::remove_all(dir);
 }
 
-TEST_CASE("mta and stream: help names every subcommand and --device; --device cpu is accepted", "[cli][device]") {
+TEST_CASE("mta and stream: help names every subcommand and --device, and --device cpu is accepted", "[cli][device]") {
   for (const char* args : {"mta --help", "mta fwd --device cuda --help", "stream --help",
                            "stream estimate --device cuda --help"}) {
     INFO(args);
