@@ -456,7 +456,6 @@ int cmd_stream_cuda(const Args& args) {
 
 int cmd_traffic_stream(const Args& args) {
   return guarded("traffic stream", [&]() -> int {
-#if FLASHLAB_HAVE_CUDA
     TrafficOptions o;
     std::string device = "cpu", csv;
     po::options_description desc("Options");
@@ -482,6 +481,7 @@ int cmd_traffic_stream(const Args& args) {
       return kOk;
     }
     if (device != "cuda") throw UsageError("traffic stream measures the GPU kernels only", "add --device cuda");
+#if FLASHLAB_HAVE_CUDA
     require_range("seq", o.seq, 1, 1LL << 24);
     require_range("dim", o.dim, 1, (long long)cuda::stream::kMaxHeadDim);
     require_range("heads", o.heads, 1, 1024);
@@ -500,7 +500,6 @@ int cmd_traffic_stream(const Args& args) {
       throw UsageError(e.what(), "check --bq, --bk and --k against --seq (docs/stream.md)");
     }
 #else
-    (void)args;
     throw UsageError("this flashlab was built without CUDA (traffic stream --device cuda)",
                      "the CPU counts are printed by flashlab stream estimate|apply");
 #endif

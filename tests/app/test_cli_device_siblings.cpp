@@ -143,7 +143,7 @@ TEST_CASE("stream on cpu and cuda: one dtype and non-finite rule for the input f
 
 TEST_CASE("mta and stream: help names every subcommand and --device, and --device cpu is accepted", "[cli][device]") {
   for (const char* args : {"mta --help", "mta fwd --device cuda --help", "stream --help",
-                           "stream estimate --device cuda --help"}) {
+                           "stream estimate --device cuda --help", "traffic mta --help", "traffic stream --help"}) {
     INFO(args);
     const auto r = run_cli(args);
     CHECK(r.exit_code == 0);
