@@ -44,22 +44,17 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <string>
-
-// Within a consumer turn: 0 = wait for both GEMMs, then the softmax (the default: measured faster,
-// docs/optimisation.md); 1 = the softmax of S_ij overlaps the P_i(j−1)·V_(j−1) just issued
-// (FlashAttention-3's intra-warpgroup pipeline), kept as a switch for the next experiment.
-#ifndef FLASHLAB_WS_OVERLAP
-#define FLASHLAB_WS_OVERLAP 0
-#endif
 
 namespace flashlab::cuda::detail {
 
 namespace {
 
-template <int HEAD_DIM, bool kBf16_, bool kCausal_>
+template <int HEAD_DIM, bool kBf16_, bool kCausal_, int kStages_ = 2, int kBlockN_ = 128>
 struct WsTraits {
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr bool kBf16 = kBf16_;
@@ -68,19 +63,20 @@ struct WsTraits {
   static constexpr int kThreads = 128 * (1 + kConsumers);   // + the producer warpgroup
   static constexpr int kConsumerWarps = 4 * kConsumers;     // arrivals on empty[s]
   static constexpr int BLOCK_M = 64 * kConsumers;           // Br
-  static constexpr int BLOCK_N = 128;                       // Bc (n of the S wgmma)
-  static constexpr int kStages = 2;                         // K_j/V_j ring
+  static constexpr int BLOCK_N = kBlockN_;                  // Bc (n of the S wgmma)
+  static constexpr int kStages = kStages_;                  // K_j/V_j ring
   static constexpr int kColBlocks = HEAD_DIM / 64;          // TMA boxes (64 columns) per tile
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register file");
   static constexpr int kTileQBytes = BLOCK_M * HEAD_DIM * 2;
   static constexpr int kTileKVBytes = BLOCK_N * HEAD_DIM * 2;
   static constexpr int kBarrierOffset = kTileQBytes + 2 * kStages * kTileKVBytes;  // after the tiles
-  static constexpr int kBarriers = 1 + 3 * kStages;  // q_full, k_full[], v_full[], empty[]
+  static constexpr int kBarriers = 2 + 3 * kStages;  // q_full, q_empty, k_full[], v_full[], empty[]
   // +1024: the dynamic SRAM base is rounded up to the 1024-byte swizzle period.
   static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "dynamic SRAM of one block on sm_90");
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "d ∈ {64, 128}");
-  static_assert(BLOCK_M == BLOCK_N,
+  static_assert(!kCausal || BLOCK_M == BLOCK_N,
                 "causal: only the diagonal tile is masked, and no warpgroup sees a fully masked tile");
 };
 
@@ -99,6 +95,41 @@ struct WsSmem {
   __device__ uint32_t k_full(int s) const { return bar(1 + s); }
   __device__ uint32_t v_full(int s) const { return bar(1 + T::kStages + s); }
   __device__ uint32_t empty(int s) const { return bar(1 + 2 * T::kStages + s); }
+  __device__ uint32_t q_empty() const { return bar(1 + 3 * T::kStages); }
+};
+
+/// One unit of work: query tile Q_i (rows q0 ..) of head h, batch b, and its number of key tiles.
+struct WsTile {
+  int q0, h, b, n_tiles;
+};
+
+/// The work list of a launch, the same in the producer and the consumers. Tile t of the list:
+/// causal, the longest first (query tiles from the bottom, heads innermost); non-causal, the query
+/// tiles of one head side by side (they share K and V in L2). Block `blk` of G takes tiles
+/// k·G + blk for even rounds k and k·G + G − 1 − blk for odd ones (a snake: the blocks that got
+/// the longest tile of one round get the shortest of the next).
+template <class T>
+struct WsSchedule {
+  int Tr, H, HB, total, N;  // query tiles, heads, heads × batch, Tr · HB, tokens
+  __device__ bool at(int k, WsTile& w) const {
+    const int G = int(gridDim.x), blk = int(blockIdx.x);
+    const int t = k * G + ((k & 1) ? G - 1 - blk : blk);
+    if (t >= total) return false;
+    int m, hb;
+    if (T::kCausal) {
+      m = Tr - 1 - t / HB;
+      hb = t % HB;
+    } else {
+      m = t % Tr;
+      hb = t / Tr;
+    }
+    w.q0 = m * T::BLOCK_M;
+    w.h = hb % H;
+    w.b = hb / H;
+    w.n_tiles = (N + T::BLOCK_N - 1) / T::BLOCK_N;
+    if (T::kCausal) w.n_tiles = min(w.n_tiles, (w.q0 + T::BLOCK_M - 1) / T::BLOCK_N + 1);
+    return true;
+  }
 };
 
 /// Issue the d/64 TMA boxes of one [rows][d] tile (rows from token `row0` of head h, batch b).
@@ -108,20 +139,27 @@ __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, i
   for (int c = 0; c < T::kColBlocks; ++c) tma_load_4d(dst + uint32_t(c) * kRows * 128, map, 64 * c, h, row0, b, bar);
 }
 
-/// The producer (one thread): Q_i, then K_j, V_j for j < n_tiles through the stage ring.
+/// The producer (one thread): per tile of its work list Q_i (once the consumers are done with the
+/// previous Q_i), then K_j, V_j for j < n_tiles through the stage ring. `it` counts the key tiles
+/// of the whole list: stage it % kStages, phase (it / kStages) & 1, the same count as the consumers'.
 template <class T>
-__device__ void produce(const WsSmem<T>& sm, const CUtensorMap* map_q, const CUtensorMap* map_k,
-                        const CUtensorMap* map_v, int q0, int h, int b, int n_tiles) {
-  mbar_arrive_expect_tx(sm.q_full(), T::kTileQBytes);
-  tma_tile<T, T::BLOCK_M>(sm.q(), map_q, q0, h, b, sm.q_full());
-  for (int j = 0; j < n_tiles; ++j) {
-    const int s = j % T::kStages;
-    // Stage s was last filled for tile j − kStages: wait for that phase of empty[s].
-    if (j >= T::kStages) mbar_wait(sm.empty(s), uint32_t(j / T::kStages - 1) & 1u);
-    mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
-    tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, j * T::BLOCK_N, h, b, sm.k_full(s));
-    mbar_arrive_expect_tx(sm.v_full(s), T::kTileKVBytes);
-    tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, j * T::BLOCK_N, h, b, sm.v_full(s));
+__device__ void produce(const WsSmem<T>& sm, const WsSchedule<T>& sched, const CUtensorMap* map_q,
+                        const CUtensorMap* map_k, const CUtensorMap* map_v) {
+  WsTile w;
+  int it = 0;
+  for (int k = 0; sched.at(k, w); ++k) {
+    if (k > 0) mbar_wait(sm.q_empty(), uint32_t(k - 1) & 1u);
+    mbar_arrive_expect_tx(sm.q_full(), T::kTileQBytes);
+    tma_tile<T, T::BLOCK_M>(sm.q(), map_q, w.q0, w.h, w.b, sm.q_full());
+    for (int j = 0; j < w.n_tiles; ++j, ++it) {
+      const int s = it % T::kStages;
+      // Stage s was last filled for key tile it − kStages: wait for that phase of empty[s].
+      if (it >= T::kStages) mbar_wait(sm.empty(s), uint32_t(it / T::kStages - 1) & 1u);
+      mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
+      tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, j * T::BLOCK_N, w.h, w.b, sm.k_full(s));
+      mbar_arrive_expect_tx(sm.v_full(s), T::kTileKVBytes);
+      tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, j * T::BLOCK_N, w.h, w.b, sm.v_full(s));
+    }
   }
 }
 
@@ -133,7 +171,7 @@ __device__ __forceinline__ void issue_qk(float (&s_acc)[T::BLOCK_N / 2], uint32_
     const uint32_t col = uint32_t(kk / 4), k32 = uint32_t(kk % 4) * 32;  // 64-column box, k16 inside it
     const uint64_t da = smem_desc(sQ_wg + col * T::BLOCK_M * 128 + k32, 16, 1024);
     const uint64_t db = smem_desc(sK + col * T::BLOCK_N * 128 + k32, 16, 1024);
-    wgmma_ss_n128<T::kBf16>(s_acc, da, db, kk > 0);
+    wgmma_ss<T::kBf16, T::BLOCK_N>(s_acc, da, db, kk > 0);
   }
 }
 
@@ -242,21 +280,24 @@ __device__ __forceinline__ void store_o_lse(const Problem& p, uint16_t* __restri
   }
 }
 
-/// One consumer warpgroup `cw` (0 or 1): its 64 rows of Q_i against every key tile.
-/// Turn k of warpgroup 0 follows turn k − 1 of warpgroup 1 and vice versa (named barriers).
+/// One consumer warpgroup `cw` (0 or 1) on one tile: its 64 rows of Q_i against every key tile.
+/// Turn k of warpgroup 0 follows turn k − 1 of warpgroup 1 and vice versa (named barriers), across
+/// tiles too. `it` (in/out) counts the key tiles of the block's work list, as the producer does;
+/// `k` is the tile's place in that list (phase of q_full), `more` whether another tile follows.
 template <class T>
-__device__ void consume(const Problem& p, const WsSmem<T>& sm, uint16_t* __restrict__ O, float* __restrict__ LSE,
-                        int cw, int q0, int h, int b, int n_tiles) {
+__device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __restrict__ O, float* __restrict__ LSE,
+                             int cw, const WsTile& w, int& it, int k, bool more) {
   constexpr int D = T::kHeadDim, BLOCK_N = T::BLOCK_N, S = T::kStages;
   constexpr float NEG_INF = -INFINITY;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t4 = lane % 4;
-  const int row_base = q0 + 64 * cw + 16 * warp + lane / 4;  // this thread's rows: row_base, row_base + 8
-  const int wg_row0 = q0 + 64 * cw, N = p.seq;
+  const int row_base = w.q0 + 64 * cw + 16 * warp + lane / 4;  // this thread's rows: row_base, row_base + 8
+  const int wg_row0 = w.q0 + 64 * cw, N = p.seq, n_tiles = w.n_tiles;
   const float scale_log2 = p.scale_log2;
   const uint32_t sQ_wg = sm.q() + uint32_t(cw) * 64 * 128;  // this warpgroup's 64 rows (8 swizzle periods)
   const int my_turn = kTurnBarrier + cw, other_turn = kTurnBarrier + (cw ^ 1);
   auto need_mask = [&](int j) { return (j + 1) * BLOCK_N > N || (T::kCausal && (j + 1) * BLOCK_N - 1 > wg_row0); };
-  auto phase = [](int j) { return uint32_t(j / S) & 1u; };
+  auto phase = [&](int j) { return uint32_t((it + j) / S) & 1u; };  // key tile j of this tile
+  auto stage = [&](int j) { return (it + j) % S; };
 
   float o[D / 2], s_acc[BLOCK_N / 2];
   uint32_t pa[BLOCK_N / 16][4];
@@ -264,13 +305,12 @@ __device__ void consume(const Problem& p, const WsSmem<T>& sm, uint16_t* __restr
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
   float m_i[2] = {NEG_INF, NEG_INF}, l_i[2] = {0.f, 0.f};
 
-  if (cw == 1) named_bar_arrive(kTurnBarrier, 256);  // warpgroup 0 takes the first turn
-  mbar_wait(sm.q_full(), 0);
+  mbar_wait(sm.q_full(), uint32_t(k) & 1u);
   // Tile 0: S only.
-  mbar_wait(sm.k_full(0), 0);
+  mbar_wait(sm.k_full(stage(0)), phase(0));
   named_bar_sync(my_turn, 256);
   wg_fence();
-  issue_qk<T>(s_acc, sQ_wg, sm.k(0));
+  issue_qk<T>(s_acc, sQ_wg, sm.k(stage(0)));
   wg_commit();
   named_bar_arrive(other_turn, 256);
   wg_wait<0>();
@@ -280,7 +320,7 @@ __device__ void consume(const Problem& p, const WsSmem<T>& sm, uint16_t* __restr
   pack_rescale<T>(s_acc, pa, o, alpha, moved);
   // Tile j: S_ij with P_i(j−1)·V_(j−1) in one turn; the softmax of tile j overlaps the other's turn.
   for (int j = 1; j < n_tiles; ++j) {
-    const int s = j % S, sp = (j - 1) % S;
+    const int s = stage(j), sp = stage(j - 1);
     mbar_wait(sm.k_full(s), phase(j));
     mbar_wait(sm.v_full(sp), phase(j - 1));
     named_bar_sync(my_turn, 256);
@@ -293,39 +333,47 @@ __device__ void consume(const Problem& p, const WsSmem<T>& sm, uint16_t* __restr
     issue_pv<T>(o, pa, sm.v(sp));
     wg_commit();
     named_bar_arrive(other_turn, 256);
-#if FLASHLAB_WS_OVERLAP
-    // Intra-warpgroup overlap: the softmax of S_ij runs while P_i(j−1)·V_(j−1) is still on the
-    // tensor cores; O_i and the P fragments are touched only after it finished.
-    wg_wait<1>();
-    reg_fence(s_acc);
-    moved = softmax_p<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
-    wg_wait<0>();
-    reg_fence(o);
-    reg_fence_u(pa);
-    if (lane == 0) mbar_arrive(sm.empty(sp));  // this warp is done with K_(j−1), V_(j−1)
-#else
     wg_wait<0>();
     reg_fence(s_acc);
     reg_fence(o);
     reg_fence_u(pa);
     if (lane == 0) mbar_arrive(sm.empty(sp));  // this warp is done with K_(j−1), V_(j−1)
     moved = softmax_p<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
-#endif
     pack_rescale<T>(s_acc, pa, o, alpha, moved);
   }
-  // Last P·V: one more turn; warpgroup 1 owes no arrival (warpgroup 0 has no turn left).
+  // Every S_ij finished: Q_i may be overwritten by the next tile's.
+  if (lane == 0) mbar_arrive(sm.q_empty());
+  // Last P·V: one more turn; warpgroup 1 owes no arrival when it is the block's last turn.
   const int last = n_tiles - 1;
-  mbar_wait(sm.v_full(last % S), phase(last));
+  mbar_wait(sm.v_full(stage(last)), phase(last));
   named_bar_sync(my_turn, 256);
   wg_fence();
   reg_fence(o);
   reg_fence_u(pa);
-  issue_pv<T>(o, pa, sm.v(last % S));
+  issue_pv<T>(o, pa, sm.v(stage(last)));
   wg_commit();
-  if (cw == 0) named_bar_arrive(other_turn, 256);
+  if (cw == 0 || more) named_bar_arrive(other_turn, 256);
   wg_wait<0>();
   reg_fence(o);
-  store_o_lse<T>(p, O, LSE, o, m_i, l_i, b, h, row_base, t4);
+  if (lane == 0) mbar_arrive(sm.empty(stage(last)));
+  it += n_tiles;
+  store_o_lse<T>(p, O, LSE, o, m_i, l_i, w.b, w.h, row_base, t4);
+}
+
+/// One consumer warpgroup over the block's work list.
+template <class T>
+__device__ void consume(const Problem& p, const WsSmem<T>& sm, const WsSchedule<T>& sched, uint16_t* __restrict__ O,
+                        float* __restrict__ LSE, int cw) {
+  if (cw == 1) named_bar_arrive(kTurnBarrier, 256);  // warpgroup 0 takes the first turn
+  WsTile w, next;
+  int it = 0;
+  bool have = sched.at(0, w);
+  for (int k = 0; have; ++k) {
+    const bool more = sched.at(k + 1, next);
+    consume_tile<T>(p, sm, O, LSE, cw, w, it, k, more);
+    w = next;
+    have = more;
+  }
 }
 
 template <class T>
@@ -336,11 +384,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #if FLASHLAB_WGMMA_OK
   extern __shared__ uint8_t smem_raw[];
   const WsSmem<T> sm{(uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u};
-  // Causal: the bottom query tiles have the most key tiles; launch them first.
-  const int m_tile = T::kCausal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
-  const int h = blockIdx.y, b = blockIdx.z, q0 = m_tile * T::BLOCK_M;
-  int n_tiles = (p.seq + T::BLOCK_N - 1) / T::BLOCK_N;
-  if (T::kCausal) n_tiles = min(n_tiles, (q0 + T::BLOCK_M - 1) / T::BLOCK_N + 1);
+  const int Tr = (p.seq + T::BLOCK_M - 1) / T::BLOCK_M, HB = p.heads * p.batch;
+  const WsSchedule<T> sched{Tr, p.heads, HB, Tr * HB, p.seq};
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -348,6 +393,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     tma_prefetch_map(&map_k);
     tma_prefetch_map(&map_v);
     mbar_init(sm.q_full(), 1);
+    mbar_init(sm.q_empty(), T::kConsumerWarps);
     for (int s = 0; s < T::kStages; ++s) {
       mbar_init(sm.k_full(s), 1);
       mbar_init(sm.v_full(s), 1);
@@ -358,20 +404,26 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   __syncthreads();
   if (wg == 0) {
     regs_release<T::kProducerRegs>();
-    if (threadIdx.x == 0) produce<T>(sm, &map_q, &map_k, &map_v, q0, h, b, n_tiles);
+    if (threadIdx.x == 0) produce<T>(sm, sched, &map_q, &map_k, &map_v);
     return;  // every load is consumed before the consumers exit: nothing in flight is orphaned
   }
   regs_claim<T::kConsumerRegs>();
-  consume<T>(p, sm, O, LSE, wg - 1, q0, h, b, n_tiles);
+  consume<T>(p, sm, sched, O, LSE, wg - 1);
 #else
   __trap();  // built without sm_90a: never launched
 #endif
 }
 
-template <int D, bool kBf16, bool kCausal>
+/// A/B switches read once from the environment (temporary: the measured winner becomes the default).
+int ws_env(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != 0 ? std::atoi(v) : fallback;
+}
+
+template <int D, bool kBf16, bool kCausal, int kStages, int kBlockN = 128>
 void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
                    cudaStream_t stream) {
-  using T = WsTraits<D, kBf16, kCausal>;
+  using T = WsTraits<D, kBf16, kCausal, kStages, kBlockN>;
   auto kernel = &ws_fwd_kernel<T>;
   static const bool opted_in = [&] {  // > 48 KiB of dynamic SRAM, once per instantiation
     set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "ws_fwd_kernel", p);
@@ -381,18 +433,36 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
   const CUtensorMap map_q = make_head_tile_map(Q, p, T::BLOCK_M);
   const CUtensorMap map_k = make_head_tile_map(K, p, T::BLOCK_N);
   const CUtensorMap map_v = make_head_tile_map(V, p, T::BLOCK_N);
-  const dim3 grid((p.seq + T::BLOCK_M - 1) / T::BLOCK_M, p.heads, p.batch);
+  const long long tiles = (long long)((p.seq + T::BLOCK_M - 1) / T::BLOCK_M) * p.heads * p.batch;
+  static const bool persistent = ws_env("FLASHLAB_WS_PERSISTENT", 1) != 0;
+  int sms = 0;
+  if (persistent) {
+    int dev = 0;
+    FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
+    FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  }
+  const unsigned grid = unsigned(persistent ? std::min<long long>(tiles, sms) : tiles);
   announce("ws_fwd_kernel");
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, p, static_cast<uint16_t*>(O), LSE);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw_cuda_error(err, "launch of ws_fwd_kernel", __FILE__, __LINE__);
 }
 
+template <int D, bool kBf16, int kStages>
+void launch_ws_s(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                 cudaStream_t stream) {
+  if (p.causal) launch_ws_one<D, kBf16, true, kStages>(p, Q, K, V, O, LSE, stream);
+  else launch_ws_one<D, kBf16, false, kStages>(p, Q, K, V, O, LSE, stream);
+}
+
 template <int D, bool kBf16>
 void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
                  cudaStream_t stream) {
-  if (p.causal) launch_ws_one<D, kBf16, true>(p, Q, K, V, O, LSE, stream);
-  else launch_ws_one<D, kBf16, false>(p, Q, K, V, O, LSE, stream);
+  static const int stages = ws_env("FLASHLAB_WS_STAGES", 2), block_n = ws_env("FLASHLAB_WS_BC", 128);
+  if constexpr (D == 128)
+    if (block_n == 176 && !p.causal) return launch_ws_one<D, kBf16, false, 2, 176>(p, Q, K, V, O, LSE, stream);
+  if (stages == 3) launch_ws_s<D, kBf16, 3>(p, Q, K, V, O, LSE, stream);
+  else launch_ws_s<D, kBf16, 2>(p, Q, K, V, O, LSE, stream);
 }
 
 /// cuTensorMapEncodeTiled, looked up once through the runtime's driver entry point.

@@ -206,6 +206,20 @@ TEST_CASE("tma-ws forward, small shapes, equals the float64 reference", "[fast][
   report("tma-ws small");
 }
 
+// The launch has at most one block per SM and each block walks a list of (query tile, head)
+// units: more units than SMs (an H100 has 132) make blocks run several, carrying the K/V stage
+// ring and the mbarrier phases from one unit to the next (and Q_i reloaded while P·V finishes).
+TEST_CASE("tma-ws forward, more query tiles than SMs, equals the float64 reference",
+          "[fast][fast-ws][fast-sanitize]") {
+  if (!wgmma_in_build()) return;
+  for (bool causal : {false, true}) {
+    check_fast({1, 300, 48, 64, causal, kBf16, 0.0, kTmaWs});   // 3 query tiles × 48 heads
+    check_fast({2, 200, 40, 128, causal, kBf16, 0.0, kTmaWs});  // 2 × 40 heads × 2 batches, ragged
+  }
+  check_fast({1, 1, 300, 128, true, kFp16, 0.0, kTmaWs});  // N = 1: 300 one-row units
+  report("tma-ws many tiles");
+}
+
 TEST_CASE("tma-ws forward, N = 1000 and 4096", "[fast][fast-ws][fast-large]") {
   if (!wgmma_in_build()) return;
   for (int d : {64, 128})
