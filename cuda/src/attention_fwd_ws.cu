@@ -3,19 +3,25 @@
 // (fast_attention.hpp) or `flashlab bench attention --fwd-kernel tma-ws`; built for sm_90a alone
 // (cuda/CMakeLists.txt, object library flashlab_cuda_wgmma) when the architectures include 90.
 //
-// The algorithm, names and numerics are those of attention_fwd_wgmma.cu (FA2 loop order, one block
-// per query tile Q_i with Br = BLOCK_M = 128, key tiles K_j, V_j of Bc = BLOCK_N = 128, online
-// softmax in base 2, deferred 1/l_i, LSE_i = m_i + log2(l_i)); what changes is who moves the data
-// and how the two warpgroups of a block share the tensor cores:
+// The algorithm, names and numerics are those of attention_fwd_wgmma.cu (FA2 loop order, query
+// tiles Q_i of Br = BLOCK_M = 128, key tiles K_j, V_j of Bc = BLOCK_N = 128, online softmax in base
+// 2, deferred 1/l_i, LSE_i = m_i + log2(l_i)); what changes is who moves the data, how the two
+// warpgroups of a block share the tensor cores, and how blocks find their work:
+//   - One block per SM, each walking a list of (query tile, head) units (WsSchedule): while the
+//     consumers finish one unit's last P·V and store its O_i, the producer already loads the next
+//     Q_i and K_j, V_j (the stage ring and the mbarrier phases run on across units). Causal: the
+//     units with the most key tiles come first, dealt out in a snake so the blocks even out.
 //   - A block has three warpgroups. Warpgroup 0 is the PRODUCER: it gives back most of its
 //     registers (setmaxnreg.dec to 24) and one thread issues every load as a TMA box
-//     (cp.async.bulk.tensor, hopper.cuh): Q_i once, then K_j and V_j into a ring of kStages
-//     stages. Warpgroups 1 and 2 are the CONSUMERS (setmaxnreg.inc to 240), 64 query rows each,
-//     and never touch global memory until they store O_i.
-//   - Hand-off by mbarriers, one per event: q_full; k_full[s] and v_full[s] (the TMA credits the
-//     bytes, so S_ij can start as soon as K_j landed while V_j is still in flight); empty[s]
+//     (cp.async.bulk.tensor, hopper.cuh): Q_i once per unit, then K_j and V_j into a ring of
+//     kStages = 3 stages. Warpgroups 1 and 2 are the CONSUMERS (setmaxnreg.inc to 240), 64 query
+//     rows each, and never touch global memory until they store O_i.
+//   - Hand-off by mbarriers, one per event: q_full, q_empty (every S_ij of the unit finished, so
+//     the next Q_i may land); k_full[s] and v_full[s] (the TMA credits the bytes, so S_ij can
+//     start as soon as K_j landed while V_j is still in flight); empty[s]
 //     (one arrival per consumer warp once its P_ij·V_j finished reading the stage; the producer
-//     waits on it before it overwrites). Waiters name the phase by its parity (j / kStages) & 1.
+//     waits on it before it overwrites). Waiters name the phase by its parity: (it / kStages) & 1
+//     for the it-th key tile of the block's whole list.
 //   - TMA writes the 128-byte-swizzled layout the wgmma descriptors read (one box = 64 columns ×
 //     rows; a [rows][d] tile is d/64 boxes, each a 1024-byte-aligned block of rows·128 bytes).
 //     Rows past N arrive as zeros (no stale SRAM reaches P·V: the NaN hazard).
@@ -27,14 +33,13 @@
 //   - Lazy rescale (as the mma.sync forward): O_i = diag(alpha) O_i only when some row of the warp
 //     saw its maximum move (a warp vote; alpha = 1 exactly otherwise).
 //   - Masks only on tiles that need them (the last, ragged key tile; causal: the diagonal tile);
-//     causal blocks stop at the diagonal and the bottom query tiles are launched first. A fully
-//     masked row gives O = 0 and LSE = −inf, never NaN.
+//     causal units stop at the diagonal. A fully masked row gives O = 0 and LSE = −inf, never NaN.
 // Resources (ptxas, sm_90a): 168 registers at launch (384 threads, 1 block/SM), then 24 for the
-// producer and 240 for the consumers; no spills; d = 128: 164,920 B of dynamic SRAM (Q_i 32 KiB +
-// 2 stages × (K_j + V_j) 128 KiB + barriers + alignment slack), d = 64: 83,000 B.
-// Measured (H100, bf16, H = 16, d = 128, N = 8192, beside SDPA): 583 TFLOP/s, 1.32× the wgmma
-// forward, 0.86× cuDNN; the runs and the profile are in docs/optimisation.md and
-// cuda/results/fwd_tma_ws.csv.
+// producer and 240 for the consumers; no spills; d = 128: 230,488 B of dynamic SRAM (Q_i 32 KiB +
+// 3 stages × (K_j + V_j) 192 KiB + barriers + alignment slack; the limit is 232,448), d = 64:
+// 115,800 B.
+// Measured (H100, bf16, H = 16, d = 128, N = 8192, beside SDPA): 670–676 TFLOP/s, 0.97–0.98×
+// cuDNN; the runs and the profile are in docs/optimisation.md and cuda/results/fwd_tma_ws.csv.
 #include "common.hpp"
 #include "hopper.cuh"
 #include "launchers.hpp"
@@ -46,7 +51,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstdint>
 #include <string>
 
@@ -54,7 +58,7 @@ namespace flashlab::cuda::detail {
 
 namespace {
 
-template <int HEAD_DIM, bool kBf16_, bool kCausal_, int kStages_ = 2, int kBlockN_ = 128>
+template <int HEAD_DIM, bool kBf16_, bool kCausal_>
 struct WsTraits {
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr bool kBf16 = kBf16_;
@@ -63,8 +67,10 @@ struct WsTraits {
   static constexpr int kThreads = 128 * (1 + kConsumers);   // + the producer warpgroup
   static constexpr int kConsumerWarps = 4 * kConsumers;     // arrivals on empty[s]
   static constexpr int BLOCK_M = 64 * kConsumers;           // Br
-  static constexpr int BLOCK_N = kBlockN_;                  // Bc (n of the S wgmma)
-  static constexpr int kStages = kStages_;                  // K_j/V_j ring
+  static constexpr int BLOCK_N = 128;                       // Bc (n of the S wgmma)
+  // K_j/V_j ring: 3 stages measured 1.15× 2 at d = 128, N = 8192 (docs/optimisation.md); at
+  // d = 128 they fill the SRAM (Q_i 32 KiB + 3 × 64 KiB).
+  static constexpr int kStages = 3;
   static constexpr int kColBlocks = HEAD_DIM / 64;          // TMA boxes (64 columns) per tile
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register file");
@@ -76,7 +82,7 @@ struct WsTraits {
   static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "dynamic SRAM of one block on sm_90");
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "d ∈ {64, 128}");
-  static_assert(!kCausal || BLOCK_M == BLOCK_N,
+  static_assert(BLOCK_M == BLOCK_N,
                 "causal: only the diagonal tile is masked, and no warpgroup sees a fully masked tile");
 };
 
@@ -171,7 +177,7 @@ __device__ __forceinline__ void issue_qk(float (&s_acc)[T::BLOCK_N / 2], uint32_
     const uint32_t col = uint32_t(kk / 4), k32 = uint32_t(kk % 4) * 32;  // 64-column box, k16 inside it
     const uint64_t da = smem_desc(sQ_wg + col * T::BLOCK_M * 128 + k32, 16, 1024);
     const uint64_t db = smem_desc(sK + col * T::BLOCK_N * 128 + k32, 16, 1024);
-    wgmma_ss<T::kBf16, T::BLOCK_N>(s_acc, da, db, kk > 0);
+    wgmma_ss_n128<T::kBf16>(s_acc, da, db, kk > 0);
   }
 }
 
@@ -414,16 +420,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #endif
 }
 
-/// A/B switches read once from the environment (temporary: the measured winner becomes the default).
-int ws_env(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != 0 ? std::atoi(v) : fallback;
-}
-
-template <int D, bool kBf16, bool kCausal, int kStages, int kBlockN = 128>
+template <int D, bool kBf16, bool kCausal>
 void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
                    cudaStream_t stream) {
-  using T = WsTraits<D, kBf16, kCausal, kStages, kBlockN>;
+  using T = WsTraits<D, kBf16, kCausal>;
   auto kernel = &ws_fwd_kernel<T>;
   static const bool opted_in = [&] {  // > 48 KiB of dynamic SRAM, once per instantiation
     set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "ws_fwd_kernel", p);
@@ -433,36 +433,24 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
   const CUtensorMap map_q = make_head_tile_map(Q, p, T::BLOCK_M);
   const CUtensorMap map_k = make_head_tile_map(K, p, T::BLOCK_N);
   const CUtensorMap map_v = make_head_tile_map(V, p, T::BLOCK_N);
-  const long long tiles = (long long)((p.seq + T::BLOCK_M - 1) / T::BLOCK_M) * p.heads * p.batch;
-  static const bool persistent = ws_env("FLASHLAB_WS_PERSISTENT", 1) != 0;
-  int sms = 0;
-  if (persistent) {
-    int dev = 0;
-    FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
-    FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  }
-  const unsigned grid = unsigned(persistent ? std::min<long long>(tiles, sms) : tiles);
+  // One block per SM (1 block/SM fits: __launch_bounds__ and the SRAM), each walking its share of
+  // the (query tile, head) list (WsSchedule); never more blocks than units.
+  const long long units = (long long)((p.seq + T::BLOCK_M - 1) / T::BLOCK_M) * p.heads * p.batch;
+  int dev = 0, sms = 0;
+  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
+  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const unsigned grid = unsigned(std::min<long long>(units, sms));
   announce("ws_fwd_kernel");
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, p, static_cast<uint16_t*>(O), LSE);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw_cuda_error(err, "launch of ws_fwd_kernel", __FILE__, __LINE__);
 }
 
-template <int D, bool kBf16, int kStages>
-void launch_ws_s(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
-                 cudaStream_t stream) {
-  if (p.causal) launch_ws_one<D, kBf16, true, kStages>(p, Q, K, V, O, LSE, stream);
-  else launch_ws_one<D, kBf16, false, kStages>(p, Q, K, V, O, LSE, stream);
-}
-
 template <int D, bool kBf16>
 void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
                  cudaStream_t stream) {
-  static const int stages = ws_env("FLASHLAB_WS_STAGES", 2), block_n = ws_env("FLASHLAB_WS_BC", 128);
-  if constexpr (D == 128)
-    if (block_n == 176 && !p.causal) return launch_ws_one<D, kBf16, false, 2, 176>(p, Q, K, V, O, LSE, stream);
-  if (stages == 3) launch_ws_s<D, kBf16, 3>(p, Q, K, V, O, LSE, stream);
-  else launch_ws_s<D, kBf16, 2>(p, Q, K, V, O, LSE, stream);
+  if (p.causal) launch_ws_one<D, kBf16, true>(p, Q, K, V, O, LSE, stream);
+  else launch_ws_one<D, kBf16, false>(p, Q, K, V, O, LSE, stream);
 }
 
 /// cuTensorMapEncodeTiled, looked up once through the runtime's driver entry point.

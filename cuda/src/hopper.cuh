@@ -98,29 +98,6 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, u
 #endif
 }
 
-/// The same for n = 176 (S = Q Kᵀ with Bc = 176 key columns; 88 accumulators per thread).
-#define FL_D88 FL_D64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87"
-#define FL_ACC88(d) FL_ACC64(d), FL_ACC8(d, 64), FL_ACC8(d, 72), FL_ACC8(d, 80)
-#define FL_WGMMA_SS_N176(TY)                                                                  \
-  asm volatile(                                                                               \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"                                            \
-      "wgmma.mma_async.sync.aligned.m64n176k16.f32." TY "." TY " {" FL_D88 "}, %88, %89, p, 1, 1, 0, 0;\n}\n" \
-      : FL_ACC88(d)                                                                           \
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
-/// D[64×kN] (+)= A · B, both K-major in SRAM, kN ∈ {128, 176}.
-template <bool kBf16, int kN>
-__device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-#if FLASHLAB_WGMMA_OK
-  if constexpr (kN == 128) {
-    wgmma_ss_n128<kBf16>(d, desc_a, desc_b, accumulate);
-  } else {
-    static_assert(kN == 176, "S wgmma: n = Bc ∈ {128, 176}");
-    if constexpr (kBf16) FL_WGMMA_SS_N176("bf16");
-    else FL_WGMMA_SS_N176("f16");
-  }
-#endif
-}
-
 /// D[64×N] (+)= A[64×16] (registers) · B[16×N], B MN-major in SRAM (imm-trans-b = 1). O += P V.
 #define FL_WGMMA_RS_N128(TY)                                                                           \
   asm volatile(                                                                                        \
