@@ -19,6 +19,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -362,11 +363,15 @@ std::string readme_fast_table(const std::string& root) {
 
 // ---- Hopper forwards (tma-ws beside wgmma and SDPA) ----------------------------------------
 
-/// The run of fwd_tma_ws.csv with the most `tma-ws` rows (the full sweep; a tie goes to the newer).
-std::string tma_ws_sweep_run(const Csv& csv) {
+/// The run of fwd_tma_ws.csv with the most `tma-ws` rows (the full sweep; a tie goes to the newer);
+/// with `need_wgmma`, only among runs that also timed the wgmma forward (the table beside it).
+std::string tma_ws_sweep_run(const Csv& csv, bool need_wgmma) {
   std::map<std::string, int> count;
+  std::set<std::string> with_wgmma;
   for (const Row& r : rows_of(csv))
-    if (r.str("kernel") == "tma-ws") ++count[r.str("date")];
+    if (r.str("kernel") == "wgmma") with_wgmma.insert(r.str("date"));
+  for (const Row& r : rows_of(csv))
+    if (r.str("kernel") == "tma-ws" && (!need_wgmma || with_wgmma.count(r.str("date")))) ++count[r.str("date")];
   std::string best;
   for (const auto& [date, n] : count)
     if (best.empty() || n >= count[best]) best = date;
@@ -375,9 +380,9 @@ std::string tma_ws_sweep_run(const Csv& csv) {
 }
 
 /// tma-ws per shape of its sweep run with N ≥ min_n, beside wgmma and SDPA (bnhd) of that run.
-std::string tma_ws_table(const std::string& root, double min_n) {
+std::string tma_ws_table(const std::string& root, double min_n, bool need_wgmma) {
   const Csv csv = read_csv(root + "/cuda/results/fwd_tma_ws.csv");
-  const std::string run = tma_ws_sweep_run(csv);
+  const std::string run = tma_ws_sweep_run(csv, need_wgmma);
   std::vector<Row> rows;
   std::map<std::tuple<std::string, std::string, std::string>, double> wgmma;  // (d, causal, N) -> TFLOP/s
   for (const Row& r : rows_of(csv)) {
@@ -530,8 +535,8 @@ const std::map<std::string, Renderer>& renderers() {
       {"fast_headline", fast_headline_table},
       {"readme_fast", readme_fast_table},
       {"readme_cpu", readme_cpu_table},
-      {"tma_ws_sweep", [](const std::string& r) { return tma_ws_table(r, 0); }},
-      {"tma_ws_long", [](const std::string& r) { return tma_ws_table(r, 8192); }},
+      {"tma_ws_sweep", [](const std::string& r) { return tma_ws_table(r, 0, false); }},
+      {"tma_ws_long", [](const std::string& r) { return tma_ws_table(r, 8192, true); }},  // beside wgmma
       {"tma_ws_runs", tma_ws_runs_table},
       {"tma_ws_checks", tma_ws_checks_table},
       {"mta_traffic", mta_traffic_table},
