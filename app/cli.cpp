@@ -8,6 +8,7 @@
 #include <iostream>
 #include <new>
 #include <sstream>
+#include <vector>
 
 namespace flashlab::app {
 
@@ -73,6 +74,32 @@ int guarded(std::string_view command, const std::function<int()>& body) {
     std::cerr << "error: " << e.what() << "\n";
     return kFailed;
   }
+}
+
+std::vector<long long> integer_list(std::string_view flag, const std::string& text, long long lo, long long hi,
+                                    std::string_view example) {
+  const std::string name = "--" + std::string(flag);
+  const std::string hint = name + " takes integers from " + std::to_string(lo) + " to " + std::to_string(hi) +
+                           " separated by commas, e.g. " + name + " " + std::string(example);
+  std::vector<long long> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    std::size_t used = 0;
+    long long v = lo - 1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size() || v < lo || v > hi)
+      throw UsageError(name + ": '" + item + "' is not an integer from " + std::to_string(lo) + " to " +
+                           std::to_string(hi),
+                       hint);
+    out.push_back(v);
+  }
+  if (out.empty() || text.back() == ',') throw UsageError(name + ": '" + text + "' is not a list", hint);
+  return out;
 }
 
 void require_range(std::string_view flag, long long value, long long lo, long long hi) {

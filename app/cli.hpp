@@ -71,6 +71,12 @@ int guarded(std::string_view command, const std::function<int()>& body);
 /// Checks that an integer flag lies in [lo, hi]; throws UsageError naming the flag otherwise.
 void require_range(std::string_view flag, long long value, long long lo, long long hi);
 
+/// A comma-separated list flag ("1024,2048" → {1024, 2048}), each item an integer in [lo, hi];
+/// anything else (an empty item, a trailing comma, text) is a UsageError naming the flag and
+/// the item, with `example` in the hint.
+std::vector<long long> integer_list(std::string_view flag, const std::string& text, long long lo, long long hi,
+                                    std::string_view example);
+
 /// Reads a whole file into `out`; false when it cannot be opened or is a directory (the caller
 /// names the flag).
 bool read_file(const std::string& path, std::string& out);

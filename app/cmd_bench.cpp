@@ -68,30 +68,11 @@ po::options_description options() {
   return d;
 }
 
-// The positional subject ("attention"), parsed but not listed in --help.
-// "1024,2048" → {1024, 2048}; each item an integer in [lo, hi], else a UsageError naming `flag`.
-std::vector<int> parse_list(const std::string& flag, const std::string& text, long long lo, long long hi,
-                            const std::string& example) {
-  std::vector<int> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    std::size_t used = 0;
-    long long v = lo - 1;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (item.empty() || used != item.size() || v < lo || v > hi)
-      throw UsageError("--" + flag + ": '" + item + "' is not a value from " + std::to_string(lo) + " to " +
-                           std::to_string(hi),
-                       "--" + flag + " takes integers separated by commas, e.g. --" + flag + " " + example);
-    out.push_back(int(v));
-  }
-  if (out.empty() || (!text.empty() && text.back() == ','))
-    throw UsageError("--" + flag + ": '" + text + "' is not a list", "e.g. --" + flag + " " + example);
-  return out;
+// "1024,2048" → {1024, 2048} (cli.hpp's integer_list), as the ints the bench harness takes.
+std::vector<int> parse_list(const char* flag, const std::string& text, long long lo, long long hi,
+                            const char* example) {
+  const auto v = integer_list(flag, text, lo, hi, example);
+  return {v.begin(), v.end()};
 }
 
 /// Everything the sweep needs, checked.

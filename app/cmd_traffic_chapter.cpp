@@ -50,25 +50,6 @@ fr::AttentionProblem chapter_shape() {
   return fl::parse_attention_shape(l->shape);
 }
 
-std::vector<std::size_t> parse_seqs(const std::string& text) {
-  std::vector<std::size_t> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    std::size_t used = 0;
-    long long v = -1;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (item.empty() || used != item.size() || v < 1 || v > (1LL << 20))
-      throw UsageError("--seq: '" + item + "' is not a sequence length from 1 to 1048576", "e.g. --seq 4096");
-    out.push_back(static_cast<std::size_t>(v));
-  }
-  if (out.empty()) throw UsageError("--seq is empty", "e.g. --seq 4096");
-  return out;
-}
 
 #ifdef FLASHLAB_HAVE_CUDA
 std::string today() {
@@ -118,6 +99,11 @@ fl::Measurement measure_live(const fr::AttentionProblem& shape, const std::vecto
 }
 #endif
 
+std::vector<std::size_t> seq_sizes(const char* flag, const std::string& text) {
+  const auto v = integer_list(flag, text, 1, 1LL << 20, "4096");
+  return {v.begin(), v.end()};
+}
+
 }  // namespace
 
 int cmd_traffic_levels(const Args& args) {
@@ -138,7 +124,7 @@ int cmd_traffic_levels(const Args& args) {
       print_help(std::cout, kLevelsUsage, kLevelsSummary, desc);
       return kOk;
     }
-    const auto seqs = parse_seqs(vm["seq"].as<std::string>());
+    const auto seqs = seq_sizes("seq", vm["seq"].as<std::string>());
     fr::AttentionProblem cfg = chapter;
     cfg.heads = size_flag(vm, "heads");
     cfg.head_dim = size_flag(vm, "dim");
@@ -162,7 +148,7 @@ int cmd_traffic_levels(const Args& args) {
       std::string command = "flashlab traffic levels";
       for (const auto& a : args) command += " " + a;
       const auto forward_seqs =
-          vm.count("forward-seq") ? parse_seqs(vm["forward-seq"].as<std::string>()) : std::vector<std::size_t>{};
+          vm.count("forward-seq") ? seq_sizes("forward-seq", vm["forward-seq"].as<std::string>()) : std::vector<std::size_t>{};
       live = measure_live(cfg, seqs, forward_seqs, command);
       measured = &live;
 #else
