@@ -55,23 +55,7 @@ constexpr std::string_view kSummary =
 constexpr double kTolerance = 1e-12;
 double dw_tolerance(const Shape& s) { return kTolerance * std::max(1.0, double(s.batch * s.seq) / 1024.0); }
 
-// max |got − ref| / max |ref|; NaN or inf anywhere → +inf (never passes).
-double rel_to_max(const double* got, const double* ref, std::size_t n) {
-  double diff = 0, scale = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(got[i]) || !std::isfinite(ref[i])) return std::numeric_limits<double>::infinity();
-    diff = std::max(diff, std::abs(got[i] - ref[i]));
-    scale = std::max(scale, std::abs(ref[i]));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
 
-void save_tensor(const fs::path& dir, const char* name, const Tensor<double>& t, bool batched) {
-  const Shape& s = t.shape();
-  std::vector<std::size_t> shape = {s.seq, s.heads, s.head_dim};
-  if (batched) shape.insert(shape.begin(), s.batch);
-  ref::write_npy(dir / name, shape, t.data());
-}
 
 struct ErrorLine {
   std::string tensor;
@@ -196,10 +180,10 @@ void check_backward(const MtaInputs& pr, const Tensor<double>& naive_o, double t
   r.errors.push_back({"dW", rel_to_max(g.dw.data(), gn.dw.data(), g.dw.numel()), tol_dw});
   if (!pr.save_dir) return;
   const fs::path& dir = *pr.save_dir;
-  save_tensor(dir, "o.npy", fl.o, pr.batched);
-  save_tensor(dir, "dq.npy", g.dq, pr.batched);
-  save_tensor(dir, "dk.npy", g.dk, pr.batched);
-  save_tensor(dir, "dv.npy", g.dv, pr.batched);
+  save_output(dir, "o.npy", fl.o, pr.batched);
+  save_output(dir, "dq.npy", g.dq, pr.batched);
+  save_output(dir, "dk.npy", g.dk, pr.batched);
+  save_output(dir, "dv.npy", g.dv, pr.batched);
   ref::write_npy(dir / "dw.npy", {g.dw.heads(), g.dw.cq(), g.dw.ck()}, g.dw.data());
 }
 
@@ -251,7 +235,7 @@ int run(const Args& args) {
     const auto fl = mta::flash_forward(pr.q, pr.k, pr.v, pr.w, pr.p, &r.counted);
     r.formula = mta::forward_traffic(pr.shape, pr.p, dtype);
     r.errors.push_back({"O", rel_to_max(fl.o.data(), naive.o.data(), fl.o.numel()), tol});
-    if (save_dir) save_tensor(*save_dir, "o.npy", fl.o, pr.batched);
+    if (save_dir) save_output(*save_dir, "o.npy", fl.o, pr.batched);
   } else if (mode == "bwd") {
     check_backward(pr, naive.o, tol, tol_dw, progress, r);
   } else {
@@ -262,7 +246,7 @@ int run(const Args& args) {
       for (std::size_t h = 0; h < pr.shape.heads; ++h)
         ref_last.head(b, h).row(0) = naive.o.head(b, h).row(Eigen::Index(pr.shape.seq) - 1);
     r.errors.push_back({"O", rel_to_max(last.data(), ref_last.data(), last.numel()), tol});
-    if (save_dir) save_tensor(*save_dir, "o.npy", last, pr.batched);  // [B, 1, H, D]: the last token
+    if (save_dir) save_output(*save_dir, "o.npy", last, pr.batched);  // [B, 1, H, D]: the last token
   }
   r.traffic_equal = same_traffic(r.counted, r.formula);
   bool passed = r.traffic_equal;

@@ -289,22 +289,6 @@ Args without_device(const Args& args) {
 
 #ifdef FLASHLAB_HAVE_CUDA
 // Everything below runs only with the CUDA kernels built.
-double rel_error(const float* got, const double* want, std::size_t n) {
-  double diff = 0, scale = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(got[i])) return std::numeric_limits<double>::infinity();
-    diff = std::max(diff, std::abs(double(got[i]) - want[i]));
-    scale = std::max(scale, std::abs(want[i]));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
-
-void save(const fs::path& dir, const char* name, const Tensor<float>& t, bool batched) {
-  const Shape& s = t.shape();
-  std::vector<std::size_t> shape = {s.seq, s.heads, s.head_dim};
-  if (batched) shape.insert(shape.begin(), s.batch);
-  ref::write_npy(dir / name, shape, t.data());
-}
 
 // Prints the errors beside their fp32 tolerances; kFailed when one is above.
 int report(const MtaInputs& in, const std::vector<std::pair<std::string, double>>& errors) {
@@ -351,20 +335,20 @@ int run_on_gpu(const MtaInputs& in) {
   std::vector<std::pair<std::string, double>> errors;
   if (mode == "fwd" || mode == "bwd") {
     const auto fwd = flashlab::cuda::mta::forward(q, k, v, w, p);
-    errors.emplace_back("O", rel_error(fwd.o.data(), naive.o.data(), fwd.o.numel()));
-    if (save_dir) save(*save_dir, "o.npy", fwd.o, in.batched);
+    errors.emplace_back("O", rel_to_max(fwd.o.data(), naive.o.data(), fwd.o.numel()));
+    if (save_dir) save_output(*save_dir, "o.npy", fwd.o, in.batched);
     if (mode == "bwd") {
       const Tensor<float> d_o = in.d_o.cast<float>();
       const auto g = flashlab::cuda::mta::backward(q, k, v, w, fwd.o, fwd.m, fwd.l, d_o, p);
       const auto gn = ref::mta::naive_backward<double>(qd, kd, vd, wd, d_o.cast<double>(), p);
-      errors.emplace_back("dQ", rel_error(g.dq.data(), gn.dq.data(), g.dq.numel()));
-      errors.emplace_back("dK", rel_error(g.dk.data(), gn.dk.data(), g.dk.numel()));
-      errors.emplace_back("dV", rel_error(g.dv.data(), gn.dv.data(), g.dv.numel()));
-      errors.emplace_back("dW", rel_error(g.dw.data(), gn.dw.data(), g.dw.numel()));
+      errors.emplace_back("dQ", rel_to_max(g.dq.data(), gn.dq.data(), g.dq.numel()));
+      errors.emplace_back("dK", rel_to_max(g.dk.data(), gn.dk.data(), g.dk.numel()));
+      errors.emplace_back("dV", rel_to_max(g.dv.data(), gn.dv.data(), g.dv.numel()));
+      errors.emplace_back("dW", rel_to_max(g.dw.data(), gn.dw.data(), g.dw.numel()));
       if (save_dir) {
-        save(*save_dir, "dq.npy", g.dq, in.batched);
-        save(*save_dir, "dk.npy", g.dk, in.batched);
-        save(*save_dir, "dv.npy", g.dv, in.batched);
+        save_output(*save_dir, "dq.npy", g.dq, in.batched);
+        save_output(*save_dir, "dk.npy", g.dk, in.batched);
+        save_output(*save_dir, "dv.npy", g.dv, in.batched);
         ref::write_npy(*save_dir / "dw.npy", {g.dw.heads(), g.dw.cq(), g.dw.ck()}, g.dw.data());
       }
     }
@@ -374,8 +358,8 @@ int run_on_gpu(const MtaInputs& in) {
     for (std::size_t b = 0; b < in.shape.batch; ++b)
       for (std::size_t h = 0; h < in.shape.heads; ++h)
         want.head(b, h).row(0) = naive.o.head(b, h).row(Eigen::Index(in.shape.seq) - 1);
-    errors.emplace_back("O", rel_error(last.data(), want.data(), last.numel()));
-    if (save_dir) save(*save_dir, "o.npy", last, in.batched);  // [B, 1, H, D]: the last token
+    errors.emplace_back("O", rel_to_max(last.data(), want.data(), last.numel()));
+    if (save_dir) save_output(*save_dir, "o.npy", last, in.batched);  // [B, 1, H, D]: the last token
   }
 
   return report(in, errors);
