@@ -1,5 +1,7 @@
 #include "run_cli.hpp"
 
+#include <catch2/catch.hpp>
+
 #include <sys/wait.h>
 
 #include <atomic>
@@ -42,6 +44,14 @@ CliResult run_cli(const std::string& args, const std::string& workdir) {
   r.err = slurp(err);
   std::filesystem::remove_all(dir);
   return r;
+}
+
+void expect_usage_error(const std::string& args, const std::string& message) {
+  INFO("flashlab " << args);
+  const auto r = run_cli(args);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("error:") && Catch::Contains(message) && Catch::Contains("hint:"));
+  CHECK(r.out.empty());
 }
 
 }  // namespace flashlab::test

@@ -16,6 +16,10 @@ struct CliResult {
 /// NO_COLOR set, in `workdir` if given, and returns exit code and both streams.
 CliResult run_cli(const std::string& args, const std::string& workdir = "");
 
+/// Checks that `flashlab <args>` is a usage error: exit 2, nothing on stdout, and on stderr
+/// `error:` with `message` in it and a `hint:` (the CLI's contract for bad input).
+void expect_usage_error(const std::string& args, const std::string& message);
+
 /// A fresh empty directory under the system temp dir, unique per call.
 std::string fresh_temp_dir(const std::string& tag);
 

@@ -12,19 +12,13 @@
 #include <vector>
 
 using flashlab::test::fresh_temp_dir;
+using flashlab::test::expect_usage_error;
 using flashlab::test::run_cli;
 namespace fs = std::filesystem;
 namespace ref = flashlab::ref;
 
 namespace {
 
-void expect_usage_error(const std::string& args, const std::string& message) {
-  INFO("flashlab " << args);
-  const auto r = run_cli(args);
-  CHECK(r.exit_code == 2);
-  CHECK_THAT(r.err, Catch::Contains("error:") && Catch::Contains(message) && Catch::Contains("hint:"));
-  CHECK(r.out.empty());
-}
 
 // A [N, H, D] float64 array with values f(n, h, k).
 template <typename F>

@@ -9,19 +9,8 @@
 #include <filesystem>
 #include <string>
 
+using flashlab::test::expect_usage_error;
 using flashlab::test::run_cli;
-
-namespace {
-
-void expect_usage_error(const std::string& args, const std::string& message) {
-  INFO("flashlab " << args);
-  const auto r = run_cli(args);
-  CHECK(r.exit_code == 2);
-  CHECK_THAT(r.err, Catch::Contains("error:") && Catch::Contains(message) && Catch::Contains("hint:"));
-  CHECK(r.out.empty());
-}
-
-}  // namespace
 
 TEST_CASE("cli bench: --help names the method and every flag", "[cli][bench]") {
   const auto r = run_cli("bench attention --help");

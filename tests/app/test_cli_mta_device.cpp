@@ -7,19 +7,8 @@
 
 #include <string>
 
+using flashlab::test::expect_usage_error;
 using flashlab::test::run_cli;
-
-namespace {
-
-void expect_usage_error(const std::string& args, const std::string& message) {
-  INFO("flashlab " << args);
-  const auto r = run_cli(args);
-  CHECK(r.exit_code == 2);
-  CHECK_THAT(r.err, Catch::Contains("error:") && Catch::Contains(message) && Catch::Contains("hint:"));
-  CHECK(r.out.empty());
-}
-
-}  // namespace
 
 TEST_CASE("cli traffic mta: the model of every pass, table and CSV", "[cli][traffic][mta]") {
   const auto table = run_cli("traffic mta --seq 100 --heads 2 --dim 16 --cq 3 --ck 5 --block 32 --splits 3");
