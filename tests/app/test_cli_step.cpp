@@ -39,6 +39,70 @@ const char* kProblem1 =
     "LOAD a[0][0], R0\nLOAD b[0][0], R1\nMAC_Z R0, R1, R2\nLOAD a[0][1], R0\nLOAD b[1][0], R1\n"
     "MAC R0, R1, R2, R2\nSTORE R2, c[0][0]\n";
 
+/// `flashlab step TRACE --machine matmul3` running full screen inside a private tmux server
+/// (-L: never touches the user's own tmux), killed when the object goes. `make deps` installs
+/// tmux, so its absence fails the test rather than passing silently.
+class TmuxStepper {
+ public:
+  TmuxStepper(const std::string& dir, const std::string& trace, int cols, int rows) : rcfile_(dir + "/rc") {
+    if (std::system("command -v tmux >/dev/null 2>&1") != 0)
+      FAIL("tmux is not installed, so the full-screen test cannot run (apt-get install tmux)");
+    // (Built with += : GCC 12 warns falsely on long chains of string temporaries, PR105329.)
+    tm_ = "tmux -L flashlab_test_";
+    tm_ += std::to_string(::getpid());
+    tm_ += " ";
+    std::string cmd = "'";
+    cmd += FLASHLAB_BIN;
+    cmd += "' step '";
+    cmd += trace;
+    cmd += "' --machine matmul3; echo $? > '";
+    cmd += rcfile_;
+    cmd += "'";
+    // A known TERM inside the pane (screen's terminfo ships with ncurses-base everywhere).
+    const std::string conf = write(dir, "tmux.conf", "set -g default-terminal screen\n");
+    const std::string size = "-x " + std::to_string(cols) + " -y " + std::to_string(rows);
+    REQUIRE(std::system((tm_ + "-f '" + conf + "' new-session -d -s s " + size + " \"" + cmd + "\"").c_str()) == 0);
+  }
+  TmuxStepper(const TmuxStepper&) = delete;
+  TmuxStepper& operator=(const TmuxStepper&) = delete;
+  ~TmuxStepper() { (void)std::system((tm_ + "kill-server >/dev/null 2>&1").c_str()); }
+
+  void keys(const std::string& k) { REQUIRE(std::system((tm_ + "send-keys -t s " + k).c_str()) == 0); }
+
+  /// Polls the pane until every string in `want` shows up (up to `polls` × 50 ms): the program
+  /// needs a moment to draw, and a capture can catch a frame half redrawn, so waiting for one
+  /// marker is not enough. Then checks each, with the screen in the failure message.
+  void expect(const std::vector<std::string>& want, int polls = 100) {
+    std::string s;
+    for (int i = 0; i < polls; ++i) {
+      s = sh(tm_ + "capture-pane -p -t s");
+      bool all = true;
+      for (const auto& w : want) all = all && s.find(w) != std::string::npos;
+      if (all) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    INFO("screen:\n" << s);
+    for (const auto& w : want) CHECK_THAT(s, Catch::Contains(w));
+  }
+
+  /// The exit code the program left after `q`, or -1 when it did not end within 5 s.
+  int exit_code() {
+    for (int i = 0; i < 100; ++i) {
+      if (std::filesystem::exists(rcfile_) && std::filesystem::file_size(rcfile_) > 0) {
+        std::ifstream in(rcfile_);
+        int rc = -1;
+        in >> rc;
+        return rc;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return -1;
+  }
+
+ private:
+  std::string tm_, rcfile_;
+};
+
 }  // namespace
 
 TEST_CASE("cli step: without a TTY it prints the lesson's table for lesson 1's worked trace", "[cli][step]") {
@@ -73,78 +137,27 @@ TEST_CASE("cli step: --plain on a trace, a lesson machine, and the errors", "[cl
 
 TEST_CASE("cli step: the full-screen stepper under tmux (80x24): next, back, toggle, goto, end, quit",
           "[cli][step][tmux]") {
-  if (std::system("command -v tmux >/dev/null 2>&1") != 0) {
-    // Not a silent pass: `make deps` installs tmux, so its absence is a broken environment.
-    FAIL("tmux is not installed, so the full-screen smoke test cannot run (apt-get install tmux)");
-  }
   const auto dir = fresh_temp_dir("tmux");
-  const auto p1 = write(dir, "p1.trace", kProblem1);
-  const std::string rcfile = dir + "/rc";
-  // A private tmux server (-L): never touches the user's own tmux; killed at the end.
-  // (Built with += : GCC 12 warns falsely on long chains of string temporaries, PR105329.)
-  std::string tm = "tmux -L flashlab_test_";
-  tm += std::to_string(::getpid());
-  tm += " ";
-  std::string cmd = "'";
-  cmd += FLASHLAB_BIN;
-  cmd += "' step '";
-  cmd += p1;
-  cmd += "' --machine matmul3; echo $? > '";
-  cmd += rcfile;
-  cmd += "'";
-  // A known TERM inside the pane (screen's terminfo ships with ncurses-base everywhere).
-  const std::string conf = write(dir, "tmux.conf", "set -g default-terminal screen\n");
-  REQUIRE(std::system((tm + "-f '" + conf + "' new-session -d -s s -x 80 -y 24 \"" + cmd + "\"").c_str()) == 0);
-  auto screen = [&] { return sh(tm + "capture-pane -p -t s"); };
-  // Polls the pane until every string in `want` shows up: the program needs a moment to draw,
-  // and a capture can catch a frame half redrawn, so waiting for one marker is not enough.
-  auto wait_for = [&](const std::vector<std::string>& want) {
-    std::string s;
-    for (int i = 0; i < 100; ++i) {
-      s = screen();
-      bool all = true;
-      for (const auto& w : want) all = all && s.find(w) != std::string::npos;
-      if (all) return s;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return s;
-  };
-  auto keys = [&](const std::string& k) { REQUIRE(std::system((tm + "send-keys -t s " + k).c_str()) == 0); };
-  auto expect = [&](const std::vector<std::string>& want) {
-    const std::string s = wait_for(want);
-    INFO("screen:\n" << s);
-    for (const auto& w : want) CHECK_THAT(s, Catch::Contains(w));
-  };
-
-  expect({"step 0/7", "> 1  LOAD a[0][0], R0", "Registers"});
-  keys("n n n");
-  expect({"step 3/7", "R2  a00", "> 4  LOAD a[0][1], R0"});
-  keys("b");
-  expect({"step 2/7", "> 3  MAC_Z R0, R1, R2"});
-  keys("s");
-  expect({"Registers (numeric)", "step 2/7  numeric"});
-  keys("g 6 Enter");
-  expect({"step 6/7", "> 7  STORE R2, c[0][0]"});
-  keys("e");
-  expect({"end of trace", "step 7/7", "DRAM reads 4, writes 1"});
-  keys("?");
-  expect({"Keys", "true reverse step"});
-  keys("x");  // any key leaves the help
-  expect({"step 7/7", "Registers (numeric)"});
-  keys("q");
-  bool ended = false;
-  for (int i = 0; i < 100 && !ended; ++i) {
-    ended = std::filesystem::exists(rcfile) && std::filesystem::file_size(rcfile) > 0;
-    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  {
+    TmuxStepper tmux(dir, write(dir, "p1.trace", kProblem1), 80, 24);
+    tmux.expect({"step 0/7", "> 1  LOAD a[0][0], R0", "Registers"});
+    tmux.keys("n n n");
+    tmux.expect({"step 3/7", "R2  a00", "> 4  LOAD a[0][1], R0"});
+    tmux.keys("b");
+    tmux.expect({"step 2/7", "> 3  MAC_Z R0, R1, R2"});
+    tmux.keys("s");
+    tmux.expect({"Registers (numeric)", "step 2/7  numeric"});
+    tmux.keys("g 6 Enter");
+    tmux.expect({"step 6/7", "> 7  STORE R2, c[0][0]"});
+    tmux.keys("e");
+    tmux.expect({"end of trace", "step 7/7", "DRAM reads 4, writes 1"});
+    tmux.keys("?");
+    tmux.expect({"Keys", "true reverse step"});
+    tmux.keys("x");  // any key leaves the help
+    tmux.expect({"step 7/7", "Registers (numeric)"});
+    tmux.keys("q");
+    CHECK(tmux.exit_code() == 0);
   }
-  CHECK(ended);
-  if (ended) {
-    std::ifstream in(rcfile);
-    int rc = -1;
-    in >> rc;
-    CHECK(rc == 0);
-  }
-  (void)std::system((tm + "kill-server >/dev/null 2>&1").c_str());
   std::filesystem::remove_all(dir);
 }
 
@@ -175,64 +188,29 @@ TEST_CASE("cli step: a long trace without a terminal prints the counters, not a 
 
 TEST_CASE("cli step: full screen on a long trace, end, back, goto a line ahead and behind",
           "[cli][step][tmux][hostile]") {
-  if (std::system("command -v tmux >/dev/null 2>&1") != 0) {
-    FAIL("tmux is not installed, so the full-screen test cannot run (apt-get install tmux)");
-  }
   const auto dir = fresh_temp_dir("tmuxlong");
-  // 30,000 steps: past the symbolic budget, so the stepper runs numeric-only with checkpoints.
-  const auto path = write(dir, "long.trace", "for i in 0..9999\n  LOAD a[0][0], R0\n  LOAD b[0][0], R1\n  MAC_Z R0, R1, R2\nend\n");
-  const std::string rcfile = dir + "/rc";
-  std::string tm = "tmux -L flashlab_long_";
-  tm += std::to_string(::getpid());
-  tm += " ";
-  std::string cmd = "'";
-  cmd += FLASHLAB_BIN;
-  cmd += "' step '";
-  cmd += path;
-  cmd += "' --machine matmul3; echo $? > '";
-  cmd += rcfile;
-  cmd += "'";
-  const std::string conf = write(dir, "tmux.conf", "set -g default-terminal screen\n");
-  REQUIRE(std::system((tm + "-f '" + conf + "' new-session -d -s s -x 100 -y 30 \"" + cmd + "\"").c_str()) == 0);
-  auto wait_for = [&](const std::vector<std::string>& want) {
-    std::string s;
-    for (int i = 0; i < 200; ++i) {
-      s = sh(tm + "capture-pane -p -t s");
-      bool all = true;
-      for (const auto& w : want) all = all && s.find(w) != std::string::npos;
-      if (all) return s;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return s;
-  };
-  auto keys = [&](const std::string& k) { REQUIRE(std::system((tm + "send-keys -t s " + k).c_str()) == 0); };
-  auto expect = [&](const std::vector<std::string>& want) {
-    const std::string s = wait_for(want);
-    INFO("screen:\n" << s);
-    for (const auto& w : want) CHECK_THAT(s, Catch::Contains(w));
-  };
-  expect({"step 0/30000", "numeric only: the trace is too long to carry expressions"});
-  keys("e");
-  expect({"step 30000/30000", "end of trace", "DRAM reads 20000"});
-  keys("b");
-  expect({"step 29999/30000", "> 30000  MAC_Z R0, R1, R2", "DRAM reads 20000"});
-  keys("g : 3 Enter");  // line 3 does not run after step 29999: back to its first execution
-  expect({"line 3 does not run again: back at its first execution, step 1", "step 1/30000"});
-  keys("g : 3 Enter");
-  expect({"line 3: its next execution, step 4", "step 4/30000"});
-  keys("g 15000 Enter");
-  expect({"step 15000/30000", "DRAM reads 10000"});
-  keys("b");
-  expect({"step 14999/30000", "DRAM reads 10000"});
-  keys("g : 9 Enter");
-  expect({"line 9 runs no instruction", "step 14999/30000"});
-  keys("q");
-  bool ended = false;
-  for (int i = 0; i < 100 && !ended; ++i) {
-    ended = std::filesystem::exists(rcfile) && std::filesystem::file_size(rcfile) > 0;
-    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  {
+    // 30,000 steps: past the symbolic budget, so the stepper runs numeric-only with checkpoints.
+    const auto path =
+        write(dir, "long.trace", "for i in 0..9999\n  LOAD a[0][0], R0\n  LOAD b[0][0], R1\n  MAC_Z R0, R1, R2\nend\n");
+    TmuxStepper tmux(dir, path, 100, 30);
+    tmux.expect({"step 0/30000", "numeric only: the trace is too long to carry expressions"}, 200);
+    tmux.keys("e");
+    tmux.expect({"step 30000/30000", "end of trace", "DRAM reads 20000"}, 200);
+    tmux.keys("b");
+    tmux.expect({"step 29999/30000", "> 30000  MAC_Z R0, R1, R2", "DRAM reads 20000"}, 200);
+    tmux.keys("g : 3 Enter");  // line 3 does not run after step 29999: back to its first execution
+    tmux.expect({"line 3 does not run again: back at its first execution, step 1", "step 1/30000"}, 200);
+    tmux.keys("g : 3 Enter");
+    tmux.expect({"line 3: its next execution, step 4", "step 4/30000"}, 200);
+    tmux.keys("g 15000 Enter");
+    tmux.expect({"step 15000/30000", "DRAM reads 10000"}, 200);
+    tmux.keys("b");
+    tmux.expect({"step 14999/30000", "DRAM reads 10000"}, 200);
+    tmux.keys("g : 9 Enter");
+    tmux.expect({"line 9 runs no instruction", "step 14999/30000"}, 200);
+    tmux.keys("q");
+    CHECK(tmux.exit_code() == 0);
   }
-  CHECK(ended);
-  (void)std::system((tm + "kill-server >/dev/null 2>&1").c_str());
   std::filesystem::remove_all(dir);
 }
