@@ -207,6 +207,7 @@ int run_sweep(const Sweep& s) {
 }  // namespace
 
 int cmd_bench(const Args& args) {
+  if (!args.empty() && args.front() == "mta") return cmd_bench_mta(args);  // cmd_bench_mta.cpp
   return guarded("bench", [&]() -> int {
     const auto desc = options();
     const auto parsed = parse_subject_command(

@@ -23,5 +23,6 @@ bool stream_wants_cuda(const Args& args);  ///< true when the stream arguments s
 int cmd_traffic_stream(const Args& args);  ///< `traffic stream --device cuda` (cmd_stream_cuda.cpp)
 int cmd_demo(const Args& args);       ///< the main job on its embedded default (cmd_demo.cpp)
 int cmd_bench(const Args& args);      ///< GPU timing of the fast attention forward (cmd_bench.cpp)
+int cmd_bench_mta(const Args& args);  ///< GPU timing of the MTA kernels, `bench mta` (cmd_bench_mta.cpp)
 
 }  // namespace flashlab::app

@@ -29,7 +29,11 @@ TEST_CASE("cli bench: --help names the method and every flag", "[cli][bench]") {
 
 TEST_CASE("cli bench: bad flags are usage errors naming the flag", "[cli][bench][errors]") {
   expect_usage_error("bench", "missing what to benchmark");
-  expect_usage_error("bench mta", "unknown bench subject 'mta'");
+  expect_usage_error("bench nothing", "unknown bench subject 'nothing'");
+  expect_usage_error("bench mta --ck 4", "--ck 4 is even");
+  expect_usage_error("bench mta --kernel quick", "--kernel 'quick' is unknown");
+  expect_usage_error("bench mta --pass backward", "--pass 'backward' is unknown");
+  expect_usage_error("bench mta --reps 2", "--reps 2 is out of range");
   expect_usage_error("bench attention --seq 1024,x", "--seq: 'x'");
   expect_usage_error("bench attention --seq 0", "--seq: '0'");
   expect_usage_error("bench attention --seq 1024,,2048", "--seq: ''");

@@ -1,0 +1,190 @@
+// `flashlab bench mta`: times the Multi-Token Attention kernels (the clear fp32 kernels or the
+// fast tensor-core ones) over a sweep of N and d for one kernel size cq × ck and one pass, and
+// prints ms and TFLOP/s per shape. Flags are parsed and checked in every build; the timing itself
+// is flashlab::cuda::mta::bench_mta (cuda/src/mta_bench.cpp), compiled only with CUDA
+// (FLASHLAB_HAVE_CUDA). Formatting only here.
+#include "commands.hpp"
+
+#ifdef FLASHLAB_HAVE_CUDA
+#include "flashlab/cuda/mta_bench.hpp"
+#include "flashlab/cuda/options.hpp"
+#endif
+
+#include <cstdio>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace flashlab::app {
+
+namespace {
+
+constexpr const char* kUsageLine =
+    "bench mta [--kernel fast|clear] [--pass fwd|bwd|fwd+bwd|decode] [--cq CQ] [--ck CK] [--seq N[,N2,...]]\n"
+    "                 [--dim D[,D2]] [--heads H] [--batch B] [--dtype bf16|fp16] [--block B] [--reps R] [--warmup W]\n"
+    "                 [--csv]";
+constexpr const char* kSummary =
+    "Times the Multi-Token Attention kernels on the GPU (causal, as MTA is) for every (d, N) of the\n"
+    "sweep and one convolution kernel size cq x ck. Per shape: W warm-up launches, then R launches\n"
+    "each timed alone with CUDA events, L2 flushed (256 MiB memset) before each, inputs rotated over\n"
+    "3 sets, W drawn once (N(0, 0.5^2) per tap). --kernel fast: the tensor-core kernels, bf16 or fp16\n"
+    "in, fp32 accumulation, O kept on chip across key tiles. --kernel clear: the clear fp32 kernels\n"
+    "in the source's order (O zero-filled, then read-modify-written in HBM per key tile; --block\n"
+    "sets their tile B). Prints the median, min and max ms and TFLOP/s = (2·N²·d·H·B for QK^T and\n"
+    "PV, causal, + N²·H·B·cq·ck for the convolution) / median. --csv rows feed cuda/bench/mta_torch.py\n"
+    "(the unfused PyTorch implementation, same shapes). Needs a build with CUDA and an NVIDIA GPU.";
+
+po::options_description options() {
+  po::options_description d("Options");
+  d.add_options()("help,h", "show this help")
+      ("kernel", po::value<std::string>()->default_value("fast"), "fast | clear: the kernel family to time")
+      ("pass", po::value<std::string>()->default_value("fwd"), "fwd | bwd | fwd+bwd | decode: the pass to time")
+      ("cq", po::value<long long>()->default_value(3), "kernel rows cq (query direction, >= 1)")
+      ("ck", po::value<long long>()->default_value(3), "kernel columns ck (key direction, odd)")
+      ("seq", po::value<std::string>()->default_value("4096"), "sequence lengths N, comma separated")
+      ("dim", po::value<std::string>()->default_value("64"), "head dims d, comma separated")
+      ("heads", po::value<long long>()->default_value(16), "H, number of heads")
+      ("batch", po::value<long long>()->default_value(1), "B, batch size")
+      ("dtype", po::value<std::string>()->default_value("bf16"), "bf16 | fp16 (fast kernels; the clear ones are fp32)")
+      ("block", po::value<long long>()->default_value(64), "B, the clear kernels' loaded tile (the fast tiles are fixed)")
+      ("splits", po::value<long long>()->default_value(16), "N_splits of the decode pass")
+      ("reps", po::value<long long>()->default_value(30), "timed launches per shape (at least 5)")
+      ("warmup", po::value<long long>()->default_value(3), "untimed launches per shape before timing")
+      ("csv", po::bool_switch(), "print CSV (kernel,dtype,pass,cq,ck,d,N,H,B,ms,min_ms,max_ms,tflops) instead of a table");
+  return d;
+}
+
+/// Everything the sweep needs, checked (flag names in every error).
+struct MtaSweep {
+  std::vector<int> seqs, dims;
+  int cq = 3, ck = 3, heads = 16, batch = 1, block = 64, splits = 16, reps = 30, warmup = 3;
+  std::string kernel = "fast", pass = "fwd";
+  bool fp16 = false, csv = false;
+};
+
+std::vector<int> int_list(const char* flag, const std::string& text, long long lo, long long hi, const char* example) {
+  const auto v = integer_list(flag, text, lo, hi, example);
+  return {v.begin(), v.end()};
+}
+
+int checked_int(const po::variables_map& vm, const char* flag, long long lo, long long hi) {
+  require_range(flag, vm[flag].as<long long>(), lo, hi);
+  return int(vm[flag].as<long long>());
+}
+
+MtaSweep parse_mta_sweep(const po::variables_map& vm) {
+  MtaSweep s;
+  s.seqs = int_list("seq", vm["seq"].as<std::string>(), 1, 1 << 20, "1024,4096");
+  s.dims = int_list("dim", vm["dim"].as<std::string>(), 1, 4096, "64,128");
+  s.cq = checked_int(vm, "cq", 1, 64);
+  s.ck = checked_int(vm, "ck", 1, 63);
+  if (s.ck % 2 == 0)
+    throw UsageError("--ck " + std::to_string(s.ck) + " is even", "the key direction needs an odd kernel, e.g. --ck 3");
+  s.heads = checked_int(vm, "heads", 1, 4096);
+  s.batch = checked_int(vm, "batch", 1, 4096);
+  s.block = checked_int(vm, "block", 1, 256);
+  s.splits = checked_int(vm, "splits", 1, 4096);
+  s.reps = checked_int(vm, "reps", 5, 100000);
+  s.warmup = checked_int(vm, "warmup", 0, 100000);
+  s.kernel = vm["kernel"].as<std::string>();
+  if (s.kernel != "fast" && s.kernel != "clear")
+    throw UsageError("--kernel '" + s.kernel + "' is unknown", "choose fast (the default) or clear");
+  s.pass = vm["pass"].as<std::string>();
+  if (s.pass != "fwd" && s.pass != "bwd" && s.pass != "fwd+bwd" && s.pass != "decode")
+    throw UsageError("--pass '" + s.pass + "' is unknown", "choose fwd (the default), bwd, fwd+bwd or decode");
+  const std::string dt = vm["dtype"].as<std::string>();
+  if (dt != "bf16" && dt != "fp16") throw UsageError("--dtype '" + dt + "' is unknown", "choose bf16 or fp16");
+  s.fp16 = dt == "fp16";
+  s.csv = vm["csv"].as<bool>();
+  return s;
+}
+
+#ifdef FLASHLAB_HAVE_CUDA
+namespace fm = flashlab::cuda::mta;
+
+fm::MtaBenchConfig config_of(const MtaSweep& s) {
+  fm::MtaBenchConfig b;
+  b.seqs = s.seqs;
+  b.head_dims = s.dims;
+  b.cq = s.cq;
+  b.ck = s.ck;
+  b.heads = s.heads;
+  b.batch = s.batch;
+  b.block = s.block;
+  b.splits = s.splits;
+  b.reps = s.reps;
+  b.warmup = s.warmup;
+  b.dtype = s.fp16 ? flashlab::ref::Dtype::fp16 : flashlab::ref::Dtype::bf16;
+  b.kernel = s.kernel == "clear" ? fm::MtaBenchKernel::clear : fm::MtaBenchKernel::fast;
+  b.pass = s.pass == "bwd"       ? fm::MtaBenchPass::bwd
+           : s.pass == "fwd+bwd" ? fm::MtaBenchPass::fwd_bwd
+           : s.pass == "decode"  ? fm::MtaBenchPass::decode
+                                 : fm::MtaBenchPass::fwd;
+  return b;
+}
+
+int run_mta_sweep(const MtaSweep& s) {
+  std::string why;
+  if (!flashlab::cuda::device_available(&why))
+    throw std::runtime_error("flashlab bench mta needs a CUDA GPU, and none is usable: " + why +
+                             "\nhint: run it on a machine with an NVIDIA GPU and driver (nvidia-smi lists it)");
+  const fm::MtaBenchConfig b = config_of(s);
+  // CSV goes to stdout alone (a file for mta_torch.py); the device line then goes to stderr.
+  std::ostream& info = s.csv ? std::cerr : std::cout;
+  info << "device: " << flashlab::cuda::device_description() << "\n"
+       << s.kernel << " MTA kernels, pass " << s.pass << ", " << s.cq << "x" << s.ck << ", causal, H=" << s.heads
+       << " B=" << s.batch << "; per shape " << s.warmup << " warm-up + " << s.reps
+       << " timed launches, each alone (CUDA events), L2 flushed before each, " << b.input_sets
+       << " input sets rotated; median (min, max)\n";
+  if (s.csv) std::cout << "kernel,dtype,pass,cq,ck,d,N,H,B,ms,min_ms,max_ms,tflops\n";
+  else {
+    char line[160];
+    std::snprintf(line, sizeof line, "%-6s %-5s %-7s %5s %4s %6s %10s %10s %10s %9s\n", "kernel", "dtype", "pass",
+                  "cq×ck", "d", "N", "ms", "min ms", "max ms", "TFLOP/s");
+    std::cout << line;
+  }
+  std::cout.flush();
+  try {
+    fm::bench_mta(b, [&](const fm::MtaBenchRow& r) {
+      const std::string dt(flashlab::ref::dtype_name(r.dtype));
+      char line[220];
+      if (s.csv)
+        std::snprintf(line, sizeof line, "%s,%s,%s,%d,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%.3f\n", fm::to_string(r.kernel),
+                      dt.c_str(), fm::to_string(r.pass), r.cq, r.ck, r.head_dim, r.seq, r.heads, r.batch, r.median_ms,
+                      r.min_ms, r.max_ms, r.tflops);
+      else
+        std::snprintf(line, sizeof line, "%-6s %-5s %-7s %2dx%-2d %4d %6d %10.4f %10.4f %10.4f %9.1f\n",
+                      fm::to_string(r.kernel), dt.c_str(), fm::to_string(r.pass), r.cq, r.ck, r.head_dim, r.seq,
+                      r.median_ms, r.min_ms, r.max_ms, r.tflops);
+      std::cout << line << std::flush;
+    });
+  } catch (const std::invalid_argument& e) {
+    // The harness checks the shape limits and the passes before timing: report them as usage errors.
+    throw UsageError(e.what(), "see flashlab bench mta --help (--kernel, --pass, --dim, --cq, --ck)");
+  }
+  return kOk;
+}
+#endif
+
+}  // namespace
+
+int cmd_bench_mta(const Args& args) {
+  return guarded("bench", [&]() -> int {
+    const auto desc = options();
+    const auto parsed = parse_subject_command(
+        args, desc, {"bench", "benchmark", "mta", "flashlab bench mta --cq 3 --ck 3 --seq 4096", kUsageLine, kSummary});
+    if (!parsed) return kOk;  // --help was printed
+    const MtaSweep sweep = parse_mta_sweep(*parsed);
+#ifdef FLASHLAB_HAVE_CUDA
+    return run_mta_sweep(sweep);
+#else
+    (void)sweep;
+    throw UsageError("this flashlab was built without CUDA (bench mta times the GPU kernels)",
+                     "rebuild with nvcc present (cmake --preset cuda, FLASHLAB_ENABLE_CUDA=ON) and run on a machine "
+                     "with an NVIDIA GPU");
+#endif
+  });
+}
+
+}  // namespace flashlab::app

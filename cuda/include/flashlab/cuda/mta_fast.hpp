@@ -1,0 +1,90 @@
+/// @file mta_fast.hpp
+/// @brief The fast Multi-Token Attention forward (bf16 or fp16 in, fp32 accumulation) on tensor
+/// cores: a host-level entry on reference tensors (tests, `flashlab mta fwd --kernel fast`) and a
+/// device-pointer entry (benchmarks, the backward). No CUDA types here.
+///
+/// Semantics: exactly the reference's (flashlab/reference/mta.hpp): S = scale·QKᵀ, zeros where
+/// j > i, the cq × ck cross-correlation over (query, key) with Pq = cq − 1 zero rows above and
+/// Pk = (ck − 1)/2 zero columns each side, −∞ where j > i, softmax over j, O = P V. Causal by
+/// definition.
+///
+/// Algorithm (cuda/src/mta_fast_fwd.cu): one thread block per query tile of Br = kFastBr effective
+/// rows of one (batch, head), in the FlashAttention-2 order: O_i, m_i, ℓ_i stay on chip across the
+/// key tiles (no read-modify-write of O in HBM) and O is written once at the end. Per key tile of
+/// Bc = kFastBc effective keys: S on tensor cores (mma.sync m16n8k16) for the tile *with its halo*
+/// (16 query rows above, 8 key columns each side: Pq ≤ 15, Pk ≤ 7) into shared memory in fp32,
+/// causal zeros, the convolution on chip in fp32, −∞ where j > i, online softmax in base 2, P
+/// rounded to the input dtype and P V on tensor cores. Key tiles entirely right of the block's
+/// last row are skipped (their Ŝ is all −∞ whatever the halo holds).
+///
+/// LSE convention (the same as fast_attention.hpp's, which the backward consumes): LSE is fp32
+/// `[B, H, N]`, **base 2 of base-2 scores**: with Ŝ the convolved, scaled scores (natural units),
+/// LSE_i = log2 Σ_{j ≤ i} 2^(Ŝ_ij·log2 e), so that P_ij = 2^(Ŝ_ij·log2 e − LSE_i) and
+/// LSE_i = ln Σ_j e^(Ŝ_ij) · log2 e. A row with no finite score (not reachable for rows < N:
+/// key 0 is always visible) would get LSE = −∞ and O = 0.
+///
+/// Extra device memory: none beyond the outputs. The kernel writes O (B·N·H·d 16-bit values) and
+/// LSE (4·B·H·N bytes, the only O(N·H) state); W is read in fp32 (4·H·cq·ck bytes). No N × N
+/// buffer, no workspace.
+#pragma once
+
+#include "flashlab/reference/mta.hpp"
+#include "flashlab/reference/tensor.hpp"
+#include "flashlab/reference/traffic.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace flashlab::cuda::mta {
+
+/// Effective query rows per thread block of the fast forward (Br).
+inline constexpr int kFastBr = 64;
+/// Effective keys per key tile of the fast forward (Bc).
+inline constexpr int kFastBc = 64;
+/// Largest kernel height the fast forward takes (cq ≤ 16: the 16-row halo holds Pq ≤ 15).
+inline constexpr int kFastMaxCq = 16;
+/// Largest kernel width the fast forward takes (odd ck ≤ 15: the 8-column halos hold Pk ≤ 7).
+inline constexpr int kFastMaxCk = 15;
+
+/// Shape and parameters of one fast forward on device pointers.
+struct FastShape {
+  int batch = 1;     ///< B
+  int seq = 0;       ///< N (≥ 1)
+  int heads = 1;     ///< H
+  int head_dim = 64; ///< d (64 or 128)
+  int cq = 1;        ///< kernel rows, 1 ≤ cq ≤ kFastMaxCq
+  int ck = 1;        ///< kernel columns, odd, 1 ≤ ck ≤ kFastMaxCk
+  ref::Dtype dtype = ref::Dtype::bf16;  ///< bf16 or fp16 (Q, K, V, O)
+  float scale = 0.f;  ///< softmax scale (natural units); 0 means 1/√d
+};
+
+/// The fast forward's limits, checked here and nowhere else: B, N, H ≥ 1, grid limits
+/// (H, B ≤ 65535), d ∈ {64, 128}, 1 ≤ cq ≤ kFastMaxCq, ck odd in [1, kFastMaxCk], dtype bf16 or
+/// fp16, B·N·H·d < 2³¹. Throws std::invalid_argument naming the field, its value and a hint.
+void check_fast_shape(const FastShape& shape);
+
+/// Launches the fast forward on device pointers, no copies, no allocation, no synchronisation,
+/// on `stream` (a cudaStream_t passed as void*; nullptr is the default stream). Q, K, V, O are
+/// `[B, N, H, d]` 16-bit values of `shape.dtype`; W is `[H, cq, ck]` fp32; LSE is `[B, H, N]`
+/// fp32, base 2 (see the file comment). Throws std::invalid_argument for a bad shape, CudaError
+/// if the launch fails.
+void fast_forward_device(const FastShape& shape, const void* Q, const void* K, const void* V, const float* W, void* O,
+                         float* LSE, void* stream = nullptr);
+
+/// Result of the host-level fast forward.
+struct FastForwardOutput {
+  ref::Tensor<float> o;   ///< O `[B, N, H, d]`: the kernel's 16-bit outputs, widened exactly
+  std::vector<float> lse; ///< LSE `[B, H, N]`, base 2 (file comment)
+};
+
+/// Rounds Q, K, V to `dtype` (bf16 or fp16, to nearest even), uploads them and W (fp32),
+/// poisons O and LSE with NaN, runs fast_forward_device() and downloads the results. Validates
+/// as the reference does (ref::mta::validate) and then check_fast_shape(); `p.block` and
+/// `p.splits` are not used (the tiles are fixed), `p.scale` is. Throws std::invalid_argument for
+/// bad arguments, CudaError for a CUDA failure.
+FastForwardOutput fast_forward(const ref::Tensor<float>& q, const ref::Tensor<float>& k, const ref::Tensor<float>& v,
+                               const ref::mta::Weights<float>& w, const ref::mta::Params& p,
+                               ref::Dtype dtype = ref::Dtype::bf16);
+
+}  // namespace flashlab::cuda::mta

@@ -1,0 +1,128 @@
+// Shared pieces of the fast Multi-Token Attention kernels (internal): the launch description,
+// the halo tile geometry, a cp.async tile loader that zero-fills rows outside [0, N) at both
+// ends, and the on-chip convolution of one row strip of fp32 scores (templated on ck, so that
+// the strip's accumulators and the kernel row stay in registers). Names as reference/src/mta:
+// Pq, Pk, Br, Bc, m_i, ℓ_i.
+//
+// Geometry of one (query tile, key tile) step of the forward, in shared memory:
+//   S tile: kHaloRows + Br rows (query rows i0 − 16 … i0 + Br − 1) × kHaloCols + Bc + kHaloCols
+//   columns (keys j0 − 8 … j0 + Bc + 7), fp32, pitch kLdS; Ŝ of the Br × Bc own block reads
+//   S[16 + r + a − Pq][8 + c + b − Pk]. The fixed 16/8 halos cover any Pq ≤ 15, Pk ≤ 7 and keep
+//   every tensor-core tile whole (m16, n8).
+#pragma once
+
+#include "common.hpp"
+#if defined(__CUDACC__)
+#include "tensor_core.cuh"
+#endif
+
+#include <cstddef>
+#include <cstdint>
+
+namespace flashlab::cuda::detail::mta {
+
+/// Effective query rows per block and keys per key tile (mta_fast.hpp's kFastBr, kFastBc).
+inline constexpr int kFastBr = 64;
+inline constexpr int kFastBc = 64;
+/// Halo query rows above the tile (≥ Pq for cq ≤ 16) and halo keys on each side (≥ Pk for ck ≤ 15).
+inline constexpr int kHaloRows = 16;
+inline constexpr int kHaloCols = 8;
+/// Rows of the loaded Q tile and of the S tile; keys of the loaded K tile and columns of S.
+inline constexpr int kSRows = kHaloRows + kFastBr;      // 80
+inline constexpr int kSCols = kFastBc + 2 * kHaloCols;  // 80
+/// Pitches (floats) of the fp32 S and Ŝ tiles: odd, so 32 lanes reading one column of 32
+/// different rows (the convolution's access) hit 32 different banks.
+inline constexpr int kLdS = kSCols + 1;
+inline constexpr int kLdP = kFastBc + 1;
+/// Outputs per thread of the convolution: one row strip of this many consecutive keys.
+inline constexpr int kConvStrip = 32;
+
+/// Everything the fast forward needs besides its pointers (passed by value).
+struct FastLaunch {
+  int batch = 1, seq = 0, heads = 1, head_dim = 64;  ///< B, N, H, d
+  int cq = 1, ck = 1;                                ///< kernel size (Pq = cq − 1, Pk = (ck − 1)/2)
+  bool bf16 = true;                                  ///< bf16 (true) or fp16 inputs and output
+  float scale_log2 = 0.f;                            ///< softmax scale · log2(e): S in base-2 units
+
+  /// Elements between two tokens of one head (H·d).
+  FLASHLAB_HD std::size_t row_stride() const { return std::size_t(heads) * head_dim; }
+  /// Offset of element (b, token 0, h, 0) in a [B, N, H, d] tensor.
+  FLASHLAB_HD std::size_t head_offset(int b, int h) const {
+    return std::size_t(b) * seq * row_stride() + std::size_t(h) * head_dim;
+  }
+  /// Offset of row 0 of head (b, h) in a [B, H, N] statistics vector (LSE).
+  FLASHLAB_HD std::size_t stat_offset(int b, int h) const { return (std::size_t(b) * heads + h) * std::size_t(seq); }
+};
+
+/// Launches the fast forward (grid ⌈N/Br⌉ × H × B) on `stream`. Device pointers; Q, K, V, O
+/// [B, N, H, d] 16-bit; W [H, cq, ck] fp32; LSE [B, H, N] fp32 base 2. Limits are the caller's
+/// (check_fast_shape).
+void launch_fast_forward(const FastLaunch& L, const void* Q, const void* K, const void* V, const float* W, void* O,
+                         float* LSE, cudaStream_t stream);
+
+#if defined(__CUDACC__)
+
+/// cp.async of rows [row0, row0 + ROWS) of one head of a 16-bit [B, N, H, HEAD_DIM] tensor
+/// into a swizzled [ROWS][HEAD_DIM] SRAM tile; rows outside [0, N) (the convolution's zero
+/// padding, or past the sequence) are zero-filled and read nothing.
+template <int HEAD_DIM, int ROWS, int THREADS>
+__device__ __forceinline__ void load_rows(uint32_t smem, const uint16_t* __restrict__ head, std::size_t stride,
+                                          int row0, int n) {
+  constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks per row
+  static_assert((ROWS * kChunks) % THREADS == 0, "the tile divides among the threads");
+#pragma unroll
+  for (int it = 0; it < ROWS * kChunks / THREADS; ++it) {
+    const int idx = int(threadIdx.x) + it * THREADS;
+    const int r = idx / kChunks, c = idx % kChunks, row = row0 + r;
+    const bool ok = row >= 0 && row < n;
+    // A zero-filled chunk reads nothing; its address still points inside the tensor.
+    cp_async16(smem + swz<HEAD_DIM>(r, c), head + std::size_t(ok ? row : 0) * stride + 8 * c, ok);
+  }
+}
+
+/// One strip of Ŝ = Conv2D(S, W), kConvStrip consecutive keys of one query row, in base-2 units
+/// as S is: acc[x] = Σ_a Σ_b W[a, b] · S[row0 + a][col0 + x + b], with `row0`, `col0` the S-tile
+/// coordinates of tap (0, 0) of output 0 (the caller folds in Pq, Pk and the halos). Each S value
+/// is read once per kernel row and feeds up to CK accumulators from registers; W comes from
+/// SRAM ([cq][CK], one broadcast load per tap and row).
+template <int CK>
+__device__ __forceinline__ void conv_strip(const float* __restrict__ s, int ld, const float* __restrict__ w, int cq,
+                                           int row0, int col0, float (&acc)[kConvStrip]) {
+#pragma unroll
+  for (int x = 0; x < kConvStrip; ++x) acc[x] = 0.f;
+  for (int a = 0; a < cq; ++a) {
+    float wa[CK];
+#pragma unroll
+    for (int b = 0; b < CK; ++b) wa[b] = w[a * CK + b];
+    const float* row = s + (row0 + a) * ld + col0;
+#pragma unroll
+    for (int t = 0; t < kConvStrip + CK - 1; ++t) {
+      const float v = row[t];
+#pragma unroll
+      for (int b = 0; b < CK; ++b) {
+        const int x = t - b;  // output x takes S column x + b
+        if (x >= 0 && x < kConvStrip) acc[x] = fmaf(wa[b], v, acc[x]);
+      }
+    }
+  }
+}
+
+/// conv_strip for a run-time ck ∈ {1, 3, …, 15} (one unrolled instance per width).
+__device__ __forceinline__ void conv_strip_any(int ck, const float* __restrict__ s, int ld,
+                                               const float* __restrict__ w, int cq, int row0, int col0,
+                                               float (&acc)[kConvStrip]) {
+  switch (ck) {
+    case 1: conv_strip<1>(s, ld, w, cq, row0, col0, acc); break;
+    case 3: conv_strip<3>(s, ld, w, cq, row0, col0, acc); break;
+    case 5: conv_strip<5>(s, ld, w, cq, row0, col0, acc); break;
+    case 7: conv_strip<7>(s, ld, w, cq, row0, col0, acc); break;
+    case 9: conv_strip<9>(s, ld, w, cq, row0, col0, acc); break;
+    case 11: conv_strip<11>(s, ld, w, cq, row0, col0, acc); break;
+    case 13: conv_strip<13>(s, ld, w, cq, row0, col0, acc); break;
+    default: conv_strip<15>(s, ld, w, cq, row0, col0, acc); break;  // ck = 15 (check_fast_shape)
+  }
+}
+
+#endif  // __CUDACC__
+
+}  // namespace flashlab::cuda::detail::mta
