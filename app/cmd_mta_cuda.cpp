@@ -15,7 +15,9 @@
 #include "flashlab/reference/npy.hpp"
 
 #ifdef FLASHLAB_HAVE_CUDA
+#include "flashlab/cuda/fast_attention.hpp"
 #include "flashlab/cuda/mta.hpp"
+#include "flashlab/cuda/mta_fast.hpp"
 #endif
 
 #include <algorithm>
@@ -251,7 +253,7 @@ using ref::Tensor;
 constexpr std::string_view kMtaUsage =
     "mta fwd|bwd|infer --device cuda [--seq N] [--heads H] [--dim D] [--cq CQ] [--ck CK] [--block B]\n"
     "                [--splits S] [--batch NB] [--seed S] [--scale X] [--inputs DIR] [--save DIR]\n"
-    "                [--allow-nonfinite] [--memory-limit SIZE]";
+    "                [--allow-nonfinite] [--memory-limit SIZE] [--kernel clear|fast] [--dtype bf16|fp16]";
 constexpr std::string_view kMtaSummary =
     "Multi-Token Attention on the GPU: the clear fp32 CUDA kernels (forward with O read-modify-written\n"
     "per key tile, backward dQ + dW and dK/dV kernels, split-K inference with its combine kernel),\n"
@@ -261,7 +263,11 @@ constexpr std::string_view kMtaSummary =
     "--save DIR writes the GPU's o.npy (and dq dk dv dw .npy for bwd) as float32. Exit 0 when every\n"
     "error is within tolerance, 1 when not, 2 on bad input. The flags, limits and input rules are the\n"
     "CPU command's (inputs float32 or float64 and finite, --allow-nonfinite lets NaN/Inf through);\n"
-    "--device cpu runs the CPU reference command instead.";
+    "--device cpu runs the CPU reference command instead.\n"
+    "--kernel fast (fwd only) runs the fast tensor-core forward instead: Q, K, V rounded to --dtype (bf16 or\n"
+    "fp16), W fp32, d = 64 or 128, cq <= 16, odd ck <= 15; the reference gets the rounded values. Prints O's\n"
+    "error (tolerance 1e-2 and 2x the error of merely rounding the float64 O to the dtype) and LSE's\n"
+    "(absolute, tolerance 1e-4 of max(1, max|LSE|)); --block and --splits are not used.";
 
 constexpr double kFp32Tolerance = 1e-5;
 // dW is one sum over N²/2 score entries whose terms cancel (Σ_j dŜ[i, j] = 0 on every row), so
@@ -310,6 +316,87 @@ int report(const MtaInputs& in, const std::vector<std::pair<std::string, double>
     std::cout << line;
   }
   if (!passed) {
+    std::cerr << "error: the GPU result does not match the float64 reference (see above)\n";
+    return kFailed;
+  }
+  return kOk;
+}
+
+/// The rounding floor and tolerances of the fast path (tests/cuda/test_cuda_mta_fast.cpp uses the same).
+constexpr double kFastOTolerance = 1e-2;
+constexpr double kFastLseTolerance = 1e-4;
+
+// The fast forward on checked inputs: Q, K, V rounded to `dtype` (the reference gets the rounded
+// values), errors of O and LSE against the naive float64 reference, --save o.npy.
+int run_fast_on_gpu(const MtaInputs& in, ref::Dtype dtype) {
+  const bool bf16 = dtype == ref::Dtype::bf16;
+  auto rounded = [&](const Tensor<double>& x) {
+    Tensor<float> out(x.shape());
+    for (std::size_t i = 0; i < x.numel(); ++i) {
+      const float f = float(x.data()[i]);
+      out.data()[i] = bf16 ? flashlab::cuda::bf16_to_float(flashlab::cuda::float_to_bf16(f))
+                           : flashlab::cuda::fp16_to_float(flashlab::cuda::float_to_fp16(f));
+    }
+    return out;
+  };
+  flashlab::cuda::mta::FastShape shape;  // the fast kernel's limits first, as usage errors
+  shape.batch = int(in.shape.batch);
+  shape.seq = int(in.shape.seq);
+  shape.heads = int(in.shape.heads);
+  shape.head_dim = int(in.shape.head_dim);
+  shape.cq = int(in.p.cq);
+  shape.ck = int(in.p.ck);
+  shape.dtype = dtype;
+  try {
+    flashlab::cuda::mta::check_fast_shape(shape);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what(), "--kernel fast takes --dim 64 or 128, --cq <= 16 and odd --ck <= 15 (--kernel clear "
+                               "takes any)");
+  }
+  std::string why;
+  if (!flashlab::cuda::device_available(&why)) {
+    std::cerr << "error: --device cuda: " << why << "\nhint: run on a machine with an NVIDIA GPU, or use --device cpu\n";
+    return kFailed;
+  }
+  const Tensor<float> q = rounded(in.q), k = rounded(in.k), v = rounded(in.v);
+  const ref::mta::Weights<float> w = in.w.cast<float>();
+  const auto got = flashlab::cuda::mta::fast_forward(q, k, v, w, in.p, dtype);
+  const auto naive = ref::mta::naive_forward<double>(q.cast<double>(), k.cast<double>(), v.cast<double>(),
+                                                     w.cast<double>(), in.p);
+  const double e_o = rel_to_max(got.o.data(), naive.o.data(), got.o.numel());
+  std::vector<float> floor_o(naive.o.numel());
+  for (std::size_t i = 0; i < floor_o.size(); ++i) {
+    const float f = float(naive.o.data()[i]);
+    floor_o[i] = bf16 ? flashlab::cuda::bf16_to_float(flashlab::cuda::float_to_bf16(f))
+                      : flashlab::cuda::fp16_to_float(flashlab::cuda::float_to_fp16(f));
+  }
+  const double floor = rel_to_max(floor_o.data(), naive.o.data(), floor_o.size());
+  // LSE: the kernel's base 2, [B, H, N], against the reference's natural log, [B, N, H, 1].
+  const Shape& s = in.shape;
+  double lse_scale = 1.0, lse_diff = 0.0;
+  for (std::size_t i = 0; i < naive.lse.numel(); ++i) lse_scale = std::max(lse_scale, std::abs(naive.lse.data()[i]));
+  for (std::size_t b = 0; b < s.batch; ++b)
+    for (std::size_t n = 0; n < s.seq; ++n)
+      for (std::size_t h = 0; h < s.heads; ++h) {
+        const double lse = double(got.lse[(b * s.heads + h) * s.seq + n]) * 0.6931471805599453;  // · ln 2
+        const double e = std::abs(lse - naive.lse.data()[(b * s.seq + n) * s.heads + h]);
+        lse_diff = std::isfinite(e) ? std::max(lse_diff, e) : std::numeric_limits<double>::infinity();
+      }
+  const double e_lse = lse_diff / lse_scale;
+  if (in.save_dir) save_output(*in.save_dir, "o.npy", got.o, in.batched);
+  const bool ok_o = e_o <= kFastOTolerance && e_o <= 2.0 * floor + 1e-7, ok_lse = e_lse <= kFastLseTolerance;
+  std::cout << "flashlab mta fwd --device cuda --kernel fast: " << flashlab::cuda::device_description() << "\n"
+            << "batch=" << s.batch << " N=" << s.seq << " H=" << s.heads << " D=" << s.head_dim << ", cq=" << in.p.cq
+            << " ck=" << in.p.ck << ", " << ref::dtype_name(dtype) << " inputs, fp32 accumulation\n"
+            << "max error vs naive float64 on the rounded inputs:\n";
+  char line[200];
+  std::snprintf(line, sizeof line, "  O    %.2e  %s  (tolerance 1e-2 and 2 x %.2e, the error of rounding the exact O)\n",
+                e_o, ok_o ? "ok" : "FAILED", floor);
+  std::cout << line;
+  std::snprintf(line, sizeof line, "  LSE  %.2e  %s  (absolute / max(1, max|LSE|), tolerance 1e-4)\n", e_lse,
+                ok_lse ? "ok" : "FAILED");
+  std::cout << line;
+  if (!(ok_o && ok_lse)) {
     std::cerr << "error: the GPU result does not match the float64 reference (see above)\n";
     return kFailed;
   }
@@ -370,7 +457,9 @@ int run_on_gpu(const MtaInputs& in) {
 // (mta_inputs.hpp): the same bad input gets the same error on both devices, in any build.
 int run_mta_cuda(const Args& args) {
   po::options_description desc("Options"), hidden;
-  desc.add_options()("help,h", "show this help");
+  desc.add_options()("help,h", "show this help")
+      ("kernel", po::value<std::string>()->default_value("clear"), "clear (fp32 kernels) | fast (tensor-core forward)")
+      ("dtype", po::value<std::string>()->default_value("bf16"), "bf16 | fp16: inputs of --kernel fast");
   add_mta_options(desc, hidden, 64, 32);
   po::options_description all;
   all.add(desc).add(hidden);
@@ -381,8 +470,14 @@ int run_mta_cuda(const Args& args) {
     print_help(std::cout, kMtaUsage, kMtaSummary, desc);
     return kOk;
   }
+  const std::string kernel = vm["kernel"].as<std::string>(), dtype = vm["dtype"].as<std::string>();
+  if (kernel != "clear" && kernel != "fast") throw UsageError("--kernel '" + kernel + "' is unknown", "choose clear or fast");
+  if (dtype != "bf16" && dtype != "fp16") throw UsageError("--dtype '" + dtype + "' is unknown", "choose bf16 or fp16");
   const MtaInputs in = mta_inputs(vm);
+  if (kernel == "fast" && in.mode != "fwd")
+    throw UsageError("--kernel fast runs mta fwd only", "use --kernel clear for mta " + in.mode);
 #ifdef FLASHLAB_HAVE_CUDA
+  if (kernel == "fast") return run_fast_on_gpu(in, dtype == "fp16" ? ref::Dtype::fp16 : ref::Dtype::bf16);
   return run_on_gpu(in);
 #else
   throw UsageError("this flashlab was built without CUDA (--device cuda)",

@@ -9,9 +9,16 @@
 #   measure.sh hopper [BIN_DIR] [OUT_DIR] the Hopper forwards only (about a minute): the tma-ws
 #                                        tests and sanitizers, tma-ws and wgmma sweeps beside SDPA,
 #                                        one ncu profile of each at the headline shape; tabulated
-#   measure.sh mta [BIN_DIR] [OUT_DIR]   the clear MTA kernels: tests, sanitizers, CUPTI traffic
-#                                        beside the model, the CLI (also on INPUTS=<dir of .npy>);
-#                                        tabulated into mta_checks.csv, mta_traffic.csv
+#   measure.sh mta [BIN_DIR] [OUT_DIR]   the MTA kernels: the clear ones' tests, sanitizers, CUPTI
+#                                        traffic beside the model, the CLI (also on INPUTS=<dir of
+#                                        .npy>), then everything of mta-fast; tabulated into
+#                                        mta_checks.csv, mta_traffic.csv and mta-fast's CSVs
+#   measure.sh mta-fast [BIN_DIR] [OUT_DIR] the fast MTA forward only: its tests and sanitizers,
+#                                        `bench mta` at H = 16, N = 4096 (3x3, 11x11, 6x11; d = 64
+#                                        and 128; the clear kernel at 3x3) and the unfused PyTorch
+#                                        implementation on the same shapes (mta_torch.py); tabulated
+#                                        into mta_fast_checks.csv, mta_fast_worst_errors.csv,
+#                                        mta_fast.csv, mta_torch.csv
 #   measure.sh stream [BIN_DIR] [OUT_DIR] the clear STREAM kernels: tests, sanitizers, CUPTI traffic,
 #                                        planted-needle recall at T = 1M; tabulated into
 #                                        stream_checks.csv, stream_traffic.csv, stream_needles.csv
@@ -151,7 +158,37 @@ run_mta() {
     step "$logs/mta_bwd_inputs_cuda.txt" "${mta[@]}" bwd --device cuda --inputs "$INPUTS" --block 32 --save "$logs/gpu_out"
     step "$logs/mta_bwd_inputs_cpu.txt" "${mta[@]}" bwd --device cpu --inputs "$INPUTS" --block 32
   fi
+  mta_fast_steps "$bin" "$logs"
   finish "$out" "$status" mta
+}
+
+# mta_fast_steps BIN LOGS: the fast MTA forward's tests and sanitizers, `bench mta` at the bar
+# shapes (the clear kernel beside it: the source's order, O read-modify-written in HBM) and the
+# unfused PyTorch implementation on the same shapes in the same run. Sets the caller's status.
+mta_fast_steps() {
+  local bin=$1 logs=$2 k
+  step_timeout=200 step "$logs/test_cuda_mta_fast.log" "$bin/test_cuda" '[mta-fast]' --durations yes
+  for k in memcheck racecheck; do
+    step_timeout=150 step "$logs/sanitize_mta_fast_$k.log" compute-sanitizer --tool "$k" --error-exitcode 9 \
+      "$bin/test_cuda" '[mta-fast-sanitize]'
+  done
+  step_timeout=60 step "$logs/mta_fwd_fast.txt" "$bin/flashlab" mta fwd --device cuda --kernel fast --seq 300 \
+    --heads 2 --dim 64 --cq 6 --ck 11
+  local bench=("$bin/flashlab" bench mta --csv --heads 16 --seq 4096)
+  for k in 3x3 11x11 6x11; do
+    step_timeout=120 step "$logs/mta_bench_fast_$k.csv" "${bench[@]}" --reps 20 --cq "${k%x*}" --ck "${k#*x}" --dim 64,128
+  done
+  step_timeout=60 step "$logs/mta_bench_fast_3x3_fp16.csv" "${bench[@]}" --reps 20 --cq 3 --ck 3 --dtype fp16
+  step_timeout=120 step "$logs/mta_bench_clear_3x3.csv" "${bench[@]}" --kernel clear --reps 5 --warmup 1 --cq 3 --ck 3
+  step_timeout=300 step "$logs/mta_torch.log" env PYTHONUNBUFFERED=1 python3 "$(dirname "$0")/mta_torch.py" \
+    "$logs"/mta_bench_fast_{3x3,11x11,6x11}.csv --reps 5 --out "$logs/mta_torch.csv"
+}
+
+run_mta_fast() {
+  local bin=$1 out=$2 logs=$2/logs status=0
+  begin_logs "$logs" mta-fast
+  mta_fast_steps "$bin" "$logs"
+  finish "$out" "$status" mta-fast
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -200,7 +237,7 @@ env_value() { sed -n "s/^$1=//p" "$2" | head -1; }
 tab_checks() {
   local logs=$1 date=$2 device=$3
   echo "date,device,command,status,assertions,test_cases,sanitizer_errors"
-  for log in "$logs"/test_cuda.log "$logs"/sanitize_*.log; do
+  for log in "$logs"/test_cuda*.log "$logs"/sanitize_*.log; do
     [ -f "$log" ] || continue
     local cmd rc
     cmd=$(sed -n '1s/^=== //p' "$log.cmd" 2>/dev/null | sed 's|^[^ ]*/||; s|compute-sanitizer \(.*\) [^ ]*/test_cuda|compute-sanitizer \1 test_cuda|')
@@ -327,6 +364,14 @@ tab_needles() {
   done
 }
 
+# tab_mta_fast LOGS DATE DEVICE CSV_DIR: the fast MTA forward's worst errors, `bench mta` rows
+# (fast and clear) and the PyTorch rows, date and device first.
+tab_mta_fast() {
+  tab_worst_errors "$1/test_cuda_mta_fast.log" "$2" "$3" >"$4/mta_fast_worst_errors.csv"
+  prefix_csv "$2" "$3" "$1"/mta_bench_*.csv >"$4/mta_fast.csv"
+  prefix_csv "$2" "$3" "$1/mta_torch.csv" >"$4/mta_torch.csv"
+}
+
 tabulate() {
   local out=$1 logs=$1/logs
   [ -f "$logs/env.txt" ] || { echo "measure: $logs/env.txt missing (date=…, device=… lines)" >&2; return 1; }
@@ -338,7 +383,11 @@ tabulate() {
   case "${mode:-run}" in
     mta)
       tab_checks "$logs" "$date" "$device" >"$out/csv/mta_checks.csv"
-      prefix_csv "$date" "$device" "$logs"/mta_traffic_{3x3,6x11,infer_32k}.csv >"$out/csv/mta_traffic.csv" ;;
+      prefix_csv "$date" "$device" "$logs"/mta_traffic_{3x3,6x11,infer_32k}.csv >"$out/csv/mta_traffic.csv"
+      tab_mta_fast "$logs" "$date" "$device" "$out/csv" ;;
+    mta-fast)
+      tab_checks "$logs" "$date" "$device" >"$out/csv/mta_fast_checks.csv"
+      tab_mta_fast "$logs" "$date" "$device" "$out/csv" ;;
     stream)
       tab_checks "$logs" "$date" "$device" >"$out/csv/stream_checks.csv"
       prefix_csv "$date" "$device" "$logs/stream_traffic.csv" >"$out/csv/stream_traffic.csv"
@@ -360,6 +409,7 @@ case "${1:-}" in
   tabulate) [ $# -eq 2 ] || usage; tabulate "$2" ;;
   hopper) run_hopper "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
   mta) run_mta "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
+  mta-fast) run_mta_fast "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
   stream) run_stream "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
   *) usage ;;
 esac
