@@ -208,6 +208,7 @@ int run_sweep(const Sweep& s) {
 
 int cmd_bench(const Args& args) {
   if (!args.empty() && args.front() == "mta") return cmd_bench_mta(args);  // cmd_bench_mta.cpp
+  if (!args.empty() && args.front() == "stream") return cmd_bench_stream(args);  // cmd_bench_stream.cpp
   return guarded("bench", [&]() -> int {
     const auto desc = options();
     const auto parsed = parse_subject_command(

@@ -24,5 +24,6 @@ int cmd_traffic_stream(const Args& args);  ///< `traffic stream --device cuda` (
 int cmd_demo(const Args& args);       ///< the main job on its embedded default (cmd_demo.cpp)
 int cmd_bench(const Args& args);      ///< GPU timing of the fast attention forward (cmd_bench.cpp)
 int cmd_bench_mta(const Args& args);  ///< GPU timing of the MTA kernels, `bench mta` (cmd_bench_mta.cpp)
+int cmd_bench_stream(const Args& args);  ///< `bench stream`, GPU timing of STREAM (cmd_bench_stream.cpp)
 
 }  // namespace flashlab::app

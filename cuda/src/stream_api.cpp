@@ -118,6 +118,13 @@ DeviceBuffer<long long> upload_indices(const std::vector<std::int64_t>& indices,
 
 }  // namespace
 
+namespace detail {
+StreamProblem make_stream_problem(const ref::stream::BlockMask& mask, std::size_t heads, std::size_t d, std::size_t dv,
+                                  std::size_t k) {
+  return make_problem(mask, heads, d, dv, k);
+}
+}  // namespace detail
+
 EstimateOutput stream_estimate(const HostHeads& Q, const HostHeads& K, const ref::stream::BlockMask& mask,
                                std::size_t k) {
   check_input(Q, "Q", Q.heads);

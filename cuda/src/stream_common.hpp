@@ -11,6 +11,10 @@
 
 #include <cstdint>
 
+namespace flashlab::ref::stream {
+class BlockMask;
+}
+
 namespace flashlab::cuda::stream::detail {
 
 using ::flashlab::cuda::detail::kThreads;
@@ -52,6 +56,12 @@ struct StreamProblem {
   /// the attention kernels: column reads of consecutive rows hit different banks).
   FLASHLAB_HD static int pitch(int width) { return width + 1; }
 };
+
+/// The launch description of a causal (∧ user) mask for `heads` heads, head dims d and d_v, k
+/// kept blocks (stream_api.cpp): the reference's parameter rules and the clear kernels' limits,
+/// StreamError naming the parameter otherwise.
+StreamProblem make_stream_problem(const ref::stream::BlockMask& mask, std::size_t heads, std::size_t d, std::size_t dv,
+                                  std::size_t k);
 
 /// Device memory a launch needs besides the inputs and outputs, in bytes, and the shared memory
 /// per thread block; the host API checks both before launching.

@@ -1,0 +1,183 @@
+// `flashlab bench stream`: times the STREAM kernels on the GPU — the estimate and/or the apply,
+// clear fp32 (cuda/src/stream_estimate.cu, stream_apply.cu) or fast 16-bit — over a sweep of
+// (d, k, T) and prints ms per shape and pass with the device memory each pass needs beyond Q, K,
+// V, O. Flags are parsed and checked in every build; the timing itself is
+// flashlab::cuda::bench_stream (cuda/src/stream_bench.cpp), compiled only with CUDA.
+#include "commands.hpp"
+
+#ifdef FLASHLAB_HAVE_CUDA
+#include "flashlab/cuda/options.hpp"
+#include "flashlab/cuda/stream_bench.hpp"
+#endif
+
+#include <cstdio>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace flashlab::app {
+
+namespace {
+
+constexpr const char* kUsageLine =
+    "bench stream [--pass estimate|apply|both] [--kernel clear|fast] [--seq T[,T2,...]] [--dim D[,D2]]\n"
+    "                       [--k K[,K2,...]] [--heads H] [--bq BQ] [--bk BK] [--dtype bf16|fp16]\n"
+    "                       [--reps R] [--warmup W] [--csv]";
+constexpr const char* kSummary =
+    "Times the STREAM kernels on the GPU: mask estimation (top-k key blocks per query block) and/or\n"
+    "mask application (block-sparse attention over them), the clear fp32 kernels or the fast\n"
+    "16-bit tensor-core ones, for every (d, k, T) of the sweep; causal mask, N(0, 1) inputs. Per\n"
+    "shape and pass: W warm-up launches, then R launches each timed alone with CUDA events, L2\n"
+    "flushed (256 MiB memset) before each. The apply runs on the I of one untimed clear estimate of\n"
+    "the same inputs. Prints the median, min and max ms and the device bytes the pass needs beyond\n"
+    "Q, K, V and O (I, scores, workspaces). --csv rows feed cuda/bench/stream_sdpa.py (dense causal\n"
+    "SDPA at the same T). Needs a build with CUDA and an NVIDIA GPU.";
+
+/// Largest T the sweep accepts: 8M tokens (at d = 128 one fp32 tensor is 4 GiB).
+constexpr long long kMaxSeq = 1LL << 23;
+
+po::options_description options() {
+  po::options_description d("Options");
+  d.add_options()("help,h", "show this help")
+      ("pass", po::value<std::string>()->default_value("both"), "estimate | apply | both: the passes to time")
+      ("kernel", po::value<std::string>()->default_value("clear"), "clear | fast: the implementation to time")
+      ("seq", po::value<std::string>()->default_value("32768,65536,131072,262144,524288,1048576"),
+       "sequence lengths T, comma separated (up to 8388608)")
+      ("dim", po::value<std::string>()->default_value("64,128"), "head dims d, comma separated")
+      ("k", po::value<std::string>()->default_value("8,16,32"), "key blocks kept per query block, comma separated")
+      ("heads", po::value<long long>()->default_value(1), "H, number of heads (every head uses one block mask)")
+      ("bq", po::value<long long>()->default_value(64), "b_q, query-block size")
+      ("bk", po::value<long long>()->default_value(64), "b_k, key-block size")
+      ("dtype", po::value<std::string>()->default_value("bf16"), "bf16 | fp16: storage of the fast kernels")
+      ("reps", po::value<long long>()->default_value(20), "timed launches per shape and pass")
+      ("warmup", po::value<long long>()->default_value(2), "untimed launches per shape and pass before timing")
+      ("csv", po::bool_switch(),
+       "print CSV (kernel,dtype,pass,T,d,k,H,bq,bk,ms,min_ms,max_ms,extra_bytes,reps) instead of a table");
+  return d;
+}
+
+std::vector<int> int_list(const char* flag, const std::string& text, long long lo, long long hi, const char* example) {
+  const auto v = integer_list(flag, text, lo, hi, example);
+  return {v.begin(), v.end()};
+}
+
+/// Everything the sweep needs, checked.
+struct StreamSweep {
+  std::vector<int> seqs, dims, ks;
+  int heads = 1, bq = 64, bk = 64, reps = 20, warmup = 2;
+  bool estimate = true, apply = true, fast = false, fp16 = false, csv = false;
+};
+
+StreamSweep parse_sweep(const po::variables_map& vm) {
+  StreamSweep s;
+  s.seqs = int_list("seq", vm["seq"].as<std::string>(), 1, kMaxSeq, "32768,1048576");
+  s.dims = int_list("dim", vm["dim"].as<std::string>(), 1, 256, "64,128");
+  s.ks = int_list("k", vm["k"].as<std::string>(), 1, 4096, "8,16,32");
+  require_range("heads", vm["heads"].as<long long>(), 1, 4096);
+  require_range("bq", vm["bq"].as<long long>(), 1, 128);
+  require_range("bk", vm["bk"].as<long long>(), 1, 128);
+  require_range("reps", vm["reps"].as<long long>(), 1, 100000);
+  require_range("warmup", vm["warmup"].as<long long>(), 0, 100000);
+  s.heads = int(vm["heads"].as<long long>());
+  s.bq = int(vm["bq"].as<long long>());
+  s.bk = int(vm["bk"].as<long long>());
+  s.reps = int(vm["reps"].as<long long>());
+  s.warmup = int(vm["warmup"].as<long long>());
+  const std::string pass = vm["pass"].as<std::string>();
+  if (pass != "estimate" && pass != "apply" && pass != "both")
+    throw UsageError("--pass '" + pass + "' is unknown", "choose estimate, apply or both (the default)");
+  s.estimate = pass != "apply";
+  s.apply = pass != "estimate";
+  const std::string kernel = vm["kernel"].as<std::string>();
+  if (kernel != "clear" && kernel != "fast")
+    throw UsageError("--kernel '" + kernel + "' is unknown", "choose clear (the default) or fast");
+  s.fast = kernel == "fast";
+  const std::string dt = vm["dtype"].as<std::string>();
+  if (dt != "bf16" && dt != "fp16") throw UsageError("--dtype '" + dt + "' is unknown", "choose bf16 or fp16");
+  s.fp16 = dt == "fp16";
+  s.csv = vm["csv"].as<bool>();
+  return s;
+}
+
+#ifdef FLASHLAB_HAVE_CUDA
+void print_row(const flashlab::cuda::StreamBenchRow& r, bool csv) {
+  char line[240];
+  const char* pass = r.apply ? "apply" : "estimate";
+  const std::string dtype(flashlab::ref::dtype_name(r.dtype));
+  if (csv)
+    std::snprintf(line, sizeof line, "%s,%s,%s,%d,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%zu,%d\n", to_string(r.kernel),
+                  dtype.c_str(), pass, r.T, r.d, r.k, r.heads, r.bq, r.bk, r.median_ms, r.min_ms, r.max_ms,
+                  r.extra_bytes, r.reps);
+  else
+    std::snprintf(line, sizeof line, "%-5s %-4s %-8s %8d %4d %4d %3d %11.4f %11.4f %11.4f %12zu\n",
+                  to_string(r.kernel), dtype.c_str(), pass, r.T, r.d, r.k, r.heads, r.median_ms, r.min_ms,
+                  r.max_ms, r.extra_bytes);
+  std::cout << line << std::flush;
+}
+
+int run_sweep(const StreamSweep& s) {
+  namespace fc = flashlab::cuda;
+  std::string why;
+  if (!fc::device_available(&why))
+    throw std::runtime_error("flashlab bench stream needs a CUDA GPU, and none is usable: " + why +
+                             "\nhint: run it on a machine with an NVIDIA GPU and driver (nvidia-smi lists it)");
+  fc::StreamBenchConfig b;
+  b.seqs = s.seqs;
+  b.head_dims = s.dims;
+  b.ks = s.ks;
+  b.heads = s.heads;
+  b.bq = s.bq;
+  b.bk = s.bk;
+  b.reps = s.reps;
+  b.warmup = s.warmup;
+  b.pass = s.estimate && s.apply ? fc::StreamBenchPass::both
+           : s.apply             ? fc::StreamBenchPass::apply
+                                 : fc::StreamBenchPass::estimate;
+  b.kernel = s.fast ? fc::StreamKernel::fast : fc::StreamKernel::clear;
+  b.dtype = s.fp16 ? flashlab::ref::Dtype::fp16 : flashlab::ref::Dtype::bf16;
+  // CSV goes to stdout alone (a file for stream_sdpa.py); the device line then goes to stderr.
+  std::ostream& info = s.csv ? std::cerr : std::cout;
+  info << "device: " << fc::device_description() << "\n"
+       << "STREAM " << fc::to_string(b.kernel) << " kernels, H=" << s.heads << " b_q=" << s.bq << " b_k=" << s.bk
+       << ", causal; per shape " << s.warmup << " warm-up + " << s.reps
+       << " timed launches, each alone (CUDA events), L2 flushed before each; median (min, max)\n";
+  if (s.csv) std::cout << "kernel,dtype,pass,T,d,k,H,bq,bk,ms,min_ms,max_ms,extra_bytes,reps\n";
+  else {
+    char line[200];
+    std::snprintf(line, sizeof line, "%-5s %-4s %-8s %8s %4s %4s %3s %11s %11s %11s %12s\n", "impl", "type", "pass",
+                  "T", "d", "k", "H", "ms", "min ms", "max ms", "extra bytes");
+    std::cout << line;
+  }
+  std::cout.flush();
+  try {
+    fc::bench_stream(b, [&](const fc::StreamBenchRow& r) { print_row(r, s.csv); });
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what(), "see flashlab bench stream --help for the accepted values");
+  }
+  return kOk;
+}
+#endif
+
+}  // namespace
+
+int cmd_bench_stream(const Args& args) {
+  return guarded("bench", [&]() -> int {
+    const auto desc = options();
+    const auto parsed = parse_subject_command(
+        args, desc, {"bench", "benchmark", "stream", "flashlab bench stream --seq 1048576 --dim 128 --k 8", kUsageLine,
+                     kSummary});
+    if (!parsed) return kOk;  // --help was printed
+    const StreamSweep sweep = parse_sweep(*parsed);
+#ifdef FLASHLAB_HAVE_CUDA
+    return run_sweep(sweep);
+#else
+    (void)sweep;
+    throw UsageError("this flashlab was built without CUDA (bench stream times the GPU kernels)",
+                     "rebuild with nvcc present (cmake --preset cuda, FLASHLAB_ENABLE_CUDA=ON) and run on a machine "
+                     "with an NVIDIA GPU");
+#endif
+  });
+}
+
+}  // namespace flashlab::app

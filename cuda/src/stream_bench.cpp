@@ -1,0 +1,193 @@
+// stream_bench.cpp — the timing harness of the STREAM kernels (flashlab/cuda/stream_bench.hpp):
+// the one implementation behind `flashlab bench stream`.
+//
+// Per shape: upload fp32 Q, K (N(0, 1), rounded to the 16-bit dtype when the fast kernels are
+// timed), run the clear estimate once, untimed, for the apply's I; then per pass warmup + reps
+// launches, each alone between two events after a cudaMemsetAsync of the flush buffer (outside
+// the event pair). The estimate's fp32 Q, K are freed before the fast apply allocates its
+// 16-bit Q, K, V, O, so the peak is one precision's inputs plus I.
+#include "common.hpp"
+#include "flashlab/cuda/fast_attention.hpp"
+#include "flashlab/cuda/stream_bench.hpp"
+#include "flashlab/reference/stream.hpp"
+#include "stream_common.hpp"
+
+#include <algorithm>
+#include <random>
+#include <stdexcept>
+#include <string>
+
+namespace flashlab::cuda {
+
+const char* to_string(StreamKernel kernel) { return kernel == StreamKernel::fast ? "fast" : "clear"; }
+
+namespace {
+
+using detail::DeviceBuffer;
+using stream::detail::StreamProblem;
+
+/// RAII pair of CUDA events.
+class Events {
+ public:
+  Events() {
+    FLASHLAB_CUDA_CHECK(cudaEventCreate(&start_));
+    FLASHLAB_CUDA_CHECK(cudaEventCreate(&stop_));
+  }
+  ~Events() {
+    cudaEventDestroy(start_);  // destructor: nothing useful to do with an error here
+    cudaEventDestroy(stop_);
+  }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+  cudaEvent_t start() const { return start_; }
+  cudaEvent_t stop() const { return stop_; }
+
+ private:
+  cudaEvent_t start_ = nullptr;
+  cudaEvent_t stop_ = nullptr;
+};
+
+void validate(const StreamBenchConfig& b) {
+  auto bad = [](const std::string& what) { throw std::invalid_argument("flashlab::cuda::bench_stream: " + what); };
+  if (b.seqs.empty()) bad("no sequence lengths given");
+  if (b.head_dims.empty()) bad("no head dims given");
+  if (b.ks.empty()) bad("no k given");
+  if (b.reps < 1) bad("reps = " + std::to_string(b.reps) + " must be >= 1");
+  if (b.warmup < 0) bad("warmup = " + std::to_string(b.warmup) + " must be >= 0");
+  if (b.heads < 1) bad("heads must be >= 1");
+  if (b.bq < 1 || b.bk < 1) bad("b_q and b_k must be >= 1");
+  for (int n : b.seqs)
+    if (n < 1) bad("sequence length " + std::to_string(n) + " must be >= 1");
+  for (int k : b.ks)
+    if (k < 1) bad("k = " + std::to_string(k) + " must be >= 1");
+  if (b.kernel == StreamKernel::fast && b.dtype != ref::Dtype::bf16 && b.dtype != ref::Dtype::fp16)
+    bad("the fast kernels take bf16 or fp16 inputs");
+  if (b.kernel == StreamKernel::fast) bad("the fast kernels are not in this build yet (hint: --kernel clear)");
+}
+
+/// N(0, 1) values for a [T, H, d] tensor, rounded to what the timed kernels store.
+std::vector<float> random_values(std::size_t count, std::mt19937& rng, StreamKernel kernel, ref::Dtype dtype) {
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> v(count);
+  for (float& x : v) {
+    x = normal(rng);
+    if (kernel == StreamKernel::fast)
+      x = dtype == ref::Dtype::fp16 ? fp16_to_float(float_to_fp16(x)) : bf16_to_float(float_to_bf16(x));
+  }
+  return v;
+}
+
+/// warmup + reps launches, each alone between the events after an L2 flush; the row's times.
+void time_launches(const StreamBenchConfig& bench, DeviceBuffer<unsigned char>& flush, Events& ev,
+                   const std::function<void()>& launch, StreamBenchRow& row) {
+  std::vector<double> times;
+  times.reserve(std::size_t(bench.reps));
+  for (int r = 0; r < bench.warmup + bench.reps; ++r) {
+    if (flush.size()) FLASHLAB_CUDA_CHECK(cudaMemsetAsync(flush.get(), r & 0xff, flush.bytes()));  // evict L2
+    FLASHLAB_CUDA_CHECK(cudaEventRecord(ev.start()));
+    launch();
+    FLASHLAB_CUDA_CHECK(cudaEventRecord(ev.stop()));
+    FLASHLAB_CUDA_CHECK(cudaEventSynchronize(ev.stop()));
+    float ms = 0.f;
+    FLASHLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start(), ev.stop()));
+    if (r >= bench.warmup) times.push_back(ms);
+  }
+  FLASHLAB_CUDA_CHECK(cudaGetLastError());
+  std::sort(times.begin(), times.end());
+  const std::size_t m = times.size();
+  row.reps = bench.reps;
+  row.median_ms = m % 2 ? times[m / 2] : 0.5 * (times[m / 2 - 1] + times[m / 2]);
+  row.min_ms = times.front();
+  row.max_ms = times.back();
+}
+
+/// Buffers of the clear estimate besides Q and K (causal only: no packed mask).
+struct EstimateBuffers {
+  DeviceBuffer<unsigned char> work;
+  DeviceBuffer<float> scores, margins;
+  std::size_t bytes(const DeviceBuffer<long long>& I) const {
+    return work.bytes() + scores.bytes() + margins.bytes() + I.bytes();
+  }
+};
+
+/// Times one shape: the estimate (timed when the pass asks, else once for I), then the apply.
+void bench_shape(const StreamBenchConfig& bench, const StreamProblem& p, DeviceBuffer<unsigned char>& flush,
+                 Events& ev, std::vector<StreamBenchRow>& rows,
+                 const std::function<void(const StreamBenchRow&)>& on_row) {
+  const std::size_t numel = std::size_t(p.T) * p.heads * p.d;
+  std::mt19937 rng(bench.seed + std::uint32_t(p.T) * 31u + std::uint32_t(p.d));
+  const std::vector<float> q_host = random_values(numel, rng, bench.kernel, bench.dtype);
+  const std::vector<float> k_host = random_values(numel, rng, bench.kernel, bench.dtype);
+  StreamBenchRow base;
+  base.T = p.T;
+  base.d = p.d;
+  base.k = p.k;
+  base.heads = p.heads;
+  base.bq = p.bq;
+  base.bk = p.bk;
+  base.kernel = bench.kernel;
+  base.dtype = bench.kernel == StreamKernel::fast ? bench.dtype : ref::Dtype::fp32;
+
+  DeviceBuffer<long long> I(std::size_t(p.heads) * p.n_q * p.k);
+  {
+    DeviceBuffer<float> Q(numel), K(numel);
+    Q.upload(q_host.data());
+    K.upload(k_host.data());
+    EstimateBuffers e{DeviceBuffer<unsigned char>(stream::detail::estimate_work_bytes(p)),
+                      DeviceBuffer<float>(I.size()), DeviceBuffer<float>(std::size_t(p.heads) * p.n_q)};
+    auto estimate = [&] {
+      stream::detail::launch_estimate(p, Q.get(), K.get(), nullptr, e.work.get(), I.get(), e.scores.get(),
+                                      e.margins.get());
+    };
+    if (bench.pass != StreamBenchPass::apply) {
+      StreamBenchRow row = base;
+      time_launches(bench, flush, ev, estimate, row);
+      row.extra_bytes = e.bytes(I);
+      rows.push_back(row);
+      if (on_row) on_row(row);
+    } else {
+      estimate();  // I for the apply, untimed
+    }
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  if (bench.pass == StreamBenchPass::estimate) return;
+
+  std::vector<float> v_host = random_values(std::size_t(p.T) * p.heads * p.dv, rng, bench.kernel, bench.dtype);
+  StreamBenchRow row = base;
+  row.apply = true;
+  DeviceBuffer<float> Q(numel), K(numel), V(v_host.size()), O(v_host.size());
+  Q.upload(q_host.data());
+  K.upload(k_host.data());
+  V.upload(v_host.data());
+  time_launches(
+      bench, flush, ev,
+      [&] { stream::detail::launch_apply(p, Q.get(), K.get(), V.get(), I.get(), O.get(), nullptr, nullptr); }, row);
+  row.extra_bytes = I.bytes();
+  rows.push_back(row);
+  if (on_row) on_row(row);
+}
+
+}  // namespace
+
+std::vector<StreamBenchRow> bench_stream(const StreamBenchConfig& bench,
+                                         const std::function<void(const StreamBenchRow&)>& on_row) {
+  validate(bench);
+  std::string why;
+  if (!device_available(&why)) throw CudaError("no usable CUDA device: " + why);
+  // Every shape's parameters before any timing: a refused shape fails fast.
+  std::vector<StreamProblem> shapes;
+  for (int d : bench.head_dims)
+    for (int k : bench.ks)
+      for (int T : bench.seqs) {
+        ref::stream::Geometry g{std::size_t(T), std::size_t(bench.bq), std::size_t(bench.bk)};
+        shapes.push_back(stream::detail::make_stream_problem(ref::stream::BlockMask(g), std::size_t(bench.heads),
+                                                             std::size_t(d), std::size_t(d), std::size_t(k)));
+      }
+  DeviceBuffer<unsigned char> flush(bench.flush_bytes);
+  Events ev;
+  std::vector<StreamBenchRow> rows;
+  for (const StreamProblem& p : shapes) bench_shape(bench, p, flush, ev, rows, on_row);
+  return rows;
+}
+
+}  // namespace flashlab::cuda
