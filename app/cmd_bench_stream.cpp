@@ -50,10 +50,12 @@ po::options_description options() {
       ("bq", po::value<long long>()->default_value(64), "b_q, query-block size")
       ("bk", po::value<long long>()->default_value(64), "b_k, key-block size")
       ("dtype", po::value<std::string>()->default_value("bf16"), "bf16 | fp16: storage of the fast kernels")
+      ("group", po::value<long long>()->default_value(0),
+       "fast apply: neighbouring query blocks per thread block sharing K/V loads (1 or 2; 0 = the default)")
       ("reps", po::value<long long>()->default_value(20), "timed launches per shape and pass")
       ("warmup", po::value<long long>()->default_value(2), "untimed launches per shape and pass before timing")
       ("csv", po::bool_switch(),
-       "print CSV (kernel,dtype,pass,T,d,k,H,bq,bk,ms,min_ms,max_ms,extra_bytes,reps) instead of a table");
+       "print CSV (kernel,dtype,pass,T,d,k,H,bq,bk,group,ms,min_ms,max_ms,extra_bytes,reps) instead of a table");
   return d;
 }
 
@@ -65,7 +67,7 @@ std::vector<int> int_list(const char* flag, const std::string& text, long long l
 /// Everything the sweep needs, checked.
 struct StreamSweep {
   std::vector<int> seqs, dims, ks;
-  int heads = 1, bq = 64, bk = 64, reps = 20, warmup = 2;
+  int heads = 1, bq = 64, bk = 64, group = 0, reps = 20, warmup = 2;
   bool estimate = true, apply = true, fast = false, fp16 = false, csv = false;
 };
 
@@ -77,6 +79,8 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
   require_range("heads", vm["heads"].as<long long>(), 1, 4096);
   require_range("bq", vm["bq"].as<long long>(), 1, 128);
   require_range("bk", vm["bk"].as<long long>(), 1, 128);
+  require_range("group", vm["group"].as<long long>(), 0, 2);
+  s.group = int(vm["group"].as<long long>());
   require_range("reps", vm["reps"].as<long long>(), 1, 100000);
   require_range("warmup", vm["warmup"].as<long long>(), 0, 100000);
   s.heads = int(vm["heads"].as<long long>());
@@ -106,8 +110,8 @@ void print_row(const flashlab::cuda::StreamBenchRow& r, bool csv) {
   const char* pass = r.apply ? "apply" : "estimate";
   const std::string dtype(flashlab::ref::dtype_name(r.dtype));
   if (csv)
-    std::snprintf(line, sizeof line, "%s,%s,%s,%d,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%zu,%d\n", to_string(r.kernel),
-                  dtype.c_str(), pass, r.T, r.d, r.k, r.heads, r.bq, r.bk, r.median_ms, r.min_ms, r.max_ms,
+    std::snprintf(line, sizeof line, "%s,%s,%s,%d,%d,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%zu,%d\n", to_string(r.kernel),
+                  dtype.c_str(), pass, r.T, r.d, r.k, r.heads, r.bq, r.bk, r.group, r.median_ms, r.min_ms, r.max_ms,
                   r.extra_bytes, r.reps);
   else
     std::snprintf(line, sizeof line, "%-5s %-4s %-8s %8d %4d %4d %3d %11.4f %11.4f %11.4f %12zu\n",
@@ -131,6 +135,7 @@ int run_sweep(const StreamSweep& s) {
   b.bk = s.bk;
   b.reps = s.reps;
   b.warmup = s.warmup;
+  b.group = s.group;
   b.pass = s.estimate && s.apply ? fc::StreamBenchPass::both
            : s.apply             ? fc::StreamBenchPass::apply
                                  : fc::StreamBenchPass::estimate;
@@ -142,7 +147,7 @@ int run_sweep(const StreamSweep& s) {
        << "STREAM " << fc::to_string(b.kernel) << " kernels, H=" << s.heads << " b_q=" << s.bq << " b_k=" << s.bk
        << ", causal; per shape " << s.warmup << " warm-up + " << s.reps
        << " timed launches, each alone (CUDA events), L2 flushed before each; median (min, max)\n";
-  if (s.csv) std::cout << "kernel,dtype,pass,T,d,k,H,bq,bk,ms,min_ms,max_ms,extra_bytes,reps\n";
+  if (s.csv) std::cout << "kernel,dtype,pass,T,d,k,H,bq,bk,group,ms,min_ms,max_ms,extra_bytes,reps\n";
   else {
     char line[200];
     std::snprintf(line, sizeof line, "%-5s %-4s %-8s %8s %4s %4s %3s %11s %11s %11s %12s\n", "impl", "type", "pass",

@@ -9,6 +9,7 @@
 #include "common.hpp"
 #include "flashlab/cuda/fast_attention.hpp"
 #include "flashlab/cuda/stream_bench.hpp"
+#include "flashlab/cuda/stream_fast.hpp"
 #include "flashlab/reference/stream.hpp"
 #include "stream_common.hpp"
 
@@ -62,7 +63,10 @@ void validate(const StreamBenchConfig& b) {
     if (k < 1) bad("k = " + std::to_string(k) + " must be >= 1");
   if (b.kernel == StreamKernel::fast && b.dtype != ref::Dtype::bf16 && b.dtype != ref::Dtype::fp16)
     bad("the fast kernels take bf16 or fp16 inputs");
-  if (b.kernel == StreamKernel::fast) bad("the fast kernels are not in this build yet (hint: --kernel clear)");
+  if (b.kernel == StreamKernel::fast && b.pass != StreamBenchPass::apply)
+    bad("the fast estimate is not in this build yet (hint: --kernel fast --pass apply, or --kernel clear)");
+  if (b.kernel == StreamKernel::fast && (b.bq != int(stream::kFastStreamBlock) || b.bk != int(stream::kFastStreamBlock)))
+    bad("the fast kernels have b_q = b_k = " + std::to_string(stream::kFastStreamBlock) + " (hint: --bq 64 --bk 64)");
 }
 
 /// N(0, 1) values for a [T, H, d] tensor, rounded to what the timed kernels store.
@@ -110,6 +114,30 @@ struct EstimateBuffers {
   }
 };
 
+/// The fast apply on 16-bit copies of the same values and the estimate's I.
+void time_fast_apply(const StreamBenchConfig& bench, const StreamProblem& p, const std::vector<float>& q_host,
+                     const std::vector<float>& k_host, const std::vector<float>& v_host,
+                     const DeviceBuffer<long long>& I, DeviceBuffer<unsigned char>& flush, Events& ev,
+                     StreamBenchRow& row) {
+  const stream::FastApplyShape shape{std::size_t(p.T), std::size_t(p.heads), std::size_t(p.d), std::size_t(p.k),
+                                     bench.dtype, bench.group};
+  auto upload16 = [&](const std::vector<float>& v) {
+    std::vector<std::uint16_t> bits(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i)
+      bits[i] = bench.dtype == ref::Dtype::fp16 ? float_to_fp16(v[i]) : float_to_bf16(v[i]);
+    DeviceBuffer<std::uint16_t> d(bits.size());
+    d.upload(bits.data());
+    return d;
+  };
+  const DeviceBuffer<std::uint16_t> Q = upload16(q_host), K = upload16(k_host), V = upload16(v_host);
+  DeviceBuffer<std::uint16_t> O(v_host.size());
+  const auto* dI = reinterpret_cast<const std::int64_t*>(I.get());
+  time_launches(
+      bench, flush, ev, [&] { stream::stream_fast_apply_device(shape, Q.get(), K.get(), V.get(), dI, O.get()); }, row);
+  row.extra_bytes = I.bytes() + stream::fast_apply_workspace_bytes(shape);
+  row.group = bench.group == 0 ? stream::fast_apply_default_group() : bench.group;
+}
+
 /// Times one shape: the estimate (timed when the pass asks, else once for I), then the apply.
 void bench_shape(const StreamBenchConfig& bench, const StreamProblem& p, DeviceBuffer<unsigned char>& flush,
                  Events& ev, std::vector<StreamBenchRow>& rows,
@@ -152,17 +180,20 @@ void bench_shape(const StreamBenchConfig& bench, const StreamProblem& p, DeviceB
   }
   if (bench.pass == StreamBenchPass::estimate) return;
 
-  std::vector<float> v_host = random_values(std::size_t(p.T) * p.heads * p.dv, rng, bench.kernel, bench.dtype);
+  const std::vector<float> v_host = random_values(std::size_t(p.T) * p.heads * p.dv, rng, bench.kernel, bench.dtype);
   StreamBenchRow row = base;
   row.apply = true;
-  DeviceBuffer<float> Q(numel), K(numel), V(v_host.size()), O(v_host.size());
-  Q.upload(q_host.data());
-  K.upload(k_host.data());
-  V.upload(v_host.data());
-  time_launches(
-      bench, flush, ev,
-      [&] { stream::detail::launch_apply(p, Q.get(), K.get(), V.get(), I.get(), O.get(), nullptr, nullptr); }, row);
-  row.extra_bytes = I.bytes();
+  if (bench.kernel == StreamKernel::fast) time_fast_apply(bench, p, q_host, k_host, v_host, I, flush, ev, row);
+  else {
+    DeviceBuffer<float> Q(numel), K(numel), V(v_host.size()), O(v_host.size());
+    Q.upload(q_host.data());
+    K.upload(k_host.data());
+    V.upload(v_host.data());
+    time_launches(
+        bench, flush, ev,
+        [&] { stream::detail::launch_apply(p, Q.get(), K.get(), V.get(), I.get(), O.get(), nullptr, nullptr); }, row);
+    row.extra_bytes = I.bytes();
+  }
   rows.push_back(row);
   if (on_row) on_row(row);
 }

@@ -51,6 +51,7 @@ struct StreamBenchConfig {
   StreamBenchPass pass = StreamBenchPass::both;                            ///< passes to time
   StreamKernel kernel = StreamKernel::clear;                               ///< implementation timed
   ref::Dtype dtype = ref::Dtype::bf16;  ///< storage of Q, K, V, O for the fast kernels (bf16 or fp16)
+  int group = 0;                        ///< fast apply: query blocks per thread block (0 = its default)
   int reps = 20;                        ///< timed launches per shape and pass (≥ 1)
   int warmup = 2;                       ///< untimed launches per shape and pass (≥ 0)
   std::size_t flush_bytes = std::size_t(256) << 20;  ///< L2 flush buffer (256 MiB; H100 L2 is 50 MiB)
@@ -63,6 +64,7 @@ struct StreamBenchRow {
   bool apply = false;                                   ///< false: an estimate row; true: an apply row
   StreamKernel kernel = StreamKernel::clear;            ///< implementation timed
   ref::Dtype dtype = ref::Dtype::fp32;                  ///< storage type of the inputs
+  int group = 0;                                        ///< fast apply: query blocks per thread block
   int reps = 0;                                         ///< timed launches behind the statistics
   double median_ms = 0.0;                               ///< median launch time, milliseconds
   double min_ms = 0.0;                                  ///< fastest launch, milliseconds

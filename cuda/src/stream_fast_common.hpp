@@ -1,0 +1,30 @@
+// The fast STREAM application's launch description and launcher (internal; stream_fast_apply.cu
+// implements, stream_fast_api.cpp calls). No reference headers here: nvcc compiles this as C++17.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace flashlab::cuda::stream::detail {
+
+/// b_q = b_k of the fast kernels (the public kFastStreamBlock).
+inline constexpr int kFastBlock = 64;
+
+/// Everything the fast apply needs besides pointers (passed by value).
+struct FastApplyLaunch {
+  int T = 0;      ///< tokens
+  int heads = 1;  ///< H
+  int n_q = 0;    ///< ⌈T / b_q⌉ (= n_k)
+  int k = 0;      ///< columns of I
+};
+
+/// SRAM bytes of one thread block: Q tiles, K/V stages and the schedule of kept blocks.
+std::size_t fast_apply_smem_bytes(int head_dim, int group, int k);
+
+/// Launches the fast apply: head_dim 64 or 128, group 1 or 2 query blocks per thread block,
+/// bf16 (else fp16). Pointers are device pointers ([T, H, d] 16-bit; I [H, n_q, k] int64).
+void launch_fast_apply(const FastApplyLaunch& p, int head_dim, int group, bool bf16, const void* Q, const void* K,
+                       const void* V, const long long* I, void* O, cudaStream_t stream);
+
+}  // namespace flashlab::cuda::stream::detail
