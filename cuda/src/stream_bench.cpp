@@ -1,20 +1,20 @@
 // stream_bench.cpp — the timing harness of the STREAM kernels (flashlab/cuda/stream_bench.hpp):
 // the one implementation behind `flashlab bench stream`.
 //
-// Per shape: upload fp32 Q, K (N(0, 1), rounded to the 16-bit dtype when the fast kernels are
-// timed), run the clear estimate once, untimed, for the apply's I; then per pass warmup + reps
-// launches, each alone between two events after a cudaMemsetAsync of the flush buffer (outside
-// the event pair). The estimate's fp32 Q, K are freed before the fast apply allocates its
-// 16-bit Q, K, V, O, so the peak is one precision's inputs plus I.
+// Per shape: fill fp32 Q, K, V on the device (N(0, 1), rounded to the 16-bit dtype when the fast
+// kernels are timed: stream_bench_inputs.cu), run the clear estimate once, untimed, for the
+// apply's I (or time it); then per pass warmup + reps launches, each alone between two events
+// after a cudaMemsetAsync of the flush buffer (outside the event pair). The fast apply reads
+// 16-bit copies of the same values.
 #include "common.hpp"
 #include "flashlab/cuda/fast_attention.hpp"
 #include "flashlab/cuda/stream_bench.hpp"
 #include "flashlab/cuda/stream_fast.hpp"
 #include "flashlab/reference/stream.hpp"
 #include "stream_common.hpp"
+#include "stream_fast_common.hpp"
 
 #include <algorithm>
-#include <random>
 #include <stdexcept>
 #include <string>
 
@@ -69,18 +69,6 @@ void validate(const StreamBenchConfig& b) {
     bad("the fast kernels have b_q = b_k = " + std::to_string(stream::kFastStreamBlock) + " (hint: --bq 64 --bk 64)");
 }
 
-/// N(0, 1) values for a [T, H, d] tensor, rounded to what the timed kernels store.
-std::vector<float> random_values(std::size_t count, std::mt19937& rng, StreamKernel kernel, ref::Dtype dtype) {
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<float> v(count);
-  for (float& x : v) {
-    x = normal(rng);
-    if (kernel == StreamKernel::fast)
-      x = dtype == ref::Dtype::fp16 ? fp16_to_float(float_to_fp16(x)) : bf16_to_float(float_to_bf16(x));
-  }
-  return v;
-}
-
 /// warmup + reps launches, each alone between the events after an L2 flush; the row's times.
 void time_launches(const StreamBenchConfig& bench, DeviceBuffer<unsigned char>& flush, Events& ev,
                    const std::function<void()>& launch, StreamBenchRow& row) {
@@ -114,26 +102,22 @@ struct EstimateBuffers {
   }
 };
 
-/// The fast apply on 16-bit copies of the same values and the estimate's I.
-void time_fast_apply(const StreamBenchConfig& bench, const StreamProblem& p, const std::vector<float>& q_host,
-                     const std::vector<float>& k_host, const std::vector<float>& v_host,
+/// The fast apply on 16-bit copies of the same values (already rounded) and the estimate's I.
+void time_fast_apply(const StreamBenchConfig& bench, const StreamProblem& p, const DeviceBuffer<float> (&qkv)[3],
                      const DeviceBuffer<long long>& I, DeviceBuffer<unsigned char>& flush, Events& ev,
                      StreamBenchRow& row) {
   const stream::FastApplyShape shape{std::size_t(p.T), std::size_t(p.heads), std::size_t(p.d), std::size_t(p.k),
                                      bench.dtype, bench.group};
-  auto upload16 = [&](const std::vector<float>& v) {
-    std::vector<std::uint16_t> bits(v.size());
-    for (std::size_t i = 0; i < v.size(); ++i)
-      bits[i] = bench.dtype == ref::Dtype::fp16 ? float_to_fp16(v[i]) : float_to_bf16(v[i]);
-    DeviceBuffer<std::uint16_t> d(bits.size());
-    d.upload(bits.data());
-    return d;
-  };
-  const DeviceBuffer<std::uint16_t> Q = upload16(q_host), K = upload16(k_host), V = upload16(v_host);
-  DeviceBuffer<std::uint16_t> O(v_host.size());
+  DeviceBuffer<std::uint16_t> x16[3];
+  for (int i = 0; i < 3; ++i) {
+    x16[i] = DeviceBuffer<std::uint16_t>(qkv[i].size());
+    stream::detail::convert_to_16bit(qkv[i].get(), x16[i].get(), qkv[i].size(), bench.dtype == ref::Dtype::bf16);
+  }
+  DeviceBuffer<std::uint16_t> O(qkv[2].size());
   const auto* dI = reinterpret_cast<const std::int64_t*>(I.get());
   time_launches(
-      bench, flush, ev, [&] { stream::stream_fast_apply_device(shape, Q.get(), K.get(), V.get(), dI, O.get()); }, row);
+      bench, flush, ev,
+      [&] { stream::stream_fast_apply_device(shape, x16[0].get(), x16[1].get(), x16[2].get(), dI, O.get()); }, row);
   row.extra_bytes = I.bytes() + stream::fast_apply_workspace_bytes(shape);
   row.group = bench.group == 0 ? stream::fast_apply_default_group() : bench.group;
 }
@@ -142,10 +126,6 @@ void time_fast_apply(const StreamBenchConfig& bench, const StreamProblem& p, con
 void bench_shape(const StreamBenchConfig& bench, const StreamProblem& p, DeviceBuffer<unsigned char>& flush,
                  Events& ev, std::vector<StreamBenchRow>& rows,
                  const std::function<void(const StreamBenchRow&)>& on_row) {
-  const std::size_t numel = std::size_t(p.T) * p.heads * p.d;
-  std::mt19937 rng(bench.seed + std::uint32_t(p.T) * 31u + std::uint32_t(p.d));
-  const std::vector<float> q_host = random_values(numel, rng, bench.kernel, bench.dtype);
-  const std::vector<float> k_host = random_values(numel, rng, bench.kernel, bench.dtype);
   StreamBenchRow base;
   base.T = p.T;
   base.d = p.d;
@@ -155,16 +135,20 @@ void bench_shape(const StreamBenchConfig& bench, const StreamProblem& p, DeviceB
   base.bk = p.bk;
   base.kernel = bench.kernel;
   base.dtype = bench.kernel == StreamKernel::fast ? bench.dtype : ref::Dtype::fp32;
-
+  // Q, K, V as fp32 on the device, already rounded to the fast kernels' dtype when those are timed.
+  const int rounding = bench.kernel == StreamKernel::clear ? 0 : bench.dtype == ref::Dtype::bf16 ? 1 : 2;
+  const std::uint64_t seed = (std::uint64_t(bench.seed) << 32) ^ (std::uint64_t(p.T) << 8) ^ std::uint64_t(p.d);
+  DeviceBuffer<float> qkv[3];
+  for (int i = 0; i < 3; ++i) {
+    qkv[i] = DeviceBuffer<float>(std::size_t(p.T) * p.heads * (i < 2 ? p.d : p.dv));
+    stream::detail::fill_normal(qkv[i].get(), qkv[i].size(), seed * 3 + std::uint64_t(i), rounding);
+  }
   DeviceBuffer<long long> I(std::size_t(p.heads) * p.n_q * p.k);
   {
-    DeviceBuffer<float> Q(numel), K(numel);
-    Q.upload(q_host.data());
-    K.upload(k_host.data());
     EstimateBuffers e{DeviceBuffer<unsigned char>(stream::detail::estimate_work_bytes(p)),
                       DeviceBuffer<float>(I.size()), DeviceBuffer<float>(std::size_t(p.heads) * p.n_q)};
     auto estimate = [&] {
-      stream::detail::launch_estimate(p, Q.get(), K.get(), nullptr, e.work.get(), I.get(), e.scores.get(),
+      stream::detail::launch_estimate(p, qkv[0].get(), qkv[1].get(), nullptr, e.work.get(), I.get(), e.scores.get(),
                                       e.margins.get());
     };
     if (bench.pass != StreamBenchPass::apply) {
@@ -180,18 +164,17 @@ void bench_shape(const StreamBenchConfig& bench, const StreamProblem& p, DeviceB
   }
   if (bench.pass == StreamBenchPass::estimate) return;
 
-  const std::vector<float> v_host = random_values(std::size_t(p.T) * p.heads * p.dv, rng, bench.kernel, bench.dtype);
   StreamBenchRow row = base;
   row.apply = true;
-  if (bench.kernel == StreamKernel::fast) time_fast_apply(bench, p, q_host, k_host, v_host, I, flush, ev, row);
+  if (bench.kernel == StreamKernel::fast) time_fast_apply(bench, p, qkv, I, flush, ev, row);
   else {
-    DeviceBuffer<float> Q(numel), K(numel), V(v_host.size()), O(v_host.size());
-    Q.upload(q_host.data());
-    K.upload(k_host.data());
-    V.upload(v_host.data());
+    DeviceBuffer<float> O(qkv[2].size());
     time_launches(
         bench, flush, ev,
-        [&] { stream::detail::launch_apply(p, Q.get(), K.get(), V.get(), I.get(), O.get(), nullptr, nullptr); }, row);
+        [&] {
+          stream::detail::launch_apply(p, qkv[0].get(), qkv[1].get(), qkv[2].get(), I.get(), O.get(), nullptr, nullptr);
+        },
+        row);
     row.extra_bytes = I.bytes();
   }
   rows.push_back(row);

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace flashlab::cuda::stream::detail {
 
@@ -26,5 +27,11 @@ std::size_t fast_apply_smem_bytes(int head_dim, int group, int k);
 /// bf16 (else fp16). Pointers are device pointers ([T, H, d] 16-bit; I [H, n_q, k] int64).
 void launch_fast_apply(const FastApplyLaunch& p, int head_dim, int group, bool bf16, const void* Q, const void* K,
                        const void* V, const long long* I, void* O, cudaStream_t stream);
+
+/// stream_bench_inputs.cu: x[i] = N(0, 1) value of (seed, i); rounding 0 = none, 1 = to bf16,
+/// 2 = to fp16 (the value stays a float). Default stream, asynchronous.
+void fill_normal(float* x, std::size_t n, std::uint64_t seed, int rounding);
+/// y[i] = x[i] rounded to bf16 (else fp16), as bit patterns. Default stream, asynchronous.
+void convert_to_16bit(const float* x, std::uint16_t* y, std::size_t n, bool bf16);
 
 }  // namespace flashlab::cuda::stream::detail
