@@ -19,6 +19,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -506,6 +507,135 @@ std::string stream_traffic_table(const std::string& root) {
   return run_line(rows.front().str("date"), rows.front().str("device")) + md.out.str();
 }
 
+// ---- STREAM timings (`flashlab bench stream`) beside dense causal SDPA -------------------
+
+/// One line of the STREAM timing table: a shape's estimate row and one of its apply rows.
+struct StreamTiming {
+  std::string key;  // kernel, dtype, T, d, k, H
+  const Row* estimate = nullptr;
+  const Row* apply = nullptr;
+};
+
+std::vector<StreamTiming> stream_timings(const std::vector<Row>& rows) {
+  std::vector<StreamTiming> lines;
+  auto key_of = [](const Row& r) {
+    return r.str("kernel") + "|" + r.str("dtype") + "|" + r.str("T") + "|" + r.str("d") + "|" + r.str("k") + "|" +
+           r.str("H");
+  };
+  for (const Row& r : rows) {  // apply rows first: one line each (groups differ)
+    if (r.str("pass") == "apply") lines.push_back(StreamTiming{key_of(r), nullptr, &r});
+    else if (r.str("pass") != "estimate")
+      throw InputError(r.table->path + ":" + std::to_string(r.table->lines[r.index]) + ": pass '" + r.str("pass") +
+                       "' is neither estimate nor apply");
+  }
+  for (const Row& r : rows) {
+    if (r.str("pass") != "estimate") continue;
+    bool attached = false;
+    for (StreamTiming& l : lines)
+      if (l.key == key_of(r) && l.estimate == nullptr) l.estimate = &r, attached = true;
+    if (!attached) lines.push_back(StreamTiming{key_of(r), &r, nullptr});
+  }
+  return lines;
+}
+
+std::string ms_or_dash(const Row* r) { return r ? fmt("%.3f", r->num("ms")) : "–"; }
+
+std::string stream_timing_table(const std::string& root) {
+  const Csv csv = read_csv(root + "/cuda/results/stream_fast.csv");
+  const std::vector<Row> rows = newest_rows(csv);
+  Markdown md;
+  md.header({"kernels", "dtype", "T", "d", "k", "query blocks per thread block", "estimate ms", "apply ms",
+             "estimate + apply ms", "extra device bytes (estimate / apply)"});
+  for (const StreamTiming& l : stream_timings(rows)) {
+    const Row& any = l.apply ? *l.apply : *l.estimate;
+    const std::string total = l.apply && l.estimate ? fmt("%.3f", l.estimate->num("ms") + l.apply->num("ms")) : "–";
+    const std::string extra = (l.estimate ? fmt("%.0f", l.estimate->num("extra_bytes")) : "–") + " / " +
+                              (l.apply ? fmt("%.0f", l.apply->num("extra_bytes")) : "–");
+    md.line({any.str("kernel"), any.str("dtype"), any.str("T"), any.str("d"), any.str("k"),
+             l.apply && any.str("kernel") == "fast" ? any.str("group") : "–", ms_or_dash(l.estimate),
+             ms_or_dash(l.apply), total, extra});
+  }
+  const Row& first = rows.front();
+  return run_line(first.str("date"), first.str("device")) + "H = " + first.str("H") + ", b_q = " + first.str("bq") +
+         ", b_k = " + first.str("bk") + ", causal; medians (the launch count is the CSV's `reps`), each launch alone, "
+         "L2 flushed before each.\n\n" + md.out.str();
+}
+
+std::string ratio_or_dash(const Row& r, const std::string& column) {
+  return r.has(column) && r.str(column) != "n/a" ? r.str(column) + "×" : "–";
+}
+
+std::string ms_cell(const Row& r, const std::string& column) {
+  return r.has(column) && r.str(column) != "n/a" ? fmt("%.1f", r.num(column)) : "–";
+}
+
+std::string stream_sdpa_table(const std::string& root) {
+  const Csv csv = read_csv(root + "/cuda/results/stream_sdpa.csv");
+  const std::vector<Row> rows = newest_rows(csv);
+  Markdown md;
+  md.header({"kernels", "dtype", "T", "d", "k", "STREAM passes", "STREAM ms", "dense cuDNN ms", "dense flash ms",
+             "× faster than cuDNN", "× faster than flash"});
+  for (const Row& r : rows)
+    md.line({r.str("kernel"), r.str("dtype"), r.str("T"), r.str("d"), r.str("k"), r.str("passes"),
+             fmt("%.3f", r.num("stream_ms")), ms_cell(r, "cudnn_ms"), ms_cell(r, "flash_ms"),
+             ratio_or_dash(r, "cudnn/stream"), ratio_or_dash(r, "flash/stream")});
+  return run_line(rows.front().str("date"), rows.front().str("device")) + md.out.str();
+}
+
+/// ncu's view of the fast apply at T = 1M per grouping (newest run): what loading the K/V blocks of
+/// two neighbouring query blocks once saves.
+std::string stream_group_table(const std::string& root) {
+  const Csv csv = read_csv(root + "/cuda/results/stream_fast_ncu.csv");
+  const std::vector<Row> rows = newest_rows(csv);
+  std::map<std::string, std::map<std::string, double>> by_group;  // group → metric → value
+  for (const Row& r : rows) by_group[r.str("group")][r.str("metric")] = r.num("value");
+  Markdown md;
+  md.header({"query blocks per thread block", "L2→SM read", "DRAM read", "DRAM write", "ncu duration ms",
+             "warps active %", "tensor pipe active %"});
+  for (const auto& [group, m] : by_group) {
+    const auto get = [&](const char* name) {
+      const auto it = m.find(name);
+      if (it == m.end()) throw InputError(csv.path + ": group " + group + " has no metric '" + name + "'");
+      return it->second;
+    };
+    md.line({group, bytes(32.0 * get("lts__t_sectors_srcunit_tex_op_read.sum")), bytes(get("dram__bytes_read.sum")),
+             bytes(get("dram__bytes_write.sum")), fmt("%.3f", get("gpu__time_duration.sum") / 1e6),
+             fmt("%.1f", get("sm__warps_active.avg.pct_of_peak_sustained_active")),
+             fmt("%.1f", get("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"))});
+  }
+  const Row& first = rows.front();
+  return run_line(first.str("date"), first.str("device")) + "T = " + first.str("T") + ", d = " + first.str("d") +
+         ", k = " + first.str("k") + ", bf16, one head; one launch per grouping, caches flushed by ncu.\n\n" +
+         md.out.str();
+}
+
+/// README: STREAM at a million tokens (bf16, d = 128, k = 8, one head), newest run, beside dense.
+std::string readme_stream_table(const std::string& root) {
+  const Csv sdpa = read_csv(root + "/cuda/results/stream_sdpa.csv");
+  const Csv fast = read_csv(root + "/cuda/results/stream_fast.csv");
+  std::optional<Row> best;
+  for (const Row& r : rows_of(sdpa))
+    if (r.str("kernel") == "fast" && r.str("dtype") == "bf16" && r.str("T") == "1048576" && r.str("d") == "128" &&
+        r.str("k") == "8" && r.str("H") == "1" && (!best || r.str("date") > best->str("date")))
+      best = r;
+  if (!best) throw InputError(sdpa.path + ": no fast bf16 row at T = 1048576, d = 128, k = 8, H = 1");
+  // Extra bytes of the estimate and of the apply (one query block per thread block) of that run.
+  double extra = 0;
+  int passes = 0;
+  for (const Row& r : rows_of(fast))
+    if (r.str("date") == best->str("date") && r.str("kernel") == "fast" && r.str("dtype") == "bf16" &&
+        r.str("T") == "1048576" && r.str("d") == "128" && r.str("k") == "8" && r.str("H") == "1" &&
+        (r.str("pass") == "estimate" || r.str("group") == "1"))
+      extra = std::max(extra, r.num("extra_bytes")), ++passes;  // the passes run one after the other
+  Markdown md;
+  md.header({"STREAM, T = 1,048,576, d = 128, k = 8, bf16", "estimate ms", "apply ms", "dense causal cuDNN ms",
+             "× faster", "extra device bytes (peak)", "run (UTC)"});
+  const auto cell = [&](const char* c) { return best->has(c) ? fmt("%.2f", best->num(c)) : std::string("–"); };
+  md.line({best->str("passes"), cell("estimate_ms"), cell("apply_ms"), ms_cell(*best, "cudnn_ms"),
+           ratio_or_dash(*best, "cudnn/stream"), passes ? fmt("%.0f", extra) : "–", best->str("date")});
+  return md.out.str();
+}
+
 // ---- CPU benchmark table ------------------------------------------------------------------
 
 std::string readme_cpu_table(const std::string& root) {
@@ -541,6 +671,10 @@ const std::map<std::string, Renderer>& renderers() {
       {"tma_ws_checks", tma_ws_checks_table},
       {"mta_traffic", mta_traffic_table},
       {"stream_traffic", stream_traffic_table},
+      {"stream_timing", stream_timing_table},
+      {"stream_sdpa", stream_sdpa_table},
+      {"stream_group", stream_group_table},
+      {"readme_stream", readme_stream_table},
   };
   return table;
 }

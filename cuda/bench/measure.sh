@@ -19,9 +19,10 @@
 #                                        implementation on the same shapes (mta_torch.py); tabulated
 #                                        into mta_fast_checks.csv, mta_fast_worst_errors.csv,
 #                                        mta_fast.csv, mta_torch.csv
-#   measure.sh stream [BIN_DIR] [OUT_DIR] the clear STREAM kernels: tests, sanitizers, CUPTI traffic,
-#                                        planted-needle recall at T = 1M; tabulated into
-#                                        stream_checks.csv, stream_traffic.csv, stream_needles.csv
+#   measure.sh stream [BIN_DIR] [OUT_DIR] the STREAM kernels: tests, sanitizers, CUPTI traffic,
+#                                        planted-needle recall at T = 1M, `bench stream` beside dense
+#                                        SDPA; tabulated into stream_checks.csv, stream_traffic.csv,
+#                                        stream_needles.csv, stream_fast.csv, stream_sdpa.csv
 #
 # BIN_DIR (default gpu-carry) holds `flashlab` and `test_cuda` built with the cuda preset
 # (sm_90 + sm_90a); OUT_DIR (default /tmp/flashlab-measure) must lie outside the tree, because
@@ -197,7 +198,7 @@ run_mta_fast() {
 run_stream() {
   local bin=$1 out=$2 logs=$2/logs status=0
   begin_logs "$logs" stream
-  step_timeout=200 step "$logs/test_cuda.log" "$bin/test_cuda" "[stream]" -d yes
+  step_timeout=200 step "$logs/test_cuda.log" "$bin/test_cuda" "[stream],[stream-fast]" -d yes
   step_timeout=150 step "$logs/sanitize_memcheck.log" compute-sanitizer --tool memcheck "$bin/test_cuda" "[stream]~[large]"
   step_timeout=150 step "$logs/sanitize_racecheck.log" compute-sanitizer --tool racecheck "$bin/test_cuda" \
     "cuda stream: sparse apply*,cuda stream: NaN*,*heads are independent*"
@@ -216,7 +217,40 @@ run_stream() {
   done
   step_timeout=60 step "$logs/stream_estimate.txt" "$bin/flashlab" stream estimate --device cuda --seq 20000 --dim 32 \
     --heads 3 --bq 64 --bk 32 --k 8 --compare
+  stream_timings "$bin" "$logs"
   finish "$out" "$status" stream
+}
+
+# The STREAM kernels timed (`flashlab bench stream`: median, L2 flushed) and dense causal SDPA
+# (cuDNN and flash backends) at the same T in the same session (cuda/bench/stream_sdpa.py); the
+# fast apply's sanitizers on a small case. Rows: bench_stream_*.csv, stream_sdpa.csv.
+stream_timings() {
+  local bin=$1 logs=$2 tool
+  for tool in memcheck racecheck; do
+    step_timeout=120 step "$logs/sanitize_fast_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      "$bin/test_cuda" "[stream-fast-small]"
+  done
+  local bench=("$bin/flashlab" bench stream --csv) sweep=(--seq 32768,65536,131072,262144,524288,1048576 --dim 64,128)
+  step_timeout=300 step "$logs/bench_stream_fast.csv" "${bench[@]}" --kernel fast --pass both "${sweep[@]}" --k 8,16,32
+  step_timeout=120 step "$logs/bench_stream_long.csv" "${bench[@]}" --kernel fast --pass both --seq 2097152,4194304 \
+    --dim 128 --k 8 --reps 10
+  # Neighbouring query blocks sharing their K/V loads (--group 2) against one query block per thread block.
+  step_timeout=60 step "$logs/bench_stream_group.csv" "${bench[@]}" --kernel fast --pass apply --seq 1048576 --dim 128 \
+    --k 8 --group 2
+  # Bytes of one fast apply launch per grouping (ncu flushes caches before each replay): what
+  # sharing K/V loads between neighbouring query blocks saves at L2 and DRAM.
+  local metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_read.sum
+  metrics+=,sm__warps_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active
+  local group
+  for group in 1 2; do
+    step_timeout=120 step "$logs/ncu_stream_group$group.txt" ncu --csv --kernel-name regex:stream_fast_apply --launch-skip 1 \
+      --launch-count 1 --metrics "$metrics" "${bench[@]}" --kernel fast --pass apply --seq 1048576 --dim 128 --k 8 \
+      --group "$group" --reps 1 --warmup 1
+  done
+  step_timeout=200 step "$logs/bench_stream_clear.csv" "${bench[@]}" --kernel clear --seq 32768,1048576 --dim 128 --k 8 \
+    --reps 5
+  step_timeout=400 step "$logs/stream_sdpa.log" env PYTHONUNBUFFERED=1 python3 cuda/bench/stream_sdpa.py \
+    "$logs"/bench_stream_{fast,long}.csv --out "$logs/stream_sdpa.csv"
 }
 
 # finish OUT STATUS MODE: tabulate, pack the logs, report
@@ -372,6 +406,19 @@ tab_mta_fast() {
   prefix_csv "$2" "$3" "$1/mta_torch.csv" >"$4/mta_torch.csv"
 }
 
+# stream_fast_ncu.csv: ncu's metrics of the fast apply at T = 1M, one row per grouping and metric.
+tab_stream_ncu() {
+  local logs=$1 date=$2 device=$3 log
+  echo "date,device,T,d,k,group,metric,unit,value"
+  for log in "$logs"/ncu_stream_group*.txt; do
+    [ -f "$log" ] || continue
+    local group=${log##*group}; group=${group%.txt}
+    awk -F'","' -v date="$date" -v device="$device" -v group="$group" '
+      NF > 10 && $0 ~ /stream_fast_apply/ { v = $NF; gsub(/[",]/, "", v); u = $(NF - 1)
+        print date "," device ",1048576,128,8," group "," $(NF - 2) "," u "," v }' "$log"
+  done
+}
+
 tabulate() {
   local out=$1 logs=$1/logs
   [ -f "$logs/env.txt" ] || { echo "measure: $logs/env.txt missing (date=…, device=… lines)" >&2; return 1; }
@@ -391,7 +438,10 @@ tabulate() {
     stream)
       tab_checks "$logs" "$date" "$device" >"$out/csv/stream_checks.csv"
       prefix_csv "$date" "$device" "$logs/stream_traffic.csv" >"$out/csv/stream_traffic.csv"
-      tab_needles "$logs" "$date" "$device" >"$out/csv/stream_needles.csv" ;;
+      tab_needles "$logs" "$date" "$device" >"$out/csv/stream_needles.csv"
+      prefix_csv "$date" "$device" "$logs"/bench_stream_{fast,long,group,clear}.csv >"$out/csv/stream_fast.csv"
+      prefix_csv "$date" "$device" "$logs/stream_sdpa.csv" >"$out/csv/stream_sdpa.csv"
+      tab_stream_ncu "$logs" "$date" "$device" >"$out/csv/stream_fast_ncu.csv" ;;
     *)
       tab_checks "$logs" "$date" "$device" >"$out/csv/checks.csv"
       tab_worst_errors "$logs/test_cuda.log" "$date" "$device" >"$out/csv/worst_errors.csv"
