@@ -1,0 +1,62 @@
+// `flashlab bench stream`, end to end on the CPU machine: help, bad flags (usage errors naming the
+// flag, in every build), and the refusal where nothing can be timed (no CUDA in the build, or no
+// GPU). The timing itself needs a GPU: it runs on the device (cuda/RESULTS.md §8).
+#include <catch2/catch.hpp>
+
+#include "run_cli.hpp"
+
+#include <filesystem>
+#include <string>
+
+using flashlab::test::expect_usage_error;
+using flashlab::test::run_cli;
+
+TEST_CASE("cli bench stream: --help names the method and every flag", "[cli][bench]") {
+  const auto r = run_cli("bench stream --help");
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("Usage: flashlab bench stream") && Catch::Contains("CUDA events") &&
+                        Catch::Contains("L2") && Catch::Contains("median") && Catch::Contains("beyond"));
+  for (const char* flag : {"--pass", "--kernel", "--seq", "--dim", "--k", "--heads", "--bq", "--bk", "--dtype", "--group",
+                           "--reps", "--warmup", "--csv"}) {
+    INFO(flag);
+    CHECK_THAT(r.out, Catch::Contains(flag));
+  }
+  CHECK_THAT(r.out, Catch::Contains("32768,65536,131072,262144,524288,1048576"));  // the default sweep
+}
+
+TEST_CASE("cli bench stream: bad flags are usage errors naming the flag", "[cli][bench][errors]") {
+  expect_usage_error("bench stream --pass sideways", "--pass 'sideways'");
+  expect_usage_error("bench stream --kernel quick", "--kernel 'quick'");
+  expect_usage_error("bench stream --seq 1024,x", "--seq: 'x'");
+  expect_usage_error("bench stream --seq 0", "--seq: '0'");
+  expect_usage_error("bench stream --seq 16777216", "--seq");  // past the 8M cap
+  expect_usage_error("bench stream --k 0", "--k: '0'");
+  expect_usage_error("bench stream --dim 64,abc", "--dim: 'abc'");
+  expect_usage_error("bench stream --heads 0", "--heads 0 is out of range");
+  expect_usage_error("bench stream --bq 256", "--bq 256 is out of range");
+  expect_usage_error("bench stream --group 3", "--group 3 is out of range");
+  expect_usage_error("bench stream --reps 0", "--reps 0 is out of range");
+  expect_usage_error("bench stream --warmup -1", "--warmup");
+  expect_usage_error("bench stream --dtype fp32", "--dtype 'fp32'");
+  expect_usage_error("bench stream --frobnicate", "frobnicate");
+}
+
+TEST_CASE("cli bench stream: without CUDA, or without a GPU, it says so and exits non-zero", "[cli][bench][errors]") {
+  const std::string args = "bench stream --seq 4096 --dim 64 --k 4 --reps 1 --warmup 0";
+#ifndef FLASHLAB_TEST_HAVE_CUDA
+  expect_usage_error(args, "this flashlab was built without CUDA");
+#else
+  const auto r = run_cli(args);
+  INFO(r.err);
+  if (!std::filesystem::exists("/dev/nvidia0") && !std::filesystem::exists("/dev/nvidiactl")) {
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::Contains("needs a CUDA GPU") && Catch::Contains("hint:"));
+    CHECK(r.out.empty());
+  } else if (r.exit_code == 0) {  // a GPU: the clear estimate and apply rows
+    CHECK_THAT(r.out, Catch::Contains("device:") && Catch::Contains("estimate") && Catch::Contains("apply"));
+  } else {
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::Contains("needs a CUDA GPU"));
+  }
+#endif
+}
