@@ -381,10 +381,29 @@ Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProblem& pro
   return make_problem(problem);
 }
 
+/// The kernel choice's limits: wgmma_ws runs bwd_atomic only, and only where it was built.
+void check_bwd_kernel(ref::Algorithm design, FastBackwardKernel kernel) {
+  if (kernel != FastBackwardKernel::wgmma_ws) return;
+  if (design != ref::Algorithm::bwd_atomic)
+    throw std::invalid_argument("flashlab::cuda: the wgmma-ws backward kernel runs the bwd_atomic design only (hint: "
+                                "design bwd_atomic, or kernel mma_sync for bwd_two_kernel)");
+  if (!fast_forward_wgmma_built())
+    throw std::invalid_argument("flashlab::cuda: the wgmma-ws backward kernel is not in this build (hint: configure "
+                                "with CMAKE_CUDA_ARCHITECTURES including 90)");
+}
+
 }  // namespace
 }  // namespace flashlab::cuda::detail
 
 namespace flashlab::cuda {
+
+const char* to_string(FastBackwardKernel kernel) { return kernel == FastBackwardKernel::wgmma_ws ? "wgmma-ws" : "mma"; }
+
+FastBackwardKernel fastest_backward_kernel() {
+  // The same condition as the forward's tma_ws: sm_90a code built, a compute capability 9.0 device.
+  return fastest_forward_kernel() == FastForwardKernel::tma_ws ? FastBackwardKernel::wgmma_ws
+                                                               : FastBackwardKernel::mma_sync;
+}
 
 std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const ref::AttentionProblem& problem) {
   const detail::Problem p = detail::fast_bwd_problem(design, problem);
@@ -400,8 +419,10 @@ std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const
 
 void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionProblem& problem, const void* Q,
                                     const void* K, const void* V, const void* O, const void* dO, const float* LSE,
-                                    void* dQ, void* dK, void* dV, void* workspace, void* stream) {
+                                    void* dQ, void* dK, void* dV, void* workspace, void* stream,
+                                    FastBackwardKernel kernel) {
   const detail::Problem p = detail::fast_bwd_problem(design, problem);
+  detail::check_bwd_kernel(design, kernel);
   if (workspace == nullptr)
     throw std::invalid_argument(
         "flashlab::cuda: fast_attention_backward_device needs a workspace (hint: allocate "
@@ -414,7 +435,11 @@ void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionP
   float* dQaccum = atomic ? reinterpret_cast<float*>(ws + detail::dq_accum_offset(stats)) : nullptr;
   const detail::BwdPointers a{Q, K, V, O, dO, LSE, dQ, dK, dV, D, dQaccum};
   const bool bf16 = problem.dtype == ref::Dtype::bf16;
-  if (atomic) {
+  if (atomic && kernel == FastBackwardKernel::wgmma_ws) {
+#ifdef FLASHLAB_HAVE_WGMMA
+    detail::launch_fast_bwd_ws(p, bf16, a, s);
+#endif
+  } else if (atomic) {
     detail::launch_fast_bwd_atomic(p, bf16, a, s);
   } else if (p.head_dim == 64) {
     if (bf16) detail::launch_fast_bwd<64, true>(p, a, s);
@@ -429,8 +454,9 @@ FastBackwardResult fast_attention_backward(ref::Algorithm design, const ref::Att
                                            const std::vector<std::uint16_t>& Q,
                                            const std::vector<std::uint16_t>& K, const std::vector<std::uint16_t>& V,
                                            const std::vector<std::uint16_t>& O, const std::vector<std::uint16_t>& dO,
-                                           const std::vector<float>& LSE) {
+                                           const std::vector<float>& LSE, FastBackwardKernel kernel) {
   const detail::Problem p = detail::fast_bwd_problem(design, problem);
+  detail::check_bwd_kernel(design, kernel);
   const std::size_t numel = std::size_t(p.batch) * p.seq * p.heads * p.head_dim;
   const std::size_t stats = std::size_t(p.batch) * p.heads * p.seq;
   auto check = [&](const char* name, std::size_t got, std::size_t want, const char* shape) {
@@ -460,7 +486,7 @@ FastBackwardResult fast_attention_backward(ref::Algorithm design, const ref::Att
   bdV.poison();
   bws.poison();  // D and (atomic) the dQ accumulator: NaN unless the kernels write/zero them
   fast_attention_backward_device(design, problem, bQ.get(), bK.get(), bV.get(), bO.get(), bdO.get(), bLSE.get(),
-                                 bdQ.get(), bdK.get(), bdV.get(), bws.get(), nullptr);
+                                 bdQ.get(), bdK.get(), bdV.get(), bws.get(), nullptr, kernel);
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
   FastBackwardResult r;
   r.dQ.resize(numel);

@@ -1,9 +1,9 @@
 // cuda/src/attention_bwd_tc.cuh — pieces shared by the two fast tensor-core backward designs:
 // attention_bwd_tc.cu (two kernels: dQ kernel, dK/dV kernel) and
 // attention_bwd_tc_atomic.cu (one kernel over K_j/V_j blocks, dQ accumulated in fp32 by bulk
-// asynchronous reductions in L2).
+// asynchronous reductions in L2), and the Hopper version of the latter, attention_bwd_ws.cu.
 // The Triton walkthrough, "Backward Pass": D_i = rowsum(dO_i ∘ O_i) is computed once, before either design.
-// Internal to cuda/src; included by exactly those two .cu files. The device helpers and the
+// Internal to cuda/src; included by exactly those three .cu files. The device helpers and the
 // preprocess kernel sit in an unnamed namespace (each translation unit gets its own copy, as
 // they had before being shared); the host-side declarations are in detail proper.
 #pragma once
@@ -39,6 +39,10 @@ constexpr int kAtomicDqTileRows = 128;
 /// The atomic design (attention_bwd_tc_atomic.cu): zero dQaccum, D preprocessing, the main
 /// kernel, dQ = scale · dQaccum → 16 bits. d ∈ {64, 128}.
 void launch_fast_bwd_atomic(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream);
+
+/// The atomic design on Hopper (attention_bwd_ws.cu, sm_90a, built when the architectures include
+/// 90: FLASHLAB_HAVE_WGMMA): TMA loads, warp specialisation, wgmma; same workspace. d ∈ {64, 128}.
+void launch_fast_bwd_ws(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream);
 
 namespace {
 

@@ -133,6 +133,7 @@ void bench_shape(const AttentionBenchConfig& bench, const ref::AttentionProblem&
     row.backward = backward;
     row.fwd_kernel = bench.fwd_kernel;
     row.bwd_design = bench.bwd_design;
+    row.bwd_kernel = bench.bwd_kernel;
     row.reps = bench.reps;
     row.median_ms = m % 2 ? times[m / 2] : 0.5 * (times[m / 2 - 1] + times[m / 2]);
     row.min_ms = times.front();
@@ -157,7 +158,7 @@ void bench_shape(const AttentionBenchConfig& bench, const ref::AttentionProblem&
       const std::size_t q = kPerSet * s;
       fast_attention_backward_device(bench.bwd_design, problem, in[q].get(), in[q + 1].get(), in[q + 2].get(), O[s].get(),
                                      in[q + 3].get(), LSE[s].get(), dQ.get(), dK.get(), dV.get(),
-                                     workspace.get());
+                                     workspace.get(), nullptr, bench.bwd_kernel);
     });
   }
 }

@@ -13,6 +13,7 @@
 // Shapes: N ∈ {1, 17, 128, 1000, 4096} (the clear-kernel tests' N), d ∈ {64, 128}, causal and
 // not, batch > 1 once, fp16 twice, each for both designs (errors printed per design with their
 // ratio to the rounding floor).
+// The Hopper kernel of the atomic design (wgmma-ws) has its own cases, tag [fast-bwd-ws].
 // Tag [fast-bwd-sanitize]: the small shapes, for compute-sanitizer. Timings live in
 // `flashlab bench attention --pass bwd`, not here.
 #include <catch2/catch.hpp>
@@ -44,7 +45,15 @@ struct BwdCase {
   fr::Dtype dtype = fr::Dtype::bf16;
 };
 
-constexpr fr::Algorithm kDesigns[] = {fr::Algorithm::bwd_two_kernel, fr::Algorithm::bwd_atomic};
+// A backward to check: a design and the kernel that runs it.
+struct BwdVariant {
+  fr::Algorithm design;
+  fc::FastBackwardKernel kernel = fc::FastBackwardKernel::mma_sync;
+};
+const std::vector<BwdVariant> kMmaDesigns = {{fr::Algorithm::bwd_two_kernel}, {fr::Algorithm::bwd_atomic}};
+// The Hopper kernel beside the mma.sync atomic kernel it replaces (same design, same inputs).
+const std::vector<BwdVariant> kWsAndAtomic = {{fr::Algorithm::bwd_atomic},
+                                              {fr::Algorithm::bwd_atomic, fc::FastBackwardKernel::wgmma_ws}};
 
 double g_worst = 0.0;
 
@@ -56,7 +65,7 @@ GradError grad_error(const std::vector<std::uint16_t>& got, const fr::Tensor<dou
   return {flashlab::test::error_16(got, ref.data(), dt), flashlab::test::rounding_floor(ref.data(), ref.numel(), dt)};
 }
 
-void check_bwd(const BwdCase& c) {
+void check_bwd(const BwdCase& c, const std::vector<BwdVariant>& variants = kMmaDesigns) {
   const unsigned long long seed = fresh_seed();
   const bool bf16 = c.dtype == fr::Dtype::bf16;
   const std::string label = std::string(bf16 ? "bf16" : "fp16") + " B=" + std::to_string(c.batch) +
@@ -83,11 +92,13 @@ void check_bwd(const BwdCase& c) {
 
   // O, LSE as the forward saves them.
   const auto fwd = fc::fast_attention_forward(cfg, fc::FastForwardKernel::mma_sync, Qb, Kb, Vb);
-  std::vector<std::uint16_t> first_dQ;  // the first design's dQ, to show the designs ran different code
-  for (const fr::Algorithm design : kDesigns) {
-    const std::string dlabel = label + " " + std::string(fr::algorithm_flag_name(design));
-    INFO("design " << fr::algorithm_name(design));
-    const auto got = fc::fast_attention_backward(design, cfg, Qb, Kb, Vb, fwd.O, dOb, fwd.LSE);
+  std::vector<std::uint16_t> first_dQ;  // the first variant's dQ, to show the variants ran different code
+  for (const BwdVariant& v : variants) {
+    const fr::Algorithm design = v.design;
+    const std::string dlabel = label + " " + std::string(fr::algorithm_flag_name(design)) +
+                               (v.kernel == fc::FastBackwardKernel::wgmma_ws ? "/wgmma-ws" : "");
+    INFO("design " << fr::algorithm_name(design) << ", kernel " << fc::to_string(v.kernel));
+    const auto got = fc::fast_attention_backward(design, cfg, Qb, Kb, Vb, fwd.O, dOb, fwd.LSE, v.kernel);
     REQUIRE(got.dQ.size() == ref.dQ.numel());
     REQUIRE(got.dK.size() == ref.dK.numel());
     REQUIRE(got.dV.size() == ref.dV.numel());
@@ -111,11 +122,11 @@ void check_bwd(const BwdCase& c) {
     if (first_dQ.empty()) {
       first_dQ = got.dQ;
     } else {
-      // Information only (0 is legal): the atomic design sums dQ in another fp32 order, so a few
-      // 16-bit results usually differ from the two-kernel design's.
+      // Information only (0 is legal): the variants sum dQ in other fp32 orders, so a few 16-bit
+      // results usually differ from the first variant's.
       std::size_t diff = 0;
       for (std::size_t k = 0; k < first_dQ.size(); ++k) diff += first_dQ[k] != got.dQ[k];
-      std::printf("  %-41s dQ elements differing from two-kernel: %zu of %zu\n", "", diff, first_dQ.size());
+      std::printf("  %-41s dQ elements differing from the first variant: %zu of %zu\n", "", diff, first_dQ.size());
     }
   }
 }
@@ -147,6 +158,45 @@ TEST_CASE("fast backward, N = 1000 and 4096", "[fast-bwd][fast-bwd-large]") {
   report("fast bwd large");
 }
 
+// The Hopper backward (FastBackwardKernel::wgmma_ws, cuda/src/attention_bwd_ws.cu, sm_90a; Br = 64
+// query rows per step, Bc = 128 keys per block, 64 per consumer warpgroup), each case beside the
+// mma.sync atomic kernel on the same inputs. Shapes: N = 1, 17 (one ragged tile), 64, 100, 128,
+// 130, 300 (several query tiles: the stage ring wraps, dSᵀ double buffer alternates), causal (the
+// masked diagonal, and consumer 1 fully masked on the first query tile), batch > 1, fp16, and
+// more key blocks than SMs (an H100 has 132).
+bool ws_in_build() {
+  if (fc::fast_forward_wgmma_built()) return true;
+  WARN("wgmma-ws backward not in this build (CMAKE_CUDA_ARCHITECTURES without 90): skipped");
+  return false;
+}
+
+TEST_CASE("wgmma-ws backward, small shapes, equals the float64 reference",
+          "[fast-bwd][fast-bwd-ws][fast-bwd-sanitize]") {
+  if (!ws_in_build()) return;
+  for (int seq : {1, 17, 64, 100, 128, 130, 300})
+    for (int d : {64, 128})
+      for (bool causal : {false, true}) check_bwd({1, seq, 2, d, causal}, kWsAndAtomic);
+  check_bwd({2, 70, 3, 64, true}, kWsAndAtomic);  // batch > 1, ragged
+  check_bwd({3, 200, 2, 128, false}, kWsAndAtomic);
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) check_bwd({1, 200, 2, d, causal, fr::Dtype::fp16}, kWsAndAtomic);
+  report("wgmma-ws bwd small");
+}
+
+TEST_CASE("wgmma-ws backward, N = 1000 and 4096, more key blocks than SMs", "[fast-bwd][fast-bwd-ws][fast-bwd-large]") {
+  if (!ws_in_build()) return;
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) {
+      check_bwd({1, 1000, 2, d, causal}, kWsAndAtomic);
+      check_bwd({1, 4096, 1, d, causal}, kWsAndAtomic);
+    }
+  // 8 key blocks × 5 heads × 4 batches = 160 blocks: more than one wave on an H100.
+  check_bwd({4, 1000, 5, 128, false}, kWsAndAtomic);
+  check_bwd({4, 1000, 5, 64, true}, kWsAndAtomic);
+  check_bwd({2, 1000, 2, 128, true, fr::Dtype::fp16}, kWsAndAtomic);
+  report("wgmma-ws bwd large");
+}
+
 TEST_CASE("fast backward refuses what it does not support", "[fast-bwd][errors]") {
   fr::AttentionProblem cfg;
   cfg.seq = 8;
@@ -161,6 +211,9 @@ TEST_CASE("fast backward refuses what it does not support", "[fast-bwd][errors]"
   CHECK_THROWS_WITH(fc::fast_attention_backward(atomic, cfg, x, x, x, x, x, lse), Catch::Contains("Q has 384 elements"));
   CHECK_THROWS_WITH(fc::fast_attention_backward(fr::Algorithm::naive_bwd, cfg, x, x, x, x, x, lse),
                     Catch::Contains("is not a fast backward design"));
+  CHECK_THROWS_WITH(
+      fc::fast_attention_backward(two_kernel, cfg, x, x, x, x, x, lse, fc::FastBackwardKernel::wgmma_ws),
+      Catch::Contains("runs the bwd_atomic design only"));
   // The device entry point refuses a missing workspace (it never allocates).
   CHECK_THROWS_WITH(fc::fast_attention_backward_device(atomic, cfg, nullptr, nullptr, nullptr, nullptr, nullptr,
                                                        nullptr, nullptr, nullptr, nullptr, nullptr),

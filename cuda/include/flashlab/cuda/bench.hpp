@@ -50,6 +50,7 @@ struct AttentionBenchConfig {
   BenchPass pass = BenchPass::both;                          ///< passes to time (bench_attention())
   ref::Algorithm bwd_design = ref::Algorithm::bwd_atomic;      ///< backward design timed (default: the faster)
   FastForwardKernel fwd_kernel = FastForwardKernel::mma_sync;  ///< forward kernel timed
+  FastBackwardKernel bwd_kernel = FastBackwardKernel::mma_sync;  ///< kernel of the bwd_atomic design timed
 };
 
 /// One timed shape of a sweep.
@@ -58,6 +59,7 @@ struct AttentionBenchRow {
   bool backward = false;          ///< false: a forward row; true: a backward row
   FastForwardKernel fwd_kernel = FastForwardKernel::mma_sync;  ///< the forward kernel (forward rows)
   ref::Algorithm bwd_design = ref::Algorithm::bwd_atomic;      ///< the backward design (backward rows)
+  FastBackwardKernel bwd_kernel = FastBackwardKernel::mma_sync;  ///< the backward kernel (backward rows)
   int reps = 0;              ///< timed launches behind the statistics
   double median_ms = 0.0;    ///< median launch time, milliseconds
   double min_ms = 0.0;       ///< fastest launch, milliseconds

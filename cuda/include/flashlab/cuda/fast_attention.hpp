@@ -96,6 +96,27 @@ void fast_attention_forward_device(const ref::AttentionProblem& problem, FastFor
 /// accumulator; the summation order of dQ varies run to run). Any other algorithm is refused
 /// with std::invalid_argument.
 
+/// Which kernel runs the bwd_atomic design (the two-kernel design has the mma_sync kernels only).
+/// Both compute the same dQ, dK, dV (same algorithm and rounding points; dQ's fp32 summation
+/// order varies run to run in both).
+enum class FastBackwardKernel {
+  /// `mma.sync` m16n8k16, cp.async loads (cuda/src/attention_bwd_tc_atomic.cu): any device from
+  /// sm_80 on; the portable kernel.
+  mma_sync,
+  /// Hopper: TMA loads from a producer warpgroup, two consumer warpgroups on `wgmma.mma_async`
+  /// for all five products (cuda/src/attention_bwd_ws.cu): sm_90a, built and usable as the
+  /// wgmma forward (fast_forward_wgmma_built(), compute capability 9.0).
+  wgmma_ws
+};
+
+/// "mma" or "wgmma-ws" (the names the `flashlab bench attention --bwd-kernel` flag takes).
+const char* to_string(FastBackwardKernel kernel);
+
+/// The fastest backward kernel this build can run on the current device: wgmma_ws where the
+/// sm_90a kernels are built and the device is compute capability 9.0, else mma_sync (measured on
+/// the H100: docs/optimisation.md). Throws CudaError when no device can be queried.
+FastBackwardKernel fastest_backward_kernel();
+
 /// Gradients of a fast backward pass copied back to the host (loss L = Σ O∘dO).
 struct FastBackwardResult {
   std::vector<std::uint16_t> dQ;  ///< ∂L/∂Q, [B, N, H, d], bit patterns of the problem's dtype
@@ -104,7 +125,8 @@ struct FastBackwardResult {
   std::vector<float> D;           ///< D_i = rowsum(dO_i ∘ O_i) in fp32, [B, H, N]
 };
 
-/// Fast backward of `design` (bwd_two_kernel or bwd_atomic): uploads Q, K, V, O, dO (each
+/// Fast backward of `design` (bwd_two_kernel or bwd_atomic; `kernel` picks the atomic design's
+/// kernel, the two-kernel design takes mma_sync only): uploads Q, K, V, O, dO (each
 /// `[B, N, H, d]`, 16-bit bit patterns) and the forward's base-2 LSE (`[B, H, N]`), poisons the
 /// outputs and the workspace with NaN, runs the design's kernels, checks every CUDA call and
 /// downloads dQ, dK, dV and D. Throws std::invalid_argument for a bad problem, design or size,
@@ -113,7 +135,8 @@ FastBackwardResult fast_attention_backward(ref::Algorithm design, const ref::Att
                                            const std::vector<std::uint16_t>& Q,
                                            const std::vector<std::uint16_t>& K, const std::vector<std::uint16_t>& V,
                                            const std::vector<std::uint16_t>& O, const std::vector<std::uint16_t>& dO,
-                                           const std::vector<float>& LSE);
+                                           const std::vector<float>& LSE,
+                                           FastBackwardKernel kernel = FastBackwardKernel::mma_sync);
 
 /// Bytes of device scratch fast_attention_backward_device() needs for `design` and `problem`:
 /// D (fp32, B·H·N) at offset 0, then, for bwd_atomic, the fp32 dQ accumulator
@@ -125,11 +148,13 @@ std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const
 /// synchronisation, on `stream` (a cudaStream_t passed as void*; nullptr is the default stream).
 /// `workspace` is device memory of at least fast_attention_backward_workspace_bytes(design,
 /// problem) bytes, 256-byte aligned (cudaMalloc's pointers are); on return its first B·H·N
-/// floats hold D = rowsum(dO ∘ O) ([B, H, N]). Throws std::invalid_argument for a bad problem,
-/// design or a null workspace, CudaError if a launch fails.
+/// floats hold D = rowsum(dO ∘ O) ([B, H, N]). `kernel` as fast_attention_backward(). Throws
+/// std::invalid_argument for a bad problem, design, kernel (wgmma_ws with bwd_two_kernel, or not
+/// in this build) or a null workspace, CudaError if a launch fails.
 void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionProblem& problem, const void* Q,
                                     const void* K, const void* V, const void* O, const void* dO, const float* LSE,
-                                    void* dQ, void* dK, void* dV, void* workspace, void* stream = nullptr);
+                                    void* dQ, void* dK, void* dV, void* workspace, void* stream = nullptr,
+                                    FastBackwardKernel kernel = FastBackwardKernel::mma_sync);
 
 /// Rounds a float to the nearest bfloat16 (ties to even) and returns its bit pattern.
 std::uint16_t float_to_bf16(float x);

@@ -1,0 +1,486 @@
+// attention_bwd_ws.cu — FlashAttention backward on Hopper: wgmma for all five products, TMA loads
+// from a producer warpgroup, two consumer warpgroups (FlashAttention-3's backward structure).
+// Selected with FastBackwardKernel::wgmma_ws (fast_attention.hpp) or `flashlab bench attention
+// --bwd-kernel wgmma-ws`; built for sm_90a alone (cuda/CMakeLists.txt, object library
+// flashlab_cuda_wgmma) when the architectures include 90.
+//
+// The algorithm and names are those of the atomic design (attention_bwd_tc_atomic.cu): D
+// preprocessing, one block per key tile K_j, V_j (Bc = BLOCK_N = 128 keys, resident in SRAM) looping
+// over the query tiles Q_i, dO_i (Br = BLOCK_M = 64 rows), dQ summed in an fp32 accumulator, then
+// dQ = scale · accumulator → 16 bits. What changes is who moves the data and which instruction
+// multiplies:
+//   - Warpgroup 0 is the PRODUCER (setmaxnreg.dec to 24). Thread 0 loads K_j, V_j once and Q_i, dO_i
+//     per step as TMA boxes (hopper.cuh) into a ring of kStages = 2 stages; warp 1 copies LSE_i and
+//     D_i (64 floats each, rows of one head are not 16-byte aligned in general, so no TMA) into the
+//     same stage. full[s] completes when the TMA bytes landed and warp 1's 32 lanes arrived;
+//     empty[s] when the 8 consumer warps are done with the stage.
+//   - Warpgroups 1 and 2 are the CONSUMERS (setmaxnreg.inc to 240); consumer c owns keys
+//     [64c, 64c + 64) of K_j: it computes the TRANSPOSED tiles, keys along the wgmma's M,
+//         Sᵀ_ij  = K_c Q_iᵀ            (SRAM × SRAM, both K-major)
+//         dPᵀ_ij = V_c dO_iᵀ
+//         Pᵀ = 2^(Sᵀ·scale·log2 e − LSE_i),  dSᵀ = Pᵀ ∘ (dPᵀ − D_i)   (LSE, D per column)
+//         dV_c += Pᵀ dO_i,  dK_c += dSᵀ Q_i   (Pᵀ, dSᵀ as register A fragments: the accumulator
+//                                             layout of m64nN is the A layout of m64nNk16)
+//     so dK_c and dV_c (64 keys × d each) stay in registers for the whole loop, and no transpose
+//     through SRAM is needed for them. dSᵀ is also written to SRAM ([key][query], 128-byte swizzle:
+//     an MN-major A operand of wgmma) for
+//         dQ_i partial = dS_ij K_j       (SRAM × SRAM, both MN-major)
+//     d = 128: consumer c computes columns [64c, 64c + 64) over all 128 keys (so the two
+//     consumers meet once per step at a named barrier: each needs the other's dSᵀ rows);
+//     d = 64: consumer c computes all 64 columns over its own 64 keys (no meeting; both add their
+//     partial into the same accumulator tile).
+//   - The dQ partial goes registers → SRAM (fragment order, 16-byte stores, no bank conflicts)
+//     and one thread per consumer issues ONE bulk reduction (cp.reduce.async.bulk .add.f32,
+//     tensor_core.cuh) into the fp32 accumulator: the adds happen in L2, the warps never wait on
+//     them; the thread only waits (bulk wait_group.read) before the next step's partial
+//     overwrites the staging SRAM, a whole step later.
+// The accumulator is TILED as the atomic design's: per (b, h, query tile i) BLOCK_M·d contiguous
+// floats; inside a tile, consumer slice c (d = 128; one slice at d = 64) in wgmma fragment order:
+// float4 number t·128 + thread = the thread's accumulator registers 4t .. 4t+3 (rows r, r + 8 of
+// n-tile t). dq_convert_kernel maps it back to [B, N, H, d].
+// Masks: only the tiles that need them (the last, ragged query or key tile; causal, the tiles
+// crossing the diagonal); masked entries get P = 0 by a select after 2^x (a masked 2^x may be
+// +inf and is discarded, never multiplied). Causal blocks start at the first query tile that sees
+// their keys. TMA fills rows ≥ N with zeros; the stats warp writes LSE = D = 0 there.
+// Numerics: P and dS are rounded to 16 bits once (the A fragments and the SRAM copy are the same
+// rounded values), every sum in fp32; dQ's sum over key blocks runs in an order that varies run
+// to run (not bit-reproducible; no deterministic mode in this kernel).
+#include "attention_bwd_tc.cuh"
+#include "common.hpp"
+#include "hopper.cuh"
+#include "tensor_core.cuh"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace flashlab::cuda::detail {
+namespace {
+
+template <int HEAD_DIM, bool kBf16_, bool kCausal_>
+struct BwdWsTraits {
+  static constexpr int kHeadDim = HEAD_DIM;
+  static constexpr bool kBf16 = kBf16_;
+  static constexpr bool kCausal = kCausal_;
+  static constexpr int BLOCK_M = 64;   // Br: query rows per step (n of the Sᵀ wgmma)
+  static constexpr int BLOCK_N = 128;  // Bc: keys per block, 64 per consumer (m of every wgmma)
+  static constexpr int kConsumers = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kConsumerWarps = 4 * kConsumers;  // arrivals on empty[s]
+  static constexpr int kStages = 2;
+  static constexpr int kColBlocks = HEAD_DIM / 64;  // TMA boxes (64 columns) per tile
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register file");
+  // dQ partial per consumer: d = 128 splits the columns, d = 64 the keys (file-top comment).
+  static constexpr bool kDqSplitKeys = HEAD_DIM == 64;
+  static constexpr int kDqCols = kDqSplitKeys ? HEAD_DIM : HEAD_DIM / 2;
+  static constexpr int kDqKeys = kDqSplitKeys ? BLOCK_N / 2 : BLOCK_N;
+  static constexpr int kTileQ = BLOCK_M * HEAD_DIM * 2;    // Q_i or dO_i, one stage
+  static constexpr int kTileKV = BLOCK_N * HEAD_DIM * 2;   // K_j or V_j
+  static constexpr int kTileDs = BLOCK_N * BLOCK_M * 2;    // dSᵀ [key][query], 16-bit
+  static constexpr int kSliceDq = BLOCK_M * kDqCols * 4;   // one consumer's fp32 dQ partial
+  static constexpr int kStats = 2 * BLOCK_M * 4;           // LSE_i then D_i, one stage
+  // Layout: K_j, V_j, Q stages, dO stages, 2 dSᵀ buffers, 2 dQ slices, stats stages, barriers.
+  static constexpr int kOffV = kTileKV;
+  static constexpr int kOffQ = 2 * kTileKV;
+  static constexpr int kOffDo = kOffQ + kStages * kTileQ;
+  static constexpr int kOffDs = kOffDo + kStages * kTileQ;
+  static constexpr int kOffDq = kOffDs + 2 * kTileDs;
+  static constexpr int kOffStats = kOffDq + kConsumers * kSliceDq;
+  static constexpr int kOffBar = kOffStats + kStages * kStats;
+  static constexpr int kBarriers = 1 + 2 * kStages;  // kv_full, full[], empty[]
+  static constexpr int kSmemBytes = kOffBar + 8 * kBarriers + 1024;  // + alignment to 1024
+  static_assert(kSmemBytes <= 227 * 1024, "dynamic SRAM of one block on sm_90");
+  static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "d ∈ {64, 128}");
+  static_assert(BLOCK_N % BLOCK_M == 0, "causal: a key block's first visible query tile starts at its first key");
+  static_assert(kAtomicDqTileRows % BLOCK_M == 0, "the workspace holds whole dQ tiles of this BLOCK_M");
+};
+
+// Named barriers (0 is __syncthreads): both consumers (dSᵀ complete), and one per consumer.
+constexpr int kDsReadyBarrier = 1, kConsumerBarrier = 2;
+
+template <class T>
+struct BwdWsSmem {
+  uint32_t base;
+  __device__ uint32_t k() const { return base; }
+  __device__ uint32_t v() const { return base + T::kOffV; }
+  __device__ uint32_t q(int s) const { return base + T::kOffQ + uint32_t(s) * T::kTileQ; }
+  __device__ uint32_t dO(int s) const { return base + T::kOffDo + uint32_t(s) * T::kTileQ; }
+  __device__ uint32_t ds(int buf) const { return base + T::kOffDs + uint32_t(buf) * T::kTileDs; }
+  __device__ uint32_t dq(int c) const { return base + T::kOffDq + uint32_t(c) * T::kSliceDq; }
+  __device__ uint32_t stats(int s) const { return base + T::kOffStats + uint32_t(s) * T::kStats; }
+  __device__ uint32_t kv_full() const { return base + T::kOffBar; }
+  __device__ uint32_t full(int s) const { return kv_full() + 8u * uint32_t(1 + s); }
+  __device__ uint32_t empty(int s) const { return kv_full() + 8u * uint32_t(1 + T::kStages + s); }
+};
+
+/// Where a block works: key tile j (keys start_n ..) of head h, batch b; query tiles i_begin .. Tr−1.
+struct BwdWsBlock {
+  int start_n, h, b, i_begin, Tr;
+};
+
+/// Issue the d/64 TMA boxes of one [kRows][d] tile (rows from token `row0` of head h, batch b).
+template <class T, int kRows>
+__device__ __forceinline__ void tma_rows(uint32_t dst, const CUtensorMap* map, int row0, int h, int b, uint32_t bar) {
+#pragma unroll
+  for (int c = 0; c < T::kColBlocks; ++c) tma_load_4d(dst + uint32_t(c) * kRows * 128, map, 64 * c, h, row0, b, bar);
+}
+
+/// Producer thread: K_j, V_j once, then Q_i, dO_i per step through the stage ring.
+template <class T>
+__device__ void produce_tiles(const BwdWsSmem<T>& sm, const BwdWsBlock& w, const CUtensorMap* map_q,
+                              const CUtensorMap* map_k, const CUtensorMap* map_v, const CUtensorMap* map_do) {
+  mbar_arrive_expect_tx(sm.kv_full(), 2 * T::kTileKV);
+  tma_rows<T, T::BLOCK_N>(sm.k(), map_k, w.start_n, w.h, w.b, sm.kv_full());
+  tma_rows<T, T::BLOCK_N>(sm.v(), map_v, w.start_n, w.h, w.b, sm.kv_full());
+  for (int i = w.i_begin, n = 0; i < w.Tr; ++i, ++n) {
+    const int s = n % T::kStages;
+    // Stage s was last filled for step n − kStages: wait for that phase of empty[s].
+    if (n >= T::kStages) mbar_wait(sm.empty(s), uint32_t(n / T::kStages - 1) & 1u);
+    mbar_arrive_expect_tx(sm.full(s), 2 * T::kTileQ);
+    tma_rows<T, T::BLOCK_M>(sm.q(s), map_q, i * T::BLOCK_M, w.h, w.b, sm.full(s));
+    tma_rows<T, T::BLOCK_M>(sm.dO(s), map_do, i * T::BLOCK_M, w.h, w.b, sm.full(s));
+  }
+}
+
+/// Stats warp: LSE_i, D_i of each step into the stage (0 for rows ≥ N), one arrival per lane.
+template <class T>
+__device__ void produce_stats(const BwdWsSmem<T>& sm, const BwdWsBlock& w, const Problem& p,
+                              const float* __restrict__ LSE, const float* __restrict__ D, int lane) {
+  const std::size_t stat = p.stat_offset(w.b, w.h);
+  for (int i = w.i_begin, n = 0; i < w.Tr; ++i, ++n) {
+    const int s = n % T::kStages;
+    if (n >= T::kStages) mbar_wait(sm.empty(s), uint32_t(n / T::kStages - 1) & 1u);
+#pragma unroll
+    for (int r = lane; r < T::BLOCK_M; r += 32) {
+      const int row = i * T::BLOCK_M + r;
+      const float lse = row < p.seq ? LSE[stat + row] : 0.f, d = row < p.seq ? D[stat + row] : 0.f;
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.stats(s) + 4u * uint32_t(r)), "f"(lse) : "memory");
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.stats(s) + 4u * uint32_t(T::BLOCK_M + r)), "f"(d) : "memory");
+    }
+    mbar_arrive(sm.full(s));  // release: the stores above before the phase completes
+  }
+}
+
+/// Issue C (64 keys × BLOCK_M queries) = A_c Bᵀ over k = d: A = 64 rows of a resident [128][d]
+/// tile (K_j or V_j) from row 64c, B = a [BLOCK_M][d] stage tile (Q_i or dO_i). Sᵀ and dPᵀ.
+template <class T>
+__device__ __forceinline__ void issue_transposed_scores(float (&c)[T::BLOCK_M / 2], uint32_t sA_c, uint32_t sB) {
+#pragma unroll
+  for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
+    const uint32_t col = uint32_t(kk / 4), k32 = uint32_t(kk % 4) * 32;  // 64-column box, k16 inside it
+    const uint64_t da = smem_desc(sA_c + col * T::BLOCK_N * 128 + k32, 16, 1024);
+    const uint64_t db = smem_desc(sB + col * T::BLOCK_M * 128 + k32, 16, 1024);
+    wgmma_ss_t<T::kBf16, T::BLOCK_M, false, false>(c, da, db, kk > 0);
+  }
+}
+
+/// Issue acc (64 keys × d) += Xᵀ B over k = BLOCK_M queries: Xᵀ as register A fragments, B = a
+/// [BLOCK_M][d] stage tile read MN-major (LBO = bytes between 64-column boxes, SBO = 8 rows).
+/// dV_c += Pᵀ dO_i and dK_c += dSᵀ Q_i.
+template <class T>
+__device__ __forceinline__ void issue_key_grad(float (&acc)[T::kHeadDim / 2], const uint32_t (&xa)[T::BLOCK_M / 16][4],
+                                               uint32_t sB) {
+#pragma unroll
+  for (int kk = 0; kk < T::BLOCK_M / 16; ++kk)
+    wgmma_rs<T::kBf16, T::kHeadDim>(acc, xa[kk], smem_desc(sB + uint32_t(kk) * 16 * 128, T::BLOCK_M * 128, 1024), 1);
+}
+
+/// Issue this consumer's dQ_i partial = dS_ij K_j (query rows × kDqCols columns) over kDqKeys
+/// keys; dSᵀ [key][query] and K_j [key][d] are both MN-major operands (16 keys = 2048 bytes).
+template <class T>
+__device__ __forceinline__ void issue_dq(float (&dq)[T::kDqCols / 2], uint32_t sDs, uint32_t sK, int c) {
+  // Column split: all keys, K_j's 64-column box c. Key split: this consumer's 64 key rows.
+  const uint32_t a0 = sDs + (T::kDqSplitKeys ? uint32_t(c) * 64 * 128 : 0u);
+  const uint32_t b0 = sK + (T::kDqSplitKeys ? uint32_t(c) * 64 * 128 : uint32_t(c) * T::BLOCK_N * 128);
+#pragma unroll
+  for (int kk = 0; kk < T::kDqKeys / 16; ++kk) {
+    const uint64_t da = smem_desc(a0 + uint32_t(kk) * 2048, T::BLOCK_N * 128, 1024);
+    const uint64_t db = smem_desc(b0 + uint32_t(kk) * 2048, T::BLOCK_N * 128, 1024);
+    wgmma_ss_t<T::kBf16, T::kDqCols, true, true>(dq, da, db, kk > 0);
+  }
+}
+
+/// Pᵀ and dSᵀ in place of Sᵀ and dPᵀ (fp32), this thread's accumulator entries: key row
+/// `key_row` (+ 8 for r = 1), query column 8t + 2·t4 + e. Masked entries (need_mask only) → 0.
+template <class T>
+__device__ __forceinline__ void probs_and_grads(float (&st)[T::BLOCK_M / 2], float (&dpt)[T::BLOCK_M / 2],
+                                                uint32_t sStats, int q0, int key_row, int N, bool need_mask, int t4,
+                                                float scale_log2) {
+#pragma unroll
+  for (int t = 0; t < T::BLOCK_M / 8; ++t) {
+    float2 lse, dd;
+    const uint32_t a = sStats + 4u * uint32_t(8 * t + 2 * t4);
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(lse.x), "=f"(lse.y) : "r"(a));
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(dd.x), "=f"(dd.y) : "r"(a + 4u * T::BLOCK_M));
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int idx = 4 * t + 2 * r + e;
+        float pv = ex2(fmaf(st[idx], scale_log2, -(e ? lse.y : lse.x)));
+        if (need_mask) {
+          const int query = q0 + 8 * t + 2 * t4 + e, key = key_row + 8 * r;
+          pv = query < N && key < N && (!T::kCausal || key <= query) ? pv : 0.f;
+        }
+        st[idx] = pv;
+        dpt[idx] = pv * (dpt[idx] - (e ? dd.y : dd.x));
+      }
+  }
+}
+
+/// Accumulator (m64 × 8·kT) → 16-bit register A fragments of the next product (k16 step kk =
+/// accumulator n-tiles 2kk, 2kk + 1: no shuffles).
+template <bool kBf16, int kT>
+__device__ __forceinline__ void pack_a(const float (&acc)[4 * kT], uint32_t (&a)[kT / 2][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kT / 2; ++kk)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) a[kk][q] = pack2<kBf16>(acc[8 * kk + 2 * q], acc[8 * kk + 2 * q + 1]);
+}
+
+/// dSᵀ fragments → SRAM buffer [128 keys][BLOCK_M queries] in the 128-byte swizzle (16-byte
+/// chunk q/8 of row k stored at chunk (q/8) ^ (k % 8)), then the proxy fence for wgmma's reads.
+template <class T>
+__device__ __forceinline__ void store_ds(uint32_t sDs, const uint32_t (&dsa)[T::BLOCK_M / 16][4], int key_local,
+                                         int t4) {
+  static_assert(T::BLOCK_M * 2 == 128, "one dSᵀ row = one 128-byte swizzle row");
+#pragma unroll
+  for (int t = 0; t < T::BLOCK_M / 8; ++t)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = key_local + 8 * r;
+      const uint32_t addr = sDs + uint32_t(row) * 128 + (uint32_t(t ^ (row & 7)) << 4) + 4u * uint32_t(t4);
+      // fragment a[t/2][2·(t%2) + r] holds accumulator entries 4t + 2r, 4t + 2r + 1.
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[t / 2][2 * (t % 2) + r]) : "memory");
+    }
+  fence_proxy_async_shared();
+}
+
+/// dQ partial → this consumer's SRAM slice (fragment order) → one bulk fp32 add into the
+/// accumulator tile. `tid` 0 owns the bulk group (its previous read must be done first).
+template <class T>
+__device__ __forceinline__ void reduce_dq(const float (&dq)[T::kDqCols / 2], uint32_t sSlice, float* dst, int c,
+                                          int tid) {
+  if (tid == 0) bulk_wait_group_read<0>();
+  named_bar_sync(kConsumerBarrier + c, 128);
+#pragma unroll
+  for (int t = 0; t < T::kDqCols / 8; ++t)
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(sSlice + uint32_t(t * 128 + tid) * 16),
+                 "f"(dq[4 * t]), "f"(dq[4 * t + 1]), "f"(dq[4 * t + 2]), "f"(dq[4 * t + 3])
+                 : "memory");
+  fence_proxy_async_shared();
+  named_bar_sync(kConsumerBarrier + c, 128);
+  if (tid == 0) {
+    bulk_reduce_add_f32(dst, sSlice, uint32_t(T::kSliceDq));
+    bulk_commit_group();
+  }
+}
+
+/// dK_c = scale · acc_dk and dV_c = acc_dv: registers → HBM (rows ≥ N skipped).
+template <class T>
+__device__ __forceinline__ void store_key_grads(const Problem& p, uint16_t* __restrict__ out, const float (&acc)[T::kHeadDim / 2],
+                                                float scale, std::size_t base, int key, int t4) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = key + 8 * r;
+    if (row >= p.seq) continue;
+    uint16_t* dst = out + base + std::size_t(row) * p.row_stride() + 2 * t4;
+#pragma unroll
+    for (int t = 0; t < T::kHeadDim / 8; ++t)
+      *reinterpret_cast<uint32_t*>(dst + 8 * t) = pack2<T::kBf16>(acc[4 * t + 2 * r] * scale, acc[4 * t + 2 * r + 1] * scale);
+  }
+}
+
+/// One consumer warpgroup c: keys [64c, 64c + 64) of the block's K_j, V_j, every query tile.
+template <class T>
+__device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlock& w, float* __restrict__ dQaccum,
+                        uint16_t* __restrict__ dK, uint16_t* __restrict__ dV, int c) {
+  constexpr int BM = T::BLOCK_M, D = T::kHeadDim;
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t4 = lane % 4;
+  const int key_local = 64 * c + 16 * warp + lane / 4;  // this thread's key rows: key_local, + 8
+  const int key_row = w.start_n + key_local, N = p.seq;
+  const uint32_t sK_c = sm.k() + uint32_t(c) * 64 * 128, sV_c = sm.v() + uint32_t(c) * 64 * 128;
+  const std::size_t tiles_base = (std::size_t(w.b) * p.heads + w.h) * std::size_t(w.Tr);
+  float acc_dv[D / 2], acc_dk[D / 2];
+#pragma unroll
+  for (int k = 0; k < D / 2; ++k) acc_dv[k] = acc_dk[k] = 0.f;
+  mbar_wait(sm.kv_full(), 0);
+
+  for (int i = w.i_begin, n = 0; i < w.Tr; ++i, ++n) {
+    const int s = n % T::kStages, q0 = i * BM;
+    mbar_wait(sm.full(s), uint32_t(n / T::kStages) & 1u);
+    float st[BM / 2], dpt[BM / 2];
+    wg_fence();
+    issue_transposed_scores<T>(st, sK_c, sm.q(s));
+    wg_commit();
+    issue_transposed_scores<T>(dpt, sV_c, sm.dO(s));
+    wg_commit();
+    wg_wait<0>();
+    reg_fence(st);
+    reg_fence(dpt);
+    const bool need_mask = q0 + BM > N || w.start_n + T::BLOCK_N > N ||
+                           (T::kCausal && w.start_n + 64 * c + 63 > q0);
+    probs_and_grads<T>(st, dpt, sm.stats(s), q0, key_row, N, need_mask, t4, p.scale_log2);
+    uint32_t pa[BM / 16][4], dsa[BM / 16][4];
+    pack_a<T::kBf16, BM / 8>(st, pa);
+    pack_a<T::kBf16, BM / 8>(dpt, dsa);
+    // dV_c += Pᵀ dO_i, dK_c += dSᵀ Q_i: issued now, they run while dSᵀ goes to SRAM.
+    wg_fence();
+    reg_fence(acc_dv);
+    reg_fence(acc_dk);
+    reg_fence_u(pa);
+    reg_fence_u(dsa);
+    issue_key_grad<T>(acc_dv, pa, sm.dO(s));
+    issue_key_grad<T>(acc_dk, dsa, sm.q(s));
+    wg_commit();
+    // dSᵀ of step n → buffer n & 1: the other consumer read buffer n & 1 last at step n − 2,
+    // before it arrived at step n − 1's barrier, which this consumer has passed.
+    const uint32_t sDs = sm.ds(n & 1);
+    store_ds<T>(sDs, dsa, key_local, t4);
+    if (T::kDqSplitKeys) named_bar_sync(kConsumerBarrier + c, 128);  // this consumer's rows only
+    else named_bar_sync(kDsReadyBarrier, 256);                       // every key row of dSᵀ
+    float dq[T::kDqCols / 2];
+    wg_fence();
+    issue_dq<T>(dq, sDs, sm.k(), c);
+    wg_commit();
+    wg_wait<0>();
+    reg_fence(dq);
+    reg_fence(acc_dv);
+    reg_fence(acc_dk);
+    reg_fence_u(pa);
+    reg_fence_u(dsa);
+    if (lane == 0) mbar_arrive(sm.empty(s));  // this warp is done with Q_i, dO_i, LSE_i, D_i
+    float* dst = dQaccum + (tiles_base + std::size_t(i)) * (BM * D) +
+                 (T::kDqSplitKeys ? 0 : std::size_t(c) * BM * T::kDqCols);
+    reduce_dq<T>(dq, sm.dq(c), dst, c, tid);
+  }
+  const std::size_t base = p.head_offset(w.b, w.h);
+  store_key_grads<T>(p, dK, acc_dk, p.scale, base, key_row, t4);
+  store_key_grads<T>(p, dV, acc_dv, 1.f, base, key_row, t4);
+  if (tid == 0) bulk_wait_group<0>();  // no bulk reduction may still read SRAM when the block exits
+}
+
+/// Grid (Tc, H, B) non-causal, (H, Tc, B) causal (the heaviest key tiles, small j, first).
+template <class T>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    bwd_ws_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
+                  const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do, Problem p,
+                  const float* __restrict__ LSE, const float* __restrict__ D, float* __restrict__ dQaccum,
+                  uint16_t* __restrict__ dK, uint16_t* __restrict__ dV) {
+#if FLASHLAB_WGMMA_OK
+  extern __shared__ uint8_t smem_raw[];
+  const BwdWsSmem<T> sm{(uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u};
+  const int j = T::kCausal ? blockIdx.y : blockIdx.x, h = T::kCausal ? blockIdx.x : blockIdx.y;
+  BwdWsBlock w;
+  w.start_n = j * T::BLOCK_N;
+  w.h = h;
+  w.b = blockIdx.z;
+  w.i_begin = T::kCausal ? w.start_n / T::BLOCK_M : 0;  // earlier query tiles see none of these keys
+  w.Tr = (p.seq + T::BLOCK_M - 1) / T::BLOCK_M;
+  const int wg = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    tma_prefetch_map(&map_q);
+    tma_prefetch_map(&map_k);
+    tma_prefetch_map(&map_v);
+    tma_prefetch_map(&map_do);
+    mbar_init(sm.kv_full(), 1);
+    for (int s = 0; s < T::kStages; ++s) {
+      mbar_init(sm.full(s), 1 + 32);  // the TMA thread's expect_tx + the stats warp's lanes
+      mbar_init(sm.empty(s), T::kConsumerWarps);
+    }
+    mbar_fence_init();
+  }
+  __syncthreads();
+  if (wg == 0) {
+    regs_release<T::kProducerRegs>();
+    if (threadIdx.x == 0) produce_tiles<T>(sm, w, &map_q, &map_k, &map_v, &map_do);
+    else if (threadIdx.x / 32 == 1) produce_stats<T>(sm, w, p, LSE, D, threadIdx.x % 32);
+    return;  // every load is consumed before the consumers exit
+  }
+  regs_claim<T::kConsumerRegs>();
+  consume<T>(p, sm, w, dQaccum, dK, dV, wg - 1);
+#else
+  __trap();  // built without sm_90a: never launched
+#endif
+}
+
+/// dQ = scale · accumulator → 16 bits, [B, N, H, d]; one thread per float4 of the tiled
+/// accumulator (grid-stride): tile (b, h, i) of BLOCK_M·d floats, slice c of BLOCK_M·kDqCols,
+/// float4 number t·128 + thread = rows r, r + 8, columns col, col + 1 of n-tile t.
+template <class T>
+__global__ void __launch_bounds__(256) bwd_ws_dq_convert_kernel(Problem p, const float4* __restrict__ acc,
+                                                                uint16_t* __restrict__ dQ, std::size_t n4) {
+  constexpr int BM = T::BLOCK_M, kSlice4 = BM * T::kDqCols / 4, kTile4 = BM * T::kHeadDim / 4;
+  const int Tr = (p.seq + BM - 1) / BM;
+  for (std::size_t k = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; k < n4;
+       k += std::size_t(gridDim.x) * blockDim.x) {
+    const std::size_t tile = k / kTile4;
+    const int in_tile = int(k % kTile4), c = in_tile / kSlice4, t = in_tile % kSlice4 / 128, thr = in_tile % 128;
+    const int i = int(tile % Tr), h = int(tile / Tr % p.heads), b = int(tile / Tr / p.heads);
+    const int row = i * BM + 16 * (thr / 32) + (thr % 32) / 4, col = c * T::kDqCols + 8 * t + 2 * (thr % 4);
+    const float4 v = acc[k];
+    uint16_t* out = dQ + p.head_offset(b, h) + col;
+    if (row < p.seq)
+      *reinterpret_cast<uint32_t*>(out + std::size_t(row) * p.row_stride()) =
+          pack2<T::kBf16>(v.x * p.scale, v.y * p.scale);
+    if (row + 8 < p.seq)
+      *reinterpret_cast<uint32_t*>(out + std::size_t(row + 8) * p.row_stride()) =
+          pack2<T::kBf16>(v.z * p.scale, v.w * p.scale);
+  }
+}
+
+template <int D, bool kBf16, bool kCausal>
+void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, cudaStream_t stream) {
+  using T = BwdWsTraits<D, kBf16, kCausal>;
+  auto kernel = &bwd_ws_kernel<T>;
+  static const bool opted_in = [&] {  // > 48 KiB of dynamic SRAM, once per instantiation
+    set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "bwd_ws_kernel", p);
+    return true;
+  }();
+  (void)opted_in;
+  const int Tr = (p.seq + T::BLOCK_M - 1) / T::BLOCK_M;
+  const std::size_t acc_numel = std::size_t(p.batch) * p.heads * std::size_t(Tr) * T::BLOCK_M * D;
+  FLASHLAB_CUDA_CHECK(cudaMemsetAsync(a.dQaccum, 0, acc_numel * sizeof(float), stream));  // only ever added into
+  launch_fast_bwd_preprocess<D, kBf16>(p, a, stream);
+
+  const CUtensorMap map_q = make_head_tile_map(a.Q, p, T::BLOCK_M);
+  const CUtensorMap map_do = make_head_tile_map(a.dO, p, T::BLOCK_M);
+  const CUtensorMap map_k = make_head_tile_map(a.K, p, T::BLOCK_N);
+  const CUtensorMap map_v = make_head_tile_map(a.V, p, T::BLOCK_N);
+  const unsigned tc = unsigned((p.seq + T::BLOCK_N - 1) / T::BLOCK_N);
+  const dim3 grid = kCausal ? dim3(p.heads, tc, p.batch) : dim3(tc, p.heads, p.batch);
+  announce("bwd_ws_kernel");
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, p, a.LSE, a.D, a.dQaccum,
+                                                      static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV));
+  FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_kernel");
+
+  const std::size_t n4 = acc_numel / 4;
+  const unsigned blocks = unsigned(std::min<std::size_t>((n4 + 255) / 256, 4096));
+  announce("bwd_ws_dq_convert_kernel");
+  bwd_ws_dq_convert_kernel<T><<<blocks, 256, 0, stream>>>(p, reinterpret_cast<const float4*>(a.dQaccum),
+                                                          static_cast<uint16_t*>(a.dQ), n4);
+  FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_dq_convert_kernel");
+}
+
+template <int D, bool kBf16>
+void launch_bwd_ws_d(const Problem& p, const BwdPointers& a, cudaStream_t stream) {
+  if (p.causal) launch_bwd_ws_one<D, kBf16, true>(p, a, stream);
+  else launch_bwd_ws_one<D, kBf16, false>(p, a, stream);
+}
+
+}  // namespace
+
+void launch_fast_bwd_ws(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream) {
+  if (p.head_dim == 64) {
+    if (bf16) launch_bwd_ws_d<64, true>(p, a, stream);
+    else launch_bwd_ws_d<64, false>(p, a, stream);
+  } else {
+    if (bf16) launch_bwd_ws_d<128, true>(p, a, stream);
+    else launch_bwd_ws_d<128, false>(p, a, stream);
+  }
+}
+
+}  // namespace flashlab::cuda::detail
