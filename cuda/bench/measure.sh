@@ -9,6 +9,10 @@
 #   measure.sh hopper [BIN_DIR] [OUT_DIR] the Hopper forwards only (about a minute): the tma-ws
 #                                        tests and sanitizers, tma-ws and wgmma sweeps beside SDPA,
 #                                        one ncu profile of each at the headline shape; tabulated
+#   measure.sh hopper-bwd [BIN_DIR] [OUT_DIR] the Hopper backward (about four minutes): the
+#                                        wgmma-ws tests and sanitizers, its sweep beside SDPA and
+#                                        the mma.sync atomic kernel, one ncu profile of each at the
+#                                        headline shape; tabulated into bwd_ws.csv, bwd_ws_checks.csv
 #   measure.sh mta [BIN_DIR] [OUT_DIR]   the MTA kernels: the clear ones' tests, sanitizers, CUPTI
 #                                        traffic beside the model, the CLI (also on INPUTS=<dir of
 #                                        .npy>), then everything of mta-fast; tabulated into
@@ -129,6 +133,40 @@ run_hopper() {
   tabulate "$out" >/dev/null || status=1
   tar czf "$out/measure.tgz" -C "$out" logs csv
   echo "measure hopper: status $status"
+  return $status
+}
+
+# ---------------------------------------------------------------------------------------------
+# hopper-bwd: the sm_90a backward (wgmma-ws against the mma.sync atomic kernel)
+# ---------------------------------------------------------------------------------------------
+run_hopper_bwd() {
+  local bin=$1 out=$2 logs=$2/logs status=0
+  local step_timeout=300
+  begin_logs "$logs" hopper-bwd
+  step "$logs/test_cuda.log" "$bin/test_cuda" '[fast-bwd-ws]'
+  for tool in memcheck racecheck; do
+    step "$logs/sanitize_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      "$bin/test_cuda" '[fast-bwd-ws][fast-bwd-sanitize]'
+  done
+  local sweep=(--pass bwd --seq 1024,2048,4096,8192,16384)
+  step "$logs/bench_wgmmaws.csv" "$bin/flashlab" bench attention --csv "${sweep[@]}" --bwd-kernel wgmma-ws
+  step "$logs/sdpa_wgmmaws.log" env PYTHONUNBUFFERED=1 python3 cuda/bench/sdpa_bench.py \
+    "$logs/bench_wgmmaws.csv" --out "$logs/sdpa_wgmmaws.csv"
+  # the mma.sync atomic kernel at the headline lengths, same run (its SDPA columns: the rows above)
+  step "$logs/bench_atomic.csv" "$bin/flashlab" bench attention --csv --pass bwd --seq 8192,16384 --bwd-kernel mma
+  cp "$logs/sdpa_wgmmaws.csv" "$logs/sdpa_atomic.csv"
+  local metrics=gpu__time_duration.sum,launch__registers_per_thread,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active
+  metrics+=,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed
+  metrics+=,lts__t_sectors_op_red.sum,smsp__warp_issue_stalled_barrier_per_warp_active.pct
+  local k name
+  for k in wgmma-ws:bwd_ws_kernel mma:fast_bwd_atomic_kernel; do
+    name=${k##*:}
+    step "$logs/ncu_${k%%:*}.csv" ncu --csv --kernel-name "$name" --launch-skip 2 --launch-count 1 --metrics "$metrics" \
+      "$bin/flashlab" bench attention --pass bwd --seq 8192 --dim 128 --no-causal --reps 20 --warmup 2 --bwd-kernel "${k%%:*}"
+  done
+  tabulate "$out" >/dev/null || status=1
+  tar czf "$out/measure.tgz" -C "$out" logs csv
+  echo "measure hopper-bwd: status $status"
   return $status
 }
 
@@ -435,6 +473,9 @@ tabulate() {
     mta-fast)
       tab_checks "$logs" "$date" "$device" >"$out/csv/mta_fast_checks.csv"
       tab_mta_fast "$logs" "$date" "$device" "$out/csv" ;;
+    hopper-bwd)
+      tab_checks "$logs" "$date" "$device" >"$out/csv/bwd_ws_checks.csv"
+      tab_fast "$logs" "$date" "$device" >"$out/csv/bwd_ws.csv" ;;
     stream)
       tab_checks "$logs" "$date" "$device" >"$out/csv/stream_checks.csv"
       prefix_csv "$date" "$device" "$logs/stream_traffic.csv" >"$out/csv/stream_traffic.csv"
@@ -458,6 +499,7 @@ case "${1:-}" in
   run) run_all "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
   tabulate) [ $# -eq 2 ] || usage; tabulate "$2" ;;
   hopper) run_hopper "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
+  hopper-bwd) run_hopper_bwd "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
   mta) run_mta "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
   mta-fast) run_mta_fast "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
   stream) run_stream "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;

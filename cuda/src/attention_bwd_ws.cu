@@ -13,7 +13,7 @@
 //     per step as TMA boxes (hopper.cuh) into a ring of kStages = 2 stages; warp 1 copies LSE_i and
 //     D_i (64 floats each, rows of one head are not 16-byte aligned in general, so no TMA) into the
 //     same stage. full[s] completes when the TMA bytes landed and warp 1's 32 lanes arrived;
-//     empty[s] when the 8 consumer warps are done with the stage.
+//     empty[s] when the 256 consumer threads are done with the stage.
 //   - Warpgroups 1 and 2 are the CONSUMERS (setmaxnreg.inc to 240); consumer c owns keys
 //     [64c, 64c + 64) of K_j: it computes the TRANSPOSED tiles, keys along the wgmma's M,
 //         Sᵀ_ij  = K_c Q_iᵀ            (SRAM × SRAM, both K-major)
@@ -68,7 +68,7 @@ struct BwdWsTraits {
   static constexpr int BLOCK_N = 128;  // Bc: keys per block, 64 per consumer (m of every wgmma)
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  static constexpr int kConsumerWarps = 4 * kConsumers;  // arrivals on empty[s]
+  static constexpr int kConsumerThreads = 128 * kConsumers;  // arrivals on empty[s]
   static constexpr int kStages = 2;
   static constexpr int kColBlocks = HEAD_DIM / 64;  // TMA boxes (64 columns) per tile
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
@@ -352,7 +352,9 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
     reg_fence(acc_dk);
     reg_fence_u(pa);
     reg_fence_u(dsa);
-    if (lane == 0) mbar_arrive(sm.empty(s));  // this warp is done with Q_i, dO_i, LSE_i, D_i
+    // Done with Q_i, dO_i, LSE_i, D_i. Every thread arrives (each releases its own reads of the
+    // stats, which the stats warp overwrites next; one arrival per warp left racecheck a WAR).
+    mbar_arrive(sm.empty(s));
     float* dst = dQaccum + (tiles_base + std::size_t(i)) * (BM * D) +
                  (T::kDqSplitKeys ? 0 : std::size_t(c) * BM * T::kDqCols);
     reduce_dq<T>(dq, sm.dq(c), dst, c, tid);
@@ -389,7 +391,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     mbar_init(sm.kv_full(), 1);
     for (int s = 0; s < T::kStages; ++s) {
       mbar_init(sm.full(s), 1 + 32);  // the TMA thread's expect_tx + the stats warp's lanes
-      mbar_init(sm.empty(s), T::kConsumerWarps);
+      mbar_init(sm.empty(s), T::kConsumerThreads);
     }
     mbar_fence_init();
   }
