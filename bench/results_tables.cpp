@@ -337,10 +337,13 @@ std::string fast_headline_table(const std::string& root) {
 /// fast kernels' runs and the Hopper forwards' runs (same columns), SDPA of the same run beside it.
 std::string readme_fast_table(const std::string& root) {
   const Csv fast = read_csv(root + "/cuda/results/fast_attention.csv");
-  const Csv hopper = read_csv(root + "/cuda/results/fwd_tma_ws.csv");  // rows point into these two
+  const Csv hopper = read_csv(root + "/cuda/results/fwd_tma_ws.csv");  // rows point into these three
+  const Csv hopper_bwd = read_csv(root + "/cuda/results/bwd_ws.csv");
   std::vector<Row> all = rows_of(fast);
   for (const Row& r : rows_of(hopper))
     if (r.str("kernel") == "tma-ws") all.push_back(r);  // the default schedule only
+  for (const Row& r : rows_of(hopper_bwd))
+    if (r.str("kernel") == "wgmma-ws") all.push_back(r);  // the Hopper backward
   std::vector<Row> newest;  // one row per pass and kernel, in order of first appearance
   for (const Row& r : all) {
     if (!headline_shape(r) || !r.has("fa2_bnhd_tflops")) continue;
@@ -425,6 +428,48 @@ std::string tma_ws_runs_table(const std::string& root) {
              ratio_pair(r, "cudnn_bnhd_tflops", "cudnn_bhnd_tflops")});
   }
   return md.out.str();
+}
+
+// ---- Hopper backward (wgmma-ws beside the mma.sync atomic kernel and SDPA) ------------------
+
+/// The newest run of bwd_ws.csv that timed the wgmma-ws sweep: every wgmma-ws shape, with the
+/// mma.sync atomic kernel of the same run where it was timed, and SDPA (bnhd) of that run.
+std::string bwd_ws_table(const std::string& root) {
+  const Csv csv = read_csv(root + "/cuda/results/bwd_ws.csv");
+  std::string run;
+  for (const Row& r : rows_of(csv))
+    if (r.str("kernel") == "wgmma-ws" && r.str("date") > run) run = r.str("date");
+  if (run.empty()) throw InputError(csv.path + ": no rows of kernel 'wgmma-ws'");
+  std::vector<Row> rows;
+  std::map<std::tuple<std::string, std::string, std::string>, double> atomic;  // (d, causal, N) -> TFLOP/s
+  for (const Row& r : rows_of(csv)) {
+    if (r.str("date") != run) continue;
+    if (r.str("kernel") == "atomic") atomic[{r.str("d"), r.str("causal"), r.str("N")}] = r.num("tflops");
+    if (r.str("kernel") == "wgmma-ws") rows.push_back(r);
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    const auto key = [](const Row& r) { return std::make_tuple(-r.num("d"), r.num("causal"), r.num("N")); };
+    return key(a) < key(b);
+  });
+  Markdown md;
+  md.header({"d", "causal", "N", "wgmma-ws", "mma atomic", "SDPA FA2", "SDPA cuDNN", "÷ mma atomic", "÷ FA2",
+             "÷ cuDNN"});
+  for (const Row& r : rows) {
+    const double ours = r.num("tflops");
+    const auto a = atomic.find({r.str("d"), r.str("causal"), r.str("N")});
+    const bool sdpa = r.has("fa2_bnhd_tflops") && r.has("cudnn_bnhd_tflops");
+    md.line({r.str("d"), yes_no(r.str("causal")), r.str("N"), fmt("%.1f", ours),
+             a == atomic.end() ? "–" : fmt("%.1f", a->second), sdpa ? fmt("%.1f", r.num("fa2_bnhd_tflops")) : "–",
+             sdpa ? fmt("%.1f", r.num("cudnn_bnhd_tflops")) : "–",
+             a == atomic.end() ? "–" : ratio(ours, a->second, "%.2f×"),
+             sdpa ? ratio(ours, r.num("fa2_bnhd_tflops"), "%.2f×") : "–",
+             sdpa ? ratio(ours, r.num("cudnn_bnhd_tflops"), "%.2f×") : "–"});
+  }
+  return run_line(run, rows.empty() ? "–" : rows.front().str("device")) + md.out.str();
+}
+
+std::string bwd_ws_checks_table(const std::string& root) {
+  return checks_rows(root + "/cuda/results/bwd_ws_checks.csv");
 }
 
 // ---- MTA and STREAM: measured traffic of the clear kernels beside the model ----------------
@@ -669,6 +714,8 @@ const std::map<std::string, Renderer>& renderers() {
       {"tma_ws_long", [](const std::string& r) { return tma_ws_table(r, 8192, true); }},  // beside wgmma
       {"tma_ws_runs", tma_ws_runs_table},
       {"tma_ws_checks", tma_ws_checks_table},
+      {"bwd_ws_sweep", bwd_ws_table},
+      {"bwd_ws_checks", bwd_ws_checks_table},
       {"mta_traffic", mta_traffic_table},
       {"stream_traffic", stream_traffic_table},
       {"stream_timing", stream_timing_table},

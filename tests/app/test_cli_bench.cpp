@@ -18,7 +18,7 @@ TEST_CASE("cli bench: --help names the method and every flag", "[cli][bench]") {
   CHECK_THAT(r.out, Catch::Contains("Usage: flashlab bench attention") && Catch::Contains("CUDA events") &&
                         Catch::Contains("L2 flushed") && Catch::Contains("median"));
   for (const char* flag : {"--seq", "--dim", "--heads", "--batch", "--causal", "--no-causal", "--both", "--dtype",
-                           "--reps", "--warmup", "--csv", "--pass", "--bwd-design", "--fwd-kernel"}) {
+                           "--reps", "--warmup", "--csv", "--pass", "--bwd-design", "--fwd-kernel", "--bwd-kernel"}) {
     INFO(flag);
     CHECK_THAT(r.out, Catch::Contains(flag));
   }
@@ -44,6 +44,8 @@ TEST_CASE("cli bench: bad flags are usage errors naming the flag", "[cli][bench]
   expect_usage_error("bench attention --dim 96", "built without CUDA");
 #endif
   expect_usage_error("bench attention --fwd-kernel tma", "--fwd-kernel 'tma' is unknown");
+  expect_usage_error("bench attention --bwd-kernel wgmma", "--bwd-kernel 'wgmma' is unknown");
+  expect_usage_error("bench attention --bwd-design two-kernel --bwd-kernel wgmma-ws", "runs the atomic design only");
   expect_usage_error("bench attention --dim 64,abc", "--dim: 'abc'");
   expect_usage_error("bench attention --heads 0", "--heads 0 is out of range");
   expect_usage_error("bench attention --batch -1", "--batch");
