@@ -26,7 +26,7 @@ namespace {
 constexpr const char* kUsageLine =
     "bench attention [--seq N[,N2,...]] [--dim D[,D2]] [--heads H] [--batch B] [--causal | --no-causal | --both]\n"
     "                       [--pass fwd|bwd|both] [--bwd-design atomic|two-kernel] [--fwd-kernel mma|wgmma|tma-ws]\n"
-    "                       [--bwd-kernel mma|wgmma-ws] [--dtype bf16|fp16] [--reps R] [--warmup W] [--csv]";
+    "                       [--bwd-kernel mma|wgmma-ws|wgmma-ws-det] [--dtype bf16|fp16] [--reps R] [--warmup W] [--csv]";
 constexpr const char* kSummary =
     "Times the fast tensor-core attention forward and/or backward on the GPU (bf16/fp16 in, fp32\n"
     "accumulation) for every (d, causal, N) of the sweep. Per shape and pass: W warm-up launches,\n"
@@ -60,15 +60,17 @@ po::options_description options() {
        "runs on the device, tma-ws on an H100/H200, else mma; mma.sync; Hopper's wgmma; wgmma fed by "
        "TMA with warp specialisation; the last two sm_90a)")
       ("bwd-kernel", po::value<std::string>()->default_value("auto"),
-       "auto | mma | wgmma-ws: the kernel of the atomic backward design (auto, the default: the fastest "
-       "this build runs on the device, wgmma-ws on an H100/H200, else mma; mma.sync; TMA + warp "
-       "specialisation + wgmma, sm_90a). The two-kernel design runs on mma only")
+       "auto | mma | wgmma-ws | wgmma-ws-det: the kernel of the atomic backward design (auto, the default: "
+       "the fastest this build runs on the device, wgmma-ws on an H100/H200, else mma; mma.sync; TMA + warp "
+       "specialisation + wgmma, sm_90a; the same with dQ summed in a fixed order, bit-reproducible). The "
+       "two-kernel design runs on mma only")
       ("dtype", po::value<std::string>()->default_value("bf16"), "bf16 | fp16")
       ("reps", po::value<long long>()->default_value(30), "timed launches per shape (at least 20)")
       ("warmup", po::value<long long>()->default_value(3), "untimed launches per shape before timing")
       ("csv", po::bool_switch(),
        "print CSV (dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps,bwd_design,fwd_kernel) instead of a "
-       "table; bwd_design is atomic, two-kernel, or wgmma-ws (the atomic design on the wgmma-ws kernel)");
+       "table; bwd_design is atomic, two-kernel, or wgmma-ws / wgmma-ws-det (the atomic design on those "
+       "kernels)");
   return d;
 }
 
@@ -123,10 +125,11 @@ Sweep parse_sweep(const po::variables_map& vm) {
     throw UsageError("--fwd-kernel '" + fk + "' is unknown", "choose auto (the default), mma, wgmma or tma-ws");
   s.fwd_kernel = fk;
   const std::string bk = vm["bwd-kernel"].as<std::string>();
-  if (bk != "auto" && bk != "mma" && bk != "wgmma-ws")
-    throw UsageError("--bwd-kernel '" + bk + "' is unknown", "choose auto (the default), mma or wgmma-ws");
-  if (bk == "wgmma-ws" && !s.bwd_atomic)
-    throw UsageError("--bwd-kernel wgmma-ws runs the atomic design only", "drop --bwd-design two-kernel");
+  if (bk != "auto" && bk != "mma" && bk != "wgmma-ws" && bk != "wgmma-ws-det")
+    throw UsageError("--bwd-kernel '" + bk + "' is unknown",
+                     "choose auto (the default), mma, wgmma-ws or wgmma-ws-det");
+  if (bk.rfind("wgmma-ws", 0) == 0 && !s.bwd_atomic)
+    throw UsageError("--bwd-kernel " + bk + " runs the atomic design only", "drop --bwd-design two-kernel");
   s.bwd_kernel = bk;
   const std::string dt = vm["dtype"].as<std::string>();
   if (dt != "bf16" && dt != "fp16") throw UsageError("--dtype '" + dt + "' is unknown", "choose bf16 or fp16");
@@ -179,9 +182,10 @@ int run_sweep(const Sweep& s) {
   b.bwd_kernel = !s.bwd_atomic            ? fc::FastBackwardKernel::mma_sync
                  : bwd_chosen             ? fc::fastest_backward_kernel()
                  : s.bwd_kernel == "wgmma-ws" ? fc::FastBackwardKernel::wgmma_ws
+                 : s.bwd_kernel == "wgmma-ws-det" ? fc::FastBackwardKernel::wgmma_ws_deterministic
                                           : fc::FastBackwardKernel::mma_sync;
-  if (s.bwd_kernel == "wgmma-ws" && !fc::fast_forward_wgmma_built())
-    throw UsageError("--bwd-kernel wgmma-ws is not in this build",
+  if (s.bwd_kernel.rfind("wgmma-ws", 0) == 0 && !fc::fast_forward_wgmma_built())
+    throw UsageError("--bwd-kernel " + s.bwd_kernel + " is not in this build",
                      "configure with CMAKE_CUDA_ARCHITECTURES including 90 (the wgmma-ws backward is sm_90a code)");
   const std::string bwd_name = std::string(flashlab::ref::algorithm_flag_name(b.bwd_design)) + " backward (" +
                                fc::to_string(b.bwd_kernel) +
@@ -209,7 +213,7 @@ int run_sweep(const Sweep& s) {
   std::cout.flush();
   fc::bench_attention(b, [&](const fc::AttentionBenchRow& r) {
     const auto& c = r.problem;
-    const std::string design = r.bwd_kernel == fc::FastBackwardKernel::wgmma_ws
+    const std::string design = r.bwd_kernel != fc::FastBackwardKernel::mma_sync
                                    ? std::string(fc::to_string(r.bwd_kernel))
                                    : std::string(flashlab::ref::algorithm_flag_name(r.bwd_design));
     const char* pass = r.backward ? "bwd" : "fwd";

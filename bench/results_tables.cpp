@@ -433,7 +433,8 @@ std::string tma_ws_runs_table(const std::string& root) {
 // ---- Hopper backward (wgmma-ws beside the mma.sync atomic kernel and SDPA) ------------------
 
 /// The newest run of bwd_ws.csv that timed the wgmma-ws sweep: every wgmma-ws shape, with the
-/// mma.sync atomic kernel of the same run where it was timed, and SDPA (bnhd) of that run.
+/// deterministic variant and the mma.sync atomic kernel of the same run where they were timed,
+/// and SDPA (bnhd) of that run.
 std::string bwd_ws_table(const std::string& root) {
   const Csv csv = read_csv(root + "/cuda/results/bwd_ws.csv");
   std::string run;
@@ -441,10 +442,11 @@ std::string bwd_ws_table(const std::string& root) {
     if (r.str("kernel") == "wgmma-ws" && r.str("date") > run) run = r.str("date");
   if (run.empty()) throw InputError(csv.path + ": no rows of kernel 'wgmma-ws'");
   std::vector<Row> rows;
-  std::map<std::tuple<std::string, std::string, std::string>, double> atomic;  // (d, causal, N) -> TFLOP/s
+  std::map<std::tuple<std::string, std::string, std::string>, double> atomic, det;  // (d, causal, N) -> TFLOP/s
   for (const Row& r : rows_of(csv)) {
     if (r.str("date") != run) continue;
     if (r.str("kernel") == "atomic") atomic[{r.str("d"), r.str("causal"), r.str("N")}] = r.num("tflops");
+    if (r.str("kernel") == "wgmma-ws-det") det[{r.str("d"), r.str("causal"), r.str("N")}] = r.num("tflops");
     if (r.str("kernel") == "wgmma-ws") rows.push_back(r);
   }
   std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
@@ -452,14 +454,15 @@ std::string bwd_ws_table(const std::string& root) {
     return key(a) < key(b);
   });
   Markdown md;
-  md.header({"d", "causal", "N", "wgmma-ws", "mma atomic", "SDPA FA2", "SDPA cuDNN", "÷ mma atomic", "÷ FA2",
-             "÷ cuDNN"});
+  md.header({"d", "causal", "N", "wgmma-ws", "wgmma-ws-det", "mma atomic", "SDPA FA2", "SDPA cuDNN", "÷ mma atomic",
+             "÷ FA2", "÷ cuDNN"});
   for (const Row& r : rows) {
     const double ours = r.num("tflops");
     const auto a = atomic.find({r.str("d"), r.str("causal"), r.str("N")});
+    const auto dt = det.find({r.str("d"), r.str("causal"), r.str("N")});
     const bool sdpa = r.has("fa2_bnhd_tflops") && r.has("cudnn_bnhd_tflops");
     md.line({r.str("d"), yes_no(r.str("causal")), r.str("N"), fmt("%.1f", ours),
-             a == atomic.end() ? "–" : fmt("%.1f", a->second), sdpa ? fmt("%.1f", r.num("fa2_bnhd_tflops")) : "–",
+             dt == det.end() ? "–" : fmt("%.1f", dt->second), a == atomic.end() ? "–" : fmt("%.1f", a->second), sdpa ? fmt("%.1f", r.num("fa2_bnhd_tflops")) : "–",
              sdpa ? fmt("%.1f", r.num("cudnn_bnhd_tflops")) : "–",
              a == atomic.end() ? "–" : ratio(ours, a->second, "%.2f×"),
              sdpa ? ratio(ours, r.num("fa2_bnhd_tflops"), "%.2f×") : "–",

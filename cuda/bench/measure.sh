@@ -10,8 +10,9 @@
 #                                        tests and sanitizers, tma-ws and wgmma sweeps beside SDPA,
 #                                        one ncu profile of each at the headline shape; tabulated
 #   measure.sh hopper-bwd [BIN_DIR] [OUT_DIR] the Hopper backward (about four minutes): the
-#                                        wgmma-ws tests and sanitizers, its sweep beside SDPA and
-#                                        the mma.sync atomic kernel, one ncu profile of each at the
+#                                        wgmma-ws tests and sanitizers, its sweep beside SDPA, the
+#                                        mma.sync atomic kernel and the deterministic variant at
+#                                        N = 8192 and 16384, one ncu profile of the first two at the
 #                                        headline shape; tabulated into bwd_ws.csv, bwd_ws_checks.csv
 #   measure.sh mta [BIN_DIR] [OUT_DIR]   the MTA kernels: the clear ones' tests, sanitizers, CUPTI
 #                                        traffic beside the model, the CLI (also on INPUTS=<dir of
@@ -155,6 +156,10 @@ run_hopper_bwd() {
   # the mma.sync atomic kernel at the headline lengths, same run (its SDPA columns: the rows above)
   step "$logs/bench_atomic.csv" "$bin/flashlab" bench attention --csv --pass bwd --seq 8192,16384 --bwd-kernel mma
   cp "$logs/sdpa_wgmmaws.csv" "$logs/sdpa_atomic.csv"
+  # the deterministic variant (fixed dQ order) at the same lengths
+  step "$logs/bench_wgmmawsdet.csv" "$bin/flashlab" bench attention --csv --pass bwd --seq 8192,16384 \
+    --bwd-kernel wgmma-ws-det
+  cp "$logs/sdpa_wgmmaws.csv" "$logs/sdpa_wgmmawsdet.csv"
   local metrics=gpu__time_duration.sum,launch__registers_per_thread,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active
   metrics+=,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed
   metrics+=,lts__t_sectors_op_red.sum,smsp__warp_issue_stalled_barrier_per_warp_active.pct

@@ -383,7 +383,7 @@ Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProblem& pro
 
 /// The kernel choice's limits: wgmma_ws runs bwd_atomic only, and only where it was built.
 void check_bwd_kernel(ref::Algorithm design, FastBackwardKernel kernel) {
-  if (kernel != FastBackwardKernel::wgmma_ws) return;
+  if (kernel == FastBackwardKernel::mma_sync) return;
   if (design != ref::Algorithm::bwd_atomic)
     throw std::invalid_argument("flashlab::cuda: the wgmma-ws backward kernel runs the bwd_atomic design only (hint: "
                                 "design bwd_atomic, or kernel mma_sync for bwd_two_kernel)");
@@ -397,7 +397,13 @@ void check_bwd_kernel(ref::Algorithm design, FastBackwardKernel kernel) {
 
 namespace flashlab::cuda {
 
-const char* to_string(FastBackwardKernel kernel) { return kernel == FastBackwardKernel::wgmma_ws ? "wgmma-ws" : "mma"; }
+const char* to_string(FastBackwardKernel kernel) {
+  switch (kernel) {
+    case FastBackwardKernel::wgmma_ws: return "wgmma-ws";
+    case FastBackwardKernel::wgmma_ws_deterministic: return "wgmma-ws-det";
+    default: return "mma";
+  }
+}
 
 FastBackwardKernel fastest_backward_kernel() {
   // The same condition as the forward's tma_ws: sm_90a code built, a compute capability 9.0 device.
@@ -414,7 +420,9 @@ std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const
   constexpr std::size_t kTile = detail::kAtomicDqTileRows;
   const std::size_t rows = (std::size_t(p.seq) + kTile - 1) / kTile * kTile;
   const std::size_t numel = std::size_t(p.batch) * rows * p.row_stride();
-  return detail::dq_accum_offset(stats) + numel * sizeof(float);
+  const std::size_t counters =
+      std::size_t(p.batch) * p.heads * ((std::size_t(p.seq) + detail::kDqOrderTileRows - 1) / detail::kDqOrderTileRows);
+  return detail::dq_accum_offset(stats) + numel * sizeof(float) + counters * sizeof(int);
 }
 
 void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionProblem& problem, const void* Q,
@@ -435,9 +443,15 @@ void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionP
   float* dQaccum = atomic ? reinterpret_cast<float*>(ws + detail::dq_accum_offset(stats)) : nullptr;
   const detail::BwdPointers a{Q, K, V, O, dO, LSE, dQ, dK, dV, D, dQaccum};
   const bool bf16 = problem.dtype == ref::Dtype::bf16;
-  if (atomic && kernel == FastBackwardKernel::wgmma_ws) {
+  if (atomic && kernel != FastBackwardKernel::mma_sync) {
 #ifdef FLASHLAB_HAVE_WGMMA
-    detail::launch_fast_bwd_ws(p, bf16, a, s);
+    // The order counters follow the accumulator (fast_attention_backward_workspace_bytes).
+    constexpr std::size_t kTile = detail::kAtomicDqTileRows;
+    const std::size_t acc_numel =
+        std::size_t(p.batch) * ((std::size_t(p.seq) + kTile - 1) / kTile * kTile) * p.row_stride();
+    const bool fixed_order = kernel == FastBackwardKernel::wgmma_ws_deterministic;
+    int* order = fixed_order ? reinterpret_cast<int*>(dQaccum + acc_numel) : nullptr;
+    detail::launch_fast_bwd_ws(p, bf16, a, order, s);
 #endif
   } else if (atomic) {
     detail::launch_fast_bwd_atomic(p, bf16, a, s);

@@ -44,7 +44,12 @@
 // their keys. TMA fills rows ≥ N with zeros; the stats warp writes LSE = D = 0 there.
 // Numerics: P and dS are rounded to 16 bits once (the A fragments and the SRAM copy are the same
 // rounded values), every sum in fp32; dQ's sum over key blocks runs in an order that varies run
-// to run (not bit-reproducible; no deterministic mode in this kernel).
+// to run, unless DETERMINISTIC (FastBackwardKernel::wgmma_ws_deterministic): then a counter per
+// accumulator tile fixes the order. Consumer c of key block j waits until the counter reads
+// 2j + c (every earlier block, and consumer 0 before 1, has added its partial of that tile), adds,
+// waits until its add is performed in global memory, and increments the counter (release). The
+// waits never close a cycle: block j only waits on blocks j' < j, which the grid's order
+// launches no later, and which never wait on j.
 // Resources (ptxas, sm_90a): 168 registers at launch (384 threads, 1 block per SM), then 24 for the
 // producer and 240 for the consumers, no spills; dynamic SRAM 198,696 bytes at d = 128 (K_j, V_j
 // 64 KiB, 2 stages of Q_i, dO_i 64 KiB, 2 dSᵀ buffers 32 KiB, 2 dQ slices 32 KiB, stats, barriers,
@@ -63,8 +68,9 @@
 namespace flashlab::cuda::detail {
 namespace {
 
-template <int HEAD_DIM, bool kBf16_, bool kCausal_>
+template <int HEAD_DIM, bool kBf16_, bool kCausal_, bool kDeterministic_>
 struct BwdWsTraits {
+  static constexpr bool kDeterministic = kDeterministic_;
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr bool kBf16 = kBf16_;
   static constexpr bool kCausal = kCausal_;
@@ -100,6 +106,7 @@ struct BwdWsTraits {
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "d ∈ {64, 128}");
   static_assert(BLOCK_N % BLOCK_M == 0, "causal: a key block's first visible query tile starts at its first key");
   static_assert(kAtomicDqTileRows % BLOCK_M == 0, "the workspace holds whole dQ tiles of this BLOCK_M");
+  static_assert(kDqOrderTileRows == BLOCK_M, "one order counter per accumulator tile");
 };
 
 // Named barriers (0 is __syncthreads): both consumers (dSᵀ complete), and one per consumer.
@@ -263,11 +270,28 @@ __device__ __forceinline__ void store_ds(uint32_t sDs, const uint32_t (&dsa)[T::
   fence_proxy_async_shared();
 }
 
+/// Deterministic order: spin until the tile's counter reads `turn` (acquire), then order the
+/// generic-proxy acquire before the async-proxy reduction.
+__device__ __forceinline__ void wait_dq_turn(const int* counter, int turn) {
+  int seen;
+  do {
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+  } while (seen != turn);
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+/// Deterministic order: this thread's bulk reductions performed, then the counter + 1 (release).
+__device__ __forceinline__ void pass_dq_turn(int* counter) {
+  bulk_wait_group<0>();
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
+}
+
 /// dQ partial → this consumer's SRAM slice (fragment order) → one bulk fp32 add into the
-/// accumulator tile. `tid` 0 owns the bulk group (its previous read must be done first).
+/// accumulator tile. `tid` 0 owns the bulk group (its previous read must be done first);
+/// deterministic, it adds at turn `turn` of the tile's counter `order`.
 template <class T>
 __device__ __forceinline__ void reduce_dq(const float (&dq)[T::kDqCols / 2], uint32_t sSlice, float* dst, int c,
-                                          int tid) {
+                                          int tid, int* order, int turn) {
   if (tid == 0) bulk_wait_group_read<0>();
   named_bar_sync(kConsumerBarrier + c, 128);
 #pragma unroll
@@ -278,14 +302,17 @@ __device__ __forceinline__ void reduce_dq(const float (&dq)[T::kDqCols / 2], uin
   fence_proxy_async_shared();
   named_bar_sync(kConsumerBarrier + c, 128);
   if (tid == 0) {
+    if constexpr (T::kDeterministic) wait_dq_turn(order, turn);
     bulk_reduce_add_f32(dst, sSlice, uint32_t(T::kSliceDq));
     bulk_commit_group();
+    if constexpr (T::kDeterministic) pass_dq_turn(order);
   }
 }
 
 /// dK_c = scale · acc_dk and dV_c = acc_dv: registers → HBM (rows ≥ N skipped).
 template <class T>
-__device__ __forceinline__ void store_key_grads(const Problem& p, uint16_t* __restrict__ out, const float (&acc)[T::kHeadDim / 2],
+__device__ __forceinline__ void store_key_grads(const Problem& p, uint16_t* __restrict__ out,
+                                                const float (&acc)[T::kHeadDim / 2],
                                                 float scale, std::size_t base, int key, int t4) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -294,14 +321,15 @@ __device__ __forceinline__ void store_key_grads(const Problem& p, uint16_t* __re
     uint16_t* dst = out + base + std::size_t(row) * p.row_stride() + 2 * t4;
 #pragma unroll
     for (int t = 0; t < T::kHeadDim / 8; ++t)
-      *reinterpret_cast<uint32_t*>(dst + 8 * t) = pack2<T::kBf16>(acc[4 * t + 2 * r] * scale, acc[4 * t + 2 * r + 1] * scale);
+      *reinterpret_cast<uint32_t*>(dst + 8 * t) =
+          pack2<T::kBf16>(acc[4 * t + 2 * r] * scale, acc[4 * t + 2 * r + 1] * scale);
   }
 }
 
 /// One consumer warpgroup c: keys [64c, 64c + 64) of the block's K_j, V_j, every query tile.
 template <class T>
 __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlock& w, float* __restrict__ dQaccum,
-                        uint16_t* __restrict__ dK, uint16_t* __restrict__ dV, int c) {
+                        int* __restrict__ dq_order, uint16_t* __restrict__ dK, uint16_t* __restrict__ dV, int c) {
   constexpr int BM = T::BLOCK_M, D = T::kHeadDim;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t4 = lane % 4;
   const int key_local = 64 * c + 16 * warp + lane / 4;  // this thread's key rows: key_local, + 8
@@ -361,7 +389,9 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
     mbar_arrive(sm.empty(s));
     float* dst = dQaccum + (tiles_base + std::size_t(i)) * (BM * D) +
                  (T::kDqSplitKeys ? 0 : std::size_t(c) * BM * T::kDqCols);
-    reduce_dq<T>(dq, sm.dq(c), dst, c, tid);
+    // Every key block before this one adds into tile i (causal ones too: they start at lower tiles).
+    const int turn = 2 * (w.start_n / T::BLOCK_N) + c;
+    reduce_dq<T>(dq, sm.dq(c), dst, c, tid, dq_order + tiles_base + i, turn);
   }
   const std::size_t base = p.head_offset(w.b, w.h);
   store_key_grads<T>(p, dK, acc_dk, p.scale, base, key_row, t4);
@@ -375,7 +405,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     bwd_ws_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                   const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do, Problem p,
                   const float* __restrict__ LSE, const float* __restrict__ D, float* __restrict__ dQaccum,
-                  uint16_t* __restrict__ dK, uint16_t* __restrict__ dV) {
+                  int* __restrict__ dq_order, uint16_t* __restrict__ dK, uint16_t* __restrict__ dV) {
 #if FLASHLAB_WGMMA_OK
   extern __shared__ uint8_t smem_raw[];
   const BwdWsSmem<T> sm{(uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u};
@@ -407,7 +437,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     return;  // every load is consumed before the consumers exit
   }
   regs_claim<T::kConsumerRegs>();
-  consume<T>(p, sm, w, dQaccum, dK, dV, wg - 1);
+  consume<T>(p, sm, w, dQaccum, dq_order, dK, dV, wg - 1);
 #else
   __trap();  // built without sm_90a: never launched
 #endif
@@ -438,9 +468,9 @@ __global__ void __launch_bounds__(256) bwd_ws_dq_convert_kernel(Problem p, const
   }
 }
 
-template <int D, bool kBf16, bool kCausal>
-void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, cudaStream_t stream) {
-  using T = BwdWsTraits<D, kBf16, kCausal>;
+template <int D, bool kBf16, bool kCausal, bool kDeterministic>
+void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, int* dq_order, cudaStream_t stream) {
+  using T = BwdWsTraits<D, kBf16, kCausal, kDeterministic>;
   auto kernel = &bwd_ws_kernel<T>;
   static const bool opted_in = [&] {  // > 48 KiB of dynamic SRAM, once per instantiation
     set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "bwd_ws_kernel", p);
@@ -450,6 +480,8 @@ void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, cudaStream_t stre
   const int Tr = (p.seq + T::BLOCK_M - 1) / T::BLOCK_M;
   const std::size_t acc_numel = std::size_t(p.batch) * p.heads * std::size_t(Tr) * T::BLOCK_M * D;
   FLASHLAB_CUDA_CHECK(cudaMemsetAsync(a.dQaccum, 0, acc_numel * sizeof(float), stream));  // only ever added into
+  if (kDeterministic)  // every tile's order starts at turn 0
+    FLASHLAB_CUDA_CHECK(cudaMemsetAsync(dq_order, 0, acc_numel / (T::BLOCK_M * D) * sizeof(int), stream));
   launch_fast_bwd_preprocess<D, kBf16>(p, a, stream);
 
   const CUtensorMap map_q = make_head_tile_map(a.Q, p, T::BLOCK_M);
@@ -459,7 +491,7 @@ void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, cudaStream_t stre
   const unsigned tc = unsigned((p.seq + T::BLOCK_N - 1) / T::BLOCK_N);
   const dim3 grid = kCausal ? dim3(p.heads, tc, p.batch) : dim3(tc, p.heads, p.batch);
   announce("bwd_ws_kernel");
-  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, p, a.LSE, a.D, a.dQaccum,
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, p, a.LSE, a.D, a.dQaccum, dq_order,
                                                       static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV));
   FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_kernel");
 
@@ -472,20 +504,25 @@ void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, cudaStream_t stre
 }
 
 template <int D, bool kBf16>
-void launch_bwd_ws_d(const Problem& p, const BwdPointers& a, cudaStream_t stream) {
-  if (p.causal) launch_bwd_ws_one<D, kBf16, true>(p, a, stream);
-  else launch_bwd_ws_one<D, kBf16, false>(p, a, stream);
+void launch_bwd_ws_d(const Problem& p, const BwdPointers& a, int* dq_order, cudaStream_t stream) {
+  if (dq_order != nullptr) {
+    if (p.causal) launch_bwd_ws_one<D, kBf16, true, true>(p, a, dq_order, stream);
+    else launch_bwd_ws_one<D, kBf16, false, true>(p, a, dq_order, stream);
+  } else {
+    if (p.causal) launch_bwd_ws_one<D, kBf16, true, false>(p, a, nullptr, stream);
+    else launch_bwd_ws_one<D, kBf16, false, false>(p, a, nullptr, stream);
+  }
 }
 
 }  // namespace
 
-void launch_fast_bwd_ws(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream) {
+void launch_fast_bwd_ws(const Problem& p, bool bf16, const BwdPointers& a, int* dq_order, cudaStream_t stream) {
   if (p.head_dim == 64) {
-    if (bf16) launch_bwd_ws_d<64, true>(p, a, stream);
-    else launch_bwd_ws_d<64, false>(p, a, stream);
+    if (bf16) launch_bwd_ws_d<64, true>(p, a, dq_order, stream);
+    else launch_bwd_ws_d<64, false>(p, a, dq_order, stream);
   } else {
-    if (bf16) launch_bwd_ws_d<128, true>(p, a, stream);
-    else launch_bwd_ws_d<128, false>(p, a, stream);
+    if (bf16) launch_bwd_ws_d<128, true>(p, a, dq_order, stream);
+    else launch_bwd_ws_d<128, false>(p, a, dq_order, stream);
   }
 }
 

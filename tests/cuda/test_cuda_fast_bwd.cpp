@@ -51,9 +51,11 @@ struct BwdVariant {
   fc::FastBackwardKernel kernel = fc::FastBackwardKernel::mma_sync;
 };
 const std::vector<BwdVariant> kMmaDesigns = {{fr::Algorithm::bwd_two_kernel}, {fr::Algorithm::bwd_atomic}};
-// The Hopper kernel beside the mma.sync atomic kernel it replaces (same design, same inputs).
-const std::vector<BwdVariant> kWsAndAtomic = {{fr::Algorithm::bwd_atomic},
-                                              {fr::Algorithm::bwd_atomic, fc::FastBackwardKernel::wgmma_ws}};
+// The Hopper kernels beside the mma.sync atomic kernel they replace (same design, same inputs).
+const std::vector<BwdVariant> kWsAndAtomic = {
+    {fr::Algorithm::bwd_atomic},
+    {fr::Algorithm::bwd_atomic, fc::FastBackwardKernel::wgmma_ws},
+    {fr::Algorithm::bwd_atomic, fc::FastBackwardKernel::wgmma_ws_deterministic}};
 
 double g_worst = 0.0;
 
@@ -95,8 +97,8 @@ void check_bwd(const BwdCase& c, const std::vector<BwdVariant>& variants = kMmaD
   std::vector<std::uint16_t> first_dQ;  // the first variant's dQ, to show the variants ran different code
   for (const BwdVariant& v : variants) {
     const fr::Algorithm design = v.design;
-    const std::string dlabel = label + " " + std::string(fr::algorithm_flag_name(design)) +
-                               (v.kernel == fc::FastBackwardKernel::wgmma_ws ? "/wgmma-ws" : "");
+    std::string dlabel = label + " " + std::string(fr::algorithm_flag_name(design));
+    if (v.kernel != fc::FastBackwardKernel::mma_sync) dlabel.append("/").append(fc::to_string(v.kernel));
     INFO("design " << fr::algorithm_name(design) << ", kernel " << fc::to_string(v.kernel));
     const auto got = fc::fast_attention_backward(design, cfg, Qb, Kb, Vb, fwd.O, dOb, fwd.LSE, v.kernel);
     REQUIRE(got.dQ.size() == ref.dQ.numel());
@@ -197,6 +199,59 @@ TEST_CASE("wgmma-ws backward, N = 1000 and 4096, more key blocks than SMs", "[fa
   report("wgmma-ws bwd large");
 }
 
+// Bit-reproducibility: the deterministic kernel gives the same dQ, dK, dV bits on every run (its
+// dQ sums the key blocks in a fixed order); the plain wgmma-ws kernel's dQ is printed for contrast
+// (its order varies, so its bits usually do). Many key blocks per query tile (N = 4096: 32) and
+// more blocks than SMs (4 heads × 2 batches × 32 = 256), so the adds really contend.
+TEST_CASE("wgmma-ws deterministic backward is bit-reproducible", "[fast-bwd][fast-bwd-ws][fast-bwd-large]") {
+  if (!ws_in_build()) return;
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) {
+      const unsigned long long seed = fresh_seed();
+      INFO("d=" << d << (causal ? " causal" : "") << " seed=" << seed);
+      fr::AttentionProblem cfg;
+      cfg.batch = 2;
+      cfg.seq = 4096;
+      cfg.heads = 4;
+      cfg.head_dim = std::size_t(d);
+      cfg.causal = causal;
+      cfg.dtype = fr::Dtype::bf16;
+      const std::size_t numel = cfg.batch * cfg.seq * cfg.heads * cfg.head_dim;
+      std::mt19937_64 rng(seed);
+      std::normal_distribution<float> normal;
+      auto fill = [&] {
+        std::vector<std::uint16_t> x(numel);
+        for (auto& v : x) v = fc::float_to_bf16(normal(rng));
+        return x;
+      };
+      const auto Q = fill(), K = fill(), V = fill(), dO = fill();
+      const auto fwd = fc::fast_attention_forward(cfg, fc::FastForwardKernel::mma_sync, Q, K, V);
+      auto run = [&](fc::FastBackwardKernel k) {
+        return fc::fast_attention_backward(fr::Algorithm::bwd_atomic, cfg, Q, K, V, fwd.O, dO, fwd.LSE, k);
+      };
+      auto differing = [](const std::vector<std::uint16_t>& a, const std::vector<std::uint16_t>& b) {
+        std::size_t n = 0;
+        for (std::size_t k = 0; k < a.size(); ++k) n += a[k] != b[k];
+        return n;
+      };
+      const auto first = run(fc::FastBackwardKernel::wgmma_ws_deterministic);
+      std::size_t det_diff = 0;
+      for (int rep = 0; rep < 3; ++rep) {
+        const auto again = run(fc::FastBackwardKernel::wgmma_ws_deterministic);
+        det_diff += differing(first.dQ, again.dQ) + differing(first.dK, again.dK) + differing(first.dV, again.dV);
+      }
+      const auto plain_a = run(fc::FastBackwardKernel::wgmma_ws), plain_b = run(fc::FastBackwardKernel::wgmma_ws);
+      std::printf("  bf16 B=2 N=4096 H=4 d=%d%s: deterministic, elements differing over 3 reruns: %zu; "
+                  "plain wgmma-ws, dQ elements differing between 2 runs: %zu of %zu\n",
+                  d, causal ? " causal" : "", det_diff, differing(plain_a.dQ, plain_b.dQ), numel);
+      CHECK(det_diff == 0);
+      // The fixed order changes only the rounding of dQ's sum, not its value: against the plain kernel.
+      std::vector<double> plain_dQ(numel);
+      for (std::size_t k = 0; k < numel; ++k) plain_dQ[k] = flashlab::test::to_float(plain_a.dQ[k], cfg.dtype);
+      CHECK(flashlab::test::error_16(first.dQ, plain_dQ.data(), cfg.dtype) <= 1e-2);
+    }
+}
+
 TEST_CASE("fast backward refuses what it does not support", "[fast-bwd][errors]") {
   fr::AttentionProblem cfg;
   cfg.seq = 8;
@@ -218,8 +273,9 @@ TEST_CASE("fast backward refuses what it does not support", "[fast-bwd][errors]"
   CHECK_THROWS_WITH(fc::fast_attention_backward_device(atomic, cfg, nullptr, nullptr, nullptr, nullptr, nullptr,
                                                        nullptr, nullptr, nullptr, nullptr, nullptr),
                     Catch::Contains("workspace"));
-  // Workspace: D (B·H·N floats), and for the atomic design the 256-byte aligned fp32 dQ accumulator.
+  // Workspace: D (B·H·N floats), and for the atomic design the 256-byte aligned fp32 dQ accumulator
+  // and one int32 dQ order counter per 64 query rows (the deterministic wgmma-ws kernel's).
   CHECK(fc::fast_attention_backward_workspace_bytes(two_kernel, cfg) == 8 * sizeof(float));
   // (whole query tiles: N rounded up to 128 rows)
-  CHECK(fc::fast_attention_backward_workspace_bytes(atomic, cfg) == 256 + 128 * 64 * sizeof(float));
+  CHECK(fc::fast_attention_backward_workspace_bytes(atomic, cfg) == 256 + 128 * 64 * sizeof(float) + sizeof(int));
 }

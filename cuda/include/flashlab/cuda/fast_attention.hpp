@@ -97,8 +97,8 @@ void fast_attention_forward_device(const ref::AttentionProblem& problem, FastFor
 /// with std::invalid_argument.
 
 /// Which kernel runs the bwd_atomic design (the two-kernel design has the mma_sync kernels only).
-/// Both compute the same dQ, dK, dV (same algorithm and rounding points; dQ's fp32 summation
-/// order varies run to run in both).
+/// All compute the same dQ, dK, dV (same algorithm and rounding points); dQ's fp32 summation order
+/// varies run to run except in wgmma_ws_deterministic.
 enum class FastBackwardKernel {
   /// `mma.sync` m16n8k16, cp.async loads (cuda/src/attention_bwd_tc_atomic.cu): any device from
   /// sm_80 on; the portable kernel.
@@ -106,10 +106,13 @@ enum class FastBackwardKernel {
   /// Hopper: TMA loads from a producer warpgroup, two consumer warpgroups on `wgmma.mma_async`
   /// for all five products (cuda/src/attention_bwd_ws.cu): sm_90a, built and usable as the
   /// wgmma forward (fast_forward_wgmma_built(), compute capability 9.0).
-  wgmma_ws
+  wgmma_ws,
+  /// wgmma_ws with dQ summed in a fixed order (key block 0, 1, 2, … into each query tile, a
+  /// counter per tile in the workspace): bit-reproducible dQ, at some speed.
+  wgmma_ws_deterministic
 };
 
-/// "mma" or "wgmma-ws" (the names the `flashlab bench attention --bwd-kernel` flag takes).
+/// "mma", "wgmma-ws" or "wgmma-ws-det" (the names the `flashlab bench attention --bwd-kernel` flag takes).
 const char* to_string(FastBackwardKernel kernel);
 
 /// The fastest backward kernel this build can run on the current device: wgmma_ws where the
@@ -140,7 +143,8 @@ FastBackwardResult fast_attention_backward(ref::Algorithm design, const ref::Att
 
 /// Bytes of device scratch fast_attention_backward_device() needs for `design` and `problem`:
 /// D (fp32, B·H·N) at offset 0, then, for bwd_atomic, the fp32 dQ accumulator
-/// (B·H·⌈N/128⌉·128·d floats: whole query tiles) at the next multiple of 256 bytes. Throws
+/// (B·H·⌈N/128⌉·128·d floats: whole query tiles) at the next multiple of 256 bytes, then the
+/// deterministic kernel's dQ order counters (B·H·⌈N/64⌉ int32). Throws
 /// std::invalid_argument for a bad problem or design.
 std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const ref::AttentionProblem& problem);
 
