@@ -17,7 +17,9 @@
 #include "flashlab/reference/stream_needles.hpp"
 #include "flashlab/reference/tensor.hpp"
 #if FLASHLAB_HAVE_CUDA
+#include "flashlab/cuda/fast_attention.hpp"
 #include "flashlab/cuda/stream.hpp"
+#include "flashlab/cuda/stream_fast_estimate.hpp"
 #endif
 
 namespace flashlab::app {
@@ -30,13 +32,15 @@ namespace rs = flashlab::ref::stream;
 constexpr std::string_view kCudaUsage =
     "stream <estimate|apply|trace> --device cuda --bq BQ --bk BK --k K [--seq T --dim D --heads H]\n"
     "                       [--inputs DIR] [--mask FILE] [--seed S] [--save DIR] [--chunk N]\n"
-    "                       [--format npy|csv] [--compare] [--threads N]";
+    "                       [--format npy|csv] [--compare] [--threads N] [--kernel clear|fast]";
 constexpr std::string_view kCudaSummary =
     "STREAM on the GPU: the clear fp32 kernels (cuda/src/stream_*.cu), the same procedure and τ as\n"
     "the CPU reference. Inputs q.npy k.npy [v.npy] of shape [T, D] or [T, H, D] from --inputs, else\n"
     "seeded normal values (the CPU command's values for H = 1). Saves indices.npy [H, n_q, k] (or\n"
     "[n_q, k] for one head), o.npy, edges.npy|csv (a 'head' field first when H > 1). --compare runs the\n"
-    "CPU reference on every head and reports whether I is identical.";
+    "CPU reference on every head and reports whether I is identical. `estimate --kernel fast` runs the\n"
+    "fast bf16 estimate (tensor cores; b_q = b_k = 64, d = 64 or 128): Q and K are rounded to bf16 first,\n"
+    "and --compare feeds the reference the same rounded values.";
 
 constexpr std::string_view kTrafficUsage =
     "traffic stream --device cuda [--seq T] [--dim D] [--heads H] [--bq BQ] [--bk BK] [--k K] [--mask FILE]\n"
@@ -48,7 +52,7 @@ constexpr std::string_view kTrafficSummary =
 constexpr std::string_view kNeedlesUsage =
     "stream needles --seq T --dim D --bq BQ --bk BK --k K [--needle-blocks N] [--needles M]\n"
     "                       [--noise SD] [--slope S] [--no-lead-in] [--seed S] [--threads N]\n"
-    "                       [--device cpu|cuda] [--save DIR]";
+    "                       [--device cpu|cuda] [--kernel clear|fast] [--save DIR]";
 constexpr std::string_view kNeedlesSummary =
     "Planted needles: N query blocks get M key blocks far in their past, each matched by one query\n"
     "token on its own coordinate; the rest is noise. Keys before a needle carry a trace of it that\n"
@@ -69,8 +73,27 @@ struct NeedleOptions {
   long long seq = 0, dim = 0, bq = 0, bk = 0, k = 0, blocks = 8, needles = 8, seed = 1, threads = 1;
   double noise = 0.02, slope = 0.25;
   bool no_lead_in = false;
-  std::string device = "cpu", save;
+  std::string device = "cpu", kernel = "clear", save;
 };
+
+/// The GPU estimate kernels: clear (fp32) or fast (bf16 tensor cores).
+void check_kernel_flag(const std::string& kernel) {
+  if (kernel != "clear" && kernel != "fast")
+    throw UsageError("--kernel '" + kernel + "' is unknown", "choose clear (fp32) or fast (bf16 tensor cores)");
+}
+
+#if FLASHLAB_HAVE_CUDA
+/// Rounds every value to bf16 in place (the fast kernel's inputs, and what the reference then
+/// sees) and returns the bit patterns.
+std::vector<std::uint16_t> round_to_bf16(float* values, std::size_t count) {
+  std::vector<std::uint16_t> bits(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    bits[i] = cuda::float_to_bf16(values[i]);
+    values[i] = cuda::bf16_to_float(bits[i]);
+  }
+  return bits;
+}
+#endif
 
 /// I of the planted inputs on the chosen device.
 std::vector<std::int64_t> needle_indices(const NeedleOptions& o, const rs::NeedleSet& set, const rs::Geometry& g) {
@@ -78,6 +101,12 @@ std::vector<std::int64_t> needle_indices(const NeedleOptions& o, const rs::Needl
   if (o.device == "cpu")
     return rs::stream_estimate(set.Q, set.K, mask, rs::EstimateParams{std::size_t(o.k), std::size_t(o.threads)}).indices;
 #if FLASHLAB_HAVE_CUDA
+  if (o.kernel == "fast") {
+    ref::Mat<float> Qr = set.Q, Kr = set.K;
+    const auto q16 = round_to_bf16(Qr.data(), std::size_t(Qr.size())), k16 = round_to_bf16(Kr.data(), std::size_t(Kr.size()));
+    const std::size_t d = std::size_t(set.Q.cols());
+    return cuda::stream::stream_fast_estimate({q16.data(), 1, d}, {k16.data(), 1, d}, mask, std::size_t(o.k)).indices;
+  }
   const cuda::stream::HostHeads Q{set.Q.data(), 1, std::size_t(set.Q.cols())}, K{set.K.data(), 1, std::size_t(set.K.cols())};
   return cuda::stream::stream_estimate(Q, K, mask, std::size_t(o.k)).indices;
 #else
@@ -109,6 +138,8 @@ int cmd_stream_needles(const Args& args) {
         ("seed", po::value<long long>(&o.seed)->default_value(1), "seed of the inputs")
         ("threads", po::value<long long>(&o.threads)->default_value(1), "CPU threads over query blocks")
         ("device", po::value<std::string>(&o.device)->default_value("cpu"), "cpu | cuda")
+        ("kernel", po::value<std::string>(&o.kernel)->default_value("clear"),
+         "cuda: clear (fp32) | fast (bf16 tensor cores, b_q = b_k = 64, d = 64 or 128)")
         ("save", po::value<std::string>(&o.save), "directory for q.npy, k.npy, needles.csv");
     po::positional_options_description pos;
     pos.add("sub", 1);
@@ -130,6 +161,8 @@ int cmd_stream_needles(const Args& args) {
     checked_seed(o.seed);
     if (o.device != "cpu" && o.device != "cuda")
       throw UsageError("--device '" + o.device + "' is unknown", "choose cpu or cuda");
+    check_kernel_flag(o.kernel);
+    if (o.kernel == "fast" && o.device != "cuda") throw UsageError("--kernel fast runs on the GPU", "add --device cuda");
     rs::NeedleParams p;
     p.geometry = rs::Geometry{std::size_t(o.seq), std::size_t(o.bq), std::size_t(o.bk)};
     p.d = std::size_t(o.dim);
@@ -150,7 +183,8 @@ int cmd_stream_needles(const Args& args) {
     const rs::NeedleRecall rec = rs::needle_recall(set.needles, I, std::size_t(o.k));
     std::cout << "needles: T=" << o.seq << " d=" << o.dim << " b_q=" << o.bq << " b_k=" << o.bk << " k=" << o.k
               << " needle blocks=" << o.blocks << " needles per block=" << o.needles
-              << " lead-in=" << (p.lead_in ? "yes" : "no") << " device=" << o.device << "\n"
+              << " lead-in=" << (p.lead_in ? "yes" : "no") << " device=" << o.device
+              << (o.device == "cuda" ? " kernel=" + o.kernel : std::string()) << "\n"
               << "recall " << rec.found << "/" << rec.planted << " = " << std::setprecision(4) << rec.recall() << "\n";
     if (!o.save.empty()) {
       const fs::path dir(o.save);
@@ -174,6 +208,7 @@ namespace {
 struct CudaOptions : StreamFlags {
   long long heads = 1, chunk = 4096;
   bool compare = false;
+  std::string kernel = "clear";  ///< estimate kernel: clear (fp32) or fast (bf16)
 };
 
 /// The flags of `traffic stream` (seeded inputs only).
@@ -311,11 +346,21 @@ void write_edges(const fs::path& path, const std::vector<cuda::stream::HeadEdge>
   ref::write_npy_raw(path, {rows.size()}, "[('head', '<i8'), " + fields + "]", rows.data(), rows.size() * sizeof(Row));
 }
 
-int run_cuda(const CudaOptions& o, const Heads& Q, const Heads& K, const Heads& V) {
+/// The estimate of the chosen kernel; the fast one rounds Q and K to bf16 in place first, so that
+/// --compare gives the reference the values the kernel saw.
+cuda::stream::EstimateOutput run_estimate(const CudaOptions& o, Heads& Q, Heads& K, const rs::BlockMask& mask) {
+  const std::size_t k = std::size_t(o.k);
+  if (o.kernel != "fast") return cuda::stream::stream_estimate(Q.view(), K.view(), mask, k);
+  cuda::stream::check_fast_estimate(mask.geometry(), Q.H, Q.D, k);
+  const auto q16 = round_to_bf16(Q.data.data(), Q.data.size()), k16 = round_to_bf16(K.data.data(), K.data.size());
+  return cuda::stream::stream_fast_estimate({q16.data(), Q.H, Q.D}, {k16.data(), K.H, K.D}, mask, k);
+}
+
+int run_cuda(const CudaOptions& o, Heads& Q, Heads& K, const Heads& V) {
   const rs::Geometry g{Q.T, std::size_t(o.bq), std::size_t(o.bk)};
   const std::size_t k = std::size_t(o.k);
   const rs::BlockMask mask = o.mask.empty() ? rs::BlockMask(g) : rs::load_block_mask(o.mask, g, o.policy.memory_limit);
-  const cuda::stream::EstimateOutput est = cuda::stream::stream_estimate(Q.view(), K.view(), mask, k);
+  const cuda::stream::EstimateOutput est = run_estimate(o, Q, K, mask);
   std::vector<float> O;
   std::vector<cuda::stream::HeadEdge> edges;
   if (o.sub == "apply") O = cuda::stream::stream_apply(Q.view(), K.view(), V.view(), mask, est.indices, k);
@@ -327,7 +372,7 @@ int run_cuda(const CudaOptions& o, const Heads& Q, const Heads& K, const Heads& 
   const std::size_t per_head = g.n_q() * k;
   std::cout << "stream " << o.sub << " --device cuda: T=" << g.T << " H=" << Q.H << " d=" << Q.D << " b_q=" << g.bq
             << " b_k=" << g.bk << " k=" << k << " n_q=" << g.n_q() << " n_k=" << g.n_k() << " n_it=" << g.n_it()
-            << "\n";
+            << " kernel=" << o.kernel << (o.kernel == "fast" ? " (Q, K rounded to bf16)" : "") << "\n";
   bool all_same = true;
   for (std::size_t h = 0; h < Q.H; ++h) {
     const std::vector<std::int64_t> I(est.indices.begin() + std::ptrdiff_t(h * per_head),
@@ -429,7 +474,9 @@ int cmd_stream_cuda(const Args& args) {
     desc.add_options()
         ("heads", po::value<long long>(&o.heads)->default_value(1), "heads H (without --inputs)")
         ("chunk", po::value<long long>(&o.chunk)->default_value(4096), "trace: query blocks per streamed chunk")
-        ("compare", po::bool_switch(&o.compare), "also run the CPU reference and compare I per head");
+        ("compare", po::bool_switch(&o.compare), "also run the CPU reference and compare I per head")
+        ("kernel", po::value<std::string>(&o.kernel)->default_value("clear"),
+         "estimate kernel: clear (fp32) | fast (bf16 tensor cores, b_q = b_k = 64, d = 64 or 128)");
     po::positional_options_description pos;
     pos.add("sub", 1);
     const auto vm = parse(args, desc, &pos);
@@ -440,6 +487,9 @@ int cmd_stream_cuda(const Args& args) {
     static_cast<StreamFlags&>(o) = stream_flags(vm);
     require_range("heads", o.heads, 1, 1024);
     require_range("chunk", o.chunk, 1, 1LL << 24);
+    check_kernel_flag(o.kernel);
+    if (o.kernel == "fast" && o.sub != "estimate")
+      throw UsageError("--kernel fast: the fast kernel here is the estimate", "use 'stream estimate --kernel fast'");
     Heads Q, K, V;
     load_cuda_inputs(o, Q, K, V);
 #if FLASHLAB_HAVE_CUDA

@@ -1,6 +1,7 @@
 // Host API of the clear STREAM kernels (flashlab/cuda/stream.hpp): validates parameters with the
 // reference's rules and messages, packs C_blk, uploads, poisons outputs, launches, downloads.
 #include "flashlab/cuda/stream.hpp"
+#include "flashlab/cuda/stream_fast_estimate.hpp"
 
 #include "stream_common.hpp"
 
@@ -82,11 +83,7 @@ DeviceBuffer<float> upload(const HostHeads& x, const StreamProblem& p) {
 /// C_blk packed as the kernels read it: n_q rows of words_per_row words, causality ANDed in.
 DeviceBuffer<std::uint64_t> upload_mask(const ref::stream::BlockMask& mask, const StreamProblem& p) {
   if (p.words_per_row == 0) return {};
-  std::vector<std::uint64_t> words(std::size_t(p.n_q) * p.words_per_row, 0);
-  for (int q = 0; q < p.n_q; ++q)
-    for (int r = 0; r <= p.causal_last(q); ++r)
-      if (mask.valid(std::size_t(q), std::size_t(r)))
-        words[std::size_t(q) * p.words_per_row + r / 64] |= 1ull << (r % 64);
+  const std::vector<std::uint64_t> words = pack_block_mask(mask);
   DeviceBuffer<std::uint64_t> d(words.size());
   d.upload(words.data());
   return d;

@@ -1,0 +1,180 @@
+// Host API of the fast bf16 STREAM estimate (flashlab/cuda/stream_fast_estimate.hpp): its limits,
+// the packed C_blk, upload, poison, launch, download. The kernel is stream_fast_estimate.cu.
+#include "flashlab/cuda/stream_fast_estimate.hpp"
+
+#include "stream_fast_estimate_launch.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace flashlab::cuda::stream {
+
+using ::flashlab::cuda::detail::DeviceBuffer;
+using detail::StreamProblem;
+using ref::stream::StreamError;
+
+void check_fast_estimate(const ref::stream::Geometry& g, std::size_t heads, std::size_t d, std::size_t k) {
+  g.check();
+  if (g.bq != kFastEstimateBlock || g.bk != kFastEstimateBlock)
+    throw StreamError("the fast estimate takes b_q = b_k = 64 only (got b_q = " + std::to_string(g.bq) +
+                      ", b_k = " + std::to_string(g.bk) + "; hint: --bq 64 --bk 64, or the clear kernel)");
+  if (d != 64 && d != 128)
+    throw StreamError("the fast estimate takes head dim d = 64 or 128 (got " + std::to_string(d) +
+                      "; hint: the clear kernel takes d up to 256)");
+  if (k == 0 || k > kFastEstimateMaxK)
+    throw StreamError("the fast estimate takes 1 ≤ k ≤ " + std::to_string(kFastEstimateMaxK) + " (got " +
+                      std::to_string(k) + "; hint: the clear kernel has no such limit)");
+  if (heads == 0) throw StreamError("heads must be at least 1");
+  if (g.T * heads > std::size_t(INT_MAX) || g.n_q() * heads * k > std::size_t(INT_MAX))
+    throw StreamError("T·H = " + std::to_string(g.T * heads) + " or n_q·H·k = " + std::to_string(g.n_q() * heads * k) +
+                      " exceeds the kernel's 32-bit indices (hint: fewer heads per call)");
+}
+
+std::size_t fast_estimate_extra_bytes(const ref::stream::Geometry& g, std::size_t heads, std::size_t k,
+                                      bool user_mask) {
+  const std::size_t rows = heads * g.n_q();
+  const std::size_t mask_words = user_mask ? g.n_q() * ((g.n_k() + 63) / 64) : 0;
+  return rows * k * (sizeof(long long) + sizeof(float)) + rows * sizeof(float) + mask_words * sizeof(std::uint64_t);
+}
+
+std::vector<std::uint64_t> pack_block_mask(const ref::stream::BlockMask& mask) {
+  if (!mask.has_user_mask()) return {};
+  const ref::stream::Geometry& g = mask.geometry();
+  const std::size_t words_per_row = (g.n_k() + 63) / 64;
+  std::vector<std::uint64_t> words(g.n_q() * words_per_row, 0);
+  for (std::size_t q = 0; q < g.n_q(); ++q)
+    for (std::size_t r = 0; r <= mask.causal_last(q); ++r)
+      if (mask.valid(q, r)) words[q * words_per_row + r / 64] |= 1ull << (r % 64);
+  return words;
+}
+
+namespace {
+
+/// The launch description of a checked problem (the clear kernels' StreamProblem; d = d_v).
+StreamProblem fast_problem(const ref::stream::BlockMask& mask, std::size_t heads, std::size_t d, std::size_t k) {
+  const ref::stream::Geometry& g = mask.geometry();
+  check_fast_estimate(g, heads, d, k);
+  StreamProblem p;
+  p.T = int(g.T);
+  p.bq = int(g.bq);
+  p.bk = int(g.bk);
+  p.n_q = int(g.n_q());
+  p.n_k = int(g.n_k());
+  p.n_it = int(g.n_it());
+  p.heads = int(heads);
+  p.d = p.dv = int(d);
+  p.k = int(k);
+  p.words_per_row = mask.has_user_mask() ? int((g.n_k() + 63) / 64) : 0;
+  return p;
+}
+
+}  // namespace
+
+void stream_fast_estimate_device(const ref::stream::BlockMask& mask, std::size_t heads, std::size_t d, std::size_t k,
+                                 const void* Q, const void* K, const std::uint64_t* packed_mask, long long* I,
+                                 float* scores, float* margins, void* stream) {
+  const StreamProblem p = fast_problem(mask, heads, d, k);
+  if ((packed_mask != nullptr) != mask.has_user_mask())
+    throw StreamError(mask.has_user_mask() ? "the block mask has a user part but no packed C_blk was given"
+                                           : "a packed C_blk was given for a causal-only block mask");
+  if (Q == nullptr || K == nullptr || I == nullptr) throw StreamError("Q, K and I must be device pointers");
+  detail::launch_fast_estimate(p, Q, K, packed_mask, I, scores, margins, stream);
+}
+
+EstimateOutput stream_fast_estimate(const HostHeadsBf16& Q, const HostHeadsBf16& K,
+                                    const ref::stream::BlockMask& mask, std::size_t k) {
+  if (Q.data == nullptr || K.data == nullptr) throw StreamError("Q and K must be given");
+  if (K.heads != Q.heads || K.dim != Q.dim)
+    throw StreamError("K has " + std::to_string(K.heads) + " heads of dim " + std::to_string(K.dim) + ", Q has " +
+                      std::to_string(Q.heads) + " of dim " + std::to_string(Q.dim) + "; they must agree");
+  const StreamProblem p = fast_problem(mask, Q.heads, Q.dim, k);
+  const std::size_t elems = std::size_t(p.T) * Q.heads * Q.dim, rows = std::size_t(p.heads) * p.n_q;
+  DeviceBuffer<std::uint16_t> dQ(elems), dK(elems);
+  dQ.upload(Q.data);
+  dK.upload(K.data);
+  const std::vector<std::uint64_t> words = pack_block_mask(mask);
+  DeviceBuffer<std::uint64_t> dmask(words.size());
+  dmask.upload(words.data());
+  DeviceBuffer<long long> dI(rows * k);
+  DeviceBuffer<float> dscores(rows * k), dmargins(rows);
+  // 0x7f… is a huge block index, not the −1 of an empty entry: an entry the kernel failed to
+  // write breaks the validity invariant instead of passing as empty.
+  FLASHLAB_CUDA_CHECK(cudaMemset(dI.get(), 0x7f, dI.bytes()));
+  dscores.poison();
+  dmargins.poison();
+  stream_fast_estimate_device(mask, Q.heads, Q.dim, k, dQ.get(), dK.get(), words.empty() ? nullptr : dmask.get(),
+                              dI.get(), dscores.get(), dmargins.get(), nullptr);
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  EstimateOutput out;
+  out.k = k;
+  out.indices.resize(rows * k);
+  out.scores.resize(rows * k);
+  out.margins.resize(rows);
+  static_assert(sizeof(long long) == sizeof(std::int64_t));
+  dI.download(reinterpret_cast<long long*>(out.indices.data()));
+  dscores.download(out.scores.data());
+  dmargins.download(out.margins.data());
+  return out;
+}
+
+FastEstimateTiming time_stream_fast_estimate(std::size_t T, std::size_t heads, std::size_t d, std::size_t k, int reps,
+                                             int warmup, std::uint64_t seed, std::size_t flush_bytes) {
+  if (reps < 1 || warmup < 0) throw StreamError("reps must be at least 1 and warmup at least 0");
+  const ref::stream::Geometry g{T, kFastEstimateBlock, kFastEstimateBlock};
+  const ref::stream::BlockMask mask(g);
+  check_fast_estimate(g, heads, d, k);
+  const std::size_t elems = T * heads * d, rows = heads * g.n_q();
+  DeviceBuffer<std::uint16_t> dQ(elems), dK(elems);
+  detail::fill_normal_bf16(dQ.get(), elems, seed, 1.f / std::sqrt(float(d)));
+  detail::fill_normal_bf16(dK.get(), elems, seed + 1, 1.f);
+  DeviceBuffer<long long> dI(rows * k);
+  DeviceBuffer<float> dscores(rows * k), dmargins(rows);
+  DeviceBuffer<unsigned char> flush(flush_bytes);
+  cudaEvent_t start = nullptr, stop = nullptr;
+  FLASHLAB_CUDA_CHECK(cudaEventCreate(&start));
+  FLASHLAB_CUDA_CHECK(cudaEventCreate(&stop));
+  FastEstimateTiming out;
+  out.T = T;
+  out.heads = heads;
+  out.d = d;
+  out.k = k;
+  out.extra_bytes = fast_estimate_extra_bytes(g, heads, k, false);
+  out.same_every_launch = true;
+  std::vector<double> times;
+  std::vector<std::int64_t> first, now(rows * k);
+  try {
+    for (int rep = 0; rep < warmup + reps; ++rep) {
+      if (flush.size()) FLASHLAB_CUDA_CHECK(cudaMemset(flush.get(), rep & 0xff, flush.bytes()));
+      FLASHLAB_CUDA_CHECK(cudaMemset(dI.get(), 0x7f, dI.bytes()));  // not −1 (the empty entry)
+      FLASHLAB_CUDA_CHECK(cudaEventRecord(start));
+      stream_fast_estimate_device(mask, heads, d, k, dQ.get(), dK.get(), nullptr, dI.get(), dscores.get(),
+                                  dmargins.get(), nullptr);
+      FLASHLAB_CUDA_CHECK(cudaEventRecord(stop));
+      FLASHLAB_CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0;
+      FLASHLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      if (rep >= warmup) times.push_back(ms);
+      dI.download(reinterpret_cast<long long*>(now.data()));
+      if (first.empty()) first = now;
+      out.same_every_launch = out.same_every_launch && now == first;
+    }
+  } catch (...) {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    throw;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  const std::size_t m = times.size();
+  out.median_ms = m % 2 ? times[m / 2] : 0.5 * (times[m / 2 - 1] + times[m / 2]);
+  out.min_ms = times.front();
+  out.max_ms = times.back();
+  out.indices_checksum = ref::stream::indices_checksum(first);
+  return out;
+}
+
+}  // namespace flashlab::cuda::stream

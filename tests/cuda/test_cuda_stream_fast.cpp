@@ -1,0 +1,252 @@
+// GPU tests of the fast bf16 STREAM estimate (flashlab/cuda/stream_fast_estimate.hpp) against the
+// CPU reference (flashlab/reference/stream.hpp) fed the same bf16 values: indices and scores
+// bitwise equal on exact (small-integer) inputs, ties included, T = 1 … 131072 with ragged T and
+// user masks; bitwise the same run to run; on random inputs equal except at decisions within the
+// rounding of a bf16-input, fp32-accumulated score (counted, printed); heads; NaN; bad
+// parameters; planted-needle recall at T = 1M.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <limits>
+#include <random>
+
+#include "flashlab/cuda/fast_attention.hpp"
+#include "flashlab/cuda/stream_fast_estimate.hpp"
+#include "flashlab/reference/stream.hpp"
+#include "flashlab/reference/stream_needles.hpp"
+#include "gpu_test_util.hpp"
+
+using namespace flashlab;
+using namespace flashlab::ref::stream;
+using ref::Mat;
+namespace gs = flashlab::cuda::stream;
+
+namespace {
+
+/// A T × d matrix rounded to bf16: the bit patterns for the GPU, the (exact) values for the reference.
+struct Bf16Mat {
+  Mat<float> values;
+  std::vector<std::uint16_t> bits;
+  [[nodiscard]] gs::HostHeadsBf16 view() const { return {bits.data(), 1, std::size_t(values.cols())}; }
+};
+
+template <typename Draw>
+Bf16Mat make_bf16(std::size_t rows, std::size_t cols, Draw draw) {
+  Bf16Mat m{Mat<float>(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols)), {}};
+  m.bits.resize(rows * cols);
+  for (std::size_t i = 0; i < rows * cols; ++i) {
+    m.bits[i] = cuda::float_to_bf16(draw());
+    m.values.data()[i] = cuda::bf16_to_float(m.bits[i]);
+  }
+  return m;
+}
+
+/// Integers in [−lo, lo]: exact in bf16, and every score a small integer, exact in fp32.
+Bf16Mat int_bf16(std::size_t rows, std::size_t cols, std::mt19937_64& rng, int lo) {
+  std::uniform_int_distribution<int> dist(-lo, lo);
+  return make_bf16(rows, cols, [&] { return float(dist(rng)); });
+}
+
+Bf16Mat normal_bf16(std::size_t rows, std::size_t cols, std::mt19937_64& rng) {
+  std::normal_distribution<double> dist(0.0, 1.0);
+  return make_bf16(rows, cols, [&] { return float(dist(rng)); });
+}
+
+std::vector<std::uint8_t> user_mask(const Geometry& g, std::mt19937_64& rng, double p) {
+  std::bernoulli_distribution keep(p);
+  std::vector<std::uint8_t> m(g.n_q() * g.n_k());
+  for (auto& v : m) v = keep(rng) ? 1 : 0;
+  return m;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+constexpr std::size_t kRefThreads = 16;
+
+/// The fast estimate twice (bitwise equal) and the reference once on the same bf16 values: I and
+/// the scores must be identical (every score is exact), and I must satisfy the validity invariant.
+void check_exact(const Bf16Mat& Q, const Bf16Mat& K, const BlockMask& mask, std::size_t k) {
+  const Geometry& g = mask.geometry();
+  INFO("T=" << g.T << " d=" << Q.values.cols() << " k=" << k << " user mask=" << mask.has_user_mask());
+  const gs::EstimateOutput a = gs::stream_fast_estimate(Q.view(), K.view(), mask, k);
+  const gs::EstimateOutput b = gs::stream_fast_estimate(Q.view(), K.view(), mask, k);
+  CHECK(a.indices == b.indices);
+  CHECK(same_bits(a.scores, b.scores));
+  CHECK(same_bits(a.margins, b.margins));
+  const EstimateResult ref = stream_estimate(Q.values, K.values, mask, EstimateParams{k, kRefThreads});
+  REQUIRE(a.indices.size() == ref.indices.size());
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < ref.indices.size(); ++i) {
+    const bool same_score = ref.indices[i] < 0 ? std::isnan(a.scores[i]) : double(a.scores[i]) == ref.scores[i];
+    if (a.indices[i] != ref.indices[i] || !same_score) {
+      if (bad++ < 3)
+        UNSCOPED_INFO("q=" << i / k << " j=" << i % k << ": GPU " << a.indices[i] << " (" << a.scores[i] << "), ref "
+                           << ref.indices[i] << " (" << ref.scores[i] << ")");
+    }
+  }
+  CHECK(bad == 0);
+  CHECK(validate_indices(a.indices, k, mask).empty());
+}
+
+}  // namespace
+
+TEST_CASE("cuda stream fast: estimate equals the reference bit for bit on exact inputs, ties decided by tau",
+          "[gpu][stream-fast]") {
+  const auto seed = test::fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  struct Shape { std::size_t T, d; int lo; };
+  // Ragged T (not a multiple of 64), one token, one block, and values in [−1, 1] (many equal
+  // block maxima: τ's r rule decides them) beside wider ones.
+  const Shape shapes[] = {{1, 64, 1},      {37, 128, 1},   {64, 64, 1},    {65, 128, 2},  {200, 64, 1},
+                          {1000, 128, 2},  {4097, 64, 1},  {9000, 128, 3}, {16383, 64, 2}};
+  for (const Shape& s : shapes) {
+    const Geometry g{s.T, 64, 64};
+    const Bf16Mat Q = int_bf16(s.T, s.d, rng, s.lo), K = int_bf16(s.T, s.d, rng, s.lo);
+    for (const std::size_t k : {std::size_t(1), std::size_t(2), std::size_t(3), std::size_t(8), std::size_t(32),
+                                std::min<std::size_t>(g.n_k(), gs::kFastEstimateMaxK)}) {
+      check_exact(Q, K, BlockMask(g), k);
+      check_exact(Q, K, BlockMask(g, user_mask(g, rng, 0.5)), k);
+      check_exact(Q, K, BlockMask(g, user_mask(g, rng, 0.05)), k);
+    }
+  }
+}
+
+TEST_CASE("cuda stream fast: estimate equals the reference at T = 131072, with and without a user mask",
+          "[gpu][stream-fast][large]") {
+  const auto seed = test::fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  for (const std::size_t T : {std::size_t(131072), std::size_t(131071)}) {
+    const Geometry g{T, 64, 64};
+    const Bf16Mat Q = int_bf16(T, 64, rng, 2), K = int_bf16(T, 64, rng, 2);
+    check_exact(Q, K, BlockMask(g), 8);
+    check_exact(Q, K, BlockMask(g, user_mask(g, rng, 0.3)), 16);
+  }
+}
+
+TEST_CASE("cuda stream fast: on random bf16 inputs the indices differ only at decisions within rounding",
+          "[gpu][stream-fast]") {
+  const auto seed = test::fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  struct Case { std::size_t T, d, k; double mask_p; };
+  for (const Case c : {Case{4096, 64, 8, 1.0}, Case{16384, 128, 8, 1.0}, Case{16384, 64, 16, 0.4},
+                       Case{2000, 128, 4, 0.7}, Case{32768, 128, 32, 1.0}}) {
+    const Geometry g{c.T, 64, 64};
+    const Bf16Mat Q = normal_bf16(c.T, c.d, rng), K = normal_bf16(c.T, c.d, rng);
+    const BlockMask mask = c.mask_p < 1.0 ? BlockMask(g, user_mask(g, rng, c.mask_p)) : BlockMask(g);
+    const gs::EstimateOutput gpu = gs::stream_fast_estimate(Q.view(), K.view(), mask, c.k);
+    const gs::EstimateOutput again = gs::stream_fast_estimate(Q.view(), K.view(), mask, c.k);
+    CHECK(gpu.indices == again.indices);
+    CHECK(same_bits(gpu.scores, again.scores));
+    const EstimateResult ref = stream_estimate(Q.values, K.values, mask, EstimateParams{c.k, kRefThreads});
+    // The products of bf16 values are exact in fp32; only the order (and, inside an mma, the
+    // rounding) of the d-term sums differs. Each side is within d·u·Σ|q_i k_i| ≤ d·u·‖Q_t‖‖K_s‖ of
+    // the exact score with u = 2^-23 (truncating accumulation allowed), so one decision can flip
+    // only where the GPU's two scores are within twice that.
+    const double u = std::ldexp(1.0, -23);
+    const double bound = 2 * double(c.d) * u * Q.values.rowwise().norm().maxCoeff() * K.values.rowwise().norm().maxCoeff();
+    std::size_t differing = 0, near_ties = 0, unexplained = 0;
+    for (std::size_t q = 0; q < g.n_q(); ++q) {
+      const bool near_tie = gpu.margins[q] <= bound;
+      near_ties += near_tie ? 1 : 0;
+      bool same = true;
+      for (std::size_t j = 0; j < c.k; ++j) same = same && gpu.indices[q * c.k + j] == ref.indices[q * c.k + j];
+      if (same) continue;
+      ++differing;
+      if (!near_tie) ++unexplained;
+    }
+    std::cout << "stream fast random T=" << c.T << " d=" << c.d << " k=" << c.k << " mask p=" << c.mask_p << ": "
+              << differing << " of " << g.n_q() << " rows differ from the reference (bf16 inputs), "
+              << unexplained << " of them without a near tie; " << near_ties << " rows have a decision gap within "
+              << bound << "\n";
+    CHECK(unexplained == 0);
+    CHECK(validate_indices(gpu.indices, c.k, mask).empty());
+  }
+}
+
+TEST_CASE("cuda stream fast: heads of [T, H, d] inputs are independent problems", "[gpu][stream-fast]") {
+  const auto seed = test::fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  const Geometry g{3000, 64, 64};
+  const std::size_t H = 3, d = 128, k = 6;
+  std::vector<Bf16Mat> Qh, Kh;
+  std::vector<std::uint16_t> Q(g.T * H * d), K(g.T * H * d);
+  for (std::size_t h = 0; h < H; ++h) {
+    Qh.push_back(normal_bf16(g.T, d, rng));
+    Kh.push_back(normal_bf16(g.T, d, rng));
+    for (std::size_t t = 0; t < g.T; ++t)
+      for (std::size_t c = 0; c < d; ++c) {
+        Q[(t * H + h) * d + c] = Qh[h].bits[t * d + c];
+        K[(t * H + h) * d + c] = Kh[h].bits[t * d + c];
+      }
+  }
+  const BlockMask mask(g, user_mask(g, rng, 0.7));
+  const gs::EstimateOutput all = gs::stream_fast_estimate({Q.data(), H, d}, {K.data(), H, d}, mask, k);
+  const std::size_t per_head = g.n_q() * k;
+  for (std::size_t h = 0; h < H; ++h) {
+    const gs::EstimateOutput one = gs::stream_fast_estimate(Qh[h].view(), Kh[h].view(), mask, k);
+    CHECK(std::equal(one.indices.begin(), one.indices.end(), all.indices.begin() + std::ptrdiff_t(h * per_head)));
+    CHECK(std::memcmp(one.scores.data(), all.scores.data() + h * per_head, per_head * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("cuda stream fast: NaN scores count as -inf, empty rows are -1, bad parameters are refused",
+          "[gpu][stream-fast]") {
+  const Geometry g{1000, 64, 64};
+  std::mt19937_64 rng(5);
+  Bf16Mat Q = int_bf16(g.T, 64, rng, 2), K = int_bf16(g.T, 64, rng, 2);
+  const std::uint16_t nan_bits = cuda::float_to_bf16(std::numeric_limits<float>::quiet_NaN());
+  for (const std::size_t t : {std::size_t(130), std::size_t(640), std::size_t(641)}) {  // whole key rows NaN
+    for (std::size_t c = 0; c < 64; ++c) K.bits[t * 64 + c] = nan_bits;
+    K.values.row(Eigen::Index(t)).setConstant(std::numeric_limits<float>::quiet_NaN());
+  }
+  Q.bits[900 * 64] = nan_bits;  // every logit of token 900 is NaN
+  Q.values(900, 0) = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::uint8_t> user(g.n_q() * g.n_k(), 1);
+  for (std::size_t r = 0; r < g.n_k(); ++r) user[5 * g.n_k() + r] = 0;  // query block 5 sees nothing
+  check_exact(Q, K, BlockMask(g, user), 3);
+  check_exact(Q, K, BlockMask(g), 4);
+  const gs::EstimateOutput est = gs::stream_fast_estimate(Q.view(), K.view(), BlockMask(g, user), 3);
+  for (std::size_t j = 0; j < 3; ++j) CHECK(est.indices[5 * 3 + j] == -1);
+
+  const auto refuses = [&](const Geometry& bad_g, std::size_t d, std::size_t k) {
+    const Bf16Mat q = int_bf16(bad_g.T, d, rng, 1), kk = int_bf16(bad_g.T, d, rng, 1);
+    CHECK_THROWS_AS(gs::stream_fast_estimate(q.view(), kk.view(), BlockMask(bad_g), k), StreamError);
+  };
+  refuses(Geometry{256, 32, 64}, 64, 4);   // b_q ≠ 64
+  refuses(Geometry{256, 64, 128}, 64, 4);  // b_k ≠ 64
+  refuses(Geometry{256, 64, 64}, 96, 4);   // d ∉ {64, 128}
+  refuses(Geometry{256, 64, 64}, 64, 0);   // k = 0
+  refuses(Geometry{256, 64, 64}, 64, gs::kFastEstimateMaxK + 1);
+  const gs::HostHeadsBf16 two{Q.bits.data(), 2, 32};
+  CHECK_THROWS_AS(gs::stream_fast_estimate(two, K.view(), BlockMask(g), 4), StreamError);
+}
+
+TEST_CASE("cuda stream fast: planted needles are recalled at T = 1M, k = 16, 8 needles per query block",
+          "[gpu][stream-fast][needles][large]") {
+  NeedleParams p;
+  p.geometry = Geometry{1 << 20, 64, 64};
+  p.d = 128;
+  p.needle_blocks = 8;
+  p.needles_per_block = 8;
+  p.seed = test::fresh_seed();
+  INFO("seed " << p.seed);
+  p.lead_in = true;
+  const NeedleSet set = make_needles(p);
+  std::vector<std::uint16_t> Q(set.Q.size()), K(set.K.size());
+  for (std::size_t i = 0; i < Q.size(); ++i) Q[i] = cuda::float_to_bf16(set.Q.data()[i]);
+  for (std::size_t i = 0; i < K.size(); ++i) K[i] = cuda::float_to_bf16(set.K.data()[i]);
+  const gs::EstimateOutput est =
+      gs::stream_fast_estimate({Q.data(), 1, p.d}, {K.data(), 1, p.d}, BlockMask(p.geometry), 16);
+  const NeedleRecall rec = needle_recall(set.needles, est.indices, 16);
+  std::cout << "fast needles T=" << p.geometry.T << " k=16: recall " << rec.found << "/" << rec.planted << " = "
+            << rec.recall() << "\n";
+  CHECK(rec.recall() >= 0.99);
+}
