@@ -171,6 +171,8 @@ int cmd_stream_needles(const Args& args) {
     p.noise = o.noise;
     p.slope = o.slope;
     p.lead_in = !o.no_lead_in;
+    // bf16 inputs would round the lead-in in steps of many blocks: keep it exact as bf16 pairs.
+    p.bf16_pairs = o.kernel == "fast";
     p.seed = std::uint64_t(o.seed);
     rs::NeedleSet set;
     std::vector<std::int64_t> I;
@@ -178,13 +180,15 @@ int cmd_stream_needles(const Args& args) {
       set = rs::make_needles(p);
       I = needle_indices(o, set, p.geometry);
     } catch (const rs::StreamError& e) {
-      throw UsageError(e.what(), "--needle-blocks × --needles ≤ --dim, --needles ≤ --bq, and a long enough --seq");
+      throw UsageError(e.what(), "--needle-blocks × --needles ≤ --dim (half of it with --kernel fast), --needles ≤ --bq, "
+                                 "and a long enough --seq");
     }
     const rs::NeedleRecall rec = rs::needle_recall(set.needles, I, std::size_t(o.k));
     std::cout << "needles: T=" << o.seq << " d=" << o.dim << " b_q=" << o.bq << " b_k=" << o.bk << " k=" << o.k
               << " needle blocks=" << o.blocks << " needles per block=" << o.needles
               << " lead-in=" << (p.lead_in ? "yes" : "no") << " device=" << o.device
-              << (o.device == "cuda" ? " kernel=" + o.kernel : std::string()) << "\n"
+              << (o.device == "cuda" ? " kernel=" + o.kernel : std::string())
+              << (p.bf16_pairs ? " (planted values as bf16 pairs)" : "") << "\n"
               << "recall " << rec.found << "/" << rec.planted << " = " << std::setprecision(4) << rec.recall() << "\n";
     if (!o.save.empty()) {
       const fs::path dir(o.save);

@@ -4,8 +4,12 @@
 // L2 flushed before every launch, CUDA events, median/min/max; I checked equal after every launch.
 //
 // Usage: bench_cuda_stream_estimate [--seq 32768,1048576] [--dim 64,128] [--k 8,16,32]
-//        [--heads 1] [--reps 10] [--warmup 2] [--csv out.csv]
+//        [--heads 1] [--reps 10] [--warmup 2] [--traffic] [--csv out.csv]
+// --traffic also measures one launch per shape with CUPTI (measure_fast_estimate_traffic: L2 → SM
+// and DRAM bytes after an L2 flush; needs the performance counters) and prints the bandwidths
+// they imply over the median time.
 #include "flashlab/cuda/options.hpp"
+#include "flashlab/cuda/profiler.hpp"
 #include "flashlab/cuda/stream_fast_estimate.hpp"
 
 #include <cstdio>
@@ -34,6 +38,7 @@ int main(int argc, char** argv) {
   long long heads = 1;
   int reps = 10, warmup = 2;
   const char* csv_path = nullptr;
+  bool traffic = false;
   for (int a = 1; a < argc; ++a) {
     const std::string arg = argv[a];
     const bool has_value = a + 1 < argc;
@@ -44,6 +49,7 @@ int main(int argc, char** argv) {
     else if (arg == "--seq" && has_value) seqs = parse_list(argv[++a]);
     else if (arg == "--dim" && has_value) dims = parse_list(argv[++a]);
     else if (arg == "--k" && has_value) ks = parse_list(argv[++a]);
+    else if (arg == "--traffic") traffic = true;
     else {
       std::fprintf(stderr, "error: unknown or incomplete argument '%s' (hint: --seq a,b --dim 64,128 --k 8,16 "
                            "--heads H --reps R --warmup W --csv F)\n", arg.c_str());
@@ -73,7 +79,8 @@ int main(int argc, char** argv) {
     }
     const std::string device = flashlab::cuda::device_description();
     std::printf("device: %s\n", device.c_str());
-    if (csv) std::fprintf(csv, "kernel,dtype,T,H,d,bq,bk,k,ms,min_ms,max_ms,extra_bytes,same_every_launch,checksum\n");
+    if (csv) std::fprintf(csv, "kernel,dtype,T,H,d,bq,bk,k,ms,min_ms,max_ms,extra_bytes,same_every_launch,checksum,"
+                          "l2_read_bytes,dram_read_bytes\n");
     std::printf("%9s %3s %4s %4s %10s %10s %10s %12s %5s %18s\n", "T", "H", "d", "k", "ms", "min", "max", "extra B",
                 "same", "checksum of I");
     for (const long long d : dims)
@@ -82,14 +89,24 @@ int main(int argc, char** argv) {
           const fs::FastEstimateTiming r = fs::time_stream_fast_estimate(std::size_t(T), std::size_t(heads),
                                                                          std::size_t(d), std::size_t(k), reps, warmup,
                                                                          0x5eed + std::uint64_t(T));
-          std::printf("%9zu %3zu %4zu %4zu %10.3f %10.3f %10.3f %12zu %5s 0x%016llx\n", r.T, r.heads, r.d, r.k,
+          std::printf("%9zu %3zu %4zu %4zu %10.3f %10.3f %10.3f %12zu %5s 0x%016llx", r.T, r.heads, r.d, r.k,
                       r.median_ms, r.min_ms, r.max_ms, r.extra_bytes, r.same_every_launch ? "yes" : "NO",
                       static_cast<unsigned long long>(r.indices_checksum));
+          flashlab::cuda::KernelCounters c;
+          if (traffic) {
+            c = fs::measure_fast_estimate_traffic(std::size_t(T), std::size_t(heads), std::size_t(d), std::size_t(k),
+                                                  0x5eed + std::uint64_t(T));
+            std::printf("  L2->SM %.3f GB (%.2f TB/s), DRAM %.3f GB (%.2f TB/s), one launch %.3f ms", c.l2_read_bytes / 1e9,
+                        c.l2_read_bytes / (r.median_ms * 1e9), c.dram_read_bytes / 1e9,
+                        c.dram_read_bytes / (r.median_ms * 1e9), c.duration_ns / 1e6);
+          }
+          std::printf("\n");
           std::fflush(stdout);
           if (csv)
-            std::fprintf(csv, "fast,bf16,%zu,%zu,%zu,64,64,%zu,%.4f,%.4f,%.4f,%zu,%d,0x%016llx\n", r.T, r.heads, r.d,
-                         r.k, r.median_ms, r.min_ms, r.max_ms, r.extra_bytes, r.same_every_launch ? 1 : 0,
-                         static_cast<unsigned long long>(r.indices_checksum));
+            std::fprintf(csv, "fast,bf16,%zu,%zu,%zu,64,64,%zu,%.4f,%.4f,%.4f,%zu,%d,0x%016llx,%.0f,%.0f\n", r.T,
+                         r.heads, r.d, r.k, r.median_ms, r.min_ms, r.max_ms, r.extra_bytes,
+                         r.same_every_launch ? 1 : 0, static_cast<unsigned long long>(r.indices_checksum),
+                         traffic ? c.l2_read_bytes : -1.0, traffic ? c.dram_read_bytes : -1.0);
         }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

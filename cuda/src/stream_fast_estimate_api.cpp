@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <functional>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -120,18 +121,67 @@ EstimateOutput stream_fast_estimate(const HostHeadsBf16& Q, const HostHeadsBf16&
   return out;
 }
 
+namespace {
+
+/// Seeded normal bf16 Q (scaled by 1/√d) and K made on the device, and the outputs of one launch.
+struct BenchInputs {
+  DeviceBuffer<std::uint16_t> Q, K;
+  DeviceBuffer<long long> I;
+  DeviceBuffer<float> scores, margins;
+  BenchInputs(const ref::stream::Geometry& g, std::size_t heads, std::size_t d, std::size_t k, std::uint64_t seed) {
+    check_fast_estimate(g, heads, d, k);
+    const std::size_t elems = g.T * heads * d, rows = heads * g.n_q();
+    Q = DeviceBuffer<std::uint16_t>(elems);
+    K = DeviceBuffer<std::uint16_t>(elems);
+    detail::fill_normal_bf16(Q.get(), elems, seed, 1.f / std::sqrt(float(d)));
+    detail::fill_normal_bf16(K.get(), elems, seed + 1, 1.f);
+    I = DeviceBuffer<long long>(rows * k);
+    scores = DeviceBuffer<float>(rows * k);
+    margins = DeviceBuffer<float>(rows);
+  }
+};
+
+}  // namespace
+
+KernelCounters measure_fast_estimate_traffic(std::size_t T, std::size_t heads, std::size_t d, std::size_t k,
+                                             std::uint64_t seed, std::size_t flush_bytes) {
+  if (flush_bytes < (std::size_t(64) << 20))
+    throw StreamError("an L2 flush of " + std::to_string(flush_bytes) + " bytes cannot flush a 50 MB L2 (hint: ≥ 128 MiB)");
+  const ref::stream::Geometry g{T, kFastEstimateBlock, kFastEstimateBlock};
+  const ref::stream::BlockMask mask(g);
+  BenchInputs in(g, heads, d, k, seed);
+  DeviceBuffer<unsigned char> flush(flush_bytes);
+  const std::function<void()> launch = [&] {
+    stream_fast_estimate_device(mask, heads, d, k, in.Q.get(), in.K.get(), nullptr, in.I.get(), in.scores.get(),
+                                in.margins.get(), nullptr);
+  };
+  KernelCounters out;
+  int salt = 0;
+  // One metric per session, so that each session is one pass: the kernel runs once, after a flush.
+  for (const std::string& metric : RangeProfiler::all_metrics()) {
+    RangeProfiler profiler({metric});
+    if (!profiler.unavailable_metrics().empty()) continue;  // the counter stays 0
+    FLASHLAB_CUDA_CHECK(cudaMemset(flush.get(), ++salt & 0xff, flush.bytes()));
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<KernelCounters> ranges = profiler.profile(launch, 4);
+    if (ranges.size() != 1)
+      throw CudaError("CUPTI returned " + std::to_string(ranges.size()) + " ranges for one launch of the fast estimate");
+    RangeProfiler::accumulate(out, ranges[0]);
+    out.range_name = ranges[0].range_name;
+  }
+  return out;
+}
+
 FastEstimateTiming time_stream_fast_estimate(std::size_t T, std::size_t heads, std::size_t d, std::size_t k, int reps,
                                              int warmup, std::uint64_t seed, std::size_t flush_bytes) {
   if (reps < 1 || warmup < 0) throw StreamError("reps must be at least 1 and warmup at least 0");
   const ref::stream::Geometry g{T, kFastEstimateBlock, kFastEstimateBlock};
   const ref::stream::BlockMask mask(g);
-  check_fast_estimate(g, heads, d, k);
-  const std::size_t elems = T * heads * d, rows = heads * g.n_q();
-  DeviceBuffer<std::uint16_t> dQ(elems), dK(elems);
-  detail::fill_normal_bf16(dQ.get(), elems, seed, 1.f / std::sqrt(float(d)));
-  detail::fill_normal_bf16(dK.get(), elems, seed + 1, 1.f);
-  DeviceBuffer<long long> dI(rows * k);
-  DeviceBuffer<float> dscores(rows * k), dmargins(rows);
+  BenchInputs in(g, heads, d, k, seed);
+  DeviceBuffer<std::uint16_t>&dQ = in.Q, &dK = in.K;
+  DeviceBuffer<long long>& dI = in.I;
+  DeviceBuffer<float>&dscores = in.scores, &dmargins = in.margins;
+  const std::size_t rows = heads * g.n_q();
   DeviceBuffer<unsigned char> flush(flush_bytes);
   cudaEvent_t start = nullptr, stop = nullptr;
   FLASHLAB_CUDA_CHECK(cudaEventCreate(&start));

@@ -234,19 +234,29 @@ TEST_CASE("cuda stream fast: planted needles are recalled at T = 1M, k = 16, 8 n
   NeedleParams p;
   p.geometry = Geometry{1 << 20, 64, 64};
   p.d = 128;
-  p.needle_blocks = 8;
   p.needles_per_block = 8;
+  p.lead_in = true;
+  p.bf16_pairs = true;  // the lead-in exact in bf16 (stream_needles.hpp)
   p.seed = test::fresh_seed();
   INFO("seed " << p.seed);
-  p.lead_in = true;
-  const NeedleSet set = make_needles(p);
-  std::vector<std::uint16_t> Q(set.Q.size()), K(set.K.size());
-  for (std::size_t i = 0; i < Q.size(); ++i) Q[i] = cuda::float_to_bf16(set.Q.data()[i]);
-  for (std::size_t i = 0; i < K.size(); ++i) K[i] = cuda::float_to_bf16(set.K.data()[i]);
-  const gs::EstimateOutput est =
-      gs::stream_fast_estimate({Q.data(), 1, p.d}, {K.data(), 1, p.d}, BlockMask(p.geometry), 16);
-  const NeedleRecall rec = needle_recall(set.needles, est.indices, 16);
-  std::cout << "fast needles T=" << p.geometry.T << " k=16: recall " << rec.found << "/" << rec.planted << " = "
-            << rec.recall() << "\n";
-  CHECK(rec.recall() >= 0.99);
+  // 4 needle blocks: 64 planted coordinates and 64 of noise; 8 needle blocks: all 128 planted.
+  for (const std::size_t blocks : {std::size_t(4), std::size_t(8)}) {
+    p.needle_blocks = blocks;
+    const NeedleSet set = make_needles(p);
+    std::vector<std::uint16_t> Q(std::size_t(set.Q.size())), K(std::size_t(set.K.size()));
+    bool exact = true;  // the bf16 pairs make the rounding a no-op on the planted columns
+    for (std::size_t i = 0; i < Q.size(); ++i) Q[i] = cuda::float_to_bf16(set.Q.data()[i]);
+    for (std::size_t i = 0; i < K.size(); ++i) {
+      K[i] = cuda::float_to_bf16(set.K.data()[i]);
+      if (Eigen::Index(i % p.d) < Eigen::Index(2 * blocks * p.needles_per_block))
+        exact = exact && cuda::bf16_to_float(K[i]) == set.K.data()[i];
+    }
+    CHECK(exact);
+    const gs::EstimateOutput est =
+        gs::stream_fast_estimate({Q.data(), 1, p.d}, {K.data(), 1, p.d}, BlockMask(p.geometry), 16);
+    const NeedleRecall rec = needle_recall(set.needles, est.indices, 16);
+    std::cout << "fast needles T=" << p.geometry.T << " k=16 needle blocks=" << blocks << " (bf16 pairs): recall "
+              << rec.found << "/" << rec.planted << " = " << rec.recall() << "\n";
+    CHECK(rec.recall() >= 0.99);
+  }
 }

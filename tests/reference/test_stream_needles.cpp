@@ -2,6 +2,7 @@
 // planted key blocks by the reference estimate at a small T (the GPU test repeats it at 1M tokens).
 #include <catch2/catch.hpp>
 
+#include <cstring>
 #include <iostream>
 
 #include "flashlab/reference/stream.hpp"
@@ -79,4 +80,35 @@ TEST_CASE("stream needles: impossible requests are refused with the parameter na
   const NeedleRecall rec = needle_recall(truth, I, 2);
   CHECK(rec.found == 1);
   CHECK(rec.planted == 2);
+}
+
+TEST_CASE("stream needles: bf16 pairs keep every score, and the planted values survive bf16 rounding",
+          "[stream][needles]") {
+  NeedleParams one = small_params(true);
+  one.needle_blocks = 4;  // 4·8 needles: 32 coordinates, or 64 as pairs, of d = 64 (the rest noise)
+  NeedleParams pairs = one;
+  pairs.bf16_pairs = true;
+  pairs.d = one.d + 32;  // 32 noise columns in both (their values differ: only planted columns are compared)
+  const NeedleSet a = make_needles(one), b = make_needles(pairs);
+  REQUIRE(a.needles.size() == b.needles.size());
+  // The planted columns: pair (2c, 2c + 1) sums to column c exactly; each part is a bf16 value.
+  const auto bf16_exact = [](float x) {
+    std::uint32_t bits = 0;
+    std::memcpy(&bits, &x, sizeof bits);
+    return (bits & 0xffffu) == 0;
+  };
+  bool sums = true, exact = true;
+  for (Eigen::Index t = 0; t < a.K.rows(); ++t)
+    for (Eigen::Index c = 0; c < 32; ++c) {
+      sums = sums && b.K(t, 2 * c) + b.K(t, 2 * c + 1) == a.K(t, c);
+      exact = exact && bf16_exact(b.K(t, 2 * c)) && bf16_exact(b.K(t, 2 * c + 1));
+      sums = sums && b.Q(t, 2 * c) == a.Q(t, c) && b.Q(t, 2 * c + 1) == a.Q(t, c);
+    }
+  CHECK(sums);
+  CHECK(exact);
+  const std::size_t k = 16;
+  const EstimateResult est = stream_estimate(b.Q, b.K, BlockMask(pairs.geometry), EstimateParams{k, 2});
+  CHECK(needle_recall(b.needles, est.indices, k).recall() >= 0.99);
+  pairs.needle_blocks = 7;  // 2·7·8 = 112 coordinates > d = 96
+  CHECK_THROWS_WITH(make_needles(pairs), Catch::Contains("each needle owns two coordinates"));
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 namespace flashlab::ref::stream {
@@ -36,15 +37,27 @@ double lead_in_height(const Geometry& g, double slope, std::size_t distance) {
   return slope * (double(g.n_k()) + 1.0 - double(distance));
 }
 
+/// x rounded to the nearest bfloat16 (ties to even), as a float; x finite.
+float round_to_bf16(float x) {
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &x, sizeof bits);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  bits &= 0xffff0000u;
+  float y = 0;
+  std::memcpy(&y, &bits, sizeof y);
+  return y;
+}
+
 void check(const NeedleParams& p) {
   const Geometry& g = p.geometry;
   g.check();
   auto bad = [](const std::string& what) { throw StreamError("needles: " + what); };
   if (p.d == 0) bad("d must be at least 1");
   if (p.needle_blocks == 0 || p.needles_per_block == 0) bad("needle_blocks and needles_per_block must be at least 1");
-  if (p.needle_blocks * p.needles_per_block > p.d)
-    bad("needle_blocks·needles_per_block = " + std::to_string(p.needle_blocks * p.needles_per_block) +
-        " exceeds d = " + std::to_string(p.d) + " (each needle owns one coordinate)");
+  const std::size_t cols = p.needle_blocks * p.needles_per_block * (p.bf16_pairs ? 2 : 1);
+  if (cols > p.d)
+    bad(std::string(p.bf16_pairs ? "2·" : "") + "needle_blocks·needles_per_block = " + std::to_string(cols) +
+        " exceeds d = " + std::to_string(p.d) + (p.bf16_pairs ? " (each needle owns two coordinates)" : " (each needle owns one coordinate)"));
   if (p.needles_per_block > g.bq)
     bad("needles_per_block = " + std::to_string(p.needles_per_block) + " exceeds b_q = " + std::to_string(g.bq) +
         " (each needle owns one query token)");
@@ -65,7 +78,8 @@ NeedleSet make_needles(const NeedleParams& p) {
   NeedleSet set;
   set.Q.resize(Eigen::Index(g.T), Eigen::Index(p.d));
   set.K.resize(Eigen::Index(g.T), Eigen::Index(p.d));
-  const auto planted_cols = Eigen::Index(p.needle_blocks * p.needles_per_block);
+  const Eigen::Index per_needle = p.bf16_pairs ? 2 : 1;
+  const auto planted_cols = Eigen::Index(p.needle_blocks * p.needles_per_block) * per_needle;
   fill_noise(set.Q, planted_cols, mix(p.seed), p.noise);
   fill_noise(set.K, planted_cols, mix(p.seed + 1), p.noise);
 
@@ -86,12 +100,16 @@ NeedleSet make_needles(const NeedleParams& p) {
     }
     std::sort(rs.begin(), rs.end());
     for (std::size_t i = 0; i < rs.size(); ++i) {
-      const auto c = Eigen::Index(j * p.needles_per_block + i);  // this needle's own coordinate
-      set.Q(Eigen::Index(q * g.bq + i), c) += 1.0f;
+      const auto c = Eigen::Index(j * p.needles_per_block + i) * per_needle;  // this needle's own coordinate(s)
+      for (Eigen::Index e = 0; e < per_needle; ++e) set.Q(Eigen::Index(q * g.bq + i), c + e) += 1.0f;
       const std::size_t r = rs[i], s_first = p.lead_in ? 0 : r;
       for (std::size_t s_blk = s_first; s_blk <= r; ++s_blk) {
         const float h = float(lead_in_height(g, p.slope, r - s_blk));
-        for (std::size_t s = s_blk * g.bk; s < std::min(g.T, (s_blk + 1) * g.bk); ++s) set.K(Eigen::Index(s), c) += h;
+        const float high = p.bf16_pairs ? round_to_bf16(h) : h, low = h - high;  // high + low = h exactly
+        for (std::size_t s = s_blk * g.bk; s < std::min(g.T, (s_blk + 1) * g.bk); ++s) {
+          set.K(Eigen::Index(s), c) += high;
+          if (p.bf16_pairs) set.K(Eigen::Index(s), c + 1) += low;
+        }
       }
       set.needles.push_back(Needle{q, r});
     }

@@ -18,6 +18,7 @@
 /// fp32-accumulated score, which `margins` lets a caller detect.
 #pragma once
 
+#include "flashlab/cuda/profiler.hpp"
 #include "flashlab/cuda/stream.hpp"
 #include "flashlab/reference/stream.hpp"
 
@@ -90,5 +91,13 @@ struct FastEstimateTiming {
 FastEstimateTiming time_stream_fast_estimate(std::size_t T, std::size_t heads, std::size_t d, std::size_t k, int reps,
                                              int warmup, std::uint64_t seed,
                                              std::size_t flush_bytes = std::size_t(256) << 20);
+
+/// Memory traffic of one fast-estimate launch at one shape, on the inputs of
+/// time_stream_fast_estimate() (same seed, same values), measured with the CUPTI Range Profiler:
+/// one metric per session, each session one launch right after an L2 flush (a cudaMemset of
+/// `flush_bytes` outside the measured range). Requires permission to read the performance
+/// counters. Throws StreamError for a shape the kernel refuses, CudaError on failure.
+KernelCounters measure_fast_estimate_traffic(std::size_t T, std::size_t heads, std::size_t d, std::size_t k,
+                                             std::uint64_t seed, std::size_t flush_bytes = std::size_t(256) << 20);
 
 }  // namespace flashlab::cuda::stream

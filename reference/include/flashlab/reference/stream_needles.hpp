@@ -35,6 +35,12 @@ struct NeedleParams {
   double noise = 0.02;               ///< standard deviation of the uniform noise (unplanted coordinates)
   double slope = 0.25;               ///< lead-in growth per key block (≫ the noise part of a score)
   bool lead_in = true;               ///< keys before a needle carry its fading trace
+  /// Store each needle's key values as a bf16 pair on two coordinates (2c: the value rounded to
+  /// bf16, 2c + 1: the remainder, exact in bf16; the needle's query token carries 1 on both), so
+  /// that inputs rounded to bf16 keep the lead-in exact and every fp32 score is unchanged. With one
+  /// coordinate, bf16's 8-bit significand rounds h (up to slope·(n_k + 1)) in steps of many
+  /// blocks and flattens the lead-in. Needs 2·needle_blocks·needles_per_block ≤ d.
+  bool bf16_pairs = false;
   std::uint64_t seed = 1;            ///< everything is a pure function of the parameters and the seed
 };
 
@@ -52,7 +58,8 @@ struct NeedleSet {
 };
 
 /// Generates Q, K and the planted needles; throws StreamError (naming the parameter) when the
-/// geometry cannot hold them: needle_blocks·needles_per_block > d, needles_per_block > b_q, or
+/// geometry cannot hold them: needle_blocks·needles_per_block (twice that with bf16_pairs) > d,
+/// needles_per_block > b_q, or
 /// a needle block with fewer than needles_per_block blocks in the first half of its past.
 NeedleSet make_needles(const NeedleParams& params);
 
