@@ -684,6 +684,27 @@ std::string readme_stream_table(const std::string& root) {
   return md.out.str();
 }
 
+/// The fast bf16 estimate (cuda/bench/measure_stream_estimate.sh): time per shape, its extra device
+/// memory, and the CUPTI traffic of one launch where the run measured it (−1 in the CSV: not).
+std::string stream_fast_estimate_table(const std::string& root) {
+  const Csv csv = read_csv(root + "/cuda/results/stream_fast_estimate.csv");
+  const std::vector<Row> rows = newest_rows(csv);
+  Markdown md;
+  md.header({"T", "d", "k", "ms (median)", "min – max", "extra memory", "L2→SM read", "DRAM read",
+             "DRAM read / ms", "I same every launch"});
+  for (const Row& r : rows) {
+    const bool measured = r.num("dram_read_bytes") >= 0;
+    const double ms = r.num("ms");
+    md.line({r.str("T"), r.str("d"), r.str("k"), fmt("%.3f", ms), fmt("%.3f", r.num("min_ms")) + " – " +
+             fmt("%.3f", r.num("max_ms")), fmt("%.0f B", r.num("extra_bytes")),
+             measured ? bytes(r.num("l2_read_bytes")) : "–", measured ? bytes(r.num("dram_read_bytes")) : "–",
+             measured ? fmt("%.2f TB/s", r.num("dram_read_bytes") / (ms * 1e9)) : "–", yes_no(r.str("same_every_launch"))});
+  }
+  const Row& first = rows.front();
+  return run_line(first.str("date"), first.str("device")) + "One head, b_q = b_k = 64, causal, " + first.str("dtype") +
+         " inputs, 20 launches per shape (10 with traffic), L2 flushed before each.\n\n" + md.out.str();
+}
+
 // ---- CPU benchmark table ------------------------------------------------------------------
 
 std::string readme_cpu_table(const std::string& root) {
@@ -725,6 +746,7 @@ const std::map<std::string, Renderer>& renderers() {
       {"stream_sdpa", stream_sdpa_table},
       {"stream_group", stream_group_table},
       {"readme_stream", readme_stream_table},
+      {"stream_fast_estimate", stream_fast_estimate_table},
   };
   return table;
 }

@@ -4,7 +4,9 @@
 // tile scores on tensor cores and every branch kept in shared memory.
 //
 // One thread block of 4 warps per (query block q, head h); b_q = b_k = 64, d ∈ {64, 128}:
-//   Q_q: HBM → SRAM → registers once, as mma A fragments (warp w owns query rows 16w .. 16w+15)
+//   Q_q: HBM → SRAM → registers once, as mma A fragments (the 4 warps split each 64 × 64 tile
+//        2 × 2: warp w owns query rows 32·(w mod 2) + [0, 32) and keys 32·(w div 2) + [0, 32),
+//        so each warp reads half of every K_r tile from SRAM)
 //   [lo, hi], the k initial branches and their representatives (first valid block)   (App. A)
 //   every round: split each kept branch; the half holding the parent's representative inherits
 //   it and its score, the other half gets a fresh representative — the round's only new K
@@ -12,7 +14,7 @@
 //   I[q, j] = representative of the j-th kept branch
 // Scoring a round's fresh representatives is a pipeline over their K_r tiles: cp.async copies
 // HBM → SRAM through kStages swizzled buffers (kStages − 1 tiles in flight while one is scored),
-// each warp computes its 16 × 64 slice of S = Q_q K_rᵀ with mma.sync (bf16 in, fp32 accumulate,
+// each warp computes its 32 × 32 slice of S = Q_q K_rᵀ with mma.sync (bf16 in, fp32 accumulate,
 // the k-steps over d in a fixed order), takes the masked max over its registers and the warp
 // (order-free: `v > best`, so NaN never wins and counts as −inf), and the 4 warp maxima are
 // combined in a fixed order. Several thread blocks share an SM (3 at d = 128, 4 at d = 64), so
@@ -42,7 +44,9 @@ using ::flashlab::cuda::detail::mma16816;
 using ::flashlab::cuda::detail::swz;
 
 constexpr int kBlock = 64;  // b_q = b_k
-constexpr int kWarps = 4;   // 16 query rows each
+constexpr int kWarps = 4;   // 2 × 2 warps over the 64 × 64 tile
+constexpr int kWarpRows = 32;  // query rows per warp (two m16 tiles)
+constexpr int kWarpKeys = 32;  // keys per warp (four n8 tiles)
 constexpr int kFastThreads = 32 * kWarps;
 
 /// Compile-time shape of one instantiation: head dim, K_r buffers, thread blocks per SM.
@@ -110,39 +114,49 @@ __device__ __forceinline__ void load_tile_async(uint32_t dst, const uint16_t* __
   }
 }
 
-/// This warp's part of score(q, r): the max over its 16 rows × 64 keys of S = Q_q K_rᵀ, token-valid
-/// entries only (s ≤ t, t < T). `qf`: this warp's Q_q fragments; `k_tile`: K_r in SRAM.
+/// This warp's part of score(q, r): the max over its 32 query rows × 32 keys of S = Q_q K_rᵀ
+/// (warp w: rows 32·(w mod 2) + [0, 32), keys 32·(w div 2) + [0, 32)), token-valid entries only
+/// (s ≤ t, t < T). `qf`: this warp's Q_q fragments (two m16 tiles); `k_lane_addr`: this lane's
+/// ldmatrix row address in the K_r tile being scored.
 template <int HEAD_DIM>
-__device__ __forceinline__ float warp_tile_max(const uint32_t (&qf)[HEAD_DIM / 16][4], uint32_t k_lane_addr,
+__device__ __forceinline__ float warp_tile_max(const uint32_t (&qf)[2][HEAD_DIM / 16][4], uint32_t k_lane_addr,
                                                uint32_t k_xor, const StreamProblem& p, int q, int r) {
   using T = FastEstimateTraits<HEAD_DIM>;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  float s[kBlock / 8][4];
+  const int m0 = kWarpRows * (warp & 1), n0 = kWarpKeys * (warp >> 1);
+  float s[2][kWarpKeys / 8][4];
 #pragma unroll
-  for (int n = 0; n < kBlock / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int n = 0; n < kWarpKeys / 8; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
 #pragma unroll
   for (int kk = 0; kk < T::kKSteps; ++kk)
 #pragma unroll
-    for (int np = 0; np < kBlock / 16; ++np) {
-      uint32_t b0, b1, b2, b3;  // keys 16·np + [0, 16), dims 16·kk + [0, 16)
-      ldsm_x4(k_lane_addr + 16 * np * T::kRowBytes + ((32 * kk) ^ k_xor), b0, b1, b2, b3);
-      mma16816<true>(s[2 * np], qf[kk], b0, b1);
-      mma16816<true>(s[2 * np + 1], qf[kk], b2, b3);
+    for (int np = 0; np < kWarpKeys / 16; ++np) {
+      uint32_t b0, b1, b2, b3;  // keys n0 + 16·np + [0, 16), dims 16·kk + [0, 16)
+      ldsm_x4(k_lane_addr + (n0 + 16 * np) * T::kRowBytes + ((32 * kk) ^ k_xor), b0, b1, b2, b3);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        mma16816<true>(s[mt][2 * np], qf[mt][kk], b0, b1);
+        mma16816<true>(s[mt][2 * np + 1], qf[mt][kk], b2, b3);
+      }
     }
-  // Fragment coordinates: this thread holds rows g, g + 8 and columns 8n + 2c + {0, 1}.
+  // Fragment coordinates: in m16 tile mt this thread holds rows g, g + 8 and columns 8n + 2c + {0, 1}.
   const int g = lane >> 2, c = lane & 3;
-  const int t0 = q * kBlock + 16 * warp, s0 = r * kBlock;
-  // Only a tile that reaches the diagonal or the end of the sequence has invalid entries.
-  const bool need_mask = s0 + kBlock - 1 > t0 || t0 + 15 >= p.T;
+  const int t0 = q * kBlock + m0, s0 = r * kBlock + n0;
+  // Only a slice that reaches the diagonal or the end of the sequence has invalid entries.
+  const bool need_mask = s0 + kWarpKeys - 1 > t0 || t0 + kWarpRows - 1 >= p.T;
   float best = stream_neg_inf();
 #pragma unroll
-  for (int n = 0; n < kBlock / 8; ++n)
+  for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int t = t0 + g + 8 * (e >> 1), sk = s0 + 8 * n + 2 * c + (e & 1);
-      const bool valid = !need_mask || (t < p.T && sk <= t);
-      if (valid) best = max_no_nan(best, s[n][e]);
-    }
+    for (int n = 0; n < kWarpKeys / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int t = t0 + 16 * mt + g + 8 * (e >> 1), sk = s0 + 8 * n + 2 * c + (e & 1);
+        const bool valid = !need_mask || (t < p.T && sk <= t);
+        if (valid) best = max_no_nan(best, s[mt][n][e]);
+      }
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) best = max_no_nan(best, __shfl_xor_sync(0xffffffffu, best, off));
   return best;
@@ -153,7 +167,7 @@ __device__ __forceinline__ float warp_tile_max(const uint32_t (&qf)[HEAD_DIM / 1
 /// fixed order (warp 0 first). Every thread calls it; on return the scores are visible to all.
 template <int HEAD_DIM>
 __device__ __forceinline__ void score_fresh(const StreamProblem& p, const uint16_t* __restrict__ K, int q, int h, int k,
-                            const uint32_t (&qf)[HEAD_DIM / 16][4], uint32_t sK, uint32_t k_lane, uint32_t k_xor,
+                            const uint32_t (&qf)[2][HEAD_DIM / 16][4], uint32_t sK, uint32_t k_lane, uint32_t k_xor,
                             FastArrays a, int n) {
   using T = FastEstimateTraits<HEAD_DIM>;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
@@ -323,12 +337,16 @@ __global__ void __launch_bounds__(kFastThreads, FastEstimateTraits<HEAD_DIM>::kM
   }
   cp_async_wait<0>();
   __syncthreads();
-  uint32_t qf[T::kKSteps][4];
+  uint32_t qf[2][T::kKSteps][4];  // this warp's 32 rows of Q_q: two m16 tiles
   {
-    const uint32_t q_lane = sK + uint32_t((16 * warp + (lane & 15)) * T::kRowBytes);
+    const uint32_t q_lane = sK + uint32_t((kWarpRows * (warp & 1) + (lane & 15)) * T::kRowBytes);
     const uint32_t q_xor = uint32_t(((lane >> 4) ^ (lane & 7)) << 4);
 #pragma unroll
-    for (int kk = 0; kk < T::kKSteps; ++kk) ldsm_x4(q_lane + ((32 * kk) ^ q_xor), qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < T::kKSteps; ++kk)
+        ldsm_x4(q_lane + 16 * mt * T::kRowBytes + ((32 * kk) ^ q_xor), qf[mt][kk][0], qf[mt][kk][1], qf[mt][kk][2],
+                qf[mt][kk][3]);
   }
   __syncthreads();  // Q_q's buffer is free for K tiles
   // ldmatrix row addresses of K_r as the B operand (keys × dims, not transposed).
