@@ -691,7 +691,7 @@ std::string stream_fast_estimate_table(const std::string& root) {
   const std::vector<Row> rows = newest_rows(csv);
   Markdown md;
   md.header({"T", "d", "k", "ms (median)", "min – max", "extra memory", "L2→SM read", "DRAM read",
-             "DRAM read / ms", "I same every launch"});
+             "DRAM read rate", "I same every launch"});
   for (const Row& r : rows) {
     const bool measured = r.num("dram_read_bytes") >= 0;
     const double ms = r.num("ms");
