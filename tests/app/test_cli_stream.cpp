@@ -182,3 +182,22 @@ TEST_CASE("cli stream: bad flags and inputs are usage errors naming the flag or 
   CHECK_THAT(r.err, Catch::Contains("v.npy"));
   CHECK(run_cli("stream estimate --bq 4 --bk 4 --k 2 --inputs " + dir2).exit_code == 0);  // estimate needs no V
 }
+
+TEST_CASE("cli stream: --kernel chooses clear or fast, and fast is the GPU estimate only", "[cli][stream][errors]") {
+  struct Bad {
+    std::string args, expect;
+  };
+  const std::string ok = " --seq 256 --dim 64 --bq 64 --bk 64 --k 2";
+  const Bad bad[] = {
+      {"stream estimate --device cuda --kernel turbo" + ok, "--kernel 'turbo' is unknown"},
+      {"stream apply --device cuda --kernel fast" + ok, "--kernel fast: the fast kernel here is the estimate"},
+      {"stream needles --kernel fast --seq 16384 --dim 128 --bq 64 --bk 64 --k 16", "--kernel fast runs on the GPU"},
+      {"stream needles --device cuda --kernel slow --seq 16384 --dim 128 --bq 64 --bk 64 --k 16", "--kernel 'slow'"},
+  };
+  for (const auto& b : bad) {
+    auto r = run_cli(b.args);
+    INFO(b.args << "\n" << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains(b.expect) && Catch::Contains("hint:"));
+  }
+}
