@@ -28,7 +28,9 @@ void check_fast_estimate(const ref::stream::Geometry& g, std::size_t heads, std:
   if (k == 0 || k > kFastEstimateMaxK)
     throw StreamError("the fast estimate takes 1 ≤ k ≤ " + std::to_string(kFastEstimateMaxK) + " (got " +
                       std::to_string(k) + "; hint: the clear kernel has no such limit)");
-  if (heads == 0) throw StreamError("heads must be at least 1");
+  if (heads == 0 || heads > 65535)
+    throw StreamError("the fast estimate takes 1 ≤ H ≤ 65535 heads (got " + std::to_string(heads) +
+                      "; one grid row per head; hint: fewer heads per call)");
   if (g.T * heads > std::size_t(INT_MAX) || g.n_q() * heads * k > std::size_t(INT_MAX))
     throw StreamError("T·H = " + std::to_string(g.T * heads) + " or n_q·H·k = " + std::to_string(g.n_q() * heads * k) +
                       " exceeds the kernel's 32-bit indices (hint: fewer heads per call)");

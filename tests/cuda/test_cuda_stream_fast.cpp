@@ -225,6 +225,11 @@ TEST_CASE("cuda stream fast: NaN scores count as -inf, empty rows are -1, bad pa
   refuses(Geometry{256, 64, 64}, 96, 4);   // d ∉ {64, 128}
   refuses(Geometry{256, 64, 64}, 64, 0);   // k = 0
   refuses(Geometry{256, 64, 64}, 64, gs::kFastEstimateMaxK + 1);
+  {
+    const std::vector<std::uint16_t> many(std::size_t(70000) * 64, 0);  // T = 1, H = 70000: over the grid's rows
+    const gs::HostHeadsBf16 heads{many.data(), 70000, 64};
+    CHECK_THROWS_AS(gs::stream_fast_estimate(heads, heads, BlockMask(Geometry{1, 64, 64}), 1), StreamError);
+  }
   const gs::HostHeadsBf16 two{Q.bits.data(), 2, 32};
   CHECK_THROWS_AS(gs::stream_fast_estimate(two, K.view(), BlockMask(g), 4), StreamError);
 }

@@ -41,7 +41,8 @@ inline constexpr std::size_t kFastEstimateBlock = 64;
 inline constexpr std::size_t kFastEstimateMaxK = 128;
 
 /// The fast estimate's limits, checked here and nowhere else: the geometry's own rules, b_q = b_k
-/// = 64, d ∈ {64, 128}, 1 ≤ k ≤ kFastEstimateMaxK, H ≥ 1, T·H and n_q·H·k within 32-bit indices.
+/// = 64, d ∈ {64, 128}, 1 ≤ k ≤ kFastEstimateMaxK, 1 ≤ H ≤ 65535 (one grid row per head), T·H and
+/// n_q·H·k within 32-bit indices.
 /// Throws ref::stream::StreamError naming the parameter, its value and a hint.
 void check_fast_estimate(const ref::stream::Geometry& g, std::size_t heads, std::size_t d, std::size_t k);
 
