@@ -29,8 +29,8 @@ constexpr const char* kSummary =
     "mask application (block-sparse attention over them), the clear fp32 kernels or the fast\n"
     "16-bit tensor-core ones, for every (d, k, T) of the sweep; causal mask, N(0, 1) inputs. Per\n"
     "shape and pass: W warm-up launches, then R launches each timed alone with CUDA events, L2\n"
-    "flushed (256 MiB memset) before each. The apply runs on the I of one untimed clear estimate of\n"
-    "the same inputs. Prints the median, min and max ms and the device bytes the pass needs beyond\n"
+    "flushed (256 MiB memset) before each. The apply runs on the I of the estimate of the same inputs\n"
+    "(the fast bf16 estimate with --kernel fast --dtype bf16, else one untimed clear estimate). Prints the median, min and max ms and the device bytes the pass needs beyond\n"
     "Q, K, V and O (I, scores, workspaces). --csv rows feed cuda/bench/stream_sdpa.py (dense causal\n"
     "SDPA at the same T). Needs a build with CUDA and an NVIDIA GPU.";
 
@@ -100,6 +100,9 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
   const std::string dt = vm["dtype"].as<std::string>();
   if (dt != "bf16" && dt != "fp16") throw UsageError("--dtype '" + dt + "' is unknown", "choose bf16 or fp16");
   s.fp16 = dt == "fp16";
+  if (s.fast && s.fp16 && s.estimate)
+    throw UsageError("the fast estimate takes bf16 inputs (--dtype fp16 with --pass " + pass + ")",
+                     "--dtype bf16, or --pass apply for the fp16 apply");
   s.csv = vm["csv"].as<bool>();
   return s;
 }

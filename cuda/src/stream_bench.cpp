@@ -2,14 +2,15 @@
 // the one implementation behind `flashlab bench stream`.
 //
 // Per shape: fill fp32 Q, K, V on the device (N(0, 1), rounded to the 16-bit dtype when the fast
-// kernels are timed: stream_bench_inputs.cu), run the clear estimate once, untimed, for the
-// apply's I (or time it); then per pass warmup + reps launches, each alone between two events
-// after a cudaMemsetAsync of the flush buffer (outside the event pair). The fast apply reads
-// 16-bit copies of the same values.
+// kernels are timed: stream_bench_inputs.cu), run the estimate once, untimed, for the apply's I
+// (or time it) — the fast bf16 estimate for the fast bf16 kernels, else the clear one; then per
+// pass warmup + reps launches, each alone between two events after a cudaMemsetAsync of the flush
+// buffer (outside the event pair). The fast kernels read 16-bit copies of the same values.
 #include "common.hpp"
 #include "flashlab/cuda/fast_attention.hpp"
 #include "flashlab/cuda/stream_bench.hpp"
 #include "flashlab/cuda/stream_fast.hpp"
+#include "flashlab/cuda/stream_fast_estimate.hpp"
 #include "flashlab/reference/stream.hpp"
 #include "stream_common.hpp"
 #include "stream_fast_common.hpp"
@@ -63,8 +64,8 @@ void validate(const StreamBenchConfig& b) {
     if (k < 1) bad("k = " + std::to_string(k) + " must be >= 1");
   if (b.kernel == StreamKernel::fast && b.dtype != ref::Dtype::bf16 && b.dtype != ref::Dtype::fp16)
     bad("the fast kernels take bf16 or fp16 inputs");
-  if (b.kernel == StreamKernel::fast && b.pass != StreamBenchPass::apply)
-    bad("the fast estimate is not in this build yet (hint: --kernel fast --pass apply, or --kernel clear)");
+  if (b.kernel == StreamKernel::fast && b.pass != StreamBenchPass::apply && b.dtype != ref::Dtype::bf16)
+    bad("the fast estimate takes bf16 inputs (hint: --dtype bf16, or --pass apply for the fp16 apply)");
   if (b.kernel == StreamKernel::fast && (b.bq != int(stream::kFastStreamBlock) || b.bk != int(stream::kFastStreamBlock)))
     bad("the fast kernels have b_q = b_k = " + std::to_string(stream::kFastStreamBlock) + " (hint: --bq 64 --bk 64)");
 }
@@ -122,6 +123,36 @@ void time_fast_apply(const StreamBenchConfig& bench, const StreamProblem& p, con
   row.group = bench.group == 0 ? stream::fast_apply_default_group() : bench.group;
 }
 
+/// The fast bf16 estimate on 16-bit copies of Q and K (already rounded): timed when the pass asks,
+/// else run once; either way its I is the apply's.
+void time_fast_estimate(const StreamBenchConfig& bench, const StreamProblem& p, const DeviceBuffer<float> (&qkv)[3],
+                        DeviceBuffer<long long>& I, DeviceBuffer<unsigned char>& flush, Events& ev,
+                        const StreamBenchRow& base, std::vector<StreamBenchRow>& rows,
+                        const std::function<void(const StreamBenchRow&)>& on_row) {
+  DeviceBuffer<std::uint16_t> x16[2];
+  for (int i = 0; i < 2; ++i) {
+    x16[i] = DeviceBuffer<std::uint16_t>(qkv[i].size());
+    stream::detail::convert_to_16bit(qkv[i].get(), x16[i].get(), qkv[i].size(), true);
+  }
+  const ref::stream::Geometry g{std::size_t(p.T), std::size_t(p.bq), std::size_t(p.bk)};
+  const ref::stream::BlockMask mask(g);
+  DeviceBuffer<float> scores(I.size()), margins(std::size_t(p.heads) * p.n_q);
+  auto estimate = [&] {
+    stream::stream_fast_estimate_device(mask, std::size_t(p.heads), std::size_t(p.d), std::size_t(p.k), x16[0].get(),
+                                        x16[1].get(), nullptr, I.get(), scores.get(), margins.get());
+  };
+  if (bench.pass != StreamBenchPass::apply) {
+    StreamBenchRow row = base;
+    time_launches(bench, flush, ev, estimate, row);
+    row.extra_bytes = stream::fast_estimate_extra_bytes(g, std::size_t(p.heads), std::size_t(p.k), false);
+    rows.push_back(row);
+    if (on_row) on_row(row);
+  } else {
+    estimate();
+  }
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 /// Times one shape: the estimate (timed when the pass asks, else once for I), then the apply.
 void bench_shape(const StreamBenchConfig& bench, const StreamProblem& p, DeviceBuffer<unsigned char>& flush,
                  Events& ev, std::vector<StreamBenchRow>& rows,
@@ -144,7 +175,9 @@ void bench_shape(const StreamBenchConfig& bench, const StreamProblem& p, DeviceB
     stream::detail::fill_normal(qkv[i].get(), qkv[i].size(), seed * 3 + std::uint64_t(i), rounding);
   }
   DeviceBuffer<long long> I(std::size_t(p.heads) * p.n_q * p.k);
-  {
+  if (bench.kernel == StreamKernel::fast && bench.dtype == ref::Dtype::bf16) {
+    time_fast_estimate(bench, p, qkv, I, flush, ev, base, rows, on_row);  // I for the apply too
+  } else {
     EstimateBuffers e{DeviceBuffer<unsigned char>(stream::detail::estimate_work_bytes(p)),
                       DeviceBuffer<float>(I.size()), DeviceBuffer<float>(std::size_t(p.heads) * p.n_q)};
     auto estimate = [&] {
@@ -194,6 +227,8 @@ std::vector<StreamBenchRow> bench_stream(const StreamBenchConfig& bench,
     for (int k : bench.ks)
       for (int T : bench.seqs) {
         ref::stream::Geometry g{std::size_t(T), std::size_t(bench.bq), std::size_t(bench.bk)};
+        if (bench.kernel == StreamKernel::fast && bench.dtype == ref::Dtype::bf16)
+          stream::check_fast_estimate(g, std::size_t(bench.heads), std::size_t(d), std::size_t(k));
         shapes.push_back(stream::detail::make_stream_problem(ref::stream::BlockMask(g), std::size_t(bench.heads),
                                                              std::size_t(d), std::size_t(d), std::size_t(k)));
       }

@@ -404,34 +404,4 @@ void launch_fast_estimate(const StreamProblem& p, const void* Q, const void* K, 
     launch_fast<128>(p, q16, k16, mask, I, scores, margins, s);
 }
 
-namespace {
-
-/// splitmix64: a counter-based hash, so element i's value depends on (seed, i) only.
-__device__ __forceinline__ std::uint64_t splitmix64(std::uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-__global__ void fill_normal_bf16_kernel(__nv_bfloat16* x, std::size_t count, std::uint64_t seed, float scale) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < count;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    const std::uint64_t h = splitmix64(seed ^ splitmix64(i));
-    // Box–Muller from two 24-bit uniforms; u1 in (0, 1] keeps the log finite.
-    const float u1 = (float(h >> 40) + 1.f) * (1.f / 16777216.f);
-    const float u2 = float((h >> 16) & 0xffffffu) * (1.f / 16777216.f);
-    const float z = sqrtf(-2.f * logf(u1)) * cospif(2.f * u2);
-    x[i] = __float2bfloat16_rn(scale * z);
-  }
-}
-
-}  // namespace
-
-void fill_normal_bf16(void* x, std::size_t count, std::uint64_t seed, float scale) {
-  if (count == 0) return;
-  fill_normal_bf16_kernel<<<1024, 256>>>(static_cast<__nv_bfloat16*>(x), count, seed, scale);
-  FLASHLAB_CUDA_CHECK_LAUNCH("fill_normal_bf16_kernel");
-}
-
 }  // namespace flashlab::cuda::stream::detail

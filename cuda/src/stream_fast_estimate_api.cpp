@@ -2,6 +2,7 @@
 // the packed C_blk, upload, poison, launch, download. The kernel is stream_fast_estimate.cu.
 #include "flashlab/cuda/stream_fast_estimate.hpp"
 
+#include "stream_fast_common.hpp"
 #include "stream_fast_estimate_launch.hpp"
 
 #include <algorithm>
@@ -125,7 +126,8 @@ EstimateOutput stream_fast_estimate(const HostHeadsBf16& Q, const HostHeadsBf16&
 
 namespace {
 
-/// Seeded normal bf16 Q (scaled by 1/√d) and K made on the device, and the outputs of one launch.
+/// Seeded N(0, 1) bf16 Q and K made on the device (the inputs of `flashlab bench stream`,
+/// stream_bench_inputs.cu), and the outputs of one launch.
 struct BenchInputs {
   DeviceBuffer<std::uint16_t> Q, K;
   DeviceBuffer<long long> I;
@@ -135,8 +137,14 @@ struct BenchInputs {
     const std::size_t elems = g.T * heads * d, rows = heads * g.n_q();
     Q = DeviceBuffer<std::uint16_t>(elems);
     K = DeviceBuffer<std::uint16_t>(elems);
-    detail::fill_normal_bf16(Q.get(), elems, seed, 1.f / std::sqrt(float(d)));
-    detail::fill_normal_bf16(K.get(), elems, seed + 1, 1.f);
+    {
+      DeviceBuffer<float> values(elems);  // freed before the timing
+      for (int i = 0; i < 2; ++i) {
+        detail::fill_normal(values.get(), elems, seed + std::uint64_t(i), 1);
+        detail::convert_to_16bit(values.get(), (i == 0 ? Q : K).get(), elems, true);
+      }
+      FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    }
     I = DeviceBuffer<long long>(rows * k);
     scores = DeviceBuffer<float>(rows * k);
     margins = DeviceBuffer<float>(rows);

@@ -15,8 +15,4 @@ namespace flashlab::cuda::stream::detail {
 void launch_fast_estimate(const StreamProblem& p, const void* Q, const void* K, const std::uint64_t* mask,
                           long long* I, float* scores, float* margins, void* stream);
 
-/// x[i] = bf16 of scale·N(0, 1), a counter-based draw of (seed, i): the same values on every
-/// device and run (benchmark inputs made where they are used, without a host round trip).
-void fill_normal_bf16(void* x, std::size_t count, std::uint64_t seed, float scale);
-
 }  // namespace flashlab::cuda::stream::detail

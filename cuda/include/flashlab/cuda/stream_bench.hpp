@@ -8,9 +8,11 @@
 /// and timed) L2 is flushed by a `flush_bytes` memset outside the timed range. One input set
 /// per shape: Q, K, V are `[T, H, d]` N(0, 1) values (rounded to the dtype for the fast kernels),
 /// and from T = 32k on one tensor alone is larger than L2, so the flush is what keeps a launch
-/// from finding its inputs on chip. The apply reads the index tensor I of one untimed estimate
-/// of the same inputs, run before its warm-up: the clear fp32 estimate (on the 16-bit-rounded
-/// values for the fast apply), so every apply row times real top-k masks, never a synthetic one.
+/// from finding its inputs on chip. The apply reads the index tensor I of the estimate of the same
+/// inputs (the timed one, or one untimed run before its warm-up): the fast bf16 estimate
+/// (flashlab/cuda/stream_fast_estimate.hpp) for the fast kernels in bf16, the clear fp32 estimate
+/// otherwise (on the fp16-rounded values for the fast fp16 apply), so every apply row times real
+/// top-k masks, never a synthetic one.
 /// Causal mask only (no user mask). Reported per row: median, minimum and maximum time and the
 /// device memory the timed pass needs beyond Q, K, V and O, in bytes.
 #pragma once

@@ -84,8 +84,8 @@ struct FastEstimateTiming {
   bool same_every_launch = false;                ///< I bitwise equal after every launch
 };
 
-/// Times the fast estimate at one shape on seeded random normal bf16 inputs made on the device
-/// (`[T, H, d]`, Q scaled by 1/√d), causal mask: `warmup` untimed launches, then `reps` launches,
+/// Times the fast estimate at one shape on seeded N(0, 1) bf16 inputs made on the device
+/// (`[T, H, d]`, the generator of `flashlab bench stream`), causal mask: `warmup` untimed launches, then `reps` launches,
 /// each timed alone with a pair of CUDA events on the default stream after an L2 flush (a
 /// cudaMemset of `flush_bytes` outside the timed range). I is downloaded after every launch and
 /// compared. Throws StreamError for a shape the kernel refuses or reps < 1, CudaError on failure.
