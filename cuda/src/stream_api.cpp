@@ -1,7 +1,6 @@
 // Host API of the clear STREAM kernels (flashlab/cuda/stream.hpp): validates parameters with the
 // reference's rules and messages, packs C_blk, uploads, poisons outputs, launches, downloads.
 #include "flashlab/cuda/stream.hpp"
-#include "flashlab/cuda/stream_fast_estimate.hpp"
 
 #include "stream_common.hpp"
 
@@ -121,6 +120,17 @@ StreamProblem make_stream_problem(const ref::stream::BlockMask& mask, std::size_
   return make_problem(mask, heads, d, dv, k);
 }
 }  // namespace detail
+
+std::vector<std::uint64_t> pack_block_mask(const ref::stream::BlockMask& mask) {
+  if (!mask.has_user_mask()) return {};
+  const ref::stream::Geometry& g = mask.geometry();
+  const std::size_t words_per_row = (g.n_k() + 63) / 64;
+  std::vector<std::uint64_t> words(g.n_q() * words_per_row, 0);
+  for (std::size_t q = 0; q < g.n_q(); ++q)
+    for (std::size_t r = 0; r <= mask.causal_last(q); ++r)
+      if (mask.valid(q, r)) words[q * words_per_row + r / 64] |= 1ull << (r % 64);
+  return words;
+}
 
 EstimateOutput stream_estimate(const HostHeads& Q, const HostHeads& K, const ref::stream::BlockMask& mask,
                                std::size_t k) {

@@ -44,17 +44,6 @@ std::size_t fast_estimate_extra_bytes(const ref::stream::Geometry& g, std::size_
   return rows * k * (sizeof(long long) + sizeof(float)) + rows * sizeof(float) + mask_words * sizeof(std::uint64_t);
 }
 
-std::vector<std::uint64_t> pack_block_mask(const ref::stream::BlockMask& mask) {
-  if (!mask.has_user_mask()) return {};
-  const ref::stream::Geometry& g = mask.geometry();
-  const std::size_t words_per_row = (g.n_k() + 63) / 64;
-  std::vector<std::uint64_t> words(g.n_q() * words_per_row, 0);
-  for (std::size_t q = 0; q < g.n_q(); ++q)
-    for (std::size_t r = 0; r <= mask.causal_last(q); ++r)
-      if (mask.valid(q, r)) words[q * words_per_row + r / 64] |= 1ull << (r % 64);
-  return words;
-}
-
 namespace {
 
 /// The launch description of a checked problem (the clear kernels' StreamProblem; d = d_v).

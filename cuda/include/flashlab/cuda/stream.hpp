@@ -53,6 +53,10 @@ struct EstimateOutput {
   std::vector<float> margins;
 };
 
+/// C_blk packed as the GPU kernels read it: n_q rows of ⌈n_k/64⌉ 64-bit words, bit r % 64 of word
+/// r / 64 = C_blk[q, r] with causality ANDed in. Empty for a causal-only mask (nothing is stored).
+std::vector<std::uint64_t> pack_block_mask(const ref::stream::BlockMask& mask);
+
 /// Mask estimation on the GPU (the reference's `stream_estimate`, fp32 scores): I = top-k key
 /// blocks per query block by hierarchical branch refinement under τ. Q and K are `[T, H, d]` with
 /// T = mask.geometry().T.

@@ -52,10 +52,6 @@ void check_fast_estimate(const ref::stream::Geometry& g, std::size_t heads, std:
 std::size_t fast_estimate_extra_bytes(const ref::stream::Geometry& g, std::size_t heads, std::size_t k,
                                       bool user_mask);
 
-/// C_blk packed as the GPU kernels read it: n_q rows of ⌈n_k/64⌉ 64-bit words, bit r % 64 of word
-/// r / 64 = C_blk[q, r] with causality ANDed in. Empty for a causal-only mask (nothing is stored).
-std::vector<std::uint64_t> pack_block_mask(const ref::stream::BlockMask& mask);
-
 /// Mask estimation with the fast kernel: uploads Q and K (`[T, H, d]` bf16, T =
 /// mask.geometry().T) and the packed C_blk, poisons the outputs, launches, checks every CUDA
 /// call and downloads I ([H, n_q, k], τ order, −1 = empty), the scores and the margins (as
@@ -66,7 +62,7 @@ EstimateOutput stream_fast_estimate(const HostHeadsBf16& Q, const HostHeadsBf16&
 
 /// Launches the fast estimate on device pointers, no copies, no allocation, no synchronisation,
 /// on `stream` (a cudaStream_t passed as void*; nullptr is the default stream). Q and K are bf16
-/// `[T, H, d]`; `packed_mask` is pack_block_mask(mask) on the device, or nullptr for a
+/// `[T, H, d]`; `packed_mask` is pack_block_mask(mask) (stream.hpp) on the device, or nullptr for a
 /// causal-only mask (then mask.has_user_mask() must be false); I, scores and margins hold
 /// H·n_q·k, H·n_q·k and H·n_q entries (`scores` and `margins` may be nullptr when not wanted).
 /// For benchmarks and pipelines. Throws StreamError for bad parameters, CudaError if the launch
