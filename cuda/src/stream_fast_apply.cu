@@ -112,6 +112,115 @@ __device__ int build_schedule(const FastApplyLaunch& p, const long long* __restr
   return count;
 }
 
+/// S = Q_q K_rᵀ for the warp's 16 rows (raw logits, fp32): B fragments of K_r by ldmatrix from the
+/// stage at `k_base` (lane address, swizzle xor `k_xor`).
+template <int HEAD_DIM, bool kBf16>
+__device__ __forceinline__ void scores_tile(float (&s)[kBlock / 8][4], const uint32_t (&q_frag)[HEAD_DIM / 16][4],
+                                            uint32_t k_base, uint32_t k_xor) {
+#pragma unroll
+  for (int n = 0; n < kBlock / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < HEAD_DIM / 16; ++kk)
+#pragma unroll
+    for (int np = 0; np < kBlock / 16; ++np) {
+      uint32_t b0, b1, b2, b3;
+      ldsm_x4(k_base + 16 * np * HEAD_DIM * 2 + ((32 * kk) ^ k_xor), b0, b1, b2, b3);
+      mma16816<kBf16>(s[2 * np], q_frag[kk], b0, b1);
+      mma16816<kBf16>(s[2 * np + 1], q_frag[kk], b2, b3);
+    }
+}
+
+/// The diagonal block r = q: s > t → −inf (this also covers keys ≥ T of a partial last block).
+/// Thread (g, t) holds rows warp_m0 + g (+ 8) and columns 8n + 2t (+ 1).
+__device__ __forceinline__ void mask_diagonal(float (&s)[kBlock / 8][4], int warp_m0, int g, int t) {
+#pragma unroll
+  for (int n = 0; n < kBlock / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (8 * n + 2 * t + (e & 1) > warp_m0 + g + 8 * (e >> 1)) s[n][e] = __int_as_float(0xff800000);
+}
+
+/// Online softmax of rows g and g + 8 in base 2 (ℓ·log2 e: the reference's natural exponentials):
+/// m_new = max(m_i, rowmax ℓ·log2 e), P = 2^(ℓ·log2 e − m_new) in place of S,
+/// l_i = l_i·2^(m_i − m_new) + rowsum P (per-thread partial sums), acc rescaled alike.
+template <int HEAD_DIM>
+__device__ __forceinline__ void online_softmax(float (&s)[kBlock / 8][4], float (&m_i)[2], float (&l_i)[2],
+                                               float (&acc)[HEAD_DIM / 8][4]) {
+  const float NEG_INF = __int_as_float(0xff800000);
+  float alpha[2];
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    float raw_max = NEG_INF;  // fmaxf skips NaN: a NaN logit reaches P through ex2 below
+#pragma unroll
+    for (int n = 0; n < kBlock / 8; ++n) raw_max = fmaxf(raw_max, fmaxf(s[n][2 * rr], s[n][2 * rr + 1]));
+    raw_max = fmaxf(raw_max, __shfl_xor_sync(0xffffffffu, raw_max, 1));  // a quad holds one row
+    raw_max = fmaxf(raw_max, __shfl_xor_sync(0xffffffffu, raw_max, 2));
+    const float m_new = fmaxf(m_i[rr], raw_max * kLog2e);
+    const float m_ref = m_new == NEG_INF ? 0.f : m_new;  // all −inf so far: 2^(−inf − 0) = 0, not NaN
+    alpha[rr] = ex2(m_i[rr] - m_ref);
+    m_i[rr] = m_new;
+    float row_sum = 0.f;
+#pragma unroll
+    for (int n = 0; n < kBlock / 8; ++n) {
+      s[n][2 * rr] = ex2(fmaf(s[n][2 * rr], kLog2e, -m_ref));
+      s[n][2 * rr + 1] = ex2(fmaf(s[n][2 * rr + 1], kLog2e, -m_ref));
+      row_sum += s[n][2 * rr] + s[n][2 * rr + 1];
+    }
+    l_i[rr] = l_i[rr] * alpha[rr] + row_sum;
+  }
+#pragma unroll
+  for (int n = 0; n < HEAD_DIM / 8; ++n) {
+    acc[n][0] *= alpha[0];
+    acc[n][1] *= alpha[0];
+    acc[n][2] *= alpha[1];
+    acc[n][3] *= alpha[1];
+  }
+}
+
+/// acc += P V_r: P rounded to 16 bits in registers is the A operand (the C layout of two n8 tiles
+/// is the A layout of one k16 step); V_r fragments by ldmatrix.trans from the stage at `v_base`.
+template <int HEAD_DIM, bool kBf16>
+__device__ __forceinline__ void accumulate_pv(float (&acc)[HEAD_DIM / 8][4], const float (&s)[kBlock / 8][4],
+                                              uint32_t v_base, uint32_t v_xor) {
+#pragma unroll
+  for (int kk = 0; kk < kBlock / 16; ++kk) {
+    uint32_t a[4];
+    a[0] = pack2<kBf16>(s[2 * kk][0], s[2 * kk][1]);
+    a[1] = pack2<kBf16>(s[2 * kk][2], s[2 * kk][3]);
+    a[2] = pack2<kBf16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    a[3] = pack2<kBf16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+    for (int np = 0; np < HEAD_DIM / 16; ++np) {
+      uint32_t b0, b1, b2, b3;
+      ldsm_x4_trans(v_base + 16 * kk * HEAD_DIM * 2 + ((32 * np) ^ v_xor), b0, b1, b2, b3);
+      mma16816<kBf16>(acc[2 * np], a, b0, b1);
+      mma16816<kBf16>(acc[2 * np + 1], a, b2, b3);
+    }
+  }
+}
+
+/// O rows = acc / l_i → HBM in the input dtype (rows row0 + g and row0 + 8 + g, those < T);
+/// l_i = 0 (no valid kept key) → 0, l_i NaN (a NaN logit) → NaN.
+template <int HEAD_DIM, bool kBf16>
+__device__ __forceinline__ void store_rows(uint16_t* __restrict__ O, const float (&acc)[HEAD_DIM / 8][4],
+                                           const float (&l_i)[2], int row0, int T, std::size_t head,
+                                           std::size_t stride, int g, int t) {
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    float l = l_i[rr];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv_l = l > 0.f ? 1.f / l : (l == 0.f ? 0.f : __int_as_float(0x7fc00000));
+    const int row = row0 + g + 8 * rr;
+    if (row < T) {
+      uint16_t* out = O + head + std::size_t(row) * stride + 2 * t;
+#pragma unroll
+      for (int n = 0; n < HEAD_DIM / 8; ++n)
+        *reinterpret_cast<uint32_t*>(out + 8 * n) = pack2<kBf16>(acc[n][2 * rr] * inv_l, acc[n][2 * rr + 1] * inv_l);
+    }
+  }
+}
+
 /// Grid (⌈n_q / G⌉, H), ApplyTraits::kThreads threads; dynamic SRAM: [Q_q: G × 64 × d]
 /// [K_r: kStages × 64 × d][V_r: kStages × 64 × d] (swizzled) [schedule].
 template <int HEAD_DIM, int G, bool kBf16>
@@ -120,8 +229,7 @@ __global__ void __launch_bounds__(ApplyTraits<HEAD_DIM, G>::kThreads)
                              const uint16_t* __restrict__ V, const long long* __restrict__ I,
                              uint16_t* __restrict__ O) {
   using Tr = ApplyTraits<HEAD_DIM, G>;
-  constexpr int kKStepsQK = HEAD_DIM / 16, kNTilesS = kBlock / 8, kKStepsPV = kBlock / 16, kNTilesO = HEAD_DIM / 8;
-  constexpr int kRowBytes = HEAD_DIM * 2;
+  constexpr int kKStepsQK = HEAD_DIM / 16, kNTilesO = HEAD_DIM / 8, kRowBytes = HEAD_DIM * 2;
   const float NEG_INF = __int_as_float(0xff800000);
   const int q0 = blockIdx.x * G, h = blockIdx.y;
   const std::size_t stride = std::size_t(p.heads) * HEAD_DIM, head = std::size_t(h) * HEAD_DIM;
@@ -185,91 +293,15 @@ __global__ void __launch_bounds__(ApplyTraits<HEAD_DIM, G>::kThreads)
     const int entry = sched[j], r = entry >> 4;
     if (!((entry >> gq) & 1)) continue;  // this warp's query block did not keep r (warp-uniform)
 
-    // S = Q_q K_rᵀ (raw logits, fp32).
-    float s[kNTilesS][4];
-#pragma unroll
-    for (int n = 0; n < kNTilesS; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < kKStepsQK; ++kk)
-#pragma unroll
-      for (int np = 0; np < kNTilesS / 2; ++np) {
-        uint32_t b0, b1, b2, b3;
-        ldsm_x4(k_lane + stage_off + 16 * np * kRowBytes + ((32 * kk) ^ k_xor), b0, b1, b2, b3);
-        mma16816<kBf16>(s[2 * np], q_frag[kk], b0, b1);
-        mma16816<kBf16>(s[2 * np + 1], q_frag[kk], b2, b3);
-      }
-    if (r == q) {  // the diagonal block: s > t → −inf (also covers keys ≥ T)
-#pragma unroll
-      for (int n = 0; n < kNTilesS; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (8 * n + 2 * t + (e & 1) > warp_m0 + g + 8 * (e >> 1)) s[n][e] = NEG_INF;
-    }
-
-    // Online softmax, rows g and g + 8 of the warp's m16 tile, in base 2 (ℓ·log2 e).
-    float alpha[2];
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      float raw_max = NEG_INF;
-#pragma unroll
-      for (int n = 0; n < kNTilesS; ++n) raw_max = fmaxf(raw_max, fmaxf(s[n][2 * rr], s[n][2 * rr + 1]));
-      raw_max = fmaxf(raw_max, __shfl_xor_sync(0xffffffffu, raw_max, 1));
-      raw_max = fmaxf(raw_max, __shfl_xor_sync(0xffffffffu, raw_max, 2));
-      const float m_new = fmaxf(m_i[rr], raw_max * kLog2e);
-      const float m_ref = m_new == NEG_INF ? 0.f : m_new;  // all −inf so far: 2^(−inf − 0) = 0, not NaN
-      alpha[rr] = ex2(m_i[rr] - m_ref);
-      m_i[rr] = m_new;
-      float row_sum = 0.f;
-#pragma unroll
-      for (int n = 0; n < kNTilesS; ++n) {
-        s[n][2 * rr] = ex2(fmaf(s[n][2 * rr], kLog2e, -m_ref));
-        s[n][2 * rr + 1] = ex2(fmaf(s[n][2 * rr + 1], kLog2e, -m_ref));
-        row_sum += s[n][2 * rr] + s[n][2 * rr + 1];
-      }
-      l_i[rr] = l_i[rr] * alpha[rr] + row_sum;
-    }
-#pragma unroll
-    for (int n = 0; n < kNTilesO; ++n) {
-      acc[n][0] *= alpha[0];
-      acc[n][1] *= alpha[0];
-      acc[n][2] *= alpha[1];
-      acc[n][3] *= alpha[1];
-    }
-
-    // O += P V_r: P (16-bit, registers) is the A operand; V_r fragments via ldmatrix.trans.
-#pragma unroll
-    for (int kk = 0; kk < kKStepsPV; ++kk) {
-      uint32_t a[4];
-      a[0] = pack2<kBf16>(s[2 * kk][0], s[2 * kk][1]);
-      a[1] = pack2<kBf16>(s[2 * kk][2], s[2 * kk][3]);
-      a[2] = pack2<kBf16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      a[3] = pack2<kBf16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-      for (int np = 0; np < kNTilesO / 2; ++np) {
-        uint32_t b0, b1, b2, b3;
-        ldsm_x4_trans(v_lane + stage_off + 16 * kk * kRowBytes + ((32 * np) ^ v_xor), b0, b1, b2, b3);
-        mma16816<kBf16>(acc[2 * np], a, b0, b1);
-        mma16816<kBf16>(acc[2 * np + 1], a, b2, b3);
-      }
-    }
+    float s[kBlock / 8][4];
+    scores_tile<HEAD_DIM, kBf16>(s, q_frag, k_lane + stage_off, k_xor);
+    if (r == q) mask_diagonal(s, warp_m0, g, t);
+    online_softmax<HEAD_DIM>(s, m_i, l_i, acc);
+    accumulate_pv<HEAD_DIM, kBf16>(acc, s, v_lane + stage_off, v_xor);
   }
   cp_async_wait<0>();  // no copy may still be writing SRAM when the block exits
 
-  // O_q = acc / l_i → HBM; l_i = 0 (no valid kept key) → 0, l_i NaN (a NaN logit) → NaN.
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    float l = l_i[rr];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv_l = l > 0.f ? 1.f / l : (l == 0.f ? 0.f : __int_as_float(0x7fc00000));
-    const int row = q * kBlock + warp_m0 + g + 8 * rr;
-    if (q < p.n_q && row < p.T) {
-      uint16_t* out = O + head + std::size_t(row) * stride + 2 * t;
-#pragma unroll
-      for (int n = 0; n < kNTilesO; ++n)
-        *reinterpret_cast<uint32_t*>(out + 8 * n) = pack2<kBf16>(acc[n][2 * rr] * inv_l, acc[n][2 * rr + 1] * inv_l);
-    }
-  }
+  if (q < p.n_q) store_rows<HEAD_DIM, kBf16>(O, acc, l_i, q * kBlock + warp_m0, p.T, head, stride, g, t);
 }
 
 template <int HEAD_DIM, int G>
