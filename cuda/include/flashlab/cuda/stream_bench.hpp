@@ -62,7 +62,12 @@ struct StreamBenchConfig {
 
 /// One timed shape and pass of a sweep.
 struct StreamBenchRow {
-  int T = 0, d = 0, k = 0, heads = 0, bq = 0, bk = 0;  ///< the shape
+  int T = 0;      ///< tokens
+  int d = 0;      ///< head dim
+  int k = 0;      ///< key blocks kept per query block
+  int heads = 0;  ///< H
+  int bq = 0;     ///< b_q
+  int bk = 0;     ///< b_k
   bool apply = false;                                   ///< false: an estimate row; true: an apply row
   StreamKernel kernel = StreamKernel::clear;            ///< implementation timed
   ref::Dtype dtype = ref::Dtype::fp32;                  ///< storage type of the inputs
