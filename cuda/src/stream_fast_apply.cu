@@ -49,7 +49,12 @@ struct ApplyTraits {
   static constexpr int kTileBytes = kBlock * HEAD_DIM * 2;     // one 64-row tile
   static constexpr int kRowsPerPass = kThreads / kChunks;
   static_assert(kBlock % kRowsPerPass == 0 && kRowsPerPass % 8 == 0, "swizzle must be pass-invariant");
-  static constexpr int kTileSmem = G * kTileBytes + 2 * kStages * kTileBytes;  // Q_q …, K/V stages
+  // One query block per thread block: Q_q is staged in the second K buffer (it moves to registers
+  // before that buffer is first refilled): d = 128 fits three thread blocks per SM, d = 64 four.
+  static constexpr bool kQInKStage = G == 1;
+  static constexpr int kQBytes = kQInKStage ? 0 : G * kTileBytes;
+  static constexpr int kTileSmem = kQBytes + 2 * kStages * kTileBytes;  // [Q_q …] K stages, V stages
+  static constexpr int kMinBlocks = kQInKStage ? (HEAD_DIM == 128 ? 3 : 4) : 1;  // thread blocks per SM
 };
 
 /// Entries of the schedule buffer: G·k rounded up to a power of two (the bitonic sort's width).
@@ -224,7 +229,7 @@ __device__ __forceinline__ void store_rows(uint16_t* __restrict__ O, const float
 /// Grid (⌈n_q / G⌉, H), ApplyTraits::kThreads threads; dynamic SRAM: [Q_q: G × 64 × d]
 /// [K_r: kStages × 64 × d][V_r: kStages × 64 × d] (swizzled) [schedule].
 template <int HEAD_DIM, int G, bool kBf16>
-__global__ void __launch_bounds__(ApplyTraits<HEAD_DIM, G>::kThreads)
+__global__ void __launch_bounds__(ApplyTraits<HEAD_DIM, G>::kThreads, ApplyTraits<HEAD_DIM, G>::kMinBlocks)
     stream_fast_apply_kernel(FastApplyLaunch p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                              const uint16_t* __restrict__ V, const long long* __restrict__ I,
                              uint16_t* __restrict__ O) {
@@ -239,8 +244,9 @@ __global__ void __launch_bounds__(ApplyTraits<HEAD_DIM, G>::kThreads)
   const int g = lane >> 2, t = lane & 3;                // mma fragment row group, thread in group
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  const uint32_t sQ = uint32_t(__cvta_generic_to_shared(smem_raw));
-  const uint32_t sK = sQ + G * Tr::kTileBytes, sV = sK + Tr::kStages * Tr::kTileBytes;
+  const uint32_t base = uint32_t(__cvta_generic_to_shared(smem_raw));
+  const uint32_t sK = base + Tr::kQBytes, sV = sK + Tr::kStages * Tr::kTileBytes;
+  const uint32_t sQ = Tr::kQInKStage ? sK + Tr::kTileBytes : base;
   int* sched = reinterpret_cast<int*>(smem_raw + Tr::kTileSmem);
 
   // Q_q of the G query blocks: one cp.async group, in flight while the schedule is built.
@@ -275,21 +281,20 @@ __global__ void __launch_bounds__(ApplyTraits<HEAD_DIM, G>::kThreads)
     const uint32_t stage_off = uint32_t((j % Tr::kStages) * Tr::kTileBytes);
     cp_async_wait<Tr::kStages - 2>();  // K_r, V_r of step j (and Q_q) have landed for this thread
     __syncthreads();                   // … for every thread; step j − 1's stage is free
-    {
-      const int jn = j + Tr::kStages - 1;
-      if (jn < n_sched) {
-        const uint32_t next = uint32_t((jn % Tr::kStages) * Tr::kTileBytes);
-        const int rn = sched[jn] >> 4;
-        load_tile<Tr, HEAD_DIM>(sK + next, K, head, stride, rn * kBlock, p.T);
-        load_tile<Tr, HEAD_DIM>(sV + next, V, head, stride, rn * kBlock, p.T);
-      }
-      cp_async_commit();
-    }
-    if (j == 0) {
+    if (j == 0) {  // Q_q: SRAM → registers once
 #pragma unroll
       for (int kk = 0; kk < kKStepsQK; ++kk)
         ldsm_x4(q_lane + ((32 * kk) ^ q_xor), q_frag[kk][0], q_frag[kk][1], q_frag[kk][2], q_frag[kk][3]);
+      if (Tr::kQInKStage) __syncthreads();  // every warp has its Q_q before the buffer is refilled
     }
+    const int jn = j + Tr::kStages - 1;
+    if (jn < n_sched) {
+      const uint32_t next = uint32_t((jn % Tr::kStages) * Tr::kTileBytes);
+      const int rn = sched[jn] >> 4;
+      load_tile<Tr, HEAD_DIM>(sK + next, K, head, stride, rn * kBlock, p.T);
+      load_tile<Tr, HEAD_DIM>(sV + next, V, head, stride, rn * kBlock, p.T);
+    }
+    cp_async_commit();
     const int entry = sched[j], r = entry >> 4;
     if (!((entry >> gq) & 1)) continue;  // this warp's query block did not keep r (warp-uniform)
 
