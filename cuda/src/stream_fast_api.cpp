@@ -19,7 +19,8 @@ int fast_apply_default_group() { return 1; }
 
 void check_fast_apply(const FastApplyShape& s) {
   if (s.T == 0) throw StreamError("T must be at least 1");
-  if (s.heads == 0) throw StreamError("heads must be at least 1");
+  if (s.heads == 0 || s.heads > 65535)
+    throw StreamError("heads = " + std::to_string(s.heads) + " must be in 1..65535 (one grid row per head)");
   if (s.dim != 64 && s.dim != 128)
     throw StreamError("head dim d = " + std::to_string(s.dim) +
                       " is not 64 or 128 (hint: the fast apply is compiled for d = 64 and 128; the clear kernel "

@@ -234,4 +234,8 @@ TEST_CASE("cuda stream fast apply: refuses shapes and indices it cannot run, nam
   const gs::HostHeads16 narrow{d32.data(), 1, 32};
   CHECK_THROWS_WITH(gs::stream_fast_apply(ref::Dtype::bf16, narrow, narrow, narrow, mask, I, 2),
                     Catch::Contains("64 or 128"));
+  CHECK_THROWS_WITH(gs::check_fast_apply(gs::FastApplyShape{200, 65536, 64, 2, ref::Dtype::bf16, 0}),
+                    Catch::Contains("heads = 65536"));
+  CHECK_THROWS_WITH(gs::check_fast_apply(gs::FastApplyShape{200, 1, 64, gs::kFastStreamMaxK + 1, ref::Dtype::bf16, 0}),
+                    Catch::Contains("k = 1025"));
 }

@@ -54,7 +54,7 @@ struct FastApplyShape {
 /// The query blocks per thread block the fast apply uses when FastApplyShape::group is 0.
 int fast_apply_default_group();
 
-/// Checks a shape against the fast apply's limits: T ≥ 1, H ≥ 1, d ∈ {64, 128}, 1 ≤ k ≤
+/// Checks a shape against the fast apply's limits: T ≥ 1, 1 ≤ H ≤ 65535, d ∈ {64, 128}, 1 ≤ k ≤
 /// kFastStreamMaxK, dtype bf16 or fp16, group ∈ {0, 1, 2}, T·H within 32-bit indices. Throws
 /// ref::stream::StreamError naming the parameter, the limit and a hint.
 void check_fast_apply(const FastApplyShape& shape);
