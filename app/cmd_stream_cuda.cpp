@@ -19,6 +19,7 @@
 #if FLASHLAB_HAVE_CUDA
 #include "flashlab/cuda/fast_attention.hpp"
 #include "flashlab/cuda/stream.hpp"
+#include "flashlab/cuda/stream_fast.hpp"
 #include "flashlab/cuda/stream_fast_estimate.hpp"
 #endif
 
@@ -40,7 +41,8 @@ constexpr std::string_view kCudaSummary =
     "[n_q, k] for one head), o.npy, edges.npy|csv (a 'head' field first when H > 1). --compare runs the\n"
     "CPU reference on every head and reports whether I is identical. `estimate --kernel fast` runs the\n"
     "fast bf16 estimate (tensor cores; b_q = b_k = 64, d = 64 or 128): Q and K are rounded to bf16 first,\n"
-    "and --compare feeds the reference the same rounded values.";
+    "and --compare feeds the reference the same rounded values. `apply --kernel fast` then applies I with\n"
+    "the fast bf16 apply (V rounded to bf16 too; o.npy holds the float values of its bf16 output).";
 
 constexpr std::string_view kTrafficUsage =
     "traffic stream --device cuda [--seq T] [--dim D] [--heads H] [--bq BQ] [--bk BK] [--k K] [--mask FILE]\n"
@@ -360,6 +362,20 @@ cuda::stream::EstimateOutput run_estimate(const CudaOptions& o, Heads& Q, Heads&
   return cuda::stream::stream_fast_estimate({q16.data(), Q.H, Q.D}, {k16.data(), K.H, K.D}, mask, k);
 }
 
+/// The fast bf16 apply on Q, K (already rounded to bf16 by run_estimate) and V rounded to bf16;
+/// O comes back as the floats of its bf16 values.
+std::vector<float> run_fast_apply(const Heads& Q, const Heads& K, const Heads& V, const rs::BlockMask& mask,
+                                  const std::vector<std::int64_t>& indices, std::size_t k) {
+  std::vector<float> q = Q.data, kk = K.data, v = V.data;
+  const auto q16 = round_to_bf16(q.data(), q.size()), k16 = round_to_bf16(kk.data(), kk.size()),
+             v16 = round_to_bf16(v.data(), v.size());
+  const std::vector<std::uint16_t> o16 = cuda::stream::stream_fast_apply(
+      ref::Dtype::bf16, {q16.data(), Q.H, Q.D}, {k16.data(), K.H, K.D}, {v16.data(), V.H, V.D}, mask, indices, k);
+  std::vector<float> O(o16.size());
+  for (std::size_t i = 0; i < O.size(); ++i) O[i] = cuda::bf16_to_float(o16[i]);
+  return O;
+}
+
 int run_cuda(const CudaOptions& o, Heads& Q, Heads& K, const Heads& V) {
   const rs::Geometry g{Q.T, std::size_t(o.bq), std::size_t(o.bk)};
   const std::size_t k = std::size_t(o.k);
@@ -367,7 +383,9 @@ int run_cuda(const CudaOptions& o, Heads& Q, Heads& K, const Heads& V) {
   const cuda::stream::EstimateOutput est = run_estimate(o, Q, K, mask);
   std::vector<float> O;
   std::vector<cuda::stream::HeadEdge> edges;
-  if (o.sub == "apply") O = cuda::stream::stream_apply(Q.view(), K.view(), V.view(), mask, est.indices, k);
+  if (o.sub == "apply")
+    O = o.kernel == "fast" ? run_fast_apply(Q, K, V, mask, est.indices, k)
+                           : cuda::stream::stream_apply(Q.view(), K.view(), V.view(), mask, est.indices, k);
   if (o.sub == "trace")
     O = cuda::stream::stream_trace(Q.view(), K.view(), V.view(), mask, est.indices, k, std::size_t(o.chunk),
                                    [&](const std::vector<cuda::stream::HeadEdge>& batch) {
@@ -376,7 +394,8 @@ int run_cuda(const CudaOptions& o, Heads& Q, Heads& K, const Heads& V) {
   const std::size_t per_head = g.n_q() * k;
   std::cout << "stream " << o.sub << " --device cuda: T=" << g.T << " H=" << Q.H << " d=" << Q.D << " b_q=" << g.bq
             << " b_k=" << g.bk << " k=" << k << " n_q=" << g.n_q() << " n_k=" << g.n_k() << " n_it=" << g.n_it()
-            << " kernel=" << o.kernel << (o.kernel == "fast" ? " (Q, K rounded to bf16)" : "") << "\n";
+            << " kernel=" << o.kernel
+            << (o.kernel != "fast" ? "" : o.sub == "apply" ? " (Q, K, V rounded to bf16)" : " (Q, K rounded to bf16)") << "\n";
   bool all_same = true;
   for (std::size_t h = 0; h < Q.H; ++h) {
     const std::vector<std::int64_t> I(est.indices.begin() + std::ptrdiff_t(h * per_head),
@@ -480,7 +499,7 @@ int cmd_stream_cuda(const Args& args) {
         ("chunk", po::value<long long>(&o.chunk)->default_value(4096), "trace: query blocks per streamed chunk")
         ("compare", po::bool_switch(&o.compare), "also run the CPU reference and compare I per head")
         ("kernel", po::value<std::string>(&o.kernel)->default_value("clear"),
-         "estimate kernel: clear (fp32) | fast (bf16 tensor cores, b_q = b_k = 64, d = 64 or 128)");
+         "estimate and apply kernels: clear (fp32) | fast (bf16 tensor cores, b_q = b_k = 64, d = 64 or 128)");
     po::positional_options_description pos;
     pos.add("sub", 1);
     const auto vm = parse(args, desc, &pos);
@@ -492,8 +511,9 @@ int cmd_stream_cuda(const Args& args) {
     require_range("heads", o.heads, 1, 1024);
     require_range("chunk", o.chunk, 1, 1LL << 24);
     check_kernel_flag(o.kernel);
-    if (o.kernel == "fast" && o.sub != "estimate")
-      throw UsageError("--kernel fast: the fast kernel here is the estimate", "use 'stream estimate --kernel fast'");
+    if (o.kernel == "fast" && o.sub == "trace")
+      throw UsageError("--kernel fast: the fast kernels estimate and apply; the trace runs on the clear kernels",
+                       "use 'stream estimate|apply --kernel fast', or 'stream trace' without it");
     Heads Q, K, V;
     load_cuda_inputs(o, Q, K, V);
 #if FLASHLAB_HAVE_CUDA

@@ -190,7 +190,7 @@ TEST_CASE("cli stream: --kernel chooses clear or fast, and fast is the GPU estim
   const std::string ok = " --seq 256 --dim 64 --bq 64 --bk 64 --k 2";
   const Bad bad[] = {
       {"stream estimate --device cuda --kernel turbo" + ok, "--kernel 'turbo' is unknown"},
-      {"stream apply --device cuda --kernel fast" + ok, "--kernel fast: the fast kernel here is the estimate"},
+      {"stream trace --device cuda --kernel fast" + ok, "--kernel fast: the fast kernels estimate and apply"},
       {"stream needles --kernel fast --seq 16384 --dim 128 --bq 64 --bk 64 --k 16", "--kernel fast runs on the GPU"},
       {"stream needles --device cuda --kernel slow --seq 16384 --dim 128 --bq 64 --bk 64 --k 16", "--kernel 'slow'"},
   };
