@@ -507,6 +507,53 @@ std::string mta_traffic_table(const std::string& root) {
          md.out.str();
 }
 
+/// The fast MTA forward (mta_fast.csv: `flashlab bench mta` rows, fast and clear) beside the unfused
+/// PyTorch implementation of the same run (mta_torch.csv), newest run of each file, one row per
+/// (cq × ck, d) of the fast forward rows.
+std::string mta_fast_table(const std::string& root) {
+  const Csv ours_csv = read_csv(root + "/cuda/results/mta_fast.csv");
+  const Csv torch_csv = read_csv(root + "/cuda/results/mta_torch.csv");
+  const std::vector<Row> ours = newest_rows(ours_csv), torch = newest_rows(torch_csv);
+  using Key = std::tuple<std::string, std::string, std::string, std::string, std::string>;  // cq ck d N H
+  const auto key = [](const Row& r) { return Key{r.str("cq"), r.str("ck"), r.str("d"), r.str("N"), r.str("H")}; };
+  std::map<Key, const Row*> clear;
+  std::map<std::tuple<Key, std::string, std::string>, const Row*> pt;  // (shape, dtype, pass)
+  for (const Row& r : ours)
+    if (r.str("kernel") == "clear" && r.str("pass") == "fwd") clear[key(r)] = &r;
+  for (const Row& r : torch) pt[{key(r), r.str("dtype"), r.str("pass")}] = &r;
+  const auto torch_ms = [&](const Key& k, const char* dtype, const char* pass) -> const Row* {
+    const auto it = pt.find({k, dtype, pass});
+    return it == pt.end() ? nullptr : it->second;
+  };
+  Markdown md;
+  md.header({"W (cq × ck)", "d", "N", "H", "fast fwd ms (min–max)", "TFLOP/s", "clear fp32 fwd ms",
+             "PyTorch fwd ms fp32 / bf16", "PyTorch ÷ fast (fp32 / bf16)", "PyTorch fwd+bwd ms fp32 / bf16",
+             "PyTorch fwd+bwd peak GiB fp32"});
+  for (const Row& r : ours) {
+    if (r.str("kernel") != "fast" || r.str("pass") != "fwd" || r.str("dtype") != "bf16") continue;
+    const Key k = key(r);
+    const double ms = r.num("ms");
+    const Row* f32 = torch_ms(k, "fp32", "fwd");
+    const Row* b16 = torch_ms(k, "bf16", "fwd");
+    const Row* f32b = torch_ms(k, "fp32", "fwd+bwd");
+    const Row* b16b = torch_ms(k, "bf16", "fwd+bwd");
+    const auto cell = [](const Row* t, const char* col, const char* format) {
+      return t ? fmt(format, t->num(col)) : std::string("–");
+    };
+    const auto times = [&](const Row* t) { return t ? ratio(t->num("torch_ms"), ms, "%.0f×") : std::string("–"); };
+    const auto c = clear.find(k);
+    md.line({r.str("cq") + " × " + r.str("ck"), r.str("d"), r.str("N"), r.str("H"),
+             fmt("%.3f", ms) + " (" + fmt("%.3f", r.num("min_ms")) + "–" + fmt("%.3f", r.num("max_ms")) + ")",
+             fmt("%.0f", r.num("tflops")), c == clear.end() ? "–" : fmt("%.1f", c->second->num("ms")),
+             cell(f32, "torch_ms", "%.2f") + " / " + cell(b16, "torch_ms", "%.2f"), times(f32) + " / " + times(b16),
+             cell(f32b, "torch_ms", "%.1f") + " / " + cell(b16b, "torch_ms", "%.1f"),
+             cell(f32b, "torch_peak_gib", "%.2f")});
+  }
+  const Row& first = ours.front();
+  return run_line(first.str("date"), first.str("device")) + "bf16 inputs for the fast forward, causal, B = " +
+         first.str("B") + ".\n\n" + md.out.str();
+}
+
 /// The estimate and apply kernels of one STREAM shape, side by side.
 struct StreamShape {
   std::string label;  // "T | d | H | k" cells
@@ -741,6 +788,7 @@ const std::map<std::string, Renderer>& renderers() {
       {"bwd_ws_sweep", bwd_ws_table},
       {"bwd_ws_checks", bwd_ws_checks_table},
       {"mta_traffic", mta_traffic_table},
+      {"mta_fast", mta_fast_table},
       {"stream_traffic", stream_traffic_table},
       {"stream_timing", stream_timing_table},
       {"stream_sdpa", stream_sdpa_table},

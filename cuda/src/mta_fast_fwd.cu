@@ -4,18 +4,19 @@
 // the FlashAttention-2 order: O_i (fp32 mma accumulators), m_i and ℓ_i stay in registers across
 // the key tiles and O_i is written once at the end — the clear kernel (mta_fwd.cu) instead
 // read-modify-writes O in HBM per key tile, as the source does. Per key tile j (Bc = 64 keys):
-//   1. S = scale·log2(e)·Q Kᵀ on tensor cores (mma.sync m16n8k16, fp32) for the tile with its
+//   1. S = Q Kᵀ on tensor cores (mma.sync m16n8k16, fp32) for the tile with its
 //      halo: query rows i0 − 16 … i0 + 63 and keys j0 − 8 … j0 + 71 (mta_fast_tile.cuh), causal
 //      zeros (key > query → 0), written to SRAM in fp32. Each warp owns 16 rows of the tile (its
-//      Q fragments stay in registers) and a share of the 16 halo rows (skipped when Pq = 0);
-//      n8 tiles entirely right of the diagonal are written as zeros without an mma.
-//   2. Ŝ = Conv2D(S, W) on CUDA cores in fp32 (conv_strip: 32 keys of one row per thread), then
-//      −∞ where key > query, to SRAM.
+//      Q fragments stay in registers) and a share of the 16 halo rows (skipped when Pq = 0).
+//   2. Ŝ = Conv2D(S, W·scale·log2 e) on CUDA cores in fp32 (conv_strip: 32 keys of one row per
+//      thread; the convolution is linear, so folding the scale into W gives Ŝ in base-2 units),
+//      then −∞ where key > query, to SRAM.
 //   3. Online softmax in base 2 on Ŝ read back in the mma fragment layout, P rounded to the input
 //      dtype as the A fragment of O_i += P V_j (V_j via ldmatrix.trans).
 // K_j and V_j have one SRAM buffer each, refilled as soon as the previous step is done with them
-// (K_{j+1} is loaded during the convolution and softmax of step j, V_j during S and the
-// convolution), so the copies overlap the math; three barriers per step.
+// (K_{j+1} is loaded during the convolution, softmax and P V of step j, V_j during S), so the
+// copies overlap the math. Two barriers per step: each warp convolves the 16 rows of Ŝ it then
+// reads itself, so only a warp barrier separates steps 2 and 3.
 // Key tiles entirely right of the block's last row are never loaded: Br = Bc, so query tile i
 // visits key tiles 0 … i. Blocks of the bottom query tiles (the most key tiles) start first.
 // Rows outside [0, N) of every tile are zero-filled by cp.async: they are exactly the zero
@@ -30,13 +31,13 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kMaxTaps = 16 * 15;  // cq ≤ 16, ck ≤ 15 (check_fast_shape)
+constexpr int kMaxCq = 16;  // cq ≤ 16 (check_fast_shape)
 static_assert(kFastBr == 16 * kWarps, "one m16 row block of the tile per warp");
 static_assert(kFastBr == kFastBc, "query tile i visits key tiles 0 … i only when Br = Bc");
-static_assert(kWarps * 32 * kConvStrip == kFastBr * kFastBc, "the convolution gives every thread one strip");
+static_assert(kFastBc == 2 * kConvStrip && kFastBr == 16 * kWarps, "the convolution gives each lane one strip of its warp's 16 rows");
 
 /// SRAM layout (byte offsets): Q tile [80][d], K tile [80][d], V tile [64][d] (16-bit, swizzled),
-/// S [80][kLdS] fp32, Ŝ [64][kLdP] fp32, W [cq·ck] fp32.
+/// S [80][kLdS] fp32, Ŝ [64][kLdP] fp32, W·scale·log2(e) [16][kWPitch] fp32.
 template <int HEAD_DIM>
 struct FwdSmem {
   static constexpr int kRowBytes = HEAD_DIM * 2;
@@ -46,87 +47,117 @@ struct FwdSmem {
   static constexpr int kS = kV + kFastBc * kRowBytes;
   static constexpr int kP = kS + kSRows * kLdS * 4;
   static constexpr int kW = kP + kFastBr * kLdP * 4;
-  static constexpr int kBytes = kW + kMaxTaps * 4;
+  static constexpr int kBytes = kW + kMaxCq * kWPitch * 4;
   /// Blocks per SM the SRAM allows (228 KiB per SM, 1 KiB reserved per block).
   static constexpr int kMinBlocks = (228 * 1024) / (kBytes + 1024);
 };
 
-/// Step 1: this warp's part of S (base-2 units, causal zeros) for key tile j0 into SRAM.
+/// Step 1: this warp's part of S (raw Q·Kᵀ: the scale is folded into W; causal zeros) for key
+/// tile j0 into SRAM.
 /// Own rows: S-tile rows 16 + 16·warp … +15, all 80 keys, A fragments from `q_frag`. Halo rows
 /// 0 … 15 (only when Pq > 0): key pairs (16 keys) np ≡ warp (mod 4), A fragments from SRAM.
+/// Pairs right of the diagonal are computed too (and zeroed): only the last key tile has any.
 template <int HEAD_DIM, bool kBf16>
 __device__ __forceinline__ void scores_to_smem(float* __restrict__ sS, const uint32_t (&q_frag)[HEAD_DIM / 16][4],
                                                uint32_t q_lane, uint32_t q_xor, uint32_t k_lane, uint32_t k_xor,
-                                               int warp, int g, int t, int i0, int j0, int pq, float scale_log2) {
+                                               int warp, int g, int t, int i0, int j0, int pq) {
   constexpr int kRowBytes = HEAD_DIM * 2;
   constexpr int kPairs = kSCols / 16;  // 5 pairs of n8 tiles
-  // Writes one m16n8 C fragment (S-tile rows row_s0 + g (+8), keys 8·n + 2t (+1)) with the causal zeros.
-  auto store = [&](const float (&c)[4], int row_s0, int n) {
+  // Writes one m16n8 C fragment (S-tile rows row_s0 + g (+8), keys 8·n + 2t (+1)); `mask`:
+  // the tile reaches right of the diagonal, so keys after their query are zeroed first.
+  auto store = [&](const float (&c)[4], int row_s0, int n, bool mask) {
+    float v[4] = {c[0], c[1], c[2], c[3]};
+    if (mask) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = row_s0 + g + 8 * (e >> 1), col = 8 * n + 2 * t + (e & 1);
-      const int gi = i0 - kHaloRows + row, gj = j0 - kHaloCols + col;
-      sS[row * kLdS + col] = gj > gi ? 0.f : c[e] * scale_log2;
+      for (int e = 0; e < 4; ++e) {
+        const int gi = i0 - kHaloRows + row_s0 + g + 8 * (e >> 1), gj = j0 - kHaloCols + 8 * n + 2 * t + (e & 1);
+        if (gj > gi) v[e] = 0.f;
+      }
     }
+    float* at = sS + (row_s0 + g) * kLdS + 8 * n + 2 * t;
+    *reinterpret_cast<float2*>(at) = make_float2(v[0], v[1]);
+    *reinterpret_cast<float2*>(at + 8 * kLdS) = make_float2(v[2], v[3]);
   };
-  {  // own rows
-    const int row_s0 = kHaloRows + 16 * warp;
-    const int last_row = i0 + 16 * warp + 15;
-    float s[2 * kPairs][4];
+  const int last_key = j0 - kHaloCols + kSCols - 1;  // the tile's last key (halo included)
+  // k-steps outer, key pairs inner: the 10 accumulators of the own rows (and the 2 or 4 of the
+  // halo rows) are independent chains, so consecutive mma do not wait on each other.
+  const bool halo = pq > 0;  // the convolution reads halo rows
+  float s[2 * kPairs][4], hs[2][2][4];
 #pragma unroll
-    for (int n = 0; n < 2 * kPairs; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+  for (int n = 0; n < 2 * kPairs; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+  for (int p = 0; p < 2; ++p)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) hs[p][0][e] = hs[p][1][e] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+    uint32_t ha[4] = {0u, 0u, 0u, 0u};  // halo rows' A fragment of this k-step
+    if (halo) ldsm_x4(q_lane + ((32 * kk) ^ q_xor), ha[0], ha[1], ha[2], ha[3]);
+    // All B fragments of this k-step first (keys 16·np + [0, 16), dims 16·kk + [0, 16)), then the
+    // mma: each ldmatrix's latency is then paid once per k-step, not once per mma pair.
+    uint32_t b[kPairs][4];
+#pragma unroll
+    for (int np = 0; np < kPairs; ++np)
+      ldsm_x4(k_lane + 16 * np * kRowBytes + ((32 * kk) ^ k_xor), b[np][0], b[np][1], b[np][2], b[np][3]);
 #pragma unroll
     for (int np = 0; np < kPairs; ++np) {
-      if (j0 - kHaloCols + 16 * np > last_row) continue;  // right of the diagonal: S = 0
+      mma16816<kBf16>(s[2 * np], q_frag[kk], b[np][0], b[np][1]);
+      mma16816<kBf16>(s[2 * np + 1], q_frag[kk], b[np][2], b[np][3]);
+    }
+    if (halo) {  // halo pairs: warp 0 takes 0 and 4, warp w < 4 takes w (own B fragment load)
 #pragma unroll
-      for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
-        uint32_t b0, b1, b2, b3;  // keys 16·np + [0, 16), dims 16·kk + [0, 16)
-        ldsm_x4(k_lane + 16 * np * kRowBytes + ((32 * kk) ^ k_xor), b0, b1, b2, b3);
-        mma16816<kBf16>(s[2 * np], q_frag[kk], b0, b1);
-        mma16816<kBf16>(s[2 * np + 1], q_frag[kk], b2, b3);
+      for (int p = 0; p < 2; ++p) {
+        const int np = warp + kWarps * p;
+        if (np < kPairs) {
+          uint32_t hb[4];
+          ldsm_x4(k_lane + 16 * np * kRowBytes + ((32 * kk) ^ k_xor), hb[0], hb[1], hb[2], hb[3]);
+          mma16816<kBf16>(hs[p][0], ha, hb[0], hb[1]);
+          mma16816<kBf16>(hs[p][1], ha, hb[2], hb[3]);
+        }
       }
     }
-#pragma unroll
-    for (int n = 0; n < 2 * kPairs; ++n) store(s[n], row_s0, n);
   }
-  if (pq == 0) return;  // the convolution reads no halo row
-  for (int np = warp; np < kPairs; np += kWarps) {  // halo rows i0 − 16 … i0 − 1
-    float s[2][4] = {};
-    if (j0 - kHaloCols + 16 * np <= i0 - 1) {
+  const bool mask = last_key > i0 + 16 * warp;  // some key after the warp's first row
 #pragma unroll
-      for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
-        uint32_t a[4], b0, b1, b2, b3;
-        ldsm_x4(q_lane + ((32 * kk) ^ q_xor), a[0], a[1], a[2], a[3]);
-        ldsm_x4(k_lane + 16 * np * kRowBytes + ((32 * kk) ^ k_xor), b0, b1, b2, b3);
-        mma16816<kBf16>(s[0], a, b0, b1);
-        mma16816<kBf16>(s[1], a, b2, b3);
-      }
+  for (int n = 0; n < 2 * kPairs; ++n) store(s[n], kHaloRows + 16 * warp, n, mask);
+  if (!halo) return;
+  const bool halo_mask = last_key > i0 - kHaloRows;
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    const int np = warp + kWarps * p;
+    if (np < kPairs) {
+      store(hs[p][0], 0, 2 * np, halo_mask);
+      store(hs[p][1], 0, 2 * np + 1, halo_mask);
     }
-    store(s[0], 0, 2 * np);
-    store(s[1], 0, 2 * np + 1);
   }
 }
 
-/// Step 2: this thread's strip of Ŝ (row r = 32·(warp mod 2) + lane, keys 32·(warp div 2) + [0, 32))
-/// = Conv2D(S, W), −∞ where key > query, into SRAM. A strip entirely right of the diagonal is
-/// −∞ without a convolution.
+/// Step 2: this thread's strip of Ŝ (row r = 16·warp + lane mod 16, keys 32·(lane div 16) + [0, 32):
+/// the warp's own rows, which only it reads in step 3)
+/// = Conv2D(S, W), −∞ where key > query, into SRAM (16-byte stores). A strip entirely right of
+/// the diagonal is −∞ without a convolution.
 __device__ __forceinline__ void convolve_to_smem(float* __restrict__ sP, const float* __restrict__ sS,
                                                  const float* __restrict__ sW, int warp, int lane, int i0, int j0,
                                                  int cq, int ck) {
   const float NEG_INF = __int_as_float(0xff800000);
-  const int r = 32 * (warp & 1) + lane, c0 = kConvStrip * (warp >> 1);
+  const int r = 16 * warp + (lane & 15), c0 = kConvStrip * (lane >> 4);
   const int gi = i0 + r, gj0 = j0 + c0;
-  float* out = sP + r * kLdP + c0;
+  float acc[kConvStrip];
   if (gj0 > gi) {
 #pragma unroll
-    for (int x = 0; x < kConvStrip; ++x) out[x] = NEG_INF;
-    return;
-  }
-  float acc[kConvStrip];
-  // Tap (a, b) of output (r, c) reads S[i + a − Pq, j + b − Pk]: S-tile row 16 + r + a − Pq, column 8 + c + b − Pk.
-  conv_strip_any(ck, sS, kLdS, sW, cq, kHaloRows + r - (cq - 1), kHaloCols + c0 - (ck - 1) / 2, acc);
+    for (int x = 0; x < kConvStrip; ++x) acc[x] = NEG_INF;
+  } else {
+    // Tap (a, b) of output (r, c) reads S[i + a − Pq, j + b − Pk]: S-tile row 16 + r + a − Pq.
+    conv_strip_any(ck, sS, kLdS, sW, cq, kHaloRows + r - (cq - 1), c0, acc);
+    if (gj0 + kConvStrip - 1 > gi) {
 #pragma unroll
-  for (int x = 0; x < kConvStrip; ++x) out[x] = gj0 + x > gi ? NEG_INF : acc[x];
+      for (int x = 0; x < kConvStrip; ++x)
+        if (gj0 + x > gi) acc[x] = NEG_INF;
+    }
+  }
+  float4* out = reinterpret_cast<float4*>(sP + r * kLdP + c0);
+#pragma unroll
+  for (int m = 0; m < kConvStrip / 4; ++m) out[m] = make_float4(acc[4 * m], acc[4 * m + 1], acc[4 * m + 2], acc[4 * m + 3]);
 }
 
 /// Grid (⌈N/Br⌉, H, B), kThreads threads, FwdSmem::kBytes of dynamic SRAM.
@@ -158,8 +189,13 @@ __global__ void __launch_bounds__(kThreads, FwdSmem<HEAD_DIM>::kMinBlocks)
   float* sP = reinterpret_cast<float*>(smem_raw + Sm::kP);
   float* sW = reinterpret_cast<float*>(smem_raw + Sm::kW);
 
-  // W → SRAM (visible after the first barrier); Q rows i0 − 16 … i0 + 63 and K_0 (keys −8 … 71).
-  for (int x = threadIdx.x; x < taps; x += kThreads) sW[x] = W[std::size_t(h) * taps + x];
+  // W·scale·log2(e) → SRAM, rows padded to kWPitch (visible after the first barrier): the
+  // convolution is linear, so Ŝ comes out in base-2 units from raw S. Then Q rows i0 − 16 … i0 + 63
+  // and K_0 (keys −8 … 71).
+  for (int x = threadIdx.x; x < kMaxCq * kWPitch; x += kThreads) {
+    const int a = x / kWPitch, bb = x % kWPitch;
+    sW[x] = a < L.cq && bb < L.ck ? W[std::size_t(h) * taps + a * L.ck + bb] * L.scale_log2 : 0.f;
+  }
   load_rows<HEAD_DIM, kSRows, kThreads>(sQ, Q + base, stride, i0 - kHaloRows, N);
   load_rows<HEAD_DIM, kSCols, kThreads>(sK, K + base, stride, -kHaloCols, N);
   cp_async_commit();
@@ -183,7 +219,7 @@ __global__ void __launch_bounds__(kThreads, FwdSmem<HEAD_DIM>::kMinBlocks)
   for (int j = 0; j < Tc; ++j) {
     const int j0 = j * kFastBc;
     cp_async_wait<0>();  // K_j (and Q on the first step) landed for this thread
-    __syncthreads();     // … for all; every warp is done with V_{j−1}, Ŝ_{j−1}, S_{j−1}
+    __syncthreads();     // … for all; every warp is done with V_{j−1} and S_{j−1}
     load_rows<HEAD_DIM, kFastBc, kThreads>(sV, V + base, stride, j0, N);
     cp_async_commit();
     if (j == 0) {  // this warp's 16 own Q rows: SRAM → registers once, as A fragments
@@ -192,45 +228,68 @@ __global__ void __launch_bounds__(kThreads, FwdSmem<HEAD_DIM>::kMinBlocks)
         ldsm_x4(q_lane + (kHaloRows + 16 * warp) * kRowBytes + ((32 * kk) ^ q_xor), q_frag[kk][0], q_frag[kk][1],
                 q_frag[kk][2], q_frag[kk][3]);
     }
-    scores_to_smem<HEAD_DIM, kBf16>(sS, q_frag, q_lane, q_xor, k_lane, k_xor, warp, g, t, i0, j0, L.cq - 1,
-                                    L.scale_log2);
-    __syncthreads();  // S complete; K_j may be refilled
+    scores_to_smem<HEAD_DIM, kBf16>(sS, q_frag, q_lane, q_xor, k_lane, k_xor, warp, g, t, i0, j0, L.cq - 1);
+    cp_async_wait<0>();  // V_j landed for this thread
+    __syncthreads();     // S complete and V_j visible; K_j may be refilled
     if (j + 1 < Tc) load_rows<HEAD_DIM, kSCols, kThreads>(sK, K + base, stride, j0 + kFastBc - kHaloCols, N);
     cp_async_commit();
+    // Each warp convolves its own 16 rows of Ŝ and is their only reader below: a warp barrier
+    // suffices between the convolution and the softmax.
     convolve_to_smem(sP, sS, sW, warp, lane, i0, j0, L.cq, L.ck);
-    cp_async_wait<1>();  // V_j landed (K_{j+1} may still be in flight)
-    __syncthreads();     // Ŝ complete, V_j visible
+    __syncwarp();
 
     // Step 3: online softmax (base 2) on this warp's rows of Ŝ, in the mma C layout.
     float s[kNTilesP][4];
 #pragma unroll
     for (int n = 0; n < kNTilesP; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] = sP[(16 * warp + g + 8 * (e >> 1)) * kLdP + 8 * n + 2 * t + (e & 1)];
+      for (int r = 0; r < 2; ++r) {
+        const float2 v = *reinterpret_cast<const float2*>(sP + (16 * warp + g + 8 * r) * kLdP + 8 * n + 2 * t);
+        s[n][2 * r] = v.x;
+        s[n][2 * r + 1] = v.y;
+      }
+    bool max_moved = false;  // some row of this thread has a new maximum (α ≠ 1)
+    float alpha[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float mx = NEG_INF;
+      float part[kNTilesP];  // row maximum as a tree (4 levels, not a chain of 16)
 #pragma unroll
-      for (int n = 0; n < kNTilesP; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+      for (int n = 0; n < kNTilesP; ++n) part[n] = fmaxf(s[n][2 * r], s[n][2 * r + 1]);
+#pragma unroll
+      for (int w = kNTilesP / 2; w > 0; w /= 2)
+#pragma unroll
+        for (int n = 0; n < w; ++n) part[n] = fmaxf(part[n], part[n + w]);
+      float mx = part[0];
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the quad holds one row
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(m_i[r], mx);
       // A row with only −∞ so far keeps m = −∞; subtracting 0 then avoids 2^(−∞ + ∞) = NaN.
       const float m_ref = m_new == NEG_INF ? 0.f : m_new;
-      const float alpha = ex2(m_i[r] - m_ref);
-      float row_sum = 0.f;
+      alpha[r] = ex2(m_i[r] - m_ref);
+      max_moved |= m_new != m_i[r];
 #pragma unroll
       for (int n = 0; n < kNTilesP; ++n) {
         s[n][2 * r] = ex2(s[n][2 * r] - m_ref);
         s[n][2 * r + 1] = ex2(s[n][2 * r + 1] - m_ref);
-        row_sum += s[n][2 * r] + s[n][2 * r + 1];
+        part[n] = s[n][2 * r] + s[n][2 * r + 1];
       }
-      l_i[r] = l_i[r] * alpha + row_sum;
+#pragma unroll
+      for (int w = kNTilesP / 2; w > 0; w /= 2)  // row sum as a tree too
+#pragma unroll
+        for (int n = 0; n < w; ++n) part[n] += part[n + w];
+      const float row_sum = part[0];
+      l_i[r] = l_i[r] * alpha[r] + row_sum;
       m_i[r] = m_new;
+    }
+    // acc = diag(α)·acc, skipped when no row of the warp has a new maximum (α = 2^0 = 1 exactly:
+    // identical results; one warp vote), as attention_fwd_tc.cu's lazy rescale.
+    if (__any_sync(0xffffffffu, max_moved)) {
 #pragma unroll
       for (int n = 0; n < kNTilesO; ++n) {
-        acc[n][2 * r] *= alpha;
-        acc[n][2 * r + 1] *= alpha;
+        acc[n][0] *= alpha[0];
+        acc[n][1] *= alpha[0];
+        acc[n][2] *= alpha[1];
+        acc[n][3] *= alpha[1];
       }
     }
     // O_i += P V_j: P rounded to 16 bits is the A fragment (C layout of two n8 tiles = A layout of one k16 step).
@@ -241,12 +300,19 @@ __global__ void __launch_bounds__(kThreads, FwdSmem<HEAD_DIM>::kMinBlocks)
       a[1] = pack2<kBf16>(s[2 * kk][2], s[2 * kk][3]);
       a[2] = pack2<kBf16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
       a[3] = pack2<kBf16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      // B fragments in groups of 4 (keys 16·kk + [0, 16), dims 16·np + [0, 16)) loaded before their
+      // mma, so the ldmatrix latencies overlap.
 #pragma unroll
-      for (int np = 0; np < kNTilesO / 2; ++np) {
-        uint32_t b0, b1, b2, b3;  // keys 16·kk + [0, 16), dims 16·np + [0, 16)
-        ldsm_x4_trans(v_lane + 16 * kk * kRowBytes + ((32 * np) ^ v_xor), b0, b1, b2, b3);
-        mma16816<kBf16>(acc[2 * np], a, b0, b1);
-        mma16816<kBf16>(acc[2 * np + 1], a, b2, b3);
+      for (int np0 = 0; np0 < kNTilesO / 2; np0 += 4) {
+        uint32_t b[4][4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          ldsm_x4_trans(v_lane + 16 * kk * kRowBytes + ((32 * (np0 + q)) ^ v_xor), b[q][0], b[q][1], b[q][2], b[q][3]);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          mma16816<kBf16>(acc[2 * (np0 + q)], a, b[q][0], b[q][1]);
+          mma16816<kBf16>(acc[2 * (np0 + q) + 1], a, b[q][2], b[q][3]);
+        }
       }
     }
   }

@@ -30,10 +30,14 @@ inline constexpr int kHaloCols = 8;
 /// Rows of the loaded Q tile and of the S tile; keys of the loaded K tile and columns of S.
 inline constexpr int kSRows = kHaloRows + kFastBr;      // 80
 inline constexpr int kSCols = kFastBc + 2 * kHaloCols;  // 80
-/// Pitches (floats) of the fp32 S and Ŝ tiles: odd, so 32 lanes reading one column of 32
-/// different rows (the convolution's access) hit 32 different banks.
-inline constexpr int kLdS = kSCols + 1;
-inline constexpr int kLdP = kFastBc + 1;
+/// Pitches (floats) of the fp32 S and Ŝ tiles: multiples of 4 (16-byte rows) whose 8
+/// consecutive rows start in 8 different 4-bank groups (84 ≡ 20, 76 ≡ 12 mod 32), so the
+/// convolution's 16-byte accesses, one row per lane, are conflict-free.
+inline constexpr int kLdS = 84;
+inline constexpr int kLdP = 76;
+static_assert(kLdS >= kSCols + 4 && kLdP >= kFastBc, "the 16-byte window of a strip stays inside its row");
+/// Row pitch (floats) of W in SRAM: one 16-byte-aligned row per kernel row (ck ≤ 15 < 16).
+inline constexpr int kWPitch = 16;
 /// Outputs per thread of the convolution: one row strip of this many consecutive keys.
 inline constexpr int kConvStrip = 32;
 
@@ -80,28 +84,45 @@ __device__ __forceinline__ void load_rows(uint32_t smem, const uint16_t* __restr
   }
 }
 
-/// One strip of Ŝ = Conv2D(S, W), kConvStrip consecutive keys of one query row, in base-2 units
-/// as S is: acc[x] = Σ_a Σ_b W[a, b] · S[row0 + a][col0 + x + b], with `row0`, `col0` the S-tile
-/// coordinates of tap (0, 0) of output 0 (the caller folds in Pq, Pk and the halos). Each S value
-/// is read once per kernel row and feeds up to CK accumulators from registers; W comes from
-/// SRAM ([cq][CK], one broadcast load per tap and row).
+/// One strip of Ŝ = Conv2D(S, W), kConvStrip consecutive keys of one query row:
+/// acc[x] = Σ_a Σ_b W[a, b] · S[row0 + a][kHaloCols + c0 + x + b − Pk] in S-tile coordinates
+/// (`row0` = the S-tile row of tap a = 0, i.e. kHaloRows + r − Pq; `c0` the strip's first key,
+/// a multiple of 4). W is [cq][kWPitch] in SRAM (rows padded to 16-byte multiples). Each S row is
+/// read once per kernel row in 16-byte loads (`ld` a multiple of 4, the tile 16-byte aligned;
+/// Pk is a compile-time constant, so the alignment shift is too) and every value feeds up to CK
+/// accumulators from registers.
 template <int CK>
 __device__ __forceinline__ void conv_strip(const float* __restrict__ s, int ld, const float* __restrict__ w, int cq,
-                                           int row0, int col0, float (&acc)[kConvStrip]) {
+                                           int row0, int c0, float (&acc)[kConvStrip]) {
+  constexpr int PK = (CK - 1) / 2;
+  constexpr int kShift = (kHaloCols - PK) & 3;  // S column of t = 0 minus the aligned start
+  constexpr int kWidth = kConvStrip + CK - 1;   // S values one kernel row of the strip reads
+  constexpr int kChunks = (kShift + kWidth + 3) / 4;
+  constexpr int kWChunks = (CK + 3) / 4;
 #pragma unroll
   for (int x = 0; x < kConvStrip; ++x) acc[x] = 0.f;
+  const float* base = s + row0 * ld + (kHaloCols + c0 - PK - kShift);
   for (int a = 0; a < cq; ++a) {
-    float wa[CK];
+    float wa[4 * kWChunks];
 #pragma unroll
-    for (int b = 0; b < CK; ++b) wa[b] = w[a * CK + b];
-    const float* row = s + (row0 + a) * ld + col0;
+    for (int m = 0; m < kWChunks; ++m) {
+      const float4 w4 = reinterpret_cast<const float4*>(w + a * kWPitch)[m];
+      wa[4 * m] = w4.x, wa[4 * m + 1] = w4.y, wa[4 * m + 2] = w4.z, wa[4 * m + 3] = w4.w;
+    }
+    const float4* row = reinterpret_cast<const float4*>(base + a * ld);
 #pragma unroll
-    for (int t = 0; t < kConvStrip + CK - 1; ++t) {
-      const float v = row[t];
+    for (int m = 0; m < kChunks; ++m) {
+      const float4 v4 = row[m];
+      const float v[4] = {v4.x, v4.y, v4.z, v4.w};
 #pragma unroll
-      for (int b = 0; b < CK; ++b) {
-        const int x = t - b;  // output x takes S column x + b
-        if (x >= 0 && x < kConvStrip) acc[x] = fmaf(wa[b], v, acc[x]);
+      for (int u = 0; u < 4; ++u) {
+        const int t = 4 * m + u - kShift;  // this value is S column kHaloCols + c0 − Pk + t
+        if (t < 0 || t >= kWidth) continue;
+#pragma unroll
+        for (int b = 0; b < CK; ++b) {
+          const int x = t - b;  // output x takes it through tap b
+          if (x >= 0 && x < kConvStrip) acc[x] = fmaf(wa[b], v[u], acc[x]);
+        }
       }
     }
   }
@@ -109,17 +130,17 @@ __device__ __forceinline__ void conv_strip(const float* __restrict__ s, int ld, 
 
 /// conv_strip for a run-time ck ∈ {1, 3, …, 15} (one unrolled instance per width).
 __device__ __forceinline__ void conv_strip_any(int ck, const float* __restrict__ s, int ld,
-                                               const float* __restrict__ w, int cq, int row0, int col0,
+                                               const float* __restrict__ w, int cq, int row0, int c0,
                                                float (&acc)[kConvStrip]) {
   switch (ck) {
-    case 1: conv_strip<1>(s, ld, w, cq, row0, col0, acc); break;
-    case 3: conv_strip<3>(s, ld, w, cq, row0, col0, acc); break;
-    case 5: conv_strip<5>(s, ld, w, cq, row0, col0, acc); break;
-    case 7: conv_strip<7>(s, ld, w, cq, row0, col0, acc); break;
-    case 9: conv_strip<9>(s, ld, w, cq, row0, col0, acc); break;
-    case 11: conv_strip<11>(s, ld, w, cq, row0, col0, acc); break;
-    case 13: conv_strip<13>(s, ld, w, cq, row0, col0, acc); break;
-    default: conv_strip<15>(s, ld, w, cq, row0, col0, acc); break;  // ck = 15 (check_fast_shape)
+    case 1: conv_strip<1>(s, ld, w, cq, row0, c0, acc); break;
+    case 3: conv_strip<3>(s, ld, w, cq, row0, c0, acc); break;
+    case 5: conv_strip<5>(s, ld, w, cq, row0, c0, acc); break;
+    case 7: conv_strip<7>(s, ld, w, cq, row0, c0, acc); break;
+    case 9: conv_strip<9>(s, ld, w, cq, row0, c0, acc); break;
+    case 11: conv_strip<11>(s, ld, w, cq, row0, c0, acc); break;
+    case 13: conv_strip<13>(s, ld, w, cq, row0, c0, acc); break;
+    default: conv_strip<15>(s, ld, w, cq, row0, c0, acc); break;  // ck = 15 (check_fast_shape)
   }
 }
 
