@@ -195,6 +195,10 @@ std::string tma_ws_checks_table(const std::string& root) {
   return checks_rows(root + "/cuda/results/fwd_tma_ws_checks.csv");
 }
 
+std::string mta_fast_checks_table(const std::string& root) {
+  return checks_rows(root + "/cuda/results/mta_fast_checks.csv");
+}
+
 std::string worst_errors_table(const std::string& root) {
   const Csv csv = read_csv(root + "/cuda/results/worst_errors.csv");
   Markdown md;
@@ -529,8 +533,15 @@ std::string mta_fast_table(const std::string& root) {
   md.header({"W (cq × ck)", "d", "N", "H", "fast fwd ms (min–max)", "TFLOP/s", "clear fp32 fwd ms",
              "PyTorch fwd ms fp32 / bf16", "PyTorch ÷ fast (fp32 / bf16)", "PyTorch fwd+bwd ms fp32 / bf16",
              "PyTorch fwd+bwd peak GiB fp32"});
-  for (const Row& r : ours) {
-    if (r.str("kernel") != "fast" || r.str("pass") != "fwd" || r.str("dtype") != "bf16") continue;
+  std::vector<const Row*> fast;  // the bf16 forward rows, by kernel size (cq·ck, then cq) and d
+  for (const Row& r : ours)
+    if (r.str("kernel") == "fast" && r.str("pass") == "fwd" && r.str("dtype") == "bf16") fast.push_back(&r);
+  std::stable_sort(fast.begin(), fast.end(), [](const Row* a, const Row* b) {
+    const auto order = [](const Row* r) { return std::make_tuple(r->num("cq") * r->num("ck"), r->num("cq"), r->num("d")); };
+    return order(a) < order(b);
+  });
+  for (const Row* row : fast) {
+    const Row& r = *row;
     const Key k = key(r);
     const double ms = r.num("ms");
     const Row* f32 = torch_ms(k, "fp32", "fwd");
@@ -789,6 +800,7 @@ const std::map<std::string, Renderer>& renderers() {
       {"bwd_ws_checks", bwd_ws_checks_table},
       {"mta_traffic", mta_traffic_table},
       {"mta_fast", mta_fast_table},
+      {"mta_fast_checks", mta_fast_checks_table},
       {"stream_traffic", stream_traffic_table},
       {"stream_timing", stream_timing_table},
       {"stream_sdpa", stream_sdpa_table},
