@@ -28,7 +28,7 @@ constexpr Command kCommands[] = {
     {"traffic", "HBM traffic of naive vs FA1 vs FA2, modelled (and measured with --device cuda)", flashlab::app::cmd_traffic},
     {"mta", "Multi-Token Attention reference: forward, backward, split-K inference", flashlab::app::cmd_mta},
     {"stream", "STREAM sparse tracing reference: estimate, apply, trace", flashlab::app::cmd_stream},
-    {"bench", "time the GPU kernels: bench attention | mta (ms, TFLOP/s)", flashlab::app::cmd_bench},
+    {"bench", "time the GPU kernels: bench attention | mta | stream (ms, TFLOP/s)", flashlab::app::cmd_bench},
 };
 
 void usage(std::ostream& os) {
