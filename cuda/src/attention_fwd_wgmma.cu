@@ -52,6 +52,7 @@
 #include "launchers.hpp"
 #include "hopper.cuh"
 #include "tensor_core.cuh"
+#include "wgmma_fwd_step.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -111,97 +112,14 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const uint16_t* __restri
   }
 }
 
-// ----------------------------------------------------------------------------- one step's pieces
-/// Issue S_ij = Q_i K_jᵀ (d/16 k-steps, the first overwrites: scale-d = 0); not committed.
-template <class T>
-__device__ __forceinline__ void issue_s(float (&s_acc)[T::BLOCK_N / 2], uint32_t sQ_wg, uint32_t sK) {
-#pragma unroll
-  for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
-    const uint32_t col = uint32_t(kk / 4), k32 = uint32_t(kk % 4) * 32;  // 64-column block, k16 inside it
-    const uint64_t da = smem_desc(sQ_wg + col * T::BLOCK_M * 128 + k32, 16, 1024);
-    const uint64_t db = smem_desc(sK + col * T::BLOCK_N * 128 + k32, 16, 1024);
-    wgmma_ss_n128<T::kBf16>(s_acc, da, db, kk > 0);
-  }
-}
-
-/// Issue O_i += P_ij V_j (Bc/16 k-steps, P from registers); not committed.
-template <class T>
-__device__ __forceinline__ void issue_pv(float (&o)[T::kHeadDim / 2], const uint32_t (&pa)[T::BLOCK_N / 16][4],
-                                         uint32_t sV, uint32_t v_lbo, uint32_t v_sbo) {
-#pragma unroll
-  for (int kk = 0; kk < T::BLOCK_N / 16; ++kk)
-    wgmma_rs<T::kBf16, T::kHeadDim>(o, pa[kk], smem_desc(sV + uint32_t(kk) * 16 * 128, v_lbo, v_sbo), 1);
-}
-
-/// Masks (only on tiles that need them: keys ≥ N, causal key > row), then the online softmax in
-/// base 2 on this thread's two rows: m_new = max(m_i, rowmax(S)·scale·log2 e),
-/// P = 2^(S·scale·log2 e − m_new) in place, l_i = alpha·l_i + rowsum(P). Returns alpha per row.
-template <class T>
-__device__ __forceinline__ void softmax_step(float (&s_acc)[T::BLOCK_N / 2], float (&m_i)[2], float (&l_i)[2],
-                                             float (&alpha)[2], int key0, int N, int row_base, bool need_mask,
-                                             int t4, float scale_log2) {
-  constexpr float NEG_INF = -INFINITY;
-  constexpr int BLOCK_N = T::BLOCK_N;
-  if (need_mask) {
-#pragma unroll
-    for (int t = 0; t < BLOCK_N / 8; ++t)
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int key = key0 + 8 * t + 2 * t4 + e;
-          if (key >= N || (T::kCausal && key > row_base + 8 * r)) s_acc[4 * t + 2 * r + e] = NEG_INF;
-        }
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float mx = NEG_INF;
-#pragma unroll
-    for (int t = 0; t < BLOCK_N / 8; ++t) mx = fmaxf(mx, fmaxf(s_acc[4 * t + 2 * r], s_acc[4 * t + 2 * r + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the 4 threads of a row
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m_i[r], mx * scale_log2);
-    // A row with every key masked so far has m_new = −inf: subtract 0 instead (P = 0, no NaN).
-    const float m_ref = m_new == NEG_INF ? 0.f : m_new;
-    alpha[r] = ex2(m_i[r] - m_ref);
-    m_i[r] = m_new;
-    float sum = 0.f;
-#pragma unroll
-    for (int t = 0; t < BLOCK_N / 8; ++t)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float pv = ex2(fmaf(s_acc[4 * t + 2 * r + e], scale_log2, -m_ref));
-        s_acc[4 * t + 2 * r + e] = pv;
-        sum += pv;
-      }
-    l_i[r] = l_i[r] * alpha[r] + sum;
-  }
-}
-
-/// O_i = diag(alpha) O_i on this thread's two rows.
-template <int D>
-__device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&alpha)[2]) {
-#pragma unroll
-  for (int t = 0; t < D / 8; ++t)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      o[4 * t + 2 * r] *= alpha[r];
-      o[4 * t + 2 * r + 1] *= alpha[r];
-    }
-}
-
-/// P_ij (fp32 accumulator layout) → 16-bit A fragments: k-step kk = keys 16kk .. 16kk+15 = the
-/// accumulator's n-tiles 2kk, 2kk+1 (register-A layout of m64nNk16 = accumulator layout).
-template <class T>
-__device__ __forceinline__ void pack_p(const float (&s_acc)[T::BLOCK_N / 2], uint32_t (&pa)[T::BLOCK_N / 16][4]) {
-#pragma unroll
-  for (int kk = 0; kk < T::BLOCK_N / 16; ++kk) {
-    pa[kk][0] = pack2<T::kBf16>(s_acc[8 * kk + 0], s_acc[8 * kk + 1]);  // row g,   keys 2·t4 ..
-    pa[kk][1] = pack2<T::kBf16>(s_acc[8 * kk + 2], s_acc[8 * kk + 3]);  // row g+8, keys 2·t4 ..
-    pa[kk][2] = pack2<T::kBf16>(s_acc[8 * kk + 4], s_acc[8 * kk + 5]);  // row g,   keys 8 + 2·t4 ..
-    pa[kk][3] = pack2<T::kBf16>(s_acc[8 * kk + 6], s_acc[8 * kk + 7]);  // row g+8, keys 8 + 2·t4 ..
-  }
-}
+// One step's pieces (issue_qk, issue_pv, online_softmax, rescale_o, pack_p, store_o_lse) are
+// shared with attention_fwd_ws.cu: wgmma_fwd_step.cuh.
+using wgmma_step::issue_pv;
+using wgmma_step::issue_qk;
+using wgmma_step::online_softmax;
+using wgmma_step::pack_p;
+using wgmma_step::rescale_o;
+using wgmma_step::store_o_lse;
 
 // ----------------------------------------------------------------------------- the kernel
 // Step j: S_ij = Q_i K_jᵀ, wait, softmax, O_i += P_ij V_j, wait; the copies of K_{j+1}, V_{j+1}
@@ -213,7 +131,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                      uint32_t v_lbo, uint32_t v_sbo) {
 #if FLASHLAB_WGMMA_OK
   constexpr int D = T::kHeadDim, BLOCK_M = T::BLOCK_M, BLOCK_N = T::BLOCK_N;
-  constexpr bool kBf16 = T::kBf16, kCausal = T::kCausal;
+  constexpr bool kCausal = T::kCausal;
   constexpr float NEG_INF = -INFINITY;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t smem0 = (uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
@@ -273,12 +191,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
     wg_fence();
     reg_fence(s_acc);
-    issue_s<T>(s_acc, sQ_wg, sK(s));
+    issue_qk<T>(s_acc, sQ_wg, sK(s));
     wg_commit();
     wg_wait<0>();
     reg_fence(s_acc);
 
-    softmax_step<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
+    online_softmax<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
     rescale_o<D>(o, alpha);
     pack_p<T>(s_acc, pa);
 
@@ -293,22 +211,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   cp_async_wait<0>();  // no copy may still be writing SRAM when the block exits (empty groups)
 
   // O_i = acc / l_i: registers → HBM (input dtype). LSE_i = m_i + log2(l_i) (fp32, base 2).
-  const std::size_t stat = p.stat_offset(b, h);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = l_i[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv_l = l > 0.f ? 1.f / l : 0.f;
-    const int row = row_base + 8 * r;
-    if (row < N) {
-      uint16_t* out = O + base + std::size_t(row) * stride + 2 * t4;
-#pragma unroll
-      for (int t = 0; t < D / 8; ++t)
-        *reinterpret_cast<uint32_t*>(out + 8 * t) = pack2<kBf16>(o[4 * t + 2 * r] * inv_l, o[4 * t + 2 * r + 1] * inv_l);
-      if (t4 == 0) LSE[stat + row] = l > 0.f ? m_i[r] + log2f(l) : NEG_INF;
-    }
-  }
+  store_o_lse<T>(p, O, LSE, o, m_i, l_i, b, h, row_base, t4);
 #else
   __trap();  // built without sm_90a: never launched (see the file-top comment)
 #endif

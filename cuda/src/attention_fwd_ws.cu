@@ -44,6 +44,7 @@
 #include "hopper.cuh"
 #include "launchers.hpp"
 #include "tensor_core.cuh"
+#include "wgmma_fwd_step.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -52,27 +53,37 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 namespace flashlab::cuda::detail {
 
 namespace {
 
-template <int HEAD_DIM, bool kBf16_, bool kCausal_>
+/// The tile and pipeline of one instantiation. kConsumers_ consumer warpgroups of 64 query rows
+/// (Br = 64·kConsumers_), Bc = 128, kStages_ K/V stages; kOverlap_: the softmax of S_ij starts
+/// as soon as S_ij is done, while the P·V issued with it is still running (FlashAttention-3's
+/// intra-warpgroup overlap); kFmaExp_ > 0: every kFmaExp_-th n-tile of S takes its 2^x from
+/// the FMA pipe (wgmma_step::ex2_fma) instead of the SFU.
+template <int HEAD_DIM, bool kBf16_, bool kCausal_, int kConsumers_ = 2, int kStages_ = 3, bool kOverlap_ = false,
+          int kFmaExp_ = 0>
 struct WsTraits {
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr bool kBf16 = kBf16_;
   static constexpr bool kCausal = kCausal_;
-  static constexpr int kConsumers = 2;                      // consumer warpgroups, 64 query rows each
+  static constexpr int kConsumers = kConsumers_;            // consumer warpgroups, 64 query rows each
   static constexpr int kThreads = 128 * (1 + kConsumers);   // + the producer warpgroup
   static constexpr int kConsumerWarps = 4 * kConsumers;     // arrivals on empty[s]
   static constexpr int BLOCK_M = 64 * kConsumers;           // Br
   static constexpr int BLOCK_N = 128;                       // Bc (n of the S wgmma)
   // K_j/V_j ring: 3 stages measured 1.15× 2 at d = 128, N = 8192 (docs/optimisation.md); at
   // d = 128 they fill the SRAM (Q_i 32 KiB + 3 × 64 KiB).
-  static constexpr int kStages = 3;
+  static constexpr int kStages = kStages_;
+  static constexpr bool kOverlap = kOverlap_;
+  static constexpr int kFmaExp = kFmaExp_;
   static constexpr int kColBlocks = HEAD_DIM / 64;          // TMA boxes (64 columns) per tile
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  // setmaxnreg: the producer keeps 24, the consumers share the rest of the 64 Ki registers.
+  static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 2 ? 240 : 160;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register file");
   static constexpr int kTileQBytes = BLOCK_M * HEAD_DIM * 2;
   static constexpr int kTileKVBytes = BLOCK_N * HEAD_DIM * 2;
@@ -82,11 +93,13 @@ struct WsTraits {
   static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "dynamic SRAM of one block on sm_90");
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "d ∈ {64, 128}");
-  static_assert(BLOCK_M == BLOCK_N,
-                "causal: only the diagonal tile is masked, and no warpgroup sees a fully masked tile");
+  static_assert(kConsumers == 2 || kConsumers == 3, "2 or 3 consumer warpgroups");
+  // Causal with Br > Bc: a warpgroup may meet key tiles masked for all its rows (the block runs
+  // to its last row's tile); P = 0 there, since key 0 gave every row a finite m_i in tile 0.
+  static_assert(BLOCK_M >= BLOCK_N, "causal: every row of a unit sees its first key tile");
 };
 
-// Named barriers 1 and 2 (0 is __syncthreads): consumer warpgroup c waits on kTurnBarrier + c.
+// Named barriers 1 .. kConsumers (0 is __syncthreads): consumer warpgroup c waits on kTurnBarrier + c.
 constexpr int kTurnBarrier = 1;
 
 /// SRAM addresses of the tiles and barriers of one block.
@@ -169,74 +182,21 @@ __device__ void produce(const WsSmem<T>& sm, const WsSchedule<T>& sched, const C
   }
 }
 
-/// Issue S_ij = Q_i K_jᵀ for this warpgroup's 64 rows (d/16 k-steps, the first overwrites).
-template <class T>
-__device__ __forceinline__ void issue_qk(float (&s_acc)[T::BLOCK_N / 2], uint32_t sQ_wg, uint32_t sK) {
-#pragma unroll
-  for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
-    const uint32_t col = uint32_t(kk / 4), k32 = uint32_t(kk % 4) * 32;  // 64-column box, k16 inside it
-    const uint64_t da = smem_desc(sQ_wg + col * T::BLOCK_M * 128 + k32, 16, 1024);
-    const uint64_t db = smem_desc(sK + col * T::BLOCK_N * 128 + k32, 16, 1024);
-    wgmma_ss_n128<T::kBf16>(s_acc, da, db, kk > 0);
-  }
-}
+// One step's pieces (issue_qk, issue_pv, online_softmax, rescale_o, pack_p, store_o_lse) are
+// shared with attention_fwd_wgmma.cu: wgmma_fwd_step.cuh.
+using wgmma_step::issue_pv;
+using wgmma_step::issue_qk;
+using wgmma_step::online_softmax;
+using wgmma_step::pack_p;
+using wgmma_step::rescale_o;
+using wgmma_step::store_o_lse;
 
-/// Issue O_i += P_ij V_j (Bc/16 k-steps, P from registers; V MN-major: LBO = bytes between the
-/// 64-column boxes of d, SBO = 1024 bytes between 8-key groups, a k16 step = 16 keys = 2048 bytes).
+/// Issue O_i += P_ij V_j with this kernel's V_j layout (LBO = Bc·128 bytes between the 64-column
+/// boxes of d, SBO = 1024).
 template <class T>
-__device__ __forceinline__ void issue_pv(float (&o)[T::kHeadDim / 2], const uint32_t (&pa)[T::BLOCK_N / 16][4],
-                                         uint32_t sV) {
-#pragma unroll
-  for (int kk = 0; kk < T::BLOCK_N / 16; ++kk)
-    wgmma_rs<T::kBf16, T::kHeadDim>(o, pa[kk], smem_desc(sV + uint32_t(kk) * 16 * 128, T::BLOCK_N * 128, 1024), 1);
-}
-
-/// Online softmax of one S_ij on this thread's two rows (masks first when `need_mask`): P_ij in
-/// place of S_ij (fp32), m_i and l_i updated, alpha = 2^(m_old − m_new) per row. Returns whether
-/// some row of this thread moved its maximum (alpha ≠ 1). Touches neither O_i nor the P fragments.
-template <class T>
-__device__ __forceinline__ bool softmax_p(float (&s_acc)[T::BLOCK_N / 2], float (&m_i)[2], float (&l_i)[2],
-                                          float (&alpha)[2], int key0, int N, int row_base, bool need_mask, int t4,
-                                          float scale_log2) {
-  constexpr float NEG_INF = -INFINITY;
-  constexpr int BLOCK_N = T::BLOCK_N;
-  if (need_mask) {
-#pragma unroll
-    for (int t = 0; t < BLOCK_N / 8; ++t)
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int key = key0 + 8 * t + 2 * t4 + e;
-          if (key >= N || (T::kCausal && key > row_base + 8 * r)) s_acc[4 * t + 2 * r + e] = NEG_INF;
-        }
-  }
-  bool max_moved = false;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float mx = NEG_INF;
-#pragma unroll
-    for (int t = 0; t < BLOCK_N / 8; ++t) mx = fmaxf(mx, fmaxf(s_acc[4 * t + 2 * r], s_acc[4 * t + 2 * r + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the 4 threads of a row
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m_i[r], mx * scale_log2);
-    // A row with every key masked so far has m_new = −inf: subtract 0 instead (P = 0, no NaN).
-    const float m_use = m_new == NEG_INF ? 0.f : m_new;
-    alpha[r] = ex2(m_i[r] - m_use);
-    max_moved |= m_new != m_i[r];
-    m_i[r] = m_new;
-    float sum = 0.f;
-#pragma unroll
-    for (int t = 0; t < BLOCK_N / 8; ++t)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float pv = ex2(fmaf(s_acc[4 * t + 2 * r + e], scale_log2, -m_use));
-        s_acc[4 * t + 2 * r + e] = pv;
-        sum += pv;
-      }
-    l_i[r] = l_i[r] * alpha[r] + sum;
-  }
-  return max_moved;
+__device__ __forceinline__ void issue_pv_ws(float (&o)[T::kHeadDim / 2], const uint32_t (&pa)[T::BLOCK_N / 16][4],
+                                            uint32_t sV) {
+  issue_pv<T>(o, pa, sV, T::BLOCK_N * 128, 1024);
 }
 
 /// P_ij → 16-bit A fragments `pa`, then O_i = diag(alpha) O_i if any row of the warp moved its
@@ -244,63 +204,35 @@ __device__ __forceinline__ bool softmax_p(float (&s_acc)[T::BLOCK_N / 2], float 
 template <class T>
 __device__ __forceinline__ void pack_rescale(const float (&s_acc)[T::BLOCK_N / 2], uint32_t (&pa)[T::BLOCK_N / 16][4],
                                              float (&o)[T::kHeadDim / 2], const float (&alpha)[2], bool max_moved) {
-  constexpr int BLOCK_N = T::BLOCK_N;
-  // k-step kk of P·V = keys 16kk .. 16kk+15 = accumulator n-tiles 2kk, 2kk+1 (register-A layout of
-  // m64nNk16 = the accumulator layout of m64nN: no shuffles).
-#pragma unroll
-  for (int kk = 0; kk < BLOCK_N / 16; ++kk)
-#pragma unroll
-    for (int q = 0; q < 4; ++q) pa[kk][q] = pack2<T::kBf16>(s_acc[8 * kk + 2 * q], s_acc[8 * kk + 2 * q + 1]);
-  if (__any_sync(0xffffffffu, max_moved)) {
-#pragma unroll
-    for (int t = 0; t < T::kHeadDim / 8; ++t)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        o[4 * t + 2 * r] *= alpha[r];
-        o[4 * t + 2 * r + 1] *= alpha[r];
-      }
-  }
+  pack_p<T>(s_acc, pa);
+  if (__any_sync(0xffffffffu, max_moved)) rescale_o<T::kHeadDim>(o, alpha);
 }
 
-/// O_i = acc / l_i → HBM (input dtype), LSE_i = m_i + log2(l_i) (fp32, base 2).
+/// The softmax of this kernel: online_softmax with T's share of FMA-pipe exponentials.
 template <class T>
-__device__ __forceinline__ void store_o_lse(const Problem& p, uint16_t* __restrict__ O, float* __restrict__ LSE,
-                                            const float (&o)[T::kHeadDim / 2], const float (&m_i)[2],
-                                            const float (&l_i)[2], int b, int h, int row_base, int t4) {
-  const std::size_t base = p.head_offset(b, h), stat = p.stat_offset(b, h);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = l_i[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv_l = l > 0.f ? 1.f / l : 0.f;
-    const int row = row_base + 8 * r;
-    if (row < p.seq) {
-      uint16_t* out = O + base + std::size_t(row) * p.row_stride() + 2 * t4;
-#pragma unroll
-      for (int t = 0; t < T::kHeadDim / 8; ++t)
-        *reinterpret_cast<uint32_t*>(out + 8 * t) =
-            pack2<T::kBf16>(o[4 * t + 2 * r] * inv_l, o[4 * t + 2 * r + 1] * inv_l);
-      if (t4 == 0) LSE[stat + row] = l > 0.f ? m_i[r] + log2f(l) : -INFINITY;
-    }
-  }
+__device__ __forceinline__ bool softmax_p(float (&s_acc)[T::BLOCK_N / 2], float (&m_i)[2], float (&l_i)[2],
+                                          float (&alpha)[2], int key0, int N, int row_base, bool need_mask, int t4,
+                                          float scale_log2) {
+  return online_softmax<T, T::kFmaExp>(s_acc, m_i, l_i, alpha, key0, N, row_base, need_mask, t4, scale_log2);
 }
 
-/// One consumer warpgroup `cw` (0 or 1) on one tile: its 64 rows of Q_i against every key tile.
-/// Turn k of warpgroup 0 follows turn k − 1 of warpgroup 1 and vice versa (named barriers), across
-/// tiles too. `it` (in/out) counts the key tiles of the block's work list, as the producer does;
-/// `k` is the tile's place in that list (phase of q_full), `more` whether another tile follows.
+/// One consumer warpgroup `cw` (0 .. kConsumers − 1) on one tile: its 64 rows of Q_i against every
+/// key tile. Turn k of warpgroup c follows turn k of warpgroup c − 1 (and warpgroup 0's follows the
+/// last one's turn k − 1): named barriers, across tiles too. `it` (in/out) counts the key tiles of
+/// the block's work list, as the producer does; `k` is the tile's place in that list (phase of
+/// q_full), `more` whether another tile follows.
 template <class T>
 __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __restrict__ O, float* __restrict__ LSE,
                              int cw, const WsTile& w, int& it, int k, bool more) {
-  constexpr int D = T::kHeadDim, BLOCK_N = T::BLOCK_N, S = T::kStages;
+  constexpr int D = T::kHeadDim, BLOCK_N = T::BLOCK_N, S = T::kStages, kTurnThreads = 256;
   constexpr float NEG_INF = -INFINITY;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t4 = lane % 4;
   const int row_base = w.q0 + 64 * cw + 16 * warp + lane / 4;  // this thread's rows: row_base, row_base + 8
   const int wg_row0 = w.q0 + 64 * cw, N = p.seq, n_tiles = w.n_tiles;
   const float scale_log2 = p.scale_log2;
   const uint32_t sQ_wg = sm.q() + uint32_t(cw) * 64 * 128;  // this warpgroup's 64 rows (8 swizzle periods)
-  const int my_turn = kTurnBarrier + cw, other_turn = kTurnBarrier + (cw ^ 1);
+  const int my_turn = kTurnBarrier + cw;
+  const int next_turn = kTurnBarrier + (T::kConsumers == 2 ? cw ^ 1 : (cw + 1) % T::kConsumers);
   auto need_mask = [&](int j) { return (j + 1) * BLOCK_N > N || (T::kCausal && (j + 1) * BLOCK_N - 1 > wg_row0); };
   auto phase = [&](int j) { return uint32_t((it + j) / S) & 1u; };  // key tile j of this tile
   auto stage = [&](int j) { return (it + j) % S; };
@@ -314,51 +246,62 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   mbar_wait(sm.q_full(), uint32_t(k) & 1u);
   // Tile 0: S only.
   mbar_wait(sm.k_full(stage(0)), phase(0));
-  named_bar_sync(my_turn, 256);
+  named_bar_sync(my_turn, kTurnThreads);
   wg_fence();
   issue_qk<T>(s_acc, sQ_wg, sm.k(stage(0)));
   wg_commit();
-  named_bar_arrive(other_turn, 256);
+  named_bar_arrive(next_turn, kTurnThreads);
   wg_wait<0>();
   reg_fence(s_acc);
   float alpha[2];
   bool moved = softmax_p<T>(s_acc, m_i, l_i, alpha, 0, N, row_base, need_mask(0), t4, scale_log2);
   pack_rescale<T>(s_acc, pa, o, alpha, moved);
-  // Tile j: S_ij with P_i(j−1)·V_(j−1) in one turn; the softmax of tile j overlaps the other's turn.
+  // Tile j: S_ij with P_i(j−1)·V_(j−1) in one turn; the softmax of tile j overlaps the other
+  // warpgroups' turns (and with kOverlap this warpgroup's own P·V too).
   for (int j = 1; j < n_tiles; ++j) {
     const int s = stage(j), sp = stage(j - 1);
     mbar_wait(sm.k_full(s), phase(j));
     mbar_wait(sm.v_full(sp), phase(j - 1));
-    named_bar_sync(my_turn, 256);
+    named_bar_sync(my_turn, kTurnThreads);
     wg_fence();  // s_acc, o, pa last written by ordinary instructions
     reg_fence(s_acc);
     reg_fence(o);
     reg_fence_u(pa);
     issue_qk<T>(s_acc, sQ_wg, sm.k(s));
     wg_commit();
-    issue_pv<T>(o, pa, sm.v(sp));
+    issue_pv_ws<T>(o, pa, sm.v(sp));
     wg_commit();
-    named_bar_arrive(other_turn, 256);
-    wg_wait<0>();
-    reg_fence(s_acc);
-    reg_fence(o);
-    reg_fence_u(pa);
-    if (lane == 0) mbar_arrive(sm.empty(sp));  // this warp is done with K_(j−1), V_(j−1)
-    moved = softmax_p<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
+    named_bar_arrive(next_turn, kTurnThreads);
+    if constexpr (T::kOverlap) {
+      wg_wait<1>();  // S_ij done; P_i(j−1)·V_(j−1) may still run: O_i and pa stay untouched
+      reg_fence(s_acc);
+      moved = softmax_p<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
+      wg_wait<0>();
+      reg_fence(o);
+      reg_fence_u(pa);
+      if (lane == 0) mbar_arrive(sm.empty(sp));  // this warp is done with K_(j−1), V_(j−1)
+    } else {
+      wg_wait<0>();
+      reg_fence(s_acc);
+      reg_fence(o);
+      reg_fence_u(pa);
+      if (lane == 0) mbar_arrive(sm.empty(sp));  // this warp is done with K_(j−1), V_(j−1)
+      moved = softmax_p<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
+    }
     pack_rescale<T>(s_acc, pa, o, alpha, moved);
   }
   // Every S_ij finished: Q_i may be overwritten by the next tile's.
   if (lane == 0) mbar_arrive(sm.q_empty());
-  // Last P·V: one more turn; warpgroup 1 owes no arrival when it is the block's last turn.
+  // Last P·V: one more turn; the last warpgroup owes no arrival when it is the block's last turn.
   const int last = n_tiles - 1;
   mbar_wait(sm.v_full(stage(last)), phase(last));
-  named_bar_sync(my_turn, 256);
+  named_bar_sync(my_turn, kTurnThreads);
   wg_fence();
   reg_fence(o);
   reg_fence_u(pa);
-  issue_pv<T>(o, pa, sm.v(stage(last)));
+  issue_pv_ws<T>(o, pa, sm.v(stage(last)));
   wg_commit();
-  if (cw == 0 || more) named_bar_arrive(other_turn, 256);
+  if (cw == 0 || (T::kConsumers == 3 && cw == 1) || more) named_bar_arrive(next_turn, kTurnThreads);
   wg_wait<0>();
   reg_fence(o);
   if (lane == 0) mbar_arrive(sm.empty(stage(last)));
@@ -370,7 +313,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
 template <class T>
 __device__ void consume(const Problem& p, const WsSmem<T>& sm, const WsSchedule<T>& sched, uint16_t* __restrict__ O,
                         float* __restrict__ LSE, int cw) {
-  if (cw == 1) named_bar_arrive(kTurnBarrier, 256);  // warpgroup 0 takes the first turn
+  if (cw == T::kConsumers - 1) named_bar_arrive(kTurnBarrier, 256);  // warpgroup 0 takes the first turn
   WsTile w, next;
   int it = 0;
   bool have = sched.at(0, w);
@@ -420,10 +363,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #endif
 }
 
-template <int D, bool kBf16, bool kCausal>
+template <class T>
 void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
                    cudaStream_t stream) {
-  using T = WsTraits<D, kBf16, kCausal>;
   auto kernel = &ws_fwd_kernel<T>;
   static const bool opted_in = [&] {  // > 48 KiB of dynamic SRAM, once per instantiation
     set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "ws_fwd_kernel", p);
@@ -446,11 +388,45 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
   if (err != cudaSuccess) throw_cuda_error(err, "launch of ws_fwd_kernel", __FILE__, __LINE__);
 }
 
+// A/B switch for measurement runs: FLASHLAB_WS_VARIANT picks a bf16 configuration.
+template <int D, bool kCausal>
+void launch_ws_variant(int v, const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                       cudaStream_t stream) {
+  switch (v) {
+    case 1: return launch_ws_one<WsTraits<D, true, kCausal, 2, 3, true, 0>>(p, Q, K, V, O, LSE, stream);
+    case 2: return launch_ws_one<WsTraits<D, true, kCausal, 2, 3, false, 4>>(p, Q, K, V, O, LSE, stream);
+    case 3: return launch_ws_one<WsTraits<D, true, kCausal, 2, 3, false, 8>>(p, Q, K, V, O, LSE, stream);
+    case 4: return launch_ws_one<WsTraits<D, true, kCausal, 2, 3, true, 4>>(p, Q, K, V, O, LSE, stream);
+    default: break;
+  }
+  if constexpr (D == 64) {
+    switch (v) {
+      case 5: return launch_ws_one<WsTraits<D, true, kCausal, 3, 3, false, 0>>(p, Q, K, V, O, LSE, stream);
+      case 6: return launch_ws_one<WsTraits<D, true, kCausal, 3, 3, true, 0>>(p, Q, K, V, O, LSE, stream);
+      case 7: return launch_ws_one<WsTraits<D, true, kCausal, 3, 3, false, 4>>(p, Q, K, V, O, LSE, stream);
+      case 8: return launch_ws_one<WsTraits<D, true, kCausal, 2, 4, false, 0>>(p, Q, K, V, O, LSE, stream);
+      case 9: return launch_ws_one<WsTraits<D, true, kCausal, 3, 2, false, 0>>(p, Q, K, V, O, LSE, stream);
+      case 10: return launch_ws_one<WsTraits<D, true, kCausal, 3, 4, true, 4>>(p, Q, K, V, O, LSE, stream);
+      default: break;
+    }
+  }
+  launch_ws_one<WsTraits<D, true, kCausal>>(p, Q, K, V, O, LSE, stream);
+}
+
 template <int D, bool kBf16>
 void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
                  cudaStream_t stream) {
-  if (p.causal) launch_ws_one<D, kBf16, true>(p, Q, K, V, O, LSE, stream);
-  else launch_ws_one<D, kBf16, false>(p, Q, K, V, O, LSE, stream);
+  static const int variant = [] {
+    const char* e = std::getenv("FLASHLAB_WS_VARIANT");
+    return e ? std::atoi(e) : 0;
+  }();
+  if (kBf16 && variant != 0) {
+    if (p.causal) launch_ws_variant<D, true>(variant, p, Q, K, V, O, LSE, stream);
+    else launch_ws_variant<D, false>(variant, p, Q, K, V, O, LSE, stream);
+    return;
+  }
+  if (p.causal) launch_ws_one<WsTraits<D, kBf16, true>>(p, Q, K, V, O, LSE, stream);
+  else launch_ws_one<WsTraits<D, kBf16, false>>(p, Q, K, V, O, LSE, stream);
 }
 
 /// cuTensorMapEncodeTiled, looked up once through the runtime's driver entry point.
