@@ -372,7 +372,9 @@ std::string readme_fast_table(const std::string& root) {
 // ---- Hopper forwards (tma-ws beside wgmma and SDPA) ----------------------------------------
 
 /// The run of fwd_tma_ws.csv with the most `tma-ws` rows (the full sweep; a tie goes to the newer);
-/// with `need_wgmma`, only among runs that also timed the wgmma forward (the table beside it).
+/// with `need_wgmma`, only among runs that also timed the wgmma forward (the table beside it), and
+/// a tie goes to the older: the first full sweep, the one the TMA rung of docs/optimisation.md
+/// reports (later sweeps beside wgmma belong to later rungs).
 std::string tma_ws_sweep_run(const Csv& csv, bool need_wgmma) {
   std::map<std::string, int> count;
   std::set<std::string> with_wgmma;
@@ -382,7 +384,7 @@ std::string tma_ws_sweep_run(const Csv& csv, bool need_wgmma) {
     if (r.str("kernel") == "tma-ws" && (!need_wgmma || with_wgmma.count(r.str("date")))) ++count[r.str("date")];
   std::string best;
   for (const auto& [date, n] : count)
-    if (best.empty() || n >= count[best]) best = date;
+    if (best.empty() || n > count[best] || (n == count[best] && !need_wgmma)) best = date;
   if (best.empty()) throw InputError(csv.path + ": no rows of kernel 'tma-ws'");
   return best;
 }

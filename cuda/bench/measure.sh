@@ -8,7 +8,8 @@
 #                                        (and columns) of cuda/results/; runs anywhere (bash + awk)
 #   measure.sh hopper [BIN_DIR] [OUT_DIR] the Hopper forwards only (about a minute): the tma-ws
 #                                        tests and sanitizers, tma-ws and wgmma sweeps beside SDPA,
-#                                        one ncu profile of each at the headline shape; tabulated
+#                                        one ncu profile of each at the headline shape (and of
+#                                        tma-ws at d = 64); tabulated
 #   measure.sh hopper-bwd [BIN_DIR] [OUT_DIR] the Hopper backward (about four minutes): the
 #                                        wgmma-ws tests and sanitizers, its sweep beside SDPA, the
 #                                        mma.sync atomic kernel and the deterministic variant at
@@ -127,10 +128,14 @@ run_hopper() {
   cp "$logs/sdpa_tmaws.csv" "$logs/sdpa_wgmma.csv"  # the same shapes, timed once in this run
   local metrics=gpu__time_duration.sum,launch__registers_per_thread,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active
   metrics+=,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed
+  metrics+=,sm__inst_issued.avg.pct_of_peak_sustained_active
   for k in tma-ws wgmma; do
     step "$logs/ncu_$k.csv" ncu --csv --kernel-name regex:fwd_kernel --launch-skip 2 --launch-count 1 --metrics "$metrics" \
       "$bin/flashlab" bench attention --pass fwd --seq 8192 --dim 128 --no-causal --reps 20 --warmup 2 --fwd-kernel "$k"
   done
+  step "$logs/ncu_tma-ws_d64.csv" ncu --csv --kernel-name regex:fwd_kernel --launch-skip 2 --launch-count 1 \
+    --metrics "$metrics" "$bin/flashlab" bench attention --pass fwd --seq 8192 --dim 64 --no-causal --reps 20 --warmup 2 \
+    --fwd-kernel tma-ws
   tabulate "$out" >/dev/null || status=1
   tar czf "$out/measure.tgz" -C "$out" logs csv
   echo "measure hopper: status $status"

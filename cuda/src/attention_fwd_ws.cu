@@ -4,18 +4,20 @@
 // (cuda/CMakeLists.txt, object library flashlab_cuda_wgmma) when the architectures include 90.
 //
 // The algorithm, names and numerics are those of attention_fwd_wgmma.cu (FA2 loop order, query
-// tiles Q_i of Br = BLOCK_M = 128, key tiles K_j, V_j of Bc = BLOCK_N = 128, online softmax in base
-// 2, deferred 1/l_i, LSE_i = m_i + log2(l_i)); what changes is who moves the data, how the two
-// warpgroups of a block share the tensor cores, and how blocks find their work:
+// tiles Q_i of Br = BLOCK_M rows, key tiles K_j, V_j of Bc = BLOCK_N = 128, online softmax in base
+// 2, deferred 1/l_i, LSE_i = m_i + log2(l_i); one step's pieces are shared: wgmma_fwd_step.cuh);
+// what changes is who moves the data, how the warpgroups of a block share the tensor cores, and
+// how blocks find their work:
 //   - One block per SM, each walking a list of (query tile, head) units (WsSchedule): while the
 //     consumers finish one unit's last P·V and store its O_i, the producer already loads the next
 //     Q_i and K_j, V_j (the stage ring and the mbarrier phases run on across units). Causal: the
 //     units with the most key tiles come first, dealt out in a snake so the blocks even out.
-//   - A block has three warpgroups. Warpgroup 0 is the PRODUCER: it gives back most of its
+//   - A block has 1 + kConsumers warpgroups. Warpgroup 0 is the PRODUCER: it gives back most of its
 //     registers (setmaxnreg.dec to 24) and one thread issues every load as a TMA box
 //     (cp.async.bulk.tensor, hopper.cuh): Q_i once per unit, then K_j and V_j into a ring of
-//     kStages = 3 stages. Warpgroups 1 and 2 are the CONSUMERS (setmaxnreg.inc to 240), 64 query
-//     rows each, and never touch global memory until they store O_i.
+//     kStages = 3 stages. The other warpgroups are the CONSUMERS, 64 query rows each (two: Br = 128,
+//     setmaxnreg.inc to 240; three: Br = 192, 160), and never touch global memory until they
+//     store O_i.
 //   - Hand-off by mbarriers, one per event: q_full, q_empty (every S_ij of the unit finished, so
 //     the next Q_i may land); k_full[s] and v_full[s] (the TMA credits the bytes, so S_ij can
 //     start as soon as K_j landed while V_j is still in flight); empty[s]
@@ -25,21 +27,29 @@
 //   - TMA writes the 128-byte-swizzled layout the wgmma descriptors read (one box = 64 columns ×
 //     rows; a [rows][d] tile is d/64 boxes, each a 1024-byte-aligned block of rows·128 bytes).
 //     Rows past N arrive as zeros (no stale SRAM reaches P·V: the NaN hazard).
-//   - Ping-pong: the two consumer warpgroups take turns at ISSUING their GEMMs, enforced by two
-//     named barriers (bar.sync on one's own, bar.arrive on the other's). A turn issues S_ij =
+//   - Ping-pong: the consumer warpgroups take turns at ISSUING their GEMMs, in a ring enforced by
+//     named barriers (bar.sync on one's own, bar.arrive on the next one's). A turn issues S_ij =
 //     Q_i K_jᵀ and O_i += P_i(j−1) V_(j−1) back to back; while the tensor cores run them the other
-//     warpgroup does its softmax. So the softmax (exp2 on the SFU) of one warpgroup hides behind the
-//     GEMMs of the other, rather than both warpgroups doing softmax at the same time.
+//     warpgroups do their softmax. So the softmax (exp2 on the SFU) of one warpgroup hides behind
+//     the GEMMs of the others, rather than all warpgroups doing softmax at the same time.
+//   - Intra-warpgroup overlap (kOverlap; d = 64, and d = 128 without a causal mask): the softmax
+//     of S_ij starts once S_ij is done, while the P_i(j−1)·V_(j−1) of the same turn still runs.
+//   - Which configuration runs (launch_ws_d): d = 128, Br = 128; d = 64, Br = 192 (three
+//     consumers) when the work list gives every SM ≥ 2.5 rounds of units (causal: 5), else 128.
+//     At d = 64 a tile's GEMMs take as long as its exponentials, so one other warpgroup's GEMMs
+//     cannot hide a softmax; two can.
 //   - Lazy rescale (as the mma.sync forward): O_i = diag(alpha) O_i only when some row of the warp
 //     saw its maximum move (a warp vote; alpha = 1 exactly otherwise).
-//   - Masks only on tiles that need them (the last, ragged key tile; causal: the diagonal tile);
-//     causal units stop at the diagonal. A fully masked row gives O = 0 and LSE = −inf, never NaN.
-// Resources (ptxas, sm_90a): 168 registers at launch (384 threads, 1 block/SM), then 24 for the
-// producer and 240 for the consumers; no spills; d = 128: 230,488 B of dynamic SRAM (Q_i 32 KiB +
+//   - Masks only on tiles that need them (the last, ragged key tile; causal: the tile on a
+//     warpgroup's diagonal and, with Br = 192, the one after it); causal units stop at the
+//     diagonal of their last row. A fully masked row gives O = 0 and LSE = −inf, never NaN.
+// Resources (ptxas, sm_90a): two consumers, 168 registers at launch (384 threads, 1 block/SM),
+// then 24 for the producer and 240 for the consumers; three consumers, 128 at launch (512
+// threads), then 24 and 160; no spills; d = 128: 230,488 B of dynamic SRAM (Q_i 32 KiB +
 // 3 stages × (K_j + V_j) 192 KiB + barriers + alignment slack; the limit is 232,448), d = 64:
-// 115,800 B.
-// Measured (H100, bf16, H = 16, d = 128, N = 8192, beside SDPA): 670–676 TFLOP/s, 0.97–0.98×
-// cuDNN; the runs and the profile are in docs/optimisation.md and cuda/results/fwd_tma_ws.csv.
+// 115,800 B (Br = 128) or 123,992 B (Br = 192).
+// Measured (H100, bf16, H = 16, beside SDPA): the runs and the profiles are in
+// docs/optimisation.md (Rungs 5, 6 and 8) and cuda/results/fwd_tma_ws.csv.
 #include "common.hpp"
 #include "hopper.cuh"
 #include "launchers.hpp"
@@ -53,20 +63,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 namespace flashlab::cuda::detail {
 
 namespace {
 
-/// The tile and pipeline of one instantiation. kConsumers_ consumer warpgroups of 64 query rows
+/// The tile and pipeline of one instantiation: kConsumers_ consumer warpgroups of 64 query rows
 /// (Br = 64·kConsumers_), Bc = 128, kStages_ K/V stages; kOverlap_: the softmax of S_ij starts
 /// as soon as S_ij is done, while the P·V issued with it is still running (FlashAttention-3's
-/// intra-warpgroup overlap); kFmaExp_ > 0: every kFmaExp_-th n-tile of S takes its 2^x from
-/// the FMA pipe (wgmma_step::ex2_fma) instead of the SFU.
-template <int HEAD_DIM, bool kBf16_, bool kCausal_, int kConsumers_ = 2, int kStages_ = 3, bool kOverlap_ = false,
-          int kFmaExp_ = 0>
+/// intra-warpgroup overlap). Which one runs: launch_fast_tma_ws.
+template <int HEAD_DIM, bool kBf16_, bool kCausal_, int kConsumers_ = 2, int kStages_ = 3, bool kOverlap_ = false>
 struct WsTraits {
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr bool kBf16 = kBf16_;
@@ -80,7 +87,6 @@ struct WsTraits {
   // d = 128 they fill the SRAM (Q_i 32 KiB + 3 × 64 KiB).
   static constexpr int kStages = kStages_;
   static constexpr bool kOverlap = kOverlap_;
-  static constexpr int kFmaExp = kFmaExp_;
   static constexpr int kColBlocks = HEAD_DIM / 64;          // TMA boxes (64 columns) per tile
   // setmaxnreg: the producer keeps 24, the consumers share the rest of the 64 Ki registers.
   static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 2 ? 240 : 160;
@@ -208,14 +214,6 @@ __device__ __forceinline__ void pack_rescale(const float (&s_acc)[T::BLOCK_N / 2
   if (__any_sync(0xffffffffu, max_moved)) rescale_o<T::kHeadDim>(o, alpha);
 }
 
-/// The softmax of this kernel: online_softmax with T's share of FMA-pipe exponentials.
-template <class T>
-__device__ __forceinline__ bool softmax_p(float (&s_acc)[T::BLOCK_N / 2], float (&m_i)[2], float (&l_i)[2],
-                                          float (&alpha)[2], int key0, int N, int row_base, bool need_mask, int t4,
-                                          float scale_log2) {
-  return online_softmax<T, T::kFmaExp>(s_acc, m_i, l_i, alpha, key0, N, row_base, need_mask, t4, scale_log2);
-}
-
 /// One consumer warpgroup `cw` (0 .. kConsumers − 1) on one tile: its 64 rows of Q_i against every
 /// key tile. Turn k of warpgroup c follows turn k of warpgroup c − 1 (and warpgroup 0's follows the
 /// last one's turn k − 1): named barriers, across tiles too. `it` (in/out) counts the key tiles of
@@ -254,7 +252,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   wg_wait<0>();
   reg_fence(s_acc);
   float alpha[2];
-  bool moved = softmax_p<T>(s_acc, m_i, l_i, alpha, 0, N, row_base, need_mask(0), t4, scale_log2);
+  bool moved = online_softmax<T>(s_acc, m_i, l_i, alpha, 0, N, row_base, need_mask(0), t4, scale_log2);
   pack_rescale<T>(s_acc, pa, o, alpha, moved);
   // Tile j: S_ij with P_i(j−1)·V_(j−1) in one turn; the softmax of tile j overlaps the other
   // warpgroups' turns (and with kOverlap this warpgroup's own P·V too).
@@ -275,7 +273,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
     if constexpr (T::kOverlap) {
       wg_wait<1>();  // S_ij done; P_i(j−1)·V_(j−1) may still run: O_i and pa stay untouched
       reg_fence(s_acc);
-      moved = softmax_p<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
+      moved = online_softmax<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
       wg_wait<0>();
       reg_fence(o);
       reg_fence_u(pa);
@@ -286,7 +284,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
       reg_fence(o);
       reg_fence_u(pa);
       if (lane == 0) mbar_arrive(sm.empty(sp));  // this warp is done with K_(j−1), V_(j−1)
-      moved = softmax_p<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
+      moved = online_softmax<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
     }
     pack_rescale<T>(s_acc, pa, o, alpha, moved);
   }
@@ -363,8 +361,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #endif
 }
 
+/// Units of the work list with query tiles of `rows` rows: (query tile, head, batch) triples.
+long long ws_units(const Problem& p, int rows) {
+  return (long long)((p.seq + rows - 1) / rows) * p.heads * p.batch;
+}
+
 template <class T>
-void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
+void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
                    cudaStream_t stream) {
   auto kernel = &ws_fwd_kernel<T>;
   static const bool opted_in = [&] {  // > 48 KiB of dynamic SRAM, once per instantiation
@@ -377,56 +380,41 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
   const CUtensorMap map_v = make_head_tile_map(V, p, T::BLOCK_N);
   // One block per SM (1 block/SM fits: __launch_bounds__ and the SRAM), each walking its share of
   // the (query tile, head) list (WsSchedule); never more blocks than units.
-  const long long units = (long long)((p.seq + T::BLOCK_M - 1) / T::BLOCK_M) * p.heads * p.batch;
-  int dev = 0, sms = 0;
-  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
-  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const unsigned grid = unsigned(std::min<long long>(units, sms));
+  const unsigned grid = unsigned(std::min<long long>(ws_units(p, T::BLOCK_M), sms));
   announce("ws_fwd_kernel");
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, p, static_cast<uint16_t*>(O), LSE);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw_cuda_error(err, "launch of ws_fwd_kernel", __FILE__, __LINE__);
 }
 
-// A/B switch for measurement runs: FLASHLAB_WS_VARIANT picks a bf16 configuration.
-template <int D, bool kCausal>
-void launch_ws_variant(int v, const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
-                       cudaStream_t stream) {
-  switch (v) {
-    case 1: return launch_ws_one<WsTraits<D, true, kCausal, 2, 3, true, 0>>(p, Q, K, V, O, LSE, stream);
-    case 2: return launch_ws_one<WsTraits<D, true, kCausal, 2, 3, false, 4>>(p, Q, K, V, O, LSE, stream);
-    case 3: return launch_ws_one<WsTraits<D, true, kCausal, 2, 3, false, 8>>(p, Q, K, V, O, LSE, stream);
-    case 4: return launch_ws_one<WsTraits<D, true, kCausal, 2, 3, true, 4>>(p, Q, K, V, O, LSE, stream);
-    default: break;
-  }
-  if constexpr (D == 64) {
-    switch (v) {
-      case 5: return launch_ws_one<WsTraits<D, true, kCausal, 3, 3, false, 0>>(p, Q, K, V, O, LSE, stream);
-      case 6: return launch_ws_one<WsTraits<D, true, kCausal, 3, 3, true, 0>>(p, Q, K, V, O, LSE, stream);
-      case 7: return launch_ws_one<WsTraits<D, true, kCausal, 3, 3, false, 4>>(p, Q, K, V, O, LSE, stream);
-      case 8: return launch_ws_one<WsTraits<D, true, kCausal, 2, 4, false, 0>>(p, Q, K, V, O, LSE, stream);
-      case 9: return launch_ws_one<WsTraits<D, true, kCausal, 3, 2, false, 0>>(p, Q, K, V, O, LSE, stream);
-      case 10: return launch_ws_one<WsTraits<D, true, kCausal, 3, 4, true, 4>>(p, Q, K, V, O, LSE, stream);
-      default: break;
-    }
-  }
-  launch_ws_one<WsTraits<D, true, kCausal>>(p, Q, K, V, O, LSE, stream);
+/// d = 64: three consumer warpgroups (Br = 192) once the work list gives every SM at least 2.5
+/// rounds of units (causal units count half: on average they have half the key tiles); shorter
+/// lists keep Br = 128, whose finer units spread better over the SMs. Measured on the H100
+/// (H = 16, docs/optimisation.md, Rung 8): Br = 192 +6 % at N = 4096 non-causal, +8–16 % at
+/// N ≥ 8192; Br = 128 ahead by 4–18 % at N ≤ 2048, and causal at 4096.
+bool ws_three_consumers(const Problem& p, int sms) {
+  return double(ws_units(p, 192)) >= (p.causal ? 5.0 : 2.5) * sms;
 }
 
+/// The configuration per head dim: d = 64, two or three consumer warpgroups (ws_three_consumers),
+/// both with the intra-warpgroup overlap; d = 128, two consumer warpgroups, the overlap only
+/// without a causal mask (measured +0.5–1.3 % non-causal, mixed causal).
 template <int D, bool kBf16>
-void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
+void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
                  cudaStream_t stream) {
-  static const int variant = [] {
-    const char* e = std::getenv("FLASHLAB_WS_VARIANT");
-    return e ? std::atoi(e) : 0;
-  }();
-  if (kBf16 && variant != 0) {
-    if (p.causal) launch_ws_variant<D, true>(variant, p, Q, K, V, O, LSE, stream);
-    else launch_ws_variant<D, false>(variant, p, Q, K, V, O, LSE, stream);
-    return;
+  if constexpr (D == 64) {
+    const bool three = ws_three_consumers(p, sms);
+    if (p.causal) {
+      if (three) launch_ws_one<WsTraits<64, kBf16, true, 3, 3, true>>(p, Q, K, V, O, LSE, sms, stream);
+      else launch_ws_one<WsTraits<64, kBf16, true, 2, 3, true>>(p, Q, K, V, O, LSE, sms, stream);
+    } else {
+      if (three) launch_ws_one<WsTraits<64, kBf16, false, 3, 3, true>>(p, Q, K, V, O, LSE, sms, stream);
+      else launch_ws_one<WsTraits<64, kBf16, false, 2, 3, true>>(p, Q, K, V, O, LSE, sms, stream);
+    }
+  } else {
+    if (p.causal) launch_ws_one<WsTraits<D, kBf16, true, 2, 3, false>>(p, Q, K, V, O, LSE, sms, stream);
+    else launch_ws_one<WsTraits<D, kBf16, false, 2, 3, true>>(p, Q, K, V, O, LSE, sms, stream);
   }
-  if (p.causal) launch_ws_one<WsTraits<D, kBf16, true>>(p, Q, K, V, O, LSE, stream);
-  else launch_ws_one<WsTraits<D, kBf16, false>>(p, Q, K, V, O, LSE, stream);
 }
 
 /// cuTensorMapEncodeTiled, looked up once through the runtime's driver entry point.
@@ -475,15 +463,18 @@ CUtensorMap make_head_tile_map(const void* base, const Problem& p, int box_rows)
 /// The launcher of launchers.hpp (errors thrown as CudaError).
 void launch_fast_tma_ws(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
                         cudaStream_t stream) {
-  using Headline = WsTraits<128, true, false>;
+  using Headline = WsTraits<128, true, false, 2, 3, true>;
   static_assert(kTmaWsBlockM == Headline::BLOCK_M && kTmaWsBlockN == Headline::BLOCK_N,
                 "launchers.hpp reports the tiles of this file");
+  int dev = 0, sms = 0;
+  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
+  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   if (p.head_dim == 64) {
-    if (bf16) launch_ws_d<64, true>(p, Q, K, V, O, LSE, stream);
-    else launch_ws_d<64, false>(p, Q, K, V, O, LSE, stream);
+    if (bf16) launch_ws_d<64, true>(p, Q, K, V, O, LSE, sms, stream);
+    else launch_ws_d<64, false>(p, Q, K, V, O, LSE, sms, stream);
   } else if (p.head_dim == 128) {
-    if (bf16) launch_ws_d<128, true>(p, Q, K, V, O, LSE, stream);
-    else launch_ws_d<128, false>(p, Q, K, V, O, LSE, stream);
+    if (bf16) launch_ws_d<128, true>(p, Q, K, V, O, LSE, sms, stream);
+    else launch_ws_d<128, false>(p, Q, K, V, O, LSE, sms, stream);
   } else {
     throw_cuda_error(cudaErrorInvalidValue, "tma-ws forward: HEAD_DIM must be 64 or 128", __FILE__, __LINE__);
   }

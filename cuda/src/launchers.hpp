@@ -37,8 +37,9 @@ constexpr int kWgmmaBlockM = 128, kWgmmaBlockN = 128;
 void launch_fast_wgmma(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
                        cudaStream_t stream);
 
-// attention_fwd_ws.cu (sm_90a, same condition) — TMA loads, a producer warpgroup, two ping-pong
-// consumer warpgroups on wgmma. Tiles: BLOCK_M = Br = 128, BLOCK_N = Bc = 128.
+// attention_fwd_ws.cu (sm_90a, same condition) — TMA loads, a producer warpgroup, ping-pong
+// consumer warpgroups on wgmma. Tiles: BLOCK_M = Br = 128, BLOCK_N = Bc = 128; at d = 64 on long
+// work lists Br = 192 (three consumer warpgroups; the rule: ws_three_consumers there).
 constexpr int kTmaWsBlockM = 128, kTmaWsBlockN = 128;
 void launch_fast_tma_ws(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
                         cudaStream_t stream);

@@ -43,33 +43,6 @@ __device__ __forceinline__ void issue_pv(float (&o)[T::kHeadDim / 2], const uint
     wgmma_rs<T::kBf16, T::kHeadDim>(o, pa[kk], smem_desc(sV + uint32_t(kk) * 16 * 128, v_lbo, v_sbo), 1);
 }
 
-/// 2^x on the FMA pipe, for the share of the softmax's exponentials taken off the SFU: x = j + f
-/// with j = round(x) and f ∈ [−0.5, 0.5], 2^f by a cubic (relative error ≤ 7.5·10⁻⁵, far below
-/// the 2⁻⁹ of the 16-bit P it feeds), 2^j added to the exponent bits. x is clamped at −126 (the
-/// result stays a float: never exactly 0, so callers use it only where no key is masked); max.NaN
-/// keeps a NaN a NaN up to the bit trick, and the caller's row maximum is NaN then too.
-__device__ __forceinline__ float ex2_fma(float x) {
-#if FLASHLAB_WGMMA_OK
-  asm("max.NaN.f32 %0, %0, 0fC2FC0000;\n" : "+f"(x));  // −126
-#endif
-  constexpr float kRound = 12582912.f;  // 1.5·2²³: x + kRound holds round(x) in its low mantissa bits
-  const float t = __fadd_rn(x, kRound);
-  const float f = __fsub_rn(x, __fsub_rn(t, kRound));
-  const float p = fmaf(fmaf(fmaf(0.05517168f, f, 0.24261115f), f, 0.69326097f), f, 0.99992806f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-}
-
-/// max that returns NaN when either operand is (fmaxf returns the other one).
-__device__ __forceinline__ float fmax_nan(float a, float b) {
-#if FLASHLAB_WGMMA_OK
-  float y;
-  asm("max.NaN.f32 %0, %1, %2;\n" : "=f"(y) : "f"(a), "f"(b));
-  return y;
-#else
-  return fmaxf(a, b);
-#endif
-}
-
 /// Masks (keys ≥ N, causal key > row) on this thread's two rows of S_ij: −inf.
 template <class T>
 __device__ __forceinline__ void mask_scores(float (&s_acc)[T::BLOCK_N / 2], int key0, int N, int row_base, int t4) {
@@ -88,31 +61,26 @@ __device__ __forceinline__ void mask_scores(float (&s_acc)[T::BLOCK_N / 2], int 
 /// m_new = max(m_i, rowmax(S)·scale·log2 e), P = 2^(S·scale·log2 e − m_new) in place of S (fp32,
 /// scale folded into one FMA), l_i = alpha·l_i + rowsum(P), alpha = 2^(m_old − m_new) per row.
 /// Returns whether some row of this thread moved its maximum (alpha ≠ 1); touches neither O_i nor
-/// the P fragments. kFmaExpPeriod > 0: on tiles without masks, the n-tiles t with
-/// t % kFmaExpPeriod == kFmaExpPeriod − 1 take 2^x from ex2_fma instead of the SFU, and the row
-/// maximum propagates NaN (so a NaN score still makes the row NaN).
-template <class T, int kFmaExpPeriod = 0>
+/// the P fragments.
+template <class T>
 __device__ __forceinline__ bool online_softmax(float (&s_acc)[T::BLOCK_N / 2], float (&m_i)[2], float (&l_i)[2],
                                                float (&alpha)[2], int key0, int N, int row_base, bool need_mask,
                                                int t4, float scale_log2) {
   constexpr float NEG_INF = -INFINITY;
   constexpr int BLOCK_N = T::BLOCK_N;
   if (need_mask) mask_scores<T>(s_acc, key0, N, row_base, t4);
-  const bool fma_exp = kFmaExpPeriod > 0 && !need_mask;
   bool max_moved = false;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    // kFmaExpPeriod > 0: NaN-propagating maxima all the way (ex2_fma turns a NaN into a number).
-    auto row_max = [](float a, float b) { return kFmaExpPeriod > 0 ? fmax_nan(a, b) : fmaxf(a, b); };
     float mx = NEG_INF;
 #pragma unroll
-    for (int t = 0; t < BLOCK_N / 8; ++t) mx = row_max(mx, row_max(s_acc[4 * t + 2 * r], s_acc[4 * t + 2 * r + 1]));
-    mx = row_max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the 4 threads of a row
-    mx = row_max(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = row_max(m_i[r], mx * scale_log2);
+    for (int t = 0; t < BLOCK_N / 8; ++t) mx = fmaxf(mx, fmaxf(s_acc[4 * t + 2 * r], s_acc[4 * t + 2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the 4 threads of a row
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m_i[r], mx * scale_log2);
     // A row with every key masked so far has m_new = −inf: subtract 0 instead (P = 0, no NaN).
-    const float m_use = m_new == NEG_INF ? 0.f : m_new;
-    alpha[r] = ex2(m_i[r] - m_use);
+    const float m_ref = m_new == NEG_INF ? 0.f : m_new;
+    alpha[r] = ex2(m_i[r] - m_ref);
     max_moved |= m_new != m_i[r];
     m_i[r] = m_new;
     float sum = 0.f;
@@ -120,9 +88,7 @@ __device__ __forceinline__ bool online_softmax(float (&s_acc)[T::BLOCK_N / 2], f
     for (int t = 0; t < BLOCK_N / 8; ++t)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float x = fmaf(s_acc[4 * t + 2 * r + e], scale_log2, -m_use);
-        const bool on_fma = kFmaExpPeriod > 0 && t % (kFmaExpPeriod > 0 ? kFmaExpPeriod : 1) == kFmaExpPeriod - 1;
-        const float pv = on_fma && fma_exp ? ex2_fma(x) : ex2(x);
+        const float pv = ex2(fmaf(s_acc[4 * t + 2 * r + e], scale_log2, -m_ref));
         s_acc[4 * t + 2 * r + e] = pv;
         sum += pv;
       }

@@ -186,7 +186,8 @@ TEST_CASE("wgmma forward, N = 1000 and 4096", "[fast][fast-wgmma][fast-large]") 
   report("wgmma large");
 }
 
-// The TMA + warp-specialised forward (cuda/src/attention_fwd_ws.cu, sm_90a; Br = Bc = 128): the
+// The TMA + warp-specialised forward (cuda/src/attention_fwd_ws.cu, sm_90a; Bc = 128, Br = 128, or
+// 192 at d = 64 on long work lists): the
 // same shapes as the wgmma ones, plus N = 80 (one ragged tile), 300 (three tiles: the stage ring
 // wraps) and 4096 / 1000 with batch > 1 (many blocks, both pipeline phases).
 constexpr fc::FastForwardKernel kTmaWs = fc::FastForwardKernel::tma_ws;
@@ -203,6 +204,10 @@ TEST_CASE("tma-ws forward, small shapes, equals the float64 reference", "[fast][
   for (int d : {64, 128})
     for (bool causal : {false, true}) check_fast({1, 300, 2, d, causal, kBf16, 19.0, kTmaWs});  // k-ramp: late rescales
   check_fast({1, 300, 2, 128, false, kFp16, 19.0, kTmaWs});
+  // Lengths around 192 and 384 (the query tile of the three-warpgroup configuration; with 2 heads
+  // the work list is short, so these run Br = 128: 1½ and 3 tiles).
+  for (int seq : {191, 192, 193, 385})
+    for (bool causal : {false, true}) check_fast({1, seq, 2, 64, causal, kBf16, 0.0, kTmaWs});
   report("tma-ws small");
 }
 
@@ -218,6 +223,19 @@ TEST_CASE("tma-ws forward, more query tiles than SMs, equals the float64 referen
   }
   check_fast({1, 1, 300, 128, true, kFp16, 0.0, kTmaWs});  // N = 1: 300 one-row units
   report("tma-ws many tiles");
+}
+
+// d = 64 takes three consumer warpgroups (Br = 192) once the work list gives every SM 2.5 rounds
+// of units (5 when causal; attention_fwd_ws.cu, ws_three_consumers): 2 query tiles × 400 heads =
+// 800 units is past both bars on a GPU of up to 160 SMs. N = 193: one full tile, then one row.
+TEST_CASE("tma-ws forward, d = 64 with Br = 192, equals the float64 reference", "[fast][fast-ws][fast-sanitize]") {
+  if (!wgmma_in_build()) return;
+  // Causal: warpgroup 0 (rows 0..63) meets key tile 1 (keys 128..192) masked for all its rows.
+  for (bool causal : {false, true}) check_fast({1, 193, 400, 64, causal, kBf16, 0.0, kTmaWs});
+  check_fast({1, 193, 400, 64, true, kBf16, 19.0, kTmaWs});  // late rescales
+  check_fast({2, 193, 200, 64, true, kFp16, 0.0, kTmaWs});   // fp16, batch 2
+  check_fast({1, 1, 800, 64, false, kBf16, 0.0, kTmaWs});  // N = 1: 800 one-row units
+  report("tma-ws Br 192");
 }
 
 TEST_CASE("tma-ws forward, N = 1000 and 4096", "[fast][fast-ws][fast-large]") {
