@@ -72,7 +72,7 @@ namespace {
 /// The tile and pipeline of one instantiation: kConsumers_ consumer warpgroups of 64 query rows
 /// (Br = 64·kConsumers_), Bc = 128, kStages_ K/V stages; kOverlap_: the softmax of S_ij starts
 /// as soon as S_ij is done, while the P·V issued with it is still running (FlashAttention-3's
-/// intra-warpgroup overlap). Which one runs: launch_fast_tma_ws.
+/// intra-warpgroup overlap). Which one runs: launch_ws_d.
 template <int HEAD_DIM, bool kBf16_, bool kCausal_, int kConsumers_ = 2, int kStages_ = 3, bool kOverlap_ = false>
 struct WsTraits {
   static constexpr int kHeadDim = HEAD_DIM;
@@ -299,6 +299,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   reg_fence_u(pa);
   issue_pv_ws<T>(o, pa, sm.v(stage(last)));
   wg_commit();
+  // (cw < kConsumers − 1, spelled so that two consumers compile to the measured code)
   if (cw == 0 || (T::kConsumers == 3 && cw == 1) || more) named_bar_arrive(next_turn, kTurnThreads);
   wg_wait<0>();
   reg_fence(o);
