@@ -71,8 +71,12 @@ struct MtaBenchRow {
   MtaBenchKernel kernel = MtaBenchKernel::fast;  ///< kernel family
   MtaBenchPass pass = MtaBenchPass::fwd;         ///< pass
   ref::Dtype dtype = ref::Dtype::bf16;  ///< storage type actually timed (fp32 for the clear kernels)
-  int cq = 1, ck = 1;                   ///< kernel size
-  int head_dim = 0, seq = 0, heads = 0, batch = 0;  ///< d, N, H, B
+  int cq = 1;        ///< kernel rows
+  int ck = 1;        ///< kernel columns
+  int head_dim = 0;  ///< d
+  int seq = 0;       ///< N
+  int heads = 0;     ///< H
+  int batch = 0;     ///< B
   int reps = 0;            ///< timed launches behind the statistics
   double median_ms = 0.0;  ///< median launch time, milliseconds
   double min_ms = 0.0;     ///< fastest launch, milliseconds
