@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include "gpu_test_util.hpp"
+#include "mta_test_util.hpp"
 #include "flashlab/cuda/mta.hpp"
 #include "flashlab/reference/attention.hpp"
 #include "flashlab/reference/mta.hpp"
@@ -66,56 +67,10 @@ struct Inputs {
   fm::Weights<double> wd;
 };
 
-// dW[a, b] = Σ_ij dŜ[i, j] · S[i + a − Pq, j + b − Pk] is one sum over N²/2 entries per head
-// whose terms cancel (Σ_j dŜ[i, j] = 0 on every row), so |dW| can be far below its terms and fp32
-// round-off large *relative to dW* though correct (a 1 × 1 kernel at N = 130 measured 6.9e-6 of
-// the 1e-5). Its error is therefore normalised by the terms' scale, max over taps of
-// Σ_ij |dŜ[i, j]| · |S[i + a − Pq, j + b − Pk]| (≥ max|dW|, so never looser than needed for a
-// well-conditioned dW), computed here in float64 from the definition. NaN → +inf.
+// dW's error relative to the scale of its terms (mta_test_util.hpp says why).
 double err_dw(const fm::Weights<float>& got, const fm::Weights<double>& want, const Inputs& in, const fm::Params& p) {
-  const fr::Shape& sh = in.qd.shape();
-  const double scale = fm::resolve_scale(p, sh.head_dim);
-  const long n = long(sh.seq), pq = long(p.pq()), pk = long(p.pk());
-  double terms = 0.0;
-  for (std::size_t h = 0; h < sh.heads; ++h) {
-    fr::Mat<double> sum_abs = fr::Mat<double>::Zero(long(p.cq), long(p.ck));
-    for (std::size_t b = 0; b < sh.batch; ++b) {
-      fr::Mat<double> s = scale * (in.qd.head(b, h) * in.kd.head(b, h).transpose());
-      for (long i = 0; i < n; ++i)
-        for (long j = i + 1; j < n; ++j) s(i, j) = 0.0;
-      auto at = [&](long r, long c) { return r < 0 || c < 0 || r >= n || c >= n ? 0.0 : s(r, c); };
-      fr::Mat<double> prob = fr::Mat<double>::Zero(n, n);
-      for (long i = 0; i < n; ++i) {
-        double m = -std::numeric_limits<double>::infinity(), l = 0.0;
-        for (long j = 0; j <= i; ++j) {
-          double acc = 0.0;
-          for (long a = 0; a <= pq; ++a)
-            for (long c = 0; c < long(p.ck); ++c) acc += in.wd.at(h, std::size_t(a), std::size_t(c)) * at(i + a - pq, j + c - pk);
-          prob(i, j) = acc;
-          m = std::max(m, acc);
-        }
-        for (long j = 0; j <= i; ++j) l += std::exp(prob(i, j) - m);
-        for (long j = 0; j <= i; ++j) prob(i, j) = std::exp(prob(i, j) - m) / l;
-      }
-      const fr::Mat<double> o = prob * in.vd.head(b, h), d_p = in.dod.head(b, h) * in.vd.head(b, h).transpose();
-      for (long i = 0; i < n; ++i) {
-        const double d_i = in.dod.head(b, h).row(i).dot(o.row(i));
-        for (long j = 0; j <= i; ++j) {
-          const double ds_hat = std::abs(prob(i, j) * (d_p(i, j) - d_i));
-          for (long a = 0; a <= pq; ++a)
-            for (long c = 0; c < long(p.ck); ++c) sum_abs(a, c) += ds_hat * std::abs(at(i + a - pq, j + c - pk));
-        }
-      }
-    }
-    terms = std::max(terms, sum_abs.maxCoeff());
-  }
-  double worst = 0.0;
-  for (std::size_t t = 0; t < got.numel(); ++t) {
-    const double e = std::abs(double(got.data()[t]) - want.data()[t]);
-    if (!(e <= worst)) worst = std::isnan(e) ? std::numeric_limits<double>::infinity() : e;
-  }
-  // No terms (N = 1: dŜ = P·(dP − D) = 0 exactly): the error is absolute, as max_error_vs_max's is.
-  return terms > 0.0 ? worst / terms : worst;
+  const double terms = flashlab::test::mta_dw_term_scale(in.qd, in.kd, in.vd, in.dod, in.wd, p);
+  return flashlab::test::mta_dw_error(got.data(), want.data(), got.numel(), terms);
 }
 
 struct Worst {

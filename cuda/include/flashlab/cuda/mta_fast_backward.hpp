@@ -1,0 +1,117 @@
+/// @file mta_fast_backward.hpp
+/// @brief Host API of the fast Multi-Token Attention backward and split-K decode: bf16 or fp16
+/// Q, K, V, O, dO; fp32 convolution kernels W and gradient dW; products on tensor cores
+/// (`mma.sync` m16n8k16, fp32 accumulation); the convolution, its transpose and dW on chip.
+///
+/// Semantics are the reference's (flashlab/reference/mta.hpp): S = scale·Q Kᵀ with causal zeros,
+/// Ŝ = Conv2D(S, W) (Pq = cq − 1 past queries, Pk = (ck − 1)/2 keys each side), causal −∞, P =
+/// softmax(Ŝ), O = P V, loss ⟨O, dO⟩. Layouts: Q, K, V, O, dO, dQ, dK, dV `[B, N, H, d]`
+/// row-major in the dtype's 16-bit bit patterns (uint16_t: no CUDA types here, CPU code may
+/// include this header); W and dW `[H, cq, ck]` fp32; LSE and D `[B, H, N]` fp32, LSE in base 2
+/// as in fast_attention.hpp: LSE_i = log2 Σ_j 2^(Ŝ_ij·log2 e).
+///
+/// Limits, checked in one place (check_fast_mta()): d ∈ {64, 128}; dtype bf16 or fp16;
+/// 1 ≤ cq ≤ 16; ck odd, 1 ≤ ck ≤ 15; N ≥ 1; B·N·H·d < 2³¹. The block size and split count of
+/// ref::mta::Params are the clear kernels' and are not read here (the fast tiles are fixed:
+/// cuda/src/mta_fast_bwd.cu and mta_fast_decode.cu state them).
+#pragma once
+
+#include "flashlab/reference/mta.hpp"
+#include "flashlab/reference/tensor.hpp"
+#include "flashlab/reference/traffic.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace flashlab::cuda::mta {
+
+/// Throws std::invalid_argument naming the value, the limit and a hint when `shape`, `p` or
+/// `dtype` is outside the fast kernels' limits (file comment).
+void check_fast_mta(const ref::Shape& shape, const ref::mta::Params& p, ref::Dtype dtype);
+
+// ---------------------------------------------------------------------------------- backward
+
+/// Gradients of the fast backward copied back to the host.
+struct FastBackwardGrads {
+  std::vector<std::uint16_t> dQ;  ///< ∂L/∂Q `[B, N, H, d]`, bit patterns of the dtype
+  std::vector<std::uint16_t> dK;  ///< ∂L/∂K `[B, N, H, d]`
+  std::vector<std::uint16_t> dV;  ///< ∂L/∂V `[B, N, H, d]`
+  std::vector<float> dW;          ///< ∂L/∂W `[H, cq, ck]`, summed over the batch
+  std::vector<float> D;           ///< D_i = rowsum(dO_i ∘ O_i) `[B, H, N]`
+};
+
+/// Device pointers of one fast backward call (layouts in the file comment).
+struct FastBackwardPointers {
+  const void* Q;     ///< `[B, N, H, d]` 16-bit
+  const void* K;     ///< `[B, N, H, d]` 16-bit
+  const void* V;     ///< `[B, N, H, d]` 16-bit
+  const float* W;    ///< `[H, cq, ck]` fp32
+  const void* O;     ///< the forward's output, `[B, N, H, d]` 16-bit
+  const void* dO;    ///< `[B, N, H, d]` 16-bit
+  const float* LSE;  ///< the forward's base-2 LSE, `[B, H, N]`
+  void* dQ;          ///< out, `[B, N, H, d]` 16-bit
+  void* dK;          ///< out, `[B, N, H, d]` 16-bit
+  void* dV;          ///< out, `[B, N, H, d]` 16-bit
+  float* dW;         ///< out, `[H, cq, ck]` fp32 (overwritten, not added to)
+};
+
+/// Bytes of device scratch fast_backward_device() needs: D (fp32, B·H·N) and the fp32 dQ
+/// accumulator (B·N·H·d floats), each at a 256-byte aligned offset. No N × N buffer: the
+/// scratch grows as O(N·H·d).
+std::size_t fast_backward_workspace_bytes(const ref::Shape& shape);
+
+/// Launches the fast backward on device pointers: zero dW and the dQ accumulator, D
+/// preprocessing, the gradient kernel (one block per key tile K_j, V_j; loop over query tiles),
+/// the dQ conversion. `workspace` holds fast_backward_workspace_bytes(shape) bytes; `stream` is a
+/// cudaStream_t passed as void* (nullptr: default stream). No synchronisation. Throws
+/// std::invalid_argument for a bad problem, CudaError if a launch fails.
+void fast_backward_device(const ref::Shape& shape, const ref::mta::Params& p, ref::Dtype dtype,
+                          const FastBackwardPointers& ptrs, void* workspace, void* stream = nullptr);
+
+/// Uploads the inputs (16-bit bit patterns; W fp32 `[H, cq, ck]`; LSE base 2 `[B, H, N]`),
+/// poisons the outputs and the workspace with NaN, runs fast_backward_device(), checks every CUDA
+/// call and downloads dQ, dK, dV, dW and D. Throws std::invalid_argument for a bad problem or a
+/// wrong input size, CudaError for a CUDA failure.
+FastBackwardGrads fast_backward(const ref::Shape& shape, const ref::mta::Params& p, ref::Dtype dtype,
+                                const std::vector<std::uint16_t>& Q, const std::vector<std::uint16_t>& K,
+                                const std::vector<std::uint16_t>& V, const std::vector<float>& W,
+                                const std::vector<std::uint16_t>& O, const std::vector<std::uint16_t>& dO,
+                                const std::vector<float>& LSE);
+
+// ---------------------------------------------------------------------------------- decode
+
+/// Query rows of the split-K decode: the last 16 tokens N − 16 … N − 1 (fewer when N < 16).
+inline constexpr int kDecodeRows = 16;
+
+/// Device pointers of one split-K decode call.
+struct FastDecodePointers {
+  const void* Q;   ///< `[B, N, H, d]` 16-bit (only the last rows and the Pq rows above are read)
+  const void* K;   ///< `[B, N, H, d]` 16-bit
+  const void* V;   ///< `[B, N, H, d]` 16-bit
+  const float* W;  ///< `[H, cq, ck]` fp32
+  void* O;         ///< out, `[B, R, H, d]` 16-bit, R = min(16, N): rows N − R … N − 1
+};
+
+/// The number of key splits the decode uses for `shape` and kernel size `p` on the current
+/// device: about eight blocks per SM in all, no split empty. Throws CudaError when no device can
+/// be queried.
+int fast_decode_splits(const ref::Shape& shape, const ref::mta::Params& p);
+
+/// Bytes of device scratch fast_decode_device() needs: the per-split partials O_s (fp32,
+/// B·H·splits·16·d), m_s and ℓ_s (fp32, B·H·splits·16 each), 256-byte aligned.
+std::size_t fast_decode_workspace_bytes(const ref::Shape& shape, const ref::mta::Params& p);
+
+/// Launches the split-K decode on device pointers: the split kernel (each block one range of
+/// key tiles for one (b, h): scores of the 16 rows on tensor cores, the convolution on chip,
+/// online softmax, partial O_s, m_s, ℓ_s) and the combine kernel. No synchronisation.
+void fast_decode_device(const ref::Shape& shape, const ref::mta::Params& p, ref::Dtype dtype,
+                        const FastDecodePointers& ptrs, void* workspace, void* stream = nullptr);
+
+/// Uploads, poisons, runs fast_decode_device(), checks and downloads O of the last
+/// min(16, N) rows, `[B, R, H, d]` bit patterns.
+std::vector<std::uint16_t> fast_decode(const ref::Shape& shape, const ref::mta::Params& p, ref::Dtype dtype,
+                                       const std::vector<std::uint16_t>& Q, const std::vector<std::uint16_t>& K,
+                                       const std::vector<std::uint16_t>& V, const std::vector<float>& W);
+
+}  // namespace flashlab::cuda::mta

@@ -1,0 +1,471 @@
+// mta_fast_bwd.cu — fast Multi-Token Attention backward: bf16/fp16 inputs, every matrix product
+// on tensor cores (mma.sync m16n8k16, fp32 accumulation), the convolution, its transpose and dW
+// on chip. Semantics and names as reference/src/mta (naive_backward, flash_backward) and the
+// clear kernel mta_bwd.cu; the loop order is FlashAttention-2's atomic backward
+// (attention_bwd_tc_atomic.cu): one block per key tile, query tiles streamed past it.
+//
+//   0. memset                      dW = 0, dQaccum = 0 (fp32 scratch, [B, N, H, d])
+//   1. fast_bwd_preprocess_kernel  D_i = rowsum(dO_i ∘ O_i) (attention_bwd_tc.cuh, shared with attention)
+//   2. mta_fast_bwd_kernel         one block per (h, key tile j, b); loop over query tiles i
+//   3. mta_fast_dq_convert_kernel  dQ = scale · dQaccum → 16 bits
+//
+// TILES AND HALOS. dS on a block of queries × keys needs dŜ Pq rows further down and Pk keys
+// further out on each side; dŜ needs Ŝ there, and Ŝ needs S Pq rows further up and Pk keys out
+// (the doubled halos of the reference's flash_backward, row halo centred). So a step loads
+// BLOCK_M = 64 query rows starting at I_s = i·Br − Pq and the block holds BLOCK_N = 128 keys from
+// J_s = j·Bc − 2Pk, and owns the effective block: rows [Pq, Pq + Br), keys [2Pk, 2Pk + Bc) of
+// the tile, Br = 64 − 2Pq, Bc = 128 − 4Pk. The owned blocks partition the N × N grid, so every
+// dŜ entry counts once in dW, dV, and every dS entry once in dQ and dK. Rows and keys outside
+// [0, N) are zero-filled by the loads (they are the convolution's zero padding). Causal: query
+// tiles whose owned rows all precede the block's first owned key contribute nothing (their dS,
+// P and dŜ on the owned block are all masked) and are never loaded: i starts at ⌊j·Bc / Br⌋.
+//
+// ONE STEP (query tile i); every phase ends with a barrier because the next reads other threads' entries:
+//   A. S = scale · Q_i K_jᵀ with the causal zeros, dP = dO_i V_jᵀ: tensor cores, fp32 → SRAM
+//      ([64][136] floats each; the pitch makes the fragment stores and the strip reads conflict-free).
+//   B. Convolution in strips of 8 rows × 1 key per thread (lanes = consecutive keys): for each
+//      kernel column b, the 8 + Pq S values of the strip's window are loaded once and feed
+//      8·cq FMAs. On the exact, visible region (rows ≥ Pq, keys [Pk, 128 − Pk)):
+//      P = 2^(Ŝ·log2 e − LSE_i), dŜ = P ∘ (dP − D_i) written over dP in place; P (16-bit) on the
+//      owned block for dV; then dW_i += Σ over the owned entries dŜ[r, c] · S[r + a − Pq, c + b − Pk]
+//      from the same kind of windows, reduced over the warp by shuffles and added to the block's
+//      dW in SRAM (one shared atomic per warp and tap).
+//   C. dS = TransposedConv2D(dŜ, W) on the owned block (zero where the key is in the future),
+//      16-bit, into the SRAM of S (dead after B).
+//   D. dQaccum_i += dS K_j (fp32 float2 atomics, owned rows only); dV_j += Pᵀ dO_i and
+//      dK_j += dSᵀ Q_i in registers for the whole loop.
+// After the loop: dW (SRAM, the block's sum over its steps) added to global dW once per tap;
+// dK_j = scale · acc_dk and dV_j written once, owned keys only (no other block writes them).
+//
+// SRAM (d = 64 / 128): K_j, V_j 16 / 32 KiB each; Q_i, dO_i two stages of 8 / 16 KiB each; S and
+// dP/dŜ 34 KiB each (fp32); P 16 KiB; LSE_i, D_i 2 × 512 B; W, dW 2 × 960 B: 151 / 215 KiB.
+// Q_{i+1}, dO_{i+1}, LSE_{i+1}, D_{i+1} are copied by cp.async while step i computes.
+//
+// Numerics: S, Ŝ, dP, dŜ, dS and dW in fp32; P and dS rounded once to 16 bits for the products.
+// Extra device memory: D (B·H·N floats) and dQaccum (B·N·H·d floats); no N × N buffer.
+#include "attention_bwd_tc.cuh"
+#include "mta_fast.hpp"
+#include "warp_gemm.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace flashlab::cuda::detail::mta_fast {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int BLOCK_M = kBwdBlockM;
+constexpr int BLOCK_N = kBwdBlockN;
+constexpr int kMaxPq = kMaxCq - 1;
+constexpr int kPitch = BLOCK_N + 8;  // fp32 score tiles: 8 rows × 2 floats per fragment store hit 32 banks once
+constexpr int kStrip = 8;            // rows per convolution strip
+constexpr int kWindow = kStrip + kMaxPq;
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int HEAD_DIM>
+struct BwdTraits {
+  static constexpr int kTileQ = BLOCK_M * HEAD_DIM * 2;  // one stage of Q_i (or dO_i), 16-bit
+  static constexpr int kTileK = BLOCK_N * HEAD_DIM * 2;  // K_j (or V_j)
+  static constexpr int kTileF = BLOCK_M * kPitch * 4;    // S (or dP/dŜ), fp32
+  static constexpr int kTileP = BLOCK_M * BLOCK_N * 2;   // P (or dS), 16-bit, swizzled [64][128]
+  static constexpr int kTileL = 2 * BLOCK_M * 4;         // one stage of LSE_i and D_i
+  static constexpr int kTaps = kMaxCq * kMaxCk * 4;      // W or dW, fp32
+  static constexpr int kSmem = 2 * kTileK + 4 * kTileQ + 2 * kTileF + kTileP + 2 * kTileL + 2 * kTaps;
+  static constexpr int kDkvNT = HEAD_DIM / 16;  // dK/dV: 4 key warps × 2 d halves
+  static constexpr int kDqNT = HEAD_DIM / 32;   // dQ: 2 row warps × 4 d quarters
+  // Strips whose dŜ stays in registers for one dW pass (d = 128 has less register room).
+  static constexpr int kDwStrips = HEAD_DIM == 64 ? 4 : 2;
+  static_assert(kTileP <= kTileF, "dS overlays S");
+};
+
+template <bool kBf16>
+__device__ __forceinline__ uint16_t to_bits16(float x) {
+  if constexpr (kBf16) return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+  else return __half_as_ushort(__float2half_rn(x));
+}
+
+/// One 16-bit entry (row r, column c) of a swizzled [rows][128] tile.
+template <bool kBf16>
+__device__ __forceinline__ void store16(uint32_t tile, int r, int c, float v) {
+  asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(tile + swz<BLOCK_N>(r, c / 8) + 2 * (c % 8)), "h"(to_bits16<kBf16>(v)));
+}
+
+/// cp.async of rows [row0, row0 + ROWS) of one head into a swizzled tile; rows outside [0, N)
+/// (row0 may be negative: the halo above token 0) are zero-filled.
+template <int HEAD_DIM, int ROWS>
+__device__ __forceinline__ void load_rows_async(uint32_t smem, const uint16_t* head, std::size_t stride, int row0,
+                                                int N) {
+  constexpr int kChunks = HEAD_DIM / 8;
+  static_assert(ROWS * kChunks % kThreads == 0, "tile chunks must divide among the threads");
+#pragma unroll
+  for (int it = 0; it < ROWS * kChunks / kThreads; ++it) {
+    const int idx = int(threadIdx.x) + it * kThreads;
+    const int r = idx / kChunks, c = idx % kChunks, row = row0 + r;
+    const bool ok = row >= 0 && row < N;
+    cp_async16(smem + swz<HEAD_DIM>(r, c), head + std::size_t(ok ? row : 0) * stride + c * 8, ok);
+  }
+}
+
+/// LSE_i then D_i of rows [row0, row0 + 64): 4-byte cp.async, rows outside [0, N) zero-filled.
+__device__ __forceinline__ void load_stats_async(uint32_t dst, const float* lse, const float* d, int row0, int N) {
+  if (int(threadIdx.x) < 2 * BLOCK_M) {
+    const int row = row0 + int(threadIdx.x) % BLOCK_M;
+    const bool ok = row >= 0 && row < N;
+    const float* src = (int(threadIdx.x) < BLOCK_M ? lse : d) + (ok ? row : 0);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst + 4 * uint32_t(threadIdx.x)), "l"(src),
+                 "r"(ok ? 4 : 0));
+  }
+}
+
+/// The window of one strip: win[y] = tile[row0 + y][col] for y < 8 + Pq, 0 for rows outside [0, 64).
+__device__ __forceinline__ void load_window(float (&win)[kWindow], const float* tile, int row0, int col, int pq) {
+#pragma unroll
+  for (int y = 0; y < kWindow; ++y) {
+    const int row = row0 + y;
+    float v = 0.f;
+    if (y < kStrip + pq && row >= 0 && row < BLOCK_M) v = tile[row * kPitch + col];
+    win[y] = v;
+  }
+}
+
+/// Everything a step's phases share (SRAM views and the block's geometry).
+struct StepView {
+  float* S;         // [64][kPitch] fp32: S, later (as 16-bit, swizzled) dS
+  float* dP;        // [64][kPitch] fp32: dP, then dŜ in place
+  const float* W;   // [cq][ck]
+  float* dW;        // [cq][ck], the block's sum
+  const float* lse; // [64] LSE_i (base 2) of this stage
+  const float* d_i; // [64] D_i of this stage
+  uint32_t sP, sdS; // 16-bit tiles (shared addresses)
+  int is, js;       // I_s, J_s: global index of tile row 0 and tile key 0
+};
+
+/// Phase B for one strip (rows r0 … r0 + 7 of tile column c): Ŝ, P, dŜ; P (owned entries)
+/// → sP; dŜ → dP in place; the owned dŜ values → dso for the dW pass.
+template <bool kBf16>
+__device__ __forceinline__ void conv_strip(const Geometry& G, const StepView& v, int r0, int c, float (&dso)[kStrip]) {
+  const int pq = G.pq, pk = G.pk, gc = v.js + c, gr0 = v.is + r0;
+  const bool col_exact = c >= pk && c < BLOCK_N - pk && gc >= 0 && gc < G.seq;
+  const bool live = col_exact && r0 + kStrip - 1 >= pq && gc <= gr0 + kStrip - 1 && gr0 < G.seq;
+  float acc[kStrip] = {};
+  if (live) {
+    for (int b = 0; b < G.ck; ++b) {
+      float win[kWindow];
+      load_window(win, v.S, r0 - pq, c + b - pk, pq);
+#pragma unroll
+      for (int a = 0; a < kMaxCq; ++a)
+        if (a < G.cq) {
+          const float w = v.W[a * G.ck + b];
+#pragma unroll
+          for (int y = 0; y < kStrip; ++y) acc[y] = fmaf(w, win[y + a], acc[y]);
+        }
+    }
+  }
+  const bool col_owned = c >= 2 * pk && c < 2 * pk + G.bc;
+#pragma unroll
+  for (int y = 0; y < kStrip; ++y) {
+    const int r = r0 + y, gr = gr0 + y;
+    const bool visible = live && r >= pq && gr < G.seq && gc <= gr;
+    // 2^x is computed for every entry and masked entries are SELECTED to 0 (a masked 2^x may be
+    // +inf; it is discarded, never multiplied).
+    const float e = ex2(fmaf(acc[y], kLog2e, -v.lse[r]));
+    const float p = visible ? e : 0.f;
+    const float ds_hat = p * (v.dP[r * kPitch + c] - v.d_i[r]);
+    v.dP[r * kPitch + c] = ds_hat;
+    const bool owned = visible && col_owned && r < pq + G.br;
+    store16<kBf16>(v.sP, r, c, owned ? p : 0.f);
+    dso[y] = owned ? ds_hat : 0.f;
+  }
+}
+
+/// Phase B, dW part: dW[a, b] += Σ over this thread's strips of dso[y] · S[r0 + y + a − Pq, c + b − Pk],
+/// summed over the warp by shuffles, one shared atomic per tap per warp.
+template <int NS>
+__device__ __forceinline__ void dw_pass(const Geometry& G, const StepView& v, const int (&r0)[NS], int c,
+                                        const float (&dso)[NS][kStrip], int lane) {
+  bool any = false;
+#pragma unroll
+  for (int k = 0; k < NS; ++k)
+#pragma unroll
+    for (int y = 0; y < kStrip; ++y) any |= dso[k][y] != 0.f;
+  if (!__any_sync(0xffffffffu, any)) return;  // warp-uniform: nothing owned in these strips
+  const int pq = G.pq;
+  for (int b = 0; b < G.ck; ++b) {
+    const int col = min(max(c + b - G.pk, 0), BLOCK_N - 1);  // owned keys never clamp; others have dso = 0
+    float part[kMaxCq] = {};
+#pragma unroll
+    for (int k = 0; k < NS; ++k) {
+      float win[kWindow];
+      load_window(win, v.S, r0[k] - pq, col, pq);
+#pragma unroll
+      for (int a = 0; a < kMaxCq; ++a)
+        if (a < G.cq) {
+#pragma unroll
+          for (int y = 0; y < kStrip; ++y) part[a] = fmaf(dso[k][y], win[y + a], part[a]);
+        }
+    }
+#pragma unroll
+    for (int a = 0; a < kMaxCq; ++a)
+      if (a < G.cq) {
+        float s = part[a];
+#pragma unroll
+        for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (lane == 0) atomicAdd(v.dW + a * G.ck + b, s);
+      }
+  }
+}
+
+/// Phase C for one strip: dS = TransposedConv2D(dŜ, W) on the owned entries (0 elsewhere and
+/// where the key is in the future), 16-bit into sdS.
+template <bool kBf16>
+__device__ __forceinline__ void conv_transpose_strip(const Geometry& G, const StepView& v, int r0, int c) {
+  const int pq = G.pq, pk = G.pk, gc = v.js + c, gr0 = v.is + r0;
+  const bool col_owned = c >= 2 * pk && c < 2 * pk + G.bc && gc < G.seq;
+  const bool live = col_owned && r0 + kStrip - 1 >= pq && r0 < pq + G.br && gc <= gr0 + kStrip - 1 && gr0 < G.seq;
+  float acc[kStrip] = {};
+  if (live) {
+    // dS[r, c] = Σ_a Σ_b W[a, b] · dŜ[r − a + Pq, c − b + Pk]; with a' = Pq − a the row is r + a'.
+    for (int b = 0; b < G.ck; ++b) {
+      float win[kWindow];
+      load_window(win, v.dP, r0, c - b + pk, pq);
+#pragma unroll
+      for (int a2 = 0; a2 < kMaxCq; ++a2)
+        if (a2 < G.cq) {
+          const float w = v.W[(pq - a2) * G.ck + b];
+#pragma unroll
+          for (int y = 0; y < kStrip; ++y) acc[y] = fmaf(w, win[y + a2], acc[y]);
+        }
+    }
+  }
+#pragma unroll
+  for (int y = 0; y < kStrip; ++y) {
+    const int r = r0 + y, gr = gr0 + y;
+    const bool owned = live && r >= pq && r < pq + G.br && gr < G.seq && gc <= gr;
+    store16<kBf16>(v.sdS, r, c, owned ? acc[y] : 0.f);
+  }
+}
+
+/// Grid (H, Tc, B): the blocks of the first key tiles (the most query tiles) start first. 256
+/// threads, BwdTraits::kSmem bytes of dynamic SRAM (layout in the file comment).
+template <int HEAD_DIM, bool kBf16>
+__global__ void __launch_bounds__(kThreads, 1)
+    mta_fast_bwd_kernel(Geometry G, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
+                        const uint16_t* __restrict__ V, const uint16_t* __restrict__ dO, const float* __restrict__ Wg,
+                        const float* __restrict__ LSE, const float* __restrict__ D, float* __restrict__ dQaccum,
+                        uint16_t* __restrict__ dK, uint16_t* __restrict__ dV, float* __restrict__ dWg) {
+  using T = BwdTraits<HEAD_DIM>;
+  const int h = blockIdx.x, j = blockIdx.y, b = blockIdx.z, N = G.seq, taps = G.taps();
+  const int j0 = j * G.bc;
+  const std::size_t stride = G.row_stride(), base = G.head_offset(b, h), stat = G.stat_offset(b, h);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int wm = warp >> 2, wn = warp & 3;  // S/dP: 32 rows × 32 keys; dQ: 32 rows × d/4
+  const int wk = warp >> 1, wd = warp & 1;  // dK/dV: 32 keys × d/2
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t sK = uint32_t(__cvta_generic_to_shared(smem_raw));
+  const uint32_t sV = sK + T::kTileK;
+  const uint32_t sQ = sV + T::kTileK;       // + stage · kTileQ
+  const uint32_t sdO = sQ + 2 * T::kTileQ;  // + stage · kTileQ
+  const int off_S = 2 * T::kTileK + 4 * T::kTileQ;
+  const int off_L = off_S + 2 * T::kTileF + T::kTileP;
+  StepView v;
+  v.S = reinterpret_cast<float*>(smem_raw + off_S);
+  v.dP = reinterpret_cast<float*>(smem_raw + off_S + T::kTileF);
+  v.sdS = sK + uint32_t(off_S);
+  v.sP = sK + uint32_t(off_S + 2 * T::kTileF);
+  const uint32_t sL = sK + uint32_t(off_L);  // + stage · kTileL
+  float* w_s = reinterpret_cast<float*>(smem_raw + off_L + 2 * T::kTileL);
+  v.W = w_s;
+  v.dW = w_s + kMaxCq * kMaxCk;
+
+  for (int tap = threadIdx.x; tap < taps; tap += kThreads) {
+    w_s[tap] = Wg[std::size_t(h) * taps + tap];
+    v.dW[tap] = 0.f;
+  }
+  const int i_begin = j0 / G.br;
+  const int js = j0 - 2 * G.pk;
+  v.js = js;
+  load_rows_async<HEAD_DIM, BLOCK_N>(sK, K + base, stride, js, N);
+  load_rows_async<HEAD_DIM, BLOCK_N>(sV, V + base, stride, js, N);
+  load_rows_async<HEAD_DIM, BLOCK_M>(sQ, Q + base, stride, i_begin * G.br - G.pq, N);
+  load_rows_async<HEAD_DIM, BLOCK_M>(sdO, dO + base, stride, i_begin * G.br - G.pq, N);
+  load_stats_async(sL, LSE + stat, D + stat, i_begin * G.br - G.pq, N);
+  cp_async_commit();
+
+  float acc_dk[2][T::kDkvNT][4] = {}, acc_dv[2][T::kDkvNT][4] = {};
+  const int c = 32 * wn + lane;  // phases B and C: this thread's tile column
+
+  for (int i = i_begin; i < G.tr; ++i) {
+    const int is = i * G.br - G.pq, st = (i - i_begin) & 1;
+    const uint32_t stage = uint32_t(st * T::kTileQ);
+    v.is = is;
+    v.lse = reinterpret_cast<const float*>(smem_raw + off_L + st * T::kTileL);
+    v.d_i = v.lse + BLOCK_M;
+    cp_async_wait<0>();
+    __syncthreads();  // tile i landed and visible; every warp finished step i − 1 (other stage, S, P free)
+    if (i + 1 < G.tr) {
+      const uint32_t next = uint32_t((st ^ 1) * T::kTileQ);
+      load_rows_async<HEAD_DIM, BLOCK_M>(sQ + next, Q + base, stride, is + G.br, N);
+      load_rows_async<HEAD_DIM, BLOCK_M>(sdO + next, dO + base, stride, is + G.br, N);
+      load_stats_async(sL + uint32_t((st ^ 1) * T::kTileL), LSE + stat, D + stat, is + G.br, N);
+    }
+    cp_async_commit();
+
+    // ---- A. S = scale · Q_i K_jᵀ (causal zeros), dP = dO_i V_jᵀ → SRAM fp32.
+    {
+      float s[2][4][4];
+      warp_gemm_abt<HEAD_DIM, 4, kBf16>(s, sQ + stage, 32 * wm, sK, 32 * wn, lane);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int n = 0; n < 4; ++n) {
+            const int lrow = 32 * wm + 16 * mt + g + 8 * r, lcol = 32 * wn + 8 * n + 2 * t;
+            const int gr = is + lrow, gc = js + lcol;
+            const float2 val = make_float2(gc > gr ? 0.f : s[mt][n][2 * r] * G.scale,
+                                           gc + 1 > gr ? 0.f : s[mt][n][2 * r + 1] * G.scale);
+            *reinterpret_cast<float2*>(v.S + lrow * kPitch + lcol) = val;
+          }
+      warp_gemm_abt<HEAD_DIM, 4, kBf16>(s, sdO + stage, 32 * wm, sV, 32 * wn, lane);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int n = 0; n < 4; ++n) {
+            const int lrow = 32 * wm + 16 * mt + g + 8 * r, lcol = 32 * wn + 8 * n + 2 * t;
+            *reinterpret_cast<float2*>(v.dP + lrow * kPitch + lcol) = make_float2(s[mt][n][2 * r], s[mt][n][2 * r + 1]);
+          }
+    }
+    __syncthreads();  // S and dP complete: the convolution reads neighbouring rows and keys
+
+    // ---- B. Ŝ, P, dŜ, dW (strips of rows 32·wm + 8k … + 7 in column c).
+#pragma unroll
+    for (int half = 0; half < 4 / T::kDwStrips; ++half) {
+      float dso[T::kDwStrips][kStrip];
+      int r0[T::kDwStrips];
+#pragma unroll
+      for (int k = 0; k < T::kDwStrips; ++k) {
+        r0[k] = 32 * wm + kStrip * (half * T::kDwStrips + k);
+        conv_strip<kBf16>(G, v, r0[k], c, dso[k]);
+      }
+      dw_pass<T::kDwStrips>(G, v, r0, c, dso, lane);
+    }
+    __syncthreads();  // dŜ complete (the transpose reads neighbours); every read of S done (dS overwrites it)
+
+    // ---- C. dS on the owned block → 16-bit over S.
+#pragma unroll
+    for (int k = 0; k < 4; ++k) conv_transpose_strip<kBf16>(G, v, 32 * wm + kStrip * k, c);
+    __syncthreads();  // P and dS complete: the products read other warps' rows and keys
+
+    // ---- D. dQaccum += dS K_j (owned rows), dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i.
+    {
+      float dq[2][T::kDqNT][4];
+      warp_gemm_xb<HEAD_DIM, BLOCK_N, T::kDqNT, kBf16>(dq, v.sdS, 32 * wm, sK, wn * (HEAD_DIM / 4), lane);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int lrow = 32 * wm + 16 * mt + g + 8 * r, row = is + lrow;
+          if (lrow >= G.pq && lrow < G.pq + G.br && row < N) {
+            float* out = dQaccum + base + std::size_t(row) * stride + wn * (HEAD_DIM / 4) + 2 * t;
+#pragma unroll
+            for (int n = 0; n < T::kDqNT; ++n)
+              atomicAdd(reinterpret_cast<float2*>(out + 8 * n), make_float2(dq[mt][n][2 * r], dq[mt][n][2 * r + 1]));
+          }
+        }
+    }
+    warp_gemm_xtb<HEAD_DIM, BLOCK_M, BLOCK_N, T::kDkvNT, kBf16>(acc_dv, v.sP, 32 * wk, sdO + stage,
+                                                                wd * (HEAD_DIM / 2), lane);
+    warp_gemm_xtb<HEAD_DIM, BLOCK_M, BLOCK_N, T::kDkvNT, kBf16>(acc_dk, v.sdS, 32 * wk, sQ + stage,
+                                                                wd * (HEAD_DIM / 2), lane);
+  }
+  cp_async_wait<0>();  // no copy may still write SRAM when the block exits (empty groups)
+  __syncthreads();     // every warp's dW adds are in SRAM
+  for (int tap = threadIdx.x; tap < taps; tap += kThreads) atomicAdd(dWg + std::size_t(h) * taps + tap, v.dW[tap]);
+
+  // dK_j = scale · acc_dk, dV_j = acc_dv: registers → HBM once, owned keys [2Pk, 2Pk + Bc) only.
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int lkey = 32 * wk + 16 * mt + g + 8 * r, key = js + lkey;
+      if (lkey < 2 * G.pk || lkey >= 2 * G.pk + G.bc || key >= N) continue;
+      const std::size_t at = base + std::size_t(key) * stride + wd * (HEAD_DIM / 2) + 2 * t;
+#pragma unroll
+      for (int n = 0; n < T::kDkvNT; ++n) {
+        *reinterpret_cast<uint32_t*>(dK + at + 8 * n) =
+            pack2<kBf16>(acc_dk[mt][n][2 * r] * G.scale, acc_dk[mt][n][2 * r + 1] * G.scale);
+        *reinterpret_cast<uint32_t*>(dV + at + 8 * n) = pack2<kBf16>(acc_dv[mt][n][2 * r], acc_dv[mt][n][2 * r + 1]);
+      }
+    }
+}
+
+/// dQ = scale · dQaccum → 16 bits, two elements per thread (grid-stride; both layouts [B, N, H, d]).
+template <bool kBf16>
+__global__ void __launch_bounds__(256) mta_fast_dq_convert_kernel(const float2* __restrict__ acc,
+                                                                  uint32_t* __restrict__ dQ, std::size_t pairs,
+                                                                  float scale) {
+  for (std::size_t k = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; k < pairs;
+       k += std::size_t(gridDim.x) * blockDim.x) {
+    const float2 a = acc[k];
+    dQ[k] = pack2<kBf16>(a.x * scale, a.y * scale);
+  }
+}
+
+template <int HEAD_DIM, bool kBf16>
+void launch(const Geometry& G, const BwdArgs& a, cudaStream_t stream) {
+  using T = BwdTraits<HEAD_DIM>;
+  Problem p;  // the attention launch description, for the shared preprocess kernel and set_smem
+  p.batch = G.batch;
+  p.seq = G.seq;
+  p.heads = G.heads;
+  p.head_dim = G.head_dim;
+  p.causal = true;
+  p.scale = G.scale;
+  auto kernel = &mta_fast_bwd_kernel<HEAD_DIM, kBf16>;
+  static const bool opted_in = [&] {
+    set_smem(reinterpret_cast<const void*>(kernel), T::kSmem, "mta_fast_bwd_kernel", p);
+    return true;
+  }();
+  (void)opted_in;
+  const std::size_t numel = std::size_t(G.batch) * G.seq * G.row_stride();
+  FLASHLAB_CUDA_CHECK(cudaMemsetAsync(a.dQaccum, 0, numel * sizeof(float), stream));
+  FLASHLAB_CUDA_CHECK(cudaMemsetAsync(a.dW, 0, std::size_t(G.heads) * G.taps() * sizeof(float), stream));
+  BwdPointers bp{};
+  bp.O = a.O;
+  bp.dO = a.dO;
+  bp.D = a.D;
+  launch_fast_bwd_preprocess<HEAD_DIM, kBf16>(p, bp, stream);
+
+  announce("mta_fast_bwd_kernel");
+  kernel<<<dim3(G.heads, G.tc, G.batch), kThreads, T::kSmem, stream>>>(G, a.Q, a.K, a.V, a.dO, a.W, a.LSE, a.D,
+                                                                      a.dQaccum, a.dK, a.dV, a.dW);
+  FLASHLAB_CUDA_CHECK_LAUNCH("mta_fast_bwd_kernel");
+
+  const std::size_t pairs = numel / 2;  // d is even
+  const unsigned blocks = unsigned(std::min<std::size_t>((pairs + 255) / 256, 4096));
+  announce("mta_fast_dq_convert_kernel");
+  mta_fast_dq_convert_kernel<kBf16><<<blocks, 256, 0, stream>>>(reinterpret_cast<const float2*>(a.dQaccum),
+                                                                reinterpret_cast<uint32_t*>(a.dQ), pairs, G.scale);
+  FLASHLAB_CUDA_CHECK_LAUNCH("mta_fast_dq_convert_kernel");
+}
+
+}  // namespace
+
+void launch_backward(const Geometry& g, bool bf16, const BwdArgs& a, cudaStream_t stream) {
+  if (g.head_dim == 64) {
+    if (bf16) launch<64, true>(g, a, stream);
+    else launch<64, false>(g, a, stream);
+  } else {
+    if (bf16) launch<128, true>(g, a, stream);
+    else launch<128, false>(g, a, stream);
+  }
+}
+
+}  // namespace flashlab::cuda::detail::mta_fast

@@ -1,0 +1,324 @@
+// mta_fast_decode.cu — split-K Multi-Token Attention decode of the last 16 query rows, bf16/fp16,
+// tensor cores for Q Kᵀ and P V, the convolution on chip (the reference's flash_infer, for 16
+// output rows instead of one: 16 rows is one m16 tile, so the other 15 cost nothing extra).
+//
+//   1. mta_fast_decode_split_kernel   grid (splits, H, B), 128 threads: one range of key tiles
+//   2. mta_fast_decode_combine_kernel grid (H, B): O = Σ_s 2^(m_s − M) O_s / Σ_s 2^(m_s − M) ℓ_s
+//
+// QUERY TILE. Ŝ of the last 16 rows reads S up to Pq ≤ 15 rows above them, so each block loads the
+// 32 rows N − 32 … N − 1 once (rows above token 0 zero-filled) and computes S on all 32; Ŝ, P and
+// O only on the last 16 (tile rows 16 … 31).
+// KEY TILES. kDecodeBlockN = 64 keys loaded from J_s = t·Bc − Pk, Bc = 64 − 2Pk effective (tile
+// keys [Pk, Pk + Bc)), as the forward's overlapping tiles. Split s owns tiles
+// [s·T_k, (s + 1)·T_k) ∩ [0, Tc); the host picks T_k so that no split is empty.
+// ONE TILE: K_j, V_j were copied by cp.async during the previous tile (two stages).
+//   a. S = scale · Q K_jᵀ (32 × 64, causal zeros) → SRAM fp32;
+//   b. Ŝ on the last 16 rows, strips of 8 rows × 1 key per thread (lanes = keys), masked to −∞
+//      outside the effective keys, past N and in the future; ×log2 e → SRAM;
+//   c. online softmax per row (8 threads per row): m_new, α = 2^(m − m_new), P = 2^(Ŝ − m_new)
+//      rounded to 16 bits → SRAM, ℓ ← αℓ + Σ P (a row with nothing visible yet keeps m = −∞ and
+//      P = 0: no −∞ − (−∞));
+//   d. O ← α O + P V_j in registers (4 warps × d/4 columns of the 16 rows).
+// The split writes its unnormalised O_s, m_s and ℓ_s (fp32) for the combine kernel.
+// Bytes: K and V are read once per tile (2Pk halo keys per tile re-read: 3% at 3 × 3), Q once per
+// block; the partials are splits·16·(d + 2) floats per head, far below N·d.
+#include "mta_fast.hpp"
+#include "tensor_core.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace flashlab::cuda::detail::mta_fast {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kRows = 16;            // output rows
+constexpr int kQRows = 32;           // loaded query rows (16 + the Pq ≤ 15 above)
+constexpr int BLOCK_N = kDecodeBlockN;
+constexpr int kPitch = BLOCK_N + 8;  // fp32 tiles: conflict-free fragment stores and strip reads
+constexpr int kStrip = 8;
+constexpr int kWindow = kStrip + kMaxCq - 1;
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int HEAD_DIM>
+struct DecodeTraits {
+  static constexpr int kTileQ = kQRows * HEAD_DIM * 2;
+  static constexpr int kTileK = BLOCK_N * HEAD_DIM * 2;  // K_j or V_j, one stage
+  static constexpr int kTileS = kQRows * kPitch * 4;     // S fp32
+  static constexpr int kTileSh = kRows * kPitch * 4;     // Ŝ (base 2) fp32
+  static constexpr int kTileP = kRows * BLOCK_N * 2;     // P 16-bit, swizzled [16][64]
+  static constexpr int kSmem = kTileQ + 4 * kTileK + kTileS + kTileSh + kTileP + kRows * 4 + kMaxCq * kMaxCk * 4;
+  static constexpr int kONT = HEAD_DIM / 32;  // n8 tiles of O per warp (d/4 columns)
+};
+
+template <int HEAD_DIM, int ROWS>
+__device__ __forceinline__ void load_rows_async(uint32_t smem, const uint16_t* head, std::size_t stride, int row0,
+                                                int N) {
+  constexpr int kChunks = HEAD_DIM / 8;
+  static_assert(ROWS * kChunks % kThreads == 0, "tile chunks must divide among the threads");
+#pragma unroll
+  for (int it = 0; it < ROWS * kChunks / kThreads; ++it) {
+    const int idx = int(threadIdx.x) + it * kThreads;
+    const int r = idx / kChunks, c = idx % kChunks, row = row0 + r;
+    const bool ok = row >= 0 && row < N;
+    cp_async16(smem + swz<HEAD_DIM>(r, c), head + std::size_t(ok ? row : 0) * stride + c * 8, ok);
+  }
+}
+
+/// Ŝ (base 2, masked to −∞) of rows r0 … r0 + 7 (tile rows, ≥ 16) at tile key c.
+__device__ __forceinline__ void conv_strip(const Geometry& G, const float* S, float* Sh, const float* W, int r0, int c,
+                                           int qs, int js) {
+  const int pq = G.pq, pk = G.pk, gc = js + c;
+  const bool col_ok = c >= pk && c < BLOCK_N - pk && gc < G.seq;
+  float acc[kStrip] = {};
+  if (col_ok) {
+    for (int b = 0; b < G.ck; ++b) {
+      float win[kWindow];
+#pragma unroll
+      for (int y = 0; y < kWindow; ++y) win[y] = y < kStrip + pq ? S[(r0 - pq + y) * kPitch + c + b - pk] : 0.f;
+#pragma unroll
+      for (int a = 0; a < kMaxCq; ++a)
+        if (a < G.cq) {
+          const float w = W[a * G.ck + b];
+#pragma unroll
+          for (int y = 0; y < kStrip; ++y) acc[y] = fmaf(w, win[y + a], acc[y]);
+        }
+    }
+  }
+#pragma unroll
+  for (int y = 0; y < kStrip; ++y) {
+    const int gr = qs + r0 + y;
+    const bool visible = col_ok && gr >= 0 && gc <= gr;
+    Sh[(r0 - (kQRows - kRows) + y) * kPitch + c] = visible ? acc[y] * kLog2e : -INFINITY;
+  }
+}
+
+template <int HEAD_DIM, bool kBf16>
+__global__ void __launch_bounds__(kThreads, 2)
+    mta_fast_decode_split_kernel(Geometry G, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
+                                 const uint16_t* __restrict__ V, const float* __restrict__ Wg, float* __restrict__ O_s,
+                                 float* __restrict__ m_s, float* __restrict__ l_s) {
+  using T = DecodeTraits<HEAD_DIM>;
+  const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z, N = G.seq;
+  const std::size_t stride = G.row_stride(), base = G.head_offset(b, h);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int bc = BLOCK_N - 2 * G.pk, tiles = (N + bc - 1) / bc, per_split = G.keys_per_split / bc;
+  const int t_begin = split * per_split, t_end = min(t_begin + per_split, tiles);
+  const int qs = N - kQRows;  // global row of tile row 0
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t sQ = uint32_t(__cvta_generic_to_shared(smem_raw));
+  const uint32_t sKV = sQ + T::kTileQ;  // stage st: K at sKV + 2·st·kTileK, V after it
+  float* S = reinterpret_cast<float*>(smem_raw + T::kTileQ + 4 * T::kTileK);
+  float* Sh = S + kQRows * kPitch;
+  const uint32_t sP = sQ + uint32_t(T::kTileQ + 4 * T::kTileK + T::kTileS + T::kTileSh);
+  float* alpha_s = reinterpret_cast<float*>(smem_raw + T::kTileQ + 4 * T::kTileK + T::kTileS + T::kTileSh + T::kTileP);
+  float* W = alpha_s + kRows;
+
+  for (int tap = threadIdx.x; tap < G.taps(); tap += kThreads) W[tap] = Wg[std::size_t(h) * G.taps() + tap];
+  load_rows_async<HEAD_DIM, kQRows>(sQ, Q + base, stride, qs, N);
+  auto load_kv = [&](int tile, int st) {
+    const int js = tile * bc - G.pk;
+    const uint32_t k_at = sKV + uint32_t(2 * st * T::kTileK);
+    load_rows_async<HEAD_DIM, BLOCK_N>(k_at, K + base, stride, js, N);
+    load_rows_async<HEAD_DIM, BLOCK_N>(k_at + T::kTileK, V + base, stride, js, N);
+  };
+  if (t_begin < t_end) load_kv(t_begin, 0);
+  cp_async_commit();
+
+  // Row statistics: thread (row = tid / 8, part = tid % 8) holds m, ℓ of its row (the 8 agree).
+  const int srow = threadIdx.x / 8, spart = threadIdx.x % 8;
+  float m_row = -INFINITY, l_row = 0.f;
+  float o[T::kONT][4] = {};  // rows g, g + 8 of the 16 × d/4 slice of warp `warp`
+
+  for (int tile = t_begin; tile < t_end; ++tile) {
+    const int st = (tile - t_begin) & 1, js = tile * bc - G.pk;
+    const uint32_t sK = sKV + uint32_t(2 * st * T::kTileK), sV = sK + T::kTileK;
+    cp_async_wait<0>();
+    __syncthreads();  // K_j, V_j landed; every warp finished the previous tile (other stage free)
+    if (tile + 1 < t_end) load_kv(tile + 1, st ^ 1);
+    cp_async_commit();
+
+    // a. S = scale · Q K_jᵀ: warp w, all 32 rows × keys [16w, 16w + 16).
+    {
+      float s[2][2][4] = {};
+      const int mi = lane >> 3;
+#pragma unroll
+      for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+        uint32_t a[2][4], bf[4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+          ldsm_x4(sQ + swz<HEAD_DIM>(16 * mt + (lane & 15), 2 * kk + (lane >> 4)), a[mt][0], a[mt][1], a[mt][2],
+                  a[mt][3]);
+        ldsm_x4(sK + swz<HEAD_DIM>(16 * warp + (lane & 7) + ((mi >> 1) << 3), 2 * kk + (mi & 1)), bf[0], bf[1], bf[2],
+                bf[3]);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          mma16816<kBf16>(s[mt][0], a[mt], bf[0], bf[1]);
+          mma16816<kBf16>(s[mt][1], a[mt], bf[2], bf[3]);
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int n = 0; n < 2; ++n) {
+            const int row = 16 * mt + g + 8 * r, col = 16 * warp + 8 * n + 2 * t, gr = qs + row, gc = js + col;
+            *reinterpret_cast<float2*>(S + row * kPitch + col) =
+                make_float2(gc > gr ? 0.f : s[mt][n][2 * r] * G.scale, gc + 1 > gr ? 0.f : s[mt][n][2 * r + 1] * G.scale);
+          }
+    }
+    __syncthreads();  // S complete: the convolution reads neighbouring rows and keys
+
+    // b. Ŝ of tile rows 16 … 31: thread → key c = tid % 64, rows 16 + 8·(tid / 64) … + 7.
+    conv_strip(G, S, Sh, W, kQRows - kRows + kStrip * (threadIdx.x / BLOCK_N), threadIdx.x % BLOCK_N, qs, js);
+    __syncthreads();  // Ŝ complete: each row's statistics read all 64 keys
+
+    // c. Online softmax, 8 threads per row, 8 keys each.
+    {
+      float x[8], mx = -INFINITY;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        x[e] = Sh[srow * kPitch + 8 * spart + e];
+        mx = fmaxf(mx, x[e]);
+      }
+#pragma unroll
+      for (int off = 4; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+      const float m_new = fmaxf(m_row, mx);
+      const bool none = m_new == -INFINITY;  // nothing visible yet in this row
+      const float alpha = none ? 1.f : ex2(m_row - m_new);
+      float sum = 0.f;
+      uint32_t packed[4];
+#pragma unroll
+      for (int e = 0; e < 8; e += 2) {
+        const float p0 = none ? 0.f : ex2(x[e] - m_new), p1 = none ? 0.f : ex2(x[e + 1] - m_new);
+        sum += p0 + p1;
+        packed[e / 2] = pack2<kBf16>(p0, p1);
+      }
+#pragma unroll
+      for (int off = 4; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      l_row = alpha * l_row + sum;
+      m_row = m_new;
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sP + swz<BLOCK_N>(srow, spart)), "r"(packed[0]),
+                   "r"(packed[1]), "r"(packed[2]), "r"(packed[3]));
+      if (spart == 0) alpha_s[srow] = alpha;
+    }
+    __syncthreads();  // P and α complete
+
+    // d. O ← α O + P V_j: warp w, 16 rows × columns [w·d/4, (w + 1)·d/4).
+    {
+      const float a0 = alpha_s[g], a1 = alpha_s[g + 8];
+#pragma unroll
+      for (int n = 0; n < T::kONT; ++n) {
+        o[n][0] *= a0;
+        o[n][1] *= a0;
+        o[n][2] *= a1;
+        o[n][3] *= a1;
+      }
+      const int mi = lane >> 3, col0 = warp * (HEAD_DIM / 4);
+#pragma unroll
+      for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+        uint32_t a[4];
+        ldsm_x4(sP + swz<BLOCK_N>(lane & 15, 2 * kk + (lane >> 4)), a[0], a[1], a[2], a[3]);
+#pragma unroll
+        for (int np = 0; np < T::kONT / 2; ++np) {
+          uint32_t bf[4];
+          const int row = 16 * kk + (lane & 7) + ((mi & 1) << 3);
+          ldsm_x4_trans(sV + swz<HEAD_DIM>(row, col0 / 8 + 2 * np + (mi >> 1)), bf[0], bf[1], bf[2], bf[3]);
+          mma16816<kBf16>(o[2 * np], a, bf[0], bf[1]);
+          mma16816<kBf16>(o[2 * np + 1], a, bf[2], bf[3]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // Partials: O_s [B, H, splits, 16, d], m_s and ℓ_s [B, H, splits, 16].
+  const std::size_t part = (std::size_t(b) * G.heads + h) * G.splits + split;
+  float* out = O_s + part * kRows * HEAD_DIM + warp * (HEAD_DIM / 4) + 2 * t;
+#pragma unroll
+  for (int n = 0; n < T::kONT; ++n) {
+    *reinterpret_cast<float2*>(out + g * HEAD_DIM + 8 * n) = make_float2(o[n][0], o[n][1]);
+    *reinterpret_cast<float2*>(out + (g + 8) * HEAD_DIM + 8 * n) = make_float2(o[n][2], o[n][3]);
+  }
+  if (spart == 0) {
+    m_s[part * kRows + srow] = m_row;
+    l_s[part * kRows + srow] = l_row;
+  }
+}
+
+/// Grid (H, B), 128 threads: thread (row = tid / 8, part = tid % 8) merges the splits of one row
+/// for d/8 columns and writes O of the rows that exist (global row ≥ 0).
+template <int HEAD_DIM, bool kBf16>
+__global__ void __launch_bounds__(kThreads)
+    mta_fast_decode_combine_kernel(Geometry G, const float* __restrict__ O_s, const float* __restrict__ m_s,
+                                   const float* __restrict__ l_s, uint16_t* __restrict__ O) {
+  const int h = blockIdx.x, b = blockIdx.y, row = threadIdx.x / 8, part = threadIdx.x % 8;
+  const int rows_out = min(G.seq, kRows), out_row = row - (kRows - rows_out);
+  if (out_row < 0) return;  // above token 0 (N < 16)
+  const std::size_t first = (std::size_t(b) * G.heads + h) * G.splits;
+  float M = -INFINITY;
+  for (int s = 0; s < G.splits; ++s) M = fmaxf(M, m_s[(first + s) * kRows + row]);
+  float L = 0.f;
+  for (int s = 0; s < G.splits; ++s) {
+    const float m = m_s[(first + s) * kRows + row];
+    if (m != -INFINITY) L += ex2(m - M) * l_s[(first + s) * kRows + row];
+  }
+  constexpr int kCols = HEAD_DIM / 8;
+  float acc[kCols] = {};
+  for (int s = 0; s < G.splits; ++s) {
+    const float m = m_s[(first + s) * kRows + row];
+    if (m == -INFINITY) continue;  // nothing visible in that split (its O_s is 0)
+    const float w = ex2(m - M);
+    const float* src = O_s + ((first + s) * kRows + row) * HEAD_DIM + part * kCols;
+#pragma unroll
+    for (int e = 0; e < kCols; e += 4) {
+      const float4 v = *reinterpret_cast<const float4*>(src + e);
+      acc[e] = fmaf(w, v.x, acc[e]);
+      acc[e + 1] = fmaf(w, v.y, acc[e + 1]);
+      acc[e + 2] = fmaf(w, v.z, acc[e + 2]);
+      acc[e + 3] = fmaf(w, v.w, acc[e + 3]);
+    }
+  }
+  const float inv = 1.f / L;
+  uint16_t* dst = O + ((std::size_t(b) * rows_out + out_row) * G.heads + h) * HEAD_DIM + part * kCols;
+#pragma unroll
+  for (int e = 0; e < kCols; e += 2) *reinterpret_cast<uint32_t*>(dst + e) = pack2<kBf16>(acc[e] * inv, acc[e + 1] * inv);
+}
+
+template <int HEAD_DIM, bool kBf16>
+void launch(const Geometry& G, const DecodeArgs& a, cudaStream_t stream) {
+  using T = DecodeTraits<HEAD_DIM>;
+  auto split_kernel = &mta_fast_decode_split_kernel<HEAD_DIM, kBf16>;
+  static const bool opted_in = [&] {
+    FLASHLAB_CUDA_CHECK(
+        cudaFuncSetAttribute(reinterpret_cast<const void*>(split_kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem));
+    return true;
+  }();
+  (void)opted_in;
+  announce("mta_fast_decode_split_kernel");
+  split_kernel<<<dim3(G.splits, G.heads, G.batch), kThreads, T::kSmem, stream>>>(G, a.Q, a.K, a.V, a.W, a.O_s, a.m_s,
+                                                                                a.l_s);
+  FLASHLAB_CUDA_CHECK_LAUNCH("mta_fast_decode_split_kernel");
+  announce("mta_fast_decode_combine_kernel");
+  mta_fast_decode_combine_kernel<HEAD_DIM, kBf16><<<dim3(G.heads, G.batch), kThreads, 0, stream>>>(G, a.O_s, a.m_s,
+                                                                                                   a.l_s, a.O);
+  FLASHLAB_CUDA_CHECK_LAUNCH("mta_fast_decode_combine_kernel");
+}
+
+}  // namespace
+
+void launch_decode(const Geometry& g, bool bf16, const DecodeArgs& a, cudaStream_t stream) {
+  if (g.head_dim == 64) {
+    if (bf16) launch<64, true>(g, a, stream);
+    else launch<64, false>(g, a, stream);
+  } else {
+    if (bf16) launch<128, true>(g, a, stream);
+    else launch<128, false>(g, a, stream);
+  }
+}
+
+}  // namespace flashlab::cuda::detail::mta_fast

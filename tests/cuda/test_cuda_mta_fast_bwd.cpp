@@ -1,0 +1,237 @@
+// The fast MTA backward and split-K decode (flashlab/cuda/mta_fast_backward.hpp) against the
+// float64 reference (ref::mta::naive_forward / naive_backward / flash_infer, double).
+//
+// Inputs: fresh normal Q, K, V, dO rounded to bf16 (or fp16) first, kernels W random fp32
+// (standard deviation 1.5/√(cq·ck), as the clear tests); the reference gets exactly those values
+// in float64. O and LSE are the reference forward's, O rounded to the dtype and LSE converted to
+// base 2, so the backward is tested on its own (the fast forward has its own tests). Outputs and
+// the workspace are poisoned with NaN by the host API. Metric: max|got − ref| / max|ref| (NaN →
+// +inf, fails); dW relative to the scale of its terms (mta_test_util.hpp). Tolerance: an error
+// passes when it is within 2× the error of merely rounding the float64 result to the dtype (the
+// rounding floor) or within 1e-2; dW (fp32 output) within 1e-2 of its term scale.
+// Shapes: N = 1, N below one tile, ragged N in both tilings, 1 × 1 with W = 1 (also held to plain
+// causal attention), 3 × 3, 6 × 11, 11 × 11, 16 × 15, d = 64 and 128, batch and heads > 1, fp16.
+// Tag [mta-fast-bwd-sanitize]: the small shapes, for compute-sanitizer.
+#include <catch2/catch.hpp>
+
+#include "flashlab/cuda/mta_fast_backward.hpp"
+#include "flashlab/reference/attention.hpp"
+#include "flashlab/reference/mta.hpp"
+#include "gpu_test_util.hpp"
+#include "mta_test_util.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace fc = flashlab::cuda;
+namespace fr = flashlab::ref;
+namespace fm = flashlab::ref::mta;
+namespace ft = flashlab::test;
+
+namespace {
+
+constexpr double kTolRel = 1e-2;   // 16-bit gradients, or 2× their rounding floor if that is larger
+constexpr double kTolDw = 1e-2;    // fp32 dW relative to the scale of its terms
+constexpr double kLog2e = 1.4426950408889634;
+
+struct Case {
+  std::size_t batch, seq, heads, dim, cq, ck;
+  fr::Dtype dtype = fr::Dtype::bf16;
+  bool unit_kernel = false;  // W = 1 (with 1 × 1: plain causal attention)
+};
+
+std::string label(const Case& c) {
+  return std::string(c.dtype == fr::Dtype::bf16 ? "bf16" : "fp16") + " B=" + std::to_string(c.batch) +
+         " N=" + std::to_string(c.seq) + " H=" + std::to_string(c.heads) + " d=" + std::to_string(c.dim) +
+         " W=" + std::to_string(c.cq) + "x" + std::to_string(c.ck) + (c.unit_kernel ? " (W=1)" : "");
+}
+
+struct Inputs {
+  fr::Shape shape;
+  fm::Params p;
+  std::vector<std::uint16_t> q, k, v, d_o;
+  std::vector<float> w;
+  fr::Tensor<double> qd, kd, vd, dod;
+  fm::Weights<double> wd;
+};
+
+Inputs make_inputs(const Case& c, unsigned long long seed) {
+  Inputs in;
+  in.shape = fr::Shape{c.batch, c.seq, c.heads, c.dim};
+  in.p.cq = c.cq;
+  in.p.ck = c.ck;
+  fr::Tensor<double> q0(in.shape), k0(in.shape), v0(in.shape), do0(in.shape);
+  fr::fill_normal(q0, seed);
+  fr::fill_normal(k0, seed + 1);
+  fr::fill_normal(v0, seed + 2);
+  fr::fill_normal(do0, seed + 3);
+  in.qd = in.kd = in.vd = in.dod = fr::Tensor<double>(in.shape);
+  in.q = ft::round_to_16(q0, c.dtype, in.qd);
+  in.k = ft::round_to_16(k0, c.dtype, in.kd);
+  in.v = ft::round_to_16(v0, c.dtype, in.vd);
+  in.d_o = ft::round_to_16(do0, c.dtype, in.dod);
+  const fm::Weights<float> wf =
+      fm::random_weights(c.heads, c.cq, c.ck, seed + 4, 1.5 / std::sqrt(double(c.cq * c.ck))).cast<float>();
+  in.w.assign(wf.data(), wf.data() + wf.numel());
+  if (c.unit_kernel) in.w.assign(in.w.size(), 1.f);
+  in.wd = fm::Weights<double>(c.heads, c.cq, c.ck);
+  for (std::size_t t = 0; t < in.w.size(); ++t) in.wd.data()[t] = in.w[t];
+  return in;
+}
+
+double g_worst_ratio = 0.0;  // worst error / tolerance over a test case
+
+// Error of a 16-bit gradient, checked against max(2 × rounding floor, 1e-2).
+void check_grad(const char* name, const std::vector<std::uint16_t>& got, const fr::Tensor<double>& want, fr::Dtype dt,
+                const std::string& where) {
+  REQUIRE(got.size() == want.numel());
+  const double err = ft::error_16(got, want.data(), dt), floor = ft::rounding_floor(want.data(), want.numel(), dt);
+  const double tol = std::max(2.0 * floor, kTolRel);
+  std::printf("  %-44s %-3s error %.3e (rounding floor %.1e, tolerance %.1e)\n", where.c_str(), name, err, floor, tol);
+  if (!(err / tol <= g_worst_ratio)) g_worst_ratio = err / tol;
+  INFO(where << ": " << name << " error " << err << ", rounding floor " << floor);
+  CHECK(err <= tol);
+}
+
+void check_backward(const Case& c) {
+  const unsigned long long seed = ft::fresh_seed();
+  const std::string where = label(c);
+  INFO(where << " seed=" << seed << " (rerun with FLASHLAB_TEST_SEED)");
+  const Inputs in = make_inputs(c, seed);
+
+  // The forward's O (rounded to the dtype) and base-2 LSE ([B, H, N]) from the reference.
+  const auto fwd = fm::naive_forward<double>(in.qd, in.kd, in.vd, in.wd, in.p);
+  fr::Tensor<double> o_rounded(in.shape);
+  const std::vector<std::uint16_t> o16 = ft::round_to_16(fwd.o, c.dtype, o_rounded);
+  std::vector<float> lse2(c.batch * c.heads * c.seq);
+  for (std::size_t b = 0; b < c.batch; ++b)
+    for (std::size_t n = 0; n < c.seq; ++n)
+      for (std::size_t h = 0; h < c.heads; ++h)
+        lse2[(b * c.heads + h) * c.seq + n] = float(fwd.lse.data()[(b * c.seq + n) * c.heads + h] * kLog2e);
+
+  const auto want = fm::naive_backward<double>(in.qd, in.kd, in.vd, in.wd, in.dod, in.p);
+  const auto got = fc::mta::fast_backward(in.shape, in.p, c.dtype, in.q, in.k, in.v, in.w, o16, in.d_o, lse2);
+  check_grad("dQ", got.dQ, want.dq, c.dtype, where);
+  check_grad("dK", got.dK, want.dk, c.dtype, where);
+  check_grad("dV", got.dV, want.dv, c.dtype, where);
+
+  REQUIRE(got.dW.size() == want.dw.numel());
+  const double terms = ft::mta_dw_term_scale(in.qd, in.kd, in.vd, in.dod, in.wd, in.p);
+  const double err_dw = ft::mta_dw_error(got.dW.data(), want.dw.data(), got.dW.size(), terms);
+  std::printf("  %-44s dW  error %.3e of its term scale (tolerance %.0e)\n", where.c_str(), err_dw, kTolDw);
+  if (!(err_dw / kTolDw <= g_worst_ratio)) g_worst_ratio = err_dw / kTolDw;
+  INFO("dW error " << err_dw << " relative to its term scale " << terms);
+  CHECK(err_dw <= kTolDw);
+
+  if (c.unit_kernel && c.cq == 1 && c.ck == 1) {
+    // A 1 × 1 kernel of weight 1 is plain causal attention: hold the gradients to that reference too.
+    fr::AttentionProblem cfg;
+    cfg.batch = c.batch;
+    cfg.seq = c.seq;
+    cfg.heads = c.heads;
+    cfg.head_dim = c.dim;
+    cfg.causal = true;
+    const auto plain = fr::naive_backward<double>(cfg, in.qd, in.kd, in.vd, in.dod);
+    check_grad("dQ vs plain attention", got.dQ, plain.dQ, c.dtype, where);
+    check_grad("dK vs plain attention", got.dK, plain.dK, c.dtype, where);
+    check_grad("dV vs plain attention", got.dV, plain.dV, c.dtype, where);
+  }
+}
+
+void check_decode(const Case& c) {
+  const unsigned long long seed = ft::fresh_seed();
+  const std::string where = label(c) + " decode";
+  INFO(where << " seed=" << seed << " (rerun with FLASHLAB_TEST_SEED)");
+  const Inputs in = make_inputs(c, seed);
+  const std::size_t rows = std::min<std::size_t>(c.seq, fc::mta::kDecodeRows);
+  const auto got = fc::mta::fast_decode(in.shape, in.p, c.dtype, in.q, in.k, in.v, in.w);
+  REQUIRE(got.size() == c.batch * rows * c.heads * c.dim);
+
+  // All R rows against the naive forward; the last row also against the reference's split-K
+  // inference path (flash_infer: the output of token N − 1).
+  const auto fwd = fm::naive_forward<double>(in.qd, in.kd, in.vd, in.wd, in.p);
+  fr::Tensor<double> want(fr::Shape{c.batch, rows, c.heads, c.dim});
+  for (std::size_t b = 0; b < c.batch; ++b)
+    for (std::size_t h = 0; h < c.heads; ++h)
+      want.head(b, h) = fwd.o.head(b, h).bottomRows(Eigen::Index(rows));
+  check_grad("O", got, want, c.dtype, where);
+
+  fm::Params infer_params = in.p;
+  infer_params.block = 64;
+  infer_params.splits = 3;
+  const auto last = fm::flash_infer<double>(in.qd, in.kd, in.vd, in.wd, infer_params);
+  std::vector<std::uint16_t> got_last;
+  for (std::size_t b = 0; b < c.batch; ++b)
+    for (std::size_t h = 0; h < c.heads; ++h)
+      for (std::size_t e = 0; e < c.dim; ++e)
+        got_last.push_back(got[((b * rows + rows - 1) * c.heads + h) * c.dim + e]);
+  check_grad("O[N-1] vs flash_infer", got_last, last, c.dtype, where);
+}
+
+void report(const char* name) {
+  std::printf("[%s] worst error / tolerance = %.3f\n", name, g_worst_ratio);
+  g_worst_ratio = 0.0;
+}
+
+}  // namespace
+
+TEST_CASE("mta fast backward: small shapes equal the float64 reference", "[mta-fast-bwd][mta-fast-bwd-sanitize]") {
+  check_backward({1, 1, 1, 64, 3, 3});
+  check_backward({1, 1, 1, 128, 1, 1});
+  check_backward({1, 5, 2, 64, 3, 3});
+  check_backward({1, 29, 1, 64, 1, 1, fr::Dtype::bf16, true});  // plain causal attention
+  check_backward({2, 70, 2, 64, 6, 11});
+  check_backward({1, 40, 1, 128, 16, 15});
+  report("mta fast bwd small");
+}
+
+TEST_CASE("mta fast backward: 1x1 to 16x15 kernels over several tiles, d = 64 and 128", "[mta-fast-bwd]") {
+  for (std::size_t d : {64, 128}) {
+    check_backward({1, 300, 2, d, 3, 3});   // Br = 60, Bc = 124: 5 query tiles, 3 key tiles, ragged
+    check_backward({1, 250, 1, d, 6, 11});  // Br = 54, Bc = 108
+    check_backward({1, 257, 1, d, 11, 11});
+    check_backward({1, 250, 1, d, 16, 15});  // Br = 34, Bc = 100
+    check_backward({1, 200, 2, d, 1, 1, fr::Dtype::bf16, true});
+  }
+  check_backward({1, 190, 2, 64, 3, 3, fr::Dtype::fp16});
+  check_backward({1, 130, 1, 128, 6, 11, fr::Dtype::fp16});
+  report("mta fast bwd kernels");
+}
+
+TEST_CASE("mta fast decode: the last 16 rows equal the float64 reference", "[mta-fast-decode]") {
+  check_decode({1, 1, 1, 128, 3, 3});
+  check_decode({1, 5, 2, 128, 3, 3});
+  check_decode({1, 16, 1, 64, 16, 15});
+  check_decode({2, 40, 2, 128, 6, 11});
+  check_decode({1, 1000, 2, 128, 3, 3});
+  check_decode({1, 777, 1, 128, 11, 11});
+  check_decode({1, 600, 1, 64, 16, 15, fr::Dtype::fp16});
+  check_decode({1, 333, 1, 128, 1, 1, fr::Dtype::bf16, true});
+  report("mta fast decode");
+}
+
+TEST_CASE("mta fast paths refuse what they do not support", "[mta-fast-bwd][errors]") {
+  fm::Params p;
+  p.cq = 3;
+  p.ck = 3;
+  const fr::Shape ok{1, 16, 1, 64};
+  CHECK_NOTHROW(fc::mta::check_fast_mta(ok, p, fr::Dtype::bf16));
+  CHECK_THROWS_AS(fc::mta::check_fast_mta(fr::Shape{1, 16, 1, 96}, p, fr::Dtype::bf16), std::invalid_argument);
+  CHECK_THROWS_AS(fc::mta::check_fast_mta(ok, p, fr::Dtype::fp32), std::invalid_argument);
+  fm::Params even = p;
+  even.ck = 4;
+  CHECK_THROWS_AS(fc::mta::check_fast_mta(ok, even, fr::Dtype::bf16), std::invalid_argument);
+  fm::Params tall = p;
+  tall.cq = 17;
+  CHECK_THROWS_AS(fc::mta::check_fast_mta(ok, tall, fr::Dtype::bf16), std::invalid_argument);
+  fm::Params wide = p;
+  wide.ck = 17;
+  CHECK_THROWS_AS(fc::mta::check_fast_mta(ok, wide, fr::Dtype::bf16), std::invalid_argument);
+  // A wrong input size is named, not read out of bounds.
+  const std::vector<std::uint16_t> t(16 * 64), short_t(10);
+  const std::vector<float> w(9), lse(16);
+  CHECK_THROWS_AS(fc::mta::fast_backward(ok, p, fr::Dtype::bf16, t, t, t, w, t, short_t, lse), std::invalid_argument);
+}
