@@ -39,6 +39,8 @@ inline constexpr int kBwdBlockM = 64;
 inline constexpr int kBwdBlockN = 128;
 /// Loaded keys per tile of the decode kernel (Bc = kDecodeBlockN − 2Pk effective).
 inline constexpr int kDecodeBlockN = 64;
+/// Resident blocks per SM of the decode split kernel (its __launch_bounds__ and SRAM allow two).
+inline constexpr int kDecodeBlocksPerSm = 2;
 /// The largest kernel the fast paths take (cq ≤ 16, ck ≤ 15).
 inline constexpr int kMaxCq = 16;
 inline constexpr int kMaxCk = 15;

@@ -52,6 +52,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 namespace flashlab::cuda::detail::mta_fast {
 namespace {
@@ -121,8 +122,24 @@ __device__ __forceinline__ void load_stats_async(uint32_t dst, const float* lse,
   }
 }
 
+/// The kernel height cq: the compile-time CQ of a specialised kernel (its loops over the kernel
+/// rows and the window then have constant trip counts: no per-row tests), or the run-time G.cq
+/// when CQ = 0 (any cq ≤ 16).
+template <int CQ>
+__device__ __forceinline__ int rows_of(const Geometry& G) {
+  if constexpr (CQ > 0) return CQ;
+  else return G.cq;
+}
+
 /// The window of one strip: win[y] = tile[row0 + y][col] for y < 8 + Pq, 0 for rows outside [0, 64).
+/// Strips away from the tile's top and bottom (row0 is the same for the whole warp: a uniform
+/// branch) load without the row tests.
 __device__ __forceinline__ void load_window(float (&win)[kWindow], const float* tile, int row0, int col, int pq) {
+  if (row0 >= 0 && row0 + kStrip + pq <= BLOCK_M) {
+#pragma unroll
+    for (int y = 0; y < kWindow; ++y) win[y] = y < kStrip + pq ? tile[(row0 + y) * kPitch + col] : 0.f;
+    return;
+  }
 #pragma unroll
   for (int y = 0; y < kWindow; ++y) {
     const int row = row0 + y;
@@ -146,9 +163,9 @@ struct StepView {
 
 /// Phase B for one strip (rows r0 … r0 + 7 of tile column c): Ŝ, P, dŜ; P (owned entries)
 /// → sP; dŜ → dP in place; the owned dŜ values → dso for the dW pass.
-template <bool kBf16>
+template <bool kBf16, int CQ>
 __device__ __forceinline__ void conv_strip(const Geometry& G, const StepView& v, int r0, int c, float (&dso)[kStrip]) {
-  const int pq = G.pq, pk = G.pk, gc = v.js + c, gr0 = v.is + r0;
+  const int cq = rows_of<CQ>(G), pq = cq - 1, pk = G.pk, gc = v.js + c, gr0 = v.is + r0;
   const bool col_exact = c >= pk && c < BLOCK_N - pk && gc >= 0 && gc < G.seq;
   const bool live = col_exact && r0 + kStrip - 1 >= pq && gc <= gr0 + kStrip - 1 && gr0 < G.seq;
   float acc[kStrip] = {};
@@ -158,7 +175,7 @@ __device__ __forceinline__ void conv_strip(const Geometry& G, const StepView& v,
       load_window(win, v.S, r0 - pq, c + b - pk, pq);
 #pragma unroll
       for (int a = 0; a < kMaxCq; ++a)
-        if (a < G.cq) {
+        if (a < cq) {
           const float w = v.W[a * G.ck + b];
 #pragma unroll
           for (int y = 0; y < kStrip; ++y) acc[y] = fmaf(w, win[y + a], acc[y]);
@@ -166,25 +183,33 @@ __device__ __forceinline__ void conv_strip(const Geometry& G, const StepView& v,
     }
   }
   const bool col_owned = c >= 2 * pk && c < 2 * pk + G.bc;
+  // Interior strips (every entry exact and visible: most of them) run the loop without the
+  // per-entry tests (one branch per strip picks the copy).
+  const bool interior = live && r0 >= pq && gc <= gr0 && gr0 + kStrip <= G.seq;
+  auto finish = [&](auto all_visible) {
 #pragma unroll
-  for (int y = 0; y < kStrip; ++y) {
-    const int r = r0 + y, gr = gr0 + y;
-    const bool visible = live && r >= pq && gr < G.seq && gc <= gr;
-    // 2^x is computed for every entry and masked entries are SELECTED to 0 (a masked 2^x may be
-    // +inf; it is discarded, never multiplied).
-    const float e = ex2(fmaf(acc[y], kLog2e, -v.lse[r]));
-    const float p = visible ? e : 0.f;
-    const float ds_hat = p * (v.dP[r * kPitch + c] - v.d_i[r]);
-    v.dP[r * kPitch + c] = ds_hat;
-    const bool owned = visible && col_owned && r < pq + G.br;
-    store16<kBf16>(v.sP, r, c, owned ? p : 0.f);
-    dso[y] = owned ? ds_hat : 0.f;
-  }
+    for (int y = 0; y < kStrip; ++y) {
+      const int r = r0 + y, gr = gr0 + y;
+      bool visible = true;
+      if constexpr (!decltype(all_visible)::value) visible = live && r >= pq && gr < G.seq && gc <= gr;
+      // 2^x is computed for every entry and masked entries are SELECTED to 0 (a masked 2^x may
+      // be +inf; it is discarded, never multiplied).
+      const float e = ex2(fmaf(acc[y], kLog2e, -v.lse[r]));
+      const float p = visible ? e : 0.f;
+      const float ds_hat = p * (v.dP[r * kPitch + c] - v.d_i[r]);
+      v.dP[r * kPitch + c] = ds_hat;
+      const bool owned = visible && col_owned && r < pq + G.br;
+      store16<kBf16>(v.sP, r, c, owned ? p : 0.f);
+      dso[y] = owned ? ds_hat : 0.f;
+    }
+  };
+  if (interior) finish(std::true_type{});
+  else finish(std::false_type{});
 }
 
 /// Phase B, dW part: dW[a, b] += Σ over this thread's strips of dso[y] · S[r0 + y + a − Pq, c + b − Pk],
 /// summed over the warp by shuffles, one shared atomic per tap per warp.
-template <int NS>
+template <int NS, int CQ>
 __device__ __forceinline__ void dw_pass(const Geometry& G, const StepView& v, const int (&r0)[NS], int c,
                                         const float (&dso)[NS][kStrip], int lane) {
   bool any = false;
@@ -193,7 +218,7 @@ __device__ __forceinline__ void dw_pass(const Geometry& G, const StepView& v, co
 #pragma unroll
     for (int y = 0; y < kStrip; ++y) any |= dso[k][y] != 0.f;
   if (!__any_sync(0xffffffffu, any)) return;  // warp-uniform: nothing owned in these strips
-  const int pq = G.pq;
+  const int cq = rows_of<CQ>(G), pq = cq - 1;
   for (int b = 0; b < G.ck; ++b) {
     const int col = min(max(c + b - G.pk, 0), BLOCK_N - 1);  // owned keys never clamp; others have dso = 0
     float part[kMaxCq] = {};
@@ -203,14 +228,14 @@ __device__ __forceinline__ void dw_pass(const Geometry& G, const StepView& v, co
       load_window(win, v.S, r0[k] - pq, col, pq);
 #pragma unroll
       for (int a = 0; a < kMaxCq; ++a)
-        if (a < G.cq) {
+        if (a < cq) {
 #pragma unroll
           for (int y = 0; y < kStrip; ++y) part[a] = fmaf(dso[k][y], win[y + a], part[a]);
         }
     }
 #pragma unroll
     for (int a = 0; a < kMaxCq; ++a)
-      if (a < G.cq) {
+      if (a < cq) {
         float s = part[a];
 #pragma unroll
         for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
@@ -221,9 +246,9 @@ __device__ __forceinline__ void dw_pass(const Geometry& G, const StepView& v, co
 
 /// Phase C for one strip: dS = TransposedConv2D(dŜ, W) on the owned entries (0 elsewhere and
 /// where the key is in the future), 16-bit into sdS.
-template <bool kBf16>
+template <bool kBf16, int CQ>
 __device__ __forceinline__ void conv_transpose_strip(const Geometry& G, const StepView& v, int r0, int c) {
-  const int pq = G.pq, pk = G.pk, gc = v.js + c, gr0 = v.is + r0;
+  const int cq = rows_of<CQ>(G), pq = cq - 1, pk = G.pk, gc = v.js + c, gr0 = v.is + r0;
   const bool col_owned = c >= 2 * pk && c < 2 * pk + G.bc && gc < G.seq;
   const bool live = col_owned && r0 + kStrip - 1 >= pq && r0 < pq + G.br && gc <= gr0 + kStrip - 1 && gr0 < G.seq;
   float acc[kStrip] = {};
@@ -234,12 +259,18 @@ __device__ __forceinline__ void conv_transpose_strip(const Geometry& G, const St
       load_window(win, v.dP, r0, c - b + pk, pq);
 #pragma unroll
       for (int a2 = 0; a2 < kMaxCq; ++a2)
-        if (a2 < G.cq) {
+        if (a2 < cq) {
           const float w = v.W[(pq - a2) * G.ck + b];
 #pragma unroll
           for (int y = 0; y < kStrip; ++y) acc[y] = fmaf(w, win[y + a2], acc[y]);
         }
     }
+  }
+  const bool interior = live && r0 >= pq && r0 + kStrip <= pq + G.br && gc <= gr0 && gr0 + kStrip <= G.seq;
+  if (interior) {
+#pragma unroll
+    for (int y = 0; y < kStrip; ++y) store16<kBf16>(v.sdS, r0 + y, c, acc[y]);
+    return;
   }
 #pragma unroll
   for (int y = 0; y < kStrip; ++y) {
@@ -251,7 +282,7 @@ __device__ __forceinline__ void conv_transpose_strip(const Geometry& G, const St
 
 /// Grid (H, Tc, B): the blocks of the first key tiles (the most query tiles) start first. 256
 /// threads, BwdTraits::kSmem bytes of dynamic SRAM (layout in the file comment).
-template <int HEAD_DIM, bool kBf16>
+template <int HEAD_DIM, bool kBf16, int CQ>
 __global__ void __launch_bounds__(kThreads, 1)
     mta_fast_bwd_kernel(Geometry G, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                         const uint16_t* __restrict__ V, const uint16_t* __restrict__ dO, const float* __restrict__ Wg,
@@ -352,15 +383,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int k = 0; k < T::kDwStrips; ++k) {
         r0[k] = 32 * wm + kStrip * (half * T::kDwStrips + k);
-        conv_strip<kBf16>(G, v, r0[k], c, dso[k]);
+        conv_strip<kBf16, CQ>(G, v, r0[k], c, dso[k]);
       }
-      dw_pass<T::kDwStrips>(G, v, r0, c, dso, lane);
+      dw_pass<T::kDwStrips, CQ>(G, v, r0, c, dso, lane);
     }
     __syncthreads();  // dŜ complete (the transpose reads neighbours); every read of S done (dS overwrites it)
 
     // ---- C. dS on the owned block → 16-bit over S.
 #pragma unroll
-    for (int k = 0; k < 4; ++k) conv_transpose_strip<kBf16>(G, v, 32 * wm + kStrip * k, c);
+    for (int k = 0; k < 4; ++k) conv_transpose_strip<kBf16, CQ>(G, v, 32 * wm + kStrip * k, c);
     __syncthreads();  // P and dS complete: the products read other warps' rows and keys
 
     // ---- D. dQaccum += dS K_j (owned rows), dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i.
@@ -418,9 +449,23 @@ __global__ void __launch_bounds__(256) mta_fast_dq_convert_kernel(const float2* 
   }
 }
 
+template <int HEAD_DIM, bool kBf16, int CQ>
+void launch_gradients(const Geometry& G, const Problem& p, const BwdArgs& a, cudaStream_t stream) {
+  using T = BwdTraits<HEAD_DIM>;
+  auto kernel = &mta_fast_bwd_kernel<HEAD_DIM, kBf16, CQ>;
+  static const bool opted_in = [&] {
+    set_smem(reinterpret_cast<const void*>(kernel), T::kSmem, "mta_fast_bwd_kernel", p);
+    return true;
+  }();
+  (void)opted_in;
+  announce("mta_fast_bwd_kernel");
+  kernel<<<dim3(G.heads, G.tc, G.batch), kThreads, T::kSmem, stream>>>(G, a.Q, a.K, a.V, a.dO, a.W, a.LSE, a.D,
+                                                                      a.dQaccum, a.dK, a.dV, a.dW);
+  FLASHLAB_CUDA_CHECK_LAUNCH("mta_fast_bwd_kernel");
+}
+
 template <int HEAD_DIM, bool kBf16>
 void launch(const Geometry& G, const BwdArgs& a, cudaStream_t stream) {
-  using T = BwdTraits<HEAD_DIM>;
   Problem p;  // the attention launch description, for the shared preprocess kernel and set_smem
   p.batch = G.batch;
   p.seq = G.seq;
@@ -428,12 +473,6 @@ void launch(const Geometry& G, const BwdArgs& a, cudaStream_t stream) {
   p.head_dim = G.head_dim;
   p.causal = true;
   p.scale = G.scale;
-  auto kernel = &mta_fast_bwd_kernel<HEAD_DIM, kBf16>;
-  static const bool opted_in = [&] {
-    set_smem(reinterpret_cast<const void*>(kernel), T::kSmem, "mta_fast_bwd_kernel", p);
-    return true;
-  }();
-  (void)opted_in;
   const std::size_t numel = std::size_t(G.batch) * G.seq * G.row_stride();
   FLASHLAB_CUDA_CHECK(cudaMemsetAsync(a.dQaccum, 0, numel * sizeof(float), stream));
   FLASHLAB_CUDA_CHECK(cudaMemsetAsync(a.dW, 0, std::size_t(G.heads) * G.taps() * sizeof(float), stream));
@@ -443,10 +482,14 @@ void launch(const Geometry& G, const BwdArgs& a, cudaStream_t stream) {
   bp.D = a.D;
   launch_fast_bwd_preprocess<HEAD_DIM, kBf16>(p, bp, stream);
 
-  announce("mta_fast_bwd_kernel");
-  kernel<<<dim3(G.heads, G.tc, G.batch), kThreads, T::kSmem, stream>>>(G, a.Q, a.K, a.V, a.dO, a.W, a.LSE, a.D,
-                                                                      a.dQaccum, a.dK, a.dV, a.dW);
-  FLASHLAB_CUDA_CHECK_LAUNCH("mta_fast_bwd_kernel");
+  // Kernel heights with their own specialisation (the sizes the MTA paper and the benchmarks use);
+  // every other cq runs the general kernel.
+  switch (G.cq) {
+    case 3: launch_gradients<HEAD_DIM, kBf16, 3>(G, p, a, stream); break;
+    case 6: launch_gradients<HEAD_DIM, kBf16, 6>(G, p, a, stream); break;
+    case 11: launch_gradients<HEAD_DIM, kBf16, 11>(G, p, a, stream); break;
+    default: launch_gradients<HEAD_DIM, kBf16, 0>(G, p, a, stream);
+  }
 
   const std::size_t pairs = numel / 2;  // d is even
   const unsigned blocks = unsigned(std::min<std::size_t>((pairs + 255) / 256, 4096));

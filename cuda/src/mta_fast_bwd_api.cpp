@@ -149,7 +149,9 @@ dmf::Geometry decode_geometry(const ref::Shape& shape, const ref::mta::Params& p
   int dev = 0, sms = 0;
   FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
   FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int heads = g.batch * g.heads, wanted = std::max(1, (8 * sms + heads - 1) / heads);
+  // One wave: as many splits per head as the device's resident blocks allow (each split then
+  // streams an equal share of the keys; a second, partial wave would leave most SMs idle).
+  const int heads = g.batch * g.heads, wanted = std::max(1, sms * dmf::kDecodeBlocksPerSm / heads);
   const int per_split = (tiles + wanted - 1) / std::min(wanted, tiles);
   g.splits = (tiles + per_split - 1) / per_split;  // every split has at least one tile
   g.keys_per_split = per_split * bc;

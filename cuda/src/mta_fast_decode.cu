@@ -96,7 +96,7 @@ __device__ __forceinline__ void conv_strip(const Geometry& G, const float* S, fl
 }
 
 template <int HEAD_DIM, bool kBf16>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
     mta_fast_decode_split_kernel(Geometry G, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                                  const uint16_t* __restrict__ V, const float* __restrict__ Wg, float* __restrict__ O_s,
                                  float* __restrict__ m_s, float* __restrict__ l_s) {

@@ -94,7 +94,7 @@ struct FastDecodePointers {
 };
 
 /// The number of key splits the decode uses for `shape` and kernel size `p` on the current
-/// device: about eight blocks per SM in all, no split empty. Throws CudaError when no device can
+/// device: one wave of resident blocks when B·H allows, no split empty. Throws CudaError when no device can
 /// be queried.
 int fast_decode_splits(const ref::Shape& shape, const ref::mta::Params& p);
 
