@@ -33,7 +33,11 @@ constexpr const char* kSummary =
     "in the source's order (O zero-filled, then read-modify-written in HBM per key tile; --block\n"
     "sets their tile B). Prints the median, min and max ms and TFLOP/s = (2·N²·d·H·B for QK^T and\n"
     "PV, causal, + N²·H·B·cq·ck for the convolution) / median. --csv rows feed cuda/bench/mta_torch.py\n"
-    "(the unfused PyTorch implementation, same shapes). Needs a build with CUDA and an NVIDIA GPU.";
+    "(the unfused PyTorch implementation, same shapes). --pass bwd times the fast backward (D, dQ,\n"
+    "dK, dV, dW; O and LSE from an untimed fast forward), fwd+bwd both in one range (TFLOP/s of the\n"
+    "backward: 5·N²·d·H·B + 3·N²·H·B·cq·ck). --pass decode times the split-K decode of the last 16\n"
+    "rows and prints the rate it reads K and V beside a device-to-device copy of the same bytes timed\n"
+    "the same way (read_tbps, copy_tbps). Needs a build with CUDA and an NVIDIA GPU.";
 
 po::options_description options() {
   po::options_description d("Options");
@@ -51,7 +55,8 @@ po::options_description options() {
       ("splits", po::value<long long>()->default_value(16), "N_splits of the decode pass")
       ("reps", po::value<long long>()->default_value(30), "timed launches per shape (at least 5)")
       ("warmup", po::value<long long>()->default_value(3), "untimed launches per shape before timing")
-      ("csv", po::bool_switch(), "print CSV (kernel,dtype,pass,cq,ck,d,N,H,B,ms,min_ms,max_ms,tflops) instead of a table");
+      ("csv", po::bool_switch(), "print CSV (kernel,dtype,pass,cq,ck,d,N,H,B,ms,min_ms,max_ms,tflops,read_tbps,copy_tbps) "
+                                 "instead of a table");
   return d;
 }
 
@@ -137,7 +142,7 @@ int run_mta_sweep(const MtaSweep& s) {
        << " B=" << s.batch << "; per shape " << s.warmup << " warm-up + " << s.reps
        << " timed launches, each alone (CUDA events), L2 flushed before each, " << b.input_sets
        << " input sets rotated; median (min, max)\n";
-  if (s.csv) std::cout << "kernel,dtype,pass,cq,ck,d,N,H,B,ms,min_ms,max_ms,tflops\n";
+  if (s.csv) std::cout << "kernel,dtype,pass,cq,ck,d,N,H,B,ms,min_ms,max_ms,tflops,read_tbps,copy_tbps\n";
   else {
     char line[160];
     std::snprintf(line, sizeof line, "%-6s %-5s %-7s %5s %4s %6s %10s %10s %10s %9s\n", "kernel", "dtype", "pass",
@@ -150,14 +155,19 @@ int run_mta_sweep(const MtaSweep& s) {
       const std::string dt(flashlab::ref::dtype_name(r.dtype));
       char line[220];
       if (s.csv)
-        std::snprintf(line, sizeof line, "%s,%s,%s,%d,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%.3f\n", fm::to_string(r.kernel),
-                      dt.c_str(), fm::to_string(r.pass), r.cq, r.ck, r.head_dim, r.seq, r.heads, r.batch, r.median_ms,
-                      r.min_ms, r.max_ms, r.tflops);
+        std::snprintf(line, sizeof line, "%s,%s,%s,%d,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%.3f,%.4f,%.4f\n",
+                      fm::to_string(r.kernel), dt.c_str(), fm::to_string(r.pass), r.cq, r.ck, r.head_dim, r.seq,
+                      r.heads, r.batch, r.median_ms, r.min_ms, r.max_ms, r.tflops, r.read_tbps, r.copy_tbps);
       else
         std::snprintf(line, sizeof line, "%-6s %-5s %-7s %2dx%-2d %4d %6d %10.4f %10.4f %10.4f %9.1f\n",
                       fm::to_string(r.kernel), dt.c_str(), fm::to_string(r.pass), r.cq, r.ck, r.head_dim, r.seq,
                       r.median_ms, r.min_ms, r.max_ms, r.tflops);
-      std::cout << line << std::flush;
+      std::cout << line;
+      if (!s.csv && r.copy_tbps > 0)  // decode: K and V read rate against the copy anchor of the same run
+        std::printf("       reads K, V at %.2f TB/s; a D2D copy of the same bytes moves %.2f TB/s (read + write): "
+                    "ratio %.3f\n",
+                    r.read_tbps, r.copy_tbps, r.read_tbps / r.copy_tbps);
+      std::cout << std::flush;
     });
   } catch (const std::invalid_argument& e) {
     // The harness checks the shape limits and the passes before timing: report them as usage errors.

@@ -18,6 +18,7 @@
 #include "flashlab/cuda/fast_attention.hpp"
 #include "flashlab/cuda/mta.hpp"
 #include "flashlab/cuda/mta_fast.hpp"
+#include "flashlab/cuda/mta_fast_backward.hpp"
 #endif
 
 #include <algorithm>
@@ -27,6 +28,7 @@
 #include <iostream>
 #include <limits>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -264,10 +266,12 @@ constexpr std::string_view kMtaSummary =
     "error is within tolerance, 1 when not, 2 on bad input. The flags, limits and input rules are the\n"
     "CPU command's (inputs float32 or float64 and finite, --allow-nonfinite lets NaN/Inf through);\n"
     "--device cpu runs the CPU reference command instead.\n"
-    "--kernel fast (fwd only) runs the fast tensor-core forward instead: Q, K, V rounded to --dtype (bf16 or\n"
-    "fp16), W fp32, d = 64 or 128, cq <= 16, odd ck <= 15; the reference gets the rounded values. Prints O's\n"
-    "error (tolerance 1e-2 and 2x the error of merely rounding the float64 O to the dtype) and LSE's\n"
-    "(absolute, tolerance 1e-4 of max(1, max|LSE|)); --block and --splits are not used.";
+    "--kernel fast (fwd, bwd) runs the fast tensor-core kernels instead: Q, K, V (dO) rounded to --dtype\n"
+    "(bf16 or fp16), W fp32, d = 64 or 128, cq <= 16, odd ck <= 15; the reference gets the rounded values.\n"
+    "fwd prints O's error (tolerance 1e-2 and 2x the error of merely rounding the float64 O to the dtype)\n"
+    "and LSE's (absolute, tolerance 1e-4 of max(1, max|LSE|)); bwd runs the fast forward for O and LSE,\n"
+    "then the fast backward, and prints dQ, dK, dV (tolerance max(1e-2, 2x the rounding error)) and dW\n"
+    "(fp32, 1e-2 of max|dW|); --block and --splits are not used.";
 
 constexpr double kFp32Tolerance = 1e-5;
 // dW is one sum over N²/2 score entries whose terms cancel (Σ_j dŜ[i, j] = 0 on every row), so
@@ -326,20 +330,21 @@ int report(const MtaInputs& in, const std::vector<std::pair<std::string, double>
 constexpr double kFastOTolerance = 1e-2;
 constexpr double kFastLseTolerance = 1e-4;
 
-// The fast forward on checked inputs: Q, K, V rounded to `dtype` (the reference gets the rounded
-// values), errors of O and LSE against the naive float64 reference, --save o.npy.
-int run_fast_on_gpu(const MtaInputs& in, ref::Dtype dtype) {
-  const bool bf16 = dtype == ref::Dtype::bf16;
-  auto rounded = [&](const Tensor<double>& x) {
-    Tensor<float> out(x.shape());
-    for (std::size_t i = 0; i < x.numel(); ++i) {
-      const float f = float(x.data()[i]);
-      out.data()[i] = bf16 ? flashlab::cuda::bf16_to_float(flashlab::cuda::float_to_bf16(f))
-                           : flashlab::cuda::fp16_to_float(flashlab::cuda::float_to_fp16(f));
-    }
-    return out;
-  };
-  flashlab::cuda::mta::FastShape shape;  // the fast kernel's limits first, as usage errors
+// `x` rounded to the 16-bit dtype (nearest even) and widened back: the values the fast kernels
+// see, which the reference then gets too.
+Tensor<float> rounded_to(const Tensor<double>& x, bool bf16) {
+  Tensor<float> out(x.shape());
+  for (std::size_t i = 0; i < x.numel(); ++i) {
+    const float f = float(x.data()[i]);
+    out.data()[i] = bf16 ? flashlab::cuda::bf16_to_float(flashlab::cuda::float_to_bf16(f))
+                         : flashlab::cuda::fp16_to_float(flashlab::cuda::float_to_fp16(f));
+  }
+  return out;
+}
+
+// The problem as the fast kernels take it, their limits checked first (as usage errors).
+flashlab::cuda::mta::FastShape checked_fast_shape(const MtaInputs& in, ref::Dtype dtype) {
+  flashlab::cuda::mta::FastShape shape;
   shape.batch = int(in.shape.batch);
   shape.seq = int(in.shape.seq);
   shape.heads = int(in.shape.heads);
@@ -347,12 +352,22 @@ int run_fast_on_gpu(const MtaInputs& in, ref::Dtype dtype) {
   shape.cq = int(in.p.cq);
   shape.ck = int(in.p.ck);
   shape.dtype = dtype;
+  if (in.p.scale) shape.scale = float(*in.p.scale);
   try {
     flashlab::cuda::mta::check_fast_shape(shape);
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what(), "--kernel fast takes --dim 64 or 128, --cq <= 16 and odd --ck <= 15 (--kernel clear "
                                "takes any)");
   }
+  return shape;
+}
+
+// The fast forward on checked inputs: Q, K, V rounded to `dtype` (the reference gets the rounded
+// values), errors of O and LSE against the naive float64 reference, --save o.npy.
+int run_fast_on_gpu(const MtaInputs& in, ref::Dtype dtype) {
+  const bool bf16 = dtype == ref::Dtype::bf16;
+  auto rounded = [&](const Tensor<double>& x) { return rounded_to(x, bf16); };
+  (void)checked_fast_shape(in, dtype);
   std::string why;
   if (!flashlab::cuda::device_available(&why)) {
     std::cerr << "error: --device cuda: " << why << "\nhint: run on a machine with an NVIDIA GPU, or use --device cpu\n";
@@ -397,6 +412,89 @@ int run_fast_on_gpu(const MtaInputs& in, ref::Dtype dtype) {
                 ok_lse ? "ok" : "FAILED");
   std::cout << line;
   if (!(ok_o && ok_lse)) {
+    std::cerr << "error: the GPU result does not match the float64 reference (see above)\n";
+    return kFailed;
+  }
+  return kOk;
+}
+
+// Error of 16-bit results (bit patterns) against the float64 reference, and the error of the
+// reference merely rounded to the dtype (the floor of any 16-bit output).
+std::pair<double, double> error_and_floor_16(const std::vector<std::uint16_t>& got, const Tensor<double>& want,
+                                             bool bf16) {
+  auto widen = [&](std::uint16_t b) {
+    return bf16 ? flashlab::cuda::bf16_to_float(b) : flashlab::cuda::fp16_to_float(b);
+  };
+  std::vector<float> g(got.size()), r(want.numel());
+  for (std::size_t i = 0; i < got.size(); ++i) g[i] = widen(got[i]);
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    const float f = float(want.data()[i]);
+    r[i] = widen(bf16 ? flashlab::cuda::float_to_bf16(f) : flashlab::cuda::float_to_fp16(f));
+  }
+  return {rel_to_max(g.data(), want.data(), g.size()), rel_to_max(r.data(), want.data(), r.size())};
+}
+
+// The fast backward on checked inputs: Q, K, V, dO rounded to `dtype`, O and LSE from the fast
+// forward, dQ, dK, dV (16-bit) and dW (fp32) against the naive float64 backward on the rounded
+// inputs, --save dq dk dv dw .npy (float32).
+int run_fast_bwd_on_gpu(const MtaInputs& in, ref::Dtype dtype) {
+  namespace fm = flashlab::cuda::mta;
+  const bool bf16 = dtype == ref::Dtype::bf16;
+  const fm::FastShape shape = checked_fast_shape(in, dtype);
+  std::string why;
+  if (!flashlab::cuda::device_available(&why)) {
+    std::cerr << "error: --device cuda: " << why << "\nhint: run on a machine with an NVIDIA GPU, or use --device cpu\n";
+    return kFailed;
+  }
+  const Tensor<float> q = rounded_to(in.q, bf16), k = rounded_to(in.k, bf16), v = rounded_to(in.v, bf16),
+                      d_o = rounded_to(in.d_o, bf16);
+  const ref::mta::Weights<float> w = in.w.cast<float>();
+  const auto fwd = fm::fast_forward(q, k, v, w, in.p, dtype);
+  auto bits = [&](const Tensor<float>& x) {  // exact: every value is already a 16-bit one
+    std::vector<std::uint16_t> out(x.numel());
+    for (std::size_t i = 0; i < out.size(); ++i)
+      out[i] = bf16 ? flashlab::cuda::float_to_bf16(x.data()[i]) : flashlab::cuda::float_to_fp16(x.data()[i]);
+    return out;
+  };
+  const std::vector<float> w_host(w.data(), w.data() + w.numel());
+  const auto g = fm::fast_backward(shape, bits(q), bits(k), bits(v), w_host, bits(fwd.o), bits(d_o), fwd.lse);
+  const auto want = ref::mta::naive_backward<double>(q.cast<double>(), k.cast<double>(), v.cast<double>(),
+                                                     w.cast<double>(), d_o.cast<double>(), in.p);
+  const Shape& s = in.shape;
+  std::cout << "flashlab mta bwd --device cuda --kernel fast: " << flashlab::cuda::device_description() << "\n"
+            << "batch=" << s.batch << " N=" << s.seq << " H=" << s.heads << " D=" << s.head_dim << ", cq=" << in.p.cq
+            << " ck=" << in.p.ck << ", " << ref::dtype_name(dtype) << " inputs, fp32 accumulation\n"
+            << "max error vs naive float64 on the rounded inputs (max |gpu - ref| / max |ref|):\n";
+  bool passed = true;
+  char line[200];
+  const std::pair<const char*, const std::vector<std::uint16_t>*> grads[] = {{"dQ", &g.dQ}, {"dK", &g.dK}, {"dV", &g.dV}};
+  const Tensor<double>* wants[] = {&want.dq, &want.dk, &want.dv};
+  for (int t = 0; t < 3; ++t) {
+    const auto [err, floor] = error_and_floor_16(*grads[t].second, *wants[t], bf16);
+    const bool ok = err <= std::max(kFastOTolerance, 2.0 * floor);
+    passed = passed && ok;
+    std::snprintf(line, sizeof line, "  %-3s  %.2e  %s  (tolerance max(1e-2, 2 x %.2e), the error of rounding the exact %s)\n",
+                  grads[t].first, err, ok ? "ok" : "FAILED", floor, grads[t].first);
+    std::cout << line;
+  }
+  const double e_dw = rel_to_max(g.dW.data(), want.dw.data(), g.dW.size());
+  const bool ok_dw = e_dw <= kFastOTolerance;
+  passed = passed && ok_dw;
+  std::snprintf(line, sizeof line, "  dW   %.2e  %s  (fp32, tolerance 1e-2)\n", e_dw, ok_dw ? "ok" : "FAILED");
+  std::cout << line;
+  if (in.save_dir) {
+    auto widened = [&](const std::vector<std::uint16_t>& x) {
+      Tensor<float> out(in.shape);
+      for (std::size_t i = 0; i < x.size(); ++i)
+        out.data()[i] = bf16 ? flashlab::cuda::bf16_to_float(x[i]) : flashlab::cuda::fp16_to_float(x[i]);
+      return out;
+    };
+    save_output(*in.save_dir, "dq.npy", widened(g.dQ), in.batched);
+    save_output(*in.save_dir, "dk.npy", widened(g.dK), in.batched);
+    save_output(*in.save_dir, "dv.npy", widened(g.dV), in.batched);
+    ref::write_npy(*in.save_dir / "dw.npy", {in.shape.heads, in.p.cq, in.p.ck}, g.dW.data());
+  }
+  if (!passed) {
     std::cerr << "error: the GPU result does not match the float64 reference (see above)\n";
     return kFailed;
   }
@@ -458,7 +556,7 @@ int run_on_gpu(const MtaInputs& in) {
 int run_mta_cuda(const Args& args) {
   po::options_description desc("Options"), hidden;
   desc.add_options()("help,h", "show this help")
-      ("kernel", po::value<std::string>()->default_value("clear"), "clear (fp32 kernels) | fast (tensor-core forward)")
+      ("kernel", po::value<std::string>()->default_value("clear"), "clear (fp32 kernels) | fast (tensor-core forward and backward)")
       ("dtype", po::value<std::string>()->default_value("bf16"), "bf16 | fp16: inputs of --kernel fast");
   add_mta_options(desc, hidden, 64, 32);
   po::options_description all;
@@ -474,10 +572,11 @@ int run_mta_cuda(const Args& args) {
   if (kernel != "clear" && kernel != "fast") throw UsageError("--kernel '" + kernel + "' is unknown", "choose clear or fast");
   if (dtype != "bf16" && dtype != "fp16") throw UsageError("--dtype '" + dtype + "' is unknown", "choose bf16 or fp16");
   const MtaInputs in = mta_inputs(vm);
-  if (kernel == "fast" && in.mode != "fwd")
-    throw UsageError("--kernel fast runs mta fwd only", "use --kernel clear for mta " + in.mode);
+  if (kernel == "fast" && in.mode == "infer")
+    throw UsageError("--kernel fast runs mta fwd and bwd", "use --kernel clear for mta infer");
 #ifdef FLASHLAB_HAVE_CUDA
-  if (kernel == "fast") return run_fast_on_gpu(in, dtype == "fp16" ? ref::Dtype::fp16 : ref::Dtype::bf16);
+  const ref::Dtype fast_dtype = dtype == "fp16" ? ref::Dtype::fp16 : ref::Dtype::bf16;
+  if (kernel == "fast") return in.mode == "bwd" ? run_fast_bwd_on_gpu(in, fast_dtype) : run_fast_on_gpu(in, fast_dtype);
   return run_on_gpu(in);
 #else
   throw UsageError("this flashlab was built without CUDA (--device cuda)",

@@ -17,6 +17,7 @@
 #include "flashlab/cuda/mta.hpp"
 #include "flashlab/cuda/mta_bench.hpp"
 #include "flashlab/cuda/mta_fast.hpp"
+#include "flashlab/cuda/mta_fast_backward.hpp"
 #include "mta_api.hpp"
 
 #include <algorithm>
@@ -136,10 +137,71 @@ PassPlan plan_fwd_fast(const MtaBenchConfig& b, ShapeBuffers& s) {
   return plan;
 }
 
+/// The fast backward (dQ, dK, dV, dW) with its D preprocessing; O and LSE come from one untimed
+/// fast forward per input set. `with_forward`: the forward runs inside the timed range too.
+PassPlan plan_bwd_fast(const MtaBenchConfig& b, ShapeBuffers& s, bool with_forward) {
+  const FastShape shape = fast_shape_of(b, s.seq, s.head_dim);
+  check_fast_shape(shape);
+  for (std::size_t set = 0; set < s.q.size(); ++set)
+    fast_forward_device(shape, s.q[set].get(), s.k[set].get(), s.v[set].get(), s.w.get(), s.o[set].get(),
+                        s.stat_a[set].get());
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  PassPlan plan;
+  plan.flops = mta_backward_flops(s.seq, s.head_dim, b.heads, b.batch, b.cq, b.ck) +
+               (with_forward ? mta_forward_flops(s.seq, s.head_dim, b.heads, b.batch, b.cq, b.ck) : 0.0);
+  const std::size_t grad_bytes = s.numel * ref::dtype_bytes(b.dtype);
+  for (int k = 0; k < 3; ++k) plan.scratch.emplace_back(grad_bytes);                // dQ, dK, dV
+  plan.scratch.emplace_back(std::size_t(b.heads) * b.cq * b.ck * sizeof(float));    // dW
+  plan.scratch.emplace_back(fast_backward_workspace_bytes(shape));                  // D, dQ accumulator
+  // The launch keeps the raw device pointers: moving the plan moves the buffers, not their memory.
+  std::vector<void*> raw;
+  for (const Bytes& x : plan.scratch) raw.push_back(x.get());
+  plan.launch = [&s, shape, raw, with_forward](std::size_t set) {
+    if (with_forward)
+      fast_forward_device(shape, s.q[set].get(), s.k[set].get(), s.v[set].get(), s.w.get(), s.o[set].get(),
+                          s.stat_a[set].get());
+    const FastBackwardPointers ptrs{s.q[set].get(), s.k[set].get(), s.v[set].get(), s.w.get(), s.o[set].get(),
+                                    s.d_o[set].get(), s.stat_a[set].get(), raw[0], raw[1], raw[2],
+                                    static_cast<float*>(raw[3])};
+    fast_backward_device(shape, ptrs, raw[4]);
+  };
+  return plan;
+}
+
+/// The fast split-K decode of the last 16 rows (split kernel and combine kernel).
+PassPlan plan_decode_fast(const MtaBenchConfig& b, ShapeBuffers& s) {
+  const FastShape shape = fast_shape_of(b, s.seq, s.head_dim);
+  check_fast_shape(shape);
+  PassPlan plan;
+  plan.flops = 0.0;  // bandwidth-bound: reported as read_tbps
+  plan.scratch.emplace_back(fast_decode_workspace_bytes(shape));
+  std::vector<void*> raw{plan.scratch[0].get()};
+  plan.launch = [&s, shape, raw](std::size_t set) {
+    fast_decode_device(shape, FastDecodePointers{s.q[set].get(), s.k[set].get(), s.v[set].get(), s.w.get(),
+                                                 s.o[set].get()},
+                       raw[0]);
+  };
+  return plan;
+}
+
+/// The anchor of the decode: a device-to-device copy of the bytes of K and V of input set `set`
+/// into a scratch buffer, timed like a pass.
+PassPlan plan_copy(const MtaBenchConfig& b, ShapeBuffers& s) {
+  PassPlan plan;
+  const std::size_t bytes = s.numel * ref::dtype_bytes(storage_dtype(b));
+  plan.scratch.emplace_back(2 * bytes);
+  auto* dst = plan.scratch[0].get();
+  plan.launch = [&s, bytes, dst](std::size_t set) {
+    FLASHLAB_CUDA_CHECK(cudaMemcpyAsync(dst, s.k[set].get(), bytes, cudaMemcpyDeviceToDevice));
+    FLASHLAB_CUDA_CHECK(cudaMemcpyAsync(dst + bytes, s.v[set].get(), bytes, cudaMemcpyDeviceToDevice));
+  };
+  return plan;
+}
+
 /// Whether the harness has pass `b.pass` of family `b.kernel` (the one list of what exists);
 /// throws std::invalid_argument naming the pass and family otherwise.
 void require_pass(const MtaBenchConfig& b) {
-  const bool timed = b.pass == MtaBenchPass::fwd;
+  const bool timed = b.pass == MtaBenchPass::fwd || b.kernel == MtaBenchKernel::fast;
   if (!timed)
     bad(std::string("pass ") + to_string(b.pass) + " of the " + to_string(b.kernel) +
         " kernels is not timed by this harness yet (hint: --pass fwd)");
@@ -148,7 +210,13 @@ void require_pass(const MtaBenchConfig& b) {
 /// The pass `b.pass` of family `b.kernel` (require_pass() has checked that it exists).
 PassPlan plan_pass(const MtaBenchConfig& b, ShapeBuffers& s) {
   require_pass(b);
-  return b.kernel == MtaBenchKernel::clear ? plan_fwd_clear(b, s) : plan_fwd_fast(b, s);
+  if (b.kernel == MtaBenchKernel::clear) return plan_fwd_clear(b, s);
+  switch (b.pass) {
+    case MtaBenchPass::bwd: return plan_bwd_fast(b, s, false);
+    case MtaBenchPass::fwd_bwd: return plan_bwd_fast(b, s, true);
+    case MtaBenchPass::decode: return plan_decode_fast(b, s);
+    default: return plan_fwd_fast(b, s);
+  }
 }
 
 // ---- the harness -----------------------------------------------------------------------------
@@ -223,6 +291,8 @@ MtaBenchRow time_pass(const MtaBenchConfig& b, const ShapeBuffers& s, const Pass
   row.min_ms = times.front();
   row.max_ms = times.back();
   row.tflops = plan.flops / (row.median_ms * 1e-3) / 1e12;
+  if (b.pass == MtaBenchPass::decode)  // K and V: 2·numel elements
+    row.read_tbps = 2.0 * double(s.numel) * double(ref::dtype_bytes(storage_dtype(b))) / (row.median_ms * 1e-3) / 1e12;
   return row;
 }
 
@@ -258,6 +328,11 @@ const char* to_string(MtaBenchPass pass) {
 }
 
 const char* to_string(MtaBenchKernel kernel) { return kernel == MtaBenchKernel::clear ? "clear" : "fast"; }
+
+double mta_backward_flops(int seq, int head_dim, int heads, int batch, int cq, int ck) {
+  const double n = double(seq), hb = double(heads) * double(batch);
+  return 5.0 * n * n * double(head_dim) * hb + 3.0 * n * n * double(cq) * double(ck) * hb;
+}
 
 double mta_forward_flops(int seq, int head_dim, int heads, int batch, int cq, int ck) {
   const double n = double(seq), hb = double(heads) * double(batch);
@@ -302,6 +377,10 @@ std::vector<MtaBenchRow> bench_mta(const MtaBenchConfig& bench, const std::funct
       ShapeBuffers s = allocate_shape(bench, n, d, pool, w_host);
       const PassPlan plan = plan_pass(bench, s);
       rows.push_back(time_pass(bench, s, plan, flush, ev));
+      if (bench.pass == MtaBenchPass::decode) {  // the copy anchor, same shape, same method, same run
+        const MtaBenchRow copy = time_pass(bench, s, plan_copy(bench, s), flush, ev);
+        rows.back().copy_tbps = 4.0 * double(s.numel) * double(ref::dtype_bytes(dt)) / (copy.median_ms * 1e-3) / 1e12;
+      }
       if (on_row) on_row(rows.back());
     }
   return rows;

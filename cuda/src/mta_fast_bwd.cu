@@ -44,7 +44,7 @@
 // Numerics: S, Ŝ, dP, dŜ, dS and dW in fp32; P and dS rounded once to 16 bits for the products.
 // Extra device memory: D (B·H·N floats) and dQaccum (B·N·H·d floats); no N × N buffer.
 #include "attention_bwd_tc.cuh"
-#include "mta_fast.hpp"
+#include "mta_fast_launch.hpp"
 #include "warp_gemm.cuh"
 
 #include <cuda_bf16.h>

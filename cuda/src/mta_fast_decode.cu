@@ -22,7 +22,7 @@
 // The split writes its unnormalised O_s, m_s and ℓ_s (fp32) for the combine kernel.
 // Bytes: K and V are read once per tile (2Pk halo keys per tile re-read: 3% at 3 × 3), Q once per
 // block; the partials are splits·16·(d + 2) floats per head, far below N·d.
-#include "mta_fast.hpp"
+#include "mta_fast_launch.hpp"
 #include "tensor_core.cuh"
 
 #include <cuda_bf16.h>

@@ -52,6 +52,7 @@ std::string label(const Case& c) {
 struct Inputs {
   fr::Shape shape;
   fm::Params p;
+  fc::mta::FastShape fast;  // the same problem as the fast kernels take it
   std::vector<std::uint16_t> q, k, v, d_o;
   std::vector<float> w;
   fr::Tensor<double> qd, kd, vd, dod;
@@ -63,6 +64,13 @@ Inputs make_inputs(const Case& c, unsigned long long seed) {
   in.shape = fr::Shape{c.batch, c.seq, c.heads, c.dim};
   in.p.cq = c.cq;
   in.p.ck = c.ck;
+  in.fast.batch = int(c.batch);
+  in.fast.seq = int(c.seq);
+  in.fast.heads = int(c.heads);
+  in.fast.head_dim = int(c.dim);
+  in.fast.cq = int(c.cq);
+  in.fast.ck = int(c.ck);
+  in.fast.dtype = c.dtype;
   fr::Tensor<double> q0(in.shape), k0(in.shape), v0(in.shape), do0(in.shape);
   fr::fill_normal(q0, seed);
   fr::fill_normal(k0, seed + 1);
@@ -113,7 +121,7 @@ void check_backward(const Case& c) {
         lse2[(b * c.heads + h) * c.seq + n] = float(fwd.lse.data()[(b * c.seq + n) * c.heads + h] * kLog2e);
 
   const auto want = fm::naive_backward<double>(in.qd, in.kd, in.vd, in.wd, in.dod, in.p);
-  const auto got = fc::mta::fast_backward(in.shape, in.p, c.dtype, in.q, in.k, in.v, in.w, o16, in.d_o, lse2);
+  const auto got = fc::mta::fast_backward(in.fast, in.q, in.k, in.v, in.w, o16, in.d_o, lse2);
   check_grad("dQ", got.dQ, want.dq, c.dtype, where);
   check_grad("dK", got.dK, want.dk, c.dtype, where);
   check_grad("dV", got.dV, want.dv, c.dtype, where);
@@ -147,7 +155,7 @@ void check_decode(const Case& c) {
   INFO(where << " seed=" << seed << " (rerun with FLASHLAB_TEST_SEED)");
   const Inputs in = make_inputs(c, seed);
   const std::size_t rows = std::min<std::size_t>(c.seq, fc::mta::kDecodeRows);
-  const auto got = fc::mta::fast_decode(in.shape, in.p, c.dtype, in.q, in.k, in.v, in.w);
+  const auto got = fc::mta::fast_decode(in.fast, in.q, in.k, in.v, in.w);
   REQUIRE(got.size() == c.batch * rows * c.heads * c.dim);
 
   // All R rows against the naive forward; the last row also against the reference's split-K
@@ -213,25 +221,27 @@ TEST_CASE("mta fast decode: the last 16 rows equal the float64 reference", "[mta
   report("mta fast decode");
 }
 
-TEST_CASE("mta fast paths refuse what they do not support", "[mta-fast-bwd][errors]") {
-  fm::Params p;
-  p.cq = 3;
-  p.ck = 3;
-  const fr::Shape ok{1, 16, 1, 64};
-  CHECK_NOTHROW(fc::mta::check_fast_mta(ok, p, fr::Dtype::bf16));
-  CHECK_THROWS_AS(fc::mta::check_fast_mta(fr::Shape{1, 16, 1, 96}, p, fr::Dtype::bf16), std::invalid_argument);
-  CHECK_THROWS_AS(fc::mta::check_fast_mta(ok, p, fr::Dtype::fp32), std::invalid_argument);
-  fm::Params even = p;
-  even.ck = 4;
-  CHECK_THROWS_AS(fc::mta::check_fast_mta(ok, even, fr::Dtype::bf16), std::invalid_argument);
-  fm::Params tall = p;
-  tall.cq = 17;
-  CHECK_THROWS_AS(fc::mta::check_fast_mta(ok, tall, fr::Dtype::bf16), std::invalid_argument);
-  fm::Params wide = p;
-  wide.ck = 17;
-  CHECK_THROWS_AS(fc::mta::check_fast_mta(ok, wide, fr::Dtype::bf16), std::invalid_argument);
-  // A wrong input size is named, not read out of bounds.
+TEST_CASE("mta fast backward and decode refuse what they do not support", "[mta-fast-bwd][errors]") {
+  fc::mta::FastShape ok;
+  ok.seq = 16;
+  ok.cq = 3;
+  ok.ck = 3;
   const std::vector<std::uint16_t> t(16 * 64), short_t(10);
   const std::vector<float> w(9), lse(16);
-  CHECK_THROWS_AS(fc::mta::fast_backward(ok, p, fr::Dtype::bf16, t, t, t, w, t, short_t, lse), std::invalid_argument);
+  fc::mta::FastShape wide_d = ok;
+  wide_d.head_dim = 96;
+  CHECK_THROWS_AS(fc::mta::fast_backward(wide_d, t, t, t, w, t, t, lse), std::invalid_argument);
+  fc::mta::FastShape even = ok;
+  even.ck = 4;
+  CHECK_THROWS_AS(fc::mta::fast_decode(even, t, t, t, w), std::invalid_argument);
+  fc::mta::FastShape wide = ok;
+  wide.dtype = fr::Dtype::fp32;
+  CHECK_THROWS_AS(fc::mta::fast_backward(wide, t, t, t, w, t, t, lse), std::invalid_argument);
+  // A wrong input size is named, not read out of bounds.
+  try {
+    fc::mta::fast_backward(ok, t, t, t, w, t, short_t, lse);
+    FAIL("a 10-element dO was accepted");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("dO") != std::string::npos);
+  }
 }

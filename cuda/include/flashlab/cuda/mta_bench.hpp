@@ -10,7 +10,9 @@
 /// one *kernel family* (MtaBenchKernel): every kernel the pass needs, inside the timed range
 /// (the clear forward: O = 0 fill, then the forward kernel; the fast forward: its one kernel).
 /// Scratch a pass needs is allocated once per shape, outside the timing. Reported: median,
-/// minimum and maximum time and the TFLOP/s of the median (mta_forward_flops() for the forward).
+/// minimum and maximum time and the TFLOP/s of the median (mta_forward_flops() for the forward,
+/// mta_backward_flops() for the backward, their sum for fwd+bwd); the decode reports the rate at
+/// which it reads K and V beside the rate of a device-to-device copy of the same bytes.
 ///
 /// MTA is causal by definition (the reference's semantics), so every shape is causal.
 #pragma once
@@ -35,9 +37,9 @@ enum class MtaBenchKernel {
 /// (plan_pass() dispatches); a pass a kernel family does not have is refused before any timing.
 enum class MtaBenchPass {
   fwd,      ///< the forward
-  bwd,      ///< the backward (after one untimed forward per input set, for its saved statistics)
+  bwd,      ///< the backward (after one untimed forward per input set, for its O and LSE)
   fwd_bwd,  ///< forward then backward, in one timed range
-  decode    ///< the split-K decode of the last query rows
+  decode    ///< the split-K decode of the last 16 query rows (fast only), beside a D2D copy of the same bytes
 };
 
 /// The name of a pass on the command line and in CSV rows ("fwd", "bwd", "fwd+bwd", "decode").
@@ -82,6 +84,11 @@ struct MtaBenchRow {
   double min_ms = 0.0;     ///< fastest launch, milliseconds
   double max_ms = 0.0;     ///< slowest launch, milliseconds
   double tflops = 0.0;     ///< the pass's FLOP count (forward: mta_forward_flops()) / median, 10¹² FLOP/s
+  /// decode: the bytes of K and V (2·N·H·d·B elements) read per median time, 10¹² B/s; else 0
+  double read_tbps = 0.0;
+  /// decode: a device-to-device cudaMemcpy of the same bytes, timed the same way in the same run,
+  /// as (bytes read + bytes written) per median time, 10¹² B/s (the copy-bandwidth anchor); else 0
+  double copy_tbps = 0.0;
 };
 
 /// FLOPs of the attention products of one causal forward, 2·N²·d·H·B (QKᵀ and PV at 2 FLOPs
@@ -89,6 +96,11 @@ struct MtaBenchRow {
 /// visible score, N²/2·H·B·2·cq·ck. Halo recomputation and softmax are not counted, so the
 /// figure is work done per second of useful work, comparable across kernels of the same shape.
 double mta_forward_flops(int seq, int head_dim, int heads, int batch, int cq, int ck);
+
+/// FLOPs of the products of one causal backward, 5·N²·d·H·B (S recomputed, dP, dV, dK, dQ at
+/// 2 FLOPs per multiply-add, halved for causality), plus three convolution-sized passes per
+/// visible score (Ŝ recomputed, its transpose, dW), 3·N²·H·B·cq·ck. Halo recomputation not counted.
+double mta_backward_flops(int seq, int head_dim, int heads, int batch, int cq, int ck);
 
 /// Times the kernels of `bench` on every shape on device 0 and returns the rows in sweep order;
 /// `on_row`, if given, is called with each row as soon as it is measured. Device memory is

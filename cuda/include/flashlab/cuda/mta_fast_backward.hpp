@@ -7,28 +7,21 @@
 /// Ŝ = Conv2D(S, W) (Pq = cq − 1 past queries, Pk = (ck − 1)/2 keys each side), causal −∞, P =
 /// softmax(Ŝ), O = P V, loss ⟨O, dO⟩. Layouts: Q, K, V, O, dO, dQ, dK, dV `[B, N, H, d]`
 /// row-major in the dtype's 16-bit bit patterns (uint16_t: no CUDA types here, CPU code may
-/// include this header); W and dW `[H, cq, ck]` fp32; LSE and D `[B, H, N]` fp32, LSE in base 2
-/// as in fast_attention.hpp: LSE_i = log2 Σ_j 2^(Ŝ_ij·log2 e).
+/// include this header); W and dW `[H, cq, ck]` fp32; LSE and D `[B, H, N]` fp32, LSE the fast
+/// forward's (mta_fast.hpp): base 2, LSE_i = log2 Σ_j 2^(Ŝ_ij·log2 e).
 ///
-/// Limits, checked in one place (check_fast_mta()): d ∈ {64, 128}; dtype bf16 or fp16;
-/// 1 ≤ cq ≤ 16; ck odd, 1 ≤ ck ≤ 15; N ≥ 1; B·N·H·d < 2³¹. The block size and split count of
-/// ref::mta::Params are the clear kernels' and are not read here (the fast tiles are fixed:
+/// Shapes, kernel sizes, dtype and scale are a FastShape, whose limits check_fast_shape() states
+/// for the forward, the backward and the decode alike (the tiles are fixed:
 /// cuda/src/mta_fast_bwd.cu and mta_fast_decode.cu state them).
 #pragma once
 
-#include "flashlab/reference/mta.hpp"
-#include "flashlab/reference/tensor.hpp"
-#include "flashlab/reference/traffic.hpp"
+#include "flashlab/cuda/mta_fast.hpp"
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 namespace flashlab::cuda::mta {
-
-/// Throws std::invalid_argument naming the value, the limit and a hint when `shape`, `p` or
-/// `dtype` is outside the fast kernels' limits (file comment).
-void check_fast_mta(const ref::Shape& shape, const ref::mta::Params& p, ref::Dtype dtype);
 
 // ---------------------------------------------------------------------------------- backward
 
@@ -59,22 +52,21 @@ struct FastBackwardPointers {
 /// Bytes of device scratch fast_backward_device() needs: D (fp32, B·H·N) and the fp32 dQ
 /// accumulator (B·N·H·d floats), each at a 256-byte aligned offset. No N × N buffer: the
 /// scratch grows as O(N·H·d).
-std::size_t fast_backward_workspace_bytes(const ref::Shape& shape);
+std::size_t fast_backward_workspace_bytes(const FastShape& shape);
 
 /// Launches the fast backward on device pointers: zero dW and the dQ accumulator, D
 /// preprocessing, the gradient kernel (one block per key tile K_j, V_j; loop over query tiles),
 /// the dQ conversion. `workspace` holds fast_backward_workspace_bytes(shape) bytes; `stream` is a
 /// cudaStream_t passed as void* (nullptr: default stream). No synchronisation. Throws
 /// std::invalid_argument for a bad problem, CudaError if a launch fails.
-void fast_backward_device(const ref::Shape& shape, const ref::mta::Params& p, ref::Dtype dtype,
-                          const FastBackwardPointers& ptrs, void* workspace, void* stream = nullptr);
+void fast_backward_device(const FastShape& shape, const FastBackwardPointers& ptrs, void* workspace,
+                          void* stream = nullptr);
 
 /// Uploads the inputs (16-bit bit patterns; W fp32 `[H, cq, ck]`; LSE base 2 `[B, H, N]`),
 /// poisons the outputs and the workspace with NaN, runs fast_backward_device(), checks every CUDA
 /// call and downloads dQ, dK, dV, dW and D. Throws std::invalid_argument for a bad problem or a
 /// wrong input size, CudaError for a CUDA failure.
-FastBackwardGrads fast_backward(const ref::Shape& shape, const ref::mta::Params& p, ref::Dtype dtype,
-                                const std::vector<std::uint16_t>& Q, const std::vector<std::uint16_t>& K,
+FastBackwardGrads fast_backward(const FastShape& shape, const std::vector<std::uint16_t>& Q, const std::vector<std::uint16_t>& K,
                                 const std::vector<std::uint16_t>& V, const std::vector<float>& W,
                                 const std::vector<std::uint16_t>& O, const std::vector<std::uint16_t>& dO,
                                 const std::vector<float>& LSE);
@@ -96,22 +88,21 @@ struct FastDecodePointers {
 /// The number of key splits the decode uses for `shape` and kernel size `p` on the current
 /// device: one wave of resident blocks when B·H allows, no split empty. Throws CudaError when no device can
 /// be queried.
-int fast_decode_splits(const ref::Shape& shape, const ref::mta::Params& p);
+int fast_decode_splits(const FastShape& shape);
 
 /// Bytes of device scratch fast_decode_device() needs: the per-split partials O_s (fp32,
 /// B·H·splits·16·d), m_s and ℓ_s (fp32, B·H·splits·16 each), 256-byte aligned.
-std::size_t fast_decode_workspace_bytes(const ref::Shape& shape, const ref::mta::Params& p);
+std::size_t fast_decode_workspace_bytes(const FastShape& shape);
 
 /// Launches the split-K decode on device pointers: the split kernel (each block one range of
 /// key tiles for one (b, h): scores of the 16 rows on tensor cores, the convolution on chip,
 /// online softmax, partial O_s, m_s, ℓ_s) and the combine kernel. No synchronisation.
-void fast_decode_device(const ref::Shape& shape, const ref::mta::Params& p, ref::Dtype dtype,
-                        const FastDecodePointers& ptrs, void* workspace, void* stream = nullptr);
+void fast_decode_device(const FastShape& shape, const FastDecodePointers& ptrs, void* workspace,
+                        void* stream = nullptr);
 
 /// Uploads, poisons, runs fast_decode_device(), checks and downloads O of the last
 /// min(16, N) rows, `[B, R, H, d]` bit patterns.
-std::vector<std::uint16_t> fast_decode(const ref::Shape& shape, const ref::mta::Params& p, ref::Dtype dtype,
-                                       const std::vector<std::uint16_t>& Q, const std::vector<std::uint16_t>& K,
+std::vector<std::uint16_t> fast_decode(const FastShape& shape, const std::vector<std::uint16_t>& Q, const std::vector<std::uint16_t>& K,
                                        const std::vector<std::uint16_t>& V, const std::vector<float>& W);
 
 }  // namespace flashlab::cuda::mta

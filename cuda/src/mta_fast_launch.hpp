@@ -10,7 +10,7 @@
 
 namespace flashlab::cuda::detail::mta_fast {
 
-/// Sizes of one fast MTA call (checked by check_fast_mta before they get here).
+/// Sizes of one fast MTA call (checked by check_fast_shape before they get here).
 struct Geometry {
   int batch = 1, seq = 0, heads = 1, head_dim = 0;  ///< B, N, H, d
   int cq = 1, ck = 1;                               ///< kernel size
