@@ -131,22 +131,30 @@ __device__ __forceinline__ int rows_of(const Geometry& G) {
   else return G.cq;
 }
 
-/// The window of one strip: win[y] = tile[row0 + y][col] for y < 8 + Pq, 0 for rows outside [0, 64).
-/// Strips away from the tile's top and bottom (row0 is the same for the whole warp: a uniform
-/// branch) load without the row tests.
+/// The window of one strip: win[y] = tile[row0 + y][col] for y < 8 + Pq, 0 for rows outside
+/// [0, 64). Branch-free (rows clamped, then selected), so the windows of several strips can be in
+/// flight at once.
 __device__ __forceinline__ void load_window(float (&win)[kWindow], const float* tile, int row0, int col, int pq) {
-  if (row0 >= 0 && row0 + kStrip + pq <= BLOCK_M) {
-#pragma unroll
-    for (int y = 0; y < kWindow; ++y) win[y] = y < kStrip + pq ? tile[(row0 + y) * kPitch + col] : 0.f;
-    return;
-  }
 #pragma unroll
   for (int y = 0; y < kWindow; ++y) {
     const int row = row0 + y;
-    float v = 0.f;
-    if (y < kStrip + pq && row >= 0 && row < BLOCK_M) v = tile[row * kPitch + col];
-    win[y] = v;
+    if (y < kStrip + pq) {
+      const float v = tile[min(max(row, 0), BLOCK_M - 1) * kPitch + col];
+      win[y] = row >= 0 && row < BLOCK_M ? v : 0.f;
+    } else {
+      win[y] = 0.f;
+    }
   }
+}
+
+/// Column b of the kernel, SRAM → registers once for all strips: w[a] = W[a, b] for a < cq, or
+/// with `flipped` w[a] = W[Pq − a, b] (the transposed convolution's order).
+template <int CQ>
+__device__ __forceinline__ void load_w_column(float (&w)[kMaxCq], const Geometry& G, const float* W, int b,
+                                              bool flipped) {
+  const int cq = rows_of<CQ>(G);
+#pragma unroll
+  for (int a = 0; a < kMaxCq; ++a) w[a] = a < cq ? W[(flipped ? cq - 1 - a : a) * G.ck + b] : 0.f;
 }
 
 /// Everything a step's phases share (SRAM views and the block's geometry).
@@ -161,50 +169,54 @@ struct StepView {
   int is, js;       // I_s, J_s: global index of tile row 0 and tile key 0
 };
 
-/// Phase B for one strip (rows r0 … r0 + 7 of tile column c): Ŝ, P, dŜ; P (owned entries)
-/// → sP; dŜ → dP in place; the owned dŜ values → dso for the dW pass.
-template <bool kBf16, int CQ>
-__device__ __forceinline__ void conv_strip(const Geometry& G, const StepView& v, int r0, int c, float (&dso)[kStrip]) {
-  const int cq = rows_of<CQ>(G), pq = cq - 1, pk = G.pk, gc = v.js + c, gr0 = v.is + r0;
+/// Phase B for NS strips (rows r0[k] … r0[k] + 7 of tile column c): Ŝ, P, dŜ; P (owned
+/// entries) → sP; dŜ → dP in place; the owned dŜ values → dso for the dW pass. The kernel columns
+/// b are the outer loop, so the NS windows of one b are loaded together (independent loads).
+template <bool kBf16, int CQ, int NS>
+__device__ __forceinline__ void conv_strips(const Geometry& G, const StepView& v, const int (&r0)[NS], int c,
+                                            float (&dso)[NS][kStrip]) {
+  const int cq = rows_of<CQ>(G), pq = cq - 1, pk = G.pk, gc = v.js + c;
   const bool col_exact = c >= pk && c < BLOCK_N - pk && gc >= 0 && gc < G.seq;
-  const bool live = col_exact && r0 + kStrip - 1 >= pq && gc <= gr0 + kStrip - 1 && gr0 < G.seq;
-  float acc[kStrip] = {};
-  if (live) {
-    for (int b = 0; b < G.ck; ++b) {
+  float acc[NS][kStrip] = {};
+  for (int b = 0; b < G.ck; ++b) {
+    float w[kMaxCq];
+    load_w_column<CQ>(w, G, v.W, b, false);
+    const int col = min(max(c + b - pk, 0), BLOCK_N - 1);  // exact keys never clamp; the others are masked
+#pragma unroll
+    for (int k = 0; k < NS; ++k) {
       float win[kWindow];
-      load_window(win, v.S, r0 - pq, c + b - pk, pq);
+      load_window(win, v.S, r0[k] - pq, col, pq);
 #pragma unroll
       for (int a = 0; a < kMaxCq; ++a)
         if (a < cq) {
-          const float w = v.W[a * G.ck + b];
 #pragma unroll
-          for (int y = 0; y < kStrip; ++y) acc[y] = fmaf(w, win[y + a], acc[y]);
+          for (int y = 0; y < kStrip; ++y) acc[k][y] = fmaf(w[a], win[y + a], acc[k][y]);
         }
     }
   }
   const bool col_owned = c >= 2 * pk && c < 2 * pk + G.bc;
-  // Interior strips (every entry exact and visible: most of them) run the loop without the
-  // per-entry tests (one branch per strip picks the copy).
-  const bool interior = live && r0 >= pq && gc <= gr0 && gr0 + kStrip <= G.seq;
-  auto finish = [&](auto all_visible) {
+#pragma unroll
+  for (int k = 0; k < NS; ++k) {
+    float lse[kStrip], d_i[kStrip];  // the strip's 8 rows: two 16-byte loads each (r0 is a multiple of 8)
+    *reinterpret_cast<float4*>(lse) = *reinterpret_cast<const float4*>(v.lse + r0[k]);
+    *reinterpret_cast<float4*>(lse + 4) = *reinterpret_cast<const float4*>(v.lse + r0[k] + 4);
+    *reinterpret_cast<float4*>(d_i) = *reinterpret_cast<const float4*>(v.d_i + r0[k]);
+    *reinterpret_cast<float4*>(d_i + 4) = *reinterpret_cast<const float4*>(v.d_i + r0[k] + 4);
 #pragma unroll
     for (int y = 0; y < kStrip; ++y) {
-      const int r = r0 + y, gr = gr0 + y;
-      bool visible = true;
-      if constexpr (!decltype(all_visible)::value) visible = live && r >= pq && gr < G.seq && gc <= gr;
+      const int r = r0[k] + y, gr = v.is + r;
+      const bool visible = col_exact && r >= pq && gr < G.seq && gc <= gr;
       // 2^x is computed for every entry and masked entries are SELECTED to 0 (a masked 2^x may
       // be +inf; it is discarded, never multiplied).
-      const float e = ex2(fmaf(acc[y], kLog2e, -v.lse[r]));
+      const float e = ex2(fmaf(acc[k][y], kLog2e, -lse[y]));
       const float p = visible ? e : 0.f;
-      const float ds_hat = p * (v.dP[r * kPitch + c] - v.d_i[r]);
+      const float ds_hat = p * (v.dP[r * kPitch + c] - d_i[y]);
       v.dP[r * kPitch + c] = ds_hat;
       const bool owned = visible && col_owned && r < pq + G.br;
       store16<kBf16>(v.sP, r, c, owned ? p : 0.f);
-      dso[y] = owned ? ds_hat : 0.f;
+      dso[k][y] = owned ? ds_hat : 0.f;
     }
-  };
-  if (interior) finish(std::true_type{});
-  else finish(std::false_type{});
+  }
 }
 
 /// Phase B, dW part: dW[a, b] += Σ over this thread's strips of dso[y] · S[r0 + y + a − Pq, c + b − Pk],
@@ -244,40 +256,38 @@ __device__ __forceinline__ void dw_pass(const Geometry& G, const StepView& v, co
   }
 }
 
-/// Phase C for one strip: dS = TransposedConv2D(dŜ, W) on the owned entries (0 elsewhere and
-/// where the key is in the future), 16-bit into sdS.
-template <bool kBf16, int CQ>
-__device__ __forceinline__ void conv_transpose_strip(const Geometry& G, const StepView& v, int r0, int c) {
-  const int cq = rows_of<CQ>(G), pq = cq - 1, pk = G.pk, gc = v.js + c, gr0 = v.is + r0;
+/// Phase C for NS strips: dS = TransposedConv2D(dŜ, W) on the owned entries (0 elsewhere and
+/// where the key is in the future), 16-bit into sdS. Kernel columns outer, as conv_strips.
+template <bool kBf16, int CQ, int NS>
+__device__ __forceinline__ void conv_transpose_strips(const Geometry& G, const StepView& v, const int (&r0)[NS], int c) {
+  const int cq = rows_of<CQ>(G), pq = cq - 1, pk = G.pk, gc = v.js + c;
   const bool col_owned = c >= 2 * pk && c < 2 * pk + G.bc && gc < G.seq;
-  const bool live = col_owned && r0 + kStrip - 1 >= pq && r0 < pq + G.br && gc <= gr0 + kStrip - 1 && gr0 < G.seq;
-  float acc[kStrip] = {};
-  if (live) {
-    // dS[r, c] = Σ_a Σ_b W[a, b] · dŜ[r − a + Pq, c − b + Pk]; with a' = Pq − a the row is r + a'.
-    for (int b = 0; b < G.ck; ++b) {
+  float acc[NS][kStrip] = {};
+  // dS[r, c] = Σ_a Σ_b W[a, b] · dŜ[r − a + Pq, c − b + Pk]; with a' = Pq − a the row is r + a'.
+  for (int b = 0; b < G.ck; ++b) {
+    float w[kMaxCq];
+    load_w_column<CQ>(w, G, v.W, b, true);  // w[a'] = W[Pq − a', b]
+    const int col = min(max(c - b + pk, 0), BLOCK_N - 1);  // owned keys never clamp
+#pragma unroll
+    for (int k = 0; k < NS; ++k) {
       float win[kWindow];
-      load_window(win, v.dP, r0, c - b + pk, pq);
+      load_window(win, v.dP, r0[k], col, pq);
 #pragma unroll
       for (int a2 = 0; a2 < kMaxCq; ++a2)
         if (a2 < cq) {
-          const float w = v.W[(pq - a2) * G.ck + b];
 #pragma unroll
-          for (int y = 0; y < kStrip; ++y) acc[y] = fmaf(w, win[y + a2], acc[y]);
+          for (int y = 0; y < kStrip; ++y) acc[k][y] = fmaf(w[a2], win[y + a2], acc[k][y]);
         }
     }
   }
-  const bool interior = live && r0 >= pq && r0 + kStrip <= pq + G.br && gc <= gr0 && gr0 + kStrip <= G.seq;
-  if (interior) {
 #pragma unroll
-    for (int y = 0; y < kStrip; ++y) store16<kBf16>(v.sdS, r0 + y, c, acc[y]);
-    return;
-  }
+  for (int k = 0; k < NS; ++k)
 #pragma unroll
-  for (int y = 0; y < kStrip; ++y) {
-    const int r = r0 + y, gr = gr0 + y;
-    const bool owned = live && r >= pq && r < pq + G.br && gr < G.seq && gc <= gr;
-    store16<kBf16>(v.sdS, r, c, owned ? acc[y] : 0.f);
-  }
+    for (int y = 0; y < kStrip; ++y) {
+      const int r = r0[k] + y, gr = v.is + r;
+      const bool owned = col_owned && r >= pq && r < pq + G.br && gr < G.seq && gc <= gr;
+      store16<kBf16>(v.sdS, r, c, owned ? acc[k][y] : 0.f);
+    }
 }
 
 /// Grid (H, Tc, B): the blocks of the first key tiles (the most query tiles) start first. 256
@@ -350,18 +360,27 @@ __global__ void __launch_bounds__(kThreads, 1)
     {
       float s[2][4][4];
       warp_gemm_abt<HEAD_DIM, 4, kBf16>(s, sQ + stage, 32 * wm, sK, 32 * wn, lane);
+      // The causal zeros: one uniform branch per step picks the copy of the loop with the per-entry
+      // test (tiles whose last key is after their first row) or without it.
+      auto store_s = [&](auto causal) {
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+        for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int r = 0; r < 2; ++r)
+          for (int r = 0; r < 2; ++r)
 #pragma unroll
-          for (int n = 0; n < 4; ++n) {
-            const int lrow = 32 * wm + 16 * mt + g + 8 * r, lcol = 32 * wn + 8 * n + 2 * t;
-            const int gr = is + lrow, gc = js + lcol;
-            const float2 val = make_float2(gc > gr ? 0.f : s[mt][n][2 * r] * G.scale,
-                                           gc + 1 > gr ? 0.f : s[mt][n][2 * r + 1] * G.scale);
-            *reinterpret_cast<float2*>(v.S + lrow * kPitch + lcol) = val;
-          }
+            for (int n = 0; n < 4; ++n) {
+              const int lrow = 32 * wm + 16 * mt + g + 8 * r, lcol = 32 * wn + 8 * n + 2 * t;
+              float2 val = make_float2(s[mt][n][2 * r] * G.scale, s[mt][n][2 * r + 1] * G.scale);
+              if constexpr (decltype(causal)::value) {
+                const int gr = is + lrow, gc = js + lcol;
+                val.x = gc > gr ? 0.f : val.x;
+                val.y = gc + 1 > gr ? 0.f : val.y;
+              }
+              *reinterpret_cast<float2*>(v.S + lrow * kPitch + lcol) = val;
+            }
+      };
+      if (js + BLOCK_N - 1 > is) store_s(std::true_type{});
+      else store_s(std::false_type{});
       warp_gemm_abt<HEAD_DIM, 4, kBf16>(s, sdO + stage, 32 * wm, sV, 32 * wn, lane);
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
@@ -381,17 +400,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       float dso[T::kDwStrips][kStrip];
       int r0[T::kDwStrips];
 #pragma unroll
-      for (int k = 0; k < T::kDwStrips; ++k) {
-        r0[k] = 32 * wm + kStrip * (half * T::kDwStrips + k);
-        conv_strip<kBf16, CQ>(G, v, r0[k], c, dso[k]);
-      }
+      for (int k = 0; k < T::kDwStrips; ++k) r0[k] = 32 * wm + kStrip * (half * T::kDwStrips + k);
+      conv_strips<kBf16, CQ, T::kDwStrips>(G, v, r0, c, dso);
       dw_pass<T::kDwStrips, CQ>(G, v, r0, c, dso, lane);
     }
     __syncthreads();  // dŜ complete (the transpose reads neighbours); every read of S done (dS overwrites it)
 
     // ---- C. dS on the owned block → 16-bit over S.
 #pragma unroll
-    for (int k = 0; k < 4; ++k) conv_transpose_strip<kBf16, CQ>(G, v, 32 * wm + kStrip * k, c);
+    for (int half = 0; half < 4 / T::kDwStrips; ++half) {
+      int r0[T::kDwStrips];
+#pragma unroll
+      for (int k = 0; k < T::kDwStrips; ++k) r0[k] = 32 * wm + kStrip * (half * T::kDwStrips + k);
+      conv_transpose_strips<kBf16, CQ, T::kDwStrips>(G, v, r0, c);
+    }
     __syncthreads();  // P and dS complete: the products read other warps' rows and keys
 
     // ---- D. dQaccum += dS K_j (owned rows), dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i.
