@@ -25,6 +25,14 @@
 #                                        implementation on the same shapes (mta_torch.py); tabulated
 #                                        into mta_fast_checks.csv, mta_fast_worst_errors.csv,
 #                                        mta_fast.csv, mta_torch.csv
+#   measure.sh mta-fast-bwd [BIN_DIR] [OUT_DIR] the fast MTA backward and decode: their tests and
+#                                        sanitizers, the CLI, `bench mta` fwd, bwd and fwd+bwd at
+#                                        H = 16, N = 4096 (3x3, 11x11, 6x11; d = 64 and 128), the
+#                                        decode at N = 32k…256k (d = 128, beside a D2D copy of the
+#                                        same bytes) and the unfused PyTorch fwd+bwd (d = 64), one run;
+#                                        tabulated into mta_fast_bwd_checks.csv,
+#                                        mta_fast_bwd_worst_errors.csv, mta_fast_bwd.csv,
+#                                        mta_fast_bwd_torch.csv
 #   measure.sh stream [BIN_DIR] [OUT_DIR] the STREAM kernels: tests, sanitizers, CUPTI traffic,
 #                                        planted-needle recall at T = 1M, `bench stream` beside dense
 #                                        SDPA; tabulated into stream_checks.csv, stream_traffic.csv,
@@ -231,6 +239,42 @@ mta_fast_steps() {
   step_timeout=120 step "$logs/mta_bench_clear_3x3.csv" "${bench[@]}" --kernel clear --reps 5 --warmup 1 --cq 3 --ck 3
   step_timeout=300 step "$logs/mta_torch.log" env PYTHONUNBUFFERED=1 python3 "$(dirname "$0")/mta_torch.py" \
     "$logs"/mta_bench_fast_{3x3,11x11,6x11}.csv --reps 5 --out "$logs/mta_torch.csv"
+}
+
+# mta_fast_bwd_steps BIN LOGS: the fast MTA backward's and decode's tests and sanitizers, the CLI,
+# `bench mta` (fwd, bwd, fwd+bwd at the bar shapes; decode at long N) and the unfused PyTorch
+# implementation on the d = 64 fwd+bwd shapes in the same run. Sets the caller's status.
+mta_fast_bwd_steps() {
+  local bin=$1 logs=$2 k p
+  step_timeout=200 step "$logs/test_cuda_mta_fast_bwd.log" "$bin/test_cuda" '[mta-fast-bwd],[mta-fast-decode]' \
+    --durations yes
+  for k in memcheck racecheck; do
+    step_timeout=150 step "$logs/sanitize_mta_fast_bwd_$k.log" compute-sanitizer --tool "$k" --error-exitcode 9 \
+      "$bin/test_cuda" '[mta-fast-bwd-sanitize]'
+  done
+  step_timeout=60 step "$logs/mta_bwd_fast.txt" "$bin/flashlab" mta bwd --device cuda --kernel fast --seq 300 \
+    --heads 2 --dim 64 --cq 6 --ck 11
+  local bench=("$bin/flashlab" bench mta --csv --heads 16)
+  for k in 3x3 11x11 6x11; do
+    for p in fwd bwd fwd+bwd; do
+      step_timeout=120 step "$logs/mta_bwd_bench_${k}_$p.csv" "${bench[@]}" --seq 4096 --dim 64,128 --reps 20 \
+        --pass "$p" --cq "${k%x*}" --ck "${k#*x}"
+    done
+    grep -v ',128,4096,' "$logs/mta_bwd_bench_${k}_fwd+bwd.csv" >"$logs/mta_bwd_torch_in_$k.csv"
+  done
+  for k in 3x3 11x11; do
+    step_timeout=120 step "$logs/mta_bwd_bench_${k}_decode.csv" "${bench[@]}" --pass decode --dim 128 --reps 20 \
+      --seq 32768,65536,131072,262144 --cq "${k%x*}" --ck "${k#*x}"
+  done
+  step_timeout=300 step "$logs/mta_bwd_torch.log" env PYTHONUNBUFFERED=1 python3 "$(dirname "$0")/mta_torch.py" \
+    "$logs"/mta_bwd_torch_in_{3x3,11x11,6x11}.csv --reps 5 --out "$logs/mta_bwd_torch.csv"
+}
+
+run_mta_fast_bwd() {
+  local bin=$1 out=$2 logs=$2/logs status=0
+  begin_logs "$logs" mta-fast-bwd
+  mta_fast_bwd_steps "$bin" "$logs"
+  finish "$out" "$status" mta-fast-bwd
 }
 
 run_mta_fast() {
@@ -468,6 +512,14 @@ tab_stream_ncu() {
   done
 }
 
+# tab_mta_fast_bwd LOGS DATE DEVICE CSV_DIR: the fast MTA backward's worst errors, its `bench mta`
+# rows (fwd, bwd, fwd+bwd, decode) and the PyTorch rows of the same run, date and device first.
+tab_mta_fast_bwd() {
+  tab_worst_errors "$1/test_cuda_mta_fast_bwd.log" "$2" "$3" >"$4/mta_fast_bwd_worst_errors.csv"
+  prefix_csv "$2" "$3" "$1"/mta_bwd_bench_*.csv >"$4/mta_fast_bwd.csv"
+  prefix_csv "$2" "$3" "$1/mta_bwd_torch.csv" >"$4/mta_fast_bwd_torch.csv"
+}
+
 tabulate() {
   local out=$1 logs=$1/logs
   [ -f "$logs/env.txt" ] || { echo "measure: $logs/env.txt missing (date=…, device=… lines)" >&2; return 1; }
@@ -481,6 +533,9 @@ tabulate() {
       tab_checks "$logs" "$date" "$device" >"$out/csv/mta_checks.csv"
       prefix_csv "$date" "$device" "$logs"/mta_traffic_{3x3,6x11,infer_32k}.csv >"$out/csv/mta_traffic.csv"
       tab_mta_fast "$logs" "$date" "$device" "$out/csv" ;;
+    mta-fast-bwd)
+      tab_checks "$logs" "$date" "$device" >"$out/csv/mta_fast_bwd_checks.csv"
+      tab_mta_fast_bwd "$logs" "$date" "$device" "$out/csv" ;;
     mta-fast)
       tab_checks "$logs" "$date" "$device" >"$out/csv/mta_fast_checks.csv"
       tab_mta_fast "$logs" "$date" "$device" "$out/csv" ;;
@@ -513,6 +568,7 @@ case "${1:-}" in
   hopper-bwd) run_hopper_bwd "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
   mta) run_mta "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
   mta-fast) run_mta_fast "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
+  mta-fast-bwd) run_mta_fast_bwd "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
   stream) run_stream "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
   *) usage ;;
 esac
