@@ -567,6 +567,78 @@ std::string mta_fast_table(const std::string& root) {
          first.str("B") + ".\n\n" + md.out.str();
 }
 
+/// The fast MTA backward (mta_fast_bwd.csv: `flashlab bench mta` fwd, bwd and fwd+bwd rows of one
+/// run) beside the unfused PyTorch forward + backward of the same run (mta_fast_bwd_torch.csv), one
+/// row per (cq × ck, d) of the bf16 fwd+bwd rows, newest run.
+std::string mta_fast_bwd_table(const std::string& root) {
+  const Csv ours_csv = read_csv(root + "/cuda/results/mta_fast_bwd.csv");
+  const Csv torch_csv = read_csv(root + "/cuda/results/mta_fast_bwd_torch.csv");
+  const std::vector<Row> ours = newest_rows(ours_csv), torch = newest_rows(torch_csv);
+  using Key = std::tuple<std::string, std::string, std::string, std::string, std::string>;  // cq ck d N H
+  const auto key = [](const Row& r) { return Key{r.str("cq"), r.str("ck"), r.str("d"), r.str("N"), r.str("H")}; };
+  std::map<std::pair<Key, std::string>, const Row*> mine;                      // (shape, pass)
+  std::map<std::tuple<Key, std::string, std::string>, const Row*> pt;          // (shape, dtype, pass)
+  for (const Row& r : ours)
+    if (r.str("kernel") == "fast" && r.str("dtype") == "bf16") mine[{key(r), r.str("pass")}] = &r;
+  for (const Row& r : torch) pt[{key(r), r.str("dtype"), r.str("pass")}] = &r;
+  const auto find = [](const auto& m, const auto& k) -> const Row* {
+    const auto it = m.find(k);
+    return it == m.end() ? nullptr : it->second;
+  };
+  Markdown md;
+  md.header({"W (cq × ck)", "d", "N", "H", "fwd ms", "bwd ms (min–max)", "bwd TFLOP/s", "fwd+bwd ms (min–max)",
+             "PyTorch fwd+bwd ms fp32 / bf16", "PyTorch ÷ fast fwd+bwd (fp32 / bf16)"});
+  std::vector<const Row*> rows;
+  for (const Row& r : ours)
+    if (r.str("kernel") == "fast" && r.str("dtype") == "bf16" && r.str("pass") == "fwd+bwd") rows.push_back(&r);
+  std::stable_sort(rows.begin(), rows.end(), [](const Row* a, const Row* b) {
+    const auto order = [](const Row* r) { return std::make_tuple(r->num("cq") * r->num("ck"), r->num("cq"), r->num("d")); };
+    return order(a) < order(b);
+  });
+  const auto span = [](const Row* r) {
+    return r ? fmt("%.3f", r->num("ms")) + " (" + fmt("%.3f", r->num("min_ms")) + "–" + fmt("%.3f", r->num("max_ms")) + ")"
+             : std::string("–");
+  };
+  for (const Row* row : rows) {
+    const Row& r = *row;
+    const Key k = key(r);
+    const Row* fwd = find(mine, std::make_pair(k, std::string("fwd")));
+    const Row* bwd = find(mine, std::make_pair(k, std::string("bwd")));
+    const Row* f32 = find(pt, std::make_tuple(k, std::string("fp32"), std::string("fwd+bwd")));
+    const Row* b16 = find(pt, std::make_tuple(k, std::string("bf16"), std::string("fwd+bwd")));
+    const auto cell = [](const Row* t) { return t ? fmt("%.1f", t->num("torch_ms")) : std::string("–"); };
+    const auto times = [&](const Row* t) { return t ? ratio(t->num("torch_ms"), r.num("ms"), "%.0f×") : std::string("–"); };
+    md.line({r.str("cq") + " × " + r.str("ck"), r.str("d"), r.str("N"), r.str("H"),
+             fwd ? fmt("%.3f", fwd->num("ms")) : std::string("–"), span(bwd),
+             bwd ? fmt("%.0f", bwd->num("tflops")) : std::string("–"), span(&r), cell(f32) + " / " + cell(b16),
+             times(f32) + " / " + times(b16)});
+  }
+  const Row& first = ours.front();
+  return run_line(first.str("date"), first.str("device")) + "bf16 inputs, causal, B = " + first.str("B") +
+         "; fwd, bwd and fwd+bwd each timed alone in the same run, PyTorch (d = 64 shapes) right after it.\n\n" +
+         md.out.str();
+}
+
+/// The split-K decode of the last 16 rows (mta_fast_bwd.csv, decode rows of the newest run): the
+/// rate at which it reads K and V beside a device-to-device copy of the same bytes in the same run.
+std::string mta_decode_table(const std::string& root) {
+  const Csv csv = read_csv(root + "/cuda/results/mta_fast_bwd.csv");
+  Markdown md;
+  md.header({"W (cq × ck)", "d", "N", "H", "ms (min–max)", "K, V read TB/s", "D2D copy TB/s (read + write)",
+             "ratio"});
+  const std::vector<Row> rows = newest_rows(csv);
+  for (const Row& r : rows) {
+    if (r.str("pass") != "decode") continue;
+    md.line({r.str("cq") + " × " + r.str("ck"), r.str("d"), r.str("N"), r.str("H"),
+             fmt("%.3f", r.num("ms")) + " (" + fmt("%.3f", r.num("min_ms")) + "–" + fmt("%.3f", r.num("max_ms")) + ")",
+             fmt("%.2f", r.num("read_tbps")), fmt("%.2f", r.num("copy_tbps")),
+             ratio(r.num("read_tbps"), r.num("copy_tbps"), "%.2f")});
+  }
+  const Row& first = rows.front();
+  return run_line(first.str("date"), first.str("device")) + "bf16, B = " + first.str("B") +
+         ", the last 16 query rows, one wave of split blocks.\n\n" + md.out.str();
+}
+
 /// The estimate and apply kernels of one STREAM shape, side by side.
 struct StreamShape {
   std::string label;  // "T | d | H | k" cells
@@ -803,6 +875,9 @@ const std::map<std::string, Renderer>& renderers() {
       {"mta_traffic", mta_traffic_table},
       {"mta_fast", mta_fast_table},
       {"mta_fast_checks", mta_fast_checks_table},
+      {"mta_fast_bwd", mta_fast_bwd_table},
+      {"mta_decode", mta_decode_table},
+      {"mta_fast_bwd_checks", [](const std::string& r) { return checks_rows(r + "/cuda/results/mta_fast_bwd_checks.csv"); }},
       {"stream_traffic", stream_traffic_table},
       {"stream_timing", stream_timing_table},
       {"stream_sdpa", stream_sdpa_table},

@@ -517,7 +517,7 @@ tab_stream_ncu() {
 tab_mta_fast_bwd() {
   tab_worst_errors "$1/test_cuda_mta_fast_bwd.log" "$2" "$3" >"$4/mta_fast_bwd_worst_errors.csv"
   prefix_csv "$2" "$3" "$1"/mta_bwd_bench_*.csv >"$4/mta_fast_bwd.csv"
-  prefix_csv "$2" "$3" "$1/mta_bwd_torch.csv" >"$4/mta_fast_bwd_torch.csv"
+  prefix_csv "$2" "$3" "$1/mta_bwd_torch.csv" | tr -d '\r' >"$4/mta_fast_bwd_torch.csv"  # csv.writer ends lines with CRLF
 }
 
 tabulate() {
