@@ -29,13 +29,14 @@ TEST_CASE("cli traffic mta and mta --device: bad flags are usage errors naming t
   expect_usage_error("mta fwd --device tpu", "--device 'tpu'");
   expect_usage_error("mta fwd --device cuda --kernel quick", "--kernel 'quick' is unknown");
   expect_usage_error("mta fwd --device cuda --kernel fast --dtype fp32", "--dtype 'fp32' is unknown");
-  expect_usage_error("mta bwd --device cuda --kernel fast", "--kernel fast runs mta fwd only");
+  expect_usage_error("mta infer --device cuda --kernel fast", "--kernel fast runs mta fwd and bwd");
 #ifdef FLASHLAB_TEST_HAVE_CUDA
   // Checked before the GPU is looked for, so a build with CUDA refuses them on any machine.
   expect_usage_error("mta fwd --device cuda --ck 2", "--ck 2 is even");
   expect_usage_error("mta bwd --device cuda --block 4", "--block");
   expect_usage_error("mta fwd --device cuda --inputs /nonexistent-dir", "not a directory");
   expect_usage_error("mta fwd --device cuda --kernel fast --dim 96", "HEAD_DIM = 96 is not 64 or 128");
+  expect_usage_error("mta bwd --device cuda --kernel fast --ck 17 --block 64", "ck = 17");
 #else
   expect_usage_error("traffic mta --device cuda", "built without CUDA");
   expect_usage_error("mta fwd --device cuda", "built without CUDA");
