@@ -290,6 +290,121 @@ __device__ __forceinline__ void conv_transpose_strips(const Geometry& G, const S
     }
 }
 
+/// The warp's fragment coordinates in the three layouts of a step.
+struct WarpPlace {
+  int lane, g, t;  // lane, mma row group g = lane / 4, column pair t = lane % 4
+  int wm, wn;      // S/dP: 32 rows × 32 keys; dQ: 32 rows × d/4; phases B and C: rows 32·wm…, keys 32·wn…
+  int wk, wd;      // dK/dV: 32 keys × d/2
+};
+
+/// Phase A: S = scale · Q_i K_jᵀ with the causal zeros and dP = dO_i V_jᵀ on tensor cores, fp32 → SRAM.
+template <int HEAD_DIM, bool kBf16>
+__device__ __forceinline__ void scores_to_smem(const Geometry& G, const StepView& v, uint32_t sQ, uint32_t sdO,
+                                               uint32_t sK, uint32_t sV, const WarpPlace& w) {
+  float s[2][4][4];
+  warp_gemm_abt<HEAD_DIM, 4, kBf16>(s, sQ, 32 * w.wm, sK, 32 * w.wn, w.lane);
+  // The causal zeros: one uniform branch per step picks the copy of the loop with the per-entry
+  // test (tiles whose last key is after their first row) or without it.
+  auto store_s = [&](auto causal) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int n = 0; n < 4; ++n) {
+          const int lrow = 32 * w.wm + 16 * mt + w.g + 8 * r, lcol = 32 * w.wn + 8 * n + 2 * w.t;
+          float2 val = make_float2(s[mt][n][2 * r] * G.scale, s[mt][n][2 * r + 1] * G.scale);
+          if constexpr (decltype(causal)::value) {
+            const int gr = v.is + lrow, gc = v.js + lcol;
+            val.x = gc > gr ? 0.f : val.x;
+            val.y = gc + 1 > gr ? 0.f : val.y;
+          }
+          *reinterpret_cast<float2*>(v.S + lrow * kPitch + lcol) = val;
+        }
+  };
+  if (v.js + BLOCK_N - 1 > v.is) store_s(std::true_type{});
+  else store_s(std::false_type{});
+  warp_gemm_abt<HEAD_DIM, 4, kBf16>(s, sdO, 32 * w.wm, sV, 32 * w.wn, w.lane);
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int n = 0; n < 4; ++n) {
+        const int lrow = 32 * w.wm + 16 * mt + w.g + 8 * r, lcol = 32 * w.wn + 8 * n + 2 * w.t;
+        *reinterpret_cast<float2*>(v.dP + lrow * kPitch + lcol) = make_float2(s[mt][n][2 * r], s[mt][n][2 * r + 1]);
+      }
+}
+
+/// Phases B and C with the barriers between them: Ŝ, P, dŜ and dW (strips of rows 32·wm + 8k …
+/// + 7 in tile column 32·wn + lane), then dS on the owned block (16-bit, over S).
+template <int HEAD_DIM, bool kBf16, int CQ>
+__device__ __forceinline__ void convolutions(const Geometry& G, const StepView& v, const WarpPlace& w) {
+  using T = BwdTraits<HEAD_DIM>;
+  const int c = 32 * w.wn + w.lane;
+#pragma unroll
+  for (int half = 0; half < 4 / T::kDwStrips; ++half) {
+    float dso[T::kDwStrips][kStrip];
+    int r0[T::kDwStrips];
+#pragma unroll
+    for (int k = 0; k < T::kDwStrips; ++k) r0[k] = 32 * w.wm + kStrip * (half * T::kDwStrips + k);
+    conv_strips<kBf16, CQ, T::kDwStrips>(G, v, r0, c, dso);
+    dw_pass<T::kDwStrips, CQ>(G, v, r0, c, dso, w.lane);
+  }
+  __syncthreads();  // dŜ complete (the transpose reads neighbours); every read of S done (dS overwrites it)
+#pragma unroll
+  for (int half = 0; half < 4 / T::kDwStrips; ++half) {
+    int r0[T::kDwStrips];
+#pragma unroll
+    for (int k = 0; k < T::kDwStrips; ++k) r0[k] = 32 * w.wm + kStrip * (half * T::kDwStrips + k);
+    conv_transpose_strips<kBf16, CQ, T::kDwStrips>(G, v, r0, c);
+  }
+}
+
+/// Phase D, dQ part: dQaccum[owned rows] += dS K_j (fp32 float2 atomics; rows outside the owned
+/// block have dS = 0 and are skipped). `head` points at (b, token 0, h, 0) of dQaccum.
+template <int HEAD_DIM, bool kBf16>
+__device__ __forceinline__ void dq_to_accumulator(const Geometry& G, const StepView& v, uint32_t sK, float* head,
+                                                  const WarpPlace& w) {
+  using T = BwdTraits<HEAD_DIM>;
+  float dq[2][T::kDqNT][4];
+  warp_gemm_xb<HEAD_DIM, BLOCK_N, T::kDqNT, kBf16>(dq, v.sdS, 32 * w.wm, sK, w.wn * (HEAD_DIM / 4), w.lane);
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int lrow = 32 * w.wm + 16 * mt + w.g + 8 * r, row = v.is + lrow;
+      if (lrow >= G.pq && lrow < G.pq + G.br && row < G.seq) {
+        float* out = head + std::size_t(row) * G.row_stride() + w.wn * (HEAD_DIM / 4) + 2 * w.t;
+#pragma unroll
+        for (int n = 0; n < T::kDqNT; ++n)
+          atomicAdd(reinterpret_cast<float2*>(out + 8 * n), make_float2(dq[mt][n][2 * r], dq[mt][n][2 * r + 1]));
+      }
+    }
+}
+
+/// dK_j = scale · acc_dk, dV_j = acc_dv: registers → HBM once, owned keys [2Pk, 2Pk + Bc) only (no
+/// other block writes them). `dk_head`, `dv_head` point at (b, token 0, h, 0).
+template <int NT, bool kBf16>
+__device__ __forceinline__ void store_dk_dv(const Geometry& G, int js, const float (&acc_dk)[2][NT][4],
+                                            const float (&acc_dv)[2][NT][4], uint16_t* dk_head, uint16_t* dv_head,
+                                            const WarpPlace& w) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int lkey = 32 * w.wk + 16 * mt + w.g + 8 * r, key = js + lkey;
+      if (lkey < 2 * G.pk || lkey >= 2 * G.pk + G.bc || key >= G.seq) continue;
+      const std::size_t at = std::size_t(key) * G.row_stride() + w.wd * (NT * 8) + 2 * w.t;
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        *reinterpret_cast<uint32_t*>(dk_head + at + 8 * n) =
+            pack2<kBf16>(acc_dk[mt][n][2 * r] * G.scale, acc_dk[mt][n][2 * r + 1] * G.scale);
+        *reinterpret_cast<uint32_t*>(dv_head + at + 8 * n) = pack2<kBf16>(acc_dv[mt][n][2 * r], acc_dv[mt][n][2 * r + 1]);
+      }
+    }
+}
+
 /// Grid (H, Tc, B): the blocks of the first key tiles (the most query tiles) start first. 256
 /// threads, BwdTraits::kSmem bytes of dynamic SRAM (layout in the file comment).
 template <int HEAD_DIM, bool kBf16, int CQ>
@@ -302,9 +417,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int h = blockIdx.x, j = blockIdx.y, b = blockIdx.z, N = G.seq, taps = G.taps();
   const int j0 = j * G.bc;
   const std::size_t stride = G.row_stride(), base = G.head_offset(b, h), stat = G.stat_offset(b, h);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-  const int wm = warp >> 2, wn = warp & 3;  // S/dP: 32 rows × 32 keys; dQ: 32 rows × d/4
-  const int wk = warp >> 1, wd = warp & 1;  // dK/dV: 32 keys × d/2
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const WarpPlace w{lane, lane >> 2, lane & 3, warp >> 2, warp & 3, warp >> 1, warp & 1};
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t sK = uint32_t(__cvta_generic_to_shared(smem_raw));
@@ -338,7 +452,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   cp_async_commit();
 
   float acc_dk[2][T::kDkvNT][4] = {}, acc_dv[2][T::kDkvNT][4] = {};
-  const int c = 32 * wn + lane;  // phases B and C: this thread's tile column
 
   for (int i = i_begin; i < G.tr; ++i) {
     const int is = i * G.br - G.pq, st = (i - i_begin) & 1;
@@ -356,107 +469,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     cp_async_commit();
 
-    // ---- A. S = scale · Q_i K_jᵀ (causal zeros), dP = dO_i V_jᵀ → SRAM fp32.
-    {
-      float s[2][4][4];
-      warp_gemm_abt<HEAD_DIM, 4, kBf16>(s, sQ + stage, 32 * wm, sK, 32 * wn, lane);
-      // The causal zeros: one uniform branch per step picks the copy of the loop with the per-entry
-      // test (tiles whose last key is after their first row) or without it.
-      auto store_s = [&](auto causal) {
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int r = 0; r < 2; ++r)
-#pragma unroll
-            for (int n = 0; n < 4; ++n) {
-              const int lrow = 32 * wm + 16 * mt + g + 8 * r, lcol = 32 * wn + 8 * n + 2 * t;
-              float2 val = make_float2(s[mt][n][2 * r] * G.scale, s[mt][n][2 * r + 1] * G.scale);
-              if constexpr (decltype(causal)::value) {
-                const int gr = is + lrow, gc = js + lcol;
-                val.x = gc > gr ? 0.f : val.x;
-                val.y = gc + 1 > gr ? 0.f : val.y;
-              }
-              *reinterpret_cast<float2*>(v.S + lrow * kPitch + lcol) = val;
-            }
-      };
-      if (js + BLOCK_N - 1 > is) store_s(std::true_type{});
-      else store_s(std::false_type{});
-      warp_gemm_abt<HEAD_DIM, 4, kBf16>(s, sdO + stage, 32 * wm, sV, 32 * wn, lane);
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-#pragma unroll
-          for (int n = 0; n < 4; ++n) {
-            const int lrow = 32 * wm + 16 * mt + g + 8 * r, lcol = 32 * wn + 8 * n + 2 * t;
-            *reinterpret_cast<float2*>(v.dP + lrow * kPitch + lcol) = make_float2(s[mt][n][2 * r], s[mt][n][2 * r + 1]);
-          }
-    }
+    scores_to_smem<HEAD_DIM, kBf16>(G, v, sQ + stage, sdO + stage, sK, sV, w);  // A
     __syncthreads();  // S and dP complete: the convolution reads neighbouring rows and keys
-
-    // ---- B. Ŝ, P, dŜ, dW (strips of rows 32·wm + 8k … + 7 in column c).
-#pragma unroll
-    for (int half = 0; half < 4 / T::kDwStrips; ++half) {
-      float dso[T::kDwStrips][kStrip];
-      int r0[T::kDwStrips];
-#pragma unroll
-      for (int k = 0; k < T::kDwStrips; ++k) r0[k] = 32 * wm + kStrip * (half * T::kDwStrips + k);
-      conv_strips<kBf16, CQ, T::kDwStrips>(G, v, r0, c, dso);
-      dw_pass<T::kDwStrips, CQ>(G, v, r0, c, dso, lane);
-    }
-    __syncthreads();  // dŜ complete (the transpose reads neighbours); every read of S done (dS overwrites it)
-
-    // ---- C. dS on the owned block → 16-bit over S.
-#pragma unroll
-    for (int half = 0; half < 4 / T::kDwStrips; ++half) {
-      int r0[T::kDwStrips];
-#pragma unroll
-      for (int k = 0; k < T::kDwStrips; ++k) r0[k] = 32 * wm + kStrip * (half * T::kDwStrips + k);
-      conv_transpose_strips<kBf16, CQ, T::kDwStrips>(G, v, r0, c);
-    }
+    convolutions<HEAD_DIM, kBf16, CQ>(G, v, w);  // B, barrier, C
     __syncthreads();  // P and dS complete: the products read other warps' rows and keys
-
-    // ---- D. dQaccum += dS K_j (owned rows), dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i.
-    {
-      float dq[2][T::kDqNT][4];
-      warp_gemm_xb<HEAD_DIM, BLOCK_N, T::kDqNT, kBf16>(dq, v.sdS, 32 * wm, sK, wn * (HEAD_DIM / 4), lane);
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int lrow = 32 * wm + 16 * mt + g + 8 * r, row = is + lrow;
-          if (lrow >= G.pq && lrow < G.pq + G.br && row < N) {
-            float* out = dQaccum + base + std::size_t(row) * stride + wn * (HEAD_DIM / 4) + 2 * t;
-#pragma unroll
-            for (int n = 0; n < T::kDqNT; ++n)
-              atomicAdd(reinterpret_cast<float2*>(out + 8 * n), make_float2(dq[mt][n][2 * r], dq[mt][n][2 * r + 1]));
-          }
-        }
-    }
-    warp_gemm_xtb<HEAD_DIM, BLOCK_M, BLOCK_N, T::kDkvNT, kBf16>(acc_dv, v.sP, 32 * wk, sdO + stage,
-                                                                wd * (HEAD_DIM / 2), lane);
-    warp_gemm_xtb<HEAD_DIM, BLOCK_M, BLOCK_N, T::kDkvNT, kBf16>(acc_dk, v.sdS, 32 * wk, sQ + stage,
-                                                                wd * (HEAD_DIM / 2), lane);
+    dq_to_accumulator<HEAD_DIM, kBf16>(G, v, sK, dQaccum + base, w);  // D
+    warp_gemm_xtb<HEAD_DIM, BLOCK_M, BLOCK_N, T::kDkvNT, kBf16>(acc_dv, v.sP, 32 * w.wk, sdO + stage,
+                                                                w.wd * (HEAD_DIM / 2), lane);
+    warp_gemm_xtb<HEAD_DIM, BLOCK_M, BLOCK_N, T::kDkvNT, kBf16>(acc_dk, v.sdS, 32 * w.wk, sQ + stage,
+                                                                w.wd * (HEAD_DIM / 2), lane);
   }
   cp_async_wait<0>();  // no copy may still write SRAM when the block exits (empty groups)
   __syncthreads();     // every warp's dW adds are in SRAM
   for (int tap = threadIdx.x; tap < taps; tap += kThreads) atomicAdd(dWg + std::size_t(h) * taps + tap, v.dW[tap]);
 
-  // dK_j = scale · acc_dk, dV_j = acc_dv: registers → HBM once, owned keys [2Pk, 2Pk + Bc) only.
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int lkey = 32 * wk + 16 * mt + g + 8 * r, key = js + lkey;
-      if (lkey < 2 * G.pk || lkey >= 2 * G.pk + G.bc || key >= N) continue;
-      const std::size_t at = base + std::size_t(key) * stride + wd * (HEAD_DIM / 2) + 2 * t;
-#pragma unroll
-      for (int n = 0; n < T::kDkvNT; ++n) {
-        *reinterpret_cast<uint32_t*>(dK + at + 8 * n) =
-            pack2<kBf16>(acc_dk[mt][n][2 * r] * G.scale, acc_dk[mt][n][2 * r + 1] * G.scale);
-        *reinterpret_cast<uint32_t*>(dV + at + 8 * n) = pack2<kBf16>(acc_dv[mt][n][2 * r], acc_dv[mt][n][2 * r + 1]);
-      }
-    }
+  store_dk_dv<T::kDkvNT, kBf16>(G, js, acc_dk, acc_dv, dK + base, dV + base, w);
 }
 
 /// dQ = scale · dQaccum → 16 bits, two elements per thread (grid-stride; both layouts [B, N, H, d]).

@@ -95,6 +95,102 @@ __device__ __forceinline__ void conv_strip(const Geometry& G, const float* S, fl
   }
 }
 
+/// a. S = scale · Q K_jᵀ with the causal zeros (tile row 0 is token qs, tile key 0 is token js):
+/// warp w computes all 32 rows × keys [16w, 16w + 16) on tensor cores, fp32 → SRAM.
+template <int HEAD_DIM, bool kBf16>
+__device__ __forceinline__ void scores_to_smem(const Geometry& G, uint32_t sQ, uint32_t sK, float* S, int qs, int js) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3, mi = lane >> 3;
+  float s[2][2][4] = {};
+#pragma unroll
+  for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+    uint32_t a[2][4], bf[4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+      ldsm_x4(sQ + swz<HEAD_DIM>(16 * mt + (lane & 15), 2 * kk + (lane >> 4)), a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
+    ldsm_x4(sK + swz<HEAD_DIM>(16 * warp + (lane & 7) + ((mi >> 1) << 3), 2 * kk + (mi & 1)), bf[0], bf[1], bf[2], bf[3]);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      mma16816<kBf16>(s[mt][0], a[mt], bf[0], bf[1]);
+      mma16816<kBf16>(s[mt][1], a[mt], bf[2], bf[3]);
+    }
+  }
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        const int row = 16 * mt + g + 8 * r, col = 16 * warp + 8 * n + 2 * t, gr = qs + row, gc = js + col;
+        *reinterpret_cast<float2*>(S + row * kPitch + col) =
+            make_float2(gc > gr ? 0.f : s[mt][n][2 * r] * G.scale, gc + 1 > gr ? 0.f : s[mt][n][2 * r + 1] * G.scale);
+      }
+}
+
+/// c. Online softmax of the 16 output rows over this key tile, 8 threads per row (row tid / 8,
+/// keys 8·(tid % 8) …): m_new, α = 2^(m − m_new), P = 2^(Ŝ − m_new) (16-bit → sP), ℓ ← αℓ + Σ P;
+/// the row's α → alpha_s. A row with nothing visible yet keeps m = −∞ and P = 0 (no −∞ − (−∞)).
+template <bool kBf16>
+__device__ __forceinline__ void online_softmax(const float* Sh, uint32_t sP, float* alpha_s, float& m_row,
+                                               float& l_row) {
+  const int srow = threadIdx.x / 8, spart = threadIdx.x % 8;
+  float x[8], mx = -INFINITY;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    x[e] = Sh[srow * kPitch + 8 * spart + e];
+    mx = fmaxf(mx, x[e]);
+  }
+#pragma unroll
+  for (int off = 4; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  const float m_new = fmaxf(m_row, mx);
+  const bool none = m_new == -INFINITY;  // nothing visible yet in this row
+  const float alpha = none ? 1.f : ex2(m_row - m_new);
+  float sum = 0.f;
+  uint32_t packed[4];
+#pragma unroll
+  for (int e = 0; e < 8; e += 2) {
+    const float p0 = none ? 0.f : ex2(x[e] - m_new), p1 = none ? 0.f : ex2(x[e + 1] - m_new);
+    sum += p0 + p1;
+    packed[e / 2] = pack2<kBf16>(p0, p1);
+  }
+#pragma unroll
+  for (int off = 4; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  l_row = alpha * l_row + sum;
+  m_row = m_new;
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sP + swz<BLOCK_N>(srow, spart)), "r"(packed[0]),
+               "r"(packed[1]), "r"(packed[2]), "r"(packed[3]));
+  if (spart == 0) alpha_s[srow] = alpha;
+}
+
+/// d. O ← α O + P V_j in registers: warp w, the 16 rows × columns [w·d/4, (w + 1)·d/4).
+template <int HEAD_DIM, bool kBf16>
+__device__ __forceinline__ void accumulate_pv(float (&o)[HEAD_DIM / 32][4], const float* alpha_s, uint32_t sP,
+                                              uint32_t sV) {
+  constexpr int kONT = HEAD_DIM / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, mi = lane >> 3;
+  const float a0 = alpha_s[g], a1 = alpha_s[g + 8];
+#pragma unroll
+  for (int n = 0; n < kONT; ++n) {
+    o[n][0] *= a0;
+    o[n][1] *= a0;
+    o[n][2] *= a1;
+    o[n][3] *= a1;
+  }
+  const int col0 = warp * (HEAD_DIM / 4);
+#pragma unroll
+  for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+    uint32_t a[4];
+    ldsm_x4(sP + swz<BLOCK_N>(lane & 15, 2 * kk + (lane >> 4)), a[0], a[1], a[2], a[3]);
+#pragma unroll
+    for (int np = 0; np < kONT / 2; ++np) {
+      uint32_t bf[4];
+      const int row = 16 * kk + (lane & 7) + ((mi & 1) << 3);
+      ldsm_x4_trans(sV + swz<HEAD_DIM>(row, col0 / 8 + 2 * np + (mi >> 1)), bf[0], bf[1], bf[2], bf[3]);
+      mma16816<kBf16>(o[2 * np], a, bf[0], bf[1]);
+      mma16816<kBf16>(o[2 * np + 1], a, bf[2], bf[3]);
+    }
+  }
+}
+
 template <int HEAD_DIM, bool kBf16>
 __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
     mta_fast_decode_split_kernel(Geometry G, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
@@ -141,98 +237,17 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
     if (tile + 1 < t_end) load_kv(tile + 1, st ^ 1);
     cp_async_commit();
 
-    // a. S = scale · Q K_jᵀ: warp w, all 32 rows × keys [16w, 16w + 16).
-    {
-      float s[2][2][4] = {};
-      const int mi = lane >> 3;
-#pragma unroll
-      for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
-        uint32_t a[2][4], bf[4];
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-          ldsm_x4(sQ + swz<HEAD_DIM>(16 * mt + (lane & 15), 2 * kk + (lane >> 4)), a[mt][0], a[mt][1], a[mt][2],
-                  a[mt][3]);
-        ldsm_x4(sK + swz<HEAD_DIM>(16 * warp + (lane & 7) + ((mi >> 1) << 3), 2 * kk + (mi & 1)), bf[0], bf[1], bf[2],
-                bf[3]);
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          mma16816<kBf16>(s[mt][0], a[mt], bf[0], bf[1]);
-          mma16816<kBf16>(s[mt][1], a[mt], bf[2], bf[3]);
-        }
-      }
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-#pragma unroll
-          for (int n = 0; n < 2; ++n) {
-            const int row = 16 * mt + g + 8 * r, col = 16 * warp + 8 * n + 2 * t, gr = qs + row, gc = js + col;
-            *reinterpret_cast<float2*>(S + row * kPitch + col) =
-                make_float2(gc > gr ? 0.f : s[mt][n][2 * r] * G.scale, gc + 1 > gr ? 0.f : s[mt][n][2 * r + 1] * G.scale);
-          }
-    }
+    scores_to_smem<HEAD_DIM, kBf16>(G, sQ, sK, S, qs, js);  // a
     __syncthreads();  // S complete: the convolution reads neighbouring rows and keys
 
     // b. Ŝ of tile rows 16 … 31: thread → key c = tid % 64, rows 16 + 8·(tid / 64) … + 7.
     conv_strip(G, S, Sh, W, kQRows - kRows + kStrip * (threadIdx.x / BLOCK_N), threadIdx.x % BLOCK_N, qs, js);
     __syncthreads();  // Ŝ complete: each row's statistics read all 64 keys
 
-    // c. Online softmax, 8 threads per row, 8 keys each.
-    {
-      float x[8], mx = -INFINITY;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        x[e] = Sh[srow * kPitch + 8 * spart + e];
-        mx = fmaxf(mx, x[e]);
-      }
-#pragma unroll
-      for (int off = 4; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-      const float m_new = fmaxf(m_row, mx);
-      const bool none = m_new == -INFINITY;  // nothing visible yet in this row
-      const float alpha = none ? 1.f : ex2(m_row - m_new);
-      float sum = 0.f;
-      uint32_t packed[4];
-#pragma unroll
-      for (int e = 0; e < 8; e += 2) {
-        const float p0 = none ? 0.f : ex2(x[e] - m_new), p1 = none ? 0.f : ex2(x[e + 1] - m_new);
-        sum += p0 + p1;
-        packed[e / 2] = pack2<kBf16>(p0, p1);
-      }
-#pragma unroll
-      for (int off = 4; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-      l_row = alpha * l_row + sum;
-      m_row = m_new;
-      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sP + swz<BLOCK_N>(srow, spart)), "r"(packed[0]),
-                   "r"(packed[1]), "r"(packed[2]), "r"(packed[3]));
-      if (spart == 0) alpha_s[srow] = alpha;
-    }
+    online_softmax<kBf16>(Sh, sP, alpha_s, m_row, l_row);  // c
     __syncthreads();  // P and α complete
 
-    // d. O ← α O + P V_j: warp w, 16 rows × columns [w·d/4, (w + 1)·d/4).
-    {
-      const float a0 = alpha_s[g], a1 = alpha_s[g + 8];
-#pragma unroll
-      for (int n = 0; n < T::kONT; ++n) {
-        o[n][0] *= a0;
-        o[n][1] *= a0;
-        o[n][2] *= a1;
-        o[n][3] *= a1;
-      }
-      const int mi = lane >> 3, col0 = warp * (HEAD_DIM / 4);
-#pragma unroll
-      for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-        uint32_t a[4];
-        ldsm_x4(sP + swz<BLOCK_N>(lane & 15, 2 * kk + (lane >> 4)), a[0], a[1], a[2], a[3]);
-#pragma unroll
-        for (int np = 0; np < T::kONT / 2; ++np) {
-          uint32_t bf[4];
-          const int row = 16 * kk + (lane & 7) + ((mi & 1) << 3);
-          ldsm_x4_trans(sV + swz<HEAD_DIM>(row, col0 / 8 + 2 * np + (mi >> 1)), bf[0], bf[1], bf[2], bf[3]);
-          mma16816<kBf16>(o[2 * np], a, bf[0], bf[1]);
-          mma16816<kBf16>(o[2 * np + 1], a, bf[2], bf[3]);
-        }
-      }
-    }
+    accumulate_pv<HEAD_DIM, kBf16>(o, alpha_s, sP, sV);  // d
   }
   cp_async_wait<0>();
 
