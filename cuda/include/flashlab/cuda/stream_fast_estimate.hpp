@@ -73,8 +73,13 @@ void stream_fast_estimate_device(const ref::stream::BlockMask& mask, std::size_t
 
 /// One timed shape of the fast estimate (time_stream_fast_estimate()).
 struct FastEstimateTiming {
-  std::size_t T = 0, heads = 1, d = 0, k = 0;  ///< the shape (b_q = b_k = 64, causal mask)
-  double median_ms = 0, min_ms = 0, max_ms = 0;  ///< kernel time over the timed launches
+  std::size_t T = 0;        ///< tokens (b_q = b_k = 64, causal mask)
+  std::size_t heads = 1;    ///< H
+  std::size_t d = 0;        ///< head dim
+  std::size_t k = 0;        ///< key blocks kept per query block
+  double median_ms = 0;     ///< median launch time over the timed launches, milliseconds
+  double min_ms = 0;        ///< fastest timed launch, milliseconds
+  double max_ms = 0;        ///< slowest timed launch, milliseconds
   std::size_t extra_bytes = 0;                   ///< fast_estimate_extra_bytes() of the run
   std::uint64_t indices_checksum = 0;            ///< ref::stream::indices_checksum of I (all heads)
   bool same_every_launch = false;                ///< I bitwise equal after every launch
