@@ -5,7 +5,7 @@ bench attention --csv`, in the same session, and our/their ratios per pass.
 Usage (on the GPU machine, after `flashlab bench attention --csv > ours.csv`):
     python3 cuda/bench/sdpa_bench.py ours.csv [--reps 30] [--out ratios.csv]
 
-Method, the same as `flashlab bench attention` (cuda/src/bench.cpp): per shape and pass 3 warm-up
+Method, the same as `flashlab bench attention` (timing_common.py): per shape and pass 3 warm-up
 calls, then --reps timed calls, each timed alone with CUDA events, L2 flushed before each (256 MiB
 zero_() outside the timed range), inputs rotated over 3 sets; the median is reported.
   fwd: F.scaled_dot_product_attention(q, k, v) under torch.no_grad(). FLOPs = 4·N²·d·H·B.
@@ -22,12 +22,13 @@ the layout a fused QKV projection produces, what our kernel reads) and, for refe
 contiguous [B, H, N, d] tensors ("bhnd"), each backend's preferred layout.
 """
 import csv
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from timing_common import median_ms
 
 
 def make(B, H, N, d, dtype, layout, grad):
@@ -40,9 +41,6 @@ def make(B, H, N, d, dtype, layout, grad):
 
 
 def time_sdpa(backend, B, H, N, d, causal, dtype, layout, reps, backward=False):
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
     with sdpa_kernel([backend]):
         sets = []
         for _ in range(3):
@@ -56,26 +54,18 @@ def time_sdpa(backend, B, H, N, d, causal, dtype, layout, reps, backward=False):
             else:
                 sets.append((q, k, v))
         torch.cuda.synchronize()
-        for r in range(3 + reps):
-            if backward:
-                out, dO, leaves = sets[r % 3]
-                for leaf in leaves:
+        if backward:
+            def clear_grads(r):
+                for leaf in sets[r % 3][2]:
                     leaf.grad = None
-                flush.zero_()
-                e0.record()
+
+            def call(r):
+                out, dO, _ = sets[r % 3]
                 out.backward(dO, retain_graph=True)
-                e1.record()
-            else:
-                q, k, v = sets[r % 3]
-                flush.zero_()
-                with torch.no_grad():
-                    e0.record()
-                    F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                    e1.record()
-            e1.synchronize()
-            if r >= 3:
-                times.append(e0.elapsed_time(e1))
-    return statistics.median(times)
+
+            return median_ms(call, 3, reps, prepare=clear_grads)
+        with torch.no_grad():
+            return median_ms(lambda r: F.scaled_dot_product_attention(*sets[r % 3], is_causal=causal), 3, reps)
 
 
 def main():

@@ -14,18 +14,20 @@ passes is reported with that pass alone and marked so (`passes` column), never a
 Dense attention, per distinct (T, d, H, dtype): F.scaled_dot_product_attention(q, k, v,
 is_causal=True) on [1, H, T, d] tensors made from [1, T, H, d] memory (STREAM's [T, H, d] layout)
 under torch.no_grad(), with the unscaled logits STREAM uses (scale=1.0; the time does not depend
-on it). Method as flashlab's: warm-up calls, then --reps calls each timed alone with CUDA events,
-L2 flushed before each (a 256 MiB zero_() outside the timed range); the median is reported. From
+on it). Method as flashlab's (timing_common.py): warm-up calls, then --reps calls each timed alone
+with CUDA events, L2 flushed before each (a 256 MiB zero_() outside the timed range); the median is
+reported. From
 T = 524288 on, one warm-up and at most 3 timed calls (a dense call there takes 0.1 to 1 s).
 Ratio = dense median / STREAM total (> 1: STREAM faster).
 """
 import csv
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from timing_common import median_ms
 
 BACKENDS = [("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)]
 
@@ -35,22 +37,12 @@ def time_dense(backend, T, H, d, dtype, reps):
     warmup = 3
     if T >= 524288:
         warmup, reps = 1, min(reps, 3)
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     q, k, v = (torch.randn(1, T, H, d, device="cuda", dtype=dtype).transpose(1, 2) for _ in range(3))
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
     with sdpa_kernel([backend]), torch.no_grad():
-        for r in range(warmup + reps):
-            flush.zero_()
-            e0.record()
-            F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)
-            e1.record()
-            e1.synchronize()
-            if r >= warmup:
-                times.append(e0.elapsed_time(e1))
-    del q, k, v, flush
+        ms = median_ms(lambda r: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0), warmup, reps)
+    del q, k, v
     torch.cuda.empty_cache()
-    return statistics.median(times)
+    return ms
 
 
 def read_stream_rows(paths):

@@ -10,6 +10,7 @@
 // launch (the backward: every kernel of its design, see bench.hpp), never an overlap of
 // several. The backward reads the O and LSE of one untimed forward per set, run before its
 // warm-up.
+#include "bench_timing.hpp"
 #include "common.hpp"
 #include "flashlab/cuda/bench.hpp"
 
@@ -21,27 +22,6 @@
 namespace flashlab::cuda {
 
 namespace {
-
-/// RAII pair of CUDA events.
-class EventPair {
- public:
-  EventPair() {
-    FLASHLAB_CUDA_CHECK(cudaEventCreate(&start_));
-    FLASHLAB_CUDA_CHECK(cudaEventCreate(&stop_));
-  }
-  ~EventPair() {
-    cudaEventDestroy(start_);  // destructor: nothing useful to do with an error here
-    cudaEventDestroy(stop_);
-  }
-  EventPair(const EventPair&) = delete;
-  EventPair& operator=(const EventPair&) = delete;
-  cudaEvent_t start() const { return start_; }
-  cudaEvent_t stop() const { return stop_; }
-
- private:
-  cudaEvent_t start_ = nullptr;
-  cudaEvent_t stop_ = nullptr;
-};
 
 // The problem of one shape of the sweep.
 ref::AttentionProblem problem_of(const AttentionBenchConfig& b, int n, int d, bool causal) {
@@ -80,7 +60,7 @@ constexpr std::size_t kPerSet = 4;
 /// Times one shape of the sweep (the passes `bench.pass` selects), appending its rows to `rows`
 /// and handing each to `on_row`. Device memory is allocated here and freed on return.
 void bench_shape(const AttentionBenchConfig& bench, const ref::AttentionProblem& problem,
-                 const std::vector<std::uint16_t>& pool, detail::DeviceBuffer<unsigned char>& flush, EventPair& ev,
+                 const std::vector<std::uint16_t>& pool, detail::LaunchTimer& timer,
                  std::vector<AttentionBenchRow>& rows, const std::function<void(const AttentionBenchRow&)>& on_row) {
   const bool do_fwd = bench.pass != BenchPass::bwd;
   const bool do_bwd = bench.pass != BenchPass::fwd;
@@ -112,22 +92,8 @@ void bench_shape(const AttentionBenchConfig& bench, const ref::AttentionProblem&
   // One pass: warmup + reps launches of `launch(set)`, each alone between the events after
   // an L2 flush; returns its row.
   auto time_pass = [&](bool backward, const std::function<void(std::size_t)>& launch) {
-    std::vector<double> times;
-    times.reserve(std::size_t(bench.reps));
-    for (int r = 0; r < bench.warmup + bench.reps; ++r) {
-      // Evict L2: outside the timed range (before the start event).
-      if (flush.size()) FLASHLAB_CUDA_CHECK(cudaMemsetAsync(flush.get(), r & 0xff, flush.bytes()));
-      FLASHLAB_CUDA_CHECK(cudaEventRecord(ev.start()));
-      launch(std::size_t(r % bench.input_sets));
-      FLASHLAB_CUDA_CHECK(cudaEventRecord(ev.stop()));
-      FLASHLAB_CUDA_CHECK(cudaEventSynchronize(ev.stop()));
-      float ms = 0.f;
-      FLASHLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start(), ev.stop()));
-      if (r >= bench.warmup) times.push_back(ms);
-    }
-    FLASHLAB_CUDA_CHECK(cudaGetLastError());
-    std::sort(times.begin(), times.end());
-    const std::size_t m = times.size();
+    const detail::LaunchTimes t =
+        timer.time(bench.warmup, bench.reps, [&](int r) { launch(std::size_t(r % bench.input_sets)); });
     AttentionBenchRow row;
     row.problem = problem;
     row.backward = backward;
@@ -135,9 +101,9 @@ void bench_shape(const AttentionBenchConfig& bench, const ref::AttentionProblem&
     row.bwd_design = bench.bwd_design;
     row.bwd_kernel = bench.bwd_kernel;
     row.reps = bench.reps;
-    row.median_ms = m % 2 ? times[m / 2] : 0.5 * (times[m / 2 - 1] + times[m / 2]);
-    row.min_ms = times.front();
-    row.max_ms = times.back();
+    row.median_ms = t.median_ms;
+    row.min_ms = t.min_ms;
+    row.max_ms = t.max_ms;
     const double flops = backward ? attention_bwd_flops(problem) : attention_fwd_flops(problem);
     const double bytes = backward ? attention_bwd_bytes(problem) : attention_fwd_bytes(problem);
     row.tflops = flops / (row.median_ms * 1e-3) / 1e12;
@@ -200,12 +166,11 @@ std::vector<AttentionBenchRow> bench_attention(const AttentionBenchConfig& bench
     for (auto& x : pool) x = bf16 ? float_to_bf16(normal(rng)) : float_to_fp16(normal(rng));
   }
 
-  detail::DeviceBuffer<unsigned char> flush(bench.flush_bytes);
-  EventPair ev;
+  detail::LaunchTimer timer(bench.flush_bytes);
   std::vector<AttentionBenchRow> rows;
   for (int d : bench.head_dims)
     for (bool causal : bench.causal)
-      for (int n : bench.seqs) bench_shape(bench, problem_of(bench, n, d, causal), pool, flush, ev, rows, on_row);
+      for (int n : bench.seqs) bench_shape(bench, problem_of(bench, n, d, causal), pool, timer, rows, on_row);
   return rows;
 }
 

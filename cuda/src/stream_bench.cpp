@@ -6,6 +6,7 @@
 // (or time it) — the fast bf16 estimate for the fast bf16 kernels, else the clear one; then per
 // pass warmup + reps launches, each alone between two events after a cudaMemsetAsync of the flush
 // buffer (outside the event pair). The fast kernels read 16-bit copies of the same values.
+#include "bench_timing.hpp"
 #include "common.hpp"
 #include "flashlab/cuda/fast_attention.hpp"
 #include "flashlab/cuda/stream_bench.hpp"
@@ -15,7 +16,6 @@
 #include "stream_common.hpp"
 #include "stream_fast_common.hpp"
 
-#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -27,27 +27,6 @@ namespace {
 
 using detail::DeviceBuffer;
 using stream::detail::StreamProblem;
-
-/// RAII pair of CUDA events.
-class Events {
- public:
-  Events() {
-    FLASHLAB_CUDA_CHECK(cudaEventCreate(&start_));
-    FLASHLAB_CUDA_CHECK(cudaEventCreate(&stop_));
-  }
-  ~Events() {
-    cudaEventDestroy(start_);  // destructor: nothing useful to do with an error here
-    cudaEventDestroy(stop_);
-  }
-  Events(const Events&) = delete;
-  Events& operator=(const Events&) = delete;
-  cudaEvent_t start() const { return start_; }
-  cudaEvent_t stop() const { return stop_; }
-
- private:
-  cudaEvent_t start_ = nullptr;
-  cudaEvent_t stop_ = nullptr;
-};
 
 void validate(const StreamBenchConfig& b) {
   auto bad = [](const std::string& what) { throw std::invalid_argument("flashlab::cuda::bench_stream: " + what); };
@@ -71,27 +50,13 @@ void validate(const StreamBenchConfig& b) {
 }
 
 /// warmup + reps launches, each alone between the events after an L2 flush; the row's times.
-void time_launches(const StreamBenchConfig& bench, DeviceBuffer<unsigned char>& flush, Events& ev,
-                   const std::function<void()>& launch, StreamBenchRow& row) {
-  std::vector<double> times;
-  times.reserve(std::size_t(bench.reps));
-  for (int r = 0; r < bench.warmup + bench.reps; ++r) {
-    if (flush.size()) FLASHLAB_CUDA_CHECK(cudaMemsetAsync(flush.get(), r & 0xff, flush.bytes()));  // evict L2
-    FLASHLAB_CUDA_CHECK(cudaEventRecord(ev.start()));
-    launch();
-    FLASHLAB_CUDA_CHECK(cudaEventRecord(ev.stop()));
-    FLASHLAB_CUDA_CHECK(cudaEventSynchronize(ev.stop()));
-    float ms = 0.f;
-    FLASHLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start(), ev.stop()));
-    if (r >= bench.warmup) times.push_back(ms);
-  }
-  FLASHLAB_CUDA_CHECK(cudaGetLastError());
-  std::sort(times.begin(), times.end());
-  const std::size_t m = times.size();
+void time_launches(const StreamBenchConfig& bench, detail::LaunchTimer& timer, const std::function<void()>& launch,
+                   StreamBenchRow& row) {
+  const detail::LaunchTimes t = timer.time(bench.warmup, bench.reps, [&](int) { launch(); });
   row.reps = bench.reps;
-  row.median_ms = m % 2 ? times[m / 2] : 0.5 * (times[m / 2 - 1] + times[m / 2]);
-  row.min_ms = times.front();
-  row.max_ms = times.back();
+  row.median_ms = t.median_ms;
+  row.min_ms = t.min_ms;
+  row.max_ms = t.max_ms;
 }
 
 /// Buffers of the clear estimate besides Q and K (causal only: no packed mask).
@@ -105,7 +70,7 @@ struct EstimateBuffers {
 
 /// The fast apply on 16-bit copies of the same values (already rounded) and the estimate's I.
 void time_fast_apply(const StreamBenchConfig& bench, const StreamProblem& p, const DeviceBuffer<float> (&qkv)[3],
-                     const DeviceBuffer<long long>& I, DeviceBuffer<unsigned char>& flush, Events& ev,
+                     const DeviceBuffer<long long>& I, detail::LaunchTimer& timer,
                      StreamBenchRow& row) {
   const stream::FastApplyShape shape{std::size_t(p.T), std::size_t(p.heads), std::size_t(p.d), std::size_t(p.k),
                                      bench.dtype, bench.group};
@@ -117,7 +82,7 @@ void time_fast_apply(const StreamBenchConfig& bench, const StreamProblem& p, con
   DeviceBuffer<std::uint16_t> O(qkv[2].size());
   const auto* dI = reinterpret_cast<const std::int64_t*>(I.get());
   time_launches(
-      bench, flush, ev,
+      bench, timer,
       [&] { stream::stream_fast_apply_device(shape, x16[0].get(), x16[1].get(), x16[2].get(), dI, O.get()); }, row);
   row.extra_bytes = I.bytes() + stream::fast_apply_workspace_bytes(shape);
   row.group = bench.group == 0 ? stream::fast_apply_default_group() : bench.group;
@@ -126,7 +91,7 @@ void time_fast_apply(const StreamBenchConfig& bench, const StreamProblem& p, con
 /// The fast bf16 estimate on 16-bit copies of Q and K (already rounded): timed when the pass asks,
 /// else run once; either way its I is the apply's.
 void time_fast_estimate(const StreamBenchConfig& bench, const StreamProblem& p, const DeviceBuffer<float> (&qkv)[3],
-                        DeviceBuffer<long long>& I, DeviceBuffer<unsigned char>& flush, Events& ev,
+                        DeviceBuffer<long long>& I, detail::LaunchTimer& timer,
                         const StreamBenchRow& base, std::vector<StreamBenchRow>& rows,
                         const std::function<void(const StreamBenchRow&)>& on_row) {
   DeviceBuffer<std::uint16_t> x16[2];
@@ -143,7 +108,7 @@ void time_fast_estimate(const StreamBenchConfig& bench, const StreamProblem& p, 
   };
   if (bench.pass != StreamBenchPass::apply) {
     StreamBenchRow row = base;
-    time_launches(bench, flush, ev, estimate, row);
+    time_launches(bench, timer, estimate, row);
     row.extra_bytes = stream::fast_estimate_extra_bytes(g, std::size_t(p.heads), std::size_t(p.k), false);
     rows.push_back(row);
     if (on_row) on_row(row);
@@ -154,8 +119,8 @@ void time_fast_estimate(const StreamBenchConfig& bench, const StreamProblem& p, 
 }
 
 /// Times one shape: the estimate (timed when the pass asks, else once for I), then the apply.
-void bench_shape(const StreamBenchConfig& bench, const StreamProblem& p, DeviceBuffer<unsigned char>& flush,
-                 Events& ev, std::vector<StreamBenchRow>& rows,
+void bench_shape(const StreamBenchConfig& bench, const StreamProblem& p, detail::LaunchTimer& timer,
+                 std::vector<StreamBenchRow>& rows,
                  const std::function<void(const StreamBenchRow&)>& on_row) {
   StreamBenchRow base;
   base.T = p.T;
@@ -176,7 +141,7 @@ void bench_shape(const StreamBenchConfig& bench, const StreamProblem& p, DeviceB
   }
   DeviceBuffer<long long> I(std::size_t(p.heads) * p.n_q * p.k);
   if (bench.kernel == StreamKernel::fast && bench.dtype == ref::Dtype::bf16) {
-    time_fast_estimate(bench, p, qkv, I, flush, ev, base, rows, on_row);  // I for the apply too
+    time_fast_estimate(bench, p, qkv, I, timer, base, rows, on_row);  // I for the apply too
   } else {
     EstimateBuffers e{DeviceBuffer<unsigned char>(stream::detail::estimate_work_bytes(p)),
                       DeviceBuffer<float>(I.size()), DeviceBuffer<float>(std::size_t(p.heads) * p.n_q)};
@@ -186,7 +151,7 @@ void bench_shape(const StreamBenchConfig& bench, const StreamProblem& p, DeviceB
     };
     if (bench.pass != StreamBenchPass::apply) {
       StreamBenchRow row = base;
-      time_launches(bench, flush, ev, estimate, row);
+      time_launches(bench, timer, estimate, row);
       row.extra_bytes = e.bytes(I);
       rows.push_back(row);
       if (on_row) on_row(row);
@@ -199,11 +164,11 @@ void bench_shape(const StreamBenchConfig& bench, const StreamProblem& p, DeviceB
 
   StreamBenchRow row = base;
   row.apply = true;
-  if (bench.kernel == StreamKernel::fast) time_fast_apply(bench, p, qkv, I, flush, ev, row);
+  if (bench.kernel == StreamKernel::fast) time_fast_apply(bench, p, qkv, I, timer, row);
   else {
     DeviceBuffer<float> O(qkv[2].size());
     time_launches(
-        bench, flush, ev,
+        bench, timer,
         [&] {
           stream::detail::launch_apply(p, qkv[0].get(), qkv[1].get(), qkv[2].get(), I.get(), O.get(), nullptr, nullptr);
         },
@@ -232,10 +197,9 @@ std::vector<StreamBenchRow> bench_stream(const StreamBenchConfig& bench,
         shapes.push_back(stream::detail::make_stream_problem(ref::stream::BlockMask(g), std::size_t(bench.heads),
                                                              std::size_t(d), std::size_t(d), std::size_t(k)));
       }
-  DeviceBuffer<unsigned char> flush(bench.flush_bytes);
-  Events ev;
+  detail::LaunchTimer timer(bench.flush_bytes);
   std::vector<StreamBenchRow> rows;
-  for (const StreamProblem& p : shapes) bench_shape(bench, p, flush, ev, rows, on_row);
+  for (const StreamProblem& p : shapes) bench_shape(bench, p, timer, rows, on_row);
   return rows;
 }
 

@@ -2,6 +2,7 @@
 // the packed C_blk, upload, poison, launch, download. The kernel is stream_fast_estimate.cu.
 #include "flashlab/cuda/stream_fast_estimate.hpp"
 
+#include "bench_timing.hpp"
 #include "stream_fast_common.hpp"
 #include "stream_fast_estimate_launch.hpp"
 
@@ -15,6 +16,8 @@
 namespace flashlab::cuda::stream {
 
 using ::flashlab::cuda::detail::DeviceBuffer;
+using ::flashlab::cuda::detail::LaunchTimer;
+using ::flashlab::cuda::detail::LaunchTimes;
 using detail::StreamProblem;
 using ref::stream::StreamError;
 
@@ -177,14 +180,8 @@ FastEstimateTiming time_stream_fast_estimate(std::size_t T, std::size_t heads, s
   const ref::stream::Geometry g{T, kFastEstimateBlock, kFastEstimateBlock};
   const ref::stream::BlockMask mask(g);
   BenchInputs in(g, heads, d, k, seed);
-  DeviceBuffer<std::uint16_t>&dQ = in.Q, &dK = in.K;
-  DeviceBuffer<long long>& dI = in.I;
-  DeviceBuffer<float>&dscores = in.scores, &dmargins = in.margins;
   const std::size_t rows = heads * g.n_q();
-  DeviceBuffer<unsigned char> flush(flush_bytes);
-  cudaEvent_t start = nullptr, stop = nullptr;
-  FLASHLAB_CUDA_CHECK(cudaEventCreate(&start));
-  FLASHLAB_CUDA_CHECK(cudaEventCreate(&stop));
+  LaunchTimer timer(flush_bytes);
   FastEstimateTiming out;
   out.T = T;
   out.heads = heads;
@@ -192,36 +189,24 @@ FastEstimateTiming time_stream_fast_estimate(std::size_t T, std::size_t heads, s
   out.k = k;
   out.extra_bytes = fast_estimate_extra_bytes(g, heads, k, false);
   out.same_every_launch = true;
-  std::vector<double> times;
   std::vector<std::int64_t> first, now(rows * k);
-  try {
-    for (int rep = 0; rep < warmup + reps; ++rep) {
-      if (flush.size()) FLASHLAB_CUDA_CHECK(cudaMemset(flush.get(), rep & 0xff, flush.bytes()));
-      FLASHLAB_CUDA_CHECK(cudaMemset(dI.get(), 0x7f, dI.bytes()));  // not −1 (the empty entry)
-      FLASHLAB_CUDA_CHECK(cudaEventRecord(start));
-      stream_fast_estimate_device(mask, heads, d, k, dQ.get(), dK.get(), nullptr, dI.get(), dscores.get(),
-                                  dmargins.get(), nullptr);
-      FLASHLAB_CUDA_CHECK(cudaEventRecord(stop));
-      FLASHLAB_CUDA_CHECK(cudaEventSynchronize(stop));
-      float ms = 0;
-      FLASHLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      if (rep >= warmup) times.push_back(ms);
-      dI.download(reinterpret_cast<long long*>(now.data()));
-      if (first.empty()) first = now;
-      out.same_every_launch = out.same_every_launch && now == first;
-    }
-  } catch (...) {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    throw;
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  const std::size_t m = times.size();
-  out.median_ms = m % 2 ? times[m / 2] : 0.5 * (times[m / 2 - 1] + times[m / 2]);
-  out.min_ms = times.front();
-  out.max_ms = times.back();
+  auto poison_I = [&] { FLASHLAB_CUDA_CHECK(cudaMemset(in.I.get(), 0x7f, in.I.bytes())); };  // not −1 (empty)
+  poison_I();
+  const LaunchTimes t = timer.time(
+      warmup, reps,
+      [&](int) {
+        stream_fast_estimate_device(mask, heads, d, k, in.Q.get(), in.K.get(), nullptr, in.I.get(), in.scores.get(),
+                                    in.margins.get(), nullptr);
+      },
+      [&](int) {  // outside the timed range: I of this launch, then poisoned for the next
+        in.I.download(reinterpret_cast<long long*>(now.data()));
+        if (first.empty()) first = now;
+        out.same_every_launch = out.same_every_launch && now == first;
+        poison_I();
+      });
+  out.median_ms = t.median_ms;
+  out.min_ms = t.min_ms;
+  out.max_ms = t.max_ms;
   out.indices_checksum = ref::stream::indices_checksum(first);
   return out;
 }
