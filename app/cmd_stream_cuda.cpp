@@ -60,7 +60,10 @@ constexpr std::string_view kNeedlesSummary =
     "token on its own coordinate; the rest is noise. Keys before a needle carry a trace of it that\n"
     "grows towards it (--no-lead-in removes it: the representative rule then sees a needle only\n"
     "where a branch starts on it). Prints the recall of the planted blocks by the estimate.\n"
-    "--save writes q.npy, k.npy and needles.csv (q,r).";
+    "A planting needing more than D coordinates (N·M, twice that with --kernel fast) is spread over\n"
+    "several input sets, each its own Q, K and seed, the N blocks spread over the second half as one\n"
+    "planting; the recall counts every set. --save writes q.npy, k.npy and needles.csv (q,r) of a\n"
+    "planting that fits one set.";
 
 /// True when `args` ask for --device cuda (the dispatch test of cmd_stream).
 bool wants(const Args& args, const std::string& flag, const std::string& value) {
@@ -176,20 +179,40 @@ int cmd_stream_needles(const Args& args) {
     // bf16 inputs would round the lead-in in steps of many blocks: keep it exact as bf16 pairs.
     p.bf16_pairs = o.kernel == "fast";
     p.seed = std::uint64_t(o.seed);
-    rs::NeedleSet set;
-    std::vector<std::int64_t> I;
-    try {
-      set = rs::make_needles(p);
-      I = needle_indices(o, set, p.geometry);
-    } catch (const rs::StreamError& e) {
-      throw UsageError(e.what(), "--needle-blocks × --needles ≤ --dim (half of it with --kernel fast), --needles ≤ --bq, "
-                                 "and a long enough --seq");
+    // One input set holds d / (needles per block · coordinates per needle) needle blocks.
+    p.sets = rs::needle_sets_needed(p.d, p.needle_blocks, p.needles_per_block, p.bf16_pairs);
+    if (p.sets == 0)
+      throw UsageError("--needles " + std::to_string(o.needles) + (p.bf16_pairs ? " (two coordinates each)" : "") +
+                           " exceeds d = " + std::to_string(o.dim),
+                       "each needle owns its coordinate(s) of the head dim: --needles ≤ --dim (half of it with "
+                       "--kernel fast)");
+    if (p.sets > 1 && !o.save.empty())
+      throw UsageError("--save writes one input set, and this planting needs " + std::to_string(p.sets),
+                       "fewer --needle-blocks (N·M ≤ --dim) with --save");
+    rs::NeedleSet set;  // the first set's (what --save writes)
+    rs::NeedleRecall rec;
+    for (std::size_t s_i = 0; s_i < p.sets; ++s_i) {
+      rs::NeedleParams ps = p;
+      ps.set = s_i;
+      ps.seed = p.seed + 1000003ULL * s_i;  // set 0: the inputs of a one-set planting
+      rs::NeedleSet one;
+      std::vector<std::int64_t> I;
+      try {
+        one = rs::make_needles(ps);
+        I = needle_indices(o, one, p.geometry);
+      } catch (const rs::StreamError& e) {
+        throw UsageError(e.what(), "--needles ≤ --dim (half of it with --kernel fast), --needles ≤ --bq, "
+                                   "--needle-blocks ≤ half the query blocks, and a long enough --seq");
+      }
+      const rs::NeedleRecall r = rs::needle_recall(one.needles, I, std::size_t(o.k));
+      rec.found += r.found;
+      rec.planted += r.planted;
+      if (s_i == 0) set = std::move(one);
     }
-    const rs::NeedleRecall rec = rs::needle_recall(set.needles, I, std::size_t(o.k));
     std::cout << "needles: T=" << o.seq << " d=" << o.dim << " b_q=" << o.bq << " b_k=" << o.bk << " k=" << o.k
               << " needle blocks=" << o.blocks << " needles per block=" << o.needles
               << " lead-in=" << (p.lead_in ? "yes" : "no") << " device=" << o.device
-              << (o.device == "cuda" ? " kernel=" + o.kernel : std::string())
+              << (o.device == "cuda" ? " kernel=" + o.kernel : std::string()) << " input sets=" << p.sets
               << (p.bf16_pairs ? " (planted values as bf16 pairs)" : "") << "\n"
               << "recall " << rec.found << "/" << rec.planted << " = " << std::setprecision(4) << rec.recall() << "\n";
     if (!o.save.empty()) {

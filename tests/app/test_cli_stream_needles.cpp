@@ -27,10 +27,25 @@ TEST_CASE("cli stream needles: prints the recall and saves the planted inputs", 
   CHECK(iso.out.find("lead-in=no") != std::string::npos);
 }
 
+TEST_CASE("cli stream needles: a planting wider than d is spread over input sets, every needle counted",
+          "[cli][stream][needles]") {
+  // 16 blocks of 4 needles on d = 16: four input sets of 4 blocks, 64 needles in all.
+  const auto r = run_cli("stream needles --seq 8192 --dim 16 --bq 64 --bk 64 --k 8 --needle-blocks 16 --needles 4 "
+                         "--threads 2");
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("input sets=4") != std::string::npos);
+  CHECK(r.out.find("recall 64/64 = 1") != std::string::npos);
+}
+
 TEST_CASE("cli stream needles: impossible plantings and missing flags are usage errors", "[cli][stream][needles]") {
-  const auto wide = run_cli("stream needles --seq 8192 --dim 8 --bq 64 --bk 64 --k 8");
+  const auto wide = run_cli("stream needles --seq 8192 --dim 4 --bq 64 --bk 64 --k 8 --needles 8");
   CHECK(wide.exit_code == 2);
-  CHECK(wide.err.find("exceeds d = 8") != std::string::npos);
+  CHECK(wide.err.find("exceeds d = 4") != std::string::npos);
+  const auto save = run_cli("stream needles --seq 8192 --dim 8 --bq 64 --bk 64 --k 8 --needles 8 --save " +
+                            fresh_temp_dir("needles_sets"));
+  CHECK(save.exit_code == 2);
+  CHECK(save.err.find("--save writes one input set") != std::string::npos);
   const auto missing = run_cli("stream needles --seq 8192 --dim 64 --bq 64 --bk 64");
   CHECK(missing.exit_code == 2);
   CHECK(missing.err.find("--k is required") != std::string::npos);

@@ -2,7 +2,9 @@
 // planted key blocks by the reference estimate at a small T (the GPU test repeats it at 1M tokens).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 #include <iostream>
 
 #include "flashlab/reference/stream.hpp"
@@ -61,6 +63,47 @@ TEST_CASE("stream needles: the estimate recalls every planted block with a lead-
   CHECK(recall_with >= 0.99);
   // Without the lead-in a needle is found only where a branch starts on it: below it.
   CHECK(recall_without < 0.99);
+}
+
+TEST_CASE("stream needles: a planting over several input sets covers distinct query blocks, recall >= 0.99",
+          "[stream][needles]") {
+  // 32 needle blocks × 8 needles = 256 needles on d = 64: four input sets of 8 blocks each.
+  NeedleParams p = small_params(true);
+  p.needle_blocks = 32;
+  REQUIRE(needle_sets_needed(p.d, p.needle_blocks, p.needles_per_block, false) == 4);
+  REQUIRE(needle_sets_needed(p.d, p.needle_blocks, p.needles_per_block, true) == 8);
+  CHECK(needle_sets_needed(4, 1, 8, false) == 0);  // one block's needles alone exceed d
+  p.sets = 4;
+  const std::size_t k = 16;
+  NeedleRecall all;
+  std::vector<std::size_t> blocks;
+  for (std::size_t s = 0; s < p.sets; ++s) {
+    NeedleParams ps = p;
+    ps.set = s;
+    ps.seed = p.seed + 1000003 * s;
+    REQUIRE(ps.set_blocks() == 8);
+    const NeedleSet set = make_needles(ps);
+    REQUIRE(set.needles.size() == 8 * p.needles_per_block);
+    for (const Needle& n : set.needles)
+      if (blocks.empty() || blocks.back() != n.q) blocks.push_back(n.q);
+    const EstimateResult est = stream_estimate(set.Q, set.K, BlockMask(p.geometry), EstimateParams{k, 2});
+    const NeedleRecall rec = needle_recall(set.needles, est.indices, k);
+    all.found += rec.found;
+    all.planted += rec.planted;
+  }
+  std::cout << "needles T=" << p.geometry.T << " k=" << k << " over 4 input sets: recall " << all.found << "/"
+            << all.planted << "\n";
+  CHECK(all.planted == 256);
+  CHECK(all.recall() >= 0.99);
+  std::sort(blocks.begin(), blocks.end());
+  CHECK(std::adjacent_find(blocks.begin(), blocks.end()) == blocks.end());  // 32 distinct query blocks
+  CHECK(blocks.size() == 32);
+  NeedleParams one = p;
+  one.sets = 1;
+  CHECK_THROWS_WITH(make_needles(one), Catch::Contains("exceeds d = 64"));  // all 32 blocks in one set
+  one.sets = 4;
+  one.set = 4;
+  CHECK_THROWS_WITH(make_needles(one), Catch::Contains("set = 4"));
 }
 
 TEST_CASE("stream needles: impossible requests are refused with the parameter named", "[stream][needles]") {

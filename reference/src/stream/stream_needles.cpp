@@ -54,10 +54,13 @@ void check(const NeedleParams& p) {
   auto bad = [](const std::string& what) { throw StreamError("needles: " + what); };
   if (p.d == 0) bad("d must be at least 1");
   if (p.needle_blocks == 0 || p.needles_per_block == 0) bad("needle_blocks and needles_per_block must be at least 1");
-  const std::size_t cols = p.needle_blocks * p.needles_per_block * (p.bf16_pairs ? 2 : 1);
+  if (p.sets == 0 || p.set >= p.sets)
+    bad("set = " + std::to_string(p.set) + " must lie in [0, sets = " + std::to_string(p.sets) + ")");
+  const std::size_t cols = p.set_blocks() * p.needles_per_block * (p.bf16_pairs ? 2 : 1);
   if (cols > p.d)
     bad(std::string(p.bf16_pairs ? "2·" : "") + "needle_blocks·needles_per_block = " + std::to_string(cols) +
-        " exceeds d = " + std::to_string(p.d) + (p.bf16_pairs ? " (each needle owns two coordinates)" : " (each needle owns one coordinate)"));
+        " exceeds d = " + std::to_string(p.d) +
+        (p.bf16_pairs ? " (each needle owns two coordinates)" : " (each needle owns one coordinate)"));
   if (p.needles_per_block > g.bq)
     bad("needles_per_block = " + std::to_string(p.needles_per_block) + " exceeds b_q = " + std::to_string(g.bq) +
         " (each needle owns one query token)");
@@ -79,14 +82,14 @@ NeedleSet make_needles(const NeedleParams& p) {
   set.Q.resize(Eigen::Index(g.T), Eigen::Index(p.d));
   set.K.resize(Eigen::Index(g.T), Eigen::Index(p.d));
   const Eigen::Index per_needle = p.bf16_pairs ? 2 : 1;
-  const auto planted_cols = Eigen::Index(p.needle_blocks * p.needles_per_block) * per_needle;
+  const auto planted_cols = Eigen::Index(p.set_blocks() * p.needles_per_block) * per_needle;
   fill_noise(set.Q, planted_cols, mix(p.seed), p.noise);
   fill_noise(set.K, planted_cols, mix(p.seed + 1), p.noise);
 
   const std::size_t n_q = g.n_q(), first = n_q / 2, span = n_q - first;
   std::uint64_t draw = mix(p.seed + 2);
-  for (std::size_t j = 0; j < p.needle_blocks; ++j) {
-    const std::size_t q = first + j * span / p.needle_blocks;
+  for (std::size_t j = 0; j < p.set_blocks(); ++j) {
+    const std::size_t q = first + (p.set + j * p.sets) * span / p.needle_blocks;  // of the whole planting
     // Needles far in the past: distinct blocks in the first half of [0, causal_last(q)].
     const std::size_t range = causal.causal_last(q) / 2 + 1;
     if (range < p.needles_per_block)
@@ -115,6 +118,14 @@ NeedleSet make_needles(const NeedleParams& p) {
     }
   }
   return set;
+}
+
+std::size_t needle_sets_needed(std::size_t d, std::size_t needle_blocks, std::size_t needles_per_block,
+                               bool bf16_pairs) {
+  const std::size_t per_block = needles_per_block * (bf16_pairs ? 2 : 1);
+  if (per_block == 0 || per_block > d) return 0;
+  const std::size_t blocks_per_set = d / per_block;
+  return (needle_blocks + blocks_per_set - 1) / blocks_per_set;
 }
 
 NeedleRecall needle_recall(const std::vector<Needle>& needles, const std::vector<std::int64_t>& indices,

@@ -42,7 +42,22 @@ struct NeedleParams {
   /// blocks and flattens the lead-in. Needs 2·needle_blocks·needles_per_block ≤ d.
   bool bf16_pairs = false;
   std::uint64_t seed = 1;            ///< everything is a pure function of the parameters and the seed
+  /// A planting larger than one input set's d coordinates is spread over `sets` input sets (each
+  /// its own Q, K and seed): this set plants the needle blocks g = set, set + sets, … <
+  /// needle_blocks, at the query blocks the whole planting spreads over the second half. Only this
+  /// set's blocks need coordinates: set_blocks()·needles_per_block (twice that with bf16_pairs) ≤ d.
+  std::size_t sets = 1;
+  std::size_t set = 0;  ///< this input set, 0 ≤ set < sets
+  /// Needle blocks this set plants.
+  [[nodiscard]] std::size_t set_blocks() const {
+    return set < needle_blocks ? (needle_blocks - set + sets - 1) / sets : 0;
+  }
 };
+
+/// The fewest input sets that hold `needle_blocks` needle blocks of `needles_per_block` needles
+/// each on d coordinates (one per needle, two with bf16 pairs); 0 when one block's needles alone
+/// exceed d.
+std::size_t needle_sets_needed(std::size_t d, std::size_t needle_blocks, std::size_t needles_per_block, bool bf16_pairs);
 
 /// One planted (query block, key block) pair.
 struct Needle {
@@ -57,9 +72,10 @@ struct NeedleSet {
   std::vector<Needle> needles;  ///< the planted pairs, by q then r
 };
 
-/// Generates Q, K and the planted needles; throws StreamError (naming the parameter) when the
-/// geometry cannot hold them: needle_blocks·needles_per_block (twice that with bf16_pairs) > d,
-/// needles_per_block > b_q, or
+/// Generates Q, K and the planted needles of input set `params.set`; throws StreamError (naming
+/// the parameter) when the geometry cannot hold them: set_blocks()·needles_per_block (twice that
+/// with bf16_pairs) > d, needles_per_block > b_q, set ≥ sets, needle_blocks > the query blocks of
+/// the second half, or
 /// a needle block with fewer than needles_per_block blocks in the first half of its past.
 NeedleSet make_needles(const NeedleParams& params);
 
