@@ -8,6 +8,7 @@
 #ifdef FLASHLAB_HAVE_CUDA
 #include "flashlab/cuda/options.hpp"
 #include "flashlab/cuda/stream_bench.hpp"
+#include "flashlab/cuda/stream_fast_estimate.hpp"
 #endif
 
 #include <cstdio>
@@ -23,7 +24,7 @@ namespace {
 constexpr const char* kUsageLine =
     "bench stream [--pass estimate|apply|both] [--kernel clear|fast] [--seq T[,T2,...]] [--dim D[,D2]]\n"
     "                       [--k K[,K2,...]] [--heads H] [--bq BQ] [--bk BK] [--dtype bf16|fp16]\n"
-    "                       [--reps R] [--warmup W] [--csv]";
+    "                       [--reps R] [--warmup W] [--check-indices [--traffic]] [--csv]";
 constexpr const char* kSummary =
     "Times the STREAM kernels on the GPU: mask estimation (top-k key blocks per query block) and/or\n"
     "mask application (block-sparse attention over them), the clear fp32 kernels or the fast\n"
@@ -32,7 +33,10 @@ constexpr const char* kSummary =
     "flushed (256 MiB memset) before each. The apply runs on the I of the estimate of the same inputs\n"
     "(the fast bf16 estimate with --kernel fast --dtype bf16, else one untimed clear estimate). Prints the median, min and max ms and the device bytes the pass needs beyond\n"
     "Q, K, V and O (I, scores, workspaces). --csv rows feed cuda/bench/stream_sdpa.py (dense causal\n"
-    "SDPA at the same T). Needs a build with CUDA and an NVIDIA GPU.";
+    "SDPA at the same T). --check-indices (with --kernel fast --pass estimate) also downloads I after\n"
+    "every launch and reports whether it was bitwise the same each time and its checksum, and\n"
+    "--traffic the CUPTI L2->SM and DRAM bytes of one launch; those rows have the columns of\n"
+    "cuda/results/stream_fast_estimate.csv. Needs a build with CUDA and an NVIDIA GPU.";
 
 /// Largest T the sweep accepts: 8M tokens (at d = 128 one fp32 tensor is 4 GiB).
 constexpr long long kMaxSeq = 1LL << 23;
@@ -54,6 +58,10 @@ po::options_description options() {
        "fast apply: neighbouring query blocks per thread block sharing K/V loads (1 or 2; 0 = the default)")
       ("reps", po::value<long long>()->default_value(20), "timed launches per shape and pass")
       ("warmup", po::value<long long>()->default_value(2), "untimed launches per shape and pass before timing")
+      ("check-indices", po::bool_switch(),
+       "fast estimate only: download I after every launch; report 'same every launch' and its checksum")
+      ("traffic", po::bool_switch(),
+       "with --check-indices: also the CUPTI L2->SM and DRAM bytes of one launch per shape (needs the counters)")
       ("csv", po::bool_switch(),
        "print CSV (kernel,dtype,pass,T,d,k,H,bq,bk,group,ms,min_ms,max_ms,extra_bytes,reps) instead of a table");
   return d;
@@ -69,6 +77,7 @@ struct StreamSweep {
   std::vector<int> seqs, dims, ks;
   int heads = 1, bq = 64, bk = 64, group = 0, reps = 20, warmup = 2;
   bool estimate = true, apply = true, fast = false, fp16 = false, csv = false;
+  bool check_indices = false, traffic = false;  ///< the fast estimate's launch check and CUPTI bytes
 };
 
 StreamSweep parse_sweep(const po::variables_map& vm) {
@@ -104,6 +113,12 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
     throw UsageError("the fast estimate takes bf16 inputs (--dtype fp16 with --pass " + pass + ")",
                      "--dtype bf16, or --pass apply for the fp16 apply");
   s.csv = vm["csv"].as<bool>();
+  s.check_indices = vm["check-indices"].as<bool>();
+  s.traffic = vm["traffic"].as<bool>();
+  if (s.check_indices && (!s.fast || pass != "estimate" || s.fp16))
+    throw UsageError("--check-indices checks the fast bf16 estimate's I", "add --kernel fast --pass estimate");
+  if (s.traffic && !s.check_indices)
+    throw UsageError("--traffic measures the fast estimate with --check-indices", "add --check-indices");
   return s;
 }
 
@@ -123,12 +138,62 @@ void print_row(const flashlab::cuda::StreamBenchRow& r, bool csv) {
   std::cout << line << std::flush;
 }
 
+/// The fast estimate per shape with its I checked after every launch (and, with --traffic, the
+/// CUPTI bytes of one launch): the rows of cuda/results/stream_fast_estimate.csv.
+int run_index_check(const StreamSweep& s) {
+  namespace fs = flashlab::cuda::stream;
+  std::ostream& info = s.csv ? std::cerr : std::cout;
+  info << "device: " << flashlab::cuda::device_description() << "\n"
+       << "STREAM fast bf16 estimate, H=" << s.heads << " b_q=b_k=64, causal; per shape " << s.warmup
+       << " warm-up + " << s.reps << " timed launches, each alone (CUDA events), L2 flushed before each, I "
+       << "downloaded and compared after each" << (s.traffic ? "; CUPTI bytes of one more launch" : "") << "\n";
+  if (s.csv)
+    std::cout << "kernel,dtype,T,H,d,bq,bk,k,ms,min_ms,max_ms,extra_bytes,same_every_launch,checksum,l2_read_bytes,"
+                 "dram_read_bytes\n";
+  char line[320];
+  bool all_same = true;
+  for (const int d : s.dims)
+    for (const int k : s.ks)
+      for (const int T : s.seqs) {
+        const std::uint64_t seed = 0x5eed + std::uint64_t(T);
+        const fs::FastEstimateTiming r =
+            fs::time_stream_fast_estimate(std::size_t(T), std::size_t(s.heads), std::size_t(d), std::size_t(k), s.reps,
+                                          s.warmup, seed);
+        double l2 = -1, dram = -1;  // -1: not measured
+        if (s.traffic) {
+          const flashlab::cuda::KernelCounters c =
+              fs::measure_fast_estimate_traffic(std::size_t(T), std::size_t(s.heads), std::size_t(d), std::size_t(k), seed);
+          l2 = c.l2_read_bytes;
+          dram = c.dram_read_bytes;
+        }
+        const auto checksum = static_cast<unsigned long long>(r.indices_checksum);
+        if (s.csv) {
+          std::snprintf(line, sizeof line, "fast,bf16,%zu,%zu,%zu,64,64,%zu,%.4f,%.4f,%.4f,%zu,%d,0x%016llx,%.0f,%.0f\n",
+                        r.T, r.heads, r.d, r.k, r.median_ms, r.min_ms, r.max_ms, r.extra_bytes,
+                        r.same_every_launch ? 1 : 0, checksum, l2, dram);
+        } else {
+          char bytes[96] = "";
+          if (s.traffic) std::snprintf(bytes, sizeof bytes, "  L2->SM %.3f GB, DRAM %.3f GB", l2 / 1e9, dram / 1e9);
+          std::snprintf(line, sizeof line,
+                        "T=%zu d=%zu k=%zu  %.4f ms (%.4f - %.4f)  extra %zu B  I same every launch: %s  "
+                        "checksum 0x%016llx%s\n",
+                        r.T, r.d, r.k, r.median_ms, r.min_ms, r.max_ms, r.extra_bytes,
+                        r.same_every_launch ? "yes" : "NO", checksum, bytes);
+        }
+        std::cout << line << std::flush;
+        all_same = all_same && r.same_every_launch;
+      }
+  if (!all_same) std::cerr << "error: the fast estimate's I differed between launches (rows with 0 / NO above)\n";
+  return all_same ? kOk : kFailed;
+}
+
 int run_sweep(const StreamSweep& s) {
   namespace fc = flashlab::cuda;
   std::string why;
   if (!fc::device_available(&why))
     throw std::runtime_error("flashlab bench stream needs a CUDA GPU, and none is usable: " + why +
                              "\nhint: run it on a machine with an NVIDIA GPU and driver (nvidia-smi lists it)");
+  if (s.check_indices) return run_index_check(s);
   fc::StreamBenchConfig b;
   b.seqs = s.seqs;
   b.head_dims = s.dims;

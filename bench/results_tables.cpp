@@ -816,7 +816,7 @@ std::string readme_stream_table(const std::string& root) {
   return md.out.str();
 }
 
-/// The fast bf16 estimate (cuda/bench/measure_stream_estimate.sh): time per shape, its extra device
+/// The fast bf16 estimate (`flashlab bench stream --check-indices`, measure.sh stream): time per shape, its extra device
 /// memory, and the CUPTI traffic of one launch where the run measured it (−1 in the CSV: not).
 std::string stream_fast_estimate_table(const std::string& root) {
   const Csv csv = read_csv(root + "/cuda/results/stream_fast_estimate.csv");

@@ -34,9 +34,12 @@
 #                                        mta_fast_bwd_worst_errors.csv, mta_fast_bwd.csv,
 #                                        mta_fast_bwd_torch.csv
 #   measure.sh stream [BIN_DIR] [OUT_DIR] the STREAM kernels: tests, sanitizers, CUPTI traffic,
-#                                        planted-needle recall at T = 1M, `bench stream` beside dense
-#                                        SDPA; tabulated into stream_checks.csv, stream_traffic.csv,
-#                                        stream_needles.csv, stream_fast.csv, stream_sdpa.csv
+#                                        planted-needle recall at T = 1M (clear and fast kernels),
+#                                        `bench stream` beside dense SDPA, the fast estimate's I
+#                                        checked launch after launch; tabulated into
+#                                        stream_checks.csv, stream_traffic.csv, stream_needles.csv,
+#                                        stream_fast.csv, stream_sdpa.csv, stream_fast_ncu.csv,
+#                                        stream_fast_estimate.csv
 #
 # BIN_DIR (default gpu-carry) holds `flashlab` and `test_cuda` built with the cuda preset
 # (sm_90 + sm_90a); OUT_DIR (default /tmp/flashlab-measure) must lie outside the tree, because
@@ -285,7 +288,7 @@ run_mta_fast() {
 }
 
 # ---------------------------------------------------------------------------------------------
-# stream: the clear fp32 STREAM kernels — tests, sanitizers, CUPTI traffic, planted-needle recall
+# stream: the STREAM kernels — tests, sanitizers, CUPTI traffic, planted-needle recall, timings
 # ---------------------------------------------------------------------------------------------
 run_stream() {
   local bin=$1 out=$2 logs=$2/logs status=0
@@ -301,11 +304,14 @@ run_stream() {
     step_timeout=120 step "$logs/stream_traffic_$((i++)).txt" "$bin/flashlab" traffic stream --device cuda $shape \
       --csv "$logs/stream_traffic.csv"   # the command appends its rows to that file
   done
-  local lead
-  for lead in lead-in no-lead-in; do
-    local flag=(); [ "$lead" = lead-in ] || flag=(--no-lead-in)
-    step_timeout=120 step "$logs/stream_needles_$lead.txt" "$bin/flashlab" stream needles --device cuda --seq 1048576 \
-      --dim 128 --bq 64 --bk 64 --k 16 --needle-blocks 8 --needles 8 "${flag[@]}"
+  # Planted needles at T = 1M, k = 16: 64 query blocks x 8 needles (512) per kernel and lead-in.
+  local lead kernel
+  for kernel in clear fast; do
+    for lead in lead-in no-lead-in; do
+      local flag=(); [ "$lead" = lead-in ] || flag=(--no-lead-in)
+      step_timeout=120 step "$logs/stream_needles_${kernel}_$lead.txt" "$bin/flashlab" stream needles --device cuda \
+        --kernel "$kernel" --seq 1048576 --dim 128 --bq 64 --bk 64 --k 16 --needle-blocks 64 --needles 8 "${flag[@]}"
+    done
   done
   step_timeout=60 step "$logs/stream_estimate.txt" "$bin/flashlab" stream estimate --device cuda --seq 20000 --dim 32 \
     --heads 3 --bq 64 --bk 32 --k 8 --compare
@@ -321,6 +327,8 @@ stream_timings() {
   for tool in memcheck racecheck; do
     step_timeout=120 step "$logs/sanitize_fast_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 9 \
       "$bin/test_cuda" "[stream-fast-small]"
+    step_timeout=120 step "$logs/sanitize_fast_estimate_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      "$bin/test_cuda" "cuda stream fast: heads*,cuda stream fast: NaN*"
   done
   local bench=("$bin/flashlab" bench stream --csv) sweep=(--seq 32768,65536,131072,262144,524288,1048576 --dim 64,128)
   step_timeout=300 step "$logs/bench_stream_fast.csv" "${bench[@]}" --kernel fast --pass both "${sweep[@]}" --k 8,16,32
@@ -341,6 +349,13 @@ stream_timings() {
   done
   step_timeout=200 step "$logs/bench_stream_clear.csv" "${bench[@]}" --kernel clear --seq 32768,1048576 --dim 128 --k 8 \
     --reps 5
+  # The fast estimate with I downloaded and compared after every launch, then the CUPTI bytes of one
+  # launch at the long T: the rows of stream_fast_estimate.csv.
+  local check=("${bench[@]}" --kernel fast --pass estimate --check-indices)
+  step_timeout=200 step "$logs/stream_fast_estimate_sweep.csv" "${check[@]}" --seq 32768,131072,262144,524288,1048576 \
+    --dim 64,128 --k 8,16,32 --reps 20
+  step_timeout=200 step "$logs/stream_fast_estimate_traffic.csv" "${check[@]}" --traffic \
+    --seq 1048576,2097152,4194304 --dim 128 --k 8 --reps 10
   # Dense SDPA up to T = 1M only: at 4M one dense call takes about 9 s (cuDNN) and 15 s (flash).
   step_timeout=400 step "$logs/stream_sdpa.log" env PYTHONUNBUFFERED=1 python3 cuda/bench/stream_sdpa.py \
     "$logs/bench_stream_fast.csv" --out "$logs/stream_sdpa.csv"
@@ -477,16 +492,18 @@ prefix_csv() {
   [ $first -eq 0 ] || echo "date,device"
 }
 
-# stream_needles.csv: the two lines `flashlab stream needles` prints, one row per command.
+# stream_needles.csv: the two lines `flashlab stream needles` prints, one row per command (kernel: cpu
+# for the reference).
 tab_needles() {
   local logs=$1 date=$2 device=$3
-  echo "date,device,T,d,bq,bk,k,needle_blocks,needles_per_block,lead_in,found,planted"
+  echo "date,device,T,d,bq,bk,k,needle_blocks,needles_per_block,lead_in,kernel,found,planted"
   for log in "$logs"/stream_needles_*.txt; do
     [ -f "$log" ] || continue
     awk -v date="$date" -v device="$device" '
       function field(name,   v) { v = $0; sub(".*" name "=", "", v); sub(/ .*/, "", v); return v }
       /^needles: / { shape = field("T") "," field(" d") "," field("b_q") "," field("b_k") "," field(" k") "," \
-                       field("needle blocks") "," field("needles per block") "," field("lead-in") }
+                       field("needle blocks") "," field("needles per block") "," field("lead-in") "," \
+                       ($0 ~ / kernel=/ ? field(" kernel") : "cpu") }
       /^recall / { split($2, fp, "/"); print date "," device "," shape "," fp[1] "," fp[2] }' "$log"
   done
 }
@@ -548,7 +565,9 @@ tabulate() {
       tab_needles "$logs" "$date" "$device" >"$out/csv/stream_needles.csv"
       prefix_csv "$date" "$device" "$logs"/bench_stream_{fast,long,group,clear}.csv >"$out/csv/stream_fast.csv"
       prefix_csv "$date" "$device" "$logs/stream_sdpa.csv" >"$out/csv/stream_sdpa.csv"
-      tab_stream_ncu "$logs" "$date" "$device" >"$out/csv/stream_fast_ncu.csv" ;;
+      tab_stream_ncu "$logs" "$date" "$device" >"$out/csv/stream_fast_ncu.csv"
+      prefix_csv "$date" "$device" "$logs"/stream_fast_estimate_{sweep,traffic}.csv \
+        >"$out/csv/stream_fast_estimate.csv" ;;
     *)
       tab_checks "$logs" "$date" "$device" >"$out/csv/checks.csv"
       tab_worst_errors "$logs/test_cuda.log" "$date" "$device" >"$out/csv/worst_errors.csv"
