@@ -38,21 +38,12 @@ StreamProblem make_problem(const ref::stream::BlockMask& mask, std::size_t heads
                       std::to_string(kMaxBlock) + " on the GPU (hint: --bq 64 --bk 64)");
   if (ref::stream::ceil_log2(k) + g.n_it() > 62)
     throw StreamError("k·2^n_it overflows the 64-bit branch identifiers of τ");
-  StreamProblem p;
-  p.T = to_int(g.T, "T");
+  to_int(g.T, "T");
   to_int(g.T * heads, "T·H");  // [T, H, d] row indices must fit the kernels' int arithmetic
-  p.bq = int(g.bq);
-  p.bk = int(g.bk);
-  p.n_q = int(g.n_q());
-  p.n_k = int(g.n_k());
-  p.n_it = int(g.n_it());
-  p.heads = to_int(heads, "heads");
-  p.d = int(d);
-  p.dv = int(dv);
-  p.k = to_int(k, "k");
-  if (std::size_t(p.n_q) * heads * k > std::size_t(INT_MAX)) throw StreamError("n_q·H·k is too large for the GPU index tensor");
-  p.words_per_row = mask.has_user_mask() ? int((g.n_k() + 63) / 64) : 0;
-  return p;
+  to_int(heads, "heads");
+  to_int(k, "k");
+  if (g.n_q() * heads * k > std::size_t(INT_MAX)) throw StreamError("n_q·H·k is too large for the GPU index tensor");
+  return detail::describe_stream_problem(mask, heads, d, dv, k);
 }
 
 /// Throws StreamError when a kernel's shared memory exceeds what the device gives one block.
@@ -115,6 +106,39 @@ DeviceBuffer<long long> upload_indices(const std::vector<std::int64_t>& indices,
 }  // namespace
 
 namespace detail {
+
+StreamProblem describe_stream_problem(const ref::stream::BlockMask& mask, std::size_t heads, std::size_t d,
+                                      std::size_t dv, std::size_t k) {
+  const ref::stream::Geometry& g = mask.geometry();
+  StreamProblem p;
+  p.T = int(g.T);
+  p.bq = int(g.bq);
+  p.bk = int(g.bk);
+  p.n_q = int(g.n_q());
+  p.n_k = int(g.n_k());
+  p.n_it = int(g.n_it());
+  p.heads = int(heads);
+  p.d = int(d);
+  p.dv = int(dv);
+  p.k = int(k);
+  p.words_per_row = mask.has_user_mask() ? int((g.n_k() + 63) / 64) : 0;
+  return p;
+}
+
+EstimateOutput download_estimate(const DeviceBuffer<long long>& I, const DeviceBuffer<float>& scores,
+                                 const DeviceBuffer<float>& margins, std::size_t k) {
+  EstimateOutput out;
+  out.k = k;
+  out.indices.resize(I.size());
+  out.scores.resize(scores.size());
+  out.margins.resize(margins.size());
+  static_assert(sizeof(long long) == sizeof(std::int64_t));
+  I.download(reinterpret_cast<long long*>(out.indices.data()));
+  scores.download(out.scores.data());
+  margins.download(out.margins.data());
+  return out;
+}
+
 StreamProblem make_stream_problem(const ref::stream::BlockMask& mask, std::size_t heads, std::size_t d, std::size_t dv,
                                   std::size_t k) {
   return make_problem(mask, heads, d, dv, k);
@@ -151,15 +175,7 @@ EstimateOutput stream_estimate(const HostHeads& Q, const HostHeads& K, const ref
   work.poison();
   detail::launch_estimate(p, dQ.get(), dK.get(), dmask.get(), work.get(), dI.get(), dscores.get(), dmargins.get());
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-  EstimateOutput out;
-  out.k = k;
-  out.indices.resize(rows * k);
-  out.scores.resize(rows * k);
-  out.margins.resize(rows);
-  dI.download(reinterpret_cast<long long*>(out.indices.data()));
-  dscores.download(out.scores.data());
-  dmargins.download(out.margins.data());
-  return out;
+  return detail::download_estimate(dI, dscores, dmargins, k);
 }
 
 namespace {

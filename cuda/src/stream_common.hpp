@@ -15,6 +15,10 @@ namespace flashlab::ref::stream {
 class BlockMask;
 }
 
+namespace flashlab::cuda::stream {
+struct EstimateOutput;  // flashlab/cuda/stream.hpp
+}
+
 namespace flashlab::cuda::stream::detail {
 
 using ::flashlab::cuda::detail::kThreads;
@@ -62,6 +66,18 @@ struct StreamProblem {
 /// StreamError naming the parameter otherwise.
 StreamProblem make_stream_problem(const ref::stream::BlockMask& mask, std::size_t heads, std::size_t d, std::size_t dv,
                                   std::size_t k);
+
+/// The fields of that launch description alone, no limit checked: for a caller that has checked
+/// its own kernel's limits (the fast kernels: check_fast_estimate, fast_apply checks), which keep
+/// T·H and n_q·H·k within 32-bit indices.
+StreamProblem describe_stream_problem(const ref::stream::BlockMask& mask, std::size_t heads, std::size_t d,
+                                      std::size_t dv, std::size_t k);
+
+/// Downloads an estimate's outputs (I: H·n_q·k entries, the scores beside it, one margin per
+/// (head, query block)) into the host API's EstimateOutput.
+EstimateOutput download_estimate(const ::flashlab::cuda::detail::DeviceBuffer<long long>& I,
+                                 const ::flashlab::cuda::detail::DeviceBuffer<float>& scores,
+                                 const ::flashlab::cuda::detail::DeviceBuffer<float>& margins, std::size_t k);
 
 /// Device memory a launch needs besides the inputs and outputs, in bytes, and the shared memory
 /// per thread block; the host API checks both before launching.

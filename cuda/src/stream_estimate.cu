@@ -33,18 +33,13 @@ struct Candidate {
   unsigned long long branch_id;   ///< initial branch i; child of b is 2b + split_bit
 };
 
-/// τ (App. B): valid first, then score descending, r, branch_id, split_bit ascending.
+/// τ (App. B): valid first, then score descending, r (tau_before_by_score), then branch_id, split_bit
+/// ascending.
 __device__ bool tau_before(const Candidate& a, const Candidate& b) {
-  const bool va = a.r >= 0, vb = b.r >= 0;
-  if (va != vb) return va;
-  if (a.score != b.score) return a.score > b.score;  // scores are never NaN here
-  if (a.r != b.r) return a.r < b.r;
+  if (!tau_keys_tie(a.r, a.score, b.r, b.score)) return tau_before_by_score(a.r, a.score, b.r, b.score);
   if (a.branch_id != b.branch_id) return a.branch_id < b.branch_id;
   return a.split_bit < b.split_bit;
 }
-
-/// The gap τ decided by score between two ordered scores; 0 for equal ones (−inf included).
-__device__ float score_gap(float before, float after) { return before == after ? 0.f : before - after; }
 
 /// Per-block state shared by all threads.
 struct EstimateShared {

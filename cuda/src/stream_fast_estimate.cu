@@ -68,15 +68,11 @@ struct FastCandidate {
   int fresh;
 };
 
-/// τ restricted to what can decide it within a round: valid first, score descending, r ascending.
+/// τ restricted to what can decide it within a round (tau_before_by_score): valid first, score
+/// descending, r ascending.
 __device__ __forceinline__ bool tau_before(const FastCandidate& a, const FastCandidate& b) {
-  if ((a.r >= 0) != (b.r >= 0)) return a.r >= 0;
-  if (a.score != b.score) return a.score > b.score;
-  return a.r < b.r;
+  return tau_before_by_score(a.r, a.score, b.r, b.score);
 }
-
-/// The gap τ decided by score between two ordered scores; 0 for equal ones (−inf included).
-__device__ __forceinline__ float score_gap(float before, float after) { return before == after ? 0.f : before - after; }
 
 /// max that a NaN never wins (the reference's `v > best ? v : best`).
 __device__ __forceinline__ float max_no_nan(float best, float v) { return v > best ? v : best; }

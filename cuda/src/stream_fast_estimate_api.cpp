@@ -51,20 +51,8 @@ namespace {
 
 /// The launch description of a checked problem (the clear kernels' StreamProblem; d = d_v).
 StreamProblem fast_problem(const ref::stream::BlockMask& mask, std::size_t heads, std::size_t d, std::size_t k) {
-  const ref::stream::Geometry& g = mask.geometry();
-  check_fast_estimate(g, heads, d, k);
-  StreamProblem p;
-  p.T = int(g.T);
-  p.bq = int(g.bq);
-  p.bk = int(g.bk);
-  p.n_q = int(g.n_q());
-  p.n_k = int(g.n_k());
-  p.n_it = int(g.n_it());
-  p.heads = int(heads);
-  p.d = p.dv = int(d);
-  p.k = int(k);
-  p.words_per_row = mask.has_user_mask() ? int((g.n_k() + 63) / 64) : 0;
-  return p;
+  check_fast_estimate(mask.geometry(), heads, d, k);
+  return detail::describe_stream_problem(mask, heads, d, d, k);
 }
 
 }  // namespace
@@ -104,16 +92,7 @@ EstimateOutput stream_fast_estimate(const HostHeadsBf16& Q, const HostHeadsBf16&
   stream_fast_estimate_device(mask, Q.heads, Q.dim, k, dQ.get(), dK.get(), words.empty() ? nullptr : dmask.get(),
                               dI.get(), dscores.get(), dmargins.get(), nullptr);
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-  EstimateOutput out;
-  out.k = k;
-  out.indices.resize(rows * k);
-  out.scores.resize(rows * k);
-  out.margins.resize(rows);
-  static_assert(sizeof(long long) == sizeof(std::int64_t));
-  dI.download(reinterpret_cast<long long*>(out.indices.data()));
-  dscores.download(out.scores.data());
-  dmargins.download(out.margins.data());
-  return out;
+  return detail::download_estimate(dI, dscores, dmargins, k);
 }
 
 namespace {

@@ -11,6 +11,24 @@ namespace flashlab::cuda::stream::detail {
 
 __device__ inline float stream_neg_inf() { return -INFINITY; }
 
+/// τ (App. B) on the keys that decide it within one round, for both estimate kernels: valid (r ≥
+/// 0) first, then score descending, then r ascending (scores are never NaN). Within a round the
+/// representatives are distinct, so only two invalid candidates tie on these keys; the clear kernel
+/// then goes on to branch_id and split_bit (tau_keys_tie).
+__device__ __forceinline__ bool tau_before_by_score(int a_r, float a_score, int b_r, float b_score) {
+  if ((a_r >= 0) != (b_r >= 0)) return a_r >= 0;
+  if (a_score != b_score) return a_score > b_score;
+  return a_r < b_r;
+}
+
+/// True when tau_before_by_score() cannot order the two (same validity, score and r).
+__device__ __forceinline__ bool tau_keys_tie(int a_r, float a_score, int b_r, float b_score) {
+  return (a_r >= 0) == (b_r >= 0) && a_score == b_score && a_r == b_r;
+}
+
+/// The gap τ decided by score between two ordered scores; 0 for equal ones (−inf included).
+__device__ __forceinline__ float score_gap(float before, float after) { return before == after ? 0.f : before - after; }
+
 /// The smallest r in [a, b] with C_blk[q, r] = 1, or −1 (the representative rule). Causality
 /// clips b; a stored C_blk row is scanned word by word, lowest word first, masked at both ends
 /// (the reference's BlockMask::first_valid).

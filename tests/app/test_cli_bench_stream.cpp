@@ -17,7 +17,7 @@ TEST_CASE("cli bench stream: --help names the method and every flag", "[cli][ben
   CHECK_THAT(r.out, Catch::Contains("Usage: flashlab bench stream") && Catch::Contains("CUDA events") &&
                         Catch::Contains("L2") && Catch::Contains("median") && Catch::Contains("beyond"));
   for (const char* flag : {"--pass", "--kernel", "--seq", "--dim", "--k", "--heads", "--bq", "--bk", "--dtype", "--group",
-                           "--reps", "--warmup", "--csv"}) {
+                           "--reps", "--warmup", "--check-indices", "--traffic", "--csv"}) {
     INFO(flag);
     CHECK_THAT(r.out, Catch::Contains(flag));
   }
@@ -39,6 +39,10 @@ TEST_CASE("cli bench stream: bad flags are usage errors naming the flag", "[cli]
   expect_usage_error("bench stream --warmup -1", "--warmup");
   expect_usage_error("bench stream --dtype fp32", "--dtype 'fp32'");
   expect_usage_error("bench stream --frobnicate", "frobnicate");
+  // The launch-by-launch check of I and the CUPTI bytes belong to the fast bf16 estimate alone.
+  expect_usage_error("bench stream --check-indices", "--check-indices checks the fast bf16 estimate");
+  expect_usage_error("bench stream --kernel fast --check-indices", "--check-indices checks the fast bf16 estimate");
+  expect_usage_error("bench stream --kernel fast --pass estimate --traffic", "--traffic measures the fast estimate");
 }
 
 TEST_CASE("cli bench stream: without CUDA, or without a GPU, it says so and exits non-zero", "[cli][bench][errors]") {

@@ -15,6 +15,7 @@
 #include "flashlab/reference/stream.hpp"
 #include "flashlab/reference/stream_needles.hpp"
 #include "gpu_test_util.hpp"
+#include "stream_test_util.hpp"
 
 using namespace flashlab;
 using namespace flashlab::ref::stream;
@@ -23,37 +24,13 @@ namespace gs = flashlab::cuda::stream;
 
 namespace {
 
-template <typename Draw>
-Mat<float> make_mat(std::size_t rows, std::size_t cols, Draw draw) {
-  Mat<float> m(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols));
-  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = draw();
-  return m;
-}
-
-Mat<float> int_mat(std::size_t rows, std::size_t cols, std::mt19937_64& rng, int lo = 2) {
-  std::uniform_int_distribution<int> dist(-lo, lo);
-  return make_mat(rows, cols, [&] { return float(dist(rng)); });
-}
-
-Mat<float> normal_mat(std::size_t rows, std::size_t cols, std::mt19937_64& rng, double sd = 1.0) {
-  std::normal_distribution<double> dist(0.0, sd);
-  return make_mat(rows, cols, [&] { return float(dist(rng)); });
-}
-
-std::vector<std::uint8_t> user_mask(const Geometry& g, std::mt19937_64& rng, double p) {
-  std::bernoulli_distribution keep(p);
-  std::vector<std::uint8_t> m(g.n_q() * g.n_k());
-  for (auto& v : m) v = keep(rng) ? 1 : 0;
-  return m;
-}
+using test::int_mat;
+using test::normal_mat;
+using test::user_mask;
 
 gs::HostHeads one_head(const Mat<float>& m) { return gs::HostHeads{m.data(), 1, std::size_t(m.cols())}; }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-/// Runs the GPU estimate twice (bitwise equal) and the reference once; requires identical I and
+/// Runs the GPU estimate twice and the reference once (test::check_exact_estimate): identical I and
 /// scores (the inputs make every score exact in fp32).
 void check_exact(const Mat<float>& Q, const Mat<float>& K, const BlockMask& mask, std::size_t k) {
   const Geometry& g = mask.geometry();
@@ -61,22 +38,7 @@ void check_exact(const Mat<float>& Q, const Mat<float>& K, const BlockMask& mask
             << " user mask=" << mask.has_user_mask());
   const gs::EstimateOutput a = gs::stream_estimate(one_head(Q), one_head(K), mask, k);
   const gs::EstimateOutput b = gs::stream_estimate(one_head(Q), one_head(K), mask, k);
-  CHECK(a.indices == b.indices);
-  CHECK(same_bits(a.scores, b.scores));
-  CHECK(same_bits(a.margins, b.margins));
-  const EstimateResult ref = stream_estimate(Q, K, mask, EstimateParams{k, 8});
-  REQUIRE(a.indices.size() == ref.indices.size());
-  std::size_t bad_rows = 0;
-  for (std::size_t i = 0; i < ref.indices.size(); ++i) {
-    const bool same_score = ref.indices[i] < 0 ? std::isnan(a.scores[i]) : double(a.scores[i]) == ref.scores[i];
-    if (a.indices[i] != ref.indices[i] || !same_score) {
-      if (bad_rows++ < 3)
-        UNSCOPED_INFO("q=" << i / k << " j=" << i % k << ": GPU " << a.indices[i] << " (" << a.scores[i] << "), ref "
-                           << ref.indices[i] << " (" << ref.scores[i] << ")");
-    }
-  }
-  CHECK(bad_rows == 0);
-  CHECK(validate_indices(a.indices, k, mask).empty());
+  test::check_exact_estimate(a, b, stream_estimate(Q, K, mask, EstimateParams{k, 8}), mask, k);
 }
 
 }  // namespace
@@ -130,21 +92,13 @@ TEST_CASE("cuda stream: on random inputs the indices differ only at decisions wi
     // γ_d·‖Q_t‖‖K_s‖ of the exact value, so two fp32 scores of one pair differ by at most twice that.
     const double u = std::ldexp(1.0, -24), gamma = double(c.d) * u / (1 - double(c.d) * u);
     const double bound = 2 * gamma * Q.rowwise().norm().maxCoeff() * K.rowwise().norm().maxCoeff();
-    std::size_t differing = 0, near_ties = 0, unexplained = 0;
-    for (std::size_t q = 0; q < g.n_q(); ++q) {
-      const bool near_tie = gpu.margins[q] <= 2 * bound;  // either side's decision could flip
-      near_ties += near_tie ? 1 : 0;
-      bool same = true;
-      for (std::size_t j = 0; j < c.k; ++j) same = same && gpu.indices[q * c.k + j] == ref.indices[q * c.k + j];
-      if (same) continue;
-      ++differing;
-      if (!near_tie) ++unexplained;
-    }
+    // Either side's decision could flip: a gap within 2 × bound.
+    const test::NearTieCount n = test::count_near_ties(gpu, ref, g.n_q(), c.k, 2 * bound);
     std::cout << "stream random T=" << c.T << " b=" << c.b << " d=" << c.d << " k=" << c.k << " mask p=" << c.mask_p
-              << ": " << differing << " of " << g.n_q() << " rows differ from the reference, all at near ties: "
-              << (unexplained == 0 ? "yes" : "NO") << " (" << near_ties << " rows have a decision within 2×"
+              << ": " << n.differing << " of " << g.n_q() << " rows differ from the reference, all at near ties: "
+              << (n.unexplained == 0 ? "yes" : "NO") << " (" << n.near_ties << " rows have a decision within 2×"
               << bound << ")\n";
-    CHECK(unexplained == 0);
+    CHECK(n.unexplained == 0);
     CHECK(validate_indices(gpu.indices, c.k, mask).empty());
   }
 }

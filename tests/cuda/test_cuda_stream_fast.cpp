@@ -17,6 +17,7 @@
 #include "flashlab/reference/stream.hpp"
 #include "flashlab/reference/stream_needles.hpp"
 #include "gpu_test_util.hpp"
+#include "stream_test_util.hpp"
 
 using namespace flashlab;
 using namespace flashlab::ref::stream;
@@ -25,6 +26,8 @@ namespace gs = flashlab::cuda::stream;
 
 namespace {
 
+using test::user_mask;
+
 /// A T × d matrix rounded to bf16: the bit patterns for the GPU, the (exact) values for the reference.
 struct Bf16Mat {
   Mat<float> values;
@@ -32,64 +35,36 @@ struct Bf16Mat {
   [[nodiscard]] gs::HostHeadsBf16 view() const { return {bits.data(), 1, std::size_t(values.cols())}; }
 };
 
-template <typename Draw>
-Bf16Mat make_bf16(std::size_t rows, std::size_t cols, Draw draw) {
-  Bf16Mat m{Mat<float>(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols)), {}};
-  m.bits.resize(rows * cols);
-  for (std::size_t i = 0; i < rows * cols; ++i) {
-    m.bits[i] = cuda::float_to_bf16(draw());
-    m.values.data()[i] = cuda::bf16_to_float(m.bits[i]);
+Bf16Mat to_bf16(Mat<float> m) {
+  Bf16Mat out{std::move(m), {}};
+  out.bits.resize(std::size_t(out.values.size()));
+  for (std::size_t i = 0; i < out.bits.size(); ++i) {
+    out.bits[i] = cuda::float_to_bf16(out.values.data()[i]);
+    out.values.data()[i] = cuda::bf16_to_float(out.bits[i]);
   }
-  return m;
+  return out;
 }
 
 /// Integers in [−lo, lo]: exact in bf16, and every score a small integer, exact in fp32.
 Bf16Mat int_bf16(std::size_t rows, std::size_t cols, std::mt19937_64& rng, int lo) {
-  std::uniform_int_distribution<int> dist(-lo, lo);
-  return make_bf16(rows, cols, [&] { return float(dist(rng)); });
+  return to_bf16(test::int_mat(rows, cols, rng, lo));
 }
 
 Bf16Mat normal_bf16(std::size_t rows, std::size_t cols, std::mt19937_64& rng) {
-  std::normal_distribution<double> dist(0.0, 1.0);
-  return make_bf16(rows, cols, [&] { return float(dist(rng)); });
-}
-
-std::vector<std::uint8_t> user_mask(const Geometry& g, std::mt19937_64& rng, double p) {
-  std::bernoulli_distribution keep(p);
-  std::vector<std::uint8_t> m(g.n_q() * g.n_k());
-  for (auto& v : m) v = keep(rng) ? 1 : 0;
-  return m;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return to_bf16(test::normal_mat(rows, cols, rng));
 }
 
 constexpr std::size_t kRefThreads = 16;
 
-/// The fast estimate twice (bitwise equal) and the reference once on the same bf16 values: I and
-/// the scores must be identical (every score is exact), and I must satisfy the validity invariant.
+/// The fast estimate twice and the reference once on the same bf16 values
+/// (test::check_exact_estimate): I and the scores identical (every score is exact).
 void check_exact(const Bf16Mat& Q, const Bf16Mat& K, const BlockMask& mask, std::size_t k) {
   const Geometry& g = mask.geometry();
   INFO("T=" << g.T << " d=" << Q.values.cols() << " k=" << k << " user mask=" << mask.has_user_mask());
   const gs::EstimateOutput a = gs::stream_fast_estimate(Q.view(), K.view(), mask, k);
   const gs::EstimateOutput b = gs::stream_fast_estimate(Q.view(), K.view(), mask, k);
-  CHECK(a.indices == b.indices);
-  CHECK(same_bits(a.scores, b.scores));
-  CHECK(same_bits(a.margins, b.margins));
-  const EstimateResult ref = stream_estimate(Q.values, K.values, mask, EstimateParams{k, kRefThreads});
-  REQUIRE(a.indices.size() == ref.indices.size());
-  std::size_t bad = 0;
-  for (std::size_t i = 0; i < ref.indices.size(); ++i) {
-    const bool same_score = ref.indices[i] < 0 ? std::isnan(a.scores[i]) : double(a.scores[i]) == ref.scores[i];
-    if (a.indices[i] != ref.indices[i] || !same_score) {
-      if (bad++ < 3)
-        UNSCOPED_INFO("q=" << i / k << " j=" << i % k << ": GPU " << a.indices[i] << " (" << a.scores[i] << "), ref "
-                           << ref.indices[i] << " (" << ref.scores[i] << ")");
-    }
-  }
-  CHECK(bad == 0);
-  CHECK(validate_indices(a.indices, k, mask).empty());
+  test::check_exact_estimate(a, b, stream_estimate(Q.values, K.values, mask, EstimateParams{k, kRefThreads}), mask,
+                             k);
 }
 
 }  // namespace
@@ -143,7 +118,7 @@ TEST_CASE("cuda stream fast: on random bf16 inputs the indices differ only at de
     const gs::EstimateOutput gpu = gs::stream_fast_estimate(Q.view(), K.view(), mask, c.k);
     const gs::EstimateOutput again = gs::stream_fast_estimate(Q.view(), K.view(), mask, c.k);
     CHECK(gpu.indices == again.indices);
-    CHECK(same_bits(gpu.scores, again.scores));
+    CHECK(test::same_bits(gpu.scores, again.scores));
     const EstimateResult ref = stream_estimate(Q.values, K.values, mask, EstimateParams{c.k, kRefThreads});
     // The products of bf16 values are exact in fp32; only the order (and, inside an mma, the
     // rounding) of the d-term sums differs. Each side is within d·u·Σ|q_i k_i| ≤ d·u·‖Q_t‖‖K_s‖ of
@@ -151,21 +126,12 @@ TEST_CASE("cuda stream fast: on random bf16 inputs the indices differ only at de
     // only where the GPU's two scores are within twice that.
     const double u = std::ldexp(1.0, -23);
     const double bound = 2 * double(c.d) * u * Q.values.rowwise().norm().maxCoeff() * K.values.rowwise().norm().maxCoeff();
-    std::size_t differing = 0, near_ties = 0, unexplained = 0;
-    for (std::size_t q = 0; q < g.n_q(); ++q) {
-      const bool near_tie = gpu.margins[q] <= bound;
-      near_ties += near_tie ? 1 : 0;
-      bool same = true;
-      for (std::size_t j = 0; j < c.k; ++j) same = same && gpu.indices[q * c.k + j] == ref.indices[q * c.k + j];
-      if (same) continue;
-      ++differing;
-      if (!near_tie) ++unexplained;
-    }
+    const test::NearTieCount n = test::count_near_ties(gpu, ref, g.n_q(), c.k, bound);
     std::cout << "stream fast random T=" << c.T << " d=" << c.d << " k=" << c.k << " mask p=" << c.mask_p << ": "
-              << differing << " of " << g.n_q() << " rows differ from the reference (bf16 inputs), "
-              << unexplained << " of them without a near tie; " << near_ties << " rows have a decision gap within "
+              << n.differing << " of " << g.n_q() << " rows differ from the reference (bf16 inputs), "
+              << n.unexplained << " of them without a near tie; " << n.near_ties << " rows have a decision gap within "
               << bound << "\n";
-    CHECK(unexplained == 0);
+    CHECK(n.unexplained == 0);
     CHECK(validate_indices(gpu.indices, c.k, mask).empty());
   }
 }

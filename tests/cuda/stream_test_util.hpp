@@ -1,0 +1,99 @@
+// Helpers shared by the STREAM GPU tests (clear and fast estimate): seeded input matrices, random
+// user masks, and the two comparisons of a GPU estimate with the reference's (bitwise on exact
+// inputs; on random inputs, differences only at near ties).
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "flashlab/cuda/stream.hpp"
+#include "flashlab/reference/stream.hpp"
+
+namespace flashlab::test {
+
+/// A rows × cols matrix of draw() values, drawn in storage order.
+template <typename Draw>
+ref::Mat<float> make_mat(std::size_t rows, std::size_t cols, Draw draw) {
+  ref::Mat<float> m(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols));
+  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = draw();
+  return m;
+}
+
+/// Integers in [−lo, lo]: small enough that every score is exact in fp32 (and the values in bf16).
+inline ref::Mat<float> int_mat(std::size_t rows, std::size_t cols, std::mt19937_64& rng, int lo = 2) {
+  std::uniform_int_distribution<int> dist(-lo, lo);
+  return make_mat(rows, cols, [&] { return float(dist(rng)); });
+}
+
+/// N(0, sd) values.
+inline ref::Mat<float> normal_mat(std::size_t rows, std::size_t cols, std::mt19937_64& rng, double sd = 1.0) {
+  std::normal_distribution<double> dist(0.0, sd);
+  return make_mat(rows, cols, [&] { return float(dist(rng)); });
+}
+
+/// A random user mask C_blk: each (query block, key block) pair kept with probability p.
+inline std::vector<std::uint8_t> user_mask(const ref::stream::Geometry& g, std::mt19937_64& rng, double p) {
+  std::bernoulli_distribution keep(p);
+  std::vector<std::uint8_t> m(g.n_q() * g.n_k());
+  for (auto& v : m) v = keep(rng) ? 1 : 0;
+  return m;
+}
+
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+/// Two GPU runs `a`, `b` of one estimate and the reference's `ref` on inputs whose scores are all
+/// exact: the runs bitwise equal, I and the scores equal to the reference's (an empty entry's score
+/// NaN), I valid for the mask. The first three mismatches are printed.
+inline void check_exact_estimate(const cuda::stream::EstimateOutput& a, const cuda::stream::EstimateOutput& b,
+                                 const ref::stream::EstimateResult& ref, const ref::stream::BlockMask& mask,
+                                 std::size_t k) {
+  CHECK(a.indices == b.indices);
+  CHECK(same_bits(a.scores, b.scores));
+  CHECK(same_bits(a.margins, b.margins));
+  REQUIRE(a.indices.size() == ref.indices.size());
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < ref.indices.size(); ++i) {
+    const bool same_score = ref.indices[i] < 0 ? std::isnan(a.scores[i]) : double(a.scores[i]) == ref.scores[i];
+    if (a.indices[i] != ref.indices[i] || !same_score) {
+      if (bad++ < 3)
+        UNSCOPED_INFO("q=" << i / k << " j=" << i % k << ": GPU " << a.indices[i] << " (" << a.scores[i] << "), ref "
+                           << ref.indices[i] << " (" << ref.scores[i] << ")");
+    }
+  }
+  CHECK(bad == 0);
+  CHECK(ref::stream::validate_indices(a.indices, k, mask).empty());
+}
+
+/// Rows of a GPU estimate that differ from the reference's on random inputs.
+struct NearTieCount {
+  std::size_t differing = 0;    ///< rows whose I differs from the reference's
+  std::size_t near_ties = 0;    ///< rows whose decision margin is within the rounding bound
+  std::size_t unexplained = 0;  ///< differing rows without a near tie (must be 0)
+};
+
+/// Counts the rows of `gpu` whose I differs from `ref`'s, and how many of them have a margin above
+/// `tie_bound` (the largest score gap that rounding can flip): those are unexplained.
+inline NearTieCount count_near_ties(const cuda::stream::EstimateOutput& gpu, const ref::stream::EstimateResult& ref,
+                                    std::size_t n_q, std::size_t k, double tie_bound) {
+  NearTieCount c;
+  for (std::size_t q = 0; q < n_q; ++q) {
+    const bool near_tie = gpu.margins[q] <= tie_bound;
+    c.near_ties += near_tie ? 1 : 0;
+    bool same = true;
+    for (std::size_t j = 0; j < k; ++j) same = same && gpu.indices[q * k + j] == ref.indices[q * k + j];
+    if (same) continue;
+    ++c.differing;
+    if (!near_tie) ++c.unexplained;
+  }
+  return c;
+}
+
+}  // namespace flashlab::test
