@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from timing_common import median_ms
+from timing_common import median_ms, write_csv
 
 
 def make(B, H, N, d, dtype, layout, grad):
@@ -105,10 +105,7 @@ def main():
         print(" ".join(f"{v:>17}" for v in vals), flush=True)
         out_rows.append(vals)
     if out_path:
-        with open(out_path, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(header)
-            w.writerows(out_rows)
+        write_csv(out_path, header, out_rows)
     return 0
 
 

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from timing_common import median_ms
+from timing_common import median_ms, write_csv
 
 BACKENDS = [("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)]
 
@@ -92,10 +92,7 @@ def main():
         print(",".join(str(v) for v in vals), flush=True)
         out_rows.append(vals)
     if out_path:
-        with open(out_path, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(header)
-            w.writerows(out_rows)
+        write_csv(out_path, header, out_rows)
     return 0
 
 

@@ -1,9 +1,10 @@
-"""timing_common.py — the one timing loop of the PyTorch comparison scripts (sdpa_bench.py,
-stream_sdpa.py), the method of flashlab's own benchmarks (cuda/src/bench_timing.cpp): `warmup`
-untimed calls, then `reps` timed ones; before each, `prepare(r)` (untimed) and an L2 flush (a
-256 MiB zero_() outside the timed range); each call alone between two CUDA events, synchronised
-before the next. Returns the median in milliseconds.
+"""timing_common.py — what the PyTorch comparison scripts (sdpa_bench.py, stream_sdpa.py) share:
+the output CSV, and the one timing loop, the method of flashlab's own benchmarks
+(cuda/src/bench_timing.cpp): `warmup` untimed calls, then `reps` timed ones; before each,
+`prepare(r)` (untimed) and an L2 flush (a 256 MiB zero_() outside the timed range); each call alone
+between two CUDA events, synchronised before the next; the median in milliseconds.
 """
+import csv
 import statistics
 
 import torch
@@ -28,3 +29,11 @@ def median_ms(call, warmup, reps, prepare=None):
             times.append(e0.elapsed_time(e1))
     del flush
     return statistics.median(times)
+
+
+def write_csv(path, header, rows):
+    """The script's rows under its header, as one CSV file."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
