@@ -309,7 +309,7 @@ run_stream() {
   for kernel in clear fast; do
     for lead in lead-in no-lead-in; do
       local flag=(); [ "$lead" = lead-in ] || flag=(--no-lead-in)
-      step_timeout=120 step "$logs/stream_needles_${kernel}_$lead.txt" "$bin/flashlab" stream needles --device cuda \
+      step_timeout=300 step "$logs/stream_needles_${kernel}_$lead.txt" "$bin/flashlab" stream needles --device cuda \
         --kernel "$kernel" --seq 1048576 --dim 128 --bq 64 --bk 64 --k 16 --needle-blocks 64 --needles 8 "${flag[@]}"
     done
   done
