@@ -30,6 +30,7 @@
 #include "stream_common.hpp"
 #include "stream_tile.cuh"
 #include "tensor_core.cuh"
+#include "stream_fast_common.hpp"
 #include "stream_fast_estimate_launch.hpp"
 
 namespace flashlab::cuda::stream::detail {
@@ -43,7 +44,7 @@ using ::flashlab::cuda::detail::ldsm_x4;
 using ::flashlab::cuda::detail::mma16816;
 using ::flashlab::cuda::detail::swz;
 
-constexpr int kBlock = 64;  // b_q = b_k
+constexpr int kBlock = kFastBlock;  // b_q = b_k
 constexpr int kWarps = 4;   // 2 × 2 warps over the 64 × 64 tile
 constexpr int kWarpRows = 32;  // query rows per warp (two m16 tiles)
 constexpr int kWarpKeys = 32;  // keys per warp (four n8 tiles)

@@ -20,6 +20,7 @@
 
 #include "flashlab/cuda/profiler.hpp"
 #include "flashlab/cuda/stream.hpp"
+#include "flashlab/cuda/stream_fast.hpp"
 #include "flashlab/reference/stream.hpp"
 
 #include <cstddef>
@@ -35,8 +36,9 @@ struct HostHeadsBf16 {
   std::size_t dim = 0;                  ///< d
 };
 
-/// The only b_q and b_k of the fast estimate (four warps of 16 query rows, 64-key tiles).
-inline constexpr std::size_t kFastEstimateBlock = 64;
+/// The only b_q and b_k of the fast estimate (four warps of 16 query rows, 64-key tiles): the one
+/// block size of the fast kernels, kFastStreamBlock (stream_fast.hpp).
+inline constexpr std::size_t kFastEstimateBlock = kFastStreamBlock;
 /// Largest k of the fast estimate (one thread per kept branch in the on-chip τ bookkeeping).
 inline constexpr std::size_t kFastEstimateMaxK = 128;
 
