@@ -114,26 +114,17 @@ __device__ void split_branches(const StreamProblem& p, const std::uint64_t* mask
                                Candidate* next) {
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const Candidate b = cur[i];
-    Candidate left = b, right = b;
+    Candidate left, right;
+    const bool right_fresh = bisect_branch(b, left, right);
     left.branch_id = 2 * b.branch_id;
     left.split_bit = 0;
     right.branch_id = 2 * b.branch_id + 1;
     right.split_bit = 1;
     left.pending = right.pending = 0;
-    const int len = b.hi - b.lo + 1;
-    if (len == 1) {
-      right.r = -1;
-    } else {
-      const int mid = b.lo + (len + 1) / 2 - 1;
-      left.hi = mid;
-      right.lo = mid + 1;
-      if (b.r <= mid) {
-        right.r = first_valid(p, mask, q, right.lo, right.hi);  // fresh representative
-        right.score = stream_neg_inf();
-        right.pending = right.r >= 0 ? 1 : 0;
-      } else {
-        left.r = -1;  // [lo, mid] holds no valid block: b.r is the first of [lo, hi]
-      }
+    if (right_fresh) {
+      right.r = first_valid(p, mask, q, right.lo, right.hi);  // fresh representative
+      right.score = stream_neg_inf();
+      right.pending = right.r >= 0 ? 1 : 0;
     }
     next[2 * i] = left;
     next[2 * i + 1] = right;

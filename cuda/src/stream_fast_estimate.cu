@@ -265,22 +265,13 @@ __device__ void initial_branches(const StreamProblem& p, const std::uint64_t* ma
 __device__ void split_branches(const StreamProblem& p, const std::uint64_t* mask, int q, FastArrays a, int n) {
   for (int i = int(threadIdx.x); i < n; i += kFastThreads) {
     const FastCandidate b = a.cur[i];
-    FastCandidate left = b, right = b;
+    FastCandidate left, right;
+    const bool right_fresh = bisect_branch(b, left, right);
     left.fresh = right.fresh = 0;
-    const int len = b.hi - b.lo + 1;
-    if (len == 1) {
-      right.r = -1;
-    } else {
-      const int mid = b.lo + (len + 1) / 2 - 1;
-      left.hi = mid;
-      right.lo = mid + 1;
-      if (b.r <= mid) {
-        right.r = first_valid(p, mask, q, right.lo, right.hi);
-        right.score = stream_neg_inf();
-        right.fresh = right.r >= 0 ? 1 : 0;
-      } else {
-        left.r = -1;  // [lo, mid] holds no valid block: b.r is the first of [lo, hi]
-      }
+    if (right_fresh) {
+      right.r = first_valid(p, mask, q, right.lo, right.hi);
+      right.score = stream_neg_inf();
+      right.fresh = right.r >= 0 ? 1 : 0;
     }
     a.next[2 * i] = left;
     a.next[2 * i + 1] = right;

@@ -26,6 +26,29 @@ __device__ __forceinline__ bool tau_keys_tie(int a_r, float a_score, int b_r, fl
   return (a_r >= 0) == (b_r >= 0) && a_score == b_score && a_r == b_r;
 }
 
+/// The bisection of App. A, for both estimate kernels: branch b = [lo, hi] with representative r
+/// (its first valid block) splits into left = [lo, mid] (⌈len/2⌉ blocks) and right = [mid + 1, hi],
+/// each a copy of b otherwise. The half that holds r inherits it and its score. Returns true when
+/// r lies in the left half, so the right half needs a fresh representative (its first valid
+/// block); when r lies in the right half, the left half holds no valid block (r = −1); a one-block
+/// branch is its own left half and has no right half (r = −1).
+template <class Candidate>
+__device__ __forceinline__ bool bisect_branch(const Candidate& b, Candidate& left, Candidate& right) {
+  left = b;
+  right = b;
+  const int len = b.hi - b.lo + 1;
+  if (len == 1) {
+    right.r = -1;
+    return false;
+  }
+  const int mid = b.lo + (len + 1) / 2 - 1;
+  left.hi = mid;
+  right.lo = mid + 1;
+  if (b.r <= mid) return true;
+  left.r = -1;  // [lo, mid] holds no valid block: b.r is the first of [lo, hi]
+  return false;
+}
+
 /// The gap τ decided by score between two ordered scores; 0 for equal ones (−inf included).
 __device__ __forceinline__ float score_gap(float before, float after) { return before == after ? 0.f : before - after; }
 
