@@ -1,5 +1,6 @@
-// Shared pieces of the clear STREAM kernels (internal): the launch-time description StreamProblem,
-// the block geometry and C_blk scans as device functions, the launchers.
+// Shared pieces of the STREAM kernels (internal): the launch-time description StreamProblem (the
+// fast estimate's too), the block geometry as device functions, the clear kernels' launchers, the
+// download of an estimate's outputs.
 //
 // Names follow reference/src/stream: b_q, b_k, n_q, n_k, n_it, C_blk, branch, representative, τ.
 // Layout: Q, K are [T, H, d], V and O [T, H, d_v] (tokens outermost, one head's rows H·d apart);

@@ -1,5 +1,6 @@
-// Device helpers of the clear STREAM kernels (internal, nvcc only): C_blk scans, tile loads and
-// the representative score of App. A as one block-wide reduction. The estimate and the trace call
+// Device helpers of the STREAM kernels (internal, nvcc only): C_blk scans, τ's key order and the
+// bisection (both estimate kernels), tile loads and the representative score of App. A as one
+// block-wide reduction (the clear kernels). The estimate and the trace call
 // the same score_tile, so the trace's edge score is bitwise the estimator's.
 #pragma once
 
