@@ -62,7 +62,7 @@ __device__ __forceinline__ void mask_scores(float (&s_acc)[T::BLOCK_N / 2], int 
 /// scale folded into one FMA), l_i = alpha·l_i + rowsum(P), alpha = 2^(m_old − m_new) per row.
 /// Returns whether some row of this thread moved its maximum (alpha ≠ 1); touches neither O_i nor
 /// the P fragments.
-template <class T>
+template <class T, bool kShortChains = false>
 __device__ __forceinline__ bool online_softmax(float (&s_acc)[T::BLOCK_N / 2], float (&m_i)[2], float (&l_i)[2],
                                                float (&alpha)[2], int key0, int N, int row_base, bool need_mask,
                                                int t4, float scale_log2) {
@@ -73,8 +73,20 @@ __device__ __forceinline__ bool online_softmax(float (&s_acc)[T::BLOCK_N / 2], f
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float mx = NEG_INF;
+    if constexpr (kShortChains) {  // a tree: 4 dependent fmax after the pairs instead of 16
+      static_assert(BLOCK_N == 128, "the tree below is written out for 16 n-tiles");
+      float part[8];
 #pragma unroll
-    for (int t = 0; t < BLOCK_N / 8; ++t) mx = fmaxf(mx, fmaxf(s_acc[4 * t + 2 * r], s_acc[4 * t + 2 * r + 1]));
+      for (int t = 0; t < 8; ++t)
+        part[t] = fmaxf(fmaxf(s_acc[4 * t + 2 * r], s_acc[4 * t + 2 * r + 1]),
+                        fmaxf(s_acc[4 * (t + 8) + 2 * r], s_acc[4 * (t + 8) + 2 * r + 1]));
+#pragma unroll
+      for (int t = 0; t < 4; ++t) part[t] = fmaxf(part[t], part[t + 4]);
+      mx = fmaxf(fmaxf(part[0], part[2]), fmaxf(part[1], part[3]));
+    } else {
+#pragma unroll
+      for (int t = 0; t < BLOCK_N / 8; ++t) mx = fmaxf(mx, fmaxf(s_acc[4 * t + 2 * r], s_acc[4 * t + 2 * r + 1]));
+    }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the 4 threads of a row
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(m_i[r], mx * scale_log2);
@@ -83,16 +95,16 @@ __device__ __forceinline__ bool online_softmax(float (&s_acc)[T::BLOCK_N / 2], f
     alpha[r] = ex2(m_i[r] - m_ref);
     max_moved |= m_new != m_i[r];
     m_i[r] = m_new;
-    float sum = 0.f;
+    float sum[2] = {0.f, 0.f};  // kShortChains: one chain per column parity, else one
 #pragma unroll
     for (int t = 0; t < BLOCK_N / 8; ++t)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const float pv = ex2(fmaf(s_acc[4 * t + 2 * r + e], scale_log2, -m_ref));
         s_acc[4 * t + 2 * r + e] = pv;
-        sum += pv;
+        sum[kShortChains ? e : 0] += pv;
       }
-    l_i[r] = l_i[r] * alpha[r] + sum;
+    l_i[r] = l_i[r] * alpha[r] + (kShortChains ? sum[0] + sum[1] : sum[0]);
   }
   return max_moved;
 }
