@@ -38,6 +38,8 @@
 //     consumers) when the work list gives every SM ≥ 2.5 rounds of units (causal: 5), else 128.
 //     At d = 64 a tile's GEMMs take as long as its exponentials, so one other warpgroup's GEMMs
 //     cannot hide a softmax; two can.
+//   - Short reduction chains (kShortChains; non-causal): the row maximum of S_ij as a tree, the row
+//     sum of P_ij in two chains, so the exponentials wait fewer dependent steps.
 //   - Lazy rescale (as the mma.sync forward): O_i = diag(alpha) O_i only when some row of the warp
 //     saw its maximum move (a warp vote; alpha = 1 exactly otherwise).
 //   - Masks only on tiles that need them (the last, ragged key tile; causal: the tile on a
@@ -49,7 +51,7 @@
 // 3 stages × (K_j + V_j) 192 KiB + barriers + alignment slack; the limit is 232,448), d = 64:
 // 115,800 B (Br = 128) or 123,992 B (Br = 192).
 // Measured (H100, bf16, H = 16, beside SDPA): the runs and the profiles are in
-// docs/optimisation.md (Rungs 5, 6 and 8) and cuda/results/fwd_tma_ws.csv.
+// docs/optimisation.md (Rungs 5, 6, 8 and 9) and cuda/results/fwd_tma_ws.csv.
 #include "common.hpp"
 #include "hopper.cuh"
 #include "launchers.hpp"
@@ -63,7 +65,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 namespace flashlab::cuda::detail {
@@ -73,9 +74,10 @@ namespace {
 /// The tile and pipeline of one instantiation: kConsumers_ consumer warpgroups of 64 query rows
 /// (Br = 64·kConsumers_), Bc = 128, kStages_ K/V stages; kOverlap_: the softmax of S_ij starts
 /// as soon as S_ij is done, while the P·V issued with it is still running (FlashAttention-3's
-/// intra-warpgroup overlap). Which one runs: launch_ws_d.
+/// intra-warpgroup overlap); kShortChains_: the softmax's row maximum as a tree and its row sum in
+/// two chains (wgmma_fwd_step.cuh, online_softmax). Which one runs: launch_ws_d.
 template <int HEAD_DIM, bool kBf16_, bool kCausal_, int kConsumers_ = 2, int kStages_ = 3, bool kOverlap_ = false,
-          int kCluster_ = 1, bool kShortChains_ = false>
+          bool kShortChains_ = false>
 struct WsTraits {
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr bool kBf16 = kBf16_;
@@ -89,16 +91,10 @@ struct WsTraits {
   // d = 128 they fill the SRAM (Q_i 32 KiB + 3 × 64 KiB).
   static constexpr int kStages = kStages_;
   static constexpr bool kOverlap = kOverlap_;
-  // kCluster = 2: two blocks of a cluster take two query tiles of one head and each loads half of
-  // every K_j, V_j, multicast to both (half the L2 → SM traffic for K and V). Non-causal only: the
-  // two units must have the same key tiles.
-  static constexpr int kCluster = kCluster_;
-  static constexpr bool kShortChains = kShortChains_;  // row max as a tree, row sum in two chains
-  static constexpr int kEmptyArrivals = 4 * kConsumers * kCluster;  // per phase of empty[s]
+  static constexpr bool kShortChains = kShortChains_;
   static constexpr int kColBlocks = HEAD_DIM / 64;          // TMA boxes (64 columns) per tile
   // setmaxnreg: the producer keeps 24, the consumers share the rest of the 64 Ki registers.
-  // Clusters: the producer's multicast addressing needs 32 (24 spills); the pool still holds it.
-  static constexpr int kProducerRegs = kCluster_ > 1 ? 32 : 24, kConsumerRegs = kConsumers == 2 ? 240 : 160;
+  static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 2 ? 240 : 160;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register file");
   static constexpr int kTileQBytes = BLOCK_M * HEAD_DIM * 2;
   static constexpr int kTileKVBytes = BLOCK_N * HEAD_DIM * 2;
@@ -112,7 +108,6 @@ struct WsTraits {
   // Causal with Br > Bc: a warpgroup may meet key tiles masked for all its rows (the block runs
   // to its last row's tile); P = 0 there, since key 0 gave every row a finite m_i in tile 0.
   static_assert(BLOCK_M >= BLOCK_N, "causal: every row of a unit sees its first key tile");
-  static_assert(kCluster == 1 || (kCluster == 2 && !kCausal), "clusters of two, non-causal only");
 };
 
 // Named barriers 1 .. kConsumers (0 is __syncthreads): consumer warpgroup c waits on kTurnBarrier + c.
@@ -146,22 +141,17 @@ struct WsTile {
 template <class T>
 struct WsSchedule {
   int Tr, H, HB, total, N;  // query tiles, heads, heads × batch, Tr · HB, tokens
-  // Clusters of two: entry t of the list is a pair of query tiles of one head (the second may lie
-  // past N when Tr is odd: it loads zeros and stores nothing); the cluster walks the list, the
-  // block of rank r in the cluster takes tile 2·(pair) + r.
   __device__ bool at(int k, WsTile& w) const {
-    constexpr int C = T::kCluster;
-    const int G = int(gridDim.x) / C, blk = int(blockIdx.x) / C;
+    const int G = int(gridDim.x), blk = int(blockIdx.x);
     const int t = k * G + ((k & 1) ? G - 1 - blk : blk);
-    const int Tp = (Tr + C - 1) / C;  // entries per head
-    if (t >= Tp * HB) return false;
+    if (t >= total) return false;
     int m, hb;
     if (T::kCausal) {
       m = Tr - 1 - t / HB;
       hb = t % HB;
     } else {
-      m = C * (t % Tp) + (C > 1 ? int(cluster_rank()) : 0);
-      hb = t / Tp;
+      m = t % Tr;
+      hb = t / Tr;
     }
     w.q0 = m * T::BLOCK_M;
     w.h = hb % H;
@@ -182,18 +172,6 @@ __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, i
 /// The producer (one thread): per tile of its work list Q_i (once the consumers are done with the
 /// previous Q_i), then K_j, V_j for j < n_tiles through the stage ring. `it` counts the key tiles
 /// of the whole list: stage it % kStages, phase (it / kStages) & 1, the same count as the consumers'.
-/// Clusters of two: this block's half of a [Bc][d] tile (rows rank·Bc/2 ..), multicast into the
-/// same place of both blocks, credited to each block's `bar`.
-template <class T>
-__device__ __forceinline__ void tma_half_tile_multicast(uint32_t dst, const CUtensorMap* map, int row0, int h, int b,
-                                                       uint32_t bar, int rank) {
-  constexpr int kHalf = T::BLOCK_N / 2;
-#pragma unroll
-  for (int c = 0; c < T::kColBlocks; ++c)
-    tma_load_4d_multicast(dst + uint32_t(c) * T::BLOCK_N * 128 + uint32_t(rank) * kHalf * 128, map, 64 * c, h,
-                          row0 + rank * kHalf, b, bar, uint16_t(0x3));
-}
-
 template <class T>
 __device__ void produce(const WsSmem<T>& sm, const WsSchedule<T>& sched, const CUtensorMap* map_q,
                         const CUtensorMap* map_k, const CUtensorMap* map_v) {
@@ -207,18 +185,10 @@ __device__ void produce(const WsSmem<T>& sm, const WsSchedule<T>& sched, const C
       const int s = it % T::kStages;
       // Stage s was last filled for key tile it − kStages: wait for that phase of empty[s].
       if (it >= T::kStages) mbar_wait(sm.empty(s), uint32_t(it / T::kStages - 1) & 1u);
-      // Clusters: empty[s] also counted the other block's consumers, so both copies of stage s
-      // are free; each block's k_full/v_full expects the whole tile, half from each block.
       mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
-      if constexpr (T::kCluster == 2)
-        tma_half_tile_multicast<T>(sm.k(s), map_k, j * T::BLOCK_N, w.h, w.b, sm.k_full(s), int(cluster_rank()));
-      else
-        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, j * T::BLOCK_N, w.h, w.b, sm.k_full(s));
+      tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, j * T::BLOCK_N, w.h, w.b, sm.k_full(s));
       mbar_arrive_expect_tx(sm.v_full(s), T::kTileKVBytes);
-      if constexpr (T::kCluster == 2)
-        tma_half_tile_multicast<T>(sm.v(s), map_v, j * T::BLOCK_N, w.h, w.b, sm.v_full(s), int(cluster_rank()));
-      else
-        tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, j * T::BLOCK_N, w.h, w.b, sm.v_full(s));
+      tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, j * T::BLOCK_N, w.h, w.b, sm.v_full(s));
     }
   }
 }
@@ -231,15 +201,6 @@ using wgmma_step::online_softmax;
 using wgmma_step::pack_p;
 using wgmma_step::rescale_o;
 using wgmma_step::store_o_lse;
-
-/// This warp is done with stage s (its K_j, V_j): one arrival on empty[s], and with clusters one
-/// on the other block's too (its producer multicasts into this block's copy of the stage).
-template <class T>
-__device__ __forceinline__ void release_stage(const WsSmem<T>& sm, int s, int lane) {
-  if (lane != 0) return;
-  mbar_arrive(sm.empty(s));
-  if constexpr (T::kCluster == 2) mbar_arrive_cluster(sm.empty(s), cluster_rank() ^ 1u);
-}
 
 /// Issue O_i += P_ij V_j with this kernel's V_j layout (LBO = Bc·128 bytes between the 64-column
 /// boxes of d, SBO = 1024).
@@ -317,18 +278,20 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
     if constexpr (T::kOverlap) {
       wg_wait<1>();  // S_ij done; P_i(j−1)·V_(j−1) may still run: O_i and pa stay untouched
       reg_fence(s_acc);
-      moved = online_softmax<T, T::kShortChains>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
+      moved = online_softmax<T, T::kShortChains>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4,
+                                                 scale_log2);
       wg_wait<0>();
       reg_fence(o);
       reg_fence_u(pa);
-      release_stage<T>(sm, sp, lane);  // this warp is done with K_(j−1), V_(j−1)
+      if (lane == 0) mbar_arrive(sm.empty(sp));  // this warp is done with K_(j−1), V_(j−1)
     } else {
       wg_wait<0>();
       reg_fence(s_acc);
       reg_fence(o);
       reg_fence_u(pa);
-      release_stage<T>(sm, sp, lane);  // this warp is done with K_(j−1), V_(j−1)
-      moved = online_softmax<T, T::kShortChains>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
+      if (lane == 0) mbar_arrive(sm.empty(sp));  // this warp is done with K_(j−1), V_(j−1)
+      moved = online_softmax<T, T::kShortChains>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4,
+                                                 scale_log2);
     }
     pack_rescale<T>(s_acc, pa, o, alpha, moved);
   }
@@ -347,7 +310,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   if (cw == 0 || (T::kConsumers == 3 && cw == 1) || more) named_bar_arrive(next_turn, kTurnThreads);
   wg_wait<0>();
   reg_fence(o);
-  release_stage<T>(sm, stage(last), lane);
+  if (lane == 0) mbar_arrive(sm.empty(stage(last)));
   it += n_tiles;
   store_o_lse<T>(p, O, LSE, o, m_i, l_i, w.b, w.h, row_base, t4);
 }
@@ -389,23 +352,18 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     for (int s = 0; s < T::kStages; ++s) {
       mbar_init(sm.k_full(s), 1);
       mbar_init(sm.v_full(s), 1);
-      mbar_init(sm.empty(s), T::kEmptyArrivals);
+      mbar_init(sm.empty(s), T::kConsumerWarps);
     }
     mbar_fence_init();
   }
-  // Clusters: the other block's barriers must be initialised before its multicasts and arrivals.
-  if constexpr (T::kCluster > 1) cluster_sync();
-  else __syncthreads();
+  __syncthreads();
   if (wg == 0) {
     regs_release<T::kProducerRegs>();
     if (threadIdx.x == 0) produce<T>(sm, sched, &map_q, &map_k, &map_v);
-    // Clusters: no block leaves while the other may still arrive on its barriers.
-    if constexpr (T::kCluster > 1) cluster_sync();
     return;  // every load is consumed before the consumers exit: nothing in flight is orphaned
   }
   regs_claim<T::kConsumerRegs>();
   consume<T>(p, sm, sched, O, LSE, wg - 1);
-  if constexpr (T::kCluster > 1) cluster_sync();
 #else
   __trap();  // built without sm_90a: never launched
 #endif
@@ -426,40 +384,14 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
   }();
   (void)opted_in;
   const CUtensorMap map_q = make_head_tile_map(Q, p, T::BLOCK_M);
-  const CUtensorMap map_k = make_head_tile_map(K, p, T::BLOCK_N / T::kCluster);  // clusters: half tiles
-  const CUtensorMap map_v = make_head_tile_map(V, p, T::BLOCK_N / T::kCluster);
+  const CUtensorMap map_k = make_head_tile_map(K, p, T::BLOCK_N);
+  const CUtensorMap map_v = make_head_tile_map(V, p, T::BLOCK_N);
+  // One block per SM (1 block/SM fits: __launch_bounds__ and the SRAM), each walking its share of
+  // the (query tile, head) list (WsSchedule); never more blocks than units.
+  const unsigned grid = unsigned(std::min<long long>(ws_units(p, T::BLOCK_M), sms));
   announce("ws_fwd_kernel");
-  cudaError_t err = cudaSuccess;
-  if constexpr (T::kCluster == 1) {
-    // One block per SM (1 block/SM fits: __launch_bounds__ and the SRAM), each walking its share of
-    // the (query tile, head) list (WsSchedule); never more blocks than units.
-    const unsigned grid = unsigned(std::min<long long>(ws_units(p, T::BLOCK_M), sms));
-    kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, p, static_cast<uint16_t*>(O), LSE);
-    err = cudaGetLastError();
-  } else {
-    cudaLaunchConfig_t config{};
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = T::kCluster;
-    cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-    config.blockDim = dim3(T::kThreads);
-    config.dynamicSmemBytes = T::kSmemBytes;
-    config.stream = stream;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    // As many clusters as fit at once (the GPCs' SM counts need not be even), never more than
-    // entries of the list.
-    static const int max_clusters = [&] {
-      cudaLaunchConfig_t probe = config;
-      probe.gridDim = dim3(unsigned(T::kCluster * sms));
-      int n = 0;
-      FLASHLAB_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &probe));
-      return n;
-    }();
-    const long long pairs = (long long)((p.seq + T::BLOCK_M * T::kCluster - 1) / (T::BLOCK_M * T::kCluster)) * p.heads * p.batch;
-    config.gridDim = dim3(unsigned(T::kCluster * std::max(1LL, std::min<long long>(pairs, max_clusters))));
-    err = cudaLaunchKernelEx(&config, kernel, map_q, map_k, map_v, p, static_cast<uint16_t*>(O), LSE);
-  }
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, p, static_cast<uint16_t*>(O), LSE);
+  const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw_cuda_error(err, "launch of ws_fwd_kernel", __FILE__, __LINE__);
 }
 
@@ -474,43 +406,24 @@ bool ws_three_consumers(const Problem& p, int sms) {
 
 /// The configuration per head dim: d = 64, two or three consumer warpgroups (ws_three_consumers),
 /// both with the intra-warpgroup overlap; d = 128, two consumer warpgroups, the overlap only
-/// without a causal mask (measured +0.5–1.3 % non-causal, mixed causal).
-template <int D, bool kBf16, int kCl, bool kSc>
-void launch_ws_v(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
+/// without a causal mask (measured +0.5–1.3 % non-causal, mixed causal). The short reduction
+/// chains without a causal mask only (measured +0.8–2 % at N ≥ 8192, up to +8 % at 2048; causal
+/// d = 64 lost 4–5 % at N ≥ 8192).
+template <int D, bool kBf16>
+void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
                  cudaStream_t stream) {
   if constexpr (D == 64) {
     const bool three = ws_three_consumers(p, sms);
     if (p.causal) {
-      if (three) launch_ws_one<WsTraits<64, kBf16, true, 3, 3, true, 1, kSc>>(p, Q, K, V, O, LSE, sms, stream);
-      else launch_ws_one<WsTraits<64, kBf16, true, 2, 3, true, 1, kSc>>(p, Q, K, V, O, LSE, sms, stream);
+      if (three) launch_ws_one<WsTraits<64, kBf16, true, 3, 3, true>>(p, Q, K, V, O, LSE, sms, stream);
+      else launch_ws_one<WsTraits<64, kBf16, true, 2, 3, true>>(p, Q, K, V, O, LSE, sms, stream);
     } else {
-      if (three) launch_ws_one<WsTraits<64, kBf16, false, 3, 3, true, kCl, kSc>>(p, Q, K, V, O, LSE, sms, stream);
-      else launch_ws_one<WsTraits<64, kBf16, false, 2, 3, true, kCl, kSc>>(p, Q, K, V, O, LSE, sms, stream);
+      if (three) launch_ws_one<WsTraits<64, kBf16, false, 3, 3, true, true>>(p, Q, K, V, O, LSE, sms, stream);
+      else launch_ws_one<WsTraits<64, kBf16, false, 2, 3, true, true>>(p, Q, K, V, O, LSE, sms, stream);
     }
   } else {
-    if (p.causal) launch_ws_one<WsTraits<D, kBf16, true, 2, 3, false, 1, kSc>>(p, Q, K, V, O, LSE, sms, stream);
-    else launch_ws_one<WsTraits<D, kBf16, false, 2, 3, true, kCl, kSc>>(p, Q, K, V, O, LSE, sms, stream);
-  }
-}
-
-// A/B switch (temporary): FLASHLAB_WS_VARIANT bit 0 = clusters of two with K/V multicast
-// (non-causal), bit 1 = short reduction chains.
-int ws_variant() {
-  static const int v = [] {
-    const char* e = std::getenv("FLASHLAB_WS_VARIANT");
-    return e ? std::atoi(e) : 0;
-  }();
-  return v;
-}
-
-template <int D, bool kBf16>
-void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
-                 cudaStream_t stream) {
-  switch (ws_variant()) {
-    case 1: launch_ws_v<D, kBf16, 2, false>(p, Q, K, V, O, LSE, sms, stream); break;
-    case 2: launch_ws_v<D, kBf16, 1, true>(p, Q, K, V, O, LSE, sms, stream); break;
-    case 3: launch_ws_v<D, kBf16, 2, true>(p, Q, K, V, O, LSE, sms, stream); break;
-    default: launch_ws_v<D, kBf16, 1, false>(p, Q, K, V, O, LSE, sms, stream);
+    if (p.causal) launch_ws_one<WsTraits<D, kBf16, true, 2, 3, false>>(p, Q, K, V, O, LSE, sms, stream);
+    else launch_ws_one<WsTraits<D, kBf16, false, 2, 3, true, true>>(p, Q, K, V, O, LSE, sms, stream);
   }
 }
 
@@ -560,7 +473,7 @@ CUtensorMap make_head_tile_map(const void* base, const Problem& p, int box_rows)
 /// The launcher of launchers.hpp (errors thrown as CudaError).
 void launch_fast_tma_ws(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
                         cudaStream_t stream) {
-  using Headline = WsTraits<128, true, false, 2, 3, true>;
+  using Headline = WsTraits<128, true, false, 2, 3, true, true>;
   static_assert(kTmaWsBlockM == Headline::BLOCK_M && kTmaWsBlockN == Headline::BLOCK_N,
                 "launchers.hpp reports the tiles of this file");
   int dev = 0, sms = 0;

@@ -220,19 +220,6 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       : "memory");
 #endif
 }
-/// As tma_load_4d, but the box lands at the same SRAM offset `dst` in every block of the cluster
-/// named by the bits of `cta_mask`, each crediting its own mbarrier at offset `bar`
-/// ("cp.async.bulk.tensor", .multicast::cluster): one L2 read feeds several blocks.
-__device__ __forceinline__ void tma_load_4d_multicast(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
-                                                      int c3, uint32_t bar, uint16_t cta_mask) {
-#if FLASHLAB_WGMMA_OK
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
-      "[%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(cta_mask)
-      : "memory");
-#endif
-}
 /// Fetch the tensor map (a kernel parameter) into the TMA unit's cache ahead of the first load
 /// ("prefetch.tensormap").
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
@@ -256,33 +243,6 @@ template <int kRegs>
 __device__ __forceinline__ void regs_claim() {
 #if FLASHLAB_WGMMA_OK
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-#endif
-}
-/// This block's rank in its cluster ("Special Registers: %cluster_ctarank").
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r = 0;
-#if FLASHLAB_WGMMA_OK
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-#endif
-  return r;
-}
-/// Every (non-exited) thread of the cluster meets here; release/acquire orders SRAM and mbarrier
-/// operations across its blocks ("barrier.cluster", arrive then wait).
-__device__ __forceinline__ void cluster_sync() {
-#if FLASHLAB_WGMMA_OK
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-#endif
-}
-/// One arrival on the mbarrier at offset `bar` of block `rank` of the cluster ("mapa" to its
-/// shared::cluster address, then "mbarrier.arrive" with release at cluster scope).
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
-#if FLASHLAB_WGMMA_OK
-  asm volatile(
-      "{\n.reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
-      "r"(rank)
-      : "memory");
 #endif
 }
 /// Wait at named barrier `id` until `threads` threads arrived or synced there ("bar.sync").

@@ -238,18 +238,16 @@ TEST_CASE("tma-ws forward, d = 64 with Br = 192, equals the float64 reference", 
   report("tma-ws Br 192");
 }
 
-// Non-causal launches run in clusters of two blocks that take two query tiles of one head and
-// share each K_j, V_j load (multicast): an odd number of query tiles leaves the second block of a
-// head's last pair with rows past N (it computes on zeros and stores nothing); units of several
-// rounds carry both blocks' stage rings and the cross-block releases from unit to unit.
-TEST_CASE("tma-ws forward, clusters of two over odd query tile counts, equals the float64 reference",
+// Odd numbers of query tiles over several rounds of the work list, non-causal (the configurations
+// with the short reduction chains): Br = 128 and 192, late rescales.
+TEST_CASE("tma-ws forward, odd query tile counts over several rounds, equals the float64 reference",
           "[fast][fast-ws][fast-sanitize]") {
   if (!wgmma_in_build()) return;
-  check_fast({1, 300, 3, 128, false, kBf16, 0.0, kTmaWs});   // Tr = 3: pairs (0, 1), (2, -)
-  check_fast({2, 330, 70, 128, false, kFp16, 0.0, kTmaWs});  // 2 × 70 heads × 2 pairs: several rounds
-  check_fast({1, 400, 150, 64, false, kBf16, 0.0, kTmaWs});  // Br = 192, Tr = 3, 450 units
+  check_fast({1, 300, 3, 128, false, kBf16, 0.0, kTmaWs});    // Tr = 3, one round
+  check_fast({2, 330, 70, 128, false, kFp16, 0.0, kTmaWs});   // 2 × 70 heads × 3 tiles: 420 units, 4 rounds
+  check_fast({1, 400, 150, 64, false, kBf16, 0.0, kTmaWs});   // Br = 192, Tr = 3, 450 units
   check_fast({1, 400, 150, 64, false, kBf16, 19.0, kTmaWs});  // late rescales
-  report("tma-ws clusters");
+  report("tma-ws odd tiles");
 }
 
 TEST_CASE("tma-ws forward, N = 1000 and 4096", "[fast][fast-ws][fast-large]") {
