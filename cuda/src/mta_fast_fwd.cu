@@ -36,20 +36,30 @@ static_assert(kFastBr == 16 * kWarps, "one m16 row block of the tile per warp");
 static_assert(kFastBr == kFastBc, "query tile i visits key tiles 0 … i only when Br = Bc");
 static_assert(kFastBc == 2 * kConvStrip && kFastBr == 16 * kWarps, "the convolution gives each lane one strip of its warp's 16 rows");
 
-/// SRAM layout (byte offsets): Q tile [80][d], K tile [80][d], V tile [64][d] (16-bit, swizzled),
-/// S [80][kLdS] fp32, Ŝ [64][kLdP] fp32, W·scale·log2(e) [16][kWPitch] fp32.
+/// SRAM layout (byte offsets): K tile [80][d], V tile [64][d] (16-bit, swizzled), W·scale·log2(e)
+/// [16][kWPitch] fp32, then one region used two ways. Masked path: Q tile [80][d] (16-bit,
+/// swizzled), S [80][kLdS] fp32, Ŝ [64][kLdP] fp32. Linear path (the off-diagonal key tiles, which
+/// come first): Q̃ [terms·ck][64][d] (16-bit, swizzled), written over Q, S and Ŝ; Q is loaded
+/// again before the first masked tile. The K buffer holds the Q tile while Q̃ is built.
 template <int HEAD_DIM>
 struct FwdSmem {
   static constexpr int kRowBytes = HEAD_DIM * 2;
-  static constexpr int kQ = 0;
-  static constexpr int kK = kQ + kSRows * kRowBytes;
+  static constexpr int kK = 0;
   static constexpr int kV = kK + kSCols * kRowBytes;
-  static constexpr int kS = kV + kFastBc * kRowBytes;
+  static constexpr int kW = kV + kFastBc * kRowBytes;
+  static constexpr int kQ = kW + kMaxCq * kWPitch * 4;  // the region; Q̃ on the linear path
+  static constexpr int kS = kQ + kSRows * kRowBytes;
   static constexpr int kP = kS + kSRows * kLdS * 4;
-  static constexpr int kW = kP + kFastBr * kLdP * 4;
-  static constexpr int kBytes = kW + kMaxCq * kWPitch * 4;
-  /// Blocks per SM the SRAM allows (228 KiB per SM, 1 KiB reserved per block).
+  static constexpr int kBytes = kP + kFastBr * kLdP * 4;
+  static constexpr int kQtTile = kFastBr * kRowBytes;  // one Q̃_{t,b} tile
+  /// Bytes a launch needs: the masked layout, or more when Q̃ outgrows its region.
+  static constexpr int bytes(int terms, int ck) {
+    return kQ + terms * ck * kQtTile > kBytes ? kQ + terms * ck * kQtTile : kBytes;
+  }
+  static constexpr int kMaxBytes = bytes(2, kLinearMaxCk);
+  /// Blocks per SM the SRAM allows the masked layout (228 KiB per SM, 1 KiB reserved per block).
   static constexpr int kMinBlocks = (228 * 1024) / (kBytes + 1024);
+  static_assert(kQ % 128 == 0 && kS % 16 == 0, "swizzled tiles start on 128-byte lines");
 };
 
 /// Step 1: this warp's part of S (raw Q·Kᵀ: the scale is folded into W; causal zeros) for key
@@ -160,7 +170,177 @@ __device__ __forceinline__ void convolve_to_smem(float* __restrict__ sP, const f
   for (int m = 0; m < kConvStrip / 4; ++m) out[m] = make_float4(acc[4 * m], acc[4 * m + 1], acc[4 * m + 2], acc[4 * m + 3]);
 }
 
-/// Grid (⌈N/Br⌉, H, B), kThreads threads, FwdSmem::kBytes of dynamic SRAM.
+/// Linear path, once per block: Q̃_{t,b}[r] = Σ_a W[a, b]·scale·log2(e)·Q[i0 + r − a] for the Br
+/// own rows r and every tap column b, summed in fp32 and stored as TERMS 16-bit tiles (t = 0: the
+/// bf16 rounding of the sum; t = 1: the bf16 rounding of what that left over), tile t·ck + b.
+/// `q` is the Q tile (rows i0 − 16 …, swizzled) in the K buffer, `qt` the region; bf16 only.
+template <int HEAD_DIM, int TERMS>
+__device__ __forceinline__ void build_q_tilde(unsigned char* __restrict__ qt, const unsigned char* __restrict__ q,
+                                              const float* __restrict__ sW, int cq, int ck) {
+  constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks (8 values) per row
+  constexpr int kQtTile = FwdSmem<HEAD_DIM>::kQtTile;
+  for (int idx = int(threadIdx.x); idx < kFastBr * kChunks; idx += kThreads) {
+    const int r = idx / kChunks, c = idx % kChunks;
+    float sum[kLinearMaxCk][8];
+#pragma unroll
+    for (int b = 0; b < kLinearMaxCk; ++b)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sum[b][e] = 0.f;
+    for (int a = 0; a < cq; ++a) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(q + swz<HEAD_DIM>(kHaloRows + r - a, c));
+      const uint32_t w2[4] = {raw.x, raw.y, raw.z, raw.w};
+      float x[8];  // bf16 → fp32 is a 16-bit shift
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[2 * e] = __uint_as_float(w2[e] << 16), x[2 * e + 1] = __uint_as_float(w2[e] & 0xffff0000u);
+#pragma unroll
+      for (int b = 0; b < kLinearMaxCk; ++b) {  // sW is zero right of column ck
+        const float wab = sW[a * kWPitch + b];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) sum[b][e] = fmaf(wab, x[e], sum[b][e]);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kLinearMaxCk; ++b) {
+      if (b >= ck) break;
+#pragma unroll
+      for (int t = 0; t < TERMS; ++t) {
+        uint32_t packed[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          packed[e] = pack2<true>(sum[b][2 * e], sum[b][2 * e + 1]);
+          // What the rounding left over (exact in fp32), for the next term.
+          sum[b][2 * e] -= __uint_as_float(packed[e] << 16);
+          sum[b][2 * e + 1] -= __uint_as_float(packed[e] & 0xffff0000u);
+        }
+        *reinterpret_cast<uint4*>(qt + (t * ck + b) * kQtTile + swz<HEAD_DIM>(r, c)) =
+            make_uint4(packed[0], packed[1], packed[2], packed[3]);
+      }
+    }
+  }
+}
+
+/// Linear path, per off-diagonal key tile: this warp's 16 rows of Ŝ (base-2 units), in the mma C
+/// layout, as one tensor-core product of inner dimension TERMS·ck·d:
+///   Ŝ[i, j] = Σ_t Σ_b ⟨Q̃_{t,b}[i], K[j + b − Pk]⟩,
+/// K[j + b − Pk] being row kHaloCols + (j − j0) + b − Pk of the K tile: the B fragments of tap b
+/// are ldmatrix reads at a row offset (the swizzle is that of the actual row). Exact algebra of
+/// the convolution wherever the causal zeros before it do nothing (the caller's condition).
+template <int HEAD_DIM, int TERMS, bool kBf16>
+__device__ __forceinline__ void linear_scores(float (&s)[kFastBc / 8][4], uint32_t qt_lane, uint32_t q_xor,
+                                              uint32_t sK, int lane, int ck, int pk) {
+  constexpr int kRowBytes = HEAD_DIM * 2;
+  constexpr int kQtTile = FwdSmem<HEAD_DIM>::kQtTile;
+#pragma unroll
+  for (int n = 0; n < kFastBc / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+  const int mi = lane >> 3;
+  for (int t = 0; t < TERMS; ++t)
+    for (int b = 0; b < ck; ++b) {
+      const int k_row = (lane & 7) + ((mi >> 1) << 3) + kHaloCols + b - pk;
+      const uint32_t k_lane = sK + uint32_t(k_row * kRowBytes);
+      const uint32_t k_xor = uint32_t(((mi & 1) ^ (k_row & 7)) << 4);
+      const uint32_t a_lane = qt_lane + uint32_t((t * ck + b) * kQtTile);
+#pragma unroll
+      for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+        uint32_t a[4], bf[kFastBc / 16][4];
+        ldsm_x4(a_lane + ((32 * kk) ^ q_xor), a[0], a[1], a[2], a[3]);
+#pragma unroll
+        for (int np = 0; np < kFastBc / 16; ++np)
+          ldsm_x4(k_lane + 16 * np * kRowBytes + ((32 * kk) ^ k_xor), bf[np][0], bf[np][1], bf[np][2], bf[np][3]);
+#pragma unroll
+        for (int np = 0; np < kFastBc / 16; ++np) {
+          mma16816<kBf16>(s[2 * np], a, bf[np][0], bf[np][1]);
+          mma16816<kBf16>(s[2 * np + 1], a, bf[np][2], bf[np][3]);
+        }
+      }
+    }
+}
+
+/// Step 3, both paths: online softmax (base 2) on this warp's 16 rows of Ŝ (mma C layout), then
+/// O_i += P V_j with P rounded to 16 bits (C layout of two n8 tiles = A layout of one k16 step).
+template <int HEAD_DIM, bool kBf16>
+__device__ __forceinline__ void softmax_pv(float (&s)[kFastBc / 8][4], float (&acc)[HEAD_DIM / 8][4],
+                                           float (&m_i)[2], float (&l_i)[2], uint32_t v_lane, uint32_t v_xor) {
+  constexpr int kRowBytes = HEAD_DIM * 2;
+  constexpr int kNTilesP = kFastBc / 8;
+  constexpr int kNTilesO = HEAD_DIM / 8;
+  const float NEG_INF = __int_as_float(0xff800000);
+  bool max_moved = false;  // some row of this thread has a new maximum (α ≠ 1)
+  float alpha[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float part[kNTilesP];  // row maximum as a tree (4 levels, not a chain of 16)
+#pragma unroll
+    for (int n = 0; n < kNTilesP; ++n) part[n] = fmaxf(s[n][2 * r], s[n][2 * r + 1]);
+#pragma unroll
+    for (int w = kNTilesP / 2; w > 0; w /= 2)
+#pragma unroll
+      for (int n = 0; n < w; ++n) part[n] = fmaxf(part[n], part[n + w]);
+    float mx = part[0];
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the quad holds one row
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m_i[r], mx);
+    // A row with only −∞ so far keeps m = −∞; subtracting 0 then avoids 2^(−∞ + ∞) = NaN.
+    const float m_ref = m_new == NEG_INF ? 0.f : m_new;
+    alpha[r] = ex2(m_i[r] - m_ref);
+    max_moved |= m_new != m_i[r];
+#pragma unroll
+    for (int n = 0; n < kNTilesP; ++n) {
+      s[n][2 * r] = ex2(s[n][2 * r] - m_ref);
+      s[n][2 * r + 1] = ex2(s[n][2 * r + 1] - m_ref);
+      part[n] = s[n][2 * r] + s[n][2 * r + 1];
+    }
+#pragma unroll
+    for (int w = kNTilesP / 2; w > 0; w /= 2)  // row sum as a tree too
+#pragma unroll
+      for (int n = 0; n < w; ++n) part[n] += part[n + w];
+    l_i[r] = l_i[r] * alpha[r] + part[0];
+    m_i[r] = m_new;
+  }
+  // acc = diag(α)·acc, skipped when no row of the warp has a new maximum (α = 2^0 = 1 exactly:
+  // identical results; one warp vote), as attention_fwd_tc.cu's lazy rescale.
+  if (__any_sync(0xffffffffu, max_moved)) {
+#pragma unroll
+    for (int n = 0; n < kNTilesO; ++n) {
+      acc[n][0] *= alpha[0];
+      acc[n][1] *= alpha[0];
+      acc[n][2] *= alpha[1];
+      acc[n][3] *= alpha[1];
+    }
+  }
+#pragma unroll
+  for (int kk = 0; kk < kFastBc / 16; ++kk) {
+    uint32_t a[4];
+    a[0] = pack2<kBf16>(s[2 * kk][0], s[2 * kk][1]);
+    a[1] = pack2<kBf16>(s[2 * kk][2], s[2 * kk][3]);
+    a[2] = pack2<kBf16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    a[3] = pack2<kBf16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    // B fragments in groups of 4 (keys 16·kk + [0, 16), dims 16·np + [0, 16)) loaded before their
+    // mma, so the ldmatrix latencies overlap.
+#pragma unroll
+    for (int np0 = 0; np0 < kNTilesO / 2; np0 += 4) {
+      uint32_t b[4][4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        ldsm_x4_trans(v_lane + 16 * kk * kRowBytes + ((32 * (np0 + q)) ^ v_xor), b[q][0], b[q][1], b[q][2], b[q][3]);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        mma16816<kBf16>(acc[2 * (np0 + q)], a, b[q][0], b[q][1]);
+        mma16816<kBf16>(acc[2 * (np0 + q) + 1], a, b[q][2], b[q][3]);
+      }
+    }
+  }
+}
+
+/// Key tiles 0 … T_lin − 1 whose every key the convolution reads (j0 − Pk … j0 + Bc − 1 + Pk)
+/// precedes every query row it reads (i0 − Pq …): there the causal zeros before the convolution
+/// change nothing, so the linear path's algebra is exact. 0 when the launch takes no linear path.
+/// Always < Tc: the diagonal tile takes the masked path.
+__device__ __forceinline__ int linear_tile_count(const FastLaunch& L, int i0) {
+  const int last = i0 - (L.cq - 1) - (L.ck - 1) / 2 - (kFastBc - 1);  // last key start allowed
+  return L.bf16 && L.linear_terms > 0 && last >= 0 ? last / kFastBc + 1 : 0;
+}
+
+/// Grid (⌈N/Br⌉, H, B), kThreads threads, FwdSmem::bytes(linear_terms, ck) of dynamic SRAM.
 template <int HEAD_DIM, bool kBf16>
 __global__ void __launch_bounds__(kThreads, FwdSmem<HEAD_DIM>::kMinBlocks)
     mta_fast_fwd_kernel(FastLaunch L, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
@@ -181,6 +361,8 @@ __global__ void __launch_bounds__(kThreads, FwdSmem<HEAD_DIM>::kMinBlocks)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;  // mma fragment coordinates
   const int taps = L.cq * L.ck;
+  const int Tc = tile + 1;
+  const int T_lin = kBf16 ? linear_tile_count(L, i0) : 0;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t s0 = uint32_t(__cvta_generic_to_shared(smem_raw));
@@ -191,12 +373,23 @@ __global__ void __launch_bounds__(kThreads, FwdSmem<HEAD_DIM>::kMinBlocks)
 
   // W·scale·log2(e) → SRAM, rows padded to kWPitch (visible after the first barrier): the
   // convolution is linear, so Ŝ comes out in base-2 units from raw S. Then Q rows i0 − 16 … i0 + 63
-  // and K_0 (keys −8 … 71).
+  // and K_0 (keys −8 … 71). The linear path first stages Q in the K buffer and builds Q̃ from it.
   for (int x = threadIdx.x; x < kMaxCq * kWPitch; x += kThreads) {
     const int a = x / kWPitch, bb = x % kWPitch;
     sW[x] = a < L.cq && bb < L.ck ? W[std::size_t(h) * taps + a * L.ck + bb] * L.scale_log2 : 0.f;
   }
-  load_rows<HEAD_DIM, kSRows, kThreads>(sQ, Q + base, stride, i0 - kHaloRows, N);
+  if constexpr (kBf16) {
+    if (T_lin > 0) {
+      load_rows<HEAD_DIM, kSRows, kThreads>(sK, Q + base, stride, i0 - kHaloRows, N);
+      cp_async_commit();
+      cp_async_wait<0>();
+      __syncthreads();  // Q and W visible
+      if (L.linear_terms == 2) build_q_tilde<HEAD_DIM, 2>(smem_raw + Sm::kQ, smem_raw + Sm::kK, sW, L.cq, L.ck);
+      else build_q_tilde<HEAD_DIM, 1>(smem_raw + Sm::kQ, smem_raw + Sm::kK, sW, L.cq, L.ck);
+      __syncthreads();  // every thread is done with Q in the K buffer
+    }
+  }
+  if (T_lin == 0) load_rows<HEAD_DIM, kSRows, kThreads>(sQ, Q + base, stride, i0 - kHaloRows, N);
   load_rows<HEAD_DIM, kSCols, kThreads>(sK, K + base, stride, -kHaloCols, N);
   cp_async_commit();
 
@@ -213,16 +406,37 @@ __global__ void __launch_bounds__(kThreads, FwdSmem<HEAD_DIM>::kMinBlocks)
 #pragma unroll
   for (int n = 0; n < kNTilesO; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
   float m_i[2] = {NEG_INF, NEG_INF}, l_i[2] = {0.f, 0.f};  // l_i: per-thread partial row sums
-  uint32_t q_frag[kKSteps][4];
 
-  const int Tc = tile + 1;
-  for (int j = 0; j < Tc; ++j) {
+  // Linear path: key tiles 0 … T_lin − 1, one tensor-core product each, no S in SRAM.
+  if constexpr (kBf16) {
+    const uint32_t qt_lane = q_lane + uint32_t(16 * warp * kRowBytes);  // this warp's rows of Q̃
+    for (int j = 0; j < T_lin; ++j) {
+      const int j0 = j * kFastBc;
+      cp_async_wait<0>();  // K_j landed for this thread
+      __syncthreads();     // … for all (Q̃ too, on the first step); every warp is done with V_{j−1}
+      load_rows<HEAD_DIM, kFastBc, kThreads>(sV, V + base, stride, j0, N);
+      cp_async_commit();
+      float s[kNTilesP][4];
+      if (L.linear_terms == 2) linear_scores<HEAD_DIM, 2, kBf16>(s, qt_lane, q_xor, sK, lane, L.ck, (L.ck - 1) / 2);
+      else linear_scores<HEAD_DIM, 1, kBf16>(s, qt_lane, q_xor, sK, lane, L.ck, (L.ck - 1) / 2);
+      cp_async_wait<0>();  // V_j landed for this thread
+      __syncthreads();     // V_j visible; every warp is done with K_j (and, on the last step, Q̃)
+      load_rows<HEAD_DIM, kSCols, kThreads>(sK, K + base, stride, j0 + kFastBc - kHaloCols, N);  // j + 1 ≤ tile
+      if (j + 1 == T_lin) load_rows<HEAD_DIM, kSRows, kThreads>(sQ, Q + base, stride, i0 - kHaloRows, N);
+      cp_async_commit();
+      softmax_pv<HEAD_DIM, kBf16>(s, acc, m_i, l_i, v_lane, v_xor);
+    }
+  }
+
+  // Masked path: the key tiles T_lin … tile (all of them when the launch takes no linear path).
+  uint32_t q_frag[kKSteps][4];
+  for (int j = T_lin; j < Tc; ++j) {
     const int j0 = j * kFastBc;
     cp_async_wait<0>();  // K_j (and Q on the first step) landed for this thread
     __syncthreads();     // … for all; every warp is done with V_{j−1} and S_{j−1}
     load_rows<HEAD_DIM, kFastBc, kThreads>(sV, V + base, stride, j0, N);
     cp_async_commit();
-    if (j == 0) {  // this warp's 16 own Q rows: SRAM → registers once, as A fragments
+    if (j == T_lin) {  // this warp's 16 own Q rows: SRAM → registers once, as A fragments
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk)
         ldsm_x4(q_lane + (kHaloRows + 16 * warp) * kRowBytes + ((32 * kk) ^ q_xor), q_frag[kk][0], q_frag[kk][1],
@@ -237,9 +451,7 @@ __global__ void __launch_bounds__(kThreads, FwdSmem<HEAD_DIM>::kMinBlocks)
     // suffices between the convolution and the softmax.
     convolve_to_smem(sP, sS, sW, warp, lane, i0, j0, L.cq, L.ck);
     __syncwarp();
-
-    // Step 3: online softmax (base 2) on this warp's rows of Ŝ, in the mma C layout.
-    float s[kNTilesP][4];
+    float s[kNTilesP][4];  // this warp's rows of Ŝ, in the mma C layout
 #pragma unroll
     for (int n = 0; n < kNTilesP; ++n)
 #pragma unroll
@@ -248,73 +460,7 @@ __global__ void __launch_bounds__(kThreads, FwdSmem<HEAD_DIM>::kMinBlocks)
         s[n][2 * r] = v.x;
         s[n][2 * r + 1] = v.y;
       }
-    bool max_moved = false;  // some row of this thread has a new maximum (α ≠ 1)
-    float alpha[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float part[kNTilesP];  // row maximum as a tree (4 levels, not a chain of 16)
-#pragma unroll
-      for (int n = 0; n < kNTilesP; ++n) part[n] = fmaxf(s[n][2 * r], s[n][2 * r + 1]);
-#pragma unroll
-      for (int w = kNTilesP / 2; w > 0; w /= 2)
-#pragma unroll
-        for (int n = 0; n < w; ++n) part[n] = fmaxf(part[n], part[n + w]);
-      float mx = part[0];
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the quad holds one row
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_i[r], mx);
-      // A row with only −∞ so far keeps m = −∞; subtracting 0 then avoids 2^(−∞ + ∞) = NaN.
-      const float m_ref = m_new == NEG_INF ? 0.f : m_new;
-      alpha[r] = ex2(m_i[r] - m_ref);
-      max_moved |= m_new != m_i[r];
-#pragma unroll
-      for (int n = 0; n < kNTilesP; ++n) {
-        s[n][2 * r] = ex2(s[n][2 * r] - m_ref);
-        s[n][2 * r + 1] = ex2(s[n][2 * r + 1] - m_ref);
-        part[n] = s[n][2 * r] + s[n][2 * r + 1];
-      }
-#pragma unroll
-      for (int w = kNTilesP / 2; w > 0; w /= 2)  // row sum as a tree too
-#pragma unroll
-        for (int n = 0; n < w; ++n) part[n] += part[n + w];
-      const float row_sum = part[0];
-      l_i[r] = l_i[r] * alpha[r] + row_sum;
-      m_i[r] = m_new;
-    }
-    // acc = diag(α)·acc, skipped when no row of the warp has a new maximum (α = 2^0 = 1 exactly:
-    // identical results; one warp vote), as attention_fwd_tc.cu's lazy rescale.
-    if (__any_sync(0xffffffffu, max_moved)) {
-#pragma unroll
-      for (int n = 0; n < kNTilesO; ++n) {
-        acc[n][0] *= alpha[0];
-        acc[n][1] *= alpha[0];
-        acc[n][2] *= alpha[1];
-        acc[n][3] *= alpha[1];
-      }
-    }
-    // O_i += P V_j: P rounded to 16 bits is the A fragment (C layout of two n8 tiles = A layout of one k16 step).
-#pragma unroll
-    for (int kk = 0; kk < kFastBc / 16; ++kk) {
-      uint32_t a[4];
-      a[0] = pack2<kBf16>(s[2 * kk][0], s[2 * kk][1]);
-      a[1] = pack2<kBf16>(s[2 * kk][2], s[2 * kk][3]);
-      a[2] = pack2<kBf16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      a[3] = pack2<kBf16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      // B fragments in groups of 4 (keys 16·kk + [0, 16), dims 16·np + [0, 16)) loaded before their
-      // mma, so the ldmatrix latencies overlap.
-#pragma unroll
-      for (int np0 = 0; np0 < kNTilesO / 2; np0 += 4) {
-        uint32_t b[4][4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-          ldsm_x4_trans(v_lane + 16 * kk * kRowBytes + ((32 * (np0 + q)) ^ v_xor), b[q][0], b[q][1], b[q][2], b[q][3]);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          mma16816<kBf16>(acc[2 * (np0 + q)], a, b[q][0], b[q][1]);
-          mma16816<kBf16>(acc[2 * (np0 + q) + 1], a, b[q][2], b[q][3]);
-        }
-      }
-    }
+    softmax_pv<HEAD_DIM, kBf16>(s, acc, m_i, l_i, v_lane, v_xor);
   }
   cp_async_wait<0>();  // no copy may still be writing SRAM when the block exits
 
@@ -347,13 +493,14 @@ void launch_one(const FastLaunch& L, const void* Q, const void* K, const void* V
   static const bool opted_in = [&] {
     FLASHLAB_CUDA_CHECK(
         cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             Sm::kBytes));
+                             Sm::kMaxBytes));
     return true;
   }();
   (void)opted_in;
   const dim3 grid((L.seq + kFastBr - 1) / kFastBr, L.heads, L.batch);
+  const int smem = Sm::bytes(L.linear_terms, L.ck);
   announce("mta_fast_fwd_kernel");
-  kernel<<<grid, kThreads, Sm::kBytes, stream>>>(L, static_cast<const uint16_t*>(Q), static_cast<const uint16_t*>(K),
+  kernel<<<grid, kThreads, smem, stream>>>(L, static_cast<const uint16_t*>(Q), static_cast<const uint16_t*>(K),
                                                  static_cast<const uint16_t*>(V), W, static_cast<uint16_t*>(O), LSE);
   FLASHLAB_CUDA_CHECK_LAUNCH("mta_fast_fwd_kernel");
 }
