@@ -53,8 +53,8 @@ po::options_description options() {
       ("dtype", po::value<std::string>()->default_value("bf16"), "bf16 | fp16 (fast kernels; the clear ones are fp32)")
       ("block", po::value<long long>()->default_value(64), "B, the clear kernels' loaded tile (the fast tiles are fixed)")
       ("splits", po::value<long long>()->default_value(16), "N_splits of the decode pass")
-      ("linear-terms", po::value<long long>()->default_value(-1),
-       "fast forward's linear path off the diagonal: -1 policy, 0 masked path everywhere, 1 or 2 bf16 terms of Q~")
+      ("linear-path", po::value<long long>()->default_value(-1),
+       "fast forward's linear path off the diagonal: -1 its policy, 0 off (masked path everywhere), 1 on")
       ("reps", po::value<long long>()->default_value(30), "timed launches per shape (at least 5)")
       ("warmup", po::value<long long>()->default_value(3), "untimed launches per shape before timing")
       ("csv", po::bool_switch(), "print CSV (kernel,dtype,pass,cq,ck,d,N,H,B,ms,min_ms,max_ms,tflops,read_tbps,copy_tbps) "
@@ -65,7 +65,7 @@ po::options_description options() {
 /// Everything the sweep needs, checked (flag names in every error).
 struct MtaSweep {
   std::vector<int> seqs, dims;
-  int cq = 3, ck = 3, heads = 16, batch = 1, block = 64, splits = 16, reps = 30, warmup = 3, linear_terms = -1;
+  int cq = 3, ck = 3, heads = 16, batch = 1, block = 64, splits = 16, reps = 30, warmup = 3, linear_path = -1;
   std::string kernel = "fast", pass = "fwd";
   bool fp16 = false, csv = false;
 };
@@ -92,7 +92,7 @@ MtaSweep parse_mta_sweep(const po::variables_map& vm) {
   s.batch = checked_int(vm, "batch", 1, 4096);
   s.block = checked_int(vm, "block", 1, 256);
   s.splits = checked_int(vm, "splits", 1, 4096);
-  s.linear_terms = checked_int(vm, "linear-terms", -1, 2);
+  s.linear_path = checked_int(vm, "linear-path", -1, 1);
   s.reps = checked_int(vm, "reps", 5, 100000);
   s.warmup = checked_int(vm, "warmup", 0, 100000);
   s.kernel = vm["kernel"].as<std::string>();
@@ -121,7 +121,7 @@ fm::MtaBenchConfig config_of(const MtaSweep& s) {
   b.batch = s.batch;
   b.block = s.block;
   b.splits = s.splits;
-  b.linear_terms = s.linear_terms;
+  b.linear_path = s.linear_path;
   b.reps = s.reps;
   b.warmup = s.warmup;
   b.dtype = s.fp16 ? flashlab::ref::Dtype::fp16 : flashlab::ref::Dtype::bf16;

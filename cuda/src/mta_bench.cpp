@@ -102,7 +102,7 @@ FastShape fast_shape_of(const MtaBenchConfig& b, int seq, int head_dim) {
   f.cq = b.cq;
   f.ck = b.ck;
   f.dtype = b.dtype;
-  f.linear_terms = b.linear_terms;
+  f.linear_path = b.linear_path;
   return f;
 }
 

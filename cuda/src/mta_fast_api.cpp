@@ -50,17 +50,17 @@ void check_fast_shape(const FastShape& s) {
     throw std::invalid_argument("flashlab::cuda::mta fast forward: scale must be finite and >= 0 (0: 1/sqrt(d))");
   if (double(s.batch) * s.seq * s.heads * s.head_dim >= double(1u << 31))
     throw std::invalid_argument("flashlab::cuda::mta fast forward: B*N*H*d must be below 2^31 (int indexing)");
-  if (s.linear_terms < -1 || s.linear_terms > 2)
-    refuse("linear_terms", s.linear_terms, "is not -1 (policy), 0 (masked path), 1 or 2 (Q~ terms)");
-  if (s.linear_terms > 0 && (s.dtype != ref::Dtype::bf16 || s.ck > kFastLinearMaxCk))
-    refuse("linear_terms", s.linear_terms,
+  if (s.linear_path < -1 || s.linear_path > 1)
+    refuse("linear_path", s.linear_path, "is not -1 (policy), 0 (off) or 1 (on)");
+  if (s.linear_path == 1 && (s.dtype != ref::Dtype::bf16 || s.ck > kFastLinearMaxCk))
+    refuse("linear_path", s.linear_path,
            "needs bf16 and ck <= " + std::to_string(kFastLinearMaxCk) +
                " (hint: 0 or -1 for fp16 or wider kernels: their Q~ would overflow fp16 or SRAM)");
 }
 
-int fast_linear_terms(const FastShape& s) {
-  if (s.linear_terms >= 0) return s.linear_terms;
-  return s.dtype == ref::Dtype::bf16 && s.ck <= kFastLinearMaxCk ? 2 : 0;
+bool fast_uses_linear_path(const FastShape& s) {
+  if (s.linear_path >= 0) return s.linear_path == 1;
+  return s.dtype == ref::Dtype::bf16 && s.head_dim == 64 && s.ck <= kFastLinearMaxCk && s.ck <= s.cq;
 }
 
 void fast_forward_device(const FastShape& shape, const void* Q, const void* K, const void* V, const float* W, void* O,
@@ -75,13 +75,13 @@ void fast_forward_device(const FastShape& shape, const void* Q, const void* K, c
   L.ck = shape.ck;
   L.bf16 = shape.dtype == ref::Dtype::bf16;
   L.scale_log2 = float(double(scale_of(shape)) * 1.4426950408889634);  // · log2(e)
-  L.linear_terms = fast_linear_terms(shape);
+  L.linear = fast_uses_linear_path(shape);
   detail::mta::launch_fast_forward(L, Q, K, V, W, O, LSE, static_cast<cudaStream_t>(stream));
 }
 
 FastForwardOutput fast_forward(const ref::Tensor<float>& q, const ref::Tensor<float>& k, const ref::Tensor<float>& v,
                                const ref::mta::Weights<float>& w, const ref::mta::Params& p, ref::Dtype dtype,
-                               int linear_terms) {
+                               int linear_path) {
   ref::mta::validate(q, k, v, w, p);
   const ref::Shape& sh = q.shape();
   FastShape shape;
@@ -94,7 +94,7 @@ FastForwardOutput fast_forward(const ref::Tensor<float>& q, const ref::Tensor<fl
   shape.ck = narrow(p.ck);
   shape.dtype = dtype;
   shape.scale = float(ref::mta::resolve_scale(p, sh.head_dim));
-  shape.linear_terms = linear_terms;
+  shape.linear_path = linear_path;
   check_fast_shape(shape);
   const bool bf16 = dtype == ref::Dtype::bf16;
   auto to16 = [&](const ref::Tensor<float>& x) {

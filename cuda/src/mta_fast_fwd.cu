@@ -39,7 +39,7 @@ static_assert(kFastBc == 2 * kConvStrip && kFastBr == 16 * kWarps, "the convolut
 /// SRAM layout (byte offsets): K tile [80][d], V tile [64][d] (16-bit, swizzled), W·scale·log2(e)
 /// [16][kWPitch] fp32, then one region used two ways. Masked path: Q tile [80][d] (16-bit,
 /// swizzled), S [80][kLdS] fp32, Ŝ [64][kLdP] fp32. Linear path (the off-diagonal key tiles, which
-/// come first): Q̃ [terms·ck][64][d] (16-bit, swizzled), written over Q, S and Ŝ; Q is loaded
+/// come first): Q̃ [2·ck][64][d] (16-bit, swizzled), written over Q, S and Ŝ; Q is loaded
 /// again before the first masked tile. The K buffer holds the Q tile while Q̃ is built.
 template <int HEAD_DIM>
 struct FwdSmem {
@@ -52,11 +52,12 @@ struct FwdSmem {
   static constexpr int kP = kS + kSRows * kLdS * 4;
   static constexpr int kBytes = kP + kFastBr * kLdP * 4;
   static constexpr int kQtTile = kFastBr * kRowBytes;  // one Q̃_{t,b} tile
-  /// Bytes a launch needs: the masked layout, or more when Q̃ outgrows its region.
-  static constexpr int bytes(int terms, int ck) {
-    return kQ + terms * ck * kQtTile > kBytes ? kQ + terms * ck * kQtTile : kBytes;
+  /// Bytes a launch needs: the masked layout, or more when Q̃ outgrows its region (d = 128).
+  static constexpr int bytes(bool linear, int ck) {
+    const int q_tilde_end = kQ + (linear ? kQTildeTerms * ck * kQtTile : 0);
+    return q_tilde_end > kBytes ? q_tilde_end : kBytes;
   }
-  static constexpr int kMaxBytes = bytes(2, kLinearMaxCk);
+  static constexpr int kMaxBytes = bytes(true, kLinearMaxCk);
   /// Blocks per SM the SRAM allows the masked layout (228 KiB per SM, 1 KiB reserved per block).
   static constexpr int kMinBlocks = (228 * 1024) / (kBytes + 1024);
   static_assert(kQ % 128 == 0 && kS % 16 == 0, "swizzled tiles start on 128-byte lines");
@@ -170,11 +171,12 @@ __device__ __forceinline__ void convolve_to_smem(float* __restrict__ sP, const f
   for (int m = 0; m < kConvStrip / 4; ++m) out[m] = make_float4(acc[4 * m], acc[4 * m + 1], acc[4 * m + 2], acc[4 * m + 3]);
 }
 
-/// Linear path, once per block: Q̃_{t,b}[r] = Σ_a W[a, b]·scale·log2(e)·Q[i0 + r − a] for the Br
-/// own rows r and every tap column b, summed in fp32 and stored as TERMS 16-bit tiles (t = 0: the
-/// bf16 rounding of the sum; t = 1: the bf16 rounding of what that left over), tile t·ck + b.
-/// `q` is the Q tile (rows i0 − 16 …, swizzled) in the K buffer, `qt` the region; bf16 only.
-template <int HEAD_DIM, int TERMS>
+/// Linear path, once per block: Q̃_{t,b}[r] = Σ_a W[a, b]·scale·log2(e)·Q[i0 + r + a − Pq] (tap
+/// (a, b) of Ŝ[i, j] reads S[i + a − Pq, j + b − Pk]) for the Br
+/// own rows r and every tap column b, summed in fp32 and stored as kQTildeTerms bf16 tiles (t = 0:
+/// the rounding of the sum; t = 1: the rounding of what that left over), tile t·ck + b. `q` is the
+/// Q tile (rows i0 − 16 …, swizzled) in the K buffer, `qt` the region; bf16 only.
+template <int HEAD_DIM>
 __device__ __forceinline__ void build_q_tilde(unsigned char* __restrict__ qt, const unsigned char* __restrict__ q,
                                               const float* __restrict__ sW, int cq, int ck) {
   constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks (8 values) per row
@@ -187,7 +189,7 @@ __device__ __forceinline__ void build_q_tilde(unsigned char* __restrict__ qt, co
 #pragma unroll
       for (int e = 0; e < 8; ++e) sum[b][e] = 0.f;
     for (int a = 0; a < cq; ++a) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(q + swz<HEAD_DIM>(kHaloRows + r - a, c));
+      const uint4 raw = *reinterpret_cast<const uint4*>(q + swz<HEAD_DIM>(kHaloRows + r + a - (cq - 1), c));
       const uint32_t w2[4] = {raw.x, raw.y, raw.z, raw.w};
       float x[8];  // bf16 → fp32 is a 16-bit shift
 #pragma unroll
@@ -203,7 +205,7 @@ __device__ __forceinline__ void build_q_tilde(unsigned char* __restrict__ qt, co
     for (int b = 0; b < kLinearMaxCk; ++b) {
       if (b >= ck) break;
 #pragma unroll
-      for (int t = 0; t < TERMS; ++t) {
+      for (int t = 0; t < kQTildeTerms; ++t) {
         uint32_t packed[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -220,32 +222,35 @@ __device__ __forceinline__ void build_q_tilde(unsigned char* __restrict__ qt, co
 }
 
 /// Linear path, per off-diagonal key tile: this warp's 16 rows of Ŝ (base-2 units), in the mma C
-/// layout, as one tensor-core product of inner dimension TERMS·ck·d:
+/// layout, as one tensor-core product of inner dimension 2·CK·d:
 ///   Ŝ[i, j] = Σ_t Σ_b ⟨Q̃_{t,b}[i], K[j + b − Pk]⟩,
 /// K[j + b − Pk] being row kHaloCols + (j − j0) + b − Pk of the K tile: the B fragments of tap b
 /// are ldmatrix reads at a row offset (the swizzle is that of the actual row). Exact algebra of
 /// the convolution wherever the causal zeros before it do nothing (the caller's condition).
-template <int HEAD_DIM, int TERMS, bool kBf16>
+template <int HEAD_DIM, int CK, bool kBf16>
 __device__ __forceinline__ void linear_scores(float (&s)[kFastBc / 8][4], uint32_t qt_lane, uint32_t q_xor,
-                                              uint32_t sK, int lane, int ck, int pk) {
+                                              uint32_t sK, int lane) {
+  constexpr int PK = (CK - 1) / 2;
   constexpr int kRowBytes = HEAD_DIM * 2;
   constexpr int kQtTile = FwdSmem<HEAD_DIM>::kQtTile;
 #pragma unroll
   for (int n = 0; n < kFastBc / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
   const int mi = lane >> 3;
-  for (int t = 0; t < TERMS; ++t)
-    for (int b = 0; b < ck; ++b) {
-      const int k_row = (lane & 7) + ((mi >> 1) << 3) + kHaloCols + b - pk;
-      const uint32_t k_lane = sK + uint32_t(k_row * kRowBytes);
-      const uint32_t k_xor = uint32_t(((mi & 1) ^ (k_row & 7)) << 4);
-      const uint32_t a_lane = qt_lane + uint32_t((t * ck + b) * kQtTile);
 #pragma unroll
-      for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
-        uint32_t a[4], bf[kFastBc / 16][4];
-        ldsm_x4(a_lane + ((32 * kk) ^ q_xor), a[0], a[1], a[2], a[3]);
+  for (int b = 0; b < CK; ++b) {
+    const int k_row = (lane & 7) + ((mi >> 1) << 3) + kHaloCols + b - PK;
+    const uint32_t k_lane = sK + uint32_t(k_row * kRowBytes);
+    const uint32_t k_xor = uint32_t(((mi & 1) ^ (k_row & 7)) << 4);
 #pragma unroll
-        for (int np = 0; np < kFastBc / 16; ++np)
-          ldsm_x4(k_lane + 16 * np * kRowBytes + ((32 * kk) ^ k_xor), bf[np][0], bf[np][1], bf[np][2], bf[np][3]);
+    for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+      uint32_t bf[kFastBc / 16][4];  // K_b's B fragments serve every term
+#pragma unroll
+      for (int np = 0; np < kFastBc / 16; ++np)
+        ldsm_x4(k_lane + 16 * np * kRowBytes + ((32 * kk) ^ k_xor), bf[np][0], bf[np][1], bf[np][2], bf[np][3]);
+#pragma unroll
+      for (int t = 0; t < kQTildeTerms; ++t) {
+        uint32_t a[4];
+        ldsm_x4(qt_lane + uint32_t((t * CK + b) * kQtTile) + ((32 * kk) ^ q_xor), a[0], a[1], a[2], a[3]);
 #pragma unroll
         for (int np = 0; np < kFastBc / 16; ++np) {
           mma16816<kBf16>(s[2 * np], a, bf[np][0], bf[np][1]);
@@ -253,6 +258,7 @@ __device__ __forceinline__ void linear_scores(float (&s)[kFastBc / 8][4], uint32
         }
       }
     }
+  }
 }
 
 /// Step 3, both paths: online softmax (base 2) on this warp's 16 rows of Ŝ (mma C layout), then
@@ -337,10 +343,10 @@ __device__ __forceinline__ void softmax_pv(float (&s)[kFastBc / 8][4], float (&a
 /// Always < Tc: the diagonal tile takes the masked path.
 __device__ __forceinline__ int linear_tile_count(const FastLaunch& L, int i0) {
   const int last = i0 - (L.cq - 1) - (L.ck - 1) / 2 - (kFastBc - 1);  // last key start allowed
-  return L.bf16 && L.linear_terms > 0 && last >= 0 ? last / kFastBc + 1 : 0;
+  return L.bf16 && L.linear && last >= 0 ? last / kFastBc + 1 : 0;
 }
 
-/// Grid (⌈N/Br⌉, H, B), kThreads threads, FwdSmem::bytes(linear_terms, ck) of dynamic SRAM.
+/// Grid (⌈N/Br⌉, H, B), kThreads threads, FwdSmem::bytes(linear, ck) of dynamic SRAM.
 template <int HEAD_DIM, bool kBf16>
 __global__ void __launch_bounds__(kThreads, FwdSmem<HEAD_DIM>::kMinBlocks)
     mta_fast_fwd_kernel(FastLaunch L, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
@@ -384,8 +390,7 @@ __global__ void __launch_bounds__(kThreads, FwdSmem<HEAD_DIM>::kMinBlocks)
       cp_async_commit();
       cp_async_wait<0>();
       __syncthreads();  // Q and W visible
-      if (L.linear_terms == 2) build_q_tilde<HEAD_DIM, 2>(smem_raw + Sm::kQ, smem_raw + Sm::kK, sW, L.cq, L.ck);
-      else build_q_tilde<HEAD_DIM, 1>(smem_raw + Sm::kQ, smem_raw + Sm::kK, sW, L.cq, L.ck);
+      build_q_tilde<HEAD_DIM>(smem_raw + Sm::kQ, smem_raw + Sm::kK, sW, L.cq, L.ck);
       __syncthreads();  // every thread is done with Q in the K buffer
     }
   }
@@ -417,8 +422,8 @@ __global__ void __launch_bounds__(kThreads, FwdSmem<HEAD_DIM>::kMinBlocks)
       load_rows<HEAD_DIM, kFastBc, kThreads>(sV, V + base, stride, j0, N);
       cp_async_commit();
       float s[kNTilesP][4];
-      if (L.linear_terms == 2) linear_scores<HEAD_DIM, 2, kBf16>(s, qt_lane, q_xor, sK, lane, L.ck, (L.ck - 1) / 2);
-      else linear_scores<HEAD_DIM, 1, kBf16>(s, qt_lane, q_xor, sK, lane, L.ck, (L.ck - 1) / 2);
+      if (L.ck == 3) linear_scores<HEAD_DIM, 3, kBf16>(s, qt_lane, q_xor, sK, lane);
+      else linear_scores<HEAD_DIM, 1, kBf16>(s, qt_lane, q_xor, sK, lane);  // ck = 1 (kLinearMaxCk = 3)
       cp_async_wait<0>();  // V_j landed for this thread
       __syncthreads();     // V_j visible; every warp is done with K_j (and, on the last step, Q̃)
       load_rows<HEAD_DIM, kSCols, kThreads>(sK, K + base, stride, j0 + kFastBc - kHaloCols, N);  // j + 1 ≤ tile
@@ -498,7 +503,7 @@ void launch_one(const FastLaunch& L, const void* Q, const void* K, const void* V
   }();
   (void)opted_in;
   const dim3 grid((L.seq + kFastBr - 1) / kFastBr, L.heads, L.batch);
-  const int smem = Sm::bytes(L.linear_terms, L.ck);
+  const int smem = Sm::bytes(L.linear, L.ck);
   announce("mta_fast_fwd_kernel");
   kernel<<<grid, kThreads, smem, stream>>>(L, static_cast<const uint16_t*>(Q), static_cast<const uint16_t*>(K),
                                                  static_cast<const uint16_t*>(V), W, static_cast<uint16_t*>(O), LSE);

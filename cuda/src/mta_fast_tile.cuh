@@ -41,8 +41,12 @@ inline constexpr int kWPitch = 16;
 /// Outputs per thread of the convolution: one row strip of this many consecutive keys.
 inline constexpr int kConvStrip = 32;
 /// Widest kernel (ck) the forward's linear path takes (mta_fast.hpp's kFastLinearMaxCk): it
-/// multiplies the QKᵀ tensor work by terms·ck, so it pays only for narrow kernels.
+/// multiplies the QKᵀ tensor work by 2·ck, so it pays only for narrow kernels.
 inline constexpr int kLinearMaxCk = 3;
+static_assert(kLinearMaxCk == 3, "the linear path is instantiated for ck = 1 and 3");
+/// bf16 terms Q̃ is held in on the linear path (the rounding and its remainder): one term, 2⁻⁹ of
+/// |Ŝ|, misses the LSE bar on normal inputs; two are as accurate as the fp32 path.
+inline constexpr int kQTildeTerms = 2;
 
 /// Everything the fast forward needs besides its pointers (passed by value).
 struct FastLaunch {
@@ -50,7 +54,7 @@ struct FastLaunch {
   int cq = 1, ck = 1;                                ///< kernel size (Pq = cq − 1, Pk = (ck − 1)/2)
   bool bf16 = true;                                  ///< bf16 (true) or fp16 inputs and output
   float scale_log2 = 0.f;                            ///< softmax scale · log2(e): S in base-2 units
-  int linear_terms = 0;  ///< 16-bit terms of Q̃ on the off-diagonal tiles (1 or 2); 0: the masked path everywhere
+  bool linear = false;  ///< the linear path on the off-diagonal key tiles (bf16, ck ≤ kLinearMaxCk)
 
   /// Elements between two tokens of one head (H·d).
   FLASHLAB_HD std::size_t row_stride() const { return std::size_t(heads) * head_dim; }

@@ -12,7 +12,7 @@
 // Shapes: N = 1, N < the 64-row tile, N not a multiple of it, several tiles; cq × ck = 1 × 1
 // (with W = 1 also against plain causal attention), 3 × 3, 6 × 11, 11 × 11, 16 × 15; d = 64 and
 // 128; batch and heads > 1; fp16 twice. Adversarial values: Q entries ±800, exact ties (Q = K = 1); a NaN in V
-// must come out as NaN. The linear path (FastShape::linear_terms) on its own cases. Tag
+// must come out as NaN. The linear path (FastShape::linear_path) on its own cases, on and off. Tag
 // [mta-fast-sanitize]: the small shapes, for compute-sanitizer.
 #include <catch2/catch.hpp>
 
@@ -47,14 +47,14 @@ struct FastCase {
   fr::Dtype dtype = fr::Dtype::bf16;
   Values values = Values::normal;
   bool unit_kernel = false;  // W = 1 (with 1 × 1: plain causal attention)
-  int linear_terms = -1;     // FastShape::linear_terms (−1: the policy)
+  int linear_path = -1;      // FastShape::linear_path (−1: the policy)
 };
 
 std::string label(const FastCase& c) {
   return std::string(fr::dtype_name(c.dtype)) + " B=" + std::to_string(c.batch) + " N=" + std::to_string(c.seq) +
          " H=" + std::to_string(c.heads) + " d=" + std::to_string(c.dim) + " W=" + std::to_string(c.cq) + "x" +
          std::to_string(c.ck) + (c.values == Values::large ? " +-800" : c.values == Values::ties ? " ties" : "") +
-         (c.unit_kernel ? " W=1" : "") + " linear_terms=" + std::to_string(c.linear_terms);
+         (c.unit_kernel ? " W=1" : "") + " linear_path=" + std::to_string(c.linear_path);
 }
 
 struct Inputs {
@@ -129,7 +129,7 @@ void check_fast(const FastCase& c) {
   const fm::Params p = params_of(c);
   const auto ref = fm::naive_forward<double>(in.q, in.k, in.v, in.w, p);
   const auto got = fc::mta::fast_forward(in.q.cast<float>(), in.k.cast<float>(), in.v.cast<float>(),
-                                         in.w.cast<float>(), p, c.dtype, c.linear_terms);
+                                         in.w.cast<float>(), p, c.dtype, c.linear_path);
   REQUIRE(got.o.numel() == ref.o.numel());
   REQUIRE(got.lse.size() == ref.lse.numel());
   check_o("MTA", got, ref.o, c.dtype);
@@ -191,42 +191,30 @@ TEST_CASE("mta fast forward, adversarial values", "[mta-fast][mta-fast-sanitize]
 
 // The linear path (Ŝ = Σ_b Q̃_b K_bᵀ on the key tiles left of the diagonal band, the masked path on
 // the band): taken only from the third query tile on for 3 × 3 (Pq + Pk = 3 > 1), from the second
-// for 1 × 1 and cq = 1; ragged N, a last tile of one row, the largest halo (cq = 16), ck = 1, plain
-// attention through it, d = 64 and 128, each with the policy's 2 terms and with the masked path
-// forced everywhere (0), which must agree with the reference as well.
+// for 1 × 1; ragged N, a last tile of one row, the largest halo (cq = 16), ck = 1, plain attention
+// through it, d = 64 and 128 (whatever the policy picks), each with the path forced on (1) and off
+// (0): both must agree with the reference.
 TEST_CASE("mta fast forward, linear path off the diagonal", "[mta-fast]") {
-  for (int terms : {2, 0})
+  for (int linear : {1, 0})
     for (std::size_t d : {64, 128}) {
-      check_fast({1, 300, 2, d, 3, 3, fr::Dtype::bf16, Values::normal, false, terms});
-      check_fast({2, 129, 3, d, 3, 3, fr::Dtype::bf16, Values::normal, false, terms});
-      check_fast({1, 517, 2, d, 16, 3, fr::Dtype::bf16, Values::normal, false, terms});
-      check_fast({1, 260, 2, d, 6, 1, fr::Dtype::bf16, Values::normal, false, terms});
-      check_fast({1, 190, 2, d, 1, 1, fr::Dtype::bf16, Values::normal, true, terms});
-      check_fast({1, 1025, 1, d, 1, 3, fr::Dtype::bf16, Values::normal, false, terms});
+      check_fast({1, 300, 2, d, 3, 3, fr::Dtype::bf16, Values::normal, false, linear});
+      check_fast({2, 129, 3, d, 3, 3, fr::Dtype::bf16, Values::normal, false, linear});
+      check_fast({1, 517, 2, d, 16, 3, fr::Dtype::bf16, Values::normal, false, linear});
+      check_fast({1, 260, 2, d, 6, 1, fr::Dtype::bf16, Values::normal, false, linear});
+      check_fast({1, 190, 2, d, 1, 1, fr::Dtype::bf16, Values::normal, true, linear});
+      check_fast({1, 1025, 1, d, 1, 3, fr::Dtype::bf16, Values::normal, false, linear});
     }
-  check_fast({1, 300, 2, 64, 3, 3, fr::Dtype::bf16, Values::large, false, 2});
-  check_fast({1, 300, 2, 64, 3, 3, fr::Dtype::bf16, Values::ties, false, 2});
-  check_fast({1, 300, 2, 128, 3, 3, fr::Dtype::bf16, Values::large, false, 2});
+  for (std::size_t d : {64, 128}) {
+    check_fast({1, 300, 2, d, 3, 3, fr::Dtype::bf16, Values::large, false, 1});
+    check_fast({1, 300, 2, d, 3, 3, fr::Dtype::bf16, Values::ties, false, 1});
+  }
   report("mta-fast linear");
 }
 
 TEST_CASE("mta fast forward, linear path, small shapes under the sanitizers", "[mta-fast-sanitize]") {
-  check_fast({1, 200, 1, 64, 3, 3, fr::Dtype::bf16, Values::normal, false, 2});
-  check_fast({1, 150, 1, 128, 16, 1, fr::Dtype::bf16, Values::normal, false, 2});
+  check_fast({1, 200, 1, 64, 3, 3, fr::Dtype::bf16, Values::normal, false, 1});
+  check_fast({1, 150, 1, 128, 16, 1, fr::Dtype::bf16, Values::normal, false, 1});
   report("mta-fast linear sanitize");
-}
-
-// One bf16 term of Q̃ (error ~2^-9 of |Ŝ|): on normal inputs, against the same bars. Not in the
-// default policy; this case records whether it holds them.
-TEST_CASE("mta fast forward, linear path with one term", "[mta-fast-linear1]") {
-  for (std::size_t d : {64, 128}) {
-    check_fast({1, 300, 2, d, 3, 3, fr::Dtype::bf16, Values::normal, false, 1});
-    check_fast({1, 1025, 2, d, 3, 3, fr::Dtype::bf16, Values::normal, false, 1});
-    check_fast({1, 517, 2, d, 16, 3, fr::Dtype::bf16, Values::normal, false, 1});
-  }
-  report("mta-fast linear one term");
-  check_fast({1, 300, 2, 64, 3, 3, fr::Dtype::bf16, Values::large, false, 1});
-  report("mta-fast linear one term, +-800");
 }
 
 TEST_CASE("mta fast forward: a NaN input comes out as NaN, and the checks fail on it", "[mta-fast][mta-fast-sanitize]") {
@@ -257,15 +245,23 @@ TEST_CASE("mta fast forward refuses what it does not take", "[mta-fast]") {
   refused([](fc::mta::FastShape& t) { t.ck = 4; });
   refused([](fc::mta::FastShape& t) { t.seq = 0; });
   refused([](fc::mta::FastShape& t) { t.dtype = fr::Dtype::fp32; });
-  refused([](fc::mta::FastShape& t) { t.linear_terms = 3; });
-  refused([](fc::mta::FastShape& t) { t.linear_terms = -2; });
-  refused([](fc::mta::FastShape& t) { t.linear_terms = 2, t.ck = 5; });
-  refused([](fc::mta::FastShape& t) { t.linear_terms = 1, t.dtype = fr::Dtype::fp16; });
-  // The policy, stated in one place: two terms for bf16 and ck <= kFastLinearMaxCk, else none.
+  refused([](fc::mta::FastShape& t) { t.linear_path = 2; });
+  refused([](fc::mta::FastShape& t) { t.linear_path = -2; });
+  refused([](fc::mta::FastShape& t) { t.linear_path = 1, t.ck = 5; });
+  refused([](fc::mta::FastShape& t) { t.linear_path = 1, t.dtype = fr::Dtype::fp16; });
+  // The policy, stated in one place (fast_uses_linear_path): bf16, d = 64, ck <= min(cq, 3).
+  s.cq = 3, s.ck = 3;
+  CHECK(fc::mta::fast_uses_linear_path(s));
+  s.cq = 1, s.ck = 1;
+  CHECK(fc::mta::fast_uses_linear_path(s));
   s.ck = 3;
-  CHECK(fc::mta::fast_linear_terms(s) == 2);
-  s.ck = 5;
-  CHECK(fc::mta::fast_linear_terms(s) == 0);
-  s.ck = 3, s.dtype = fr::Dtype::fp16;
-  CHECK(fc::mta::fast_linear_terms(s) == 0);
+  CHECK_FALSE(fc::mta::fast_uses_linear_path(s));
+  s.cq = 6, s.ck = 5;
+  CHECK_FALSE(fc::mta::fast_uses_linear_path(s));
+  s.ck = 3, s.head_dim = 128;
+  CHECK_FALSE(fc::mta::fast_uses_linear_path(s));
+  s.head_dim = 64, s.dtype = fr::Dtype::fp16;
+  CHECK_FALSE(fc::mta::fast_uses_linear_path(s));
+  s.linear_path = 0, s.dtype = fr::Dtype::bf16;
+  CHECK_FALSE(fc::mta::fast_uses_linear_path(s));
 }

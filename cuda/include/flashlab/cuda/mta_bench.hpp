@@ -61,7 +61,7 @@ struct MtaBenchConfig {
   ref::Dtype dtype = ref::Dtype::bf16;    ///< storage type of Q, K, V, O for the fast kernels (bf16 or fp16; clear: fp32)
   int block = 64;                         ///< B, the clear kernels' loaded tile (the fast kernels' tiles are fixed)
   int splits = 16;                        ///< N_splits of the decode pass
-  int linear_terms = -1;                  ///< the fast forward's FastShape::linear_terms (−1: its policy)
+  int linear_path = -1;                   ///< the fast forward's FastShape::linear_path (−1: its policy)
   int reps = 30;                          ///< timed launches per shape (≥ 1)
   int warmup = 3;                         ///< untimed launches per shape (≥ 0)
   int input_sets = 3;                     ///< input sets rotated over (≥ 1)

@@ -48,7 +48,8 @@ inline constexpr int kFastMaxCq = 16;
 inline constexpr int kFastMaxCk = 15;
 /// Widest kernel the forward's linear path takes (bf16 only): off the diagonal, Ŝ = Σ_b Q̃_b K_bᵀ
 /// with Q̃_b = Σ_a W[a, b]·Q shifted by a rows, one tensor-core product of inner dimension
-/// terms·ck·d per key tile instead of S in SRAM and the convolution on CUDA cores.
+/// 2·ck·d per key tile (Q̃ as two bf16 terms: its rounding and the remainder) instead of S in SRAM
+/// and the convolution on CUDA cores.
 inline constexpr int kFastLinearMaxCk = 3;
 
 /// Shape and parameters of one fast forward on device pointers.
@@ -61,21 +62,21 @@ struct FastShape {
   int ck = 1;        ///< kernel columns, odd, 1 ≤ ck ≤ kFastMaxCk
   ref::Dtype dtype = ref::Dtype::bf16;  ///< bf16 or fp16 (Q, K, V, O)
   float scale = 0.f;  ///< softmax scale (natural units); 0 means 1/√d
-  /// Linear path on the off-diagonal key tiles: Q̃ held as this many bf16 terms (1: Q̃ rounded
-  /// once, error ~2⁻⁹·|Ŝ| — too coarse for large scores; 2: the rounding's remainder as a second
-  /// term, error ~2⁻¹⁷·|Ŝ|, as the fp32 path). 0: the masked path (S in SRAM, the convolution on
-  /// CUDA cores) on every tile. −1: fast_linear_terms() decides.
-  int linear_terms = -1;
+  /// The linear path on the key tiles left of the diagonal band (kFastLinearMaxCk): 1 on, 0 off
+  /// (the masked path — S in SRAM, the convolution on CUDA cores — on every tile), −1:
+  /// fast_uses_linear_path() decides.
+  int linear_path = -1;
 };
 
-/// The linear-path policy, stated here only: the number of Q̃ terms the forward uses for `shape`
-/// (shape.linear_terms when ≥ 0, else 2 for bf16 with ck ≤ kFastLinearMaxCk, else 0).
-int fast_linear_terms(const FastShape& shape);
+/// The linear-path policy, stated here only: shape.linear_path when ≥ 0, else on for bf16 at
+/// d = 64 with ck ≤ min(cq, kFastLinearMaxCk) — where it measured faster (at d = 128 its Q̃ tiles
+/// halve the blocks per SM; at 1 × 3 the masked path is faster) — else off.
+bool fast_uses_linear_path(const FastShape& shape);
 
 /// The fast forward's limits, checked here and nowhere else: B, N, H ≥ 1, grid limits
 /// (H, B ≤ 65535), d ∈ {64, 128}, 1 ≤ cq ≤ kFastMaxCq, ck odd in [1, kFastMaxCk], dtype bf16 or
-/// fp16, B·N·H·d < 2³¹, linear_terms ∈ {−1, 0, 1, 2} and 1 or 2 only for bf16 with
-/// ck ≤ kFastLinearMaxCk. Throws std::invalid_argument naming the field, its value and a hint.
+/// fp16, B·N·H·d < 2³¹, linear_path ∈ {−1, 0, 1} and 1 only for bf16 with ck ≤ kFastLinearMaxCk.
+/// Throws std::invalid_argument naming the field, its value and a hint.
 void check_fast_shape(const FastShape& shape);
 
 /// Launches the fast forward on device pointers, no copies, no allocation, no synchronisation,
@@ -96,9 +97,9 @@ struct FastForwardOutput {
 /// poisons O and LSE with NaN, runs fast_forward_device() and downloads the results. Validates
 /// as the reference does (ref::mta::validate) and then check_fast_shape(); `p.block` and
 /// `p.splits` are not used (the tiles are fixed), `p.scale` is. Throws std::invalid_argument for
-/// bad arguments, CudaError for a CUDA failure. `linear_terms` as FastShape::linear_terms.
+/// bad arguments, CudaError for a CUDA failure. `linear_path` as FastShape::linear_path.
 FastForwardOutput fast_forward(const ref::Tensor<float>& q, const ref::Tensor<float>& k, const ref::Tensor<float>& v,
                                const ref::mta::Weights<float>& w, const ref::mta::Params& p,
-                               ref::Dtype dtype = ref::Dtype::bf16, int linear_terms = -1);
+                               ref::Dtype dtype = ref::Dtype::bf16, int linear_path = -1);
 
 }  // namespace flashlab::cuda::mta
