@@ -24,7 +24,8 @@
 #                                        and 128; the clear kernel at 3x3) and the unfused PyTorch
 #                                        implementation on the same shapes (mta_torch.py); tabulated
 #                                        into mta_fast_checks.csv, mta_fast_worst_errors.csv,
-#                                        mta_fast.csv, mta_torch.csv
+#                                        mta_fast.csv, mta_torch.csv; the linear path forced on and
+#                                        off at narrow kernels into mta_fast_linear.csv
 #   measure.sh mta-fast-bwd [BIN_DIR] [OUT_DIR] the fast MTA backward and decode: their tests and
 #                                        sanitizers, the CLI, `bench mta` fwd, bwd and fwd+bwd at
 #                                        H = 16, N = 4096 (3x3, 11x11, 6x11; d = 64 and 128), the
@@ -239,6 +240,14 @@ mta_fast_steps() {
     step_timeout=120 step "$logs/mta_bench_fast_$k.csv" "${bench[@]}" --reps 20 --cq "${k%x*}" --ck "${k#*x}" --dim 64,128
   done
   step_timeout=60 step "$logs/mta_bench_fast_3x3_fp16.csv" "${bench[@]}" --reps 20 --cq 3 --ck 3 --dtype fp16
+  # The forward's linear path forced on (1) and off (0) at narrow kernels: what its policy rests on.
+  local on
+  for k in 3x3 1x1 1x3 6x3 16x3; do
+    for on in 0 1; do
+      step_timeout=60 step "$logs/mta_linear_${on}_$k.csv" "${bench[@]}" --reps 20 --cq "${k%x*}" --ck "${k#*x}" \
+        --dim 64,128 --linear-path "$on"
+    done
+  done
   step_timeout=120 step "$logs/mta_bench_clear_3x3.csv" "${bench[@]}" --kernel clear --reps 5 --warmup 1 --cq 3 --ck 3
   step_timeout=300 step "$logs/mta_torch.log" env PYTHONUNBUFFERED=1 python3 "$(dirname "$0")/mta_torch.py" \
     "$logs"/mta_bench_fast_{3x3,11x11,6x11}.csv --reps 5 --out "$logs/mta_torch.csv"
@@ -514,6 +523,13 @@ tab_mta_fast() {
   tab_worst_errors "$1/test_cuda_mta_fast.log" "$2" "$3" >"$4/mta_fast_worst_errors.csv"
   prefix_csv "$2" "$3" "$1"/mta_bench_*.csv >"$4/mta_fast.csv"
   prefix_csv "$2" "$3" "$1/mta_torch.csv" >"$4/mta_torch.csv"
+  local f on
+  echo "date,device,linear_path,kernel,dtype,pass,cq,ck,d,N,H,B,ms,min_ms,max_ms,tflops" >"$4/mta_fast_linear.csv"
+  for f in "$1"/mta_linear_*.csv; do
+    [ -f "$f" ] || continue
+    on=${f##*/mta_linear_}; on=${on%%_*}
+    prefix_csv "$2" "$3,$on" "$f" | tail -n +2 >>"$4/mta_fast_linear.csv"
+  done
 }
 
 # stream_fast_ncu.csv: ncu's metrics of the fast apply at T = 1M, one row per grouping and metric.

@@ -17,6 +17,11 @@
 // (K_{j+1} is loaded during the convolution, softmax and P V of step j, V_j during S), so the
 // copies overlap the math. Two barriers per step: each warp convolves the 16 rows of Ŝ it then
 // reads itself, so only a warp barrier separates steps 2 and 3.
+// Linear path (bf16, ck ≤ 3, by the API's policy): on the key tiles 0 … T_lin − 1, left of the
+// diagonal band, where the causal zeros before the convolution change nothing, steps 1–2 become
+// Ŝ = Σ_b Q̃_b K_bᵀ (Q̃_b = Σ_a W[a, b]·Q shifted by a − Pq rows, built once per block in two bf16
+// terms), one tensor-core product from SRAM, no S round trip, no convolution FMAs, no masks; the
+// band's tiles then take the steps above. One barrier pair per tile on both paths.
 // Key tiles entirely right of the block's last row are never loaded: Br = Bc, so query tile i
 // visits key tiles 0 … i. Blocks of the bottom query tiles (the most key tiles) start first.
 // Rows outside [0, N) of every tile are zero-filled by cp.async: they are exactly the zero

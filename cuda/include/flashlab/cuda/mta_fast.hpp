@@ -15,7 +15,10 @@
 /// (16 query rows above, 8 key columns each side: Pq ≤ 15, Pk ≤ 7) into shared memory in fp32,
 /// causal zeros, the convolution on chip in fp32, −∞ where j > i, online softmax in base 2, P
 /// rounded to the input dtype and P V on tensor cores. Key tiles entirely right of the block's
-/// last row are skipped (their Ŝ is all −∞ whatever the halo holds).
+/// last row are skipped (their Ŝ is all −∞ whatever the halo holds). The linear path (bf16,
+/// fast_uses_linear_path) replaces the first three steps on the key tiles left of the diagonal
+/// band, where the causal zeros before the convolution change nothing: Ŝ = Σ_b Q̃_b K_bᵀ, one
+/// tensor-core product with Q̃ built once per block (kFastLinearMaxCk).
 ///
 /// LSE convention (the same as fast_attention.hpp's, which the backward consumes): LSE is fp32
 /// `[B, H, N]`, **base 2 of base-2 scores**: with Ŝ the convolved, scaled scores (natural units),
