@@ -23,7 +23,7 @@ namespace {
 constexpr const char* kUsageLine =
     "bench mta [--kernel fast|clear] [--pass fwd|bwd|fwd+bwd|decode] [--cq CQ] [--ck CK] [--seq N[,N2,...]]\n"
     "                 [--dim D[,D2]] [--heads H] [--batch B] [--dtype bf16|fp16] [--block B] [--reps R] [--warmup W]\n"
-    "                 [--csv]";
+    "                 [--linear-path -1|0|1] [--csv]";
 constexpr const char* kSummary =
     "Times the Multi-Token Attention kernels on the GPU (causal, as MTA is) for every (d, N) of the\n"
     "sweep and one convolution kernel size cq x ck. Per shape: W warm-up launches, then R launches\n"
