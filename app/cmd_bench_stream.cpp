@@ -22,16 +22,17 @@ namespace flashlab::app {
 namespace {
 
 constexpr const char* kUsageLine =
-    "bench stream [--pass estimate|apply|both] [--kernel clear|fast] [--seq T[,T2,...]] [--dim D[,D2]]\n"
+    "bench stream [--pass estimate|apply|both] [--kernel fast|clear] [--seq T[,T2,...]] [--dim D[,D2]]\n"
     "                       [--k K[,K2,...]] [--heads H] [--bq BQ] [--bk BK] [--dtype bf16|fp16]\n"
     "                       [--reps R] [--warmup W] [--check-indices [--traffic]] [--csv]";
 constexpr const char* kSummary =
     "Times the STREAM kernels on the GPU: mask estimation (top-k key blocks per query block) and/or\n"
-    "mask application (block-sparse attention over them), the clear fp32 kernels or the fast\n"
-    "16-bit tensor-core ones, for every (d, k, T) of the sweep; causal mask, N(0, 1) inputs. Per\n"
+    "mask application (block-sparse attention over them), the fast 16-bit tensor-core kernels (the\n"
+    "default) or the clear fp32 ones, for every (d, k, T) of the sweep; causal mask, N(0, 1) inputs. Per\n"
     "shape and pass: W warm-up launches, then R launches each timed alone with CUDA events, L2\n"
     "flushed (256 MiB memset) before each. The apply runs on the I of the estimate of the same inputs\n"
-    "(the fast bf16 estimate with --kernel fast --dtype bf16, else one untimed clear estimate). Prints the median, min and max ms and the device bytes the pass needs beyond\n"
+    "(the fast bf16 estimate with --kernel fast --dtype bf16, else one untimed clear estimate).\n"
+    "Prints the median, min and max ms and the device bytes the pass needs beyond\n"
     "Q, K, V and O (I, scores, workspaces). --csv rows feed cuda/bench/stream_sdpa.py (dense causal\n"
     "SDPA at the same T). --check-indices (with --kernel fast --pass estimate) also downloads I after\n"
     "every launch and reports whether it was bitwise the same each time and its checksum, and\n"
@@ -45,7 +46,7 @@ po::options_description options() {
   po::options_description d("Options");
   d.add_options()("help,h", "show this help")
       ("pass", po::value<std::string>()->default_value("both"), "estimate | apply | both: the passes to time")
-      ("kernel", po::value<std::string>()->default_value("clear"), "clear | fast: the implementation to time")
+      ("kernel", po::value<std::string>()->default_value("fast"), "fast | clear: the implementation to time")
       ("seq", po::value<std::string>()->default_value("32768,65536,131072,262144,524288,1048576"),
        "sequence lengths T, comma separated (up to 8388608)")
       ("dim", po::value<std::string>()->default_value("64,128"), "head dims d, comma separated")
@@ -104,7 +105,7 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
   s.apply = pass != "estimate";
   const std::string kernel = vm["kernel"].as<std::string>();
   if (kernel != "clear" && kernel != "fast")
-    throw UsageError("--kernel '" + kernel + "' is unknown", "choose clear (the default) or fast");
+    throw UsageError("--kernel '" + kernel + "' is unknown", "choose fast (the default) or clear");
   s.fast = kernel == "fast";
   const std::string dt = vm["dtype"].as<std::string>();
   if (dt != "bf16" && dt != "fp16") throw UsageError("--dtype '" + dt + "' is unknown", "choose bf16 or fp16");
