@@ -816,6 +816,43 @@ std::string readme_stream_table(const std::string& root) {
   return md.out.str();
 }
 
+/// README's MTA row: the fast bf16 forward (newest run of mta_fast.csv) and forward + backward
+/// (newest run of mta_fast_bwd.csv) at the shape, each beside the unfused fp32 PyTorch
+/// implementation timed in the same run (mta_torch.csv, mta_fast_bwd_torch.csv).
+std::string readme_mta_table(const std::string& root) {
+  // Rows point into their Csv: the four files stay alive for the whole function.
+  const Csv fwd_csv = read_csv(root + "/cuda/results/mta_fast.csv");
+  const Csv fwd_torch_csv = read_csv(root + "/cuda/results/mta_torch.csv");
+  const Csv both_csv = read_csv(root + "/cuda/results/mta_fast_bwd.csv");
+  const Csv both_torch_csv = read_csv(root + "/cuda/results/mta_fast_bwd_torch.csv");
+  const std::vector<Row> fwd = newest_rows(fwd_csv), fwd_torch = newest_rows(fwd_torch_csv);
+  const std::vector<Row> both = newest_rows(both_csv), both_torch = newest_rows(both_torch_csv);
+  const auto pick = [](const std::vector<Row>& rows, const std::string& w, const std::string& pass,
+                       const std::string& dtype, const char* kernel) -> const Row* {
+    for (const Row& r : rows)
+      if (r.str("cq") == w && r.str("ck") == w && r.str("d") == "64" && r.str("N") == "4096" && r.str("H") == "16" &&
+          r.str("pass") == pass && r.str("dtype") == dtype && (!kernel || r.str("kernel") == kernel))
+        return &r;
+    return nullptr;
+  };
+  const auto ms = [](const Row* r, const char* column) { return r ? fmt("%.3f", r->num(column)) : std::string("–"); };
+  const auto times = [](const Row* torch, const Row* ours) {
+    return torch && ours ? ratio(torch->num("torch_ms"), ours->num("ms"), "%.0f×") : std::string("–");
+  };
+  Markdown md;
+  md.header({"MTA, causal, H = 16, N = 4096, d = 64, bf16", "fast fwd ms", "PyTorch fp32 fwd ms", "× faster",
+             "fast fwd+bwd ms", "PyTorch fp32 fwd+bwd ms", "× faster", "runs (UTC)"});
+  for (const std::string w : {"3", "11"}) {
+    const Row* f = pick(fwd, w, "fwd", "bf16", "fast");
+    const Row* ft = pick(fwd_torch, w, "fwd", "fp32", nullptr);
+    const Row* b = pick(both, w, "fwd+bwd", "bf16", "fast");
+    const Row* bt = pick(both_torch, w, "fwd+bwd", "fp32", nullptr);
+    md.line({w + " × " + w, ms(f, "ms"), ms(ft, "torch_ms"), times(ft, f), ms(b, "ms"), ms(bt, "torch_ms"), times(bt, b),
+             fwd.front().str("date") + " / " + both.front().str("date")});
+  }
+  return md.out.str();
+}
+
 /// The fast bf16 estimate (`flashlab bench stream --check-indices`, measure.sh stream): time per shape, its extra device
 /// memory, and the CUPTI traffic of one launch where the run measured it (−1 in the CSV: not).
 std::string stream_fast_estimate_table(const std::string& root) {
@@ -883,6 +920,7 @@ const std::map<std::string, Renderer>& renderers() {
       {"stream_sdpa", stream_sdpa_table},
       {"stream_group", stream_group_table},
       {"readme_stream", readme_stream_table},
+      {"readme_mta", readme_mta_table},
       {"stream_fast_estimate", stream_fast_estimate_table},
   };
   return table;
