@@ -438,14 +438,20 @@ std::string tma_ws_runs_table(const std::string& root) {
 
 // ---- Hopper backward (wgmma-ws beside the mma.sync atomic kernel and SDPA) ------------------
 
-/// The newest run of bwd_ws.csv that timed the wgmma-ws sweep: every wgmma-ws shape, with the
+/// The run of bwd_ws.csv with the most wgmma-ws rows (the full sweep): every wgmma-ws shape, with the
 /// deterministic variant and the mma.sync atomic kernel of the same run where they were timed,
 /// and SDPA (bnhd) of that run.
 std::string bwd_ws_table(const std::string& root) {
   const Csv csv = read_csv(root + "/cuda/results/bwd_ws.csv");
-  std::string run;
+  // The sweep: the run with the most wgmma-ws rows (a tie goes to the newer), so a later run of a
+  // few headline shapes does not replace it.
+  std::map<std::string, int> rows_per_run;
   for (const Row& r : rows_of(csv))
-    if (r.str("kernel") == "wgmma-ws" && r.str("date") > run) run = r.str("date");
+    if (r.str("kernel") == "wgmma-ws") ++rows_per_run[r.str("date")];
+  std::string run;
+  int most = 0;
+  for (const auto& [date, count] : rows_per_run)
+    if (count >= most) run = date, most = count;
   if (run.empty()) throw InputError(csv.path + ": no rows of kernel 'wgmma-ws'");
   std::vector<Row> rows;
   std::map<std::tuple<std::string, std::string, std::string>, double> atomic, det;  // (d, causal, N) -> TFLOP/s
