@@ -1,11 +1,13 @@
-// `flashlab bench attention`: times the fast tensor-core forward (cuda/src/attention_fwd_tc.cu)
-// and/or backward (--bwd-design: cuda/src/attention_bwd_tc_atomic.cu, the default, or
-// cuda/src/attention_bwd_tc.cu) over a sweep of shapes and prints ms, TFLOP/s and
-// effective GB/s per shape and pass.
+// `flashlab bench attention`: times the fast tensor-core forward (--fwd-kernel: mma.sync in
+// cuda/src/attention_fwd_tc.cu, wgmma in attention_fwd_wgmma.cu, tma-ws in attention_fwd_ws.cu)
+// and/or backward (--bwd-design: the atomic one, the default, in attention_bwd_tc_atomic.cu or,
+// with --bwd-kernel wgmma-ws, attention_bwd_ws.cu; two-kernel in attention_bwd_tc.cu) over a
+// sweep of shapes and prints ms, TFLOP/s and effective GB/s per shape and pass.
 // Flags are parsed and checked in every build; the timing itself is
 // flashlab::cuda::bench_attention (cuda/src/bench.cpp), compiled only with CUDA
 // (FLASHLAB_HAVE_CUDA). Formatting only here.
 #include "commands.hpp"
+#include "gpu_flags.hpp"
 
 #ifdef FLASHLAB_HAVE_CUDA
 #include "flashlab/cuda/bench.hpp"
@@ -74,13 +76,6 @@ po::options_description options() {
   return d;
 }
 
-// "1024,2048" → {1024, 2048} (cli.hpp's integer_list), as the ints the bench harness takes.
-std::vector<int> parse_list(const char* flag, const std::string& text, long long lo, long long hi,
-                            const char* example) {
-  const auto v = integer_list(flag, text, lo, hi, example);
-  return {v.begin(), v.end()};
-}
-
 /// Everything the sweep needs, checked.
 struct Sweep {
   std::vector<int> seqs, dims;
@@ -95,16 +90,12 @@ struct Sweep {
 
 Sweep parse_sweep(const po::variables_map& vm) {
   Sweep s;
-  s.seqs = parse_list("seq", vm["seq"].as<std::string>(), 1, 1 << 20, "1024,2048,4096");
-  s.dims = parse_list("dim", vm["dim"].as<std::string>(), 1, 4096, "64,128");
-  require_range("heads", vm["heads"].as<long long>(), 1, 4096);
-  require_range("batch", vm["batch"].as<long long>(), 1, 4096);
-  require_range("reps", vm["reps"].as<long long>(), 20, 100000);
-  require_range("warmup", vm["warmup"].as<long long>(), 0, 100000);
-  s.heads = int(vm["heads"].as<long long>());
-  s.batch = int(vm["batch"].as<long long>());
-  s.reps = int(vm["reps"].as<long long>());
-  s.warmup = int(vm["warmup"].as<long long>());
+  s.seqs = sweep_list("seq", vm["seq"].as<std::string>(), 1, 1 << 20, "1024,2048,4096");
+  s.dims = sweep_list("dim", vm["dim"].as<std::string>(), 1, 4096, "64,128");
+  s.heads = int_flag(vm, "heads", 1, 4096);
+  s.batch = int_flag(vm, "batch", 1, 4096);
+  s.reps = int_flag(vm, "reps", 20, 100000);
+  s.warmup = int_flag(vm, "warmup", 0, 100000);
   const bool c = vm["causal"].as<bool>(), nc = vm["no-causal"].as<bool>(), both = vm["both"].as<bool>();
   if (int(c) + int(nc) + int(both) > 1)
     throw UsageError("--causal, --no-causal and --both exclude each other", "give at most one (default: --both)");
@@ -131,9 +122,7 @@ Sweep parse_sweep(const po::variables_map& vm) {
   if (bk.rfind("wgmma-ws", 0) == 0 && !s.bwd_atomic)
     throw UsageError("--bwd-kernel " + bk + " runs the atomic design only", "drop --bwd-design two-kernel");
   s.bwd_kernel = bk;
-  const std::string dt = vm["dtype"].as<std::string>();
-  if (dt != "bf16" && dt != "fp16") throw UsageError("--dtype '" + dt + "' is unknown", "choose bf16 or fp16");
-  s.fp16 = dt == "fp16";
+  s.fp16 = fp16_dtype(vm["dtype"].as<std::string>());
   s.csv = vm["csv"].as<bool>();
   return s;
 }
@@ -154,10 +143,7 @@ int run_sweep(const Sweep& s) {
                        "the fast kernels take --dim 64 and/or 128 (flashlab attention fwd takes any d on the CPU)");
     }
   }
-  std::string why;
-  if (!fc::device_available(&why))
-    throw std::runtime_error("flashlab bench attention needs a CUDA GPU, and none is usable: " + why +
-                             "\nhint: run it on a machine with an NVIDIA GPU and driver (nvidia-smi lists it)");
+  require_gpu("bench attention");
   fc::AttentionBenchConfig b;
   b.seqs = s.seqs;
   b.head_dims = s.dims;
@@ -195,7 +181,7 @@ int run_sweep(const Sweep& s) {
   const char* dt = s.fp16 ? "fp16" : "bf16";
   const std::string device = fc::device_description();
   // CSV goes to stdout alone (a file for sdpa_bench.py); the device line then goes to stderr.
-  std::ostream& info = s.csv ? std::cerr : std::cout;
+  std::ostream& info = info_stream(s.csv);
   info << "device: " << device << "\n"
        << (s.fwd && s.bwd ? "fast forward (" + fwd_name + ") and " + bwd_name + ", "
                           : s.bwd ? "fast " + bwd_name + ", "
@@ -247,9 +233,7 @@ int cmd_bench(const Args& args) {
     return run_sweep(sweep);
 #else
     (void)sweep;
-    throw UsageError("this flashlab was built without CUDA (bench attention times the GPU kernel)",
-                     "rebuild with nvcc present (cmake --preset cuda, FLASHLAB_ENABLE_CUDA=ON) and run on a machine "
-                     "with an NVIDIA GPU");
+    throw built_without_cuda("bench attention times the GPU kernel");
 #endif
   });
 }

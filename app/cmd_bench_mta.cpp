@@ -4,6 +4,7 @@
 // is flashlab::cuda::mta::bench_mta (cuda/src/mta_bench.cpp), compiled only with CUDA
 // (FLASHLAB_HAVE_CUDA). Formatting only here.
 #include "commands.hpp"
+#include "gpu_flags.hpp"
 
 #ifdef FLASHLAB_HAVE_CUDA
 #include "flashlab/cuda/mta_bench.hpp"
@@ -42,7 +43,8 @@ constexpr const char* kSummary =
 po::options_description options() {
   po::options_description d("Options");
   d.add_options()("help,h", "show this help")
-      ("kernel", po::value<std::string>()->default_value("fast"), "fast | clear: the kernel family to time")
+      ("kernel", po::value<std::string>()->default_value("fast"), 
+       "fast | clear: the fast tensor-core kernels (the default) or the clear fp32 ones")
       ("pass", po::value<std::string>()->default_value("fwd"), "fwd | bwd | fwd+bwd | decode: the pass to time")
       ("cq", po::value<long long>()->default_value(3), "kernel rows cq (query direction, >= 1)")
       ("ck", po::value<long long>()->default_value(3), "kernel columns ck (key direction, odd)")
@@ -70,40 +72,27 @@ struct MtaSweep {
   bool fp16 = false, csv = false;
 };
 
-std::vector<int> int_list(const char* flag, const std::string& text, long long lo, long long hi, const char* example) {
-  const auto v = integer_list(flag, text, lo, hi, example);
-  return {v.begin(), v.end()};
-}
-
-int checked_int(const po::variables_map& vm, const char* flag, long long lo, long long hi) {
-  require_range(flag, vm[flag].as<long long>(), lo, hi);
-  return int(vm[flag].as<long long>());
-}
-
 MtaSweep parse_mta_sweep(const po::variables_map& vm) {
   MtaSweep s;
-  s.seqs = int_list("seq", vm["seq"].as<std::string>(), 1, 1 << 20, "1024,4096");
-  s.dims = int_list("dim", vm["dim"].as<std::string>(), 1, 4096, "64,128");
-  s.cq = checked_int(vm, "cq", 1, 64);
-  s.ck = checked_int(vm, "ck", 1, 63);
+  s.seqs = sweep_list("seq", vm["seq"].as<std::string>(), 1, 1 << 20, "1024,4096");
+  s.dims = sweep_list("dim", vm["dim"].as<std::string>(), 1, 4096, "64,128");
+  s.cq = int_flag(vm, "cq", 1, 64);
+  s.ck = int_flag(vm, "ck", 1, 63);
   if (s.ck % 2 == 0)
     throw UsageError("--ck " + std::to_string(s.ck) + " is even", "the key direction needs an odd kernel, e.g. --ck 3");
-  s.heads = checked_int(vm, "heads", 1, 4096);
-  s.batch = checked_int(vm, "batch", 1, 4096);
-  s.block = checked_int(vm, "block", 1, 256);
-  s.splits = checked_int(vm, "splits", 1, 4096);
-  s.linear_path = checked_int(vm, "linear-path", -1, 1);
-  s.reps = checked_int(vm, "reps", 5, 100000);
-  s.warmup = checked_int(vm, "warmup", 0, 100000);
+  s.heads = int_flag(vm, "heads", 1, 4096);
+  s.batch = int_flag(vm, "batch", 1, 4096);
+  s.block = int_flag(vm, "block", 1, 256);
+  s.splits = int_flag(vm, "splits", 1, 4096);
+  s.linear_path = int_flag(vm, "linear-path", -1, 1);
+  s.reps = int_flag(vm, "reps", 5, 100000);
+  s.warmup = int_flag(vm, "warmup", 0, 100000);
   s.kernel = vm["kernel"].as<std::string>();
-  if (s.kernel != "fast" && s.kernel != "clear")
-    throw UsageError("--kernel '" + s.kernel + "' is unknown", "choose fast (the default) or clear");
+  kernel_family(s.kernel, KernelFamily::fast);  // checks the value
   s.pass = vm["pass"].as<std::string>();
   if (s.pass != "fwd" && s.pass != "bwd" && s.pass != "fwd+bwd" && s.pass != "decode")
     throw UsageError("--pass '" + s.pass + "' is unknown", "choose fwd (the default), bwd, fwd+bwd or decode");
-  const std::string dt = vm["dtype"].as<std::string>();
-  if (dt != "bf16" && dt != "fp16") throw UsageError("--dtype '" + dt + "' is unknown", "choose bf16 or fp16");
-  s.fp16 = dt == "fp16";
+  s.fp16 = fp16_dtype(vm["dtype"].as<std::string>());
   s.csv = vm["csv"].as<bool>();
   return s;
 }
@@ -134,13 +123,10 @@ fm::MtaBenchConfig config_of(const MtaSweep& s) {
 }
 
 int run_mta_sweep(const MtaSweep& s) {
-  std::string why;
-  if (!flashlab::cuda::device_available(&why))
-    throw std::runtime_error("flashlab bench mta needs a CUDA GPU, and none is usable: " + why +
-                             "\nhint: run it on a machine with an NVIDIA GPU and driver (nvidia-smi lists it)");
+  require_gpu("bench mta");
   const fm::MtaBenchConfig b = config_of(s);
   // CSV goes to stdout alone (a file for mta_torch.py); the device line then goes to stderr.
-  std::ostream& info = s.csv ? std::cerr : std::cout;
+  std::ostream& info = info_stream(s.csv);
   info << "device: " << flashlab::cuda::device_description() << "\n"
        << s.kernel << " MTA kernels, pass " << s.pass << ", " << s.cq << "x" << s.ck << ", causal, H=" << s.heads
        << " B=" << s.batch << "; per shape " << s.warmup << " warm-up + " << s.reps
@@ -194,9 +180,7 @@ int cmd_bench_mta(const Args& args) {
     return run_mta_sweep(sweep);
 #else
     (void)sweep;
-    throw UsageError("this flashlab was built without CUDA (bench mta times the GPU kernels)",
-                     "rebuild with nvcc present (cmake --preset cuda, FLASHLAB_ENABLE_CUDA=ON) and run on a machine "
-                     "with an NVIDIA GPU");
+    throw built_without_cuda("bench mta times the GPU kernels");
 #endif
   });
 }

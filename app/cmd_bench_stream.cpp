@@ -4,6 +4,7 @@
 // V, O. Flags are parsed and checked in every build; the timing itself is
 // flashlab::cuda::bench_stream (cuda/src/stream_bench.cpp), compiled only with CUDA.
 #include "commands.hpp"
+#include "gpu_flags.hpp"
 
 #ifdef FLASHLAB_HAVE_CUDA
 #include "flashlab/cuda/options.hpp"
@@ -46,7 +47,8 @@ po::options_description options() {
   po::options_description d("Options");
   d.add_options()("help,h", "show this help")
       ("pass", po::value<std::string>()->default_value("both"), "estimate | apply | both: the passes to time")
-      ("kernel", po::value<std::string>()->default_value("fast"), "fast | clear: the implementation to time")
+      ("kernel", po::value<std::string>()->default_value("fast"), 
+       "fast | clear: the fast 16-bit tensor-core kernels (the default) or the clear fp32 ones")
       ("seq", po::value<std::string>()->default_value("32768,65536,131072,262144,524288,1048576"),
        "sequence lengths T, comma separated (up to 8388608)")
       ("dim", po::value<std::string>()->default_value("64,128"), "head dims d, comma separated")
@@ -68,11 +70,6 @@ po::options_description options() {
   return d;
 }
 
-std::vector<int> int_list(const char* flag, const std::string& text, long long lo, long long hi, const char* example) {
-  const auto v = integer_list(flag, text, lo, hi, example);
-  return {v.begin(), v.end()};
-}
-
 /// Everything the sweep needs, checked.
 struct StreamSweep {
   std::vector<int> seqs, dims, ks;
@@ -83,33 +80,22 @@ struct StreamSweep {
 
 StreamSweep parse_sweep(const po::variables_map& vm) {
   StreamSweep s;
-  s.seqs = int_list("seq", vm["seq"].as<std::string>(), 1, kMaxSeq, "32768,1048576");
-  s.dims = int_list("dim", vm["dim"].as<std::string>(), 1, 256, "64,128");
-  s.ks = int_list("k", vm["k"].as<std::string>(), 1, 4096, "8,16,32");
-  require_range("heads", vm["heads"].as<long long>(), 1, 4096);
-  require_range("bq", vm["bq"].as<long long>(), 1, 128);
-  require_range("bk", vm["bk"].as<long long>(), 1, 128);
-  require_range("group", vm["group"].as<long long>(), 0, 2);
-  s.group = int(vm["group"].as<long long>());
-  require_range("reps", vm["reps"].as<long long>(), 1, 100000);
-  require_range("warmup", vm["warmup"].as<long long>(), 0, 100000);
-  s.heads = int(vm["heads"].as<long long>());
-  s.bq = int(vm["bq"].as<long long>());
-  s.bk = int(vm["bk"].as<long long>());
-  s.reps = int(vm["reps"].as<long long>());
-  s.warmup = int(vm["warmup"].as<long long>());
+  s.seqs = sweep_list("seq", vm["seq"].as<std::string>(), 1, kMaxSeq, "32768,1048576");
+  s.dims = sweep_list("dim", vm["dim"].as<std::string>(), 1, 256, "64,128");
+  s.ks = sweep_list("k", vm["k"].as<std::string>(), 1, 4096, "8,16,32");
+  s.heads = int_flag(vm, "heads", 1, 4096);
+  s.bq = int_flag(vm, "bq", 1, 128);
+  s.bk = int_flag(vm, "bk", 1, 128);
+  s.group = int_flag(vm, "group", 0, 2);
+  s.reps = int_flag(vm, "reps", 1, 100000);
+  s.warmup = int_flag(vm, "warmup", 0, 100000);
   const std::string pass = vm["pass"].as<std::string>();
   if (pass != "estimate" && pass != "apply" && pass != "both")
     throw UsageError("--pass '" + pass + "' is unknown", "choose estimate, apply or both (the default)");
   s.estimate = pass != "apply";
   s.apply = pass != "estimate";
-  const std::string kernel = vm["kernel"].as<std::string>();
-  if (kernel != "clear" && kernel != "fast")
-    throw UsageError("--kernel '" + kernel + "' is unknown", "choose fast (the default) or clear");
-  s.fast = kernel == "fast";
-  const std::string dt = vm["dtype"].as<std::string>();
-  if (dt != "bf16" && dt != "fp16") throw UsageError("--dtype '" + dt + "' is unknown", "choose bf16 or fp16");
-  s.fp16 = dt == "fp16";
+  s.fast = kernel_family(vm["kernel"].as<std::string>(), KernelFamily::fast) == KernelFamily::fast;
+  s.fp16 = fp16_dtype(vm["dtype"].as<std::string>());
   if (s.fast && s.fp16 && s.estimate)
     throw UsageError("the fast estimate takes bf16 inputs (--dtype fp16 with --pass " + pass + ")",
                      "--dtype bf16, or --pass apply for the fp16 apply");
@@ -143,7 +129,7 @@ void print_row(const flashlab::cuda::StreamBenchRow& r, bool csv) {
 /// CUPTI bytes of one launch): the rows of cuda/results/stream_fast_estimate.csv.
 int run_index_check(const StreamSweep& s) {
   namespace fs = flashlab::cuda::stream;
-  std::ostream& info = s.csv ? std::cerr : std::cout;
+  std::ostream& info = info_stream(s.csv);
   info << "device: " << flashlab::cuda::device_description() << "\n"
        << "STREAM fast bf16 estimate, H=" << s.heads << " b_q=b_k=64, causal; per shape " << s.warmup
        << " warm-up + " << s.reps << " timed launches, each alone (CUDA events), L2 flushed before each, I "
@@ -190,10 +176,7 @@ int run_index_check(const StreamSweep& s) {
 
 int run_sweep(const StreamSweep& s) {
   namespace fc = flashlab::cuda;
-  std::string why;
-  if (!fc::device_available(&why))
-    throw std::runtime_error("flashlab bench stream needs a CUDA GPU, and none is usable: " + why +
-                             "\nhint: run it on a machine with an NVIDIA GPU and driver (nvidia-smi lists it)");
+  require_gpu("bench stream");
   if (s.check_indices) return run_index_check(s);
   fc::StreamBenchConfig b;
   b.seqs = s.seqs;
@@ -211,7 +194,7 @@ int run_sweep(const StreamSweep& s) {
   b.kernel = s.fast ? fc::StreamKernel::fast : fc::StreamKernel::clear;
   b.dtype = s.fp16 ? flashlab::ref::Dtype::fp16 : flashlab::ref::Dtype::bf16;
   // CSV goes to stdout alone (a file for stream_sdpa.py); the device line then goes to stderr.
-  std::ostream& info = s.csv ? std::cerr : std::cout;
+  std::ostream& info = info_stream(s.csv);
   info << "device: " << fc::device_description() << "\n"
        << "STREAM " << fc::to_string(b.kernel) << " kernels, H=" << s.heads << " b_q=" << s.bq << " b_k=" << s.bk
        << ", causal; per shape " << s.warmup << " warm-up + " << s.reps
@@ -247,9 +230,7 @@ int cmd_bench_stream(const Args& args) {
     return run_sweep(sweep);
 #else
     (void)sweep;
-    throw UsageError("this flashlab was built without CUDA (bench stream times the GPU kernels)",
-                     "rebuild with nvcc present (cmake --preset cuda, FLASHLAB_ENABLE_CUDA=ON) and run on a machine "
-                     "with an NVIDIA GPU");
+    throw built_without_cuda("bench stream times the GPU kernels");
 #endif
   });
 }

@@ -8,6 +8,7 @@
 // L2: no data comes back to the SM, so the model's dW reads are shown in the atomic column and
 // left out of the read comparison.
 #include "commands.hpp"
+#include "gpu_flags.hpp"
 #include "mta_inputs.hpp"
 
 #include "flashlab/reference/mta.hpp"
@@ -255,7 +256,7 @@ using ref::Tensor;
 constexpr std::string_view kMtaUsage =
     "mta fwd|bwd|infer --device cuda [--seq N] [--heads H] [--dim D] [--cq CQ] [--ck CK] [--block B]\n"
     "                [--splits S] [--batch NB] [--seed S] [--scale X] [--inputs DIR] [--save DIR]\n"
-    "                [--allow-nonfinite] [--memory-limit SIZE] [--kernel clear|fast] [--dtype bf16|fp16]";
+    "                [--allow-nonfinite] [--memory-limit SIZE] [--kernel fast|clear] [--dtype bf16|fp16]";
 constexpr std::string_view kMtaSummary =
     "Multi-Token Attention on the GPU: the clear fp32 CUDA kernels (forward with O read-modify-written\n"
     "per key tile, backward dQ + dW and dK/dV kernels, split-K inference with its combine kernel),\n"
@@ -556,7 +557,8 @@ int run_on_gpu(const MtaInputs& in) {
 int run_mta_cuda(const Args& args) {
   po::options_description desc("Options"), hidden;
   desc.add_options()("help,h", "show this help")
-      ("kernel", po::value<std::string>()->default_value("clear"), "clear (fp32 kernels) | fast (tensor-core forward and backward)")
+      ("kernel", po::value<std::string>()->default_value("clear"),
+       "fast | clear: the fast tensor-core forward and backward, or the clear fp32 kernels (the default)")
       ("dtype", po::value<std::string>()->default_value("bf16"), "bf16 | fp16: inputs of --kernel fast");
   add_mta_options(desc, hidden, 64, 32);
   po::options_description all;
@@ -568,17 +570,16 @@ int run_mta_cuda(const Args& args) {
     print_help(std::cout, kMtaUsage, kMtaSummary, desc);
     return kOk;
   }
-  const std::string kernel = vm["kernel"].as<std::string>(), dtype = vm["dtype"].as<std::string>();
-  if (kernel != "clear" && kernel != "fast") throw UsageError("--kernel '" + kernel + "' is unknown", "choose clear or fast");
-  if (dtype != "bf16" && dtype != "fp16") throw UsageError("--dtype '" + dtype + "' is unknown", "choose bf16 or fp16");
+  const bool fast = kernel_family(vm["kernel"].as<std::string>(), KernelFamily::clear) == KernelFamily::fast;
+  const ref::Dtype fast_dtype = fp16_dtype(vm["dtype"].as<std::string>()) ? ref::Dtype::fp16 : ref::Dtype::bf16;
   const MtaInputs in = mta_inputs(vm);
-  if (kernel == "fast" && in.mode == "infer")
+  if (fast && in.mode == "infer")
     throw UsageError("--kernel fast runs mta fwd and bwd", "use --kernel clear for mta infer");
 #ifdef FLASHLAB_HAVE_CUDA
-  const ref::Dtype fast_dtype = dtype == "fp16" ? ref::Dtype::fp16 : ref::Dtype::bf16;
-  if (kernel == "fast") return in.mode == "bwd" ? run_fast_bwd_on_gpu(in, fast_dtype) : run_fast_on_gpu(in, fast_dtype);
+  if (fast) return in.mode == "bwd" ? run_fast_bwd_on_gpu(in, fast_dtype) : run_fast_on_gpu(in, fast_dtype);
   return run_on_gpu(in);
 #else
+  (void)fast_dtype;
   throw UsageError("this flashlab was built without CUDA (--device cuda)",
                    "rebuild with FLASHLAB_ENABLE_CUDA=ON, or use --device cpu");
 #endif

@@ -10,6 +10,7 @@
 
 #include "cli.hpp"
 #include "commands.hpp"
+#include "gpu_flags.hpp"
 #include "input_checks.hpp"
 #include "stream_flags.hpp"
 #include "flashlab/reference/npy.hpp"
@@ -33,7 +34,7 @@ namespace rs = flashlab::ref::stream;
 constexpr std::string_view kCudaUsage =
     "stream <estimate|apply|trace> --device cuda --bq BQ --bk BK --k K [--seq T --dim D --heads H]\n"
     "                       [--inputs DIR] [--mask FILE] [--seed S] [--save DIR] [--chunk N]\n"
-    "                       [--format npy|csv] [--compare] [--threads N] [--kernel clear|fast]";
+    "                       [--format npy|csv] [--compare] [--threads N] [--kernel fast|clear]";
 constexpr std::string_view kCudaSummary =
     "STREAM on the GPU: the clear fp32 kernels (cuda/src/stream_*.cu), the same procedure and τ as\n"
     "the CPU reference. Inputs q.npy k.npy [v.npy] of shape [T, D] or [T, H, D] from --inputs, else\n"
@@ -54,7 +55,7 @@ constexpr std::string_view kTrafficSummary =
 constexpr std::string_view kNeedlesUsage =
     "stream needles --seq T --dim D --bq BQ --bk BK --k K [--needle-blocks N] [--needles M]\n"
     "                       [--noise SD] [--slope S] [--no-lead-in] [--seed S] [--threads N]\n"
-    "                       [--device cpu|cuda] [--kernel clear|fast] [--save DIR]";
+    "                       [--device cpu|cuda] [--kernel fast|clear] [--save DIR]";
 constexpr std::string_view kNeedlesSummary =
     "Planted needles: N query blocks get M key blocks far in their past, each matched by one query\n"
     "token on its own coordinate; the rest is noise. Keys before a needle carry a trace of it that\n"
@@ -81,11 +82,8 @@ struct NeedleOptions {
   std::string device = "cpu", kernel = "clear", save;
 };
 
-/// The GPU estimate kernels: clear (fp32) or fast (bf16 tensor cores).
-void check_kernel_flag(const std::string& kernel) {
-  if (kernel != "clear" && kernel != "fast")
-    throw UsageError("--kernel '" + kernel + "' is unknown", "choose clear (fp32) or fast (bf16 tensor cores)");
-}
+/// The GPU kernels: clear (fp32, the default) or fast (bf16 tensor cores).
+void check_kernel_flag(const std::string& kernel) { kernel_family(kernel, KernelFamily::clear); }
 
 #if FLASHLAB_HAVE_CUDA
 /// Rounds every value to bf16 in place (the fast kernel's inputs, and what the reference then
@@ -144,7 +142,8 @@ int cmd_stream_needles(const Args& args) {
         ("threads", po::value<long long>(&o.threads)->default_value(1), "CPU threads over query blocks")
         ("device", po::value<std::string>(&o.device)->default_value("cpu"), "cpu | cuda")
         ("kernel", po::value<std::string>(&o.kernel)->default_value("clear"),
-         "cuda: clear (fp32) | fast (bf16 tensor cores, b_q = b_k = 64, d = 64 or 128)")
+         "fast | clear (--device cuda): the fast bf16 tensor-core estimate (b_q = b_k = 64, d = 64 or 128), or the "
+         "clear fp32 one (the default)")
         ("save", po::value<std::string>(&o.save), "directory for q.npy, k.npy, needles.csv");
     po::positional_options_description pos;
     pos.add("sub", 1);
@@ -522,7 +521,8 @@ int cmd_stream_cuda(const Args& args) {
         ("chunk", po::value<long long>(&o.chunk)->default_value(4096), "trace: query blocks per streamed chunk")
         ("compare", po::bool_switch(&o.compare), "also run the CPU reference and compare I per head")
         ("kernel", po::value<std::string>(&o.kernel)->default_value("clear"),
-         "estimate and apply kernels: clear (fp32) | fast (bf16 tensor cores, b_q = b_k = 64, d = 64 or 128)");
+         "fast | clear: the fast bf16 tensor-core estimate and apply (b_q = b_k = 64, d = 64 or 128), or the clear "
+         "fp32 kernels (the default)");
     po::positional_options_description pos;
     pos.add("sub", 1);
     const auto vm = parse(args, desc, &pos);

@@ -54,4 +54,27 @@ void expect_usage_error(const std::string& args, const std::string& message) {
   CHECK(r.out.empty());
 }
 
+CliResult run_gpu_command(const std::string& args) {
+  INFO("flashlab " << args);
+  const auto r = run_cli(args);
+  INFO(r.err);
+#ifndef FLASHLAB_TEST_HAVE_CUDA
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("error: this flashlab was built without CUDA") && Catch::Contains("hint:"));
+  CHECK(r.out.empty());
+#else
+  if (!std::filesystem::exists("/dev/nvidia0") && !std::filesystem::exists("/dev/nvidiactl")) {
+    // No NVIDIA device node: cudaGetDeviceCount must fail (or find none), and the message says which.
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::Contains("needs a CUDA GPU") && Catch::Contains("hint:"));
+    CHECK_THAT(r.err, Catch::Contains("cudaGetDeviceCount") || Catch::Contains("no CUDA device found"));
+    CHECK(r.out.empty());
+  } else if (r.exit_code != 0) {  // a device node but no usable GPU: still the clear error
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::Contains("needs a CUDA GPU"));
+  }
+#endif
+  return r;
+}
+
 }  // namespace flashlab::test

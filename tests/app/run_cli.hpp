@@ -20,6 +20,12 @@ CliResult run_cli(const std::string& args, const std::string& workdir = "");
 /// `error:` with `message` in it and a `hint:` (the CLI's contract for bad input).
 void expect_usage_error(const std::string& args, const std::string& message);
 
+/// Runs a GPU command (valid flags) where it may not be able to run, and checks the refusal:
+/// a build without CUDA gives a usage error "built without CUDA" (exit 2); a CUDA build without
+/// a usable GPU exits 1 with "needs a CUDA GPU" and a hint, stdout empty. Returns the result:
+/// exit code 0 means a GPU ran it, and the caller checks the output.
+CliResult run_gpu_command(const std::string& args);
+
 /// A fresh empty directory under the system temp dir, unique per call.
 std::string fresh_temp_dir(const std::string& tag);
 

@@ -6,11 +6,11 @@
 
 #include "run_cli.hpp"
 
-#include <filesystem>
 #include <string>
 
 using flashlab::test::expect_usage_error;
 using flashlab::test::run_cli;
+using flashlab::test::run_gpu_command;
 
 TEST_CASE("cli bench: --help names the method and every flag", "[cli][bench]") {
   const auto r = run_cli("bench attention --help");
@@ -64,23 +64,42 @@ TEST_CASE("cli bench: bad flags are usage errors naming the flag", "[cli][bench]
 
 TEST_CASE("cli bench: without CUDA, or without a GPU, it says so and exits non-zero", "[cli][bench][errors]") {
   // Small, valid flags: on a machine with a GPU (CUDA build) this would time one shape quickly.
-  const std::string args = "bench attention --seq 128 --dim 64 --causal --reps 20 --warmup 1";
-#ifndef FLASHLAB_TEST_HAVE_CUDA
-  expect_usage_error(args, "this flashlab was built without CUDA");
-#else
-  const auto r = run_cli(args);
-  INFO(r.err);
-  if (!std::filesystem::exists("/dev/nvidia0") && !std::filesystem::exists("/dev/nvidiactl")) {
-    // No NVIDIA device node: cudaGetDeviceCount must fail (or find none), and the message says which.
-    CHECK(r.exit_code == 1);
-    CHECK_THAT(r.err, Catch::Contains("needs a CUDA GPU") && Catch::Contains("hint:"));
-    CHECK_THAT(r.err, Catch::Contains("cudaGetDeviceCount") || Catch::Contains("no CUDA device found"));
-    CHECK(r.out.empty());
-  } else if (r.exit_code == 0) {  // a GPU: one row of the table
+  const auto r = run_gpu_command("bench attention --seq 128 --dim 64 --causal --reps 20 --warmup 1");
+  if (r.exit_code == 0)  // a GPU: one row of the table
     CHECK_THAT(r.out, Catch::Contains("device:") && Catch::Contains("TFLOP/s") && Catch::Contains("bf16"));
-  } else {  // a device node but no usable GPU: still the clear error
-    CHECK(r.exit_code == 1);
-    CHECK_THAT(r.err, Catch::Contains("needs a CUDA GPU"));
+  const auto mta = run_gpu_command("bench mta --seq 128 --dim 64 --reps 5 --warmup 0");
+  if (mta.exit_code == 0) CHECK_THAT(mta.out, Catch::Contains("device:") && Catch::Contains("TFLOP/s"));
+}
+
+TEST_CASE("cli bench: --kernel and --dtype read alike on every GPU command", "[cli][bench][errors]") {
+  // The bench sweeps default to the fast kernels, the checking commands to the clear ones: the
+  // hint says which is the default, in the same words everywhere.
+  for (const char* args : {"bench mta --kernel quick", "bench stream --kernel quick"}) {
+    INFO(args);
+    const auto r = run_cli(args);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains("error: --kernel 'quick' is unknown") &&
+                          Catch::Contains("hint: choose fast (the default) or clear"));
   }
-#endif
+  for (const char* args : {"mta fwd --device cuda --kernel quick --seq 8 --dim 4",
+                           "stream estimate --device cuda --kernel quick --seq 256 --dim 8 --bq 16 --bk 16 --k 2",
+                           "stream needles --device cuda --kernel quick --seq 1024 --dim 8 --bq 16 --bk 16 --k 2"}) {
+    INFO(args);
+    const auto r = run_cli(args);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains("error: --kernel 'quick' is unknown") &&
+                          Catch::Contains("hint: choose clear (the default) or fast"));
+  }
+  for (const char* args : {"bench attention --dtype fp32", "bench mta --dtype fp32", "bench stream --dtype fp32",
+                           "mta fwd --device cuda --kernel fast --dtype fp32 --seq 8 --dim 4"}) {
+    INFO(args);
+    const auto r = run_cli(args);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains("error: --dtype 'fp32' is unknown") &&
+                          Catch::Contains("hint: choose bf16 (the default) or fp16"));
+  }
+  for (const char* args : {"bench mta --help", "bench stream --help"}) {
+    INFO(args);
+    CHECK_THAT(run_cli(args).out, Catch::Contains("--kernel fast|clear") && Catch::Contains("fast | clear: the fast"));
+  }
 }
