@@ -22,12 +22,13 @@ and, for fwd+bwd, nothing else), in GiB.
 Output: one line per (shape, dtype, pass) with torch's median, peak memory and torch/flashlab
 (how many times faster flashlab's row of the same shape and pass is); --out writes them as CSV.
 """
-import csv
 import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
+
+from timing_common import FLUSH_BYTES, write_csv
 
 
 def mta_forward(q, k, v, w, scale):
@@ -53,7 +54,9 @@ def make_set(B, N, H, d, cq, ck, dtype, grad):
 
 
 def time_mta(B, N, H, d, cq, ck, dtype, backward, reps):
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    # timing_common.median_ms's method, written out: each call's peak memory is read between
+    # the flush and the call, which that shared loop has no place for.
+    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     scale = d ** -0.5
     sets = [make_set(B, N, H, d, cq, ck, dtype, backward) for _ in range(3)]
@@ -133,10 +136,7 @@ def main():
                 out_rows.append(vals)
                 torch.cuda.empty_cache()
     if out_path:
-        with open(out_path, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(header)
-            w.writerows(out_rows)
+        write_csv(out_path, header, out_rows)
     return 0
 
 

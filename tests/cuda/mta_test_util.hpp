@@ -1,6 +1,7 @@
 // Helpers shared by the MTA GPU tests (clear and fast kernels).
 #pragma once
 
+#include "flashlab/reference/attention_problem.hpp"
 #include "flashlab/reference/mta.hpp"
 #include "flashlab/reference/tensor.hpp"
 
@@ -67,6 +68,19 @@ double mta_dw_error(const G* got, const double* want, std::size_t count, double 
     if (!(e <= worst)) worst = std::isnan(e) ? std::numeric_limits<double>::infinity() : e;
   }
   return term_scale > 0.0 ? worst / term_scale : worst;
+}
+
+/// The plain causal attention problem of an MTA test case (its batch, seq, heads and dim): what
+/// MTA reduces to with a 1 × 1 kernel of weight 1, the second reference the tests hold it to.
+template <typename Case>
+ref::AttentionProblem plain_causal_problem(const Case& c) {
+  ref::AttentionProblem cfg;
+  cfg.batch = c.batch;
+  cfg.seq = c.seq;
+  cfg.heads = c.heads;
+  cfg.head_dim = c.dim;
+  cfg.causal = true;
+  return cfg;
 }
 
 }  // namespace flashlab::test

@@ -144,13 +144,7 @@ void check_case(const Case& c, bool unit_kernel = false) {
   expect(err_lse(fwd.m, fwd.l, ref_fwd.lse), "LSE", where);
   if (unit_kernel && c.cq == 1 && c.ck == 1) {
     // A 1 × 1 kernel of weight 1 is plain causal attention: hold O to that reference too.
-    fr::AttentionProblem cfg;
-    cfg.batch = c.batch;
-    cfg.seq = c.seq;
-    cfg.heads = c.heads;
-    cfg.head_dim = c.dim;
-    cfg.causal = true;
-    const auto plain = fr::naive_forward<double>(cfg, in.qd, in.kd, in.vd);
+    const auto plain = fr::naive_forward<double>(flashlab::test::plain_causal_problem(c), in.qd, in.kd, in.vd);
     expect(err(fwd.o.data(), plain.O.data(), fwd.o.numel()), "O vs plain attention", where);
   }
 

@@ -17,6 +17,7 @@
 #include <catch2/catch.hpp>
 
 #include "gpu_test_util.hpp"
+#include "mta_test_util.hpp"
 #include "flashlab/cuda/mta_fast.hpp"
 #include "flashlab/reference/attention.hpp"
 #include "flashlab/reference/mta.hpp"
@@ -138,13 +139,7 @@ void check_fast(const FastCase& c) {
   INFO("LSE error " << eL);
   CHECK(eL <= kTolLSE);
   if (c.unit_kernel && c.cq == 1 && c.ck == 1) {  // a 1 × 1 kernel of weight 1 is plain causal attention
-    fr::AttentionProblem cfg;
-    cfg.batch = c.batch;
-    cfg.seq = c.seq;
-    cfg.heads = c.heads;
-    cfg.head_dim = c.dim;
-    cfg.causal = true;
-    const auto plain = fr::naive_forward<double>(cfg, in.q, in.k, in.v);
+    const auto plain = fr::naive_forward<double>(flashlab::test::plain_causal_problem(c), in.q, in.k, in.v);
     check_o("plain causal attention", got, plain.O, c.dtype);
   }
 }

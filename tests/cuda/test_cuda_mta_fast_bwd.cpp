@@ -150,13 +150,7 @@ void check_backward(const Case& c) {
 
   if (c.unit_kernel && c.cq == 1 && c.ck == 1) {
     // A 1 × 1 kernel of weight 1 is plain causal attention: hold the gradients to that reference too.
-    fr::AttentionProblem cfg;
-    cfg.batch = c.batch;
-    cfg.seq = c.seq;
-    cfg.heads = c.heads;
-    cfg.head_dim = c.dim;
-    cfg.causal = true;
-    const auto plain = fr::naive_backward<double>(cfg, in.qd, in.kd, in.vd, in.dod);
+    const auto plain = fr::naive_backward<double>(ft::plain_causal_problem(c), in.qd, in.kd, in.vd, in.dod);
     check_grad("dQ vs plain attention", got.dQ, plain.dQ, c.dtype, where);
     check_grad("dK vs plain attention", got.dK, plain.dK, c.dtype, where);
     check_grad("dV vs plain attention", got.dV, plain.dV, c.dtype, where);
