@@ -1,7 +1,7 @@
-// `flashlab bench attention`, end to end on the CPU machine: help, bad flags (usage errors naming
+// `flashlab bench attention` (and the shared parts of `bench mta`), end to end on the CPU machine: help, bad flags (usage errors naming
 // the flag, in every build), and what happens where it cannot time anything: a build without CUDA
 // refuses with a usage error; a CUDA build on a machine without a GPU fails naming the CUDA error.
-// The timing itself needs a GPU: it is run on the device (cuda/RESULTS.md §6).
+// The timing itself needs a GPU: it is run on the device (cuda/RESULTS.md §4 and §5; bench mta: §10 and §11).
 #include <catch2/catch.hpp>
 
 #include "run_cli.hpp"
