@@ -74,29 +74,30 @@ TEST_CASE("cli bench: without CUDA, or without a GPU, it says so and exits non-z
 TEST_CASE("cli bench: --kernel and --dtype read alike on every GPU command", "[cli][bench][errors]") {
   // The bench sweeps default to the fast kernels, the checking commands to the clear ones: the
   // hint says which is the default, in the same words everywhere.
-  for (const char* args : {"bench mta --kernel quick", "bench stream --kernel quick"}) {
-    INFO(args);
-    const auto r = run_cli(args);
+  const std::string fast_default = "hint: choose fast (the default) or clear",
+                    clear_default = "hint: choose clear (the default) or fast",
+                    bf16_default = "hint: choose bf16 (the default) or fp16";
+  const std::string unknown_kernel = "error: --kernel 'quick' is unknown", unknown_dtype = "error: --dtype 'fp32' is unknown";
+  const struct {
+    std::string args, error, hint;
+  } cases[] = {
+      {"bench mta --kernel quick", unknown_kernel, fast_default},
+      {"bench stream --kernel quick", unknown_kernel, fast_default},
+      {"mta fwd --device cuda --kernel quick --seq 8 --dim 4", unknown_kernel, clear_default},
+      {"stream estimate --device cuda --kernel quick --seq 256 --dim 8 --bq 16 --bk 16 --k 2", unknown_kernel,
+       clear_default},
+      {"stream needles --device cuda --kernel quick --seq 1024 --dim 8 --bq 16 --bk 16 --k 2", unknown_kernel,
+       clear_default},
+      {"bench attention --dtype fp32", unknown_dtype, bf16_default},
+      {"bench mta --dtype fp32", unknown_dtype, bf16_default},
+      {"bench stream --dtype fp32", unknown_dtype, bf16_default},
+      {"mta fwd --device cuda --kernel fast --dtype fp32 --seq 8 --dim 4", unknown_dtype, bf16_default},
+  };
+  for (const auto& c : cases) {
+    INFO(c.args);
+    const auto r = run_cli(c.args);
     CHECK(r.exit_code == 2);
-    CHECK_THAT(r.err, Catch::Contains("error: --kernel 'quick' is unknown") &&
-                          Catch::Contains("hint: choose fast (the default) or clear"));
-  }
-  for (const char* args : {"mta fwd --device cuda --kernel quick --seq 8 --dim 4",
-                           "stream estimate --device cuda --kernel quick --seq 256 --dim 8 --bq 16 --bk 16 --k 2",
-                           "stream needles --device cuda --kernel quick --seq 1024 --dim 8 --bq 16 --bk 16 --k 2"}) {
-    INFO(args);
-    const auto r = run_cli(args);
-    CHECK(r.exit_code == 2);
-    CHECK_THAT(r.err, Catch::Contains("error: --kernel 'quick' is unknown") &&
-                          Catch::Contains("hint: choose clear (the default) or fast"));
-  }
-  for (const char* args : {"bench attention --dtype fp32", "bench mta --dtype fp32", "bench stream --dtype fp32",
-                           "mta fwd --device cuda --kernel fast --dtype fp32 --seq 8 --dim 4"}) {
-    INFO(args);
-    const auto r = run_cli(args);
-    CHECK(r.exit_code == 2);
-    CHECK_THAT(r.err, Catch::Contains("error: --dtype 'fp32' is unknown") &&
-                          Catch::Contains("hint: choose bf16 (the default) or fp16"));
+    CHECK_THAT(r.err, Catch::Contains(c.error) && Catch::Contains(c.hint));
   }
   for (const char* args : {"bench mta --help", "bench stream --help"}) {
     INFO(args);
