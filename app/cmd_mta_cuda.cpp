@@ -227,8 +227,7 @@ int cmd_traffic_mta(const Args& args) {
       if (!vm["csv"].as<bool>()) std::cout << "device: " << flashlab::cuda::device_description() << "\n";
       for (auto& r : rows) measure_row(r, shape, p);
 #else
-      throw UsageError("this flashlab was built without CUDA (--device cuda)",
-                       "rebuild with FLASHLAB_ENABLE_CUDA=ON, or use --device cpu for the model");
+      throw built_without_cuda("--device cuda", "use --device cpu for the model");
 #endif
     }
     if (vm["csv"].as<bool>()) print_csv(std::cout, rows, shape, p);
@@ -580,8 +579,7 @@ int run_mta_cuda(const Args& args) {
   return run_on_gpu(in);
 #else
   (void)fast_dtype;
-  throw UsageError("this flashlab was built without CUDA (--device cuda)",
-                   "rebuild with FLASHLAB_ENABLE_CUDA=ON, or use --device cpu");
+  throw built_without_cuda("--device cuda", "use --device cpu");
 #endif
 }
 

@@ -113,7 +113,7 @@ std::vector<std::int64_t> needle_indices(const NeedleOptions& o, const rs::Needl
   const cuda::stream::HostHeads Q{set.Q.data(), 1, std::size_t(set.Q.cols())}, K{set.K.data(), 1, std::size_t(set.K.cols())};
   return cuda::stream::stream_estimate(Q, K, mask, std::size_t(o.k)).indices;
 #else
-  throw UsageError("this flashlab was built without CUDA (--device cuda)", "use --device cpu");
+  throw built_without_cuda("--device cuda", "use --device cpu");
 #endif
 }
 
@@ -546,7 +546,7 @@ int cmd_stream_cuda(const Args& args) {
       throw UsageError(e.what(), "check --mask, --bq, --bk and --k against T (docs/stream.md)");
     }
 #else
-    throw UsageError("this flashlab was built without CUDA (--device cuda)", "drop --device cuda to run the CPU reference");
+    throw built_without_cuda("--device cuda", "drop --device cuda to run the CPU reference");
 #endif
   });
 }
@@ -597,8 +597,7 @@ int cmd_traffic_stream(const Args& args) {
       throw UsageError(e.what(), "check --bq, --bk and --k against --seq (docs/stream.md)");
     }
 #else
-    throw UsageError("this flashlab was built without CUDA (traffic stream --device cuda)",
-                     "the CPU counts are printed by flashlab stream estimate|apply");
+    throw built_without_cuda("traffic stream --device cuda", "run flashlab stream estimate|apply for the CPU counts");
 #endif
   });
 }

@@ -6,6 +6,7 @@
 #include "attention_flags.hpp"
 #include "cmd_traffic_chapter.hpp"
 #include "commands.hpp"
+#include "gpu_flags.hpp"
 
 #include "flashlab/reference/attention_traffic.hpp"
 
@@ -172,8 +173,7 @@ int cmd_traffic(const Args& args) {
       else if (variant != "all") algorithm = algorithm_flag(variant, variant == "atomic");
       return cuda_traffic_attention(cfg, seqs, algorithm, vm["csv"].as<bool>());
 #else
-      throw UsageError("this flashlab was built without CUDA (--device cuda)",
-                       "rebuild on a machine with nvcc (FLASHLAB_ENABLE_CUDA=ON), or use --device cpu for the model");
+      throw built_without_cuda("--device cuda", "use --device cpu for the model");
 #endif
     }
     if (device != "cpu") throw UsageError("--device '" + device + "' is unknown", "choose cpu or cuda");

@@ -13,6 +13,7 @@
 
 #include "attention_flags.hpp"
 #include "commands.hpp"
+#include "gpu_flags.hpp"
 #include "flashlab/lessons/lesson.hpp"
 #include "flashlab/lessons/progress.hpp"
 #include "flashlab/lessons/traffic_chapter.hpp"
@@ -152,8 +153,7 @@ int cmd_traffic_levels(const Args& args) {
       live = measure_live(cfg, seqs, forward_seqs, command);
       measured = &live;
 #else
-      throw UsageError("this flashlab was built without CUDA (--device cuda)",
-                       "rebuild with nvcc, or leave out --device cuda for the recorded measurement");
+      throw built_without_cuda("--device cuda", "leave out --device cuda for the recorded measurement");
 #endif
     }
     std::ostream& table_out = csv ? std::cerr : std::cout;

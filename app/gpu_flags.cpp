@@ -35,10 +35,11 @@ int int_flag(const po::variables_map& vm, const char* flag, long long lo, long l
   return int(vm[flag].as<long long>());
 }
 
-UsageError built_without_cuda(std::string_view what) {
-  return UsageError("this flashlab was built without CUDA (" + std::string(what) + ")",
-                    "rebuild with nvcc present (cmake --preset cuda, FLASHLAB_ENABLE_CUDA=ON) and run on a machine "
-                    "with an NVIDIA GPU");
+UsageError built_without_cuda(std::string_view what, std::string_view alternative) {
+  std::string hint =
+      "rebuild with nvcc present (cmake --preset cuda, FLASHLAB_ENABLE_CUDA=ON) and run on a machine with an NVIDIA GPU";
+  if (!alternative.empty()) hint += "; or " + std::string(alternative);
+  return UsageError("this flashlab was built without CUDA (" + std::string(what) + ")", hint);
 }
 
 std::ostream& info_stream(bool csv) { return csv ? std::cerr : std::cout; }

@@ -32,8 +32,9 @@ std::vector<int> sweep_list(const char* flag, const std::string& text, long long
 int int_flag(const po::variables_map& vm, const char* flag, long long lo, long long hi);
 
 /// The refusal of a build without CUDA: "this flashlab was built without CUDA (<what>)" with
-/// the hint to rebuild with nvcc and run on a machine with an NVIDIA GPU.
-UsageError built_without_cuda(std::string_view what);
+/// the hint to rebuild with nvcc and run on a machine with an NVIDIA GPU, then "; or
+/// <alternative>" when the command has one without the GPU (e.g. "use --device cpu").
+UsageError built_without_cuda(std::string_view what, std::string_view alternative = {});
 
 /// Where a sweep writes its device and method lines: stderr with --csv (stdout then carries
 /// the CSV alone, a file for the comparison scripts), stdout otherwise.

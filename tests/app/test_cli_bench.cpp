@@ -104,3 +104,32 @@ TEST_CASE("cli bench: --kernel and --dtype read alike on every GPU command", "[c
     CHECK_THAT(run_cli(args).out, Catch::Contains("--kernel fast|clear") && Catch::Contains("fast | clear: the fast"));
   }
 }
+
+#ifndef FLASHLAB_TEST_HAVE_CUDA
+TEST_CASE("cli bench: every GPU command refuses a build without CUDA in the same words", "[cli][bench][errors]") {
+  // One refusal (gpu_flags.hpp): the command, how to rebuild, and the way without a GPU where there is one.
+  const std::string rebuild = "hint: rebuild with nvcc present (cmake --preset cuda, FLASHLAB_ENABLE_CUDA=ON)";
+  const struct {
+    std::string args, alternative;
+  } cases[] = {
+      {"bench attention", ""},
+      {"bench mta", ""},
+      {"bench stream", ""},
+      {"mta fwd --device cuda --seq 8 --dim 4", "; or use --device cpu"},
+      {"stream estimate --device cuda --seq 256 --dim 8 --bq 16 --bk 16 --k 2", "; or drop --device cuda"},
+      {"stream needles --device cuda --seq 1024 --dim 8 --bq 16 --bk 16 --k 2", "; or use --device cpu"},
+      {"traffic attention --seq 64 --device cuda", "; or use --device cpu for the model"},
+      {"traffic mta --device cuda", "; or use --device cpu for the model"},
+      {"traffic stream --device cuda", "; or run flashlab stream estimate|apply"},
+      {"traffic levels --device cuda", "; or leave out --device cuda"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.args);
+    const auto r = run_cli(c.args);
+    CHECK(r.exit_code == 2);
+    CHECK(r.out.empty());
+    CHECK_THAT(r.err, Catch::Contains("error: this flashlab was built without CUDA (") && Catch::Contains(rebuild) &&
+                          Catch::Contains(c.alternative));
+  }
+}
+#endif
