@@ -82,8 +82,6 @@ struct NeedleOptions {
   std::string device = "cpu", kernel = "clear", save;
 };
 
-/// The GPU kernels: clear (fp32, the default) or fast (bf16 tensor cores).
-void check_kernel_flag(const std::string& kernel) { kernel_family(kernel, KernelFamily::clear); }
 
 #if FLASHLAB_HAVE_CUDA
 /// Rounds every value to bf16 in place (the fast kernel's inputs, and what the reference then
@@ -165,7 +163,7 @@ int cmd_stream_needles(const Args& args) {
     checked_seed(o.seed);
     if (o.device != "cpu" && o.device != "cuda")
       throw UsageError("--device '" + o.device + "' is unknown", "choose cpu or cuda");
-    check_kernel_flag(o.kernel);
+    kernel_family(o.kernel, KernelFamily::clear);  // checks the value (default clear)
     if (o.kernel == "fast" && o.device != "cuda") throw UsageError("--kernel fast runs on the GPU", "add --device cuda");
     rs::NeedleParams p;
     p.geometry = rs::Geometry{std::size_t(o.seq), std::size_t(o.bq), std::size_t(o.bk)};
@@ -533,7 +531,7 @@ int cmd_stream_cuda(const Args& args) {
     static_cast<StreamFlags&>(o) = stream_flags(vm);
     require_range("heads", o.heads, 1, 1024);
     require_range("chunk", o.chunk, 1, 1LL << 24);
-    check_kernel_flag(o.kernel);
+    kernel_family(o.kernel, KernelFamily::clear);  // checks the value (default clear)
     if (o.kernel == "fast" && o.sub == "trace")
       throw UsageError("--kernel fast: the fast kernels estimate and apply; the trace runs on the clear kernels",
                        "use 'stream estimate|apply --kernel fast', or 'stream trace' without it");
