@@ -1,7 +1,8 @@
 // cuda/src/hopper.cuh — small named wrappers of Hopper's (sm_90a) asynchronous instructions, shared by
-// the wgmma forward (attention_fwd_wgmma.cu) and the TMA + warp-specialised forward
-// (attention_fwd_ws.cu): warpgroup MMA (wgmma) and its shared-memory matrix descriptors, mbarriers,
-// TMA tile loads (cp.async.bulk.tensor), register reallocation (setmaxnreg), named barriers; and on
+// the wgmma forward (attention_fwd_wgmma.cu), the TMA + warp-specialised forward (attention_fwd_ws.cu)
+// and backward (attention_bwd_ws.cu): warpgroup MMA (wgmma) and its shared-memory matrix descriptors,
+// mbarriers, TMA tile loads (cp.async.bulk.tensor), register reallocation
+// (setmaxnreg), named barriers; and on
 // the host, the tensor map of one head's [N, d] slice of a [B, N, H, d] tensor.
 // Each device wrapper follows the PTX ISA section named in its comment. Internal to cuda/src; only
 // files compiled for sm_90a include it (elsewhere the device wrappers compile to nothing: the
