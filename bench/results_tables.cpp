@@ -500,6 +500,23 @@ std::vector<Row> newest_rows(const Csv& csv) {
   return rows;
 }
 
+/// The rows of the run (date) with the most rows of pass `pass` (a tie goes to the newer): a full
+/// sweep, which a later run of a few shapes does not replace.
+std::vector<Row> fullest_run_rows(const Csv& csv, const std::string& pass) {
+  std::map<std::string, int> count;
+  for (const Row& r : rows_of(csv))
+    if (r.str("pass") == pass) ++count[r.str("date")];
+  std::string run;
+  int most = 0;
+  for (const auto& [date, n] : count)
+    if (n >= most) run = date, most = n;
+  std::vector<Row> rows;
+  for (const Row& r : rows_of(csv))
+    if (r.str("date") == run) rows.push_back(r);
+  if (rows.empty()) throw InputError(csv.path + ": no rows of pass '" + pass + "'");
+  return rows;
+}
+
 std::string mta_traffic_table(const std::string& root) {
   const Csv csv = read_csv(root + "/cuda/results/mta_traffic.csv");
   const std::vector<Row> rows = newest_rows(csv);
@@ -575,18 +592,19 @@ std::string mta_fast_table(const std::string& root) {
 
 /// The fast MTA backward (mta_fast_bwd.csv: `flashlab bench mta` fwd, bwd and fwd+bwd rows of one
 /// run) beside the unfused PyTorch forward + backward of the same run (mta_fast_bwd_torch.csv), one
-/// row per (cq × ck, d) of the bf16 fwd+bwd rows, newest run.
+/// row per (cq × ck, d) of the bf16 fwd+bwd rows of the run with the most of them.
 std::string mta_fast_bwd_table(const std::string& root) {
   const Csv ours_csv = read_csv(root + "/cuda/results/mta_fast_bwd.csv");
   const Csv torch_csv = read_csv(root + "/cuda/results/mta_fast_bwd_torch.csv");
-  const std::vector<Row> ours = newest_rows(ours_csv), torch = newest_rows(torch_csv);
+  const std::vector<Row> ours = fullest_run_rows(ours_csv, "fwd+bwd"), torch = rows_of(torch_csv);
   using Key = std::tuple<std::string, std::string, std::string, std::string, std::string>;  // cq ck d N H
   const auto key = [](const Row& r) { return Key{r.str("cq"), r.str("ck"), r.str("d"), r.str("N"), r.str("H")}; };
   std::map<std::pair<Key, std::string>, const Row*> mine;                      // (shape, pass)
   std::map<std::tuple<Key, std::string, std::string>, const Row*> pt;          // (shape, dtype, pass)
   for (const Row& r : ours)
     if (r.str("kernel") == "fast" && r.str("dtype") == "bf16") mine[{key(r), r.str("pass")}] = &r;
-  for (const Row& r : torch) pt[{key(r), r.str("dtype"), r.str("pass")}] = &r;
+  for (const Row& r : torch)
+    if (r.str("date") == ours.front().str("date")) pt[{key(r), r.str("dtype"), r.str("pass")}] = &r;
   const auto find = [](const auto& m, const auto& k) -> const Row* {
     const auto it = m.find(k);
     return it == m.end() ? nullptr : it->second;
@@ -625,14 +643,14 @@ std::string mta_fast_bwd_table(const std::string& root) {
          md.out.str();
 }
 
-/// The split-K decode of the last 16 rows (mta_fast_bwd.csv, decode rows of the newest run): the
+/// The split-K decode of the last 16 rows (mta_fast_bwd.csv, the run with the most decode rows): the
 /// rate at which it reads K and V beside a device-to-device copy of the same bytes in the same run.
 std::string mta_decode_table(const std::string& root) {
   const Csv csv = read_csv(root + "/cuda/results/mta_fast_bwd.csv");
   Markdown md;
   md.header({"W (cq × ck)", "d", "N", "H", "ms (min–max)", "K, V read TB/s", "D2D copy TB/s (read + write)",
              "ratio"});
-  const std::vector<Row> rows = newest_rows(csv);
+  const std::vector<Row> rows = fullest_run_rows(csv, "decode");
   for (const Row& r : rows) {
     if (r.str("pass") != "decode") continue;
     md.line({r.str("cq") + " × " + r.str("ck"), r.str("d"), r.str("N"), r.str("H"),
@@ -823,7 +841,7 @@ std::string readme_stream_table(const std::string& root) {
 }
 
 /// README's MTA row: the fast bf16 forward (newest run of mta_fast.csv) and forward + backward
-/// (newest run of mta_fast_bwd.csv) at the shape, each beside the unfused fp32 PyTorch
+/// (the run of mta_fast_bwd.csv with the most such rows) at one shape, each beside the unfused fp32 PyTorch
 /// implementation timed in the same run (mta_torch.csv, mta_fast_bwd_torch.csv).
 std::string readme_mta_table(const std::string& root) {
   // Rows point into their Csv: the four files stay alive for the whole function.
@@ -831,8 +849,16 @@ std::string readme_mta_table(const std::string& root) {
   const Csv fwd_torch_csv = read_csv(root + "/cuda/results/mta_torch.csv");
   const Csv both_csv = read_csv(root + "/cuda/results/mta_fast_bwd.csv");
   const Csv both_torch_csv = read_csv(root + "/cuda/results/mta_fast_bwd_torch.csv");
-  const std::vector<Row> fwd = newest_rows(fwd_csv), fwd_torch = newest_rows(fwd_torch_csv);
-  const std::vector<Row> both = newest_rows(both_csv), both_torch = newest_rows(both_torch_csv);
+  const std::vector<Row> fwd = newest_rows(fwd_csv), both = fullest_run_rows(both_csv, "fwd+bwd");
+  // PyTorch only from the run of the rows it stands beside.
+  const auto same_run = [](const Csv& csv, const std::string& date) {
+    std::vector<Row> rows;
+    for (const Row& r : rows_of(csv))
+      if (r.str("date") == date) rows.push_back(r);
+    return rows;
+  };
+  const std::vector<Row> fwd_torch = same_run(fwd_torch_csv, fwd.front().str("date"));
+  const std::vector<Row> both_torch = same_run(both_torch_csv, both.front().str("date"));
   const auto pick = [](const std::vector<Row>& rows, const std::string& w, const std::string& pass,
                        const std::string& dtype, const char* kernel) -> const Row* {
     for (const Row& r : rows)
