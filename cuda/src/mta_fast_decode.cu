@@ -95,6 +95,60 @@ __device__ __forceinline__ void conv_strip(const Geometry& G, const float* S, fl
   }
 }
 
+/// Ŝ (base 2, masked to −∞) of rows r0 … r0 + 7 (tile rows, ≥ 16) at tile key c, for a kernel
+/// size known at compile time: the cq·ck weights sit in registers (`w`, loaded once per block),
+/// every loop has a constant trip count, so per kernel column b the strip costs 8 + Pq shared
+/// loads and 8·cq FMAs with no load of a weight in between. Columns outside the effective keys
+/// compute on a clamped column (no branch, no read outside S) and are masked afterwards.
+template <int CQ, int CK>
+__device__ __forceinline__ void conv_strip_fixed(const Geometry& G, const float* S, float* Sh,
+                                                 const float (&w)[CQ * CK], int r0, int c, int qs, int js) {
+  constexpr int PQ = CQ - 1, PK = (CK - 1) / 2, kWin = kStrip + PQ;
+  const int gc = js + c, cc = min(max(c, PK), BLOCK_N - 1 - PK);
+  const bool col_ok = c == cc && gc < G.seq;
+  const float* column = S + (r0 - PQ) * kPitch + cc - PK;
+  float acc[kStrip] = {};
+#pragma unroll
+  for (int b = 0; b < CK; ++b) {
+    float win[kWin];
+#pragma unroll
+    for (int y = 0; y < kWin; ++y) win[y] = column[y * kPitch + b];
+#pragma unroll
+    for (int a = 0; a < CQ; ++a)
+#pragma unroll
+      for (int y = 0; y < kStrip; ++y) acc[y] = fmaf(w[a * CK + b], win[y + a], acc[y]);
+  }
+#pragma unroll
+  for (int y = 0; y < kStrip; ++y) {
+    const int gr = qs + r0 + y;
+    const bool visible = col_ok && gr >= 0 && gc <= gr;
+    Sh[(r0 - (kQRows - kRows) + y) * kPitch + c] = visible ? acc[y] * kLog2e : -INFINITY;
+  }
+}
+
+/// The weights of the convolution: in registers for a kernel size fixed at compile time
+/// (CQ, CK > 0), read from shared memory by the general strip otherwise (CQ = CK = 0).
+template <int CQ, int CK>
+struct ConvTaps {
+  float w[CQ * CK];
+  __device__ __forceinline__ void load(const float* W) {
+#pragma unroll
+    for (int t = 0; t < CQ * CK; ++t) w[t] = W[t];
+  }
+  __device__ __forceinline__ void strip(const Geometry& G, const float* S, float* Sh, const float*, int r0, int c,
+                                        int qs, int js) const {
+    conv_strip_fixed<CQ, CK>(G, S, Sh, w, r0, c, qs, js);
+  }
+};
+template <>
+struct ConvTaps<0, 0> {
+  __device__ __forceinline__ void load(const float*) {}
+  __device__ __forceinline__ void strip(const Geometry& G, const float* S, float* Sh, const float* W, int r0, int c,
+                                        int qs, int js) const {
+    conv_strip(G, S, Sh, W, r0, c, qs, js);
+  }
+};
+
 /// a. S = scale · Q K_jᵀ with the causal zeros (tile row 0 is token qs, tile key 0 is token js):
 /// warp w computes all 32 rows × keys [16w, 16w + 16) on tensor cores, fp32 → SRAM.
 template <int HEAD_DIM, bool kBf16>
@@ -191,7 +245,7 @@ __device__ __forceinline__ void accumulate_pv(float (&o)[HEAD_DIM / 32][4], cons
   }
 }
 
-template <int HEAD_DIM, bool kBf16>
+template <int HEAD_DIM, bool kBf16, int CQ, int CK>
 __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
     mta_fast_decode_split_kernel(Geometry G, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                                  const uint16_t* __restrict__ V, const float* __restrict__ Wg, float* __restrict__ O_s,
@@ -214,6 +268,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
   float* W = alpha_s + kRows;
 
   for (int tap = threadIdx.x; tap < G.taps(); tap += kThreads) W[tap] = Wg[std::size_t(h) * G.taps() + tap];
+  ConvTaps<CQ, CK> taps;  // CQ, CK > 0: the weights in registers (read from W after the first barrier)
   load_rows_async<HEAD_DIM, kQRows>(sQ, Q + base, stride, qs, N);
   auto load_kv = [&](int tile, int st) {
     const int js = tile * bc - G.pk;
@@ -229,6 +284,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
   float m_row = -INFINITY, l_row = 0.f;
   float o[T::kONT][4] = {};  // rows g, g + 8 of the 16 × d/4 slice of warp `warp`
 
+  bool taps_loaded = false;
   for (int tile = t_begin; tile < t_end; ++tile) {
     const int st = (tile - t_begin) & 1, js = tile * bc - G.pk;
     const uint32_t sK = sKV + uint32_t(2 * st * T::kTileK), sV = sK + T::kTileK;
@@ -236,12 +292,16 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
     __syncthreads();  // K_j, V_j landed; every warp finished the previous tile (other stage free)
     if (tile + 1 < t_end) load_kv(tile + 1, st ^ 1);
     cp_async_commit();
+    if (!taps_loaded) {  // W in SRAM since the barrier above
+      taps.load(W);
+      taps_loaded = true;
+    }
 
     scores_to_smem<HEAD_DIM, kBf16>(G, sQ, sK, S, qs, js);  // a
     __syncthreads();  // S complete: the convolution reads neighbouring rows and keys
 
     // b. Ŝ of tile rows 16 … 31: thread → key c = tid % 64, rows 16 + 8·(tid / 64) … + 7.
-    conv_strip(G, S, Sh, W, kQRows - kRows + kStrip * (threadIdx.x / BLOCK_N), threadIdx.x % BLOCK_N, qs, js);
+    taps.strip(G, S, Sh, W, kQRows - kRows + kStrip * (threadIdx.x / BLOCK_N), threadIdx.x % BLOCK_N, qs, js);
     __syncthreads();  // Ŝ complete: each row's statistics read all 64 keys
 
     online_softmax<kBf16>(Sh, sP, alpha_s, m_row, l_row);  // c
@@ -304,10 +364,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int e = 0; e < kCols; e += 2) *reinterpret_cast<uint32_t*>(dst + e) = pack2<kBf16>(acc[e] * inv, acc[e + 1] * inv);
 }
 
-template <int HEAD_DIM, bool kBf16>
-void launch(const Geometry& G, const DecodeArgs& a, cudaStream_t stream) {
+template <int HEAD_DIM, bool kBf16, int CQ, int CK>
+void launch_split(const Geometry& G, const DecodeArgs& a, cudaStream_t stream) {
   using T = DecodeTraits<HEAD_DIM>;
-  auto split_kernel = &mta_fast_decode_split_kernel<HEAD_DIM, kBf16>;
+  auto split_kernel = &mta_fast_decode_split_kernel<HEAD_DIM, kBf16, CQ, CK>;
   static const bool opted_in = [&] {
     FLASHLAB_CUDA_CHECK(
         cudaFuncSetAttribute(reinterpret_cast<const void*>(split_kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem));
@@ -318,6 +378,16 @@ void launch(const Geometry& G, const DecodeArgs& a, cudaStream_t stream) {
   split_kernel<<<dim3(G.splits, G.heads, G.batch), kThreads, T::kSmem, stream>>>(G, a.Q, a.K, a.V, a.W, a.O_s, a.m_s,
                                                                                 a.l_s);
   FLASHLAB_CUDA_CHECK_LAUNCH("mta_fast_decode_split_kernel");
+}
+
+template <int HEAD_DIM, bool kBf16>
+void launch(const Geometry& G, const DecodeArgs& a, cudaStream_t stream) {
+  // The sizes the split kernel is compiled for (weights in registers); any other through the
+  // general strip.
+  if (G.cq == 3 && G.ck == 3) launch_split<HEAD_DIM, kBf16, 3, 3>(G, a, stream);
+  else if (G.cq == 6 && G.ck == 11) launch_split<HEAD_DIM, kBf16, 6, 11>(G, a, stream);
+  else if (G.cq == 11 && G.ck == 11) launch_split<HEAD_DIM, kBf16, 11, 11>(G, a, stream);
+  else launch_split<HEAD_DIM, kBf16, 0, 0>(G, a, stream);
   announce("mta_fast_decode_combine_kernel");
   mta_fast_decode_combine_kernel<HEAD_DIM, kBf16><<<dim3(G.heads, G.batch), kThreads, 0, stream>>>(G, a.O_s, a.m_s,
                                                                                                    a.l_s, a.O);
