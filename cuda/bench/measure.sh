@@ -34,6 +34,11 @@
 #                                        tabulated into mta_fast_bwd_checks.csv,
 #                                        mta_fast_bwd_worst_errors.csv, mta_fast_bwd.csv,
 #                                        mta_fast_bwd_torch.csv
+#   measure.sh mta-decode [BIN_DIR] [OUT_DIR] the split-K decode only (under a minute): its tests
+#                                        and sanitizers and `bench mta --pass decode` at N = 32k…256k
+#                                        (3x3, 6x11, 11x11; d = 128) beside the D2D copy; tabulated
+#                                        into the same CSV files as mta-fast-bwd (decode rows only:
+#                                        append them to cuda/results/ to keep the other rows)
 #   measure.sh stream [BIN_DIR] [OUT_DIR] the STREAM kernels: tests, sanitizers, CUPTI traffic,
 #                                        planted-needle recall at T = 1M (clear and fast kernels),
 #                                        `bench stream` beside dense SDPA, the fast estimate's I
@@ -262,7 +267,7 @@ mta_fast_bwd_steps() {
     --durations yes
   for k in memcheck racecheck; do
     step_timeout=150 step "$logs/sanitize_mta_fast_bwd_$k.log" compute-sanitizer --tool "$k" --error-exitcode 9 \
-      "$bin/test_cuda" '[mta-fast-bwd-sanitize]'
+      "$bin/test_cuda" '[mta-fast-bwd-sanitize],[mta-fast-decode-sanitize]'
   done
   step_timeout=60 step "$logs/mta_bwd_fast.txt" "$bin/flashlab" mta bwd --device cuda --kernel fast --seq 300 \
     --heads 2 --dim 64 --cq 6 --ck 11
@@ -274,12 +279,37 @@ mta_fast_bwd_steps() {
     done
     grep -v ',128,4096,' "$logs/mta_bwd_bench_${k}_fwd+bwd.csv" >"$logs/mta_bwd_torch_in_$k.csv"
   done
-  for k in 3x3 11x11; do
-    step_timeout=120 step "$logs/mta_bwd_bench_${k}_decode.csv" "${bench[@]}" --pass decode --dim 128 --reps 20 \
-      --seq 32768,65536,131072,262144 --cq "${k%x*}" --ck "${k#*x}"
-  done
+  mta_decode_bench "$bin" "$logs"
   step_timeout=300 step "$logs/mta_bwd_torch.log" env PYTHONUNBUFFERED=1 python3 "$(dirname "$0")/mta_torch.py" \
     "$logs"/mta_bwd_torch_in_{3x3,11x11,6x11}.csv --reps 5 --out "$logs/mta_bwd_torch.csv"
+}
+
+# mta_decode_bench BIN LOGS: `bench mta --pass decode` at N = 32k…256k, d = 128, H = 16, for the
+# kernel sizes the decode is compiled for (each row beside a D2D copy of the same K, V bytes).
+mta_decode_bench() {
+  local bin=$1 logs=$2 k
+  for k in 3x3 6x11 11x11; do
+    step_timeout=120 step "$logs/mta_bwd_bench_${k}_decode.csv" "$bin/flashlab" bench mta --csv --heads 16 \
+      --pass decode --dim 128 --reps 20 --seq 32768,65536,131072,262144 --cq "${k%x*}" --ck "${k#*x}"
+  done
+}
+
+# mta_decode_steps BIN LOGS: the decode's tests, its sanitizers on the small shapes, its timings.
+mta_decode_steps() {
+  local bin=$1 logs=$2 k
+  step_timeout=120 step "$logs/test_cuda_mta_fast_decode.log" "$bin/test_cuda" '[mta-fast-decode]' --durations yes
+  for k in memcheck racecheck; do
+    step_timeout=150 step "$logs/sanitize_mta_fast_decode_$k.log" compute-sanitizer --tool "$k" --error-exitcode 9 \
+      "$bin/test_cuda" '[mta-fast-decode-sanitize]'
+  done
+  mta_decode_bench "$bin" "$logs"
+}
+
+run_mta_decode() {
+  local bin=$1 out=$2 logs=$2/logs status=0
+  begin_logs "$logs" mta-decode
+  mta_decode_steps "$bin" "$logs"
+  finish "$out" "$status" mta-decode
 }
 
 run_mta_fast_bwd() {
@@ -548,7 +578,9 @@ tab_stream_ncu() {
 # tab_mta_fast_bwd LOGS DATE DEVICE CSV_DIR: the fast MTA backward's worst errors, its `bench mta`
 # rows (fwd, bwd, fwd+bwd, decode) and the PyTorch rows of the same run, date and device first.
 tab_mta_fast_bwd() {
-  tab_worst_errors "$1/test_cuda_mta_fast_bwd.log" "$2" "$3" >"$4/mta_fast_bwd_worst_errors.csv"
+  local log=$1/test_cuda_mta_fast_bwd.log
+  [ -f "$log" ] || log=$1/test_cuda_mta_fast_decode.log  # mode mta-decode
+  tab_worst_errors "$log" "$2" "$3" >"$4/mta_fast_bwd_worst_errors.csv"
   prefix_csv "$2" "$3" "$1"/mta_bwd_bench_*.csv >"$4/mta_fast_bwd.csv"
   prefix_csv "$2" "$3" "$1/mta_bwd_torch.csv" | tr -d '\r' >"$4/mta_fast_bwd_torch.csv"  # csv.writer ends lines with CRLF
 }
@@ -566,7 +598,7 @@ tabulate() {
       tab_checks "$logs" "$date" "$device" >"$out/csv/mta_checks.csv"
       prefix_csv "$date" "$device" "$logs"/mta_traffic_{3x3,6x11,infer_32k}.csv >"$out/csv/mta_traffic.csv"
       tab_mta_fast "$logs" "$date" "$device" "$out/csv" ;;
-    mta-fast-bwd)
+    mta-fast-bwd|mta-decode)
       tab_checks "$logs" "$date" "$device" >"$out/csv/mta_fast_bwd_checks.csv"
       tab_mta_fast_bwd "$logs" "$date" "$device" "$out/csv" ;;
     mta-fast)
@@ -604,6 +636,7 @@ case "${1:-}" in
   mta) run_mta "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
   mta-fast) run_mta_fast "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
   mta-fast-bwd) run_mta_fast_bwd "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
+  mta-decode) run_mta_decode "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
   stream) run_stream "${2:-gpu-carry}" "${3:-/tmp/flashlab-measure}" ;;
   *) usage ;;
 esac

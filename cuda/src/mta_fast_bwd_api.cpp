@@ -131,10 +131,11 @@ FastBackwardGrads fast_backward(const FastShape& shape, const std::vector<std::u
 
 namespace {
 
-/// Decode geometry: effective keys per tile Bc = kDecodeBlockN − 2Pk, T_k whole tiles per split.
+/// Decode geometry: Bc = kDecodeBlockN owned keys per tile (any kernel size), T_k whole tiles
+/// per split.
 dmf::Geometry decode_geometry(const FastShape& shape) {
   dmf::Geometry g = make_geometry(shape);
-  const int bc = dmf::kDecodeBlockN - 2 * g.pk, tiles = (g.seq + bc - 1) / bc;
+  const int bc = dmf::kDecodeBlockN, tiles = (g.seq + bc - 1) / bc;
   int dev = 0, sms = 0;
   FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
   FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -169,24 +170,28 @@ void fast_decode_device(const FastShape& shape, const FastDecodePointers& ptrs, 
   a.m_s = reinterpret_cast<float*>(ws + align256(parts * shape.head_dim * sizeof(float)));
   a.l_s = reinterpret_cast<float*>(ws + align256(parts * shape.head_dim * sizeof(float)) + align256(parts * sizeof(float)));
   a.O = static_cast<std::uint16_t*>(ptrs.O);
+  a.LSE = ptrs.LSE;
   dmf::launch_decode(g, shape.dtype == ref::Dtype::bf16, a, static_cast<cudaStream_t>(stream));
 }
 
-std::vector<std::uint16_t> fast_decode(const FastShape& shape, const std::vector<std::uint16_t>& Q,
-                                       const std::vector<std::uint16_t>& K, const std::vector<std::uint16_t>& V,
-                                       const std::vector<float>& W) {
+FastDecodeOutput fast_decode(const FastShape& shape, const std::vector<std::uint16_t>& Q,
+                             const std::vector<std::uint16_t>& K, const std::vector<std::uint16_t>& V,
+                             const std::vector<float>& W) {
   check_fast_shape(shape);
   const std::size_t n = numel(shape), n_taps = taps(shape);
   const std::size_t out = numel(shape) / shape.seq * std::size_t(std::min(shape.seq, kDecodeRows));
   DeviceBuffer<std::uint16_t> q = upload(Q, n, "Q"), k = upload(K, n, "K"), v = upload(V, n, "V");
   DeviceBuffer<float> w = upload(W, n_taps, "W");
+  const std::size_t out_rows = out / shape.head_dim;  // B·R·H LSE values
   DeviceBuffer<std::uint16_t> o = poisoned<std::uint16_t>(out);
+  DeviceBuffer<float> lse = poisoned<float>(out_rows);
   DeviceBuffer<unsigned char> ws = poisoned<unsigned char>(fast_decode_workspace_bytes(shape));
-  fast_decode_device(shape, FastDecodePointers{q.get(), k.get(), v.get(), w.get(), o.get()}, ws.get(),
+  fast_decode_device(shape, FastDecodePointers{q.get(), k.get(), v.get(), w.get(), o.get(), lse.get()}, ws.get(),
                      nullptr);
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<std::uint16_t> host(out);
-  o.download(host.data());
+  FastDecodeOutput host{std::vector<std::uint16_t>(out), std::vector<float>(out_rows)};
+  o.download(host.O.data());
+  lse.download(host.LSE.data());
   return host;
 }
 

@@ -3,25 +3,32 @@
 // output rows instead of one: 16 rows is one m16 tile, so the other 15 cost nothing extra).
 //
 //   1. mta_fast_decode_split_kernel   grid (splits, H, B), 128 threads: one range of key tiles
-//   2. mta_fast_decode_combine_kernel grid (H, B): O = Σ_s 2^(m_s − M) O_s / Σ_s 2^(m_s − M) ℓ_s
+//   2. mta_fast_decode_combine_kernel grid (H, B): O = Σ_s 2^(m_s − M) O_s / Σ_s 2^(m_s − M) ℓ_s,
+//      LSE = M + log2 Σ_s 2^(m_s − M) ℓ_s (base 2)
 //
 // QUERY TILE. Ŝ of the last 16 rows reads S up to Pq ≤ 15 rows above them, so each block loads the
 // 32 rows N − 32 … N − 1 once (rows above token 0 zero-filled) and computes S on all 32; Ŝ, P and
 // O only on the last 16 (tile rows 16 … 31).
-// KEY TILES. kDecodeBlockN = 64 keys loaded from J_s = t·Bc − Pk, Bc = 64 − 2Pk effective (tile
-// keys [Pk, Pk + Bc)), as the forward's overlapping tiles. Split s owns tiles
-// [s·T_k, (s + 1)·T_k) ∩ [0, Tc); the host picks T_k so that no split is empty.
+// KEY TILES. Bc = kDecodeBlockN = 64 effective keys per tile, whatever the kernel: tile t owns
+// keys [t·Bc, (t + 1)·Bc) and loads 80 from J_s = t·Bc − 8 (a fixed halo of 8 ≥ Pk keys each
+// side; keys outside [0, N) zero-filled), so the convolution computes exactly the 64 owned
+// columns (with a halo of Pk the 128 threads' 64 columns would hold only 64 − 2Pk owned ones:
+// 16 % of the convolution wasted at ck = 11). Split s owns tiles [s·T_k, (s + 1)·T_k) ∩ [0, Tc);
+// the host picks T_k so that no split is empty.
 // ONE TILE: K_j, V_j were copied by cp.async during the previous tile (two stages).
-//   a. S = scale · Q K_jᵀ (32 × 64, causal zeros) → SRAM fp32;
-//   b. Ŝ on the last 16 rows, strips of 8 rows × 1 key per thread (lanes = keys), masked to −∞
-//      outside the effective keys, past N and in the future; ×log2 e → SRAM;
+//   a. S = scale · Q K_jᵀ (32 × 80, causal zeros) → SRAM fp32;
+//   b. Ŝ on the last 16 rows × 64 owned keys, masked to −∞ in the future (and so past N);
+//      ×log2 e → SRAM. For 3 × 3, 6 × 11 and 11 × 11 the kernel is compiled with the size fixed:
+//      weights in registers, loops unrolled, 4 rows × 2 keys per thread sliding down a window read
+//      as float2; any other size through a general strip of 8 rows × 1 key (W in SRAM);
 //   c. online softmax per row (8 threads per row): m_new, α = 2^(m − m_new), P = 2^(Ŝ − m_new)
 //      rounded to 16 bits → SRAM, ℓ ← αℓ + Σ P (a row with nothing visible yet keeps m = −∞ and
 //      P = 0: no −∞ − (−∞));
-//   d. O ← α O + P V_j in registers (4 warps × d/4 columns of the 16 rows).
+//   d. O ← α O + P V_j (the 64 owned keys) in registers (4 warps × d/4 columns of the 16 rows).
 // The split writes its unnormalised O_s, m_s and ℓ_s (fp32) for the combine kernel.
-// Bytes: K and V are read once per tile (2Pk halo keys per tile re-read: 3% at 3 × 3), Q once per
-// block; the partials are splits·16·(d + 2) floats per head, far below N·d.
+// Bytes: K and V are read from HBM once (the 16 halo keys of a tile were loaded by its neighbour
+// just before: L2 hits, 25 % more L2 → SM traffic), Q once per block; the partials are
+// splits·16·(d + 2) floats per head, far below N·d.
 #include "mta_fast_launch.hpp"
 #include "tensor_core.cuh"
 
@@ -36,8 +43,13 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kRows = 16;            // output rows
 constexpr int kQRows = 32;           // loaded query rows (16 + the Pq ≤ 15 above)
-constexpr int BLOCK_N = kDecodeBlockN;
-constexpr int kPitch = BLOCK_N + 8;  // fp32 tiles: conflict-free fragment stores and strip reads
+constexpr int BLOCK_N = kDecodeBlockN;      // Bc: owned keys per tile
+constexpr int kHalo = 8;                    // loaded keys each side of them
+constexpr int kLoadN = BLOCK_N + 2 * kHalo;  // loaded keys per tile
+constexpr int kPitch = kLoadN + 8;           // S fp32: conflict-free fragment stores and strip reads
+constexpr int kPitchSh = BLOCK_N + 8;        // Ŝ fp32
+static_assert(kHalo >= (kMaxCk - 1) / 2, "the halo must cover Pk");
+static_assert(kLoadN % 16 == 0, "S is computed in n16 blocks");
 constexpr int kStrip = 8;
 constexpr int kWindow = kStrip + kMaxCq - 1;
 constexpr float kLog2e = 1.4426950408889634f;
@@ -45,9 +57,9 @@ constexpr float kLog2e = 1.4426950408889634f;
 template <int HEAD_DIM>
 struct DecodeTraits {
   static constexpr int kTileQ = kQRows * HEAD_DIM * 2;
-  static constexpr int kTileK = BLOCK_N * HEAD_DIM * 2;  // K_j or V_j, one stage
-  static constexpr int kTileS = kQRows * kPitch * 4;     // S fp32
-  static constexpr int kTileSh = kRows * kPitch * 4;     // Ŝ (base 2) fp32
+  static constexpr int kTileK = kLoadN * HEAD_DIM * 2;  // K_j or V_j, one stage
+  static constexpr int kTileS = kQRows * kPitch * 4;    // S fp32
+  static constexpr int kTileSh = kRows * kPitchSh * 4;  // Ŝ (base 2) fp32
   static constexpr int kTileP = kRows * BLOCK_N * 2;     // P 16-bit, swizzled [16][64]
   static constexpr int kSmem = kTileQ + 4 * kTileK + kTileS + kTileSh + kTileP + kRows * 4 + kMaxCq * kMaxCk * 4;
   static constexpr int kONT = HEAD_DIM / 32;  // n8 tiles of O per warp (d/4 columns)
@@ -67,67 +79,87 @@ __device__ __forceinline__ void load_rows_async(uint32_t smem, const uint16_t* h
   }
 }
 
-/// Ŝ (base 2, masked to −∞) of rows r0 … r0 + 7 (tile rows, ≥ 16) at tile key c.
+/// Writes a strip's Ŝ (base 2) to SRAM, −∞ above token 0 and in the future (so also past N):
+/// rows r0 … r0 + 7 (tile rows, ≥ 16) at loaded key c (an owned key: kHalo ≤ c < kHalo + Bc).
+__device__ __forceinline__ void store_strip(const float (&acc)[kStrip], float* Sh, int r0, int c, int qs, int js) {
+  const int gc = js + c;
+#pragma unroll
+  for (int y = 0; y < kStrip; ++y) {
+    const int gr = qs + r0 + y;
+    const bool visible = gr >= 0 && gc <= gr;
+    Sh[(r0 - (kQRows - kRows) + y) * kPitchSh + c - kHalo] = visible ? acc[y] * kLog2e : -INFINITY;
+  }
+}
+
+/// Ŝ of rows r0 … r0 + 7 at owned key c, any kernel size (cq, ck at run time, W in SRAM).
 __device__ __forceinline__ void conv_strip(const Geometry& G, const float* S, float* Sh, const float* W, int r0, int c,
                                            int qs, int js) {
-  const int pq = G.pq, pk = G.pk, gc = js + c;
-  const bool col_ok = c >= pk && c < BLOCK_N - pk && gc < G.seq;
+  const int pq = G.pq, pk = G.pk;
   float acc[kStrip] = {};
-  if (col_ok) {
-    for (int b = 0; b < G.ck; ++b) {
-      float win[kWindow];
+  for (int b = 0; b < G.ck; ++b) {
+    float win[kWindow];
 #pragma unroll
-      for (int y = 0; y < kWindow; ++y) win[y] = y < kStrip + pq ? S[(r0 - pq + y) * kPitch + c + b - pk] : 0.f;
+    for (int y = 0; y < kWindow; ++y) win[y] = y < kStrip + pq ? S[(r0 - pq + y) * kPitch + c + b - pk] : 0.f;
 #pragma unroll
-      for (int a = 0; a < kMaxCq; ++a)
-        if (a < G.cq) {
-          const float w = W[a * G.ck + b];
+    for (int a = 0; a < kMaxCq; ++a)
+      if (a < G.cq) {
+        const float w = W[a * G.ck + b];
 #pragma unroll
-          for (int y = 0; y < kStrip; ++y) acc[y] = fmaf(w, win[y + a], acc[y]);
-        }
+        for (int y = 0; y < kStrip; ++y) acc[y] = fmaf(w, win[y + a], acc[y]);
+      }
+  }
+  store_strip(acc, Sh, r0, c, qs, js);
+}
+
+/// Ŝ of this thread's 4 rows × 2 owned keys for a kernel size known at compile time: keys
+/// c0, c0 + 1 (c0 = kHalo + 2·(tid % 32)), tile rows r0 … r0 + 3 (r0 = 16 + 4·(tid / 32): a warp
+/// holds 4 whole rows). The cq·ck weights sit in registers (loaded once per block) and every loop
+/// has a constant trip count: the strip slides down its 4 + Pq window rows, reads each once as
+/// float2 pairs (2Pk + 2 keys and one more, from an even column) and feeds every (output row, tap
+/// row) pair that uses it, with no load of a weight in between (the general strip's weight
+/// loads, each waited for, made 11 × 11 three times slower than the bandwidth allows).
+template <int CQ, int CK>
+__device__ __forceinline__ void conv_quad_fixed(const float* S, float* Sh, const float (&w)[CQ * CK], int qs, int js) {
+  constexpr int PQ = CQ - 1, PK = (CK - 1) / 2, kRowsOut = 4, kWinRows = kRowsOut + PQ;
+  constexpr int kLead = PK + (PK & 1);          // the window starts at column c0 − kLead (even)
+  constexpr int kPairs = (kLead + PK + 3) / 2;  // float2s per window row: through column c0 + 1 + PK
+  static_assert(kHalo >= kLead && kHalo + BLOCK_N - kLead + 2 * kPairs <= kLoadN, "the window lies inside S");
+  const int c0 = kHalo + 2 * int(threadIdx.x % 32), r0 = kQRows - kRows + kRowsOut * int(threadIdx.x / 32);
+  const float* window = S + (r0 - PQ) * kPitch + c0 - kLead;
+  float acc[kRowsOut][2] = {};
+#pragma unroll
+  for (int yw = 0; yw < kWinRows; ++yw) {  // window row yw is S row r0 − Pq + yw
+    float v[2 * kPairs];
+#pragma unroll
+    for (int p = 0; p < kPairs; ++p) {
+      const float2 f = *reinterpret_cast<const float2*>(window + yw * kPitch + 2 * p);
+      v[2 * p] = f.x;
+      v[2 * p + 1] = f.y;
+    }
+#pragma unroll
+    for (int y = 0; y < kRowsOut; ++y) {
+      const int a = yw - y;  // output row r0 + y reads S row r0 + y − (Pq − a) with tap row a
+      if (a < 0 || a >= CQ) continue;
+#pragma unroll
+      for (int bk = 0; bk < CK; ++bk)
+#pragma unroll
+        for (int x = 0; x < 2; ++x) acc[y][x] = fmaf(w[a * CK + bk], v[kLead - PK + x + bk], acc[y][x]);
     }
   }
 #pragma unroll
-  for (int y = 0; y < kStrip; ++y) {
-    const int gr = qs + r0 + y;
-    const bool visible = col_ok && gr >= 0 && gc <= gr;
-    Sh[(r0 - (kQRows - kRows) + y) * kPitch + c] = visible ? acc[y] * kLog2e : -INFINITY;
+  for (int y = 0; y < kRowsOut; ++y) {  // −∞ above token 0 and in the future (so also past N)
+    const int gr = qs + r0 + y, gc = js + c0;
+    const float s0 = gr >= 0 && gc <= gr ? acc[y][0] * kLog2e : -INFINITY;
+    const float s1 = gr >= 0 && gc + 1 <= gr ? acc[y][1] * kLog2e : -INFINITY;
+    *reinterpret_cast<float2*>(Sh + (r0 - (kQRows - kRows) + y) * kPitchSh + c0 - kHalo) = make_float2(s0, s1);
   }
 }
 
-/// Ŝ (base 2, masked to −∞) of rows r0 … r0 + 7 (tile rows, ≥ 16) at tile key c, for a kernel
-/// size known at compile time: the cq·ck weights sit in registers (`w`, loaded once per block),
-/// every loop has a constant trip count, so per kernel column b the strip costs 8 + Pq shared
-/// loads and 8·cq FMAs with no load of a weight in between. Columns outside the effective keys
-/// compute on a clamped column (no branch, no read outside S) and are masked afterwards.
-template <int CQ, int CK>
-__device__ __forceinline__ void conv_strip_fixed(const Geometry& G, const float* S, float* Sh,
-                                                 const float (&w)[CQ * CK], int r0, int c, int qs, int js) {
-  constexpr int PQ = CQ - 1, PK = (CK - 1) / 2, kWin = kStrip + PQ;
-  const int gc = js + c, cc = min(max(c, PK), BLOCK_N - 1 - PK);
-  const bool col_ok = c == cc && gc < G.seq;
-  const float* column = S + (r0 - PQ) * kPitch + cc - PK;
-  float acc[kStrip] = {};
-#pragma unroll
-  for (int b = 0; b < CK; ++b) {
-    float win[kWin];
-#pragma unroll
-    for (int y = 0; y < kWin; ++y) win[y] = column[y * kPitch + b];
-#pragma unroll
-    for (int a = 0; a < CQ; ++a)
-#pragma unroll
-      for (int y = 0; y < kStrip; ++y) acc[y] = fmaf(w[a * CK + b], win[y + a], acc[y]);
-  }
-#pragma unroll
-  for (int y = 0; y < kStrip; ++y) {
-    const int gr = qs + r0 + y;
-    const bool visible = col_ok && gr >= 0 && gc <= gr;
-    Sh[(r0 - (kQRows - kRows) + y) * kPitch + c] = visible ? acc[y] * kLog2e : -INFINITY;
-  }
-}
-
-/// The weights of the convolution: in registers for a kernel size fixed at compile time
-/// (CQ, CK > 0), read from shared memory by the general strip otherwise (CQ = CK = 0).
+/// b. The convolution of one tile: Ŝ of tile rows 16 … 31 × the 64 owned keys → SRAM. For a
+/// kernel size fixed at compile time (CQ, CK > 0) the weights are in registers (load() reads the
+/// head's W from HBM, the same addresses in every thread) and each thread computes 4 rows × 2
+/// keys; otherwise (CQ = CK = 0) the general strip reads W from SRAM, thread → owned key
+/// kHalo + tid % 64, rows 16 + 8·(tid / 64) … + 7.
 template <int CQ, int CK>
 struct ConvTaps {
   float w[CQ * CK];
@@ -135,49 +167,70 @@ struct ConvTaps {
 #pragma unroll
     for (int t = 0; t < CQ * CK; ++t) w[t] = W[t];
   }
-  __device__ __forceinline__ void strip(const Geometry& G, const float* S, float* Sh, const float*, int r0, int c,
-                                        int qs, int js) const {
-    conv_strip_fixed<CQ, CK>(G, S, Sh, w, r0, c, qs, js);
+  __device__ __forceinline__ void tile(const Geometry&, const float* S, float* Sh, const float*, int qs, int js) const {
+    conv_quad_fixed<CQ, CK>(S, Sh, w, qs, js);
   }
 };
 template <>
 struct ConvTaps<0, 0> {
   __device__ __forceinline__ void load(const float*) {}
-  __device__ __forceinline__ void strip(const Geometry& G, const float* S, float* Sh, const float* W, int r0, int c,
-                                        int qs, int js) const {
-    conv_strip(G, S, Sh, W, r0, c, qs, js);
+  __device__ __forceinline__ void tile(const Geometry& G, const float* S, float* Sh, const float* W, int qs,
+                                       int js) const {
+    conv_strip(G, S, Sh, W, kQRows - kRows + kStrip * int(threadIdx.x / BLOCK_N), kHalo + int(threadIdx.x % BLOCK_N),
+               qs, js);
   }
 };
 
-/// a. S = scale · Q K_jᵀ with the causal zeros (tile row 0 is token qs, tile key 0 is token js):
-/// warp w computes all 32 rows × keys [16w, 16w + 16) on tensor cores, fp32 → SRAM.
+/// Stores one m16n8 accumulator of S (tile rows row0 …, loaded keys col0 …) × scale as fp32 →
+/// SRAM, with the causal zeros (tile row 0 is token qs, loaded key 0 is token js) when `causal`
+/// (the tile reaches past its first row; false on every tile but the last one or two).
+__device__ __forceinline__ void store_scores(const Geometry& G, const float (&acc)[4], float* S, int row0, int col0,
+                                             int qs, int js, bool causal) {
+  const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + g + 8 * r, col = col0 + 2 * t, gr = qs + row, gc = js + col;
+    float2 v = make_float2(acc[2 * r] * G.scale, acc[2 * r + 1] * G.scale);
+    if (causal) {
+      v.x = gc > gr ? 0.f : v.x;
+      v.y = gc + 1 > gr ? 0.f : v.y;
+    }
+    *reinterpret_cast<float2*>(S + row * kPitch + col) = v;
+  }
+}
+
+/// a. S = scale · Q K_jᵀ with the causal zeros, 32 rows × 80 loaded keys on tensor cores, fp32 →
+/// SRAM: warp w computes all 32 rows × keys [16w, 16w + 16), and of the last 16 keys the m16n8
+/// piece rows 16·(w / 2) …, keys 64 + 8·(w % 2) … (the same number of MMAs for every warp).
 template <int HEAD_DIM, bool kBf16>
 __device__ __forceinline__ void scores_to_smem(const Geometry& G, uint32_t sQ, uint32_t sK, float* S, int qs, int js) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3, mi = lane >> 3;
-  float s[2][2][4] = {};
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, mi = lane >> 3;
+  const int em = warp >> 1, en = warp & 1;  // this warp's piece of keys 64 … 79
+  float s[2][2][4] = {}, e[4] = {};
 #pragma unroll
   for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
-    uint32_t a[2][4], bf[4];
+    uint32_t a[2][4], bf[4], be[4];
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
       ldsm_x4(sQ + swz<HEAD_DIM>(16 * mt + (lane & 15), 2 * kk + (lane >> 4)), a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
     ldsm_x4(sK + swz<HEAD_DIM>(16 * warp + (lane & 7) + ((mi >> 1) << 3), 2 * kk + (mi & 1)), bf[0], bf[1], bf[2], bf[3]);
+    ldsm_x4(sK + swz<HEAD_DIM>(64 + (lane & 7) + ((mi >> 1) << 3), 2 * kk + (mi & 1)), be[0], be[1], be[2], be[3]);
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
       mma16816<kBf16>(s[mt][0], a[mt], bf[0], bf[1]);
       mma16816<kBf16>(s[mt][1], a[mt], bf[2], bf[3]);
     }
+    uint32_t ae[4];  // selects, not a run-time index (which would put a[] in local memory)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) ae[i] = em ? a[1][i] : a[0][i];
+    mma16816<kBf16>(e, ae, en ? be[2] : be[0], en ? be[3] : be[1]);
   }
+  const bool causal = js + kLoadN - 1 > qs;  // some key of the tile lies after tile row 0
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        const int row = 16 * mt + g + 8 * r, col = 16 * warp + 8 * n + 2 * t, gr = qs + row, gc = js + col;
-        *reinterpret_cast<float2*>(S + row * kPitch + col) =
-            make_float2(gc > gr ? 0.f : s[mt][n][2 * r] * G.scale, gc + 1 > gr ? 0.f : s[mt][n][2 * r + 1] * G.scale);
-      }
+    for (int n = 0; n < 2; ++n) store_scores(G, s[mt][n], S, 16 * mt, 16 * warp + 8 * n, qs, js, causal);
+  store_scores(G, e, S, 16 * em, 64 + 8 * en, qs, js, causal);
 }
 
 /// c. Online softmax of the 16 output rows over this key tile, 8 threads per row (row tid / 8,
@@ -190,7 +243,7 @@ __device__ __forceinline__ void online_softmax(const float* Sh, uint32_t sP, flo
   float x[8], mx = -INFINITY;
 #pragma unroll
   for (int e = 0; e < 8; ++e) {
-    x[e] = Sh[srow * kPitch + 8 * spart + e];
+    x[e] = Sh[srow * kPitchSh + 8 * spart + e];
     mx = fmaxf(mx, x[e]);
   }
 #pragma unroll
@@ -215,7 +268,8 @@ __device__ __forceinline__ void online_softmax(const float* Sh, uint32_t sP, flo
   if (spart == 0) alpha_s[srow] = alpha;
 }
 
-/// d. O ← α O + P V_j in registers: warp w, the 16 rows × columns [w·d/4, (w + 1)·d/4).
+/// d. O ← α O + P V_j in registers (V_j's owned keys: loaded rows kHalo …): warp w, the 16 rows
+/// × columns [w·d/4, (w + 1)·d/4).
 template <int HEAD_DIM, bool kBf16>
 __device__ __forceinline__ void accumulate_pv(float (&o)[HEAD_DIM / 32][4], const float* alpha_s, uint32_t sP,
                                               uint32_t sV) {
@@ -237,7 +291,7 @@ __device__ __forceinline__ void accumulate_pv(float (&o)[HEAD_DIM / 32][4], cons
 #pragma unroll
     for (int np = 0; np < kONT / 2; ++np) {
       uint32_t bf[4];
-      const int row = 16 * kk + (lane & 7) + ((mi & 1) << 3);
+      const int row = kHalo + 16 * kk + (lane & 7) + ((mi & 1) << 3);
       ldsm_x4_trans(sV + swz<HEAD_DIM>(row, col0 / 8 + 2 * np + (mi >> 1)), bf[0], bf[1], bf[2], bf[3]);
       mma16816<kBf16>(o[2 * np], a, bf[0], bf[1]);
       mma16816<kBf16>(o[2 * np + 1], a, bf[2], bf[3]);
@@ -254,7 +308,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
   const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z, N = G.seq;
   const std::size_t stride = G.row_stride(), base = G.head_offset(b, h);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-  const int bc = BLOCK_N - 2 * G.pk, tiles = (N + bc - 1) / bc, per_split = G.keys_per_split / bc;
+  const int tiles = (N + BLOCK_N - 1) / BLOCK_N, per_split = G.keys_per_split / BLOCK_N;
   const int t_begin = split * per_split, t_end = min(t_begin + per_split, tiles);
   const int qs = N - kQRows;  // global row of tile row 0
 
@@ -268,13 +322,14 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
   float* W = alpha_s + kRows;
 
   for (int tap = threadIdx.x; tap < G.taps(); tap += kThreads) W[tap] = Wg[std::size_t(h) * G.taps() + tap];
-  ConvTaps<CQ, CK> taps;  // CQ, CK > 0: the weights in registers (read from W after the first barrier)
+  ConvTaps<CQ, CK> taps;  // CQ, CK > 0: the weights in registers, read once (the same addresses in every thread)
+  taps.load(Wg + std::size_t(h) * G.taps());
   load_rows_async<HEAD_DIM, kQRows>(sQ, Q + base, stride, qs, N);
   auto load_kv = [&](int tile, int st) {
-    const int js = tile * bc - G.pk;
+    const int js = tile * BLOCK_N - kHalo;
     const uint32_t k_at = sKV + uint32_t(2 * st * T::kTileK);
-    load_rows_async<HEAD_DIM, BLOCK_N>(k_at, K + base, stride, js, N);
-    load_rows_async<HEAD_DIM, BLOCK_N>(k_at + T::kTileK, V + base, stride, js, N);
+    load_rows_async<HEAD_DIM, kLoadN>(k_at, K + base, stride, js, N);
+    load_rows_async<HEAD_DIM, kLoadN>(k_at + T::kTileK, V + base, stride, js, N);
   };
   if (t_begin < t_end) load_kv(t_begin, 0);
   cp_async_commit();
@@ -284,24 +339,18 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
   float m_row = -INFINITY, l_row = 0.f;
   float o[T::kONT][4] = {};  // rows g, g + 8 of the 16 × d/4 slice of warp `warp`
 
-  bool taps_loaded = false;
   for (int tile = t_begin; tile < t_end; ++tile) {
-    const int st = (tile - t_begin) & 1, js = tile * bc - G.pk;
+    const int st = (tile - t_begin) & 1, js = tile * BLOCK_N - kHalo;
     const uint32_t sK = sKV + uint32_t(2 * st * T::kTileK), sV = sK + T::kTileK;
     cp_async_wait<0>();
     __syncthreads();  // K_j, V_j landed; every warp finished the previous tile (other stage free)
     if (tile + 1 < t_end) load_kv(tile + 1, st ^ 1);
     cp_async_commit();
-    if (!taps_loaded) {  // W in SRAM since the barrier above
-      taps.load(W);
-      taps_loaded = true;
-    }
 
     scores_to_smem<HEAD_DIM, kBf16>(G, sQ, sK, S, qs, js);  // a
     __syncthreads();  // S complete: the convolution reads neighbouring rows and keys
 
-    // b. Ŝ of tile rows 16 … 31: thread → key c = tid % 64, rows 16 + 8·(tid / 64) … + 7.
-    taps.strip(G, S, Sh, W, kQRows - kRows + kStrip * (threadIdx.x / BLOCK_N), threadIdx.x % BLOCK_N, qs, js);
+    taps.tile(G, S, Sh, W, qs, js);  // b
     __syncthreads();  // Ŝ complete: each row's statistics read all 64 keys
 
     online_softmax<kBf16>(Sh, sP, alpha_s, m_row, l_row);  // c
@@ -326,38 +375,57 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
 }
 
 /// Grid (H, B), 128 threads: thread (row = tid / 8, part = tid % 8) merges the splits of one row
-/// for d/8 columns and writes O of the rows that exist (global row ≥ 0).
+/// for d/8 columns and writes O of the rows that exist (global row ≥ 0); part 0 also the row's
+/// LSE = M + log2 L (base 2) when LSE is not null. The row's M and L first: the 8 threads of the
+/// row each merge every 8th split, then each other's by shuffles (loads in parallel rather than
+/// one dependent load per split).
 template <int HEAD_DIM, bool kBf16>
 __global__ void __launch_bounds__(kThreads)
     mta_fast_decode_combine_kernel(Geometry G, const float* __restrict__ O_s, const float* __restrict__ m_s,
-                                   const float* __restrict__ l_s, uint16_t* __restrict__ O) {
+                                   const float* __restrict__ l_s, uint16_t* __restrict__ O, float* __restrict__ LSE) {
   const int h = blockIdx.x, b = blockIdx.y, row = threadIdx.x / 8, part = threadIdx.x % 8;
   const int rows_out = min(G.seq, kRows), out_row = row - (kRows - rows_out);
-  if (out_row < 0) return;  // above token 0 (N < 16)
   const std::size_t first = (std::size_t(b) * G.heads + h) * G.splits;
-  float M = -INFINITY;
-  for (int s = 0; s < G.splits; ++s) M = fmaxf(M, m_s[(first + s) * kRows + row]);
-  float L = 0.f;
-  for (int s = 0; s < G.splits; ++s) {
-    const float m = m_s[(first + s) * kRows + row];
-    if (m != -INFINITY) L += ex2(m - M) * l_s[(first + s) * kRows + row];
+  // A split with m = −∞ saw nothing of this row (its ℓ and O_s are 0): skipped, never 2^(−∞ − (−∞)).
+  float M = -INFINITY, L = 0.f;
+  for (int s = part; s < G.splits; s += 8) {
+    const float m = m_s[(first + s) * kRows + row], l = l_s[(first + s) * kRows + row];
+    if (m == -INFINITY) continue;
+    const float m_new = fmaxf(M, m);
+    L = (M == -INFINITY ? 0.f : L * ex2(M - m_new)) + l * ex2(m - m_new);
+    M = m_new;
   }
+#pragma unroll
+  for (int off = 4; off > 0; off /= 2) {  // the 8 threads of a row are lanes 8k … 8k + 7
+    const float M_o = __shfl_xor_sync(0xffffffffu, M, off), L_o = __shfl_xor_sync(0xffffffffu, L, off);
+    const float m_new = fmaxf(M, M_o);
+    L = (M == -INFINITY ? 0.f : L * ex2(M - m_new)) + (M_o == -INFINITY ? 0.f : L_o * ex2(M_o - m_new));
+    M = m_new;
+  }
+  // O: every split's O_s is loaded unconditionally (so the loads of several splits are in flight
+  // at once) and a split that saw nothing of the row is dropped by a select, not a multiply by 0
+  // (its O_s may hold 0 · NaN from a key this row does not see).
   constexpr int kCols = HEAD_DIM / 8;
   float acc[kCols] = {};
+#pragma unroll 8
   for (int s = 0; s < G.splits; ++s) {
     const float m = m_s[(first + s) * kRows + row];
-    if (m == -INFINITY) continue;  // nothing visible in that split (its O_s is 0)
-    const float w = ex2(m - M);
-    const float* src = O_s + ((first + s) * kRows + row) * HEAD_DIM + part * kCols;
+    const float4* src = reinterpret_cast<const float4*>(O_s + ((first + s) * kRows + row) * HEAD_DIM + part * kCols);
+    float4 v[kCols / 4];
 #pragma unroll
-    for (int e = 0; e < kCols; e += 4) {
-      const float4 v = *reinterpret_cast<const float4*>(src + e);
-      acc[e] = fmaf(w, v.x, acc[e]);
-      acc[e + 1] = fmaf(w, v.y, acc[e + 1]);
-      acc[e + 2] = fmaf(w, v.z, acc[e + 2]);
-      acc[e + 3] = fmaf(w, v.w, acc[e + 3]);
+    for (int e = 0; e < kCols / 4; ++e) v[e] = src[e];
+    const bool seen = m != -INFINITY;
+    const float w = seen ? ex2(m - M) : 0.f;
+#pragma unroll
+    for (int e = 0; e < kCols / 4; ++e) {
+      acc[4 * e] = seen ? fmaf(w, v[e].x, acc[4 * e]) : acc[4 * e];
+      acc[4 * e + 1] = seen ? fmaf(w, v[e].y, acc[4 * e + 1]) : acc[4 * e + 1];
+      acc[4 * e + 2] = seen ? fmaf(w, v[e].z, acc[4 * e + 2]) : acc[4 * e + 2];
+      acc[4 * e + 3] = seen ? fmaf(w, v[e].w, acc[4 * e + 3]) : acc[4 * e + 3];
     }
   }
+  if (out_row < 0) return;  // above token 0 (N < 16)
+  if (LSE != nullptr && part == 0) LSE[(std::size_t(b) * G.heads + h) * rows_out + out_row] = M + log2f(L);
   const float inv = 1.f / L;
   uint16_t* dst = O + ((std::size_t(b) * rows_out + out_row) * G.heads + h) * HEAD_DIM + part * kCols;
 #pragma unroll
@@ -390,7 +458,7 @@ void launch(const Geometry& G, const DecodeArgs& a, cudaStream_t stream) {
   else launch_split<HEAD_DIM, kBf16, 0, 0>(G, a, stream);
   announce("mta_fast_decode_combine_kernel");
   mta_fast_decode_combine_kernel<HEAD_DIM, kBf16><<<dim3(G.heads, G.batch), kThreads, 0, stream>>>(G, a.O_s, a.m_s,
-                                                                                                   a.l_s, a.O);
+                                                                                                   a.l_s, a.O, a.LSE);
   FLASHLAB_CUDA_CHECK_LAUNCH("mta_fast_decode_combine_kernel");
 }
 

@@ -37,7 +37,8 @@ struct Geometry {
 /// effective), BLOCK_N keys per block (Bc = BLOCK_N − 4Pk effective).
 inline constexpr int kBwdBlockM = 64;
 inline constexpr int kBwdBlockN = 128;
-/// Loaded keys per tile of the decode kernel (Bc = kDecodeBlockN − 2Pk effective).
+/// Owned keys per tile of the decode kernel (Bc, whatever the kernel size: a tile loads a halo of
+/// 8 ≥ Pk keys each side besides them).
 inline constexpr int kDecodeBlockN = 64;
 /// Resident blocks per SM of the decode split kernel (its __launch_bounds__ and SRAM allow two).
 inline constexpr int kDecodeBlocksPerSm = 2;
@@ -64,6 +65,7 @@ struct DecodeArgs {
   const float* W;
   float *O_s, *m_s, *l_s;  ///< workspace: per-split partials [B, H, splits, 16, d] and [B, H, splits, 16]
   std::uint16_t* O;        ///< [B, R, H, d]
+  float* LSE;              ///< [B, H, R] base 2, or null
 };
 
 /// The split kernel and the combine kernel.

@@ -11,7 +11,12 @@
 // rounding floor) or within 1e-2; dW (fp32 output) within 1e-2 of its term scale.
 // Shapes: N = 1, N below one tile, ragged N in both tilings, 1 × 1 with W = 1 (also held to plain
 // causal attention), 3 × 3, 6 × 11, 11 × 11, 16 × 15, d = 64 and 128, batch and heads > 1, fp16.
-// Tag [mta-fast-bwd-sanitize]: the small shapes, for compute-sanitizer.
+// The decode: O and its base-2 LSE of the last 16 rows (LSE absolute within 1e-4 · max(1,
+// max|LSE|), as the forward's tests), through the kernel sizes compiled in (3 × 3, 6 × 11,
+// 11 × 11) and the general one (1 × 1, 16 × 15), several key tiles per split, Q entries ±800 (a
+// nearly one-hot softmax), a NaN in V that must come out as NaN.
+// Tags [mta-fast-bwd-sanitize] and [mta-fast-decode-sanitize]: the small shapes, for
+// compute-sanitizer.
 #include <catch2/catch.hpp>
 
 // GCC 12 at -O2/-O3 reports a false -Wrestrict inside std::string operator+ (GCC bug 105329).
@@ -25,8 +30,10 @@
 #include "gpu_test_util.hpp"
 #include "mta_test_util.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -48,12 +55,14 @@ struct Case {
   std::size_t batch, seq, heads, dim, cq, ck;
   fr::Dtype dtype = fr::Dtype::bf16;
   bool unit_kernel = false;  // W = 1 (with 1 × 1: plain causal attention)
+  bool large_q = false;      // every Q entry ±800 (scores of ~1e3: a nearly one-hot softmax)
 };
 
 std::string label(const Case& c) {
   return std::string(c.dtype == fr::Dtype::bf16 ? "bf16" : "fp16") + " B=" + std::to_string(c.batch) +
          " N=" + std::to_string(c.seq) + " H=" + std::to_string(c.heads) + " d=" + std::to_string(c.dim) +
-         " W=" + std::to_string(c.cq) + "x" + std::to_string(c.ck) + (c.unit_kernel ? " (W=1)" : "");
+         " W=" + std::to_string(c.cq) + "x" + std::to_string(c.ck) + (c.unit_kernel ? " (W=1)" : "") +
+         (c.large_q ? " +-800" : "");
 }
 
 struct Inputs {
@@ -83,6 +92,8 @@ Inputs make_inputs(const Case& c, unsigned long long seed) {
   fr::fill_normal(k0, seed + 1);
   fr::fill_normal(v0, seed + 2);
   fr::fill_normal(do0, seed + 3);
+  if (c.large_q)
+    for (std::size_t i = 0; i < q0.numel(); ++i) q0.data()[i] = q0.data()[i] < 0 ? -800.0 : 800.0;
   in.qd = in.kd = in.vd = in.dod = fr::Tensor<double>(in.shape);
   in.q = ft::round_to_16(q0, c.dtype, in.qd);
   in.k = ft::round_to_16(k0, c.dtype, in.kd);
@@ -157,6 +168,24 @@ void check_backward(const Case& c) {
   }
 }
 
+constexpr double kTolLse = 1e-4;  // base-2 LSE, absolute, over max(1, max|LSE|)
+
+// The decode's base-2 LSE [B, H, R] against the reference's natural-log LSE [B, N, H] of the
+// last R rows: absolute error over max(1, max|LSE|); NaN → +inf.
+double decode_lse_error(const std::vector<float>& lse2, const fr::Tensor<double>& ref, std::size_t rows) {
+  const fr::Shape& sh = ref.shape();
+  double ref_max = 1.0, worst = 0.0;
+  for (std::size_t i = 0; i < ref.numel(); ++i) ref_max = std::max(ref_max, std::abs(ref.data()[i]));
+  for (std::size_t b = 0; b < sh.batch; ++b)
+    for (std::size_t h = 0; h < sh.heads; ++h)
+      for (std::size_t r = 0; r < rows; ++r) {
+        const double got = double(lse2[(b * sh.heads + h) * rows + r]) / kLog2e;
+        const double e = std::abs(got - ref.data()[(b * sh.seq + sh.seq - rows + r) * sh.heads + h]);
+        if (!(e <= worst)) worst = std::isnan(e) ? std::numeric_limits<double>::infinity() : e;
+      }
+  return worst / ref_max;
+}
+
 void check_decode(const Case& c) {
   const unsigned long long seed = ft::fresh_seed();
   const std::string where = label(c) + " decode";
@@ -164,7 +193,8 @@ void check_decode(const Case& c) {
   const Inputs in = make_inputs(c, seed);
   const std::size_t rows = std::min<std::size_t>(c.seq, fc::mta::kDecodeRows);
   const auto got = fc::mta::fast_decode(in.fast, in.q, in.k, in.v, in.w);
-  REQUIRE(got.size() == c.batch * rows * c.heads * c.dim);
+  REQUIRE(got.O.size() == c.batch * rows * c.heads * c.dim);
+  REQUIRE(got.LSE.size() == c.batch * c.heads * rows);
 
   // All R rows against the naive forward; the last row also against the reference's split-K
   // inference path (flash_infer: the output of token N − 1).
@@ -173,7 +203,13 @@ void check_decode(const Case& c) {
   for (std::size_t b = 0; b < c.batch; ++b)
     for (std::size_t h = 0; h < c.heads; ++h)
       want.head(b, h) = fwd.o.head(b, h).bottomRows(Eigen::Index(rows));
-  check_grad("O", got, want, c.dtype, where);
+  check_grad("O", got.O, want, c.dtype, where);
+
+  const double err_lse = decode_lse_error(got.LSE, fwd.lse, rows);
+  std::printf("  %-44s LSE error %.3e of max(1, max|LSE|) (tolerance %.0e)\n", where.c_str(), err_lse, kTolLse);
+  see("LSE", err_lse, kTolLse);
+  INFO(where << ": LSE error " << err_lse);
+  CHECK(err_lse <= kTolLse);
 
   fm::Params infer_params = in.p;
   infer_params.block = 64;
@@ -183,7 +219,7 @@ void check_decode(const Case& c) {
   for (std::size_t b = 0; b < c.batch; ++b)
     for (std::size_t h = 0; h < c.heads; ++h)
       for (std::size_t e = 0; e < c.dim; ++e)
-        got_last.push_back(got[((b * rows + rows - 1) * c.heads + h) * c.dim + e]);
+        got_last.push_back(got.O[((b * rows + rows - 1) * c.heads + h) * c.dim + e]);
   check_grad("O[N-1] vs flash_infer", got_last, last, c.dtype, where);
 }
 
@@ -225,16 +261,50 @@ TEST_CASE("mta fast backward: 1x1 to 16x15 kernels over several tiles, d = 64 an
   report("mta fast bwd kernels");
 }
 
-TEST_CASE("mta fast decode: the last 16 rows equal the float64 reference", "[mta-fast-decode]") {
+TEST_CASE("mta fast decode: small shapes equal the float64 reference", "[mta-fast-decode][mta-fast-decode-sanitize]") {
   check_decode({1, 1, 1, 128, 3, 3});
   check_decode({1, 5, 2, 128, 3, 3});
   check_decode({1, 16, 1, 64, 16, 15});
   check_decode({2, 40, 2, 128, 6, 11});
+  check_decode({1, 70, 1, 64, 11, 11});  // two tiles: the halo across a tile boundary
+  check_decode({1, 100, 2, 128, 1, 1, fr::Dtype::bf16, true});
+  report("mta fast decode small");
+}
+
+TEST_CASE("mta fast decode: the last 16 rows equal the float64 reference", "[mta-fast-decode]") {
   check_decode({1, 1000, 2, 128, 3, 3});
   check_decode({1, 777, 1, 128, 11, 11});
   check_decode({1, 600, 1, 64, 16, 15, fr::Dtype::fp16});
   check_decode({1, 333, 1, 128, 1, 1, fr::Dtype::bf16, true});
+  // Many heads: fewer splits per head than key tiles (one wave of blocks on the device), so a
+  // split streams several tiles and its two stages alternate.
+  check_decode({1, 200, 96, 64, 6, 11});
+  check_decode({1, 300, 64, 128, 11, 11});
+  for (std::size_t d : {64, 128}) {  // ±800: scores of ~1e3, errors of Ŝ show in a one-hot P
+    check_decode({1, 700, 2, d, 11, 11, fr::Dtype::bf16, false, true});
+    check_decode({1, 500, 1, d, 3, 3, fr::Dtype::bf16, false, true});
+    check_decode({1, 300, 1, d, 16, 15, fr::Dtype::bf16, false, true});
+  }
   report("mta fast decode");
+}
+
+TEST_CASE("mta fast decode: a NaN input comes out as NaN, and the checks fail on it",
+          "[mta-fast-decode][mta-fast-decode-sanitize]") {
+  for (const Case c : {Case{1, 200, 1, 64, 11, 11}, Case{1, 200, 1, 64, 5, 3}}) {
+    INFO(label(c));
+    Inputs in = make_inputs(c, ft::fresh_seed());
+    const auto want = fm::naive_forward<double>(in.qd, in.kd, in.vd, in.wd, in.p);
+    // Key 0, dim 5 of V: every row sees key 0, so column 5 of every output row is NaN.
+    in.v[5] = c.dtype == fr::Dtype::bf16 ? std::uint16_t(0x7fc0) : std::uint16_t(0x7e00);
+    const auto got = fc::mta::fast_decode(in.fast, in.q, in.k, in.v, in.w);
+    for (std::size_t r = 0; r < fc::mta::kDecodeRows; ++r) {
+      const std::uint16_t bits = got.O[r * c.dim + 5];
+      CHECK(((bits & 0x7f80) == 0x7f80 && (bits & 0x7f) != 0));  // a bf16 NaN (the cases are bf16)
+    }
+    fr::Tensor<double> last(fr::Shape{1, fc::mta::kDecodeRows, 1, c.dim});
+    last.head(0, 0) = want.o.head(0, 0).bottomRows(Eigen::Index(fc::mta::kDecodeRows));
+    CHECK(std::isinf(ft::error_16(got.O, last.data(), c.dtype)));
+  }
 }
 
 TEST_CASE("mta fast backward and decode refuse what they do not support", "[mta-fast-bwd][errors]") {
@@ -250,6 +320,7 @@ TEST_CASE("mta fast backward and decode refuse what they do not support", "[mta-
   fc::mta::FastShape even = ok;
   even.ck = 4;
   CHECK_THROWS_AS(fc::mta::fast_decode(even, t, t, t, w), std::invalid_argument);
+  CHECK_THROWS_AS(fc::mta::fast_decode(ok, t, short_t, t, w), std::invalid_argument);
   fc::mta::FastShape wide = ok;
   wide.dtype = fr::Dtype::fp32;
   CHECK_THROWS_AS(fc::mta::fast_backward(wide, t, t, t, w, t, t, lse), std::invalid_argument);

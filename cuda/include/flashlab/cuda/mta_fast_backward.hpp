@@ -83,6 +83,13 @@ struct FastDecodePointers {
   const void* V;   ///< `[B, N, H, d]` 16-bit
   const float* W;  ///< `[H, cq, ck]` fp32
   void* O;         ///< out, `[B, R, H, d]` 16-bit, R = min(16, N): rows N − R … N − 1
+  float* LSE = nullptr;  ///< out unless null, `[B, H, R]` fp32, base 2 as the forward's: log2 Σ_j 2^(Ŝ_ij·log2 e)
+};
+
+/// Outputs of the decode copied back to the host.
+struct FastDecodeOutput {
+  std::vector<std::uint16_t> O;  ///< `[B, R, H, d]` bit patterns of the dtype, rows N − R … N − 1
+  std::vector<float> LSE;        ///< `[B, H, R]` base 2
 };
 
 /// The number of key splits the decode uses for `shape` and kernel size `p` on the current
@@ -96,13 +103,15 @@ std::size_t fast_decode_workspace_bytes(const FastShape& shape);
 
 /// Launches the split-K decode on device pointers: the split kernel (each block one range of
 /// key tiles for one (b, h): scores of the 16 rows on tensor cores, the convolution on chip,
-/// online softmax, partial O_s, m_s, ℓ_s) and the combine kernel. No synchronisation.
+/// online softmax, partial O_s, m_s, ℓ_s) and the combine kernel (O, and LSE unless
+/// `ptrs.LSE` is null). No synchronisation.
 void fast_decode_device(const FastShape& shape, const FastDecodePointers& ptrs, void* workspace,
                         void* stream = nullptr);
 
-/// Uploads, poisons, runs fast_decode_device(), checks and downloads O of the last
-/// min(16, N) rows, `[B, R, H, d]` bit patterns.
-std::vector<std::uint16_t> fast_decode(const FastShape& shape, const std::vector<std::uint16_t>& Q, const std::vector<std::uint16_t>& K,
+/// Uploads, poisons, runs fast_decode_device(), checks and downloads O and LSE of the last
+/// R = min(16, N) rows. Throws std::invalid_argument for a bad problem or a wrong input size,
+/// CudaError for a CUDA failure.
+FastDecodeOutput fast_decode(const FastShape& shape, const std::vector<std::uint16_t>& Q, const std::vector<std::uint16_t>& K,
                                        const std::vector<std::uint16_t>& V, const std::vector<float>& W);
 
 }  // namespace flashlab::cuda::mta
