@@ -17,13 +17,14 @@
 // the host picks T_k so that no split is empty.
 // ONE TILE: K_j, V_j were copied by cp.async during the previous tile (two stages).
 //   a. S = scale · Q K_jᵀ (32 × 80, causal zeros) → SRAM fp32;
-//   b. Ŝ on the last 16 rows × 64 owned keys, masked to −∞ in the future (and so past N);
-//      ×log2 e → SRAM. For 3 × 3, 6 × 11 and 11 × 11 the kernel is compiled with the size fixed:
+//   b. Ŝ on the last 16 rows × 64 owned keys, masked to −∞ in the future (and so past N), base 2;
+//      for 3 × 3, 6 × 11 and 11 × 11 the kernel is compiled with the size fixed:
 //      weights in registers, loops unrolled, 4 rows × 2 keys per thread sliding down a window read
 //      as float2; any other size through a general strip of 8 rows × 1 key (W in SRAM);
-//   c. online softmax per row (8 threads per row): m_new, α = 2^(m − m_new), P = 2^(Ŝ − m_new)
-//      rounded to 16 bits → SRAM, ℓ ← αℓ + Σ P (a row with nothing visible yet keeps m = −∞ and
-//      P = 0: no −∞ − (−∞));
+//   c. online softmax per row: m_new, α = 2^(m − m_new), P = 2^(Ŝ − m_new) rounded to 16 bits →
+//      SRAM, ℓ ← αℓ + Σ P (a row with nothing visible yet keeps m = −∞ and P = 0: no −∞ − (−∞));
+//      the fixed sizes straight from the convolution's registers (a warp holds 4 whole rows), the
+//      general one from Ŝ in SRAM after a barrier (8 threads per row);
 //   d. O ← α O + P V_j (the 64 owned keys) in registers (4 warps × d/4 columns of the 16 rows).
 // The split writes its unnormalised O_s, m_s and ℓ_s (fp32) for the combine kernel.
 // Bytes: K and V are read from HBM once (the 16 halo keys of a tile were loaded by its neighbour
@@ -119,7 +120,8 @@ __device__ __forceinline__ void conv_strip(const Geometry& G, const float* S, fl
 /// row) pair that uses it, with no load of a weight in between (the general strip's weight
 /// loads, each waited for, made 11 × 11 three times slower than the bandwidth allows).
 template <int CQ, int CK>
-__device__ __forceinline__ void conv_quad_fixed(const float* S, float* Sh, const float (&w)[CQ * CK], int qs, int js) {
+__device__ __forceinline__ void conv_quad_fixed(const float* S, const float (&w)[CQ * CK], int qs, int js,
+                                                float (&sh)[4][2]) {
   constexpr int PQ = CQ - 1, PK = (CK - 1) / 2, kRowsOut = 4, kWinRows = kRowsOut + PQ;
   constexpr int kLead = PK + (PK & 1);          // the window starts at column c0 − kLead (even)
   constexpr int kPairs = (kLead + PK + 3) / 2;  // float2s per window row: through column c0 + 1 + PK
@@ -149,17 +151,49 @@ __device__ __forceinline__ void conv_quad_fixed(const float* S, float* Sh, const
 #pragma unroll
   for (int y = 0; y < kRowsOut; ++y) {  // −∞ above token 0 and in the future (so also past N)
     const int gr = qs + r0 + y, gc = js + c0;
-    const float s0 = gr >= 0 && gc <= gr ? acc[y][0] * kLog2e : -INFINITY;
-    const float s1 = gr >= 0 && gc + 1 <= gr ? acc[y][1] * kLog2e : -INFINITY;
-    *reinterpret_cast<float2*>(Sh + (r0 - (kQRows - kRows) + y) * kPitchSh + c0 - kHalo) = make_float2(s0, s1);
+    sh[y][0] = gr >= 0 && gc <= gr ? acc[y][0] * kLog2e : -INFINITY;
+    sh[y][1] = gr >= 0 && gc + 1 <= gr ? acc[y][1] * kLog2e : -INFINITY;
   }
 }
 
-/// b. The convolution of one tile: Ŝ of tile rows 16 … 31 × the 64 owned keys → SRAM. For a
-/// kernel size fixed at compile time (CQ, CK > 0) the weights are in registers (load() reads the
-/// head's W from HBM, the same addresses in every thread) and each thread computes 4 rows × 2
-/// keys; otherwise (CQ = CK = 0) the general strip reads W from SRAM, thread → owned key
-/// kHalo + tid % 64, rows 16 + 8·(tid / 64) … + 7.
+/// Online-softmax state of the fixed-size path: this warp's rows 4·warp + y; m is the same in the
+/// whole warp, ℓ is this thread's share (its 2 keys of every tile), summed over the warp at the end.
+struct QuadStats {
+  float m[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  float l[4] = {};
+};
+
+/// c. (fixed-size path) The online softmax of the warp's 4 rows straight from the registers the
+/// convolution left them in (a warp holds whole rows: a shuffle reduction gives the row maximum,
+/// no round trip through SRAM and no barrier): m_new, α = 2^(m − m_new), P = 2^(Ŝ − m_new)
+/// (16-bit → sP), ℓ ← αℓ + this thread's P; α → alpha_s. A row with nothing visible yet keeps
+/// m = −∞ and P = 0 (no −∞ − (−∞)).
+template <bool kBf16>
+__device__ __forceinline__ void quad_softmax(const float (&sh)[4][2], uint32_t sP, float* alpha_s, QuadStats& st) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int y = 0; y < 4; ++y) {
+    float mx = fmaxf(sh[y][0], sh[y][1]);
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    const float m_new = fmaxf(st.m[y], mx);
+    const bool none = m_new == -INFINITY;
+    const float alpha = none ? 1.f : ex2(st.m[y] - m_new);
+    const float p0 = none ? 0.f : ex2(sh[y][0] - m_new), p1 = none ? 0.f : ex2(sh[y][1] - m_new);
+    st.l[y] = alpha * st.l[y] + p0 + p1;
+    st.m[y] = m_new;
+    const int row = 4 * warp + y;  // keys 2·lane, 2·lane + 1: 16-byte chunk lane / 4 of the row
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sP + swz<BLOCK_N>(row, lane / 4) + 4 * (lane % 4)),
+                 "r"(pack2<kBf16>(p0, p1)));
+    if (lane == 0) alpha_s[row] = alpha;
+  }
+}
+
+/// b. The convolution of one tile: Ŝ of tile rows 16 … 31 × the 64 owned keys. For a kernel size
+/// fixed at compile time (CQ, CK > 0) the weights are in registers (load() reads the head's W from
+/// HBM, the same addresses in every thread) and each thread computes 4 rows × 2 keys into
+/// registers (quad()); otherwise (CQ = CK = 0) the general strip reads W from SRAM, thread → owned
+/// key kHalo + tid % 64, rows 16 + 8·(tid / 64) … + 7, into Ŝ in SRAM (tile()).
 template <int CQ, int CK>
 struct ConvTaps {
   float w[CQ * CK];
@@ -167,8 +201,8 @@ struct ConvTaps {
 #pragma unroll
     for (int t = 0; t < CQ * CK; ++t) w[t] = W[t];
   }
-  __device__ __forceinline__ void tile(const Geometry&, const float* S, float* Sh, const float*, int qs, int js) const {
-    conv_quad_fixed<CQ, CK>(S, Sh, w, qs, js);
+  __device__ __forceinline__ void quad(const float* S, int qs, int js, float (&sh)[4][2]) const {
+    conv_quad_fixed<CQ, CK>(S, w, qs, js, sh);
   }
 };
 template <>
@@ -336,7 +370,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
 
   // Row statistics: thread (row = tid / 8, part = tid % 8) holds m, ℓ of its row (the 8 agree).
   const int srow = threadIdx.x / 8, spart = threadIdx.x % 8;
-  float m_row = -INFINITY, l_row = 0.f;
+  float m_row = -INFINITY, l_row = 0.f;  // the general path
+  QuadStats quad_stats;                   // the fixed-size path
   float o[T::kONT][4] = {};  // rows g, g + 8 of the 16 × d/4 slice of warp `warp`
 
   for (int tile = t_begin; tile < t_end; ++tile) {
@@ -350,10 +385,15 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
     scores_to_smem<HEAD_DIM, kBf16>(G, sQ, sK, S, qs, js);  // a
     __syncthreads();  // S complete: the convolution reads neighbouring rows and keys
 
-    taps.tile(G, S, Sh, W, qs, js);  // b
-    __syncthreads();  // Ŝ complete: each row's statistics read all 64 keys
-
-    online_softmax<kBf16>(Sh, sP, alpha_s, m_row, l_row);  // c
+    if constexpr (CQ > 0) {
+      float sh[4][2];
+      taps.quad(S, qs, js, sh);                      // b
+      quad_softmax<kBf16>(sh, sP, alpha_s, quad_stats);  // c
+    } else {
+      taps.tile(G, S, Sh, W, qs, js);  // b
+      __syncthreads();                 // Ŝ complete: each row's statistics read all 64 keys
+      online_softmax<kBf16>(Sh, sP, alpha_s, m_row, l_row);  // c
+    }
     __syncthreads();  // P and α complete
 
     accumulate_pv<HEAD_DIM, kBf16>(o, alpha_s, sP, sV);  // d
@@ -368,7 +408,18 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
     *reinterpret_cast<float2*>(out + g * HEAD_DIM + 8 * n) = make_float2(o[n][0], o[n][1]);
     *reinterpret_cast<float2*>(out + (g + 8) * HEAD_DIM + 8 * n) = make_float2(o[n][2], o[n][3]);
   }
-  if (spart == 0) {
+  if constexpr (CQ > 0) {
+#pragma unroll
+    for (int y = 0; y < 4; ++y) {
+      float l = quad_stats.l[y];
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) l += __shfl_xor_sync(0xffffffffu, l, off);
+      if (lane == 0) {
+        m_s[part * kRows + 4 * warp + y] = quad_stats.m[y];
+        l_s[part * kRows + 4 * warp + y] = l;
+      }
+    }
+  } else if (spart == 0) {
     m_s[part * kRows + srow] = m_row;
     l_s[part * kRows + srow] = l_row;
   }
