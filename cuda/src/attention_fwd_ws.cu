@@ -65,6 +65,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 namespace flashlab::cuda::detail {
@@ -77,7 +78,7 @@ namespace {
 /// intra-warpgroup overlap); kShortChains_: the softmax's row maximum as a tree and its row sum in
 /// two chains (wgmma_fwd_step.cuh, online_softmax). Which one runs: launch_ws_d.
 template <int HEAD_DIM, bool kBf16_, bool kCausal_, int kConsumers_ = 2, int kStages_ = 3, bool kOverlap_ = false,
-          bool kShortChains_ = false>
+          bool kShortChains_ = false, int kBlockN_ = 128, bool kSplitEmpty_ = false>
 struct WsTraits {
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr bool kBf16 = kBf16_;
@@ -86,12 +87,15 @@ struct WsTraits {
   static constexpr int kThreads = 128 * (1 + kConsumers);   // + the producer warpgroup
   static constexpr int kConsumerWarps = 4 * kConsumers;     // arrivals on empty[s]
   static constexpr int BLOCK_M = 64 * kConsumers;           // Br
-  static constexpr int BLOCK_N = 128;                       // Bc (n of the S wgmma)
+  static constexpr int BLOCK_N = kBlockN_;                  // Bc (n of the S wgmma)
   // K_j/V_j ring: 3 stages measured 1.15× 2 at d = 128, N = 8192 (docs/optimisation.md); at
   // d = 128 they fill the SRAM (Q_i 32 KiB + 3 × 64 KiB).
   static constexpr int kStages = kStages_;
   static constexpr bool kOverlap = kOverlap_;
   static constexpr bool kShortChains = kShortChains_;
+  // K_j and V_j released apart: k_empty[s] once S_ij is done, v_empty[s] once P_ij·V_j is; the
+  // producer loads K_j ahead of V_(j−1), so a stage of keys is refilled a turn earlier.
+  static constexpr bool kSplitEmpty = kSplitEmpty_;
   static constexpr int kColBlocks = HEAD_DIM / 64;          // TMA boxes (64 columns) per tile
   // setmaxnreg: the producer keeps 24, the consumers share the rest of the 64 Ki registers.
   static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 2 ? 240 : 160;
@@ -99,7 +103,8 @@ struct WsTraits {
   static constexpr int kTileQBytes = BLOCK_M * HEAD_DIM * 2;
   static constexpr int kTileKVBytes = BLOCK_N * HEAD_DIM * 2;
   static constexpr int kBarrierOffset = kTileQBytes + 2 * kStages * kTileKVBytes;  // after the tiles
-  static constexpr int kBarriers = 2 + 3 * kStages;  // q_full, q_empty, k_full[], v_full[], empty[]
+  // q_full, q_empty, k_full[], v_full[], empty[] (k_empty[] when split), v_empty[] when split
+  static constexpr int kBarriers = 2 + (kSplitEmpty ? 4 : 3) * kStages;
   // +1024: the dynamic SRAM base is rounded up to the 1024-byte swizzle period.
   static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "dynamic SRAM of one block on sm_90");
@@ -107,7 +112,8 @@ struct WsTraits {
   static_assert(kConsumers == 2 || kConsumers == 3, "2 or 3 consumer warpgroups");
   // Causal with Br > Bc: a warpgroup may meet key tiles masked for all its rows (the block runs
   // to its last row's tile); P = 0 there, since key 0 gave every row a finite m_i in tile 0.
-  static_assert(BLOCK_M >= BLOCK_N, "causal: every row of a unit sees its first key tile");
+  static_assert(!kCausal || BLOCK_M >= BLOCK_N, "causal: every row of a unit sees its first key tile");
+  static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "Bc: whole k16 steps of P·V, one TMA box of rows");
 };
 
 // Named barriers 1 .. kConsumers (0 is __syncthreads): consumer warpgroup c waits on kTurnBarrier + c.
@@ -126,6 +132,7 @@ struct WsSmem {
   __device__ uint32_t v_full(int s) const { return bar(1 + T::kStages + s); }
   __device__ uint32_t empty(int s) const { return bar(1 + 2 * T::kStages + s); }
   __device__ uint32_t q_empty() const { return bar(1 + 3 * T::kStages); }
+  __device__ uint32_t v_empty(int s) const { return bar(2 + 3 * T::kStages + s); }  // kSplitEmpty only
 };
 
 /// One unit of work: query tile Q_i (rows q0 ..) of head h, batch b, and its number of key tiles.
@@ -169,6 +176,17 @@ __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, i
   for (int c = 0; c < T::kColBlocks; ++c) tma_load_4d(dst + uint32_t(c) * kRows * 128, map, 64 * c, h, row0, b, bar);
 }
 
+/// kSplitEmpty: load V_j (key tile `it_j` of the list) into its stage once v_empty says the
+/// P·V of key tile it_j − kStages finished.
+template <class T>
+__device__ __forceinline__ void produce_v(const WsSmem<T>& sm, const CUtensorMap* map_v, const WsTile& w, int j,
+                                          int it_j) {
+  const int s = it_j % T::kStages;
+  if (it_j >= T::kStages) mbar_wait(sm.v_empty(s), uint32_t(it_j / T::kStages - 1) & 1u);
+  mbar_arrive_expect_tx(sm.v_full(s), T::kTileKVBytes);
+  tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, j * T::BLOCK_N, w.h, w.b, sm.v_full(s));
+}
+
 /// The producer (one thread): per tile of its work list Q_i (once the consumers are done with the
 /// previous Q_i), then K_j, V_j for j < n_tiles through the stage ring. `it` counts the key tiles
 /// of the whole list: stage it % kStages, phase (it / kStages) & 1, the same count as the consumers'.
@@ -181,14 +199,26 @@ __device__ void produce(const WsSmem<T>& sm, const WsSchedule<T>& sched, const C
     if (k > 0) mbar_wait(sm.q_empty(), uint32_t(k - 1) & 1u);
     mbar_arrive_expect_tx(sm.q_full(), T::kTileQBytes);
     tma_tile<T, T::BLOCK_M>(sm.q(), map_q, w.q0, w.h, w.b, sm.q_full());
-    for (int j = 0; j < w.n_tiles; ++j, ++it) {
-      const int s = it % T::kStages;
-      // Stage s was last filled for key tile it − kStages: wait for that phase of empty[s].
-      if (it >= T::kStages) mbar_wait(sm.empty(s), uint32_t(it / T::kStages - 1) & 1u);
-      mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
-      tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, j * T::BLOCK_N, w.h, w.b, sm.k_full(s));
-      mbar_arrive_expect_tx(sm.v_full(s), T::kTileKVBytes);
-      tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, j * T::BLOCK_N, w.h, w.b, sm.v_full(s));
+    if constexpr (T::kSplitEmpty) {
+      // The order the consumers take them in: K_0, then K_j with V_(j−1), then V_last.
+      for (int j = 0; j < w.n_tiles; ++j, ++it) {
+        const int s = it % T::kStages;
+        if (it >= T::kStages) mbar_wait(sm.empty(s), uint32_t(it / T::kStages - 1) & 1u);  // k_empty
+        mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
+        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, j * T::BLOCK_N, w.h, w.b, sm.k_full(s));
+        if (j > 0) produce_v<T>(sm, map_v, w, j - 1, it - 1);
+      }
+      produce_v<T>(sm, map_v, w, w.n_tiles - 1, it - 1);
+    } else {
+      for (int j = 0; j < w.n_tiles; ++j, ++it) {
+        const int s = it % T::kStages;
+        // Stage s was last filled for key tile it − kStages: wait for that phase of empty[s].
+        if (it >= T::kStages) mbar_wait(sm.empty(s), uint32_t(it / T::kStages - 1) & 1u);
+        mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
+        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, j * T::BLOCK_N, w.h, w.b, sm.k_full(s));
+        mbar_arrive_expect_tx(sm.v_full(s), T::kTileKVBytes);
+        tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, j * T::BLOCK_N, w.h, w.b, sm.v_full(s));
+      }
     }
   }
 }
@@ -217,6 +247,13 @@ __device__ __forceinline__ void pack_rescale(const float (&s_acc)[T::BLOCK_N / 2
                                              float (&o)[T::kHeadDim / 2], const float (&alpha)[2], bool max_moved) {
   pack_p<T>(s_acc, pa);
   if (__any_sync(0xffffffffu, max_moved)) rescale_o<T::kHeadDim>(o, alpha);
+}
+
+/// This warp's P·V on stage s finished: the stage's V_j (kSplitEmpty), else its K_j and V_j, may
+/// be overwritten.
+template <class T>
+__device__ __forceinline__ void release_after_pv(const WsSmem<T>& sm, int s) {
+  mbar_arrive(T::kSplitEmpty ? sm.v_empty(s) : sm.empty(s));
 }
 
 /// One consumer warpgroup `cw` (0 .. kConsumers − 1) on one tile: its 64 rows of Q_i against every
@@ -256,6 +293,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   named_bar_arrive(next_turn, kTurnThreads);
   wg_wait<0>();
   reg_fence(s_acc);
+  if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(stage(0)));  // done with K_0
   float alpha[2];
   bool moved = online_softmax<T, T::kShortChains>(s_acc, m_i, l_i, alpha, 0, N, row_base, need_mask(0), t4, scale_log2);
   pack_rescale<T>(s_acc, pa, o, alpha, moved);
@@ -278,18 +316,20 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
     if constexpr (T::kOverlap) {
       wg_wait<1>();  // S_ij done; P_i(j−1)·V_(j−1) may still run: O_i and pa stay untouched
       reg_fence(s_acc);
+      if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
       moved = online_softmax<T, T::kShortChains>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4,
                                                  scale_log2);
       wg_wait<0>();
       reg_fence(o);
       reg_fence_u(pa);
-      if (lane == 0) mbar_arrive(sm.empty(sp));  // this warp is done with K_(j−1), V_(j−1)
+      if (lane == 0) release_after_pv<T>(sm, sp);
     } else {
       wg_wait<0>();
       reg_fence(s_acc);
       reg_fence(o);
       reg_fence_u(pa);
-      if (lane == 0) mbar_arrive(sm.empty(sp));  // this warp is done with K_(j−1), V_(j−1)
+      if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
+      if (lane == 0) release_after_pv<T>(sm, sp);
       moved = online_softmax<T, T::kShortChains>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4,
                                                  scale_log2);
     }
@@ -310,7 +350,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   if (cw == 0 || (T::kConsumers == 3 && cw == 1) || more) named_bar_arrive(next_turn, kTurnThreads);
   wg_wait<0>();
   reg_fence(o);
-  if (lane == 0) mbar_arrive(sm.empty(stage(last)));
+  if (lane == 0) release_after_pv<T>(sm, stage(last));
   it += n_tiles;
   store_o_lse<T>(p, O, LSE, o, m_i, l_i, w.b, w.h, row_base, t4);
 }
@@ -353,6 +393,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       mbar_init(sm.k_full(s), 1);
       mbar_init(sm.v_full(s), 1);
       mbar_init(sm.empty(s), T::kConsumerWarps);
+      if (T::kSplitEmpty) mbar_init(sm.v_empty(s), T::kConsumerWarps);
     }
     mbar_fence_init();
   }
@@ -410,8 +451,8 @@ bool ws_three_consumers(const Problem& p, int sms) {
 /// chains without a causal mask only (measured +0.8–2 % at N ≥ 8192, up to +8 % at 2048; causal
 /// d = 64 lost 4–5 % at N ≥ 8192).
 template <int D, bool kBf16>
-void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
-                 cudaStream_t stream) {
+void launch_ws_kept(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
+                    cudaStream_t stream) {
   if constexpr (D == 64) {
     const bool three = ws_three_consumers(p, sms);
     if (p.causal) {
@@ -424,6 +465,45 @@ void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, 
   } else {
     if (p.causal) launch_ws_one<WsTraits<D, kBf16, true, 2, 3, false>>(p, Q, K, V, O, LSE, sms, stream);
     else launch_ws_one<WsTraits<D, kBf16, false, 2, 3, true, true>>(p, Q, K, V, O, LSE, sms, stream);
+  }
+}
+
+// A/B SWITCH (temporary): FLASHLAB_WS_VARIANT=1 split K/V release, 2 wide key tiles + split,
+// 3 wide key tiles, joint release (d = 128; d = 64 runs the kept kernel), 4 Bc = 192 + split (d = 128).
+int ws_variant() {
+  static const int v = [] {
+    const char* e = std::getenv("FLASHLAB_WS_VARIANT");
+    return e ? std::atoi(e) : 0;
+  }();
+  return v;
+}
+
+template <int D, bool kBf16>
+void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
+                 cudaStream_t stream) {
+  const int v = kBf16 ? ws_variant() : 0;
+  if (v == 0) return launch_ws_kept<D, kBf16>(p, Q, K, V, O, LSE, sms, stream);
+  if constexpr (kBf16) {
+    if constexpr (D == 64) {
+      const bool three = ws_three_consumers(p, sms);
+      if (p.causal) {
+        if (three) launch_ws_one<WsTraits<64, kBf16, true, 3, 3, true, false, 128, true>>(p, Q, K, V, O, LSE, sms, stream);
+        else launch_ws_one<WsTraits<64, kBf16, true, 2, 3, true, false, 128, true>>(p, Q, K, V, O, LSE, sms, stream);
+      } else if (v == 1) {
+        if (three) launch_ws_one<WsTraits<64, kBf16, false, 3, 3, true, true, 128, true>>(p, Q, K, V, O, LSE, sms, stream);
+        else launch_ws_one<WsTraits<64, kBf16, false, 2, 3, true, true, 128, true>>(p, Q, K, V, O, LSE, sms, stream);
+      } else if (v == 2) {
+        launch_ws_one<WsTraits<64, kBf16, false, 2, 3, true, true, 192, true>>(p, Q, K, V, O, LSE, sms, stream);
+      } else {
+        launch_ws_kept<D, kBf16>(p, Q, K, V, O, LSE, sms, stream);
+      }
+    } else {
+      if (p.causal) launch_ws_one<WsTraits<D, kBf16, true, 2, 3, false, false, 128, true>>(p, Q, K, V, O, LSE, sms, stream);
+      else if (v == 1) launch_ws_one<WsTraits<D, kBf16, false, 2, 3, true, true, 128, true>>(p, Q, K, V, O, LSE, sms, stream);
+      else if (v == 2) launch_ws_one<WsTraits<D, kBf16, false, 2, 2, true, true, 176, true>>(p, Q, K, V, O, LSE, sms, stream);
+      else if (v == 3) launch_ws_one<WsTraits<D, kBf16, false, 2, 2, true, true, 176, false>>(p, Q, K, V, O, LSE, sms, stream);
+      else launch_ws_one<WsTraits<D, kBf16, false, 2, 2, true, true, 192, true>>(p, Q, K, V, O, LSE, sms, stream);
+    }
   }
 }
 

@@ -255,6 +255,31 @@ __device__ __forceinline__ void named_bar_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// ----------------------------------------------------------------------------- wide S tiles
+/// D[64×N] (+)= A[64×16] · B[16×N], A and B K-major in SRAM (descriptors), for the wider key
+/// tiles N ∈ {144, 176, 192} ("wgmma.mma_async": n may be any multiple of 8 up to 256 for 16-bit
+/// inputs; the accumulator is N/2 fp32 registers per thread in the m64nN layout). S = Q Kᵀ with
+/// Bc = N keys; wgmma_ss_n128 above is the Bc = 128 one.
+#define FL_D72 FL_D64 ", %64, %65, %66, %67, %68, %69, %70, %71"
+#define FL_D88 FL_D72 ", %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87"
+#define FL_D96 FL_D88 ", %88, %89, %90, %91, %92, %93, %94, %95"
+#define FL_ACC72(d) FL_ACC64(d), FL_ACC8(d, 64)
+#define FL_ACC88(d) FL_ACC72(d), FL_ACC8(d, 72), FL_ACC8(d, 80)
+#define FL_ACC96(d) FL_ACC88(d), FL_ACC8(d, 88)
+template <bool kBf16, int kN>
+__device__ __forceinline__ void wgmma_ss_wide(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+#if FLASHLAB_WGMMA_OK
+  if constexpr (kN == 144) {
+    FL_WGMMA_SS_T_TYPES(144, FL_D72, "%72", "%73", "%74", 0, 0, FL_ACC72(d));
+  } else if constexpr (kN == 176) {
+    FL_WGMMA_SS_T_TYPES(176, FL_D88, "%88", "%89", "%90", 0, 0, FL_ACC88(d));
+  } else {
+    static_assert(kN == 192, "wgmma_ss_wide: N ∈ {144, 176, 192}");
+    FL_WGMMA_SS_T_TYPES(192, FL_D96, "%96", "%97", "%98", 0, 0, FL_ACC96(d));
+  }
+#endif
+}
+
 // ----------------------------------------------------------------------------- host: tensor maps
 /// The TMA descriptor of one head's rows of a 16-bit [B, N, H, d] tensor at `base` (device
 /// pointer): a 4-D map (d, H, N, B), box = 64 columns × 1 head × `box_rows` tokens × 1 batch, stored

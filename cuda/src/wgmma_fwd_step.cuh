@@ -28,7 +28,8 @@ __device__ __forceinline__ void issue_qk(float (&s_acc)[T::BLOCK_N / 2], uint32_
     const uint32_t col = uint32_t(kk / 4), k32 = uint32_t(kk % 4) * 32;  // 64-column block, k16 inside it
     const uint64_t da = smem_desc(sQ_wg + col * T::BLOCK_M * 128 + k32, 16, 1024);
     const uint64_t db = smem_desc(sK + col * T::BLOCK_N * 128 + k32, 16, 1024);
-    wgmma_ss_n128<T::kBf16>(s_acc, da, db, kk > 0);
+    if constexpr (T::BLOCK_N == 128) wgmma_ss_n128<T::kBf16>(s_acc, da, db, kk > 0);
+    else wgmma_ss_wide<T::kBf16, T::BLOCK_N>(s_acc, da, db, kk > 0);  // Bc ∈ {144, 176, 192}
   }
 }
 
@@ -57,12 +58,27 @@ __device__ __forceinline__ void mask_scores(float (&s_acc)[T::BLOCK_N / 2], int 
       }
 }
 
+/// The maximum of part[0 .. kW): fold the upper half onto the lower one until one is left
+/// (ceil(log2 kW) dependent levels); part is overwritten. Compile-time widths: stays in registers.
+template <int kW, int kN>
+__device__ __forceinline__ float tree_max(float (&part)[kN]) {
+  if constexpr (kW == 1) {
+    return part[0];
+  } else {
+    constexpr int kHalf = (kW + 1) / 2;
+#pragma unroll
+    for (int t = 0; t + kHalf < kW; ++t) part[t] = fmaxf(part[t], part[t + kHalf]);
+    return tree_max<kHalf>(part);
+  }
+}
+
 /// The online softmax in base 2 on this thread's two rows of S_ij (masks first when `need_mask`):
 /// m_new = max(m_i, rowmax(S)·scale·log2 e), P = 2^(S·scale·log2 e − m_new) in place of S (fp32,
 /// scale folded into one FMA), l_i = alpha·l_i + rowsum(P), alpha = 2^(m_old − m_new) per row.
 /// Returns whether some row of this thread moved its maximum (alpha ≠ 1); touches neither O_i nor
-/// the P fragments. kShortChains: the row maximum as a tree (5 dependent fmax instead of 16) and
-/// the row sum in two chains (16 dependent adds instead of 32); the exponentials wait less.
+/// the P fragments. kShortChains: the row maximum as a tree (5 dependent fmax instead of 16 at
+/// Bc = 128) and the row sum in two chains (16 dependent adds instead of 32); the exponentials
+/// wait less.
 template <class T, bool kShortChains = false>
 __device__ __forceinline__ bool online_softmax(float (&s_acc)[T::BLOCK_N / 2], float (&m_i)[2], float (&l_i)[2],
                                                float (&alpha)[2], int key0, int N, int row_base, bool need_mask,
@@ -74,8 +90,14 @@ __device__ __forceinline__ bool online_softmax(float (&s_acc)[T::BLOCK_N / 2], f
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float mx = NEG_INF;
-    if constexpr (kShortChains) {
-      static_assert(BLOCK_N == 128, "the tree below is written out for 16 n-tiles");
+    if constexpr (kShortChains && BLOCK_N != 128) {
+      // Any width: pairs, then halve the list of partial maxima until one is left.
+      constexpr int kTiles = BLOCK_N / 8;
+      float part[kTiles];
+#pragma unroll
+      for (int t = 0; t < kTiles; ++t) part[t] = fmaxf(s_acc[4 * t + 2 * r], s_acc[4 * t + 2 * r + 1]);
+      mx = tree_max<kTiles>(part);
+    } else if constexpr (kShortChains) {  // Bc = 128, written out: 16 n-tiles in five levels
       float part[8];
 #pragma unroll
       for (int t = 0; t < 8; ++t)

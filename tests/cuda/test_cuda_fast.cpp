@@ -250,6 +250,21 @@ TEST_CASE("tma-ws forward, odd query tile counts over several rounds, equals the
   report("tma-ws odd tiles");
 }
 
+// Non-causal lengths around the wider key tiles (Bc = 176 at d = 128, 192 at d = 64; the choice
+// per shape is attention_fwd_ws.cu's launch_ws_d): one key, a tile less one, a full tile, a tile
+// and one key, two tiles and one key; then several rounds of the work list, late rescales, fp16.
+TEST_CASE("tma-ws forward, key tiles of 176 and 192 keys, equals the float64 reference",
+          "[fast][fast-ws][fast-sanitize]") {
+  if (!wgmma_in_build()) return;
+  for (int seq : {1, 175, 176, 177, 191, 193, 353, 385})
+    for (int d : {64, 128}) check_fast({1, seq, 2, d, false, kBf16, 0.0, kTmaWs});
+  check_fast({2, 353, 40, 128, false, kBf16, 0.0, kTmaWs});   // 2 × 40 heads × 3 tiles: 240 units
+  check_fast({1, 385, 100, 64, false, kBf16, 19.0, kTmaWs});  // late rescales over 3 key tiles
+  check_fast({1, 500, 2, 128, false, kBf16, 19.0, kTmaWs});
+  check_fast({1, 500, 2, 128, false, kFp16, 0.0, kTmaWs});
+  report("tma-ws wide key tiles");
+}
+
 TEST_CASE("tma-ws forward, N = 1000 and 4096", "[fast][fast-ws][fast-large]") {
   if (!wgmma_in_build()) return;
   for (int d : {64, 128})
