@@ -250,10 +250,11 @@ TEST_CASE("tma-ws forward, odd query tile counts over several rounds, equals the
   report("tma-ws odd tiles");
 }
 
-// Non-causal lengths around the wider key tiles (Bc = 176 at d = 128, 192 at d = 64; the choice
-// per shape is attention_fwd_ws.cu's launch_ws_d): one key, a tile less one, a full tile, a tile
-// and one key, two tiles and one key; then several rounds of the work list, late rescales, fp16.
-TEST_CASE("tma-ws forward, key tiles of 176 and 192 keys, equals the float64 reference",
+// Non-causal lengths around the wider key tiles (Bc = 176 and 192; the choice per shape is
+// attention_fwd_ws.cu's launch_ws_d): one key, a tile less one, a full tile, a tile and one key,
+// two tiles and one key; then several rounds of the work list (with a split tail: units past the
+// last whole round cut along the keys), late rescales, fp16.
+TEST_CASE("tma-ws forward, wide key tiles and a split tail, equals the float64 reference",
           "[fast][fast-ws][fast-sanitize]") {
   if (!wgmma_in_build()) return;
   for (int seq : {1, 175, 176, 177, 191, 193, 353, 385})
@@ -262,6 +263,10 @@ TEST_CASE("tma-ws forward, key tiles of 176 and 192 keys, equals the float64 ref
   check_fast({1, 385, 100, 64, false, kBf16, 19.0, kTmaWs});  // late rescales over 3 key tiles
   check_fast({1, 500, 2, 128, false, kBf16, 19.0, kTmaWs});
   check_fast({1, 500, 2, 128, false, kFp16, 0.0, kTmaWs});
+  // 8 query tiles × 17 heads = 136 units: 4 past the last whole round of 132 SMs, each cut into
+  // one-key-tile pieces on different blocks and added up by the combine step.
+  for (int d : {64, 128}) check_fast({1, 1000, 17, d, false, kBf16, 0.0, kTmaWs});
+  check_fast({1, 1000, 17, 128, false, kBf16, 19.0, kTmaWs});
   report("tma-ws wide key tiles");
 }
 
