@@ -564,9 +564,16 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
   const bool split = T::kSplitTail && units % grid != 0 && n > 1 && (long long)grid * grid * n < (1LL << 32);
   const int full = split ? int(units / grid * grid) : int(units);
   float* partials = nullptr;
-  if (split) {
+  if (split) {  // A/B: one buffer kept for the process (not for concurrent streams)
+    static float* buffer = nullptr;
+    static std::size_t capacity = 0;
     const std::size_t bytes = sizeof(float) * 2 * grid * std::size_t(kPartialFloats<T>);
-    FLASHLAB_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partials), bytes, stream));
+    if (bytes > capacity) {
+      if (buffer != nullptr) FLASHLAB_CUDA_CHECK(cudaFree(buffer));
+      FLASHLAB_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&buffer), bytes));
+      capacity = bytes;
+    }
+    partials = buffer;
   }
   announce("ws_fwd_kernel");
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, p, static_cast<uint16_t*>(O), LSE, partials,
@@ -579,7 +586,6 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
                                                                     int(grid));
   err = cudaGetLastError();
   if (err != cudaSuccess) throw_cuda_error(err, "launch of ws_combine_kernel", __FILE__, __LINE__);
-  FLASHLAB_CUDA_CHECK(cudaFreeAsync(partials, stream));
 }
 
 /// d = 64: three consumer warpgroups (Br = 192) once the work list gives every SM at least 2.5
@@ -591,11 +597,21 @@ bool ws_three_consumers(const Problem& p, int sms) {
   return double(ws_units(p, 192)) >= (p.causal ? 5.0 : 2.5) * sms;
 }
 
+/// d = 128 without a causal mask: key tiles of Bc = 192 (two stages: three do not fit the SRAM)
+/// once the last, ragged tile pads the keys by at most 1 %, else Bc = 128 with three stages.
+/// Measured on the H100 (H = 16, docs/optimisation.md, Rung 10): Bc = 192 +1.6–2.5 % at
+/// N = 8192, +8–10 % at 16384; behind at N ≤ 2048, where 192 pads 3–12 % of the keys.
+bool ws_wide_keys(const Problem& p) {
+  const long long padded = (p.seq + 191) / 192 * 192LL;
+  return padded * 100 <= p.seq * 101LL;
+}
+
 /// The configuration per head dim: d = 64, two or three consumer warpgroups (ws_three_consumers),
 /// both with the intra-warpgroup overlap; d = 128, two consumer warpgroups, the overlap only
 /// without a causal mask (measured +0.5–1.3 % non-causal, mixed causal). The short reduction
 /// chains without a causal mask only (measured +0.8–2 % at N ≥ 8192, up to +8 % at 2048; causal
-/// d = 64 lost 4–5 % at N ≥ 8192).
+/// d = 64 lost 4–5 % at N ≥ 8192). Without a causal mask the K/V stages are released apart (d = 64
+/// with three consumers, d = 128) and d = 128 takes the wider key tiles where ws_wide_keys says.
 template <int D, bool kBf16>
 void launch_ws_kept(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
                     cudaStream_t stream) {
@@ -605,18 +621,18 @@ void launch_ws_kept(const Problem& p, const void* Q, const void* K, const void* 
       if (three) launch_ws_one<WsTraits<64, kBf16, true, 3, 3, true>>(p, Q, K, V, O, LSE, sms, stream);
       else launch_ws_one<WsTraits<64, kBf16, true, 2, 3, true>>(p, Q, K, V, O, LSE, sms, stream);
     } else {
-      if (three) launch_ws_one<WsTraits<64, kBf16, false, 3, 3, true, true>>(p, Q, K, V, O, LSE, sms, stream);
+      if (three) launch_ws_one<WsTraits<64, kBf16, false, 3, 3, true, true, 128, true>>(p, Q, K, V, O, LSE, sms, stream);
       else launch_ws_one<WsTraits<64, kBf16, false, 2, 3, true, true>>(p, Q, K, V, O, LSE, sms, stream);
     }
   } else {
     if (p.causal) launch_ws_one<WsTraits<D, kBf16, true, 2, 3, false>>(p, Q, K, V, O, LSE, sms, stream);
-    else launch_ws_one<WsTraits<D, kBf16, false, 2, 3, true, true>>(p, Q, K, V, O, LSE, sms, stream);
+    else if (ws_wide_keys(p)) launch_ws_one<WsTraits<D, kBf16, false, 2, 2, true, true, 192, true>>(p, Q, K, V, O, LSE, sms, stream);
+    else launch_ws_one<WsTraits<D, kBf16, false, 2, 3, true, true, 128, true>>(p, Q, K, V, O, LSE, sms, stream);
   }
 }
 
-// A/B SWITCH (temporary): FLASHLAB_WS_VARIANT, non-causal only (causal runs the kept kernel):
-// 1 K/V released apart, d = 128 with Bc = 192 and two stages; 2 = 1 + the split tail; 3 = 2 +
-// three consumers at d = 64 from one whole round of units; 4 = 2 with Bc = 128, three stages at d = 128.
+// A/B SWITCH (temporary): FLASHLAB_WS_VARIANT=5, non-causal bf16: the split tail with its partial
+// slots allocated once (d = 128: Bc = 128, three stages; d = 64 with three consumers).
 int ws_variant() {
   static const int v = [] {
     const char* e = std::getenv("FLASHLAB_WS_VARIANT");
@@ -629,23 +645,13 @@ template <int D, bool kBf16>
 void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
                  cudaStream_t stream) {
   const int v = kBf16 && !p.causal ? ws_variant() : 0;
-  if (v == 0) return launch_ws_kept<D, kBf16>(p, Q, K, V, O, LSE, sms, stream);
   if constexpr (kBf16) {
-    if constexpr (D == 64) {
-      const bool three = v == 3 ? ws_units(p, 192) >= sms : ws_three_consumers(p, sms);
-      if (v == 1) {
-        if (three) launch_ws_one<WsTraits<64, kBf16, false, 3, 3, true, true, 128, true>>(p, Q, K, V, O, LSE, sms, stream);
-        else launch_ws_one<WsTraits<64, kBf16, false, 2, 3, true, true, 128, true>>(p, Q, K, V, O, LSE, sms, stream);
-      } else {
-        if (three) launch_ws_one<WsTraits<64, kBf16, false, 3, 3, true, true, 128, true, true>>(p, Q, K, V, O, LSE, sms, stream);
-        else launch_ws_one<WsTraits<64, kBf16, false, 2, 3, true, true, 128, true, true>>(p, Q, K, V, O, LSE, sms, stream);
-      }
-    } else {
-      if (v == 1) launch_ws_one<WsTraits<D, kBf16, false, 2, 2, true, true, 192, true>>(p, Q, K, V, O, LSE, sms, stream);
-      else if (v == 4) launch_ws_one<WsTraits<D, kBf16, false, 2, 3, true, true, 128, true, true>>(p, Q, K, V, O, LSE, sms, stream);
-      else launch_ws_one<WsTraits<D, kBf16, false, 2, 2, true, true, 192, true, true>>(p, Q, K, V, O, LSE, sms, stream);
-    }
+    if (v == 5 && D == 128)
+      return launch_ws_one<WsTraits<D, kBf16, false, 2, 3, true, true, 128, true, true>>(p, Q, K, V, O, LSE, sms, stream);
+    if (v == 5 && D == 64 && ws_three_consumers(p, sms))
+      return launch_ws_one<WsTraits<64, kBf16, false, 3, 3, true, true, 128, true, true>>(p, Q, K, V, O, LSE, sms, stream);
   }
+  launch_ws_kept<D, kBf16>(p, Q, K, V, O, LSE, sms, stream);
 }
 
 /// cuTensorMapEncodeTiled, looked up once through the runtime's driver entry point.
@@ -694,7 +700,7 @@ CUtensorMap make_head_tile_map(const void* base, const Problem& p, int box_rows)
 /// The launcher of launchers.hpp (errors thrown as CudaError).
 void launch_fast_tma_ws(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
                         cudaStream_t stream) {
-  using Headline = WsTraits<128, true, false, 2, 3, true, true>;
+  using Headline = WsTraits<128, true, false, 2, 3, true, true, 128, true>;
   static_assert(kTmaWsBlockM == Headline::BLOCK_M && kTmaWsBlockN == Headline::BLOCK_N,
                 "launchers.hpp reports the tiles of this file");
   int dev = 0, sms = 0;

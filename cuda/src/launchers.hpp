@@ -39,7 +39,8 @@ void launch_fast_wgmma(const Problem& p, bool bf16, const void* Q, const void* K
 
 // attention_fwd_ws.cu (sm_90a, same condition) — TMA loads, a producer warpgroup, ping-pong
 // consumer warpgroups on wgmma. Tiles: BLOCK_M = Br = 128, BLOCK_N = Bc = 128; at d = 64 on long
-// work lists Br = 192 (three consumer warpgroups; the rule: ws_three_consumers there).
+// work lists Br = 192 (three consumer warpgroups; the rule: ws_three_consumers there); d = 128
+// non-causal Bc = 192 where the last key tile pads N by ≤ 1 % (ws_wide_keys there).
 constexpr int kTmaWsBlockM = 128, kTmaWsBlockN = 128;
 void launch_fast_tma_ws(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
                         cudaStream_t stream);

@@ -250,19 +250,20 @@ TEST_CASE("tma-ws forward, odd query tile counts over several rounds, equals the
   report("tma-ws odd tiles");
 }
 
-// Non-causal lengths around the wider key tiles (Bc = 176 and 192; the choice per shape is
-// attention_fwd_ws.cu's launch_ws_d): one key, a tile less one, a full tile, a tile and one key,
-// two tiles and one key; then several rounds of the work list (with a split tail: units past the
-// last whole round cut along the keys), late rescales, fp16.
+// Non-causal lengths around the wider key tiles (Bc = 192 at d = 128 where the last tile pads N by
+// at most 1 %: 191, 192, 383, 384, 575 here; attention_fwd_ws.cu, ws_wide_keys): a tile less one,
+// a full tile, a tile and one key; several rounds of the work list, late rescales, fp16; and units
+// past the last whole round cut along the keys (a split tail).
 TEST_CASE("tma-ws forward, wide key tiles and a split tail, equals the float64 reference",
           "[fast][fast-ws][fast-sanitize]") {
   if (!wgmma_in_build()) return;
-  for (int seq : {1, 175, 176, 177, 191, 193, 353, 385})
+  for (int seq : {1, 191, 192, 193, 383, 384, 385, 575})
     for (int d : {64, 128}) check_fast({1, seq, 2, d, false, kBf16, 0.0, kTmaWs});
-  check_fast({2, 353, 40, 128, false, kBf16, 0.0, kTmaWs});   // 2 × 40 heads × 3 tiles: 240 units
-  check_fast({1, 385, 100, 64, false, kBf16, 19.0, kTmaWs});  // late rescales over 3 key tiles
-  check_fast({1, 500, 2, 128, false, kBf16, 19.0, kTmaWs});
-  check_fast({1, 500, 2, 128, false, kFp16, 0.0, kTmaWs});
+  check_fast({2, 383, 40, 128, false, kBf16, 0.0, kTmaWs});   // 2 × 40 heads × 3 tiles: 240 units
+  check_fast({1, 385, 100, 64, false, kBf16, 19.0, kTmaWs});  // late rescales over 4 key tiles
+  check_fast({1, 575, 2, 128, false, kBf16, 19.0, kTmaWs});
+  check_fast({1, 383, 2, 128, false, kFp16, 0.0, kTmaWs});
+  check_fast({1, 4031, 1, 128, false, kBf16, 0.0, kTmaWs});  // 21 tiles of 192, the last one key short
   // 8 query tiles × 17 heads = 136 units: 4 past the last whole round of 132 SMs, each cut into
   // one-key-tile pieces on different blocks and added up by the combine step.
   for (int d : {64, 128}) check_fast({1, 1000, 17, d, false, kBf16, 0.0, kTmaWs});

@@ -67,7 +67,8 @@ struct FastTiles {
 
 /// The tiles of the fast forward `kernel` for `head_dim`; throws std::invalid_argument for
 /// d ∉ {64, 128}. tma_ws at d = 64 runs Br = 192 instead of the 128 reported here when the work
-/// list is long (B·H·⌈N/192⌉ ≥ 2.5 × the SM count, 5 × causal).
+/// list is long (B·H·⌈N/192⌉ ≥ 2.5 × the SM count, 5 × causal), and at d = 128 without a causal
+/// mask Bc = 192 when ⌈N/192⌉·192 pads N by at most 1 %.
 FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel = FastForwardKernel::mma_sync);
 
 /// The fast kernels' limits beyond ref::AttentionProblem::validate(), checked here and nowhere
