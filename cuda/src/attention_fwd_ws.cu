@@ -4,7 +4,7 @@
 // (cuda/CMakeLists.txt, object library flashlab_cuda_wgmma) when the architectures include 90.
 //
 // The algorithm, names and numerics are those of attention_fwd_wgmma.cu (FA2 loop order, query
-// tiles Q_i of Br = BLOCK_M rows, key tiles K_j, V_j of Bc = BLOCK_N = 128, online softmax in base
+// tiles Q_i of Br = BLOCK_M rows, key tiles K_j, V_j of Bc = BLOCK_N (128, or 192), online softmax in base
 // 2, deferred 1/l_i, LSE_i = m_i + log2(l_i); one step's pieces are shared: wgmma_fwd_step.cuh);
 // what changes is who moves the data, how the warpgroups of a block share the tensor cores, and
 // how blocks find their work:
@@ -22,7 +22,9 @@
 //     the next Q_i may land); k_full[s] and v_full[s] (the TMA credits the bytes, so S_ij can
 //     start as soon as K_j landed while V_j is still in flight); empty[s]
 //     (one arrival per consumer warp once its P_ij·V_j finished reading the stage; the producer
-//     waits on it before it overwrites). Waiters name the phase by its parity: (it / kStages) & 1
+//     waits on it before it overwrites). Without a causal mask (kSplitEmpty) K_j and V_j are
+//     released apart: empty[s] once S_ij is done, v_empty[s] once P_ij·V_j is, and the producer
+//     loads K_j before V_(j−1), so the keys of a stage are refilled a turn earlier. Waiters name the phase by its parity: (it / kStages) & 1
 //     for the it-th key tile of the block's whole list.
 //   - TMA writes the 128-byte-swizzled layout the wgmma descriptors read (one box = 64 columns ×
 //     rows; a [rows][d] tile is d/64 boxes, each a 1024-byte-aligned block of rows·128 bytes).
@@ -34,8 +36,10 @@
 //     the GEMMs of the others, rather than all warpgroups doing softmax at the same time.
 //   - Intra-warpgroup overlap (kOverlap; d = 64, and d = 128 without a causal mask): the softmax
 //     of S_ij starts once S_ij is done, while the P_i(j−1)·V_(j−1) of the same turn still runs.
-//   - Which configuration runs (launch_ws_d): d = 128, Br = 128; d = 64, Br = 192 (three
-//     consumers) when the work list gives every SM ≥ 2.5 rounds of units (causal: 5), else 128.
+//   - Which configuration runs (launch_ws_d): d = 128, Br = 128 and, without a causal mask,
+//     Bc = 192 in two stages where the last key tile pads N by ≤ 1 % (else Bc = 128, three
+//     stages); d = 64, Br = 192 (three consumers) when the work list gives every SM ≥ 2.5 rounds
+//     of units (causal: 5), else 128.
 //     At d = 64 a tile's GEMMs take as long as its exponentials, so one other warpgroup's GEMMs
 //     cannot hide a softmax; two can.
 //   - Short reduction chains (kShortChains; non-causal): the row maximum of S_ij as a tree, the row
@@ -48,10 +52,11 @@
 // Resources (ptxas, sm_90a): two consumers, 168 registers at launch (384 threads, 1 block/SM),
 // then 24 for the producer and 240 for the consumers; three consumers, 128 at launch (512
 // threads), then 24 and 160; no spills; d = 128: 230,488 B of dynamic SRAM (Q_i 32 KiB +
-// 3 stages × (K_j + V_j) 192 KiB + barriers + alignment slack; the limit is 232,448), d = 64:
-// 115,800 B (Br = 128) or 123,992 B (Br = 192).
+// 3 stages × (K_j + V_j) 192 KiB + barriers + alignment slack; the limit is 232,448; 230,512 with
+// K and V released apart; Bc = 192: 2 stages × 96 KiB, 230,480), d = 64: 115,800 B (Br = 128) or
+// 124,016 B (Br = 192, released apart).
 // Measured (H100, bf16, H = 16, beside SDPA): the runs and the profiles are in
-// docs/optimisation.md (Rungs 5, 6, 8 and 9) and cuda/results/fwd_tma_ws.csv.
+// docs/optimisation.md (Rungs 5, 6, 8, 9 and 10) and cuda/results/fwd_tma_ws.csv.
 #include "common.hpp"
 #include "hopper.cuh"
 #include "launchers.hpp"
@@ -65,7 +70,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 namespace flashlab::cuda::detail {
@@ -73,12 +77,13 @@ namespace flashlab::cuda::detail {
 namespace {
 
 /// The tile and pipeline of one instantiation: kConsumers_ consumer warpgroups of 64 query rows
-/// (Br = 64·kConsumers_), Bc = 128, kStages_ K/V stages; kOverlap_: the softmax of S_ij starts
+/// (Br = 64·kConsumers_), Bc = kBlockN_, kStages_ K/V stages; kOverlap_: the softmax of S_ij starts
 /// as soon as S_ij is done, while the P·V issued with it is still running (FlashAttention-3's
 /// intra-warpgroup overlap); kShortChains_: the softmax's row maximum as a tree and its row sum in
-/// two chains (wgmma_fwd_step.cuh, online_softmax). Which one runs: launch_ws_d.
+/// two chains (wgmma_fwd_step.cuh, online_softmax); kSplitEmpty_: K_j and V_j of a stage released
+/// apart (below). Which one runs: launch_ws_d.
 template <int HEAD_DIM, bool kBf16_, bool kCausal_, int kConsumers_ = 2, int kStages_ = 3, bool kOverlap_ = false,
-          bool kShortChains_ = false, int kBlockN_ = 128, bool kSplitEmpty_ = false, bool kSplitTail_ = false>
+          bool kShortChains_ = false, int kBlockN_ = 128, bool kSplitEmpty_ = false>
 struct WsTraits {
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr bool kBf16 = kBf16_;
@@ -96,10 +101,6 @@ struct WsTraits {
   // K_j and V_j released apart: k_empty[s] once S_ij is done, v_empty[s] once P_ij·V_j is; the
   // producer loads K_j ahead of V_(j−1), so a stage of keys is refilled a turn earlier.
   static constexpr bool kSplitEmpty = kSplitEmpty_;
-  // Non-causal: the units past the last whole round cut along the keys (WsSchedule), partial
-  // results combined by a second kernel (ws_combine_kernel).
-  static constexpr bool kSplitTail = kSplitTail_;
-  static_assert(!(kSplitTail && kCausal_), "the split tail is for equal (non-causal) units");
   static constexpr int kColBlocks = HEAD_DIM / 64;          // TMA boxes (64 columns) per tile
   // setmaxnreg: the producer keeps 24, the consumers share the rest of the 64 Ki registers.
   static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 2 ? 240 : 160;
@@ -110,8 +111,7 @@ struct WsTraits {
   // q_full, q_empty, k_full[], v_full[], empty[] (k_empty[] when split), v_empty[] when split
   static constexpr int kBarriers = 2 + (kSplitEmpty ? 4 : 3) * kStages;
   // +1024: the dynamic SRAM base is rounded up to the 1024-byte swizzle period.
-  static constexpr int kPieceOffset = kBarrierOffset + 8 * kBarriers;  // the split tail's two pieces (int4 each)
-  static constexpr int kSmemBytes = kPieceOffset + 32 + 1024;
+  static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "dynamic SRAM of one block on sm_90");
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "d ∈ {64, 128}");
   static_assert(kConsumers == 2 || kConsumers == 3, "2 or 3 consumer warpgroups");
@@ -135,16 +135,14 @@ struct WsSmem {
   __device__ uint32_t q_full() const { return bar(0); }
   __device__ uint32_t k_full(int s) const { return bar(1 + s); }
   __device__ uint32_t v_full(int s) const { return bar(1 + T::kStages + s); }
-  __device__ uint32_t empty(int s) const { return bar(1 + 2 * T::kStages + s); }
+  __device__ uint32_t empty(int s) const { return bar(1 + 2 * T::kStages + s); }  // K_j's alone when split
   __device__ uint32_t q_empty() const { return bar(1 + 3 * T::kStages); }
   __device__ uint32_t v_empty(int s) const { return bar(2 + 3 * T::kStages + s); }  // kSplitEmpty only
 };
 
-/// One unit of work: query tile Q_i (rows q0 ..) of head h, batch b, against key tiles j0 ..
-/// j0 + n_tiles − 1. piece < 0: every key tile, O_i and LSE_i are stored; else a piece of a unit
-/// of the split tail, its unnormalised O, m_i and l_i stored in partial slot `piece`.
+/// One unit of work: query tile Q_i (rows q0 ..) of head h, batch b, and its number of key tiles.
 struct WsTile {
-  int q0, h, b, j0, n_tiles, piece;
+  int q0, h, b, n_tiles;
 };
 
 /// The work list of a launch, the same in the producer and the consumers. Tile t of the list:
@@ -152,37 +150,13 @@ struct WsTile {
 /// tiles of one head side by side (they share K and V in L2). Block `blk` of G takes tiles
 /// k·G + blk for even rounds k and k·G + G − 1 − blk for odd ones (a snake: the blocks that got
 /// the longest tile of one round get the shortest of the next).
-///
-/// Split tail (non-causal, `full` < total): the units past the last whole round, total − full of
-/// them, are cut along the keys so that every block gets an equal share of their key tiles: the
-/// tail's key tiles in list order, block blk takes [blk·F/G, (blk + 1)·F/G) of the F. Fewer than
-/// G units make each share shorter than a unit, so it meets at most two: pieces 0 and 1 of the
-/// block, partial slots 2·blk and 2·blk + 1 (ws_combine_kernel adds them up).
 template <class T>
 struct WsSchedule {
   int Tr, H, HB, total, N;  // query tiles, heads, heads × batch, Tr · HB, tokens
-  int full;                 // units dealt whole (= total unless the tail is split)
-  const int4* pieces;       // kSplitTail: this block's pieces of the tail (tail_pieces), in SRAM
   __device__ bool at(int k, WsTile& w) const {
     const int G = int(gridDim.x), blk = int(blockIdx.x);
-    const int n = (N + T::BLOCK_N - 1) / T::BLOCK_N;
-    int t = k * G + ((k & 1) ? G - 1 - blk : blk);
-    w.j0 = 0;
-    w.piece = -1;
-    if (t >= full) {
-      if constexpr (!T::kSplitTail) {
-        return false;
-      } else {
-        const int piece = k - full / G;  // the rounds before the tail are whole
-        if (full == total || piece > 1) return false;
-        const int4 d = pieces[piece];  // {unit, j0, n_tiles, 1}; .w = 0: none
-        if (d.w == 0) return false;
-        t = d.x;
-        w.j0 = d.y;
-        w.n_tiles = d.z;
-        w.piece = 2 * blk + piece;
-      }
-    }
+    const int t = k * G + ((k & 1) ? G - 1 - blk : blk);
+    if (t >= total) return false;
     int m, hb;
     if (T::kCausal) {
       m = Tr - 1 - t / HB;
@@ -194,23 +168,11 @@ struct WsSchedule {
     w.q0 = m * T::BLOCK_M;
     w.h = hb % H;
     w.b = hb / H;
-    if (w.piece < 0) w.n_tiles = n;
+    w.n_tiles = (N + T::BLOCK_N - 1) / T::BLOCK_N;
     if (T::kCausal) w.n_tiles = min(w.n_tiles, (w.q0 + T::BLOCK_M - 1) / T::BLOCK_N + 1);
     return true;
   }
 };
-
-/// The split tail's share of block `blk` of G (WsSchedule): the tail's F = (total − full) · n key
-/// tiles in list order, [blk·F/G, (blk + 1)·F/G) to this block; fewer than G units make a share
-/// shorter than a unit, so it meets at most two: pieces 0 and 1 = {unit, j0, n_tiles, 1}, or .w = 0.
-/// 32-bit: the launcher splits only when G · F < 2^32.
-__device__ __forceinline__ void tail_pieces(int4 (&pieces)[2], int full, int total, int n, int blk, int G) {
-  const unsigned F = unsigned(total - full) * unsigned(n);
-  const unsigned s = unsigned(blk) * F / unsigned(G), e = unsigned(blk + 1) * F / unsigned(G);
-  const int u0 = int(s / unsigned(n)), j0 = int(s) - u0 * n;
-  pieces[0] = make_int4(full + u0, j0, min(int(e) - u0 * n, n) - j0, s < e ? 1 : 0);
-  pieces[1] = make_int4(full + u0 + 1, 0, int(e) - (u0 + 1) * n, e > unsigned((u0 + 1) * n) ? 1 : 0);
-}
 
 /// Issue the d/64 TMA boxes of one [rows][d] tile (rows from token `row0` of head h, batch b).
 template <class T, int kRows>
@@ -219,7 +181,7 @@ __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, i
   for (int c = 0; c < T::kColBlocks; ++c) tma_load_4d(dst + uint32_t(c) * kRows * 128, map, 64 * c, h, row0, b, bar);
 }
 
-/// kSplitEmpty: load V_j (key tile j of the unit, key tile `it_j` of the list) into its stage once v_empty says the
+/// kSplitEmpty: load V_j (key tile `it_j` of the list) into its stage once v_empty says the
 /// P·V of key tile it_j − kStages finished.
 template <class T>
 __device__ __forceinline__ void produce_v(const WsSmem<T>& sm, const CUtensorMap* map_v, const WsTile& w, int j,
@@ -248,19 +210,19 @@ __device__ void produce(const WsSmem<T>& sm, const WsSchedule<T>& sched, const C
         const int s = it % T::kStages;
         if (it >= T::kStages) mbar_wait(sm.empty(s), uint32_t(it / T::kStages - 1) & 1u);  // k_empty
         mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
-        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, (w.j0 + j) * T::BLOCK_N, w.h, w.b, sm.k_full(s));
-        if (j > 0) produce_v<T>(sm, map_v, w, w.j0 + j - 1, it - 1);
+        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, j * T::BLOCK_N, w.h, w.b, sm.k_full(s));
+        if (j > 0) produce_v<T>(sm, map_v, w, j - 1, it - 1);
       }
-      produce_v<T>(sm, map_v, w, w.j0 + w.n_tiles - 1, it - 1);
+      produce_v<T>(sm, map_v, w, w.n_tiles - 1, it - 1);
     } else {
       for (int j = 0; j < w.n_tiles; ++j, ++it) {
         const int s = it % T::kStages;
         // Stage s was last filled for key tile it − kStages: wait for that phase of empty[s].
         if (it >= T::kStages) mbar_wait(sm.empty(s), uint32_t(it / T::kStages - 1) & 1u);
         mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
-        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, (w.j0 + j) * T::BLOCK_N, w.h, w.b, sm.k_full(s));
+        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, j * T::BLOCK_N, w.h, w.b, sm.k_full(s));
         mbar_arrive_expect_tx(sm.v_full(s), T::kTileKVBytes);
-        tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, (w.j0 + j) * T::BLOCK_N, w.h, w.b, sm.v_full(s));
+        tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, j * T::BLOCK_N, w.h, w.b, sm.v_full(s));
       }
     }
   }
@@ -292,30 +254,6 @@ __device__ __forceinline__ void pack_rescale(const float (&s_acc)[T::BLOCK_N / 2
   if (__any_sync(0xffffffffu, max_moved)) rescale_o<T::kHeadDim>(o, alpha);
 }
 
-/// Floats of one partial slot: O [Br][d] unnormalised, then (m_i, l_i) per row.
-template <class T>
-constexpr int kPartialFloats = T::BLOCK_M * (T::kHeadDim + 2);
-
-/// A piece of a split unit: this thread's two rows (unit rows `row0`, row0 + 8) of O (not yet
-/// divided by l_i), m_i and l_i (summed over the row's 4 threads) into partial slot `slot`.
-template <class T>
-__device__ __forceinline__ void store_partial(float* __restrict__ partials, int slot, const float (&o)[T::kHeadDim / 2],
-                                              const float (&m_i)[2], const float (&l_i)[2], int row0, int t4) {
-  constexpr int D = T::kHeadDim;
-  float* part = partials + std::size_t(slot) * kPartialFloats<T>;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = l_i[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int row = row0 + 8 * r;
-#pragma unroll
-    for (int t = 0; t < D / 8; ++t)
-      *reinterpret_cast<float2*>(part + row * D + 8 * t + 2 * t4) = make_float2(o[4 * t + 2 * r], o[4 * t + 2 * r + 1]);
-    if (t4 == 0) *reinterpret_cast<float2*>(part + T::BLOCK_M * D + 2 * row) = make_float2(m_i[r], l);
-  }
-}
-
 /// This warp's P·V on stage s finished: the stage's V_j (kSplitEmpty), else its K_j and V_j, may
 /// be overwritten.
 template <class T>
@@ -330,7 +268,7 @@ __device__ __forceinline__ void release_after_pv(const WsSmem<T>& sm, int s) {
 /// q_full), `more` whether another tile follows.
 template <class T>
 __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __restrict__ O, float* __restrict__ LSE,
-                             float* __restrict__ partials, int cw, const WsTile& w, int& it, int k, bool more) {
+                             int cw, const WsTile& w, int& it, int k, bool more) {
   constexpr int D = T::kHeadDim, BLOCK_N = T::BLOCK_N, S = T::kStages, kTurnThreads = 256;
   constexpr float NEG_INF = -INFINITY;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t4 = lane % 4;
@@ -340,11 +278,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   const uint32_t sQ_wg = sm.q() + uint32_t(cw) * 64 * 128;  // this warpgroup's 64 rows (8 swizzle periods)
   const int my_turn = kTurnBarrier + cw;
   const int next_turn = kTurnBarrier + (T::kConsumers == 2 ? cw ^ 1 : (cw + 1) % T::kConsumers);
-  // j counts this unit's key tiles from w.j0 (a split piece starts past 0).
-  auto need_mask = [&](int j) {
-    const int end = (w.j0 + j + 1) * BLOCK_N;
-    return end > N || (T::kCausal && end - 1 > wg_row0);
-  };
+  auto need_mask = [&](int j) { return (j + 1) * BLOCK_N > N || (T::kCausal && (j + 1) * BLOCK_N - 1 > wg_row0); };
   auto phase = [&](int j) { return uint32_t((it + j) / S) & 1u; };  // key tile j of this tile
   auto stage = [&](int j) { return (it + j) % S; };
 
@@ -366,8 +300,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   reg_fence(s_acc);
   if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(stage(0)));  // done with K_0
   float alpha[2];
-  bool moved = online_softmax<T, T::kShortChains>(s_acc, m_i, l_i, alpha, w.j0 * BLOCK_N, N, row_base, need_mask(0), t4,
-                                                  scale_log2);
+  bool moved = online_softmax<T, T::kShortChains>(s_acc, m_i, l_i, alpha, 0, N, row_base, need_mask(0), t4, scale_log2);
   pack_rescale<T>(s_acc, pa, o, alpha, moved);
   // Tile j: S_ij with P_i(j−1)·V_(j−1) in one turn; the softmax of tile j overlaps the other
   // warpgroups' turns (and with kOverlap this warpgroup's own P·V too).
@@ -389,7 +322,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
       wg_wait<1>();  // S_ij done; P_i(j−1)·V_(j−1) may still run: O_i and pa stay untouched
       reg_fence(s_acc);
       if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
-      moved = online_softmax<T, T::kShortChains>(s_acc, m_i, l_i, alpha, (w.j0 + j) * BLOCK_N, N, row_base, need_mask(j), t4,
+      moved = online_softmax<T, T::kShortChains>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4,
                                                  scale_log2);
       wg_wait<0>();
       reg_fence(o);
@@ -402,7 +335,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
       reg_fence_u(pa);
       if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
       if (lane == 0) release_after_pv<T>(sm, sp);
-      moved = online_softmax<T, T::kShortChains>(s_acc, m_i, l_i, alpha, (w.j0 + j) * BLOCK_N, N, row_base, need_mask(j), t4,
+      moved = online_softmax<T, T::kShortChains>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4,
                                                  scale_log2);
     }
     pack_rescale<T>(s_acc, pa, o, alpha, moved);
@@ -424,21 +357,20 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   reg_fence(o);
   if (lane == 0) release_after_pv<T>(sm, stage(last));
   it += n_tiles;
-  if (w.piece < 0) store_o_lse<T>(p, O, LSE, o, m_i, l_i, w.b, w.h, row_base, t4);
-  else store_partial<T>(partials, w.piece, o, m_i, l_i, row_base - w.q0, t4);
+  store_o_lse<T>(p, O, LSE, o, m_i, l_i, w.b, w.h, row_base, t4);
 }
 
 /// One consumer warpgroup over the block's work list.
 template <class T>
 __device__ void consume(const Problem& p, const WsSmem<T>& sm, const WsSchedule<T>& sched, uint16_t* __restrict__ O,
-                        float* __restrict__ LSE, float* __restrict__ partials, int cw) {
+                        float* __restrict__ LSE, int cw) {
   if (cw == T::kConsumers - 1) named_bar_arrive(kTurnBarrier, 256);  // warpgroup 0 takes the first turn
   WsTile w, next;
   int it = 0;
   bool have = sched.at(0, w);
   for (int k = 0; have; ++k) {
     const bool more = sched.at(k + 1, next);
-    consume_tile<T>(p, sm, O, LSE, partials, cw, w, it, k, more);
+    consume_tile<T>(p, sm, O, LSE, cw, w, it, k, more);
     w = next;
     have = more;
   }
@@ -448,23 +380,15 @@ template <class T>
 __global__ void __launch_bounds__(T::kThreads, 1)
     ws_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                   const __grid_constant__ CUtensorMap map_v, Problem p, uint16_t* __restrict__ O,
-                  float* __restrict__ LSE, float* __restrict__ partials, int full) {
+                  float* __restrict__ LSE) {
 #if FLASHLAB_WGMMA_OK
   extern __shared__ uint8_t smem_raw[];
   const WsSmem<T> sm{(uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u};
   const int Tr = (p.seq + T::BLOCK_M - 1) / T::BLOCK_M, HB = p.heads * p.batch;
-  int4* pieces = reinterpret_cast<int4*>(smem_raw + (sm.base - uint32_t(__cvta_generic_to_shared(smem_raw))) +
-                                         T::kPieceOffset);
-  const WsSchedule<T> sched{Tr, p.heads, HB, Tr * HB, p.seq, full, pieces};
+  const WsSchedule<T> sched{Tr, p.heads, HB, Tr * HB, p.seq};
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
-    if constexpr (T::kSplitTail) {
-      int4 share[2];
-      tail_pieces(share, full, Tr * HB, (p.seq + T::BLOCK_N - 1) / T::BLOCK_N, int(blockIdx.x), int(gridDim.x));
-      pieces[0] = share[0];
-      pieces[1] = share[1];
-    }
     tma_prefetch_map(&map_q);
     tma_prefetch_map(&map_k);
     tma_prefetch_map(&map_v);
@@ -485,55 +409,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     return;  // every load is consumed before the consumers exit: nothing in flight is orphaned
   }
   regs_claim<T::kConsumerRegs>();
-  consume<T>(p, sm, sched, O, LSE, partials, wg - 1);
+  consume<T>(p, sm, sched, O, LSE, wg - 1);
 #else
   __trap();  // built without sm_90a: never launched
 #endif
-}
-
-/// The split tail's units (WsSchedule), one block each: O_i and LSE_i from the pieces' partial
-/// slots, O_i = Σ 2^(m_p − m) O_p / Σ 2^(m_p − m) l_p with m = max m_p (the online softmax's
-/// rescale, once per piece). Each thread takes two adjacent columns of a row at a time.
-template <class T>
-__global__ void __launch_bounds__(256)
-    ws_combine_kernel(Problem p, const float* __restrict__ partials, uint16_t* __restrict__ O, float* __restrict__ LSE,
-                      int full, int G) {
-  constexpr int D = T::kHeadDim, BLOCK_M = T::BLOCK_M;
-  const int Tr = (p.seq + BLOCK_M - 1) / BLOCK_M, total = Tr * p.heads * p.batch;
-  const int n = (p.seq + T::BLOCK_N - 1) / T::BLOCK_N;
-  const unsigned F = unsigned(total - full) * unsigned(n), lo = blockIdx.x * unsigned(n), hi = lo + unsigned(n);
-  const int t = full + int(blockIdx.x), q0 = (t % Tr) * BLOCK_M, hb = t / Tr, h = hb % p.heads, b = hb / p.heads;
-  const int first = int(lo * unsigned(G) / F);  // the first block whose share can meet this unit
-  const std::size_t base = p.head_offset(b, h), stat = p.stat_offset(b, h);
-  for (int idx = threadIdx.x; idx < BLOCK_M * D / 2; idx += blockDim.x) {
-    const int r = idx / (D / 2), c = 2 * (idx % (D / 2)), row = q0 + r;
-    if (row >= p.seq) break;  // rows are in order: the rest are past N too
-    float m = -INFINITY;
-    for (int pass = 0; pass < 2; ++pass) {
-      float l = 0.f, o0 = 0.f, o1 = 0.f;
-      for (int blk = first; blk < G; ++blk) {
-        const unsigned s = unsigned(blk) * F / unsigned(G), e = unsigned(blk + 1) * F / unsigned(G);
-        if (s >= hi) break;
-        if (e <= lo || s >= e) continue;
-        const float* part = partials + std::size_t(2 * blk + (s >= lo ? 0 : 1)) * kPartialFloats<T>;
-        const float m_p = part[BLOCK_M * D + 2 * r], l_p = part[BLOCK_M * D + 2 * r + 1];
-        if (pass == 0) {
-          m = fmaxf(m, m_p);
-        } else {
-          const float w = ex2(m_p - m);
-          l += w * l_p;
-          o0 += w * part[r * D + c];
-          o1 += w * part[r * D + c + 1];
-        }
-      }
-      if (pass == 1) {
-        const float inv_l = 1.f / l;  // every piece has a key < N: l ≥ 1
-        *reinterpret_cast<uint32_t*>(O + base + std::size_t(row) * p.row_stride() + c) =
-            pack2<T::kBf16>(o0 * inv_l, o1 * inv_l);
-        if (c == 0) LSE[stat + row] = m + log2f(l);
-      }
-    }
-  }
 }
 
 /// Units of the work list with query tiles of `rows` rows: (query tile, head, batch) triples.
@@ -541,8 +420,6 @@ long long ws_units(const Problem& p, int rows) {
   return (long long)((p.seq + rows - 1) / rows) * p.heads * p.batch;
 }
 
-/// kSplitTail: a list whose last round is not whole is cut along the keys there (WsSchedule),
-/// then combined (ws_combine_kernel) from partial slots allocated on the stream.
 template <class T>
 void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
                    cudaStream_t stream) {
@@ -557,35 +434,11 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
   const CUtensorMap map_v = make_head_tile_map(V, p, T::BLOCK_N);
   // One block per SM (1 block/SM fits: __launch_bounds__ and the SRAM), each walking its share of
   // the (query tile, head) list (WsSchedule); never more blocks than units.
-  const long long units = ws_units(p, T::BLOCK_M);
-  const unsigned grid = unsigned(std::min<long long>(units, sms));
-  // 32-bit share arithmetic in WsSchedule: G · (G · n) < 2^32 (n up to 2^32 / 132² ≈ 246k key tiles)
-  const long long n = (p.seq + T::BLOCK_N - 1) / T::BLOCK_N;
-  const bool split = T::kSplitTail && units % grid != 0 && n > 1 && (long long)grid * grid * n < (1LL << 32);
-  const int full = split ? int(units / grid * grid) : int(units);
-  float* partials = nullptr;
-  if (split) {  // A/B: one buffer kept for the process (not for concurrent streams)
-    static float* buffer = nullptr;
-    static std::size_t capacity = 0;
-    const std::size_t bytes = sizeof(float) * 2 * grid * std::size_t(kPartialFloats<T>);
-    if (bytes > capacity) {
-      if (buffer != nullptr) FLASHLAB_CUDA_CHECK(cudaFree(buffer));
-      FLASHLAB_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&buffer), bytes));
-      capacity = bytes;
-    }
-    partials = buffer;
-  }
+  const unsigned grid = unsigned(std::min<long long>(ws_units(p, T::BLOCK_M), sms));
   announce("ws_fwd_kernel");
-  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, p, static_cast<uint16_t*>(O), LSE, partials,
-                                                       full);
-  cudaError_t err = cudaGetLastError();
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, p, static_cast<uint16_t*>(O), LSE);
+  const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw_cuda_error(err, "launch of ws_fwd_kernel", __FILE__, __LINE__);
-  if (!split) return;
-  announce("ws_combine_kernel");
-  ws_combine_kernel<T><<<unsigned(units - full), 256, 0, stream>>>(p, partials, static_cast<uint16_t*>(O), LSE, full,
-                                                                    int(grid));
-  err = cudaGetLastError();
-  if (err != cudaSuccess) throw_cuda_error(err, "launch of ws_combine_kernel", __FILE__, __LINE__);
 }
 
 /// d = 64: three consumer warpgroups (Br = 192) once the work list gives every SM at least 2.5
@@ -613,45 +466,25 @@ bool ws_wide_keys(const Problem& p) {
 /// d = 64 lost 4–5 % at N ≥ 8192). Without a causal mask the K/V stages are released apart (d = 64
 /// with three consumers, d = 128) and d = 128 takes the wider key tiles where ws_wide_keys says.
 template <int D, bool kBf16>
-void launch_ws_kept(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
-                    cudaStream_t stream) {
+void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
+                 cudaStream_t stream) {
   if constexpr (D == 64) {
     const bool three = ws_three_consumers(p, sms);
     if (p.causal) {
       if (three) launch_ws_one<WsTraits<64, kBf16, true, 3, 3, true>>(p, Q, K, V, O, LSE, sms, stream);
       else launch_ws_one<WsTraits<64, kBf16, true, 2, 3, true>>(p, Q, K, V, O, LSE, sms, stream);
     } else {
-      if (three) launch_ws_one<WsTraits<64, kBf16, false, 3, 3, true, true, 128, true>>(p, Q, K, V, O, LSE, sms, stream);
+      using Three = WsTraits<64, kBf16, false, 3, 3, true, true, 128, true>;
+      if (three) launch_ws_one<Three>(p, Q, K, V, O, LSE, sms, stream);
       else launch_ws_one<WsTraits<64, kBf16, false, 2, 3, true, true>>(p, Q, K, V, O, LSE, sms, stream);
     }
   } else {
+    using Wide = WsTraits<D, kBf16, false, 2, 2, true, true, 192, true>;  // Bc = 192, two stages
+    using Narrow = WsTraits<D, kBf16, false, 2, 3, true, true, 128, true>;
     if (p.causal) launch_ws_one<WsTraits<D, kBf16, true, 2, 3, false>>(p, Q, K, V, O, LSE, sms, stream);
-    else if (ws_wide_keys(p)) launch_ws_one<WsTraits<D, kBf16, false, 2, 2, true, true, 192, true>>(p, Q, K, V, O, LSE, sms, stream);
-    else launch_ws_one<WsTraits<D, kBf16, false, 2, 3, true, true, 128, true>>(p, Q, K, V, O, LSE, sms, stream);
+    else if (ws_wide_keys(p)) launch_ws_one<Wide>(p, Q, K, V, O, LSE, sms, stream);
+    else launch_ws_one<Narrow>(p, Q, K, V, O, LSE, sms, stream);
   }
-}
-
-// A/B SWITCH (temporary): FLASHLAB_WS_VARIANT=5, non-causal bf16: the split tail with its partial
-// slots allocated once (d = 128: Bc = 128, three stages; d = 64 with three consumers).
-int ws_variant() {
-  static const int v = [] {
-    const char* e = std::getenv("FLASHLAB_WS_VARIANT");
-    return e ? std::atoi(e) : 0;
-  }();
-  return v;
-}
-
-template <int D, bool kBf16>
-void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
-                 cudaStream_t stream) {
-  const int v = kBf16 && !p.causal ? ws_variant() : 0;
-  if constexpr (kBf16) {
-    if (v == 5 && D == 128)
-      return launch_ws_one<WsTraits<D, kBf16, false, 2, 3, true, true, 128, true, true>>(p, Q, K, V, O, LSE, sms, stream);
-    if (v == 5 && D == 64 && ws_three_consumers(p, sms))
-      return launch_ws_one<WsTraits<64, kBf16, false, 3, 3, true, true, 128, true, true>>(p, Q, K, V, O, LSE, sms, stream);
-  }
-  launch_ws_kept<D, kBf16>(p, Q, K, V, O, LSE, sms, stream);
 }
 
 /// cuTensorMapEncodeTiled, looked up once through the runtime's driver entry point.
