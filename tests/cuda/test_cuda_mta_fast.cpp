@@ -203,11 +203,15 @@ TEST_CASE("mta fast forward, linear path off the diagonal", "[mta-fast]") {
     check_fast({1, 300, 2, d, 3, 3, fr::Dtype::bf16, Values::large, false, 1});
     check_fast({1, 300, 2, d, 3, 3, fr::Dtype::bf16, Values::ties, false, 1});
   }
+  // d = 64 double-buffers K_j and V_j on the linear path: the bottom tile's last linear step lands
+  // in the first buffer (N = 460: 6 linear tiles) and in the second (N = 390: 5), ragged both.
+  for (std::size_t seq : {460, 390}) check_fast({1, seq, 2, 64, 3, 3, fr::Dtype::bf16, Values::normal, false, 1});
   report("mta-fast linear");
 }
 
 TEST_CASE("mta fast forward, linear path, small shapes under the sanitizers", "[mta-fast-sanitize]") {
   check_fast({1, 200, 1, 64, 3, 3, fr::Dtype::bf16, Values::normal, false, 1});
+  check_fast({1, 330, 1, 64, 3, 3, fr::Dtype::bf16, Values::normal, false, 1});  // both K/V buffers, twice
   check_fast({1, 150, 1, 128, 16, 1, fr::Dtype::bf16, Values::normal, false, 1});
   report("mta-fast linear sanitize");
 }
