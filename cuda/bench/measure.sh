@@ -551,14 +551,16 @@ tab_needles() {
 # (fast and clear) and the PyTorch rows, date and device first.
 tab_mta_fast() {
   tab_worst_errors "$1/test_cuda_mta_fast.log" "$2" "$3" >"$4/mta_fast_worst_errors.csv"
-  prefix_csv "$2" "$3" "$1"/mta_bench_*.csv >"$4/mta_fast.csv"
+  # `bench mta --csv` also prints the decode's read_tbps and copy_tbps after tflops: the forward's
+  # files keep their columns, up to tflops.
+  prefix_csv "$2" "$3" "$1"/mta_bench_*.csv | cut -d, -f1-15 >"$4/mta_fast.csv"
   prefix_csv "$2" "$3" "$1/mta_torch.csv" >"$4/mta_torch.csv"
   local f on
   echo "date,device,linear_path,kernel,dtype,pass,cq,ck,d,N,H,B,ms,min_ms,max_ms,tflops" >"$4/mta_fast_linear.csv"
   for f in "$1"/mta_linear_*.csv; do
     [ -f "$f" ] || continue
     on=${f##*/mta_linear_}; on=${on%%_*}
-    prefix_csv "$2" "$3,$on" "$f" | tail -n +2 >>"$4/mta_fast_linear.csv"
+    prefix_csv "$2" "$3,$on" "$f" | tail -n +2 | cut -d, -f1-16 >>"$4/mta_fast_linear.csv"
   done
 }
 

@@ -21,11 +21,7 @@
 // diagonal band, where the causal zeros before the convolution change nothing, steps 1–2 become
 // Ŝ = Σ_b Q̃_b K_bᵀ (Q̃_b = Σ_a W[a, b]·Q shifted by a − Pq rows, built once per block in two bf16
 // terms), one tensor-core product from SRAM, no S round trip, no convolution FMAs, no masks; the
-// band's tiles then take the steps above. At d = 64 each warp then holds the hi term of its rows
-// of Q̃ in registers (the same A fragments for every key tile), and the shared memory they leave
-// holds a second K_j and V_j buffer: K_{j+1} and V_{j+1} load during the whole of step j, one
-// barrier per linear tile (linear_tiles_double_buffered); d = 128 keeps one buffer each and a
-// barrier pair per tile, as the masked path.
+// band's tiles then take the steps above. One barrier pair per tile on both paths.
 // Key tiles entirely right of the block's last row are never loaded: Br = Bc, so query tile i
 // visits key tiles 0 … i. Blocks of the bottom query tiles (the most key tiles) start first.
 // Rows outside [0, N) of every tile are zero-filled by cp.async: they are exactly the zero
@@ -41,15 +37,6 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kMaxCq = 16;  // cq ≤ 16 (check_fast_shape)
-/// The linear path at d = 64 double-buffered (linear_tiles_double_buffered) or with one K_j and
-/// V_j buffer as at d = 128 (linear_tiles_single_buffered): false gives the earlier kernel back.
-constexpr bool kLinearDoubleBuffered = true;
-/// Taps (of ck = 3) whose hi term of Q̃ the double-buffered path holds in registers: 3 (48
-/// registers) or 2 (32; the third tap's from shared memory).
-#ifndef FLASHLAB_MTA_HI_TAPS
-#define FLASHLAB_MTA_HI_TAPS 3
-#endif
-constexpr int kHiTapsInRegisters = FLASHLAB_MTA_HI_TAPS;
 static_assert(kFastBr == 16 * kWarps, "one m16 row block of the tile per warp");
 static_assert(kFastBr == kFastBc, "query tile i visits key tiles 0 … i only when Br = Bc");
 static_assert(kFastBc == 2 * kConvStrip && kFastBr == 16 * kWarps, "the convolution gives each lane one strip of its warp's 16 rows");
@@ -57,9 +44,8 @@ static_assert(kFastBc == 2 * kConvStrip && kFastBr == 16 * kWarps, "the convolut
 /// SRAM layout (byte offsets): K tile [80][d], V tile [64][d] (16-bit, swizzled), W·scale·log2(e)
 /// [16][kWPitch] fp32, then one region used two ways. Masked path: Q tile [80][d] (16-bit,
 /// swizzled), S [80][kLdS] fp32, Ŝ [64][kLdP] fp32. Linear path (the off-diagonal key tiles, which
-/// come first): Q̃ [2·ck][64][d] (16-bit, swizzled; lo terms, then hi terms), written over Q, S
-/// and Ŝ; at d = 64 the second K and V buffers replace the hi terms once they are in registers.
-/// Q is loaded again before the first masked tile. The K buffer holds the Q tile while Q̃ is built.
+/// come first): Q̃ [2·ck][64][d] (16-bit, swizzled), written over Q, S and Ŝ; Q is loaded
+/// again before the first masked tile. The K buffer holds the Q tile while Q̃ is built.
 template <int HEAD_DIM>
 struct FwdSmem {
   static constexpr int kRowBytes = HEAD_DIM * 2;
@@ -71,13 +57,6 @@ struct FwdSmem {
   static constexpr int kP = kS + kSRows * kLdS * 4;
   static constexpr int kBytes = kP + kFastBr * kLdP * 4;
   static constexpr int kQtTile = kFastBr * kRowBytes;  // one Q̃_{t,b} tile
-  /// Offset of tile Q̃_{t,b} in the region: the lo terms (t = 1) first, then the hi terms (t = 0)
-  /// in reverse, so that the hi tiles of taps 0 … R − 1, once the double-buffered linear path
-  /// holds them in registers, leave one contiguous span at the end for its second K and V buffers.
-  static constexpr int qt_offset(int t, int b, int ck) { return (t == 0 ? 2 * ck - 1 - b : b) * kQtTile; }
-  /// The double-buffered linear path's second K_j and V_j buffers, R hi taps in registers.
-  static constexpr int kK1(int ck, int R) { return kQ + (2 * ck - R) * kQtTile; }
-  static constexpr int kV1(int ck, int R) { return kK1(ck, R) + kSCols * kRowBytes; }
   /// Bytes a launch needs: the masked layout, or more when Q̃ outgrows its region (d = 128).
   static constexpr int bytes(bool linear, int ck) {
     const int q_tilde_end = kQ + (linear ? kQTildeTerms * ck * kQtTile : 0);
@@ -88,10 +67,6 @@ struct FwdSmem {
   static constexpr int kMinBlocks = (228 * 1024) / (kBytes + 1024);
   static_assert(kQ % 128 == 0 && kS % 16 == 0, "swizzled tiles start on 128-byte lines");
 };
-static_assert(FwdSmem<64>::kV1(1, 1) + kFastBc * 128 <= FwdSmem<64>::bytes(true, 1) &&
-                  FwdSmem<64>::kV1(kLinearMaxCk, kHiTapsInRegisters) + kFastBc * 128 <=
-                      FwdSmem<64>::bytes(true, kLinearMaxCk),
-              "the second K and V buffers fit in the linear launch's SRAM");
 
 /// Step 1: this warp's part of S (raw Q·Kᵀ: the scale is folded into W; causal zeros) for key
 /// tile j0 into SRAM.
@@ -206,10 +181,13 @@ __device__ __forceinline__ void convolve_to_smem(float* __restrict__ sP, const f
 /// own rows r and every tap column b, summed in fp32 and stored as kQTildeTerms bf16 tiles (t = 0:
 /// the rounding of the sum; t = 1: the rounding of what that left over), tile t·ck + b. `q` is the
 /// Q tile (rows i0 − 16 …, swizzled) in the K buffer, `qt` the region; bf16 only.
+/// Returns the largest |Q̃| this thread built (as bits: NaN's exceed every number's), for the guard.
 template <int HEAD_DIM>
-__device__ __forceinline__ void build_q_tilde(unsigned char* __restrict__ qt, const unsigned char* __restrict__ q,
-                                              const float* __restrict__ sW, int cq, int ck) {
+__device__ __forceinline__ uint32_t build_q_tilde(unsigned char* __restrict__ qt, const unsigned char* __restrict__ q,
+                                                  const float* __restrict__ sW, int cq, int ck) {
+  uint32_t max_bits = 0u;
   constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks (8 values) per row
+  constexpr int kQtTile = FwdSmem<HEAD_DIM>::kQtTile;
   for (int idx = int(threadIdx.x); idx < kFastBr * kChunks; idx += kThreads) {
     const int r = idx / kChunks, c = idx % kChunks;
     float sum[kLinearMaxCk][8];
@@ -234,6 +212,8 @@ __device__ __forceinline__ void build_q_tilde(unsigned char* __restrict__ qt, co
     for (int b = 0; b < kLinearMaxCk; ++b) {
       if (b >= ck) break;
 #pragma unroll
+      for (int e = 0; e < 8; ++e) max_bits = max(max_bits, __float_as_uint(fabsf(sum[b][e])));
+#pragma unroll
       for (int t = 0; t < kQTildeTerms; ++t) {
         uint32_t packed[4];
 #pragma unroll
@@ -243,11 +223,12 @@ __device__ __forceinline__ void build_q_tilde(unsigned char* __restrict__ qt, co
           sum[b][2 * e] -= __uint_as_float(packed[e] << 16);
           sum[b][2 * e + 1] -= __uint_as_float(packed[e] & 0xffff0000u);
         }
-        *reinterpret_cast<uint4*>(qt + FwdSmem<HEAD_DIM>::qt_offset(t, b, ck) + swz<HEAD_DIM>(r, c)) =
+        *reinterpret_cast<uint4*>(qt + (t * ck + b) * kQtTile + swz<HEAD_DIM>(r, c)) =
             make_uint4(packed[0], packed[1], packed[2], packed[3]);
       }
     }
   }
+  return max_bits;
 }
 
 /// Linear path, per off-diagonal key tile: this warp's 16 rows of Ŝ (base-2 units), in the mma C
@@ -261,6 +242,7 @@ __device__ __forceinline__ void linear_scores(float (&s)[kFastBc / 8][4], uint32
                                               uint32_t sK, int lane) {
   constexpr int PK = (CK - 1) / 2;
   constexpr int kRowBytes = HEAD_DIM * 2;
+  constexpr int kQtTile = FwdSmem<HEAD_DIM>::kQtTile;
 #pragma unroll
   for (int n = 0; n < kFastBc / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
   const int mi = lane >> 3;
@@ -278,8 +260,7 @@ __device__ __forceinline__ void linear_scores(float (&s)[kFastBc / 8][4], uint32
 #pragma unroll
       for (int t = 0; t < kQTildeTerms; ++t) {
         uint32_t a[4];
-        ldsm_x4(qt_lane + uint32_t(FwdSmem<HEAD_DIM>::qt_offset(t, b, CK)) + ((32 * kk) ^ q_xor), a[0], a[1], a[2],
-                a[3]);
+        ldsm_x4(qt_lane + uint32_t((t * CK + b) * kQtTile) + ((32 * kk) ^ q_xor), a[0], a[1], a[2], a[3]);
 #pragma unroll
         for (int np = 0; np < kFastBc / 16; ++np) {
           mma16816<kBf16>(s[2 * np], a, bf[np][0], bf[np][1]);
@@ -292,7 +273,7 @@ __device__ __forceinline__ void linear_scores(float (&s)[kFastBc / 8][4], uint32
 
 /// Step 3, both paths: online softmax (base 2) on this warp's 16 rows of Ŝ (mma C layout), then
 /// O_i += P V_j with P rounded to 16 bits (C layout of two n8 tiles = A layout of one k16 step).
-template <int HEAD_DIM, bool kBf16, int kVGroup = 4>
+template <int HEAD_DIM, bool kBf16>
 __device__ __forceinline__ void softmax_pv(float (&s)[kFastBc / 8][4], float (&acc)[HEAD_DIM / 8][4],
                                            float (&m_i)[2], float (&l_i)[2], uint32_t v_lane, uint32_t v_xor) {
   constexpr int kRowBytes = HEAD_DIM * 2;
@@ -349,141 +330,21 @@ __device__ __forceinline__ void softmax_pv(float (&s)[kFastBc / 8][4], float (&a
     a[1] = pack2<kBf16>(s[2 * kk][2], s[2 * kk][3]);
     a[2] = pack2<kBf16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
     a[3] = pack2<kBf16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-    // B fragments in groups of kVGroup (keys 16·kk + [0, 16), dims 16·np + [0, 16)) loaded before
-    // their mma, so the ldmatrix latencies overlap.
+    // B fragments in groups of 4 (keys 16·kk + [0, 16), dims 16·np + [0, 16)) loaded before their
+    // mma, so the ldmatrix latencies overlap.
 #pragma unroll
-    for (int np0 = 0; np0 < kNTilesO / 2; np0 += kVGroup) {
-      uint32_t b[kVGroup][4];
+    for (int np0 = 0; np0 < kNTilesO / 2; np0 += 4) {
+      uint32_t b[4][4];
 #pragma unroll
-      for (int q = 0; q < kVGroup; ++q)
+      for (int q = 0; q < 4; ++q)
         ldsm_x4_trans(v_lane + 16 * kk * kRowBytes + ((32 * (np0 + q)) ^ v_xor), b[q][0], b[q][1], b[q][2], b[q][3]);
 #pragma unroll
-      for (int q = 0; q < kVGroup; ++q) {
+      for (int q = 0; q < 4; ++q) {
         mma16816<kBf16>(acc[2 * (np0 + q)], a, b[q][0], b[q][1]);
         mma16816<kBf16>(acc[2 * (np0 + q) + 1], a, b[q][2], b[q][3]);
       }
     }
   }
-}
-
-/// The linear path's key tiles 0 … T_lin − 1, one K_j and one V_j buffer (any d; the hi tiles of
-/// Q̃ stay in SRAM): two barriers per tile, K_{j+1} loads during the softmax and P V of step j,
-/// V_j during its scores. Q rows i0 − 16 … are loaded for the masked path on the last step.
-template <int HEAD_DIM>
-__device__ __forceinline__ void linear_tiles_single_buffered(const uint16_t* __restrict__ Qh,
-                                                             const uint16_t* __restrict__ Kh,
-                                                             const uint16_t* __restrict__ Vh, std::size_t stride,
-                                                             int N, int i0, int ck, int T_lin, uint32_t s0, int warp,
-                                                             int lane, float (&acc)[HEAD_DIM / 8][4], float (&m_i)[2],
-                                                             float (&l_i)[2]) {
-  using Sm = FwdSmem<HEAD_DIM>;
-  constexpr int kRowBytes = HEAD_DIM * 2;
-  const uint32_t sQ = s0 + Sm::kQ, sK = s0 + Sm::kK, sV = s0 + Sm::kV;
-  const int mi = lane >> 3;
-  const uint32_t q_xor = uint32_t(((lane >> 4) ^ (lane & 7)) << 4);
-  const uint32_t qt_lane = sQ + uint32_t((16 * warp + (lane & 15)) * kRowBytes);  // this warp's rows of Q̃
-  const uint32_t v_lane = sV + uint32_t(((lane & 7) + ((mi & 1) << 3)) * kRowBytes);
-  const uint32_t v_xor = uint32_t(((mi >> 1) ^ (lane & 7)) << 4);
-  load_rows<HEAD_DIM, kSCols, kThreads>(sK, Kh, stride, -kHaloCols, N);
-  cp_async_commit();
-  for (int j = 0; j < T_lin; ++j) {
-    const int j0 = j * kFastBc;
-    cp_async_wait<0>();  // K_j landed for this thread
-    __syncthreads();     // … for all (Q̃ too, on the first step); every warp is done with V_{j−1}
-    load_rows<HEAD_DIM, kFastBc, kThreads>(sV, Vh, stride, j0, N);
-    cp_async_commit();
-    float s[kFastBc / 8][4];
-    if (ck == 3) linear_scores<HEAD_DIM, 3, true>(s, qt_lane, q_xor, sK, lane);
-    else linear_scores<HEAD_DIM, 1, true>(s, qt_lane, q_xor, sK, lane);  // ck = 1 (kLinearMaxCk = 3)
-    cp_async_wait<0>();  // V_j landed for this thread
-    __syncthreads();     // V_j visible; every warp is done with K_j (and, on the last step, Q̃)
-    load_rows<HEAD_DIM, kSCols, kThreads>(sK, Kh, stride, j0 + kFastBc - kHaloCols, N);  // j + 1 ≤ tile
-    if (j + 1 == T_lin) load_rows<HEAD_DIM, kSRows, kThreads>(sQ, Qh, stride, i0 - kHaloRows, N);
-    cp_async_commit();
-    softmax_pv<HEAD_DIM, true>(s, acc, m_i, l_i, v_lane, v_xor);
-  }
-}
-
-/// linear_scores at d = 64 with the hi term of Q̃ for taps b < R in registers (`qhi`: this warp's
-/// A fragments, tap b, k-step kk), the rest from SRAM (`qt_lane`: this lane's row in the region).
-template <int CK, int R>
-__device__ __forceinline__ void linear_scores_hi_in_regs(float (&s)[kFastBc / 8][4], const uint32_t (&qhi)[R][4][4],
-                                                         uint32_t qt_lane, uint32_t q_xor, uint32_t sK, int lane) {
-  constexpr int PK = (CK - 1) / 2;
-  constexpr int kRowBytes = 128;
-#pragma unroll
-  for (int n = 0; n < kFastBc / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-  const int mi = lane >> 3;
-#pragma unroll
-  for (int b = 0; b < CK; ++b) {
-    const int k_row = (lane & 7) + ((mi >> 1) << 3) + kHaloCols + b - PK;
-    const uint32_t k_lane = sK + uint32_t(k_row * kRowBytes);
-    const uint32_t k_xor = uint32_t(((mi & 1) ^ (k_row & 7)) << 4);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      uint32_t lo[4], hi[4];
-      ldsm_x4(qt_lane + uint32_t(FwdSmem<64>::qt_offset(1, b, CK)) + ((32 * kk) ^ q_xor), lo[0], lo[1], lo[2], lo[3]);
-      if (b < R) {  // b is a compile-time index once unrolled: register renames, no copies
-#pragma unroll
-        for (int e = 0; e < 4; ++e) hi[e] = qhi[b < R ? b : 0][kk][e];
-      } else {
-        ldsm_x4(qt_lane + uint32_t(FwdSmem<64>::qt_offset(0, b, CK)) + ((32 * kk) ^ q_xor), hi[0], hi[1], hi[2], hi[3]);
-      }
-#pragma unroll
-      for (int np = 0; np < kFastBc / 16; ++np) {  // each B fragment feeds both terms
-        uint32_t bf[4];
-        ldsm_x4(k_lane + 16 * np * kRowBytes + ((32 * kk) ^ k_xor), bf[0], bf[1], bf[2], bf[3]);
-        mma16816<true>(s[2 * np], hi, bf[0], bf[1]);
-        mma16816<true>(s[2 * np + 1], hi, bf[2], bf[3]);
-        mma16816<true>(s[2 * np], lo, bf[0], bf[1]);
-        mma16816<true>(s[2 * np + 1], lo, bf[2], bf[3]);
-      }
-    }
-  }
-}
-
-/// The linear path's key tiles 0 … T_lin − 1 at d = 64, double-buffered: the hi tiles of Q̃ of
-/// taps b < R move to registers (A fragments, the same for every key tile), and their SRAM holds a
-/// second K_j and V_j buffer, so K_{j+1} and V_{j+1} load during the whole of step j and one
-/// barrier per tile suffices. Ends with a barrier: every warp is done with Q̃ and both buffers.
-template <int CK, int R>
-__device__ __forceinline__ void linear_tiles_double_buffered(const uint16_t* __restrict__ Kh,
-                                                             const uint16_t* __restrict__ Vh, std::size_t stride,
-                                                             int N, int T_lin, uint32_t s0, int warp, int lane,
-                                                             float (&acc)[8][4], float (&m_i)[2], float (&l_i)[2]) {
-  using Sm = FwdSmem<64>;
-  constexpr int kRowBytes = 128;
-  const uint32_t k0 = s0 + Sm::kK, k1 = s0 + Sm::kK1(CK, R), v0 = s0 + Sm::kV, v1 = s0 + Sm::kV1(CK, R);
-  const int mi = lane >> 3;
-  const uint32_t q_xor = uint32_t(((lane >> 4) ^ (lane & 7)) << 4);
-  const uint32_t qt_lane = s0 + Sm::kQ + uint32_t((16 * warp + (lane & 15)) * kRowBytes);  // this warp's rows
-  const uint32_t v_row = uint32_t(((lane & 7) + ((mi & 1) << 3)) * kRowBytes);
-  const uint32_t v_xor = uint32_t(((mi >> 1) ^ (lane & 7)) << 4);
-  load_rows<64, kSCols, kThreads>(k0, Kh, stride, -kHaloCols, N);
-  load_rows<64, kFastBc, kThreads>(v0, Vh, stride, 0, N);
-  cp_async_commit();
-  uint32_t qhi[R][4][4];  // read before the first barrier below, which frees their SRAM
-#pragma unroll
-  for (int b = 0; b < R; ++b)
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      ldsm_x4(qt_lane + uint32_t(Sm::qt_offset(0, b, CK)) + ((32 * kk) ^ q_xor), qhi[b][kk][0], qhi[b][kk][1],
-              qhi[b][kk][2], qhi[b][kk][3]);
-  for (int j = 0; j < T_lin; ++j) {
-    const bool odd = j & 1;  // step j uses the second buffers
-    cp_async_wait<0>();  // K_j and V_j landed for this thread
-    __syncthreads();     // … for all; every warp is done with step j − 1's buffers (and with the hi tiles)
-    if (j + 1 < T_lin) {
-      const int j1 = (j + 1) * kFastBc;
-      load_rows<64, kSCols, kThreads>(odd ? k0 : k1, Kh, stride, j1 - kHaloCols, N);
-      load_rows<64, kFastBc, kThreads>(odd ? v0 : v1, Vh, stride, j1, N);
-      cp_async_commit();
-    }
-    float s[kFastBc / 8][4];
-    linear_scores_hi_in_regs<CK, R>(s, qhi, qt_lane, q_xor, odd ? k1 : k0, lane);
-    softmax_pv<64, true, 2>(s, acc, m_i, l_i, (odd ? v1 : v0) + v_row, v_xor);  // fewer live B fragments: qhi
-  }
-  __syncthreads();
 }
 
 /// Key tiles 0 … T_lin − 1 whose every key the convolution reads (j0 − Pk … j0 + Bc − 1 + Pk)
@@ -493,6 +354,20 @@ __device__ __forceinline__ void linear_tiles_double_buffered(const uint16_t* __r
 __device__ __forceinline__ int linear_tile_count(const FastLaunch& L, int i0) {
   const int last = i0 - (L.cq - 1) - (L.ck - 1) / 2 - (kFastBc - 1);  // last key start allowed
   return L.bf16 && L.linear && last >= 0 ? last / kFastBc + 1 : 0;
+}
+
+/// This block's query tile and (batch, head). Blocks start in the order of their linear index,
+/// x fastest: rank r takes query tile Tq − 1 − r / (H·B) of head r mod (H·B), so the longest
+/// blocks of every head start first and the shortest fill the last wave (with the tile in x alone,
+/// the last heads' longest blocks started last and left SMs idle at the end).
+struct BlockCoords {
+  int tile, h, b;
+};
+__device__ __forceinline__ BlockCoords block_coords() {
+  const int heads_batches = int(gridDim.y * gridDim.z);
+  const int rank = int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+  const int hb = rank % heads_batches;
+  return {int(gridDim.x) - 1 - rank / heads_batches, hb % int(gridDim.y), hb / int(gridDim.y)};
 }
 
 /// Grid (⌈N/Br⌉, H, B), kThreads threads, FwdSmem::bytes(linear, ck) of dynamic SRAM.
@@ -509,15 +384,15 @@ __global__ void __launch_bounds__(kThreads, FwdSmem<HEAD_DIM>::kMinBlocks)
   const float NEG_INF = __int_as_float(0xff800000);
 
   const int N = L.seq;
-  const int tile = int(gridDim.x) - 1 - int(blockIdx.x);  // bottom query tiles first
-  const int h = blockIdx.y, b = blockIdx.z;
+  const BlockCoords at = block_coords();
+  const int tile = at.tile, h = at.h, b = at.b;
   const int i0 = tile * kFastBr;
   const std::size_t stride = L.row_stride(), base = L.head_offset(b, h);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;  // mma fragment coordinates
   const int taps = L.cq * L.ck;
   const int Tc = tile + 1;
-  const int T_lin = kBf16 ? linear_tile_count(L, i0) : 0;
+  int T_lin = kBf16 ? linear_tile_count(L, i0) : 0;  // lowered where the accuracy guard trips
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t s0 = uint32_t(__cvta_generic_to_shared(smem_raw));
@@ -533,6 +408,24 @@ __global__ void __launch_bounds__(kThreads, FwdSmem<HEAD_DIM>::kMinBlocks)
     const int a = x / kWPitch, bb = x % kWPitch;
     sW[x] = a < L.cq && bb < L.ck ? W[std::size_t(h) * taps + a * L.ck + bb] * L.scale_log2 : 0.f;
   }
+  float q_tilde_max = 0.f;  // max |Q̃| over the block (the linear path's accuracy guard)
+  if constexpr (kBf16) {
+    if (T_lin > 0) {
+      __shared__ uint32_t q_tilde_max_bits;
+      if (threadIdx.x == 0) q_tilde_max_bits = 0u;
+      load_rows<HEAD_DIM, kSRows, kThreads>(sK, Q + base, stride, i0 - kHaloRows, N);
+      cp_async_commit();
+      cp_async_wait<0>();
+      __syncthreads();  // Q and W visible
+      atomicMax(&q_tilde_max_bits, build_q_tilde<HEAD_DIM>(smem_raw + Sm::kQ, smem_raw + Sm::kK, sW, L.cq, L.ck));
+      __syncthreads();  // every thread is done with Q in the K buffer; the maximum is complete
+      q_tilde_max = __uint_as_float(q_tilde_max_bits);
+    }
+  }
+  if (T_lin == 0) load_rows<HEAD_DIM, kSRows, kThreads>(sQ, Q + base, stride, i0 - kHaloRows, N);
+  load_rows<HEAD_DIM, kSCols, kThreads>(sK, K + base, stride, -kHaloCols, N);
+  cp_async_commit();
+
   // ldmatrix lane addresses, as attention_fwd_tc.cu (every block base is a multiple of 8 rows).
   const int mi = lane >> 3;
   const uint32_t q_lane = sQ + uint32_t((lane & 15) * kRowBytes);
@@ -547,35 +440,33 @@ __global__ void __launch_bounds__(kThreads, FwdSmem<HEAD_DIM>::kMinBlocks)
   for (int n = 0; n < kNTilesO; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
   float m_i[2] = {NEG_INF, NEG_INF}, l_i[2] = {0.f, 0.f};  // l_i: per-thread partial row sums
 
-  // Linear path: key tiles 0 … T_lin − 1, one tensor-core product each, no S in SRAM. Q is staged
-  // in the K buffer to build Q̃; the masked path's Q and K_{T_lin} load behind it.
+  // Linear path: key tiles 0 … T_lin − 1, one tensor-core product each, no S in SRAM.
   if constexpr (kBf16) {
-    if (T_lin > 0) {
-      load_rows<HEAD_DIM, kSRows, kThreads>(sK, Q + base, stride, i0 - kHaloRows, N);
-      cp_async_commit();
-      cp_async_wait<0>();
-      __syncthreads();  // Q and W visible
-      build_q_tilde<HEAD_DIM>(smem_raw + Sm::kQ, smem_raw + Sm::kK, sW, L.cq, L.ck);
-      __syncthreads();  // Q̃ complete; every thread is done with Q in the K buffer
-      if constexpr (HEAD_DIM == 64 && kLinearDoubleBuffered) {
-        if (L.ck == 3)
-          linear_tiles_double_buffered<3, kHiTapsInRegisters>(K + base, V + base, stride, N, T_lin, s0, warp, lane,
-                                                              acc, m_i, l_i);
-        else
-          linear_tiles_double_buffered<1, 1>(K + base, V + base, stride, N, T_lin, s0, warp, lane, acc, m_i, l_i);
+    const uint32_t qt_lane = q_lane + uint32_t(16 * warp * kRowBytes);  // this warp's rows of Q̃
+    for (int j = 0; j < T_lin; ++j) {
+      const int j0 = j * kFastBc;
+      cp_async_wait<0>();  // K_j landed for this thread
+      // … for all (Q̃ too, on the first step); every warp is done with V_{j−1}. The guard, on this
+      // thread's chunks of K_j (NaN trips it too): past it, tiles j … go to the masked path.
+      const float k_max = own_chunks_abs_max_bf16<HEAD_DIM, kSCols, kThreads>(smem_raw + Sm::kK);
+      if (__syncthreads_or(!(q_tilde_max * k_max <= kLinearGuard))) {
+        T_lin = j;  // K_j stays; Q goes over Q̃, which no warp reads any more
         load_rows<HEAD_DIM, kSRows, kThreads>(sQ, Q + base, stride, i0 - kHaloRows, N);
-        load_rows<HEAD_DIM, kSCols, kThreads>(sK, K + base, stride, T_lin * kFastBc - kHaloCols, N);
         cp_async_commit();
-      } else {
-        linear_tiles_single_buffered<HEAD_DIM>(Q + base, K + base, V + base, stride, N, i0, L.ck, T_lin, s0, warp,
-                                               lane, acc, m_i, l_i);
+        break;
       }
+      load_rows<HEAD_DIM, kFastBc, kThreads>(sV, V + base, stride, j0, N);
+      cp_async_commit();
+      float s[kNTilesP][4];
+      if (L.ck == 3) linear_scores<HEAD_DIM, 3, kBf16>(s, qt_lane, q_xor, sK, lane);
+      else linear_scores<HEAD_DIM, 1, kBf16>(s, qt_lane, q_xor, sK, lane);  // ck = 1 (kLinearMaxCk = 3)
+      cp_async_wait<0>();  // V_j landed for this thread
+      __syncthreads();     // V_j visible; every warp is done with K_j (and, on the last step, Q̃)
+      load_rows<HEAD_DIM, kSCols, kThreads>(sK, K + base, stride, j0 + kFastBc - kHaloCols, N);  // j + 1 ≤ tile
+      if (j + 1 == T_lin) load_rows<HEAD_DIM, kSRows, kThreads>(sQ, Q + base, stride, i0 - kHaloRows, N);
+      cp_async_commit();
+      softmax_pv<HEAD_DIM, kBf16>(s, acc, m_i, l_i, v_lane, v_xor);
     }
-  }
-  if (T_lin == 0) {
-    load_rows<HEAD_DIM, kSRows, kThreads>(sQ, Q + base, stride, i0 - kHaloRows, N);
-    load_rows<HEAD_DIM, kSCols, kThreads>(sK, K + base, stride, -kHaloCols, N);
-    cp_async_commit();
   }
 
   // Masked path: the key tiles T_lin … tile (all of them when the launch takes no linear path).
@@ -616,7 +507,8 @@ __global__ void __launch_bounds__(kThreads, FwdSmem<HEAD_DIM>::kMinBlocks)
 
   // O_i = acc / ℓ_i (input dtype) and LSE_i = m_i + log2(ℓ_i) (fp32, base 2): registers → HBM.
   // ℓ_i = 0 (no visible key; not reachable for rows < N) stores O = 0, LSE = −∞; NaN stays NaN.
-  const std::size_t stat = L.stat_offset(b, h);
+  const BlockCoords at_end = block_coords();  // recomputed: cheaper than keeping h, b live
+  const std::size_t stat = L.stat_offset(at_end.b, at_end.h);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = l_i[r];

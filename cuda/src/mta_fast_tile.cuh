@@ -47,6 +47,13 @@ static_assert(kLinearMaxCk == 3, "the linear path is instantiated for ck = 1 and
 /// bf16 terms Q̃ is held in on the linear path (the rounding and its remainder): one term, 2⁻⁹ of
 /// |Ŝ|, misses the LSE bar on normal inputs; two are as accurate as the fp32 path.
 inline constexpr int kQTildeTerms = 2;
+/// The linear path's accuracy guard: a key tile takes it only while max|Q̃|·max|K_j| (Q̃ in base-2
+/// units, over the block's Q̃ and the K tile with its halo) stays at most this. Q̃ in two bf16 terms
+/// still errs by ~2⁻¹⁷·|Q̃| per element, and Ŝ by that times |K| summed over ck·d products: harmless
+/// for inputs of unit scale (the product is 2–8 there), about one rounding floor of O at Q = ±800
+/// (a product near 700, where nearly tied scores amplify it). Past the guard the block finishes on
+/// the masked path, whose fp32 S is exact to 2⁻²⁴.
+inline constexpr float kLinearGuard = 32.f;
 
 /// Everything the fast forward needs besides its pointers (passed by value).
 struct FastLaunch {
@@ -90,6 +97,22 @@ __device__ __forceinline__ void load_rows(uint32_t smem, const uint16_t* __restr
     // A zero-filled chunk reads nothing; its address still points inside the tensor.
     cp_async16(smem + swz<HEAD_DIM>(r, c), head + std::size_t(ok ? row : 0) * stride + 8 * c, ok);
   }
+}
+
+/// max |x| over the chunks of a 16-bit bf16 [ROWS][HEAD_DIM] SRAM tile that this thread copied
+/// with load_rows (visible to it after its own cp.async wait, before any barrier); NaN → NaN.
+template <int HEAD_DIM, int ROWS, int THREADS>
+__device__ __forceinline__ float own_chunks_abs_max_bf16(const unsigned char* __restrict__ tile) {
+  constexpr int kChunks = HEAD_DIM / 8;
+  uint32_t m = 0u;  // two bf16 magnitudes; as unsigned 16-bit integers they order as the values
+#pragma unroll
+  for (int it = 0; it < ROWS * kChunks / THREADS; ++it) {
+    const int idx = int(threadIdx.x) + it * THREADS;
+    const uint4 v = *reinterpret_cast<const uint4*>(tile + swz<HEAD_DIM>(idx / kChunks, idx % kChunks));
+    m = __vmaxu2(m, __vmaxu2(v.x & 0x7fff7fffu, v.y & 0x7fff7fffu));
+    m = __vmaxu2(m, __vmaxu2(v.z & 0x7fff7fffu, v.w & 0x7fff7fffu));
+  }
+  return __uint_as_float(max(m << 16, m & 0xffff0000u));  // NaN's bits exceed every number's
 }
 
 /// One strip of Ŝ = Conv2D(S, W), kConvStrip consecutive keys of one query row:

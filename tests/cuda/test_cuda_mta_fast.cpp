@@ -11,8 +11,9 @@
 // kernel's base 2 to natural log) absolute ≤ 1e-4 · max(1, max|LSE|).
 // Shapes: N = 1, N < the 64-row tile, N not a multiple of it, several tiles; cq × ck = 1 × 1
 // (with W = 1 also against plain causal attention), 3 × 3, 6 × 11, 11 × 11, 16 × 15; d = 64 and
-// 128; batch and heads > 1; fp16 twice. Adversarial values: Q entries ±800, exact ties (Q = K = 1); a NaN in V
-// must come out as NaN. The linear path (FastShape::linear_path) on its own cases, on and off. Tag
+// 128; batch and heads > 1; fp16 twice. Adversarial values: Q entries ±800, K entries ±800 (all, or
+// the second half's), exact ties (Q = K = 1); a NaN in V must come out as NaN. The linear path
+// (FastShape::linear_path) on its own cases, on and off, and its accuracy guard. Tag
 // [mta-fast-sanitize]: the small shapes, for compute-sanitizer.
 #include <catch2/catch.hpp>
 
@@ -41,7 +42,9 @@ constexpr double kLn2 = 0.6931471805599453;
 
 using flashlab::test::fresh_seed;
 
-enum class Values { normal, large, ties };
+// large: Q = ±800; large_k: K = ±800; late_large_k: K = ±800 on the keys of the second half only
+// (the linear path's guard trips part way); ties: Q = K = 1.
+enum class Values { normal, large, large_k, late_large_k, ties };
 
 struct FastCase {
   std::size_t batch, seq, heads, dim, cq, ck;
@@ -54,7 +57,12 @@ struct FastCase {
 std::string label(const FastCase& c) {
   return std::string(fr::dtype_name(c.dtype)) + " B=" + std::to_string(c.batch) + " N=" + std::to_string(c.seq) +
          " H=" + std::to_string(c.heads) + " d=" + std::to_string(c.dim) + " W=" + std::to_string(c.cq) + "x" +
-         std::to_string(c.ck) + (c.values == Values::large ? " +-800" : c.values == Values::ties ? " ties" : "") +
+         std::to_string(c.ck) +
+         (c.values == Values::large          ? " +-800"
+          : c.values == Values::large_k      ? " K=+-800"
+          : c.values == Values::late_large_k ? " late K=+-800"
+          : c.values == Values::ties         ? " ties"
+                                             : "") +
          (c.unit_kernel ? " W=1" : "") + " linear_path=" + std::to_string(c.linear_path);
 }
 
@@ -77,6 +85,15 @@ Inputs make_inputs(const FastCase& c, unsigned long long seed) {
   fr::fill_normal(v0, seed + 2);
   if (c.values == Values::large)  // every Q entry ±800: scores of ~1e3, a nearly one-hot softmax
     for (std::size_t i = 0; i < q0.numel(); ++i) q0.data()[i] = q0.data()[i] < 0 ? -800.0 : 800.0;
+  if (c.values == Values::large_k || c.values == Values::late_large_k) {  // K entries ±800 (of the late keys)
+    const std::size_t first = c.values == Values::large_k ? 0 : c.seq / 2;
+    for (std::size_t b = 0; b < c.batch; ++b)
+      for (std::size_t n = first; n < c.seq; ++n)
+        for (std::size_t i = 0; i < c.heads * c.dim; ++i) {
+          double& x = k0.data()[(b * c.seq + n) * c.heads * c.dim + i];
+          x = x < 0 ? -800.0 : 800.0;
+        }
+  }
   if (c.values == Values::ties)  // Q = K = 1: equal raw scores, exact ties among the convolved ones
     for (fr::Tensor<double>* x : {&q0, &k0})
       for (std::size_t i = 0; i < x->numel(); ++i) x->data()[i] = 1.0;
@@ -203,15 +220,18 @@ TEST_CASE("mta fast forward, linear path off the diagonal", "[mta-fast]") {
     check_fast({1, 300, 2, d, 3, 3, fr::Dtype::bf16, Values::large, false, 1});
     check_fast({1, 300, 2, d, 3, 3, fr::Dtype::bf16, Values::ties, false, 1});
   }
-  // d = 64 double-buffers K_j and V_j on the linear path: the bottom tile's last linear step lands
-  // in the first buffer (N = 460: 6 linear tiles) and in the second (N = 390: 5), ragged both.
-  for (std::size_t seq : {460, 390}) check_fast({1, seq, 2, 64, 3, 3, fr::Dtype::bf16, Values::normal, false, 1});
+  // The accuracy guard (kLinearGuard): ±800 in Q trips it on the first linear tile, in K on the
+  // first or (late keys only) a later one; the block then finishes on the masked path.
+  for (std::size_t d : {64, 128})
+    for (Values v : {Values::large_k, Values::late_large_k})
+      check_fast({1, 460, 2, d, 3, 3, fr::Dtype::bf16, v, false, 1});
+  check_fast({1, 390, 2, 64, 1, 3, fr::Dtype::bf16, Values::late_large_k, false, 1});
   report("mta-fast linear");
 }
 
 TEST_CASE("mta fast forward, linear path, small shapes under the sanitizers", "[mta-fast-sanitize]") {
   check_fast({1, 200, 1, 64, 3, 3, fr::Dtype::bf16, Values::normal, false, 1});
-  check_fast({1, 330, 1, 64, 3, 3, fr::Dtype::bf16, Values::normal, false, 1});  // both K/V buffers, twice
+  check_fast({1, 330, 1, 64, 3, 3, fr::Dtype::bf16, Values::late_large_k, false, 1});  // the guard, part way
   check_fast({1, 150, 1, 128, 16, 1, fr::Dtype::bf16, Values::normal, false, 1});
   report("mta-fast linear sanitize");
 }

@@ -67,7 +67,8 @@ struct FastShape {
   float scale = 0.f;  ///< softmax scale (natural units); 0 means 1/√d
   /// The linear path on the key tiles left of the diagonal band (kFastLinearMaxCk): 1 on, 0 off
   /// (the masked path — S in SRAM, the convolution on CUDA cores — on every tile), −1:
-  /// fast_uses_linear_path() decides.
+  /// fast_uses_linear_path() decides. On, a block still leaves it for the masked path at the first
+  /// key tile where max|Q̃|·max|K_j| exceeds its accuracy guard (inputs far from unit scale).
   int linear_path = -1;
 };
 
