@@ -21,9 +21,12 @@
 // diagonal band, where the causal zeros before the convolution change nothing, steps 1–2 become
 // Ŝ = Σ_b Q̃_b K_bᵀ (Q̃_b = Σ_a W[a, b]·Q shifted by a − Pq rows, built once per block in two bf16
 // terms), one tensor-core product from SRAM, no S round trip, no convolution FMAs, no masks; the
-// band's tiles then take the steps above. One barrier pair per tile on both paths.
+// band's tiles then take the steps above. One barrier pair per tile on both paths. An accuracy
+// guard (kLinearGuard) sends the block to the masked path at the first key tile where
+// max|Q̃|·max|K_j| is too large for two bf16 terms (inputs far from unit scale).
 // Key tiles entirely right of the block's last row are never loaded: Br = Bc, so query tile i
-// visits key tiles 0 … i. Blocks of the bottom query tiles (the most key tiles) start first.
+// visits key tiles 0 … i. The bottom query tiles (the most key tiles) of every head start first
+// (block_coords).
 // Rows outside [0, N) of every tile are zero-filled by cp.async: they are exactly the zero
 // padding of the convolution (S = 0 there), so no branch treats the sequence ends specially.
 #include "mta_fast_tile.cuh"
