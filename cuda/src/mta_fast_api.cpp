@@ -63,9 +63,9 @@ bool fast_uses_linear_path(const FastShape& s) {
   return s.dtype == ref::Dtype::bf16 && s.head_dim == 64 && s.ck <= kFastLinearMaxCk && s.ck <= s.cq;
 }
 
-void fast_forward_device(const FastShape& shape, const void* Q, const void* K, const void* V, const float* W, void* O,
-                         float* LSE, void* stream) {
-  check_fast_shape(shape);
+namespace {
+
+detail::mta::FastLaunch launch_of(const FastShape& shape) {
   detail::mta::FastLaunch L;
   L.batch = shape.batch;
   L.seq = shape.seq;
@@ -76,12 +76,41 @@ void fast_forward_device(const FastShape& shape, const void* Q, const void* K, c
   L.bf16 = shape.dtype == ref::Dtype::bf16;
   L.scale_log2 = float(double(scale_of(shape)) * 1.4426950408889634);  // · log2(e)
   L.linear = fast_uses_linear_path(shape);
-  detail::mta::launch_fast_forward(L, Q, K, V, W, O, LSE, static_cast<cudaStream_t>(stream));
+  return L;
+}
+
+}  // namespace
+
+void fast_forward_device(const FastShape& shape, const void* Q, const void* K, const void* V, const float* W, void* O,
+                         float* LSE, void* stream) {
+  check_fast_shape(shape);
+  detail::mta::launch_fast_forward(launch_of(shape), Q, K, V, W, O, LSE, static_cast<cudaStream_t>(stream));
+}
+
+void check_fast_source_order(const FastShape& shape) {
+  check_fast_shape(shape);
+  if (shape.dtype != ref::Dtype::bf16 || shape.head_dim != 64)
+    throw std::invalid_argument("flashlab::cuda::mta fast forward: the source-order variant is compiled for bf16 at "
+                                "d = 64 only, not " + std::string(ref::dtype_name(shape.dtype)) + " at d = " +
+                                std::to_string(shape.head_dim) + " (hint: the on-chip order takes every shape)");
+}
+
+std::size_t fast_source_order_workspace_bytes(const FastShape& shape) {
+  check_fast_source_order(shape);
+  const std::size_t rows = std::size_t((shape.seq + kFastBr - 1) / kFastBr) * kFastBr;
+  return 4 * std::size_t(shape.batch) * std::size_t(shape.heads) * rows * std::size_t(shape.head_dim + 2);
+}
+
+void fast_forward_source_order_device(const FastShape& shape, const void* Q, const void* K, const void* V,
+                                      const float* W, void* O, float* LSE, void* workspace, void* stream) {
+  check_fast_source_order(shape);
+  detail::mta::launch_fast_forward_source_order(launch_of(shape), Q, K, V, W, O, LSE, static_cast<float*>(workspace),
+                                                static_cast<cudaStream_t>(stream));
 }
 
 FastForwardOutput fast_forward(const ref::Tensor<float>& q, const ref::Tensor<float>& k, const ref::Tensor<float>& v,
                                const ref::mta::Weights<float>& w, const ref::mta::Params& p, ref::Dtype dtype,
-                               int linear_path) {
+                               int linear_path, FastOOrder order) {
   ref::mta::validate(q, k, v, w, p);
   const ref::Shape& sh = q.shape();
   FastShape shape;
@@ -95,7 +124,8 @@ FastForwardOutput fast_forward(const ref::Tensor<float>& q, const ref::Tensor<fl
   shape.dtype = dtype;
   shape.scale = float(ref::mta::resolve_scale(p, sh.head_dim));
   shape.linear_path = linear_path;
-  check_fast_shape(shape);
+  if (order == FastOOrder::source) check_fast_source_order(shape);
+  else check_fast_shape(shape);
   const bool bf16 = dtype == ref::Dtype::bf16;
   auto to16 = [&](const ref::Tensor<float>& x) {
     std::vector<std::uint16_t> out(x.numel());
@@ -109,7 +139,15 @@ FastForwardOutput fast_forward(const ref::Tensor<float>& q, const ref::Tensor<fl
   dw.upload(w.data());
   dO.poison();  // 0xFFFF is a NaN in bf16 and fp16 alike
   dlse.poison();
-  fast_forward_device(shape, dq.get(), dk.get(), dv.get(), dw.get(), dO.get(), dlse.get(), nullptr);
+  if (order == FastOOrder::source) {
+    detail::DeviceBuffer<float> workspace(fast_source_order_workspace_bytes(shape) / 4);
+    workspace.poison();  // the kernel must not read what it has not written
+    fast_forward_source_order_device(shape, dq.get(), dk.get(), dv.get(), dw.get(), dO.get(), dlse.get(),
+                                     workspace.get(), nullptr);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());  // before the workspace is freed
+  } else {
+    fast_forward_device(shape, dq.get(), dk.get(), dv.get(), dw.get(), dO.get(), dlse.get(), nullptr);
+  }
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<std::uint16_t> o16(q.numel());
   dO.download(o16.data());

@@ -27,6 +27,9 @@
 // Key tiles entirely right of the block's last row are never loaded: Br = Bc, so query tile i
 // visits key tiles 0 … i. The bottom query tiles (the most key tiles) of every head start first
 // (block_coords).
+// The source's order (measurement only, launch_fast_forward_source_order): the same kernel with
+// kOInHbm = true sends O_i (fp32), m_i and ℓ_i to a workspace after each key tile and reads them
+// back before the next; the default instantiation has none of that code.
 // Rows outside [0, N) of every tile are zero-filled by cp.async: they are exactly the zero
 // padding of the convolution (S = 0 there), so no branch treats the sequence ends specially.
 #include "mta_fast_tile.cuh"
@@ -350,6 +353,68 @@ __device__ __forceinline__ void softmax_pv(float (&s)[kFastBc / 8][4], float (&a
   }
 }
 
+/// The source's order, for measurement only (kOInHbm): between two key tiles the block's
+/// unnormalised O_i (fp32), m_i and ℓ_i leave the chip and come back. Workspace of one (batch,
+/// head): O [Tq·Br][d] fp32, then m [Tq·Br], then ℓ [Tq·Br] (rows padded to whole tiles, so no
+/// bounds checks). The accesses are volatile asm, so the compiler cannot keep the values in
+/// registers across the trip; .cg loads read L2, as a fresh read of O by another launch would.
+struct OrderWorkspace {
+  float* o;   ///< this block's head: O rows [0, Tq·Br) × d
+  float* m;   ///< m_i of the head's rows
+  float* l;   ///< ℓ_i of the head's rows (the whole row's sum)
+};
+
+__device__ __forceinline__ void st_f2(float* at, float x, float y) {
+  asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(at), "f"(x), "f"(y) : "memory");
+}
+__device__ __forceinline__ void ld_f2(const float* at, float& x, float& y) {
+  asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];" : "=f"(x), "=f"(y) : "l"(at) : "memory");
+}
+__device__ __forceinline__ void st_f1(float* at, float x) {
+  asm volatile("st.global.f32 [%0], %1;" ::"l"(at), "f"(x) : "memory");
+}
+__device__ __forceinline__ float ld_f1(const float* at) {
+  float x;
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(x) : "l"(at) : "memory");
+  return x;
+}
+
+/// Source order: this thread's part of O_i, m_i, ℓ_i (rows `row0` + g (+8) of the head) → HBM.
+/// ℓ_i is summed over the quad first and stored by lane t = 0: the workspace holds the row's ℓ.
+template <int HEAD_DIM>
+__device__ __forceinline__ void o_state_store(const OrderWorkspace& ws, const float (&acc)[HEAD_DIM / 8][4],
+                                              const float (&m_i)[2], const float (&l_i)[2], int row0, int g, int t) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + g + 8 * r;
+    float l = l_i[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+#pragma unroll
+    for (int n = 0; n < HEAD_DIM / 8; ++n) st_f2(ws.o + std::size_t(row) * HEAD_DIM + 8 * n + 2 * t, acc[n][2 * r], acc[n][2 * r + 1]);
+    if (t == 0) {
+      st_f1(ws.m + row, m_i[r]);
+      st_f1(ws.l + row, l);
+    }
+  }
+}
+
+/// Source order: O_i, m_i, ℓ_i back from HBM (what o_state_store wrote); ℓ_i goes to lane t = 0,
+/// 0 to the others, so the quad's partial sums still add up to the row's ℓ.
+template <int HEAD_DIM>
+__device__ __forceinline__ void o_state_load(const OrderWorkspace& ws, float (&acc)[HEAD_DIM / 8][4], float (&m_i)[2],
+                                             float (&l_i)[2], int row0, int g, int t) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + g + 8 * r;
+#pragma unroll
+    for (int n = 0; n < HEAD_DIM / 8; ++n) ld_f2(ws.o + std::size_t(row) * HEAD_DIM + 8 * n + 2 * t, acc[n][2 * r], acc[n][2 * r + 1]);
+    m_i[r] = ld_f1(ws.m + row);
+    const float l = ld_f1(ws.l + row);
+    l_i[r] = t == 0 ? l : 0.f;
+  }
+}
+
 /// Key tiles 0 … T_lin − 1 whose every key the convolution reads (j0 − Pk … j0 + Bc − 1 + Pk)
 /// precedes every query row it reads (i0 − Pq …): there the causal zeros before the convolution
 /// change nothing, so the linear path's algebra is exact. 0 when the launch takes no linear path.
@@ -374,11 +439,14 @@ __device__ __forceinline__ BlockCoords block_coords() {
 }
 
 /// Grid (⌈N/Br⌉, H, B), kThreads threads, FwdSmem::bytes(linear, ck) of dynamic SRAM.
-template <int HEAD_DIM, bool kBf16>
+/// kOInHbm (measurement only): the source's order, O_i, m_i, ℓ_i through `order_ws` (fp32,
+/// [B·H][Tq·Br][d] then m and ℓ [B·H][Tq·Br]) between key tiles; false: the default, which never
+/// reads `order_ws` (compiles to the same code as without it).
+template <int HEAD_DIM, bool kBf16, bool kOInHbm = false>
 __global__ void __launch_bounds__(kThreads, FwdSmem<HEAD_DIM>::kMinBlocks)
     mta_fast_fwd_kernel(FastLaunch L, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                         const uint16_t* __restrict__ V, const float* __restrict__ W, uint16_t* __restrict__ O,
-                        float* __restrict__ LSE) {
+                        float* __restrict__ LSE, float* order_ws) {
   using Sm = FwdSmem<HEAD_DIM>;
   constexpr int kRowBytes = HEAD_DIM * 2;
   constexpr int kKSteps = HEAD_DIM / 16;  // k-steps of S = Q Kᵀ
@@ -442,6 +510,14 @@ __global__ void __launch_bounds__(kThreads, FwdSmem<HEAD_DIM>::kMinBlocks)
 #pragma unroll
   for (int n = 0; n < kNTilesO; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
   float m_i[2] = {NEG_INF, NEG_INF}, l_i[2] = {0.f, 0.f};  // l_i: per-thread partial row sums
+  OrderWorkspace ws{};
+  if constexpr (kOInHbm) {  // this head's part of the source-order workspace
+    const std::size_t rows = std::size_t(gridDim.x) * kFastBr, head = std::size_t(b) * L.heads + h;
+    const std::size_t heads_rows = rows * L.heads * L.batch;
+    ws = {order_ws + head * rows * HEAD_DIM, order_ws + heads_rows * HEAD_DIM + head * rows,
+          order_ws + heads_rows * (HEAD_DIM + 1) + head * rows};
+  }
+  const int ws_row0 = i0 + 16 * warp;  // this warp's first row (source order)
 
   // Linear path: key tiles 0 … T_lin − 1, one tensor-core product each, no S in SRAM.
   if constexpr (kBf16) {
@@ -468,7 +544,9 @@ __global__ void __launch_bounds__(kThreads, FwdSmem<HEAD_DIM>::kMinBlocks)
       load_rows<HEAD_DIM, kSCols, kThreads>(sK, K + base, stride, j0 + kFastBc - kHaloCols, N);  // j + 1 ≤ tile
       if (j + 1 == T_lin) load_rows<HEAD_DIM, kSRows, kThreads>(sQ, Q + base, stride, i0 - kHaloRows, N);
       cp_async_commit();
+      if constexpr (kOInHbm) if (j > 0) o_state_load<HEAD_DIM>(ws, acc, m_i, l_i, ws_row0, g, t);
       softmax_pv<HEAD_DIM, kBf16>(s, acc, m_i, l_i, v_lane, v_xor);
+      if constexpr (kOInHbm) if (j + 1 < Tc) o_state_store<HEAD_DIM>(ws, acc, m_i, l_i, ws_row0, g, t);
     }
   }
 
@@ -504,7 +582,9 @@ __global__ void __launch_bounds__(kThreads, FwdSmem<HEAD_DIM>::kMinBlocks)
         s[n][2 * r] = v.x;
         s[n][2 * r + 1] = v.y;
       }
+    if constexpr (kOInHbm) if (j > 0) o_state_load<HEAD_DIM>(ws, acc, m_i, l_i, ws_row0, g, t);
     softmax_pv<HEAD_DIM, kBf16>(s, acc, m_i, l_i, v_lane, v_xor);
+    if constexpr (kOInHbm) if (j + 1 < Tc) o_state_store<HEAD_DIM>(ws, acc, m_i, l_i, ws_row0, g, t);
   }
   cp_async_wait<0>();  // no copy may still be writing SRAM when the block exits
 
@@ -529,11 +609,11 @@ __global__ void __launch_bounds__(kThreads, FwdSmem<HEAD_DIM>::kMinBlocks)
   }
 }
 
-template <int HEAD_DIM, bool kBf16>
+template <int HEAD_DIM, bool kBf16, bool kOInHbm = false>
 void launch_one(const FastLaunch& L, const void* Q, const void* K, const void* V, const float* W, void* O, float* LSE,
-                cudaStream_t stream) {
+                cudaStream_t stream, float* order_ws = nullptr) {
   using Sm = FwdSmem<HEAD_DIM>;
-  auto kernel = &mta_fast_fwd_kernel<HEAD_DIM, kBf16>;
+  auto kernel = &mta_fast_fwd_kernel<HEAD_DIM, kBf16, kOInHbm>;
   // Opt in to > 48 KiB of dynamic SRAM once per instantiation (thread-safe static init).
   static const bool opted_in = [&] {
     FLASHLAB_CUDA_CHECK(
@@ -546,7 +626,8 @@ void launch_one(const FastLaunch& L, const void* Q, const void* K, const void* V
   const int smem = Sm::bytes(L.linear, L.ck);
   announce("mta_fast_fwd_kernel");
   kernel<<<grid, kThreads, smem, stream>>>(L, static_cast<const uint16_t*>(Q), static_cast<const uint16_t*>(K),
-                                                 static_cast<const uint16_t*>(V), W, static_cast<uint16_t*>(O), LSE);
+                                                 static_cast<const uint16_t*>(V), W, static_cast<uint16_t*>(O), LSE,
+                                                 order_ws);
   FLASHLAB_CUDA_CHECK_LAUNCH("mta_fast_fwd_kernel");
 }
 
@@ -561,6 +642,12 @@ void launch_fast_forward(const FastLaunch& L, const void* Q, const void* K, cons
     if (L.bf16) launch_one<128, true>(L, Q, K, V, W, O, LSE, stream);
     else launch_one<128, false>(L, Q, K, V, W, O, LSE, stream);
   }
+}
+
+void launch_fast_forward_source_order(const FastLaunch& L, const void* Q, const void* K, const void* V,
+                                      const float* W, void* O, float* LSE, float* workspace, cudaStream_t stream) {
+  // One instantiation: the shape the measurement is about (the host API refuses others).
+  launch_one<64, true, true>(L, Q, K, V, W, O, LSE, stream, workspace);
 }
 
 }  // namespace flashlab::cuda::detail::mta

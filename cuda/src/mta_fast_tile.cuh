@@ -78,6 +78,11 @@ struct FastLaunch {
 /// (check_fast_shape).
 void launch_fast_forward(const FastLaunch& L, const void* Q, const void* K, const void* V, const float* W, void* O,
                          float* LSE, cudaStream_t stream);
+/// The same forward in the source's order, for measurement (bf16, d = 64 only: the caller checks):
+/// O_i (fp32), m_i and ℓ_i go to `workspace` after each key tile and come back before the next.
+/// `workspace`: fp32, B·H·⌈N/Br⌉·Br·(d + 2) values.
+void launch_fast_forward_source_order(const FastLaunch& L, const void* Q, const void* K, const void* V,
+                                      const float* W, void* O, float* LSE, float* workspace, cudaStream_t stream);
 
 #if defined(__CUDACC__)
 

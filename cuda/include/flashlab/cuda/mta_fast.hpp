@@ -91,6 +91,28 @@ void check_fast_shape(const FastShape& shape);
 void fast_forward_device(const FastShape& shape, const void* Q, const void* K, const void* V, const float* W, void* O,
                          float* LSE, void* stream = nullptr);
 
+/// Where the fast forward keeps O_i, m_i and ℓ_i between key tiles.
+enum class FastOOrder {
+  on_chip,  ///< in registers, O written once at the end (the FlashAttention-2 order; the default)
+  /// to an fp32 workspace after each key tile and back before the next, as the source's
+  /// read-modify-write order; for measuring what the on-chip order saves (bf16, d = 64 only)
+  source,
+};
+
+/// Refuses a shape the source-order variant is not compiled for (check_fast_shape() first, then
+/// bf16 and d = 64, the shape it is measured at); std::invalid_argument with a hint.
+void check_fast_source_order(const FastShape& shape);
+
+/// Bytes of the source-order workspace: fp32 O, m, ℓ for every row padded to whole query tiles,
+/// 4·B·H·⌈N/kFastBr⌉·kFastBr·(d + 2).
+std::size_t fast_source_order_workspace_bytes(const FastShape& shape);
+
+/// fast_forward_device() in the source's order (FastOOrder::source), same results up to fp32
+/// rounding order (none: the values make the trip exactly). `workspace`: device memory of
+/// fast_source_order_workspace_bytes(); its contents need no initialisation.
+void fast_forward_source_order_device(const FastShape& shape, const void* Q, const void* K, const void* V,
+                                      const float* W, void* O, float* LSE, void* workspace, void* stream = nullptr);
+
 /// Result of the host-level fast forward.
 struct FastForwardOutput {
   ref::Tensor<float> o;   ///< O `[B, N, H, d]`: the kernel's 16-bit outputs, widened exactly
@@ -101,9 +123,11 @@ struct FastForwardOutput {
 /// poisons O and LSE with NaN, runs fast_forward_device() and downloads the results. Validates
 /// as the reference does (ref::mta::validate) and then check_fast_shape(); `p.block` and
 /// `p.splits` are not used (the tiles are fixed), `p.scale` is. Throws std::invalid_argument for
-/// bad arguments, CudaError for a CUDA failure. `linear_path` as FastShape::linear_path.
+/// bad arguments, CudaError for a CUDA failure. `linear_path` as FastShape::linear_path; `order`
+/// FastOOrder::source runs fast_forward_source_order_device() instead.
 FastForwardOutput fast_forward(const ref::Tensor<float>& q, const ref::Tensor<float>& k, const ref::Tensor<float>& v,
                                const ref::mta::Weights<float>& w, const ref::mta::Params& p,
-                               ref::Dtype dtype = ref::Dtype::bf16, int linear_path = -1);
+                               ref::Dtype dtype = ref::Dtype::bf16, int linear_path = -1,
+                               FastOOrder order = FastOOrder::on_chip);
 
 }  // namespace flashlab::cuda::mta
