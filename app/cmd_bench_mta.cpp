@@ -24,7 +24,7 @@ namespace {
 constexpr const char* kUsageLine =
     "bench mta [--kernel fast|clear] [--pass fwd|bwd|fwd+bwd|decode] [--cq CQ] [--ck CK] [--seq N[,N2,...]]\n"
     "                 [--dim D[,D2]] [--heads H] [--batch B] [--dtype bf16|fp16] [--block B] [--reps R] [--warmup W]\n"
-    "                 [--linear-path -1|0|1] [--csv]";
+    "                 [--linear-path -1|0|1] [--o-order on-chip|source] [--traffic] [--csv]";
 constexpr const char* kSummary =
     "Times the Multi-Token Attention kernels on the GPU (causal, as MTA is) for every (d, N) of the\n"
     "sweep and one convolution kernel size cq x ck. Per shape: W warm-up launches, then R launches\n"
@@ -38,7 +38,11 @@ constexpr const char* kSummary =
     "dK, dV, dW; O and LSE from an untimed fast forward), fwd+bwd both in one range (TFLOP/s of the\n"
     "backward: 5·N²·d·H·B + 3·N²·H·B·cq·ck). --pass decode times the split-K decode of the last 16\n"
     "rows and prints the rate it reads K and V beside a device-to-device copy of the same bytes timed\n"
-    "the same way (read_tbps, copy_tbps). Needs a build with CUDA and an NVIDIA GPU.";
+    "the same way (read_tbps, copy_tbps). --o-order source (fast forward, bf16, d = 64): the same\n"
+    "kernel with O_i, m_i, l_i sent to an fp32 workspace after each key tile and read back before the\n"
+    "next, as the source's read-modify-write order, to measure what keeping them on chip saves.\n"
+    "--traffic (fast forward): one more launch per shape under CUPTI, L2 flushed before each counter,\n"
+    "reporting its L2->SM, SM->L2 and DRAM bytes. Needs a build with CUDA and an NVIDIA GPU.";
 
 po::options_description options() {
   po::options_description d("Options");
@@ -57,6 +61,11 @@ po::options_description options() {
       ("splits", po::value<long long>()->default_value(16), "N_splits of the decode pass")
       ("linear-path", po::value<long long>()->default_value(-1),
        "fast forward's linear path off the diagonal: -1 its policy, 0 off (masked path everywhere), 1 on")
+      ("o-order", po::value<std::string>()->default_value("on-chip"),
+       "on-chip | source: the fast forward keeps O_i, m_i, l_i in registers across key tiles (the default), "
+       "or sends them through HBM between key tiles as the source does (bf16, d = 64, --pass fwd)")
+      ("traffic", po::bool_switch(), "also measure one launch per shape with CUPTI: L2->SM, SM->L2 and DRAM bytes "
+                                     "(fast forward only; adds o_order and byte columns to --csv)")
       ("reps", po::value<long long>()->default_value(30), "timed launches per shape (at least 5)")
       ("warmup", po::value<long long>()->default_value(3), "untimed launches per shape before timing")
       ("csv", po::bool_switch(), "print CSV (kernel,dtype,pass,cq,ck,d,N,H,B,ms,min_ms,max_ms,tflops,read_tbps,copy_tbps) "
@@ -69,7 +78,7 @@ struct MtaSweep {
   std::vector<int> seqs, dims;
   int cq = 3, ck = 3, heads = 16, batch = 1, block = 64, splits = 16, reps = 30, warmup = 3, linear_path = -1;
   std::string kernel = "fast", pass = "fwd";
-  bool fp16 = false, csv = false;
+  bool fp16 = false, csv = false, traffic = false, source_order = false;
 };
 
 MtaSweep parse_mta_sweep(const po::variables_map& vm) {
@@ -94,6 +103,20 @@ MtaSweep parse_mta_sweep(const po::variables_map& vm) {
     throw UsageError("--pass '" + s.pass + "' is unknown", "choose fwd (the default), bwd, fwd+bwd or decode");
   s.fp16 = fp16_dtype(vm["dtype"].as<std::string>());
   s.csv = vm["csv"].as<bool>();
+  const std::string order = vm["o-order"].as<std::string>();
+  if (order != "on-chip" && order != "source")
+    throw UsageError("--o-order '" + order + "' is unknown", "choose on-chip (the default) or source");
+  s.source_order = order == "source";
+  s.traffic = vm["traffic"].as<bool>();
+  const bool fast_fwd = s.kernel == "fast" && s.pass == "fwd";
+  if (s.source_order && !fast_fwd)
+    throw UsageError("--o-order source needs --kernel fast --pass fwd", "the source-order variant is a fast forward");
+  for (int d : s.dims)
+    if (s.source_order && (d != 64 || s.fp16))
+      throw UsageError("--o-order source is compiled for --dtype bf16 --dim 64 only",
+                       "drop --o-order (the on-chip order takes every shape) or use --dim 64 --dtype bf16");
+  if (s.traffic && !fast_fwd)
+    throw UsageError("--traffic needs --kernel fast --pass fwd", "the traffic is measured for the fast forward");
   return s;
 }
 
@@ -111,6 +134,8 @@ fm::MtaBenchConfig config_of(const MtaSweep& s) {
   b.block = s.block;
   b.splits = s.splits;
   b.linear_path = s.linear_path;
+  b.o_order = s.source_order ? fm::FastOOrder::source : fm::FastOOrder::on_chip;
+  b.traffic = s.traffic;
   b.reps = s.reps;
   b.warmup = s.warmup;
   b.dtype = s.fp16 ? flashlab::ref::Dtype::fp16 : flashlab::ref::Dtype::bf16;
@@ -122,6 +147,19 @@ fm::MtaBenchConfig config_of(const MtaSweep& s) {
   return b;
 }
 
+/// The CUPTI byte counters of one row: CSV columns (the row's line is still open) or a table line.
+void print_traffic(const fm::MtaBenchRow& r, bool csv) {
+  char line[220];
+  if (csv)
+    std::snprintf(line, sizeof line, ",%s,%.0f,%.0f,%.0f,%.0f", fm::to_string(r.o_order), r.l2_read_bytes,
+                  r.l2_write_bytes, r.dram_read_bytes, r.dram_write_bytes);
+  else
+    std::snprintf(line, sizeof line, "       O order %s, one launch (CUPTI): L2->SM %.1f MB, SM->L2 %.1f MB, DRAM read %.1f MB, "
+                  "DRAM write %.1f MB\n", fm::to_string(r.o_order), r.l2_read_bytes / 1e6, r.l2_write_bytes / 1e6,
+                  r.dram_read_bytes / 1e6, r.dram_write_bytes / 1e6);
+  std::cout << line;
+}
+
 int run_mta_sweep(const MtaSweep& s) {
   require_gpu("bench mta");
   const fm::MtaBenchConfig b = config_of(s);
@@ -131,8 +169,11 @@ int run_mta_sweep(const MtaSweep& s) {
        << s.kernel << " MTA kernels, pass " << s.pass << ", " << s.cq << "x" << s.ck << ", causal, H=" << s.heads
        << " B=" << s.batch << "; per shape " << s.warmup << " warm-up + " << s.reps
        << " timed launches, each alone (CUDA events), L2 flushed before each, " << b.input_sets
-       << " input sets rotated; median (min, max)\n";
-  if (s.csv) std::cout << "kernel,dtype,pass,cq,ck,d,N,H,B,ms,min_ms,max_ms,tflops,read_tbps,copy_tbps\n";
+       << " input sets rotated; median (min, max)"
+       << (s.kernel == "fast" && s.pass == "fwd" ? std::string("; O order ") + fm::to_string(b.o_order) : "") << "\n";
+  if (s.csv)
+    std::cout << "kernel,dtype,pass,cq,ck,d,N,H,B,ms,min_ms,max_ms,tflops,read_tbps,copy_tbps"
+              << (s.traffic ? ",o_order,l2_read_bytes,l2_write_bytes,dram_read_bytes,dram_write_bytes" : "") << "\n";
   else {
     char line[160];
     std::snprintf(line, sizeof line, "%-6s %-5s %-7s %5s %4s %6s %10s %10s %10s %9s\n", "kernel", "dtype", "pass",
@@ -145,7 +186,7 @@ int run_mta_sweep(const MtaSweep& s) {
       const std::string dt(flashlab::ref::dtype_name(r.dtype));
       char line[220];
       if (s.csv)
-        std::snprintf(line, sizeof line, "%s,%s,%s,%d,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%.3f,%.4f,%.4f\n",
+        std::snprintf(line, sizeof line, "%s,%s,%s,%d,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%.3f,%.4f,%.4f",
                       fm::to_string(r.kernel), dt.c_str(), fm::to_string(r.pass), r.cq, r.ck, r.head_dim, r.seq,
                       r.heads, r.batch, r.median_ms, r.min_ms, r.max_ms, r.tflops, r.read_tbps, r.copy_tbps);
       else
@@ -153,6 +194,8 @@ int run_mta_sweep(const MtaSweep& s) {
                       fm::to_string(r.kernel), dt.c_str(), fm::to_string(r.pass), r.cq, r.ck, r.head_dim, r.seq,
                       r.median_ms, r.min_ms, r.max_ms, r.tflops);
       std::cout << line;
+      if (r.traffic) print_traffic(r, s.csv);
+      if (s.csv) std::cout << "\n";
       if (!s.csv && r.copy_tbps > 0)  // decode: K and V read rate against the copy anchor of the same run
         std::printf("       reads K, V at %.2f TB/s; a D2D copy of the same bytes moves %.2f TB/s (read + write): "
                     "ratio %.3f\n",

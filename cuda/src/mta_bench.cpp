@@ -18,6 +18,7 @@
 #include "flashlab/cuda/mta_bench.hpp"
 #include "flashlab/cuda/mta_fast.hpp"
 #include "flashlab/cuda/mta_fast_backward.hpp"
+#include "flashlab/cuda/profiler.hpp"
 #include "mta_api.hpp"
 
 #include <algorithm>
@@ -125,12 +126,22 @@ PassPlan plan_fwd_clear(const MtaBenchConfig& b, ShapeBuffers& s) {
   return plan;
 }
 
-/// The fast forward: one kernel, O and LSE (base 2) written once.
+/// The fast forward: one kernel, O and LSE (base 2) written once; in the source's order
+/// (MtaBenchConfig::o_order), O_i, m_i, ℓ_i also go through a workspace between key tiles.
 PassPlan plan_fwd_fast(const MtaBenchConfig& b, ShapeBuffers& s) {
   const FastShape shape = fast_shape_of(b, s.seq, s.head_dim);
   check_fast_shape(shape);
   PassPlan plan;
   plan.flops = mta_forward_flops(s.seq, s.head_dim, b.heads, b.batch, b.cq, b.ck);
+  if (b.o_order == FastOOrder::source) {
+    plan.scratch.emplace_back(fast_source_order_workspace_bytes(shape));
+    void* workspace = plan.scratch.back().get();
+    plan.launch = [&s, shape, workspace](std::size_t set) {
+      fast_forward_source_order_device(shape, s.q[set].get(), s.k[set].get(), s.v[set].get(), s.w.get(),
+                                       s.o[set].get(), s.stat_a[set].get(), workspace);
+    };
+    return plan;
+  }
   plan.launch = [&s, shape](std::size_t set) {
     fast_forward_device(shape, s.q[set].get(), s.k[set].get(), s.v[set].get(), s.w.get(), s.o[set].get(),
                         s.stat_a[set].get());
@@ -297,6 +308,28 @@ MtaBenchRow time_pass(const MtaBenchConfig& b, const ShapeBuffers& s, const Pass
   return row;
 }
 
+/// One launch of `plan` (input set 0) under the CUPTI Range Profiler, one counter per profiling
+/// session, each after an L2 flush: the byte counters of `row`.
+void measure_traffic(const PassPlan& plan, Bytes& flush, MtaBenchRow& row) {
+  KernelCounters sum;
+  int salt = 0;
+  for (const std::string& metric : RangeProfiler::all_metrics()) {
+    RangeProfiler profiler({metric});
+    if (!profiler.unavailable_metrics().empty()) throw CudaError("CUPTI: the device has no counter " + metric);
+    FLASHLAB_CUDA_CHECK(cudaMemset(flush.get(), ++salt & 0xff, flush.bytes()));
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<KernelCounters> ranges = profiler.profile([&] { plan.launch(0); }, 4);
+    if (ranges.size() != 1)
+      throw CudaError("CUPTI returned " + std::to_string(ranges.size()) + " ranges for one launch of the MTA forward");
+    RangeProfiler::accumulate(sum, ranges[0]);
+  }
+  row.traffic = true;
+  row.l2_read_bytes = sum.l2_read_bytes;
+  row.l2_write_bytes = sum.l2_write_bytes;
+  row.dram_read_bytes = sum.dram_read_bytes;
+  row.dram_write_bytes = sum.dram_write_bytes;
+}
+
 void validate(const MtaBenchConfig& b) {
   if (b.seqs.empty()) bad("no sequence lengths given");
   if (b.head_dims.empty()) bad("no head dims given");
@@ -311,7 +344,12 @@ void validate(const MtaBenchConfig& b) {
   if (b.kernel == MtaBenchKernel::fast && b.dtype != ref::Dtype::bf16 && b.dtype != ref::Dtype::fp16)
     bad("the fast kernels take bf16 or fp16, not " + std::string(ref::dtype_name(b.dtype)));
   require_pass(b);
+  const bool fast_fwd = b.kernel == MtaBenchKernel::fast && b.pass == MtaBenchPass::fwd;
+  if (b.o_order == FastOOrder::source && !fast_fwd)
+    bad("the source O order is a variant of the fast forward only (hint: --kernel fast --pass fwd)");
+  if (b.traffic && !fast_fwd) bad("traffic is measured for the fast forward only (hint: --kernel fast --pass fwd)");
   for (int d : b.head_dims) {  // shape limits, before any timing
+    if (b.o_order == FastOOrder::source) check_fast_source_order(fast_shape_of(b, 1, d));
     if (b.kernel == MtaBenchKernel::fast) check_fast_shape(fast_shape_of(b, 1, d));
     else detail::mta::make_launch(ref::Shape{1, 1, std::size_t(b.heads), std::size_t(d)}, params_of(b), false);
   }
@@ -327,6 +365,8 @@ const char* to_string(MtaBenchPass pass) {
     default: return "fwd";
   }
 }
+
+const char* to_string(FastOOrder order) { return order == FastOOrder::source ? "source" : "on-chip"; }
 
 const char* to_string(MtaBenchKernel kernel) { return kernel == MtaBenchKernel::clear ? "clear" : "fast"; }
 
@@ -378,6 +418,8 @@ std::vector<MtaBenchRow> bench_mta(const MtaBenchConfig& bench, const std::funct
       ShapeBuffers s = allocate_shape(bench, n, d, pool, w_host);
       const PassPlan plan = plan_pass(bench, s);
       rows.push_back(time_pass(bench, s, plan, flush, ev));
+      rows.back().o_order = bench.o_order;
+      if (bench.traffic) measure_traffic(plan, flush, rows.back());
       if (bench.pass == MtaBenchPass::decode) {  // the copy anchor, same shape, same method, same run
         const MtaBenchRow copy = time_pass(bench, s, plan_copy(bench, s), flush, ev);
         rows.back().copy_tbps = 4.0 * double(s.numel) * double(ref::dtype_bytes(dt)) / (copy.median_ms * 1e-3) / 1e12;

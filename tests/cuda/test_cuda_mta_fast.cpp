@@ -13,7 +13,8 @@
 // (with W = 1 also against plain causal attention), 3 × 3, 6 × 11, 11 × 11, 16 × 15; d = 64 and
 // 128; batch and heads > 1; fp16 twice. Adversarial values: Q entries ±800, K entries ±800 (all, or
 // the second half's), exact ties (Q = K = 1); a NaN in V must come out as NaN. The linear path
-// (FastShape::linear_path) on its own cases, on and off, and its accuracy guard. Tag
+// (FastShape::linear_path) on its own cases, on and off, and its accuracy guard. The source-order
+// variant (FastOOrder::source: O_i, m_i, ℓ_i through HBM between key tiles) to the same bar. Tag
 // [mta-fast-sanitize]: the small shapes, for compute-sanitizer.
 #include <catch2/catch.hpp>
 
@@ -52,6 +53,7 @@ struct FastCase {
   Values values = Values::normal;
   bool unit_kernel = false;  // W = 1 (with 1 × 1: plain causal attention)
   int linear_path = -1;      // FastShape::linear_path (−1: the policy)
+  fc::mta::FastOOrder o_order = fc::mta::FastOOrder::on_chip;
 };
 
 std::string label(const FastCase& c) {
@@ -147,7 +149,7 @@ void check_fast(const FastCase& c) {
   const fm::Params p = params_of(c);
   const auto ref = fm::naive_forward<double>(in.q, in.k, in.v, in.w, p);
   const auto got = fc::mta::fast_forward(in.q.cast<float>(), in.k.cast<float>(), in.v.cast<float>(),
-                                         in.w.cast<float>(), p, c.dtype, c.linear_path);
+                                         in.w.cast<float>(), p, c.dtype, c.linear_path, c.o_order);
   REQUIRE(got.o.numel() == ref.o.numel());
   REQUIRE(got.lse.size() == ref.lse.numel());
   check_o("MTA", got, ref.o, c.dtype);
@@ -236,6 +238,28 @@ TEST_CASE("mta fast forward, linear path, small shapes under the sanitizers", "[
   report("mta-fast linear sanitize");
 }
 
+// The source-order variant (bf16, d = 64): O_i, m_i, ℓ_i make the trip through the workspace
+// between key tiles on both paths (linear on and off), with several tiles, a ragged last one, the
+// guard tripping part way, and a wide kernel; the same bar as the on-chip order.
+TEST_CASE("mta fast forward, source order (O through HBM between key tiles)", "[mta-fast]") {
+  constexpr auto kSource = fc::mta::FastOOrder::source;
+  for (int linear : {-1, 1, 0}) {
+    check_fast({1, 300, 2, 64, 3, 3, fr::Dtype::bf16, Values::normal, false, linear, kSource});
+    check_fast({2, 129, 3, 64, 3, 3, fr::Dtype::bf16, Values::normal, false, linear, kSource});
+    check_fast({1, 1, 1, 64, 3, 3, fr::Dtype::bf16, Values::normal, false, linear, kSource});
+  }
+  check_fast({1, 460, 2, 64, 3, 3, fr::Dtype::bf16, Values::late_large_k, false, 1, kSource});
+  check_fast({1, 257, 2, 64, 6, 11, fr::Dtype::bf16, Values::normal, false, -1, kSource});
+  check_fast({1, 150, 2, 64, 3, 3, fr::Dtype::bf16, Values::large, false, -1, kSource});
+  report("mta-fast source order");
+}
+
+TEST_CASE("mta fast forward, source order, small shape under the sanitizers", "[mta-fast-sanitize]") {
+  check_fast({1, 200, 1, 64, 3, 3, fr::Dtype::bf16, Values::normal, false, 1, fc::mta::FastOOrder::source});
+  check_fast({1, 150, 1, 64, 3, 3, fr::Dtype::bf16, Values::normal, false, 0, fc::mta::FastOOrder::source});
+  report("mta-fast source order sanitize");
+}
+
 TEST_CASE("mta fast forward: a NaN input comes out as NaN, and the checks fail on it", "[mta-fast][mta-fast-sanitize]") {
   const FastCase c{1, 80, 1, 64, 3, 3};
   Inputs in = make_inputs(c, fresh_seed());
@@ -268,6 +292,14 @@ TEST_CASE("mta fast forward refuses what it does not take", "[mta-fast]") {
   refused([](fc::mta::FastShape& t) { t.linear_path = -2; });
   refused([](fc::mta::FastShape& t) { t.linear_path = 1, t.ck = 5; });
   refused([](fc::mta::FastShape& t) { t.linear_path = 1, t.dtype = fr::Dtype::fp16; });
+  // The source-order variant is compiled for bf16 at d = 64 only.
+  CHECK_NOTHROW(fc::mta::check_fast_source_order(s));
+  fc::mta::FastShape t = s;
+  t.head_dim = 128;
+  CHECK_THROWS_AS(fc::mta::check_fast_source_order(t), std::invalid_argument);
+  t = s;
+  t.dtype = fr::Dtype::fp16;
+  CHECK_THROWS_AS(fc::mta::check_fast_source_order(t), std::invalid_argument);
   // The policy, stated in one place (fast_uses_linear_path): bf16, d = 64, ck <= min(cq, 3).
   s.cq = 3, s.ck = 3;
   CHECK(fc::mta::fast_uses_linear_path(s));

@@ -17,6 +17,7 @@
 /// MTA is causal by definition (the reference's semantics), so every shape is causal.
 #pragma once
 
+#include "flashlab/cuda/mta_fast.hpp"
 #include "flashlab/reference/traffic.hpp"
 
 #include <cstddef>
@@ -62,6 +63,12 @@ struct MtaBenchConfig {
   int block = 64;                         ///< B, the clear kernels' loaded tile (the fast kernels' tiles are fixed)
   int splits = 16;                        ///< N_splits of the decode pass
   int linear_path = -1;                   ///< the fast forward's FastShape::linear_path (−1: its policy)
+  /// the fast forward's order (FastOOrder::source: O_i, m_i, ℓ_i through HBM between key tiles,
+  /// for measuring what the on-chip order saves; bf16, d = 64, pass fwd only)
+  FastOOrder o_order = FastOOrder::on_chip;
+  /// after the timing, one more launch per shape (input set 0, L2 flushed before each counter's
+  /// pass) under the CUPTI Range Profiler: MtaBenchRow's byte counters (pass fwd of the fast kernels)
+  bool traffic = false;
   int reps = 30;                          ///< timed launches per shape (≥ 1)
   int warmup = 3;                         ///< untimed launches per shape (≥ 0)
   int input_sets = 3;                     ///< input sets rotated over (≥ 1)
@@ -90,7 +97,16 @@ struct MtaBenchRow {
   /// decode: a device-to-device cudaMemcpy of the same bytes, timed the same way in the same run,
   /// as (bytes read + bytes written) per median time, 10¹² B/s (the copy-bandwidth anchor); else 0
   double copy_tbps = 0.0;
+  FastOOrder o_order = FastOOrder::on_chip;  ///< the fast forward's order (MtaBenchConfig::o_order)
+  bool traffic = false;         ///< the byte counters below were measured (MtaBenchConfig::traffic)
+  double l2_read_bytes = 0.0;   ///< CUPTI: bytes L2 delivered to the SMs in one launch
+  double l2_write_bytes = 0.0;  ///< CUPTI: bytes the SMs sent to L2 in one launch
+  double dram_read_bytes = 0.0;   ///< CUPTI: bytes read from DRAM in one launch
+  double dram_write_bytes = 0.0;  ///< CUPTI: bytes written to DRAM in one launch
 };
+
+/// The name of an O order on the command line and in CSV rows ("on-chip", "source").
+const char* to_string(FastOOrder order);
 
 /// FLOPs of the attention products of one causal forward, 2·N²·d·H·B (QKᵀ and PV at 2 FLOPs
 /// per multiply-add, halved for causality), plus the convolution's cq·ck multiply-adds per
