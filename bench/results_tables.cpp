@@ -591,6 +591,52 @@ std::string mta_fast_table(const std::string& root) {
          first.str("B") + ".\n\n" + md.out.str();
 }
 
+/// What keeping O on chip saves (mta_fast_o_order.csv: `flashlab bench mta --o-order on-chip|source
+/// --traffic` rows of one run, cuda/bench/mta_o_order.sh): per order the median and the CUPTI bytes
+/// of one launch, their difference, and beside it the count of what the source order adds: after
+/// every key tile but a block's last, O_i, m_i and ℓ_i of its Br = 64 rows in fp32 go out and come
+/// back, (d + 2)·4 bytes per row each way; query tile i visits i + 1 key tiles (Br = Bc).
+std::string mta_o_order_table(const std::string& root) {
+  const Csv csv = read_csv(root + "/cuda/results/mta_fast_o_order.csv");
+  const std::vector<Row> rows = newest_rows(csv);
+  const Row* by_order[2] = {nullptr, nullptr};  // on-chip, source
+  for (const Row& r : rows) {
+    const std::string& order = r.str("o_order");
+    if (order != "on-chip" && order != "source")
+      throw InputError(csv.path + ":" + std::to_string(csv.lines[r.index]) + ": o_order '" + order +
+                       "' is not on-chip or source");
+    by_order[order == "source"] = &r;
+  }
+  if (!by_order[0] || !by_order[1]) throw InputError(csv.path + ": the newest run lacks an on-chip or a source row");
+  const Row &chip = *by_order[0], &src = *by_order[1];
+  const auto cells = [](const Row& r) {
+    return std::vector<std::string>{fmt("%.3f", r.num("ms")) + " (" + fmt("%.3f", r.num("min_ms")) + "–" +
+                                        fmt("%.3f", r.num("max_ms")) + ")",
+                                    bytes(r.num("l2_read_bytes")), bytes(r.num("l2_write_bytes")),
+                                    bytes(r.num("dram_read_bytes")), bytes(r.num("dram_write_bytes"))};
+  };
+  const auto diff = [&](const char* col) { return bytes(src.num(col) - chip.num(col)); };
+  const double tq = std::ceil(src.num("N") / 64.0), heads = src.num("H") * src.num("B");
+  const double trips = heads * tq * (tq - 1) / 2;  // Σ_i i: tile i makes i trips
+  const double model = trips * 64 * (src.num("d") + 2) * 4;
+  Markdown md;
+  md.header({"O order", "fwd ms (min–max)", "L2→SM read", "SM→L2 write", "DRAM read", "DRAM write"});
+  std::vector<std::string> line = cells(chip);
+  line.insert(line.begin(), "on chip (the kernel's)");
+  md.line(line);
+  line = cells(src);
+  line.insert(line.begin(), "source (O_i, m_i, ℓ_i through global memory)");
+  md.line(line);
+  md.line({"source − on chip", fmt("%+.3f", src.num("ms") - chip.num("ms")) + " (" +
+                                   ratio(src.num("ms"), chip.num("ms"), "%.2f×") + ")",
+           diff("l2_read_bytes"), diff("l2_write_bytes"), diff("dram_read_bytes"), diff("dram_write_bytes")});
+  md.line({"count of the trips", "–", bytes(model), bytes(model), "–", "–"});
+  return run_line(chip.str("date"), chip.str("device")) + "bf16, causal, cq × ck = " + chip.str("cq") + " × " +
+         chip.str("ck") + ", d = " + chip.str("d") + ", N = " + chip.str("N") + ", H = " + chip.str("H") +
+         ", B = " + chip.str("B") + "; bytes of one launch (CUPTI, L2 flushed before each counter). " +
+         fmt("%.0f", trips) + " trips of a 64-row O_i tile with m_i and ℓ_i.\n\n" + md.out.str();
+}
+
 /// The fast MTA backward (mta_fast_bwd.csv: `flashlab bench mta` fwd, bwd and fwd+bwd rows of one
 /// run) beside the unfused PyTorch forward + backward of the same run (mta_fast_bwd_torch.csv), one
 /// row per (cq × ck, d) of the bf16 fwd+bwd rows of the run with the most of them.
@@ -949,6 +995,7 @@ const std::map<std::string, Renderer>& renderers() {
       {"mta_fast_checks", mta_fast_checks_table},
       {"mta_fast_bwd", mta_fast_bwd_table},
       {"mta_decode", mta_decode_table},
+      {"mta_o_order", mta_o_order_table},
       {"mta_fast_bwd_checks", [](const std::string& r) { return checks_rows(r + "/cuda/results/mta_fast_bwd_checks.csv"); }},
       {"stream_traffic", stream_traffic_table},
       {"stream_timing", stream_timing_table},
