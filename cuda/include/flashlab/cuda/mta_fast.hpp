@@ -28,7 +28,8 @@
 ///
 /// Extra device memory: none beyond the outputs. The kernel writes O (B·N·H·d 16-bit values) and
 /// LSE (4·B·H·N bytes, the only O(N·H) state); W is read in fp32 (4·H·cq·ck bytes). No N × N
-/// buffer, no workspace.
+/// buffer, no workspace (only the source-order variant for measurement, FastOOrder::source, has
+/// one: fast_source_order_workspace_bytes()).
 #pragma once
 
 #include "flashlab/reference/mta.hpp"
