@@ -11,10 +11,11 @@
 #                                        one ncu profile of each at the headline shape (and of
 #                                        tma-ws at d = 64); tabulated
 #   measure.sh hopper-bwd [BIN_DIR] [OUT_DIR] the Hopper backward (about four minutes): the
-#                                        wgmma-ws tests and sanitizers, its sweep beside SDPA, the
-#                                        mma.sync atomic kernel and the deterministic variant at
-#                                        N = 8192 and 16384, one ncu profile of the first two at the
-#                                        headline shape; tabulated into bwd_ws.csv, bwd_ws_checks.csv
+#                                        wgmma-ws tests and sanitizers, its sweep beside SDPA and
+#                                        beside a previous build's (BIN_DIR/flashlab_before, if
+#                                        there), the deterministic variant at N = 8192 and 16384,
+#                                        an ncu profile at the headline shape (d = 128 and 64);
+#                                        tabulated into bwd_ws.csv, bwd_ws_checks.csv
 #   measure.sh mta [BIN_DIR] [OUT_DIR]   the MTA kernels: the clear ones' tests, sanitizers, CUPTI
 #                                        traffic beside the model, the CLI (also on INPUTS=<dir of
 #                                        .npy>), then everything of mta-fast; tabulated into
@@ -173,23 +174,27 @@ run_hopper_bwd() {
   done
   local sweep=(--pass bwd --seq 1024,2048,4096,8192,16384)
   step "$logs/bench_wgmmaws.csv" "$bin/flashlab" bench attention --csv "${sweep[@]}" --bwd-kernel wgmma-ws
+  # A previous build's flashlab (BIN_DIR/flashlab_before, when present), the same sweep back to
+  # back: its rows are labelled wgmma-ws-before, so the CSV holds both builds of one run.
+  if [ -x "$bin/flashlab_before" ]; then
+    step "$logs/bench_before.raw" "$bin/flashlab_before" bench attention --csv "${sweep[@]}" --bwd-kernel wgmma-ws
+    sed 's/,wgmma-ws,/,wgmma-ws-before,/' "$logs/bench_before.raw" >"$logs/bench_wgmmawsbefore.csv"
+  fi
   step "$logs/sdpa_wgmmaws.log" env PYTHONUNBUFFERED=1 python3 cuda/bench/sdpa_bench.py \
     "$logs/bench_wgmmaws.csv" --out "$logs/sdpa_wgmmaws.csv"
-  # the mma.sync atomic kernel at the headline lengths, same run (its SDPA columns: the rows above)
-  step "$logs/bench_atomic.csv" "$bin/flashlab" bench attention --csv --pass bwd --seq 8192,16384 --bwd-kernel mma
-  cp "$logs/sdpa_wgmmaws.csv" "$logs/sdpa_atomic.csv"
-  # the deterministic variant (fixed dQ order) at the same lengths
+  [ -f "$logs/bench_wgmmawsbefore.csv" ] && cp "$logs/sdpa_wgmmaws.csv" "$logs/sdpa_wgmmawsbefore.csv"
+  # the deterministic variant (fixed dQ order) at the headline lengths
   step "$logs/bench_wgmmawsdet.csv" "$bin/flashlab" bench attention --csv --pass bwd --seq 8192,16384 \
     --bwd-kernel wgmma-ws-det
   cp "$logs/sdpa_wgmmaws.csv" "$logs/sdpa_wgmmawsdet.csv"
   local metrics=gpu__time_duration.sum,launch__registers_per_thread,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active
   metrics+=,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed
   metrics+=,lts__t_sectors_op_red.sum,smsp__warp_issue_stalled_barrier_per_warp_active.pct
-  local k name
-  for k in wgmma-ws:bwd_ws_kernel mma:fast_bwd_atomic_kernel; do
-    name=${k##*:}
-    step "$logs/ncu_${k%%:*}.csv" ncu --csv --kernel-name "$name" --launch-skip 2 --launch-count 1 --metrics "$metrics" \
-      "$bin/flashlab" bench attention --pass bwd --seq 8192 --dim 128 --no-causal --reps 20 --warmup 2 --bwd-kernel "${k%%:*}"
+  local d
+  for d in 128 64; do  # the wgmma-ws kernel at the headline shape (the mma.sync kernel: Rung 7's runs)
+    step "$logs/ncu_wgmma-ws_d$d.csv" ncu --csv --kernel-name bwd_ws_kernel --launch-skip 2 --launch-count 1 \
+      --metrics "$metrics" "$bin/flashlab" bench attention --pass bwd --seq 8192 --dim $d --no-causal --reps 20 \
+      --warmup 2 --bwd-kernel wgmma-ws
   done
   tabulate "$out" >/dev/null || status=1
   tar czf "$out/measure.tgz" -C "$out" logs csv

@@ -68,13 +68,23 @@
 namespace flashlab::cuda::detail {
 namespace {
 
-template <int HEAD_DIM, bool kBf16_, bool kCausal_, bool kDeterministic_>
+/// Br of the kernel at head dim d: 128 query rows per step at d = 64 (the Sᵀ, dPᵀ products twice
+/// as wide, dV, dK twice as deep, half the steps), 64 at d = 128 (128 would need 64 more
+/// accumulator registers per consumer than the 240 it has). docs/optimisation.md, Rung 10.
+constexpr int bwd_ws_block_m(int head_dim) { return head_dim == 64 ? 128 : 64; }
+
+template <int HEAD_DIM, bool kBf16_, bool kCausal_, bool kDeterministic_, int BLOCK_M_ = bwd_ws_block_m(HEAD_DIM)>
 struct BwdWsTraits {
   static constexpr bool kDeterministic = kDeterministic_;
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr bool kBf16 = kBf16_;
   static constexpr bool kCausal = kCausal_;
-  static constexpr int BLOCK_M = 64;   // Br: query rows per step (n of the Sᵀ wgmma)
+  static constexpr int BLOCK_M = BLOCK_M_;  // Br: query rows per step (n of the Sᵀ wgmma)
+  static constexpr int kRowBlocks = BLOCK_M / 64;  // m64 row blocks of the dQ partial
+  // Issue dV_c += Pᵀ dO_i before dSᵀ is computed: Pᵀ's A fragments live beside Sᵀ and dPᵀ. At
+  // Br = 128 those are 64 + 64 + 32 registers more than the 240 hold with dK, dV (ptxas
+  // serialises the wgmmas), so dV waits for dSᵀ there.
+  static constexpr bool kDvBeforeGrads = BLOCK_M == 64;
   static constexpr int BLOCK_N = 128;  // Bc: keys per block, 64 per consumer (m of every wgmma)
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
@@ -90,6 +100,9 @@ struct BwdWsTraits {
   static constexpr int kTileQ = BLOCK_M * HEAD_DIM * 2;    // Q_i or dO_i, one stage
   static constexpr int kTileKV = BLOCK_N * HEAD_DIM * 2;   // K_j or V_j
   static constexpr int kTileDs = BLOCK_N * BLOCK_M * 2;    // dSᵀ [key][query], 16-bit
+  // Column split: each consumer reads the other's dSᵀ rows, so two buffers (file-top comment);
+  // key split: each reads only its own rows, after its own dQ product of the step before.
+  static constexpr int kDsBuffers = kDqSplitKeys ? 1 : 2;
   static constexpr int kSliceDq = BLOCK_M * kDqCols * 4;   // one consumer's fp32 dQ partial
   static constexpr int kStats = 2 * BLOCK_M * 4;           // LSE_i then D_i, one stage
   // Layout: K_j, V_j, Q stages, dO stages, 2 dSᵀ buffers, 2 dQ slices, stats stages, barriers.
@@ -97,16 +110,17 @@ struct BwdWsTraits {
   static constexpr int kOffQ = 2 * kTileKV;
   static constexpr int kOffDo = kOffQ + kStages * kTileQ;
   static constexpr int kOffDs = kOffDo + kStages * kTileQ;
-  static constexpr int kOffDq = kOffDs + 2 * kTileDs;
+  static constexpr int kOffDq = kOffDs + kDsBuffers * kTileDs;
   static constexpr int kOffStats = kOffDq + kConsumers * kSliceDq;
   static constexpr int kOffBar = kOffStats + kStages * kStats;
   static constexpr int kBarriers = 1 + 2 * kStages;  // kv_full, full[], empty[]
   static constexpr int kSmemBytes = kOffBar + 8 * kBarriers + 1024;  // + alignment to 1024
   static_assert(kSmemBytes <= 227 * 1024, "dynamic SRAM of one block on sm_90");
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "d ∈ {64, 128}");
+  static_assert(BLOCK_M == 64 || (BLOCK_M == 128 && kDqSplitKeys), "Br = 128 only where each consumer's dQ has its own keys");
   static_assert(BLOCK_N % BLOCK_M == 0, "causal: a key block's first visible query tile starts at its first key");
   static_assert(kAtomicDqTileRows % BLOCK_M == 0, "the workspace holds whole dQ tiles of this BLOCK_M");
-  static_assert(kDqOrderTileRows == BLOCK_M, "one order counter per accumulator tile");
+  static_assert(BLOCK_M % kDqOrderTileRows == 0, "the workspace has an order counter for every accumulator tile");
 };
 
 // Named barriers (0 is __syncthreads): both consumers (dSᵀ complete), and one per consumer.
@@ -119,7 +133,7 @@ struct BwdWsSmem {
   __device__ uint32_t v() const { return base + T::kOffV; }
   __device__ uint32_t q(int s) const { return base + T::kOffQ + uint32_t(s) * T::kTileQ; }
   __device__ uint32_t dO(int s) const { return base + T::kOffDo + uint32_t(s) * T::kTileQ; }
-  __device__ uint32_t ds(int buf) const { return base + T::kOffDs + uint32_t(buf) * T::kTileDs; }
+  __device__ uint32_t ds(int buf) const { return base + T::kOffDs + uint32_t(buf % T::kDsBuffers) * T::kTileDs; }
   __device__ uint32_t dq(int c) const { return base + T::kOffDq + uint32_t(c) * T::kSliceDq; }
   __device__ uint32_t stats(int s) const { return base + T::kOffStats + uint32_t(s) * T::kStats; }
   __device__ uint32_t kv_full() const { return base + T::kOffBar; }
@@ -177,14 +191,21 @@ __device__ void produce_stats(const BwdWsSmem<T>& sm, const BwdWsBlock& w, const
 
 /// Issue C (64 keys × BLOCK_M queries) = A_c Bᵀ over k = d: A = 64 rows of a resident [128][d]
 /// tile (K_j or V_j) from row 64c, B = a [BLOCK_M][d] stage tile (Q_i or dO_i). Sᵀ and dPᵀ.
+/// Br = 128 as two n64 halves (queries 64h ..; the accumulator layout of m64n128 is that of two
+/// m64n64 side by side): ptxas serialises the m64n128 form in this kernel.
 template <class T>
 __device__ __forceinline__ void issue_transposed_scores(float (&c)[T::BLOCK_M / 2], uint32_t sA_c, uint32_t sB) {
+  constexpr int kHalves = T::BLOCK_M / 64;
 #pragma unroll
-  for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
-    const uint32_t col = uint32_t(kk / 4), k32 = uint32_t(kk % 4) * 32;  // 64-column box, k16 inside it
-    const uint64_t da = smem_desc(sA_c + col * T::BLOCK_N * 128 + k32, 16, 1024);
-    const uint64_t db = smem_desc(sB + col * T::BLOCK_M * 128 + k32, 16, 1024);
-    wgmma_ss_t<T::kBf16, T::BLOCK_M, false, false>(c, da, db, kk > 0);
+  for (int h = 0; h < kHalves; ++h) {
+    float(&ch)[32] = *reinterpret_cast<float(*)[32]>(&c[32 * h]);
+#pragma unroll
+    for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
+      const uint32_t col = uint32_t(kk / 4), k32 = uint32_t(kk % 4) * 32;  // 64-column box, k16 inside it
+      const uint64_t da = smem_desc(sA_c + col * T::BLOCK_N * 128 + k32, 16, 1024);
+      const uint64_t db = smem_desc(sB + col * T::BLOCK_M * 128 + uint32_t(h) * 64 * 128 + k32, 16, 1024);
+      wgmma_ss_t<T::kBf16, 64, false, false>(ch, da, db, kk > 0);
+    }
   }
 }
 
@@ -199,12 +220,13 @@ __device__ __forceinline__ void issue_key_grad(float (&acc)[T::kHeadDim / 2], co
     wgmma_rs<T::kBf16, T::kHeadDim>(acc, xa[kk], smem_desc(sB + uint32_t(kk) * 16 * 128, T::BLOCK_M * 128, 1024), 1);
 }
 
-/// Issue this consumer's dQ_i partial = dS_ij K_j (query rows × kDqCols columns) over kDqKeys
-/// keys; dSᵀ [key][query] and K_j [key][d] are both MN-major operands (16 keys = 2048 bytes).
+/// Issue this consumer's dQ_i partial = dS_ij K_j, query row block m (rows 64m ..) × kDqCols
+/// columns, over kDqKeys keys; dSᵀ [key][query] (box m: queries 64m ..) and K_j [key][d] are both
+/// MN-major operands (16 keys = 2048 bytes).
 template <class T>
-__device__ __forceinline__ void issue_dq(float (&dq)[T::kDqCols / 2], uint32_t sDs, uint32_t sK, int c) {
+__device__ __forceinline__ void issue_dq(float (&dq)[T::kDqCols / 2], uint32_t sDs, uint32_t sK, int c, int m) {
   // Column split: all keys, K_j's 64-column box c. Key split: this consumer's 64 key rows.
-  const uint32_t a0 = sDs + (T::kDqSplitKeys ? uint32_t(c) * 64 * 128 : 0u);
+  const uint32_t a0 = sDs + uint32_t(m) * T::BLOCK_N * 128 + (T::kDqSplitKeys ? uint32_t(c) * 64 * 128 : 0u);
   const uint32_t b0 = sK + (T::kDqSplitKeys ? uint32_t(c) * 64 * 128 : uint32_t(c) * T::BLOCK_N * 128);
 #pragma unroll
   for (int kk = 0; kk < T::kDqKeys / 16; ++kk) {
@@ -214,18 +236,17 @@ __device__ __forceinline__ void issue_dq(float (&dq)[T::kDqCols / 2], uint32_t s
   }
 }
 
-/// Pᵀ and dSᵀ in place of Sᵀ and dPᵀ (fp32), this thread's accumulator entries: key row
-/// `key_row` (+ 8 for r = 1), query column 8t + 2·t4 + e. Masked entries (need_mask only) → 0.
+/// Pᵀ in place of Sᵀ (fp32), this thread's accumulator entries: key row `key_row` (+ 8 for
+/// r = 1), query column 8t + 2·t4 + e. Masked entries (need_mask only) → 0.
 template <class T>
-__device__ __forceinline__ void probs_and_grads(float (&st)[T::BLOCK_M / 2], float (&dpt)[T::BLOCK_M / 2],
-                                                uint32_t sStats, int q0, int key_row, int N, bool need_mask, int t4,
-                                                float scale_log2) {
+__device__ __forceinline__ void probs(float (&st)[T::BLOCK_M / 2], uint32_t sStats, int q0, int key_row, int N,
+                                      bool need_mask, int t4, float scale_log2) {
 #pragma unroll
   for (int t = 0; t < T::BLOCK_M / 8; ++t) {
-    float2 lse, dd;
-    const uint32_t a = sStats + 4u * uint32_t(8 * t + 2 * t4);
-    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(lse.x), "=f"(lse.y) : "r"(a));
-    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(dd.x), "=f"(dd.y) : "r"(a + 4u * T::BLOCK_M));
+    float2 lse;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                 : "=f"(lse.x), "=f"(lse.y)
+                 : "r"(sStats + 4u * uint32_t(8 * t + 2 * t4)));
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
@@ -237,8 +258,22 @@ __device__ __forceinline__ void probs_and_grads(float (&st)[T::BLOCK_M / 2], flo
           pv = query < N && key < N && (!T::kCausal || key <= query) ? pv : 0.f;
         }
         st[idx] = pv;
-        dpt[idx] = pv * (dpt[idx] - (e ? dd.y : dd.x));
       }
+  }
+}
+
+/// dSᵀ = Pᵀ ∘ (dPᵀ − D_i) in place of dPᵀ (D per query column, as LSE in probs()).
+template <class T>
+__device__ __forceinline__ void grads(const float (&pt)[T::BLOCK_M / 2], float (&dpt)[T::BLOCK_M / 2],
+                                      uint32_t sStats, int t4) {
+#pragma unroll
+  for (int t = 0; t < T::BLOCK_M / 8; ++t) {
+    float2 dd;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                 : "=f"(dd.x), "=f"(dd.y)
+                 : "r"(sStats + 4u * uint32_t(T::BLOCK_M + 8 * t + 2 * t4)));
+#pragma unroll
+    for (int idx = 4 * t; idx < 4 * t + 4; ++idx) dpt[idx] = pt[idx] * (dpt[idx] - (idx % 2 ? dd.y : dd.x));
   }
 }
 
@@ -252,18 +287,19 @@ __device__ __forceinline__ void pack_a(const float (&acc)[4 * kT], uint32_t (&a)
     for (int q = 0; q < 4; ++q) a[kk][q] = pack2<kBf16>(acc[8 * kk + 2 * q], acc[8 * kk + 2 * q + 1]);
 }
 
-/// dSᵀ fragments → SRAM buffer [128 keys][BLOCK_M queries] in the 128-byte swizzle (16-byte
-/// chunk q/8 of row k stored at chunk (q/8) ^ (k % 8)), then the proxy fence for wgmma's reads.
+/// dSᵀ fragments → SRAM buffer [128 keys][BLOCK_M queries] as BLOCK_M / 64 boxes of
+/// [128 keys][64 queries] in the 128-byte swizzle (16-byte chunk q/8 of row k stored at chunk
+/// (q/8) ^ (k % 8)), then the proxy fence for wgmma's reads.
 template <class T>
 __device__ __forceinline__ void store_ds(uint32_t sDs, const uint32_t (&dsa)[T::BLOCK_M / 16][4], int key_local,
                                          int t4) {
-  static_assert(T::BLOCK_M * 2 == 128, "one dSᵀ row = one 128-byte swizzle row");
 #pragma unroll
   for (int t = 0; t < T::BLOCK_M / 8; ++t)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int row = key_local + 8 * r;
-      const uint32_t addr = sDs + uint32_t(row) * 128 + (uint32_t(t ^ (row & 7)) << 4) + 4u * uint32_t(t4);
+      const int row = key_local + 8 * r, box = t / 8;
+      const uint32_t addr = sDs + uint32_t(box) * T::BLOCK_N * 128 + uint32_t(row) * 128 +
+                            (uint32_t((t % 8) ^ (row & 7)) << 4) + 4u * uint32_t(t4);
       // fragment a[t/2][2·(t%2) + r] holds accumulator entries 4t + 2r, 4t + 2r + 1.
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[t / 2][2 * (t % 2) + r]) : "memory");
     }
@@ -286,19 +322,24 @@ __device__ __forceinline__ void pass_dq_turn(int* counter) {
   asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
 }
 
-/// dQ partial → this consumer's SRAM slice (fragment order) → one bulk fp32 add into the
-/// accumulator tile. `tid` 0 owns the bulk group (its previous read must be done first);
+/// dQ partial, row block m → this consumer's SRAM slice (fragment order: float4 number
+/// (m·kDqCols/8 + t)·128 + tid). The slice is free: its previous bulk read was waited for before
+/// the dSᵀ barrier of this step.
+template <class T>
+__device__ __forceinline__ void stage_dq(const float (&dq)[T::kDqCols / 2], uint32_t sSlice, int m, int tid) {
+#pragma unroll
+  for (int t = 0; t < T::kDqCols / 8; ++t) {
+    const int f4 = (m * (T::kDqCols / 8) + t) * 128 + tid;
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(sSlice + uint32_t(f4) * 16), "f"(dq[4 * t]),
+                 "f"(dq[4 * t + 1]), "f"(dq[4 * t + 2]), "f"(dq[4 * t + 3])
+                 : "memory");
+  }
+}
+
+/// The staged slice → one bulk fp32 add into the accumulator tile. `tid` 0 owns the bulk group;
 /// deterministic, it adds at turn `turn` of the tile's counter `order`.
 template <class T>
-__device__ __forceinline__ void reduce_dq(const float (&dq)[T::kDqCols / 2], uint32_t sSlice, float* dst, int c,
-                                          int tid, int* order, int turn) {
-  if (tid == 0) bulk_wait_group_read<0>();
-  named_bar_sync(kConsumerBarrier + c, 128);
-#pragma unroll
-  for (int t = 0; t < T::kDqCols / 8; ++t)
-    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(sSlice + uint32_t(t * 128 + tid) * 16),
-                 "f"(dq[4 * t]), "f"(dq[4 * t + 1]), "f"(dq[4 * t + 2]), "f"(dq[4 * t + 3])
-                 : "memory");
+__device__ __forceinline__ void reduce_dq(uint32_t sSlice, float* dst, int c, int tid, int* order, int turn) {
   fence_proxy_async_shared();
   named_bar_sync(kConsumerBarrier + c, 128);
   if (tid == 0) {
@@ -350,36 +391,62 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
     wg_commit();
     issue_transposed_scores<T>(dpt, sV_c, sm.dO(s));
     wg_commit();
-    wg_wait<0>();
+    // Pᵀ while dPᵀ is still on the tensor cores, then (kDvBeforeGrads) dV_c += Pᵀ dO_i while dSᵀ
+    // is computed.
+    wg_wait<1>();
     reg_fence(st);
-    reg_fence(dpt);
     const bool need_mask = q0 + BM > N || w.start_n + T::BLOCK_N > N ||
                            (T::kCausal && w.start_n + 64 * c + 63 > q0);
-    probs_and_grads<T>(st, dpt, sm.stats(s), q0, key_row, N, need_mask, t4, p.scale_log2);
+    probs<T>(st, sm.stats(s), q0, key_row, N, need_mask, t4, p.scale_log2);
     uint32_t pa[BM / 16][4], dsa[BM / 16][4];
-    pack_a<T::kBf16, BM / 8>(st, pa);
+    if constexpr (T::kDvBeforeGrads) {
+      pack_a<T::kBf16, BM / 8>(st, pa);
+      wg_fence();
+      reg_fence(acc_dv);
+      reg_fence_u(pa);
+      issue_key_grad<T>(acc_dv, pa, sm.dO(s));
+      wg_commit();
+      wg_wait<1>();  // dPᵀ done; dV's product may still run
+      reg_fence(dpt);
+      grads<T>(st, dpt, sm.stats(s), t4);
+    } else {
+      wg_wait<0>();
+      reg_fence(dpt);
+      grads<T>(st, dpt, sm.stats(s), t4);
+      pack_a<T::kBf16, BM / 8>(st, pa);
+      wg_fence();
+      reg_fence(acc_dv);
+      reg_fence_u(pa);
+      issue_key_grad<T>(acc_dv, pa, sm.dO(s));
+    }
     pack_a<T::kBf16, BM / 8>(dpt, dsa);
-    // dV_c += Pᵀ dO_i, dK_c += dSᵀ Q_i: issued now, they run while dSᵀ goes to SRAM.
+    // dK_c += dSᵀ Q_i: issued now, it runs while dSᵀ goes to SRAM.
     wg_fence();
-    reg_fence(acc_dv);
     reg_fence(acc_dk);
-    reg_fence_u(pa);
     reg_fence_u(dsa);
-    issue_key_grad<T>(acc_dv, pa, sm.dO(s));
     issue_key_grad<T>(acc_dk, dsa, sm.q(s));
     wg_commit();
     // dSᵀ of step n → buffer n & 1: the other consumer read buffer n & 1 last at step n − 2,
-    // before it arrived at step n − 1's barrier, which this consumer has passed.
+    // before it arrived at step n − 1's barrier, which this consumer has passed. Key split: one
+    // buffer, this consumer's rows only, read by its own dQ product of step n − 1 (waited below).
     const uint32_t sDs = sm.ds(n & 1);
     store_ds<T>(sDs, dsa, key_local, t4);
+    // The dQ slice's previous bulk read (a step ago) done before the barrier, so the barrier
+    // also frees the slice for this step's partial.
+    if (tid == 0) bulk_wait_group_read<0>();
     if (T::kDqSplitKeys) named_bar_sync(kConsumerBarrier + c, 128);  // this consumer's rows only
     else named_bar_sync(kDsReadyBarrier, 256);                       // every key row of dSᵀ
-    float dq[T::kDqCols / 2];
-    wg_fence();
-    issue_dq<T>(dq, sDs, sm.k(), c);
-    wg_commit();
-    wg_wait<0>();
-    reg_fence(dq);
+    // One m64 row block of dQ at a time: 32 accumulator registers, not 64, at Br = 128.
+#pragma unroll
+    for (int m = 0; m < T::kRowBlocks; ++m) {
+      float dq[T::kDqCols / 2];
+      wg_fence();
+      issue_dq<T>(dq, sDs, sm.k(), c, m);
+      wg_commit();
+      wg_wait<0>();
+      reg_fence(dq);
+      stage_dq<T>(dq, sm.dq(c), m, tid);
+    }
     reg_fence(acc_dv);
     reg_fence(acc_dk);
     reg_fence_u(pa);
@@ -391,7 +458,7 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
                  (T::kDqSplitKeys ? 0 : std::size_t(c) * BM * T::kDqCols);
     // Every key block before this one adds into tile i (causal ones too: they start at lower tiles).
     const int turn = 2 * (w.start_n / T::BLOCK_N) + c;
-    reduce_dq<T>(dq, sm.dq(c), dst, c, tid, dq_order + tiles_base + i, turn);
+    reduce_dq<T>(sm.dq(c), dst, c, tid, dq_order + tiles_base + i, turn);
   }
   const std::size_t base = p.head_offset(w.b, w.h);
   store_key_grads<T>(p, dK, acc_dk, p.scale, base, key_row, t4);
@@ -445,18 +512,21 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
 /// dQ = scale · accumulator → 16 bits, [B, N, H, d]; one thread per float4 of the tiled
 /// accumulator (grid-stride): tile (b, h, i) of BLOCK_M·d floats, slice c of BLOCK_M·kDqCols,
-/// float4 number t·128 + thread = rows r, r + 8, columns col, col + 1 of n-tile t.
+/// float4 number (m·kDqCols/8 + t)·128 + thread = rows r, r + 8, columns col, col + 1 of n-tile t
+/// of row block m (rows 64m ..).
 template <class T>
 __global__ void __launch_bounds__(256) bwd_ws_dq_convert_kernel(Problem p, const float4* __restrict__ acc,
                                                                 uint16_t* __restrict__ dQ, std::size_t n4) {
   constexpr int BM = T::BLOCK_M, kSlice4 = BM * T::kDqCols / 4, kTile4 = BM * T::kHeadDim / 4;
+  constexpr int kNTiles = T::kDqCols / 8;  // n-tiles of one row block of the slice
   const int Tr = (p.seq + BM - 1) / BM;
   for (std::size_t k = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; k < n4;
        k += std::size_t(gridDim.x) * blockDim.x) {
     const std::size_t tile = k / kTile4;
-    const int in_tile = int(k % kTile4), c = in_tile / kSlice4, t = in_tile % kSlice4 / 128, thr = in_tile % 128;
+    const int in_tile = int(k % kTile4), c = in_tile / kSlice4, thr = in_tile % 128;
+    const int m = in_tile % kSlice4 / 128 / kNTiles, t = in_tile % kSlice4 / 128 % kNTiles;  // row block, n-tile
     const int i = int(tile % Tr), h = int(tile / Tr % p.heads), b = int(tile / Tr / p.heads);
-    const int row = i * BM + 16 * (thr / 32) + (thr % 32) / 4, col = c * T::kDqCols + 8 * t + 2 * (thr % 4);
+    const int row = i * BM + 64 * m + 16 * (thr / 32) + (thr % 32) / 4, col = c * T::kDqCols + 8 * t + 2 * (thr % 4);
     const float4 v = acc[k];
     uint16_t* out = dQ + p.head_offset(b, h) + col;
     if (row < p.seq)

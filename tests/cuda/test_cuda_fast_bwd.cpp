@@ -161,7 +161,8 @@ TEST_CASE("fast backward, N = 1000 and 4096", "[fast-bwd][fast-bwd-large]") {
 }
 
 // The Hopper backward (FastBackwardKernel::wgmma_ws, cuda/src/attention_bwd_ws.cu, sm_90a; Br = 64
-// query rows per step, Bc = 128 keys per block, 64 per consumer warpgroup), each case beside the
+// query rows per step at d = 128, 128 at d = 64, Bc = 128 keys per block, 64 per consumer
+// warpgroup), each case beside the
 // mma.sync atomic kernel on the same inputs. Shapes: N = 1, 17 (one ragged tile), 64, 100, 128,
 // 130, 300 (several query tiles: the stage ring wraps, dSᵀ double buffer alternates), causal (the
 // masked diagonal, and consumer 1 fully masked on the first query tile), batch > 1, fp16, and
@@ -179,6 +180,10 @@ TEST_CASE("wgmma-ws backward, small shapes, equals the float64 reference",
     for (int d : {64, 128})
       for (bool causal : {false, true}) check_bwd({1, seq, 2, d, causal}, kWsAndAtomic);
   check_bwd({2, 70, 3, 64, true}, kWsAndAtomic);  // batch > 1, ragged
+  // d = 64 runs Br = 128 as two m64 row blocks of dQ: the last query tile with its second row
+  // block empty (192 = 128 + 64), partly filled (250), and exactly full (256).
+  for (int seq : {192, 250, 256})
+    for (bool causal : {false, true}) check_bwd({1, seq, 2, 64, causal}, kWsAndAtomic);
   check_bwd({3, 200, 2, 128, false}, kWsAndAtomic);
   for (int d : {64, 128})
     for (bool causal : {false, true}) check_bwd({1, 200, 2, d, causal, fr::Dtype::fp16}, kWsAndAtomic);
