@@ -446,9 +446,13 @@ std::string bwd_ws_table(const std::string& root) {
   const Csv csv = read_csv(root + "/cuda/results/bwd_ws.csv");
   // The sweep: the run with the most wgmma-ws rows (a tie goes to the newer), so a later run of a
   // few headline shapes does not replace it.
+  // Runs that timed a previous build beside it belong to later rungs (bwd_ws_before_table).
+  std::set<std::string> with_before;
+  for (const Row& r : rows_of(csv))
+    if (r.str("kernel") == "wgmma-ws-before") with_before.insert(r.str("date"));
   std::map<std::string, int> rows_per_run;
   for (const Row& r : rows_of(csv))
-    if (r.str("kernel") == "wgmma-ws") ++rows_per_run[r.str("date")];
+    if (r.str("kernel") == "wgmma-ws" && !with_before.count(r.str("date"))) ++rows_per_run[r.str("date")];
   std::string run;
   int most = 0;
   for (const auto& [date, count] : rows_per_run)
@@ -480,6 +484,43 @@ std::string bwd_ws_table(const std::string& root) {
              a == atomic.end() ? "–" : ratio(ours, a->second, "%.2f×"),
              sdpa ? ratio(ours, r.num("fa2_bnhd_tflops"), "%.2f×") : "–",
              sdpa ? ratio(ours, r.num("cudnn_bnhd_tflops"), "%.2f×") : "–"});
+  }
+  return run_line(run, rows.empty() ? "–" : rows.front().str("device")) + md.out.str();
+}
+
+/// The newest run of bwd_ws.csv that timed a previous build (kernel wgmma-ws-before) beside this
+/// one: every wgmma-ws shape of it, the previous build, the deterministic variant and SDPA (bnhd).
+std::string bwd_ws_before_table(const std::string& root) {
+  const Csv csv = read_csv(root + "/cuda/results/bwd_ws.csv");
+  std::string run;
+  for (const Row& r : rows_of(csv))
+    if (r.str("kernel") == "wgmma-ws-before" && r.str("date") > run) run = r.str("date");
+  if (run.empty()) throw InputError(csv.path + ": no rows of kernel 'wgmma-ws-before'");
+  std::vector<Row> rows;
+  std::map<std::tuple<std::string, std::string, std::string>, double> before, det;  // (d, causal, N) -> TFLOP/s
+  for (const Row& r : rows_of(csv)) {
+    if (r.str("date") != run) continue;
+    if (r.str("kernel") == "wgmma-ws-before") before[{r.str("d"), r.str("causal"), r.str("N")}] = r.num("tflops");
+    if (r.str("kernel") == "wgmma-ws-det") det[{r.str("d"), r.str("causal"), r.str("N")}] = r.num("tflops");
+    if (r.str("kernel") == "wgmma-ws") rows.push_back(r);
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    const auto key = [](const Row& r) { return std::make_tuple(-r.num("d"), r.num("causal"), r.num("N")); };
+    return key(a) < key(b);
+  });
+  Markdown md;
+  md.header({"d", "causal", "N", "wgmma-ws", "previous build", "wgmma-ws-det", "SDPA cuDNN", "÷ previous",
+             "previous ÷ cuDNN", "÷ cuDNN"});
+  for (const Row& r : rows) {
+    const double ours = r.num("tflops");
+    const auto b = before.find({r.str("d"), r.str("causal"), r.str("N")});
+    const auto dt = det.find({r.str("d"), r.str("causal"), r.str("N")});
+    const bool has_b = b != before.end(), cudnn = r.has("cudnn_bnhd_tflops");
+    md.line({r.str("d"), yes_no(r.str("causal")), r.str("N"), fmt("%.1f", ours), has_b ? fmt("%.1f", b->second) : "–",
+             dt == det.end() ? "–" : fmt("%.1f", dt->second), cudnn ? fmt("%.1f", r.num("cudnn_bnhd_tflops")) : "–",
+             has_b ? ratio(ours, b->second, "%.2f×") : "–",
+             has_b && cudnn ? ratio(b->second, r.num("cudnn_bnhd_tflops"), "%.2f×") : "–",
+             cudnn ? ratio(ours, r.num("cudnn_bnhd_tflops"), "%.2f×") : "–"});
   }
   return run_line(run, rows.empty() ? "–" : rows.front().str("device")) + md.out.str();
 }
@@ -990,6 +1031,7 @@ const std::map<std::string, Renderer>& renderers() {
       {"tma_ws_checks", tma_ws_checks_table},
       {"bwd_ws_sweep", bwd_ws_table},
       {"bwd_ws_checks", bwd_ws_checks_table},
+      {"bwd_ws_before", bwd_ws_before_table},
       {"mta_traffic", mta_traffic_table},
       {"mta_fast", mta_fast_table},
       {"mta_fast_checks", mta_fast_checks_table},

@@ -6,7 +6,8 @@
 //
 // The algorithm and names are those of the atomic design (attention_bwd_tc_atomic.cu): D
 // preprocessing, one block per key tile K_j, V_j (Bc = BLOCK_N = 128 keys, resident in SRAM) looping
-// over the query tiles Q_i, dO_i (Br = BLOCK_M = 64 rows), dQ summed in an fp32 accumulator, then
+// over the query tiles Q_i, dO_i (Br = BLOCK_M rows: 64 at d = 128, 128 at d = 64,
+// bwd_ws_block_m()), dQ summed in an fp32 accumulator, then
 // dQ = scale · accumulator → 16 bits. What changes is who moves the data and which instruction
 // multiplies:
 //   - Warpgroup 0 is the PRODUCER (setmaxnreg.dec to 24). Thread 0 loads K_j, V_j once and Q_i, dO_i
@@ -18,7 +19,8 @@
 //     [64c, 64c + 64) of K_j: it computes the TRANSPOSED tiles, keys along the wgmma's M,
 //         Sᵀ_ij  = K_c Q_iᵀ            (SRAM × SRAM, both K-major)
 //         dPᵀ_ij = V_c dO_iᵀ
-//         Pᵀ = 2^(Sᵀ·scale·log2 e − LSE_i),  dSᵀ = Pᵀ ∘ (dPᵀ − D_i)   (LSE, D per column)
+//         Pᵀ = 2^(Sᵀ·scale·log2 e − LSE_i),  dSᵀ = Pᵀ ∘ (dPᵀ − D_i)   (LSE, D per column;
+//                                             Pᵀ while the dPᵀ product still runs)
 //         dV_c += Pᵀ dO_i,  dK_c += dSᵀ Q_i   (Pᵀ, dSᵀ as register A fragments: the accumulator
 //                                             layout of m64nN is the A layout of m64nNk16)
 //     so dK_c and dV_c (64 keys × d each) stay in registers for the whole loop, and no transpose
@@ -28,12 +30,12 @@
 //     d = 128: consumer c computes columns [64c, 64c + 64) over all 128 keys (so the two
 //     consumers meet once per step at a named barrier: each needs the other's dSᵀ rows);
 //     d = 64: consumer c computes all 64 columns over its own 64 keys (no meeting; both add their
-//     partial into the same accumulator tile).
+//     partial into the same accumulator tile), one m64 row block of queries at a time.
 //   - The dQ partial goes registers → SRAM (fragment order, 16-byte stores, no bank conflicts)
 //     and one thread per consumer issues ONE bulk reduction (cp.reduce.async.bulk .add.f32,
 //     tensor_core.cuh) into the fp32 accumulator: the adds happen in L2, the warps never wait on
-//     them; the thread only waits (bulk wait_group.read) before the next step's partial
-//     overwrites the staging SRAM, a whole step later.
+//     them; the thread only waits (bulk wait_group.read) before the next step's dSᵀ barrier,
+//     which then also frees the staging SRAM for that step's partial, a whole step later.
 // The accumulator is TILED as the atomic design's: per (b, h, query tile i) BLOCK_M·d contiguous
 // floats; inside a tile, consumer slice c (d = 128; one slice at d = 64) in wgmma fragment order:
 // float4 number t·128 + thread = the thread's accumulator registers 4t .. 4t+3 (rows r, r + 8 of
@@ -51,9 +53,11 @@
 // waits never close a cycle: block j only waits on blocks j' < j, which the grid's order
 // launches no later, and which never wait on j.
 // Resources (ptxas, sm_90a): 168 registers at launch (384 threads, 1 block per SM), then 24 for the
-// producer and 240 for the consumers, no spills; dynamic SRAM 198,696 bytes at d = 128 (K_j, V_j
-// 64 KiB, 2 stages of Q_i, dO_i 64 KiB, 2 dSᵀ buffers 32 KiB, 2 dQ slices 32 KiB, stats, barriers,
-// alignment slack), 133,160 at d = 64. The story and the measurements: docs/optimisation.md, Rung 7.
+// producer and 240 for the consumers, no wgmma serialisation, no spills but 8 bytes in the
+// deterministic causal d = 64 kernels; dynamic SRAM 198,696 bytes at d = 128 (K_j, V_j 64 KiB,
+// 2 stages of Q_i, dO_i 64 KiB, 2 dSᵀ buffers 32 KiB, 2 dQ slices 32 KiB, stats, barriers,
+// alignment slack), 199,720 at d = 64 (Br = 128: K_j, V_j 32 KiB, stages 64 KiB, one dSᵀ buffer
+// 32 KiB, 2 dQ slices 64 KiB). The story and the measurements: docs/optimisation.md, Rungs 7, 10.
 #include "attention_bwd_tc.cuh"
 #include "common.hpp"
 #include "hopper.cuh"

@@ -161,9 +161,8 @@ TEST_CASE("fast backward, N = 1000 and 4096", "[fast-bwd][fast-bwd-large]") {
 }
 
 // The Hopper backward (FastBackwardKernel::wgmma_ws, cuda/src/attention_bwd_ws.cu, sm_90a; Br = 64
-// query rows per step at d = 128, 128 at d = 64, Bc = 128 keys per block, 64 per consumer
-// warpgroup), each case beside the
-// mma.sync atomic kernel on the same inputs. Shapes: N = 1, 17 (one ragged tile), 64, 100, 128,
+// query rows per step at d = 128, 128 at d = 64; Bc = 128 keys per block, 64 per consumer
+// warpgroup), each case beside the mma.sync atomic kernel on the same inputs. Shapes: N = 1, 17 (one ragged tile), 64, 100, 128,
 // 130, 300 (several query tiles: the stage ring wraps, dSᵀ double buffer alternates), causal (the
 // masked diagonal, and consumer 1 fully masked on the first query tile), batch > 1, fp16, and
 // more key blocks than SMs (an H100 has 132).
