@@ -12,8 +12,8 @@
 #                                        tma-ws at d = 64); tabulated
 #   measure.sh hopper-bwd [BIN_DIR] [OUT_DIR] the Hopper backward (about four minutes): the
 #                                        wgmma-ws tests and sanitizers, its sweep beside SDPA and
-#                                        beside a previous build's (BIN_DIR/flashlab_before, if
-#                                        there), the deterministic variant at N = 8192 and 16384,
+#                                        beside other builds' (BIN_DIR/flashlab_LABEL, if there,
+#                                        e.g. _before), the deterministic variant at N = 8192, 16384,
 #                                        an ncu profile at the headline shape (d = 128 and 64);
 #                                        tabulated into bwd_ws.csv, bwd_ws_checks.csv
 #   measure.sh mta [BIN_DIR] [OUT_DIR]   the MTA kernels: the clear ones' tests, sanitizers, CUPTI
@@ -174,15 +174,20 @@ run_hopper_bwd() {
   done
   local sweep=(--pass bwd --seq 1024,2048,4096,8192,16384)
   step "$logs/bench_wgmmaws.csv" "$bin/flashlab" bench attention --csv "${sweep[@]}" --bwd-kernel wgmma-ws
-  # A previous build's flashlab (BIN_DIR/flashlab_before, when present), the same sweep back to
-  # back: its rows are labelled wgmma-ws-before, so the CSV holds both builds of one run.
-  if [ -x "$bin/flashlab_before" ]; then
-    step "$logs/bench_before.raw" "$bin/flashlab_before" bench attention --csv "${sweep[@]}" --bwd-kernel wgmma-ws
-    sed 's/,wgmma-ws,/,wgmma-ws-before,/' "$logs/bench_before.raw" >"$logs/bench_wgmmawsbefore.csv"
-  fi
+  # Other builds' flashlab (BIN_DIR/flashlab_LABEL, e.g. flashlab_before), the same sweep back to
+  # back: their rows are labelled wgmma-ws-LABEL, so the CSV holds every build of one run.
+  local other label
+  for other in "$bin"/flashlab_*; do
+    [ -x "$other" ] || continue
+    label=${other##*/flashlab_}
+    step "$logs/bench_$label.raw" "$other" bench attention --csv "${sweep[@]}" --bwd-kernel wgmma-ws
+    sed "s/,wgmma-ws,/,wgmma-ws-$label,/" "$logs/bench_$label.raw" >"$logs/bench_wgmmaws$label.csv"
+  done
   step "$logs/sdpa_wgmmaws.log" env PYTHONUNBUFFERED=1 python3 cuda/bench/sdpa_bench.py \
     "$logs/bench_wgmmaws.csv" --out "$logs/sdpa_wgmmaws.csv"
-  [ -f "$logs/bench_wgmmawsbefore.csv" ] && cp "$logs/sdpa_wgmmaws.csv" "$logs/sdpa_wgmmawsbefore.csv"
+  for other in "$bin"/flashlab_*; do
+    [ -x "$other" ] && cp "$logs/sdpa_wgmmaws.csv" "$logs/sdpa_wgmmaws${other##*/flashlab_}.csv"
+  done
   # the deterministic variant (fixed dQ order) at the headline lengths
   step "$logs/bench_wgmmawsdet.csv" "$bin/flashlab" bench attention --csv --pass bwd --seq 8192,16384 \
     --bwd-kernel wgmma-ws-det

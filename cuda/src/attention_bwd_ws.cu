@@ -29,8 +29,9 @@
 //         dQ_i partial = dS_ij K_j       (SRAM × SRAM, both MN-major)
 //     d = 128: consumer c computes columns [64c, 64c + 64) over all 128 keys (so the two
 //     consumers meet once per step at a named barrier: each needs the other's dSᵀ rows);
-//     d = 64: consumer c computes all 64 columns over its own 64 keys (no meeting; both add their
-//     partial into the same accumulator tile), one m64 row block of queries at a time.
+//     d = 64 (Br = 128): consumer c computes query rows [64c, 64c + 64) over all 128 keys (the
+//     same meeting). DqSplit::keys, each consumer all rows over its own 64 keys with no meeting
+//     (both add a whole tile: twice the L2 reductions), stays selectable.
 //   - The dQ partial goes registers → SRAM (fragment order, 16-byte stores, no bank conflicts)
 //     and one thread per consumer issues ONE bulk reduction (cp.reduce.async.bulk .add.f32,
 //     tensor_core.cuh) into the fp32 accumulator: the adds happen in L2, the warps never wait on
@@ -77,14 +78,27 @@ namespace {
 /// accumulator registers per consumer than the 240 it has). docs/optimisation.md, Rung 10.
 constexpr int bwd_ws_block_m(int head_dim) { return head_dim == 64 ? 128 : 64; }
 
-template <int HEAD_DIM, bool kBf16_, bool kCausal_, bool kDeterministic_, int BLOCK_M_ = bwd_ws_block_m(HEAD_DIM)>
+/// How the two consumers share the dQ_i partial = dS_ij K_j of a step.
+enum class DqSplit {
+  columns,  ///< consumer c: columns [64c, 64c + 64) over all 128 keys (d = 128)
+  keys,     ///< consumer c: every column over its own 64 keys; both add a whole tile
+  rows,     ///< consumer c: query rows [64c, 64c + 64) over all 128 keys (Br = 128)
+};
+/// The split of the kernel: columns at d = 128; at d = 64 and Br = 128 rows (each accumulator
+/// element receives one partial per key block, not two as with keys: half the L2 reductions),
+/// keys at d = 64 and Br = 64 (the two rows of a 64-row tile would be one consumer's).
+constexpr DqSplit bwd_ws_dq_split(int head_dim, int block_m) {
+  return head_dim == 128 ? DqSplit::columns : block_m == 128 ? DqSplit::rows : DqSplit::keys;
+}
+
+template <int HEAD_DIM, bool kBf16_, bool kCausal_, bool kDeterministic_, int BLOCK_M_ = bwd_ws_block_m(HEAD_DIM),
+          DqSplit kDqSplit_ = bwd_ws_dq_split(HEAD_DIM, BLOCK_M_)>
 struct BwdWsTraits {
   static constexpr bool kDeterministic = kDeterministic_;
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr bool kBf16 = kBf16_;
   static constexpr bool kCausal = kCausal_;
   static constexpr int BLOCK_M = BLOCK_M_;  // Br: query rows per step (n of the Sᵀ wgmma)
-  static constexpr int kRowBlocks = BLOCK_M / 64;  // m64 row blocks of the dQ partial
   // Issue dV_c += Pᵀ dO_i before dSᵀ is computed: Pᵀ's A fragments live beside Sᵀ and dPᵀ. At
   // Br = 128 those are 64 + 64 + 32 registers more than the 240 hold with dK, dV (ptxas
   // serialises the wgmmas), so dV waits for dSᵀ there.
@@ -97,17 +111,20 @@ struct BwdWsTraits {
   static constexpr int kColBlocks = HEAD_DIM / 64;  // TMA boxes (64 columns) per tile
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register file");
-  // dQ partial per consumer: d = 128 splits the columns, d = 64 the keys (file-top comment).
-  static constexpr bool kDqSplitKeys = HEAD_DIM == 64;
-  static constexpr int kDqCols = kDqSplitKeys ? HEAD_DIM : HEAD_DIM / 2;
+  // dQ partial per consumer (DqSplit; file-top comment): kDqRows × kDqCols over kDqKeys keys.
+  static constexpr DqSplit kDqSplit = kDqSplit_;
+  static constexpr bool kDqSplitKeys = kDqSplit == DqSplit::keys;
+  static constexpr int kDqCols = kDqSplit == DqSplit::columns ? HEAD_DIM / 2 : HEAD_DIM;
   static constexpr int kDqKeys = kDqSplitKeys ? BLOCK_N / 2 : BLOCK_N;
+  static constexpr int kDqRows = kDqSplit == DqSplit::rows ? 64 : BLOCK_M;
+  static constexpr int kRowBlocks = kDqRows / 64;  // m64 row blocks of one consumer's partial
   static constexpr int kTileQ = BLOCK_M * HEAD_DIM * 2;    // Q_i or dO_i, one stage
   static constexpr int kTileKV = BLOCK_N * HEAD_DIM * 2;   // K_j or V_j
   static constexpr int kTileDs = BLOCK_N * BLOCK_M * 2;    // dSᵀ [key][query], 16-bit
-  // Column split: each consumer reads the other's dSᵀ rows, so two buffers (file-top comment);
-  // key split: each reads only its own rows, after its own dQ product of the step before.
+  // Column and row split: each consumer reads the other's dSᵀ rows, so two buffers (file-top
+  // comment); key split: each reads only its own rows, after its own dQ product of the step before.
   static constexpr int kDsBuffers = kDqSplitKeys ? 1 : 2;
-  static constexpr int kSliceDq = BLOCK_M * kDqCols * 4;   // one consumer's fp32 dQ partial
+  static constexpr int kSliceDq = kDqRows * kDqCols * 4;   // one consumer's fp32 dQ partial
   static constexpr int kStats = 2 * BLOCK_M * 4;           // LSE_i then D_i, one stage
   // Layout: K_j, V_j, Q stages, dO stages, 2 dSᵀ buffers, 2 dQ slices, stats stages, barriers.
   static constexpr int kOffV = kTileKV;
@@ -121,7 +138,9 @@ struct BwdWsTraits {
   static constexpr int kSmemBytes = kOffBar + 8 * kBarriers + 1024;  // + alignment to 1024
   static_assert(kSmemBytes <= 227 * 1024, "dynamic SRAM of one block on sm_90");
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "d ∈ {64, 128}");
-  static_assert(BLOCK_M == 64 || (BLOCK_M == 128 && kDqSplitKeys), "Br = 128 only where each consumer's dQ has its own keys");
+  static_assert(kDqSplit != DqSplit::columns || HEAD_DIM == 128, "the column split: 64 columns per consumer");
+  static_assert(kDqSplit != DqSplit::rows || BLOCK_M == 128, "the row split: 64 query rows per consumer");
+  static_assert(BLOCK_M == 64 || kDqSplit != DqSplit::columns, "Br = 128 at d = 64 only (registers)");
   static_assert(BLOCK_N % BLOCK_M == 0, "causal: a key block's first visible query tile starts at its first key");
   static_assert(kAtomicDqTileRows % BLOCK_M == 0, "the workspace holds whole dQ tiles of this BLOCK_M");
   static_assert(BLOCK_M % kDqOrderTileRows == 0, "the workspace has an order counter for every accumulator tile");
@@ -224,14 +243,18 @@ __device__ __forceinline__ void issue_key_grad(float (&acc)[T::kHeadDim / 2], co
     wgmma_rs<T::kBf16, T::kHeadDim>(acc, xa[kk], smem_desc(sB + uint32_t(kk) * 16 * 128, T::BLOCK_M * 128, 1024), 1);
 }
 
-/// Issue this consumer's dQ_i partial = dS_ij K_j, query row block m (rows 64m ..) × kDqCols
-/// columns, over kDqKeys keys; dSᵀ [key][query] (box m: queries 64m ..) and K_j [key][d] are both
-/// MN-major operands (16 keys = 2048 bytes).
+/// Issue this consumer's dQ_i partial = dS_ij K_j, its query row block m × kDqCols columns, over
+/// kDqKeys keys; dSᵀ [key][query] (box b: queries 64b ..) and K_j [key][d] are both MN-major
+/// operands (16 keys = 2048 bytes).
 template <class T>
 __device__ __forceinline__ void issue_dq(float (&dq)[T::kDqCols / 2], uint32_t sDs, uint32_t sK, int c, int m) {
-  // Column split: all keys, K_j's 64-column box c. Key split: this consumer's 64 key rows.
-  const uint32_t a0 = sDs + uint32_t(m) * T::BLOCK_N * 128 + (T::kDqSplitKeys ? uint32_t(c) * 64 * 128 : 0u);
-  const uint32_t b0 = sK + (T::kDqSplitKeys ? uint32_t(c) * 64 * 128 : uint32_t(c) * T::BLOCK_N * 128);
+  // Columns: all keys, K_j's 64-column box c. Keys: this consumer's 64 key rows. Rows: all keys,
+  // dSᵀ's query box c.
+  const int box = T::kDqSplit == DqSplit::rows ? c : m;
+  const uint32_t a0 = sDs + uint32_t(box) * T::BLOCK_N * 128 + (T::kDqSplitKeys ? uint32_t(c) * 64 * 128 : 0u);
+  const uint32_t b0 = sK + (T::kDqSplitKeys                        ? uint32_t(c) * 64 * 128
+                            : T::kDqSplit == DqSplit::columns ? uint32_t(c) * T::BLOCK_N * 128
+                                                              : 0u);
 #pragma unroll
   for (int kk = 0; kk < T::kDqKeys / 16; ++kk) {
     const uint64_t da = smem_desc(a0 + uint32_t(kk) * 2048, T::BLOCK_N * 128, 1024);
@@ -418,10 +441,6 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
       reg_fence(dpt);
       grads<T>(st, dpt, sm.stats(s), t4);
       pack_a<T::kBf16, BM / 8>(st, pa);
-      wg_fence();
-      reg_fence(acc_dv);
-      reg_fence_u(pa);
-      issue_key_grad<T>(acc_dv, pa, sm.dO(s));
     }
     pack_a<T::kBf16, BM / 8>(dpt, dsa);
     // dK_c += dSᵀ Q_i: issued now, it runs while dSᵀ goes to SRAM.
@@ -429,6 +448,11 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
     reg_fence(acc_dk);
     reg_fence_u(dsa);
     issue_key_grad<T>(acc_dk, dsa, sm.q(s));
+    if constexpr (!T::kDvBeforeGrads) {
+      reg_fence(acc_dv);
+      reg_fence_u(pa);
+      issue_key_grad<T>(acc_dv, pa, sm.dO(s));
+    }
     wg_commit();
     // dSᵀ of step n → buffer n & 1: the other consumer read buffer n & 1 last at step n − 2,
     // before it arrived at step n − 1's barrier, which this consumer has passed. Key split: one
@@ -438,7 +462,7 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
     // The dQ slice's previous bulk read (a step ago) done before the barrier, so the barrier
     // also frees the slice for this step's partial.
     if (tid == 0) bulk_wait_group_read<0>();
-    if (T::kDqSplitKeys) named_bar_sync(kConsumerBarrier + c, 128);  // this consumer's rows only
+    if (T::kDqSplitKeys) named_bar_sync(kConsumerBarrier + c, 128);  // this consumer's key rows only
     else named_bar_sync(kDsReadyBarrier, 256);                       // every key row of dSᵀ
     // One m64 row block of dQ at a time: 32 accumulator registers, not 64, at Br = 128.
 #pragma unroll
@@ -459,7 +483,7 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
     // stats, which the stats warp overwrites next; one arrival per warp left racecheck a WAR).
     mbar_arrive(sm.empty(s));
     float* dst = dQaccum + (tiles_base + std::size_t(i)) * (BM * D) +
-                 (T::kDqSplitKeys ? 0 : std::size_t(c) * BM * T::kDqCols);
+                 (T::kDqSplitKeys ? 0 : std::size_t(c) * (T::kSliceDq / 4));  // slice c of the tile
     // Every key block before this one adds into tile i (causal ones too: they start at lower tiles).
     const int turn = 2 * (w.start_n / T::BLOCK_N) + c;
     reduce_dq<T>(sm.dq(c), dst, c, tid, dq_order + tiles_base + i, turn);
@@ -515,13 +539,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 }
 
 /// dQ = scale · accumulator → 16 bits, [B, N, H, d]; one thread per float4 of the tiled
-/// accumulator (grid-stride): tile (b, h, i) of BLOCK_M·d floats, slice c of BLOCK_M·kDqCols,
-/// float4 number (m·kDqCols/8 + t)·128 + thread = rows r, r + 8, columns col, col + 1 of n-tile t
-/// of row block m (rows 64m ..).
+/// accumulator (grid-stride): tile (b, h, i) of BLOCK_M·d floats, slice c of kDqRows·kDqCols
+/// (columns 64c .. or rows 64c .. by the split), float4 number (m·kDqCols/8 + t)·128 + thread =
+/// rows r, r + 8, columns col, col + 1 of n-tile t of row block m.
 template <class T>
 __global__ void __launch_bounds__(256) bwd_ws_dq_convert_kernel(Problem p, const float4* __restrict__ acc,
                                                                 uint16_t* __restrict__ dQ, std::size_t n4) {
-  constexpr int BM = T::BLOCK_M, kSlice4 = BM * T::kDqCols / 4, kTile4 = BM * T::kHeadDim / 4;
+  constexpr int BM = T::BLOCK_M, kSlice4 = T::kSliceDq / 16, kTile4 = BM * T::kHeadDim / 4;
   constexpr int kNTiles = T::kDqCols / 8;  // n-tiles of one row block of the slice
   const int Tr = (p.seq + BM - 1) / BM;
   for (std::size_t k = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; k < n4;
@@ -530,7 +554,8 @@ __global__ void __launch_bounds__(256) bwd_ws_dq_convert_kernel(Problem p, const
     const int in_tile = int(k % kTile4), c = in_tile / kSlice4, thr = in_tile % 128;
     const int m = in_tile % kSlice4 / 128 / kNTiles, t = in_tile % kSlice4 / 128 % kNTiles;  // row block, n-tile
     const int i = int(tile % Tr), h = int(tile / Tr % p.heads), b = int(tile / Tr / p.heads);
-    const int row = i * BM + 64 * m + 16 * (thr / 32) + (thr % 32) / 4, col = c * T::kDqCols + 8 * t + 2 * (thr % 4);
+    const int block = T::kDqSplit == DqSplit::rows ? c : m, col0 = T::kDqSplit == DqSplit::columns ? c * T::kDqCols : 0;
+    const int row = i * BM + 64 * block + 16 * (thr / 32) + (thr % 32) / 4, col = col0 + 8 * t + 2 * (thr % 4);
     const float4 v = acc[k];
     uint16_t* out = dQ + p.head_offset(b, h) + col;
     if (row < p.seq)

@@ -179,8 +179,8 @@ TEST_CASE("wgmma-ws backward, small shapes, equals the float64 reference",
     for (int d : {64, 128})
       for (bool causal : {false, true}) check_bwd({1, seq, 2, d, causal}, kWsAndAtomic);
   check_bwd({2, 70, 3, 64, true}, kWsAndAtomic);  // batch > 1, ragged
-  // d = 64 runs Br = 128 as two m64 row blocks of dQ: the last query tile with its second row
-  // block empty (192 = 128 + 64), partly filled (250), and exactly full (256).
+  // d = 64 runs Br = 128, consumer c owning dQ rows [64c, 64c + 64) of a tile: the last tile with
+  // consumer 1's rows all past N (192 = 128 + 64), partly (250) and exactly (256) filled.
   for (int seq : {192, 250, 256})
     for (bool causal : {false, true}) check_bwd({1, seq, 2, 64, causal}, kWsAndAtomic);
   check_bwd({3, 200, 2, 128, false}, kWsAndAtomic);
