@@ -489,7 +489,8 @@ std::string bwd_ws_table(const std::string& root) {
 }
 
 /// The newest run of bwd_ws.csv that timed a previous build (kernel wgmma-ws-before) beside this
-/// one: every wgmma-ws shape of it, the previous build, the deterministic variant and SDPA (bnhd).
+/// one: every wgmma-ws shape of it, the previous build, the dQ key-split build
+/// (wgmma-ws-keysplit) where timed, the deterministic variant and SDPA cuDNN (bnhd).
 std::string bwd_ws_before_table(const std::string& root) {
   const Csv csv = read_csv(root + "/cuda/results/bwd_ws.csv");
   std::string run;
@@ -497,10 +498,11 @@ std::string bwd_ws_before_table(const std::string& root) {
     if (r.str("kernel") == "wgmma-ws-before" && r.str("date") > run) run = r.str("date");
   if (run.empty()) throw InputError(csv.path + ": no rows of kernel 'wgmma-ws-before'");
   std::vector<Row> rows;
-  std::map<std::tuple<std::string, std::string, std::string>, double> before, det;  // (d, causal, N) -> TFLOP/s
+  std::map<std::tuple<std::string, std::string, std::string>, double> before, keys, det;  // (d, causal, N) -> TFLOP/s
   for (const Row& r : rows_of(csv)) {
     if (r.str("date") != run) continue;
     if (r.str("kernel") == "wgmma-ws-before") before[{r.str("d"), r.str("causal"), r.str("N")}] = r.num("tflops");
+    if (r.str("kernel") == "wgmma-ws-keysplit") keys[{r.str("d"), r.str("causal"), r.str("N")}] = r.num("tflops");
     if (r.str("kernel") == "wgmma-ws-det") det[{r.str("d"), r.str("causal"), r.str("N")}] = r.num("tflops");
     if (r.str("kernel") == "wgmma-ws") rows.push_back(r);
   }
@@ -509,14 +511,16 @@ std::string bwd_ws_before_table(const std::string& root) {
     return key(a) < key(b);
   });
   Markdown md;
-  md.header({"d", "causal", "N", "wgmma-ws", "previous build", "wgmma-ws-det", "SDPA cuDNN", "÷ previous",
-             "previous ÷ cuDNN", "÷ cuDNN"});
+  md.header({"d", "causal", "N", "wgmma-ws", "dQ key split", "previous build", "wgmma-ws-det", "SDPA cuDNN",
+             "÷ previous", "previous ÷ cuDNN", "÷ cuDNN"});
   for (const Row& r : rows) {
     const double ours = r.num("tflops");
     const auto b = before.find({r.str("d"), r.str("causal"), r.str("N")});
+    const auto k = keys.find({r.str("d"), r.str("causal"), r.str("N")});
     const auto dt = det.find({r.str("d"), r.str("causal"), r.str("N")});
     const bool has_b = b != before.end(), cudnn = r.has("cudnn_bnhd_tflops");
-    md.line({r.str("d"), yes_no(r.str("causal")), r.str("N"), fmt("%.1f", ours), has_b ? fmt("%.1f", b->second) : "–",
+    md.line({r.str("d"), yes_no(r.str("causal")), r.str("N"), fmt("%.1f", ours),
+             k == keys.end() ? "–" : fmt("%.1f", k->second), has_b ? fmt("%.1f", b->second) : "–",
              dt == det.end() ? "–" : fmt("%.1f", dt->second), cudnn ? fmt("%.1f", r.num("cudnn_bnhd_tflops")) : "–",
              has_b ? ratio(ours, b->second, "%.2f×") : "–",
              has_b && cudnn ? ratio(b->second, r.num("cudnn_bnhd_tflops"), "%.2f×") : "–",
