@@ -54,11 +54,11 @@
 // waits never close a cycle: block j only waits on blocks j' < j, which the grid's order
 // launches no later, and which never wait on j.
 // Resources (ptxas, sm_90a): 168 registers at launch (384 threads, 1 block per SM), then 24 for the
-// producer and 240 for the consumers, no wgmma serialisation, no spills but 8 bytes in the
-// deterministic causal d = 64 kernels; dynamic SRAM 198,696 bytes at d = 128 (K_j, V_j 64 KiB,
+// producer and 240 for the consumers, no wgmma serialisation, no spills but 4 bytes in the
+// d = 64 causal and deterministic non-causal kernels; dynamic SRAM 198,696 bytes at d = 128 (K_j, V_j 64 KiB,
 // 2 stages of Q_i, dO_i 64 KiB, 2 dSᵀ buffers 32 KiB, 2 dQ slices 32 KiB, stats, barriers,
-// alignment slack), 199,720 at d = 64 (Br = 128: K_j, V_j 32 KiB, stages 64 KiB, one dSᵀ buffer
-// 32 KiB, 2 dQ slices 64 KiB). The story and the measurements: docs/optimisation.md, Rungs 7, 10.
+// alignment slack), 199,720 at d = 64 (Br = 128: K_j, V_j 32 KiB, stages 64 KiB, 2 dSᵀ buffers
+// 64 KiB, 2 dQ slices 32 KiB). The story and the measurements: docs/optimisation.md, Rungs 7, 10.
 #include "attention_bwd_tc.cuh"
 #include "common.hpp"
 #include "hopper.cuh"
