@@ -91,8 +91,14 @@ constexpr DqSplit bwd_ws_dq_split(int head_dim, int block_m) {
   return head_dim == 128 ? DqSplit::columns : block_m == 128 ? DqSplit::rows : DqSplit::keys;
 }
 
+/// dQ one step late, the consumers out of step (BwdWsTraits::kLagDq); a build-time switch to time both.
+#ifndef FLASHLAB_BWD_WS_LAG_DQ
+#define FLASHLAB_BWD_WS_LAG_DQ 1
+#endif
+constexpr bool kBwdWsLagDq = FLASHLAB_BWD_WS_LAG_DQ != 0;
+
 template <int HEAD_DIM, bool kBf16_, bool kCausal_, bool kDeterministic_, int BLOCK_M_ = bwd_ws_block_m(HEAD_DIM),
-          DqSplit kDqSplit_ = bwd_ws_dq_split(HEAD_DIM, BLOCK_M_)>
+          DqSplit kDqSplit_ = bwd_ws_dq_split(HEAD_DIM, BLOCK_M_), bool kLagDq_ = kBwdWsLagDq>
 struct BwdWsTraits {
   static constexpr bool kDeterministic = kDeterministic_;
   static constexpr int kHeadDim = HEAD_DIM;
@@ -103,6 +109,9 @@ struct BwdWsTraits {
   // Br = 128 those are 64 + 64 + 32 registers more than the 240 hold with dK, dV (ptxas
   // serialises the wgmmas), so dV waits for dSᵀ there.
   static constexpr bool kDvBeforeGrads = BLOCK_M == 64;
+  // dQ of step n computed during step n + 1 (column and row split; mbarriers ds_full, ds_free
+  // instead of the meeting at kDsReadyBarrier), the consumers half a step apart.
+  static constexpr bool kLagDq = kLagDq_ && kDqSplit_ != DqSplit::keys;
   static constexpr int BLOCK_N = 128;  // Bc: keys per block, 64 per consumer (m of every wgmma)
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
@@ -134,7 +143,7 @@ struct BwdWsTraits {
   static constexpr int kOffDq = kOffDs + kDsBuffers * kTileDs;
   static constexpr int kOffStats = kOffDq + kConsumers * kSliceDq;
   static constexpr int kOffBar = kOffStats + kStages * kStats;
-  static constexpr int kBarriers = 1 + 2 * kStages;  // kv_full, full[], empty[]
+  static constexpr int kBarriers = 1 + 2 * kStages + 4;  // kv_full, full[], empty[], ds_full[2], ds_free[2]
   static constexpr int kSmemBytes = kOffBar + 8 * kBarriers + 1024;  // + alignment to 1024
   static_assert(kSmemBytes <= 227 * 1024, "dynamic SRAM of one block on sm_90");
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "d ∈ {64, 128}");
@@ -147,7 +156,9 @@ struct BwdWsTraits {
 };
 
 // Named barriers (0 is __syncthreads): both consumers (dSᵀ complete), and one per consumer.
-constexpr int kDsReadyBarrier = 1, kConsumerBarrier = 2;
+constexpr int kDsReadyBarrier = 1, kConsumerBarrier = 2;  // 2 and 3
+/// Lagged dQ: consumer 1's first products wait for consumer 0's first softmax.
+constexpr int kStaggerBarrier = 4;
 
 template <class T>
 struct BwdWsSmem {
@@ -162,6 +173,8 @@ struct BwdWsSmem {
   __device__ uint32_t kv_full() const { return base + T::kOffBar; }
   __device__ uint32_t full(int s) const { return kv_full() + 8u * uint32_t(1 + s); }
   __device__ uint32_t empty(int s) const { return kv_full() + 8u * uint32_t(1 + T::kStages + s); }
+  __device__ uint32_t ds_full(int buf) const { return kv_full() + 8u * uint32_t(1 + 2 * T::kStages + buf); }
+  __device__ uint32_t ds_free(int buf) const { return kv_full() + 8u * uint32_t(3 + 2 * T::kStages + buf); }
 };
 
 /// Where a block works: key tile j (keys start_n ..) of head h, batch b; query tiles i_begin .. Tr−1.
@@ -394,6 +407,75 @@ __device__ __forceinline__ void store_key_grads(const Problem& p, uint16_t* __re
   }
 }
 
+/// Step n's products up to dK (issued, not waited for): Sᵀ, dPᵀ on the tensor cores, Pᵀ while
+/// dPᵀ still runs, then dV_c += Pᵀ dO_i (before dSᵀ where kDvBeforeGrads), dSᵀ, dK_c += dSᵀ Q_i.
+/// Pᵀ and dSᵀ come back as the 16-bit A fragments `pa`, `dsa` (dSᵀ also goes to SRAM, by the caller).
+/// `softmax_started`: called once Sᵀ is in registers (the stagger of the lagged dQ).
+template <class T, class OnSoftmax>
+__device__ __forceinline__ void key_grads_step(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlock& w, int s,
+                                               int q0, int c, int key_row, int t4, float (&acc_dv)[T::kHeadDim / 2],
+                                               float (&acc_dk)[T::kHeadDim / 2], uint32_t (&pa)[T::BLOCK_M / 16][4],
+                                               uint32_t (&dsa)[T::BLOCK_M / 16][4], OnSoftmax softmax_started) {
+  constexpr int BM = T::BLOCK_M;
+  const uint32_t sK_c = sm.k() + uint32_t(c) * 64 * 128, sV_c = sm.v() + uint32_t(c) * 64 * 128;
+  float st[BM / 2], dpt[BM / 2];
+  wg_fence();
+  issue_transposed_scores<T>(st, sK_c, sm.q(s));
+  wg_commit();
+  issue_transposed_scores<T>(dpt, sV_c, sm.dO(s));
+  wg_commit();
+  wg_wait<1>();
+  reg_fence(st);
+  softmax_started();
+  const int N = p.seq;
+  const bool need_mask = q0 + BM > N || w.start_n + T::BLOCK_N > N || (T::kCausal && w.start_n + 64 * c + 63 > q0);
+  probs<T>(st, sm.stats(s), q0, key_row, N, need_mask, t4, p.scale_log2);
+  if constexpr (T::kDvBeforeGrads) {
+    pack_a<T::kBf16, BM / 8>(st, pa);
+    wg_fence();
+    reg_fence(acc_dv);
+    reg_fence_u(pa);
+    issue_key_grad<T>(acc_dv, pa, sm.dO(s));
+    wg_commit();
+    wg_wait<1>();  // dPᵀ done; dV's product may still run
+    reg_fence(dpt);
+    grads<T>(st, dpt, sm.stats(s), t4);
+  } else {
+    wg_wait<0>();
+    reg_fence(dpt);
+    grads<T>(st, dpt, sm.stats(s), t4);
+    pack_a<T::kBf16, BM / 8>(st, pa);
+  }
+  pack_a<T::kBf16, BM / 8>(dpt, dsa);
+  wg_fence();
+  reg_fence(acc_dk);
+  reg_fence_u(dsa);
+  issue_key_grad<T>(acc_dk, dsa, sm.q(s));
+  if constexpr (!T::kDvBeforeGrads) {
+    reg_fence(acc_dv);
+    reg_fence_u(pa);
+    issue_key_grad<T>(acc_dv, pa, sm.dO(s));
+  }
+  wg_commit();
+}
+
+/// This consumer's dQ partial from the dSᵀ buffer sDs → its staging slice (every product of the
+/// warpgroup waited for, so key_grads_step's too). One m64 row block at a time: 32 accumulator
+/// registers, not 64, at Br = 128 with the key split.
+template <class T>
+__device__ __forceinline__ void compute_dq(const BwdWsSmem<T>& sm, uint32_t sDs, int c, int tid) {
+#pragma unroll
+  for (int m = 0; m < T::kRowBlocks; ++m) {
+    float dq[T::kDqCols / 2];
+    wg_fence();
+    issue_dq<T>(dq, sDs, sm.k(), c, m);
+    wg_commit();
+    wg_wait<0>();
+    reg_fence(dq);
+    stage_dq<T>(dq, sm.dq(c), m, tid);
+  }
+}
+
 /// One consumer warpgroup c: keys [64c, 64c + 64) of the block's K_j, V_j, every query tile.
 template <class T>
 __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlock& w, float* __restrict__ dQaccum,
@@ -401,79 +483,56 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
   constexpr int BM = T::BLOCK_M, D = T::kHeadDim;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t4 = lane % 4;
   const int key_local = 64 * c + 16 * warp + lane / 4;  // this thread's key rows: key_local, + 8
-  const int key_row = w.start_n + key_local, N = p.seq;
-  const uint32_t sK_c = sm.k() + uint32_t(c) * 64 * 128, sV_c = sm.v() + uint32_t(c) * 64 * 128;
+  const int key_row = w.start_n + key_local;
   const std::size_t tiles_base = (std::size_t(w.b) * p.heads + w.h) * std::size_t(w.Tr);
+  // Every key block before this one adds into a tile first (causal ones too: they start lower).
+  const int turn = 2 * (w.start_n / T::BLOCK_N) + c;
+  const auto reduce_into = [&](int i) {  // the staged slice → tile i (slice c of it unless keys)
+    float* dst = dQaccum + (tiles_base + std::size_t(i)) * (BM * D) +
+                 (T::kDqSplitKeys ? 0 : std::size_t(c) * (T::kSliceDq / 4));
+    reduce_dq<T>(sm.dq(c), dst, c, tid, dq_order + tiles_base + i, turn);
+  };
   float acc_dv[D / 2], acc_dk[D / 2];
 #pragma unroll
   for (int k = 0; k < D / 2; ++k) acc_dv[k] = acc_dk[k] = 0.f;
   mbar_wait(sm.kv_full(), 0);
 
   for (int i = w.i_begin, n = 0; i < w.Tr; ++i, ++n) {
-    const int s = n % T::kStages, q0 = i * BM;
+    const int s = n % T::kStages;
     mbar_wait(sm.full(s), uint32_t(n / T::kStages) & 1u);
-    float st[BM / 2], dpt[BM / 2];
-    wg_fence();
-    issue_transposed_scores<T>(st, sK_c, sm.q(s));
-    wg_commit();
-    issue_transposed_scores<T>(dpt, sV_c, sm.dO(s));
-    wg_commit();
-    // Pᵀ while dPᵀ is still on the tensor cores, then (kDvBeforeGrads) dV_c += Pᵀ dO_i while dSᵀ
-    // is computed.
-    wg_wait<1>();
-    reg_fence(st);
-    const bool need_mask = q0 + BM > N || w.start_n + T::BLOCK_N > N ||
-                           (T::kCausal && w.start_n + 64 * c + 63 > q0);
-    probs<T>(st, sm.stats(s), q0, key_row, N, need_mask, t4, p.scale_log2);
+    // Lagged dQ: consumer 1 starts its first products when consumer 0 starts its first softmax,
+    // and the two stay half a step apart (nothing makes them meet any more).
+    if (T::kLagDq && c == 1 && n == 0) named_bar_sync(kStaggerBarrier, 256);
     uint32_t pa[BM / 16][4], dsa[BM / 16][4];
-    if constexpr (T::kDvBeforeGrads) {
-      pack_a<T::kBf16, BM / 8>(st, pa);
-      wg_fence();
-      reg_fence(acc_dv);
-      reg_fence_u(pa);
-      issue_key_grad<T>(acc_dv, pa, sm.dO(s));
-      wg_commit();
-      wg_wait<1>();  // dPᵀ done; dV's product may still run
-      reg_fence(dpt);
-      grads<T>(st, dpt, sm.stats(s), t4);
-    } else {
-      wg_wait<0>();
-      reg_fence(dpt);
-      grads<T>(st, dpt, sm.stats(s), t4);
-      pack_a<T::kBf16, BM / 8>(st, pa);
-    }
-    pack_a<T::kBf16, BM / 8>(dpt, dsa);
-    // dK_c += dSᵀ Q_i: issued now, it runs while dSᵀ goes to SRAM.
-    wg_fence();
-    reg_fence(acc_dk);
-    reg_fence_u(dsa);
-    issue_key_grad<T>(acc_dk, dsa, sm.q(s));
-    if constexpr (!T::kDvBeforeGrads) {
-      reg_fence(acc_dv);
-      reg_fence_u(pa);
-      issue_key_grad<T>(acc_dv, pa, sm.dO(s));
-    }
-    wg_commit();
-    // dSᵀ of step n → buffer n & 1: the other consumer read buffer n & 1 last at step n − 2,
-    // before it arrived at step n − 1's barrier, which this consumer has passed. Key split: one
-    // buffer, this consumer's rows only, read by its own dQ product of step n − 1 (waited below).
+    key_grads_step<T>(p, sm, w, s, i * BM, c, key_row, t4, acc_dv, acc_dk, pa, dsa, [&] {
+      if (T::kLagDq && c == 0 && n == 0) named_bar_arrive(kStaggerBarrier, 256);
+    });
     const uint32_t sDs = sm.ds(n & 1);
-    store_ds<T>(sDs, dsa, key_local, t4);
-    // The dQ slice's previous bulk read (a step ago) done before the barrier, so the barrier
-    // also frees the slice for this step's partial.
-    if (tid == 0) bulk_wait_group_read<0>();
-    if (T::kDqSplitKeys) named_bar_sync(kConsumerBarrier + c, 128);  // this consumer's key rows only
-    else named_bar_sync(kDsReadyBarrier, 256);                       // every key row of dSᵀ
-    // One m64 row block of dQ at a time: 32 accumulator registers, not 64, at Br = 128.
-#pragma unroll
-    for (int m = 0; m < T::kRowBlocks; ++m) {
-      float dq[T::kDqCols / 2];
-      wg_fence();
-      issue_dq<T>(dq, sDs, sm.k(), c, m);
-      wg_commit();
+    if constexpr (T::kLagDq) {
+      // dSᵀ of step n → buffer n & 1 once both consumers' dQ of step n − 2 has read it; dQ of
+      // step n − 1 from the other buffer once both consumers' dSᵀ of step n − 1 is there.
+      if (n >= 2) mbar_wait(sm.ds_free(n & 1), uint32_t((n - 2) / 2) & 1u);
+      store_ds<T>(sDs, dsa, key_local, t4);
+      mbar_arrive(sm.ds_full(n & 1));
+      if (n >= 1) {
+        mbar_wait(sm.ds_full((n - 1) & 1), uint32_t((n - 1) / 2) & 1u);
+        if (tid == 0) bulk_wait_group_read<0>();
+        named_bar_sync(kConsumerBarrier + c, 128);  // the staging slice is free
+        compute_dq<T>(sm, sm.ds((n - 1) & 1), c, tid);
+        mbar_arrive(sm.ds_free((n - 1) & 1));
+      }
       wg_wait<0>();
-      reg_fence(dq);
-      stage_dq<T>(dq, sm.dq(c), m, tid);
+    } else {
+      // dSᵀ of step n → buffer n & 1: the other consumer read buffer n & 1 last at step n − 2,
+      // before it arrived at step n − 1's barrier, which this consumer has passed. Key split: one
+      // buffer, this consumer's rows only, read by its own dQ product of step n − 1.
+      store_ds<T>(sDs, dsa, key_local, t4);
+      // The dQ slice's previous bulk read (a step ago) done before the barrier, so the barrier
+      // also frees the slice for this step's partial.
+      if (tid == 0) bulk_wait_group_read<0>();
+      if (T::kDqSplitKeys) named_bar_sync(kConsumerBarrier + c, 128);  // this consumer's key rows only
+      else named_bar_sync(kDsReadyBarrier, 256);                       // every key row of dSᵀ
+      compute_dq<T>(sm, sDs, c, tid);
     }
     reg_fence(acc_dv);
     reg_fence(acc_dk);
@@ -482,11 +541,16 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
     // Done with Q_i, dO_i, LSE_i, D_i. Every thread arrives (each releases its own reads of the
     // stats, which the stats warp overwrites next; one arrival per warp left racecheck a WAR).
     mbar_arrive(sm.empty(s));
-    float* dst = dQaccum + (tiles_base + std::size_t(i)) * (BM * D) +
-                 (T::kDqSplitKeys ? 0 : std::size_t(c) * (T::kSliceDq / 4));  // slice c of the tile
-    // Every key block before this one adds into tile i (causal ones too: they start at lower tiles).
-    const int turn = 2 * (w.start_n / T::BLOCK_N) + c;
-    reduce_dq<T>(sm.dq(c), dst, c, tid, dq_order + tiles_base + i, turn);
+    if (!T::kLagDq) reduce_into(i);
+    else if (n >= 1) reduce_into(i - 1);
+  }
+  if constexpr (T::kLagDq) {  // the last step's dQ
+    const int n = w.Tr - 1 - w.i_begin;
+    mbar_wait(sm.ds_full(n & 1), uint32_t(n / 2) & 1u);
+    if (tid == 0) bulk_wait_group_read<0>();
+    named_bar_sync(kConsumerBarrier + c, 128);
+    compute_dq<T>(sm, sm.ds(n & 1), c, tid);
+    reduce_into(w.Tr - 1);
   }
   const std::size_t base = p.head_offset(w.b, w.h);
   store_key_grads<T>(p, dK, acc_dk, p.scale, base, key_row, t4);
@@ -521,6 +585,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     for (int s = 0; s < T::kStages; ++s) {
       mbar_init(sm.full(s), 1 + 32);  // the TMA thread's expect_tx + the stats warp's lanes
       mbar_init(sm.empty(s), T::kConsumerThreads);
+    }
+    for (int b = 0; b < 2; ++b) {
+      mbar_init(sm.ds_full(b), T::kConsumerThreads);
+      mbar_init(sm.ds_free(b), T::kConsumerThreads);
     }
     mbar_fence_init();
   }
