@@ -489,42 +489,58 @@ std::string bwd_ws_table(const std::string& root) {
 }
 
 /// The newest run of bwd_ws.csv that timed a previous build (kernel wgmma-ws-before) beside this
-/// one: every wgmma-ws shape of it, the previous build, the dQ key-split build
-/// (wgmma-ws-keysplit) where timed, the deterministic variant and SDPA cuDNN (bnhd).
+/// one: every wgmma-ws shape of it, the other builds of that run (kernels wgmma-ws-LABEL, one column
+/// each, ÷ cuDNN for the previous build), the deterministic variant and SDPA cuDNN (bnhd).
 std::string bwd_ws_before_table(const std::string& root) {
   const Csv csv = read_csv(root + "/cuda/results/bwd_ws.csv");
   std::string run;
   for (const Row& r : rows_of(csv))
     if (r.str("kernel") == "wgmma-ws-before" && r.str("date") > run) run = r.str("date");
   if (run.empty()) throw InputError(csv.path + ": no rows of kernel 'wgmma-ws-before'");
+  using Shape = std::tuple<std::string, std::string, std::string>;  // (d, causal, N)
+  std::map<std::string, std::map<Shape, double>> builds;            // label -> shape -> TFLOP/s
+  std::vector<std::string> labels;                                  // in order of appearance, previous last
   std::vector<Row> rows;
-  std::map<std::tuple<std::string, std::string, std::string>, double> before, keys, det;  // (d, causal, N) -> TFLOP/s
+  const std::string prefix = "wgmma-ws-";
   for (const Row& r : rows_of(csv)) {
     if (r.str("date") != run) continue;
-    if (r.str("kernel") == "wgmma-ws-before") before[{r.str("d"), r.str("causal"), r.str("N")}] = r.num("tflops");
-    if (r.str("kernel") == "wgmma-ws-keysplit") keys[{r.str("d"), r.str("causal"), r.str("N")}] = r.num("tflops");
-    if (r.str("kernel") == "wgmma-ws-det") det[{r.str("d"), r.str("causal"), r.str("N")}] = r.num("tflops");
-    if (r.str("kernel") == "wgmma-ws") rows.push_back(r);
+    const std::string k = r.str("kernel");
+    if (k == "wgmma-ws") rows.push_back(r);
+    if (k.rfind(prefix, 0) != 0) continue;
+    const std::string label = k.substr(prefix.size());
+    if (!builds.count(label) && label != "before" && label != "det") labels.push_back(label);
+    builds[label][{r.str("d"), r.str("causal"), r.str("N")}] = r.num("tflops");
   }
+  labels.push_back("before");
+  labels.push_back("det");
+  const std::map<std::string, std::string> names{{"before", "previous build"},  {"det", "wgmma-ws-det"},
+                                                 {"keysplit", "dQ key split"}, {"nolag", "dQ not lagged"}};
   std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
     const auto key = [](const Row& r) { return std::make_tuple(-r.num("d"), r.num("causal"), r.num("N")); };
     return key(a) < key(b);
   });
+  std::vector<std::string> head{"d", "causal", "N", "wgmma-ws"};
+  for (const std::string& l : labels) head.push_back(names.count(l) ? names.at(l) : l);
+  for (const char* h : {"SDPA cuDNN", "÷ previous", "previous ÷ cuDNN", "÷ cuDNN"}) head.push_back(h);
   Markdown md;
-  md.header({"d", "causal", "N", "wgmma-ws", "dQ key split", "previous build", "wgmma-ws-det", "SDPA cuDNN",
-             "÷ previous", "previous ÷ cuDNN", "÷ cuDNN"});
+  md.header(head);
   for (const Row& r : rows) {
     const double ours = r.num("tflops");
-    const auto b = before.find({r.str("d"), r.str("causal"), r.str("N")});
-    const auto k = keys.find({r.str("d"), r.str("causal"), r.str("N")});
-    const auto dt = det.find({r.str("d"), r.str("causal"), r.str("N")});
-    const bool has_b = b != before.end(), cudnn = r.has("cudnn_bnhd_tflops");
-    md.line({r.str("d"), yes_no(r.str("causal")), r.str("N"), fmt("%.1f", ours),
-             k == keys.end() ? "–" : fmt("%.1f", k->second), has_b ? fmt("%.1f", b->second) : "–",
-             dt == det.end() ? "–" : fmt("%.1f", dt->second), cudnn ? fmt("%.1f", r.num("cudnn_bnhd_tflops")) : "–",
-             has_b ? ratio(ours, b->second, "%.2f×") : "–",
-             has_b && cudnn ? ratio(b->second, r.num("cudnn_bnhd_tflops"), "%.2f×") : "–",
-             cudnn ? ratio(ours, r.num("cudnn_bnhd_tflops"), "%.2f×") : "–"});
+    const Shape shape{r.str("d"), r.str("causal"), r.str("N")};
+    const auto of = [&](const std::string& l) -> std::optional<double> {
+      const auto& m = builds[l];
+      const auto it = m.find(shape);
+      return it == m.end() ? std::nullopt : std::optional<double>(it->second);
+    };
+    std::vector<std::string> cells{r.str("d"), yes_no(r.str("causal")), r.str("N"), fmt("%.1f", ours)};
+    for (const std::string& l : labels) cells.push_back(of(l) ? fmt("%.1f", *of(l)) : "–");
+    const bool cudnn = r.has("cudnn_bnhd_tflops");
+    const std::optional<double> before = of("before");
+    cells.push_back(cudnn ? fmt("%.1f", r.num("cudnn_bnhd_tflops")) : "–");
+    cells.push_back(before ? ratio(ours, *before, "%.2f×") : "–");
+    cells.push_back(before && cudnn ? ratio(*before, r.num("cudnn_bnhd_tflops"), "%.2f×") : "–");
+    cells.push_back(cudnn ? ratio(ours, r.num("cudnn_bnhd_tflops"), "%.2f×") : "–");
+    md.line(cells);
   }
   return run_line(run, rows.empty() ? "–" : rows.front().str("device")) + md.out.str();
 }
