@@ -91,14 +91,8 @@ constexpr DqSplit bwd_ws_dq_split(int head_dim, int block_m) {
   return head_dim == 128 ? DqSplit::columns : block_m == 128 ? DqSplit::rows : DqSplit::keys;
 }
 
-/// dQ one step late, the consumers out of step (BwdWsTraits::kLagDq); a build-time switch to time both.
-#ifndef FLASHLAB_BWD_WS_LAG_DQ
-#define FLASHLAB_BWD_WS_LAG_DQ 1
-#endif
-constexpr bool kBwdWsLagDq = FLASHLAB_BWD_WS_LAG_DQ != 0;
-
 template <int HEAD_DIM, bool kBf16_, bool kCausal_, bool kDeterministic_, int BLOCK_M_ = bwd_ws_block_m(HEAD_DIM),
-          DqSplit kDqSplit_ = bwd_ws_dq_split(HEAD_DIM, BLOCK_M_), bool kLagDq_ = kBwdWsLagDq>
+          DqSplit kDqSplit_ = bwd_ws_dq_split(HEAD_DIM, BLOCK_M_), bool kLagDq_ = kDeterministic_>
 struct BwdWsTraits {
   static constexpr bool kDeterministic = kDeterministic_;
   static constexpr int kHeadDim = HEAD_DIM;
@@ -110,7 +104,9 @@ struct BwdWsTraits {
   // serialises the wgmmas), so dV waits for dSᵀ there.
   static constexpr bool kDvBeforeGrads = BLOCK_M == 64;
   // dQ of step n computed during step n + 1 (column and row split; mbarriers ds_full, ds_free
-  // instead of the meeting at kDsReadyBarrier), the consumers half a step apart.
+  // instead of the meeting at kDsReadyBarrier), the consumers half a step apart. On by default in
+  // the deterministic kernel only: there it gives each ordered add a step of slack (+11–23 %);
+  // the plain kernel lost up to 6 % at d = 128 with it (docs/optimisation.md, Rung 10).
   static constexpr bool kLagDq = kLagDq_ && kDqSplit_ != DqSplit::keys;
   static constexpr int BLOCK_N = 128;  // Bc: keys per block, 64 per consumer (m of every wgmma)
   static constexpr int kConsumers = 2;
@@ -485,11 +481,11 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
   const int key_local = 64 * c + 16 * warp + lane / 4;  // this thread's key rows: key_local, + 8
   const int key_row = w.start_n + key_local;
   const std::size_t tiles_base = (std::size_t(w.b) * p.heads + w.h) * std::size_t(w.Tr);
-  // Every key block before this one adds into a tile first (causal ones too: they start lower).
-  const int turn = 2 * (w.start_n / T::BLOCK_N) + c;
   const auto reduce_into = [&](int i) {  // the staged slice → tile i (slice c of it unless keys)
     float* dst = dQaccum + (tiles_base + std::size_t(i)) * (BM * D) +
                  (T::kDqSplitKeys ? 0 : std::size_t(c) * (T::kSliceDq / 4));
+    // Every key block before this one adds into tile i first (causal ones too: they start lower).
+    const int turn = 2 * (w.start_n / T::BLOCK_N) + c;
     reduce_dq<T>(sm.dq(c), dst, c, tid, dq_order + tiles_base + i, turn);
   };
   float acc_dv[D / 2], acc_dk[D / 2];
@@ -586,10 +582,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       mbar_init(sm.full(s), 1 + 32);  // the TMA thread's expect_tx + the stats warp's lanes
       mbar_init(sm.empty(s), T::kConsumerThreads);
     }
-    for (int b = 0; b < 2; ++b) {
-      mbar_init(sm.ds_full(b), T::kConsumerThreads);
-      mbar_init(sm.ds_free(b), T::kConsumerThreads);
-    }
+    if constexpr (T::kLagDq)
+      for (int b = 0; b < 2; ++b) {
+        mbar_init(sm.ds_full(b), T::kConsumerThreads);
+        mbar_init(sm.ds_free(b), T::kConsumerThreads);
+      }
     mbar_fence_init();
   }
   __syncthreads();
