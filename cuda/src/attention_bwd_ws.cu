@@ -479,14 +479,123 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
   constexpr int BM = T::BLOCK_M, D = T::kHeadDim;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t4 = lane % 4;
   const int key_local = 64 * c + 16 * warp + lane / 4;  // this thread's key rows: key_local, + 8
-  const int key_row = w.start_n + key_local;
+  const int key_row = w.start_n + key_local, N = p.seq;
+  const uint32_t sK_c = sm.k() + uint32_t(c) * 64 * 128, sV_c = sm.v() + uint32_t(c) * 64 * 128;
   const std::size_t tiles_base = (std::size_t(w.b) * p.heads + w.h) * std::size_t(w.Tr);
-  const auto reduce_into = [&](int i) {  // the staged slice → tile i (slice c of it unless keys)
+  float acc_dv[D / 2], acc_dk[D / 2];
+#pragma unroll
+  for (int k = 0; k < D / 2; ++k) acc_dv[k] = acc_dk[k] = 0.f;
+  mbar_wait(sm.kv_full(), 0);
+
+  for (int i = w.i_begin, n = 0; i < w.Tr; ++i, ++n) {
+    const int s = n % T::kStages, q0 = i * BM;
+    mbar_wait(sm.full(s), uint32_t(n / T::kStages) & 1u);
+    float st[BM / 2], dpt[BM / 2];
+    wg_fence();
+    issue_transposed_scores<T>(st, sK_c, sm.q(s));
+    wg_commit();
+    issue_transposed_scores<T>(dpt, sV_c, sm.dO(s));
+    wg_commit();
+    // Pᵀ while dPᵀ is still on the tensor cores, then (kDvBeforeGrads) dV_c += Pᵀ dO_i while dSᵀ
+    // is computed.
+    wg_wait<1>();
+    reg_fence(st);
+    const bool need_mask = q0 + BM > N || w.start_n + T::BLOCK_N > N ||
+                           (T::kCausal && w.start_n + 64 * c + 63 > q0);
+    probs<T>(st, sm.stats(s), q0, key_row, N, need_mask, t4, p.scale_log2);
+    uint32_t pa[BM / 16][4], dsa[BM / 16][4];
+    if constexpr (T::kDvBeforeGrads) {
+      pack_a<T::kBf16, BM / 8>(st, pa);
+      wg_fence();
+      reg_fence(acc_dv);
+      reg_fence_u(pa);
+      issue_key_grad<T>(acc_dv, pa, sm.dO(s));
+      wg_commit();
+      wg_wait<1>();  // dPᵀ done; dV's product may still run
+      reg_fence(dpt);
+      grads<T>(st, dpt, sm.stats(s), t4);
+    } else {
+      wg_wait<0>();
+      reg_fence(dpt);
+      grads<T>(st, dpt, sm.stats(s), t4);
+      pack_a<T::kBf16, BM / 8>(st, pa);
+    }
+    pack_a<T::kBf16, BM / 8>(dpt, dsa);
+    // dK_c += dSᵀ Q_i: issued now, it runs while dSᵀ goes to SRAM.
+    wg_fence();
+    reg_fence(acc_dk);
+    reg_fence_u(dsa);
+    issue_key_grad<T>(acc_dk, dsa, sm.q(s));
+    if constexpr (!T::kDvBeforeGrads) {
+      reg_fence(acc_dv);
+      reg_fence_u(pa);
+      issue_key_grad<T>(acc_dv, pa, sm.dO(s));
+    }
+    wg_commit();
+    // dSᵀ of step n → buffer n & 1: the other consumer read buffer n & 1 last at step n − 2,
+    // before it arrived at step n − 1's barrier, which this consumer has passed. Key split: one
+    // buffer, this consumer's rows only, read by its own dQ product of step n − 1 (waited below).
+    const uint32_t sDs = sm.ds(n & 1);
+    store_ds<T>(sDs, dsa, key_local, t4);
+    // The dQ slice's previous bulk read (a step ago) done before the barrier, so the barrier
+    // also frees the slice for this step's partial.
+    if (tid == 0) bulk_wait_group_read<0>();
+    if (T::kDqSplitKeys) named_bar_sync(kConsumerBarrier + c, 128);  // this consumer's key rows only
+    else named_bar_sync(kDsReadyBarrier, 256);                       // every key row of dSᵀ
+    // One m64 row block of dQ at a time: 32 accumulator registers, not 64, at Br = 128.
+#pragma unroll
+    for (int m = 0; m < T::kRowBlocks; ++m) {
+      float dq[T::kDqCols / 2];
+      wg_fence();
+      issue_dq<T>(dq, sDs, sm.k(), c, m);
+      wg_commit();
+      wg_wait<0>();
+      reg_fence(dq);
+      stage_dq<T>(dq, sm.dq(c), m, tid);
+    }
+    reg_fence(acc_dv);
+    reg_fence(acc_dk);
+    reg_fence_u(pa);
+    reg_fence_u(dsa);
+    // Done with Q_i, dO_i, LSE_i, D_i. Every thread arrives (each releases its own reads of the
+    // stats, which the stats warp overwrites next; one arrival per warp left racecheck a WAR).
+    mbar_arrive(sm.empty(s));
     float* dst = dQaccum + (tiles_base + std::size_t(i)) * (BM * D) +
-                 (T::kDqSplitKeys ? 0 : std::size_t(c) * (T::kSliceDq / 4));
-    // Every key block before this one adds into tile i first (causal ones too: they start lower).
+                 (T::kDqSplitKeys ? 0 : std::size_t(c) * (T::kSliceDq / 4));  // slice c of the tile
+    // Every key block before this one adds into tile i (causal ones too: they start at lower tiles).
     const int turn = 2 * (w.start_n / T::BLOCK_N) + c;
     reduce_dq<T>(sm.dq(c), dst, c, tid, dq_order + tiles_base + i, turn);
+  }
+  const std::size_t base = p.head_offset(w.b, w.h);
+  store_key_grads<T>(p, dK, acc_dk, p.scale, base, key_row, t4);
+  store_key_grads<T>(p, dV, acc_dv, 1.f, base, key_row, t4);
+  if (tid == 0) bulk_wait_group<0>();  // no bulk reduction may still read SRAM when the block exits
+}
+
+/// consume() with dQ one step late (kLagDq): dSᵀ of step n goes to buffer n & 1 once both
+/// consumers' dQ of step n − 2 has read it (ds_free), dQ of step n − 1 is computed once both
+/// consumers' dSᵀ of step n − 1 is there (ds_full). Nothing makes the consumers meet, and consumer 1
+/// starts half a step after consumer 0 (its first products wait for consumer 0's first softmax).
+template <class T>
+__device__ void consume_lagged(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlock& w,
+                               float* __restrict__ dQaccum, int* __restrict__ dq_order, uint16_t* __restrict__ dK,
+                               uint16_t* __restrict__ dV, int c) {
+  static_assert(T::kLagDq, "the lagged schedule");
+  constexpr int BM = T::BLOCK_M, D = T::kHeadDim;
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t4 = lane % 4;
+  const int key_local = 64 * c + 16 * warp + lane / 4;  // this thread's key rows: key_local, + 8
+  const int key_row = w.start_n + key_local;
+  const std::size_t tiles_base = (std::size_t(w.b) * p.heads + w.h) * std::size_t(w.Tr);
+  const auto dq_of_step = [&](int n) {  // dSᵀ of step n → dQ → the accumulator tile of step n
+    mbar_wait(sm.ds_full(n & 1), uint32_t(n / 2) & 1u);
+    if (tid == 0) bulk_wait_group_read<0>();
+    named_bar_sync(kConsumerBarrier + c, 128);  // the staging slice is free
+    compute_dq<T>(sm, sm.ds(n & 1), c, tid);
+    mbar_arrive(sm.ds_free(n & 1));
+    const int i = w.i_begin + n;
+    float* dst = dQaccum + (tiles_base + std::size_t(i)) * (BM * D) + std::size_t(c) * (T::kSliceDq / 4);
+    // Every key block before this one adds into tile i first (causal ones too: they start lower).
+    return [=] { reduce_dq<T>(sm.dq(c), dst, c, tid, dq_order + tiles_base + i, 2 * (w.start_n / T::BLOCK_N) + c); };
   };
   float acc_dv[D / 2], acc_dk[D / 2];
 #pragma unroll
@@ -496,58 +605,33 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
   for (int i = w.i_begin, n = 0; i < w.Tr; ++i, ++n) {
     const int s = n % T::kStages;
     mbar_wait(sm.full(s), uint32_t(n / T::kStages) & 1u);
-    // Lagged dQ: consumer 1 starts its first products when consumer 0 starts its first softmax,
-    // and the two stay half a step apart (nothing makes them meet any more).
-    if (T::kLagDq && c == 1 && n == 0) named_bar_sync(kStaggerBarrier, 256);
+    if (c == 1 && n == 0) named_bar_sync(kStaggerBarrier, 256);
     uint32_t pa[BM / 16][4], dsa[BM / 16][4];
     key_grads_step<T>(p, sm, w, s, i * BM, c, key_row, t4, acc_dv, acc_dk, pa, dsa, [&] {
-      if (T::kLagDq && c == 0 && n == 0) named_bar_arrive(kStaggerBarrier, 256);
+      if (c == 0 && n == 0) named_bar_arrive(kStaggerBarrier, 256);
     });
-    const uint32_t sDs = sm.ds(n & 1);
-    if constexpr (T::kLagDq) {
-      // dSᵀ of step n → buffer n & 1 once both consumers' dQ of step n − 2 has read it; dQ of
-      // step n − 1 from the other buffer once both consumers' dSᵀ of step n − 1 is there.
-      if (n >= 2) mbar_wait(sm.ds_free(n & 1), uint32_t((n - 2) / 2) & 1u);
-      store_ds<T>(sDs, dsa, key_local, t4);
-      mbar_arrive(sm.ds_full(n & 1));
-      if (n >= 1) {
-        mbar_wait(sm.ds_full((n - 1) & 1), uint32_t((n - 1) / 2) & 1u);
-        if (tid == 0) bulk_wait_group_read<0>();
-        named_bar_sync(kConsumerBarrier + c, 128);  // the staging slice is free
-        compute_dq<T>(sm, sm.ds((n - 1) & 1), c, tid);
-        mbar_arrive(sm.ds_free((n - 1) & 1));
-      }
+    if (n >= 2) mbar_wait(sm.ds_free(n & 1), uint32_t((n - 2) / 2) & 1u);
+    store_ds<T>(sm.ds(n & 1), dsa, key_local, t4);
+    mbar_arrive(sm.ds_full(n & 1));
+    if (n >= 1) {
+      const auto reduce = dq_of_step(n - 1);
       wg_wait<0>();
+      reg_fence(acc_dv);
+      reg_fence(acc_dk);
+      reg_fence_u(pa);
+      reg_fence_u(dsa);
+      mbar_arrive(sm.empty(s));  // every thread: its reads of the stage's stats are done
+      reduce();
     } else {
-      // dSᵀ of step n → buffer n & 1: the other consumer read buffer n & 1 last at step n − 2,
-      // before it arrived at step n − 1's barrier, which this consumer has passed. Key split: one
-      // buffer, this consumer's rows only, read by its own dQ product of step n − 1.
-      store_ds<T>(sDs, dsa, key_local, t4);
-      // The dQ slice's previous bulk read (a step ago) done before the barrier, so the barrier
-      // also frees the slice for this step's partial.
-      if (tid == 0) bulk_wait_group_read<0>();
-      if (T::kDqSplitKeys) named_bar_sync(kConsumerBarrier + c, 128);  // this consumer's key rows only
-      else named_bar_sync(kDsReadyBarrier, 256);                       // every key row of dSᵀ
-      compute_dq<T>(sm, sDs, c, tid);
+      wg_wait<0>();
+      reg_fence(acc_dv);
+      reg_fence(acc_dk);
+      reg_fence_u(pa);
+      reg_fence_u(dsa);
+      mbar_arrive(sm.empty(s));
     }
-    reg_fence(acc_dv);
-    reg_fence(acc_dk);
-    reg_fence_u(pa);
-    reg_fence_u(dsa);
-    // Done with Q_i, dO_i, LSE_i, D_i. Every thread arrives (each releases its own reads of the
-    // stats, which the stats warp overwrites next; one arrival per warp left racecheck a WAR).
-    mbar_arrive(sm.empty(s));
-    if (!T::kLagDq) reduce_into(i);
-    else if (n >= 1) reduce_into(i - 1);
   }
-  if constexpr (T::kLagDq) {  // the last step's dQ
-    const int n = w.Tr - 1 - w.i_begin;
-    mbar_wait(sm.ds_full(n & 1), uint32_t(n / 2) & 1u);
-    if (tid == 0) bulk_wait_group_read<0>();
-    named_bar_sync(kConsumerBarrier + c, 128);
-    compute_dq<T>(sm, sm.ds(n & 1), c, tid);
-    reduce_into(w.Tr - 1);
-  }
+  dq_of_step(w.Tr - 1 - w.i_begin)();  // the last step's dQ
   const std::size_t base = p.head_offset(w.b, w.h);
   store_key_grads<T>(p, dK, acc_dk, p.scale, base, key_row, t4);
   store_key_grads<T>(p, dV, acc_dv, 1.f, base, key_row, t4);
@@ -597,7 +681,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     return;  // every load is consumed before the consumers exit
   }
   regs_claim<T::kConsumerRegs>();
-  consume<T>(p, sm, w, dQaccum, dq_order, dK, dV, wg - 1);
+  if constexpr (T::kLagDq) consume_lagged<T>(p, sm, w, dQaccum, dq_order, dK, dV, wg - 1);
+  else consume<T>(p, sm, w, dQaccum, dq_order, dK, dV, wg - 1);
 #else
   __trap();  // built without sm_90a: never launched
 #endif
