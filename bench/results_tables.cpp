@@ -514,7 +514,8 @@ std::string bwd_ws_before_table(const std::string& root) {
   labels.push_back("before");
   labels.push_back("det");
   const std::map<std::string, std::string> names{{"before", "previous build"},  {"det", "wgmma-ws-det"},
-                                                 {"keysplit", "dQ key split"}, {"nolag", "dQ not lagged"}};
+                                                 {"keysplit", "dQ key split"}, {"lag", "dQ lagged"},
+                                                 {"helpers", "helper-function build"}};
   std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
     const auto key = [](const Row& r) { return std::make_tuple(-r.num("d"), r.num("causal"), r.num("N")); };
     return key(a) < key(b);

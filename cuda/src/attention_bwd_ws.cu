@@ -38,9 +38,9 @@
 //     them; the thread only waits (bulk wait_group.read) before the next step's dSᵀ barrier,
 //     which then also frees the staging SRAM for that step's partial, a whole step later.
 // The accumulator is TILED as the atomic design's: per (b, h, query tile i) BLOCK_M·d contiguous
-// floats; inside a tile, consumer slice c (d = 128; one slice at d = 64) in wgmma fragment order:
-// float4 number t·128 + thread = the thread's accumulator registers 4t .. 4t+3 (rows r, r + 8 of
-// n-tile t). dq_convert_kernel maps it back to [B, N, H, d].
+// floats; inside a tile, consumer slice c (its columns or rows; one slice with the key split) in
+// wgmma fragment order: float4 number t·128 + thread = the thread's accumulator registers
+// 4t .. 4t+3 (rows r, r + 8 of n-tile t). dq_convert_kernel maps it back to [B, N, H, d].
 // Masks: only the tiles that need them (the last, ragged query or key tile; causal, the tiles
 // crossing the diagonal); masked entries get P = 0 by a select after 2^x (a masked 2^x may be
 // +inf and is discarded, never multiplied). Causal blocks start at the first query tile that sees
@@ -52,12 +52,14 @@
 // 2j + c (every earlier block, and consumer 0 before 1, has added its partial of that tile), adds,
 // waits until its add is performed in global memory, and increments the counter (release). The
 // waits never close a cycle: block j only waits on blocks j' < j, which the grid's order
-// launches no later, and which never wait on j.
+// launches no later, and which never wait on j. The deterministic kernel computes dQ one step late
+// (consume_lagged: mbarriers instead of the consumers' meeting), so each ordered add has a step
+// of slack before the next one waits on it.
 // Resources (ptxas, sm_90a): 168 registers at launch (384 threads, 1 block per SM), then 24 for the
-// producer and 240 for the consumers, no wgmma serialisation, no spills but 4 bytes in the
-// d = 64 causal and deterministic non-causal kernels; dynamic SRAM 198,696 bytes at d = 128 (K_j, V_j 64 KiB,
+// producer and 240 for the consumers, no wgmma serialisation, no spills but 4–8 bytes in the
+// d = 64 causal and deterministic kernels; dynamic SRAM 198,728 bytes at d = 128 (K_j, V_j 64 KiB,
 // 2 stages of Q_i, dO_i 64 KiB, 2 dSᵀ buffers 32 KiB, 2 dQ slices 32 KiB, stats, barriers,
-// alignment slack), 199,720 at d = 64 (Br = 128: K_j, V_j 32 KiB, stages 64 KiB, 2 dSᵀ buffers
+// alignment slack), 199,752 at d = 64 (Br = 128: K_j, V_j 32 KiB, stages 64 KiB, 2 dSᵀ buffers
 // 64 KiB, 2 dQ slices 32 KiB). The story and the measurements: docs/optimisation.md, Rungs 7, 10.
 #include "attention_bwd_tc.cuh"
 #include "common.hpp"
@@ -106,7 +108,7 @@ struct BwdWsTraits {
   // dQ of step n computed during step n + 1 (column and row split; mbarriers ds_full, ds_free
   // instead of the meeting at kDsReadyBarrier), the consumers half a step apart. On by default in
   // the deterministic kernel only: there it gives each ordered add a step of slack (+11–23 %);
-  // the plain kernel lost up to 6 % at d = 128 with it (docs/optimisation.md, Rung 10).
+  // the plain kernel lost up to 7 % at d = 128 with it (docs/optimisation.md, Rung 10).
   static constexpr bool kLagDq = kLagDq_ && kDqSplit_ != DqSplit::keys;
   static constexpr int BLOCK_N = 128;  // Bc: keys per block, 64 per consumer (m of every wgmma)
   static constexpr int kConsumers = 2;
