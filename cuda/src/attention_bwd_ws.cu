@@ -60,7 +60,7 @@
 // d = 64 causal and deterministic kernels; dynamic SRAM 198,728 bytes at d = 128 (K_j, V_j 64 KiB,
 // 2 stages of Q_i, dO_i 64 KiB, 2 dSᵀ buffers 32 KiB, 2 dQ slices 32 KiB, stats, barriers,
 // alignment slack), 199,752 at d = 64 (Br = 128: K_j, V_j 32 KiB, stages 64 KiB, 2 dSᵀ buffers
-// 64 KiB, 2 dQ slices 32 KiB). The story and the measurements: docs/optimisation.md, Rungs 7, 10.
+// 64 KiB, 2 dQ slices 32 KiB). The story and the measurements: docs/optimisation.md, Rungs 7, 11.
 #include "attention_bwd_tc.cuh"
 #include "common.hpp"
 #include "hopper.cuh"
@@ -77,7 +77,7 @@ namespace {
 
 /// Br of the kernel at head dim d: 128 query rows per step at d = 64 (the Sᵀ, dPᵀ products twice
 /// as wide, dV, dK twice as deep, half the steps), 64 at d = 128 (128 would need 64 more
-/// accumulator registers per consumer than the 240 it has). docs/optimisation.md, Rung 10.
+/// accumulator registers per consumer than the 240 it has). docs/optimisation.md, Rung 11.
 constexpr int bwd_ws_block_m(int head_dim) { return head_dim == 64 ? 128 : 64; }
 
 /// How the two consumers share the dQ_i partial = dS_ij K_j of a step.
@@ -108,7 +108,7 @@ struct BwdWsTraits {
   // dQ of step n computed during step n + 1 (column and row split; mbarriers ds_full, ds_free
   // instead of the meeting at kDsReadyBarrier), the consumers half a step apart. On by default in
   // the deterministic kernel only: there it gives each ordered add a step of slack (+11–23 %);
-  // the plain kernel lost up to 7 % at d = 128 with it (docs/optimisation.md, Rung 10).
+  // the plain kernel lost up to 7 % at d = 128 with it (docs/optimisation.md, Rung 11).
   static constexpr bool kLagDq = kLagDq_ && kDqSplit_ != DqSplit::keys;
   static constexpr int BLOCK_N = 128;  // Bc: keys per block, 64 per consumer (m of every wgmma)
   static constexpr int kConsumers = 2;
