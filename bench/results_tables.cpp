@@ -488,15 +488,15 @@ std::string bwd_ws_table(const std::string& root) {
   return run_line(run, rows.empty() ? "–" : rows.front().str("device")) + md.out.str();
 }
 
-/// The newest run of bwd_ws.csv that timed a previous build (kernel wgmma-ws-before) beside this
+/// The newest run of bwd_ws.csv that timed a previous build (kernel wgmma-ws-`before`) beside this
 /// one: every wgmma-ws shape of it, the other builds of that run (kernels wgmma-ws-LABEL, one column
-/// each, ÷ cuDNN for the previous build), the deterministic variant and SDPA cuDNN (bnhd).
-std::string bwd_ws_before_table(const std::string& root) {
+/// each, ÷ cuDNN for the previous build), the deterministic variant where timed and SDPA cuDNN (bnhd).
+std::string bwd_ws_before_table(const std::string& root, const std::string& before = "before") {
   const Csv csv = read_csv(root + "/cuda/results/bwd_ws.csv");
   std::string run;
   for (const Row& r : rows_of(csv))
-    if (r.str("kernel") == "wgmma-ws-before" && r.str("date") > run) run = r.str("date");
-  if (run.empty()) throw InputError(csv.path + ": no rows of kernel 'wgmma-ws-before'");
+    if (r.str("kernel") == "wgmma-ws-" + before && r.str("date") > run) run = r.str("date");
+  if (run.empty()) throw InputError(csv.path + ": no rows of kernel 'wgmma-ws-" + before + "'");
   using Shape = std::tuple<std::string, std::string, std::string>;  // (d, causal, N)
   std::map<std::string, std::map<Shape, double>> builds;            // label -> shape -> TFLOP/s
   std::vector<std::string> labels;                                  // in order of appearance, previous last
@@ -508,14 +508,16 @@ std::string bwd_ws_before_table(const std::string& root) {
     if (k == "wgmma-ws") rows.push_back(r);
     if (k.rfind(prefix, 0) != 0) continue;
     const std::string label = k.substr(prefix.size());
-    if (!builds.count(label) && label != "before" && label != "det") labels.push_back(label);
+    if (!builds.count(label) && label != before && label != "det") labels.push_back(label);
     builds[label][{r.str("d"), r.str("causal"), r.str("N")}] = r.num("tflops");
   }
-  labels.push_back("before");
-  labels.push_back("det");
-  const std::map<std::string, std::string> names{{"before", "previous build"},  {"det", "wgmma-ws-det"},
-                                                 {"keysplit", "dQ key split"}, {"lag", "dQ lagged"},
-                                                 {"helpers", "helper-function build"}};
+  labels.push_back(before);
+  if (builds.count("det")) labels.push_back("det");
+  const std::map<std::string, std::string> names{
+      {"before", "previous build"},     {"det", "wgmma-ws-det"},           {"keysplit", "dQ key split"},
+      {"lag", "dQ lagged"},             {"helpers", "helper-function build"}, {"repeat", "wgmma-ws, 2nd sweep"},
+      {"rung11", "Rung 11 build"},      {"rung11-repeat", "Rung 11 build, 2nd sweep"},
+      {"3stages", "3 stages"},          {"3stages-repeat", "3 stages, 2nd sweep"}};
   std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
     const auto key = [](const Row& r) { return std::make_tuple(-r.num("d"), r.num("causal"), r.num("N")); };
     return key(a) < key(b);
@@ -536,10 +538,10 @@ std::string bwd_ws_before_table(const std::string& root) {
     std::vector<std::string> cells{r.str("d"), yes_no(r.str("causal")), r.str("N"), fmt("%.1f", ours)};
     for (const std::string& l : labels) cells.push_back(of(l) ? fmt("%.1f", *of(l)) : "–");
     const bool cudnn = r.has("cudnn_bnhd_tflops");
-    const std::optional<double> before = of("before");
+    const std::optional<double> previous = of(before);
     cells.push_back(cudnn ? fmt("%.1f", r.num("cudnn_bnhd_tflops")) : "–");
-    cells.push_back(before ? ratio(ours, *before, "%.2f×") : "–");
-    cells.push_back(before && cudnn ? ratio(*before, r.num("cudnn_bnhd_tflops"), "%.2f×") : "–");
+    cells.push_back(previous ? ratio(ours, *previous, "%.2f×") : "–");
+    cells.push_back(previous && cudnn ? ratio(*previous, r.num("cudnn_bnhd_tflops"), "%.2f×") : "–");
     cells.push_back(cudnn ? ratio(ours, r.num("cudnn_bnhd_tflops"), "%.2f×") : "–");
     md.line(cells);
   }
@@ -1052,7 +1054,9 @@ const std::map<std::string, Renderer>& renderers() {
       {"tma_ws_checks", tma_ws_checks_table},
       {"bwd_ws_sweep", bwd_ws_table},
       {"bwd_ws_checks", bwd_ws_checks_table},
-      {"bwd_ws_before", bwd_ws_before_table},
+      {"bwd_ws_before", [](const std::string& r) { return bwd_ws_before_table(r); }},
+      // Rung 13: the ping-pong build beside the Rung 11 build and the three-stage one
+      {"bwd_ws_pingpong", [](const std::string& r) { return bwd_ws_before_table(r, "rung11"); }},
       {"mta_traffic", mta_traffic_table},
       {"mta_fast", mta_fast_table},
       {"mta_fast_checks", mta_fast_checks_table},

@@ -32,6 +32,9 @@
 //     d = 64 (Br = 128): consumer c computes query rows [64c, 64c + 64) over all 128 keys (the
 //     same meeting). DqSplit::keys, each consumer all rows over its own 64 keys with no meeting
 //     (both add a whole tile: twice the L2 reductions), stays selectable.
+//     d = 128, ping-pong: the consumers take turns at issuing Sᵀ, dPᵀ (two named barriers), so
+//     consumer 0's products reach the tensor cores first and its softmax runs beside consumer 1's
+//     products instead of at the same time as consumer 1's softmax.
 //   - The dQ partial goes registers → SRAM (fragment order, 16-byte stores, no bank conflicts)
 //     and one thread per consumer issues ONE bulk reduction (cp.reduce.async.bulk .add.f32,
 //     tensor_core.cuh) into the fp32 accumulator: the adds happen in L2, the warps never wait on
@@ -60,7 +63,7 @@
 // d = 64 causal and deterministic kernels; dynamic SRAM 198,728 bytes at d = 128 (K_j, V_j 64 KiB,
 // 2 stages of Q_i, dO_i 64 KiB, 2 dSᵀ buffers 32 KiB, 2 dQ slices 32 KiB, stats, barriers,
 // alignment slack), 199,752 at d = 64 (Br = 128: K_j, V_j 32 KiB, stages 64 KiB, 2 dSᵀ buffers
-// 64 KiB, 2 dQ slices 32 KiB). The story and the measurements: docs/optimisation.md, Rungs 7, 11.
+// 64 KiB, 2 dQ slices 32 KiB). The story and the measurements: docs/optimisation.md, Rungs 7, 11, 13.
 #include "attention_bwd_tc.cuh"
 #include "common.hpp"
 #include "hopper.cuh"
@@ -94,7 +97,8 @@ constexpr DqSplit bwd_ws_dq_split(int head_dim, int block_m) {
 }
 
 template <int HEAD_DIM, bool kBf16_, bool kCausal_, bool kDeterministic_, int BLOCK_M_ = bwd_ws_block_m(HEAD_DIM),
-          DqSplit kDqSplit_ = bwd_ws_dq_split(HEAD_DIM, BLOCK_M_), bool kLagDq_ = kDeterministic_>
+          DqSplit kDqSplit_ = bwd_ws_dq_split(HEAD_DIM, BLOCK_M_), bool kLagDq_ = kDeterministic_,
+          bool kPingPong_ = HEAD_DIM == 128, int kStages_ = 2>
 struct BwdWsTraits {
   static constexpr bool kDeterministic = kDeterministic_;
   static constexpr int kHeadDim = HEAD_DIM;
@@ -114,7 +118,13 @@ struct BwdWsTraits {
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kConsumerThreads = 128 * kConsumers;  // arrivals on empty[s]
-  static constexpr int kStages = 2;
+  // Q_i, dO_i stages: a third fits at d = 128 (232,024 bytes) but measured level with two
+  // (docs/optimisation.md, Rung 13).
+  static constexpr int kStages = kStages_;
+  // Ping-pong: the consumers take turns at issuing Sᵀ, dPᵀ (named barriers kTurnBarrier + c), so
+  // consumer 0's products run first and its Pᵀ overlaps consumer 1's (the forward's order, Rung 5).
+  // +2–5 % at d = 128 (Rung 13); not measured at d = 64 (Br = 128), so off there.
+  static constexpr bool kPingPong = kPingPong_ && !kLagDq;
   static constexpr int kColBlocks = HEAD_DIM / 64;  // TMA boxes (64 columns) per tile
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register file");
@@ -157,6 +167,8 @@ struct BwdWsTraits {
 constexpr int kDsReadyBarrier = 1, kConsumerBarrier = 2;  // 2 and 3
 /// Lagged dQ: consumer 1's first products wait for consumer 0's first softmax.
 constexpr int kStaggerBarrier = 4;
+/// Ping-pong: consumer c waits for its turn at kTurnBarrier + c (5 and 6).
+constexpr int kTurnBarrier = 5;
 
 template <class T>
 struct BwdWsSmem {
@@ -488,16 +500,20 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
 #pragma unroll
   for (int k = 0; k < D / 2; ++k) acc_dv[k] = acc_dk[k] = 0.f;
   mbar_wait(sm.kv_full(), 0);
+  if (T::kPingPong && c == 1) named_bar_arrive(kTurnBarrier, 256);  // consumer 0 takes the first turn
 
   for (int i = w.i_begin, n = 0; i < w.Tr; ++i, ++n) {
     const int s = n % T::kStages, q0 = i * BM;
     mbar_wait(sm.full(s), uint32_t(n / T::kStages) & 1u);
     float st[BM / 2], dpt[BM / 2];
+    if (T::kPingPong) named_bar_sync(kTurnBarrier + c, 256);
     wg_fence();
     issue_transposed_scores<T>(st, sK_c, sm.q(s));
     wg_commit();
     issue_transposed_scores<T>(dpt, sV_c, sm.dO(s));
     wg_commit();
+    // The other consumer's turn; consumer 1's last hands none on (no arrival left at exit).
+    if (T::kPingPong && (c == 0 || i + 1 < w.Tr)) named_bar_arrive(kTurnBarrier + (c ^ 1), 256);
     // Pᵀ while dPᵀ is still on the tensor cores, then (kDvBeforeGrads) dV_c += Pᵀ dO_i while dSᵀ
     // is computed.
     wg_wait<1>();
@@ -582,7 +598,7 @@ template <class T>
 __device__ void consume_lagged(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlock& w,
                                float* __restrict__ dQaccum, int* __restrict__ dq_order, uint16_t* __restrict__ dK,
                                uint16_t* __restrict__ dV, int c) {
-  static_assert(T::kLagDq, "the lagged schedule");
+  static_assert(T::kLagDq && !T::kPingPong, "the lagged schedule (its consumers are out of step already)");
   constexpr int BM = T::BLOCK_M, D = T::kHeadDim;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t4 = lane % 4;
   const int key_local = 64 * c + 16 * warp + lane / 4;  // this thread's key rows: key_local, + 8
