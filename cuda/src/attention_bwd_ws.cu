@@ -123,7 +123,7 @@ struct BwdWsTraits {
   static constexpr int kStages = kStages_;
   // Ping-pong: the consumers take turns at issuing Sᵀ, dPᵀ (named barriers kTurnBarrier + c), so
   // consumer 0's products run first and its Pᵀ overlaps consumer 1's (the forward's order, Rung 5).
-  // +2–5 % at d = 128 (Rung 13); not measured at d = 64 (Br = 128), so off there.
+  // +2–4 % at d = 128 (Rung 13); not measured at d = 64 (Br = 128), so off there.
   static constexpr bool kPingPong = kPingPong_ && !kLagDq;
   static constexpr int kColBlocks = HEAD_DIM / 64;  // TMA boxes (64 columns) per tile
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
