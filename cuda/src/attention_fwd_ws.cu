@@ -70,6 +70,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 namespace flashlab::cuda::detail {
@@ -83,7 +84,7 @@ namespace {
 /// two chains (wgmma_fwd_step.cuh, online_softmax); kSplitEmpty_: K_j and V_j of a stage released
 /// apart (below). Which one runs: launch_ws_d.
 template <int HEAD_DIM, bool kBf16_, bool kCausal_, int kConsumers_ = 2, int kStages_ = 3, bool kOverlap_ = false,
-          bool kShortChains_ = false, int kBlockN_ = 128, bool kSplitEmpty_ = false>
+          bool kShortChains_ = false, int kBlockN_ = 128, bool kSplitEmpty_ = false, bool kStaleMax_ = false>
 struct WsTraits {
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr bool kBf16 = kBf16_;
@@ -101,6 +102,8 @@ struct WsTraits {
   // K_j and V_j released apart: k_empty[s] once S_ij is done, v_empty[s] once P_ij·V_j is; the
   // producer loads K_j ahead of V_(j−1), so a stage of keys is refilled a turn earlier.
   static constexpr bool kSplitEmpty = kSplitEmpty_;
+  // m_i moved only past a jump of 2^8 (wgmma_fwd_step.cuh, online_softmax_stale); short chains.
+  static constexpr bool kStaleMax = kStaleMax_;
   static constexpr int kColBlocks = HEAD_DIM / 64;          // TMA boxes (64 columns) per tile
   // setmaxnreg: the producer keeps 24, the consumers share the rest of the 64 Ki registers.
   static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 2 ? 240 : 160;
@@ -233,6 +236,7 @@ __device__ void produce(const WsSmem<T>& sm, const WsSchedule<T>& sched, const C
 using wgmma_step::issue_pv;
 using wgmma_step::issue_qk;
 using wgmma_step::online_softmax;
+using wgmma_step::online_softmax_stale;
 using wgmma_step::pack_p;
 using wgmma_step::rescale_o;
 using wgmma_step::store_o_lse;
@@ -243,6 +247,18 @@ template <class T>
 __device__ __forceinline__ void issue_pv_ws(float (&o)[T::kHeadDim / 2], const uint32_t (&pa)[T::BLOCK_N / 16][4],
                                             uint32_t sV) {
   issue_pv<T>(o, pa, sV, T::BLOCK_N * 128, 1024);
+}
+
+/// The softmax of this traits' choice on S_ij (key tile from key0): online_softmax, or with
+/// kStaleMax its stale-maximum form.
+template <class T>
+__device__ __forceinline__ bool softmax_step(float (&s_acc)[T::BLOCK_N / 2], float (&m_i)[2], float (&l_i)[2],
+                                             float (&alpha)[2], int key0, int N, int row_base, bool need_mask, int t4,
+                                             float scale_log2) {
+  if constexpr (T::kStaleMax)
+    return online_softmax_stale<T>(s_acc, m_i, l_i, alpha, key0, N, row_base, need_mask, t4, scale_log2);
+  else
+    return online_softmax<T, T::kShortChains>(s_acc, m_i, l_i, alpha, key0, N, row_base, need_mask, t4, scale_log2);
 }
 
 /// P_ij → 16-bit A fragments `pa`, then O_i = diag(alpha) O_i if any row of the warp moved its
@@ -300,7 +316,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   reg_fence(s_acc);
   if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(stage(0)));  // done with K_0
   float alpha[2];
-  bool moved = online_softmax<T, T::kShortChains>(s_acc, m_i, l_i, alpha, 0, N, row_base, need_mask(0), t4, scale_log2);
+  bool moved = softmax_step<T>(s_acc, m_i, l_i, alpha, 0, N, row_base, need_mask(0), t4, scale_log2);
   pack_rescale<T>(s_acc, pa, o, alpha, moved);
   // Tile j: S_ij with P_i(j−1)·V_(j−1) in one turn; the softmax of tile j overlaps the other
   // warpgroups' turns (and with kOverlap this warpgroup's own P·V too).
@@ -322,8 +338,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
       wg_wait<1>();  // S_ij done; P_i(j−1)·V_(j−1) may still run: O_i and pa stay untouched
       reg_fence(s_acc);
       if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
-      moved = online_softmax<T, T::kShortChains>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4,
-                                                 scale_log2);
+      moved = softmax_step<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
       wg_wait<0>();
       reg_fence(o);
       reg_fence_u(pa);
@@ -335,8 +350,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
       reg_fence_u(pa);
       if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
       if (lane == 0) release_after_pv<T>(sm, sp);
-      moved = online_softmax<T, T::kShortChains>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4,
-                                                 scale_log2);
+      moved = softmax_step<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
     }
     pack_rescale<T>(s_acc, pa, o, alpha, moved);
   }
@@ -459,6 +473,15 @@ bool ws_wide_keys(const Problem& p) {
   return padded * 100 <= p.seq * 101LL;
 }
 
+/// A/B switch while the stale maximum is measured: FLASHLAB_WS_STALE_MAX=0 runs the previous kernel.
+bool ws_stale_max() {
+  static const bool on = [] {
+    const char* v = std::getenv("FLASHLAB_WS_STALE_MAX");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
+
 /// The configuration per head dim: d = 64, two or three consumer warpgroups (ws_three_consumers),
 /// both with the intra-warpgroup overlap; d = 128, two consumer warpgroups, the overlap only
 /// without a causal mask (measured +0.5–1.3 % non-causal, mixed causal). The short reduction
@@ -475,7 +498,9 @@ void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, 
       else launch_ws_one<WsTraits<64, kBf16, true, 2, 3, true>>(p, Q, K, V, O, LSE, sms, stream);
     } else {
       using Three = WsTraits<64, kBf16, false, 3, 3, true, true, 128, true>;
-      if (three) launch_ws_one<Three>(p, Q, K, V, O, LSE, sms, stream);
+      using ThreeStale = WsTraits<64, kBf16, false, 3, 3, true, true, 128, true, true>;
+      if (three && ws_stale_max()) launch_ws_one<ThreeStale>(p, Q, K, V, O, LSE, sms, stream);
+      else if (three) launch_ws_one<Three>(p, Q, K, V, O, LSE, sms, stream);
       else launch_ws_one<WsTraits<64, kBf16, false, 2, 3, true, true>>(p, Q, K, V, O, LSE, sms, stream);
     }
   } else {

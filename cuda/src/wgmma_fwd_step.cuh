@@ -132,6 +132,67 @@ __device__ __forceinline__ bool online_softmax(float (&s_acc)[T::BLOCK_N / 2], f
   return max_moved;
 }
 
+/// FlashAttention-4's stale maximum on top of online_softmax (non-causal, short chains): m_i is
+/// moved only when some score of the warp's rows exceeds it by more than kStaleMaxLog2 (2^8: P_ij
+/// then stays ≤ 256, well inside the range of fp16's P and fp32's O_i and l_i). A thread first takes the
+/// maxima of its own quarter of each row (a tree, no shuffle); if no thread of the warp sees a
+/// score above m_i + kStaleMaxLog2, P = 2^(S·scale·log2 e − m_i) right away with the old m_i
+/// (alpha = 1, l_i += rowsum(P), O_i untouched): the shuffles, the new maximum and alpha leave the
+/// exponentials' path. Otherwise (the first key tile, a real jump) the new m_i as online_softmax
+/// takes it (short chains: the sum in two chains). O_i,
+/// l_i and LSE_i = m_i + log2(l_i) all refer to the same m_i, so the result is the same function.
+inline constexpr float kStaleMaxLog2 = 8.f;
+
+template <class T>
+__device__ __forceinline__ bool online_softmax_stale(float (&s_acc)[T::BLOCK_N / 2], float (&m_i)[2], float (&l_i)[2],
+                                                     float (&alpha)[2], int key0, int N, int row_base, bool need_mask,
+                                                     int t4, float scale_log2) {
+  static_assert(T::kShortChains, "the stale maximum keeps the short chains' tree and two sums");
+  constexpr int kTiles = T::BLOCK_N / 8;
+  if (need_mask) mask_scores<T>(s_acc, key0, N, row_base, t4);
+  float mx[2];  // this thread's quarter of each row
+  bool jump = false;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float part[kTiles];
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) part[t] = fmaxf(s_acc[4 * t + 2 * r], s_acc[4 * t + 2 * r + 1]);
+    mx[r] = tree_max<kTiles>(part);
+    // !(a <= b) and m_i > −inf: a row without a finite m_i yet (tile 0) or a NaN maximum jumps.
+    jump |= !(m_i[r] > -INFINITY && mx[r] * scale_log2 <= m_i[r] + kStaleMaxLog2);
+  }
+  float m_ref[2] = {m_i[0], m_i[1]};
+  alpha[0] = alpha[1] = 1.f;
+  const bool warp_jumps = __any_sync(0xffffffffu, jump);
+  bool max_moved = false;
+  if (warp_jumps) {  // as online_softmax: the row maxima over the 4 threads of a row, a new m_i
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float m = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      const float m_new = fmaxf(m_i[r], m * scale_log2);
+      m_ref[r] = m_new == -INFINITY ? 0.f : m_new;  // every key masked so far: P = 0, no NaN
+      alpha[r] = ex2(m_i[r] - m_ref[r]);
+      max_moved |= m_new != m_i[r];
+      m_i[r] = m_new;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float pv = ex2(fmaf(s_acc[4 * t + 2 * r + e], scale_log2, -m_ref[r]));
+        s_acc[4 * t + 2 * r + e] = pv;
+        sum[e] += pv;
+      }
+    l_i[r] = l_i[r] * alpha[r] + (sum[0] + sum[1]);
+  }
+  return max_moved;
+}
+
 /// O_i = diag(alpha) O_i on this thread's two rows.
 template <int D>
 __device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&alpha)[2]) {

@@ -22,6 +22,8 @@
 #include "flashlab/cuda/options.hpp"
 #include "flashlab/reference/attention.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -48,6 +50,9 @@ struct FastCase {
   // tile (by more than the kernel's rescale slack of 2^8), exercising the late rescale of acc.
   double k_ramp = 0.0;
   fc::FastForwardKernel kernel = fc::FastForwardKernel::mma_sync;  // which forward runs
+  // large: every Q entry ±800 and the K entries of the second half of the keys ±800 (scores of
+  // ~1e5, then ~1e7 in exact ties: one-hot rows whose maximum jumps by far more than 2^8 mid-row).
+  bool large = false;
 };
 
 double g_worst_O = 0.0, g_worst_LSE = 0.0;
@@ -58,7 +63,7 @@ void check_fast(const FastCase& c) {
   const std::string label = std::string(bf16 ? "bf16" : "fp16") + " B=" + std::to_string(c.batch) +
                             " N=" + std::to_string(c.seq) + " H=" + std::to_string(c.heads) +
                             " d=" + std::to_string(c.head_dim) + (c.causal ? " causal" : "") +
-                            (c.k_ramp > 0.0 ? " k-ramp" : "") +
+                            (c.k_ramp > 0.0 ? " k-ramp" : "") + (c.large ? " ±800" : "") +
                             (c.kernel == fc::FastForwardKernel::mma_sync ? "" : std::string(" ") + fc::to_string(c.kernel));
   INFO(label << " seed=" << seed << " (rerun with FLASHLAB_TEST_SEED)");
   const fr::Shape shape{std::size_t(c.batch), std::size_t(c.seq), std::size_t(c.heads), std::size_t(c.head_dim)};
@@ -66,6 +71,16 @@ void check_fast(const FastCase& c) {
   fr::fill_normal(q0, seed);
   fr::fill_normal(k0, seed + 1);
   fr::fill_normal(v0, seed + 2);
+  if (c.large) {
+    const std::size_t row = shape.heads * shape.head_dim;  // elements per token ([B, N, H, d])
+    for (std::size_t i = 0; i < q0.numel(); ++i) q0.data()[i] = q0.data()[i] < 0 ? -800.0 : 800.0;
+    for (std::size_t b = 0; b < shape.batch; ++b)
+      for (std::size_t n = shape.seq / 2; n < shape.seq; ++n)
+        for (std::size_t e = 0; e < row; ++e) {
+          double& x = k0.data()[(b * shape.seq + n) * row + e];
+          x = x < 0 ? -800.0 : 800.0;
+        }
+  }
   if (c.k_ramp > 0.0) {
     const std::size_t row = shape.heads * shape.head_dim;  // elements per token ([B, N, H, d])
     for (std::size_t b = 0; b < shape.batch; ++b)
@@ -106,6 +121,53 @@ void check_fast(const FastCase& c) {
   // 1.0–1.4×), so a subtle bug that stays under 1e-2 still fails.
   CHECK(eO <= 2.0 * e_floor + 1e-7);
   CHECK(eL <= kTolLSE);
+}
+
+// One NaN in V (key `nan_key`, head 0, column 5) must come out as NaN in O wherever the float64
+// reference has NaN (that column of every row of head 0 that sees the key) and nowhere else; the
+// finite entries still match the reference.
+void check_nan_in_v(const FastCase& c, int nan_key) {
+  const unsigned long long seed = fresh_seed();
+  INFO("NaN in V: N=" << c.seq << " H=" << c.heads << " d=" << c.head_dim << (c.causal ? " causal" : "")
+                      << " seed=" << seed);
+  const fr::Shape shape{std::size_t(c.batch), std::size_t(c.seq), std::size_t(c.heads), std::size_t(c.head_dim)};
+  fr::Tensor<double> q0(shape), k0(shape), v0(shape), Qd(shape), Kd(shape), Vd(shape);
+  fr::fill_normal(q0, seed);
+  fr::fill_normal(k0, seed + 1);
+  fr::fill_normal(v0, seed + 2);
+  v0.data()[std::size_t(nan_key) * shape.heads * shape.head_dim + 5] = std::nan("");
+  const auto Qb = round_to_16(q0, c.dtype, Qd), Kb = round_to_16(k0, c.dtype, Kd), Vb = round_to_16(v0, c.dtype, Vd);
+  fr::AttentionProblem cfg;
+  cfg.batch = shape.batch;
+  cfg.seq = shape.seq;
+  cfg.heads = shape.heads;
+  cfg.head_dim = shape.head_dim;
+  cfg.causal = c.causal;
+  cfg.dtype = c.dtype;
+  const auto ref = fr::naive_forward<double>(cfg, Qd, Kd, Vd);
+  const auto got = fc::fast_attention_forward(cfg, c.kernel, Qb, Kb, Vb);
+  REQUIRE(got.O.size() == ref.O.numel());
+  std::size_t nan_ref = 0, nan_missing = 0, nan_extra = 0;
+  double ref_max = 0.0, worst = 0.0;
+  for (std::size_t i = 0; i < ref.O.numel(); ++i)
+    if (!std::isnan(ref.O.data()[i])) ref_max = std::max(ref_max, std::abs(ref.O.data()[i]));
+  for (std::size_t i = 0; i < ref.O.numel(); ++i) {
+    const double r = ref.O.data()[i], g = flashlab::test::to_float(got.O[i], c.dtype);
+    if (std::isnan(r)) {
+      ++nan_ref;
+      nan_missing += !std::isnan(g);
+    } else if (std::isnan(g)) {
+      ++nan_extra;
+    } else {
+      worst = std::max(worst, std::abs(g - r) / ref_max);
+    }
+  }
+  std::printf("  NaN in V, N=%d d=%d%s: %zu NaN expected, %zu missing, %zu extra, finite O error %.3e\n", c.seq,
+              c.head_dim, c.causal ? " causal" : "", nan_ref, nan_missing, nan_extra, worst);
+  CHECK(nan_ref > 0);
+  CHECK(nan_missing == 0);
+  CHECK(nan_extra == 0);
+  CHECK(worst <= kTolO);
 }
 
 void report(const char* name) {
@@ -248,6 +310,27 @@ TEST_CASE("tma-ws forward, odd query tile counts over several rounds, equals the
   check_fast({1, 400, 150, 64, false, kBf16, 0.0, kTmaWs});   // Br = 192, Tr = 3, 450 units
   check_fast({1, 400, 150, 64, false, kBf16, 19.0, kTmaWs});  // late rescales
   report("tma-ws odd tiles");
+}
+
+// Adversarial values on every configuration of the tma-ws forward (d = 64 with Br = 128 and 192,
+// d = 128 with Bc = 128 and 192; the stale maximum of online_softmax_stale must still move when a
+// score jumps by more than 2^8): ±800 entries, and a NaN in V that must reach O.
+TEST_CASE("tma-ws forward, ±800 values and a NaN in V", "[fast][fast-ws][fast-sanitize]") {
+  if (!wgmma_in_build()) return;
+  for (bool causal : {false, true}) {
+    check_fast({1, 300, 2, 64, causal, kBf16, 0.0, kTmaWs, true});     // Br = 128
+    check_fast({1, 400, 150, 64, causal, kBf16, 0.0, kTmaWs, true});   // Br = 192 (non-causal; causal 128)
+    check_fast({1, 384, 2, 128, causal, kBf16, 0.0, kTmaWs, true});    // non-causal: Bc = 192
+    check_fast({1, 300, 2, 128, causal, kFp16, 0.0, kTmaWs, true});    // Bc = 128
+  }
+  check_fast({1, 193, 400, 64, true, kBf16, 0.0, kTmaWs, true});  // causal Br = 192
+  for (bool causal : {false, true}) {
+    check_nan_in_v({1, 400, 150, 64, causal, kBf16, 0.0, kTmaWs}, 0);
+    // Causal: a NaN under the mask would reach the masked rows as 0·NaN in P·V; key 0 is seen by all.
+    check_nan_in_v({1, 300, 2, 64, causal, kBf16, 0.0, kTmaWs}, causal ? 0 : 250);
+    check_nan_in_v({1, 384, 2, 128, causal, kBf16, 0.0, kTmaWs}, 0);
+  }
+  report("tma-ws ±800");
 }
 
 // Non-causal lengths around the wider key tiles (Bc = 192 at d = 128 where the last tile pads N by
