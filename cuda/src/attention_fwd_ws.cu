@@ -44,6 +44,9 @@
 //     cannot hide a softmax; two can.
 //   - Short reduction chains (kShortChains; non-causal): the row maximum of S_ij as a tree, the row
 //     sum of P_ij in two chains, so the exponentials wait fewer dependent steps.
+//   - A stale row maximum (kStaleMax; d = 64, three consumers, non-causal): m_i moves only when a
+//     score passes it by more than 2^8 (FlashAttention-4's rule), so in the common case the
+//     exponentials wait for no shuffle, no new maximum and no alpha, and O_i is never rescaled.
 //   - Lazy rescale (as the mma.sync forward): O_i = diag(alpha) O_i only when some row of the warp
 //     saw its maximum move (a warp vote; alpha = 1 exactly otherwise).
 //   - Masks only on tiles that need them (the last, ragged key tile; causal: the tile on a
@@ -56,7 +59,7 @@
 // K and V released apart; Bc = 192: 2 stages × 96 KiB, 230,480), d = 64: 115,800 B (Br = 128) or
 // 124,016 B (Br = 192, released apart).
 // Measured (H100, bf16, H = 16, beside SDPA): the runs and the profiles are in
-// docs/optimisation.md (Rungs 5, 6, 8, 9 and 10) and cuda/results/fwd_tma_ws.csv.
+// docs/optimisation.md (Rungs 5, 6, 8, 9, 10 and 12) and cuda/results/fwd_tma_ws.csv.
 #include "common.hpp"
 #include "hopper.cuh"
 #include "launchers.hpp"
@@ -70,7 +73,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 namespace flashlab::cuda::detail {
@@ -473,21 +475,14 @@ bool ws_wide_keys(const Problem& p) {
   return padded * 100 <= p.seq * 101LL;
 }
 
-/// A/B switch while the stale maximum is measured: FLASHLAB_WS_STALE_MAX=0 runs the previous kernel.
-bool ws_stale_max() {
-  static const bool on = [] {
-    const char* v = std::getenv("FLASHLAB_WS_STALE_MAX");
-    return v == nullptr || std::string(v) != "0";
-  }();
-  return on;
-}
-
 /// The configuration per head dim: d = 64, two or three consumer warpgroups (ws_three_consumers),
 /// both with the intra-warpgroup overlap; d = 128, two consumer warpgroups, the overlap only
 /// without a causal mask (measured +0.5–1.3 % non-causal, mixed causal). The short reduction
 /// chains without a causal mask only (measured +0.8–2 % at N ≥ 8192, up to +8 % at 2048; causal
 /// d = 64 lost 4–5 % at N ≥ 8192). Without a causal mask the K/V stages are released apart (d = 64
 /// with three consumers, d = 128) and d = 128 takes the wider key tiles where ws_wide_keys says.
+/// d = 64 with three consumers and no causal mask keeps a stale row maximum (kStaleMax: measured
+/// +10–11 % at N = 4096…16384; the other configurations were not timed with it).
 template <int D, bool kBf16>
 void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
                  cudaStream_t stream) {
@@ -497,10 +492,8 @@ void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, 
       if (three) launch_ws_one<WsTraits<64, kBf16, true, 3, 3, true>>(p, Q, K, V, O, LSE, sms, stream);
       else launch_ws_one<WsTraits<64, kBf16, true, 2, 3, true>>(p, Q, K, V, O, LSE, sms, stream);
     } else {
-      using Three = WsTraits<64, kBf16, false, 3, 3, true, true, 128, true>;
-      using ThreeStale = WsTraits<64, kBf16, false, 3, 3, true, true, 128, true, true>;
-      if (three && ws_stale_max()) launch_ws_one<ThreeStale>(p, Q, K, V, O, LSE, sms, stream);
-      else if (three) launch_ws_one<Three>(p, Q, K, V, O, LSE, sms, stream);
+      using Three = WsTraits<64, kBf16, false, 3, 3, true, true, 128, true, true>;  // + the stale maximum
+      if (three) launch_ws_one<Three>(p, Q, K, V, O, LSE, sms, stream);
       else launch_ws_one<WsTraits<64, kBf16, false, 2, 3, true, true>>(p, Q, K, V, O, LSE, sms, stream);
     }
   } else {
