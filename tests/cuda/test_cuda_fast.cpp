@@ -121,7 +121,7 @@ void check_fast(const FastCase& c) {
   // 1.0–1.4×), so a subtle bug that stays under 1e-2 still fails. ±800 values: rows of one or a
   // few tied keys, whose P (2^δ, δ the fp32 rounding of m_i at scores of ~1e7) is rounded to 16
   // bits while l_i is not, and O_i then rounded again: two unit roundoffs of the dtype more (2^-7
-  // bf16, 2^-10 fp16; measured up to 4.0× the floor, 0.62× this bound, causal Br = 192).
+  // bf16, where kTolO then binds; 2^-10 fp16; measured up to 4.0× the floor, 0.62× this bound).
   const double p_rounding = c.large ? (bf16 ? 0x1p-7 : 0x1p-10) : 0.0;
   CHECK(eO <= 2.0 * e_floor + p_rounding + 1e-7);
   CHECK(eL <= kTolLSE);
