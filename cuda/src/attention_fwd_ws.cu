@@ -46,7 +46,7 @@
 //     sum of P_ij in two chains, so the exponentials wait fewer dependent steps.
 //   - A stale row maximum (kStaleMax; d = 64, three consumers, non-causal): m_i moves only when a
 //     score passes it by more than 2^8 (FlashAttention-4's rule), so in the common case the
-//     exponentials wait for no shuffle, no new maximum and no alpha, and O_i is never rescaled.
+//     exponentials wait for no shuffle, no new maximum and no alpha, and O_i is not rescaled.
 //   - Lazy rescale (as the mma.sync forward): O_i = diag(alpha) O_i only when some row of the warp
 //     saw its maximum move (a warp vote; alpha = 1 exactly otherwise).
 //   - Masks only on tiles that need them (the last, ragged key tile; causal: the tile on a

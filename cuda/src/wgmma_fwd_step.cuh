@@ -132,17 +132,18 @@ __device__ __forceinline__ bool online_softmax(float (&s_acc)[T::BLOCK_N / 2], f
   return max_moved;
 }
 
-/// FlashAttention-4's stale maximum on top of online_softmax (non-causal, short chains): m_i is
-/// moved only when some score of the warp's rows exceeds it by more than kStaleMaxLog2 (2^8: P_ij
-/// then stays ≤ 256, well inside the range of fp16's P and fp32's O_i and l_i). A thread first takes the
-/// maxima of its own quarter of each row (a tree, no shuffle); if no thread of the warp sees a
-/// score above m_i + kStaleMaxLog2, P = 2^(S·scale·log2 e − m_i) right away with the old m_i
-/// (alpha = 1, l_i += rowsum(P), O_i untouched): the shuffles, the new maximum and alpha leave the
-/// exponentials' path. Otherwise (the first key tile, a real jump) the new m_i as online_softmax
-/// takes it (short chains: the sum in two chains). O_i,
-/// l_i and LSE_i = m_i + log2(l_i) all refer to the same m_i, so the result is the same function.
+/// How far (log2 units) a score may pass m_i before online_softmax_stale moves m_i: P_ij ≤ 2^8.
 inline constexpr float kStaleMaxLog2 = 8.f;
 
+/// FlashAttention-4's stale maximum, a variant of online_softmax (non-causal, short chains): m_i
+/// moves only when some score of the warp's rows passes it by more than kStaleMaxLog2 (so P_ij ≤
+/// 2^8, well inside the range of a 16-bit P and of fp32 O_i and l_i). A thread first takes the
+/// maxima of its own quarter of each row (a tree, no shuffle). If no thread of the warp sees a
+/// score above m_i + kStaleMaxLog2, P = 2^(S·scale·log2 e − m_i) at once with the old m_i
+/// (alpha = 1, O_i untouched): the shuffles, the new maximum and alpha leave the exponentials'
+/// path. Otherwise (the first key tile, a real jump, a NaN maximum) the new m_i and alpha exactly
+/// as online_softmax takes them. O_i, l_i and LSE_i = m_i + log2(l_i) all refer to the same m_i,
+/// so the result is the same function.
 template <class T>
 __device__ __forceinline__ bool online_softmax_stale(float (&s_acc)[T::BLOCK_N / 2], float (&m_i)[2], float (&l_i)[2],
                                                      float (&alpha)[2], int key0, int N, int row_base, bool need_mask,
