@@ -44,9 +44,9 @@
 //     cannot hide a softmax; two can.
 //   - Short reduction chains (kShortChains; non-causal): the row maximum of S_ij as a tree, the row
 //     sum of P_ij in two chains, so the exponentials wait fewer dependent steps.
-//   - A stale row maximum (kStaleMax; d = 64, three consumers, non-causal): m_i moves only when a
-//     score passes it by more than 2^8 (FlashAttention-4's rule), so in the common case the
-//     exponentials wait for no shuffle, no new maximum and no alpha, and O_i is not rescaled.
+//   - The row maximum's vote (kVoteMax; d = 128, non-causal): the warp first votes whether any row
+//     maximum moves; when none does (the common case once a row has met its largest scores) the
+//     exponentials wait for no shuffle, no new maximum and no alpha. Same results as without.
 //   - Lazy rescale (as the mma.sync forward): O_i = diag(alpha) O_i only when some row of the warp
 //     saw its maximum move (a warp vote; alpha = 1 exactly otherwise).
 //   - Masks only on tiles that need them (the last, ragged key tile; causal: the tile on a
@@ -86,7 +86,7 @@ namespace {
 /// two chains (wgmma_fwd_step.cuh, online_softmax); kSplitEmpty_: K_j and V_j of a stage released
 /// apart (below). Which one runs: launch_ws_d.
 template <int HEAD_DIM, bool kBf16_, bool kCausal_, int kConsumers_ = 2, int kStages_ = 3, bool kOverlap_ = false,
-          bool kShortChains_ = false, int kBlockN_ = 128, bool kSplitEmpty_ = false, bool kStaleMax_ = false>
+          bool kShortChains_ = false, int kBlockN_ = 128, bool kSplitEmpty_ = false, bool kVoteMax_ = false>
 struct WsTraits {
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr bool kBf16 = kBf16_;
@@ -104,8 +104,8 @@ struct WsTraits {
   // K_j and V_j released apart: k_empty[s] once S_ij is done, v_empty[s] once P_ij·V_j is; the
   // producer loads K_j ahead of V_(j−1), so a stage of keys is refilled a turn earlier.
   static constexpr bool kSplitEmpty = kSplitEmpty_;
-  // m_i moved only past a jump of 2^8 (wgmma_fwd_step.cuh, online_softmax_stale); short chains.
-  static constexpr bool kStaleMax = kStaleMax_;
+  // The warp votes before it reduces the row maxima (wgmma_fwd_step.cuh, online_softmax_vote).
+  static constexpr bool kVoteMax = kVoteMax_;
   static constexpr int kColBlocks = HEAD_DIM / 64;          // TMA boxes (64 columns) per tile
   // setmaxnreg: the producer keeps 24, the consumers share the rest of the 64 Ki registers.
   static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 2 ? 240 : 160;
@@ -238,7 +238,7 @@ __device__ void produce(const WsSmem<T>& sm, const WsSchedule<T>& sched, const C
 using wgmma_step::issue_pv;
 using wgmma_step::issue_qk;
 using wgmma_step::online_softmax;
-using wgmma_step::online_softmax_stale;
+using wgmma_step::online_softmax_vote;
 using wgmma_step::pack_p;
 using wgmma_step::rescale_o;
 using wgmma_step::store_o_lse;
@@ -252,13 +252,13 @@ __device__ __forceinline__ void issue_pv_ws(float (&o)[T::kHeadDim / 2], const u
 }
 
 /// The softmax of this traits' choice on S_ij (key tile from key0): online_softmax, or with
-/// kStaleMax its stale-maximum form.
+/// kVoteMax the same after the warp's vote.
 template <class T>
 __device__ __forceinline__ bool softmax_step(float (&s_acc)[T::BLOCK_N / 2], float (&m_i)[2], float (&l_i)[2],
                                              float (&alpha)[2], int key0, int N, int row_base, bool need_mask, int t4,
                                              float scale_log2) {
-  if constexpr (T::kStaleMax)
-    return online_softmax_stale<T>(s_acc, m_i, l_i, alpha, key0, N, row_base, need_mask, t4, scale_log2);
+  if constexpr (T::kVoteMax)
+    return online_softmax_vote<T>(s_acc, m_i, l_i, alpha, key0, N, row_base, need_mask, t4, scale_log2);
   else
     return online_softmax<T, T::kShortChains>(s_acc, m_i, l_i, alpha, key0, N, row_base, need_mask, t4, scale_log2);
 }
@@ -481,8 +481,8 @@ bool ws_wide_keys(const Problem& p) {
 /// chains without a causal mask only (measured +0.8–2 % at N ≥ 8192, up to +8 % at 2048; causal
 /// d = 64 lost 4–5 % at N ≥ 8192). Without a causal mask the K/V stages are released apart (d = 64
 /// with three consumers, d = 128) and d = 128 takes the wider key tiles where ws_wide_keys says.
-/// d = 64 with three consumers and no causal mask keeps a stale row maximum (kStaleMax: measured
-/// +10–11 % at N = 4096…16384; the other configurations were not timed with it).
+/// d = 128 without a causal mask votes before it reduces the row maxima (kVoteMax: measured +2–3 %
+/// at N = 4096 and 8192; at d = 64 and causal it cost 1–8 %, docs/optimisation.md, Rung 14).
 template <int D, bool kBf16>
 void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
                  cudaStream_t stream) {
@@ -492,13 +492,12 @@ void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, 
       if (three) launch_ws_one<WsTraits<64, kBf16, true, 3, 3, true>>(p, Q, K, V, O, LSE, sms, stream);
       else launch_ws_one<WsTraits<64, kBf16, true, 2, 3, true>>(p, Q, K, V, O, LSE, sms, stream);
     } else {
-      using Three = WsTraits<64, kBf16, false, 3, 3, true, true, 128, true, true>;  // + the stale maximum
-      if (three) launch_ws_one<Three>(p, Q, K, V, O, LSE, sms, stream);
+      if (three) launch_ws_one<WsTraits<64, kBf16, false, 3, 3, true, true, 128, true>>(p, Q, K, V, O, LSE, sms, stream);
       else launch_ws_one<WsTraits<64, kBf16, false, 2, 3, true, true>>(p, Q, K, V, O, LSE, sms, stream);
     }
   } else {
-    using Wide = WsTraits<D, kBf16, false, 2, 2, true, true, 192, true>;  // Bc = 192, two stages
-    using Narrow = WsTraits<D, kBf16, false, 2, 3, true, true, 128, true>;
+    using Wide = WsTraits<D, kBf16, false, 2, 2, true, true, 192, true, true>;  // Bc = 192, two stages
+    using Narrow = WsTraits<D, kBf16, false, 2, 3, true, true, 128, true, true>;
     if (p.causal) launch_ws_one<WsTraits<D, kBf16, true, 2, 3, false>>(p, Q, K, V, O, LSE, sms, stream);
     else if (ws_wide_keys(p)) launch_ws_one<Wide>(p, Q, K, V, O, LSE, sms, stream);
     else launch_ws_one<Narrow>(p, Q, K, V, O, LSE, sms, stream);
@@ -551,7 +550,7 @@ CUtensorMap make_head_tile_map(const void* base, const Problem& p, int box_rows)
 /// The launcher of launchers.hpp (errors thrown as CudaError).
 void launch_fast_tma_ws(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
                         cudaStream_t stream) {
-  using Headline = WsTraits<128, true, false, 2, 3, true, true, 128, true>;
+  using Headline = WsTraits<128, true, false, 2, 3, true, true, 128, true, true>;
   static_assert(kTmaWsBlockM == Headline::BLOCK_M && kTmaWsBlockN == Headline::BLOCK_N,
                 "launchers.hpp reports the tiles of this file");
   int dev = 0, sms = 0;

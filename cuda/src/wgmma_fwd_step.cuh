@@ -132,41 +132,39 @@ __device__ __forceinline__ bool online_softmax(float (&s_acc)[T::BLOCK_N / 2], f
   return max_moved;
 }
 
-/// How far (log2 units) a score may pass m_i before online_softmax_stale moves m_i: P_ij ≤ 2^8.
-inline constexpr float kStaleMaxLog2 = 8.f;
-
-/// FlashAttention-4's stale maximum, a variant of online_softmax (non-causal, short chains): m_i
-/// moves only when some score of the warp's rows passes it by more than kStaleMaxLog2 (so P_ij ≤
-/// 2^8, well inside the range of a 16-bit P and of fp32 O_i and l_i). A thread first takes the
-/// maxima of its own quarter of each row (a tree, no shuffle). If no thread of the warp sees a
-/// score above m_i + kStaleMaxLog2, P = 2^(S·scale·log2 e − m_i) at once with the old m_i
-/// (alpha = 1, O_i untouched): the shuffles, the new maximum and alpha leave the exponentials'
-/// path. Otherwise (the first key tile, a real jump, a NaN maximum) the new m_i and alpha exactly
-/// as online_softmax takes them. O_i, l_i and LSE_i = m_i + log2(l_i) all refer to the same m_i,
-/// so the result is the same function.
+/// online_softmax with the warp's vote first (same results, shorter wait): a thread takes the
+/// maxima of its own quarter of each of its two rows (a tree, no shuffle) and the warp votes
+/// whether any of them passes m_i (or m_i is still −inf, or a maximum is NaN). If none does — the
+/// common case once a row has seen its largest scores — m_i stays, alpha = 1 and P = 2^(S·scale·
+/// log2 e − m_i) at once: the shuffles, the new maximum and alpha leave the exponentials' path.
+/// Otherwise the row maxima over the 4 threads of a row, m_i and alpha exactly as online_softmax.
+/// Either way m_i is the running maximum, so every P and every rounding is online_softmax's (the
+/// row sum runs in two chains). FlashAttention-4 goes further and lets m_i lag by up to 2^8; here
+/// that rounds the largest P of a row too and took O past 2× its rounding floor
+/// (docs/optimisation.md, Rung 14), so m_i never lags.
 template <class T>
-__device__ __forceinline__ bool online_softmax_stale(float (&s_acc)[T::BLOCK_N / 2], float (&m_i)[2], float (&l_i)[2],
-                                                     float (&alpha)[2], int key0, int N, int row_base, bool need_mask,
-                                                     int t4, float scale_log2) {
-  static_assert(T::kShortChains, "the stale maximum keeps the short chains' tree and two sums");
+__device__ __forceinline__ bool online_softmax_vote(float (&s_acc)[T::BLOCK_N / 2], float (&m_i)[2], float (&l_i)[2],
+                                                    float (&alpha)[2], int key0, int N, int row_base, bool need_mask,
+                                                    int t4, float scale_log2) {
+  static_assert(T::kShortChains, "the vote keeps the short chains' tree and two sums");
   constexpr int kTiles = T::BLOCK_N / 8;
   if (need_mask) mask_scores<T>(s_acc, key0, N, row_base, t4);
   float mx[2];  // this thread's quarter of each row
-  bool jump = false;
+  bool moves = false;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float part[kTiles];
 #pragma unroll
     for (int t = 0; t < kTiles; ++t) part[t] = fmaxf(s_acc[4 * t + 2 * r], s_acc[4 * t + 2 * r + 1]);
     mx[r] = tree_max<kTiles>(part);
-    // !(a <= b) and m_i > −inf: a row without a finite m_i yet (tile 0) or a NaN maximum jumps.
-    jump |= !(m_i[r] > -INFINITY && mx[r] * scale_log2 <= m_i[r] + kStaleMaxLog2);
+    // !(a <= b) and m_i > −inf: a row without a finite m_i yet (tile 0) or a NaN maximum moves.
+    moves |= !(m_i[r] > -INFINITY && mx[r] * scale_log2 <= m_i[r]);
   }
   float m_ref[2] = {m_i[0], m_i[1]};
   alpha[0] = alpha[1] = 1.f;
-  const bool warp_jumps = __any_sync(0xffffffffu, jump);
+  const bool warp_moves = __any_sync(0xffffffffu, moves);
   bool max_moved = false;
-  if (warp_jumps) {  // as online_softmax: the row maxima over the 4 threads of a row, a new m_i
+  if (warp_moves) {  // as online_softmax: the row maxima over the 4 threads of a row, a new m_i
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float m = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));

@@ -316,9 +316,24 @@ TEST_CASE("tma-ws forward, odd query tile counts over several rounds, equals the
   report("tma-ws odd tiles");
 }
 
+// A gentle ramp of the keys (K_n scaled by 1 + n/(2N)): every row meets its largest scores late,
+// a little above the maxima of its first key tiles. A row maximum that lagged behind them (as
+// FlashAttention-4's, by up to 2^8) rounds the largest P of a row to 16 bits too and took O past 2×
+// its rounding floor in about half of these cases; the running maximum stays at 1.0–1.5×.
+TEST_CASE("tma-ws forward, keys growing gently along the sequence", "[fast][fast-ws]") {
+  if (!wgmma_in_build()) return;
+  check_fast({1, 300, 4, 64, false, kBf16, 0.5, kTmaWs});    // Br = 128
+  check_fast({1, 300, 4, 64, false, kFp16, 0.5, kTmaWs});
+  check_fast({1, 400, 150, 64, false, kBf16, 0.5, kTmaWs});  // Br = 192
+  check_fast({1, 575, 4, 128, false, kBf16, 0.5, kTmaWs});   // Bc = 192
+  check_fast({1, 300, 4, 128, false, kFp16, 0.5, kTmaWs});   // Bc = 128
+  check_fast({1, 575, 4, 128, true, kBf16, 0.5, kTmaWs});
+  report("tma-ws gentle ramp");
+}
+
 // Adversarial values on every configuration of the tma-ws forward (d = 64 with Br = 128 and 192,
-// d = 128 with Bc = 128 and 192; the stale maximum of online_softmax_stale must still move when a
-// score jumps by more than 2^8): ±800 entries, and a NaN in V that must reach O.
+// d = 128 with Bc = 128 and 192; the warp's vote of online_softmax_vote must still let m_i move
+// when a score jumps far above it): ±800 entries, and a NaN in V that must reach O.
 TEST_CASE("tma-ws forward, ±800 values and a NaN in V", "[fast][fast-ws][fast-sanitize]") {
   if (!wgmma_in_build()) return;
   for (bool causal : {false, true}) {
