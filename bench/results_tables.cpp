@@ -19,6 +19,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -435,6 +436,66 @@ std::string tma_ws_runs_table(const std::string& root) {
              ratio_pair(r, "cudnn_bnhd_tflops", "cudnn_bhnd_tflops")});
   }
   return md.out.str();
+}
+
+/// One run of fwd_tma_ws.csv that timed builds side by side: per shape, every build's TFLOP/s (its
+/// first sweep / its `-repeat` sweep, builds in order of appearance), then SDPA cuDNN (bnhd / bhnd)
+/// of that run and the first build's mean ÷ cuDNN (bnhd) beside the others'.
+std::string tma_ws_variants_table(const std::string& root, const std::string& run) {
+  const Csv csv = read_csv(root + "/cuda/results/fwd_tma_ws.csv");
+  using Shape = std::tuple<double, double, double>;  // (−d, causal, N): d = 128 first
+  std::vector<std::string> builds;                   // kernel labels without "-repeat"
+  std::map<std::string, std::map<Shape, std::vector<double>>> tflops;
+  std::map<Shape, std::string> cudnn;
+  std::map<Shape, double> cudnn_bnhd;
+  std::set<Shape> shapes;
+  std::string device;
+  const std::string repeat = "-repeat";
+  for (const Row& r : rows_of(csv)) {
+    if (r.str("date") != run) continue;
+    std::string k = r.str("kernel");
+    if (k.size() > repeat.size() && k.compare(k.size() - repeat.size(), repeat.size(), repeat) == 0)
+      k.resize(k.size() - repeat.size());
+    if (std::find(builds.begin(), builds.end(), k) == builds.end()) builds.push_back(k);
+    const Shape shape{-r.num("d"), r.num("causal"), r.num("N")};
+    shapes.insert(shape);
+    tflops[k][shape].push_back(r.num("tflops"));
+    if (r.has("cudnn_bnhd_tflops")) {
+      cudnn[shape] = pair(r, "cudnn_bnhd_tflops", "cudnn_bhnd_tflops", "%.1f");
+      cudnn_bnhd[shape] = r.num("cudnn_bnhd_tflops");
+    }
+    device = r.str("device");
+  }
+  if (builds.empty()) throw InputError(csv.path + ": no rows of run " + run);
+  const auto mean = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / v.size(); };
+  std::vector<std::string> head{"d", "causal", "N"};
+  for (const std::string& b : builds) head.push_back(b);
+  head.push_back("SDPA cuDNN (bnhd / bhnd)");
+  for (const std::string& b : builds) head.push_back(b + " ÷ cuDNN");
+  Markdown md;
+  md.header(head);
+  for (const Shape& shape : shapes) {
+    std::vector<std::string> cells{fmt("%.0f", -std::get<0>(shape)), std::get<1>(shape) != 0 ? "yes" : "no",
+                                   fmt("%.0f", std::get<2>(shape))};
+    for (const std::string& b : builds) {
+      const auto it = tflops[b].find(shape);
+      std::string cell = "–";
+      if (it != tflops[b].end()) {
+        cell.clear();
+        for (double v : it->second) cell += (cell.empty() ? "" : " / ") + fmt("%.1f", v);
+      }
+      cells.push_back(cell);
+    }
+    cells.push_back(cudnn.count(shape) ? cudnn[shape] : "–");
+    for (const std::string& b : builds) {
+      const auto it = tflops[b].find(shape);
+      cells.push_back(it != tflops[b].end() && cudnn_bnhd.count(shape)
+                          ? ratio(mean(it->second), cudnn_bnhd[shape], "%.2f×")
+                          : "–");
+    }
+    md.line(cells);
+  }
+  return run_line(run, device) + md.out.str();
 }
 
 // ---- Hopper backward (wgmma-ws beside the mma.sync atomic kernel and SDPA) ------------------
@@ -1050,6 +1111,12 @@ const std::map<std::string, Renderer>& renderers() {
       {"tma_ws_long", [](const std::string& r) { return tma_ws_table(r, 8192, true); }},  // beside wgmma
       // The kept kernel of the three-consumer rung (its sweep, before later rungs replaced it)
       {"tma_ws_sweep_three_consumers", [](const std::string& r) { return tma_ws_table(r, 0, false, "2026-11-23 23:35"); }},
+      // The wider key tiles' rung (its sweep, before later rungs replaced it)
+      {"tma_ws_sweep_wide_keys", [](const std::string& r) { return tma_ws_table(r, 0, false, "2026-11-24 01:46"); }},
+      // Rung 14: the lagging maximum, the vote and the early exponentials beside the build before
+      {"tma_ws_lag", [](const std::string& r) { return tma_ws_variants_table(r, "2026-11-24 03:10"); }},
+      {"tma_ws_vote", [](const std::string& r) { return tma_ws_variants_table(r, "2026-11-24 03:33"); }},
+      {"tma_ws_early", [](const std::string& r) { return tma_ws_variants_table(r, "2026-11-24 03:53"); }},
       {"tma_ws_runs", tma_ws_runs_table},
       {"tma_ws_checks", tma_ws_checks_table},
       {"bwd_ws_sweep", bwd_ws_table},
