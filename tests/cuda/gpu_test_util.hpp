@@ -42,6 +42,18 @@ inline std::vector<std::uint16_t> round_to_16(const ref::Tensor<double>& x, ref:
   return bits;
 }
 
+/// The problem of a [B, N, H, d] shape in a 16-bit dtype (the fast kernels' tiles are their own).
+inline ref::AttentionProblem problem_16(const ref::Shape& shape, bool causal, ref::Dtype dt) {
+  ref::AttentionProblem cfg;
+  cfg.batch = shape.batch;
+  cfg.seq = shape.seq;
+  cfg.heads = shape.heads;
+  cfg.head_dim = shape.head_dim;
+  cfg.causal = causal;
+  cfg.dtype = dt;
+  return cfg;
+}
+
 /// Error of a 16-bit result (bit patterns) against the float64 reference: max|got − ref| / max|ref|
 /// (ref::max_error_vs_max; NaN → +inf).
 inline double error_16(const std::vector<std::uint16_t>& got, const double* ref, ref::Dtype dt) {
