@@ -42,8 +42,9 @@ inline std::vector<std::uint16_t> round_to_16(const ref::Tensor<double>& x, ref:
   return bits;
 }
 
-/// The problem of a [B, N, H, d] shape in a 16-bit dtype (the fast kernels' tiles are their own).
-inline ref::AttentionProblem problem_16(const ref::Shape& shape, bool causal, ref::Dtype dt) {
+/// The attention problem of a [B, N, H, d] shape (tiles left at their defaults: the fast kernels
+/// choose their own).
+inline ref::AttentionProblem attention_problem(const ref::Shape& shape, bool causal, ref::Dtype dt) {
   ref::AttentionProblem cfg;
   cfg.batch = shape.batch;
   cfg.seq = shape.seq;

@@ -1,6 +1,8 @@
 // Helpers shared by the MTA GPU tests (clear and fast kernels).
 #pragma once
 
+#include "gpu_test_util.hpp"
+
 #include "flashlab/reference/attention_problem.hpp"
 #include "flashlab/reference/mta.hpp"
 #include "flashlab/reference/tensor.hpp"
@@ -74,13 +76,8 @@ double mta_dw_error(const G* got, const double* want, std::size_t count, double 
 /// MTA reduces to with a 1 × 1 kernel of weight 1, the second reference the tests hold it to.
 template <typename Case>
 ref::AttentionProblem plain_causal_problem(const Case& c) {
-  ref::AttentionProblem cfg;
-  cfg.batch = c.batch;
-  cfg.seq = c.seq;
-  cfg.heads = c.heads;
-  cfg.head_dim = c.dim;
-  cfg.causal = true;
-  return cfg;
+  const ref::Shape shape{std::size_t(c.batch), std::size_t(c.seq), std::size_t(c.heads), std::size_t(c.dim)};
+  return attention_problem(shape, true, ref::Dtype::fp32);
 }
 
 }  // namespace flashlab::test

@@ -92,7 +92,7 @@ void check_fast(const FastCase& c) {
   }
   const auto Qb = round_to_16(q0, c.dtype, Qd), Kb = round_to_16(k0, c.dtype, Kd), Vb = round_to_16(v0, c.dtype, Vd);
 
-  const fr::AttentionProblem cfg = flashlab::test::problem_16(shape, c.causal, c.dtype);
+  const fr::AttentionProblem cfg = flashlab::test::attention_problem(shape, c.causal, c.dtype);
   const auto ref = fr::naive_forward<double>(cfg, Qd, Kd, Vd);
   // Context: the same computation in float32 on the same rounded inputs.
   const auto ref32 = fr::naive_forward<float>(cfg, Qd.cast<float>(), Kd.cast<float>(), Vd.cast<float>());
@@ -135,7 +135,7 @@ void check_nan_in_v(const FastCase& c, int nan_key) {
   fr::fill_normal(v0, seed + 2);
   v0.data()[std::size_t(nan_key) * shape.heads * shape.head_dim + 5] = std::nan("");
   const auto Qb = round_to_16(q0, c.dtype, Qd), Kb = round_to_16(k0, c.dtype, Kd), Vb = round_to_16(v0, c.dtype, Vd);
-  const fr::AttentionProblem cfg = flashlab::test::problem_16(shape, c.causal, c.dtype);
+  const fr::AttentionProblem cfg = flashlab::test::attention_problem(shape, c.causal, c.dtype);
   const auto ref = fr::naive_forward<double>(cfg, Qd, Kd, Vd);
   const auto got = fc::fast_attention_forward(cfg, c.kernel, Qb, Kb, Vb);
   REQUIRE(got.O.size() == ref.O.numel());

@@ -83,7 +83,7 @@ void check_bwd(const BwdCase& c, const std::vector<BwdVariant>& variants = kMmaD
   const auto Qb = round_to_16(q0, c.dtype, Qd), Kb = round_to_16(k0, c.dtype, Kd), Vb = round_to_16(v0, c.dtype, Vd);
   const auto dOb = round_to_16(do0, c.dtype, dOd);
 
-  const fr::AttentionProblem cfg = flashlab::test::problem_16(shape, c.causal, c.dtype);
+  const fr::AttentionProblem cfg = flashlab::test::attention_problem(shape, c.causal, c.dtype);
   const auto ref = fr::naive_backward<double>(cfg, Qd, Kd, Vd, dOd);
 
   // O, LSE as the forward saves them.
