@@ -482,7 +482,7 @@ bool ws_wide_keys(const Problem& p) {
 /// d = 64 lost 4–5 % at N ≥ 8192). Without a causal mask the K/V stages are released apart (d = 64
 /// with three consumers, d = 128) and d = 128 takes the wider key tiles where ws_wide_keys says.
 /// d = 128 without a causal mask votes before it reduces the row maxima (kVoteMax: measured +2–3 %
-/// at N = 4096 and 8192; at d = 64 and causal it cost 1–8 %, docs/optimisation.md, Rung 14).
+/// at N = 4096 and 8192; at d = 64 it cost 4–8 %, causal −7 to +3 %: docs/optimisation.md, Rung 14).
 template <int D, bool kBf16>
 void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
                  cudaStream_t stream) {
@@ -492,7 +492,8 @@ void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, 
       if (three) launch_ws_one<WsTraits<64, kBf16, true, 3, 3, true>>(p, Q, K, V, O, LSE, sms, stream);
       else launch_ws_one<WsTraits<64, kBf16, true, 2, 3, true>>(p, Q, K, V, O, LSE, sms, stream);
     } else {
-      if (three) launch_ws_one<WsTraits<64, kBf16, false, 3, 3, true, true, 128, true>>(p, Q, K, V, O, LSE, sms, stream);
+      using Three = WsTraits<64, kBf16, false, 3, 3, true, true, 128, true>;  // K/V released apart
+      if (three) launch_ws_one<Three>(p, Q, K, V, O, LSE, sms, stream);
       else launch_ws_one<WsTraits<64, kBf16, false, 2, 3, true, true>>(p, Q, K, V, O, LSE, sms, stream);
     }
   } else {
