@@ -24,8 +24,8 @@
 //     (one arrival per consumer warp once its P_ij·V_j finished reading the stage; the producer
 //     waits on it before it overwrites). Without a causal mask (kSplitEmpty) K_j and V_j are
 //     released apart: empty[s] once S_ij is done, v_empty[s] once P_ij·V_j is, and the producer
-//     loads K_j before V_(j−1), so the keys of a stage are refilled a turn earlier. Waiters name the phase by its parity: (it / kStages) & 1
-//     for the it-th key tile of the block's whole list.
+//     loads K_j before V_(j−1), so the keys of a stage are refilled a turn earlier. Waiters name
+//     the phase by its parity: (it / kStages) & 1 for the it-th key tile of the block's whole list.
 //   - TMA writes the 128-byte-swizzled layout the wgmma descriptors read (one box = 64 columns ×
 //     rows; a [rows][d] tile is d/64 boxes, each a 1024-byte-aligned block of rows·128 bytes).
 //     Rows past N arrive as zeros (no stale SRAM reaches P·V: the NaN hazard).
@@ -42,6 +42,10 @@
 //     of units (causal: 5), else 128.
 //     At d = 64 a tile's GEMMs take as long as its exponentials, so one other warpgroup's GEMMs
 //     cannot hide a softmax; two can.
+//   - Two sets of P registers (kTwoP; d = 64, and d = 128 with Bc = 192): the loop runs two key
+//     tiles per pass, the softmax of one packing P into the set the P·V of the other does not read.
+//     With one set ptxas put the wait for that P·V before the exponentials (they reuse its
+//     registers), which took most of kOverlap's gain away.
 //   - Short reduction chains (kShortChains; non-causal): the row maximum of S_ij as a tree, the row
 //     sum of P_ij in two chains, so the exponentials wait fewer dependent steps.
 //   - The row maximum's vote (kVoteMax; d = 128, non-causal): the warp first votes whether any row
@@ -54,12 +58,12 @@
 //     diagonal of their last row. A fully masked row gives O = 0 and LSE = −inf, never NaN.
 // Resources (ptxas, sm_90a): two consumers, 168 registers at launch (384 threads, 1 block/SM),
 // then 24 for the producer and 240 for the consumers; three consumers, 128 at launch (512
-// threads), then 24 and 160; no spills; d = 128: 230,488 B of dynamic SRAM (Q_i 32 KiB +
-// 3 stages × (K_j + V_j) 192 KiB + barriers + alignment slack; the limit is 232,448; 230,512 with
-// K and V released apart; Bc = 192: 2 stages × 96 KiB, 230,480), d = 64: 115,800 B (Br = 128) or
-// 124,016 B (Br = 192, released apart).
+// threads), then 24 and 160; no spills but 16 bytes in the Bc = 192 kernel; d = 128: 230,488 B
+// of dynamic SRAM (Q_i 32 KiB + 3 stages × (K_j + V_j) 192 KiB + barriers + alignment slack; the
+// limit is 232,448; 230,512 with K and V released apart; Bc = 192: 2 stages × 96 KiB, 230,480),
+// d = 64: 115,800 B (Br = 128) or 124,016 B (Br = 192, released apart).
 // Measured (H100, bf16, H = 16, beside SDPA): the runs and the profiles are in
-// docs/optimisation.md (Rungs 5, 6, 8, 9, 10 and 12) and cuda/results/fwd_tma_ws.csv.
+// docs/optimisation.md (Rungs 5, 6, 8, 9, 10, 12, 14 and 15) and cuda/results/fwd_tma_ws.csv.
 #include "common.hpp"
 #include "hopper.cuh"
 #include "launchers.hpp"
@@ -86,7 +90,8 @@ namespace {
 /// two chains (wgmma_fwd_step.cuh, online_softmax); kSplitEmpty_: K_j and V_j of a stage released
 /// apart (below). Which one runs: launch_ws_d.
 template <int HEAD_DIM, bool kBf16_, bool kCausal_, int kConsumers_ = 2, int kStages_ = 3, bool kOverlap_ = false,
-          bool kShortChains_ = false, int kBlockN_ = 128, bool kSplitEmpty_ = false, bool kVoteMax_ = false>
+          bool kShortChains_ = false, int kBlockN_ = 128, bool kSplitEmpty_ = false, bool kVoteMax_ = false,
+          bool kTwoP_ = false>
 struct WsTraits {
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr bool kBf16 = kBf16_;
@@ -106,6 +111,10 @@ struct WsTraits {
   static constexpr bool kSplitEmpty = kSplitEmpty_;
   // The warp votes before it reduces the row maxima (wgmma_fwd_step.cuh, online_softmax_vote).
   static constexpr bool kVoteMax = kVoteMax_;
+  // P_ij's A fragments in two register sets, alternating by key tile (the loop unrolled by two):
+  // the softmax of tile j packs into one while the P·V of tile j − 1 may still read the other, so
+  // ptxas need not wait for that P·V before the exponentials (it otherwise did: docs/optimisation.md, Rung 15).
+  static constexpr bool kTwoP = kTwoP_;
   static constexpr int kColBlocks = HEAD_DIM / 64;          // TMA boxes (64 columns) per tile
   // setmaxnreg: the producer keeps 24, the consumers share the rest of the 64 Ki registers.
   static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 2 ? 240 : 160;
@@ -321,8 +330,9 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   bool moved = softmax_step<T>(s_acc, m_i, l_i, alpha, 0, N, row_base, need_mask(0), t4, scale_log2);
   pack_rescale<T>(s_acc, pa, o, alpha, moved);
   // Tile j: S_ij with P_i(j−1)·V_(j−1) in one turn; the softmax of tile j overlaps the other
-  // warpgroups' turns (and with kOverlap this warpgroup's own P·V too).
-  for (int j = 1; j < n_tiles; ++j) {
+  // warpgroups' turns (and with kOverlap this warpgroup's own P·V too). P·V reads pa_in, the
+  // softmax packs into pa_out (the same set unless kTwoP).
+  auto key_tile = [&](int j, uint32_t(&pa_in)[BLOCK_N / 16][4], uint32_t(&pa_out)[BLOCK_N / 16][4]) {
     const int s = stage(j), sp = stage(j - 1);
     mbar_wait(sm.k_full(s), phase(j));
     mbar_wait(sm.v_full(sp), phase(j - 1));
@@ -330,31 +340,48 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
     wg_fence();  // s_acc, o, pa last written by ordinary instructions
     reg_fence(s_acc);
     reg_fence(o);
-    reg_fence_u(pa);
+    reg_fence_u(pa_in);
     issue_qk<T>(s_acc, sQ_wg, sm.k(s));
     wg_commit();
-    issue_pv_ws<T>(o, pa, sm.v(sp));
+    issue_pv_ws<T>(o, pa_in, sm.v(sp));
     wg_commit();
     named_bar_arrive(next_turn, kTurnThreads);
     if constexpr (T::kOverlap) {
-      wg_wait<1>();  // S_ij done; P_i(j−1)·V_(j−1) may still run: O_i and pa stay untouched
+      wg_wait<1>();  // S_ij done; P_i(j−1)·V_(j−1) may still run: O_i and pa_in stay untouched
       reg_fence(s_acc);
       if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
       moved = softmax_step<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
       wg_wait<0>();
       reg_fence(o);
-      reg_fence_u(pa);
+      reg_fence_u(pa_in);
       if (lane == 0) release_after_pv<T>(sm, sp);
     } else {
       wg_wait<0>();
       reg_fence(s_acc);
       reg_fence(o);
-      reg_fence_u(pa);
+      reg_fence_u(pa_in);
       if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
       if (lane == 0) release_after_pv<T>(sm, sp);
       moved = softmax_step<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
     }
-    pack_rescale<T>(s_acc, pa, o, alpha, moved);
+    pack_rescale<T>(s_acc, pa_out, o, alpha, moved);
+  };
+  if constexpr (T::kTwoP) {
+    uint32_t pb[BLOCK_N / 16][4];
+    int j = 1;
+    for (; j + 1 < n_tiles; j += 2) {
+      key_tile(j, pa, pb);
+      key_tile(j + 1, pb, pa);
+    }
+    if (j < n_tiles) {  // an odd tile left: its P ends in pb, and the last P·V reads pa
+      key_tile(j, pa, pb);
+#pragma unroll
+      for (int kk = 0; kk < BLOCK_N / 16; ++kk)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) pa[kk][q] = pb[kk][q];
+    }
+  } else {
+    for (int j = 1; j < n_tiles; ++j) key_tile(j, pa, pa);
   }
   // Every S_ij finished: Q_i may be overwritten by the next tile's.
   if (lane == 0) mbar_arrive(sm.q_empty());
@@ -483,21 +510,26 @@ bool ws_wide_keys(const Problem& p) {
 /// with three consumers, d = 128) and d = 128 takes the wider key tiles where ws_wide_keys says.
 /// d = 128 without a causal mask votes before it reduces the row maxima (kVoteMax: measured +2–3 %
 /// at N = 4096 and 8192; at d = 64 it cost 4–8 %, causal −7 to +3 %: docs/optimisation.md, Rung 14).
+/// Two P register sets (kTwoP) where they were measured ahead (Rung 15): d = 64 with three
+/// consumers (+2–3 %) and causal (+1–2.5 %), d = 128 with Bc = 192 (level to +1 % at N = 8192);
+/// not at d = 64 with two consumers without a mask (−2 %) nor d = 128 with Bc = 128 (−1.5 %).
 template <int D, bool kBf16>
 void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
                  cudaStream_t stream) {
   if constexpr (D == 64) {
     const bool three = ws_three_consumers(p, sms);
     if (p.causal) {
-      if (three) launch_ws_one<WsTraits<64, kBf16, true, 3, 3, true>>(p, Q, K, V, O, LSE, sms, stream);
-      else launch_ws_one<WsTraits<64, kBf16, true, 2, 3, true>>(p, Q, K, V, O, LSE, sms, stream);
+      using CausalThree = WsTraits<64, kBf16, true, 3, 3, true, false, 128, false, false, true>;  // two P sets
+      using CausalTwo = WsTraits<64, kBf16, true, 2, 3, true, false, 128, false, false, true>;
+      if (three) launch_ws_one<CausalThree>(p, Q, K, V, O, LSE, sms, stream);
+      else launch_ws_one<CausalTwo>(p, Q, K, V, O, LSE, sms, stream);
     } else {
-      using Three = WsTraits<64, kBf16, false, 3, 3, true, true, 128, true>;  // K/V released apart
+      using Three = WsTraits<64, kBf16, false, 3, 3, true, true, 128, true, false, true>;  // K/V apart, two P sets
       if (three) launch_ws_one<Three>(p, Q, K, V, O, LSE, sms, stream);
       else launch_ws_one<WsTraits<64, kBf16, false, 2, 3, true, true>>(p, Q, K, V, O, LSE, sms, stream);
     }
   } else {
-    using Wide = WsTraits<D, kBf16, false, 2, 2, true, true, 192, true, true>;  // Bc = 192, two stages
+    using Wide = WsTraits<D, kBf16, false, 2, 2, true, true, 192, true, true, true>;  // Bc = 192, 2 stages, 2 P sets
     using Narrow = WsTraits<D, kBf16, false, 2, 3, true, true, 128, true, true>;
     if (p.causal) launch_ws_one<WsTraits<D, kBf16, true, 2, 3, false>>(p, Q, K, V, O, LSE, sms, stream);
     else if (ws_wide_keys(p)) launch_ws_one<Wide>(p, Q, K, V, O, LSE, sms, stream);
