@@ -46,6 +46,11 @@
 //     tiles per pass, the softmax of one packing P into the set the P·V of the other does not read.
 //     With one set ptxas put the wait for that P·V before the exponentials (they reuse its
 //     registers), which took most of kOverlap's gain away.
+//   - The split tail (kSplitTail; d = 64 with three consumers, non-causal): equal units leave the
+//     last round of the list part-empty (N = 8192, H = 16: 688 units on 132 SMs, 5.21 rounds run
+//     as 6). Where ws_split_tail says, the units past the last whole round are cut along the keys
+//     so that every block gets an equal share of their key tiles; each piece stores its
+//     unnormalised O, m_i and l_i in a partial slot, and ws_combine_kernel merges them.
 //   - Short reduction chains (kShortChains; non-causal): the row maximum of S_ij as a tree, the row
 //     sum of P_ij in two chains, so the exponentials wait fewer dependent steps.
 //   - The row maximum's vote (kVoteMax; d = 128, non-causal): the warp first votes whether any row
@@ -77,6 +82,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
 
 namespace flashlab::cuda::detail {
@@ -88,10 +95,11 @@ namespace {
 /// as soon as S_ij is done, while the P·V issued with it is still running (FlashAttention-3's
 /// intra-warpgroup overlap); kShortChains_: the softmax's row maximum as a tree and its row sum in
 /// two chains (wgmma_fwd_step.cuh, online_softmax); kSplitEmpty_: K_j and V_j of a stage released
-/// apart (below). Which one runs: launch_ws_d.
+/// apart (below); kTwoP_: two sets of P registers; kSplitTail_: the list's tail cut along the keys.
+/// Which one runs: launch_ws_d.
 template <int HEAD_DIM, bool kBf16_, bool kCausal_, int kConsumers_ = 2, int kStages_ = 3, bool kOverlap_ = false,
           bool kShortChains_ = false, int kBlockN_ = 128, bool kSplitEmpty_ = false, bool kVoteMax_ = false,
-          bool kTwoP_ = false>
+          bool kTwoP_ = false, bool kSplitTail_ = false>
 struct WsTraits {
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr bool kBf16 = kBf16_;
@@ -115,6 +123,10 @@ struct WsTraits {
   // the softmax of tile j packs into one while the P·V of tile j − 1 may still read the other, so
   // ptxas need not wait for that P·V before the exponentials (it otherwise did: docs/optimisation.md, Rung 15).
   static constexpr bool kTwoP = kTwoP_;
+  // Non-causal: the units past the last whole round cut along the keys (WsSchedule), partial
+  // results combined by a second kernel (ws_combine_kernel).
+  static constexpr bool kSplitTail = kSplitTail_;
+  static_assert(!(kSplitTail && kCausal_), "the split tail is for equal (non-causal) units");
   static constexpr int kColBlocks = HEAD_DIM / 64;          // TMA boxes (64 columns) per tile
   // setmaxnreg: the producer keeps 24, the consumers share the rest of the 64 Ki registers.
   static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 2 ? 240 : 160;
@@ -125,7 +137,8 @@ struct WsTraits {
   // q_full, q_empty, k_full[], v_full[], empty[] (k_empty[] when split), v_empty[] when split
   static constexpr int kBarriers = 2 + (kSplitEmpty ? 4 : 3) * kStages;
   // +1024: the dynamic SRAM base is rounded up to the 1024-byte swizzle period.
-  static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;
+  static constexpr int kPieceOffset = kBarrierOffset + 8 * kBarriers;  // the split tail's two pieces (int4 each)
+  static constexpr int kSmemBytes = kPieceOffset + 32 + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "dynamic SRAM of one block on sm_90");
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "d ∈ {64, 128}");
   static_assert(kConsumers == 2 || kConsumers == 3, "2 or 3 consumer warpgroups");
@@ -156,7 +169,7 @@ struct WsSmem {
 
 /// One unit of work: query tile Q_i (rows q0 ..) of head h, batch b, and its number of key tiles.
 struct WsTile {
-  int q0, h, b, n_tiles;
+  int q0, h, b, j0, n_tiles, piece;
 };
 
 /// The work list of a launch, the same in the producer and the consumers. Tile t of the list:
@@ -167,10 +180,29 @@ struct WsTile {
 template <class T>
 struct WsSchedule {
   int Tr, H, HB, total, N;  // query tiles, heads, heads × batch, Tr · HB, tokens
+  int full;                 // units dealt whole (= total unless the tail is split)
+  const int4* pieces;       // kSplitTail: this block's pieces of the tail (tail_pieces), in SRAM
   __device__ bool at(int k, WsTile& w) const {
     const int G = int(gridDim.x), blk = int(blockIdx.x);
-    const int t = k * G + ((k & 1) ? G - 1 - blk : blk);
-    if (t >= total) return false;
+    const int n = (N + T::BLOCK_N - 1) / T::BLOCK_N;
+    int t = k * G + ((k & 1) ? G - 1 - blk : blk);
+    w.j0 = 0;
+    w.piece = -1;
+    w.n_tiles = n;
+    if (t >= full) {
+      if constexpr (!T::kSplitTail) {
+        return false;
+      } else {
+        const int piece = k - full / G;  // the rounds before the tail are whole
+        if (full == total || piece > 1) return false;
+        const int4 d = pieces[piece];  // {unit, j0, n_tiles, 1}; .w = 0: none
+        if (d.w == 0) return false;
+        t = d.x;
+        w.j0 = d.y;
+        w.n_tiles = d.z;
+        w.piece = 2 * blk + piece;
+      }
+    }
     int m, hb;
     if (T::kCausal) {
       m = Tr - 1 - t / HB;
@@ -182,11 +214,21 @@ struct WsSchedule {
     w.q0 = m * T::BLOCK_M;
     w.h = hb % H;
     w.b = hb / H;
-    w.n_tiles = (N + T::BLOCK_N - 1) / T::BLOCK_N;
     if (T::kCausal) w.n_tiles = min(w.n_tiles, (w.q0 + T::BLOCK_M - 1) / T::BLOCK_N + 1);
     return true;
   }
 };
+
+/// The split tail's share of block `blk` of G (WsSchedule): the tail's F = (total − full) · n key
+/// tiles in list order, [blk·F/G, (blk + 1)·F/G) to this block; fewer than G units make a share
+/// shorter than a unit, so it meets at most two: pieces 0 and 1 = {unit, j0, n_tiles, 1}, or .w = 0.
+__device__ __forceinline__ void tail_pieces(int4 (&pieces)[2], int full, int total, int n, int blk, int G) {
+  const unsigned F = unsigned(total - full) * unsigned(n);
+  const unsigned s = unsigned(blk) * F / unsigned(G), e = unsigned(blk + 1) * F / unsigned(G);
+  const int u0 = int(s / unsigned(n)), j0 = int(s) - u0 * n;
+  pieces[0] = make_int4(full + u0, j0, min(int(e) - u0 * n, n) - j0, s < e ? 1 : 0);
+  pieces[1] = make_int4(full + u0 + 1, 0, int(e) - (u0 + 1) * n, e > unsigned((u0 + 1) * n) ? 1 : 0);
+}
 
 /// Issue the d/64 TMA boxes of one [rows][d] tile (rows from token `row0` of head h, batch b).
 template <class T, int kRows>
@@ -203,7 +245,7 @@ __device__ __forceinline__ void produce_v(const WsSmem<T>& sm, const CUtensorMap
   const int s = it_j % T::kStages;
   if (it_j >= T::kStages) mbar_wait(sm.v_empty(s), uint32_t(it_j / T::kStages - 1) & 1u);
   mbar_arrive_expect_tx(sm.v_full(s), T::kTileKVBytes);
-  tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, j * T::BLOCK_N, w.h, w.b, sm.v_full(s));
+  tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, (w.j0 + j) * T::BLOCK_N, w.h, w.b, sm.v_full(s));
 }
 
 /// The producer (one thread): per tile of its work list Q_i (once the consumers are done with the
@@ -224,7 +266,7 @@ __device__ void produce(const WsSmem<T>& sm, const WsSchedule<T>& sched, const C
         const int s = it % T::kStages;
         if (it >= T::kStages) mbar_wait(sm.empty(s), uint32_t(it / T::kStages - 1) & 1u);  // k_empty
         mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
-        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, j * T::BLOCK_N, w.h, w.b, sm.k_full(s));
+        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, (w.j0 + j) * T::BLOCK_N, w.h, w.b, sm.k_full(s));
         if (j > 0) produce_v<T>(sm, map_v, w, j - 1, it - 1);
       }
       produce_v<T>(sm, map_v, w, w.n_tiles - 1, it - 1);
@@ -234,9 +276,9 @@ __device__ void produce(const WsSmem<T>& sm, const WsSchedule<T>& sched, const C
         // Stage s was last filled for key tile it − kStages: wait for that phase of empty[s].
         if (it >= T::kStages) mbar_wait(sm.empty(s), uint32_t(it / T::kStages - 1) & 1u);
         mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
-        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, j * T::BLOCK_N, w.h, w.b, sm.k_full(s));
+        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, (w.j0 + j) * T::BLOCK_N, w.h, w.b, sm.k_full(s));
         mbar_arrive_expect_tx(sm.v_full(s), T::kTileKVBytes);
-        tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, j * T::BLOCK_N, w.h, w.b, sm.v_full(s));
+        tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, (w.j0 + j) * T::BLOCK_N, w.h, w.b, sm.v_full(s));
       }
     }
   }
@@ -281,6 +323,30 @@ __device__ __forceinline__ void pack_rescale(const float (&s_acc)[T::BLOCK_N / 2
   if (__any_sync(0xffffffffu, max_moved)) rescale_o<T::kHeadDim>(o, alpha);
 }
 
+/// Floats of one partial slot: O [Br][d] unnormalised, then (m_i, l_i) per row.
+template <class T>
+constexpr int kPartialFloats = T::BLOCK_M * (T::kHeadDim + 2);
+
+/// A piece of a split unit: this thread's two rows (unit rows `row0`, row0 + 8) of O (not yet
+/// divided by l_i), m_i and l_i (summed over the row's 4 threads) into partial slot `slot`.
+template <class T>
+__device__ __forceinline__ void store_partial(float* __restrict__ partials, int slot, const float (&o)[T::kHeadDim / 2],
+                                              const float (&m_i)[2], const float (&l_i)[2], int row0, int t4) {
+  constexpr int D = T::kHeadDim;
+  float* part = partials + std::size_t(slot) * kPartialFloats<T>;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_i[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = row0 + 8 * r;
+#pragma unroll
+    for (int t = 0; t < D / 8; ++t)
+      *reinterpret_cast<float2*>(part + row * D + 8 * t + 2 * t4) = make_float2(o[4 * t + 2 * r], o[4 * t + 2 * r + 1]);
+    if (t4 == 0) *reinterpret_cast<float2*>(part + T::BLOCK_M * D + 2 * row) = make_float2(m_i[r], l);
+  }
+}
+
 /// This warp's P·V on stage s finished: the stage's V_j (kSplitEmpty), else its K_j and V_j, may
 /// be overwritten.
 template <class T>
@@ -295,7 +361,7 @@ __device__ __forceinline__ void release_after_pv(const WsSmem<T>& sm, int s) {
 /// q_full), `more` whether another tile follows.
 template <class T>
 __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __restrict__ O, float* __restrict__ LSE,
-                             int cw, const WsTile& w, int& it, int k, bool more) {
+                             float* __restrict__ partials, int cw, const WsTile& w, int& it, int k, bool more) {
   constexpr int D = T::kHeadDim, BLOCK_N = T::BLOCK_N, S = T::kStages, kTurnThreads = 256;
   constexpr float NEG_INF = -INFINITY;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t4 = lane % 4;
@@ -305,7 +371,11 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   const uint32_t sQ_wg = sm.q() + uint32_t(cw) * 64 * 128;  // this warpgroup's 64 rows (8 swizzle periods)
   const int my_turn = kTurnBarrier + cw;
   const int next_turn = kTurnBarrier + (T::kConsumers == 2 ? cw ^ 1 : (cw + 1) % T::kConsumers);
-  auto need_mask = [&](int j) { return (j + 1) * BLOCK_N > N || (T::kCausal && (j + 1) * BLOCK_N - 1 > wg_row0); };
+  // j counts this unit's key tiles from w.j0 (a piece of the split tail starts past 0).
+  auto need_mask = [&](int j) {
+    const int end = (w.j0 + j + 1) * BLOCK_N;
+    return end > N || (T::kCausal && end - 1 > wg_row0);
+  };
   auto phase = [&](int j) { return uint32_t((it + j) / S) & 1u; };  // key tile j of this tile
   auto stage = [&](int j) { return (it + j) % S; };
 
@@ -327,7 +397,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   reg_fence(s_acc);
   if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(stage(0)));  // done with K_0
   float alpha[2];
-  bool moved = softmax_step<T>(s_acc, m_i, l_i, alpha, 0, N, row_base, need_mask(0), t4, scale_log2);
+  bool moved = softmax_step<T>(s_acc, m_i, l_i, alpha, w.j0 * BLOCK_N, N, row_base, need_mask(0), t4, scale_log2);
   pack_rescale<T>(s_acc, pa, o, alpha, moved);
   // Tile j: S_ij with P_i(j−1)·V_(j−1) in one turn; the softmax of tile j overlaps the other
   // warpgroups' turns (and with kOverlap this warpgroup's own P·V too). P·V reads pa_in, the
@@ -350,7 +420,8 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
       wg_wait<1>();  // S_ij done; P_i(j−1)·V_(j−1) may still run: O_i and pa_in stay untouched
       reg_fence(s_acc);
       if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
-      moved = softmax_step<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
+      moved = softmax_step<T>(s_acc, m_i, l_i, alpha, (w.j0 + j) * BLOCK_N, N, row_base, need_mask(j), t4,
+                              scale_log2);
       wg_wait<0>();
       reg_fence(o);
       reg_fence_u(pa_in);
@@ -362,7 +433,8 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
       reg_fence_u(pa_in);
       if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
       if (lane == 0) release_after_pv<T>(sm, sp);
-      moved = softmax_step<T>(s_acc, m_i, l_i, alpha, j * BLOCK_N, N, row_base, need_mask(j), t4, scale_log2);
+      moved = softmax_step<T>(s_acc, m_i, l_i, alpha, (w.j0 + j) * BLOCK_N, N, row_base, need_mask(j), t4,
+                              scale_log2);
     }
     pack_rescale<T>(s_acc, pa_out, o, alpha, moved);
   };
@@ -400,20 +472,21 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   reg_fence(o);
   if (lane == 0) release_after_pv<T>(sm, stage(last));
   it += n_tiles;
-  store_o_lse<T>(p, O, LSE, o, m_i, l_i, w.b, w.h, row_base, t4);
+  if (!T::kSplitTail || w.piece < 0) store_o_lse<T>(p, O, LSE, o, m_i, l_i, w.b, w.h, row_base, t4);
+  else store_partial<T>(partials, w.piece, o, m_i, l_i, row_base - w.q0, t4);
 }
 
 /// One consumer warpgroup over the block's work list.
 template <class T>
 __device__ void consume(const Problem& p, const WsSmem<T>& sm, const WsSchedule<T>& sched, uint16_t* __restrict__ O,
-                        float* __restrict__ LSE, int cw) {
+                        float* __restrict__ LSE, float* __restrict__ partials, int cw) {
   if (cw == T::kConsumers - 1) named_bar_arrive(kTurnBarrier, 256);  // warpgroup 0 takes the first turn
   WsTile w, next;
   int it = 0;
   bool have = sched.at(0, w);
   for (int k = 0; have; ++k) {
     const bool more = sched.at(k + 1, next);
-    consume_tile<T>(p, sm, O, LSE, cw, w, it, k, more);
+    consume_tile<T>(p, sm, O, LSE, partials, cw, w, it, k, more);
     w = next;
     have = more;
   }
@@ -423,15 +496,23 @@ template <class T>
 __global__ void __launch_bounds__(T::kThreads, 1)
     ws_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                   const __grid_constant__ CUtensorMap map_v, Problem p, uint16_t* __restrict__ O,
-                  float* __restrict__ LSE) {
+                  float* __restrict__ LSE, float* __restrict__ partials, int full) {
 #if FLASHLAB_WGMMA_OK
   extern __shared__ uint8_t smem_raw[];
   const WsSmem<T> sm{(uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u};
   const int Tr = (p.seq + T::BLOCK_M - 1) / T::BLOCK_M, HB = p.heads * p.batch;
-  const WsSchedule<T> sched{Tr, p.heads, HB, Tr * HB, p.seq};
+  int4* pieces = reinterpret_cast<int4*>(smem_raw + (sm.base - uint32_t(__cvta_generic_to_shared(smem_raw))) +
+                                         T::kPieceOffset);
+  const WsSchedule<T> sched{Tr, p.heads, HB, Tr * HB, p.seq, full, pieces};
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
+    if constexpr (T::kSplitTail) {
+      int4 share[2];
+      tail_pieces(share, full, Tr * HB, (p.seq + T::BLOCK_N - 1) / T::BLOCK_N, int(blockIdx.x), int(gridDim.x));
+      pieces[0] = share[0];
+      pieces[1] = share[1];
+    }
     tma_prefetch_map(&map_q);
     tma_prefetch_map(&map_k);
     tma_prefetch_map(&map_v);
@@ -452,15 +533,95 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     return;  // every load is consumed before the consumers exit: nothing in flight is orphaned
   }
   regs_claim<T::kConsumerRegs>();
-  consume<T>(p, sm, sched, O, LSE, wg - 1);
+  consume<T>(p, sm, sched, O, LSE, partials, wg - 1);
 #else
   __trap();  // built without sm_90a: never launched
 #endif
 }
 
+/// The split tail's units (WsSchedule): O_i and LSE_i from the pieces' partial slots,
+/// O_i = Σ 2^(m_p − m) O_p / Σ 2^(m_p − m) l_p with m = max m_p. One thread per two adjacent
+/// columns of a row, kCombineRows rows per block, BLOCK_M / kCombineRows blocks per unit: every
+/// load of every piece is in flight at once (one block per unit, looping over its rows, waited on
+/// each load in turn and took longer than the tail it saved).
+template <class T>
+constexpr int kCombineRows = 256 / (T::kHeadDim / 2);
+
+template <class T>
+__global__ void __launch_bounds__(256)
+    ws_combine_kernel(Problem p, const float* __restrict__ partials, uint16_t* __restrict__ O, float* __restrict__ LSE,
+                      int full, int G) {
+  constexpr int D = T::kHeadDim, BLOCK_M = T::BLOCK_M, kBlocksPerUnit = BLOCK_M / kCombineRows<T>;
+  const int unit = int(blockIdx.x) / kBlocksPerUnit;
+  const int r = (int(blockIdx.x) % kBlocksPerUnit) * kCombineRows<T> + int(threadIdx.x) / (D / 2);
+  const int c = 2 * (int(threadIdx.x) % (D / 2));
+  const int Tr = (p.seq + BLOCK_M - 1) / BLOCK_M, total = Tr * p.heads * p.batch;
+  const int n = (p.seq + T::BLOCK_N - 1) / T::BLOCK_N;
+  const unsigned F = unsigned(total - full) * unsigned(n), lo = unsigned(unit) * unsigned(n), hi = lo + unsigned(n);
+  const int t = full + unit, q0 = (t % Tr) * BLOCK_M, hb = t / Tr, h = hb % p.heads, b = hb / p.heads;
+  const int row = q0 + r;
+  if (row >= p.seq) return;
+  const int first = int(lo * unsigned(G) / F);  // the first block whose share can meet this unit
+  float m = -INFINITY, l = 0.f, o0 = 0.f, o1 = 0.f;
+  for (int pass = 0; pass < 2; ++pass)
+    for (int blk = first; blk < G; ++blk) {
+      const unsigned s = unsigned(blk) * F / unsigned(G), e = unsigned(blk + 1) * F / unsigned(G);
+      if (s >= hi) break;
+      if (e <= lo || s >= e) continue;
+      const float* part = partials + std::size_t(2 * blk + (s >= lo ? 0 : 1)) * kPartialFloats<T>;
+      const float m_p = part[BLOCK_M * D + 2 * r];
+      if (pass == 0) {
+        m = fmaxf(m, m_p);
+      } else {
+        const float w = ex2(m_p - m);
+        const float2 op = *reinterpret_cast<const float2*>(part + r * D + c);
+        l += w * part[BLOCK_M * D + 2 * r + 1];
+        o0 += w * op.x;
+        o1 += w * op.y;
+      }
+    }
+  const float inv_l = 1.f / l;  // every piece has a key < N: l ≥ 1
+  const std::size_t base = p.head_offset(b, h), stat = p.stat_offset(b, h);
+  *reinterpret_cast<uint32_t*>(O + base + std::size_t(row) * p.row_stride() + c) = pack2<T::kBf16>(o0 * inv_l, o1 * inv_l);
+  if (c == 0) LSE[stat + row] = m + log2f(l);
+}
+
 /// Units of the work list with query tiles of `rows` rows: (query tile, head, batch) triples.
 long long ws_units(const Problem& p, int rows) {
   return (long long)((p.seq + rows - 1) / rows) * p.heads * p.batch;
+}
+
+/// Whether a non-causal list of `units` on `grid` blocks (n key tiles per unit) has its tail cut
+/// along the keys (WsSchedule, ws_combine_kernel): at least 4 whole rounds before it and at least
+/// half of the blocks idle in its last round. The cut costs a second launch, a Q_i load and a
+/// partial store per piece; measured on the H100 (d = 64, three consumers, H = 16,
+/// docs/optimisation.md, Rung 15): +9 % at N = 8192 (5.21 rounds), +2 % at 16384 (10.4), −2.4 % at
+/// 4096 (2.67 rounds, not cut). 32-bit share arithmetic: grid · grid · n < 2^32.
+bool ws_split_tail(long long units, long long grid, long long n) {
+  const long long tail = units % grid;
+  return tail != 0 && units / grid >= 4 && 2 * tail <= grid && n > 1 && grid * grid * n < (1LL << 32);
+}
+
+/// The split tail's partial slots come from a stream-ordered pool of this file's own, one per
+/// device, that keeps its memory between launches: no workspace in the API, safe on concurrent
+/// streams, nothing mapped again after the first launch (the default pool gives its memory back
+/// at every synchronisation).
+cudaMemPool_t partial_pool(int dev) {
+  static std::mutex mutex;
+  static std::map<int, cudaMemPool_t> pools;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto it = pools.find(dev);
+  if (it != pools.end()) return it->second;
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = dev;
+  cudaMemPool_t pool = nullptr;
+  FLASHLAB_CUDA_CHECK(cudaMemPoolCreate(&pool, &props));
+  cuuint64_t keep = ~cuuint64_t(0);
+  FLASHLAB_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  pools.emplace(dev, pool);
+  return pool;
 }
 
 template <class T>
@@ -477,11 +638,32 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
   const CUtensorMap map_v = make_head_tile_map(V, p, T::BLOCK_N);
   // One block per SM (1 block/SM fits: __launch_bounds__ and the SRAM), each walking its share of
   // the (query tile, head) list (WsSchedule); never more blocks than units.
-  const unsigned grid = unsigned(std::min<long long>(ws_units(p, T::BLOCK_M), sms));
+  const long long units = ws_units(p, T::BLOCK_M);
+  const unsigned grid = unsigned(std::min<long long>(units, sms));
+  const long long n = (p.seq + T::BLOCK_N - 1) / T::BLOCK_N;
+  const bool split = T::kSplitTail && ws_split_tail(units, grid, n);
+  const int full = split ? int(units / grid * grid) : int(units);
+  float* partials = nullptr;
+  if (split) {  // two partial slots per block (WsSchedule: a share meets at most two units)
+    int dev = 0;
+    FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
+    const std::size_t bytes = sizeof(float) * 2 * grid * std::size_t(kPartialFloats<T>);
+    FLASHLAB_CUDA_CHECK(cudaMallocFromPoolAsync(reinterpret_cast<void**>(&partials), bytes, partial_pool(dev), stream));
+  }
   announce("ws_fwd_kernel");
-  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, p, static_cast<uint16_t*>(O), LSE);
-  const cudaError_t err = cudaGetLastError();
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, p, static_cast<uint16_t*>(O), LSE, partials,
+                                                       full);
+  cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw_cuda_error(err, "launch of ws_fwd_kernel", __FILE__, __LINE__);
+  if constexpr (T::kSplitTail) {
+    if (!split) return;
+    announce("ws_combine_kernel");
+    ws_combine_kernel<T><<<unsigned(units - full) * (T::BLOCK_M / kCombineRows<T>), 256, 0, stream>>>(
+        p, partials, static_cast<uint16_t*>(O), LSE, full, int(grid));
+    err = cudaGetLastError();
+    if (err != cudaSuccess) throw_cuda_error(err, "launch of ws_combine_kernel", __FILE__, __LINE__);
+    FLASHLAB_CUDA_CHECK(cudaFreeAsync(partials, stream));
+  }
 }
 
 /// d = 64: three consumer warpgroups (Br = 192) once the work list gives every SM at least 2.5
@@ -513,6 +695,8 @@ bool ws_wide_keys(const Problem& p) {
 /// Two P register sets (kTwoP) where they were measured ahead (Rung 15): d = 64 with three
 /// consumers (+2–3 %) and causal (+1–2.5 %), d = 128 with Bc = 192 (level to +1 % at N = 8192);
 /// not at d = 64 with two consumers without a mask (−2 %) nor d = 128 with Bc = 128 (−1.5 %).
+/// The split tail at d = 64 with three consumers without a mask (ws_split_tail decides per
+/// launch); not at d = 128 with Bc = 192, whose split kernel spills 152 bytes (−3 % at N = 8192).
 template <int D, bool kBf16>
 void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
                  cudaStream_t stream) {
@@ -524,8 +708,14 @@ void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, 
       if (three) launch_ws_one<CausalThree>(p, Q, K, V, O, LSE, sms, stream);
       else launch_ws_one<CausalTwo>(p, Q, K, V, O, LSE, sms, stream);
     } else {
-      using Three = WsTraits<64, kBf16, false, 3, 3, true, true, 128, true, false, true>;  // K/V apart, two P sets
-      if (three) launch_ws_one<Three>(p, Q, K, V, O, LSE, sms, stream);
+      // K/V released apart, two P sets; a second instantiation cuts the tail (its bookkeeping cost
+      // 3 % where the tail stays whole: N = 4096)
+      using Three = WsTraits<64, kBf16, false, 3, 3, true, true, 128, true, false, true>;
+      using ThreeSplit = WsTraits<64, kBf16, false, 3, 3, true, true, 128, true, false, true, true>;
+      const long long units = ws_units(p, Three::BLOCK_M), n = (p.seq + Three::BLOCK_N - 1) / Three::BLOCK_N;
+      if (three && ws_split_tail(units, std::min<long long>(units, sms), n))
+        launch_ws_one<ThreeSplit>(p, Q, K, V, O, LSE, sms, stream);
+      else if (three) launch_ws_one<Three>(p, Q, K, V, O, LSE, sms, stream);
       else launch_ws_one<WsTraits<64, kBf16, false, 2, 3, true, true>>(p, Q, K, V, O, LSE, sms, stream);
     }
   } else {

@@ -340,6 +340,22 @@ TEST_CASE("tma-ws forward, ±800 values and a NaN in V", "[fast][fast-ws][fast-s
   report("tma-ws ±800");
 }
 
+// The split tail (d = 64, three consumers, non-causal; attention_fwd_ws.cu, ws_split_tail): on an
+// H100's 132 SMs, N = 600, H = 140 is 560 units of 192 rows, 4 whole rounds and 32 units cut along
+// their 5 key tiles (the last ragged: 88 keys) into pieces of 1–2 tiles that cross units;
+// N = 400, H = 180 is 540 units, 12 cut along 4 key tiles, most blocks' shares empty or one tile.
+// The pieces' partial O, m_i, l_i are combined by a second kernel; late rescales and ±800 values
+// make the pieces' maxima differ.
+TEST_CASE("tma-ws forward, the last round cut along the keys, equals the float64 reference",
+          "[fast][fast-ws][fast-sanitize]") {
+  if (!wgmma_in_build()) return;
+  check_fast({1, 400, 180, 64, false, kFp16, 0.0, kTmaWs});
+  check_fast({1, 400, 180, 64, false, kBf16, 0.0, kTmaWs, true});
+  check_fast({1, 600, 140, 64, false, kBf16, 0.0, kTmaWs});
+  check_fast({1, 600, 140, 64, false, kBf16, 19.0, kTmaWs});
+  report("tma-ws split tail");
+}
+
 // Non-causal lengths around the wider key tiles (Bc = 192 at d = 128 where the last tile pads N by
 // at most 1 %: 191, 192, 383, 384, 575 and 4031 here; attention_fwd_ws.cu, ws_wide_keys): a tile
 // less one, a full tile, a tile and one key; several rounds of the work list, late rescales, fp16.
