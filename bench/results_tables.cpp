@@ -1120,6 +1120,8 @@ const std::map<std::string, Renderer>& renderers() {
       {"tma_ws_exp_fma", [](const std::string& r) { return tma_ws_variants_table(r, "2026-11-24 04:55"); }},
       {"tma_ws_two_p", [](const std::string& r) { return tma_ws_variants_table(r, "2026-11-24 05:18"); }},
       {"tma_ws_desc", [](const std::string& r) { return tma_ws_variants_table(r, "2026-11-24 05:38"); }},
+      {"tma_ws_split_tail", [](const std::string& r) { return tma_ws_variants_table(r, "2026-11-24 06:17"); }},
+      {"tma_ws_split_tail_first", [](const std::string& r) { return tma_ws_variants_table(r, "2026-11-24 05:56"); }},
       {"tma_ws_runs", tma_ws_runs_table},
       {"tma_ws_checks", tma_ws_checks_table},
       {"bwd_ws_sweep", bwd_ws_table},
