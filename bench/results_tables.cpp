@@ -425,10 +425,14 @@ std::string tma_ws_table(const std::string& root, double min_n, bool need_wgmma,
 /// Every run's rows of fwd_tma_ws.csv at the headline shape: the run-to-run spread and the schedules.
 std::string tma_ws_runs_table(const std::string& root) {
   const Csv csv = read_csv(root + "/cuda/results/fwd_tma_ws.csv");
+  const Csv variants = read_csv(root + "/cuda/results/fwd_tma_ws_variants.csv");
+  std::vector<Row> rows = rows_of(csv);
+  for (const Row& r : rows_of(variants)) rows.push_back(r);
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.str("date") < b.str("date"); });
   Markdown md;
   md.header({"date (UTC)", "kernel", "median ms", "TFLOP/s", "SDPA FA2 (bnhd / bhnd)", "ours / FA2",
              "SDPA cuDNN (bnhd / bhnd)", "ours / cuDNN"});
-  for (const Row& r : rows_of(csv)) {
+  for (const Row& r : rows) {
     if (!headline_shape(r)) continue;
     md.line({r.str("date"), r.str("kernel"), fmt("%.4f", r.num("median_ms")), fmt("%.1f", r.num("tflops")),
              pair(r, "fa2_bnhd_tflops", "fa2_bhnd_tflops", "%.1f"), ratio_pair(r, "fa2_bnhd_tflops", "fa2_bhnd_tflops"),
@@ -442,7 +446,9 @@ std::string tma_ws_runs_table(const std::string& root) {
 /// first sweep / its `-repeat` sweep, builds in order of appearance), then SDPA cuDNN (bnhd / bhnd)
 /// of that run and the first build's mean ÷ cuDNN (bnhd) beside the others'.
 std::string tma_ws_variants_table(const std::string& root, const std::string& run) {
+  // The A/B runs of rejected variants from Rung 15 on live in fwd_tma_ws_variants.csv.
   const Csv csv = read_csv(root + "/cuda/results/fwd_tma_ws.csv");
+  const Csv variants = read_csv(root + "/cuda/results/fwd_tma_ws_variants.csv");
   using Shape = std::tuple<double, double, double>;  // (−d, causal, N): d = 128 first
   std::vector<std::string> builds;                   // kernel labels without "-repeat"
   std::map<std::string, std::map<Shape, std::vector<double>>> tflops;
@@ -451,7 +457,9 @@ std::string tma_ws_variants_table(const std::string& root, const std::string& ru
   std::set<Shape> shapes;
   std::string device;
   const std::string repeat = "-repeat";
-  for (const Row& r : rows_of(csv)) {
+  std::vector<Row> rows = rows_of(csv);
+  for (const Row& r : rows_of(variants)) rows.push_back(r);
+  for (const Row& r : rows) {
     if (r.str("date") != run) continue;
     std::string k = r.str("kernel");
     if (k.size() > repeat.size() && k.compare(k.size() - repeat.size(), repeat.size(), repeat) == 0)
@@ -466,7 +474,7 @@ std::string tma_ws_variants_table(const std::string& root, const std::string& ru
     }
     device = r.str("device");
   }
-  if (builds.empty()) throw InputError(csv.path + ": no rows of run " + run);
+  if (builds.empty()) throw InputError(csv.path + " and " + variants.path + ": no rows of run " + run);
   const auto mean = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / v.size(); };
   std::vector<std::string> head{"d", "causal", "N"};
   for (const std::string& b : builds) head.push_back(b);
