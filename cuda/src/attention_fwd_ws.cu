@@ -63,10 +63,11 @@
 //     diagonal of their last row. A fully masked row gives O = 0 and LSE = −inf, never NaN.
 // Resources (ptxas, sm_90a): two consumers, 168 registers at launch (384 threads, 1 block/SM),
 // then 24 for the producer and 240 for the consumers; three consumers, 128 at launch (512
-// threads), then 24 and 160; no spills but 16 bytes in the Bc = 192 kernel; d = 128: 230,488 B
-// of dynamic SRAM (Q_i 32 KiB + 3 stages × (K_j + V_j) 192 KiB + barriers + alignment slack; the
-// limit is 232,448; 230,512 with K and V released apart; Bc = 192: 2 stages × 96 KiB, 230,480),
-// d = 64: 115,800 B (Br = 128) or 124,016 B (Br = 192, released apart).
+// threads), then 24 and 160; no spills but 16 bytes in the Bc = 192 kernel and 24 in the split
+// tail's; d = 128: 230,520 B of dynamic SRAM (Q_i 32 KiB + 3 stages × (K_j + V_j) 192 KiB +
+// barriers + the split tail's 32 B + alignment slack; the limit is 232,448; 230,544 with K and V
+// released apart; Bc = 192: 2 stages × 96 KiB, 230,512), d = 64: 115,832 B (Br = 128) or
+// 124,048 B (Br = 192, released apart).
 // Measured (H100, bf16, H = 16, beside SDPA): the runs and the profiles are in
 // docs/optimisation.md (Rungs 5, 6, 8, 9, 10, 12, 14 and 15) and cuda/results/fwd_tma_ws.csv.
 #include "common.hpp"
@@ -582,7 +583,8 @@ __global__ void __launch_bounds__(256)
     }
   const float inv_l = 1.f / l;  // every piece has a key < N: l ≥ 1
   const std::size_t base = p.head_offset(b, h), stat = p.stat_offset(b, h);
-  *reinterpret_cast<uint32_t*>(O + base + std::size_t(row) * p.row_stride() + c) = pack2<T::kBf16>(o0 * inv_l, o1 * inv_l);
+  *reinterpret_cast<uint32_t*>(O + base + std::size_t(row) * p.row_stride() + c) =
+      pack2<T::kBf16>(o0 * inv_l, o1 * inv_l);
   if (c == 0) LSE[stat + row] = m + log2f(l);
 }
 
