@@ -220,12 +220,19 @@ struct WsSchedule {
   }
 };
 
+/// Where block `blk` of G starts its share of the tail's F key tiles (block blk takes
+/// [tail_share_begin(blk), tail_share_begin(blk + 1))): the one rule tail_pieces and
+/// ws_combine_kernel both follow.
+__device__ __forceinline__ unsigned tail_share_begin(int blk, unsigned F, int G) {
+  return unsigned(blk) * F / unsigned(G);
+}
+
 /// The split tail's share of block `blk` of G (WsSchedule): the tail's F = (total − full) · n key
 /// tiles in list order, [blk·F/G, (blk + 1)·F/G) to this block; fewer than G units make a share
 /// shorter than a unit, so it meets at most two: pieces 0 and 1 = {unit, j0, n_tiles, 1}, or .w = 0.
 __device__ __forceinline__ void tail_pieces(int4 (&pieces)[2], int full, int total, int n, int blk, int G) {
   const unsigned F = unsigned(total - full) * unsigned(n);
-  const unsigned s = unsigned(blk) * F / unsigned(G), e = unsigned(blk + 1) * F / unsigned(G);
+  const unsigned s = tail_share_begin(blk, F, G), e = tail_share_begin(blk + 1, F, G);
   const int u0 = int(s / unsigned(n)), j0 = int(s) - u0 * n;
   pieces[0] = make_int4(full + u0, j0, min(int(e) - u0 * n, n) - j0, s < e ? 1 : 0);
   pieces[1] = make_int4(full + u0 + 1, 0, int(e) - (u0 + 1) * n, e > unsigned((u0 + 1) * n) ? 1 : 0);
@@ -566,7 +573,7 @@ __global__ void __launch_bounds__(256)
   float m = -INFINITY, l = 0.f, o0 = 0.f, o1 = 0.f;
   for (int pass = 0; pass < 2; ++pass)
     for (int blk = first; blk < G; ++blk) {
-      const unsigned s = unsigned(blk) * F / unsigned(G), e = unsigned(blk + 1) * F / unsigned(G);
+      const unsigned s = tail_share_begin(blk, F, G), e = tail_share_begin(blk + 1, F, G);
       if (s >= hi) break;
       if (e <= lo || s >= e) continue;
       const float* part = partials + std::size_t(2 * blk + (s >= lo ? 0 : 1)) * kPartialFloats<T>;
