@@ -1,7 +1,7 @@
 """timing_common.py — what the PyTorch comparison scripts share: the output CSV and the L2 flush
 size (sdpa_bench.py, stream_sdpa.py, mta_torch.py), and the one timing loop (the first two;
 mta_torch.py writes it out to read each call's peak memory), the method of flashlab's own benchmarks
-(cuda/src/bench_timing.cpp): `warmup` untimed calls, then `reps` timed ones; before each,
+(cuda/src/core/bench_timing.cpp): `warmup` untimed calls, then `reps` timed ones; before each,
 `prepare(r)` (untimed) and an L2 flush (a 256 MiB zero_() outside the timed range); each call alone
 between two CUDA events, synchronised before the next; the median in milliseconds.
 """

@@ -7,15 +7,15 @@
 /// The problem is a ref::AttentionProblem; the fast kernels' own limits are checked in one
 /// place, check_fast_problem(): d ∈ {64, 128}, dtype bf16 or fp16, N_k = N. Their tiles are
 /// fixed at compile time per kernel and head dim (fast_forward_tiles(); the backward kernels'
-/// tiles are stated in cuda/src/attention_bwd_tc.cu), so the problem's Br and Bc are not read.
+/// tiles are stated in cuda/src/attention/attention_bwd_tc.cu), so the problem's Br and Bc are not read.
 /// Layout as the clear kernels: Q, K, V, O are `[B, N, H, d]` row-major; LSE is `[B, H, N]`
 /// fp32, base 2 of the base-2 scores: LSE_i = m_i + log2(l_i) with scores S·scale·log2(e).
 /// Any N ≥ 1; causal (key j visible to query i iff j ≤ i) or not.
 ///
 /// Backward, two designs (ref::Algorithm): bwd_two_kernel (D preprocessing, dQ kernel, dK/dV
-/// kernel: cuda/src/attention_bwd_tc.cu) and bwd_atomic (D preprocessing, one kernel over K_j/V_j
+/// kernel: cuda/src/attention/attention_bwd_tc.cu) and bwd_atomic (D preprocessing, one kernel over K_j/V_j
 /// blocks with dQ accumulated in fp32 by atomics, dQ conversion:
-/// cuda/src/attention_bwd_tc_atomic.cu). fast_attention_backward() takes Q, K, V, O, dO and the
+/// cuda/src/attention/attention_bwd_tc_atomic.cu). fast_attention_backward() takes Q, K, V, O, dO and the
 /// forward's LSE and returns dQ, dK, dV in the same dtype.
 #pragma once
 
@@ -30,14 +30,14 @@ namespace flashlab::cuda {
 /// Which instruction the fast FA2 forward is built on. Both kernels compute the same O and LSE
 /// (same algorithm, tiles aside) from the same inputs.
 enum class FastForwardKernel {
-  /// `mma.sync` m16n8k16 (cuda/src/attention_fwd_tc.cu): the default, sm_90 build.
+  /// `mma.sync` m16n8k16 (cuda/src/attention/attention_fwd_tc.cu): the default, sm_90 build.
   mma_sync,
-  /// Hopper's warpgroup MMA, `wgmma.mma_async` (cuda/src/attention_fwd_wgmma.cu): compiled for
+  /// Hopper's warpgroup MMA, `wgmma.mma_async` (cuda/src/attention/attention_fwd_wgmma.cu): compiled for
   /// sm_90a, so it runs on compute capability 9.0 GPUs only (H100/H200), and only in builds whose
   /// CMAKE_CUDA_ARCHITECTURES include 90 (fast_forward_wgmma_built()).
   wgmma,
   /// wgmma fed by TMA loads from a producer warpgroup, two consumer warpgroups taking turns at the
-  /// tensor cores (cuda/src/attention_fwd_ws.cu): sm_90a, built and usable as wgmma.
+  /// tensor cores (cuda/src/attention/attention_fwd_ws.cu): sm_90a, built and usable as wgmma.
   tma_ws
 };
 
@@ -102,11 +102,11 @@ void fast_attention_forward_device(const ref::AttentionProblem& problem, FastFor
 /// All compute the same dQ, dK, dV (same algorithm and rounding points); dQ's fp32 summation order
 /// varies run to run except in wgmma_ws_deterministic.
 enum class FastBackwardKernel {
-  /// `mma.sync` m16n8k16, cp.async loads (cuda/src/attention_bwd_tc_atomic.cu): any device from
+  /// `mma.sync` m16n8k16, cp.async loads (cuda/src/attention/attention_bwd_tc_atomic.cu): any device from
   /// sm_80 on; the portable kernel.
   mma_sync,
   /// Hopper: TMA loads from a producer warpgroup, two consumer warpgroups on `wgmma.mma_async`
-  /// for all five products (cuda/src/attention_bwd_ws.cu): sm_90a, built and usable as the
+  /// for all five products (cuda/src/attention/attention_bwd_ws.cu): sm_90a, built and usable as the
   /// wgmma forward (fast_forward_wgmma_built(), compute capability 9.0).
   wgmma_ws,
   /// wgmma_ws with dQ summed in a fixed order (key block 0, 1, 2, … into each query tile, a

@@ -34,7 +34,7 @@ enum class MtaBenchKernel {
   fast    ///< the fast tensor-core kernels (mta_fast.hpp), bf16 or fp16
 };
 
-/// Which pass a sweep times. Each pass is one small function in cuda/src/mta_bench.cpp
+/// Which pass a sweep times. Each pass is one small function in cuda/src/mta/mta_bench.cpp
 /// (plan_pass() dispatches); a pass a kernel family does not have is refused before any timing.
 enum class MtaBenchPass {
   fwd,      ///< the forward

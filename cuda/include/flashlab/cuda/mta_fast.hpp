@@ -8,7 +8,7 @@
 /// Pk = (ck − 1)/2 zero columns each side, −∞ where j > i, softmax over j, O = P V. Causal by
 /// definition.
 ///
-/// Algorithm (cuda/src/mta_fast_fwd.cu): one thread block per query tile of Br = kFastBr effective
+/// Algorithm (cuda/src/mta/mta_fast_fwd.cu): one thread block per query tile of Br = kFastBr effective
 /// rows of one (batch, head), in the FlashAttention-2 order: O_i, m_i, ℓ_i stay on chip across the
 /// key tiles (no read-modify-write of O in HBM) and O is written once at the end. Per key tile of
 /// Bc = kFastBc effective keys: S on tensor cores (mma.sync m16n8k16) for the tile *with its halo*

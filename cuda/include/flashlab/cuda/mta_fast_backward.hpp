@@ -12,7 +12,7 @@
 ///
 /// Shapes, kernel sizes, dtype and scale are a FastShape, whose limits check_fast_shape() states
 /// for the forward, the backward and the decode alike (the tiles are fixed:
-/// cuda/src/mta_fast_bwd.cu and mta_fast_decode.cu state them).
+/// cuda/src/mta/mta_fast_bwd.cu and mta_fast_decode.cu state them).
 #pragma once
 
 #include "flashlab/cuda/mta_fast.hpp"

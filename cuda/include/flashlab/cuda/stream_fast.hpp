@@ -1,6 +1,6 @@
 /// @file stream_fast.hpp
 /// @brief The fast STREAM mask application on tensor cores: bf16 or fp16 inputs, fp32
-/// accumulation, `mma.sync` m16n8k16 (cuda/src/stream_fast_apply.cu). No CUDA types here:
+/// accumulation, `mma.sync` m16n8k16 (cuda/src/stream/stream_fast_apply.cu). No CUDA types here:
 /// 16-bit values travel as `uint16_t` bit patterns, so CPU-only code may include this header.
 ///
 /// The same semantics as the reference's `stream_apply` (reference/include/flashlab/reference/

@@ -7,7 +7,7 @@
 /// representative (first valid block of a branch, score inherited by the half that holds it),
 /// τ. Differences: Q and K are bf16 (`uint16_t` bit patterns; no CUDA types here, so CPU-only
 /// code may include this header), and the kernel's limits are b_q = b_k = 64 and d ∈ {64, 128}
-/// (check_fast_estimate()). Code: cuda/src/stream_fast_estimate.cu; docs/stream.md, section
+/// (check_fast_estimate()). Code: cuda/src/stream/stream_fast_estimate.cu; docs/stream.md, section
 /// "The fast bf16 estimate".
 ///
 /// Guarantees (tests/cuda/test_cuda_stream_fast.cpp, tag `[stream-fast]`): I is bitwise the same

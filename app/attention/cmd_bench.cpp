@@ -1,0 +1,241 @@
+// `flashlab bench attention`: times the fast tensor-core forward (--fwd-kernel: mma.sync in
+// cuda/src/attention/attention_fwd_tc.cu, wgmma in attention_fwd_wgmma.cu, tma-ws in attention_fwd_ws.cu)
+// and/or backward (--bwd-design: the atomic one, the default, in attention_bwd_tc_atomic.cu or,
+// with --bwd-kernel wgmma-ws, attention_bwd_ws.cu; two-kernel in attention_bwd_tc.cu) over a
+// sweep of shapes and prints ms, TFLOP/s and effective GB/s per shape and pass.
+// Flags are parsed and checked in every build; the timing itself is
+// flashlab::cuda::bench_attention (cuda/src/attention/bench.cpp), compiled only with CUDA
+// (FLASHLAB_HAVE_CUDA). Formatting only here.
+#include "core/commands.hpp"
+#include "core/gpu_flags.hpp"
+
+#ifdef FLASHLAB_HAVE_CUDA
+#include "flashlab/cuda/bench.hpp"
+#include "flashlab/cuda/options.hpp"
+#endif
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace flashlab::app {
+
+namespace {
+
+constexpr const char* kUsageLine =
+    "bench attention [--seq N[,N2,...]] [--dim D[,D2]] [--heads H] [--batch B] [--causal | --no-causal | --both]\n"
+    "                       [--pass fwd|bwd|both] [--bwd-design atomic|two-kernel] [--fwd-kernel mma|wgmma|tma-ws]\n"
+    "                       [--bwd-kernel mma|wgmma-ws|wgmma-ws-det] [--dtype bf16|fp16] [--reps R] [--warmup W] [--csv]";
+constexpr const char* kSummary =
+    "Times the fast tensor-core attention forward and/or backward on the GPU (bf16/fp16 in, fp32\n"
+    "accumulation) for every (d, causal, N) of the sweep. Per shape and pass: W warm-up launches,\n"
+    "then R launches each timed alone with CUDA events, L2 flushed (256 MiB memset) before each,\n"
+    "inputs rotated over 3 sets. A backward launch is every kernel of its design (--bwd-design:\n"
+    "atomic = dQ accumulator zeroing, D preprocessing, one kernel per K/V block with fp32 dQ atomics,\n"
+    "dQ conversion; two-kernel = D preprocessing, dQ kernel, dK/dV kernel) on the O and LSE of a\n"
+    "real forward, run once per input set before timing. Prints the median,\n"
+    "min and max ms, TFLOP/s = 4·N²·d·H·B / median for fwd, 2.5 × that for bwd (halved for causal)\n"
+    "and effective GB/s = ideal HBM bytes / median (fwd: Q, K, V, O, LSE; bwd: Q, K, V, O, dO, dQ,\n"
+    "dK, dV, LSE, D; a lower bound on traffic: tiles are re-read). Default sweep:\n"
+    "N = 1024…16384, d = 64 and 128, H = 16, B = 1, causal and not, both passes. --csv rows feed\n"
+    "cuda/bench/sdpa_bench.py (PyTorch SDPA, same shapes and passes).\n"
+    "Needs a build with CUDA and an NVIDIA GPU.";
+
+po::options_description options() {
+  po::options_description d("Options");
+  d.add_options()("help,h", "show this help")
+      ("seq", po::value<std::string>()->default_value("1024,2048,4096,8192,16384"), "sequence lengths N, comma separated")
+      ("dim", po::value<std::string>()->default_value("64,128"), "head dims d, comma separated (64 and/or 128)")
+      ("heads", po::value<long long>()->default_value(16), "H, number of heads")
+      ("batch", po::value<long long>()->default_value(1), "B, batch size")
+      ("causal", po::bool_switch(), "causal only")
+      ("no-causal", po::bool_switch(), "non-causal only")
+      ("both", po::bool_switch(), "causal and non-causal (the default)")
+      ("pass", po::value<std::string>()->default_value("both"), "fwd | bwd | both: the passes to time")
+      ("bwd-design", po::value<std::string>()->default_value("atomic"),
+       "atomic | two-kernel: the backward design to time (default atomic, the faster on H100)")
+      ("fwd-kernel", po::value<std::string>()->default_value("auto"),
+       "auto | mma | wgmma | tma-ws: the forward kernel to time (auto, the default: the fastest this build "
+       "runs on the device, tma-ws on an H100/H200, else mma; mma.sync; Hopper's wgmma; wgmma fed by "
+       "TMA with warp specialisation; the last two sm_90a)")
+      ("bwd-kernel", po::value<std::string>()->default_value("auto"),
+       "auto | mma | wgmma-ws | wgmma-ws-det: the kernel of the atomic backward design (auto, the default: "
+       "the fastest this build runs on the device, wgmma-ws on an H100/H200, else mma; mma.sync; TMA + warp "
+       "specialisation + wgmma, sm_90a; the same with dQ summed in a fixed order, bit-reproducible). The "
+       "two-kernel design runs on mma only")
+      ("dtype", po::value<std::string>()->default_value("bf16"), "bf16 | fp16")
+      ("reps", po::value<long long>()->default_value(30), "timed launches per shape (at least 20)")
+      ("warmup", po::value<long long>()->default_value(3), "untimed launches per shape before timing")
+      ("csv", po::bool_switch(),
+       "print CSV (dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps,bwd_design,fwd_kernel) instead of a "
+       "table; bwd_design is atomic, two-kernel, or wgmma-ws / wgmma-ws-det (the atomic design on those "
+       "kernels)");
+  return d;
+}
+
+/// Everything the sweep needs, checked.
+struct Sweep {
+  std::vector<int> seqs, dims;
+  std::vector<bool> causal;
+  int heads = 16, batch = 1, reps = 30, warmup = 3;
+  bool fwd = true, bwd = true;  // passes to time (--pass)
+  bool fp16 = false, csv = false;
+  bool bwd_atomic = true;  // --bwd-design
+  std::string fwd_kernel = "auto";  // --fwd-kernel
+  std::string bwd_kernel = "auto";  // --bwd-kernel
+};
+
+Sweep parse_sweep(const po::variables_map& vm) {
+  Sweep s;
+  s.seqs = sweep_list("seq", vm["seq"].as<std::string>(), 1, 1 << 20, "1024,2048,4096");
+  s.dims = sweep_list("dim", vm["dim"].as<std::string>(), 1, 4096, "64,128");
+  s.heads = int_flag(vm, "heads", 1, 4096);
+  s.batch = int_flag(vm, "batch", 1, 4096);
+  s.reps = int_flag(vm, "reps", 20, 100000);
+  s.warmup = int_flag(vm, "warmup", 0, 100000);
+  const bool c = vm["causal"].as<bool>(), nc = vm["no-causal"].as<bool>(), both = vm["both"].as<bool>();
+  if (int(c) + int(nc) + int(both) > 1)
+    throw UsageError("--causal, --no-causal and --both exclude each other", "give at most one (default: --both)");
+  if (c) s.causal = {true};
+  else if (nc) s.causal = {false};
+  else s.causal = {false, true};
+  const std::string pass = vm["pass"].as<std::string>();
+  if (pass != "fwd" && pass != "bwd" && pass != "both")
+    throw UsageError("--pass '" + pass + "' is unknown", "choose fwd, bwd or both (the default)");
+  s.fwd = pass != "bwd";
+  s.bwd = pass != "fwd";
+  const std::string design = vm["bwd-design"].as<std::string>();
+  if (design != "atomic" && design != "two-kernel")
+    throw UsageError("--bwd-design '" + design + "' is unknown", "choose atomic (the default) or two-kernel");
+  s.bwd_atomic = design == "atomic";
+  const std::string fk = vm["fwd-kernel"].as<std::string>();
+  if (fk != "auto" && fk != "mma" && fk != "wgmma" && fk != "tma-ws")
+    throw UsageError("--fwd-kernel '" + fk + "' is unknown", "choose auto (the default), mma, wgmma or tma-ws");
+  s.fwd_kernel = fk;
+  const std::string bk = vm["bwd-kernel"].as<std::string>();
+  if (bk != "auto" && bk != "mma" && bk != "wgmma-ws" && bk != "wgmma-ws-det")
+    throw UsageError("--bwd-kernel '" + bk + "' is unknown",
+                     "choose auto (the default), mma, wgmma-ws or wgmma-ws-det");
+  if (bk.rfind("wgmma-ws", 0) == 0 && !s.bwd_atomic)
+    throw UsageError("--bwd-kernel " + bk + " runs the atomic design only", "drop --bwd-design two-kernel");
+  s.bwd_kernel = bk;
+  s.fp16 = fp16_dtype(vm["dtype"].as<std::string>());
+  s.csv = vm["csv"].as<bool>();
+  return s;
+}
+
+#ifdef FLASHLAB_HAVE_CUDA
+int run_sweep(const Sweep& s) {
+  namespace fc = flashlab::cuda;
+  // The fast kernels' limits (check_fast_problem states them) before anything runs, as usage errors.
+  for (int d : s.dims) {
+    flashlab::ref::AttentionProblem shape;
+    shape.seq = 1;
+    shape.head_dim = std::size_t(d);
+    shape.dtype = s.fp16 ? flashlab::ref::Dtype::fp16 : flashlab::ref::Dtype::bf16;
+    try {
+      fc::check_fast_problem(shape);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError("--dim " + std::to_string(d) + ": " + e.what(),
+                       "the fast kernels take --dim 64 and/or 128 (flashlab attention fwd takes any d on the CPU)");
+    }
+  }
+  require_gpu("bench attention");
+  fc::AttentionBenchConfig b;
+  b.seqs = s.seqs;
+  b.head_dims = s.dims;
+  b.causal = s.causal;
+  b.heads = s.heads;
+  b.batch = s.batch;
+  b.reps = s.reps;
+  b.warmup = s.warmup;
+  b.dtype = s.fp16 ? flashlab::ref::Dtype::fp16 : flashlab::ref::Dtype::bf16;
+  b.pass = s.fwd && s.bwd ? fc::BenchPass::both : (s.bwd ? fc::BenchPass::bwd : fc::BenchPass::fwd);
+  b.bwd_design = s.bwd_atomic ? flashlab::ref::Algorithm::bwd_atomic : flashlab::ref::Algorithm::bwd_two_kernel;
+  const bool chosen = s.fwd_kernel == "auto";
+  b.fwd_kernel = chosen                     ? fc::fastest_forward_kernel()
+                 : s.fwd_kernel == "wgmma"  ? fc::FastForwardKernel::wgmma
+                 : s.fwd_kernel == "tma-ws" ? fc::FastForwardKernel::tma_ws
+                                            : fc::FastForwardKernel::mma_sync;
+  if (!chosen && s.fwd_kernel != "mma" && !fc::fast_forward_wgmma_built())
+    throw UsageError("--fwd-kernel " + s.fwd_kernel + " is not in this build",
+                     "configure with CMAKE_CUDA_ARCHITECTURES including 90 (the " + s.fwd_kernel +
+                         " forward is sm_90a code)");
+  const bool bwd_chosen = s.bwd_kernel == "auto";
+  b.bwd_kernel = !s.bwd_atomic            ? fc::FastBackwardKernel::mma_sync
+                 : bwd_chosen             ? fc::fastest_backward_kernel()
+                 : s.bwd_kernel == "wgmma-ws" ? fc::FastBackwardKernel::wgmma_ws
+                 : s.bwd_kernel == "wgmma-ws-det" ? fc::FastBackwardKernel::wgmma_ws_deterministic
+                                          : fc::FastBackwardKernel::mma_sync;
+  if (s.bwd_kernel.rfind("wgmma-ws", 0) == 0 && !fc::fast_forward_wgmma_built())
+    throw UsageError("--bwd-kernel " + s.bwd_kernel + " is not in this build",
+                     "configure with CMAKE_CUDA_ARCHITECTURES including 90 (the wgmma-ws backward is sm_90a code)");
+  const std::string bwd_name = std::string(flashlab::ref::algorithm_flag_name(b.bwd_design)) + " backward (" +
+                               fc::to_string(b.bwd_kernel) +
+                               (bwd_chosen && s.bwd_atomic ? ", the fastest for this device)" : ")");
+  const std::string fwd_name =
+      std::string(fc::to_string(b.fwd_kernel)) + (chosen ? ", the fastest for this device" : "");
+  const char* dt = s.fp16 ? "fp16" : "bf16";
+  const std::string device = fc::device_description();
+  // CSV goes to stdout alone (a file for sdpa_bench.py); the device line then goes to stderr.
+  std::ostream& info = info_stream(s.csv);
+  info << "device: " << device << "\n"
+       << (s.fwd && s.bwd ? "fast forward (" + fwd_name + ") and " + bwd_name + ", "
+                          : s.bwd ? "fast " + bwd_name + ", "
+                                  : "fast forward (" + fwd_name + "), ")
+       << dt << ", H=" << s.heads << " B=" << s.batch << "; per shape " << s.warmup
+       << " warm-up + " << s.reps << " timed launches, each alone (CUDA events), L2 flushed before each, "
+       << b.input_sets << " input sets rotated; median (min, max)\n";
+  if (s.csv) std::cout << "dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps,bwd_design,fwd_kernel\n";
+  else {
+    char line[160];
+    std::snprintf(line, sizeof line, "%-5s %4s %4s %6s %6s %10s %10s %10s %9s %9s\n", "dtype", "pass", "d", "causal",
+                  "N", "ms", "min ms", "max ms", "TFLOP/s", "GB/s");
+    std::cout << line;
+  }
+  std::cout.flush();
+  fc::bench_attention(b, [&](const fc::AttentionBenchRow& r) {
+    const auto& c = r.problem;
+    const std::string design = r.bwd_kernel != fc::FastBackwardKernel::mma_sync
+                                   ? std::string(fc::to_string(r.bwd_kernel))
+                                   : std::string(flashlab::ref::algorithm_flag_name(r.bwd_design));
+    const char* pass = r.backward ? "bwd" : "fwd";
+    char line[200];
+    if (s.csv)
+      std::snprintf(line, sizeof line, "%s,%s,%zu,%d,%zu,%zu,%zu,%.6f,%.6f,%.6f,%.3f,%.1f,%s,%s\n", dt, pass,
+                    c.head_dim, int(c.causal), c.seq, c.heads, c.batch, r.median_ms, r.min_ms, r.max_ms, r.tflops,
+                    r.gbps, r.backward ? design.c_str() : "", r.backward ? "" : fc::to_string(r.fwd_kernel));
+    else
+      std::snprintf(line, sizeof line, "%-5s %4s %4zu %6s %6zu %10.4f %10.4f %10.4f %9.1f %9.1f\n", dt, pass, c.head_dim,
+                    c.causal ? "yes" : "no", c.seq, r.median_ms, r.min_ms, r.max_ms, r.tflops, r.gbps);
+    std::cout << line << std::flush;
+  });
+  return kOk;
+}
+#endif
+
+}  // namespace
+
+int cmd_bench(const Args& args) {
+  if (!args.empty() && args.front() == "mta") return cmd_bench_mta(args);  // cmd_bench_mta.cpp
+  if (!args.empty() && args.front() == "stream") return cmd_bench_stream(args);  // cmd_bench_stream.cpp
+  return guarded("bench", [&]() -> int {
+    const auto desc = options();
+    const auto parsed = parse_subject_command(
+        args, desc, {"bench", "benchmark", "attention", "flashlab bench attention --seq 4096 --dim 128", kUsageLine, kSummary});
+    if (!parsed) return kOk;  // --help was printed
+    const po::variables_map& vm = *parsed;
+    const Sweep sweep = parse_sweep(vm);
+#ifdef FLASHLAB_HAVE_CUDA
+    return run_sweep(sweep);
+#else
+    (void)sweep;
+    throw built_without_cuda("bench attention times the GPU kernel");
+#endif
+  });
+}
+
+}  // namespace flashlab::app

@@ -1,0 +1,192 @@
+// `flashlab traffic attention`: sweep N and print the modelled HBM bytes of naive vs FA1 vs FA2
+// side by side (or one variant per tensor, or the backward designs), as a table or CSV.
+// `--device cuda` hands the same parsed flags to the CUDA helper (cuda_traffic.hpp), which
+// measures the kernels with CUPTI beside this model. Formatting only: the formulas are
+// reference/ attention_traffic.hpp, and tests assert they equal what the tile loops count.
+#include "attention/attention_flags.hpp"
+#include "lessons/cmd_traffic_chapter.hpp"
+#include "core/commands.hpp"
+#include "core/gpu_flags.hpp"
+
+#include "flashlab/reference/attention_traffic.hpp"
+
+#ifdef FLASHLAB_HAVE_CUDA
+#include "attention/cuda_traffic.hpp"
+#endif
+
+#include <iomanip>
+#include <optional>
+#include <iostream>
+#include <sstream>
+
+namespace flashlab::app {
+
+namespace {
+
+using namespace flashlab::ref;
+
+constexpr const char* kUsageLine =
+    "traffic attention --seq N[,N2,...] [--dim D] [--heads H] [--batch B] [--block-m BM] [--block-n BN]\n"
+    "                          [--causal] [--dtype fp32|bf16|fp16] [--variant naive|fa1|fa2|atomic|bwd] [--csv]\n"
+    "                          [--device cpu|cuda] [--svg FILE]\n"
+    "       flashlab traffic levels [options]   (the traffic chapter's three-level table; --help)\n"
+    "       flashlab traffic mta|stream [options] (their models beside the clear kernels' measured bytes; --help)";
+constexpr const char* kSummary =
+    "Prints the HBM bytes (read + write) of attention as the reference's closed-form model states\n"
+    "them, for each N: naive (S and P materialised) vs FA1 (KV outer, O/m/l read-modify-written) vs\n"
+    "FA2 (Q tile resident). --variant V prints that variant per tensor instead (atomic and bwd: the\n"
+    "backward designs, one kernel with dQ in HBM and the two-kernel design). The counts assume\n"
+    "what docs/attention.md states; tests check them against the tile loops. --device cuda\n"
+    "measures the CUDA kernels with CUPTI beside the model (builds with CUDA only).";
+
+po::options_description options() {
+  po::options_description d("Options");
+  d.add_options()("help,h", "show this help")
+      ("seq", po::value<std::string>(), "sequence lengths, comma separated (e.g. 1024,2048,4096)")
+      ("heads", po::value<long long>()->default_value(1), "H, number of heads")
+      ("dim", po::value<long long>()->default_value(64), "d, head dimension")
+      ("batch", po::value<long long>()->default_value(1), "B, batch size")
+      ("causal", po::bool_switch(), "causal mask (fully masked tiles are skipped)")
+      ("dtype", po::value<std::string>()->default_value("fp32"), "fp32 | bf16 | fp16 (statistics stay fp32)")
+      ("variant", po::value<std::string>(), "naive | fa1 | fa2 | atomic | bwd (default: naive vs FA1 vs FA2)")
+      ("csv", po::bool_switch(), "print CSV instead of a table")
+      ("device", po::value<std::string>()->default_value("cpu"), "cpu (the model) | cuda (measure the kernels)")
+      ("svg", po::value<std::string>(), "also write bytes against N (naive, FA1, FA2; model and measured) as SVG");
+  add_tile_options(d);
+  return d;
+}
+
+// --seq as sizes (the model runs up to 2^24 keys; each level checks its own limits after).
+std::vector<std::size_t> seq_list(const std::string& text) {
+  const auto v = integer_list("seq", text, 1, 1LL << 24, "1024,2048,4096");
+  return {v.begin(), v.end()};
+}
+
+std::uint64_t total(const Traffic& t) { return t.total_read_bytes() + t.total_write_bytes(); }
+
+std::string ratio(std::uint64_t a, std::uint64_t b) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(2) << (b ? double(a) / double(b) : 0.0);
+  return s.str();
+}
+
+void side_by_side(const std::vector<std::size_t>& seqs, AttentionProblem cfg, bool csv, bool backward) {
+  const Algorithm a = backward ? Algorithm::naive_bwd : Algorithm::naive_fwd;
+  const Algorithm b = backward ? Algorithm::bwd_two_kernel : Algorithm::fa1_fwd;
+  const Algorithm c = backward ? Algorithm::bwd_atomic : Algorithm::fa2_fwd;
+  const char* na = backward ? "naive_bwd" : "naive";
+  const char* nb = backward ? "two_kernel" : "fa1";
+  const char* nc = backward ? "atomic" : "fa2";
+  std::ostream& os = std::cout;
+  if (csv) {
+    os << "seq,heads,head_dim,block_m,block_n,causal,dtype," << na << "_bytes," << nb << "_bytes," << nc << "_bytes,"
+       << na << "_flops," << nb << "_flops," << nc << "_flops\n";
+  } else {
+    os << "attention HBM traffic (model; bytes read + written), H=" << cfg.heads << " B=" << cfg.batch
+       << " d=" << cfg.head_dim << " Br=" << cfg.Br << " Bc=" << cfg.Bc << (cfg.causal ? " causal" : "")
+       << " " << dtype_name(cfg.dtype) << "\n";
+    os << std::setw(10) << "N" << std::setw(18) << na << std::setw(18) << nb << std::setw(18) << nc << std::setw(12)
+       << (std::string(na) + "/" + nc) << std::setw(12) << (std::string(nb) + "/" + nc) << "\n";
+  }
+  for (std::size_t n : seqs) {
+    cfg.seq = n;
+    const auto ta = attention_traffic_formula(a, cfg), tb = attention_traffic_formula(b, cfg),
+               tc = attention_traffic_formula(c, cfg);
+    if (csv) {
+      os << n << "," << cfg.heads << "," << cfg.head_dim << "," << cfg.Br << "," << cfg.Bc << ","
+         << (cfg.causal ? 1 : 0) << "," << dtype_name(cfg.dtype) << "," << total(ta) << "," << total(tb) << ","
+         << total(tc) << "," << ta.flops() << "," << tb.flops() << "," << tc.flops() << "\n";
+    } else {
+      os << std::setw(10) << n << std::setw(18) << total(ta) << std::setw(18) << total(tb) << std::setw(18) << total(tc)
+         << std::setw(12) << ratio(total(ta), total(tc)) << std::setw(12) << ratio(total(tb), total(tc)) << "\n";
+    }
+  }
+}
+
+void per_tensor(const std::vector<std::size_t>& seqs, AttentionProblem cfg, Algorithm v, bool csv) {
+  std::ostream& os = std::cout;
+  if (csv) os << "variant,seq,kernel,tensor,read_bytes,write_bytes\n";
+  for (std::size_t n : seqs) {
+    cfg.seq = n;
+    const auto kernels = attention_traffic_kernels(v, cfg);
+    if (csv) {
+      for (const auto& k : kernels)
+        for (const auto& t : k.traffic.tensors())
+          os << algorithm_name(v) << "," << n << ",\"" << k.name << "\"," << t.name << "," << t.read_bytes() << ","
+             << t.write_bytes() << "\n";
+      continue;
+    }
+    os << algorithm_name(v) << "  " << cfg.str() << "\n";
+    os << std::left << std::setw(20) << "kernel" << std::setw(8) << "tensor" << std::right << std::setw(16) << "read B"
+       << std::setw(16) << "write B" << "\n";
+    for (const auto& k : kernels)
+      for (const auto& t : k.traffic.tensors())
+        os << std::left << std::setw(20) << k.name << std::setw(8) << t.name << std::right << std::setw(16)
+           << t.read_bytes() << std::setw(16) << t.write_bytes() << "\n";
+    const auto all = attention_traffic_formula(v, cfg);
+    os << std::left << std::setw(28) << "total" << std::right << std::setw(16) << all.total_read_bytes()
+       << std::setw(16) << all.total_write_bytes() << "   FLOPs " << all.flops() << "\n\n";
+  }
+}
+
+}  // namespace
+
+int cmd_traffic(const Args& args) {
+  if (!args.empty() && args.front() == "levels") return cmd_traffic_levels(Args(args.begin() + 1, args.end()));
+  if (!args.empty() && args.front() == "mta") return cmd_traffic_mta(args);  // cmd_mta_cuda.cpp
+  if (!args.empty() && args.front() == "stream") return cmd_traffic_stream(args);  // cmd_stream_cuda.cpp
+  return guarded("traffic", [&]() -> int {
+    const auto desc = options();
+    const auto parsed = parse_subject_command(
+        args, desc, {"traffic", "model", "attention", "flashlab traffic attention --seq 1024,2048", kUsageLine, kSummary});
+    if (!parsed) return kOk;  // --help was printed
+    const po::variables_map& vm = *parsed;
+    if (!vm.count("seq")) throw UsageError("--seq is required", "e.g. --seq 1024,2048,4096");
+    const auto seqs = seq_list(vm["seq"].as<std::string>());
+    require_range("heads", vm["heads"].as<long long>(), 1, 65536);
+    require_range("dim", vm["dim"].as<long long>(), 1, 4096);
+    require_range("batch", vm["batch"].as<long long>(), 1, 65536);
+    const std::string dt = vm["dtype"].as<std::string>();
+    if (dt != "fp32" && dt != "bf16" && dt != "fp16")
+      throw UsageError("--dtype '" + dt + "' is unknown", "choose fp32, bf16 or fp16");
+    std::string variant = vm.count("variant") ? vm["variant"].as<std::string>() : "all";
+    if (variant != "all" && variant != "naive" && variant != "fa1" && variant != "fa2" && variant != "atomic" &&
+        variant != "bwd")
+      throw UsageError("--variant '" + variant + "' is unknown", "choose naive, fa1, fa2, atomic or bwd");
+    AttentionProblem cfg;
+    cfg.seq = seqs.front();
+    cfg.heads = std::size_t(vm["heads"].as<long long>());
+    cfg.head_dim = std::size_t(vm["dim"].as<long long>());
+    cfg.batch = std::size_t(vm["batch"].as<long long>());
+    cfg.Br = size_flag(vm, "block-m");
+    cfg.Bc = size_flag(vm, "block-n");
+    cfg.causal = vm["causal"].as<bool>();
+    cfg.dtype = parse_dtype(dt);
+    validate_flags(cfg);
+    const std::string device = vm["device"].as<std::string>();
+    if (traffic_svg_wanted(vm)) write_traffic_svg(vm, seqs, cfg);
+    if (device == "cuda") {
+#ifdef FLASHLAB_HAVE_CUDA
+      // "bwd" is the two-kernel design; no --variant measures naive and fa2 side by side.
+      std::optional<Algorithm> algorithm;
+      if (variant == "bwd") algorithm = Algorithm::bwd_two_kernel;
+      else if (variant != "all") algorithm = algorithm_flag(variant, variant == "atomic");
+      return cuda_traffic_attention(cfg, seqs, algorithm, vm["csv"].as<bool>());
+#else
+      throw built_without_cuda("--device cuda", "use --device cpu for the model");
+#endif
+    }
+    if (device != "cpu") throw UsageError("--device '" + device + "' is unknown", "choose cpu or cuda");
+
+    const bool csv = vm["csv"].as<bool>();
+    if (variant == "all") side_by_side(seqs, cfg, csv, false);
+    else if (variant == "bwd") side_by_side(seqs, cfg, csv, true);
+    else if (variant == "naive") per_tensor(seqs, cfg, Algorithm::naive_fwd, csv);
+    else if (variant == "fa1") per_tensor(seqs, cfg, Algorithm::fa1_fwd, csv);
+    else if (variant == "fa2") per_tensor(seqs, cfg, Algorithm::fa2_fwd, csv);
+    else per_tensor(seqs, cfg, Algorithm::bwd_atomic, csv);
+    return kOk;
+  });
+}
+
+}  // namespace flashlab::app

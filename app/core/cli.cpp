@@ -1,0 +1,237 @@
+#include "core/cli.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <new>
+#include <sstream>
+#include <vector>
+
+namespace flashlab::app {
+
+po::variables_map parse(const Args& args, const po::options_description& desc,
+                        const po::positional_options_description* positional) {
+  po::variables_map vm;
+  try {
+    auto parser = po::command_line_parser(args).options(desc);
+    if (positional) parser.positional(*positional);
+    po::store(parser.run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(e.what(), "see --help for the options");
+  }
+  return vm;
+}
+
+std::optional<po::variables_map> parse_subject_command(const Args& args, const po::options_description& desc,
+                                                       const SubjectCommand& cmd) {
+  po::options_description hidden;
+  hidden.add_options()("subject", po::value<std::string>(), "what to run");
+  po::options_description all;
+  all.add(desc).add(hidden);
+  po::positional_options_description pos;
+  pos.add("subject", 1);
+  auto vm = parse(args, all, &pos);
+  if (vm.count("help")) {
+    print_help(std::cout, cmd.usage, cmd.summary, desc);
+    return std::nullopt;
+  }
+  const std::string example = "e.g. " + std::string(cmd.example);
+  if (!vm.count("subject"))
+    throw UsageError("missing what to " + std::string(cmd.verb) + ": " + std::string(cmd.subject), example);
+  const std::string subject = vm["subject"].as<std::string>();
+  if (subject != cmd.subject)
+    throw UsageError("unknown " + std::string(cmd.command) + " subject '" + subject + "'", example);
+  return vm;
+}
+
+void print_help(std::ostream& os, std::string_view usage, std::string_view summary,
+                const po::options_description& desc) {
+  os << "Usage: flashlab " << usage << "\n\n" << summary << "\n\n" << desc << "\n";
+}
+
+int guarded(std::string_view command, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const UsageError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    if (!e.hint().empty()) std::cerr << "hint: " << e.hint() << "\n";
+    else std::cerr << "hint: flashlab " << command << " --help\n";
+    return kUsage;
+  } catch (const po::error& e) {
+    std::cerr << "error: " << e.what() << "\nhint: flashlab " << command << " --help\n";
+    return kUsage;
+  } catch (const std::bad_alloc&) {
+    // Sizes are checked against the memory limit before work starts; this is the last resort.
+    std::cerr << "error: out of memory\nhint: use smaller sizes, or a lower --memory-limit so that the sizes are "
+                 "checked before the run (flashlab "
+              << command << " --help)\n";
+    return kFailed;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kFailed;
+  }
+}
+
+std::vector<long long> integer_list(std::string_view flag, const std::string& text, long long lo, long long hi,
+                                    std::string_view example) {
+  const std::string name = "--" + std::string(flag);
+  const std::string hint = name + " takes integers from " + std::to_string(lo) + " to " + std::to_string(hi) +
+                           " separated by commas, e.g. " + name + " " + std::string(example);
+  std::vector<long long> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    std::size_t used = 0;
+    long long v = lo - 1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size() || v < lo || v > hi)
+      throw UsageError(name + ": '" + item + "' is not an integer from " + std::to_string(lo) + " to " +
+                           std::to_string(hi),
+                       hint);
+    out.push_back(v);
+  }
+  if (out.empty() || text.back() == ',') throw UsageError(name + ": '" + text + "' is not a list", hint);
+  return out;
+}
+
+void require_range(std::string_view flag, long long value, long long lo, long long hi) {
+  if (value < lo || value > hi) {
+    std::ostringstream msg;
+    msg << "--" << flag << " " << value << " is out of range";
+    std::ostringstream hint;
+    hint << "--" << flag << " takes a value from " << lo << " to " << hi;
+    throw UsageError(msg.str(), hint.str());
+  }
+}
+
+bool read_file(const std::string& path, std::string& out) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return false;  // a directory opens, and reads as empty
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  out = ss.str();
+  return true;
+}
+
+std::string json_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out;
+}
+
+void Json::indent() {
+  if (!pretty_) return;
+  os_ << '\n' << std::string(2 * first_.size(), ' ');
+}
+
+void Json::separator() {
+  if (after_key_) {
+    after_key_ = false;
+    return;
+  }
+  if (!first_.empty()) {
+    if (!first_.back()) os_ << ',';
+    first_.back() = false;
+    indent();
+  }
+}
+
+Json& Json::begin_object() {
+  separator();
+  os_ << '{';
+  first_.push_back(true);
+  return *this;
+}
+Json& Json::end_object() {
+  const bool empty = first_.back();
+  first_.pop_back();
+  if (!empty) indent();
+  os_ << '}';
+  return *this;
+}
+Json& Json::begin_array() {
+  separator();
+  os_ << '[';
+  first_.push_back(true);
+  return *this;
+}
+Json& Json::end_array() {
+  const bool empty = first_.back();
+  first_.pop_back();
+  if (!empty) indent();
+  os_ << ']';
+  return *this;
+}
+Json& Json::key(std::string_view k) {
+  separator();
+  os_ << '"' << json_escape(k) << "\":" << (pretty_ ? " " : "");
+  after_key_ = true;
+  return *this;
+}
+Json& Json::value(std::string_view s) {
+  separator();
+  os_ << '"' << json_escape(s) << '"';
+  return *this;
+}
+Json& Json::value(double d) {
+  separator();
+  if (!std::isfinite(d)) {
+    os_ << "null";
+  } else {
+    // Shortest text that reads back to the same double (0.27, not 0.27000000000000002).
+    char buf[32];
+    const auto res = std::to_chars(buf, buf + sizeof buf, d);
+    os_ << std::string_view(buf, static_cast<std::size_t>(res.ptr - buf));
+  }
+  return *this;
+}
+Json& Json::value(std::int64_t i) {
+  separator();
+  os_ << i;
+  return *this;
+}
+Json& Json::value(std::uint64_t u) {
+  separator();
+  os_ << u;
+  return *this;
+}
+Json& Json::value(bool b) {
+  separator();
+  os_ << (b ? "true" : "false");
+  return *this;
+}
+Json& Json::null() {
+  separator();
+  os_ << "null";
+  return *this;
+}
+void Json::finish() { os_ << '\n'; }
+
+}  // namespace flashlab::app

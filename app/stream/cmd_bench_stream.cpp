@@ -1,0 +1,238 @@
+// `flashlab bench stream`: times the STREAM kernels on the GPU — the estimate and/or the apply,
+// clear fp32 (cuda/src/stream/stream_estimate.cu, stream_apply.cu) or fast 16-bit — over a sweep of
+// (d, k, T) and prints ms per shape and pass with the device memory each pass needs beyond Q, K,
+// V, O. Flags are parsed and checked in every build; the timing itself is
+// flashlab::cuda::bench_stream (cuda/src/stream/stream_bench.cpp), compiled only with CUDA.
+#include "core/commands.hpp"
+#include "core/gpu_flags.hpp"
+
+#ifdef FLASHLAB_HAVE_CUDA
+#include "flashlab/cuda/options.hpp"
+#include "flashlab/cuda/stream_bench.hpp"
+#include "flashlab/cuda/stream_fast_estimate.hpp"
+#endif
+
+#include <cstdio>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace flashlab::app {
+
+namespace {
+
+constexpr const char* kUsageLine =
+    "bench stream [--pass estimate|apply|both] [--kernel fast|clear] [--seq T[,T2,...]] [--dim D[,D2]]\n"
+    "                       [--k K[,K2,...]] [--heads H] [--bq BQ] [--bk BK] [--dtype bf16|fp16]\n"
+    "                       [--reps R] [--warmup W] [--check-indices [--traffic]] [--csv]";
+constexpr const char* kSummary =
+    "Times the STREAM kernels on the GPU: mask estimation (top-k key blocks per query block) and/or\n"
+    "mask application (block-sparse attention over them), the fast 16-bit tensor-core kernels (the\n"
+    "default) or the clear fp32 ones, for every (d, k, T) of the sweep; causal mask, N(0, 1) inputs. Per\n"
+    "shape and pass: W warm-up launches, then R launches each timed alone with CUDA events, L2\n"
+    "flushed (256 MiB memset) before each. The apply runs on the I of the estimate of the same inputs\n"
+    "(the fast bf16 estimate with --kernel fast --dtype bf16, else one untimed clear estimate).\n"
+    "Prints the median, min and max ms and the device bytes the pass needs beyond\n"
+    "Q, K, V and O (I, scores, workspaces). --csv rows feed cuda/bench/stream_sdpa.py (dense causal\n"
+    "SDPA at the same T). --check-indices (with --kernel fast --pass estimate) also downloads I after\n"
+    "every launch and reports whether it was bitwise the same each time and its checksum, and\n"
+    "--traffic the CUPTI L2->SM and DRAM bytes of one launch; those rows have the columns of\n"
+    "cuda/results/stream_fast_estimate.csv. Needs a build with CUDA and an NVIDIA GPU.";
+
+/// Largest T the sweep accepts: 8M tokens (at d = 128 one fp32 tensor is 4 GiB).
+constexpr long long kMaxSeq = 1LL << 23;
+
+po::options_description options() {
+  po::options_description d("Options");
+  d.add_options()("help,h", "show this help")
+      ("pass", po::value<std::string>()->default_value("both"), "estimate | apply | both: the passes to time")
+      ("kernel", po::value<std::string>()->default_value("fast"), 
+       "fast | clear: the fast 16-bit tensor-core kernels (the default) or the clear fp32 ones")
+      ("seq", po::value<std::string>()->default_value("32768,65536,131072,262144,524288,1048576"),
+       "sequence lengths T, comma separated (up to 8388608)")
+      ("dim", po::value<std::string>()->default_value("64,128"), "head dims d, comma separated")
+      ("k", po::value<std::string>()->default_value("8,16,32"), "key blocks kept per query block, comma separated")
+      ("heads", po::value<long long>()->default_value(1), "H, number of heads (every head uses one block mask)")
+      ("bq", po::value<long long>()->default_value(64), "b_q, query-block size")
+      ("bk", po::value<long long>()->default_value(64), "b_k, key-block size")
+      ("dtype", po::value<std::string>()->default_value("bf16"), "bf16 | fp16: storage of the fast kernels")
+      ("group", po::value<long long>()->default_value(0),
+       "fast apply: neighbouring query blocks per thread block sharing K/V loads (1 or 2; 0 = the default)")
+      ("reps", po::value<long long>()->default_value(20), "timed launches per shape and pass")
+      ("warmup", po::value<long long>()->default_value(2), "untimed launches per shape and pass before timing")
+      ("check-indices", po::bool_switch(),
+       "fast estimate only: download I after every launch; report 'same every launch' and its checksum")
+      ("traffic", po::bool_switch(),
+       "with --check-indices: also the CUPTI L2->SM and DRAM bytes of one launch per shape (needs the counters)")
+      ("csv", po::bool_switch(),
+       "print CSV (kernel,dtype,pass,T,d,k,H,bq,bk,group,ms,min_ms,max_ms,extra_bytes,reps) instead of a table");
+  return d;
+}
+
+/// Everything the sweep needs, checked.
+struct StreamSweep {
+  std::vector<int> seqs, dims, ks;
+  int heads = 1, bq = 64, bk = 64, group = 0, reps = 20, warmup = 2;
+  bool estimate = true, apply = true, fast = false, fp16 = false, csv = false;
+  bool check_indices = false, traffic = false;  ///< the fast estimate's launch check and CUPTI bytes
+};
+
+StreamSweep parse_sweep(const po::variables_map& vm) {
+  StreamSweep s;
+  s.seqs = sweep_list("seq", vm["seq"].as<std::string>(), 1, kMaxSeq, "32768,1048576");
+  s.dims = sweep_list("dim", vm["dim"].as<std::string>(), 1, 256, "64,128");
+  s.ks = sweep_list("k", vm["k"].as<std::string>(), 1, 4096, "8,16,32");
+  s.heads = int_flag(vm, "heads", 1, 4096);
+  s.bq = int_flag(vm, "bq", 1, 128);
+  s.bk = int_flag(vm, "bk", 1, 128);
+  s.group = int_flag(vm, "group", 0, 2);
+  s.reps = int_flag(vm, "reps", 1, 100000);
+  s.warmup = int_flag(vm, "warmup", 0, 100000);
+  const std::string pass = vm["pass"].as<std::string>();
+  if (pass != "estimate" && pass != "apply" && pass != "both")
+    throw UsageError("--pass '" + pass + "' is unknown", "choose estimate, apply or both (the default)");
+  s.estimate = pass != "apply";
+  s.apply = pass != "estimate";
+  s.fast = kernel_family(vm["kernel"].as<std::string>(), KernelFamily::fast) == KernelFamily::fast;
+  s.fp16 = fp16_dtype(vm["dtype"].as<std::string>());
+  if (s.fast && s.fp16 && s.estimate)
+    throw UsageError("the fast estimate takes bf16 inputs (--dtype fp16 with --pass " + pass + ")",
+                     "--dtype bf16, or --pass apply for the fp16 apply");
+  s.csv = vm["csv"].as<bool>();
+  s.check_indices = vm["check-indices"].as<bool>();
+  s.traffic = vm["traffic"].as<bool>();
+  if (s.check_indices && (!s.fast || pass != "estimate" || s.fp16))
+    throw UsageError("--check-indices checks the fast bf16 estimate's I", "add --kernel fast --pass estimate");
+  if (s.traffic && !s.check_indices)
+    throw UsageError("--traffic measures the fast estimate with --check-indices", "add --check-indices");
+  return s;
+}
+
+#ifdef FLASHLAB_HAVE_CUDA
+void print_row(const flashlab::cuda::StreamBenchRow& r, bool csv) {
+  char line[240];
+  const char* pass = r.apply ? "apply" : "estimate";
+  const std::string dtype(flashlab::ref::dtype_name(r.dtype));
+  if (csv)
+    std::snprintf(line, sizeof line, "%s,%s,%s,%d,%d,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%zu,%d\n", to_string(r.kernel),
+                  dtype.c_str(), pass, r.T, r.d, r.k, r.heads, r.bq, r.bk, r.group, r.median_ms, r.min_ms, r.max_ms,
+                  r.extra_bytes, r.reps);
+  else
+    std::snprintf(line, sizeof line, "%-5s %-4s %-8s %8d %4d %4d %3d %11.4f %11.4f %11.4f %12zu\n",
+                  to_string(r.kernel), dtype.c_str(), pass, r.T, r.d, r.k, r.heads, r.median_ms, r.min_ms,
+                  r.max_ms, r.extra_bytes);
+  std::cout << line << std::flush;
+}
+
+/// The fast estimate per shape with its I checked after every launch (and, with --traffic, the
+/// CUPTI bytes of one launch): the rows of cuda/results/stream_fast_estimate.csv.
+int run_index_check(const StreamSweep& s) {
+  namespace fs = flashlab::cuda::stream;
+  std::ostream& info = info_stream(s.csv);
+  info << "device: " << flashlab::cuda::device_description() << "\n"
+       << "STREAM fast bf16 estimate, H=" << s.heads << " b_q=b_k=64, causal; per shape " << s.warmup
+       << " warm-up + " << s.reps << " timed launches, each alone (CUDA events), L2 flushed before each, I "
+       << "downloaded and compared after each" << (s.traffic ? "; CUPTI bytes of one more launch" : "") << "\n";
+  if (s.csv)
+    std::cout << "kernel,dtype,T,H,d,bq,bk,k,ms,min_ms,max_ms,extra_bytes,same_every_launch,checksum,l2_read_bytes,"
+                 "dram_read_bytes\n";
+  char line[320];
+  bool all_same = true;
+  for (const int d : s.dims)
+    for (const int k : s.ks)
+      for (const int T : s.seqs) {
+        const std::uint64_t seed = 0x5eed + std::uint64_t(T);
+        const fs::FastEstimateTiming r =
+            fs::time_stream_fast_estimate(std::size_t(T), std::size_t(s.heads), std::size_t(d), std::size_t(k), s.reps,
+                                          s.warmup, seed);
+        double l2 = -1, dram = -1;  // -1: not measured
+        if (s.traffic) {
+          const flashlab::cuda::KernelCounters c =
+              fs::measure_fast_estimate_traffic(std::size_t(T), std::size_t(s.heads), std::size_t(d), std::size_t(k), seed);
+          l2 = c.l2_read_bytes;
+          dram = c.dram_read_bytes;
+        }
+        const auto checksum = static_cast<unsigned long long>(r.indices_checksum);
+        if (s.csv) {
+          std::snprintf(line, sizeof line, "fast,bf16,%zu,%zu,%zu,64,64,%zu,%.4f,%.4f,%.4f,%zu,%d,0x%016llx,%.0f,%.0f\n",
+                        r.T, r.heads, r.d, r.k, r.median_ms, r.min_ms, r.max_ms, r.extra_bytes,
+                        r.same_every_launch ? 1 : 0, checksum, l2, dram);
+        } else {
+          char bytes[96] = "";
+          if (s.traffic) std::snprintf(bytes, sizeof bytes, "  L2->SM %.3f GB, DRAM %.3f GB", l2 / 1e9, dram / 1e9);
+          std::snprintf(line, sizeof line,
+                        "T=%zu d=%zu k=%zu  %.4f ms (%.4f - %.4f)  extra %zu B  I same every launch: %s  "
+                        "checksum 0x%016llx%s\n",
+                        r.T, r.d, r.k, r.median_ms, r.min_ms, r.max_ms, r.extra_bytes,
+                        r.same_every_launch ? "yes" : "NO", checksum, bytes);
+        }
+        std::cout << line << std::flush;
+        all_same = all_same && r.same_every_launch;
+      }
+  if (!all_same) std::cerr << "error: the fast estimate's I differed between launches (rows with 0 / NO above)\n";
+  return all_same ? kOk : kFailed;
+}
+
+int run_sweep(const StreamSweep& s) {
+  namespace fc = flashlab::cuda;
+  require_gpu("bench stream");
+  if (s.check_indices) return run_index_check(s);
+  fc::StreamBenchConfig b;
+  b.seqs = s.seqs;
+  b.head_dims = s.dims;
+  b.ks = s.ks;
+  b.heads = s.heads;
+  b.bq = s.bq;
+  b.bk = s.bk;
+  b.reps = s.reps;
+  b.warmup = s.warmup;
+  b.group = s.group;
+  b.pass = s.estimate && s.apply ? fc::StreamBenchPass::both
+           : s.apply             ? fc::StreamBenchPass::apply
+                                 : fc::StreamBenchPass::estimate;
+  b.kernel = s.fast ? fc::StreamKernel::fast : fc::StreamKernel::clear;
+  b.dtype = s.fp16 ? flashlab::ref::Dtype::fp16 : flashlab::ref::Dtype::bf16;
+  // CSV goes to stdout alone (a file for stream_sdpa.py); the device line then goes to stderr.
+  std::ostream& info = info_stream(s.csv);
+  info << "device: " << fc::device_description() << "\n"
+       << "STREAM " << fc::to_string(b.kernel) << " kernels, H=" << s.heads << " b_q=" << s.bq << " b_k=" << s.bk
+       << ", causal; per shape " << s.warmup << " warm-up + " << s.reps
+       << " timed launches, each alone (CUDA events), L2 flushed before each; median (min, max)\n";
+  if (s.csv) std::cout << "kernel,dtype,pass,T,d,k,H,bq,bk,group,ms,min_ms,max_ms,extra_bytes,reps\n";
+  else {
+    char line[200];
+    std::snprintf(line, sizeof line, "%-5s %-4s %-8s %8s %4s %4s %3s %11s %11s %11s %12s\n", "impl", "type", "pass",
+                  "T", "d", "k", "H", "ms", "min ms", "max ms", "extra bytes");
+    std::cout << line;
+  }
+  std::cout.flush();
+  try {
+    fc::bench_stream(b, [&](const fc::StreamBenchRow& r) { print_row(r, s.csv); });
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what(), "see flashlab bench stream --help for the accepted values");
+  }
+  return kOk;
+}
+#endif
+
+}  // namespace
+
+int cmd_bench_stream(const Args& args) {
+  return guarded("bench", [&]() -> int {
+    const auto desc = options();
+    const auto parsed = parse_subject_command(
+        args, desc, {"bench", "benchmark", "stream", "flashlab bench stream --seq 1048576 --dim 128 --k 8", kUsageLine,
+                     kSummary});
+    if (!parsed) return kOk;  // --help was printed
+    const StreamSweep sweep = parse_sweep(*parsed);
+#ifdef FLASHLAB_HAVE_CUDA
+    return run_sweep(sweep);
+#else
+    (void)sweep;
+    throw built_without_cuda("bench stream times the GPU kernels");
+#endif
+  });
+}
+
+}  // namespace flashlab::app

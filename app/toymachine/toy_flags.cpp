@@ -1,0 +1,63 @@
+#include "toymachine/toy_flags.hpp"
+
+#include <filesystem>
+#include <system_error>
+
+#include "flashlab/toymachine/machine.hpp"
+#include "flashlab/toymachine/policy.hpp"
+
+namespace flashlab::app {
+
+namespace {
+
+// A trace of kMaxInstructions lines of ordinary length is a few tens of MB; a file beyond this is
+// not a trace the front end could accept, so it is refused before it is read.
+constexpr std::uintmax_t kMaxTraceBytes = std::uintmax_t{64} << 20;
+
+}  // namespace
+
+void add_toy_run_options(po::options_description& desc) {
+  // Signed types, so that "-1" reaches the range check (an unsigned flag would wrap it silently).
+  desc.add_options()
+      ("n", po::value<long long>()->default_value(8), "the size n of the machine's arrays (softmax profiles, machine files)")
+      ("seed", po::value<long long>()->default_value(1), "random seed of the inputs (uniform in [-2, 2], 2 decimals)")
+      ("max-cycles", po::value<long long>()->default_value(static_cast<long long>(toy::kDefaultCycleCap)),
+       "runtime fault beyond this many cycles (0 = no cap)");
+}
+
+ToyRunFlags toy_run_flags(const po::variables_map& vm) {
+  ToyRunFlags f;
+  const long long n = vm["n"].as<long long>();
+  require_range("n", n, 1, toy::kMaxN);
+  f.n = static_cast<int>(n);
+  const long long seed = vm["seed"].as<long long>();
+  require_range("seed", seed, 0, 1LL << 62);
+  f.seed = static_cast<std::uint64_t>(seed);
+  const long long cycles = vm["max-cycles"].as<long long>();
+  require_range("max-cycles", cycles, 0, static_cast<long long>(toy::kMaxCycleCap));
+  f.max_cycles = static_cast<std::uint64_t>(cycles);
+  return f;
+}
+
+std::string read_trace_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto status = fs::status(path, ec);
+  if (ec || !fs::exists(status))
+    throw UsageError("TRACE: no such file '" + path + "'", "give the path of a trace file, e.g. toymachine/traces/p1_c00.trace");
+  if (fs::is_directory(status))
+    throw UsageError("TRACE: '" + path + "' is a directory", "give the path of a trace file inside it, e.g. " + path + "/p1_c00.trace");
+  if (fs::is_regular_file(status)) {
+    const auto bytes = fs::file_size(path, ec);
+    if (!ec && bytes > kMaxTraceBytes)
+      throw UsageError("TRACE: '" + path + "' is " + std::to_string(bytes >> 20) + " MiB; a trace may be at most " +
+                           std::to_string(kMaxTraceBytes >> 20) + " MiB",
+                       "a trace expands to at most " + std::to_string(toy::kMaxInstructions) +
+                           " instructions: write repeated work as a loop (for i in 0..n-1 … end)");
+  }
+  std::string text;
+  if (!read_file(path, text)) throw UsageError("TRACE: cannot read '" + path + "'", "check the file's permissions");
+  return text;
+}
+
+}  // namespace flashlab::app

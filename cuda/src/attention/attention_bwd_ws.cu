@@ -1,0 +1,796 @@
+// attention_bwd_ws.cu — FlashAttention backward on Hopper: wgmma for all five products, TMA loads
+// from a producer warpgroup, two consumer warpgroups (FlashAttention-3's backward structure).
+// Selected with FastBackwardKernel::wgmma_ws (fast_attention.hpp) or `flashlab bench attention
+// --bwd-kernel wgmma-ws`; built for sm_90a alone (cuda/CMakeLists.txt, object library
+// flashlab_cuda_wgmma) when the architectures include 90.
+//
+// The algorithm and names are those of the atomic design (attention_bwd_tc_atomic.cu): D
+// preprocessing, one block per key tile K_j, V_j (Bc = BLOCK_N = 128 keys, resident in SRAM) looping
+// over the query tiles Q_i, dO_i (Br = BLOCK_M rows: 64 at d = 128, 128 at d = 64,
+// bwd_ws_block_m()), dQ summed in an fp32 accumulator, then
+// dQ = scale · accumulator → 16 bits. What changes is who moves the data and which instruction
+// multiplies:
+//   - Warpgroup 0 is the PRODUCER (setmaxnreg.dec to 24). Thread 0 loads K_j, V_j once and Q_i, dO_i
+//     per step as TMA boxes (hopper.cuh) into a ring of kStages = 2 stages; warp 1 copies LSE_i and
+//     D_i (64 floats each, rows of one head are not 16-byte aligned in general, so no TMA) into the
+//     same stage. full[s] completes when the TMA bytes landed and warp 1's 32 lanes arrived;
+//     empty[s] when the 256 consumer threads are done with the stage.
+//   - Warpgroups 1 and 2 are the CONSUMERS (setmaxnreg.inc to 240); consumer c owns keys
+//     [64c, 64c + 64) of K_j: it computes the TRANSPOSED tiles, keys along the wgmma's M,
+//         Sᵀ_ij  = K_c Q_iᵀ            (SRAM × SRAM, both K-major)
+//         dPᵀ_ij = V_c dO_iᵀ
+//         Pᵀ = 2^(Sᵀ·scale·log2 e − LSE_i),  dSᵀ = Pᵀ ∘ (dPᵀ − D_i)   (LSE, D per column;
+//                                             Pᵀ while the dPᵀ product still runs)
+//         dV_c += Pᵀ dO_i,  dK_c += dSᵀ Q_i   (Pᵀ, dSᵀ as register A fragments: the accumulator
+//                                             layout of m64nN is the A layout of m64nNk16)
+//     so dK_c and dV_c (64 keys × d each) stay in registers for the whole loop, and no transpose
+//     through SRAM is needed for them. dSᵀ is also written to SRAM ([key][query], 128-byte swizzle:
+//     an MN-major A operand of wgmma) for
+//         dQ_i partial = dS_ij K_j       (SRAM × SRAM, both MN-major)
+//     d = 128: consumer c computes columns [64c, 64c + 64) over all 128 keys (so the two
+//     consumers meet once per step at a named barrier: each needs the other's dSᵀ rows);
+//     d = 64 (Br = 128): consumer c computes query rows [64c, 64c + 64) over all 128 keys (the
+//     same meeting). DqSplit::keys, each consumer all rows over its own 64 keys with no meeting
+//     (both add a whole tile: twice the L2 reductions), stays selectable.
+//     d = 128, ping-pong: the consumers take turns at issuing Sᵀ, dPᵀ (two named barriers), so
+//     consumer 0's products reach the tensor cores first and its softmax runs beside consumer 1's
+//     products instead of at the same time as consumer 1's softmax.
+//   - The dQ partial goes registers → SRAM (fragment order, 16-byte stores, no bank conflicts)
+//     and one thread per consumer issues ONE bulk reduction (cp.reduce.async.bulk .add.f32,
+//     tensor_core.cuh) into the fp32 accumulator: the adds happen in L2, the warps never wait on
+//     them; the thread only waits (bulk wait_group.read) before the next step's dSᵀ barrier,
+//     which then also frees the staging SRAM for that step's partial, a whole step later.
+// The accumulator is TILED as the atomic design's: per (b, h, query tile i) BLOCK_M·d contiguous
+// floats; inside a tile, consumer slice c (its columns or rows; one slice with the key split) in
+// wgmma fragment order: float4 number t·128 + thread = the thread's accumulator registers
+// 4t .. 4t+3 (rows r, r + 8 of n-tile t). dq_convert_kernel maps it back to [B, N, H, d].
+// Masks: only the tiles that need them (the last, ragged query or key tile; causal, the tiles
+// crossing the diagonal); masked entries get P = 0 by a select after 2^x (a masked 2^x may be
+// +inf and is discarded, never multiplied). Causal blocks start at the first query tile that sees
+// their keys. TMA fills rows ≥ N with zeros; the stats warp writes LSE = D = 0 there.
+// Numerics: P and dS are rounded to 16 bits once (the A fragments and the SRAM copy are the same
+// rounded values), every sum in fp32; dQ's sum over key blocks runs in an order that varies run
+// to run, unless DETERMINISTIC (FastBackwardKernel::wgmma_ws_deterministic): then a counter per
+// accumulator tile fixes the order. Consumer c of key block j waits until the counter reads
+// 2j + c (every earlier block, and consumer 0 before 1, has added its partial of that tile), adds,
+// waits until its add is performed in global memory, and increments the counter (release). The
+// waits never close a cycle: block j only waits on blocks j' < j, which the grid's order
+// launches no later, and which never wait on j. The deterministic kernel computes dQ one step late
+// (consume_lagged: mbarriers instead of the consumers' meeting), so each ordered add has a step
+// of slack before the next one waits on it.
+// Resources (ptxas, sm_90a): 168 registers at launch (384 threads, 1 block per SM), then 24 for the
+// producer and 240 for the consumers, no wgmma serialisation, no spills but 4–8 bytes in the
+// d = 64 causal and deterministic kernels; dynamic SRAM 198,728 bytes at d = 128 (K_j, V_j 64 KiB,
+// 2 stages of Q_i, dO_i 64 KiB, 2 dSᵀ buffers 32 KiB, 2 dQ slices 32 KiB, stats, barriers,
+// alignment slack), 199,752 at d = 64 (Br = 128: K_j, V_j 32 KiB, stages 64 KiB, 2 dSᵀ buffers
+// 64 KiB, 2 dQ slices 32 KiB). The story and the measurements: docs/optimisation.md, Rungs 7, 11, 13.
+#include "attention/attention_bwd_tc.cuh"
+#include "core/common.hpp"
+#include "core/hopper.cuh"
+#include "core/tensor_core.cuh"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace flashlab::cuda::detail {
+namespace {
+
+/// Br of the kernel at head dim d: 128 query rows per step at d = 64 (the Sᵀ, dPᵀ products twice
+/// as wide, dV, dK twice as deep, half the steps), 64 at d = 128 (128 would need 64 more
+/// accumulator registers per consumer than the 240 it has). docs/optimisation.md, Rung 11.
+constexpr int bwd_ws_block_m(int head_dim) { return head_dim == 64 ? 128 : 64; }
+
+/// How the two consumers share the dQ_i partial = dS_ij K_j of a step.
+enum class DqSplit {
+  columns,  ///< consumer c: columns [64c, 64c + 64) over all 128 keys (d = 128)
+  keys,     ///< consumer c: every column over its own 64 keys; both add a whole tile
+  rows,     ///< consumer c: query rows [64c, 64c + 64) over all 128 keys (Br = 128)
+};
+/// The split of the kernel: columns at d = 128; at d = 64 and Br = 128 rows (each accumulator
+/// element receives one partial per key block, not two as with keys: half the L2 reductions),
+/// keys at d = 64 and Br = 64 (the two rows of a 64-row tile would be one consumer's).
+constexpr DqSplit bwd_ws_dq_split(int head_dim, int block_m) {
+  return head_dim == 128 ? DqSplit::columns : block_m == 128 ? DqSplit::rows : DqSplit::keys;
+}
+
+template <int HEAD_DIM, bool kBf16_, bool kCausal_, bool kDeterministic_, int BLOCK_M_ = bwd_ws_block_m(HEAD_DIM),
+          DqSplit kDqSplit_ = bwd_ws_dq_split(HEAD_DIM, BLOCK_M_), bool kLagDq_ = kDeterministic_,
+          bool kPingPong_ = HEAD_DIM == 128, int kStages_ = 2>
+struct BwdWsTraits {
+  static constexpr bool kDeterministic = kDeterministic_;
+  static constexpr int kHeadDim = HEAD_DIM;
+  static constexpr bool kBf16 = kBf16_;
+  static constexpr bool kCausal = kCausal_;
+  static constexpr int BLOCK_M = BLOCK_M_;  // Br: query rows per step (n of the Sᵀ wgmma)
+  // Issue dV_c += Pᵀ dO_i before dSᵀ is computed: Pᵀ's A fragments live beside Sᵀ and dPᵀ. At
+  // Br = 128 those are 64 + 64 + 32 registers more than the 240 hold with dK, dV (ptxas
+  // serialises the wgmmas), so dV waits for dSᵀ there.
+  static constexpr bool kDvBeforeGrads = BLOCK_M == 64;
+  // dQ of step n computed during step n + 1 (column and row split; mbarriers ds_full, ds_free
+  // instead of the meeting at kDsReadyBarrier), the consumers half a step apart. On by default in
+  // the deterministic kernel only: there it gives each ordered add a step of slack (+11–23 %);
+  // the plain kernel lost up to 7 % at d = 128 with it (docs/optimisation.md, Rung 11).
+  static constexpr bool kLagDq = kLagDq_ && kDqSplit_ != DqSplit::keys;
+  static constexpr int BLOCK_N = 128;  // Bc: keys per block, 64 per consumer (m of every wgmma)
+  static constexpr int kConsumers = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kConsumerThreads = 128 * kConsumers;  // arrivals on empty[s]
+  // Q_i, dO_i stages: a third fits at d = 128 (232,024 bytes) but measured level with two
+  // (docs/optimisation.md, Rung 13).
+  static constexpr int kStages = kStages_;
+  // Ping-pong: the consumers take turns at issuing Sᵀ, dPᵀ (named barriers kTurnBarrier + c), so
+  // consumer 0's products run first and its Pᵀ overlaps consumer 1's (the forward's order, Rung 5).
+  // +2–4 % at d = 128 (Rung 13); not measured at d = 64 (Br = 128), so off there.
+  static constexpr bool kPingPong = kPingPong_ && !kLagDq;
+  static constexpr int kColBlocks = HEAD_DIM / 64;  // TMA boxes (64 columns) per tile
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register file");
+  // dQ partial per consumer (DqSplit; file-top comment): kDqRows × kDqCols over kDqKeys keys.
+  static constexpr DqSplit kDqSplit = kDqSplit_;
+  static constexpr bool kDqSplitKeys = kDqSplit == DqSplit::keys;
+  static constexpr int kDqCols = kDqSplit == DqSplit::columns ? HEAD_DIM / 2 : HEAD_DIM;
+  static constexpr int kDqKeys = kDqSplitKeys ? BLOCK_N / 2 : BLOCK_N;
+  static constexpr int kDqRows = kDqSplit == DqSplit::rows ? 64 : BLOCK_M;
+  static constexpr int kRowBlocks = kDqRows / 64;  // m64 row blocks of one consumer's partial
+  static constexpr int kTileQ = BLOCK_M * HEAD_DIM * 2;    // Q_i or dO_i, one stage
+  static constexpr int kTileKV = BLOCK_N * HEAD_DIM * 2;   // K_j or V_j
+  static constexpr int kTileDs = BLOCK_N * BLOCK_M * 2;    // dSᵀ [key][query], 16-bit
+  // Column and row split: each consumer reads the other's dSᵀ rows, so two buffers (file-top
+  // comment); key split: each reads only its own rows, after its own dQ product of the step before.
+  static constexpr int kDsBuffers = kDqSplitKeys ? 1 : 2;
+  static constexpr int kSliceDq = kDqRows * kDqCols * 4;   // one consumer's fp32 dQ partial
+  static constexpr int kStats = 2 * BLOCK_M * 4;           // LSE_i then D_i, one stage
+  // Layout: K_j, V_j, Q stages, dO stages, 2 dSᵀ buffers, 2 dQ slices, stats stages, barriers.
+  static constexpr int kOffV = kTileKV;
+  static constexpr int kOffQ = 2 * kTileKV;
+  static constexpr int kOffDo = kOffQ + kStages * kTileQ;
+  static constexpr int kOffDs = kOffDo + kStages * kTileQ;
+  static constexpr int kOffDq = kOffDs + kDsBuffers * kTileDs;
+  static constexpr int kOffStats = kOffDq + kConsumers * kSliceDq;
+  static constexpr int kOffBar = kOffStats + kStages * kStats;
+  static constexpr int kBarriers = 1 + 2 * kStages + 4;  // kv_full, full[], empty[], ds_full[2], ds_free[2]
+  static constexpr int kSmemBytes = kOffBar + 8 * kBarriers + 1024;  // + alignment to 1024
+  static_assert(kSmemBytes <= 227 * 1024, "dynamic SRAM of one block on sm_90");
+  static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "d ∈ {64, 128}");
+  static_assert(kDqSplit != DqSplit::columns || HEAD_DIM == 128, "the column split: 64 columns per consumer");
+  static_assert(kDqSplit != DqSplit::rows || BLOCK_M == 128, "the row split: 64 query rows per consumer");
+  static_assert(BLOCK_M == 64 || kDqSplit != DqSplit::columns, "Br = 128 at d = 64 only (registers)");
+  static_assert(BLOCK_N % BLOCK_M == 0, "causal: a key block's first visible query tile starts at its first key");
+  static_assert(kAtomicDqTileRows % BLOCK_M == 0, "the workspace holds whole dQ tiles of this BLOCK_M");
+  static_assert(BLOCK_M % kDqOrderTileRows == 0, "the workspace has an order counter for every accumulator tile");
+};
+
+// Named barriers (0 is __syncthreads): both consumers (dSᵀ complete), and one per consumer.
+constexpr int kDsReadyBarrier = 1, kConsumerBarrier = 2;  // 2 and 3
+/// Lagged dQ: consumer 1's first products wait for consumer 0's first softmax.
+constexpr int kStaggerBarrier = 4;
+/// Ping-pong: consumer c waits for its turn at kTurnBarrier + c (5 and 6).
+constexpr int kTurnBarrier = 5;
+
+template <class T>
+struct BwdWsSmem {
+  uint32_t base;
+  __device__ uint32_t k() const { return base; }
+  __device__ uint32_t v() const { return base + T::kOffV; }
+  __device__ uint32_t q(int s) const { return base + T::kOffQ + uint32_t(s) * T::kTileQ; }
+  __device__ uint32_t dO(int s) const { return base + T::kOffDo + uint32_t(s) * T::kTileQ; }
+  __device__ uint32_t ds(int buf) const { return base + T::kOffDs + uint32_t(buf % T::kDsBuffers) * T::kTileDs; }
+  __device__ uint32_t dq(int c) const { return base + T::kOffDq + uint32_t(c) * T::kSliceDq; }
+  __device__ uint32_t stats(int s) const { return base + T::kOffStats + uint32_t(s) * T::kStats; }
+  __device__ uint32_t kv_full() const { return base + T::kOffBar; }
+  __device__ uint32_t full(int s) const { return kv_full() + 8u * uint32_t(1 + s); }
+  __device__ uint32_t empty(int s) const { return kv_full() + 8u * uint32_t(1 + T::kStages + s); }
+  __device__ uint32_t ds_full(int buf) const { return kv_full() + 8u * uint32_t(1 + 2 * T::kStages + buf); }
+  __device__ uint32_t ds_free(int buf) const { return kv_full() + 8u * uint32_t(3 + 2 * T::kStages + buf); }
+};
+
+/// Where a block works: key tile j (keys start_n ..) of head h, batch b; query tiles i_begin .. Tr−1.
+struct BwdWsBlock {
+  int start_n, h, b, i_begin, Tr;
+};
+
+/// Issue the d/64 TMA boxes of one [kRows][d] tile (rows from token `row0` of head h, batch b).
+template <class T, int kRows>
+__device__ __forceinline__ void tma_rows(uint32_t dst, const CUtensorMap* map, int row0, int h, int b, uint32_t bar) {
+#pragma unroll
+  for (int c = 0; c < T::kColBlocks; ++c) tma_load_4d(dst + uint32_t(c) * kRows * 128, map, 64 * c, h, row0, b, bar);
+}
+
+/// Producer thread: K_j, V_j once, then Q_i, dO_i per step through the stage ring.
+template <class T>
+__device__ void produce_tiles(const BwdWsSmem<T>& sm, const BwdWsBlock& w, const CUtensorMap* map_q,
+                              const CUtensorMap* map_k, const CUtensorMap* map_v, const CUtensorMap* map_do) {
+  mbar_arrive_expect_tx(sm.kv_full(), 2 * T::kTileKV);
+  tma_rows<T, T::BLOCK_N>(sm.k(), map_k, w.start_n, w.h, w.b, sm.kv_full());
+  tma_rows<T, T::BLOCK_N>(sm.v(), map_v, w.start_n, w.h, w.b, sm.kv_full());
+  for (int i = w.i_begin, n = 0; i < w.Tr; ++i, ++n) {
+    const int s = n % T::kStages;
+    // Stage s was last filled for step n − kStages: wait for that phase of empty[s].
+    if (n >= T::kStages) mbar_wait(sm.empty(s), uint32_t(n / T::kStages - 1) & 1u);
+    mbar_arrive_expect_tx(sm.full(s), 2 * T::kTileQ);
+    tma_rows<T, T::BLOCK_M>(sm.q(s), map_q, i * T::BLOCK_M, w.h, w.b, sm.full(s));
+    tma_rows<T, T::BLOCK_M>(sm.dO(s), map_do, i * T::BLOCK_M, w.h, w.b, sm.full(s));
+  }
+}
+
+/// Stats warp: LSE_i, D_i of each step into the stage (0 for rows ≥ N), one arrival per lane.
+template <class T>
+__device__ void produce_stats(const BwdWsSmem<T>& sm, const BwdWsBlock& w, const Problem& p,
+                              const float* __restrict__ LSE, const float* __restrict__ D, int lane) {
+  const std::size_t stat = p.stat_offset(w.b, w.h);
+  for (int i = w.i_begin, n = 0; i < w.Tr; ++i, ++n) {
+    const int s = n % T::kStages;
+    if (n >= T::kStages) mbar_wait(sm.empty(s), uint32_t(n / T::kStages - 1) & 1u);
+#pragma unroll
+    for (int r = lane; r < T::BLOCK_M; r += 32) {
+      const int row = i * T::BLOCK_M + r;
+      const float lse = row < p.seq ? LSE[stat + row] : 0.f, d = row < p.seq ? D[stat + row] : 0.f;
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.stats(s) + 4u * uint32_t(r)), "f"(lse) : "memory");
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.stats(s) + 4u * uint32_t(T::BLOCK_M + r)), "f"(d) : "memory");
+    }
+    mbar_arrive(sm.full(s));  // release: the stores above before the phase completes
+  }
+}
+
+/// Issue C (64 keys × BLOCK_M queries) = A_c Bᵀ over k = d: A = 64 rows of a resident [128][d]
+/// tile (K_j or V_j) from row 64c, B = a [BLOCK_M][d] stage tile (Q_i or dO_i). Sᵀ and dPᵀ.
+/// Br = 128 as two n64 halves (queries 64h ..; the accumulator layout of m64n128 is that of two
+/// m64n64 side by side): ptxas serialises the m64n128 form in this kernel.
+template <class T>
+__device__ __forceinline__ void issue_transposed_scores(float (&c)[T::BLOCK_M / 2], uint32_t sA_c, uint32_t sB) {
+  constexpr int kHalves = T::BLOCK_M / 64;
+#pragma unroll
+  for (int h = 0; h < kHalves; ++h) {
+    float(&ch)[32] = *reinterpret_cast<float(*)[32]>(&c[32 * h]);
+#pragma unroll
+    for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
+      const uint32_t col = uint32_t(kk / 4), k32 = uint32_t(kk % 4) * 32;  // 64-column box, k16 inside it
+      const uint64_t da = smem_desc(sA_c + col * T::BLOCK_N * 128 + k32, 16, 1024);
+      const uint64_t db = smem_desc(sB + col * T::BLOCK_M * 128 + uint32_t(h) * 64 * 128 + k32, 16, 1024);
+      wgmma_ss_t<T::kBf16, 64, false, false>(ch, da, db, kk > 0);
+    }
+  }
+}
+
+/// Issue acc (64 keys × d) += Xᵀ B over k = BLOCK_M queries: Xᵀ as register A fragments, B = a
+/// [BLOCK_M][d] stage tile read MN-major (LBO = bytes between 64-column boxes, SBO = 8 rows).
+/// dV_c += Pᵀ dO_i and dK_c += dSᵀ Q_i.
+template <class T>
+__device__ __forceinline__ void issue_key_grad(float (&acc)[T::kHeadDim / 2], const uint32_t (&xa)[T::BLOCK_M / 16][4],
+                                               uint32_t sB) {
+#pragma unroll
+  for (int kk = 0; kk < T::BLOCK_M / 16; ++kk)
+    wgmma_rs<T::kBf16, T::kHeadDim>(acc, xa[kk], smem_desc(sB + uint32_t(kk) * 16 * 128, T::BLOCK_M * 128, 1024), 1);
+}
+
+/// Issue this consumer's dQ_i partial = dS_ij K_j, its query row block m × kDqCols columns, over
+/// kDqKeys keys; dSᵀ [key][query] (box b: queries 64b ..) and K_j [key][d] are both MN-major
+/// operands (16 keys = 2048 bytes).
+template <class T>
+__device__ __forceinline__ void issue_dq(float (&dq)[T::kDqCols / 2], uint32_t sDs, uint32_t sK, int c, int m) {
+  // Columns: all keys, K_j's 64-column box c. Keys: this consumer's 64 key rows. Rows: all keys,
+  // dSᵀ's query box c.
+  const int box = T::kDqSplit == DqSplit::rows ? c : m;
+  const uint32_t a0 = sDs + uint32_t(box) * T::BLOCK_N * 128 + (T::kDqSplitKeys ? uint32_t(c) * 64 * 128 : 0u);
+  const uint32_t b0 = sK + (T::kDqSplitKeys                        ? uint32_t(c) * 64 * 128
+                            : T::kDqSplit == DqSplit::columns ? uint32_t(c) * T::BLOCK_N * 128
+                                                              : 0u);
+#pragma unroll
+  for (int kk = 0; kk < T::kDqKeys / 16; ++kk) {
+    const uint64_t da = smem_desc(a0 + uint32_t(kk) * 2048, T::BLOCK_N * 128, 1024);
+    const uint64_t db = smem_desc(b0 + uint32_t(kk) * 2048, T::BLOCK_N * 128, 1024);
+    wgmma_ss_t<T::kBf16, T::kDqCols, true, true>(dq, da, db, kk > 0);
+  }
+}
+
+/// Pᵀ in place of Sᵀ (fp32), this thread's accumulator entries: key row `key_row` (+ 8 for
+/// r = 1), query column 8t + 2·t4 + e. Masked entries (need_mask only) → 0.
+template <class T>
+__device__ __forceinline__ void probs(float (&st)[T::BLOCK_M / 2], uint32_t sStats, int q0, int key_row, int N,
+                                      bool need_mask, int t4, float scale_log2) {
+#pragma unroll
+  for (int t = 0; t < T::BLOCK_M / 8; ++t) {
+    float2 lse;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                 : "=f"(lse.x), "=f"(lse.y)
+                 : "r"(sStats + 4u * uint32_t(8 * t + 2 * t4)));
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int idx = 4 * t + 2 * r + e;
+        float pv = ex2(fmaf(st[idx], scale_log2, -(e ? lse.y : lse.x)));
+        if (need_mask) {
+          const int query = q0 + 8 * t + 2 * t4 + e, key = key_row + 8 * r;
+          pv = query < N && key < N && (!T::kCausal || key <= query) ? pv : 0.f;
+        }
+        st[idx] = pv;
+      }
+  }
+}
+
+/// dSᵀ = Pᵀ ∘ (dPᵀ − D_i) in place of dPᵀ (D per query column, as LSE in probs()).
+template <class T>
+__device__ __forceinline__ void grads(const float (&pt)[T::BLOCK_M / 2], float (&dpt)[T::BLOCK_M / 2],
+                                      uint32_t sStats, int t4) {
+#pragma unroll
+  for (int t = 0; t < T::BLOCK_M / 8; ++t) {
+    float2 dd;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                 : "=f"(dd.x), "=f"(dd.y)
+                 : "r"(sStats + 4u * uint32_t(T::BLOCK_M + 8 * t + 2 * t4)));
+#pragma unroll
+    for (int idx = 4 * t; idx < 4 * t + 4; ++idx) dpt[idx] = pt[idx] * (dpt[idx] - (idx % 2 ? dd.y : dd.x));
+  }
+}
+
+/// Accumulator (m64 × 8·kT) → 16-bit register A fragments of the next product (k16 step kk =
+/// accumulator n-tiles 2kk, 2kk + 1: no shuffles).
+template <bool kBf16, int kT>
+__device__ __forceinline__ void pack_a(const float (&acc)[4 * kT], uint32_t (&a)[kT / 2][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kT / 2; ++kk)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) a[kk][q] = pack2<kBf16>(acc[8 * kk + 2 * q], acc[8 * kk + 2 * q + 1]);
+}
+
+/// dSᵀ fragments → SRAM buffer [128 keys][BLOCK_M queries] as BLOCK_M / 64 boxes of
+/// [128 keys][64 queries] in the 128-byte swizzle (16-byte chunk q/8 of row k stored at chunk
+/// (q/8) ^ (k % 8)), then the proxy fence for wgmma's reads.
+template <class T>
+__device__ __forceinline__ void store_ds(uint32_t sDs, const uint32_t (&dsa)[T::BLOCK_M / 16][4], int key_local,
+                                         int t4) {
+#pragma unroll
+  for (int t = 0; t < T::BLOCK_M / 8; ++t)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = key_local + 8 * r, box = t / 8;
+      const uint32_t addr = sDs + uint32_t(box) * T::BLOCK_N * 128 + uint32_t(row) * 128 +
+                            (uint32_t((t % 8) ^ (row & 7)) << 4) + 4u * uint32_t(t4);
+      // fragment a[t/2][2·(t%2) + r] holds accumulator entries 4t + 2r, 4t + 2r + 1.
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[t / 2][2 * (t % 2) + r]) : "memory");
+    }
+  fence_proxy_async_shared();
+}
+
+/// Deterministic order: spin until the tile's counter reads `turn` (acquire), then order the
+/// generic-proxy acquire before the async-proxy reduction.
+__device__ __forceinline__ void wait_dq_turn(const int* counter, int turn) {
+  int seen;
+  do {
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+  } while (seen != turn);
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+/// Deterministic order: this thread's bulk reductions performed, then the counter + 1 (release).
+__device__ __forceinline__ void pass_dq_turn(int* counter) {
+  bulk_wait_group<0>();
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
+}
+
+/// dQ partial, row block m → this consumer's SRAM slice (fragment order: float4 number
+/// (m·kDqCols/8 + t)·128 + tid). The slice is free: its previous bulk read was waited for before
+/// the dSᵀ barrier of this step.
+template <class T>
+__device__ __forceinline__ void stage_dq(const float (&dq)[T::kDqCols / 2], uint32_t sSlice, int m, int tid) {
+#pragma unroll
+  for (int t = 0; t < T::kDqCols / 8; ++t) {
+    const int f4 = (m * (T::kDqCols / 8) + t) * 128 + tid;
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(sSlice + uint32_t(f4) * 16), "f"(dq[4 * t]),
+                 "f"(dq[4 * t + 1]), "f"(dq[4 * t + 2]), "f"(dq[4 * t + 3])
+                 : "memory");
+  }
+}
+
+/// The staged slice → one bulk fp32 add into the accumulator tile. `tid` 0 owns the bulk group;
+/// deterministic, it adds at turn `turn` of the tile's counter `order`.
+template <class T>
+__device__ __forceinline__ void reduce_dq(uint32_t sSlice, float* dst, int c, int tid, int* order, int turn) {
+  fence_proxy_async_shared();
+  named_bar_sync(kConsumerBarrier + c, 128);
+  if (tid == 0) {
+    if constexpr (T::kDeterministic) wait_dq_turn(order, turn);
+    bulk_reduce_add_f32(dst, sSlice, uint32_t(T::kSliceDq));
+    bulk_commit_group();
+    if constexpr (T::kDeterministic) pass_dq_turn(order);
+  }
+}
+
+/// dK_c = scale · acc_dk and dV_c = acc_dv: registers → HBM (rows ≥ N skipped).
+template <class T>
+__device__ __forceinline__ void store_key_grads(const Problem& p, uint16_t* __restrict__ out,
+                                                const float (&acc)[T::kHeadDim / 2],
+                                                float scale, std::size_t base, int key, int t4) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = key + 8 * r;
+    if (row >= p.seq) continue;
+    uint16_t* dst = out + base + std::size_t(row) * p.row_stride() + 2 * t4;
+#pragma unroll
+    for (int t = 0; t < T::kHeadDim / 8; ++t)
+      *reinterpret_cast<uint32_t*>(dst + 8 * t) =
+          pack2<T::kBf16>(acc[4 * t + 2 * r] * scale, acc[4 * t + 2 * r + 1] * scale);
+  }
+}
+
+/// Step n's products up to dK (issued, not waited for): Sᵀ, dPᵀ on the tensor cores, Pᵀ while
+/// dPᵀ still runs, then dV_c += Pᵀ dO_i (before dSᵀ where kDvBeforeGrads), dSᵀ, dK_c += dSᵀ Q_i.
+/// Pᵀ and dSᵀ come back as the 16-bit A fragments `pa`, `dsa` (dSᵀ also goes to SRAM, by the caller).
+/// `softmax_started`: called once Sᵀ is in registers (the stagger of the lagged dQ).
+template <class T, class OnSoftmax>
+__device__ __forceinline__ void key_grads_step(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlock& w, int s,
+                                               int q0, int c, int key_row, int t4, float (&acc_dv)[T::kHeadDim / 2],
+                                               float (&acc_dk)[T::kHeadDim / 2], uint32_t (&pa)[T::BLOCK_M / 16][4],
+                                               uint32_t (&dsa)[T::BLOCK_M / 16][4], OnSoftmax softmax_started) {
+  constexpr int BM = T::BLOCK_M;
+  const uint32_t sK_c = sm.k() + uint32_t(c) * 64 * 128, sV_c = sm.v() + uint32_t(c) * 64 * 128;
+  float st[BM / 2], dpt[BM / 2];
+  wg_fence();
+  issue_transposed_scores<T>(st, sK_c, sm.q(s));
+  wg_commit();
+  issue_transposed_scores<T>(dpt, sV_c, sm.dO(s));
+  wg_commit();
+  wg_wait<1>();
+  reg_fence(st);
+  softmax_started();
+  const int N = p.seq;
+  const bool need_mask = q0 + BM > N || w.start_n + T::BLOCK_N > N || (T::kCausal && w.start_n + 64 * c + 63 > q0);
+  probs<T>(st, sm.stats(s), q0, key_row, N, need_mask, t4, p.scale_log2);
+  if constexpr (T::kDvBeforeGrads) {
+    pack_a<T::kBf16, BM / 8>(st, pa);
+    wg_fence();
+    reg_fence(acc_dv);
+    reg_fence_u(pa);
+    issue_key_grad<T>(acc_dv, pa, sm.dO(s));
+    wg_commit();
+    wg_wait<1>();  // dPᵀ done; dV's product may still run
+    reg_fence(dpt);
+    grads<T>(st, dpt, sm.stats(s), t4);
+  } else {
+    wg_wait<0>();
+    reg_fence(dpt);
+    grads<T>(st, dpt, sm.stats(s), t4);
+    pack_a<T::kBf16, BM / 8>(st, pa);
+  }
+  pack_a<T::kBf16, BM / 8>(dpt, dsa);
+  wg_fence();
+  reg_fence(acc_dk);
+  reg_fence_u(dsa);
+  issue_key_grad<T>(acc_dk, dsa, sm.q(s));
+  if constexpr (!T::kDvBeforeGrads) {
+    reg_fence(acc_dv);
+    reg_fence_u(pa);
+    issue_key_grad<T>(acc_dv, pa, sm.dO(s));
+  }
+  wg_commit();
+}
+
+/// This consumer's dQ partial from the dSᵀ buffer sDs → its staging slice (every product of the
+/// warpgroup waited for, so key_grads_step's too). One m64 row block at a time: 32 accumulator
+/// registers, not 64, at Br = 128 with the key split.
+template <class T>
+__device__ __forceinline__ void compute_dq(const BwdWsSmem<T>& sm, uint32_t sDs, int c, int tid) {
+#pragma unroll
+  for (int m = 0; m < T::kRowBlocks; ++m) {
+    float dq[T::kDqCols / 2];
+    wg_fence();
+    issue_dq<T>(dq, sDs, sm.k(), c, m);
+    wg_commit();
+    wg_wait<0>();
+    reg_fence(dq);
+    stage_dq<T>(dq, sm.dq(c), m, tid);
+  }
+}
+
+/// One consumer warpgroup c: keys [64c, 64c + 64) of the block's K_j, V_j, every query tile.
+template <class T>
+__device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlock& w, float* __restrict__ dQaccum,
+                        int* __restrict__ dq_order, uint16_t* __restrict__ dK, uint16_t* __restrict__ dV, int c) {
+  constexpr int BM = T::BLOCK_M, D = T::kHeadDim;
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t4 = lane % 4;
+  const int key_local = 64 * c + 16 * warp + lane / 4;  // this thread's key rows: key_local, + 8
+  const int key_row = w.start_n + key_local, N = p.seq;
+  const uint32_t sK_c = sm.k() + uint32_t(c) * 64 * 128, sV_c = sm.v() + uint32_t(c) * 64 * 128;
+  const std::size_t tiles_base = (std::size_t(w.b) * p.heads + w.h) * std::size_t(w.Tr);
+  float acc_dv[D / 2], acc_dk[D / 2];
+#pragma unroll
+  for (int k = 0; k < D / 2; ++k) acc_dv[k] = acc_dk[k] = 0.f;
+  mbar_wait(sm.kv_full(), 0);
+  if (T::kPingPong && c == 1) named_bar_arrive(kTurnBarrier, 256);  // consumer 0 takes the first turn
+
+  for (int i = w.i_begin, n = 0; i < w.Tr; ++i, ++n) {
+    const int s = n % T::kStages, q0 = i * BM;
+    mbar_wait(sm.full(s), uint32_t(n / T::kStages) & 1u);
+    float st[BM / 2], dpt[BM / 2];
+    if (T::kPingPong) named_bar_sync(kTurnBarrier + c, 256);
+    wg_fence();
+    issue_transposed_scores<T>(st, sK_c, sm.q(s));
+    wg_commit();
+    issue_transposed_scores<T>(dpt, sV_c, sm.dO(s));
+    wg_commit();
+    // The other consumer's turn; consumer 1's last hands none on (no arrival left at exit).
+    if (T::kPingPong && (c == 0 || i + 1 < w.Tr)) named_bar_arrive(kTurnBarrier + (c ^ 1), 256);
+    // Pᵀ while dPᵀ is still on the tensor cores, then (kDvBeforeGrads) dV_c += Pᵀ dO_i while dSᵀ
+    // is computed.
+    wg_wait<1>();
+    reg_fence(st);
+    const bool need_mask = q0 + BM > N || w.start_n + T::BLOCK_N > N ||
+                           (T::kCausal && w.start_n + 64 * c + 63 > q0);
+    probs<T>(st, sm.stats(s), q0, key_row, N, need_mask, t4, p.scale_log2);
+    uint32_t pa[BM / 16][4], dsa[BM / 16][4];
+    if constexpr (T::kDvBeforeGrads) {
+      pack_a<T::kBf16, BM / 8>(st, pa);
+      wg_fence();
+      reg_fence(acc_dv);
+      reg_fence_u(pa);
+      issue_key_grad<T>(acc_dv, pa, sm.dO(s));
+      wg_commit();
+      wg_wait<1>();  // dPᵀ done; dV's product may still run
+      reg_fence(dpt);
+      grads<T>(st, dpt, sm.stats(s), t4);
+    } else {
+      wg_wait<0>();
+      reg_fence(dpt);
+      grads<T>(st, dpt, sm.stats(s), t4);
+      pack_a<T::kBf16, BM / 8>(st, pa);
+    }
+    pack_a<T::kBf16, BM / 8>(dpt, dsa);
+    // dK_c += dSᵀ Q_i: issued now, it runs while dSᵀ goes to SRAM.
+    wg_fence();
+    reg_fence(acc_dk);
+    reg_fence_u(dsa);
+    issue_key_grad<T>(acc_dk, dsa, sm.q(s));
+    if constexpr (!T::kDvBeforeGrads) {
+      reg_fence(acc_dv);
+      reg_fence_u(pa);
+      issue_key_grad<T>(acc_dv, pa, sm.dO(s));
+    }
+    wg_commit();
+    // dSᵀ of step n → buffer n & 1: the other consumer read buffer n & 1 last at step n − 2,
+    // before it arrived at step n − 1's barrier, which this consumer has passed. Key split: one
+    // buffer, this consumer's rows only, read by its own dQ product of step n − 1 (waited below).
+    const uint32_t sDs = sm.ds(n & 1);
+    store_ds<T>(sDs, dsa, key_local, t4);
+    // The dQ slice's previous bulk read (a step ago) done before the barrier, so the barrier
+    // also frees the slice for this step's partial.
+    if (tid == 0) bulk_wait_group_read<0>();
+    if (T::kDqSplitKeys) named_bar_sync(kConsumerBarrier + c, 128);  // this consumer's key rows only
+    else named_bar_sync(kDsReadyBarrier, 256);                       // every key row of dSᵀ
+    // One m64 row block of dQ at a time: 32 accumulator registers, not 64, at Br = 128.
+#pragma unroll
+    for (int m = 0; m < T::kRowBlocks; ++m) {
+      float dq[T::kDqCols / 2];
+      wg_fence();
+      issue_dq<T>(dq, sDs, sm.k(), c, m);
+      wg_commit();
+      wg_wait<0>();
+      reg_fence(dq);
+      stage_dq<T>(dq, sm.dq(c), m, tid);
+    }
+    reg_fence(acc_dv);
+    reg_fence(acc_dk);
+    reg_fence_u(pa);
+    reg_fence_u(dsa);
+    // Done with Q_i, dO_i, LSE_i, D_i. Every thread arrives (each releases its own reads of the
+    // stats, which the stats warp overwrites next; one arrival per warp left racecheck a WAR).
+    mbar_arrive(sm.empty(s));
+    float* dst = dQaccum + (tiles_base + std::size_t(i)) * (BM * D) +
+                 (T::kDqSplitKeys ? 0 : std::size_t(c) * (T::kSliceDq / 4));  // slice c of the tile
+    // Every key block before this one adds into tile i (causal ones too: they start at lower tiles).
+    const int turn = 2 * (w.start_n / T::BLOCK_N) + c;
+    reduce_dq<T>(sm.dq(c), dst, c, tid, dq_order + tiles_base + i, turn);
+  }
+  const std::size_t base = p.head_offset(w.b, w.h);
+  store_key_grads<T>(p, dK, acc_dk, p.scale, base, key_row, t4);
+  store_key_grads<T>(p, dV, acc_dv, 1.f, base, key_row, t4);
+  if (tid == 0) bulk_wait_group<0>();  // no bulk reduction may still read SRAM when the block exits
+}
+
+/// consume() with dQ one step late (kLagDq): dSᵀ of step n goes to buffer n & 1 once both
+/// consumers' dQ of step n − 2 has read it (ds_free), dQ of step n − 1 is computed once both
+/// consumers' dSᵀ of step n − 1 is there (ds_full). Nothing makes the consumers meet, and consumer 1
+/// starts half a step after consumer 0 (its first products wait for consumer 0's first softmax).
+template <class T>
+__device__ void consume_lagged(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlock& w,
+                               float* __restrict__ dQaccum, int* __restrict__ dq_order, uint16_t* __restrict__ dK,
+                               uint16_t* __restrict__ dV, int c) {
+  static_assert(T::kLagDq && !T::kPingPong, "the lagged schedule (its consumers are out of step already)");
+  constexpr int BM = T::BLOCK_M, D = T::kHeadDim;
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t4 = lane % 4;
+  const int key_local = 64 * c + 16 * warp + lane / 4;  // this thread's key rows: key_local, + 8
+  const int key_row = w.start_n + key_local;
+  const std::size_t tiles_base = (std::size_t(w.b) * p.heads + w.h) * std::size_t(w.Tr);
+  const auto dq_of_step = [&](int n) {  // dSᵀ of step n → dQ → the accumulator tile of step n
+    mbar_wait(sm.ds_full(n & 1), uint32_t(n / 2) & 1u);
+    if (tid == 0) bulk_wait_group_read<0>();
+    named_bar_sync(kConsumerBarrier + c, 128);  // the staging slice is free
+    compute_dq<T>(sm, sm.ds(n & 1), c, tid);
+    mbar_arrive(sm.ds_free(n & 1));
+    const int i = w.i_begin + n;
+    float* dst = dQaccum + (tiles_base + std::size_t(i)) * (BM * D) + std::size_t(c) * (T::kSliceDq / 4);
+    // Every key block before this one adds into tile i first (causal ones too: they start lower).
+    return [=] { reduce_dq<T>(sm.dq(c), dst, c, tid, dq_order + tiles_base + i, 2 * (w.start_n / T::BLOCK_N) + c); };
+  };
+  float acc_dv[D / 2], acc_dk[D / 2];
+#pragma unroll
+  for (int k = 0; k < D / 2; ++k) acc_dv[k] = acc_dk[k] = 0.f;
+  mbar_wait(sm.kv_full(), 0);
+
+  for (int i = w.i_begin, n = 0; i < w.Tr; ++i, ++n) {
+    const int s = n % T::kStages;
+    mbar_wait(sm.full(s), uint32_t(n / T::kStages) & 1u);
+    if (c == 1 && n == 0) named_bar_sync(kStaggerBarrier, 256);
+    uint32_t pa[BM / 16][4], dsa[BM / 16][4];
+    key_grads_step<T>(p, sm, w, s, i * BM, c, key_row, t4, acc_dv, acc_dk, pa, dsa, [&] {
+      if (c == 0 && n == 0) named_bar_arrive(kStaggerBarrier, 256);
+    });
+    if (n >= 2) mbar_wait(sm.ds_free(n & 1), uint32_t((n - 2) / 2) & 1u);
+    store_ds<T>(sm.ds(n & 1), dsa, key_local, t4);
+    mbar_arrive(sm.ds_full(n & 1));
+    if (n >= 1) {
+      const auto reduce = dq_of_step(n - 1);
+      wg_wait<0>();
+      reg_fence(acc_dv);
+      reg_fence(acc_dk);
+      reg_fence_u(pa);
+      reg_fence_u(dsa);
+      mbar_arrive(sm.empty(s));  // every thread: its reads of the stage's stats are done
+      reduce();
+    } else {
+      wg_wait<0>();
+      reg_fence(acc_dv);
+      reg_fence(acc_dk);
+      reg_fence_u(pa);
+      reg_fence_u(dsa);
+      mbar_arrive(sm.empty(s));
+    }
+  }
+  dq_of_step(w.Tr - 1 - w.i_begin)();  // the last step's dQ
+  const std::size_t base = p.head_offset(w.b, w.h);
+  store_key_grads<T>(p, dK, acc_dk, p.scale, base, key_row, t4);
+  store_key_grads<T>(p, dV, acc_dv, 1.f, base, key_row, t4);
+  if (tid == 0) bulk_wait_group<0>();  // no bulk reduction may still read SRAM when the block exits
+}
+
+/// Grid (Tc, H, B) non-causal, (H, Tc, B) causal (the heaviest key tiles, small j, first).
+template <class T>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    bwd_ws_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
+                  const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do, Problem p,
+                  const float* __restrict__ LSE, const float* __restrict__ D, float* __restrict__ dQaccum,
+                  int* __restrict__ dq_order, uint16_t* __restrict__ dK, uint16_t* __restrict__ dV) {
+#if FLASHLAB_WGMMA_OK
+  extern __shared__ uint8_t smem_raw[];
+  const BwdWsSmem<T> sm{(uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u};
+  const int j = T::kCausal ? blockIdx.y : blockIdx.x, h = T::kCausal ? blockIdx.x : blockIdx.y;
+  BwdWsBlock w;
+  w.start_n = j * T::BLOCK_N;
+  w.h = h;
+  w.b = blockIdx.z;
+  w.i_begin = T::kCausal ? w.start_n / T::BLOCK_M : 0;  // earlier query tiles see none of these keys
+  w.Tr = (p.seq + T::BLOCK_M - 1) / T::BLOCK_M;
+  const int wg = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    tma_prefetch_map(&map_q);
+    tma_prefetch_map(&map_k);
+    tma_prefetch_map(&map_v);
+    tma_prefetch_map(&map_do);
+    mbar_init(sm.kv_full(), 1);
+    for (int s = 0; s < T::kStages; ++s) {
+      mbar_init(sm.full(s), 1 + 32);  // the TMA thread's expect_tx + the stats warp's lanes
+      mbar_init(sm.empty(s), T::kConsumerThreads);
+    }
+    if constexpr (T::kLagDq)
+      for (int b = 0; b < 2; ++b) {
+        mbar_init(sm.ds_full(b), T::kConsumerThreads);
+        mbar_init(sm.ds_free(b), T::kConsumerThreads);
+      }
+    mbar_fence_init();
+  }
+  __syncthreads();
+  if (wg == 0) {
+    regs_release<T::kProducerRegs>();
+    if (threadIdx.x == 0) produce_tiles<T>(sm, w, &map_q, &map_k, &map_v, &map_do);
+    else if (threadIdx.x / 32 == 1) produce_stats<T>(sm, w, p, LSE, D, threadIdx.x % 32);
+    return;  // every load is consumed before the consumers exit
+  }
+  regs_claim<T::kConsumerRegs>();
+  if constexpr (T::kLagDq) consume_lagged<T>(p, sm, w, dQaccum, dq_order, dK, dV, wg - 1);
+  else consume<T>(p, sm, w, dQaccum, dq_order, dK, dV, wg - 1);
+#else
+  __trap();  // built without sm_90a: never launched
+#endif
+}
+
+/// dQ = scale · accumulator → 16 bits, [B, N, H, d]; one thread per float4 of the tiled
+/// accumulator (grid-stride): tile (b, h, i) of BLOCK_M·d floats, slice c of kDqRows·kDqCols
+/// (columns 64c .. or rows 64c .. by the split), float4 number (m·kDqCols/8 + t)·128 + thread =
+/// rows r, r + 8, columns col, col + 1 of n-tile t of row block m.
+template <class T>
+__global__ void __launch_bounds__(256) bwd_ws_dq_convert_kernel(Problem p, const float4* __restrict__ acc,
+                                                                uint16_t* __restrict__ dQ, std::size_t n4) {
+  constexpr int BM = T::BLOCK_M, kSlice4 = T::kSliceDq / 16, kTile4 = BM * T::kHeadDim / 4;
+  constexpr int kNTiles = T::kDqCols / 8;  // n-tiles of one row block of the slice
+  const int Tr = (p.seq + BM - 1) / BM;
+  for (std::size_t k = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; k < n4;
+       k += std::size_t(gridDim.x) * blockDim.x) {
+    const std::size_t tile = k / kTile4;
+    const int in_tile = int(k % kTile4), c = in_tile / kSlice4, thr = in_tile % 128;
+    const int m = in_tile % kSlice4 / 128 / kNTiles, t = in_tile % kSlice4 / 128 % kNTiles;  // row block, n-tile
+    const int i = int(tile % Tr), h = int(tile / Tr % p.heads), b = int(tile / Tr / p.heads);
+    const int block = T::kDqSplit == DqSplit::rows ? c : m, col0 = T::kDqSplit == DqSplit::columns ? c * T::kDqCols : 0;
+    const int row = i * BM + 64 * block + 16 * (thr / 32) + (thr % 32) / 4, col = col0 + 8 * t + 2 * (thr % 4);
+    const float4 v = acc[k];
+    uint16_t* out = dQ + p.head_offset(b, h) + col;
+    if (row < p.seq)
+      *reinterpret_cast<uint32_t*>(out + std::size_t(row) * p.row_stride()) =
+          pack2<T::kBf16>(v.x * p.scale, v.y * p.scale);
+    if (row + 8 < p.seq)
+      *reinterpret_cast<uint32_t*>(out + std::size_t(row + 8) * p.row_stride()) =
+          pack2<T::kBf16>(v.z * p.scale, v.w * p.scale);
+  }
+}
+
+template <int D, bool kBf16, bool kCausal, bool kDeterministic>
+void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, int* dq_order, cudaStream_t stream) {
+  using T = BwdWsTraits<D, kBf16, kCausal, kDeterministic>;
+  auto kernel = &bwd_ws_kernel<T>;
+  static const bool opted_in = [&] {  // > 48 KiB of dynamic SRAM, once per instantiation
+    set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "bwd_ws_kernel", p);
+    return true;
+  }();
+  (void)opted_in;
+  const int Tr = (p.seq + T::BLOCK_M - 1) / T::BLOCK_M;
+  const std::size_t acc_numel = std::size_t(p.batch) * p.heads * std::size_t(Tr) * T::BLOCK_M * D;
+  FLASHLAB_CUDA_CHECK(cudaMemsetAsync(a.dQaccum, 0, acc_numel * sizeof(float), stream));  // only ever added into
+  if (kDeterministic)  // every tile's order starts at turn 0
+    FLASHLAB_CUDA_CHECK(cudaMemsetAsync(dq_order, 0, acc_numel / (T::BLOCK_M * D) * sizeof(int), stream));
+  launch_fast_bwd_preprocess<D, kBf16>(p, a, stream);
+
+  const CUtensorMap map_q = make_head_tile_map(a.Q, p, T::BLOCK_M);
+  const CUtensorMap map_do = make_head_tile_map(a.dO, p, T::BLOCK_M);
+  const CUtensorMap map_k = make_head_tile_map(a.K, p, T::BLOCK_N);
+  const CUtensorMap map_v = make_head_tile_map(a.V, p, T::BLOCK_N);
+  const unsigned tc = unsigned((p.seq + T::BLOCK_N - 1) / T::BLOCK_N);
+  const dim3 grid = kCausal ? dim3(p.heads, tc, p.batch) : dim3(tc, p.heads, p.batch);
+  announce("bwd_ws_kernel");
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, p, a.LSE, a.D, a.dQaccum, dq_order,
+                                                      static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV));
+  FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_kernel");
+
+  const std::size_t n4 = acc_numel / 4;
+  const unsigned blocks = unsigned(std::min<std::size_t>((n4 + 255) / 256, 4096));
+  announce("bwd_ws_dq_convert_kernel");
+  bwd_ws_dq_convert_kernel<T><<<blocks, 256, 0, stream>>>(p, reinterpret_cast<const float4*>(a.dQaccum),
+                                                          static_cast<uint16_t*>(a.dQ), n4);
+  FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_dq_convert_kernel");
+}
+
+template <int D, bool kBf16>
+void launch_bwd_ws_d(const Problem& p, const BwdPointers& a, int* dq_order, cudaStream_t stream) {
+  if (dq_order != nullptr) {
+    if (p.causal) launch_bwd_ws_one<D, kBf16, true, true>(p, a, dq_order, stream);
+    else launch_bwd_ws_one<D, kBf16, false, true>(p, a, dq_order, stream);
+  } else {
+    if (p.causal) launch_bwd_ws_one<D, kBf16, true, false>(p, a, nullptr, stream);
+    else launch_bwd_ws_one<D, kBf16, false, false>(p, a, nullptr, stream);
+  }
+}
+
+}  // namespace
+
+void launch_fast_bwd_ws(const Problem& p, bool bf16, const BwdPointers& a, int* dq_order, cudaStream_t stream) {
+  if (p.head_dim == 64) {
+    if (bf16) launch_bwd_ws_d<64, true>(p, a, dq_order, stream);
+    else launch_bwd_ws_d<64, false>(p, a, dq_order, stream);
+  } else {
+    if (bf16) launch_bwd_ws_d<128, true>(p, a, dq_order, stream);
+    else launch_bwd_ws_d<128, false>(p, a, dq_order, stream);
+  }
+}
+
+}  // namespace flashlab::cuda::detail

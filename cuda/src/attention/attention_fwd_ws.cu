@@ -1,0 +1,802 @@
+// attention_fwd_ws.cu — FlashAttention forward on Hopper with TMA loads and warp specialisation
+// (FlashAttention-3's structure). Selected with FastForwardConfig::kernel = FastForwardKernel::tma_ws
+// (fast_attention.hpp) or `flashlab bench attention --fwd-kernel tma-ws`; built for sm_90a alone
+// (cuda/CMakeLists.txt, object library flashlab_cuda_wgmma) when the architectures include 90.
+//
+// The algorithm, names and numerics are those of attention_fwd_wgmma.cu (FA2 loop order, query
+// tiles Q_i of Br = BLOCK_M rows, key tiles K_j, V_j of Bc = BLOCK_N (128, or 192), online softmax in base
+// 2, deferred 1/l_i, LSE_i = m_i + log2(l_i); one step's pieces are shared: wgmma_fwd_step.cuh);
+// what changes is who moves the data, how the warpgroups of a block share the tensor cores, and
+// how blocks find their work:
+//   - One block per SM, each walking a list of (query tile, head) units (WsSchedule): while the
+//     consumers finish one unit's last P·V and store its O_i, the producer already loads the next
+//     Q_i and K_j, V_j (the stage ring and the mbarrier phases run on across units). Causal: the
+//     units with the most key tiles come first, dealt out in a snake so the blocks even out.
+//   - A block has 1 + kConsumers warpgroups. Warpgroup 0 is the PRODUCER: it gives back most of its
+//     registers (setmaxnreg.dec to 24) and one thread issues every load as a TMA box
+//     (cp.async.bulk.tensor, hopper.cuh): Q_i once per unit, then K_j and V_j into a ring of
+//     kStages = 3 stages. The other warpgroups are the CONSUMERS, 64 query rows each (two: Br = 128,
+//     setmaxnreg.inc to 240; three: Br = 192, 160), and never touch global memory until they
+//     store O_i.
+//   - Hand-off by mbarriers, one per event: q_full, q_empty (every S_ij of the unit finished, so
+//     the next Q_i may land); k_full[s] and v_full[s] (the TMA credits the bytes, so S_ij can
+//     start as soon as K_j landed while V_j is still in flight); empty[s]
+//     (one arrival per consumer warp once its P_ij·V_j finished reading the stage; the producer
+//     waits on it before it overwrites). Without a causal mask (kSplitEmpty) K_j and V_j are
+//     released apart: empty[s] once S_ij is done, v_empty[s] once P_ij·V_j is, and the producer
+//     loads K_j before V_(j−1), so the keys of a stage are refilled a turn earlier. Waiters name
+//     the phase by its parity: (it / kStages) & 1 for the it-th key tile of the block's whole list.
+//   - TMA writes the 128-byte-swizzled layout the wgmma descriptors read (one box = 64 columns ×
+//     rows; a [rows][d] tile is d/64 boxes, each a 1024-byte-aligned block of rows·128 bytes).
+//     Rows past N arrive as zeros (no stale SRAM reaches P·V: the NaN hazard).
+//   - Ping-pong: the consumer warpgroups take turns at ISSUING their GEMMs, in a ring enforced by
+//     named barriers (bar.sync on one's own, bar.arrive on the next one's). A turn issues S_ij =
+//     Q_i K_jᵀ and O_i += P_i(j−1) V_(j−1) back to back; while the tensor cores run them the other
+//     warpgroups do their softmax. So the softmax (exp2 on the SFU) of one warpgroup hides behind
+//     the GEMMs of the others, rather than all warpgroups doing softmax at the same time.
+//   - Intra-warpgroup overlap (kOverlap; d = 64, and d = 128 without a causal mask): the softmax
+//     of S_ij starts once S_ij is done, while the P_i(j−1)·V_(j−1) of the same turn still runs.
+//   - Which configuration runs (launch_ws_d): d = 128, Br = 128 and, without a causal mask,
+//     Bc = 192 in two stages where the last key tile pads N by ≤ 1 % (else Bc = 128, three
+//     stages); d = 64, Br = 192 (three consumers) when the work list gives every SM ≥ 2.5 rounds
+//     of units (causal: 5), else 128.
+//     At d = 64 a tile's GEMMs take as long as its exponentials, so one other warpgroup's GEMMs
+//     cannot hide a softmax; two can.
+//   - Two sets of P registers (kTwoP; d = 64, and d = 128 with Bc = 192): the loop runs two key
+//     tiles per pass, the softmax of one packing P into the set the P·V of the other does not read.
+//     With one set ptxas put the wait for that P·V before the exponentials (they reuse its
+//     registers), which took most of kOverlap's gain away.
+//   - The split tail (kSplitTail; d = 64 with three consumers, non-causal): equal units leave the
+//     last round of the list part-empty (N = 8192, H = 16: 688 units on 132 SMs, 5.21 rounds run
+//     as 6). Where ws_split_tail says, the units past the last whole round are cut along the keys
+//     so that every block gets an equal share of their key tiles; each piece stores its
+//     unnormalised O, m_i and l_i in a partial slot, and ws_combine_kernel merges them.
+//   - Short reduction chains (kShortChains; non-causal): the row maximum of S_ij as a tree, the row
+//     sum of P_ij in two chains, so the exponentials wait fewer dependent steps.
+//   - The row maximum's vote (kVoteMax; d = 128, non-causal): the warp first votes whether any row
+//     maximum moves; when none does (the common case once a row has met its largest scores) the
+//     exponentials wait for no shuffle, no new maximum and no alpha. Same results as without.
+//   - Lazy rescale (as the mma.sync forward): O_i = diag(alpha) O_i only when some row of the warp
+//     saw its maximum move (a warp vote; alpha = 1 exactly otherwise).
+//   - Masks only on tiles that need them (the last, ragged key tile; causal: the tile on a
+//     warpgroup's diagonal and, with Br = 192, the one after it); causal units stop at the
+//     diagonal of their last row. A fully masked row gives O = 0 and LSE = −inf, never NaN.
+// Resources (ptxas, sm_90a): two consumers, 168 registers at launch (384 threads, 1 block/SM),
+// then 24 for the producer and 240 for the consumers; three consumers, 128 at launch (512
+// threads), then 24 and 160; no spills but 16 bytes in the Bc = 192 kernel and 24 in the split
+// tail's; d = 128: 230,520 B of dynamic SRAM (Q_i 32 KiB + 3 stages × (K_j + V_j) 192 KiB +
+// barriers + the split tail's 32 B + alignment slack; the limit is 232,448; 230,544 with K and V
+// released apart; Bc = 192: 2 stages × 96 KiB, 230,512), d = 64: 115,832 B (Br = 128) or
+// 124,048 B (Br = 192, released apart).
+// Measured (H100, bf16, H = 16, beside SDPA): the runs and the profiles are in
+// docs/optimisation.md (Rungs 5, 6, 8, 9, 10, 12, 14 and 15) and cuda/results/fwd_tma_ws.csv.
+#include "core/common.hpp"
+#include "core/hopper.cuh"
+#include "attention/launchers.hpp"
+#include "core/tensor_core.cuh"
+#include "attention/wgmma_fwd_step.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace flashlab::cuda::detail {
+
+namespace {
+
+/// The tile and pipeline of one instantiation: kConsumers_ consumer warpgroups of 64 query rows
+/// (Br = 64·kConsumers_), Bc = kBlockN_, kStages_ K/V stages; kOverlap_: the softmax of S_ij starts
+/// as soon as S_ij is done, while the P·V issued with it is still running (FlashAttention-3's
+/// intra-warpgroup overlap); kShortChains_: the softmax's row maximum as a tree and its row sum in
+/// two chains (wgmma_fwd_step.cuh, online_softmax); kSplitEmpty_: K_j and V_j of a stage released
+/// apart (below); kTwoP_: two sets of P registers; kSplitTail_: the list's tail cut along the keys.
+/// Which one runs: launch_ws_d.
+template <int HEAD_DIM, bool kBf16_, bool kCausal_, int kConsumers_ = 2, int kStages_ = 3, bool kOverlap_ = false,
+          bool kShortChains_ = false, int kBlockN_ = 128, bool kSplitEmpty_ = false, bool kVoteMax_ = false,
+          bool kTwoP_ = false, bool kSplitTail_ = false>
+struct WsTraits {
+  static constexpr int kHeadDim = HEAD_DIM;
+  static constexpr bool kBf16 = kBf16_;
+  static constexpr bool kCausal = kCausal_;
+  static constexpr int kConsumers = kConsumers_;            // consumer warpgroups, 64 query rows each
+  static constexpr int kThreads = 128 * (1 + kConsumers);   // + the producer warpgroup
+  static constexpr int kConsumerWarps = 4 * kConsumers;     // arrivals on empty[s]
+  static constexpr int BLOCK_M = 64 * kConsumers;           // Br
+  static constexpr int BLOCK_N = kBlockN_;                  // Bc (n of the S wgmma)
+  // K_j/V_j ring: 3 stages measured 1.15× 2 at d = 128, N = 8192 (docs/optimisation.md); at
+  // d = 128 they fill the SRAM (Q_i 32 KiB + 3 × 64 KiB).
+  static constexpr int kStages = kStages_;
+  static constexpr bool kOverlap = kOverlap_;
+  static constexpr bool kShortChains = kShortChains_;
+  // K_j and V_j released apart: k_empty[s] once S_ij is done, v_empty[s] once P_ij·V_j is; the
+  // producer loads K_j ahead of V_(j−1), so a stage of keys is refilled a turn earlier.
+  static constexpr bool kSplitEmpty = kSplitEmpty_;
+  // The warp votes before it reduces the row maxima (wgmma_fwd_step.cuh, online_softmax_vote).
+  static constexpr bool kVoteMax = kVoteMax_;
+  // P_ij's A fragments in two register sets, alternating by key tile (the loop unrolled by two):
+  // the softmax of tile j packs into one while the P·V of tile j − 1 may still read the other, so
+  // ptxas need not wait for that P·V before the exponentials (it otherwise did: docs/optimisation.md, Rung 15).
+  static constexpr bool kTwoP = kTwoP_;
+  // Non-causal: the units past the last whole round cut along the keys (WsSchedule), partial
+  // results combined by a second kernel (ws_combine_kernel).
+  static constexpr bool kSplitTail = kSplitTail_;
+  static_assert(!(kSplitTail && kCausal_), "the split tail is for equal (non-causal) units");
+  static constexpr int kColBlocks = HEAD_DIM / 64;          // TMA boxes (64 columns) per tile
+  // setmaxnreg: the producer keeps 24, the consumers share the rest of the 64 Ki registers.
+  static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 2 ? 240 : 160;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register file");
+  static constexpr int kTileQBytes = BLOCK_M * HEAD_DIM * 2;
+  static constexpr int kTileKVBytes = BLOCK_N * HEAD_DIM * 2;
+  static constexpr int kBarrierOffset = kTileQBytes + 2 * kStages * kTileKVBytes;  // after the tiles
+  // q_full, q_empty, k_full[], v_full[], empty[] (k_empty[] when split), v_empty[] when split
+  static constexpr int kBarriers = 2 + (kSplitEmpty ? 4 : 3) * kStages;
+  // +1024: the dynamic SRAM base is rounded up to the 1024-byte swizzle period.
+  static constexpr int kPieceOffset = kBarrierOffset + 8 * kBarriers;  // the split tail's two pieces (int4 each)
+  static constexpr int kSmemBytes = kPieceOffset + 32 + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "dynamic SRAM of one block on sm_90");
+  static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "d ∈ {64, 128}");
+  static_assert(kConsumers == 2 || kConsumers == 3, "2 or 3 consumer warpgroups");
+  // Causal with Br > Bc: a warpgroup may meet key tiles masked for all its rows (the block runs
+  // to its last row's tile); P = 0 there, since key 0 gave every row a finite m_i in tile 0.
+  static_assert(!kCausal || BLOCK_M >= BLOCK_N, "causal: every row of a unit sees its first key tile");
+  static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "Bc: whole k16 steps of P·V, one TMA box of rows");
+};
+
+// Named barriers 1 .. kConsumers (0 is __syncthreads): consumer warpgroup c waits on kTurnBarrier + c.
+constexpr int kTurnBarrier = 1;
+
+/// SRAM addresses of the tiles and barriers of one block.
+template <class T>
+struct WsSmem {
+  uint32_t base;
+  __device__ uint32_t q() const { return base; }
+  __device__ uint32_t k(int s) const { return base + T::kTileQBytes + uint32_t(s) * 2 * T::kTileKVBytes; }
+  __device__ uint32_t v(int s) const { return k(s) + T::kTileKVBytes; }
+  __device__ uint32_t bar(int i) const { return base + T::kBarrierOffset + 8u * uint32_t(i); }
+  __device__ uint32_t q_full() const { return bar(0); }
+  __device__ uint32_t k_full(int s) const { return bar(1 + s); }
+  __device__ uint32_t v_full(int s) const { return bar(1 + T::kStages + s); }
+  __device__ uint32_t empty(int s) const { return bar(1 + 2 * T::kStages + s); }  // K_j's alone when split
+  __device__ uint32_t q_empty() const { return bar(1 + 3 * T::kStages); }
+  __device__ uint32_t v_empty(int s) const { return bar(2 + 3 * T::kStages + s); }  // kSplitEmpty only
+};
+
+/// One unit of work: query tile Q_i (rows q0 ..) of head h, batch b, and its number of key tiles.
+struct WsTile {
+  int q0, h, b, j0, n_tiles, piece;
+};
+
+/// The work list of a launch, the same in the producer and the consumers. Tile t of the list:
+/// causal, the longest first (query tiles from the bottom, heads innermost); non-causal, the query
+/// tiles of one head side by side (they share K and V in L2). Block `blk` of G takes tiles
+/// k·G + blk for even rounds k and k·G + G − 1 − blk for odd ones (a snake: the blocks that got
+/// the longest tile of one round get the shortest of the next).
+template <class T>
+struct WsSchedule {
+  int Tr, H, HB, total, N;  // query tiles, heads, heads × batch, Tr · HB, tokens
+  int full;                 // units dealt whole (= total unless the tail is split)
+  const int4* pieces;       // kSplitTail: this block's pieces of the tail (tail_pieces), in SRAM
+  __device__ bool at(int k, WsTile& w) const {
+    const int G = int(gridDim.x), blk = int(blockIdx.x);
+    const int n = (N + T::BLOCK_N - 1) / T::BLOCK_N;
+    int t = k * G + ((k & 1) ? G - 1 - blk : blk);
+    w.j0 = 0;
+    w.piece = -1;
+    w.n_tiles = n;
+    if (t >= full) {
+      if constexpr (!T::kSplitTail) {
+        return false;
+      } else {
+        const int piece = k - full / G;  // the rounds before the tail are whole
+        if (full == total || piece > 1) return false;
+        const int4 d = pieces[piece];  // {unit, j0, n_tiles, 1}; .w = 0: none
+        if (d.w == 0) return false;
+        t = d.x;
+        w.j0 = d.y;
+        w.n_tiles = d.z;
+        w.piece = 2 * blk + piece;
+      }
+    }
+    int m, hb;
+    if (T::kCausal) {
+      m = Tr - 1 - t / HB;
+      hb = t % HB;
+    } else {
+      m = t % Tr;
+      hb = t / Tr;
+    }
+    w.q0 = m * T::BLOCK_M;
+    w.h = hb % H;
+    w.b = hb / H;
+    if (T::kCausal) w.n_tiles = min(w.n_tiles, (w.q0 + T::BLOCK_M - 1) / T::BLOCK_N + 1);
+    return true;
+  }
+};
+
+/// Where block `blk` of G starts its share of the tail's F key tiles (block blk takes
+/// [tail_share_begin(blk), tail_share_begin(blk + 1))): the one rule tail_pieces and
+/// ws_combine_kernel both follow.
+__device__ __forceinline__ unsigned tail_share_begin(int blk, unsigned F, int G) {
+  return unsigned(blk) * F / unsigned(G);
+}
+
+/// The split tail's share of block `blk` of G (WsSchedule): the tail's F = (total − full) · n key
+/// tiles in list order, [blk·F/G, (blk + 1)·F/G) to this block; fewer than G units make a share
+/// shorter than a unit, so it meets at most two: pieces 0 and 1 = {unit, j0, n_tiles, 1}, or .w = 0.
+__device__ __forceinline__ void tail_pieces(int4 (&pieces)[2], int full, int total, int n, int blk, int G) {
+  const unsigned F = unsigned(total - full) * unsigned(n);
+  const unsigned s = tail_share_begin(blk, F, G), e = tail_share_begin(blk + 1, F, G);
+  const int u0 = int(s / unsigned(n)), j0 = int(s) - u0 * n;
+  pieces[0] = make_int4(full + u0, j0, min(int(e) - u0 * n, n) - j0, s < e ? 1 : 0);
+  pieces[1] = make_int4(full + u0 + 1, 0, int(e) - (u0 + 1) * n, e > unsigned((u0 + 1) * n) ? 1 : 0);
+}
+
+/// Issue the d/64 TMA boxes of one [rows][d] tile (rows from token `row0` of head h, batch b).
+template <class T, int kRows>
+__device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, int row0, int h, int b, uint32_t bar) {
+#pragma unroll
+  for (int c = 0; c < T::kColBlocks; ++c) tma_load_4d(dst + uint32_t(c) * kRows * 128, map, 64 * c, h, row0, b, bar);
+}
+
+/// kSplitEmpty: load V_j (key tile `it_j` of the list) into its stage once v_empty says the
+/// P·V of key tile it_j − kStages finished.
+template <class T>
+__device__ __forceinline__ void produce_v(const WsSmem<T>& sm, const CUtensorMap* map_v, const WsTile& w, int j,
+                                          int it_j) {
+  const int s = it_j % T::kStages;
+  if (it_j >= T::kStages) mbar_wait(sm.v_empty(s), uint32_t(it_j / T::kStages - 1) & 1u);
+  mbar_arrive_expect_tx(sm.v_full(s), T::kTileKVBytes);
+  tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, (w.j0 + j) * T::BLOCK_N, w.h, w.b, sm.v_full(s));
+}
+
+/// The producer (one thread): per tile of its work list Q_i (once the consumers are done with the
+/// previous Q_i), then K_j, V_j for j < n_tiles through the stage ring. `it` counts the key tiles
+/// of the whole list: stage it % kStages, phase (it / kStages) & 1, the same count as the consumers'.
+template <class T>
+__device__ void produce(const WsSmem<T>& sm, const WsSchedule<T>& sched, const CUtensorMap* map_q,
+                        const CUtensorMap* map_k, const CUtensorMap* map_v) {
+  WsTile w;
+  int it = 0;
+  for (int k = 0; sched.at(k, w); ++k) {
+    if (k > 0) mbar_wait(sm.q_empty(), uint32_t(k - 1) & 1u);
+    mbar_arrive_expect_tx(sm.q_full(), T::kTileQBytes);
+    tma_tile<T, T::BLOCK_M>(sm.q(), map_q, w.q0, w.h, w.b, sm.q_full());
+    if constexpr (T::kSplitEmpty) {
+      // The order the consumers take them in: K_0, then K_j with V_(j−1), then V_last.
+      for (int j = 0; j < w.n_tiles; ++j, ++it) {
+        const int s = it % T::kStages;
+        if (it >= T::kStages) mbar_wait(sm.empty(s), uint32_t(it / T::kStages - 1) & 1u);  // k_empty
+        mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
+        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, (w.j0 + j) * T::BLOCK_N, w.h, w.b, sm.k_full(s));
+        if (j > 0) produce_v<T>(sm, map_v, w, j - 1, it - 1);
+      }
+      produce_v<T>(sm, map_v, w, w.n_tiles - 1, it - 1);
+    } else {
+      for (int j = 0; j < w.n_tiles; ++j, ++it) {
+        const int s = it % T::kStages;
+        // Stage s was last filled for key tile it − kStages: wait for that phase of empty[s].
+        if (it >= T::kStages) mbar_wait(sm.empty(s), uint32_t(it / T::kStages - 1) & 1u);
+        mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
+        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, (w.j0 + j) * T::BLOCK_N, w.h, w.b, sm.k_full(s));
+        mbar_arrive_expect_tx(sm.v_full(s), T::kTileKVBytes);
+        tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, (w.j0 + j) * T::BLOCK_N, w.h, w.b, sm.v_full(s));
+      }
+    }
+  }
+}
+
+// One step's pieces (issue_qk, issue_pv, online_softmax, rescale_o, pack_p, store_o_lse) are
+// shared with attention_fwd_wgmma.cu: wgmma_fwd_step.cuh.
+using wgmma_step::issue_pv;
+using wgmma_step::issue_qk;
+using wgmma_step::online_softmax;
+using wgmma_step::online_softmax_vote;
+using wgmma_step::pack_p;
+using wgmma_step::rescale_o;
+using wgmma_step::store_o_lse;
+
+/// Issue O_i += P_ij V_j with this kernel's V_j layout (LBO = Bc·128 bytes between the 64-column
+/// boxes of d, SBO = 1024).
+template <class T>
+__device__ __forceinline__ void issue_pv_ws(float (&o)[T::kHeadDim / 2], const uint32_t (&pa)[T::BLOCK_N / 16][4],
+                                            uint32_t sV) {
+  issue_pv<T>(o, pa, sV, T::BLOCK_N * 128, 1024);
+}
+
+/// The softmax of this traits' choice on S_ij (key tile from key0): online_softmax, or with
+/// kVoteMax the same after the warp's vote.
+template <class T>
+__device__ __forceinline__ bool softmax_step(float (&s_acc)[T::BLOCK_N / 2], float (&m_i)[2], float (&l_i)[2],
+                                             float (&alpha)[2], int key0, int N, int row_base, bool need_mask, int t4,
+                                             float scale_log2) {
+  if constexpr (T::kVoteMax)
+    return online_softmax_vote<T>(s_acc, m_i, l_i, alpha, key0, N, row_base, need_mask, t4, scale_log2);
+  else
+    return online_softmax<T, T::kShortChains>(s_acc, m_i, l_i, alpha, key0, N, row_base, need_mask, t4, scale_log2);
+}
+
+/// P_ij → 16-bit A fragments `pa`, then O_i = diag(alpha) O_i if any row of the warp moved its
+/// maximum (lazy rescale: otherwise alpha = 1 exactly).
+template <class T>
+__device__ __forceinline__ void pack_rescale(const float (&s_acc)[T::BLOCK_N / 2], uint32_t (&pa)[T::BLOCK_N / 16][4],
+                                             float (&o)[T::kHeadDim / 2], const float (&alpha)[2], bool max_moved) {
+  pack_p<T>(s_acc, pa);
+  if (__any_sync(0xffffffffu, max_moved)) rescale_o<T::kHeadDim>(o, alpha);
+}
+
+/// Floats of one partial slot: O [Br][d] unnormalised, then (m_i, l_i) per row.
+template <class T>
+constexpr int kPartialFloats = T::BLOCK_M * (T::kHeadDim + 2);
+
+/// A piece of a split unit: this thread's two rows (unit rows `row0`, row0 + 8) of O (not yet
+/// divided by l_i), m_i and l_i (summed over the row's 4 threads) into partial slot `slot`.
+template <class T>
+__device__ __forceinline__ void store_partial(float* __restrict__ partials, int slot, const float (&o)[T::kHeadDim / 2],
+                                              const float (&m_i)[2], const float (&l_i)[2], int row0, int t4) {
+  constexpr int D = T::kHeadDim;
+  float* part = partials + std::size_t(slot) * kPartialFloats<T>;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_i[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = row0 + 8 * r;
+#pragma unroll
+    for (int t = 0; t < D / 8; ++t)
+      *reinterpret_cast<float2*>(part + row * D + 8 * t + 2 * t4) = make_float2(o[4 * t + 2 * r], o[4 * t + 2 * r + 1]);
+    if (t4 == 0) *reinterpret_cast<float2*>(part + T::BLOCK_M * D + 2 * row) = make_float2(m_i[r], l);
+  }
+}
+
+/// This warp's P·V on stage s finished: the stage's V_j (kSplitEmpty), else its K_j and V_j, may
+/// be overwritten.
+template <class T>
+__device__ __forceinline__ void release_after_pv(const WsSmem<T>& sm, int s) {
+  mbar_arrive(T::kSplitEmpty ? sm.v_empty(s) : sm.empty(s));
+}
+
+/// One consumer warpgroup `cw` (0 .. kConsumers − 1) on one tile: its 64 rows of Q_i against every
+/// key tile. Turn k of warpgroup c follows turn k of warpgroup c − 1 (and warpgroup 0's follows the
+/// last one's turn k − 1): named barriers, across tiles too. `it` (in/out) counts the key tiles of
+/// the block's work list, as the producer does; `k` is the tile's place in that list (phase of
+/// q_full), `more` whether another tile follows.
+template <class T>
+__device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __restrict__ O, float* __restrict__ LSE,
+                             float* __restrict__ partials, int cw, const WsTile& w, int& it, int k, bool more) {
+  constexpr int D = T::kHeadDim, BLOCK_N = T::BLOCK_N, S = T::kStages, kTurnThreads = 256;
+  constexpr float NEG_INF = -INFINITY;
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t4 = lane % 4;
+  const int row_base = w.q0 + 64 * cw + 16 * warp + lane / 4;  // this thread's rows: row_base, row_base + 8
+  const int wg_row0 = w.q0 + 64 * cw, N = p.seq, n_tiles = w.n_tiles;
+  const float scale_log2 = p.scale_log2;
+  const uint32_t sQ_wg = sm.q() + uint32_t(cw) * 64 * 128;  // this warpgroup's 64 rows (8 swizzle periods)
+  const int my_turn = kTurnBarrier + cw;
+  const int next_turn = kTurnBarrier + (T::kConsumers == 2 ? cw ^ 1 : (cw + 1) % T::kConsumers);
+  // j counts this unit's key tiles from w.j0 (a piece of the split tail starts past 0).
+  auto need_mask = [&](int j) {
+    const int end = (w.j0 + j + 1) * BLOCK_N;
+    return end > N || (T::kCausal && end - 1 > wg_row0);
+  };
+  auto phase = [&](int j) { return uint32_t((it + j) / S) & 1u; };  // key tile j of this tile
+  auto stage = [&](int j) { return (it + j) % S; };
+
+  float o[D / 2], s_acc[BLOCK_N / 2];
+  uint32_t pa[BLOCK_N / 16][4];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  float m_i[2] = {NEG_INF, NEG_INF}, l_i[2] = {0.f, 0.f};
+
+  mbar_wait(sm.q_full(), uint32_t(k) & 1u);
+  // Tile 0: S only.
+  mbar_wait(sm.k_full(stage(0)), phase(0));
+  named_bar_sync(my_turn, kTurnThreads);
+  wg_fence();
+  issue_qk<T>(s_acc, sQ_wg, sm.k(stage(0)));
+  wg_commit();
+  named_bar_arrive(next_turn, kTurnThreads);
+  wg_wait<0>();
+  reg_fence(s_acc);
+  if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(stage(0)));  // done with K_0
+  float alpha[2];
+  bool moved = softmax_step<T>(s_acc, m_i, l_i, alpha, w.j0 * BLOCK_N, N, row_base, need_mask(0), t4, scale_log2);
+  pack_rescale<T>(s_acc, pa, o, alpha, moved);
+  // Tile j: S_ij with P_i(j−1)·V_(j−1) in one turn; the softmax of tile j overlaps the other
+  // warpgroups' turns (and with kOverlap this warpgroup's own P·V too). P·V reads pa_in, the
+  // softmax packs into pa_out (the same set unless kTwoP).
+  auto key_tile = [&](int j, uint32_t(&pa_in)[BLOCK_N / 16][4], uint32_t(&pa_out)[BLOCK_N / 16][4]) {
+    const int s = stage(j), sp = stage(j - 1);
+    mbar_wait(sm.k_full(s), phase(j));
+    mbar_wait(sm.v_full(sp), phase(j - 1));
+    named_bar_sync(my_turn, kTurnThreads);
+    wg_fence();  // s_acc, o, pa last written by ordinary instructions
+    reg_fence(s_acc);
+    reg_fence(o);
+    reg_fence_u(pa_in);
+    issue_qk<T>(s_acc, sQ_wg, sm.k(s));
+    wg_commit();
+    issue_pv_ws<T>(o, pa_in, sm.v(sp));
+    wg_commit();
+    named_bar_arrive(next_turn, kTurnThreads);
+    if constexpr (T::kOverlap) {
+      wg_wait<1>();  // S_ij done; P_i(j−1)·V_(j−1) may still run: O_i and pa_in stay untouched
+      reg_fence(s_acc);
+      if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
+      moved = softmax_step<T>(s_acc, m_i, l_i, alpha, (w.j0 + j) * BLOCK_N, N, row_base, need_mask(j), t4,
+                              scale_log2);
+      wg_wait<0>();
+      reg_fence(o);
+      reg_fence_u(pa_in);
+      if (lane == 0) release_after_pv<T>(sm, sp);
+    } else {
+      wg_wait<0>();
+      reg_fence(s_acc);
+      reg_fence(o);
+      reg_fence_u(pa_in);
+      if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
+      if (lane == 0) release_after_pv<T>(sm, sp);
+      moved = softmax_step<T>(s_acc, m_i, l_i, alpha, (w.j0 + j) * BLOCK_N, N, row_base, need_mask(j), t4,
+                              scale_log2);
+    }
+    pack_rescale<T>(s_acc, pa_out, o, alpha, moved);
+  };
+  if constexpr (T::kTwoP) {
+    uint32_t pb[BLOCK_N / 16][4];
+    int j = 1;
+    for (; j + 1 < n_tiles; j += 2) {
+      key_tile(j, pa, pb);
+      key_tile(j + 1, pb, pa);
+    }
+    if (j < n_tiles) {  // an odd tile left: its P ends in pb, and the last P·V reads pa
+      key_tile(j, pa, pb);
+#pragma unroll
+      for (int kk = 0; kk < BLOCK_N / 16; ++kk)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) pa[kk][q] = pb[kk][q];
+    }
+  } else {
+    for (int j = 1; j < n_tiles; ++j) key_tile(j, pa, pa);
+  }
+  // Every S_ij finished: Q_i may be overwritten by the next tile's.
+  if (lane == 0) mbar_arrive(sm.q_empty());
+  // Last P·V: one more turn; the last warpgroup owes no arrival when it is the block's last turn.
+  const int last = n_tiles - 1;
+  mbar_wait(sm.v_full(stage(last)), phase(last));
+  named_bar_sync(my_turn, kTurnThreads);
+  wg_fence();
+  reg_fence(o);
+  reg_fence_u(pa);
+  issue_pv_ws<T>(o, pa, sm.v(stage(last)));
+  wg_commit();
+  // (cw < kConsumers − 1, spelled so that two consumers compile to the measured code)
+  if (cw == 0 || (T::kConsumers == 3 && cw == 1) || more) named_bar_arrive(next_turn, kTurnThreads);
+  wg_wait<0>();
+  reg_fence(o);
+  if (lane == 0) release_after_pv<T>(sm, stage(last));
+  it += n_tiles;
+  if (!T::kSplitTail || w.piece < 0) store_o_lse<T>(p, O, LSE, o, m_i, l_i, w.b, w.h, row_base, t4);
+  else store_partial<T>(partials, w.piece, o, m_i, l_i, row_base - w.q0, t4);
+}
+
+/// One consumer warpgroup over the block's work list.
+template <class T>
+__device__ void consume(const Problem& p, const WsSmem<T>& sm, const WsSchedule<T>& sched, uint16_t* __restrict__ O,
+                        float* __restrict__ LSE, float* __restrict__ partials, int cw) {
+  if (cw == T::kConsumers - 1) named_bar_arrive(kTurnBarrier, 256);  // warpgroup 0 takes the first turn
+  WsTile w, next;
+  int it = 0;
+  bool have = sched.at(0, w);
+  for (int k = 0; have; ++k) {
+    const bool more = sched.at(k + 1, next);
+    consume_tile<T>(p, sm, O, LSE, partials, cw, w, it, k, more);
+    w = next;
+    have = more;
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    ws_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
+                  const __grid_constant__ CUtensorMap map_v, Problem p, uint16_t* __restrict__ O,
+                  float* __restrict__ LSE, float* __restrict__ partials, int full) {
+#if FLASHLAB_WGMMA_OK
+  extern __shared__ uint8_t smem_raw[];
+  const WsSmem<T> sm{(uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u};
+  const int Tr = (p.seq + T::BLOCK_M - 1) / T::BLOCK_M, HB = p.heads * p.batch;
+  int4* pieces = reinterpret_cast<int4*>(smem_raw + (sm.base - uint32_t(__cvta_generic_to_shared(smem_raw))) +
+                                         T::kPieceOffset);
+  const WsSchedule<T> sched{Tr, p.heads, HB, Tr * HB, p.seq, full, pieces};
+  const int wg = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    if constexpr (T::kSplitTail) {
+      int4 share[2];
+      tail_pieces(share, full, Tr * HB, (p.seq + T::BLOCK_N - 1) / T::BLOCK_N, int(blockIdx.x), int(gridDim.x));
+      pieces[0] = share[0];
+      pieces[1] = share[1];
+    }
+    tma_prefetch_map(&map_q);
+    tma_prefetch_map(&map_k);
+    tma_prefetch_map(&map_v);
+    mbar_init(sm.q_full(), 1);
+    mbar_init(sm.q_empty(), T::kConsumerWarps);
+    for (int s = 0; s < T::kStages; ++s) {
+      mbar_init(sm.k_full(s), 1);
+      mbar_init(sm.v_full(s), 1);
+      mbar_init(sm.empty(s), T::kConsumerWarps);
+      if (T::kSplitEmpty) mbar_init(sm.v_empty(s), T::kConsumerWarps);
+    }
+    mbar_fence_init();
+  }
+  __syncthreads();
+  if (wg == 0) {
+    regs_release<T::kProducerRegs>();
+    if (threadIdx.x == 0) produce<T>(sm, sched, &map_q, &map_k, &map_v);
+    return;  // every load is consumed before the consumers exit: nothing in flight is orphaned
+  }
+  regs_claim<T::kConsumerRegs>();
+  consume<T>(p, sm, sched, O, LSE, partials, wg - 1);
+#else
+  __trap();  // built without sm_90a: never launched
+#endif
+}
+
+/// The split tail's units (WsSchedule): O_i and LSE_i from the pieces' partial slots,
+/// O_i = Σ 2^(m_p − m) O_p / Σ 2^(m_p − m) l_p with m = max m_p. One thread per two adjacent
+/// columns of a row, kCombineRows rows per block, BLOCK_M / kCombineRows blocks per unit: every
+/// load of every piece is in flight at once (one block per unit, looping over its rows, waited on
+/// each load in turn and took longer than the tail it saved).
+template <class T>
+constexpr int kCombineRows = 256 / (T::kHeadDim / 2);
+
+template <class T>
+__global__ void __launch_bounds__(256)
+    ws_combine_kernel(Problem p, const float* __restrict__ partials, uint16_t* __restrict__ O, float* __restrict__ LSE,
+                      int full, int G) {
+  constexpr int D = T::kHeadDim, BLOCK_M = T::BLOCK_M, kBlocksPerUnit = BLOCK_M / kCombineRows<T>;
+  const int unit = int(blockIdx.x) / kBlocksPerUnit;
+  const int r = (int(blockIdx.x) % kBlocksPerUnit) * kCombineRows<T> + int(threadIdx.x) / (D / 2);
+  const int c = 2 * (int(threadIdx.x) % (D / 2));
+  const int Tr = (p.seq + BLOCK_M - 1) / BLOCK_M, total = Tr * p.heads * p.batch;
+  const int n = (p.seq + T::BLOCK_N - 1) / T::BLOCK_N;
+  const unsigned F = unsigned(total - full) * unsigned(n), lo = unsigned(unit) * unsigned(n), hi = lo + unsigned(n);
+  const int t = full + unit, q0 = (t % Tr) * BLOCK_M, hb = t / Tr, h = hb % p.heads, b = hb / p.heads;
+  const int row = q0 + r;
+  if (row >= p.seq) return;
+  const int first = int(lo * unsigned(G) / F);  // the first block whose share can meet this unit
+  float m = -INFINITY, l = 0.f, o0 = 0.f, o1 = 0.f;
+  for (int pass = 0; pass < 2; ++pass)
+    for (int blk = first; blk < G; ++blk) {
+      const unsigned s = tail_share_begin(blk, F, G), e = tail_share_begin(blk + 1, F, G);
+      if (s >= hi) break;
+      if (e <= lo || s >= e) continue;
+      const float* part = partials + std::size_t(2 * blk + (s >= lo ? 0 : 1)) * kPartialFloats<T>;
+      const float m_p = part[BLOCK_M * D + 2 * r];
+      if (pass == 0) {
+        m = fmaxf(m, m_p);
+      } else {
+        const float w = ex2(m_p - m);
+        const float2 op = *reinterpret_cast<const float2*>(part + r * D + c);
+        l += w * part[BLOCK_M * D + 2 * r + 1];
+        o0 += w * op.x;
+        o1 += w * op.y;
+      }
+    }
+  const float inv_l = 1.f / l;  // every piece has a key < N: l ≥ 1
+  const std::size_t base = p.head_offset(b, h), stat = p.stat_offset(b, h);
+  *reinterpret_cast<uint32_t*>(O + base + std::size_t(row) * p.row_stride() + c) =
+      pack2<T::kBf16>(o0 * inv_l, o1 * inv_l);
+  if (c == 0) LSE[stat + row] = m + log2f(l);
+}
+
+/// Units of the work list with query tiles of `rows` rows: (query tile, head, batch) triples.
+long long ws_units(const Problem& p, int rows) {
+  return (long long)((p.seq + rows - 1) / rows) * p.heads * p.batch;
+}
+
+/// Whether a non-causal list of `units` on `grid` blocks (n key tiles per unit) has its tail cut
+/// along the keys (WsSchedule, ws_combine_kernel): at least 4 whole rounds before it and at least
+/// half of the blocks idle in its last round. The cut costs a second launch, a Q_i load and a
+/// partial store per piece; measured on the H100 (d = 64, three consumers, H = 16,
+/// docs/optimisation.md, Rung 15): +9 % at N = 8192 (5.21 rounds), +2 % at 16384 (10.4), −2.4 % at
+/// 4096 (2.67 rounds, not cut). 32-bit share arithmetic: grid · grid · n < 2^32.
+bool ws_split_tail(long long units, long long grid, long long n) {
+  const long long tail = units % grid;
+  return tail != 0 && units / grid >= 4 && 2 * tail <= grid && n > 1 && grid * grid * n < (1LL << 32);
+}
+
+/// The split tail's partial slots come from a stream-ordered pool of this file's own, one per
+/// device, that keeps its memory between launches: no workspace in the API, safe on concurrent
+/// streams, nothing mapped again after the first launch (the default pool gives its memory back
+/// at every synchronisation).
+cudaMemPool_t partial_pool(int dev) {
+  static std::mutex mutex;
+  static std::map<int, cudaMemPool_t> pools;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto it = pools.find(dev);
+  if (it != pools.end()) return it->second;
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = dev;
+  cudaMemPool_t pool = nullptr;
+  FLASHLAB_CUDA_CHECK(cudaMemPoolCreate(&pool, &props));
+  cuuint64_t keep = ~cuuint64_t(0);
+  FLASHLAB_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  pools.emplace(dev, pool);
+  return pool;
+}
+
+template <class T>
+void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
+                   cudaStream_t stream) {
+  auto kernel = &ws_fwd_kernel<T>;
+  static const bool opted_in = [&] {  // > 48 KiB of dynamic SRAM, once per instantiation
+    set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "ws_fwd_kernel", p);
+    return true;
+  }();
+  (void)opted_in;
+  const CUtensorMap map_q = make_head_tile_map(Q, p, T::BLOCK_M);
+  const CUtensorMap map_k = make_head_tile_map(K, p, T::BLOCK_N);
+  const CUtensorMap map_v = make_head_tile_map(V, p, T::BLOCK_N);
+  // One block per SM (1 block/SM fits: __launch_bounds__ and the SRAM), each walking its share of
+  // the (query tile, head) list (WsSchedule); never more blocks than units.
+  const long long units = ws_units(p, T::BLOCK_M);
+  const unsigned grid = unsigned(std::min<long long>(units, sms));
+  const long long n = (p.seq + T::BLOCK_N - 1) / T::BLOCK_N;
+  const bool split = T::kSplitTail && ws_split_tail(units, grid, n);
+  const int full = split ? int(units / grid * grid) : int(units);
+  float* partials = nullptr;
+  if (split) {  // two partial slots per block (WsSchedule: a share meets at most two units)
+    int dev = 0;
+    FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
+    const std::size_t bytes = sizeof(float) * 2 * grid * std::size_t(kPartialFloats<T>);
+    FLASHLAB_CUDA_CHECK(cudaMallocFromPoolAsync(reinterpret_cast<void**>(&partials), bytes, partial_pool(dev), stream));
+  }
+  announce("ws_fwd_kernel");
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, p, static_cast<uint16_t*>(O), LSE, partials,
+                                                       full);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) throw_cuda_error(err, "launch of ws_fwd_kernel", __FILE__, __LINE__);
+  if constexpr (T::kSplitTail) {
+    if (!split) return;
+    announce("ws_combine_kernel");
+    ws_combine_kernel<T><<<unsigned(units - full) * (T::BLOCK_M / kCombineRows<T>), 256, 0, stream>>>(
+        p, partials, static_cast<uint16_t*>(O), LSE, full, int(grid));
+    err = cudaGetLastError();
+    if (err != cudaSuccess) throw_cuda_error(err, "launch of ws_combine_kernel", __FILE__, __LINE__);
+    FLASHLAB_CUDA_CHECK(cudaFreeAsync(partials, stream));
+  }
+}
+
+/// d = 64: three consumer warpgroups (Br = 192) once the work list gives every SM at least 2.5
+/// rounds of units (causal units count half: on average they have half the key tiles); shorter
+/// lists keep Br = 128, whose finer units spread better over the SMs. Measured on the H100
+/// (H = 16, docs/optimisation.md, Rung 8): Br = 192 +6 % at N = 4096 non-causal, +8–16 % at
+/// N ≥ 8192; Br = 128 ahead by 4–18 % at N ≤ 2048, and causal at 4096.
+bool ws_three_consumers(const Problem& p, int sms) {
+  return double(ws_units(p, 192)) >= (p.causal ? 5.0 : 2.5) * sms;
+}
+
+/// d = 128 without a causal mask: key tiles of Bc = 192 (two stages: three do not fit the SRAM)
+/// once the last, ragged tile pads the keys by at most 1 %, else Bc = 128 with three stages.
+/// Measured on the H100 (H = 16, docs/optimisation.md, Rung 10): Bc = 192 +1.6–2.5 % at
+/// N = 8192, +8–10 % at 16384; behind at N ≤ 2048, where 192 pads 3–12 % of the keys.
+bool ws_wide_keys(const Problem& p) {
+  const long long padded = (p.seq + 191) / 192 * 192LL;
+  return padded * 100 <= p.seq * 101LL;
+}
+
+/// The configuration per head dim: d = 64, two or three consumer warpgroups (ws_three_consumers),
+/// both with the intra-warpgroup overlap; d = 128, two consumer warpgroups, the overlap only
+/// without a causal mask (measured +0.5–1.3 % non-causal, mixed causal). The short reduction
+/// chains without a causal mask only (measured +0.8–2 % at N ≥ 8192, up to +8 % at 2048; causal
+/// d = 64 lost 4–5 % at N ≥ 8192). Without a causal mask the K/V stages are released apart (d = 64
+/// with three consumers, d = 128) and d = 128 takes the wider key tiles where ws_wide_keys says.
+/// d = 128 without a causal mask votes before it reduces the row maxima (kVoteMax: measured +2–3 %
+/// at N = 4096 and 8192; at d = 64 it cost 4–8 %, causal −7 to +3 %: docs/optimisation.md, Rung 14).
+/// Two P register sets (kTwoP) where they were measured ahead (Rung 15): d = 64 with three
+/// consumers (+2–3 %) and causal (+1–2.5 %), d = 128 with Bc = 192 (level to +1 % at N = 8192);
+/// not at d = 64 with two consumers without a mask (−2 %) nor d = 128 with Bc = 128 (−1.5 %).
+/// The split tail at d = 64 with three consumers without a mask (ws_split_tail decides per
+/// launch); not at d = 128 with Bc = 192, whose split kernel spills 152 bytes (−3 % at N = 8192).
+template <int D, bool kBf16>
+void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
+                 cudaStream_t stream) {
+  if constexpr (D == 64) {
+    const bool three = ws_three_consumers(p, sms);
+    if (p.causal) {
+      using CausalThree = WsTraits<64, kBf16, true, 3, 3, true, false, 128, false, false, true>;  // two P sets
+      using CausalTwo = WsTraits<64, kBf16, true, 2, 3, true, false, 128, false, false, true>;
+      if (three) launch_ws_one<CausalThree>(p, Q, K, V, O, LSE, sms, stream);
+      else launch_ws_one<CausalTwo>(p, Q, K, V, O, LSE, sms, stream);
+    } else {
+      // K/V released apart, two P sets; a second instantiation cuts the tail (its bookkeeping cost
+      // 3 % where the tail stays whole: N = 4096)
+      using Three = WsTraits<64, kBf16, false, 3, 3, true, true, 128, true, false, true>;
+      using ThreeSplit = WsTraits<64, kBf16, false, 3, 3, true, true, 128, true, false, true, true>;
+      const long long units = ws_units(p, Three::BLOCK_M), n = (p.seq + Three::BLOCK_N - 1) / Three::BLOCK_N;
+      if (three && ws_split_tail(units, std::min<long long>(units, sms), n))
+        launch_ws_one<ThreeSplit>(p, Q, K, V, O, LSE, sms, stream);
+      else if (three) launch_ws_one<Three>(p, Q, K, V, O, LSE, sms, stream);
+      else launch_ws_one<WsTraits<64, kBf16, false, 2, 3, true, true>>(p, Q, K, V, O, LSE, sms, stream);
+    }
+  } else {
+    using Wide = WsTraits<D, kBf16, false, 2, 2, true, true, 192, true, true, true>;  // Bc = 192, 2 stages, 2 P sets
+    using Narrow = WsTraits<D, kBf16, false, 2, 3, true, true, 128, true, true>;
+    if (p.causal) launch_ws_one<WsTraits<D, kBf16, true, 2, 3, false>>(p, Q, K, V, O, LSE, sms, stream);
+    else if (ws_wide_keys(p)) launch_ws_one<Wide>(p, Q, K, V, O, LSE, sms, stream);
+    else launch_ws_one<Narrow>(p, Q, K, V, O, LSE, sms, stream);
+  }
+}
+
+/// cuTensorMapEncodeTiled, looked up once through the runtime's driver entry point.
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiledFn encode_tiled() {
+  static const EncodeTiledFn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    const cudaError_t err =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found);
+    if (err != cudaSuccess)
+      throw_cuda_error(err, "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)", __FILE__, __LINE__);
+    if (found != cudaDriverEntryPointSuccess || f == nullptr)
+      throw_cuda_error(cudaErrorNotSupported, "the driver has no cuTensorMapEncodeTiled (hint: a CUDA 12+ driver)",
+                       __FILE__, __LINE__);
+    return reinterpret_cast<EncodeTiledFn>(f);
+  }();
+  return fn;
+}
+
+}  // namespace
+
+CUtensorMap make_head_tile_map(const void* base, const Problem& p, int box_rows) {
+  CUtensorMap map{};
+  const cuuint64_t elem = 2;  // 16-bit storage
+  const cuuint64_t dims[4] = {cuuint64_t(p.head_dim), cuuint64_t(p.heads), cuuint64_t(p.seq), cuuint64_t(p.batch)};
+  // Byte strides of dims 1..3 (dim 0 is contiguous): head, token, batch.
+  const cuuint64_t strides[3] = {elem * p.head_dim, elem * p.row_stride(), elem * p.row_stride() * p.seq};
+  const cuuint32_t box[4] = {64, 1, cuuint32_t(box_rows), 1};  // 64 columns = one 128-byte swizzle row
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  // The data type only sizes the elements for a tile load (no conversion): bf16 and fp16 alike.
+  const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims, strides,
+                                    box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw_cuda_error(cudaErrorInvalidValue,
+                     ("cuTensorMapEncodeTiled (CUresult " + std::to_string(int(r)) +
+                      "; hint: the tensor needs 16-byte aligned rows and base)")
+                         .c_str(),
+                     __FILE__, __LINE__);
+  return map;
+}
+
+/// The launcher of launchers.hpp (errors thrown as CudaError).
+void launch_fast_tma_ws(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                        cudaStream_t stream) {
+  using Headline = WsTraits<128, true, false, 2, 3, true, true, 128, true, true>;
+  static_assert(kTmaWsBlockM == Headline::BLOCK_M && kTmaWsBlockN == Headline::BLOCK_N,
+                "launchers.hpp reports the tiles of this file");
+  int dev = 0, sms = 0;
+  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
+  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  if (p.head_dim == 64) {
+    if (bf16) launch_ws_d<64, true>(p, Q, K, V, O, LSE, sms, stream);
+    else launch_ws_d<64, false>(p, Q, K, V, O, LSE, sms, stream);
+  } else if (p.head_dim == 128) {
+    if (bf16) launch_ws_d<128, true>(p, Q, K, V, O, LSE, sms, stream);
+    else launch_ws_d<128, false>(p, Q, K, V, O, LSE, sms, stream);
+  } else {
+    throw_cuda_error(cudaErrorInvalidValue, "tma-ws forward: HEAD_DIM must be 64 or 128", __FILE__, __LINE__);
+  }
+}
+
+}  // namespace flashlab::cuda::detail

@@ -1,0 +1,184 @@
+// bench.cpp — the timing harness of the fast tensor-core forward and backward
+// (flashlab/cuda/bench.hpp): the one implementation behind `flashlab bench attention` and
+// `bench_cuda_attention`.
+//
+// Per shape: allocate input_sets × (Q, K, V [, dO], O, LSE) (+ dQ, dK, dV, workspace when the backward is
+// timed), upload random N(0, 1) values rounded to the dtype, then per pass warmup + reps
+// launches; before each, a cudaMemsetAsync of the flush buffer (outside the event pair) evicts
+// L2, and launch r reads input set r mod input_sets. Each timed launch sits alone between two
+// events on the default stream and is synchronised before the next flush, so a time is one
+// launch (the backward: every kernel of its design, see bench.hpp), never an overlap of
+// several. The backward reads the O and LSE of one untimed forward per set, run before its
+// warm-up.
+#include "core/bench_timing.hpp"
+#include "core/common.hpp"
+#include "flashlab/cuda/bench.hpp"
+
+#include <algorithm>
+#include <random>
+#include <stdexcept>
+#include <string>
+
+namespace flashlab::cuda {
+
+namespace {
+
+// The problem of one shape of the sweep.
+ref::AttentionProblem problem_of(const AttentionBenchConfig& b, int n, int d, bool causal) {
+  ref::AttentionProblem problem;
+  problem.batch = std::size_t(b.batch);
+  problem.seq = std::size_t(n);
+  problem.heads = std::size_t(b.heads);
+  problem.head_dim = std::size_t(d);
+  problem.causal = causal;
+  problem.dtype = b.dtype;
+  return problem;
+}
+
+void validate(const AttentionBenchConfig& b) {
+  auto bad = [](const std::string& what) { throw std::invalid_argument("flashlab::cuda::bench: " + what); };
+  if (b.seqs.empty()) bad("no sequence lengths given");
+  if (b.head_dims.empty()) bad("no head dims given");
+  if (b.causal.empty()) bad("no mask setting (causal or not) given");
+  if (b.reps < 1) bad("reps = " + std::to_string(b.reps) + " must be >= 1");
+  if (b.warmup < 0) bad("warmup = " + std::to_string(b.warmup) + " must be >= 0");
+  if (b.input_sets < 1) bad("input_sets = " + std::to_string(b.input_sets) + " must be >= 1");
+  if (b.heads < 1 || b.batch < 1) bad("heads and batch must be >= 1");
+  for (int n : b.seqs)
+    if (n < 1) bad("sequence length " + std::to_string(n) + " must be >= 1");
+  if (b.bwd_design != ref::Algorithm::bwd_two_kernel && b.bwd_design != ref::Algorithm::bwd_atomic)
+    bad("bwd_design = " + std::string(ref::algorithm_name(b.bwd_design)) + " is not a fast backward design");
+  for (int d : b.head_dims) check_fast_problem(problem_of(b, 1, d, false));  // before any timing
+}
+
+// One pool of random 16-bit values, made once per sweep; buffer k (of 4 · input_sets: Q, K, V, dO
+// per set) is uploaded from offset 997·k, so the sets differ without drawing 4 · input_sets ·
+// B·N·H·d normals per shape.
+constexpr std::size_t kStride = 997;
+constexpr std::size_t kPerSet = 4;
+
+/// Times one shape of the sweep (the passes `bench.pass` selects), appending its rows to `rows`
+/// and handing each to `on_row`. Device memory is allocated here and freed on return.
+void bench_shape(const AttentionBenchConfig& bench, const ref::AttentionProblem& problem,
+                 const std::vector<std::uint16_t>& pool, detail::LaunchTimer& timer,
+                 std::vector<AttentionBenchRow>& rows, const std::function<void(const AttentionBenchRow&)>& on_row) {
+  const bool do_fwd = bench.pass != BenchPass::bwd;
+  const bool do_bwd = bench.pass != BenchPass::fwd;
+  const std::size_t numel = problem.batch * problem.seq * problem.heads * problem.head_dim;
+  const std::size_t stats = problem.stat_numel();
+  const std::size_t sets = std::size_t(bench.input_sets);
+  // Set s: Q, K, V, dO at 4s … 4s+3 (dO only when the backward is timed), O and LSE at s.
+  const std::size_t per_set = do_bwd ? kPerSet : 3;
+  std::vector<detail::DeviceBuffer<std::uint16_t>> in;
+  in.reserve(kPerSet * sets);
+  for (std::size_t k = 0; k < kPerSet * sets; ++k) {
+    in.emplace_back(k % kPerSet < per_set ? numel : 0);
+    if (k % kPerSet < per_set) in.back().upload(pool.data() + kStride * k);
+  }
+  std::vector<detail::DeviceBuffer<std::uint16_t>> O;
+  std::vector<detail::DeviceBuffer<float>> LSE;
+  O.reserve(sets);
+  LSE.reserve(sets);
+  for (std::size_t s = 0; s < sets; ++s) {
+    O.emplace_back(numel);
+    LSE.emplace_back(stats);
+  }
+  const std::size_t grad_numel = do_bwd ? numel : 0;
+  detail::DeviceBuffer<std::uint16_t> dQ(grad_numel), dK(grad_numel), dV(grad_numel);
+  // Workspace (D; atomic: + the fp32 dQ accumulator), allocated here, outside the timing.
+  detail::DeviceBuffer<unsigned char> workspace(
+      do_bwd ? fast_attention_backward_workspace_bytes(bench.bwd_design, problem) : 0);
+
+  // One pass: warmup + reps launches of `launch(set)`, each alone between the events after
+  // an L2 flush; returns its row.
+  auto time_pass = [&](bool backward, const std::function<void(std::size_t)>& launch) {
+    const detail::LaunchTimes t =
+        timer.time(bench.warmup, bench.reps, [&](int r) { launch(std::size_t(r % bench.input_sets)); });
+    AttentionBenchRow row;
+    row.problem = problem;
+    row.backward = backward;
+    row.fwd_kernel = bench.fwd_kernel;
+    row.bwd_design = bench.bwd_design;
+    row.bwd_kernel = bench.bwd_kernel;
+    row.reps = bench.reps;
+    row.median_ms = t.median_ms;
+    row.min_ms = t.min_ms;
+    row.max_ms = t.max_ms;
+    const double flops = backward ? attention_bwd_flops(problem) : attention_fwd_flops(problem);
+    const double bytes = backward ? attention_bwd_bytes(problem) : attention_fwd_bytes(problem);
+    row.tflops = flops / (row.median_ms * 1e-3) / 1e12;
+    row.gbps = bytes / (row.median_ms * 1e-3) / 1e9;
+    rows.push_back(row);
+    if (on_row) on_row(row);
+  };
+  auto forward = [&](std::size_t s) {
+    fast_attention_forward_device(problem, bench.fwd_kernel, in[kPerSet * s].get(), in[kPerSet * s + 1].get(),
+                                  in[kPerSet * s + 2].get(), O[s].get(), LSE[s].get());
+  };
+  if (do_fwd) time_pass(false, forward);
+  if (do_bwd) {
+    // The backward consumes a real forward's O and LSE: one untimed forward per set.
+    for (std::size_t s = 0; s < sets; ++s) forward(s);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    time_pass(true, [&](std::size_t s) {
+      const std::size_t q = kPerSet * s;
+      fast_attention_backward_device(bench.bwd_design, problem, in[q].get(), in[q + 1].get(), in[q + 2].get(), O[s].get(),
+                                     in[q + 3].get(), LSE[s].get(), dQ.get(), dK.get(), dV.get(),
+                                     workspace.get(), nullptr, bench.bwd_kernel);
+    });
+  }
+}
+
+}  // namespace
+
+double attention_fwd_flops(const ref::AttentionProblem& problem) {
+  const double n = double(problem.seq);
+  return 4.0 * n * n * double(problem.head_dim * problem.heads * problem.batch) * (problem.causal ? 0.5 : 1.0);
+}
+
+double attention_fwd_bytes(const ref::AttentionProblem& problem) {
+  const double rows = double(problem.batch * problem.seq * problem.heads);  // B·N·H
+  return 4.0 * rows * double(problem.head_dim) * 2.0 + rows * 4.0;          // Q, K, V, O (16-bit) + LSE (fp32)
+}
+
+double attention_bwd_flops(const ref::AttentionProblem& problem) { return 2.5 * attention_fwd_flops(problem); }
+
+double attention_bwd_bytes(const ref::AttentionProblem& problem) {
+  const double rows = double(problem.batch * problem.seq * problem.heads);  // B·N·H
+  return 8.0 * rows * double(problem.head_dim) * 2.0 + 3.0 * rows * 4.0;    // Q K V O dO dQ dK dV (16-bit) + LSE, D, D (fp32)
+}
+
+std::vector<AttentionBenchRow> bench_attention(const AttentionBenchConfig& bench,
+                                               const std::function<void(const AttentionBenchRow&)>& on_row) {
+  validate(bench);
+  std::string why;
+  if (!device_available(&why)) throw CudaError("no usable CUDA device: " + why);
+
+  const std::size_t buffers = kPerSet * std::size_t(bench.input_sets);
+  std::size_t max_numel = 0;
+  for (int d : bench.head_dims)
+    for (int n : bench.seqs) max_numel = std::max(max_numel, std::size_t(bench.batch) * n * bench.heads * d);
+  std::vector<std::uint16_t> pool(max_numel + kStride * buffers);
+  {
+    std::mt19937 rng(bench.seed);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    const bool bf16 = bench.dtype == ref::Dtype::bf16;
+    for (auto& x : pool) x = bf16 ? float_to_bf16(normal(rng)) : float_to_fp16(normal(rng));
+  }
+
+  detail::LaunchTimer timer(bench.flush_bytes);
+  std::vector<AttentionBenchRow> rows;
+  for (int d : bench.head_dims)
+    for (bool causal : bench.causal)
+      for (int n : bench.seqs) bench_shape(bench, problem_of(bench, n, d, causal), pool, timer, rows, on_row);
+  return rows;
+}
+
+std::vector<AttentionBenchRow> bench_attention_forward(const AttentionBenchConfig& bench,
+                                                       const std::function<void(const AttentionBenchRow&)>& on_row) {
+  AttentionBenchConfig fwd = bench;
+  fwd.pass = BenchPass::fwd;
+  return bench_attention(fwd, on_row);
+}
+
+}  // namespace flashlab::cuda

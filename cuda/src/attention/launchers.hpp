@@ -1,0 +1,58 @@
+// Launchers of every attention kernel (internal). Pointers are device pointers, layouts as in
+// common.hpp. Each launcher validates its shared-memory need, announces the kernel to the launch
+// hook (the traffic probe), launches on the default stream and checks the launch.
+#pragma once
+
+#include "core/common.hpp"
+
+namespace flashlab::cuda::detail {
+
+// attention_naive.cu — S and P in HBM (the traffic baseline). S/P buffer: [B, H, N, N].
+void launch_naive_scores(const Problem& p, const float* Q, const float* K, float* S);
+void launch_naive_softmax(const Problem& p, const float* S, float* P, float* LSE);
+void launch_naive_pv(const Problem& p, const float* P, const float* V, float* O);
+/// Largest N the row softmax of the naive kernel holds in shared memory.
+int naive_max_seq();
+
+// attention_fa1_fwd.cu — FA1 loop order; O, m, l live in HBM between outer iterations.
+void launch_fa1_forward(const Problem& p, int query_split, const float* Q, const float* K, const float* V,
+                        float* O, float* m, float* l, float* LSE);
+/// The split used when attention_forward's fa1_query_split is 0: enough blocks to fill the GPU.
+int fa1_auto_split(const Problem& p);
+
+// attention_fa2_fwd.cu — FA2 loop order, LSE in base 2.
+void launch_flash_forward(const Problem& p, const float* Q, const float* K, const float* V, float* O, float* LSE);
+
+// attention_bwd.cu — D preprocessing, dQ kernel, dK/dV kernel.
+void launch_bwd_preprocess(const Problem& p, const float* O, const float* dO, float* D);
+void launch_bwd_dq(const Problem& p, const float* Q, const float* K, const float* V, const float* dO,
+                   const float* LSE, const float* D, float* dQ);
+void launch_bwd_dkdv(const Problem& p, const float* Q, const float* K, const float* V, const float* dO,
+                     const float* LSE, const float* D, float* dK, float* dV);
+
+// attention_fwd_wgmma.cu (sm_90a, built only when CMAKE_CUDA_ARCHITECTURES include 90:
+// FLASHLAB_HAVE_WGMMA) — the wgmma forward; 16-bit Q, K, V, O [B, N, H, d], LSE [B, H, N] base 2.
+// Tiles: BLOCK_M = Br = 128 (two warpgroups), BLOCK_N = Bc = 128.
+constexpr int kWgmmaBlockM = 128, kWgmmaBlockN = 128;
+void launch_fast_wgmma(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                       cudaStream_t stream);
+
+// attention_fwd_ws.cu (sm_90a, same condition) — TMA loads, a producer warpgroup, ping-pong
+// consumer warpgroups on wgmma. Tiles: BLOCK_M = Br = 128, BLOCK_N = Bc = 128; at d = 64 on long
+// work lists Br = 192 (three consumer warpgroups; the rule: ws_three_consumers there); d = 128
+// non-causal Bc = 192 where the last key tile pads N by ≤ 1 % (ws_wide_keys there).
+constexpr int kTmaWsBlockM = 128, kTmaWsBlockN = 128;
+void launch_fast_tma_ws(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                        cudaStream_t stream);
+
+// attention_bwd_atomic.cu — one kernel, dQ accumulated with atomicAdd.
+void launch_zero_fill(const Problem& p, float* dQ);
+void launch_bwd_atomic(const Problem& p, const float* Q, const float* K, const float* V, const float* dO,
+                       const float* LSE, const float* D, float* dQ, float* dK, float* dV);
+
+}  // namespace flashlab::cuda::detail
+
+namespace flashlab::cuda::detail {
+/// Shared floats of bwd_dkdv_kernel and bwd_atomic_kernel (the same tiles).
+std::size_t bwd_dkdv_smem_floats(const Problem& p);
+}  // namespace flashlab::cuda::detail
