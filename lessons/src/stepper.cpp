@@ -1,6 +1,6 @@
 // The stepper's frame renderer (the house style: "Rendering is a pure function
 // render(now, previous) -> text, tested against golden files"). Everything the screen shows is
-// computed here from two states; app/cmd_step.cpp only reads keys, keeps the timeline and
+// computed here from two states; app/toymachine/cmd_step.cpp only reads keys, keeps the timeline and
 // prints what this returns. Markers stay in the text (`>` next instruction, `*` changed
 // register, `[…]R` / `[…]W` last DRAM access) so that golden tests see them without colour.
 #include "flashlab/lessons/stepper.hpp"

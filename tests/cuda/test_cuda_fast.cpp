@@ -1,4 +1,4 @@
-// The fast tensor-core forward (cuda/src/attention_fwd_tc.cu) against the float64
+// The fast tensor-core forward (cuda/src/attention/attention_fwd_tc.cu) against the float64
 // reference flashlab::ref::naive_forward<double>.
 //
 // Inputs: fresh normal random Q, K, V, rounded to bf16 (or fp16) first; the reference gets exactly
@@ -13,8 +13,8 @@
 // N = 80 non-causal (a full key tile, then a ragged one of 16 keys);
 // plus N = 300 with key rows scaled up along the sequence (maxima that keep growing: late rescales).
 // Tag [fast-sanitize]: the small shapes, for compute-sanitizer. [fast-wgmma]: the same checks on the
-// wgmma forward (FastForwardKernel::wgmma, cuda/src/attention_fwd_wgmma.cu); [fast-ws]: on the TMA +
-// warp-specialised forward (FastForwardKernel::tma_ws, cuda/src/attention_fwd_ws.cu).
+// wgmma forward (FastForwardKernel::wgmma, cuda/src/attention/attention_fwd_wgmma.cu); [fast-ws]: on the TMA +
+// warp-specialised forward (FastForwardKernel::tma_ws, cuda/src/attention/attention_fwd_ws.cu).
 #include <catch2/catch.hpp>
 
 #include "flashlab/cuda/fast_attention.hpp"
@@ -203,7 +203,7 @@ TEST_CASE("fast forward, row maxima growing along the keys (late rescales)", "[f
   report("fast k-ramp");
 }
 
-// The wgmma forward (cuda/src/attention_fwd_wgmma.cu, sm_90a; Br = Bc = 128): the same checks.
+// The wgmma forward (cuda/src/attention/attention_fwd_wgmma.cu, sm_90a; Br = Bc = 128): the same checks.
 // Shapes mirror the mma.sync cases, plus N = 130 and 200 (a full 128-key tile, then a ragged one)
 // and N = 300 k-ramp (three key tiles, late rescales; this kernel always rescales).
 bool wgmma_in_build() {
@@ -240,7 +240,7 @@ TEST_CASE("wgmma forward, N = 1000 and 4096", "[fast][fast-wgmma][fast-large]") 
   report("wgmma large");
 }
 
-// The TMA + warp-specialised forward (cuda/src/attention_fwd_ws.cu, sm_90a; Bc = 128, Br = 128, or
+// The TMA + warp-specialised forward (cuda/src/attention/attention_fwd_ws.cu, sm_90a; Bc = 128, Br = 128, or
 // 192 at d = 64 on long work lists): the
 // same shapes as the wgmma ones, plus N = 80 (one ragged tile), 300 (three tiles: the stage ring
 // wraps) and 4096 / 1000 with batch > 1 (many blocks, both pipeline phases).

@@ -1,5 +1,5 @@
-// The fast tensor-core backward, BOTH designs: two-kernel (cuda/src/attention_bwd_tc.cu)
-// and atomic (cuda/src/attention_bwd_tc_atomic.cu), each against the float64 reference
+// The fast tensor-core backward, BOTH designs: two-kernel (cuda/src/attention/attention_bwd_tc.cu)
+// and atomic (cuda/src/attention/attention_bwd_tc_atomic.cu), each against the float64 reference
 // flashlab::ref::naive_backward<double>. Every case runs for both designs on the same inputs.
 //
 // Inputs: fresh normal random Q, K, V, dO, rounded to bf16 (or fp16) first; the reference gets
@@ -154,7 +154,7 @@ TEST_CASE("fast backward, N = 1000 and 4096", "[fast-bwd][fast-bwd-large]") {
   report("fast bwd large");
 }
 
-// The Hopper backward (FastBackwardKernel::wgmma_ws, cuda/src/attention_bwd_ws.cu, sm_90a; Br = 64
+// The Hopper backward (FastBackwardKernel::wgmma_ws, cuda/src/attention/attention_bwd_ws.cu, sm_90a; Br = 64
 // query rows per step at d = 128, 128 at d = 64; Bc = 128 keys per block, 64 per consumer
 // warpgroup), each case beside the mma.sync atomic kernel on the same inputs. Shapes: N = 1, 17 (one ragged tile), 64, 100, 128,
 // 130, 300 (several query tiles: the stage ring wraps, dSᵀ double buffer alternates), causal (the

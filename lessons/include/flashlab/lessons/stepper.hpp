@@ -1,6 +1,6 @@
 /// @file stepper.hpp
 /// @brief Frames of the terminal stepper (`flashlab step`), as a pure function of two machine
-/// states: `render_frame(now, previous, options) → text`. The interactive front (app/cmd_step.cpp)
+/// states: `render_frame(now, previous, options) → text`. The interactive front (app/toymachine/cmd_step.cpp)
 /// only reads keys and prints these frames, so every frame can be tested against golden text.
 /// Layout (80×24 and up): title; the instruction listing with the next instruction marked `>`
 /// beside the register file (changed registers marked `*`, symbolic and numeric); the DRAM arrays
