@@ -1,0 +1,275 @@
+/**
+ * @file flashlab.h
+ * @brief flashlab's C ABI: attention, Multi-Token Attention and STREAM sparse tracing on the
+ *        caller's memory, from C or any language with a C foreign-function interface.
+ *
+ * One shared library, `libflashlab.so`, exports exactly the `flashlab_*` symbols declared here.
+ * Every entry point sits on its family's front door (the C++ APIs of reference/ and cuda/) and
+ * adds no algorithm: it checks the arguments, converts them to the family's problem type and
+ * calls it.
+ *
+ * **Devices.** Each call names where its pointers live (`flashlab_device`):
+ * - `FLASHLAB_DEVICE_CPU`: host memory, the CPU reference (Eigen), dtype f32 or f64. Present in
+ *   every build.
+ * - `FLASHLAB_DEVICE_CUDA`: device memory, the fast kernels (bf16 or f16 in, fp32 statistics),
+ *   launched on the given `cudaStream_t` (passed as `void*`; NULL is the legacy default stream).
+ *   Only in builds with the CUDA kernels (flashlab_has_cuda()); elsewhere the call returns
+ *   FLASHLAB_ERROR_UNSUPPORTED. A CUDA call performs no host copy, no device-wide
+ *   synchronisation and no allocation beyond a stream-ordered pool the library owns, so it may
+ *   be captured in a CUDA graph and called from several threads on several streams at once.
+ *   It returns after the launches; errors found at launch are reported, errors of the kernels
+ *   themselves surface at the caller's next synchronisation, as for any CUDA library.
+ *
+ * **Errors.** Every function returns a flashlab_status. On anything but FLASHLAB_OK,
+ * flashlab_last_error() returns a message for the calling thread that names the argument (or
+ * struct field), its value, the limit and a hint. No C++ exception crosses this boundary, and
+ * a refused call leaves the CUDA context usable: arguments are checked before any launch.
+ *
+ * **Layouts.** Tensors are described by flashlab_tensor: a pointer and the strides, in
+ * elements, of the leading dimensions; the last dimension (the head dim) is always contiguous.
+ * Attention and MTA tensors are `[B, N, H, d]` (FlashAttention's layout); statistics (LSE, D)
+ * are fp32 `[B, H, N]`, contiguous, LSE in base 2 of the base-2 scores:
+ * LSE_i = log2 Σ_j 2^(S_ij · scale · log2 e). STREAM tensors are one head, `[T, d]`.
+ * A stride of 0 means "contiguous in the documented layout". A kernel that cannot take the
+ * strides given refuses them with FLASHLAB_ERROR_UNSUPPORTED (the message says which).
+ *
+ * **Versioning.** Problem structs start with `struct_size` (set it to sizeof the struct, or use
+ * the `flashlab_*_defaults()` initialisers); fields are only ever appended, so a caller built
+ * against an older header keeps working. FLASHLAB_ABI_VERSION changes only when an existing
+ * field or function changes meaning.
+ */
+#ifndef FLASHLAB_H
+#define FLASHLAB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** The ABI this header describes; flashlab_abi_version() returns the library's. */
+#define FLASHLAB_ABI_VERSION 1
+
+/** Marks the exported symbols (the library is built with hidden visibility otherwise). */
+#if defined(FLASHLAB_BUILDING_LIBRARY)
+#define FLASHLAB_API __attribute__((visibility("default")))
+#else
+#define FLASHLAB_API
+#endif
+
+/** Outcome of every call. */
+typedef enum flashlab_status {
+  FLASHLAB_OK = 0,                     /**< success */
+  FLASHLAB_ERROR_INVALID_ARGUMENT = 1, /**< a NULL pointer, a bad shape, a value out of range */
+  FLASHLAB_ERROR_UNSUPPORTED = 2,      /**< valid, but not on this device, dtype or build */
+  FLASHLAB_ERROR_CUDA = 3,             /**< a CUDA runtime call failed (message names it) */
+  FLASHLAB_ERROR_OUT_OF_MEMORY = 4,    /**< an allocation failed */
+  FLASHLAB_ERROR_INTERNAL = 5          /**< a bug: please report the message */
+} flashlab_status;
+
+/** Where a call's pointers live and which kernels run. */
+typedef enum flashlab_device {
+  FLASHLAB_DEVICE_CPU = 0,  /**< host memory, the CPU reference */
+  FLASHLAB_DEVICE_CUDA = 1  /**< device memory, the CUDA kernels, on a stream */
+} flashlab_device;
+
+/** Element type of Q, K, V, O and their gradients (statistics are always fp32). */
+typedef enum flashlab_dtype {
+  FLASHLAB_DTYPE_F32 = 0,  /**< float (CPU) */
+  FLASHLAB_DTYPE_F64 = 1,  /**< double (CPU) */
+  FLASHLAB_DTYPE_BF16 = 2, /**< bfloat16 bit patterns (CUDA) */
+  FLASHLAB_DTYPE_F16 = 3   /**< IEEE binary16 bit patterns (CUDA) */
+} flashlab_dtype;
+
+/** A tensor: its data and the strides (in elements) of its leading dimensions. For
+ *  `[B, N, H, d]` tensors: stride[0] batch, stride[1] sequence, stride[2] head; 0 = contiguous.
+ *  For STREAM's `[T, d]`: stride[1] is the row stride (stride[0], stride[2] unused). */
+typedef struct flashlab_tensor {
+  void* data;         /**< first element (const for inputs) */
+  int64_t stride[3];  /**< strides of the three leading dimensions, elements; 0 = contiguous */
+} flashlab_tensor;
+
+/** The library's ABI version (FLASHLAB_ABI_VERSION it was built with). */
+FLASHLAB_API int flashlab_abi_version(void);
+/** The library's version string, e.g. "0.1.0". */
+FLASHLAB_API const char* flashlab_version(void);
+/** 1 when this build has the CUDA kernels (FLASHLAB_DEVICE_CUDA works), else 0. */
+FLASHLAB_API int flashlab_has_cuda(void);
+/** The message of the calling thread's last failed call ("" if none). Valid until that
+ *  thread's next flashlab call. */
+FLASHLAB_API const char* flashlab_last_error(void);
+/** The name of a status, e.g. "FLASHLAB_ERROR_UNSUPPORTED". */
+FLASHLAB_API const char* flashlab_status_name(flashlab_status status);
+
+/* ---------------------------------------------------------------------------------------------
+ * Attention: O = softmax(scale · Q Kᵀ + mask) V, forward and backward.
+ * ------------------------------------------------------------------------------------------- */
+
+/** One attention problem. Build with flashlab_attention_defaults(), then set the fields. */
+typedef struct flashlab_attention_problem {
+  size_t struct_size;     /**< sizeof(flashlab_attention_problem) */
+  int64_t batch;          /**< B (≥ 1) */
+  int64_t seq_q;          /**< N, queries (≥ 1) */
+  int64_t seq_k;          /**< N_k, keys and values; 0 means N_k = N */
+  int64_t heads;          /**< H, query heads (≥ 1) */
+  int64_t heads_kv;       /**< H_kv, key/value heads, dividing H; 0 means H_kv = H */
+  int64_t head_dim;       /**< d */
+  double scale;           /**< softmax scale; 0 means 1/√d */
+  int causal;             /**< 1: query i sees key j iff j ≤ i + N_k − N (bottom-right aligned) */
+  flashlab_dtype dtype;   /**< element type of Q, K, V, O, dO, dQ, dK, dV */
+  int deterministic;      /**< backward: 1 = bit-reproducible dQ (fixed summation order) */
+} flashlab_attention_problem;
+
+/** A problem with every field at its default: B = 1, H = 1, N_k = N, H_kv = H, scale 1/√d,
+ *  not causal, bf16, not deterministic; seq_q and head_dim 0 (to be set). */
+FLASHLAB_API flashlab_attention_problem flashlab_attention_defaults(void);
+
+/** Checks `problem` for `device` without running anything: FLASHLAB_OK, or the status and
+ *  message the forward would give. */
+FLASHLAB_API flashlab_status flashlab_attention_check(const flashlab_attention_problem* problem,
+                                                      flashlab_device device);
+
+/** Bytes of scratch flashlab_attention_forward() needs in `*bytes` (0 today: kept so that callers
+ *  allocate it and new kernels may use it without an ABI change). */
+FLASHLAB_API flashlab_status flashlab_attention_forward_workspace_size(
+    const flashlab_attention_problem* problem, flashlab_device device, size_t* bytes);
+
+/** Forward pass. q `[B, N, H, d]`, k and v `[B, N_k, H_kv, d]`, o `[B, N, H, d]` (written),
+ *  lse fp32 `[B, H, N]` contiguous (written; may be NULL when not wanted). `workspace` holds at
+ *  least the size query's bytes (NULL if 0); `stream` is a cudaStream_t for CUDA, ignored on
+ *  the CPU. */
+FLASHLAB_API flashlab_status flashlab_attention_forward(const flashlab_attention_problem* problem,
+                                                        flashlab_device device, flashlab_tensor q,
+                                                        flashlab_tensor k, flashlab_tensor v,
+                                                        flashlab_tensor o, float* lse, void* workspace,
+                                                        size_t workspace_bytes, void* stream);
+
+/** Bytes of scratch flashlab_attention_backward() needs in `*bytes`. */
+FLASHLAB_API flashlab_status flashlab_attention_backward_workspace_size(
+    const flashlab_attention_problem* problem, flashlab_device device, size_t* bytes);
+
+/** Backward pass of L = Σ O∘dO: from q, k, v, the forward's o and lse, and do, writes dq
+ *  `[B, N, H, d]`, dk and dv `[B, N_k, H_kv, d]`. `workspace` as the size query says (the
+ *  first B·H·N floats of a CUDA workspace hold D_i = rowsum(dO_i ∘ O_i) on return). */
+FLASHLAB_API flashlab_status flashlab_attention_backward(
+    const flashlab_attention_problem* problem, flashlab_device device, flashlab_tensor q,
+    flashlab_tensor k, flashlab_tensor v, flashlab_tensor o, const float* lse, flashlab_tensor d_o,
+    flashlab_tensor dq, flashlab_tensor dk, flashlab_tensor dv, void* workspace,
+    size_t workspace_bytes, void* stream);
+
+/* ---------------------------------------------------------------------------------------------
+ * Multi-Token Attention: a cq × ck convolution over the (query, key) scores, causal.
+ * ------------------------------------------------------------------------------------------- */
+
+/** One MTA problem. Build with flashlab_mta_defaults(). */
+typedef struct flashlab_mta_problem {
+  size_t struct_size;    /**< sizeof(flashlab_mta_problem) */
+  int64_t batch;         /**< B */
+  int64_t seq;           /**< N (queries = keys) */
+  int64_t heads;         /**< H */
+  int64_t head_dim;      /**< d */
+  int64_t cq;            /**< kernel rows (past queries + the row itself) */
+  int64_t ck;            /**< kernel columns, odd */
+  double scale;          /**< softmax scale; 0 means 1/√d */
+  flashlab_dtype dtype;  /**< element type of Q, K, V, O and their gradients */
+} flashlab_mta_problem;
+
+/** Defaults: B = 1, H = 1, cq = ck = 1, scale 1/√d, bf16; seq, head_dim 0 (to be set). */
+FLASHLAB_API flashlab_mta_problem flashlab_mta_defaults(void);
+
+/** Scratch of the MTA forward (`*bytes`). */
+FLASHLAB_API flashlab_status flashlab_mta_forward_workspace_size(const flashlab_mta_problem* problem,
+                                                                 flashlab_device device, size_t* bytes);
+/** MTA forward: q, k, v, o `[B, N, H, d]`; w fp32 `[H, cq, ck]` contiguous; lse fp32 `[B, H, N]`
+ *  (written; needed by the backward). */
+FLASHLAB_API flashlab_status flashlab_mta_forward(const flashlab_mta_problem* problem, flashlab_device device,
+                                                  flashlab_tensor q, flashlab_tensor k, flashlab_tensor v,
+                                                  const float* w, flashlab_tensor o, float* lse,
+                                                  void* workspace, size_t workspace_bytes, void* stream);
+/** Scratch of the MTA backward (`*bytes`). */
+FLASHLAB_API flashlab_status flashlab_mta_backward_workspace_size(const flashlab_mta_problem* problem,
+                                                                  flashlab_device device, size_t* bytes);
+/** MTA backward: gradients dq, dk, dv `[B, N, H, d]` and dw fp32 `[H, cq, ck]` (overwritten). */
+FLASHLAB_API flashlab_status flashlab_mta_backward(const flashlab_mta_problem* problem, flashlab_device device,
+                                                   flashlab_tensor q, flashlab_tensor k, flashlab_tensor v,
+                                                   const float* w, flashlab_tensor o, const float* lse,
+                                                   flashlab_tensor d_o, flashlab_tensor dq, flashlab_tensor dk,
+                                                   flashlab_tensor dv, float* dw, void* workspace,
+                                                   size_t workspace_bytes, void* stream);
+/** Scratch of the MTA decode (`*bytes`). */
+FLASHLAB_API flashlab_status flashlab_mta_decode_workspace_size(const flashlab_mta_problem* problem,
+                                                                flashlab_device device, size_t* bytes);
+/** MTA decode: the last cq query rows against all N keys, keys split across the GPU and merged;
+ *  q `[B, cq, H, d]` (the rows N − cq … N − 1), k, v `[B, N, H, d]`, o `[B, 1, H, d]` (the last
+ *  row's output). */
+FLASHLAB_API flashlab_status flashlab_mta_decode(const flashlab_mta_problem* problem, flashlab_device device,
+                                                 flashlab_tensor q, flashlab_tensor k, flashlab_tensor v,
+                                                 const float* w, flashlab_tensor o, void* workspace,
+                                                 size_t workspace_bytes, void* stream);
+
+/* ---------------------------------------------------------------------------------------------
+ * STREAM sparse tracing: hierarchical top-k key-block selection, sparse attention, edges.
+ * ------------------------------------------------------------------------------------------- */
+
+/** One STREAM problem (one head of T tokens). Build with flashlab_stream_defaults(). */
+typedef struct flashlab_stream_problem {
+  size_t struct_size;      /**< sizeof(flashlab_stream_problem) */
+  int64_t tokens;          /**< T */
+  int64_t head_dim;        /**< d */
+  int64_t block_q;         /**< b_q, query-block size */
+  int64_t block_k;         /**< b_k, key-block size */
+  int64_t k_blocks;        /**< k, key blocks kept per query block */
+  flashlab_dtype dtype;    /**< element type of Q, K, V, O */
+  const uint8_t* mask;     /**< optional user block mask, n_q × n_k bytes 0/1 on the host; NULL = causal only */
+} flashlab_stream_problem;
+
+/** Defaults: b_q = b_k = 64, k = 8, bf16, causal only; tokens, head_dim 0 (to be set). */
+FLASHLAB_API flashlab_stream_problem flashlab_stream_defaults(void);
+
+/** n_q = ⌈T / b_q⌉ in `*n_q` (rows of the index tensor). */
+FLASHLAB_API flashlab_status flashlab_stream_query_blocks(const flashlab_stream_problem* problem,
+                                                          int64_t* n_q);
+/** Scratch of the estimate (`*bytes`). */
+FLASHLAB_API flashlab_status flashlab_stream_estimate_workspace_size(const flashlab_stream_problem* problem,
+                                                                     flashlab_device device, size_t* bytes);
+/** Mask estimation: q, k `[T, d]` → indices int32 `[n_q, k]` (−1 = empty entry), exactly the
+ *  reference's order τ. */
+FLASHLAB_API flashlab_status flashlab_stream_estimate(const flashlab_stream_problem* problem,
+                                                      flashlab_device device, flashlab_tensor q,
+                                                      flashlab_tensor k, int32_t* indices, void* workspace,
+                                                      size_t workspace_bytes, void* stream);
+/** Scratch of the application (`*bytes`). */
+FLASHLAB_API flashlab_status flashlab_stream_apply_workspace_size(const flashlab_stream_problem* problem,
+                                                                  flashlab_device device, size_t* bytes);
+/** Mask application: sparse attention of q over the key blocks in `indices` (the paper's
+ *  unscaled logits: scale q beforehand), o `[T, d]` written. */
+FLASHLAB_API flashlab_status flashlab_stream_apply(const flashlab_stream_problem* problem, flashlab_device device,
+                                                   flashlab_tensor q, flashlab_tensor k, flashlab_tensor v,
+                                                   const int32_t* indices, flashlab_tensor o, void* workspace,
+                                                   size_t workspace_bytes, void* stream);
+
+/** One edge record: query block q reads key block r (slot j of I[q, :]) with three weights. */
+typedef struct flashlab_stream_edge {
+  int32_t q;          /**< query block */
+  int32_t r;          /**< key block */
+  int32_t slot;       /**< position in I[q, :] */
+  float score;        /**< representative score: max token-valid ⟨q, k⟩ */
+  float mass;         /**< Σ p over the block pair under the sparse softmax */
+  float value_norm;   /**< ‖Σ p·V‖₂ over the block pair */
+} flashlab_stream_edge;
+
+/** Edge records of a trace, one per entry of `indices` in row-major (q, slot) order: n_q·k
+ *  records in `edges` (device memory for CUDA, host for the CPU); an empty entry (−1) gives
+ *  r = −1 and zero weights. Also writes o `[T, d]` unless o.data is NULL. */
+FLASHLAB_API flashlab_status flashlab_stream_trace(const flashlab_stream_problem* problem, flashlab_device device,
+                                                   flashlab_tensor q, flashlab_tensor k, flashlab_tensor v,
+                                                   const int32_t* indices, flashlab_tensor o,
+                                                   flashlab_stream_edge* edges, void* workspace,
+                                                   size_t workspace_bytes, void* stream);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif /* FLASHLAB_H */
