@@ -1,5 +1,8 @@
 #include "core/cli.hpp"
 
+#include "flashlab/reference/input_file.hpp"
+
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -14,6 +17,19 @@ namespace flashlab::app {
 
 po::variables_map parse(const Args& args, const po::options_description& desc,
                         const po::positional_options_description* positional) {
+  // A flag that takes a value followed by another flag ("--seq --dim 4") would otherwise surface
+  // as Boost's "too many positional options" about the stray value; name the flag instead.
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.size() < 3 || a.compare(0, 2, "--") != 0 || a.find('=') != std::string::npos) continue;
+    const auto* opt = desc.find_nothrow(a.substr(2), false);
+    if (!opt || opt->semantic()->min_tokens() == 0) continue;
+    const bool next_is_flag = i + 1 < args.size() && args[i + 1].size() > 1 && args[i + 1][0] == '-' &&
+                              !std::isdigit(static_cast<unsigned char>(args[i + 1][1])) && args[i + 1][1] != '.';
+    if (i + 1 == args.size() || next_is_flag)
+      throw UsageError(a + " needs a value" + (next_is_flag ? ", but the next word is the flag " + args[i + 1] : ""),
+                       "e.g. " + a + " VALUE (see --help)");
+  }
   po::variables_map vm;
   try {
     auto parser = po::command_line_parser(args).options(desc);
@@ -35,11 +51,15 @@ std::optional<po::variables_map> parse_subject_command(const Args& args, const p
   po::positional_options_description pos;
   pos.add("subject", 1);
   auto vm = parse(args, all, &pos);
+  const std::string example = "e.g. " + std::string(cmd.example);
+  // An unknown subject is an error even beside --help: its help would be some other command's.
+  if (vm.count("subject") && vm["subject"].as<std::string>() != cmd.subject)
+    throw UsageError("unknown " + std::string(cmd.command) + " subject '" + vm["subject"].as<std::string>() + "'",
+                     example);
   if (vm.count("help")) {
     print_help(std::cout, cmd.usage, cmd.summary, desc);
     return std::nullopt;
   }
-  const std::string example = "e.g. " + std::string(cmd.example);
   if (!vm.count("subject"))
     throw UsageError("missing what to " + std::string(cmd.verb) + ": " + std::string(cmd.subject), example);
   const std::string subject = vm["subject"].as<std::string>();
@@ -103,6 +123,7 @@ std::vector<long long> integer_list(std::string_view flag, const std::string& te
 }
 
 void require_range(std::string_view flag, long long value, long long lo, long long hi) {
+  flag.remove_prefix(std::min(flag.find_first_not_of('-'), flag.size()));  // "seq" and "--seq" alike
   if (value < lo || value > hi) {
     std::ostringstream msg;
     msg << "--" << flag << " " << value << " is out of range";
@@ -112,15 +133,15 @@ void require_range(std::string_view flag, long long value, long long lo, long lo
   }
 }
 
-bool read_file(const std::string& path, std::string& out) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return false;  // a directory opens, and reads as empty
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  out = ss.str();
-  return true;
+std::string read_input(const std::string& path, std::string_view label, std::string_view what,
+                       std::uint64_t max_bytes) {
+  ref::InputLimits limits;
+  limits.max_bytes = max_bytes;
+  try {
+    return ref::read_input_file(path, std::string(what), limits);
+  } catch (const ref::InputFileError& e) {
+    throw UsageError(std::string(label) + ": '" + path + "': " + e.reason(), e.hint());
+  }
 }
 
 std::string json_escape(std::string_view s) {

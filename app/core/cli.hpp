@@ -77,9 +77,12 @@ void require_range(std::string_view flag, long long value, long long lo, long lo
 std::vector<long long> integer_list(std::string_view flag, const std::string& text, long long lo, long long hi,
                                     std::string_view example);
 
-/// Reads a whole file into `out`; false when it cannot be opened or is a directory (the caller
-/// names the flag).
-bool read_file(const std::string& path, std::string& out);
+/// Reads a whole input (a file, a pipe, a device, or "-" for standard input), bounded in bytes
+/// (`max_bytes`, stated in the message when passed) and in time (10 s for a pipe to end).
+/// Failures are UsageError naming `label` (the flag or positional, e.g. "--machine-file"), the
+/// path and the reason, with a hint.
+std::string read_input(const std::string& path, std::string_view label, std::string_view what,
+                       std::uint64_t max_bytes = std::uint64_t{64} << 20);
 
 /// Minimal streaming JSON writer (objects, arrays, strings, numbers, booleans, null).
 /// Non-finite doubles are written as null (JSON has no NaN/Inf).

@@ -185,11 +185,7 @@ int do_check(const lessons::Lesson& l, const std::string& file) {
     throw UsageError("lesson " + l.id + " has no trace to check",
                      "it is answered with: flashlab lesson answer " + l.id + " \"…\"");
   }
-  std::string text;
-  if (!read_file(file, text)) {
-    throw UsageError("cannot read '" + file + "'", "give the path of your trace file, e.g. flashlab lesson check " +
-                                                      l.id + " lesson" + l.id + ".trace");
-  }
+  const std::string text = read_input(file, "FILE", "trace");
   lessons::CheckOptions opt;
   opt.hide_budget = budget_hidden(l, load());
   const auto rep = lessons::check_trace(l, text, file, opt);

@@ -53,9 +53,7 @@ bool load_machine(const po::variables_map& vm, int n, toy::Machine& m) {
     return true;
   }
   const auto path = vm["machine-file"].as<std::string>();
-  std::string text;
-  if (!read_file(path, text))
-    throw UsageError("--machine-file: cannot read '" + path + "'", "check the path; the format is in docs/toymachine.md");
+  const std::string text = read_input(path, "--machine-file", "machine file");
   try {
     m = toy::parse_machine_file(text, path, n);
   } catch (const toy::MachineError& e) {

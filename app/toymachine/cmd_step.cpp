@@ -291,9 +291,8 @@ bool step_machine(const po::variables_map& vm, const lessons::Lesson* lesson, in
     } else if (vm.count("machine")) {
       machine = toy::builtin_machine(vm["machine"].as<std::string>(), n);
     } else {
-      std::string mtext;
       const auto path = vm["machine-file"].as<std::string>();
-      if (!read_file(path, mtext)) throw UsageError("--machine-file: cannot read '" + path + "'", "check the path");
+      const std::string mtext = read_input(path, "--machine-file", "machine file");
       machine = toy::parse_machine_file(mtext, path, n);
     }
   } catch (const toy::MachineError& e) {

@@ -1,7 +1,6 @@
 #include "toymachine/toy_flags.hpp"
 
-#include <filesystem>
-#include <system_error>
+#include <string_view>
 
 #include "flashlab/toymachine/machine.hpp"
 #include "flashlab/toymachine/policy.hpp"
@@ -40,24 +39,14 @@ ToyRunFlags toy_run_flags(const po::variables_map& vm) {
 }
 
 std::string read_trace_file(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const auto status = fs::status(path, ec);
-  if (ec || !fs::exists(status))
-    throw UsageError("TRACE: no such file '" + path + "'", "give the path of a trace file, e.g. toymachine/traces/p1_c00.trace");
-  if (fs::is_directory(status))
-    throw UsageError("TRACE: '" + path + "' is a directory", "give the path of a trace file inside it, e.g. " + path + "/p1_c00.trace");
-  if (fs::is_regular_file(status)) {
-    const auto bytes = fs::file_size(path, ec);
-    if (!ec && bytes > kMaxTraceBytes)
-      throw UsageError("TRACE: '" + path + "' is " + std::to_string(bytes >> 20) + " MiB; a trace may be at most " +
-                           std::to_string(kMaxTraceBytes >> 20) + " MiB",
-                       "a trace expands to at most " + std::to_string(toy::kMaxInstructions) +
-                           " instructions: write repeated work as a loop (for i in 0..n-1 … end)");
+  try {
+    return read_input(path, "TRACE", "trace", kMaxTraceBytes);
+  } catch (const UsageError& e) {
+    // A trace too large to accept gets the front end's reason, not only the size.
+    if (std::string_view(e.what()).find("over the cap") == std::string_view::npos) throw;
+    throw UsageError(e.what(), "a trace expands to at most " + std::to_string(toy::kMaxInstructions) +
+                                   " instructions: write repeated work as a loop (for i in 0..n-1 … end)");
   }
-  std::string text;
-  if (!read_file(path, text)) throw UsageError("TRACE: cannot read '" + path + "'", "check the file's permissions");
-  return text;
 }
 
 }  // namespace flashlab::app

@@ -116,7 +116,7 @@ TEST_CASE("cli lesson: hints come one at a time, and bad ids and actions are usa
   CHECK_THAT(act.err, Catch::Contains("unknown action 'frob'"));
   auto missing = run_cli("lesson check 1 /nonexistent/x.trace");
   CHECK(missing.exit_code == 2);
-  CHECK_THAT(missing.err, Catch::Contains("cannot read '/nonexistent/x.trace'"));
+  CHECK_THAT(missing.err, Catch::Contains("FILE: '/nonexistent/x.trace': no such file"));
   auto help = run_cli("lesson --help");
   CHECK(help.exit_code == 0);
   CHECK_THAT(help.out, Catch::Contains("check ID FILE"));

@@ -125,13 +125,13 @@ TEST_CASE("run: usage errors name the flag", "[cli][run][errors]") {
   };
   for (const auto& c : std::vector<Case>{
            {"run --machine matmul3", "error: missing TRACE file\n"},
-           {"run nope.trace --machine matmul3", "error: TRACE: no such file 'nope.trace'\n"},
+           {"run nope.trace --machine matmul3", "error: TRACE: 'nope.trace': no such file\n"},
            {"run " + p1, "error: --machine is required\n"},
            {"run " + p1 + " --machine matmul9", "error: --machine: unknown machine 'matmul9'\n"},
            {"run " + p1 + " --machine softmax3 --n 0", "error: --n 0 is out of range\n"},
            {"run " + p1 + " --machine softmax3 --n 9999999", "error: --n 9999999 is out of range\n"},
            {"run " + p1 + " --machine matmul3 --machine-file m.txt", "error: --machine and --machine-file are exclusive\n"},
-           {"run " + p1 + " --machine-file /nonexistent.machine", "error: --machine-file: cannot read '/nonexistent.machine'\n"},
+           {"run " + p1 + " --machine-file /nonexistent.machine", "error: --machine-file: '/nonexistent.machine': no such file\n"},
            {"run " + p1 + " --machine matmul3 --inputs q=1", "error: --inputs: machine matmul3 has no input array 'q'\n"},
            {"run " + p1 + " --machine matmul3 --inputs a=1,2", "error: --inputs: a[2][2] needs 4 values, got 2\n"},
            {"run " + p1 + " --machine matmul3 --inputs a=1,x,3,4", "error: --inputs: 'x' is not a number (in a)\n"},
@@ -280,10 +280,10 @@ TEST_CASE("run, step and lesson check share one front end and its limits on host
   // A directory is not a trace.
   const auto run = run_cli("run '" + dir + "' --machine matmul3");
   CHECK(run.exit_code == 2);
-  CHECK(run.err.rfind("error: TRACE: '" + dir + "' is a directory\nhint: ", 0) == 0);
+  CHECK(run.err.rfind("error: TRACE: '" + dir + "': is a directory\nhint: ", 0) == 0);
   const auto step = run_cli("step '" + dir + "' --machine matmul3");
   CHECK(step.exit_code == 2);
-  CHECK(step.err.rfind("error: TRACE: '" + dir + "' is a directory\nhint: ", 0) == 0);
+  CHECK(step.err.rfind("error: TRACE: '" + dir + "': is a directory\nhint: ", 0) == 0);
   const auto check = run_cli("lesson check 1 '" + dir + "'", dir);
   CHECK(check.exit_code == 2);
   CHECK_THAT(check.err, Catch::Contains("'" + dir + "'"));

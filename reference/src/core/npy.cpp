@@ -1,4 +1,5 @@
 #include "flashlab/reference/npy.hpp"
+#include "flashlab/reference/input_file.hpp"
 
 #include "flashlab/reference/memory_budget.hpp"
 
@@ -88,6 +89,16 @@ class DictParser {
     while (pos_ < s_.size() && std::isalpha(static_cast<unsigned char>(s_[pos_]))) ++pos_;
     return std::string(s_.substr(start, pos_ - start));
   }
+  // The raw text of the value at the cursor, up to the next ',' or '}' (at most 40 characters,
+  // non-printable bytes as '?'), for messages about a value of the wrong kind. Does not move.
+  std::string value_text() {
+    skip_space();
+    std::string out;
+    for (std::size_t i = pos_; i < s_.size() && s_[i] != ',' && s_[i] != '}' && out.size() < 40; ++i)
+      out += std::isprint(static_cast<unsigned char>(s_[i])) ? s_[i] : '?';
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    return out;
+  }
   std::vector<std::size_t> shape_tuple() {
     expect('(', "to open 'shape'");
     std::vector<std::size_t> shape;
@@ -136,7 +147,9 @@ void parse_dict(std::string_view text, const std::string& name, NpyHeader& h) {
       check_descr(h.descr, name);
     } else if (key == "fortran_order") {
       seen = &have_fortran;
+      const std::string raw = p.value_text();
       const std::string v = p.word();
+      if (v.empty()) fail(name, "header 'fortran_order' is " + raw + ", expected True or False");
       if (v == "True") fail(name, "Fortran-ordered arrays are not supported (hint: np.ascontiguousarray before np.save)");
       if (v != "False") fail(name, "header 'fortran_order' is '" + v + "', expected True or False");
     } else if (key == "shape") {
@@ -296,8 +309,13 @@ NpyHeader parse_npy_header(std::string_view b, const std::string& name) {
 NpyHeader read_npy_header(const std::filesystem::path& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) fail(path, "is a directory, not a .npy file");
+  try {
+    require_regular_file(path.string(), ".npy file");
+  } catch (const InputFileError& e) {
+    fail(path, e.reason());
+  }
   const auto size = std::filesystem::file_size(path, ec);
-  if (ec) fail(path, "cannot open (no such file?)");
+  if (ec) fail(path, "cannot read its size (" + ec.message() + ")");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot open (permission?)");
   std::string prefix(std::min<std::uintmax_t>(size, 12 + kMaxHeaderBytes), '\0');
@@ -312,7 +330,7 @@ NpyArray read_npy(const std::filesystem::path& path, std::uint64_t max_bytes) {
   const NpyHeader h = read_npy_header(path);
   check_limit(h, max_bytes, path.string());
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open (no such file?)");
+  if (!in) fail(path, "cannot open (removed while read?)");
   NpyArray arr;
   arr.shape = h.shape;
   arr.descr = h.descr;

@@ -7,6 +7,7 @@
 #include "flashlab/reference/memory_budget.hpp"
 #include "flashlab/reference/npy.hpp"
 #include "flashlab/reference/stream.hpp"
+#include "flashlab/reference/input_file.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -251,18 +252,23 @@ BlockMask load_block_mask(const std::filesystem::path& path, Geometry g, std::ui
   }
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) mask_fail(name, "", "is a directory, not a block mask");
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec) mask_fail(name, "", "cannot open block mask (no such file?)");
-  try {
-    require_within_limit("text block mask of " + std::to_string(size) + " bytes", size, max_bytes);
-  } catch (const MemoryLimitError& e) {
-    mask_fail(name, "", e.what());
+  if (std::filesystem::is_regular_file(path, ec)) {
+    const auto size = std::filesystem::file_size(path, ec);
+    try {
+      if (!ec) require_within_limit("text block mask of " + std::to_string(size) + " bytes", size, max_bytes);
+    } catch (const MemoryLimitError& e) {
+      mask_fail(name, "", e.what());
+    }
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) mask_fail(name, "", "cannot open block mask (permission?)");
-  std::string text(static_cast<std::size_t>(size), '\0');
-  in.read(text.data(), static_cast<std::streamsize>(size));
-  text.resize(static_cast<std::size_t>(in.gcount()));
+  std::string text;
+  try {
+    // Pipes and devices too, bounded by the same limit in bytes and by the reader's time limit.
+    InputLimits limits;
+    limits.max_bytes = max_bytes;
+    text = read_input_file(name, "block mask", limits);
+  } catch (const InputFileError& e) {
+    mask_fail(name, "", e.reason());
+  }
   return parse_text_mask(text, name, g, entries);
 }
 
