@@ -120,6 +120,15 @@ struct Assembler {
       std::string msg(1, '\'');
       msg += s.substr(span.begin, span.end - span.begin);
       msg += "' is not an operand";
+      // A character that looks like a space or like nothing is named, or the message would read
+      // "' R0' is not an operand" with no visible reason.
+      for (std::size_t k = span.begin; k < span.end; ++k) {
+        const auto c = static_cast<unsigned char>(s[k]);
+        if ((c & 0xC0) == 0x80 || (c >= 0x21 && c < 0x7F)) continue;
+        msg += ": it holds a ";
+        msg += text::describe_char(s, k);
+        break;
+      }
       error(line, span.begin, span.end - span.begin, std::move(msg), operand_usage(e));
       return false;
     }

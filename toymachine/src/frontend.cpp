@@ -33,7 +33,10 @@ std::size_t byte_of_char(std::string_view s, int cp) {
 }  // namespace
 
 std::string format_diagnostic(const Diagnostic& d) {
-  std::string out = d.file + ":" + std::to_string(d.line) + ":" + std::to_string(d.col) + ": error: " + d.message + "\n";
+  // User text (the message quotes tokens, the echo the line) goes through text::visible: a
+  // trace's escape sequences must not reach the terminal.
+  std::string out = d.file + ":" + std::to_string(d.line) + ":" + std::to_string(d.col) + ": error: " +
+                    text::visible(d.message) + "\n";
   if (!d.source_line.empty()) {
     // The window [first, first + kEchoWidth) in characters, holding the caret's column.
     const int chars = text::chars_before(d.source_line, d.source_line.size());
@@ -41,7 +44,8 @@ std::string format_diagnostic(const Diagnostic& d) {
     const std::size_t b0 = byte_of_char(d.source_line, first);
     const std::size_t b1 = chars <= kEchoWidth ? d.source_line.size() : byte_of_char(d.source_line, first + kEchoWidth);
     const std::string lead = first > 0 ? "…" : "";
-    out += "  " + lead + d.source_line.substr(b0, b1 - b0) + (b1 < d.source_line.size() ? "…" : "") + "\n  ";
+    out += "  " + lead + text::visible(d.source_line.substr(b0, b1 - b0)) + (b1 < d.source_line.size() ? "…" : "") +
+           "\n  ";
     if (first > 0) out += ' ';
     // Tabs in the echoed line stay tabs under it, so the caret lines up.
     int col = first + 1;
@@ -156,7 +160,7 @@ struct ExprParser {
         if (it->first == name) return v = it->second, true;
       return fail("unknown name '" + std::string(name) + "'", st);
     }
-    return fail("unexpected '" + text::char_at(s, pos) + "'", pos);
+    return fail("unexpected " + text::describe_char(s, pos), pos);
   }
 };
 
@@ -184,7 +188,7 @@ bool eval_index_expression(std::string_view expr, const IndexVars& vars, long lo
   bool ok = p.sum(v);
   if (ok) {
     p.skip();
-    if (p.pos < expr.size()) ok = p.fail("unexpected '" + text::char_at(expr, p.pos) + "'", p.pos);
+    if (p.pos < expr.size()) ok = p.fail("unexpected " + text::describe_char(expr, p.pos), p.pos);
   }
   if (!ok) {
     error = p.error;
@@ -434,7 +438,7 @@ struct LoopParser {
       if (p == end) return;  // a bare step number (the lesson's blank template rows)
     }
     if (!text::is_ident_start(s[p])) {
-      src.error(line, p, 1, "unexpected '" + text::char_at(s, p) + "'", kLineUsage);
+      src.error(line, p, 1, "unexpected " + text::describe_char(s, p), kLineUsage);
       return;
     }
     std::size_t q = p;
@@ -451,6 +455,15 @@ struct LoopParser {
 LoopProgram parse_loops(Source& src, const IndexVars& scope, const StatementParser& parse_statement) {
   LoopParser p{src, scope, parse_statement, {}, {}, 0};
   const auto& lines = src.lines();
+  // A carriage return left inside a line (CRLF endings are already stripped) means bare-CR line
+  // endings: the whole file reads as one line, so name that instead of the noise it would cause.
+  for (std::size_t li = 0; li < lines.size(); ++li) {
+    const auto cr = lines[li].find('\r');
+    if (cr == std::string::npos || cr + 1 == lines[li].size()) continue;
+    src.error(static_cast<int>(li + 1), cr, 1, "a carriage return (U+000D) inside a line: the file has bare-CR line endings",
+              "save it with \\n line endings, e.g. tr '\\r' '\\n' < old.trace > new.trace");
+    return std::move(p.program);
+  }
   for (std::size_t li = 0; li < lines.size(); ++li) p.read_line(static_cast<int>(li + 1), lines[li]);
   for (const OpenLoop& o : p.open) {
     const LoopItem& it = p.program.items[o.item];

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
+#include <unordered_set>
 
 #include "flashlab/toymachine/assembler.hpp"
 #include "text.hpp"
@@ -180,6 +181,7 @@ struct FileParser {
   std::vector<std::string> lines;
   int n;
   Machine m;
+  std::unordered_set<std::string> declared_registers;  // upper-cased: names are case-insensitive
   bool have_isa = false;
 
   [[noreturn]] void fail(int line, std::size_t byte_col, std::size_t byte_len, const std::string& msg,
@@ -229,6 +231,9 @@ struct FileParser {
     ArrayDecl a;
     a.name = s.substr(st, i - st);
     a.role = role;
+    if (m.arrays.size() >= kMaxArrays)
+      fail(line, st, a.name.size(), "more than " + std::to_string(kMaxArrays) + " arrays",
+           "a machine may declare at most " + std::to_string(kMaxArrays) + " DRAM arrays");
     if (m.find_array(a.name) >= 0)
       fail(line, st, a.name.size(), "array '" + a.name + "' is declared twice", "give each DRAM array its own name");
     while (i < to && s[i] == '[') {
@@ -295,7 +300,10 @@ struct FileParser {
           const auto& [r, at] = ws[k];
           bool ok = text::is_ident_start(r[0]) && std::all_of(r.begin(), r.end(), text::is_ident_char);
           if (!ok) fail(line, at, r.size(), "'" + r + "' is not a register name", "register names are letters, digits and _, e.g. R0");
-          if (m.find_register(r) >= 0)
+          if (m.registers.size() >= kMaxRegisters)
+            fail(line, at, r.size(), "more than " + std::to_string(kMaxRegisters) + " registers",
+                 "a machine may declare at most " + std::to_string(kMaxRegisters) + " registers");
+          if (!declared_registers.insert(text::upper(r)).second)
             fail(line, at, r.size(), "register " + r + " is declared twice", "register names are case-insensitive: R1 and r1 are the same");
           m.registers.push_back(r);
         }
@@ -346,7 +354,7 @@ struct FileParser {
 
 Machine parse_machine_file(std::string_view textv, std::string_view filename, int n) {
   check_n(n);
-  FileParser p{std::string(filename), text::split_lines(textv), n, {}};
+  FileParser p{std::string(filename), text::split_lines(textv), n, {}, {}};
   return p.parse();
 }
 

@@ -3,6 +3,7 @@
 
 #include <cctype>
 #include <cstddef>
+#include <cstdio>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,6 +40,74 @@ inline std::string char_at(std::string_view s, std::size_t p) {
   std::size_t q = p + 1;
   while (q < s.size() && (static_cast<unsigned char>(s[q]) & 0xC0) == 0x80) ++q;
   return std::string(s.substr(p, q - p));
+}
+
+/// The code point of the UTF-8 sequence at s[p] (U+FFFD for a malformed one).
+inline char32_t code_point_at(std::string_view s, std::size_t p) {
+  const auto b = [&](std::size_t i) { return i < s.size() ? static_cast<unsigned char>(s[i]) : 0u; };
+  const unsigned c = b(p);
+  if (c < 0x80) return c;
+  if ((c & 0xE0) == 0xC0 && (b(p + 1) & 0xC0) == 0x80) return ((c & 0x1F) << 6) | (b(p + 1) & 0x3F);
+  if ((c & 0xF0) == 0xE0 && (b(p + 1) & 0xC0) == 0x80 && (b(p + 2) & 0xC0) == 0x80)
+    return ((c & 0x0F) << 12) | ((b(p + 1) & 0x3F) << 6) | (b(p + 2) & 0x3F);
+  if ((c & 0xF8) == 0xF0 && (b(p + 1) & 0xC0) == 0x80 && (b(p + 2) & 0xC0) == 0x80 && (b(p + 3) & 0xC0) == 0x80)
+    return ((c & 0x07) << 18) | ((b(p + 1) & 0x3F) << 12) | ((b(p + 2) & 0x3F) << 6) | (b(p + 3) & 0x3F);
+  return 0xFFFD;
+}
+
+/// "U+00A0".
+inline std::string code_point_name(char32_t cp) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "U+%04X", static_cast<unsigned>(cp));
+  return buf;
+}
+
+/// The character at s[p] as a message shows it: "'@'" for a visible one; characters that look
+/// like nothing or like something else are named, so a message never says "unexpected ' '":
+/// a carriage return (a file with bare-CR line endings), a non-breaking or other unusual space,
+/// an invisible format character, a control character (never echoed raw to the terminal).
+inline std::string describe_char(std::string_view s, std::size_t p) {
+  const char32_t cp = code_point_at(s, p);
+  if (cp == U'\r')
+    return "carriage return (U+000D): the file has bare-CR line endings; save it with \\n line endings";
+  if (cp == 0xA0) return "non-breaking space (U+00A0)";
+  if (cp == 0x3000 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x202F || cp == 0x205F || cp == 0x1680)
+    return "unusual space (" + code_point_name(cp) + ")";
+  if ((cp >= 0x200B && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202E) || (cp >= 0x2060 && cp <= 0x2064) ||
+      cp == 0xFEFF)
+    return "invisible character (" + code_point_name(cp) + ")";
+  if (cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp <= 0x9F)) return "control character (" + code_point_name(cp) + ")";
+  if (cp == 0xFFFD) return "byte that is not UTF-8";
+  std::string quoted(1, '\'');  // built by appending: GCC 12 warns falsely on "'" + string (bug 105329)
+  quoted += char_at(s, p);
+  quoted += '\'';
+  return quoted;
+}
+
+/// `s` with every control character (C0 except tab, DEL, C1) shown as a visible picture of one
+/// column (U+2400 + c for C0, U+2421 for DEL, U+FFFD for C1), so echoing user text can neither
+/// move the cursor nor change the terminal's colours, and carets below it still line up.
+inline std::string visible(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 && c != '\t') {
+      const char32_t pic = 0x2400 + c;  // 3-byte UTF-8
+      out += static_cast<char>(0xE0 | (pic >> 12));
+      out += static_cast<char>(0x80 | ((pic >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (pic & 0x3F));
+    } else if (c == 0x7F) {
+      out += "\xE2\x90\xA1";
+    } else if (c == 0xC2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) >= 0x80 &&
+               static_cast<unsigned char>(s[i + 1]) <= 0x9F) {
+      out += "\xEF\xBF\xBD";  // a C1 control (e.g. CSI) is two bytes, one column
+      ++i;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
 }
 
 /// Splits text into lines (without the newline; a trailing newline gives no extra line).

@@ -90,6 +90,11 @@ class MachineError : public std::runtime_error {
 
 /// Largest `n` a profile accepts (DRAM arrays stay small enough to print and to hold).
 inline constexpr int kMaxN = 1 << 20;
+/// Most registers a machine file may declare: far beyond any lesson's machine, and small enough
+/// that every lookup by name and every rendered register table stays cheap.
+inline constexpr std::size_t kMaxRegisters = 4096;
+/// Most DRAM arrays a machine file may declare (the same reasons).
+inline constexpr std::size_t kMaxArrays = 1024;
 
 /// The built-in profiles: matmul3 (R0–R2; LOAD STORE MAC_Z MAC; a[2][2], b[2][2] → c[2][2]),
 /// matmul6 (R0–R5, same DRAM), softmax3 (R0, r1, r2; LOAD STORE MAX SUB EXP ADD MUL DIV MOV;
