@@ -9,11 +9,13 @@
 #include "core/gpu_flags.hpp"
 
 #include "flashlab/reference/attention_traffic.hpp"
+#include "flashlab/reference/memory_budget.hpp"
 
 #ifdef FLASHLAB_HAVE_CUDA
 #include "attention/cuda_traffic.hpp"
 #endif
 
+#include <algorithm>
 #include <iomanip>
 #include <optional>
 #include <iostream>
@@ -62,6 +64,18 @@ std::vector<std::size_t> seq_list(const std::string& text) {
   return {v.begin(), v.end()};
 }
 
+// The models count bytes and FLOPs in 64 bits; every count is below 64·B·H·N²·max(d, 4) (the
+// largest, the backward's FLOPs, is 20·B·H·N²·d), so a size whose bound does not fit is refused
+// rather than printed wrapped.
+void require_counts_fit(const AttentionProblem& cfg, std::size_t n) {
+  const auto bound = checked_product({cfg.batch, cfg.heads, n, n, std::max<std::size_t>(cfg.head_dim, 4), 64});
+  if (!bound || *bound > (std::uint64_t{1} << 63))
+    throw UsageError("--seq " + std::to_string(n) + " with --heads " + std::to_string(cfg.heads) + " --batch " +
+                         std::to_string(cfg.batch) + " --dim " + std::to_string(cfg.head_dim) +
+                         ": the byte and FLOP counts would pass 2^63, beyond what the model counts exactly",
+                     "use smaller sizes: the counts grow as B·H·N²·d");
+}
+
 std::uint64_t total(const Traffic& t) { return t.total_read_bytes() + t.total_write_bytes(); }
 
 std::string ratio(std::uint64_t a, std::uint64_t b) {
@@ -85,9 +99,9 @@ void side_by_side(const std::vector<std::size_t>& seqs, AttentionProblem cfg, bo
     os << "attention HBM traffic (model; bytes read + written), H=" << cfg.heads << " B=" << cfg.batch
        << " d=" << cfg.head_dim << " Br=" << cfg.Br << " Bc=" << cfg.Bc << (cfg.causal ? " causal" : "")
        << " " << dtype_name(cfg.dtype) << "\n";
-    os << std::setw(10) << "N" << std::setw(18) << na << std::setw(18) << nb << std::setw(18) << nc << std::setw(12)
-       << (std::string(na) + "/" + nc) << std::setw(12) << (std::string(nb) + "/" + nc) << "\n";
   }
+  std::vector<std::vector<std::string>> rows{
+      {"N", na, nb, nc, std::string(na) + "/" + nc, std::string(nb) + "/" + nc}};
   for (std::size_t n : seqs) {
     cfg.seq = n;
     const auto ta = attention_traffic_formula(a, cfg), tb = attention_traffic_formula(b, cfg),
@@ -97,9 +111,18 @@ void side_by_side(const std::vector<std::size_t>& seqs, AttentionProblem cfg, bo
          << (cfg.causal ? 1 : 0) << "," << dtype_name(cfg.dtype) << "," << total(ta) << "," << total(tb) << ","
          << total(tc) << "," << ta.flops() << "," << tb.flops() << "," << tc.flops() << "\n";
     } else {
-      os << std::setw(10) << n << std::setw(18) << total(ta) << std::setw(18) << total(tb) << std::setw(18) << total(tc)
-         << std::setw(12) << ratio(total(ta), total(tc)) << std::setw(12) << ratio(total(tb), total(tc)) << "\n";
+      rows.push_back({std::to_string(n), std::to_string(total(ta)), std::to_string(total(tb)),
+                      std::to_string(total(tc)), ratio(total(ta), total(tc)), ratio(total(tb), total(tc))});
     }
+  }
+  if (csv) return;
+  // Columns at least as wide as their widest cell plus two spaces, so large counts never run together.
+  std::vector<std::size_t> width{10, 18, 18, 18, 12, 12};
+  for (const auto& r : rows)
+    for (std::size_t col = 0; col < r.size(); ++col) width[col] = std::max(width[col], r[col].size() + 2);
+  for (const auto& r : rows) {
+    for (std::size_t col = 0; col < r.size(); ++col) os << std::setw(static_cast<int>(width[col])) << r[col];
+    os << "\n";
   }
 }
 
@@ -117,15 +140,16 @@ void per_tensor(const std::vector<std::size_t>& seqs, AttentionProblem cfg, Algo
       continue;
     }
     os << algorithm_name(v) << "  " << cfg.str() << "\n";
-    os << std::left << std::setw(20) << "kernel" << std::setw(8) << "tensor" << std::right << std::setw(16) << "read B"
-       << std::setw(16) << "write B" << "\n";
+    // Counts reach 19 digits below the size bound (require_counts_fit): columns of 21 keep a gap.
+    os << std::left << std::setw(20) << "kernel" << std::setw(8) << "tensor" << std::right << std::setw(21) << "read B"
+       << std::setw(21) << "write B" << "\n";
     for (const auto& k : kernels)
       for (const auto& t : k.traffic.tensors())
-        os << std::left << std::setw(20) << k.name << std::setw(8) << t.name << std::right << std::setw(16)
-           << t.read_bytes() << std::setw(16) << t.write_bytes() << "\n";
+        os << std::left << std::setw(20) << k.name << std::setw(8) << t.name << std::right << std::setw(21)
+           << t.read_bytes() << std::setw(21) << t.write_bytes() << "\n";
     const auto all = attention_traffic_formula(v, cfg);
-    os << std::left << std::setw(28) << "total" << std::right << std::setw(16) << all.total_read_bytes()
-       << std::setw(16) << all.total_write_bytes() << "   FLOPs " << all.flops() << "\n\n";
+    os << std::left << std::setw(28) << "total" << std::right << std::setw(21) << all.total_read_bytes()
+       << std::setw(21) << all.total_write_bytes() << "   FLOPs " << all.flops() << "\n\n";
   }
 }
 
@@ -138,7 +162,8 @@ int cmd_traffic(const Args& args) {
   return guarded("traffic", [&]() -> int {
     const auto desc = options();
     const auto parsed = parse_subject_command(
-        args, desc, {"traffic", "model", "attention", "flashlab traffic attention --seq 1024,2048", kUsageLine, kSummary});
+        args, desc, {"traffic", "model", "attention",
+         "flashlab traffic attention --seq 1024,2048 (subjects: attention, levels, mta, stream)", kUsageLine, kSummary});
     if (!parsed) return kOk;  // --help was printed
     const po::variables_map& vm = *parsed;
     if (!vm.count("seq")) throw UsageError("--seq is required", "e.g. --seq 1024,2048,4096");
@@ -163,6 +188,7 @@ int cmd_traffic(const Args& args) {
     cfg.causal = vm["causal"].as<bool>();
     cfg.dtype = parse_dtype(dt);
     validate_flags(cfg);
+    for (std::size_t n : seqs) require_counts_fit(cfg, n);
     const std::string device = vm["device"].as<std::string>();
     if (traffic_svg_wanted(vm)) write_traffic_svg(vm, seqs, cfg);
     if (device == "cuda") {
