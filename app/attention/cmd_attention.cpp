@@ -18,6 +18,7 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 namespace flashlab::app {
 
@@ -276,7 +277,11 @@ void print_text(const Run& run, const Verdict& v) {
   if (v.d_identity >= 0)
     os << "D identity: rowsum(dP*P) vs rowsum(dO*O) in float64: " << std::setprecision(3) << v.d_identity << "\n";
   if (v.nan) os << "NaN in the result" << (run.bwd.mask_kv ? "" : " — the Triton walkthrough's NaN hazard: unmasked padded keys, Inf * 0") << "\n";
-  if (v.judged) os << "tolerance " << v.tolerance.str() << ": " << (v.within ? "ok" : "FAILED") << "\n\n";
+  if (v.judged) os << "tolerance " << v.tolerance.str() << ": " << (v.within ? "ok" : "FAILED") << "\n";
+  const bool overflowed = std::any_of(v.errors.begin(), v.errors.end(), [](const auto& e) { return std::isinf(e.error); });
+  if (v.judged && !v.within && overflowed && !v.nan && !run.use_double)
+    os << "why: a result overflowed float32 (|x| > 3.4e38), so its error is infinite\nhint: --precision double\n";
+  if (v.judged) os << "\n";
   else os << "emulated fp16: errors shown, not judged; NaN: " << (v.nan ? "yes (FAILED)" : "none") << "\n\n";
   os << "traffic (bytes; " << dtype_name(cfg.dtype) << " tensors, LSE/D/m/l fp32), counted by the tile loops\n";
   print_traffic_table(os, v.counted, v.formula);
@@ -379,7 +384,7 @@ int execute(const Run& run, const Tensor<double>& Q, const Tensor<double>& K, co
   const bool ok = within && counts_ok;
 
   if (run.save) {
-    fs::create_directories(*run.save);
+    prepare_save_dir(run.save->string());
     save_tensor(*run.save / "o.npy", fwd.O, run.four_d);
     save_stats(*run.save / "lse.npy", fwd.LSE, cfg, run.four_d);
     if (grads) {
@@ -473,6 +478,12 @@ int cmd_attention(const Args& args) {
       const auto q = load_operand(*run.inputs / "q.npy", run.policy);
       const auto k = load_operand(*run.inputs / "k.npy", run.policy);
       const auto vv = load_operand(*run.inputs / "v.npy", run.policy);
+      // One layout for all operands: a 4-D q beside 3-D k, v is a mistake, not a batch of one.
+      for (const auto& [name, operand] : {std::pair{"k.npy", &k}, std::pair{"v.npy", &vv}})
+        if (operand->four_d != q.four_d)
+          throw UsageError(std::string(name) + " is " + (operand->four_d ? "4-D" : "3-D") + " but q.npy is " +
+                               (q.four_d ? "4-D" : "3-D"),
+                           "give every operand the same layout: all [N, H, D] or all [B, N, H, D]");
       const Shape qs = q.t.shape(), ks = k.t.shape();
       const fs::path kf = *run.inputs / "k.npy", vf = *run.inputs / "v.npy";
       require_match(kf, "batch", ks.batch, qs.batch, "q.npy");

@@ -1,5 +1,7 @@
 #include "core/input_checks.hpp"
 
+#include <unistd.h>
+
 #include "flashlab/reference/memory_budget.hpp"
 
 #include <algorithm>
@@ -169,7 +171,34 @@ std::string Tolerance::str() const {
   if (cancellation > kCalibratedCancellation)
     s << " the gradients' cancellation C = " << cancellation << " / " << kCalibratedCancellation;
   s << ")";
+  if (capped)
+    s << ", capped at " << kToleranceCeiling
+      << ": the check cannot vouch for inputs this ill-conditioned (scale the inputs down)";
   return s.str();
+}
+
+std::filesystem::path prepare_save_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const fs::path path(dir);
+  const std::string flag = "--save '" + dir + "'";
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  if (fs::exists(st) && !fs::is_directory(st))
+    throw UsageError(flag + ": is a file, not a directory", "give a directory: the outputs are written inside it");
+  if (!fs::exists(st)) {
+    fs::create_directories(path, ec);
+    if (ec) {
+      const std::string why = ec == std::errc::permission_denied ? "permission denied"
+                              : ec == std::errc::not_a_directory ? "a part of the path is a file"
+                                                                 : ec.message();
+      throw UsageError(flag + ": cannot create the directory (" + why + ")",
+                       "give a directory you can write to, e.g. --save out");
+    }
+  }
+  if (::access(path.c_str(), W_OK | X_OK) != 0)
+    throw UsageError(flag + ": the directory is not writable (permission denied)",
+                     "give a directory you can write to, e.g. --save out");
+  return path;
 }
 
 Tolerance conditioned_tolerance(double base, double logit_bound, double cancellation) {
@@ -179,7 +208,8 @@ Tolerance conditioned_tolerance(double base, double logit_bound, double cancella
   t.cancellation = cancellation;
   const double raised = base * std::max(1.0, logit_bound / kCalibratedLogitBound) *
                         std::max(1.0, cancellation / kCalibratedCancellation);
-  t.value = std::isfinite(raised) ? std::max(base, raised) : base;
+  t.capped = !std::isfinite(raised) || raised > kToleranceCeiling;
+  t.value = t.capped ? std::max(base, kToleranceCeiling) : std::max(base, raised);
   return t;
 }
 

@@ -68,6 +68,11 @@ unsigned long long checked_seed(long long value);
 /// --scale when given: a positive finite number, else UsageError; nothing when absent.
 std::optional<double> checked_scale(const po::variables_map& vm);
 
+/// The `--save DIR` directory: created when missing; a UsageError (exit 2) naming the flag, the
+/// path and the reason (a file is in the way, a parent is not a directory, permission denied)
+/// with a hint, instead of the library's raw filesystem message.
+std::filesystem::path prepare_save_dir(const std::string& dir);
+
 /// Largest Euclidean norm of the rows of a row-major `rows × cols` block of `values`.
 double max_row_norm(const double* values, std::size_t rows, std::size_t cols);
 
@@ -76,6 +81,10 @@ double max_row_norm(const double* values, std::size_t rows, std::size_t cols);
 inline constexpr double kCalibratedLogitBound = 64.0;
 /// Cancellation ratio up to which they hold: ordinary random inputs give 60–900 (attention bwd).
 inline constexpr double kCalibratedCancellation = 1024.0;
+/// The loosest relative tolerance a self-check uses. Past it a check could pass results that agree
+/// in no digit, so the tolerance stops growing there and the check says it cannot vouch for
+/// inputs this ill-conditioned.
+inline constexpr double kToleranceCeiling = 1e-2;
 
 /// A self-check tolerance scaled by conditioning. A softmax weight inherits the absolute rounding
 /// error of its logit, u·|s|, as a relative error, so two correct computations drift apart in
@@ -88,13 +97,14 @@ struct Tolerance {
   double base = 0;          ///< the fixed tolerance for well-conditioned inputs
   double logit_bound = 0;   ///< L
   double cancellation = 1;  ///< C, the size of the summed terms over the size of the result
+  bool capped = false;      ///< the conditioning asked for more than kToleranceCeiling
   /// True when the conditioning raised the tolerance above the base.
-  [[nodiscard]] bool scaled() const { return value > base; }
+  [[nodiscard]] bool scaled() const { return value > base || capped; }
   /// "1e-12", or "1.7e-09 (1e-12 scaled by the logit bound L = 1.1e+05 / 64)".
   [[nodiscard]] std::string str() const;
 };
-/// base·max(1, L/64)·max(1, C/1024); the base alone when that is not finite (a NaN result never
-/// passes anyway).
+/// base·max(1, L/64)·max(1, C/1024), at most kToleranceCeiling (then `capped`, also when that
+/// product is not finite).
 Tolerance conditioned_tolerance(double base, double logit_bound, double cancellation = 1.0);
 
 }  // namespace flashlab::app

@@ -175,14 +175,14 @@ int cmd_traffic_mta(const Args& args) {
         args, desc, {"traffic", "model", "mta", "flashlab traffic mta --seq 2048", kUsageLine, kSummary});
     if (!parsed) return kOk;  // --help was printed
     const po::variables_map& vm = *parsed;
-    require_range("--seq", vm["seq"].as<long long>(), 1, 1 << 20);
-    require_range("--heads", vm["heads"].as<long long>(), 1, 65535);
-    require_range("--dim", vm["dim"].as<long long>(), 1, 1024);
-    require_range("--batch", vm["batch"].as<long long>(), 1, 65535);
-    require_range("--cq", vm["cq"].as<long long>(), 1, 64);
-    require_range("--ck", vm["ck"].as<long long>(), 1, 64);
-    require_range("--block", vm["block"].as<long long>(), 1, 1024);
-    require_range("--splits", vm["splits"].as<long long>(), 1, 65535);
+    require_range("seq", vm["seq"].as<long long>(), 1, 1 << 20);
+    require_range("heads", vm["heads"].as<long long>(), 1, 65535);
+    require_range("dim", vm["dim"].as<long long>(), 1, 1024);
+    require_range("batch", vm["batch"].as<long long>(), 1, 65535);
+    require_range("cq", vm["cq"].as<long long>(), 1, 64);
+    require_range("ck", vm["ck"].as<long long>(), 1, 64);
+    require_range("block", vm["block"].as<long long>(), 1, 1024);
+    require_range("splits", vm["splits"].as<long long>(), 1, 65535);
     if (vm["ck"].as<long long>() % 2 == 0)
       throw UsageError("--ck " + std::to_string(vm["ck"].as<long long>()) + " is even",
                        "--ck must be odd so that (ck - 1)/2 key columns pad each side");

@@ -175,12 +175,7 @@ void check_flag_ranges(const po::variables_map& vm) {
 
 std::optional<fs::path> save_directory(const po::variables_map& vm) {
   if (!vm.count("save")) return std::nullopt;
-  fs::path dir(vm["save"].as<std::string>());
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir))
-    throw UsageError("--save " + dir.string() + ": cannot create the directory (" + ec.message() + ")");
-  return dir;
+  return prepare_save_dir(vm["save"].as<std::string>());
 }
 
 }  // namespace

@@ -192,7 +192,7 @@ int run(const Options& o, const Mat<double>* Qd, const Mat<double>* Kd, const Ma
 
   std::vector<std::string> saved;
   if (!o.save.empty()) {
-    fs::create_directories(o.save);
+    prepare_save_dir(o.save);
     const fs::path dir(o.save);
     if (o.sub == "estimate") {
       ref::write_npy(dir / "indices.npy", {g.n_q(), k}, est.indices.data());

@@ -214,7 +214,7 @@ int cmd_stream_needles(const Args& args) {
               << "recall " << rec.found << "/" << rec.planted << " = " << std::setprecision(4) << rec.recall() << "\n";
     if (!o.save.empty()) {
       const fs::path dir(o.save);
-      fs::create_directories(dir);
+      prepare_save_dir(o.save);
       const std::vector<std::size_t> shape{std::size_t(o.seq), std::size_t(o.dim)};
       ref::write_npy(dir / "q.npy", shape, set.Q.data());
       ref::write_npy(dir / "k.npy", shape, set.K.data());
@@ -436,7 +436,7 @@ int run_cuda(const CudaOptions& o, Heads& Q, Heads& K, const Heads& V) {
   if (o.sub == "trace") std::cout << "edges: " << edges.size() << " records\n";
   if (!o.save.empty()) {
     const fs::path dir(o.save);
-    fs::create_directories(dir);
+    prepare_save_dir(o.save);
     std::vector<std::size_t> ishape{g.n_q(), k};
     if (Q.H > 1) ishape.insert(ishape.begin(), Q.H);
     if (o.sub == "estimate") ref::write_npy(dir / "indices.npy", ishape, est.indices.data());
@@ -552,12 +552,11 @@ int cmd_stream_cuda(const Args& args) {
 int cmd_traffic_stream(const Args& args) {
   return guarded("traffic stream", [&]() -> int {
     TrafficOptions o;
-    std::string device = "cpu", csv;
+    std::string device, csv;
     po::options_description desc("Options");
     desc.add_options()
         ("help,h", "show this help")
-        ("sub", po::value<std::string>(), "stream")
-        ("device", po::value<std::string>(&device)->default_value("cpu"), "cuda (measure the clear kernels)")
+        ("device", po::value<std::string>(&device), "cuda (required: the clear kernels are measured on the GPU)")
         ("seq", po::value<long long>(&o.seq)->default_value(131072), "sequence length T")
         ("dim", po::value<long long>(&o.dim)->default_value(128), "head dim d")
         ("heads", po::value<long long>(&o.heads)->default_value(1), "heads H")
@@ -568,9 +567,13 @@ int cmd_traffic_stream(const Args& args) {
         ("seed", po::value<long long>(&o.seed)->default_value(0), "seed of the random inputs")
         ("threads", po::value<long long>(&o.threads)->default_value(8), "CPU threads of the reference count")
         ("csv", po::value<std::string>(&csv), "append the rows to this CSV file (header when new)");
+    po::options_description hidden;  // the subject word itself, not shown in --help
+    hidden.add_options()("sub", po::value<std::string>(), "stream");
+    po::options_description all;
+    all.add(desc).add(hidden);
     po::positional_options_description pos;
     pos.add("sub", 1);
-    const auto vm = parse(args, desc, &pos);
+    const auto vm = parse(args, all, &pos);
     if (vm.count("help")) {
       print_help(std::cout, kTrafficUsage, kTrafficSummary, desc);
       return kOk;
