@@ -47,7 +47,10 @@ build: deps
 	cmake --preset cpu
 	cmake --build --preset cpu -j $(JOBS)
 
-demo: build
+# The demo runs one program: build only it (and what it links), not the tests.
+demo: deps
+	cmake --preset cpu
+	cmake --build --preset cpu -j $(JOBS) --target flashlab
 	./build/cpu/app/flashlab demo
 
 test: build
