@@ -1,11 +1,13 @@
-// traffic_probe.cu — runs one attention algorithm's clear kernels under the CUPTI Range Profiler with L2 flushed
-// before each measured kernel (traffic_probe.hpp). Inputs are generated on the device from a
+// traffic_probe.cu — runs one attention algorithm's clear kernels under the one CUPTI probe
+// (core/probe.hpp: L2 flushed before each measured kernel; traffic_probe.hpp). Inputs are
+// generated on the device from a
 // seeded hash (no host upload of hundreds of MB); the values are standard-normal-like. The fill and
 // the flush are the recipe every probe shares (probe_kernels.hpp).
 #include "flashlab/cuda/traffic_probe.hpp"
 
 #include "core/common.hpp"
 #include "attention/launchers.hpp"
+#include "core/probe.hpp"
 #include "core/probe_kernels.hpp"
 
 #include <algorithm>
@@ -19,74 +21,6 @@ using detail::DeviceBuffer;
 namespace {
 
 void random_fill(DeviceBuffer<float>& b, unsigned long long seed) { detail::launch_random_fill(b.get(), b.size(), seed); }
-
-/// The hook: before each kernel the variant launches, flush L2 and remember the kernel's name.
-struct FlushHook : detail::LaunchHook {
-  DeviceBuffer<float>* flush = nullptr;
-  DeviceBuffer<float>* sink = nullptr;
-  std::vector<std::string> launched;  // every kernel in launch order, flush kernels included
-  void before(const char* name) override {
-    detail::launch_l2_flush(flush->get(), flush->size(), sink->get());
-    launched.emplace_back(detail::kL2FlushWriteKernel);
-    launched.emplace_back(detail::kL2FlushReadKernel);
-    launched.emplace_back(name);
-  }
-};
-
-/// Installs a hook for the lifetime of the object (and removes it on every exit path).
-struct HookScope {
-  explicit HookScope(detail::LaunchHook* h) { detail::launch_hook() = h; }
-  ~HookScope() { detail::launch_hook() = nullptr; }
-  HookScope(const HookScope&) = delete;
-  HookScope& operator=(const HookScope&) = delete;
-};
-
-/// Runs `launches` once per CUPTI metric and adds what each measured kernel (flush kernels left
-/// out) counted to `result.kernels`, in launch order; metrics the device refuses go to
-/// `result.unavailable`.
-void profile_each_metric(const std::function<void()>& launches, FlushHook& hook, ProbeResult& result) {
-  // One metric per session: each session needs a single pass, so every measured kernel runs
-  // exactly once right after its L2 flush. Several metrics in one configuration would make CUPTI
-  // replay each kernel once per pass, and the replays would start with a warm L2. The launch
-  // sequences are idempotent (every output is overwritten; atomic dQ is zeroed first), so they
-  // can simply be repeated.
-  for (const std::string& metric : RangeProfiler::all_metrics()) {
-    RangeProfiler profiler({metric});
-    if (!profiler.unavailable_metrics().empty()) {
-      result.unavailable.push_back(metric);
-      continue;
-    }
-    result.passes = std::max(result.passes, profiler.passes());
-    hook.launched.clear();
-    std::vector<KernelCounters> ranges;
-    {
-      HookScope scope(&hook);
-      ranges = profiler.profile(launches);
-    }
-    // Ranges and launches must pair up one to one, in order.
-    if (ranges.size() != hook.launched.size()) {
-      std::string names;
-      for (const auto& r : ranges) names += " " + r.range_name;
-      throw CudaError("CUPTI returned " + std::to_string(ranges.size()) + " ranges for " +
-                      std::to_string(hook.launched.size()) + " launches:" + names);
-    }
-    // If CUPTI's range names carry the kernel names (they do for auto ranges), every one must
-    // match; if none does, the names are not informative and the launch order alone pairs them.
-    std::size_t matches = 0;
-    for (std::size_t r = 0; r < ranges.size(); ++r)
-      if (ranges[r].range_name.find(hook.launched[r]) != std::string::npos) ++matches;
-    std::size_t k = 0;
-    for (std::size_t r = 0; r < ranges.size(); ++r) {
-      if (matches != 0 && ranges[r].range_name.find(hook.launched[r]) == std::string::npos)
-        throw CudaError("CUPTI range " + std::to_string(r) + " is '" + ranges[r].range_name + "', expected kernel " +
-                        hook.launched[r]);
-      if (hook.launched[r].rfind(detail::kL2FlushPrefix, 0) == 0) continue;
-      if (k == result.kernels.size()) result.kernels.push_back({hook.launched[r], KernelCounters{}});
-      RangeProfiler::accumulate(result.kernels[k].counters, ranges[r]);
-      ++k;
-    }
-  }
-}
 
 }  // namespace
 
@@ -103,7 +37,7 @@ int fa1_query_split_for(const ProbeConfig& cfg) {
 ProbeResult measure_attention(ref::Algorithm algorithm, const ProbeConfig& cfg) {
   check_clear_problem(algorithm, cfg.problem);
   const detail::Problem p = detail::make_problem(cfg.problem).with_tiles(int(cfg.problem.Br), int(cfg.problem.Bc));
-  if (cfg.flush_bytes < (std::size_t(64) << 20))
+  if (cfg.flush_bytes < (std::size_t(64) << 20))  // before any allocation (probe_kernels checks it too)
     throw std::invalid_argument("flashlab::cuda: flush buffer of " + std::to_string(cfg.flush_bytes) +
                                 " bytes is too small to flush a 50 MB L2 (hint: use >= 128 MiB)");
   const std::size_t numel = std::size_t(p.batch) * p.seq * p.row_stride();
@@ -113,11 +47,6 @@ ProbeResult measure_attention(ref::Algorithm algorithm, const ProbeConfig& cfg) 
   random_fill(Q, cfg.seed * 4 + 0);
   random_fill(K, cfg.seed * 4 + 1);
   random_fill(V, cfg.seed * 4 + 2);
-  DeviceBuffer<float> flush(cfg.flush_bytes / sizeof(float)), sink(1);
-  FlushHook hook;
-  hook.flush = &flush;
-  hook.sink = &sink;
-
   ProbeResult result;
   // Buffers every algorithm may need (allocated only when used), then the launch sequence.
   DeviceBuffer<float> S, m, l, dO, D, dQ, dK, dV;
@@ -170,8 +99,10 @@ ProbeResult measure_attention(ref::Algorithm algorithm, const ProbeConfig& cfg) 
   }
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
 
-  profile_each_metric(launches, hook, result);
-  return result;
+  // The launch sequences are idempotent (every output is overwritten; atomic dQ is zeroed first).
+  ProbeResult measured = detail::probe_kernels(launches, cfg.flush_bytes);
+  measured.fa1_query_split = result.fa1_query_split;
+  return measured;
 }
 
 }  // namespace flashlab::cuda

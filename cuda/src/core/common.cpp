@@ -5,8 +5,11 @@
 #include "flashlab/reference/attention_problem.hpp"
 
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 namespace flashlab::cuda::detail {
 
@@ -34,19 +37,42 @@ Problem make_problem(const ref::AttentionProblem& problem) {
   return p;
 }
 
-void set_smem(const void* kernel, std::size_t bytes, const char* kernel_name, const Problem& p) {
+void opt_in_smem(const void* kernel, std::size_t bytes, const std::function<void(std::size_t optin)>& refuse) {
   int dev = 0;
   FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
+  // What each (device, kernel) was opted into; the attribute is per device, so a second GPU (or a
+  // thread on another device) opts in again.
+  static std::mutex mutex;
+  static std::map<std::pair<int, const void*>, std::size_t> given;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto it = given.find({dev, kernel});
+  if (it != given.end() && it->second >= bytes) return;
   int optin = 0;
   FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   if (bytes > std::size_t(optin)) {
-    std::ostringstream os;
-    os << "flashlab::cuda: " << kernel_name << " needs " << bytes << " bytes of shared memory for Br="
-       << p.Br << ", Bc=" << p.Bc << ", d=" << p.head_dim << " but the device allows "
-       << optin << " (hint: use smaller tiles, e.g. --block-m 64 --block-n 32)";
-    throw std::invalid_argument(os.str());
+    refuse(std::size_t(optin));
+    throw std::logic_error("opt_in_smem: the refusal did not throw");  // refuse() must throw
   }
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  given[{dev, kernel}] = bytes;
+}
+
+void opt_in_smem(const void* kernel, std::size_t bytes, const char* kernel_name) {
+  opt_in_smem(kernel, bytes, [&](std::size_t optin) {
+    throw CudaError(std::string("flashlab::cuda: ") + kernel_name + " needs " + std::to_string(bytes) +
+                    " bytes of shared memory per block, the device allows " + std::to_string(optin) +
+                    " (hint: the fast kernels are built for sm_90, 227 KiB)");
+  });
+}
+
+void set_smem(const void* kernel, std::size_t bytes, const char* kernel_name, const Problem& p) {
+  opt_in_smem(kernel, bytes, [&](std::size_t optin) {
+    std::ostringstream os;
+    os << "flashlab::cuda: " << kernel_name << " needs " << bytes << " bytes of shared memory for Br=" << p.Br
+       << ", Bc=" << p.Bc << ", d=" << p.head_dim << " but the device allows " << optin
+       << " (hint: use smaller tiles, e.g. --block-m 64 --block-n 32)";
+    throw std::invalid_argument(os.str());
+  });
 }
 
 LaunchHook*& launch_hook() {

@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -146,8 +147,19 @@ inline constexpr int kThreads = 128;
 /// are multiples of 32 banks; without the pad a K_j column read would be a 32-way conflict).
 FLASHLAB_HD inline int smem_pitch(int head_dim) { return head_dim + 1; }
 
-/// Opts a kernel into `bytes` of dynamic shared memory, throwing a clear error when the tile
-/// configuration needs more than the device has (name the kernel and the tile sizes).
+/// Opts `kernel` into `bytes` of dynamic shared memory on the current device: the one opt-in of
+/// every family. Cheap and safe to call before every launch, from any number of host threads: a
+/// mutex guards the record of what each (device, kernel) was given, and cudaFuncSetAttribute runs
+/// only when a device meets a kernel for the first time (or needs more than it was given). When
+/// the device allows less than `bytes` per block, calls `refuse(optin)`, which must throw the
+/// family's error naming the kernel, its tiles and a hint (nothing is set then).
+void opt_in_smem(const void* kernel, std::size_t bytes, const std::function<void(std::size_t optin)>& refuse);
+
+/// opt_in_smem() whose refusal is a CudaError naming the kernel, its need and the device's limit
+/// (for kernels whose SRAM is fixed at compile time: a refusal means another GPU, not bad input).
+void opt_in_smem(const void* kernel, std::size_t bytes, const char* kernel_name);
+
+/// opt_in_smem() for an attention kernel: the refusal names the kernel and the tile sizes.
 void set_smem(const void* kernel, std::size_t bytes, const char* kernel_name, const Problem& p);
 
 /// Launch hook: the traffic probe installs one to flush L2 before every measured kernel and to

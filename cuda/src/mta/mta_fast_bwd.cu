@@ -502,11 +502,8 @@ template <int HEAD_DIM, bool kBf16, int CQ>
 void launch_gradients(const Geometry& G, const Problem& p, const BwdArgs& a, cudaStream_t stream) {
   using T = BwdTraits<HEAD_DIM>;
   auto kernel = &mta_fast_bwd_kernel<HEAD_DIM, kBf16, CQ>;
-  static const bool opted_in = [&] {
-    set_smem(reinterpret_cast<const void*>(kernel), T::kSmem, "mta_fast_bwd_kernel", p);
-    return true;
-  }();
-  (void)opted_in;
+  // > 48 KiB of dynamic SRAM: opted in per device (the record is kept, thread-safe: common.hpp).
+  set_smem(reinterpret_cast<const void*>(kernel), T::kSmem, "mta_fast_bwd_kernel", p);
   announce("mta_fast_bwd_kernel");
   kernel<<<dim3(G.heads, G.tc, G.batch), kThreads, T::kSmem, stream>>>(G, a.Q, a.K, a.V, a.dO, a.W, a.LSE, a.D,
                                                                       a.dQaccum, a.dK, a.dV, a.dW);

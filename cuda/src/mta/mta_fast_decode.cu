@@ -487,12 +487,8 @@ template <int HEAD_DIM, bool kBf16, int CQ, int CK>
 void launch_split(const Geometry& G, const DecodeArgs& a, cudaStream_t stream) {
   using T = DecodeTraits<HEAD_DIM>;
   auto split_kernel = &mta_fast_decode_split_kernel<HEAD_DIM, kBf16, CQ, CK>;
-  static const bool opted_in = [&] {
-    FLASHLAB_CUDA_CHECK(
-        cudaFuncSetAttribute(reinterpret_cast<const void*>(split_kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem));
-    return true;
-  }();
-  (void)opted_in;
+  // > 48 KiB of dynamic SRAM: opted in per device (the record is kept, thread-safe: common.hpp).
+  opt_in_smem(reinterpret_cast<const void*>(split_kernel), std::size_t(T::kSmem), "mta_fast_decode_split_kernel");
   announce("mta_fast_decode_split_kernel");
   split_kernel<<<dim3(G.splits, G.heads, G.batch), kThreads, T::kSmem, stream>>>(G, a.Q, a.K, a.V, a.W, a.O_s, a.m_s,
                                                                                 a.l_s);

@@ -614,14 +614,8 @@ void launch_one(const FastLaunch& L, const void* Q, const void* K, const void* V
                 cudaStream_t stream, float* order_ws = nullptr) {
   using Sm = FwdSmem<HEAD_DIM>;
   auto kernel = &mta_fast_fwd_kernel<HEAD_DIM, kBf16, kOInHbm>;
-  // Opt in to > 48 KiB of dynamic SRAM once per instantiation (thread-safe static init).
-  static const bool opted_in = [&] {
-    FLASHLAB_CUDA_CHECK(
-        cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             Sm::kMaxBytes));
-    return true;
-  }();
-  (void)opted_in;
+  // > 48 KiB of dynamic SRAM: opted in per device (the record is kept, thread-safe: common.hpp).
+  opt_in_smem(reinterpret_cast<const void*>(kernel), std::size_t(Sm::kMaxBytes), "mta_fast_fwd_kernel");
   const dim3 grid((L.seq + kFastBr - 1) / kFastBr, L.heads, L.batch);
   const int smem = Sm::bytes(L.linear, L.ck);
   announce("mta_fast_fwd_kernel");

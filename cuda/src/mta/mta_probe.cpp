@@ -1,7 +1,6 @@
 // The MTA traffic probe (mta.hpp, measure): one pass of the clear MTA kernels on seeded device
-// inputs under the CUPTI Range Profiler, L2 flushed before every measured kernel, one metric per
-// profiling session (a single pass each, so no replay starts with a warm L2) — the recipe every
-// probe shares (probe_kernels.hpp), applied to the MTA launch sequences.
+// inputs under the one CUPTI probe of every family (core/probe.hpp: L2 flushed before every
+// measured kernel, one metric per profiling session).
 #include "core/common.hpp"
 // GCC 12 at -O2/-O3 reports a false -Wrestrict inside std::string operator+ (GCC bug 105329).
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
@@ -9,7 +8,8 @@
 #endif
 #include "flashlab/cuda/mta.hpp"
 #include "flashlab/cuda/profiler.hpp"
-#include "mta/mta_api.hpp"
+#include "mta/front_door.hpp"
+#include "core/probe.hpp"
 #include "core/probe_kernels.hpp"
 
 #include <algorithm>
@@ -22,65 +22,6 @@ namespace flashlab::cuda::mta {
 
 namespace dm = detail::mta;
 using detail::DeviceBuffer;
-
-namespace {
-
-/// Before each kernel a pass launches: flush L2 and remember the kernel's name.
-struct FlushHook : detail::LaunchHook {
-  DeviceBuffer<float>* flush = nullptr;
-  DeviceBuffer<float>* sink = nullptr;
-  std::vector<std::string> launched;  // every kernel in launch order, the two flush kernels included
-  void before(const char* name) override {
-    detail::launch_l2_flush(flush->get(), flush->size(), sink->get());
-    launched.emplace_back(detail::kL2FlushWriteKernel);
-    launched.emplace_back(detail::kL2FlushReadKernel);
-    launched.emplace_back(name);
-  }
-};
-
-/// Installs a hook for the lifetime of the object (removed on every exit path).
-struct HookScope {
-  explicit HookScope(detail::LaunchHook* h) { detail::launch_hook() = h; }
-  ~HookScope() { detail::launch_hook() = nullptr; }
-  HookScope(const HookScope&) = delete;
-  HookScope& operator=(const HookScope&) = delete;
-};
-
-/// Runs `launches` once per metric and pairs CUPTI's ranges with the launched kernels.
-ProbeResult profile_each_metric(const std::function<void()>& launches, FlushHook& hook) {
-  ProbeResult result;
-  for (const std::string& metric : RangeProfiler::all_metrics()) {
-    RangeProfiler profiler({metric});
-    if (!profiler.unavailable_metrics().empty()) {
-      result.unavailable.push_back(metric);
-      continue;
-    }
-    result.passes = std::max(result.passes, profiler.passes());
-    hook.launched.clear();
-    std::vector<KernelCounters> ranges;
-    {
-      HookScope scope(&hook);
-      ranges = profiler.profile(launches);
-    }
-    if (ranges.size() != hook.launched.size())
-      throw CudaError("CUPTI returned " + std::to_string(ranges.size()) + " ranges for " +
-                      std::to_string(hook.launched.size()) + " launches");
-    std::size_t k = 0;
-    for (std::size_t r = 0; r < ranges.size(); ++r) {
-      if (ranges[r].range_name.find(hook.launched[r]) == std::string::npos &&
-          ranges[r].range_name.find("mta_") != std::string::npos)
-        throw CudaError("CUPTI range " + std::to_string(r) + " is '" + ranges[r].range_name + "', expected kernel " +
-                        hook.launched[r]);
-      if (hook.launched[r].rfind(detail::kL2FlushPrefix, 0) == 0) continue;
-      if (k == result.kernels.size()) result.kernels.push_back({hook.launched[r], KernelCounters{}});
-      RangeProfiler::accumulate(result.kernels[k].counters, ranges[r]);
-      ++k;
-    }
-  }
-  return result;
-}
-
-}  // namespace
 
 ProbeResult measure(Pass pass, const ProbeConfig& cfg) {
   const ref::Shape& sh = cfg.shape;
@@ -101,10 +42,6 @@ ProbeResult measure(Pass pass, const ProbeConfig& cfg) {
   detail::launch_random_fill(K.get(), numel, cfg.seed * 8 + 1);
   detail::launch_random_fill(V.get(), numel, cfg.seed * 8 + 2);
   detail::launch_random_fill(W.get(), taps, cfg.seed * 8 + 3);
-  DeviceBuffer<float> flush(cfg.flush_bytes / sizeof(float)), sink(1);
-  FlushHook hook;
-  hook.flush = &flush;
-  hook.sink = &sink;
 
   DeviceBuffer<float> dO, D, dQ, dK, dV, dW, O_s, M_s, L_s;
   std::function<void()> launches;
@@ -150,7 +87,7 @@ ProbeResult measure(Pass pass, const ProbeConfig& cfg) {
   }
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
   // Every launch sequence is idempotent (each output is rewritten; O and dW are zeroed first).
-  return profile_each_metric(launches, hook);
+  return detail::probe_kernels(launches, cfg.flush_bytes);
 }
 
 }  // namespace flashlab::cuda::mta

@@ -202,22 +202,23 @@ std::size_t trace_smem_bytes(const StreamProblem& p) {
 }
 
 void launch_apply(const StreamProblem& p, const float* Q, const float* K, const float* V, const long long* I,
-                  float* O, float* row_mu, float* row_lam) {
+                  float* O, float* row_mu, float* row_lam, cudaStream_t stream) {
   const std::size_t smem = apply_smem_bytes(p);
-  FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&stream_apply_kernel),
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  ::flashlab::cuda::detail::opt_in_smem(reinterpret_cast<const void*>(&stream_apply_kernel), smem,
+                                        "stream_apply_kernel");
   ::flashlab::cuda::detail::announce("stream_apply_kernel");
-  stream_apply_kernel<<<dim3(p.n_q, p.heads), kThreads, smem>>>(p, Q, K, V, I, O, row_mu, row_lam);
+  stream_apply_kernel<<<dim3(p.n_q, p.heads), kThreads, smem, stream>>>(p, Q, K, V, I, O, row_mu, row_lam);
   FLASHLAB_CUDA_CHECK_LAUNCH("stream_apply_kernel");
 }
 
 void launch_trace(const StreamProblem& p, int q0, int count, const float* Q, const float* K, const float* V,
-                  const long long* I, const float* row_mu, const float* row_lam, EdgeRecord* edges) {
+                  const long long* I, const float* row_mu, const float* row_lam, EdgeRecord* edges,
+                  cudaStream_t stream) {
   const std::size_t smem = trace_smem_bytes(p);
-  FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&stream_trace_kernel),
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  ::flashlab::cuda::detail::opt_in_smem(reinterpret_cast<const void*>(&stream_trace_kernel), smem,
+                                        "stream_trace_kernel");
   ::flashlab::cuda::detail::announce("stream_trace_kernel");
-  stream_trace_kernel<<<dim3(count, p.k, p.heads), kThreads, smem>>>(p, q0, Q, K, V, I, row_mu, row_lam, edges);
+  stream_trace_kernel<<<dim3(count, p.k, p.heads), kThreads, smem, stream>>>(p, q0, Q, K, V, I, row_mu, row_lam, edges);
   FLASHLAB_CUDA_CHECK_LAUNCH("stream_trace_kernel");
 }
 

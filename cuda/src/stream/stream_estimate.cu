@@ -201,8 +201,8 @@ std::size_t estimate_work_bytes(const StreamProblem& p) {
 void launch_estimate(const StreamProblem& p, const float* Q, const float* K, const std::uint64_t* mask, void* work,
                      long long* I, float* scores, float* margins) {
   const std::size_t smem = estimate_smem_bytes(p);
-  FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&stream_estimate_kernel),
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  ::flashlab::cuda::detail::opt_in_smem(reinterpret_cast<const void*>(&stream_estimate_kernel), smem,
+                                        "stream_estimate_kernel");
   const dim3 grid(p.n_q, p.heads);
   ::flashlab::cuda::detail::announce("stream_estimate_kernel");
   stream_estimate_kernel<<<grid, kThreads, smem>>>(p, Q, K, mask, static_cast<Candidate*>(work), I, scores,

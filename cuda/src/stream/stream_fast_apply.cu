@@ -320,8 +320,8 @@ void launch_one(const FastApplyLaunch& p, const void* Q, const void* K, const vo
   using Tr = ApplyTraits<HEAD_DIM, G>;
   auto kernel = &stream_fast_apply_kernel<HEAD_DIM, G, kBf16>;
   const std::size_t smem = smem_bytes<HEAD_DIM, G>(p.k);
-  FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  ::flashlab::cuda::detail::opt_in_smem(reinterpret_cast<const void*>(kernel), smem,
+                                        "stream_fast_apply_kernel");
   ::flashlab::cuda::detail::announce("stream_fast_apply_kernel");
   const dim3 grid((p.n_q + G - 1) / G, p.heads);
   kernel<<<grid, Tr::kThreads, smem, stream>>>(p, static_cast<const uint16_t*>(Q), static_cast<const uint16_t*>(K),

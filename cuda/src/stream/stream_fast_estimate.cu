@@ -371,8 +371,8 @@ template <int HEAD_DIM>
 void launch_fast(const StreamProblem& p, const uint16_t* Q, const uint16_t* K, const std::uint64_t* mask,
                  long long* I, float* scores, float* margins, cudaStream_t stream) {
   const std::size_t smem = fast_smem_bytes<HEAD_DIM>(p.k);
-  FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&stream_fast_estimate_kernel<HEAD_DIM>),
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  ::flashlab::cuda::detail::opt_in_smem(reinterpret_cast<const void*>(&stream_fast_estimate_kernel<HEAD_DIM>), smem,
+                                        "stream_fast_estimate_kernel");
   const dim3 grid(unsigned(p.n_q), unsigned(p.heads));
   ::flashlab::cuda::detail::announce("stream_fast_estimate_kernel");
   stream_fast_estimate_kernel<HEAD_DIM><<<grid, kFastThreads, smem, stream>>>(p, Q, K, mask, I, scores, margins);

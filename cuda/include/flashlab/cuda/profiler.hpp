@@ -41,6 +41,22 @@ struct KernelCounters {
   double duration_ns = 0;        ///< kernel duration in nanoseconds
 };
 
+/// One measured kernel of a launch sequence (every family's probe reports these).
+struct MeasuredKernel {
+  std::string kernel;       ///< our kernel name, e.g. "flash_fwd_kernel"
+  KernelCounters counters;  ///< what CUPTI measured for it
+};
+
+/// What a traffic probe measured: the kernels of one launch sequence, in launch order. The one
+/// result type of every family (attention: measure_attention; MTA: mta::measure; STREAM:
+/// measure_stream_traffic's kernels).
+struct ProbeResult {
+  std::vector<MeasuredKernel> kernels;    ///< the algorithm's kernels (flush kernels left out)
+  int fa1_query_split = 1;                ///< FA1 only: blocks per head actually used
+  std::size_t passes = 0;                 ///< CUPTI replay passes per kernel
+  std::vector<std::string> unavailable;   ///< metrics the device did not accept
+};
+
 /// The CUPTI Range Profiler on device 0, configured once for the counters of KernelCounters.
 class RangeProfiler {
  public:

@@ -19,26 +19,13 @@
 
 namespace flashlab::cuda {
 
-/// The problem and measurement settings.
+/// The problem and measurement settings (the result, ProbeResult, is the one type of every
+/// family's probe: profiler.hpp).
 struct ProbeConfig {
   ref::AttentionProblem problem;                     ///< shape, tiles, causal, scale (fp32: the clear kernels)
   int fa1_query_split = 0;                           ///< fa1_fwd only: blocks per head (0: fill the GPU)
   unsigned long long seed = 1;                       ///< seed of the random inputs
   std::size_t flush_bytes = std::size_t(256) << 20;  ///< size of the L2 flush buffer (≫ 50 MB)
-};
-
-/// One measured kernel of an algorithm.
-struct MeasuredKernel {
-  std::string kernel;       ///< our kernel name, e.g. "flash_fwd_kernel"
-  KernelCounters counters;  ///< what CUPTI measured for it
-};
-
-/// All kernels of one measured algorithm, in launch order.
-struct ProbeResult {
-  std::vector<MeasuredKernel> kernels;    ///< the algorithm's kernels (flush kernels left out)
-  int fa1_query_split = 1;                ///< FA1 only: blocks per head actually used
-  std::size_t passes = 0;                 ///< CUPTI replay passes per kernel
-  std::vector<std::string> unavailable;   ///< metrics the device did not accept
 };
 
 /// Runs and measures one algorithm (naive_fwd, fa1_fwd, fa2_fwd, bwd_two_kernel or bwd_atomic;
