@@ -1,5 +1,5 @@
-// attention_bwd_tc.cu — fast FlashAttention backward on tensor cores, two-kernel design, and the
-// host API of both backward designs (fast_attention.hpp: ref::Algorithm::bwd_*). The atomic
+// attention_bwd_tc.cu — fast FlashAttention backward on tensor cores, two-kernel design (its host
+// API, with the atomic design's, is the attention front door: front_door.cpp). The atomic
 // design (one kernel per K_j/V_j block, dQ by fp32 atomics; faster, the default) is in
 // attention_bwd_tc_atomic.cu; the pieces both use (D preprocessing kernel, tile loader, stores)
 // are in attention_bwd_tc.cuh.
@@ -37,7 +37,7 @@
 // It never produces S, P, dP or dS outside registers. dQ, dK, dV are written once in the input
 // dtype (fp32 accumulators scaled then rounded); D in fp32.
 //
-// How to run: flashlab::cuda::fast_attention_backward(ref::Algorithm::bwd_two_kernel, problem, Q,
+// How to run (front_door.cpp): fast_attention_backward(ref::Algorithm::bwd_two_kernel, problem, Q,
 // K, V, O, dO, LSE) (host vectors; O and LSE from fast_attention_forward) or
 // fast_attention_backward_device(...) on device pointers (workspace: D only); `flashlab bench
 // attention --pass bwd --bwd-design two-kernel` times it. Tests: tests/cuda/test_cuda_fast_bwd.cpp
@@ -51,7 +51,6 @@
 #include "attention/attention_bwd_tc.cuh"
 #include "core/common.hpp"
 #include "core/tensor_core.cuh"
-#include "flashlab/cuda/fast_attention.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -341,13 +340,9 @@ void launch_fast_bwd(const Problem& p, const BwdPointers& a, cudaStream_t stream
   using T = BwdTraits<HEAD_DIM>;
   auto dq_kernel = &fast_bwd_dq_kernel<HEAD_DIM, kBf16>;
   auto kv_kernel = &fast_bwd_dkdv_kernel<HEAD_DIM, kBf16>;
-  // Opt in to > 48 KiB of dynamic SRAM once per instantiation (thread-safe static init).
-  static const bool opted_in = [&] {
-    set_smem(reinterpret_cast<const void*>(dq_kernel), T::kDqSmem, "fast_bwd_dq_kernel", p);
-    set_smem(reinterpret_cast<const void*>(kv_kernel), T::kKvSmem, "fast_bwd_dkdv_kernel", p);
-    return true;
-  }();
-  (void)opted_in;
+  // > 48 KiB of dynamic SRAM: opted in per device (set_smem keeps the record, thread-safe).
+  set_smem(reinterpret_cast<const void*>(dq_kernel), T::kDqSmem, "fast_bwd_dq_kernel", p);
+  set_smem(reinterpret_cast<const void*>(kv_kernel), T::kKvSmem, "fast_bwd_dkdv_kernel", p);
   const auto* Q = static_cast<const uint16_t*>(a.Q);
   const auto* K = static_cast<const uint16_t*>(a.K);
   const auto* V = static_cast<const uint16_t*>(a.V);
@@ -367,151 +362,16 @@ void launch_fast_bwd(const Problem& p, const BwdPointers& a, cudaStream_t stream
   FLASHLAB_CUDA_CHECK_LAUNCH("fast_bwd_dkdv_kernel");
 }
 
-/// Byte offset of the atomic design's dQ accumulator in the workspace: after D (B·H·N floats),
-/// rounded up to 256 bytes (float4 accesses, and a cache-line start).
-std::size_t dq_accum_offset(std::size_t stats) { return (stats * sizeof(float) + 255) / 256 * 256; }
-
-// The checked launch description of a fast backward; each launcher sets its kernels' tiles.
-Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProblem& problem) {
-  check_fast_problem(problem);
-  if (design != ref::Algorithm::bwd_two_kernel && design != ref::Algorithm::bwd_atomic)
-    throw std::invalid_argument("flashlab::cuda: fast backward: algorithm = " +
-                                std::string(ref::algorithm_name(design)) +
-                                " is not a fast backward design (hint: bwd_two_kernel or bwd_atomic)");
-  return make_problem(problem);
-}
-
-/// The kernel choice's limits: wgmma_ws runs bwd_atomic only, and only where it was built.
-void check_bwd_kernel(ref::Algorithm design, FastBackwardKernel kernel) {
-  if (kernel == FastBackwardKernel::mma_sync) return;
-  if (design != ref::Algorithm::bwd_atomic)
-    throw std::invalid_argument("flashlab::cuda: the wgmma-ws backward kernel runs the bwd_atomic design only (hint: "
-                                "design bwd_atomic, or kernel mma_sync for bwd_two_kernel)");
-  if (!fast_forward_wgmma_built())
-    throw std::invalid_argument("flashlab::cuda: the wgmma-ws backward kernel is not in this build (hint: configure "
-                                "with CMAKE_CUDA_ARCHITECTURES including 90)");
-}
-
 }  // namespace
-}  // namespace flashlab::cuda::detail
 
-namespace flashlab::cuda {
-
-const char* to_string(FastBackwardKernel kernel) {
-  switch (kernel) {
-    case FastBackwardKernel::wgmma_ws: return "wgmma-ws";
-    case FastBackwardKernel::wgmma_ws_deterministic: return "wgmma-ws-det";
-    default: return "mma";
-  }
-}
-
-FastBackwardKernel fastest_backward_kernel() {
-  // The same condition as the forward's tma_ws: sm_90a code built, a compute capability 9.0 device.
-  return fastest_forward_kernel() == FastForwardKernel::tma_ws ? FastBackwardKernel::wgmma_ws
-                                                               : FastBackwardKernel::mma_sync;
-}
-
-std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const ref::AttentionProblem& problem) {
-  const detail::Problem p = detail::fast_bwd_problem(design, problem);
-  const std::size_t stats = std::size_t(p.batch) * p.heads * p.seq;
-  if (design == ref::Algorithm::bwd_two_kernel) return stats * sizeof(float);
-  // The atomic design's dQ accumulator holds whole query tiles per (b, h) (attention_bwd_tc_atomic.cu,
-  // tiled layout): N rounded up to kAtomicDqTileRows.
-  constexpr std::size_t kTile = detail::kAtomicDqTileRows;
-  const std::size_t rows = (std::size_t(p.seq) + kTile - 1) / kTile * kTile;
-  const std::size_t numel = std::size_t(p.batch) * rows * p.row_stride();
-  const std::size_t counters =
-      std::size_t(p.batch) * p.heads * ((std::size_t(p.seq) + detail::kDqOrderTileRows - 1) / detail::kDqOrderTileRows);
-  return detail::dq_accum_offset(stats) + numel * sizeof(float) + counters * sizeof(int);
-}
-
-void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionProblem& problem, const void* Q,
-                                    const void* K, const void* V, const void* O, const void* dO, const float* LSE,
-                                    void* dQ, void* dK, void* dV, void* workspace, void* stream,
-                                    FastBackwardKernel kernel) {
-  const detail::Problem p = detail::fast_bwd_problem(design, problem);
-  detail::check_bwd_kernel(design, kernel);
-  if (workspace == nullptr)
-    throw std::invalid_argument(
-        "flashlab::cuda: fast_attention_backward_device needs a workspace (hint: allocate "
-        "fast_attention_backward_workspace_bytes(design, problem) bytes of device memory)");
-  const auto s = static_cast<cudaStream_t>(stream);
-  const std::size_t stats = std::size_t(p.batch) * p.heads * p.seq;
-  auto* ws = static_cast<unsigned char*>(workspace);
-  float* D = reinterpret_cast<float*>(ws);
-  const bool atomic = design == ref::Algorithm::bwd_atomic;
-  float* dQaccum = atomic ? reinterpret_cast<float*>(ws + detail::dq_accum_offset(stats)) : nullptr;
-  const detail::BwdPointers a{Q, K, V, O, dO, LSE, dQ, dK, dV, D, dQaccum};
-  const bool bf16 = problem.dtype == ref::Dtype::bf16;
-  if (atomic && kernel != FastBackwardKernel::mma_sync) {
-#ifdef FLASHLAB_HAVE_WGMMA
-    // The order counters follow the accumulator (fast_attention_backward_workspace_bytes).
-    constexpr std::size_t kTile = detail::kAtomicDqTileRows;
-    const std::size_t acc_numel =
-        std::size_t(p.batch) * ((std::size_t(p.seq) + kTile - 1) / kTile * kTile) * p.row_stride();
-    const bool fixed_order = kernel == FastBackwardKernel::wgmma_ws_deterministic;
-    int* order = fixed_order ? reinterpret_cast<int*>(dQaccum + acc_numel) : nullptr;
-    detail::launch_fast_bwd_ws(p, bf16, a, order, s);
-#endif
-  } else if (atomic) {
-    detail::launch_fast_bwd_atomic(p, bf16, a, s);
-  } else if (p.head_dim == 64) {
-    if (bf16) detail::launch_fast_bwd<64, true>(p, a, s);
-    else detail::launch_fast_bwd<64, false>(p, a, s);
+void launch_fast_bwd_two_kernel(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream) {
+  if (p.head_dim == 64) {
+    if (bf16) launch_fast_bwd<64, true>(p, a, stream);
+    else launch_fast_bwd<64, false>(p, a, stream);
   } else {
-    if (bf16) detail::launch_fast_bwd<128, true>(p, a, s);
-    else detail::launch_fast_bwd<128, false>(p, a, s);
+    if (bf16) launch_fast_bwd<128, true>(p, a, stream);
+    else launch_fast_bwd<128, false>(p, a, stream);
   }
 }
 
-FastBackwardResult fast_attention_backward(ref::Algorithm design, const ref::AttentionProblem& problem,
-                                           const std::vector<std::uint16_t>& Q,
-                                           const std::vector<std::uint16_t>& K, const std::vector<std::uint16_t>& V,
-                                           const std::vector<std::uint16_t>& O, const std::vector<std::uint16_t>& dO,
-                                           const std::vector<float>& LSE, FastBackwardKernel kernel) {
-  const detail::Problem p = detail::fast_bwd_problem(design, problem);
-  detail::check_bwd_kernel(design, kernel);
-  const std::size_t numel = std::size_t(p.batch) * p.seq * p.heads * p.head_dim;
-  const std::size_t stats = std::size_t(p.batch) * p.heads * p.seq;
-  auto check = [&](const char* name, std::size_t got, std::size_t want, const char* shape) {
-    if (got != want)
-      throw std::invalid_argument(std::string("flashlab::cuda: ") + name + " has " + std::to_string(got) +
-                                  " elements, expected " + std::to_string(want) + " (hint: " + shape + ")");
-  };
-  check("Q", Q.size(), numel, "Q, K, V, O, dO are [B, N, H, d]");
-  check("K", K.size(), numel, "Q, K, V, O, dO are [B, N, H, d]");
-  check("V", V.size(), numel, "Q, K, V, O, dO are [B, N, H, d]");
-  check("O", O.size(), numel, "Q, K, V, O, dO are [B, N, H, d]");
-  check("dO", dO.size(), numel, "Q, K, V, O, dO are [B, N, H, d]");
-  check("LSE", LSE.size(), stats, "LSE is [B, H, N]");
-  detail::DeviceBuffer<std::uint16_t> bQ(numel), bK(numel), bV(numel), bO(numel), bdO(numel);
-  detail::DeviceBuffer<std::uint16_t> bdQ(numel), bdK(numel), bdV(numel);
-  detail::DeviceBuffer<float> bLSE(stats);
-  const std::size_t ws_bytes = fast_attention_backward_workspace_bytes(design, problem);
-  detail::DeviceBuffer<unsigned char> bws(ws_bytes);
-  bQ.upload(Q.data());
-  bK.upload(K.data());
-  bV.upload(V.data());
-  bO.upload(O.data());
-  bdO.upload(dO.data());
-  bLSE.upload(LSE.data());
-  bdQ.poison();  // 0xFFFF is a NaN in bf16 and fp16 alike; 0xFFFFFFFF in fp32
-  bdK.poison();
-  bdV.poison();
-  bws.poison();  // D and (atomic) the dQ accumulator: NaN unless the kernels write/zero them
-  fast_attention_backward_device(design, problem, bQ.get(), bK.get(), bV.get(), bO.get(), bdO.get(), bLSE.get(),
-                                 bdQ.get(), bdK.get(), bdV.get(), bws.get(), nullptr, kernel);
-  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-  FastBackwardResult r;
-  r.dQ.resize(numel);
-  r.dK.resize(numel);
-  r.dV.resize(numel);
-  r.D.resize(stats);
-  bdQ.download(r.dQ.data());
-  bdK.download(r.dK.data());
-  bdV.download(r.dV.data());
-  FLASHLAB_CUDA_CHECK(cudaMemcpy(r.D.data(), bws.get(), stats * sizeof(float), cudaMemcpyDeviceToHost));
-  return r;
-}
-
-}  // namespace flashlab::cuda
+}  // namespace flashlab::cuda::detail

@@ -8,6 +8,7 @@
 // they had before being shared); the host-side declarations are in detail proper.
 #pragma once
 
+#include "attention/launchers.hpp"
 #include "core/common.hpp"
 #include "core/tensor_core.cuh"
 
@@ -20,33 +21,7 @@
 
 namespace flashlab::cuda::detail {
 
-/// Device pointers of one backward call (both designs). `D` is fp32 [B, H, N]; `dQaccum` is the
-/// atomic design's fp32 accumulator in its own tiled layout (attention_bwd_tc_atomic.cu; nullptr
-/// for the two-kernel design).
-struct BwdPointers {
-  const void *Q, *K, *V, *O, *dO;
-  const float* LSE;
-  void *dQ, *dK, *dV;
-  float* D;
-  float* dQaccum;
-};
-
-/// Rows per (b, h) of the atomic design's tiled dQ accumulator come in whole query tiles of this
-/// many rows (a multiple of every head dim's BLOCK_M, checked there), so one workspace size
-/// (fast_attention_backward_workspace_bytes) serves both head dims.
-constexpr int kAtomicDqTileRows = 128;
-/// Query rows per dQ order counter of the deterministic wgmma-ws kernel (its Br): one int32 per
-/// (b, h, query tile) after the accumulator (fast_attention_backward_workspace_bytes).
-constexpr int kDqOrderTileRows = 64;
-
-/// The atomic design (attention_bwd_tc_atomic.cu): zero dQaccum, D preprocessing, the main
-/// kernel, dQ = scale · dQaccum → 16 bits. d ∈ {64, 128}.
-void launch_fast_bwd_atomic(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream);
-
-/// The atomic design on Hopper (attention_bwd_ws.cu, sm_90a, built when the architectures include
-/// 90: FLASHLAB_HAVE_WGMMA): TMA loads, warp specialisation, wgmma; same workspace. d ∈ {64, 128}.
-/// `dq_order`: nullptr, or B·H·⌈N/kDqOrderTileRows⌉ counters for a fixed dQ summation order.
-void launch_fast_bwd_ws(const Problem& p, bool bf16, const BwdPointers& a, int* dq_order, cudaStream_t stream);
+// BwdPointers, the workspace constants and the launchers are declared in launchers.hpp.
 
 namespace {
 

@@ -45,14 +45,13 @@
 // Triton kernel does, a one-step-ahead S pipeline, freeing registers earlier (P packed right after
 // exp2, 32-key sub-tiles) were each measured slower under the 255-register cap and are not kept.
 //
-// How to run: flashlab::cuda::fast_attention_forward(problem, kernel, Q, K, V) (host vectors of
-// 16-bit bit patterns) or fast_attention_forward_device(...) on device pointers;
+// How to run: through the attention front door (front_door.cpp): fast_attention_forward_device(...)
+// on device pointers, or fast_attention_forward(problem, kernel, Q, K, V) on host vectors;
 // `bench_cuda_attention` and `flashlab bench attention` time it.
 
 #include "core/common.hpp"
 #include "attention/launchers.hpp"
 #include "core/tensor_core.cuh"
-#include "flashlab/cuda/fast_attention.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -462,12 +461,8 @@ void launch_fast_one(const Problem& p, const void* Q, const void* K, const void*
                     T::BLOCK_N == FastTraits<HEAD_DIM, !kCausal>::BLOCK_N,
                 "causal and non-causal tuples share the tiles fast_forward_tiles() reports");
   auto kernel = &fast_fwd_kernel<T, kBf16>;
-  // Opt in to > 48 KiB of dynamic SRAM once per instantiation (thread-safe static init).
-  static const bool opted_in = [&] {
-    set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "fast_fwd_kernel", p);
-    return true;
-  }();
-  (void)opted_in;
+  // > 48 KiB of dynamic SRAM: opted in per device (set_smem keeps the record, thread-safe).
+  set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "fast_fwd_kernel", p);
   const dim3 grid((p.seq + T::BLOCK_M - 1) / T::BLOCK_M, p.heads, p.batch);
   announce("fast_fwd_kernel");
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p, static_cast<const uint16_t*>(Q),
@@ -483,138 +478,20 @@ void launch_fast(const Problem& p, const void* Q, const void* K, const void* V, 
   else launch_fast_one<HEAD_DIM, kBf16, false>(p, Q, K, V, O, LSE, stream);
 }
 
-// The fast kernels' one limit on d (stated once, used by check_fast_problem and fast_forward_tiles).
-void require_fast_head_dim(std::size_t head_dim) {
-  if (head_dim != 64 && head_dim != 128)
-    throw std::invalid_argument("flashlab::cuda: fast kernels: head_dim (d) = " + std::to_string(head_dim) +
-                                " is not 64 or 128 (hint: the fast kernels are compiled for d = 64 and 128; the "
-                                "clear fa2 kernel takes any d up to 256)");
-}
-
 }  // namespace
-}  // namespace flashlab::cuda::detail
 
-namespace flashlab::cuda {
-
-const char* to_string(FastForwardKernel kernel) {
-  switch (kernel) {
-    case FastForwardKernel::wgmma: return "wgmma";
-    case FastForwardKernel::tma_ws: return "tma-ws";
-    default: return "mma";
-  }
-}
-
-bool fast_forward_wgmma_built() {
-#ifdef FLASHLAB_HAVE_WGMMA
-  return true;
-#else
-  return false;
-#endif
-}
-
-FastForwardKernel fastest_forward_kernel() {
-  int dev = 0, major = 0, minor = 0;
-  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
-  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  // sm_90a code runs on compute capability 9.0 only (the "a" features are not forward-compatible).
-  const bool hopper = major == 9 && minor == 0;
-  return fast_forward_wgmma_built() && hopper ? FastForwardKernel::tma_ws : FastForwardKernel::mma_sync;
-}
-
-FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel) {
-  detail::require_fast_head_dim(head_dim < 0 ? 0 : std::size_t(head_dim));
-  if (kernel == FastForwardKernel::wgmma) return {detail::kWgmmaBlockM, detail::kWgmmaBlockN};
-  if (kernel == FastForwardKernel::tma_ws) return {detail::kTmaWsBlockM, detail::kTmaWsBlockN};
-  if (head_dim == 64) return {detail::FastTraits<64, false>::BLOCK_M, detail::FastTraits<64, false>::BLOCK_N};
-  return {detail::FastTraits<128, false>::BLOCK_M, detail::FastTraits<128, false>::BLOCK_N};
-}
-
-void check_fast_problem(const ref::AttentionProblem& problem) {
-  problem.validate();
-  detail::require_fast_head_dim(problem.head_dim);
-  if (problem.dtype != ref::Dtype::bf16 && problem.dtype != ref::Dtype::fp16)
-    throw std::invalid_argument("flashlab::cuda: fast kernels: dtype = " + std::string(ref::dtype_name(problem.dtype)) +
-                                " is not bf16 or fp16 (hint: the fast kernels take 16-bit inputs; fp32 runs on "
-                                "the clear kernels)");
-}
-
-void fast_attention_forward_device(const ref::AttentionProblem& problem, FastForwardKernel kernel, const void* Q,
-                                   const void* K, const void* V, void* O, float* LSE, void* stream) {
-  check_fast_problem(problem);
-  const FastTiles tiles = fast_forward_tiles(int(problem.head_dim), kernel);
-  const detail::Problem p = detail::make_problem(problem).with_tiles(tiles.Br, tiles.Bc);
-  const auto s = static_cast<cudaStream_t>(stream);
-  const bool bf16 = problem.dtype == ref::Dtype::bf16;
-  if (kernel == FastForwardKernel::wgmma || kernel == FastForwardKernel::tma_ws) {
-#ifdef FLASHLAB_HAVE_WGMMA
-    if (kernel == FastForwardKernel::wgmma) detail::launch_fast_wgmma(p, bf16, Q, K, V, O, LSE, s);
-    else detail::launch_fast_tma_ws(p, bf16, Q, K, V, O, LSE, s);
-    return;
-#else
-    throw std::invalid_argument(
-        "flashlab::cuda: the wgmma forward is not in this build (hint: configure with "
-        "CMAKE_CUDA_ARCHITECTURES including 90; it needs an sm_90 GPU)");
-#endif
-  }
+void launch_fast_mma(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                     cudaStream_t stream) {
+  static_assert(kMmaBlockM == FastTraits<64, false>::BLOCK_M && kMmaBlockN == FastTraits<64, false>::BLOCK_N &&
+                    kMmaBlockM == FastTraits<128, false>::BLOCK_M && kMmaBlockN == FastTraits<128, false>::BLOCK_N,
+                "launchers.hpp reports the tiles of this file");
   if (p.head_dim == 64) {
-    if (bf16) detail::launch_fast<64, true>(p, Q, K, V, O, LSE, s);
-    else detail::launch_fast<64, false>(p, Q, K, V, O, LSE, s);
+    if (bf16) launch_fast<64, true>(p, Q, K, V, O, LSE, stream);
+    else launch_fast<64, false>(p, Q, K, V, O, LSE, stream);
   } else {
-    if (bf16) detail::launch_fast<128, true>(p, Q, K, V, O, LSE, s);
-    else detail::launch_fast<128, false>(p, Q, K, V, O, LSE, s);
+    if (bf16) launch_fast<128, true>(p, Q, K, V, O, LSE, stream);
+    else launch_fast<128, false>(p, Q, K, V, O, LSE, stream);
   }
 }
 
-FastForwardResult fast_attention_forward(const ref::AttentionProblem& problem, FastForwardKernel kernel,
-                                         const std::vector<std::uint16_t>& Q, const std::vector<std::uint16_t>& K,
-                                         const std::vector<std::uint16_t>& V) {
-  check_fast_problem(problem);
-  const std::size_t numel = problem.batch * problem.seq * problem.heads * problem.head_dim;
-  const std::size_t stats = problem.stat_numel();
-  auto check = [&](const char* name, const std::vector<std::uint16_t>& x) {
-    if (x.size() != numel)
-      throw std::invalid_argument(std::string("flashlab::cuda: ") + name + " has " + std::to_string(x.size()) +
-                                  " elements, expected B·N·H·d = " + std::to_string(numel) +
-                                  " (hint: Q, K, V are [B, N, H, d])");
-  };
-  check("Q", Q);
-  check("K", K);
-  check("V", V);
-  detail::DeviceBuffer<std::uint16_t> dQ(numel), dK(numel), dV(numel), dO(numel);
-  detail::DeviceBuffer<float> dLSE(stats);
-  dQ.upload(Q.data());
-  dK.upload(K.data());
-  dV.upload(V.data());
-  dO.poison();  // 0xFFFF is a NaN in bf16 and fp16 alike
-  dLSE.poison();
-  fast_attention_forward_device(problem, kernel, dQ.get(), dK.get(), dV.get(), dO.get(), dLSE.get(), nullptr);
-  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-  FastForwardResult r;
-  r.O.resize(numel);
-  r.LSE.resize(stats);
-  dO.download(r.O.data());
-  dLSE.download(r.LSE.data());
-  return r;
-}
-
-std::uint16_t float_to_bf16(float x) {
-  const __nv_bfloat16_raw raw = __float2bfloat16_rn(x);
-  return raw.x;
-}
-float bf16_to_float(std::uint16_t bits) {
-  __nv_bfloat16_raw raw;
-  raw.x = bits;
-  return __bfloat162float(__nv_bfloat16(raw));
-}
-std::uint16_t float_to_fp16(float x) {
-  const __half_raw raw = __float2half_rn(x);
-  return raw.x;
-}
-float fp16_to_float(std::uint16_t bits) {
-  __half_raw raw;
-  raw.x = bits;
-  return __half2float(__half(raw));
-}
-
-}  // namespace flashlab::cuda
+}  // namespace flashlab::cuda::detail

@@ -30,6 +30,12 @@ void launch_bwd_dq(const Problem& p, const float* Q, const float* K, const float
 void launch_bwd_dkdv(const Problem& p, const float* Q, const float* K, const float* V, const float* dO,
                      const float* LSE, const float* D, float* dK, float* dV);
 
+// attention_fwd_tc.cu — the mma.sync forward (any device from sm_80 on); 16-bit Q, K, V, O
+// [B, N, H, d], LSE [B, H, N] base 2; d ∈ {64, 128}. Tiles: Br = 128, Bc = 64 at both head dims.
+constexpr int kMmaBlockM = 128, kMmaBlockN = 64;
+void launch_fast_mma(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                     cudaStream_t stream);
+
 // attention_fwd_wgmma.cu (sm_90a, built only when CMAKE_CUDA_ARCHITECTURES include 90:
 // FLASHLAB_HAVE_WGMMA) — the wgmma forward; 16-bit Q, K, V, O [B, N, H, d], LSE [B, H, N] base 2.
 // Tiles: BLOCK_M = Br = 128 (two warpgroups), BLOCK_N = Bc = 128.
@@ -38,10 +44,8 @@ void launch_fast_wgmma(const Problem& p, bool bf16, const void* Q, const void* K
                        cudaStream_t stream);
 
 // attention_fwd_ws.cu (sm_90a, same condition) — TMA loads, a producer warpgroup, ping-pong
-// consumer warpgroups on wgmma. Tiles: BLOCK_M = Br = 128, BLOCK_N = Bc = 128; at d = 64 on long
-// work lists Br = 192 (three consumer warpgroups; the rule: ws_three_consumers there); d = 128
-// non-causal Bc = 192 where the last key tile pads N by ≤ 1 % (ws_wide_keys there).
-constexpr int kTmaWsBlockM = 128, kTmaWsBlockN = 128;
+// consumer warpgroups on wgmma. Its configuration per launch is a WsConfig chosen by
+// choose_ws_config() (fwd_ws_config.hpp): Br = 128 or 192, Bc = 128 or 192.
 void launch_fast_tma_ws(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
                         cudaStream_t stream);
 
@@ -53,6 +57,41 @@ void launch_bwd_atomic(const Problem& p, const float* Q, const float* K, const f
 }  // namespace flashlab::cuda::detail
 
 namespace flashlab::cuda::detail {
+
+// ----------------------------------------------------------------- the fast backward's launchers
+
+/// Device pointers of one fast backward call (every design). `D` is fp32 [B, H, N]; `dQaccum` is
+/// the atomic design's fp32 accumulator in its own tiled layout (attention_bwd_tc_atomic.cu;
+/// nullptr for the two-kernel design).
+struct BwdPointers {
+  const void *Q, *K, *V, *O, *dO;
+  const float* LSE;
+  void *dQ, *dK, *dV;
+  float* D;
+  float* dQaccum;
+};
+
+/// Rows per (b, h) of the atomic design's tiled dQ accumulator come in whole query tiles of this
+/// many rows (a multiple of every head dim's BLOCK_M, checked there), so one workspace size
+/// (fast_attention_backward_workspace_bytes) serves both head dims.
+constexpr int kAtomicDqTileRows = 128;
+/// Query rows per dQ order counter of the deterministic wgmma-ws kernel (its Br): one int32 per
+/// (b, h, query tile) after the accumulator (fast_attention_backward_workspace_bytes).
+constexpr int kDqOrderTileRows = 64;
+
+/// The two-kernel design (attention_bwd_tc.cu): D preprocessing, the dQ kernel, the dK/dV
+/// kernel. d ∈ {64, 128}.
+void launch_fast_bwd_two_kernel(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream);
+
+/// The atomic design (attention_bwd_tc_atomic.cu): zero dQaccum, D preprocessing, the main
+/// kernel, dQ = scale · dQaccum → 16 bits. d ∈ {64, 128}.
+void launch_fast_bwd_atomic(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream);
+
+/// The atomic design on Hopper (attention_bwd_ws.cu, sm_90a, built when the architectures include
+/// 90: FLASHLAB_HAVE_WGMMA): TMA loads, warp specialisation, wgmma; same workspace. d ∈ {64, 128}.
+/// `dq_order`: nullptr, or B·H·⌈N/kDqOrderTileRows⌉ counters for a fixed dQ summation order.
+void launch_fast_bwd_ws(const Problem& p, bool bf16, const BwdPointers& a, int* dq_order, cudaStream_t stream);
+
 /// Shared floats of bwd_dkdv_kernel and bwd_atomic_kernel (the same tiles).
 std::size_t bwd_dkdv_smem_floats(const Problem& p);
 }  // namespace flashlab::cuda::detail

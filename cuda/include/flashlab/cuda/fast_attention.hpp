@@ -1,13 +1,16 @@
 /// @file fast_attention.hpp
-/// @brief Host API of the fast tensor-core attention: bf16 or fp16 inputs, fp32 accumulation,
-/// `mma.sync` m16n8k16 or (FastForwardKernel::wgmma, sm_90a) Hopper's `wgmma.mma_async`. No CUDA
-/// types here: 16-bit values travel as `uint16_t` storage (their bit patterns), so CPU-only code
-/// may include this header.
+/// @brief The attention family's front door for the fast tensor-core kernels: bf16 or fp16
+/// inputs, fp32 accumulation, `mma.sync` m16n8k16 or (sm_90a) Hopper's `wgmma.mma_async`. Entry
+/// points on the caller's device memory and stream (fast_attention_forward_device(),
+/// fast_attention_backward_device()) and host-vector wrappers over them for tests and tools. No
+/// CUDA types here: 16-bit values travel as `uint16_t` storage (their bit patterns), so CPU-only
+/// code may include this header.
 ///
 /// The problem is a ref::AttentionProblem; the fast kernels' own limits are checked in one
 /// place, check_fast_problem(): d ∈ {64, 128}, dtype bf16 or fp16, N_k = N. Their tiles are
-/// fixed at compile time per kernel and head dim (fast_forward_tiles(); the backward kernels'
-/// tiles are stated in cuda/src/attention/attention_bwd_tc.cu), so the problem's Br and Bc are not read.
+/// fixed at compile time per kernel configuration and chosen per problem and device
+/// (fast_forward_tiles(); the backward kernels' tiles are stated in
+/// cuda/src/attention/attention_bwd_tc.cu), so the problem's Br and Bc are not read.
 /// Layout as the clear kernels: Q, K, V, O are `[B, N, H, d]` row-major; LSE is `[B, H, N]`
 /// fp32, base 2 of the base-2 scores: LSE_i = m_i + log2(l_i) with scores S·scale·log2(e).
 /// Any N ≥ 1; causal (key j visible to query i iff j ≤ i) or not.
@@ -19,6 +22,7 @@
 /// forward's LSE and returns dQ, dK, dV in the same dtype.
 #pragma once
 
+#include "flashlab/cuda/dtype16.hpp"
 #include "flashlab/reference/attention_problem.hpp"
 
 #include <cstddef>
@@ -65,11 +69,17 @@ struct FastTiles {
   int Bc;  ///< key rows per pipeline stage
 };
 
-/// The tiles of the fast forward `kernel` for `head_dim`; throws std::invalid_argument for
-/// d ∉ {64, 128}. tma_ws at d = 64 runs Br = 192 instead of the 128 reported here when the work
-/// list is long (B·H·⌈N/192⌉ ≥ 2.5 × the SM count, 5 × causal), and at d = 128 without a causal
-/// mask Bc = 192 when ⌈N/192⌉·192 pads N by at most 1 %.
+/// The tiles of the fast forward `kernel` for `head_dim` on a short work list; throws
+/// std::invalid_argument for d ∉ {64, 128}. mma_sync and wgmma have one tile shape per head dim;
+/// tma_ws chooses its configuration per problem and device (longer lists run Br = 192 at d = 64,
+/// Bc = 192 at d = 128): the overload below reports the tiles that run.
 FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel = FastForwardKernel::mma_sync);
+
+/// The tiles fast_attention_forward_device() runs for `problem` with `kernel` on the current
+/// device: for tma_ws the configuration its launcher chooses from B, N, H, d, the mask and the SM
+/// count (cuda/src/attention/fwd_ws_config.hpp). Throws std::invalid_argument for a problem the
+/// fast kernels refuse, CudaError when no device can be queried (tma_ws only).
+FastTiles fast_forward_tiles(const ref::AttentionProblem& problem, FastForwardKernel kernel);
 
 /// The fast kernels' limits beyond ref::AttentionProblem::validate(), checked here and nowhere
 /// else: d ∈ {64, 128}; dtype bf16 or fp16; N_k = N; B·N·H·d below 2³¹. Validates the problem
@@ -83,9 +93,18 @@ FastForwardResult fast_attention_forward(const ref::AttentionProblem& problem, F
                                          const std::vector<std::uint16_t>& Q, const std::vector<std::uint16_t>& K,
                                          const std::vector<std::uint16_t>& V);
 
-/// Launches the fast forward `kernel` on device pointers (no copies, no synchronisation) on
-/// `stream` (a cudaStream_t passed as void*; nullptr is the default stream). For benchmarks.
-/// Throws std::invalid_argument for a bad problem, CudaError if the launch fails.
+/// The forward on the caller's device memory: launches the fast forward `kernel` on `stream` (a
+/// cudaStream_t passed as void*; nullptr is the legacy default stream) and returns; no host copy,
+/// no synchronisation, no allocation beyond the tma_ws split tail's partial slots (taken from a
+/// stream-ordered pool of the library's own per device and freed on the stream; under stream
+/// capture they become graph allocation nodes), so it may be called from several host threads on
+/// several streams at once and captured in a CUDA graph.
+///
+/// Layout (checked as far as a pointer shows it: non-null, 16-byte aligned; LSE 4-byte): Q, K, V
+/// and O are contiguous `[B, N, H, d]` row-major 16-bit values of `problem.dtype` (row stride
+/// H·d elements, batch stride N·H·d); LSE is contiguous fp32 `[B, H, N]`, base 2 (file comment).
+/// O and LSE are written in full. Throws std::invalid_argument for a bad problem, pointer or a
+/// kernel not in this build, CudaError if a launch fails.
 void fast_attention_forward_device(const ref::AttentionProblem& problem, FastForwardKernel kernel, const void* Q,
                                    const void* K, const void* V, void* O, float* LSE, void* stream = nullptr);
 
@@ -150,25 +169,20 @@ FastBackwardResult fast_attention_backward(ref::Algorithm design, const ref::Att
 /// std::invalid_argument for a bad problem or design.
 std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const ref::AttentionProblem& problem);
 
-/// Launches the fast backward of `design` on device pointers, no copies, no allocation, no
-/// synchronisation, on `stream` (a cudaStream_t passed as void*; nullptr is the default stream).
-/// `workspace` is device memory of at least fast_attention_backward_workspace_bytes(design,
-/// problem) bytes, 256-byte aligned (cudaMalloc's pointers are); on return its first B·H·N
-/// floats hold D = rowsum(dO ∘ O) ([B, H, N]). `kernel` as fast_attention_backward(). Throws
-/// std::invalid_argument for a bad problem, design, kernel (wgmma_ws with bwd_two_kernel, or not
-/// in this build) or a null workspace, CudaError if a launch fails.
+/// The backward on the caller's device memory: launches the kernels of `design` on `stream` (a
+/// cudaStream_t passed as void*; nullptr is the legacy default stream) and returns; no host copy,
+/// no allocation, no synchronisation: safe from several host threads on several streams at once
+/// and under CUDA graph capture. `workspace` is device memory of at least
+/// fast_attention_backward_workspace_bytes(design, problem) bytes, 256-byte aligned (cudaMalloc's
+/// pointers are), used only by this call until it completes on `stream`; its contents need no
+/// initialisation, and on completion its first B·H·N floats hold D = rowsum(dO ∘ O) ([B, H, N]).
+/// Layout: Q, K, V, O, dO, dQ, dK, dV contiguous `[B, N, H, d]` 16-bit (16-byte aligned), LSE
+/// the forward's contiguous fp32 `[B, H, N]`. `kernel` as fast_attention_backward(). Throws
+/// std::invalid_argument for a bad problem, design, pointer, kernel (wgmma_ws with
+/// bwd_two_kernel, or not in this build) or a null workspace, CudaError if a launch fails.
 void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionProblem& problem, const void* Q,
                                     const void* K, const void* V, const void* O, const void* dO, const float* LSE,
                                     void* dQ, void* dK, void* dV, void* workspace, void* stream = nullptr,
                                     FastBackwardKernel kernel = FastBackwardKernel::mma_sync);
-
-/// Rounds a float to the nearest bfloat16 (ties to even) and returns its bit pattern.
-std::uint16_t float_to_bf16(float x);
-/// The float value of a bfloat16 bit pattern (exact).
-float bf16_to_float(std::uint16_t bits);
-/// Rounds a float to the nearest IEEE binary16 (ties to even) and returns its bit pattern.
-std::uint16_t float_to_fp16(float x);
-/// The float value of a binary16 bit pattern (exact).
-float fp16_to_float(std::uint16_t bits);
 
 }  // namespace flashlab::cuda

@@ -1,7 +1,7 @@
-// Host API of the clear kernels (attention.hpp): reference tensors in, reference tensors out.
-// check_clear_problem() is the one place that states their limits; then each call uploads the
-// inputs, poisons every output with NaN, runs the kernels of one algorithm, checks every CUDA
-// call and downloads the results.
+// Host-vector entries of the attention family (attention.hpp, fast_attention.hpp): thin wrappers
+// for the tests and the CLI over the front door (front_door.cpp). Each checks the problem there,
+// uploads the inputs, poisons every output with NaN (an element a kernel forgets to write fails
+// every comparison), runs the kernels, synchronises and downloads the results.
 #include "core/common.hpp"
 // GCC 12 at -O2/-O3 reports a false -Wrestrict inside std::string operator+ when inlining
 // ref::Shape::str() (GCC bug 105329); nothing here overlaps.
@@ -9,6 +9,7 @@
 #pragma GCC diagnostic ignored "-Wrestrict"
 #endif
 #include "flashlab/cuda/attention.hpp"
+#include "flashlab/cuda/fast_attention.hpp"
 #include "attention/launchers.hpp"
 
 #include <stdexcept>
@@ -39,28 +40,18 @@ DeviceBuffer<float> upload(const ref::Tensor<float>& t) {
   return d;
 }
 
-}  // namespace
-
-void check_clear_problem(ref::Algorithm algorithm, const ref::AttentionProblem& problem) {
-  problem.validate();
-  if (algorithm == ref::Algorithm::naive_bwd)
-    reject("algorithm", "naive_bwd", "has no CUDA kernels", "use bwd_two_kernel or bwd_atomic");
-  if (problem.dtype != ref::Dtype::fp32)
-    reject("dtype", std::string(ref::dtype_name(problem.dtype)), "is not fp32",
-           "the clear kernels compute in fp32 on CUDA cores; bf16/fp16 run on the fast kernels");
-  if (problem.n_k() != problem.n_q())
-    reject("seq_k (N_k)", std::to_string(problem.n_k()), "differs from N = " + std::to_string(problem.n_q()),
-           "the CUDA kernels are self-attention");
-  if (problem.head_dim > kClearMaxHeadDim)
-    reject("head_dim (d)", std::to_string(problem.head_dim), "is above 256", "the kernels keep whole rows of d in SRAM");
-  if (problem.Br > kClearMaxTileRows)
-    reject("Br", std::to_string(problem.Br), "is above 128", "one thread per tile row; try 64");
-  if (problem.Bc > kClearMaxTileRows)
-    reject("Bc", std::to_string(problem.Bc), "is above 128", "one thread per tile row; try 64");
-  if (algorithm == ref::Algorithm::naive_fwd && problem.seq > std::size_t(detail::naive_max_seq()))
-    reject("seq (N)", std::to_string(problem.seq), "is above " + std::to_string(detail::naive_max_seq()),
-           "the naive softmax holds one row of S in shared memory; use fa2_fwd");
+/// Host 16-bit tensors of `numel` elements each, uploaded; a wrong size names the tensor.
+template <typename T>
+DeviceBuffer<T> upload_checked(const char* name, const std::vector<T>& x, std::size_t numel, const char* layout) {
+  if (x.size() != numel)
+    throw std::invalid_argument(std::string("flashlab::cuda: ") + name + " has " + std::to_string(x.size()) +
+                                " elements, expected " + std::to_string(numel) + " (hint: " + layout + ")");
+  DeviceBuffer<T> d(numel);
+  d.upload(x.data());
+  return d;
 }
+
+}  // namespace
 
 ForwardResult attention_forward(ref::Algorithm algorithm, const ref::AttentionProblem& problem,
                                 const ref::Tensor<float>& Q, const ref::Tensor<float>& K,
@@ -145,6 +136,63 @@ BackwardResult attention_backward(ref::Algorithm algorithm, const ref::Attention
   dv.download(out.dV.data());
   D.download(out.D.data());
   return out;
+}
+
+FastForwardResult fast_attention_forward(const ref::AttentionProblem& problem, FastForwardKernel kernel,
+                                         const std::vector<std::uint16_t>& Q, const std::vector<std::uint16_t>& K,
+                                         const std::vector<std::uint16_t>& V) {
+  check_fast_problem(problem);
+  const std::size_t numel = problem.batch * problem.seq * problem.heads * problem.head_dim;
+  const std::size_t stats = problem.stat_numel();
+  constexpr const char* kLayout = "Q, K, V are [B, N, H, d]";
+  DeviceBuffer<std::uint16_t> dQ = upload_checked("Q", Q, numel, kLayout), dK = upload_checked("K", K, numel, kLayout),
+                              dV = upload_checked("V", V, numel, kLayout), dO(numel);
+  DeviceBuffer<float> dLSE(stats);
+  dO.poison();  // 0xFFFF is a NaN in bf16 and fp16 alike
+  dLSE.poison();
+  fast_attention_forward_device(problem, kernel, dQ.get(), dK.get(), dV.get(), dO.get(), dLSE.get(), nullptr);
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  FastForwardResult r;
+  r.O.resize(numel);
+  r.LSE.resize(stats);
+  dO.download(r.O.data());
+  dLSE.download(r.LSE.data());
+  return r;
+}
+
+FastBackwardResult fast_attention_backward(ref::Algorithm design, const ref::AttentionProblem& problem,
+                                           const std::vector<std::uint16_t>& Q,
+                                           const std::vector<std::uint16_t>& K, const std::vector<std::uint16_t>& V,
+                                           const std::vector<std::uint16_t>& O, const std::vector<std::uint16_t>& dO,
+                                           const std::vector<float>& LSE, FastBackwardKernel kernel) {
+  // The workspace size checks the problem and the design; the device entry checks the kernel.
+  const std::size_t ws_bytes = fast_attention_backward_workspace_bytes(design, problem);
+  const std::size_t numel = problem.batch * problem.seq * problem.heads * problem.head_dim;
+  const std::size_t stats = problem.stat_numel();
+  constexpr const char* kLayout = "Q, K, V, O, dO are [B, N, H, d]";
+  DeviceBuffer<std::uint16_t> bQ = upload_checked("Q", Q, numel, kLayout), bK = upload_checked("K", K, numel, kLayout),
+                              bV = upload_checked("V", V, numel, kLayout), bO = upload_checked("O", O, numel, kLayout),
+                              bdO = upload_checked("dO", dO, numel, kLayout);
+  DeviceBuffer<float> bLSE = upload_checked("LSE", LSE, stats, "LSE is [B, H, N]");
+  DeviceBuffer<std::uint16_t> bdQ(numel), bdK(numel), bdV(numel);
+  DeviceBuffer<unsigned char> bws(ws_bytes);
+  bdQ.poison();  // 0xFFFF is a NaN in bf16 and fp16 alike; 0xFFFFFFFF in fp32
+  bdK.poison();
+  bdV.poison();
+  bws.poison();  // D and (atomic) the dQ accumulator: NaN unless the kernels write/zero them
+  fast_attention_backward_device(design, problem, bQ.get(), bK.get(), bV.get(), bO.get(), bdO.get(), bLSE.get(),
+                                 bdQ.get(), bdK.get(), bdV.get(), bws.get(), nullptr, kernel);
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  FastBackwardResult r;
+  r.dQ.resize(numel);
+  r.dK.resize(numel);
+  r.dV.resize(numel);
+  r.D.resize(stats);
+  bdQ.download(r.dQ.data());
+  bdK.download(r.dK.data());
+  bdV.download(r.dV.data());
+  FLASHLAB_CUDA_CHECK(cudaMemcpy(r.D.data(), bws.get(), stats * sizeof(float), cudaMemcpyDeviceToHost));
+  return r;
 }
 
 }  // namespace flashlab::cuda

@@ -1,0 +1,261 @@
+// The attention family's front door (attention.hpp, fast_attention.hpp): the limits of its
+// kernels, each checked once, here and nowhere else (check_clear_problem, check_fast_problem, the
+// backward's design and kernel), the kernel chosen for the device (fastest_forward_kernel,
+// fastest_backward_kernel, the tiles that run: fast_forward_tiles), and the entry points on the
+// caller's device memory (fast_attention_forward_device, fast_attention_backward_device and the
+// backward's workspace size). Those launch on the caller's stream and do nothing else: no host
+// copy, no allocation (the tma-ws forward's split tail takes its partial slots from a
+// stream-ordered pool, attention_fwd_ws.cu), no synchronisation. The host-vector entries that the
+// tests and the CLI use are thin wrappers over these, in host.cpp.
+#include "core/common.hpp"
+#include "core/device_pointer.hpp"
+// GCC 12 at -O2/-O3 reports a false -Wrestrict inside std::string operator+ when inlining
+// ref::Shape::str() (GCC bug 105329); nothing here overlaps.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+#pragma GCC diagnostic ignored "-Wrestrict"
+#endif
+#include "flashlab/cuda/attention.hpp"
+#include "flashlab/cuda/fast_attention.hpp"
+#include "attention/fwd_ws_config.hpp"
+#include "attention/launchers.hpp"
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace flashlab::cuda {
+
+namespace {
+
+[[noreturn]] void reject(const std::string& field, const std::string& value, const std::string& limit,
+                         const std::string& hint) {
+  throw std::invalid_argument("flashlab::cuda: clear kernels: " + field + " = " + value + " " + limit +
+                              " (hint: " + hint + ")");
+}
+
+}  // namespace
+
+void check_clear_problem(ref::Algorithm algorithm, const ref::AttentionProblem& problem) {
+  problem.validate();
+  if (algorithm == ref::Algorithm::naive_bwd)
+    reject("algorithm", "naive_bwd", "has no CUDA kernels", "use bwd_two_kernel or bwd_atomic");
+  if (problem.dtype != ref::Dtype::fp32)
+    reject("dtype", std::string(ref::dtype_name(problem.dtype)), "is not fp32",
+           "the clear kernels compute in fp32 on CUDA cores; bf16/fp16 run on the fast kernels");
+  if (problem.n_k() != problem.n_q())
+    reject("seq_k (N_k)", std::to_string(problem.n_k()), "differs from N = " + std::to_string(problem.n_q()),
+           "the CUDA kernels are self-attention");
+  if (problem.head_dim > kClearMaxHeadDim)
+    reject("head_dim (d)", std::to_string(problem.head_dim), "is above 256", "the kernels keep whole rows of d in SRAM");
+  if (problem.Br > kClearMaxTileRows)
+    reject("Br", std::to_string(problem.Br), "is above 128", "one thread per tile row; try 64");
+  if (problem.Bc > kClearMaxTileRows)
+    reject("Bc", std::to_string(problem.Bc), "is above 128", "one thread per tile row; try 64");
+  if (algorithm == ref::Algorithm::naive_fwd && problem.seq > std::size_t(detail::naive_max_seq()))
+    reject("seq (N)", std::to_string(problem.seq), "is above " + std::to_string(detail::naive_max_seq()),
+           "the naive softmax holds one row of S in shared memory; use fa2_fwd");
+}
+
+// ----------------------------------------------------------------------------- the fast kernels
+
+namespace {
+
+// The fast kernels' one limit on d (stated once: check_fast_problem and fast_forward_tiles).
+void require_fast_head_dim(std::size_t head_dim) {
+  if (head_dim != 64 && head_dim != 128)
+    throw std::invalid_argument("flashlab::cuda: fast kernels: head_dim (d) = " + std::to_string(head_dim) +
+                                " is not 64 or 128 (hint: the fast kernels are compiled for d = 64 and 128; the "
+                                "clear fa2 kernel takes any d up to 256)");
+}
+
+/// Compute capability 9.0 (H100, H200): sm_90a code runs there only (its "a" features are not
+/// forward-compatible).
+bool device_is_sm90() {
+  int dev = 0, major = 0, minor = 0;
+  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
+  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  return major == 9 && minor == 0;
+}
+
+int device_sms() {
+  int dev = 0, sms = 0;
+  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
+  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
+/// A device pointer argument of an entry point (core/device_pointer.hpp).
+void require_device_pointer(const char* entry, const char* name, const void* ptr, std::size_t alignment) {
+  const std::string why = detail::device_pointer_problem(ptr, alignment);
+  if (!why.empty()) throw std::invalid_argument(std::string("flashlab::cuda: ") + entry + ": " + name + " " + why);
+}
+
+/// Byte offset of the atomic design's dQ accumulator in the workspace: after D (B·H·N floats),
+/// rounded up to 256 bytes (float4 accesses, and a cache-line start).
+std::size_t dq_accum_offset(std::size_t stats) { return (stats * sizeof(float) + 255) / 256 * 256; }
+
+// The checked launch description of a fast backward; each launcher sets its kernels' tiles.
+detail::Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProblem& problem) {
+  check_fast_problem(problem);
+  if (design != ref::Algorithm::bwd_two_kernel && design != ref::Algorithm::bwd_atomic)
+    throw std::invalid_argument("flashlab::cuda: fast backward: algorithm = " +
+                                std::string(ref::algorithm_name(design)) +
+                                " is not a fast backward design (hint: bwd_two_kernel or bwd_atomic)");
+  return detail::make_problem(problem);
+}
+
+/// The kernel choice's limits: wgmma_ws runs bwd_atomic only, and only where it was built.
+void check_bwd_kernel(ref::Algorithm design, FastBackwardKernel kernel) {
+  if (kernel == FastBackwardKernel::mma_sync) return;
+  if (design != ref::Algorithm::bwd_atomic)
+    throw std::invalid_argument("flashlab::cuda: the wgmma-ws backward kernel runs the bwd_atomic design only (hint: "
+                                "design bwd_atomic, or kernel mma_sync for bwd_two_kernel)");
+  if (!fast_forward_wgmma_built())
+    throw std::invalid_argument("flashlab::cuda: the wgmma-ws backward kernel is not in this build (hint: configure "
+                                "with CMAKE_CUDA_ARCHITECTURES including 90)");
+}
+
+void require_wgmma_built(FastForwardKernel kernel) {
+  if (kernel != FastForwardKernel::mma_sync && !fast_forward_wgmma_built())
+    throw std::invalid_argument(
+        std::string("flashlab::cuda: the ") + to_string(kernel) +
+        " forward is not in this build (hint: configure with CMAKE_CUDA_ARCHITECTURES including 90; it needs an "
+        "sm_90 GPU)");
+}
+
+}  // namespace
+
+const char* to_string(FastForwardKernel kernel) {
+  switch (kernel) {
+    case FastForwardKernel::wgmma: return "wgmma";
+    case FastForwardKernel::tma_ws: return "tma-ws";
+    default: return "mma";
+  }
+}
+
+const char* to_string(FastBackwardKernel kernel) {
+  switch (kernel) {
+    case FastBackwardKernel::wgmma_ws: return "wgmma-ws";
+    case FastBackwardKernel::wgmma_ws_deterministic: return "wgmma-ws-det";
+    default: return "mma";
+  }
+}
+
+bool fast_forward_wgmma_built() {
+#ifdef FLASHLAB_HAVE_WGMMA
+  return true;
+#else
+  return false;
+#endif
+}
+
+FastForwardKernel fastest_forward_kernel() {
+  return fast_forward_wgmma_built() && device_is_sm90() ? FastForwardKernel::tma_ws : FastForwardKernel::mma_sync;
+}
+
+FastBackwardKernel fastest_backward_kernel() {
+  // The same condition as the forward's tma_ws: sm_90a code built, a compute capability 9.0 device.
+  return fastest_forward_kernel() == FastForwardKernel::tma_ws ? FastBackwardKernel::wgmma_ws
+                                                               : FastBackwardKernel::mma_sync;
+}
+
+FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel) {
+  require_fast_head_dim(head_dim < 0 ? 0 : std::size_t(head_dim));
+  if (kernel == FastForwardKernel::wgmma) return {detail::kWgmmaBlockM, detail::kWgmmaBlockN};
+  if (kernel == FastForwardKernel::tma_ws) return {128, 128};  // the configuration of a short work list
+  return {detail::kMmaBlockM, detail::kMmaBlockN};
+}
+
+FastTiles fast_forward_tiles(const ref::AttentionProblem& problem, FastForwardKernel kernel) {
+  check_fast_problem(problem);
+  if (kernel != FastForwardKernel::tma_ws) return fast_forward_tiles(int(problem.head_dim), kernel);
+  const detail::WsConfig c =
+      detail::choose_ws_config(detail::make_problem(problem), problem.dtype == ref::Dtype::bf16, device_sms());
+  return {c.block_m(), c.block_n};
+}
+
+void check_fast_problem(const ref::AttentionProblem& problem) {
+  problem.validate();
+  require_fast_head_dim(problem.head_dim);
+  if (problem.dtype != ref::Dtype::bf16 && problem.dtype != ref::Dtype::fp16)
+    throw std::invalid_argument("flashlab::cuda: fast kernels: dtype = " + std::string(ref::dtype_name(problem.dtype)) +
+                                " is not bf16 or fp16 (hint: the fast kernels take 16-bit inputs; fp32 runs on "
+                                "the clear kernels)");
+}
+
+void fast_attention_forward_device(const ref::AttentionProblem& problem, FastForwardKernel kernel, const void* Q,
+                                   const void* K, const void* V, void* O, float* LSE, void* stream) {
+  check_fast_problem(problem);
+  require_wgmma_built(kernel);
+  constexpr const char* kEntry = "fast_attention_forward_device";
+  require_device_pointer(kEntry, "Q", Q, 16);
+  require_device_pointer(kEntry, "K", K, 16);
+  require_device_pointer(kEntry, "V", V, 16);
+  require_device_pointer(kEntry, "O", O, 16);
+  require_device_pointer(kEntry, "LSE", LSE, 4);
+  const FastTiles tiles = fast_forward_tiles(problem, kernel);
+  const detail::Problem p = detail::make_problem(problem).with_tiles(tiles.Br, tiles.Bc);
+  const auto s = static_cast<cudaStream_t>(stream);
+  const bool bf16 = problem.dtype == ref::Dtype::bf16;
+#ifdef FLASHLAB_HAVE_WGMMA
+  if (kernel == FastForwardKernel::wgmma) return detail::launch_fast_wgmma(p, bf16, Q, K, V, O, LSE, s);
+  if (kernel == FastForwardKernel::tma_ws) return detail::launch_fast_tma_ws(p, bf16, Q, K, V, O, LSE, s);
+#endif
+  detail::launch_fast_mma(p, bf16, Q, K, V, O, LSE, s);
+}
+
+std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const ref::AttentionProblem& problem) {
+  const detail::Problem p = fast_bwd_problem(design, problem);
+  const std::size_t stats = std::size_t(p.batch) * p.heads * p.seq;
+  if (design == ref::Algorithm::bwd_two_kernel) return stats * sizeof(float);
+  // The atomic design's dQ accumulator holds whole query tiles per (b, h) (attention_bwd_tc_atomic.cu,
+  // tiled layout): N rounded up to kAtomicDqTileRows.
+  constexpr std::size_t kTile = detail::kAtomicDqTileRows;
+  const std::size_t rows = (std::size_t(p.seq) + kTile - 1) / kTile * kTile;
+  const std::size_t numel = std::size_t(p.batch) * rows * p.row_stride();
+  const std::size_t counters =
+      std::size_t(p.batch) * p.heads * ((std::size_t(p.seq) + detail::kDqOrderTileRows - 1) / detail::kDqOrderTileRows);
+  return dq_accum_offset(stats) + numel * sizeof(float) + counters * sizeof(int);
+}
+
+void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionProblem& problem, const void* Q,
+                                    const void* K, const void* V, const void* O, const void* dO, const float* LSE,
+                                    void* dQ, void* dK, void* dV, void* workspace, void* stream,
+                                    FastBackwardKernel kernel) {
+  const detail::Problem p = fast_bwd_problem(design, problem);
+  check_bwd_kernel(design, kernel);
+  if (workspace == nullptr)
+    throw std::invalid_argument(
+        "flashlab::cuda: fast_attention_backward_device needs a workspace (hint: allocate "
+        "fast_attention_backward_workspace_bytes(design, problem) bytes of device memory)");
+  constexpr const char* kEntry = "fast_attention_backward_device";
+  for (const auto& [name, ptr] : {std::pair<const char*, const void*>{"Q", Q}, {"K", K}, {"V", V}, {"O", O},
+                                  {"dO", dO}, {"dQ", dQ}, {"dK", dK}, {"dV", dV}})
+    require_device_pointer(kEntry, name, ptr, 16);
+  require_device_pointer(kEntry, "LSE", LSE, 4);
+  require_device_pointer(kEntry, "workspace", workspace, 256);
+  const auto s = static_cast<cudaStream_t>(stream);
+  const std::size_t stats = std::size_t(p.batch) * p.heads * p.seq;
+  auto* ws = static_cast<unsigned char*>(workspace);
+  float* D = reinterpret_cast<float*>(ws);
+  const bool atomic = design == ref::Algorithm::bwd_atomic;
+  float* dQaccum = atomic ? reinterpret_cast<float*>(ws + dq_accum_offset(stats)) : nullptr;
+  const detail::BwdPointers a{Q, K, V, O, dO, LSE, dQ, dK, dV, D, dQaccum};
+  const bool bf16 = problem.dtype == ref::Dtype::bf16;
+  if (!atomic) return detail::launch_fast_bwd_two_kernel(p, bf16, a, s);
+#ifdef FLASHLAB_HAVE_WGMMA
+  if (kernel != FastBackwardKernel::mma_sync) {
+    // The order counters follow the accumulator (fast_attention_backward_workspace_bytes).
+    constexpr std::size_t kTile = detail::kAtomicDqTileRows;
+    const std::size_t acc_numel =
+        std::size_t(p.batch) * ((std::size_t(p.seq) + kTile - 1) / kTile * kTile) * p.row_stride();
+    const bool fixed_order = kernel == FastBackwardKernel::wgmma_ws_deterministic;
+    int* order = fixed_order ? reinterpret_cast<int*>(dQaccum + acc_numel) : nullptr;
+    return detail::launch_fast_bwd_ws(p, bf16, a, order, s);
+  }
+#endif
+  detail::launch_fast_bwd_atomic(p, bf16, a, s);
+}
+
+}  // namespace flashlab::cuda
