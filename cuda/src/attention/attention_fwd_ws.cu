@@ -36,7 +36,8 @@
 //     the GEMMs of the others, rather than all warpgroups doing softmax at the same time.
 //   - Intra-warpgroup overlap (kOverlap; d = 64, and d = 128 without a causal mask): the softmax
 //     of S_ij starts once S_ij is done, while the P_i(j−1)·V_(j−1) of the same turn still runs.
-//   - Which configuration runs (launch_ws_d): d = 128, Br = 128 and, without a causal mask,
+//   - Which configuration runs (a WsConfig, chosen by choose_ws_config in fwd_ws_config.hpp, where
+//     each rule's measurement is stated): d = 128, Br = 128 and, without a causal mask,
 //     Bc = 192 in two stages where the last key tile pads N by ≤ 1 % (else Bc = 128, three
 //     stages); d = 64, Br = 192 (three consumers) when the work list gives every SM ≥ 2.5 rounds
 //     of units (causal: 5), else 128.
@@ -74,6 +75,7 @@
 #include "core/hopper.cuh"
 #include "attention/launchers.hpp"
 #include "core/tensor_core.cuh"
+#include "attention/fwd_ws_config.hpp"
 #include "attention/wgmma_fwd_step.cuh"
 
 #include <cuda_bf16.h>
@@ -86,54 +88,55 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 namespace flashlab::cuda::detail {
 
 namespace {
 
-/// The tile and pipeline of one instantiation: kConsumers_ consumer warpgroups of 64 query rows
-/// (Br = 64·kConsumers_), Bc = kBlockN_, kStages_ K/V stages; kOverlap_: the softmax of S_ij starts
-/// as soon as S_ij is done, while the P·V issued with it is still running (FlashAttention-3's
-/// intra-warpgroup overlap); kShortChains_: the softmax's row maximum as a tree and its row sum in
-/// two chains (wgmma_fwd_step.cuh, online_softmax); kSplitEmpty_: K_j and V_j of a stage released
-/// apart (below); kTwoP_: two sets of P registers; kSplitTail_: the list's tail cut along the keys.
-/// Which one runs: launch_ws_d.
-template <int HEAD_DIM, bool kBf16_, bool kCausal_, int kConsumers_ = 2, int kStages_ = 3, bool kOverlap_ = false,
-          bool kShortChains_ = false, int kBlockN_ = 128, bool kSplitEmpty_ = false, bool kVoteMax_ = false,
-          bool kTwoP_ = false, bool kSplitTail_ = false>
+/// The tile and pipeline of one instantiation, from its named configuration C (fwd_ws_config.hpp):
+/// C.consumers consumer warpgroups of 64 query rows (Br = 64·C.consumers), Bc = C.block_n,
+/// C.stages K/V stages; kOverlap: the softmax of S_ij starts as soon as S_ij is done, while the P·V
+/// issued with it is still running (FlashAttention-3's intra-warpgroup overlap); kShortChains: the
+/// softmax's row maximum as a tree and its row sum in two chains (wgmma_fwd_step.cuh,
+/// online_softmax); kSplitEmpty: K_j and V_j of a stage released apart (below); kTwoP: two sets of
+/// P registers; kSplitTail: the list's tail cut along the keys. Which one runs: choose_ws_config().
+template <WsConfig C>
 struct WsTraits {
-  static constexpr int kHeadDim = HEAD_DIM;
-  static constexpr bool kBf16 = kBf16_;
-  static constexpr bool kCausal = kCausal_;
-  static constexpr int kConsumers = kConsumers_;            // consumer warpgroups, 64 query rows each
+  static constexpr int kHeadDim = C.head_dim;
+  static constexpr bool kBf16 = C.bf16;
+  static constexpr bool kCausal = C.causal;
+  static constexpr int kConsumers = C.consumers;            // consumer warpgroups, 64 query rows each
   static constexpr int kThreads = 128 * (1 + kConsumers);   // + the producer warpgroup
   static constexpr int kConsumerWarps = 4 * kConsumers;     // arrivals on empty[s]
   static constexpr int BLOCK_M = 64 * kConsumers;           // Br
-  static constexpr int BLOCK_N = kBlockN_;                  // Bc (n of the S wgmma)
+  static constexpr int BLOCK_N = C.block_n;                 // Bc (n of the S wgmma)
+  static_assert(BLOCK_M == C.block_m(), "the configuration reports the tiles that run");
   // K_j/V_j ring: 3 stages measured 1.15× 2 at d = 128, N = 8192 (docs/optimisation.md); at
   // d = 128 they fill the SRAM (Q_i 32 KiB + 3 × 64 KiB).
-  static constexpr int kStages = kStages_;
-  static constexpr bool kOverlap = kOverlap_;
-  static constexpr bool kShortChains = kShortChains_;
+  static constexpr int kStages = C.stages;
+  static constexpr bool kOverlap = C.overlap;
+  static constexpr bool kShortChains = C.short_chains;
   // K_j and V_j released apart: k_empty[s] once S_ij is done, v_empty[s] once P_ij·V_j is; the
   // producer loads K_j ahead of V_(j−1), so a stage of keys is refilled a turn earlier.
-  static constexpr bool kSplitEmpty = kSplitEmpty_;
+  static constexpr bool kSplitEmpty = C.split_empty;
   // The warp votes before it reduces the row maxima (wgmma_fwd_step.cuh, online_softmax_vote).
-  static constexpr bool kVoteMax = kVoteMax_;
+  static constexpr bool kVoteMax = C.vote_max;
   // P_ij's A fragments in two register sets, alternating by key tile (the loop unrolled by two):
   // the softmax of tile j packs into one while the P·V of tile j − 1 may still read the other, so
   // ptxas need not wait for that P·V before the exponentials (it otherwise did: docs/optimisation.md, Rung 15).
-  static constexpr bool kTwoP = kTwoP_;
+  static constexpr bool kTwoP = C.two_p;
   // Non-causal: the units past the last whole round cut along the keys (WsSchedule), partial
   // results combined by a second kernel (ws_combine_kernel).
-  static constexpr bool kSplitTail = kSplitTail_;
-  static_assert(!(kSplitTail && kCausal_), "the split tail is for equal (non-causal) units");
-  static constexpr int kColBlocks = HEAD_DIM / 64;          // TMA boxes (64 columns) per tile
+  static constexpr bool kSplitTail = C.split_tail;
+  static_assert(!(kSplitTail && kCausal), "the split tail is for equal (non-causal) units");
+  static constexpr int kColBlocks = kHeadDim / 64;         // TMA boxes (64 columns) per tile
   // setmaxnreg: the producer keeps 24, the consumers share the rest of the 64 Ki registers.
   static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 2 ? 240 : 160;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register file");
-  static constexpr int kTileQBytes = BLOCK_M * HEAD_DIM * 2;
-  static constexpr int kTileKVBytes = BLOCK_N * HEAD_DIM * 2;
+  static constexpr int kTileQBytes = BLOCK_M * kHeadDim * 2;
+  static constexpr int kTileKVBytes = BLOCK_N * kHeadDim * 2;
   static constexpr int kBarrierOffset = kTileQBytes + 2 * kStages * kTileKVBytes;  // after the tiles
   // q_full, q_empty, k_full[], v_full[], empty[] (k_empty[] when split), v_empty[] when split
   static constexpr int kBarriers = 2 + (kSplitEmpty ? 4 : 3) * kStages;
@@ -141,7 +144,7 @@ struct WsTraits {
   static constexpr int kPieceOffset = kBarrierOffset + 8 * kBarriers;  // the split tail's two pieces (int4 each)
   static constexpr int kSmemBytes = kPieceOffset + 32 + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "dynamic SRAM of one block on sm_90");
-  static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "d ∈ {64, 128}");
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "d ∈ {64, 128}");
   static_assert(kConsumers == 2 || kConsumers == 3, "2 or 3 consumer warpgroups");
   // Causal with Br > Bc: a warpgroup may meet key tiles masked for all its rows (the block runs
   // to its last row's tile); P = 0 there, since key 0 gave every row a finite m_i in tile 0.
@@ -595,26 +598,11 @@ __global__ void __launch_bounds__(256)
   if (c == 0) LSE[stat + row] = m + log2f(l);
 }
 
-/// Units of the work list with query tiles of `rows` rows: (query tile, head, batch) triples.
-long long ws_units(const Problem& p, int rows) {
-  return (long long)((p.seq + rows - 1) / rows) * p.heads * p.batch;
-}
-
-/// Whether a non-causal list of `units` on `grid` blocks (n key tiles per unit) has its tail cut
-/// along the keys (WsSchedule, ws_combine_kernel): at least 4 whole rounds before it and at least
-/// half of the blocks idle in its last round. The cut costs a second launch, a Q_i load and a
-/// partial store per piece; measured on the H100 (d = 64, three consumers, H = 16,
-/// docs/optimisation.md, Rung 15): +9 % at N = 8192 (5.21 rounds), +2 % at 16384 (10.4), −2.4 % at
-/// 4096 (2.67 rounds, not cut). 32-bit share arithmetic: grid · grid · n < 2^32.
-bool ws_split_tail(long long units, long long grid, long long n) {
-  const long long tail = units % grid;
-  return tail != 0 && units / grid >= 4 && 2 * tail <= grid && n > 1 && grid * grid * n < (1LL << 32);
-}
-
 /// The split tail's partial slots come from a stream-ordered pool of this file's own, one per
 /// device, that keeps its memory between launches: no workspace in the API, safe on concurrent
-/// streams, nothing mapped again after the first launch (the default pool gives its memory back
-/// at every synchronisation).
+/// streams (the map is guarded; the pool orders its reuse by the streams' own dependencies),
+/// nothing mapped again after the first launch (the default pool gives its memory back at every
+/// synchronisation).
 cudaMemPool_t partial_pool(int dev) {
   static std::mutex mutex;
   static std::map<int, cudaMemPool_t> pools;
@@ -637,11 +625,8 @@ template <class T>
 void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
                    cudaStream_t stream) {
   auto kernel = &ws_fwd_kernel<T>;
-  static const bool opted_in = [&] {  // > 48 KiB of dynamic SRAM, once per instantiation
-    set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "ws_fwd_kernel", p);
-    return true;
-  }();
-  (void)opted_in;
+  // > 48 KiB of dynamic SRAM: opted in per device (set_smem keeps the record, thread-safe).
+  set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "ws_fwd_kernel", p);
   const CUtensorMap map_q = make_head_tile_map(Q, p, T::BLOCK_M);
   const CUtensorMap map_k = make_head_tile_map(K, p, T::BLOCK_N);
   const CUtensorMap map_v = make_head_tile_map(V, p, T::BLOCK_N);
@@ -654,10 +639,19 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
   const int full = split ? int(units / grid * grid) : int(units);
   float* partials = nullptr;
   if (split) {  // two partial slots per block (WsSchedule: a share meets at most two units)
-    int dev = 0;
-    FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
     const std::size_t bytes = sizeof(float) * 2 * grid * std::size_t(kPartialFloats<T>);
-    FLASHLAB_CUDA_CHECK(cudaMallocFromPoolAsync(reinterpret_cast<void**>(&partials), bytes, partial_pool(dev), stream));
+    // Under stream capture the allocation becomes a node of the graph, which owns its memory (a
+    // pool only lends its properties): the device's default pool serves, and no pool is created
+    // while capturing.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    FLASHLAB_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    if (capture != cudaStreamCaptureStatusNone) {
+      FLASHLAB_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partials), bytes, stream));
+    } else {
+      int dev = 0;
+      FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
+      FLASHLAB_CUDA_CHECK(cudaMallocFromPoolAsync(reinterpret_cast<void**>(&partials), bytes, partial_pool(dev), stream));
+    }
   }
   announce("ws_fwd_kernel");
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, p, static_cast<uint16_t*>(O), LSE, partials,
@@ -672,67 +666,6 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
     err = cudaGetLastError();
     if (err != cudaSuccess) throw_cuda_error(err, "launch of ws_combine_kernel", __FILE__, __LINE__);
     FLASHLAB_CUDA_CHECK(cudaFreeAsync(partials, stream));
-  }
-}
-
-/// d = 64: three consumer warpgroups (Br = 192) once the work list gives every SM at least 2.5
-/// rounds of units (causal units count half: on average they have half the key tiles); shorter
-/// lists keep Br = 128, whose finer units spread better over the SMs. Measured on the H100
-/// (H = 16, docs/optimisation.md, Rung 8): Br = 192 +6 % at N = 4096 non-causal, +8–16 % at
-/// N ≥ 8192; Br = 128 ahead by 4–18 % at N ≤ 2048, and causal at 4096.
-bool ws_three_consumers(const Problem& p, int sms) {
-  return double(ws_units(p, 192)) >= (p.causal ? 5.0 : 2.5) * sms;
-}
-
-/// d = 128 without a causal mask: key tiles of Bc = 192 (two stages: three do not fit the SRAM)
-/// once the last, ragged tile pads the keys by at most 1 %, else Bc = 128 with three stages.
-/// Measured on the H100 (H = 16, docs/optimisation.md, Rung 10): Bc = 192 +1.6–2.5 % at
-/// N = 8192, +8–10 % at 16384; behind at N ≤ 2048, where 192 pads 3–12 % of the keys.
-bool ws_wide_keys(const Problem& p) {
-  const long long padded = (p.seq + 191) / 192 * 192LL;
-  return padded * 100 <= p.seq * 101LL;
-}
-
-/// The configuration per head dim: d = 64, two or three consumer warpgroups (ws_three_consumers),
-/// both with the intra-warpgroup overlap; d = 128, two consumer warpgroups, the overlap only
-/// without a causal mask (measured +0.5–1.3 % non-causal, mixed causal). The short reduction
-/// chains without a causal mask only (measured +0.8–2 % at N ≥ 8192, up to +8 % at 2048; causal
-/// d = 64 lost 4–5 % at N ≥ 8192). Without a causal mask the K/V stages are released apart (d = 64
-/// with three consumers, d = 128) and d = 128 takes the wider key tiles where ws_wide_keys says.
-/// d = 128 without a causal mask votes before it reduces the row maxima (kVoteMax: measured +2–3 %
-/// at N = 4096 and 8192; at d = 64 it cost 4–8 %, causal −7 to +3 %: docs/optimisation.md, Rung 14).
-/// Two P register sets (kTwoP) where they were measured ahead (Rung 15): d = 64 with three
-/// consumers (+2–3 %) and causal (+1–2.5 %), d = 128 with Bc = 192 (level to +1 % at N = 8192);
-/// not at d = 64 with two consumers without a mask (−2 %) nor d = 128 with Bc = 128 (−1.5 %).
-/// The split tail at d = 64 with three consumers without a mask (ws_split_tail decides per
-/// launch); not at d = 128 with Bc = 192, whose split kernel spills 152 bytes (−3 % at N = 8192).
-template <int D, bool kBf16>
-void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
-                 cudaStream_t stream) {
-  if constexpr (D == 64) {
-    const bool three = ws_three_consumers(p, sms);
-    if (p.causal) {
-      using CausalThree = WsTraits<64, kBf16, true, 3, 3, true, false, 128, false, false, true>;  // two P sets
-      using CausalTwo = WsTraits<64, kBf16, true, 2, 3, true, false, 128, false, false, true>;
-      if (three) launch_ws_one<CausalThree>(p, Q, K, V, O, LSE, sms, stream);
-      else launch_ws_one<CausalTwo>(p, Q, K, V, O, LSE, sms, stream);
-    } else {
-      // K/V released apart, two P sets; a second instantiation cuts the tail (its bookkeeping cost
-      // 3 % where the tail stays whole: N = 4096)
-      using Three = WsTraits<64, kBf16, false, 3, 3, true, true, 128, true, false, true>;
-      using ThreeSplit = WsTraits<64, kBf16, false, 3, 3, true, true, 128, true, false, true, true>;
-      const long long units = ws_units(p, Three::BLOCK_M), n = (p.seq + Three::BLOCK_N - 1) / Three::BLOCK_N;
-      if (three && ws_split_tail(units, std::min<long long>(units, sms), n))
-        launch_ws_one<ThreeSplit>(p, Q, K, V, O, LSE, sms, stream);
-      else if (three) launch_ws_one<Three>(p, Q, K, V, O, LSE, sms, stream);
-      else launch_ws_one<WsTraits<64, kBf16, false, 2, 3, true, true>>(p, Q, K, V, O, LSE, sms, stream);
-    }
-  } else {
-    using Wide = WsTraits<D, kBf16, false, 2, 2, true, true, 192, true, true, true>;  // Bc = 192, 2 stages, 2 P sets
-    using Narrow = WsTraits<D, kBf16, false, 2, 3, true, true, 128, true, true>;
-    if (p.causal) launch_ws_one<WsTraits<D, kBf16, true, 2, 3, false>>(p, Q, K, V, O, LSE, sms, stream);
-    else if (ws_wide_keys(p)) launch_ws_one<Wide>(p, Q, K, V, O, LSE, sms, stream);
-    else launch_ws_one<Narrow>(p, Q, K, V, O, LSE, sms, stream);
   }
 }
 
@@ -779,24 +712,63 @@ CUtensorMap make_head_tile_map(const void* base, const Problem& p, int box_rows)
   return map;
 }
 
-/// The launcher of launchers.hpp (errors thrown as CudaError).
+namespace {
+
+/// Every configuration choose_ws_config() can return, per dtype: one instantiation each.
+constexpr WsConfig kWsConfigs[] = {
+    // d = 64, causal: two P sets; three or two consumer warpgroups
+    {64, true, true, 3, 3, 128, true, false, false, false, true, false},
+    {64, true, true, 2, 3, 128, true, false, false, false, true, false},
+    // d = 64, non-causal, three consumers: short chains, K/V released apart, two P sets; with
+    // and without the split tail
+    {64, true, false, 3, 3, 128, true, true, true, false, true, false},
+    {64, true, false, 3, 3, 128, true, true, true, false, true, true},
+    // d = 64, non-causal, two consumers
+    {64, true, false, 2, 3, 128, true, true, false, false, false, false},
+    // d = 128, non-causal: Bc = 192 in two stages with two P sets, or Bc = 128 in three
+    {128, true, false, 2, 2, 192, true, true, true, true, true, false},
+    {128, true, false, 2, 3, 128, true, true, true, true, false, false},
+    // d = 128, causal
+    {128, true, true, 2, 3, 128, false, false, false, false, false, false},
+};
+constexpr int kWsConfigCount = int(sizeof(kWsConfigs) / sizeof(kWsConfigs[0]));
+
+/// Configuration i of kWsConfigs in storage type bf16 (else fp16).
+constexpr WsConfig ws_config_at(int i, bool bf16) {
+  WsConfig c = kWsConfigs[i];
+  c.bf16 = bf16;
+  return c;
+}
+
+/// Launches the instantiation of `c` (one of ws_config_at(I…, …)); false when `c` is none of them.
+template <int... I>
+bool launch_ws_config(const WsConfig& c, const Problem& p, const void* Q, const void* K, const void* V, void* O,
+                      float* LSE, int sms, cudaStream_t stream, std::integer_sequence<int, I...>) {
+  auto one = [&](auto config) {
+    constexpr WsConfig k = decltype(config)::value;
+    if (!(c == k)) return false;
+    launch_ws_one<WsTraits<k>>(p, Q, K, V, O, LSE, sms, stream);
+    return true;
+  };
+  return (one(std::integral_constant<WsConfig, ws_config_at(I, true)>{}) || ...) ||
+         (one(std::integral_constant<WsConfig, ws_config_at(I, false)>{}) || ...);
+}
+
+}  // namespace
+
+/// The launcher of launchers.hpp (errors thrown as CudaError): the configuration
+/// choose_ws_config() picks for this problem on this device, then its instantiation.
 void launch_fast_tma_ws(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
                         cudaStream_t stream) {
-  using Headline = WsTraits<128, true, false, 2, 3, true, true, 128, true, true>;
-  static_assert(kTmaWsBlockM == Headline::BLOCK_M && kTmaWsBlockN == Headline::BLOCK_N,
-                "launchers.hpp reports the tiles of this file");
+  if (p.head_dim != 64 && p.head_dim != 128)
+    throw_cuda_error(cudaErrorInvalidValue, "tma-ws forward: HEAD_DIM must be 64 or 128", __FILE__, __LINE__);
   int dev = 0, sms = 0;
   FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
   FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  if (p.head_dim == 64) {
-    if (bf16) launch_ws_d<64, true>(p, Q, K, V, O, LSE, sms, stream);
-    else launch_ws_d<64, false>(p, Q, K, V, O, LSE, sms, stream);
-  } else if (p.head_dim == 128) {
-    if (bf16) launch_ws_d<128, true>(p, Q, K, V, O, LSE, sms, stream);
-    else launch_ws_d<128, false>(p, Q, K, V, O, LSE, sms, stream);
-  } else {
-    throw_cuda_error(cudaErrorInvalidValue, "tma-ws forward: HEAD_DIM must be 64 or 128", __FILE__, __LINE__);
-  }
+  const WsConfig c = choose_ws_config(p, bf16, sms);
+  if (!launch_ws_config(c, p, Q, K, V, O, LSE, sms, stream, std::make_integer_sequence<int, kWsConfigCount>{}))
+    throw_cuda_error(cudaErrorInvalidValue, "tma-ws forward: the chosen configuration has no instantiation", __FILE__,
+                     __LINE__);
 }
 
 }  // namespace flashlab::cuda::detail

@@ -1,0 +1,122 @@
+// The Hopper forward's configuration (attention_fwd_ws.cu) as one named type, and the one function
+// that chooses it from the problem and the device (internal; host code, C++20: a WsConfig is the
+// kernel's template parameter, a class-type non-type template parameter).
+//
+// Every rule below was chosen by measurement on the H100 (H = 16, bf16, docs/optimisation.md and
+// cuda/results/fwd_tma_ws*.csv); the rung that measured it is named beside the rule.
+#pragma once
+
+#include "core/common.hpp"
+
+#include <algorithm>
+
+namespace flashlab::cuda::detail {
+
+/// One instantiation of the TMA / warp-specialised forward: its tiles, pipeline and softmax
+/// variants, by name. Used as the template argument of WsTraits (attention_fwd_ws.cu) and returned
+/// by choose_ws_config(); the tiles it reports (block_m(), block_n) are the tiles that run.
+struct WsConfig {
+  int head_dim = 128;        ///< d (64 or 128)
+  bool bf16 = true;          ///< storage type: bf16, else fp16
+  bool causal = false;       ///< the causal instantiation (units stop at their diagonal)
+  int consumers = 2;         ///< consumer warpgroups of 64 query rows each: Br = 64 · consumers (2 or 3)
+  int stages = 3;            ///< K_j/V_j stages in the TMA ring
+  int block_n = 128;         ///< Bc, keys per stage (128 or 192)
+  bool overlap = false;      ///< the softmax of S_ij starts while the P·V issued with it still runs
+  bool short_chains = false; ///< the row maximum as a tree and the row sum in two chains
+  bool split_empty = false;  ///< K_j and V_j of a stage released apart (K a turn earlier)
+  bool vote_max = false;     ///< the warp votes whether any row maximum moves before reducing them
+  bool two_p = false;        ///< two sets of P registers (the key loop unrolled by two)
+  bool split_tail = false;   ///< the work list's last, part-empty round cut along the keys (non-causal)
+
+  /// Br, the query rows of one unit of work.
+  constexpr int block_m() const { return 64 * consumers; }
+  /// Field by field (the launcher maps a chosen value to its instantiation by this).
+  constexpr bool operator==(const WsConfig&) const = default;
+};
+
+/// Units of the work list with query tiles of `rows` rows: (query tile, head, batch) triples.
+inline long long ws_units(const Problem& p, int rows) {
+  return (long long)((p.seq + rows - 1) / rows) * p.heads * p.batch;
+}
+
+/// Whether a non-causal list of `units` on `grid` blocks (n key tiles per unit) has its tail cut
+/// along the keys (WsSchedule, ws_combine_kernel): at least 4 whole rounds before it and at least
+/// half of the blocks idle in its last round. The cut costs a second launch, a Q_i load and a
+/// partial store per piece; measured (d = 64, three consumers, Rung 15): +9 % at N = 8192 (5.21
+/// rounds), +2 % at 16384 (10.4), −2.4 % at 4096 (2.67 rounds, not cut). 32-bit share
+/// arithmetic: grid · grid · n < 2^32.
+inline bool ws_split_tail(long long units, long long grid, long long n) {
+  const long long tail = units % grid;
+  return tail != 0 && units / grid >= 4 && 2 * tail <= grid && n > 1 && grid * grid * n < (1LL << 32);
+}
+
+/// d = 64: three consumer warpgroups (Br = 192) once the work list gives every SM at least 2.5
+/// rounds of units (causal units count half: on average they have half the key tiles); shorter
+/// lists keep Br = 128, whose finer units spread better over the SMs. Measured (Rung 8):
+/// Br = 192 +6 % at N = 4096 non-causal, +8–16 % at N ≥ 8192; Br = 128 ahead by 4–18 % at
+/// N ≤ 2048, and causal at 4096.
+inline bool ws_three_consumers(const Problem& p, int sms) {
+  return double(ws_units(p, 192)) >= (p.causal ? 5.0 : 2.5) * sms;
+}
+
+/// d = 128 without a causal mask: key tiles of Bc = 192 (two stages: three do not fit the SRAM)
+/// once the last, ragged tile pads the keys by at most 1 %, else Bc = 128 with three stages.
+/// Measured (Rung 10): Bc = 192 +1.6–2.5 % at N = 8192, +8–10 % at 16384; behind at N ≤ 2048,
+/// where 192 pads 3–12 % of the keys.
+inline bool ws_wide_keys(const Problem& p) {
+  const long long padded = (p.seq + 191) / 192 * 192LL;
+  return padded * 100 <= p.seq * 101LL;
+}
+
+/// The configuration of problem `p` (d ∈ {64, 128}) on a device of `sms` SMs, the one place the
+/// choice is made (the launcher runs it, fast_forward_tiles() reports its tiles):
+/// - d = 64: two or three consumer warpgroups (ws_three_consumers), both with the
+///   intra-warpgroup overlap. Causal: two P register sets (+1–2.5 %, Rung 15). Non-causal: the
+///   short reduction chains (+0.8–2 % at N ≥ 8192, up to +8 % at 2048; causal d = 64 lost 4–5 %),
+///   and with three consumers K/V released apart, two P sets (+2–3 %) and, where ws_split_tail
+///   says, the split tail (a separate instantiation: its bookkeeping cost 3 % where the tail stays
+///   whole); with two consumers neither (two P sets −2 %).
+/// - d = 128: two consumer warpgroups. Causal: no overlap (mixed), nothing else. Non-causal: the
+///   overlap (+0.5–1.3 %), short chains, K/V released apart and the warp's vote before the row
+///   maxima (+2–3 % at N = 4096 and 8192, Rung 14; at d = 64 it cost 4–8 %), with Bc = 192 in two
+///   stages and two P sets where ws_wide_keys says (level to +1 % at N = 8192), else Bc = 128 in
+///   three stages with one P set (two cost 1.5 %). Not the split tail: with Bc = 192 its kernel
+///   spills 152 bytes (−3 % at N = 8192).
+inline WsConfig choose_ws_config(const Problem& p, bool bf16, int sms) {
+  WsConfig c;
+  c.head_dim = p.head_dim;
+  c.bf16 = bf16;
+  c.causal = p.causal;
+  c.overlap = true;
+  if (p.head_dim == 64) {
+    c.consumers = ws_three_consumers(p, sms) ? 3 : 2;
+    if (p.causal) {
+      c.two_p = true;
+    } else {
+      c.short_chains = true;
+      if (c.consumers == 3) {
+        c.split_empty = true;
+        c.two_p = true;
+        const long long units = ws_units(p, c.block_m()), n = (p.seq + c.block_n - 1) / c.block_n;
+        c.split_tail = ws_split_tail(units, std::min<long long>(units, sms), n);
+      }
+    }
+    return c;
+  }
+  if (p.causal) {
+    c.overlap = false;
+    return c;
+  }
+  c.short_chains = true;
+  c.split_empty = true;
+  c.vote_max = true;
+  if (ws_wide_keys(p)) {
+    c.block_n = 192;
+    c.stages = 2;
+    c.two_p = true;
+  }
+  return c;
+}
+
+}  // namespace flashlab::cuda::detail
