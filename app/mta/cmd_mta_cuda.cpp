@@ -16,7 +16,7 @@
 #include "flashlab/reference/npy.hpp"
 
 #ifdef FLASHLAB_HAVE_CUDA
-#include "flashlab/cuda/fast_attention.hpp"
+#include "flashlab/cuda/dtype16.hpp"
 #include "flashlab/cuda/mta.hpp"
 #include "flashlab/cuda/mta_fast.hpp"
 #include "flashlab/cuda/mta_fast_backward.hpp"
@@ -335,9 +335,7 @@ constexpr double kFastLseTolerance = 1e-4;
 Tensor<float> rounded_to(const Tensor<double>& x, bool bf16) {
   Tensor<float> out(x.shape());
   for (std::size_t i = 0; i < x.numel(); ++i) {
-    const float f = float(x.data()[i]);
-    out.data()[i] = bf16 ? flashlab::cuda::bf16_to_float(flashlab::cuda::float_to_bf16(f))
-                         : flashlab::cuda::fp16_to_float(flashlab::cuda::float_to_fp16(f));
+    out.data()[i] = flashlab::cuda::round_to(float(x.data()[i]), bf16 ? ref::Dtype::bf16 : ref::Dtype::fp16);
   }
   return out;
 }
@@ -380,11 +378,7 @@ int run_fast_on_gpu(const MtaInputs& in, ref::Dtype dtype) {
                                                      w.cast<double>(), in.p);
   const double e_o = rel_to_max(got.o.data(), naive.o.data(), got.o.numel());
   std::vector<float> floor_o(naive.o.numel());
-  for (std::size_t i = 0; i < floor_o.size(); ++i) {
-    const float f = float(naive.o.data()[i]);
-    floor_o[i] = bf16 ? flashlab::cuda::bf16_to_float(flashlab::cuda::float_to_bf16(f))
-                      : flashlab::cuda::fp16_to_float(flashlab::cuda::float_to_fp16(f));
-  }
+  for (std::size_t i = 0; i < floor_o.size(); ++i) floor_o[i] = flashlab::cuda::round_to(float(naive.o.data()[i]), dtype);
   const double floor = rel_to_max(floor_o.data(), naive.o.data(), floor_o.size());
   // LSE: the kernel's base 2, [B, H, N], against the reference's natural log, [B, N, H, 1].
   const Shape& s = in.shape;
@@ -422,15 +416,10 @@ int run_fast_on_gpu(const MtaInputs& in, ref::Dtype dtype) {
 // reference merely rounded to the dtype (the floor of any 16-bit output).
 std::pair<double, double> error_and_floor_16(const std::vector<std::uint16_t>& got, const Tensor<double>& want,
                                              bool bf16) {
-  auto widen = [&](std::uint16_t b) {
-    return bf16 ? flashlab::cuda::bf16_to_float(b) : flashlab::cuda::fp16_to_float(b);
-  };
-  std::vector<float> g(got.size()), r(want.numel());
-  for (std::size_t i = 0; i < got.size(); ++i) g[i] = widen(got[i]);
-  for (std::size_t i = 0; i < r.size(); ++i) {
-    const float f = float(want.data()[i]);
-    r[i] = widen(bf16 ? flashlab::cuda::float_to_bf16(f) : flashlab::cuda::float_to_fp16(f));
-  }
+  const ref::Dtype dtype = bf16 ? ref::Dtype::bf16 : ref::Dtype::fp16;
+  const std::vector<float> g = flashlab::cuda::from_bits16(got, dtype);
+  std::vector<float> r(want.numel());
+  for (std::size_t i = 0; i < r.size(); ++i) r[i] = flashlab::cuda::round_to(float(want.data()[i]), dtype);
   return {rel_to_max(g.data(), want.data(), g.size()), rel_to_max(r.data(), want.data(), r.size())};
 }
 
@@ -451,10 +440,7 @@ int run_fast_bwd_on_gpu(const MtaInputs& in, ref::Dtype dtype) {
   const ref::mta::Weights<float> w = in.w.cast<float>();
   const auto fwd = fm::fast_forward(q, k, v, w, in.p, dtype);
   auto bits = [&](const Tensor<float>& x) {  // exact: every value is already a 16-bit one
-    std::vector<std::uint16_t> out(x.numel());
-    for (std::size_t i = 0; i < out.size(); ++i)
-      out[i] = bf16 ? flashlab::cuda::float_to_bf16(x.data()[i]) : flashlab::cuda::float_to_fp16(x.data()[i]);
-    return out;
+    return flashlab::cuda::to_bits16(x.data(), x.numel(), dtype);
   };
   const std::vector<float> w_host(w.data(), w.data() + w.numel());
   const auto g = fm::fast_backward(shape, bits(q), bits(k), bits(v), w_host, bits(fwd.o), bits(d_o), fwd.lse);
@@ -485,8 +471,8 @@ int run_fast_bwd_on_gpu(const MtaInputs& in, ref::Dtype dtype) {
   if (in.save_dir) {
     auto widened = [&](const std::vector<std::uint16_t>& x) {
       Tensor<float> out(in.shape);
-      for (std::size_t i = 0; i < x.size(); ++i)
-        out.data()[i] = bf16 ? flashlab::cuda::bf16_to_float(x[i]) : flashlab::cuda::fp16_to_float(x[i]);
+      const std::vector<float> wide = flashlab::cuda::from_bits16(x, dtype);
+      std::copy(wide.begin(), wide.end(), out.data());
       return out;
     };
     save_output(*in.save_dir, "dq.npy", widened(g.dQ), in.batched);

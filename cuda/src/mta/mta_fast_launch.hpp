@@ -1,5 +1,5 @@
 // Internal launch interface of the fast MTA backward and decode (mta_fast_bwd.cu,
-// mta_fast_decode.cu), called by the host API (mta_fast_bwd_api.cpp). Plain types only: the .cu files
+// mta_fast_decode.cu), called by the front door (front_door.cpp). Plain types only: the .cu files
 // do not include the reference's Eigen headers.
 #pragma once
 

@@ -23,7 +23,7 @@ namespace flashlab::cuda::detail::mta {
 /// Threads per block of every MTA kernel (4 warps, as the attention kernels).
 inline constexpr int kThreads = 128;
 
-/// Query rows of the split-K inference tile (ref::mta::kInferQueryRows; mta_api.cpp checks
+/// Query rows of the split-K inference tile (ref::mta::kInferQueryRows; front_door.cpp checks
 /// that the two agree, since device code does not include the reference's Eigen headers).
 inline constexpr int kInferQueryRows = 16;
 

@@ -84,11 +84,14 @@ bool fast_uses_linear_path(const FastShape& shape);
 /// Throws std::invalid_argument naming the field, its value and a hint.
 void check_fast_shape(const FastShape& shape);
 
-/// Launches the fast forward on device pointers, no copies, no allocation, no synchronisation,
-/// on `stream` (a cudaStream_t passed as void*; nullptr is the default stream). Q, K, V, O are
-/// `[B, N, H, d]` 16-bit values of `shape.dtype`; W is `[H, cq, ck]` fp32; LSE is `[B, H, N]`
-/// fp32, base 2 (see the file comment). Throws std::invalid_argument for a bad shape, CudaError
-/// if the launch fails.
+/// The forward on the caller's device memory: launches on `stream` (a cudaStream_t passed as
+/// void*; nullptr is the legacy default stream) and returns; no host copy, no allocation, no
+/// synchronisation, so it may run from several host threads on several streams at once and under
+/// CUDA graph capture. Layout (the pointers checked: non-null, 16-byte aligned for the 16-bit
+/// tensors, 4-byte for the fp32 ones): Q, K, V, O contiguous `[B, N, H, d]` 16-bit values of
+/// `shape.dtype`; W contiguous `[H, cq, ck]` fp32; LSE contiguous `[B, H, N]` fp32, base 2 (see
+/// the file comment), written in full. No workspace. Throws std::invalid_argument for a bad shape
+/// or pointer, CudaError if the launch fails.
 void fast_forward_device(const FastShape& shape, const void* Q, const void* K, const void* V, const float* W, void* O,
                          float* LSE, void* stream = nullptr);
 

@@ -54,11 +54,16 @@ struct FastBackwardPointers {
 /// scratch grows as O(N·H·d).
 std::size_t fast_backward_workspace_bytes(const FastShape& shape);
 
-/// Launches the fast backward on device pointers: zero dW and the dQ accumulator, D
-/// preprocessing, the gradient kernel (one block per key tile K_j, V_j; loop over query tiles),
-/// the dQ conversion. `workspace` holds fast_backward_workspace_bytes(shape) bytes; `stream` is a
-/// cudaStream_t passed as void* (nullptr: default stream). No synchronisation. Throws
-/// std::invalid_argument for a bad problem, CudaError if a launch fails.
+/// The backward on the caller's device memory: zero dW and the dQ accumulator (cudaMemsetAsync),
+/// D preprocessing, the gradient kernel (one block per key tile K_j, V_j; loop over query tiles),
+/// the dQ conversion, all on `stream` (a cudaStream_t passed as void*; nullptr: the legacy
+/// default stream). No host copy, no allocation, no synchronisation: safe from several host
+/// threads on several streams at once and under CUDA graph capture. `workspace` holds
+/// fast_backward_workspace_bytes(shape) bytes of device memory, 256-byte aligned, used by this
+/// call alone until it completes; its contents need no initialisation and its first B·H·N floats
+/// hold D on completion. Layouts as the file comment states (every pointer checked: non-null,
+/// 16-byte aligned for 16-bit tensors, 4-byte for fp32). Throws std::invalid_argument for a bad
+/// shape or pointer, CudaError if a launch fails.
 void fast_backward_device(const FastShape& shape, const FastBackwardPointers& ptrs, void* workspace,
                           void* stream = nullptr);
 
@@ -101,10 +106,15 @@ int fast_decode_splits(const FastShape& shape);
 /// B·H·splits·16·d), m_s and ℓ_s (fp32, B·H·splits·16 each), 256-byte aligned.
 std::size_t fast_decode_workspace_bytes(const FastShape& shape);
 
-/// Launches the split-K decode on device pointers: the split kernel (each block one range of
+/// The split-K decode on the caller's device memory: the split kernel (each block one range of
 /// key tiles for one (b, h): scores of the 16 rows on tensor cores, the convolution on chip,
-/// online softmax, partial O_s, m_s, ℓ_s) and the combine kernel (O, and LSE unless
-/// `ptrs.LSE` is null). No synchronisation.
+/// online softmax, partial O_s, m_s, ℓ_s into `workspace`) and the combine kernel (O, and LSE
+/// unless `ptrs.LSE` is null), on `stream`. No host copy, no allocation, no synchronisation:
+/// safe from several host threads and streams and under graph capture. `workspace` holds
+/// fast_decode_workspace_bytes(shape) bytes (256-byte aligned; the split count, and so the size,
+/// depends on the current device's SM count: query it on the device that runs the call).
+/// Pointers checked as fast_backward_device(). Throws std::invalid_argument for a bad shape or
+/// pointer, CudaError if a launch fails.
 void fast_decode_device(const FastShape& shape, const FastDecodePointers& ptrs, void* workspace,
                         void* stream = nullptr);
 

@@ -1,5 +1,6 @@
-// Host-side helpers of the MTA kernels shared by the API and the traffic probe (internal;
-// host code only: it includes the reference's Eigen-based headers, which device code avoids).
+// Host-side helpers of the clear MTA kernels shared by the front door (front_door.cpp), the
+// host wrappers (host.cpp) and the traffic probe (internal; host code only: it includes the
+// reference's Eigen-based headers, which device code avoids).
 #pragma once
 
 #include "mta/mta_tile.cuh"
