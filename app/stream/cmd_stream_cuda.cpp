@@ -1,6 +1,7 @@
 // `flashlab stream estimate|apply|trace --device cuda` (the clear GPU kernels, multi-head inputs)
 // and `flashlab stream needles` (planted-needle recall, CPU or GPU). Parsing and printing only:
-// the algorithms live in reference/src/stream and cuda/src/stream_*.
+// the algorithms live in reference/src/stream, the kernels and their choice behind the STREAM
+// front door (cuda/src/stream/front_door.cpp).
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -18,10 +19,8 @@
 #include "flashlab/reference/stream_needles.hpp"
 #include "flashlab/reference/tensor.hpp"
 #if FLASHLAB_HAVE_CUDA
-#include "flashlab/cuda/fast_attention.hpp"
+#include "flashlab/cuda/dtype16.hpp"
 #include "flashlab/cuda/stream.hpp"
-#include "flashlab/cuda/stream_fast.hpp"
-#include "flashlab/cuda/stream_fast_estimate.hpp"
 #endif
 
 namespace flashlab::app {
@@ -83,33 +82,15 @@ struct NeedleOptions {
 };
 
 
-#if FLASHLAB_HAVE_CUDA
-/// Rounds every value to bf16 in place (the fast kernel's inputs, and what the reference then
-/// sees) and returns the bit patterns.
-std::vector<std::uint16_t> round_to_bf16(float* values, std::size_t count) {
-  std::vector<std::uint16_t> bits(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    bits[i] = cuda::float_to_bf16(values[i]);
-    values[i] = cuda::bf16_to_float(bits[i]);
-  }
-  return bits;
-}
-#endif
-
 /// I of the planted inputs on the chosen device.
 std::vector<std::int64_t> needle_indices(const NeedleOptions& o, const rs::NeedleSet& set, const rs::Geometry& g) {
   const rs::BlockMask mask(g);
   if (o.device == "cpu")
     return rs::stream_estimate(set.Q, set.K, mask, rs::EstimateParams{std::size_t(o.k), std::size_t(o.threads)}).indices;
 #if FLASHLAB_HAVE_CUDA
-  if (o.kernel == "fast") {
-    ref::Mat<float> Qr = set.Q, Kr = set.K;
-    const auto q16 = round_to_bf16(Qr.data(), std::size_t(Qr.size())), k16 = round_to_bf16(Kr.data(), std::size_t(Kr.size()));
-    const std::size_t d = std::size_t(set.Q.cols());
-    return cuda::stream::stream_fast_estimate({q16.data(), 1, d}, {k16.data(), 1, d}, mask, std::size_t(o.k)).indices;
-  }
   const cuda::stream::HostHeads Q{set.Q.data(), 1, std::size_t(set.Q.cols())}, K{set.K.data(), 1, std::size_t(set.K.cols())};
-  return cuda::stream::stream_estimate(Q, K, mask, std::size_t(o.k)).indices;
+  const auto kernel = o.kernel == "fast" ? cuda::StreamKernel::fast : cuda::StreamKernel::clear;
+  return cuda::stream::stream_estimate(kernel, Q, K, mask, std::size_t(o.k)).indices;
 #else
   throw built_without_cuda("--device cuda", "use --device cpu");
 #endif
@@ -372,40 +353,26 @@ void write_edges(const fs::path& path, const std::vector<cuda::stream::HeadEdge>
   ref::write_npy_raw(path, {rows.size()}, "[('head', '<i8'), " + fields + "]", rows.data(), rows.size() * sizeof(Row));
 }
 
-/// The estimate of the chosen kernel; the fast one rounds Q and K to bf16 in place first, so that
-/// --compare gives the reference the values the kernel saw.
-cuda::stream::EstimateOutput run_estimate(const CudaOptions& o, Heads& Q, Heads& K, const rs::BlockMask& mask) {
-  const std::size_t k = std::size_t(o.k);
-  if (o.kernel != "fast") return cuda::stream::stream_estimate(Q.view(), K.view(), mask, k);
-  cuda::stream::check_fast_estimate(mask.geometry(), Q.H, Q.D, k);
-  const auto q16 = round_to_bf16(Q.data.data(), Q.data.size()), k16 = round_to_bf16(K.data.data(), K.data.size());
-  return cuda::stream::stream_fast_estimate({q16.data(), Q.H, Q.D}, {k16.data(), K.H, K.D}, mask, k);
+cuda::StreamKernel kernel_of(const CudaOptions& o) {
+  return o.kernel == "fast" ? cuda::StreamKernel::fast : cuda::StreamKernel::clear;
 }
 
-/// The fast bf16 apply on Q, K (already rounded to bf16 by run_estimate) and V rounded to bf16;
-/// O comes back as the floats of its bf16 values.
-std::vector<float> run_fast_apply(const Heads& Q, const Heads& K, const Heads& V, const rs::BlockMask& mask,
-                                  const std::vector<std::int64_t>& indices, std::size_t k) {
-  std::vector<float> q = Q.data, kk = K.data, v = V.data;
-  const auto q16 = round_to_bf16(q.data(), q.size()), k16 = round_to_bf16(kk.data(), kk.size()),
-             v16 = round_to_bf16(v.data(), v.size());
-  const std::vector<std::uint16_t> o16 = cuda::stream::stream_fast_apply(
-      ref::Dtype::bf16, {q16.data(), Q.H, Q.D}, {k16.data(), K.H, K.D}, {v16.data(), V.H, V.D}, mask, indices, k);
-  std::vector<float> O(o16.size());
-  for (std::size_t i = 0; i < O.size(); ++i) O[i] = cuda::bf16_to_float(o16[i]);
-  return O;
+/// --compare gives the reference the values the fast kernels read: Q and K rounded to bf16.
+void round_for_compare(const CudaOptions& o, Heads& x) {
+  if (o.kernel != "fast") return;
+  for (float& v : x.data) v = cuda::round_to(v, ref::Dtype::bf16);
 }
 
 int run_cuda(const CudaOptions& o, Heads& Q, Heads& K, const Heads& V) {
   const rs::Geometry g{Q.T, std::size_t(o.bq), std::size_t(o.bk)};
   const std::size_t k = std::size_t(o.k);
   const rs::BlockMask mask = o.mask.empty() ? rs::BlockMask(g) : rs::load_block_mask(o.mask, g, o.policy.memory_limit);
-  const cuda::stream::EstimateOutput est = run_estimate(o, Q, K, mask);
+  const cuda::stream::EstimateOutput est = cuda::stream::stream_estimate(kernel_of(o), Q.view(), K.view(), mask, k);
+  round_for_compare(o, Q);
+  round_for_compare(o, K);
   std::vector<float> O;
   std::vector<cuda::stream::HeadEdge> edges;
-  if (o.sub == "apply")
-    O = o.kernel == "fast" ? run_fast_apply(Q, K, V, mask, est.indices, k)
-                           : cuda::stream::stream_apply(Q.view(), K.view(), V.view(), mask, est.indices, k);
+  if (o.sub == "apply") O = cuda::stream::stream_apply(kernel_of(o), Q.view(), K.view(), V.view(), mask, est.indices, k);
   if (o.sub == "trace")
     O = cuda::stream::stream_trace(Q.view(), K.view(), V.view(), mask, est.indices, k, std::size_t(o.chunk),
                                    [&](const std::vector<cuda::stream::HeadEdge>& batch) {

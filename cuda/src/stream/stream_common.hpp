@@ -63,7 +63,7 @@ struct StreamProblem {
 };
 
 /// The launch description of a causal (∧ user) mask for `heads` heads, head dims d and d_v, k
-/// kept blocks (stream_api.cpp): the reference's parameter rules and the clear kernels' limits,
+/// kept blocks (front_door.cpp): the reference's parameter rules and the clear kernels' limits,
 /// StreamError naming the parameter otherwise.
 StreamProblem make_stream_problem(const ref::stream::BlockMask& mask, std::size_t heads, std::size_t d, std::size_t dv,
                                   std::size_t k);
@@ -101,12 +101,13 @@ void launch_estimate(const StreamProblem& p, const float* Q, const float* K, con
 std::size_t estimate_work_bytes(const StreamProblem& p);
 
 /// stream_apply.cu: grid (n_q, H). row_mu / row_lam ([H, T]) receive the final softmax statistics
-/// (μ, λ) of every query row when not nullptr (the trace reads them).
+/// (μ, λ) of every query row when not nullptr (the trace reads them). On `stream`, asynchronous.
 void launch_apply(const StreamProblem& p, const float* Q, const float* K, const float* V, const long long* I,
-                  float* O, float* row_mu, float* row_lam);
+                  float* O, float* row_mu, float* row_lam, cudaStream_t stream = nullptr);
 /// stream_apply.cu: grid (query blocks q0 .. q0 + count − 1, k, H); one record per (h, q, slot)
-/// into `edges` ([H, count, k]).
+/// into `edges` ([H, count, k]); an empty slot of I gets r = −1. On `stream`, asynchronous.
 void launch_trace(const StreamProblem& p, int q0, int count, const float* Q, const float* K, const float* V,
-                  const long long* I, const float* row_mu, const float* row_lam, EdgeRecord* edges);
+                  const long long* I, const float* row_mu, const float* row_lam, EdgeRecord* edges,
+                  cudaStream_t stream = nullptr);
 
 }  // namespace flashlab::cuda::stream::detail

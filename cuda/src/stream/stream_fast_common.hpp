@@ -1,5 +1,6 @@
 // The fast STREAM application's launch description and launcher (internal; stream_fast_apply.cu
-// implements, stream_fast_api.cpp calls). No reference headers here: nvcc compiles this as C++17.
+// implements, the front door front_door.cpp calls). No reference headers here: nvcc compiles this
+// as C++17.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -28,12 +28,17 @@
 
 namespace flashlab::cuda::stream {
 
-/// A float32 `[T, H, d]` array on the host (not owned).
-struct HostHeads {
-  const float* data = nullptr;  ///< T·H·d floats, row-major
-  std::size_t heads = 1;        ///< H
-  std::size_t dim = 0;          ///< d (d_v for V)
+/// A `[T, H, d]` array on the host (not owned): the one host view of every STREAM entry, fp32
+/// (HostHeads) or 16-bit bit patterns (HostHeads16, stream_fast.hpp).
+template <typename T>
+struct HostHeadsOf {
+  const T* data = nullptr;  ///< T·H·d values, row-major (tokens outermost)
+  std::size_t heads = 1;    ///< H
+  std::size_t dim = 0;      ///< d (d_v for V)
 };
+
+/// A float32 `[T, H, d]` array on the host (not owned).
+using HostHeads = HostHeadsOf<float>;
 
 /// Largest head dim and block sizes of the clear kernels (one Q_q and one K_r tile in shared
 /// memory, fp32, with a one-float row pad).
@@ -88,20 +93,67 @@ std::vector<float> stream_trace(const HostHeads& Q, const HostHeads& K, const Ho
                                 std::size_t k, std::size_t chunk_query_blocks,
                                 const std::function<void(const std::vector<HeadEdge>&)>& sink);
 
-/// One measured STREAM kernel: its name and what CUPTI counted for its single launch.
-struct MeasuredStreamKernel {
-  std::string kernel;       ///< "stream_estimate_kernel" or "stream_apply_kernel"
-  KernelCounters counters;  ///< L2 / DRAM bytes and duration (profiler.hpp)
-};
+/// One measured STREAM kernel: its name and what CUPTI counted for its single launch (the probe's
+/// one result type, profiler.hpp).
+using MeasuredStreamKernel = MeasuredKernel;
 
 /// Measures the memory traffic of the clear estimate and apply kernels on these inputs with the
-/// CUPTI Range Profiler: one metric per session, each session one launch of the kernel right
-/// after an L2 flush (a cudaMemset of `flush_bytes`, outside the measured range). The apply uses
+/// one CUPTI probe of every family: one metric per session, each kernel launched once per
+/// session right after an L2 flush of `flush_bytes` (written, then read back). The apply uses
 /// the estimate's I. Requires permission to read the performance counters. `indices`, if given,
 /// receives I ([H, n_q, k]).
 std::vector<MeasuredStreamKernel> measure_stream_traffic(const HostHeads& Q, const HostHeads& K, const HostHeads& V,
                                                          const ref::stream::BlockMask& mask, std::size_t k,
                                                          std::vector<std::int64_t>* indices = nullptr,
                                                          std::size_t flush_bytes = std::size_t(256) << 20);
+
+/// Edge records on the caller's device memory: the clear application on `stream` (a cudaStream_t
+/// passed as void*; nullptr: the legacy default stream) for the final softmax statistics (μ, λ)
+/// of every row, then one record per entry of I — `[H, n_q, k]` in row-major order (head, q,
+/// slot), an empty entry (−1) as r = −1 with zero weights — in the reference's Edge layout
+/// (48 bytes: q, r, slot int64; score, mass, value_norm double). No host copy, no allocation, no
+/// synchronisation: safe from several host threads on several streams at once and under CUDA
+/// graph capture. Q, K are fp32 `[T, H, d]`, V fp32 `[T, H, d_v]`, I int64 `[H, n_q, k]` (it must
+/// satisfy the reference's validity invariant under `mask`: the host entries check it, this one
+/// cannot); O, fp32 `[T, H, d_v]`, receives the application's output, or may be nullptr (it then
+/// goes to the workspace). `workspace`: stream_trace_workspace_bytes() bytes, 4-byte aligned. The
+/// limits are the clear kernels' (stream_trace()'s), and k, H ≤ 65535. Throws
+/// ref::stream::StreamError for bad parameters or pointers, CudaError if a launch fails.
+void stream_trace_device(const ref::stream::BlockMask& mask, std::size_t heads, std::size_t d, std::size_t dv,
+                         std::size_t k, const float* Q, const float* K, const float* V, const std::int64_t* I, float* O,
+                         ref::stream::Edge* edges, void* workspace, void* stream = nullptr);
+
+/// Bytes of device scratch stream_trace_device() needs for T = g.T tokens of `heads` heads: μ and
+/// λ of every row (2·T·H floats) and room for O when the caller passes none (T·H·d_v floats).
+std::size_t stream_trace_workspace_bytes(const ref::stream::Geometry& g, std::size_t heads, std::size_t dv);
+
+}  // namespace flashlab::cuda::stream
+
+namespace flashlab::cuda {
+
+/// Which implementation of the STREAM kernels runs.
+enum class StreamKernel {
+  clear,  ///< the clear fp32 kernels (flashlab/cuda/stream.hpp)
+  fast    ///< the fast 16-bit tensor-core kernels (flashlab/cuda/stream_fast.hpp, stream_fast_estimate.hpp)
+};
+
+/// "clear" or "fast" (the names the `--kernel` flags take).
+const char* to_string(StreamKernel kernel);
+
+}  // namespace flashlab::cuda
+
+namespace flashlab::cuda::stream {
+
+/// Mask estimation with the kernel of `kernel` on float inputs: the clear fp32 estimate, or the
+/// fast bf16 estimate on Q and K rounded to bf16 (round_to(x, bf16) of every value: compare the
+/// result with a reference run on those rounded values). Limits as each kernel states them.
+EstimateOutput stream_estimate(StreamKernel kernel, const HostHeads& Q, const HostHeads& K,
+                               const ref::stream::BlockMask& mask, std::size_t k);
+
+/// Mask application with the kernel of `kernel` on float inputs: the clear fp32 apply, or the
+/// fast bf16 apply on Q, K, V rounded to bf16, its bf16 output widened to float (exact).
+std::vector<float> stream_apply(StreamKernel kernel, const HostHeads& Q, const HostHeads& K, const HostHeads& V,
+                                const ref::stream::BlockMask& mask, const std::vector<std::int64_t>& indices,
+                                std::size_t k);
 
 }  // namespace flashlab::cuda::stream

@@ -19,6 +19,7 @@
 /// (`group` of them), which loads each K_r, V_r of the union of their rows of I once.
 #pragma once
 
+#include "flashlab/cuda/stream.hpp"
 #include "flashlab/reference/stream.hpp"
 #include "flashlab/reference/traffic.hpp"
 
@@ -34,11 +35,7 @@ inline constexpr std::size_t kFastStreamBlock = 64;
 inline constexpr std::size_t kFastStreamMaxK = 1024;
 
 /// A 16-bit `[T, H, d]` array on the host (not owned), bit patterns of the call's dtype.
-struct HostHeads16 {
-  const std::uint16_t* data = nullptr;  ///< T·H·d values, row-major
-  std::size_t heads = 1;                ///< H
-  std::size_t dim = 0;                  ///< d
-};
+using HostHeads16 = HostHeadsOf<std::uint16_t>;
 
 /// What a fast apply launch works on.
 struct FastApplyShape {
