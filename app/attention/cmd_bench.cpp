@@ -198,16 +198,16 @@ int run_sweep(const Sweep& s) {
   }
   std::cout.flush();
   fc::bench_attention(b, [&](const fc::AttentionBenchRow& r) {
-    const auto& c = r.problem;
-    const std::string design = r.bwd_kernel != fc::FastBackwardKernel::mma_sync
-                                   ? std::string(fc::to_string(r.bwd_kernel))
-                                   : std::string(flashlab::ref::algorithm_flag_name(r.bwd_design));
-    const char* pass = r.backward ? "bwd" : "fwd";
+    const auto& c = r.attention.problem;
+    const std::string design = r.attention.bwd_kernel != fc::FastBackwardKernel::mma_sync
+                                   ? std::string(fc::to_string(r.attention.bwd_kernel))
+                                   : std::string(flashlab::ref::algorithm_flag_name(r.attention.bwd_design));
+    const char* pass = r.attention.backward ? "bwd" : "fwd";
     char line[200];
     if (s.csv)
       std::snprintf(line, sizeof line, "%s,%s,%zu,%d,%zu,%zu,%zu,%.6f,%.6f,%.6f,%.3f,%.1f,%s,%s\n", dt, pass,
                     c.head_dim, int(c.causal), c.seq, c.heads, c.batch, r.median_ms, r.min_ms, r.max_ms, r.tflops,
-                    r.gbps, r.backward ? design.c_str() : "", r.backward ? "" : fc::to_string(r.fwd_kernel));
+                    r.gbps, r.attention.backward ? design.c_str() : "", r.attention.backward ? "" : fc::to_string(r.attention.fwd_kernel));
     else
       std::snprintf(line, sizeof line, "%-5s %4s %4zu %6s %6zu %10.4f %10.4f %10.4f %9.1f %9.1f\n", dt, pass, c.head_dim,
                     c.causal ? "yes" : "no", c.seq, r.median_ms, r.min_ms, r.max_ms, r.tflops, r.gbps);

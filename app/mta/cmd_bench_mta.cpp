@@ -151,12 +151,12 @@ fm::MtaBenchConfig config_of(const MtaSweep& s) {
 void print_traffic(const fm::MtaBenchRow& r, bool csv) {
   char line[220];
   if (csv)
-    std::snprintf(line, sizeof line, ",%s,%.0f,%.0f,%.0f,%.0f", fm::to_string(r.o_order), r.l2_read_bytes,
-                  r.l2_write_bytes, r.dram_read_bytes, r.dram_write_bytes);
+    std::snprintf(line, sizeof line, ",%s,%.0f,%.0f,%.0f,%.0f", fm::to_string(r.mta.o_order), r.counters.l2_read_bytes,
+                  r.counters.l2_write_bytes, r.counters.dram_read_bytes, r.counters.dram_write_bytes);
   else
     std::snprintf(line, sizeof line, "       O order %s, one launch (CUPTI): L2->SM %.1f MB, SM->L2 %.1f MB, DRAM read %.1f MB, "
-                  "DRAM write %.1f MB\n", fm::to_string(r.o_order), r.l2_read_bytes / 1e6, r.l2_write_bytes / 1e6,
-                  r.dram_read_bytes / 1e6, r.dram_write_bytes / 1e6);
+                  "DRAM write %.1f MB\n", fm::to_string(r.mta.o_order), r.counters.l2_read_bytes / 1e6,
+                  r.counters.l2_write_bytes / 1e6, r.counters.dram_read_bytes / 1e6, r.counters.dram_write_bytes / 1e6);
   std::cout << line;
 }
 
@@ -187,19 +187,19 @@ int run_mta_sweep(const MtaSweep& s) {
       char line[220];
       if (s.csv)
         std::snprintf(line, sizeof line, "%s,%s,%s,%d,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%.3f,%.4f,%.4f",
-                      fm::to_string(r.kernel), dt.c_str(), fm::to_string(r.pass), r.cq, r.ck, r.head_dim, r.seq,
-                      r.heads, r.batch, r.median_ms, r.min_ms, r.max_ms, r.tflops, r.read_tbps, r.copy_tbps);
+                      fm::to_string(r.mta.kernel), dt.c_str(), fm::to_string(r.mta.pass), r.mta.cq, r.mta.ck, r.head_dim, r.seq,
+                      r.heads, r.batch, r.median_ms, r.min_ms, r.max_ms, r.tflops, r.mta.read_tbps, r.mta.copy_tbps);
       else
         std::snprintf(line, sizeof line, "%-6s %-5s %-7s %2dx%-2d %4d %6d %10.4f %10.4f %10.4f %9.1f\n",
-                      fm::to_string(r.kernel), dt.c_str(), fm::to_string(r.pass), r.cq, r.ck, r.head_dim, r.seq,
+                      fm::to_string(r.mta.kernel), dt.c_str(), fm::to_string(r.mta.pass), r.mta.cq, r.mta.ck, r.head_dim, r.seq,
                       r.median_ms, r.min_ms, r.max_ms, r.tflops);
       std::cout << line;
       if (r.traffic) print_traffic(r, s.csv);
       if (s.csv) std::cout << "\n";
-      if (!s.csv && r.copy_tbps > 0)  // decode: K and V read rate against the copy anchor of the same run
+      if (!s.csv && r.mta.copy_tbps > 0)  // decode: K and V read rate against the copy anchor of the same run
         std::printf("       reads K, V at %.2f TB/s; a D2D copy of the same bytes moves %.2f TB/s (read + write): "
                     "ratio %.3f\n",
-                    r.read_tbps, r.copy_tbps, r.read_tbps / r.copy_tbps);
+                    r.mta.read_tbps, r.mta.copy_tbps, r.mta.read_tbps / r.mta.copy_tbps);
       std::cout << std::flush;
     });
   } catch (const std::invalid_argument& e) {

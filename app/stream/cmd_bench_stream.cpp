@@ -112,15 +112,15 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
 #ifdef FLASHLAB_HAVE_CUDA
 void print_row(const flashlab::cuda::StreamBenchRow& r, bool csv) {
   char line[240];
-  const char* pass = r.apply ? "apply" : "estimate";
+  const char* pass = r.stream.apply ? "apply" : "estimate";
   const std::string dtype(flashlab::ref::dtype_name(r.dtype));
   if (csv)
-    std::snprintf(line, sizeof line, "%s,%s,%s,%d,%d,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%zu,%d\n", to_string(r.kernel),
-                  dtype.c_str(), pass, r.T, r.d, r.k, r.heads, r.bq, r.bk, r.group, r.median_ms, r.min_ms, r.max_ms,
+    std::snprintf(line, sizeof line, "%s,%s,%s,%d,%d,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%zu,%d\n", to_string(r.stream.kernel),
+                  dtype.c_str(), pass, r.seq, r.head_dim, r.stream.k, r.heads, r.stream.bq, r.stream.bk, r.stream.group, r.median_ms, r.min_ms, r.max_ms,
                   r.extra_bytes, r.reps);
   else
     std::snprintf(line, sizeof line, "%-5s %-4s %-8s %8d %4d %4d %3d %11.4f %11.4f %11.4f %12zu\n",
-                  to_string(r.kernel), dtype.c_str(), pass, r.T, r.d, r.k, r.heads, r.median_ms, r.min_ms,
+                  to_string(r.stream.kernel), dtype.c_str(), pass, r.seq, r.head_dim, r.stream.k, r.heads, r.median_ms, r.min_ms,
                   r.max_ms, r.extra_bytes);
   std::cout << line << std::flush;
 }
@@ -153,22 +153,22 @@ int run_index_check(const StreamSweep& s) {
           l2 = c.l2_read_bytes;
           dram = c.dram_read_bytes;
         }
-        const auto checksum = static_cast<unsigned long long>(r.indices_checksum);
+        const auto checksum = static_cast<unsigned long long>(r.stream.indices_checksum);
         if (s.csv) {
-          std::snprintf(line, sizeof line, "fast,bf16,%zu,%zu,%zu,64,64,%zu,%.4f,%.4f,%.4f,%zu,%d,0x%016llx,%.0f,%.0f\n",
-                        r.T, r.heads, r.d, r.k, r.median_ms, r.min_ms, r.max_ms, r.extra_bytes,
-                        r.same_every_launch ? 1 : 0, checksum, l2, dram);
+          std::snprintf(line, sizeof line, "fast,bf16,%d,%d,%d,64,64,%d,%.4f,%.4f,%.4f,%zu,%d,0x%016llx,%.0f,%.0f\n",
+                        r.seq, r.heads, r.head_dim, r.stream.k, r.median_ms, r.min_ms, r.max_ms, r.extra_bytes,
+                        r.stream.same_every_launch ? 1 : 0, checksum, l2, dram);
         } else {
           char bytes[96] = "";
           if (s.traffic) std::snprintf(bytes, sizeof bytes, "  L2->SM %.3f GB, DRAM %.3f GB", l2 / 1e9, dram / 1e9);
           std::snprintf(line, sizeof line,
-                        "T=%zu d=%zu k=%zu  %.4f ms (%.4f - %.4f)  extra %zu B  I same every launch: %s  "
+                        "T=%d d=%d k=%d  %.4f ms (%.4f - %.4f)  extra %zu B  I same every launch: %s  "
                         "checksum 0x%016llx%s\n",
-                        r.T, r.d, r.k, r.median_ms, r.min_ms, r.max_ms, r.extra_bytes,
-                        r.same_every_launch ? "yes" : "NO", checksum, bytes);
+                        r.seq, r.head_dim, r.stream.k, r.median_ms, r.min_ms, r.max_ms, r.extra_bytes,
+                        r.stream.same_every_launch ? "yes" : "NO", checksum, bytes);
         }
         std::cout << line << std::flush;
-        all_same = all_same && r.same_every_launch;
+        all_same = all_same && r.stream.same_every_launch;
       }
   if (!all_same) std::cerr << "error: the fast estimate's I differed between launches (rows with 0 / NO above)\n";
   return all_same ? kOk : kFailed;

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
     if (csv) std::fprintf(csv, "dtype,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps\n");
     std::printf("%-5s %4s %6s %6s %10s %9s %9s\n", "dtype", "d", "causal", "N", "ms", "TFLOP/s", "GB/s");
     fc::bench_attention_forward(b, [&](const fc::AttentionBenchRow& r) {
-      const auto& c = r.problem;
+      const auto& c = r.attention.problem;
       std::printf("%-5s %4zu %6d %6zu %10.4f %9.1f %9.1f\n", dt, c.head_dim, int(c.causal), c.seq, r.median_ms,
                   r.tflops, r.gbps);
       std::fflush(stdout);

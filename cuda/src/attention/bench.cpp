@@ -95,11 +95,16 @@ void bench_shape(const AttentionBenchConfig& bench, const ref::AttentionProblem&
     const detail::LaunchTimes t =
         timer.time(bench.warmup, bench.reps, [&](int r) { launch(std::size_t(r % bench.input_sets)); });
     AttentionBenchRow row;
-    row.problem = problem;
-    row.backward = backward;
-    row.fwd_kernel = bench.fwd_kernel;
-    row.bwd_design = bench.bwd_design;
-    row.bwd_kernel = bench.bwd_kernel;
+    row.batch = int(problem.batch);
+    row.seq = int(problem.seq);
+    row.heads = int(problem.heads);
+    row.head_dim = int(problem.head_dim);
+    row.dtype = problem.dtype;
+    row.attention.problem = problem;
+    row.attention.backward = backward;
+    row.attention.fwd_kernel = bench.fwd_kernel;
+    row.attention.bwd_design = bench.bwd_design;
+    row.attention.bwd_kernel = bench.bwd_kernel;
     row.reps = bench.reps;
     row.median_ms = t.median_ms;
     row.min_ms = t.min_ms;
@@ -162,8 +167,7 @@ std::vector<AttentionBenchRow> bench_attention(const AttentionBenchConfig& bench
   {
     std::mt19937 rng(bench.seed);
     std::normal_distribution<float> normal(0.f, 1.f);
-    const bool bf16 = bench.dtype == ref::Dtype::bf16;
-    for (auto& x : pool) x = bf16 ? float_to_bf16(normal(rng)) : float_to_fp16(normal(rng));
+    for (auto& x : pool) x = to_bits16(normal(rng), bench.dtype);
   }
 
   detail::LaunchTimer timer(bench.flush_bytes);

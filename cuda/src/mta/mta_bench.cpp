@@ -4,22 +4,25 @@
 // Per shape: allocate input_sets × (Q, K, V [, dO]) in the family's storage type (fp32 for the
 // clear kernels, bf16/fp16 for the fast ones), one W, and the outputs; upload N(0, 1) values.
 // Then plan_pass() builds the pass's timed launch (one small function per pass and family:
-// plan_fwd_clear, plan_fwd_fast, …), and time_pass() runs warmup + reps launches; before each, a
-// cudaMemsetAsync of the flush buffer (outside the event pair) evicts L2, and launch r reads
-// input set r mod input_sets. Each timed launch sits alone between two events on the default
-// stream and is synchronised before the next flush.
+// plan_fwd_clear, plan_fwd_fast, …), and time_pass() runs warmup + reps launches on the one
+// launch timer of every family (core/bench_timing.hpp): before each, a cudaMemsetAsync of the
+// flush buffer (outside the event pair) evicts L2, and launch r reads input set r mod input_sets.
+// Each timed launch sits alone between two events on the default stream and is synchronised
+// before the next flush.
+#include "core/bench_timing.hpp"
 #include "core/common.hpp"
+#include "core/probe.hpp"
 // GCC 12 at -O2/-O3 reports a false -Wrestrict inside std::string operator+ (GCC bug 105329).
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
 #pragma GCC diagnostic ignored "-Wrestrict"
 #endif
-#include "flashlab/cuda/fast_attention.hpp"
+#include "flashlab/cuda/dtype16.hpp"
 #include "flashlab/cuda/mta.hpp"
 #include "flashlab/cuda/mta_bench.hpp"
 #include "flashlab/cuda/mta_fast.hpp"
 #include "flashlab/cuda/mta_fast_backward.hpp"
 #include "flashlab/cuda/profiler.hpp"
-#include "mta/mta_api.hpp"
+#include "mta/front_door.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -35,27 +38,6 @@ using detail::DeviceBuffer;
 using Bytes = DeviceBuffer<unsigned char>;
 
 [[noreturn]] void bad(const std::string& what) { throw std::invalid_argument("flashlab::cuda::mta::bench: " + what); }
-
-/// RAII pair of CUDA events.
-class EventPair {
- public:
-  EventPair() {
-    FLASHLAB_CUDA_CHECK(cudaEventCreate(&start_));
-    FLASHLAB_CUDA_CHECK(cudaEventCreate(&stop_));
-  }
-  ~EventPair() {
-    cudaEventDestroy(start_);  // destructor: nothing useful to do with an error here
-    cudaEventDestroy(stop_);
-  }
-  EventPair(const EventPair&) = delete;
-  EventPair& operator=(const EventPair&) = delete;
-  cudaEvent_t start() const { return start_; }
-  cudaEvent_t stop() const { return stop_; }
-
- private:
-  cudaEvent_t start_ = nullptr;
-  cudaEvent_t stop_ = nullptr;
-};
 
 /// Storage type of the timed family: the clear kernels are fp32 only.
 ref::Dtype storage_dtype(const MtaBenchConfig& b) {
@@ -269,65 +251,41 @@ ShapeBuffers allocate_shape(const MtaBenchConfig& b, int seq, int head_dim, cons
   return s;
 }
 
-/// warmup + reps launches of `plan`, each alone between the events after an L2 flush.
-MtaBenchRow time_pass(const MtaBenchConfig& b, const ShapeBuffers& s, const PassPlan& plan, Bytes& flush,
-                      EventPair& ev) {
-  std::vector<double> times;
-  times.reserve(std::size_t(b.reps));
-  for (int r = 0; r < b.warmup + b.reps; ++r) {
-    // Evict L2: outside the timed range (before the start event).
-    if (flush.size()) FLASHLAB_CUDA_CHECK(cudaMemsetAsync(flush.get(), r & 0xff, flush.bytes()));
-    FLASHLAB_CUDA_CHECK(cudaEventRecord(ev.start()));
-    plan.launch(std::size_t(r % b.input_sets));
-    FLASHLAB_CUDA_CHECK(cudaEventRecord(ev.stop()));
-    FLASHLAB_CUDA_CHECK(cudaEventSynchronize(ev.stop()));
-    float ms = 0.f;
-    FLASHLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start(), ev.stop()));
-    if (r >= b.warmup) times.push_back(ms);
-  }
-  FLASHLAB_CUDA_CHECK(cudaGetLastError());
-  std::sort(times.begin(), times.end());
-  const std::size_t m = times.size();
+/// warmup + reps launches of `plan` on the one launch timer (core/bench_timing.hpp): each alone
+/// between the events after an L2 flush, launch r on input set r mod input_sets.
+MtaBenchRow time_pass(const MtaBenchConfig& b, const ShapeBuffers& s, const PassPlan& plan,
+                      detail::LaunchTimer& timer) {
+  const detail::LaunchTimes t =
+      timer.time(b.warmup, b.reps, [&](int r) { plan.launch(std::size_t(r % b.input_sets)); });
   MtaBenchRow row;
-  row.kernel = b.kernel;
-  row.pass = b.pass;
+  row.mta.kernel = b.kernel;
+  row.mta.pass = b.pass;
   row.dtype = storage_dtype(b);
-  row.cq = b.cq;
-  row.ck = b.ck;
+  row.mta.cq = b.cq;
+  row.mta.ck = b.ck;
   row.head_dim = s.head_dim;
   row.seq = s.seq;
   row.heads = b.heads;
   row.batch = b.batch;
   row.reps = b.reps;
-  row.median_ms = m % 2 ? times[m / 2] : 0.5 * (times[m / 2 - 1] + times[m / 2]);
-  row.min_ms = times.front();
-  row.max_ms = times.back();
+  row.median_ms = t.median_ms;
+  row.min_ms = t.min_ms;
+  row.max_ms = t.max_ms;
   row.tflops = plan.flops / (row.median_ms * 1e-3) / 1e12;
   if (b.pass == MtaBenchPass::decode)  // K and V: 2·numel elements
-    row.read_tbps = 2.0 * double(s.numel) * double(ref::dtype_bytes(storage_dtype(b))) / (row.median_ms * 1e-3) / 1e12;
+    row.mta.read_tbps =
+        2.0 * double(s.numel) * double(ref::dtype_bytes(storage_dtype(b))) / (row.median_ms * 1e-3) / 1e12;
   return row;
 }
 
-/// One launch of `plan` (input set 0) under the CUPTI Range Profiler, one counter per profiling
-/// session, each after an L2 flush: the byte counters of `row`.
-void measure_traffic(const PassPlan& plan, Bytes& flush, MtaBenchRow& row) {
+/// One launch of `plan` (input set 0) under the one CUPTI probe (core/probe.hpp: one counter per
+/// profiling session, L2 flushed before the kernel): the byte counters of `row`.
+void measure_traffic(const MtaBenchConfig& b, const PassPlan& plan, MtaBenchRow& row) {
+  const ProbeResult measured = detail::probe_kernels([&] { plan.launch(0); }, b.flush_bytes, true);
   KernelCounters sum;
-  int salt = 0;
-  for (const std::string& metric : RangeProfiler::all_metrics()) {
-    RangeProfiler profiler({metric});
-    if (!profiler.unavailable_metrics().empty()) throw CudaError("CUPTI: the device has no counter " + metric);
-    FLASHLAB_CUDA_CHECK(cudaMemset(flush.get(), ++salt & 0xff, flush.bytes()));
-    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<KernelCounters> ranges = profiler.profile([&] { plan.launch(0); }, 4);
-    if (ranges.size() != 1)
-      throw CudaError("CUPTI returned " + std::to_string(ranges.size()) + " ranges for one launch of the MTA forward");
-    RangeProfiler::accumulate(sum, ranges[0]);
-  }
+  for (const MeasuredKernel& k : measured.kernels) RangeProfiler::accumulate(sum, k.counters);
   row.traffic = true;
-  row.l2_read_bytes = sum.l2_read_bytes;
-  row.l2_write_bytes = sum.l2_write_bytes;
-  row.dram_read_bytes = sum.dram_read_bytes;
-  row.dram_write_bytes = sum.dram_write_bytes;
+  row.counters = sum;
 }
 
 void validate(const MtaBenchConfig& b) {
@@ -400,7 +358,7 @@ std::vector<MtaBenchRow> bench_mta(const MtaBenchConfig& bench, const std::funct
       const float x = normal(rng);
       if (dt == ref::Dtype::fp32) std::memcpy(pool.data() + 4 * i, &x, 4);
       else {
-        const std::uint16_t h = dt == ref::Dtype::bf16 ? float_to_bf16(x) : float_to_fp16(x);
+        const std::uint16_t h = to_bits16(x, dt);
         std::memcpy(pool.data() + 2 * i, &h, 2);
       }
     }
@@ -410,19 +368,19 @@ std::vector<MtaBenchRow> bench_mta(const MtaBenchConfig& bench, const std::funct
           .cast<float>();
   const std::vector<float> w_host(w.data(), w.data() + w.numel());
 
-  Bytes flush(bench.flush_bytes);
-  EventPair ev;
+  detail::LaunchTimer timer(bench.flush_bytes);
   std::vector<MtaBenchRow> rows;
   for (int d : bench.head_dims)
     for (int n : bench.seqs) {
       ShapeBuffers s = allocate_shape(bench, n, d, pool, w_host);
       const PassPlan plan = plan_pass(bench, s);
-      rows.push_back(time_pass(bench, s, plan, flush, ev));
-      rows.back().o_order = bench.o_order;
-      if (bench.traffic) measure_traffic(plan, flush, rows.back());
+      rows.push_back(time_pass(bench, s, plan, timer));
+      rows.back().mta.o_order = bench.o_order;
+      if (bench.traffic) measure_traffic(bench, plan, rows.back());
       if (bench.pass == MtaBenchPass::decode) {  // the copy anchor, same shape, same method, same run
-        const MtaBenchRow copy = time_pass(bench, s, plan_copy(bench, s), flush, ev);
-        rows.back().copy_tbps = 4.0 * double(s.numel) * double(ref::dtype_bytes(dt)) / (copy.median_ms * 1e-3) / 1e12;
+        const MtaBenchRow copy = time_pass(bench, s, plan_copy(bench, s), timer);
+        rows.back().mta.copy_tbps =
+            4.0 * double(s.numel) * double(ref::dtype_bytes(dt)) / (copy.median_ms * 1e-3) / 1e12;
       }
       if (on_row) on_row(rows.back());
     }

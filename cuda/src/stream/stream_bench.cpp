@@ -21,8 +21,6 @@
 
 namespace flashlab::cuda {
 
-const char* to_string(StreamKernel kernel) { return kernel == StreamKernel::fast ? "fast" : "clear"; }
-
 namespace {
 
 using detail::DeviceBuffer;
@@ -85,7 +83,7 @@ void time_fast_apply(const StreamBenchConfig& bench, const StreamProblem& p, con
       bench, timer,
       [&] { stream::stream_fast_apply_device(shape, x16[0].get(), x16[1].get(), x16[2].get(), dI, O.get()); }, row);
   row.extra_bytes = I.bytes() + stream::fast_apply_workspace_bytes(shape);
-  row.group = bench.group == 0 ? stream::fast_apply_default_group() : bench.group;
+  row.stream.group = bench.group == 0 ? stream::fast_apply_default_group() : bench.group;
 }
 
 /// The fast bf16 estimate on 16-bit copies of Q and K (already rounded): timed when the pass asks,
@@ -123,13 +121,13 @@ void bench_shape(const StreamBenchConfig& bench, const StreamProblem& p, detail:
                  std::vector<StreamBenchRow>& rows,
                  const std::function<void(const StreamBenchRow&)>& on_row) {
   StreamBenchRow base;
-  base.T = p.T;
-  base.d = p.d;
-  base.k = p.k;
+  base.seq = p.T;
+  base.head_dim = p.d;
   base.heads = p.heads;
-  base.bq = p.bq;
-  base.bk = p.bk;
-  base.kernel = bench.kernel;
+  base.stream.k = p.k;
+  base.stream.bq = p.bq;
+  base.stream.bk = p.bk;
+  base.stream.kernel = bench.kernel;
   base.dtype = bench.kernel == StreamKernel::fast ? bench.dtype : ref::Dtype::fp32;
   // Q, K, V as fp32 on the device, already rounded to the fast kernels' dtype when those are timed.
   const int rounding = bench.kernel == StreamKernel::clear ? 0 : bench.dtype == ref::Dtype::bf16 ? 1 : 2;
@@ -163,7 +161,7 @@ void bench_shape(const StreamBenchConfig& bench, const StreamProblem& p, detail:
   if (bench.pass == StreamBenchPass::estimate) return;
 
   StreamBenchRow row = base;
-  row.apply = true;
+  row.stream.apply = true;
   if (bench.kernel == StreamKernel::fast) time_fast_apply(bench, p, qkv, I, timer, row);
   else {
     DeviceBuffer<float> O(qkv[2].size());

@@ -16,6 +16,7 @@
 /// attention_bwd_flops(), attention_fwd_bytes() and attention_bwd_bytes()).
 #pragma once
 
+#include "flashlab/cuda/bench_row.hpp"
 #include "flashlab/cuda/fast_attention.hpp"
 
 #include <cstddef>
@@ -53,20 +54,9 @@ struct AttentionBenchConfig {
   FastBackwardKernel bwd_kernel = FastBackwardKernel::mma_sync;  ///< kernel of the bwd_atomic design timed
 };
 
-/// One timed shape of a sweep.
-struct AttentionBenchRow {
-  ref::AttentionProblem problem;  ///< the problem that was timed
-  bool backward = false;          ///< false: a forward row; true: a backward row
-  FastForwardKernel fwd_kernel = FastForwardKernel::mma_sync;  ///< the forward kernel (forward rows)
-  ref::Algorithm bwd_design = ref::Algorithm::bwd_atomic;      ///< the backward design (backward rows)
-  FastBackwardKernel bwd_kernel = FastBackwardKernel::mma_sync;  ///< the backward kernel (backward rows)
-  int reps = 0;              ///< timed launches behind the statistics
-  double median_ms = 0.0;    ///< median launch time, milliseconds
-  double min_ms = 0.0;       ///< fastest launch, milliseconds
-  double max_ms = 0.0;       ///< slowest launch, milliseconds
-  double tflops = 0.0;       ///< attention_fwd_flops() (backward: attention_bwd_flops()) / median, 10¹² FLOP/s
-  double gbps = 0.0;         ///< attention_fwd_bytes() (backward: attention_bwd_bytes()) / median, 10⁹ B/s
-};
+/// One timed shape of a sweep: the one row type of every family (bench_row.hpp), its attention
+/// extras filled (problem, backward, the kernels), seq/heads/head_dim/batch/dtype from the problem.
+using AttentionBenchRow = BenchRow;
 
 /// FLOPs of one forward: 4·N²·d·H·B (QKᵀ and PV, 2 FLOPs per multiply-add), halved for
 /// causal. Softmax work is not counted.

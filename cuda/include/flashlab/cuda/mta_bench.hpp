@@ -17,6 +17,7 @@
 /// MTA is causal by definition (the reference's semantics), so every shape is causal.
 #pragma once
 
+#include "flashlab/cuda/bench_row.hpp"
 #include "flashlab/cuda/mta_fast.hpp"
 #include "flashlab/reference/traffic.hpp"
 
@@ -28,20 +29,7 @@
 
 namespace flashlab::cuda::mta {
 
-/// Which kernels a sweep times.
-enum class MtaBenchKernel {
-  clear,  ///< the clear fp32 kernels (mta.hpp): the source's order, O read-modify-written per key tile
-  fast    ///< the fast tensor-core kernels (mta_fast.hpp), bf16 or fp16
-};
-
-/// Which pass a sweep times. Each pass is one small function in cuda/src/mta/mta_bench.cpp
-/// (plan_pass() dispatches); a pass a kernel family does not have is refused before any timing.
-enum class MtaBenchPass {
-  fwd,      ///< the forward
-  bwd,      ///< the backward (after one untimed forward per input set, for its O and LSE)
-  fwd_bwd,  ///< forward then backward, in one timed range
-  decode    ///< the split-K decode of the last 16 query rows (fast only), beside a D2D copy of the same bytes
-};
+// MtaBenchKernel and MtaBenchPass: bench_row.hpp (the row's MTA extras name them).
 
 /// The name of a pass on the command line and in CSV rows ("fwd", "bwd", "fwd+bwd", "decode").
 const char* to_string(MtaBenchPass pass);
@@ -76,34 +64,10 @@ struct MtaBenchConfig {
   std::uint32_t seed = 1234;              ///< seed of the N(0, 1) inputs and of W (N(0, 0.5²))
 };
 
-/// One timed shape of a sweep.
-struct MtaBenchRow {
-  MtaBenchKernel kernel = MtaBenchKernel::fast;  ///< kernel family
-  MtaBenchPass pass = MtaBenchPass::fwd;         ///< pass
-  ref::Dtype dtype = ref::Dtype::bf16;  ///< storage type actually timed (fp32 for the clear kernels)
-  int cq = 1;        ///< kernel rows
-  int ck = 1;        ///< kernel columns
-  int head_dim = 0;  ///< d
-  int seq = 0;       ///< N
-  int heads = 0;     ///< H
-  int batch = 0;     ///< B
-  int reps = 0;            ///< timed launches behind the statistics
-  double median_ms = 0.0;  ///< median launch time, milliseconds
-  double min_ms = 0.0;     ///< fastest launch, milliseconds
-  double max_ms = 0.0;     ///< slowest launch, milliseconds
-  double tflops = 0.0;     ///< the pass's FLOP count (forward: mta_forward_flops()) / median, 10¹² FLOP/s
-  /// decode: the bytes of K and V (2·N·H·d·B elements) read per median time, 10¹² B/s; else 0
-  double read_tbps = 0.0;
-  /// decode: a device-to-device cudaMemcpy of the same bytes, timed the same way in the same run,
-  /// as (bytes read + bytes written) per median time, 10¹² B/s (the copy-bandwidth anchor); else 0
-  double copy_tbps = 0.0;
-  FastOOrder o_order = FastOOrder::on_chip;  ///< the fast forward's order (MtaBenchConfig::o_order)
-  bool traffic = false;         ///< the byte counters below were measured (MtaBenchConfig::traffic)
-  double l2_read_bytes = 0.0;   ///< CUPTI: bytes L2 delivered to the SMs in one launch
-  double l2_write_bytes = 0.0;  ///< CUPTI: bytes the SMs sent to L2 in one launch
-  double dram_read_bytes = 0.0;   ///< CUPTI: bytes read from DRAM in one launch
-  double dram_write_bytes = 0.0;  ///< CUPTI: bytes written to DRAM in one launch
-};
+/// One timed shape of a sweep: the one row type of every family (bench_row.hpp), its MTA extras
+/// filled (kernel, pass, cq, ck, the decode's rates, the O order); `traffic` and `counters` when
+/// MtaBenchConfig::traffic.
+using MtaBenchRow = BenchRow;
 
 /// The name of an O order on the command line and in CSV rows ("on-chip", "source").
 const char* to_string(FastOOrder order);

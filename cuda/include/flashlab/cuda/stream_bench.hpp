@@ -17,6 +17,8 @@
 /// device memory the timed pass needs beyond Q, K, V and O, in bytes.
 #pragma once
 
+#include "flashlab/cuda/bench_row.hpp"
+#include "flashlab/cuda/stream.hpp"
 #include "flashlab/reference/traffic.hpp"
 
 #include <cstddef>
@@ -32,15 +34,6 @@ enum class StreamBenchPass {
   apply,     ///< mask application only (I from one untimed estimate)
   both       ///< the estimate, then the apply on its I, of each shape
 };
-
-/// Which implementation of the STREAM kernels a sweep times.
-enum class StreamKernel {
-  clear,  ///< the clear fp32 kernels (flashlab/cuda/stream.hpp)
-  fast    ///< the fast 16-bit tensor-core kernels (flashlab/cuda/stream_fast.hpp)
-};
-
-/// "clear" or "fast" (the names the `flashlab bench stream --kernel` flag takes).
-const char* to_string(StreamKernel kernel);
 
 /// A sweep: every (head dim, k, T) of the lists, in that loop order (T innermost).
 struct StreamBenchConfig {
@@ -60,25 +53,9 @@ struct StreamBenchConfig {
   std::uint32_t seed = 1234;                         ///< seed of the N(0, 1) inputs
 };
 
-/// One timed shape and pass of a sweep.
-struct StreamBenchRow {
-  int T = 0;      ///< tokens
-  int d = 0;      ///< head dim
-  int k = 0;      ///< key blocks kept per query block
-  int heads = 0;  ///< H
-  int bq = 0;     ///< b_q
-  int bk = 0;     ///< b_k
-  bool apply = false;                                   ///< false: an estimate row; true: an apply row
-  StreamKernel kernel = StreamKernel::clear;            ///< implementation timed
-  ref::Dtype dtype = ref::Dtype::fp32;                  ///< storage type of the inputs
-  int group = 0;                                        ///< fast apply: query blocks per thread block
-  int reps = 0;                                         ///< timed launches behind the statistics
-  double median_ms = 0.0;                               ///< median launch time, milliseconds
-  double min_ms = 0.0;                                  ///< fastest launch, milliseconds
-  double max_ms = 0.0;                                  ///< slowest launch, milliseconds
-  /// Device bytes the pass needs besides Q, K, V and O: I, scores, workspaces, the packed mask.
-  std::size_t extra_bytes = 0;
-};
+/// One timed shape and pass of a sweep: the one row type of every family (bench_row.hpp), its
+/// STREAM extras filled (k, b_q, b_k, apply, kernel, group); seq is T.
+using StreamBenchRow = BenchRow;
 
 /// Times the STREAM kernels on every shape of `bench` for the passes `bench.pass` selects, on
 /// device 0, and returns the rows in sweep order (per shape: the estimate row, then the apply

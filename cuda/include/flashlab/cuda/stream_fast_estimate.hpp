@@ -18,6 +18,7 @@
 /// fp32-accumulated score, which `margins` lets a caller detect.
 #pragma once
 
+#include "flashlab/cuda/bench_row.hpp"
 #include "flashlab/cuda/profiler.hpp"
 #include "flashlab/cuda/stream.hpp"
 #include "flashlab/cuda/stream_fast.hpp"
@@ -29,12 +30,8 @@
 
 namespace flashlab::cuda::stream {
 
-/// A bf16 `[T, H, d]` array on the host (bit patterns, not owned).
-struct HostHeadsBf16 {
-  const std::uint16_t* data = nullptr;  ///< T·H·d bf16 values, row-major
-  std::size_t heads = 1;                ///< H
-  std::size_t dim = 0;                  ///< d
-};
+/// A bf16 `[T, H, d]` array on the host (bit patterns, not owned): the one 16-bit host view.
+using HostHeadsBf16 = HostHeads16;
 
 /// The only b_q and b_k of the fast estimate (four warps of 16 query rows, 64-key tiles): the one
 /// block size of the fast kernels, kFastStreamBlock (stream_fast.hpp).
@@ -73,19 +70,10 @@ void stream_fast_estimate_device(const ref::stream::BlockMask& mask, std::size_t
                                  const void* Q, const void* K, const std::uint64_t* packed_mask, long long* I,
                                  float* scores, float* margins, void* stream = nullptr);
 
-/// One timed shape of the fast estimate (time_stream_fast_estimate()).
-struct FastEstimateTiming {
-  std::size_t T = 0;        ///< tokens (b_q = b_k = 64, causal mask)
-  std::size_t heads = 1;    ///< H
-  std::size_t d = 0;        ///< head dim
-  std::size_t k = 0;        ///< key blocks kept per query block
-  double median_ms = 0;     ///< median launch time over the timed launches, milliseconds
-  double min_ms = 0;        ///< fastest timed launch, milliseconds
-  double max_ms = 0;        ///< slowest timed launch, milliseconds
-  std::size_t extra_bytes = 0;                   ///< fast_estimate_extra_bytes() of the run
-  std::uint64_t indices_checksum = 0;            ///< ref::stream::indices_checksum of I (all heads)
-  bool same_every_launch = false;                ///< I bitwise equal after every launch
-};
+/// One timed shape of the fast estimate (time_stream_fast_estimate()): the one row type of every
+/// family (bench_row.hpp): seq = T, heads, head_dim = d, stream.k, the timing, extra_bytes
+/// (fast_estimate_extra_bytes() of the run), stream.indices_checksum and stream.same_every_launch.
+using FastEstimateTiming = BenchRow;
 
 /// Times the fast estimate at one shape on seeded N(0, 1) bf16 inputs made on the device
 /// (`[T, H, d]`, the generator of `flashlab bench stream`), causal mask: `warmup` untimed launches, then `reps` launches,
