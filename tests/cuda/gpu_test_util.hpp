@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "flashlab/cuda/dtype16.hpp"
 #include "flashlab/cuda/fast_attention.hpp"
 #include "flashlab/reference/attention.hpp"
 #include "flashlab/reference/tensor.hpp"
@@ -20,14 +21,10 @@ inline unsigned long long fresh_seed() {
 }
 
 /// One 16-bit value (bf16 or fp16 bit pattern) as float (exact).
-inline float to_float(std::uint16_t bits, ref::Dtype dt) {
-  return dt == ref::Dtype::bf16 ? cuda::bf16_to_float(bits) : cuda::fp16_to_float(bits);
-}
+inline float to_float(std::uint16_t bits, ref::Dtype dt) { return cuda::from_bits16(bits, dt); }
 
 /// One float rounded to the 16-bit dtype (nearest even) and back.
-inline float round_float_to_16(float f, ref::Dtype dt) {
-  return to_float(dt == ref::Dtype::bf16 ? cuda::float_to_bf16(f) : cuda::float_to_fp16(f), dt);
-}
+inline float round_float_to_16(float f, ref::Dtype dt) { return cuda::round_to(f, dt); }
 
 /// Rounds a float64 tensor to the 16-bit dtype: bit patterns for the GPU, and the rounded values
 /// (exact in float64) in `rounded` for the reference, so the measured error is the kernel's own.
@@ -36,7 +33,7 @@ inline std::vector<std::uint16_t> round_to_16(const ref::Tensor<double>& x, ref:
   std::vector<std::uint16_t> bits(x.numel());
   for (std::size_t k = 0; k < x.numel(); ++k) {
     const float f = static_cast<float>(x.data()[k]);
-    bits[k] = dt == ref::Dtype::bf16 ? cuda::float_to_bf16(f) : cuda::float_to_fp16(f);
+    bits[k] = cuda::to_bits16(f, dt);
     rounded.data()[k] = to_float(bits[k], dt);
   }
   return bits;

@@ -52,7 +52,7 @@ Inputs16 make_inputs(std::size_t T, std::size_t H, std::size_t d, ref::Dtype dty
       for (std::size_t h = 0; h < H; ++h)
         for (std::size_t c = 0; c < d; ++c) {
           const float f = float(sd * normal(rng));
-          const std::uint16_t b = dtype == ref::Dtype::bf16 ? cuda::float_to_bf16(f) : cuda::float_to_fp16(f);
+          const std::uint16_t b = cuda::to_bits16(f, dtype);
           bits[(t * H + h) * d + c] = b;
           per_head[h](Eigen::Index(t), Eigen::Index(c)) = test::to_float(b, dtype);
         }
