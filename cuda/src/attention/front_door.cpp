@@ -16,6 +16,7 @@
 #endif
 #include "flashlab/cuda/attention.hpp"
 #include "flashlab/cuda/fast_attention.hpp"
+#include "attention/front_door.hpp"
 #include "attention/fwd_ws_config.hpp"
 #include "attention/launchers.hpp"
 
@@ -223,8 +224,7 @@ void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionP
                                     const void* K, const void* V, const void* O, const void* dO, const float* LSE,
                                     void* dQ, void* dK, void* dV, void* workspace, void* stream,
                                     FastBackwardKernel kernel) {
-  const detail::Problem p = fast_bwd_problem(design, problem);
-  check_bwd_kernel(design, kernel);
+  const detail::Problem p = detail::check_fast_backward(design, problem, kernel);
   if (workspace == nullptr)
     throw std::invalid_argument(
         "flashlab::cuda: fast_attention_backward_device needs a workspace (hint: allocate "
@@ -259,3 +259,13 @@ void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionP
 }
 
 }  // namespace flashlab::cuda
+
+namespace flashlab::cuda::detail {
+
+Problem check_fast_backward(ref::Algorithm design, const ref::AttentionProblem& problem, FastBackwardKernel kernel) {
+  const Problem p = fast_bwd_problem(design, problem);
+  check_bwd_kernel(design, kernel);
+  return p;
+}
+
+}  // namespace flashlab::cuda::detail

@@ -10,6 +10,7 @@
 #endif
 #include "flashlab/cuda/attention.hpp"
 #include "flashlab/cuda/fast_attention.hpp"
+#include "attention/front_door.hpp"
 #include "attention/launchers.hpp"
 
 #include <stdexcept>
@@ -165,7 +166,7 @@ FastBackwardResult fast_attention_backward(ref::Algorithm design, const ref::Att
                                            const std::vector<std::uint16_t>& K, const std::vector<std::uint16_t>& V,
                                            const std::vector<std::uint16_t>& O, const std::vector<std::uint16_t>& dO,
                                            const std::vector<float>& LSE, FastBackwardKernel kernel) {
-  // The workspace size checks the problem and the design; the device entry checks the kernel.
+  detail::check_fast_backward(design, problem, kernel);  // before the sizes: the front door's messages
   const std::size_t ws_bytes = fast_attention_backward_workspace_bytes(design, problem);
   const std::size_t numel = problem.batch * problem.seq * problem.heads * problem.head_dim;
   const std::size_t stats = problem.stat_numel();
