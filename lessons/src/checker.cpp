@@ -18,10 +18,13 @@
 #include <cctype>
 #include <cmath>
 #include <map>
+#include <optional>
+#include <cstdlib>
 #include <random>
 #include <sstream>
 #include <stdexcept>
 
+#include "claim.hpp"
 #include "expr_size.hpp"
 #include "hostile_inputs.hpp"
 #include "method_checks.hpp"
@@ -525,23 +528,9 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(a, b - a));
 }
 
-// Fixed points catch the usual slips at once; random points (new each time) make agreeing at
-// a few chosen points worthless. Real-valued variables (the tile merge) get random points only.
-std::vector<Bindings> answer_samples(const Question& q) {
-  std::vector<VariableRange> ranges = q.ranges;
-  if (ranges.empty()) {
-    for (const auto& v : q.vars) ranges.push_back(VariableRange{v, 2, 1000, false});
-  }
-  const bool real = std::any_of(ranges.begin(), ranges.end(), [](const VariableRange& r) { return r.real; });
-  std::vector<Bindings> out = real ? std::vector<Bindings>{} : default_samples(q.vars);
-  const auto random = random_samples(ranges, std::random_device{}(), real ? 12 : 6);
-  out.insert(out.end(), random.begin(), random.end());
-  return out;
-}
-
 // A wrong number says which way it is off, coarsely — never the answer itself.
-std::string how_far(const std::string& answer, const std::string& expected) {
-  const double got = evaluate_formula(answer, {}), want = evaluate_formula(expected, {});
+std::string how_far(double got, const std::string& expected) {
+  const double want = evaluate_formula(expected, {});
   const std::string dir = got < want ? "too small" : "too large";
   const double ratio = want != 0 && got != 0 ? std::max(got / want, want / got) : 0;
   if (ratio > 0 && ratio <= 1.1) return toy::format_number(got) + " is a little " + dir + " (within 10%)";
@@ -549,58 +538,93 @@ std::string how_far(const std::string& answer, const std::string& expected) {
   return toy::format_number(got) + " is " + dir + " (by more than a factor of 2)";
 }
 
-// Free text as whole words: "ASCII letters and digits" runs, lower case.
-std::vector<std::string> word_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (unsigned char c : text) {
-    if (std::isalnum(c)) {
-      cur += static_cast<char>(std::tolower(c));
-    } else if (!cur.empty()) {
-      out.push_back(cur);
-      cur.clear();
-    }
-  }
-  if (!cur.empty()) out.push_back(cur);
-  return out;
+// The byte units the program prints (GB, MiB, …) and a few spellings of "bytes".
+std::optional<double> unit_factor(const std::string& unit) {
+  static const std::map<std::string, double> units = {
+      {"B", 1},         {"byte", 1},      {"bytes", 1},     {"kB", 1e3},        {"KB", 1e3},
+      {"MB", 1e6},      {"GB", 1e9},      {"TB", 1e12},     {"KiB", 1024.0},    {"MiB", 1048576.0},
+      {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  const auto it = units.find(unit);
+  if (it != units.end()) return it->second;
+  return std::nullopt;
 }
 
-// Where `phrase` occurs in `words` as whole words, and whether a negation comes just before it
-// ("not a contraction", "isn't cached", "no reuse"): {found un-negated, found negated}.
-std::pair<bool, bool> find_phrase(const std::vector<std::string>& words, const std::string& phrase) {
-  static const std::vector<std::string> negations = {"not", "no", "never", "isn", "isnt", "doesn", "doesnt",
-                                                     "don", "dont", "without", "nor", "neither", "cannot"};
-  const auto p = word_list(phrase);
-  bool plain = false, negated = false;
-  for (std::size_t i = 0; !p.empty() && i + p.size() <= words.size(); ++i) {
-    if (!std::equal(p.begin(), p.end(), words.begin() + static_cast<std::ptrdiff_t>(i))) continue;
-    bool neg = false;
-    for (std::size_t k = i >= 3 ? i - 3 : 0; k < i; ++k)
-      neg = neg || std::find(negations.begin(), negations.end(), words[k]) != negations.end();
-    (neg ? negated : plain) = true;
-  }
-  return {plain, negated};
-}
-
-struct WordsVerdict {
-  bool correct = false;
-  std::string why;  // when wrong: what was wrong with it
+// A number answer as written: its value and, when it is a plain literal (3, 0.5, 4.362e9,
+// 4.362 GB), the precision it was written to.
+struct WrittenNumber {
+  double value = 0;
+  bool literal = false;  // a single literal, so "rounded to the digits given" means something
+  int significant = 0;   // literal: significant digits written
+  double half_ulp = 0;   // literal: half a unit of its last written digit, in the answer's unit
 };
 
-WordsVerdict judge_words(const std::string& answer, const Question& q) {
-  const auto words = word_list(answer);
-  for (const auto& r : q.rejected) {
-    if (find_phrase(words, r).first)
-      return {false, "\"" + r + "\" is not it — the question rules it out, or it misses the point"};
+// Parses a number answer; a malformed one sets `error`/`hint` and returns nothing. A unit is
+// allowed only where the answer is a byte count.
+std::optional<WrittenNumber> written_number(const Question& q, std::string text, std::string& error,
+                                            std::string& hint) {
+  text = trim(text);
+  // A trailing unit word: "4.362 GB", "2^30 B".
+  double factor = 1;
+  std::size_t end = text.size();
+  while (end > 0 && std::isalpha(static_cast<unsigned char>(text[end - 1]))) --end;
+  if (end < text.size() && end > 0 && (text[end - 1] == ' ' || std::isdigit(static_cast<unsigned char>(text[end - 1])) ||
+                                       text[end - 1] == ')')) {
+    const std::string unit = text.substr(end);
+    const bool exponent = (unit == "e" || unit == "E");
+    if (!exponent) {
+      const auto f = unit_factor(unit);
+      if (!f) {
+        if (q.bytes) {
+          error = "unknown unit '" + unit + "'";
+          hint = "write bytes as a number, or with B, kB, MB, GB, KiB, MiB or GiB (e.g. 4.362 GB)";
+          return std::nullopt;
+        }
+      } else if (!q.bytes) {
+        error = "'" + q.key + "' is a count, not a number of bytes: leave out the unit '" + unit + "'";
+        hint = "this answer is a plain number, e.g. " + q.key + "=3";
+        return std::nullopt;
+      } else {
+        factor = *f;
+        text = trim(text.substr(0, end));
+      }
+    }
   }
-  bool negated = false;
-  for (const auto& a : q.accepted) {
-    const auto [plain, neg] = find_phrase(words, a);
-    if (plain) return {true, ""};
-    negated = negated || neg;
+  WrittenNumber w;
+  try {
+    w.value = evaluate_formula(text, {}) * factor;
+  } catch (const FormulaError& e) {
+    error = "answer '" + q.key + "' = \"" + text + "\": " + e.what() +
+            (e.column() > 0 ? " (column " + std::to_string(e.column()) + ")" : "");
+    hint = e.hint() + "; this answer is a number";
+    return std::nullopt;
   }
-  if (negated) return {false, "your answer names it only to deny it"};
-  return {false, "not what we are looking for"};
+  // A single literal: [sign] digits [. digits] [e [sign] digits].
+  std::size_t i = 0;
+  if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+  std::string digits;
+  int decimals = 0;
+  bool point = false;
+  for (; i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || (text[i] == '.' && !point)); ++i) {
+    if (text[i] == '.') {
+      point = true;
+      continue;
+    }
+    digits += text[i];
+    if (point) ++decimals;
+  }
+  long exponent = 0;
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    char* stop = nullptr;
+    exponent = std::strtol(text.c_str() + i + 1, &stop, 10);
+    i = static_cast<std::size_t>(stop - text.c_str());
+  }
+  if (i == text.size() && !digits.empty() && std::abs(exponent) < 300) {
+    w.literal = true;
+    const auto first = digits.find_first_not_of('0');
+    w.significant = first == std::string::npos ? 1 : static_cast<int>(digits.size() - first);
+    w.half_ulp = 0.5 * std::pow(10.0, static_cast<double>(exponent - decimals)) * factor;
+  }
+  return w;
 }
 
 }  // namespace
@@ -743,14 +767,36 @@ std::vector<std::string> split_answers(const Lesson& lesson, std::string_view te
       joined[at] = ';';
     }
   }
+  // The question a part starting at `at` answers, if it names one ("why=…").
+  auto keyed = [&](std::size_t at) -> const Question* {
+    while (at < joined.size() && std::isspace(static_cast<unsigned char>(joined[at]))) ++at;
+    for (const auto& q : lesson.questions) {
+      std::size_t e = at + q.key.size();
+      if (joined.compare(at, q.key.size(), q.key) != 0) continue;
+      while (e < joined.size() && joined[e] == ' ') ++e;
+      if (e < joined.size() && joined[e] == '=') return &q;
+    }
+    return nullptr;
+  };
   std::vector<std::string> parts;
   std::string cur;
   int depth = 0;
-  for (char c : joined) {
+  bool free_text = false;  // a claim runs on, commas and all, to the next "key=" or the end
+  auto start_part = [&](std::size_t at) {
+    const Question* q = keyed(at);
+    if (!q && parts.size() < lesson.questions.size()) q = &lesson.questions[parts.size()];
+    free_text = q && q->kind == AnswerKind::Claim;
+  };
+  start_part(0);
+  for (std::size_t i = 0; i < joined.size(); ++i) {
+    const char c = joined[i];
     depth += c == '(' ? 1 : c == ')' && depth > 0 ? -1 : 0;
-    if ((c == ';' || c == ',') && depth == 0) {
+    const bool separator = (c == ';' || c == ',') && (free_text ? keyed(i + 1) != nullptr : depth == 0);
+    if (separator) {
       parts.push_back(cur);
       cur.clear();
+      depth = 0;
+      start_part(i + 1);
     } else {
       cur += c;
     }
@@ -764,20 +810,38 @@ std::vector<std::string> split_answers(const Lesson& lesson, std::string_view te
 // Grades one answer `v` to `q` into `line`; a malformed answer sets rep.error/hint and returns false.
 bool grade_answer(const Lesson& lesson, const Question& q, const std::string& v, AnswerLine& line, AnswerReport& rep) {
   switch (q.kind) {
-    case AnswerKind::Formula:
-    case AnswerKind::Number: {
+    case AnswerKind::Formula: {
       try {
-        const auto m = compare_formulas(v, q.expected, answer_samples(q));
+        const auto m = compare_on_domain(v, q.expected, q.ranges, std::random_device{}());
         line.correct = m.equal;
-        line.message = m.equal ? "correct — " + q.why
-                       : q.vars.empty() ? "wrong (" + q.prompt + "): " + how_far(v, q.expected)
-                                        : "wrong (" + q.prompt + "): " + m.counterexample;
+        line.message = m.equal ? "correct — " + q.why : "wrong (" + q.prompt + "): " + m.counterexample;
       } catch (const FormulaError& e) {
         rep.error = "answer '" + q.key + "' = \"" + v + "\": " + e.what() +
                     (e.column() > 0 ? " (column " + std::to_string(e.column()) + ")" : "");
-        rep.hint = e.hint() + (q.vars.empty() ? std::string("; this answer is a number") : "; e.g. " + q.key + "=3n");
+        rep.hint = e.hint() + "; e.g. " + q.key + "=3n";
         return false;
       }
+      return true;
+    }
+    case AnswerKind::Number: {
+      const auto w = written_number(q, v, rep.error, rep.hint);
+      if (!w) return false;
+      const double want = evaluate_formula(q.expected, {});
+      const double diff = std::fabs(w->value - want);
+      // Exact, or the exact value rounded to the digits written (the program's own tables print
+      // 4.362 GB and its messages 1.50995e+08): at least four significant digits for that.
+      const bool exact = diff <= 1e-9 * std::max(1.0, std::fabs(want));
+      const bool rounds = w->literal && diff <= w->half_ulp * (1 + 1e-12);
+      line.correct = exact || (rounds && w->significant >= 4);
+      if (exact) line.message = "correct — " + q.why;
+      else if (line.correct)
+        line.message = "correct (to the " + std::to_string(w->significant) + " significant digits given) — " + q.why;
+      else if (rounds)
+        line.message = "wrong (" + q.prompt + "): " + std::to_string(w->significant) +
+                       " significant digits cannot tell the right value from its neighbours — give at least 4, "
+                       "or the exact value";
+      else
+        line.message = "wrong (" + q.prompt + "): " + how_far(w->value, q.expected);
       return true;
     }
     case AnswerKind::Choice: {
@@ -792,8 +856,9 @@ bool grade_answer(const Lesson& lesson, const Question& q, const std::string& v,
       line.message = line.correct ? "correct — " + q.why : "wrong: (" + c + ") is not it — reread the options";
       return true;
     }
-    case AnswerKind::Keyword: {
-      const WordsVerdict w = judge_words(v, q);
+    case AnswerKind::Claim: {
+      const detail::ClaimVerdict w =
+          detail::judge_claim(v, detail::ClaimSpec{q.accepted, q.rejected, q.contrary, q.about, q.not_about});
       line.correct = w.correct;
       line.message = w.correct ? "correct — " + q.why : w.why + " — try `lesson hint " + lesson.id + "`";
       return true;
