@@ -41,11 +41,11 @@ class Formula {
   /// Parses `text` over the variable names `names` (the grammar of evaluate_formula()).
   /// @throws FormulaError on a syntax error, an unknown name, or text too long or too deeply nested.
   Formula(const std::string& text, std::vector<std::string> names);
-  ~Formula();
-  Formula(const Formula&);
-  Formula& operator=(const Formula&);
-  Formula(Formula&&) noexcept;
-  Formula& operator=(Formula&&) noexcept;
+  ~Formula();                                  ///< out of line: Op is complete only in formula.cpp
+  Formula(const Formula&);                     ///< copies the program
+  Formula& operator=(const Formula&);          ///< copies the program
+  Formula(Formula&&) noexcept;                 ///< moves the program
+  Formula& operator=(Formula&&) noexcept;      ///< moves the program
 
   /// The value at one point (`values[k]` is the value of names[k]).
   /// @throws FormulaError on division by zero (with its column) or a result that is not finite.
