@@ -1,8 +1,11 @@
-// `flashlab lesson list | show ID | hint ID | starter ID | check ID FILE | answer ID "TEXT" |
-// solution ID`: parse flags, call the lessons library (lessons/), print its reports, keep the
-// user's progress. Grading lives in lessons/src/checker.cpp, not here.
+// `flashlab lesson list | next | show ID | hint ID | starter ID | check ID FILE | answer ID "TEXT" |
+// solution ID | reset ID|--all`: parse flags, call the lessons library (lessons/), print its
+// reports (as text or JSON), keep the user's progress. Grading lives in lessons/src/checker.cpp.
+#include <charconv>
 #include <fstream>
+#include <initializer_list>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "core/commands.hpp"
@@ -21,12 +24,15 @@ constexpr const char* kLessonUsage =
     "lesson ACTION [ID] [FILE|TEXT] [options]\n\n"
     "Actions:\n"
     "  list                 every problem and quiz, with your progress\n"
+    "  next                 the first lesson you have not passed yet (as show)\n"
     "  show ID              the statement, machine and target of lesson ID\n"
     "  hint ID              the next hint (--level K shows hints 1..K)\n"
     "  starter ID           print the starter trace (redirect it into a file to begin)\n"
     "  check ID FILE        run your trace on random inputs and symbolically; grade its cost\n"
-    "  answer ID \"TEXT\"     check answers, e.g. \"reads=3n; writes=n\" (formulas are checked by value)\n"
-    "  solution ID          the reference trace (after you have passed; --spoil to see it anyway)\n\n"
+    "                       (FILE - reads standard input; --seed S repeats a check; --json)\n"
+    "  answer ID \"TEXT\"     check answers, e.g. \"reads=3n; writes=n\" (formulas are checked by value; --json)\n"
+    "  solution ID          the reference trace (after you have passed; --spoil to see it anyway)\n"
+    "  reset ID | --all     forget your progress on lesson ID (trace, answers, hints), or on every lesson\n\n"
     "Exit codes: check — 0 correct and within target, 1 wrong or over budget, 2 does not assemble;\n"
     "answer — 0 all right, 1 something wrong, 2 malformed. Progress is kept in\n"
     "$XDG_STATE_HOME/flashlab/progress (default ~/.local/state/flashlab/progress).";
@@ -68,6 +74,14 @@ bool budget_hidden(const lessons::Lesson& l, const lessons::Progress& p) {
   return l.trace && !l.trace->hidden_target_text.empty() && !l.questions.empty() && !p.answers_passed.count(l.id);
 }
 
+// The first lesson in curriculum order that is not done, or nullptr when all are.
+const lessons::Lesson* first_unfinished(const lessons::Progress& p) {
+  for (const auto& l : lessons::catalogue()) {
+    if (status(l, p) != "[x]") return &l;
+  }
+  return nullptr;
+}
+
 int do_list() {
   const auto p = load();
   std::cout << "flashlab lessons — from the toy machine to FlashAttention, then its HBM traffic\n\n";
@@ -84,11 +98,9 @@ int do_list() {
   }
   std::cout << "\n" << done << " of " << lessons::catalogue().size() << " done.  ";
   // Point at the first unfinished lesson: the newcomer's next command.
-  for (const auto& l : lessons::catalogue()) {
-    if (status(l, p) != "[x]") {
-      std::cout << "Next: flashlab lesson show " << l.id << "\n";
-      return kOk;
-    }
+  if (const auto* next = first_unfinished(p)) {
+    std::cout << "Next: flashlab lesson show " << next->id << "   (or: flashlab lesson next)\n";
+    return kOk;
   }
   std::cout << "All done!\n";
   return kOk;
@@ -180,18 +192,83 @@ int do_hint(const lessons::Lesson& l, const po::variables_map& vm) {
   return kOk;
 }
 
-int do_check(const lessons::Lesson& l, const std::string& file) {
+const char* verdict_name(lessons::Verdict v) {
+  switch (v) {
+    case lessons::Verdict::Passed: return "passed";
+    case lessons::Verdict::OverBudget: return "over-budget";
+    case lessons::Verdict::Wrong: return "wrong";
+    case lessons::Verdict::DoesNotAssemble: return "does-not-assemble";
+  }
+  return "wrong";
+}
+
+// The verdict as one JSON object: what the text report says, field by field.
+void print_check_json(const lessons::Lesson& l, const lessons::CheckReport& rep) {
+  Json j(std::cout);
+  j.begin_object();
+  j.key("lesson").value(l.id);
+  j.key("verdict").value(verdict_name(rep.verdict));
+  j.key("exit_code").value(rep.exit_code());
+  auto strings = [&](const char* key, const std::vector<std::string>& items) {
+    j.key(key).begin_array();
+    for (const auto& s : items) j.value(s);
+    j.end_array();
+  };
+  strings("diagnostics", rep.diagnostics);
+  strings("problems", rep.problems);
+  strings("notes", rep.notes);
+  j.key("budget_hidden").value(rep.budget_hidden);
+  j.key("costs").begin_array();
+  for (const auto& c : rep.costs) {
+    j.begin_object();
+    j.key("metric").value(c.metric);
+    if (c.n > 0) j.key("n").value(c.n);
+    j.key("measured").value(c.measured);
+    if (!rep.budget_hidden) j.key("target").value(c.target).key("formula").value(c.formula);
+    j.key("within").value(c.within());
+    j.end_object();
+  }
+  j.end_array();
+  j.key("sizes").begin_array();
+  for (int n : rep.sizes) j.value(n);
+  j.end_array();
+  j.key("seed").value(rep.seed);
+  j.key("random_runs").value(rep.runs);
+  j.key("hostile_runs").value(rep.hostile_runs);
+  j.key("symbolic").value(rep.symbolic);
+  j.end_object();
+  j.finish();
+}
+
+// --seed: a whole number that fits 64 bits, as a report prints it (a sign or a fraction is
+// refused rather than wrapped).
+std::uint64_t seed_flag(const std::string& text) {
+  std::uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size())
+    throw UsageError("--seed must be a whole number from 0 to 18446744073709551615, not '" + text + "'",
+                     "give the number a report names, e.g. --seed 12345");
+  return v;
+}
+
+int do_check(const lessons::Lesson& l, const std::string& file, const po::variables_map& vm) {
   if (!l.trace) {
     throw UsageError("lesson " + l.id + " has no trace to check",
                      "it is answered with: flashlab lesson answer " + l.id + " \"…\"");
   }
   const std::string text = read_input(file, "FILE", "trace");
+  const bool json = vm["json"].as<bool>();
   lessons::CheckOptions opt;
   opt.hide_budget = budget_hidden(l, load());
-  const auto rep = lessons::check_trace(l, text, file, opt);
-  std::cout << "lesson " << l.id << ": " << l.title << "\n";
-  const std::string body = rep.to_text();
-  (rep.verdict == lessons::Verdict::DoesNotAssemble ? std::cerr : std::cout) << body;
+  if (vm.count("seed")) opt.seed = seed_flag(vm["seed"].as<std::string>());
+  const auto rep = lessons::check_trace(l, text, file == "-" ? "<stdin>" : file, opt);
+  if (json) {
+    print_check_json(l, rep);
+  } else {
+    std::cout << "lesson " << l.id << ": " << l.title << "\n";
+    const std::string body = rep.to_text();
+    (rep.verdict == lessons::Verdict::DoesNotAssemble ? std::cerr : std::cout) << body;
+  }
   if (rep.verdict == lessons::Verdict::Passed) {
     auto p = load();
     std::string summary;
@@ -202,17 +279,18 @@ int do_check(const lessons::Lesson& l, const std::string& file) {
     }
     p.trace_passed[l.id] = summary.empty() ? "passed" : summary;
     save(p);
+    if (json) return rep.exit_code();
     if (!l.discussion.empty()) std::cout << "\n" << l.discussion << "\n";
     if (l.trace->model == lessons::TraceModel::Tile) std::cout << "\n" << lessons::loop_order_table(l.trace->ns.back());
     if (!l.questions.empty() && !p.answers_passed.count(l.id))
       std::cout << "\nnow the questions: flashlab lesson show " << l.id << "\n";
-  } else if (rep.verdict != lessons::Verdict::DoesNotAssemble && !l.hints.empty()) {
+  } else if (!json && rep.verdict != lessons::Verdict::DoesNotAssemble && !l.hints.empty()) {
     std::cout << "stuck? flashlab lesson hint " << l.id << "\n";
   }
   return rep.exit_code();
 }
 
-int do_answer(const lessons::Lesson& l, const std::string& text) {
+int do_answer(const lessons::Lesson& l, const std::string& text, bool json) {
   if (l.questions.empty()) {
     throw UsageError("lesson " + l.id + " has no questions",
                      "it is checked with: flashlab lesson check " + l.id + " FILE");
@@ -221,11 +299,26 @@ int do_answer(const lessons::Lesson& l, const std::string& text) {
   if (!rep.error.empty()) {
     throw UsageError(rep.error, rep.hint);
   }
-  std::cout << rep.to_text();
+  if (json) {
+    Json j(std::cout);
+    j.begin_object();
+    j.key("lesson").value(l.id);
+    j.key("all_correct").value(rep.all_correct);
+    j.key("exit_code").value(rep.exit_code());
+    j.key("answers").begin_array();
+    for (const auto& a : rep.lines)
+      j.begin_object().key("key").value(a.key).key("correct").value(a.correct).key("message").value(a.message).end_object();
+    j.end_array();
+    j.end_object();
+    j.finish();
+  } else {
+    std::cout << rep.to_text();
+  }
   if (rep.all_correct) {
     auto p = load();
     p.answers_passed[l.id] = "answered";
     save(p);
+    if (json) return rep.exit_code();
     if (l.trace && !l.trace->hidden_target_text.empty())
       std::cout << "the budget of the trace: " << l.trace->target_text << "\n";
     if (l.id == "traffic-fwd" || l.id == "traffic-bwd" || l.id == "traffic-levels")
@@ -236,6 +329,33 @@ int do_answer(const lessons::Lesson& l, const std::string& text) {
       std::cout << "\n" << l.discussion << "\n";
   }
   return rep.exit_code();
+}
+
+int do_next() {
+  const auto p = load();
+  if (const auto* l = first_unfinished(p)) return do_show(*l);
+  std::cout << "All " << lessons::catalogue().size()
+            << " lessons are done. `flashlab lesson reset --all` starts again; `flashlab traffic levels` shows the "
+               "traffic chapter's measurements.\n";
+  return kOk;
+}
+
+int do_reset(const std::optional<std::string>& id, bool all) {
+  if (all == id.has_value()) {
+    throw UsageError(all ? "lesson reset takes a lesson ID or --all, not both" : "lesson reset needs a lesson ID or --all",
+                     "flashlab lesson reset 4   (forgets lesson 4), flashlab lesson reset --all   (forgets every lesson)");
+  }
+  auto p = load();
+  if (all) {
+    save(lessons::Progress{});
+    std::cout << "forgot your progress on every lesson\n";
+    return kOk;
+  }
+  const auto& l = lesson_or_throw(*id);
+  const bool any = p.trace_passed.erase(l.id) + p.answers_passed.erase(l.id) + p.hints_seen.erase(l.id) > 0;
+  save(p);
+  std::cout << (any ? "forgot your progress on lesson " : "nothing to forget on lesson ") << l.id << "\n";
+  return kOk;
 }
 
 int do_solution(const lessons::Lesson& l, bool spoil) {
@@ -255,7 +375,11 @@ int cmd_lesson(const Args& args) {
   return guarded("lesson", [&]() -> int {
     po::options_description desc("Options");
     desc.add_options()("help,h", "show this help")("level", po::value<int>(), "hint: show hints 1..K")(
-        "spoil", "solution: show the reference trace even before passing");
+        "spoil", "solution: show the reference trace even before passing")(
+        "seed", po::value<std::string>(),
+        "check: the seed of the sizes and inputs drawn at random (default: drawn anew; the report names it)")(
+        "json", po::bool_switch(), "check, answer: print the verdict as one JSON object")(
+        "all", "reset: forget every lesson");
     po::options_description hidden;
     hidden.add_options()("action", po::value<std::string>())("id", po::value<std::string>())(
         "arg", po::value<std::vector<std::string>>());
@@ -281,9 +405,28 @@ int cmd_lesson(const Args& args) {
     auto max_args = [&](std::size_t n) {
       if (rest.size() > n) throw UsageError("unexpected argument '" + rest[n] + "'", "flashlab lesson --help");
     };
-    if (action == "list") {
-      if (vm.count("id")) throw UsageError("unexpected argument '" + vm["id"].as<std::string>() + "'", "lesson list takes no arguments");
-      return do_list();
+    // Flags that only one action takes are refused elsewhere, not silently ignored.
+    auto only_for = [&](const char* flag, std::initializer_list<const char*> actions) {
+      if (!vm.count(flag) || (std::string(flag) == "json" && !vm["json"].as<bool>())) return;
+      for (const char* a : actions)
+        if (action == a) return;
+      throw UsageError("--" + std::string(flag) + " is not an option of lesson " + action,
+                       "flashlab lesson --help lists which action takes which option");
+    };
+    only_for("seed", {"check"});
+    only_for("json", {"check", "answer"});
+    only_for("all", {"reset"});
+    only_for("level", {"hint"});
+    only_for("spoil", {"solution"});
+    if (action == "list" || action == "next") {
+      if (vm.count("id"))
+        throw UsageError("unexpected argument '" + vm["id"].as<std::string>() + "'", "lesson " + action + " takes no arguments");
+      return action == "list" ? do_list() : do_next();
+    }
+    if (action == "reset") {
+      max_args(0);
+      return do_reset(vm.count("id") ? std::optional<std::string>(vm["id"].as<std::string>()) : std::nullopt,
+                      vm.count("all") > 0);
     }
     if (action == "show") {
       max_args(0);
@@ -308,7 +451,7 @@ int cmd_lesson(const Args& args) {
       const auto& l = need_id();
       if (rest.empty()) throw UsageError("lesson check needs a trace FILE", "flashlab lesson check " + l.id + " FILE");
       max_args(1);
-      return do_check(l, rest[0]);
+      return do_check(l, rest[0], vm);
     }
     if (action == "answer") {
       const auto& l = need_id();
@@ -316,9 +459,10 @@ int cmd_lesson(const Args& args) {
       // Several words are one answer: `lesson answer contraction the contraction with V`.
       std::string text;
       for (const auto& r : rest) text += (text.empty() ? "" : " ") + r;
-      return do_answer(l, text);
+      return do_answer(l, text, vm["json"].as<bool>());
     }
-    throw UsageError("unknown action '" + action + "'", "the actions are list, show, hint, starter, check, answer, solution");
+    throw UsageError("unknown action '" + action + "'",
+                     "the actions are list, next, show, hint, starter, check, answer, solution, reset");
   });
 }
 

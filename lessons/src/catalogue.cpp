@@ -154,7 +154,7 @@ std::vector<std::string> split_hints(const std::string& text) {
   return out;
 }
 
-// "ma:-6..6" → a real range; "n" → whole numbers 2..1000.
+// "ma:-6..6" → a real range; "n" → whole numbers 1..10⁶.
 VariableRange parse_range(const std::string& tok) {
   VariableRange r;
   const auto colon = tok.find(':');
@@ -184,8 +184,8 @@ void set_question_field(Question& q, const std::string& key, const std::string& 
     if (value == "formula") q.kind = AnswerKind::Formula;
     else if (value == "number") q.kind = AnswerKind::Number;
     else if (value == "choice") q.kind = AnswerKind::Choice;
-    else if (value == "words") q.kind = AnswerKind::Keyword;
-    else throw std::invalid_argument("kind '" + value + "' is not formula, number, choice or words");
+    else if (value == "words" || value == "claim") q.kind = AnswerKind::Claim;
+    else throw std::invalid_argument("kind '" + value + "' is not formula, number, choice or claim");
   } else if (key == "prompt") {
     q.prompt = value;
   } else if (key == "expected") {
@@ -195,6 +195,7 @@ void set_question_field(Question& q, const std::string& key, const std::string& 
     if (!shape) throw std::invalid_argument("expected.model needs a shape: line before the questions");
     const auto t = ref::attention_traffic_formula(model_variant(value), *shape);
     q.expected = std::to_string(t.total_read_bytes() + t.total_write_bytes());
+    q.bytes = true;
   } else if (key == "vars") {
     for (const auto& tok : words(value)) {
       q.ranges.push_back(parse_range(tok));
@@ -204,6 +205,15 @@ void set_question_field(Question& q, const std::string& key, const std::string& 
     q.accepted = split(value, '|');
   } else if (key == "reject") {
     q.rejected = split(value, '|');
+  } else if (key == "contrary") {
+    q.contrary = split(value, '|');
+  } else if (key == "about") {
+    q.about = split(value, '|');
+  } else if (key == "not.about") {
+    q.not_about = split(value, '|');
+  } else if (key == "unit") {
+    if (value != "bytes") throw std::invalid_argument("unit '" + value + "' is not bytes");
+    q.bytes = true;
   } else if (key == "why") {
     q.why = value;
   } else {

@@ -41,7 +41,7 @@ const toy::State& state_after(const toy::Executor& ex, std::size_t steps) {
 
 // What each running-state method expects after element i, and how to say it.
 struct RunningValue {
-  const char* array;     // the streamed input: "x" or "k"
+  const char* array;     // the streamed input whose rows are the elements: "x" or "k"
   const char* what;      // "the running maximum m = max(x0..x{i})"
   const char* advice;    // how to keep it
 };
@@ -60,6 +60,8 @@ const std::map<std::string, RunningValue>& running_values() {
                              "update m with MAX as each score arrives, keeping the old m for the rescale"}},
       {"running-denominator", {"k", "the running denominator l = Σ_{j≤{i}} e^(sj − m) against the running maximum",
                                "rescale l (and the numerator) by e^(m − m′) when the maximum moves"}},
+      {"running-numerator", {"k", "the running numerator Σ_{j≤{i}} e^(sj − m)·v_j (each of its d components)",
+                             "rescale each numerator component by the same e^(m − m′) as l, then add e^(s − m′)·v_j"}},
   };
   return v;
 }
@@ -71,31 +73,46 @@ std::string fill(std::string s, int i) {
   return s;
 }
 
-// The running value of `method` after elements 0..i of the run's inputs.
-double running_value(const std::string& method, const toy::Inputs& in, int i) {
-  std::vector<double> s;  // the streamed values: x, or the scores q·k_j
-  if (running_values().at(method).array == std::string("x")) {
-    s = in.at("x");
-  } else {
-    const auto& q = in.at("q");
-    const auto& k = in.at("k");
-    for (std::size_t j = 0; j * 2 + 1 < k.size(); ++j) s.push_back(q[0] * k[2 * j] + q[1] * k[2 * j + 1]);
-  }
+// The streamed values of a run: x, or the scores q·k_j.
+std::vector<double> streamed(const std::string& method, const toy::Inputs& in) {
+  if (running_values().at(method).array == std::string("x")) return in.at("x");
+  std::vector<double> s;
+  const auto& q = in.at("q");
+  const auto& k = in.at("k");
+  for (std::size_t j = 0; j * 2 + 1 < k.size(); ++j) s.push_back(q[0] * k[2 * j] + q[1] * k[2 * j + 1]);
+  return s;
+}
+
+// The running state of `method` after elements 0..i: one requirement per value the method keeps
+// (the numerator has one per component), each a list of equivalent forms — Welford's M2 may be
+// kept as M2 or as the running variance, the numerator as Σ e^(s − m)·v or already divided by l.
+std::vector<std::vector<double>> running_value(const std::string& method, const toy::Inputs& in, int i) {
+  const std::vector<double> s = streamed(method, in);
   const auto first = s.begin(), last = s.begin() + i + 1;
   const double m = *std::max_element(first, last);
-  if (method == "running-max" || method == "running-score-max") return m;
-  if (method == "running-sum" || method == "running-denominator") {
-    double sum = 0;
-    for (auto it = first; it != last; ++it) sum += std::exp(*it - m);
-    return sum;
+  if (method == "running-max" || method == "running-score-max") return {{m}};
+  double sum = 0;
+  for (auto it = first; it != last; ++it) sum += std::exp(*it - m);
+  if (method == "running-sum" || method == "running-denominator") return {{sum}};
+  if (method == "running-numerator") {
+    const auto& v = in.at("v");
+    std::vector<std::vector<double>> out;
+    for (std::size_t c = 0; c < 2; ++c) {
+      double num = 0;
+      for (int j = 0; j <= i; ++j) num += std::exp(s[static_cast<std::size_t>(j)] - m) * v[2 * static_cast<std::size_t>(j) + c];
+      out.push_back({num, num / sum});
+    }
+    return out;
   }
   double mean = 0;
   for (auto it = first; it != last; ++it) mean += *it;
   mean /= i + 1;
-  if (method == "running-mean") return mean;
+  if (method == "running-mean") return {{mean}};
   double m2 = 0;
   for (auto it = first; it != last; ++it) m2 += (*it - mean) * (*it - mean);
-  return m2;
+  std::vector<double> forms{m2, m2 / (i + 1)};
+  if (i > 0) forms.push_back(m2 / i);
+  return {forms};
 }
 
 // Steps (0-based) of the first LOAD of each row of `array` (row = first index).
@@ -195,14 +212,100 @@ std::optional<std::string> running_state_problem(const toy::Executor& ex, const 
       const std::size_t from = *loads[static_cast<std::size_t>(i)] + 1;
       std::size_t to = ex.steps_taken();
       if (i + 1 < n && loads[static_cast<std::size_t>(i + 1)]) to = *loads[static_cast<std::size_t>(i + 1)];
-      const double want = running_value(method, ex.inputs(), i);
-      bool found = false;
-      for (std::size_t s = from; s <= to && !found; ++s) found = holds(state_after(ex, s), want);
-      if (found) continue;
-      const std::string next = i + 1 < n ? " before element " + std::to_string(i + 1) + " is read" : " by the end";
-      return "the running state: after " + step_name(ex.program(), from, filename) + " reads element " +
-             std::to_string(i) + ", no register holds " + fill(it->second.what, i) + " (= " +
-             num(want) + ")" + next + "\n    hint: " + it->second.advice;
+      for (const auto& forms : running_value(method, ex.inputs(), i)) {
+        bool found = false;
+        for (std::size_t s = from; s <= to && !found; ++s)
+          for (double want : forms) found = found || holds(state_after(ex, s), want);
+        if (found) continue;
+        const std::string next = i + 1 < n ? " before element " + std::to_string(i + 1) + " is read" : " by the end";
+        return "the running state: after " + step_name(ex.program(), from, filename) + " reads element " +
+               std::to_string(i) + ", no register holds " + fill(it->second.what, i) + " (= " + num(forms.front()) +
+               ")" + next + "\n    hint: " + it->second.advice;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// Whether `e` mentions an element of one of `arrays` (memoised: the running state is a DAG).
+bool depends_on(const toy::ExprPtr& e, const std::vector<std::string>& arrays, std::map<const toy::Expr*, bool>& memo) {
+  if (!e) return false;
+  if (auto it = memo.find(e.get()); it != memo.end()) return it->second;
+  bool dep = e->kind == toy::ExprKind::Input &&
+             std::find(arrays.begin(), arrays.end(), e->array) != arrays.end();
+  for (const auto& a : e->args) dep = dep || depends_on(a, arrays, memo);
+  memo[e.get()] = dep;
+  return dep;
+}
+
+// The register operands an instruction reads, and the one it writes (−1: none).
+std::pair<std::vector<int>, int> reads_writes(const toy::Instruction& ins) {
+  std::vector<int> reads;
+  int writes = -1;
+  for (std::size_t k = 0; k < ins.operands.size(); ++k) {
+    const auto& o = ins.operands[k];
+    if (o.kind != toy::OperandKind::Register) continue;
+    const bool last = k + 1 == ins.operands.size();
+    if (last && ins.op != toy::Opcode::STORE) writes = o.reg;
+    else reads.push_back(o.reg);
+  }
+  return {reads, writes};
+}
+
+}  // namespace
+
+std::optional<std::string> carried_state_problem(const toy::Executor& ex, const std::vector<std::string>& methods,
+                                                 std::string_view filename) {
+  const int n = ex.machine().n;
+  std::vector<std::string> running;
+  std::string array, what;
+  for (const auto& m : methods) {
+    auto it = running_values().find(m);
+    if (it == running_values().end()) continue;
+    running.push_back(m);
+    array = it->second.array;
+    what += (what.empty() ? "" : "; ") + std::string(it->second.what);
+  }
+  if (running.empty() || n < 2) return std::nullopt;
+  const std::vector<std::string> arrays =
+      array == "x" ? std::vector<std::string>{"x"} : std::vector<std::string>{"k", "v"};
+  const auto& prog = ex.program();
+  const auto& m = ex.machine();
+  const auto loads = first_loads(ex, array, n);
+  std::map<const toy::Expr*, bool> memo;
+  for (int i = 0; i + 1 < n; ++i) {
+    if (!loads[static_cast<std::size_t>(i + 1)]) continue;
+    const std::size_t at = *loads[static_cast<std::size_t>(i + 1)];  // the step that reads element i+1
+    const toy::State& st = state_after(ex, at);
+    // Live registers: read again before they are written.
+    std::vector<int> live(m.registers.size(), 0);  // 0 unknown, 1 live, −1 dead
+    for (std::size_t t = at; t < ex.steps_taken() && t < prog.code.size(); ++t) {
+      const auto [reads, writes] = reads_writes(prog.code[t]);
+      for (int r : reads)
+        if (r >= 0 && live[static_cast<std::size_t>(r)] == 0) live[static_cast<std::size_t>(r)] = 1;
+      if (writes >= 0 && live[static_cast<std::size_t>(writes)] == 0) live[static_cast<std::size_t>(writes)] = -1;
+    }
+    std::vector<double> allowed;
+    std::string expected;
+    for (const auto& method : running) {
+      for (const auto& forms : running_value(method, ex.inputs(), i)) allowed.insert(allowed.end(), forms.begin(), forms.end());
+    }
+    for (std::size_t r = 0; r < live.size(); ++r) {
+      const auto& v = st.registers[r];
+      if (live[r] != 1 || !v || !depends_on(v->sym, arrays, memo)) continue;
+      if (std::any_of(allowed.begin(), allowed.end(), [&](double w) { return close(v->num, w, 1e-9); })) continue;
+      const std::string sym = symbolic(st, static_cast<int>(r), m);
+      return "the method: " + step_name(prog, at + 1, filename) + " reads element " + std::to_string(i + 1) +
+             " while " + m.registers[r] + " holds " + (sym.empty() ? "" : sym + " = ") + num(v->num) +
+             ", which the steps after it use, but which is none of the lesson's running state after element " +
+             std::to_string(i) + " (" + fill(what, i) + ")" +
+             "\n    policy: from one element to the next this lesson carries its running state and nothing else "
+             "derived from the elements; a method that carries something else — a running sum divided at every "
+             "step, sums shifted by the first element, a copy of an element — can give right values and even be "
+             "numerically sound, but it is not the method taught here, so it does not pass" +
+             "\n    hint: " + running_values().at(running.front()).advice;
     }
   }
   return std::nullopt;
@@ -213,26 +316,51 @@ std::optional<std::string> outer_product_problem(const toy::Program& program, co
   // Distinct primes: every product a_ik·b_kj differs from every other and from every sum.
   const toy::Inputs in{{"a", {2, 3, 5, 7}}, {"b", {11, 13, 17, 19}}};
   auto product = [&](int i, int k, int j) { return in.at("a")[i * 2 + k] * in.at("b")[k * 2 + j]; };
-  toy::Executor ex(program, machine, in, toy::Options{false, kCycleCap});
+  toy::Executor ex(program, machine, in, toy::Options{true, kCycleCap});
   std::optional<std::size_t> first_store;
+  std::optional<std::string> third_operand;  // the first step after which three registers hold inputs
+  bool four_at_once = false;
   while (!ex.done()) {
     const std::size_t pc = ex.state().pc;
     if (program.code[pc].op == toy::Opcode::STORE && !first_store) first_store = pc + 1;
     if (ex.step()) return std::nullopt;  // faults are reported by the value checks
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < 2 && !four_at_once; ++k) {
       bool all = true;
       for (int i = 0; i < 2 && all; ++i)
         for (int j = 0; j < 2 && all; ++j) all = holds(ex.state(), product(i, k, j));
-      if (all) return std::nullopt;
+      four_at_once = all;
+    }
+    // The lesson text's scheme: R0 and R1 for operands, four accumulators. Count the registers
+    // that hold an input element itself (symbolically, so no sum can pass for one).
+    std::string held;
+    int inputs = 0;
+    for (std::size_t r = 0; r < ex.state().registers.size(); ++r) {
+      const auto& v = ex.state().registers[r];
+      if (!v || !v->sym || v->sym->kind != toy::ExprKind::Input) continue;
+      ++inputs;
+      held += (held.empty() ? "" : ", ") + machine.registers[r] + " = " + v->sym->name;
+    }
+    if (inputs > 2 && !third_operand) {
+      third_operand = "the method: the outer-product order of this problem keeps two registers for operands and "
+                      "four for the accumulators (one per output), but after " +
+                      step_name(program, pc + 1, filename) + " " + std::to_string(inputs) +
+                      " registers hold inputs at once (" + held + ")" +
+                      "\n    policy: a third operand register saves LOADs — a fine schedule, but not the one this "
+                      "problem asks for (its cycle count is the question), so it does not pass here; the quiz "
+                      "inner6 is about schedules that use every register" +
+                      "\n    hint: load each operand into R0 or R1 over the previous one, as the lesson text's trace does";
     }
   }
-  std::string msg =
-      "the method: the outer-product order holds the four partial sums of one k at once — a_0k·b_k0, "
-      "a_0k·b_k1, a_1k·b_k0, a_1k·b_k1 in four accumulators — and this trace never does";
-  if (first_store)
-    msg += "; " + step_name(program, *first_store, filename) + " finishes an output while the others have no " +
-           "partial sum yet: that is the inner-product order (the quiz inner6)";
-  return msg + "\n    hint: for k = 0 load a_0k, a_1k, b_k0, b_k1 and make all four products, then add k = 1's";
+  if (!four_at_once) {
+    std::string msg =
+        "the method: the outer-product order holds the four partial sums of one k at once — a_0k·b_k0, "
+        "a_0k·b_k1, a_1k·b_k0, a_1k·b_k1 in four accumulators — and this trace never does";
+    if (first_store)
+      msg += "; " + step_name(program, *first_store, filename) + " finishes an output while the others have no " +
+             "partial sum yet: that is the inner-product order (the quiz inner6)";
+    return msg + "\n    hint: for k = 0 load a_0k, a_1k, b_k0, b_k1 and make all four products, then add k = 1's";
+  }
+  return third_operand;
 }
 
 std::string first_departure(const toy::Executor& got, const toy::Executor& reference, std::string_view filename) {

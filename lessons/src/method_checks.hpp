@@ -30,15 +30,25 @@ std::optional<std::string> hostile_run(const toy::Program& program, const toy::M
                                        const std::vector<toy::State>& symbolic_history, std::string_view filename);
 
 /// The state checks of `methods` ("running-max", "running-sum", "running-mean", "running-m2",
-/// "running-score-max", "running-denominator") on a symbolic run `ex` (history kept): after
+/// "running-score-max", "running-denominator", "running-numerator") on a symbolic run `ex` (history kept): after
 /// each element arrives, some register must hold the running value before the next element is
 /// read. Returns the first problem, naming the step, or nullopt.
 std::optional<std::string> running_state_problem(const toy::Executor& ex, const std::vector<std::string>& methods,
                                                  std::string_view filename);
 
+/// The carried state ("carried-state"): just before each element i+1 of the streamed array is
+/// first read, every register whose value depends on the streamed inputs and is read again
+/// later must hold one of the running values of `methods` after element i (in one of its
+/// accepted forms). A trace that carries anything else — a sum it divides at every step, sums
+/// shifted by the first element — uses another method, sound or not. Returns the first problem,
+/// naming the step, the register and what it holds, or nullopt.
+std::optional<std::string> carried_state_problem(const toy::Executor& ex, const std::vector<std::string>& methods,
+                                                 std::string_view filename);
+
 /// Problem 3's method: some state holds all four partial products a_ik·b_kj of one k at once
-/// (the rank-1 update). Runs `program` on inputs whose products are all distinct. Returns the
-/// problem, naming the step where the trace finishes an output first, or nullopt.
+/// (the rank-1 update), and at no step do more than two registers hold input elements (the
+/// lesson text's scheme: two operand registers, four accumulators). Runs `program` on inputs
+/// whose products are all distinct. Returns the problem, naming the step, or nullopt.
 std::optional<std::string> outer_product_problem(const toy::Program& program, const toy::Machine& machine,
                                                  std::string_view filename);
 

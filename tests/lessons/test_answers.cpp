@@ -22,7 +22,7 @@ TEST_CASE("answers: the expected answer of every question is accepted", "[answer
     if (l.questions.empty()) continue;
     std::string text;
     for (const auto& q : l.questions) text += (text.empty() ? "" : "; ") + q.key + "=" + q.expected;
-    if (l.questions.size() == 1 && (l.questions[0].kind == AnswerKind::Choice || l.questions[0].kind == AnswerKind::Keyword))
+    if (l.questions.size() == 1 && (l.questions[0].kind == AnswerKind::Choice || l.questions[0].kind == AnswerKind::Claim))
       text = l.questions[0].expected;
     INFO("lesson " << l.id << ": " << text);
     const auto r = check_answer(l, text);
@@ -89,25 +89,56 @@ TEST_CASE("answers: formulas are compared at random points, not only at fixed on
   CHECK_THAT(r.to_text(), Catch::Contains("✗ reads"));
 }
 
-TEST_CASE("answers: free text is read as whole words, and distractors and negations fail", "[answers][words]") {
+TEST_CASE("answers: free text is judged by the claim it makes", "[answers][claims]") {
   CHECK(answer("contraction", "a contraction").all_correct);
   CHECK(answer("contraction", "P is only used inside a reduction over j").all_correct);
   CHECK(answer("contraction", "the contraction, not online softmax").all_correct);
+  CHECK(answer("contraction", "not online softmax but the contraction").all_correct);
   CHECK(answer("contraction", "weighted sum").all_correct);
+  // A distractor asserted, the claim denied, its opposite, the right word about the wrong thing:
+  // each says what is wrong, in the answer's own words.
   auto distractor = answer("contraction", "online softmax and a contraction");
   CHECK(!distractor.all_correct);
-  CHECK_THAT(distractor.to_text(), Catch::Contains("online softmax"));
-  auto negated = answer("contraction", "it is not a contraction");
+  CHECK_THAT(distractor.to_text(), Catch::Contains("\"online softmax\" is not it"));
+  auto negated = answer("contraction", "contraction does not matter");
   CHECK(!negated.all_correct);
-  CHECK_THAT(negated.to_text(), Catch::Contains("deny"));
-  CHECK(!answer("contraction", "contractionless").all_correct);   // a substring is not a word
+  CHECK_THAT(negated.to_text(), Catch::Contains("names it only to deny it (\"contraction does not matter\")"));
+  auto opposite = answer("contraction", "P must be materialised for the contraction");
+  CHECK_THAT(opposite.to_text(), Catch::Contains("\"materialised\" says the opposite"));
+  auto about = answer("contraction", "the contraction over d");
+  CHECK_THAT(about.to_text(), Catch::Contains("wrong quantity") && Catch::Contains("about d,"));
+  CHECK(!answer("contraction", "contractionless").all_correct);  // a substring is not a word
   CHECK(!answer("contraction", "abstraction").all_correct);
-  CHECK(!answer("contraction", "tiling").all_correct);
-  // The lesson text's own phrasings.
+  CHECK_THAT(answer("contraction", "tiling").to_text(), Catch::Contains("\"tiling\" is not it"));
+  // The DRAM-vs-L2 question: the right verb about the wrong memory, and the opposite claim.
   CHECK(answer("traffic-levels", "rereads=64; why=re-reads hit in L2").all_correct);
-  CHECK(answer("traffic-levels", "rereads=Tr; why=K and V are served from L2").exit_code() == 2);  // Tr is not a number
+  CHECK_THAT(answer("traffic-levels", "rereads=64; why=hits in DRAM").to_text(), Catch::Contains("about dram"));
+  CHECK_THAT(answer("traffic-levels", "rereads=64; why=they miss in L2").to_text(), Catch::Contains("\"miss\" says the opposite"));
   CHECK(!answer("traffic-levels", "rereads=64; why=the data is not cached").all_correct);
   CHECK(!answer("traffic-levels", "rereads=64; why=compression").all_correct);
+  CHECK(answer("traffic-levels", "rereads=Tr; why=K and V are served from L2").exit_code() == 2);  // Tr is not a number
+  // Commas and semicolons inside free text belong to it; a following `key=` ends it.
+  CHECK(answer("traffic-levels", "rereads=64; why=K and V fit in L2, so only the first read goes to DRAM").all_correct);
+  CHECK(answer("traffic-levels", "why=after the first tile, K_j and V_j come from L2; rereads=64").all_correct);
+  CHECK(answer("traffic-levels", "64; after the first tile, K_j and V_j come from L2").all_correct);
+}
+
+TEST_CASE("answers: numbers in any notation the program prints", "[answers]") {
+  CHECK(answer("2", "2.5e1").all_correct);
+  CHECK(answer("2", "2.5E+01").all_correct);
+  CHECK(answer("safety", "bound=1.0; overflow=7.1e2; form=a").all_correct);
+  // Rounded to the digits written: at least four significant digits (the traffic table's).
+  auto gb = answer("traffic-fwd", "naive=4.362 GB; fa1=6.59266e+09; fa2=2080.25 MiB");
+  INFO(gb.to_text());
+  CHECK(gb.all_correct);
+  CHECK_THAT(gb.to_text(), Catch::Contains("to the 4 significant digits given"));
+  auto coarse = answer("traffic-fwd", "naive=4.36 GB; fa1=6.59266e+09; fa2=2080.25 MiB");
+  CHECK(!coarse.all_correct);
+  CHECK_THAT(coarse.to_text(), Catch::Contains("3 significant digits cannot tell"));
+  CHECK(!answer("2", "25.4").all_correct);  // rounding accepts only the exact value's digits
+  // A unit where the answer is a count is malformed, and so is an unknown unit.
+  CHECK_THAT(answer("2", "25 GB").error, Catch::Contains("a count, not a number of bytes"));
+  CHECK_THAT(answer("traffic-fwd", "naive=4 XB; fa1=1; fa2=1").error, Catch::Contains("unknown unit 'XB'"));
 }
 
 TEST_CASE("answers: the tile merge takes exp and max, compared at random real points", "[answers][merge]") {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,7 +44,9 @@ struct CheckReport {
   std::vector<CostLine> costs;           ///< every graded cost
   int runs = 0;                          ///< numeric runs done (random inputs × sizes)
   int hostile_runs = 0;                  ///< runs on hostile inputs (±800, ties, 1e9 offsets) that passed
-  std::vector<int> sizes;                ///< the sizes n it was checked at (lesson sizes, 1, 2, a random n)
+  std::vector<int> sizes;                ///< the sizes n it was checked at (see check_trace())
+  std::vector<int> lesson_sizes;         ///< the lesson's own sizes (their costs are always printed)
+  std::uint64_t seed = 0;                ///< the seed of the large sizes and random inputs (CheckOptions::seed)
   bool budget_hidden = false;            ///< the budget is a quiz answer: cost lines say over/within only
   bool symbolic = false;                 ///< the outputs were also compared symbolically (and matched)
   /// Process exit code for `lesson check`: 0 passed, 1 wrong or over budget, 2 does not assemble.
@@ -60,13 +63,20 @@ struct CheckOptions {
   /// Say whether the cost is within the budget but not the budget itself (it is the answer to
   /// a question of the lesson that the student has not answered yet).
   bool hide_budget = false;
+  /// The seed of the check: the large sizes and every random input but the first are drawn from
+  /// it. Unset: drawn fresh for every check (the report states it, so a check can be repeated).
+  std::optional<std::uint64_t> seed;
 };
 
-/// Grades `text` (a trace, file name `filename` for diagnostics) against `lesson`'s trace task:
-/// at the lesson's sizes and at n = 1, 2 and a random n (drawn from the text, so a re-run gives
-/// the same report); on random and, for the numeric lessons, on hostile inputs (an ∞, a NaN or
-/// a positive exponent is wrong, named by its step); by the lesson's method checks (the outer
-/// product's order, the running state after each element); then its cost.
+/// Grades `text` (a trace, file name `filename` for diagnostics) against `lesson`'s trace task.
+/// Sizes: the lesson's own, every n from the smallest it allows up to 24, the sizes around each
+/// constant of the trace's loops and indices (where its behaviour can change), and three sizes
+/// from 25 to 128 drawn from the check's seed (never from the trace). At each: random inputs (the
+/// first fixed, the rest from the seed) against an independent reference; for the numeric lessons
+/// hostile inputs (an ∞, a NaN or a positive exponent is wrong, named by its step); the lesson's
+/// method (the outer product's order and operand registers, the running state after each element,
+/// the state carried from element to element); then its cost. A trace that beats its budget is
+/// mentioned only when it passed.
 /// @throws std::invalid_argument when the lesson has no trace exercise.
 CheckReport check_trace(const Lesson& lesson, std::string_view text, std::string_view filename,
                         const CheckOptions& options = {});

@@ -78,14 +78,15 @@ enum class AnswerKind {
   Formula,  ///< a formula in the question's variables, compared by value at random points
   Number,   ///< a number (a formula without variables), compared by value
   Choice,   ///< one letter of a multiple choice, case-insensitive
-  Keyword   ///< free text: whole words or phrases; distractors and negated answers are refused
+  Claim     ///< free text, judged by the claim it makes (claim.hpp): negated, contrary and
+            ///< misdirected claims and distractors are refused
 };
 
-/// The range a formula variable is sampled from when answers are compared.
+/// The domain of a formula variable: where an answer must agree with the expected formula.
 struct VariableRange {
   std::string name;    ///< the variable, e.g. "n" or "ma"
-  double lo = 2;       ///< smallest value
-  double hi = 1000;    ///< largest value
+  double lo = 1;       ///< smallest value
+  double hi = 1e6;     ///< largest value (whole numbers: every value from lo to hi is tried)
   bool real = false;   ///< real numbers (true) or whole numbers (false)
 };
 
@@ -97,8 +98,12 @@ struct Question {
   std::string expected;              ///< the expected formula / number / letter / model phrase
   std::vector<std::string> vars;     ///< Formula: the variable names it may use, e.g. {"n"}
   std::vector<VariableRange> ranges; ///< Formula: where each variable is sampled (one per name in vars)
-  std::vector<std::string> accepted; ///< Keyword: accepted words or phrases (whole words, lower case)
-  std::vector<std::string> rejected; ///< Keyword: distractors; an answer naming one is wrong
+  std::vector<std::string> accepted; ///< Claim: phrases that state the expected claim (whole words, lower case)
+  std::vector<std::string> rejected; ///< Claim: distractors; an answer asserting one is wrong
+  std::vector<std::string> contrary; ///< Claim: phrases that state the opposite claim ("misses" for "hits")
+  std::vector<std::string> about;    ///< Claim: what the claim is about ("l2", "v"); named next to it: fine
+  std::vector<std::string> not_about;  ///< Claim: wrong quantities; named as what the claim is about: wrong
+  bool bytes = false;                ///< Number: a byte count, which may carry a unit (4.362 GB, 58.1 MiB)
   std::string why;                   ///< one line shown after a correct answer
 };
 
