@@ -14,6 +14,7 @@
 #include "stream/stream_viewer_api.hpp"
 #include "flashlab/reference/stream_store.hpp"
 
+// Last: httplib includes <resolv.h>, whose `_res` macro breaks Eigen's headers included after it.
 #if FLASHLAB_HAVE_HTTPLIB
 #include <httplib.h>
 #endif
@@ -79,6 +80,9 @@ int cmd_stream_serve(const Args& args) {
         int yes = 1;
         ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const char*>(&yes), sizeof yes);
       });
+      // Headers and body go out as separate writes: without TCP_NODELAY, Nagle's algorithm holds
+      // the body until the client's delayed ACK (40 ms on Linux) on a kept-alive connection.
+      server.set_tcp_nodelay(true);
       const auto pool = std::size_t(threads);
       server.new_task_queue = [pool] { return new httplib::ThreadPool(pool); };
       std::mutex mutex;

@@ -302,7 +302,16 @@ ViewerResponse ViewerApi::handle(const std::string& path, const Params& p) const
     } else if (path == "/api/summary") {
       const std::size_t local = index_param(p, "local", 512, 0, std::size_t(1) << 40, "local=512");
       const std::size_t far = index_param(p, "far", 8192, 0, std::size_t(1) << 40, "far=8192");
-      const auto sums = rs::summarize(store_, rs::DistanceBands{local, far});
+      std::vector<rs::HeadSummary> sums;
+      {
+        std::lock_guard<std::mutex> lock(summary_mutex_);
+        auto it = summaries_.find({local, far});
+        if (it == summaries_.end()) {
+          if (summaries_.size() >= 64) summaries_.clear();  // bounded: a few band choices at a time
+          it = summaries_.emplace(std::pair{local, far}, rs::summarize(store_, rs::DistanceBands{local, far})).first;
+        }
+        sums = it->second;
+      }
       j.begin_object().key("local").value(std::uint64_t(local)).key("far").value(std::uint64_t(far)).key("heads").begin_array();
       for (const auto& h : sums) {
         j.begin_object().key("layer").value(std::uint64_t(h.layer)).key("head").value(std::uint64_t(h.head));

@@ -8,7 +8,9 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "flashlab/reference/stream_query.hpp"
@@ -53,6 +55,9 @@ class ViewerApi {
   std::vector<std::string> tokens_;
   std::vector<PlantedPair> planted_;
   std::unique_ptr<ref::stream::DensityIndex> density_;
+  // Summaries read every record: each (local, far) is computed once (the page asks on load).
+  mutable std::mutex summary_mutex_;
+  mutable std::map<std::pair<std::size_t, std::size_t>, std::vector<ref::stream::HeadSummary>> summaries_;
 };
 
 /// The viewer's page (HTML, CSS and JavaScript in one file), embedded in the binary at build time.

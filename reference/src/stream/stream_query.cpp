@@ -127,6 +127,7 @@ Route route(const Store& store, TokenSpan source, TokenSpan target, const RouteP
       throw StoreError(std::string("route ") + name + " span " + span_str(s) + " is empty or outside [0, T = " +
                            std::to_string(g.T) + ")",
                        "spans are token ranges FIRST-LAST (inclusive), e.g. 100-163");
+  prune_edges({}, p.pruning);  // the same checks of top and cumulative as every answer
   if (!(p.residual >= 0 && p.residual < 1))
     throw StoreError("residual = " + std::to_string(p.residual) + " is outside [0, 1)", "0.5 is attention rollout's choice");
   if (p.head && *p.head >= L.heads)
@@ -167,14 +168,50 @@ Route route(const Store& store, TokenSpan source, TokenSpan target, const RouteP
     f[layers][q] = double(overlap(a, b, target.begin, target.end)) / double(target.end - target.begin);
     gb[0][q] = double(overlap(a, b, source.begin, source.end)) / double(b - a);
   }
-  for (std::size_t l = 0; l < layers; ++l)
-    for (std::size_t q = 0; q < n; ++q) {
-      double through = 0;
-      for_rows(l, q, [&](std::size_t, std::size_t r, double share) {
-        parts(r, [&](Part pt) { through += share * pt.frac * gb[l][pt.node]; });
-      });
-      gb[l + 1][q] = alpha * gb[l][q] + (1 - alpha) / heads * through;
+  // g moves up through the reverse index: only key blocks that overlap a node with g > 0 are
+  // visited, with their readers, so the cost follows the route's support, not the store's size.
+  std::vector<double> G(g.n_k(), 0.0);  // Σ_n frac(r → n)·g_ℓ(n) per key block r
+  std::vector<std::size_t> touched;
+  for (std::size_t l = 0; l < layers; ++l) {
+    for (std::size_t node = 0; node < n; ++node) gb[l + 1][node] = alpha * gb[l][node];
+    touched.clear();
+    const std::size_t k_last = g.n_k() - 1;
+    for (std::size_t node = 0; node < n; ++node) {
+      if (gb[l][node] == 0) continue;
+      const std::size_t a = node * g.bq, b = std::min(g.T, a + g.bq);
+      for (std::size_t r = a / g.bk; r <= std::min(k_last, (b - 1) / g.bk); ++r) {
+        if (G[r] == 0) touched.push_back(r);
+        const std::size_t s0 = r * g.bk, s1 = std::min(g.T, s0 + g.bk);
+        G[r] += double(overlap(s0, s1, a, b)) / double(s1 - s0) * gb[l][node];
+      }
     }
+    if (touched.size() * 8 < g.n_k()) {
+      // Few key blocks lead to the source: visit their readers.
+      for (const std::size_t r : touched) {
+        for (std::size_t h = 0; h < L.heads; ++h) {
+          if (p.head && *p.head != h) continue;
+          const std::size_t seg = L.segment(l, h);
+          for (const std::int32_t q32 : store.readers(seg, r)) {
+            const auto q = std::size_t(q32);
+            const StoreRow row = store.row(seg, q);
+            for (std::size_t j = 0; j < row.size; ++j) {
+              if (std::size_t(row.key_block[j]) != r) continue;
+              const double share = double(row.mass[j]) / double(g.q_rows(q));
+              if (std::isfinite(share) && share > 0) gb[l + 1][q] += (1 - alpha) / heads * share * G[r];
+            }
+          }
+        }
+      }
+    } else {
+      // Most do: one sequential pass over the layer's rows is cheaper than the reverse index.
+      for (std::size_t q = 0; q < n; ++q) {
+        double through = 0;
+        for_rows(l, q, [&](std::size_t, std::size_t r, double share) { through += share * G[r]; });
+        gb[l + 1][q] += (1 - alpha) / heads * through;
+      }
+    }
+    for (const std::size_t r : touched) G[r] = 0;
+  }
   for (std::size_t l = layers; l-- > 0;)
     for (std::size_t q = 0; q < n; ++q) {
       const double fq = f[l + 1][q];
@@ -187,34 +224,46 @@ Route route(const Store& store, TokenSpan source, TokenSpan target, const RouteP
 
   Route out;
   for (std::size_t q = 0; q < n; ++q) out.total += f[0][q] * gb[0][q];
+  // Only the first `top` edges in order are ever listed: a bounded heap keeps them (its top is
+  // the last of the kept), while every edge still counts in the layer's sums.
+  auto before_in_order = [](const RouteEdge& a, const RouteEdge& b) {
+    if (a.weight != b.weight) return a.weight > b.weight;
+    const std::size_t ha = a.head ? *a.head : std::size_t(-1), hb = b.head ? *b.head : std::size_t(-1);
+    return std::tie(a.q, a.r, ha) < std::tie(b.q, b.r, hb);
+  };
   for (std::size_t l = layers; l-- > 0;) {
     RouteLayer rl;
     rl.layer = l;
-    std::vector<RouteEdge> edges;
+    std::vector<RouteEdge> kept;  // a heap under before_in_order
+    auto offer = [&](const RouteEdge& e) {
+      (e.head ? rl.attention : rl.residual) += e.weight;
+      if (kept.size() < p.pruning.top) {
+        kept.push_back(e);
+        std::push_heap(kept.begin(), kept.end(), before_in_order);
+      } else if (before_in_order(e, kept.front())) {
+        std::pop_heap(kept.begin(), kept.end(), before_in_order);
+        kept.back() = e;
+        std::push_heap(kept.begin(), kept.end(), before_in_order);
+      }
+    };
     if (out.total > 0) {
       for (std::size_t q = 0; q < n; ++q) {
         const double fq = f[l + 1][q];
         if (fq == 0) continue;
         const double stay = alpha * fq * gb[l][q] / out.total;
-        if (stay > 0) edges.push_back({l, std::nullopt, q, q, stay});
+        if (stay > 0) offer({l, std::nullopt, q, q, stay});
         for_rows(l, q, [&](std::size_t h, std::size_t r, double share) {
           double to_source = 0;
           parts(r, [&](Part pt) { to_source += pt.frac * gb[l][pt.node]; });
           const double w = (1 - alpha) / heads * fq * share * to_source / out.total;
-          if (w > 0) edges.push_back({l, h, q, r, w});
+          if (w > 0) offer({l, h, q, r, w});
         });
       }
     }
-    for (const auto& e : edges) (e.head ? rl.attention : rl.residual) += e.weight;
-    std::sort(edges.begin(), edges.end(), [](const RouteEdge& a, const RouteEdge& b) {
-      if (a.weight != b.weight) return a.weight > b.weight;
-      const std::size_t ha = a.head ? *a.head : std::size_t(-1), hb = b.head ? *b.head : std::size_t(-1);
-      return std::tie(a.q, a.r, ha) < std::tie(b.q, b.r, hb);
-    });
+    std::sort(kept.begin(), kept.end(), before_in_order);
     const double sum = rl.attention + rl.residual;
     double before = 0;
-    for (const auto& e : edges) {
-      if (rl.edges.size() >= p.pruning.top) break;
+    for (const auto& e : kept) {
       if (p.pruning.cumulative < 1 && !rl.edges.empty() && before >= p.pruning.cumulative * sum) break;
       rl.edges.push_back(e);
       before += e.weight;
