@@ -234,6 +234,23 @@ TEST_CASE("cli stream fidelity: k = n_k keeps everything, rows match the library
   r = run_cli("stream fidelity --seq 512 --dim 16 --bq 32 --bk 32 --k 4 --workload needles");
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("planted found") && Catch::Contains("/16"));
+  // The user's Q and K, [T, H, D] with one key head shared by both query heads: a row per head.
+  const auto in_dir = fresh_temp_dir("cli_fidelity_inputs");
+  std::vector<double> qv(200 * 2 * 6), kv(200 * 1 * 6);
+  for (std::size_t i = 0; i < qv.size(); ++i) qv[i] = std::sin(0.7 * double(i));
+  for (std::size_t i = 0; i < kv.size(); ++i) kv[i] = std::cos(0.3 * double(i));
+  flashlab::ref::write_npy(fs::path(in_dir) / "q.npy", {200, 2, 6}, qv.data());
+  flashlab::ref::write_npy(fs::path(in_dir) / "k.npy", {200, 1, 6}, kv.data());
+  r = run_cli("stream fidelity --bq 20 --bk 20 --k 10 --inputs " + in_dir + " --json");
+  REQUIRE(r.exit_code == 0);
+  const auto user = json::parse(r.out, "fidelity --inputs");
+  REQUIRE(user.at("rows").as_array().size() == 2);
+  for (const auto& row : user.at("rows").as_array()) {
+    CHECK(row.at("workload").as_string() == "inputs");
+    CHECK(row.at("recall").as_double() == 1.0);  // k = n_k = 10
+  }
+  CHECK(user.at("rows").as_array()[1].at("head").as_uint() == 1);
+  expect_usage_error("stream fidelity --bq 20 --bk 20 --k 10 --inputs " + in_dir + " --workload random", "--workload and --inputs");
   expect_usage_error("stream fidelity --seq 20000 --dim 16 --bq 32 --bk 32 --k 4", "--seq");
   expect_usage_error("stream fidelity --seq 512 --dim 16 --bq 32 --bk 32 --k 4,x", "--k");
   expect_usage_error("stream fidelity --seq 512 --dim 16 --bq 32 --bk 32 --k 4 --workload dense", "'dense' is unknown");
