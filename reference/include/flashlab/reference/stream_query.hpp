@@ -136,11 +136,14 @@ struct DistanceBands {
 
 /// One head's mass by distance.
 struct HeadSummary {
-  std::size_t layer = 0, head = 0;  ///< which head
+  std::size_t layer = 0;            ///< layer of the head
+  std::size_t head = 0;             ///< head within the layer
   std::uint64_t records = 0;        ///< records of the head
   std::size_t empty_rows = 0;       ///< query blocks with no record
   double mass = 0;                  ///< Σ mass
-  double local = 0, mid = 0, far = 0;  ///< shares of the mass in each band (sum 1 when mass > 0)
+  double local = 0;                 ///< share of the mass at distance < local
+  double mid = 0;                   ///< share of the mass between the bands
+  double far = 0;                   ///< share of the mass at distance ≥ far (local + mid + far = 1 when mass > 0)
   double mean_distance = 0;         ///< mass-weighted mean distance in tokens
 };
 
@@ -149,7 +152,8 @@ std::vector<HeadSummary> summarize(const Store& store, const DistanceBands& band
 
 /// Edge mass binned by query position and distance class over tokens [t0, t1).
 struct DensityView {
-  std::size_t t0 = 0, t1 = 0;            ///< tokens covered (whole query blocks)
+  std::size_t t0 = 0;                    ///< first token covered (a query block's first)
+  std::size_t t1 = 0;                    ///< one past the last token covered
   std::vector<std::size_t> bin_start;    ///< first token of each bin, then t1 (bins + 1 entries)
   std::size_t classes = 0;               ///< distance classes (rows of the grid)
   std::vector<double> mass;              ///< classes × bins, row-major by class: Σ mass
