@@ -260,25 +260,21 @@ int run_query(const QueryOptions& o, const po::variables_map& vm) {
   const rs::Pruning pruning{std::size_t(o.top), o.cumulative};
   const auto st = rs::Store::open(o.store);
   const auto& g = st.layout().geometry;
-  if (!o.reads.empty()) {
-    const auto p = flag_value("reads", [&] { return parse_position(o.reads, false); });
-    const std::size_t q = p.block ? p.value : p.value / g.bq;
+  if (!o.reads.empty() || !o.readers.empty()) {
+    // Reads name a query block (a token's, or b<N>); readers a key block (t<S>'s, or a number).
+    const bool reads = !o.reads.empty();
+    const std::string flag = reads ? "reads" : "readers", &text = reads ? o.reads : o.readers;
+    const auto p = flag_value(flag.c_str(), [&] { return parse_position(text, !reads); });
+    const std::size_t b = reads ? g.bq : g.bk, block = p.block ? p.value : p.value / b;
     if (!p.block && p.value >= g.T)
-      throw UsageError("--reads " + o.reads + ": token " + std::to_string(p.value) + " is outside [0, T = " + std::to_string(g.T) + ")",
-                       "positions are token indices below T, or b<N> for a query block");
-    print_edges(st, rs::top_reads(st, q, sel, pruning), o.json,
-                "reads of query block " + std::to_string(q) + " (tokens " + std::to_string(q * g.bq) + ".." +
-                    std::to_string(q * g.bq + g.q_rows(std::min(q, g.n_q() - 1)) - 1) + ")");
-    return kOk;
-  }
-  if (!o.readers.empty()) {
-    const auto p = flag_value("readers", [&] { return parse_position(o.readers, true); });
-    const std::size_t r = p.block ? p.value : p.value / g.bk;
-    if (!p.block && p.value >= g.T)
-      throw UsageError("--readers " + o.readers + ": token " + std::to_string(p.value) + " is outside [0, T = " + std::to_string(g.T) + ")",
-                       "BLOCK is a key block index, or t<S> for the key block holding token S");
-    print_edges(st, rs::top_readers(st, r, sel, pruning), o.json,
-                "readers of key block " + std::to_string(r) + " (tokens " + std::to_string(r * g.bk) + "..)");
+      throw UsageError("--" + flag + " " + text + ": token " + std::to_string(p.value) + " is outside [0, T = " + std::to_string(g.T) + ")",
+                       reads ? "positions are token indices below T, or b<N> for a query block"
+                             : "BLOCK is a key block index, or t<S> for the key block holding token S");
+    const auto list = reads ? rs::top_reads(st, block, sel, pruning) : rs::top_readers(st, block, sel, pruning);
+    const std::size_t rows = reads ? g.q_rows(block) : g.k_rows(block);  // the block exists: the query checked it
+    print_edges(st, list, o.json,
+                std::string(reads ? "reads of query block " : "readers of key block ") + std::to_string(block) + " (tokens " +
+                    std::to_string(block * b) + ".." + std::to_string(block * b + rows - 1) + ")");
     return kOk;
   }
   if (!o.route.empty()) {
