@@ -84,7 +84,7 @@ class Parser {
   }
 
   Value value(int depth) {
-    if (depth > kMaxDepth) fail("nesting deeper than 64 levels");
+    if (depth >= kMaxDepth) fail("nesting deeper than 64 levels");
     if (i_ >= s_.size()) fail("unexpected end of the document, expected a value");
     Value v;
     const char c = s_[i_];
