@@ -11,9 +11,13 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # ccache rewrites paths under the checkout as relative ones, so two clones share one cache.
 export CCACHE_BASEDIR := $(CURDIR)
 
-# Debian 12 packages the CPU build needs (CUDA is optional and not from Debian).
+# Debian 12 packages the CPU build needs (CUDA is optional and not from Debian). The trace
+# viewer (`flashlab stream serve`) needs cpp-httplib, found with pkg-config; its tests need
+# python3-numpy (the store read with NumPy alone) and chromium (the page in a headless browser,
+# about 110 MB to download).
 DEB_PACKAGES := cmake g++ make libeigen3-dev libboost-program-options-dev catch2 \
-                doxygen libncurses-dev tmux ccache
+                doxygen libncurses-dev tmux ccache \
+                libcpp-httplib-dev pkg-config python3-numpy chromium
 # What `make fuzz` needs on top: clang and its libFuzzer/sanitizer runtimes.
 FUZZ_PACKAGES := clang-14 libclang-rt-14-dev
 FUZZ_SECONDS ?= 600

@@ -14,6 +14,7 @@
 #include "core/commands.hpp"
 #include "core/input_checks.hpp"
 #include "stream/stream_flags.hpp"
+#include "stream/stream_store_flags.hpp"
 #include "core/progress.hpp"
 #include "flashlab/reference/npy.hpp"
 #include "flashlab/reference/stream.hpp"
@@ -32,13 +33,18 @@ constexpr std::string_view kStreamUsage =
     "                       [--threads N] [--inputs DIR] [--save DIR] [--dtype fp32|fp64] [--check]\n"
     "                       [--format npy|csv] [--json] [--allow-nonfinite] [--memory-limit SIZE]\n"
     "                       [--device cpu|cuda]\n"
-    "       flashlab stream needles --seq T --dim D --bq BQ --bk BK --k K [--device cpu|cuda] …";
+    "       flashlab stream needles --seq T --dim D --bq BQ --bk BK --k K [--device cpu|cuda] …\n"
+    "       flashlab stream trace --store DIR … | query DIR … | serve DIR … | fidelity …";
 constexpr std::string_view kSummary =
     "STREAM sparse tracing (the STREAM paper): hierarchical top-k key-block selection with tie-breaking τ.\n"
     "  estimate  the index tensor I [T/b_q, k] (0-based key blocks, -1 = empty) -> indices.npy\n"
     "  apply     sparse attention over the selected blocks (online softmax)     -> o.npy\n"
     "  trace     streamed edge records (q, r, slot, score, mass, value_norm)   -> edges.npy|csv\n"
     "  needles   planted-needle recall of the estimate (flashlab stream needles --help)\n"
+    "  trace --store DIR  many layers and heads into a trace store (flashlab stream trace --store x --help)\n"
+    "  query     reads, readers, routes and summaries of a store (flashlab stream query --help)\n"
+    "  serve     the store in a browser: flashlab stream serve DIR (flashlab stream serve --help)\n"
+    "  fidelity  kept blocks against dense attention's top-k by mass (flashlab stream fidelity --help)\n"
     "Inputs: q.npy k.npy [v.npy] of shape [T, D] from --inputs, else seeded normal values.\n"
     "The block mask (--mask) is a .npy of uint8/bool [n_q, n_k] or a text file of '0'/'1' rows;\n"
     "it is ANDed with causality. The specification and its decisions: docs/stream.md.\n"
@@ -330,6 +336,10 @@ int run(const Options& o, const Mat<double>* Qd, const Mat<double>* Kd, const Ma
 
 int cmd_stream(const Args& args) {
   if (!args.empty() && args[0] == "needles") return cmd_stream_needles(args);
+  if (!args.empty() && args[0] == "query") return cmd_stream_query(args);
+  if (!args.empty() && args[0] == "serve") return cmd_stream_serve(args);
+  if (!args.empty() && args[0] == "fidelity") return cmd_stream_fidelity(args);
+  if (!args.empty() && args[0] == "trace" && has_flag(args, "--store")) return cmd_stream_trace_store(args);
   if (stream_wants_cuda(args)) return cmd_stream_cuda(args);
   return guarded("stream", [&]() -> int {
     Options o;

@@ -1,0 +1,457 @@
+// `flashlab stream trace … --store DIR` (many layers and heads, traced head by head into a trace
+// store) and `flashlab stream query DIR …` (reads, readers, routes, summaries, verification).
+// Parsing and printing only: the store and its queries live in reference/src/stream/.
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "core/commands.hpp"
+#include "core/input_checks.hpp"
+#include "core/progress.hpp"
+#include "stream/stream_flags.hpp"
+#include "stream/stream_store_flags.hpp"
+#include "flashlab/reference/npy.hpp"
+#include "flashlab/reference/stream.hpp"
+#include "flashlab/reference/stream_fidelity.hpp"
+#include "flashlab/reference/stream_query.hpp"
+#include "flashlab/reference/stream_store.hpp"
+
+namespace flashlab::app {
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace rs = flashlab::ref::stream;
+using ref::Mat;
+
+constexpr std::string_view kTraceUsage =
+    "stream trace --store DIR --bq BQ --bk BK --k K [--seq T --dim D] [--layers L] [--heads H]\n"
+    "                       [--workload random|needles|structured] [--needle-layers LIST] [--needle-blocks N]\n"
+    "                       [--needles M] [--inputs DIR] [--mask FILE] [--seed S] [--threads N] [--with-scores]\n"
+    "                       [--resume] [--json]";
+constexpr std::string_view kTraceSummary =
+    "Traces layers × heads with the CPU reference (estimate, then apply with edge records) into a trace\n"
+    "store: per (layer, head, query block) the kept key blocks and their mass, a reverse index, and a\n"
+    "manifest (docs/stream.md, \"The trace store\"; NumPy reads it without flashlab). Inputs: q.npy k.npy\n"
+    "v.npy from --inputs of shape [T, D], [T, H, D] or [L, T, H, D] (k and v may have fewer heads that\n"
+    "divide H: grouped-query attention), else a synthetic workload per head: random (N(0, 1), Q scaled\n"
+    "by 1/sqrt(D)), needles (planted needles with lead-in, the same plan in every needle layer) or\n"
+    "structured (local window + sink + retrieval). Heads are written in order (layer-major) and each\n"
+    "is committed on its own: --resume continues a store whose trace was interrupted.";
+
+constexpr std::string_view kQueryUsage =
+    "stream query DIR (--reads POS | --readers BLOCK | --route SRC:DST | --summary | --verify)\n"
+    "                       [--layer L|all] [--head H|all] [--top N] [--cumulative P] [--residual W]\n"
+    "                       [--local TOKENS] [--far TOKENS] [--json]";
+constexpr std::string_view kQuerySummary =
+    "Questions to a trace store. --reads POS: the key blocks query block ⌊POS/b_q⌋ reads (POS a token;\n"
+    "b<N> names a query block). --readers BLOCK: the query blocks that read key block BLOCK (t<S> names\n"
+    "the key block holding token S). --route SRC:DST: mass-weighted routes from the target span DST\n"
+    "(e.g. the answer) down through every layer to the source span SRC (e.g. a needle), spans FIRST-LAST\n"
+    "in tokens; --residual is the weight of staying at a block per layer. --summary: each head's mass by\n"
+    "distance (local < --local, far ≥ --far tokens). --verify: recompute the checksums and the reverse\n"
+    "index. Answers are ordered by mass and cut at --top edges and at --cumulative of the total mass.";
+
+struct TraceOptions : StreamFlags {
+  std::string store, workload = "random", needle_layers;
+  long long layers = 1, heads = 1, needle_blocks = 4, needles = 4;
+  bool with_scores = false, resume = false, json = false;
+};
+
+std::string hex(std::uint64_t v) {
+  std::ostringstream os;
+  os << "0x" << std::hex << std::setw(16) << std::setfill('0') << v;
+  return os.str();
+}
+
+int run_trace(const TraceOptions& o) {
+  std::optional<TraceInputs> in;
+  if (!o.inputs.empty()) in = load_trace_inputs(o.inputs, o.policy, o.seq, o.dim, true);
+  const std::size_t T = in ? in->T : std::size_t(*o.seq), D = in ? in->D : std::size_t(*o.dim);
+  const std::size_t layers = in ? in->L : std::size_t(o.layers), heads = in ? in->H : std::size_t(o.heads);
+  const rs::Geometry g{T, std::size_t(o.bq), std::size_t(o.bk)};
+  const std::size_t k = std::size_t(o.k);
+  const auto workload = *rs::workload_from_name(o.workload);
+  std::vector<bool> needle_layer(layers, true);
+  if (!o.needle_layers.empty()) {
+    std::fill(needle_layer.begin(), needle_layer.end(), false);
+    for (long long l : integer_list("needle-layers", o.needle_layers, 0, (long long)layers - 1, "0,2")) needle_layer[std::size_t(l)] = true;
+  }
+  const rs::BlockMask mask = o.mask.empty() ? rs::BlockMask(g) : rs::load_block_mask(o.mask, g, o.policy.memory_limit);
+
+  rs::StoreLayout layout;
+  layout.geometry = g;
+  layout.k = k;
+  layout.layers = layers;
+  layout.heads = heads;
+  layout.d = D;
+  layout.score = layout.value_norm = o.with_scores;
+  {
+    std::ostringstream src;
+    if (in) src << "inputs " << fs::path(o.inputs).filename().string() << " [L, T, H, D] = [" << in->L << ", " << in->T << ", "
+                << in->H << ", " << in->D << "], " << in->H_kv << " key/value heads";
+    else src << "workload " << o.workload << ", seed " << o.seed << ", d " << D;
+    if (!o.mask.empty()) src << ", user block mask";
+    layout.source = src.str();
+  }
+  const fs::path dir(o.store);
+  rs::StoreWriter w = [&] {
+    if (!o.resume) return rs::StoreWriter::create(dir, layout);
+    rs::StoreWriter r = rs::StoreWriter::reopen(dir);
+    const auto& L = r.layout();
+    if (L.geometry.T != T || L.geometry.bq != g.bq || L.geometry.bk != g.bk || L.k != k || L.layers != layers ||
+        L.heads != heads || L.score != layout.score)
+      throw UsageError("--resume: the store in " + o.store + " was traced with other sizes (T, b_q, b_k, k, layers, heads or "
+                       "--with-scores)", "resume with the flags of the interrupted trace");
+    if (L.source != layout.source)
+      throw UsageError("--resume: the store in " + o.store + " was traced from \"" + L.source + "\"",
+                       "resume with the same inputs, workload and seed");
+    return r;
+  }();
+  const std::size_t first = w.segments_committed();
+
+  const rs::Bounds b = rs::stream_bounds(g, D, k);
+  std::vector<Stage> stages;
+  for (std::size_t s = first; s < layout.segments(); ++s)
+    stages.push_back({"layer " + std::to_string(s / heads) + " head " + std::to_string(s % heads), 3 * b.work_paper});
+  Progress progress("stream trace", stages.empty() ? std::vector<Stage>{{"nothing left", 1}} : stages);
+  using clock = std::chrono::steady_clock;
+  double t_inputs = 0, t_estimate = 0, t_apply = 0, t_store = 0;
+  auto seconds = [](clock::time_point a) { return std::chrono::duration<double>(clock::now() - a).count(); };
+  std::vector<std::tuple<std::size_t, std::size_t, rs::Needle>> planted;
+  for (std::size_t s = first; s < layout.segments(); ++s) {
+    const std::size_t l = s / heads, h = s % heads;
+    auto t0 = clock::now();
+    rs::WorkloadInputs head;
+    if (in) {
+      const std::size_t hk = h / (in->H / in->H_kv);
+      head.Q = head_of(in->q, l, T, in->H, h, D);
+      head.K = head_of(in->k, l, T, in->H_kv, hk, D);
+      head.V = head_of(in->v, l, T, in->H_kv, hk, in->D_v);
+    } else {
+      rs::WorkloadParams p{g, D, std::uint64_t(o.seed)};
+      p.variant = s;
+      p.needle_blocks = std::size_t(o.needle_blocks);
+      p.needles_per_block = std::size_t(o.needles);
+      head = rs::make_workload(workload == rs::Workload::needles && !needle_layer[l] ? rs::Workload::random : workload, p);
+      for (const auto& n : head.planted) planted.emplace_back(l, h, n);
+    }
+    t_inputs += seconds(t0);
+    t0 = clock::now();
+    const auto est = rs::stream_estimate(head.Q, head.K, mask, rs::EstimateParams{k, std::size_t(o.threads)});
+    t_estimate += seconds(t0);
+    t0 = clock::now();
+    const auto app = rs::stream_apply(head.Q, head.K, head.V, mask, est.indices, k, std::size_t(o.threads), true);
+    t_apply += seconds(t0);
+    t0 = clock::now();
+    w.begin_head(l, h);
+    w.append_edges(app.edges);
+    w.end_head();
+    t_store += seconds(t0);
+    progress.next();
+  }
+  if (!planted.empty()) {
+    // Where the needles are, for the viewer and for route queries (layer, head, q, r).
+    std::ofstream out(dir / "planted.csv", first == 0 ? std::ios::trunc : std::ios::app);
+    if (first == 0) out << "layer,head,q,r\n";
+    for (const auto& [l, h, n] : planted) out << l << ',' << h << ',' << n.q << ',' << n.r << '\n';
+    if (!out) throw std::runtime_error((dir / "planted.csv").string() + ": cannot write");
+  }
+  w.close();
+  const auto st = rs::Store::open(dir);
+  if (o.json) {
+    Json j(std::cout);
+    j.begin_object();
+    j.key("command").value("stream trace --store");
+    j.key("store").value(o.store);
+    j.key("T").value(std::uint64_t(T)).key("d").value(std::uint64_t(D)).key("bq").value(std::uint64_t(g.bq));
+    j.key("bk").value(std::uint64_t(g.bk)).key("k").value(std::uint64_t(k));
+    j.key("layers").value(std::uint64_t(layers)).key("heads").value(std::uint64_t(heads));
+    j.key("source").value(layout.source);
+    j.key("heads_written").value(std::uint64_t(layout.segments() - first));
+    j.key("records").value(st.records()).key("bytes").value(st.bytes());
+    j.key("checksum").value(hex(st.checksum()));
+    j.key("seconds").begin_object().key("inputs").value(t_inputs).key("estimate").value(t_estimate);
+    j.key("apply").value(t_apply).key("store").value(t_store).end_object();
+    j.key("planted").begin_array();
+    for (const auto& [l, h, n] : planted)
+      j.begin_object().key("layer").value(std::uint64_t(l)).key("head").value(std::uint64_t(h)).key("q").value(std::uint64_t(n.q))
+          .key("r").value(std::uint64_t(n.r)).end_object();
+    j.end_array();
+    j.end_object();
+    j.finish();
+  } else {
+    std::cout << "stream trace -> store " << o.store << ": " << layers << " layer(s) x " << heads << " head(s), T=" << T
+              << " d=" << D << " b_q=" << g.bq << " b_k=" << g.bk << " k=" << k << "; " << layout.source << "\n"
+              << "  " << layout.segments() - first << " head(s) written" << (first ? " (resumed after " + std::to_string(first) + ")" : "")
+              << ", " << st.records() << " records, " << st.bytes() << " bytes, checksum " << hex(st.checksum()) << "\n"
+              << std::setprecision(3) << "  seconds: inputs " << t_inputs << ", estimate " << t_estimate << ", apply " << t_apply
+              << ", store " << t_store << "\n";
+    if (!planted.empty()) std::cout << "  " << planted.size() << " planted (layer, head, q, r) pairs in " << (dir / "planted.csv").string() << "\n";
+    std::cout << "  next: flashlab stream query " << o.store << " --summary   |   flashlab stream serve " << o.store << "\n";
+  }
+  return kOk;
+}
+
+struct QueryOptions {
+  std::string store, reads, readers, route, layer = "all", head = "all";
+  bool summary = false, verify = false, json = false;
+  long long top = 20, local = 512, far = 8192;
+  double cumulative = 1.0, residual = 0.5;
+};
+
+void print_edges(const rs::Store& st, const rs::EdgeList& list, bool json, const std::string& what) {
+  const auto& g = st.layout().geometry;
+  if (json) {
+    Json j(std::cout);
+    j.begin_object().key("query").value(what).key("candidates").value(std::uint64_t(list.candidates));
+    j.key("total_mass").value(list.total_mass).key("edges").begin_array();
+    for (const auto& e : list.edges) {
+      j.begin_object().key("layer").value(std::uint64_t(e.layer)).key("head").value(std::uint64_t(e.head));
+      j.key("q").value(std::uint64_t(e.q)).key("r").value(std::uint64_t(e.r)).key("slot").value(std::uint64_t(e.slot));
+      j.key("mass").value(e.mass).key("share").value(e.share).key("score").value(e.score);
+      j.key("query_tokens").begin_array().value(std::uint64_t(e.q * g.bq)).value(std::uint64_t(e.q * g.bq + g.q_rows(e.q))).end_array();
+      j.key("key_tokens").begin_array().value(std::uint64_t(e.r * g.bk)).value(std::uint64_t(e.r * g.bk + g.k_rows(e.r))).end_array();
+      j.end_object();
+    }
+    j.end_array().end_object();
+    j.finish();
+    return;
+  }
+  std::cout << what << ": " << list.candidates << " edges, total mass " << std::setprecision(4) << list.total_mass
+            << "; showing " << list.edges.size() << "\n";
+  std::cout << "  layer  head  query block (tokens)     key block (tokens)          mass     share     score\n";
+  for (const auto& e : list.edges) {
+    std::ostringstream qs, ks;
+    qs << e.q << " (" << e.q * g.bq << ".." << e.q * g.bq + g.q_rows(e.q) - 1 << ")";
+    ks << e.r << " (" << e.r * g.bk << ".." << e.r * g.bk + g.k_rows(e.r) - 1 << ")";
+    std::cout << "  " << std::setw(5) << e.layer << std::setw(6) << e.head << "  " << std::left << std::setw(23) << qs.str()
+              << std::setw(24) << ks.str() << std::right << std::setw(10) << std::setprecision(4) << e.mass << std::setw(10)
+              << e.share << std::setw(10) << e.score << "\n";
+  }
+}
+
+int run_query(const QueryOptions& o, const po::variables_map& vm) {
+  const int modes = int(!o.reads.empty()) + int(!o.readers.empty()) + int(!o.route.empty()) + int(o.summary) + int(o.verify);
+  if (modes != 1)
+    throw UsageError(modes == 0 ? "nothing to ask" : "one question at a time",
+                     "pass exactly one of --reads POS, --readers BLOCK, --route SRC:DST, --summary, --verify");
+  require_range("top", o.top, 1, 100000);
+  if (!(o.cumulative > 0 && o.cumulative <= 1))
+    throw UsageError("--cumulative " + std::to_string(o.cumulative) + " is outside (0, 1]", "e.g. --cumulative 0.9");
+  if (!(o.residual >= 0 && o.residual < 1))
+    throw UsageError("--residual " + std::to_string(o.residual) + " is outside [0, 1)", "0.5 weighs attention and the residual stream equally");
+  require_range("local", o.local, 0, 1LL << 40);
+  require_range("far", o.far, 0, 1LL << 40);
+  if (o.local > o.far) throw UsageError("--local " + std::to_string(o.local) + " exceeds --far " + std::to_string(o.far), "local < far");
+  auto flag_value = [](const char* flag, auto&& parse) {
+    try {
+      return parse();
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--") + flag + ": " + e.what(), "flashlab stream query --help");
+    }
+  };
+  rs::HeadSelection sel;
+  sel.layer = flag_value("layer", [&] { return parse_all_or_index(o.layer); });
+  sel.head = flag_value("head", [&] { return parse_all_or_index(o.head); });
+  const rs::Pruning pruning{std::size_t(o.top), o.cumulative};
+  const auto st = rs::Store::open(o.store);
+  const auto& g = st.layout().geometry;
+  if (!o.reads.empty() || !o.readers.empty()) {
+    // Reads name a query block (a token's, or b<N>); readers a key block (t<S>'s, or a number).
+    const bool reads = !o.reads.empty();
+    const std::string flag = reads ? "reads" : "readers", &text = reads ? o.reads : o.readers;
+    const auto p = flag_value(flag.c_str(), [&] { return parse_position(text, !reads); });
+    const std::size_t b = reads ? g.bq : g.bk, block = p.block ? p.value : p.value / b;
+    if (!p.block && p.value >= g.T)
+      throw UsageError("--" + flag + " " + text + ": token " + std::to_string(p.value) + " is outside [0, T = " + std::to_string(g.T) + ")",
+                       reads ? "positions are token indices below T, or b<N> for a query block"
+                             : "BLOCK is a key block index, or t<S> for the key block holding token S");
+    const auto list = reads ? rs::top_reads(st, block, sel, pruning) : rs::top_readers(st, block, sel, pruning);
+    const std::size_t rows = reads ? g.q_rows(block) : g.k_rows(block);  // the block exists: the query checked it
+    print_edges(st, list, o.json,
+                std::string(reads ? "reads of query block " : "readers of key block ") + std::to_string(block) + " (tokens " +
+                    std::to_string(block * b) + ".." + std::to_string(block * b + rows - 1) + ")");
+    return kOk;
+  }
+  if (!o.route.empty()) {
+    const auto colon = o.route.find(':');
+    if (colon == std::string::npos) throw UsageError("--route " + o.route + ": expected SRC:DST", "e.g. --route 100-163:1900-1963");
+    const auto src = flag_value("route", [&] { return parse_span(std::string_view(o.route).substr(0, colon)); });
+    const auto dst = flag_value("route", [&] { return parse_span(std::string_view(o.route).substr(colon + 1)); });
+    if (sel.layer) throw UsageError("--route crosses every layer; --layer does not apply", "drop --layer (--head picks one head)");
+    rs::RouteParams p;
+    p.head = sel.head;
+    p.residual = o.residual;
+    p.pruning = {std::size_t(vm["top"].defaulted() ? 16 : o.top), vm["cumulative"].defaulted() ? 0.9 : o.cumulative};
+    const auto route = rs::route(st, src, dst, p);
+    if (o.json) {
+      Json j(std::cout);
+      j.begin_object().key("query").value("route").key("source").begin_array().value(std::uint64_t(src.begin)).value(std::uint64_t(src.end)).end_array();
+      j.key("target").begin_array().value(std::uint64_t(dst.begin)).value(std::uint64_t(dst.end)).end_array();
+      j.key("residual").value(o.residual).key("total").value(route.total).key("layers").begin_array();
+      for (const auto& rl : route.layers) {
+        j.begin_object().key("layer").value(std::uint64_t(rl.layer)).key("attention").value(rl.attention).key("residual").value(rl.residual);
+        j.key("edges").begin_array();
+        for (const auto& e : rl.edges) {
+          j.begin_object();
+          if (e.head) j.key("head").value(std::uint64_t(*e.head));
+          else j.key("head").null();
+          j.key("q").value(std::uint64_t(e.q)).key("r").value(std::uint64_t(e.r)).key("weight").value(e.weight).end_object();
+        }
+        j.end_array().end_object();
+      }
+      j.end_array().end_object();
+      j.finish();
+      return kOk;
+    }
+    std::cout << "route from target tokens " << dst.begin << ".." << dst.end - 1 << " down to source tokens " << src.begin
+              << ".." << src.end - 1 << " (residual " << o.residual << "): total " << std::setprecision(4) << route.total << "\n";
+    for (const auto& rl : route.layers) {
+      std::cout << "  layer " << rl.layer << ": attention " << rl.attention << ", residual " << rl.residual << "\n";
+      for (const auto& e : rl.edges) {
+        if (e.head) std::cout << "    head " << std::setw(3) << *e.head << "  q " << std::setw(7) << e.q << " -> r " << std::setw(7) << e.r;
+        else std::cout << "    residual  at block " << std::setw(7) << e.q << "       ";
+        std::cout << "   " << e.weight << "\n";
+      }
+    }
+    return kOk;
+  }
+  if (o.summary) {
+    const auto sums = rs::summarize(st, rs::DistanceBands{std::size_t(o.local), std::size_t(o.far)});
+    if (o.json) {
+      Json j(std::cout);
+      j.begin_object().key("query").value("summary").key("local").value(std::uint64_t(o.local)).key("far").value(std::uint64_t(o.far));
+      j.key("heads").begin_array();
+      for (const auto& h : sums) {
+        if (!sel.contains(h.layer, h.head)) continue;
+        j.begin_object().key("layer").value(std::uint64_t(h.layer)).key("head").value(std::uint64_t(h.head));
+        j.key("records").value(h.records).key("empty_rows").value(std::uint64_t(h.empty_rows)).key("mass").value(h.mass);
+        j.key("local").value(h.local).key("mid").value(h.mid).key("far").value(h.far).key("mean_distance").value(h.mean_distance);
+        j.end_object();
+      }
+      j.end_array().end_object();
+      j.finish();
+      return kOk;
+    }
+    std::cout << "store " << o.store << ": " << st.layout().source << "; T=" << g.T << " b_q=" << g.bq << " b_k=" << g.bk
+              << " k=" << st.layout().k << ", " << st.segments() << " of " << st.layout().segments() << " heads, "
+              << st.records() << " records\n"
+              << "mass by distance: local < " << o.local << " tokens, far >= " << o.far << "\n"
+              << "  layer  head   records   mass      local    mid      far      mean distance\n";
+    for (const auto& h : sums) {
+      if (!sel.contains(h.layer, h.head)) continue;
+      std::cout << std::fixed << std::setprecision(3) << "  " << std::setw(5) << h.layer << std::setw(6) << h.head << std::setw(10)
+                << h.records << std::setw(10) << std::setprecision(1) << h.mass << std::setprecision(3) << std::setw(9) << h.local
+                << std::setw(9) << h.mid << std::setw(9) << h.far << std::setw(12) << std::setprecision(1) << h.mean_distance << "\n"
+                << std::defaultfloat;
+    }
+    return kOk;
+  }
+  const std::string problem = st.verify();
+  if (o.json) {
+    Json j(std::cout);
+    j.begin_object().key("query").value("verify").key("records").value(st.records()).key("checksum").value(hex(st.checksum()));
+    j.key("ok").value(problem.empty()).key("problem").value(problem).end_object();
+    j.finish();
+  } else if (problem.empty()) {
+    std::cout << "store " << o.store << ": " << st.segments() << " heads, " << st.records() << " records; checksums and reverse index verified ("
+              << hex(st.checksum()) << ")\n";
+  }
+  if (!problem.empty()) {
+    std::cerr << "error: store " << o.store << " does not verify: " << problem << "\n";
+    return kFailed;
+  }
+  return kOk;
+}
+
+}  // namespace
+
+int cmd_stream_trace_store(const Args& args) {
+  return guarded("stream trace", [&]() -> int {
+    TraceOptions o;
+    po::options_description desc("Options");
+    desc.add_options()("help,h", "show this help");
+    add_stream_options(desc, 1);
+    desc.add_options()
+        ("store", po::value<std::string>(&o.store), "directory of the trace store (created; must not hold a store unless --resume)")
+        ("layers", po::value<long long>(&o.layers)->default_value(1), "layers to trace (synthetic inputs)")
+        ("heads", po::value<long long>(&o.heads)->default_value(1), "heads per layer (synthetic inputs)")
+        ("workload", po::value<std::string>(&o.workload)->default_value("random"), "random | needles | structured (without --inputs)")
+        ("needle-layers", po::value<std::string>(&o.needle_layers), "layers that get the needles (needles workload; default all, e.g. 0,2)")
+        ("needle-blocks", po::value<long long>(&o.needle_blocks)->default_value(4), "needles / structured: query blocks with needles or retrievals")
+        ("needles", po::value<long long>(&o.needles)->default_value(4), "needles / structured: needles or retrieving tokens per such block")
+        ("with-scores", po::bool_switch(&o.with_scores), "also store each record's score and value norm")
+        ("resume", po::bool_switch(&o.resume), "continue an interrupted trace into the same --store")
+        ("json", po::bool_switch(&o.json), "print a JSON report");
+    po::positional_options_description pos;
+    pos.add("sub", 1);
+    const auto vm = parse(args, desc, &pos);
+    if (vm.count("help")) {
+      print_help(std::cout, kTraceUsage, kTraceSummary, desc);
+      return kOk;
+    }
+    if (vm.count("device") && vm["device"].as<std::string>() != "cpu")
+      throw UsageError("--store traces on the CPU reference", "drop --device (the GPU producer writes stores through the C++ API)");
+    static_cast<StreamFlags&>(o) = stream_flags(vm);
+    if (o.store.empty()) throw UsageError("--store needs a directory", "e.g. --store trace_dir");
+    if (!o.save.empty()) throw UsageError("--save and --store both choose where the trace goes", "use one of them");
+    if (!vm["format"].defaulted()) throw UsageError("--format applies to --save", "a store has one format (docs/stream.md)");
+    if (!rs::workload_from_name(o.workload)) throw UsageError("--workload '" + o.workload + "' is unknown", "random, needles or structured");
+    if (!o.inputs.empty() && (!vm["workload"].defaulted() || !vm["layers"].defaulted() || !vm["heads"].defaulted()))
+      throw UsageError("--inputs gives the layers and heads (q.npy [L, T, H, D]); --workload, --layers, --heads make synthetic ones",
+                       "drop --workload/--layers/--heads, or drop --inputs");
+    if (vm.count("needle-layers") && o.workload != "needles")
+      throw UsageError("--needle-layers applies to --workload needles", "add --workload needles");
+    require_range("layers", o.layers, 1, 4096);
+    require_range("heads", o.heads, 1, 4096);
+    if (o.layers * o.heads > 65536) throw UsageError("--layers x --heads exceeds 65536", "trace fewer heads per store");
+    require_range("needle-blocks", o.needle_blocks, 1, 1 << 20);
+    require_range("needles", o.needles, 1, 4096);
+    if (o.inputs.empty()) {
+      MemoryPlan plan;
+      plan.add("one head's Q, K, V, O", checked_size({std::uint64_t(*o.seq), std::uint64_t(*o.dim), 4}, "T x D"), 4);
+      plan.add("one head's I and edge records", checked_size({std::uint64_t(*o.seq / o.bq + 1), std::uint64_t(o.k)}, "n_q x k"), 8 + 48 + 28);
+      plan.require_within(o.policy, "stream trace --store");
+    }
+    return with_store_errors([&] { return run_trace(o); });
+  });
+}
+
+int cmd_stream_query(const Args& args) {
+  return guarded("stream query", [&]() -> int {
+    QueryOptions o;
+    po::options_description desc("Options");
+    desc.add_options()
+        ("help,h", "show this help")
+        ("sub", po::value<std::string>(), "query")
+        ("store", po::value<std::string>(&o.store), "the trace store directory")
+        ("reads", po::value<std::string>(&o.reads), "what token POS reads (b<N>: query block N)")
+        ("readers", po::value<std::string>(&o.readers), "who reads key block BLOCK (t<S>: the key block of token S)")
+        ("route", po::value<std::string>(&o.route), "routes SRC:DST, spans FIRST-LAST in tokens (SRC earlier, DST later)")
+        ("summary", po::bool_switch(&o.summary), "each head's mass by distance (local / mid / far)")
+        ("verify", po::bool_switch(&o.verify), "recompute the checksums and the reverse index")
+        ("layer", po::value<std::string>(&o.layer)->default_value("all"), "a layer, or all")
+        ("head", po::value<std::string>(&o.head)->default_value("all"), "a head, or all")
+        ("top", po::value<long long>(&o.top)->default_value(20), "at most this many edges (per layer for --route, default 16)")
+        ("cumulative", po::value<double>(&o.cumulative)->default_value(1.0), "keep edges until this share of the mass (--route: 0.9)")
+        ("residual", po::value<double>(&o.residual)->default_value(0.5), "--route: weight of the residual stream per layer, [0, 1)")
+        ("local", po::value<long long>(&o.local)->default_value(512), "--summary: local means distance < this many tokens")
+        ("far", po::value<long long>(&o.far)->default_value(8192), "--summary: far means distance >= this many tokens")
+        ("json", po::bool_switch(&o.json), "print JSON");
+    po::positional_options_description pos;
+    pos.add("sub", 1).add("store", 1);
+    const auto vm = parse(args, desc, &pos);
+    if (vm.count("help")) {
+      print_help(std::cout, kQueryUsage, kQuerySummary, desc);
+      return kOk;
+    }
+    if (o.store.empty()) throw UsageError("missing the store directory", "flashlab stream query DIR --summary");
+    return with_store_errors([&] { return run_query(o, vm); });
+  });
+}
+
+}  // namespace flashlab::app
