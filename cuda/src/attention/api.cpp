@@ -43,6 +43,9 @@ DeviceBuffer<float> upload(const ref::Tensor<float>& t) {
 
 void check_clear_problem(ref::Algorithm algorithm, const ref::AttentionProblem& problem) {
   problem.validate();
+  if (const std::string feature = problem.extended_feature(); !feature.empty())
+    throw std::invalid_argument("flashlab::cuda: clear kernels: " + feature +
+                                " is not supported yet (hint: the CPU reference supports it: flashlab attention fwd|bwd)");
   if (algorithm == ref::Algorithm::naive_bwd)
     reject("algorithm", "naive_bwd", "has no CUDA kernels", "use bwd_two_kernel or bwd_atomic");
   if (problem.dtype != ref::Dtype::fp32)

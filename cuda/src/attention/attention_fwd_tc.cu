@@ -532,6 +532,9 @@ FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel) {
 
 void check_fast_problem(const ref::AttentionProblem& problem) {
   problem.validate();
+  if (const std::string feature = problem.extended_feature(); !feature.empty())
+    throw std::invalid_argument("flashlab::cuda: fast kernels: " + feature +
+                                " is not supported yet (hint: the CPU reference supports it: flashlab attention fwd|bwd)");
   detail::require_fast_head_dim(problem.head_dim);
   if (problem.dtype != ref::Dtype::bf16 && problem.dtype != ref::Dtype::fp16)
     throw std::invalid_argument("flashlab::cuda: fast kernels: dtype = " + std::string(ref::dtype_name(problem.dtype)) +
