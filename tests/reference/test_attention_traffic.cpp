@@ -6,7 +6,10 @@
 #include "flashlab/reference/attention.hpp"
 #include "flashlab/reference/attention_traffic.hpp"
 
+#include <cstdint>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 using namespace flashlab::ref;
 
@@ -192,4 +195,184 @@ TEST_CASE("attention traffic: formulas are cheap at N = 16384 and FA2 beats FA1 
   const auto atom = attention_traffic_formula(Algorithm::bwd_atomic, cfg);
   CHECK(atom.read_bytes("dQ") > 0);
   CHECK(two.read_bytes("dQ") == 0);
+}
+
+namespace {
+
+AttentionProblem with_features(AttentionProblem c, std::size_t heads_kv, bool causal, long long left, long long right) {
+  c.heads_kv = heads_kv;
+  c.causal = causal;
+  c.window_left = left;
+  c.window_right = right;
+  return c;
+}
+
+AttentionProblem packed_of(std::vector<std::int32_t> cu_q, std::vector<std::int32_t> cu_k, std::size_t H,
+                           std::size_t Hkv, std::size_t d, std::size_t Br, std::size_t Bc, bool causal, long long left,
+                           long long right, Dtype dt = Dtype::fp32) {
+  AttentionProblem c = cfg_of(1, 1, 1, H, d, Br, Bc, causal, dt);
+  c.set_packed(PackedSequences(std::move(cu_q), std::move(cu_k)));
+  return with_features(c, Hkv, causal, left, right);
+}
+
+}  // namespace
+
+TEST_CASE("attention traffic: counts equal the formulas with grouped K/V, windows and packed sequences",
+          "[attention][traffic]") {
+  const AttentionProblem configs[] = {
+      with_features(cfg_of(2, 23, 23, 4, 4, 5, 7, false), 1, false, -1, -1),
+      with_features(cfg_of(1, 23, 23, 8, 4, 5, 7, true, Dtype::bf16), 2, true, -1, -1),
+      with_features(cfg_of(1, 30, 30, 2, 4, 4, 4, false), 2, false, 3, 2),
+      with_features(cfg_of(1, 30, 30, 2, 4, 4, 6, true), 1, true, 5, -1),
+      with_features(cfg_of(1, 9, 40, 4, 4, 4, 7, true, Dtype::fp16), 2, true, 11, 3),
+      with_features(cfg_of(2, 40, 9, 2, 4, 8, 3, false), 1, false, 0, 0),
+      with_features(cfg_of(1, 17, 17, 1, 4, 3, 5, false), 1, false, 1000, 1000),
+      packed_of({0, 3, 3, 4, 21, 26}, {0, 3, 9, 10, 30, 30}, 4, 2, 4, 4, 3, false, -1, -1),
+      packed_of({0, 3, 3, 4, 21, 26}, {0, 3, 9, 10, 30, 30}, 4, 2, 4, 4, 3, true, -1, -1, Dtype::bf16),
+      packed_of({0, 12, 19, 20}, {0, 5, 12, 60}, 2, 1, 4, 5, 4, true, 6, -1),
+      packed_of({0, 1, 2, 3}, {0, 40, 41, 90}, 8, 8, 4, 16, 16, false, 7, 0),
+  };
+  unsigned long long seed = 1900;
+  for (const auto& cfg : configs) {
+    const std::string what = cfg.str();
+    Tensor<double> Q(cfg.q_shape()), K(cfg.kv_shape()), V(cfg.kv_shape()), dO(cfg.q_shape());
+    fill_normal(Q, seed++);
+    fill_normal(K, seed++);
+    fill_normal(V, seed++);
+    fill_normal(dO, seed++);
+    const auto naive = naive_forward(cfg, Q, K, V);
+    require_same_kernels(naive.kernels, attention_traffic_kernels(Algorithm::naive_fwd, cfg), what + " naive_fwd");
+    const auto fa2 = flash_forward_fa2(cfg, Q, K, V);
+    require_same(fa2.traffic, attention_traffic_formula(Algorithm::fa2_fwd, cfg), what + " fa2_fwd");
+    const auto fa2g = flash_forward_fa2(cfg, Q, K, V, ForwardOptions{KvLoads::per_group});
+    require_same(fa2g.traffic, attention_traffic_formula(Algorithm::fa2_fwd, cfg, KvLoads::per_group),
+                 what + " fa2_fwd per group");
+    const auto fa1 = flash_forward_fa1(cfg, Q, K, V);
+    require_same(fa1.traffic, attention_traffic_formula(Algorithm::fa1_fwd, cfg), what + " fa1_fwd");
+    const auto nb = naive_backward(cfg, Q, K, V, dO);
+    require_same_kernels(nb.kernels, attention_traffic_kernels(Algorithm::naive_bwd, cfg), what + " naive_bwd");
+    const auto two = flash_backward_two_kernel(cfg, Q, K, V, fa2.O, fa2.LSE, dO);
+    require_same_kernels(two.kernels, attention_traffic_kernels(Algorithm::bwd_two_kernel, cfg), what + " two-kernel");
+    BackwardOptions grouped;
+    grouped.kv_loads = KvLoads::per_group;
+    const auto twog = flash_backward_two_kernel(cfg, Q, K, V, fa2.O, fa2.LSE, dO, grouped);
+    require_same_kernels(twog.kernels, attention_traffic_kernels(Algorithm::bwd_two_kernel, cfg, KvLoads::per_group),
+                         what + " two-kernel per group");
+    const auto atom = flash_backward_atomic(cfg, Q, K, V, fa2.O, fa2.LSE, dO);
+    require_same_kernels(atom.kernels, attention_traffic_kernels(Algorithm::bwd_atomic, cfg), what + " atomic");
+  }
+}
+
+TEST_CASE("attention traffic: visible key tile ranges match an element-by-element mask scan", "[attention][traffic]") {
+  // Windows on each side, causal or not, the diagonal shifted both ways, ragged tiles.
+  const std::pair<long long, long long> windows[] = {{-1, -1}, {0, 0}, {2, -1}, {-1, 1}, {3, 4}, {30, 30}};
+  std::size_t checked = 0;
+  for (std::size_t nq : {1u, 7u, 16u}) {
+    for (std::size_t nk : {1u, 5u, 21u}) {
+      for (std::size_t br : {1u, 3u, 8u}) {
+        for (std::size_t bc : {1u, 4u, 9u}) {
+          for (bool causal : {false, true}) {
+            for (auto [left, right] : windows) {
+              const auto cfg = with_features(cfg_of(1, nq, nk, 1, 4, br, bc, causal), 0, causal, left, right);
+              const SequenceSpan s = cfg.sequence(0);
+              for (std::size_t i = 0; i < cfg.Tr(); ++i) {
+                // Brute force: key tile j is visited iff some (row, key) of the pair is visible.
+                std::size_t first = SIZE_MAX, end = 0, visited = 0;
+                for (std::size_t j = 0; j < cfg.Tc(); ++j) {
+                  bool any = false;
+                  for (std::size_t r = i * br; r < std::min((i + 1) * br, nq); ++r) {
+                    const long long diag = static_cast<long long>(r) + cfg.causal_offset();
+                    for (std::size_t c = j * bc; c < std::min((j + 1) * bc, nk); ++c) {
+                      const long long k = static_cast<long long>(c);
+                      any = any || ((!causal || k <= diag) && (left < 0 || k >= diag - left) &&
+                                    (right < 0 || k <= diag + right));
+                    }
+                  }
+                  if (!any) continue;
+                  first = std::min(first, j);
+                  end = j + 1;
+                  ++visited;
+                }
+                if (end > 0) CHECK(visited == end - first);  // one contiguous range, no gap inside
+                const KeyTileRange got = visible_key_tile_range(cfg, s, i);
+                INFO(cfg.str() << " tile " << i);
+                if (end == 0) {
+                  CHECK(got.count() == 0);
+                } else {
+                  CHECK(got.first == first);
+                  CHECK(got.end == end);
+                }
+                ++checked;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(checked > 1000);
+}
+
+TEST_CASE("attention traffic: hand-computed counts for grouped K/V, a window and packed sequences",
+          "[attention][traffic]") {
+  // Grouped: B = 1, N = 8, H = 4 query heads on H_kv = 1 K/V head, d = 2, Br = Bc = 4, fp32.
+  const auto gqa = with_features(cfg_of(1, 8, 8, 4, 2, 4, 4, false), 1, false, -1, -1);
+  // FA2, once per query head: each of the H = 4 heads reloads K for each of Tr = 2 query tiles:
+  // 4·2·8·2 = 128 elements. Once per group: 2·8·2 = 32.
+  CHECK(attention_traffic_formula(Algorithm::fa2_fwd, gqa).read_bytes("K") == 128 * 4);
+  CHECK(attention_traffic_formula(Algorithm::fa2_fwd, gqa, KvLoads::per_group).read_bytes("K") == 32 * 4);
+  CHECK(attention_traffic_formula(Algorithm::fa2_fwd, gqa).read_bytes("Q") == 4 * 8 * 2 * 4);
+  // FA1 and the key-tile-outer backward kernels: K once per K/V head (8·2 = 16); dK written once.
+  CHECK(attention_traffic_formula(Algorithm::fa1_fwd, gqa).read_bytes("K") == 16 * 4);
+  const auto two = attention_traffic_kernels(Algorithm::bwd_two_kernel, gqa);
+  CHECK(two[1].traffic.read_bytes("K") == 128 * 4);  // dQ kernel: per query head
+  CHECK(two[2].traffic.read_bytes("K") == 16 * 4);   // dK/dV kernel: per K/V head
+  CHECK(two[2].traffic.write_bytes("dK") == 16 * 4);
+  CHECK(two[2].traffic.read_bytes("Q") == 4 * 2 * 8 * 2 * 4);  // every head's Q, once per key tile
+  // naive: S = QKᵀ reads K per query head (4·16), dK = Σ_h dS_hᵀ Q_h written once (16).
+  CHECK(attention_traffic_formula(Algorithm::naive_fwd, gqa).read_bytes("K") == 64 * 4);
+  CHECK(attention_traffic_formula(Algorithm::naive_bwd, gqa).write_bytes("dK") == 16 * 4);
+
+  // Window (1, 0) without causal, N = 8, Br = Bc = 2, d = 2: query tile i (rows 2i, 2i + 1) sees
+  // keys 2i − 1 … 2i + 1, so tile 0 visits key tile 0 (2 rows) and tiles 1–3 visit key tiles
+  // i − 1 and i (4 rows): K rows loaded 2 + 3·4 = 14, elements 28; scores 2·2 + 3·2·4 = 28.
+  const auto win = with_features(cfg_of(1, 8, 8, 1, 2, 2, 2, false), 0, false, 1, 0);
+  CHECK(attention_traffic_formula(Algorithm::fa2_fwd, win).read_bytes("K") == 28 * 4);
+  CHECK(attention_traffic_formula(Algorithm::fa2_fwd, win).flops() == 4 * 2 * 28);
+
+  // Packed, query lengths 3, 0, 5 and key lengths 3, 2, 5, H = 1, d = 1, Br = Bc = 4: FA2 loads
+  // each sequence's keys once per query tile: 1·3 + 0 + 2·5 = 13; the dK/dV kernel loads every
+  // key once (3 + 2 + 5 = 10), the second sequence's too, and writes dK = 0 for it.
+  const auto pk = packed_of({0, 3, 3, 8}, {0, 3, 5, 10}, 1, 1, 1, 4, 4, false, -1, -1);
+  CHECK(attention_traffic_formula(Algorithm::fa2_fwd, pk).read_bytes("K") == 13 * 4);
+  CHECK(attention_traffic_kernels(Algorithm::bwd_two_kernel, pk)[2].traffic.read_bytes("K") == 10 * 4);
+  CHECK(attention_traffic_formula(Algorithm::naive_fwd, pk).write_bytes("S") == (3 * 3 + 0 + 5 * 5) * 4);
+}
+
+TEST_CASE("attention traffic: B equal packed sequences cost what the dense batch costs", "[attention][traffic]") {
+  // Packing B sequences of one length lays Q, O out exactly as the dense [B, N, H, d] (LSE is
+  // [H, total] instead of [B, H, N]): the same outputs and the same counts.
+  for (bool causal : {false, true}) {
+    AttentionProblem dense = with_features(cfg_of(3, 10, 14, 4, 4, 4, 3, causal), 2, causal, 5, -1);
+    AttentionProblem pk = packed_of({0, 10, 20, 30}, {0, 14, 28, 42}, 4, 2, 4, 4, 3, causal, 5, -1);
+    Tensor<double> Q(dense.q_shape()), K(dense.kv_shape()), V(dense.kv_shape());
+    fill_normal(Q, 5);
+    fill_normal(K, 6);
+    fill_normal(V, 7);
+    Tensor<double> Qp(pk.q_shape()), Kp(pk.kv_shape()), Vp(pk.kv_shape());
+    Qp.storage() = Q.storage();
+    Kp.storage() = K.storage();
+    Vp.storage() = V.storage();
+    const auto a = flash_forward_fa2(dense, Q, K, V);
+    const auto b = flash_forward_fa2(pk, Qp, Kp, Vp);
+    CHECK(a.O.storage() == b.O.storage());
+    for (std::size_t s = 0; s < 3; ++s)
+      for (std::size_t h = 0; h < 4; ++h)
+        for (std::size_t i = 0; i < 10; ++i) CHECK(a.LSE[(s * 4 + h) * 10 + i] == b.LSE[h * 30 + s * 10 + i]);
+    for (Algorithm v : {Algorithm::naive_fwd, Algorithm::fa1_fwd, Algorithm::fa2_fwd, Algorithm::naive_bwd,
+                        Algorithm::bwd_two_kernel, Algorithm::bwd_atomic}) {
+      INFO(algorithm_name(v));
+      require_same(attention_traffic_formula(v, pk), attention_traffic_formula(v, dense), "packed vs dense");
+    }
+  }
 }

@@ -38,6 +38,9 @@ namespace {
 
 void check_clear_problem(ref::Algorithm algorithm, const ref::AttentionProblem& problem) {
   problem.validate();
+  if (const std::string feature = problem.extended_feature(); !feature.empty())
+    throw std::invalid_argument("flashlab::cuda: clear kernels: " + feature +
+                                " is not supported yet (hint: the CPU reference supports it: flashlab attention fwd|bwd)");
   if (algorithm == ref::Algorithm::naive_bwd)
     reject("algorithm", "naive_bwd", "has no CUDA kernels", "use bwd_two_kernel or bwd_atomic");
   if (problem.dtype != ref::Dtype::fp32)
@@ -178,6 +181,9 @@ FastTiles fast_forward_tiles(const ref::AttentionProblem& problem, FastForwardKe
 
 void check_fast_problem(const ref::AttentionProblem& problem) {
   problem.validate();
+  if (const std::string feature = problem.extended_feature(); !feature.empty())
+    throw std::invalid_argument("flashlab::cuda: fast kernels: " + feature +
+                                " is not supported yet (hint: the CPU reference supports it: flashlab attention fwd|bwd)");
   require_fast_head_dim(problem.head_dim);
   if (problem.dtype != ref::Dtype::bf16 && problem.dtype != ref::Dtype::fp16)
     throw std::invalid_argument("flashlab::cuda: fast kernels: dtype = " + std::string(ref::dtype_name(problem.dtype)) +

@@ -9,6 +9,11 @@
 // −inf unless BackwardOptions::mask_kv is false (the NaN hazard). A fully masked row (LSE = −inf)
 // is read as LSE = +inf so that its P row is exactly 0 (2^(S − ∞) = 0) instead of 2^(−∞+∞) = NaN.
 // With BackwardOptions::fp16_arithmetic every tile result is rounded to half precision.
+// Every loop runs over the sequences b and, inside one, over tiles that never cross the
+// sequence's end. Grouped-query attention: the loops with K_j/V_j outside (the dK/dV kernel, the
+// atomic kernel, the naive dK and dV steps) run per K/V head with its group of query heads
+// inside, so dK_j and dV_j sum over the group before they are written once; the dQ kernel runs
+// per query head (or, with KvLoads::per_group, per group, sharing each K_j, V_j load).
 #include "tiles.hpp"
 
 #include <algorithm>
@@ -65,13 +70,29 @@ void load_stats(const T* lse, const T* D, std::size_t row0, std::size_t rq, std:
   }
 }
 
-// Loads K_j, V_j (rows [start_n, start_n+rk) of head (b, h)) zero-padded to Bc rows: HBM → SRAM, counted.
+// One head of one sequence: the rows of Q, dO (query head h) or K, V (K/V head hk) it owns, and
+// where its LSE and D rows start.
 template <typename T>
-void load_kv_tile(const Tensor<T>& K, const Tensor<T>& V, std::size_t b, std::size_t h, std::size_t start_n,
-                  std::size_t rk, std::size_t Bc, bool half, Traffic& tr, Mat<T>& K_j, Mat<T>& V_j) {
-  const std::size_t d = K.shape().head_dim;
-  detail::load_tile(K.head(b, h), start_n, rk, Bc, K_j);
-  detail::load_tile(V.head(b, h), start_n, rk, Bc, V_j);
+struct QRows {
+  ConstHeadMap<T> Q, dO;
+  const T* lse;
+  const T* D;
+};
+template <typename T>
+QRows<T> q_rows(const AttentionProblem& cfg, std::size_t b, const SequenceSpan& sp, std::size_t h, const Tensor<T>& Q,
+                const Tensor<T>& dO, const std::vector<T>& LSE, const std::vector<T>& D) {
+  const std::size_t at = cfg.stat_offset(b, h);
+  return {detail::rows_of(Q, sp.batch_index, h, sp.q_start, sp.q_len),
+          detail::rows_of(dO, sp.batch_index, h, sp.q_start, sp.q_len), LSE.data() + at, D.data() + at};
+}
+
+// Loads K_j, V_j (rows [start_n, start_n+rk) of one K/V head) zero-padded to Bc rows: HBM → SRAM, counted.
+template <typename T>
+void load_kv_tile(const ConstHeadMap<T>& Kh, const ConstHeadMap<T>& Vh, std::size_t start_n, std::size_t rk,
+                  std::size_t Bc, bool half, Traffic& tr, Mat<T>& K_j, Mat<T>& V_j) {
+  const std::size_t d = std::size_t(Kh.cols());
+  detail::load_tile(Kh, start_n, rk, Bc, K_j);
+  detail::load_tile(Vh, start_n, rk, Bc, V_j);
   tr.read("K", rk * d);
   tr.read("V", rk * d);
   detail::maybe_half(half, K_j);
@@ -81,13 +102,12 @@ void load_kv_tile(const Tensor<T>& K, const Tensor<T>& V, std::size_t b, std::si
 // Loads Q_i, dO_i, LSE_i, D_i (rows [row0, row0+rq)) zero-padded to Br rows: HBM → SRAM, counted.
 // Zero padding is the Triton walkthrough's implicit Q-side masking.
 template <typename T>
-void load_q_tile(const Tensor<T>& Q, const Tensor<T>& dO, const T* lse, const T* D, std::size_t b, std::size_t h,
-                 std::size_t row0, std::size_t rq, std::size_t Br, bool half, Traffic& tr, Mat<T>& Q_i, Mat<T>& dO_i,
-                 Vec<T>& lse_i, Vec<T>& D_i) {
-  const std::size_t d = Q.shape().head_dim;
-  detail::load_tile(Q.head(b, h), row0, rq, Br, Q_i);
-  detail::load_tile(dO.head(b, h), row0, rq, Br, dO_i);
-  load_stats(lse, D, row0, rq, Br, lse_i, D_i);
+void load_q_tile(const QRows<T>& q, std::size_t row0, std::size_t rq, std::size_t Br, bool half, Traffic& tr,
+                 Mat<T>& Q_i, Mat<T>& dO_i, Vec<T>& lse_i, Vec<T>& D_i) {
+  const std::size_t d = std::size_t(q.Q.cols());
+  detail::load_tile(q.Q, row0, rq, Br, Q_i);
+  detail::load_tile(q.dO, row0, rq, Br, dO_i);
+  load_stats(q.lse, q.D, row0, rq, Br, lse_i, D_i);
   tr.read("Q", rq * d);
   tr.read("dO", rq * d);
   tr.read("LSE", rq);
@@ -103,17 +123,21 @@ template <typename T>
 Traffic d_preprocessing(const AttentionProblem& cfg, const Tensor<T>& O, const Tensor<T>& dO, std::vector<T>& D,
                         bool half) {
   Traffic tr(cfg.dtype);
-  const std::size_t nq = cfg.n_q(), d = cfg.head_dim, Br = cfg.Br;
+  const std::size_t d = cfg.head_dim, Br = cfg.Br;
   Mat<T> O_i, dO_i;
   Vec<T> D_i;
   for (std::size_t b = 0; b < cfg.batch; ++b) {
+    const SequenceSpan sp = cfg.sequence(b);
+    const std::size_t nq = sp.q_len;
     for (std::size_t h = 0; h < cfg.heads; ++h) {
-      T* Dh = D.data() + (b * cfg.heads + h) * nq;
-      for (std::size_t i = 0; i < cfg.Tr(); ++i) {
-        const std::size_t row0 = i * Br, rq = std::min(Br, nq - row0);
+      T* Dh = D.data() + cfg.stat_offset(b, h);
+      const auto Oh = detail::rows_of(O, sp.batch_index, h, sp.q_start, nq);
+      const auto dOh = detail::rows_of(dO, sp.batch_index, h, sp.q_start, nq);
+      for (std::size_t row0 = 0; row0 < nq; row0 += Br) {
+        const std::size_t rq = std::min(Br, nq - row0);
         // load O_i, dO_i: HBM → SRAM
-        detail::load_tile(O.head(b, h), row0, rq, Br, O_i);
-        detail::load_tile(dO.head(b, h), row0, rq, Br, dO_i);
+        detail::load_tile(Oh, row0, rq, Br, O_i);
+        detail::load_tile(dOh, row0, rq, Br, dO_i);
         tr.read("O", rq * d);
         tr.read("dO", rq * d);
         detail::maybe_half(half, O_i);
@@ -135,9 +159,9 @@ Traffic d_preprocessing(const AttentionProblem& cfg, const Tensor<T>& O, const T
 template <typename T>
 struct TilePair {
   Mat<T> S, P, dP, dS;
-  void recompute(const AttentionProblem& cfg, const BackwardOptions& opt, const Mat<T>& Q_i, const Mat<T>& dO_i,
-                 const Vec<T>& lse_i, const Vec<T>& D_i, const Mat<T>& K_j, const Mat<T>& V_j, std::size_t row0,
-                 std::size_t start_n, std::size_t rk) {
+  void recompute(const AttentionProblem& cfg, const detail::Band& band, const BackwardOptions& opt, const Mat<T>& Q_i,
+                 const Mat<T>& dO_i, const Vec<T>& lse_i, const Vec<T>& D_i, const Mat<T>& K_j, const Mat<T>& V_j,
+                 std::size_t row0, std::size_t start_n, std::size_t rk) {
     const bool half = opt.fp16_arithmetic;
     const T scale = static_cast<T>(cfg.softmax_scale());
     const T scale_log2 = static_cast<T>(cfg.softmax_scale() * detail::kLog2e);
@@ -145,8 +169,8 @@ struct TilePair {
     detail::maybe_half(half, S);
     S *= scale_log2;
     detail::maybe_half(half, S);
-    // KV mask (out-of-sequence keys → −inf) unless dropped; causal mask always. No Q-side mask.
-    detail::apply_masks(cfg, S, row0, start_n, rk, opt.mask_kv);
+    // KV mask (out-of-sequence keys → −inf) unless dropped; the causal/window band always. No Q-side mask.
+    detail::apply_masks(band, S, row0, start_n, rk, opt.mask_kv);
     P = S;
     P.array().colwise() -= lse_i.array();
     detail::maybe_half(half, P);
@@ -164,11 +188,84 @@ struct TilePair {
   }
 };
 
+// The K_j/V_j-outer loop of the dK/dV kernel and of the atomic kernel, per sequence and K/V head:
+//   for each key tile j (K_j, V_j resident; dK_j, dV_j accumulate in SRAM):
+//     for each query head h of the group, each query tile i the mask lets see tile j:
+//       recompute ; dV_j += P_ijᵀ dO_i ; dK_j += dS_ijᵀ Q_i ; and, when `dQ` is given,
+//       dQ_i += dS_ij K_j   (read-modify-write in HBM: atomicAdd on a GPU)
+//     store dK_j, dV_j
+template <typename T>
+void kv_outer_loop(const AttentionProblem& cfg, const BackwardOptions& opt, const Tensor<T>& Q, const Tensor<T>& K,
+                   const Tensor<T>& V, const std::vector<T>& LSE, const Tensor<T>& dO, AttentionGradients<T>& g,
+                   bool accumulate_dQ, Traffic& tr) {
+  const bool half = opt.fp16_arithmetic;
+  const std::size_t d = cfg.head_dim, Br = cfg.Br, Bc = cfg.Bc, group = cfg.group_size();
+  Mat<T> Q_i, dO_i, K_j, V_j, dQ_i, dK_j, dV_j;
+  Vec<T> lse_i, D_i;
+  TilePair<T> t;
+  for (std::size_t b = 0; b < cfg.batch; ++b) {
+    const SequenceSpan sp = cfg.sequence(b);
+    const detail::Band band(cfg, sp);
+    const std::size_t nq = sp.q_len, nk = sp.k_len, bi = sp.batch_index;
+    for (std::size_t hk = 0; hk < cfg.h_kv(); ++hk) {
+      const auto Kh = detail::rows_of(K, bi, hk, sp.k_start, nk);
+      const auto Vh = detail::rows_of(V, bi, hk, sp.k_start, nk);
+      auto dKh = detail::rows_of(g.dK, bi, hk, sp.k_start, nk);
+      auto dVh = detail::rows_of(g.dV, bi, hk, sp.k_start, nk);
+      for (std::size_t start_n = 0; start_n < nk; start_n += Bc) {
+        const std::size_t rk = std::min(Bc, nk - start_n);
+        // load K_j, V_j: HBM → SRAM (resident for the whole inner loop)
+        load_kv_tile(Kh, Vh, start_n, rk, Bc, half, tr, K_j, V_j);
+        dK_j.setZero(Eigen::Index(Bc), Eigen::Index(d));
+        dV_j.setZero(Eigen::Index(Bc), Eigen::Index(d));
+        for (std::size_t h = hk * group; h < (hk + 1) * group; ++h) {
+          const QRows<T> q = q_rows(cfg, b, sp, h, Q, dO, LSE, g.D);
+          auto dQh = detail::rows_of(g.dQ, bi, h, sp.q_start, nq);
+          for (std::size_t row0 = 0; row0 < nq; row0 += Br) {
+            const std::size_t rq = std::min(Br, nq - row0);
+            if (detail::tile_fully_masked(band, row0, row0 + rq, start_n, rk)) continue;
+            // load Q_i, dO_i, LSE_i, D_i: HBM → SRAM
+            load_q_tile(q, row0, rq, Br, half, tr, Q_i, dO_i, lse_i, D_i);
+            t.recompute(cfg, band, opt, Q_i, dO_i, lse_i, D_i, K_j, V_j, row0, start_n, rk);
+            dV_j.noalias() += t.P.transpose() * dO_i;
+            dK_j.noalias() += t.dS.transpose() * Q_i;
+            detail::maybe_half(half, dV_j);
+            detail::maybe_half(half, dK_j);
+            if (!accumulate_dQ) {
+              tr.add_flops(8 * d * rq * rk);
+              continue;
+            }
+            // dQ_i += dS_ij K_j: read dQ_i HBM → SRAM, add, write back SRAM → HBM (atomicAdd)
+            dQ_i = t.dS * K_j;
+            detail::maybe_half(half, dQ_i);
+            auto dst = dQh.middleRows(Eigen::Index(row0), Eigen::Index(rq));
+            dst += dQ_i.topRows(Eigen::Index(rq));
+            if (half) {
+              for (Eigen::Index r = 0; r < dst.rows(); ++r)
+                for (Eigen::Index c = 0; c < dst.cols(); ++c)
+                  dst(r, c) = static_cast<T>(round_to_half(static_cast<double>(dst(r, c))));
+            }
+            tr.read("dQ", rq * d);
+            tr.write("dQ", rq * d);
+            tr.add_flops(10 * d * rq * rk);
+          }
+        }
+        // store dK_j, dV_j: SRAM → HBM (summed over the group)
+        dKh.middleRows(Eigen::Index(start_n), Eigen::Index(rk)) = dK_j.topRows(Eigen::Index(rk));
+        dVh.middleRows(Eigen::Index(start_n), Eigen::Index(rk)) = dV_j.topRows(Eigen::Index(rk));
+        tr.write("dK", rk * d);
+        tr.write("dV", rk * d);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// Naive backward (the Triton walkthrough "Formulation"): whole N_q × N_k matrices per head.
+// Naive backward (the Triton walkthrough "Formulation"): whole N_q × N_k matrices per sequence and head.
 //   dV = Pᵀ dO ; dP = dO Vᵀ ; D = rowsum(dP∘P) ; dS = P∘(dP − D) ; dQ = scale·dS K ; dK = scale·dSᵀ Q
+// dK and dV of a K/V head sum the terms of its group's query heads and are written once.
 // D is also computed as rowsum(dO∘O) (D_from_O) to show the identity of the D_i trick.
 // ---------------------------------------------------------------------------------------------
 template <typename T>
@@ -180,73 +277,80 @@ AttentionGradients<T> naive_backward(const AttentionProblem& cfg, const Tensor<T
   auto g = make_grads<T>(cfg);
   g.D_from_O.assign(cfg.stat_numel(), T(0));
   Traffic s_dv(cfg.dtype), s_dp(cfg.dtype), s_d(cfg.dtype), s_ds(cfg.dtype), s_dq(cfg.dtype), s_dk(cfg.dtype);
-  const std::size_t nq = cfg.n_q(), nk = cfg.n_k(), d = cfg.head_dim;
+  const std::size_t d = cfg.head_dim, group = cfg.group_size();
   const T scale = static_cast<T>(cfg.softmax_scale());
   const T scale_log2 = static_cast<T>(cfg.softmax_scale() * detail::kLog2e);
   Mat<T> P, dP, dS;
   for (std::size_t b = 0; b < cfg.batch; ++b) {
-    for (std::size_t h = 0; h < cfg.heads; ++h) {
-      const auto Qh = Q.head(b, h);
-      const auto Kh = K.head(b, h);
-      const auto Vh = V.head(b, h);
-      const auto Oh = fwd.O.head(b, h);
-      const auto dOh = dO.head(b, h);
-      const T* lse = fwd.LSE.data() + (b * cfg.heads + h) * nq;
-      T* Dh = g.D.data() + (b * cfg.heads + h) * nq;
-      T* D2 = g.D_from_O.data() + (b * cfg.heads + h) * nq;
-      // P as the naive forward stored it: P = 2^(S − LSE), masked entries and fully masked rows 0
-      P.noalias() = Qh * Kh.transpose();
-      P *= scale_log2;
-      detail::apply_masks(cfg, P, 0, 0, nk, false);
-      for (std::size_t r = 0; r < nq; ++r) {
-        const T l = lse[r] == neg_inf<T>() ? std::numeric_limits<T>::infinity() : lse[r];
-        P.row(Eigen::Index(r)).array() -= l;
-      }
-      detail::exp2_inplace(P);
+    const SequenceSpan sp = cfg.sequence(b);
+    const detail::Band band(cfg, sp);
+    const std::size_t nq = sp.q_len, nk = sp.k_len, bi = sp.batch_index;
+    for (std::size_t hk = 0; hk < cfg.h_kv(); ++hk) {
+      const auto Kh = detail::rows_of(K, bi, hk, sp.k_start, nk);
+      const auto Vh = detail::rows_of(V, bi, hk, sp.k_start, nk);
+      auto dKh = detail::rows_of(g.dK, bi, hk, sp.k_start, nk);
+      auto dVh = detail::rows_of(g.dV, bi, hk, sp.k_start, nk);
+      for (std::size_t h = hk * group; h < (hk + 1) * group; ++h) {
+        const auto Qh = detail::rows_of(Q, bi, h, sp.q_start, nq);
+        const auto Oh = detail::rows_of(fwd.O, bi, h, sp.q_start, nq);
+        const auto dOh = detail::rows_of(dO, bi, h, sp.q_start, nq);
+        const T* lse = fwd.LSE.data() + cfg.stat_offset(b, h);
+        T* Dh = g.D.data() + cfg.stat_offset(b, h);
+        T* D2 = g.D_from_O.data() + cfg.stat_offset(b, h);
+        // P as the naive forward stored it: P = 2^(S − LSE), masked entries and fully masked rows 0
+        P.noalias() = Qh * Kh.transpose();
+        P *= scale_log2;
+        detail::apply_masks(band, P, 0, 0, nk, false);
+        for (std::size_t r = 0; r < nq; ++r) {
+          const T l = lse[r] == neg_inf<T>() ? std::numeric_limits<T>::infinity() : lse[r];
+          P.row(Eigen::Index(r)).array() -= l;
+        }
+        detail::exp2_inplace(P);
 
-      // dV = Pᵀ dO: read P, dO; write dV
-      g.dV.head(b, h).noalias() = P.transpose() * dOh;
-      s_dv.read("P", nq * nk);
-      s_dv.read("dO", nq * d);
-      s_dv.write("dV", nk * d);
-      s_dv.add_flops(2 * nq * nk * d);
-      // dP = dO Vᵀ: read dO, V; write dP
-      dP.noalias() = dOh * Vh.transpose();
-      s_dp.read("dO", nq * d);
-      s_dp.read("V", nk * d);
-      s_dp.write("dP", nq * nk);
-      s_dp.add_flops(2 * nq * nk * d);
-      // D = rowsum(dP ∘ P): read dP, P; write D   (and, for the identity only, rowsum(dO ∘ O))
-      const Vec<T> D = dP.cwiseProduct(P).rowwise().sum();
-      const Vec<T> D_alt = dOh.cwiseProduct(Oh).rowwise().sum();
-      for (std::size_t r = 0; r < nq; ++r) {
-        Dh[r] = D(Eigen::Index(r));
-        D2[r] = D_alt(Eigen::Index(r));
+        // dV += Pᵀ dO: read P, dO (dV written once per K/V head, below)
+        dVh.noalias() += P.transpose() * dOh;
+        s_dv.read("P", nq * nk);
+        s_dv.read("dO", nq * d);
+        s_dv.add_flops(2 * nq * nk * d);
+        // dP = dO Vᵀ: read dO, V; write dP
+        dP.noalias() = dOh * Vh.transpose();
+        s_dp.read("dO", nq * d);
+        s_dp.read("V", nk * d);
+        s_dp.write("dP", nq * nk);
+        s_dp.add_flops(2 * nq * nk * d);
+        // D = rowsum(dP ∘ P): read dP, P; write D   (and, for the identity only, rowsum(dO ∘ O))
+        const Vec<T> D = dP.cwiseProduct(P).rowwise().sum();
+        const Vec<T> D_alt = dOh.cwiseProduct(Oh).rowwise().sum();
+        for (std::size_t r = 0; r < nq; ++r) {
+          Dh[r] = D(Eigen::Index(r));
+          D2[r] = D_alt(Eigen::Index(r));
+        }
+        s_d.read("dP", nq * nk);
+        s_d.read("P", nq * nk);
+        s_d.write("D", nq);
+        s_d.add_flops(2 * nq * nk);
+        // dS = P ∘ (dP − D): read P, dP, D; write dS
+        dS = dP;
+        dS.array().colwise() -= D.array();
+        dS = dS.cwiseProduct(P);
+        s_ds.read("P", nq * nk);
+        s_ds.read("dP", nq * nk);
+        s_ds.read("D", nq);
+        s_ds.write("dS", nq * nk);
+        // dQ = scale·dS K: read dS, K; write dQ
+        detail::rows_of(g.dQ, bi, h, sp.q_start, nq).noalias() = scale * (dS * Kh);
+        s_dq.read("dS", nq * nk);
+        s_dq.read("K", nk * d);
+        s_dq.write("dQ", nq * d);
+        s_dq.add_flops(2 * nq * nk * d);
+        // dK += scale·dSᵀ Q: read dS, Q (dK written once per K/V head, below)
+        dKh.noalias() += scale * (dS.transpose() * Qh);
+        s_dk.read("dS", nq * nk);
+        s_dk.read("Q", nq * d);
+        s_dk.add_flops(2 * nq * nk * d);
       }
-      s_d.read("dP", nq * nk);
-      s_d.read("P", nq * nk);
-      s_d.write("D", nq);
-      s_d.add_flops(2 * nq * nk);
-      // dS = P ∘ (dP − D): read P, dP, D; write dS
-      dS = dP;
-      dS.array().colwise() -= D.array();
-      dS = dS.cwiseProduct(P);
-      s_ds.read("P", nq * nk);
-      s_ds.read("dP", nq * nk);
-      s_ds.read("D", nq);
-      s_ds.write("dS", nq * nk);
-      // dQ = scale·dS K: read dS, K; write dQ
-      g.dQ.head(b, h).noalias() = scale * (dS * Kh);
-      s_dq.read("dS", nq * nk);
-      s_dq.read("K", nk * d);
-      s_dq.write("dQ", nq * d);
-      s_dq.add_flops(2 * nq * nk * d);
-      // dK = scale·dSᵀ Q: read dS, Q; write dK
-      g.dK.head(b, h).noalias() = scale * (dS.transpose() * Qh);
-      s_dk.read("dS", nq * nk);
-      s_dk.read("Q", nq * d);
+      s_dv.write("dV", nk * d);
       s_dk.write("dK", nk * d);
-      s_dk.add_flops(2 * nq * nk * d);
     }
   }
   g.kernels = {{"dV = P^T dO", s_dv},      {"dP = dO V^T", s_dp},     {"D = rowsum(dP*P)", s_d},
@@ -270,75 +374,56 @@ AttentionGradients<T> flash_backward_two_kernel(const AttentionProblem& cfg, con
   check_bwd_inputs(cfg, Q, K, V, O, LSE, dO);
   auto g = make_grads<T>(cfg);
   const bool half = opt.fp16_arithmetic;
-  const std::size_t nq = cfg.n_q(), nk = cfg.n_k(), d = cfg.head_dim;
-  const std::size_t Br = cfg.Br, Bc = cfg.Bc;
+  const std::size_t d = cfg.head_dim, Br = cfg.Br, Bc = cfg.Bc;
+  // Query heads that share one load of K_j, V_j in the dQ kernel: 1, or the whole group.
+  const std::size_t sharing = opt.kv_loads == KvLoads::per_group ? cfg.group_size() : 1;
   Traffic pre = d_preprocessing(cfg, O, dO, g.D, half);
   Traffic kq(cfg.dtype), kkv(cfg.dtype);
-  Mat<T> Q_i, dO_i, K_j, V_j, dQ_i, dK_j, dV_j;
-  Vec<T> lse_i, D_i;
+  std::vector<Mat<T>> Q_i(sharing), dO_i(sharing), dQ_i(sharing);
+  std::vector<Vec<T>> lse_i(sharing), D_i(sharing);
+  Mat<T> K_j, V_j;
   TilePair<T> t;
 
   // dQ kernel
   for (std::size_t b = 0; b < cfg.batch; ++b) {
-    for (std::size_t h = 0; h < cfg.heads; ++h) {
-      const T* lse = LSE.data() + (b * cfg.heads + h) * nq;
-      const T* Dh = g.D.data() + (b * cfg.heads + h) * nq;
-      auto dQh = g.dQ.head(b, h);
-      for (std::size_t i = 0; i < cfg.Tr(); ++i) {
-        const std::size_t row0 = i * Br, rq = std::min(Br, nq - row0);
-        // load Q_i, dO_i, LSE_i, D_i: HBM → SRAM (zero-padded: the Triton walkthrough's implicit Q-side masking)
-        load_q_tile(Q, dO, lse, Dh, b, h, row0, rq, Br, half, kq, Q_i, dO_i, lse_i, D_i);
-        dQ_i.setZero(Eigen::Index(Br), Eigen::Index(d));
-        for (std::size_t j = 0; j < cfg.Tc(); ++j) {
-          const std::size_t start_n = j * Bc, rk = std::min(Bc, nk - start_n);
-          if (detail::tile_fully_masked(cfg, row0, row0 + rq, start_n)) continue;
-          // load K_j, V_j: HBM → SRAM
-          load_kv_tile(K, V, b, h, start_n, rk, Bc, half, kq, K_j, V_j);
-          t.recompute(cfg, opt, Q_i, dO_i, lse_i, D_i, K_j, V_j, row0, start_n, rk);
-          dQ_i.noalias() += t.dS * K_j;  // padded K_j rows are 0: Inf·0 = NaN if the KV mask is dropped
-          detail::maybe_half(half, dQ_i);
-          kq.add_flops(6 * d * rq * rk);
+    const SequenceSpan sp = cfg.sequence(b);
+    const detail::Band band(cfg, sp);
+    const std::size_t nq = sp.q_len, nk = sp.k_len, bi = sp.batch_index;
+    for (std::size_t h0 = 0; h0 < cfg.heads; h0 += sharing) {  // heads h0 … h0 + sharing − 1
+      const auto Kh = detail::rows_of(K, bi, cfg.kv_head(h0), sp.k_start, nk);
+      const auto Vh = detail::rows_of(V, bi, cfg.kv_head(h0), sp.k_start, nk);
+      for (std::size_t row0 = 0; row0 < nq; row0 += Br) {
+        const std::size_t rq = std::min(Br, nq - row0);
+        for (std::size_t u = 0; u < sharing; ++u) {
+          // load Q_i, dO_i, LSE_i, D_i: HBM → SRAM (zero-padded: the Triton walkthrough's implicit Q-side masking)
+          load_q_tile(q_rows(cfg, b, sp, h0 + u, Q, dO, LSE, g.D), row0, rq, Br, half, kq, Q_i[u], dO_i[u], lse_i[u],
+                      D_i[u]);
+          dQ_i[u].setZero(Eigen::Index(Br), Eigen::Index(d));
         }
-        // store dQ_i: SRAM → HBM
-        dQh.middleRows(Eigen::Index(row0), Eigen::Index(rq)) = dQ_i.topRows(Eigen::Index(rq));
-        kq.write("dQ", rq * d);
+        for (std::size_t start_n = 0; start_n < nk; start_n += Bc) {
+          const std::size_t rk = std::min(Bc, nk - start_n);
+          if (detail::tile_fully_masked(band, row0, row0 + rq, start_n, rk)) continue;
+          // load K_j, V_j: HBM → SRAM (once for the `sharing` query heads)
+          load_kv_tile(Kh, Vh, start_n, rk, Bc, half, kq, K_j, V_j);
+          for (std::size_t u = 0; u < sharing; ++u) {
+            t.recompute(cfg, band, opt, Q_i[u], dO_i[u], lse_i[u], D_i[u], K_j, V_j, row0, start_n, rk);
+            dQ_i[u].noalias() += t.dS * K_j;  // padded K_j rows are 0: Inf·0 = NaN if the KV mask is dropped
+            detail::maybe_half(half, dQ_i[u]);
+            kq.add_flops(6 * d * rq * rk);
+          }
+        }
+        for (std::size_t u = 0; u < sharing; ++u) {
+          // store dQ_i: SRAM → HBM
+          detail::rows_of(g.dQ, bi, h0 + u, sp.q_start, nq).middleRows(Eigen::Index(row0), Eigen::Index(rq)) =
+              dQ_i[u].topRows(Eigen::Index(rq));
+          kq.write("dQ", rq * d);
+        }
       }
     }
   }
 
   // dK/dV kernel
-  for (std::size_t b = 0; b < cfg.batch; ++b) {
-    for (std::size_t h = 0; h < cfg.heads; ++h) {
-      const T* lse = LSE.data() + (b * cfg.heads + h) * nq;
-      const T* Dh = g.D.data() + (b * cfg.heads + h) * nq;
-      auto dKh = g.dK.head(b, h);
-      auto dVh = g.dV.head(b, h);
-      for (std::size_t j = 0; j < cfg.Tc(); ++j) {
-        const std::size_t start_n = j * Bc, rk = std::min(Bc, nk - start_n);
-        // load K_j, V_j: HBM → SRAM (resident for the whole inner loop)
-        load_kv_tile(K, V, b, h, start_n, rk, Bc, half, kkv, K_j, V_j);
-        dK_j.setZero(Eigen::Index(Bc), Eigen::Index(d));
-        dV_j.setZero(Eigen::Index(Bc), Eigen::Index(d));
-        for (std::size_t i = 0; i < cfg.Tr(); ++i) {
-          const std::size_t row0 = i * Br, rq = std::min(Br, nq - row0);
-          if (detail::tile_fully_masked(cfg, row0, row0 + rq, start_n)) continue;
-          // load Q_i, dO_i, LSE_i, D_i: HBM → SRAM
-          load_q_tile(Q, dO, lse, Dh, b, h, row0, rq, Br, half, kkv, Q_i, dO_i, lse_i, D_i);
-          t.recompute(cfg, opt, Q_i, dO_i, lse_i, D_i, K_j, V_j, row0, start_n, rk);
-          dV_j.noalias() += t.P.transpose() * dO_i;
-          dK_j.noalias() += t.dS.transpose() * Q_i;
-          detail::maybe_half(half, dV_j);
-          detail::maybe_half(half, dK_j);
-          kkv.add_flops(8 * d * rq * rk);
-        }
-        // store dK_j, dV_j: SRAM → HBM
-        dKh.middleRows(Eigen::Index(start_n), Eigen::Index(rk)) = dK_j.topRows(Eigen::Index(rk));
-        dVh.middleRows(Eigen::Index(start_n), Eigen::Index(rk)) = dV_j.topRows(Eigen::Index(rk));
-        kkv.write("dK", rk * d);
-        kkv.write("dV", rk * d);
-      }
-    }
-  }
+  kv_outer_loop(cfg, opt, Q, K, V, LSE, dO, g, false, kkv);
   g.kernels = {{"D preprocessing", pre}, {"dQ kernel", kq}, {"dK/dV kernel", kkv}};
   for (const auto& k : g.kernels) g.traffic.merge(k.traffic);
   return g;
@@ -357,63 +442,13 @@ AttentionGradients<T> flash_backward_atomic(const AttentionProblem& cfg, const T
                                             const Tensor<T>& dO, BackwardOptions opt) {
   check_bwd_inputs(cfg, Q, K, V, O, LSE, dO);
   auto g = make_grads<T>(cfg);
-  const bool half = opt.fp16_arithmetic;
-  const std::size_t nq = cfg.n_q(), nk = cfg.n_k(), d = cfg.head_dim;
-  const std::size_t Br = cfg.Br, Bc = cfg.Bc;
-  Traffic pre = d_preprocessing(cfg, O, dO, g.D, half);
+  Traffic pre = d_preprocessing(cfg, O, dO, g.D, opt.fp16_arithmetic);
   // dQ = 0 in HBM before the kernel (the atomics accumulate into it)
   Traffic zero(cfg.dtype);
   g.dQ.fill(T(0));
-  zero.write("dQ", static_cast<std::uint64_t>(cfg.batch) * cfg.heads * nq * d);
+  zero.write("dQ", g.dQ.numel());
   Traffic k(cfg.dtype);
-  Mat<T> Q_i, dO_i, K_j, V_j, dQ_i, dK_j, dV_j;
-  Vec<T> lse_i, D_i;
-  TilePair<T> t;
-  for (std::size_t b = 0; b < cfg.batch; ++b) {
-    for (std::size_t h = 0; h < cfg.heads; ++h) {
-      const T* lse = LSE.data() + (b * cfg.heads + h) * nq;
-      const T* Dh = g.D.data() + (b * cfg.heads + h) * nq;
-      auto dQh = g.dQ.head(b, h);
-      auto dKh = g.dK.head(b, h);
-      auto dVh = g.dV.head(b, h);
-      for (std::size_t j = 0; j < cfg.Tc(); ++j) {
-        const std::size_t start_n = j * Bc, rk = std::min(Bc, nk - start_n);
-        // load K_j, V_j: HBM → SRAM
-        load_kv_tile(K, V, b, h, start_n, rk, Bc, half, k, K_j, V_j);
-        dK_j.setZero(Eigen::Index(Bc), Eigen::Index(d));
-        dV_j.setZero(Eigen::Index(Bc), Eigen::Index(d));
-        for (std::size_t i = 0; i < cfg.Tr(); ++i) {
-          const std::size_t row0 = i * Br, rq = std::min(Br, nq - row0);
-          if (detail::tile_fully_masked(cfg, row0, row0 + rq, start_n)) continue;
-          // load Q_i, dO_i, LSE_i, D_i: HBM → SRAM
-          load_q_tile(Q, dO, lse, Dh, b, h, row0, rq, Br, half, k, Q_i, dO_i, lse_i, D_i);
-          t.recompute(cfg, opt, Q_i, dO_i, lse_i, D_i, K_j, V_j, row0, start_n, rk);
-          dV_j.noalias() += t.P.transpose() * dO_i;
-          dK_j.noalias() += t.dS.transpose() * Q_i;
-          detail::maybe_half(half, dV_j);
-          detail::maybe_half(half, dK_j);
-          // dQ_i += dS_ij K_j: read dQ_i HBM → SRAM, add, write back SRAM → HBM (atomicAdd)
-          dQ_i = t.dS * K_j;
-          detail::maybe_half(half, dQ_i);
-          auto dst = dQh.middleRows(Eigen::Index(row0), Eigen::Index(rq));
-          dst += dQ_i.topRows(Eigen::Index(rq));
-          if (half) {
-            for (Eigen::Index r = 0; r < dst.rows(); ++r)
-              for (Eigen::Index c = 0; c < dst.cols(); ++c)
-                dst(r, c) = static_cast<T>(round_to_half(static_cast<double>(dst(r, c))));
-          }
-          k.read("dQ", rq * d);
-          k.write("dQ", rq * d);
-          k.add_flops(10 * d * rq * rk);
-        }
-        // store dK_j, dV_j: SRAM → HBM
-        dKh.middleRows(Eigen::Index(start_n), Eigen::Index(rk)) = dK_j.topRows(Eigen::Index(rk));
-        dVh.middleRows(Eigen::Index(start_n), Eigen::Index(rk)) = dV_j.topRows(Eigen::Index(rk));
-        k.write("dK", rk * d);
-        k.write("dV", rk * d);
-      }
-    }
-  }
+  kv_outer_loop(cfg, opt, Q, K, V, LSE, dO, g, true, k);
   g.kernels = {{"D preprocessing", pre}, {"dQ = 0", zero}, {"dQ+dK/dV kernel", k}};
   for (const auto& kk : g.kernels) g.traffic.merge(kk.traffic);
   return g;

@@ -1,11 +1,14 @@
 // Internal helpers shared by the attention tile loops (not a public header).
 //
 // Everything here works on whole tiles with Eigen block operations; the only per-element
-// loops touch the boundary tiles (causal diagonal, ragged tail), never the interior.
+// loops touch the boundary tiles (the mask's diagonal band, ragged tail), never the interior.
 #pragma once
 
 #include "flashlab/reference/attention.hpp"
 
+#include "band.hpp"
+
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -40,7 +43,26 @@ template <typename T>
 void require_stats(const char* name, const std::vector<T>& v, std::size_t want) {
   if (v.size() != want)
     throw std::invalid_argument(std::string("attention: ") + name + " has " + std::to_string(v.size()) +
-                                " elements, expected B*H*N_q = " + std::to_string(want));
+                                " elements, expected " + std::to_string(want) +
+                                " (B*H*N, packed H*total_q)");
+}
+
+/// Rows [start, start + rows) of head h of batch entry b: one sequence of one head as an
+/// `rows × d` view (outer stride H·d), for dense tensors (start 0, all rows) and packed ones alike.
+template <typename T>
+ConstHeadMap<T> rows_of(const Tensor<T>& t, std::size_t b, std::size_t h, std::size_t start, std::size_t rows) {
+  const Shape& s = t.shape();
+  // An empty sequence at the tensor's end would point past it: map nothing at the start instead.
+  const std::size_t at = rows == 0 ? 0 : ((b * s.seq + start) * s.heads + h) * s.head_dim;
+  return ConstHeadMap<T>(t.data() + at, Eigen::Index(rows),
+                         Eigen::Index(s.head_dim), Eigen::OuterStride<>(Eigen::Index(s.row_stride())));
+}
+template <typename T>
+HeadMap<T> rows_of(Tensor<T>& t, std::size_t b, std::size_t h, std::size_t start, std::size_t rows) {
+  const Shape& s = t.shape();
+  const std::size_t at = rows == 0 ? 0 : ((b * s.seq + start) * s.heads + h) * s.head_dim;
+  return HeadMap<T>(t.data() + at, Eigen::Index(rows),
+                    Eigen::Index(s.head_dim), Eigen::OuterStride<>(Eigen::Index(s.row_stride())));
 }
 
 /// Loads rows [start, start + rows) of one head into a zero-padded `pad × d` tile (boundary_check).
@@ -61,32 +83,32 @@ void exp2_inplace(Vec<T>& x) {
   x = (x.array() == neg_inf<T>()).select(T(0), (x.array() * T(kLn2)).exp());
 }
 
-/// Is the causal tile (query rows [row0, row_end), keys from start_n on) entirely masked?
-inline bool tile_fully_masked(const AttentionProblem& cfg, std::size_t /*row0*/, std::size_t row_end, std::size_t start_n) {
-  // The last row row_end − 1 sees the most keys (masks only cut off to the right).
-  if (!cfg.causal) return false;
-  const long long last_row = static_cast<long long>(std::min(row_end, cfg.n_q())) - 1;
-  return static_cast<long long>(start_n) > last_row + cfg.causal_offset();
+/// Is the tile pair (valid query rows [row0, row_end), keys [start_n, start_n + rk)) entirely
+/// masked? Such pairs are skipped: neither loaded nor computed nor counted.
+inline bool tile_fully_masked(const Band& band, std::size_t row0, std::size_t row_end, std::size_t start_n,
+                              std::size_t rk) {
+  return !band.sees_any(static_cast<long long>(row0), static_cast<long long>(row_end),
+                        static_cast<long long>(start_n), static_cast<long long>(rk));
 }
 
-/// Applies the masks to a score tile S (rows = query positions row0…, cols = key positions start_n…):
-/// the KV out-of-sequence mask (columns ≥ `valid_cols`) when `mask_kv`, and the causal mask.
-/// Only boundary tiles do any per-element work.
+/// Applies the masks to a score tile S (rows = query positions row0…, cols = key positions
+/// start_n…, both inside one sequence): the KV out-of-sequence mask (columns ≥ `valid_cols`)
+/// when `mask_kv`, and the band of the causal mask and the window. Only boundary tiles do any
+/// per-element work.
 template <typename T>
-void apply_masks(const AttentionProblem& cfg, Mat<T>& S, std::size_t row0, std::size_t start_n, std::size_t valid_cols,
+void apply_masks(const Band& band, Mat<T>& S, std::size_t row0, std::size_t start_n, std::size_t valid_cols,
                  bool mask_kv) {
   const Eigen::Index cols = S.cols();
   if (mask_kv && Eigen::Index(valid_cols) < cols)
     S.rightCols(cols - Eigen::Index(valid_cols)).setConstant(neg_inf<T>());
-  if (!cfg.causal) return;
-  const long long off = cfg.causal_offset();
-  // Row r sees columns c with start_n + c ≤ row0 + r + off; everything right of that is masked.
-  if (static_cast<long long>(start_n + std::size_t(cols)) - 1 <= static_cast<long long>(row0) + off) return;  // tile fully visible
+  const long long r0 = static_cast<long long>(row0), n0 = static_cast<long long>(start_n);
+  if (cols == 0 || band.all_visible(r0, S.rows(), n0, cols)) return;
+  // Row r sees columns c with lo(row0 + r) ≤ start_n + c ≤ hi(row0 + r); the rest is masked.
   for (Eigen::Index r = 0; r < S.rows(); ++r) {
-    const long long first_masked = static_cast<long long>(row0) + r + off + 1 - static_cast<long long>(start_n);
-    if (first_masked >= cols) continue;
-    const Eigen::Index from = first_masked < 0 ? 0 : Eigen::Index(first_masked);
-    S.row(r).tail(cols - from).setConstant(neg_inf<T>());
+    const long long from = std::clamp(band.lo(r0 + r) - n0, 0LL, static_cast<long long>(cols));
+    const long long to = std::clamp(band.hi(r0 + r) - n0 + 1, from, static_cast<long long>(cols));
+    if (from > 0) S.row(r).head(Eigen::Index(from)).setConstant(neg_inf<T>());
+    if (to < cols) S.row(r).tail(cols - Eigen::Index(to)).setConstant(neg_inf<T>());
   }
 }
 

@@ -15,11 +15,22 @@
 ///   count; 14N²d when dP = dO Vᵀ is counted in both kernels too — see docs/attention.md).
 /// - flash_backward_atomic: D preprocessing, one KV-outer kernel with dQ read-modify-written (10N²d).
 ///
+/// Every function takes the whole AttentionProblem: grouped K/V (`heads_kv`), N_k ≠ N, packed
+/// sequences (`packed`), the causal mask and the window, all bottom-right aligned per sequence
+/// (attention_problem.hpp). Tiles never cross a sequence's end.
+///
 /// Tiles are loaded zero-padded to full Br × d and Bc × d buffers as Triton's boundary_check
 /// does; out-of-sequence key columns are masked to −inf (the KV mask), padded query rows are
-/// masked only implicitly (zero Q, dO, LSE, D), exactly as in the Triton walkthrough. Fully masked tiles
-/// (causal) are skipped and not counted. A fully masked row gets O = 0, LSE = −inf, and P = 0
-/// in the backward pass (so its dQ row is 0): no NaN.
+/// masked only implicitly (zero Q, dO, LSE, D), exactly as in the Triton walkthrough. Fully
+/// masked tile pairs (causal, window) are skipped and not counted. A row that sees no key gets
+/// O = 0, LSE = −inf, and P = 0 in the backward pass (so its dQ row is 0 and it adds nothing to
+/// dK, dV): no NaN. A NaN in an input is never hidden: it reaches every output the tile
+/// arithmetic carries it to (a NaN in V_j reaches the O rows of every query tile that loads V_j,
+/// since a masked P_ij = 0 times NaN is NaN), and no output of another sequence.
+///
+/// Grouped-query attention: query head h reads K/V head cfg.kv_head(h); dK and dV sum over the
+/// query heads of the group. Which loops load a K/V tile once per query head and which once per
+/// group: attention_traffic.hpp.
 ///
 /// Instantiated for `float` and `double` only.
 #pragma once
@@ -36,8 +47,8 @@ namespace flashlab::ref {
 /// Output of a forward pass.
 template <typename T>
 struct AttentionForward {
-  Tensor<T> O;                   ///< `[B, N_q, H, d]`
-  std::vector<T> LSE;            ///< `[B, H, N_q]`, base 2 of the base-2 scores; −inf for a fully masked row
+  Tensor<T> O;                   ///< cfg.q_shape(): `[B, N_q, H, d]` (packed `[1, total_q, H, d]`)
+  std::vector<T> LSE;            ///< `[B, H, N_q]` (packed `[H, total_q]`), base 2 of the base-2 scores; −inf for a fully masked row
   Traffic traffic;               ///< all kernels together (what the loops counted)
   std::vector<KernelTraffic> kernels;  ///< the same counts split per kernel (or naive step)
 };
@@ -45,13 +56,20 @@ struct AttentionForward {
 /// Output of a backward pass.
 template <typename T>
 struct AttentionGradients {
-  Tensor<T> dQ;                  ///< `[B, N_q, H, d]`
-  Tensor<T> dK;                  ///< `[B, N_k, H, d]`
-  Tensor<T> dV;                  ///< `[B, N_k, H, d]`
-  std::vector<T> D;              ///< `[B, H, N_q]`: the D_i the pass used
+  Tensor<T> dQ;                  ///< cfg.q_shape(): `[B, N_q, H, d]`
+  Tensor<T> dK;                  ///< cfg.kv_shape(): `[B, N_k, H_kv, d]`, summed over each group of query heads
+  Tensor<T> dV;                  ///< cfg.kv_shape(): `[B, N_k, H_kv, d]`, summed over each group of query heads
+  std::vector<T> D;              ///< like LSE: the D_i the pass used
   std::vector<T> D_from_O;       ///< naive only: rowsum(dO∘O), to show D = rowsum(dP∘P) = rowsum(dO∘O)
   Traffic traffic;               ///< all kernels together (what the loops counted)
   std::vector<KernelTraffic> kernels;  ///< the same counts split per kernel
+};
+
+/// Switches of the FA2 forward.
+struct ForwardOptions {
+  /// How K_j, V_j are loaded under grouped-query attention (results are the same; the counted
+  /// traffic differs): once per query head, or once per group of query heads.
+  KvLoads kv_loads = KvLoads::per_query_head;
 };
 
 /// Switches of the flash backward passes (defaults: the correct kernel in T arithmetic).
@@ -62,6 +80,9 @@ struct BackwardOptions {
   /// Round every tile operation's result to IEEE half precision (overflow → ±inf), emulating
   /// fp16 arithmetic on the CPU so the Triton walkthrough's Inf × 0 = NaN can be shown.
   bool fp16_arithmetic = false;
+  /// How the two-kernel design's dQ kernel loads K_j, V_j under grouped-query attention (the
+  /// dK/dV and atomic kernels load them once per K/V head whatever this says).
+  KvLoads kv_loads = KvLoads::per_query_head;
 };
 
 /// Rounds `x` to the nearest IEEE binary16 value (ties to even), overflowing to ±inf beyond
@@ -76,7 +97,7 @@ AttentionForward<T> naive_forward(const AttentionProblem& cfg, const Tensor<T>& 
 /// Flash forward, FA2 loop order (query tiles outer, key tiles inner).
 template <typename T>
 AttentionForward<T> flash_forward_fa2(const AttentionProblem& cfg, const Tensor<T>& Q, const Tensor<T>& K,
-                                      const Tensor<T>& V);
+                                      const Tensor<T>& V, ForwardOptions opt = {});
 
 /// Flash forward, FA1 loop order (key tiles outer, query tiles inner, O/m/l read-modify-written).
 template <typename T>
