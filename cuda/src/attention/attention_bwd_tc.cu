@@ -341,13 +341,9 @@ void launch_fast_bwd(const Problem& p, const BwdPointers& a, cudaStream_t stream
   using T = BwdTraits<HEAD_DIM>;
   auto dq_kernel = &fast_bwd_dq_kernel<HEAD_DIM, kBf16>;
   auto kv_kernel = &fast_bwd_dkdv_kernel<HEAD_DIM, kBf16>;
-  // Opt in to > 48 KiB of dynamic SRAM once per instantiation (thread-safe static init).
-  static const bool opted_in = [&] {
-    set_smem(reinterpret_cast<const void*>(dq_kernel), T::kDqSmem, "fast_bwd_dq_kernel", p);
-    set_smem(reinterpret_cast<const void*>(kv_kernel), T::kKvSmem, "fast_bwd_dkdv_kernel", p);
-    return true;
-  }();
-  (void)opted_in;
+  // Opt in to > 48 KiB of dynamic SRAM (once per device: set_smem remembers).
+  set_smem(reinterpret_cast<const void*>(dq_kernel), T::kDqSmem, "fast_bwd_dq_kernel", p);
+  set_smem(reinterpret_cast<const void*>(kv_kernel), T::kKvSmem, "fast_bwd_dkdv_kernel", p);
   const auto* Q = static_cast<const uint16_t*>(a.Q);
   const auto* K = static_cast<const uint16_t*>(a.K);
   const auto* V = static_cast<const uint16_t*>(a.V);

@@ -348,12 +348,8 @@ template <int HEAD_DIM, bool kBf16>
 void launch_atomic(const Problem& p, const BwdPointers& a, cudaStream_t stream) {
   using T = AtomicTraits<HEAD_DIM>;
   auto kernel = &fast_bwd_atomic_kernel<HEAD_DIM, kBf16>;
-  // Opt in to > 48 KiB of dynamic SRAM once per instantiation (thread-safe static init).
-  static const bool opted_in = [&] {
-    set_smem(reinterpret_cast<const void*>(kernel), T::kSmem, "fast_bwd_atomic_kernel", p);
-    return true;
-  }();
-  (void)opted_in;
+  // Opt in to > 48 KiB of dynamic SRAM (once per device: set_smem remembers).
+  set_smem(reinterpret_cast<const void*>(kernel), T::kSmem, "fast_bwd_atomic_kernel", p);
   // Tiled layout: Tr whole tiles per (b, h), the last one padded (the workspace holds
   // B·H·ceil(N / kAtomicDqTileRows)·kAtomicDqTileRows·d floats, enough for this BLOCK_M).
   const std::size_t acc_numel =

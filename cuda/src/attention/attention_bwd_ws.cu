@@ -739,11 +739,8 @@ template <int D, bool kBf16, bool kCausal, bool kDeterministic>
 void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, int* dq_order, cudaStream_t stream) {
   using T = BwdWsTraits<D, kBf16, kCausal, kDeterministic>;
   auto kernel = &bwd_ws_kernel<T>;
-  static const bool opted_in = [&] {  // > 48 KiB of dynamic SRAM, once per instantiation
-    set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "bwd_ws_kernel", p);
-    return true;
-  }();
-  (void)opted_in;
+  // Opt in to > 48 KiB of dynamic SRAM (once per device: set_smem remembers).
+  set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "bwd_ws_kernel", p);
   const int Tr = (p.seq + T::BLOCK_M - 1) / T::BLOCK_M;
   const std::size_t acc_numel = std::size_t(p.batch) * p.heads * std::size_t(Tr) * T::BLOCK_M * D;
   FLASHLAB_CUDA_CHECK(cudaMemsetAsync(a.dQaccum, 0, acc_numel * sizeof(float), stream));  // only ever added into

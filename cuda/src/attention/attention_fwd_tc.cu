@@ -462,12 +462,8 @@ void launch_fast_one(const Problem& p, const void* Q, const void* K, const void*
                     T::BLOCK_N == FastTraits<HEAD_DIM, !kCausal>::BLOCK_N,
                 "causal and non-causal tuples share the tiles fast_forward_tiles() reports");
   auto kernel = &fast_fwd_kernel<T, kBf16>;
-  // Opt in to > 48 KiB of dynamic SRAM once per instantiation (thread-safe static init).
-  static const bool opted_in = [&] {
-    set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "fast_fwd_kernel", p);
-    return true;
-  }();
-  (void)opted_in;
+  // Opt in to > 48 KiB of dynamic SRAM (once per device: set_smem remembers).
+  set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "fast_fwd_kernel", p);
   const dim3 grid((p.seq + T::BLOCK_M - 1) / T::BLOCK_M, p.heads, p.batch);
   announce("fast_fwd_kernel");
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p, static_cast<const uint16_t*>(Q),

@@ -222,12 +222,8 @@ void launch_wgmma_one(const Problem& p, const void* Q, const void* K, const void
                       cudaStream_t stream) {
   using T = WgTraits<D, kBf16, kCausal>;
   auto kernel = &wgmma_fwd_kernel<T>;
-  // Opt in to > 48 KiB of dynamic SRAM once per instantiation (thread-safe static init).
-  static const bool opted_in = [&] {
-    set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "wgmma_fwd_kernel", p);
-    return true;
-  }();
-  (void)opted_in;
+  // Opt in to > 48 KiB of dynamic SRAM (once per device: set_smem remembers).
+  set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "wgmma_fwd_kernel", p);
   // V's descriptor: LBO = bytes between the 64-column blocks of d, SBO = bytes between 8-key groups.
   const uint32_t lbo = uint32_t(T::BLOCK_N) * 128u, sbo = 1024u;
   const dim3 grid((p.seq + T::BLOCK_M - 1) / T::BLOCK_M, p.heads, p.batch);

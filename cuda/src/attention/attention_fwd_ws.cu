@@ -637,11 +637,8 @@ template <class T>
 void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
                    cudaStream_t stream) {
   auto kernel = &ws_fwd_kernel<T>;
-  static const bool opted_in = [&] {  // > 48 KiB of dynamic SRAM, once per instantiation
-    set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "ws_fwd_kernel", p);
-    return true;
-  }();
-  (void)opted_in;
+  // Opt in to > 48 KiB of dynamic SRAM (once per device: set_smem remembers).
+  set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "ws_fwd_kernel", p);
   const CUtensorMap map_q = make_head_tile_map(Q, p, T::BLOCK_M);
   const CUtensorMap map_k = make_head_tile_map(K, p, T::BLOCK_N);
   const CUtensorMap map_v = make_head_tile_map(V, p, T::BLOCK_N);

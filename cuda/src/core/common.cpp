@@ -5,8 +5,11 @@
 #include "flashlab/reference/attention_problem.hpp"
 
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 namespace flashlab::cuda::detail {
 
@@ -37,6 +40,15 @@ Problem make_problem(const ref::AttentionProblem& problem) {
 void set_smem(const void* kernel, std::size_t bytes, const char* kernel_name, const Problem& p) {
   int dev = 0;
   FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
+  // The attribute belongs to the kernel in one device's context, so a process that launches on
+  // several GPUs opts in on each of them. It is a maximum: it is only ever raised, and a launch
+  // needing no more than what is set pays one lookup. One lock around all of it, so that two
+  // threads raising it cannot leave it lower than the map says.
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, std::size_t> opted_in;
+  const std::lock_guard<std::mutex> lock(mutex);
+  std::size_t& set = opted_in[std::make_pair(kernel, dev)];
+  if (set >= bytes) return;
   int optin = 0;
   FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   if (bytes > std::size_t(optin)) {
@@ -47,6 +59,7 @@ void set_smem(const void* kernel, std::size_t bytes, const char* kernel_name, co
     throw std::invalid_argument(os.str());
   }
   FLASHLAB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  set = bytes;
 }
 
 LaunchHook*& launch_hook() {

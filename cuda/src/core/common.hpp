@@ -146,8 +146,11 @@ inline constexpr int kThreads = 128;
 /// are multiples of 32 banks; without the pad a K_j column read would be a 32-way conflict).
 FLASHLAB_HD inline int smem_pitch(int head_dim) { return head_dim + 1; }
 
-/// Opts a kernel into `bytes` of dynamic shared memory, throwing a clear error when the tile
-/// configuration needs more than the device has (name the kernel and the tile sizes).
+/// Opts a kernel into `bytes` of dynamic shared memory on the current device, throwing a clear
+/// error when the tile configuration needs more than the device has (name the kernel and the
+/// tile sizes). The opt-in is per device (a kernel's attributes live in each device's context):
+/// launchers call this before every launch, and it sets the attribute once per (kernel, device,
+/// bytes), so one process may launch the kernels on several GPUs.
 void set_smem(const void* kernel, std::size_t bytes, const char* kernel_name, const Problem& p);
 
 /// Launch hook: the traffic probe installs one to flush L2 before every measured kernel and to
