@@ -329,14 +329,20 @@ bool counted_equals_model(const ContextParallelProblem& problem, RingPass pass, 
   template void merge_partial<T>(T&, T*, T, const T*, std::size_t);                                              \
   template Tensor<T> expand_kv_heads<T>(const Tensor<T>&, std::size_t);                                          \
   template Tensor<T> sum_kv_heads<T>(const Tensor<T>&, std::size_t);                                             \
-  template std::vector<Tensor<T>> shard_rows<T>(const ContextParallelProblem&, const Tensor<T>&, std::size_t);   \
-  template Tensor<T> unshard_rows<T>(const ContextParallelProblem&, const std::vector<std::vector<Tensor<T>>>&); \
   template std::vector<std::vector<T>> shard_stats<T>(const ContextParallelProblem&, const std::vector<T>&,       \
                                                       std::size_t);                                              \
   template std::vector<T> unshard_stats<T>(const ContextParallelProblem&,                                         \
                                            const std::vector<std::vector<std::vector<T>>>&);
+// Rows are moved as they are: also for 16-bit bit patterns (the GPU ring's host side).
+#define FLASHLAB_CP_ROWS(T)                                                                                       \
+  template std::vector<Tensor<T>> shard_rows<T>(const ContextParallelProblem&, const Tensor<T>&, std::size_t);   \
+  template Tensor<T> unshard_rows<T>(const ContextParallelProblem&, const std::vector<std::vector<Tensor<T>>>&);
 FLASHLAB_CP(double)
 FLASHLAB_CP(float)
+FLASHLAB_CP_ROWS(double)
+FLASHLAB_CP_ROWS(float)
+FLASHLAB_CP_ROWS(std::uint16_t)
 #undef FLASHLAB_CP
+#undef FLASHLAB_CP_ROWS
 
 }  // namespace flashlab::ref

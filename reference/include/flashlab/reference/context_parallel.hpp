@@ -158,11 +158,12 @@ template <typename T>
 Tensor<T> sum_kv_heads(const Tensor<T>& grad, std::size_t group);
 
 /// Rank `rank`'s chunks of a global `[B, N, Hx, d]` tensor (Hx = H or H_kv), one `[B, c, Hx, d]`
-/// tensor per slot; rows past N are zero.
+/// tensor per slot; rows past N are zero. For double, float and std::uint16_t (16-bit bit patterns).
 template <typename T>
 std::vector<Tensor<T>> shard_rows(const ContextParallelProblem& problem, const Tensor<T>& global, std::size_t rank);
 
-/// The global `[B, N, Hx, d]` tensor from every rank's chunks (`per_rank[r][slot]`), padding dropped.
+/// The global `[B, N, Hx, d]` tensor from every rank's chunks (`per_rank[r][slot]`), padding
+/// dropped. For double, float and std::uint16_t.
 template <typename T>
 Tensor<T> unshard_rows(const ContextParallelProblem& problem, const std::vector<std::vector<Tensor<T>>>& per_rank);
 
