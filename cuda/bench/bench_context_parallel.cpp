@@ -6,6 +6,8 @@
 // Usage: bench_cuda_context_parallel --gpus G --seq N [--heads 16] [--heads-kv H_kv] [--dim 128]
 //        [--batch 1] [--causal 0|1] [--layout zigzag|contiguous] [--dtype bf16|fp16]
 //        [--pass fwd|bwd|both] [--reps 5] [--warmups 1] [--no-single]
+//        [--single-fwd-ms MS --single-bwd-ms MS (one GPU's times measured earlier on this machine:
+//         no new single-GPU run, these give the efficiency)]
 //        [--fwd-kernel fastest|mma|wgmma|tma-ws] [--bwd-kernel fastest|mma|wgmma-ws]
 //        [--csv FILE (appended; the header when the file is new)] [--label TEXT]
 //
@@ -63,6 +65,7 @@ int main(int argc, char** argv) {
   p.attention.dtype = fr::Dtype::bf16;
   std::string layout, csv_path, label = "ring", fwd_kernel = "fastest", bwd_kernel = "fastest", pass = "both";
   bool have_gpus = false, have_seq = false;
+  double given_single[2] = {-1, -1};  // forward, backward
   for (int a = 1; a < argc; ++a) {
     const std::string arg = argv[a];
     if (arg == "--no-single") {
@@ -90,6 +93,13 @@ int main(int argc, char** argv) {
     else if (arg == "--bwd-kernel") bwd_kernel = v;
     else if (arg == "--csv") csv_path = v;
     else if (arg == "--label") label = v;
+    else if (arg == "--single-fwd-ms" || arg == "--single-bwd-ms") {
+      char* end = nullptr;
+      const double ms = std::strtod(v, &end);
+      if (!end || *end || !(ms > 0)) usage(arg + " '" + v + "' is not a positive number of milliseconds");
+      given_single[arg == "--single-fwd-ms" ? 0 : 1] = ms;
+      cfg.single = false;
+    }
     else usage("'" + arg + "' is unknown");
   }
   if (!have_gpus || !have_seq) usage("--gpus and --seq are required");
@@ -124,7 +134,9 @@ int main(int argc, char** argv) {
     std::vector<int> devices;
     for (std::size_t r = 0; r < p.gpus; ++r) devices.push_back(int(r));
     const fc::LocalRing ring(devices);
-    const auto passes = fc::bench_context_parallel(cfg, ring);
+    auto passes = fc::bench_context_parallel(cfg, ring);
+    for (auto& r : passes)
+      if (r.single_ms < 0) r.single_ms = given_single[r.pass == fr::RingPass::forward ? 0 : 1];
 
     FILE* csv = nullptr;
     if (!csv_path.empty()) {
@@ -142,7 +154,9 @@ int main(int argc, char** argv) {
                      "ring_tflops_per_gpu,single_ms,single_tflops,strong_efficiency,model_bytes_per_gpu,"
                      "counted_bytes_per_gpu,counted_equals_model,max_exchange_ms,max_step_compute_ms,exposed_ms\n");
     }
-    const std::string device = fc::device_description();
+    // The name alone, as the other result files have it (the description's "(132 SMs, …)" holds a comma).
+    const std::string description = fc::device_description();
+    const std::string device = description.substr(0, description.find(" ("));
     const std::string date = utc_now();
     bool all_equal = true;
     for (const auto& r : passes) {

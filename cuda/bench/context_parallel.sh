@@ -73,20 +73,31 @@ bench() {  # bench LABEL G N H_KV [more flags]
   echo "bench $label G=$g N=$n H_kv=$hkv $*"
   "$bin/bench_cuda_context_parallel" --label "$label" --gpus "$g" --seq "$n" --heads 16 --heads-kv "$hkv" --dim 128 \
     --causal 1 --pass both --reps "$REPS" --csv "$out/csv/context_parallel.csv" "$@" \
-    2>&1 | tee -a "$out/logs/bench_context_parallel.log"
+    2>&1 | tee -a "$out/logs/bench_context_parallel.log" || echo "error: that run failed; the sweep goes on (see the log)"
+}
+
+# One GPU's median ms of PASS (fwd|bwd) in the newest row of LABEL at G = 1, N, H_KV.
+single_ms() {
+  awk -F, -v label="$1" -v n="$2" -v hkv="$3" -v pass="$4" \
+    '$3 == label && $4 == 1 && $7 == n && $10 == hkv && $13 == pass { ms = $19 } END { print ms }' \
+    "$out/csv/context_parallel.csv"
 }
 
 scale() {
   for hkv in 16 4; do
-    # strong scaling: the whole N = 512k on 1, 2, 4 (8) GPUs, one GPU's kernels beside each row
-    for g in "${sizes[@]}"; do bench strong "$g" 524288 "$hkv"; done
+    # strong scaling: the whole N = 512k on 1, 2, 4 (8) GPUs; one GPU's kernels are timed in the
+    # G = 1 run and their times given to the others (the efficiency column)
+    bench strong 1 524288 "$hkv"
+    local f b given=(--no-single); f=$(single_ms strong 524288 "$hkv" fwd); b=$(single_ms strong 524288 "$hkv" bwd)
+    [[ -n "$f" && -n "$b" && "$f" != -1* && "$b" != -1* ]] && given=(--single-fwd-ms "$f" --single-bwd-ms "$b")
+    for g in "${sizes[@]:1}"; do bench strong "$g" 524288 "$hkv" "${given[@]}"; done
     # weak scaling: 128k rows per GPU (the G = 1 row carries one GPU's TFLOP/s at 128k)
     for g in "${sizes[@]}"; do
       if (( g == 1 )); then bench weak 1 131072 "$hkv"; else bench weak "$g" $((131072 * g)) "$hkv" --no-single; fi
     done
   done
   # N = 1M on every GPU of the machine (B·N·H·d = 2^31: beyond one launch of the fast kernels)
-  (( gpus >= 2 )) && bench long "${sizes[-1]}" 1048576 4 --no-single
+  if (( gpus >= 2 )); then bench long "${sizes[-1]}" 1048576 4 --no-single; fi
   echo "rows: $out/csv/context_parallel.csv"
 }
 

@@ -73,7 +73,7 @@ TEST_CASE("cli traffic ring: N that does not divide into the chunks is padded, a
   CHECK(r.out.find("counted == model: yes") != std::string::npos);
 }
 
-TEST_CASE("cli traffic ring: at long sequences the ring hides the link; the simulation is left out", "[cli][ring]") {
+TEST_CASE("cli traffic ring: at long sequences the ring hides the link and the simulation is left out", "[cli][ring]") {
   const auto r = run_cli("traffic ring --gpus 4 --seq 524288 --heads 16 --dim 128 --causal");
   INFO(r.err);
   REQUIRE(r.exit_code == 0);

@@ -22,6 +22,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
+#include <utility>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -441,11 +443,6 @@ void check_comm(const ref::ContextParallelProblem& p, std::size_t rank, void* co
                                 " ranks, numbered in ring order)");
 }
 
-void require(const void* p, const char* what, std::size_t rank) {
-  if (p == nullptr)
-    throw std::invalid_argument(std::string("flashlab::cuda: context parallel: ") + what + " of rank " +
-                                std::to_string(rank) + " is null");
-}
 
 ref::RankStep step_row(const ref::ContextParallelProblem& p, std::size_t s, std::size_t rank) {
   ref::RankStep row;
@@ -475,6 +472,44 @@ struct Driven {
   const RingRank<Buffers>* args;
 };
 
+// One driven rank's number, pointers (named, for the message), workspace and communicator.
+template <typename Buffers>
+void check_rank(const ref::ContextParallelProblem& p, std::size_t rank, const RingRank<Buffers>& args,
+                std::initializer_list<std::pair<const void*, const char*>> pointers) {
+  if (rank >= p.gpus)
+    throw std::invalid_argument("flashlab::cuda: context parallel: rank " + std::to_string(rank) +
+                                " is not below G = " + std::to_string(p.gpus));
+  for (const auto& [ptr, what] : pointers)
+    if (ptr == nullptr)
+      throw std::invalid_argument(std::string("flashlab::cuda: context parallel: ") + what + " of rank " +
+                                  std::to_string(rank) + " is null");
+  if (args.workspace == nullptr)
+    throw std::invalid_argument("flashlab::cuda: context parallel: the workspace of rank " + std::to_string(rank) +
+                                " is null (hint: context_parallel_*_workspace_bytes)");
+  check_comm(p, rank, args.comm);
+}
+
+// The start of a pass on one rank: its own K and V rows into the first ring buffer (K then V),
+// then `ready` on the compute stream (exchange 0 waits for it).
+void load_own_kv(const Sizes& z, const void* K, const void* V, std::uint16_t* kv, const RankRun& r) {
+  const std::size_t bytes = z.kv_local() * sizeof(std::uint16_t);
+  FLASHLAB_CUDA_CHECK(cudaMemcpyAsync(kv, K, bytes, cudaMemcpyDeviceToDevice, r.stream));
+  FLASHLAB_CUDA_CHECK(cudaMemcpyAsync(kv + z.kv_local(), V, bytes, cudaMemcpyDeviceToDevice, r.stream));
+  FLASHLAB_CUDA_CHECK(cudaEventRecord(r.ready, r.stream));
+}
+
+// The K_j, V_j a block reads from the held ring buffer: the chunk of its slot, expanded to H
+// heads into Kx, Vx under GQA (H_kv heads travel, the kernels read H).
+std::pair<const void*, const void*> block_kv(const Sizes& z, const std::uint16_t* held, const ref::RingBlock& blk,
+                                             std::uint16_t* Kx, std::uint16_t* Vx, cudaStream_t stream) {
+  const std::uint16_t* K_j = held + blk.kv_slot * z.kv_chunk();
+  const std::uint16_t* V_j = held + z.kv_local() + blk.kv_slot * z.kv_chunk();
+  if (z.group == 1) return {K_j, V_j};
+  detail::expand_kv_heads(K_j, Kx, z.B * z.c, int(z.H), int(z.group), int(z.d), stream);
+  detail::expand_kv_heads(V_j, Vx, z.B * z.c, int(z.H), int(z.group), int(z.d), stream);
+  return {Kx, Vx};
+}
+
 void run_forward(const ref::ContextParallelProblem& p, const std::vector<Driven<RingForwardBuffers>>& ranks,
                  FastForwardKernel kernel, RingTrace* trace) {
   check_context_parallel_problem(p);
@@ -482,16 +517,8 @@ void run_forward(const ref::ContextParallelProblem& p, const std::vector<Driven<
   const Sizes z(p);
   const bool bf16 = p.attention.dtype == ref::Dtype::bf16;
   for (const auto& d : ranks) {
-    if (d.rank >= G) throw std::invalid_argument("flashlab::cuda: context parallel: rank " + std::to_string(d.rank) +
-                                                 " is not below G = " + std::to_string(G));
     const RingForwardBuffers& b = d.args->buffers;
-    require(b.Q, "Q", d.rank);
-    require(b.K, "K", d.rank);
-    require(b.V, "V", d.rank);
-    require(b.O, "O", d.rank);
-    require(b.LSE, "LSE", d.rank);
-    require(d.args->workspace, "the workspace", d.rank);
-    check_comm(p, d.rank, d.args->comm);
+    check_rank(p, d.rank, *d.args, {{b.Q, "Q"}, {b.K, "K"}, {b.V, "V"}, {b.O, "O"}, {b.LSE, "LSE"}});
   }
   DeviceGuard guard;
   const std::size_t exchanges = G > 1 ? G - 1 : 0;
@@ -506,10 +533,7 @@ void run_forward(const ref::ContextParallelProblem& p, const std::vector<Driven<
     const RingForwardBuffers& b = d.args->buffers;
     // Start: O = 0, LSE = −inf (nothing seen); the own K/V chunks into the first ring buffer.
     detail::ring_init(sp.O_acc, z.q_local(), b.LSE, z.slots * z.stats_chunk(), r.stream);
-    const std::size_t kv = z.kv_local() * sizeof(std::uint16_t);
-    FLASHLAB_CUDA_CHECK(cudaMemcpyAsync(sp.kv[0], b.K, kv, cudaMemcpyDeviceToDevice, r.stream));
-    FLASHLAB_CUDA_CHECK(cudaMemcpyAsync(sp.kv[0] + z.kv_local(), b.V, kv, cudaMemcpyDeviceToDevice, r.stream));
-    FLASHLAB_CUDA_CHECK(cudaEventRecord(r.ready, r.stream));
+    load_own_kv(z, b.K, b.V, sp.kv[0], r);
   }
   const std::size_t kv_bytes = z.kv_local() * sizeof(std::uint16_t);
   for (std::size_t s = 0; s < G; ++s) {
@@ -532,14 +556,7 @@ void run_forward(const ref::ContextParallelProblem& p, const std::vector<Driven<
       const std::uint16_t* held = sp.kv[s % 2];
       const auto blocks = ref::ring_blocks(p, r.rank, s);
       for (const ref::RingBlock& blk : blocks) {
-        const void* K_j = held + blk.kv_slot * z.kv_chunk();
-        const void* V_j = held + z.kv_local() + blk.kv_slot * z.kv_chunk();
-        if (z.group > 1) {  // GQA: H_kv heads travel, the kernel reads H
-          detail::expand_kv_heads(K_j, sp.Kx, z.B * z.c, int(z.H), int(z.group), int(z.d), r.stream);
-          detail::expand_kv_heads(V_j, sp.Vx, z.B * z.c, int(z.H), int(z.group), int(z.d), r.stream);
-          K_j = sp.Kx;
-          V_j = sp.Vx;
-        }
+        const auto [K_j, V_j] = block_kv(z, held, blk, sp.Kx, sp.Vx, r.stream);
         fast_attention_forward_device(ref::block_problem(p, blk), kernel, at<std::uint16_t>(b.Q, blk.q_slot * z.q_chunk()),
                                       K_j, V_j, sp.O_part, sp.LSE_part, r.stream);
         detail::ring_merge(bf16, sp.O_acc + blk.q_slot * z.q_chunk(), b.LSE + blk.q_slot * z.stats_chunk(), sp.O_part,
@@ -567,20 +584,10 @@ void run_backward(const ref::ContextParallelProblem& p, const std::vector<Driven
   const Sizes z(p);
   const bool bf16 = p.attention.dtype == ref::Dtype::bf16;
   for (const auto& d : ranks) {
-    if (d.rank >= G) throw std::invalid_argument("flashlab::cuda: context parallel: rank " + std::to_string(d.rank) +
-                                                 " is not below G = " + std::to_string(G));
     const RingBackwardBuffers& b = d.args->buffers;
-    require(b.Q, "Q", d.rank);
-    require(b.K, "K", d.rank);
-    require(b.V, "V", d.rank);
-    require(b.O, "O", d.rank);
-    require(b.dO, "dO", d.rank);
-    require(b.LSE, "LSE", d.rank);
-    require(b.dQ, "dQ", d.rank);
-    require(b.dK, "dK", d.rank);
-    require(b.dV, "dV", d.rank);
-    require(d.args->workspace, "the workspace", d.rank);
-    check_comm(p, d.rank, d.args->comm);
+    check_rank(p, d.rank, *d.args,
+               {{b.Q, "Q"}, {b.K, "K"}, {b.V, "V"}, {b.O, "O"}, {b.dO, "dO"}, {b.LSE, "LSE"}, {b.dQ, "dQ"},
+                {b.dK, "dK"}, {b.dV, "dV"}});
   }
   DeviceGuard guard;
   // Exchanges 0 … G − 2 carry K/V, 1 … G the dK/dV sums: G + 1 in all (none for G = 1).
@@ -595,10 +602,7 @@ void run_backward(const ref::ContextParallelProblem& p, const std::vector<Driven
     const BackwardSpace& sp = space.back();
     const RingBackwardBuffers& b = d.args->buffers;
     FLASHLAB_CUDA_CHECK(cudaMemsetAsync(sp.dQ_acc, 0, z.q_local() * sizeof(float), r.stream));
-    const std::size_t kv = z.kv_local() * sizeof(std::uint16_t);
-    FLASHLAB_CUDA_CHECK(cudaMemcpyAsync(sp.kv[0], b.K, kv, cudaMemcpyDeviceToDevice, r.stream));
-    FLASHLAB_CUDA_CHECK(cudaMemcpyAsync(sp.kv[0] + z.kv_local(), b.V, kv, cudaMemcpyDeviceToDevice, r.stream));
-    FLASHLAB_CUDA_CHECK(cudaEventRecord(r.ready, r.stream));
+    load_own_kv(z, b.K, b.V, sp.kv[0], r);
   }
   const std::size_t kv_bytes = z.kv_local() * sizeof(std::uint16_t), grad_bytes = z.kv_local() * sizeof(float);
   for (std::size_t s = 0; s <= G; ++s) {
@@ -628,14 +632,7 @@ void run_backward(const ref::ContextParallelProblem& p, const std::vector<Driven
         const std::uint16_t* held = sp.kv[s % 2];
         const auto blocks = ref::ring_blocks(p, r.rank, s);
         for (const ref::RingBlock& blk : blocks) {
-          const void* K_j = held + blk.kv_slot * z.kv_chunk();
-          const void* V_j = held + z.kv_local() + blk.kv_slot * z.kv_chunk();
-          if (z.group > 1) {
-            detail::expand_kv_heads(K_j, sp.Kx, z.B * z.c, int(z.H), int(z.group), int(z.d), r.stream);
-            detail::expand_kv_heads(V_j, sp.Vx, z.B * z.c, int(z.H), int(z.group), int(z.d), r.stream);
-            K_j = sp.Kx;
-            V_j = sp.Vx;
-          }
+          const auto [K_j, V_j] = block_kv(z, held, blk, sp.Kx, sp.Vx, r.stream);
           const std::size_t q = blk.q_slot * z.q_chunk();
           fast_attention_backward_device(ref::Algorithm::bwd_atomic, ref::block_problem(p, blk),
                                          at<std::uint16_t>(b.Q, q), K_j, V_j, at<std::uint16_t>(b.O, q),
