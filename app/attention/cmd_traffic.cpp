@@ -32,7 +32,8 @@ constexpr const char* kUsageLine =
     "                          [--causal] [--dtype fp32|bf16|fp16] [--variant naive|fa1|fa2|atomic|bwd] [--csv]\n"
     "                          [--device cpu|cuda] [--svg FILE]\n"
     "       flashlab traffic levels [options]   (the traffic chapter's three-level table; --help)\n"
-    "       flashlab traffic mta|stream [options] (their models beside the clear kernels' measured bytes; --help)";
+    "       flashlab traffic mta|stream [options] (their models beside the clear kernels' measured bytes; --help)\n"
+    "       flashlab traffic ring [options]     (bytes between GPUs: context-parallel attention's ring; --help)";
 constexpr const char* kSummary =
     "Prints the HBM bytes (read + write) of attention as the reference's closed-form model states\n"
     "them, for each N: naive (S and P materialised) vs FA1 (KV outer, O/m/l read-modify-written) vs\n"
@@ -159,6 +160,7 @@ int cmd_traffic(const Args& args) {
   if (!args.empty() && args.front() == "levels") return cmd_traffic_levels(Args(args.begin() + 1, args.end()));
   if (!args.empty() && args.front() == "mta") return cmd_traffic_mta(args);  // cmd_mta_cuda.cpp
   if (!args.empty() && args.front() == "stream") return cmd_traffic_stream(args);  // cmd_stream_cuda.cpp
+  if (!args.empty() && args.front() == "ring") return cmd_traffic_ring(args);  // cmd_traffic_ring.cpp
   return guarded("traffic", [&]() -> int {
     const auto desc = options();
     const auto parsed = parse_subject_command(

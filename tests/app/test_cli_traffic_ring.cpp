@@ -1,0 +1,110 @@
+// `flashlab traffic ring`: the model of the bytes between GPUs of context-parallel attention,
+// step by step, beside the CPU simulation's count of what its ring copied; its CSV and JSON
+// forms; the refusals of bad flags.
+#include <catch2/catch.hpp>
+
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "run_cli.hpp"
+
+using flashlab::test::expect_usage_error;
+using flashlab::test::run_cli;
+
+namespace {
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("cli traffic ring: a small ring is simulated and its bytes equal the model", "[cli][ring]") {
+  const auto r = run_cli("traffic ring --gpus 4 --seq 256 --heads 4 --heads-kv 2 --dim 64 --causal");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("ring attention on 4 GPUs (zigzag, causal)") != std::string::npos);
+  CHECK(r.out.find("each GPU holds 2 chunks of 32 rows (N_local = 64)") != std::string::npos);
+  CHECK(r.out.find("\nforward\n") != std::string::npos);
+  CHECK(r.out.find("\nbackward\n") != std::string::npos);
+  CHECK(r.out.find("(dK/dV home)") != std::string::npos);
+  CHECK(r.out.find("counted == model: yes") != std::string::npos);
+  // K per step: 64 rows x 2 heads x 64 x 2 bytes = 16384 bytes, and V as much: 32.8 kB sent per GPU.
+  CHECK(r.out.find("32.8 kB") != std::string::npos);
+}
+
+TEST_CASE("cli traffic ring: CSV has one row per pass and step with the model's bytes", "[cli][ring]") {
+  const auto r = run_cli("traffic ring --gpus 4 --seq 64 --heads 4 --heads-kv 2 --dim 16 --causal --csv");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto rows = lines(r.out);
+  REQUIRE(rows.size() == 1 + 4 + 5);  // header, forward steps 0..3, backward steps 0..4
+  CHECK(rows[0].rfind("pass,step,kv_source_of_gpu0,sent_K,sent_V,sent_dK,sent_dV,sent_bytes,", 0) == 0);
+  // N_local = 16 rows x 2 K/V heads x 16 x 2 bytes = 1024 bytes of K; the dK sums travel in fp32.
+  CHECK(rows[1].rfind("forward,0,0,1024,1024,0,0,2048,", 0) == 0);
+  CHECK(rows[2].rfind("forward,1,3,1024,1024,0,0,2048,", 0) == 0);
+  CHECK(rows[4].rfind("forward,3,1,0,0,0,0,0,", 0) == 0);
+  CHECK(rows[7].rfind("backward,2,2,1024,1024,2048,2048,6144,", 0) == 0);
+  CHECK(rows[9].rfind("backward,4,,0,0,2048,2048,4096,", 0) == 0);
+  // stdout holds the CSV alone; the check goes to stderr
+  CHECK(r.err.find("counted == model: yes") != std::string::npos);
+}
+
+TEST_CASE("cli traffic ring: JSON says whether the count equals the model", "[cli][ring]") {
+  const auto r = run_cli("traffic ring --gpus 3 --seq 30 --heads 2 --dim 8 --json --pass fwd");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("\"counted_equals_model\": true") != std::string::npos);
+  CHECK(r.out.find("\"layout\": \"contiguous\"") != std::string::npos);  // the default without --causal
+  CHECK(r.out.find("\"pass\": \"forward\"") != std::string::npos);
+  CHECK(r.out.find("\"pass\": \"backward\"") == std::string::npos);
+}
+
+TEST_CASE("cli traffic ring: N that does not divide into the chunks is padded, and still counts", "[cli][ring]") {
+  const auto r = run_cli("traffic ring --gpus 4 --seq 37 --heads 2 --heads-kv 1 --dim 8 --causal");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("padded at its end to 40 rows") != std::string::npos);
+  CHECK(r.out.find("counted == model: yes") != std::string::npos);
+}
+
+TEST_CASE("cli traffic ring: at long sequences the ring hides the link and the simulation is left out", "[cli][ring]") {
+  const auto r = run_cli("traffic ring --gpus 4 --seq 524288 --heads 16 --dim 128 --causal");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("the ring hides the communication: yes") != std::string::npos);
+  CHECK(r.out.find("counted == model: not run") != std::string::npos);
+  CHECK(std::regex_search(r.out, std::regex("--seq [0-9]+ or less shows the count")));
+  // ...and at short ones it does not (370 GB/s against 600 TFLOP/s: N_local below ~3200 rows)
+  const auto s = run_cli("traffic ring --gpus 4 --seq 4096 --heads 16 --dim 128 --causal --pass fwd");
+  REQUIRE(s.exit_code == 0);
+  CHECK(s.out.find("the ring hides the communication: no") != std::string::npos);
+  // a faster link hides it
+  const auto f = run_cli("traffic ring --gpus 4 --seq 4096 --heads 16 --dim 128 --causal --pass fwd --link-gbps 4000");
+  REQUIRE(f.exit_code == 0);
+  CHECK(f.out.find("the ring hides the communication: yes") != std::string::npos);
+}
+
+TEST_CASE("cli traffic ring: bad flags are usage errors naming the flag", "[cli][ring][errors]") {
+  expect_usage_error("traffic ring --seq 1024", "--gpus is required");
+  expect_usage_error("traffic ring --gpus 4", "--seq is required");
+  expect_usage_error("traffic ring --gpus 0 --seq 1024", "gpus");
+  expect_usage_error("traffic ring --gpus 4 --seq 1024 --heads 6 --heads-kv 4", "--heads-kv 4 does not divide --heads 6");
+  expect_usage_error("traffic ring --gpus 4 --seq 1024 --layout ring", "--layout 'ring' is unknown");
+  expect_usage_error("traffic ring --gpus 4 --seq 1024 --dtype fp8", "--dtype 'fp8' is unknown");
+  expect_usage_error("traffic ring --gpus 4 --seq 1024 --pass up", "--pass 'up' is unknown");
+  expect_usage_error("traffic ring --gpus 4 --seq 1024 --link-gbps 0", "--link-gbps");
+  expect_usage_error("traffic ring --gpus 4 --seq 1024 --tflops -5", "--tflops");
+  expect_usage_error("traffic ring --gpus 4 --seq 1024 --csv --json", "--csv and --json both given");
+  expect_usage_error("traffic ring --gpus 4 --seq 1024 --device tpu", "--device 'tpu' is unknown");
+#ifdef FLASHLAB_TEST_HAVE_CUDA
+  expect_usage_error("traffic ring --gpus 4 --seq 1024 --device cuda", "not part of this command yet");
+#else
+  expect_usage_error("traffic ring --gpus 4 --seq 1024 --device cuda", "built without CUDA");
+#endif
+}
