@@ -1,6 +1,6 @@
 // `flashlab stream estimate|apply|trace --device cuda` (the clear GPU kernels, multi-head inputs)
 // and `flashlab stream needles` (planted-needle recall, CPU or GPU). Parsing and printing only:
-// the algorithms live in reference/src/stream and cuda/src/stream_*.
+// the algorithms live in reference/src/stream and cuda/src/stream/.
 #include <algorithm>
 #include <cmath>
 #include <fstream>

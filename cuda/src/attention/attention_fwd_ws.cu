@@ -68,8 +68,8 @@
 // barriers + the split tail's 32 B + alignment slack; the limit is 232,448; 230,544 with K and V
 // released apart; Bc = 192: 2 stages × 96 KiB, 230,512), d = 64: 115,832 B (Br = 128) or
 // 124,048 B (Br = 192, released apart).
-// Measured (H100, bf16, H = 16, beside SDPA): the runs and the profiles are in
-// docs/optimisation.md (Rungs 5, 6, 8, 9, 10, 12, 14 and 15) and cuda/results/fwd_tma_ws.csv.
+// Why each of these is here, what it was measured against and the profiles that decided it:
+// docs/optimisation.md, the TMA forward; its runs: cuda/RESULTS.md and cuda/results/fwd_tma_ws.csv.
 #include "core/common.hpp"
 #include "core/hopper.cuh"
 #include "attention/launchers.hpp"
@@ -110,8 +110,8 @@ struct WsTraits {
   static constexpr int kConsumerWarps = 4 * kConsumers;     // arrivals on empty[s]
   static constexpr int BLOCK_M = 64 * kConsumers;           // Br
   static constexpr int BLOCK_N = kBlockN_;                  // Bc (n of the S wgmma)
-  // K_j/V_j ring: 3 stages measured 1.15× 2 at d = 128, N = 8192 (docs/optimisation.md); at
-  // d = 128 they fill the SRAM (Q_i 32 KiB + 3 × 64 KiB).
+  // K_j/V_j ring: with two stages a stage frees only after both consumers' P·V on it, so the next
+  // load starts late; three hide it. At d = 128 they fill the SRAM (Q_i 32 KiB + 3 × 64 KiB).
   static constexpr int kStages = kStages_;
   static constexpr bool kOverlap = kOverlap_;
   static constexpr bool kShortChains = kShortChains_;
@@ -122,7 +122,8 @@ struct WsTraits {
   static constexpr bool kVoteMax = kVoteMax_;
   // P_ij's A fragments in two register sets, alternating by key tile (the loop unrolled by two):
   // the softmax of tile j packs into one while the P·V of tile j − 1 may still read the other, so
-  // ptxas need not wait for that P·V before the exponentials (it otherwise did: docs/optimisation.md, Rung 15).
+  // ptxas need not wait for that P·V before the exponentials (with one set it did: the packing of P
+  // writes the registers that P·V still reads).
   static constexpr bool kTwoP = kTwoP_;
   // Non-causal: the units past the last whole round cut along the keys (WsSchedule), partial
   // results combined by a second kernel (ws_combine_kernel).
@@ -603,9 +604,9 @@ long long ws_units(const Problem& p, int rows) {
 /// Whether a non-causal list of `units` on `grid` blocks (n key tiles per unit) has its tail cut
 /// along the keys (WsSchedule, ws_combine_kernel): at least 4 whole rounds before it and at least
 /// half of the blocks idle in its last round. The cut costs a second launch, a Q_i load and a
-/// partial store per piece; measured on the H100 (d = 64, three consumers, H = 16,
-/// docs/optimisation.md, Rung 15): +9 % at N = 8192 (5.21 rounds), +2 % at 16384 (10.4), −2.4 % at
-/// 4096 (2.67 rounds, not cut). 32-bit share arithmetic: grid · grid · n < 2^32.
+/// partial store per piece: it pays where a long list ends in a part-empty round (N = 8192,
+/// H = 16: 5.21 rounds run as 6) and not where the list is short (N = 4096: 2.67 rounds).
+/// 32-bit share arithmetic: grid · grid · n < 2^32.
 bool ws_split_tail(long long units, long long grid, long long n) {
   const long long tail = units % grid;
   return tail != 0 && units / grid >= 4 && 2 * tail <= grid && n > 1 && grid * grid * n < (1LL << 32);
@@ -677,17 +678,16 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
 
 /// d = 64: three consumer warpgroups (Br = 192) once the work list gives every SM at least 2.5
 /// rounds of units (causal units count half: on average they have half the key tiles); shorter
-/// lists keep Br = 128, whose finer units spread better over the SMs. Measured on the H100
-/// (H = 16, docs/optimisation.md, Rung 8): Br = 192 +6 % at N = 4096 non-causal, +8–16 % at
-/// N ≥ 8192; Br = 128 ahead by 4–18 % at N ≤ 2048, and causal at 4096.
+/// lists keep Br = 128, whose finer units spread better over the SMs (where the list is one or two
+/// rounds long, Br = 192 leaves more SMs idle in the last round than its longer softmax cover saves).
 bool ws_three_consumers(const Problem& p, int sms) {
   return double(ws_units(p, 192)) >= (p.causal ? 5.0 : 2.5) * sms;
 }
 
 /// d = 128 without a causal mask: key tiles of Bc = 192 (two stages: three do not fit the SRAM)
-/// once the last, ragged tile pads the keys by at most 1 %, else Bc = 128 with three stages.
-/// Measured on the H100 (H = 16, docs/optimisation.md, Rung 10): Bc = 192 +1.6–2.5 % at
-/// N = 8192, +8–10 % at 16384; behind at N ≤ 2048, where 192 pads 3–12 % of the keys.
+/// once the last, ragged tile pads the keys by at most 1 %, else Bc = 128 with three stages: a
+/// wider tile pays each key tile's fixed cost less often, but where the last tile pads N more
+/// the padding costs more than that saves.
 bool ws_wide_keys(const Problem& p) {
   const long long padded = (p.seq + 191) / 192 * 192LL;
   return padded * 100 <= p.seq * 101LL;
@@ -695,17 +695,16 @@ bool ws_wide_keys(const Problem& p) {
 
 /// The configuration per head dim: d = 64, two or three consumer warpgroups (ws_three_consumers),
 /// both with the intra-warpgroup overlap; d = 128, two consumer warpgroups, the overlap only
-/// without a causal mask (measured +0.5–1.3 % non-causal, mixed causal). The short reduction
-/// chains without a causal mask only (measured +0.8–2 % at N ≥ 8192, up to +8 % at 2048; causal
-/// d = 64 lost 4–5 % at N ≥ 8192). Without a causal mask the K/V stages are released apart (d = 64
-/// with three consumers, d = 128) and d = 128 takes the wider key tiles where ws_wide_keys says.
-/// d = 128 without a causal mask votes before it reduces the row maxima (kVoteMax: measured +2–3 %
-/// at N = 4096 and 8192; at d = 64 it cost 4–8 %, causal −7 to +3 %: docs/optimisation.md, Rung 14).
-/// Two P register sets (kTwoP) where they were measured ahead (Rung 15): d = 64 with three
-/// consumers (+2–3 %) and causal (+1–2.5 %), d = 128 with Bc = 192 (level to +1 % at N = 8192);
-/// not at d = 64 with two consumers without a mask (−2 %) nor d = 128 with Bc = 128 (−1.5 %).
-/// The split tail at d = 64 with three consumers without a mask (ws_split_tail decides per
-/// launch); not at d = 128 with Bc = 192, whose split kernel spills 152 bytes (−3 % at N = 8192).
+/// without a causal mask (mixed with one). The short reduction chains without a causal mask only
+/// (causal d = 64 measured slower with them). Without a causal mask the K/V stages are released
+/// apart (d = 64 with three consumers, d = 128) and d = 128 takes the wider key tiles where
+/// ws_wide_keys says. d = 128 without a causal mask votes before it reduces the row maxima
+/// (kVoteMax; at d = 64, with Bc = 128, a new maximum in any of a warp's rows sends it down the slow
+/// path, which measured slower). Two P register sets (kTwoP) where they measured ahead: d = 64 with
+/// three consumers and causal, d = 128 with Bc = 192; not at d = 64 with two consumers without a
+/// mask nor d = 128 with Bc = 128. The split tail at d = 64 with three consumers without a mask
+/// (ws_split_tail decides per launch); not at d = 128 with Bc = 192, whose split kernel spills
+/// 152 bytes and measured slower. What each measured: docs/optimisation.md, the TMA forward.
 template <int D, bool kBf16>
 void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
                  cudaStream_t stream) {
@@ -717,8 +716,8 @@ void launch_ws_d(const Problem& p, const void* Q, const void* K, const void* V, 
       if (three) launch_ws_one<CausalThree>(p, Q, K, V, O, LSE, sms, stream);
       else launch_ws_one<CausalTwo>(p, Q, K, V, O, LSE, sms, stream);
     } else {
-      // K/V released apart, two P sets; a second instantiation cuts the tail (its bookkeeping cost
-      // 3 % where the tail stays whole: N = 4096)
+      // K/V released apart, two P sets; a second instantiation cuts the tail (its bookkeeping
+      // measured slower where the tail stays whole)
       using Three = WsTraits<64, kBf16, false, 3, 3, true, true, 128, true, false, true>;
       using ThreeSplit = WsTraits<64, kBf16, false, 3, 3, true, true, 128, true, false, true, true>;
       const long long units = ws_units(p, Three::BLOCK_M), n = (p.seq + Three::BLOCK_N - 1) / Three::BLOCK_N;
