@@ -10,6 +10,7 @@
 set -eu
 dir=${1:-build/cpu/bench}
 date=$(date -u '+%Y-%m-%d %H:%M')
+commit=$(git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)  # the tree the programs were built from
 machine="$(nproc)-core $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
 cd "$dir"   # bench_toymachine finds its traces relative to the build tree
 toy=$(./bench_toymachine | tee /dev/stderr)
@@ -21,8 +22,8 @@ pick() {  # pick TEXT ERE: the first capture of ERE (sed -E) in TEXT, or fail na
   [ -n "$v" ] || { echo "measure_cpu: no match for '$2'" >&2; exit 1; }
   printf '%s' "$v"
 }
-row() { printf '%s,"%s","%s",%s,"%s","%s","%s"\n' "$date" "$machine" "$1" "$2" "$3" "$4" "$5"; }
-echo "date,machine,benchmark,value,unit,target,command"
+row() { printf '%s,"%s",%s,"%s",%s,"%s","%s","%s"\n' "$date" "$machine" "$commit" "$1" "$2" "$3" "$4" "$5"; }
+echo "date,machine,commit,benchmark,value,unit,target,command"
 row "toy-machine executor, numeric-only (the slower of two traces' medians)" \
   "$(pick "$toy" 'numeric-only executor: ([0-9.]+) M instructions/s')" "M instructions/s" "≥ 20" "bench_toymachine"
 row "attention forward FA2, N = 4096, d = 64, 1 head, fp32, one thread" \

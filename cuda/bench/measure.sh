@@ -53,11 +53,13 @@
 # raw logs do not belong in it. The recipe, end to end:
 #   cmake --preset cuda && cmake --build --preset cuda -j2 --target flashlab test_cuda
 #   mkdir -p gpu-carry && cp build/cuda/app/flashlab build/cuda/tests/cuda/test_cuda gpu-carry/
+#   git describe --always --dirty --abbrev=7 >gpu-carry/commit
 #   (GPU machine)  bash cuda/bench/measure.sh run gpu-carry "$OUT"        # about 4 minutes
-#   (here)         cp OUT_DIR/csv/*.csv cuda/results/      # or append the rows to keep older runs
+#   (here)         append the rows of OUT_DIR/csv/*.csv to cuda/results/ (a run of a build whose
+#                  kernels are replaced later moves to cuda/results/archive/, see its README)
 #                  cmake --build --preset cpu --target results-pages      # rewrites the tables
-# Each CSV row carries the run's date (UTC) and device, so rows of several runs can share a file;
-# the pages show the newest run and, for the headline shape, every run.
+# Each CSV row carries the run's date (UTC), device and commit, so rows of several runs can share a
+# file; the pages show the newest run of each kernel and, for the headline shape, every run.
 set -u
 
 usage() { awk 'NR > 1 && /^set -u/ { exit } NR > 1' "$0" >&2; exit 2; }
@@ -65,12 +67,18 @@ usage() { awk 'NR > 1 && /^set -u/ { exit } NR > 1' "$0" >&2; exit 2; }
 # ---------------------------------------------------------------------------------------------
 # shared by the modes: the run's date, device and mode, and one log per command
 # ---------------------------------------------------------------------------------------------
-begin_logs() {  # begin_logs LOGS MODE: env.txt (date=, device=, mode= lines) and nvidia-smi's view
+# begin_logs LOGS MODE: env.txt (date=, device=, commit=, mode= lines) and nvidia-smi's view. The
+# commit is the one the binaries were built from: BIN_DIR/commit (written beside them by the recipe
+# above, `git describe --always --dirty --abbrev=7`), else this tree's, else "unknown".
+begin_logs() {
   mkdir -p "$1"
   export PATH=$PATH:/usr/local/cuda/bin
+  local commit
+  commit=$(head -1 "${bin:-gpu-carry}/commit" 2>/dev/null || git describe --always --dirty --abbrev=7 2>/dev/null)
   {
     echo "date=$(date -u '+%Y-%m-%d %H:%M')"
     echo "device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+    echo "commit=${commit:-unknown}"
     echo "mode=$2"
   } >"$1/env.txt"
   nvidia-smi >"$1/nvidia-smi.txt" 2>&1
@@ -196,7 +204,7 @@ run_hopper_bwd() {
   metrics+=,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed
   metrics+=,lts__t_sectors_op_red.sum,smsp__warp_issue_stalled_barrier_per_warp_active.pct
   local d
-  for d in 128 64; do  # the wgmma-ws kernel at the headline shape (the mma.sync kernel: Rung 7's runs)
+  for d in 128 64; do  # the wgmma-ws kernel at the headline shape
     step "$logs/ncu_wgmma-ws_d$d.csv" ncu --csv --kernel-name bwd_ws_kernel --launch-skip 2 --launch-count 1 \
       --metrics "$metrics" "$bin/flashlab" bench attention --pass bwd --seq 8192 --dim $d --no-causal --reps 20 \
       --warmup 2 --bwd-kernel wgmma-ws
@@ -604,6 +612,8 @@ tabulate() {
   date=$(env_value date "$logs/env.txt")
   device=$(env_value device "$logs/env.txt")
   mode=$(env_value mode "$logs/env.txt")
+  local commit
+  commit=$(env_value commit "$logs/env.txt")
   mkdir -p "$out/csv"
   case "${mode:-run}" in
     mta)
@@ -637,7 +647,17 @@ tabulate() {
       tab_traffic "$date" "$device" "$logs/sweep.csv" >"$out/csv/traffic_sweep.csv"
       tab_fast "$logs" "$date" "$device" >"$out/csv/fast_attention.csv" ;;
   esac
+  add_commit "$out/csv" "${commit:-unknown}"
   wc -l "$out"/csv/*.csv
+}
+
+# add_commit CSV_DIR COMMIT: the commit column after date and device in every CSV of the run (the
+# first two fields never hold a comma).
+add_commit() {
+  local f
+  for f in "$1"/*.csv; do
+    sed -E -i "1s/^([^,]*,[^,]*)(,|$)/\1,commit\2/; 2,\$s/^([^,]*,[^,]*)(,|$)/\1,$2\2/" "$f"
+  done
 }
 
 case "${1:-}" in

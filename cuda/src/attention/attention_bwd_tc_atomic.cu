@@ -80,9 +80,9 @@
 // alone take 128 at d = 128), with 48 bytes of spill at d = 128 and 8 at d = 64; the spill loads
 // sit in the once-per-step prefetch branch, not in the products. Convert kernel 28.
 //
-// Tried and not kept, each measured slower on the H100 (the optimisation story is
-// cuda/FAST_NOTES.md): LSE/D by __ldg; dS from packed 16-bit P (spills); red.global from the warps
-// (v2, v4, or via SRAM: the dQ reductions then took about a quarter of the time); 128-byte
+// Tried and not kept, each measured slower on the H100 (docs/optimisation.md, the backward in one
+// kernel): LSE/D by __ldg; dS from packed 16-bit P (spills); red.global from the warps (v2, v4, or
+// via SRAM: the issuing warps then waited on the reductions' latency); 128-byte
 // row-wise bulk reductions; 2-block clusters summing dQ in distributed shared memory; ldmatrix
 // prefetch of k-step kk+1; dQ between dV and dK, or last; the proxy fence by every lane; a
 // per-element `visible ? 2^x : 0` (ptxas puts a branch around every MUFU.EX2).

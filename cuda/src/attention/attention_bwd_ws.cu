@@ -63,7 +63,7 @@
 // d = 64 causal and deterministic kernels; dynamic SRAM 198,728 bytes at d = 128 (K_j, V_j 64 KiB,
 // 2 stages of Q_i, dO_i 64 KiB, 2 dSᵀ buffers 32 KiB, 2 dQ slices 32 KiB, stats, barriers,
 // alignment slack), 199,752 at d = 64 (Br = 128: K_j, V_j 32 KiB, stages 64 KiB, 2 dSᵀ buffers
-// 64 KiB, 2 dQ slices 32 KiB). The story and the measurements: docs/optimisation.md, Rungs 7, 11, 13.
+// 64 KiB, 2 dQ slices 32 KiB). What was measured and tried: docs/optimisation.md, the wgmma-ws backward.
 #include "attention/attention_bwd_tc.cuh"
 #include "core/common.hpp"
 #include "core/hopper.cuh"
@@ -80,7 +80,7 @@ namespace {
 
 /// Br of the kernel at head dim d: 128 query rows per step at d = 64 (the Sᵀ, dPᵀ products twice
 /// as wide, dV, dK twice as deep, half the steps), 64 at d = 128 (128 would need 64 more
-/// accumulator registers per consumer than the 240 it has). docs/optimisation.md, Rung 11.
+/// accumulator registers per consumer than the 240 it has).
 constexpr int bwd_ws_block_m(int head_dim) { return head_dim == 64 ? 128 : 64; }
 
 /// How the two consumers share the dQ_i partial = dS_ij K_j of a step.
@@ -111,19 +111,20 @@ struct BwdWsTraits {
   static constexpr bool kDvBeforeGrads = BLOCK_M == 64;
   // dQ of step n computed during step n + 1 (column and row split; mbarriers ds_full, ds_free
   // instead of the meeting at kDsReadyBarrier), the consumers half a step apart. On by default in
-  // the deterministic kernel only: there it gives each ordered add a step of slack (+11–23 %);
-  // the plain kernel lost up to 7 % at d = 128 with it (docs/optimisation.md, Rung 11).
+  // the deterministic kernel only: there it gives each ordered add a step of slack; in the plain
+  // kernel the two consumers' products then collide on the tensor cores instead of interleaving,
+  // and it measured slower at d = 128.
   static constexpr bool kLagDq = kLagDq_ && kDqSplit_ != DqSplit::keys;
   static constexpr int BLOCK_N = 128;  // Bc: keys per block, 64 per consumer (m of every wgmma)
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kConsumerThreads = 128 * kConsumers;  // arrivals on empty[s]
-  // Q_i, dO_i stages: a third fits at d = 128 (232,024 bytes) but measured level with two
-  // (docs/optimisation.md, Rung 13).
+  // Q_i, dO_i stages: a third fits at d = 128 (232,024 bytes) but measured level with two: a step
+  // already gives each load time to arrive.
   static constexpr int kStages = kStages_;
   // Ping-pong: the consumers take turns at issuing Sᵀ, dPᵀ (named barriers kTurnBarrier + c), so
-  // consumer 0's products run first and its Pᵀ overlaps consumer 1's (the forward's order, Rung 5).
-  // +2–4 % at d = 128 (Rung 13); not measured at d = 64 (Br = 128), so off there.
+  // consumer 0's products run first and its Pᵀ overlaps consumer 1's (the forward's turns). On at
+  // d = 128, where it measured faster; not measured at d = 64 (Br = 128), so off there.
   static constexpr bool kPingPong = kPingPong_ && !kLagDq;
   static constexpr int kColBlocks = HEAD_DIM / 64;  // TMA boxes (64 columns) per tile
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;

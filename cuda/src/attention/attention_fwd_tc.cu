@@ -4,8 +4,8 @@
 // thread block per query tile Q_i, inner loop over key tiles K_j, V_j, online softmax in base 2,
 // LSE_i = m_i + log2(l_i) saved in fp32), but with bf16 or fp16 inputs and the work done by
 // `mma.sync.aligned.m16n8k16` (fp32 accumulation):
-//   - Tiles (FastConfig below, one tuple per head dim and causal flag, chosen by measurement; the
-//     optimisation story is cuda/FAST_NOTES.md); Br = 128 and Bc = 64 everywhere:
+//   - Tiles (FastConfig below, one tuple per head dim and causal flag, chosen by measurement; what
+//     was measured: docs/optimisation.md, the mma.sync forward); Br = 128 and Bc = 64 everywhere:
 //       d = 128, non-causal: 4 warps × 32 query rows (two m16 tiles share every K_j/V_j fragment:
 //                half the SRAM bytes per mma), Q_i re-read from SRAM, 2 blocks/SM (the register
 //                budget of 2 blocks, no spills, 96 KiB SRAM each), lazy rescale (below), cp.async

@@ -69,8 +69,8 @@
 // barriers + the split tail's 32 B + alignment slack; the limit is 232,448; 230,544 with K and V
 // released apart; Bc = 192: 2 stages × 96 KiB, 230,512), d = 64: 115,832 B (Br = 128) or
 // 124,048 B (Br = 192, released apart).
-// Measured (H100, bf16, H = 16, beside SDPA): the runs and the profiles are in
-// docs/optimisation.md (Rungs 5, 6, 8, 9, 10, 12, 14 and 15) and cuda/results/fwd_tma_ws.csv.
+// Why each of these is here, what it was measured against and the profiles that decided it:
+// docs/optimisation.md, the TMA forward; its runs: cuda/RESULTS.md and cuda/results/fwd_tma_ws.csv.
 #include "core/common.hpp"
 #include "core/hopper.cuh"
 #include "attention/launchers.hpp"
@@ -113,8 +113,8 @@ struct WsTraits {
   static constexpr int BLOCK_M = 64 * kConsumers;           // Br
   static constexpr int BLOCK_N = C.block_n;                 // Bc (n of the S wgmma)
   static_assert(BLOCK_M == C.block_m(), "the configuration reports the tiles that run");
-  // K_j/V_j ring: 3 stages measured 1.15× 2 at d = 128, N = 8192 (docs/optimisation.md); at
-  // d = 128 they fill the SRAM (Q_i 32 KiB + 3 × 64 KiB).
+  // K_j/V_j ring: with two stages a stage frees only after both consumers' P·V on it, so the next
+  // load starts late; three hide it. At d = 128 they fill the SRAM (Q_i 32 KiB + 3 × 64 KiB).
   static constexpr int kStages = C.stages;
   static constexpr bool kOverlap = C.overlap;
   static constexpr bool kShortChains = C.short_chains;
@@ -125,7 +125,8 @@ struct WsTraits {
   static constexpr bool kVoteMax = C.vote_max;
   // P_ij's A fragments in two register sets, alternating by key tile (the loop unrolled by two):
   // the softmax of tile j packs into one while the P·V of tile j − 1 may still read the other, so
-  // ptxas need not wait for that P·V before the exponentials (it otherwise did: docs/optimisation.md, Rung 15).
+  // ptxas need not wait for that P·V before the exponentials (with one set it did: the packing of P
+  // writes the registers that P·V still reads).
   static constexpr bool kTwoP = C.two_p;
   // Non-causal: the units past the last whole round cut along the keys (WsSchedule), partial
   // results combined by a second kernel (ws_combine_kernel).

@@ -140,8 +140,8 @@ __device__ __forceinline__ bool online_softmax(float (&s_acc)[T::BLOCK_N / 2], f
 /// Otherwise the row maxima over the 4 threads of a row, m_i and alpha exactly as online_softmax.
 /// Either way m_i is the running maximum, so every P and every rounding is online_softmax's (the
 /// row sum runs in two chains). FlashAttention-4 goes further and lets m_i lag by up to 2^8; here
-/// that rounds the largest P of a row too and took O past 2× its rounding floor
-/// (docs/optimisation.md, Rung 14), so m_i never lags.
+/// that rounds the largest P of a row to 16 bits too and took O past twice its rounding floor, the
+/// tests' bar, so m_i never lags.
 template <class T>
 __device__ __forceinline__ bool online_softmax_vote(float (&s_acc)[T::BLOCK_N / 2], float (&m_i)[2], float (&l_i)[2],
                                                     float (&alpha)[2], int key0, int N, int row_base, bool need_mask,

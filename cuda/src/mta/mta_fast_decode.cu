@@ -28,7 +28,7 @@
 //   d. O ← α O + P V_j (the 64 owned keys) in registers (4 warps × d/4 columns of the 16 rows).
 // The split writes its unnormalised O_s, m_s and ℓ_s (fp32) for the combine kernel.
 // Bytes: K and V are read from HBM once (the 16 halo keys of a tile were loaded by its neighbour
-// just before: L2 hits, 25 % more L2 → SM traffic), Q once per block; the partials are
+// just before: L2 hits, a quarter more L2 → SM traffic), Q once per block; the partials are
 // splits·16·(d + 2) floats per head, far below N·d.
 #include "mta/mta_fast_launch.hpp"
 #include "core/tensor_core.cuh"
@@ -118,7 +118,7 @@ __device__ __forceinline__ void conv_strip(const Geometry& G, const float* S, fl
 /// has a constant trip count: the strip slides down its 4 + Pq window rows, reads each once as
 /// float2 pairs (2Pk + 2 keys and one more, from an even column) and feeds every (output row, tap
 /// row) pair that uses it, with no load of a weight in between (the general strip's weight
-/// loads, each waited for, made 11 × 11 three times slower than the bandwidth allows).
+/// loads, each waited for, kept 11 × 11 far from the bandwidth's bound).
 template <int CQ, int CK>
 __device__ __forceinline__ void conv_quad_fixed(const float* S, const float (&w)[CQ * CK], int qs, int js,
                                                 float (&sh)[4][2]) {
