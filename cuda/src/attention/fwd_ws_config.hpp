@@ -2,8 +2,8 @@
 // that chooses it from the problem and the device (internal; host code, C++20: a WsConfig is the
 // kernel's template parameter, a class-type non-type template parameter).
 //
-// Every rule below was chosen by measurement on the H100 (H = 16, bf16, docs/optimisation.md and
-// cuda/results/fwd_tma_ws*.csv); the rung that measured it is named beside the rule.
+// Every rule below was chosen by measurement on the H100 (H = 16, bf16); the measurements are in
+// docs/optimisation.md and cuda/results/fwd_tma_ws.csv, the reasons beside each rule here.
 #pragma once
 
 #include "core/common.hpp"
@@ -43,9 +43,8 @@ inline long long ws_units(const Problem& p, int rows) {
 /// Whether a non-causal list of `units` on `grid` blocks (n key tiles per unit) has its tail cut
 /// along the keys (WsSchedule, ws_combine_kernel): at least 4 whole rounds before it and at least
 /// half of the blocks idle in its last round. The cut costs a second launch, a Q_i load and a
-/// partial store per piece; measured (d = 64, three consumers, Rung 15): +9 % at N = 8192 (5.21
-/// rounds), +2 % at 16384 (10.4), −2.4 % at 4096 (2.67 rounds, not cut). 32-bit share
-/// arithmetic: grid · grid · n < 2^32.
+/// partial store per piece, which a long list ending in a part-empty round repays and a short
+/// list does not. 32-bit share arithmetic: grid · grid · n < 2^32.
 inline bool ws_split_tail(long long units, long long grid, long long n) {
   const long long tail = units % grid;
   return tail != 0 && units / grid >= 4 && 2 * tail <= grid && n > 1 && grid * grid * n < (1LL << 32);
@@ -53,17 +52,14 @@ inline bool ws_split_tail(long long units, long long grid, long long n) {
 
 /// d = 64: three consumer warpgroups (Br = 192) once the work list gives every SM at least 2.5
 /// rounds of units (causal units count half: on average they have half the key tiles); shorter
-/// lists keep Br = 128, whose finer units spread better over the SMs. Measured (Rung 8):
-/// Br = 192 +6 % at N = 4096 non-causal, +8–16 % at N ≥ 8192; Br = 128 ahead by 4–18 % at
-/// N ≤ 2048, and causal at 4096.
+/// lists keep Br = 128, whose finer units spread better over the SMs.
 inline bool ws_three_consumers(const Problem& p, int sms) {
   return double(ws_units(p, 192)) >= (p.causal ? 5.0 : 2.5) * sms;
 }
 
 /// d = 128 without a causal mask: key tiles of Bc = 192 (two stages: three do not fit the SRAM)
-/// once the last, ragged tile pads the keys by at most 1 %, else Bc = 128 with three stages.
-/// Measured (Rung 10): Bc = 192 +1.6–2.5 % at N = 8192, +8–10 % at 16384; behind at N ≤ 2048,
-/// where 192 pads 3–12 % of the keys.
+/// once the last, ragged tile pads the keys by at most 1 %, else Bc = 128 with three stages: the
+/// wider tile halves the barriers per key, but every padded key is wasted work.
 inline bool ws_wide_keys(const Problem& p) {
   const long long padded = (p.seq + 191) / 192 * 192LL;
   return padded * 100 <= p.seq * 101LL;
@@ -72,17 +68,16 @@ inline bool ws_wide_keys(const Problem& p) {
 /// The configuration of problem `p` (d ∈ {64, 128}) on a device of `sms` SMs, the one place the
 /// choice is made (the launcher runs it, fast_forward_tiles() reports its tiles):
 /// - d = 64: two or three consumer warpgroups (ws_three_consumers), both with the
-///   intra-warpgroup overlap. Causal: two P register sets (+1–2.5 %, Rung 15). Non-causal: the
-///   short reduction chains (+0.8–2 % at N ≥ 8192, up to +8 % at 2048; causal d = 64 lost 4–5 %),
-///   and with three consumers K/V released apart, two P sets (+2–3 %) and, where ws_split_tail
-///   says, the split tail (a separate instantiation: its bookkeeping cost 3 % where the tail stays
-///   whole); with two consumers neither (two P sets −2 %).
-/// - d = 128: two consumer warpgroups. Causal: no overlap (mixed), nothing else. Non-causal: the
-///   overlap (+0.5–1.3 %), short chains, K/V released apart and the warp's vote before the row
-///   maxima (+2–3 % at N = 4096 and 8192, Rung 14; at d = 64 it cost 4–8 %), with Bc = 192 in two
-///   stages and two P sets where ws_wide_keys says (level to +1 % at N = 8192), else Bc = 128 in
-///   three stages with one P set (two cost 1.5 %). Not the split tail: with Bc = 192 its kernel
-///   spills 152 bytes (−3 % at N = 8192).
+///   intra-warpgroup overlap. Causal: two P register sets. Non-causal: the short reduction chains
+///   (not causal, where they measured slower), and with three consumers K/V released apart, two P
+///   sets and, where ws_split_tail says, the split tail (a separate instantiation, since its
+///   bookkeeping costs time where the tail stays whole); with two consumers neither (the second P
+///   set measured slower there).
+/// - d = 128: two consumer warpgroups. Causal: no overlap, nothing else (each measured mixed or
+///   slower). Non-causal: the overlap, short chains, K/V released apart and the warp's vote
+///   before the row maxima (slower at d = 64, so only here), with Bc = 192 in two stages and two
+///   P sets where ws_wide_keys says, else Bc = 128 in three stages with one P set. Not the split
+///   tail: with Bc = 192 its kernel spills.
 inline WsConfig choose_ws_config(const Problem& p, bool bf16, int sms) {
   WsConfig c;
   c.head_dim = p.head_dim;
