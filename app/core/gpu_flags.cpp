@@ -42,6 +42,32 @@ UsageError built_without_cuda(std::string_view what, std::string_view alternativ
   return UsageError("this flashlab was built without CUDA (" + std::string(what) + ")", hint);
 }
 
+std::string device_flag(const Args& args) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--device") return i + 1 < args.size() ? args[i + 1] : std::string("?");
+    if (args[i].rfind("--device=", 0) == 0) return args[i].substr(9);
+  }
+  return "";
+}
+
+Args without_device_flag(const Args& args) {
+  Args out;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--device") ++i;
+    else if (args[i].rfind("--device=", 0) != 0) out.push_back(args[i]);
+  }
+  return out;
+}
+
+int dispatch_device(const Args& args, std::string_view command, int (*cpu)(const Args&), int (*cuda)(const Args&)) {
+  const std::string device = device_flag(args);
+  if (device == "cpu") return cpu(without_device_flag(args));
+  return guarded(command, [&]() -> int {
+    if (device != "cuda") throw UsageError("--device '" + device + "' is unknown", "choose cpu or cuda");
+    return cuda(args);
+  });
+}
+
 std::ostream& info_stream(bool csv) { return csv ? std::cerr : std::cout; }
 
 void require_gpu([[maybe_unused]] std::string_view command) {

@@ -36,6 +36,18 @@ int int_flag(const po::variables_map& vm, const char* flag, long long lo, long l
 /// <alternative>" when the command has one without the GPU (e.g. "use --device cpu").
 UsageError built_without_cuda(std::string_view what, std::string_view alternative = {});
 
+/// The value of --device in `args` ("--device X" or "--device=X"), "?" when the flag ends the
+/// line, "" when it is absent: how a command that runs on two devices picks its path before parsing.
+std::string device_flag(const Args& args);
+
+/// `args` without --device and its value (what the CPU command, which has no such flag, parses).
+Args without_device_flag(const Args& args);
+
+/// The dispatch of a command that runs on two devices (`attention`, `mta`): --device cpu runs
+/// `cpu` (the reference command) on `args` without the flag; --device cuda runs `cuda` on `args`
+/// under guarded(`command`); any other value is a usage error naming --device.
+int dispatch_device(const Args& args, std::string_view command, int (*cpu)(const Args&), int (*cuda)(const Args&));
+
 /// Where a sweep writes its device and method lines: stderr with --csv (stdout then carries
 /// the CSV alone, a file for the comparison scripts), stdout otherwise.
 std::ostream& info_stream(bool csv);

@@ -279,24 +279,6 @@ constexpr double kFp32Tolerance = 1e-5;
 // 1 x 1 kernel of weight 1 at N = 29; the GPU tests hold it to 1e-5 of its terms' scale).
 constexpr double kFp32DwTolerance = 1e-4;
 
-// The value of --device, or "" when the flag is absent.
-std::string device_value(const Args& args) {
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--device") return i + 1 < args.size() ? args[i + 1] : std::string("?");
-    if (args[i].rfind("--device=", 0) == 0) return args[i].substr(9);
-  }
-  return "";
-}
-
-Args without_device(const Args& args) {
-  Args out;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--device") ++i;
-    else if (args[i].rfind("--device=", 0) != 0) out.push_back(args[i]);
-  }
-  return out;
-}
-
 #ifdef FLASHLAB_HAVE_CUDA
 // Everything below runs only with the CUDA kernels built.
 
@@ -585,15 +567,8 @@ int run_mta_cuda(const Args& args) {
 
 }  // namespace
 
-bool mta_device_given(const Args& args) { return !device_value(args).empty(); }
+bool mta_device_given(const Args& args) { return !device_flag(args).empty(); }
 
-int cmd_mta_device(const Args& args) {
-  const std::string device = device_value(args);
-  if (device == "cpu") return cmd_mta(without_device(args));
-  return guarded("mta", [&]() -> int {
-    if (device != "cuda") throw UsageError("--device '" + device + "' is unknown", "choose cpu or cuda");
-    return run_mta_cuda(args);
-  });
-}
+int cmd_mta_device(const Args& args) { return dispatch_device(args, "mta", cmd_mta, run_mta_cuda); }
 
 }  // namespace flashlab::app

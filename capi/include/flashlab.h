@@ -10,33 +10,49 @@
  *
  * **Devices.** Each call names where its pointers live (`flashlab_device`):
  * - `FLASHLAB_DEVICE_CPU`: host memory, the CPU reference (Eigen), dtype f32 or f64. Present in
- *   every build.
+ *   every build. The reference copies strided inputs into its own dense tensors and the results
+ *   back, so any strides are honoured.
  * - `FLASHLAB_DEVICE_CUDA`: device memory, the fast kernels (bf16 or f16 in, fp32 statistics),
  *   launched on the given `cudaStream_t` (passed as `void*`; NULL is the legacy default stream).
  *   Only in builds with the CUDA kernels (flashlab_has_cuda()); elsewhere the call returns
- *   FLASHLAB_ERROR_UNSUPPORTED. A CUDA call performs no host copy, no device-wide
- *   synchronisation and no allocation beyond a stream-ordered pool the library owns, so it may
- *   be captured in a CUDA graph and called from several threads on several streams at once.
- *   It returns after the launches; errors found at launch are reported, errors of the kernels
- *   themselves surface at the caller's next synchronisation, as for any CUDA library.
+ *   FLASHLAB_ERROR_UNSUPPORTED. A CUDA call performs no host copy and no device-wide
+ *   synchronisation; its scratch is the caller's workspace (the size queries), and only the
+ *   Hopper attention forward's split tail draws a few KiB from a stream-ordered pool the library
+ *   owns. So it may be captured in a CUDA graph and called from several threads on several
+ *   streams at once. It returns after the launches; errors found at launch are reported, errors
+ *   of the kernels themselves surface at the caller's next synchronisation, as for any CUDA
+ *   library. Tensors, statistics, W, dW, indices and edges must be device memory (cudaMalloc,
+ *   cudaMallocAsync or managed; refused with FLASHLAB_ERROR_INVALID_ARGUMENT otherwise); 16-bit
+ *   tensors must start on a 16-byte boundary and workspaces on a 256-byte one (cudaMalloc's
+ *   pointers are).
  *
  * **Errors.** Every function returns a flashlab_status. On anything but FLASHLAB_OK,
- * flashlab_last_error() returns a message for the calling thread that names the argument (or
- * struct field), its value, the limit and a hint. No C++ exception crosses this boundary, and
- * a refused call leaves the CUDA context usable: arguments are checked before any launch.
+ * flashlab_last_error() returns a message for the calling thread that names the function, the
+ * argument (or struct field), its value, the limit and a hint. No C++ exception crosses this
+ * boundary, and a refused call leaves the CUDA context usable: arguments are checked before any
+ * launch.
  *
  * **Layouts.** Tensors are described by flashlab_tensor: a pointer and the strides, in
  * elements, of the leading dimensions; the last dimension (the head dim) is always contiguous.
- * Attention and MTA tensors are `[B, N, H, d]` (FlashAttention's layout); statistics (LSE, D)
- * are fp32 `[B, H, N]`, contiguous, LSE in base 2 of the base-2 scores:
+ * Attention and MTA tensors are `[B, N, H, d]` (FlashAttention's layout). Statistics (LSE) are
+ * `[B, H, N]`, contiguous, LSE in base 2 of the base-2 scores:
  * LSE_i = log2 Σ_j 2^(S_ij · scale · log2 e). STREAM tensors are one head, `[T, d]`.
- * A stride of 0 means "contiguous in the documented layout". A kernel that cannot take the
- * strides given refuses them with FLASHLAB_ERROR_UNSUPPORTED (the message says which).
+ * A stride of 0 means "contiguous in the documented layout" (each 0 independently); a negative
+ * stride, or output strides that make two elements share memory, are refused with
+ * FLASHLAB_ERROR_INVALID_ARGUMENT. A kernel that cannot take the strides given refuses them with
+ * FLASHLAB_ERROR_UNSUPPORTED (the message names the tensor and the stride): the CUDA kernels read
+ * and write their tensors contiguous (a dimension of extent 1 may have any stride).
+ *
+ * **Element types.** Q, K, V, O, dO, dQ, dK, dV have the problem's dtype. Statistics (LSE), MTA
+ * kernels W and their gradient dW are `float`, except with dtype FLASHLAB_DTYPE_F64 (CPU), where
+ * they are `double` so that a float64 reference stays float64 end to end: hence `void*` for them.
  *
  * **Versioning.** Problem structs start with `struct_size` (set it to sizeof the struct, or use
  * the `flashlab_*_defaults()` initialisers); fields are only ever appended, so a caller built
- * against an older header keeps working. FLASHLAB_ABI_VERSION changes only when an existing
- * field or function changes meaning.
+ * against an older header keeps working. A struct_size below this version's size is refused
+ * (FLASHLAB_ERROR_INVALID_ARGUMENT); a larger one (a newer header) is accepted when every byte
+ * past the fields this library knows is zero, else refused with FLASHLAB_ERROR_UNSUPPORTED.
+ * FLASHLAB_ABI_VERSION changes only when an existing field or function changes meaning.
  */
 #ifndef FLASHLAB_H
 #define FLASHLAB_H
@@ -74,17 +90,17 @@ typedef enum flashlab_device {
   FLASHLAB_DEVICE_CUDA = 1  /**< device memory, the CUDA kernels, on a stream */
 } flashlab_device;
 
-/** Element type of Q, K, V, O and their gradients (statistics are always fp32). */
+/** Element type of Q, K, V, O and their gradients. */
 typedef enum flashlab_dtype {
   FLASHLAB_DTYPE_F32 = 0,  /**< float (CPU) */
-  FLASHLAB_DTYPE_F64 = 1,  /**< double (CPU) */
+  FLASHLAB_DTYPE_F64 = 1,  /**< double (CPU); statistics, W and dW double too */
   FLASHLAB_DTYPE_BF16 = 2, /**< bfloat16 bit patterns (CUDA) */
   FLASHLAB_DTYPE_F16 = 3   /**< IEEE binary16 bit patterns (CUDA) */
 } flashlab_dtype;
 
 /** A tensor: its data and the strides (in elements) of its leading dimensions. For
  *  `[B, N, H, d]` tensors: stride[0] batch, stride[1] sequence, stride[2] head; 0 = contiguous.
- *  For STREAM's `[T, d]`: stride[1] is the row stride (stride[0], stride[2] unused). */
+ *  For STREAM's `[T, d]`: stride[1] is the row stride; stride[0] and stride[2] must be 0. */
 typedef struct flashlab_tensor {
   void* data;         /**< first element (const for inputs) */
   int64_t stride[3];  /**< strides of the three leading dimensions, elements; 0 = contiguous */
@@ -96,10 +112,11 @@ FLASHLAB_API int flashlab_abi_version(void);
 FLASHLAB_API const char* flashlab_version(void);
 /** 1 when this build has the CUDA kernels (FLASHLAB_DEVICE_CUDA works), else 0. */
 FLASHLAB_API int flashlab_has_cuda(void);
-/** The message of the calling thread's last failed call ("" if none). Valid until that
- *  thread's next flashlab call. */
+/** The message of the calling thread's most recent call that returns a flashlab_status: its
+ *  failure, or "" when it succeeded. Valid until that thread's next flashlab call. */
 FLASHLAB_API const char* flashlab_last_error(void);
-/** The name of a status, e.g. "FLASHLAB_ERROR_UNSUPPORTED". */
+/** The name of a status, e.g. "FLASHLAB_ERROR_UNSUPPORTED" ("FLASHLAB_STATUS_UNKNOWN" for a value
+ *  that is none). */
 FLASHLAB_API const char* flashlab_status_name(flashlab_status status);
 
 /* ---------------------------------------------------------------------------------------------
@@ -111,14 +128,14 @@ typedef struct flashlab_attention_problem {
   size_t struct_size;     /**< sizeof(flashlab_attention_problem) */
   int64_t batch;          /**< B (≥ 1) */
   int64_t seq_q;          /**< N, queries (≥ 1) */
-  int64_t seq_k;          /**< N_k, keys and values; 0 means N_k = N */
+  int64_t seq_k;          /**< N_k, keys and values; 0 means N_k = N. The CUDA kernels take N_k = N only */
   int64_t heads;          /**< H, query heads (≥ 1) */
-  int64_t heads_kv;       /**< H_kv, key/value heads, dividing H; 0 means H_kv = H */
-  int64_t head_dim;       /**< d */
+  int64_t heads_kv;       /**< H_kv, key/value heads; 0 means H_kv = H. Only H_kv = H is supported yet */
+  int64_t head_dim;       /**< d (≥ 1; the CUDA kernels take 64 or 128) */
   double scale;           /**< softmax scale; 0 means 1/√d */
-  int causal;             /**< 1: query i sees key j iff j ≤ i + N_k − N (bottom-right aligned) */
+  int causal;             /**< 1: query i sees key j iff j ≤ i + N_k − N (bottom-right aligned); 0 or 1 */
   flashlab_dtype dtype;   /**< element type of Q, K, V, O, dO, dQ, dK, dV */
-  int deterministic;      /**< backward: 1 = bit-reproducible dQ (fixed summation order) */
+  int deterministic;      /**< backward: 1 = bit-reproducible dQ (fixed summation order; the CPU always is) */
 } flashlab_attention_problem;
 
 /** A problem with every field at its default: B = 1, H = 1, N_k = N, H_kv = H, scale 1/√d,
@@ -126,35 +143,39 @@ typedef struct flashlab_attention_problem {
 FLASHLAB_API flashlab_attention_problem flashlab_attention_defaults(void);
 
 /** Checks `problem` for `device` without running anything: FLASHLAB_OK, or the status and
- *  message the forward would give. */
+ *  message the forward would give for the problem (tensors are not looked at). */
 FLASHLAB_API flashlab_status flashlab_attention_check(const flashlab_attention_problem* problem,
                                                       flashlab_device device);
 
-/** Bytes of scratch flashlab_attention_forward() needs in `*bytes` (0 today: kept so that callers
- *  allocate it and new kernels may use it without an ABI change). */
+/** Bytes of scratch flashlab_attention_forward() needs in `*bytes`: 0 on the CPU; on CUDA
+ *  4·B·H·N, the room for LSE, used only when the forward's `lse` is NULL (the kernels always
+ *  write LSE), so a caller that passes `lse` may pass no workspace. */
 FLASHLAB_API flashlab_status flashlab_attention_forward_workspace_size(
     const flashlab_attention_problem* problem, flashlab_device device, size_t* bytes);
 
 /** Forward pass. q `[B, N, H, d]`, k and v `[B, N_k, H_kv, d]`, o `[B, N, H, d]` (written),
- *  lse fp32 `[B, H, N]` contiguous (written; may be NULL when not wanted). `workspace` holds at
- *  least the size query's bytes (NULL if 0); `stream` is a cudaStream_t for CUDA, ignored on
- *  the CPU. */
+ *  lse `[B, H, N]` contiguous (written; may be NULL when not wanted). A fully masked row
+ *  (causal with N > N_k) gets O = 0 and LSE = −∞. `workspace` holds at least the size query's
+ *  bytes (NULL if 0); `stream` is a cudaStream_t for CUDA, ignored on the CPU. On CUDA the fastest
+ *  forward kernel built for the device runs (the TMA + warp-specialised one on an H100). */
 FLASHLAB_API flashlab_status flashlab_attention_forward(const flashlab_attention_problem* problem,
                                                         flashlab_device device, flashlab_tensor q,
                                                         flashlab_tensor k, flashlab_tensor v,
-                                                        flashlab_tensor o, float* lse, void* workspace,
+                                                        flashlab_tensor o, void* lse, void* workspace,
                                                         size_t workspace_bytes, void* stream);
 
-/** Bytes of scratch flashlab_attention_backward() needs in `*bytes`. */
+/** Bytes of scratch flashlab_attention_backward() needs in `*bytes` (0 on the CPU). */
 FLASHLAB_API flashlab_status flashlab_attention_backward_workspace_size(
     const flashlab_attention_problem* problem, flashlab_device device, size_t* bytes);
 
-/** Backward pass of L = Σ O∘dO: from q, k, v, the forward's o and lse, and do, writes dq
+/** Backward pass of L = Σ O∘dO: from q, k, v, the forward's o and lse, and d_o, writes dq
  *  `[B, N, H, d]`, dk and dv `[B, N_k, H_kv, d]`. `workspace` as the size query says (the
- *  first B·H·N floats of a CUDA workspace hold D_i = rowsum(dO_i ∘ O_i) on return). */
+ *  first B·H·N floats of a CUDA workspace hold D_i = rowsum(dO_i ∘ O_i) on return). On CUDA,
+ *  deterministic = 0 runs the fastest backward (dQ summed with atomics), 1 one whose dQ is
+ *  bit-reproducible. */
 FLASHLAB_API flashlab_status flashlab_attention_backward(
     const flashlab_attention_problem* problem, flashlab_device device, flashlab_tensor q,
-    flashlab_tensor k, flashlab_tensor v, flashlab_tensor o, const float* lse, flashlab_tensor d_o,
+    flashlab_tensor k, flashlab_tensor v, flashlab_tensor o, const void* lse, flashlab_tensor d_o,
     flashlab_tensor dq, flashlab_tensor dk, flashlab_tensor dv, void* workspace,
     size_t workspace_bytes, void* stream);
 
@@ -162,15 +183,18 @@ FLASHLAB_API flashlab_status flashlab_attention_backward(
  * Multi-Token Attention: a cq × ck convolution over the (query, key) scores, causal.
  * ------------------------------------------------------------------------------------------- */
 
+/** Query rows the MTA decode computes: the last min(FLASHLAB_MTA_DECODE_ROWS, N) tokens. */
+#define FLASHLAB_MTA_DECODE_ROWS 16
+
 /** One MTA problem. Build with flashlab_mta_defaults(). */
 typedef struct flashlab_mta_problem {
   size_t struct_size;    /**< sizeof(flashlab_mta_problem) */
   int64_t batch;         /**< B */
   int64_t seq;           /**< N (queries = keys) */
   int64_t heads;         /**< H */
-  int64_t head_dim;      /**< d */
-  int64_t cq;            /**< kernel rows (past queries + the row itself) */
-  int64_t ck;            /**< kernel columns, odd */
+  int64_t head_dim;      /**< d (the CUDA kernels take 64 or 128) */
+  int64_t cq;            /**< kernel rows (past queries + the row itself; CUDA and the decode: ≤ 16) */
+  int64_t ck;            /**< kernel columns, odd (CUDA: ≤ 15) */
   double scale;          /**< softmax scale; 0 means 1/√d */
   flashlab_dtype dtype;  /**< element type of Q, K, V, O and their gradients */
 } flashlab_mta_problem;
@@ -178,34 +202,37 @@ typedef struct flashlab_mta_problem {
 /** Defaults: B = 1, H = 1, cq = ck = 1, scale 1/√d, bf16; seq, head_dim 0 (to be set). */
 FLASHLAB_API flashlab_mta_problem flashlab_mta_defaults(void);
 
-/** Scratch of the MTA forward (`*bytes`). */
+/** Scratch of the MTA forward (`*bytes`; 0). */
 FLASHLAB_API flashlab_status flashlab_mta_forward_workspace_size(const flashlab_mta_problem* problem,
                                                                  flashlab_device device, size_t* bytes);
-/** MTA forward: q, k, v, o `[B, N, H, d]`; w fp32 `[H, cq, ck]` contiguous; lse fp32 `[B, H, N]`
- *  (written; needed by the backward). */
+/** MTA forward: q, k, v, o `[B, N, H, d]`; w `[H, cq, ck]` contiguous; lse `[B, H, N]` (written,
+ *  not NULL: the backward needs it). */
 FLASHLAB_API flashlab_status flashlab_mta_forward(const flashlab_mta_problem* problem, flashlab_device device,
                                                   flashlab_tensor q, flashlab_tensor k, flashlab_tensor v,
-                                                  const float* w, flashlab_tensor o, float* lse,
+                                                  const void* w, flashlab_tensor o, void* lse,
                                                   void* workspace, size_t workspace_bytes, void* stream);
-/** Scratch of the MTA backward (`*bytes`). */
+/** Scratch of the MTA backward (`*bytes`; 0 on the CPU). */
 FLASHLAB_API flashlab_status flashlab_mta_backward_workspace_size(const flashlab_mta_problem* problem,
                                                                   flashlab_device device, size_t* bytes);
-/** MTA backward: gradients dq, dk, dv `[B, N, H, d]` and dw fp32 `[H, cq, ck]` (overwritten). */
+/** MTA backward: gradients dq, dk, dv `[B, N, H, d]` and dw `[H, cq, ck]` (overwritten, summed
+ *  over the batch) from the forward's o and lse. */
 FLASHLAB_API flashlab_status flashlab_mta_backward(const flashlab_mta_problem* problem, flashlab_device device,
                                                    flashlab_tensor q, flashlab_tensor k, flashlab_tensor v,
-                                                   const float* w, flashlab_tensor o, const float* lse,
+                                                   const void* w, flashlab_tensor o, const void* lse,
                                                    flashlab_tensor d_o, flashlab_tensor dq, flashlab_tensor dk,
-                                                   flashlab_tensor dv, float* dw, void* workspace,
+                                                   flashlab_tensor dv, void* dw, void* workspace,
                                                    size_t workspace_bytes, void* stream);
-/** Scratch of the MTA decode (`*bytes`). */
+/** Scratch of the MTA decode (`*bytes`; 0 on the CPU, the per-split partials on CUDA). */
 FLASHLAB_API flashlab_status flashlab_mta_decode_workspace_size(const flashlab_mta_problem* problem,
                                                                 flashlab_device device, size_t* bytes);
-/** MTA decode: the last cq query rows against all N keys, keys split across the GPU and merged;
- *  q `[B, cq, H, d]` (the rows N − cq … N − 1), k, v `[B, N, H, d]`, o `[B, 1, H, d]` (the last
- *  row's output). */
+/** MTA decode: the outputs of the last R = min(FLASHLAB_MTA_DECODE_ROWS, N) query rows, each
+ *  against its keys 0 … i, keys split across the device and the splits merged (on the CPU the
+ *  reference's split-K inference, row by row). q, k, v `[B, N, H, d]` (of q only rows
+ *  N − R − cq + 1 … N − 1 are read); o `[B, R, H, d]` (written; row r is token N − R + r);
+ *  cq ≤ 16. Equal to the forward's last R rows up to rounding. */
 FLASHLAB_API flashlab_status flashlab_mta_decode(const flashlab_mta_problem* problem, flashlab_device device,
                                                  flashlab_tensor q, flashlab_tensor k, flashlab_tensor v,
-                                                 const float* w, flashlab_tensor o, void* workspace,
+                                                 const void* w, flashlab_tensor o, void* workspace,
                                                  size_t workspace_bytes, void* stream);
 
 /* ---------------------------------------------------------------------------------------------
@@ -216,12 +243,15 @@ FLASHLAB_API flashlab_status flashlab_mta_decode(const flashlab_mta_problem* pro
 typedef struct flashlab_stream_problem {
   size_t struct_size;      /**< sizeof(flashlab_stream_problem) */
   int64_t tokens;          /**< T */
-  int64_t head_dim;        /**< d */
-  int64_t block_q;         /**< b_q, query-block size */
-  int64_t block_k;         /**< b_k, key-block size */
+  int64_t head_dim;        /**< d (the CUDA kernels take 64 or 128) */
+  int64_t block_q;         /**< b_q, query-block size (CUDA: 64) */
+  int64_t block_k;         /**< b_k, key-block size (CUDA: 64) */
   int64_t k_blocks;        /**< k, key blocks kept per query block */
-  flashlab_dtype dtype;    /**< element type of Q, K, V, O */
-  const uint8_t* mask;     /**< optional user block mask, n_q × n_k bytes 0/1 on the host; NULL = causal only */
+  flashlab_dtype dtype;    /**< element type of Q, K, V, O (the CUDA estimate: bf16) */
+  /** Optional user block mask, n_q × n_k bytes 0/1 on the host; NULL = causal only. The CUDA
+   *  estimate takes the causal mask only (a user mask is refused with
+   *  FLASHLAB_ERROR_UNSUPPORTED); the CUDA apply reads only `indices`. */
+  const uint8_t* mask;
 } flashlab_stream_problem;
 
 /** Defaults: b_q = b_k = 64, k = 8, bf16, causal only; tokens, head_dim 0 (to be set). */
@@ -230,23 +260,25 @@ FLASHLAB_API flashlab_stream_problem flashlab_stream_defaults(void);
 /** n_q = ⌈T / b_q⌉ in `*n_q` (rows of the index tensor). */
 FLASHLAB_API flashlab_status flashlab_stream_query_blocks(const flashlab_stream_problem* problem,
                                                           int64_t* n_q);
-/** Scratch of the estimate (`*bytes`). */
+/** Scratch of the estimate (`*bytes`; 0). */
 FLASHLAB_API flashlab_status flashlab_stream_estimate_workspace_size(const flashlab_stream_problem* problem,
                                                                      flashlab_device device, size_t* bytes);
-/** Mask estimation: q, k `[T, d]` → indices int32 `[n_q, k]` (−1 = empty entry), exactly the
- *  reference's order τ. */
+/** Mask estimation: q, k `[T, d]` → indices int64 `[n_q, k]` (−1 = empty entry; the reference's
+ *  and the kernels' index type), exactly the reference's order τ. */
 FLASHLAB_API flashlab_status flashlab_stream_estimate(const flashlab_stream_problem* problem,
                                                       flashlab_device device, flashlab_tensor q,
-                                                      flashlab_tensor k, int32_t* indices, void* workspace,
+                                                      flashlab_tensor k, int64_t* indices, void* workspace,
                                                       size_t workspace_bytes, void* stream);
-/** Scratch of the application (`*bytes`). */
+/** Scratch of the application (`*bytes`; 0). */
 FLASHLAB_API flashlab_status flashlab_stream_apply_workspace_size(const flashlab_stream_problem* problem,
                                                                   flashlab_device device, size_t* bytes);
 /** Mask application: sparse attention of q over the key blocks in `indices` (the paper's
- *  unscaled logits: scale q beforehand), o `[T, d]` written. */
+ *  unscaled logits: scale q beforehand), o `[T, d]` written. The CPU checks `indices` against
+ *  the validity invariant (as the estimate writes them); the CUDA kernel trusts them (device
+ *  memory: checking would need a copy), so pass what an estimate wrote. */
 FLASHLAB_API flashlab_status flashlab_stream_apply(const flashlab_stream_problem* problem, flashlab_device device,
                                                    flashlab_tensor q, flashlab_tensor k, flashlab_tensor v,
-                                                   const int32_t* indices, flashlab_tensor o, void* workspace,
+                                                   const int64_t* indices, flashlab_tensor o, void* workspace,
                                                    size_t workspace_bytes, void* stream);
 
 /** One edge record: query block q reads key block r (slot j of I[q, :]) with three weights. */
@@ -260,11 +292,12 @@ typedef struct flashlab_stream_edge {
 } flashlab_stream_edge;
 
 /** Edge records of a trace, one per entry of `indices` in row-major (q, slot) order: n_q·k
- *  records in `edges` (device memory for CUDA, host for the CPU); an empty entry (−1) gives
- *  r = −1 and zero weights. Also writes o `[T, d]` unless o.data is NULL. */
+ *  records in `edges` (host memory); an empty entry (−1) gives r = −1 and zero weights. Also
+ *  writes o `[T, d]` unless o.data is NULL. CPU only: no trace kernel takes device memory yet,
+ *  so FLASHLAB_DEVICE_CUDA returns FLASHLAB_ERROR_UNSUPPORTED. */
 FLASHLAB_API flashlab_status flashlab_stream_trace(const flashlab_stream_problem* problem, flashlab_device device,
                                                    flashlab_tensor q, flashlab_tensor k, flashlab_tensor v,
-                                                   const int32_t* indices, flashlab_tensor o,
+                                                   const int64_t* indices, flashlab_tensor o,
                                                    flashlab_stream_edge* edges, void* workspace,
                                                    size_t workspace_bytes, void* stream);
 

@@ -1,0 +1,376 @@
+/* Every refusal of the C ABI, from C: NULL pointers, struct_size, bad shapes and values, dtypes
+ * and devices a build or device lacks, tensor strides, workspaces, STREAM's indices and mask.
+ * Each case checks the status, that the calling thread's message names the function and the
+ * argument or field, carries a hint where one helps, and that a refused call wrote nothing.
+ * Plain C11 on flashlab.h and libflashlab.so only; exit 0 when every case passes. */
+#include "flashlab.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_checks = 0, g_failures = 0;
+
+/* `call` must return `want` with a message containing the function name and each of `parts`. */
+static void expect_(const char* file, int line, const char* text, flashlab_status got, flashlab_status want,
+                    const char* function, const char* part1, const char* part2) {
+  ++g_checks;
+  const char* msg = flashlab_last_error();
+  const int ok = got == want && strstr(msg, function) == msg && (!part1 || strstr(msg, part1)) &&
+                 (!part2 || strstr(msg, part2));
+  if (!ok) {
+    ++g_failures;
+    fprintf(stderr, "%s:%d: FAILED %s\n  status %s (wanted %s)\n  message: \"%s\"\n  wanted \"%s\" then \"%s\", \"%s\"\n",
+            file, line, text, flashlab_status_name(got), flashlab_status_name(want), msg, function,
+            part1 ? part1 : "", part2 ? part2 : "");
+  }
+}
+#define EXPECT(call, want, function, part1, part2) \
+  expect_(__FILE__, __LINE__, #call, (call), (want), (function), (part1), (part2))
+
+static void expect_ok_(const char* file, int line, const char* text, flashlab_status got) {
+  ++g_checks;
+  if (got != FLASHLAB_OK || flashlab_last_error()[0] != '\0') {
+    ++g_failures;
+    fprintf(stderr, "%s:%d: FAILED %s: %s \"%s\" (wanted FLASHLAB_OK and an empty message)\n", file, line, text,
+            flashlab_status_name(got), flashlab_last_error());
+  }
+}
+#define EXPECT_OK(call) expect_ok_(__FILE__, __LINE__, #call, (call))
+
+static void expect_true_(const char* file, int line, const char* text, int ok) {
+  ++g_checks;
+  if (!ok) {
+    ++g_failures;
+    fprintf(stderr, "%s:%d: FAILED %s\n", file, line, text);
+  }
+}
+#define EXPECT_TRUE(cond) expect_true_(__FILE__, __LINE__, #cond, (cond))
+
+static flashlab_tensor tensor(void* data) {
+  flashlab_tensor t;
+  t.data = data;
+  t.stride[0] = t.stride[1] = t.stride[2] = 0;
+  return t;
+}
+
+/* Buffers big enough for every problem below, filled with a pattern a refused call must keep. */
+enum { kBig = 1 << 16 };
+static float g_in[kBig], g_out[kBig], g_stat[kBig], g_w[64];
+static int64_t g_idx[4096];
+
+static int untouched(void) {
+  for (int i = 0; i < kBig; ++i)
+    if (g_out[i] != -7.0f) return 0;
+  return 1;
+}
+
+static flashlab_attention_problem attention_f32(void) {
+  flashlab_attention_problem p = flashlab_attention_defaults();
+  p.seq_q = 5, p.head_dim = 4, p.dtype = FLASHLAB_DTYPE_F32;
+  return p;
+}
+
+static void attention_cases(void) {
+  const char* fwd = "flashlab_attention_forward";
+  const flashlab_device cpu = FLASHLAB_DEVICE_CPU;
+  flashlab_attention_problem p = attention_f32();
+  flashlab_tensor in = tensor(g_in), out = tensor(g_out);
+
+  EXPECT_OK(flashlab_attention_check(&p, cpu));
+  EXPECT_OK(flashlab_attention_forward(&p, cpu, in, in, in, out, g_stat, NULL, 0, NULL));
+  for (int i = 0; i < kBig; ++i) g_out[i] = -7.0f;
+
+  /* NULL pointers */
+  EXPECT(flashlab_attention_forward(NULL, cpu, in, in, in, out, g_stat, NULL, 0, NULL),
+         FLASHLAB_ERROR_INVALID_ARGUMENT, fwd, "problem is NULL", "hint: pass a flashlab_attention_problem built with flashlab_attention_defaults()");
+  EXPECT(flashlab_attention_forward(&p, cpu, tensor(NULL), in, in, out, g_stat, NULL, 0, NULL),
+         FLASHLAB_ERROR_INVALID_ARGUMENT, fwd, "q.data is NULL", NULL);
+  EXPECT(flashlab_attention_forward(&p, cpu, in, in, in, tensor(NULL), g_stat, NULL, 0, NULL),
+         FLASHLAB_ERROR_INVALID_ARGUMENT, fwd, "o.data is NULL", NULL);
+  EXPECT(flashlab_attention_backward(&p, cpu, in, in, in, in, NULL, in, out, out, out, NULL, 0, NULL),
+         FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_backward", "lse is NULL", NULL);
+  EXPECT(flashlab_attention_forward_workspace_size(&p, cpu, NULL), FLASHLAB_ERROR_INVALID_ARGUMENT,
+         "flashlab_attention_forward_workspace_size", "bytes is NULL", NULL);
+
+  /* struct_size */
+  flashlab_attention_problem small = p;
+  small.struct_size = sizeof small - 8;
+  EXPECT(flashlab_attention_check(&small, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
+         "problem->struct_size = ", "hint: set it to sizeof(flashlab_attention_problem)");
+  {
+    /* A newer caller's struct: larger, its unknown fields zero (accepted) or set (refused). */
+    unsigned char newer[sizeof p + 16];
+    memset(newer, 0, sizeof newer);
+    memcpy(newer, &p, sizeof p);
+    size_t size = sizeof newer;
+    memcpy(newer, &size, sizeof size);
+    EXPECT_OK(flashlab_attention_check((const flashlab_attention_problem*)(const void*)newer, cpu));
+    newer[sizeof p + 3] = 1;
+    EXPECT(flashlab_attention_check((const flashlab_attention_problem*)(const void*)newer, cpu),
+           FLASHLAB_ERROR_UNSUPPORTED, "flashlab_attention_check", "problem->struct_size", "fields past the");
+    size = 1u << 30;
+    memcpy(newer, &size, sizeof size);
+    EXPECT(flashlab_attention_check((const flashlab_attention_problem*)(const void*)newer, cpu),
+           FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check", "problem->struct_size = 1073741824", "is not the size");
+  }
+
+  /* fields */
+  p = attention_f32(), p.seq_q = 0;
+  EXPECT(flashlab_attention_forward(&p, cpu, in, in, in, out, g_stat, NULL, 0, NULL), FLASHLAB_ERROR_INVALID_ARGUMENT,
+         fwd, "problem->seq_q = 0 is below 1", "hint:");
+  p = attention_f32(), p.batch = -3;
+  EXPECT(flashlab_attention_check(&p, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
+         "problem->batch = -3", NULL);
+  p = attention_f32(), p.head_dim = 0;
+  EXPECT(flashlab_attention_check(&p, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
+         "problem->head_dim = 0", NULL);
+  p = attention_f32(), p.seq_k = -1;
+  EXPECT(flashlab_attention_check(&p, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
+         "problem->seq_k = -1", "0 means N_k = N");
+  p = attention_f32(), p.scale = NAN;
+  EXPECT(flashlab_attention_check(&p, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
+         "problem->scale = nan", "0 means 1/sqrt(d)");
+  p = attention_f32(), p.scale = -1.0;
+  EXPECT(flashlab_attention_check(&p, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
+         "problem->scale = -1", NULL);
+  p = attention_f32(), p.causal = 2;
+  EXPECT(flashlab_attention_check(&p, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
+         "problem->causal = 2", NULL);
+  p = attention_f32(), p.deterministic = -1;
+  EXPECT(flashlab_attention_check(&p, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
+         "problem->deterministic = -1", NULL);
+  p = attention_f32(), p.dtype = (flashlab_dtype)9;
+  EXPECT(flashlab_attention_check(&p, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
+         "problem->dtype = 9 is not a flashlab_dtype", NULL);
+  p = attention_f32(), p.heads = 4, p.heads_kv = 3;
+  EXPECT(flashlab_attention_check(&p, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
+         "problem->heads_kv = 3 does not divide heads = 4", NULL);
+  p = attention_f32(), p.heads = 4, p.heads_kv = 2;
+  EXPECT(flashlab_attention_check(&p, cpu), FLASHLAB_ERROR_UNSUPPORTED, "flashlab_attention_check",
+         "problem->heads_kv = 2 differs from heads = 4", "hint: repeat each key/value head");
+  p = attention_f32(), p.batch = (int64_t)1 << 40, p.seq_q = (int64_t)1 << 40;
+  EXPECT(flashlab_attention_check(&p, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
+         "B·N·H·d is above 2^62", NULL);
+
+  /* devices and dtypes */
+  p = attention_f32();
+  EXPECT(flashlab_attention_check(&p, (flashlab_device)7), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
+         "device = 7 is not a flashlab_device", NULL);
+  p.dtype = FLASHLAB_DTYPE_BF16;
+  EXPECT(flashlab_attention_forward(&p, cpu, in, in, in, out, g_stat, NULL, 0, NULL), FLASHLAB_ERROR_UNSUPPORTED, fwd,
+         "problem->dtype = FLASHLAB_DTYPE_BF16 on FLASHLAB_DEVICE_CPU", "hint: convert the tensors to float or double");
+  p = attention_f32();
+#ifdef FLASHLAB_TEST_HAVE_CUDA
+  EXPECT_TRUE(flashlab_has_cuda() == 1);
+  EXPECT(flashlab_attention_check(&p, FLASHLAB_DEVICE_CUDA), FLASHLAB_ERROR_UNSUPPORTED, "flashlab_attention_check",
+         "problem->dtype = FLASHLAB_DTYPE_F32 on FLASHLAB_DEVICE_CUDA", "hint:");
+#else
+  EXPECT_TRUE(flashlab_has_cuda() == 0);
+  EXPECT(flashlab_attention_forward(&p, FLASHLAB_DEVICE_CUDA, in, in, in, out, g_stat, NULL, 0, NULL),
+         FLASHLAB_ERROR_UNSUPPORTED, fwd, "FLASHLAB_DEVICE_CUDA, but this libflashlab.so was built without CUDA",
+         "hint: use FLASHLAB_DEVICE_CPU");
+  EXPECT(flashlab_attention_backward_workspace_size(&p, FLASHLAB_DEVICE_CUDA, (size_t*)g_idx), FLASHLAB_ERROR_UNSUPPORTED,
+         "flashlab_attention_backward_workspace_size", "built without CUDA", NULL);
+#endif
+
+  /* strides */
+  flashlab_tensor bad = in;
+  bad.stride[1] = -4;
+  EXPECT(flashlab_attention_forward(&p, cpu, bad, in, in, out, g_stat, NULL, 0, NULL), FLASHLAB_ERROR_INVALID_ARGUMENT,
+         fwd, "q.stride[1] = -4 is negative", NULL);
+  bad = out;
+  bad.stride[1] = 2; /* rows of d = 4 elements, 2 apart: outputs would overlap */
+  EXPECT(flashlab_attention_forward(&p, cpu, in, in, in, bad, g_stat, NULL, 0, NULL), FLASHLAB_ERROR_INVALID_ARGUMENT,
+         fwd, "o.stride[1] = 2 makes elements of the output share memory", "d = 4");
+  bad = out;
+  bad.stride[1] = (int64_t)1 << 61;
+  EXPECT(flashlab_attention_forward(&p, cpu, in, in, in, bad, g_stat, NULL, 0, NULL), FLASHLAB_ERROR_INVALID_ARGUMENT,
+         fwd, "o.stride[1] = 2305843009213693952 puts elements beyond 2^62 bytes", NULL);
+  /* Inputs may repeat elements (a zero-extent step is a broadcast), and a stride of an extent-1
+   * dimension is never used. */
+  flashlab_tensor rows = in;
+  rows.stride[0] = 12345;
+  rows.stride[1] = 8;
+  EXPECT_OK(flashlab_attention_forward(&p, cpu, rows, in, in, out, g_stat, NULL, 0, NULL));
+  for (int i = 0; i < kBig; ++i) g_out[i] = -7.0f;
+
+  EXPECT_TRUE(untouched()); /* every refusal above left the output alone */
+}
+
+static flashlab_mta_problem mta_f32(void) {
+  flashlab_mta_problem p = flashlab_mta_defaults();
+  p.seq = 9, p.head_dim = 4, p.cq = 2, p.ck = 3, p.dtype = FLASHLAB_DTYPE_F32;
+  return p;
+}
+
+static void mta_cases(void) {
+  const flashlab_device cpu = FLASHLAB_DEVICE_CPU;
+  flashlab_tensor in = tensor(g_in), out = tensor(g_out);
+  flashlab_mta_problem p = mta_f32();
+  EXPECT_OK(flashlab_mta_forward(&p, cpu, in, in, in, g_w, out, g_stat, NULL, 0, NULL));
+  for (int i = 0; i < kBig; ++i) g_out[i] = -7.0f;
+
+  EXPECT(flashlab_mta_forward(NULL, cpu, in, in, in, g_w, out, g_stat, NULL, 0, NULL), FLASHLAB_ERROR_INVALID_ARGUMENT,
+         "flashlab_mta_forward", "problem is NULL", "flashlab_mta_defaults()");
+  EXPECT(flashlab_mta_forward(&p, cpu, in, in, in, NULL, out, g_stat, NULL, 0, NULL), FLASHLAB_ERROR_INVALID_ARGUMENT,
+         "flashlab_mta_forward", "w is NULL", NULL);
+  EXPECT(flashlab_mta_forward(&p, cpu, in, in, in, g_w, out, NULL, NULL, 0, NULL), FLASHLAB_ERROR_INVALID_ARGUMENT,
+         "flashlab_mta_forward", "lse is NULL", NULL);
+  EXPECT(flashlab_mta_backward(&p, cpu, in, in, in, g_w, in, g_stat, in, out, out, out, NULL, NULL, 0, NULL),
+         FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_mta_backward", "dw is NULL", NULL);
+  p.ck = 4;
+  EXPECT(flashlab_mta_forward(&p, cpu, in, in, in, g_w, out, g_stat, NULL, 0, NULL), FLASHLAB_ERROR_INVALID_ARGUMENT,
+         "flashlab_mta_forward", "problem->ck = 4 is even", "hint: ck must be odd");
+  p = mta_f32(), p.cq = 0;
+  EXPECT(flashlab_mta_forward_workspace_size(&p, cpu, (size_t*)g_idx), FLASHLAB_ERROR_INVALID_ARGUMENT,
+         "flashlab_mta_forward_workspace_size", "problem->cq = 0 is below 1", NULL);
+  p = mta_f32(), p.seq = 0;
+  EXPECT(flashlab_mta_decode(&p, cpu, in, in, in, g_w, out, NULL, 0, NULL), FLASHLAB_ERROR_INVALID_ARGUMENT,
+         "flashlab_mta_decode", "problem->seq = 0", NULL);
+  p = mta_f32(), p.cq = 17, p.seq = 40;
+  EXPECT(flashlab_mta_decode(&p, cpu, in, in, in, g_w, out, NULL, 0, NULL), FLASHLAB_ERROR_UNSUPPORTED,
+         "flashlab_mta_decode", "problem->cq = 17 is above 16", "hint: run the forward");
+  p = mta_f32(), p.struct_size = 3;
+  EXPECT(flashlab_mta_forward(&p, cpu, in, in, in, g_w, out, g_stat, NULL, 0, NULL), FLASHLAB_ERROR_INVALID_ARGUMENT,
+         "flashlab_mta_forward", "problem->struct_size = 3 is below sizeof(flashlab_mta_problem)", NULL);
+  p = mta_f32(), p.dtype = FLASHLAB_DTYPE_F16;
+  EXPECT(flashlab_mta_forward(&p, cpu, in, in, in, g_w, out, g_stat, NULL, 0, NULL), FLASHLAB_ERROR_UNSUPPORTED,
+         "flashlab_mta_forward", "problem->dtype = FLASHLAB_DTYPE_F16 on FLASHLAB_DEVICE_CPU", NULL);
+#ifndef FLASHLAB_TEST_HAVE_CUDA
+  p = mta_f32();
+  EXPECT(flashlab_mta_backward_workspace_size(&p, FLASHLAB_DEVICE_CUDA, (size_t*)g_idx), FLASHLAB_ERROR_UNSUPPORTED,
+         "flashlab_mta_backward_workspace_size", "built without CUDA", "hint:");
+#endif
+  EXPECT_TRUE(untouched());
+}
+
+static flashlab_stream_problem stream_f32(void) {
+  flashlab_stream_problem p = flashlab_stream_defaults();
+  p.tokens = 40, p.head_dim = 4, p.block_q = 8, p.block_k = 8, p.k_blocks = 2, p.dtype = FLASHLAB_DTYPE_F32;
+  return p;
+}
+
+static void stream_cases(void) {
+  const flashlab_device cpu = FLASHLAB_DEVICE_CPU;
+  flashlab_tensor in = tensor(g_in), out = tensor(g_out);
+  flashlab_stream_problem p = stream_f32();
+  int64_t n_q = 0;
+  EXPECT_OK(flashlab_stream_query_blocks(&p, &n_q));
+  EXPECT_TRUE(n_q == 5);
+  EXPECT_OK(flashlab_stream_estimate(&p, cpu, in, in, g_idx, NULL, 0, NULL));
+  EXPECT_OK(flashlab_stream_apply(&p, cpu, in, in, in, g_idx, out, NULL, 0, NULL));
+  for (int i = 0; i < kBig; ++i) g_out[i] = -7.0f;
+
+  EXPECT(flashlab_stream_query_blocks(NULL, &n_q), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_stream_query_blocks",
+         "problem is NULL", "flashlab_stream_defaults()");
+  EXPECT(flashlab_stream_query_blocks(&p, NULL), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_stream_query_blocks",
+         "n_q is NULL", NULL);
+  EXPECT(flashlab_stream_estimate(&p, cpu, in, in, NULL, NULL, 0, NULL), FLASHLAB_ERROR_INVALID_ARGUMENT,
+         "flashlab_stream_estimate", "indices is NULL", NULL);
+  p.block_q = 0;
+  EXPECT(flashlab_stream_estimate(&p, cpu, in, in, g_idx, NULL, 0, NULL), FLASHLAB_ERROR_INVALID_ARGUMENT,
+         "flashlab_stream_estimate", "problem->block_q = 0 is below 1", NULL);
+  p = stream_f32(), p.k_blocks = 0;
+  EXPECT(flashlab_stream_apply_workspace_size(&p, cpu, (size_t*)g_idx), FLASHLAB_ERROR_INVALID_ARGUMENT,
+         "flashlab_stream_apply_workspace_size", "problem->k_blocks = 0", NULL);
+  p = stream_f32();
+  flashlab_tensor bad = in;
+  bad.stride[0] = 3;
+  EXPECT(flashlab_stream_estimate(&p, cpu, bad, in, g_idx, NULL, 0, NULL), FLASHLAB_ERROR_INVALID_ARGUMENT,
+         "flashlab_stream_estimate", "q.stride[0] = 3 is not 0: STREAM tensors are [T, d]", NULL);
+  bad = out;
+  bad.stride[1] = 3;
+  EXPECT(flashlab_stream_apply(&p, cpu, in, in, in, g_idx, bad, NULL, 0, NULL), FLASHLAB_ERROR_INVALID_ARGUMENT,
+         "flashlab_stream_apply", "o.stride[1] = 3 makes elements of the output share memory", NULL);
+  /* Indices that break the validity invariant: a duplicate, a future block. */
+  int64_t I[10];
+  memcpy(I, g_idx, sizeof I);
+  I[3] = I[2];
+  EXPECT(flashlab_stream_apply(&p, cpu, in, in, in, I, out, NULL, 0, NULL), FLASHLAB_ERROR_INVALID_ARGUMENT,
+         "flashlab_stream_apply", "indices break the validity invariant", "hint: pass the indices flashlab_stream_estimate wrote");
+  memcpy(I, g_idx, sizeof I);
+  I[0] = 4;
+  EXPECT(flashlab_stream_trace(&p, cpu, in, in, in, I, out, (flashlab_stream_edge*)g_stat, NULL, 0, NULL),
+         FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_stream_trace", "indices break the validity invariant", NULL);
+  EXPECT(flashlab_stream_trace(&p, cpu, in, in, in, g_idx, out, NULL, NULL, 0, NULL), FLASHLAB_ERROR_INVALID_ARGUMENT,
+         "flashlab_stream_trace", "edges is NULL", NULL);
+  /* A user block mask must hold 0 or 1. */
+  uint8_t mask[25];
+  memset(mask, 1, sizeof mask);
+  mask[7] = 2;
+  p.mask = mask;
+  EXPECT(flashlab_stream_estimate(&p, cpu, in, in, g_idx, NULL, 0, NULL), FLASHLAB_ERROR_INVALID_ARGUMENT,
+         "flashlab_stream_estimate", "mask", NULL);
+  p = stream_f32(), p.dtype = FLASHLAB_DTYPE_BF16;
+  EXPECT(flashlab_stream_apply(&p, cpu, in, in, in, g_idx, out, NULL, 0, NULL), FLASHLAB_ERROR_UNSUPPORTED,
+         "flashlab_stream_apply", "problem->dtype = FLASHLAB_DTYPE_BF16 on FLASHLAB_DEVICE_CPU", NULL);
+#ifdef FLASHLAB_TEST_HAVE_CUDA
+  p = stream_f32(), p.dtype = FLASHLAB_DTYPE_BF16;
+  EXPECT(flashlab_stream_trace(&p, FLASHLAB_DEVICE_CUDA, in, in, in, g_idx, out, (flashlab_stream_edge*)g_stat, NULL, 0,
+                               NULL),
+         FLASHLAB_ERROR_UNSUPPORTED, "flashlab_stream_trace", "the trace has no kernel on device memory", "hint:");
+#else
+  p = stream_f32();
+  EXPECT(flashlab_stream_estimate(&p, FLASHLAB_DEVICE_CUDA, in, in, g_idx, NULL, 0, NULL), FLASHLAB_ERROR_UNSUPPORTED,
+         "flashlab_stream_estimate", "built without CUDA", "hint:");
+#endif
+  EXPECT_TRUE(untouched());
+}
+
+/* The message is per thread: a failure in another thread leaves this thread's alone. */
+static void* other_thread(void* arg) {
+  (void)arg;
+  flashlab_attention_problem p = attention_f32();
+  p.head_dim = -9;
+  const flashlab_status st = flashlab_attention_check(&p, FLASHLAB_DEVICE_CPU);
+  const int ok = st == FLASHLAB_ERROR_INVALID_ARGUMENT && strstr(flashlab_last_error(), "problem->head_dim = -9") != NULL;
+  return ok ? arg : (void*)&g_checks;
+}
+
+static void thread_cases(void) {
+  flashlab_attention_problem p = attention_f32();
+  p.seq_q = -5;
+  EXPECT(flashlab_attention_check(&p, FLASHLAB_DEVICE_CPU), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
+         "problem->seq_q = -5", NULL);
+  pthread_t thread;
+  void* result = &g_failures;
+  EXPECT_TRUE(pthread_create(&thread, NULL, other_thread, NULL) == 0);
+  EXPECT_TRUE(pthread_join(thread, &result) == 0);
+  EXPECT_TRUE(result == NULL);
+  EXPECT_TRUE(strstr(flashlab_last_error(), "problem->seq_q = -5") != NULL);
+  /* A successful call clears the message. */
+  p = attention_f32();
+  EXPECT_OK(flashlab_attention_check(&p, FLASHLAB_DEVICE_CPU));
+}
+
+static void misc_cases(void) {
+  EXPECT_TRUE(flashlab_abi_version() == FLASHLAB_ABI_VERSION);
+  EXPECT_TRUE(strlen(flashlab_version()) > 0);
+  EXPECT_TRUE(strcmp(flashlab_status_name(FLASHLAB_OK), "FLASHLAB_OK") == 0);
+  EXPECT_TRUE(strcmp(flashlab_status_name(FLASHLAB_ERROR_INVALID_ARGUMENT), "FLASHLAB_ERROR_INVALID_ARGUMENT") == 0);
+  EXPECT_TRUE(strcmp(flashlab_status_name(FLASHLAB_ERROR_UNSUPPORTED), "FLASHLAB_ERROR_UNSUPPORTED") == 0);
+  EXPECT_TRUE(strcmp(flashlab_status_name(FLASHLAB_ERROR_CUDA), "FLASHLAB_ERROR_CUDA") == 0);
+  EXPECT_TRUE(strcmp(flashlab_status_name(FLASHLAB_ERROR_OUT_OF_MEMORY), "FLASHLAB_ERROR_OUT_OF_MEMORY") == 0);
+  EXPECT_TRUE(strcmp(flashlab_status_name(FLASHLAB_ERROR_INTERNAL), "FLASHLAB_ERROR_INTERNAL") == 0);
+  EXPECT_TRUE(strcmp(flashlab_status_name((flashlab_status)42), "FLASHLAB_STATUS_UNKNOWN") == 0);
+  const flashlab_attention_problem a = flashlab_attention_defaults();
+  EXPECT_TRUE(a.struct_size == sizeof a && a.batch == 1 && a.heads == 1 && a.seq_k == 0 && a.heads_kv == 0 &&
+              a.scale == 0.0 && a.dtype == FLASHLAB_DTYPE_BF16);
+  const flashlab_stream_problem s = flashlab_stream_defaults();
+  EXPECT_TRUE(s.struct_size == sizeof s && s.block_q == 64 && s.block_k == 64 && s.k_blocks == 8 && s.mask == NULL);
+}
+
+int main(void) {
+  for (int i = 0; i < kBig; ++i) g_in[i] = (float)((i * 37) % 11) / 11.0f - 0.5f, g_stat[i] = 0.0f;
+  for (int i = 0; i < 64; ++i) g_w[i] = 0.25f;
+  attention_cases();
+  mta_cases();
+  stream_cases();
+  thread_cases();
+  misc_cases();
+  printf("%d checks, %d failed\n", g_checks, g_failures);
+  return g_failures ? 1 : 0;
+}
