@@ -17,7 +17,7 @@ export CCACHE_BASEDIR := $(CURDIR)
 # about 110 MB to download).
 DEB_PACKAGES := cmake g++ make libeigen3-dev libboost-program-options-dev catch2 \
                 doxygen libncurses-dev tmux ccache \
-                libcpp-httplib-dev pkg-config python3-numpy chromium
+                libcpp-httplib-dev pkg-config python3-numpy python3-pytest chromium
 # What `make fuzz` needs on top: clang and its libFuzzer/sanitizer runtimes.
 FUZZ_PACKAGES := clang-14 libclang-rt-14-dev
 FUZZ_SECONDS ?= 600
