@@ -1,7 +1,12 @@
 // The attention commands' shared flags (attention_flags.hpp).
 #include "attention/attention_flags.hpp"
 
+#include <cctype>
+#include <cstdint>
+#include <optional>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 namespace flashlab::app {
 
@@ -16,8 +21,26 @@ const char* flag_of(const std::string& field) {
   if (field == "Br") return "--block-m";
   if (field == "Bc") return "--block-n";
   if (field == "scale") return "--scale";
+  if (field == "seq_k") return "--seq-k";
+  if (field == "heads_kv") return "--heads-kv";
+  if (field == "window_left" || field == "window_right") return "--window";
+  if (field == "cu_seqlens_q" || field == "cu_seqlens_k") return "--cu-seqlens";
   return "";
 }
+
+// "attention problem: Br = 0 must be at least 1 (hint: …)" → {"Br = 0 must be at least 1", "…"}.
+std::pair<std::string, std::string> split_problem_error(const std::string& what) {
+  const auto colon = what.find(": ");
+  const auto paren = what.rfind(" (hint: ");
+  const std::size_t from = colon == std::string::npos ? 0 : colon + 2;
+  const std::string body = what.substr(from, paren == std::string::npos ? std::string::npos : paren - from);
+  const std::string hint = paren == std::string::npos ? "" : what.substr(paren + 8, what.size() - paren - 9);
+  return {body, hint};
+}
+
+constexpr const char* kCuSeqlensHint =
+    "a --cu-seqlens file holds a line 'cu_seqlens_q = 0 3 3 10' (B + 1 prefix sums of the query lengths) and, "
+    "when the key lengths differ, a line 'cu_seqlens_k = 0 5 5 17'";
 
 }  // namespace
 
@@ -40,16 +63,80 @@ void validate_flags(const ref::AttentionProblem& problem) {
   try {
     problem.validate();
   } catch (const ref::ProblemError& e) {
-    const std::string what = e.what();
     const std::string flag = flag_of(e.field());
     // "attention problem: Br = 0 must be at least 1 (hint: …)" → "--block-m: Br = 0 must be …".
-    const auto colon = what.find(": ");
-    const auto paren = what.rfind(" (hint: ");
-    const std::string body = what.substr(colon == std::string::npos ? 0 : colon + 2,
-                                         paren == std::string::npos ? std::string::npos : paren - colon - 2);
-    const std::string hint = paren == std::string::npos ? "" : what.substr(paren + 8, what.size() - paren - 9);
+    const auto [body, hint] = split_problem_error(e.what());
     throw UsageError((flag.empty() ? std::string() : flag + ": ") + body, hint);
   }
+}
+
+ref::PackedSequences parse_cu_seqlens(std::string_view text, const std::string& source) {
+  const char* const names[2] = {"cu_seqlens_q", "cu_seqlens_k"};
+  std::optional<std::vector<std::int32_t>> lists[2];
+  std::size_t list_line[2] = {0, 0};
+  std::size_t line_no = 0;
+  for (std::size_t pos = 0; pos <= text.size();) {
+    std::size_t eol = text.find('\n', pos);
+    if (eol == std::string_view::npos) eol = text.size();
+    std::string_view line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    ++line_no;
+    if (const auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+    const auto fail = [&](std::size_t col, const std::string& what) {
+      throw UsageError("--cu-seqlens: " + source + ":" + std::to_string(line_no) + ":" + std::to_string(col + 1) + ": " +
+                           what,
+                       kCuSeqlensHint);
+    };
+    const auto blank = [&](char c) { return c == ' ' || c == '\t' || c == '\r'; };
+    std::size_t c = 0;
+    while (c < line.size() && blank(line[c])) ++c;
+    if (c == line.size()) continue;
+    const std::size_t name_col = c;
+    while (c < line.size() && (std::isalnum(static_cast<unsigned char>(line[c])) || line[c] == '_')) ++c;
+    const std::string name(line.substr(name_col, c - name_col));
+    const int which = name == names[0] ? 0 : name == names[1] ? 1 : -1;
+    if (which < 0) fail(name_col, name.empty() ? "expected a name" : "unknown name '" + name + "'");
+    if (lists[which]) fail(name_col, name + " is given twice (first on line " + std::to_string(list_line[which]) + ")");
+    while (c < line.size() && blank(line[c])) ++c;
+    if (c == line.size() || line[c] != '=') fail(c, "expected '=' after " + name);
+    ++c;
+    std::vector<std::int32_t> values;
+    while (true) {
+      while (c < line.size() && (blank(line[c]) || line[c] == ',')) ++c;
+      if (c == line.size()) break;
+      const std::size_t start = c;
+      if (line[c] == '-') ++c;
+      long long v = 0;
+      bool digits = false;
+      while (c < line.size() && std::isdigit(static_cast<unsigned char>(line[c]))) {
+        if (v <= 2147483648LL) v = v * 10 + (line[c] - '0');
+        digits = true;
+        ++c;
+      }
+      std::size_t end = c;
+      while (end < line.size() && !blank(line[end]) && line[end] != ',') ++end;
+      const std::string item(line.substr(start, end - start));
+      if (!digits || end != c) fail(start, "'" + item + "' is not an integer");
+      if (line[start] == '-') v = -v;
+      if (v > 2147483647LL || v < -2147483647LL) fail(start, item + " does not fit an int32 prefix sum");
+      values.push_back(static_cast<std::int32_t>(v));
+    }
+    if (values.empty()) fail(c, name + " lists no numbers");
+    lists[which] = std::move(values);
+    list_line[which] = line_no;
+  }
+  if (!lists[0]) throw UsageError("--cu-seqlens: " + source + " has no cu_seqlens_q line", kCuSeqlensHint);
+  try {
+    return lists[1] ? ref::PackedSequences(*lists[0], *lists[1]) : ref::PackedSequences(*lists[0]);
+  } catch (const ref::ProblemError& e) {
+    const bool keys = e.field() == "cu_seqlens_k" && lists[1];
+    const auto [body, hint] = split_problem_error(e.what());
+    throw UsageError("--cu-seqlens: " + source + ":" + std::to_string(list_line[keys ? 1 : 0]) + ": " + body, hint);
+  }
+}
+
+ref::PackedSequences read_cu_seqlens(const std::string& path) {
+  return parse_cu_seqlens(read_input(path, "--cu-seqlens", "cu_seqlens file", std::uint64_t{1} << 20), path);
 }
 
 ref::Algorithm algorithm_flag(const std::string& value, bool backward) {

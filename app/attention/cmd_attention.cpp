@@ -28,7 +28,8 @@ namespace fs = std::filesystem;
 using namespace flashlab::ref;
 
 constexpr const char* kUsageLine =
-    "attention fwd|bwd --seq N --dim D [--heads H] [--batch B] [--block-m BM] [--block-n BN] [--causal]\n"
+    "attention fwd|bwd --seq N --dim D [--heads H] [--heads-kv HKV] [--batch B] [--seq-k NK] [--causal]\n"
+    "                          [--window L,R] [--cu-seqlens FILE] [--block-m BM] [--block-n BN]\n"
     "                          [--variant naive|fa1|fa2|atomic] [--dtype fp32|bf16|fp16] [--precision float|double]\n"
     "                          [--seed S] [--inputs DIR] [--save DIR] [--json]";
 constexpr const char* kSummary =
@@ -37,6 +38,13 @@ constexpr const char* kSummary =
     "tile loops counted beside the closed-form formula. --dtype sets the element size of the traffic\n"
     "count only; --precision sets the arithmetic. Variants: fwd naive|fa1|fa2, bwd naive|fa2 (two\n"
     "kernels: D preprocessing, dQ, dK/dV)|atomic (one kernel, dQ read-modify-written in HBM).\n"
+    "Grouped K/V: --heads-kv HKV (dividing H) K/V heads, query head h reading K/V head h/(H/HKV).\n"
+    "--seq-k NK keys per sequence; the causal diagonal and the window are bottom-right aligned\n"
+    "(query i sees key j iff j <= i + NK - N). --window L,R: keys at most L left and R right of\n"
+    "the diagonal (-1: unbounded; with --causal R is 0). --cu-seqlens FILE packs variable-length\n"
+    "sequences: a text file with a line 'cu_seqlens_q = 0 3 3 10' (B + 1 prefix sums of the query\n"
+    "lengths) and, if the keys differ, 'cu_seqlens_k = 0 5 5 17'; '#' comments; it replaces\n"
+    "--batch, --seq and --seq-k, and the tensors are [total, H, D].\n"
     "--inputs DIR reads q.npy k.npy v.npy [do.npy] ([N,H,D] or [B,N,H,D], f4 or f8); --save DIR\n"
     "writes o.npy lse.npy [dq.npy dk.npy dv.npy]. Exit 0 when within tolerance (float64 1e-12,\n"
     "float32 1e-5, scaled up by L/64 when the logit bound L exceeds 64; with --fp16-arithmetic only\n"
@@ -46,9 +54,12 @@ constexpr const char* kSummary =
 po::options_description options() {
   po::options_description d("Options");
   d.add_options()("help,h", "show this help")
-      ("seq", po::value<long long>(), "N, query sequence length (1..8192; from q.npy with --inputs)")
+      ("seq", po::value<long long>(), "N, query sequence length (1..8192; from q.npy with --inputs, from FILE with --cu-seqlens)")
       ("seq-k", po::value<long long>(), "N_k, key/value length when it differs from N (causal is bottom-right aligned)")
-      ("heads", po::value<long long>()->default_value(1), "H, number of heads")
+      ("heads", po::value<long long>()->default_value(1), "H, number of query heads")
+      ("heads-kv", po::value<long long>(), "H_kv, number of K/V heads, dividing H (default H; 1 is multi-query)")
+      ("window", po::value<std::string>(), "L,R: keys seen left and right of the diagonal; -1 unbounded (e.g. 128,0)")
+      ("cu-seqlens", po::value<std::string>(), "FILE with cu_seqlens_q (and cu_seqlens_k): packed variable-length sequences")
       ("dim", po::value<long long>(), "d, head dimension (1..1024)")
       ("batch", po::value<long long>()->default_value(1), "B, batch size")
       ("causal", po::bool_switch(), "causal mask (fully masked tiles are skipped)")
@@ -124,8 +135,10 @@ Loaded load_operand(const fs::path& file, const InputPolicy& policy) {
 
 // What a run holds at its peak, from the sizes alone: the float64 operands and their copies in
 // the run's precision, the outputs of the run and of the naive reference, and the naive
-// reference's N x N_k score matrices (S, P and, backward, dP, dS) of one head.
-void require_attention_memory(const InputPolicy& policy, const Shape& q, const Shape& kv, bool bwd, bool use_double) {
+// reference's N x N_k score matrices (S, P and, backward, dP, dS) of one head of the longest
+// sequence (`longest_q` x `longest_k`).
+void require_attention_memory(const InputPolicy& policy, const Shape& q, const Shape& kv, std::size_t longest_q,
+                              std::size_t longest_k, bool bwd, bool use_double) {
   MemoryPlan plan;
   const std::uint64_t qn = checked_size({q.batch, q.seq, q.heads, q.head_dim}, "Q's element count");
   const std::uint64_t kvn = checked_size({kv.batch, kv.seq, kv.heads, kv.head_dim}, "K's element count");
@@ -135,7 +148,7 @@ void require_attention_memory(const InputPolicy& policy, const Shape& q, const S
   plan.add("Q, K, V copies in the run's precision", qn + kvn * 2, elem);
   plan.add("outputs of the run", qn, elem, bwd ? 4 : 1);
   if (bwd) plan.add("dK, dV (run and reference)", kvn, 8, 4);
-  plan.add("naive N x N_k scores of one head", checked_size({q.seq, kv.seq}, "N x N_k"), 8, bwd ? 4 : 2);
+  plan.add("naive N x N_k scores of one head", checked_size({longest_q, longest_k}, "N x N_k"), 8, bwd ? 4 : 2);
   plan.require_within(policy, "attention " + std::string(bwd ? "bwd" : "fwd") + " on Q " + q.str() + ", K " + kv.str());
 }
 
@@ -143,7 +156,7 @@ void require_match(const fs::path& file, const char* what, std::size_t got, std:
   if (got != want) {
     std::ostringstream m;
     m << file.string() << ": " << what << " is " << got << " but " << against << " has " << want;
-    throw UsageError(m.str(), "q and do are [B, N, H, D]; k and v are [B, N_k, H, D] with the same B, H, D");
+    throw UsageError(m.str(), "q and do are [B, N, H, D]; k and v are [B, N_k, H_kv, D] with the same B and D");
   }
 }
 
@@ -186,8 +199,9 @@ void save_tensor(const fs::path& file, const Tensor<T>& t, bool four_d) {
 }
 template <typename T>
 void save_stats(const fs::path& file, const std::vector<T>& v, const AttentionProblem& cfg, bool four_d) {
-  std::vector<std::size_t> shape = four_d ? std::vector<std::size_t>{cfg.batch, cfg.heads, cfg.n_q()}
-                                          : std::vector<std::size_t>{cfg.heads, cfg.n_q()};
+  const Shape q = cfg.q_shape();  // packed: one batch entry of total_q rows
+  std::vector<std::size_t> shape = four_d ? std::vector<std::size_t>{q.batch, cfg.heads, q.seq}
+                                          : std::vector<std::size_t>{cfg.heads, q.seq};
   write_npy(file, shape, v.data());
 }
 
@@ -227,6 +241,11 @@ void print_json(const Run& run, const Verdict& v) {
   j.key("config").begin_object();
   j.key("batch").value(std::uint64_t(cfg.batch)).key("seq").value(std::uint64_t(cfg.n_q()));
   j.key("seq_k").value(std::uint64_t(cfg.n_k())).key("heads").value(std::uint64_t(cfg.heads));
+  j.key("heads_kv").value(std::uint64_t(cfg.h_kv()));
+  j.key("window_left").value(std::int64_t(cfg.window_left)).key("window_right").value(std::int64_t(cfg.window_right));
+  j.key("packed").value(cfg.is_packed());
+  if (cfg.packed)
+    j.key("total_q").value(std::uint64_t(cfg.packed->total_q())).key("total_k").value(std::uint64_t(cfg.packed->total_k()));
   j.key("head_dim").value(std::uint64_t(cfg.head_dim)).key("block_m").value(std::uint64_t(cfg.Br));
   j.key("block_n").value(std::uint64_t(cfg.Bc)).key("causal").value(cfg.causal);
   j.key("scale").value(cfg.softmax_scale()).key("dtype").value(dtype_name(cfg.dtype));
@@ -329,8 +348,13 @@ int execute(const Run& run, const Tensor<double>& Q, const Tensor<double>& K, co
   double cancellation = 1.0;
   bool nan = false;
 
-  // Forward ≈ 4·B·H·N·N_k·d flops, backward ≈ 2.5× that; stages in the order they run below.
-  const double fwd_work = 4.0 * double(cfg.batch * cfg.heads) * double(cfg.n_q()) * double(cfg.n_k()) * double(cfg.head_dim);
+  // Forward ≈ 4·H·d·Σ_b N·N_k flops, backward ≈ 2.5× that; stages in the order they run below.
+  double score_elements = 0.0;
+  for (std::size_t b = 0; b < cfg.batch; ++b) {
+    const SequenceSpan s = cfg.sequence(b);
+    score_elements += double(s.q_len) * double(s.k_len);
+  }
+  const double fwd_work = 4.0 * double(cfg.heads) * double(cfg.head_dim) * score_elements;
   std::vector<Stage> stages = {{"naive float64 reference", fwd_work}, {"forward " + run.variant_flag, fwd_work}};
   if (bwd) stages.insert(stages.end(), {{"naive float64 backward", 2.5 * fwd_work}, {"backward " + run.variant_flag, 2.5 * fwd_work}});
   Progress progress("attention " + run.mode, std::move(stages));
@@ -442,6 +466,14 @@ Run parse_run_flags(const po::variables_map& vm) {
   if ((!run.bwd.mask_kv || run.bwd.fp16_arithmetic) && run.algorithm == Algorithm::naive_bwd)
     throw UsageError("--drop-kv-mask and --fp16-arithmetic apply to the flash backward", "use --variant fa2 or atomic");
   if (const auto s = checked_scale(vm)) run.cfg.scale = *s;
+  if (vm.count("window")) {
+    const auto w = integer_list("window", vm["window"].as<std::string>(), -1, kMaxWindow, "128,0");
+    if (w.size() != 2)
+      throw UsageError("--window takes two numbers, L,R; got " + std::to_string(w.size()),
+                       "keys seen left and right of the diagonal, -1 for unbounded: --window 128,0");
+    run.cfg.window_left = w[0];
+    run.cfg.window_right = w[1];
+  }
   if (vm.count("save")) run.save = fs::path(vm["save"].as<std::string>());
   return run;
 }
@@ -463,6 +495,19 @@ int cmd_attention(const Args& args) {
     Run run = parse_run_flags(vm);
     const bool bwd = run.mode == "bwd";
 
+    // --cu-seqlens: the file's sequences replace --batch, --seq and --seq-k.
+    if (vm.count("cu-seqlens")) {
+      for (const std::string flag : {"seq", "seq-k"})
+        if (vm.count(flag))
+          throw UsageError("--" + flag + " conflicts with --cu-seqlens",
+                           "with packed sequences the lengths come from the file; drop --" + flag);
+      if (!vm["batch"].defaulted())
+        throw UsageError("--batch conflicts with --cu-seqlens", "B is the number of sequences the file lists; drop --batch");
+      run.cfg.set_packed(read_cu_seqlens(vm["cu-seqlens"].as<std::string>()));
+    }
+    const bool packed = run.cfg.is_packed();
+    if (vm.count("heads-kv")) require_range("heads-kv", get_ll(vm, "heads-kv"), 1, 1024);
+
     Tensor<double> Q, K, V, dO;
     if (vm.count("inputs")) {
       run.inputs = fs::path(vm["inputs"].as<std::string>());
@@ -470,14 +515,30 @@ int cmd_attention(const Args& args) {
         throw UsageError("--inputs " + run.inputs->string() + " is not a directory", "give a directory holding q.npy k.npy v.npy");
       // Sized from the headers before any payload is read.
       const bool have_do = bwd && fs::exists(*run.inputs / "do.npy");
-      const Shape q_shape = operand_shape(*run.inputs / "q.npy").shape;
-      const Shape k_shape = operand_shape(*run.inputs / "k.npy").shape;
-      operand_shape(*run.inputs / "v.npy");
+      const fs::path qf = *run.inputs / "q.npy", kf = *run.inputs / "k.npy", vf = *run.inputs / "v.npy";
+      const Shape q_shape = operand_shape(qf).shape;
+      const Shape k_shape = operand_shape(kf).shape;
+      operand_shape(vf);
       if (have_do) operand_shape(*run.inputs / "do.npy");
-      require_attention_memory(run.policy, q_shape, k_shape, bwd, run.use_double);
-      const auto q = load_operand(*run.inputs / "q.npy", run.policy);
-      const auto k = load_operand(*run.inputs / "k.npy", run.policy);
-      const auto vv = load_operand(*run.inputs / "v.npy", run.policy);
+      if (packed) {
+        // Packed operands hold every sequence along one token axis: [total, H, D] (or a batch of 1).
+        const auto require_total = [](const fs::path& file, const Shape& got, std::size_t total, const char* list) {
+          if (got.batch != 1 || got.seq != total) {
+            std::ostringstream m;
+            m << file.string() << ": " << got.batch << " x " << got.seq << " rows do not hold the " << total
+              << " rows --cu-seqlens gives (" << list << " ends at " << total << ")";
+            throw UsageError(m.str(), "packed operands are [total, H, D]: every sequence's rows one after another");
+          }
+        };
+        require_total(qf, q_shape, run.cfg.packed->total_q(), "cu_seqlens_q");
+        require_total(kf, k_shape, run.cfg.packed->total_k(), "cu_seqlens_k");
+      }
+      const std::size_t longest_q = packed ? run.cfg.n_q() : q_shape.seq;
+      const std::size_t longest_k = packed ? run.cfg.n_k() : k_shape.seq;
+      require_attention_memory(run.policy, q_shape, k_shape, longest_q, longest_k, bwd, run.use_double);
+      const auto q = load_operand(qf, run.policy);
+      const auto k = load_operand(kf, run.policy);
+      const auto vv = load_operand(vf, run.policy);
       // One layout for all operands: a 4-D q beside 3-D k, v is a mistake, not a batch of one.
       for (const auto& [name, operand] : {std::pair{"k.npy", &k}, std::pair{"v.npy", &vv}})
         if (operand->four_d != q.four_d)
@@ -485,31 +546,37 @@ int cmd_attention(const Args& args) {
                                (q.four_d ? "4-D" : "3-D"),
                            "give every operand the same layout: all [N, H, D] or all [B, N, H, D]");
       const Shape qs = q.t.shape(), ks = k.t.shape();
-      const fs::path kf = *run.inputs / "k.npy", vf = *run.inputs / "v.npy";
       require_match(kf, "batch", ks.batch, qs.batch, "q.npy");
-      require_match(kf, "heads", ks.heads, qs.heads, "q.npy");
       require_match(kf, "head dim", ks.head_dim, qs.head_dim, "q.npy");
+      if (qs.heads % ks.heads != 0) {
+        std::ostringstream m;
+        m << kf.string() << ": heads is " << ks.heads << ", which does not divide the " << qs.heads << " heads of q.npy";
+        throw UsageError(m.str(), "k and v have H_kv heads, and each serves H/H_kv query heads of q");
+      }
       require_match(vf, "batch", vv.t.shape().batch, ks.batch, "k.npy");
       require_match(vf, "sequence length", vv.t.shape().seq, ks.seq, "k.npy");
       require_match(vf, "heads", vv.t.shape().heads, ks.heads, "k.npy");
       require_match(vf, "head dim", vv.t.shape().head_dim, ks.head_dim, "k.npy");
-      const fs::path qf = *run.inputs / "q.npy";
-      auto agree = [&](const char* flag, std::size_t file_value) {
+      auto agree = [&](const char* flag, std::size_t file_value, const fs::path& file) {
         if (vm.count(flag) && !vm[flag].defaulted() && std::size_t(get_ll(vm, flag)) != file_value) {
           std::ostringstream m;
-          m << "--" << flag << " " << get_ll(vm, flag) << " disagrees with " << qf.string() << " (" << file_value << ")";
+          m << "--" << flag << " " << get_ll(vm, flag) << " disagrees with " << file.string() << " (" << file_value << ")";
           throw UsageError(m.str(), "with --inputs the sizes come from the files; drop the flag");
         }
       };
-      agree("seq", qs.seq);
-      agree("heads", qs.heads);
-      agree("dim", qs.head_dim);
-      agree("batch", qs.batch);
-      if (vm.count("seq-k")) agree("seq-k", ks.seq);
-      run.cfg.batch = qs.batch;
-      run.cfg.seq = qs.seq;
-      run.cfg.seq_k = ks.seq == qs.seq ? 0 : ks.seq;
+      agree("heads", qs.heads, qf);
+      agree("dim", qs.head_dim, qf);
+      agree("heads-kv", ks.heads, kf);
+      if (!packed) {
+        agree("seq", qs.seq, qf);
+        agree("batch", qs.batch, qf);
+        agree("seq-k", ks.seq, kf);
+        run.cfg.batch = qs.batch;
+        run.cfg.seq = qs.seq;
+        run.cfg.seq_k = ks.seq == qs.seq ? 0 : ks.seq;
+      }
       run.cfg.heads = qs.heads;
+      run.cfg.heads_kv = ks.heads == qs.heads ? 0 : ks.heads;
       run.cfg.head_dim = qs.head_dim;
       run.four_d = q.four_d;
       Q = q.t;
@@ -522,11 +589,12 @@ int cmd_attention(const Args& args) {
         dO = d.t;
       }
     } else {
-      if (!vm.count("seq")) throw UsageError("--seq is required", "e.g. --seq 128 (or --inputs DIR)");
+      if (!packed && !vm.count("seq")) throw UsageError("--seq is required", "e.g. --seq 128 (or --inputs DIR, or --cu-seqlens FILE)");
       if (!vm.count("dim")) throw UsageError("--dim is required", "e.g. --dim 64 (or --inputs DIR)");
-      run.cfg.batch = std::size_t(get_ll(vm, "batch"));
+      if (!packed) run.cfg.batch = std::size_t(get_ll(vm, "batch"));
       run.cfg.heads = std::size_t(get_ll(vm, "heads"));
-      run.four_d = run.cfg.batch > 1;
+      if (vm.count("heads-kv")) run.cfg.heads_kv = std::size_t(get_ll(vm, "heads-kv"));
+      run.four_d = !packed && run.cfg.batch > 1;
     }
     if (vm.count("seq")) {
       require_range("seq", get_ll(vm, "seq"), 1, 8192);
@@ -540,13 +608,19 @@ int cmd_attention(const Args& args) {
       require_range("seq-k", get_ll(vm, "seq-k"), 1, 8192);
       run.cfg.seq_k = std::size_t(get_ll(vm, "seq-k"));
     }
-    if (run.cfg.seq > 8192 || run.cfg.n_k() > 8192)
-      throw UsageError("sequence length " + std::to_string(std::max(run.cfg.seq, run.cfg.n_k())) + " is above 8192",
+    if (run.cfg.seq > 8192 || run.cfg.n_k() > 8192) {
+      const std::size_t longest = std::max(run.cfg.seq, run.cfg.n_k());
+      if (packed)
+        throw UsageError("--cu-seqlens: the longest sequence has " + std::to_string(longest) + " rows, above 8192",
+                         "the naive float64 reference materialises N x N_k scores per sequence; use shorter sequences");
+      throw UsageError("sequence length " + std::to_string(longest) + " is above 8192",
                        "the naive float64 reference materialises N x N scores; use a shorter sequence");
+    }
     validate_flags(run.cfg);
 
     if (!run.inputs) {
-      require_attention_memory(run.policy, run.cfg.q_shape(), run.cfg.kv_shape(), bwd, run.use_double);
+      require_attention_memory(run.policy, run.cfg.q_shape(), run.cfg.kv_shape(), run.cfg.n_q(), run.cfg.n_k(), bwd,
+                               run.use_double);
       Q = Tensor<double>(run.cfg.q_shape());
       K = Tensor<double>(run.cfg.kv_shape());
       V = Tensor<double>(run.cfg.kv_shape());
