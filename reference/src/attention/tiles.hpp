@@ -52,13 +52,16 @@ void require_stats(const char* name, const std::vector<T>& v, std::size_t want) 
 template <typename T>
 ConstHeadMap<T> rows_of(const Tensor<T>& t, std::size_t b, std::size_t h, std::size_t start, std::size_t rows) {
   const Shape& s = t.shape();
-  return ConstHeadMap<T>(t.data() + ((b * s.seq + start) * s.heads + h) * s.head_dim, Eigen::Index(rows),
+  // An empty sequence at the tensor's end would point past it: map nothing at the start instead.
+  const std::size_t at = rows == 0 ? 0 : ((b * s.seq + start) * s.heads + h) * s.head_dim;
+  return ConstHeadMap<T>(t.data() + at, Eigen::Index(rows),
                          Eigen::Index(s.head_dim), Eigen::OuterStride<>(Eigen::Index(s.row_stride())));
 }
 template <typename T>
 HeadMap<T> rows_of(Tensor<T>& t, std::size_t b, std::size_t h, std::size_t start, std::size_t rows) {
   const Shape& s = t.shape();
-  return HeadMap<T>(t.data() + ((b * s.seq + start) * s.heads + h) * s.head_dim, Eigen::Index(rows),
+  const std::size_t at = rows == 0 ? 0 : ((b * s.seq + start) * s.heads + h) * s.head_dim;
+  return HeadMap<T>(t.data() + at, Eigen::Index(rows),
                     Eigen::Index(s.head_dim), Eigen::OuterStride<>(Eigen::Index(s.row_stride())));
 }
 
