@@ -35,6 +35,17 @@ struct Spec {
   std::size_t H = 1, Hkv = 1, d = 8, Br = 4, Bc = 4;
   bool causal = false;
   long long left = -1, right = -1;
+
+  // This problem with another mask and tiles.
+  Spec masked(bool c, std::size_t br, std::size_t bc, long long l = -1, long long r = -1) const {
+    Spec s = *this;
+    s.causal = c;
+    s.Br = br;
+    s.Bc = bc;
+    s.left = l;
+    s.right = r;
+    return s;
+  }
 };
 
 Spec dense(std::size_t B, std::size_t nq, std::size_t nk, std::size_t H, std::size_t Hkv, std::size_t d) {
@@ -295,14 +306,8 @@ TEST_CASE("attention features: grouped K/V with H/H_kv = 1, 4, 32 equals the ora
   unsigned long long seed = 11000;
   for (bool causal : {false, true}) {
     for (auto [H, Hkv] : {std::pair<std::size_t, std::size_t>{4, 4}, {4, 1}, {8, 2}, {32, 1}, {32, 32}}) {
-      Spec s = dense(2, 13, 13, H, Hkv, 8);
-      s.causal = causal;
-      s.Br = 5;
-      s.Bc = 3;
-      check_all(s, seed += 10);
-      Spec cross = dense(1, 6, 17, H, Hkv, 4);  // N_q < N_k
-      cross.causal = causal;
-      check_all(cross, seed += 10);
+      check_all(dense(2, 13, 13, H, Hkv, 8).masked(causal, 5, 3), seed += 10);
+      check_all(dense(1, 6, 17, H, Hkv, 4).masked(causal, 4, 4), seed += 10);  // N_q < N_k
     }
   }
 }
@@ -312,13 +317,7 @@ TEST_CASE("attention features: N_q != N_k with the causal diagonal bottom-right"
   // N_q = 1 (decoding), N_q < N_k (chunked prefill), N_q > N_k (rows that see no key), both not a
   // multiple of the tiles, Br ≠ Bc.
   for (auto [nq, nk] : {std::pair<std::size_t, std::size_t>{1, 1}, {1, 37}, {5, 37}, {9, 30}, {30, 9}, {13, 5}, {20, 13}}) {
-    for (bool causal : {false, true}) {
-      Spec s = dense(2, nq, nk, 2, 1, 6);
-      s.causal = causal;
-      s.Br = 4;
-      s.Bc = 7;
-      check_all(s, seed += 10);
-    }
+    for (bool causal : {false, true}) check_all(dense(2, nq, nk, 2, 1, 6).masked(causal, 4, 7), seed += 10);
   }
 }
 
@@ -332,13 +331,7 @@ TEST_CASE("attention features: packed sequences, lengths 0 and 1 among them", "[
       {{12, 7}, {5, 7}},                     // N_q > N_k in one sequence
   };
   for (const auto& [lq, lk] : lengths) {
-    for (bool causal : {false, true}) {
-      Spec s = packed(lq, lk, 4, 2, 8);
-      s.causal = causal;
-      s.Br = 4;
-      s.Bc = 3;
-      check_all(s, seed += 10);
-    }
+    for (bool causal : {false, true}) check_all(packed(lq, lk, 4, 2, 8).masked(causal, 4, 3), seed += 10);
   }
 }
 
@@ -347,25 +340,9 @@ TEST_CASE("attention features: sliding windows, alone, with causal, wider than N
   const std::pair<long long, long long> windows[] = {{2, 0}, {0, 0}, {3, 5}, {-1, 4}, {4, -1}, {1000, 1000}, {0, 2}};
   for (auto [left, right] : windows) {
     for (bool causal : {false, true}) {
-      Spec s = dense(1, 23, 23, 2, 2, 6);
-      s.causal = causal;
-      s.left = left;
-      s.right = right;
-      s.Br = 4;
-      s.Bc = 5;
-      check_all(s, seed += 10);
-      Spec c = dense(1, 7, 19, 2, 1, 4);  // the diagonal shifted by N_k − N_q
-      c.causal = causal;
-      c.left = left;
-      c.right = right;
-      check_all(c, seed += 10);
-      Spec p = packed({9, 1, 0, 14}, {6, 3, 2, 14}, 2, 1, 4);
-      p.causal = causal;
-      p.left = left;
-      p.right = right;
-      p.Br = 3;
-      p.Bc = 2;
-      check_all(p, seed += 10);
+      check_all(dense(1, 23, 23, 2, 2, 6).masked(causal, 4, 5, left, right), seed += 10);
+      check_all(dense(1, 7, 19, 2, 1, 4).masked(causal, 4, 4, left, right), seed += 10);  // diagonal shifted by 12
+      check_all(packed({9, 1, 0, 14}, {6, 3, 2, 14}, 2, 1, 4).masked(causal, 3, 2, left, right), seed += 10);
     }
   }
 }
@@ -373,14 +350,8 @@ TEST_CASE("attention features: sliding windows, alone, with causal, wider than N
 TEST_CASE("attention features: head dims 64, 96, 128 and 256", "[attention][head_dim]") {
   unsigned long long seed = 15000;
   for (std::size_t d : {64u, 96u, 128u, 256u}) {
-    Spec s = dense(1, 19, 26, 4, 2, d);
-    s.causal = true;
-    s.Br = 8;
-    s.Bc = 16;
-    check_all(s, seed += 10);
-    Spec p = packed({5, 1, 12}, {5, 8, 12}, 2, 1, d);
-    p.left = 4;
-    check_all(p, seed += 10);
+    check_all(dense(1, 19, 26, 4, 2, d).masked(true, 8, 16), seed += 10);
+    check_all(packed({5, 1, 12}, {5, 8, 12}, 2, 1, d).masked(false, 4, 4, 4), seed += 10);
   }
 }
 
@@ -420,16 +391,8 @@ TEST_CASE("attention features: random problems with every feature at once", "[at
 TEST_CASE("attention features: gradients equal central finite differences of the oracle's loss", "[attention][backward]") {
   // Tiny problems with every feature: the loss L = Σ O∘dO of the oracle's forward, differentiated
   // numerically, against the library's backward passes.
-  Spec a = packed({3, 1, 0, 4}, {2, 3, 1, 5}, 4, 2, 3);
-  a.causal = true;
-  a.left = 2;
-  a.Br = 2;
-  a.Bc = 2;
-  Spec b = dense(1, 4, 6, 2, 1, 3);
-  b.left = 1;
-  b.right = 1;
-  b.Br = 3;
-  b.Bc = 2;
+  const Spec a = packed({3, 1, 0, 4}, {2, 3, 1, 5}, 4, 2, 3).masked(true, 2, 2, 2);
+  const Spec b = dense(1, 4, 6, 2, 1, 3).masked(false, 3, 2, 1, 1);
   for (const Spec& s : {a, b}) {
     INFO(describe(s));
     const AttentionProblem cfg = problem_of(s);
@@ -470,12 +433,7 @@ TEST_CASE("attention features: gradients equal central finite differences of the
 TEST_CASE("attention features: rows that see no key get O = 0, LSE = -inf and zero gradients", "[attention][masking]") {
   // Sequence 0: N_q = 6 > N_k = 2 under causal: rows 0–3 see nothing. Sequence 1: no keys at all.
   // Sequence 2: a window (0, 0) on a diagonal shifted left by 3: rows 0–2 see nothing.
-  Spec s = packed({6, 3, 5}, {2, 0, 2}, 2, 1, 4);
-  s.causal = true;
-  s.left = 0;
-  s.right = 0;
-  s.Br = 2;
-  s.Bc = 2;
+  const Spec s = packed({6, 3, 5}, {2, 0, 2}, 2, 1, 4).masked(true, 2, 2, 0, 0);
   const AttentionProblem cfg = problem_of(s);
   const Layout L(s);
   const Inputs in = random_inputs(s, 99);
@@ -513,12 +471,8 @@ TEST_CASE("attention features: ±800 inputs (ties, huge logits) stay finite and 
   // Every Q and K entry ±800: scores are multiples of 2·800²·scale with exact ties, up to
   // 800²·d·scale = 2.56e6 at d = 16, far beyond exp's range; the max subtraction must keep every
   // exp finite, and the float32 products of integers below 2^24 are exact.
-  Spec s = packed({9, 1, 16}, {12, 5, 16}, 4, 2, 16);
-  s.causal = true;
-  s.left = 7;
-  s.Br = 4;
-  s.Bc = 3;
-  Spec g = dense(1, 11, 11, 8, 2, 16);
+  const Spec s = packed({9, 1, 16}, {12, 5, 16}, 4, 2, 16).masked(true, 4, 3, 7);
+  const Spec g = dense(1, 11, 11, 8, 2, 16);
   for (const Spec& spec : {s, g}) {
     INFO(describe(spec));
     const AttentionProblem cfg = problem_of(spec);
@@ -554,10 +508,7 @@ TEST_CASE("attention features: ±800 inputs (ties, huge logits) stay finite and 
 
 TEST_CASE("attention features: a NaN input reaches the outputs it should and never passes", "[attention][nan]") {
   // Packed, grouped: a NaN in V of sequence 1 at key 2, column 1; a NaN in Q of sequence 2.
-  Spec s = packed({5, 6, 4}, {7, 6, 4}, 4, 2, 4);
-  s.causal = true;
-  s.Br = 2;
-  s.Bc = 3;
+  const Spec s = packed({5, 6, 4}, {7, 6, 4}, 4, 2, 4).masked(true, 2, 3);
   const AttentionProblem cfg = problem_of(s);
   const Layout L(s);
   const Inputs clean = random_inputs(s, 31);
@@ -597,11 +548,7 @@ TEST_CASE("attention features: a NaN input reaches the outputs it should and nev
 }
 
 TEST_CASE("attention features: loading K/V once per group changes the traffic, not the result", "[attention][gqa]") {
-  Spec s = packed({9, 0, 14}, {9, 3, 20}, 8, 2, 8);
-  s.causal = true;
-  s.left = 6;
-  s.Br = 4;
-  s.Bc = 5;
+  const Spec s = packed({9, 0, 14}, {9, 3, 20}, 8, 2, 8).masked(true, 4, 5, 6);
   const AttentionProblem cfg = problem_of(s);
   const Inputs in = random_inputs(s, 555);
   const auto per_head = flash_forward_fa2(cfg, in.Q, in.K, in.V);
