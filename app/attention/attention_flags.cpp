@@ -3,10 +3,8 @@
 
 #include <cctype>
 #include <cstdint>
-#include <filesystem>
 #include <optional>
 #include <stdexcept>
-#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -138,16 +136,7 @@ ref::PackedSequences parse_cu_seqlens(std::string_view text, const std::string& 
 }
 
 ref::PackedSequences read_cu_seqlens(const std::string& path) {
-  constexpr std::uintmax_t kMaxBytes = std::uintmax_t(1) << 20;
-  std::error_code ec;
-  const auto bytes = std::filesystem::file_size(path, ec);
-  if (!ec && bytes > kMaxBytes)
-    throw UsageError("--cu-seqlens " + path + " is " + std::to_string(bytes) + " bytes, above 1 MiB",
-                     "the file lists B + 1 prefix sums; a larger batch does not fit the naive check anyway");
-  std::string text;
-  if (!read_file(path, text))
-    throw UsageError("--cu-seqlens " + path + " cannot be read", "give a text file; see flashlab attention --help");
-  return parse_cu_seqlens(text, path);
+  return parse_cu_seqlens(read_input(path, "--cu-seqlens", "cu_seqlens file", std::uint64_t{1} << 20), path);
 }
 
 ref::Algorithm algorithm_flag(const std::string& value, bool backward) {

@@ -32,8 +32,8 @@ void validate_flags(const ref::AttentionProblem& problem);
 /// at 0, decreasing, no query at all, …) names `source`:line and keeps the problem's hint.
 ref::PackedSequences parse_cu_seqlens(std::string_view text, const std::string& source);
 
-/// Reads and parses a --cu-seqlens file (at most 1 MiB); UsageError naming the flag when it
-/// cannot be read.
+/// Reads and parses a --cu-seqlens file (a file, a pipe, or "-" for standard input; at most
+/// 1 MiB); UsageError naming the flag when it cannot be read.
 ref::PackedSequences read_cu_seqlens(const std::string& path);
 
 /// The algorithm a --variant value names for a forward or backward pass (ref::parse_algorithm);
