@@ -1,0 +1,511 @@
+"""flashlab's kernels as PyTorch operators.
+
+Each operation is one ``torch.library.custom_op`` in the ``flashlab`` namespace with a fake
+(shape-only) implementation and, where it has a gradient, an autograd rule; so the operators
+work under ``torch.compile(fullgraph=True)``, in CUDA graphs, and with autograd:
+
+==============================  ==============================================================
+``flashlab::attention_forward``   (q, k, v, causal, scale, deterministic) → (O, LSE base 2)
+``flashlab::attention_backward``  (dO, q, k, v, O, LSE, causal, scale, deterministic) → (dQ, dK, dV)
+``flashlab::mta_forward``         (q, k, v, w, scale) → (O, LSE)
+``flashlab::mta_backward``        (dO, q, k, v, w, O, LSE, scale) → (dQ, dK, dV, dW)
+``flashlab::mta_decode``          (q, k, v, w, scale) → O of the last row
+``flashlab::stream_estimate``     (q, k, k_blocks, bq, bk, mask) → indices
+``flashlab::stream_apply``        (q, k, v, indices, bq, bk) → O
+``flashlab::stream_trace``        (q, k, v, indices, bq, bk) → (O, edge records)
+==============================  ==============================================================
+
+CUDA tensors (bfloat16/float16) run the fast kernels on the current CUDA stream of their device;
+CPU tensors (float32/float64) run the CPU reference. Outputs, LSE and the library's scratch
+(workspace) are allocated with torch, so the caching allocator and CUDA graphs see them.
+The user-facing functions are ``flashlab.attention``, ``flashlab.mta`` and ``flashlab.stream``;
+this module adds ``use_for_sdpa()`` (see flashlab/_sdpa.py).
+"""
+
+import ctypes
+import math
+from typing import Dict, List, Optional, Tuple
+
+import torch
+
+from . import _capi, _checks
+from .errors import FlashlabTypeError, FlashlabValueError
+
+LN2 = math.log(2.0)
+_T = _capi.Tensor
+_I64x3 = ctypes.c_int64 * 3
+_CUDA_DTYPES = {torch.bfloat16: _capi.DTYPE_BF16, torch.float16: _capi.DTYPE_F16}
+_CPU_DTYPES = {torch.float32: _capi.DTYPE_F32, torch.float64: _capi.DTYPE_F64}
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+try:
+    _is_compiling = torch.compiler.is_compiling
+except AttributeError:  # torch < 2.3
+    _is_compiling = torch._dynamo.is_compiling
+
+
+# ------------------------------------------------------------------------------------------------
+# What every operator shares: argument checks (Python only, traceable), memory, the launch
+# ------------------------------------------------------------------------------------------------
+
+def _check_tensors(names: Tuple[str, ...], tensors: Tuple[object, ...]) -> torch.Tensor:
+    """TypeError unless all are tensors of the first one's dtype and device, that dtype taken on
+    that device (CUDA: bfloat16/float16; CPU: float32/float64). Returns the first tensor."""
+    first = tensors[0]
+    for name, t in zip(names, tensors):
+        if not isinstance(t, torch.Tensor):
+            raise FlashlabTypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}",
+                                    hint="pass tensors of one kind: all torch, or all NumPy")
+        if t.device != first.device:
+            raise FlashlabTypeError(f"{name}: on {t.device}, {names[0]} on {first.device}",
+                                    hint="move the tensors to one device")
+        if t.dtype != first.dtype:
+            raise FlashlabTypeError(f"{name}: dtype {t.dtype} differs from {names[0]}'s {first.dtype}",
+                                    hint="q, k, v share one dtype")
+    if first.is_cuda:
+        if first.dtype not in _CUDA_DTYPES:
+            raise _checks.unsupported_dtype(names[0], first.dtype, "CUDA", "torch.bfloat16 or torch.float16")
+    elif first.device.type == "cpu":
+        if first.dtype not in _CPU_DTYPES:
+            raise _checks.unsupported_dtype(names[0], first.dtype, "the CPU", "torch.float32 or torch.float64")
+    else:
+        raise FlashlabTypeError(f"{names[0]}: device {first.device} is neither CUDA nor CPU", hint=None)
+    return first
+
+
+def _check_stat(name: str, t: object, like: torch.Tensor, shape: Tuple[int, ...]) -> None:
+    """TypeError/ValueError unless `t` is a statistic or MTA kernel for `like`: float64 beside a
+    float64 problem, float32 otherwise, on like's device, of `shape`."""
+    if not isinstance(t, torch.Tensor):
+        raise FlashlabTypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}", hint=None)
+    want = torch.float64 if like.dtype == torch.float64 else torch.float32
+    if t.dtype != want:
+        raise FlashlabTypeError(f"{name}: dtype {t.dtype}, expected {want} beside q's {like.dtype}",
+                                hint="LSE and MTA kernels are float32 (float64 for a float64 CPU problem)")
+    if t.device != like.device:
+        raise FlashlabTypeError(f"{name}: on {t.device}, q on {like.device}", hint="move the tensors to one device")
+    if tuple(t.shape) != shape:
+        raise FlashlabValueError(f"{name}: shape {tuple(t.shape)}, expected {shape}", hint=None)
+
+
+def _stat_dtype(t: torch.Tensor) -> torch.dtype:
+    """LSE, W and dW beside `t`: float64 for a float64 (CPU) problem, float32 otherwise."""
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
+
+
+def _device(t: torch.Tensor) -> int:
+    return _capi.DEVICE_CUDA if t.is_cuda else _capi.DEVICE_CPU
+
+
+def _dtype(t: torch.Tensor) -> int:
+    return (_CUDA_DTYPES if t.is_cuda else _CPU_DTYPES)[t.dtype]
+
+
+def _kernel_input(t: torch.Tensor) -> torch.Tensor:
+    """`t` as the library reads it. The CUDA kernels read contiguous tensors starting on a 16-byte
+    boundary: anything else is copied. The CPU reference takes strides (in the flashlab_tensor),
+    but a zero stride reads as "contiguous" and a negative one is refused: those are copied."""
+    if t.is_cuda:
+        if not t.is_contiguous():
+            return t.contiguous()
+        if t.data_ptr() % 16:
+            return t.clone()
+        return t
+    if t.is_contiguous():
+        return t
+    st = t.stride()
+    if st[-1] != 1 or min(st[:-1]) <= 0:
+        return t.contiguous()
+    return t
+
+
+def _tensor(t: torch.Tensor) -> _capi.Tensor:
+    if t.is_contiguous():
+        return _T(t.data_ptr())
+    st = t.stride()
+    if len(st) == 2:  # STREAM's [T, d]: the row stride in stride[1]
+        return _T(t.data_ptr(), _I64x3(0, st[0], 0))
+    return _T(t.data_ptr(), _I64x3(st[0], st[1], st[2]))
+
+
+def _stream(t: torch.Tensor) -> Optional[int]:
+    if not t.is_cuda:
+        return None
+    if _raw_stream is not None:
+        return _raw_stream(t.device.index)
+    return torch.cuda.current_stream(t.device).cuda_stream
+
+
+def _workspace(problem: _checks.Problem, size_fn: str, like: torch.Tensor) -> Tuple[Optional[torch.Tensor], int]:
+    n = problem.workspace_bytes(size_fn, _device(like), like.device.index or 0)
+    if n == 0:
+        return None, 0
+    return torch.empty(n, dtype=torch.uint8, device=like.device), n
+
+
+def _launch(fn_name: str, like: torch.Tensor, *args) -> None:
+    """Calls flashlab_<fn_name>(*args) with `like`'s device current; raises on a failed status."""
+    L = _capi.lib()
+    if like.is_cuda:
+        if not L.cuda:
+            raise _checks.device_without_cuda()
+        if like.device.index != torch.cuda.current_device():
+            with torch.cuda.device(like.device):
+                status = getattr(L, fn_name)(*args)
+        else:
+            status = getattr(L, fn_name)(*args)
+    else:
+        status = getattr(L, fn_name)(*args)
+    if status:
+        raise L.fail(status, "flashlab_" + fn_name)
+
+
+def _ptr(t: Optional[torch.Tensor]) -> Optional[int]:
+    return None if t is None else t.data_ptr()
+
+
+def _precheck(problem: _checks.Problem, like: torch.Tensor, check_fn: str = "attention_check") -> None:
+    """The library's verdict on a problem before any allocation, once per problem and device
+    (eager mode only: under torch.compile the fake implementation asks the same question)."""
+    problem.check(check_fn, _device(like))
+
+
+# ------------------------------------------------------------------------------------------------
+# Attention
+# ------------------------------------------------------------------------------------------------
+
+def _attention_problem(q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float, deterministic: bool):
+    B, N, H, d = q.shape
+    return _checks.attention_problem(B, N, k.shape[1], H, k.shape[2], d, scale, causal, _dtype(q), deterministic)
+
+
+def _attention_forward_impl(q, k, v, causal, scale, deterministic):
+    """O `[B, N, H, d]` and LSE fp32 `[B, H, N]` (base 2), one call of flashlab_attention_forward."""
+    p = _attention_problem(q, k, causal, scale, deterministic)
+    B, N, H, d = q.shape
+    q, k, v = _kernel_input(q), _kernel_input(k), _kernel_input(v)
+    o = torch.empty((B, N, H, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, H, N), dtype=_stat_dtype(q), device=q.device)
+    # The forward's scratch holds LSE when the caller passes none (flashlab.h): we always pass it.
+    _launch("attention_forward", q, p.address, _device(q), _tensor(q), _tensor(k), _tensor(v), _T(o.data_ptr()),
+            lse.data_ptr(), None, 0, _stream(q))
+    return o, lse
+
+
+attention_forward = torch.library.custom_op(
+    "flashlab::attention_forward", mutates_args=(),
+    schema="(Tensor q, Tensor k, Tensor v, bool causal, float scale, bool deterministic) -> (Tensor, Tensor)",
+)(_attention_forward_impl)
+
+
+@attention_forward.register_fake
+def _(q, k, v, causal, scale, deterministic):
+    B, N, H, d = q.shape
+    if all(isinstance(s, int) for s in (*q.shape, *k.shape)):  # symbolic shapes are checked at run time
+        _attention_problem(q, k, causal, scale, deterministic).check("attention_check", _device(q))
+    return q.new_empty((B, N, H, d)), q.new_empty((B, H, N), dtype=_stat_dtype(q))
+
+
+def _attention_backward_impl(grad_out, q, k, v, out, lse, causal, scale, deterministic):
+    """dQ, dK, dV of the loss Σ O∘dO: one call of flashlab_attention_backward."""
+    p = _attention_problem(q, k, causal, scale, deterministic)
+    q, k, v = _kernel_input(q), _kernel_input(k), _kernel_input(v)
+    out, grad_out, lse = _kernel_input(out), _kernel_input(grad_out), lse.contiguous()
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    ws, nws = _workspace(p, "attention_backward_workspace_size", q)
+    _launch("attention_backward", q, p.address, _device(q), _tensor(q), _tensor(k), _tensor(v), _tensor(out),
+            lse.data_ptr(), _tensor(grad_out), _T(dq.data_ptr()), _T(dk.data_ptr()), _T(dv.data_ptr()),
+            _ptr(ws), nws, _stream(q))
+    return dq, dk, dv
+
+
+attention_backward = torch.library.custom_op(
+    "flashlab::attention_backward", mutates_args=(),
+    schema="(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, bool causal, float scale, "
+           "bool deterministic) -> (Tensor, Tensor, Tensor)",
+)(_attention_backward_impl)
+
+
+@attention_backward.register_fake
+def _(grad_out, q, k, v, out, lse, causal, scale, deterministic):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _attention_setup(ctx, inputs, output):
+    q, k, v, causal, scale, deterministic = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.causal, ctx.scale, ctx.deterministic = causal, scale, deterministic
+    ctx.mark_non_differentiable(lse)
+
+
+def _attention_grad(ctx, grad_o, grad_lse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = attention_backward(grad_o, q, k, v, o, lse, ctx.causal, ctx.scale, ctx.deterministic)
+    return dq, dk, dv, None, None, None
+
+
+attention_forward.register_autograd(_attention_grad, setup_context=_attention_setup)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+              scale: Optional[float] = None, return_lse: bool = False, deterministic: bool = False):
+    """flashlab.attention for torch tensors (see flashlab.attention for the contract)."""
+    _check_tensors(("q", "k", "v"), (q, k, v))
+    B, N, Nk, H, Hkv, d = _checks.attention_shapes(q.shape, k.shape, v.shape)
+    s = _checks.check_scale(scale)
+    if not _is_compiling():
+        _precheck(_checks.attention_problem(B, N, Nk, H, Hkv, d, s, bool(causal), _dtype(q), bool(deterministic)), q)
+    o, lse = attention_forward(q, k, v, bool(causal), s, bool(deterministic))
+    if return_lse:
+        return o, lse * LN2
+    return o
+
+
+# ------------------------------------------------------------------------------------------------
+# Multi-Token Attention
+# ------------------------------------------------------------------------------------------------
+
+def _mta_problem(q: torch.Tensor, w: torch.Tensor, scale: float, seq: Optional[int] = None):
+    B, N, H, d = q.shape
+    return _checks.mta_problem(B, N if seq is None else seq, H, d, w.shape[1], w.shape[2], scale, _dtype(q))
+
+
+@torch.library.custom_op("flashlab::mta_forward", mutates_args=(),
+                         schema="(Tensor q, Tensor k, Tensor v, Tensor w, float scale) -> (Tensor, Tensor)")
+def mta_forward(q, k, v, w, scale):
+    """O `[B, N, H, d]` and LSE fp32 `[B, H, N]` of Multi-Token Attention."""
+    p = _mta_problem(q, w, scale)
+    B, N, H, d = q.shape
+    q, k, v, w = _kernel_input(q), _kernel_input(k), _kernel_input(v), w.contiguous()
+    o = torch.empty((B, N, H, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, H, N), dtype=_stat_dtype(q), device=q.device)
+    ws, nws = _workspace(p, "mta_forward_workspace_size", q)
+    _launch("mta_forward", q, p.address, _device(q), _tensor(q), _tensor(k), _tensor(v), w.data_ptr(),
+            _T(o.data_ptr()), lse.data_ptr(), _ptr(ws), nws, _stream(q))
+    return o, lse
+
+
+@mta_forward.register_fake
+def _(q, k, v, w, scale):
+    B, N, H, d = q.shape
+    return q.new_empty((B, N, H, d)), q.new_empty((B, H, N), dtype=_stat_dtype(q))
+
+
+@torch.library.custom_op(
+    "flashlab::mta_backward", mutates_args=(),
+    schema="(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor w, Tensor out, Tensor lse, float scale) "
+           "-> (Tensor, Tensor, Tensor, Tensor)")
+def mta_backward(grad_out, q, k, v, w, out, lse, scale):
+    """dQ, dK, dV and dW (fp32, summed over the batch) of Multi-Token Attention."""
+    p = _mta_problem(q, w, scale)
+    q, k, v, w = _kernel_input(q), _kernel_input(k), _kernel_input(v), w.contiguous()
+    out, grad_out, lse = _kernel_input(out), _kernel_input(grad_out), lse.contiguous()
+    dq, dk, dv = (torch.empty(q.shape, dtype=q.dtype, device=q.device) for _ in range(3))
+    dw = torch.empty(w.shape, dtype=w.dtype, device=w.device)
+    ws, nws = _workspace(p, "mta_backward_workspace_size", q)
+    _launch("mta_backward", q, p.address, _device(q), _tensor(q), _tensor(k), _tensor(v), w.data_ptr(),
+            _tensor(out), lse.data_ptr(), _tensor(grad_out), _T(dq.data_ptr()), _T(dk.data_ptr()),
+            _T(dv.data_ptr()), dw.data_ptr(), _ptr(ws), nws, _stream(q))
+    return dq, dk, dv, dw
+
+
+@mta_backward.register_fake
+def _(grad_out, q, k, v, w, out, lse, scale):
+    return q.new_empty(q.shape), q.new_empty(q.shape), q.new_empty(q.shape), w.new_empty(w.shape)
+
+
+def _mta_setup(ctx, inputs, output):
+    q, k, v, w, scale = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, w, o, lse)
+    ctx.scale = scale
+    ctx.mark_non_differentiable(lse)
+
+
+def _mta_grad(ctx, grad_o, grad_lse):
+    q, k, v, w, o, lse = ctx.saved_tensors
+    dq, dk, dv, dw = mta_backward(grad_o, q, k, v, w, o, lse, ctx.scale)
+    return dq, dk, dv, dw, None
+
+
+mta_forward.register_autograd(_mta_grad, setup_context=_mta_setup)
+
+
+DECODE_ROWS = 16  # FLASHLAB_MTA_DECODE_ROWS
+
+
+@torch.library.custom_op("flashlab::mta_decode", mutates_args=(),
+                         schema="(Tensor q, Tensor k, Tensor v, Tensor w, float scale) -> Tensor")
+def mta_decode(q, k, v, w, scale):
+    """O `[B, R, H, d]` of the last R = min(16, N) query rows (row r is token N − R + r)."""
+    p = _mta_problem(q, w, scale)
+    B, N, H, d = q.shape
+    q, k, v, w = _kernel_input(q), _kernel_input(k), _kernel_input(v), w.contiguous()
+    o = torch.empty((B, min(DECODE_ROWS, N), H, d), dtype=q.dtype, device=q.device)
+    ws, nws = _workspace(p, "mta_decode_workspace_size", q)
+    _launch("mta_decode", q, p.address, _device(q), _tensor(q), _tensor(k), _tensor(v), w.data_ptr(),
+            _T(o.data_ptr()), _ptr(ws), nws, _stream(q))
+    return o
+
+
+@mta_decode.register_fake
+def _(q, k, v, w, scale):
+    B, N, H, d = q.shape
+    return q.new_empty((B, min(DECODE_ROWS, N), H, d))
+
+
+def _mta_args(q, k, v, w, scale):
+    _check_tensors(("q", "k", "v"), (q, k, v))
+    if not isinstance(w, torch.Tensor):
+        raise FlashlabTypeError(f"w: expected a torch.Tensor, got {type(w).__name__}", hint=None)
+    s = _checks.check_scale(scale)
+    return s
+
+
+def mta(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tensor, *, scale: Optional[float] = None,
+        return_lse: bool = False):
+    """flashlab.mta for torch tensors (see flashlab.mta for the contract)."""
+    s = _mta_args(q, k, v, w, scale)
+    B, N, H, d, cq, ck = _checks.mta_shapes(q.shape, k.shape, v.shape, w.shape)
+    _check_stat("w", w, q, (H, cq, ck))
+    o, lse = mta_forward(q, k, v, w, s)
+    return (o, lse) if return_lse else o
+
+
+def mta_decode_last(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tensor, *,
+                    scale: Optional[float] = None) -> torch.Tensor:
+    """flashlab.mta_decode for torch tensors."""
+    s = _mta_args(q, k, v, w, scale)
+    B, N, H, d, cq, ck = _checks.mta_shapes(q.shape, k.shape, v.shape, w.shape)
+    _check_stat("w", w, q, (H, cq, ck))
+    return mta_decode(q, k, v, w, s)
+
+
+# ------------------------------------------------------------------------------------------------
+# STREAM
+# ------------------------------------------------------------------------------------------------
+
+def _stream_problem(q, k_blocks, bq, bk, mask=None):
+    T, d = q.shape
+    return _checks.stream_problem(T, d, bq, bk, k_blocks, _dtype(q), _ptr(mask))
+
+
+@torch.library.custom_op(
+    "flashlab::stream_estimate", mutates_args=(),
+    schema="(Tensor q, Tensor k, int k_blocks, int bq, int bk, Tensor? mask) -> Tensor")
+def stream_estimate(q, k, k_blocks, bq, bk, mask):
+    """Indices int64 `[n_q, k_blocks]` of the STREAM mask estimate (mask: host uint8 [n_q, n_k])."""
+    p = _stream_problem(q, k_blocks, bq, bk, mask)
+    q, k = _kernel_input(q), _kernel_input(k)
+    n_q = -(-q.shape[0] // bq)
+    idx = torch.empty((n_q, k_blocks), dtype=torch.int64, device=q.device)
+    ws, nws = _workspace(p, "stream_estimate_workspace_size", q)
+    _launch("stream_estimate", q, p.address, _device(q), _tensor(q), _tensor(k), idx.data_ptr(), _ptr(ws), nws,
+            _stream(q))
+    return idx
+
+
+@stream_estimate.register_fake
+def _(q, k, k_blocks, bq, bk, mask):
+    return q.new_empty((-(-q.shape[0] // bq), k_blocks), dtype=torch.int64)
+
+
+@torch.library.custom_op("flashlab::stream_apply", mutates_args=(),
+                         schema="(Tensor q, Tensor k, Tensor v, Tensor indices, int bq, int bk) -> Tensor")
+def stream_apply(q, k, v, indices, bq, bk):
+    """O `[T, d]` of the sparse attention over the key blocks in `indices`."""
+    p = _stream_problem(q, indices.shape[1], bq, bk)
+    q, k, v, indices = _kernel_input(q), _kernel_input(k), _kernel_input(v), indices.contiguous()
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    ws, nws = _workspace(p, "stream_apply_workspace_size", q)
+    _launch("stream_apply", q, p.address, _device(q), _tensor(q), _tensor(k), _tensor(v), indices.data_ptr(),
+            _T(o.data_ptr()), _ptr(ws), nws, _stream(q))
+    return o
+
+
+@stream_apply.register_fake
+def _(q, k, v, indices, bq, bk):
+    return q.new_empty(q.shape)
+
+
+@torch.library.custom_op(
+    "flashlab::stream_trace", mutates_args=(),
+    schema="(Tensor q, Tensor k, Tensor v, Tensor indices, int bq, int bk) -> (Tensor, Tensor)")
+def stream_trace(q, k, v, indices, bq, bk):
+    """O `[T, d]` and the edge records as int32 `[n_q·k, 6]` (q, r, slot, then the bit patterns
+    of the fp32 score, mass, value_norm)."""
+    p = _stream_problem(q, indices.shape[1], bq, bk)
+    q, k, v, indices = _kernel_input(q), _kernel_input(k), _kernel_input(v), indices.contiguous()
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    edges = torch.empty((indices.numel(), 6), dtype=torch.int32, device=q.device)
+    # The trace has no size query of its own; it takes the application's scratch.
+    ws, nws = _workspace(p, "stream_apply_workspace_size", q)
+    _launch("stream_trace", q, p.address, _device(q), _tensor(q), _tensor(k), _tensor(v), indices.data_ptr(),
+            _T(o.data_ptr()), edges.data_ptr(), _ptr(ws), nws, _stream(q))
+    return o, edges
+
+
+@stream_trace.register_fake
+def _(q, k, v, indices, bq, bk):
+    return q.new_empty(q.shape), q.new_empty((indices.numel(), 6), dtype=torch.int32)
+
+
+def _stream_args(names, tensors, bq, bk):
+    first = _check_tensors(names, tensors)
+    _checks.stream_shapes(*(t.shape for t in tensors))
+    _checks.check_positive_int("bq", bq)
+    _checks.check_positive_int("bk", bk)
+    return first
+
+
+def _stream_indices(indices, q: torch.Tensor, bq: int) -> None:
+    if not isinstance(indices, torch.Tensor):
+        raise FlashlabTypeError(f"indices: expected a torch.Tensor, got {type(indices).__name__}", hint=None)
+    if indices.dtype != torch.int64 or indices.device != q.device:
+        raise FlashlabTypeError(f"indices: {indices.dtype} on {indices.device}, expected torch.int64 on {q.device}",
+                                hint="pass what stream.estimate returned")
+    _checks.check_rank("indices", indices.shape, 2, "[n_q, k_blocks]")
+    n_q = -(-q.shape[0] // bq)
+    if indices.shape[0] != n_q:
+        raise FlashlabValueError(f"indices: {indices.shape[0]} rows, expected n_q = ceil(T/bq) = {n_q}", hint=None)
+
+
+def stream_estimate_torch(q, k, k_blocks: int, bq: int, bk: int, mask) -> torch.Tensor:
+    _stream_args(("q", "k"), (q, k), bq, bk)
+    _checks.check_positive_int("k_blocks", k_blocks)
+    m = None
+    if mask is not None:
+        from . import _numpy
+        src = mask.cpu().numpy() if isinstance(mask, torch.Tensor) else mask
+        m = torch.from_numpy(_numpy.stream_mask_bytes(src, q.shape[0], bq, bk))
+    return stream_estimate(q, k, k_blocks, bq, bk, m)
+
+
+def stream_apply_torch(q, k, v, indices, bq: int, bk: int) -> torch.Tensor:
+    _stream_args(("q", "k", "v"), (q, k, v), bq, bk)
+    _stream_indices(indices, q, bq)
+    return stream_apply(q, k, v, indices, bq, bk)
+
+
+def stream_trace_torch(q, k, v, indices, bq: int, bk: int) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+    _stream_args(("q", "k", "v"), (q, k, v), bq, bk)
+    _stream_indices(indices, q, bq)
+    o, e = stream_trace(q, k, v, indices, bq, bk)
+    f = e[:, 3:].view(torch.float32)
+    edges = {"q": e[:, 0], "r": e[:, 1], "slot": e[:, 2], "score": f[:, 0], "mass": f[:, 1], "value_norm": f[:, 2]}
+    return o, edges
+
+
+# ------------------------------------------------------------------------------------------------
+# Routing F.scaled_dot_product_attention to flashlab
+# ------------------------------------------------------------------------------------------------
+
+from ._sdpa import SdpaRoute, use_for_sdpa  # noqa: E402  (needs the operators above)
+
+__all__: List[str] = [
+    "attention_forward", "attention_backward", "mta_forward", "mta_backward", "mta_decode",
+    "stream_estimate", "stream_apply", "stream_trace", "use_for_sdpa", "SdpaRoute",
+]
