@@ -13,7 +13,7 @@ export CCACHE_BASEDIR := $(CURDIR)
 
 # Debian 12 packages the CPU build needs (CUDA is optional and not from Debian).
 DEB_PACKAGES := cmake g++ make libeigen3-dev libboost-program-options-dev catch2 \
-                doxygen libncurses-dev tmux ccache
+                doxygen libncurses-dev tmux ccache python3-pytest python3-numpy
 # What `make fuzz` needs on top: clang and its libFuzzer/sanitizer runtimes.
 FUZZ_PACKAGES := clang-14 libclang-rt-14-dev
 FUZZ_SECONDS ?= 600
