@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""bench_attention.py — flashlab from Python beside PyTorch SDPA on the same tensors, in one process.
+
+Usage (on the GPU machine, from the repository root):
+    PYTHONPATH=python python3 python/bench/bench_attention.py [--cli ours.csv] [--c-loop c_loop.txt]
+        [--seq 8192] [--dim 128] [--heads 16] [--batch 1] [--reps 30] [--csv out.csv]
+
+Two parts.
+
+1. The cost of a call from Python (host time, no GPU work to speak of): an empty-work shape
+   (B = H = N = 1, d = 64, bf16), each call timed alone with time.perf_counter_ns, the median of
+   1000 calls (the stream synchronised every 100 calls, outside the timed calls):
+     C ABI via ctypes   flashlab_attention_forward called directly with prebuilt arguments;
+     impl               the operator's Python body called directly (allocation, arguments, the call);
+     op                 torch.ops.flashlab.attention_forward (the custom operator);
+     attention          flashlab.attention, inputs without grad;
+     attention + grad   flashlab.attention, inputs requiring grad (records the autograd node);
+     backward op        torch.ops.flashlab.attention_backward.
+   --c-loop FILE reads the median of the same call timed in a C loop (python/bench/c_call_loop.c).
+   The overhead of Python is "op" (and "attention") minus the ctypes call, and minus the C loop.
+
+2. Throughput at B, H, N, d (default 1, 16, 8192, 128), bf16, non-causal and causal: the forward
+   and the backward of flashlab.attention and of SDPA's flash and cuDNN backends, SDPA called on
+   the transposed views of the same [B, N, H, d] memory. Method of `flashlab bench attention`
+   (cuda/bench/timing_common.py): 3 warm-up + --reps timed calls, each alone between CUDA events,
+   L2 flushed before each, 3 input sets rotated, the median. Backward: out.backward(dO,
+   retain_graph=True) on a graph made once per input set, gradients set to None outside the timed
+   range (so the time is the backward kernels plus what autograd adds). With --cli, the rows of
+   `flashlab bench attention --csv` for the same shapes are read and the Python/CLI ratio printed.
+"""
+import argparse
+import csv
+import ctypes
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT / "cuda" / "bench"))
+
+import flashlab  # noqa: E402
+import flashlab.torch as ft  # noqa: E402
+from flashlab import _capi, _checks  # noqa: E402
+from timing_common import median_ms  # noqa: E402
+
+
+def host_median_us(call, n=1000, sync_every=100):
+    times = []
+    for i in range(n):
+        if i % sync_every == 0:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter_ns()
+        call()
+        times.append(time.perf_counter_ns() - t0)
+    torch.cuda.synchronize()
+    return statistics.median(times) / 1000.0
+
+
+def overhead(c_loop_file):
+    q, k, v = (torch.randn(1, 1, 1, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    o = torch.empty_like(q)
+    lse = torch.empty(1, 1, 1, device="cuda")
+    L = _capi.lib()
+    p = _checks.attention_problem(1, 1, 1, 1, 1, 64, 0.0, False, _capi.DTYPE_BF16, False)
+    args = (p.address, _capi.DEVICE_CUDA, _capi.Tensor(q.data_ptr()), _capi.Tensor(k.data_ptr()),
+            _capi.Tensor(v.data_ptr()), _capi.Tensor(o.data_ptr()), lse.data_ptr(), None, 0,
+            torch.cuda.current_stream().cuda_stream)
+    fwd = L.attention_forward
+    assert fwd(*args) == 0, L.last_error()
+    qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+    o2, lse2 = ft.attention_forward(q, k, v, False, 0.0, False)
+    do = torch.randn_like(o2)
+    for _ in range(100):  # warm the caches: problem structs, workspace sizes, the allocator
+        ft.attention_forward(q, k, v, False, 0.0, False)
+        flashlab.attention(qg, kg, vg)
+        ft.attention_backward(do, q, k, v, o2, lse2, False, 0.0, False)
+    rows = [
+        ("C ABI via ctypes", host_median_us(lambda: fwd(*args))),
+        ("impl, no dispatcher", host_median_us(lambda: ft._attention_forward_impl(q, k, v, False, 0.0, False))),
+        ("op", host_median_us(lambda: ft.attention_forward(q, k, v, False, 0.0, False))),
+        ("attention", host_median_us(lambda: flashlab.attention(q, k, v))),
+        ("attention + grad", host_median_us(lambda: flashlab.attention(qg, kg, vg))),
+        ("backward op", host_median_us(lambda: ft.attention_backward(do, q, k, v, o2, lse2, False, 0.0, False))),
+    ]
+    c_loop = None
+    if c_loop_file:
+        for line in Path(c_loop_file).read_text().splitlines():
+            if line.startswith("median_us"):
+                c_loop = float(line.split()[1])
+    print("per-call host time, empty-work shape B=H=N=1 d=64 bf16, median of 1000 calls (µs):")
+    base = rows[0][1]
+    for name, us in rows:
+        extra = f"   +{us - base:.2f} vs ctypes" if name != rows[0][0] else ""
+        if c_loop is not None and name != rows[0][0]:
+            extra += f", +{us - c_loop:.2f} vs the C loop"
+        print(f"  {name:20s} {us:8.2f}{extra}")
+    if c_loop is not None:
+        print(f"  {'C loop':20s} {c_loop:8.2f}")
+    return rows, c_loop
+
+
+def make_sets(B, N, H, d, grad):
+    sets = []
+    for _ in range(3):
+        leaves = [torch.randn(B, N, H, d, device="cuda", dtype=torch.bfloat16, requires_grad=grad) for _ in range(3)]
+        sets.append(leaves)
+    return sets
+
+
+def time_pass(fn, B, N, H, d, backward, reps):
+    """Median ms of fn(q, k, v) → O [B, N, H, d] (forward) or of its backward."""
+    sets = make_sets(B, N, H, d, backward)
+    if not backward:
+        with torch.no_grad():
+            return median_ms(lambda r: fn(*sets[r % 3]), 3, reps)
+    graphs = []
+    for leaves in sets:
+        out = fn(*leaves)
+        graphs.append((out, torch.randn_like(out), leaves))
+
+    def clear(r):
+        for x in graphs[r % 3][2]:
+            x.grad = None
+
+    def call(r):
+        out, do, _ = graphs[r % 3]
+        out.backward(do, retain_graph=True)
+
+    return median_ms(call, 3, reps, prepare=clear)
+
+
+def sdpa(backend, causal):
+    def fn(q, k, v):
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                  is_causal=causal).transpose(1, 2)
+    return fn
+
+
+def read_cli(path):
+    rows = {}
+    for r in csv.DictReader(open(path)):
+        rows[(r["pass"], int(r["d"]), int(r["causal"]), int(r["N"]), int(r["H"]), int(r["B"]))] = float(r["ms"])
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seq", type=int, default=8192)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--cli", help="`flashlab bench attention --csv` output for the same shapes")
+    ap.add_argument("--c-loop", help="output of c_call_loop (its median_us line)")
+    ap.add_argument("--csv", help="write the throughput rows here")
+    a = ap.parse_args()
+    print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
+          f"flashlab library {flashlab.library_version()} ({flashlab.library_path()})")
+    overhead(a.c_loop)
+
+    B, N, H, d = a.batch, a.seq, a.heads, a.dim
+    cli = read_cli(a.cli) if a.cli else {}
+    out_rows = []
+    print(f"\nthroughput, bf16, B={B} H={H} N={N} d={d}; median ms of {a.reps} (L2 flushed); "
+          f"SDPA on the transposed views of the same [B, N, H, d] memory")
+    print(f"{'pass':4s} {'causal':6s} {'flashlab':>9s} {'SDPA flash':>10s} {'SDPA cuDNN':>10s} "
+          f"{'×flash':>7s} {'×cuDNN':>7s} {'TFLOP/s':>8s} {'CLI ms':>8s} {'py/CLI':>7s}")
+    for causal in (False, True):
+        for backward in (False, True):
+            ours = time_pass(lambda q, k, v: flashlab.attention(q, k, v, causal=causal), B, N, H, d, backward, a.reps)
+            fl = time_pass(sdpa(SDPBackend.FLASH_ATTENTION, causal), B, N, H, d, backward, a.reps)
+            cu = time_pass(sdpa(SDPBackend.CUDNN_ATTENTION, causal), B, N, H, d, backward, a.reps)
+            flops = 4 * N * N * d * H * B * (2.5 if backward else 1.0) * (0.5 if causal else 1.0)
+            pas = "bwd" if backward else "fwd"
+            c = cli.get((pas, d, int(causal), N, H, B))
+            ratio = f"{ours / c:7.3f}" if c else f"{'-':>7s}"
+            print(f"{pas:4s} {str(causal):6s} {ours:9.4f} {fl:10.4f} {cu:10.4f} {fl / ours:7.3f} {cu / ours:7.3f} "
+                  f"{flops / ours / 1e9:8.1f} {c if c else float('nan'):8.4f} {ratio}")
+            out_rows.append([pas, int(causal), B, H, N, d, ours, fl, cu, c or ""])
+    if a.csv:
+        with open(a.csv, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["pass", "causal", "B", "H", "N", "d", "flashlab_ms", "sdpa_flash_ms", "sdpa_cudnn_ms", "cli_ms"])
+            w.writerows(out_rows)
+    print("\n×flash, ×cuDNN: SDPA's time / flashlab's (above 1: flashlab faster); py/CLI: this script's flashlab "
+          "time / `flashlab bench attention`'s")
+
+
+if __name__ == "__main__":
+    main()
