@@ -15,12 +15,17 @@ Two parts.
      op                 torch.ops.flashlab.attention_forward (the custom operator);
      attention          flashlab.attention, inputs without grad;
      attention + grad   flashlab.attention, inputs requiring grad (records the autograd node);
+     attention_backward flashlab.attention_backward (the ABI's backward call, no autograd);
      backward op        torch.ops.flashlab.attention_backward.
-   --c-loop FILE reads the median of the same call timed in a C loop (python/bench/c_call_loop.c).
+   flashlab.attention and flashlab.attention_backward skip the dispatcher in eager mode (see
+   flashlab/torch.py); "op" is the registered operator that torch.compile and CUDA graphs see.
+   --c-loop FILE reads the median of the same call timed in a C loop (python/bench/c_call_loop.c),
+   and, where c_call_loop was given the shape, its forward and backward timed through the ABI.
    The overhead of Python is "op" (and "attention") minus the ctypes call, and minus the C loop.
 
 2. Throughput at B, H, N, d (default 1, 16, 8192, 128), bf16, non-causal and causal: the forward
-   and the backward of flashlab.attention and of SDPA's flash and cuDNN backends, SDPA called on
+   and the backward of flashlab.attention (the backward also as one flashlab.attention_backward
+   call, without the autograd engine) and of SDPA's flash and cuDNN backends, SDPA called on
    the transposed views of the same [B, N, H, d] memory. Method of `flashlab bench attention`
    (cuda/bench/timing_common.py): 3 warm-up + --reps timed calls, each alone between CUDA events,
    L2 flushed before each, 3 input sets rotated, the median. Backward: out.backward(dO,
@@ -86,13 +91,10 @@ def overhead(c_loop_file):
         ("op", host_median_us(lambda: ft.attention_forward(q, k, v, False, 0.0, False))),
         ("attention", host_median_us(lambda: flashlab.attention(q, k, v))),
         ("attention + grad", host_median_us(lambda: flashlab.attention(qg, kg, vg))),
+        ("attention_backward", host_median_us(lambda: flashlab.attention_backward(do, q, k, v, o2, lse2))),
         ("backward op", host_median_us(lambda: ft.attention_backward(do, q, k, v, o2, lse2, False, 0.0, False))),
     ]
-    c_loop = None
-    if c_loop_file:
-        for line in Path(c_loop_file).read_text().splitlines():
-            if line.startswith("median_us"):
-                c_loop = float(line.split()[1])
+    c_loop = read_c_loop(c_loop_file).get("median_us") if c_loop_file else None
     print("per-call host time, empty-work shape B=H=N=1 d=64 bf16, median of 1000 calls (µs):")
     base = rows[0][1]
     for name, us in rows:
@@ -143,6 +145,27 @@ def sdpa(backend, causal):
     return fn
 
 
+def read_c_loop(path):
+    """c_call_loop's output: {"median_us": µs, ("fwd", causal): ms, ("bwd", causal): ms}."""
+    out = {}
+    for line in Path(path).read_text().splitlines():
+        f = line.split()
+        if f and f[0] == "median_us":
+            out["median_us"] = float(f[1])
+        elif f and f[0] == "abi_ms":
+            out[(f[1], int(f[2]))] = float(f[3])
+    return out
+
+
+def time_backward_call(B, N, H, d, causal, reps):
+    """Median ms of flashlab.attention_backward (the ABI's call, no autograd engine)."""
+    sets = []
+    for leaves in make_sets(B, N, H, d, False):
+        o, lse = flashlab.attention_forward(*leaves, causal=causal)
+        sets.append((torch.randn_like(o), *leaves, o, lse))
+    return median_ms(lambda r: flashlab.attention_backward(*sets[r % 3], causal=causal), 3, reps)
+
+
 def read_cli(path):
     rows = {}
     for r in csv.DictReader(open(path)):
@@ -167,30 +190,37 @@ def main():
 
     B, N, H, d = a.batch, a.seq, a.heads, a.dim
     cli = read_cli(a.cli) if a.cli else {}
+    abi = read_c_loop(a.c_loop) if a.c_loop else {}
     out_rows = []
     print(f"\nthroughput, bf16, B={B} H={H} N={N} d={d}; median ms of {a.reps} (L2 flushed); "
           f"SDPA on the transposed views of the same [B, N, H, d] memory")
-    print(f"{'pass':4s} {'causal':6s} {'flashlab':>9s} {'SDPA flash':>10s} {'SDPA cuDNN':>10s} "
-          f"{'×flash':>7s} {'×cuDNN':>7s} {'TFLOP/s':>8s} {'CLI ms':>8s} {'py/CLI':>7s}")
+    print(f"{'pass':4s} {'causal':6s} {'flashlab':>9s} {'direct':>8s} {'SDPA flash':>10s} {'SDPA cuDNN':>10s} "
+          f"{'×flash':>7s} {'×cuDNN':>7s} {'TFLOP/s':>8s} {'CLI ms':>8s} {'C ABI ms':>8s} {'py/CLI':>7s} {'py/ABI':>7s}")
     for causal in (False, True):
         for backward in (False, True):
             ours = time_pass(lambda q, k, v: flashlab.attention(q, k, v, causal=causal), B, N, H, d, backward, a.reps)
+            direct = time_backward_call(B, N, H, d, causal, a.reps) if backward else ours
             fl = time_pass(sdpa(SDPBackend.FLASH_ATTENTION, causal), B, N, H, d, backward, a.reps)
             cu = time_pass(sdpa(SDPBackend.CUDNN_ATTENTION, causal), B, N, H, d, backward, a.reps)
             flops = 4 * N * N * d * H * B * (2.5 if backward else 1.0) * (0.5 if causal else 1.0)
             pas = "bwd" if backward else "fwd"
             c = cli.get((pas, d, int(causal), N, H, B))
+            c_abi = abi.get((pas, int(causal)))
             ratio = f"{ours / c:7.3f}" if c else f"{'-':>7s}"
-            print(f"{pas:4s} {str(causal):6s} {ours:9.4f} {fl:10.4f} {cu:10.4f} {fl / ours:7.3f} {cu / ours:7.3f} "
-                  f"{flops / ours / 1e9:8.1f} {c if c else float('nan'):8.4f} {ratio}")
-            out_rows.append([pas, int(causal), B, H, N, d, ours, fl, cu, c or ""])
+            ratio_abi = f"{ours / c_abi:7.3f}" if c_abi else f"{'-':>7s}"
+            print(f"{pas:4s} {str(causal):6s} {ours:9.4f} {direct:8.4f} {fl:10.4f} {cu:10.4f} {fl / ours:7.3f} "
+                  f"{cu / ours:7.3f} {flops / ours / 1e9:8.1f} {c or float('nan'):8.4f} {c_abi or float('nan'):8.4f} "
+                  f"{ratio} {ratio_abi}")
+            out_rows.append([pas, int(causal), B, H, N, d, ours, direct, fl, cu, c or "", c_abi or ""])
     if a.csv:
         with open(a.csv, "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["pass", "causal", "B", "H", "N", "d", "flashlab_ms", "sdpa_flash_ms", "sdpa_cudnn_ms", "cli_ms"])
+            w.writerow(["pass", "causal", "B", "H", "N", "d", "flashlab_ms", "flashlab_direct_ms", "sdpa_flash_ms",
+                        "sdpa_cudnn_ms", "cli_ms", "c_abi_ms"])
             w.writerows(out_rows)
-    print("\n×flash, ×cuDNN: SDPA's time / flashlab's (above 1: flashlab faster); py/CLI: this script's flashlab "
-          "time / `flashlab bench attention`'s")
+    print("\nflashlab: flashlab.attention (bwd: out.backward through autograd, as SDPA's); direct: the bwd as one "
+          "flashlab.attention_backward call; ×flash, ×cuDNN: SDPA's time / flashlab's (above 1: flashlab faster); "
+          "py/CLI, py/ABI: flashlab's time here / `flashlab bench attention`'s / the ABI's timed from C")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ BIN="${FLASHLAB_BIN:-build/cuda/app/flashlab}"
 export FLASHLAB_LIBRARY="${FLASHLAB_LIBRARY:-build/cuda/capi/libflashlab.so}"
 LOOP="${C_CALL_LOOP:-build/cuda/python/c_call_loop}"
 PY="${PYTHON:-python3}"
-SHAPE=(--seq 8192 --dim 128 --heads 16 --batch 1)
+B=1 H=16 N=8192 D=128
+SHAPE=(--seq $N --dim $D --heads $H --batch $B)
 export PYTHONPATH=python LD_LIBRARY_PATH="$(dirname "$FLASHLAB_LIBRARY")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 status=0
 
@@ -30,7 +31,7 @@ timeout 120 "$BIN" bench attention "${SHAPE[@]}" --pass both --csv > "$OUT/cli.c
 cat "$OUT/cli.csv"
 
 echo "== C call loop"
-timeout 60 "$LOOP" > "$OUT/c_loop.txt" || status=1
+timeout 120 "$LOOP" $B $H $N $D > "$OUT/c_loop.txt" || status=1
 cat "$OUT/c_loop.txt"
 
 echo "== bench_attention.py"

@@ -113,10 +113,7 @@ def attention_forward(q, k, v, *, causal: bool = False, scale: Optional[float] =
     """The ABI's forward call: ``(O, LSE)`` with LSE in base 2 (``log2 Σ_j 2^(S_ij·scale·log2 e)``),
     ``[B, H, N]``, float32 (float64 for float64 inputs) — what attention_backward takes. No autograd."""
     if _is_torch(q):
-        _ft._check_tensors(("q", "k", "v"), (q, k, v))
-        from . import _checks
-        _checks.attention_shapes(q.shape, k.shape, v.shape)
-        return _ft.attention_forward(q, k, v, bool(causal), _checks.check_scale(scale), bool(deterministic))
+        return _ft.attention_forward_call(q, k, v, causal=causal, scale=scale, deterministic=deterministic)
     return _np().attention_forward(q, k, v, bool(causal), scale, bool(deterministic))
 
 
@@ -125,15 +122,8 @@ def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Opti
     """The ABI's backward call: ``(dQ, dK, dV)`` of the loss ``Σ O∘dO``, from the forward's O and
     base-2 LSE (attention_forward). For NumPy arrays, the way to get gradients."""
     if _is_torch(q):
-        _ft._check_tensors(("q", "k", "v", "o", "do"), (q, k, v, o, do))
-        from . import _checks
-        B, N, Nk, H, Hkv, d = _checks.attention_shapes(q.shape, k.shape, v.shape)
-        for name, t in (("o", o), ("do", do)):
-            if t.shape != q.shape:
-                raise FlashlabValueError(f"{name}: shape {tuple(t.shape)} differs from q's {tuple(q.shape)}", hint=None)
-        _ft._check_stat("lse", lse, q, (B, H, N))
-        return _ft.attention_backward(do, q, k, v, o, lse, bool(causal), _checks.check_scale(scale),
-                                      bool(deterministic))
+        return _ft.attention_backward_call(do, q, k, v, o, lse, causal=causal, scale=scale,
+                                           deterministic=deterministic)
     return _np().attention_backward(do, q, k, v, o, lse, bool(causal), scale, bool(deterministic))
 
 

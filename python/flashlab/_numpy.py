@@ -110,9 +110,9 @@ def attention_forward(q, k, v, causal: bool, scale: Optional[float], determinist
     o = np.empty((B, N, H, d), dtype=q.dtype)
     lse = np.empty((B, H, N), dtype=stat_dtype(q))
     (tq, _q), (tk, _k), (tv, _v) = _tensor(q), _tensor(k), _tensor(v)
-    ws, nws, _ws = _workspace(p, "attention_forward_workspace_size")
+    # The forward's scratch holds LSE when the caller passes none (flashlab.h): we always pass it.
     _call("attention_forward", p.address, _capi.DEVICE_CPU, tq, tk, tv, _capi.Tensor(o.ctypes.data),
-          lse.ctypes.data, ws, nws, None)
+          lse.ctypes.data, None, 0, None)
     return o, lse
 
 

@@ -110,8 +110,10 @@ class _DispatcherRoute(SdpaRoute):
             self._priority_before = before
 
     def _undo(self) -> None:
-        self._lib._destroy()
-        self._lib = None
+        destroy = getattr(self._lib, "_destroy", None)
+        if destroy is not None:
+            destroy()
+        self._lib = None  # without _destroy, dropping the last reference deregisters the kernels
         if self._priority_before is not None:
             torch._C._set_sdp_priority_order(self._priority_before)
 

@@ -68,4 +68,6 @@ def error_for_status(status: int, name: str, call: str, message: str) -> Flashla
     """The exception for a failed C call: `call` is the function, `message` flashlab_last_error()."""
     cls = _BY_STATUS.get(status, FlashlabInternalError)
     text = message.strip() or f"{name or status} without a message"
-    return cls(f"{call}: {text}", status=name or str(status))
+    if not text.startswith(call + ":"):  # the library names the function itself; older messages may not
+        text = f"{call}: {text}"
+    return cls(text, status=name or str(status))

@@ -24,6 +24,7 @@ this module adds ``use_for_sdpa()`` (see flashlab/_sdpa.py).
 
 import ctypes
 import math
+import threading
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -36,7 +37,8 @@ _T = _capi.Tensor
 _I64x3 = ctypes.c_int64 * 3
 _CUDA_DTYPES = {torch.bfloat16: _capi.DTYPE_BF16, torch.float16: _capi.DTYPE_F16}
 _CPU_DTYPES = {torch.float32: _capi.DTYPE_F32, torch.float64: _capi.DTYPE_F64}
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream)
 
 try:
     _is_compiling = torch.compiler.is_compiling
@@ -129,11 +131,7 @@ def _tensor(t: torch.Tensor) -> _capi.Tensor:
 
 
 def _stream(t: torch.Tensor) -> Optional[int]:
-    if not t.is_cuda:
-        return None
-    if _raw_stream is not None:
-        return _raw_stream(t.device.index)
-    return torch.cuda.current_stream(t.device).cuda_stream
+    return _raw_stream(t.get_device()) if t.is_cuda else None
 
 
 def _workspace(problem: _checks.Problem, size_fn: str, like: torch.Tensor) -> Tuple[Optional[torch.Tensor], int]:
@@ -179,17 +177,99 @@ def _attention_problem(q: torch.Tensor, k: torch.Tensor, causal: bool, scale: fl
     return _checks.attention_problem(B, N, k.shape[1], H, k.shape[2], d, scale, causal, _dtype(q), deterministic)
 
 
-def _attention_forward_impl(q, k, v, causal, scale, deterministic):
-    """O `[B, N, H, d]` and LSE fp32 `[B, H, N]` (base 2), one call of flashlab_attention_forward."""
-    p = _attention_problem(q, k, causal, scale, deterministic)
-    B, N, H, d = q.shape
+class _Plan:
+    """What an attention call of one signature needs at launch, found once: the problem (by
+    address), the device, the output shapes. Attention is launch-bound at small sizes, so its
+    Python path keeps per call only what cannot be cached: allocation, pointers, the stream."""
+
+    __slots__ = ("problem", "address", "device", "cuda", "index", "o_shape", "lse_shape", "stat_dtype")
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float, deterministic: bool):
+        self.problem = _attention_problem(q, k, causal, scale, deterministic)
+        self.address = self.problem.address
+        self.cuda = q.is_cuda
+        self.device = _capi.DEVICE_CUDA if self.cuda else _capi.DEVICE_CPU
+        self.index = q.get_device()
+        B, N, H, d = q.shape
+        self.o_shape = (B, N, H, d)
+        self.lse_shape = (B, H, N)
+        self.stat_dtype = _stat_dtype(q)
+
+
+_plans = _checks._Cache()
+
+
+def _plan(q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float, deterministic: bool) -> _Plan:
+    key = (q.shape, k.shape, q.dtype, q.get_device(), causal, scale, deterministic)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans.put(key, _Plan(q, k, causal, scale, deterministic))
+    return plan
+
+
+_tls = threading.local()
+_get_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+
+
+def _slots() -> List[_capi.Tensor]:
+    """This thread's flashlab_tensor structs for contiguous tensors (strides 0): setting a pointer
+    costs a fraction of building a struct, and ctypes passes them by value (a copy per call)."""
+    slots = getattr(_tls, "slots", None)
+    if slots is None:
+        slots = _tls.slots = [_T() for _ in range(9)]
+    return slots
+
+
+def _call(plan: _Plan, fn_name: str, fn, *args) -> None:
+    if plan.cuda and plan.index != _get_device():
+        with torch.cuda.device(plan.index):
+            status = fn(*args)
+    else:
+        status = fn(*args)
+    if status:
+        raise _capi.lib().fail(status, "flashlab_" + fn_name)
+
+
+def _tensors(plan: _Plan, *ts: torch.Tensor) -> List[_capi.Tensor]:
+    """The flashlab_tensor arguments for kernel inputs or fresh outputs: pointers in this thread's
+    structs where the tensors are contiguous (always on CUDA), new structs with strides otherwise."""
+    if plan.cuda:
+        slots = _slots()
+        for i, t in enumerate(ts):
+            slots[i].data = t.data_ptr()
+        return slots
+    return [_tensor(t) for t in ts]
+
+
+def _forward_run(plan: _Plan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
     q, k, v = _kernel_input(q), _kernel_input(k), _kernel_input(v)
-    o = torch.empty((B, N, H, d), dtype=q.dtype, device=q.device)
-    lse = torch.empty((B, H, N), dtype=_stat_dtype(q), device=q.device)
+    o = q.new_empty(plan.o_shape)
+    lse = q.new_empty(plan.lse_shape, dtype=plan.stat_dtype)
+    t = _tensors(plan, q, k, v, o)
+    L = _capi.lib()
+    if plan.cuda and not L.cuda:
+        raise _checks.device_without_cuda()
     # The forward's scratch holds LSE when the caller passes none (flashlab.h): we always pass it.
-    _launch("attention_forward", q, p.address, _device(q), _tensor(q), _tensor(k), _tensor(v), _T(o.data_ptr()),
-            lse.data_ptr(), None, 0, _stream(q))
+    _call(plan, "attention_forward", L.attention_forward, plan.address, plan.device, t[0], t[1], t[2], t[3],
+          lse.data_ptr(), None, 0, _raw_stream(plan.index) if plan.cuda else None)
     return o, lse
+
+
+def _backward_run(plan: _Plan, grad_out, q, k, v, out, lse):
+    q, k, v = _kernel_input(q), _kernel_input(k), _kernel_input(v)
+    out, grad_out, lse = _kernel_input(out), _kernel_input(grad_out), lse.contiguous()
+    dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    ws, nws = _workspace(plan.problem, "attention_backward_workspace_size", q)
+    t = _tensors(plan, q, k, v, out, grad_out, dq, dk, dv)
+    L = _capi.lib()
+    _call(plan, "attention_backward", L.attention_backward, plan.address, plan.device, t[0], t[1], t[2], t[3],
+          lse.data_ptr(), t[4], t[5], t[6], t[7], _ptr(ws), nws, _raw_stream(plan.index) if plan.cuda else None)
+    return dq, dk, dv
+
+
+def _attention_forward_impl(q, k, v, causal, scale, deterministic):
+    """O `[B, N, H, d]` and LSE `[B, H, N]` (base 2), one call of flashlab_attention_forward."""
+    return _forward_run(_plan(q, k, causal, scale, deterministic), q, k, v)
 
 
 attention_forward = torch.library.custom_op(
@@ -208,17 +288,7 @@ def _(q, k, v, causal, scale, deterministic):
 
 def _attention_backward_impl(grad_out, q, k, v, out, lse, causal, scale, deterministic):
     """dQ, dK, dV of the loss Σ O∘dO: one call of flashlab_attention_backward."""
-    p = _attention_problem(q, k, causal, scale, deterministic)
-    q, k, v = _kernel_input(q), _kernel_input(k), _kernel_input(v)
-    out, grad_out, lse = _kernel_input(out), _kernel_input(grad_out), lse.contiguous()
-    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
-    ws, nws = _workspace(p, "attention_backward_workspace_size", q)
-    _launch("attention_backward", q, p.address, _device(q), _tensor(q), _tensor(k), _tensor(v), _tensor(out),
-            lse.data_ptr(), _tensor(grad_out), _T(dq.data_ptr()), _T(dk.data_ptr()), _T(dv.data_ptr()),
-            _ptr(ws), nws, _stream(q))
-    return dq, dk, dv
+    return _backward_run(_plan(q, k, causal, scale, deterministic), grad_out, q, k, v, out, lse)
 
 
 attention_backward = torch.library.custom_op(
@@ -250,18 +320,106 @@ def _attention_grad(ctx, grad_o, grad_lse):
 attention_forward.register_autograd(_attention_grad, setup_context=_attention_setup)
 
 
+class _AttentionFunction(torch.autograd.Function):
+    """The eager path's autograd node: the operators' bodies and backward rule, without the
+    dispatcher's round trips (see attention())."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, plan):
+        o, lse = _forward_run(plan, q, k, v)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.plan = plan
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, grad_o, grad_lse):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = _backward_run(ctx.plan, grad_o, q, k, v, o, lse)
+        return dq, dk, dv, None
+
+
+_dispatch_stack_len = getattr(torch._C, "_len_torch_dispatch_stack", None)
+_function_mode_on = getattr(torch._C, "_is_torch_function_mode_enabled", None)
+_functorch_stack = getattr(getattr(torch._C, "_functorch", None), "peek_interpreter_stack", None)
+_FAST_PATH = None not in (_dispatch_stack_len, _function_mode_on, _functorch_stack)
+_checked = _checks._Cache()
+
+
+def _eager(q, k, v) -> bool:
+    """Whether a call may skip the dispatcher: plain tensors, no torch.compile tracing, no torch
+    dispatch or function mode (fake tensors, flop counters, set_default_device), no functorch
+    transform. Everything else goes through the registered operator, which sees all of them."""
+    return (type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
+            and _dispatch_stack_len() == 0 and not _function_mode_on() and _functorch_stack() is None)
+
+
+def _checked_plan(q, k, v, causal: bool, scale: Optional[float], deterministic: bool) -> _Plan:
+    """The plan of a call whose arguments passed every check (Python's and the library's), found
+    by the arguments' signature; the checks run on the first call of a signature only."""
+    key = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(),
+           causal, scale, deterministic)
+    plan = _checked.get(key)
+    if plan is None:
+        _check_tensors(("q", "k", "v"), (q, k, v))
+        _checks.attention_shapes(q.shape, k.shape, v.shape)
+        s = _checks.check_scale(scale)
+        plan = _plan(q, k, bool(causal), s, bool(deterministic))
+        _precheck(plan.problem, q)
+        _checked.put(key, plan)
+    return plan
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
               scale: Optional[float] = None, return_lse: bool = False, deterministic: bool = False):
-    """flashlab.attention for torch tensors (see flashlab.attention for the contract)."""
-    _check_tensors(("q", "k", "v"), (q, k, v))
-    B, N, Nk, H, Hkv, d = _checks.attention_shapes(q.shape, k.shape, v.shape)
-    s = _checks.check_scale(scale)
-    if not _is_compiling():
-        _precheck(_checks.attention_problem(B, N, Nk, H, Hkv, d, s, bool(causal), _dtype(q), bool(deterministic)), q)
-    o, lse = attention_forward(q, k, v, bool(causal), s, bool(deterministic))
+    """flashlab.attention for torch tensors (see flashlab.attention for the contract).
+
+    In eager mode with plain tensors the call skips the dispatcher (its round trips cost more than
+    the rest of a small launch): the operator's body runs directly, under a torch.autograd.Function
+    with the operator's backward where a gradient is wanted. Under torch.compile, a torch dispatch
+    or function mode, a functorch transform or a tensor subclass it calls the registered operator
+    torch.ops.flashlab.attention_forward, which those see."""
+    if _FAST_PATH and not _is_compiling() and _eager(q, k, v):
+        plan = _checked_plan(q, k, v, causal, scale, deterministic)
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+            o, lse = _AttentionFunction.apply(q, k, v, plan)
+        else:
+            o, lse = _forward_run(plan, q, k, v)
+    else:
+        _check_tensors(("q", "k", "v"), (q, k, v))
+        B, N, Nk, H, Hkv, d = _checks.attention_shapes(q.shape, k.shape, v.shape)
+        s = _checks.check_scale(scale)
+        if not _is_compiling():
+            _precheck(_checks.attention_problem(B, N, Nk, H, Hkv, d, s, bool(causal), _dtype(q), bool(deterministic)),
+                      q)
+        o, lse = attention_forward(q, k, v, bool(causal), s, bool(deterministic))
     if return_lse:
         return o, lse * LN2
     return o
+
+
+def attention_forward_call(q, k, v, *, causal: bool = False, scale: Optional[float] = None,
+                           deterministic: bool = False):
+    """flashlab.attention_forward for torch tensors: (O, LSE base 2), no autograd."""
+    if _FAST_PATH and not _is_compiling() and _eager(q, k, v):
+        return _forward_run(_checked_plan(q, k, v, causal, scale, deterministic), q, k, v)
+    _check_tensors(("q", "k", "v"), (q, k, v))
+    _checks.attention_shapes(q.shape, k.shape, v.shape)
+    return attention_forward(q, k, v, bool(causal), _checks.check_scale(scale), bool(deterministic))
+
+
+def attention_backward_call(do, q, k, v, o, lse, *, causal: bool = False, scale: Optional[float] = None,
+                            deterministic: bool = False):
+    """flashlab.attention_backward for torch tensors: (dQ, dK, dV), no autograd."""
+    _check_tensors(("q", "k", "v", "o", "do"), (q, k, v, o, do))
+    B, N, Nk, H, Hkv, d = _checks.attention_shapes(q.shape, k.shape, v.shape)
+    for name, t in (("o", o), ("do", do)):
+        if t.shape != q.shape:
+            raise FlashlabValueError(f"{name}: shape {tuple(t.shape)} differs from q's {tuple(q.shape)}", hint=None)
+    _check_stat("lse", lse, q, (B, H, N))
+    if _FAST_PATH and not _is_compiling() and _eager(q, k, v) and type(do) is torch.Tensor:
+        return _backward_run(_checked_plan(q, k, v, causal, scale, deterministic), do, q, k, v, o, lse)
+    return attention_backward(do, q, k, v, o, lse, bool(causal), _checks.check_scale(scale), bool(deterministic))
 
 
 # ------------------------------------------------------------------------------------------------

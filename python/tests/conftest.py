@@ -35,4 +35,4 @@ def cuda_or_skip():
     why = "torch is not installed" if torch is None else "torch sees no CUDA device"
     if os.environ.get("FLASHLAB_REQUIRE_CUDA") == "1":
         pytest.fail(f"FLASHLAB_REQUIRE_CUDA=1 but {why}")
-    pytest.skip(why)
+    pytest.skip(why, allow_module_level=True)

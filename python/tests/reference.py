@@ -92,16 +92,15 @@ def _block_valid(qb, r, T, bq, bk, user):
 
 
 def _score(q, k, qb, r, T, bq, bk):
-    """max ⟨q_t, k_s⟩ over the token-valid pairs (s ≤ t < T) of blocks (qb, r); −inf if none."""
-    best = -np.inf
-    for t in range(qb * bq, min(T, (qb + 1) * bq)):
-        for s in range(r * bk, min(T, (r + 1) * bk)):
-            if s <= t:
-                val = float(np.dot(q[t], k[s]))
-                if math.isnan(val):
-                    val = -np.inf
-                best = max(best, val)
-    return best
+    """max ⟨q_t, k_s⟩ over the token-valid pairs (s ≤ t < T) of blocks (qb, r), NaN read as −inf;
+    −inf if there is none."""
+    rows = np.arange(qb * bq, min(T, (qb + 1) * bq))
+    cols = np.arange(r * bk, min(T, (r + 1) * bk))
+    if rows.size == 0 or cols.size == 0:
+        return -np.inf
+    s = q[rows] @ k[cols].T
+    s = np.where(np.isnan(s) | (cols[None, :] > rows[:, None]), -np.inf, s)
+    return float(s.max())
 
 
 def stream_estimate(q, k, k_blocks, bq=64, bk=64, mask=None):
@@ -114,12 +113,13 @@ def stream_estimate(q, k, k_blocks, bq=64, bk=64, mask=None):
     out = np.full((n_q, k_blocks), -1, dtype=np.int64)
     for qb in range(n_q):
         valid = [r for r in range(n_k) if _block_valid(qb, r, T, bq, bk, mask)]
+        valid_set = set(valid)
         if not valid:
             continue
         lo, hi = valid[0], valid[-1]
 
         def candidate(a, b, bid, bit):
-            reps = [r for r in range(a, b + 1) if r in valid]
+            reps = [r for r in range(a, b + 1) if r in valid_set]
             if not reps:
                 return None
             return (-_score(q, k, qb, reps[0], T, bq, bk), reps[0], bid, bit, a, b)

@@ -21,13 +21,21 @@ def test_the_operators_are_registered():
         assert hasattr(torch.ops.flashlab, name), name
 
 
+def via_operator(causal):
+    return lambda a, b, c: torch.ops.flashlab.attention_forward(a, b, c, causal, 0.0, False)[0]
+
+
+@pytest.mark.parametrize("path", ["eager", "operator"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_attention_matches_reference_and_gradcheck(rng, causal):
+def test_attention_matches_reference_and_gradcheck(rng, causal, path):
+    """Both ways in: flashlab.attention's eager path (an autograd.Function over the operator's
+    body) and the registered operator with its autograd rule."""
     q, k, v = t64(rng, 1, 5, 2, 3), t64(rng, 1, 5, 2, 3), t64(rng, 1, 5, 2, 3)
-    o = flashlab.attention(q, k, v, causal=causal)
+    fn = (lambda a, b, c: flashlab.attention(a, b, c, causal=causal)) if path == "eager" else via_operator(causal)
+    o = fn(q, k, v)
     ref, _ = reference.attention(q.detach().numpy(), k.detach().numpy(), v.detach().numpy(), causal)
     assert np.max(np.abs(o.detach().numpy() - ref)) <= 1e-12 * np.max(np.abs(ref))
-    assert torch.autograd.gradcheck(lambda a, b, c: flashlab.attention(a, b, c, causal=causal), (q, k, v))
+    assert torch.autograd.gradcheck(fn, (q, k, v))
 
 
 def test_attention_gradcheck_with_nq_not_nk(rng):

@@ -8,9 +8,10 @@ CTest test runs them).
 
 Tolerance of attention (outputs and each gradient): the error of flashlab against the float64
 reference (SDPA's math backend on float64 copies) must be at most twice the error of PyTorch's own
-SDPA in the same dtype against that reference, plus 1e-4·max|ref| — FlashAttention's test rule —
-and, as a plain bound, below 2e-2·max|ref| for bfloat16 and 4e-3·max|ref| for float16 (outputs;
-gradients 3e-2 and 6e-3).
+SDPA in the same dtype against that reference, plus 1e-4·max|ref| + 1e-5 — FlashAttention's test
+rule, with a floor for gradients that are exactly 0 (N = 1: dQ) — and, as a plain bound, below
+2e-2·max|ref| + 1e-5 for bfloat16 and 4e-3·max|ref| + 1e-5 for float16 (outputs; gradients 3e-2
+and 6e-3). Inputs are standard normal, so O and the gradients are O(1).
 """
 import math
 
@@ -66,8 +67,8 @@ def check_close(name, got, ref64, base, dtype, grad=False):
     scale = ref64.abs().max().item()
     err, err_base = max_err(got, ref64), max_err(base, ref64)
     bound = BOUND[dtype][1 if grad else 0]
-    assert err <= 2 * err_base + 1e-4 * scale, f"{name}: error {err:.3e} vs SDPA's {err_base:.3e} (max|ref| {scale:.3e})"
-    assert err <= bound * scale, f"{name}: error {err:.3e} > {bound}·{scale:.3e}"
+    assert err <= 2 * err_base + 1e-4 * scale + 1e-5, f"{name}: error {err:.3e} vs SDPA's {err_base:.3e} (max|ref| {scale:.3e})"
+    assert err <= bound * scale + 1e-5, f"{name}: error {err:.3e} > {bound}·{scale:.3e}"
 
 
 SHAPES = [(2, 1, 3), (1, 100, 4), (2, 257, 2), (1, 1024, 8)]  # (B, N, H): N = 1, N % 64 ≠ 0, longer
@@ -88,6 +89,33 @@ def test_attention_outputs_and_gradients_against_float64(shape, causal, d, dtype
     for i, name in enumerate(("O", "dQ", "dK", "dV")):
         assert got[i].dtype == dtype and got[i].shape == ref[i].shape
         check_close(name, got[i], ref[i], base[i], dtype, grad=i > 0)
+
+
+def test_the_eager_path_and_the_operator_agree():
+    """flashlab.attention in eager mode skips the dispatcher; the operator is what compile and
+    modes see. Same forward bit for bit, same backward up to dQ's atomic summation order."""
+    q, k, v, do = (torch.randn(2, 300, 4, 64, device=DEV, dtype=torch.bfloat16) for _ in range(4))
+    fast = forward_backward(lambda a, b, c: flashlab.attention(a, b, c, causal=True), q, k, v, do)
+    op = forward_backward(lambda a, b, c: torch.ops.flashlab.attention_forward(a, b, c, True, 0.0, False)[0],
+                          q, k, v, do)
+    assert torch.equal(fast[0], op[0])
+    for a, b in zip(fast[1:], op[1:]):
+        assert max_err(a, b) <= 1e-2 * b.abs().max().item()
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Seen() as seen:
+        flashlab.attention(q, k, v)
+    assert any("flashlab.attention_forward" in name for name in seen.ops), seen.ops
 
 
 def test_lse_is_the_natural_logsumexp():
@@ -247,7 +275,7 @@ def test_mta_against_float64(N, cq, ck, dtype):
     for name, a, b in zip(("dQ", "dK", "dV", "dW"), [x.grad for x in leaves] + [w.grad],
                           [x.grad for x in ref_leaves] + [w64.grad]):
         assert not torch.isnan(a).any(), name
-        assert max_err(a, b) <= 2 * tol * b.abs().max().item(), name
+        assert max_err(a, b) <= 2 * tol * b.abs().max().item() + 1e-5, name  # N = 1: dQ and dW are 0
 
 
 def test_stream_estimate_equals_the_specification_on_the_gpu():
@@ -264,25 +292,26 @@ def test_stream_estimate_equals_the_specification_on_the_gpu():
     assert np.array_equal(flashlab.stream.estimate(q, k, k_blocks=4), want)  # the CPU reference too
 
 
-def test_stream_apply_and_trace_on_the_gpu():
+def test_stream_apply_on_the_gpu_and_trace_on_the_cpu():
     rng = np.random.default_rng(8)
     T, d = 700, 64
     q, k, v = (rng.standard_normal((T, d)).astype(np.float32) for _ in range(3))
     tq, tk, tv = (torch.from_numpy(x).to(DEV, torch.bfloat16) for x in (q, k, v))
     idx = flashlab.stream.estimate(tq, tk, k_blocks=3)
     o = flashlab.stream.apply(tq, tk, tv, idx)
-    o2, edges = flashlab.stream.trace(tq, tk, tv, idx)
     q64, k64, v64 = (x.double().cpu().numpy() for x in (tq, tk, tv))
     ref_o, ref_e = reference.stream_trace(q64, k64, v64, idx.cpu().numpy(), 64, 64)
-    scale = np.max(np.abs(ref_o))
-    assert np.max(np.abs(o.double().cpu().numpy() - ref_o)) <= 2e-2 * scale
-    assert torch.equal(o, o2)
+    assert np.max(np.abs(o.double().cpu().numpy() - ref_o)) <= 2e-2 * np.max(np.abs(ref_o))
+    # The library has no trace kernel on device memory: a clear refusal; on host copies it runs.
+    with pytest.raises(flashlab.FlashlabUnsupportedError, match="flashlab_stream_trace"):
+        flashlab.stream.trace(tq, tk, tv, idx)
+    o2, edges = flashlab.stream.trace(*(torch.from_numpy(x) for x in (q64, k64, v64)), idx.cpu())
     assert set(edges) == {"q", "r", "slot", "score", "mass", "value_norm"}
+    assert np.max(np.abs(o2.numpy() - ref_o)) <= 1e-12 * np.max(np.abs(ref_o))
     for f in ("q", "r", "slot"):
-        assert np.array_equal(edges[f].cpu().numpy(), ref_e[f].astype(np.int32)), f
+        assert np.array_equal(edges[f].numpy(), ref_e[f].astype(np.int32)), f
     for f in ("score", "mass", "value_norm"):
-        ref = ref_e[f]
-        assert np.max(np.abs(edges[f].cpu().numpy() - ref)) <= 2e-2 * max(1.0, np.max(np.abs(ref))), f
+        assert np.allclose(edges[f].numpy(), ref_e[f], rtol=1e-6, atol=1e-6), f
 
 
 # ------------------------------------------------------------------------------------------------
@@ -295,7 +324,7 @@ def sdpa_call(q, k, v, causal):
 
 @pytest.mark.parametrize("method", ["dispatcher", "patch"])
 def test_use_for_sdpa_runs_sdpa_on_flashlab(method):
-    if method == "dispatcher" and not flashlab.torch._sdpa._dispatcher_available():
+    if method == "dispatcher" and not flashlab._sdpa._dispatcher_available():
         pytest.skip(f"torch {torch.__version__} has no register_flash_attention_impl")
     B, N, H, d = 2, 300, 4, 64
     leaves = [torch.randn(B, N, H, d, device=DEV, dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
@@ -328,7 +357,7 @@ def test_use_for_sdpa_runs_sdpa_on_flashlab(method):
 
 
 def test_use_for_sdpa_under_compile():
-    if not flashlab.torch._sdpa._dispatcher_available():
+    if not flashlab._sdpa._dispatcher_available():
         pytest.skip(f"torch {torch.__version__} has no register_flash_attention_impl")
     x = torch.randn(1, 4, 256, 64, device=DEV, dtype=torch.bfloat16)
     want = flashlab.attention(*(x.transpose(1, 2),) * 3, causal=True).transpose(1, 2)
@@ -369,24 +398,33 @@ def sdpa_attention(q, k, v):
                                           enable_gqa=gqa).transpose(1, 2)
 
 
-def train(attention, kv_heads, steps=300, seed=0):
-    """Next-token loss per step of a 4-layer causal model on a second-order Markov source."""
+PERIOD = 8
+
+
+def batches(steps, B, N, V, seed=1234):
+    """Sequences that repeat with period 8 after 8 random tokens, 10 % of tokens replaced at
+    random: predictable only by attending 8 positions back (the loss floor is about 0.1·ln 64 +
+    the first 8 tokens' ln 64 / 128 ≈ 0.7)."""
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    x = torch.randint(0, V, (steps, B, N + 1), device=DEV, generator=g)
+    keep = torch.rand((steps, B, N + 1), device=DEV, generator=g) >= 0.1
+    for t in range(PERIOD, N + 1):
+        x[:, :, t] = torch.where(keep[:, :, t], x[:, :, t - PERIOD], x[:, :, t])
+    return x
+
+
+def train(attention, kv_heads, data, seed=0):
+    """Next-token loss per step of a 4-layer causal model."""
     torch.manual_seed(seed)
-    V, N, B, dm, H = 64, 128, 16, 256, 4
+    steps, B, N1 = data.shape
+    V, N, dm, H = 64, N1 - 1, 256, 4
     emb, pos = nn.Embedding(V, dm).to(DEV), nn.Parameter(torch.zeros(N, dm, device=DEV))
     blocks = nn.ModuleList([Block(dm, H, kv_heads, attention) for _ in range(4)]).to(DEV)
     head = nn.Linear(dm, V).to(DEV)
     params = list(emb.parameters()) + [pos] + list(blocks.parameters()) + list(head.parameters())
     opt = torch.optim.AdamW(params, lr=1e-3)
-    g = torch.Generator(device=DEV).manual_seed(1234)
-    table = torch.randint(0, V, (V, V, 2), device=DEV, generator=g)  # x_t ∈ table[x_{t−2}, x_{t−1}]
     losses = []
-    for _ in range(steps):
-        x = torch.empty(B, N + 1, dtype=torch.long, device=DEV)
-        x[:, :2] = torch.randint(0, V, (B, 2), device=DEV, generator=g)
-        pick = torch.randint(0, 2, (B, N + 1), device=DEV, generator=g)
-        for t in range(2, N + 1):
-            x[:, t] = table[x[:, t - 2], x[:, t - 1], pick[:, t]]
+    for x in data:
         with torch.autocast("cuda", dtype=torch.bfloat16):
             h = emb(x[:, :-1]) + pos
             for blk in blocks:
@@ -400,14 +438,16 @@ def train(attention, kv_heads, steps=300, seed=0):
 
 
 def test_small_transformer_trains_like_sdpa():
-    """Same seed, same data: the mean loss of the last 50 of 300 steps agrees within 3 % (bf16
+    """Same seed, same data, 300 steps: the mean loss of the last 50 steps agrees within 3 % (bf16
     rounding makes the runs drift apart step by step; a wrong gradient shows as a far larger gap),
-    and both fall well below the uniform ln 64 = 4.16. GQA (H_kv = H/2) where the kernels take it."""
+    and both have learnt the period (loss below half of the uniform ln 64 = 4.16). GQA (H_kv = H/2)
+    where the kernels take it, else H_kv = H."""
     kv_heads = 2 if accepts_on_cuda(16, 128, 128, 4, 2, 64, causal=True) else 4
-    ours = train(flashlab_attention, kv_heads)
-    theirs = train(sdpa_attention, kv_heads)
+    data = batches(300, 16, 128, 64)
+    ours = train(flashlab_attention, kv_heads, data)
+    theirs = train(sdpa_attention, kv_heads, data)
     a, b = ours[-50:].mean(), theirs[-50:].mean()
     print(f"kv_heads={kv_heads}: first {ours[0]:.4f} / {theirs[0]:.4f}, last-50 mean flashlab {a:.4f}, SDPA {b:.4f}")
     assert abs(ours[0] - theirs[0]) <= 1e-2
-    assert b < 0.6 * math.log(64)
+    assert b < 0.5 * math.log(64)
     assert abs(a - b) <= 0.03 * b
