@@ -19,8 +19,8 @@ Two parts.
      backward op        torch.ops.flashlab.attention_backward.
    flashlab.attention and flashlab.attention_backward skip the dispatcher in eager mode (see
    flashlab/torch.py); "op" is the registered operator that torch.compile and CUDA graphs see.
-   --c-loop FILE reads the median of the same call timed in a C loop (python/bench/c_call_loop.c),
-   and, where c_call_loop was given the shape, its forward and backward timed through the ABI.
+   --c-loop FILE reads the median of the same call timed in a C loop (python/bench/c_call_loop.c).
+   Then where the time goes: each piece of the eager path timed alone.
    The overhead of Python is "op" (and "attention") minus the ctypes call, and minus the C loop.
 
 2. Throughput at B, H, N, d (default 1, 16, 8192, 128), bf16, non-causal and causal: the forward
@@ -30,8 +30,10 @@ Two parts.
    (cuda/bench/timing_common.py): 3 warm-up + --reps timed calls, each alone between CUDA events,
    L2 flushed before each, 3 input sets rotated, the median. Backward: out.backward(dO,
    retain_graph=True) on a graph made once per input set, gradients set to None outside the timed
-   range (so the time is the backward kernels plus what autograd adds). With --cli, the rows of
-   `flashlab bench attention --csv` for the same shapes are read and the Python/CLI ratio printed.
+   range (so the time is the backward kernels plus what autograd adds). The same calls through the
+   C ABI with prebuilt arguments (ctypes) are timed in this process on the same kind of inputs, so
+   py/ABI is the package's own cost. With --cli, the rows of `flashlab bench attention --csv` for
+   the same shapes are read and the Python/CLI ratio printed.
 """
 import argparse
 import csv
@@ -94,7 +96,7 @@ def overhead(c_loop_file):
         ("attention_backward", host_median_us(lambda: flashlab.attention_backward(do, q, k, v, o2, lse2))),
         ("backward op", host_median_us(lambda: ft.attention_backward(do, q, k, v, o2, lse2, False, 0.0, False))),
     ]
-    c_loop = read_c_loop(c_loop_file).get("median_us") if c_loop_file else None
+    c_loop = read_c_loop(c_loop_file) if c_loop_file else None
     print("per-call host time, empty-work shape B=H=N=1 d=64 bf16, median of 1000 calls (µs):")
     base = rows[0][1]
     for name, us in rows:
@@ -104,6 +106,20 @@ def overhead(c_loop_file):
         print(f"  {name:20s} {us:8.2f}{extra}")
     if c_loop is not None:
         print(f"  {'C loop':20s} {c_loop:8.2f}")
+    slot = _capi.Tensor()
+    ptr = q.data_ptr()
+    pieces = [
+        ("(the timer alone)", lambda: None),
+        ("q.new_empty(shape)", lambda: q.new_empty((1, 1, 1, 64))),
+        ("new_empty fp32 LSE", lambda: q.new_empty((1, 1, 1), dtype=torch.float32)),
+        ("q.is_contiguous()", q.is_contiguous),
+        ("q.data_ptr()", q.data_ptr),
+        ("struct pointer set", lambda: setattr(slot, "data", ptr)),
+        ("current raw stream", lambda: torch._C._cuda_getCurrentRawStream(0)),
+    ]
+    print("where the time goes (µs, median of 1000, each piece alone):")
+    for name, fn in pieces:
+        print(f"  {name:20s} {host_median_us(fn):8.2f}")
     return rows, c_loop
 
 
@@ -146,15 +162,43 @@ def sdpa(backend, causal):
 
 
 def read_c_loop(path):
-    """c_call_loop's output: {"median_us": µs, ("fwd", causal): ms, ("bwd", causal): ms}."""
-    out = {}
+    """The median_us line of c_call_loop's output, or None."""
     for line in Path(path).read_text().splitlines():
         f = line.split()
         if f and f[0] == "median_us":
-            out["median_us"] = float(f[1])
-        elif f and f[0] == "abi_ms":
-            out[(f[1], int(f[2]))] = float(f[3])
-    return out
+            return float(f[1])
+    return None
+
+
+def time_abi(B, N, H, d, causal, backward, reps):
+    """Median ms of flashlab_attention_forward / _backward called through ctypes with arguments
+    built beforehand (the C ABI's own cost; the host time of the call is hidden by the flush)."""
+    L = _capi.lib()
+    p = _checks.attention_problem(B, N, N, H, H, d, 0.0, causal, _capi.DTYPE_BF16, False)
+    stream = torch.cuda.current_stream().cuda_stream
+    T = _capi.Tensor
+    nws = p.workspace_bytes("attention_backward_workspace_size", _capi.DEVICE_CUDA, 0)
+    calls = []
+    for q, k, v in make_sets(B, N, H, d, False):
+        o, lse = flashlab.attention_forward(q, k, v, causal=causal)
+        do, dq, dk, dv = (torch.randn_like(q) for _ in range(4))
+        ws = torch.empty(max(nws, 1), dtype=torch.uint8, device="cuda")
+        keep = (q, k, v, o, lse, do, dq, dk, dv, ws)
+        if backward:
+            args = (p.address, _capi.DEVICE_CUDA, T(q.data_ptr()), T(k.data_ptr()), T(v.data_ptr()), T(o.data_ptr()),
+                    lse.data_ptr(), T(do.data_ptr()), T(dq.data_ptr()), T(dk.data_ptr()), T(dv.data_ptr()),
+                    ws.data_ptr(), nws, stream)
+            calls.append((L.attention_backward, args, keep))
+        else:
+            args = (p.address, _capi.DEVICE_CUDA, T(q.data_ptr()), T(k.data_ptr()), T(v.data_ptr()), T(o.data_ptr()),
+                    lse.data_ptr(), None, 0, stream)
+            calls.append((L.attention_forward, args, keep))
+
+    def call(r):
+        fn, args, _ = calls[r % 3]
+        assert fn(*args) == 0, L.last_error()
+
+    return median_ms(call, 3, reps)
 
 
 def time_backward_call(B, N, H, d, causal, reps):
@@ -190,22 +234,21 @@ def main():
 
     B, N, H, d = a.batch, a.seq, a.heads, a.dim
     cli = read_cli(a.cli) if a.cli else {}
-    abi = read_c_loop(a.c_loop) if a.c_loop else {}
     out_rows = []
     print(f"\nthroughput, bf16, B={B} H={H} N={N} d={d}; median ms of {a.reps} (L2 flushed); "
           f"SDPA on the transposed views of the same [B, N, H, d] memory")
     print(f"{'pass':4s} {'causal':6s} {'flashlab':>9s} {'direct':>8s} {'SDPA flash':>10s} {'SDPA cuDNN':>10s} "
-          f"{'×flash':>7s} {'×cuDNN':>7s} {'TFLOP/s':>8s} {'CLI ms':>8s} {'C ABI ms':>8s} {'py/CLI':>7s} {'py/ABI':>7s}")
+          f"{'×flash':>7s} {'×cuDNN':>7s} {'TFLOP/s':>8s} {'CLI ms':>8s} {'ABI ms':>8s} {'py/CLI':>7s} {'py/ABI':>7s}")
     for causal in (False, True):
         for backward in (False, True):
             ours = time_pass(lambda q, k, v: flashlab.attention(q, k, v, causal=causal), B, N, H, d, backward, a.reps)
             direct = time_backward_call(B, N, H, d, causal, a.reps) if backward else ours
+            c_abi = time_abi(B, N, H, d, causal, backward, a.reps)
             fl = time_pass(sdpa(SDPBackend.FLASH_ATTENTION, causal), B, N, H, d, backward, a.reps)
             cu = time_pass(sdpa(SDPBackend.CUDNN_ATTENTION, causal), B, N, H, d, backward, a.reps)
             flops = 4 * N * N * d * H * B * (2.5 if backward else 1.0) * (0.5 if causal else 1.0)
             pas = "bwd" if backward else "fwd"
             c = cli.get((pas, d, int(causal), N, H, B))
-            c_abi = abi.get((pas, int(causal)))
             ratio = f"{ours / c:7.3f}" if c else f"{'-':>7s}"
             ratio_abi = f"{ours / c_abi:7.3f}" if c_abi else f"{'-':>7s}"
             print(f"{pas:4s} {str(causal):6s} {ours:9.4f} {direct:8.4f} {fl:10.4f} {cu:10.4f} {fl / ours:7.3f} "
@@ -216,11 +259,12 @@ def main():
         with open(a.csv, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["pass", "causal", "B", "H", "N", "d", "flashlab_ms", "flashlab_direct_ms", "sdpa_flash_ms",
-                        "sdpa_cudnn_ms", "cli_ms", "c_abi_ms"])
+                        "sdpa_cudnn_ms", "cli_ms", "abi_ms"])
             w.writerows(out_rows)
     print("\nflashlab: flashlab.attention (bwd: out.backward through autograd, as SDPA's); direct: the bwd as one "
           "flashlab.attention_backward call; ×flash, ×cuDNN: SDPA's time / flashlab's (above 1: flashlab faster); "
-          "py/CLI, py/ABI: flashlab's time here / `flashlab bench attention`'s / the ABI's timed from C")
+          "ABI: flashlab_attention_forward/_backward through ctypes with prebuilt arguments, in this process; "
+          "py/CLI, py/ABI: flashlab's time here / `flashlab bench attention`'s / the ABI call's")
 
 
 if __name__ == "__main__":

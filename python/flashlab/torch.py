@@ -179,10 +179,12 @@ def _attention_problem(q: torch.Tensor, k: torch.Tensor, causal: bool, scale: fl
 
 class _Plan:
     """What an attention call of one signature needs at launch, found once: the problem (by
-    address), the device, the output shapes. Attention is launch-bound at small sizes, so its
-    Python path keeps per call only what cannot be cached: allocation, pointers, the stream."""
+    address), the device, the output shapes, the library's two functions. Attention is
+    launch-bound at small sizes, so its Python path keeps per call only what cannot be cached:
+    allocation, pointers, the stream."""
 
-    __slots__ = ("problem", "address", "device", "cuda", "index", "o_shape", "lse_shape", "stat_dtype")
+    __slots__ = ("problem", "address", "device", "cuda", "index", "o_shape", "lse_shape", "stat_dtype", "fwd",
+                 "bwd", "bwd_workspace")
 
     def __init__(self, q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float, deterministic: bool):
         self.problem = _attention_problem(q, k, causal, scale, deterministic)
@@ -194,6 +196,11 @@ class _Plan:
         self.o_shape = (B, N, H, d)
         self.lse_shape = (B, H, N)
         self.stat_dtype = _stat_dtype(q)
+        L = _capi.lib()
+        if self.cuda and not L.cuda:
+            raise _checks.device_without_cuda()
+        self.fwd, self.bwd = L.attention_forward, L.attention_backward
+        self.bwd_workspace = None  # bytes, found on the first backward
 
 
 _plans = _checks._Cache()
@@ -230,40 +237,53 @@ def _call(plan: _Plan, fn_name: str, fn, *args) -> None:
         raise _capi.lib().fail(status, "flashlab_" + fn_name)
 
 
-def _tensors(plan: _Plan, *ts: torch.Tensor) -> List[_capi.Tensor]:
-    """The flashlab_tensor arguments for kernel inputs or fresh outputs: pointers in this thread's
-    structs where the tensors are contiguous (always on CUDA), new structs with strides otherwise."""
-    if plan.cuda:
-        slots = _slots()
-        for i, t in enumerate(ts):
-            slots[i].data = t.data_ptr()
-        return slots
-    return [_tensor(t) for t in ts]
+def _ready(t: torch.Tensor) -> torch.Tensor:
+    """A CUDA tensor as the kernels read it: itself when contiguous and 16-byte aligned (the
+    common case, two cheap queries), else _kernel_input's copy."""
+    return t if t.is_contiguous() and not t.data_ptr() & 15 else _kernel_input(t)
 
 
 def _forward_run(plan: _Plan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
-    q, k, v = _kernel_input(q), _kernel_input(k), _kernel_input(v)
+    if not plan.cuda:
+        q, k, v = _kernel_input(q), _kernel_input(k), _kernel_input(v)
+        o = q.new_empty(plan.o_shape)
+        lse = q.new_empty(plan.lse_shape, dtype=plan.stat_dtype)
+        _call(plan, "attention_forward", plan.fwd, plan.address, plan.device, _tensor(q), _tensor(k), _tensor(v),
+              _T(o.data_ptr()), lse.data_ptr(), None, 0, None)
+        return o, lse
+    q, k, v = _ready(q), _ready(k), _ready(v)
     o = q.new_empty(plan.o_shape)
-    lse = q.new_empty(plan.lse_shape, dtype=plan.stat_dtype)
-    t = _tensors(plan, q, k, v, o)
-    L = _capi.lib()
-    if plan.cuda and not L.cuda:
-        raise _checks.device_without_cuda()
+    lse = q.new_empty(plan.lse_shape, dtype=torch.float32)
+    t = _slots()
+    t[0].data, t[1].data, t[2].data, t[3].data = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
     # The forward's scratch holds LSE when the caller passes none (flashlab.h): we always pass it.
-    _call(plan, "attention_forward", L.attention_forward, plan.address, plan.device, t[0], t[1], t[2], t[3],
-          lse.data_ptr(), None, 0, _raw_stream(plan.index) if plan.cuda else None)
+    _call(plan, "attention_forward", plan.fwd, plan.address, 1, t[0], t[1], t[2], t[3], lse.data_ptr(), None, 0,
+          _raw_stream(plan.index))
     return o, lse
 
 
 def _backward_run(plan: _Plan, grad_out, q, k, v, out, lse):
-    q, k, v = _kernel_input(q), _kernel_input(k), _kernel_input(v)
-    out, grad_out, lse = _kernel_input(out), _kernel_input(grad_out), lse.contiguous()
+    if plan.bwd_workspace is None:
+        plan.bwd_workspace = plan.problem.workspace_bytes("attention_backward_workspace_size", plan.device,
+                                                          max(plan.index, 0))
+    nws = plan.bwd_workspace
+    ws = q.new_empty(nws, dtype=torch.uint8) if nws else None
+    lse = lse.contiguous()
+    if not plan.cuda:
+        q, k, v = _kernel_input(q), _kernel_input(k), _kernel_input(v)
+        out, grad_out = _kernel_input(out), _kernel_input(grad_out)
+        dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+        _call(plan, "attention_backward", plan.bwd, plan.address, plan.device, _tensor(q), _tensor(k), _tensor(v),
+              _tensor(out), lse.data_ptr(), _tensor(grad_out), _T(dq.data_ptr()), _T(dk.data_ptr()),
+              _T(dv.data_ptr()), _ptr(ws), nws, None)
+        return dq, dk, dv
+    q, k, v, out, grad_out = _ready(q), _ready(k), _ready(v), _ready(out), _ready(grad_out)
     dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
-    ws, nws = _workspace(plan.problem, "attention_backward_workspace_size", q)
-    t = _tensors(plan, q, k, v, out, grad_out, dq, dk, dv)
-    L = _capi.lib()
-    _call(plan, "attention_backward", L.attention_backward, plan.address, plan.device, t[0], t[1], t[2], t[3],
-          lse.data_ptr(), t[4], t[5], t[6], t[7], _ptr(ws), nws, _raw_stream(plan.index) if plan.cuda else None)
+    t = _slots()
+    for slot, x in zip(t, (q, k, v, out, grad_out, dq, dk, dv)):
+        slot.data = x.data_ptr()
+    _call(plan, "attention_backward", plan.bwd, plan.address, 1, t[0], t[1], t[2], t[3], lse.data_ptr(), t[4], t[5],
+          t[6], t[7], _ptr(ws), nws, _raw_stream(plan.index))
     return dq, dk, dv
 
 
@@ -408,16 +428,27 @@ def attention_forward_call(q, k, v, *, causal: bool = False, scale: Optional[flo
     return attention_forward(q, k, v, bool(causal), _checks.check_scale(scale), bool(deterministic))
 
 
+_checked_backward = _checks._Cache()
+
+
 def attention_backward_call(do, q, k, v, o, lse, *, causal: bool = False, scale: Optional[float] = None,
                             deterministic: bool = False):
     """flashlab.attention_backward for torch tensors: (dQ, dK, dV), no autograd."""
-    _check_tensors(("q", "k", "v", "o", "do"), (q, k, v, o, do))
-    B, N, Nk, H, Hkv, d = _checks.attention_shapes(q.shape, k.shape, v.shape)
-    for name, t in (("o", o), ("do", do)):
-        if t.shape != q.shape:
-            raise FlashlabValueError(f"{name}: shape {tuple(t.shape)} differs from q's {tuple(q.shape)}", hint=None)
-    _check_stat("lse", lse, q, (B, H, N))
-    if _FAST_PATH and not _is_compiling() and _eager(q, k, v) and type(do) is torch.Tensor:
+    fast = _FAST_PATH and not _is_compiling() and _eager(q, k, v) and type(do) is torch.Tensor
+    key = None
+    if fast and type(o) is torch.Tensor and type(lse) is torch.Tensor:
+        key = (q.shape, do.shape, o.shape, lse.shape, q.dtype, do.dtype, o.dtype, lse.dtype, q.get_device(),
+               do.get_device(), o.get_device(), lse.get_device())
+    if key is None or _checked_backward.get(key) is None:
+        _check_tensors(("q", "k", "v", "o", "do"), (q, k, v, o, do))
+        B, N, Nk, H, Hkv, d = _checks.attention_shapes(q.shape, k.shape, v.shape)
+        for name, t in (("o", o), ("do", do)):
+            if t.shape != q.shape:
+                raise FlashlabValueError(f"{name}: shape {tuple(t.shape)} differs from q's {tuple(q.shape)}", hint=None)
+        _check_stat("lse", lse, q, (B, H, N))
+        if key is not None:
+            _checked_backward.put(key, True)
+    if fast:
         return _backward_run(_checked_plan(q, k, v, causal, scale, deterministic), do, q, k, v, o, lse)
     return attention_backward(do, q, k, v, o, lse, bool(causal), _checks.check_scale(scale), bool(deterministic))
 

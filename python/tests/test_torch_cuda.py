@@ -398,19 +398,15 @@ def sdpa_attention(q, k, v):
                                           enable_gqa=gqa).transpose(1, 2)
 
 
-PERIOD = 8
-
-
 def batches(steps, B, N, V, seed=1234):
-    """Sequences that repeat with period 8 after 8 random tokens, 10 % of tokens replaced at
-    random: predictable only by attending 8 positions back (the loss floor is about 0.1·ln 64 +
-    the first 8 tokens' ln 64 / 128 ≈ 0.7)."""
+    """Each sequence draws its tokens uniformly from 4 of the V = 64 tokens, a different 4 per
+    sequence: the next token is predictable only from the tokens seen so far, through attention.
+    Without it the best loss is about 3.7 (the current token is one of the 4); with it about
+    ln 4 ≈ 1.39 once the 4 have been seen."""
     g = torch.Generator(device=DEV).manual_seed(seed)
-    x = torch.randint(0, V, (steps, B, N + 1), device=DEV, generator=g)
-    keep = torch.rand((steps, B, N + 1), device=DEV, generator=g) >= 0.1
-    for t in range(PERIOD, N + 1):
-        x[:, :, t] = torch.where(keep[:, :, t], x[:, :, t - PERIOD], x[:, :, t])
-    return x
+    subsets = torch.rand((steps, B, V), device=DEV, generator=g).argsort(dim=-1)[..., :4]
+    pick = torch.randint(0, 4, (steps, B, N + 1), device=DEV, generator=g)
+    return torch.gather(subsets, 2, pick)
 
 
 def train(attention, kv_heads, data, seed=0):
@@ -438,16 +434,16 @@ def train(attention, kv_heads, data, seed=0):
 
 
 def test_small_transformer_trains_like_sdpa():
-    """Same seed, same data, 300 steps: the mean loss of the last 50 steps agrees within 3 % (bf16
+    """Same seed, same data, 400 steps: the mean loss of the last 50 steps agrees within 3 % (bf16
     rounding makes the runs drift apart step by step; a wrong gradient shows as a far larger gap),
-    and both have learnt the period (loss below half of the uniform ln 64 = 4.16). GQA (H_kv = H/2)
-    where the kernels take it, else H_kv = H."""
+    and both have learnt to use attention (loss below 2.5, where without it about 3.7 is the best).
+    GQA (H_kv = H/2) where the kernels take it, else H_kv = H."""
     kv_heads = 2 if accepts_on_cuda(16, 128, 128, 4, 2, 64, causal=True) else 4
-    data = batches(300, 16, 128, 64)
+    data = batches(400, 16, 128, 64)
     ours = train(flashlab_attention, kv_heads, data)
     theirs = train(sdpa_attention, kv_heads, data)
     a, b = ours[-50:].mean(), theirs[-50:].mean()
     print(f"kv_heads={kv_heads}: first {ours[0]:.4f} / {theirs[0]:.4f}, last-50 mean flashlab {a:.4f}, SDPA {b:.4f}")
     assert abs(ours[0] - theirs[0]) <= 1e-2
-    assert b < 0.5 * math.log(64)
+    assert b < 2.5
     assert abs(a - b) <= 0.03 * b
