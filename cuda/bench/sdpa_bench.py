@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from timing_common import median_ms, write_csv
+from timing_common import median_backward_ms, median_ms, write_csv
 
 
 def make(B, H, N, d, dtype, layout, grad):
@@ -55,15 +55,7 @@ def time_sdpa(backend, B, H, N, d, causal, dtype, layout, reps, backward=False):
                 sets.append((q, k, v))
         torch.cuda.synchronize()
         if backward:
-            def clear_grads(r):
-                for leaf in sets[r % 3][2]:
-                    leaf.grad = None
-
-            def call(r):
-                out, dO, _ = sets[r % 3]
-                out.backward(dO, retain_graph=True)
-
-            return median_ms(call, 3, reps, prepare=clear_grads)
+            return median_backward_ms(sets, 3, reps)
         with torch.no_grad():
             return median_ms(lambda r: F.scaled_dot_product_attention(*sets[r % 3], is_causal=causal), 3, reps)
 

@@ -32,6 +32,21 @@ def median_ms(call, warmup, reps, prepare=None):
     return statistics.median(times)
 
 
+def median_backward_ms(graphs, warmup, reps):
+    """Median ms of out.backward(dO, retain_graph=True) over `graphs`, a list of (out, dO, leaves)
+    made once per input set and rotated; the leaves' gradients are set to None before each call,
+    outside the timed range (so autograd hands them over without adding into them)."""
+    def clear(r):
+        for leaf in graphs[r % len(graphs)][2]:
+            leaf.grad = None
+
+    def call(r):
+        out, dO, _ = graphs[r % len(graphs)]
+        out.backward(dO, retain_graph=True)
+
+    return median_ms(call, warmup, reps, prepare=clear)
+
+
 def write_csv(path, header, rows):
     """The script's rows under its header, as one CSV file."""
     with open(path, "w", newline="") as f:

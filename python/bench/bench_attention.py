@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT / "cuda" / "bench"))
 import flashlab  # noqa: E402
 import flashlab.torch as ft  # noqa: E402
 from flashlab import _capi, _checks  # noqa: E402
-from timing_common import median_ms  # noqa: E402
+from timing_common import median_backward_ms, median_ms  # noqa: E402
 
 
 def host_median_us(call, n=1000, sync_every=100):
@@ -141,16 +141,7 @@ def time_pass(fn, B, N, H, d, backward, reps):
     for leaves in sets:
         out = fn(*leaves)
         graphs.append((out, torch.randn_like(out), leaves))
-
-    def clear(r):
-        for x in graphs[r % 3][2]:
-            x.grad = None
-
-    def call(r):
-        out, do, _ = graphs[r % 3]
-        out.backward(do, retain_graph=True)
-
-    return median_ms(call, 3, reps, prepare=clear)
+    return median_backward_ms(graphs, 3, reps)
 
 
 def sdpa(backend, causal):

@@ -457,18 +457,22 @@ def attention_backward_call(do, q, k, v, o, lse, *, causal: bool = False, scale:
 # Multi-Token Attention
 # ------------------------------------------------------------------------------------------------
 
-def _mta_problem(q: torch.Tensor, w: torch.Tensor, scale: float, seq: Optional[int] = None):
+def _mta_problem(q: torch.Tensor, w: torch.Tensor, scale: float):
     B, N, H, d = q.shape
-    return _checks.mta_problem(B, N if seq is None else seq, H, d, w.shape[1], w.shape[2], scale, _dtype(q))
+    return _checks.mta_problem(B, N, H, d, w.shape[1], w.shape[2], scale, _dtype(q))
+
+
+def _mta_inputs(q, k, v, w, scale):
+    """The problem and the tensors as the library reads them (W contiguous)."""
+    return (_mta_problem(q, w, scale), _kernel_input(q), _kernel_input(k), _kernel_input(v), w.contiguous())
 
 
 @torch.library.custom_op("flashlab::mta_forward", mutates_args=(),
                          schema="(Tensor q, Tensor k, Tensor v, Tensor w, float scale) -> (Tensor, Tensor)")
 def mta_forward(q, k, v, w, scale):
     """O `[B, N, H, d]` and LSE fp32 `[B, H, N]` of Multi-Token Attention."""
-    p = _mta_problem(q, w, scale)
+    p, q, k, v, w = _mta_inputs(q, k, v, w, scale)
     B, N, H, d = q.shape
-    q, k, v, w = _kernel_input(q), _kernel_input(k), _kernel_input(v), w.contiguous()
     o = torch.empty((B, N, H, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, N), dtype=_stat_dtype(q), device=q.device)
     ws, nws = _workspace(p, "mta_forward_workspace_size", q)
@@ -489,8 +493,7 @@ def _(q, k, v, w, scale):
            "-> (Tensor, Tensor, Tensor, Tensor)")
 def mta_backward(grad_out, q, k, v, w, out, lse, scale):
     """dQ, dK, dV and dW (fp32, summed over the batch) of Multi-Token Attention."""
-    p = _mta_problem(q, w, scale)
-    q, k, v, w = _kernel_input(q), _kernel_input(k), _kernel_input(v), w.contiguous()
+    p, q, k, v, w = _mta_inputs(q, k, v, w, scale)
     out, grad_out, lse = _kernel_input(out), _kernel_input(grad_out), lse.contiguous()
     dq, dk, dv = (torch.empty(q.shape, dtype=q.dtype, device=q.device) for _ in range(3))
     dw = torch.empty(w.shape, dtype=w.dtype, device=w.device)
@@ -530,9 +533,8 @@ DECODE_ROWS = 16  # FLASHLAB_MTA_DECODE_ROWS
                          schema="(Tensor q, Tensor k, Tensor v, Tensor w, float scale) -> Tensor")
 def mta_decode(q, k, v, w, scale):
     """O `[B, R, H, d]` of the last R = min(16, N) query rows (row r is token N − R + r)."""
-    p = _mta_problem(q, w, scale)
+    p, q, k, v, w = _mta_inputs(q, k, v, w, scale)
     B, N, H, d = q.shape
-    q, k, v, w = _kernel_input(q), _kernel_input(k), _kernel_input(v), w.contiguous()
     o = torch.empty((B, min(DECODE_ROWS, N), H, d), dtype=q.dtype, device=q.device)
     ws, nws = _workspace(p, "mta_decode_workspace_size", q)
     _launch("mta_decode", q, p.address, _device(q), _tensor(q), _tensor(k), _tensor(v), w.data_ptr(),
