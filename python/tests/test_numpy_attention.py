@@ -69,6 +69,19 @@ def test_attention_returns_natural_lse_and_explicit_scale(rng):
     assert np.allclose(lse, ref_lse2 * np.log(2.0), rtol=0, atol=1e-12)
 
 
+def test_grouped_query_attention_is_right_or_refused_by_name(rng):
+    """H_kv dividing H: where the library takes it, equal to the reference (which repeats each K/V
+    head over its group of query heads); where not, its refusal names heads_kv."""
+    q, k, v = qkv(rng, 2, 9, 9, 4, 2, 8, np.float64)
+    try:
+        o = flashlab.attention(q, k, v, causal=True)
+    except flashlab.FlashlabUnsupportedError as e:
+        assert "heads_kv" in str(e), str(e)
+        return
+    ref, _ = reference.attention(q, k, v, causal=True)
+    assert rel_err(o, ref) <= 1e-12
+
+
 def test_strided_inputs_read_as_their_values(rng):
     """A q that is a transposed view ([B, H, N, d] memory) gives the same O as its copy."""
     base = rng.standard_normal((1, 3, 20, 16))
