@@ -229,7 +229,8 @@ def main():
     print(f"\nthroughput, bf16, B={B} H={H} N={N} d={d}; median ms of {a.reps} (L2 flushed); "
           f"SDPA on the transposed views of the same [B, N, H, d] memory")
     print(f"{'pass':4s} {'causal':6s} {'flashlab':>9s} {'direct':>8s} {'SDPA flash':>10s} {'SDPA cuDNN':>10s} "
-          f"{'×flash':>7s} {'×cuDNN':>7s} {'TFLOP/s':>8s} {'CLI ms':>8s} {'ABI ms':>8s} {'py/CLI':>7s} {'py/ABI':>7s}")
+          f"{'×flash':>7s} {'×cuDNN':>7s} {'TFLOP/s':>8s} {'CLI ms':>8s} {'ABI ms':>8s} {'py/CLI':>7s} {'py/ABI':>7s} "
+          f"{'ABI×cuDNN':>9s}")
     for causal in (False, True):
         for backward in (False, True):
             ours = time_pass(lambda q, k, v: flashlab.attention(q, k, v, causal=causal), B, N, H, d, backward, a.reps)
@@ -244,7 +245,7 @@ def main():
             ratio_abi = f"{ours / c_abi:7.3f}" if c_abi else f"{'-':>7s}"
             print(f"{pas:4s} {str(causal):6s} {ours:9.4f} {direct:8.4f} {fl:10.4f} {cu:10.4f} {fl / ours:7.3f} "
                   f"{cu / ours:7.3f} {flops / ours / 1e9:8.1f} {c or float('nan'):8.4f} {c_abi or float('nan'):8.4f} "
-                  f"{ratio} {ratio_abi}")
+                  f"{ratio} {ratio_abi} {cu / c_abi:9.3f}")
             out_rows.append([pas, int(causal), B, H, N, d, ours, direct, fl, cu, c or "", c_abi or ""])
     if a.csv:
         with open(a.csv, "w", newline="") as f:
@@ -255,7 +256,8 @@ def main():
     print("\nflashlab: flashlab.attention (bwd: out.backward through autograd, as SDPA's); direct: the bwd as one "
           "flashlab.attention_backward call; ×flash, ×cuDNN: SDPA's time / flashlab's (above 1: flashlab faster); "
           "ABI: flashlab_attention_forward/_backward through ctypes with prebuilt arguments, in this process; "
-          "py/CLI, py/ABI: flashlab's time here / `flashlab bench attention`'s / the ABI call's")
+          "py/CLI, py/ABI: flashlab's time here / `flashlab bench attention`'s / the ABI call's; ABI×cuDNN: "
+          "SDPA cuDNN's time / the ABI call's (the ratio the Python call keeps, or not, in ×cuDNN)")
 
 
 if __name__ == "__main__":
