@@ -4,13 +4,13 @@
 # and the ratios to SDPA's flash and cuDNN backends), and the per-call overhead against the C call.
 #
 # Usage, from the repository root of a CUDA build (`make cuda`):
-#   python/bench/measure.sh [OUT_DIR]            (default python/bench/results/latest)
+#   python/bench/measure.sh [OUT_DIR]            (default build/python-bench; keep only the CSV)
 # Paths can be set: FLASHLAB_BIN (build/cuda/app/flashlab), FLASHLAB_LIBRARY
 # (build/cuda/capi/libflashlab.so), C_CALL_LOOP (build/cuda/python/c_call_loop), PYTHON (python3).
 # Writes OUT_DIR/{pytest.txt, cli.csv, c_loop.txt, bench.txt, python_bench.csv}.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT="${1:-python/bench/results/latest}"
+OUT="${1:-build/python-bench}"
 mkdir -p "$OUT"
 BIN="${FLASHLAB_BIN:-build/cuda/app/flashlab}"
 export FLASHLAB_LIBRARY="${FLASHLAB_LIBRARY:-build/cuda/capi/libflashlab.so}"
@@ -23,7 +23,7 @@ status=0
 
 echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 echo "== GPU tests (FLASHLAB_REQUIRE_CUDA=1)"
-FLASHLAB_REQUIRE_CUDA=1 timeout 300 "$PY" -m pytest -q -rs -p no:cacheprovider python/tests 2>&1 | tee "$OUT/pytest.txt"
+FLASHLAB_REQUIRE_CUDA=1 timeout 300 "$PY" -m pytest -q -rsP -p no:cacheprovider python/tests 2>&1 | tee "$OUT/pytest.txt"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 
 echo "== flashlab bench attention ${SHAPE[*]} --csv"
