@@ -449,6 +449,7 @@ Run parse_run_flags(const po::variables_map& vm) {
 }  // namespace
 
 int cmd_attention(const Args& args) {
+  if (attention_device_given(args)) return cmd_attention_device(args);  // --device cpu|cuda: cmd_attention_cuda.cpp
   return guarded("attention", [&]() -> int {
     const auto desc = options();
     po::options_description all;

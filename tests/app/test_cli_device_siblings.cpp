@@ -1,6 +1,6 @@
-// Sibling commands on two devices: `mta` and `stream` with --device cpu (the CPU reference) and
-// --device cuda (the clear CUDA kernels) check their flags and input files in one shared place,
-// before any CUDA call. Each case gives both devices the same bad input and requires the same
+// Sibling commands on two devices: `attention`, `mta` and `stream` with --device cpu (the CPU
+// reference) and --device cuda (the CUDA kernels) check their flags and input files by the same
+// rules and in the same words, before any CUDA call. Each case gives both devices the same bad input and requires the same
 // exit code and the same error text, so these run in a build with or without CUDA and on a
 // machine without a GPU.
 #include <catch2/catch.hpp>
@@ -17,6 +17,7 @@
 
 namespace fs = std::filesystem;
 namespace ref = flashlab::ref;
+using flashlab::test::expect_usage_error;
 using flashlab::test::fresh_temp_dir;
 using flashlab::test::run_cli;
 
@@ -162,4 +163,76 @@ TEST_CASE("mta and stream: help names every subcommand and --device, and --devic
   const auto tpu = run_cli("stream estimate --seq 16 --dim 4 --bq 4 --bk 4 --k 2 --device tpu");
   CHECK(tpu.exit_code == 2);
   CHECK_THAT(tpu.err, Catch::Contains("--device 'tpu' is unknown"));
+}
+
+TEST_CASE("attention on cpu and cuda: the same flags are refused with the same message", "[cli][attention][device]") {
+  same_error_on_both_devices("attention fwd --seq 0 --dim 64", "--seq 0 is out of range");
+  same_error_on_both_devices("attention fwd --seq 16 --dim 2000", "--dim 2000 is out of range");
+  same_error_on_both_devices("attention fwd --seq 16 --dim 64 --heads 0", "--heads 0 is out of range");
+  same_error_on_both_devices("attention bwd --seq 16 --dim 64 --batch 5000", "--batch 5000 is out of range");
+  same_error_on_both_devices("attention fwd --seq 16 --dim 64 --scale -0.5", "--scale must be a positive finite number");
+  same_error_on_both_devices("attention fwd --seq 16 --dim 64 --seed -1", "--seed -1 is out of range");
+  same_error_on_both_devices("attention fwd --seq 16 --dim 64 --memory-limit 0", "--memory-limit '0' is not a size");
+  same_error_on_both_devices("attention fwd --seq 16", "--dim is required");
+  same_error_on_both_devices("attention bwd --dim 64", "--seq is required");
+  same_error_on_both_devices("attention both --seq 16 --dim 64", "unknown mode 'both'");
+  same_error_on_both_devices("attention --seq 16 --dim 64", "missing the mode: fwd or bwd");
+  same_error_on_both_devices("attention fwd --inputs /nonexistent-dir", "--inputs /nonexistent-dir is not a directory");
+}
+
+TEST_CASE("attention on cpu and cuda: one dtype, non-finite and shape rule for the input files",
+          "[cli][attention][device]") {
+  const std::vector<std::size_t> shape{16, 1, 64};
+  const fs::path dir = inputs("siblings_attention", shape, false);
+  const std::string cmd = "attention bwd --inputs '" + dir.string() + "'";
+  SECTION("NaN and Inf are named with the file and the first index") {
+    write_with(dir / "k.npy", shape, 70, std::numeric_limits<double>::quiet_NaN());
+    same_error_on_both_devices(cmd, (dir / "k.npy").string() + ": element [1, 0, 6] (flat index 70) is NaN");
+    write_values(dir / "k.npy", shape, 2);
+    write_with(dir / "do.npy", shape, 3, -std::numeric_limits<double>::infinity());
+    same_error_on_both_devices(cmd, (dir / "do.npy").string() + ": element [0, 0, 3] (flat index 3) is -Inf");
+  }
+  SECTION("integer inputs are refused by the one dtype rule") {
+    const std::vector<std::int32_t> ints(16 * 64, 1);
+    ref::write_npy(dir / "v.npy", shape, ints.data());
+    same_error_on_both_devices(cmd, (dir / "v.npy").string() + ": dtype <i4 is not float32 (<f4) or float64 (<f8)");
+  }
+  SECTION("a shape that is no attention operand, a flag that disagrees, a missing file") {
+    write_values(dir / "q.npy", {16, 64}, 1);
+    same_error_on_both_devices(cmd, (dir / "q.npy").string() + ": shape (16, 64) is not [N, H, D] or [B, N, H, D]");
+    write_values(dir / "q.npy", shape, 1);
+    write_values(dir / "k.npy", {1, 16, 1, 64}, 2);
+    same_error_on_both_devices(cmd, "k.npy is 4-D but q.npy is 3-D");
+    write_values(dir / "k.npy", shape, 2);
+    same_error_on_both_devices(cmd + " --seq 8", "--seq 8 disagrees with");
+    fs::remove(dir / "v.npy");
+    same_error_on_both_devices(cmd, (dir / "v.npy").string() + ": no such file");
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("attention --device cuda: the kernels' limits, the build, and --device cpu", "[cli][attention][device]") {
+  const std::string ok = " --seq 16 --dim 64";
+  expect_usage_error("attention fwd --device cuda --kernel quick" + ok, "--kernel 'quick' is unknown");
+  expect_usage_error("attention fwd --device cuda --kernel fast --dtype fp32" + ok, "--dtype 'fp32' is unknown");
+  expect_usage_error("attention fwd --device cuda --dtype fp16" + ok, "--dtype applies to --kernel fast");
+  expect_usage_error("attention fwd --device cuda --kernel fast --seq 16 --dim 96", "--dim 96 is not 64 or 128");
+  expect_usage_error("attention bwd --device cuda --seq 16 --dim 512", "--dim 512 is above 256");
+  expect_usage_error("attention fwd --device cuda --seq-k 20" + ok, "--seq-k 20 differs from N = 16: the CUDA kernels take N_k = N");
+  expect_usage_error("attention fwd --device tpu" + ok, "--device 'tpu' is unknown");
+  expect_usage_error("attention fwd --device" + ok, "--device '--seq' is unknown");
+  // A valid command line: refused by a build without CUDA (exit 2, with the hint), or run.
+  for (const char* args : {"attention fwd --device cuda --kernel fast --causal --seq 17 --dim 64",
+                           "attention bwd --device=cuda --kernel fast --dtype fp16 --seq 1 --dim 128",
+                           "attention fwd --device cuda --seq 33 --dim 16"}) {
+    const auto r = flashlab::test::run_gpu_command(args);
+    if (r.exit_code == 0) CHECK_THAT(r.out, Catch::Contains("max error vs naive float64"));
+  }
+  const auto cpu = run_cli("attention fwd --device cpu --seq 20 --dim 8");
+  CHECK(cpu.exit_code == 0);
+  CHECK_THAT(cpu.out, Catch::Contains("flashlab attention fwd  variant fa2_fwd"));
+  const auto help = run_cli("attention fwd --device cuda --help");
+  CHECK(help.exit_code == 0);
+  for (const char* word : {"--kernel", "--dtype", "--inputs", "--save", "2x the rounding floor"})
+    CHECK_THAT(help.out, Catch::Contains(word));
 }
