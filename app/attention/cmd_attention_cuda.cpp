@@ -30,6 +30,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace flashlab::app {
@@ -168,20 +169,18 @@ Run parse_run(const po::variables_map& vm) {
   const unsigned long long seed = checked_seed(get_ll(vm, "seed"));
   run.policy = input_policy(vm);
   if (const auto s = checked_scale(vm)) run.cfg.scale = *s;
-  if (vm.count("save")) run.save = fs::path(vm["save"].as<std::string>());
+  if (vm.count("save")) run.save = prepare_save_dir(vm["save"].as<std::string>());
 
   if (vm.count("inputs")) {
     const fs::path dir(vm["inputs"].as<std::string>());
     if (!fs::is_directory(dir)) throw UsageError("--inputs " + dir.string() + " is not a directory", "give a directory holding q.npy k.npy v.npy");
     const fs::path qf = dir / "q.npy", kf = dir / "k.npy", vf = dir / "v.npy", df = dir / "do.npy";
     const bool have_do = bwd && fs::exists(df);
-    const OperandShape q_shape = operand_shape(qf);
-    const Shape k_shape = operand_shape(kf).shape;
-    operand_shape(vf);
+    const OperandShape q_shape = operand_shape(qf), k_shape = operand_shape(kf), v_shape = operand_shape(vf);
     if (have_do) operand_shape(df);
     run.cfg.batch = q_shape.shape.batch;
     run.cfg.seq = q_shape.shape.seq;
-    run.cfg.seq_k = k_shape.seq == q_shape.shape.seq ? 0 : k_shape.seq;
+    run.cfg.seq_k = k_shape.shape.seq == q_shape.shape.seq ? 0 : k_shape.shape.seq;
     run.cfg.heads = q_shape.shape.heads;
     run.cfg.head_dim = q_shape.shape.head_dim;
     run.four_d = q_shape.four_d;
@@ -189,6 +188,12 @@ Run parse_run(const po::variables_map& vm) {
     run.Q = load_operand(qf, run.policy);
     run.K = load_operand(kf, run.policy);
     run.V = load_operand(vf, run.policy);
+    // One layout for all operands: a 4-D q beside 3-D k, v is a mistake, not a batch of one.
+    for (const auto& [name, operand] : {std::pair{"k.npy", &k_shape}, std::pair{"v.npy", &v_shape}})
+      if (operand->four_d != q_shape.four_d)
+        throw UsageError(std::string(name) + " is " + (operand->four_d ? "4-D" : "3-D") + " but q.npy is " +
+                             (q_shape.four_d ? "4-D" : "3-D"),
+                         "give every operand the same layout: all [N, H, D] or all [B, N, H, D]");
     const Shape qs = run.Q.shape(), ks = run.K.shape(), vs = run.V.shape();
     require_match(kf, "batch", ks.batch, qs.batch, "q.npy");
     require_match(kf, "heads", ks.heads, qs.heads, "q.npy");
@@ -393,14 +398,12 @@ int run_fast(Run& run) {
       lines.push_back({got[t].first, err, std::max(1e-2, 2 * floor) + lse_rounding, why});
     }
     if (run.save) {
-      fs::create_directories(*run.save);
       save_tensor(run, "dq.npy", widen(g.dQ, cfg.q_shape()));
       save_tensor(run, "dk.npy", widen(g.dK, cfg.kv_shape()));
       save_tensor(run, "dv.npy", widen(g.dV, cfg.kv_shape()));
     }
   }
   if (run.save) {
-    fs::create_directories(*run.save);
     save_tensor(run, "o.npy", O);
     save_stats(run, fwd.LSE);
   }
@@ -436,14 +439,12 @@ int run_clear(Run& run) {
     lines.push_back({"dK", ref::max_error_vs_max(g.dK.data(), want.dK.data(), g.dK.numel()), tol.value, tol.str()});
     lines.push_back({"dV", ref::max_error_vs_max(g.dV.data(), want.dV.data(), g.dV.numel()), tol.value, tol.str()});
     if (run.save) {
-      fs::create_directories(*run.save);
       save_tensor(run, "dq.npy", g.dQ);
       save_tensor(run, "dk.npy", g.dK);
       save_tensor(run, "dv.npy", g.dV);
     }
   }
   if (run.save) {
-    fs::create_directories(*run.save);
     save_tensor(run, "o.npy", fwd.O);
     save_stats(run, fwd.LSE);
   }
