@@ -390,7 +390,7 @@ TEST_CASE("quiz consistency: formula answers are the budgets and the measured co
 TEST_CASE("quiz consistency: the other answers follow from their own definitions", "[lessons][quiz]") {
   // ai-flash: the intensity is the FLOPs over the K/V elements read, and the K/V elements are
   // what the reference traffic model counts for FA2 (fp32: 4 bytes each).
-  const std::vector<VariableRange> ranges{{"n", 1, 1e6, false}, {"d", 1, 1e6, false}, {"Br", 1, 1e6, false}};
+  const std::vector<VariableRange> ranges = find_lesson("ai-flash")->questions.front().ranges;
   CHECK(compare_on_domain("(" + question("ai-flash", "flops").expected + ")/(" + question("ai-flash", "kv").expected + ")",
                           question("ai-flash", "ai").expected, ranges, 3)
             .equal);
