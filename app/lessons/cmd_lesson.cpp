@@ -128,7 +128,7 @@ int do_show(const lessons::Lesson& l) {
     if (!l.trace->ns.empty() && l.trace->model == lessons::TraceModel::Toy) {
       std::cout << " (checked at n =";
       for (int n : l.trace->ns) std::cout << " " << n;
-      std::cout << ")";
+      std::cout << ", every n up to 24 and larger n drawn for each check)";
     }
     std::cout << "\n";
   }

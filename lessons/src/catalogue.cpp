@@ -154,18 +154,21 @@ std::vector<std::string> split_hints(const std::string& text) {
   return out;
 }
 
-// "ma:-6..6" → a real range; "n" → whole numbers 1..10⁶.
+// "n" → whole numbers 1..10⁶; "d=1..4096" → whole numbers 1..4096; "ma:-6..6" → real numbers.
 VariableRange parse_range(const std::string& tok) {
   VariableRange r;
-  const auto colon = tok.find(':');
-  r.name = tok.substr(0, colon);
-  if (colon == std::string::npos) return r;
-  const std::string span = tok.substr(colon + 1);
+  const auto sep = tok.find_first_of(":=");
+  r.name = tok.substr(0, sep);
+  if (sep == std::string::npos) return r;
+  const std::string span = tok.substr(sep + 1);
   const auto dots = span.find("..");
-  if (dots == std::string::npos) throw std::invalid_argument("variable range '" + tok + "' is not NAME:LO..HI");
+  if (dots == std::string::npos)
+    throw std::invalid_argument("variable range '" + tok + "' is not NAME=LO..HI (whole) or NAME:LO..HI (real)");
   r.lo = std::stod(span.substr(0, dots));
   r.hi = std::stod(span.substr(dots + 2));
-  r.real = true;
+  r.real = tok[sep] == ':';
+  if (!r.real && (r.lo != std::floor(r.lo) || r.hi != std::floor(r.hi) || r.lo < 1))
+    throw std::invalid_argument("variable range '" + tok + "': a whole-number range needs whole bounds from 1");
   if (!(r.lo < r.hi)) throw std::invalid_argument("variable range '" + tok + "' is empty");
   return r;
 }

@@ -249,56 +249,54 @@ std::uint64_t cost(const CheckReport& rep, const std::string& metric) {
   return 0;
 }
 
+// The counters of lesson `l`'s reference trace at size n, run on the toy machine.
+flashlab::toy::Counters reference_counters(const Lesson& l, int n) {
+  const auto m = task_machine(*l.trace, n);
+  const auto as = flashlab::toy::assemble(l.trace->solution, m, "solution.trace");
+  REQUIRE(as.ok());
+  flashlab::toy::Executor ex(as.program, m, flashlab::toy::random_inputs(m, 1), flashlab::toy::Options{false, 0});
+  REQUIRE(!ex.run());
+  return ex.state().counters;
+}
+
+// The search under `r` must find its cheapest trace at exactly `cycles` (and so none cheaper), and
+// that trace must pass lesson `id`'s checker at that cost. Returns the checker's report.
+CheckReport cheapest_passes(const char* id, const Rules& r, int cycles) {
+  const auto res = search(r, cycles);
+  REQUIRE(res.cycles == cycles);
+  const std::string w = witness(res.moves, r.registers);
+  const auto rep = check(id, w);
+  INFO("lesson " << id << ", the cheapest trace:\n" << w << rep.to_text());
+  CHECK(rep.verdict == Verdict::Passed);
+  CHECK(cost(rep, "cycles") == static_cast<std::uint64_t>(cycles));
+  return rep;
+}
+
 }  // namespace
 
 TEST_CASE("quiz consistency: the matmul answers are the cheapest traces their checkers accept", "[lessons][quiz]") {
   SECTION("Problem 1: 7 cycles for c00 on three registers") {
     Rules r;
     r.outputs = 1;
-    const auto res = search(r, 7);
-    REQUIRE(res.cycles == 7);
-    const auto rep = check("1", witness(res.moves, 3));
-    INFO(witness(res.moves, 3) << rep.to_text());
-    CHECK(rep.verdict == Verdict::Passed);
+    cheapest_passes("1", r, 7);
   }
   SECTION("Problem 2: its answer is the fewest cycles of any right trace on three registers") {
-    const int answer = number(question("2", "cycles"));
-    Rules r;
-    const auto res = search(r, answer);
-    REQUIRE(res.cycles == answer);  // and not fewer: the search goes one cycle at a time
-    const std::string w = witness(res.moves, 3);
-    const auto rep = check("2", w);
-    INFO(w << rep.to_text());
-    CHECK(rep.verdict == Verdict::Passed);
-    CHECK(cost(rep, "cycles") == static_cast<std::uint64_t>(answer));
+    cheapest_passes("2", Rules{}, number(question("2", "cycles")));
   }
   SECTION("inner6: its answers are the fewest cycles and LOADs of any right trace on six registers") {
-    const int cycles = number(question("inner6", "cycles"));
-    const int loads = number(question("inner6", "loads"));
     Rules r;
     r.registers = 6;
-    const auto res = search(r, cycles);
-    REQUIRE(res.cycles == cycles);
-    const std::string w = witness(res.moves, 6);
-    const auto rep = check("inner6", w);
-    INFO(w << rep.to_text());
-    CHECK(rep.verdict == Verdict::Passed);
+    const auto rep = cheapest_passes("inner6", r, number(question("inner6", "cycles")));
+    const int loads = number(question("inner6", "loads"));
     CHECK(cost(rep, "LOADs") == static_cast<std::uint64_t>(loads));
     CHECK(loads == 8);  // each of the eight inputs once: no trace reads fewer
   }
   SECTION("Problem 3: its answer is the fewest cycles of any trace its method check accepts") {
-    const int answer = number(question("3", "cycles"));
     Rules r;
     r.registers = 6;
     r.max_inputs = 2;
     r.four_at_once = true;
-    const auto res = search(r, answer);
-    REQUIRE(res.cycles == answer);
-    const std::string w = witness(res.moves, 6);
-    const auto rep = check("3", w);
-    INFO(w << rep.to_text());
-    CHECK(rep.verdict == Verdict::Passed);
-    CHECK(cost(rep, "cycles") == static_cast<std::uint64_t>(answer));
+    cheapest_passes("3", r, number(question("3", "cycles")));
     // Without the two-operand rule the four partial sums can be held in 20 cycles: the checker
     // refuses that trace, which is what keeps the answer right.
     Rules loose = r;
@@ -325,15 +323,11 @@ TEST_CASE("quiz consistency: formula answers are the budgets and the measured co
     CHECK(same(question(id, "writes").expected, l->trace->target.writes));
     // … and what the reference trace measures at every size up to 64.
     for (int n = 1; n <= 64; ++n) {
-      const auto m = task_machine(*l->trace, n);
-      const auto as = flashlab::toy::assemble(l->trace->solution, m, "solution.trace");
-      REQUIRE(as.ok());
-      flashlab::toy::Executor ex(as.program, m, flashlab::toy::random_inputs(m, 1), flashlab::toy::Options{false, 0});
-      REQUIRE(!ex.run());
+      const auto c = reference_counters(*l, n);
       const double reads = evaluate_formula(question(id, "reads").expected, {{"n", n}});
       const double writes = evaluate_formula(question(id, "writes").expected, {{"n", n}});
-      CHECK(ex.state().counters.dram_reads == static_cast<std::uint64_t>(reads));
-      CHECK(ex.state().counters.dram_writes == static_cast<std::uint64_t>(writes));
+      CHECK(c.dram_reads == static_cast<std::uint64_t>(reads));
+      CHECK(c.dram_writes == static_cast<std::uint64_t>(writes));
     }
   }
   // Problem 7: one pass — the reference reads every k and v element `passes` times, q once, and
@@ -343,12 +337,10 @@ TEST_CASE("quiz consistency: formula answers are the budgets and the measured co
     const int passes = number(question("7", "passes"));
     CHECK(same("2 + 4n*" + std::to_string(passes), l->trace->target.reads));
     for (int n : {1, 2, 5, 17}) {
+      const auto c = reference_counters(*l, n);
       const auto m = task_machine(*l->trace, n);
-      const auto as = flashlab::toy::assemble(l->trace->solution, m, "solution.trace");
-      flashlab::toy::Executor ex(as.program, m, flashlab::toy::random_inputs(m, 1), flashlab::toy::Options{false, 0});
-      REQUIRE(!ex.run());
       for (const char* arr : {"k", "v"}) {
-        const auto& reads = ex.state().counters.element_reads[static_cast<std::size_t>(m.find_array(arr))];
+        const auto& reads = c.element_reads[static_cast<std::size_t>(m.find_array(arr))];
         CHECK(std::all_of(reads.begin(), reads.end(), [&](auto r) { return static_cast<int>(r) == passes; }));
       }
     }
@@ -390,7 +382,7 @@ TEST_CASE("quiz consistency: formula answers are the budgets and the measured co
 TEST_CASE("quiz consistency: the other answers follow from their own definitions", "[lessons][quiz]") {
   // ai-flash: the intensity is the FLOPs over the K/V elements read, and the K/V elements are
   // what the reference traffic model counts for FA2 (fp32: 4 bytes each).
-  const std::vector<VariableRange> ranges{{"n", 1, 1e6, false}, {"d", 1, 1e6, false}, {"Br", 1, 1e6, false}};
+  const std::vector<VariableRange> ranges = find_lesson("ai-flash")->questions.front().ranges;
   CHECK(compare_on_domain("(" + question("ai-flash", "flops").expected + ")/(" + question("ai-flash", "kv").expected + ")",
                           question("ai-flash", "ai").expected, ranges, 3)
             .equal);

@@ -96,6 +96,17 @@ TEST_CASE("lesson data: malformed lesson.txt names the file and line", "[lessons
   CHECK_THROWS_WITH(parse_lesson("zz", files), Catch::Contains("needs reference"));
   files["lesson.txt"] = "title: t\n[question q]\nkind: guess\n";
   CHECK_THROWS_WITH(parse_lesson("zz", files), Catch::Contains("kind 'guess'"));
+  // Variable domains: whole numbers from 1 (NAME=LO..HI), real numbers (NAME:LO..HI).
+  files["lesson.txt"] = "title: t\n[question q]\nkind: formula\nexpected: n\nvars: n d=1..4096 ma:-6..6\n";
+  const auto ranges = parse_lesson("zz", files).questions.at(0).ranges;
+  REQUIRE(ranges.size() == 3);
+  CHECK((ranges[0].lo == 1 && ranges[0].hi == 1e6 && !ranges[0].real));
+  CHECK((ranges[1].lo == 1 && ranges[1].hi == 4096 && !ranges[1].real));
+  CHECK((ranges[2].lo == -6 && ranges[2].hi == 6 && ranges[2].real));
+  files["lesson.txt"] = "title: t\n[question q]\nkind: formula\nexpected: n\nvars: d=0..5\n";
+  CHECK_THROWS_WITH(parse_lesson("zz", files), Catch::Contains("whole bounds from 1"));
+  files["lesson.txt"] = "title: t\n[question q]\nkind: formula\nexpected: n\nvars: d=5\n";
+  CHECK_THROWS_WITH(parse_lesson("zz", files), Catch::Contains("is not NAME=LO..HI"));
   files.erase("statement.md");
   files["lesson.txt"] = "title: t\n";
   CHECK_THROWS_WITH(parse_lesson("zz", files), Catch::Contains("statement.md is missing"));

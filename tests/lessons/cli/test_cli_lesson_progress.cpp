@@ -17,21 +17,31 @@ using flashlab::test::run_cli;
 
 namespace {
 
-struct PrivateState {
-  std::string dir = fresh_temp_dir("xdg");
-  PrivateState() { ::setenv("XDG_STATE_HOME", dir.c_str(), 1); }
-  ~PrivateState() { std::filesystem::remove_all(dir); }
+// A private XDG_STATE_HOME (progress never touches the user's own) and a folder for traces.
+class Sandbox {
+ public:
+  Sandbox() { ::setenv("XDG_STATE_HOME", state_.c_str(), 1); }
+  ~Sandbox() {
+    std::filesystem::remove_all(state_);
+    std::filesystem::remove_all(files_);
+  }
+  Sandbox(const Sandbox&) = delete;
+  Sandbox& operator=(const Sandbox&) = delete;
+  [[nodiscard]] const std::string& state() const { return state_; }
+  [[nodiscard]] const std::string& files() const { return files_; }
+  // Writes `text` to a file of the sandbox; returns its path, quoted for the shell.
+  std::string trace(const std::string& name, const std::string& text) const {
+    std::ofstream(files_ + "/" + name) << text;
+    return "'" + files_ + "/" + name + "'";
+  }
+
+ private:
+  std::string state_ = fresh_temp_dir("xdg");
+  std::string files_ = fresh_temp_dir("lesson");
 };
 
-std::string write(const std::string& dir, const std::string& name, const std::string& text) {
-  const std::string path = dir + "/" + name;
-  std::ofstream(path) << text;
-  return path;
-}
-
-const char* kProblem1 =
-    "LOAD a[0][0], R0\nLOAD b[0][0], R1\nMAC_Z R0, R1, R2\nLOAD a[0][1], R0\nLOAD b[1][0], R1\n"
-    "MAC R0, R1, R2, R2\nSTORE R2, c[0][0]\n";
+// Problem 1's reference trace, as `lesson solution 1 --spoil` prints it.
+std::string problem1() { return run_cli("lesson solution 1 --spoil").out; }
 
 // Problem 6 with one DRAM read fewer than the budget: the 1 for counting is e^(x0 − x0).
 // `tail` follows the loop: empty for the right trace, a doubling at n = 1 for a wrong one.
@@ -44,13 +54,12 @@ std::string cheaper_mean(const std::string& tail) {
 }  // namespace
 
 TEST_CASE("cli lesson: next is the first lesson not passed, and reset forgets", "[cli][lesson][progress]") {
-  PrivateState st;
-  const auto dir = fresh_temp_dir("lesson");
+  Sandbox box;
   auto first = run_cli("lesson next");
   CHECK(first.exit_code == 0);
   CHECK_THAT(first.out, Catch::StartsWith("Problem 1: compute c00"));
-  REQUIRE(run_cli("lesson check 1 '" + write(dir, "p1.trace", kProblem1) + "'").exit_code == 0);
-  CHECK(std::filesystem::exists(st.dir + "/flashlab/progress"));
+  REQUIRE(run_cli("lesson check 1 " + box.trace("p1.trace", problem1())).exit_code == 0);
+  CHECK(std::filesystem::exists(box.state() + "/flashlab/progress"));
   CHECK_THAT(run_cli("lesson next").out, Catch::StartsWith("Problem 2: full 2x2 matmul"));
   CHECK_THAT(run_cli("lesson list").out, Catch::Contains("Next: flashlab lesson show 2   (or: flashlab lesson next)"));
   // Forget lesson 1: it is next again.
@@ -72,60 +81,57 @@ TEST_CASE("cli lesson: next is the first lesson not passed, and reset forgets", 
   flashlab::test::expect_usage_error("lesson next 4", "unexpected argument '4'");
   flashlab::test::expect_usage_error("lesson show 4 --seed 3", "--seed is not an option of lesson show");
   flashlab::test::expect_usage_error("lesson list --json", "--json is not an option of lesson list");
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("cli lesson: check --json gives the verdict as one object, with the exit code", "[cli][lesson][json]") {
-  PrivateState st;
-  const auto dir = fresh_temp_dir("lesson");
-  auto ok = run_cli("lesson check 1 '" + write(dir, "p1.trace", kProblem1) + "' --json");
+  Sandbox box;
+  auto ok = run_cli("lesson check 1 " + box.trace("p1.trace", problem1()) + " --json");
   CHECK(ok.exit_code == 0);
   CHECK_THAT(ok.out, Catch::StartsWith("{") && Catch::Contains("\"verdict\": \"passed\"") &&
                          Catch::Contains("\"exit_code\": 0") && Catch::Contains("\"metric\": \"cycles\"") &&
                          Catch::Contains("\"target\": 7") && Catch::Contains("\"seed\":"));
   CHECK_THAT(ok.out, !Catch::Contains("Three registers"));  // no prose after the object
-  auto wrong = run_cli("lesson check 1 '" + write(dir, "w.trace", "LOAD a[0][0], R0\nLOAD b[0][0], R1\nMAC_Z R0, R1, R2\nSTORE R2, c[0][0]\n") + "' --json");
+  auto wrong = run_cli("lesson check 1 " +
+                       box.trace("w.trace", "LOAD a[0][0], R0\nLOAD b[0][0], R1\nMAC_Z R0, R1, R2\nSTORE R2, c[0][0]\n") +
+                       " --json");
   CHECK(wrong.exit_code == 1);
   CHECK_THAT(wrong.out, Catch::Contains("\"verdict\": \"wrong\"") && Catch::Contains("c[0][0] is wrong"));
-  auto bad = run_cli("lesson check 1 '" + write(dir, "b.trace", "LOAD a[0][0], R7\n") + "' --json");
+  auto bad = run_cli("lesson check 1 " + box.trace("b.trace", "LOAD a[0][0], R7\n") + " --json");
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.out, Catch::Contains("\"verdict\": \"does-not-assemble\"") && Catch::Contains("R7"));
   // A budget that is a quiz answer stays out of the JSON too.
-  auto hidden = run_cli("lesson check 2 '" + write(dir, "p2.trace", kProblem1) + "' --json");
+  auto hidden = run_cli("lesson check 2 " + box.trace("p2.trace", problem1()) + " --json");
   CHECK_THAT(hidden.out, Catch::Contains("\"budget_hidden\": true") && !Catch::Contains("\"target\""));
   auto answer = run_cli("lesson answer 4 'reads=3n; writes=2n' --json");
   CHECK(answer.exit_code == 1);
   CHECK_THAT(answer.out, Catch::Contains("\"all_correct\": false") && Catch::Contains("\"key\": \"writes\""));
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("cli lesson: --seed repeats a check, and a trace can come from standard input", "[cli][lesson]") {
-  PrivateState st;
-  const auto dir = fresh_temp_dir("lesson");
+  Sandbox box;
   const auto solution = run_cli("lesson solution 4 --spoil");
   REQUIRE(solution.exit_code == 0);
-  const auto file = write(dir, "p4.trace", solution.out);
-  auto a = run_cli("lesson check 4 '" + file + "' --seed 12345");
-  auto b = run_cli("lesson check 4 '" + file + "' --seed 12345");
+  const auto file = box.trace("p4.trace", solution.out);
+  auto a = run_cli("lesson check 4 " + file + " --seed 12345");
+  auto b = run_cli("lesson check 4 " + file + " --seed 12345");
   CHECK(a.exit_code == 0);
   CHECK(a.out == b.out);
   CHECK_THAT(a.out, Catch::Contains("(--seed 12345 repeats this check)") && Catch::Contains("at n = 1…24"));
   // `-` reads the trace from standard input (run_cli gives its commands /dev/null there).
-  const std::string out = dir + "/piped.txt";
-  const int status = std::system(("NO_COLOR=1 '" + std::string(FLASHLAB_BIN) + "' lesson check 4 - --seed 12345 <'" +
-                                  file + "' >'" + out + "' 2>&1")
+  const std::string out = box.files() + "/piped.txt";
+  const int status = std::system(("NO_COLOR=1 '" + std::string(FLASHLAB_BIN) + "' lesson check 4 - --seed 12345 <" +
+                                  file + " >'" + out + "' 2>&1")
                                      .c_str());
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
   std::ifstream piped(out);
   const std::string piped_out((std::istreambuf_iterator<char>(piped)), std::istreambuf_iterator<char>());
   CHECK(piped_out == a.out);
-  flashlab::test::expect_usage_error("lesson check 4 '" + file + "' --seed -3", "--seed");
-  std::filesystem::remove_all(dir);
+  flashlab::test::expect_usage_error("lesson check 4 " + file + " --seed -3", "--seed");
 }
 
 TEST_CASE("cli lesson: number answers in the notations the program prints", "[cli][lesson][answers]") {
-  PrivateState st;
+  Sandbox box;
   CHECK(run_cli("lesson answer 2 2.5e1").exit_code == 0);
   CHECK(run_cli("lesson answer 2 '2.5E+01'").exit_code == 0);
   // The traffic table prints GB to four significant digits, the messages %.6g.
@@ -139,13 +145,11 @@ TEST_CASE("cli lesson: number answers in the notations the program prints", "[cl
 }
 
 TEST_CASE("cli lesson: only a passed trace is praised for beating its budget", "[cli][lesson]") {
-  PrivateState st;
-  const auto dir = fresh_temp_dir("lesson");
-  auto good = run_cli("lesson check 6 '" + write(dir, "good.trace", cheaper_mean("")) + "'");
+  Sandbox box;
+  auto good = run_cli("lesson check 6 " + box.trace("good.trace", cheaper_mean("")));
   CHECK(good.exit_code == 0);
   CHECK_THAT(good.out, Catch::Contains("beats the target n + 1 = 5"));
-  auto wrong = run_cli("lesson check 6 '" + write(dir, "wrong.trace", cheaper_mean("for i in n..1\n  ADD r1, r1, r1\nend\n")) + "'");
+  auto wrong = run_cli("lesson check 6 " + box.trace("wrong.trace", cheaper_mean("for i in n..1\n  ADD r1, r1, r1\nend\n")));
   CHECK(wrong.exit_code == 1);
   CHECK_THAT(wrong.out, Catch::Contains("mean is wrong at n=1") && !Catch::Contains("beats"));
-  std::filesystem::remove_all(dir);
 }
