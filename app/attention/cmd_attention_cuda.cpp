@@ -219,7 +219,7 @@ Run parse_run(const po::variables_map& vm) {
       if (!(run.dO.shape() == qs)) throw UsageError(df.string() + ": shape differs from q.npy", "dO has the shape of Q (and O)");
     }
   } else {
-    if (!vm.count("seq")) throw UsageError("--seq is required", "e.g. --seq 128 (or --inputs DIR)");
+    if (!vm.count("seq")) throw UsageError("--seq is required", "e.g. --seq 128 (or --inputs DIR, or --cu-seqlens FILE)");
     if (!vm.count("dim")) throw UsageError("--dim is required", "e.g. --dim 64 (or --inputs DIR)");
     run.cfg.batch = std::size_t(get_ll(vm, "batch"));
     run.cfg.heads = std::size_t(get_ll(vm, "heads"));

@@ -8,11 +8,12 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <iterator>
-#include <sstream>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "flashlab/reference/npy.hpp"
 #include "flashlab/reference/tensor.hpp"
@@ -156,5 +157,61 @@ TEST_CASE("soft spots: --save onto a file or an unwritable directory", "[cli][so
   expect_usage_error("stream estimate --seq 16 --dim 4 --bq 4 --bk 4 --k 2 --save '" + (dir / "file").string() + "'",
                      "is a file, not a directory");
   expect_usage_error("mta fwd --save '" + (dir / "file").string() + "'", "is a file, not a directory");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("soft spots: flag messages, help of unknown subjects, header values, operand layouts", "[cli][soft]") {
+  // A flag's name appears once, whichever way a range check is called.
+  expect_usage_error("traffic mta --device cuda --seq 0", "--seq 0 is out of range");
+  const auto twice = run_cli("traffic mta --device cuda --seq 0");
+  CHECK_THAT(twice.err, !Catch::Contains("----seq"));
+  // A flag missing its value names the flag, not "too many positional options".
+  expect_usage_error("attention fwd --seq --dim 4", "--seq needs a value, but the next word is the flag --dim");
+  // --help beside an unknown subject is an error, never a sibling's help.
+  expect_usage_error("traffic nosuch --help", "unknown traffic subject 'nosuch'");
+  const auto help = run_cli("traffic stream --help");
+  CHECK(help.exit_code == 0);
+  CHECK_THAT(help.out, !Catch::Contains("--sub") && !Catch::Contains("(=cpu)"));
+
+  const fs::path dir = fresh_temp_dir("soft_layouts");
+  // A string where True/False belongs is quoted as it is.
+  {
+    std::string header = "{'descr': '<f4', 'fortran_order': 'maybe', 'shape': (8, 1, 4), }";
+    while ((10 + header.size() + 1) % 64) header += ' ';
+    header += '\n';
+    std::ofstream out(dir / "q.npy", std::ios::binary);
+    out.write("\x93NUMPY\x01\x00", 8);
+    out.put(char(header.size() & 0xff)).put(char(header.size() >> 8));
+    out << header << std::string(8 * 4 * 4, '\0');
+  }
+  auto normal = [&](const fs::path& file, const std::vector<std::size_t>& shape, std::uint64_t seed) {
+    std::size_t n = 1;
+    for (auto d : shape) n *= d;
+    ref::Tensor<double> t(ref::Shape{1, n, 1, 1});
+    ref::fill_normal(t, seed, 1.0);
+    ref::write_npy(file, shape, t.data());
+  };
+  normal(dir / "k.npy", {8, 1, 4}, 2);
+  normal(dir / "v.npy", {8, 1, 4}, 3);
+  expect_usage_error("attention fwd --inputs '" + dir.string() + "'", "header 'fortran_order' is 'maybe'");
+  // A 4-D q beside 3-D k and v.
+  normal(dir / "q.npy", {1, 8, 1, 4}, 1);
+  expect_usage_error("attention fwd --inputs '" + dir.string() + "'", "k.npy is 3-D but q.npy is 4-D");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("soft spots: a float32 result that overflows says why and how to avoid it", "[cli][soft]") {
+  const fs::path dir = fresh_temp_dir("soft_overflow");
+  auto write = [&](const char* name, double value) {
+    ref::Tensor<double> t(ref::Shape{1, 4 * 2, 1, 1});
+    for (std::size_t i = 0; i < t.numel(); ++i) t.data()[i] = value;
+    ref::write_npy(dir / name, {4, 1, 2}, t.data());
+  };
+  write("q.npy", 0.0);
+  write("k.npy", 0.0);
+  write("v.npy", 3e38);  // each row of O averages values near FLT_MAX: fine in float64, inf in a float32 sum
+  const auto r = run_cli("attention fwd --inputs '" + dir.string() + "'");
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.out, Catch::Contains("overflowed float32") && Catch::Contains("--precision double"));
   fs::remove_all(dir);
 }
