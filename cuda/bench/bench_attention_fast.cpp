@@ -1,4 +1,4 @@
-// bench_attention_fast.cu — a thin driver over flashlab::cuda::bench_attention_forward
+// bench_attention_fast.cpp — a thin driver over flashlab::cuda::bench_attention_forward
 // (cuda/src/attention/bench.cpp), the same harness as `flashlab bench attention`, which is the command to
 // use (it validates its flags and prints a table or CSV). This program is a small standalone
 // timer of the forward, handy when trying a new tile tuple without rebuilding the CLI.
