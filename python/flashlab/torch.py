@@ -17,7 +17,8 @@ work under ``torch.compile(fullgraph=True)``, in CUDA graphs, and with autograd:
 
 CUDA tensors (bfloat16/float16) run the fast kernels on the current CUDA stream of their device;
 CPU tensors (float32/float64) run the CPU reference. Outputs, LSE and the library's scratch
-(workspace) are allocated with torch, so the caching allocator and CUDA graphs see them.
+(workspace) are allocated with torch, so the caching allocator and CUDA graphs see them (an eager
+call whose LSE nobody reads has the kernel write it to a per-device sink instead: _lse_sink).
 The user-facing functions are ``flashlab.attention``, ``flashlab.mta`` and ``flashlab.stream``;
 this module adds ``use_for_sdpa()`` (see flashlab/_sdpa.py).
 """
@@ -179,12 +180,13 @@ def _attention_problem(q: torch.Tensor, k: torch.Tensor, causal: bool, scale: fl
 
 class _Plan:
     """What an attention call of one signature needs at launch, found once: the problem (by
-    address), the device, the output shapes, the library's two functions. Attention is
-    launch-bound at small sizes, so its Python path keeps per call only what cannot be cached:
-    allocation, pointers, the stream."""
+    address), the device, the output shapes, the library's two functions, the size of the
+    backward's scratch, the LSE sink. Attention is launch-bound at small sizes (a call's host time
+    is the whole cost), so its Python path keeps per call only what cannot be cached: allocation,
+    pointers, the stream."""
 
-    __slots__ = ("problem", "address", "device", "cuda", "index", "o_shape", "lse_shape", "stat_dtype", "fwd",
-                 "bwd", "bwd_workspace")
+    __slots__ = ("problem", "address", "device", "cuda", "index", "dev", "several", "o_shape", "lse_shape", "stat_dtype",
+                 "fwd", "bwd", "bwd_workspace", "sink")
 
     def __init__(self, q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float, deterministic: bool):
         self.problem = _attention_problem(q, k, causal, scale, deterministic)
@@ -192,6 +194,10 @@ class _Plan:
         self.cuda = q.is_cuda
         self.device = _capi.DEVICE_CUDA if self.cuda else _capi.DEVICE_CPU
         self.index = q.get_device()
+        self.dev = q.device
+        # With one device the current one is q's: the launch skips asking (device_count is fixed
+        # once CUDA is initialised, as it is when a CUDA tensor exists).
+        self.several = self.cuda and torch.cuda.device_count() > 1
         B, N, H, d = q.shape
         self.o_shape = (B, N, H, d)
         self.lse_shape = (B, H, N)
@@ -201,6 +207,7 @@ class _Plan:
             raise _checks.device_without_cuda()
         self.fwd, self.bwd = L.attention_forward, L.attention_backward
         self.bwd_workspace = None  # bytes, found on the first backward
+        self.sink = 0  # where a forward whose LSE nobody reads writes it (see _lse_sink)
 
 
 _plans = _checks._Cache()
@@ -216,6 +223,10 @@ def _plan(q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float, determin
 
 _tls = threading.local()
 _get_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+_empty = torch.empty
+_empty_like = torch.empty_like
+_F32 = torch.float32
+_U8 = torch.uint8
 
 
 def _slots() -> List[_capi.Tensor]:
@@ -225,6 +236,31 @@ def _slots() -> List[_capi.Tensor]:
     if slots is None:
         slots = _tls.slots = [_T() for _ in range(9)]
     return slots
+
+
+# The kernels always write LSE. A forward whose LSE nobody reads (no grad, return_lse=False)
+# writes it to a sink: one buffer per device, grown as needed, never freed. Never freed, because a
+# kernel still queued on any stream may write it (freeing would let the caching allocator hand the
+# memory to a tensor of the stream it came from); shared by concurrent calls, because nothing reads
+# it. It saves one allocation per inference call, a sixth of the call's host time.
+_sink_lock = threading.Lock()
+_sinks: Dict[int, Tuple[int, int]] = {}  # device index -> (address, bytes)
+_sink_buffers: List[torch.Tensor] = []  # every sink ever made, kept alive
+
+
+def _lse_sink(plan: _Plan) -> int:
+    B, H, N = plan.lse_shape
+    nbytes = max(4 * B * H * N, 1)
+    with _sink_lock:
+        address, size = _sinks.get(plan.index, (0, 0))
+        if size < nbytes:
+            size = max(nbytes, 2 * size)
+            buf = torch.empty(size, dtype=torch.uint8, device=plan.dev)
+            _sink_buffers.append(buf)
+            address = buf.data_ptr()
+            _sinks[plan.index] = (address, size)
+    plan.sink = address
+    return address
 
 
 def _call(plan: _Plan, fn_name: str, fn, *args) -> None:
@@ -243,7 +279,8 @@ def _ready(t: torch.Tensor) -> torch.Tensor:
     return t if t.is_contiguous() and not t.data_ptr() & 15 else _kernel_input(t)
 
 
-def _forward_run(plan: _Plan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+def _forward_run(plan: _Plan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, need_lse: bool = True):
+    """O and LSE (None unless need_lse) of one flashlab_attention_forward call."""
     if not plan.cuda:
         q, k, v = _kernel_input(q), _kernel_input(k), _kernel_input(v)
         o = q.new_empty(plan.o_shape)
@@ -251,25 +288,47 @@ def _forward_run(plan: _Plan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor)
         _call(plan, "attention_forward", plan.fwd, plan.address, plan.device, _tensor(q), _tensor(k), _tensor(v),
               _T(o.data_ptr()), lse.data_ptr(), None, 0, None)
         return o, lse
-    q, k, v = _ready(q), _ready(k), _ready(v)
-    o = q.new_empty(plan.o_shape)
-    lse = q.new_empty(plan.lse_shape, dtype=torch.float32)
-    t = _slots()
-    t[0].data, t[1].data, t[2].data, t[3].data = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
-    # The forward's scratch holds LSE when the caller passes none (flashlab.h): we always pass it.
-    _call(plan, "attention_forward", plan.fwd, plan.address, 1, t[0], t[1], t[2], t[3], lse.data_ptr(), None, 0,
-          _raw_stream(plan.index))
+    # The hot path of a launch-bound call: each line here is a measurable part of its host time
+    # (python/bench/bench_attention.py times them), hence the inlined checks and cached objects.
+    qp, kp, vp = q.data_ptr(), k.data_ptr(), v.data_ptr()
+    if (qp | kp | vp) & 15 or not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
+        q, k, v = _ready(q), _ready(k), _ready(v)
+        qp, kp, vp = q.data_ptr(), k.data_ptr(), v.data_ptr()
+    # empty_like and new_empty: the cheapest ways torch has to allocate (torch.empty's argument
+    # parsing costs more); q is contiguous here, so O is too.
+    o = _empty_like(q)
+    if need_lse:
+        lse = q.new_empty(plan.lse_shape, dtype=_F32)
+        lp = lse.data_ptr()
+    else:
+        lse = None
+        lp = plan.sink or _lse_sink(plan)
+    try:
+        t = _tls.slots
+    except AttributeError:
+        t = _slots()
+    t0, t1, t2, t3 = t[0], t[1], t[2], t[3]
+    t0.data, t1.data, t2.data, t3.data = qp, kp, vp, o.data_ptr()
+    index = plan.index
+    if plan.several and index != _get_device():
+        with torch.cuda.device(index):
+            status = plan.fwd(plan.address, 1, t0, t1, t2, t3, lp, None, 0, _raw_stream(index))
+    else:
+        status = plan.fwd(plan.address, 1, t0, t1, t2, t3, lp, None, 0, _raw_stream(index))
+    if status:
+        raise _capi.lib().fail(status, "flashlab_attention_forward")
     return o, lse
 
 
 def _backward_run(plan: _Plan, grad_out, q, k, v, out, lse):
-    if plan.bwd_workspace is None:
-        plan.bwd_workspace = plan.problem.workspace_bytes("attention_backward_workspace_size", plan.device,
-                                                          max(plan.index, 0))
     nws = plan.bwd_workspace
-    ws = q.new_empty(nws, dtype=torch.uint8) if nws else None
-    lse = lse.contiguous()
+    if nws is None:
+        nws = plan.bwd_workspace = plan.problem.workspace_bytes("attention_backward_workspace_size", plan.device,
+                                                                max(plan.index, 0))
+    if not lse.is_contiguous():
+        lse = lse.contiguous()
     if not plan.cuda:
+        ws = q.new_empty(nws, dtype=torch.uint8) if nws else None
         q, k, v = _kernel_input(q), _kernel_input(k), _kernel_input(v)
         out, grad_out = _kernel_input(out), _kernel_input(grad_out)
         dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
@@ -277,13 +336,32 @@ def _backward_run(plan: _Plan, grad_out, q, k, v, out, lse):
               _tensor(out), lse.data_ptr(), _tensor(grad_out), _T(dq.data_ptr()), _T(dk.data_ptr()),
               _T(dv.data_ptr()), _ptr(ws), nws, None)
         return dq, dk, dv
-    q, k, v, out, grad_out = _ready(q), _ready(k), _ready(v), _ready(out), _ready(grad_out)
-    dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
-    t = _slots()
-    for slot, x in zip(t, (q, k, v, out, grad_out, dq, dk, dv)):
-        slot.data = x.data_ptr()
-    _call(plan, "attention_backward", plan.bwd, plan.address, 1, t[0], t[1], t[2], t[3], lse.data_ptr(), t[4], t[5],
-          t[6], t[7], _ptr(ws), nws, _raw_stream(plan.index))
+    # The backward's host time delays its first kernel (the autograd engine adds its own): the
+    # same lean path as the forward's.
+    ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), grad_out.data_ptr())
+    if ((ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4]) & 15 or not (
+            q.is_contiguous() and k.is_contiguous() and v.is_contiguous() and out.is_contiguous()
+            and grad_out.is_contiguous())):
+        q, k, v, out, grad_out = _ready(q), _ready(k), _ready(v), _ready(out), _ready(grad_out)
+        ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), grad_out.data_ptr())
+    dq, dk, dv = _empty_like(q), _empty_like(k), _empty_like(v)
+    ws = _empty(nws, dtype=_U8, device=plan.dev) if nws else None
+    try:
+        t = _tls.slots
+    except AttributeError:
+        t = _slots()
+    t[0].data, t[1].data, t[2].data, t[3].data, t[4].data = ptrs
+    t[5].data, t[6].data, t[7].data = dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
+    index = plan.index
+    args = (plan.address, 1, t[0], t[1], t[2], t[3], lse.data_ptr(), t[4], t[5], t[6], t[7],
+            ws.data_ptr() if nws else None, nws, _raw_stream(index))
+    if plan.several and index != _get_device():
+        with torch.cuda.device(index):
+            status = plan.bwd(*args)
+    else:
+        status = plan.bwd(*args)
+    if status:
+        raise _capi.lib().fail(status, "flashlab_attention_backward")
     return dq, dk, dv
 
 
@@ -350,10 +428,15 @@ class _AttentionFunction(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.plan = plan
         ctx.mark_non_differentiable(lse)
+        # LSE's gradient is never used: without this autograd would make a zero tensor for it
+        # (an allocation and a fill kernel) before every backward.
+        ctx.set_materialize_grads(False)
         return o, lse
 
     @staticmethod
     def backward(ctx, grad_o, grad_lse):
+        if grad_o is None:
+            return None, None, None, None
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = _backward_run(ctx.plan, grad_o, q, k, v, o, lse)
         return dq, dk, dv, None
@@ -363,15 +446,18 @@ _dispatch_stack_len = getattr(torch._C, "_len_torch_dispatch_stack", None)
 _function_mode_on = getattr(torch._C, "_is_torch_function_mode_enabled", None)
 _functorch_stack = getattr(getattr(torch._C, "_functorch", None), "peek_interpreter_stack", None)
 _FAST_PATH = None not in (_dispatch_stack_len, _function_mode_on, _functorch_stack)
+_Tensor = torch.Tensor
+_grad_enabled = torch.is_grad_enabled
 _checked = _checks._Cache()
+_checked_plans = _checked._d  # read without a method call; _Cache.put only ever clears it in place
 
 
 def _eager(q, k, v) -> bool:
     """Whether a call may skip the dispatcher: plain tensors, no torch.compile tracing, no torch
     dispatch or function mode (fake tensors, flop counters, set_default_device), no functorch
     transform. Everything else goes through the registered operator, which sees all of them."""
-    return (type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
-            and _dispatch_stack_len() == 0 and not _function_mode_on() and _functorch_stack() is None)
+    return (type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor
+            and not _dispatch_stack_len() and not _function_mode_on() and _functorch_stack() is None)
 
 
 def _checked_plan(q, k, v, causal: bool, scale: Optional[float], deterministic: bool) -> _Plan:
@@ -379,7 +465,7 @@ def _checked_plan(q, k, v, causal: bool, scale: Optional[float], deterministic: 
     by the arguments' signature; the checks run on the first call of a signature only."""
     key = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(),
            causal, scale, deterministic)
-    plan = _checked.get(key)
+    plan = _checked_plans.get(key)
     if plan is None:
         _check_tensors(("q", "k", "v"), (q, k, v))
         _checks.attention_shapes(q.shape, k.shape, v.shape)
@@ -399,12 +485,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     with the operator's backward where a gradient is wanted. Under torch.compile, a torch dispatch
     or function mode, a functorch transform or a tensor subclass it calls the registered operator
     torch.ops.flashlab.attention_forward, which those see."""
-    if _FAST_PATH and not _is_compiling() and _eager(q, k, v):
-        plan = _checked_plan(q, k, v, causal, scale, deterministic)
-        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+    if (_FAST_PATH and not _is_compiling() and type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor
+            and not _dispatch_stack_len() and not _function_mode_on() and _functorch_stack() is None):  # _eager()
+        plan = _checked_plans.get((q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.get_device(),
+                                   k.get_device(), v.get_device(), causal, scale, deterministic))
+        if plan is None:
+            plan = _checked_plan(q, k, v, causal, scale, deterministic)
+        if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
             o, lse = _AttentionFunction.apply(q, k, v, plan)
         else:
-            o, lse = _forward_run(plan, q, k, v)
+            o, lse = _forward_run(plan, q, k, v, return_lse or not plan.cuda)
     else:
         _check_tensors(("q", "k", "v"), (q, k, v))
         B, N, Nk, H, Hkv, d = _checks.attention_shapes(q.shape, k.shape, v.shape)
@@ -429,28 +519,34 @@ def attention_forward_call(q, k, v, *, causal: bool = False, scale: Optional[flo
 
 
 _checked_backward = _checks._Cache()
+_checked_backward_plans = _checked_backward._d
 
 
 def attention_backward_call(do, q, k, v, o, lse, *, causal: bool = False, scale: Optional[float] = None,
                             deterministic: bool = False):
     """flashlab.attention_backward for torch tensors: (dQ, dK, dV), no autograd."""
-    fast = _FAST_PATH and not _is_compiling() and _eager(q, k, v) and type(do) is torch.Tensor
-    key = None
-    if fast and type(o) is torch.Tensor and type(lse) is torch.Tensor:
-        key = (q.shape, do.shape, o.shape, lse.shape, q.dtype, do.dtype, o.dtype, lse.dtype, q.get_device(),
-               do.get_device(), o.get_device(), lse.get_device())
-    if key is None or _checked_backward.get(key) is None:
-        _check_tensors(("q", "k", "v", "o", "do"), (q, k, v, o, do))
-        B, N, Nk, H, Hkv, d = _checks.attention_shapes(q.shape, k.shape, v.shape)
-        for name, t in (("o", o), ("do", do)):
-            if t.shape != q.shape:
-                raise FlashlabValueError(f"{name}: shape {tuple(t.shape)} differs from q's {tuple(q.shape)}", hint=None)
-        _check_stat("lse", lse, q, (B, H, N))
-        if key is not None:
-            _checked_backward.put(key, True)
-    if fast:
-        return _backward_run(_checked_plan(q, k, v, causal, scale, deterministic), do, q, k, v, o, lse)
+    if (_FAST_PATH and not _is_compiling() and _eager(q, k, v) and type(do) is _Tensor and type(o) is _Tensor
+            and type(lse) is _Tensor):
+        # One lookup by the signature of all six tensors: the checks below ran for it once.
+        key = (q.shape, k.shape, v.shape, do.shape, o.shape, lse.shape, q.dtype, k.dtype, v.dtype, do.dtype, o.dtype,
+               lse.dtype, q.get_device(), k.get_device(), v.get_device(), do.get_device(), o.get_device(),
+               lse.get_device(), causal, scale, deterministic)
+        plan = _checked_backward_plans.get(key)
+        if plan is None:
+            _check_backward_args(do, q, k, v, o, lse)
+            plan = _checked_backward.put(key, _checked_plan(q, k, v, causal, scale, deterministic))
+        return _backward_run(plan, do, q, k, v, o, lse)
+    _check_backward_args(do, q, k, v, o, lse)
     return attention_backward(do, q, k, v, o, lse, bool(causal), _checks.check_scale(scale), bool(deterministic))
+
+
+def _check_backward_args(do, q, k, v, o, lse) -> None:
+    _check_tensors(("q", "k", "v", "o", "do"), (q, k, v, o, do))
+    B, N, Nk, H, Hkv, d = _checks.attention_shapes(q.shape, k.shape, v.shape)
+    for name, t in (("o", o), ("do", do)):
+        if t.shape != q.shape:
+            raise FlashlabValueError(f"{name}: shape {tuple(t.shape)} differs from q's {tuple(q.shape)}", hint=None)
+    _check_stat("lse", lse, q, (B, H, N))
 
 
 # ------------------------------------------------------------------------------------------------
