@@ -5,7 +5,7 @@ Usage (on the GPU machine, from the repository root):
     PYTHONPATH=python python3 python/bench/bench_attention.py [--cli ours.csv] [--c-loop c_loop.txt]
         [--seq 8192] [--dim 128] [--heads 16] [--batch 1] [--reps 30] [--csv out.csv]
 
-Two parts.
+Three parts.
 
 1. The cost of a call from Python (host time, no GPU work to speak of): an empty-work shape
    (B = H = N = 1, d = 64, bf16), each call timed alone with time.perf_counter_ns, the median of
@@ -13,7 +13,8 @@ Two parts.
      C ABI via ctypes   flashlab_attention_forward called directly with prebuilt arguments;
      impl               the operator's Python body called directly (allocation, arguments, the call);
      op                 torch.ops.flashlab.attention_forward (the custom operator);
-     attention          flashlab.attention, inputs without grad;
+     attention          flashlab.attention, inputs without grad (O only: LSE goes to a sink);
+     attention, LSE too flashlab.attention_forward (O and LSE, two allocations);
      attention + grad   flashlab.attention, inputs requiring grad (records the autograd node);
      attention_backward flashlab.attention_backward (the ABI's backward call, no autograd);
      backward op        torch.ops.flashlab.attention_backward.
@@ -34,10 +35,12 @@ Two parts.
    C ABI with prebuilt arguments (ctypes) are timed in this process on the same kind of inputs, so
    py/ABI is the package's own cost. With --cli, the rows of `flashlab bench attention --csv` for
    the same shapes are read and the Python/CLI ratio printed.
+
+3. The backward's host time at the same shape (host_latency): what each backward call's launch
+   waits behind on the host, beside the flush's GPU time, and the times again with a 1 GiB flush.
 """
 import argparse
 import csv
-import ctypes
 import statistics
 import sys
 import time
@@ -54,7 +57,7 @@ sys.path.insert(0, str(ROOT / "cuda" / "bench"))
 import flashlab  # noqa: E402
 import flashlab.torch as ft  # noqa: E402
 from flashlab import _capi, _checks  # noqa: E402
-from timing_common import median_backward_ms, median_ms  # noqa: E402
+from timing_common import FLUSH_BYTES, median_backward_ms, median_ms  # noqa: E402
 
 
 def host_median_us(call, n=1000, sync_every=100):
@@ -92,6 +95,7 @@ def overhead(c_loop_file):
         ("impl, no dispatcher", host_median_us(lambda: ft._attention_forward_impl(q, k, v, False, 0.0, False))),
         ("op", host_median_us(lambda: ft.attention_forward(q, k, v, False, 0.0, False))),
         ("attention", host_median_us(lambda: flashlab.attention(q, k, v))),
+        ("attention, LSE too", host_median_us(lambda: flashlab.attention_forward(q, k, v))),
         ("attention + grad", host_median_us(lambda: flashlab.attention(qg, kg, vg))),
         ("attention_backward", host_median_us(lambda: flashlab.attention_backward(do, q, k, v, o2, lse2))),
         ("backward op", host_median_us(lambda: ft.attention_backward(do, q, k, v, o2, lse2, False, 0.0, False))),
@@ -108,10 +112,18 @@ def overhead(c_loop_file):
         print(f"  {'C loop':20s} {c_loop:8.2f}")
     slot = _capi.Tensor()
     ptr = q.data_ptr()
+    key = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, 0, 0, 0, False, None, False)
+    plans = {key: None}
     pieces = [
         ("(the timer alone)", lambda: None),
-        ("q.new_empty(shape)", lambda: q.new_empty((1, 1, 1, 64))),
-        ("new_empty fp32 LSE", lambda: q.new_empty((1, 1, 1), dtype=torch.float32)),
+        ("torch.empty_like(q)", lambda: torch.empty_like(q)),
+        ("q.new_empty fp32 LSE", lambda: q.new_empty((1, 1, 1), dtype=torch.float32)),
+        ("torch.empty(shape, dtype, device)", lambda: torch.empty((1, 1, 1, 64), dtype=torch.bfloat16, device=q.device)),
+        ("signature key + lookup", lambda: plans.get((q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype,
+                                                      q.get_device(), k.get_device(), v.get_device(), False, None,
+                                                      False))),
+        ("eager-mode test", lambda: ft._eager(q, k, v)),
+        ("q.requires_grad", lambda: q.requires_grad),
         ("q.is_contiguous()", q.is_contiguous),
         ("q.data_ptr()", q.data_ptr),
         ("struct pointer set", lambda: setattr(slot, "data", ptr)),
@@ -119,7 +131,7 @@ def overhead(c_loop_file):
     ]
     print("where the time goes (µs, median of 1000, each piece alone):")
     for name, fn in pieces:
-        print(f"  {name:20s} {host_median_us(fn):8.2f}")
+        print(f"  {name:34s} {host_median_us(fn):8.2f}")
     return rows, c_loop
 
 
@@ -161,9 +173,9 @@ def read_c_loop(path):
     return None
 
 
-def time_abi(B, N, H, d, causal, backward, reps):
-    """Median ms of flashlab_attention_forward / _backward called through ctypes with arguments
-    built beforehand (the C ABI's own cost; the host time of the call is hidden by the flush)."""
+def abi_calls(B, N, H, d, causal, backward):
+    """One call of flashlab_attention_forward / _backward through ctypes per input set, its
+    arguments built beforehand: a list of (function, arguments, the tensors they point to)."""
     L = _capi.lib()
     p = _checks.attention_problem(B, N, N, H, H, d, 0.0, causal, _capi.DTYPE_BF16, False)
     stream = torch.cuda.current_stream().cuda_stream
@@ -184,12 +196,22 @@ def time_abi(B, N, H, d, causal, backward, reps):
             args = (p.address, _capi.DEVICE_CUDA, T(q.data_ptr()), T(k.data_ptr()), T(v.data_ptr()), T(o.data_ptr()),
                     lse.data_ptr(), None, 0, stream)
             calls.append((L.attention_forward, args, keep))
+    return calls
+
+
+def abi_call(calls):
+    L = _capi.lib()
 
     def call(r):
-        fn, args, _ = calls[r % 3]
+        fn, args, _ = calls[r % len(calls)]
         assert fn(*args) == 0, L.last_error()
+    return call
 
-    return median_ms(call, 3, reps)
+
+def time_abi(B, N, H, d, causal, backward, reps):
+    """Median ms of flashlab_attention_forward / _backward called through ctypes with arguments
+    built beforehand (the C ABI's own cost; the host time of the call is hidden by the flush)."""
+    return median_ms(abi_call(abi_calls(B, N, H, d, causal, backward)), 3, reps)
 
 
 def time_backward_call(B, N, H, d, causal, reps):
@@ -208,6 +230,69 @@ def read_cli(path):
     return rows
 
 
+def host_latency(B, N, H, d, causal, reps):
+    """Why the backward through autograd trails the one-call backward: each call's host time (its
+    launch waits behind it), beside the GPU time of the L2 flush that runs meanwhile. A timed
+    call's range opens when the flush ends: host time beyond the flush is idle GPU time in the
+    range. With a 4× longer flush (1 GiB) the same calls hide their host time, and the GPU times
+    show what is left. Returns {name: (host µs, ms with the usual flush, ms with 1 GiB)}."""
+    sets = []
+    for leaves in make_sets(B, N, H, d, True):
+        out = flashlab.attention(*leaves, causal=causal)
+        sets.append((out, torch.randn_like(out), leaves))
+    direct = []
+    for out, do, leaves in sets:
+        with torch.no_grad():
+            o, lse = flashlab.attention_forward(*leaves, causal=causal)
+        direct.append((do, *(x.detach() for x in leaves), o, lse))
+
+    def clear(r):
+        for x in sets[r % 3][2]:
+            x.grad = None
+
+    def autograd(r):
+        out, do, _ = sets[r % 3]
+        out.backward(do, retain_graph=True)
+
+    calls = {"autograd": (clear, autograd),
+             "attention_backward": (None, lambda r: flashlab.attention_backward(*direct[r % 3], causal=causal)),
+             "ABI call": (None, abi_call(abi_calls(B, N, H, d, causal, True)))}
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    result = {}
+    for flush_bytes in (FLUSH_BYTES, 4 * FLUSH_BYTES):
+        flush = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda")
+        flush_ms = []
+        for _ in range(10):
+            e0.record()
+            flush.zero_()
+            e1.record()
+            e1.synchronize()
+            flush_ms.append(e0.elapsed_time(e1))
+        result[f"flush {flush_bytes >> 20} MiB"] = (statistics.median(flush_ms) * 1e3, None, None)
+        for name, (prepare, call) in calls.items():
+            ms, host = [], []
+            for r in range(3 + reps):
+                if prepare is not None:
+                    prepare(r)
+                flush.zero_()
+                e0.record()
+                t0 = time.perf_counter_ns()
+                call(r)
+                t1 = time.perf_counter_ns()
+                e1.record()
+                e1.synchronize()
+                if r >= 3:
+                    ms.append(e0.elapsed_time(e1))
+                    host.append((t1 - t0) / 1000.0)
+            prev = result.get(name, (None, None, None))
+            if flush_bytes == FLUSH_BYTES:
+                result[name] = (statistics.median(host), statistics.median(ms), None)
+            else:
+                result[name] = (prev[0], prev[1], statistics.median(ms))
+        del flush
+    return result
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seq", type=int, default=8192)
@@ -221,7 +306,12 @@ def main():
     a = ap.parse_args()
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
           f"flashlab library {flashlab.library_version()} ({flashlab.library_path()})")
-    overhead(a.c_loop)
+    calls, c_loop = overhead(a.c_loop)
+    if a.csv:  # the per-call host times beside the throughput rows: <name>_calls.csv
+        with open(Path(a.csv).with_name(Path(a.csv).stem + "_calls.csv"), "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["call", "host_us", "c_loop_us"])
+            w.writerows([name, f"{us:.2f}", f"{c_loop:.2f}" if c_loop else ""] for name, us in calls)
 
     B, N, H, d = a.batch, a.seq, a.heads, a.dim
     cli = read_cli(a.cli) if a.cli else {}
@@ -253,6 +343,14 @@ def main():
             w.writerow(["pass", "causal", "B", "H", "N", "d", "flashlab_ms", "flashlab_direct_ms", "sdpa_flash_ms",
                         "sdpa_cudnn_ms", "cli_ms", "abi_ms"])
             w.writerows(out_rows)
+    print(f"\nthe backward's host time (µs, median of {a.reps}, the GPU busy with the L2 flush, as in the timing) "
+          f"and its time with the usual flush and with a 1 GiB one (ms):")
+    for causal in (False, True):
+        for name, (host, ms, ms_long) in host_latency(B, N, H, d, causal, a.reps).items():
+            if ms is None:
+                print(f"  causal={str(causal):5s} {name:20s} {host:8.1f} µs of GPU time")
+            else:
+                print(f"  causal={str(causal):5s} {name:20s} {host:8.1f} µs host {ms:8.4f} ms {ms_long:8.4f} ms")
     print("\nflashlab: flashlab.attention (bwd: out.backward through autograd, as SDPA's); direct: the bwd as one "
           "flashlab.attention_backward call; ×flash, ×cuDNN: SDPA's time / flashlab's (above 1: flashlab faster); "
           "ABI: flashlab_attention_forward/_backward through ctypes with prebuilt arguments, in this process; "
