@@ -18,6 +18,7 @@
 #include "flashlab/lessons/progress.hpp"
 #include "flashlab/lessons/traffic_chapter.hpp"
 #include "core/svg_plot.hpp"
+#include "lessons/traffic_families.hpp"
 
 #ifdef FLASHLAB_HAVE_CUDA
 #include "flashlab/cuda/options.hpp"
@@ -33,7 +34,7 @@ namespace fr = flashlab::ref;
 
 constexpr const char* kLevelsUsage =
     "traffic levels [--seq N[,N2,...]] [--heads H] [--dim D] [--block-m BM] [--block-n BN]\n"
-    "                       [--device cpu|cuda] [--forward-seq N[,N2,...]] [--csv]";
+    "                       [--device cpu|cuda] [--forward-seq N[,N2,...]] [--csv] [--families-csv FILE]";
 constexpr const char* kLevelsSummary =
     "The traffic chapter's table: for one shape, the HBM bytes of naive, FA1 and FA2 forward and of\n"
     "the two backward designs at three levels — the toy tile model's counts × bytes per tile, the\n"
@@ -41,8 +42,11 @@ constexpr const char* kLevelsSummary =
     "--device cuda the measurement is the recorded one shipped with the lessons (its date, device\n"
     "and command are printed). --csv with --device cuda prints the measurement in the shipped\n"
     "format (lessons/data/traffic-levels/measured.csv) and the table on stderr; --forward-seq adds\n"
-    "sizes measured for the forward designs only (the --svg plot's points). The lessons\n"
-    "traffic-fwd, traffic-bwd and traffic-levels ask for the numbers.";
+    "sizes measured for the forward designs only (the --svg plot's points). A second table does the\n"
+    "same for Multi-Token Attention and STREAM at their own shapes (their clear kernels, the\n"
+    "reference's counts); --families-csv FILE with --device cuda writes that measurement in its\n"
+    "shipped format (lessons/data/traffic-levels/measured_families.csv). The lessons traffic-fwd,\n"
+    "traffic-bwd and traffic-levels ask for the numbers.";
 
 // The chapter's shape: the `shape:` line of the traffic lessons.
 fr::AttentionProblem chapter_shape() {
@@ -100,6 +104,15 @@ fl::Measurement measure_live(const fr::AttentionProblem& shape, const std::vecto
 }
 #endif
 
+// The measurement of the other families in its shipped format; a file that cannot be written is
+// named with the flag.
+[[maybe_unused]] void write_families_csv(const std::string& path, const fl::FamilyMeasurement& m) {
+  std::ofstream out(path);
+  if (!out) throw UsageError("--families-csv: cannot write '" + path + "'", "give a writable file name");
+  out << fl::family_csv(m);
+  if (!out) throw UsageError("--families-csv: writing '" + path + "' failed", "check the disk");
+}
+
 std::vector<std::size_t> seq_sizes(const char* flag, const std::string& text) {
   const auto v = integer_list(flag, text, 1, 1LL << 20, "4096");
   return {v.begin(), v.end()};
@@ -119,7 +132,8 @@ int cmd_traffic_levels(const Args& args) {
         ("block-n", po::value<long long>()->default_value(static_cast<long long>(chapter.Bc)), "Bc, key rows per tile")
         ("device", po::value<std::string>()->default_value("cpu"), "cpu (recorded measurement) | cuda (measure now)")
         ("forward-seq", po::value<std::string>(), "cuda: more N, measured for the forward designs only")
-        ("csv", po::bool_switch(), "cuda: print the measurement as the shipped CSV instead of the table");
+        ("csv", po::bool_switch(), "cuda: print the measurement as the shipped CSV instead of the table")
+        ("families-csv", po::value<std::string>(), "cuda: also write the MTA and STREAM measurement to this file");
     const auto vm = parse(args, desc);
     if (vm.count("help")) {
       print_help(std::cout, kLevelsUsage, kLevelsSummary, desc);
@@ -138,12 +152,16 @@ int cmd_traffic_levels(const Args& args) {
     const std::string device = vm["device"].as<std::string>();
     if (device != "cpu" && device != "cuda") throw UsageError("--device '" + device + "' is unknown", "choose cpu or cuda");
     const bool csv = vm["csv"].as<bool>();
-    if (device == "cpu" && (csv || vm.count("forward-seq")))
-      throw UsageError(csv ? "--csv needs --device cuda" : "--forward-seq needs --device cuda",
-                       "the recorded measurement is lessons/data/traffic-levels/measured.csv");
+    if (device == "cpu" && (csv || vm.count("forward-seq") || vm.count("families-csv")))
+      throw UsageError(std::string(csv ? "--csv" : vm.count("forward-seq") ? "--forward-seq" : "--families-csv") +
+                           " needs --device cuda",
+                       "the recorded measurements are lessons/data/traffic-levels/measured*.csv");
+    const std::string families_csv = vm.count("families-csv") ? vm["families-csv"].as<std::string>() : std::string();
 
     fl::Measurement live;
     const fl::Measurement* measured = &fl::recorded_measurement();
+    fl::FamilyMeasurement live_families;
+    const fl::FamilyMeasurement* families = &fl::recorded_family_measurement();
     if (device == "cuda") {
 #ifdef FLASHLAB_HAVE_CUDA
       std::string command = "flashlab traffic levels";
@@ -152,6 +170,9 @@ int cmd_traffic_levels(const Args& args) {
           vm.count("forward-seq") ? seq_sizes("forward-seq", vm["forward-seq"].as<std::string>()) : std::vector<std::size_t>{};
       live = measure_live(cfg, seqs, forward_seqs, command);
       measured = &live;
+      live_families = measure_families_live(command, live.date);
+      families = &live_families;
+      if (!families_csv.empty()) write_families_csv(families_csv, live_families);
 #else
       throw built_without_cuda("--device cuda", "leave out --device cuda for the recorded measurement");
 #endif
@@ -171,6 +192,7 @@ int cmd_traffic_levels(const Args& args) {
       cfg.seq = n;
       table_out << fl::traffic_levels_table(cfg, same ? measured : nullptr, explain) << "\n";
     }
+    table_out << fl::traffic_families_table(*families, explain);
     return kOk;
   });
 }

@@ -9,6 +9,7 @@
 
 #include "flashlab/lessons/formula.hpp"
 #include "flashlab/lessons/lesson.hpp"
+#include "flashlab/reference/mta_traffic.hpp"
 
 namespace flashlab::lessons {
 
@@ -267,6 +268,137 @@ std::string traffic_levels_table(const ref::AttentionProblem& cfg, const Measure
   } else {
     os << "why is DRAM below L2?  flashlab lesson show traffic-levels\n";
   }
+  return os.str();
+}
+
+FamilyMeasurement parse_family_csv(const std::string& text) {
+  FamilyMeasurement m;
+  std::istringstream is(text);
+  std::string line;
+  int no = 0;
+  bool header = false;
+  while (std::getline(is, line)) {
+    ++no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    try {
+      if (!header) {
+        if (line != kFamiliesCsvHeader) throw std::invalid_argument("the header is not " + std::string(kFamiliesCsvHeader));
+        header = true;
+        continue;
+      }
+      const auto f = split_csv(line);
+      if (f.size() != 14) throw std::invalid_argument(std::to_string(f.size()) + " fields, expected 14");
+      if (m.rows.empty()) {
+        m.date = f[0];
+        m.device = f[1];
+        m.command = f[2];
+      } else if (f[0] != m.date || f[1] != m.device || f[2] != m.command) {
+        throw std::invalid_argument("every row must share date, device and command");
+      }
+      if (f[3] != "mta" && f[3] != "stream") throw std::invalid_argument("family '" + f[3] + "' is neither mta nor stream");
+      FamilyBytes r;
+      r.family = f[3];
+      r.pass = f[4];
+      r.shape = f[5];
+      r.counted_read = to_bytes(f[6]);
+      r.counted_write = to_bytes(f[7]);
+      r.l2_read = to_bytes(f[8]);
+      r.l2_write = to_bytes(f[9]);
+      r.l2_atomic = to_bytes(f[10]);
+      r.dram_read = to_bytes(f[11]);
+      r.dram_write = to_bytes(f[12]);
+      r.duration_ms = to_bytes(f[13]);
+      m.rows.push_back(r);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument("measured_families.csv:" + std::to_string(no) + ": " + e.what());
+    }
+  }
+  if (m.rows.empty()) throw std::invalid_argument("measured_families.csv has no rows");
+  return m;
+}
+
+std::string family_csv(const FamilyMeasurement& m) {
+  std::ostringstream os;
+  os.precision(12);
+  os << kFamiliesCsvHeader << "\n";
+  for (const auto& r : m.rows)
+    os << m.date << "," << quote(m.device) << "," << quote(m.command) << "," << r.family << "," << r.pass << ","
+       << quote(r.shape) << "," << r.counted_read << "," << r.counted_write << "," << r.l2_read << "," << r.l2_write
+       << "," << r.l2_atomic << "," << r.dram_read << "," << r.dram_write << "," << r.duration_ms << "\n";
+  return os.str();
+}
+
+const FamilyMeasurement& recorded_family_measurement() {
+  static const FamilyMeasurement m = [] {
+    const std::string* text = embedded_file("traffic-levels/measured_families.csv");
+    if (!text) throw std::logic_error("lesson data missing: lessons/data/traffic-levels/measured_families.csv");
+    return parse_family_csv(*text);
+  }();
+  return m;
+}
+
+std::string MtaChapterShape::str() const {
+  return "B=" + std::to_string(shape.batch) + " N=" + std::to_string(shape.seq) + " H=" + std::to_string(shape.heads) +
+         " d=" + std::to_string(shape.head_dim) + " W=" + std::to_string(cq) + "x" + std::to_string(ck) +
+         " block=" + std::to_string(block) + " splits=" + std::to_string(splits) + " fp32";
+}
+
+std::string StreamChapterShape::str() const {
+  return "T=" + std::to_string(T) + " H=" + std::to_string(heads) + " d=" + std::to_string(d) +
+         " b_q=" + std::to_string(bq) + " b_k=" + std::to_string(bk) + " k=" + std::to_string(k) + " seed=" +
+         std::to_string(seed) + " fp32";
+}
+
+std::vector<FamilyBytes> mta_counted_rows(const MtaChapterShape& s) {
+  ref::mta::Params p;
+  p.cq = s.cq;
+  p.ck = s.ck;
+  p.block = s.block;
+  p.splits = s.splits;
+  std::vector<FamilyBytes> rows;
+  for (const char* pass : {"fwd", "bwd", "infer"}) {
+    const std::string ps = pass;
+    const ref::Traffic t = ps == "fwd"   ? ref::mta::forward_traffic(s.shape, p)
+                           : ps == "bwd" ? ref::mta::backward_traffic(s.shape, p)
+                                         : ref::mta::infer_traffic(s.shape, p);
+    FamilyBytes r;
+    r.family = "mta";
+    r.pass = ps;
+    r.shape = s.str();
+    r.counted_read = double(t.total_read_bytes());
+    r.counted_write = double(t.total_write_bytes());
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+std::string traffic_families_table(const FamilyMeasurement& m, bool explain) {
+  std::ostringstream os;
+  os << "Multi-Token Attention and STREAM, clear kernels (fp32), bytes read + written:\n"
+     << "  counted  = the reference's count (MTA: its closed form, equal to its tile loops; STREAM: its loops\n"
+     << "             on the measured run's inputs, which fix the key blocks the apply reads)\n"
+     << "  L2       = bytes the SMs requested from L2;  DRAM = bytes L2 moved to and from HBM\n"
+     << "  measured: " << (m.date.empty() ? "now" : m.date) << ", " << m.device << ", `" << m.command << "`\n";
+  std::string shape;
+  for (const auto& r : m.rows) {
+    if (r.shape != shape) {
+      shape = r.shape;
+      os << "\n" << r.family << " at " << r.shape << "\n"
+         << pad("pass", 16) << pad("counted", 12) << pad("L2", 12) << pad("L2/counted", 12) << pad("DRAM", 12)
+         << pad("DRAM/L2", 10) << "\n";
+    }
+    char ratio_l2[16] = "—", ratio_dram[16] = "—";
+    if (r.counted_total() > 0) std::snprintf(ratio_l2, sizeof ratio_l2, "%.3f", r.l2_total() / r.counted_total());
+    if (r.l2_total() > 0) std::snprintf(ratio_dram, sizeof ratio_dram, "%.3f", r.dram_total() / r.l2_total());
+    os << pad(r.family + " " + r.pass, 16) << pad(human(r.counted_total()), 12) << pad(human(r.l2_total()), 12)
+       << pad(ratio_l2, 12) << pad(human(r.dram_total()), 12) << pad(ratio_dram, 10) << "\n";
+  }
+  if (explain)
+    os << "\nwhy DRAM < L2 here too: MTA's overlapping tiles re-read their halo rows and every query tile\n"
+          "re-reads K and V; STREAM's apply reads the k kept blocks of every query block, and neighbouring\n"
+          "query blocks keep many of the same. The re-reads are served from L2. The split-K inference\n"
+          "reads each K and V row once, so its DRAM bytes are nearly its L2 bytes.\n";
   return os.str();
 }
 

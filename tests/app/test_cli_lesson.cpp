@@ -155,6 +155,9 @@ TEST_CASE("cli lesson: the traffic chapter is listed and its table runs without 
   CHECK_THAT(table.out, Catch::Contains("B=1 N=4096 H=16 d=64 Br=64 Bc=32 fp32") && Catch::Contains("fa2_fwd") &&
                             Catch::Contains("bwd_atomic") && Catch::Contains("measured: 20") &&
                             Catch::Contains("H100"));
+  // The other families' rows, at their own shapes.
+  CHECK_THAT(table.out, Catch::Contains("mta at B=1 N=2048") && Catch::Contains("mta bwd") &&
+                            Catch::Contains("stream at T=32768") && Catch::Contains("stream apply"));
   // The why is the quiz: shown only after it is answered.
   CHECK_THAT(table.out, !Catch::Contains("served from L2"));
   REQUIRE(run_cli("lesson answer traffic-levels 'rereads=64; why=the re-reads hit in the L2 cache'").exit_code == 0);
@@ -162,6 +165,9 @@ TEST_CASE("cli lesson: the traffic chapter is listed and its table runs without 
   auto csv = run_cli("traffic levels --csv");
   CHECK(csv.exit_code == 2);
   CHECK_THAT(csv.err, Catch::Contains("--csv needs --device cuda"));
+  auto families = run_cli("traffic levels --families-csv out.csv");
+  CHECK(families.exit_code == 2);
+  CHECK_THAT(families.err, Catch::Contains("--families-csv needs --device cuda"));
 }
 
 TEST_CASE("cli run: an output that is NaN or inf is warned about", "[cli][run]") {

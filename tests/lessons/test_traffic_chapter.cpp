@@ -3,6 +3,7 @@
 // the chapter's answers are the reference model's bytes.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 #include "flashlab/lessons/checker.hpp"
@@ -121,4 +122,62 @@ TEST_CASE("traffic chapter: its lessons share one shape", "[traffic][lessons]") 
     INFO(id);
     CHECK(l->shape == levels->shape);
   }
+}
+
+TEST_CASE("traffic chapter: the MTA and STREAM rows are at the chapter's shapes and follow the counts",
+          "[traffic]") {
+  const FamilyMeasurement& m = recorded_family_measurement();
+  CHECK(!m.date.empty());
+  CHECK_THAT(m.device, Catch::Contains("H100"));
+  CHECK_THAT(m.command, Catch::Contains("flashlab"));
+  // Every pass of both families, each at the shape the CLI measures live.
+  const auto mta = mta_counted_rows(MtaChapterShape{});
+  const std::string stream_shape = StreamChapterShape{}.str();
+  for (const std::string pass : {"fwd", "bwd", "infer", "estimate", "apply"}) {
+    INFO(pass);
+    const bool is_mta = pass == "fwd" || pass == "bwd" || pass == "infer";
+    const FamilyBytes* row = nullptr;
+    for (const auto& r : m.rows)
+      if (r.pass == pass && r.family == (is_mta ? "mta" : "stream")) row = &r;
+    REQUIRE(row);
+    CHECK(row->shape == (is_mta ? MtaChapterShape{}.str() : stream_shape));
+    // The L2 requests are the reference's count within 5%; DRAM never exceeds them.
+    CHECK(std::fabs(row->l2_total() / row->counted_total() - 1.0) < 0.05);
+    CHECK(row->dram_total() <= row->l2_total());
+    if (is_mta) {
+      // The recorded count is the closed form at that shape (the model the tests hold the loops to).
+      const auto* model = &*std::find_if(mta.begin(), mta.end(), [&](const FamilyBytes& r) { return r.pass == pass; });
+      CHECK(row->counted_read == Approx(model->counted_read).epsilon(1e-12));
+      CHECK(row->counted_write == Approx(model->counted_write).epsilon(1e-12));
+    }
+  }
+}
+
+TEST_CASE("traffic chapter: the families' CSV round-trips and malformed CSV names its line", "[traffic][errors]") {
+  const FamilyMeasurement& m = recorded_family_measurement();
+  const FamilyMeasurement again = parse_family_csv(family_csv(m));
+  REQUIRE(again.rows.size() == m.rows.size());
+  CHECK(again.command == m.command);
+  CHECK(again.rows.back().shape == m.rows.back().shape);
+  CHECK(again.rows.front().dram_read == Approx(m.rows.front().dram_read));
+  CHECK_THROWS_WITH(parse_family_csv("x,y\n"), Catch::Contains("measured_families.csv:1") && Catch::Contains("header"));
+  const std::string head = std::string(kFamiliesCsvHeader) + "\n";
+  CHECK_THROWS_WITH(parse_family_csv(head + "2026-01-01,dev,cmd,mta,fwd,s,1,2,3\n"),
+                    Catch::Contains("measured_families.csv:2") && Catch::Contains("9 fields"));
+  CHECK_THROWS_WITH(parse_family_csv(head + "2026-01-01,dev,cmd,flash,fwd,s,1,2,3,4,5,6,7,8\n"),
+                    Catch::Contains("neither mta nor stream"));
+  CHECK_THROWS_WITH(parse_family_csv(head + "2026-01-01,dev,cmd,mta,fwd,s,1,2,3,4,5,-6,7,8\n"),
+                    Catch::Contains("not a byte count"));
+  CHECK_THROWS_WITH(parse_family_csv(head + "2026-01-01,dev,cmd,mta,fwd,s,1,2,3,4,5,6,7,8\n"
+                                            "2026-01-02,dev,cmd,mta,bwd,s,1,2,3,4,5,6,7,8\n"),
+                    Catch::Contains("measured_families.csv:3") && Catch::Contains("share"));
+  CHECK_THROWS_WITH(parse_family_csv(head), Catch::Contains("no rows"));
+  // The table names both families, their passes and where the numbers come from; the why is the
+  // traffic-levels quiz, shown only once it is answered.
+  const std::string table = traffic_families_table(m, false);
+  CHECK_THAT(table, Catch::Contains("mta fwd") && Catch::Contains("mta bwd") && Catch::Contains("mta infer") &&
+                        Catch::Contains("stream estimate") && Catch::Contains("stream apply") &&
+                        Catch::Contains("measured: " + m.date));
+  CHECK_THAT(table, !Catch::Contains("served from L2"));
+  CHECK_THAT(traffic_families_table(m, true), Catch::Contains("served from L2"));
 }

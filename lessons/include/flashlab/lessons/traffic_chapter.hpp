@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "flashlab/reference/attention_traffic.hpp"
+#include "flashlab/reference/tensor.hpp"
 
 namespace flashlab::lessons {
 
@@ -74,5 +75,73 @@ std::vector<ref::Algorithm> chapter_variants();
 /// ratios, with the source of the measurement and why DRAM falls below L2 (once the
 /// traffic-levels lesson is passed: `explain`). Rows without a measurement show "—".
 std::string traffic_levels_table(const ref::AttentionProblem& cfg, const Measurement* measured, bool explain);
+
+/// One pass of another kernel family (MTA, STREAM) at the chapter's shape for that family: the
+/// bytes the reference counts and the bytes measured for its clear CUDA kernels.
+struct FamilyBytes {
+  std::string family;          ///< mta | stream
+  std::string pass;            ///< mta: fwd, bwd, infer; stream: estimate, apply
+  std::string shape;           ///< the shape in words, e.g. "B=1 N=2048 H=16 d=64 W=3x3 block=64 splits=8 fp32"
+  double counted_read = 0;     ///< the reference's read bytes (MTA: closed form, equal to its loops)
+  double counted_write = 0;    ///< the reference's written bytes
+  double l2_read = 0;          ///< L2 → SM bytes
+  double l2_write = 0;         ///< SM → L2 bytes
+  double l2_atomic = 0;        ///< bytes of atomic reductions in L2
+  double dram_read = 0;        ///< HBM → L2 bytes
+  double dram_write = 0;       ///< L2 → HBM bytes
+  double duration_ms = 0;      ///< the kernels' time under the profiler (one launch each)
+  [[nodiscard]] double counted_total() const { return counted_read + counted_write; }
+  [[nodiscard]] double l2_total() const { return l2_read + l2_write + l2_atomic; }
+  [[nodiscard]] double dram_total() const { return dram_read + dram_write; }
+};
+
+/// A measurement of the other families: where, when and how, and one row per (family, pass).
+struct FamilyMeasurement {
+  std::string date;              ///< e.g. 2026-11-27 (a live run: today)
+  std::string device;            ///< the GPU
+  std::string command;           ///< the command that produced it
+  std::vector<FamilyBytes> rows;
+};
+
+/// The columns of measured_families.csv, in order.
+inline constexpr const char* kFamiliesCsvHeader =
+    "date,device,command,family,pass,shape,counted_read_bytes,counted_write_bytes,l2_read_bytes,l2_write_bytes,"
+    "l2_atomic_bytes,dram_read_bytes,dram_write_bytes,duration_ms";
+
+/// Parses measured_families.csv text (kFamiliesCsvHeader, then one row per pass; every row has
+/// the same date, device and command). @throws std::invalid_argument with the line.
+FamilyMeasurement parse_family_csv(const std::string& text);
+
+/// `m` as measured_families.csv text.
+std::string family_csv(const FamilyMeasurement& m);
+
+/// The measurement of the other families shipped with the lessons
+/// (lessons/data/traffic-levels/measured_families.csv).
+const FamilyMeasurement& recorded_family_measurement();
+
+/// The chapter's MTA shape and parameters (the defaults of `flashlab traffic mta`).
+struct MtaChapterShape {
+  ref::Shape shape{1, 2048, 16, 64};  ///< B, N, H, d
+  std::size_t cq = 3, ck = 3, block = 64, splits = 8;
+  /// In words, as FamilyBytes::shape.
+  [[nodiscard]] std::string str() const;
+};
+
+/// The chapter's STREAM shape: T, d, H, b_q, b_k, k and the seed of its N(0, 1) inputs.
+struct StreamChapterShape {
+  std::size_t T = 32768, d = 128, heads = 1, bq = 64, bk = 64, k = 16;
+  std::uint64_t seed = 0;
+  /// In words, as FamilyBytes::shape.
+  [[nodiscard]] std::string str() const;
+};
+
+/// The MTA rows' counted bytes at `s` (closed form, mta_traffic.hpp), passes fwd, bwd, infer; the
+/// measured fields zero.
+std::vector<FamilyBytes> mta_counted_rows(const MtaChapterShape& s);
+
+/// The families' table: per pass counted, L2 requests and DRAM with their ratios, where the
+/// measurement comes from, and (`explain`: once the traffic-levels lesson is passed) why DRAM
+/// falls below L2 for these kernels too.
+std::string traffic_families_table(const FamilyMeasurement& m, bool explain);
 
 }  // namespace flashlab::lessons
