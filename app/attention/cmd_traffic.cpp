@@ -33,7 +33,8 @@ constexpr const char* kUsageLine =
     "                          [--device cpu|cuda] [--svg FILE]\n"
     "       flashlab traffic levels [options]   (the traffic chapter's three-level table; --help)\n"
     "       flashlab traffic mta|stream [options] (their models beside the clear kernels' measured bytes; --help)\n"
-    "       flashlab traffic ring [options]     (bytes between GPUs: context-parallel attention's ring; --help)";
+    "       flashlab traffic ring [options]     (bytes between GPUs: context-parallel attention's ring; --help)\n"
+    "       flashlab traffic stream-shards [options] (bytes between GPUs: STREAM sharded over G; --help)";
 constexpr const char* kSummary =
     "Prints the HBM bytes (read + write) of attention as the reference's closed-form model states\n"
     "them, for each N: naive (S and P materialised) vs FA1 (KV outer, O/m/l read-modify-written) vs\n"
@@ -161,11 +162,12 @@ int cmd_traffic(const Args& args) {
   if (!args.empty() && args.front() == "mta") return cmd_traffic_mta(args);  // cmd_mta_cuda.cpp
   if (!args.empty() && args.front() == "stream") return cmd_traffic_stream(args);  // cmd_stream_cuda.cpp
   if (!args.empty() && args.front() == "ring") return cmd_traffic_ring(args);  // cmd_traffic_ring.cpp
+  if (!args.empty() && args.front() == "stream-shards") return cmd_traffic_shards(args);  // stream/cmd_traffic_shards.cpp
   return guarded("traffic", [&]() -> int {
     const auto desc = options();
     const auto parsed = parse_subject_command(
         args, desc, {"traffic", "model", "attention",
-         "flashlab traffic attention --seq 1024,2048 (subjects: attention, levels, mta, stream)", kUsageLine, kSummary});
+         "flashlab traffic attention --seq 1024,2048 (subjects: attention, levels, mta, stream, stream-shards, ring)", kUsageLine, kSummary});
     if (!parsed) return kOk;  // --help was printed
     const po::variables_map& vm = *parsed;
     if (!vm.count("seq")) throw UsageError("--seq is required", "e.g. --seq 1024,2048,4096");

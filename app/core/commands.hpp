@@ -24,6 +24,7 @@ int cmd_stream_needles(const Args& args);  ///< `stream needles`, planted-needle
 bool stream_wants_cuda(const Args& args);  ///< true when the stream arguments say --device cuda
 int cmd_traffic_ring(const Args& args);    ///< `traffic ring`, bytes between GPUs of context-parallel attention (attention/cmd_traffic_ring.cpp)
 int cmd_traffic_stream(const Args& args);  ///< `traffic stream --device cuda` (cmd_stream_cuda.cpp)
+int cmd_traffic_shards(const Args& args);  ///< `traffic stream-shards`, STREAM over G simulated GPUs (stream/cmd_traffic_shards.cpp)
 int cmd_demo(const Args& args);       ///< the main job on its embedded default (cmd_demo.cpp)
 int cmd_bench(const Args& args);      ///< `bench attention`, GPU timing of the fast forward and backward; dispatches mta and stream (cmd_bench.cpp)
 int cmd_bench_mta(const Args& args);  ///< GPU timing of the MTA kernels, `bench mta` (cmd_bench_mta.cpp)

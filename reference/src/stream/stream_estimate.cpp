@@ -100,7 +100,7 @@ EstimateResult stream_estimate(const Mat<S>& Q, const Mat<S>& K, const BlockMask
       std::uint64_t words = 0, n_scored = 0;
       // Load Q_q: HBM → SRAM, once per query block (§5).
       tr.read("Q", g.q_rows(q) * d);
-      auto score = [&](std::int64_t r) {
+      auto score = [&](std::int64_t r, std::size_t /*round*/) {
         // Stream the representative K_r: HBM → SRAM, reduce the tile to one scalar (App. C).
         detail::qk_tile(Q, K, g, q, std::size_t(r), tile);
         tr.read("K", g.k_rows(std::size_t(r)) * d);
@@ -109,66 +109,7 @@ EstimateResult stream_estimate(const Mat<S>& Q, const Mat<S>& K, const BlockMask
         return no_nan(detail::masked_max(tile, g, q, std::size_t(r)));
       };
 
-      cur.clear();
-      const std::size_t last_c = mask.causal_last(q);
-      const std::int64_t lo = mask.first_valid(q, 0, last_c, &words);
-      if (lo >= 0) {
-        const auto hi = std::size_t(mask.last_valid(q, std::size_t(lo), last_c, &words));
-        // Initial partition of the admissible range [lo, hi] (§2, App. A): L blocks into
-        // nb = min(k, L) contiguous branches; the first L mod nb branches get one extra block.
-        // When k > L there are only L branches, of one block each (no empty branches).
-        const std::size_t L = hi - std::size_t(lo) + 1, nb = std::min(k, L);
-        std::size_t a = std::size_t(lo);
-        for (std::size_t i = 0; i < nb; ++i) {
-          const std::size_t len = L / nb + (i < L % nb ? 1 : 0);
-          Candidate c;
-          c.lo = a;
-          c.hi = a + len - 1;
-          c.branch_id = i;
-          a += len;
-          // A branch with no valid block (a user-mask hole) has no representative: dropped.
-          c.r = mask.first_valid(q, c.lo, c.hi, &words);
-          if (c.r < 0) continue;
-          c.score = score(c.r);
-          cur.push_back(c);
-        }
-        std::sort(cur.begin(), cur.end(), tau_before);
-
-        for (std::size_t it = 0; it < n_it; ++it) {
-          next.clear();
-          for (const Candidate& b : cur) {
-            const std::size_t len = b.hi - b.lo + 1;
-            if (len == 1) {
-              // A one-block branch cannot be split: its left half is itself (same r, same
-              // score) and its right half is empty, hence invalid and never kept.
-              Candidate c = b;
-              c.branch_id = 2 * b.branch_id;
-              c.split_bit = 0;
-              next.push_back(c);
-              continue;
-            }
-            // Bisection: the left half takes ⌈len/2⌉ blocks.
-            const std::size_t mid = b.lo + (len + 1) / 2 - 1;
-            Candidate left{-std::numeric_limits<double>::infinity(), -1, 2 * b.branch_id, 0, b.lo, mid};
-            Candidate right{-std::numeric_limits<double>::infinity(), -1, 2 * b.branch_id + 1, 1, mid + 1, b.hi};
-            if (std::size_t(b.r) <= mid) {
-              left.r = b.r;  // inherits the parent's representative and its score
-              left.score = b.score;
-              right.r = mask.first_valid(q, right.lo, right.hi, &words);
-              if (right.r >= 0) right.score = score(right.r);
-            } else {
-              right.r = b.r;  // [lo, mid] holds no valid block: b.r is the first of [lo, hi]
-              right.score = b.score;
-            }
-            if (left.r >= 0) next.push_back(left);
-            if (right.r >= 0) next.push_back(right);
-          }
-          // Top-k by τ: a total order, so std::sort's result does not depend on its algorithm.
-          std::sort(next.begin(), next.end(), tau_before);
-          if (next.size() > k) next.resize(k);
-          std::swap(cur, next);
-        }
-      }
+      detail::refine_query_block(mask, q, k, score, cur, next, &words);
       // After n_it = ⌈log2 n_k⌉ halvings every branch (≤ n_k blocks) is a single block.
       for (std::size_t j = 0; j < cur.size(); ++j) {
         if (cur[j].lo != cur[j].hi) throw std::logic_error("stream_estimate: a final branch has more than one block");

@@ -1,0 +1,102 @@
+/// @file stream_shards.hpp
+/// @brief STREAM with the sequence sharded over G GPUs, simulated in one process: which rank holds
+/// which query and key blocks, which rank scores which block pair, and the bytes that each way of
+/// sharing the key blocks moves between GPUs.
+///
+/// The estimate of one query block is a search (stream.hpp): each refinement round scores the
+/// representatives of the surviving branches, anywhere in the admissible range, so a rank that
+/// holds query block q needs scores against key blocks other ranks hold. Three ways to get them,
+/// each exact — the scores are pure functions of (q, r) and τ is a total order, so every way
+/// yields the single-GPU I bit for bit as long as the scores are computed alike:
+/// - **keys_visible**: before the estimate each rank receives every remote key block that C_blk
+///   lets any of its query blocks see (one exchange, like an all-gather of K restricted by the
+///   mask); the search then runs locally.
+/// - **keys_scored**: each rank receives a remote key block the first time one of its query
+///   blocks scores it — only the representatives, but one request round per refinement round.
+/// - **queries_to_keys**: the two-level scheme the STREAM paper sketches, in an exact form: a
+///   query block travels to the owner of each remote representative once, the owner scores it
+///   and returns (score, r), and the query block's owner keeps the top k by τ; one round per
+///   refinement round.
+/// The application then needs K and V of the kept remote blocks; what the estimate already
+/// brought is not sent again. Bytes count what crosses the links: `link_elem_bytes` per element
+/// of Q, K, V (2: bf16 as the fast kernels hold them), 4 per block index and 4 per score sent.
+#pragma once
+
+#include "flashlab/reference/stream.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace flashlab::ref::stream {
+
+/// The ways a rank obtains scores against key blocks another rank holds (file comment).
+enum class ShardScheme { keys_visible, keys_scored, queries_to_keys };
+
+/// "keys_visible", "keys_scored" or "queries_to_keys".
+const char* shard_scheme_name(ShardScheme s);
+
+/// The blocks one rank holds: tokens [token_begin, token_end), query blocks [q_begin, q_end) and
+/// key blocks [r_begin, r_end) — those whose first token falls in its tokens.
+struct RankShard {
+  std::size_t token_begin = 0;  ///< first token
+  std::size_t token_end = 0;    ///< one past the last token
+  std::size_t q_begin = 0;      ///< first query block
+  std::size_t q_end = 0;        ///< one past the last query block
+  std::size_t r_begin = 0;      ///< first key block
+  std::size_t r_end = 0;        ///< one past the last key block
+};
+
+/// The contiguous sharding of `g` over `gpus` ranks: shard boundaries at multiples of
+/// lcm(b_q, b_k) tokens (so that no block straddles two ranks), as even as that allows; a rank
+/// may hold nothing when T is short. Throws StreamError for gpus = 0 or a geometry that fails
+/// Geometry::check().
+std::vector<RankShard> shard_sequence(const Geometry& g, std::size_t gpus);
+
+/// What one rank sends and receives under one scheme, and the score evaluations of its query
+/// blocks.
+struct RankLinkBytes {
+  std::uint64_t estimate_in = 0;    ///< bytes received for the estimate
+  std::uint64_t estimate_out = 0;   ///< bytes sent for the estimate
+  std::uint64_t apply_in = 0;       ///< bytes received for the application (K, V of kept remote blocks)
+  std::uint64_t apply_out = 0;      ///< bytes sent for the application
+  std::uint64_t scores_local = 0;   ///< scores of its query blocks against key blocks it holds
+  std::uint64_t scores_remote = 0;  ///< scores of its query blocks against key blocks others hold
+  std::uint64_t scores_computed = 0;///< score evaluations this rank's GPU performs (queries_to_keys: for others too)
+};
+
+/// The link traffic of one scheme over all ranks.
+struct SchemeTraffic {
+  ShardScheme scheme = ShardScheme::keys_visible;  ///< which scheme
+  std::size_t rounds = 0;                          ///< exchange rounds of the estimate
+  std::vector<RankLinkBytes> ranks;                ///< one per rank
+  /// The largest estimate_in + apply_in of any rank (the slowest rank's received bytes).
+  [[nodiscard]] std::uint64_t max_in() const;
+  /// Σ over ranks of the bytes received (= sent), estimate and application.
+  [[nodiscard]] std::uint64_t total() const;
+};
+
+/// A sharded estimate: I as the single-GPU estimate computes it, the sharding and each scheme's
+/// traffic.
+struct ShardedEstimate {
+  EstimateResult result;               ///< I, scores and the estimate's HBM traffic summed over ranks
+  std::vector<RankShard> shards;       ///< one per rank
+  std::vector<SchemeTraffic> schemes;  ///< keys_visible, keys_scored, queries_to_keys
+};
+
+/// Runs the estimate of every query block on its owner rank with the refinement stream_estimate
+/// runs (the same code), records where each representative lives, and counts the three schemes'
+/// link bytes; then the bytes of the application of the resulting I. `params.threads` as in
+/// stream_estimate (the result does not depend on it). Throws StreamError as stream_estimate, and
+/// for gpus = 0 or link_elem_bytes ∉ {1, 2, 4, 8}.
+template <typename S>
+ShardedEstimate stream_estimate_sharded(const Mat<S>& Q, const Mat<S>& K, const BlockMask& mask,
+                                        const EstimateParams& params, std::size_t gpus,
+                                        std::size_t link_elem_bytes = 2);
+
+/// keys_visible's received bytes in closed form for a causal-only mask: rank s receives every key
+/// row before its first token, token_begin(s)·d·link_elem_bytes (the test holds the count to it).
+std::uint64_t keys_visible_causal_bytes(const RankShard& shard, std::size_t d, std::size_t link_elem_bytes);
+
+}  // namespace flashlab::ref::stream

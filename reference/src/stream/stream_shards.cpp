@@ -1,0 +1,238 @@
+// STREAM sharded over G GPUs, simulated in one process (stream_shards.hpp). Every query block is
+// refined by the same function stream_estimate runs (detail::refine_query_block), with a score
+// that also records where its key block lives; the schemes' bytes follow from those records:
+//   keys_visible     rank s receives the remote key blocks C_blk lets its query blocks see
+//   keys_scored      rank s receives the distinct remote key blocks its query blocks score
+//   queries_to_keys  Q_q goes once to each other rank holding one of q's representatives; per
+//                    remote score a request (r) goes out and a reply (score, r) comes back
+// and the application receives V (and, for queries_to_keys, K) of the distinct remote kept
+// blocks. Sets are per rank bitmaps over key blocks (n_k bits), never T × T.
+#include "flashlab/reference/stream_shards.hpp"
+
+#include "stream_detail.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace flashlab::ref::stream {
+
+namespace {
+
+constexpr std::uint64_t kIndexBytes = 4;  // a block index on the link (int32)
+constexpr std::uint64_t kScoreBytes = 4;  // a score on the link (fp32, as the GPU kernels keep it)
+
+double no_nan(double s) { return std::isnan(s) ? -std::numeric_limits<double>::infinity() : s; }
+
+// Owner rank of block b among shards whose [begin, end) ranges are given by `first`/`last`.
+template <typename Begin>
+std::size_t owner_of(const std::vector<RankShard>& shards, std::size_t b, Begin begin) {
+  // The shards are in order and cover every block: the last shard whose begin ≤ b.
+  std::size_t lo = 0, hi = shards.size();
+  while (hi - lo > 1) {
+    const std::size_t mid = (lo + hi) / 2;
+    if (begin(shards[mid]) <= b) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// One worker's records: per rank, which key blocks its query blocks scored / kept remotely and
+// to which ranks each of its query blocks travelled.
+struct Records {
+  std::vector<std::vector<bool>> scored, kept;      // [rank][r]
+  std::vector<RankLinkBytes> by_key, by_query;
+  Records(std::size_t gpus, std::size_t n_k)
+      : scored(gpus, std::vector<bool>(n_k)), kept(gpus, std::vector<bool>(n_k)), by_key(gpus), by_query(gpus) {}
+};
+
+void add(RankLinkBytes& a, const RankLinkBytes& b) {
+  a.estimate_in += b.estimate_in;
+  a.estimate_out += b.estimate_out;
+  a.apply_in += b.apply_in;
+  a.apply_out += b.apply_out;
+  a.scores_local += b.scores_local;
+  a.scores_remote += b.scores_remote;
+  a.scores_computed += b.scores_computed;
+}
+
+}  // namespace
+
+const char* shard_scheme_name(ShardScheme s) {
+  switch (s) {
+    case ShardScheme::keys_visible: return "keys_visible";
+    case ShardScheme::keys_scored: return "keys_scored";
+    case ShardScheme::queries_to_keys: return "queries_to_keys";
+  }
+  return "?";
+}
+
+std::vector<RankShard> shard_sequence(const Geometry& g, std::size_t gpus) {
+  g.check();
+  if (gpus == 0) throw StreamError("gpus must be at least 1");
+  // Boundaries at multiples of lcm(b_q, b_k): every block lies inside one rank's tokens.
+  const std::size_t unit = std::lcm(g.bq, g.bk), units = (g.T + unit - 1) / unit;
+  std::vector<RankShard> out(gpus);
+  for (std::size_t s = 0; s < gpus; ++s) {
+    RankShard& r = out[s];
+    r.token_begin = std::min(g.T, units * s / gpus * unit);
+    r.token_end = std::min(g.T, units * (s + 1) / gpus * unit);
+    r.q_begin = (r.token_begin + g.bq - 1) / g.bq;
+    r.q_end = (r.token_end + g.bq - 1) / g.bq;
+    r.r_begin = (r.token_begin + g.bk - 1) / g.bk;
+    r.r_end = (r.token_end + g.bk - 1) / g.bk;
+  }
+  return out;
+}
+
+std::uint64_t SchemeTraffic::max_in() const {
+  std::uint64_t m = 0;
+  for (const auto& r : ranks) m = std::max(m, r.estimate_in + r.apply_in);
+  return m;
+}
+
+std::uint64_t SchemeTraffic::total() const {
+  std::uint64_t t = 0;
+  for (const auto& r : ranks) t += r.estimate_in + r.apply_in;
+  return t;
+}
+
+std::uint64_t keys_visible_causal_bytes(const RankShard& shard, std::size_t d, std::size_t link_elem_bytes) {
+  return std::uint64_t(shard.token_begin) * d * link_elem_bytes;
+}
+
+template <typename S>
+ShardedEstimate stream_estimate_sharded(const Mat<S>& Q, const Mat<S>& K, const BlockMask& mask,
+                                        const EstimateParams& params, std::size_t gpus,
+                                        std::size_t link_elem_bytes) {
+  if (link_elem_bytes != 1 && link_elem_bytes != 2 && link_elem_bytes != 4 && link_elem_bytes != 8)
+    throw StreamError("link_elem_bytes must be 1, 2, 4 or 8 (got " + std::to_string(link_elem_bytes) + ")");
+  const Geometry g = mask.geometry();
+  const std::vector<RankShard> shards = shard_sequence(g, gpus);
+  // The single-GPU estimate gives I and the HBM traffic; the simulation below must agree with it.
+  ShardedEstimate out{stream_estimate(Q, K, mask, params), shards, {}};
+  const std::size_t n_q = g.n_q(), n_k = g.n_k(), k = params.k, d = std::size_t(Q.cols());
+  const std::uint64_t e = link_elem_bytes;
+  const auto q_owner = [&](std::size_t q) { return owner_of(shards, q, [](const RankShard& r) { return r.q_begin; }); };
+  const auto r_owner = [&](std::size_t r) { return owner_of(shards, r, [](const RankShard& s) { return s.r_begin; }); };
+  const auto key_bytes = [&](std::size_t r) { return std::uint64_t(g.k_rows(r)) * d * e; };
+
+  const std::size_t threads = std::max<std::size_t>(1, std::min(params.threads, n_q));
+  std::vector<Records> rec;
+  rec.reserve(threads);
+  for (std::size_t w = 0; w < threads; ++w) rec.emplace_back(gpus, n_k);
+  std::vector<std::int64_t> I(n_q * k, -1);
+  detail::parallel_for(n_q, threads, [&](std::size_t q_begin, std::size_t q_end, std::size_t w) {
+    Records& R = rec[w];
+    Mat<S> tile;
+    std::vector<Candidate> cur, next;
+    std::vector<bool> visited(gpus);  // ranks this query block travelled to (queries_to_keys)
+    for (std::size_t q = q_begin; q < q_end; ++q) {
+      const std::size_t o = q_owner(q);
+      std::fill(visited.begin(), visited.end(), false);
+      auto score = [&](std::int64_t r, std::size_t /*round*/) {
+        detail::qk_tile(Q, K, g, q, std::size_t(r), tile);
+        const std::size_t h = r_owner(std::size_t(r));
+        if (h == o) {
+          ++R.by_key[o].scores_local;
+          ++R.by_key[o].scores_computed;
+          ++R.by_query[o].scores_local;
+          ++R.by_query[o].scores_computed;
+        } else {
+          ++R.by_key[o].scores_remote;
+          ++R.by_key[o].scores_computed;
+          ++R.by_query[o].scores_remote;
+          ++R.by_query[h].scores_computed;  // scored where K_r lives
+          R.scored[o][std::size_t(r)] = true;
+          if (!visited[h]) {  // Q_q travels to rank h once
+            visited[h] = true;
+            const std::uint64_t qb = std::uint64_t(g.q_rows(q)) * d * e;
+            R.by_query[o].estimate_out += qb;
+            R.by_query[h].estimate_in += qb;
+          }
+          // the request (r) and the reply (score, r)
+          R.by_query[o].estimate_out += kIndexBytes;
+          R.by_query[h].estimate_in += kIndexBytes;
+          R.by_query[h].estimate_out += kScoreBytes + kIndexBytes;
+          R.by_query[o].estimate_in += kScoreBytes + kIndexBytes;
+        }
+        return no_nan(detail::masked_max(tile, g, q, std::size_t(r)));
+      };
+      detail::refine_query_block(mask, q, k, score, cur, next, nullptr);
+      for (std::size_t j = 0; j < cur.size(); ++j) {
+        I[q * k + j] = cur[j].r;
+        const auto r = std::size_t(cur[j].r);
+        if (r_owner(r) != o) R.kept[o][r] = true;
+      }
+    }
+  });
+  if (I != out.result.indices)
+    throw std::logic_error("stream_estimate_sharded: the sharded refinement disagrees with stream_estimate");
+
+  // Merge the workers' records (bitmaps OR, counters add).
+  Records all(gpus, n_k);
+  for (const Records& R : rec) {
+    for (std::size_t s = 0; s < gpus; ++s) {
+      for (std::size_t r = 0; r < n_k; ++r) {
+        if (R.scored[s][r]) all.scored[s][r] = true;
+        if (R.kept[s][r]) all.kept[s][r] = true;
+      }
+      add(all.by_key[s], R.by_key[s]);
+      add(all.by_query[s], R.by_query[s]);
+    }
+  }
+
+  SchemeTraffic visible{ShardScheme::keys_visible, 1, std::vector<RankLinkBytes>(gpus)};
+  SchemeTraffic by_key{ShardScheme::keys_scored, g.n_it() + 1, all.by_key};
+  SchemeTraffic by_query{ShardScheme::queries_to_keys, g.n_it() + 1, all.by_query};
+  for (std::size_t s = 0; s < gpus; ++s) {
+    const RankShard& sh = shards[s];
+    // keys_visible: the union over the rank's query blocks of the remote blocks each may see.
+    // Causal only: every key block before the rank's own (the key blocks after its last query
+    // token are masked). With a user mask, the union of the rows' valid blocks.
+    std::vector<bool> seen(n_k);
+    if (sh.q_begin == sh.q_end) {
+      // a rank without query blocks sees nothing
+    } else if (!mask.has_user_mask()) {
+      for (std::size_t r = 0; r < sh.r_begin; ++r) seen[r] = true;
+    } else {
+      for (std::size_t q = sh.q_begin; q < sh.q_end; ++q) {
+        const std::size_t last_c = mask.causal_last(q);
+        for (std::int64_t r = mask.first_valid(q, 0, last_c); r >= 0;
+             r = std::size_t(r) < last_c ? mask.first_valid(q, std::size_t(r) + 1, last_c) : -1)
+          if (r_owner(std::size_t(r)) != s) seen[std::size_t(r)] = true;
+      }
+    }
+    visible.ranks[s].scores_local = by_key.ranks[s].scores_local + by_key.ranks[s].scores_remote;
+    visible.ranks[s].scores_computed = visible.ranks[s].scores_local;
+    for (std::size_t r = 0; r < n_k; ++r) {
+      const std::size_t h = r_owner(r);
+      if (seen[r]) {
+        visible.ranks[s].estimate_in += key_bytes(r);
+        visible.ranks[h].estimate_out += key_bytes(r);
+      }
+      if (all.scored[s][r]) {  // keys_scored: request r, receive K_r
+        by_key.ranks[s].estimate_out += kIndexBytes;
+        by_key.ranks[h].estimate_in += kIndexBytes;
+        by_key.ranks[s].estimate_in += key_bytes(r);
+        by_key.ranks[h].estimate_out += key_bytes(r);
+      }
+      if (all.kept[s][r]) {  // the application: V_r (K_r too where the estimate did not bring it)
+        for (SchemeTraffic* t : {&visible, &by_key, &by_query}) {
+          const std::uint64_t b = t == &by_query ? 2 * key_bytes(r) : key_bytes(r);
+          t->ranks[s].apply_in += b;
+          t->ranks[h].apply_out += b;
+        }
+      }
+    }
+  }
+  out.schemes = {visible, by_key, by_query};
+  return out;
+}
+
+template ShardedEstimate stream_estimate_sharded<float>(const Mat<float>&, const Mat<float>&, const BlockMask&,
+                                                        const EstimateParams&, std::size_t, std::size_t);
+template ShardedEstimate stream_estimate_sharded<double>(const Mat<double>&, const Mat<double>&, const BlockMask&,
+                                                         const EstimateParams&, std::size_t, std::size_t);
+
+}  // namespace flashlab::ref::stream

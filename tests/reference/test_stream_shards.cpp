@@ -1,0 +1,145 @@
+// STREAM sharded over G simulated GPUs: the sharding covers every block once, the sharded
+// refinement gives the single-GPU I for any G and thread count, and each scheme's link bytes obey
+// what can be checked without the simulation (conservation, the closed form, limiting cases).
+#include <catch2/catch.hpp>
+
+#include <numeric>
+
+#include "flashlab/reference/stream_shards.hpp"
+#include "test_stream_util.hpp"
+
+using namespace flashlab::ref::stream;
+using flashlab::test::stream::random_int_mat;
+using flashlab::test::stream::random_mat;
+using flashlab::test::stream::random_user_mask;
+
+namespace {
+
+const SchemeTraffic& scheme(const ShardedEstimate& s, ShardScheme which) {
+  for (const auto& t : s.schemes)
+    if (t.scheme == which) return t;
+  FAIL("scheme missing");
+  return s.schemes.front();
+}
+
+// Bytes sent equal bytes received, summed over ranks, estimate and application apart.
+void check_conservation(const SchemeTraffic& t) {
+  INFO(shard_scheme_name(t.scheme));
+  std::uint64_t in = 0, out = 0, ain = 0, aout = 0;
+  for (const auto& r : t.ranks) in += r.estimate_in, out += r.estimate_out, ain += r.apply_in, aout += r.apply_out;
+  CHECK(in == out);
+  CHECK(ain == aout);
+}
+
+}  // namespace
+
+TEST_CASE("stream shards: the sharding covers every block once, at lcm(b_q, b_k) boundaries", "[stream][shards]") {
+  for (const Geometry g : {Geometry{1000, 32, 48}, Geometry{4096, 64, 64}, Geometry{100, 64, 64}, Geometry{1, 16, 16}}) {
+    for (std::size_t G : {1, 2, 3, 4, 8}) {
+      INFO("T " << g.T << " b_q " << g.bq << " b_k " << g.bk << " G " << G);
+      const auto shards = shard_sequence(g, G);
+      REQUIRE(shards.size() == G);
+      CHECK(shards.front().token_begin == 0);
+      CHECK(shards.back().token_end == g.T);
+      CHECK(shards.front().q_begin == 0);
+      CHECK(shards.back().q_end == g.n_q());
+      CHECK(shards.back().r_end == g.n_k());
+      const std::size_t unit = std::lcm(g.bq, g.bk);
+      for (std::size_t s = 0; s < G; ++s) {
+        CHECK((shards[s].token_begin % unit == 0 || shards[s].token_begin == g.T));
+        if (s > 0) {
+          CHECK(shards[s].token_begin == shards[s - 1].token_end);
+          CHECK(shards[s].q_begin == shards[s - 1].q_end);
+          CHECK(shards[s].r_begin == shards[s - 1].r_end);
+        }
+      }
+    }
+  }
+  CHECK_THROWS_WITH(shard_sequence(Geometry{64, 16, 16}, 0), Catch::Contains("gpus"));
+}
+
+TEST_CASE("stream shards: every G and thread count gives the single-GPU I", "[stream][shards]") {
+  struct Case {
+    Geometry g;
+    std::size_t d, k;
+    bool ints, user;
+  };
+  for (const Case& c : {Case{{1000, 32, 48}, 8, 3, false, false}, Case{{2048, 64, 64}, 16, 4, false, false},
+                        Case{{1536, 32, 32}, 8, 2, true, false}, Case{{1200, 32, 16}, 8, 5, true, true},
+                        Case{{777, 16, 16}, 4, 1, false, true}}) {
+    INFO("T " << c.g.T << " b_q " << c.g.bq << " b_k " << c.g.bk << " k " << c.k << (c.ints ? " ties" : "")
+              << (c.user ? " user mask" : ""));
+    const auto Q = c.ints ? random_int_mat<double>(c.g.T, c.d, 11) : random_mat<double>(c.g.T, c.d, 11);
+    const auto K = c.ints ? random_int_mat<double>(c.g.T, c.d, 12) : random_mat<double>(c.g.T, c.d, 12);
+    const BlockMask mask = c.user ? BlockMask(c.g, random_user_mask(c.g, 13, 0.6)) : BlockMask(c.g);
+    const EstimateResult single = stream_estimate(Q, K, mask, EstimateParams{c.k, 1});
+    for (std::size_t G : {1, 2, 3, 4, 8}) {
+      for (std::size_t threads : {1, 3}) {
+        INFO("G " << G << " threads " << threads);
+        const ShardedEstimate s = stream_estimate_sharded(Q, K, mask, EstimateParams{c.k, threads}, G);
+        CHECK(s.result.indices == single.indices);
+        REQUIRE(s.schemes.size() == 3);
+        std::uint64_t scores = 0, computed = 0;
+        for (const auto& r : scheme(s, ShardScheme::keys_scored).ranks) scores += r.scores_local + r.scores_remote;
+        for (const auto& r : scheme(s, ShardScheme::queries_to_keys).ranks) computed += r.scores_computed;
+        // Every score of the single-GPU estimate happens once, on the rank the scheme says.
+        CHECK(scores == single.blocks_scored);
+        CHECK(computed == single.blocks_scored);
+        for (const auto& t : s.schemes) check_conservation(t);
+        if (G == 1)
+          for (const auto& t : s.schemes) CHECK(t.total() == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("stream shards: keys_visible under a causal mask is every key row before the rank's own",
+          "[stream][shards]") {
+  const Geometry g{3000, 64, 32};
+  const auto Q = random_mat<float>(g.T, 16, 3), K = random_mat<float>(g.T, 16, 4);
+  for (std::size_t G : {2, 3, 4, 8}) {
+    INFO("G " << G);
+    const ShardedEstimate s = stream_estimate_sharded(Q, K, BlockMask(g), EstimateParams{4, 2}, G, 2);
+    const SchemeTraffic& v = scheme(s, ShardScheme::keys_visible);
+    CHECK(v.rounds == 1);
+    for (std::size_t r = 0; r < G; ++r) CHECK(v.ranks[r].estimate_in == keys_visible_causal_bytes(s.shards[r], 16, 2));
+    // The last rank receives the most: (G − 1)/G of K, as the sharding is even.
+    CHECK(v.max_in() >= v.ranks.back().estimate_in);
+    CHECK(scheme(s, ShardScheme::keys_scored).rounds == g.n_it() + 1);
+  }
+}
+
+TEST_CASE("stream shards: the schemes' bytes in their limiting cases", "[stream][shards]") {
+  const Geometry g{2048, 64, 64};
+  const std::size_t d = 16;
+  const auto Q = random_mat<double>(g.T, d, 5), K = random_mat<double>(g.T, d, 6);
+  // k ≥ n_k: every valid block is its own branch from the start, so every visible block is scored
+  // and kept: keys_scored brings exactly the K blocks keys_visible brings (plus one index each).
+  {
+    const ShardedEstimate s = stream_estimate_sharded(Q, K, BlockMask(g), EstimateParams{g.n_k(), 1}, 4);
+    const auto& v = scheme(s, ShardScheme::keys_visible);
+    const auto& ks = scheme(s, ShardScheme::keys_scored);
+    for (std::size_t r = 0; r < 4; ++r) {
+      const std::uint64_t blocks = v.ranks[r].estimate_in / (g.bk * d * 2);  // remote blocks it sees
+      // It sends one request per such block besides the K blocks it serves, as under keys_visible;
+      // what it receives beyond keys_visible's is the requests of others, 4 bytes each.
+      CHECK(ks.ranks[r].estimate_out == v.ranks[r].estimate_out + 4 * blocks);
+      CHECK(ks.ranks[r].estimate_in >= v.ranks[r].estimate_in);
+      CHECK((ks.ranks[r].estimate_in - v.ranks[r].estimate_in) % 4 == 0);
+      // the application needs V of every visible block, K already local in both key schemes
+      CHECK(v.ranks[r].apply_in == v.ranks[r].estimate_in);
+      CHECK(ks.ranks[r].apply_in == v.ranks[r].apply_in);
+      CHECK(scheme(s, ShardScheme::queries_to_keys).ranks[r].apply_in == 2 * v.ranks[r].apply_in);
+    }
+  }
+  // k = 1: at most n_it + 1 scores per query block.
+  {
+    const ShardedEstimate s = stream_estimate_sharded(Q, K, BlockMask(g), EstimateParams{1, 1}, 2);
+    std::uint64_t scores = 0;
+    for (const auto& r : scheme(s, ShardScheme::keys_scored).ranks) scores += r.scores_local + r.scores_remote;
+    CHECK(scores <= g.n_q() * (g.n_it() + 1));
+  }
+  CHECK_THROWS_WITH(stream_estimate_sharded(Q, K, BlockMask(g), EstimateParams{2, 1}, 2, 3),
+                    Catch::Contains("link_elem_bytes"));
+  CHECK_THROWS_WITH(stream_estimate_sharded(Q, K, BlockMask(g), EstimateParams{2, 1}, 0), Catch::Contains("gpus"));
+}
