@@ -90,8 +90,11 @@ struct FamilyBytes {
   double dram_read = 0;        ///< HBM → L2 bytes
   double dram_write = 0;       ///< L2 → HBM bytes
   double duration_ms = 0;      ///< the kernels' time under the profiler (one launch each)
+  /// Counted bytes read and written.
   [[nodiscard]] double counted_total() const { return counted_read + counted_write; }
+  /// L2 request bytes: reads + writes + atomics (as MeasuredBytes::l2_total()).
   [[nodiscard]] double l2_total() const { return l2_read + l2_write + l2_atomic; }
+  /// DRAM bytes read and written.
   [[nodiscard]] double dram_total() const { return dram_read + dram_write; }
 };
 
@@ -100,7 +103,7 @@ struct FamilyMeasurement {
   std::string date;              ///< e.g. 2026-11-27 (a live run: today)
   std::string device;            ///< the GPU
   std::string command;           ///< the command that produced it
-  std::vector<FamilyBytes> rows;
+  std::vector<FamilyBytes> rows;  ///< one per (family, pass)
 };
 
 /// The columns of measured_families.csv, in order.
@@ -122,15 +125,23 @@ const FamilyMeasurement& recorded_family_measurement();
 /// The chapter's MTA shape and parameters (the defaults of `flashlab traffic mta`).
 struct MtaChapterShape {
   ref::Shape shape{1, 2048, 16, 64};  ///< B, N, H, d
-  std::size_t cq = 3, ck = 3, block = 64, splits = 8;
+  std::size_t cq = 3;      ///< kernel rows
+  std::size_t ck = 3;      ///< kernel columns
+  std::size_t block = 64;  ///< the loaded tile size B
+  std::size_t splits = 8;  ///< key splits of the inference pass
   /// In words, as FamilyBytes::shape.
   [[nodiscard]] std::string str() const;
 };
 
 /// The chapter's STREAM shape: T, d, H, b_q, b_k, k and the seed of its N(0, 1) inputs.
 struct StreamChapterShape {
-  std::size_t T = 32768, d = 128, heads = 1, bq = 64, bk = 64, k = 16;
-  std::uint64_t seed = 0;
+  std::size_t T = 32768;   ///< tokens
+  std::size_t d = 128;     ///< head dim
+  std::size_t heads = 1;   ///< H
+  std::size_t bq = 64;     ///< query-block size b_q
+  std::size_t bk = 64;     ///< key-block size b_k
+  std::size_t k = 16;      ///< key blocks kept per query block
+  std::uint64_t seed = 0;  ///< seed of Q (K: seed + 1, V: seed + 2)
   /// In words, as FamilyBytes::shape.
   [[nodiscard]] std::string str() const;
 };
