@@ -23,7 +23,7 @@ namespace flashlab::app {
 namespace {
 
 constexpr const char* kUsageLine =
-    "bench stream [--pass estimate|apply|both] [--kernel fast|clear] [--seq T[,T2,...]] [--dim D[,D2]]\n"
+    "bench stream [--pass estimate|apply|both|trace] [--kernel fast|clear] [--seq T[,T2,...]] [--dim D[,D2]]\n"
     "                       [--k K[,K2,...]] [--heads H] [--bq BQ] [--bk BK] [--dtype bf16|fp16]\n"
     "                       [--reps R] [--warmup W] [--check-indices [--traffic]] [--csv]";
 constexpr const char* kSummary =
@@ -46,7 +46,8 @@ constexpr long long kMaxSeq = 1LL << 23;
 po::options_description options() {
   po::options_description d("Options");
   d.add_options()("help,h", "show this help")
-      ("pass", po::value<std::string>()->default_value("both"), "estimate | apply | both: the passes to time")
+      ("pass", po::value<std::string>()->default_value("both"),
+       "estimate | apply | both: the passes to time; trace: the fast trace's records (--kernel fast)")
       ("kernel", po::value<std::string>()->default_value("fast"), 
        "fast | clear: the fast 16-bit tensor-core kernels (the default) or the clear fp32 ones")
       ("seq", po::value<std::string>()->default_value("32768,65536,131072,262144,524288,1048576"),
@@ -74,7 +75,7 @@ po::options_description options() {
 struct StreamSweep {
   std::vector<int> seqs, dims, ks;
   int heads = 1, bq = 64, bk = 64, group = 0, reps = 20, warmup = 2;
-  bool estimate = true, apply = true, fast = false, fp16 = false, csv = false;
+  bool estimate = true, apply = true, trace = false, fast = false, fp16 = false, csv = false;
   bool check_indices = false, traffic = false;  ///< the fast estimate's launch check and CUPTI bytes
 };
 
@@ -90,12 +91,14 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
   s.reps = int_flag(vm, "reps", 1, 100000);
   s.warmup = int_flag(vm, "warmup", 0, 100000);
   const std::string pass = vm["pass"].as<std::string>();
-  if (pass != "estimate" && pass != "apply" && pass != "both")
-    throw UsageError("--pass '" + pass + "' is unknown", "choose estimate, apply or both (the default)");
-  s.estimate = pass != "apply";
-  s.apply = pass != "estimate";
+  if (pass != "estimate" && pass != "apply" && pass != "both" && pass != "trace")
+    throw UsageError("--pass '" + pass + "' is unknown", "choose estimate, apply, both (the default) or trace");
+  s.trace = pass == "trace";
+  s.estimate = pass == "estimate" || pass == "both";
+  s.apply = pass == "apply" || pass == "both";
   s.fast = kernel_family(vm["kernel"].as<std::string>(), KernelFamily::fast) == KernelFamily::fast;
   s.fp16 = fp16_dtype(vm["dtype"].as<std::string>());
+  if (s.trace && !s.fast) throw UsageError("--pass trace times the fast trace", "add --kernel fast");
   if (s.fast && s.fp16 && s.estimate)
     throw UsageError("the fast estimate takes bf16 inputs (--dtype fp16 with --pass " + pass + ")",
                      "--dtype bf16, or --pass apply for the fp16 apply");
@@ -112,7 +115,7 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
 #ifdef FLASHLAB_HAVE_CUDA
 void print_row(const flashlab::cuda::StreamBenchRow& r, bool csv) {
   char line[240];
-  const char* pass = r.stream.apply ? "apply" : "estimate";
+  const char* pass = r.stream.trace ? "trace" : r.stream.apply ? "apply" : "estimate";
   const std::string dtype(flashlab::ref::dtype_name(r.dtype));
   if (csv)
     std::snprintf(line, sizeof line, "%s,%s,%s,%d,%d,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%zu,%d\n", to_string(r.stream.kernel),
@@ -188,9 +191,10 @@ int run_sweep(const StreamSweep& s) {
   b.reps = s.reps;
   b.warmup = s.warmup;
   b.group = s.group;
-  b.pass = s.estimate && s.apply ? fc::StreamBenchPass::both
-           : s.apply             ? fc::StreamBenchPass::apply
-                                 : fc::StreamBenchPass::estimate;
+  b.pass = s.trace                ? fc::StreamBenchPass::trace
+           : s.estimate && s.apply ? fc::StreamBenchPass::both
+           : s.apply               ? fc::StreamBenchPass::apply
+                                   : fc::StreamBenchPass::estimate;
   b.kernel = s.fast ? fc::StreamKernel::fast : fc::StreamKernel::clear;
   b.dtype = s.fp16 ? flashlab::ref::Dtype::fp16 : flashlab::ref::Dtype::bf16;
   // CSV goes to stdout alone (a file for stream_sdpa.py); the device line then goes to stderr.

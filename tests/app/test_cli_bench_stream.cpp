@@ -43,6 +43,7 @@ TEST_CASE("cli bench stream: bad flags are usage errors naming the flag", "[cli]
   expect_usage_error("bench stream --check-indices", "--check-indices checks the fast bf16 estimate");
   expect_usage_error("bench stream --kernel fast --check-indices", "--check-indices checks the fast bf16 estimate");
   expect_usage_error("bench stream --kernel fast --pass estimate --traffic", "--traffic measures the fast estimate");
+  expect_usage_error("bench stream --kernel clear --pass trace", "--pass trace times the fast trace");
 }
 
 TEST_CASE("cli bench stream: without CUDA, or without a GPU, it says so and exits non-zero", "[cli][bench][errors]") {

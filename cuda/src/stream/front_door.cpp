@@ -176,6 +176,21 @@ void stream_fast_apply_device(const FastApplyShape& shape, const void* Q, const 
                             reinterpret_cast<const long long*>(I), O, static_cast<cudaStream_t>(stream));
 }
 
+void stream_fast_trace_device(const FastApplyShape& shape, const void* Q, const void* K, const void* V,
+                              const std::int64_t* I, FastEdge* edges, void* stream) {
+  check_fast_apply(shape);
+  static_assert(sizeof(FastEdge) == sizeof(detail::FastEdgeRecord) && sizeof(FastEdge) == 24,
+                "the fast trace writes FastEdge's layout");
+  detail::FastApplyLaunch p;
+  p.T = int(shape.T);
+  p.heads = int(shape.heads);
+  p.n_q = int((shape.T + kFastStreamBlock - 1) / kFastStreamBlock);
+  p.k = int(shape.k);
+  detail::launch_fast_trace(p, int(shape.dim), shape.dtype == ref::Dtype::bf16, Q, K, V,
+                            reinterpret_cast<const long long*>(I), reinterpret_cast<detail::FastEdgeRecord*>(edges),
+                            static_cast<cudaStream_t>(stream));
+}
+
 // ---------------------------------------------------------------------------------- fast estimate
 
 void check_fast_estimate(const ref::stream::Geometry& g, std::size_t heads, std::size_t d, std::size_t k) {

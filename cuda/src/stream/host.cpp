@@ -271,9 +271,13 @@ std::vector<float> stream_apply(StreamKernel kernel, const HostHeads& Q, const H
   return from_bits16(o16, ref::Dtype::bf16);
 }
 
-std::vector<std::uint16_t> stream_fast_apply(ref::Dtype dtype, const HostHeads16& Q, const HostHeads16& K,
-                                             const HostHeads16& V, const ref::stream::BlockMask& mask,
-                                             const std::vector<std::int64_t>& indices, std::size_t k, int group) {
+namespace {
+
+// The fast apply's and the fast trace's host checks, in one place: the geometry (b_q = b_k =
+// kFastStreamBlock), the inputs, the shape and I (validate_indices per head, under `mask`).
+FastApplyShape check_fast_host_call(ref::Dtype dtype, const HostHeads16& Q, const HostHeads16& K,
+                                    const HostHeads16& V, const ref::stream::BlockMask& mask,
+                                    const std::vector<std::int64_t>& indices, std::size_t k, int group) {
   const ref::stream::Geometry& g = mask.geometry();
   g.check();
   if (g.bq != kFastStreamBlock || g.bk != kFastStreamBlock)
@@ -298,6 +302,16 @@ std::vector<std::uint16_t> stream_fast_apply(ref::Dtype dtype, const HostHeads16
     const std::string why = ref::stream::validate_indices(row, k, mask);
     if (!why.empty()) throw StreamError("I of head " + std::to_string(h) + ": " + why);
   }
+  return shape;
+}
+
+}  // namespace
+
+std::vector<std::uint16_t> stream_fast_apply(ref::Dtype dtype, const HostHeads16& Q, const HostHeads16& K,
+                                             const HostHeads16& V, const ref::stream::BlockMask& mask,
+                                             const std::vector<std::int64_t>& indices, std::size_t k, int group) {
+  const FastApplyShape shape = check_fast_host_call(dtype, Q, K, V, mask, indices, k, group);
+  const ref::stream::Geometry& g = mask.geometry();
   const std::size_t numel = g.T * Q.heads * Q.dim;
   DeviceBuffer<std::uint16_t> dQ(numel), dK(numel), dV(numel), dO(numel);
   DeviceBuffer<long long> dI(indices.size());
@@ -312,6 +326,27 @@ std::vector<std::uint16_t> stream_fast_apply(ref::Dtype dtype, const HostHeads16
   std::vector<std::uint16_t> O(numel);
   dO.download(O.data());
   return O;
+}
+
+std::vector<FastEdge> stream_fast_trace(ref::Dtype dtype, const HostHeads16& Q, const HostHeads16& K,
+                                        const HostHeads16& V, const ref::stream::BlockMask& mask,
+                                        const std::vector<std::int64_t>& indices, std::size_t k) {
+  const FastApplyShape shape = check_fast_host_call(dtype, Q, K, V, mask, indices, k, 0);
+  const std::size_t numel = mask.geometry().T * Q.heads * Q.dim;
+  DeviceBuffer<std::uint16_t> dQ(numel), dK(numel), dV(numel);
+  DeviceBuffer<long long> dI(indices.size());
+  DeviceBuffer<FastEdge> dE(indices.size());
+  dQ.upload(Q.data);
+  dK.upload(K.data);
+  dV.upload(V.data);
+  dI.upload(reinterpret_cast<const long long*>(indices.data()));
+  dE.poison();  // a record the kernel does not write fails every comparison
+  stream_fast_trace_device(shape, dQ.get(), dK.get(), dV.get(), reinterpret_cast<const std::int64_t*>(dI.get()),
+                           dE.get(), nullptr);
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<FastEdge> edges(indices.size());
+  dE.download(edges.data());
+  return edges;
 }
 
 EstimateOutput stream_fast_estimate(const HostHeadsBf16& Q, const HostHeadsBf16& K,

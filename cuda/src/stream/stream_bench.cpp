@@ -41,8 +41,11 @@ void validate(const StreamBenchConfig& b) {
     if (k < 1) bad("k = " + std::to_string(k) + " must be >= 1");
   if (b.kernel == StreamKernel::fast && b.dtype != ref::Dtype::bf16 && b.dtype != ref::Dtype::fp16)
     bad("the fast kernels take bf16 or fp16 inputs");
-  if (b.kernel == StreamKernel::fast && b.pass != StreamBenchPass::apply && b.dtype != ref::Dtype::bf16)
+  if (b.kernel == StreamKernel::fast && b.pass != StreamBenchPass::apply && b.pass != StreamBenchPass::trace &&
+      b.dtype != ref::Dtype::bf16)
     bad("the fast estimate takes bf16 inputs (hint: --dtype bf16, or --pass apply for the fp16 apply)");
+  if (b.pass == StreamBenchPass::trace && b.kernel != StreamKernel::fast)
+    bad("the trace pass times the fast trace (hint: --kernel fast)");
   if (b.kernel == StreamKernel::fast && (b.bq != int(stream::kFastStreamBlock) || b.bk != int(stream::kFastStreamBlock)))
     bad("the fast kernels have b_q = b_k = " + std::to_string(stream::kFastStreamBlock) + " (hint: --bq 64 --bk 64)");
 }
@@ -86,6 +89,25 @@ void time_fast_apply(const StreamBenchConfig& bench, const StreamProblem& p, con
   row.stream.group = bench.group == 0 ? stream::fast_apply_default_group() : bench.group;
 }
 
+/// The fast trace on 16-bit copies of the same values and the estimate's I: the records, no O.
+void time_fast_trace(const StreamBenchConfig& bench, const StreamProblem& p, const DeviceBuffer<float> (&qkv)[3],
+                     const DeviceBuffer<long long>& I, detail::LaunchTimer& timer, StreamBenchRow& row) {
+  const stream::FastApplyShape shape{std::size_t(p.T), std::size_t(p.heads), std::size_t(p.d), std::size_t(p.k),
+                                     bench.dtype, 1};
+  DeviceBuffer<std::uint16_t> x16[3];
+  for (int i = 0; i < 3; ++i) {
+    x16[i] = DeviceBuffer<std::uint16_t>(qkv[i].size());
+    stream::detail::convert_to_16bit(qkv[i].get(), x16[i].get(), qkv[i].size(), bench.dtype == ref::Dtype::bf16);
+  }
+  DeviceBuffer<stream::FastEdge> edges(I.size());
+  const auto* dI = reinterpret_cast<const std::int64_t*>(I.get());
+  time_launches(
+      bench, timer,
+      [&] { stream::stream_fast_trace_device(shape, x16[0].get(), x16[1].get(), x16[2].get(), dI, edges.get()); }, row);
+  row.extra_bytes = I.bytes() + edges.bytes();
+  row.stream.group = 1;
+}
+
 /// The fast bf16 estimate on 16-bit copies of Q and K (already rounded): timed when the pass asks,
 /// else run once; either way its I is the apply's.
 void time_fast_estimate(const StreamBenchConfig& bench, const StreamProblem& p, const DeviceBuffer<float> (&qkv)[3],
@@ -104,7 +126,7 @@ void time_fast_estimate(const StreamBenchConfig& bench, const StreamProblem& p, 
     stream::stream_fast_estimate_device(mask, std::size_t(p.heads), std::size_t(p.d), std::size_t(p.k), x16[0].get(),
                                         x16[1].get(), nullptr, I.get(), scores.get(), margins.get());
   };
-  if (bench.pass != StreamBenchPass::apply) {
+  if (bench.pass != StreamBenchPass::apply && bench.pass != StreamBenchPass::trace) {
     StreamBenchRow row = base;
     time_launches(bench, timer, estimate, row);
     row.extra_bytes = stream::fast_estimate_extra_bytes(g, std::size_t(p.heads), std::size_t(p.k), false);
@@ -147,7 +169,7 @@ void bench_shape(const StreamBenchConfig& bench, const StreamProblem& p, detail:
       stream::detail::launch_estimate(p, qkv[0].get(), qkv[1].get(), nullptr, e.work.get(), I.get(), e.scores.get(),
                                       e.margins.get());
     };
-    if (bench.pass != StreamBenchPass::apply) {
+    if (bench.pass != StreamBenchPass::apply && bench.pass != StreamBenchPass::trace) {
       StreamBenchRow row = base;
       time_launches(bench, timer, estimate, row);
       row.extra_bytes = e.bytes(I);
@@ -161,8 +183,10 @@ void bench_shape(const StreamBenchConfig& bench, const StreamProblem& p, detail:
   if (bench.pass == StreamBenchPass::estimate) return;
 
   StreamBenchRow row = base;
-  row.stream.apply = true;
-  if (bench.kernel == StreamKernel::fast) time_fast_apply(bench, p, qkv, I, timer, row);
+  row.stream.apply = bench.pass != StreamBenchPass::trace;
+  row.stream.trace = bench.pass == StreamBenchPass::trace;
+  if (row.stream.trace) time_fast_trace(bench, p, qkv, I, timer, row);
+  else if (bench.kernel == StreamKernel::fast) time_fast_apply(bench, p, qkv, I, timer, row);
   else {
     DeviceBuffer<float> O(qkv[2].size());
     time_launches(

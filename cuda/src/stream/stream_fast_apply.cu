@@ -1,5 +1,5 @@
 // stream_fast_apply.cu — the fast STREAM mask application ("Real-Time Sparse Tracing at
-// Million-Token Context", §6) on tensor cores: bf16/fp16 in, fp32 accumulation, mma.sync
+// Million-Token Context", §6) and its trace (the edge records, at the end of the file) on tensor cores: bf16/fp16 in, fp32 accumulation, mma.sync
 // m16n8k16. The clear fp32 kernel (stream_apply.cu) is the same procedure one scalar at a time.
 //
 // One thread block per group of G neighbouring query blocks q0 … q0 + G − 1 of one head h, four
@@ -336,6 +336,228 @@ void launch_dim(const FastApplyLaunch& p, int group, const void* Q, const void* 
   else launch_one<HEAD_DIM, 2, kBf16>(p, Q, K, V, I, O, stream);
 }
 
+
+// ---------------------------------------------------------------------------------- trace
+// The fast trace: one record (q, r, slot, score, mass, value_norm) per entry of I, the clear
+// trace kernel's quantities (stream_apply.cu) on tensor cores. Only the records are wanted, so
+// no O is written: one thread block per (query block, head), four warps of 16 rows, two passes
+// over the kept blocks —
+//   A. S = Q_q K_rᵀ for every kept r (K only): each row's final m_i, l_i (base 2, as the apply);
+//   B. S again, P = 2^(S·log2 e − m_i) / l_i on the valid pairs, and per block pair: the largest
+//      raw logit (score), Σ P (mass), and ‖colsum(P V_r)‖ (value_norm) from P V_r on tensor cores
+//      (P rounded to 16 bits as the apply's A operand) summed over the 64 rows.
+// Records go in I's slot order, whatever the schedule: slot j of (h, q) at ((h·n_q + q)·k + j).
+
+/// Sum over the 32 lanes of a warp; every lane gets it.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/// Maximum over the 32 lanes of a warp (NaN skipped, as fmaxf); every lane gets it.
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/// Grid (n_q, H), 128 threads; dynamic SRAM: [K_r: 2 stages][V_r: 2 stages] (swizzled, Q_q staged
+/// in the second K buffer as the apply's G = 1), then the reduction slots [4 warps][2 + d] floats.
+template <int HEAD_DIM, bool kBf16>
+__global__ void __launch_bounds__(128, 3)
+    stream_fast_trace_kernel(FastApplyLaunch p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
+                             const uint16_t* __restrict__ V, const long long* __restrict__ I,
+                             FastEdgeRecord* __restrict__ edges) {
+  using Tr = ApplyTraits<HEAD_DIM, 1>;
+  constexpr int kKStepsQK = HEAD_DIM / 16, kNTilesO = HEAD_DIM / 8, kRowBytes = HEAD_DIM * 2;
+  constexpr int kStages = Tr::kStages;
+  static_assert(kStages == 2, "the passes alternate two stages");
+  const float NEG_INF = __int_as_float(0xff800000);
+  const int q = blockIdx.x, h = blockIdx.y;
+  const std::size_t stride = std::size_t(p.heads) * HEAD_DIM, head = std::size_t(h) * HEAD_DIM;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp_m0 = 16 * warp, g = lane >> 2, t = lane & 3;
+  const long long* row_I = I + (std::size_t(h) * p.n_q + q) * p.k;
+  FastEdgeRecord* out = edges + (std::size_t(h) * p.n_q + q) * p.k;
+
+  // Kept entries come first in a row of I (empties are last): n_kept of them.
+  __shared__ int n_kept_s;
+  if (threadIdx.x == 0) {
+    int n = 0;
+    while (n < p.k && row_I[n] >= 0) ++n;
+    n_kept_s = n;
+  }
+  for (int j = threadIdx.x; j < p.k; j += blockDim.x)
+    if (row_I[j] < 0) out[j] = FastEdgeRecord{q, -1, j, 0.f, 0.f, 0.f};
+  __syncthreads();
+  const int n_kept = n_kept_s;
+  if (n_kept == 0) return;
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t base = uint32_t(__cvta_generic_to_shared(smem_raw));
+  const uint32_t sK = base, sV = sK + kStages * Tr::kTileBytes, sQ = sK + Tr::kTileBytes;
+  float* red = reinterpret_cast<float*>(smem_raw + Tr::kTileSmem);  // [4][2 + HEAD_DIM]
+
+  load_tile<Tr, HEAD_DIM>(sQ, Q, head, stride, q * kBlock, p.T);
+  cp_async_commit();
+  load_tile<Tr, HEAD_DIM>(sK, K, head, stride, int(row_I[0]) * kBlock, p.T);
+  cp_async_commit();
+
+  const int mi = lane >> 3;
+  const uint32_t q_lane = sQ + uint32_t((warp_m0 + (lane & 15)) * kRowBytes);
+  const uint32_t q_xor = uint32_t(((lane >> 4) ^ (lane & 7)) << 4);
+  const uint32_t k_lane = sK + uint32_t(((lane & 7) + ((mi >> 1) << 3)) * kRowBytes);
+  const uint32_t k_xor = uint32_t(((mi & 1) ^ (lane & 7)) << 4);
+  const uint32_t v_lane = sV + uint32_t(((lane & 7) + ((mi & 1) << 3)) * kRowBytes);
+  const uint32_t v_xor = uint32_t(((mi >> 1) ^ (lane & 7)) << 4);
+
+  // Q_q → registers before its buffer (K stage 1) is refilled.
+  uint32_t q_frag[kKStepsQK][4];
+  cp_async_wait<1>();
+  __syncthreads();
+#pragma unroll
+  for (int kk = 0; kk < kKStepsQK; ++kk)
+    ldsm_x4(q_lane + ((32 * kk) ^ q_xor), q_frag[kk][0], q_frag[kk][1], q_frag[kk][2], q_frag[kk][3]);
+  __syncthreads();
+
+  // Pass A: the rows' final statistics over every kept block (K only).
+  float m_i[2] = {NEG_INF, NEG_INF}, l_i[2] = {0.f, 0.f};
+  for (int j = 0; j < n_kept; ++j) {
+    const uint32_t stage_off = uint32_t((j % kStages) * Tr::kTileBytes);
+    if (j + 1 < n_kept)
+      load_tile<Tr, HEAD_DIM>(sK + uint32_t(((j + 1) % kStages) * Tr::kTileBytes), K, head, stride,
+                              int(row_I[j + 1]) * kBlock, p.T);
+    cp_async_commit();
+    cp_async_wait<1>();  // K_r of step j has landed for this thread
+    __syncthreads();     // … for every thread
+    const int r = int(row_I[j]);
+    float s[kBlock / 8][4];
+    scores_tile<HEAD_DIM, kBf16>(s, q_frag, k_lane + stage_off, k_xor);
+    if (r == q) mask_diagonal(s, warp_m0, g, t);
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      float raw_max = NEG_INF;
+#pragma unroll
+      for (int n = 0; n < kBlock / 8; ++n) raw_max = fmaxf(raw_max, fmaxf(s[n][2 * rr], s[n][2 * rr + 1]));
+      raw_max = fmaxf(raw_max, __shfl_xor_sync(0xffffffffu, raw_max, 1));
+      raw_max = fmaxf(raw_max, __shfl_xor_sync(0xffffffffu, raw_max, 2));
+      const float m_new = fmaxf(m_i[rr], raw_max * kLog2e);
+      const float m_ref = m_new == NEG_INF ? 0.f : m_new;
+      float row_sum = 0.f;
+#pragma unroll
+      for (int n = 0; n < kBlock / 8; ++n)
+        row_sum += ex2(fmaf(s[n][2 * rr], kLog2e, -m_ref)) + ex2(fmaf(s[n][2 * rr + 1], kLog2e, -m_ref));
+      l_i[rr] = l_i[rr] * ex2(m_i[rr] - m_ref) + row_sum;
+      m_i[rr] = m_new;
+    }
+    __syncthreads();  // every warp is done with this stage before it is refilled
+  }
+  // l_i over the quad: each row's full sum; rows ≥ T and rows that see no kept key attend to nothing.
+  float inv_l[2];
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    float l = l_i[rr];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = q * kBlock + warp_m0 + g + 8 * rr;
+    inv_l[rr] = row < p.T && l > 0.f ? 1.f / l : 0.f;
+    if (!(l == l)) inv_l[rr] = l;  // a NaN logit leaves the row NaN, as the apply's
+  }
+
+  // Pass B: the records, K_r and V_r of each kept block.
+  load_tile<Tr, HEAD_DIM>(sK, K, head, stride, int(row_I[0]) * kBlock, p.T);
+  load_tile<Tr, HEAD_DIM>(sV, V, head, stride, int(row_I[0]) * kBlock, p.T);
+  cp_async_commit();
+  float* red_w = red + warp * (2 + HEAD_DIM);
+  for (int j = 0; j < n_kept; ++j) {
+    const uint32_t stage_off = uint32_t((j % kStages) * Tr::kTileBytes);
+    if (j + 1 < n_kept) {
+      const uint32_t next = uint32_t(((j + 1) % kStages) * Tr::kTileBytes);
+      load_tile<Tr, HEAD_DIM>(sK + next, K, head, stride, int(row_I[j + 1]) * kBlock, p.T);
+      load_tile<Tr, HEAD_DIM>(sV + next, V, head, stride, int(row_I[j + 1]) * kBlock, p.T);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const int r = int(row_I[j]);
+    float s[kBlock / 8][4];
+    scores_tile<HEAD_DIM, kBf16>(s, q_frag, k_lane + stage_off, k_xor);
+    if (r == q) mask_diagonal(s, warp_m0, g, t);
+    // score: the largest raw logit of a valid pair (−inf entries are the masked ones; rows ≥ T
+    // are left out); mass: Σ P.
+    float best = NEG_INF, mass = 0.f;
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const bool row_ok = q * kBlock + warp_m0 + g + 8 * rr < p.T;
+      const float m_ref = m_i[rr] == NEG_INF ? 0.f : m_i[rr];
+#pragma unroll
+      for (int n = 0; n < kBlock / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[n][2 * rr + e];
+          if (row_ok) best = fmaxf(best, x);
+          x = row_ok ? ex2(fmaf(x, kLog2e, -m_ref)) * inv_l[rr] : 0.f;
+          mass += x;
+        }
+    }
+    float acc[kNTilesO][4];
+#pragma unroll
+    for (int n = 0; n < kNTilesO; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+    accumulate_pv<HEAD_DIM, kBf16>(acc, s, v_lane + stage_off, v_xor);
+    best = warp_max(best);
+    mass = warp_sum(mass);
+    // Column sums of P V_r over the warp's 16 rows: rows g and g + 8 in a thread, then over g.
+#pragma unroll
+    for (int n = 0; n < kNTilesO; ++n) {
+      float c0 = acc[n][0] + acc[n][2], c1 = acc[n][1] + acc[n][3];
+#pragma unroll
+      for (int o = 4; o < 32; o *= 2) {
+        c0 += __shfl_xor_sync(0xffffffffu, c0, o);
+        c1 += __shfl_xor_sync(0xffffffffu, c1, o);
+      }
+      if (g == 0) red_w[2 + 8 * n + 2 * t] = c0, red_w[2 + 8 * n + 2 * t + 1] = c1;
+    }
+    if (lane == 0) red_w[0] = best, red_w[1] = mass;
+    __syncthreads();
+    // One warp combines the four: score, mass, and the squared norm of the summed columns.
+    if (warp == 0) {
+      float sq = 0.f;
+      for (int c = lane; c < HEAD_DIM; c += 32) {
+        const float v = red[2 + c] + red[(2 + HEAD_DIM) + 2 + c] + red[2 * (2 + HEAD_DIM) + 2 + c] +
+                        red[3 * (2 + HEAD_DIM) + 2 + c];
+        sq += v * v;
+      }
+      sq = warp_sum(sq);
+      if (lane == 0) {
+        const float sc = fmaxf(fmaxf(red[0], red[2 + HEAD_DIM]), fmaxf(red[2 * (2 + HEAD_DIM)], red[3 * (2 + HEAD_DIM)]));
+        const float ms = red[1] + red[(2 + HEAD_DIM) + 1] + red[2 * (2 + HEAD_DIM) + 1] + red[3 * (2 + HEAD_DIM) + 1];
+        out[j] = FastEdgeRecord{q, r, j, sc, ms, sqrtf(sq)};
+      }
+    }
+    __syncthreads();  // the stage and the reduction slots are free again
+  }
+  cp_async_wait<0>();
+}
+
+template <int HEAD_DIM>
+std::size_t trace_smem() {
+  return std::size_t(ApplyTraits<HEAD_DIM, 1>::kTileSmem) + 4 * (2 + HEAD_DIM) * sizeof(float);
+}
+
+template <int HEAD_DIM, bool kBf16>
+void launch_trace_one(const FastApplyLaunch& p, const void* Q, const void* K, const void* V, const long long* I,
+                      FastEdgeRecord* edges, cudaStream_t stream) {
+  auto kernel = &stream_fast_trace_kernel<HEAD_DIM, kBf16>;
+  const std::size_t smem = trace_smem<HEAD_DIM>();
+  ::flashlab::cuda::detail::opt_in_smem(reinterpret_cast<const void*>(kernel), smem, "stream_fast_trace_kernel");
+  ::flashlab::cuda::detail::announce("stream_fast_trace_kernel");
+  kernel<<<dim3(p.n_q, p.heads), 128, smem, stream>>>(p, static_cast<const uint16_t*>(Q),
+                                                      static_cast<const uint16_t*>(K),
+                                                      static_cast<const uint16_t*>(V), I, edges);
+  FLASHLAB_CUDA_CHECK_LAUNCH("stream_fast_trace_kernel");
+}
+
 }  // namespace
 
 std::size_t fast_apply_smem_bytes(int head_dim, int group, int k) {
@@ -351,6 +573,19 @@ void launch_fast_apply(const FastApplyLaunch& p, int head_dim, int group, bool b
   } else {
     if (bf16) launch_dim<128, true>(p, group, Q, K, V, I, O, stream);
     else launch_dim<128, false>(p, group, Q, K, V, I, O, stream);
+  }
+}
+
+std::size_t fast_trace_smem_bytes(int head_dim) { return head_dim == 64 ? trace_smem<64>() : trace_smem<128>(); }
+
+void launch_fast_trace(const FastApplyLaunch& p, int head_dim, bool bf16, const void* Q, const void* K, const void* V,
+                       const long long* I, FastEdgeRecord* edges, cudaStream_t stream) {
+  if (head_dim == 64) {
+    if (bf16) launch_trace_one<64, true>(p, Q, K, V, I, edges, stream);
+    else launch_trace_one<64, false>(p, Q, K, V, I, edges, stream);
+  } else {
+    if (bf16) launch_trace_one<128, true>(p, Q, K, V, I, edges, stream);
+    else launch_trace_one<128, false>(p, Q, K, V, I, edges, stream);
   }
 }
 

@@ -29,6 +29,21 @@ std::size_t fast_apply_smem_bytes(int head_dim, int group, int k);
 void launch_fast_apply(const FastApplyLaunch& p, int head_dim, int group, bool bf16, const void* Q, const void* K,
                        const void* V, const long long* I, void* O, cudaStream_t stream);
 
+/// One edge record of the fast trace, the C ABI's flashlab_stream_edge field for field (24 bytes):
+/// query block, key block (−1 for an empty entry of I), slot in I's row, and the weights.
+struct FastEdgeRecord {
+  int q, r, slot;
+  float score, mass, value_norm;
+};
+
+/// SRAM bytes of one fast trace thread block (K/V stages and the reduction slots).
+std::size_t fast_trace_smem_bytes(int head_dim);
+
+/// Launches the fast trace: one record per entry of I ([H, n_q, k], row-major; edges has H·n_q·k
+/// records), head_dim 64 or 128, bf16 (else fp16). Pointers are device pointers.
+void launch_fast_trace(const FastApplyLaunch& p, int head_dim, bool bf16, const void* Q, const void* K, const void* V,
+                       const long long* I, FastEdgeRecord* edges, cudaStream_t stream);
+
 /// stream_bench_inputs.cu: x[i] = N(0, 1) value of (seed, i); rounding 0 = none, 1 = to bf16,
 /// 2 = to fp16 (the value stays a float). Default stream, asynchronous.
 void fill_normal(float* x, std::size_t n, std::uint64_t seed, int rounding);

@@ -32,7 +32,8 @@ namespace flashlab::cuda {
 enum class StreamBenchPass {
   estimate,  ///< mask estimation only
   apply,     ///< mask application only (I from one untimed estimate)
-  both       ///< the estimate, then the apply on its I, of each shape
+  both,      ///< the estimate, then the apply on its I, of each shape
+  trace      ///< the fast trace only: one edge record per entry of I (I from one untimed estimate)
 };
 
 /// A sweep: every (head dim, k, T) of the lists, in that loop order (T innermost).

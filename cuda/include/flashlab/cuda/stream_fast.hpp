@@ -76,4 +76,35 @@ std::vector<std::uint16_t> stream_fast_apply(ref::Dtype dtype, const HostHeads16
                                              const HostHeads16& V, const ref::stream::BlockMask& mask,
                                              const std::vector<std::int64_t>& indices, std::size_t k, int group = 0);
 
+/// One edge record of the fast trace (24 bytes; the C ABI's flashlab_stream_edge field for field):
+/// the reference's Edge (reference/…/stream.hpp) in 32-bit fields.
+struct FastEdge {
+  std::int32_t q = 0;       ///< query block
+  std::int32_t r = -1;      ///< key block, −1 for an empty entry of I (then the weights are 0)
+  std::int32_t slot = 0;    ///< position in I[h, q, :]
+  float score = 0.f;        ///< the largest logit ⟨Q_t, K_s⟩ of a valid pair of the block pair
+  float mass = 0.f;         ///< Σ p_{t,s} over the block pair under the sparse softmax
+  float value_norm = 0.f;   ///< ‖Σ_t Σ_s p_{t,s} V_s‖₂ over the block pair
+};
+
+/// The fast trace on device pointers: one FastEdge per entry of I, `edges` holding H·n_q·k
+/// records in I's order (head, query block, slot) whatever the schedule. Computes the same
+/// quantities as the clear trace (stream_trace_device) on tensor cores: per (query block, head)
+/// a first pass over the kept K_r for each row's softmax statistics, a second over K_r and V_r
+/// for the records (P V_r with P rounded to the input dtype, as the fast apply's); no O is
+/// written, no workspace, no allocation, no synchronisation. Shape limits as
+/// check_fast_apply() (`group` is not read). I must satisfy the reference's validity
+/// invariant, unchecked here (the host entry checks it). Throws StreamError for a bad shape,
+/// CudaError for a failed launch.
+void stream_fast_trace_device(const FastApplyShape& shape, const void* Q, const void* K, const void* V,
+                              const std::int64_t* I, FastEdge* edges, void* stream = nullptr);
+
+/// The fast trace on host arrays, with the fast apply's checks (shape, b_q = b_k =
+/// kFastStreamBlock, I validated under `mask` per head): uploads, runs, and returns the H·n_q·k
+/// records. Throws ref::stream::StreamError for bad parameters or indices, CudaError for CUDA
+/// failures.
+std::vector<FastEdge> stream_fast_trace(ref::Dtype dtype, const HostHeads16& Q, const HostHeads16& K,
+                                        const HostHeads16& V, const ref::stream::BlockMask& mask,
+                                        const std::vector<std::int64_t>& indices, std::size_t k);
+
 }  // namespace flashlab::cuda::stream
