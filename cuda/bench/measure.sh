@@ -406,6 +406,14 @@ stream_timings() {
   done
   step_timeout=200 step "$logs/bench_stream_clear.csv" "${bench[@]}" --kernel clear --seq 32768,1048576 --dim 128 --k 8 \
     --reps 5
+  # The fast trace (records of every entry of I, no O) and, beside it at T = 1M, the estimate and the
+  # apply; eight heads at once at T = 1M, k = 16 (a layer of 32 heads does not fit as fp32 inputs).
+  step_timeout=150 step "$logs/bench_stream_trace.csv" "${bench[@]}" --kernel fast --pass trace \
+    --seq 65536,262144,1048576 --dim 64,128 --k 8,16 --reps 10
+  step_timeout=150 step "$logs/bench_stream_trace_both.csv" "${bench[@]}" --kernel fast --pass both --seq 1048576 \
+    --dim 128 --k 8,16 --reps 10
+  step_timeout=150 step "$logs/bench_stream_trace_h8.csv" "${bench[@]}" --kernel fast --pass trace --seq 1048576 \
+    --dim 128 --k 16 --heads 8 --reps 5
   # The fast estimate with I downloaded and compared after every launch, then the CUPTI bytes of one
   # launch at the long T: the rows of stream_fast_estimate.csv.
   local check=("${bench[@]}" --kernel fast --pass estimate --check-indices)
@@ -637,7 +645,8 @@ tabulate() {
       prefix_csv "$date" "$device" "$logs/stream_sdpa.csv" >"$out/csv/stream_sdpa.csv"
       tab_stream_ncu "$logs" "$date" "$device" >"$out/csv/stream_fast_ncu.csv"
       prefix_csv "$date" "$device" "$logs"/stream_fast_estimate_{sweep,traffic}.csv \
-        >"$out/csv/stream_fast_estimate.csv" ;;
+        >"$out/csv/stream_fast_estimate.csv"
+      prefix_csv "$date" "$device" "$logs"/bench_stream_trace{,_both,_h8}.csv >"$out/csv/stream_fast_trace.csv" ;;
     *)
       tab_checks "$logs" "$date" "$device" >"$out/csv/checks.csv"
       tab_worst_errors "$logs/test_cuda.log" "$date" "$device" >"$out/csv/worst_errors.csv"
