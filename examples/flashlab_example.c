@@ -1,5 +1,6 @@
 /* flashlab_example.c — flashlab's C ABI from C: attention forward and backward, Multi-Token
- * Attention forward, backward and decode, STREAM estimate, apply and trace.
+ * Attention forward, backward and decode, STREAM estimate, apply and trace; grouped-query attention
+ * on the CPU.
  *
  *   flashlab_example [--seed S]         the CPU reference on host memory (every build)
  *   flashlab_example --cuda [--seed S]  also the CUDA kernels on device memory (CUDA builds)
@@ -15,7 +16,9 @@
  * same calls captured in a CUDA graph and replayed twice. The graph's results must equal the
  * stream's bit for bit (except MTA's dQ and dW, which the kernels sum with atomics: compared
  * within 1e-2) and the stream's must match the CPU reference on the same bf16-rounded values
- * within 1e-2 of the largest value (16-bit outputs; LSE within 1e-4), STREAM's indices exactly.
+ * within 1e-2 of the largest value (16-bit outputs; LSE within 1e-4), STREAM's indices exactly;
+ * the STREAM trace (f32 kernels) gives the CPU's f32 records: indices exactly, weights within
+ * 1e-5 of the largest.
  * Only flashlab.h (and, for --cuda, the CUDA runtime) is used. */
 #include "flashlab.h"
 
@@ -123,29 +126,32 @@ typedef struct {
   int64_t B, N, Nk, H, d;
   double scale;
   int causal;
+  int64_t Hkv; /* key/value heads, dividing H; 0 means H */
 } AttnShape;
 
 /* O, LSE (base 2, [B, H, N]) and, when d_o is given, dQ, dK, dV of softmax(scale·QKᵀ + mask) V,
  * causal bottom-right aligned (query i sees key j ≤ i + N_k − N); a row that sees no key gets
- * O = 0, LSE = −∞ and no gradient. */
+ * O = 0, LSE = −∞ and no gradient. K, V, dK, dV have H_kv heads: query head h reads key/value
+ * head h / (H / H_kv), and dK, dV sum over the query heads that share one. */
 static void ref_attention(const AttnShape* s, const double* q, const double* k, const double* v, const double* d_o,
                           double* o, double* lse, double* dq, double* dk, double* dv) {
-  const int64_t B = s->B, N = s->N, Nk = s->Nk, H = s->H, d = s->d;
+  const int64_t B = s->B, N = s->N, Nk = s->Nk, H = s->H, d = s->d, Hkv = s->Hkv ? s->Hkv : s->H;
   double* p = NEW(double, Nk);
   double* dp = NEW(double, Nk);
   if (d_o) {
     memset(dq, 0, sizeof(double) * (size_t)(B * N * H * d));
-    memset(dk, 0, sizeof(double) * (size_t)(B * Nk * H * d));
-    memset(dv, 0, sizeof(double) * (size_t)(B * Nk * H * d));
+    memset(dk, 0, sizeof(double) * (size_t)(B * Nk * Hkv * d));
+    memset(dv, 0, sizeof(double) * (size_t)(B * Nk * Hkv * d));
   }
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < N; ++i) {
+        const int64_t g = h / (H / Hkv); /* the key/value head of query head h */
         const int64_t last = s->causal ? i + Nk - N : Nk - 1; /* last visible key */
         double m = -INFINITY;
         for (int64_t j = 0; j <= last && j < Nk; ++j) {
           double dot = 0;
-          for (int64_t c = 0; c < d; ++c) dot += q[at4(b, i, h, c, N, H, d)] * k[at4(b, j, h, c, Nk, H, d)];
+          for (int64_t c = 0; c < d; ++c) dot += q[at4(b, i, h, c, N, H, d)] * k[at4(b, j, g, c, Nk, Hkv, d)];
           p[j] = s->scale * dot;
           m = fmax(m, p[j]);
         }
@@ -158,7 +164,7 @@ static void ref_attention(const AttnShape* s, const double* q, const double* k, 
         for (int64_t j = 0; j <= last && j < Nk; ++j) l += exp(p[j] - m);
         for (int64_t j = 0; j <= last && j < Nk; ++j) {
           p[j] = exp(p[j] - m) / l;
-          for (int64_t c = 0; c < d; ++c) o[at4(b, i, h, c, N, H, d)] += p[j] * v[at4(b, j, h, c, Nk, H, d)];
+          for (int64_t c = 0; c < d; ++c) o[at4(b, i, h, c, N, H, d)] += p[j] * v[at4(b, j, g, c, Nk, Hkv, d)];
         }
         lse[(b * H + h) * N + i] = (m + log(l)) / log(2.0);
         if (!d_o) continue;
@@ -166,15 +172,15 @@ static void ref_attention(const AttnShape* s, const double* q, const double* k, 
         double D = 0;
         for (int64_t j = 0; j <= last && j < Nk; ++j) {
           dp[j] = 0;
-          for (int64_t c = 0; c < d; ++c) dp[j] += d_o[at4(b, i, h, c, N, H, d)] * v[at4(b, j, h, c, Nk, H, d)];
+          for (int64_t c = 0; c < d; ++c) dp[j] += d_o[at4(b, i, h, c, N, H, d)] * v[at4(b, j, g, c, Nk, Hkv, d)];
           D += p[j] * dp[j];
         }
         for (int64_t j = 0; j <= last && j < Nk; ++j) {
           const double ds = p[j] * (dp[j] - D);
           for (int64_t c = 0; c < d; ++c) {
-            dq[at4(b, i, h, c, N, H, d)] += s->scale * ds * k[at4(b, j, h, c, Nk, H, d)];
-            dk[at4(b, j, h, c, Nk, H, d)] += s->scale * ds * q[at4(b, i, h, c, N, H, d)];
-            dv[at4(b, j, h, c, Nk, H, d)] += p[j] * d_o[at4(b, i, h, c, N, H, d)];
+            dq[at4(b, i, h, c, N, H, d)] += s->scale * ds * k[at4(b, j, g, c, Nk, Hkv, d)];
+            dk[at4(b, j, g, c, Nk, Hkv, d)] += s->scale * ds * q[at4(b, i, h, c, N, H, d)];
+            dv[at4(b, j, g, c, Nk, Hkv, d)] += p[j] * d_o[at4(b, i, h, c, N, H, d)];
           }
         }
       }
@@ -370,7 +376,7 @@ static int indices_valid(const StreamShape* s, const int64_t* I) {
 static void cpu_attention(void) {
   /* N > N_k and causal: the first N − N_k rows see no key (O = 0, LSE = −∞). Q and O are stored
    * head-major, [B, H, N, d], and described to the library by their strides. */
-  const AttnShape s = {2, 23, 19, 2, 8, 0.0, 1};
+  const AttnShape s = {2, 23, 19, 2, 8, 0.0, 1, 0};
   const int64_t B = s.B, N = s.N, Nk = s.Nk, H = s.H, d = s.d;
   const size_t nq = (size_t)(B * N * H * d), nkv = (size_t)(B * Nk * H * d), nst = (size_t)(B * H * N);
   AttnShape with_scale = s;
@@ -438,6 +444,38 @@ static void cpu_attention(void) {
     if (!f64) free(kk), free(vv), free(dd), free(got_l), free(got_dq), free(got_dk), free(got_dv);
   }
   free(q), free(k), free(v), free(d_o), free(o), free(lse), free(dq), free(dk), free(dv);
+}
+
+static void cpu_attention_gqa(void) {
+  /* Grouped-query attention: H = 6 query heads over H_kv = 2 key/value heads (groups of 3), causal
+   * with N < N_k (query i sees keys up to i + N_k − N), float64. */
+  const AttnShape s = {2, 13, 21, 6, 8, 0.0, 1, 2};
+  const int64_t B = s.B, N = s.N, Nk = s.Nk, H = s.H, Hkv = s.Hkv, d = s.d;
+  const size_t nq = (size_t)(B * N * H * d), nkv = (size_t)(B * Nk * Hkv * d), nst = (size_t)(B * H * N);
+  AttnShape with_scale = s;
+  with_scale.scale = 1.0 / sqrt((double)d);
+  double *q = random_array(nq), *k = random_array(nkv), *v = random_array(nkv), *d_o = random_array(nq);
+  double *o = NEW(double, nq), *lse = NEW(double, nst), *dq = NEW(double, nq), *dk = NEW(double, nkv),
+         *dv = NEW(double, nkv);
+  ref_attention(&with_scale, q, k, v, d_o, o, lse, dq, dk, dv);
+  flashlab_attention_problem p = flashlab_attention_defaults();
+  p.batch = B, p.seq_q = N, p.seq_k = Nk, p.heads = H, p.heads_kv = Hkv, p.head_dim = d, p.causal = 1;
+  p.dtype = FLASHLAB_DTYPE_F64;
+  printf("grouped-query attention, CPU reference, f64: B=%lld N=%lld N_k=%lld H=%lld H_kv=%lld d=%lld causal\n",
+         (long long)B, (long long)N, (long long)Nk, (long long)H, (long long)Hkv, (long long)d);
+  double *got_o = NEW(double, nq), *got_l = NEW(double, nst), *gq = NEW(double, nq), *gk = NEW(double, nkv),
+         *gv = NEW(double, nkv);
+  CALL(flashlab_attention_forward(&p, FLASHLAB_DEVICE_CPU, tensor(q), tensor(k), tensor(v), tensor(got_o), got_l, NULL,
+                                  0, NULL));
+  CALL(flashlab_attention_backward(&p, FLASHLAB_DEVICE_CPU, tensor(q), tensor(k), tensor(v), tensor(got_o), got_l,
+                                   tensor(d_o), tensor(gq), tensor(gk), tensor(gv), NULL, 0, NULL));
+  check("f64 O", err_vs_max(got_o, o, nq), 1e-12);
+  check("f64 LSE", err_vs_max(got_l, lse, nst), 1e-12);
+  check("f64 dQ", err_vs_max(gq, dq, nq), 1e-12);
+  check("f64 dK (summed over each group)", err_vs_max(gk, dk, nkv), 1e-12);
+  check("f64 dV (summed over each group)", err_vs_max(gv, dv, nkv), 1e-12);
+  free(q), free(k), free(v), free(d_o), free(o), free(lse), free(dq), free(dk), free(dv);
+  free(got_o), free(got_l), free(gq), free(gk), free(gv);
 }
 
 static void cpu_mta(void) {
@@ -644,7 +682,7 @@ static void write_npy(const char* dir, const char* name, const double* x, size_t
 }
 
 /* Shapes of the CUDA runs: N and T not multiples of the kernels' tiles, causal, d = 64. */
-static const AttnShape kAttn = {2, 100, 100, 2, 64, 0.0, 1};
+static const AttnShape kAttn = {2, 100, 100, 2, 64, 0.0, 1, 0};
 static const MtaShape kMta = {1, 100, 2, 64, 2, 3, 0.0};
 static const StreamShape kStream = {300, 64, 64, 64, 3};
 
@@ -655,6 +693,7 @@ typedef struct {
   void *dec, *ws_dec;                                /* MTA decode */
   int64_t* idx;                                      /* STREAM estimate */
   void* so;                                          /* STREAM apply */
+  void *to, *edges, *ws_trace;                       /* STREAM trace (f32) */
 } Outputs;
 
 typedef struct {
@@ -662,10 +701,12 @@ typedef struct {
   flashlab_mta_problem mp;
   flashlab_stream_problem sp;
   size_t n_attn, n_stat, n_mta, n_mstat, n_w, n_dec, n_tok, n_idx;
-  size_t ws_bwd, ws_mbwd, ws_dec;
+  size_t ws_bwd, ws_mbwd, ws_dec, ws_trace;
   void *q, *k, *v, *d_o;          /* attention inputs */
   void *mq, *mk, *mv, *mw, *mdo;  /* MTA inputs */
   void *sq, *sk, *sv;             /* STREAM inputs */
+  void *tq, *tk, *tv;             /* STREAM trace inputs: the same values in f32 */
+  flashlab_stream_problem tp;     /* the trace's problem: sp with dtype f32 */
 } Inputs;
 
 static void alloc_outputs(const Inputs* in, Outputs* out) {
@@ -677,15 +718,18 @@ static void alloc_outputs(const Inputs* in, Outputs* out) {
   out->mdw = device_zeros(in->n_w * 4), out->ws_mbwd = device_zeros(in->ws_mbwd);
   out->dec = device_zeros(in->n_dec * 2), out->ws_dec = device_zeros(in->ws_dec);
   out->idx = (int64_t*)device_zeros(in->n_idx * 8), out->so = device_zeros(in->n_tok * 2);
+  out->to = device_zeros(in->n_tok * 4), out->edges = device_zeros(in->n_idx * sizeof(flashlab_stream_edge));
+  out->ws_trace = device_zeros(in->ws_trace);
 }
 
 /* Poisons every output with 0xFF bytes (NaN in bf16 and fp32): a result not written shows. */
 static void poison_outputs(const Inputs* in, Outputs* out) {
   void* all[] = {out->o, out->lse, out->dq, out->dk, out->dv, out->mo, out->mlse, out->mdq,
-                 out->mdk, out->mdv, out->mdw, out->dec, out->idx, out->so};
+                 out->mdk, out->mdv, out->mdw, out->dec, out->idx, out->so, out->to, out->edges};
   const size_t bytes[] = {in->n_attn * 2, in->n_stat * 4, in->n_attn * 2, in->n_attn * 2, in->n_attn * 2,
                           in->n_mta * 2,  in->n_mstat * 4, in->n_mta * 2, in->n_mta * 2, in->n_mta * 2,
-                          in->n_w * 4,    in->n_dec * 2,  in->n_idx * 8, in->n_tok * 2};
+                          in->n_w * 4,    in->n_dec * 2,  in->n_idx * 8, in->n_tok * 2, in->n_tok * 4,
+                          in->n_idx * sizeof(flashlab_stream_edge)};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) CUDA_CHECK(cudaMemset(all[i], 0xFF, bytes[i]));
 }
 
@@ -707,6 +751,8 @@ static void enqueue_all(const Inputs* in, Outputs* out, cudaStream_t stream) {
   CALL(flashlab_stream_estimate(&in->sp, dev, tensor(in->sq), tensor(in->sk), out->idx, NULL, 0, stream));
   CALL(flashlab_stream_apply(&in->sp, dev, tensor(in->sq), tensor(in->sk), tensor(in->sv), out->idx, tensor(out->so),
                              NULL, 0, stream));
+  CALL(flashlab_stream_trace(&in->tp, dev, tensor(in->tq), tensor(in->tk), tensor(in->tv), out->idx, tensor(out->to),
+                             (flashlab_stream_edge*)out->edges, out->ws_trace, in->ws_trace, stream));
 }
 
 static int run_cuda(const char* save_dir) {
@@ -754,6 +800,12 @@ static int run_cuda(const char* save_dir) {
   double *sq = random_array(in.n_tok), *sk = random_array(in.n_tok), *sv = random_array(in.n_tok);
   for (size_t i = 0; i < in.n_tok; ++i) sq[i] = floor(2.5 * sq[i]), sk[i] = floor(2.5 * sk[i]);
   in.sq = upload_bf16(sq, in.n_tok), in.sk = upload_bf16(sk, in.n_tok), in.sv = upload_bf16(sv, in.n_tok);
+  /* The trace (the clear fp32 kernels) on the same bf16-rounded values in f32, over the estimate's I. */
+  in.tp = in.sp;
+  in.tp.dtype = FLASHLAB_DTYPE_F32;
+  float *sq32 = to_float(sq, in.n_tok), *sk32 = to_float(sk, in.n_tok), *sv32 = to_float(sv, in.n_tok);
+  in.tq = upload(sq32, in.n_tok * 4), in.tk = upload(sk32, in.n_tok * 4), in.tv = upload(sv32, in.n_tok * 4);
+  CALL(flashlab_stream_trace_workspace_size(&in.tp, FLASHLAB_DEVICE_CUDA, &in.ws_trace));
 
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -767,17 +819,6 @@ static int run_cuda(const char* save_dir) {
   printf("CUDA, bf16 device memory, one non-default stream\n");
   enqueue_all(&in, &direct, stream);
   CUDA_CHECK(cudaStreamSynchronize(stream));
-
-  /* The STREAM trace has no device kernel: the library says so. */
-  {
-    flashlab_stream_edge* edges = NULL;
-    CUDA_CHECK(cudaMalloc((void**)&edges, in.n_idx * sizeof *edges));
-    const flashlab_status st = flashlab_stream_trace(&in.sp, FLASHLAB_DEVICE_CUDA, tensor(in.sq), tensor(in.sk),
-                                                     tensor(in.sv), direct.idx, tensor(NULL), edges, NULL, 0, stream);
-    printf("  STREAM trace on CUDA: %s (%s)\n", flashlab_status_name(st), flashlab_last_error());
-    check_true("STREAM trace on CUDA is refused as UNSUPPORTED", st == FLASHLAB_ERROR_UNSUPPORTED);
-    CUDA_CHECK(cudaFree(edges));
-  }
 
   /* Against the CPU reference (f64) on the same bf16-rounded values. */
   {
@@ -849,7 +890,31 @@ static int run_cuda(const char* save_dir) {
     printf("STREAM T=%lld d=%lld k=%lld vs the CPU reference:\n", (long long)ss.T, (long long)ss.d, (long long)ss.k);
     check_true("estimate: I equal to the CPU's", memcmp(I, g_I, in.n_idx * 8) == 0);
     check("apply O", err_vs_max(g_o, o, in.n_tok), 1e-2);
-    free(I), free(g_I), free(o), free(g_o);
+    /* The trace: the CPU's f32 trace on the same f32 values and the same I, record by record. */
+    flashlab_stream_problem tp = in.tp;
+    flashlab_stream_edge *e = NEW(flashlab_stream_edge, in.n_idx), *g_e = NEW(flashlab_stream_edge, in.n_idx);
+    float* to = NEW(float, in.n_tok);
+    CALL(flashlab_stream_trace(&tp, FLASHLAB_DEVICE_CPU, tensor(sq32), tensor(sk32), tensor(sv32), g_I, tensor(to), e,
+                               NULL, 0, NULL));
+    CUDA_CHECK(cudaMemcpy(g_e, direct.edges, in.n_idx * sizeof *g_e, cudaMemcpyDeviceToHost));
+    double* g_to = download_f32(direct.to, in.n_tok);
+    double* c_to = from_float(to, in.n_tok);
+    double *w[3], *g_w[3];
+    int ids_equal = 1;
+    for (int f = 0; f < 3; ++f) w[f] = NEW(double, in.n_idx), g_w[f] = NEW(double, in.n_idx);
+    for (size_t i = 0; i < in.n_idx; ++i) {
+      ids_equal &= e[i].q == g_e[i].q && e[i].r == g_e[i].r && e[i].slot == g_e[i].slot;
+      w[0][i] = e[i].score, w[1][i] = e[i].mass, w[2][i] = e[i].value_norm;
+      g_w[0][i] = g_e[i].score, g_w[1][i] = g_e[i].mass, g_w[2][i] = g_e[i].value_norm;
+    }
+    printf("STREAM trace on CUDA (f32, the estimate's I, %zu records) vs the CPU's f32 trace:\n", in.n_idx);
+    check_true("records (q, r, slot) equal to the CPU's", ids_equal);
+    check("score", err_vs_max(g_w[0], w[0], in.n_idx), 1e-5);
+    check("mass", err_vs_max(g_w[1], w[1], in.n_idx), 1e-5);
+    check("value norm", err_vs_max(g_w[2], w[2], in.n_idx), 1e-5);
+    check("O", err_vs_max(g_to, c_to, in.n_tok), 1e-5);
+    for (int f = 0; f < 3; ++f) free(w[f]), free(g_w[f]);
+    free(I), free(g_I), free(o), free(g_o), free(e), free(g_e), free(to), free(g_to), free(c_to);
   }
 
   /* The same calls captured in a graph, replayed twice: bit for bit the stream's results. */
@@ -883,11 +948,14 @@ static int run_cuda(const char* save_dir) {
   check_true("MTA decode bitwise", same_bytes(direct.dec, graphed.dec, in.n_dec * 2));
   check_true("STREAM I, O bitwise", same_bytes(direct.idx, graphed.idx, in.n_idx * 8) &&
                                         same_bytes(direct.so, graphed.so, in.n_tok * 2));
+  check_true("STREAM trace records, O bitwise",
+             same_bytes(direct.edges, graphed.edges, in.n_idx * sizeof(flashlab_stream_edge)) &&
+                 same_bytes(direct.to, graphed.to, in.n_tok * 4));
   CUDA_CHECK(cudaGraphExecDestroy(exec));
   CUDA_CHECK(cudaGraphDestroy(graph));
   CUDA_CHECK(cudaStreamDestroy(stream));
   free(aq), free(ak), free(av), free(ado), free(mq), free(mk), free(mv), free(mw), free(mdo), free(mw32);
-  free(sq), free(sk), free(sv);
+  free(sq), free(sk), free(sv), free(sq32), free(sk32), free(sv32);
   return 0;
 }
 #endif
@@ -916,6 +984,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   cpu_attention();
+  cpu_attention_gqa();
   cpu_mta();
   cpu_stream();
   if (cuda) {

@@ -12,7 +12,8 @@
  * - `FLASHLAB_DEVICE_CPU`: host memory, the CPU reference (Eigen), dtype f32 or f64. Present in
  *   every build. The reference copies strided inputs into its own dense tensors and the results
  *   back, so any strides are honoured.
- * - `FLASHLAB_DEVICE_CUDA`: device memory, the fast kernels (bf16 or f16 in, fp32 statistics),
+ * - `FLASHLAB_DEVICE_CUDA`: device memory, the fast kernels (bf16 or f16 in, fp32 statistics;
+ *   the STREAM trace runs the clear fp32 kernels on f32),
  *   launched on the given `cudaStream_t` (passed as `void*`; NULL is the legacy default stream).
  *   Only in builds with the CUDA kernels (flashlab_has_cuda()); elsewhere the call returns
  *   FLASHLAB_ERROR_UNSUPPORTED. A CUDA call performs no host copy and no device-wide
@@ -49,10 +50,13 @@
  *
  * **Versioning.** Problem structs start with `struct_size` (set it to sizeof the struct, or use
  * the `flashlab_*_defaults()` initialisers); fields are only ever appended, so a caller built
- * against an older header keeps working. A struct_size below this version's size is refused
+ * against an older header keeps working: a struct_size of an earlier minor version's struct is
+ * read as that struct, the fields appended since taking their defaults (those of
+ * `flashlab_*_defaults()`). Any other struct_size below this version's size is refused
  * (FLASHLAB_ERROR_INVALID_ARGUMENT); a larger one (a newer header) is accepted when every byte
  * past the fields this library knows is zero, else refused with FLASHLAB_ERROR_UNSUPPORTED.
- * FLASHLAB_ABI_VERSION changes only when an existing field or function changes meaning.
+ * FLASHLAB_ABI_VERSION changes only when an existing field or function changes meaning;
+ * FLASHLAB_ABI_MINOR counts the additions (fields appended, functions added) within it.
  */
 #ifndef FLASHLAB_H
 #define FLASHLAB_H
@@ -66,6 +70,9 @@ extern "C" {
 
 /** The ABI this header describes; flashlab_abi_version() returns the library's. */
 #define FLASHLAB_ABI_VERSION 1
+/** Additions within FLASHLAB_ABI_VERSION: 1 appended the window and packed-sequence fields of
+ *  flashlab_attention_problem and let flashlab_stream_trace() run on CUDA. */
+#define FLASHLAB_ABI_MINOR 1
 
 /** Marks the exported symbols (the library is built with hidden visibility otherwise). */
 #if defined(FLASHLAB_BUILDING_LIBRARY)
@@ -123,23 +130,52 @@ FLASHLAB_API const char* flashlab_status_name(flashlab_status status);
  * Attention: O = softmax(scale · Q Kᵀ + mask) V, forward and backward.
  * ------------------------------------------------------------------------------------------- */
 
-/** One attention problem. Build with flashlab_attention_defaults(), then set the fields. */
+/** One attention problem. Build with flashlab_attention_defaults(), then set the fields.
+ *
+ *  **Grouped-query attention**: `heads_kv` = H_kv divides H; query head h reads key/value head
+ *  h / (H / H_kv) (H_kv = 1 is multi-query attention); dK and dV are sums over each group.
+ *
+ *  **The mask** (per sequence, i and j counted from its first query and key, diagonal
+ *  bottom-right aligned with offset = N_k − N): query i sees key j iff 0 ≤ j < N_k and, when
+ *  `causal`, j ≤ i + offset; when `window_left` ≥ 0, j ≥ i + offset − window_left; when
+ *  `window_right` ≥ 0, j ≤ i + offset + window_right (FlashAttention's `window_size`). A row that
+ *  sees no key gets O = 0, LSE = −∞ and zero gradients.
+ *
+ *  **Packed sequences** (FlashAttention's varlen interface): set `cu_seqlens_q` and
+ *  `cu_seqlens_k` to the B + 1 prefix sums of the query and key lengths (int32, in the call's
+ *  memory: host for FLASHLAB_DEVICE_CPU; the CUDA kernels take no packed sequences yet and refuse
+ *  them with FLASHLAB_ERROR_UNSUPPORTED), `batch` to B, `seq_q` and `seq_k` to max_seqlen_q and
+ *  max_seqlen_k (at least the longest query and key sequence), `total_q` and `total_k` to the rows
+ *  of the packed tensors. Sequence b owns query rows cu_seqlens_q[b] … cu_seqlens_q[b+1] − 1 and
+ *  key rows cu_seqlens_k[b] … cu_seqlens_k[b+1] − 1. Tensors are then `[total_q, H, d]` (q, o,
+ *  d_o, dq) and `[total_k, H_kv, d]` (k, v, dk, dv), given as flashlab_tensor with stride[1] the
+ *  row stride and stride[2] the head stride (stride[0] is not read); LSE is `[H, total_q]`. Each
+ *  list starts at 0, never decreases (a repeated entry is an empty sequence) and ends at the
+ *  total. */
 typedef struct flashlab_attention_problem {
   size_t struct_size;     /**< sizeof(flashlab_attention_problem) */
-  int64_t batch;          /**< B (≥ 1) */
-  int64_t seq_q;          /**< N, queries (≥ 1) */
-  int64_t seq_k;          /**< N_k, keys and values; 0 means N_k = N. The CUDA kernels take N_k = N only */
+  int64_t batch;          /**< B (≥ 1): sequences */
+  int64_t seq_q;          /**< N, queries (≥ 1); packed: max_seqlen_q */
+  int64_t seq_k;          /**< N_k, keys and values; 0 means N_k = N; packed: max_seqlen_k */
   int64_t heads;          /**< H, query heads (≥ 1) */
-  int64_t heads_kv;       /**< H_kv, key/value heads; 0 means H_kv = H. Only H_kv = H is supported yet */
+  int64_t heads_kv;       /**< H_kv, key/value heads, dividing H; 0 means H_kv = H */
   int64_t head_dim;       /**< d (≥ 1; the CUDA kernels take 64 or 128) */
   double scale;           /**< softmax scale; 0 means 1/√d */
   int causal;             /**< 1: query i sees key j iff j ≤ i + N_k − N (bottom-right aligned); 0 or 1 */
   flashlab_dtype dtype;   /**< element type of Q, K, V, O, dO, dQ, dK, dV */
   int deterministic;      /**< backward: 1 = bit-reproducible dQ (fixed summation order; the CPU always is) */
+  /* Appended in FLASHLAB_ABI_MINOR 1: a caller built without them gets the defaults below. */
+  int64_t window_left;    /**< keys seen left of the diagonal; −1 (the default) unbounded, else 0 … 2^31 − 1 */
+  int64_t window_right;   /**< keys seen right of the diagonal; −1 (the default) unbounded, else 0 … 2^31 − 1 */
+  const int32_t* cu_seqlens_q; /**< packed: B + 1 query prefix sums; NULL (the default): dense `[B, N, H, d]` */
+  const int32_t* cu_seqlens_k; /**< packed: B + 1 key prefix sums; NULL exactly when cu_seqlens_q is */
+  int64_t total_q;        /**< packed: rows of q (= cu_seqlens_q[B]); 0 when dense */
+  int64_t total_k;        /**< packed: rows of k and v (= cu_seqlens_k[B]); 0 when dense */
 } flashlab_attention_problem;
 
 /** A problem with every field at its default: B = 1, H = 1, N_k = N, H_kv = H, scale 1/√d,
- *  not causal, bf16, not deterministic; seq_q and head_dim 0 (to be set). */
+ *  not causal, bf16, not deterministic, no window (−1, −1), dense; seq_q and head_dim 0 (to be
+ *  set). */
 FLASHLAB_API flashlab_attention_problem flashlab_attention_defaults(void);
 
 /** Checks `problem` for `device` without running anything: FLASHLAB_OK, or the status and
@@ -154,8 +190,9 @@ FLASHLAB_API flashlab_status flashlab_attention_forward_workspace_size(
     const flashlab_attention_problem* problem, flashlab_device device, size_t* bytes);
 
 /** Forward pass. q `[B, N, H, d]`, k and v `[B, N_k, H_kv, d]`, o `[B, N, H, d]` (written),
- *  lse `[B, H, N]` contiguous (written; may be NULL when not wanted). A fully masked row
- *  (causal with N > N_k) gets O = 0 and LSE = −∞. `workspace` holds at least the size query's
+ *  lse `[B, H, N]` contiguous (written; may be NULL when not wanted); packed sequences as the
+ *  problem's comment says. A row that sees no key (causal with N > N_k, a window that misses
+ *  every key) gets O = 0 and LSE = −∞. `workspace` holds at least the size query's
  *  bytes (NULL if 0); `stream` is a cudaStream_t for CUDA, ignored on the CPU. On CUDA the fastest
  *  forward kernel built for the device runs (the TMA + warp-specialised one on an H100). */
 FLASHLAB_API flashlab_status flashlab_attention_forward(const flashlab_attention_problem* problem,
@@ -247,10 +284,12 @@ typedef struct flashlab_stream_problem {
   int64_t block_q;         /**< b_q, query-block size (CUDA: 64) */
   int64_t block_k;         /**< b_k, key-block size (CUDA: 64) */
   int64_t k_blocks;        /**< k, key blocks kept per query block */
-  flashlab_dtype dtype;    /**< element type of Q, K, V, O (the CUDA estimate: bf16) */
+  flashlab_dtype dtype;    /**< element type of Q, K, V, O (the CUDA estimate: bf16; the CUDA trace: f32) */
   /** Optional user block mask, n_q × n_k bytes 0/1 on the host; NULL = causal only. The CUDA
    *  estimate takes the causal mask only (a user mask is refused with
-   *  FLASHLAB_ERROR_UNSUPPORTED); the CUDA apply reads only `indices`. */
+   *  FLASHLAB_ERROR_UNSUPPORTED: its kernel reads the mask packed in device memory, which only a
+   *  host-to-device copy could make from these bytes, and no CUDA call copies); the CUDA apply and
+   *  trace read only `indices`. */
   const uint8_t* mask;
 } flashlab_stream_problem;
 
@@ -291,10 +330,17 @@ typedef struct flashlab_stream_edge {
   float value_norm;   /**< ‖Σ p·V‖₂ over the block pair */
 } flashlab_stream_edge;
 
+/** Scratch of the trace (`*bytes`): 0 on the CPU; on CUDA the per-row softmax statistics, room
+ *  for O and the kernel's wide records before they are narrowed into `edges`. */
+FLASHLAB_API flashlab_status flashlab_stream_trace_workspace_size(const flashlab_stream_problem* problem,
+                                                                  flashlab_device device, size_t* bytes);
 /** Edge records of a trace, one per entry of `indices` in row-major (q, slot) order: n_q·k
- *  records in `edges` (host memory); an empty entry (−1) gives r = −1 and zero weights. Also
- *  writes o `[T, d]` unless o.data is NULL. CPU only: no trace kernel takes device memory yet,
- *  so FLASHLAB_DEVICE_CUDA returns FLASHLAB_ERROR_UNSUPPORTED. */
+ *  records in `edges`; an empty entry (−1) gives r = −1 and zero weights. Also writes o `[T, d]`
+ *  unless o.data is NULL. On the CPU everything is host memory. On CUDA (the clear fp32 kernels:
+ *  dtype FLASHLAB_DTYPE_F32 only, k ≤ 65535) q, k, v, o, `indices` and `edges` are device memory,
+ *  the records are written on `stream` with no host copy, and `workspace` holds the size query's
+ *  bytes; `indices` are trusted as in flashlab_stream_apply(). The records agree with the CPU's on
+ *  the same inputs up to fp32 rounding (the kernel sums in another order). */
 FLASHLAB_API flashlab_status flashlab_stream_trace(const flashlab_stream_problem* problem, flashlab_device device,
                                                    flashlab_tensor q, flashlab_tensor k, flashlab_tensor v,
                                                    const int64_t* indices, flashlab_tensor o,

@@ -11,7 +11,9 @@
 #include "flashlab/cuda/fast_attention.hpp"
 #endif
 
+#include <climits>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <sstream>
 #include <vector>
@@ -35,28 +37,88 @@ struct Attention {
 
 #if FLASHLAB_CAPI_HAVE_CUDA
 namespace fc = flashlab::cuda;
-
-// The fast kernels' limits: check_fast_problem() states them; N_k = N and the 32-bit element
-// count are enforced where the launch builds its parameters, so they are checked here as well for
-// flashlab_attention_check() and the size queries to see them before any launch.
-void cuda_limits(const Attention& a) {
-  kernel_limits("the CUDA kernels refuse this problem", [&] { fc::check_fast_problem(a.p); });
-  if (a.p.n_k() != a.p.n_q())
-    fail(FLASHLAB_ERROR_UNSUPPORTED,
-         "problem->seq_k = " + std::to_string(a.abi.seq_k) + " differs from seq_q = " + std::to_string(a.abi.seq_q) +
-             ": the CUDA kernels take N_k = N",
-         "run N_k != N on FLASHLAB_DEVICE_CPU");
-  const std::int64_t numel = a.abi.batch * a.abi.seq_q * a.abi.heads * a.abi.head_dim;
-  if (numel >= (std::int64_t(1) << 31))
-    fail(FLASHLAB_ERROR_UNSUPPORTED,
-         "B·N·H·d = " + std::to_string(numel) + " is not below 2^31: the CUDA kernels index with 32-bit integers",
-         "split the batch or the heads over several calls");
-}
 #endif
+
+// The size of flashlab_attention_problem in ABI minor version 0, before the window and packed
+// fields: a caller built with that header passes it, and gets those fields' defaults.
+constexpr std::size_t kProblemSizeMinor0 = offsetof(flashlab_attention_problem, window_left);
+
+// One prefix-sum list read from the caller's host memory (B + 1 entries), checked for what the
+// reference cannot see: negative entries and the last entry against the packed tensor's rows.
+// The reference checks the rest (starts at 0, never decreases).
+std::vector<std::int32_t> prefix_sums(const char* field, const std::int32_t* cu, std::size_t entries,
+                                      const char* total_field, std::int64_t total) {
+  std::vector<std::int32_t> out(cu, cu + entries);
+  for (std::size_t b = 0; b < entries; ++b)
+    if (out[b] < 0)
+      fail(FLASHLAB_ERROR_INVALID_ARGUMENT,
+           std::string("problem->") + field + "[" + std::to_string(b) + "] = " + std::to_string(out[b]) + " is negative",
+           "prefix sums of the sequence lengths: 0, len_0, len_0 + len_1, ...");
+  if (out.back() != total)
+    fail(FLASHLAB_ERROR_INVALID_ARGUMENT,
+         std::string("problem->") + field + "[" + std::to_string(entries - 1) + "] = " + std::to_string(out.back()) +
+             " differs from problem->" + total_field + " = " + std::to_string(total),
+         "the last prefix sum is the packed tensor's rows; B = problem->batch sequences take B + 1 entries");
+  return out;
+}
+
+// The packed sequences of a problem with cu_seqlens set, checked against seq_q and seq_k
+// (max_seqlen_q, max_seqlen_k: at least the longest sequence).
+ref::PackedSequences packed_sequences(const flashlab_attention_problem& s) {
+  if ((s.cu_seqlens_q == nullptr) != (s.cu_seqlens_k == nullptr))
+    fail(FLASHLAB_ERROR_INVALID_ARGUMENT,
+         std::string("problem->") + (s.cu_seqlens_q ? "cu_seqlens_k" : "cu_seqlens_q") + " is NULL but " +
+             (s.cu_seqlens_q ? "cu_seqlens_q" : "cu_seqlens_k") + " is set",
+         "packed sequences take both prefix-sum lists (the same pointer twice for self-attention)");
+  const std::size_t entries = std::size_t(s.batch) + 1;
+  ref::PackedSequences packed(prefix_sums("cu_seqlens_q", s.cu_seqlens_q, entries, "total_q", s.total_q),
+                              prefix_sums("cu_seqlens_k", s.cu_seqlens_k, entries, "total_k", s.total_k));
+  const std::int64_t seq_k = s.seq_k ? s.seq_k : s.seq_q;
+  if (std::int64_t(packed.max_len_q()) > s.seq_q)
+    fail(FLASHLAB_ERROR_INVALID_ARGUMENT,
+         "problem->cu_seqlens_q holds a sequence of " + std::to_string(packed.max_len_q()) +
+             " queries, longer than problem->seq_q = " + std::to_string(s.seq_q) + " (max_seqlen_q)",
+         "set seq_q to the longest query sequence");
+  if (std::int64_t(packed.max_len_k()) > seq_k)
+    fail(FLASHLAB_ERROR_INVALID_ARGUMENT,
+         "problem->cu_seqlens_k holds a sequence of " + std::to_string(packed.max_len_k()) +
+             " keys, longer than problem->seq_k = " + std::to_string(seq_k) + " (max_seqlen_k)",
+         "set seq_k to the longest key sequence (0 means seq_q)");
+  return packed;
+}
+
+// The reference's refusal of a field, renamed to this struct's field: "problem->seq_q" for the
+// reference's "seq", and so on for every field it names.
+[[noreturn]] void refuse_field(const ref::ProblemError& e) {
+  const std::string& f = e.field();
+  const std::string field = f == "seq" ? "seq_q" : f;
+  fail(FLASHLAB_ERROR_INVALID_ARGUMENT, "problem->" + field + ": " + e.what());
+}
+
+void validated(const ref::AttentionProblem& p) {
+  try {
+    p.validate();
+  } catch (const ref::ProblemError& e) {
+    refuse_field(e);
+  }
+}
+
+ref::PackedSequences validated_packed(const flashlab_attention_problem& s) {
+  try {
+    return packed_sequences(s);
+  } catch (const ref::ProblemError& e) {
+    refuse_field(e);
+  }
+}
+
+void require_window(const char* field, std::int64_t v) {
+  require_range(field, v, -1, ref::kMaxWindow, "keys seen on that side of the diagonal; -1 means unbounded");
+}
 
 Attention checked_problem(const flashlab_attention_problem* problem, flashlab_device device) {
   Attention a;
-  a.abi = read_struct(problem, "problem", "flashlab_attention_problem");
+  a.abi = read_struct(problem, "problem", "flashlab_attention_problem", flashlab_attention_defaults(),
+                      {kProblemSizeMinor0});
   check_device(device);
   const flashlab_attention_problem& s = a.abi;
   require_range("problem->batch", s.batch, 1, kMaxDim, "tensors are [B, N, H, d]; B is at least 1");
@@ -73,35 +135,53 @@ Attention checked_problem(const flashlab_attention_problem* problem, flashlab_de
   }
   require_range("problem->causal", s.causal, 0, 1, "0 (no mask) or 1 (causal)");
   require_range("problem->deterministic", s.deterministic, 0, 1, "0 or 1");
+  require_window("problem->window_left", s.window_left);
+  require_window("problem->window_right", s.window_right);
   check_dtype(s.dtype, device, "problem->dtype");
+  const bool packed = s.cu_seqlens_q != nullptr || s.cu_seqlens_k != nullptr;
+  const char* total_hint = packed ? "the rows of the packed tensor (the last prefix sum)"
+                                  : "total_q and total_k are for packed sequences: 0 unless cu_seqlens are set";
+  require_range("problem->total_q", s.total_q, 0, packed ? INT32_MAX : 0, total_hint);
+  require_range("problem->total_k", s.total_k, 0, packed ? INT32_MAX : 0, total_hint);
   const std::int64_t seq_k = s.seq_k ? s.seq_k : s.seq_q;
   const std::int64_t heads_kv = s.heads_kv ? s.heads_kv : s.heads;
-  if (heads_kv != s.heads) {
-    if (s.heads % heads_kv != 0)
-      fail(FLASHLAB_ERROR_INVALID_ARGUMENT,
-           "problem->heads_kv = " + std::to_string(heads_kv) + " does not divide heads = " + std::to_string(s.heads),
-           "each key/value head serves H / H_kv query heads");
-    fail(FLASHLAB_ERROR_UNSUPPORTED,
-         "problem->heads_kv = " + std::to_string(heads_kv) + " differs from heads = " + std::to_string(s.heads) +
-             ": grouped-query attention (H_kv < H) is not supported yet",
-         "repeat each key/value head H / H_kv times into [B, N_k, H, d] tensors and set heads_kv = 0");
-  }
-  (void)checked_product({s.batch, s.seq_q, s.heads, s.head_dim}, "B·N·H·d");
-  (void)checked_product({s.batch, seq_k, heads_kv, s.head_dim}, "B·N_k·H_kv·d");
-  a.stats = checked_product({s.batch, s.heads, s.seq_q}, "B·H·N");
-  a.p.batch = std::size_t(s.batch);
-  a.p.seq = std::size_t(s.seq_q);
-  a.p.seq_k = seq_k == s.seq_q ? 0 : std::size_t(seq_k);
   a.p.heads = std::size_t(s.heads);
+  a.p.heads_kv = heads_kv == s.heads ? 0 : std::size_t(heads_kv);
   a.p.head_dim = std::size_t(s.head_dim);
   a.p.causal = s.causal != 0;
   a.p.scale = s.scale;
   a.p.dtype = to_ref_dtype(s.dtype);
-  a.p.validate();
-  a.q_ext = Extents{s.batch, s.seq_q, s.heads, s.head_dim};
-  a.kv_ext = Extents{s.batch, seq_k, heads_kv, s.head_dim};
+  a.p.window_left = s.window_left;
+  a.p.window_right = s.window_right;
+  if (packed) {
+    // Reading device-side prefix sums would take a host copy and a synchronisation, which no CUDA
+    // call makes; the kernels take no packed sequences yet either.
+    if (device == FLASHLAB_DEVICE_CUDA)
+      fail(FLASHLAB_ERROR_UNSUPPORTED,
+           "problem->cu_seqlens_q is set: the CUDA front door has no entry for packed sequences on device memory yet",
+           "run packed sequences on FLASHLAB_DEVICE_CPU, or pad them into a dense [B, N, H, d] batch");
+    (void)checked_product({s.total_q, s.heads, s.head_dim}, "total_q·H·d");
+    (void)checked_product({s.total_k, heads_kv, s.head_dim}, "total_k·H_kv·d");
+    a.stats = checked_product({s.heads, s.total_q}, "H·total_q");
+    a.p.set_packed(validated_packed(s));
+    a.q_ext = Extents{1, s.total_q, s.heads, s.head_dim};
+    a.kv_ext = Extents{1, s.total_k, heads_kv, s.head_dim};
+  } else {
+    (void)checked_product({s.batch, s.seq_q, s.heads, s.head_dim}, "B·N·H·d");
+    (void)checked_product({s.batch, seq_k, heads_kv, s.head_dim}, "B·N_k·H_kv·d");
+    a.stats = checked_product({s.batch, s.heads, s.seq_q}, "B·H·N");
+    a.p.batch = std::size_t(s.batch);
+    a.p.seq = std::size_t(s.seq_q);
+    a.p.seq_k = seq_k == s.seq_q ? 0 : std::size_t(seq_k);
+    a.q_ext = Extents{s.batch, s.seq_q, s.heads, s.head_dim};
+    a.kv_ext = Extents{s.batch, seq_k, heads_kv, s.head_dim};
+  }
+  validated(a.p);
 #if FLASHLAB_CAPI_HAVE_CUDA
-  if (device == FLASHLAB_DEVICE_CUDA) cuda_limits(a);
+  // The kernels' limits, stated once by their front door (check_fast_problem); any it states only
+  // where a launch builds its parameters surfaces there, with the same status.
+  if (device == FLASHLAB_DEVICE_CUDA)
+    kernel_limits("the CUDA kernels refuse this problem", [&] { fc::check_fast_problem(a.p); });
 #endif
   return a;
 }
@@ -173,6 +253,8 @@ FLASHLAB_API flashlab_attention_problem flashlab_attention_defaults(void) {
   p.batch = 1;
   p.heads = 1;
   p.dtype = FLASHLAB_DTYPE_BF16;
+  p.window_left = -1;
+  p.window_right = -1;
   return p;
 }
 

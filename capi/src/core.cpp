@@ -40,15 +40,6 @@ constexpr std::size_t kMaxStructSize = 4096;
 // Largest byte extent of one tensor: offsets and sizes stay far from 64-bit overflow.
 constexpr std::int64_t kMaxBytes = std::int64_t(1) << 62;
 
-const char* dtype_name(flashlab_dtype dtype) {
-  switch (dtype) {
-    case FLASHLAB_DTYPE_F32: return "FLASHLAB_DTYPE_F32";
-    case FLASHLAB_DTYPE_F64: return "FLASHLAB_DTYPE_F64";
-    case FLASHLAB_DTYPE_BF16: return "FLASHLAB_DTYPE_BF16";
-    case FLASHLAB_DTYPE_F16: return "FLASHLAB_DTYPE_F16";
-  }
-  return "?";
-}
 
 #if FLASHLAB_CAPI_HAVE_CUDA
 // Refuses a pointer the GPU cannot address as device memory: a kernel reading host memory would
@@ -76,6 +67,16 @@ void require_device_memory(const char* name, const void* p) {
 #endif
 
 }  // namespace
+
+const char* dtype_name(flashlab_dtype dtype) {
+  switch (dtype) {
+    case FLASHLAB_DTYPE_F32: return "FLASHLAB_DTYPE_F32";
+    case FLASHLAB_DTYPE_F64: return "FLASHLAB_DTYPE_F64";
+    case FLASHLAB_DTYPE_BF16: return "FLASHLAB_DTYPE_BF16";
+    case FLASHLAB_DTYPE_F16: return "FLASHLAB_DTYPE_F16";
+  }
+  return "?";
+}
 
 void fail(flashlab_status status, const std::string& what, const std::string& hint) {
   throw Error(status, hint.empty() ? what : what + " (hint: " + hint + ")");
@@ -131,7 +132,8 @@ void rethrow_as_unsupported(const char* context) {
   }
 }
 
-void check_struct(const void* p, std::size_t known, const char* arg, const char* type_name) {
+std::size_t check_struct(const void* p, std::size_t known, std::initializer_list<std::size_t> earlier, const char* arg,
+                         const char* type_name) {
   std::string defaults = type_name;  // flashlab_attention_problem → flashlab_attention_defaults()
   defaults = defaults.substr(0, defaults.rfind('_')) + "_defaults()";
   if (p == nullptr)
@@ -141,10 +143,13 @@ void check_struct(const void* p, std::size_t known, const char* arg, const char*
   std::memcpy(&size, p, sizeof size);
   const std::string field = std::string(arg) + "->struct_size = " + std::to_string(size);
   const std::string set_it = "set it to sizeof(" + std::string(type_name) + "), or start from " + defaults;
+  for (const std::size_t e : earlier)
+    if (size == e) return size;  // an earlier minor version's struct: the rest takes the defaults
   if (size < known)
     fail(FLASHLAB_ERROR_INVALID_ARGUMENT,
          field + " is below sizeof(" + type_name + ") = " + std::to_string(known) + " of ABI version " +
-             std::to_string(FLASHLAB_ABI_VERSION),
+             std::to_string(FLASHLAB_ABI_VERSION) + "." + std::to_string(FLASHLAB_ABI_MINOR) +
+             " and is no earlier version's size",
          set_it);
   if (size > kMaxStructSize)
     fail(FLASHLAB_ERROR_INVALID_ARGUMENT, field + " is not the size of a " + type_name, set_it);
@@ -155,6 +160,7 @@ void check_struct(const void* p, std::size_t known, const char* arg, const char*
            field + " sets fields past the " + std::to_string(known) + " bytes this library (ABI version " +
                std::to_string(FLASHLAB_ABI_VERSION) + ") knows",
            "link the libflashlab.so of the header you built with, or leave the newer fields at their defaults");
+  return known;
 }
 
 void require_pointer(const void* p, const char* arg) {

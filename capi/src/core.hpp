@@ -73,17 +73,21 @@ void kernel_limits(const char* context, Body&& body) {
   }
 }
 
-/// Checks `p` (not NULL) and its struct_size against the `known` bytes of this version (see
-/// flashlab.h, "Versioning").
-void check_struct(const void* p, std::size_t known, const char* arg, const char* type_name);
+/// Checks `p` (not NULL) and its struct_size against the `known` bytes of this version and the
+/// sizes of the same struct in `earlier` minor versions (see flashlab.h, "Versioning"); returns
+/// the bytes to read from the caller: min(struct_size, known).
+std::size_t check_struct(const void* p, std::size_t known, std::initializer_list<std::size_t> earlier, const char* arg,
+                         const char* type_name);
 
 /// Copies a caller's versioned struct: checks `p` and its struct_size and returns the fields this
-/// library knows.
+/// library knows; a struct of an earlier minor version (its size in `earlier`) gets the fields
+/// appended since from `defaults` (the flashlab_*_defaults() values).
 template <typename T>
-T read_struct(const T* p, const char* arg, const char* type_name) {
-  check_struct(p, sizeof(T), arg, type_name);
-  T out;
-  std::memcpy(&out, p, sizeof(T));
+T read_struct(const T* p, const char* arg, const char* type_name, const T& defaults,
+              std::initializer_list<std::size_t> earlier = {}) {
+  const std::size_t bytes = check_struct(p, sizeof(T), earlier, arg, type_name);
+  T out = defaults;
+  std::memcpy(static_cast<void*>(&out), p, bytes);
   return out;
 }
 
@@ -95,6 +99,9 @@ void check_device(flashlab_device device);
 
 /// Checks the dtype value and that `device` computes in it: f32/f64 on the CPU, bf16/f16 on CUDA.
 void check_dtype(flashlab_dtype dtype, flashlab_device device, const char* field);
+
+/// The enumerator's name of a dtype, e.g. "FLASHLAB_DTYPE_BF16" ("?" for a value that is none).
+const char* dtype_name(flashlab_dtype dtype);
 
 /// Bytes of one element of `dtype` (Q, K, V, O and their gradients).
 std::size_t element_bytes(flashlab_dtype dtype);

@@ -70,7 +70,7 @@ void cuda_limits(Mta& m) {
 
 Mta checked_problem(const flashlab_mta_problem* problem, flashlab_device device) {
   Mta m;
-  m.abi = read_struct(problem, "problem", "flashlab_mta_problem");
+  m.abi = read_struct(problem, "problem", "flashlab_mta_problem", flashlab_mta_defaults());
   check_device(device);
   const flashlab_mta_problem& s = m.abi;
   require_range("problem->batch", s.batch, 1, kMaxDim, "tensors are [B, N, H, d]; B is at least 1");

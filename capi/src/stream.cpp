@@ -12,6 +12,7 @@
 #endif
 
 #include <climits>
+#include <cstddef>
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -37,7 +38,7 @@ struct Stream {
 // The fields every pass and the query-block count share (no device involved).
 Stream checked_fields(const flashlab_stream_problem* problem) {
   Stream s;
-  s.abi = read_struct(problem, "problem", "flashlab_stream_problem");
+  s.abi = read_struct(problem, "problem", "flashlab_stream_problem", flashlab_stream_defaults());
   const flashlab_stream_problem& a = s.abi;
   require_range("problem->tokens", a.tokens, 1, kMaxDim, "T, the tokens of the head; at least 1");
   require_range("problem->head_dim", a.head_dim, 1, kMaxDim, "give the head dimension, e.g. 64");
@@ -70,9 +71,13 @@ fs::FastApplyShape apply_shape(const Stream& s) {
 // The fast kernels' limits, stated by check_fast_estimate() and check_fast_apply().
 void cuda_limits(const Stream& s, Pass pass) {
   const flashlab_stream_problem& a = s.abi;
-  if (pass == Pass::trace)
-    fail(FLASHLAB_ERROR_UNSUPPORTED, "the trace has no kernel on device memory yet",
-         "run flashlab_stream_trace with FLASHLAB_DEVICE_CPU on host copies; estimate and apply run on CUDA");
+  if (pass == Pass::trace) {
+    // The trace runs the clear fp32 kernels; their limits are make_problem's, checked by the size
+    // query of the same front door.
+    kernel_limits("the CUDA trace refuses this problem",
+                  [&] { (void)fs::stream_trace_workspace_bytes(s.g, 1, std::size_t(a.head_dim)); });
+    return;
+  }
   if (pass == Pass::estimate) {
     if (a.dtype != FLASHLAB_DTYPE_BF16)
       fail(FLASHLAB_ERROR_UNSUPPORTED, "problem->dtype = FLASHLAB_DTYPE_F16: the CUDA estimate takes BF16 only",
@@ -98,7 +103,17 @@ void cuda_limits(const Stream& s, Pass pass) {
 Stream checked_problem(const flashlab_stream_problem* problem, flashlab_device device, Pass pass) {
   Stream s = checked_fields(problem);
   check_device(device);
-  check_dtype(s.abi.dtype, device, "problem->dtype");
+  if (device == FLASHLAB_DEVICE_CUDA && pass == Pass::trace) {
+    // The one CUDA entry of the ABI on fp32: the trace kernel computes its records in fp32/fp64
+    // from fp32 inputs (the clear kernels).
+    if (s.abi.dtype != FLASHLAB_DTYPE_F32)
+      fail(FLASHLAB_ERROR_UNSUPPORTED,
+           std::string("problem->dtype = ") + dtype_name(s.abi.dtype) +
+               " for flashlab_stream_trace on FLASHLAB_DEVICE_CUDA: the trace kernel takes FLASHLAB_DTYPE_F32",
+           "pass float32 q, k, v (estimate and apply take BF16 or F16)");
+  } else {
+    check_dtype(s.abi.dtype, device, "problem->dtype");
+  }
 #if FLASHLAB_CAPI_HAVE_CUDA
   if (device == FLASHLAB_DEVICE_CUDA) cuda_limits(s, pass);
 #else
@@ -148,6 +163,17 @@ void cpu_apply(const Stream& s, const Qkv& in, const std::int64_t* indices, cons
         flashlab_stream_edge{std::int32_t(e.q),   std::int32_t(e.r),  std::int32_t(e.slot),
                              float(e.score),      float(e.mass),      float(e.value_norm)};
 }
+
+#if FLASHLAB_CAPI_HAVE_CUDA
+// The CUDA trace's workspace: the front door's scratch (μ, λ and room for O), then, from the next
+// 256-byte boundary, the front door's wide records, which the narrowing writes into `edges`.
+std::size_t trace_records_offset(const Stream& s) {
+  return (fs::stream_trace_workspace_bytes(s.g, 1, std::size_t(s.abi.head_dim)) + 255) / 256 * 256;
+}
+std::size_t trace_workspace(const Stream& s) {
+  return trace_records_offset(s) + std::size_t(s.n_q) * s.k * sizeof(rs::Edge);
+}
+#endif
 
 void zero_workspace(const flashlab_stream_problem* problem, flashlab_device device, size_t* bytes, Pass pass) {
   (void)checked_problem(problem, device, pass);
@@ -240,6 +266,20 @@ FLASHLAB_API flashlab_status flashlab_stream_apply(const flashlab_stream_problem
   });
 }
 
+FLASHLAB_API flashlab_status flashlab_stream_trace_workspace_size(const flashlab_stream_problem* problem,
+                                                                  flashlab_device device, size_t* bytes) {
+  return guard("flashlab_stream_trace_workspace_size", [&] {
+    const Stream s = checked_problem(problem, device, Pass::trace);
+    require_pointer(bytes, "bytes");
+    *bytes = 0;
+#if FLASHLAB_CAPI_HAVE_CUDA
+    if (device == FLASHLAB_DEVICE_CUDA) *bytes = trace_workspace(s);
+#else
+    (void)s;
+#endif
+  });
+}
+
 FLASHLAB_API flashlab_status flashlab_stream_trace(const flashlab_stream_problem* problem, flashlab_device device,
                                                    flashlab_tensor q, flashlab_tensor k, flashlab_tensor v,
                                                    const int64_t* indices, flashlab_tensor o,
@@ -257,11 +297,33 @@ FLASHLAB_API flashlab_status flashlab_stream_trace(const flashlab_stream_problem
     std::optional<Strided> os;
     if (o.data != nullptr) os = tensor_arg("o", o, s.ext, dt, device, Role::output);
     array_arg("edges", edges, device);
+    if (device == FLASHLAB_DEVICE_CPU) {
+      (void)workspace;
+      (void)workspace_bytes;
+      (void)stream;
+      if (dt == FLASHLAB_DTYPE_F64) cpu_apply<double>(s, in, indices, os, edges);
+      else cpu_apply<float>(s, in, indices, os, edges);
+      return;
+    }
+#if FLASHLAB_CAPI_HAVE_CUDA
+    workspace_arg(workspace, workspace_bytes, trace_workspace(s), device);
+    auto* records = reinterpret_cast<rs::Edge*>(static_cast<char*>(workspace) + trace_records_offset(s));
+    static_assert(sizeof(fs::CompactEdge) == sizeof(flashlab_stream_edge) &&
+                      offsetof(fs::CompactEdge, slot) == offsetof(flashlab_stream_edge, slot) &&
+                      offsetof(fs::CompactEdge, value_norm) == offsetof(flashlab_stream_edge, value_norm),
+                  "the narrowed records are flashlab_stream_edge");
+    kernel_limits("the CUDA trace refuses this problem", [&] {
+      fs::stream_trace_device(block_mask(s), 1, std::size_t(s.abi.head_dim), std::size_t(s.abi.head_dim), s.k,
+                              reinterpret_cast<const float*>(in.q.data), reinterpret_cast<const float*>(in.k.data),
+                              reinterpret_cast<const float*>(in.v.data), indices,
+                              os ? reinterpret_cast<float*>(os->data) : nullptr, records, workspace, stream);
+      fs::narrow_edges_device(records, reinterpret_cast<fs::CompactEdge*>(edges), std::size_t(s.n_q) * s.k, stream);
+    });
+#else
     (void)workspace;
     (void)workspace_bytes;
     (void)stream;
-    if (dt == FLASHLAB_DTYPE_F64) cpu_apply<double>(s, in, indices, os, edges);
-    else cpu_apply<float>(s, in, indices, os, edges);
+#endif
   });
 }
 

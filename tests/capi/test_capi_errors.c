@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,88 @@ static flashlab_attention_problem attention_f32(void) {
   flashlab_attention_problem p = flashlab_attention_defaults();
   p.seq_q = 5, p.head_dim = 4, p.dtype = FLASHLAB_DTYPE_F32;
   return p;
+}
+
+/* Packed sequences: the prefix sums' refusals, each naming the list and the entry. */
+static void packed_cases(flashlab_attention_problem dense, flashlab_tensor in, flashlab_tensor out) {
+  const char* fwd = "flashlab_attention_forward";
+  const flashlab_device cpu = FLASHLAB_DEVICE_CPU;
+  int32_t cu_q[4] = {0, 2, 3, 5}, cu_k[4] = {0, 1, 4, 6};
+  flashlab_attention_problem p = dense;
+  p.batch = 3, p.seq_q = 2, p.seq_k = 3, p.total_q = 5, p.total_k = 6, p.cu_seqlens_q = cu_q, p.cu_seqlens_k = cu_k;
+  EXPECT_OK(flashlab_attention_check(&p, cpu));
+  EXPECT_OK(flashlab_attention_forward(&p, cpu, in, in, in, out, g_stat, NULL, 0, NULL));
+  for (int i = 0; i < kBig; ++i) g_out[i] = -7.0f;
+  flashlab_attention_problem bad = p;
+  bad.cu_seqlens_k = NULL;
+  EXPECT(flashlab_attention_forward(&bad, cpu, in, in, in, out, g_stat, NULL, 0, NULL), FLASHLAB_ERROR_INVALID_ARGUMENT,
+         fwd, "problem->cu_seqlens_k is NULL but cu_seqlens_q is set", "hint:");
+  /* not increasing */
+  int32_t down[4] = {0, 3, 2, 5};
+  bad = p, bad.cu_seqlens_q = down, bad.seq_q = 3;
+  EXPECT(flashlab_attention_forward(&bad, cpu, in, in, in, out, g_stat, NULL, 0, NULL), FLASHLAB_ERROR_INVALID_ARGUMENT,
+         fwd, "problem->cu_seqlens_q: ", "cu_seqlens_q[2] = 2 is below cu_seqlens_q[1] = 3");
+  /* not starting at 0 */
+  int32_t late[4] = {1, 2, 3, 5};
+  bad = p, bad.cu_seqlens_q = late;
+  EXPECT(flashlab_attention_check(&bad, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
+         "problem->cu_seqlens_q: ", "cu_seqlens_q[0] = 1 is not 0");
+  /* the last entry is not the packed tensor's rows */
+  bad = p, bad.total_k = 7;
+  EXPECT(flashlab_attention_check(&bad, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
+         "problem->cu_seqlens_k[3] = 6 differs from problem->total_k = 7", "hint:");
+  /* negative */
+  int32_t negative[4] = {0, -1, 4, 6};
+  bad = p, bad.cu_seqlens_k = negative;
+  EXPECT(flashlab_attention_check(&bad, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
+         "problem->cu_seqlens_k[1] = -1 is negative", NULL);
+  /* a sequence longer than max_seqlen (seq_q, seq_k) */
+  bad = p, bad.seq_q = 1;
+  EXPECT(flashlab_attention_check(&bad, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
+         "problem->cu_seqlens_q holds a sequence of 2 queries, longer than problem->seq_q = 1", NULL);
+  bad = p, bad.seq_k = 2;
+  EXPECT(flashlab_attention_check(&bad, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
+         "problem->cu_seqlens_k holds a sequence of 3 keys, longer than problem->seq_k = 2", NULL);
+  /* totals beyond the lists' int32 entries, or set on a dense problem */
+  bad = p, bad.total_q = (int64_t)1 << 31;
+  EXPECT(flashlab_attention_check(&bad, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
+         "problem->total_q = 2147483648 is above 2147483647", NULL);
+  bad = dense, bad.total_q = 5;
+  EXPECT(flashlab_attention_check(&bad, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
+         "problem->total_q = 5 is above 0", "0 unless cu_seqlens are set");
+#ifdef FLASHLAB_TEST_HAVE_CUDA
+  bad = p, bad.dtype = FLASHLAB_DTYPE_BF16;
+  EXPECT(flashlab_attention_check(&bad, FLASHLAB_DEVICE_CUDA), FLASHLAB_ERROR_UNSUPPORTED, "flashlab_attention_check",
+         "problem->cu_seqlens_q is set: the CUDA front door has no entry for packed sequences", "hint:");
+#endif
+}
+
+/* A caller built with ABI minor version 0's header: its struct ends before window_left. The
+ * library reads only those bytes (a copy of exactly that size, so a read past it would be out of
+ * bounds) and gives the rest their defaults: the result equals the current struct's. */
+static void old_struct_cases(void) {
+  const flashlab_device cpu = FLASHLAB_DEVICE_CPU;
+  flashlab_attention_problem p = attention_f32();
+  p.causal = 1;
+  const size_t old_size = offsetof(flashlab_attention_problem, window_left);
+  unsigned char* old = malloc(old_size);
+  memcpy(old, &p, old_size);
+  memcpy(old, &old_size, sizeof old_size);
+  static float o_new[5 * 4], o_old[5 * 4], l_new[5], l_old[5];
+  EXPECT_OK(flashlab_attention_forward(&p, cpu, tensor(g_in), tensor(g_in), tensor(g_in), tensor(o_new), l_new, NULL, 0,
+                                       NULL));
+  EXPECT_OK(flashlab_attention_forward((const flashlab_attention_problem*)(const void*)old, cpu, tensor(g_in),
+                                       tensor(g_in), tensor(g_in), tensor(o_old), l_old, NULL, 0, NULL));
+  EXPECT_TRUE(memcmp(o_new, o_old, sizeof o_new) == 0 && memcmp(l_new, l_old, sizeof l_new) == 0);
+  /* A size between the two versions' is neither: refused. */
+  size_t between = old_size + 8;
+  unsigned char mid[sizeof p];
+  memcpy(mid, &p, sizeof p);
+  memcpy(mid, &between, sizeof between);
+  EXPECT(flashlab_attention_check((const flashlab_attention_problem*)(const void*)mid, cpu),
+         FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check", "problem->struct_size = ",
+         "is no earlier version's size");
+  free(old);
 }
 
 static void attention_cases(void) {
@@ -147,10 +230,21 @@ static void attention_cases(void) {
          "problem->dtype = 9 is not a flashlab_dtype", NULL);
   p = attention_f32(), p.heads = 4, p.heads_kv = 3;
   EXPECT(flashlab_attention_check(&p, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
-         "problem->heads_kv = 3 does not divide heads = 4", NULL);
-  p = attention_f32(), p.heads = 4, p.heads_kv = 2;
-  EXPECT(flashlab_attention_check(&p, cpu), FLASHLAB_ERROR_UNSUPPORTED, "flashlab_attention_check",
-         "problem->heads_kv = 2 differs from heads = 4", "hint: repeat each key/value head");
+         "problem->heads_kv: ", "heads_kv (H_kv) = 3 does not divide heads (H) = 4");
+  p = attention_f32(), p.heads = 4, p.heads_kv = 2; /* grouped-query attention: the CPU takes it */
+  EXPECT_OK(flashlab_attention_check(&p, cpu));
+  p = attention_f32(), p.heads = 2, p.heads_kv = 4;
+  EXPECT(flashlab_attention_check(&p, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
+         "problem->heads_kv: ", "does not divide heads (H) = 2");
+  /* windows: -1 (unbounded) or 0 ... 2^31 - 1 keys */
+  p = attention_f32(), p.window_left = -2;
+  EXPECT(flashlab_attention_check(&p, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
+         "problem->window_left = -2 is below -1", "-1 means unbounded");
+  p = attention_f32(), p.window_right = (int64_t)1 << 31;
+  EXPECT(flashlab_attention_check(&p, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
+         "problem->window_right = 2147483648 is above 2147483647", NULL);
+  p = attention_f32(), p.window_left = 0, p.window_right = 0; /* each query sees its diagonal key only */
+  EXPECT_OK(flashlab_attention_check(&p, cpu));
   p = attention_f32(), p.batch = (int64_t)1 << 40, p.seq_q = (int64_t)1 << 40;
   EXPECT(flashlab_attention_check(&p, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
          "B·N·H·d is above 2^62", NULL);
@@ -196,6 +290,8 @@ static void attention_cases(void) {
   rows.stride[1] = 8;
   EXPECT_OK(flashlab_attention_forward(&p, cpu, rows, in, in, out, g_stat, NULL, 0, NULL));
   for (int i = 0; i < kBig; ++i) g_out[i] = -7.0f;
+
+  packed_cases(p, in, out);
 
   EXPECT_TRUE(untouched()); /* every refusal above left the output alone */
 }
@@ -311,7 +407,7 @@ static void stream_cases(void) {
   p = stream_f32(), p.dtype = FLASHLAB_DTYPE_BF16;
   EXPECT(flashlab_stream_trace(&p, FLASHLAB_DEVICE_CUDA, in, in, in, g_idx, out, (flashlab_stream_edge*)g_stat, NULL, 0,
                                NULL),
-         FLASHLAB_ERROR_UNSUPPORTED, "flashlab_stream_trace", "the trace has no kernel on device memory", "hint:");
+         FLASHLAB_ERROR_UNSUPPORTED, "flashlab_stream_trace", "the trace kernel takes FLASHLAB_DTYPE_F32", "hint:");
 #else
   p = stream_f32();
   EXPECT(flashlab_stream_estimate(&p, FLASHLAB_DEVICE_CUDA, in, in, g_idx, NULL, 0, NULL), FLASHLAB_ERROR_UNSUPPORTED,
@@ -367,6 +463,7 @@ int main(void) {
   for (int i = 0; i < kBig; ++i) g_in[i] = (float)((i * 37) % 11) / 11.0f - 0.5f, g_stat[i] = 0.0f;
   for (int i = 0; i < 64; ++i) g_w[i] = 0.25f;
   attention_cases();
+  old_struct_cases();
   mta_cases();
   stream_cases();
   thread_cases();

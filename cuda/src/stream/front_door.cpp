@@ -4,7 +4,8 @@
 // check_fast_estimate), the kernel chosen for a run (StreamKernel: the clear fp32 kernels or the
 // fast 16-bit ones, with the rounding of the inputs that choice implies), and the entry points on
 // the caller's device memory and stream: stream_fast_estimate_device, stream_fast_apply_device and
-// stream_trace_device, with their workspace sizes. Those launch and return: no host copy, no
+// stream_trace_device (and narrow_edges_device, its records in the C ABI's 24 bytes), with their
+// workspace sizes. Those launch and return: no host copy, no
 // allocation, no synchronisation. The host-array entries of the tests and the CLI are wrappers
 // over the same launchers, in host.cpp.
 #include "flashlab/cuda/dtype16.hpp"
@@ -269,6 +270,22 @@ void stream_trace_device(const ref::stream::BlockMask& mask, std::size_t heads, 
   // entry of I: [H, n_q, k] in row-major order, an empty entry r = −1 with zero weights.
   detail::launch_apply(p, Q, K, V, dI, out, mu, lam, s);
   detail::launch_trace(p, 0, p.n_q, Q, K, V, dI, mu, lam, reinterpret_cast<detail::EdgeRecord*>(edges), s);
+}
+
+void narrow_edges_device(const ref::stream::Edge* edges, CompactEdge* out, std::size_t count, void* stream) {
+  if (count == 0) return;
+  constexpr const char* kEntry = "narrow_edges_device";
+  require_device_pointer(kEntry, "edges", edges, 8);
+  require_device_pointer(kEntry, "out", out, 4);
+  static_assert(sizeof(CompactEdge) == 24 && sizeof(detail::CompactEdgeRecord) == sizeof(CompactEdge) &&
+                    offsetof(detail::CompactEdgeRecord, r) == offsetof(CompactEdge, r) &&
+                    offsetof(detail::CompactEdgeRecord, slot) == offsetof(CompactEdge, slot) &&
+                    offsetof(detail::CompactEdgeRecord, score) == offsetof(CompactEdge, score) &&
+                    offsetof(detail::CompactEdgeRecord, mass) == offsetof(CompactEdge, mass) &&
+                    offsetof(detail::CompactEdgeRecord, value_norm) == offsetof(CompactEdge, value_norm),
+                "the narrowing kernel writes CompactEdge's layout");
+  detail::launch_narrow_edges(reinterpret_cast<const detail::EdgeRecord*>(edges),
+                              reinterpret_cast<detail::CompactEdgeRecord*>(out), count, static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace flashlab::cuda::stream

@@ -222,4 +222,27 @@ void launch_trace(const StreamProblem& p, int q0, int count, const float* Q, con
   FLASHLAB_CUDA_CHECK_LAUNCH("stream_trace_kernel");
 }
 
+namespace {
+
+// One thread per record: the indices fit 32 bits (the callers refuse n_q, n_k ≥ 2^31), the
+// weights round to the nearest float.
+__global__ void narrow_edges_kernel(const EdgeRecord* __restrict__ edges, CompactEdgeRecord* __restrict__ out,
+                                    std::size_t count) {
+  const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const EdgeRecord e = edges[i];
+  out[i] = CompactEdgeRecord{int(e.q), int(e.r), int(e.slot), float(e.score), float(e.mass), float(e.value_norm)};
+}
+
+}  // namespace
+
+void launch_narrow_edges(const EdgeRecord* edges, CompactEdgeRecord* out, std::size_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  constexpr int kNarrowThreads = 256;
+  const std::size_t blocks = (count + kNarrowThreads - 1) / kNarrowThreads;
+  ::flashlab::cuda::detail::announce("narrow_edges_kernel");
+  narrow_edges_kernel<<<unsigned(blocks), kNarrowThreads, 0, stream>>>(edges, out, count);
+  FLASHLAB_CUDA_CHECK_LAUNCH("narrow_edges_kernel");
+}
+
 }  // namespace flashlab::cuda::stream::detail

@@ -93,6 +93,13 @@ struct EdgeRecord {
   double score, mass, value_norm;
 };
 
+/// One record narrowed as the C ABI returns it (CompactEdge of flashlab/cuda/stream.hpp, field for
+/// field, 24 bytes).
+struct CompactEdgeRecord {
+  int q, r, slot;
+  float score, mass, value_norm;
+};
+
 /// stream_estimate.cu: grid (n_q, H). `work` holds 3·k candidates per (head, query block).
 /// `mask` is the packed C_blk or nullptr (causal only).
 void launch_estimate(const StreamProblem& p, const float* Q, const float* K, const std::uint64_t* mask,
@@ -109,5 +116,8 @@ void launch_apply(const StreamProblem& p, const float* Q, const float* K, const 
 void launch_trace(const StreamProblem& p, int q0, int count, const float* Q, const float* K, const float* V,
                   const long long* I, const float* row_mu, const float* row_lam, EdgeRecord* edges,
                   cudaStream_t stream = nullptr);
+/// stream_apply.cu: `count` records narrowed to 32-bit indices and float weights. On `stream`,
+/// asynchronous.
+void launch_narrow_edges(const EdgeRecord* edges, CompactEdgeRecord* out, std::size_t count, cudaStream_t stream);
 
 }  // namespace flashlab::cuda::stream::detail

@@ -127,6 +127,23 @@ void stream_trace_device(const ref::stream::BlockMask& mask, std::size_t heads, 
 /// λ of every row (2·T·H floats) and room for O when the caller passes none (T·H·d_v floats).
 std::size_t stream_trace_workspace_bytes(const ref::stream::Geometry& g, std::size_t heads, std::size_t dv);
 
+/// One edge record in 24 bytes (the C ABI's flashlab_stream_edge): the reference's Edge with
+/// 32-bit indices and float weights.
+struct CompactEdge {
+  std::int32_t q;      ///< query block
+  std::int32_t r;      ///< key block (−1: an empty entry of I)
+  std::int32_t slot;   ///< position in I[q, :]
+  float score;         ///< representative score
+  float mass;          ///< Σ p over the block pair
+  float value_norm;    ///< ‖Σ p·V‖₂ over the block pair
+};
+
+/// Narrows `count` records written by stream_trace_device() (device memory) into CompactEdge
+/// records at `out` (device memory, 4-byte aligned), on `stream`: indices as they are (they fit
+/// 32 bits wherever n_q and n_k do), weights rounded to float. No host copy, no allocation, no
+/// synchronisation. Throws ref::stream::StreamError for a bad pointer, CudaError if the launch fails.
+void narrow_edges_device(const ref::stream::Edge* edges, CompactEdge* out, std::size_t count, void* stream = nullptr);
+
 }  // namespace flashlab::cuda::stream
 
 namespace flashlab::cuda {
