@@ -70,17 +70,22 @@ def has_cuda() -> bool:
 
 
 def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, return_lse: bool = False,
-              deterministic: bool = False):
+              deterministic: bool = False, window: Tuple[int, int] = (-1, -1)):
     """Attention ``O = softmax(scale · Q Kᵀ) V``, FlashAttention's call.
 
     Args:
         q: queries ``[B, N, H, d]``.
-        k, v: keys and values ``[B, N_k, H_kv, d]``; ``H_kv`` divides ``H`` (grouped-query
-            attention) where the library takes it. The CUDA kernels today take ``N_k = N``,
-            ``H_kv = H`` and ``d ∈ {64, 128}``; other problems raise FlashlabUnsupportedError
+        k, v: keys and values ``[B, N_k, H_kv, d]`` (N_k and H_kv from their shape); ``H_kv``
+            divides ``H`` (grouped-query attention: query head h reads key/value head
+            ``h // (H // H_kv)``). The CPU reference takes every such problem; the CUDA kernels'
+            limits are their front door's (today ``d ∈ {64, 128}``, and what it states for
+            ``N_k``, ``H_kv`` and windows): a problem they refuse raises FlashlabUnsupportedError
             (a ValueError) with the library's message.
         causal: query i sees key j iff ``j ≤ i + N_k − N`` (bottom-right aligned, as FlashAttention).
+            A row that sees no key gets O = 0 (and LSE = −inf).
         scale: softmax scale; None for ``1/√d``.
+        window: ``(left, right)``, FlashAttention's ``window_size``: query i sees key j only if
+            ``i + N_k − N − left ≤ j ≤ i + N_k − N + right``; −1 leaves a side unbounded.
         return_lse: also return the natural-log ``logsumexp`` of each row's scaled scores,
             float32 ``[B, H, N]`` (not differentiable), as FlashAttention's ``softmax_lse``.
         deterministic: ask the backward for a bit-reproducible dQ (where the kernels have one).
@@ -101,30 +106,90 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, r
         FlashlabLibraryError: libflashlab.so not found (the message says where it looked).
     """
     if _is_torch(q):
-        return _ft.attention(q, k, v, causal=causal, scale=scale, return_lse=return_lse, deterministic=deterministic)
-    o, lse2 = _np().attention_forward(q, k, v, bool(causal), scale, bool(deterministic))
+        return _ft.attention(q, k, v, causal=causal, scale=scale, return_lse=return_lse, deterministic=deterministic,
+                             window=window)
+    o, lse2 = _np().attention_forward(q, k, v, bool(causal), scale, bool(deterministic), window)
     if return_lse:
         return o, lse2 * lse2.dtype.type(0.6931471805599453)  # ln 2: base-2 LSE to natural
     return o
 
 
 def attention_forward(q, k, v, *, causal: bool = False, scale: Optional[float] = None,
-                      deterministic: bool = False) -> Tuple[Any, Any]:
+                      deterministic: bool = False, window: Tuple[int, int] = (-1, -1)) -> Tuple[Any, Any]:
     """The ABI's forward call: ``(O, LSE)`` with LSE in base 2 (``log2 Σ_j 2^(S_ij·scale·log2 e)``),
     ``[B, H, N]``, float32 (float64 for float64 inputs) — what attention_backward takes. No autograd."""
     if _is_torch(q):
-        return _ft.attention_forward_call(q, k, v, causal=causal, scale=scale, deterministic=deterministic)
-    return _np().attention_forward(q, k, v, bool(causal), scale, bool(deterministic))
+        return _ft.attention_forward_call(q, k, v, causal=causal, scale=scale, deterministic=deterministic,
+                                          window=window)
+    return _np().attention_forward(q, k, v, bool(causal), scale, bool(deterministic), window)
 
 
 def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Optional[float] = None,
-                       deterministic: bool = False) -> Tuple[Any, Any, Any]:
+                       deterministic: bool = False, window: Tuple[int, int] = (-1, -1)) -> Tuple[Any, Any, Any]:
     """The ABI's backward call: ``(dQ, dK, dV)`` of the loss ``Σ O∘dO``, from the forward's O and
-    base-2 LSE (attention_forward). For NumPy arrays, the way to get gradients."""
+    base-2 LSE (attention_forward). dK and dV have k's shape (``H_kv`` heads: sums over each
+    group). For NumPy arrays, the way to get gradients."""
     if _is_torch(q):
         return _ft.attention_backward_call(do, q, k, v, o, lse, causal=causal, scale=scale,
-                                           deterministic=deterministic)
-    return _np().attention_backward(do, q, k, v, o, lse, bool(causal), scale, bool(deterministic))
+                                           deterministic=deterministic, window=window)
+    return _np().attention_backward(do, q, k, v, o, lse, bool(causal), scale, bool(deterministic), window)
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, *,
+                     causal: bool = False, scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1),
+                     return_lse: bool = False):
+    """Attention over packed sequences of different lengths, FlashAttention's varlen call.
+
+    Args:
+        q: ``[total_q, H, d]``, the queries of B sequences one after another.
+        k, v: ``[total_k, H_kv, d]``, their keys and values (``H_kv`` divides ``H``).
+        cu_seqlens_q, cu_seqlens_k: the B + 1 prefix sums of the query and key lengths (int32
+            values, starting at 0, never decreasing; the last is total_q, total_k): sequence b owns
+            query rows ``cu_seqlens_q[b] … cu_seqlens_q[b+1] − 1`` and the matching key rows.
+        max_seqlen_q, max_seqlen_k: at least the longest query and key sequence.
+        causal, scale, window: as attention(), per sequence (the diagonal bottom-right aligned in
+            each: offset ``len_k − len_q``).
+        return_lse: also return the natural-log ``logsumexp`` of each row, ``[H, total_q]``.
+
+    NumPy float32/float64 arrays run the CPU reference (no autograd; attention_varlen_backward
+    gives the gradients). The CUDA kernels take no packed sequences yet: torch tensors raise
+    FlashlabUnsupportedError.
+    """
+    if _is_torch(q):
+        raise FlashlabUnsupportedError(
+            "attention_varlen: torch tensors: the CUDA kernels take no packed sequences yet",
+            hint="pass NumPy arrays (the CPU reference), or pad the sequences into a [B, N, H, d] batch")
+    o, lse2 = _np().attention_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                             bool(causal), scale, window)
+    if return_lse:
+        return o, lse2 * lse2.dtype.type(0.6931471805599453)  # ln 2: base-2 LSE to natural
+    return o
+
+
+def attention_varlen_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
+                              *, causal: bool = False, scale: Optional[float] = None,
+                              window: Tuple[int, int] = (-1, -1)) -> Tuple[Any, Any, Any]:
+    """``(dQ, dK, dV)`` of the loss ``Σ O∘dO`` over packed sequences (NumPy, the CPU reference),
+    from the forward's O and base-2 LSE ``[H, total_q]`` (attention_varlen_forward)."""
+    if _is_torch(q):
+        raise FlashlabUnsupportedError(
+            "attention_varlen_backward: torch tensors: the CUDA kernels take no packed sequences yet",
+            hint="pass NumPy arrays (the CPU reference)")
+    return _np().attention_varlen_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                           max_seqlen_k, bool(causal), scale, window)
+
+
+def attention_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, *,
+                             causal: bool = False, scale: Optional[float] = None,
+                             window: Tuple[int, int] = (-1, -1)) -> Tuple[Any, Any]:
+    """The ABI's forward call over packed sequences: ``(O, LSE)``, LSE base 2, ``[H, total_q]``
+    (NumPy, the CPU reference) — what attention_varlen_backward takes."""
+    if _is_torch(q):
+        raise FlashlabUnsupportedError(
+            "attention_varlen_forward: torch tensors: the CUDA kernels take no packed sequences yet",
+            hint="pass NumPy arrays (the CPU reference)")
+    return _np().attention_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                          bool(causal), scale, window)
 
 
 def mta(q, k, v, w, *, scale: Optional[float] = None, return_lse: bool = False):
@@ -169,7 +234,8 @@ def mta_decode(q, k, v, w, *, scale: Optional[float] = None):
 
 
 __all__ = [
-    "attention", "attention_forward", "attention_backward", "mta", "mta_backward", "mta_decode", "stream",
+    "attention", "attention_forward", "attention_backward", "attention_varlen", "attention_varlen_forward",
+    "attention_varlen_backward", "mta", "mta_backward", "mta_decode", "stream",
     "library_path", "library_version", "has_cuda",
     "FlashlabError", "FlashlabValueError", "FlashlabUnsupportedError", "FlashlabTypeError", "FlashlabCudaError",
     "FlashlabOutOfMemoryError", "FlashlabInternalError", "FlashlabLibraryError",

@@ -32,6 +32,9 @@ from .errors import (
 
 #: The ABI this file declares (FLASHLAB_ABI_VERSION of the header it mirrors).
 ABI_VERSION = 1
+#: The additions within it this file declares (FLASHLAB_ABI_MINOR): the attention problem's window
+#: and packed-sequence fields, the STREAM trace's workspace query.
+ABI_MINOR = 1
 
 # flashlab_status
 OK = 0
@@ -75,6 +78,13 @@ class AttentionProblem(ctypes.Structure):
         ("causal", ctypes.c_int),
         ("dtype", ctypes.c_int),
         ("deterministic", ctypes.c_int),
+        # ABI minor 1
+        ("window_left", ctypes.c_int64),
+        ("window_right", ctypes.c_int64),
+        ("cu_seqlens_q", ctypes.c_void_p),
+        ("cu_seqlens_k", ctypes.c_void_p),
+        ("total_q", ctypes.c_int64),
+        ("total_k", ctypes.c_int64),
     ]
 
 
@@ -154,6 +164,7 @@ _SIGNATURES = {
     "flashlab_stream_estimate": (_I, [_P, _I, _T, _T, _P, _P, _SZ, _P]),
     "flashlab_stream_apply_workspace_size": (_I, [_P, _I, _SZP]),
     "flashlab_stream_apply": (_I, [_P, _I, _T, _T, _T, _P, _T, _P, _SZ, _P]),
+    "flashlab_stream_trace_workspace_size": (_I, [_P, _I, _SZP]),
     "flashlab_stream_trace": (_I, [_P, _I, _T, _T, _T, _P, _T, _P, _P, _SZ, _P]),
 }
 

@@ -194,14 +194,60 @@ class Problem:
 
 
 def attention_problem(B: int, N: int, Nk: int, H: int, Hkv: int, d: int, scale: float, causal: bool,
-                      dtype: int, deterministic: bool) -> Problem:
-    key = ("attention", B, N, Nk, H, Hkv, d, scale, causal, dtype, deterministic)
+                      dtype: int, deterministic: bool, window: Tuple[int, int] = (-1, -1)) -> Problem:
+    key = ("attention", B, N, Nk, H, Hkv, d, scale, causal, dtype, deterministic, window)
     p = _problems.get(key)
     if p is None:
         p = _problems.put(key, Problem(_capi.AttentionProblem(
             ctypes.sizeof(_capi.AttentionProblem), B, N, Nk, H, Hkv, d, scale, int(causal), dtype,
-            int(deterministic))))
+            int(deterministic), window[0], window[1], None, None, 0, 0)))
     return p
+
+
+def packed_attention_problem(B: int, max_q: int, max_k: int, H: int, Hkv: int, d: int, scale: float, causal: bool,
+                             dtype: int, window: Tuple[int, int], cu_q: int, cu_k: int, total_q: int,
+                             total_k: int) -> Problem:
+    """A packed-sequences problem (FlashAttention's varlen): B sequences, the prefix sums at the
+    addresses cu_q and cu_k (int32, B + 1 each). Not cached: the addresses differ per call."""
+    return Problem(_capi.AttentionProblem(
+        ctypes.sizeof(_capi.AttentionProblem), B, max_q, max_k, H, Hkv, d, scale, int(causal), dtype, 0,
+        window[0], window[1], cu_q, cu_k, total_q, total_k))
+
+
+def check_window(window) -> Tuple[int, int]:
+    """(left, right) of FlashAttention's window_size: each -1 (unbounded) or 0 ... 2^31 - 1 keys
+    on that side of the diagonal; TypeError or ValueError naming `window` otherwise."""
+    if not isinstance(window, (tuple, list)) or len(window) != 2:
+        raise FlashlabTypeError(f"window: expected a pair (left, right), got {window!r}",
+                                hint="window=(-1, -1) is unbounded; (w, 0) with causal=True is a sliding window")
+    out = []
+    for side, w in zip(("left", "right"), window):
+        if isinstance(w, bool) or not isinstance(w, int):
+            raise FlashlabTypeError(f"window: the {side} side {w!r} is not an int",
+                                    hint="each side is -1 (unbounded) or a number of keys")
+        if w < -1 or w > 2**31 - 1:
+            raise FlashlabValueError(f"window: the {side} side {w} is not -1 or 0 ... 2147483647",
+                                     hint="keys seen on that side of the diagonal; -1 means unbounded")
+        out.append(int(w))
+    return out[0], out[1]
+
+
+def varlen_shapes(q: Sequence[int], k: Sequence[int], v: Sequence[int]) -> Tuple[int, int, int, int, int]:
+    """(total_q, total_k, H, H_kv, d) of packed q `[total_q, H, d]`, k and v `[total_k, H_kv, d]`."""
+    check_rank("q", q, 3, "[total_q, H, d]")
+    check_rank("k", k, 3, "[total_k, H_kv, d]")
+    check_rank("v", v, 3, "[total_k, H_kv, d]")
+    total_q, H, d = (int(s) for s in q)
+    if tuple(k) != tuple(v):
+        raise FlashlabValueError(f"v: shape {_shape_str(v)} differs from k's {_shape_str(k)}",
+                                 hint="k and v are both [total_k, H_kv, d]")
+    if int(k[2]) != d:
+        raise FlashlabValueError(f"k: head dim {int(k[2])} differs from q's {d}", hint="q, k and v share d")
+    Hkv = int(k[1])
+    if Hkv < 1 or H % Hkv != 0:
+        raise FlashlabValueError(f"k: {Hkv} key/value heads do not divide q's {H} heads",
+                                 hint="grouped-query attention needs H_kv dividing H (H_kv = H for plain attention)")
+    return total_q, int(k[0]), H, Hkv, d
 
 
 def mta_problem(B: int, N: int, H: int, d: int, cq: int, ck: int, scale: float, dtype: int) -> Problem:

@@ -43,9 +43,10 @@ def _dtype_code(name: str, a: np.ndarray) -> int:
     return code
 
 
-def _tensor(a: np.ndarray, rank_leading: int = 3) -> Tuple[_capi.Tensor, np.ndarray]:
+def _tensor(a: np.ndarray, packed: bool = False) -> Tuple[_capi.Tensor, np.ndarray]:
     """A flashlab_tensor for `a` (and the array it points into, to keep alive): strides of the
-    leading dims in elements, 0 for contiguous; a contiguous copy where the last axis is not."""
+    leading dims in elements, 0 for contiguous; a contiguous copy where the last axis is not.
+    `packed`: `a` is `[total, H, d]`, the ABI's `[1, total, H, d]` (row stride in stride[1])."""
     if a.flags.c_contiguous:
         return _capi.Tensor(a.ctypes.data), a
     item = a.itemsize
@@ -56,6 +57,8 @@ def _tensor(a: np.ndarray, rank_leading: int = 3) -> Tuple[_capi.Tensor, np.ndar
     strides = [s // item for s in a.strides[:-1]]
     if len(strides) == 1:  # STREAM's [T, d]: the row stride travels in stride[1]
         strides = [0, strides[0], 0]
+    elif packed:  # [total, H, d]: rows and heads in stride[1] and stride[2]
+        strides = [0] + strides
     return _capi.Tensor(a.ctypes.data, (ctypes.c_int64 * 3)(*strides)), a
 
 
@@ -98,7 +101,8 @@ def _stat(name: str, a, q: np.ndarray, shape: tuple) -> np.ndarray:
 # Attention
 # ------------------------------------------------------------------------------------------------
 
-def attention_forward(q, k, v, causal: bool, scale: Optional[float], deterministic: bool = False):
+def attention_forward(q, k, v, causal: bool, scale: Optional[float], deterministic: bool = False,
+                      window: Tuple[int, int] = (-1, -1)):
     """(O, LSE) of the CPU reference; LSE is the ABI's base-2 log-sum-exp `[B, H, N]` (float64 for
     float64 inputs, float32 otherwise)."""
     q = _array("q", q)
@@ -106,7 +110,7 @@ def attention_forward(q, k, v, causal: bool, scale: Optional[float], determinist
     dtype = _dtype_code("q", q)
     B, N, Nk, H, Hkv, d = _checks.attention_shapes(q.shape, k.shape, v.shape)
     p = _checks.attention_problem(B, N, Nk, H, Hkv, d, _checks.check_scale(scale), bool(causal), dtype,
-                                  bool(deterministic))
+                                  bool(deterministic), _checks.check_window(window))
     o = np.empty((B, N, H, d), dtype=q.dtype)
     lse = np.empty((B, H, N), dtype=stat_dtype(q))
     (tq, _q), (tk, _k), (tv, _v) = _tensor(q), _tensor(k), _tensor(v)
@@ -116,7 +120,8 @@ def attention_forward(q, k, v, causal: bool, scale: Optional[float], determinist
     return o, lse
 
 
-def attention_backward(do, q, k, v, o, lse, causal: bool, scale: Optional[float], deterministic: bool = False):
+def attention_backward(do, q, k, v, o, lse, causal: bool, scale: Optional[float], deterministic: bool = False,
+                       window: Tuple[int, int] = (-1, -1)):
     """(dQ, dK, dV) of the CPU reference for the loss Σ O∘dO."""
     q = _array("q", q)
     k, v = _array("k", k, q.dtype), _array("v", v, q.dtype)
@@ -128,11 +133,82 @@ def attention_backward(do, q, k, v, o, lse, causal: bool, scale: Optional[float]
             raise FlashlabValueError(f"{name}: shape {a.shape} differs from q's {q.shape}", hint=None)
     lse = _stat("lse", lse, q, (B, H, N))
     p = _checks.attention_problem(B, N, Nk, H, Hkv, d, _checks.check_scale(scale), bool(causal), dtype,
-                                  bool(deterministic))
+                                  bool(deterministic), _checks.check_window(window))
     dq = np.empty_like(q, order="C")
     dk = np.empty((B, Nk, Hkv, d), dtype=q.dtype)
     dv = np.empty((B, Nk, Hkv, d), dtype=q.dtype)
     t = [_tensor(a) for a in (q, k, v, o, do)]
+    ws, nws, _ws = _workspace(p, "attention_backward_workspace_size")
+    _call("attention_backward", p.address, _capi.DEVICE_CPU, t[0][0], t[1][0], t[2][0], t[3][0], lse.ctypes.data,
+          t[4][0], _capi.Tensor(dq.ctypes.data), _capi.Tensor(dk.ctypes.data), _capi.Tensor(dv.ctypes.data),
+          ws, nws, None)
+    return dq, dk, dv
+
+
+def _prefix_sums(name: str, cu, rows: int, rows_of: str) -> np.ndarray:
+    """A contiguous int32 copy of one cu_seqlens list, checked for what the library cannot see:
+    1-D integers, at least two entries, the last equal to the packed tensor's rows. The library
+    checks the rest (starts at 0, never decreases, no sequence longer than max_seqlen)."""
+    a = np.asarray(cu)
+    if a.ndim != 1 or a.dtype.kind not in "iu":
+        raise FlashlabTypeError(f"{name}: expected a 1-D integer array, got dtype {a.dtype} and shape {a.shape}",
+                                hint="B sequences take B + 1 prefix sums, e.g. [0, 3, 7] for lengths 3 and 4")
+    if a.size < 2:
+        raise FlashlabValueError(f"{name}: {a.size} entries, fewer than 2",
+                                 hint="B sequences take B + 1 prefix sums, e.g. [0, 3, 7] for lengths 3 and 4")
+    if a.min() < -2**31 or a.max() > 2**31 - 1:
+        raise FlashlabValueError(f"{name}: entries beyond int32", hint="prefix sums are int32, as FlashAttention's")
+    if int(a[-1]) != rows:
+        raise FlashlabValueError(f"{name}: the last entry {int(a[-1])} differs from {rows_of}'s {rows} rows",
+                                 hint="the last prefix sum is the number of packed rows")
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
+def _varlen_problem(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window):
+    q = _array("q", q)
+    k, v = _array("k", k, q.dtype), _array("v", v, q.dtype)
+    dtype = _dtype_code("q", q)
+    total_q, total_k, H, Hkv, d = _checks.varlen_shapes(q.shape, k.shape, v.shape)
+    cu_q = _prefix_sums("cu_seqlens_q", cu_seqlens_q, total_q, "q")
+    cu_k = _prefix_sums("cu_seqlens_k", cu_seqlens_k, total_k, "k")
+    if cu_q.size != cu_k.size:
+        raise FlashlabValueError(f"cu_seqlens_k: {cu_k.size} entries but cu_seqlens_q has {cu_q.size}",
+                                 hint="both list the same B sequences, B + 1 entries each")
+    max_q = _checks.check_positive_int("max_seqlen_q", max_seqlen_q)
+    max_k = _checks.check_positive_int("max_seqlen_k", max_seqlen_k)
+    p = _checks.packed_attention_problem(cu_q.size - 1, max_q, max_k, H, Hkv, d, _checks.check_scale(scale),
+                                         bool(causal), dtype, _checks.check_window(window), cu_q.ctypes.data,
+                                         cu_k.ctypes.data, total_q, total_k)
+    return q, k, v, p, (cu_q, cu_k), (total_q, total_k, H, Hkv, d)
+
+
+def attention_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal: bool,
+                             scale: Optional[float], window: Tuple[int, int]):
+    """(O `[total_q, H, d]`, LSE `[H, total_q]`, base 2) of the CPU reference on packed sequences."""
+    q, k, v, p, keep, (total_q, total_k, H, Hkv, d) = _varlen_problem(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window)
+    o = np.empty((total_q, H, d), dtype=q.dtype)
+    lse = np.empty((H, total_q), dtype=stat_dtype(q))
+    (tq, _q), (tk, _k), (tv, _v) = _tensor(q, packed=True), _tensor(k, packed=True), _tensor(v, packed=True)
+    _call("attention_forward", p.address, _capi.DEVICE_CPU, tq, tk, tv, _capi.Tensor(o.ctypes.data),
+          lse.ctypes.data, None, 0, None)
+    return o, lse
+
+
+def attention_varlen_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                              causal: bool, scale: Optional[float], window: Tuple[int, int]):
+    """(dQ, dK, dV) of the CPU reference on packed sequences, for the loss Σ O∘dO."""
+    q, k, v, p, keep, (total_q, total_k, H, Hkv, d) = _varlen_problem(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window)
+    o, do = _array("o", o, q.dtype), _array("do", do, q.dtype)
+    for name, a in (("o", o), ("do", do)):
+        if a.shape != q.shape:
+            raise FlashlabValueError(f"{name}: shape {a.shape} differs from q's {q.shape}", hint=None)
+    lse = _stat("lse", lse, q, (H, total_q))
+    dq = np.empty_like(q, order="C")
+    dk = np.empty((total_k, Hkv, d), dtype=q.dtype)
+    dv = np.empty((total_k, Hkv, d), dtype=q.dtype)
+    t = [_tensor(a, packed=True) for a in (q, k, v, o, do)]
     ws, nws, _ws = _workspace(p, "attention_backward_workspace_size")
     _call("attention_backward", p.address, _capi.DEVICE_CPU, t[0][0], t[1][0], t[2][0], t[3][0], lse.ctypes.data,
           t[4][0], _capi.Tensor(dq.ctypes.data), _capi.Tensor(dk.ctypes.data), _capi.Tensor(dv.ctypes.data),

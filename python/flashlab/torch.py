@@ -173,9 +173,11 @@ def _precheck(problem: _checks.Problem, like: torch.Tensor, check_fn: str = "att
 # Attention
 # ------------------------------------------------------------------------------------------------
 
-def _attention_problem(q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float, deterministic: bool):
+def _attention_problem(q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float, deterministic: bool,
+                       window: Tuple[int, int] = (-1, -1)):
     B, N, H, d = q.shape
-    return _checks.attention_problem(B, N, k.shape[1], H, k.shape[2], d, scale, causal, _dtype(q), deterministic)
+    return _checks.attention_problem(B, N, k.shape[1], H, k.shape[2], d, scale, causal, _dtype(q), deterministic,
+                                     window)
 
 
 class _Plan:
@@ -188,8 +190,9 @@ class _Plan:
     __slots__ = ("problem", "address", "device", "cuda", "index", "dev", "several", "o_shape", "lse_shape", "stat_dtype",
                  "fwd", "bwd", "bwd_workspace", "sink")
 
-    def __init__(self, q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float, deterministic: bool):
-        self.problem = _attention_problem(q, k, causal, scale, deterministic)
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float, deterministic: bool,
+                 window: Tuple[int, int]):
+        self.problem = _attention_problem(q, k, causal, scale, deterministic, window)
         self.address = self.problem.address
         self.cuda = q.is_cuda
         self.device = _capi.DEVICE_CUDA if self.cuda else _capi.DEVICE_CPU
@@ -213,11 +216,12 @@ class _Plan:
 _plans = _checks._Cache()
 
 
-def _plan(q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float, deterministic: bool) -> _Plan:
-    key = (q.shape, k.shape, q.dtype, q.get_device(), causal, scale, deterministic)
+def _plan(q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float, deterministic: bool,
+          window: Tuple[int, int] = (-1, -1)) -> _Plan:
+    key = (q.shape, k.shape, q.dtype, q.get_device(), causal, scale, deterministic, window)
     plan = _plans.get(key)
     if plan is None:
-        plan = _plans.put(key, _Plan(q, k, causal, scale, deterministic))
+        plan = _plans.put(key, _Plan(q, k, causal, scale, deterministic, window))
     return plan
 
 
@@ -365,54 +369,59 @@ def _backward_run(plan: _Plan, grad_out, q, k, v, out, lse):
     return dq, dk, dv
 
 
-def _attention_forward_impl(q, k, v, causal, scale, deterministic):
+def _attention_forward_impl(q, k, v, causal, scale, deterministic, window_left=-1, window_right=-1):
     """O `[B, N, H, d]` and LSE `[B, H, N]` (base 2), one call of flashlab_attention_forward."""
-    return _forward_run(_plan(q, k, causal, scale, deterministic), q, k, v)
+    return _forward_run(_plan(q, k, causal, scale, deterministic, (window_left, window_right)), q, k, v)
 
 
 attention_forward = torch.library.custom_op(
     "flashlab::attention_forward", mutates_args=(),
-    schema="(Tensor q, Tensor k, Tensor v, bool causal, float scale, bool deterministic) -> (Tensor, Tensor)",
+    schema="(Tensor q, Tensor k, Tensor v, bool causal, float scale, bool deterministic, int window_left=-1, "
+           "int window_right=-1) -> (Tensor, Tensor)",
 )(_attention_forward_impl)
 
 
 @attention_forward.register_fake
-def _(q, k, v, causal, scale, deterministic):
+def _(q, k, v, causal, scale, deterministic, window_left=-1, window_right=-1):
     B, N, H, d = q.shape
     if all(isinstance(s, int) for s in (*q.shape, *k.shape)):  # symbolic shapes are checked at run time
-        _attention_problem(q, k, causal, scale, deterministic).check("attention_check", _device(q))
+        _attention_problem(q, k, causal, scale, deterministic, (window_left, window_right)).check(
+            "attention_check", _device(q))
     return q.new_empty((B, N, H, d)), q.new_empty((B, H, N), dtype=_stat_dtype(q))
 
 
-def _attention_backward_impl(grad_out, q, k, v, out, lse, causal, scale, deterministic):
+def _attention_backward_impl(grad_out, q, k, v, out, lse, causal, scale, deterministic, window_left=-1,
+                             window_right=-1):
     """dQ, dK, dV of the loss Σ O∘dO: one call of flashlab_attention_backward."""
-    return _backward_run(_plan(q, k, causal, scale, deterministic), grad_out, q, k, v, out, lse)
+    return _backward_run(_plan(q, k, causal, scale, deterministic, (window_left, window_right)), grad_out, q, k, v,
+                         out, lse)
 
 
 attention_backward = torch.library.custom_op(
     "flashlab::attention_backward", mutates_args=(),
     schema="(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, bool causal, float scale, "
-           "bool deterministic) -> (Tensor, Tensor, Tensor)",
+           "bool deterministic, int window_left=-1, int window_right=-1) -> (Tensor, Tensor, Tensor)",
 )(_attention_backward_impl)
 
 
 @attention_backward.register_fake
-def _(grad_out, q, k, v, out, lse, causal, scale, deterministic):
+def _(grad_out, q, k, v, out, lse, causal, scale, deterministic, window_left=-1, window_right=-1):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _attention_setup(ctx, inputs, output):
-    q, k, v, causal, scale, deterministic = inputs
+    q, k, v, causal, scale, deterministic = inputs[:6]
+    window_left, window_right = inputs[6:] if len(inputs) == 8 else (-1, -1)
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse)
-    ctx.causal, ctx.scale, ctx.deterministic = causal, scale, deterministic
+    ctx.causal, ctx.scale, ctx.deterministic, ctx.window = causal, scale, deterministic, (window_left, window_right)
     ctx.mark_non_differentiable(lse)
 
 
 def _attention_grad(ctx, grad_o, grad_lse):
     q, k, v, o, lse = ctx.saved_tensors
-    dq, dk, dv = attention_backward(grad_o, q, k, v, o, lse, ctx.causal, ctx.scale, ctx.deterministic)
-    return dq, dk, dv, None, None, None
+    dq, dk, dv = attention_backward(grad_o, q, k, v, o, lse, ctx.causal, ctx.scale, ctx.deterministic, *ctx.window)
+    return dq, dk, dv, None, None, None, None, None
 
 
 attention_forward.register_autograd(_attention_grad, setup_context=_attention_setup)
@@ -460,24 +469,26 @@ def _eager(q, k, v) -> bool:
             and not _dispatch_stack_len() and not _function_mode_on() and _functorch_stack() is None)
 
 
-def _checked_plan(q, k, v, causal: bool, scale: Optional[float], deterministic: bool) -> _Plan:
+def _checked_plan(q, k, v, causal: bool, scale: Optional[float], deterministic: bool,
+                  window: Tuple[int, int] = (-1, -1)) -> _Plan:
     """The plan of a call whose arguments passed every check (Python's and the library's), found
     by the arguments' signature; the checks run on the first call of a signature only."""
     key = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(),
-           causal, scale, deterministic)
+           causal, scale, deterministic, window)
     plan = _checked_plans.get(key)
     if plan is None:
         _check_tensors(("q", "k", "v"), (q, k, v))
         _checks.attention_shapes(q.shape, k.shape, v.shape)
         s = _checks.check_scale(scale)
-        plan = _plan(q, k, bool(causal), s, bool(deterministic))
+        plan = _plan(q, k, bool(causal), s, bool(deterministic), _checks.check_window(window))
         _precheck(plan.problem, q)
         _checked.put(key, plan)
     return plan
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-              scale: Optional[float] = None, return_lse: bool = False, deterministic: bool = False):
+              scale: Optional[float] = None, return_lse: bool = False, deterministic: bool = False,
+              window: Tuple[int, int] = (-1, -1)):
     """flashlab.attention for torch tensors (see flashlab.attention for the contract).
 
     In eager mode with plain tensors the call skips the dispatcher (its round trips cost more than
@@ -487,10 +498,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     torch.ops.flashlab.attention_forward, which those see."""
     if (_FAST_PATH and not _is_compiling() and type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor
             and not _dispatch_stack_len() and not _function_mode_on() and _functorch_stack() is None):  # _eager()
+        if window.__class__ is not tuple:  # a list would not hash; check_window names a bad value
+            window = _checks.check_window(window)
         plan = _checked_plans.get((q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.get_device(),
-                                   k.get_device(), v.get_device(), causal, scale, deterministic))
+                                   k.get_device(), v.get_device(), causal, scale, deterministic, window))
         if plan is None:
-            plan = _checked_plan(q, k, v, causal, scale, deterministic)
+            plan = _checked_plan(q, k, v, causal, scale, deterministic, window)
         if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
             o, lse = _AttentionFunction.apply(q, k, v, plan)
         else:
@@ -499,23 +512,25 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         _check_tensors(("q", "k", "v"), (q, k, v))
         B, N, Nk, H, Hkv, d = _checks.attention_shapes(q.shape, k.shape, v.shape)
         s = _checks.check_scale(scale)
+        w = _checks.check_window(window)
         if not _is_compiling():
-            _precheck(_checks.attention_problem(B, N, Nk, H, Hkv, d, s, bool(causal), _dtype(q), bool(deterministic)),
-                      q)
-        o, lse = attention_forward(q, k, v, bool(causal), s, bool(deterministic))
+            _precheck(_checks.attention_problem(B, N, Nk, H, Hkv, d, s, bool(causal), _dtype(q), bool(deterministic),
+                                                w), q)
+        o, lse = attention_forward(q, k, v, bool(causal), s, bool(deterministic), *w)
     if return_lse:
         return o, lse * LN2
     return o
 
 
 def attention_forward_call(q, k, v, *, causal: bool = False, scale: Optional[float] = None,
-                           deterministic: bool = False):
+                           deterministic: bool = False, window: Tuple[int, int] = (-1, -1)):
     """flashlab.attention_forward for torch tensors: (O, LSE base 2), no autograd."""
     if _FAST_PATH and not _is_compiling() and _eager(q, k, v):
-        return _forward_run(_checked_plan(q, k, v, causal, scale, deterministic), q, k, v)
+        return _forward_run(_checked_plan(q, k, v, causal, scale, deterministic, window), q, k, v)
     _check_tensors(("q", "k", "v"), (q, k, v))
     _checks.attention_shapes(q.shape, k.shape, v.shape)
-    return attention_forward(q, k, v, bool(causal), _checks.check_scale(scale), bool(deterministic))
+    return attention_forward(q, k, v, bool(causal), _checks.check_scale(scale), bool(deterministic),
+                             *_checks.check_window(window))
 
 
 _checked_backward = _checks._Cache()
@@ -523,21 +538,24 @@ _checked_backward_plans = _checked_backward._d
 
 
 def attention_backward_call(do, q, k, v, o, lse, *, causal: bool = False, scale: Optional[float] = None,
-                            deterministic: bool = False):
+                            deterministic: bool = False, window: Tuple[int, int] = (-1, -1)):
     """flashlab.attention_backward for torch tensors: (dQ, dK, dV), no autograd."""
     if (_FAST_PATH and not _is_compiling() and _eager(q, k, v) and type(do) is _Tensor and type(o) is _Tensor
             and type(lse) is _Tensor):
+        if window.__class__ is not tuple:
+            window = _checks.check_window(window)
         # One lookup by the signature of all six tensors: the checks below ran for it once.
         key = (q.shape, k.shape, v.shape, do.shape, o.shape, lse.shape, q.dtype, k.dtype, v.dtype, do.dtype, o.dtype,
                lse.dtype, q.get_device(), k.get_device(), v.get_device(), do.get_device(), o.get_device(),
-               lse.get_device(), causal, scale, deterministic)
+               lse.get_device(), causal, scale, deterministic, window)
         plan = _checked_backward_plans.get(key)
         if plan is None:
             _check_backward_args(do, q, k, v, o, lse)
-            plan = _checked_backward.put(key, _checked_plan(q, k, v, causal, scale, deterministic))
+            plan = _checked_backward.put(key, _checked_plan(q, k, v, causal, scale, deterministic, window))
         return _backward_run(plan, do, q, k, v, o, lse)
     _check_backward_args(do, q, k, v, o, lse)
-    return attention_backward(do, q, k, v, o, lse, bool(causal), _checks.check_scale(scale), bool(deterministic))
+    return attention_backward(do, q, k, v, o, lse, bool(causal), _checks.check_scale(scale), bool(deterministic),
+                              *_checks.check_window(window))
 
 
 def _check_backward_args(do, q, k, v, o, lse) -> None:
