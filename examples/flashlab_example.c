@@ -373,21 +373,42 @@ static int indices_valid(const StreamShape* s, const int64_t* I) {
 
 /* ---- the CPU runs -------------------------------------------------------------------------- */
 
+/* One CPU attention case: seeded inputs (q, d_o [B, N, H, d]; k, v [B, N_k, H_kv, d]), their
+ * float64 results at scale 1/√d, and the problem that describes them. */
+typedef struct {
+  size_t nq, nkv, nst;
+  double *q, *k, *v, *d_o, *o, *lse, *dq, *dk, *dv;
+  flashlab_attention_problem p;
+} AttnCase;
+
+static AttnCase attn_case(AttnShape s) {
+  AttnCase c;
+  const int64_t Hkv = s.Hkv ? s.Hkv : s.H;
+  c.nq = (size_t)(s.B * s.N * s.H * s.d), c.nkv = (size_t)(s.B * s.Nk * Hkv * s.d), c.nst = (size_t)(s.B * s.H * s.N);
+  c.q = random_array(c.nq), c.k = random_array(c.nkv), c.v = random_array(c.nkv), c.d_o = random_array(c.nq);
+  c.o = NEW(double, c.nq), c.lse = NEW(double, c.nst), c.dq = NEW(double, c.nq), c.dk = NEW(double, c.nkv);
+  c.dv = NEW(double, c.nkv);
+  s.scale = 1.0 / sqrt((double)s.d);
+  ref_attention(&s, c.q, c.k, c.v, c.d_o, c.o, c.lse, c.dq, c.dk, c.dv);
+  c.p = flashlab_attention_defaults();
+  c.p.batch = s.B, c.p.seq_q = s.N, c.p.seq_k = s.Nk, c.p.heads = s.H, c.p.heads_kv = s.Hkv, c.p.head_dim = s.d;
+  c.p.causal = s.causal;
+  return c;
+}
+
+static void free_case(AttnCase* c) {
+  free(c->q), free(c->k), free(c->v), free(c->d_o), free(c->o), free(c->lse), free(c->dq), free(c->dk), free(c->dv);
+}
+
 static void cpu_attention(void) {
   /* N > N_k and causal: the first N − N_k rows see no key (O = 0, LSE = −∞). Q and O are stored
    * head-major, [B, H, N, d], and described to the library by their strides. */
   const AttnShape s = {2, 23, 19, 2, 8, 0.0, 1, 0};
   const int64_t B = s.B, N = s.N, Nk = s.Nk, H = s.H, d = s.d;
-  const size_t nq = (size_t)(B * N * H * d), nkv = (size_t)(B * Nk * H * d), nst = (size_t)(B * H * N);
-  AttnShape with_scale = s;
-  with_scale.scale = 1.0 / sqrt((double)d);
-  double *q = random_array(nq), *k = random_array(nkv), *v = random_array(nkv), *d_o = random_array(nq);
-  double *o = NEW(double, nq), *lse = NEW(double, nst), *dq = NEW(double, nq), *dk = NEW(double, nkv),
-         *dv = NEW(double, nkv);
-  ref_attention(&with_scale, q, k, v, d_o, o, lse, dq, dk, dv);
-
-  flashlab_attention_problem p = flashlab_attention_defaults();
-  p.batch = B, p.seq_q = N, p.seq_k = Nk, p.heads = H, p.head_dim = d, p.causal = 1;
+  AttnCase c = attn_case(s);
+  const size_t nq = c.nq, nkv = c.nkv, nst = c.nst;
+  double *q = c.q, *k = c.k, *v = c.v, *d_o = c.d_o, *o = c.o, *lse = c.lse, *dq = c.dq, *dk = c.dk, *dv = c.dv;
+  flashlab_attention_problem p = c.p;
   printf("attention, CPU reference: B=%lld N=%lld N_k=%lld H=%lld d=%lld causal, Q and O head-major (strided)\n",
          (long long)B, (long long)N, (long long)Nk, (long long)H, (long long)d);
   for (int f64 = 1; f64 >= 0; --f64) {
@@ -443,38 +464,32 @@ static void cpu_attention(void) {
     free(q_hm), free(o_hm), free(oo), free(L), free(gq), free(gk), free(gv), free(got_o);
     if (!f64) free(kk), free(vv), free(dd), free(got_l), free(got_dq), free(got_dk), free(got_dv);
   }
-  free(q), free(k), free(v), free(d_o), free(o), free(lse), free(dq), free(dk), free(dv);
+  free_case(&c);
 }
 
 static void cpu_attention_gqa(void) {
   /* Grouped-query attention: H = 6 query heads over H_kv = 2 key/value heads (groups of 3), causal
    * with N < N_k (query i sees keys up to i + N_k − N), float64. */
   const AttnShape s = {2, 13, 21, 6, 8, 0.0, 1, 2};
-  const int64_t B = s.B, N = s.N, Nk = s.Nk, H = s.H, Hkv = s.Hkv, d = s.d;
-  const size_t nq = (size_t)(B * N * H * d), nkv = (size_t)(B * Nk * Hkv * d), nst = (size_t)(B * H * N);
-  AttnShape with_scale = s;
-  with_scale.scale = 1.0 / sqrt((double)d);
-  double *q = random_array(nq), *k = random_array(nkv), *v = random_array(nkv), *d_o = random_array(nq);
-  double *o = NEW(double, nq), *lse = NEW(double, nst), *dq = NEW(double, nq), *dk = NEW(double, nkv),
-         *dv = NEW(double, nkv);
-  ref_attention(&with_scale, q, k, v, d_o, o, lse, dq, dk, dv);
-  flashlab_attention_problem p = flashlab_attention_defaults();
-  p.batch = B, p.seq_q = N, p.seq_k = Nk, p.heads = H, p.heads_kv = Hkv, p.head_dim = d, p.causal = 1;
+  AttnCase c = attn_case(s);
+  const size_t nq = c.nq, nkv = c.nkv, nst = c.nst;
+  double *q = c.q, *k = c.k, *v = c.v, *d_o = c.d_o;
+  flashlab_attention_problem p = c.p;
   p.dtype = FLASHLAB_DTYPE_F64;
   printf("grouped-query attention, CPU reference, f64: B=%lld N=%lld N_k=%lld H=%lld H_kv=%lld d=%lld causal\n",
-         (long long)B, (long long)N, (long long)Nk, (long long)H, (long long)Hkv, (long long)d);
+         (long long)s.B, (long long)s.N, (long long)s.Nk, (long long)s.H, (long long)s.Hkv, (long long)s.d);
   double *got_o = NEW(double, nq), *got_l = NEW(double, nst), *gq = NEW(double, nq), *gk = NEW(double, nkv),
          *gv = NEW(double, nkv);
   CALL(flashlab_attention_forward(&p, FLASHLAB_DEVICE_CPU, tensor(q), tensor(k), tensor(v), tensor(got_o), got_l, NULL,
                                   0, NULL));
   CALL(flashlab_attention_backward(&p, FLASHLAB_DEVICE_CPU, tensor(q), tensor(k), tensor(v), tensor(got_o), got_l,
                                    tensor(d_o), tensor(gq), tensor(gk), tensor(gv), NULL, 0, NULL));
-  check("f64 O", err_vs_max(got_o, o, nq), 1e-12);
-  check("f64 LSE", err_vs_max(got_l, lse, nst), 1e-12);
-  check("f64 dQ", err_vs_max(gq, dq, nq), 1e-12);
-  check("f64 dK (summed over each group)", err_vs_max(gk, dk, nkv), 1e-12);
-  check("f64 dV (summed over each group)", err_vs_max(gv, dv, nkv), 1e-12);
-  free(q), free(k), free(v), free(d_o), free(o), free(lse), free(dq), free(dk), free(dv);
+  check("f64 O", err_vs_max(got_o, c.o, nq), 1e-12);
+  check("f64 LSE", err_vs_max(got_l, c.lse, nst), 1e-12);
+  check("f64 dQ", err_vs_max(gq, c.dq, nq), 1e-12);
+  check("f64 dK (summed over each group)", err_vs_max(gk, c.dk, nkv), 1e-12);
+  check("f64 dV (summed over each group)", err_vs_max(gv, c.dv, nkv), 1e-12);
+  free_case(&c);
   free(got_o), free(got_l), free(gq), free(gk), free(gv);
 }
 
