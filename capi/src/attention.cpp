@@ -241,8 +241,6 @@ std::size_t backward_workspace(const Attention& a, flashlab_device device) {
   return 0;
 }
 
-void size_arg(size_t* bytes) { require_pointer(bytes, "bytes"); }
-
 }  // namespace
 
 extern "C" {
@@ -265,11 +263,8 @@ FLASHLAB_API flashlab_status flashlab_attention_check(const flashlab_attention_p
 
 FLASHLAB_API flashlab_status flashlab_attention_forward_workspace_size(const flashlab_attention_problem* problem,
                                                                        flashlab_device device, size_t* bytes) {
-  return guard("flashlab_attention_forward_workspace_size", [&] {
-    const Attention a = checked_problem(problem, device);
-    size_arg(bytes);
-    *bytes = forward_workspace(a, device);
-  });
+  return size_query("flashlab_attention_forward_workspace_size", bytes,
+                    [&] { return forward_workspace(checked_problem(problem, device), device); });
 }
 
 FLASHLAB_API flashlab_status flashlab_attention_forward(const flashlab_attention_problem* problem,
@@ -305,11 +300,8 @@ FLASHLAB_API flashlab_status flashlab_attention_forward(const flashlab_attention
 
 FLASHLAB_API flashlab_status flashlab_attention_backward_workspace_size(const flashlab_attention_problem* problem,
                                                                         flashlab_device device, size_t* bytes) {
-  return guard("flashlab_attention_backward_workspace_size", [&] {
-    const Attention a = checked_problem(problem, device);
-    size_arg(bytes);
-    *bytes = backward_workspace(a, device);
-  });
+  return size_query("flashlab_attention_backward_workspace_size", bytes,
+                    [&] { return backward_workspace(checked_problem(problem, device), device); });
 }
 
 FLASHLAB_API flashlab_status flashlab_attention_backward(const flashlab_attention_problem* problem,

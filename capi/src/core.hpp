@@ -94,6 +94,17 @@ T read_struct(const T* p, const char* arg, const char* type_name, const T& defau
 /// Refuses a NULL pointer argument with INVALID_ARGUMENT naming it.
 void require_pointer(const void* p, const char* arg);
 
+/// One `*_workspace_size` entry: `size_of()` checks the problem and returns the bytes, which go
+/// to `*bytes` (checked not NULL after the problem, so a bad problem is named first).
+template <typename SizeOf>
+flashlab_status size_query(const char* function, size_t* bytes, SizeOf&& size_of) noexcept {
+  return guard(function, [&] {
+    const std::size_t n = size_of();
+    require_pointer(bytes, "bytes");
+    *bytes = n;
+  });
+}
+
 /// Checks the device value and that this build has it (UNSUPPORTED with a hint otherwise).
 void check_device(flashlab_device device);
 

@@ -235,10 +235,9 @@ FLASHLAB_API flashlab_mta_problem flashlab_mta_defaults(void) {
 
 FLASHLAB_API flashlab_status flashlab_mta_forward_workspace_size(const flashlab_mta_problem* problem,
                                                                  flashlab_device device, size_t* bytes) {
-  return guard("flashlab_mta_forward_workspace_size", [&] {
+  return size_query("flashlab_mta_forward_workspace_size", bytes, [&] {
     (void)checked_problem(problem, device);
-    require_pointer(bytes, "bytes");
-    *bytes = 0;
+    return std::size_t(0);
   });
 }
 
@@ -273,11 +272,8 @@ FLASHLAB_API flashlab_status flashlab_mta_forward(const flashlab_mta_problem* pr
 
 FLASHLAB_API flashlab_status flashlab_mta_backward_workspace_size(const flashlab_mta_problem* problem,
                                                                   flashlab_device device, size_t* bytes) {
-  return guard("flashlab_mta_backward_workspace_size", [&] {
-    const Mta m = checked_problem(problem, device);
-    require_pointer(bytes, "bytes");
-    *bytes = backward_workspace(m, device);
-  });
+  return size_query("flashlab_mta_backward_workspace_size", bytes,
+                    [&] { return backward_workspace(checked_problem(problem, device), device); });
 }
 
 FLASHLAB_API flashlab_status flashlab_mta_backward(const flashlab_mta_problem* problem, flashlab_device device,
@@ -328,11 +324,10 @@ FLASHLAB_API flashlab_status flashlab_mta_backward(const flashlab_mta_problem* p
 
 FLASHLAB_API flashlab_status flashlab_mta_decode_workspace_size(const flashlab_mta_problem* problem,
                                                                 flashlab_device device, size_t* bytes) {
-  return guard("flashlab_mta_decode_workspace_size", [&] {
+  return size_query("flashlab_mta_decode_workspace_size", bytes, [&] {
     const Mta m = checked_problem(problem, device);
     decode_limits(m);
-    require_pointer(bytes, "bytes");
-    *bytes = decode_workspace(m, device);
+    return decode_workspace(m, device);
   });
 }
 

@@ -175,10 +175,9 @@ std::size_t trace_workspace(const Stream& s) {
 }
 #endif
 
-void zero_workspace(const flashlab_stream_problem* problem, flashlab_device device, size_t* bytes, Pass pass) {
+std::size_t no_workspace(const flashlab_stream_problem* problem, flashlab_device device, Pass pass) {
   (void)checked_problem(problem, device, pass);
-  require_pointer(bytes, "bytes");
-  *bytes = 0;
+  return 0;
 }
 
 }  // namespace
@@ -205,7 +204,8 @@ FLASHLAB_API flashlab_status flashlab_stream_query_blocks(const flashlab_stream_
 
 FLASHLAB_API flashlab_status flashlab_stream_estimate_workspace_size(const flashlab_stream_problem* problem,
                                                                      flashlab_device device, size_t* bytes) {
-  return guard("flashlab_stream_estimate_workspace_size", [&] { zero_workspace(problem, device, bytes, Pass::estimate); });
+  return size_query("flashlab_stream_estimate_workspace_size", bytes,
+                    [&] { return no_workspace(problem, device, Pass::estimate); });
 }
 
 FLASHLAB_API flashlab_status flashlab_stream_estimate(const flashlab_stream_problem* problem, flashlab_device device,
@@ -237,7 +237,8 @@ FLASHLAB_API flashlab_status flashlab_stream_estimate(const flashlab_stream_prob
 
 FLASHLAB_API flashlab_status flashlab_stream_apply_workspace_size(const flashlab_stream_problem* problem,
                                                                   flashlab_device device, size_t* bytes) {
-  return guard("flashlab_stream_apply_workspace_size", [&] { zero_workspace(problem, device, bytes, Pass::apply); });
+  return size_query("flashlab_stream_apply_workspace_size", bytes,
+                    [&] { return no_workspace(problem, device, Pass::apply); });
 }
 
 FLASHLAB_API flashlab_status flashlab_stream_apply(const flashlab_stream_problem* problem, flashlab_device device,
@@ -268,15 +269,14 @@ FLASHLAB_API flashlab_status flashlab_stream_apply(const flashlab_stream_problem
 
 FLASHLAB_API flashlab_status flashlab_stream_trace_workspace_size(const flashlab_stream_problem* problem,
                                                                   flashlab_device device, size_t* bytes) {
-  return guard("flashlab_stream_trace_workspace_size", [&] {
+  return size_query("flashlab_stream_trace_workspace_size", bytes, [&] {
     const Stream s = checked_problem(problem, device, Pass::trace);
-    require_pointer(bytes, "bytes");
-    *bytes = 0;
 #if FLASHLAB_CAPI_HAVE_CUDA
-    if (device == FLASHLAB_DEVICE_CUDA) *bytes = trace_workspace(s);
+    if (device == FLASHLAB_DEVICE_CUDA) return trace_workspace(s);
 #else
     (void)s;
 #endif
+    return std::size_t(0);
   });
 }
 
