@@ -115,10 +115,7 @@ Sweep parse_sweep(const po::variables_map& vm) {
   if (fk != "auto" && fk != "mma" && fk != "wgmma" && fk != "tma-ws")
     throw UsageError("--fwd-kernel '" + fk + "' is unknown", "choose auto (the default), mma, wgmma or tma-ws");
   s.fwd_kernel = fk;
-  const std::string bk = vm["bwd-kernel"].as<std::string>();
-  if (bk != "auto" && bk != "mma" && bk != "wgmma-ws" && bk != "wgmma-ws-det")
-    throw UsageError("--bwd-kernel '" + bk + "' is unknown",
-                     "choose auto (the default), mma, wgmma-ws or wgmma-ws-det");
+  const std::string bk = bwd_kernel_flag(vm["bwd-kernel"].as<std::string>());
   if (bk.rfind("wgmma-ws", 0) == 0 && !s.bwd_atomic)
     throw UsageError("--bwd-kernel " + bk + " runs the atomic design only", "drop --bwd-design two-kernel");
   s.bwd_kernel = bk;

@@ -24,6 +24,12 @@ bool fp16_dtype(const std::string& value) {
   return value == "fp16";
 }
 
+std::string bwd_kernel_flag(const std::string& value) {
+  if (value != "auto" && value != "mma" && value != "wgmma-ws" && value != "wgmma-ws-det")
+    throw UsageError("--bwd-kernel '" + value + "' is unknown", "choose auto (the default), mma, wgmma-ws or wgmma-ws-det");
+  return value;
+}
+
 std::vector<int> sweep_list(const char* flag, const std::string& text, long long lo, long long hi,
                             const char* example) {
   const auto v = integer_list(flag, text, lo, hi, example);

@@ -23,6 +23,11 @@ KernelFamily kernel_family(const std::string& value, KernelFamily default_family
 /// True for --dtype fp16, false for bf16 (the default); anything else is a UsageError naming --dtype.
 bool fp16_dtype(const std::string& value);
 
+/// A --bwd-kernel value checked: "auto" (the default: the fastest kernel the device runs), "mma",
+/// "wgmma-ws" or "wgmma-ws-det" (the atomic backward design's kernels); anything else is a
+/// UsageError naming --bwd-kernel.
+std::string bwd_kernel_flag(const std::string& value);
+
 /// A comma-separated sweep list flag ("1024,2048" → {1024, 2048}): cli.hpp's integer_list(),
 /// each item in [lo, hi], as the ints the bench harnesses take.
 std::vector<int> sweep_list(const char* flag, const std::string& text, long long lo, long long hi,
