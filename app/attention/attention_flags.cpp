@@ -1,9 +1,13 @@
 // The attention commands' shared flags (attention_flags.hpp).
 #include "attention/attention_flags.hpp"
 
+#include "flashlab/reference/npy.hpp"
+
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -149,6 +153,35 @@ ref::Algorithm algorithm_flag(const std::string& value, bool backward) {
     const auto paren = what.rfind(" (hint: ");
     if (paren == std::string::npos) throw UsageError(what);
     throw UsageError(what.substr(0, paren), what.substr(paren + 8, what.size() - paren - 9));
+  }
+}
+
+AttentionOperand attention_operand_shape(const std::filesystem::path& file) {
+  const auto h = float_input_header(file, kAttentionInputsHint);
+  if (h.shape.size() != 3 && h.shape.size() != 4)
+    throw UsageError(file.string() + ": shape " + ref::shape_str(h.shape) + " is not [N, H, D] or [B, N, H, D]",
+                     "attention operands use the Triton walkthrough's layout [SEQ, HEAD_NUM, HEAD_DIM], optionally with a batch");
+  const bool four = h.shape.size() == 4;
+  const ref::Shape s{four ? h.shape[0] : 1, h.shape[four ? 1 : 0], h.shape[four ? 2 : 1], h.shape[four ? 3 : 2]};
+  if (h.numel == 0)
+    throw UsageError(file.string() + ": shape " + ref::shape_str(h.shape) + " has a zero dimension",
+                     "every dimension must be at least 1");
+  return {s, four};
+}
+
+ref::Tensor<double> load_attention_operand(const std::filesystem::path& file, const InputPolicy& policy) {
+  ref::Tensor<double> t(attention_operand_shape(file).shape);
+  const auto values = read_float_input(file, policy, kAttentionInputsHint);
+  std::copy(values.begin(), values.end(), t.data());
+  return t;
+}
+
+void require_operand_match(const std::filesystem::path& file, const char* what, std::size_t got, std::size_t want,
+                           const char* against, const char* hint) {
+  if (got != want) {
+    std::ostringstream m;
+    m << file.string() << ": " << what << " is " << got << " but " << against << " has " << want;
+    throw UsageError(m.str(), hint);
   }
 }
 

@@ -4,10 +4,13 @@
 #pragma once
 
 #include "core/cli.hpp"
+#include "core/input_checks.hpp"
 
 #include "flashlab/reference/attention_problem.hpp"
+#include "flashlab/reference/tensor.hpp"
 
 #include <cstddef>
+#include <filesystem>
 #include <string>
 #include <string_view>
 
@@ -35,6 +38,31 @@ ref::PackedSequences parse_cu_seqlens(std::string_view text, const std::string& 
 /// Reads and parses a --cu-seqlens file (a file, a pipe, or "-" for standard input; at most
 /// 1 MiB); UsageError naming the flag when it cannot be read.
 ref::PackedSequences read_cu_seqlens(const std::string& path);
+
+/// The hint of every --inputs refusal of the attention commands.
+inline constexpr const char* kAttentionInputsHint =
+    "--inputs DIR needs q.npy k.npy v.npy (and do.npy for bwd), float32 or float64";
+
+/// One --inputs operand's shape from its .npy header alone (nothing read yet, so a run is sized
+/// before loading): `[N, H, D]` as B = 1, or `[B, N, H, D]` (`four_d`). Any other rank or a zero
+/// dimension is a UsageError naming the file.
+struct AttentionOperand {
+  ref::Shape shape;
+  bool four_d = false;
+};
+AttentionOperand attention_operand_shape(const std::filesystem::path& file);
+
+/// The operand's values as float64, in its shape (attention_operand_shape()), under `policy`.
+ref::Tensor<double> load_attention_operand(const std::filesystem::path& file, const InputPolicy& policy);
+
+/// The layouts --inputs takes: the hint of an operand whose size disagrees with another's.
+inline constexpr const char* kOperandLayoutHint =
+    "q and do are [B, N, H, D]; k and v are [B, N_k, H_kv, D] with the same B and D";
+
+/// A UsageError naming `file` unless its `what` (e.g. "head dim") `got` equals `want`, the value
+/// of the file named `against`; `hint` says which sizes must agree.
+void require_operand_match(const std::filesystem::path& file, const char* what, std::size_t got, std::size_t want,
+                           const char* against, const char* hint = kOperandLayoutHint);
 
 /// The algorithm a --variant value names for a forward or backward pass (ref::parse_algorithm);
 /// an unknown value is a UsageError naming --variant.

@@ -106,31 +106,8 @@ struct Loaded {
   bool four_d = false;
 };
 
-constexpr const char* kInputsHint = "--inputs DIR needs q.npy k.npy v.npy (and do.npy for bwd), float32 or float64";
-
-// The operand's shape from its header alone (nothing read yet), so a run is sized before loading.
-struct OperandShape {
-  Shape shape;
-  bool four_d = false;
-};
-OperandShape operand_shape(const fs::path& file) {
-  const auto h = float_input_header(file, kInputsHint);
-  if (h.shape.size() != 3 && h.shape.size() != 4)
-    throw UsageError(file.string() + ": shape " + shape_str(h.shape) + " is not [N, H, D] or [B, N, H, D]",
-                     "attention operands use the Triton walkthrough's layout [SEQ, HEAD_NUM, HEAD_DIM], optionally with a batch");
-  const bool four = h.shape.size() == 4;
-  const Shape s{four ? h.shape[0] : 1, h.shape[four ? 1 : 0], h.shape[four ? 2 : 1], h.shape[four ? 3 : 2]};
-  if (h.numel == 0)
-    throw UsageError(file.string() + ": shape " + shape_str(h.shape) + " has a zero dimension", "every dimension must be at least 1");
-  return {s, four};
-}
-
 Loaded load_operand(const fs::path& file, const InputPolicy& policy) {
-  const OperandShape os = operand_shape(file);
-  Loaded out{Tensor<double>(os.shape), os.four_d};
-  const auto values = read_float_input(file, policy, kInputsHint);
-  std::copy(values.begin(), values.end(), out.t.data());
-  return out;
+  return {load_attention_operand(file, policy), attention_operand_shape(file).four_d};
 }
 
 // What a run holds at its peak, from the sizes alone: the float64 operands and their copies in
@@ -150,14 +127,6 @@ void require_attention_memory(const InputPolicy& policy, const Shape& q, const S
   if (bwd) plan.add("dK, dV (run and reference)", kvn, 8, 4);
   plan.add("naive N x N_k scores of one head", checked_size({longest_q, longest_k}, "N x N_k"), 8, bwd ? 4 : 2);
   plan.require_within(policy, "attention " + std::string(bwd ? "bwd" : "fwd") + " on Q " + q.str() + ", K " + kv.str());
-}
-
-void require_match(const fs::path& file, const char* what, std::size_t got, std::size_t want, const char* against) {
-  if (got != want) {
-    std::ostringstream m;
-    m << file.string() << ": " << what << " is " << got << " but " << against << " has " << want;
-    throw UsageError(m.str(), "q and do are [B, N, H, D]; k and v are [B, N_k, H_kv, D] with the same B and D");
-  }
 }
 
 // ---- output ------------------------------------------------------------------------------
@@ -517,10 +486,10 @@ int cmd_attention(const Args& args) {
       // Sized from the headers before any payload is read.
       const bool have_do = bwd && fs::exists(*run.inputs / "do.npy");
       const fs::path qf = *run.inputs / "q.npy", kf = *run.inputs / "k.npy", vf = *run.inputs / "v.npy";
-      const Shape q_shape = operand_shape(qf).shape;
-      const Shape k_shape = operand_shape(kf).shape;
-      operand_shape(vf);
-      if (have_do) operand_shape(*run.inputs / "do.npy");
+      const Shape q_shape = attention_operand_shape(qf).shape;
+      const Shape k_shape = attention_operand_shape(kf).shape;
+      attention_operand_shape(vf);
+      if (have_do) attention_operand_shape(*run.inputs / "do.npy");
       if (packed) {
         // Packed operands hold every sequence along one token axis: [total, H, D] (or a batch of 1).
         const auto require_total = [](const fs::path& file, const Shape& got, std::size_t total, const char* list) {
@@ -547,17 +516,17 @@ int cmd_attention(const Args& args) {
                                (q.four_d ? "4-D" : "3-D"),
                            "give every operand the same layout: all [N, H, D] or all [B, N, H, D]");
       const Shape qs = q.t.shape(), ks = k.t.shape();
-      require_match(kf, "batch", ks.batch, qs.batch, "q.npy");
-      require_match(kf, "head dim", ks.head_dim, qs.head_dim, "q.npy");
+      require_operand_match(kf, "batch", ks.batch, qs.batch, "q.npy");
+      require_operand_match(kf, "head dim", ks.head_dim, qs.head_dim, "q.npy");
       if (qs.heads % ks.heads != 0) {
         std::ostringstream m;
         m << kf.string() << ": heads is " << ks.heads << ", which does not divide the " << qs.heads << " heads of q.npy";
         throw UsageError(m.str(), "k and v have H_kv heads, and each serves H/H_kv query heads of q");
       }
-      require_match(vf, "batch", vv.t.shape().batch, ks.batch, "k.npy");
-      require_match(vf, "sequence length", vv.t.shape().seq, ks.seq, "k.npy");
-      require_match(vf, "heads", vv.t.shape().heads, ks.heads, "k.npy");
-      require_match(vf, "head dim", vv.t.shape().head_dim, ks.head_dim, "k.npy");
+      require_operand_match(vf, "batch", vv.t.shape().batch, ks.batch, "k.npy");
+      require_operand_match(vf, "sequence length", vv.t.shape().seq, ks.seq, "k.npy");
+      require_operand_match(vf, "heads", vv.t.shape().heads, ks.heads, "k.npy");
+      require_operand_match(vf, "head dim", vv.t.shape().head_dim, ks.head_dim, "k.npy");
       auto agree = [&](const char* flag, std::size_t file_value, const fs::path& file) {
         if (vm.count(flag) && !vm[flag].defaulted() && std::size_t(get_ll(vm, flag)) != file_value) {
           std::ostringstream m;

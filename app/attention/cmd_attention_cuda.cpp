@@ -65,8 +65,6 @@ constexpr const char* kSummary =
     "--save DIR writes o.npy lse.npy [dq.npy dk.npy dv.npy] as float32. Exit 0 within tolerance, 1\n"
     "when not, 2 on bad input. --device cpu runs the CPU reference command instead.";
 
-constexpr const char* kInputsHint = "--inputs DIR needs q.npy k.npy v.npy (and do.npy for bwd), float32 or float64";
-
 // The sizes the CPU command accepts (its flags' ranges): the naive float64 reference holds
 // N x N scores, so N stays at most 8192 here too.
 constexpr long long kMaxSeq = 8192, kMaxDim = 1024, kMaxHeads = 1024, kMaxBatch = 1024;
@@ -108,39 +106,7 @@ struct Run {
   Tensor<double> Q, K, V, dO;
 };
 
-// ---- inputs: the CPU command's rules and messages ---------------------------------------------
-
-struct OperandShape {
-  Shape shape;
-  bool four_d = false;
-};
-
-OperandShape operand_shape(const fs::path& file) {
-  const auto h = float_input_header(file, kInputsHint);
-  if (h.shape.size() != 3 && h.shape.size() != 4)
-    throw UsageError(file.string() + ": shape " + ref::shape_str(h.shape) + " is not [N, H, D] or [B, N, H, D]",
-                     "attention operands use the Triton walkthrough's layout [SEQ, HEAD_NUM, HEAD_DIM], optionally with a batch");
-  const bool four = h.shape.size() == 4;
-  const Shape s{four ? h.shape[0] : 1, h.shape[four ? 1 : 0], h.shape[four ? 2 : 1], h.shape[four ? 3 : 2]};
-  if (h.numel == 0)
-    throw UsageError(file.string() + ": shape " + ref::shape_str(h.shape) + " has a zero dimension", "every dimension must be at least 1");
-  return {s, four};
-}
-
-Tensor<double> load_operand(const fs::path& file, const InputPolicy& policy) {
-  Tensor<double> t(operand_shape(file).shape);
-  const auto values = read_float_input(file, policy, kInputsHint);
-  std::copy(values.begin(), values.end(), t.data());
-  return t;
-}
-
-void require_match(const fs::path& file, const char* what, std::size_t got, std::size_t want, const char* against) {
-  if (got != want) {
-    std::ostringstream m;
-    m << file.string() << ": " << what << " is " << got << " but " << against << " has " << want;
-    throw UsageError(m.str(), "q and do are [B, N, H, D]; k and v are [B, N_k, H, D] with the same B, H, D");
-  }
-}
+// ---- inputs: the CPU command's rules and messages (attention_flags.hpp) -------------------------
 
 long long get_ll(const po::variables_map& vm, const char* name) { return vm[name].as<long long>(); }
 
@@ -186,8 +152,9 @@ Run parse_run(const po::variables_map& vm) {
     if (!fs::is_directory(dir)) throw UsageError("--inputs " + dir.string() + " is not a directory", "give a directory holding q.npy k.npy v.npy");
     const fs::path qf = dir / "q.npy", kf = dir / "k.npy", vf = dir / "v.npy", df = dir / "do.npy";
     const bool have_do = bwd && fs::exists(df);
-    const OperandShape q_shape = operand_shape(qf), k_shape = operand_shape(kf), v_shape = operand_shape(vf);
-    if (have_do) operand_shape(df);
+    const AttentionOperand q_shape = attention_operand_shape(qf), k_shape = attention_operand_shape(kf),
+                           v_shape = attention_operand_shape(vf);
+    if (have_do) attention_operand_shape(df);
     run.cfg.batch = q_shape.shape.batch;
     run.cfg.seq = q_shape.shape.seq;
     run.cfg.seq_k = k_shape.shape.seq == q_shape.shape.seq ? 0 : k_shape.shape.seq;
@@ -195,9 +162,9 @@ Run parse_run(const po::variables_map& vm) {
     run.cfg.head_dim = q_shape.shape.head_dim;
     run.four_d = q_shape.four_d;
     require_memory(run);
-    run.Q = load_operand(qf, run.policy);
-    run.K = load_operand(kf, run.policy);
-    run.V = load_operand(vf, run.policy);
+    run.Q = load_attention_operand(qf, run.policy);
+    run.K = load_attention_operand(kf, run.policy);
+    run.V = load_attention_operand(vf, run.policy);
     // One layout for all operands: a 4-D q beside 3-D k, v is a mistake, not a batch of one.
     for (const auto& [name, operand] : {std::pair{"k.npy", &k_shape}, std::pair{"v.npy", &v_shape}})
       if (operand->four_d != q_shape.four_d)
@@ -205,13 +172,15 @@ Run parse_run(const po::variables_map& vm) {
                              (q_shape.four_d ? "4-D" : "3-D"),
                          "give every operand the same layout: all [N, H, D] or all [B, N, H, D]");
     const Shape qs = run.Q.shape(), ks = run.K.shape(), vs = run.V.shape();
-    require_match(kf, "batch", ks.batch, qs.batch, "q.npy");
-    require_match(kf, "heads", ks.heads, qs.heads, "q.npy");
-    require_match(kf, "head dim", ks.head_dim, qs.head_dim, "q.npy");
-    require_match(vf, "batch", vs.batch, ks.batch, "k.npy");
-    require_match(vf, "sequence length", vs.seq, ks.seq, "k.npy");
-    require_match(vf, "heads", vs.heads, ks.heads, "k.npy");
-    require_match(vf, "head dim", vs.head_dim, ks.head_dim, "k.npy");
+    // This command runs H_kv = H only.
+    constexpr const char* kLayout = "q and do are [B, N, H, D]; k and v are [B, N_k, H, D] with the same B, H, D";
+    require_operand_match(kf, "batch", ks.batch, qs.batch, "q.npy", kLayout);
+    require_operand_match(kf, "heads", ks.heads, qs.heads, "q.npy", kLayout);
+    require_operand_match(kf, "head dim", ks.head_dim, qs.head_dim, "q.npy", kLayout);
+    require_operand_match(vf, "batch", vs.batch, ks.batch, "k.npy", kLayout);
+    require_operand_match(vf, "sequence length", vs.seq, ks.seq, "k.npy", kLayout);
+    require_operand_match(vf, "heads", vs.heads, ks.heads, "k.npy", kLayout);
+    require_operand_match(vf, "head dim", vs.head_dim, ks.head_dim, "k.npy", kLayout);
     auto agree = [&](const char* flag, std::size_t file_value) {
       if (vm.count(flag) && !vm[flag].defaulted() && std::size_t(get_ll(vm, flag)) != file_value) {
         std::ostringstream m;
@@ -225,7 +194,7 @@ Run parse_run(const po::variables_map& vm) {
     agree("batch", qs.batch);
     if (vm.count("seq-k")) agree("seq-k", ks.seq);
     if (have_do) {
-      run.dO = load_operand(df, run.policy);
+      run.dO = load_attention_operand(df, run.policy);
       if (!(run.dO.shape() == qs)) throw UsageError(df.string() + ": shape differs from q.npy", "dO has the shape of Q (and O)");
     }
   } else {
