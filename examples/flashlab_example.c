@@ -17,8 +17,8 @@
  * stream's bit for bit (except MTA's dQ and dW, which the kernels sum with atomics: compared
  * within 1e-2) and the stream's must match the CPU reference on the same bf16-rounded values
  * within 1e-2 of the largest value (16-bit outputs; LSE within 1e-4), STREAM's indices exactly;
- * the STREAM trace (f32 kernels) gives the CPU's f32 records: indices exactly, weights within
- * 1e-5 of the largest.
+ * the STREAM trace gives the CPU's records: indices exactly, weights within 1e-5 of the largest
+ * (f32, the clear kernels) or 1e-2 (bf16, the fast kernels).
  * Only flashlab.h (and, for --cuda, the CUDA runtime) is used. */
 #include "flashlab.h"
 
@@ -708,7 +708,8 @@ typedef struct {
   void *dec, *ws_dec;                                /* MTA decode */
   int64_t* idx;                                      /* STREAM estimate */
   void* so;                                          /* STREAM apply */
-  void *to, *edges, *ws_trace;                       /* STREAM trace (f32) */
+  void *to, *edges, *ws_trace;                       /* STREAM trace (f32, the clear kernels) */
+  void *to16, *edges16;                              /* STREAM trace (bf16, the fast kernels) */
 } Outputs;
 
 typedef struct {
@@ -735,15 +736,18 @@ static void alloc_outputs(const Inputs* in, Outputs* out) {
   out->idx = (int64_t*)device_zeros(in->n_idx * 8), out->so = device_zeros(in->n_tok * 2);
   out->to = device_zeros(in->n_tok * 4), out->edges = device_zeros(in->n_idx * sizeof(flashlab_stream_edge));
   out->ws_trace = device_zeros(in->ws_trace);
+  out->to16 = device_zeros(in->n_tok * 2), out->edges16 = device_zeros(in->n_idx * sizeof(flashlab_stream_edge));
 }
 
 /* Poisons every output with 0xFF bytes (NaN in bf16 and fp32): a result not written shows. */
 static void poison_outputs(const Inputs* in, Outputs* out) {
   void* all[] = {out->o, out->lse, out->dq, out->dk, out->dv, out->mo, out->mlse, out->mdq,
-                 out->mdk, out->mdv, out->mdw, out->dec, out->idx, out->so, out->to, out->edges};
+                 out->mdk, out->mdv, out->mdw, out->dec, out->idx, out->so, out->to, out->edges,
+                 out->to16, out->edges16};
   const size_t bytes[] = {in->n_attn * 2, in->n_stat * 4, in->n_attn * 2, in->n_attn * 2, in->n_attn * 2,
                           in->n_mta * 2,  in->n_mstat * 4, in->n_mta * 2, in->n_mta * 2, in->n_mta * 2,
                           in->n_w * 4,    in->n_dec * 2,  in->n_idx * 8, in->n_tok * 2, in->n_tok * 4,
+                          in->n_idx * sizeof(flashlab_stream_edge), in->n_tok * 2,
                           in->n_idx * sizeof(flashlab_stream_edge)};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) CUDA_CHECK(cudaMemset(all[i], 0xFF, bytes[i]));
 }
@@ -768,6 +772,8 @@ static void enqueue_all(const Inputs* in, Outputs* out, cudaStream_t stream) {
                              NULL, 0, stream));
   CALL(flashlab_stream_trace(&in->tp, dev, tensor(in->tq), tensor(in->tk), tensor(in->tv), out->idx, tensor(out->to),
                              (flashlab_stream_edge*)out->edges, out->ws_trace, in->ws_trace, stream));
+  CALL(flashlab_stream_trace(&in->sp, dev, tensor(in->sq), tensor(in->sk), tensor(in->sv), out->idx, tensor(out->to16),
+                             (flashlab_stream_edge*)out->edges16, NULL, 0, stream));
 }
 
 static int run_cuda(const char* save_dir) {
@@ -928,8 +934,29 @@ static int run_cuda(const char* save_dir) {
     check("mass", err_vs_max(g_w[1], w[1], in.n_idx), 1e-5);
     check("value norm", err_vs_max(g_w[2], w[2], in.n_idx), 1e-5);
     check("O", err_vs_max(g_to, c_to, in.n_tok), 1e-5);
+    /* The bf16 trace (the fast kernels) against the CPU's f64 trace on the same bf16 values: the
+     * records' indices exactly, the weights within 1e-2 (P is rounded to bf16 before P·V, as in
+     * the fast apply), and its O is the fast apply's, bit for bit. */
+    flashlab_stream_problem tp64 = in.sp;
+    tp64.dtype = FLASHLAB_DTYPE_F64;
+    double* o64 = NEW(double, in.n_tok);
+    CALL(flashlab_stream_trace(&tp64, FLASHLAB_DEVICE_CPU, tensor(sq), tensor(sk), tensor(sv), g_I, tensor(o64), e, NULL,
+                               0, NULL));
+    CUDA_CHECK(cudaMemcpy(g_e, direct.edges16, in.n_idx * sizeof *g_e, cudaMemcpyDeviceToHost));
+    ids_equal = 1;
+    for (size_t i = 0; i < in.n_idx; ++i) {
+      ids_equal &= e[i].q == g_e[i].q && e[i].r == g_e[i].r && e[i].slot == g_e[i].slot;
+      w[0][i] = e[i].score, w[1][i] = e[i].mass, w[2][i] = e[i].value_norm;
+      g_w[0][i] = g_e[i].score, g_w[1][i] = g_e[i].mass, g_w[2][i] = g_e[i].value_norm;
+    }
+    printf("STREAM trace on CUDA (bf16, the fast kernels) vs the CPU's f64 trace on the same values:\n");
+    check_true("records (q, r, slot) equal to the CPU's", ids_equal);
+    check("score", err_vs_max(g_w[0], w[0], in.n_idx), 1e-2);
+    check("mass", err_vs_max(g_w[1], w[1], in.n_idx), 1e-2);
+    check("value norm", err_vs_max(g_w[2], w[2], in.n_idx), 1e-2);
+    check_true("O equals the fast apply's, bitwise", same_bytes(direct.to16, direct.so, in.n_tok * 2));
     for (int f = 0; f < 3; ++f) free(w[f]), free(g_w[f]);
-    free(I), free(g_I), free(o), free(g_o), free(e), free(g_e), free(to), free(g_to), free(c_to);
+    free(I), free(g_I), free(o), free(g_o), free(e), free(g_e), free(to), free(g_to), free(c_to), free(o64);
   }
 
   /* The same calls captured in a graph, replayed twice: bit for bit the stream's results. */
@@ -963,9 +990,11 @@ static int run_cuda(const char* save_dir) {
   check_true("MTA decode bitwise", same_bytes(direct.dec, graphed.dec, in.n_dec * 2));
   check_true("STREAM I, O bitwise", same_bytes(direct.idx, graphed.idx, in.n_idx * 8) &&
                                         same_bytes(direct.so, graphed.so, in.n_tok * 2));
-  check_true("STREAM trace records, O bitwise",
+  check_true("STREAM trace records, O bitwise (f32 and bf16)",
              same_bytes(direct.edges, graphed.edges, in.n_idx * sizeof(flashlab_stream_edge)) &&
-                 same_bytes(direct.to, graphed.to, in.n_tok * 4));
+                 same_bytes(direct.to, graphed.to, in.n_tok * 4) &&
+                 same_bytes(direct.edges16, graphed.edges16, in.n_idx * sizeof(flashlab_stream_edge)) &&
+                 same_bytes(direct.to16, graphed.to16, in.n_tok * 2));
   CUDA_CHECK(cudaGraphExecDestroy(exec));
   CUDA_CHECK(cudaGraphDestroy(graph));
   CUDA_CHECK(cudaStreamDestroy(stream));

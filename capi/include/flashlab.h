@@ -13,7 +13,7 @@
  *   every build. The reference copies strided inputs into its own dense tensors and the results
  *   back, so any strides are honoured.
  * - `FLASHLAB_DEVICE_CUDA`: device memory, the fast kernels (bf16 or f16 in, fp32 statistics;
- *   the STREAM trace runs the clear fp32 kernels on f32),
+ *   the STREAM trace also takes f32, on the clear fp32 kernels),
  *   launched on the given `cudaStream_t` (passed as `void*`; NULL is the legacy default stream).
  *   Only in builds with the CUDA kernels (flashlab_has_cuda()); elsewhere the call returns
  *   FLASHLAB_ERROR_UNSUPPORTED. A CUDA call performs no host copy and no device-wide
@@ -284,7 +284,7 @@ typedef struct flashlab_stream_problem {
   int64_t block_q;         /**< b_q, query-block size (CUDA: 64) */
   int64_t block_k;         /**< b_k, key-block size (CUDA: 64) */
   int64_t k_blocks;        /**< k, key blocks kept per query block */
-  flashlab_dtype dtype;    /**< element type of Q, K, V, O (the CUDA estimate: bf16; the CUDA trace: f32) */
+  flashlab_dtype dtype;    /**< element type of Q, K, V, O (the CUDA estimate: bf16; the CUDA trace also f32) */
   /** Optional user block mask, n_q × n_k bytes 0/1 on the host; NULL = causal only. The CUDA
    *  estimate takes the causal mask only (a user mask is refused with
    *  FLASHLAB_ERROR_UNSUPPORTED: its kernel reads the mask packed in device memory, which only a
@@ -330,17 +330,20 @@ typedef struct flashlab_stream_edge {
   float value_norm;   /**< ‖Σ p·V‖₂ over the block pair */
 } flashlab_stream_edge;
 
-/** Scratch of the trace (`*bytes`): 0 on the CPU; on CUDA the per-row softmax statistics, room
- *  for O and the kernel's wide records before they are narrowed into `edges`. */
+/** Scratch of the trace (`*bytes`): 0 on the CPU and for a BF16/F16 trace on CUDA; an F32 trace
+ *  on CUDA needs the per-row softmax statistics, room for O and the kernel's wide records before
+ *  they are narrowed into `edges`. */
 FLASHLAB_API flashlab_status flashlab_stream_trace_workspace_size(const flashlab_stream_problem* problem,
                                                                   flashlab_device device, size_t* bytes);
 /** Edge records of a trace, one per entry of `indices` in row-major (q, slot) order: n_q·k
  *  records in `edges`; an empty entry (−1) gives r = −1 and zero weights. Also writes o `[T, d]`
- *  unless o.data is NULL. On the CPU everything is host memory. On CUDA (the clear fp32 kernels:
- *  dtype FLASHLAB_DTYPE_F32 only, k ≤ 65535) q, k, v, o, `indices` and `edges` are device memory,
- *  the records are written on `stream` with no host copy, and `workspace` holds the size query's
- *  bytes; `indices` are trusted as in flashlab_stream_apply(). The records agree with the CPU's on
- *  the same inputs up to fp32 rounding (the kernel sums in another order). */
+ *  unless o.data is NULL. On the CPU everything is host memory. On CUDA q, k, v, o, `indices` and
+ *  `edges` are device memory, everything runs on `stream` with no host copy, and `indices` are
+ *  trusted as in flashlab_stream_apply(): BF16 or F16 run the fast trace on tensor cores (the
+ *  fast apply's limits; O from the fast apply), F32 the clear fp32 kernels (k ≤ 65535; `workspace`
+ *  holds the size query's bytes). The records agree with the CPU's on the same values up to the
+ *  rounding of the kernels' arithmetic (fp32 sums in another order; the fast trace rounds P to
+ *  the input dtype before P·V, as the fast apply does). */
 FLASHLAB_API flashlab_status flashlab_stream_trace(const flashlab_stream_problem* problem, flashlab_device device,
                                                    flashlab_tensor q, flashlab_tensor k, flashlab_tensor v,
                                                    const int64_t* indices, flashlab_tensor o,

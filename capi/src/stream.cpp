@@ -71,9 +71,9 @@ fs::FastApplyShape apply_shape(const Stream& s) {
 // The fast kernels' limits, stated by check_fast_estimate() and check_fast_apply().
 void cuda_limits(const Stream& s, Pass pass) {
   const flashlab_stream_problem& a = s.abi;
-  if (pass == Pass::trace) {
-    // The trace runs the clear fp32 kernels; their limits are make_problem's, checked by the size
-    // query of the same front door.
+  if (pass == Pass::trace && a.dtype == FLASHLAB_DTYPE_F32) {
+    // F32: the clear kernels, whose limits are make_problem's, checked by the size query of the
+    // same front door.
     kernel_limits("the CUDA trace refuses this problem",
                   [&] { (void)fs::stream_trace_workspace_bytes(s.g, 1, std::size_t(a.head_dim)); });
     return;
@@ -89,7 +89,8 @@ void cuda_limits(const Stream& s, Pass pass) {
                   [&] { fs::check_fast_estimate(s.g, 1, std::size_t(a.head_dim), s.k); });
     return;
   }
-  kernel_limits("the CUDA apply refuses this problem", [&] {
+  // The apply and the 16-bit trace: the fast apply's limits.
+  kernel_limits(pass == Pass::trace ? "the CUDA trace refuses this problem" : "the CUDA apply refuses this problem", [&] {
     if (s.g.bq != fs::kFastStreamBlock || s.g.bk != fs::kFastStreamBlock)
       throw rs::StreamError("problem->block_q = " + std::to_string(s.g.bq) + ", block_k = " + std::to_string(s.g.bk) +
                             ": the fast apply's blocks are " + std::to_string(fs::kFastStreamBlock) +
@@ -103,17 +104,9 @@ void cuda_limits(const Stream& s, Pass pass) {
 Stream checked_problem(const flashlab_stream_problem* problem, flashlab_device device, Pass pass) {
   Stream s = checked_fields(problem);
   check_device(device);
-  if (device == FLASHLAB_DEVICE_CUDA && pass == Pass::trace) {
-    // The one CUDA entry of the ABI on fp32: the trace kernel computes its records in fp32/fp64
-    // from fp32 inputs (the clear kernels).
-    if (s.abi.dtype != FLASHLAB_DTYPE_F32)
-      fail(FLASHLAB_ERROR_UNSUPPORTED,
-           std::string("problem->dtype = ") + dtype_name(s.abi.dtype) +
-               " for flashlab_stream_trace on FLASHLAB_DEVICE_CUDA: the trace kernel takes FLASHLAB_DTYPE_F32",
-           "pass float32 q, k, v (estimate and apply take BF16 or F16)");
-  } else {
+  // The CUDA trace also takes F32 (the clear kernels); BF16 and F16 run the fast trace.
+  if (!(device == FLASHLAB_DEVICE_CUDA && pass == Pass::trace && s.abi.dtype == FLASHLAB_DTYPE_F32))
     check_dtype(s.abi.dtype, device, "problem->dtype");
-  }
 #if FLASHLAB_CAPI_HAVE_CUDA
   if (device == FLASHLAB_DEVICE_CUDA) cuda_limits(s, pass);
 #else
@@ -165,12 +158,14 @@ void cpu_apply(const Stream& s, const Qkv& in, const std::int64_t* indices, cons
 }
 
 #if FLASHLAB_CAPI_HAVE_CUDA
-// The CUDA trace's workspace: the front door's scratch (μ, λ and room for O), then, from the next
-// 256-byte boundary, the front door's wide records, which the narrowing writes into `edges`.
+// The CUDA trace's workspace. F32 (the clear kernels): the front door's scratch (μ, λ and room for
+// O), then, from the next 256-byte boundary, its wide records, which the narrowing writes into
+// `edges`. BF16, F16: none (the fast trace writes flashlab_stream_edge itself).
 std::size_t trace_records_offset(const Stream& s) {
   return (fs::stream_trace_workspace_bytes(s.g, 1, std::size_t(s.abi.head_dim)) + 255) / 256 * 256;
 }
 std::size_t trace_workspace(const Stream& s) {
+  if (s.abi.dtype != FLASHLAB_DTYPE_F32) return 0;
   return trace_records_offset(s) + std::size_t(s.n_q) * s.k * sizeof(rs::Edge);
 }
 #endif
@@ -307,6 +302,19 @@ FLASHLAB_API flashlab_status flashlab_stream_trace(const flashlab_stream_problem
     }
 #if FLASHLAB_CAPI_HAVE_CUDA
     workspace_arg(workspace, workspace_bytes, trace_workspace(s), device);
+    if (dt != FLASHLAB_DTYPE_F32) {
+      // The fast trace writes the records only: O, when wanted, comes from the fast apply.
+      static_assert(sizeof(fs::FastEdge) == sizeof(flashlab_stream_edge) &&
+                        offsetof(fs::FastEdge, slot) == offsetof(flashlab_stream_edge, slot) &&
+                        offsetof(fs::FastEdge, value_norm) == offsetof(flashlab_stream_edge, value_norm),
+                    "the fast trace writes flashlab_stream_edge");
+      kernel_limits("the CUDA trace refuses this problem", [&] {
+        if (os) fs::stream_fast_apply_device(apply_shape(s), in.q.data, in.k.data, in.v.data, indices, os->data, stream);
+        fs::stream_fast_trace_device(apply_shape(s), in.q.data, in.k.data, in.v.data, indices,
+                                     reinterpret_cast<fs::FastEdge*>(edges), stream);
+      });
+      return;
+    }
     auto* records = reinterpret_cast<rs::Edge*>(static_cast<char*>(workspace) + trace_records_offset(s));
     static_assert(sizeof(fs::CompactEdge) == sizeof(flashlab_stream_edge) &&
                       offsetof(fs::CompactEdge, slot) == offsetof(flashlab_stream_edge, slot) &&

@@ -54,7 +54,8 @@ def apply(q, k, v, indices, *, bq: int = 64, bk: int = 64):
 
 
 def trace(q, k, v, indices, *, bq: int = 64, bk: int = 64) -> Tuple[Any, Any]:
-    """Mask application plus one edge record per entry of ``indices``, in (q, slot) order (CPU).
+    """Mask application plus one edge record per entry of ``indices``, in (q, slot) order (NumPy: the
+    CPU reference; torch CUDA tensors: the GPU kernels).
 
     Returns:
         ``(O, edges)``. For NumPy, edges is a structured array of ``EDGE_DTYPE`` (fields ``q``,

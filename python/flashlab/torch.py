@@ -746,8 +746,7 @@ def stream_trace(q, k, v, indices, bq, bk):
     q, k, v, indices = _kernel_input(q), _kernel_input(k), _kernel_input(v), indices.contiguous()
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     edges = torch.empty((indices.numel(), 6), dtype=torch.int32, device=q.device)
-    # The trace has no size query of its own; it takes the application's scratch.
-    ws, nws = _workspace(p, "stream_apply_workspace_size", q)
+    ws, nws = _workspace(p, "stream_trace_workspace_size", q)
     _launch("stream_trace", q, p.address, _device(q), _tensor(q), _tensor(k), _tensor(v), indices.data_ptr(),
             _T(o.data_ptr()), edges.data_ptr(), _ptr(ws), nws, _stream(q))
     return o, edges
