@@ -407,7 +407,7 @@ static void stream_cases(void) {
   p = stream_f32(), p.dtype = FLASHLAB_DTYPE_BF16;
   EXPECT(flashlab_stream_trace(&p, FLASHLAB_DEVICE_CUDA, in, in, in, g_idx, out, (flashlab_stream_edge*)g_stat, NULL, 0,
                                NULL),
-         FLASHLAB_ERROR_UNSUPPORTED, "flashlab_stream_trace", "the CUDA trace refuses this problem", "b_k = 8");
+         FLASHLAB_ERROR_UNSUPPORTED, "flashlab_stream_trace", "the CUDA trace refuses this problem", "block_k = 8");
   p = stream_f32(), p.dtype = FLASHLAB_DTYPE_F64; /* the CUDA trace takes F32 (clear) or BF16/F16 (fast) */
   EXPECT(flashlab_stream_trace_workspace_size(&p, FLASHLAB_DEVICE_CUDA, (size_t*)g_idx), FLASHLAB_ERROR_UNSUPPORTED,
          "flashlab_stream_trace_workspace_size", "problem->dtype = FLASHLAB_DTYPE_F64 on FLASHLAB_DEVICE_CUDA", NULL);
