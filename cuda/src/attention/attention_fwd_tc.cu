@@ -35,6 +35,10 @@
 //     longest (bottom) query tiles first.
 //   - Out-of-sequence rows of Q_i, K_j, V_j are zero-filled by cp.async (src-size 0), so no stale or
 //     uninitialised SRAM (a possible NaN) reaches P·V.
+//   - Grouped K/V and N_k ≠ N: K and V are [B, N_k, H_kv, d], loaded from K/V head h / (H / H_kv)
+//     with their own row stride (H_kv·d); key tiles run to N_k; causal is bottom-right aligned
+//     (query i sees keys ≤ i + N_k − N), so a block above the diagonal's start (N > N_k) runs no
+//     key tile and stores O = 0, LSE = −inf.
 // It never produces S or P outside registers; O is written once in the input dtype, LSE in fp32.
 // Instantiations: d ∈ {64, 128} × {bf16, fp16} × {causal, not}: the launch picks the causal
 // instantiation from the run-time flag (each has its own tuple; inside the kernel it is constexpr).
@@ -124,7 +128,7 @@ struct TileLoader {
   static constexpr int HEAD_DIM = T::kHeadDim;
   static constexpr int kRowsPerPass = T::kThreads / T::kChunks;  // R
   static_assert(T::kThreads % T::kChunks == 0 && kRowsPerPass % 8 == 0, "swizzle must be pass-invariant");
-  std::size_t head;  // element offset of row 0 of this block's head (the same in Q, K, V, O)
+  std::size_t head;  // element offset of row 0 of this block's head (Q and O; K and V: its K/V head)
   int r;             // kLoaderBase: first row of this thread
   uint32_t soff;     // ... its swizzled SRAM byte offset inside a tile
   std::size_t goff;  // ... its element offset (row r, chunk c of this head)
@@ -169,11 +173,12 @@ struct TileLoader {
 // online softmax stay in the kernel's body: as separate inlined functions they compile to a
 // different instruction schedule (checked on the cubin), and this kernel is tuned.
 
-/// The masks (the Triton walkthrough, "Out-of-Sequence Masking"): keys ≥ N, and causal keys >
-/// query row → −inf, so 2^(−inf) = 0 adds nothing to l_i or acc. Called only for tiles that
-/// straddle N or the diagonal.
+/// The masks (the Triton walkthrough, "Out-of-Sequence Masking"): keys ≥ N_k (`N`), and causal
+/// keys > query row + N_k − N (`warp_diag0` = the warp's first row + N_k − N: the bottom-right
+/// aligned diagonal) → −inf, so 2^(−inf) = 0 adds nothing to l_i or acc. Called only for tiles
+/// that straddle N_k or the diagonal.
 template <class T>
-__device__ __forceinline__ void mask_scores(float (&s)[T::kMT][T::BLOCK_N / 8][4], int start_n, int N, int warp_row0,
+__device__ __forceinline__ void mask_scores(float (&s)[T::kMT][T::BLOCK_N / 8][4], int start_n, int N, int warp_diag0,
                                             int g, int t) {
   const float NEG_INF = __int_as_float(0xff800000);  // −inf
 #pragma unroll
@@ -183,8 +188,8 @@ __device__ __forceinline__ void mask_scores(float (&s)[T::kMT][T::BLOCK_N / 8][4
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int col = start_n + 8 * n + 2 * t + (e & 1);
-        const int row = warp_row0 + 16 * mt + g + 8 * (e >> 1);
-        if (col >= N || (T::kCausal && col > row)) s[mt][n][e] = NEG_INF;
+        const int diag = warp_diag0 + 16 * mt + g + 8 * (e >> 1);
+        if (col >= N || (T::kCausal && col > diag)) s[mt][n][e] = NEG_INF;
       }
 }
 
@@ -222,7 +227,8 @@ __device__ __forceinline__ void store_output(uint16_t* __restrict__ O, float* __
 
 // ----------------------------------------------------------------------------- the kernel
 /// Grid (Tr, H, B), FastTraits::kThreads threads, FastTraits::kSmemBytes of dynamic SRAM:
-/// [Q_i: Br × d][K_j: kStages × Bc × d][V_j: kStages × Bc × d], all swizzled.
+/// [Q_i: Br × d][K_j: kStages × Bc × d][V_j: kStages × Bc × d], all swizzled. Q, O are
+/// [B, N, H, d]; K, V [B, N_k, H_kv, d], head h reading K/V head h / (H / H_kv).
 template <class T, bool kBf16>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     fast_fwd_kernel(Problem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
@@ -236,25 +242,30 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   constexpr int kNTilesO = HEAD_DIM / 8;    // n8 tiles of O_i per m16 tile
   const float NEG_INF = __int_as_float(0xff800000);  // −inf
 
-  const int N = p.seq;
+  const int N = p.seq, Nk = p.seq_k;
   // Causal: the bottom query tiles see the most keys; launch them first (better tail balance).
   const int i = causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
   const int h = blockIdx.y, b = blockIdx.z;
   const int row0 = i * BLOCK_M;
-  const std::size_t stride = p.row_stride();
-  const std::size_t base = p.head_offset(b, h);
+  const std::size_t stride = p.row_stride(), kv_stride = p.kv_row_stride();
+  const std::size_t base = p.head_offset(b, h), kv_base = p.kv_head_offset(b, p.kv_head(h));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;         // mma fragment coordinates: row group, thread in group
   const int warp_m0 = 16 * kMT * warp;           // this warp's first row inside Q_i
   const int warp_row0 = row0 + warp_m0;          // ... and in the sequence
+  // Causal, bottom-right aligned: query row r sees keys ≤ r + N_k − N (the diagonal of the warp's
+  // first row: warp_diag0).
+  const int warp_diag0 = warp_row0 + p.causal_offset();
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t sQ = uint32_t(__cvta_generic_to_shared(smem_raw));
   const uint32_t sK = sQ + T::kTileQBytes;                // + stage · kTileKVBytes
   const uint32_t sV = sK + T::kStages * T::kTileKVBytes;  // + stage · kTileKVBytes
 
-  // Causal: key tiles starting past this tile's last query row are entirely masked — skip them.
-  const int n_end = causal ? min(N, row0 + BLOCK_M) : N;
+  // Causal: key tiles starting past this tile's last query row's diagonal are entirely masked —
+  // skip them. None left (N > N_k, rows above the diagonal's start): the loop does not run, and
+  // every row stores O = 0 and LSE = −inf.
+  const int n_end = causal ? max(0, min(Nk, row0 + BLOCK_M + p.causal_offset())) : Nk;
   const int Tc = (n_end + BLOCK_N - 1) / BLOCK_N;
 
   // ldmatrix row addresses. Every fragment this lane addresses has row ≡ lane (mod 8), so the
@@ -270,18 +281,18 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   const uint32_t v_lane = sV + uint32_t(((lane & 7) + ((mi & 1) << 3)) * kRowBytes);
   const uint32_t v_xor = uint32_t(((mi >> 1) ^ (lane & 7)) << 4);
 
-  const TileLoader<T> ld(base, stride);
+  const TileLoader<T> ld(base, stride), ld_kv(kv_base, kv_stride);
   // Load Q_i, K_0, V_0: HBM → SRAM (one cp.async group), then K_s, V_s for the first stages
   // (one group each; an empty group where there is no tile, so the group count stays uniform).
   ld.template load<BLOCK_M>(sQ, Q, stride, row0, N);
-  ld.template load<BLOCK_N>(sK, K, stride, 0, N);
-  ld.template load<BLOCK_N>(sV, V, stride, 0, N);
+  ld_kv.template load<BLOCK_N>(sK, K, kv_stride, 0, Nk);
+  ld_kv.template load<BLOCK_N>(sV, V, kv_stride, 0, Nk);
   cp_async_commit();
 #pragma unroll
   for (int st = 1; st < T::kStages - 1; ++st) {
     if (st < Tc) {
-      ld.template load<BLOCK_N>(sK + st * T::kTileKVBytes, K, stride, st * BLOCK_N, N);
-      ld.template load<BLOCK_N>(sV + st * T::kTileKVBytes, V, stride, st * BLOCK_N, N);
+      ld_kv.template load<BLOCK_N>(sK + st * T::kTileKVBytes, K, kv_stride, st * BLOCK_N, Nk);
+      ld_kv.template load<BLOCK_N>(sV + st * T::kTileKVBytes, V, kv_stride, st * BLOCK_N, Nk);
     }
     cp_async_commit();
   }
@@ -310,8 +321,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
       const int jn = j + T::kStages - 1;
       if (jn < Tc) {
         const uint32_t next = uint32_t((jn % T::kStages) * T::kTileKVBytes);
-        ld.template load<BLOCK_N>(sK + next, K, stride, jn * BLOCK_N, N);
-        ld.template load<BLOCK_N>(sV + next, V, stride, jn * BLOCK_N, N);
+        ld_kv.template load<BLOCK_N>(sK + next, K, kv_stride, jn * BLOCK_N, Nk);
+        ld_kv.template load<BLOCK_N>(sV + next, V, kv_stride, jn * BLOCK_N, Nk);
       }
       cp_async_commit();
     }
@@ -329,7 +340,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     }
 
     // A warp whose rows are all left of this key tile (causal) has nothing to add.
-    const bool warp_active = !causal || start_n <= warp_row0 + 16 * kMT - 1;
+    const bool warp_active = !causal || start_n <= warp_diag0 + 16 * kMT - 1;
     if (warp_active) {
       float s[kMT][kNTilesS][4];
       // S_ij = Q_i K_jᵀ (raw scores, fp32, registers). B fragments of K_j via ldmatrix (non-trans),
@@ -363,9 +374,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
         }
       }
 
-      // Masks (keys ≥ N; causal: keys > query row) only on tiles that straddle N or the diagonal.
-      const bool need_mask = start_n + BLOCK_N > N || (causal && start_n + BLOCK_N - 1 > warp_row0);
-      if (need_mask) mask_scores<T>(s, start_n, N, warp_row0, g, t);
+      // Masks (keys ≥ N_k; causal: keys > query row + N_k − N) only on tiles that straddle N_k or
+      // the diagonal.
+      const bool need_mask = start_n + BLOCK_N > Nk || (causal && start_n + BLOCK_N - 1 > warp_diag0);
+      if (need_mask) mask_scores<T>(s, start_n, Nk, warp_diag0, g, t);
 
       // Online softmax (base 2, as in the Triton walkthrough), rows r = g and g + 8 of each m16 tile:
       //   m_new = max(m_i, rowmax(S_ij)·scale·log2 e); P_ij = 2^(S_ij·scale·log2 e − m_new);

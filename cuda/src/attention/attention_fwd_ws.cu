@@ -62,6 +62,12 @@
 //   - Masks only on tiles that need them (the last, ragged key tile; causal: the tile on a
 //     warpgroup's diagonal and, with Br = 192, the one after it); causal units stop at the
 //     diagonal of their last row. A fully masked row gives O = 0 and LSE = −inf, never NaN.
+//   - Grouped K/V and N_k ≠ N: K and V are [B, N_k, H_kv, d], read through their own tensor maps
+//     (make_kv_tile_map), query head h loading K/V head h / (H / H_kv); the units of one K/V head's
+//     query heads sit side by side in the work list (ws_unit: they share its tiles in L2). A unit has
+//     ⌈N_k / Bc⌉ key tiles; causal, the diagonal is bottom-right aligned (query i sees keys
+//     ≤ i + N_k − N), units stop at their last row's diagonal, and a unit above the diagonal's start
+//     (N > N_k) loads nothing: its rows store O = 0, LSE = −inf.
 // Resources (ptxas, sm_90a): two consumers, 168 registers at launch (384 threads, 1 block/SM),
 // then 24 for the producer and 240 for the consumers; three consumers, 128 at launch (512
 // threads), then 24 and 160; no spills but 16 bytes in the Bc = 192 kernel and 24 in the split
@@ -148,7 +154,9 @@ struct WsTraits {
   static_assert(kHeadDim == 64 || kHeadDim == 128, "d ∈ {64, 128}");
   static_assert(kConsumers == 2 || kConsumers == 3, "2 or 3 consumer warpgroups");
   // Causal with Br > Bc: a warpgroup may meet key tiles masked for all its rows (the block runs
-  // to its last row's tile); P = 0 there, since key 0 gave every row a finite m_i in tile 0.
+  // to its last row's tile); P = 0 there. With N_k = N key 0 gave every row a finite m_i in tile
+  // 0; with N > N_k a row may have seen no key yet, and the softmax's m_i = −inf guard keeps its
+  // P = 0 (online_softmax: it subtracts 0 rather than −inf).
   static_assert(!kCausal || BLOCK_M >= BLOCK_N, "causal: every row of a unit sees its first key tile");
   static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "Bc: whole k16 steps of P·V, one TMA box of rows");
 };
@@ -172,24 +180,52 @@ struct WsSmem {
   __device__ uint32_t v_empty(int s) const { return bar(2 + 3 * T::kStages + s); }  // kSplitEmpty only
 };
 
-/// One unit of work: query tile Q_i (rows q0 ..) of head h, batch b, and its number of key tiles.
+/// One unit of work: query tile Q_i (rows q0 ..) of head h, batch b, the K/V head hk it reads,
+/// and its number of key tiles.
 struct WsTile {
-  int q0, h, b, j0, n_tiles, piece;
+  int q0, h, hk, b, j0, n_tiles, piece;
 };
 
-/// The work list of a launch, the same in the producer and the consumers. Tile t of the list:
-/// causal, the longest first (query tiles from the bottom, heads innermost); non-causal, the query
-/// tiles of one head side by side (they share K and V in L2). Block `blk` of G takes tiles
-/// k·G + blk for even rounds k and k·G + G − 1 − blk for odd ones (a snake: the blocks that got
-/// the longest tile of one round get the shortest of the next).
+/// Query tile m, head h and batch b of unit t of a work list (WsSchedule; ws_combine_kernel
+/// finds the split tail's units by it too). Grouped K/V: the G = H / H_kv query heads that read one
+/// K/V head sit side by side in the list, so they run at the same time on neighbouring SMs and
+/// read the same K_j, V_j from L2 (one HBM read serves G blocks) rather than fetching a K/V head
+/// again once it has left L2. Causal: query tiles from the bottom, all heads of one query tile
+/// innermost (the longest units first; a group's heads are adjacent there already). Non-causal:
+/// the G heads of a group innermost, then the query tiles, then the groups (G = 1: the query tiles
+/// of one head side by side, sharing K and V in L2).
+template <bool kCausal>
+__device__ __forceinline__ void ws_unit(int t, int Tr, int H, int HB, int G, int& m, int& h, int& b) {
+  if (kCausal) {
+    m = Tr - 1 - t / HB;
+    const int hb = t % HB;
+    h = hb % H;
+    b = hb / H;
+  } else {
+    const int per_group = Tr * G, group = t / per_group, r = t - group * per_group;
+    m = r / G;
+    const int H_kv = H / G;
+    h = (group % H_kv) * G + (r - m * G);
+    b = group / H_kv;
+  }
+}
+
+/// The work list of a launch, the same in the producer and the consumers. Tile t of the list is
+/// ws_unit's: causal, the longest first; non-causal, the units reading one K/V head side by side.
+/// Block `blk` of G takes tiles k·G + blk for even rounds k and k·G + G − 1 − blk for odd ones (a
+/// snake: the blocks that got the longest tile of one round get the shortest of the next).
+/// A causal unit stops at the key tile of its last row's diagonal (key q0 + Br − 1 + N_k − N);
+/// above the diagonal's start (N > N_k) a unit may see no key at all: n_tiles = 0, and such units
+/// come last in every block's list (n_tiles never grows along it).
 template <class T>
 struct WsSchedule {
-  int Tr, H, HB, total, N;  // query tiles, heads, heads × batch, Tr · HB, tokens
-  int full;                 // units dealt whole (= total unless the tail is split)
-  const int4* pieces;       // kSplitTail: this block's pieces of the tail (tail_pieces), in SRAM
+  int Tr, H, HB, total, Nk;  // query tiles, heads, heads × batch, Tr · HB, keys N_k
+  int group, offset;         // H / H_kv query heads per K/V head; the causal offset N_k − N
+  int full;                  // units dealt whole (= total unless the tail is split)
+  const int4* pieces;        // kSplitTail: this block's pieces of the tail (tail_pieces), in SRAM
   __device__ bool at(int k, WsTile& w) const {
     const int G = int(gridDim.x), blk = int(blockIdx.x);
-    const int n = (N + T::BLOCK_N - 1) / T::BLOCK_N;
+    const int n = (Nk + T::BLOCK_N - 1) / T::BLOCK_N;
     int t = k * G + ((k & 1) ? G - 1 - blk : blk);
     w.j0 = 0;
     w.piece = -1;
@@ -208,18 +244,15 @@ struct WsSchedule {
         w.piece = 2 * blk + piece;
       }
     }
-    int m, hb;
-    if (T::kCausal) {
-      m = Tr - 1 - t / HB;
-      hb = t % HB;
-    } else {
-      m = t % Tr;
-      hb = t / Tr;
-    }
+    int m;
+    ws_unit<T::kCausal>(t, Tr, H, HB, group, m, w.h, w.b);
     w.q0 = m * T::BLOCK_M;
-    w.h = hb % H;
-    w.b = hb / H;
-    if (T::kCausal) w.n_tiles = min(w.n_tiles, (w.q0 + T::BLOCK_M - 1) / T::BLOCK_N + 1);
+    w.hk = w.h / group;
+    if (T::kCausal) {
+      // Keys 0 .. q0 + Br − 1 + offset: none when that is negative (floor division).
+      const int last_key = w.q0 + T::BLOCK_M - 1 + offset;
+      w.n_tiles = last_key < 0 ? 0 : min(w.n_tiles, last_key / T::BLOCK_N + 1);
+    }
     return true;
   }
 };
@@ -257,19 +290,23 @@ __device__ __forceinline__ void produce_v(const WsSmem<T>& sm, const CUtensorMap
   const int s = it_j % T::kStages;
   if (it_j >= T::kStages) mbar_wait(sm.v_empty(s), uint32_t(it_j / T::kStages - 1) & 1u);
   mbar_arrive_expect_tx(sm.v_full(s), T::kTileKVBytes);
-  tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, (w.j0 + j) * T::BLOCK_N, w.h, w.b, sm.v_full(s));
+  tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, (w.j0 + j) * T::BLOCK_N, w.hk, w.b, sm.v_full(s));
 }
 
 /// The producer (one thread): per tile of its work list Q_i (once the consumers are done with the
-/// previous Q_i), then K_j, V_j for j < n_tiles through the stage ring. `it` counts the key tiles
-/// of the whole list: stage it % kStages, phase (it / kStages) & 1, the same count as the consumers'.
+/// previous Q_i), then K_j, V_j (of K/V head hk) for j < n_tiles through the stage ring. `it`
+/// counts the key tiles of the whole list: stage it % kStages, phase (it / kStages) & 1, the same
+/// count as the consumers'; `kq` the units with keys (the phase of q_full and q_empty). A unit
+/// without keys (causal, N > N_k) loads nothing: its consumers store O = 0 and LSE = −inf.
 template <class T>
 __device__ void produce(const WsSmem<T>& sm, const WsSchedule<T>& sched, const CUtensorMap* map_q,
                         const CUtensorMap* map_k, const CUtensorMap* map_v) {
   WsTile w;
-  int it = 0;
+  int it = 0, kq = 0;
   for (int k = 0; sched.at(k, w); ++k) {
-    if (k > 0) mbar_wait(sm.q_empty(), uint32_t(k - 1) & 1u);
+    if (T::kCausal && w.n_tiles == 0) continue;
+    if (kq > 0) mbar_wait(sm.q_empty(), uint32_t(kq - 1) & 1u);
+    ++kq;
     mbar_arrive_expect_tx(sm.q_full(), T::kTileQBytes);
     tma_tile<T, T::BLOCK_M>(sm.q(), map_q, w.q0, w.h, w.b, sm.q_full());
     if constexpr (T::kSplitEmpty) {
@@ -278,7 +315,7 @@ __device__ void produce(const WsSmem<T>& sm, const WsSchedule<T>& sched, const C
         const int s = it % T::kStages;
         if (it >= T::kStages) mbar_wait(sm.empty(s), uint32_t(it / T::kStages - 1) & 1u);  // k_empty
         mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
-        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, (w.j0 + j) * T::BLOCK_N, w.h, w.b, sm.k_full(s));
+        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, (w.j0 + j) * T::BLOCK_N, w.hk, w.b, sm.k_full(s));
         if (j > 0) produce_v<T>(sm, map_v, w, j - 1, it - 1);
       }
       produce_v<T>(sm, map_v, w, w.n_tiles - 1, it - 1);
@@ -288,9 +325,9 @@ __device__ void produce(const WsSmem<T>& sm, const WsSchedule<T>& sched, const C
         // Stage s was last filled for key tile it − kStages: wait for that phase of empty[s].
         if (it >= T::kStages) mbar_wait(sm.empty(s), uint32_t(it / T::kStages - 1) & 1u);
         mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
-        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, (w.j0 + j) * T::BLOCK_N, w.h, w.b, sm.k_full(s));
+        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, (w.j0 + j) * T::BLOCK_N, w.hk, w.b, sm.k_full(s));
         mbar_arrive_expect_tx(sm.v_full(s), T::kTileKVBytes);
-        tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, (w.j0 + j) * T::BLOCK_N, w.h, w.b, sm.v_full(s));
+        tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, (w.j0 + j) * T::BLOCK_N, w.hk, w.b, sm.v_full(s));
       }
     }
   }
@@ -369,8 +406,9 @@ __device__ __forceinline__ void release_after_pv(const WsSmem<T>& sm, int s) {
 /// One consumer warpgroup `cw` (0 .. kConsumers − 1) on one tile: its 64 rows of Q_i against every
 /// key tile. Turn k of warpgroup c follows turn k of warpgroup c − 1 (and warpgroup 0's follows the
 /// last one's turn k − 1): named barriers, across tiles too. `it` (in/out) counts the key tiles of
-/// the block's work list, as the producer does; `k` is the tile's place in that list (phase of
-/// q_full), `more` whether another tile follows.
+/// the block's work list, as the producer does; `k` is the tile's place among the units with keys
+/// (phase of q_full), `more` whether another unit with keys follows. Masks: keys ≥ N_k, and
+/// (causal) keys past row + N_k − N.
 template <class T>
 __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __restrict__ O, float* __restrict__ LSE,
                              float* __restrict__ partials, int cw, const WsTile& w, int& it, int k, bool more) {
@@ -378,7 +416,10 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   constexpr float NEG_INF = -INFINITY;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t4 = lane % 4;
   const int row_base = w.q0 + 64 * cw + 16 * warp + lane / 4;  // this thread's rows: row_base, row_base + 8
-  const int wg_row0 = w.q0 + 64 * cw, N = p.seq, n_tiles = w.n_tiles;
+  const int wg_row0 = w.q0 + 64 * cw, N = p.seq_k, n_tiles = w.n_tiles;
+  // The causal diagonal of this thread's rows, bottom-right aligned: the masks compare a key with
+  // row + N_k − N (the step's softmax reads its row argument for nothing else).
+  const int diag_base = row_base + p.causal_offset(), wg_diag0 = wg_row0 + p.causal_offset();
   const float scale_log2 = p.scale_log2;
   const uint32_t sQ_wg = sm.q() + uint32_t(cw) * 64 * 128;  // this warpgroup's 64 rows (8 swizzle periods)
   const int my_turn = kTurnBarrier + cw;
@@ -386,7 +427,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   // j counts this unit's key tiles from w.j0 (a piece of the split tail starts past 0).
   auto need_mask = [&](int j) {
     const int end = (w.j0 + j + 1) * BLOCK_N;
-    return end > N || (T::kCausal && end - 1 > wg_row0);
+    return end > N || (T::kCausal && end - 1 > wg_diag0);
   };
   auto phase = [&](int j) { return uint32_t((it + j) / S) & 1u; };  // key tile j of this tile
   auto stage = [&](int j) { return (it + j) % S; };
@@ -409,7 +450,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   reg_fence(s_acc);
   if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(stage(0)));  // done with K_0
   float alpha[2];
-  bool moved = softmax_step<T>(s_acc, m_i, l_i, alpha, w.j0 * BLOCK_N, N, row_base, need_mask(0), t4, scale_log2);
+  bool moved = softmax_step<T>(s_acc, m_i, l_i, alpha, w.j0 * BLOCK_N, N, diag_base, need_mask(0), t4, scale_log2);
   pack_rescale<T>(s_acc, pa, o, alpha, moved);
   // Tile j: S_ij with P_i(j−1)·V_(j−1) in one turn; the softmax of tile j overlaps the other
   // warpgroups' turns (and with kOverlap this warpgroup's own P·V too). P·V reads pa_in, the
@@ -432,7 +473,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
       wg_wait<1>();  // S_ij done; P_i(j−1)·V_(j−1) may still run: O_i and pa_in stay untouched
       reg_fence(s_acc);
       if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
-      moved = softmax_step<T>(s_acc, m_i, l_i, alpha, (w.j0 + j) * BLOCK_N, N, row_base, need_mask(j), t4,
+      moved = softmax_step<T>(s_acc, m_i, l_i, alpha, (w.j0 + j) * BLOCK_N, N, diag_base, need_mask(j), t4,
                               scale_log2);
       wg_wait<0>();
       reg_fence(o);
@@ -445,7 +486,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
       reg_fence_u(pa_in);
       if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
       if (lane == 0) release_after_pv<T>(sm, sp);
-      moved = softmax_step<T>(s_acc, m_i, l_i, alpha, (w.j0 + j) * BLOCK_N, N, row_base, need_mask(j), t4,
+      moved = softmax_step<T>(s_acc, m_i, l_i, alpha, (w.j0 + j) * BLOCK_N, N, diag_base, need_mask(j), t4,
                               scale_log2);
     }
     pack_rescale<T>(s_acc, pa_out, o, alpha, moved);
@@ -492,13 +533,27 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
 template <class T>
 __device__ void consume(const Problem& p, const WsSmem<T>& sm, const WsSchedule<T>& sched, uint16_t* __restrict__ O,
                         float* __restrict__ LSE, float* __restrict__ partials, int cw) {
-  if (cw == T::kConsumers - 1) named_bar_arrive(kTurnBarrier, 256);  // warpgroup 0 takes the first turn
   WsTile w, next;
-  int it = 0;
+  int it = 0, kq = 0;
   bool have = sched.at(0, w);
+  // Warpgroup 0 takes the first turn (none is taken where the block's first unit, hence every
+  // one, has no keys: no arrival is left unmatched).
+  if (cw == T::kConsumers - 1 && (!T::kCausal || (have && w.n_tiles > 0))) named_bar_arrive(kTurnBarrier, 256);
   for (int k = 0; have; ++k) {
     const bool more = sched.at(k + 1, next);
-    consume_tile<T>(p, sm, O, LSE, partials, cw, w, it, k, more);
+    if (T::kCausal && w.n_tiles == 0) {
+      // No key for any row of the unit (causal, N > N_k): O = 0, LSE = −inf, as the reference;
+      // no load, no turn (the units after it have no keys either: WsSchedule).
+      const int tid = threadIdx.x % 128, row_base = w.q0 + 64 * cw + 16 * (tid / 32) + (tid % 32) / 4;
+      float o[T::kHeadDim / 2];
+#pragma unroll
+      for (int i = 0; i < T::kHeadDim / 2; ++i) o[i] = 0.f;
+      const float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f};
+      store_o_lse<T>(p, O, LSE, o, m_i, l_i, w.b, w.h, row_base, tid % 4);
+    } else {
+      // The next unit's turn is owed only if it has keys (units without keys come last).
+      consume_tile<T>(p, sm, O, LSE, partials, cw, w, it, kq++, more && (!T::kCausal || next.n_tiles > 0));
+    }
     w = next;
     have = more;
   }
@@ -515,13 +570,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int Tr = (p.seq + T::BLOCK_M - 1) / T::BLOCK_M, HB = p.heads * p.batch;
   int4* pieces = reinterpret_cast<int4*>(smem_raw + (sm.base - uint32_t(__cvta_generic_to_shared(smem_raw))) +
                                          T::kPieceOffset);
-  const WsSchedule<T> sched{Tr, p.heads, HB, Tr * HB, p.seq, full, pieces};
+  const WsSchedule<T> sched{Tr, p.heads, HB, Tr * HB, p.seq_k, p.heads / p.heads_kv, p.causal_offset(), full, pieces};
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
     if constexpr (T::kSplitTail) {
       int4 share[2];
-      tail_pieces(share, full, Tr * HB, (p.seq + T::BLOCK_N - 1) / T::BLOCK_N, int(blockIdx.x), int(gridDim.x));
+      tail_pieces(share, full, Tr * HB, (p.seq_k + T::BLOCK_N - 1) / T::BLOCK_N, int(blockIdx.x), int(gridDim.x));
       pieces[0] = share[0];
       pieces[1] = share[1];
     }
@@ -568,10 +623,11 @@ __global__ void __launch_bounds__(256)
   const int r = (int(blockIdx.x) % kBlocksPerUnit) * kCombineRows<T> + int(threadIdx.x) / (D / 2);
   const int c = 2 * (int(threadIdx.x) % (D / 2));
   const int Tr = (p.seq + BLOCK_M - 1) / BLOCK_M, total = Tr * p.heads * p.batch;
-  const int n = (p.seq + T::BLOCK_N - 1) / T::BLOCK_N;
+  const int n = (p.seq_k + T::BLOCK_N - 1) / T::BLOCK_N;
   const unsigned F = unsigned(total - full) * unsigned(n), lo = unsigned(unit) * unsigned(n), hi = lo + unsigned(n);
-  const int t = full + unit, q0 = (t % Tr) * BLOCK_M, hb = t / Tr, h = hb % p.heads, b = hb / p.heads;
-  const int row = q0 + r;
+  int tile, h, b;
+  ws_unit<T::kCausal>(full + unit, Tr, p.heads, p.heads * p.batch, p.heads / p.heads_kv, tile, h, b);
+  const int row = tile * BLOCK_M + r;
   if (row >= p.seq) return;
   const int first = int(lo * unsigned(G) / F);  // the first block whose share can meet this unit
   float m = -INFINITY, l = 0.f, o0 = 0.f, o1 = 0.f;
@@ -592,7 +648,7 @@ __global__ void __launch_bounds__(256)
         o1 += w * op.y;
       }
     }
-  const float inv_l = 1.f / l;  // every piece has a key < N: l ≥ 1
+  const float inv_l = 1.f / l;  // every piece has a key < N_k (non-causal): l ≥ 1
   const std::size_t base = p.head_offset(b, h), stat = p.stat_offset(b, h);
   *reinterpret_cast<uint32_t*>(O + base + std::size_t(row) * p.row_stride() + c) =
       pack2<T::kBf16>(o0 * inv_l, o1 * inv_l);
@@ -629,13 +685,13 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
   // > 48 KiB of dynamic SRAM: opted in per device (set_smem keeps the record, thread-safe).
   set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "ws_fwd_kernel", p);
   const CUtensorMap map_q = make_head_tile_map(Q, p, T::BLOCK_M);
-  const CUtensorMap map_k = make_head_tile_map(K, p, T::BLOCK_N);
-  const CUtensorMap map_v = make_head_tile_map(V, p, T::BLOCK_N);
+  const CUtensorMap map_k = make_kv_tile_map(K, p, T::BLOCK_N);
+  const CUtensorMap map_v = make_kv_tile_map(V, p, T::BLOCK_N);
   // One block per SM (1 block/SM fits: __launch_bounds__ and the SRAM), each walking its share of
   // the (query tile, head) list (WsSchedule); never more blocks than units.
   const long long units = ws_units(p, T::BLOCK_M);
   const unsigned grid = unsigned(std::min<long long>(units, sms));
-  const long long n = (p.seq + T::BLOCK_N - 1) / T::BLOCK_N;
+  const long long n = (p.seq_k + T::BLOCK_N - 1) / T::BLOCK_N;
   const bool split = T::kSplitTail && ws_split_tail(units, grid, n);
   const int full = split ? int(units / grid * grid) : int(units);
   float* partials = nullptr;
@@ -692,12 +748,16 @@ EncodeTiledFn encode_tiled() {
 
 }  // namespace
 
-CUtensorMap make_head_tile_map(const void* base, const Problem& p, int box_rows) {
+namespace {
+
+/// The map of a 16-bit [B, tokens, heads, d] tensor (make_head_tile_map, make_kv_tile_map).
+CUtensorMap make_tile_map(const void* base, const Problem& p, int heads, int tokens, int box_rows) {
   CUtensorMap map{};
   const cuuint64_t elem = 2;  // 16-bit storage
-  const cuuint64_t dims[4] = {cuuint64_t(p.head_dim), cuuint64_t(p.heads), cuuint64_t(p.seq), cuuint64_t(p.batch)};
+  const cuuint64_t dims[4] = {cuuint64_t(p.head_dim), cuuint64_t(heads), cuuint64_t(tokens), cuuint64_t(p.batch)};
+  const cuuint64_t row = cuuint64_t(heads) * cuuint64_t(p.head_dim);
   // Byte strides of dims 1..3 (dim 0 is contiguous): head, token, batch.
-  const cuuint64_t strides[3] = {elem * p.head_dim, elem * p.row_stride(), elem * p.row_stride() * p.seq};
+  const cuuint64_t strides[3] = {elem * p.head_dim, elem * row, elem * row * cuuint64_t(tokens)};
   const cuuint32_t box[4] = {64, 1, cuuint32_t(box_rows), 1};  // 64 columns = one 128-byte swizzle row
   const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
   // The data type only sizes the elements for a tile load (no conversion): bf16 and fp16 alike.
@@ -711,6 +771,16 @@ CUtensorMap make_head_tile_map(const void* base, const Problem& p, int box_rows)
                          .c_str(),
                      __FILE__, __LINE__);
   return map;
+}
+
+}  // namespace
+
+CUtensorMap make_head_tile_map(const void* base, const Problem& p, int box_rows) {
+  return make_tile_map(base, p, p.heads, p.seq, box_rows);
+}
+
+CUtensorMap make_kv_tile_map(const void* base, const Problem& p, int box_rows) {
+  return make_tile_map(base, p, p.heads_kv, p.seq_k, box_rows);
 }
 
 namespace {

@@ -58,11 +58,11 @@ inline bool ws_three_consumers(const Problem& p, int sms) {
 }
 
 /// d = 128 without a causal mask: key tiles of Bc = 192 (two stages: three do not fit the SRAM)
-/// once the last, ragged tile pads the keys by at most 1 %, else Bc = 128 with three stages: the
+/// once the last, ragged tile pads the N_k keys by at most 1 %, else Bc = 128 with three stages: the
 /// wider tile halves the barriers per key, but every padded key is wasted work.
 inline bool ws_wide_keys(const Problem& p) {
-  const long long padded = (p.seq + 191) / 192 * 192LL;
-  return padded * 100 <= p.seq * 101LL;
+  const long long padded = (p.seq_k + 191) / 192 * 192LL;
+  return padded * 100 <= p.seq_k * 101LL;
 }
 
 /// The configuration of problem `p` (d ∈ {64, 128}) on a device of `sms` SMs, the one place the
@@ -93,7 +93,7 @@ inline WsConfig choose_ws_config(const Problem& p, bool bf16, int sms) {
       if (c.consumers == 3) {
         c.split_empty = true;
         c.two_p = true;
-        const long long units = ws_units(p, c.block_m()), n = (p.seq + c.block_n - 1) / c.block_n;
+        const long long units = ws_units(p, c.block_m()), n = (p.seq_k + c.block_n - 1) / c.block_n;
         c.split_tail = ws_split_tail(units, std::min<long long>(units, sms), n);
       }
     }

@@ -21,15 +21,20 @@ void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int l
 }
 
 Problem make_problem(const ref::AttentionProblem& problem) {
+  // The front doors (check_clear_problem, check_fast_problem) refuse these with the field's name;
+  // reaching here with one means a caller skipped them.
   const std::size_t numel = problem.batch * problem.seq * problem.heads * problem.head_dim;
-  if (numel >= (std::size_t(1) << 31) || problem.n_k() != problem.seq)
-    throw std::invalid_argument("flashlab::cuda: " + problem.str() +
-                                " does not fit the kernels (hint: B·N·H·d below 2^31, N_k = N)");
+  const std::size_t kv_numel = problem.batch * problem.n_k() * problem.h_kv() * problem.head_dim;
+  if (numel >= (std::size_t(1) << 31) || kv_numel >= (std::size_t(1) << 31))
+    throw std::logic_error("flashlab::cuda: " + problem.str() +
+                           " reached a launch unchecked (B·N·H·d and B·N_k·H_kv·d must be below 2^31)");
   Problem p;
   p.batch = int(problem.batch);
   p.seq = int(problem.seq);
   p.heads = int(problem.heads);
   p.head_dim = int(problem.head_dim);
+  p.seq_k = int(problem.n_k());
+  p.heads_kv = int(problem.h_kv());
   p.causal = problem.causal;
   const double scale = problem.softmax_scale();
   p.scale = float(scale);

@@ -7,7 +7,8 @@
 // - Problem: the launch-time description shared by every kernel, built by make_problem() from a
 //   validated ref::AttentionProblem: B, N, H, d, the tiles Br and Bc the launched kernel really
 //   uses, causal, the softmax scale and scale·log2(e) (scores in base-2 units, so exp2 replaces
-//   exp). Its layout is part of every kernel's parameters: keep the members and their order.
+//   exp), N_k and H_kv (K and V are [B, N_k, H_kv, d]; only the fast forward takes them unequal to
+//   N and H). Its layout is part of every kernel's parameters: keep the members and their order.
 // - Layout: Q, K, V, O, dO, dQ, dK, dV are [B, N, H, d] row-major, as the reference's Tensor;
 //   one head is an N × d matrix whose rows are H·d floats apart. LSE and D are [B, H, N].
 #pragma once
@@ -108,6 +109,8 @@ struct Problem {
   bool causal = false; ///< key j visible to query i only when j <= i
   float scale = 0.f;   ///< softmax scale (1/sqrt(d) by default)
   float scale_log2 = 0.f;  ///< scale · log2(e): scores in base-2 units
+  int seq_k = 0;       ///< N_k, keys per sequence (make_problem sets it; N_k = N except in the fast forward)
+  int heads_kv = 0;    ///< H_kv, heads of K and V, dividing H (make_problem sets it; H_kv = H except in the fast forward)
 
   /// Elements between two tokens of one head (H·d).
   FLASHLAB_HD std::size_t row_stride() const { return std::size_t(heads) * head_dim; }
@@ -119,6 +122,17 @@ struct Problem {
   FLASHLAB_HD std::size_t stat_offset(int b, int h) const {
     return (std::size_t(b) * heads + h) * std::size_t(seq);
   }
+  /// Elements between two tokens of one K/V head (H_kv·d).
+  FLASHLAB_HD std::size_t kv_row_stride() const { return std::size_t(heads_kv) * head_dim; }
+  /// Offset of element (b, key 0, hk, 0) in a [B, N_k, H_kv, d] tensor (K, V).
+  FLASHLAB_HD std::size_t kv_head_offset(int b, int hk) const {
+    return std::size_t(b) * seq_k * kv_row_stride() + std::size_t(hk) * head_dim;
+  }
+  /// The K/V head query head `h` reads: h / (H / H_kv) (grouped-query attention).
+  FLASHLAB_HD int kv_head(int h) const { return h / (heads / heads_kv); }
+  /// The causal diagonal's offset N_k − N (bottom-right aligned): query i sees key j iff
+  /// j ≤ i + causal_offset().
+  FLASHLAB_HD int causal_offset() const { return seq_k - seq; }
   /// This description with the tiles of the kernel about to be launched.
   Problem with_tiles(int query_rows, int key_rows) const {
     Problem p = *this;
@@ -132,9 +146,10 @@ struct Problem {
   FLASHLAB_HD int Tc() const { return (seq + Bc - 1) / Bc; }
 };
 
-/// The launch description of `problem` (already checked by its kernel family): sizes as int
-/// (throws std::invalid_argument when B·N·H·d does not fit an int index or N_k ≠ N), the scale
-/// resolved and scale·log2(e). Br and Bc are 0: each launcher passes its kernel
+/// The launch description of `problem` (already checked by its kernel family's front door, which
+/// states the limits: B·N·H·d and B·N_k·H_kv·d below 2^31, and which features each kernel takes):
+/// sizes as int (std::logic_error if they do not fit, a problem no front door checked), N_k and
+/// H_kv resolved, the scale resolved and scale·log2(e). Br and Bc are 0: each launcher passes its kernel
 /// `with_tiles(...)` of the tiles that kernel uses (the problem's for the clear kernels, the
 /// compile-time ones for the fast kernels).
 Problem make_problem(const ref::AttentionProblem& problem);

@@ -289,4 +289,8 @@ __device__ __forceinline__ void wgmma_ss_wide(float (&d)[kN / 2], uint64_t desc_
 /// CudaError when the driver lacks it or refuses the map.
 CUtensorMap make_head_tile_map(const void* base, const Problem& p, int box_rows);
 
+/// make_head_tile_map() of a K or V tensor of the forward, [B, N_k, H_kv, d] (p.seq_k tokens of
+/// p.heads_kv heads; tokens ≥ N_k read as zeros).
+CUtensorMap make_kv_tile_map(const void* base, const Problem& p, int box_rows);
+
 }  // namespace flashlab::cuda::detail
