@@ -34,6 +34,22 @@ namespace {
                               " (hint: " + hint + ")");
 }
 
+/// The kernels index their tensors with 32-bit integers: Q/O (B·N·H·d) and K/V (B·N_k·H_kv·d)
+/// below 2^31 elements (LSE, B·H·N, is smaller still: d ≥ 1). `who` names the family.
+void require_int_sizes(const char* who, const ref::AttentionProblem& problem) {
+  constexpr std::size_t kLimit = std::size_t(1) << 31;
+  const std::size_t q = problem.batch * problem.seq * problem.heads * problem.head_dim;
+  const std::size_t kv = problem.batch * problem.n_k() * problem.h_kv() * problem.head_dim;
+  const char* hint = "the kernels index with 32-bit integers; split the batch or the heads over several calls";
+  if (q >= kLimit)
+    throw std::invalid_argument(std::string("flashlab::cuda: ") + who + ": B·N·H·d = " + std::to_string(q) +
+                                " is not below 2^31 (hint: " + hint + ")");
+  if (kv >= kLimit)
+    throw std::invalid_argument(std::string("flashlab::cuda: ") + who + ": B·N_k·H_kv·d = " + std::to_string(kv) +
+                                " (seq_k N_k = " + std::to_string(problem.n_k()) + ") is not below 2^31 (hint: " +
+                                hint + ")");
+}
+
 }  // namespace
 
 void check_clear_problem(ref::Algorithm algorithm, const ref::AttentionProblem& problem) {
@@ -55,6 +71,7 @@ void check_clear_problem(ref::Algorithm algorithm, const ref::AttentionProblem& 
     reject("Br", std::to_string(problem.Br), "is above 128", "one thread per tile row; try 64");
   if (problem.Bc > kClearMaxTileRows)
     reject("Bc", std::to_string(problem.Bc), "is above 128", "one thread per tile row; try 64");
+  require_int_sizes("clear kernels", problem);
   if (algorithm == ref::Algorithm::naive_fwd && problem.seq > std::size_t(detail::naive_max_seq()))
     reject("seq (N)", std::to_string(problem.seq), "is above " + std::to_string(detail::naive_max_seq()),
            "the naive softmax holds one row of S in shared memory; use fa2_fwd");
@@ -99,14 +116,43 @@ void require_device_pointer(const char* entry, const char* name, const void* ptr
 /// rounded up to 256 bytes (float4 accesses, and a cache-line start).
 std::size_t dq_accum_offset(std::size_t stats) { return (stats * sizeof(float) + 255) / 256 * 256; }
 
-// The checked launch description of a fast backward; each launcher sets its kernels' tiles.
+// The checked launch description of a fast backward; each launcher sets its kernels' tiles. The
+// backward kernels read K and V with Q's heads and length (and write dK, dV so): grouped K/V and
+// N_k ≠ N are the forward's alone.
 detail::Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProblem& problem) {
   check_fast_problem(problem);
+  if (problem.h_kv() != problem.heads)
+    throw std::invalid_argument(
+        "flashlab::cuda: fast backward: heads_kv (H_kv) = " + std::to_string(problem.h_kv()) +
+        " differs from heads (H) = " + std::to_string(problem.heads) +
+        ": the fast backward takes H_kv = H (hint: the fast forward takes grouped K/V; for the backward repeat each "
+        "K/V head H/H_kv times, or run it on the CPU reference: flashlab attention bwd --device cpu)");
+  if (problem.n_k() != problem.n_q())
+    throw std::invalid_argument(
+        "flashlab::cuda: fast backward: seq_k (N_k) = " + std::to_string(problem.n_k()) + " differs from seq (N) = " +
+        std::to_string(problem.n_q()) +
+        ": the fast backward takes N_k = N (hint: the fast forward takes N_k != N; run this backward on the CPU "
+        "reference: flashlab attention bwd --device cpu)");
   if (design != ref::Algorithm::bwd_two_kernel && design != ref::Algorithm::bwd_atomic)
     throw std::invalid_argument("flashlab::cuda: fast backward: algorithm = " +
                                 std::string(ref::algorithm_name(design)) +
                                 " is not a fast backward design (hint: bwd_two_kernel or bwd_atomic)");
   return detail::make_problem(problem);
+}
+
+/// The plain wgmma forward reads K and V with Q's heads and length: grouped K/V and N_k ≠ N run
+/// on tma_ws and mma_sync.
+void check_forward_kernel(const ref::AttentionProblem& problem, FastForwardKernel kernel) {
+  if (kernel != FastForwardKernel::wgmma) return;
+  const char* hint = "use the tma-ws or mma forward kernel";
+  if (problem.h_kv() != problem.heads)
+    throw std::invalid_argument("flashlab::cuda: wgmma forward: heads_kv (H_kv) = " + std::to_string(problem.h_kv()) +
+                                " differs from heads (H) = " + std::to_string(problem.heads) +
+                                ": the wgmma forward takes H_kv = H (hint: " + hint + ")");
+  if (problem.n_k() != problem.n_q())
+    throw std::invalid_argument("flashlab::cuda: wgmma forward: seq_k (N_k) = " + std::to_string(problem.n_k()) +
+                                " differs from seq (N) = " + std::to_string(problem.n_q()) +
+                                ": the wgmma forward takes N_k = N (hint: " + hint + ")");
 }
 
 /// The kernel choice's limits: wgmma_ws runs bwd_atomic only, and only where it was built.
@@ -173,6 +219,7 @@ FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel) {
 
 FastTiles fast_forward_tiles(const ref::AttentionProblem& problem, FastForwardKernel kernel) {
   check_fast_problem(problem);
+  check_forward_kernel(problem, kernel);
   if (kernel != FastForwardKernel::tma_ws) return fast_forward_tiles(int(problem.head_dim), kernel);
   const detail::WsConfig c =
       detail::choose_ws_config(detail::make_problem(problem), problem.dtype == ref::Dtype::bf16, device_sms());
@@ -181,7 +228,11 @@ FastTiles fast_forward_tiles(const ref::AttentionProblem& problem, FastForwardKe
 
 void check_fast_problem(const ref::AttentionProblem& problem) {
   problem.validate();
-  if (const std::string feature = problem.extended_feature(); !feature.empty())
+  // Grouped K/V (heads_kv) and N_k ≠ N are the forward's (the backward and the plain wgmma forward
+  // refuse them: fast_bwd_problem, check_forward_kernel); packed sequences and windows nobody's yet.
+  ref::AttentionProblem beyond = problem;
+  beyond.heads_kv = 0;
+  if (const std::string feature = beyond.extended_feature(); !feature.empty())
     throw std::invalid_argument("flashlab::cuda: fast kernels: " + feature +
                                 " is not supported yet (hint: the CPU reference supports it: flashlab attention fwd|bwd)");
   require_fast_head_dim(problem.head_dim);
@@ -189,11 +240,13 @@ void check_fast_problem(const ref::AttentionProblem& problem) {
     throw std::invalid_argument("flashlab::cuda: fast kernels: dtype = " + std::string(ref::dtype_name(problem.dtype)) +
                                 " is not bf16 or fp16 (hint: the fast kernels take 16-bit inputs; fp32 runs on "
                                 "the clear kernels)");
+  require_int_sizes("fast kernels", problem);
 }
 
 void fast_attention_forward_device(const ref::AttentionProblem& problem, FastForwardKernel kernel, const void* Q,
                                    const void* K, const void* V, void* O, float* LSE, void* stream) {
   check_fast_problem(problem);
+  check_forward_kernel(problem, kernel);
   require_wgmma_built(kernel);
   constexpr const char* kEntry = "fast_attention_forward_device";
   require_device_pointer(kEntry, "Q", Q, 16);

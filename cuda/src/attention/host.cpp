@@ -144,10 +144,12 @@ FastForwardResult fast_attention_forward(const ref::AttentionProblem& problem, F
                                          const std::vector<std::uint16_t>& V) {
   check_fast_problem(problem);
   const std::size_t numel = problem.batch * problem.seq * problem.heads * problem.head_dim;
+  const std::size_t kv_numel = problem.batch * problem.n_k() * problem.h_kv() * problem.head_dim;
   const std::size_t stats = problem.stat_numel();
-  constexpr const char* kLayout = "Q, K, V are [B, N, H, d]";
-  DeviceBuffer<std::uint16_t> dQ = upload_checked("Q", Q, numel, kLayout), dK = upload_checked("K", K, numel, kLayout),
-                              dV = upload_checked("V", V, numel, kLayout), dO(numel);
+  constexpr const char* kLayout = "Q is [B, N, H, d], K and V are [B, N_k, H_kv, d]";
+  DeviceBuffer<std::uint16_t> dQ = upload_checked("Q", Q, numel, kLayout),
+                              dK = upload_checked("K", K, kv_numel, kLayout),
+                              dV = upload_checked("V", V, kv_numel, kLayout), dO(numel);
   DeviceBuffer<float> dLSE(stats);
   dO.poison();  // 0xFFFF is a NaN in bf16 and fp16 alike
   dLSE.poison();

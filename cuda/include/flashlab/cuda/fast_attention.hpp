@@ -7,13 +7,20 @@
 /// code may include this header.
 ///
 /// The problem is a ref::AttentionProblem; the fast kernels' own limits are checked in one
-/// place, check_fast_problem(): d ∈ {64, 128}, dtype bf16 or fp16, N_k = N. Their tiles are
+/// place, check_fast_problem(): d ∈ {64, 128}, dtype bf16 or fp16, no window, no packed
+/// sequences, 32-bit element counts. Their tiles are
 /// fixed at compile time per kernel configuration and chosen per problem and device
 /// (fast_forward_tiles(); the backward kernels' tiles are stated in
 /// cuda/src/attention/attention_bwd_tc.cu), so the problem's Br and Bc are not read.
-/// Layout as the clear kernels: Q, K, V, O are `[B, N, H, d]` row-major; LSE is `[B, H, N]`
-/// fp32, base 2 of the base-2 scores: LSE_i = m_i + log2(l_i) with scores S·scale·log2(e).
-/// Any N ≥ 1; causal (key j visible to query i iff j ≤ i) or not.
+/// Layout as the clear kernels: Q, O are `[B, N, H, d]` row-major, K, V `[B, N_k, H_kv, d]`; LSE
+/// is `[B, H, N]` fp32, base 2 of the base-2 scores: LSE_i = m_i + log2(l_i) with scores
+/// S·scale·log2(e). Any N ≥ 1; causal or not.
+///
+/// The forward (mma_sync and tma_ws) takes grouped K/V (`heads_kv` = H_kv dividing H: query head h
+/// reads K/V head h / (H / H_kv), by indexing, K and V never expanded) and N_k ≠ N (`seq_k`), the
+/// causal diagonal bottom-right aligned as the reference's: key j visible to query i iff
+/// j ≤ i + N_k − N; a query that sees no key (causal, N > N_k) gets O = 0 and LSE = −inf. The
+/// wgmma forward and the backward take H_kv = H and N_k = N only and refuse the others by name.
 ///
 /// Backward, two designs (ref::Algorithm): bwd_two_kernel (D preprocessing, dQ kernel, dK/dV
 /// kernel: cuda/src/attention/attention_bwd_tc.cu) and bwd_atomic (D preprocessing, one kernel over K_j/V_j
@@ -69,24 +76,27 @@ struct FastTiles {
   int Bc;  ///< key rows per pipeline stage
 };
 
-/// The tiles of the fast forward `kernel` for `head_dim` on a short work list; throws
+/// The tiles of the fast forward `kernel` for `head_dim` on a short work list (of N_k = N); throws
 /// std::invalid_argument for d ∉ {64, 128}. mma_sync and wgmma have one tile shape per head dim;
 /// tma_ws chooses its configuration per problem and device (longer lists run Br = 192 at d = 64,
 /// Bc = 192 at d = 128): the overload below reports the tiles that run.
 FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel = FastForwardKernel::mma_sync);
 
 /// The tiles fast_attention_forward_device() runs for `problem` with `kernel` on the current
-/// device: for tma_ws the configuration its launcher chooses from B, N, H, d, the mask and the SM
-/// count (cuda/src/attention/fwd_ws_config.hpp). Throws std::invalid_argument for a problem the
-/// fast kernels refuse, CudaError when no device can be queried (tma_ws only).
+/// device: for tma_ws the configuration its launcher chooses from B, N, N_k, H, d, the mask and
+/// the SM count (cuda/src/attention/fwd_ws_config.hpp). Throws std::invalid_argument for a problem
+/// the kernel refuses (check_fast_problem(); the wgmma forward also H_kv ≠ H and N_k ≠ N), CudaError
+/// when no device can be queried (tma_ws only).
 FastTiles fast_forward_tiles(const ref::AttentionProblem& problem, FastForwardKernel kernel);
 
 /// The fast kernels' limits beyond ref::AttentionProblem::validate(), checked here and nowhere
-/// else: d ∈ {64, 128}; dtype bf16 or fp16; N_k = N; B·N·H·d below 2³¹. Validates the problem
-/// first. Throws std::invalid_argument naming the field, the value, the limit and a hint.
+/// else: d ∈ {64, 128}; dtype bf16 or fp16; no window and no packed sequences; B·N·H·d and
+/// B·N_k·H_kv·d below 2³¹ (32-bit indices). Grouped K/V and N_k ≠ N pass here: the forward takes
+/// them; the backward's entry points and the wgmma forward refuse them by name. Validates the
+/// problem first. Throws std::invalid_argument naming the field, the value, the limit and a hint.
 void check_fast_problem(const ref::AttentionProblem& problem);
 
-/// Uploads Q, K, V (each `[B, N, H, d]` as 16-bit bit patterns of `problem.dtype`), poisons O
+/// Uploads Q (`[B, N, H, d]`), K and V (`[B, N_k, H_kv, d]`), 16-bit bit patterns of `problem.dtype`, poisons O
 /// and LSE with NaN, runs the fast forward `kernel`, checks every CUDA call and downloads O and
 /// LSE. Throws std::invalid_argument for a bad problem or size, CudaError for a CUDA failure.
 FastForwardResult fast_attention_forward(const ref::AttentionProblem& problem, FastForwardKernel kernel,
@@ -100,9 +110,10 @@ FastForwardResult fast_attention_forward(const ref::AttentionProblem& problem, F
 /// capture they become graph allocation nodes), so it may be called from several host threads on
 /// several streams at once and captured in a CUDA graph.
 ///
-/// Layout (checked as far as a pointer shows it: non-null, 16-byte aligned; LSE 4-byte): Q, K, V
-/// and O are contiguous `[B, N, H, d]` row-major 16-bit values of `problem.dtype` (row stride
-/// H·d elements, batch stride N·H·d); LSE is contiguous fp32 `[B, H, N]`, base 2 (file comment).
+/// Layout (checked as far as a pointer shows it: non-null, 16-byte aligned; LSE 4-byte): Q and O
+/// are contiguous `[B, N, H, d]` row-major 16-bit values of `problem.dtype` (row stride H·d
+/// elements, batch stride N·H·d), K and V contiguous `[B, N_k, H_kv, d]` (row stride H_kv·d);
+/// LSE is contiguous fp32 `[B, H, N]`, base 2 (file comment).
 /// O and LSE are written in full. Throws std::invalid_argument for a bad problem, pointer or a
 /// kernel not in this build, CudaError if a launch fails.
 void fast_attention_forward_device(const ref::AttentionProblem& problem, FastForwardKernel kernel, const void* Q,
@@ -150,7 +161,7 @@ struct FastBackwardResult {
 };
 
 /// Fast backward of `design` (bwd_two_kernel or bwd_atomic; `kernel` picks the atomic design's
-/// kernel, the two-kernel design takes mma_sync only): uploads Q, K, V, O, dO (each
+/// kernel, the two-kernel design takes mma_sync only; H_kv = H and N_k = N): uploads Q, K, V, O, dO (each
 /// `[B, N, H, d]`, 16-bit bit patterns) and the forward's base-2 LSE (`[B, H, N]`), poisons the
 /// outputs and the workspace with NaN, runs the design's kernels, checks every CUDA call and
 /// downloads dQ, dK, dV and D. Throws std::invalid_argument for a bad problem, design or size,
@@ -166,7 +177,8 @@ FastBackwardResult fast_attention_backward(ref::Algorithm design, const ref::Att
 /// D (fp32, B·H·N) at offset 0, then, for bwd_atomic, the fp32 dQ accumulator
 /// (B·H·⌈N/128⌉·128·d floats: whole query tiles) at the next multiple of 256 bytes, then the
 /// deterministic kernel's dQ order counters (B·H·⌈N/64⌉ int32). Throws
-/// std::invalid_argument for a bad problem or design.
+/// std::invalid_argument for a bad problem or design, or grouped K/V or N_k ≠ N (the fast
+/// backward takes H_kv = H, N_k = N), naming the field.
 std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const ref::AttentionProblem& problem);
 
 /// The backward on the caller's device memory: launches the kernels of `design` on `stream` (a

@@ -21,7 +21,7 @@ inline constexpr std::size_t kClearMaxHeadDim = 256;
 /// The clear kernels' limits beyond ref::AttentionProblem::validate(), checked here and nowhere
 /// else: `algorithm` is naive_fwd, fa1_fwd, fa2_fwd, bwd_two_kernel or bwd_atomic; dtype fp32;
 /// no grouped K/V, packed sequences or window (ref::AttentionProblem::extended_feature());
-/// N_k = N (self-attention); d ≤ kClearMaxHeadDim; Br, Bc ≤ kClearMaxTileRows; naive_fwd:
+/// N_k = N (self-attention); B·N·H·d below 2³¹; d ≤ kClearMaxHeadDim; Br, Bc ≤ kClearMaxTileRows; naive_fwd:
 /// N ≤ the row its softmax holds in SRAM. Validates the problem first. Throws
 /// std::invalid_argument naming the field, the value, the limit and a hint.
 void check_clear_problem(ref::Algorithm algorithm, const ref::AttentionProblem& problem);
