@@ -1,0 +1,62 @@
+// The fast kernels' limits for grouped K/V (H_kv < H) and N_k ≠ N, as the attention front door
+// (cuda/src/attention/front_door.cpp) states them: the forward takes both, the backward and the plain
+// wgmma forward refuse them by name, and the 32-bit element counts of Q and of K/V are checked there.
+// Every check here is on the problem alone, before any device call: this executable needs no GPU
+// (it runs wherever the CUDA targets are built; the CPU-only build has no front door to call).
+#include <catch2/catch.hpp>
+
+#include "flashlab/cuda/fast_attention.hpp"
+#include "flashlab/reference/attention_problem.hpp"
+
+#include <cstddef>
+
+namespace fc = flashlab::cuda;
+namespace fr = flashlab::ref;
+
+namespace {
+constexpr fr::Dtype kBf16 = fr::Dtype::bf16;
+constexpr fc::FastForwardKernel kMma = fc::FastForwardKernel::mma_sync;
+}  // namespace
+
+TEST_CASE("the front door takes grouped K/V and N_k != N for the forward and refuses them for the backward",
+          "[fast][fast-gqa][errors]") {
+  fr::AttentionProblem p;
+  p.batch = 2;
+  p.seq = 100;
+  p.seq_k = 300;
+  p.heads = 32;
+  p.heads_kv = 8;
+  p.head_dim = 128;
+  p.causal = true;
+  p.dtype = kBf16;
+  CHECK_NOTHROW(fc::check_fast_problem(p));
+  CHECK(fc::fast_forward_tiles(p, kMma).Br == 128);
+  for (auto design : {fr::Algorithm::bwd_atomic, fr::Algorithm::bwd_two_kernel})
+    CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(design, p),
+                      Catch::Contains("fast backward: heads_kv (H_kv) = 8 differs from heads (H) = 32") &&
+                          Catch::Contains("hint:"));
+  CHECK_THROWS_WITH(fc::fast_forward_tiles(p, fc::FastForwardKernel::wgmma),
+                    Catch::Contains("wgmma forward: heads_kv (H_kv) = 8 differs from heads (H) = 32") &&
+                        Catch::Contains("hint: use the tma-ws or mma forward kernel"));
+  p.heads_kv = 0;
+  CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, p),
+                    Catch::Contains("fast backward: seq_k (N_k) = 300 differs from seq (N) = 100"));
+  CHECK_THROWS_WITH(fc::fast_forward_tiles(p, fc::FastForwardKernel::wgmma),
+                    Catch::Contains("wgmma forward: seq_k (N_k) = 300 differs from seq (N) = 100"));
+  p.seq_k = 0;
+  CHECK(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_two_kernel, p) > 0);
+  // 32-bit indexing: Q's and K/V's element counts, each named.
+  p.seq_k = std::size_t(1) << 20;  // B·N_k·H_kv·d = 2 · 2^20 · 8 · 128 = 2^31
+  p.heads_kv = 8;
+  CHECK_THROWS_WITH(fc::check_fast_problem(p),
+                    Catch::Contains("B·N_k·H_kv·d = 2147483648") && Catch::Contains("is not below 2^31") &&
+                        Catch::Contains("hint:"));
+  p.seq_k = (std::size_t(1) << 20) - 1;
+  CHECK_NOTHROW(fc::check_fast_problem(p));
+  p.seq = std::size_t(1) << 18;  // B·N·H·d = 2 · 2^18 · 32 · 128 = 2^31
+  CHECK_THROWS_WITH(fc::check_fast_problem(p), Catch::Contains("B·N·H·d = 2147483648 is not below 2^31"));
+  // Still refused by every fast kernel: windows and packed sequences.
+  p.seq = 100;
+  p.window_left = 16;
+  CHECK_THROWS_WITH(fc::check_fast_problem(p), Catch::Contains("window") && Catch::Contains("not supported yet"));
+}
