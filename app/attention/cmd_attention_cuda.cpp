@@ -44,8 +44,9 @@ using ref::Tensor;
 
 constexpr const char* kUsageLine =
     "attention fwd|bwd --device cuda [--kernel fast|clear] [--dtype bf16|fp16] [--seq N --dim D]\n"
-    "                          [--heads H] [--batch B] [--causal] [--scale X] [--seed S] [--inputs DIR]\n"
-    "                          [--save DIR] [--bwd-kernel K] [--allow-nonfinite] [--memory-limit SIZE]";
+    "                          [--heads H] [--heads-kv HKV] [--seq-k NK] [--batch B] [--causal] [--scale X]\n"
+    "                          [--seed S] [--inputs DIR] [--save DIR] [--bwd-kernel K] [--allow-nonfinite]\n"
+    "                          [--memory-limit SIZE]";
 constexpr const char* kSummary =
     "Attention on the GPU, on the CPU command's inputs: seeded (the same values for the same --seed)\n"
     "or q.npy k.npy v.npy [do.npy] from --inputs DIR ([N, H, D] or [B, N, H, D], float32 or float64).\n"
@@ -61,7 +62,10 @@ constexpr const char* kSummary =
     "unit, 2^-24 of the logit bound L = scale max|q| max|k|; rounding the product first, as the\n"
     "forward rounds m_i, removes that error but costs the backward 2-4% at d = 64 on an H100, see\n"
     "docs/cuda.md). --kernel clear (the default) runs the clear fp32 kernels (fa2 forward, two-kernel\n"
-    "backward) against the float32 tolerance of the CPU command. The kernels take N_k = N.\n"
+    "backward) against the float32 tolerance of the CPU command. fwd --kernel fast also takes grouped\n"
+    "K/V (--heads-kv HKV dividing H: query head h reads K/V head h/(H/HKV)) and --seq-k NK != N\n"
+    "(causal bottom-right aligned: query i sees key j iff j <= i + NK - N; a row that sees no key\n"
+    "gives O = 0, LSE = -inf); the clear kernels and the fast backward take HKV = H, NK = N.\n"
     "--save DIR writes o.npy lse.npy [dq.npy dk.npy dv.npy] as float32. Exit 0 within tolerance, 1\n"
     "when not, 2 on bad input. --device cpu runs the CPU reference command instead.";
 
@@ -77,8 +81,9 @@ po::options_description options() {
        "fast | clear: the fast tensor-core kernels, or the clear fp32 kernels (the default)")
       ("dtype", po::value<std::string>()->default_value("bf16"), "bf16 | fp16: inputs of --kernel fast")
       ("seq", po::value<long long>(), "N, sequence length (1..8192; from q.npy with --inputs)")
-      ("seq-k", po::value<long long>(), "N_k, key/value length (the CUDA kernels take N_k = N)")
+      ("seq-k", po::value<long long>(), "N_k, key/value length (fwd --kernel fast only, when it differs from N)")
       ("heads", po::value<long long>()->default_value(1), "H, number of heads")
+      ("heads-kv", po::value<long long>(), "H_kv, K/V heads dividing H (fwd --kernel fast only; default H)")
       ("dim", po::value<long long>(), "d, head dimension (--kernel fast: 64 or 128)")
       ("batch", po::value<long long>()->default_value(1), "B, batch size")
       ("causal", po::bool_switch(), "causal mask")
@@ -172,11 +177,11 @@ Run parse_run(const po::variables_map& vm) {
                              (q_shape.four_d ? "4-D" : "3-D"),
                          "give every operand the same layout: all [N, H, D] or all [B, N, H, D]");
     const Shape qs = run.Q.shape(), ks = run.K.shape(), vs = run.V.shape();
-    // This command runs H_kv = H only.
-    constexpr const char* kLayout = "q and do are [B, N, H, D]; k and v are [B, N_k, H, D] with the same B, H, D";
+    // K and V may have fewer heads (grouped K/V, checked with the flags below) and their own length.
+    constexpr const char* kLayout = "q and do are [B, N, H, D]; k and v are [B, N_k, H_kv, D] with the same B, D";
     require_operand_match(kf, "batch", ks.batch, qs.batch, "q.npy", kLayout);
-    require_operand_match(kf, "heads", ks.heads, qs.heads, "q.npy", kLayout);
     require_operand_match(kf, "head dim", ks.head_dim, qs.head_dim, "q.npy", kLayout);
+    run.cfg.heads_kv = ks.heads == qs.heads ? 0 : ks.heads;
     require_operand_match(vf, "batch", vs.batch, ks.batch, "k.npy", kLayout);
     require_operand_match(vf, "sequence length", vs.seq, ks.seq, "k.npy", kLayout);
     require_operand_match(vf, "heads", vs.heads, ks.heads, "k.npy", kLayout);
@@ -193,6 +198,7 @@ Run parse_run(const po::variables_map& vm) {
     agree("dim", qs.head_dim);
     agree("batch", qs.batch);
     if (vm.count("seq-k")) agree("seq-k", ks.seq);
+    if (vm.count("heads-kv")) agree("heads-kv", ks.heads);
     if (have_do) {
       run.dO = load_attention_operand(df, run.policy);
       if (!(run.dO.shape() == qs)) throw UsageError(df.string() + ": shape differs from q.npy", "dO has the shape of Q (and O)");
@@ -202,6 +208,10 @@ Run parse_run(const po::variables_map& vm) {
     if (!vm.count("dim")) throw UsageError("--dim is required", "e.g. --dim 64 (or --inputs DIR)");
     run.cfg.batch = std::size_t(get_ll(vm, "batch"));
     run.cfg.heads = std::size_t(get_ll(vm, "heads"));
+    if (vm.count("heads-kv")) {
+      require_range("heads-kv", get_ll(vm, "heads-kv"), 1, kMaxHeads);
+      run.cfg.heads_kv = std::size_t(get_ll(vm, "heads-kv"));
+    }
     run.four_d = run.cfg.batch > 1;
   }
   if (vm.count("seq")) {
@@ -221,11 +231,21 @@ Run parse_run(const po::variables_map& vm) {
                      "the naive float64 reference materialises N x N scores; use a shorter sequence");
   validate_flags(run.cfg);
 
-  // The kernels' own limits, as usage errors (checked in every build: no CUDA call needed).
-  if (run.cfg.n_k() != run.cfg.n_q())
+  // The kernels' own limits, as usage errors (checked in every build: no CUDA call needed). Grouped
+  // K/V and N_k != N: the fast forward takes them (its front door checks the rest), the clear kernels
+  // and the fast backward do not.
+  const bool fast_fwd = run.fast && !bwd;
+  const char* const which = run.fast ? "the fast backward takes" : "the clear kernels take";
+  const char* const where = "run it with fwd --kernel fast, or on the CPU reference: --device cpu";
+  if (!fast_fwd && run.cfg.n_k() != run.cfg.n_q())
     throw UsageError(std::string(vm.count("seq-k") ? "--seq-k " : "k.npy's N_k = ") + std::to_string(run.cfg.n_k()) +
-                         " differs from N = " + std::to_string(run.cfg.n_q()) + ": the CUDA kernels take N_k = N",
-                     "run N_k != N on the CPU reference: --device cpu");
+                         " differs from N = " + std::to_string(run.cfg.n_q()) + ": " + which + " N_k = N",
+                     where);
+  if (!fast_fwd && run.cfg.h_kv() != run.cfg.heads)
+    throw UsageError(std::string(vm.count("heads-kv") ? "--heads-kv " : "k.npy's H_kv = ") +
+                         std::to_string(run.cfg.h_kv()) + " differs from H = " + std::to_string(run.cfg.heads) + ": " +
+                         which + " H_kv = H",
+                     where);
   if (run.fast && run.cfg.head_dim != 64 && run.cfg.head_dim != 128)
     throw UsageError("--dim " + std::to_string(run.cfg.head_dim) + " is not 64 or 128",
                      "--kernel fast is compiled for d = 64 and 128; --kernel clear takes any d up to 256");
@@ -266,8 +286,10 @@ int report(const Run& run, const std::string& title, const std::vector<ErrorLine
   const AttentionProblem& c = run.cfg;
   std::cout << "flashlab attention " << run.mode << " --device cuda --kernel " << (run.fast ? "fast" : "clear") << ": "
             << fc::device_description() << "\n"
-            << "B=" << c.batch << " N=" << c.seq << " H=" << c.heads << " d=" << c.head_dim
-            << (c.causal ? " causal" : "") << " scale " << c.softmax_scale() << ", " << title << "\n"
+            << "B=" << c.batch << " N=" << c.seq << (c.n_k() != c.seq ? " N_k=" + std::to_string(c.n_k()) : "")
+            << " H=" << c.heads << (c.h_kv() != c.heads ? " H_kv=" + std::to_string(c.h_kv()) : "")
+            << " d=" << c.head_dim << (c.causal ? " causal" : "") << " scale " << c.softmax_scale() << ", " << title
+            << "\n"
             << "max error vs naive float64 on the " << (run.fast ? "rounded " : "") << "inputs (max |gpu - ref| / max |ref|):\n";
   bool ok = true;
   for (const auto& l : lines) {

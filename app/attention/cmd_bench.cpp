@@ -26,7 +26,8 @@ namespace flashlab::app {
 namespace {
 
 constexpr const char* kUsageLine =
-    "bench attention [--seq N[,N2,...]] [--dim D[,D2]] [--heads H] [--batch B] [--causal | --no-causal | --both]\n"
+    "bench attention [--seq N[,N2,...]] [--dim D[,D2]] [--heads H] [--heads-kv HKV] [--seq-k NK] [--batch B]\n"
+    "                       [--causal | --no-causal | --both]\n"
     "                       [--pass fwd|bwd|both] [--bwd-design atomic|two-kernel] [--fwd-kernel mma|wgmma|tma-ws]\n"
     "                       [--bwd-kernel mma|wgmma-ws|wgmma-ws-det] [--dtype bf16|fp16] [--reps R] [--warmup W] [--csv]";
 constexpr const char* kSummary =
@@ -40,8 +41,11 @@ constexpr const char* kSummary =
     "min and max ms, TFLOP/s = 4·N²·d·H·B / median for fwd, 2.5 × that for bwd (halved for causal)\n"
     "and effective GB/s = ideal HBM bytes / median (fwd: Q, K, V, O, LSE; bwd: Q, K, V, O, dO, dQ,\n"
     "dK, dV, LSE, D; a lower bound on traffic: tiles are re-read). Default sweep:\n"
-    "N = 1024…16384, d = 64 and 128, H = 16, B = 1, causal and not, both passes. --csv rows feed\n"
-    "cuda/bench/sdpa_bench.py (PyTorch SDPA, same shapes and passes).\n"
+    "N = 1024…16384, d = 64 and 128, H = 16, B = 1, causal and not, both passes. --heads-kv and\n"
+    "--seq-k (the forward only: the fast backward takes H_kv = H, N_k = N) time grouped K/V and\n"
+    "N_k != N, every N of the sweep against NK keys (causal bottom-right aligned; TFLOP/s count the\n"
+    "visible query-key pairs). --csv rows feed cuda/bench/sdpa_bench.py (PyTorch SDPA, same shapes\n"
+    "and passes; enable_gqa for grouped K/V).\n"
     "Needs a build with CUDA and an NVIDIA GPU.";
 
 po::options_description options() {
@@ -50,6 +54,8 @@ po::options_description options() {
       ("seq", po::value<std::string>()->default_value("1024,2048,4096,8192,16384"), "sequence lengths N, comma separated")
       ("dim", po::value<std::string>()->default_value("64,128"), "head dims d, comma separated (64 and/or 128)")
       ("heads", po::value<long long>()->default_value(16), "H, number of heads")
+      ("heads-kv", po::value<long long>(), "H_kv, K/V heads dividing H (default H; --pass fwd only when it differs)")
+      ("seq-k", po::value<long long>(), "N_k, keys of every shape (default N; --pass fwd only when it differs)")
       ("batch", po::value<long long>()->default_value(1), "B, batch size")
       ("causal", po::bool_switch(), "causal only")
       ("no-causal", po::bool_switch(), "non-causal only")
@@ -70,8 +76,8 @@ po::options_description options() {
       ("reps", po::value<long long>()->default_value(30), "timed launches per shape (at least 20)")
       ("warmup", po::value<long long>()->default_value(3), "untimed launches per shape before timing")
       ("csv", po::bool_switch(),
-       "print CSV (dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps,bwd_design,fwd_kernel) instead of a "
-       "table; bwd_design is atomic, two-kernel, or wgmma-ws / wgmma-ws-det (the atomic design on those "
+       "print CSV (dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps,bwd_design,fwd_kernel,H_kv,N_k) instead of "
+       "a table; bwd_design is atomic, two-kernel, or wgmma-ws / wgmma-ws-det (the atomic design on those "
        "kernels)");
   return d;
 }
@@ -81,6 +87,7 @@ struct Sweep {
   std::vector<int> seqs, dims;
   std::vector<bool> causal;
   int heads = 16, batch = 1, reps = 30, warmup = 3;
+  int heads_kv = 0, seq_k = 0;  // --heads-kv, --seq-k (0: H, N)
   bool fwd = true, bwd = true;  // passes to time (--pass)
   bool fp16 = false, csv = false;
   bool bwd_atomic = true;  // --bwd-design
@@ -93,6 +100,11 @@ Sweep parse_sweep(const po::variables_map& vm) {
   s.seqs = sweep_list("seq", vm["seq"].as<std::string>(), 1, 1 << 20, "1024,2048,4096");
   s.dims = sweep_list("dim", vm["dim"].as<std::string>(), 1, 4096, "64,128");
   s.heads = int_flag(vm, "heads", 1, 4096);
+  if (vm.count("heads-kv")) s.heads_kv = int_flag(vm, "heads-kv", 1, 4096);
+  if (vm.count("seq-k")) s.seq_k = int_flag(vm, "seq-k", 1, 1 << 20);
+  if (s.heads_kv > 0 && s.heads % s.heads_kv != 0)
+    throw UsageError("--heads-kv " + std::to_string(s.heads_kv) + " does not divide --heads " + std::to_string(s.heads),
+                     "each K/V head serves H / H_kv query heads: e.g. --heads 32 --heads-kv 8");
   s.batch = int_flag(vm, "batch", 1, 4096);
   s.reps = int_flag(vm, "reps", 20, 100000);
   s.warmup = int_flag(vm, "warmup", 0, 100000);
@@ -107,6 +119,16 @@ Sweep parse_sweep(const po::variables_map& vm) {
     throw UsageError("--pass '" + pass + "' is unknown", "choose fwd, bwd or both (the default)");
   s.fwd = pass != "bwd";
   s.bwd = pass != "fwd";
+  if (s.bwd && s.heads_kv > 0 && s.heads_kv != s.heads)
+    throw UsageError("--heads-kv " + std::to_string(s.heads_kv) + " differs from --heads " + std::to_string(s.heads) +
+                         ": the fast backward takes H_kv = H",
+                     "add --pass fwd (the fast forward takes grouped K/V)");
+  if (s.bwd && s.seq_k > 0)
+    for (int n : s.seqs)
+      if (n != s.seq_k)
+        throw UsageError("--seq-k " + std::to_string(s.seq_k) + " differs from N = " + std::to_string(n) +
+                             ": the fast backward takes N_k = N",
+                         "add --pass fwd (the fast forward takes N_k != N)");
   const std::string design = vm["bwd-design"].as<std::string>();
   if (design != "atomic" && design != "two-kernel")
     throw UsageError("--bwd-design '" + design + "' is unknown", "choose atomic (the default) or two-kernel");
@@ -146,6 +168,8 @@ int run_sweep(const Sweep& s) {
   b.head_dims = s.dims;
   b.causal = s.causal;
   b.heads = s.heads;
+  b.heads_kv = s.heads_kv;
+  b.seq_k = s.seq_k;
   b.batch = s.batch;
   b.reps = s.reps;
   b.warmup = s.warmup;
@@ -183,10 +207,11 @@ int run_sweep(const Sweep& s) {
        << (s.fwd && s.bwd ? "fast forward (" + fwd_name + ") and " + bwd_name + ", "
                           : s.bwd ? "fast " + bwd_name + ", "
                                   : "fast forward (" + fwd_name + "), ")
-       << dt << ", H=" << s.heads << " B=" << s.batch << "; per shape " << s.warmup
+       << dt << ", H=" << s.heads << (s.heads_kv ? " H_kv=" + std::to_string(s.heads_kv) : "")
+       << (s.seq_k ? " N_k=" + std::to_string(s.seq_k) : "") << " B=" << s.batch << "; per shape " << s.warmup
        << " warm-up + " << s.reps << " timed launches, each alone (CUDA events), L2 flushed before each, "
        << b.input_sets << " input sets rotated; median (min, max)\n";
-  if (s.csv) std::cout << "dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps,bwd_design,fwd_kernel\n";
+  if (s.csv) std::cout << "dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps,bwd_design,fwd_kernel,H_kv,N_k\n";
   else {
     char line[160];
     std::snprintf(line, sizeof line, "%-5s %4s %4s %6s %6s %10s %10s %10s %9s %9s\n", "dtype", "pass", "d", "causal",
@@ -202,9 +227,10 @@ int run_sweep(const Sweep& s) {
     const char* pass = r.attention.backward ? "bwd" : "fwd";
     char line[200];
     if (s.csv)
-      std::snprintf(line, sizeof line, "%s,%s,%zu,%d,%zu,%zu,%zu,%.6f,%.6f,%.6f,%.3f,%.1f,%s,%s\n", dt, pass,
+      std::snprintf(line, sizeof line, "%s,%s,%zu,%d,%zu,%zu,%zu,%.6f,%.6f,%.6f,%.3f,%.1f,%s,%s,%zu,%zu\n", dt, pass,
                     c.head_dim, int(c.causal), c.seq, c.heads, c.batch, r.median_ms, r.min_ms, r.max_ms, r.tflops,
-                    r.gbps, r.attention.backward ? design.c_str() : "", r.attention.backward ? "" : fc::to_string(r.attention.fwd_kernel));
+                    r.gbps, r.attention.backward ? design.c_str() : "", r.attention.backward ? "" : fc::to_string(r.attention.fwd_kernel),
+                    c.h_kv(), c.n_k());
     else
       std::snprintf(line, sizeof line, "%-5s %4s %4zu %6s %6zu %10.4f %10.4f %10.4f %9.1f %9.1f\n", dt, pass, c.head_dim,
                     c.causal ? "yes" : "no", c.seq, r.median_ms, r.min_ms, r.max_ms, r.tflops, r.gbps);

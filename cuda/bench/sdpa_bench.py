@@ -20,6 +20,13 @@ zero_() outside the timed range), inputs rotated over 3 sets; the median is repo
 Layouts: ours is [B, N, H, d]; SDPA is called on the transposed view of the same memory ("bnhd",
 the layout a fused QKV projection produces, what our kernel reads) and, for reference, on
 contiguous [B, H, N, d] tensors ("bhnd"), each backend's preferred layout.
+
+Grouped K/V and N_k != N (the `H_kv` and `N_k` columns of `flashlab bench attention --csv
+--heads-kv HKV --seq-k NK`; absent in older CSVs: H_kv = H, N_k = N): K and V are
+[B, N_k, H_kv, d] and SDPA is called with enable_gqa=True (it then reads each K/V head for its
+H / H_kv query heads, as ours does); causal with N_k != N uses the bottom-right aligned mask
+(torch.nn.attention.bias.causal_lower_right), ours's convention. FLOPs count the visible
+(query, key) pairs: N·N_k, causal N·N_k − N²/2 (N ≤ N_k) or N_k²/2 (N > N_k).
 """
 import csv
 import sys
@@ -27,12 +34,13 @@ import sys
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.bias import causal_lower_right
 
 from timing_common import median_backward_ms, median_ms, write_csv
 
 
 def make(B, H, N, d, dtype, layout, grad):
-    """One tensor in `layout`; returns (the tensor SDPA sees, the leaf that holds the gradient)."""
+    """One [B, N, H, d] tensor in `layout`; returns (the tensor SDPA sees, the leaf that holds the gradient)."""
     if layout == "bnhd":
         leaf = torch.randn(B, N, H, d, device="cuda", dtype=dtype, requires_grad=grad)
         return leaf.transpose(1, 2), leaf
@@ -40,15 +48,28 @@ def make(B, H, N, d, dtype, layout, grad):
     return leaf, leaf
 
 
-def time_sdpa(backend, B, H, N, d, causal, dtype, layout, reps, backward=False):
+def time_sdpa(backend, B, H, N, d, causal, dtype, layout, reps, backward=False, H_kv=None, N_k=None):
+    H_kv = H_kv or H
+    N_k = N_k or N
+    # Grouped K/V: enable_gqa; causal with N_k != N: the bottom-right aligned mask (ours).
+    extra = {"enable_gqa": True} if H_kv != H else {}
+    if causal and N_k != N:
+        extra["attn_mask"] = causal_lower_right(N, N_k)
+    else:
+        extra["is_causal"] = causal
+
+    def sdpa(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, **extra)
+
     with sdpa_kernel([backend]):
         sets = []
         for _ in range(3):
-            made = [make(B, H, N, d, dtype, layout, backward) for _ in range(3)]
+            made = [make(B, H, N, d, dtype, layout, backward)] + [
+                make(B, H_kv, N_k, d, dtype, layout, backward) for _ in range(2)]
             q, k, v = (t for t, _ in made)
             leaves = [leaf for _, leaf in made]
             if backward:
-                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                out = sdpa(q, k, v)
                 dO = torch.randn_like(out)
                 sets.append((out, dO, leaves))
             else:
@@ -57,7 +78,14 @@ def time_sdpa(backend, B, H, N, d, causal, dtype, layout, reps, backward=False):
         if backward:
             return median_backward_ms(sets, 3, reps)
         with torch.no_grad():
-            return median_ms(lambda r: F.scaled_dot_product_attention(*sets[r % 3], is_causal=causal), 3, reps)
+            return median_ms(lambda r: sdpa(*sets[r % 3]), 3, reps)
+
+
+def visible_pairs(N, N_k, causal):
+    """(query, key) pairs a forward computes (bottom-right aligned causal), as `flashlab bench attention`."""
+    if not causal:
+        return N * N_k
+    return N * N_k - 0.5 * N * N if N <= N_k else 0.5 * N_k * N_k
 
 
 def main():
@@ -70,7 +98,7 @@ def main():
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}")
     rows = list(csv.DictReader(open(ours_path)))
     backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
-    header = ["pass", "d", "causal", "N", "ours_design", "ours_tflops"]
+    header = ["pass", "d", "causal", "N", "H", "H_kv", "N_k", "ours_design", "ours_tflops"]
     for name, _ in backends:
         for layout in ("bnhd", "bhnd"):
             header += [f"{name}_{layout}_tflops", f"ours/{name}_{layout}"]
@@ -78,17 +106,18 @@ def main():
     out_rows = []
     for row in rows:
         d, causal, N, H, B = int(row["d"]), int(row["causal"]) != 0, int(row["N"]), int(row["H"]), int(row["B"])
+        H_kv, N_k = int(row.get("H_kv") or H), int(row.get("N_k") or N)
         pas = row.get("pass") or "fwd"
         backward = pas == "bwd"
         dtype = torch.bfloat16 if row["dtype"] == "bf16" else torch.float16
         ours = float(row["tflops"])
-        flops = (2.5 if backward else 1.0) * 4.0 * N * N * d * H * B * (0.5 if causal else 1.0)
+        flops = (2.5 if backward else 1.0) * 4.0 * visible_pairs(N, N_k, causal) * d * H * B
         design = (row.get("bwd_design") or "-") if backward else "-"
-        vals = [pas, d, int(causal), N, design, ours]
+        vals = [pas, d, int(causal), N, H, H_kv, N_k, design, ours]
         for name, be in backends:
             for layout in ("bnhd", "bhnd"):
                 try:
-                    ms = time_sdpa(be, B, H, N, d, causal, dtype, layout, reps, backward)
+                    ms = time_sdpa(be, B, H, N, d, causal, dtype, layout, reps, backward, H_kv, N_k)
                     tf = flops / (ms * 1e-3) / 1e12
                     vals += [round(tf, 1), round(ours / tf, 3)]
                 except RuntimeError as e:  # a backend may refuse a shape or layout: say so

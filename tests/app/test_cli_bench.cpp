@@ -60,6 +60,11 @@ TEST_CASE("cli bench: bad flags are usage errors naming the flag", "[cli][bench]
   expect_usage_error("bench attention --causal --both", "exclude each other");
   expect_usage_error("bench attention --causal --no-causal", "exclude each other");
   expect_usage_error("bench attention --frobnicate", "frobnicate");
+  expect_usage_error("bench attention --heads 32 --heads-kv 5 --pass fwd", "--heads-kv 5 does not divide --heads 32");
+  expect_usage_error("bench attention --heads-kv 0", "--heads-kv 0 is out of range");
+  expect_usage_error("bench attention --heads 32 --heads-kv 8", "the fast backward takes H_kv = H");
+  expect_usage_error("bench attention --seq 1024 --seq-k 2048 --pass both", "--seq-k 2048 differs from N = 1024");
+  expect_usage_error("bench attention --seq-k 0", "--seq-k 0 is out of range");
 }
 
 TEST_CASE("cli bench: without CUDA, or without a GPU, it says so and exits non-zero", "[cli][bench][errors]") {

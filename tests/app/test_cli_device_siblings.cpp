@@ -218,12 +218,19 @@ TEST_CASE("attention --device cuda: the kernels' limits, the build, and --device
   expect_usage_error("attention fwd --device cuda --dtype fp16" + ok, "--dtype applies to --kernel fast");
   expect_usage_error("attention fwd --device cuda --kernel fast --seq 16 --dim 96", "--dim 96 is not 64 or 128");
   expect_usage_error("attention bwd --device cuda --seq 16 --dim 512", "--dim 512 is above 256");
-  expect_usage_error("attention fwd --device cuda --seq-k 20" + ok, "--seq-k 20 differs from N = 16: the CUDA kernels take N_k = N");
+  expect_usage_error("attention fwd --device cuda --seq-k 20" + ok, "--seq-k 20 differs from N = 16: the clear kernels take N_k = N");
+  expect_usage_error("attention bwd --device cuda --kernel fast --seq-k 20" + ok,
+                     "--seq-k 20 differs from N = 16: the fast backward takes N_k = N");
+  expect_usage_error("attention fwd --device cuda --heads 4 --heads-kv 2" + ok,
+                     "--heads-kv 2 differs from H = 4: the clear kernels take H_kv = H");
+  expect_usage_error("attention fwd --device cuda --kernel fast --heads 4 --heads-kv 3" + ok,
+                     "--heads-kv: heads_kv (H_kv) = 3 does not divide");
   expect_usage_error("attention fwd --device tpu" + ok, "--device 'tpu' is unknown");
   expect_usage_error("attention fwd --device" + ok, "--device '--seq' is unknown");
   // A valid command line: refused by a build without CUDA (exit 2, with the hint), or run.
   for (const char* args : {"attention fwd --device cuda --kernel fast --causal --seq 17 --dim 64",
                            "attention bwd --device=cuda --kernel fast --dtype fp16 --seq 1 --dim 128",
+                           "attention fwd --device cuda --kernel fast --causal --seq 40 --seq-k 17 --heads 4 --heads-kv 1 --dim 128",
                            "attention fwd --device cuda --seq 33 --dim 16"}) {
     const auto r = flashlab::test::run_gpu_command(args);
     if (r.exit_code == 0) CHECK_THAT(r.out, Catch::Contains("max error vs naive float64"));

@@ -29,6 +29,8 @@ ref::AttentionProblem problem_of(const AttentionBenchConfig& b, int n, int d, bo
   problem.batch = std::size_t(b.batch);
   problem.seq = std::size_t(n);
   problem.heads = std::size_t(b.heads);
+  problem.heads_kv = std::size_t(b.heads_kv);
+  problem.seq_k = std::size_t(b.seq_k);
   problem.head_dim = std::size_t(d);
   problem.causal = causal;
   problem.dtype = b.dtype;
@@ -44,11 +46,16 @@ void validate(const AttentionBenchConfig& b) {
   if (b.warmup < 0) bad("warmup = " + std::to_string(b.warmup) + " must be >= 0");
   if (b.input_sets < 1) bad("input_sets = " + std::to_string(b.input_sets) + " must be >= 1");
   if (b.heads < 1 || b.batch < 1) bad("heads and batch must be >= 1");
+  if (b.heads_kv < 0 || b.seq_k < 0) bad("heads_kv and seq_k must be >= 0 (0: equal to heads, to N)");
   for (int n : b.seqs)
     if (n < 1) bad("sequence length " + std::to_string(n) + " must be >= 1");
   if (b.bwd_design != ref::Algorithm::bwd_two_kernel && b.bwd_design != ref::Algorithm::bwd_atomic)
     bad("bwd_design = " + std::string(ref::algorithm_name(b.bwd_design)) + " is not a fast backward design");
-  for (int d : b.head_dims) check_fast_problem(problem_of(b, 1, d, false));  // before any timing
+  for (int d : b.head_dims)  // before any timing: every shape's limits, and the backward's where it runs
+    for (int n : b.seqs) {
+      check_fast_problem(problem_of(b, n, d, false));
+      if (b.pass != BenchPass::fwd) (void)fast_attention_backward_workspace_bytes(b.bwd_design, problem_of(b, n, d, false));
+    }
 }
 
 // One pool of random 16-bit values, made once per sweep; buffer k (of 4 · input_sets: Q, K, V, dO
@@ -65,6 +72,7 @@ void bench_shape(const AttentionBenchConfig& bench, const ref::AttentionProblem&
   const bool do_fwd = bench.pass != BenchPass::bwd;
   const bool do_bwd = bench.pass != BenchPass::fwd;
   const std::size_t numel = problem.batch * problem.seq * problem.heads * problem.head_dim;
+  const std::size_t kv_numel = problem.batch * problem.n_k() * problem.h_kv() * problem.head_dim;
   const std::size_t stats = problem.stat_numel();
   const std::size_t sets = std::size_t(bench.input_sets);
   // Set s: Q, K, V, dO at 4s … 4s+3 (dO only when the backward is timed), O and LSE at s.
@@ -72,8 +80,9 @@ void bench_shape(const AttentionBenchConfig& bench, const ref::AttentionProblem&
   std::vector<detail::DeviceBuffer<std::uint16_t>> in;
   in.reserve(kPerSet * sets);
   for (std::size_t k = 0; k < kPerSet * sets; ++k) {
-    in.emplace_back(k % kPerSet < per_set ? numel : 0);
-    if (k % kPerSet < per_set) in.back().upload(pool.data() + kStride * k);
+    const std::size_t n = k % kPerSet >= per_set ? 0 : (k % kPerSet == 1 || k % kPerSet == 2) ? kv_numel : numel;
+    in.emplace_back(n);
+    if (n > 0) in.back().upload(pool.data() + kStride * k);
   }
   std::vector<detail::DeviceBuffer<std::uint16_t>> O;
   std::vector<detail::DeviceBuffer<float>> LSE;
@@ -137,13 +146,16 @@ void bench_shape(const AttentionBenchConfig& bench, const ref::AttentionProblem&
 }  // namespace
 
 double attention_fwd_flops(const ref::AttentionProblem& problem) {
-  const double n = double(problem.seq);
-  return 4.0 * n * n * double(problem.head_dim * problem.heads * problem.batch) * (problem.causal ? 0.5 : 1.0);
+  const double n = double(problem.seq), nk = double(problem.n_k());
+  // (query, key) pairs: all, or (causal, bottom-right aligned) the triangle and the rectangle left of it.
+  const double pairs = !problem.causal ? n * nk : n <= nk ? n * nk - 0.5 * n * n : 0.5 * nk * nk;
+  return 4.0 * pairs * double(problem.head_dim * problem.heads * problem.batch);
 }
 
 double attention_fwd_bytes(const ref::AttentionProblem& problem) {
-  const double rows = double(problem.batch * problem.seq * problem.heads);  // B·N·H
-  return 4.0 * rows * double(problem.head_dim) * 2.0 + rows * 4.0;          // Q, K, V, O (16-bit) + LSE (fp32)
+  const double rows = double(problem.batch * problem.seq * problem.heads);            // B·N·H
+  const double kv_rows = double(problem.batch * problem.n_k() * problem.h_kv());     // B·N_k·H_kv
+  return (2.0 * rows + 2.0 * kv_rows) * double(problem.head_dim) * 2.0 + rows * 4.0;  // Q, O, K, V (16-bit) + LSE
 }
 
 double attention_bwd_flops(const ref::AttentionProblem& problem) { return 2.5 * attention_fwd_flops(problem); }
@@ -162,7 +174,10 @@ std::vector<AttentionBenchRow> bench_attention(const AttentionBenchConfig& bench
   const std::size_t buffers = kPerSet * std::size_t(bench.input_sets);
   std::size_t max_numel = 0;
   for (int d : bench.head_dims)
-    for (int n : bench.seqs) max_numel = std::max(max_numel, std::size_t(bench.batch) * n * bench.heads * d);
+    for (int n : bench.seqs) {
+      const ref::AttentionProblem p = problem_of(bench, n, d, false);
+      max_numel = std::max({max_numel, p.batch * p.seq * p.heads * p.head_dim, p.batch * p.n_k() * p.h_kv() * p.head_dim});
+    }
   std::vector<std::uint16_t> pool(max_numel + kStride * buffers);
   {
     std::mt19937 rng(bench.seed);

@@ -41,6 +41,8 @@ struct AttentionBenchConfig {
   std::vector<int> head_dims = {64, 128};                    ///< d values (64 or 128)
   std::vector<bool> causal = {false, true};                  ///< mask settings to time
   int heads = 16;                                            ///< H
+  int heads_kv = 0;                                          ///< H_kv, K/V heads dividing H (0: H_kv = H; forward only)
+  int seq_k = 0;                                             ///< N_k of every shape (0: N_k = N; forward only)
   int batch = 1;                                             ///< B
   ref::Dtype dtype = ref::Dtype::bf16;                       ///< storage type of Q, K, V, O (bf16 or fp16)
   int reps = 30;                                             ///< timed launches per shape (≥ 1)
@@ -58,12 +60,14 @@ struct AttentionBenchConfig {
 /// extras filled (problem, backward, the kernels), seq/heads/head_dim/batch/dtype from the problem.
 using AttentionBenchRow = BenchRow;
 
-/// FLOPs of one forward: 4·N²·d·H·B (QKᵀ and PV, 2 FLOPs per multiply-add), halved for
-/// causal. Softmax work is not counted.
+/// FLOPs of one forward: 4·N·N_k·d·H·B (QKᵀ and PV, 2 FLOPs per multiply-add; 4·N²·d·H·B when
+/// N_k = N). Causal: only the visible (query, key) pairs, counted as N·N_k − N²/2 when N ≤ N_k and
+/// N_k²/2 when N > N_k (bottom-right aligned), which is the usual halving at N_k = N. Softmax work
+/// is not counted; H_kv does not change the count.
 double attention_fwd_flops(const ref::AttentionProblem& problem);
 
-/// Ideal HBM bytes of one forward: Q, K, V read once and O written once (B·N·H·d elements each,
-/// 2 bytes) plus LSE written once (B·H·N fp32). The effective GB/s divides this by the time; at
+/// Ideal HBM bytes of one forward: Q read once and O written once (B·N·H·d elements each, 2
+/// bytes), K and V read once (B·N_k·H_kv·d each) plus LSE written once (B·H·N fp32). The effective GB/s divides this by the time; at
 /// large N the kernel re-reads K and V once per query tile, so the number is a lower bound on
 /// the traffic, meaningful as a bandwidth only at small N.
 double attention_fwd_bytes(const ref::AttentionProblem& problem);
