@@ -64,7 +64,7 @@
 //     diagonal of their last row. A fully masked row gives O = 0 and LSE = −inf, never NaN.
 //   - Grouped K/V and N_k ≠ N: K and V are [B, N_k, H_kv, d], read through their own tensor maps
 //     (make_kv_tile_map), query head h loading K/V head h / (H / H_kv); the units of one K/V head's
-//     query heads sit side by side in the work list (ws_unit: they share its tiles in L2). A unit has
+//     query heads sit close together in the work list (ws_unit: they share its tiles in L2). A unit has
 //     ⌈N_k / Bc⌉ key tiles; causal, the diagonal is bottom-right aligned (query i sees keys
 //     ≤ i + N_k − N), units stop at their last row's diagonal, and a unit above the diagonal's start
 //     (N > N_k) loads nothing: its rows store O = 0, LSE = −inf.
@@ -187,31 +187,31 @@ struct WsTile {
 };
 
 /// Query tile m, head h and batch b of unit t of a work list (WsSchedule; ws_combine_kernel
-/// finds the split tail's units by it too). Grouped K/V: the G = H / H_kv query heads that read one
-/// K/V head sit side by side in the list, so they run at the same time on neighbouring SMs and
-/// read the same K_j, V_j from L2 (one HBM read serves G blocks) rather than fetching a K/V head
-/// again once it has left L2. Causal: query tiles from the bottom, all heads of one query tile
-/// innermost (the longest units first; a group's heads are adjacent there already). Non-causal:
-/// the G heads of a group innermost, then the query tiles, then the groups (G = 1: the query tiles
-/// of one head side by side, sharing K and V in L2).
+/// finds the split tail's units by it too). Causal: query tiles from the bottom, all heads of one
+/// query tile innermost (the longest units first). Non-causal: the query tiles of one head side by
+/// side, then the next head. Grouped K/V: the G = H / H_kv query heads that read one K/V head are
+/// consecutive heads (h / G), so in either order their units sit close together in the list and run
+/// at the same time on neighbouring SMs (causal: the G units of one query tile are adjacent;
+/// non-causal: the group's G·Tr units are contiguous), reading the same K_j, V_j from L2 (one HBM
+/// read serves the group) rather than fetching a K/V head again once it has left L2. The order needs
+/// no G, so the consumers keep no register for it (with H_kv = H the list is the one tuned for
+/// multi-head attention).
 template <bool kCausal>
-__device__ __forceinline__ void ws_unit(int t, int Tr, int H, int HB, int G, int& m, int& h, int& b) {
+__device__ __forceinline__ void ws_unit(int t, int Tr, int H, int HB, int& m, int& h, int& b) {
+  int hb;
   if (kCausal) {
     m = Tr - 1 - t / HB;
-    const int hb = t % HB;
-    h = hb % H;
-    b = hb / H;
+    hb = t % HB;
   } else {
-    const int per_group = Tr * G, group = t / per_group, r = t - group * per_group;
-    m = r / G;
-    const int H_kv = H / G;
-    h = (group % H_kv) * G + (r - m * G);
-    b = group / H_kv;
+    m = t % Tr;
+    hb = t / Tr;
   }
+  h = hb % H;
+  b = hb / H;
 }
 
 /// The work list of a launch, the same in the producer and the consumers. Tile t of the list is
-/// ws_unit's: causal, the longest first; non-causal, the units reading one K/V head side by side.
+/// ws_unit's: causal, the longest first; the units reading one K/V head close together.
 /// Block `blk` of G takes tiles k·G + blk for even rounds k and k·G + G − 1 − blk for odd ones (a
 /// snake: the blocks that got the longest tile of one round get the shortest of the next).
 /// A causal unit stops at the key tile of its last row's diagonal (key q0 + Br − 1 + N_k − N);
@@ -220,7 +220,7 @@ __device__ __forceinline__ void ws_unit(int t, int Tr, int H, int HB, int G, int
 template <class T>
 struct WsSchedule {
   int Tr, H, HB, total, Nk;  // query tiles, heads, heads × batch, Tr · HB, keys N_k
-  int group, offset;         // H / H_kv query heads per K/V head; the causal offset N_k − N
+  int Hkv, offset;           // K/V heads H_kv; the causal offset N_k − N
   int full;                  // units dealt whole (= total unless the tail is split)
   const int4* pieces;        // kSplitTail: this block's pieces of the tail (tail_pieces), in SRAM
   __device__ bool at(int k, WsTile& w) const {
@@ -245,9 +245,9 @@ struct WsSchedule {
       }
     }
     int m;
-    ws_unit<T::kCausal>(t, Tr, H, HB, group, m, w.h, w.b);
+    ws_unit<T::kCausal>(t, Tr, H, HB, m, w.h, w.b);
     w.q0 = m * T::BLOCK_M;
-    w.hk = w.h / group;
+    w.hk = w.h / (H / Hkv);  // read by the producer alone (dead code in the consumers)
     if (T::kCausal) {
       // Keys 0 .. q0 + Br − 1 + offset: none when that is negative (floor division).
       const int last_key = w.q0 + T::BLOCK_M - 1 + offset;
@@ -536,8 +536,9 @@ __device__ void consume(const Problem& p, const WsSmem<T>& sm, const WsSchedule<
   WsTile w, next;
   int it = 0, kq = 0;
   bool have = sched.at(0, w);
-  // Warpgroup 0 takes the first turn (none is taken where the block's first unit, hence every
-  // one, has no keys: no arrival is left unmatched).
+  // Warpgroup 0 takes the first turn (causal: none is taken where the block's first unit, hence
+  // every one, has no keys, so no arrival is left unmatched). After the first unit is known, also
+  // without a mask: there ptxas spills less in the split-tail kernel.
   if (cw == T::kConsumers - 1 && (!T::kCausal || (have && w.n_tiles > 0))) named_bar_arrive(kTurnBarrier, 256);
   for (int k = 0; have; ++k) {
     const bool more = sched.at(k + 1, next);
@@ -570,7 +571,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int Tr = (p.seq + T::BLOCK_M - 1) / T::BLOCK_M, HB = p.heads * p.batch;
   int4* pieces = reinterpret_cast<int4*>(smem_raw + (sm.base - uint32_t(__cvta_generic_to_shared(smem_raw))) +
                                          T::kPieceOffset);
-  const WsSchedule<T> sched{Tr, p.heads, HB, Tr * HB, p.seq_k, p.heads / p.heads_kv, p.causal_offset(), full, pieces};
+  const WsSchedule<T> sched{Tr, p.heads, HB, Tr * HB, p.seq_k, p.heads_kv, p.causal_offset(), full, pieces};
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -626,7 +627,7 @@ __global__ void __launch_bounds__(256)
   const int n = (p.seq_k + T::BLOCK_N - 1) / T::BLOCK_N;
   const unsigned F = unsigned(total - full) * unsigned(n), lo = unsigned(unit) * unsigned(n), hi = lo + unsigned(n);
   int tile, h, b;
-  ws_unit<T::kCausal>(full + unit, Tr, p.heads, p.heads * p.batch, p.heads / p.heads_kv, tile, h, b);
+  ws_unit<T::kCausal>(full + unit, Tr, p.heads, p.heads * p.batch, tile, h, b);
   const int row = tile * BLOCK_M + r;
   if (row >= p.seq) return;
   const int first = int(lo * unsigned(G) / F);  // the first block whose share can meet this unit
