@@ -228,8 +228,11 @@ __device__ __forceinline__ void store_output(uint16_t* __restrict__ O, float* __
 // ----------------------------------------------------------------------------- the kernel
 /// Grid (Tr, H, B), FastTraits::kThreads threads, FastTraits::kSmemBytes of dynamic SRAM:
 /// [Q_i: Br × d][K_j: kStages × Bc × d][V_j: kStages × Bc × d], all swizzled. Q, O are
-/// [B, N, H, d]; K, V [B, N_k, H_kv, d], head h reading K/V head h / (H / H_kv).
-template <class T, bool kBf16>
+/// [B, N, H, d]; K, V [B, N_k, H_kv, d], head h reading K/V head h / (H / H_kv). kOwnKv = false
+/// (H_kv = H, N_k = N): K and V take Q's head offset, row stride and length, so no register holds a
+/// second copy (the d = 128 non-causal tuple uses all 255 registers: with K/V's own values ptxas
+/// made 68 bytes of spill stores there); kOwnKv = true reads them from the problem.
+template <class T, bool kBf16, bool kOwnKv>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     fast_fwd_kernel(Problem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                     const uint16_t* __restrict__ V, uint16_t* __restrict__ O, float* __restrict__ LSE) {
@@ -242,20 +245,21 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   constexpr int kNTilesO = HEAD_DIM / 8;    // n8 tiles of O_i per m16 tile
   const float NEG_INF = __int_as_float(0xff800000);  // −inf
 
-  const int N = p.seq, Nk = p.seq_k;
+  const int N = p.seq, Nk = kOwnKv ? p.seq_k : N;
   // Causal: the bottom query tiles see the most keys; launch them first (better tail balance).
   const int i = causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
   const int h = blockIdx.y, b = blockIdx.z;
   const int row0 = i * BLOCK_M;
-  const std::size_t stride = p.row_stride(), kv_stride = p.kv_row_stride();
-  const std::size_t base = p.head_offset(b, h), kv_base = p.kv_head_offset(b, p.kv_head(h));
+  const std::size_t stride = p.row_stride(), kv_stride = kOwnKv ? p.kv_row_stride() : stride;
+  const std::size_t base = p.head_offset(b, h), kv_base = kOwnKv ? p.kv_head_offset(b, p.kv_head(h)) : base;
+  const int offset = kOwnKv ? p.causal_offset() : 0;  // N_k − N
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;         // mma fragment coordinates: row group, thread in group
   const int warp_m0 = 16 * kMT * warp;           // this warp's first row inside Q_i
   const int warp_row0 = row0 + warp_m0;          // ... and in the sequence
   // Causal, bottom-right aligned: query row r sees keys ≤ r + N_k − N (the diagonal of the warp's
   // first row: warp_diag0).
-  const int warp_diag0 = warp_row0 + p.causal_offset();
+  const int warp_diag0 = warp_row0 + offset;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t sQ = uint32_t(__cvta_generic_to_shared(smem_raw));
@@ -265,7 +269,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   // Causal: key tiles starting past this tile's last query row's diagonal are entirely masked —
   // skip them. None left (N > N_k, rows above the diagonal's start): the loop does not run, and
   // every row stores O = 0 and LSE = −inf.
-  const int n_end = causal ? max(0, min(Nk, row0 + BLOCK_M + p.causal_offset())) : Nk;
+  const int n_end = !causal ? Nk : kOwnKv ? max(0, min(Nk, row0 + BLOCK_M + offset)) : min(N, row0 + BLOCK_M);
   const int Tc = (n_end + BLOCK_N - 1) / BLOCK_N;
 
   // ldmatrix row addresses. Every fragment this lane addresses has row ≡ lane (mod 8), so the
@@ -281,7 +285,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   const uint32_t v_lane = sV + uint32_t(((lane & 7) + ((mi & 1) << 3)) * kRowBytes);
   const uint32_t v_xor = uint32_t(((mi >> 1) ^ (lane & 7)) << 4);
 
-  const TileLoader<T> ld(base, stride), ld_kv(kv_base, kv_stride);
+  const TileLoader<T> ld(base, stride);
+  const TileLoader<T> ld_kv = kOwnKv ? TileLoader<T>(kv_base, kv_stride) : ld;
   // Load Q_i, K_0, V_0: HBM → SRAM (one cp.async group), then K_s, V_s for the first stages
   // (one group each; an empty group where there is no tile, so the group count stays uniform).
   ld.template load<BLOCK_M>(sQ, Q, stride, row0, N);
@@ -472,7 +477,8 @@ void launch_fast_one(const Problem& p, const void* Q, const void* K, const void*
   static_assert(T::BLOCK_M == FastTraits<HEAD_DIM, !kCausal>::BLOCK_M &&
                     T::BLOCK_N == FastTraits<HEAD_DIM, !kCausal>::BLOCK_N,
                 "causal and non-causal tuples share the tiles fast_forward_tiles() reports");
-  auto kernel = &fast_fwd_kernel<T, kBf16>;
+  const bool own_kv = p.heads_kv != p.heads || p.seq_k != p.seq;  // grouped K/V or N_k ≠ N
+  auto kernel = own_kv ? &fast_fwd_kernel<T, kBf16, true> : &fast_fwd_kernel<T, kBf16, false>;
   // > 48 KiB of dynamic SRAM: opted in per device (set_smem keeps the record, thread-safe).
   set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "fast_fwd_kernel", p);
   const dim3 grid((p.seq + T::BLOCK_M - 1) / T::BLOCK_M, p.heads, p.batch);
