@@ -39,6 +39,34 @@ std::vector<std::string> split_csv(const std::string& line) {
   return out;
 }
 
+// Calls row(fields) for every data line of a CSV `text` whose first line must be `header`, with
+// `width` fields per line; errors name `file`:line.
+template <typename Row>
+void for_each_csv_row(const std::string& text, const char* header, std::size_t width, const char* file, Row row) {
+  std::istringstream is(text);
+  std::string line;
+  int no = 0;
+  bool seen_header = false;
+  while (std::getline(is, line)) {
+    ++no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    try {
+      if (!seen_header) {
+        if (line != header) throw std::invalid_argument("the header is not " + std::string(header));
+        seen_header = true;
+        continue;
+      }
+      const auto f = split_csv(line);
+      if (f.size() != width)
+        throw std::invalid_argument(std::to_string(f.size()) + " fields, expected " + std::to_string(width));
+      row(f);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument(std::string(file) + ":" + std::to_string(no) + ": " + e.what());
+    }
+  }
+}
+
 std::string quote(const std::string& s) {
   std::string q = "\"";
   for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
@@ -131,53 +159,35 @@ const MeasuredBytes* Measurement::find(const std::string& variant, std::size_t s
 
 Measurement parse_measurement_csv(const std::string& text) {
   Measurement m;
-  std::istringstream is(text);
-  std::string line;
-  int no = 0;
-  bool header = false;
-  while (std::getline(is, line)) {
-    ++no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
-    try {
-      if (!header) {
-        if (line != kMeasuredCsvHeader) throw std::invalid_argument("the header is not " + std::string(kMeasuredCsvHeader));
-        header = true;
-        continue;
-      }
-      const auto f = split_csv(line);
-      if (f.size() != 16) throw std::invalid_argument(std::to_string(f.size()) + " fields, expected 16");
-      ref::AttentionProblem c;
-      c.batch = to_size(f[4], "batch");
-      c.seq = to_size(f[5], "seq");
-      c.heads = to_size(f[6], "heads");
-      c.head_dim = to_size(f[7], "head_dim");
-      c.Br = to_size(f[8], "block_m");
-      c.Bc = to_size(f[9], "block_n");
-      c.dtype = ref::parse_dtype(f[10]);
-      if (m.rows.empty()) {
-        m.date = f[0];
-        m.device = f[1];
-        m.command = f[2];
-        m.shape = c;
-      } else if (f[0] != m.date || f[1] != m.device || f[2] != m.command || c.batch != m.shape.batch ||
-                 c.heads != m.shape.heads || c.head_dim != m.shape.head_dim || c.Br != m.shape.Br ||
-                 c.Bc != m.shape.Bc || c.dtype != m.shape.dtype) {
-        throw std::invalid_argument("every row must share date, device, command and shape (only N varies)");
-      }
-      MeasuredBytes r;
-      r.variant = f[3];
-      r.seq = c.seq;
-      r.l2_read = to_bytes(f[11]);
-      r.l2_write = to_bytes(f[12]);
-      r.l2_atomic = to_bytes(f[13]);
-      r.dram_read = to_bytes(f[14]);
-      r.dram_write = to_bytes(f[15]);
-      m.rows.push_back(r);
-    } catch (const std::exception& e) {
-      throw std::invalid_argument("measured.csv:" + std::to_string(no) + ": " + e.what());
+  for_each_csv_row(text, kMeasuredCsvHeader, 16, "measured.csv", [&](const std::vector<std::string>& f) {
+    ref::AttentionProblem c;
+    c.batch = to_size(f[4], "batch");
+    c.seq = to_size(f[5], "seq");
+    c.heads = to_size(f[6], "heads");
+    c.head_dim = to_size(f[7], "head_dim");
+    c.Br = to_size(f[8], "block_m");
+    c.Bc = to_size(f[9], "block_n");
+    c.dtype = ref::parse_dtype(f[10]);
+    if (m.rows.empty()) {
+      m.date = f[0];
+      m.device = f[1];
+      m.command = f[2];
+      m.shape = c;
+    } else if (f[0] != m.date || f[1] != m.device || f[2] != m.command || c.batch != m.shape.batch ||
+               c.heads != m.shape.heads || c.head_dim != m.shape.head_dim || c.Br != m.shape.Br ||
+               c.Bc != m.shape.Bc || c.dtype != m.shape.dtype) {
+      throw std::invalid_argument("every row must share date, device, command and shape (only N varies)");
     }
-  }
+    MeasuredBytes r;
+    r.variant = f[3];
+    r.seq = c.seq;
+    r.l2_read = to_bytes(f[11]);
+    r.l2_write = to_bytes(f[12]);
+    r.l2_atomic = to_bytes(f[13]);
+    r.dram_read = to_bytes(f[14]);
+    r.dram_write = to_bytes(f[15]);
+    m.rows.push_back(r);
+  });
   if (m.rows.empty()) throw std::invalid_argument("measured.csv has no rows");
   return m;
 }
@@ -273,47 +283,29 @@ std::string traffic_levels_table(const ref::AttentionProblem& cfg, const Measure
 
 FamilyMeasurement parse_family_csv(const std::string& text) {
   FamilyMeasurement m;
-  std::istringstream is(text);
-  std::string line;
-  int no = 0;
-  bool header = false;
-  while (std::getline(is, line)) {
-    ++no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
-    try {
-      if (!header) {
-        if (line != kFamiliesCsvHeader) throw std::invalid_argument("the header is not " + std::string(kFamiliesCsvHeader));
-        header = true;
-        continue;
-      }
-      const auto f = split_csv(line);
-      if (f.size() != 14) throw std::invalid_argument(std::to_string(f.size()) + " fields, expected 14");
-      if (m.rows.empty()) {
-        m.date = f[0];
-        m.device = f[1];
-        m.command = f[2];
-      } else if (f[0] != m.date || f[1] != m.device || f[2] != m.command) {
-        throw std::invalid_argument("every row must share date, device and command");
-      }
-      if (f[3] != "mta" && f[3] != "stream") throw std::invalid_argument("family '" + f[3] + "' is neither mta nor stream");
-      FamilyBytes r;
-      r.family = f[3];
-      r.pass = f[4];
-      r.shape = f[5];
-      r.counted_read = to_bytes(f[6]);
-      r.counted_write = to_bytes(f[7]);
-      r.l2_read = to_bytes(f[8]);
-      r.l2_write = to_bytes(f[9]);
-      r.l2_atomic = to_bytes(f[10]);
-      r.dram_read = to_bytes(f[11]);
-      r.dram_write = to_bytes(f[12]);
-      r.duration_ms = to_bytes(f[13]);
-      m.rows.push_back(r);
-    } catch (const std::exception& e) {
-      throw std::invalid_argument("measured_families.csv:" + std::to_string(no) + ": " + e.what());
+  for_each_csv_row(text, kFamiliesCsvHeader, 14, "measured_families.csv", [&](const std::vector<std::string>& f) {
+    if (m.rows.empty()) {
+      m.date = f[0];
+      m.device = f[1];
+      m.command = f[2];
+    } else if (f[0] != m.date || f[1] != m.device || f[2] != m.command) {
+      throw std::invalid_argument("every row must share date, device and command");
     }
-  }
+    if (f[3] != "mta" && f[3] != "stream") throw std::invalid_argument("family '" + f[3] + "' is neither mta nor stream");
+    FamilyBytes r;
+    r.family = f[3];
+    r.pass = f[4];
+    r.shape = f[5];
+    r.counted_read = to_bytes(f[6]);
+    r.counted_write = to_bytes(f[7]);
+    r.l2_read = to_bytes(f[8]);
+    r.l2_write = to_bytes(f[9]);
+    r.l2_atomic = to_bytes(f[10]);
+    r.dram_read = to_bytes(f[11]);
+    r.dram_write = to_bytes(f[12]);
+    r.duration_ms = to_bytes(f[13]);
+    m.rows.push_back(r);
+  });
   if (m.rows.empty()) throw std::invalid_argument("measured_families.csv has no rows");
   return m;
 }

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "flashlab/cuda/stream.hpp"
+#include "flashlab/cuda/stream_fast.hpp"
+#include "gpu_test_util.hpp"
 #include "flashlab/reference/stream.hpp"
 
 namespace flashlab::test {
@@ -94,6 +96,46 @@ inline NearTieCount count_near_ties(const cuda::stream::EstimateOutput& gpu, con
     if (!near_tie) ++c.unexplained;
   }
   return c;
+}
+
+/// 16-bit STREAM inputs: bit patterns [T, H, d] for the GPU and each head's rounded values (T × d,
+/// float64) for the reference.
+struct Inputs16 {
+  std::size_t T = 0, H = 1, d = 0;
+  ref::Dtype dtype = ref::Dtype::bf16;
+  std::vector<std::uint16_t> Q, K, V;   // [T, H, d]
+  std::vector<ref::Mat<double>> Qh, Kh, Vh;  // per head, the rounded values
+  /// `x` as the fast kernels' host view.
+  cuda::stream::HostHeads16 heads(const std::vector<std::uint16_t>& x) const { return {x.data(), H, d}; }
+};
+
+/// N(0, 1) values rounded to `dtype` (Q drawn with standard deviation q_sd), or, with `ints`,
+/// integers in [−2, 2] (exact in every dtype, ties frequent).
+inline Inputs16 make_inputs16(std::size_t T, std::size_t H, std::size_t d, ref::Dtype dtype, double q_sd,
+                              std::mt19937_64& rng, bool ints = false) {
+  Inputs16 in;
+  in.T = T;
+  in.H = H;
+  in.d = d;
+  in.dtype = dtype;
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_int_distribution<int> small(-2, 2);
+  auto fill = [&](std::vector<std::uint16_t>& bits, std::vector<ref::Mat<double>>& per_head, double sd) {
+    bits.resize(T * H * d);
+    per_head.assign(H, ref::Mat<double>(Eigen::Index(T), Eigen::Index(d)));
+    for (std::size_t t = 0; t < T; ++t)
+      for (std::size_t h = 0; h < H; ++h)
+        for (std::size_t c = 0; c < d; ++c) {
+          const float f = ints ? float(small(rng)) : float(sd * normal(rng));
+          const std::uint16_t b = cuda::to_bits16(f, dtype);
+          bits[(t * H + h) * d + c] = b;
+          per_head[h](Eigen::Index(t), Eigen::Index(c)) = to_float(b, dtype);
+        }
+  };
+  fill(in.Q, in.Qh, q_sd);
+  fill(in.K, in.Kh, 1.0);
+  fill(in.V, in.Vh, 1.0);
+  return in;
 }
 
 }  // namespace flashlab::test

@@ -19,6 +19,7 @@
 #include "flashlab/reference/attention.hpp"
 #include "flashlab/reference/stream.hpp"
 #include "gpu_test_util.hpp"
+#include "stream_test_util.hpp"
 
 using namespace flashlab;
 using namespace flashlab::ref::stream;
@@ -27,44 +28,9 @@ namespace gs = flashlab::cuda::stream;
 
 namespace {
 
-/// One head's 16-bit inputs: bit patterns [T, H, d] for the GPU and each head's rounded values.
-struct Inputs16 {
-  std::size_t T = 0, H = 1, d = 0;
-  ref::Dtype dtype = ref::Dtype::bf16;
-  std::vector<std::uint16_t> Q, K, V;     // [T, H, d]
-  std::vector<Mat<double>> Qh, Kh, Vh;    // per head, T × d, the rounded values
-
-  gs::HostHeads16 heads(const std::vector<std::uint16_t>& x) const { return {x.data(), H, d}; }
-};
-
-/// N(0, sd) values rounded to the dtype, Q scaled by q_sd.
-Inputs16 make_inputs(std::size_t T, std::size_t H, std::size_t d, ref::Dtype dtype, double q_sd, std::mt19937_64& rng) {
-  Inputs16 in;
-  in.T = T;
-  in.H = H;
-  in.d = d;
-  in.dtype = dtype;
-  std::normal_distribution<double> normal(0.0, 1.0);
-  auto fill = [&](std::vector<std::uint16_t>& bits, std::vector<Mat<double>>& per_head, double sd) {
-    bits.resize(T * H * d);
-    per_head.assign(H, Mat<double>(Eigen::Index(T), Eigen::Index(d)));
-    for (std::size_t t = 0; t < T; ++t)
-      for (std::size_t h = 0; h < H; ++h)
-        for (std::size_t c = 0; c < d; ++c) {
-          const float f = float(sd * normal(rng));
-          const std::uint16_t b = cuda::to_bits16(f, dtype);
-          bits[(t * H + h) * d + c] = b;
-          per_head[h](Eigen::Index(t), Eigen::Index(c)) = test::to_float(b, dtype);
-        }
-  };
-  fill(in.Q, in.Qh, q_sd);
-  fill(in.K, in.Kh, 1.0);
-  fill(in.V, in.Vh, 1.0);
-  return in;
-}
 
 /// I of every head from the reference estimate (its τ order), [H, n_q, k].
-std::vector<std::int64_t> reference_indices(const Inputs16& in, const BlockMask& mask, std::size_t k) {
+std::vector<std::int64_t> reference_indices(const test::Inputs16& in, const BlockMask& mask, std::size_t k) {
   std::vector<std::int64_t> I;
   for (std::size_t h = 0; h < in.H; ++h) {
     const EstimateResult est = stream_estimate(in.Qh[h], in.Kh[h], mask, EstimateParams{k, 8});
@@ -75,7 +41,7 @@ std::vector<std::int64_t> reference_indices(const Inputs16& in, const BlockMask&
 }
 
 /// The GPU output of head h as a T × d float64 matrix.
-Mat<double> head_of(const std::vector<std::uint16_t>& O, const Inputs16& in, std::size_t h) {
+Mat<double> head_of(const std::vector<std::uint16_t>& O, const test::Inputs16& in, std::size_t h) {
   Mat<double> m(Eigen::Index(in.T), Eigen::Index(in.d));
   for (std::size_t t = 0; t < in.T; ++t)
     for (std::size_t c = 0; c < in.d; ++c)
@@ -86,7 +52,7 @@ Mat<double> head_of(const std::vector<std::uint16_t>& O, const Inputs16& in, std
 /// Checks every head of `O` against `ref_of(h)` with the stated tolerances; returns the worst
 /// global error / floor ratio for the printout.
 template <typename RefOf>
-double check_against(const std::vector<std::uint16_t>& O, const Inputs16& in, RefOf ref_of, const char* label) {
+double check_against(const std::vector<std::uint16_t>& O, const test::Inputs16& in, RefOf ref_of, const char* label) {
   double worst_ratio = 0;
   for (std::size_t h = 0; h < in.H; ++h) {
     const Mat<double> got = head_of(O, in, h);
@@ -118,7 +84,7 @@ TEST_CASE("cuda stream fast apply: k = n_k equals dense causal attention (2x the
                        Case{65, 2, 64, bf, 2}, Case{200, 1, 128, fp, 1}, Case{1000, 3, 64, bf, 1},
                        Case{1000, 1, 128, bf, 2}, Case{2049, 1, 128, fp, 2}, Case{3000, 2, 128, bf, 1}}) {
     INFO("T=" << c.T << " H=" << c.H << " d=" << c.d << " " << name_of(c.dtype) << " group=" << c.group);
-    const Inputs16 in = make_inputs(c.T, c.H, c.d, c.dtype, 1.0 / std::sqrt(double(c.d)), rng);
+    const test::Inputs16 in = test::make_inputs16(c.T, c.H, c.d, c.dtype, 1.0 / std::sqrt(double(c.d)), rng);
     const Geometry g{c.T, 64, 64};
     const BlockMask mask(g);
     const std::size_t k = g.n_k();
@@ -143,7 +109,7 @@ TEST_CASE("cuda stream fast apply: random I from the reference estimate matches 
   for (const Case c : {Case{777, 1, 128, 3, 1.0, 1.0, bf}, Case{4096, 2, 64, 8, 0.125, 1.0, bf},
                        Case{5000, 1, 128, 8, 1.0, 0.5, fp}, Case{3333, 1, 64, 16, 0.3, 0.7, bf}}) {
     INFO("T=" << c.T << " H=" << c.H << " d=" << c.d << " k=" << c.k << " q_sd=" << c.q_sd << " mask p=" << c.mask_p);
-    const Inputs16 in = make_inputs(c.T, c.H, c.d, c.dtype, c.q_sd, rng);
+    const test::Inputs16 in = test::make_inputs16(c.T, c.H, c.d, c.dtype, c.q_sd, rng);
     const Geometry g{c.T, 64, 64};
     std::vector<std::uint8_t> user(g.n_q() * g.n_k(), 1);
     std::bernoulli_distribution keep(c.mask_p);
@@ -172,7 +138,7 @@ TEST_CASE("cuda stream fast apply: an empty row of I gives exact zeros; NaN logi
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
   const std::size_t T = 300, k = 3;
-  Inputs16 in = make_inputs(T, 1, 64, ref::Dtype::bf16, 0.125, rng);
+  test::Inputs16 in = test::make_inputs16(T, 1, 64, ref::Dtype::bf16, 0.125, rng);
   const Geometry g{T, 64, 64};
   std::vector<std::uint8_t> user(g.n_q() * g.n_k(), 1);
   for (std::size_t r = 0; r < g.n_k(); ++r) user[2 * g.n_k() + r] = 0;  // query block 2 may see nothing
@@ -212,7 +178,7 @@ TEST_CASE("cuda stream fast apply: an empty row of I gives exact zeros; NaN logi
 TEST_CASE("cuda stream fast apply: refuses shapes and indices it cannot run, naming the parameter",
           "[gpu][stream-fast]") {
   std::mt19937_64 rng(7);
-  const Inputs16 in = make_inputs(200, 1, 64, ref::Dtype::bf16, 0.125, rng);
+  const test::Inputs16 in = test::make_inputs16(200, 1, 64, ref::Dtype::bf16, 0.125, rng);
   const Geometry g{200, 64, 64};
   const BlockMask mask(g);
   const std::vector<std::int64_t> I = reference_indices(in, mask, 2);

@@ -19,6 +19,7 @@
 #include "flashlab/cuda/stream_fast.hpp"
 #include "flashlab/reference/stream.hpp"
 #include "gpu_test_util.hpp"
+#include "stream_test_util.hpp"
 
 using namespace flashlab;
 using namespace flashlab::ref::stream;
@@ -27,44 +28,12 @@ namespace gs = flashlab::cuda::stream;
 
 namespace {
 
-struct Inputs16 {
-  std::size_t T = 0, H = 1, d = 0;
-  ref::Dtype dtype = ref::Dtype::bf16;
-  std::vector<std::uint16_t> Q, K, V;   // [T, H, d]
-  std::vector<Mat<double>> Qh, Kh, Vh;  // per head, the rounded values
-  gs::HostHeads16 heads(const std::vector<std::uint16_t>& x) const { return {x.data(), H, d}; }
-};
-
-// N(0, sd) values (or integers in [−2, 2] when `ints`) rounded to the dtype.
-Inputs16 make_inputs(std::size_t T, std::size_t H, std::size_t d, ref::Dtype dtype, double q_sd, bool ints,
-                     std::mt19937_64& rng) {
-  Inputs16 in{T, H, d, dtype, {}, {}, {}, {}, {}, {}};
-  std::normal_distribution<double> normal(0.0, 1.0);
-  std::uniform_int_distribution<int> small(-2, 2);
-  auto fill = [&](std::vector<std::uint16_t>& bits, std::vector<Mat<double>>& per_head, double sd) {
-    bits.resize(T * H * d);
-    per_head.assign(H, Mat<double>(Eigen::Index(T), Eigen::Index(d)));
-    for (std::size_t t = 0; t < T; ++t)
-      for (std::size_t h = 0; h < H; ++h)
-        for (std::size_t c = 0; c < d; ++c) {
-          const float f = ints ? float(small(rng)) : float(sd * normal(rng));
-          const std::uint16_t b = cuda::to_bits16(f, dtype);
-          bits[(t * H + h) * d + c] = b;
-          per_head[h](Eigen::Index(t), Eigen::Index(c)) = test::to_float(b, dtype);
-        }
-  };
-  fill(in.Q, in.Qh, q_sd);
-  fill(in.K, in.Kh, 1.0);
-  fill(in.V, in.Vh, 1.0);
-  return in;
-}
-
 struct Worst {
   double score = 0, mass = 0, value = 0;  // error / allowance, the largest
 };
 
 // Compares the records of head h with the reference's edges; returns the worst error ratios.
-Worst check_head(const std::vector<gs::FastEdge>& got, const Inputs16& in, std::size_t h, const BlockMask& mask,
+Worst check_head(const std::vector<gs::FastEdge>& got, const test::Inputs16& in, std::size_t h, const BlockMask& mask,
                  const std::vector<std::int64_t>& Ih, std::size_t k) {
   const Geometry& g = mask.geometry();
   const auto ref = stream_apply(in.Qh[h], in.Kh[h], in.Vh[h], mask, Ih, k, 8, true).edges;
@@ -111,7 +80,7 @@ Worst check_head(const std::vector<gs::FastEdge>& got, const Inputs16& in, std::
   return w;
 }
 
-std::vector<std::int64_t> reference_indices(const Inputs16& in, const BlockMask& mask, std::size_t k) {
+std::vector<std::int64_t> reference_indices(const test::Inputs16& in, const BlockMask& mask, std::size_t k) {
   std::vector<std::int64_t> I;
   for (std::size_t h = 0; h < in.H; ++h) {
     const EstimateResult est = stream_estimate(in.Qh[h], in.Kh[h], mask, EstimateParams{k, 8});
@@ -134,7 +103,7 @@ TEST_CASE("cuda stream fast trace: records equal the reference's edges, weights 
                        Case{2049, 1, 64, 16, 0.3, 1.0, bf, false}, Case{1500, 1, 128, 5, 0.09, 0.5, bf, true}}) {
     INFO("T=" << c.T << " H=" << c.H << " d=" << c.d << " k=" << c.k << " q_sd=" << c.q_sd << " mask p=" << c.mask_p
               << (c.ints ? " integers" : ""));
-    const Inputs16 in = make_inputs(c.T, c.H, c.d, c.dtype, c.q_sd, c.ints, rng);
+    const test::Inputs16 in = test::make_inputs16(c.T, c.H, c.d, c.dtype, c.q_sd, rng, c.ints);
     const Geometry g{c.T, 64, 64};
     std::vector<std::uint8_t> user(g.n_q() * g.n_k(), 1);
     std::bernoulli_distribution keep(c.mask_p);
@@ -162,7 +131,7 @@ TEST_CASE("cuda stream fast trace: records equal the reference's edges, weights 
 TEST_CASE("cuda stream fast trace: a NaN logit poisons its records; bad input is refused by name",
           "[gpu][stream-fast][stream-fast-trace][stream-fast-small]") {
   std::mt19937_64 rng(11);
-  Inputs16 in = make_inputs(200, 1, 64, ref::Dtype::bf16, 0.125, false, rng);
+  test::Inputs16 in = test::make_inputs16(200, 1, 64, ref::Dtype::bf16, 0.125, rng);
   const Geometry g{200, 64, 64};
   const BlockMask mask(g);
   const std::vector<std::int64_t> I = reference_indices(in, mask, 2);
