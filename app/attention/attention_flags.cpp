@@ -49,10 +49,7 @@ constexpr const char* kCuSeqlensHint =
 }  // namespace
 
 void add_tile_options(po::options_description& d) {
-  d.add_options()("block-m", po::value<long long>()->default_value(static_cast<long long>(ref::kDefaultBr)),
-                  "Br, query rows per tile")(
-      "block-n", po::value<long long>()->default_value(static_cast<long long>(ref::kDefaultBc)),
-      "Bc, key rows per tile");
+  add_tile_options(d, static_cast<long long>(ref::kDefaultBr), static_cast<long long>(ref::kDefaultBc));
 }
 
 std::size_t size_flag(const po::variables_map& vm, const char* name) {

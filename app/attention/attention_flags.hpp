@@ -5,6 +5,7 @@
 
 #include "core/cli.hpp"
 #include "core/input_checks.hpp"
+#include "core/shared_flags.hpp"
 
 #include "flashlab/reference/attention_problem.hpp"
 #include "flashlab/reference/tensor.hpp"
@@ -16,8 +17,8 @@
 
 namespace flashlab::app {
 
-/// Adds --block-m (Br) and --block-n (Bc), declared as po::value<long long>, with the one
-/// default of each tile (ref::kDefaultBr, ref::kDefaultBc).
+/// Adds --block-m (Br) and --block-n (Bc) (shared_flags.hpp) with the one default of each
+/// attention tile (ref::kDefaultBr, ref::kDefaultBc).
 void add_tile_options(po::options_description& d);
 
 /// The value of an integer flag declared as po::value<long long>, as a size; a negative value

@@ -6,6 +6,7 @@
 #include "core/commands.hpp"
 #include "core/input_checks.hpp"
 #include "core/progress.hpp"
+#include "core/report.hpp"
 
 #include "flashlab/reference/attention.hpp"
 #include "flashlab/reference/attention_traffic.hpp"
@@ -31,7 +32,7 @@ constexpr const char* kUsageLine =
     "attention fwd|bwd --seq N --dim D [--heads H] [--heads-kv HKV] [--batch B] [--seq-k NK] [--causal]\n"
     "                          [--window L,R] [--cu-seqlens FILE] [--block-m BM] [--block-n BN]\n"
     "                          [--variant naive|fa1|fa2|atomic] [--dtype fp32|bf16|fp16] [--precision float|double]\n"
-    "                          [--seed S] [--inputs DIR] [--save DIR] [--json]";
+    "                          [--seed S] [--inputs DIR] [--save DIR] [--json|--csv]";
 constexpr const char* kSummary =
     "Runs attention forward (fwd) or backward (bwd) on the CPU reference and prints the max error\n"
     "against the naive float64 result (max|got - ref| / max|ref| per tensor) and the HBM traffic the\n"
@@ -60,19 +61,23 @@ po::options_description options() {
       ("heads-kv", po::value<long long>(), "H_kv, number of K/V heads, dividing H (default H; 1 is multi-query)")
       ("window", po::value<std::string>(), "L,R: keys seen left and right of the diagonal; -1 unbounded (e.g. 128,0)")
       ("cu-seqlens", po::value<std::string>(), "FILE with cu_seqlens_q (and cu_seqlens_k): packed variable-length sequences")
-      ("dim", po::value<long long>(), "d, head dimension (1..1024)")
+      ;
+  add_required_dim_option(d, "; 1..1024; from q.npy with --inputs");
+  d.add_options()
       ("batch", po::value<long long>()->default_value(1), "B, batch size")
       ("causal", po::bool_switch(), "causal mask (fully masked tiles are skipped)")
       ("scale", po::value<double>(), "softmax scale (default 1/sqrt(d))")
       ("variant", po::value<std::string>()->default_value("fa2"), "fwd: naive | fa1 | fa2; bwd: naive | fa2 (= two-kernel) | atomic")
-      ("dtype", po::value<std::string>()->default_value("fp32"), "element type for the traffic bytes: fp32 | bf16 | fp16")
-      ("precision", po::value<std::string>()->default_value("float"), "arithmetic of the run: float | double")
-      ("seed", po::value<long long>()->default_value(1), "seed of the random inputs")
+      ;
+  add_dtype_option(d, "fp32 | bf16 | fp16", "fp32", " (sets the traffic count's bytes)");
+  add_precision_option(d);
+  add_seed_option(d);
+  d.add_options()
       ("inputs", po::value<std::string>(), "directory with q.npy k.npy v.npy [do.npy]")
       ("save", po::value<std::string>(), "directory to write o.npy lse.npy [dq.npy dk.npy dv.npy]")
       ("drop-kv-mask", po::bool_switch(), "bwd: do not mask out-of-sequence keys (the Triton walkthrough's NaN hazard)")
-      ("fp16-arithmetic", po::bool_switch(), "bwd: round every tile operation to half precision")
-      ("json", po::bool_switch(), "print one JSON object instead of tables");
+      ("fp16-arithmetic", po::bool_switch(), "bwd: round every tile operation to half precision");
+  add_output_options(d);
   add_tile_options(d);
   add_input_options(d);
   return d;
@@ -95,7 +100,7 @@ struct Run {
   unsigned long long seed = 1;
   std::optional<fs::path> inputs, save;
   BackwardOptions bwd;
-  bool json = false;
+  OutputFormat output = OutputFormat::text;
   InputPolicy policy;
 };
 
@@ -202,7 +207,8 @@ struct Verdict {
 // The run's outcome as one JSON object.
 void print_json(const Run& run, const Verdict& v) {
   const AttentionProblem& cfg = run.cfg;
-  Json j(std::cout);
+  ReportOutput report(run.output, std::cout);
+  Json& j = report.json();
   j.begin_object();
   j.key("command").value("attention " + run.mode);
   j.key("variant").value(algorithm_name(run.algorithm));
@@ -248,7 +254,7 @@ void print_json(const Run& run, const Verdict& v) {
   j.key("counts_equal_formula").value(v.counts_ok);
   j.key("ok").value(v.ok);
   j.end_object();
-  j.finish();
+  report.finish();
 }
 
 // The run's outcome as tables: errors, verdict, traffic per tensor and per kernel.
@@ -388,7 +394,7 @@ int execute(const Run& run, const Tensor<double>& Q, const Tensor<double>& K, co
   }
 
   const Verdict v{errors, counted, formula, kernels, d_identity, nan, judged, tol, within, counts_ok, ok, why, tolerance};
-  if (run.json) print_json(run, v);
+  if (run.output != OutputFormat::text) print_json(run, v);
   else print_text(run, v);
   return ok ? kOk : kFailed;
 }
@@ -410,10 +416,7 @@ Run parse_run_flags(const po::variables_map& vm) {
   run.algorithm = algorithm_flag(run.variant_flag, bwd);
 
   // --dtype, --precision
-  const std::string dt = vm["dtype"].as<std::string>();
-  if (dt != "fp32" && dt != "bf16" && dt != "fp16")
-    throw UsageError("--dtype '" + dt + "' is unknown", "choose fp32, bf16 or fp16");
-  run.cfg.dtype = parse_dtype(dt);
+  run.cfg.dtype = parse_dtype(dtype_flag(vm, {"fp32", "bf16", "fp16"}));
   const std::string prec = vm["precision"].as<std::string>();
   if (prec != "float" && prec != "double")
     throw UsageError("--precision '" + prec + "' is unknown", "choose float or double");
@@ -425,9 +428,9 @@ Run parse_run_flags(const po::variables_map& vm) {
   run.cfg.Br = size_flag(vm, "block-m");
   run.cfg.Bc = size_flag(vm, "block-n");
   run.cfg.causal = vm["causal"].as<bool>();
-  run.seed = checked_seed(get_ll(vm, "seed"));
+  run.seed = seed_flag(vm);
   run.policy = input_policy(vm);
-  run.json = vm["json"].as<bool>();
+  run.output = output_format(vm);
   run.bwd.mask_kv = !vm["drop-kv-mask"].as<bool>();
   run.bwd.fp16_arithmetic = vm["fp16-arithmetic"].as<bool>();
   if ((!run.bwd.mask_kv || run.bwd.fp16_arithmetic) && !bwd)

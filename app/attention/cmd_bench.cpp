@@ -7,6 +7,7 @@
 // flashlab::cuda::bench_attention (cuda/src/attention/bench.cpp), compiled only with CUDA
 // (FLASHLAB_HAVE_CUDA). Formatting only here.
 #include "core/commands.hpp"
+#include "core/shared_flags.hpp"
 #include "core/gpu_flags.hpp"
 
 #ifdef FLASHLAB_HAVE_CUDA
@@ -52,7 +53,9 @@ po::options_description options() {
   po::options_description d("Options");
   d.add_options()("help,h", "show this help")
       ("seq", po::value<std::string>()->default_value("1024,2048,4096,8192,16384"), "sequence lengths N, comma separated")
-      ("dim", po::value<std::string>()->default_value("64,128"), "head dims d, comma separated (64 and/or 128)")
+      ;
+  add_dim_list_option(d, "64,128");
+  d.add_options()
       ("heads", po::value<long long>()->default_value(16), "H, number of heads")
       ("heads-kv", po::value<long long>(), "H_kv, K/V heads dividing H (default H; --pass fwd only when it differs)")
       ("seq-k", po::value<long long>(), "N_k, keys of every shape (default N; --pass fwd only when it differs)")
@@ -72,7 +75,9 @@ po::options_description options() {
        "the fastest this build runs on the device, wgmma-ws on an H100/H200, else mma; mma.sync; TMA + warp "
        "specialisation + wgmma, sm_90a; the same with dQ summed in a fixed order, bit-reproducible). The "
        "two-kernel design runs on mma only")
-      ("dtype", po::value<std::string>()->default_value("bf16"), "bf16 | fp16")
+      ;
+  add_dtype_option(d, "bf16 | fp16", "bf16");
+  d.add_options()
       ("reps", po::value<long long>()->default_value(30), "timed launches per shape (at least 20)")
       ("warmup", po::value<long long>()->default_value(3), "untimed launches per shape before timing")
       ("csv", po::bool_switch(),

@@ -7,6 +7,7 @@
 #include "lessons/cmd_traffic_chapter.hpp"
 #include "core/commands.hpp"
 #include "core/gpu_flags.hpp"
+#include "core/report.hpp"
 
 #include "flashlab/reference/attention_traffic.hpp"
 #include "flashlab/reference/memory_budget.hpp"
@@ -29,7 +30,7 @@ using namespace flashlab::ref;
 
 constexpr const char* kUsageLine =
     "traffic attention --seq N[,N2,...] [--dim D] [--heads H] [--batch B] [--block-m BM] [--block-n BN]\n"
-    "                          [--causal] [--dtype fp32|bf16|fp16] [--variant naive|fa1|fa2|atomic|bwd] [--csv]\n"
+    "                          [--causal] [--dtype fp32|bf16|fp16] [--variant naive|fa1|fa2|atomic|bwd] [--json|--csv]\n"
     "                          [--device cpu|cuda] [--svg FILE]\n"
     "       flashlab traffic levels [options]   (the traffic chapter's three-level table; --help)\n"
     "       flashlab traffic mta|stream [options] (their models beside the clear kernels' measured bytes; --help)\n"
@@ -48,15 +49,19 @@ po::options_description options() {
   d.add_options()("help,h", "show this help")
       ("seq", po::value<std::string>(), "sequence lengths, comma separated (e.g. 1024,2048,4096)")
       ("heads", po::value<long long>()->default_value(1), "H, number of heads")
-      ("dim", po::value<long long>()->default_value(64), "d, head dimension")
+      ;
+  add_dim_option(d);
+  d.add_options()
       ("batch", po::value<long long>()->default_value(1), "B, batch size")
       ("causal", po::bool_switch(), "causal mask (fully masked tiles are skipped)")
-      ("dtype", po::value<std::string>()->default_value("fp32"), "fp32 | bf16 | fp16 (statistics stay fp32)")
+      ;
+  add_dtype_option(d, "fp32 | bf16 | fp16", "fp32", " (statistics stay fp32)");
+  d.add_options()
       ("variant", po::value<std::string>(), "naive | fa1 | fa2 | atomic | bwd (default: naive vs FA1 vs FA2)")
-      ("csv", po::bool_switch(), "print CSV instead of a table")
       ("device", po::value<std::string>()->default_value("cpu"), "cpu (the model) | cuda (measure the kernels)")
       ("svg", po::value<std::string>(), "also write bytes against N (naive, FA1, FA2; model and measured) as SVG");
   add_tile_options(d);
+  add_output_options(d);
   return d;
 }
 
@@ -86,7 +91,7 @@ std::string ratio(std::uint64_t a, std::uint64_t b) {
   return s.str();
 }
 
-void side_by_side(const std::vector<std::size_t>& seqs, AttentionProblem cfg, bool csv, bool backward) {
+void side_by_side(const std::vector<std::size_t>& seqs, AttentionProblem cfg, OutputFormat format, bool backward) {
   const Algorithm a = backward ? Algorithm::naive_bwd : Algorithm::naive_fwd;
   const Algorithm b = backward ? Algorithm::bwd_two_kernel : Algorithm::fa1_fwd;
   const Algorithm c = backward ? Algorithm::bwd_atomic : Algorithm::fa2_fwd;
@@ -94,30 +99,40 @@ void side_by_side(const std::vector<std::size_t>& seqs, AttentionProblem cfg, bo
   const char* nb = backward ? "two_kernel" : "fa1";
   const char* nc = backward ? "atomic" : "fa2";
   std::ostream& os = std::cout;
-  if (csv) {
-    os << "seq,heads,head_dim,block_m,block_n,causal,dtype," << na << "_bytes," << nb << "_bytes," << nc << "_bytes,"
-       << na << "_flops," << nb << "_flops," << nc << "_flops\n";
-  } else {
-    os << "attention HBM traffic (model; bytes read + written), H=" << cfg.heads << " B=" << cfg.batch
-       << " d=" << cfg.head_dim << " Br=" << cfg.Br << " Bc=" << cfg.Bc << (cfg.causal ? " causal" : "")
-       << " " << dtype_name(cfg.dtype) << "\n";
+  if (format != OutputFormat::text) {
+    // One row object per N (--json), the same fields as CSV columns (--csv).
+    ReportOutput report(format, os);
+    Json& j = report.json();
+    j.begin_array();
+    for (std::size_t n : seqs) {
+      cfg.seq = n;
+      const auto ta = attention_traffic_formula(a, cfg), tb = attention_traffic_formula(b, cfg),
+                 tc = attention_traffic_formula(c, cfg);
+      j.begin_object().key("seq").value(std::uint64_t(n)).key("heads").value(std::uint64_t(cfg.heads));
+      j.key("head_dim").value(std::uint64_t(cfg.head_dim)).key("block_m").value(std::uint64_t(cfg.Br));
+      j.key("block_n").value(std::uint64_t(cfg.Bc)).key("causal").value(cfg.causal ? 1 : 0);
+      j.key("dtype").value(dtype_name(cfg.dtype));
+      j.key(std::string(na) + "_bytes").value(total(ta)).key(std::string(nb) + "_bytes").value(total(tb));
+      j.key(std::string(nc) + "_bytes").value(total(tc)).key(std::string(na) + "_flops").value(ta.flops());
+      j.key(std::string(nb) + "_flops").value(tb.flops()).key(std::string(nc) + "_flops").value(tc.flops());
+      j.end_object();
+    }
+    j.end_array();
+    report.finish();
+    return;
   }
+  os << "attention HBM traffic (model; bytes read + written), H=" << cfg.heads << " B=" << cfg.batch
+     << " d=" << cfg.head_dim << " Br=" << cfg.Br << " Bc=" << cfg.Bc << (cfg.causal ? " causal" : "")
+     << " " << dtype_name(cfg.dtype) << "\n";
   std::vector<std::vector<std::string>> rows{
       {"N", na, nb, nc, std::string(na) + "/" + nc, std::string(nb) + "/" + nc}};
   for (std::size_t n : seqs) {
     cfg.seq = n;
     const auto ta = attention_traffic_formula(a, cfg), tb = attention_traffic_formula(b, cfg),
                tc = attention_traffic_formula(c, cfg);
-    if (csv) {
-      os << n << "," << cfg.heads << "," << cfg.head_dim << "," << cfg.Br << "," << cfg.Bc << ","
-         << (cfg.causal ? 1 : 0) << "," << dtype_name(cfg.dtype) << "," << total(ta) << "," << total(tb) << ","
-         << total(tc) << "," << ta.flops() << "," << tb.flops() << "," << tc.flops() << "\n";
-    } else {
-      rows.push_back({std::to_string(n), std::to_string(total(ta)), std::to_string(total(tb)),
-                      std::to_string(total(tc)), ratio(total(ta), total(tc)), ratio(total(tb), total(tc))});
-    }
+    rows.push_back({std::to_string(n), std::to_string(total(ta)), std::to_string(total(tb)), std::to_string(total(tc)),
+                    ratio(total(ta), total(tc)), ratio(total(tb), total(tc))});
   }
-  if (csv) return;
   // Columns at least as wide as their widest cell plus two spaces, so large counts never run together.
   std::vector<std::size_t> width{10, 18, 18, 18, 12, 12};
   for (const auto& r : rows)
@@ -128,19 +143,29 @@ void side_by_side(const std::vector<std::size_t>& seqs, AttentionProblem cfg, bo
   }
 }
 
-void per_tensor(const std::vector<std::size_t>& seqs, AttentionProblem cfg, Algorithm v, bool csv) {
+void per_tensor(const std::vector<std::size_t>& seqs, AttentionProblem cfg, Algorithm v, OutputFormat format) {
   std::ostream& os = std::cout;
-  if (csv) os << "variant,seq,kernel,tensor,read_bytes,write_bytes\n";
+  if (format != OutputFormat::text) {
+    // One row object per (N, kernel, tensor).
+    ReportOutput report(format, os);
+    Json& j = report.json();
+    j.begin_array();
+    for (std::size_t n : seqs) {
+      cfg.seq = n;
+      for (const auto& k : attention_traffic_kernels(v, cfg))
+        for (const auto& t : k.traffic.tensors()) {
+          j.begin_object().key("variant").value(algorithm_name(v)).key("seq").value(std::uint64_t(n));
+          j.key("kernel").value(k.name).key("tensor").value(t.name);
+          j.key("read_bytes").value(t.read_bytes()).key("write_bytes").value(t.write_bytes()).end_object();
+        }
+    }
+    j.end_array();
+    report.finish();
+    return;
+  }
   for (std::size_t n : seqs) {
     cfg.seq = n;
     const auto kernels = attention_traffic_kernels(v, cfg);
-    if (csv) {
-      for (const auto& k : kernels)
-        for (const auto& t : k.traffic.tensors())
-          os << algorithm_name(v) << "," << n << ",\"" << k.name << "\"," << t.name << "," << t.read_bytes() << ","
-             << t.write_bytes() << "\n";
-      continue;
-    }
     os << algorithm_name(v) << "  " << cfg.str() << "\n";
     // Counts reach 19 digits below the size bound (require_counts_fit): columns of 21 keep a gap.
     os << std::left << std::setw(20) << "kernel" << std::setw(8) << "tensor" << std::right << std::setw(21) << "read B"
@@ -175,9 +200,8 @@ int cmd_traffic(const Args& args) {
     require_range("heads", vm["heads"].as<long long>(), 1, 65536);
     require_range("dim", vm["dim"].as<long long>(), 1, 4096);
     require_range("batch", vm["batch"].as<long long>(), 1, 65536);
-    const std::string dt = vm["dtype"].as<std::string>();
-    if (dt != "fp32" && dt != "bf16" && dt != "fp16")
-      throw UsageError("--dtype '" + dt + "' is unknown", "choose fp32, bf16 or fp16");
+    const std::string dt = dtype_flag(vm, {"fp32", "bf16", "fp16"});
+    const OutputFormat format = output_format(vm);
     std::string variant = vm.count("variant") ? vm["variant"].as<std::string>() : "all";
     if (variant != "all" && variant != "naive" && variant != "fa1" && variant != "fa2" && variant != "atomic" &&
         variant != "bwd")
@@ -201,20 +225,22 @@ int cmd_traffic(const Args& args) {
       std::optional<Algorithm> algorithm;
       if (variant == "bwd") algorithm = Algorithm::bwd_two_kernel;
       else if (variant != "all") algorithm = algorithm_flag(variant, variant == "atomic");
-      return cuda_traffic_attention(cfg, seqs, algorithm, vm["csv"].as<bool>());
+      if (format == OutputFormat::json)
+        throw UsageError("--json prints the model (--device cpu); --device cuda prints a table or --csv",
+                         "drop --json, or use --csv");
+      return cuda_traffic_attention(cfg, seqs, algorithm, format == OutputFormat::csv);
 #else
       throw built_without_cuda("--device cuda", "use --device cpu for the model");
 #endif
     }
     if (device != "cpu") throw UsageError("--device '" + device + "' is unknown", "choose cpu or cuda");
 
-    const bool csv = vm["csv"].as<bool>();
-    if (variant == "all") side_by_side(seqs, cfg, csv, false);
-    else if (variant == "bwd") side_by_side(seqs, cfg, csv, true);
-    else if (variant == "naive") per_tensor(seqs, cfg, Algorithm::naive_fwd, csv);
-    else if (variant == "fa1") per_tensor(seqs, cfg, Algorithm::fa1_fwd, csv);
-    else if (variant == "fa2") per_tensor(seqs, cfg, Algorithm::fa2_fwd, csv);
-    else per_tensor(seqs, cfg, Algorithm::bwd_atomic, csv);
+    if (variant == "all") side_by_side(seqs, cfg, format, false);
+    else if (variant == "bwd") side_by_side(seqs, cfg, format, true);
+    else if (variant == "naive") per_tensor(seqs, cfg, Algorithm::naive_fwd, format);
+    else if (variant == "fa1") per_tensor(seqs, cfg, Algorithm::fa1_fwd, format);
+    else if (variant == "fa2") per_tensor(seqs, cfg, Algorithm::fa2_fwd, format);
+    else per_tensor(seqs, cfg, Algorithm::bwd_atomic, format);
     return kOk;
   });
 }

@@ -6,6 +6,7 @@
 // that the bytes it copied between the simulated ranks equal the model. Formatting only: the
 // model and the simulation are reference/ context_parallel.hpp.
 #include "core/commands.hpp"
+#include "core/shared_flags.hpp"
 #include "core/gpu_flags.hpp"
 
 #include "flashlab/reference/context_parallel.hpp"
@@ -47,11 +48,15 @@ po::options_description options() {
       ("seq", po::value<long long>(), "N, the whole sequence (every GPU holds about N/G of it)")
       ("heads", po::value<long long>()->default_value(1), "H, query heads")
       ("heads-kv", po::value<long long>(), "H_kv, K/V heads (divides H; default H)")
-      ("dim", po::value<long long>()->default_value(128), "d, head dimension")
+      ;
+  add_dim_option(d);
+  d.add_options()
       ("batch", po::value<long long>()->default_value(1), "B, batch size")
       ("causal", po::bool_switch(), "causal mask")
       ("layout", po::value<std::string>(), "zigzag | contiguous (default: zigzag with --causal, else contiguous)")
-      ("dtype", po::value<std::string>()->default_value("bf16"), "bf16 | fp16 | fp32: the bytes of K and V on the link")
+      ;
+  add_dtype_option(d, "bf16 | fp16 | fp32", "bf16", " (K and V on the link)");
+  d.add_options()
       ("pass", po::value<std::string>()->default_value("both"), "fwd | bwd | both")
       ("link-gbps", po::value<double>()->default_value(370.0),
        "link bandwidth per GPU and direction, GB/s (default: about what NCCL measured on the "
@@ -60,9 +65,8 @@ po::options_description options() {
        "forward compute rate per GPU, TFLOP/s (default: the fast forward, causal d = 128, one H100)")
       ("tflops-bwd", po::value<double>()->default_value(470.0),
        "backward compute rate per GPU, TFLOP/s (default: the fast backward, causal d = 128, one H100)")
-      ("csv", po::bool_switch(), "CSV rows (one per pass and step) instead of a table")
-      ("json", po::bool_switch(), "JSON instead of a table")
       ("device", po::value<std::string>()->default_value("cpu"), "cpu (the model and the CPU simulation) | cuda");
+  add_output_options(d);
   return d;
 }
 
@@ -101,10 +105,7 @@ ContextParallelProblem problem_from(const po::variables_map& vm) {
                        "each K/V head serves H / H_kv query heads: e.g. --heads 16 --heads-kv 4");
     p.heads_kv = std::size_t(hkv);
   }
-  const std::string dt = vm["dtype"].as<std::string>();
-  if (dt != "bf16" && dt != "fp16" && dt != "fp32")
-    throw UsageError("--dtype '" + dt + "' is unknown", "choose bf16, fp16 or fp32");
-  p.attention.dtype = parse_dtype(dt);
+  p.attention.dtype = parse_dtype(dtype_flag(vm, {"bf16", "fp16", "fp32"}));
   const std::string layout =
       vm.count("layout") ? vm["layout"].as<std::string>() : (p.attention.causal ? "zigzag" : "contiguous");
   if (layout != "zigzag" && layout != "contiguous")
@@ -338,8 +339,8 @@ int cmd_traffic_ring(const Args& args) {
     const po::variables_map& vm = *parsed;
     const ContextParallelProblem p = problem_from(vm);
     const double link = rate_flag(vm, "link-gbps"), tf = rate_flag(vm, "tflops"), tf_bwd = rate_flag(vm, "tflops-bwd");
-    const bool csv = vm["csv"].as<bool>(), json = vm["json"].as<bool>();
-    if (csv && json) throw UsageError("--csv and --json both given", "choose one output format");
+    const OutputFormat format = output_format(vm);
+    const bool csv = format == OutputFormat::csv, json = format == OutputFormat::json;
     const std::string pass = vm["pass"].as<std::string>();
     if (pass != "fwd" && pass != "bwd" && pass != "both")
       throw UsageError("--pass '" + pass + "' is unknown", "choose fwd, bwd or both");

@@ -1,5 +1,8 @@
 #include "core/cli.hpp"
 
+#include "core/report.hpp"
+#include "core/shared_flags.hpp"
+
 #include "flashlab/reference/input_file.hpp"
 
 #include <cctype>
@@ -17,6 +20,18 @@ namespace flashlab::app {
 
 po::variables_map parse(const Args& args, const po::options_description& desc,
                         const po::positional_options_description* positional) {
+  // A retired spelling where only its successor exists names the successor, instead of Boost's
+  // bare "unrecognised option".
+  for (const std::string& a : args) {
+    if (a.size() < 3 || a.compare(0, 2, "--") != 0) continue;
+    const std::string name = a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
+    for (const auto& r : retired_flags()) {
+      if (name != r.old_name || desc.find_nothrow(name, false) || !desc.find_nothrow(std::string(r.new_name), false))
+        continue;
+      throw UsageError("--" + name + " is not a flag of this command; use --" + std::string(r.new_name),
+                       "--" + std::string(r.new_name) + " is " + std::string(r.meaning));
+    }
+  }
   // A flag that takes a value followed by another flag ("--seq --dim 4") would otherwise surface
   // as Boost's "too many positional options" about the stray value; name the flag instead.
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -169,7 +184,7 @@ std::string json_escape(std::string_view s) {
 
 void Json::indent() {
   if (!pretty_) return;
-  os_ << '\n' << std::string(2 * first_.size(), ' ');
+  *os_ << '\n' << std::string(2 * first_.size(), ' ');
 }
 
 void Json::separator() {
@@ -178,81 +193,158 @@ void Json::separator() {
     return;
   }
   if (!first_.empty()) {
-    if (!first_.back()) os_ << ',';
+    if (!first_.back()) *os_ << ',';
     first_.back() = false;
     indent();
   }
 }
 
+Value& Json::place(Value v) {
+  if (open_.empty()) return *root_ = std::move(v);
+  Value& parent = *open_.back();
+  if (parent.kind == Value::Kind::object) {
+    parent.members.emplace_back(std::move(key_), std::move(v));
+    key_.clear();
+    return parent.members.back().second;
+  }
+  parent.items.push_back(std::move(v));
+  return parent.items.back();
+}
+
 Json& Json::begin_object() {
+  if (root_) {
+    Value v;
+    v.kind = Value::Kind::object;
+    open_.push_back(&place(std::move(v)));
+    return *this;
+  }
   separator();
-  os_ << '{';
+  *os_ << '{';
   first_.push_back(true);
   return *this;
 }
 Json& Json::end_object() {
+  if (root_) {
+    open_.pop_back();
+    return *this;
+  }
   const bool empty = first_.back();
   first_.pop_back();
   if (!empty) indent();
-  os_ << '}';
+  *os_ << '}';
   return *this;
 }
 Json& Json::begin_array() {
+  if (root_) {
+    Value v;
+    v.kind = Value::Kind::array;
+    open_.push_back(&place(std::move(v)));
+    return *this;
+  }
   separator();
-  os_ << '[';
+  *os_ << '[';
   first_.push_back(true);
   return *this;
 }
 Json& Json::end_array() {
+  if (root_) {
+    open_.pop_back();
+    return *this;
+  }
   const bool empty = first_.back();
   first_.pop_back();
   if (!empty) indent();
-  os_ << ']';
+  *os_ << ']';
   return *this;
 }
 Json& Json::key(std::string_view k) {
+  if (root_) {
+    key_ = std::string(k);
+    return *this;
+  }
   separator();
-  os_ << '"' << json_escape(k) << "\":" << (pretty_ ? " " : "");
+  *os_ << '"' << json_escape(k) << "\":" << (pretty_ ? " " : "");
   after_key_ = true;
   return *this;
 }
 Json& Json::value(std::string_view s) {
+  if (root_) {
+    Value v;
+    v.kind = Value::Kind::string;
+    v.string = std::string(s);
+    place(std::move(v));
+    return *this;
+  }
   separator();
-  os_ << '"' << json_escape(s) << '"';
+  *os_ << '"' << json_escape(s) << '"';
   return *this;
 }
 Json& Json::value(double d) {
+  if (root_) {
+    Value v;
+    v.kind = std::isfinite(d) ? Value::Kind::number : Value::Kind::null;
+    v.number = d;
+    place(std::move(v));
+    return *this;
+  }
   separator();
   if (!std::isfinite(d)) {
-    os_ << "null";
+    *os_ << "null";
   } else {
     // Shortest text that reads back to the same double (0.27, not 0.27000000000000002).
     char buf[32];
     const auto res = std::to_chars(buf, buf + sizeof buf, d);
-    os_ << std::string_view(buf, static_cast<std::size_t>(res.ptr - buf));
+    *os_ << std::string_view(buf, static_cast<std::size_t>(res.ptr - buf));
   }
   return *this;
 }
 Json& Json::value(std::int64_t i) {
+  if (root_) {
+    Value v;
+    v.kind = Value::Kind::integer;
+    v.integer = i;
+    place(std::move(v));
+    return *this;
+  }
   separator();
-  os_ << i;
+  *os_ << i;
   return *this;
 }
 Json& Json::value(std::uint64_t u) {
+  if (root_) {
+    Value v;
+    v.kind = Value::Kind::unsigned_integer;
+    v.unsigned_integer = u;
+    place(std::move(v));
+    return *this;
+  }
   separator();
-  os_ << u;
+  *os_ << u;
   return *this;
 }
 Json& Json::value(bool b) {
+  if (root_) {
+    Value v;
+    v.kind = Value::Kind::boolean;
+    v.boolean = b;
+    place(std::move(v));
+    return *this;
+  }
   separator();
-  os_ << (b ? "true" : "false");
+  *os_ << (b ? "true" : "false");
   return *this;
 }
 Json& Json::null() {
+  if (root_) {
+    place(Value{});
+    return *this;
+  }
   separator();
-  os_ << "null";
+  *os_ << "null";
   return *this;
 }
-void Json::finish() { os_ << '\n'; }
+void Json::finish() {
+  if (!root_) *os_ << '\n';
+}
 
 }  // namespace flashlab::app

@@ -84,11 +84,16 @@ std::vector<long long> integer_list(std::string_view flag, const std::string& te
 std::string read_input(const std::string& path, std::string_view label, std::string_view what,
                        std::uint64_t max_bytes = std::uint64_t{64} << 20);
 
-/// Minimal streaming JSON writer (objects, arrays, strings, numbers, booleans, null).
+struct Value;
+
+/// Minimal JSON writer (objects, arrays, strings, numbers, booleans, null): streaming to an
+/// ostream, or recording into a Value (report.hpp), which --json and --csv then print.
 /// Non-finite doubles are written as null (JSON has no NaN/Inf).
 class Json {
  public:
-  explicit Json(std::ostream& os, bool pretty = true) : os_(os), pretty_(pretty) {}
+  explicit Json(std::ostream& os, bool pretty = true) : os_(&os), pretty_(pretty) {}
+  /// Records the document into `into` instead of printing it.
+  explicit Json(Value& into) : root_(&into) {}
   Json& begin_object();
   Json& end_object();
   Json& begin_array();
@@ -103,16 +108,20 @@ class Json {
   Json& value(int i) { return value(static_cast<std::int64_t>(i)); }
   Json& value(bool b);
   Json& null();
-  /// Ends the document with a newline.
+  /// Ends the document with a newline (nothing when recording).
   void finish();
 
  private:
   void separator();
   void indent();
-  std::ostream& os_;
-  bool pretty_;
+  Value& place(Value v);  // recording: puts v where the document is now, returns it
+  std::ostream* os_ = nullptr;
+  bool pretty_ = true;
   std::vector<bool> first_;  // per open container: no element written yet
   bool after_key_ = false;
+  Value* root_ = nullptr;
+  std::vector<Value*> open_;  // recording: the containers open now
+  std::string key_;           // recording: the key of the next member
 };
 
 /// Escapes a string for JSON.

@@ -9,6 +9,8 @@
 #include <sstream>
 
 #include "core/commands.hpp"
+#include "core/report.hpp"
+#include "core/shared_flags.hpp"
 #include "flashlab/lessons/checker.hpp"
 #include "flashlab/lessons/lesson.hpp"
 #include "flashlab/lessons/progress.hpp"
@@ -29,8 +31,8 @@ constexpr const char* kLessonUsage =
     "  hint ID              the next hint (--level K shows hints 1..K)\n"
     "  starter ID           print the starter trace (redirect it into a file to begin)\n"
     "  check ID FILE        run your trace on random inputs and symbolically; grade its cost\n"
-    "                       (FILE - reads standard input; --seed S repeats a check; --json)\n"
-    "  answer ID \"TEXT\"     check answers, e.g. \"reads=3n; writes=n\" (formulas are checked by value; --json)\n"
+    "                       (FILE - reads standard input; --seed S repeats a check; --json, --csv)\n"
+    "  answer ID \"TEXT\"     check answers, e.g. \"reads=3n; writes=n\" (formulas are checked by value; --json, --csv)\n"
     "  solution ID          the reference trace (after you have passed; --spoil to see it anyway)\n"
     "  reset ID | --all     forget your progress on lesson ID (trace, answers, hints), or on every lesson\n\n"
     "Exit codes: check — 0 correct and within target, 1 wrong or over budget, 2 does not assemble;\n"
@@ -203,8 +205,9 @@ const char* verdict_name(lessons::Verdict v) {
 }
 
 // The verdict as one JSON object: what the text report says, field by field.
-void print_check_json(const lessons::Lesson& l, const lessons::CheckReport& rep) {
-  Json j(std::cout);
+void print_check_json(const lessons::Lesson& l, const lessons::CheckReport& rep, OutputFormat format) {
+  ReportOutput report(format, std::cout);
+  Json& j = report.json();
   j.begin_object();
   j.key("lesson").value(l.id);
   j.key("verdict").value(verdict_name(rep.verdict));
@@ -237,18 +240,7 @@ void print_check_json(const lessons::Lesson& l, const lessons::CheckReport& rep)
   j.key("hostile_runs").value(rep.hostile_runs);
   j.key("symbolic").value(rep.symbolic);
   j.end_object();
-  j.finish();
-}
-
-// --seed: a whole number that fits 64 bits, as a report prints it (a sign or a fraction is
-// refused rather than wrapped).
-std::uint64_t seed_flag(const std::string& text) {
-  std::uint64_t v = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size())
-    throw UsageError("--seed must be a whole number from 0 to 18446744073709551615, not '" + text + "'",
-                     "give the number a report names, e.g. --seed 12345");
-  return v;
+  report.finish();
 }
 
 int do_check(const lessons::Lesson& l, const std::string& file, const po::variables_map& vm) {
@@ -257,13 +249,14 @@ int do_check(const lessons::Lesson& l, const std::string& file, const po::variab
                      "it is answered with: flashlab lesson answer " + l.id + " \"…\"");
   }
   const std::string text = read_input(file, "FILE", "trace");
-  const bool json = vm["json"].as<bool>();
+  const OutputFormat format = output_format(vm);
+  const bool json = format != OutputFormat::text;
   lessons::CheckOptions opt;
   opt.hide_budget = budget_hidden(l, load());
-  if (vm.count("seed")) opt.seed = seed_flag(vm["seed"].as<std::string>());
+  if (const auto seed = fresh_seed_flag(vm)) opt.seed = *seed;
   const auto rep = lessons::check_trace(l, text, file == "-" ? "<stdin>" : file, opt);
   if (json) {
-    print_check_json(l, rep);
+    print_check_json(l, rep, format);
   } else {
     std::cout << "lesson " << l.id << ": " << l.title << "\n";
     const std::string body = rep.to_text();
@@ -290,7 +283,8 @@ int do_check(const lessons::Lesson& l, const std::string& file, const po::variab
   return rep.exit_code();
 }
 
-int do_answer(const lessons::Lesson& l, const std::string& text, bool json) {
+int do_answer(const lessons::Lesson& l, const std::string& text, OutputFormat format) {
+  const bool json = format != OutputFormat::text;
   if (l.questions.empty()) {
     throw UsageError("lesson " + l.id + " has no questions",
                      "it is checked with: flashlab lesson check " + l.id + " FILE");
@@ -300,7 +294,8 @@ int do_answer(const lessons::Lesson& l, const std::string& text, bool json) {
     throw UsageError(rep.error, rep.hint);
   }
   if (json) {
-    Json j(std::cout);
+    ReportOutput report(format, std::cout);
+    Json& j = report.json();
     j.begin_object();
     j.key("lesson").value(l.id);
     j.key("all_correct").value(rep.all_correct);
@@ -310,7 +305,7 @@ int do_answer(const lessons::Lesson& l, const std::string& text, bool json) {
       j.begin_object().key("key").value(a.key).key("correct").value(a.correct).key("message").value(a.message).end_object();
     j.end_array();
     j.end_object();
-    j.finish();
+    report.finish();
   } else {
     std::cout << rep.to_text();
   }
@@ -375,11 +370,9 @@ int cmd_lesson(const Args& args) {
   return guarded("lesson", [&]() -> int {
     po::options_description desc("Options");
     desc.add_options()("help,h", "show this help")("level", po::value<int>(), "hint: show hints 1..K")(
-        "spoil", "solution: show the reference trace even before passing")(
-        "seed", po::value<std::string>(),
-        "check: the seed of the sizes and inputs drawn at random (default: drawn anew; the report names it)")(
-        "json", po::bool_switch(), "check, answer: print the verdict as one JSON object")(
-        "all", "reset: forget every lesson");
+        "spoil", "solution: show the reference trace even before passing")("all", "reset: forget every lesson");
+    add_fresh_seed_option(desc, "check: the seed of the sizes and inputs drawn at random");
+    add_output_options(desc);
     po::options_description hidden;
     hidden.add_options()("action", po::value<std::string>())("id", po::value<std::string>())(
         "arg", po::value<std::vector<std::string>>());
@@ -407,7 +400,8 @@ int cmd_lesson(const Args& args) {
     };
     // Flags that only one action takes are refused elsewhere, not silently ignored.
     auto only_for = [&](const char* flag, std::initializer_list<const char*> actions) {
-      if (!vm.count(flag) || (std::string(flag) == "json" && !vm["json"].as<bool>())) return;
+      const bool is_switch = std::string(flag) == "json" || std::string(flag) == "csv";
+      if (!vm.count(flag) || (is_switch && !vm[flag].as<bool>())) return;
       for (const char* a : actions)
         if (action == a) return;
       throw UsageError("--" + std::string(flag) + " is not an option of lesson " + action,
@@ -415,6 +409,7 @@ int cmd_lesson(const Args& args) {
     };
     only_for("seed", {"check"});
     only_for("json", {"check", "answer"});
+    only_for("csv", {"check", "answer"});
     only_for("all", {"reset"});
     only_for("level", {"hint"});
     only_for("spoil", {"solution"});
@@ -459,7 +454,7 @@ int cmd_lesson(const Args& args) {
       // Several words are one answer: `lesson answer contraction the contraction with V`.
       std::string text;
       for (const auto& r : rest) text += (text.empty() ? "" : " ") + r;
-      return do_answer(l, text, vm["json"].as<bool>());
+      return do_answer(l, text, output_format(vm));
     }
     throw UsageError("unknown action '" + action + "'",
                      "the actions are list, next, show, hint, starter, check, answer, solution, reset");

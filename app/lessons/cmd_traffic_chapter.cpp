@@ -127,9 +127,11 @@ int cmd_traffic_levels(const Args& args) {
     desc.add_options()("help,h", "show this help")
         ("seq", po::value<std::string>()->default_value(std::to_string(chapter.seq)), "sequence lengths N, comma separated")
         ("heads", po::value<long long>()->default_value(static_cast<long long>(chapter.heads)), "H, number of heads")
-        ("dim", po::value<long long>()->default_value(static_cast<long long>(chapter.head_dim)), "d, head dimension")
-        ("block-m", po::value<long long>()->default_value(static_cast<long long>(chapter.Br)), "Br, query rows per tile")
-        ("block-n", po::value<long long>()->default_value(static_cast<long long>(chapter.Bc)), "Bc, key rows per tile")
+        ;
+    // The chapter's recorded shape: d = 64 (the one --dim default), Br = 64, Bc = 32.
+    add_dim_option(desc);
+    add_tile_options(desc, static_cast<long long>(chapter.Br), static_cast<long long>(chapter.Bc));
+    desc.add_options()
         ("device", po::value<std::string>()->default_value("cpu"), "cpu (recorded measurement) | cuda (measure now)")
         ("forward-seq", po::value<std::string>(), "cuda: more N, measured for the forward designs only")
         ("csv", po::bool_switch(), "cuda: print the measurement as the shipped CSV instead of the table")

@@ -4,6 +4,7 @@
 // is flashlab::cuda::mta::bench_mta (cuda/src/mta/mta_bench.cpp), compiled only with CUDA
 // (FLASHLAB_HAVE_CUDA). Formatting only here.
 #include "core/commands.hpp"
+#include "core/shared_flags.hpp"
 #include "core/gpu_flags.hpp"
 
 #ifdef FLASHLAB_HAVE_CUDA
@@ -53,10 +54,14 @@ po::options_description options() {
       ("cq", po::value<long long>()->default_value(3), "kernel rows cq (query direction, >= 1)")
       ("ck", po::value<long long>()->default_value(3), "kernel columns ck (key direction, odd)")
       ("seq", po::value<std::string>()->default_value("4096"), "sequence lengths N, comma separated")
-      ("dim", po::value<std::string>()->default_value("64"), "head dims d, comma separated")
+      ;
+  add_dim_list_option(d, "64");
+  d.add_options()
       ("heads", po::value<long long>()->default_value(16), "H, number of heads")
       ("batch", po::value<long long>()->default_value(1), "B, batch size")
-      ("dtype", po::value<std::string>()->default_value("bf16"), "bf16 | fp16 (fast kernels; the clear ones are fp32)")
+      ;
+  add_dtype_option(d, "bf16 | fp16", "bf16", " (the fast kernels; the clear ones are fp32)");
+  d.add_options()
       ("block", po::value<long long>()->default_value(64), "B, the clear kernels' loaded tile (the fast tiles are fixed)")
       ("splits", po::value<long long>()->default_value(16), "N_splits of the decode pass")
       ("linear-path", po::value<long long>()->default_value(-1),

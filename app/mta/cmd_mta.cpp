@@ -4,6 +4,7 @@
 // reference/ (mta.hpp, mta_traffic.hpp).
 #include "core/commands.hpp"
 #include "core/input_checks.hpp"
+#include "core/report.hpp"
 #include "mta/mta_inputs.hpp"
 #include "core/progress.hpp"
 
@@ -33,7 +34,7 @@ using ref::Tensor;
 
 constexpr std::string_view kUsage =
     "mta fwd|bwd|infer [--seq N] [--heads H] [--dim D] [--cq CQ] [--ck CK] [--block B] [--splits S]\n"
-    "                [--batch NB] [--seed S] [--scale X] [--dtype T] [--inputs DIR] [--save DIR] [--json]\n"
+    "                [--batch NB] [--seed S] [--scale X] [--dtype T] [--inputs DIR] [--save DIR] [--json|--csv]\n"
     "                [--device cpu|cuda] [--allow-nonfinite] [--memory-limit SIZE]";
 constexpr std::string_view kSummary =
     "Multi-Token Attention on the CPU reference (the MTA kernels): per head S = scale*QK^T, causal zeros,\n"
@@ -108,9 +109,10 @@ void print_text(std::ostream& os, const std::string& mode, const MtaInputs& pr, 
   os << "closed-form formula (mta_traffic.hpp): " << (r.traffic_equal ? "equal" : "DIFFERS") << "\n";
 }
 
-void print_json(std::ostream& os, const std::string& mode, const MtaInputs& pr, const Report& r, double scale,
-                bool passed) {
-  Json j(os);
+void print_json(std::ostream& os, OutputFormat format, const std::string& mode, const MtaInputs& pr, const Report& r,
+                double scale, bool passed) {
+  ReportOutput report(format, os);
+  Json& j = report.json();
   j.begin_object();
   j.key("command").value("mta " + mode);
   j.key("shape").begin_object();
@@ -147,7 +149,7 @@ void print_json(std::ostream& os, const std::string& mode, const MtaInputs& pr, 
   j.key("formula_equal").value(r.traffic_equal);
   j.key("passed").value(passed);
   j.end_object();
-  j.finish();
+  report.finish();
 }
 
 // Conditioning (input_checks.hpp): a logit of the convolved scores is bounded by
@@ -190,10 +192,9 @@ void check_backward(const MtaInputs& pr, const Tensor<double>& naive_o, double t
 int run(const Args& args) {
   po::options_description desc("Options"), hidden;
   desc.add_options()("help,h", "show this help");
-  add_mta_options(desc, hidden, 16, 16);
-  desc.add_options()
-      ("dtype", po::value<std::string>()->default_value("fp32"), "element type for traffic bytes: fp32 bf16 fp16 fp64")
-      ("json", "print JSON instead of text");
+  add_mta_options(desc, hidden, 16);
+  add_dtype_option(desc, "fp32 | bf16 | fp16 | fp64", "fp32", " (sets the traffic count's bytes; the arithmetic is float64)");
+  add_output_options(desc);
   po::options_description all;
   all.add(desc).add(hidden);
   po::positional_options_description pos;
@@ -205,12 +206,8 @@ int run(const Args& args) {
   }
   const MtaInputs pr = mta_inputs(vm);
   const std::string& mode = pr.mode;
-  ref::Dtype dtype;
-  try {
-    dtype = ref::parse_dtype(vm["dtype"].as<std::string>());
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("--dtype: ") + e.what());
-  }
+  const ref::Dtype dtype = ref::parse_dtype(dtype_flag(vm, {"fp32", "bf16", "fp16", "fp64"}));
+  const OutputFormat format = output_format(vm);
   const std::optional<fs::path>& save_dir = pr.save_dir;
   const double scale = mta::resolve_scale(pr.p, pr.shape.head_dim);
 
@@ -251,8 +248,8 @@ int run(const Args& args) {
   r.traffic_equal = same_traffic(r.counted, r.formula);
   bool passed = r.traffic_equal;
   for (const auto& e : r.errors) passed = passed && e.error <= e.tolerance;  // NaN error: +inf, fails
-  if (vm.count("json"))
-    print_json(std::cout, mode, pr, r, scale, passed);
+  if (format != OutputFormat::text)
+    print_json(std::cout, format, mode, pr, r, scale, passed);
   else
     print_text(std::cout, mode, pr, r, scale);
   if (!passed) {

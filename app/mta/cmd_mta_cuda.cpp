@@ -9,6 +9,7 @@
 // left out of the read comparison.
 #include "core/commands.hpp"
 #include "core/gpu_flags.hpp"
+#include "core/report.hpp"
 #include "mta/mta_inputs.hpp"
 
 #include "flashlab/reference/mta.hpp"
@@ -41,7 +42,7 @@ namespace mta = flashlab::ref::mta;
 
 constexpr const char* kUsageLine =
     "traffic mta [--pass fwd|bwd|infer|all] [--seq N] [--heads H] [--dim D] [--batch B] [--cq CQ] [--ck CK]\n"
-    "                    [--block B] [--splits S] [--device cpu|cuda] [--csv]";
+    "                    [--block B] [--splits S] [--device cpu|cuda] [--json|--csv]";
 constexpr const char* kSummary =
     "Prints the HBM bytes of the flash Multi-Token Attention passes (forward, backward, split-K\n"
     "inference) as the reference's closed-form model states them (fp32, statistics fp32).\n"
@@ -59,14 +60,16 @@ po::options_description options() {
       ("pass", po::value<std::string>()->default_value("all"), "fwd | bwd | infer | all")
       ("seq", po::value<long long>()->default_value(2048), "N, sequence length")
       ("heads", po::value<long long>()->default_value(16), "H, number of heads")
-      ("dim", po::value<long long>()->default_value(64), "d, head dimension")
+      ;
+  add_dim_option(d);
+  d.add_options()
       ("batch", po::value<long long>()->default_value(1), "batch size")
       ("cq", po::value<long long>()->default_value(3), "kernel rows; Pq = cq - 1")
       ("ck", po::value<long long>()->default_value(3), "kernel columns, odd; Pk = (ck - 1)/2")
       ("block", po::value<long long>()->default_value(64), "B, the loaded (overlapping) tile size")
       ("splits", po::value<long long>()->default_value(8), "key splits of the inference pass")
-      ("device", po::value<std::string>()->default_value("cpu"), "cpu (the model) | cuda (measure the kernels)")
-      ("csv", po::bool_switch(), "print CSV instead of a table");
+      ("device", po::value<std::string>()->default_value("cpu"), "cpu (the model) | cuda (measure the kernels)");
+  add_output_options(d);
   return d;
 }
 
@@ -131,17 +134,35 @@ void measure_row(PassRow& r, const ref::Shape& shape, const mta::Params& p) {
 }
 #endif
 
-void print_csv(std::ostream& os, const std::vector<PassRow>& rows, const ref::Shape& s, const mta::Params& p) {
-  os << "pass,batch,seq,heads,dim,cq,ck,block,splits,model_read_bytes,l2_read_bytes,read_ratio,model_write_bytes,"
-        "l2_write_bytes,write_ratio,model_atomic_bytes,l2_atomic_bytes,dram_read_bytes,dram_write_bytes,duration_ms\n";
+// One row object per pass (--json; --csv prints the same fields, a header row first).
+void print_rows(std::ostream& os, OutputFormat format, const std::vector<PassRow>& rows, const ref::Shape& s,
+                const mta::Params& p) {
+  ReportOutput report(format, os);
+  Json& j = report.json();
+  const auto bytes = [&](const char* key, double v) { j.key(key).value(std::uint64_t(std::llround(v))); };
+  j.begin_array();
   for (const auto& r : rows) {
-    char line[512];
-    std::snprintf(line, sizeof line, "%s,%zu,%zu,%zu,%zu,%zu,%zu,%zu,%zu,%.0f,%.0f,%.4f,%.0f,%.0f,%.4f,%.0f,%.0f,%.0f,%.0f,%.4f\n",
-                  r.pass.c_str(), s.batch, s.seq, s.heads, s.head_dim, p.cq, p.ck, p.block, p.splits, r.model_read,
-                  r.l2_read, ratio(r.l2_read, r.model_read), r.model_write, r.l2_write,
-                  ratio(r.l2_write, r.model_write), r.model_atomic, r.l2_atomic, r.dram_read, r.dram_write, r.time_ms);
-    os << line;
+    j.begin_object().key("pass").value(r.pass);
+    j.key("batch").value(std::uint64_t(s.batch)).key("seq").value(std::uint64_t(s.seq));
+    j.key("heads").value(std::uint64_t(s.heads)).key("dim").value(std::uint64_t(s.head_dim));
+    j.key("cq").value(std::uint64_t(p.cq)).key("ck").value(std::uint64_t(p.ck));
+    j.key("block").value(std::uint64_t(p.block)).key("splits").value(std::uint64_t(p.splits));
+    bytes("model_read_bytes", r.model_read);
+    bytes("l2_read_bytes", r.l2_read);
+    j.key("read_ratio").value(ratio(r.l2_read, r.model_read));
+    bytes("model_write_bytes", r.model_write);
+    bytes("l2_write_bytes", r.l2_write);
+    j.key("write_ratio").value(ratio(r.l2_write, r.model_write));
+    bytes("model_atomic_bytes", r.model_atomic);
+    bytes("l2_atomic_bytes", r.l2_atomic);
+    bytes("dram_read_bytes", r.dram_read);
+    bytes("dram_write_bytes", r.dram_write);
+    j.key("duration_ms").value(r.time_ms);
+    j.key("measured").value(r.measured);
+    j.end_object();
   }
+  j.end_array();
+  report.finish();
 }
 
 void print_table(std::ostream& os, const std::vector<PassRow>& rows, const ref::Shape& s, const mta::Params& p) {
@@ -214,6 +235,7 @@ int cmd_traffic_mta(const Args& args) {
     }
     const std::string device = vm["device"].as<std::string>();
     if (device != "cpu" && device != "cuda") throw UsageError("--device '" + device + "' is unknown", "choose cpu or cuda");
+    const OutputFormat format = output_format(vm);
 
     std::vector<PassRow> rows;
     for (const auto& ps : passes) rows.push_back(model_row(ps, shape, p));
@@ -224,13 +246,13 @@ int cmd_traffic_mta(const Args& args) {
         std::cerr << "error: --device cuda: " << why << "\nhint: run on a machine with an NVIDIA GPU, or use --device cpu\n";
         return kFailed;
       }
-      if (!vm["csv"].as<bool>()) std::cout << "device: " << flashlab::cuda::device_description() << "\n";
+      if (format == OutputFormat::text) std::cout << "device: " << flashlab::cuda::device_description() << "\n";
       for (auto& r : rows) measure_row(r, shape, p);
 #else
       throw built_without_cuda("--device cuda", "use --device cpu for the model");
 #endif
     }
-    if (vm["csv"].as<bool>()) print_csv(std::cout, rows, shape, p);
+    if (format != OutputFormat::text) print_rows(std::cout, format, rows, shape, p);
     else print_table(std::cout, rows, shape, p);
     return kOk;
   });
@@ -526,8 +548,9 @@ int run_mta_cuda(const Args& args) {
   desc.add_options()("help,h", "show this help")
       ("kernel", po::value<std::string>()->default_value("clear"),
        "fast | clear: the fast tensor-core forward and backward, or the clear fp32 kernels (the default)")
-      ("dtype", po::value<std::string>()->default_value("bf16"), "bf16 | fp16: inputs of --kernel fast");
-  add_mta_options(desc, hidden, 64, 32);
+      ;
+  add_dtype_option(desc, "bf16 | fp16", "bf16", " (--kernel fast; the clear kernels are fp32)");
+  add_mta_options(desc, hidden, 32);
   po::options_description all;
   all.add(desc).add(hidden);
   po::positional_options_description pos;

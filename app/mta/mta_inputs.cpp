@@ -1,6 +1,7 @@
 #include "mta/mta_inputs.hpp"
 
 #include "core/input_checks.hpp"
+#include "core/shared_flags.hpp"
 
 #include "flashlab/reference/npy.hpp"
 
@@ -180,20 +181,21 @@ std::optional<fs::path> save_directory(const po::variables_map& vm) {
 
 }  // namespace
 
-void add_mta_options(po::options_description& desc, po::options_description& hidden, long long default_dim,
-                     long long default_block) {
+void add_mta_options(po::options_description& desc, po::options_description& hidden, long long default_block) {
   // Sizes are parsed as signed so that "-3" reaches require_range instead of wrapping around.
   desc.add_options()
       ("device", po::value<std::string>(), "cpu (the CPU reference, default) | cuda (the clear CUDA kernels)")
       ("seq", po::value<long long>()->default_value(64), "N, sequence length")
-      ("heads", po::value<long long>()->default_value(2), "H, number of heads (one kernel W per head)")
-      ("dim", po::value<long long>()->default_value(default_dim), "D, head dimension")
+      ("heads", po::value<long long>()->default_value(2), "H, number of heads (one kernel W per head)");
+  add_dim_option(desc);
+  desc.add_options()
       ("cq", po::value<long long>()->default_value(2), "kernel rows (query direction); Pq = cq - 1")
       ("ck", po::value<long long>()->default_value(3), "kernel columns (key direction), odd; Pk = (ck - 1)/2")
       ("block", po::value<long long>()->default_value(default_block), "B, the loaded (overlapping) tile size")
       ("splits", po::value<long long>()->default_value(1), "key splits of the split-K inference path")
-      ("batch", po::value<long long>()->default_value(1), "batch size")
-      ("seed", po::value<long long>()->default_value(0), "seed of the random inputs")
+      ("batch", po::value<long long>()->default_value(1), "batch size");
+  add_seed_option(desc);
+  desc.add_options()
       ("scale", po::value<double>(), "softmax scale (default 1/sqrt(D))")
       ("inputs", po::value<std::string>(), "read q.npy k.npy v.npy w.npy (do.npy for bwd) from DIR")
       ("save", po::value<std::string>(), "write o.npy (dq dk dv dw .npy for bwd) to DIR");
@@ -211,7 +213,7 @@ MtaInputs mta_inputs(const po::variables_map& vm) {
   in.p.block = std::size_t(vm["block"].as<long long>());
   in.p.splits = std::size_t(vm["splits"].as<long long>());
   if (const auto s = checked_scale(vm)) in.p.scale = *s;
-  const auto seed = checked_seed(vm["seed"].as<long long>());
+  const auto seed = seed_flag(vm);
   const InputPolicy policy = input_policy(vm);
   if (vm.count("inputs"))
     load_inputs(in, vm["inputs"].as<std::string>(), vm, policy);

@@ -33,9 +33,8 @@ struct MtaInputs {
 };
 
 /// Adds the problem flags both devices share (sizes, seed, scale, --inputs, --save, --device and
-/// the input policy flags) with the given defaults for D and B, and the hidden positional mode.
-void add_mta_options(po::options_description& desc, po::options_description& hidden, long long default_dim,
-                     long long default_block);
+/// the input policy flags) with the given default for B, and the hidden positional mode.
+void add_mta_options(po::options_description& desc, po::options_description& hidden, long long default_block);
 
 /// Every check of the flags and input files, then the inputs: from --inputs DIR (headers and
 /// the memory plan checked before any payload is read) or seeded like the CPU reference. Throws

@@ -5,6 +5,7 @@
 // flashlab::cuda::bench_stream (cuda/src/stream/stream_bench.cpp), compiled only with CUDA.
 #include "core/commands.hpp"
 #include "core/gpu_flags.hpp"
+#include "stream/stream_flags.hpp"
 
 #ifdef FLASHLAB_HAVE_CUDA
 #include "flashlab/cuda/options.hpp"
@@ -24,7 +25,7 @@ namespace {
 
 constexpr const char* kUsageLine =
     "bench stream [--pass estimate|apply|both|trace] [--kernel fast|clear] [--seq T[,T2,...]] [--dim D[,D2]]\n"
-    "                       [--k K[,K2,...]] [--heads H] [--bq BQ] [--bk BK] [--dtype bf16|fp16]\n"
+    "                       [--k K[,K2,...]] [--heads H] [--block-m BM] [--block-n BN] [--dtype bf16|fp16]\n"
     "                       [--reps R] [--warmup W] [--check-indices [--traffic]] [--csv]";
 constexpr const char* kSummary =
     "Times the STREAM kernels on the GPU: mask estimation (top-k key blocks per query block) and/or\n"
@@ -52,12 +53,15 @@ po::options_description options() {
        "fast | clear: the fast 16-bit tensor-core kernels (the default) or the clear fp32 ones")
       ("seq", po::value<std::string>()->default_value("32768,65536,131072,262144,524288,1048576"),
        "sequence lengths T, comma separated (up to 8388608)")
-      ("dim", po::value<std::string>()->default_value("64,128"), "head dims d, comma separated")
+      ;
+  add_dim_list_option(d, "64,128");
+  d.add_options()
       ("k", po::value<std::string>()->default_value("8,16,32"), "key blocks kept per query block, comma separated")
       ("heads", po::value<long long>()->default_value(1), "H, number of heads (every head uses one block mask)")
-      ("bq", po::value<long long>()->default_value(64), "b_q, query-block size")
-      ("bk", po::value<long long>()->default_value(64), "b_k, key-block size")
-      ("dtype", po::value<std::string>()->default_value("bf16"), "bf16 | fp16: storage of the fast kernels")
+      ;
+  add_tile_options(d, 64, 64, kStreamTiles);
+  add_dtype_option(d, "bf16 | fp16", "bf16", " (the fast kernels; the clear ones are fp32)");
+  d.add_options()
       ("group", po::value<long long>()->default_value(0),
        "fast apply: neighbouring query blocks per thread block sharing K/V loads (1 or 2; 0 = the default)")
       ("reps", po::value<long long>()->default_value(20), "timed launches per shape and pass")
@@ -85,8 +89,8 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
   s.dims = sweep_list("dim", vm["dim"].as<std::string>(), 1, 256, "64,128");
   s.ks = sweep_list("k", vm["k"].as<std::string>(), 1, 4096, "8,16,32");
   s.heads = int_flag(vm, "heads", 1, 4096);
-  s.bq = int_flag(vm, "bq", 1, 128);
-  s.bk = int_flag(vm, "bk", 1, 128);
+  s.bq = int_flag(vm, "block-m", 1, 128);
+  s.bk = int_flag(vm, "block-n", 1, 128);
   s.group = int_flag(vm, "group", 0, 2);
   s.reps = int_flag(vm, "reps", 1, 100000);
   s.warmup = int_flag(vm, "warmup", 0, 100000);

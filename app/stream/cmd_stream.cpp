@@ -13,6 +13,7 @@
 
 #include "core/commands.hpp"
 #include "core/input_checks.hpp"
+#include "core/report.hpp"
 #include "stream/stream_flags.hpp"
 #include "stream/stream_store_flags.hpp"
 #include "core/progress.hpp"
@@ -29,11 +30,11 @@ namespace rs = flashlab::ref::stream;
 using ref::Mat;
 
 constexpr std::string_view kStreamUsage =
-    "stream <estimate|apply|trace> --seq T --dim D --bq BQ --bk BK --k K [--mask FILE] [--seed S]\n"
-    "                       [--threads N] [--inputs DIR] [--save DIR] [--dtype fp32|fp64] [--check]\n"
-    "                       [--format npy|csv] [--json] [--allow-nonfinite] [--memory-limit SIZE]\n"
+    "stream <estimate|apply|trace> --seq T --dim D --block-m BM --block-n BN --k K [--mask FILE] [--seed S]\n"
+    "                       [--threads N] [--inputs DIR] [--save DIR] [--precision float|double] [--check]\n"
+    "                       [--format npy|csv] [--json|--csv] [--allow-nonfinite] [--memory-limit SIZE]\n"
     "                       [--device cpu|cuda]\n"
-    "       flashlab stream needles --seq T --dim D --bq BQ --bk BK --k K [--device cpu|cuda] …\n"
+    "       flashlab stream needles --seq T --dim D --block-m BM --block-n BN --k K [--device cpu|cuda] …\n"
     "       flashlab stream trace --store DIR … | query DIR … | serve DIR … | fidelity …";
 constexpr std::string_view kSummary =
     "STREAM sparse tracing (the STREAM paper): hierarchical top-k key-block selection with tie-breaking τ.\n"
@@ -58,8 +59,9 @@ constexpr std::string_view kSummary =
 constexpr long long kMaxCheckSeq = 16384;
 
 struct Options : StreamFlags {
-  std::string dtype = "fp32";
-  bool json = false, check = false;
+  std::string precision = "float";
+  OutputFormat output = OutputFormat::text;
+  bool check = false;
 };
 
 constexpr const char* kInputsHint = "--inputs DIR must hold q.npy, k.npy (and v.npy for apply/trace), float [T, D]";
@@ -97,15 +99,15 @@ Mat<double> load_matrix(const fs::path& path, const ref::NpyHeader& h, const Inp
 }
 
 // What a run holds at its peak, from the sizes alone: Q, K, V read as float64 and kept in the
-// storage dtype, the float64 copies of the dense check, O, the index tensor and the edge records.
+// working precision, the float64 copies of the dense check, O, the index tensor and the edge records.
 void require_stream_memory(const Options& o, std::size_t T, std::size_t D, std::size_t v_cols, bool from_files) {
   const std::uint64_t td = checked_size({T, D}, "T x D");
   const std::uint64_t tv = checked_size({T, v_cols}, "T x D_v");
-  const std::uint64_t elem = o.dtype == "fp32" ? 4 : 8;
+  const std::uint64_t elem = o.precision == "float" ? 4 : 8;
   const std::uint64_t n_q = (T + std::size_t(o.bq) - 1) / std::size_t(o.bq);
   MemoryPlan plan;
   if (from_files) plan.add("Q, K, V read as float64", td * 2 + tv, 8);
-  plan.add("Q, K, V and O in the storage dtype", td * 2 + tv * 2, elem);
+  plan.add("Q, K, V and O in the working precision", td * 2 + tv * 2, elem);
   if (o.check) plan.add("float64 Q, K, V and O of the dense check", td * 2 + tv * 3, 8);
   plan.add("index tensor I [n_q, k]", checked_size({n_q, std::uint64_t(o.k)}, "n_q x k"), 8, o.sub == "trace" ? 7 : 1);
   plan.require_within(o.policy, "stream " + o.sub + " at T = " + std::to_string(T) + ", D = " + std::to_string(D));
@@ -155,7 +157,7 @@ void write_edges(const fs::path& path, const std::vector<rs::Edge>& edges, const
 
 template <typename S>
 int run(const Options& o, const Mat<double>* Qd, const Mat<double>* Kd, const Mat<double>* Vd) {
-  // Inputs in the storage dtype: float at large T halves memory, double for exactness.
+  // Inputs in the working precision: float at large T halves memory, double for exactness.
   const bool need_v = o.sub != "estimate";
   // T and D are known (from --seq/--dim or the headers): the mask is sized and read first.
   const std::size_t T = std::size_t(*o.seq), D = std::size_t(*o.dim);
@@ -220,14 +222,15 @@ int run(const Options& o, const Mat<double>* Qd, const Mat<double>* Kd, const Ma
   std::size_t empty = 0;
   for (auto v : est.indices) empty += v < 0 ? 1 : 0;
 
-  if (o.json) {
-    Json j(std::cout);
+  if (o.output != OutputFormat::text) {
+    ReportOutput report(o.output, std::cout);
+    Json& j = report.json();
     j.begin_object();
     j.key("command").value("stream " + o.sub);
-    j.key("T").value(std::uint64_t(T)).key("d").value(std::uint64_t(D)).key("bq").value(std::uint64_t(g.bq));
-    j.key("bk").value(std::uint64_t(g.bk)).key("k").value(std::uint64_t(k));
+    j.key("T").value(std::uint64_t(T)).key("d").value(std::uint64_t(D)).key("block_m").value(std::uint64_t(g.bq));
+    j.key("block_n").value(std::uint64_t(g.bk)).key("k").value(std::uint64_t(k));
     j.key("n_q").value(std::uint64_t(b.n_q)).key("n_k").value(std::uint64_t(b.n_k)).key("n_it").value(std::uint64_t(b.n_it));
-    j.key("threads").value(std::int64_t(o.threads)).key("dtype").value(o.dtype);
+    j.key("threads").value(std::int64_t(o.threads)).key("precision").value(o.precision);
     j.key("mask").value(o.mask.empty() ? std::string("causal") : o.mask);
     j.key("indices_checksum").value(hex(rs::indices_checksum(est.indices)));
     j.key("empty_entries").value(std::uint64_t(empty));
@@ -272,12 +275,12 @@ int run(const Options& o, const Mat<double>* Qd, const Mat<double>* Kd, const Ma
     for (const auto& s : saved) j.value(s);
     j.end_array();
     j.end_object();
-    j.finish();
+    report.finish();
   } else {
     auto& os = std::cout;
     os << "stream " << o.sub << "  T=" << T << " d=" << D << " b_q=" << g.bq << " b_k=" << g.bk << " k=" << k
        << "  n_q=" << b.n_q << " n_k=" << b.n_k << " n_it=" << b.n_it << "  threads=" << o.threads
-       << " dtype=" << o.dtype << " mask=" << (o.mask.empty() ? "causal" : "causal ∧ " + o.mask) << "\n";
+       << " precision=" << o.precision << " mask=" << (o.mask.empty() ? "causal" : "causal ∧ " + o.mask) << "\n";
     os << "indices: checksum " << hex(rs::indices_checksum(est.indices)) << ", " << empty << " empty entries of "
        << est.indices.size() << "; validity invariant " << (violation.empty() ? "holds" : "VIOLATED: " + violation)
        << "\n";
@@ -347,9 +350,9 @@ int cmd_stream(const Args& args) {
     desc.add_options()("help,h", "show this help");
     add_stream_options(desc, 1);
     desc.add_options()
-        ("dtype", po::value<std::string>(&o.dtype)->default_value("fp32"), "storage and compute dtype: fp32 | fp64")
-        ("check", po::bool_switch(&o.check), "also run the dense check: k = n_k must equal dense causal attention (float64, 1e-12)")
-        ("json", po::bool_switch(&o.json), "print a JSON report");
+        ("check", po::bool_switch(&o.check), "also run the dense check: k = n_k must equal dense causal attention (float64, 1e-12)");
+    add_precision_option(desc);
+    add_output_options(desc);
     po::positional_options_description pos;
     pos.add("sub", 1);
     const auto vm = parse(args, desc, &pos);
@@ -360,9 +363,10 @@ int cmd_stream(const Args& args) {
     if (vm.count("device") && vm["device"].as<std::string>() != "cpu")  // cuda went to cmd_stream_cuda
       throw UsageError("--device '" + vm["device"].as<std::string>() + "' is unknown", "choose cpu or cuda");
     static_cast<StreamFlags&>(o) = stream_flags(vm);
-    if (o.dtype != "fp32" && o.dtype != "fp64") {
-      throw UsageError("--dtype '" + o.dtype + "' is not supported", "--dtype takes fp32 or fp64");
-    }
+    o.precision = vm["precision"].as<std::string>();
+    if (o.precision != "float" && o.precision != "double")
+      throw UsageError("--precision '" + o.precision + "' is unknown", "choose float or double");
+    o.output = output_format(vm);
     std::optional<Mat<double>> Qd, Kd, Vd;
     if (!o.inputs.empty()) {
       const fs::path dir(o.inputs);
@@ -390,9 +394,9 @@ int cmd_stream(const Args& args) {
     const Mat<double>* kk = Kd ? &*Kd : nullptr;
     const Mat<double>* v = Vd ? &*Vd : nullptr;
     try {
-      return o.dtype == "fp32" ? run<float>(o, q, kk, v) : run<double>(o, q, kk, v);
+      return o.precision == "float" ? run<float>(o, q, kk, v) : run<double>(o, q, kk, v);
     } catch (const rs::StreamError& e) {
-      throw UsageError(e.what(), "check --mask, --bq, --bk and --k against T (docs/stream.md)");
+      throw UsageError(e.what(), "check --mask, --block-m, --block-n and --k against T (docs/stream.md)");
     }
   });
 }

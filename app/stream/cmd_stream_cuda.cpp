@@ -31,7 +31,7 @@ namespace fs = std::filesystem;
 namespace rs = flashlab::ref::stream;
 
 constexpr std::string_view kCudaUsage =
-    "stream <estimate|apply|trace> --device cuda --bq BQ --bk BK --k K [--seq T --dim D --heads H]\n"
+    "stream <estimate|apply|trace> --device cuda --block-m BM --block-n BN --k K [--seq T --dim D --heads H]\n"
     "                       [--inputs DIR] [--mask FILE] [--seed S] [--save DIR] [--chunk N]\n"
     "                       [--format npy|csv] [--compare] [--threads N] [--kernel fast|clear]";
 constexpr std::string_view kCudaSummary =
@@ -45,14 +45,14 @@ constexpr std::string_view kCudaSummary =
     "the fast bf16 apply (V rounded to bf16 too; o.npy holds the float values of its bf16 output).";
 
 constexpr std::string_view kTrafficUsage =
-    "traffic stream --device cuda [--seq T] [--dim D] [--heads H] [--bq BQ] [--bk BK] [--k K] [--mask FILE]\n"
-    "                       [--seed S] [--threads N] [--csv FILE]";
+    "traffic stream --device cuda [--seq T] [--dim D] [--heads H] [--block-m BM] [--block-n BN] [--k K] [--mask FILE]\n"
+    "                       [--seed S] [--threads N] [--append-csv FILE]";
 constexpr std::string_view kTrafficSummary =
     "Memory traffic of the clear STREAM kernels measured with CUPTI (bytes the SMs read from L2, L2\n"
     "sectors, DRAM bytes, one launch after an L2 flush) beside the bytes the CPU reference counts\n"
     "where its loops move tiles (Q, K, C_blk, I for the estimate; Q, K, V, I, O for the apply).";
 constexpr std::string_view kNeedlesUsage =
-    "stream needles --seq T --dim D --bq BQ --bk BK --k K [--needle-blocks N] [--needles M]\n"
+    "stream needles --seq T [--dim D] --block-m BM --block-n BN --k K [--needle-blocks N] [--needles M]\n"
     "                       [--noise SD] [--slope S] [--no-lead-in] [--seed S] [--threads N]\n"
     "                       [--device cpu|cuda] [--kernel fast|clear] [--save DIR]";
 constexpr std::string_view kNeedlesSummary =
@@ -107,17 +107,18 @@ int cmd_stream_needles(const Args& args) {
     desc.add_options()
         ("help,h", "show this help")
         ("sub", po::value<std::string>(), "needles")
-        ("seq", po::value<long long>(&o.seq), "sequence length T (required)")
-        ("dim", po::value<long long>(&o.dim), "head dim D (required)")
-        ("bq", po::value<long long>(&o.bq), "query-block size b_q (required)")
-        ("bk", po::value<long long>(&o.bk), "key-block size b_k (required)")
+        ("seq", po::value<long long>(&o.seq), "sequence length T (required)");
+    add_dim_option(desc);
+    add_tile_options(desc, std::nullopt, std::nullopt, kStreamTiles);
+    desc.add_options()
         ("k", po::value<long long>(&o.k), "key blocks kept per query block (required)")
         ("needle-blocks", po::value<long long>(&o.blocks)->default_value(8), "query blocks with needles")
         ("needles", po::value<long long>(&o.needles)->default_value(8), "needles per such query block")
         ("noise", po::value<double>(&o.noise)->default_value(0.02), "standard deviation of the noise")
         ("slope", po::value<double>(&o.slope)->default_value(0.25), "lead-in growth per key block")
-        ("no-lead-in", po::bool_switch(&o.no_lead_in), "plant isolated needles (no trace before them)")
-        ("seed", po::value<long long>(&o.seed)->default_value(1), "seed of the inputs")
+        ("no-lead-in", po::bool_switch(&o.no_lead_in), "plant isolated needles (no trace before them)");
+    add_seed_option(desc);
+    desc.add_options()
         ("threads", po::value<long long>(&o.threads)->default_value(1), "CPU threads over query blocks")
         ("device", po::value<std::string>(&o.device)->default_value("cpu"), "cpu | cuda")
         ("kernel", po::value<std::string>(&o.kernel)->default_value("clear"),
@@ -131,12 +132,16 @@ int cmd_stream_needles(const Args& args) {
       print_help(std::cout, kNeedlesUsage, kNeedlesSummary, desc);
       return kOk;
     }
-    for (const char* flag : {"seq", "dim", "bq", "bk", "k"})
+    for (const char* flag : {"seq", "block-m", "block-n", "k"})
       if (!vm.count(flag)) throw UsageError(std::string("--") + flag + " is required", "flashlab stream needles --help");
+    o.dim = vm["dim"].as<long long>();
+    o.bq = vm["block-m"].as<long long>();
+    o.bk = vm["block-n"].as<long long>();
+    o.seed = vm["seed"].as<long long>();
     require_range("seq", o.seq, 1, 1LL << 24);
     require_range("dim", o.dim, 1, 4096);
-    require_range("bq", o.bq, 1, 1LL << 24);
-    require_range("bk", o.bk, 1, 1LL << 24);
+    require_range("block-m", o.bq, 1, 1LL << 24);
+    require_range("block-n", o.bk, 1, 1LL << 24);
     require_range("k", o.k, 1, 1LL << 20);
     require_range("needle-blocks", o.blocks, 1, 1LL << 20);
     require_range("needles", o.needles, 1, 4096);
@@ -179,7 +184,7 @@ int cmd_stream_needles(const Args& args) {
         one = rs::make_needles(ps);
         I = needle_indices(o, one, p.geometry);
       } catch (const rs::StreamError& e) {
-        throw UsageError(e.what(), "--needles ≤ --dim (half of it with --kernel fast), --needles ≤ --bq, "
+        throw UsageError(e.what(), "--needles ≤ --dim (half of it with --kernel fast), --needles ≤ --block-m, "
                                    "--needle-blocks ≤ half the query blocks, and a long enough --seq");
       }
       const rs::NeedleRecall r = rs::needle_recall(one.needles, I, std::size_t(o.k));
@@ -508,7 +513,7 @@ int cmd_stream_cuda(const Args& args) {
     try {
       return run_cuda(o, Q, K, V);
     } catch (const rs::StreamError& e) {
-      throw UsageError(e.what(), "check --mask, --bq, --bk and --k against T (docs/stream.md)");
+      throw UsageError(e.what(), "check --mask, --block-m, --block-n and --k against T (docs/stream.md)");
     }
 #else
     throw built_without_cuda("--device cuda", "drop --device cuda to run the CPU reference");
@@ -524,16 +529,17 @@ int cmd_traffic_stream(const Args& args) {
     desc.add_options()
         ("help,h", "show this help")
         ("device", po::value<std::string>(&device), "cuda (required: the clear kernels are measured on the GPU)")
-        ("seq", po::value<long long>(&o.seq)->default_value(131072), "sequence length T")
-        ("dim", po::value<long long>(&o.dim)->default_value(128), "head dim d")
-        ("heads", po::value<long long>(&o.heads)->default_value(1), "heads H")
-        ("bq", po::value<long long>(&o.bq)->default_value(64), "query-block size b_q")
-        ("bk", po::value<long long>(&o.bk)->default_value(64), "key-block size b_k")
+        ("seq", po::value<long long>(&o.seq)->default_value(131072), "sequence length T");
+    add_dim_option(desc);
+    desc.add_options()("heads", po::value<long long>(&o.heads)->default_value(1), "heads H");
+    add_tile_options(desc, 64, 64, kStreamTiles);
+    desc.add_options()
         ("k", po::value<long long>(&o.k)->default_value(8), "key blocks kept per query block")
-        ("mask", po::value<std::string>(&o.mask), "user block mask file")
-        ("seed", po::value<long long>(&o.seed)->default_value(0), "seed of the random inputs")
+        ("mask", po::value<std::string>(&o.mask), "user block mask file");
+    add_seed_option(desc);
+    desc.add_options()
         ("threads", po::value<long long>(&o.threads)->default_value(8), "CPU threads of the reference count")
-        ("csv", po::value<std::string>(&csv), "append the rows to this CSV file (header when new)");
+        ("append-csv", po::value<std::string>(&csv), "append the rows to this CSV file (header when new)");
     po::options_description hidden;  // the subject word itself, not shown in --help
     hidden.add_options()("sub", po::value<std::string>(), "stream");
     po::options_description all;
@@ -546,12 +552,16 @@ int cmd_traffic_stream(const Args& args) {
       return kOk;
     }
     if (device != "cuda") throw UsageError("traffic stream measures the GPU kernels only", "add --device cuda");
+    o.dim = vm["dim"].as<long long>();
+    o.bq = vm["block-m"].as<long long>();
+    o.bk = vm["block-n"].as<long long>();
+    o.seed = vm["seed"].as<long long>();
 #if FLASHLAB_HAVE_CUDA
     require_range("seq", o.seq, 1, 1LL << 24);
     require_range("dim", o.dim, 1, (long long)cuda::stream::kMaxHeadDim);
     require_range("heads", o.heads, 1, 1024);
-    require_range("bq", o.bq, 1, (long long)cuda::stream::kMaxBlock);
-    require_range("bk", o.bk, 1, (long long)cuda::stream::kMaxBlock);
+    require_range("block-m", o.bq, 1, (long long)cuda::stream::kMaxBlock);
+    require_range("block-n", o.bk, 1, (long long)cuda::stream::kMaxBlock);
     require_range("k", o.k, 1, 1LL << 20);
     require_range("threads", o.threads, 1, 256);
     checked_seed(o.seed);
@@ -562,7 +572,7 @@ int cmd_traffic_stream(const Args& args) {
     try {
       return traffic_stream(o, csv);
     } catch (const rs::StreamError& e) {
-      throw UsageError(e.what(), "check --bq, --bk and --k against --seq (docs/stream.md)");
+      throw UsageError(e.what(), "check --block-m, --block-n and --k against --seq (docs/stream.md)");
     }
 #else
     throw built_without_cuda("traffic stream --device cuda", "run flashlab stream estimate|apply for the CPU counts");

@@ -7,6 +7,9 @@
 #include <sstream>
 
 #include "core/input_checks.hpp"
+#include "core/report.hpp"
+#include "core/shared_flags.hpp"
+#include "stream/stream_flags.hpp"
 #include "stream/stream_store_flags.hpp"
 #include "flashlab/reference/stream.hpp"
 #include "flashlab/reference/stream_fidelity.hpp"
@@ -18,7 +21,7 @@ namespace {
 namespace rs = flashlab::ref::stream;
 
 constexpr std::string_view kFidelityUsage =
-    "stream fidelity --seq T --dim D --bq BQ --bk BK --k LIST [--workload LIST|all] [--inputs DIR]\n"
+    "stream fidelity --seq T --dim D --block-m BM --block-n BN --k LIST [--workload LIST|all] [--inputs DIR]\n"
     "                       [--mask FILE] [--seed S] [--threads N] [--needle-blocks N] [--needles M] [--json]";
 constexpr std::string_view kFidelitySummary =
     "How much of dense attention the estimate keeps. For every query block, dense causal attention (float64)\n"
@@ -37,7 +40,7 @@ struct Options {
   std::optional<long long> seq, dim;
   long long bq = 0, bk = 0, seed = 1, threads = 1, needle_blocks = 4, needles = 4;
   std::string k_list, workloads = "all", inputs, mask;
-  bool json = false;
+  OutputFormat output = OutputFormat::text;
   InputPolicy policy;
 };
 
@@ -57,19 +60,20 @@ int cmd_stream_fidelity(const Args& args) {
     desc.add_options()
         ("help,h", "show this help")
         ("sub", po::value<std::string>(), "fidelity")
-        ("seq", po::value<long long>(), "sequence length T (≤ 16384; taken from --inputs when omitted)")
-        ("dim", po::value<long long>(), "head dim D (taken from --inputs when omitted)")
-        ("bq", po::value<long long>(&o.bq), "query-block size b_q (required)")
-        ("bk", po::value<long long>(&o.bk), "key-block size b_k (required)")
+        ("seq", po::value<long long>(), "sequence length T (≤ 16384; taken from --inputs when omitted)");
+    add_dim_option(desc, " (taken from --inputs when they are given)");
+    add_tile_options(desc, std::nullopt, std::nullopt, kStreamTiles);
+    desc.add_options()
         ("k", po::value<std::string>(&o.k_list), "blocks kept per query block, a list: 4,8,16 (required)")
         ("workload", po::value<std::string>(&o.workloads)->default_value("all"), "random, needles, structured: a list, or all")
         ("inputs", po::value<std::string>(&o.inputs), "directory with q.npy, k.npy [T, D] or [T, H, D] instead of workloads")
         ("mask", po::value<std::string>(&o.mask), "user block mask (.npy or 0/1 text), ANDed with causality")
-        ("seed", po::value<long long>(&o.seed)->default_value(1), "seed of the workloads")
         ("threads", po::value<long long>(&o.threads)->default_value(1), "CPU threads over query blocks")
         ("needle-blocks", po::value<long long>(&o.needle_blocks)->default_value(4), "needles / structured: planted query blocks")
         ("needles", po::value<long long>(&o.needles)->default_value(4), "needles / structured: needles or retrieving tokens per block")
-        ("json", po::bool_switch(&o.json), "print JSON");
+        ;
+    add_seed_option(desc, "the workloads");
+    add_output_options(desc);
     add_input_options(desc);
     po::positional_options_description pos;
     pos.add("sub", 1);
@@ -79,16 +83,21 @@ int cmd_stream_fidelity(const Args& args) {
       return kOk;
     }
     o.policy = input_policy(vm);
-    for (const char* flag : {"bq", "bk", "k"})
+    for (const char* flag : {"block-m", "block-n", "k"})
       if (!vm.count(flag)) throw UsageError(std::string("--") + flag + " is required", "flashlab stream fidelity --help");
+    o.bq = vm["block-m"].as<long long>();
+    o.bk = vm["block-n"].as<long long>();
+    o.seed = vm["seed"].as<long long>();
+    o.output = output_format(vm);
     if (vm.count("seq")) o.seq = vm["seq"].as<long long>();
-    if (vm.count("dim")) o.dim = vm["dim"].as<long long>();
-    if (o.inputs.empty() && (!o.seq || !o.dim)) throw UsageError("--seq and --dim are required without --inputs", "e.g. --seq 4096 --dim 64");
+    // --dim's default stands without --inputs; with them only a --dim given checks the files.
+    if (o.inputs.empty() || !vm["dim"].defaulted()) o.dim = vm["dim"].as<long long>();
+    if (o.inputs.empty() && !o.seq) throw UsageError("--seq is required without --inputs", "e.g. --seq 4096");
     if (!o.inputs.empty() && !vm["workload"].defaulted()) throw UsageError("--workload and --inputs both choose the inputs", "use one of them");
     if (o.seq) require_range("seq", *o.seq, 1, kMaxSeq);
     if (o.dim) require_range("dim", *o.dim, 1, 4096);
-    require_range("bq", o.bq, 1, kMaxSeq);
-    require_range("bk", o.bk, 1, kMaxSeq);
+    require_range("block-m", o.bq, 1, kMaxSeq);
+    require_range("block-n", o.bk, 1, kMaxSeq);
     require_range("threads", o.threads, 1, 256);
     require_range("needle-blocks", o.needle_blocks, 1, 4096);
     require_range("needles", o.needles, 1, 4096);
@@ -150,11 +159,12 @@ int cmd_stream_fidelity(const Args& args) {
         }
       }
       const double seconds = std::chrono::duration<double>(clock::now() - start).count();
-      if (o.json) {
-        Json j(std::cout);
+      if (o.output != OutputFormat::text) {
+        ReportOutput report(o.output, std::cout);
+        Json& j = report.json();
         j.begin_object().key("command").value("stream fidelity");
-        j.key("T").value(std::uint64_t(g.T)).key("d").value(std::uint64_t(*o.dim)).key("bq").value(std::uint64_t(g.bq));
-        j.key("bk").value(std::uint64_t(g.bk)).key("seed").value(std::int64_t(o.seed)).key("seconds").value(seconds);
+        j.key("T").value(std::uint64_t(g.T)).key("d").value(std::uint64_t(*o.dim)).key("block_m").value(std::uint64_t(g.bq));
+        j.key("block_n").value(std::uint64_t(g.bk)).key("seed").value(std::int64_t(o.seed)).key("seconds").value(seconds);
         j.key("mask").value(o.mask.empty() ? std::string("causal") : o.mask).key("rows").begin_array();
         for (const auto& r : rows) {
           j.begin_object().key("workload").value(r.workload).key("head").value(std::uint64_t(r.head)).key("k").value(std::uint64_t(r.f.k));
@@ -164,7 +174,7 @@ int cmd_stream_fidelity(const Args& args) {
           j.end_object();
         }
         j.end_array().end_object();
-        j.finish();
+        report.finish();
         return kOk;
       }
       std::cout << "stream fidelity  T=" << g.T << " d=" << *o.dim << " b_q=" << g.bq << " b_k=" << g.bk

@@ -11,6 +11,7 @@
 #include "core/commands.hpp"
 #include "core/input_checks.hpp"
 #include "core/progress.hpp"
+#include "core/report.hpp"
 #include "stream/stream_flags.hpp"
 #include "stream/stream_store_flags.hpp"
 #include "flashlab/reference/npy.hpp"
@@ -28,10 +29,10 @@ namespace rs = flashlab::ref::stream;
 using ref::Mat;
 
 constexpr std::string_view kTraceUsage =
-    "stream trace --store DIR --bq BQ --bk BK --k K [--seq T --dim D] [--layers L] [--heads H]\n"
+    "stream trace --store DIR --block-m BM --block-n BN --k K [--seq T --dim D] [--layers L] [--heads H]\n"
     "                       [--workload random|needles|structured] [--needle-layers LIST] [--needle-blocks N]\n"
     "                       [--needles M] [--inputs DIR] [--mask FILE] [--seed S] [--threads N] [--with-scores]\n"
-    "                       [--resume] [--json]";
+    "                       [--resume] [--json|--csv]";
 constexpr std::string_view kTraceSummary =
     "Traces layers × heads with the CPU reference (estimate, then apply with edge records) into a trace\n"
     "store: per (layer, head, query block) the kept key blocks and their mass, a reverse index, and a\n"
@@ -45,7 +46,7 @@ constexpr std::string_view kTraceSummary =
 constexpr std::string_view kQueryUsage =
     "stream query DIR (--reads POS | --readers BLOCK | --route SRC:DST | --summary | --verify)\n"
     "                       [--layer L|all] [--head H|all] [--top N] [--cumulative P] [--residual W]\n"
-    "                       [--local TOKENS] [--far TOKENS] [--json]";
+    "                       [--local TOKENS] [--far TOKENS] [--json|--csv]";
 constexpr std::string_view kQuerySummary =
     "Questions to a trace store. --reads POS: the key blocks query block ⌊POS/b_q⌋ reads (POS a token;\n"
     "b<N> names a query block). --readers BLOCK: the query blocks that read key block BLOCK (t<S> names\n"
@@ -58,7 +59,8 @@ constexpr std::string_view kQuerySummary =
 struct TraceOptions : StreamFlags {
   std::string store, workload = "random", needle_layers;
   long long layers = 1, heads = 1, needle_blocks = 4, needles = 4;
-  bool with_scores = false, resume = false, json = false;
+  bool with_scores = false, resume = false;
+  OutputFormat output = OutputFormat::text;
 };
 
 std::string hex(std::uint64_t v) {
@@ -162,13 +164,14 @@ int run_trace(const TraceOptions& o) {
   }
   w.close();
   const auto st = rs::Store::open(dir);
-  if (o.json) {
-    Json j(std::cout);
+  if (o.output != OutputFormat::text) {
+    ReportOutput report(o.output, std::cout);
+    Json& j = report.json();
     j.begin_object();
     j.key("command").value("stream trace --store");
     j.key("store").value(o.store);
-    j.key("T").value(std::uint64_t(T)).key("d").value(std::uint64_t(D)).key("bq").value(std::uint64_t(g.bq));
-    j.key("bk").value(std::uint64_t(g.bk)).key("k").value(std::uint64_t(k));
+    j.key("T").value(std::uint64_t(T)).key("d").value(std::uint64_t(D)).key("block_m").value(std::uint64_t(g.bq));
+    j.key("block_n").value(std::uint64_t(g.bk)).key("k").value(std::uint64_t(k));
     j.key("layers").value(std::uint64_t(layers)).key("heads").value(std::uint64_t(heads));
     j.key("source").value(layout.source);
     j.key("heads_written").value(std::uint64_t(layout.segments() - first));
@@ -182,7 +185,7 @@ int run_trace(const TraceOptions& o) {
           .key("r").value(std::uint64_t(n.r)).end_object();
     j.end_array();
     j.end_object();
-    j.finish();
+    report.finish();
   } else {
     std::cout << "stream trace -> store " << o.store << ": " << layers << " layer(s) x " << heads << " head(s), T=" << T
               << " d=" << D << " b_q=" << g.bq << " b_k=" << g.bk << " k=" << k << "; " << layout.source << "\n"
@@ -198,15 +201,17 @@ int run_trace(const TraceOptions& o) {
 
 struct QueryOptions {
   std::string store, reads, readers, route, layer = "all", head = "all";
-  bool summary = false, verify = false, json = false;
+  bool summary = false, verify = false;
+  OutputFormat output = OutputFormat::text;
   long long top = 20, local = 512, far = 8192;
   double cumulative = 1.0, residual = 0.5;
 };
 
-void print_edges(const rs::Store& st, const rs::EdgeList& list, bool json, const std::string& what) {
+void print_edges(const rs::Store& st, const rs::EdgeList& list, OutputFormat output, const std::string& what) {
   const auto& g = st.layout().geometry;
-  if (json) {
-    Json j(std::cout);
+  if (output != OutputFormat::text) {
+    ReportOutput report(output, std::cout);
+    Json& j = report.json();
     j.begin_object().key("query").value(what).key("candidates").value(std::uint64_t(list.candidates));
     j.key("total_mass").value(list.total_mass).key("edges").begin_array();
     for (const auto& e : list.edges) {
@@ -218,7 +223,7 @@ void print_edges(const rs::Store& st, const rs::EdgeList& list, bool json, const
       j.end_object();
     }
     j.end_array().end_object();
-    j.finish();
+    report.finish();
     return;
   }
   std::cout << what << ": " << list.candidates << " edges, total mass " << std::setprecision(4) << list.total_mass
@@ -272,7 +277,7 @@ int run_query(const QueryOptions& o, const po::variables_map& vm) {
                              : "BLOCK is a key block index, or t<S> for the key block holding token S");
     const auto list = reads ? rs::top_reads(st, block, sel, pruning) : rs::top_readers(st, block, sel, pruning);
     const std::size_t rows = reads ? g.q_rows(block) : g.k_rows(block);  // the block exists: the query checked it
-    print_edges(st, list, o.json,
+    print_edges(st, list, o.output,
                 std::string(reads ? "reads of query block " : "readers of key block ") + std::to_string(block) + " (tokens " +
                     std::to_string(block * b) + ".." + std::to_string(block * b + rows - 1) + ")");
     return kOk;
@@ -288,8 +293,9 @@ int run_query(const QueryOptions& o, const po::variables_map& vm) {
     p.residual = o.residual;
     p.pruning = {std::size_t(vm["top"].defaulted() ? 16 : o.top), vm["cumulative"].defaulted() ? 0.9 : o.cumulative};
     const auto route = rs::route(st, src, dst, p);
-    if (o.json) {
-      Json j(std::cout);
+    if (o.output != OutputFormat::text) {
+      ReportOutput report(o.output, std::cout);
+      Json& j = report.json();
       j.begin_object().key("query").value("route").key("source").begin_array().value(std::uint64_t(src.begin)).value(std::uint64_t(src.end)).end_array();
       j.key("target").begin_array().value(std::uint64_t(dst.begin)).value(std::uint64_t(dst.end)).end_array();
       j.key("residual").value(o.residual).key("total").value(route.total).key("layers").begin_array();
@@ -305,7 +311,7 @@ int run_query(const QueryOptions& o, const po::variables_map& vm) {
         j.end_array().end_object();
       }
       j.end_array().end_object();
-      j.finish();
+      report.finish();
       return kOk;
     }
     std::cout << "route from target tokens " << dst.begin << ".." << dst.end - 1 << " down to source tokens " << src.begin
@@ -322,8 +328,9 @@ int run_query(const QueryOptions& o, const po::variables_map& vm) {
   }
   if (o.summary) {
     const auto sums = rs::summarize(st, rs::DistanceBands{std::size_t(o.local), std::size_t(o.far)});
-    if (o.json) {
-      Json j(std::cout);
+    if (o.output != OutputFormat::text) {
+      ReportOutput report(o.output, std::cout);
+      Json& j = report.json();
       j.begin_object().key("query").value("summary").key("local").value(std::uint64_t(o.local)).key("far").value(std::uint64_t(o.far));
       j.key("heads").begin_array();
       for (const auto& h : sums) {
@@ -334,7 +341,7 @@ int run_query(const QueryOptions& o, const po::variables_map& vm) {
         j.end_object();
       }
       j.end_array().end_object();
-      j.finish();
+      report.finish();
       return kOk;
     }
     std::cout << "store " << o.store << ": " << st.layout().source << "; T=" << g.T << " b_q=" << g.bq << " b_k=" << g.bk
@@ -352,11 +359,12 @@ int run_query(const QueryOptions& o, const po::variables_map& vm) {
     return kOk;
   }
   const std::string problem = st.verify();
-  if (o.json) {
-    Json j(std::cout);
+  if (o.output != OutputFormat::text) {
+    ReportOutput report(o.output, std::cout);
+    Json& j = report.json();
     j.begin_object().key("query").value("verify").key("records").value(st.records()).key("checksum").value(hex(st.checksum()));
     j.key("ok").value(problem.empty()).key("problem").value(problem).end_object();
-    j.finish();
+    report.finish();
   } else if (problem.empty()) {
     std::cout << "store " << o.store << ": " << st.segments() << " heads, " << st.records() << " records; checksums and reverse index verified ("
               << hex(st.checksum()) << ")\n";
@@ -386,7 +394,8 @@ int cmd_stream_trace_store(const Args& args) {
         ("needles", po::value<long long>(&o.needles)->default_value(4), "needles / structured: needles or retrieving tokens per such block")
         ("with-scores", po::bool_switch(&o.with_scores), "also store each record's score and value norm")
         ("resume", po::bool_switch(&o.resume), "continue an interrupted trace into the same --store")
-        ("json", po::bool_switch(&o.json), "print a JSON report");
+        ;
+    add_output_options(desc);
     po::positional_options_description pos;
     pos.add("sub", 1);
     const auto vm = parse(args, desc, &pos);
@@ -397,6 +406,7 @@ int cmd_stream_trace_store(const Args& args) {
     if (vm.count("device") && vm["device"].as<std::string>() != "cpu")
       throw UsageError("--store traces on the CPU reference", "drop --device (the GPU producer writes stores through the C++ API)");
     static_cast<StreamFlags&>(o) = stream_flags(vm);
+    o.output = output_format(vm);
     if (o.store.empty()) throw UsageError("--store needs a directory", "e.g. --store trace_dir");
     if (!o.save.empty()) throw UsageError("--save and --store both choose where the trace goes", "use one of them");
     if (!vm["format"].defaulted()) throw UsageError("--format applies to --save", "a store has one format (docs/stream.md)");
@@ -441,7 +451,8 @@ int cmd_stream_query(const Args& args) {
         ("residual", po::value<double>(&o.residual)->default_value(0.5), "--route: weight of the residual stream per layer, [0, 1)")
         ("local", po::value<long long>(&o.local)->default_value(512), "--summary: local means distance < this many tokens")
         ("far", po::value<long long>(&o.far)->default_value(8192), "--summary: far means distance >= this many tokens")
-        ("json", po::bool_switch(&o.json), "print JSON");
+        ;
+    add_output_options(desc);
     po::positional_options_description pos;
     pos.add("sub", 1).add("store", 1);
     const auto vm = parse(args, desc, &pos);
@@ -449,6 +460,7 @@ int cmd_stream_query(const Args& args) {
       print_help(std::cout, kQueryUsage, kQuerySummary, desc);
       return kOk;
     }
+    o.output = output_format(vm);
     if (o.store.empty()) throw UsageError("missing the store directory", "flashlab stream query DIR --summary");
     return with_store_errors([&] { return run_query(o, vm); });
   });

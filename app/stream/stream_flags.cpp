@@ -1,5 +1,7 @@
 #include "stream/stream_flags.hpp"
 
+#include "core/shared_flags.hpp"
+
 #include <filesystem>
 
 namespace flashlab::app {
@@ -8,13 +10,14 @@ void add_stream_options(po::options_description& desc, long long default_threads
   desc.add_options()
       ("sub", po::value<std::string>(), "estimate | apply | trace")
       ("device", po::value<std::string>(), "cpu (the CPU reference, default) | cuda (the clear CUDA kernels)")
-      ("seq", po::value<long long>(), "sequence length T (taken from --inputs when omitted)")
-      ("dim", po::value<long long>(), "head dim D (taken from --inputs when omitted)")
-      ("bq", po::value<long long>(), "query-block size b_q (required)")
-      ("bk", po::value<long long>(), "key-block size b_k (required)")
+      ("seq", po::value<long long>(), "sequence length T (taken from --inputs when omitted)");
+  add_dim_option(desc, " (taken from --inputs when they are given)");
+  add_tile_options(desc, std::nullopt, std::nullopt, kStreamTiles);
+  desc.add_options()
       ("k", po::value<long long>(), "key blocks kept per query block (required)")
-      ("mask", po::value<std::string>(), "user block mask: .npy uint8/bool [n_q, n_k] or text of 0/1 rows")
-      ("seed", po::value<long long>()->default_value(0), "seed of the random inputs")
+      ("mask", po::value<std::string>(), "user block mask: .npy uint8/bool [n_q, n_k] or text of 0/1 rows");
+  add_seed_option(desc);
+  desc.add_options()
       ("threads", po::value<long long>()->default_value(default_threads),
        "CPU threads over query blocks (results do not depend on it)")
       ("inputs", po::value<std::string>(), "directory with q.npy k.npy [v.npy] (cuda: [T, D] or [T, H, D])")
@@ -36,24 +39,23 @@ StreamFlags stream_flags(const po::variables_map& vm) {
   if (f.sub.empty()) throw UsageError("missing subcommand", "flashlab stream estimate|apply|trace|needles …");
   if (f.sub != "estimate" && f.sub != "apply" && f.sub != "trace")
     throw UsageError("unknown stream subcommand '" + f.sub + "'", "use one of: estimate, apply, trace, needles");
-  for (const char* flag : {"bq", "bk", "k"})
+  for (const char* flag : {"block-m", "block-n", "k"})
     if (!vm.count(flag)) throw UsageError(std::string("--") + flag + " is required", "flashlab stream --help");
   f.inputs = value_or<std::string>(vm, "inputs", "");
-  if (f.inputs.empty()) {
-    if (!vm.count("seq")) throw UsageError("--seq is required without --inputs", "pass --seq T or --inputs DIR");
-    if (!vm.count("dim")) throw UsageError("--dim is required without --inputs", "pass --dim D or --inputs DIR");
-  }
+  if (f.inputs.empty() && !vm.count("seq"))
+    throw UsageError("--seq is required without --inputs", "pass --seq T or --inputs DIR");
   if (vm.count("seq")) require_range("seq", *(f.seq = vm["seq"].as<long long>()), 1, 1LL << 24);
-  if (vm.count("dim")) require_range("dim", *(f.dim = vm["dim"].as<long long>()), 1, 4096);
-  f.bq = vm["bq"].as<long long>();
-  f.bk = vm["bk"].as<long long>();
+  // --dim's default stands without --inputs; with them only a --dim given checks the files.
+  if (f.inputs.empty() || !vm["dim"].defaulted()) require_range("dim", *(f.dim = vm["dim"].as<long long>()), 1, 4096);
+  f.bq = vm["block-m"].as<long long>();
+  f.bk = vm["block-n"].as<long long>();
   f.k = vm["k"].as<long long>();
   f.threads = vm["threads"].as<long long>();
-  require_range("bq", f.bq, 1, 1LL << 24);
-  require_range("bk", f.bk, 1, 1LL << 24);
+  require_range("block-m", f.bq, 1, 1LL << 24);
+  require_range("block-n", f.bk, 1, 1LL << 24);
   require_range("k", f.k, 1, 1LL << 20);
   require_range("threads", f.threads, 1, 256);
-  f.seed = static_cast<long long>(checked_seed(vm["seed"].as<long long>()));
+  f.seed = static_cast<long long>(seed_flag(vm));
   f.policy = input_policy(vm);
   f.format = vm["format"].as<std::string>();
   if (f.format != "npy" && f.format != "csv")

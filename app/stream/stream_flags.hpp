@@ -6,11 +6,15 @@
 
 #include "core/cli.hpp"
 #include "core/input_checks.hpp"
+#include "core/shared_flags.hpp"
 
 #include <optional>
 #include <string>
 
 namespace flashlab::app {
+
+/// STREAM names its tiles b_q and b_k (query and key blocks); the flags are --block-m, --block-n.
+inline constexpr TileNames kStreamTiles{"b_q", "b_k", "block"};
 
 /// The checked flags every device shares.
 struct StreamFlags {

@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "core/commands.hpp"
+#include "core/report.hpp"
+#include "core/shared_flags.hpp"
 #include "toymachine/toy_flags.hpp"
 #include "flashlab/toymachine/assembler.hpp"
 #include "flashlab/toymachine/executor.hpp"
@@ -110,11 +112,12 @@ void nested(Json& j, const toy::ArrayDecl& a, const Cell& cell) {
   if (a.dims.size() == 2) j.end_array();
 }
 
-void print_json(const toy::Executor& ex, const std::string& trace) {
+void print_json(const toy::Executor& ex, const std::string& trace, OutputFormat format) {
   const auto& m = ex.machine();
   const auto& s = ex.state();
   const auto& c = s.counters;
-  Json j(std::cout);
+  ReportOutput report(format, std::cout);
+  Json& j = report.json();
   j.begin_object();
   j.key("machine").value(m.name);
   j.key("n").value(m.n);
@@ -173,7 +176,7 @@ void print_json(const toy::Executor& ex, const std::string& trace) {
     j.null();
   }
   j.end_object();
-  j.finish();
+  report.finish();
 }
 
 void print_outputs(const toy::Executor& ex) {
@@ -227,8 +230,8 @@ int cmd_run(const Args& args) {
         ("inputs", po::value<std::vector<std::string>>()->composing(), "give one input array: name=v1,v2,… (row-major; repeatable)")
         ("table", po::bool_switch(), "print the lesson's step table (Step | Instruction | one column per register)")
         ("numeric", po::bool_switch(), "numbers only: no symbolic values, no history (fast)")
-        ("ditto", po::bool_switch(), "with --table: show \" for a register unchanged since the row above, as the lesson does")
-        ("json", po::bool_switch(), "print one JSON object: counts, inputs, outputs, symbolic outputs");
+        ("ditto", po::bool_switch(), "with --table: show \" for a register unchanged since the row above, as the lesson does");
+    add_output_options(desc);
     add_toy_run_options(desc);
     po::positional_options_description pos;
     pos.add("trace", 1);
@@ -242,8 +245,11 @@ int cmd_run(const Args& args) {
       return kOk;
     }
     if (!vm.count("trace")) throw UsageError("missing TRACE file", "usage: flashlab run TRACE --machine NAME (see --help)");
-    const bool table = vm["table"].as<bool>(), json = vm["json"].as<bool>(), numeric = vm["numeric"].as<bool>();
-    if (table && json) throw UsageError("--table and --json are exclusive", "pick one output format");
+    const OutputFormat format = output_format(vm);
+    const bool table = vm["table"].as<bool>(), numeric = vm["numeric"].as<bool>();
+    if (table && format != OutputFormat::text)
+      throw UsageError(std::string("--table and --") + (format == OutputFormat::json ? "json" : "csv") + " are exclusive",
+                       "pick one output format");
     if (table && numeric) throw UsageError("--table needs the symbolic run; drop --numeric", "--table shows every state, which --numeric does not keep");
     const ToyRunFlags flags = toy_run_flags(vm);
     toy::Machine machine;
@@ -279,7 +285,7 @@ int cmd_run(const Args& args) {
     toy::Executor ex(std::move(assembled.program), std::move(machine), inputs, opt);
     const auto fault = ex.run();
 
-    if (json) print_json(ex, trace_path);
+    if (format != OutputFormat::text) print_json(ex, trace_path, format);
     else print_text(ex, trace_path, table, vm["ditto"].as<bool>());
     // An output that is NaN or ∞ ran, but is almost never what was meant (e^800, 0/0).
     for (std::size_t i = 0; i < ex.machine().arrays.size(); ++i) {

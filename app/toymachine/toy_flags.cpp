@@ -2,6 +2,8 @@
 
 #include <string_view>
 
+#include "core/shared_flags.hpp"
+
 #include "flashlab/toymachine/machine.hpp"
 #include "flashlab/toymachine/policy.hpp"
 
@@ -19,7 +21,9 @@ void add_toy_run_options(po::options_description& desc) {
   // Signed types, so that "-1" reaches the range check (an unsigned flag would wrap it silently).
   desc.add_options()
       ("n", po::value<long long>()->default_value(8), "the size n of the machine's arrays (softmax profiles, machine files)")
-      ("seed", po::value<long long>()->default_value(1), "random seed of the inputs (uniform in [-2, 2], 2 decimals)")
+      ;
+  add_seed_option(desc, "the random inputs (uniform in [-2, 2], 2 decimals)");
+  desc.add_options()
       ("max-cycles", po::value<long long>()->default_value(static_cast<long long>(toy::kDefaultCycleCap)),
        "runtime fault beyond this many cycles (0 = no cap)");
 }
@@ -29,9 +33,7 @@ ToyRunFlags toy_run_flags(const po::variables_map& vm) {
   const long long n = vm["n"].as<long long>();
   require_range("n", n, 1, toy::kMaxN);
   f.n = static_cast<int>(n);
-  const long long seed = vm["seed"].as<long long>();
-  require_range("seed", seed, 0, 1LL << 62);
-  f.seed = static_cast<std::uint64_t>(seed);
+  f.seed = static_cast<std::uint64_t>(seed_flag(vm));
   const long long cycles = vm["max-cycles"].as<long long>();
   require_range("max-cycles", cycles, 0, static_cast<long long>(toy::kMaxCycleCap));
   f.max_cycles = static_cast<std::uint64_t>(cycles);

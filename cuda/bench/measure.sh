@@ -359,7 +359,7 @@ run_stream() {
                "--seq 131072 --dim 128 --k 8 --heads 2" "--seq 1048576 --dim 128 --k 8 --threads 16"; do
     # shellcheck disable=SC2086 # the shape is a list of flags
     step_timeout=120 step "$logs/stream_traffic_$((i++)).txt" "$bin/flashlab" traffic stream --device cuda $shape \
-      --csv "$logs/stream_traffic.csv"   # the command appends its rows to that file
+      --append-csv "$logs/stream_traffic.csv"   # the command appends its rows to that file
   done
   # Planted needles at T = 1M, k = 16: 64 query blocks x 8 needles (512) per kernel and lead-in.
   local lead kernel
@@ -367,11 +367,11 @@ run_stream() {
     for lead in lead-in no-lead-in; do
       local flag=(); [ "$lead" = lead-in ] || flag=(--no-lead-in)
       step_timeout=300 step "$logs/stream_needles_${kernel}_$lead.txt" "$bin/flashlab" stream needles --device cuda \
-        --kernel "$kernel" --seq 1048576 --dim 128 --bq 64 --bk 64 --k 16 --needle-blocks 64 --needles 8 "${flag[@]}"
+        --kernel "$kernel" --seq 1048576 --dim 128 --block-m 64 --block-n 64 --k 16 --needle-blocks 64 --needles 8 "${flag[@]}"
     done
   done
   step_timeout=60 step "$logs/stream_estimate.txt" "$bin/flashlab" stream estimate --device cuda --seq 20000 --dim 32 \
-    --heads 3 --bq 64 --bk 32 --k 8 --compare
+    --heads 3 --block-m 64 --block-n 32 --k 8 --compare
   stream_timings "$bin" "$logs"
   finish "$out" "$status" stream
 }

@@ -34,8 +34,8 @@ def main():
     snippet = m.group(1)
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
-        subprocess.run([flashlab, "stream", "trace", "--store", store, "--seq", "700", "--dim", "8", "--bq", "16",
-                        "--bk", "12", "--k", "5", "--layers", "2", "--heads", "3", "--workload", "needles",
+        subprocess.run([flashlab, "stream", "trace", "--store", store, "--seq", "700", "--dim", "8", "--block-m", "16",
+                        "--block-n", "12", "--k", "5", "--layers", "2", "--heads", "3", "--workload", "needles",
                         "--needle-blocks", "2", "--needles", "2", "--with-scores"], check=True, stdout=subprocess.DEVNULL)
         manifest = json.load(open(os.path.join(store, "manifest.json")))
         for layer, head, q in [(0, 0, 0), (1, 2, 43), (0, 1, 30), (1, 0, 22)]:

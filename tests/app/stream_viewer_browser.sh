@@ -22,7 +22,7 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; echo "--- DOM (first lines) ---"; head -c 3000 "$work/dom.html" 2>/dev/null || true; echo; exit 1; }
 
-"$flashlab" stream trace --store "$work/store" --seq 2048 --dim 32 --bq 64 --bk 64 --k 8 --layers 2 --heads 2 \
+"$flashlab" stream trace --store "$work/store" --seq 2048 --dim 32 --block-m 64 --block-n 64 --k 8 --layers 2 --heads 2 \
   --workload needles > /dev/null
 "$flashlab" stream serve "$work/store" --port 0 --exit-after 100 > "$work/serve.log" 2>&1 &
 server=$!

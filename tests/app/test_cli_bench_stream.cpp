@@ -16,7 +16,7 @@ TEST_CASE("cli bench stream: --help names the method and every flag", "[cli][ben
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("Usage: flashlab bench stream") && Catch::Contains("CUDA events") &&
                         Catch::Contains("L2") && Catch::Contains("median") && Catch::Contains("beyond"));
-  for (const char* flag : {"--pass", "--kernel", "--seq", "--dim", "--k", "--heads", "--bq", "--bk", "--dtype", "--group",
+  for (const char* flag : {"--pass", "--kernel", "--seq", "--dim", "--k", "--heads", "--block-m", "--block-n", "--dtype", "--group",
                            "--reps", "--warmup", "--check-indices", "--traffic", "--csv"}) {
     INFO(flag);
     CHECK_THAT(r.out, Catch::Contains(flag));
@@ -33,7 +33,7 @@ TEST_CASE("cli bench stream: bad flags are usage errors naming the flag", "[cli]
   expect_usage_error("bench stream --k 0", "--k: '0'");
   expect_usage_error("bench stream --dim 64,abc", "--dim: 'abc'");
   expect_usage_error("bench stream --heads 0", "--heads 0 is out of range");
-  expect_usage_error("bench stream --bq 256", "--bq 256 is out of range");
+  expect_usage_error("bench stream --block-m 256", "--block-m 256 is out of range");
   expect_usage_error("bench stream --group 3", "--group 3 is out of range");
   expect_usage_error("bench stream --reps 0", "--reps 0 is out of range");
   expect_usage_error("bench stream --warmup -1", "--warmup");

@@ -102,10 +102,10 @@ TEST_CASE("mta on cpu and cuda: one dtype, non-finite and shape rule for the inp
 }
 
 TEST_CASE("stream on cpu and cuda: the same flags are refused with the same message", "[cli][stream][device]") {
-  const std::string ok = " --bq 4 --bk 4 --k 2";
+  const std::string ok = " --block-m 4 --block-n 4 --k 2";
   same_error_on_both_devices("stream estimate --seq 0 --dim 4" + ok, "--seq 0 is out of range");
-  same_error_on_both_devices("stream estimate --seq 16" + ok, "--dim is required without --inputs");
-  same_error_on_both_devices("stream estimate --seq 16 --dim 4 --bk 4 --k 2", "--bq is required");
+  same_error_on_both_devices("stream estimate --seq 16 --dim 0" + ok, "--dim 0 is out of range");
+  same_error_on_both_devices("stream estimate --seq 16 --dim 4 --block-n 4 --k 2", "--block-m is required");
   same_error_on_both_devices("stream estimate --seq 16 --dim 4 --seed -1" + ok, "--seed -1 is out of range");
   same_error_on_both_devices("stream estimate --seq 16 --dim 4 --threads 0" + ok, "--threads 0 is out of range");
   same_error_on_both_devices("stream estimate --seq 16 --dim 4 --memory-limit 12X" + ok, "--memory-limit '12X' is not a size");
@@ -118,7 +118,7 @@ TEST_CASE("stream on cpu and cuda: the same flags are refused with the same mess
 TEST_CASE("stream on cpu and cuda: one dtype and non-finite rule for the input files", "[cli][stream][device]") {
   const std::vector<std::size_t> shape{16, 4};
   const fs::path dir = inputs("siblings_stream", shape, false);
-  const std::string cmd = "stream apply --bq 4 --bk 4 --k 2 --inputs '" + dir.string() + "'";
+  const std::string cmd = "stream apply --block-m 4 --block-n 4 --k 2 --inputs '" + dir.string() + "'";
   SECTION("NaN and Inf are named with the file and the first index") {
     write_with(dir / "q.npy", shape, 13, std::numeric_limits<double>::quiet_NaN());
     same_error_on_both_devices(cmd, (dir / "q.npy").string() + ": element [3, 1] (flat index 13) is NaN");
@@ -155,12 +155,12 @@ TEST_CASE("mta and stream: help names every subcommand and --device, and --devic
   const auto stream = run_cli("stream --help");
   for (const char* word : {"estimate", "apply", "trace", "needles", "--device cpu|cuda", "--allow-nonfinite"})
     CHECK_THAT(stream.out, Catch::Contains(word));
-  const auto cpu = run_cli("stream estimate --seq 16 --dim 4 --bq 4 --bk 4 --k 2 --device cpu");
+  const auto cpu = run_cli("stream estimate --seq 16 --dim 4 --block-m 4 --block-n 4 --k 2 --device cpu");
   CHECK(cpu.exit_code == 0);
   CHECK_THAT(cpu.out, Catch::Contains("stream estimate  T=16"));
-  const auto eq = run_cli("stream estimate --seq 16 --dim 4 --bq 4 --bk 4 --k 2 --device=cpu");
+  const auto eq = run_cli("stream estimate --seq 16 --dim 4 --block-m 4 --block-n 4 --k 2 --device=cpu");
   CHECK(eq.exit_code == 0);
-  const auto tpu = run_cli("stream estimate --seq 16 --dim 4 --bq 4 --bk 4 --k 2 --device tpu");
+  const auto tpu = run_cli("stream estimate --seq 16 --dim 4 --block-m 4 --block-n 4 --k 2 --device tpu");
   CHECK(tpu.exit_code == 2);
   CHECK_THAT(tpu.err, Catch::Contains("--device 'tpu' is unknown"));
 }

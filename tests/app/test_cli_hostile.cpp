@@ -80,7 +80,7 @@ void check_cases(const std::vector<Case>& cases) {
 // The three commands on one inputs directory, `fwd`/`estimate` with the given extra flags.
 std::vector<std::string> three_commands(const fs::path& nd, const fs::path& td, const std::string& extra = "") {
   return {"attention fwd --inputs '" + nd.string() + "'" + extra, "mta fwd --inputs '" + nd.string() + "'" + extra,
-          "stream apply --bq 4 --bk 4 --k 2 --inputs '" + td.string() + "'" + extra};
+          "stream apply --block-m 4 --block-n 4 --k 2 --inputs '" + td.string() + "'" + extra};
 }
 
 }  // namespace
@@ -204,11 +204,11 @@ TEST_CASE("hostile flags: sizes each in range whose product is terabytes are ref
        "above the memory limit of 8.00 GiB (8589934592 bytes) (--memory-limit)"},
       {"attention bwd --seq 8192 --heads 1024 --dim 1024 --batch 1024", 2, "TiB"},
       {"mta bwd --seq 4096 --heads 256 --dim 1024 --batch 256 --memory-limit 8G", 2, "needs 24.00 TiB"},
-      {"stream apply --seq 16777216 --dim 4096 --bq 64 --bk 64 --k 8 --memory-limit 8G", 2, "above the memory limit"},
-      {"stream estimate --seq 16777216 --dim 4 --bq 1 --bk 1 --k 8 --mask nowhere.txt", 2, "--mask nowhere.txt: no such file"},
+      {"stream apply --seq 16777216 --dim 4096 --block-m 64 --block-n 64 --k 8 --memory-limit 8G", 2, "above the memory limit"},
+      {"stream estimate --seq 16777216 --dim 4 --block-m 1 --block-n 1 --k 8 --mask nowhere.txt", 2, "--mask nowhere.txt: no such file"},
       {"attention fwd --seq 64 --dim 8 --memory-limit 0", 2, "--memory-limit '0' is not a size"},
       {"attention fwd --seq 64 --dim 8 --seed -1", 2, "--seed -1 is out of range"},
-      {"stream estimate --seq 64 --dim 8 --bq 8 --bk 8 --k 2 --seed -1", 2, "--seed -1 is out of range"},
+      {"stream estimate --seq 64 --dim 8 --block-m 8 --block-n 8 --k 2 --seed -1", 2, "--seed -1 is out of range"},
       {"mta fwd --scale -0.5", 2, "--scale must be a positive finite number"},
       {"attention fwd --seq 64 --dim 8 --scale -0.5", 2, "--scale must be a positive finite number"},
   });
@@ -216,7 +216,7 @@ TEST_CASE("hostile flags: sizes each in range whose product is terabytes are ref
 
 TEST_CASE("hostile masks: sizes are checked before the mask is read or allocated", "[cli][hostile][stream]") {
   const fs::path dir = fresh_temp_dir("hostile_mask");
-  const std::string base = "stream estimate --seq 64 --dim 4 --bq 8 --bk 8 --k 2 --mask '";
+  const std::string base = "stream estimate --seq 64 --dim 4 --block-m 8 --block-n 8 --k 2 --mask '";
   write_raw_npy(dir / "wrap.npy", dict("|u1", "(4611686018427387904, 4611686018427387904, 4)"), 200);
   write_raw_npy(dir / "declares.npy", dict("|u1", "(8, 8)"), 3);
   write_raw_npy(dir / "shape.npy", dict("|u1", "(3, 2)"), 6);
@@ -229,7 +229,7 @@ TEST_CASE("hostile masks: sizes are checked before the mask is read or allocated
       {base + (dir / "big.npy").string() + "'", 2, "it needs 4.00 GiB (4294967296 bytes), the file holds 200 bytes"},
       {base + (dir / "short.txt").string() + "'", 2, "short.txt:2:1: block mask has 1 rows; expected n_q = 8"},
       // One-token blocks at T = 2^24: n_q·n_k = 2^48 entries, refused before a byte is read.
-      {"stream estimate --seq 16777216 --dim 1 --bq 1 --bk 1 --k 1 --memory-limit 8G --mask '" +
+      {"stream estimate --seq 16777216 --dim 1 --block-m 1 --block-n 1 --k 1 --memory-limit 8G --mask '" +
            (dir / "short.txt").string() + "'",
        2, "a block mask of shape (16777216, 16777216)"},
   });

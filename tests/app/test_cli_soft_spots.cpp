@@ -154,7 +154,7 @@ TEST_CASE("soft spots: --save onto a file or an unwritable directory", "[cli][so
                      "is a file, not a directory");
   expect_usage_error("attention fwd --seq 8 --dim 4 --save '" + (dir / "file" / "sub").string() + "'",
                      "cannot create the directory");
-  expect_usage_error("stream estimate --seq 16 --dim 4 --bq 4 --bk 4 --k 2 --save '" + (dir / "file").string() + "'",
+  expect_usage_error("stream estimate --seq 16 --dim 4 --block-m 4 --block-n 4 --k 2 --save '" + (dir / "file").string() + "'",
                      "is a file, not a directory");
   expect_usage_error("mta fwd --save '" + (dir / "file").string() + "'", "is a file, not a directory");
   fs::remove_all(dir);

@@ -44,7 +44,7 @@ TEST_CASE("cli stream: --help names the subcommands and the flags", "[cli][strea
 
 TEST_CASE("cli stream: estimate writes indices.npy [n_q, k], valid under causality", "[cli][stream]") {
   const auto dir = fresh_temp_dir("stream_est");
-  auto r = run_cli("stream estimate --seq 203 --dim 8 --bq 8 --bk 6 --k 4 --seed 3 --save " + dir);
+  auto r = run_cli("stream estimate --seq 203 --dim 8 --block-m 8 --block-n 6 --k 4 --seed 3 --save " + dir);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("validity invariant holds"));
   const auto a = flashlab::ref::read_npy(fs::path(dir) / "indices.npy");
@@ -72,7 +72,7 @@ TEST_CASE("cli stream: identical outputs for 1, 2 and 4 threads", "[cli][stream]
   std::string est_ref, o_ref, e_ref;
   for (int threads : {1, 2, 4}) {
     const auto dir = fresh_temp_dir("stream_thr");
-    const std::string common = " --seq 300 --dim 16 --bq 12 --bk 10 --k 3 --seed 9 --threads " + std::to_string(threads) + " --save " + dir;
+    const std::string common = " --seq 300 --dim 16 --block-m 12 --block-n 10 --k 3 --seed 9 --threads " + std::to_string(threads) + " --save " + dir;
     REQUIRE(run_cli("stream estimate" + common).exit_code == 0);
     REQUIRE(run_cli("stream apply" + common).exit_code == 0);
     REQUIRE(run_cli("stream trace" + common).exit_code == 0);
@@ -97,14 +97,14 @@ TEST_CASE("cli stream: identical outputs for 1, 2 and 4 threads", "[cli][stream]
 TEST_CASE("cli stream: apply from --inputs writes o.npy and passes the dense check", "[cli][stream]") {
   const auto dir = fresh_temp_dir("stream_in");
   write_inputs(dir, 45, 5, 45);
-  auto r = run_cli("stream apply --bq 4 --bk 3 --k 2 --dtype fp64 --check --inputs " + dir + " --save " + dir);
+  auto r = run_cli("stream apply --block-m 4 --block-n 3 --k 2 --precision double --check --inputs " + dir + " --save " + dir);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("T=45 d=5") && Catch::Contains("PASS"));
   const auto o = flashlab::ref::read_npy(fs::path(dir) / "o.npy");
   CHECK(o.descr == "<f8");
   CHECK(o.shape == std::vector<std::size_t>{45, 5});
   // --json reports the same check as data.
-  auto j = run_cli("stream apply --bq 4 --bk 3 --k 2 --dtype fp64 --check --json --inputs " + dir);
+  auto j = run_cli("stream apply --block-m 4 --block-n 3 --k 2 --precision double --check --json --inputs " + dir);
   REQUIRE(j.exit_code == 0);
   CHECK_THAT(j.out, Catch::Contains("\"passed\": true") && Catch::Contains("\"validity_invariant\": true") &&
                         Catch::Contains("\"indices_checksum\""));
@@ -112,14 +112,14 @@ TEST_CASE("cli stream: apply from --inputs writes o.npy and passes the dense che
 
 TEST_CASE("cli stream: trace writes a structured .npy or a CSV edge list", "[cli][stream]") {
   const auto dir = fresh_temp_dir("stream_trace");
-  REQUIRE(run_cli("stream trace --seq 40 --dim 4 --bq 4 --bk 4 --k 2 --save " + dir).exit_code == 0);
+  REQUIRE(run_cli("stream trace --seq 40 --dim 4 --block-m 4 --block-n 4 --k 2 --save " + dir).exit_code == 0);
   const std::string npy = slurp(fs::path(dir) / "edges.npy");
   CHECK_THAT(npy, Catch::Contains("('q', '<i8')") && Catch::Contains("('mass', '<f8')") &&
                       Catch::Contains("('value_norm', '<f8')"));
   // n_q = 10; block 0 has one valid block, the others ≥ 2 → 1 + 9·2 = 19 records of 48 bytes.
   CHECK_THAT(npy, Catch::Contains("(19,)"));
   CHECK(npy.size() % 64 == (19 * 48) % 64);
-  REQUIRE(run_cli("stream trace --seq 40 --dim 4 --bq 4 --bk 4 --k 2 --format csv --save " + dir).exit_code == 0);
+  REQUIRE(run_cli("stream trace --seq 40 --dim 4 --block-m 4 --block-n 4 --k 2 --format csv --save " + dir).exit_code == 0);
   std::ifstream csv(fs::path(dir) / "edges.csv");
   std::string line;
   std::getline(csv, line);
@@ -133,7 +133,7 @@ TEST_CASE("cli stream: a text mask with an all-zero row gives an all-empty row o
   const auto dir = fresh_temp_dir("stream_mask");
   // T = 16, b = 4: n_q = n_k = 4. Row 2 masks everything.
   std::ofstream(fs::path(dir) / "mask.txt") << "1111\n1111\n0000\n1011\n";
-  auto r = run_cli("stream estimate --seq 16 --dim 4 --bq 4 --bk 4 --k 2 --mask " + dir + "/mask.txt --json");
+  auto r = run_cli("stream estimate --seq 16 --dim 4 --block-m 4 --block-n 4 --k 2 --mask " + dir + "/mask.txt --json");
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("[\n      -1,\n      -1\n    ]"));
   CHECK_THAT(r.out, Catch::Contains("\"validity_invariant\": true"));
@@ -146,25 +146,26 @@ TEST_CASE("cli stream: bad flags and inputs are usage errors naming the flag or 
   const auto dir = fresh_temp_dir("stream_err");
   write_inputs(dir, 20, 3, 19);  // k.npy has one row too few
   std::ofstream(fs::path(dir) / "bad.txt") << "1111\n1z11\n1111\n1111\n";
-  const std::string ok = " --seq 16 --dim 4 --bq 4 --bk 4 --k 2";
+  const std::string ok = " --seq 16 --dim 4 --block-m 4 --block-n 4 --k 2";
   const Bad bad[] = {
       {"stream", "missing subcommand"},
       {"stream frob" + ok, "unknown stream subcommand 'frob'"},
-      {"stream estimate --seq 16 --dim 4 --bk 4 --k 2", "--bq is required"},
-      {"stream estimate --dim 4 --bq 4 --bk 4 --k 2", "--seq is required"},
-      {"stream estimate --seq 16 --dim 4 --bq 4 --bk 4 --k 0", "--k 0 is out of range"},
-      {"stream estimate --seq 16 --dim 4 --bq -3 --bk 4 --k 2", "--bq -3 is out of range"},
-      {"stream estimate --seq abc --dim 4 --bq 4 --bk 4 --k 2", "seq"},
+      {"stream estimate --seq 16 --dim 4 --block-n 4 --k 2", "--block-m is required"},
+      {"stream estimate --dim 4 --block-m 4 --block-n 4 --k 2", "--seq is required"},
+      {"stream estimate --seq 16 --dim 4 --block-m 4 --block-n 4 --k 0", "--k 0 is out of range"},
+      {"stream estimate --seq 16 --dim 4 --block-m -3 --block-n 4 --k 2", "--block-m -3 is out of range"},
+      {"stream estimate --seq abc --dim 4 --block-m 4 --block-n 4 --k 2", "seq"},
       {"stream estimate" + ok + " --threads 0", "--threads 0 is out of range"},
-      {"stream estimate" + ok + " --dtype fp16", "--dtype 'fp16'"},
+      {"stream estimate" + ok + " --precision half", "--precision 'half'"},
+      {"stream estimate" + ok + " --dtype fp64", "--dtype is not a flag of this command; use --precision"},
       {"stream estimate" + ok + " --format csv", "--format applies to 'stream trace' only"},
       {"stream trace" + ok + " --format xml", "--format 'xml'"},
       {"stream estimate" + ok + " --mask " + dir + "/none.npy", "none.npy: no such file"},
       {"stream estimate" + ok + " --mask " + dir + "/bad.txt", "bad.txt:2:2"},
-      {"stream estimate --bq 4 --bk 4 --k 2 --inputs " + dir, "k.npy: has 19 rows, expected T = 20"},
-      {"stream estimate --bq 4 --bk 4 --k 2 --seq 21 --inputs " + dir, "q.npy: has 20 rows, expected T = 21"},
-      {"stream estimate --bq 4 --bk 4 --k 2 --inputs " + dir + "/nowhere", "--inputs"},
-      {"stream apply --seq 20000 --dim 4 --bq 64 --bk 64 --k 2 --check", "--check computes dense attention"},
+      {"stream estimate --block-m 4 --block-n 4 --k 2 --inputs " + dir, "k.npy: has 19 rows, expected T = 20"},
+      {"stream estimate --block-m 4 --block-n 4 --k 2 --seq 21 --inputs " + dir, "q.npy: has 20 rows, expected T = 21"},
+      {"stream estimate --block-m 4 --block-n 4 --k 2 --inputs " + dir + "/nowhere", "--inputs"},
+      {"stream apply --seq 20000 --dim 4 --block-m 64 --block-n 64 --k 2 --check", "--check computes dense attention"},
       {"stream estimate" + ok + " --bogus 1", "bogus"},
   };
   for (const auto& b : bad) {
@@ -177,22 +178,22 @@ TEST_CASE("cli stream: bad flags and inputs are usage errors naming the flag or 
   const auto dir2 = fresh_temp_dir("stream_err2");
   write_inputs(dir2, 20, 3, 20);
   fs::remove(fs::path(dir2) / "v.npy");
-  auto r = run_cli("stream apply --bq 4 --bk 4 --k 2 --inputs " + dir2);
+  auto r = run_cli("stream apply --block-m 4 --block-n 4 --k 2 --inputs " + dir2);
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("v.npy"));
-  CHECK(run_cli("stream estimate --bq 4 --bk 4 --k 2 --inputs " + dir2).exit_code == 0);  // estimate needs no V
+  CHECK(run_cli("stream estimate --block-m 4 --block-n 4 --k 2 --inputs " + dir2).exit_code == 0);  // estimate needs no V
 }
 
 TEST_CASE("cli stream: --kernel chooses clear or fast, and fast is the GPU estimate only", "[cli][stream][errors]") {
   struct Bad {
     std::string args, expect;
   };
-  const std::string ok = " --seq 256 --dim 64 --bq 64 --bk 64 --k 2";
+  const std::string ok = " --seq 256 --dim 64 --block-m 64 --block-n 64 --k 2";
   const Bad bad[] = {
       {"stream estimate --device cuda --kernel turbo" + ok, "--kernel 'turbo' is unknown"},
       {"stream trace --device cuda --kernel fast" + ok, "--kernel fast: the fast kernels estimate and apply"},
-      {"stream needles --kernel fast --seq 16384 --dim 128 --bq 64 --bk 64 --k 16", "--kernel fast runs on the GPU"},
-      {"stream needles --device cuda --kernel slow --seq 16384 --dim 128 --bq 64 --bk 64 --k 16", "--kernel 'slow'"},
+      {"stream needles --kernel fast --seq 16384 --dim 128 --block-m 64 --block-n 64 --k 16", "--kernel fast runs on the GPU"},
+      {"stream needles --device cuda --kernel slow --seq 16384 --dim 128 --block-m 64 --block-n 64 --k 16", "--kernel 'slow'"},
   };
   for (const auto& b : bad) {
     auto r = run_cli(b.args);

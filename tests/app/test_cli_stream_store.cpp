@@ -60,7 +60,7 @@ void expect_head_equals(const rs::Store& st, std::size_t segment, const std::vec
   CHECK(i == edges.size());
 }
 
-const char* kTrace = "stream trace --seq 300 --dim 8 --bq 8 --bk 6 --k 3 --layers 2 --heads 2 --seed 4 --store ";
+const char* kTrace = "stream trace --seq 300 --dim 8 --block-m 8 --block-n 6 --k 3 --layers 2 --heads 2 --seed 4 --store ";
 
 }  // namespace
 
@@ -109,7 +109,7 @@ TEST_CASE("cli stream store: --resume continues an interrupted trace to the same
     w.append_edges(traced(in.Q, in.K, in.V, L.geometry, 3));
     w.end_head();
   }
-  expect_usage_error("stream trace --seq 300 --dim 8 --bq 8 --bk 6 --k 3 --layers 2 --heads 2 --seed 5 --resume --store " + part,
+  expect_usage_error("stream trace --seq 300 --dim 8 --block-m 8 --block-n 6 --k 3 --layers 2 --heads 2 --seed 5 --resume --store " + part,
                      "--resume: the store");  // other inputs than the interrupted trace's
   const auto r = run_cli(std::string(kTrace) + part + " --resume");
   REQUIRE(r.exit_code == 0);
@@ -131,7 +131,7 @@ TEST_CASE("cli stream store: [T, H, D] inputs with shared key/value heads are tr
   flashlab::ref::write_npy(fs::path(dir) / "k.npy", {T, Hkv, D}, k.data());
   flashlab::ref::write_npy(fs::path(dir) / "v.npy", {T, Hkv, 3}, v.data());
   const auto store = dir + "/s";
-  const auto r = run_cli("stream trace --bq 8 --bk 8 --k 4 --inputs " + dir + " --store " + store);
+  const auto r = run_cli("stream trace --block-m 8 --block-n 8 --k 4 --inputs " + dir + " --store " + store);
   REQUIRE(r.exit_code == 0);
   const auto st = rs::Store::open(store);
   REQUIRE(st.layout().heads == 4);
@@ -148,7 +148,7 @@ TEST_CASE("cli stream store: [T, H, D] inputs with shared key/value heads are tr
     }
     expect_head_equals(st, h, traced(Q, K, V, g, 4));
   }
-  expect_usage_error("stream trace --bq 8 --bk 8 --k 4 --inputs " + dir + " --heads 2 --store " + dir + "/t", "--inputs gives the layers");
+  expect_usage_error("stream trace --block-m 8 --block-n 8 --k 4 --inputs " + dir + " --heads 2 --store " + dir + "/t", "--inputs gives the layers");
 }
 
 TEST_CASE("cli stream query: answers equal the library's, bad questions are usage errors", "[cli][stream][store]") {
@@ -213,7 +213,7 @@ TEST_CASE("cli stream query: answers equal the library's, bad questions are usag
 
 TEST_CASE("cli stream fidelity: k = n_k keeps everything, rows match the library, limits are refused",
           "[cli][stream][fidelity]") {
-  auto r = run_cli("stream fidelity --seq 512 --dim 16 --bq 32 --bk 32 --k 2,16 --workload random,structured --json");
+  auto r = run_cli("stream fidelity --seq 512 --dim 16 --block-m 32 --block-n 32 --k 2,16 --workload random,structured --json");
   REQUIRE(r.exit_code == 0);
   const auto doc = json::parse(r.out, "fidelity");
   const auto& rows = doc.at("rows").as_array();
@@ -231,7 +231,7 @@ TEST_CASE("cli stream fidelity: k = n_k keeps everything, rows match the library
   CHECK(rows[0].at("workload").as_string() == "random");
   CHECK(rows[0].at("recall").as_double() == f.recall());
   CHECK(rows[0].at("mass_kept").as_double() == f.mass_kept);
-  r = run_cli("stream fidelity --seq 512 --dim 16 --bq 32 --bk 32 --k 4 --workload needles");
+  r = run_cli("stream fidelity --seq 512 --dim 16 --block-m 32 --block-n 32 --k 4 --workload needles");
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("planted found") && Catch::Contains("/16"));
   // The user's Q and K, [T, H, D] with one key head shared by both query heads: a row per head.
@@ -241,7 +241,7 @@ TEST_CASE("cli stream fidelity: k = n_k keeps everything, rows match the library
   for (std::size_t i = 0; i < kv.size(); ++i) kv[i] = std::cos(0.3 * double(i));
   flashlab::ref::write_npy(fs::path(in_dir) / "q.npy", {200, 2, 6}, qv.data());
   flashlab::ref::write_npy(fs::path(in_dir) / "k.npy", {200, 1, 6}, kv.data());
-  r = run_cli("stream fidelity --bq 20 --bk 20 --k 10 --inputs " + in_dir + " --json");
+  r = run_cli("stream fidelity --block-m 20 --block-n 20 --k 10 --inputs " + in_dir + " --json");
   REQUIRE(r.exit_code == 0);
   const auto user = json::parse(r.out, "fidelity --inputs");
   REQUIRE(user.at("rows").as_array().size() == 2);
@@ -250,16 +250,16 @@ TEST_CASE("cli stream fidelity: k = n_k keeps everything, rows match the library
     CHECK(row.at("recall").as_double() == 1.0);  // k = n_k = 10
   }
   CHECK(user.at("rows").as_array()[1].at("head").as_uint() == 1);
-  expect_usage_error("stream fidelity --bq 20 --bk 20 --k 10 --inputs " + in_dir + " --workload random", "--workload and --inputs");
-  expect_usage_error("stream fidelity --seq 20000 --dim 16 --bq 32 --bk 32 --k 4", "--seq");
-  expect_usage_error("stream fidelity --seq 512 --dim 16 --bq 32 --bk 32 --k 4,x", "--k");
-  expect_usage_error("stream fidelity --seq 512 --dim 16 --bq 32 --bk 32 --k 4 --workload dense", "'dense' is unknown");
-  expect_usage_error("stream fidelity --seq 512 --dim 4 --bq 32 --bk 32 --k 4 --workload structured", "d ≥ 8");
+  expect_usage_error("stream fidelity --block-m 20 --block-n 20 --k 10 --inputs " + in_dir + " --workload random", "--workload and --inputs");
+  expect_usage_error("stream fidelity --seq 20000 --dim 16 --block-m 32 --block-n 32 --k 4", "--seq");
+  expect_usage_error("stream fidelity --seq 512 --dim 16 --block-m 32 --block-n 32 --k 4,x", "--k");
+  expect_usage_error("stream fidelity --seq 512 --dim 16 --block-m 32 --block-n 32 --k 4 --workload dense", "'dense' is unknown");
+  expect_usage_error("stream fidelity --seq 512 --dim 4 --block-m 32 --block-n 32 --k 4 --workload structured", "d ≥ 8");
 }
 
 TEST_CASE("cli stream serve: a port in use and a missing store are usage errors", "[cli][stream][serve]") {
   const auto dir = fresh_temp_dir("cli_serve") + "/s";
-  REQUIRE(run_cli("stream trace --seq 64 --dim 4 --bq 8 --bk 8 --k 2 --store " + dir).exit_code == 0);
+  REQUIRE(run_cli("stream trace --seq 64 --dim 4 --block-m 8 --block-n 8 --k 2 --store " + dir).exit_code == 0);
   // Hold a loopback port, then ask the server for it.
   const int sock = ::socket(AF_INET, SOCK_STREAM, 0);
   REQUIRE(sock >= 0);

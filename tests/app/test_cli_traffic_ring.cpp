@@ -100,7 +100,7 @@ TEST_CASE("cli traffic ring: bad flags are usage errors naming the flag", "[cli]
   expect_usage_error("traffic ring --gpus 4 --seq 1024 --pass up", "--pass 'up' is unknown");
   expect_usage_error("traffic ring --gpus 4 --seq 1024 --link-gbps 0", "--link-gbps");
   expect_usage_error("traffic ring --gpus 4 --seq 1024 --tflops -5", "--tflops");
-  expect_usage_error("traffic ring --gpus 4 --seq 1024 --csv --json", "--csv and --json both given");
+  expect_usage_error("traffic ring --gpus 4 --seq 1024 --csv --json", "--json and --csv exclude each other");
   expect_usage_error("traffic ring --gpus 4 --seq 1024 --device tpu", "--device 'tpu' is unknown");
 #ifdef FLASHLAB_TEST_HAVE_CUDA
   expect_usage_error("traffic ring --gpus 4 --seq 1024 --device cuda", "not part of this command yet");
