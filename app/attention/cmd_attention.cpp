@@ -60,7 +60,7 @@ po::options_description options() {
       ("heads", po::value<long long>()->default_value(1), "H, number of query heads")
       ("heads-kv", po::value<long long>(), "H_kv, number of K/V heads, dividing H (default H; 1 is multi-query)")
       ("window", po::value<std::string>(), "L,R: keys seen left and right of the diagonal; -1 unbounded (e.g. 128,0)")
-      ("cu-seqlens", po::value<std::string>(), "FILE with cu_seqlens_q (and cu_seqlens_k): packed variable-length sequences")
+      ("cu-seqlens", po::value<std::string>(), "FILE with cu_seqlens_q (and cu_seqlens_k): packed variable-length sequences (- reads standard input)")
       ;
   add_required_dim_option(d, "; 1..1024; from q.npy with --inputs");
   d.add_options()

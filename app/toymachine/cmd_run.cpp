@@ -224,9 +224,9 @@ int cmd_run(const Args& args) {
     po::options_description desc("Options");
     desc.add_options()
         ("help,h", "show this help")
-        ("trace", po::value<std::string>(), "the trace file (positional)")
+        ("trace", po::value<std::string>(), "the trace file (positional; - reads standard input)")
         ("machine,m", po::value<std::string>(), ("built-in machine profile: " + builtin_list()).c_str())
-        ("machine-file", po::value<std::string>(), "a user-defined machine (format: docs/toymachine.md)")
+        ("machine-file", po::value<std::string>(), "a user-defined machine (format: docs/toymachine.md; - reads standard input)")
         ("inputs", po::value<std::vector<std::string>>()->composing(), "give one input array: name=v1,v2,… (row-major; repeatable)")
         ("table", po::bool_switch(), "print the lesson's step table (Step | Instruction | one column per register)")
         ("numeric", po::bool_switch(), "numbers only: no symbolic values, no history (fast)")
@@ -311,7 +311,7 @@ int cmd_machines(const Args& args) {
     desc.add_options()
         ("help,h", "show this help")
         ("n", po::value<long long>()->default_value(8), "size the softmax arrays with this n")
-        ("machine-file", po::value<std::string>(), "describe a user-defined machine instead");
+        ("machine-file", po::value<std::string>(), "describe a user-defined machine instead (- reads standard input)");
     const auto vm = parse(args, desc);
     if (vm.count("help")) {
       print_help(std::cout, "machines [--n N] [--machine-file F]",

@@ -309,7 +309,7 @@ int cmd_step(const Args& args) {
   return guarded("step", [&]() -> int {
     po::options_description desc("Options");
     desc.add_options()("help,h", "show this help")("machine,m", po::value<std::string>(), "built-in machine profile")(
-        "machine-file", po::value<std::string>(), "a machine file (docs/toymachine.md)")(
+        "machine-file", po::value<std::string>(), "a machine file (docs/toymachine.md; - reads standard input)")(
         "lesson", po::value<std::string>(), "use lesson ID's machine (and its starter when no TRACE is given)")(
         "plain", "print the step table and counters instead of the full-screen view")(
         "numeric", "start with numeric values");
