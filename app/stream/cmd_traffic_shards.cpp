@@ -8,6 +8,7 @@
 
 #include "core/cli.hpp"
 #include "core/commands.hpp"
+#include "stream/stream_flags.hpp"
 #include "flashlab/reference/stream_shards.hpp"
 #include "flashlab/reference/tensor.hpp"
 
@@ -18,7 +19,7 @@ namespace {
 namespace rs = flashlab::ref::stream;
 
 constexpr const char* kUsageLine =
-    "traffic stream-shards [--gpus G] [--seq T] [--dim D] [--bq BQ] [--bk BK] [--k K] [--seed S]\n"
+    "traffic stream-shards [--gpus G] [--seq T] [--dim D] [--block-m BM] [--block-n BN] [--k K] [--seed S]\n"
     "                              [--mask FILE] [--link-bytes E] [--threads N] [--csv|--json]";
 constexpr const char* kSummary =
     "STREAM with the sequence cut into G contiguous shards (one per GPU), simulated on the CPU on\n"
@@ -37,16 +38,16 @@ po::options_description options() {
   d.add_options()("help,h", "show this help")
       ("gpus", po::value<long long>()->default_value(4), "G, ranks (GPUs) the sequence is cut into")
       ("seq", po::value<long long>()->default_value(65536), "T, sequence length")
-      ("dim", po::value<long long>()->default_value(128), "d, head dimension")
-      ("bq", po::value<long long>()->default_value(64), "b_q, query-block size")
-      ("bk", po::value<long long>()->default_value(64), "b_k, key-block size")
-      ("k", po::value<long long>()->default_value(16), "key blocks kept per query block")
-      ("seed", po::value<long long>()->default_value(0), "seed of the random inputs")
+      ;
+  add_dim_option(d);
+  add_tile_options(d, 64, 64, kStreamTiles);
+  d.add_options()("k", po::value<long long>()->default_value(16), "key blocks kept per query block");
+  add_seed_option(d);
+  d.add_options()
       ("mask", po::value<std::string>(), "user block mask file (as stream estimate --mask)")
       ("link-bytes", po::value<long long>()->default_value(2), "bytes per element of Q, K, V on the links (1, 2, 4, 8)")
-      ("threads", po::value<long long>()->default_value(8), "CPU threads of the simulation")
-      ("csv", po::bool_switch(), "print the schemes as CSV")
-      ("json", po::bool_switch(), "print everything as one JSON object");
+      ("threads", po::value<long long>()->default_value(8), "CPU threads of the simulation");
+  add_output_options(d);
   return d;
 }
 
@@ -108,8 +109,8 @@ void print_json(std::ostream& os, const rs::ShardedEstimate& s, const rs::Geomet
   j.begin_object();
   j.key("T").value(std::uint64_t(g.T));
   j.key("d").value(std::uint64_t(d));
-  j.key("bq").value(std::uint64_t(g.bq));
-  j.key("bk").value(std::uint64_t(g.bk));
+  j.key("block_m").value(std::uint64_t(g.bq));
+  j.key("block_n").value(std::uint64_t(g.bk));
   j.key("k").value(std::uint64_t(k));
   j.key("gpus").value(std::uint64_t(s.shards.size()));
   j.key("link_elem_bytes").value(std::uint64_t(e));
@@ -154,19 +155,18 @@ int cmd_traffic_shards(const Args& args) {
     require_range("gpus", vm["gpus"].as<long long>(), 1, 1024);
     require_range("seq", vm["seq"].as<long long>(), 1, 1LL << 20);
     require_range("dim", vm["dim"].as<long long>(), 1, 1024);
-    require_range("bq", vm["bq"].as<long long>(), 1, 4096);
-    require_range("bk", vm["bk"].as<long long>(), 1, 4096);
+    require_range("block-m", vm["block-m"].as<long long>(), 1, 4096);
+    require_range("block-n", vm["block-n"].as<long long>(), 1, 4096);
     require_range("k", vm["k"].as<long long>(), 1, 4096);
     require_range("threads", vm["threads"].as<long long>(), 1, 256);
     const long long e = vm["link-bytes"].as<long long>();
     if (e != 1 && e != 2 && e != 4 && e != 8)
       throw UsageError("--link-bytes " + std::to_string(e) + " is not an element size", "choose 1, 2, 4 or 8");
-    const bool csv = vm["csv"].as<bool>(), json = vm["json"].as<bool>();
-    if (csv && json) throw UsageError("--csv and --json both given", "choose one output format");
-    const long long seed = vm["seed"].as<long long>();
-    if (seed < 0) throw UsageError("--seed " + std::to_string(seed) + " is negative", "give a seed ≥ 0");
-    const rs::Geometry g{std::size_t(vm["seq"].as<long long>()), std::size_t(vm["bq"].as<long long>()),
-                         std::size_t(vm["bk"].as<long long>())};
+    const OutputFormat format = output_format(vm);
+    const bool csv = format == OutputFormat::csv, json = format == OutputFormat::json;
+    const unsigned long long seed = seed_flag(vm);
+    const rs::Geometry g{std::size_t(vm["seq"].as<long long>()), std::size_t(vm["block-m"].as<long long>()),
+                         std::size_t(vm["block-n"].as<long long>())};
     const std::size_t d = std::size_t(vm["dim"].as<long long>()), k = std::size_t(vm["k"].as<long long>());
     // Q and K as T × d floats (the reference's own layout): 2·T·d·4 bytes at most 8 GiB by the limits.
     if (std::uint64_t(g.T) * d > (std::uint64_t(1) << 27))
@@ -189,7 +189,7 @@ int cmd_traffic_shards(const Args& args) {
       else if (csv) print_csv(std::cout, s);
       else print_table(std::cout, s, g, d, k, std::size_t(e), same);
     } catch (const rs::StreamError& err) {
-      throw UsageError(err.what(), "check --bq, --bk, --k and --mask against --seq (docs/stream.md)");
+      throw UsageError(err.what(), "check --block-m, --block-n, --k and --mask against --seq (docs/stream.md)");
     }
     return kOk;
   });

@@ -11,7 +11,7 @@ using flashlab::test::expect_usage_error;
 using flashlab::test::run_cli;
 
 TEST_CASE("cli traffic stream-shards: the table, CSV and JSON of a small sharded estimate", "[cli][stream][shards]") {
-  const auto r = run_cli("traffic stream-shards --gpus 3 --seq 2000 --dim 16 --bq 32 --bk 16 --k 4 --threads 2");
+  const auto r = run_cli("traffic stream-shards --gpus 3 --seq 2000 --dim 16 --block-m 32 --block-n 16 --k 4 --threads 2");
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("G = 3 GPUs") && Catch::Contains("keys_visible") &&
                         Catch::Contains("keys_scored") && Catch::Contains("queries_to_keys") &&
@@ -19,7 +19,7 @@ TEST_CASE("cli traffic stream-shards: the table, CSV and JSON of a small sharded
   // Rank 0 holds the first keys: under the causal mask it needs nothing from the others.
   CHECK_THAT(r.out, Catch::Contains("[0, 672)"));
 
-  const auto csv = run_cli("traffic stream-shards --gpus 3 --seq 2000 --dim 16 --bq 32 --bk 16 --k 4 --csv");
+  const auto csv = run_cli("traffic stream-shards --gpus 3 --seq 2000 --dim 16 --block-m 32 --block-n 16 --k 4 --csv");
   REQUIRE(csv.exit_code == 0);
   std::istringstream in(csv.out);
   std::string line;
@@ -42,7 +42,7 @@ TEST_CASE("cli traffic stream-shards: bad flags are refused by name", "[cli][str
   expect_usage_error("traffic stream-shards --gpus 0", "--gpus");
   expect_usage_error("traffic stream-shards --link-bytes 3", "--link-bytes 3 is not an element size");
   expect_usage_error("traffic stream-shards --seq 1048576 --dim 1024", "at most 2^27");
-  expect_usage_error("traffic stream-shards --csv --json", "--csv and --json both given");
-  expect_usage_error("traffic stream-shards --seed -1", "--seed -1 is negative");
+  expect_usage_error("traffic stream-shards --csv --json", "--json and --csv exclude each other");
+  expect_usage_error("traffic stream-shards --seed -1", "--seed -1 is out of range");
   expect_usage_error("traffic stream-shards --seq 100 --mask /nonexistent/mask.txt", "mask");
 }
