@@ -98,23 +98,31 @@ void side_by_side(const std::vector<std::size_t>& seqs, AttentionProblem cfg, Ou
   const char* na = backward ? "naive_bwd" : "naive";
   const char* nb = backward ? "two_kernel" : "fa1";
   const char* nc = backward ? "atomic" : "fa2";
+  // The three designs' models at every N, computed once for whichever format prints them.
+  struct Models {
+    std::size_t n;
+    Traffic a, b, c;
+  };
+  std::vector<Models> models;
+  for (std::size_t n : seqs) {
+    cfg.seq = n;
+    models.push_back({n, attention_traffic_formula(a, cfg), attention_traffic_formula(b, cfg),
+                      attention_traffic_formula(c, cfg)});
+  }
   std::ostream& os = std::cout;
   if (format != OutputFormat::text) {
     // One row object per N (--json), the same fields as CSV columns (--csv).
     ReportOutput report(format, os);
     Json& j = report.json();
     j.begin_array();
-    for (std::size_t n : seqs) {
-      cfg.seq = n;
-      const auto ta = attention_traffic_formula(a, cfg), tb = attention_traffic_formula(b, cfg),
-                 tc = attention_traffic_formula(c, cfg);
-      j.begin_object().key("seq").value(std::uint64_t(n)).key("heads").value(std::uint64_t(cfg.heads));
+    for (const auto& m : models) {
+      j.begin_object().key("seq").value(std::uint64_t(m.n)).key("heads").value(std::uint64_t(cfg.heads));
       j.key("head_dim").value(std::uint64_t(cfg.head_dim)).key("block_m").value(std::uint64_t(cfg.Br));
       j.key("block_n").value(std::uint64_t(cfg.Bc)).key("causal").value(cfg.causal ? 1 : 0);
       j.key("dtype").value(dtype_name(cfg.dtype));
-      j.key(std::string(na) + "_bytes").value(total(ta)).key(std::string(nb) + "_bytes").value(total(tb));
-      j.key(std::string(nc) + "_bytes").value(total(tc)).key(std::string(na) + "_flops").value(ta.flops());
-      j.key(std::string(nb) + "_flops").value(tb.flops()).key(std::string(nc) + "_flops").value(tc.flops());
+      j.key(std::string(na) + "_bytes").value(total(m.a)).key(std::string(nb) + "_bytes").value(total(m.b));
+      j.key(std::string(nc) + "_bytes").value(total(m.c)).key(std::string(na) + "_flops").value(m.a.flops());
+      j.key(std::string(nb) + "_flops").value(m.b.flops()).key(std::string(nc) + "_flops").value(m.c.flops());
       j.end_object();
     }
     j.end_array();
@@ -126,13 +134,9 @@ void side_by_side(const std::vector<std::size_t>& seqs, AttentionProblem cfg, Ou
      << " " << dtype_name(cfg.dtype) << "\n";
   std::vector<std::vector<std::string>> rows{
       {"N", na, nb, nc, std::string(na) + "/" + nc, std::string(nb) + "/" + nc}};
-  for (std::size_t n : seqs) {
-    cfg.seq = n;
-    const auto ta = attention_traffic_formula(a, cfg), tb = attention_traffic_formula(b, cfg),
-               tc = attention_traffic_formula(c, cfg);
-    rows.push_back({std::to_string(n), std::to_string(total(ta)), std::to_string(total(tb)), std::to_string(total(tc)),
-                    ratio(total(ta), total(tc)), ratio(total(tb), total(tc))});
-  }
+  for (const auto& m : models)
+    rows.push_back({std::to_string(m.n), std::to_string(total(m.a)), std::to_string(total(m.b)),
+                    std::to_string(total(m.c)), ratio(total(m.a), total(m.c)), ratio(total(m.b), total(m.c))});
   // Columns at least as wide as their widest cell plus two spaces, so large counts never run together.
   std::vector<std::size_t> width{10, 18, 18, 18, 12, 12};
   for (const auto& r : rows)
