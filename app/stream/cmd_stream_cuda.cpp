@@ -13,6 +13,7 @@
 #include "core/commands.hpp"
 #include "core/gpu_flags.hpp"
 #include "core/input_checks.hpp"
+#include "core/report.hpp"
 #include "stream/stream_flags.hpp"
 #include "flashlab/reference/npy.hpp"
 #include "flashlab/reference/stream.hpp"
@@ -54,7 +55,7 @@ constexpr std::string_view kTrafficSummary =
 constexpr std::string_view kNeedlesUsage =
     "stream needles --seq T [--dim D] --block-m BM --block-n BN --k K [--needle-blocks N] [--needles M]\n"
     "                       [--noise SD] [--slope S] [--no-lead-in] [--seed S] [--threads N]\n"
-    "                       [--device cpu|cuda] [--kernel fast|clear] [--save DIR]";
+    "                       [--device cpu|cuda] [--kernel fast|clear] [--save DIR] [--json|--csv]";
 constexpr std::string_view kNeedlesSummary =
     "Planted needles: N query blocks get M key blocks far in their past, each matched by one query\n"
     "token on its own coordinate; the rest is noise. Keys before a needle carry a trace of it that\n"
@@ -125,6 +126,7 @@ int cmd_stream_needles(const Args& args) {
          "fast | clear (--device cuda): the fast bf16 tensor-core estimate (b_q = b_k = 64, d = 64 or 128), or the "
          "clear fp32 one (the default)")
         ("save", po::value<std::string>(&o.save), "directory for q.npy, k.npy, needles.csv");
+    add_output_options(desc);
     po::positional_options_description pos;
     pos.add("sub", 1);
     const auto vm = parse(args, desc, &pos);
@@ -192,12 +194,28 @@ int cmd_stream_needles(const Args& args) {
       rec.planted += r.planted;
       if (s_i == 0) set = std::move(one);
     }
-    std::cout << "needles: T=" << o.seq << " d=" << o.dim << " b_q=" << o.bq << " b_k=" << o.bk << " k=" << o.k
-              << " needle blocks=" << o.blocks << " needles per block=" << o.needles
-              << " lead-in=" << (p.lead_in ? "yes" : "no") << " device=" << o.device
-              << (o.device == "cuda" ? " kernel=" + o.kernel : std::string()) << " input sets=" << p.sets
-              << (p.bf16_pairs ? " (planted values as bf16 pairs)" : "") << "\n"
-              << "recall " << rec.found << "/" << rec.planted << " = " << std::setprecision(4) << rec.recall() << "\n";
+    const OutputFormat format = output_format(vm);
+    if (format != OutputFormat::text) {
+      ReportOutput report(format, std::cout);
+      Json& j = report.json();
+      j.begin_object().key("command").value("stream needles").key("T").value(std::int64_t(o.seq));
+      j.key("d").value(std::int64_t(o.dim)).key("block_m").value(std::int64_t(o.bq)).key("block_n").value(std::int64_t(o.bk));
+      j.key("k").value(std::int64_t(o.k)).key("needle_blocks").value(std::int64_t(o.blocks));
+      j.key("needles_per_block").value(std::int64_t(o.needles)).key("lead_in").value(p.lead_in);
+      j.key("device").value(o.device).key("kernel").value(o.device == "cuda" ? o.kernel : std::string("reference"));
+      j.key("input_sets").value(std::uint64_t(p.sets)).key("bf16_pairs").value(p.bf16_pairs);
+      j.key("seed").value(std::int64_t(o.seed)).key("found").value(std::uint64_t(rec.found));
+      j.key("planted").value(std::uint64_t(rec.planted)).key("recall").value(rec.recall());
+      j.end_object();
+      report.finish();
+    } else {
+      std::cout << "needles: T=" << o.seq << " d=" << o.dim << " b_q=" << o.bq << " b_k=" << o.bk << " k=" << o.k
+                << " needle blocks=" << o.blocks << " needles per block=" << o.needles
+                << " lead-in=" << (p.lead_in ? "yes" : "no") << " device=" << o.device
+                << (o.device == "cuda" ? " kernel=" + o.kernel : std::string()) << " input sets=" << p.sets
+                << (p.bf16_pairs ? " (planted values as bf16 pairs)" : "") << "\n"
+                << "recall " << rec.found << "/" << rec.planted << " = " << std::setprecision(4) << rec.recall() << "\n";
+    }
     if (!o.save.empty()) {
       const fs::path dir(o.save);
       prepare_save_dir(o.save);
@@ -208,7 +226,7 @@ int cmd_stream_needles(const Args& args) {
       csv << "q,r\n";
       for (const auto& n : set.needles) csv << n.q << ',' << n.r << '\n';
       if (!csv) throw std::runtime_error((dir / "needles.csv").string() + ": write failed");
-      std::cout << "saved " << (dir / "q.npy").string() << ", k.npy, needles.csv\n";
+      if (format == OutputFormat::text) std::cout << "saved " << (dir / "q.npy").string() << ", k.npy, needles.csv\n";
     }
     return kOk;
   });

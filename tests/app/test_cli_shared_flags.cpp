@@ -308,6 +308,8 @@ TEST_CASE("shared flags: --json parses and --csv has one row per table row", "[c
   CHECK(s[1][column(s[0], "indices")].find(';') != std::string::npos);  // the rows of I, one cell
   check_formats("stream fidelity --seq 256 --dim 8 --block-m 32 --block-n 32 --k 2,4 --workload random", 2);
   check_formats("run " + source_dir() + "/toymachine/traces/p1_c00.trace --machine matmul3", 1);
+  auto n = check_formats("stream needles --seq 2048 --dim 16 --block-m 64 --block-n 64 --k 4 --needle-blocks 2 --needles 2", 1);
+  CHECK(n[1][column(n[0], "planted")] == "4");
   // --json and --csv exclude each other, everywhere.
   for (const char* cmd : {"attention fwd --seq 40 --dim 8", "mta fwd", "traffic attention --seq 64",
                           "stream estimate --seq 64 --block-m 16 --block-n 16 --k 2", "traffic ring --gpus 2 --seq 64"})
