@@ -261,6 +261,10 @@ int do_check(const lessons::Lesson& l, const std::string& file, const po::variab
     std::cout << "lesson " << l.id << ": " << l.title << "\n";
     const std::string body = rep.to_text();
     (rep.verdict == lessons::Verdict::DoesNotAssemble ? std::cerr : std::cout) << body;
+    // The seed is drawn anew by design; name it so that the check can be repeated. On stderr: the
+    // report on stdout stays the same from run to run.
+    if (rep.verdict != lessons::Verdict::DoesNotAssemble && body.find("--seed ") == std::string::npos)
+      std::cerr << "seed " << rep.seed << " (--seed " << rep.seed << " repeats this check)\n";
   }
   if (rep.verdict == lessons::Verdict::Passed) {
     auto p = load();

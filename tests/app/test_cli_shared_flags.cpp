@@ -284,6 +284,9 @@ TEST_CASE("shared flags: the lesson checker draws a fresh seed by design and pri
   CHECK(!seed.empty());
   const auto again = run_cli("lesson check 1 '" + trace + "' --csv --seed " + seed);
   CHECK(csv_rows(again.out)[1][column(rows[0], "seed")] == seed);
+  // The text report names it too (on stderr: stdout is the same from run to run).
+  const auto text = run_cli("lesson check 1 '" + trace + "' --seed " + seed);
+  CHECK_THAT(text.err, Catch::Contains("seed " + seed + " (--seed " + seed + " repeats this check)"));
   // The answer's verdict: one row per answered quantity (here the message holds a comma: quoted).
   check_formats("lesson answer 5 '3n; n'", 2, 1);
   ::unsetenv("XDG_STATE_HOME");
