@@ -79,11 +79,9 @@ po::options_description options() {
   add_dtype_option(d, "bf16 | fp16", "bf16");
   d.add_options()
       ("reps", po::value<long long>()->default_value(30), "timed launches per shape (at least 20)")
-      ("warmup", po::value<long long>()->default_value(3), "untimed launches per shape before timing")
-      ("csv", po::bool_switch(),
-       "print CSV (dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps,bwd_design,fwd_kernel,H_kv,N_k) instead of "
-       "a table; bwd_design is atomic, two-kernel, or wgmma-ws / wgmma-ws-det (the atomic design on those "
-       "kernels)");
+      ("warmup", po::value<long long>()->default_value(3), "untimed launches per shape before timing");
+  add_csv_option(d, " (dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps,bwd_design,fwd_kernel,H_kv,N_k); "
+                    "bwd_design is atomic, two-kernel, or wgmma-ws / wgmma-ws-det (the atomic design on those kernels)");
   return d;
 }
 

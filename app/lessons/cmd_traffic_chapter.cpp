@@ -134,7 +134,9 @@ int cmd_traffic_levels(const Args& args) {
     desc.add_options()
         ("device", po::value<std::string>()->default_value("cpu"), "cpu (recorded measurement) | cuda (measure now)")
         ("forward-seq", po::value<std::string>(), "cuda: more N, measured for the forward designs only")
-        ("csv", po::bool_switch(), "cuda: print the measurement as the shipped CSV instead of the table")
+        ;
+    add_csv_option(desc, " (cuda: the measurement as shipped, instead of the table)");
+    desc.add_options()
         ("families-csv", po::value<std::string>(), "cuda: also write the MTA and STREAM measurement to this file");
     const auto vm = parse(args, desc);
     if (vm.count("help")) {

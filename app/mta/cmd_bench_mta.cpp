@@ -72,9 +72,8 @@ po::options_description options() {
       ("traffic", po::bool_switch(), "also measure one launch per shape with CUPTI: L2->SM, SM->L2 and DRAM bytes "
                                      "(fast forward only; adds o_order and byte columns to --csv)")
       ("reps", po::value<long long>()->default_value(30), "timed launches per shape (at least 5)")
-      ("warmup", po::value<long long>()->default_value(3), "untimed launches per shape before timing")
-      ("csv", po::bool_switch(), "print CSV (kernel,dtype,pass,cq,ck,d,N,H,B,ms,min_ms,max_ms,tflops,read_tbps,copy_tbps) "
-                                 "instead of a table");
+      ("warmup", po::value<long long>()->default_value(3), "untimed launches per shape before timing");
+  add_csv_option(d, " (kernel,dtype,pass,cq,ck,d,N,H,B,ms,min_ms,max_ms,tflops,read_tbps,copy_tbps)");
   return d;
 }
 

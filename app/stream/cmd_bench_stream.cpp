@@ -69,9 +69,8 @@ po::options_description options() {
       ("check-indices", po::bool_switch(),
        "fast estimate only: download I after every launch; report 'same every launch' and its checksum")
       ("traffic", po::bool_switch(),
-       "with --check-indices: also the CUPTI L2->SM and DRAM bytes of one launch per shape (needs the counters)")
-      ("csv", po::bool_switch(),
-       "print CSV (kernel,dtype,pass,T,d,k,H,bq,bk,group,ms,min_ms,max_ms,extra_bytes,reps) instead of a table");
+       "with --check-indices: also the CUPTI L2->SM and DRAM bytes of one launch per shape (needs the counters)");
+  add_csv_option(d, " (kernel,dtype,pass,T,d,k,H,bq,bk,group,ms,min_ms,max_ms,extra_bytes,reps)");
   return d;
 }
 
