@@ -1,0 +1,111 @@
+// The one --json / --csv writer of the `flashlab` commands (app/core/report.hpp), on documents
+// built here: the JSON it prints is what the streaming writer prints, and the CSV follows the
+// rules of docs/cli-flags.md (the table, the repeated fields, dotted and indexed columns, lists
+// in one cell, quoting, null and non-finite numbers as empty fields).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/report.hpp"
+
+using flashlab::app::Json;
+using flashlab::app::OutputFormat;
+using flashlab::app::ReportOutput;
+using flashlab::app::Value;
+
+namespace {
+
+// One document written through `fill`, as the streaming writer prints it and as recorded then
+// printed by ReportOutput in `format`.
+template <class Fill>
+std::pair<std::string, std::string> both(OutputFormat format, Fill fill) {
+  std::ostringstream streamed, recorded;
+  Json direct(streamed);
+  fill(direct);
+  direct.finish();
+  ReportOutput report(format, recorded);
+  fill(report.json());
+  report.finish();
+  return {streamed.str(), recorded.str()};
+}
+
+void verdict(Json& j) {
+  j.begin_object().key("command").value("attention fwd").key("ok").value(true);
+  j.key("config").begin_object().key("seq").value(std::uint64_t(100)).key("scale").value(0.25).end_object();
+  j.key("nan").null();
+  j.key("error").value(std::numeric_limits<double>::quiet_NaN());
+  j.key("traffic").begin_array();
+  for (const char* t : {"Q", "K"})
+    j.begin_object().key("tensor").value(t).key("read_bytes").value(std::int64_t(64)).end_object();
+  j.end_array();
+  j.key("kernels").begin_array().begin_object().key("name").value("forward, one pass").end_object().end_array();
+  j.key("indices").begin_array();
+  j.begin_array().value(0).value(1).end_array().begin_array().value(2).value(-1).end_array();
+  j.end_array();
+  j.key("note").value("said \"twice\"\nthen stopped");
+  j.end_object();
+}
+
+}  // namespace
+
+TEST_CASE("report: --json prints what the streaming writer prints", "[app][report]") {
+  const auto [streamed, recorded] = both(OutputFormat::json, verdict);
+  CHECK(recorded == streamed);
+  CHECK_THAT(recorded, Catch::Contains("\"error\": null") && Catch::Contains("\"nan\": null"));
+}
+
+TEST_CASE("report: --csv of a verdict is one row per row of its table, the other fields repeated",
+          "[app][report]") {
+  const auto rows = flashlab::app::csv_rows([] {
+    Value v;
+    Json j(v);
+    verdict(j);
+    return v;
+  }());
+  REQUIRE(rows.size() == 3);  // header + Q + K
+  const std::vector<std::string> header = {"command",     "ok",      "config.seq",       "config.scale",
+                                           "nan",         "error",   "kernels.0.name",   "indices",
+                                           "note",        "traffic.tensor", "traffic.read_bytes"};
+  CHECK(rows[0] == header);
+  CHECK(rows[1] == std::vector<std::string>{"attention fwd", "true", "100", "0.25", "", "", "forward, one pass",
+                                            "0 1;2 -1", "said \"twice\"\nthen stopped", "Q", "64"});
+  CHECK(rows[2][9] == "K");
+  // Printed: fields with a comma, a quote or a line break are quoted, quotes doubled.
+  const auto [streamed, csv] = both(OutputFormat::csv, verdict);
+  (void)streamed;
+  CHECK_THAT(csv, Catch::StartsWith("command,ok,config.seq,config.scale,nan,error,kernels.0.name,indices,note,"));
+  CHECK_THAT(csv, Catch::Contains("attention fwd,true,100,0.25,,,\"forward, one pass\",0 1;2 -1,"
+                                  "\"said \"\"twice\"\"\nthen stopped\",Q,64\n"));
+}
+
+TEST_CASE("report: --csv of an array of row objects is one row each, of an object without a table one row",
+          "[app][report]") {
+  Value table;
+  {
+    Json j(table);
+    j.begin_array();
+    j.begin_object().key("seq").value(64).key("bytes").value(std::uint64_t(1) << 40).end_object();
+    j.begin_object().key("seq").value(128).key("extra").value("only here").key("bytes").value(7).end_object();
+    j.end_array();
+  }
+  const auto rows = flashlab::app::csv_rows(table);
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0] == std::vector<std::string>{"seq", "bytes", "extra"});
+  CHECK(rows[1] == std::vector<std::string>{"64", "1099511627776", ""});
+  CHECK(rows[2] == std::vector<std::string>{"128", "7", "only here"});
+
+  Value single;
+  {
+    Json j(single);
+    j.begin_object().key("found").value(4).key("recall").value(0.5).key("sets").begin_array().end_array().end_object();
+  }
+  const auto one = flashlab::app::csv_rows(single);
+  REQUIRE(one.size() == 2);
+  CHECK(one[0] == std::vector<std::string>{"found", "recall", "sets"});
+  CHECK(one[1] == std::vector<std::string>{"4", "0.5", ""});
+}
