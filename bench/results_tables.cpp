@@ -1000,7 +1000,7 @@ std::string stream_fast_estimate_table(const std::string& root) {
              measured ? fmt("%.2f TB/s", r.num("dram_read_bytes") / (ms * 1e9)) : "–", yes_no(r.str("same_every_launch"))});
   }
   return run_line(rows.front()) + "One head, b_q = b_k = 64, causal, " + rows.front().str("dtype") +
-         " inputs, 20 launches per shape (10 with traffic), L2 flushed before each.\n\n" + md.out.str();
+         " inputs; medians of launches each timed alone after an L2 flush, I downloaded and compared after every launch.\n\n" + md.out.str();
 }
 
 /// README: STREAM at a million tokens (bf16, d = 128, k = 8, one head), newest run: the apply, the

@@ -68,7 +68,8 @@ for mode in fwd bwd; do
   run $mode --device cuda --kernel clear --inputs "$work/n100_d64" --causal
   run $mode --device cuda --kernel fast --inputs "$work/example" --causal --save "$work/cli_$mode"
 done
-run fwd --device cuda --kernel fast --seq 10 --seq-k 12 --dim 64  # refused: the kernels take N_k = N
+run fwd --device cuda --kernel fast --seq 10 --seq-k 12 --dim 64  # N_k != N, bottom-right causal aligned
+run fwd --device cuda --kernel fast --seq 33 --seq-k 70 --heads 8 --heads-kv 2 --dim 128 --causal  # grouped K/V
 
 python3 - "$work" >"$logs/compare.log" 2>&1 <<'EOF'
 # The C example's CUDA attention outputs against the CLI's on the same inputs (the same kernels:
