@@ -123,7 +123,7 @@ run_all() {
     step "$logs/sdpa_$1.log" env PYTHONUNBUFFERED=1 python3 cuda/bench/sdpa_bench.py \
       "$logs/bench_$1.csv" --out "$logs/sdpa_$1.csv"
   }
-  bench bf16 --fwd-kernel mma                   # mma.sync forward + atomic backward, N = 1k…16k
+  bench bf16 --fwd-kernel mma --bwd-kernel mma  # mma.sync forward + atomic backward, N = 1k…16k
   bench wgmma --pass fwd --fwd-kernel wgmma    # the sm_90a forward
   bench twokernel --pass bwd --bwd-design two-kernel
   bench fp16 --dtype fp16 --seq 8192
@@ -184,9 +184,11 @@ run_hopper_bwd() {
   step "$logs/bench_wgmmaws.csv" "$bin/flashlab" bench attention --csv "${sweep[@]}" --bwd-kernel wgmma-ws
   # Other builds' flashlab (BIN_DIR/flashlab_LABEL, e.g. flashlab_before), the same sweep back to
   # back: their rows are labelled wgmma-ws-LABEL, so the CSV holds every build of one run.
+  # (The C example, flashlab_example, and compressed copies are not builds of the CLI.)
   local other label
+  is_build() { [ -x "$1" ] && [[ "$1" != *.gz && "${1##*/}" != flashlab_example ]]; }
   for other in "$bin"/flashlab_*; do
-    [ -x "$other" ] || continue
+    is_build "$other" || continue
     label=${other##*/flashlab_}
     step "$logs/bench_$label.raw" "$other" bench attention --csv "${sweep[@]}" --bwd-kernel wgmma-ws
     sed "s/,wgmma-ws,/,wgmma-ws-$label,/" "$logs/bench_$label.raw" >"$logs/bench_wgmmaws$label.csv"
@@ -194,7 +196,7 @@ run_hopper_bwd() {
   step "$logs/sdpa_wgmmaws.log" env PYTHONUNBUFFERED=1 python3 cuda/bench/sdpa_bench.py \
     "$logs/bench_wgmmaws.csv" --out "$logs/sdpa_wgmmaws.csv"
   for other in "$bin"/flashlab_*; do
-    [ -x "$other" ] && cp "$logs/sdpa_wgmmaws.csv" "$logs/sdpa_wgmmaws${other##*/flashlab_}.csv"
+    is_build "$other" && cp "$logs/sdpa_wgmmaws.csv" "$logs/sdpa_wgmmaws${other##*/flashlab_}.csv"
   done
   # the deterministic variant (fixed dQ order) at the headline lengths
   step "$logs/bench_wgmmawsdet.csv" "$bin/flashlab" bench attention --csv --pass bwd --seq 8192,16384 \
