@@ -62,7 +62,7 @@ po::options_description options() {
       ("window", po::value<std::string>(), "L,R: keys seen left and right of the diagonal; -1 unbounded (e.g. 128,0)")
       ("cu-seqlens", po::value<std::string>(), "FILE with cu_seqlens_q (and cu_seqlens_k): packed variable-length sequences (- reads standard input)")
       ;
-  add_required_dim_option(d, "; 1..1024; from q.npy with --inputs");
+  add_dim_option(d, " (1..1024; from q.npy with --inputs)");
   d.add_options()
       ("batch", po::value<long long>()->default_value(1), "B, batch size")
       ("causal", po::bool_switch(), "causal mask (fully masked tiles are skipped)")
@@ -563,7 +563,6 @@ int cmd_attention(const Args& args) {
       }
     } else {
       if (!packed && !vm.count("seq")) throw UsageError("--seq is required", "e.g. --seq 128 (or --inputs DIR, or --cu-seqlens FILE)");
-      if (!vm.count("dim")) throw UsageError("--dim is required", "e.g. --dim 64 (or --inputs DIR)");
       if (!packed) run.cfg.batch = std::size_t(get_ll(vm, "batch"));
       run.cfg.heads = std::size_t(get_ll(vm, "heads"));
       if (vm.count("heads-kv")) run.cfg.heads_kv = std::size_t(get_ll(vm, "heads-kv"));
@@ -573,7 +572,7 @@ int cmd_attention(const Args& args) {
       require_range("seq", get_ll(vm, "seq"), 1, 8192);
       run.cfg.seq = std::size_t(get_ll(vm, "seq"));
     }
-    if (vm.count("dim")) {
+    if (vm.count("dim") && !(run.inputs && vm["dim"].defaulted())) {  // with --inputs, d is q.npy's
       require_range("dim", get_ll(vm, "dim"), 1, 1024);
       run.cfg.head_dim = std::size_t(get_ll(vm, "dim"));
     }

@@ -11,6 +11,7 @@
 #include "core/commands.hpp"
 #include "core/gpu_flags.hpp"
 #include "core/input_checks.hpp"
+#include "core/shared_flags.hpp"
 
 #include "flashlab/reference/attention.hpp"
 #include "flashlab/reference/npy.hpp"
@@ -84,7 +85,9 @@ po::options_description options() {
       ("seq-k", po::value<long long>(), "N_k, key/value length (fwd --kernel fast only, when it differs from N)")
       ("heads", po::value<long long>()->default_value(1), "H, number of heads")
       ("heads-kv", po::value<long long>(), "H_kv, K/V heads dividing H (fwd --kernel fast only; default H)")
-      ("dim", po::value<long long>(), "d, head dimension (--kernel fast: 64 or 128)")
+      ;
+  add_dim_option(d, " (--kernel fast: 64 or 128; from q.npy with --inputs)");
+  d.add_options()
       ("batch", po::value<long long>()->default_value(1), "B, batch size")
       ("causal", po::bool_switch(), "causal mask")
       ("scale", po::value<double>(), "softmax scale (default 1/sqrt(d))")
@@ -205,7 +208,6 @@ Run parse_run(const po::variables_map& vm) {
     }
   } else {
     if (!vm.count("seq")) throw UsageError("--seq is required", "e.g. --seq 128 (or --inputs DIR, or --cu-seqlens FILE)");
-    if (!vm.count("dim")) throw UsageError("--dim is required", "e.g. --dim 64 (or --inputs DIR)");
     run.cfg.batch = std::size_t(get_ll(vm, "batch"));
     run.cfg.heads = std::size_t(get_ll(vm, "heads"));
     if (vm.count("heads-kv")) {
@@ -218,7 +220,7 @@ Run parse_run(const po::variables_map& vm) {
     require_range("seq", get_ll(vm, "seq"), 1, kMaxSeq);
     run.cfg.seq = std::size_t(get_ll(vm, "seq"));
   }
-  if (vm.count("dim")) {
+  if (vm.count("dim") && !(vm.count("inputs") && vm["dim"].defaulted())) {  // with --inputs, d is q.npy's
     require_range("dim", get_ll(vm, "dim"), 1, kMaxDim);
     run.cfg.head_dim = std::size_t(get_ll(vm, "dim"));
   }

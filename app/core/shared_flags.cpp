@@ -35,10 +35,6 @@ void add_dim_option(po::options_description& desc, std::string_view note) {
                      ("d, head dimension" + std::string(note)).c_str());
 }
 
-void add_required_dim_option(po::options_description& desc, std::string_view note) {
-  desc.add_options()("dim", po::value<long long>(), ("d, head dimension (required" + std::string(note) + ")").c_str());
-}
-
 void add_dim_list_option(po::options_description& desc, std::string_view default_list) {
   desc.add_options()("dim", po::value<std::string>()->default_value(std::string(default_list)),
                      "head dims d, comma separated");

@@ -37,9 +37,6 @@ std::optional<std::uint64_t> fresh_seed_flag(const po::variables_map& vm);
 /// Adds --dim, d, the head dimension, default kDefaultDim; `note` follows the text (e.g. where
 /// --inputs overrides it).
 void add_dim_option(po::options_description& desc, std::string_view note = {});
-/// Adds --dim without a default, "(required …)": only `attention`, whose --device cuda sibling
-/// requires it too, so that both devices refuse the same command line alike.
-void add_required_dim_option(po::options_description& desc, std::string_view note);
 /// Adds --dim as a sweep list ("64,128"), for the benchmarks that time several head dims.
 void add_dim_list_option(po::options_description& desc, std::string_view default_list);
 

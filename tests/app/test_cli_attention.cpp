@@ -124,7 +124,8 @@ TEST_CASE("cli attention: bad flags are usage errors naming the flag", "[cli][at
   expect_usage_error("attention", "missing the mode");
   expect_usage_error("attention sideways --seq 4 --dim 4", "unknown mode 'sideways'");
   expect_usage_error("attention fwd --dim 4", "--seq is required");
-  expect_usage_error("attention fwd --seq 4", "--dim is required");
+  // --dim defaults to 64, as in every command (docs/cli-flags.md)
+  CHECK(run_cli("attention fwd --seq 4").exit_code == 0);
   expect_usage_error("attention fwd --seq 0 --dim 4", "--seq 0 is out of range");
   expect_usage_error("attention fwd --seq -4 --dim 4", "--seq");
   expect_usage_error("attention fwd --seq 4 --dim abc", "--dim");

@@ -173,7 +173,7 @@ TEST_CASE("attention on cpu and cuda: the same flags are refused with the same m
   same_error_on_both_devices("attention fwd --seq 16 --dim 64 --scale -0.5", "--scale must be a positive finite number");
   same_error_on_both_devices("attention fwd --seq 16 --dim 64 --seed -1", "--seed -1 is out of range");
   same_error_on_both_devices("attention fwd --seq 16 --dim 64 --memory-limit 0", "--memory-limit '0' is not a size");
-  same_error_on_both_devices("attention fwd --seq 16", "--dim is required");
+  same_error_on_both_devices("attention fwd --seq 16 --dim 0", "--dim 0 is out of range");
   same_error_on_both_devices("attention bwd --dim 64", "--seq is required");
   same_error_on_both_devices("attention both --seq 16 --dim 64", "unknown mode 'both'");
   same_error_on_both_devices("attention --seq 16 --dim 64", "missing the mode: fwd or bwd");
