@@ -25,7 +25,6 @@ namespace ref = flashlab::ref;
 
 // Largest value of one dimension: products stay checked (checked_product), this only keeps every
 // single field sane.
-constexpr std::int64_t kMaxDim = std::int64_t(1) << 40;
 
 // A problem checked for one device, with the family's problem type built from it.
 struct Attention {

@@ -20,6 +20,11 @@
 
 namespace flashlab::capi {
 
+/// The largest size any problem field may state (B, N, H, d, T, …): far past what fits a device,
+/// small enough that products of a few fields stay checkable in 64 bits. The families' own limits
+/// come after it, from their front doors.
+inline constexpr std::int64_t kMaxDim = std::int64_t(1) << 40;
+
 /// A refusal found by the ABI layer itself: its status and the message (without the function name).
 class Error : public std::exception {
  public:

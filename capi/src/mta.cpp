@@ -24,7 +24,6 @@ using namespace flashlab::capi;
 namespace ref = flashlab::ref;
 namespace rm = flashlab::ref::mta;
 
-constexpr std::int64_t kMaxDim = std::int64_t(1) << 40;
 constexpr double kLog2e = 1.4426950408889634;  // log2(e): LSE in base 2 = natural LSE · log2 e
 constexpr double kLn2 = 0.6931471805599453;
 

@@ -23,7 +23,6 @@ using namespace flashlab::capi;
 namespace ref = flashlab::ref;
 namespace rs = flashlab::ref::stream;
 
-constexpr std::int64_t kMaxDim = std::int64_t(1) << 40;
 
 enum class Pass { estimate, apply, trace };
 
