@@ -8,6 +8,7 @@
 
 #include "core/cli.hpp"
 #include "core/commands.hpp"
+#include "core/report.hpp"
 #include "stream/stream_flags.hpp"
 #include "flashlab/reference/stream_shards.hpp"
 #include "flashlab/reference/tensor.hpp"
@@ -91,21 +92,12 @@ void print_table(std::ostream& os, const rs::ShardedEstimate& s, const rs::Geome
   os << "\nI equal to the single-GPU estimate: " << (same ? "yes" : "NO") << "\n";
 }
 
-void print_csv(std::ostream& os, const rs::ShardedEstimate& s) {
-  os << "scheme,rank,estimate_in_bytes,estimate_out_bytes,apply_in_bytes,apply_out_bytes,scores_local,scores_remote,"
-        "scores_computed\n";
-  for (const auto& t : s.schemes)
-    for (std::size_t r = 0; r < t.ranks.size(); ++r) {
-      const auto& x = t.ranks[r];
-      os << rs::shard_scheme_name(t.scheme) << "," << r << "," << x.estimate_in << "," << x.estimate_out << ","
-         << x.apply_in << "," << x.apply_out << "," << x.scores_local << "," << x.scores_remote << ","
-         << x.scores_computed << "\n";
-    }
-}
-
-void print_json(std::ostream& os, const rs::ShardedEstimate& s, const rs::Geometry& g, std::size_t d, std::size_t k,
-                std::size_t e, bool same) {
-  Json j(os);
+// --json / --csv through the one report writer: the problem's fields, then one row per (scheme,
+// rank) carrying its scheme's rounds and totals (CSV repeats the problem's fields in front of each).
+void print_report(OutputFormat format, std::ostream& os, const rs::ShardedEstimate& s, const rs::Geometry& g,
+                  std::size_t d, std::size_t k, std::size_t e, bool same) {
+  ReportOutput report(format, os);
+  Json& j = report.json();
   j.begin_object();
   j.key("T").value(std::uint64_t(g.T));
   j.key("d").value(std::uint64_t(d));
@@ -115,16 +107,16 @@ void print_json(std::ostream& os, const rs::ShardedEstimate& s, const rs::Geomet
   j.key("gpus").value(std::uint64_t(s.shards.size()));
   j.key("link_elem_bytes").value(std::uint64_t(e));
   j.key("indices_equal_single_gpu").value(same);
-  j.key("schemes").begin_array();
-  for (const auto& t : s.schemes) {
-    j.begin_object();
-    j.key("scheme").value(rs::shard_scheme_name(t.scheme));
-    j.key("rounds").value(std::uint64_t(t.rounds));
-    j.key("max_in_bytes").value(t.max_in());
-    j.key("total_bytes").value(t.total());
-    j.key("ranks").begin_array();
-    for (const auto& x : t.ranks) {
+  j.key("rows").begin_array();
+  for (const auto& t : s.schemes)
+    for (std::size_t r = 0; r < t.ranks.size(); ++r) {
+      const auto& x = t.ranks[r];
       j.begin_object();
+      j.key("scheme").value(rs::shard_scheme_name(t.scheme));
+      j.key("rounds").value(std::uint64_t(t.rounds));
+      j.key("max_in_bytes").value(t.max_in());
+      j.key("total_bytes").value(t.total());
+      j.key("rank").value(std::uint64_t(r));
       j.key("estimate_in_bytes").value(x.estimate_in);
       j.key("estimate_out_bytes").value(x.estimate_out);
       j.key("apply_in_bytes").value(x.apply_in);
@@ -134,12 +126,9 @@ void print_json(std::ostream& os, const rs::ShardedEstimate& s, const rs::Geomet
       j.key("scores_computed").value(x.scores_computed);
       j.end_object();
     }
-    j.end_array();
-    j.end_object();
-  }
   j.end_array();
   j.end_object();
-  j.finish();
+  report.finish();
 }
 
 }  // namespace
@@ -185,8 +174,7 @@ int cmd_traffic_shards(const Args& args) {
           rs::stream_estimate_sharded(Q, K, mask, params, std::size_t(vm["gpus"].as<long long>()), std::size_t(e));
       // The simulation checks I against the single-GPU estimate itself (it throws otherwise).
       const bool same = true;
-      if (json) print_json(std::cout, s, g, d, k, std::size_t(e), same);
-      else if (csv) print_csv(std::cout, s);
+      if (json || csv) print_report(format, std::cout, s, g, d, k, std::size_t(e), same);
       else print_table(std::cout, s, g, d, k, std::size_t(e), same);
     } catch (const rs::StreamError& err) {
       throw UsageError(err.what(), "check --block-m, --block-n, --k and --mask against --seq (docs/stream.md)");

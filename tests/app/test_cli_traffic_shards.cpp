@@ -24,7 +24,9 @@ TEST_CASE("cli traffic stream-shards: the table, CSV and JSON of a small sharded
   std::istringstream in(csv.out);
   std::string line;
   std::getline(in, line);
-  CHECK(line.rfind("scheme,rank,estimate_in_bytes,", 0) == 0);
+  // The shared writer: the problem's fields, then each (scheme, rank) row's.
+  CHECK(line.rfind("T,d,block_m,block_n,k,gpus,", 0) == 0);
+  CHECK_THAT(line, Catch::Contains("rows.scheme,rows.rounds,rows.max_in_bytes,rows.total_bytes,rows.rank,rows.estimate_in_bytes,"));
   int rows = 0;
   while (std::getline(in, line)) rows += !line.empty();
   CHECK(rows == 9);  // three schemes × three ranks
