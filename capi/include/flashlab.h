@@ -71,8 +71,10 @@ extern "C" {
 /** The ABI this header describes; flashlab_abi_version() returns the library's. */
 #define FLASHLAB_ABI_VERSION 1
 /** Additions within FLASHLAB_ABI_VERSION: 1 appended the window and packed-sequence fields of
- *  flashlab_attention_problem and let flashlab_stream_trace() run on CUDA. */
-#define FLASHLAB_ABI_MINOR 1
+ *  flashlab_attention_problem and let flashlab_stream_trace() run on CUDA; 2 added
+ *  flashlab_attention_call with flashlab_attention_forward_call() and
+ *  flashlab_attention_backward_call(). */
+#define FLASHLAB_ABI_MINOR 2
 
 /** Marks the exported symbols (the library is built with hidden visibility otherwise). */
 #if defined(FLASHLAB_BUILDING_LIBRARY)
@@ -215,6 +217,39 @@ FLASHLAB_API flashlab_status flashlab_attention_backward(
     flashlab_tensor k, flashlab_tensor v, flashlab_tensor o, const void* lse, flashlab_tensor d_o,
     flashlab_tensor dq, flashlab_tensor dk, flashlab_tensor dv, void* workspace,
     size_t workspace_bytes, void* stream);
+
+/** One attention call's arguments in one struct (added in FLASHLAB_ABI_MINOR 2): those of
+ *  flashlab_attention_forward() and flashlab_attention_backward(), same meaning and rules, for a
+ *  caller to whom passing eleven to fourteen arguments costs more than setting a few fields. An
+ *  interpreter's foreign-function interface converts, and copies by value, every argument of
+ *  every call; with this struct such a caller keeps one per thread, sets the pointers that
+ *  change, and passes one pointer. Zero it and set `struct_size`; it versions as the problem
+ *  structs do (see "Versioning"). The forward reads the fields up to `lse`, the workspace and the
+ *  stream; the backward all of them. */
+typedef struct flashlab_attention_call {
+  size_t struct_size;                         /**< sizeof(flashlab_attention_call) */
+  const flashlab_attention_problem* problem;  /**< the problem, as for flashlab_attention_forward() */
+  flashlab_device device;                     /**< where the pointers live */
+  flashlab_tensor q;                          /**< queries `[B, N, H, d]` */
+  flashlab_tensor k;                          /**< keys `[B, N_k, H_kv, d]` */
+  flashlab_tensor v;                          /**< values `[B, N_k, H_kv, d]` */
+  flashlab_tensor o;                          /**< forward: written; backward: the forward's O, read */
+  void* lse;                                  /**< forward: written (may be NULL); backward: read */
+  flashlab_tensor d_o;                        /**< backward: dO, read */
+  flashlab_tensor dq;                         /**< backward: dQ, written */
+  flashlab_tensor dk;                         /**< backward: dK, written */
+  flashlab_tensor dv;                         /**< backward: dV, written */
+  void* workspace;                            /**< scratch, as the call's size query says (NULL if 0) */
+  size_t workspace_bytes;                     /**< bytes at `workspace` */
+  void* stream;                               /**< cudaStream_t for CUDA; ignored on the CPU */
+} flashlab_attention_call;
+
+/** flashlab_attention_forward() with its arguments in `call`: the same checks, kernels and
+ *  results; messages name this function and the fields as the forward names its arguments. */
+FLASHLAB_API flashlab_status flashlab_attention_forward_call(const flashlab_attention_call* call);
+
+/** flashlab_attention_backward() with its arguments in `call`, as flashlab_attention_forward_call(). */
+FLASHLAB_API flashlab_status flashlab_attention_backward_call(const flashlab_attention_call* call);
 
 /* ---------------------------------------------------------------------------------------------
  * Multi-Token Attention: a cq × ck convolution over the (query, key) scores, causal.

@@ -240,6 +240,76 @@ std::size_t backward_workspace(const Attention& a, flashlab_device device) {
   return 0;
 }
 
+// The forward and the backward, shared by the argument-list entries and the call-struct ones.
+void forward(const flashlab_attention_problem* problem, flashlab_device device, const flashlab_tensor& q,
+             const flashlab_tensor& k, const flashlab_tensor& v, const flashlab_tensor& o, void* lse, void* workspace,
+             size_t workspace_bytes, void* stream) {
+  const Attention a = checked_problem(problem, device);
+  const flashlab_dtype dt = a.abi.dtype;
+  const Qkv in = qkv_args(q, k, v, a.q_ext, a.kv_ext, dt, device);
+  const Strided os = tensor_arg("o", o, a.q_ext, dt, device, Role::output);
+  if (lse) array_arg("lse", lse, device);
+  if (device == FLASHLAB_DEVICE_CPU) {
+    if (dt == FLASHLAB_DTYPE_F64) cpu_forward<double>(a, in, os, lse);
+    else cpu_forward<float>(a, in, os, lse);
+    return;
+  }
+#if FLASHLAB_CAPI_HAVE_CUDA
+  // The kernels always write LSE: without the caller's, it goes to the workspace.
+  workspace_arg(workspace, workspace_bytes, lse ? 0 : forward_workspace(a, device), device);
+  float* L = lse ? static_cast<float*>(lse) : static_cast<float*>(workspace);
+  kernel_limits("the CUDA forward refuses this problem", [&] {
+    fc::fast_attention_forward_device(a.p, fc::fastest_forward_kernel(), in.q.data, in.k.data, in.v.data, os.data,
+                                      L, stream);
+  });
+#else
+  (void)workspace;
+  (void)workspace_bytes;
+  (void)stream;
+#endif
+}
+
+void backward(const flashlab_attention_problem* problem, flashlab_device device, const flashlab_tensor& q,
+              const flashlab_tensor& k, const flashlab_tensor& v, const flashlab_tensor& o, const void* lse,
+              const flashlab_tensor& d_o, const flashlab_tensor& dq, const flashlab_tensor& dk,
+              const flashlab_tensor& dv, void* workspace, size_t workspace_bytes, void* stream) {
+  const Attention a = checked_problem(problem, device);
+  const flashlab_dtype dt = a.abi.dtype;
+  const Qkv in = qkv_args(q, k, v, a.q_ext, a.kv_ext, dt, device);
+  const Strided os = tensor_arg("o", o, a.q_ext, dt, device, Role::input);
+  array_arg("lse", lse, device);
+  const Strided dos = tensor_arg("d_o", d_o, a.q_ext, dt, device, Role::input);
+  const Strided dqs = tensor_arg("dq", dq, a.q_ext, dt, device, Role::output);
+  const Strided dks = tensor_arg("dk", dk, a.kv_ext, dt, device, Role::output);
+  const Strided dvs = tensor_arg("dv", dv, a.kv_ext, dt, device, Role::output);
+  if (device == FLASHLAB_DEVICE_CPU) {
+    if (dt == FLASHLAB_DTYPE_F64) cpu_backward<double>(a, in, os, lse, dos, dqs, dks, dvs);
+    else cpu_backward<float>(a, in, os, lse, dos, dqs, dks, dvs);
+    return;
+  }
+#if FLASHLAB_CAPI_HAVE_CUDA
+  const BackwardChoice c = backward_choice(a);
+  workspace_arg(workspace, workspace_bytes, backward_workspace(a, device), device);
+  kernel_limits("the CUDA backward refuses this problem", [&] {
+    fc::fast_attention_backward_device(c.design, a.p, in.q.data, in.k.data, in.v.data, os.data, dos.data,
+                                       static_cast<const float*>(lse), dqs.data, dks.data, dvs.data, workspace,
+                                       stream, c.kernel);
+  });
+#else
+  (void)workspace;
+  (void)workspace_bytes;
+  (void)stream;
+#endif
+}
+
+// A caller's flashlab_attention_call, checked as the problem structs are (one version so far).
+flashlab_attention_call read_call(const flashlab_attention_call* call) {
+  flashlab_attention_call defaults{};
+  defaults.struct_size = sizeof defaults;
+  return read_struct(call, "call", "flashlab_attention_call", defaults, {},
+                     "zeroed bytes and struct_size = sizeof(flashlab_attention_call)");
+}
+
 }  // namespace
 
 extern "C" {
@@ -270,30 +340,14 @@ FLASHLAB_API flashlab_status flashlab_attention_forward(const flashlab_attention
                                                         flashlab_device device, flashlab_tensor q, flashlab_tensor k,
                                                         flashlab_tensor v, flashlab_tensor o, void* lse,
                                                         void* workspace, size_t workspace_bytes, void* stream) {
-  return guard("flashlab_attention_forward", [&] {
-    const Attention a = checked_problem(problem, device);
-    const flashlab_dtype dt = a.abi.dtype;
-    const Qkv in = qkv_args(q, k, v, a.q_ext, a.kv_ext, dt, device);
-    const Strided os = tensor_arg("o", o, a.q_ext, dt, device, Role::output);
-    if (lse) array_arg("lse", lse, device);
-    if (device == FLASHLAB_DEVICE_CPU) {
-      if (dt == FLASHLAB_DTYPE_F64) cpu_forward<double>(a, in, os, lse);
-      else cpu_forward<float>(a, in, os, lse);
-      return;
-    }
-#if FLASHLAB_CAPI_HAVE_CUDA
-    // The kernels always write LSE: without the caller's, it goes to the workspace.
-    workspace_arg(workspace, workspace_bytes, lse ? 0 : forward_workspace(a, device), device);
-    float* L = lse ? static_cast<float*>(lse) : static_cast<float*>(workspace);
-    kernel_limits("the CUDA forward refuses this problem", [&] {
-      fc::fast_attention_forward_device(a.p, fc::fastest_forward_kernel(), in.q.data, in.k.data, in.v.data, os.data,
-                                        L, stream);
-    });
-#else
-    (void)workspace;
-    (void)workspace_bytes;
-    (void)stream;
-#endif
+  return guard("flashlab_attention_forward",
+               [&] { forward(problem, device, q, k, v, o, lse, workspace, workspace_bytes, stream); });
+}
+
+FLASHLAB_API flashlab_status flashlab_attention_forward_call(const flashlab_attention_call* call) {
+  return guard("flashlab_attention_forward_call", [&] {
+    const flashlab_attention_call c = read_call(call);
+    forward(c.problem, c.device, c.q, c.k, c.v, c.o, c.lse, c.workspace, c.workspace_bytes, c.stream);
   });
 }
 
@@ -310,33 +364,15 @@ FLASHLAB_API flashlab_status flashlab_attention_backward(const flashlab_attentio
                                                          flashlab_tensor dv, void* workspace, size_t workspace_bytes,
                                                          void* stream) {
   return guard("flashlab_attention_backward", [&] {
-    const Attention a = checked_problem(problem, device);
-    const flashlab_dtype dt = a.abi.dtype;
-    const Qkv in = qkv_args(q, k, v, a.q_ext, a.kv_ext, dt, device);
-    const Strided os = tensor_arg("o", o, a.q_ext, dt, device, Role::input);
-    array_arg("lse", lse, device);
-    const Strided dos = tensor_arg("d_o", d_o, a.q_ext, dt, device, Role::input);
-    const Strided dqs = tensor_arg("dq", dq, a.q_ext, dt, device, Role::output);
-    const Strided dks = tensor_arg("dk", dk, a.kv_ext, dt, device, Role::output);
-    const Strided dvs = tensor_arg("dv", dv, a.kv_ext, dt, device, Role::output);
-    if (device == FLASHLAB_DEVICE_CPU) {
-      if (dt == FLASHLAB_DTYPE_F64) cpu_backward<double>(a, in, os, lse, dos, dqs, dks, dvs);
-      else cpu_backward<float>(a, in, os, lse, dos, dqs, dks, dvs);
-      return;
-    }
-#if FLASHLAB_CAPI_HAVE_CUDA
-    const BackwardChoice c = backward_choice(a);
-    workspace_arg(workspace, workspace_bytes, backward_workspace(a, device), device);
-    kernel_limits("the CUDA backward refuses this problem", [&] {
-      fc::fast_attention_backward_device(c.design, a.p, in.q.data, in.k.data, in.v.data, os.data, dos.data,
-                                         static_cast<const float*>(lse), dqs.data, dks.data, dvs.data, workspace,
-                                         stream, c.kernel);
-    });
-#else
-    (void)workspace;
-    (void)workspace_bytes;
-    (void)stream;
-#endif
+    backward(problem, device, q, k, v, o, lse, d_o, dq, dk, dv, workspace, workspace_bytes, stream);
+  });
+}
+
+FLASHLAB_API flashlab_status flashlab_attention_backward_call(const flashlab_attention_call* call) {
+  return guard("flashlab_attention_backward_call", [&] {
+    const flashlab_attention_call c = read_call(call);
+    backward(c.problem, c.device, c.q, c.k, c.v, c.o, c.lse, c.d_o, c.dq, c.dk, c.dv, c.workspace, c.workspace_bytes,
+             c.stream);
   });
 }
 

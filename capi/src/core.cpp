@@ -133,9 +133,9 @@ void rethrow_as_unsupported(const char* context) {
 }
 
 std::size_t check_struct(const void* p, std::size_t known, std::initializer_list<std::size_t> earlier, const char* arg,
-                         const char* type_name) {
+                         const char* type_name, const char* initialiser) {
   std::string defaults = type_name;  // flashlab_attention_problem → flashlab_attention_defaults()
-  defaults = defaults.substr(0, defaults.rfind('_')) + "_defaults()";
+  defaults = initialiser ? initialiser : defaults.substr(0, defaults.rfind('_')) + "_defaults()";
   if (p == nullptr)
     fail(FLASHLAB_ERROR_INVALID_ARGUMENT, std::string(arg) + " is NULL",
          std::string("pass a ") + type_name + " built with " + defaults);

@@ -80,17 +80,18 @@ void kernel_limits(const char* context, Body&& body) {
 
 /// Checks `p` (not NULL) and its struct_size against the `known` bytes of this version and the
 /// sizes of the same struct in `earlier` minor versions (see flashlab.h, "Versioning"); returns
-/// the bytes to read from the caller: min(struct_size, known).
+/// the bytes to read from the caller: min(struct_size, known). The hints name `initialiser`, the
+/// way to build the struct, or by default its flashlab_*_defaults() function.
 std::size_t check_struct(const void* p, std::size_t known, std::initializer_list<std::size_t> earlier, const char* arg,
-                         const char* type_name);
+                         const char* type_name, const char* initialiser = nullptr);
 
 /// Copies a caller's versioned struct: checks `p` and its struct_size and returns the fields this
 /// library knows; a struct of an earlier minor version (its size in `earlier`) gets the fields
 /// appended since from `defaults` (the flashlab_*_defaults() values).
 template <typename T>
 T read_struct(const T* p, const char* arg, const char* type_name, const T& defaults,
-              std::initializer_list<std::size_t> earlier = {}) {
-  const std::size_t bytes = check_struct(p, sizeof(T), earlier, arg, type_name);
+              std::initializer_list<std::size_t> earlier = {}, const char* initialiser = nullptr) {
+  const std::size_t bytes = check_struct(p, sizeof(T), earlier, arg, type_name, initialiser);
   T out = defaults;
   std::memcpy(static_cast<void*>(&out), p, bytes);
   return out;

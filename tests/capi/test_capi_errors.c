@@ -296,6 +296,83 @@ static void attention_cases(void) {
   EXPECT_TRUE(untouched()); /* every refusal above left the output alone */
 }
 
+/* The call-struct entries: the same results as the argument-list ones, bit for bit, and the same
+ * refusals under their own names, plus the struct's own (NULL, struct_size). */
+static void call_struct_cases(void) {
+  const flashlab_device cpu = FLASHLAB_DEVICE_CPU;
+  flashlab_attention_problem p = attention_f32();
+  p.causal = 1;
+  static float o_args[5 * 4], o_call[5 * 4], l_args[5], l_call[5];
+  static float g_args[3][5 * 4], g_call[3][5 * 4];
+  EXPECT_OK(flashlab_attention_forward(&p, cpu, tensor(g_in), tensor(g_in + 20), tensor(g_in + 40), tensor(o_args),
+                                       l_args, NULL, 0, NULL));
+  flashlab_attention_call c;
+  memset(&c, 0, sizeof c);
+  c.struct_size = sizeof c;
+  c.problem = &p;
+  c.device = cpu;
+  c.q = tensor(g_in), c.k = tensor(g_in + 20), c.v = tensor(g_in + 40), c.o = tensor(o_call), c.lse = l_call;
+  EXPECT_OK(flashlab_attention_forward_call(&c));
+  EXPECT_TRUE(memcmp(o_args, o_call, sizeof o_args) == 0 && memcmp(l_args, l_call, sizeof l_args) == 0);
+
+  EXPECT_OK(flashlab_attention_backward(&p, cpu, tensor(g_in), tensor(g_in + 20), tensor(g_in + 40), tensor(o_args),
+                                        l_args, tensor(g_in + 60), tensor(g_args[0]), tensor(g_args[1]),
+                                        tensor(g_args[2]), NULL, 0, NULL));
+  c.d_o = tensor(g_in + 60), c.dq = tensor(g_call[0]), c.dk = tensor(g_call[1]), c.dv = tensor(g_call[2]);
+  EXPECT_OK(flashlab_attention_backward_call(&c));
+  EXPECT_TRUE(memcmp(g_args, g_call, sizeof g_args) == 0);
+
+  /* Strides travel in the struct: a strided q gives the dense q's result. */
+  static float q_strided[5 * 8], o_strided[5 * 4];
+  for (int n = 0; n < 5; ++n)
+    for (int i = 0; i < 4; ++i) q_strided[n * 8 + i] = g_in[n * 4 + i];
+  c.q = tensor(q_strided), c.q.stride[1] = 8, c.o = tensor(o_strided);
+  EXPECT_OK(flashlab_attention_forward_call(&c));
+  EXPECT_TRUE(memcmp(o_args, o_strided, sizeof o_args) == 0);
+  c.q = tensor(g_in), c.o = tensor(o_call);
+
+  /* Refusals: the struct itself, then an argument inside it, named as the argument-list entry does. */
+  EXPECT(flashlab_attention_forward_call(NULL), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_forward_call",
+         "call is NULL", "zeroed bytes and struct_size = sizeof(flashlab_attention_call)");
+  flashlab_attention_call small = c;
+  small.struct_size = sizeof small - 8;
+  EXPECT(flashlab_attention_backward_call(&small), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_backward_call",
+         "call->struct_size = ", "set it to sizeof(flashlab_attention_call)");
+  flashlab_attention_call bad = c;
+  bad.problem = NULL;
+  EXPECT(flashlab_attention_forward_call(&bad), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_forward_call",
+         "problem is NULL", NULL);
+  bad = c, bad.o = tensor(NULL);
+  EXPECT(flashlab_attention_forward_call(&bad), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_forward_call",
+         "o.data is NULL", NULL);
+  bad = c, bad.lse = NULL;
+  EXPECT(flashlab_attention_backward_call(&bad), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_backward_call",
+         "lse is NULL", NULL);
+  bad = c, bad.dk.stride[1] = 2;
+  EXPECT(flashlab_attention_backward_call(&bad), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_backward_call",
+         "dk.stride[1] = 2 makes elements of the output share memory", NULL);
+  bad = c, bad.device = (flashlab_device)7;
+  EXPECT(flashlab_attention_forward_call(&bad), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_forward_call",
+         "device = 7 is not a flashlab_device", NULL);
+  {
+    /* A newer caller's larger struct: accepted with its unknown bytes zero, refused otherwise. */
+    unsigned char newer[sizeof c + 16];
+    memset(newer, 0, sizeof newer);
+    memcpy(newer, &c, sizeof c);
+    size_t size = sizeof newer;
+    memcpy(newer, &size, sizeof size);
+    EXPECT_OK(flashlab_attention_forward_call((const flashlab_attention_call*)(const void*)newer));
+    newer[sizeof c + 5] = 1;
+    EXPECT(flashlab_attention_forward_call((const flashlab_attention_call*)(const void*)newer),
+           FLASHLAB_ERROR_UNSUPPORTED, "flashlab_attention_forward_call", "call->struct_size", "fields past the");
+  }
+#ifndef FLASHLAB_TEST_HAVE_CUDA
+  bad = c, bad.device = FLASHLAB_DEVICE_CUDA;
+  EXPECT(flashlab_attention_forward_call(&bad), FLASHLAB_ERROR_UNSUPPORTED, "flashlab_attention_forward_call",
+         "built without CUDA", NULL);
+#endif
+}
+
 static flashlab_mta_problem mta_f32(void) {
   flashlab_mta_problem p = flashlab_mta_defaults();
   p.seq = 9, p.head_dim = 4, p.cq = 2, p.ck = 3, p.dtype = FLASHLAB_DTYPE_F32;
@@ -467,6 +544,7 @@ int main(void) {
   for (int i = 0; i < 64; ++i) g_w[i] = 0.25f;
   attention_cases();
   old_struct_cases();
+  call_struct_cases();
   mta_cases();
   stream_cases();
   thread_cases();
