@@ -33,8 +33,9 @@ from .errors import (
 #: The ABI this file declares (FLASHLAB_ABI_VERSION of the header it mirrors).
 ABI_VERSION = 1
 #: The additions within it this file declares (FLASHLAB_ABI_MINOR): the attention problem's window
-#: and packed-sequence fields, the STREAM trace's workspace query.
-ABI_MINOR = 1
+#: and packed-sequence fields, the STREAM trace's workspace query (1); the attention call struct
+#: and its two entries (2).
+ABI_MINOR = 2
 
 # flashlab_status
 OK = 0
@@ -86,6 +87,40 @@ class AttentionProblem(ctypes.Structure):
         ("total_q", ctypes.c_int64),
         ("total_k", ctypes.c_int64),
     ]
+
+
+def _tensor_fields(name: str):
+    """flashlab_tensor `name` spelled out as two fields, `name` (the data pointer) and
+    `name_stride`: the same bytes as the nested struct (a pointer and three int64, alignment 8), but
+    a pointer is then set with one attribute store instead of fetching the nested struct first."""
+    return [(name, ctypes.c_void_p), (name + "_stride", _c_int64_3)]
+
+
+class AttentionCall(ctypes.Structure):
+    """flashlab_attention_call (ABI minor 2), its flashlab_tensor members spelled out."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("problem", ctypes.c_void_p),
+        ("device", ctypes.c_int),
+        *_tensor_fields("q"),
+        *_tensor_fields("k"),
+        *_tensor_fields("v"),
+        *_tensor_fields("o"),
+        ("lse", ctypes.c_void_p),
+        *_tensor_fields("d_o"),
+        *_tensor_fields("dq"),
+        *_tensor_fields("dk"),
+        *_tensor_fields("dv"),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_size_t),
+        ("stream", ctypes.c_void_p),
+    ]
+
+    def __init__(self, device: int = 0):
+        super().__init__()
+        self.struct_size = ctypes.sizeof(AttentionCall)
+        self.device = device
 
 
 class MtaProblem(ctypes.Structure):
@@ -151,6 +186,9 @@ _SIGNATURES = {
     "flashlab_attention_forward": (_I, [_P, _I, _T, _T, _T, _T, _P, _P, _SZ, _P]),
     "flashlab_attention_backward_workspace_size": (_I, [_P, _I, _SZP]),
     "flashlab_attention_backward": (_I, [_P, _I, _T, _T, _T, _T, _P, _T, _T, _T, _T, _P, _SZ, _P]),
+    # The struct itself is passed (ctypes passes its address): no conversion of an integer.
+    "flashlab_attention_forward_call": (_I, [ctypes.POINTER(AttentionCall)]),
+    "flashlab_attention_backward_call": (_I, [ctypes.POINTER(AttentionCall)]),
     "flashlab_mta_defaults": (MtaProblem, []),
     "flashlab_mta_forward_workspace_size": (_I, [_P, _I, _SZP]),
     "flashlab_mta_forward": (_I, [_P, _I, _T, _T, _T, _P, _T, _P, _P, _SZ, _P]),

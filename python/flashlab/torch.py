@@ -182,7 +182,7 @@ def _attention_problem(q: torch.Tensor, k: torch.Tensor, causal: bool, scale: fl
 
 class _Plan:
     """What an attention call of one signature needs at launch, found once: the problem (by
-    address), the device, the output shapes, the library's two functions, the size of the
+    address), the device, the output shapes, the library's two call-struct entries, the size of the
     backward's scratch, the LSE sink. Attention is launch-bound at small sizes (a call's host time
     is the whole cost), so its Python path keeps per call only what cannot be cached: allocation,
     pointers, the stream."""
@@ -208,7 +208,7 @@ class _Plan:
         L = _capi.lib()
         if self.cuda and not L.cuda:
             raise _checks.device_without_cuda()
-        self.fwd, self.bwd = L.attention_forward, L.attention_backward
+        self.fwd, self.bwd = L.attention_forward_call, L.attention_backward_call
         self.bwd_workspace = None  # bytes, found on the first backward
         self.sink = 0  # where a forward whose LSE nobody reads writes it (see _lse_sink)
 
@@ -233,13 +233,26 @@ _F32 = torch.float32
 _U8 = torch.uint8
 
 
-def _slots() -> List[_capi.Tensor]:
-    """This thread's flashlab_tensor structs for contiguous tensors (strides 0): setting a pointer
-    costs a fraction of building a struct, and ctypes passes them by value (a copy per call)."""
-    slots = getattr(_tls, "slots", None)
-    if slots is None:
-        slots = _tls.slots = [_T() for _ in range(9)]
-    return slots
+def _cuda_calls() -> Tuple[_capi.AttentionCall, _capi.AttentionCall]:
+    """This thread's flashlab_attention_call structs for CUDA calls, (forward, backward): each call
+    sets the pointers that change and passes the struct, one argument, where the argument-list
+    entry would take ten or fourteen, four to eight of them structs that ctypes builds and copies.
+    Strides stay 0 (the CUDA path passes contiguous tensors only). One per thread, because the
+    library reads it during the call only: the fields are set after every allocation, in
+    straight-line code, so nothing else runs on this thread between setting them and the call."""
+    calls = getattr(_tls, "calls", None)
+    if calls is None:
+        calls = _tls.calls = (_capi.AttentionCall(_capi.DEVICE_CUDA), _capi.AttentionCall(_capi.DEVICE_CUDA))
+        _tls.fwd, _tls.bwd = calls
+    return calls
+
+
+def _set_tensor(c: _capi.AttentionCall, name: str, t: torch.Tensor) -> None:
+    """Field `name` of a call struct: t's data and, unless contiguous, its strides (CPU path)."""
+    setattr(c, name, t.data_ptr())
+    if not t.is_contiguous():
+        st = t.stride()
+        getattr(c, name + "_stride")[:] = (st[0], st[1], st[2])
 
 
 # The kernels always write LSE. A forward whose LSE nobody reads (no grad, return_lse=False)
@@ -267,14 +280,18 @@ def _lse_sink(plan: _Plan) -> int:
     return address
 
 
-def _call(plan: _Plan, fn_name: str, fn, *args) -> None:
-    if plan.cuda and plan.index != _get_device():
+def _call(plan: _Plan, backward: bool, c: _capi.AttentionCall) -> None:
+    """One call of flashlab_attention_forward_call / _backward_call with `plan`'s device current;
+    raises on a failed status."""
+    fn, name = (plan.bwd, "flashlab_attention_backward_call") if backward else (
+        plan.fwd, "flashlab_attention_forward_call")
+    if plan.several and plan.index != _get_device():
         with torch.cuda.device(plan.index):
-            status = fn(*args)
+            status = fn(c)
     else:
-        status = fn(*args)
+        status = fn(c)
     if status:
-        raise _capi.lib().fail(status, "flashlab_" + fn_name)
+        raise _capi.lib().fail(status, name)
 
 
 def _ready(t: torch.Tensor) -> torch.Tensor:
@@ -284,16 +301,18 @@ def _ready(t: torch.Tensor) -> torch.Tensor:
 
 
 def _forward_run(plan: _Plan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, need_lse: bool = True):
-    """O and LSE (None unless need_lse) of one flashlab_attention_forward call."""
+    """O and LSE (None unless need_lse) of one flashlab_attention_forward_call."""
     if not plan.cuda:
         q, k, v = _kernel_input(q), _kernel_input(k), _kernel_input(v)
         o = q.new_empty(plan.o_shape)
         lse = q.new_empty(plan.lse_shape, dtype=plan.stat_dtype)
-        _call(plan, "attention_forward", plan.fwd, plan.address, plan.device, _tensor(q), _tensor(k), _tensor(v),
-              _T(o.data_ptr()), lse.data_ptr(), None, 0, None)
+        c = _capi.AttentionCall(plan.device)
+        c.problem, c.o, c.lse = plan.address, o.data_ptr(), lse.data_ptr()
+        _set_tensor(c, "q", q), _set_tensor(c, "k", k), _set_tensor(c, "v", v)
+        _call(plan, False, c)
         return o, lse
     # The hot path of a launch-bound call: each line here is a measurable part of its host time
-    # (python/bench/bench_attention.py times them), hence the inlined checks and cached objects.
+    # (python/bench/call_cost.py times them), hence the inlined checks and cached objects.
     qp, kp, vp = q.data_ptr(), k.data_ptr(), v.data_ptr()
     if (qp | kp | vp) & 15 or not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
         q, k, v = _ready(q), _ready(k), _ready(v)
@@ -307,20 +326,26 @@ def _forward_run(plan: _Plan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     else:
         lse = None
         lp = plan.sink or _lse_sink(plan)
-    try:
-        t = _tls.slots
-    except AttributeError:
-        t = _slots()
-    t0, t1, t2, t3 = t[0], t[1], t[2], t[3]
-    t0.data, t1.data, t2.data, t3.data = qp, kp, vp, o.data_ptr()
     index = plan.index
+    stream = _raw_stream(index)
+    try:
+        c = _tls.fwd
+    except AttributeError:
+        c = _cuda_calls()[0]
+    c.problem = plan.address
+    c.q = qp
+    c.k = kp
+    c.v = vp
+    c.o = o.data_ptr()
+    c.lse = lp
+    c.stream = stream
     if plan.several and index != _get_device():
         with torch.cuda.device(index):
-            status = plan.fwd(plan.address, 1, t0, t1, t2, t3, lp, None, 0, _raw_stream(index))
+            status = plan.fwd(c)
     else:
-        status = plan.fwd(plan.address, 1, t0, t1, t2, t3, lp, None, 0, _raw_stream(index))
+        status = plan.fwd(c)
     if status:
-        raise _capi.lib().fail(status, "flashlab_attention_forward")
+        raise _capi.lib().fail(status, "flashlab_attention_forward_call")
     return o, lse
 
 
@@ -336,36 +361,49 @@ def _backward_run(plan: _Plan, grad_out, q, k, v, out, lse):
         q, k, v = _kernel_input(q), _kernel_input(k), _kernel_input(v)
         out, grad_out = _kernel_input(out), _kernel_input(grad_out)
         dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
-        _call(plan, "attention_backward", plan.bwd, plan.address, plan.device, _tensor(q), _tensor(k), _tensor(v),
-              _tensor(out), lse.data_ptr(), _tensor(grad_out), _T(dq.data_ptr()), _T(dk.data_ptr()),
-              _T(dv.data_ptr()), _ptr(ws), nws, None)
+        c = _capi.AttentionCall(plan.device)
+        c.problem, c.lse, c.workspace, c.workspace_bytes = plan.address, lse.data_ptr(), _ptr(ws), nws
+        c.dq, c.dk, c.dv = dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
+        for name, t in (("q", q), ("k", k), ("v", v), ("o", out), ("d_o", grad_out)):
+            _set_tensor(c, name, t)
+        _call(plan, True, c)
         return dq, dk, dv
     # The backward's host time delays its first kernel (the autograd engine adds its own): the
     # same lean path as the forward's.
-    ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), grad_out.data_ptr())
-    if ((ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4]) & 15 or not (
+    qp, kp, vp, op, gp = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), grad_out.data_ptr()
+    if (qp | kp | vp | op | gp) & 15 or not (
             q.is_contiguous() and k.is_contiguous() and v.is_contiguous() and out.is_contiguous()
-            and grad_out.is_contiguous())):
+            and grad_out.is_contiguous()):
         q, k, v, out, grad_out = _ready(q), _ready(k), _ready(v), _ready(out), _ready(grad_out)
-        ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), grad_out.data_ptr())
+        qp, kp, vp, op, gp = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), grad_out.data_ptr()
     dq, dk, dv = _empty_like(q), _empty_like(k), _empty_like(v)
     ws = _empty(nws, dtype=_U8, device=plan.dev) if nws else None
-    try:
-        t = _tls.slots
-    except AttributeError:
-        t = _slots()
-    t[0].data, t[1].data, t[2].data, t[3].data, t[4].data = ptrs
-    t[5].data, t[6].data, t[7].data = dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
     index = plan.index
-    args = (plan.address, 1, t[0], t[1], t[2], t[3], lse.data_ptr(), t[4], t[5], t[6], t[7],
-            ws.data_ptr() if nws else None, nws, _raw_stream(index))
+    stream = _raw_stream(index)
+    try:
+        c = _tls.bwd
+    except AttributeError:
+        c = _cuda_calls()[1]
+    c.problem = plan.address
+    c.q = qp
+    c.k = kp
+    c.v = vp
+    c.o = op
+    c.lse = lse.data_ptr()
+    c.d_o = gp
+    c.dq = dq.data_ptr()
+    c.dk = dk.data_ptr()
+    c.dv = dv.data_ptr()
+    c.workspace = ws.data_ptr() if nws else None
+    c.workspace_bytes = nws
+    c.stream = stream
     if plan.several and index != _get_device():
         with torch.cuda.device(index):
-            status = plan.bwd(*args)
+            status = plan.bwd(c)
     else:
-        status = plan.bwd(*args)
+        status = plan.bwd(c)
     if status:
-        raise _capi.lib().fail(status, "flashlab_attention_backward")
+        raise _capi.lib().fail(status, "flashlab_attention_backward_call")
     return dq, dk, dv
 
 
