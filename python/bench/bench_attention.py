@@ -11,6 +11,7 @@ Three parts.
    (B = H = N = 1, d = 64, bf16), each call timed alone with time.perf_counter_ns, the median of
    1000 calls (the stream synchronised every 100 calls, outside the timed calls):
      C ABI via ctypes   flashlab_attention_forward called directly with prebuilt arguments;
+     C ABI call struct  flashlab_attention_forward_call with a prebuilt flashlab_attention_call;
      impl               the operator's Python body called directly (allocation, arguments, the call);
      op                 torch.ops.flashlab.attention_forward (the custom operator);
      attention          flashlab.attention, inputs without grad (O only: LSE goes to a sink);
@@ -36,8 +37,10 @@ Three parts.
    py/ABI is the package's own cost. With --cli, the rows of `flashlab bench attention --csv` for
    the same shapes are read and the Python/CLI ratio printed.
 
-3. The backward's host time at the same shape (host_latency): what each backward call's launch
-   waits behind on the host, beside the flush's GPU time, and the times again with a 1 GiB flush.
+3. The backward with its host time shown and hidden (host_latency), flashlab and SDPA alike: each
+   backward's host time (what its launches wait behind) beside the flush's GPU time, and its GPU
+   time after the usual 256 MiB flush and after a 1 GiB one that hides the host time; the ratio
+   flashlab / SDPA cuDNN through autograd both ways (rows in <csv>_backward.csv).
 """
 import argparse
 import csv
@@ -83,6 +86,11 @@ def overhead(c_loop_file):
             torch.cuda.current_stream().cuda_stream)
     fwd = L.attention_forward
     assert fwd(*args) == 0, L.last_error()
+    call = _capi.AttentionCall(_capi.DEVICE_CUDA)
+    call.problem, call.q, call.k, call.v, call.o, call.lse, call.stream = (
+        p.address, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), args[-1])
+    fwd_call = L.attention_forward_call
+    assert fwd_call(call) == 0, L.last_error()
     qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
     o2, lse2 = ft.attention_forward(q, k, v, False, 0.0, False)
     do = torch.randn_like(o2)
@@ -92,6 +100,7 @@ def overhead(c_loop_file):
         ft.attention_backward(do, q, k, v, o2, lse2, False, 0.0, False)
     rows = [
         ("C ABI via ctypes", host_median_us(lambda: fwd(*args))),
+        ("C ABI call struct", host_median_us(lambda: fwd_call(call))),
         ("impl, no dispatcher", host_median_us(lambda: ft._attention_forward_impl(q, k, v, False, 0.0, False))),
         ("op", host_median_us(lambda: ft.attention_forward(q, k, v, False, 0.0, False))),
         ("attention", host_median_us(lambda: flashlab.attention(q, k, v))),
@@ -231,32 +240,45 @@ def read_cli(path):
 
 
 def host_latency(B, N, H, d, causal, reps):
-    """Why the backward through autograd trails the one-call backward: each call's host time (its
-    launch waits behind it), beside the GPU time of the L2 flush that runs meanwhile. A timed
-    call's range opens when the flush ends: host time beyond the flush is idle GPU time in the
-    range. With a 4× longer flush (1 GiB) the same calls hide their host time, and the GPU times
-    show what is left. Returns {name: (host µs, ms with the usual flush, ms with 1 GiB)}."""
-    sets = []
-    for leaves in make_sets(B, N, H, d, True):
-        out = flashlab.attention(*leaves, causal=causal)
-        sets.append((out, torch.randn_like(out), leaves))
+    """The backward's host time and its GPU time with the host time shown and hidden, for
+    flashlab and SDPA alike. A timed call's range opens when the L2 flush ends; host time beyond
+    the flush's GPU time is idle GPU time inside the range. So each backward is timed twice on the
+    same graphs: after the usual 256 MiB flush (the method of `flashlab bench attention`), and
+    after a 1 GiB one, whose ~4× longer GPU time hides any host time below it, leaving the GPU
+    time of the backward's kernels. Backward through autograd: out.backward(dO, retain_graph=True),
+    the leaves' gradients set to None outside the timed range (median_backward_ms's method), for
+    flashlab.attention and for SDPA's cuDNN and flash backends (called on the transposed views);
+    then flashlab's backward as one flashlab.attention_backward call and as the ABI call through
+    ctypes with prebuilt arguments. Returns {name: (host µs, ms after 256 MiB, ms after 1 GiB)};
+    the rows named "flush …" hold the flush's own GPU time in µs."""
+    def graphs(fn):
+        out = []
+        for leaves in make_sets(B, N, H, d, True):
+            o = fn(*leaves)
+            out.append((o, torch.randn_like(o), leaves))
+        return out
+
+    def autograd(sets):
+        def clear(r):
+            for x in sets[r % 3][2]:
+                x.grad = None
+
+        def call(r):
+            o, do, _ = sets[r % 3]
+            o.backward(do, retain_graph=True)
+        return clear, call
+
     direct = []
-    for out, do, leaves in sets:
-        with torch.no_grad():
-            o, lse = flashlab.attention_forward(*leaves, causal=causal)
-        direct.append((do, *(x.detach() for x in leaves), o, lse))
-
-    def clear(r):
-        for x in sets[r % 3][2]:
-            x.grad = None
-
-    def autograd(r):
-        out, do, _ = sets[r % 3]
-        out.backward(do, retain_graph=True)
-
-    calls = {"autograd": (clear, autograd),
-             "attention_backward": (None, lambda r: flashlab.attention_backward(*direct[r % 3], causal=causal)),
-             "ABI call": (None, abi_call(abi_calls(B, N, H, d, causal, True)))}
+    for leaves in make_sets(B, N, H, d, False):
+        o, lse = flashlab.attention_forward(*leaves, causal=causal)
+        direct.append((torch.randn_like(o), *leaves, o, lse))
+    calls = {
+        "flashlab (autograd)": autograd(graphs(lambda q, k, v: flashlab.attention(q, k, v, causal=causal))),
+        "SDPA cuDNN (autograd)": autograd(graphs(sdpa(SDPBackend.CUDNN_ATTENTION, causal))),
+        "SDPA flash (autograd)": autograd(graphs(sdpa(SDPBackend.FLASH_ATTENTION, causal))),
+        "flashlab attention_backward": (None, lambda r: flashlab.attention_backward(*direct[r % 3], causal=causal)),
+        "flashlab ABI call": (None, abi_call(abi_calls(B, N, H, d, causal, True))),
+    }
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     result = {}
     for flush_bytes in (FLUSH_BYTES, 4 * FLUSH_BYTES):
@@ -303,6 +325,7 @@ def main():
     ap.add_argument("--cli", help="`flashlab bench attention --csv` output for the same shapes")
     ap.add_argument("--c-loop", help="output of c_call_loop (its median_us line)")
     ap.add_argument("--csv", help="write the throughput rows here")
+    ap.add_argument("--no-throughput", action="store_true", help="skip part 2 (the call cost and the backward only)")
     a = ap.parse_args()
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
           f"flashlab library {flashlab.library_version()} ({flashlab.library_path()})")
@@ -321,7 +344,7 @@ def main():
     print(f"{'pass':4s} {'causal':6s} {'flashlab':>9s} {'direct':>8s} {'SDPA flash':>10s} {'SDPA cuDNN':>10s} "
           f"{'×flash':>7s} {'×cuDNN':>7s} {'TFLOP/s':>8s} {'CLI ms':>8s} {'ABI ms':>8s} {'py/CLI':>7s} {'py/ABI':>7s} "
           f"{'ABI×cuDNN':>9s}")
-    for causal in (False, True):
+    for causal in () if a.no_throughput else (False, True):
         for backward in (False, True):
             ours = time_pass(lambda q, k, v: flashlab.attention(q, k, v, causal=causal), B, N, H, d, backward, a.reps)
             direct = time_backward_call(B, N, H, d, causal, a.reps) if backward else ours
@@ -337,20 +360,33 @@ def main():
                   f"{cu / ours:7.3f} {flops / ours / 1e9:8.1f} {c or float('nan'):8.4f} {c_abi or float('nan'):8.4f} "
                   f"{ratio} {ratio_abi} {cu / c_abi:9.3f}")
             out_rows.append([pas, int(causal), B, H, N, d, ours, direct, fl, cu, c or "", c_abi or ""])
-    if a.csv:
+    if a.csv and out_rows:
         with open(a.csv, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["pass", "causal", "B", "H", "N", "d", "flashlab_ms", "flashlab_direct_ms", "sdpa_flash_ms",
                         "sdpa_cudnn_ms", "cli_ms", "abi_ms"])
             w.writerows(out_rows)
-    print(f"\nthe backward's host time (µs, median of {a.reps}, the GPU busy with the L2 flush, as in the timing) "
-          f"and its time with the usual flush and with a 1 GiB one (ms):")
+    print(f"\nthe backward, host time shown and hidden: host µs (median of {a.reps}, the GPU busy with the flush), "
+          f"ms after the usual 256 MiB flush and after a 1 GiB one (its longer GPU time hides the host's):")
+    lat_rows = []
     for causal in (False, True):
-        for name, (host, ms, ms_long) in host_latency(B, N, H, d, causal, a.reps).items():
+        lat = host_latency(B, N, H, d, causal, a.reps)
+        c = cli.get(("bwd", d, int(causal), N, H, B))
+        for name, (host, ms, ms_long) in lat.items():
             if ms is None:
-                print(f"  causal={str(causal):5s} {name:20s} {host:8.1f} µs of GPU time")
-            else:
-                print(f"  causal={str(causal):5s} {name:20s} {host:8.1f} µs host {ms:8.4f} ms {ms_long:8.4f} ms")
+                print(f"  causal={str(causal):5s} {name:28s} {host:8.1f} µs of GPU time")
+                continue
+            vs_cli = f"  /CLI {ms / c:6.3f} {ms_long / c:6.3f}" if c else ""
+            print(f"  causal={str(causal):5s} {name:28s} {host:8.1f} µs host {ms:8.4f} ms {ms_long:8.4f} ms{vs_cli}")
+            lat_rows.append([int(causal), name, f"{host:.1f}", f"{ms:.4f}", f"{ms_long:.4f}", c or ""])
+        fl, cu = lat["flashlab (autograd)"], lat["SDPA cuDNN (autograd)"]
+        print(f"  causal={str(causal):5s} flashlab / SDPA cuDNN through autograd: {fl[1] / cu[1]:.3f} (256 MiB), "
+              f"{fl[2] / cu[2]:.3f} (1 GiB, host time hidden); host time {fl[0]:.0f} vs {cu[0]:.0f} µs")
+    if a.csv:  # <name>_backward.csv: the rows above
+        with open(Path(a.csv).with_name(Path(a.csv).stem + "_backward.csv"), "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["causal", "call", "host_us", "ms_flush_256MiB", "ms_flush_1GiB", "cli_ms"])
+            w.writerows(lat_rows)
     print("\nflashlab: flashlab.attention (bwd: out.backward through autograd, as SDPA's); direct: the bwd as one "
           "flashlab.attention_backward call; ×flash, ×cuDNN: SDPA's time / flashlab's (above 1: flashlab faster); "
           "ABI: flashlab_attention_forward/_backward through ctypes with prebuilt arguments, in this process; "
