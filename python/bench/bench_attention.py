@@ -75,6 +75,22 @@ def host_median_us(call, n=1000, sync_every=100):
     return statistics.median(times) / 1000.0
 
 
+def warm_inputs(q, k, v):
+    """Copies of q, k, v that require grad, O and LSE of one forward, a dO; then 100 calls of each
+    entry the overhead rows time, to warm the caches (problem structs, workspace sizes, the
+    allocator)."""
+    qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+    o2, lse2 = ft.attention_forward(q, k, v, False, 0.0, False)
+    do = torch.randn_like(o2)
+    for _ in range(100):
+        ft.attention_forward(q, k, v, False, 0.0, False)
+        flashlab.attention(qg, kg, vg)
+        flashlab.attention(q, k, v)
+        ft.attention_backward(do, q, k, v, o2, lse2, False, 0.0, False)
+        flashlab.attention_backward(do, q, k, v, o2, lse2)
+    return qg, kg, vg, o2, lse2, do
+
+
 def overhead(c_loop_file):
     q, k, v = (torch.randn(1, 1, 1, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     o = torch.empty_like(q)
@@ -91,13 +107,7 @@ def overhead(c_loop_file):
         p.address, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), args[-1])
     fwd_call = L.attention_forward_call
     assert fwd_call(call) == 0, L.last_error()
-    qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
-    o2, lse2 = ft.attention_forward(q, k, v, False, 0.0, False)
-    do = torch.randn_like(o2)
-    for _ in range(100):  # warm the caches: problem structs, workspace sizes, the allocator
-        ft.attention_forward(q, k, v, False, 0.0, False)
-        flashlab.attention(qg, kg, vg)
-        ft.attention_backward(do, q, k, v, o2, lse2, False, 0.0, False)
+    qg, kg, vg, o2, lse2, do = warm_inputs(q, k, v)
     rows = [
         ("C ABI via ctypes", host_median_us(lambda: fwd(*args))),
         ("C ABI call struct", host_median_us(lambda: fwd_call(call))),

@@ -47,26 +47,7 @@ sys.path.insert(0, str(ROOT / "python"))
 import flashlab  # noqa: E402
 import flashlab.torch as ft  # noqa: E402
 from flashlab import _capi, _checks  # noqa: E402
-
-
-def host_median_us(call, n, sync_every=100):
-    times = []
-    for i in range(n):
-        if i % sync_every == 0:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter_ns()
-        call()
-        times.append(time.perf_counter_ns() - t0)
-    torch.cuda.synchronize()
-    return statistics.median(times) / 1000.0
-
-
-def read_c_loop(path):
-    for line in Path(path).read_text().splitlines():
-        f = line.split()
-        if f and f[0] == "median_us":
-            return float(f[1])
-    return None
+from bench_attention import host_median_us, read_c_loop, warm_inputs  # noqa: E402  (this script's folder)
 
 
 def section(title, rows, n, out, base=None):
@@ -141,19 +122,14 @@ def floor_rows(q, k, v):
     def fwd_args_build():
         return fwd(pa, 1, T(qp), T(kp), T(vp), T(op), lp, None, 0, raw(0))
 
-    def floor_alloc():
-        x = torch.empty_like(q)
-        set_fields()
-        call.o = x.data_ptr()
-        noop_call(call)
-        return x
-
-    def real_alloc():
-        x = torch.empty_like(q)
-        set_fields()
-        call.o = x.data_ptr()
-        fwd_call(call)
-        return x
+    def with_o(fn):  # O allocated, the struct's fields set, then fn(struct): what every call does
+        def run():
+            x = torch.empty_like(q)
+            set_fields()
+            call.o = x.data_ptr()
+            fn(call)
+            return x
+        return run
 
     return [
         ("(the timer alone)", lambda: None),
@@ -166,25 +142,18 @@ def floor_rows(q, k, v):
         ("torch.empty(shape, dtype=, device=)", lambda: torch.empty(shape, dtype=q.dtype, device=q.device)),
         ("torch.empty_strided(shape, stride, dtype=, device=)",
          lambda: torch.empty_strided(shape, (64, 64, 64, 1), dtype=q.dtype, device=q.device)),
-        ("floor: empty_like + no-op call struct (fields set)", floor_alloc),
+        ("floor: empty_like + no-op call struct (fields set)", with_o(noop_call)),
         ("forward, argument list prebuilt", lambda: fwd(*args)),
         ("forward, argument list, structs' pointers set", fwd_args_set),
         ("forward, argument list, structs built", fwd_args_build),
         ("forward_call, struct prebuilt", lambda: fwd_call(call)),
         ("forward_call, its 7 fields set", fwd_call_set),
-        ("forward_call + empty_like (what any Python call must do)", real_alloc),
+        ("forward_call + empty_like (what any Python call must do)", with_o(fwd_call)),
     ], (o, lse, p, call, args)
 
 
 def package_rows(q, k, v):
-    qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
-    o2, lse2 = ft.attention_forward(q, k, v, False, 0.0, False)
-    do = torch.randn_like(o2)
-    for _ in range(100):  # warm the caches: problem structs, workspace sizes, the allocator
-        ft.attention_forward(q, k, v, False, 0.0, False)
-        flashlab.attention(qg, kg, vg)
-        flashlab.attention(q, k, v)
-        flashlab.attention_backward(do, q, k, v, o2, lse2)
+    qg, kg, vg, o2, lse2, do = warm_inputs(q, k, v)
     return [
         ("flashlab.attention(q, k, v)", lambda: flashlab.attention(q, k, v)),
         ("flashlab.torch.attention(q, k, v)", lambda: ft.attention(q, k, v)),
