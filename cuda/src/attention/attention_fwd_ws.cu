@@ -80,6 +80,7 @@
 #include "core/common.hpp"
 #include "core/hopper.cuh"
 #include "attention/launchers.hpp"
+#include "attention/partial_pool.hpp"
 #include "core/tensor_core.cuh"
 #include "attention/fwd_ws_config.hpp"
 #include "attention/wgmma_fwd_step.cuh"
@@ -91,8 +92,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -656,29 +655,6 @@ __global__ void __launch_bounds__(256)
   if (c == 0) LSE[stat + row] = m + log2f(l);
 }
 
-/// The split tail's partial slots come from a stream-ordered pool of this file's own, one per
-/// device, that keeps its memory between launches: no workspace in the API, safe on concurrent
-/// streams (the map is guarded; the pool orders its reuse by the streams' own dependencies),
-/// nothing mapped again after the first launch (the default pool gives its memory back at every
-/// synchronisation).
-cudaMemPool_t partial_pool(int dev) {
-  static std::mutex mutex;
-  static std::map<int, cudaMemPool_t> pools;
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto it = pools.find(dev);
-  if (it != pools.end()) return it->second;
-  cudaMemPoolProps props{};
-  props.allocType = cudaMemAllocationTypePinned;
-  props.location.type = cudaMemLocationTypeDevice;
-  props.location.id = dev;
-  cudaMemPool_t pool = nullptr;
-  FLASHLAB_CUDA_CHECK(cudaMemPoolCreate(&pool, &props));
-  cuuint64_t keep = ~cuuint64_t(0);
-  FLASHLAB_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
-  pools.emplace(dev, pool);
-  return pool;
-}
-
 template <class T>
 void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
                    cudaStream_t stream) {
@@ -698,18 +674,7 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
   float* partials = nullptr;
   if (split) {  // two partial slots per block (WsSchedule: a share meets at most two units)
     const std::size_t bytes = sizeof(float) * 2 * grid * std::size_t(kPartialFloats<T>);
-    // Under stream capture the allocation becomes a node of the graph, which owns its memory (a
-    // pool only lends its properties): the device's default pool serves, and no pool is created
-    // while capturing.
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    FLASHLAB_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    if (capture != cudaStreamCaptureStatusNone) {
-      FLASHLAB_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partials), bytes, stream));
-    } else {
-      int dev = 0;
-      FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
-      FLASHLAB_CUDA_CHECK(cudaMallocFromPoolAsync(reinterpret_cast<void**>(&partials), bytes, partial_pool(dev), stream));
-    }
+    partials = static_cast<float*>(allocate_partials(bytes, stream));  // the forwards' pool (partial_pool.hpp)
   }
   announce("ws_fwd_kernel");
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, p, static_cast<uint16_t*>(O), LSE, partials,
@@ -723,7 +688,7 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
         p, partials, static_cast<uint16_t*>(O), LSE, full, int(grid));
     err = cudaGetLastError();
     if (err != cudaSuccess) throw_cuda_error(err, "launch of ws_combine_kernel", __FILE__, __LINE__);
-    FLASHLAB_CUDA_CHECK(cudaFreeAsync(partials, stream));
+    free_partials(partials, stream);
   }
 }
 
