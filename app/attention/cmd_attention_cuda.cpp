@@ -359,7 +359,7 @@ int run_fast(Run& run) {
     throw UsageError(e.what(), "--kernel fast takes --dim 64 or 128 (--kernel clear takes any d up to 256)");
   }
   const auto Qb = round_in_place(run.Q), Kb = round_in_place(run.K), Vb = round_in_place(run.V);
-  const fc::FastForwardKernel fwd_kernel = fc::fastest_forward_kernel();
+  const fc::FastForwardKernel fwd_kernel = fc::fastest_forward_kernel(cfg);
   const auto fwd = fc::fast_attention_forward(cfg, fwd_kernel, Qb, Kb, Vb);
   const Tensor<float> O = widen(fwd.O, cfg.q_shape());
   const double u = bf16 ? 0x1p-8 : 0x1p-11;  // unit roundoff of the dtype

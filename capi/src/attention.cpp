@@ -259,7 +259,7 @@ void forward(const flashlab_attention_problem* problem, flashlab_device device, 
   workspace_arg(workspace, workspace_bytes, lse ? 0 : forward_workspace(a, device), device);
   float* L = lse ? static_cast<float*>(lse) : static_cast<float*>(workspace);
   kernel_limits("the CUDA forward refuses this problem", [&] {
-    fc::fast_attention_forward_device(a.p, fc::fastest_forward_kernel(), in.q.data, in.k.data, in.v.data, os.data,
+    fc::fast_attention_forward_device(a.p, fc::fastest_forward_kernel(a.p), in.q.data, in.k.data, in.v.data, os.data,
                                       L, stream);
   });
 #else

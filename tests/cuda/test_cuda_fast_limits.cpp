@@ -9,6 +9,7 @@
 #include "flashlab/reference/attention_problem.hpp"
 
 #include <cstddef>
+#include <string>
 
 namespace fc = flashlab::cuda;
 namespace fr = flashlab::ref;
@@ -59,4 +60,26 @@ TEST_CASE("the front door takes grouped K/V and N_k != N for the forward and ref
   p.seq = 100;
   p.window_left = 16;
   CHECK_THROWS_WITH(fc::check_fast_problem(p), Catch::Contains("window") && Catch::Contains("not supported yet"));
+}
+
+TEST_CASE("the split-KV forward's tiles count packed rows: the query rows of the heads sharing a K/V head",
+          "[fast][fast-splitkv][errors]") {
+  const auto split_kv = fc::FastForwardKernel::split_kv;
+  fr::AttentionProblem p;
+  p.seq = 1;
+  p.seq_k = 65536;
+  p.heads = 32;
+  p.heads_kv = 8;
+  p.head_dim = 128;
+  p.dtype = kBf16;
+  CHECK(std::string(fc::to_string(split_kv)) == "splitkv");
+  CHECK(fc::fast_forward_tiles(128, split_kv).Br == 16);
+  CHECK(fc::fast_forward_tiles(p, split_kv).Br == 16);  // 4 heads × 1 row
+  CHECK(fc::fast_forward_tiles(p, split_kv).Bc == 64);
+  p.seq = 4;  // 4 heads × 4 rows = 16 packed rows: still one m16 tile
+  CHECK(fc::fast_forward_tiles(p, split_kv).Br == 16);
+  p.seq = 5;  // 20 packed rows
+  CHECK(fc::fast_forward_tiles(p, split_kv).Br == 64);
+  p.head_dim = 96;  // the fast kernels' one limit on d, stated once
+  CHECK_THROWS_WITH(fc::fast_forward_tiles(p, split_kv), Catch::Contains("head_dim (d) = 96 is not 64 or 128"));
 }

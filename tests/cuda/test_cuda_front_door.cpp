@@ -216,6 +216,19 @@ TEST_CASE("front door: the tma-ws split tail (pool or graph allocation) on strea
                           fr::Algorithm::bwd_two_kernel, fc::FastBackwardKernel::mma_sync);
 }
 
+TEST_CASE("front door: the split-KV forward (its partials from the pool or the graph) on streams, graphs and threads",
+          "[front-door][fast-splitkv]") {
+  // N = 2000, H = 1: 32 row tiles of Br = 64, several key ranges on any GPU of 64 SMs or more (the
+  // combine kernel and the partials); N = 16, H = 2: one range of Br = 16 (no partials).
+  const auto split_kv = fc::FastForwardKernel::split_kv;
+  check_attention_streams(problem(1, 2000, 1, 64, false), split_kv, fr::Algorithm::bwd_two_kernel,
+                          fc::FastBackwardKernel::mma_sync);
+  check_attention_streams(problem(2, 1000, 1, 128, true), split_kv, fr::Algorithm::bwd_two_kernel,
+                          fc::FastBackwardKernel::mma_sync);
+  check_attention_streams(problem(1, 16, 2, 128, true), split_kv, fr::Algorithm::bwd_two_kernel,
+                          fc::FastBackwardKernel::mma_sync);
+}
+
 TEST_CASE("front door: fast_forward_tiles reports the tiles the tma-ws forward runs", "[front-door]") {
   const auto ws = fc::FastForwardKernel::tma_ws;
   const auto mma = fc::FastForwardKernel::mma_sync;

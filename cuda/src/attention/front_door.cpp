@@ -4,8 +4,8 @@
 // fastest_backward_kernel, the tiles that run: fast_forward_tiles), and the entry points on the
 // caller's device memory (fast_attention_forward_device, fast_attention_backward_device and the
 // backward's workspace size). Those launch on the caller's stream and do nothing else: no host
-// copy, no allocation (the tma-ws forward's split tail takes its partial slots from a
-// stream-ordered pool, attention_fwd_ws.cu), no synchronisation. The host-vector entries that the
+// copy, no allocation (the tma-ws forward's split tail and the split-KV forward take their partial
+// slots from a stream-ordered pool, partial_pool.hpp), no synchronisation. The host-vector entries that the
 // tests and the CLI use are thin wrappers over these, in host.cpp.
 #include "core/common.hpp"
 #include "core/device_pointer.hpp"
@@ -19,6 +19,7 @@
 #include "attention/front_door.hpp"
 #include "attention/fwd_ws_config.hpp"
 #include "attention/launchers.hpp"
+#include "attention/splitkv.hpp"
 
 #include <cstdint>
 #include <stdexcept>
@@ -167,7 +168,8 @@ void check_bwd_kernel(ref::Algorithm design, FastBackwardKernel kernel) {
 }
 
 void require_wgmma_built(FastForwardKernel kernel) {
-  if (kernel != FastForwardKernel::mma_sync && !fast_forward_wgmma_built())
+  const bool portable = kernel == FastForwardKernel::mma_sync || kernel == FastForwardKernel::split_kv;
+  if (!portable && !fast_forward_wgmma_built())
     throw std::invalid_argument(
         std::string("flashlab::cuda: the ") + to_string(kernel) +
         " forward is not in this build (hint: configure with CMAKE_CUDA_ARCHITECTURES including 90; it needs an "
@@ -180,6 +182,7 @@ const char* to_string(FastForwardKernel kernel) {
   switch (kernel) {
     case FastForwardKernel::wgmma: return "wgmma";
     case FastForwardKernel::tma_ws: return "tma-ws";
+    case FastForwardKernel::split_kv: return "splitkv";
     default: return "mma";
   }
 }
@@ -204,6 +207,19 @@ FastForwardKernel fastest_forward_kernel() {
   return fast_forward_wgmma_built() && device_is_sm90() ? FastForwardKernel::tma_ws : FastForwardKernel::mma_sync;
 }
 
+FastForwardKernel fastest_forward_kernel(const ref::AttentionProblem& problem) {
+  check_fast_problem(problem);
+  // The split-KV rule, stated here only (measured on the H100: docs/cuda.md, the split-KV forward):
+  // at most 16 query rows always (a decode step: a 128-row tile would waste the other rows, and
+  // packing the H/H_kv heads reads each K/V tile once), else when the regular forwards' blocks (one
+  // per 128-row query tile and head) would fill at most 1/kSplitKvSmShare of the SMs.
+  constexpr std::size_t kShortList = 16, kRegularBr = 128, kSplitKvSmShare = 4;
+  const std::size_t regular_blocks = problem.batch * problem.heads * ((problem.seq + kRegularBr - 1) / kRegularBr);
+  if (problem.seq <= kShortList || regular_blocks * kSplitKvSmShare <= std::size_t(device_sms()))
+    return FastForwardKernel::split_kv;
+  return fastest_forward_kernel();
+}
+
 FastBackwardKernel fastest_backward_kernel() {
   // The same condition as the forward's tma_ws: sm_90a code built, a compute capability 9.0 device.
   return fastest_forward_kernel() == FastForwardKernel::tma_ws ? FastBackwardKernel::wgmma_ws
@@ -214,12 +230,15 @@ FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel) {
   require_fast_head_dim(head_dim < 0 ? 0 : std::size_t(head_dim));
   if (kernel == FastForwardKernel::wgmma) return {detail::kWgmmaBlockM, detail::kWgmmaBlockN};
   if (kernel == FastForwardKernel::tma_ws) return {128, 128};  // the configuration of a short work list
+  if (kernel == FastForwardKernel::split_kv) return {16, detail::kSplitKvBlockN};  // at most 16 packed rows
   return {detail::kMmaBlockM, detail::kMmaBlockN};
 }
 
 FastTiles fast_forward_tiles(const ref::AttentionProblem& problem, FastForwardKernel kernel) {
   check_fast_problem(problem);
   check_forward_kernel(problem, kernel);
+  if (kernel == FastForwardKernel::split_kv)
+    return {detail::split_kv_block_m(detail::make_problem(problem)), detail::kSplitKvBlockN};
   if (kernel != FastForwardKernel::tma_ws) return fast_forward_tiles(int(problem.head_dim), kernel);
   const detail::WsConfig c =
       detail::choose_ws_config(detail::make_problem(problem), problem.dtype == ref::Dtype::bf16, device_sms());
@@ -262,6 +281,7 @@ void fast_attention_forward_device(const ref::AttentionProblem& problem, FastFor
   if (kernel == FastForwardKernel::wgmma) return detail::launch_fast_wgmma(p, bf16, Q, K, V, O, LSE, s);
   if (kernel == FastForwardKernel::tma_ws) return detail::launch_fast_tma_ws(p, bf16, Q, K, V, O, LSE, s);
 #endif
+  if (kernel == FastForwardKernel::split_kv) return detail::launch_fast_split_kv(p, bf16, Q, K, V, O, LSE, s);
   detail::launch_fast_mma(p, bf16, Q, K, V, O, LSE, s);
 }
 

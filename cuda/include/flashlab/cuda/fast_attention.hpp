@@ -16,7 +16,7 @@
 /// is `[B, H, N]` fp32, base 2 of the base-2 scores: LSE_i = m_i + log2(l_i) with scores
 /// S·scale·log2(e). Any N ≥ 1; causal or not.
 ///
-/// The forward (mma_sync and tma_ws) takes grouped K/V (`heads_kv` = H_kv dividing H: query head h
+/// The forward (mma_sync, tma_ws and split_kv) takes grouped K/V (`heads_kv` = H_kv dividing H: query head h
 /// reads K/V head h / (H / H_kv), by indexing, K and V never expanded) and N_k ≠ N (`seq_k`), the
 /// causal diagonal bottom-right aligned as the reference's: key j visible to query i iff
 /// j ≤ i + N_k − N; a query that sees no key (causal, N > N_k) gets O = 0 and LSE = −inf. The
@@ -49,10 +49,16 @@ enum class FastForwardKernel {
   wgmma,
   /// wgmma fed by TMA loads from a producer warpgroup, two consumer warpgroups taking turns at the
   /// tensor cores (cuda/src/attention/attention_fwd_ws.cu): sm_90a, built and usable as wgmma.
-  tma_ws
+  tma_ws,
+  /// Split-KV for few query rows against many keys (cuda/src/attention/attention_fwd_splitkv.cu):
+  /// the query rows of the H/H_kv heads sharing a K/V head packed into one row tile, the keys cut
+  /// into ranges over the SMs, fp32 partials merged by LSE in a second kernel; `mma.sync`, any
+  /// device from sm_80 on. fastest_forward_kernel(problem) chooses it where it pays.
+  split_kv
 };
 
-/// "mma", "wgmma" or "tma-ws" (the names the `flashlab bench attention --fwd-kernel` flag takes).
+/// "mma", "wgmma", "tma-ws" or "splitkv" (the names the `flashlab bench attention --fwd-kernel`
+/// flag takes).
 const char* to_string(FastForwardKernel kernel);
 
 /// Whether this build contains the wgmma forward (CMAKE_CUDA_ARCHITECTURES included 90).
@@ -63,6 +69,14 @@ bool fast_forward_wgmma_built();
 /// device from sm_80 on). Measured order on the H100: tma_ws > wgmma > mma_sync at every timed
 /// shape (docs/optimisation.md). Throws CudaError when no device can be queried.
 FastForwardKernel fastest_forward_kernel();
+
+/// The forward kernel fast_attention_forward_device() should run for `problem` on the current
+/// device: split_kv where the others would leave most of the GPU idle, else
+/// fastest_forward_kernel(). The one rule (measured on the H100: docs/cuda.md, the split-KV
+/// forward): split_kv when N ≤ 16, or when the regular forwards' blocks, B·H·⌈N/128⌉, fill at most
+/// a quarter of the SMs. Validates the problem (check_fast_problem()); throws CudaError when no
+/// device can be queried.
+FastForwardKernel fastest_forward_kernel(const ref::AttentionProblem& problem);
 
 /// Results of a fast forward pass copied back to the host.
 struct FastForwardResult {
@@ -79,12 +93,14 @@ struct FastTiles {
 /// The tiles of the fast forward `kernel` for `head_dim` on a short work list (of N_k = N); throws
 /// std::invalid_argument for d ∉ {64, 128}. mma_sync and wgmma have one tile shape per head dim;
 /// tma_ws chooses its configuration per problem and device (longer lists run Br = 192 at d = 64,
-/// Bc = 192 at d = 128): the overload below reports the tiles that run.
+/// Bc = 192 at d = 128), split_kv its Br per problem (16 packed rows for at most 16 rows per K/V
+/// head, else 64; Bc = 64): the overload below reports the tiles that run.
 FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel = FastForwardKernel::mma_sync);
 
 /// The tiles fast_attention_forward_device() runs for `problem` with `kernel` on the current
 /// device: for tma_ws the configuration its launcher chooses from B, N, N_k, H, d, the mask and
-/// the SM count (cuda/src/attention/fwd_ws_config.hpp). Throws std::invalid_argument for a problem
+/// the SM count (cuda/src/attention/fwd_ws_config.hpp); for split_kv Br counts packed rows (query
+/// rows of the H/H_kv heads that share a K/V head). Throws std::invalid_argument for a problem
 /// the kernel refuses (check_fast_problem(); the wgmma forward also H_kv ≠ H and N_k ≠ N), CudaError
 /// when no device can be queried (tma_ws only).
 FastTiles fast_forward_tiles(const ref::AttentionProblem& problem, FastForwardKernel kernel);
@@ -105,7 +121,8 @@ FastForwardResult fast_attention_forward(const ref::AttentionProblem& problem, F
 
 /// The forward on the caller's device memory: launches the fast forward `kernel` on `stream` (a
 /// cudaStream_t passed as void*; nullptr is the legacy default stream) and returns; no host copy,
-/// no synchronisation, no allocation beyond the tma_ws split tail's partial slots (taken from a
+/// no synchronisation, no allocation beyond the partial slots of the tma_ws split tail and of
+/// split_kv with more than one key range (B·H·N·splits·(d + 2) floats; both taken from one
 /// stream-ordered pool of the library's own per device and freed on the stream; under stream
 /// capture they become graph allocation nodes), so it may be called from several host threads on
 /// several streams at once and captured in a CUDA graph.
