@@ -1,5 +1,6 @@
 // `flashlab bench attention`: times the fast tensor-core forward (--fwd-kernel: mma.sync in
-// cuda/src/attention/attention_fwd_tc.cu, wgmma in attention_fwd_wgmma.cu, tma-ws in attention_fwd_ws.cu)
+// cuda/src/attention/attention_fwd_tc.cu, wgmma in attention_fwd_wgmma.cu, tma-ws in attention_fwd_ws.cu,
+// splitkv in attention_fwd_splitkv.cu)
 // and/or backward (--bwd-design: the atomic one, the default, in attention_bwd_tc_atomic.cu or,
 // with --bwd-kernel wgmma-ws, attention_bwd_ws.cu; two-kernel in attention_bwd_tc.cu) over a
 // sweep of shapes and prints ms, TFLOP/s and effective GB/s per shape and pass.
@@ -29,8 +30,9 @@ namespace {
 constexpr const char* kUsageLine =
     "bench attention [--seq N[,N2,...]] [--dim D[,D2]] [--heads H] [--heads-kv HKV] [--seq-k NK] [--batch B]\n"
     "                       [--causal | --no-causal | --both]\n"
-    "                       [--pass fwd|bwd|both] [--bwd-design atomic|two-kernel] [--fwd-kernel mma|wgmma|tma-ws]\n"
-    "                       [--bwd-kernel mma|wgmma-ws|wgmma-ws-det] [--dtype bf16|fp16] [--reps R] [--warmup W] [--csv]";
+    "                       [--pass fwd|bwd|both] [--bwd-design atomic|two-kernel] [--fwd-kernel mma|wgmma|tma-ws|splitkv]\n"
+    "                       [--bwd-kernel mma|wgmma-ws|wgmma-ws-det] [--dtype bf16|fp16] [--kv-copy] [--reps R] [--warmup W]\n"
+    "                       [--csv]";
 constexpr const char* kSummary =
     "Times the fast tensor-core attention forward and/or backward on the GPU (bf16/fp16 in, fp32\n"
     "accumulation) for every (d, causal, N) of the sweep. Per shape and pass: W warm-up launches,\n"
@@ -45,7 +47,9 @@ constexpr const char* kSummary =
     "N = 1024…16384, d = 64 and 128, H = 16, B = 1, causal and not, both passes. --heads-kv and\n"
     "--seq-k (the forward only: the fast backward takes H_kv = H, N_k = N) time grouped K/V and\n"
     "N_k != N, every N of the sweep against NK keys (causal bottom-right aligned; TFLOP/s count the\n"
-    "visible query-key pairs). --csv rows feed cuda/bench/sdpa_bench.py (PyTorch SDPA, same shapes\n"
+    "visible query-key pairs). --kv-copy also times, per forward shape and the same way, a\n"
+    "device-to-device copy of K and V's bytes: the row then states K and V's read rate beside the\n"
+    "copy's (read + write) rate. --csv rows feed cuda/bench/sdpa_bench.py (PyTorch SDPA, same shapes\n"
     "and passes; enable_gqa for grouped K/V).\n"
     "Needs a build with CUDA and an NVIDIA GPU.";
 
@@ -67,9 +71,10 @@ po::options_description options() {
       ("bwd-design", po::value<std::string>()->default_value("atomic"),
        "atomic | two-kernel: the backward design to time (default atomic, the faster on H100)")
       ("fwd-kernel", po::value<std::string>()->default_value("auto"),
-       "auto | mma | wgmma | tma-ws: the forward kernel to time (auto, the default: the fastest this build "
-       "runs on the device, tma-ws on an H100/H200, else mma; mma.sync; Hopper's wgmma; wgmma fed by "
-       "TMA with warp specialisation; the last two sm_90a)")
+       "auto | mma | wgmma | tma-ws | splitkv: the forward kernel to time (auto, the default: the front "
+       "door's choice per shape, splitkv for few query rows, else the fastest this build runs on the device, "
+       "tma-ws on an H100/H200, else mma; mma.sync; Hopper's wgmma; wgmma fed by TMA with warp "
+       "specialisation, these two sm_90a; split-KV, mma.sync, for few query rows against many keys)")
       ("bwd-kernel", po::value<std::string>()->default_value("auto"),
        "auto | mma | wgmma-ws | wgmma-ws-det: the kernel of the atomic backward design (auto, the default: "
        "the fastest this build runs on the device, wgmma-ws on an H100/H200, else mma; mma.sync; TMA + warp "
@@ -78,10 +83,11 @@ po::options_description options() {
       ;
   add_dtype_option(d, "bf16 | fp16", "bf16");
   d.add_options()
+      ("kv-copy", po::bool_switch(), "also time a D2D copy of K and V's bytes per forward shape (the copy-bandwidth anchor)")
       ("reps", po::value<long long>()->default_value(30), "timed launches per shape (at least 20)")
       ("warmup", po::value<long long>()->default_value(3), "untimed launches per shape before timing");
-  add_csv_option(d, " (dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps,bwd_design,fwd_kernel,H_kv,N_k); "
-                    "bwd_design is atomic, two-kernel, or wgmma-ws / wgmma-ws-det (the atomic design on those kernels)");
+  add_csv_option(d, " (dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps,bwd_design,fwd_kernel,H_kv,N_k,kv_read_tbps,"
+                    "copy_tbps; the last two 0 without --kv-copy); bwd_design is atomic, two-kernel, or wgmma-ws / wgmma-ws-det (the atomic design on those kernels)");
   return d;
 }
 
@@ -94,6 +100,7 @@ struct Sweep {
   bool fwd = true, bwd = true;  // passes to time (--pass)
   bool fp16 = false, csv = false;
   bool bwd_atomic = true;  // --bwd-design
+  bool kv_copy = false;    // --kv-copy
   std::string fwd_kernel = "auto";  // --fwd-kernel
   std::string bwd_kernel = "auto";  // --bwd-kernel
 };
@@ -137,8 +144,8 @@ Sweep parse_sweep(const po::variables_map& vm) {
     throw UsageError("--bwd-design '" + design + "' is unknown", "choose atomic (the default) or two-kernel");
   s.bwd_atomic = design == "atomic";
   const std::string fk = vm["fwd-kernel"].as<std::string>();
-  if (fk != "auto" && fk != "mma" && fk != "wgmma" && fk != "tma-ws")
-    throw UsageError("--fwd-kernel '" + fk + "' is unknown", "choose auto (the default), mma, wgmma or tma-ws");
+  if (fk != "auto" && fk != "mma" && fk != "wgmma" && fk != "tma-ws" && fk != "splitkv")
+    throw UsageError("--fwd-kernel '" + fk + "' is unknown", "choose auto (the default), mma, wgmma, tma-ws or splitkv");
   s.fwd_kernel = fk;
   const std::string bk = bwd_kernel_flag(vm["bwd-kernel"].as<std::string>());
   if (bk.rfind("wgmma-ws", 0) == 0 && !s.bwd_atomic)
@@ -146,6 +153,7 @@ Sweep parse_sweep(const po::variables_map& vm) {
   s.bwd_kernel = bk;
   s.fp16 = fp16_dtype(vm["dtype"].as<std::string>());
   s.csv = vm["csv"].as<bool>();
+  s.kv_copy = vm["kv-copy"].as<bool>();
   return s;
 }
 
@@ -180,11 +188,14 @@ int run_sweep(const Sweep& s) {
   b.pass = s.fwd && s.bwd ? fc::BenchPass::both : (s.bwd ? fc::BenchPass::bwd : fc::BenchPass::fwd);
   b.bwd_design = s.bwd_atomic ? flashlab::ref::Algorithm::bwd_atomic : flashlab::ref::Algorithm::bwd_two_kernel;
   const bool chosen = s.fwd_kernel == "auto";
-  b.fwd_kernel = chosen                     ? fc::fastest_forward_kernel()
-                 : s.fwd_kernel == "wgmma"  ? fc::FastForwardKernel::wgmma
-                 : s.fwd_kernel == "tma-ws" ? fc::FastForwardKernel::tma_ws
-                                            : fc::FastForwardKernel::mma_sync;
-  if (!chosen && s.fwd_kernel != "mma" && !fc::fast_forward_wgmma_built())
+  b.fwd_kernel = chosen                      ? fc::fastest_forward_kernel()
+                 : s.fwd_kernel == "wgmma"   ? fc::FastForwardKernel::wgmma
+                 : s.fwd_kernel == "tma-ws"  ? fc::FastForwardKernel::tma_ws
+                 : s.fwd_kernel == "splitkv" ? fc::FastForwardKernel::split_kv
+                                             : fc::FastForwardKernel::mma_sync;
+  b.fwd_auto = chosen;
+  b.kv_copy = s.kv_copy;
+  if (!chosen && (s.fwd_kernel == "wgmma" || s.fwd_kernel == "tma-ws") && !fc::fast_forward_wgmma_built())
     throw UsageError("--fwd-kernel " + s.fwd_kernel + " is not in this build",
                      "configure with CMAKE_CUDA_ARCHITECTURES including 90 (the " + s.fwd_kernel +
                          " forward is sm_90a code)");
@@ -201,7 +212,8 @@ int run_sweep(const Sweep& s) {
                                fc::to_string(b.bwd_kernel) +
                                (bwd_chosen && s.bwd_atomic ? ", the fastest for this device)" : ")");
   const std::string fwd_name =
-      std::string(fc::to_string(b.fwd_kernel)) + (chosen ? ", the fastest for this device" : "");
+      chosen ? "chosen per shape: splitkv for few query rows, else " + std::string(fc::to_string(b.fwd_kernel))
+             : std::string(fc::to_string(b.fwd_kernel));
   const char* dt = s.fp16 ? "fp16" : "bf16";
   const std::string device = fc::device_description();
   // CSV goes to stdout alone (a file for sdpa_bench.py); the device line then goes to stderr.
@@ -214,7 +226,9 @@ int run_sweep(const Sweep& s) {
        << (s.seq_k ? " N_k=" + std::to_string(s.seq_k) : "") << " B=" << s.batch << "; per shape " << s.warmup
        << " warm-up + " << s.reps << " timed launches, each alone (CUDA events), L2 flushed before each, "
        << b.input_sets << " input sets rotated; median (min, max)\n";
-  if (s.csv) std::cout << "dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps,bwd_design,fwd_kernel,H_kv,N_k\n";
+  if (s.csv)
+    std::cout << "dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps,bwd_design,fwd_kernel,H_kv,N_k,kv_read_tbps,"
+                 "copy_tbps\n";
   else {
     char line[160];
     std::snprintf(line, sizeof line, "%-5s %4s %4s %6s %6s %10s %10s %10s %9s %9s\n", "dtype", "pass", "d", "causal",
@@ -228,16 +242,23 @@ int run_sweep(const Sweep& s) {
                                    ? std::string(fc::to_string(r.attention.bwd_kernel))
                                    : std::string(flashlab::ref::algorithm_flag_name(r.attention.bwd_design));
     const char* pass = r.attention.backward ? "bwd" : "fwd";
-    char line[200];
+    char line[256];
     if (s.csv)
-      std::snprintf(line, sizeof line, "%s,%s,%zu,%d,%zu,%zu,%zu,%.6f,%.6f,%.6f,%.3f,%.1f,%s,%s,%zu,%zu\n", dt, pass,
-                    c.head_dim, int(c.causal), c.seq, c.heads, c.batch, r.median_ms, r.min_ms, r.max_ms, r.tflops,
-                    r.gbps, r.attention.backward ? design.c_str() : "", r.attention.backward ? "" : fc::to_string(r.attention.fwd_kernel),
-                    c.h_kv(), c.n_k());
+      std::snprintf(line, sizeof line, "%s,%s,%zu,%d,%zu,%zu,%zu,%.6f,%.6f,%.6f,%.3f,%.1f,%s,%s,%zu,%zu,%.3f,%.3f\n", dt,
+                    pass, c.head_dim, int(c.causal), c.seq, c.heads, c.batch, r.median_ms, r.min_ms, r.max_ms,
+                    r.tflops, r.gbps, r.attention.backward ? design.c_str() : "",
+                    r.attention.backward ? "" : fc::to_string(r.attention.fwd_kernel), c.h_kv(), c.n_k(),
+                    r.attention.kv_read_tbps, r.attention.copy_tbps);
     else
       std::snprintf(line, sizeof line, "%-5s %4s %4zu %6s %6zu %10.4f %10.4f %10.4f %9.1f %9.1f\n", dt, pass, c.head_dim,
                     c.causal ? "yes" : "no", c.seq, r.median_ms, r.min_ms, r.max_ms, r.tflops, r.gbps);
-    std::cout << line << std::flush;
+    std::cout << line;
+    if (!s.csv && r.attention.copy_tbps > 0)  // K and V read rate against the copy anchor of the same run
+      std::printf("       %s reads K, V at %.2f TB/s; a D2D copy of the same bytes moves %.2f TB/s (read + write): "
+                  "%.0f %%\n",
+                  fc::to_string(r.attention.fwd_kernel), r.attention.kv_read_tbps, r.attention.copy_tbps,
+                  100.0 * r.attention.kv_read_tbps / r.attention.copy_tbps);
+    std::cout << std::flush;
   });
   return kOk;
 }

@@ -94,12 +94,28 @@ void bench_shape(const AttentionBenchConfig& bench, const ref::AttentionProblem&
   }
   const std::size_t grad_numel = do_bwd ? numel : 0;
   detail::DeviceBuffer<std::uint16_t> dQ(grad_numel), dK(grad_numel), dV(grad_numel);
+  // The forward kernel of this shape: the sweep's, or the front door's choice for the problem.
+  const FastForwardKernel fwd_kernel = bench.fwd_auto ? fastest_forward_kernel(problem) : bench.fwd_kernel;
   // Workspace (D; atomic: + the fp32 dQ accumulator), allocated here, outside the timing.
   detail::DeviceBuffer<unsigned char> workspace(
       do_bwd ? fast_attention_backward_workspace_bytes(bench.bwd_design, problem) : 0);
 
   // One pass: warmup + reps launches of `launch(set)`, each alone between the events after
   // an L2 flush; returns its row.
+  // The copy anchor (kv_copy): K then V of the set into one scratch buffer, device to device,
+  // timed as a forward launch (flush, events, sets rotated), before the forward so that its row
+  // carries both rates.
+  double copy_tbps = 0.0;
+  const std::size_t kv_bytes = kv_numel * sizeof(std::uint16_t);
+  if (do_fwd && bench.kv_copy) {
+    detail::DeviceBuffer<unsigned char> scratch(2 * kv_bytes);
+    const detail::LaunchTimes t = timer.time(bench.warmup, bench.reps, [&](int r) {
+      const std::size_t s = kPerSet * std::size_t(r % bench.input_sets);
+      FLASHLAB_CUDA_CHECK(cudaMemcpyAsync(scratch.get(), in[s + 1].get(), kv_bytes, cudaMemcpyDeviceToDevice));
+      FLASHLAB_CUDA_CHECK(cudaMemcpyAsync(scratch.get() + kv_bytes, in[s + 2].get(), kv_bytes, cudaMemcpyDeviceToDevice));
+    });
+    copy_tbps = 4.0 * double(kv_bytes) / (t.median_ms * 1e-3) / 1e12;  // 2·kv_bytes read + written
+  }
   auto time_pass = [&](bool backward, const std::function<void(std::size_t)>& launch) {
     const detail::LaunchTimes t =
         timer.time(bench.warmup, bench.reps, [&](int r) { launch(std::size_t(r % bench.input_sets)); });
@@ -111,7 +127,11 @@ void bench_shape(const AttentionBenchConfig& bench, const ref::AttentionProblem&
     row.dtype = problem.dtype;
     row.attention.problem = problem;
     row.attention.backward = backward;
-    row.attention.fwd_kernel = bench.fwd_kernel;
+    row.attention.fwd_kernel = fwd_kernel;
+    if (!backward && bench.kv_copy) {
+      row.attention.kv_read_tbps = 2.0 * double(kv_bytes) / (t.median_ms * 1e-3) / 1e12;
+      row.attention.copy_tbps = copy_tbps;
+    }
     row.attention.bwd_design = bench.bwd_design;
     row.attention.bwd_kernel = bench.bwd_kernel;
     row.reps = bench.reps;
@@ -126,7 +146,7 @@ void bench_shape(const AttentionBenchConfig& bench, const ref::AttentionProblem&
     if (on_row) on_row(row);
   };
   auto forward = [&](std::size_t s) {
-    fast_attention_forward_device(problem, bench.fwd_kernel, in[kPerSet * s].get(), in[kPerSet * s + 1].get(),
+    fast_attention_forward_device(problem, fwd_kernel, in[kPerSet * s].get(), in[kPerSet * s + 1].get(),
                                   in[kPerSet * s + 2].get(), O[s].get(), LSE[s].get());
   };
   if (do_fwd) time_pass(false, forward);

@@ -52,7 +52,12 @@ struct AttentionBenchConfig {
   std::uint32_t seed = 1234;                                 ///< seed of the N(0, 1) inputs
   BenchPass pass = BenchPass::both;                          ///< passes to time (bench_attention())
   ref::Algorithm bwd_design = ref::Algorithm::bwd_atomic;      ///< backward design timed (default: the faster)
-  FastForwardKernel fwd_kernel = FastForwardKernel::mma_sync;  ///< forward kernel timed
+  FastForwardKernel fwd_kernel = FastForwardKernel::mma_sync;  ///< forward kernel timed (unless fwd_auto)
+  /// Time, per shape, the forward kernel fastest_forward_kernel(problem) chooses (the row names it)
+  bool fwd_auto = false;
+  /// Beside each forward row, time a device-to-device copy of K and V's bytes the same way (the
+  /// copy-bandwidth anchor): the row's kv_read_tbps and copy_tbps
+  bool kv_copy = false;
   FastBackwardKernel bwd_kernel = FastBackwardKernel::mma_sync;  ///< kernel of the bwd_atomic design timed
 };
 

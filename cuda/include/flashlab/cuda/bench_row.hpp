@@ -46,6 +46,11 @@ struct AttentionBenchExtras {
   FastForwardKernel fwd_kernel = FastForwardKernel::mma_sync;    ///< the forward kernel (forward rows)
   ref::Algorithm bwd_design = ref::Algorithm::bwd_atomic;        ///< the backward design (backward rows)
   FastBackwardKernel bwd_kernel = FastBackwardKernel::mma_sync;  ///< the backward kernel (backward rows)
+  /// kv_copy forward rows: the bytes of K and V (2·B·N_k·H_kv·d elements) per median time, 10¹² B/s; else 0
+  double kv_read_tbps = 0.0;
+  /// kv_copy forward rows: a device-to-device copy of K and V's bytes, timed the same way in the same
+  /// run, as (bytes read + bytes written) per median time, 10¹² B/s (the copy-bandwidth anchor); else 0
+  double copy_tbps = 0.0;
 };
 
 /// The Multi-Token Attention family's fields of a BenchRow.
