@@ -8,8 +8,9 @@
 // flashlab::cuda::bench_attention (cuda/src/attention/bench.cpp), compiled only with CUDA
 // (FLASHLAB_HAVE_CUDA). Formatting only here.
 #include "core/commands.hpp"
-#include "core/shared_flags.hpp"
 #include "core/gpu_flags.hpp"
+#include "core/report.hpp"
+#include "core/shared_flags.hpp"
 
 #ifdef FLASHLAB_HAVE_CUDA
 #include "flashlab/cuda/bench.hpp"
@@ -17,6 +18,7 @@
 #endif
 
 #include <cstdio>
+#include <optional>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
@@ -32,7 +34,7 @@ constexpr const char* kUsageLine =
     "                       [--causal | --no-causal | --both]\n"
     "                       [--pass fwd|bwd|both] [--bwd-design atomic|two-kernel] [--fwd-kernel mma|wgmma|tma-ws|splitkv]\n"
     "                       [--bwd-kernel mma|wgmma-ws|wgmma-ws-det] [--dtype bf16|fp16] [--kv-copy] [--reps R] [--warmup W]\n"
-    "                       [--csv]";
+    "                       [--json|--csv]";
 constexpr const char* kSummary =
     "Times the fast tensor-core attention forward and/or backward on the GPU (bf16/fp16 in, fp32\n"
     "accumulation) for every (d, causal, N) of the sweep. Per shape and pass: W warm-up launches,\n"
@@ -49,8 +51,11 @@ constexpr const char* kSummary =
     "N_k != N, every N of the sweep against NK keys (causal bottom-right aligned; TFLOP/s count the\n"
     "visible query-key pairs). --kv-copy also times, per forward shape and the same way, a\n"
     "device-to-device copy of K and V's bytes: the row then states K and V's read rate beside the\n"
-    "copy's (read + write) rate. --csv rows feed cuda/bench/sdpa_bench.py (PyTorch SDPA, same shapes\n"
-    "and passes; enable_gqa for grouped K/V).\n"
+    "copy's (read + write) rate. --json and --csv print one row per shape and pass, as each is timed,\n"
+    "with the keys dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps,bwd_design,fwd_kernel,\n"
+    "H_kv,N_k,kv_read_tbps,copy_tbps (bwd_design: atomic, two-kernel, or wgmma-ws / wgmma-ws-det,\n"
+    "the atomic design on those kernels; the last two 0 without --kv-copy); the CSV feeds\n"
+    "cuda/bench/sdpa_bench.py (PyTorch SDPA, same shapes and passes; enable_gqa for grouped K/V).\n"
     "Needs a build with CUDA and an NVIDIA GPU.";
 
 po::options_description options() {
@@ -86,8 +91,7 @@ po::options_description options() {
       ("kv-copy", po::bool_switch(), "also time a D2D copy of K and V's bytes per forward shape (the copy-bandwidth anchor)")
       ("reps", po::value<long long>()->default_value(30), "timed launches per shape (at least 20)")
       ("warmup", po::value<long long>()->default_value(3), "untimed launches per shape before timing");
-  add_csv_option(d, " (dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps,bwd_design,fwd_kernel,H_kv,N_k,kv_read_tbps,"
-                    "copy_tbps; the last two 0 without --kv-copy); bwd_design is atomic, two-kernel, or wgmma-ws / wgmma-ws-det (the atomic design on those kernels)");
+  add_output_options(d);
   return d;
 }
 
@@ -98,7 +102,8 @@ struct Sweep {
   int heads = 16, batch = 1, reps = 30, warmup = 3;
   int heads_kv = 0, seq_k = 0;  // --heads-kv, --seq-k (0: H, N)
   bool fwd = true, bwd = true;  // passes to time (--pass)
-  bool fp16 = false, csv = false;
+  bool fp16 = false;
+  OutputFormat format = OutputFormat::text;  // --json / --csv
   bool bwd_atomic = true;  // --bwd-design
   bool kv_copy = false;    // --kv-copy
   std::string fwd_kernel = "auto";  // --fwd-kernel
@@ -152,7 +157,7 @@ Sweep parse_sweep(const po::variables_map& vm) {
     throw UsageError("--bwd-kernel " + bk + " runs the atomic design only", "drop --bwd-design two-kernel");
   s.bwd_kernel = bk;
   s.fp16 = fp16_dtype(vm["dtype"].as<std::string>());
-  s.csv = vm["csv"].as<bool>();
+  s.format = output_format(vm);
   s.kv_copy = vm["kv-copy"].as<bool>();
   return s;
 }
@@ -216,8 +221,9 @@ int run_sweep(const Sweep& s) {
              : std::string(fc::to_string(b.fwd_kernel));
   const char* dt = s.fp16 ? "fp16" : "bf16";
   const std::string device = fc::device_description();
-  // CSV goes to stdout alone (a file for sdpa_bench.py); the device line then goes to stderr.
-  std::ostream& info = info_stream(s.csv);
+  // JSON and CSV go to stdout alone (a file for sdpa_bench.py); the device line then goes to stderr.
+  const bool data = s.format != OutputFormat::text;
+  std::ostream& info = info_stream(data);
   info << "device: " << device << "\n"
        << (s.fwd && s.bwd ? "fast forward (" + fwd_name + ") and " + bwd_name + ", "
                           : s.bwd ? "fast " + bwd_name + ", "
@@ -226,40 +232,58 @@ int run_sweep(const Sweep& s) {
        << (s.seq_k ? " N_k=" + std::to_string(s.seq_k) : "") << " B=" << s.batch << "; per shape " << s.warmup
        << " warm-up + " << s.reps << " timed launches, each alone (CUDA events), L2 flushed before each, "
        << b.input_sets << " input sets rotated; median (min, max)\n";
-  if (s.csv)
-    std::cout << "dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps,bwd_design,fwd_kernel,H_kv,N_k,kv_read_tbps,"
-                 "copy_tbps\n";
-  else {
+  std::optional<RowStream> rows;
+  if (data) {
+    rows.emplace(s.format, std::cout);
+  } else {
     char line[160];
     std::snprintf(line, sizeof line, "%-5s %4s %4s %6s %6s %10s %10s %10s %9s %9s\n", "dtype", "pass", "d", "causal",
                   "N", "ms", "min ms", "max ms", "TFLOP/s", "GB/s");
-    std::cout << line;
+    std::cout << line << std::flush;
   }
-  std::cout.flush();
   fc::bench_attention(b, [&](const fc::AttentionBenchRow& r) {
     const auto& c = r.attention.problem;
     const std::string design = r.attention.bwd_kernel != fc::FastBackwardKernel::mma_sync
                                    ? std::string(fc::to_string(r.attention.bwd_kernel))
                                    : std::string(flashlab::ref::algorithm_flag_name(r.attention.bwd_design));
     const char* pass = r.attention.backward ? "bwd" : "fwd";
+    if (rows) {
+      // The keys are the columns sdpa_bench.py and measure.sh read; the figures keep the digits
+      // the timing resolves.
+      Value v;
+      Json j(v);
+      j.begin_object();
+      j.key("dtype").value(dt).key("pass").value(pass);
+      j.key("d").value(std::uint64_t(c.head_dim)).key("causal").value(int(c.causal));
+      j.key("N").value(std::uint64_t(c.seq)).key("H").value(std::uint64_t(c.heads)).key("B").value(std::uint64_t(c.batch));
+      j.key("ms").value(round_to(r.median_ms, 6)).key("min_ms").value(round_to(r.min_ms, 6));
+      j.key("max_ms").value(round_to(r.max_ms, 6)).key("tflops").value(round_to(r.tflops, 3));
+      j.key("gbps").value(round_to(r.gbps, 1));
+      j.key("bwd_design");
+      if (r.attention.backward) j.value(design);
+      else j.null();
+      j.key("fwd_kernel");
+      if (r.attention.backward) j.null();
+      else j.value(fc::to_string(r.attention.fwd_kernel));
+      j.key("H_kv").value(std::uint64_t(c.h_kv())).key("N_k").value(std::uint64_t(c.n_k()));
+      j.key("kv_read_tbps").value(round_to(r.attention.kv_read_tbps, 3));
+      j.key("copy_tbps").value(round_to(r.attention.copy_tbps, 3));
+      j.end_object();
+      rows->row(v);
+      return;
+    }
     char line[256];
-    if (s.csv)
-      std::snprintf(line, sizeof line, "%s,%s,%zu,%d,%zu,%zu,%zu,%.6f,%.6f,%.6f,%.3f,%.1f,%s,%s,%zu,%zu,%.3f,%.3f\n", dt,
-                    pass, c.head_dim, int(c.causal), c.seq, c.heads, c.batch, r.median_ms, r.min_ms, r.max_ms,
-                    r.tflops, r.gbps, r.attention.backward ? design.c_str() : "",
-                    r.attention.backward ? "" : fc::to_string(r.attention.fwd_kernel), c.h_kv(), c.n_k(),
-                    r.attention.kv_read_tbps, r.attention.copy_tbps);
-    else
-      std::snprintf(line, sizeof line, "%-5s %4s %4zu %6s %6zu %10.4f %10.4f %10.4f %9.1f %9.1f\n", dt, pass, c.head_dim,
-                    c.causal ? "yes" : "no", c.seq, r.median_ms, r.min_ms, r.max_ms, r.tflops, r.gbps);
+    std::snprintf(line, sizeof line, "%-5s %4s %4zu %6s %6zu %10.4f %10.4f %10.4f %9.1f %9.1f\n", dt, pass, c.head_dim,
+                  c.causal ? "yes" : "no", c.seq, r.median_ms, r.min_ms, r.max_ms, r.tflops, r.gbps);
     std::cout << line;
-    if (!s.csv && r.attention.copy_tbps > 0)  // K and V read rate against the copy anchor of the same run
+    if (r.attention.copy_tbps > 0)  // K and V read rate against the copy anchor of the same run
       std::printf("       %s reads K, V at %.2f TB/s; a D2D copy of the same bytes moves %.2f TB/s (read + write): "
                   "%.0f %%\n",
                   fc::to_string(r.attention.fwd_kernel), r.attention.kv_read_tbps, r.attention.copy_tbps,
                   100.0 * r.attention.kv_read_tbps / r.attention.copy_tbps);
     std::cout << std::flush;
   });
+  if (rows) rows->finish();
   return kOk;
 }
 #endif

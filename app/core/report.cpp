@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <ostream>
+#include <stdexcept>
 
 namespace flashlab::app {
 
@@ -156,6 +157,41 @@ ReportOutput::ReportOutput(OutputFormat format, std::ostream& os) : format_(form
 void ReportOutput::finish() {
   if (format_ == OutputFormat::csv) write_csv(os_, doc_);
   else write_json(os_, doc_);
+}
+
+RowStream::RowStream(OutputFormat format, std::ostream& os) : format_(format), os_(os), json_(os) {
+  if (format_ == OutputFormat::json) json_.begin_array();
+}
+
+void RowStream::row(const Value& row) {
+  if (format_ == OutputFormat::json) {
+    replay(json_, row);
+  } else {
+    const auto rows = csv_rows(row);  // an object without a table: the header and one row
+    if (!header_) {
+      header_ = rows.front();
+      for (std::size_t i = 0; i < header_->size(); ++i) os_ << (i ? "," : "") << csv_field((*header_)[i]);
+      os_ << "\n";
+    } else if (rows.front() != *header_) {
+      throw std::logic_error("RowStream: a row's columns differ from the table's header");
+    }
+    for (std::size_t i = 0; i < rows[1].size(); ++i) os_ << (i ? "," : "") << csv_field(rows[1][i]);
+    os_ << "\n";
+  }
+  os_.flush();
+}
+
+void RowStream::finish() {
+  if (format_ != OutputFormat::json) return;
+  json_.end_array();
+  json_.finish();
+  os_.flush();
+}
+
+double round_to(double x, int decimals) {
+  if (!std::isfinite(x)) return x;
+  const double scale = std::pow(10.0, decimals);
+  return std::round(x * scale) / scale;
 }
 
 }  // namespace flashlab::app

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,5 +64,30 @@ class ReportOutput {
   Value doc_;
   Json json_;
 };
+
+/// A table printed row by row as its rows come (a benchmark's sweep, where a row can take
+/// seconds): --json an array of row objects, --csv a header (the first row's columns) then one
+/// line per row, each flushed as it is written. The same writer as ReportOutput: a row is the
+/// object ReportOutput would hold as one element of its table.
+class RowStream {
+ public:
+  /// A table for --json or --csv (`format` must not be text).
+  RowStream(OutputFormat format, std::ostream& os);
+  /// Prints one row, an object of scalars (and nested objects or lists, flattened as in
+  /// write_csv()). In CSV every row must have the first row's columns (std::logic_error if not).
+  void row(const Value& row);
+  /// Ends the table: closes the JSON array; a CSV table without rows prints nothing.
+  void finish();
+
+ private:
+  OutputFormat format_;
+  std::ostream& os_;
+  Json json_;
+  std::optional<std::vector<std::string>> header_;  // CSV: the columns of the first row
+};
+
+/// `x` rounded to `decimals` places, for a measured figure whose further digits are noise (a
+/// median in ms, a rate): the shortest text of the result is what the reports print.
+double round_to(double x, int decimals);
 
 }  // namespace flashlab::app

@@ -5,6 +5,7 @@
 // flashlab::cuda::bench_stream (cuda/src/stream/stream_bench.cpp), compiled only with CUDA.
 #include "core/commands.hpp"
 #include "core/gpu_flags.hpp"
+#include "core/report.hpp"
 #include "stream/stream_flags.hpp"
 
 #ifdef FLASHLAB_HAVE_CUDA
@@ -13,7 +14,9 @@
 #include "flashlab/cuda/stream_fast_estimate.hpp"
 #endif
 
+#include <cmath>
 #include <cstdio>
+#include <optional>
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -26,7 +29,7 @@ namespace {
 constexpr const char* kUsageLine =
     "bench stream [--pass estimate|apply|both|trace] [--kernel fast|clear] [--seq T[,T2,...]] [--dim D[,D2]]\n"
     "                       [--k K[,K2,...]] [--heads H] [--block-m BM] [--block-n BN] [--dtype bf16|fp16]\n"
-    "                       [--reps R] [--warmup W] [--check-indices [--traffic]] [--csv]";
+    "                       [--reps R] [--warmup W] [--check-indices [--traffic]] [--json|--csv]";
 constexpr const char* kSummary =
     "Times the STREAM kernels on the GPU: mask estimation (top-k key blocks per query block) and/or\n"
     "mask application (block-sparse attention over them), the fast 16-bit tensor-core kernels (the\n"
@@ -35,8 +38,9 @@ constexpr const char* kSummary =
     "flushed (256 MiB memset) before each. The apply runs on the I of the estimate of the same inputs\n"
     "(the fast bf16 estimate with --kernel fast --dtype bf16, else one untimed clear estimate).\n"
     "Prints the median, min and max ms and the device bytes the pass needs beyond\n"
-    "Q, K, V and O (I, scores, workspaces). --csv rows feed cuda/bench/stream_sdpa.py (dense causal\n"
-    "SDPA at the same T). --check-indices (with --kernel fast --pass estimate) also downloads I after\n"
+    "Q, K, V and O (I, scores, workspaces). --json and --csv print one row per shape and pass as it is\n"
+    "timed, with the keys kernel,dtype,pass,T,d,k,H,bq,bk,group,ms,min_ms,max_ms,extra_bytes,reps; the\n"
+    "CSV feeds cuda/bench/stream_sdpa.py (dense causal SDPA at the same T). --check-indices (with --kernel fast --pass estimate) also downloads I after\n"
     "every launch and reports whether it was bitwise the same each time and its checksum, and\n"
     "--traffic the CUPTI L2->SM and DRAM bytes of one launch; those rows have the columns of\n"
     "cuda/results/stream_fast_estimate.csv. Needs a build with CUDA and an NVIDIA GPU.";
@@ -70,7 +74,7 @@ po::options_description options() {
        "fast estimate only: download I after every launch; report 'same every launch' and its checksum")
       ("traffic", po::bool_switch(),
        "with --check-indices: also the CUPTI L2->SM and DRAM bytes of one launch per shape (needs the counters)");
-  add_csv_option(d, " (kernel,dtype,pass,T,d,k,H,bq,bk,group,ms,min_ms,max_ms,extra_bytes,reps)");
+  add_output_options(d);
   return d;
 }
 
@@ -78,7 +82,8 @@ po::options_description options() {
 struct StreamSweep {
   std::vector<int> seqs, dims, ks;
   int heads = 1, bq = 64, bk = 64, group = 0, reps = 20, warmup = 2;
-  bool estimate = true, apply = true, trace = false, fast = false, fp16 = false, csv = false;
+  bool estimate = true, apply = true, trace = false, fast = false, fp16 = false;
+  OutputFormat format = OutputFormat::text;  ///< --json / --csv
   bool check_indices = false, traffic = false;  ///< the fast estimate's launch check and CUPTI bytes
 };
 
@@ -105,7 +110,7 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
   if (s.fast && s.fp16 && s.estimate)
     throw UsageError("the fast estimate takes bf16 inputs (--dtype fp16 with --pass " + pass + ")",
                      "--dtype bf16, or --pass apply for the fp16 apply");
-  s.csv = vm["csv"].as<bool>();
+  s.format = output_format(vm);
   s.check_indices = vm["check-indices"].as<bool>();
   s.traffic = vm["traffic"].as<bool>();
   if (s.check_indices && (!s.fast || pass != "estimate" || s.fp16))
@@ -116,18 +121,29 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
 }
 
 #ifdef FLASHLAB_HAVE_CUDA
-void print_row(const flashlab::cuda::StreamBenchRow& r, bool csv) {
-  char line[240];
+/// One row of the table (text), or of --json / --csv through `rows`: the keys are the columns
+/// stream_sdpa.py and measure.sh read.
+void print_row(const flashlab::cuda::StreamBenchRow& r, std::optional<RowStream>& rows) {
   const char* pass = r.stream.trace ? "trace" : r.stream.apply ? "apply" : "estimate";
   const std::string dtype(flashlab::ref::dtype_name(r.dtype));
-  if (csv)
-    std::snprintf(line, sizeof line, "%s,%s,%s,%d,%d,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%zu,%d\n", to_string(r.stream.kernel),
-                  dtype.c_str(), pass, r.seq, r.head_dim, r.stream.k, r.heads, r.stream.bq, r.stream.bk, r.stream.group, r.median_ms, r.min_ms, r.max_ms,
-                  r.extra_bytes, r.reps);
-  else
-    std::snprintf(line, sizeof line, "%-5s %-4s %-8s %8d %4d %4d %3d %11.4f %11.4f %11.4f %12zu\n",
-                  to_string(r.stream.kernel), dtype.c_str(), pass, r.seq, r.head_dim, r.stream.k, r.heads, r.median_ms, r.min_ms,
-                  r.max_ms, r.extra_bytes);
+  if (rows) {
+    Value v;
+    Json j(v);
+    j.begin_object();
+    j.key("kernel").value(to_string(r.stream.kernel)).key("dtype").value(dtype).key("pass").value(pass);
+    j.key("T").value(r.seq).key("d").value(r.head_dim).key("k").value(r.stream.k).key("H").value(r.heads);
+    j.key("bq").value(r.stream.bq).key("bk").value(r.stream.bk).key("group").value(r.stream.group);
+    j.key("ms").value(round_to(r.median_ms, 6)).key("min_ms").value(round_to(r.min_ms, 6));
+    j.key("max_ms").value(round_to(r.max_ms, 6)).key("extra_bytes").value(std::uint64_t(r.extra_bytes));
+    j.key("reps").value(r.reps);
+    j.end_object();
+    rows->row(v);
+    return;
+  }
+  char line[240];
+  std::snprintf(line, sizeof line, "%-5s %-4s %-8s %8d %4d %4d %3d %11.4f %11.4f %11.4f %12zu\n",
+                to_string(r.stream.kernel), dtype.c_str(), pass, r.seq, r.head_dim, r.stream.k, r.heads, r.median_ms,
+                r.min_ms, r.max_ms, r.extra_bytes);
   std::cout << line << std::flush;
 }
 
@@ -135,14 +151,14 @@ void print_row(const flashlab::cuda::StreamBenchRow& r, bool csv) {
 /// CUPTI bytes of one launch): the rows of cuda/results/stream_fast_estimate.csv.
 int run_index_check(const StreamSweep& s) {
   namespace fs = flashlab::cuda::stream;
-  std::ostream& info = info_stream(s.csv);
+  const bool data = s.format != OutputFormat::text;
+  std::ostream& info = info_stream(data);
   info << "device: " << flashlab::cuda::device_description() << "\n"
        << "STREAM fast bf16 estimate, H=" << s.heads << " b_q=b_k=64, causal; per shape " << s.warmup
        << " warm-up + " << s.reps << " timed launches, each alone (CUDA events), L2 flushed before each, I "
        << "downloaded and compared after each" << (s.traffic ? "; CUPTI bytes of one more launch" : "") << "\n";
-  if (s.csv)
-    std::cout << "kernel,dtype,T,H,d,bq,bk,k,ms,min_ms,max_ms,extra_bytes,same_every_launch,checksum,l2_read_bytes,"
-                 "dram_read_bytes\n";
+  std::optional<RowStream> rows;
+  if (data) rows.emplace(s.format, std::cout);
   char line[320];
   bool all_same = true;
   for (const int d : s.dims)
@@ -160,22 +176,33 @@ int run_index_check(const StreamSweep& s) {
           dram = c.dram_read_bytes;
         }
         const auto checksum = static_cast<unsigned long long>(r.stream.indices_checksum);
-        if (s.csv) {
-          std::snprintf(line, sizeof line, "fast,bf16,%d,%d,%d,64,64,%d,%.4f,%.4f,%.4f,%zu,%d,0x%016llx,%.0f,%.0f\n",
-                        r.seq, r.heads, r.head_dim, r.stream.k, r.median_ms, r.min_ms, r.max_ms, r.extra_bytes,
-                        r.stream.same_every_launch ? 1 : 0, checksum, l2, dram);
-        } else {
-          char bytes[96] = "";
-          if (s.traffic) std::snprintf(bytes, sizeof bytes, "  L2->SM %.3f GB, DRAM %.3f GB", l2 / 1e9, dram / 1e9);
-          std::snprintf(line, sizeof line,
-                        "T=%d d=%d k=%d  %.4f ms (%.4f - %.4f)  extra %zu B  I same every launch: %s  "
-                        "checksum 0x%016llx%s\n",
-                        r.seq, r.head_dim, r.stream.k, r.median_ms, r.min_ms, r.max_ms, r.extra_bytes,
-                        r.stream.same_every_launch ? "yes" : "NO", checksum, bytes);
-        }
-        std::cout << line << std::flush;
+        char hex[24];
+        std::snprintf(hex, sizeof hex, "0x%016llx", checksum);
         all_same = all_same && r.stream.same_every_launch;
+        if (rows) {  // the columns of cuda/results/stream_fast_estimate.csv
+          Value v;
+          Json j(v);
+          j.begin_object();
+          j.key("kernel").value("fast").key("dtype").value("bf16").key("T").value(r.seq).key("H").value(r.heads);
+          j.key("d").value(r.head_dim).key("bq").value(64).key("bk").value(64).key("k").value(r.stream.k);
+          j.key("ms").value(round_to(r.median_ms, 4)).key("min_ms").value(round_to(r.min_ms, 4));
+          j.key("max_ms").value(round_to(r.max_ms, 4)).key("extra_bytes").value(std::uint64_t(r.extra_bytes));
+          j.key("same_every_launch").value(r.stream.same_every_launch ? 1 : 0).key("checksum").value(hex);
+          j.key("l2_read_bytes").value(std::int64_t(std::llround(l2)));
+          j.key("dram_read_bytes").value(std::int64_t(std::llround(dram)));
+          j.end_object();
+          rows->row(v);
+          continue;
+        }
+        char bytes[96] = "";
+        if (s.traffic) std::snprintf(bytes, sizeof bytes, "  L2->SM %.3f GB, DRAM %.3f GB", l2 / 1e9, dram / 1e9);
+        std::snprintf(line, sizeof line,
+                      "T=%d d=%d k=%d  %.4f ms (%.4f - %.4f)  extra %zu B  I same every launch: %s  checksum %s%s\n",
+                      r.seq, r.head_dim, r.stream.k, r.median_ms, r.min_ms, r.max_ms, r.extra_bytes,
+                      r.stream.same_every_launch ? "yes" : "NO", hex, bytes);
+        std::cout << line << std::flush;
       }
+  if (rows) rows->finish();
   if (!all_same) std::cerr << "error: the fast estimate's I differed between launches (rows with 0 / NO above)\n";
   return all_same ? kOk : kFailed;
 }
@@ -200,25 +227,28 @@ int run_sweep(const StreamSweep& s) {
                                    : fc::StreamBenchPass::estimate;
   b.kernel = s.fast ? fc::StreamKernel::fast : fc::StreamKernel::clear;
   b.dtype = s.fp16 ? flashlab::ref::Dtype::fp16 : flashlab::ref::Dtype::bf16;
-  // CSV goes to stdout alone (a file for stream_sdpa.py); the device line then goes to stderr.
-  std::ostream& info = info_stream(s.csv);
+  // JSON and CSV go to stdout alone (a file for stream_sdpa.py); the device line then goes to stderr.
+  const bool data = s.format != OutputFormat::text;
+  std::ostream& info = info_stream(data);
   info << "device: " << fc::device_description() << "\n"
        << "STREAM " << fc::to_string(b.kernel) << " kernels, H=" << s.heads << " b_q=" << s.bq << " b_k=" << s.bk
        << ", causal; per shape " << s.warmup << " warm-up + " << s.reps
        << " timed launches, each alone (CUDA events), L2 flushed before each; median (min, max)\n";
-  if (s.csv) std::cout << "kernel,dtype,pass,T,d,k,H,bq,bk,group,ms,min_ms,max_ms,extra_bytes,reps\n";
-  else {
+  std::optional<RowStream> rows;
+  if (data) {
+    rows.emplace(s.format, std::cout);
+  } else {
     char line[200];
     std::snprintf(line, sizeof line, "%-5s %-4s %-8s %8s %4s %4s %3s %11s %11s %11s %12s\n", "impl", "type", "pass",
                   "T", "d", "k", "H", "ms", "min ms", "max ms", "extra bytes");
-    std::cout << line;
+    std::cout << line << std::flush;
   }
-  std::cout.flush();
   try {
-    fc::bench_stream(b, [&](const fc::StreamBenchRow& r) { print_row(r, s.csv); });
+    fc::bench_stream(b, [&](const fc::StreamBenchRow& r) { print_row(r, rows); });
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what(), "see flashlab bench stream --help for the accepted values");
   }
+  if (rows) rows->finish();
   return kOk;
 }
 #endif

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -108,4 +109,64 @@ TEST_CASE("report: --csv of an array of row objects is one row each, of an objec
   REQUIRE(one.size() == 2);
   CHECK(one[0] == std::vector<std::string>{"found", "recall", "sets"});
   CHECK(one[1] == std::vector<std::string>{"4", "0.5", ""});
+}
+
+namespace {
+
+// A benchmark row as the GPU sweeps build it.
+Value bench_row(const char* pass, double ms, bool with_design) {
+  Value v;
+  Json j(v);
+  j.begin_object().key("pass").value(pass).key("N").value(std::uint64_t(1024)).key("ms").value(ms);
+  j.key("design");
+  if (with_design) j.value("atomic");
+  else j.null();
+  j.end_object();
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("report: a table printed row by row is the table printed at once", "[app][report]") {
+  using flashlab::app::RowStream;
+  using flashlab::app::write_csv;
+  using flashlab::app::write_json;
+  const Value rows[] = {bench_row("fwd", 0.25, false), bench_row("bwd", 1.5, true)};
+  Value table;
+  table.kind = Value::Kind::array;
+  for (const auto& r : rows) table.items.push_back(r);
+  for (const OutputFormat format : {OutputFormat::json, OutputFormat::csv}) {
+    std::ostringstream streamed, whole;
+    RowStream stream(format, streamed);
+    for (const auto& r : rows) stream.row(r);
+    stream.finish();
+    if (format == OutputFormat::json) write_json(whole, table);
+    else write_csv(whole, table);
+    CHECK(streamed.str() == whole.str());
+  }
+  std::ostringstream csv;
+  RowStream stream(OutputFormat::csv, csv);
+  stream.row(rows[0]);
+  CHECK(csv.str() == "pass,N,ms,design\nfwd,1024,0.25,\n");  // the header once, null empty
+  // A row of other columns would misalign the table: refused, not printed.
+  Value other;
+  Json(other).begin_object().key("kernel").value("mma").end_object();
+  CHECK_THROWS_AS(stream.row(other), std::logic_error);
+  CHECK(csv.str() == "pass,N,ms,design\nfwd,1024,0.25,\n");
+  // No rows: an empty JSON array, an empty CSV.
+  std::ostringstream empty_json, empty_csv;
+  RowStream(OutputFormat::json, empty_json).finish();
+  RowStream(OutputFormat::csv, empty_csv).finish();
+  CHECK(empty_json.str() == "[]\n");
+  CHECK(empty_csv.str().empty());
+}
+
+TEST_CASE("report: round_to keeps the digits a measurement resolves", "[app][report]") {
+  using flashlab::app::round_to;
+  CHECK(round_to(0.12345678, 6) == 0.123457);
+  CHECK(round_to(512.3456, 3) == 512.346);
+  CHECK(round_to(1234.56, 1) == 1234.6);
+  CHECK(round_to(-0.00004, 4) == -0.0);
+  CHECK(std::isnan(round_to(std::numeric_limits<double>::quiet_NaN(), 3)));
+  CHECK(std::isinf(round_to(std::numeric_limits<double>::infinity(), 3)));
 }
