@@ -6,8 +6,9 @@
 // that the bytes it copied between the simulated ranks equal the model. Formatting only: the
 // model and the simulation are reference/ context_parallel.hpp.
 #include "core/commands.hpp"
-#include "core/shared_flags.hpp"
 #include "core/gpu_flags.hpp"
+#include "core/report.hpp"
+#include "core/shared_flags.hpp"
 
 #include "flashlab/reference/context_parallel.hpp"
 
@@ -204,15 +205,6 @@ void print_table(std::ostream& os, const ContextParallelProblem& p, RingPass pas
        << " rows per GPU on (here N_local = " << p.local_seq() << ")\n";
 }
 
-void print_csv(std::ostream& os, const ContextParallelProblem& p, RingPass pass, const std::vector<RingStepModel>& steps) {
-  for (const auto& m : steps)
-    os << pass_name(pass) << "," << m.step << "," << (pass == RingPass::backward && m.step == p.gpus ? "" :
-                                                      std::to_string(ring_source(p.gpus, 0, m.step)))
-       << "," << m.sent.K << "," << m.sent.V << "," << m.sent.dK << "," << m.sent.dV << "," << m.sent.total() << ","
-       << m.flops_max << "," << m.flops_min << "," << m.compute_s * 1e3 << "," << m.link_s * 1e3 << ","
-       << (m.hidden() ? 1 : 0) << "\n";
-}
-
 // The CPU simulation's verdict on one pass: did the ring copy exactly the model's bytes?
 struct Counted {
   bool ran = false;
@@ -287,9 +279,11 @@ void print_counted(std::ostream& os, const Counted& c) {
   if (!all_equal(c)) os << "first difference: " << c.why << "\n";
 }
 
-void print_json(const ContextParallelProblem& p, double link, double tf, double tf_bwd, const std::vector<RingPass>& passes,
-                const Counted& c) {
-  Json j(std::cout);
+// The report of --json and --csv: the problem and the rates, the simulation's verdict, one row
+// per pass and step (the table: CSV prints a line per row, the fields before it repeated), then
+// each pass's summary.
+void write_report(Json& j, const ContextParallelProblem& p, double link, double tf, double tf_bwd,
+                  const std::vector<RingPass>& passes, const Counted& c) {
   j.begin_object();
   j.key("problem").begin_object();
   j.key("gpus").value(std::uint64_t(p.gpus)).key("layout").value(layout_name(p.layout));
@@ -300,32 +294,39 @@ void print_json(const ContextParallelProblem& p, double link, double tf, double 
   j.key("chunk_len").value(std::uint64_t(p.chunk_len())).key("local_seq").value(std::uint64_t(p.local_seq()));
   j.end_object();
   j.key("link_gbps").value(link).key("tflops").value(tf).key("tflops_bwd").value(tf_bwd);
-  j.key("passes").begin_array();
-  for (RingPass pass : passes) {
-    const auto steps = ring_model(p, pass, link * 1e9, (pass == RingPass::forward ? tf : tf_bwd) * 1e12);
-    const PassSummary s = summarise(p, steps);
-    j.begin_object().key("pass").value(pass_name(pass)).key("steps").begin_array();
-    for (const auto& m : steps) {
-      j.begin_object().key("step").value(std::uint64_t(m.step));
+  j.key("counted_equals_model");
+  if (c.ran) j.value(all_equal(c));
+  else j.null();
+  if (!c.ran) j.key("not_counted_because").value(c.why_not);
+  const auto model = [&](RingPass pass) {
+    return ring_model(p, pass, link * 1e9, (pass == RingPass::forward ? tf : tf_bwd) * 1e12);
+  };
+  j.key("steps").begin_array();
+  for (RingPass pass : passes)
+    for (const auto& m : model(pass)) {
+      j.begin_object().key("pass").value(pass_name(pass)).key("step").value(std::uint64_t(m.step));
+      // The backward's last hop brings dK/dV home: no K/V chunk arrives.
+      j.key("kv_source_of_gpu0");
+      if (pass == RingPass::backward && m.step == p.gpus) j.null();
+      else j.value(std::uint64_t(ring_source(p.gpus, 0, m.step)));
       j.key("sent_K").value(m.sent.K).key("sent_V").value(m.sent.V).key("sent_dK").value(m.sent.dK);
       j.key("sent_dV").value(m.sent.dV).key("sent_bytes").value(m.sent.total());
       j.key("flops_max").value(m.flops_max).key("flops_min").value(m.flops_min);
       j.key("compute_ms").value(m.compute_s * 1e3).key("link_ms").value(m.link_s * 1e3).key("hidden").value(m.hidden());
       j.end_object();
     }
-    j.end_array();
+  j.end_array();
+  j.key("passes").begin_array();
+  for (RingPass pass : passes) {
+    const PassSummary s = summarise(p, model(pass));
+    j.begin_object().key("pass").value(pass_name(pass));
     j.key("compute_ms").value(s.compute_s * 1e3).key("link_ms").value(s.link_s * 1e3);
     j.key("ring_ms").value(s.ring_s * 1e3).key("exposed_ms").value(s.exposed_s * 1e3).key("hides").value(s.hides);
     j.key("break_even_local_seq").value(s.break_even);
     j.end_object();
   }
   j.end_array();
-  j.key("counted_equals_model");
-  if (c.ran) j.value(all_equal(c));
-  else j.null();
-  if (!c.ran) j.key("not_counted_because").value(c.why_not);
   j.end_object();
-  j.finish();
 }
 
 }  // namespace
@@ -340,7 +341,6 @@ int cmd_traffic_ring(const Args& args) {
     const ContextParallelProblem p = problem_from(vm);
     const double link = rate_flag(vm, "link-gbps"), tf = rate_flag(vm, "tflops"), tf_bwd = rate_flag(vm, "tflops-bwd");
     const OutputFormat format = output_format(vm);
-    const bool csv = format == OutputFormat::csv, json = format == OutputFormat::json;
     const std::string pass = vm["pass"].as<std::string>();
     if (pass != "fwd" && pass != "bwd" && pass != "both")
       throw UsageError("--pass '" + pass + "' is unknown", "choose fwd, bwd or both");
@@ -360,14 +360,10 @@ int cmd_traffic_ring(const Args& args) {
     if (device != "cpu") throw UsageError("--device '" + device + "' is unknown", "choose cpu or cuda");
 
     const Counted counted = simulate(p, passes);
-    if (json) {
-      print_json(p, link, tf, tf_bwd, passes, counted);
-    } else if (csv) {
-      std::cout << "pass,step,kv_source_of_gpu0,sent_K,sent_V,sent_dK,sent_dV,sent_bytes,flops_max,flops_min,"
-                   "compute_ms,link_ms,hidden\n";
-      for (RingPass ps : passes)
-        print_csv(std::cout, p, ps, ring_model(p, ps, link * 1e9, (ps == RingPass::forward ? tf : tf_bwd) * 1e12));
-      print_counted(info_stream(true), counted);
+    if (format != OutputFormat::text) {
+      ReportOutput report(format, std::cout);
+      write_report(report.json(), p, link, tf, tf_bwd, passes, counted);
+      report.finish();
     } else {
       std::ostream& os = std::cout;
       os << "ring attention on " << p.gpus << " GPUs (" << layout_name(p.layout) << (p.attention.causal ? ", causal" : "")

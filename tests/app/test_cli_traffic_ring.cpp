@@ -3,6 +3,7 @@
 // forms; the refusals of bad flags.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -44,15 +45,28 @@ TEST_CASE("cli traffic ring: CSV has one row per pass and step with the model's 
   REQUIRE(r.exit_code == 0);
   const auto rows = lines(r.out);
   REQUIRE(rows.size() == 1 + 4 + 5);  // header, forward steps 0..3, backward steps 0..4
-  CHECK(rows[0].rfind("pass,step,kv_source_of_gpu0,sent_K,sent_V,sent_dK,sent_dV,sent_bytes,", 0) == 0);
+  // The shared writer: the problem, the rates and the verdict repeated in front of every step.
+  CHECK(rows[0].rfind("problem.gpus,problem.layout,", 0) == 0);
+  const std::string steps = "steps.pass,steps.step,steps.kv_source_of_gpu0,steps.sent_K,steps.sent_V,steps.sent_dK,"
+                            "steps.sent_dV,steps.sent_bytes,";
+  const auto at = rows[0].find(steps);
+  REQUIRE(at != std::string::npos);
+  CHECK(rows[0].find(",counted_equals_model,") < at);
+  // The step columns start at the same field in every row: cut the fields before them.
+  const auto fields_before = std::count(rows[0].begin(), rows[0].begin() + std::ptrdiff_t(at), ',');
+  const auto tail = [&](const std::string& row) {
+    std::size_t p = 0;
+    for (long i = 0; i < fields_before; ++i) p = row.find(',', p) + 1;
+    return row.substr(p);
+  };
+  CHECK(rows[1].find("4,zigzag,") == 0);
+  CHECK(rows[1].find(",true,") != std::string::npos);  // counted == model
   // N_local = 16 rows x 2 K/V heads x 16 x 2 bytes = 1024 bytes of K; the dK sums travel in fp32.
-  CHECK(rows[1].rfind("forward,0,0,1024,1024,0,0,2048,", 0) == 0);
-  CHECK(rows[2].rfind("forward,1,3,1024,1024,0,0,2048,", 0) == 0);
-  CHECK(rows[4].rfind("forward,3,1,0,0,0,0,0,", 0) == 0);
-  CHECK(rows[7].rfind("backward,2,2,1024,1024,2048,2048,6144,", 0) == 0);
-  CHECK(rows[9].rfind("backward,4,,0,0,2048,2048,4096,", 0) == 0);
-  // stdout holds the CSV alone; the check goes to stderr
-  CHECK(r.err.find("counted == model: yes") != std::string::npos);
+  CHECK(tail(rows[1]).rfind("forward,0,0,1024,1024,0,0,2048,", 0) == 0);
+  CHECK(tail(rows[2]).rfind("forward,1,3,1024,1024,0,0,2048,", 0) == 0);
+  CHECK(tail(rows[4]).rfind("forward,3,1,0,0,0,0,0,", 0) == 0);
+  CHECK(tail(rows[7]).rfind("backward,2,2,1024,1024,2048,2048,6144,", 0) == 0);
+  CHECK(tail(rows[9]).rfind("backward,4,,0,0,2048,2048,4096,", 0) == 0);  // dK/dV home: no K/V source
 }
 
 TEST_CASE("cli traffic ring: JSON says whether the count equals the model", "[cli][ring]") {
