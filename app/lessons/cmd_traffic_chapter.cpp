@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <ctime>
+#include <optional>
+#include <utility>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -14,6 +16,7 @@
 #include "attention/attention_flags.hpp"
 #include "core/commands.hpp"
 #include "core/gpu_flags.hpp"
+#include "core/report.hpp"
 #include "flashlab/lessons/lesson.hpp"
 #include "flashlab/lessons/progress.hpp"
 #include "flashlab/lessons/traffic_chapter.hpp"
@@ -34,15 +37,18 @@ namespace fr = flashlab::ref;
 
 constexpr const char* kLevelsUsage =
     "traffic levels [--seq N[,N2,...]] [--heads H] [--dim D] [--block-m BM] [--block-n BN]\n"
-    "                       [--device cpu|cuda] [--forward-seq N[,N2,...]] [--csv] [--families-csv FILE]";
+    "                       [--device cpu|cuda] [--forward-seq N[,N2,...]] [--json|--csv] [--measured-csv FILE]\n"
+    "                       [--families-csv FILE]";
 constexpr const char* kLevelsSummary =
     "The traffic chapter's table: for one shape, the HBM bytes of naive, FA1 and FA2 forward and of\n"
     "the two backward designs at three levels — the toy tile model's counts × bytes per tile, the\n"
     "reference's counted bytes, and the bytes measured on an H100 (L2 requests and DRAM). Without\n"
     "--device cuda the measurement is the recorded one shipped with the lessons (its date, device\n"
-    "and command are printed). --csv with --device cuda prints the measurement in the shipped\n"
-    "format (lessons/data/traffic-levels/measured.csv) and the table on stderr; --forward-seq adds\n"
-    "sizes measured for the forward designs only (the --svg plot's points). A second table does the\n"
+    "and command are printed). --json and --csv print the tables as one table of rows (family, pass,\n"
+    "shape, toy, counted, L2 and DRAM bytes, their ratios, where the measurement comes from).\n"
+    "--measured-csv FILE with --device cuda writes the measurement in the shipped format\n"
+    "(lessons/data/traffic-levels/measured.csv); --forward-seq adds sizes measured for the\n"
+    "forward designs only (the --svg plot's points). A second table does the\n"
     "same for Multi-Token Attention and STREAM at their own shapes (their clear kernels, the\n"
     "reference's counts); --families-csv FILE with --device cuda writes that measurement in its\n"
     "shipped format (lessons/data/traffic-levels/measured_families.csv). The lessons traffic-fwd,\n"
@@ -104,13 +110,70 @@ fl::Measurement measure_live(const fr::AttentionProblem& shape, const std::vecto
 }
 #endif
 
-// The measurement of the other families in its shipped format; a file that cannot be written is
-// named with the flag.
-[[maybe_unused]] void write_families_csv(const std::string& path, const fl::FamilyMeasurement& m) {
+// A measurement in its shipped format (`text`) to the file of `flag`; a file that cannot be
+// written is named with the flag.
+[[maybe_unused]] void write_shipped_csv(const char* flag, const std::string& path, const std::string& text) {
   std::ofstream out(path);
-  if (!out) throw UsageError("--families-csv: cannot write '" + path + "'", "give a writable file name");
-  out << fl::family_csv(m);
-  if (!out) throw UsageError("--families-csv: writing '" + path + "' failed", "check the disk");
+  if (!out) throw UsageError(std::string(flag) + ": cannot write '" + path + "'", "give a writable file name");
+  out << text;
+  if (!out) throw UsageError(std::string(flag) + ": writing '" + path + "' failed", "check the disk");
+}
+
+// Where a row's measurement comes from (null fields where there is none).
+void write_source(Json& j, const std::string* date, const std::string* device, const std::string* command) {
+  j.key("measured").begin_object();
+  for (const auto& [key, value] : {std::pair{"date", date}, std::pair{"device", device}, std::pair{"command", command}}) {
+    j.key(key);
+    if (value) j.value(value->empty() ? std::string("now") : *value);
+    else j.null();
+  }
+  j.end_object();
+}
+
+// A measured figure and its ratio to `base`, null where unmeasured.
+void write_measured(Json& j, const char* key, const char* ratio_key, std::optional<double> bytes, double base) {
+  j.key(key);
+  if (bytes) j.value(*bytes);
+  else j.null();
+  j.key(ratio_key);
+  if (bytes && base > 0) j.value(round_to(*bytes / base, 3));
+  else j.null();
+}
+
+// The --json / --csv document: both tables as one array of rows, attention's designs per N first,
+// then the other families' passes at their own shapes.
+void write_levels(Json& j, fr::AttentionProblem cfg, const std::vector<std::size_t>& seqs, const fl::Measurement* measured,
+                  const fl::FamilyMeasurement& families) {
+  j.begin_array();
+  for (std::size_t n : seqs) {
+    cfg.seq = n;
+    for (const fr::Algorithm v : fl::chapter_variants()) {
+      const std::string name(fr::algorithm_name(v));
+      const auto t = fr::attention_traffic_formula(v, cfg);
+      const double counted = double(t.total_read_bytes() + t.total_write_bytes());
+      const auto toy = fl::toy_tile_bytes(v, cfg);
+      const fl::MeasuredBytes* r = measured ? measured->find(name, n) : nullptr;
+      j.begin_object().key("family").value("attention").key("pass").value(name).key("shape").value(cfg.str());
+      j.key("toy_bytes");
+      if (toy) j.value(std::uint64_t(*toy));
+      else j.null();
+      j.key("counted_bytes").value(counted);
+      const double l2 = r ? r->l2_total() : 0;
+      write_measured(j, "l2_bytes", "l2_over_counted", r ? std::optional(l2) : std::nullopt, counted);
+      write_measured(j, "dram_bytes", "dram_over_l2", r ? std::optional(r->dram_total()) : std::nullopt, l2);
+      write_source(j, r ? &measured->date : nullptr, r ? &measured->device : nullptr, r ? &measured->command : nullptr);
+      j.end_object();
+    }
+  }
+  for (const auto& r : families.rows) {
+    j.begin_object().key("family").value(r.family).key("pass").value(r.pass).key("shape").value(r.shape);
+    j.key("toy_bytes").null().key("counted_bytes").value(r.counted_total());
+    write_measured(j, "l2_bytes", "l2_over_counted", r.l2_total(), r.counted_total());
+    write_measured(j, "dram_bytes", "dram_over_l2", r.dram_total(), r.l2_total());
+    write_source(j, &families.date, &families.device, &families.command);
+    j.end_object();
+  }
+  j.end_array();
 }
 
 std::vector<std::size_t> seq_sizes(const char* flag, const std::string& text) {
@@ -135,8 +198,9 @@ int cmd_traffic_levels(const Args& args) {
         ("device", po::value<std::string>()->default_value("cpu"), "cpu (recorded measurement) | cuda (measure now)")
         ("forward-seq", po::value<std::string>(), "cuda: more N, measured for the forward designs only")
         ;
-    add_csv_option(desc, " (cuda: the measurement as shipped, instead of the table)");
+    add_output_options(desc);
     desc.add_options()
+        ("measured-csv", po::value<std::string>(), "cuda: also write the attention measurement to this file (as shipped)")
         ("families-csv", po::value<std::string>(), "cuda: also write the MTA and STREAM measurement to this file");
     const auto vm = parse(args, desc);
     if (vm.count("help")) {
@@ -155,11 +219,12 @@ int cmd_traffic_levels(const Args& args) {
     }
     const std::string device = vm["device"].as<std::string>();
     if (device != "cpu" && device != "cuda") throw UsageError("--device '" + device + "' is unknown", "choose cpu or cuda");
-    const bool csv = vm["csv"].as<bool>();
-    if (device == "cpu" && (csv || vm.count("forward-seq") || vm.count("families-csv")))
-      throw UsageError(std::string(csv ? "--csv" : vm.count("forward-seq") ? "--forward-seq" : "--families-csv") +
-                           " needs --device cuda",
-                       "the recorded measurements are lessons/data/traffic-levels/measured*.csv");
+    const OutputFormat format = output_format(vm);
+    for (const char* flag : {"forward-seq", "measured-csv", "families-csv"})
+      if (device == "cpu" && vm.count(flag))
+        throw UsageError("--" + std::string(flag) + " needs --device cuda",
+                         "the recorded measurements are lessons/data/traffic-levels/measured*.csv");
+    const std::string measured_csv = vm.count("measured-csv") ? vm["measured-csv"].as<std::string>() : std::string();
     const std::string families_csv = vm.count("families-csv") ? vm["families-csv"].as<std::string>() : std::string();
 
     fl::Measurement live;
@@ -176,17 +241,22 @@ int cmd_traffic_levels(const Args& args) {
       measured = &live;
       live_families = measure_families_live(command, live.date);
       families = &live_families;
-      if (!families_csv.empty()) write_families_csv(families_csv, live_families);
+      if (!measured_csv.empty()) write_shipped_csv("--measured-csv", measured_csv, fl::measurement_csv(live));
+      if (!families_csv.empty()) write_shipped_csv("--families-csv", families_csv, fl::family_csv(live_families));
 #else
       throw built_without_cuda("--device cuda", "leave out --device cuda for the recorded measurement");
 #endif
     }
-    std::ostream& table_out = csv ? std::cerr : std::cout;
-    if (csv) std::cout << fl::measurement_csv(*measured);
     // The recorded measurement counts only at its own shape.
     const auto& r = measured->shape;
     const bool same = r.batch == cfg.batch && r.heads == cfg.heads && r.head_dim == cfg.head_dim &&
                       r.Br == cfg.Br && r.Bc == cfg.Bc && r.dtype == cfg.dtype;
+    if (format != OutputFormat::text) {
+      ReportOutput report(format, std::cout);
+      write_levels(report.json(), cfg, seqs, same ? measured : nullptr, *families);
+      report.finish();
+      return kOk;
+    }
     bool explain = false;
     try {
       explain = fl::load_progress(fl::progress_path()).answers_passed.count("traffic-levels") > 0;
@@ -194,9 +264,9 @@ int cmd_traffic_levels(const Args& args) {
     }
     for (std::size_t n : seqs) {
       cfg.seq = n;
-      table_out << fl::traffic_levels_table(cfg, same ? measured : nullptr, explain) << "\n";
+      std::cout << fl::traffic_levels_table(cfg, same ? measured : nullptr, explain) << "\n";
     }
-    table_out << fl::traffic_families_table(*families, explain);
+    std::cout << fl::traffic_families_table(*families, explain);
     return kOk;
   });
 }

@@ -47,11 +47,14 @@ constexpr std::string_view kCudaSummary =
 
 constexpr std::string_view kTrafficUsage =
     "traffic stream --device cuda [--seq T] [--dim D] [--heads H] [--block-m BM] [--block-n BN] [--k K] [--mask FILE]\n"
-    "                       [--seed S] [--threads N] [--append-csv FILE]";
+    "                       [--seed S] [--threads N] [--append-csv FILE] [--json|--csv]";
 constexpr std::string_view kTrafficSummary =
     "Memory traffic of the clear STREAM kernels measured with CUPTI (bytes the SMs read from L2, L2\n"
     "sectors, DRAM bytes, one launch after an L2 flush) beside the bytes the CPU reference counts\n"
-    "where its loops move tiles (Q, K, C_blk, I for the estimate; Q, K, V, I, O for the apply).";
+    "where its loops move tiles (Q, K, C_blk, I for the estimate; Q, K, V, I, O for the apply).\n"
+    "--json and --csv print the shape, the two verdicts (indices identical to the reference's, L2\n"
+    "reads within 5% of the counted bytes) and one row per kernel; --append-csv FILE appends the\n"
+    "kernel rows to a file in the columns of cuda/results/stream_traffic.csv.";
 constexpr std::string_view kNeedlesUsage =
     "stream needles --seq T [--dim D] --block-m BM --block-n BN --k K [--needle-blocks N] [--needles M]\n"
     "                       [--noise SD] [--slope S] [--no-lead-in] [--seed S] [--threads N]\n"
@@ -245,6 +248,7 @@ struct CudaOptions : StreamFlags {
 struct TrafficOptions {
   long long seq = 0, dim = 0, heads = 1, bq = 0, bk = 0, k = 0, seed = 0, threads = 8;
   std::string mask;
+  OutputFormat format = OutputFormat::text;  ///< --json / --csv
 };
 
 /// A [T, H, D] float array and its shape.
@@ -471,23 +475,52 @@ int traffic_stream(const TrafficOptions& o, const std::string& csv) {
       out << "T,d,H,bq,bk,k,kernel,counted_read_bytes,l2_read_bytes,lts_read_bytes,dram_read_bytes,"
              "counted_write_bytes,l2_write_bytes,dram_write_bytes,duration_ms,l2_read_over_counted\n";
   }
-  std::cout << "traffic stream --device cuda: T=" << g.T << " H=" << Q.H << " d=" << Q.D << " b_q=" << g.bq
-            << " b_k=" << g.bk << " k=" << k << " (fp32, L2 flushed before each measured launch)\n"
-            << "indices of the measured run vs CPU reference: " << (same_indices ? "identical" : "DIFFER") << "\n";
   bool within = true;
+  std::vector<double> ratios;
   for (std::size_t i = 0; i < measured.size(); ++i) {
-    const cuda::KernelCounters& c = measured[i].counters;
-    const double ratio = c.l2_read_bytes / counted_read[i];
-    within = within && std::abs(ratio - 1) <= 0.05;
-    std::cout << measured[i].kernel << ": counted reads " << counted_read[i] << " B, measured L2→SM " << c.l2_read_bytes
-              << " B (ratio " << std::setprecision(4) << ratio << std::setprecision(6) << "), L2-slice sectors "
-              << c.lts_read_bytes << " B, DRAM " << c.dram_read_bytes << " B; counted writes " << counted_write[i]
-              << " B, measured SM→L2 " << c.l2_write_bytes << " B; " << c.duration_ns / 1e6 << " ms (one launch)\n";
-    if (out)
+    ratios.push_back(measured[i].counters.l2_read_bytes / counted_read[i]);
+    within = within && std::abs(ratios.back() - 1) <= 0.05;
+  }
+  if (out)
+    for (std::size_t i = 0; i < measured.size(); ++i) {
+      const cuda::KernelCounters& c = measured[i].counters;
       out << g.T << ',' << Q.D << ',' << Q.H << ',' << g.bq << ',' << g.bk << ',' << k << ',' << measured[i].kernel
           << ',' << counted_read[i] << ',' << c.l2_read_bytes << ',' << c.lts_read_bytes << ',' << c.dram_read_bytes
           << ',' << counted_write[i] << ',' << c.l2_write_bytes << ',' << c.dram_write_bytes << ','
-          << c.duration_ns / 1e6 << ',' << ratio << '\n';
+          << c.duration_ns / 1e6 << ',' << ratios[i] << '\n';
+    }
+  if (o.format != OutputFormat::text) {
+    ReportOutput report(o.format, std::cout);
+    Json& j = report.json();
+    j.begin_object();
+    j.key("T").value(std::uint64_t(g.T)).key("d").value(std::uint64_t(Q.D)).key("H").value(std::uint64_t(Q.H));
+    j.key("bq").value(std::uint64_t(g.bq)).key("bk").value(std::uint64_t(g.bk)).key("k").value(std::uint64_t(k));
+    j.key("indices_identical").value(same_indices).key("l2_reads_within_5pct").value(within);
+    j.key("kernels").begin_array();
+    for (std::size_t i = 0; i < measured.size(); ++i) {
+      const cuda::KernelCounters& c = measured[i].counters;
+      j.begin_object().key("kernel").value(measured[i].kernel);
+      j.key("counted_read_bytes").value(counted_read[i]).key("l2_read_bytes").value(c.l2_read_bytes);
+      j.key("lts_read_bytes").value(c.lts_read_bytes).key("dram_read_bytes").value(c.dram_read_bytes);
+      j.key("counted_write_bytes").value(counted_write[i]).key("l2_write_bytes").value(c.l2_write_bytes);
+      j.key("dram_write_bytes").value(c.dram_write_bytes).key("duration_ms").value(c.duration_ns / 1e6);
+      j.key("l2_read_over_counted").value(round_to(ratios[i], 4));
+      j.end_object();
+    }
+    j.end_array();
+    j.end_object();
+    report.finish();
+    return same_indices ? kOk : kFailed;
+  }
+  std::cout << "traffic stream --device cuda: T=" << g.T << " H=" << Q.H << " d=" << Q.D << " b_q=" << g.bq
+            << " b_k=" << g.bk << " k=" << k << " (fp32, L2 flushed before each measured launch)\n"
+            << "indices of the measured run vs CPU reference: " << (same_indices ? "identical" : "DIFFER") << "\n";
+  for (std::size_t i = 0; i < measured.size(); ++i) {
+    const cuda::KernelCounters& c = measured[i].counters;
+    std::cout << measured[i].kernel << ": counted reads " << counted_read[i] << " B, measured L2→SM " << c.l2_read_bytes
+              << " B (ratio " << std::setprecision(4) << ratios[i] << std::setprecision(6) << "), L2-slice sectors "
+              << c.lts_read_bytes << " B, DRAM " << c.dram_read_bytes << " B; counted writes " << counted_write[i]
+              << " B, measured SM→L2 " << c.l2_write_bytes << " B; " << c.duration_ns / 1e6 << " ms (one launch)\n";
   }
   std::cout << "measured L2 reads within 5% of the counted bytes: " << (within ? "yes" : "NO") << "\n";
   return same_indices ? kOk : kFailed;
@@ -558,6 +591,7 @@ int cmd_traffic_stream(const Args& args) {
     desc.add_options()
         ("threads", po::value<long long>(&o.threads)->default_value(8), "CPU threads of the reference count")
         ("append-csv", po::value<std::string>(&csv), "append the rows to this CSV file (header when new)");
+    add_output_options(desc);
     po::options_description hidden;  // the subject word itself, not shown in --help
     hidden.add_options()("sub", po::value<std::string>(), "stream");
     po::options_description all;
@@ -569,6 +603,7 @@ int cmd_traffic_stream(const Args& args) {
       print_help(std::cout, kTrafficUsage, kTrafficSummary, desc);
       return kOk;
     }
+    o.format = output_format(vm);
     if (device != "cuda") throw UsageError("traffic stream measures the GPU kernels only", "add --device cuda");
     o.dim = vm["dim"].as<long long>();
     o.bq = vm["block-m"].as<long long>();
@@ -587,6 +622,7 @@ int cmd_traffic_stream(const Args& args) {
     MemoryPlan plan;
     plan.add("Q, K, V", checked_size({std::uint64_t(o.seq), std::uint64_t(o.heads), std::uint64_t(o.dim)}, "T x H x d"), 4, 4);
     plan.require_within(input_policy(vm), "traffic stream at T = " + std::to_string(o.seq));
+    require_gpu("traffic stream");
     try {
       return traffic_stream(o, csv);
     } catch (const rs::StreamError& e) {

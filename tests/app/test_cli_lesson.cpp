@@ -162,9 +162,9 @@ TEST_CASE("cli lesson: the traffic chapter is listed and its table runs without 
   CHECK_THAT(table.out, !Catch::Contains("served from L2"));
   REQUIRE(run_cli("lesson answer traffic-levels 'rereads=64; why=the re-reads hit in the L2 cache'").exit_code == 0);
   CHECK_THAT(run_cli("traffic levels").out, Catch::Contains("served from L2"));
-  auto csv = run_cli("traffic levels --csv");
+  auto csv = run_cli("traffic levels --measured-csv out.csv");
   CHECK(csv.exit_code == 2);
-  CHECK_THAT(csv.err, Catch::Contains("--csv needs --device cuda"));
+  CHECK_THAT(csv.err, Catch::Contains("--measured-csv needs --device cuda"));
   auto families = run_cli("traffic levels --families-csv out.csv");
   CHECK(families.exit_code == 2);
   CHECK_THAT(families.err, Catch::Contains("--families-csv needs --device cuda"));

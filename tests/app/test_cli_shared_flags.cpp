@@ -17,6 +17,7 @@
 using flashlab::test::expect_usage_error;
 using flashlab::test::fresh_temp_dir;
 using flashlab::test::run_cli;
+using flashlab::test::run_gpu_command;
 
 namespace {
 
@@ -313,10 +314,57 @@ TEST_CASE("shared flags: --json parses and --csv has one row per table row", "[c
   check_formats("run " + source_dir() + "/toymachine/traces/p1_c00.trace --machine matmul3", 1);
   auto n = check_formats("stream needles --seq 2048 --dim 16 --block-m 64 --block-n 64 --k 4 --needle-blocks 2 --needles 2", 1);
   CHECK(n[1][column(n[0], "planted")] == "4");
+  // The ring: one row per pass and step, the problem and the verdict repeated in front.
+  auto ring = check_formats("traffic ring --gpus 2 --seq 64 --dim 8 --causal", 2 + 3);
+  CHECK(ring[1][column(ring[0], "steps.pass")] == "forward");
+  CHECK(ring[5][column(ring[0], "steps.pass")] == "backward");
+  CHECK(ring[1][column(ring[0], "problem.gpus")] == "2");
+  CHECK(ring[1][column(ring[0], "counted_equals_model")] == "true");
+  // The traffic chapter: attention's five designs at N, then the other families' five passes.
+  auto levels = check_formats("traffic levels", 5 + 5);
+  CHECK(levels[1][column(levels[0], "family")] == "attention");
+  CHECK(levels[1][column(levels[0], "pass")] == "naive_fwd");
+  CHECK(!levels[1][column(levels[0], "l2_bytes")].empty());  // the recorded measurement is at this shape
+  CHECK(levels[1][column(levels[0], "measured.device")].find("H100") != std::string::npos);
+  CHECK(levels[10][column(levels[0], "family")] == "stream");
+  CHECK(levels[10][column(levels[0], "toy_bytes")].empty());  // no toy level beyond attention
+  // At another shape the recorded measurement does not count: its columns are empty.
+  auto other = check_formats("traffic levels --seq 1024,2048 --dim 32", 2 * 5 + 5);
+  CHECK(other[1][column(other[0], "shape")].find("N=1024") != std::string::npos);
+  CHECK(other[6][column(other[0], "shape")].find("N=2048") != std::string::npos);
+  CHECK(other[1][column(other[0], "l2_bytes")].empty());
+  CHECK(other[1][column(other[0], "measured.date")].empty());
   // --json and --csv exclude each other, everywhere.
   for (const char* cmd : {"attention fwd --seq 40 --dim 8", "mta fwd", "traffic attention --seq 64",
-                          "stream estimate --seq 64 --block-m 16 --block-n 16 --k 2", "traffic ring --gpus 2 --seq 64"})
+                          "stream estimate --seq 64 --block-m 16 --block-n 16 --k 2", "traffic ring --gpus 2 --seq 64",
+                          "traffic levels", "traffic stream --device cuda", "bench attention", "bench mta",
+                          "bench stream"})
     expect_usage_error(std::string(cmd) + " --json --csv", "--json and --csv exclude each other");
+}
+
+TEST_CASE("shared flags: the GPU commands' --json and --csv are checked in every build", "[cli][flags][formats]") {
+  // A build without CUDA refuses them as it refuses the command (exit 2, error and hint, nothing
+  // on stdout); a CUDA build without a GPU says it needs one. Where a GPU runs them, the document parses.
+  for (const char* args : {"bench attention --seq 128 --dim 64 --causal --pass fwd --reps 20 --warmup 1",
+                           "bench mta --seq 128 --dim 64 --reps 5 --warmup 0",
+                           "bench stream --seq 1024 --dim 64 --k 2 --reps 1 --warmup 0",
+                           "traffic stream --device cuda --seq 1024 --dim 64 --k 2"})
+    for (const char* format : {" --json", " --csv"}) {
+      INFO(args << format);
+      const auto r = run_gpu_command(std::string(args) + format);
+      if (r.exit_code != 0) continue;  // the refusal was checked by run_gpu_command
+      if (std::string(format) == " --json") {
+        CHECK(JsonCheck(r.out).valid());
+      } else {
+        const auto rows = csv_rows(r.out);
+        REQUIRE(rows.size() >= 2);
+        for (const auto& row : rows) CHECK(row.size() == rows.front().size());
+      }
+    }
+  // traffic stream needs --device cuda, whatever the format.
+  expect_usage_error("traffic stream --json", "traffic stream measures the GPU kernels only");
+  // traffic levels writes a live measurement's files only with --device cuda.
+  expect_usage_error("traffic levels --measured-csv m.csv", "--measured-csv needs --device cuda");
 }
 
 TEST_CASE("shared flags: a trace store's report and queries print JSON and CSV", "[cli][flags][formats]") {
