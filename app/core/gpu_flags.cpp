@@ -74,7 +74,7 @@ int dispatch_device(const Args& args, std::string_view command, int (*cpu)(const
   });
 }
 
-std::ostream& info_stream(bool csv) { return csv ? std::cerr : std::cout; }
+std::ostream& info_stream(bool data) { return data ? std::cerr : std::cout; }
 
 void require_gpu([[maybe_unused]] std::string_view command) {
 #ifdef FLASHLAB_HAVE_CUDA

@@ -53,9 +53,9 @@ Args without_device_flag(const Args& args);
 /// under guarded(`command`); any other value is a usage error naming --device.
 int dispatch_device(const Args& args, std::string_view command, int (*cpu)(const Args&), int (*cuda)(const Args&));
 
-/// Where a sweep writes its device and method lines: stderr with --csv (stdout then carries
-/// the CSV alone, a file for the comparison scripts), stdout otherwise.
-std::ostream& info_stream(bool csv);
+/// Where a sweep writes its device and method lines: stderr with --json or --csv (`data`: stdout
+/// then carries the document alone, a file for the comparison scripts), stdout otherwise.
+std::ostream& info_stream(bool data);
 
 /// Throws std::runtime_error "flashlab <command> needs a CUDA GPU, and none is usable: <why>"
 /// with a hint when no GPU is usable (exit 1). Does nothing in a build without CUDA.

@@ -80,11 +80,6 @@ void add_output_options(po::options_description& desc) {
       "csv", po::bool_switch(), "print CSV: a header row, then one row per table row");
 }
 
-void add_csv_option(po::options_description& desc, std::string_view note) {
-  desc.add_options()("csv", po::bool_switch(),
-                     ("print CSV: a header row, then one row per table row" + std::string(note)).c_str());
-}
-
 OutputFormat output_format(const po::variables_map& vm) {
   const bool json = vm.count("json") && vm["json"].as<bool>();
   const bool csv = vm.count("csv") && vm["csv"].as<bool>();

@@ -70,10 +70,6 @@ enum class OutputFormat { text, json, csv };
 /// Adds --json and --csv (the conventions of report.hpp: JSON one object or an array of row
 /// objects, CSV a header row then one row per table row).
 void add_output_options(po::options_description& desc);
-/// Adds --csv alone, for a command whose CSV is not (yet) the document --json would print (the
-/// GPU benchmarks' rows, which their comparison scripts read): "print CSV: a header row, then one
-/// row per table row", then `note` (e.g. the columns).
-void add_csv_option(po::options_description& desc, std::string_view note);
 /// The format --json / --csv ask for; both at once is a UsageError.
 OutputFormat output_format(const po::variables_map& vm);
 
