@@ -1,6 +1,6 @@
-// The fast kernels' limits for grouped K/V (H_kv < H) and N_k ≠ N, as the attention front door
-// (cuda/src/attention/front_door.cpp) states them: the forward takes both, the backward and the plain
-// wgmma forward refuse them by name, and the 32-bit element counts of Q and of K/V are checked there.
+// The fast kernels' limits for grouped K/V (H_kv < H), N_k ≠ N and windows, as the attention front
+// door (cuda/src/attention/front_door.cpp) states them: the forward takes them, the backward and the
+// plain wgmma forward refuse them by name, and the 32-bit element counts of Q and of K/V are checked there.
 // Every check here is on the problem alone, before any device call: this executable needs no GPU
 // (it runs wherever the CUDA targets are built; the CPU-only build has no front door to call).
 #include <catch2/catch.hpp>
@@ -56,10 +56,46 @@ TEST_CASE("the front door takes grouped K/V and N_k != N for the forward and ref
   CHECK_NOTHROW(fc::check_fast_problem(p));
   p.seq = std::size_t(1) << 18;  // B·N·H·d = 2 · 2^18 · 32 · 128 = 2^31
   CHECK_THROWS_WITH(fc::check_fast_problem(p), Catch::Contains("B·N·H·d = 2147483648 is not below 2^31"));
-  // Still refused by every fast kernel: windows and packed sequences.
+  // Still refused by every fast kernel: packed sequences.
   p.seq = 100;
-  p.window_left = 16;
-  CHECK_THROWS_WITH(fc::check_fast_problem(p), Catch::Contains("window") && Catch::Contains("not supported yet"));
+  p.seq_k = 0;
+  p.heads_kv = 0;
+  p.set_packed(fr::PackedSequences({0, 40, 100}, {0, 40, 100}));
+  CHECK_THROWS_WITH(fc::check_fast_problem(p), Catch::Contains("cu_seqlens") && Catch::Contains("not supported yet"));
+}
+
+TEST_CASE("the front door takes windows for the forward and refuses them for the backward and the wgmma forward",
+          "[fast][fast-window][errors]") {
+  fr::AttentionProblem p;
+  p.seq = 300;
+  p.seq_k = 500;
+  p.heads = 8;
+  p.heads_kv = 2;
+  p.head_dim = 64;
+  p.dtype = kBf16;
+  p.window_left = 128;
+  p.window_right = 0;
+  CHECK_NOTHROW(fc::check_fast_problem(p));
+  CHECK(fc::fast_forward_tiles(p, kMma).Br == 128);
+  p.seq_k = 0;
+  p.heads_kv = 0;
+  for (auto design : {fr::Algorithm::bwd_atomic, fr::Algorithm::bwd_two_kernel})
+    CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(design, p),
+                      Catch::Contains("fast backward: window (128,0) is not supported yet") &&
+                          Catch::Contains("hint: the fast forward takes windows"));
+  CHECK_THROWS_WITH(fc::fast_forward_tiles(p, fc::FastForwardKernel::wgmma),
+                    Catch::Contains("wgmma forward: window (128,0) is not supported") &&
+                        Catch::Contains("hint: use the tma-ws or mma forward kernel"));
+  // Either side alone is a window too; the problem's own limits still hold (−1 … 2^31 − 1).
+  p.window_left = -1;
+  p.window_right = 5;
+  CHECK_NOTHROW(fc::check_fast_problem(p));
+  CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, p),
+                    Catch::Contains("window (-1,5)"));
+  p.window_right = -2;
+  CHECK_THROWS_WITH(fc::check_fast_problem(p), Catch::Contains("window_right"));
+  p.window_right = -1;
+  CHECK(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_two_kernel, p) > 0);
 }
 
 TEST_CASE("the split-KV forward's tiles count packed rows: the query rows of the heads sharing a K/V head",

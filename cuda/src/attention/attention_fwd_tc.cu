@@ -39,9 +39,15 @@
 //     with their own row stride (H_kv·d); key tiles run to N_k; causal is bottom-right aligned
 //     (query i sees keys ≤ i + N_k − N), so a block above the diagonal's start (N > N_k) runs no
 //     key tile and stores O = 0, LSE = −inf.
+//   - Sliding windows (kWindow, on the causal tuple): query i sees keys i + lo ≤ j ≤ i + hi
+//     (Problem::window_lo, window_hi: the reference's band with N_k − N folded in). A block's key
+//     tiles run from the tile of its first row's left edge to that of its last row's right edge,
+//     so tiles outside the band on either side are never loaded; a warp skips the math of a tile
+//     its rows miss on either side, and masks a tile the band crosses on both edges.
 // It never produces S or P outside registers; O is written once in the input dtype, LSE in fp32.
-// Instantiations: d ∈ {64, 128} × {bf16, fp16} × {causal, not}: the launch picks the causal
-// instantiation from the run-time flag (each has its own tuple; inside the kernel it is constexpr).
+// Instantiations: d ∈ {64, 128} × {bf16, fp16} × {causal, not, window}: the launch picks the causal
+// instantiation from the run-time flag (each has its own tuple; inside the kernel it is constexpr),
+// and a window (Problem::windowed()) the window one, on the causal tuple.
 //
 // Why not more: this is mma.sync, not Hopper's wgmma/TMA (attention_fwd_wgmma.cu is); the
 // exp2/softmax phase of a warp does not overlap its own mma phase, and O is stored straight from
@@ -175,11 +181,12 @@ struct TileLoader {
 
 /// The masks (the Triton walkthrough, "Out-of-Sequence Masking"): keys ≥ N_k (`N`), and causal
 /// keys > query row + N_k − N (`warp_diag0` = the warp's first row + N_k − N: the bottom-right
-/// aligned diagonal) → −inf, so 2^(−inf) = 0 adds nothing to l_i or acc. Called only for tiles
-/// that straddle N_k or the diagonal.
-template <class T>
+/// aligned diagonal; a window: + window_hi() instead) → −inf, so 2^(−inf) = 0 adds nothing to
+/// l_i or acc; kWindow also keys < query row + window_lo() (`warp_lo0`: the warp's first row's).
+/// Called only for tiles that straddle N_k or an edge.
+template <class T, bool kWindow>
 __device__ __forceinline__ void mask_scores(float (&s)[T::kMT][T::BLOCK_N / 8][4], int start_n, int N, int warp_diag0,
-                                            int g, int t) {
+                                            int warp_lo0, int g, int t) {
   const float NEG_INF = __int_as_float(0xff800000);  // −inf
 #pragma unroll
   for (int mt = 0; mt < T::kMT; ++mt)
@@ -189,7 +196,8 @@ __device__ __forceinline__ void mask_scores(float (&s)[T::kMT][T::BLOCK_N / 8][4
       for (int e = 0; e < 4; ++e) {
         const int col = start_n + 8 * n + 2 * t + (e & 1);
         const int diag = warp_diag0 + 16 * mt + g + 8 * (e >> 1);
-        if (col >= N || (T::kCausal && col > diag)) s[mt][n][e] = NEG_INF;
+        if (col >= N || (T::kCausal && col > diag) || (kWindow && col < warp_lo0 + 16 * mt + g + 8 * (e >> 1)))
+          s[mt][n][e] = NEG_INF;
       }
 }
 
@@ -231,8 +239,9 @@ __device__ __forceinline__ void store_output(uint16_t* __restrict__ O, float* __
 /// [B, N, H, d]; K, V [B, N_k, H_kv, d], head h reading K/V head h / (H / H_kv). kOwnKv = false
 /// (H_kv = H, N_k = N): K and V take Q's head offset, row stride and length, so no register holds a
 /// second copy (the d = 128 non-causal tuple uses all 255 registers: with K/V's own values ptxas
-/// made 68 bytes of spill stores there); kOwnKv = true reads them from the problem.
-template <class T, bool kBf16, bool kOwnKv>
+/// made 68 bytes of spill stores there); kOwnKv = true reads them from the problem. kWindow (with
+/// kOwnKv and the causal tuple): the key tiles of the block's band, masks on both of its edges.
+template <class T, bool kBf16, bool kOwnKv, bool kWindow = false>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     fast_fwd_kernel(Problem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                     const uint16_t* __restrict__ V, uint16_t* __restrict__ O, float* __restrict__ LSE) {
@@ -258,8 +267,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   const int warp_m0 = 16 * kMT * warp;           // this warp's first row inside Q_i
   const int warp_row0 = row0 + warp_m0;          // ... and in the sequence
   // Causal, bottom-right aligned: query row r sees keys ≤ r + N_k − N (the diagonal of the warp's
-  // first row: warp_diag0).
-  const int warp_diag0 = warp_row0 + offset;
+  // first row: warp_diag0). A window: r + window_hi() ≤ … and ≥ r + window_lo() (warp_lo0).
+  const int warp_diag0 = warp_row0 + (kWindow ? p.window_hi() : offset);
+  const int warp_lo0 = kWindow ? warp_row0 + p.window_lo() : 0;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t sQ = uint32_t(__cvta_generic_to_shared(smem_raw));
@@ -269,8 +279,18 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   // Causal: key tiles starting past this tile's last query row's diagonal are entirely masked —
   // skip them. None left (N > N_k, rows above the diagonal's start): the loop does not run, and
   // every row stores O = 0 and LSE = −inf.
-  const int n_end = !causal ? Nk : kOwnKv ? max(0, min(Nk, row0 + BLOCK_M + offset)) : min(N, row0 + BLOCK_M);
-  const int Tc = (n_end + BLOCK_N - 1) / BLOCK_N;
+  // A window: from the tile of the first row's left edge (j0) to that of the last row's right edge
+  // (the rows' bands shift by one key per row: their union is one interval); none when the last
+  // row's right edge is left of key 0 (the first row's left edge is never past N_k − 1).
+  int j0 = 0, Tc;
+  if constexpr (kWindow) {
+    const int first = max(0, row0 + p.window_lo()), last = min(Nk - 1, min(N, row0 + BLOCK_M) - 1 + p.window_hi());
+    j0 = last < first ? 0 : first / BLOCK_N;
+    Tc = last < first ? 0 : last / BLOCK_N - j0 + 1;  // key tiles j0 .. j0 + Tc − 1
+  } else {
+    const int n_end = !causal ? Nk : kOwnKv ? max(0, min(Nk, row0 + BLOCK_M + offset)) : min(N, row0 + BLOCK_M);
+    Tc = (n_end + BLOCK_N - 1) / BLOCK_N;
+  }
 
   // ldmatrix row addresses. Every fragment this lane addresses has row ≡ lane (mod 8), so the
   // swizzle chunk ^ (row & 7) = (2·k) ^ x with x fixed per lane (chunk = 2·k + x-bit, disjoint
@@ -290,14 +310,14 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   // Load Q_i, K_0, V_0: HBM → SRAM (one cp.async group), then K_s, V_s for the first stages
   // (one group each; an empty group where there is no tile, so the group count stays uniform).
   ld.template load<BLOCK_M>(sQ, Q, stride, row0, N);
-  ld_kv.template load<BLOCK_N>(sK, K, kv_stride, 0, Nk);
-  ld_kv.template load<BLOCK_N>(sV, V, kv_stride, 0, Nk);
+  ld_kv.template load<BLOCK_N>(sK, K, kv_stride, j0 * BLOCK_N, Nk);
+  ld_kv.template load<BLOCK_N>(sV, V, kv_stride, j0 * BLOCK_N, Nk);
   cp_async_commit();
 #pragma unroll
   for (int st = 1; st < T::kStages - 1; ++st) {
     if (st < Tc) {
-      ld_kv.template load<BLOCK_N>(sK + st * T::kTileKVBytes, K, kv_stride, st * BLOCK_N, Nk);
-      ld_kv.template load<BLOCK_N>(sV + st * T::kTileKVBytes, V, kv_stride, st * BLOCK_N, Nk);
+      ld_kv.template load<BLOCK_N>(sK + st * T::kTileKVBytes, K, kv_stride, (j0 + st) * BLOCK_N, Nk);
+      ld_kv.template load<BLOCK_N>(sV + st * T::kTileKVBytes, V, kv_stride, (j0 + st) * BLOCK_N, Nk);
     }
     cp_async_commit();
   }
@@ -314,7 +334,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   uint32_t q_frag[T::kQInRegs ? kMT : 1][T::kQInRegs ? kKStepsQK : 1][4];
 
   for (int j = 0; j < Tc; ++j) {
-    const int start_n = j * BLOCK_N;
+    const int start_n = (j0 + j) * BLOCK_N;
     const uint32_t stage_off = uint32_t((j % T::kStages) * T::kTileKVBytes);
     // kStages − 1 + j groups are committed; the (j+1)-th holds K_j, V_j: wait for it.
     cp_async_wait<T::kStages - 2>();
@@ -326,8 +346,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
       const int jn = j + T::kStages - 1;
       if (jn < Tc) {
         const uint32_t next = uint32_t((jn % T::kStages) * T::kTileKVBytes);
-        ld_kv.template load<BLOCK_N>(sK + next, K, kv_stride, jn * BLOCK_N, Nk);
-        ld_kv.template load<BLOCK_N>(sV + next, V, kv_stride, jn * BLOCK_N, Nk);
+        ld_kv.template load<BLOCK_N>(sK + next, K, kv_stride, (j0 + jn) * BLOCK_N, Nk);
+        ld_kv.template load<BLOCK_N>(sV + next, V, kv_stride, (j0 + jn) * BLOCK_N, Nk);
       }
       cp_async_commit();
     }
@@ -344,8 +364,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
       }
     }
 
-    // A warp whose rows are all left of this key tile (causal) has nothing to add.
-    const bool warp_active = !causal || start_n <= warp_diag0 + 16 * kMT - 1;
+    // A warp whose rows are all left of this key tile (causal) has nothing to add; a window's also
+    // not when the tile ends before its first row's left edge.
+    const bool warp_active = (!causal || start_n <= warp_diag0 + 16 * kMT - 1) &&
+                             (!kWindow || start_n + BLOCK_N - 1 >= warp_lo0);
     if (warp_active) {
       float s[kMT][kNTilesS][4];
       // S_ij = Q_i K_jᵀ (raw scores, fp32, registers). B fragments of K_j via ldmatrix (non-trans),
@@ -379,10 +401,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
         }
       }
 
-      // Masks (keys ≥ N_k; causal: keys > query row + N_k − N) only on tiles that straddle N_k or
-      // the diagonal.
-      const bool need_mask = start_n + BLOCK_N > Nk || (causal && start_n + BLOCK_N - 1 > warp_diag0);
-      if (need_mask) mask_scores<T>(s, start_n, Nk, warp_diag0, g, t);
+      // Masks (keys ≥ N_k; causal: keys > query row + N_k − N; a window: its two edges) only on
+      // tiles that straddle N_k or an edge (the left one: of the warp's last row).
+      const bool need_mask = start_n + BLOCK_N > Nk || (causal && start_n + BLOCK_N - 1 > warp_diag0) ||
+                             (kWindow && start_n < warp_lo0 + 16 * kMT - 1);
+      if (need_mask) mask_scores<T, kWindow>(s, start_n, Nk, warp_diag0, warp_lo0, g, t);
 
       // Online softmax (base 2, as in the Triton walkthrough), rows r = g and g + 8 of each m16 tile:
       //   m_new = max(m_i, rowmax(S_ij)·scale·log2 e); P_ij = 2^(S_ij·scale·log2 e − m_new);
@@ -470,7 +493,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   store_output<T, kBf16>(O, LSE, acc, m_i, l_i, p, b, h, base, stride, warp_row0, g, t);
 }
 
-template <int HEAD_DIM, bool kBf16, bool kCausal>
+/// kWindow (a window, Problem::windowed(); on the causal tuple): K/V always from the problem.
+template <int HEAD_DIM, bool kBf16, bool kCausal, bool kWindow = false>
 void launch_fast_one(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
                      cudaStream_t stream) {
   using T = FastTraits<HEAD_DIM, kCausal>;
@@ -478,7 +502,9 @@ void launch_fast_one(const Problem& p, const void* Q, const void* K, const void*
                     T::BLOCK_N == FastTraits<HEAD_DIM, !kCausal>::BLOCK_N,
                 "causal and non-causal tuples share the tiles fast_forward_tiles() reports");
   const bool own_kv = p.heads_kv != p.heads || p.seq_k != p.seq;  // grouped K/V or N_k ≠ N
-  auto kernel = own_kv ? &fast_fwd_kernel<T, kBf16, true> : &fast_fwd_kernel<T, kBf16, false>;
+  auto kernel = kWindow  ? &fast_fwd_kernel<T, kBf16, true, kWindow>
+                : own_kv ? &fast_fwd_kernel<T, kBf16, true>
+                         : &fast_fwd_kernel<T, kBf16, false>;
   // > 48 KiB of dynamic SRAM: opted in per device (set_smem keeps the record, thread-safe).
   set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "fast_fwd_kernel", p);
   const dim3 grid((p.seq + T::BLOCK_M - 1) / T::BLOCK_M, p.heads, p.batch);
@@ -492,7 +518,8 @@ void launch_fast_one(const Problem& p, const void* Q, const void* K, const void*
 template <int HEAD_DIM, bool kBf16>
 void launch_fast(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
                  cudaStream_t stream) {
-  if (p.causal) launch_fast_one<HEAD_DIM, kBf16, true>(p, Q, K, V, O, LSE, stream);
+  if (p.windowed()) launch_fast_one<HEAD_DIM, kBf16, true, true>(p, Q, K, V, O, LSE, stream);
+  else if (p.causal) launch_fast_one<HEAD_DIM, kBf16, true>(p, Q, K, V, O, LSE, stream);
   else launch_fast_one<HEAD_DIM, kBf16, false>(p, Q, K, V, O, LSE, stream);
 }
 

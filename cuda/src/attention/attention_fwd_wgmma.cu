@@ -74,6 +74,7 @@ struct WgTraits {
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr bool kBf16 = kBf16_;
   static constexpr bool kCausal = kCausal_;
+  static constexpr bool kWindow = false;  // the window's left side: the tma-ws forward's alone
   static constexpr int kWarpgroups = 2;               // consumer warpgroups, 64 query rows each
   static constexpr int kThreads = 128 * kWarpgroups;
   static constexpr int BLOCK_M = 64 * kWarpgroups;    // Br

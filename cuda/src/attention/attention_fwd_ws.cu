@@ -68,6 +68,12 @@
 //     ⌈N_k / Bc⌉ key tiles; causal, the diagonal is bottom-right aligned (query i sees keys
 //     ≤ i + N_k − N), units stop at their last row's diagonal, and a unit above the diagonal's start
 //     (N > N_k) loads nothing: its rows store O = 0, LSE = −inf.
+//   - Sliding windows (WsConfig::window, the causal instantiation's structure): query i sees keys
+//     i + lo ≤ j ≤ i + hi (Problem::window_lo, window_hi: the reference's band with N_k − N folded
+//     in). A unit's key tiles run from the tile of its first row's left edge to the tile of its
+//     last row's right edge (WsSchedule: j0, n_tiles), so the tiles outside the band on either
+//     side are never loaded; tiles the band crosses are masked on both edges. Units without keys
+//     (every row's right edge before key 0) are the top query tiles: last in the list, as causal.
 // Resources (ptxas, sm_90a): two consumers, 168 registers at launch (384 threads, 1 block/SM),
 // then 24 for the producer and 240 for the consumers; three consumers, 128 at launch (512
 // threads), then 24 and 160; no spills but 16 bytes in the Bc = 192 kernel and 24 in the split
@@ -112,6 +118,10 @@ struct WsTraits {
   static constexpr int kHeadDim = C.head_dim;
   static constexpr bool kBf16 = C.bf16;
   static constexpr bool kCausal = C.causal;
+  // A window: the causal instantiation whose units start at the band's left edge and whose masks
+  // also cut keys left of it (Problem::window_lo; window_hi replaces the diagonal).
+  static constexpr bool kWindow = C.window;
+  static_assert(!kWindow || kCausal, "the window runs on the causal structure (units of unequal length)");
   static constexpr int kConsumers = C.consumers;            // consumer warpgroups, 64 query rows each
   static constexpr int kThreads = 128 * (1 + kConsumers);   // + the producer warpgroup
   static constexpr int kConsumerWarps = 4 * kConsumers;     // arrivals on empty[s]
@@ -215,13 +225,16 @@ __device__ __forceinline__ void ws_unit(int t, int Tr, int H, int HB, int& m, in
 /// snake: the blocks that got the longest tile of one round get the shortest of the next).
 /// A causal unit stops at the key tile of its last row's diagonal (key q0 + Br − 1 + N_k − N);
 /// above the diagonal's start (N > N_k) a unit may see no key at all: n_tiles = 0, and such units
-/// come last in every block's list (n_tiles never grows along it).
+/// come last in every block's list (n_tiles never grows along it). A window's unit runs from the
+/// key tile of its first row's left edge (j0) to that of its last row's right edge; its units
+/// without keys are the top query tiles, last in the list too.
 template <class T>
 struct WsSchedule {
   int Tr, H, HB, total, Nk;  // query tiles, heads, heads × batch, Tr · HB, keys N_k
   int Hkv, offset;           // K/V heads H_kv; the causal offset N_k − N
   int full;                  // units dealt whole (= total unless the tail is split)
   const int4* pieces;        // kSplitTail: this block's pieces of the tail (tail_pieces), in SRAM
+  int N, lo, hi;             // kWindow: queries N, the band's edges (Problem::window_lo, window_hi)
   __device__ bool at(int k, WsTile& w) const {
     const int G = int(gridDim.x), blk = int(blockIdx.x);
     const int n = (Nk + T::BLOCK_N - 1) / T::BLOCK_N;
@@ -247,7 +260,14 @@ struct WsSchedule {
     ws_unit<T::kCausal>(t, Tr, H, HB, m, w.h, w.b);
     w.q0 = m * T::BLOCK_M;
     w.hk = w.h / (H / Hkv);  // read by the producer alone (dead code in the consumers)
-    if (T::kCausal) {
+    if constexpr (T::kWindow) {
+      // Rows q0 .. min(q0 + Br, N) − 1 see keys lo(q0) .. hi(last row), clamped to the keys (the
+      // rows' bands shift by one key per row: their union is one interval). None when the last
+      // row's right edge is left of key 0 (q0 + lo ≤ N_k − 1 always: lo ≤ N_k − N).
+      const int first = max(0, w.q0 + lo), last = min(Nk - 1, min(w.q0 + T::BLOCK_M, N) - 1 + hi);
+      w.j0 = last < first ? 0 : first / T::BLOCK_N;
+      w.n_tiles = last < first ? 0 : last / T::BLOCK_N - w.j0 + 1;
+    } else if (T::kCausal) {
       // Keys 0 .. q0 + Br − 1 + offset: none when that is negative (floor division).
       const int last_key = w.q0 + T::BLOCK_M - 1 + offset;
       w.n_tiles = last_key < 0 ? 0 : min(w.n_tiles, last_key / T::BLOCK_N + 1);
@@ -350,16 +370,18 @@ __device__ __forceinline__ void issue_pv_ws(float (&o)[T::kHeadDim / 2], const u
   issue_pv<T>(o, pa, sV, T::BLOCK_N * 128, 1024);
 }
 
-/// The softmax of this traits' choice on S_ij (key tile from key0): online_softmax, or with
-/// kVoteMax the same after the warp's vote.
+/// The softmax of this traits' choice on S_ij (key tile from key0; the mask's right edge
+/// row_base, with kWindow its left edge lo_base): online_softmax, or with kVoteMax the same after
+/// the warp's vote.
 template <class T>
 __device__ __forceinline__ bool softmax_step(float (&s_acc)[T::BLOCK_N / 2], float (&m_i)[2], float (&l_i)[2],
                                              float (&alpha)[2], int key0, int N, int row_base, bool need_mask, int t4,
-                                             float scale_log2) {
+                                             float scale_log2, int lo_base) {
   if constexpr (T::kVoteMax)
-    return online_softmax_vote<T>(s_acc, m_i, l_i, alpha, key0, N, row_base, need_mask, t4, scale_log2);
+    return online_softmax_vote<T>(s_acc, m_i, l_i, alpha, key0, N, row_base, need_mask, t4, scale_log2, lo_base);
   else
-    return online_softmax<T, T::kShortChains>(s_acc, m_i, l_i, alpha, key0, N, row_base, need_mask, t4, scale_log2);
+    return online_softmax<T, T::kShortChains>(s_acc, m_i, l_i, alpha, key0, N, row_base, need_mask, t4, scale_log2,
+                                              lo_base);
 }
 
 /// P_ij → 16-bit A fragments `pa`, then O_i = diag(alpha) O_i if any row of the warp moved its
@@ -407,7 +429,7 @@ __device__ __forceinline__ void release_after_pv(const WsSmem<T>& sm, int s) {
 /// last one's turn k − 1): named barriers, across tiles too. `it` (in/out) counts the key tiles of
 /// the block's work list, as the producer does; `k` is the tile's place among the units with keys
 /// (phase of q_full), `more` whether another unit with keys follows. Masks: keys ≥ N_k, and
-/// (causal) keys past row + N_k − N.
+/// (causal) keys past row + N_k − N; (window) keys past row + window_hi() or before row + window_lo().
 template <class T>
 __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __restrict__ O, float* __restrict__ LSE,
                              float* __restrict__ partials, int cw, const WsTile& w, int& it, int k, bool more) {
@@ -417,8 +439,12 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   const int row_base = w.q0 + 64 * cw + 16 * warp + lane / 4;  // this thread's rows: row_base, row_base + 8
   const int wg_row0 = w.q0 + 64 * cw, N = p.seq_k, n_tiles = w.n_tiles;
   // The causal diagonal of this thread's rows, bottom-right aligned: the masks compare a key with
-  // row + N_k − N (the step's softmax reads its row argument for nothing else).
-  const int diag_base = row_base + p.causal_offset(), wg_diag0 = wg_row0 + p.causal_offset();
+  // row + N_k − N (the step's softmax reads its row argument for nothing else). A window: its right
+  // edge row + window_hi() instead, and its left edge row + window_lo() (lo_base; wg_lo_last: the
+  // warpgroup's last row's, right of every other row's).
+  const int hi_off = T::kWindow ? p.window_hi() : p.causal_offset();
+  const int diag_base = row_base + hi_off, wg_diag0 = wg_row0 + hi_off;
+  const int lo_base = T::kWindow ? row_base + p.window_lo() : 0, wg_lo_last = wg_row0 + 63 + p.window_lo();
   const float scale_log2 = p.scale_log2;
   const uint32_t sQ_wg = sm.q() + uint32_t(cw) * 64 * 128;  // this warpgroup's 64 rows (8 swizzle periods)
   const int my_turn = kTurnBarrier + cw;
@@ -426,7 +452,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   // j counts this unit's key tiles from w.j0 (a piece of the split tail starts past 0).
   auto need_mask = [&](int j) {
     const int end = (w.j0 + j + 1) * BLOCK_N;
-    return end > N || (T::kCausal && end - 1 > wg_diag0);
+    return end > N || (T::kCausal && end - 1 > wg_diag0) || (T::kWindow && end - BLOCK_N < wg_lo_last);
   };
   auto phase = [&](int j) { return uint32_t((it + j) / S) & 1u; };  // key tile j of this tile
   auto stage = [&](int j) { return (it + j) % S; };
@@ -449,7 +475,8 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   reg_fence(s_acc);
   if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(stage(0)));  // done with K_0
   float alpha[2];
-  bool moved = softmax_step<T>(s_acc, m_i, l_i, alpha, w.j0 * BLOCK_N, N, diag_base, need_mask(0), t4, scale_log2);
+  bool moved =
+      softmax_step<T>(s_acc, m_i, l_i, alpha, w.j0 * BLOCK_N, N, diag_base, need_mask(0), t4, scale_log2, lo_base);
   pack_rescale<T>(s_acc, pa, o, alpha, moved);
   // Tile j: S_ij with P_i(j−1)·V_(j−1) in one turn; the softmax of tile j overlaps the other
   // warpgroups' turns (and with kOverlap this warpgroup's own P·V too). P·V reads pa_in, the
@@ -473,7 +500,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
       reg_fence(s_acc);
       if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
       moved = softmax_step<T>(s_acc, m_i, l_i, alpha, (w.j0 + j) * BLOCK_N, N, diag_base, need_mask(j), t4,
-                              scale_log2);
+                              scale_log2, lo_base);
       wg_wait<0>();
       reg_fence(o);
       reg_fence_u(pa_in);
@@ -486,7 +513,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
       if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
       if (lane == 0) release_after_pv<T>(sm, sp);
       moved = softmax_step<T>(s_acc, m_i, l_i, alpha, (w.j0 + j) * BLOCK_N, N, diag_base, need_mask(j), t4,
-                              scale_log2);
+                              scale_log2, lo_base);
     }
     pack_rescale<T>(s_acc, pa_out, o, alpha, moved);
   };
@@ -570,7 +597,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int Tr = (p.seq + T::BLOCK_M - 1) / T::BLOCK_M, HB = p.heads * p.batch;
   int4* pieces = reinterpret_cast<int4*>(smem_raw + (sm.base - uint32_t(__cvta_generic_to_shared(smem_raw))) +
                                          T::kPieceOffset);
-  const WsSchedule<T> sched{Tr, p.heads, HB, Tr * HB, p.seq_k, p.heads_kv, p.causal_offset(), full, pieces};
+  const WsSchedule<T> sched{Tr,   p.heads, HB,    Tr * HB,       p.seq_k,       p.heads_kv, p.causal_offset(),
+                            full, pieces,  p.seq, p.window_lo(), p.window_hi()};
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -767,6 +795,9 @@ constexpr WsConfig kWsConfigs[] = {
     {128, true, false, 2, 3, 128, true, true, true, true, false, false},
     // d = 128, causal
     {128, true, true, 2, 3, 128, false, false, false, false, false, false},
+    // sliding windows: the causal configurations (d = 64 with two consumers), units from the band's left edge
+    {64, true, true, 2, 3, 128, true, false, false, false, true, false, true},
+    {128, true, true, 2, 3, 128, false, false, false, false, false, false, true},
 };
 constexpr int kWsConfigCount = int(sizeof(kWsConfigs) / sizeof(kWsConfigs[0]));
 

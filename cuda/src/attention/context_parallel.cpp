@@ -262,6 +262,13 @@ void check_context_parallel_problem(const ref::ContextParallelProblem& problem) 
         std::string(ref::layout_name(problem.layout)) + " layout on " + std::to_string(problem.gpus) +
         " GPUs (hint: the GPU ring takes whole chunks, the fast kernels have no key mask for padding: pad N to a "
         "multiple of " + std::to_string(problem.chunks()) + " and drop the padded rows, as the CPU reference does)");
+  // The ring's blocks mask by their kind alone (full or diagonal): a window would need the band
+  // cut at chunk boundaries, which the blocks do not carry (the fast forward alone takes one).
+  if (problem.attention.has_window())
+    throw std::invalid_argument("flashlab::cuda: context parallel: window (" +
+                                std::to_string(problem.attention.window_left) + "," +
+                                std::to_string(problem.attention.window_right) +
+                                ") is not supported (hint: the single-GPU fast forward takes windows)");
   // Every block is a c×c problem with the whole problem's B, H (K/V expanded), d, dtype.
   check_fast_problem(any_block(problem));
 }

@@ -118,8 +118,8 @@ void require_device_pointer(const char* entry, const char* name, const void* ptr
 std::size_t dq_accum_offset(std::size_t stats) { return (stats * sizeof(float) + 255) / 256 * 256; }
 
 // The checked launch description of a fast backward; each launcher sets its kernels' tiles. The
-// backward kernels read K and V with Q's heads and length (and write dK, dV so): grouped K/V and
-// N_k ≠ N are the forward's alone.
+// backward kernels read K and V with Q's heads and length (and write dK, dV so) and mask no
+// window: grouped K/V, N_k ≠ N and windows are the forward's alone.
 detail::Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProblem& problem) {
   check_fast_problem(problem);
   if (problem.h_kv() != problem.heads)
@@ -134,6 +134,12 @@ detail::Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProb
         std::to_string(problem.n_q()) +
         ": the fast backward takes N_k = N (hint: the fast forward takes N_k != N; run this backward on the CPU "
         "reference: flashlab attention bwd --device cpu)");
+  if (problem.has_window())
+    throw std::invalid_argument("flashlab::cuda: fast backward: window (" + std::to_string(problem.window_left) + "," +
+                                std::to_string(problem.window_right) +
+                                ") is not supported yet: the fast backward takes no window (hint: the fast forward "
+                                "takes windows; run this backward on the CPU reference: flashlab attention bwd "
+                                "--device cpu)");
   if (design != ref::Algorithm::bwd_two_kernel && design != ref::Algorithm::bwd_atomic)
     throw std::invalid_argument("flashlab::cuda: fast backward: algorithm = " +
                                 std::string(ref::algorithm_name(design)) +
@@ -141,11 +147,15 @@ detail::Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProb
   return detail::make_problem(problem);
 }
 
-/// The plain wgmma forward reads K and V with Q's heads and length: grouped K/V and N_k ≠ N run
-/// on tma_ws and mma_sync.
+/// The plain wgmma forward reads K and V with Q's heads and length and masks no window: grouped
+/// K/V, N_k ≠ N and windows run on tma_ws and mma_sync. The split-KV forward masks no window either.
 void check_forward_kernel(const ref::AttentionProblem& problem, FastForwardKernel kernel) {
-  if (kernel != FastForwardKernel::wgmma) return;
   const char* hint = "use the tma-ws or mma forward kernel";
+  if (kernel == FastForwardKernel::split_kv && problem.has_window())
+    throw std::invalid_argument("flashlab::cuda: split-KV forward: window (" + std::to_string(problem.window_left) +
+                                "," + std::to_string(problem.window_right) +
+                                ") is not supported: the split-KV forward takes no window (hint: " + hint + ")");
+  if (kernel != FastForwardKernel::wgmma) return;
   if (problem.h_kv() != problem.heads)
     throw std::invalid_argument("flashlab::cuda: wgmma forward: heads_kv (H_kv) = " + std::to_string(problem.h_kv()) +
                                 " differs from heads (H) = " + std::to_string(problem.heads) +
@@ -154,6 +164,10 @@ void check_forward_kernel(const ref::AttentionProblem& problem, FastForwardKerne
     throw std::invalid_argument("flashlab::cuda: wgmma forward: seq_k (N_k) = " + std::to_string(problem.n_k()) +
                                 " differs from seq (N) = " + std::to_string(problem.n_q()) +
                                 ": the wgmma forward takes N_k = N (hint: " + hint + ")");
+  if (problem.has_window())
+    throw std::invalid_argument("flashlab::cuda: wgmma forward: window (" + std::to_string(problem.window_left) + "," +
+                                std::to_string(problem.window_right) + ") is not supported: the wgmma forward takes "
+                                "no window (hint: " + hint + ")");
 }
 
 /// The kernel choice's limits: wgmma_ws runs bwd_atomic only, and only where it was built.
@@ -215,7 +229,9 @@ FastForwardKernel fastest_forward_kernel(const ref::AttentionProblem& problem) {
   // per 128-row query tile and head) would fill at most 1/kSplitKvSmShare of the SMs.
   constexpr std::size_t kShortList = 16, kRegularBr = 128, kSplitKvSmShare = 4;
   const std::size_t regular_blocks = problem.batch * problem.heads * ((problem.seq + kRegularBr - 1) / kRegularBr);
-  if (problem.seq <= kShortList || regular_blocks * kSplitKvSmShare <= std::size_t(device_sms()))
+  // A window runs on the regular forwards (the split-KV forward masks none).
+  if (!problem.has_window() &&
+      (problem.seq <= kShortList || regular_blocks * kSplitKvSmShare <= std::size_t(device_sms())))
     return FastForwardKernel::split_kv;
   return fastest_forward_kernel();
 }
@@ -247,10 +263,11 @@ FastTiles fast_forward_tiles(const ref::AttentionProblem& problem, FastForwardKe
 
 void check_fast_problem(const ref::AttentionProblem& problem) {
   problem.validate();
-  // Grouped K/V (heads_kv) and N_k ≠ N are the forward's (the backward and the plain wgmma forward
-  // refuse them: fast_bwd_problem, check_forward_kernel); packed sequences and windows nobody's yet.
+  // Grouped K/V (heads_kv), N_k ≠ N and windows are the forward's (the backward and the plain
+  // wgmma forward refuse them: fast_bwd_problem, check_forward_kernel); packed sequences nobody's yet.
   ref::AttentionProblem beyond = problem;
   beyond.heads_kv = 0;
+  beyond.window_left = beyond.window_right = -1;
   if (const std::string feature = beyond.extended_feature(); !feature.empty())
     throw std::invalid_argument("flashlab::cuda: fast kernels: " + feature +
                                 " is not supported yet (hint: the CPU reference supports it: flashlab attention fwd|bwd)");

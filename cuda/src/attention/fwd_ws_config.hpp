@@ -28,6 +28,7 @@ struct WsConfig {
   bool vote_max = false;     ///< the warp votes whether any row maximum moves before reducing them
   bool two_p = false;        ///< two sets of P registers (the key loop unrolled by two)
   bool split_tail = false;   ///< the work list's last, part-empty round cut along the keys (non-causal)
+  bool window = false;       ///< a sliding window: the band instantiation (with `causal`), units start at its left edge
 
   /// Br, the query rows of one unit of work.
   constexpr int block_m() const { return 64 * consumers; }
@@ -78,12 +79,21 @@ inline bool ws_wide_keys(const Problem& p) {
 ///   before the row maxima (slower at d = 64, so only here), with Bc = 192 in two stages and two
 ///   P sets where ws_wide_keys says, else Bc = 128 in three stages with one P set. Not the split
 ///   tail: with Bc = 192 its kernel spills.
+/// - A window (Problem::windowed()): the causal configuration of its head dim with `window` set,
+///   the band's two edges in place of the diagonal; at d = 64 always two consumers (Br = 128: a
+///   narrow band wastes less of a shorter query tile, and one instantiation fewer to build).
 inline WsConfig choose_ws_config(const Problem& p, bool bf16, int sms) {
   WsConfig c;
   c.head_dim = p.head_dim;
   c.bf16 = bf16;
-  c.causal = p.causal;
+  c.causal = p.causal || p.windowed();
+  c.window = p.windowed();
   c.overlap = true;
+  if (c.window) {
+    c.overlap = p.head_dim == 64;
+    c.two_p = p.head_dim == 64;
+    return c;
+  }
   if (p.head_dim == 64) {
     c.consumers = ws_three_consumers(p, sms) ? 3 : 2;
     if (p.causal) {

@@ -4,7 +4,8 @@
 // A fragments, and the store of O_i and LSE_i. One warpgroup owns 64 query rows; a thread holds
 // two of them (row_base and row_base + 8) in the m64nN accumulator layout (per warp the m16n8 C
 // layout repeated over n: element 4t + 2r + e = row row_base + 8r, column 8t + 2·t4 + e).
-// The traits T name the tile: kHeadDim, BLOCK_M (Br of the block), BLOCK_N (Bc), kBf16, kCausal.
+// The traits T name the tile: kHeadDim, BLOCK_M (Br of the block), BLOCK_N (Bc), kBf16, kCausal,
+// kWindow (a lower bound of the band too: keys left of row + window_lo() masked).
 // Internal to cuda/src; compiled for sm_90a only (hopper.cuh).
 #pragma once
 
@@ -44,9 +45,11 @@ __device__ __forceinline__ void issue_pv(float (&o)[T::kHeadDim / 2], const uint
     wgmma_rs<T::kBf16, T::kHeadDim>(o, pa[kk], smem_desc(sV + uint32_t(kk) * 16 * 128, v_lbo, v_sbo), 1);
 }
 
-/// Masks (keys ≥ N, causal key > row) on this thread's two rows of S_ij: −inf.
+/// Masks (keys ≥ N, causal key > row_base, window key < lo_base: each for row 0 of the thread's
+/// two, + 8 for the other) on this thread's two rows of S_ij: −inf.
 template <class T>
-__device__ __forceinline__ void mask_scores(float (&s_acc)[T::BLOCK_N / 2], int key0, int N, int row_base, int t4) {
+__device__ __forceinline__ void mask_scores(float (&s_acc)[T::BLOCK_N / 2], int key0, int N, int row_base, int t4,
+                                            int lo_base) {
 #pragma unroll
   for (int t = 0; t < T::BLOCK_N / 8; ++t)
 #pragma unroll
@@ -54,7 +57,8 @@ __device__ __forceinline__ void mask_scores(float (&s_acc)[T::BLOCK_N / 2], int 
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int key = key0 + 8 * t + 2 * t4 + e;
-        if (key >= N || (T::kCausal && key > row_base + 8 * r)) s_acc[4 * t + 2 * r + e] = -INFINITY;
+        if (key >= N || (T::kCausal && key > row_base + 8 * r) || (T::kWindow && key < lo_base + 8 * r))
+          s_acc[4 * t + 2 * r + e] = -INFINITY;
       }
 }
 
@@ -72,7 +76,8 @@ __device__ __forceinline__ float tree_max(float (&part)[kN]) {
   }
 }
 
-/// The online softmax in base 2 on this thread's two rows of S_ij (masks first when `need_mask`):
+/// The online softmax in base 2 on this thread's two rows of S_ij (masks first when `need_mask`;
+/// `row_base` and `lo_base` as mask_scores):
 /// m_new = max(m_i, rowmax(S)·scale·log2 e), P = 2^(S·scale·log2 e − m_new) in place of S (fp32,
 /// scale folded into one FMA), l_i = alpha·l_i + rowsum(P), alpha = 2^(m_old − m_new) per row.
 /// Returns whether some row of this thread moved its maximum (alpha ≠ 1); touches neither O_i nor
@@ -82,10 +87,10 @@ __device__ __forceinline__ float tree_max(float (&part)[kN]) {
 template <class T, bool kShortChains = false>
 __device__ __forceinline__ bool online_softmax(float (&s_acc)[T::BLOCK_N / 2], float (&m_i)[2], float (&l_i)[2],
                                                float (&alpha)[2], int key0, int N, int row_base, bool need_mask,
-                                               int t4, float scale_log2) {
+                                               int t4, float scale_log2, int lo_base = 0) {
   constexpr float NEG_INF = -INFINITY;
   constexpr int BLOCK_N = T::BLOCK_N;
-  if (need_mask) mask_scores<T>(s_acc, key0, N, row_base, t4);
+  if (need_mask) mask_scores<T>(s_acc, key0, N, row_base, t4, lo_base);
   bool max_moved = false;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -145,10 +150,10 @@ __device__ __forceinline__ bool online_softmax(float (&s_acc)[T::BLOCK_N / 2], f
 template <class T>
 __device__ __forceinline__ bool online_softmax_vote(float (&s_acc)[T::BLOCK_N / 2], float (&m_i)[2], float (&l_i)[2],
                                                     float (&alpha)[2], int key0, int N, int row_base, bool need_mask,
-                                                    int t4, float scale_log2) {
+                                                    int t4, float scale_log2, int lo_base = 0) {
   static_assert(T::kShortChains, "the vote keeps the short chains' tree and two sums");
   constexpr int kTiles = T::BLOCK_N / 8;
-  if (need_mask) mask_scores<T>(s_acc, key0, N, row_base, t4);
+  if (need_mask) mask_scores<T>(s_acc, key0, N, row_base, t4, lo_base);
   float mx[2];  // this thread's quarter of each row
   bool moves = false;
 #pragma unroll

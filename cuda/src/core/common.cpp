@@ -4,6 +4,7 @@
 
 #include "flashlab/reference/attention_problem.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -36,6 +37,11 @@ Problem make_problem(const ref::AttentionProblem& problem) {
   p.seq_k = int(problem.n_k());
   p.heads_kv = int(problem.h_kv());
   p.causal = problem.causal;
+  // The window as the reference reads it (band.hpp): causal caps the right side at 0. Sides wider
+  // than the sequence see what an unbounded side sees; capping them keeps the band in int.
+  if (problem.window_left >= 0) p.window_left = int(std::min<long long>(problem.window_left, p.seq_k));
+  if (problem.causal) p.window_right = 0;
+  else if (problem.window_right >= 0) p.window_right = int(std::min<long long>(problem.window_right, p.seq));
   const double scale = problem.softmax_scale();
   p.scale = float(scale);
   p.scale_log2 = float(scale * 1.4426950408889634);  // log2(e): e^x = 2^(x·log2 e)

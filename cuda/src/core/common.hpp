@@ -8,7 +8,9 @@
 //   validated ref::AttentionProblem: B, N, H, d, the tiles Br and Bc the launched kernel really
 //   uses, causal, the softmax scale and scale·log2(e) (scores in base-2 units, so exp2 replaces
 //   exp), N_k and H_kv (K and V are [B, N_k, H_kv, d]; only the fast forward takes them unequal to
-//   N and H). Its layout is part of every kernel's parameters: keep the members and their order.
+//   N and H), and the window (window_left, window_right: the fast forwards alone take one). Its
+//   layout is part of every kernel's parameters: keep the members and their order, and add new
+//   ones at the end.
 // - Layout: Q, K, V, O, dO, dQ, dK, dV are [B, N, H, d] row-major, as the reference's Tensor;
 //   one head is an N × d matrix whose rows are H·d floats apart. LSE and D are [B, H, N].
 #pragma once
@@ -111,6 +113,12 @@ struct Problem {
   float scale_log2 = 0.f;  ///< scale · log2(e): scores in base-2 units
   int seq_k = 0;       ///< N_k, keys per sequence (make_problem sets it; N_k = N except in the fast forward)
   int heads_kv = 0;    ///< H_kv, heads of K and V, dividing H (make_problem sets it; H_kv = H except in the fast forward)
+  /// Keys a query sees left of its diagonal, −1 unbounded (only the fast forwards take a bounded
+  /// one). make_problem caps it at N_k, where every row already sees key 0.
+  int window_left = -1;
+  /// Keys a query sees right of its diagonal, −1 unbounded; make_problem folds causal in (0) and
+  /// caps it at N, where every row already sees key N_k − 1.
+  int window_right = -1;
 
   /// Elements between two tokens of one head (H·d).
   FLASHLAB_HD std::size_t row_stride() const { return std::size_t(heads) * head_dim; }
@@ -133,6 +141,14 @@ struct Problem {
   /// The causal diagonal's offset N_k − N (bottom-right aligned): query i sees key j iff
   /// j ≤ i + causal_offset().
   FLASHLAB_HD int causal_offset() const { return seq_k - seq; }
+  /// A window beyond what the causal kernels mask (a bounded left side, or a bounded right side
+  /// without causal): the fast forwards' window instantiations run it.
+  FLASHLAB_HD bool windowed() const { return window_left >= 0 || (window_right >= 0 && !causal); }
+  /// The band of the mask: query i sees key j iff i + window_lo() ≤ j ≤ i + window_hi() (and
+  /// 0 ≤ j < N_k), the reference's rule (attention_problem.hpp) with the offset N_k − N folded
+  /// in; an unbounded side is ∓2^30, past every key (|N_k − N| and the capped sides stay below 2^26).
+  FLASHLAB_HD int window_lo() const { return window_left >= 0 ? causal_offset() - window_left : -(1 << 30); }
+  FLASHLAB_HD int window_hi() const { return window_right >= 0 ? causal_offset() + window_right : (1 << 30); }
   /// This description with the tiles of the kernel about to be launched.
   Problem with_tiles(int query_rows, int key_rows) const {
     Problem p = *this;

@@ -7,8 +7,8 @@
 /// code may include this header.
 ///
 /// The problem is a ref::AttentionProblem; the fast kernels' own limits are checked in one
-/// place, check_fast_problem(): d ∈ {64, 128}, dtype bf16 or fp16, no window, no packed
-/// sequences, 32-bit element counts. Their tiles are
+/// place, check_fast_problem(): d ∈ {64, 128}, dtype bf16 or fp16, no packed sequences, 32-bit
+/// element counts. Their tiles are
 /// fixed at compile time per kernel configuration and chosen per problem and device
 /// (fast_forward_tiles(); the backward kernels' tiles are stated in
 /// cuda/src/attention/attention_bwd_tc.cu), so the problem's Br and Bc are not read.
@@ -20,7 +20,12 @@
 /// reads K/V head h / (H / H_kv), by indexing, K and V never expanded) and N_k ≠ N (`seq_k`), the
 /// causal diagonal bottom-right aligned as the reference's: key j visible to query i iff
 /// j ≤ i + N_k − N; a query that sees no key (causal, N > N_k) gets O = 0 and LSE = −inf. The
-/// wgmma forward and the backward take H_kv = H and N_k = N only and refuse the others by name.
+/// mma_sync and tma_ws forwards also take sliding windows (`window_left`, `window_right`), the reference's rule: query i sees key j
+/// iff i + off − window_left ≤ j ≤ i + off + window_right with off = N_k − N, −1 leaving a side
+/// unbounded and causal capping the right side at 0; key tiles outside the band on either side
+/// are never loaded, and a query whose band misses every key gets O = 0 and LSE = −inf. The
+/// wgmma forward and the backward take H_kv = H, N_k = N and no window only, the split_kv forward
+/// no window, and they refuse the others by name.
 ///
 /// Backward, two designs (ref::Algorithm): bwd_two_kernel (D preprocessing, dQ kernel, dK/dV
 /// kernel: cuda/src/attention/attention_bwd_tc.cu) and bwd_atomic (D preprocessing, one kernel over K_j/V_j
@@ -74,7 +79,7 @@ FastForwardKernel fastest_forward_kernel();
 /// device: split_kv where the others would leave most of the GPU idle, else
 /// fastest_forward_kernel(). The one rule (measured on the H100: docs/cuda.md, the split-KV
 /// forward): split_kv when N ≤ 16, or when the regular forwards' blocks, B·H·⌈N/128⌉, fill at most
-/// a quarter of the SMs. Validates the problem (check_fast_problem()); throws CudaError when no
+/// a quarter of the SMs; never for a window (split_kv masks none). Validates the problem (check_fast_problem()); throws CudaError when no
 /// device can be queried.
 FastForwardKernel fastest_forward_kernel(const ref::AttentionProblem& problem);
 
@@ -106,9 +111,9 @@ FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel = FastForwar
 FastTiles fast_forward_tiles(const ref::AttentionProblem& problem, FastForwardKernel kernel);
 
 /// The fast kernels' limits beyond ref::AttentionProblem::validate(), checked here and nowhere
-/// else: d ∈ {64, 128}; dtype bf16 or fp16; no window and no packed sequences; B·N·H·d and
-/// B·N_k·H_kv·d below 2³¹ (32-bit indices). Grouped K/V and N_k ≠ N pass here: the forward takes
-/// them; the backward's entry points and the wgmma forward refuse them by name. Validates the
+/// else: d ∈ {64, 128}; dtype bf16 or fp16; no packed sequences; B·N·H·d and B·N_k·H_kv·d below
+/// 2³¹ (32-bit indices). Grouped K/V, N_k ≠ N and windows pass here: the forward takes them; the
+/// backward's entry points and the wgmma forward refuse them by name. Validates the
 /// problem first. Throws std::invalid_argument naming the field, the value, the limit and a hint.
 void check_fast_problem(const ref::AttentionProblem& problem);
 
@@ -194,8 +199,8 @@ FastBackwardResult fast_attention_backward(ref::Algorithm design, const ref::Att
 /// D (fp32, B·H·N) at offset 0, then, for bwd_atomic, the fp32 dQ accumulator
 /// (B·H·⌈N/128⌉·128·d floats: whole query tiles) at the next multiple of 256 bytes, then the
 /// deterministic kernel's dQ order counters (B·H·⌈N/64⌉ int32). Throws
-/// std::invalid_argument for a bad problem or design, or grouped K/V or N_k ≠ N (the fast
-/// backward takes H_kv = H, N_k = N), naming the field.
+/// std::invalid_argument for a bad problem or design, or grouped K/V, N_k ≠ N or a window (the
+/// fast backward takes H_kv = H, N_k = N and no window), naming the field.
 std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const ref::AttentionProblem& problem);
 
 /// The backward on the caller's device memory: launches the kernels of `design` on `stream` (a
