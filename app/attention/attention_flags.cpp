@@ -182,4 +182,19 @@ void require_operand_match(const std::filesystem::path& file, const char* what, 
   }
 }
 
+void add_window_option(po::options_description& d, const char* note) {
+  d.add_options()("window", po::value<std::string>(),
+                  (std::string("L,R: keys seen left and right of the diagonal; -1 unbounded (e.g. 128,0)") + note).c_str());
+}
+
+void window_flag(const po::variables_map& vm, ref::AttentionProblem& problem) {
+  if (!vm.count("window")) return;
+  const auto w = integer_list("window", vm["window"].as<std::string>(), -1, ref::kMaxWindow, "128,0");
+  if (w.size() != 2)
+    throw UsageError("--window takes two numbers, L,R; got " + std::to_string(w.size()),
+                     "keys seen left and right of the diagonal, -1 for unbounded: --window 128,0");
+  problem.window_left = w[0];
+  problem.window_right = w[1];
+}
+
 }  // namespace flashlab::app

@@ -21,6 +21,14 @@ namespace flashlab::app {
 /// attention tile (ref::kDefaultBr, ref::kDefaultBc).
 void add_tile_options(po::options_description& d);
 
+/// Adds --window L,R (keys seen left and right of the diagonal, -1 unbounded): the one spelling of
+/// every attention command that takes a window; `note` is appended to its help.
+void add_window_option(po::options_description& d, const char* note = "");
+
+/// Sets `problem`'s window_left and window_right from --window when it was given: two integers
+/// in -1 … ref::kMaxWindow, else a UsageError naming --window with an example.
+void window_flag(const po::variables_map& vm, ref::AttentionProblem& problem);
+
 /// The value of an integer flag declared as po::value<long long>, as a size; a negative value
 /// is a UsageError naming the flag (its limits are the problem's, checked by validate_flags()).
 std::size_t size_flag(const po::variables_map& vm, const char* name);

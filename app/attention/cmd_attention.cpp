@@ -59,7 +59,9 @@ po::options_description options() {
       ("seq-k", po::value<long long>(), "N_k, key/value length when it differs from N (causal is bottom-right aligned)")
       ("heads", po::value<long long>()->default_value(1), "H, number of query heads")
       ("heads-kv", po::value<long long>(), "H_kv, number of K/V heads, dividing H (default H; 1 is multi-query)")
-      ("window", po::value<std::string>(), "L,R: keys seen left and right of the diagonal; -1 unbounded (e.g. 128,0)")
+      ;
+  add_window_option(d);
+  d.add_options()
       ("cu-seqlens", po::value<std::string>(), "FILE with cu_seqlens_q (and cu_seqlens_k): packed variable-length sequences (- reads standard input)")
       ;
   add_dim_option(d, " (1..1024; from q.npy with --inputs)");
@@ -438,14 +440,7 @@ Run parse_run_flags(const po::variables_map& vm) {
   if ((!run.bwd.mask_kv || run.bwd.fp16_arithmetic) && run.algorithm == Algorithm::naive_bwd)
     throw UsageError("--drop-kv-mask and --fp16-arithmetic apply to the flash backward", "use --variant fa2 or atomic");
   if (const auto s = checked_scale(vm)) run.cfg.scale = *s;
-  if (vm.count("window")) {
-    const auto w = integer_list("window", vm["window"].as<std::string>(), -1, kMaxWindow, "128,0");
-    if (w.size() != 2)
-      throw UsageError("--window takes two numbers, L,R; got " + std::to_string(w.size()),
-                       "keys seen left and right of the diagonal, -1 for unbounded: --window 128,0");
-    run.cfg.window_left = w[0];
-    run.cfg.window_right = w[1];
-  }
+  window_flag(vm, run.cfg);
   if (vm.count("save")) run.save = fs::path(vm["save"].as<std::string>());
   return run;
 }

@@ -45,8 +45,8 @@ using ref::Tensor;
 
 constexpr const char* kUsageLine =
     "attention fwd|bwd --device cuda [--kernel fast|clear] [--dtype bf16|fp16] [--seq N --dim D]\n"
-    "                          [--heads H] [--heads-kv HKV] [--seq-k NK] [--batch B] [--causal] [--scale X]\n"
-    "                          [--seed S] [--inputs DIR] [--save DIR] [--bwd-kernel K] [--allow-nonfinite]\n"
+    "                          [--heads H] [--heads-kv HKV] [--seq-k NK] [--batch B] [--causal] [--window L,R]\n"
+    "                          [--scale X] [--seed S] [--inputs DIR] [--save DIR] [--bwd-kernel K] [--allow-nonfinite]\n"
     "                          [--memory-limit SIZE]";
 constexpr const char* kSummary =
     "Attention on the GPU, on the CPU command's inputs: seeded (the same values for the same --seed)\n"
@@ -66,7 +66,9 @@ constexpr const char* kSummary =
     "backward) against the float32 tolerance of the CPU command. fwd --kernel fast also takes grouped\n"
     "K/V (--heads-kv HKV dividing H: query head h reads K/V head h/(H/HKV)) and --seq-k NK != N\n"
     "(causal bottom-right aligned: query i sees key j iff j <= i + NK - N; a row that sees no key\n"
-    "gives O = 0, LSE = -inf); the clear kernels and the fast backward take HKV = H, NK = N.\n"
+    "gives O = 0, LSE = -inf) and --window L,R (query i sees key j iff i + NK - N - L <= j <=\n"
+    "i + NK - N + R, -1 unbounded, causal caps R at 0: the CPU command's rule); the clear kernels and\n"
+    "the fast backward take HKV = H, NK = N and no window.\n"
     "--save DIR writes o.npy lse.npy [dq.npy dk.npy dv.npy] as float32. Exit 0 within tolerance, 1\n"
     "when not, 2 on bad input. --device cpu runs the CPU reference command instead.";
 
@@ -90,6 +92,9 @@ po::options_description options() {
   d.add_options()
       ("batch", po::value<long long>()->default_value(1), "B, batch size")
       ("causal", po::bool_switch(), "causal mask")
+      ;
+  add_window_option(d, " (fwd --kernel fast only)");
+  d.add_options()
       ("scale", po::value<double>(), "softmax scale (default 1/sqrt(d))")
       ("seed", po::value<long long>()->default_value(1), "seed of the random inputs")
       ("inputs", po::value<std::string>(), "directory with q.npy k.npy v.npy [do.npy]")
@@ -231,17 +236,22 @@ Run parse_run(const po::variables_map& vm) {
   if (run.cfg.seq > std::size_t(kMaxSeq) || run.cfg.n_k() > std::size_t(kMaxSeq))
     throw UsageError("sequence length " + std::to_string(std::max(run.cfg.seq, run.cfg.n_k())) + " is above 8192",
                      "the naive float64 reference materialises N x N scores; use a shorter sequence");
+  window_flag(vm, run.cfg);
   validate_flags(run.cfg);
 
   // The kernels' own limits, as usage errors (checked in every build: no CUDA call needed). Grouped
-  // K/V and N_k != N: the fast forward takes them (its front door checks the rest), the clear kernels
-  // and the fast backward do not.
+  // K/V, N_k != N and windows: the fast forward takes them (its front door checks the rest), the
+  // clear kernels and the fast backward do not.
   const bool fast_fwd = run.fast && !bwd;
   const char* const which = run.fast ? "the fast backward takes" : "the clear kernels take";
   const char* const where = "run it with fwd --kernel fast, or on the CPU reference: --device cpu";
   if (!fast_fwd && run.cfg.n_k() != run.cfg.n_q())
     throw UsageError(std::string(vm.count("seq-k") ? "--seq-k " : "k.npy's N_k = ") + std::to_string(run.cfg.n_k()) +
                          " differs from N = " + std::to_string(run.cfg.n_q()) + ": " + which + " N_k = N",
+                     where);
+  if (!fast_fwd && run.cfg.has_window())
+    throw UsageError("--window " + std::to_string(run.cfg.window_left) + "," + std::to_string(run.cfg.window_right) +
+                         ": " + which + " no window",
                      where);
   if (!fast_fwd && run.cfg.h_kv() != run.cfg.heads)
     throw UsageError(std::string(vm.count("heads-kv") ? "--heads-kv " : "k.npy's H_kv = ") +
@@ -290,7 +300,9 @@ int report(const Run& run, const std::string& title, const std::vector<ErrorLine
             << fc::device_description() << "\n"
             << "B=" << c.batch << " N=" << c.seq << (c.n_k() != c.seq ? " N_k=" + std::to_string(c.n_k()) : "")
             << " H=" << c.heads << (c.h_kv() != c.heads ? " H_kv=" + std::to_string(c.h_kv()) : "")
-            << " d=" << c.head_dim << (c.causal ? " causal" : "") << " scale " << c.softmax_scale() << ", " << title
+            << " d=" << c.head_dim << (c.causal ? " causal" : "")
+            << (c.has_window() ? " window=" + std::to_string(c.window_left) + "," + std::to_string(c.window_right) : "")
+            << " scale " << c.softmax_scale() << ", " << title
             << "\n"
             << "max error vs naive float64 on the " << (run.fast ? "rounded " : "") << "inputs (max |gpu - ref| / max |ref|):\n";
   bool ok = true;

@@ -7,6 +7,7 @@
 // Flags are parsed and checked in every build; the timing itself is
 // flashlab::cuda::bench_attention (cuda/src/attention/bench.cpp), compiled only with CUDA
 // (FLASHLAB_HAVE_CUDA). Formatting only here.
+#include "attention/attention_flags.hpp"
 #include "core/commands.hpp"
 #include "core/gpu_flags.hpp"
 #include "core/report.hpp"
@@ -31,7 +32,7 @@ namespace {
 
 constexpr const char* kUsageLine =
     "bench attention [--seq N[,N2,...]] [--dim D[,D2]] [--heads H] [--heads-kv HKV] [--seq-k NK] [--batch B]\n"
-    "                       [--causal | --no-causal | --both]\n"
+    "                       [--causal | --no-causal | --both] [--window L,R]\n"
     "                       [--pass fwd|bwd|both] [--bwd-design atomic|two-kernel] [--fwd-kernel mma|wgmma|tma-ws|splitkv]\n"
     "                       [--bwd-kernel mma|wgmma-ws|wgmma-ws-det] [--dtype bf16|fp16] [--kv-copy] [--reps R] [--warmup W]\n"
     "                       [--json|--csv]";
@@ -49,13 +50,18 @@ constexpr const char* kSummary =
     "N = 1024…16384, d = 64 and 128, H = 16, B = 1, causal and not, both passes. --heads-kv and\n"
     "--seq-k (the forward only: the fast backward takes H_kv = H, N_k = N) time grouped K/V and\n"
     "N_k != N, every N of the sweep against NK keys (causal bottom-right aligned; TFLOP/s count the\n"
-    "visible query-key pairs). --kv-copy also times, per forward shape and the same way, a\n"
-    "device-to-device copy of K and V's bytes: the row then states K and V's read rate beside the\n"
-    "copy's (read + write) rate. --json and --csv print one row per shape and pass, as each is timed,\n"
-    "with the keys dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,gbps,bwd_design,fwd_kernel,\n"
-    "H_kv,N_k,kv_read_tbps,copy_tbps (bwd_design: atomic, two-kernel, or wgmma-ws / wgmma-ws-det,\n"
-    "the atomic design on those kernels; the last two 0 without --kv-copy); the CSV feeds\n"
-    "cuda/bench/sdpa_bench.py (PyTorch SDPA, same shapes and passes; enable_gqa for grouped K/V).\n"
+    "visible query-key pairs). --window L,R (the forward only) times a sliding window: query i sees\n"
+    "key j iff i + NK - N - L <= j <= i + NK - N + R (-1 unbounded, causal caps R at 0); its TFLOP/s\n"
+    "count the pairs inside the band, 4 d H B times the sum over the N queries of the keys each sees\n"
+    "(the area the mask leaves, not the tiles a kernel loads). --kv-copy also times, per forward\n"
+    "shape and the same way, a device-to-device copy of K and V's bytes: the row then states K and\n"
+    "V's read rate beside the copy's (read + write) rate. --json and --csv print one row per shape\n"
+    "and pass, as each is timed, with the keys dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,\n"
+    "gbps,bwd_design,fwd_kernel,H_kv,N_k,kv_read_tbps,copy_tbps,window_left,window_right (bwd_design:\n"
+    "atomic, two-kernel, or wgmma-ws / wgmma-ws-det, the atomic design on those kernels; kv_read_tbps\n"
+    "and copy_tbps 0 without --kv-copy; a window side -1 when unbounded); the CSV feeds\n"
+    "cuda/bench/sdpa_bench.py (PyTorch SDPA, same shapes and passes; enable_gqa for grouped K/V; rows\n"
+    "with a window are not compared there).\n"
     "Needs a build with CUDA and an NVIDIA GPU.";
 
 po::options_description options() {
@@ -69,6 +75,9 @@ po::options_description options() {
       ("heads-kv", po::value<long long>(), "H_kv, K/V heads dividing H (default H; --pass fwd only when it differs)")
       ("seq-k", po::value<long long>(), "N_k, keys of every shape (default N; --pass fwd only when it differs)")
       ("batch", po::value<long long>()->default_value(1), "B, batch size")
+      ;
+  add_window_option(d, " (--pass fwd only)");
+  d.add_options()
       ("causal", po::bool_switch(), "causal only")
       ("no-causal", po::bool_switch(), "non-causal only")
       ("both", po::bool_switch(), "causal and non-causal (the default)")
@@ -101,6 +110,7 @@ struct Sweep {
   std::vector<bool> causal;
   int heads = 16, batch = 1, reps = 30, warmup = 3;
   int heads_kv = 0, seq_k = 0;  // --heads-kv, --seq-k (0: H, N)
+  int window_left = -1, window_right = -1;  // --window (-1: unbounded)
   bool fwd = true, bwd = true;  // passes to time (--pass)
   bool fp16 = false;
   OutputFormat format = OutputFormat::text;  // --json / --csv
@@ -120,6 +130,12 @@ Sweep parse_sweep(const po::variables_map& vm) {
   if (s.heads_kv > 0 && s.heads % s.heads_kv != 0)
     throw UsageError("--heads-kv " + std::to_string(s.heads_kv) + " does not divide --heads " + std::to_string(s.heads),
                      "each K/V head serves H / H_kv query heads: e.g. --heads 32 --heads-kv 8");
+  {
+    flashlab::ref::AttentionProblem w;
+    window_flag(vm, w);
+    s.window_left = int(w.window_left);
+    s.window_right = int(w.window_right);
+  }
   s.batch = int_flag(vm, "batch", 1, 4096);
   s.reps = int_flag(vm, "reps", 20, 100000);
   s.warmup = int_flag(vm, "warmup", 0, 100000);
@@ -144,6 +160,10 @@ Sweep parse_sweep(const po::variables_map& vm) {
         throw UsageError("--seq-k " + std::to_string(s.seq_k) + " differs from N = " + std::to_string(n) +
                              ": the fast backward takes N_k = N",
                          "add --pass fwd (the fast forward takes N_k != N)");
+  if (s.bwd && (s.window_left >= 0 || s.window_right >= 0))
+    throw UsageError("--window " + std::to_string(s.window_left) + "," + std::to_string(s.window_right) +
+                         ": the fast backward takes no window",
+                     "add --pass fwd (the fast forward takes windows)");
   const std::string design = vm["bwd-design"].as<std::string>();
   if (design != "atomic" && design != "two-kernel")
     throw UsageError("--bwd-design '" + design + "' is unknown", "choose atomic (the default) or two-kernel");
@@ -186,6 +206,8 @@ int run_sweep(const Sweep& s) {
   b.heads = s.heads;
   b.heads_kv = s.heads_kv;
   b.seq_k = s.seq_k;
+  b.window_left = s.window_left;
+  b.window_right = s.window_right;
   b.batch = s.batch;
   b.reps = s.reps;
   b.warmup = s.warmup;
@@ -229,7 +251,11 @@ int run_sweep(const Sweep& s) {
                           : s.bwd ? "fast " + bwd_name + ", "
                                   : "fast forward (" + fwd_name + "), ")
        << dt << ", H=" << s.heads << (s.heads_kv ? " H_kv=" + std::to_string(s.heads_kv) : "")
-       << (s.seq_k ? " N_k=" + std::to_string(s.seq_k) : "") << " B=" << s.batch << "; per shape " << s.warmup
+       << (s.seq_k ? " N_k=" + std::to_string(s.seq_k) : "")
+       << (s.window_left >= 0 || s.window_right >= 0
+               ? " window=" + std::to_string(s.window_left) + "," + std::to_string(s.window_right)
+               : "")
+       << " B=" << s.batch << "; per shape " << s.warmup
        << " warm-up + " << s.reps << " timed launches, each alone (CUDA events), L2 flushed before each, "
        << b.input_sets << " input sets rotated; median (min, max)\n";
   std::optional<RowStream> rows;
@@ -268,6 +294,7 @@ int run_sweep(const Sweep& s) {
       j.key("H_kv").value(std::uint64_t(c.h_kv())).key("N_k").value(std::uint64_t(c.n_k()));
       j.key("kv_read_tbps").value(round_to(r.attention.kv_read_tbps, 3));
       j.key("copy_tbps").value(round_to(r.attention.copy_tbps, 3));
+      j.key("window_left").value(std::int64_t(c.window_left)).key("window_right").value(std::int64_t(c.window_right));
       j.end_object();
       rows->row(v);
       return;

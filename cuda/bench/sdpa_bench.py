@@ -105,6 +105,9 @@ def main():
     print(" ".join(f"{h:>17}" for h in header))
     out_rows = []
     for row in rows:
+        if int(row.get("window_left") or -1) >= 0 or int(row.get("window_right") or -1) >= 0:
+            print(f"  window {row['window_left']},{row['window_right']} N={row['N']}: not compared (SDPA has no window)")
+            continue
         d, causal, N, H, B = int(row["d"]), int(row["causal"]) != 0, int(row["N"]), int(row["H"]), int(row["B"])
         H_kv, N_k = int(row.get("H_kv") or H), int(row.get("N_k") or N)
         pas = row.get("pass") or "fwd"

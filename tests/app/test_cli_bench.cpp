@@ -65,6 +65,9 @@ TEST_CASE("cli bench: bad flags are usage errors naming the flag", "[cli][bench]
   expect_usage_error("bench attention --heads 32 --heads-kv 8", "the fast backward takes H_kv = H");
   expect_usage_error("bench attention --seq 1024 --seq-k 2048 --pass both", "--seq-k 2048 differs from N = 1024");
   expect_usage_error("bench attention --seq-k 0", "--seq-k 0 is out of range");
+  expect_usage_error("bench attention --window 128,0", "--window 128,0: the fast backward takes no window");
+  expect_usage_error("bench attention --window 128 --pass fwd", "--window takes two numbers");
+  expect_usage_error("bench attention --window 128,-3 --pass fwd", "--window: '-3'");
 }
 
 TEST_CASE("cli bench: without CUDA, or without a GPU, it says so and exits non-zero", "[cli][bench][errors]") {

@@ -225,12 +225,20 @@ TEST_CASE("attention --device cuda: the kernels' limits, the build, and --device
                      "--heads-kv 2 differs from H = 4: the clear kernels take H_kv = H");
   expect_usage_error("attention fwd --device cuda --kernel fast --heads 4 --heads-kv 3" + ok,
                      "--heads-kv: heads_kv (H_kv) = 3 does not divide");
+  // Windows: the fast forward takes them (the CPU command's --window, one spelling), the clear
+  // kernels and the fast backward refuse them naming the flag.
+  expect_usage_error("attention fwd --device cuda --window 8,0" + ok, "--window 8,0: the clear kernels take no window");
+  expect_usage_error("attention bwd --device cuda --kernel fast --causal --window 8,0" + ok,
+                     "--window 8,0: the fast backward takes no window");
+  expect_usage_error("attention fwd --device cuda --kernel fast --window 8" + ok, "--window takes two numbers");
+  expect_usage_error("attention fwd --device cuda --kernel fast --window 3,-2" + ok, "--window: '-2'");
   expect_usage_error("attention fwd --device tpu" + ok, "--device 'tpu' is unknown");
   expect_usage_error("attention fwd --device" + ok, "--device '--seq' is unknown");
   // A valid command line: refused by a build without CUDA (exit 2, with the hint), or run.
   for (const char* args : {"attention fwd --device cuda --kernel fast --causal --seq 17 --dim 64",
                            "attention bwd --device=cuda --kernel fast --dtype fp16 --seq 1 --dim 128",
                            "attention fwd --device cuda --kernel fast --causal --seq 40 --seq-k 17 --heads 4 --heads-kv 1 --dim 128",
+                           "attention fwd --device cuda --kernel fast --seq 200 --seq-k 300 --heads 4 --heads-kv 2 --window 40,8 --dim 64",
                            "attention fwd --device cuda --seq 33 --dim 16"}) {
     const auto r = flashlab::test::run_gpu_command(args);
     if (r.exit_code == 0) CHECK_THAT(r.out, Catch::Contains("max error vs naive float64"));
@@ -240,6 +248,6 @@ TEST_CASE("attention --device cuda: the kernels' limits, the build, and --device
   CHECK_THAT(cpu.out, Catch::Contains("flashlab attention fwd  variant fa2_fwd"));
   const auto help = run_cli("attention fwd --device cuda --help");
   CHECK(help.exit_code == 0);
-  for (const char* word : {"--kernel", "--dtype", "--inputs", "--save", "2x the rounding floor"})
+  for (const char* word : {"--kernel", "--dtype", "--inputs", "--save", "--window", "2x the rounding floor"})
     CHECK_THAT(help.out, Catch::Contains(word));
 }

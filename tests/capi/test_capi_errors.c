@@ -245,6 +245,11 @@ static void attention_cases(void) {
          "problem->window_right = 2147483648 is above 2147483647", NULL);
   p = attention_f32(), p.window_left = 0, p.window_right = 0; /* each query sees its diagonal key only */
   EXPECT_OK(flashlab_attention_check(&p, cpu));
+#ifdef FLASHLAB_TEST_HAVE_CUDA
+  /* the CUDA forward takes windows too: the front door decides, as for every other field */
+  p.dtype = FLASHLAB_DTYPE_BF16, p.head_dim = 64, p.window_left = 128, p.window_right = 0;
+  EXPECT_OK(flashlab_attention_check(&p, FLASHLAB_DEVICE_CUDA));
+#endif
   p = attention_f32(), p.batch = (int64_t)1 << 40, p.seq_q = (int64_t)1 << 40;
   EXPECT(flashlab_attention_check(&p, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
          "B·N·H·d is above 2^62", NULL);

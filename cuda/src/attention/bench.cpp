@@ -34,6 +34,8 @@ ref::AttentionProblem problem_of(const AttentionBenchConfig& b, int n, int d, bo
   problem.head_dim = std::size_t(d);
   problem.causal = causal;
   problem.dtype = b.dtype;
+  problem.window_left = b.window_left;
+  problem.window_right = b.window_right;
   return problem;
 }
 
@@ -167,8 +169,17 @@ void bench_shape(const AttentionBenchConfig& bench, const ref::AttentionProblem&
 
 double attention_fwd_flops(const ref::AttentionProblem& problem) {
   const double n = double(problem.seq), nk = double(problem.n_k());
-  // (query, key) pairs: all, or (causal, bottom-right aligned) the triangle and the rectangle left of it.
-  const double pairs = !problem.causal ? n * nk : n <= nk ? n * nk - 0.5 * n * n : 0.5 * nk * nk;
+  // (query, key) pairs: all, or (causal, bottom-right aligned) the triangle and the rectangle left of
+  // it; a window's band row by row (the mask's one rule: visible_keys).
+  double pairs = !problem.causal ? n * nk : n <= nk ? n * nk - 0.5 * n * n : 0.5 * nk * nk;
+  if (problem.has_window()) {
+    const ref::SequenceSpan s = problem.sequence(0);
+    pairs = 0.0;
+    for (std::size_t i = 0; i < problem.seq; ++i) {
+      const ref::KeyRange k = problem.visible_keys(s, static_cast<long long>(i));
+      pairs += double(k.end - k.first);
+    }
+  }
   return 4.0 * pairs * double(problem.head_dim * problem.heads * problem.batch);
 }
 

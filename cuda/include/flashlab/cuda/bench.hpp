@@ -43,6 +43,8 @@ struct AttentionBenchConfig {
   int heads = 16;                                            ///< H
   int heads_kv = 0;                                          ///< H_kv, K/V heads dividing H (0: H_kv = H; forward only)
   int seq_k = 0;                                             ///< N_k of every shape (0: N_k = N; forward only)
+  int window_left = -1;   ///< the window of every shape, keys left of the diagonal (−1: unbounded; forward only)
+  int window_right = -1;  ///< keys right of it (−1: unbounded; causal caps it at 0; forward only)
   int batch = 1;                                             ///< B
   ref::Dtype dtype = ref::Dtype::bf16;                       ///< storage type of Q, K, V, O (bf16 or fp16)
   int reps = 30;                                             ///< timed launches per shape (≥ 1)
@@ -67,8 +69,10 @@ using AttentionBenchRow = BenchRow;
 
 /// FLOPs of one forward: 4·N·N_k·d·H·B (QKᵀ and PV, 2 FLOPs per multiply-add; 4·N²·d·H·B when
 /// N_k = N). Causal: only the visible (query, key) pairs, counted as N·N_k − N²/2 when N ≤ N_k and
-/// N_k²/2 when N > N_k (bottom-right aligned), which is the usual halving at N_k = N. Softmax work
-/// is not counted; H_kv does not change the count.
+/// N_k²/2 when N > N_k (bottom-right aligned), which is the usual halving at N_k = N. A window:
+/// the visible pairs counted exactly, Σ over the N queries of the keys each sees (the band's
+/// area, clipped to the keys: ref::AttentionProblem::visible_keys()), not the tiles a kernel
+/// visits. Softmax work is not counted; H_kv does not change the count.
 double attention_fwd_flops(const ref::AttentionProblem& problem);
 
 /// Ideal HBM bytes of one forward: Q read once and O written once (B·N·H·d elements each, 2
