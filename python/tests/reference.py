@@ -10,9 +10,10 @@ import numpy as np
 LOG2E = 1.0 / math.log(2.0)
 
 
-def attention(q, k, v, causal=False, scale=None):
+def attention(q, k, v, causal=False, scale=None, window=(-1, -1)):
     """(O, LSE base 2) of softmax(scale·QKᵀ)V for q [B, N, H, d], k, v [B, Nk, Hkv, d] (Hkv | H).
-    A row that sees no key (causal with N > Nk) gets O = 0 and LSE = −inf."""
+    window (left, right): query i sees keys i + Nk − N − left … i + Nk − N + right (−1: unbounded).
+    A row that sees no key (causal with N > Nk, a window past every key) gets O = 0 and LSE = −inf."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     B, N, H, d = q.shape
     Nk, Hkv = k.shape[1], k.shape[2]
@@ -21,8 +22,13 @@ def attention(q, k, v, causal=False, scale=None):
     o = np.zeros((B, N, H, d))
     lse = np.full((B, H, N), -np.inf)
     visible = np.ones((N, Nk), dtype=bool)
+    diag = np.arange(N)[:, None] + (Nk - N)
     if causal:
-        visible = np.arange(Nk)[None, :] <= np.arange(N)[:, None] + (Nk - N)
+        visible = np.arange(Nk)[None, :] <= diag
+    if window[0] >= 0:
+        visible = visible & (np.arange(Nk)[None, :] >= diag - window[0])
+    if window[1] >= 0:
+        visible = visible & (np.arange(Nk)[None, :] <= diag + window[1])
     for b in range(B):
         for h in range(H):
             s = scale * q[b, :, h, :] @ k[b, :, h // group, :].T

@@ -164,6 +164,26 @@ def test_problems_beyond_the_kernels_are_refused_or_right(case):
     torch.cuda.synchronize()
 
 
+@pytest.mark.parametrize("window, causal", [((64, 0), True), ((16, 8), False), ((0, -1), False)])
+def test_window_forward_against_float64_and_its_backward_refused(window, causal):
+    """The fast forward takes a window (grouped K/V and N_k != N beside it); the fast backward does
+    not yet, and says so naming the window."""
+    B, N, Nk, H, Hkv, d = 2, 200, 300, 4, 2, 64
+    q = torch.randn(B, N, H, d, device=DEV, dtype=torch.bfloat16)
+    k, v = (torch.randn(B, Nk, Hkv, d, device=DEV, dtype=torch.bfloat16) for _ in range(2))
+    o = flashlab.attention(q, k, v, causal=causal, window=window)
+    ref, _ = reference.attention(q.float().cpu().numpy(), k.float().cpu().numpy(), v.float().cpu().numpy(),
+                                 causal=causal, window=window)
+    assert np.max(np.abs(o.float().cpu().numpy() - ref)) <= 2e-2 * np.max(np.abs(ref)) + 1e-5
+    plain, _ = reference.attention(q.float().cpu().numpy(), k.float().cpu().numpy(), v.float().cpu().numpy(),
+                                   causal=causal)
+    assert not np.allclose(ref, plain)  # the window changes the result
+    qg = q.clone().requires_grad_()
+    with pytest.raises(flashlab.FlashlabUnsupportedError, match="window"):
+        flashlab.attention(qg, k, v, causal=causal, window=window).sum().backward()
+    torch.cuda.synchronize()
+
+
 def test_cuda_argument_errors():
     x = torch.randn(1, 8, 2, 64, device=DEV)
     with pytest.raises(TypeError, match=r"q: dtype torch.float32 is not taken on CUDA \(takes torch.bfloat16"):
