@@ -178,9 +178,12 @@ def test_window_forward_against_float64_and_its_backward_refused(window, causal)
     plain, _ = reference.attention(q.float().cpu().numpy(), k.float().cpu().numpy(), v.float().cpu().numpy(),
                                    causal=causal)
     assert not np.allclose(ref, plain)  # the window changes the result
-    qg = q.clone().requires_grad_()
-    with pytest.raises(flashlab.FlashlabUnsupportedError, match="window"):
+    qg = q.clone().requires_grad_()  # refused naming the window, before grouped K/V and N_k != N
+    with pytest.raises(flashlab.FlashlabUnsupportedError, match="fast backward: window"):
         flashlab.attention(qg, k, v, causal=causal, window=window).sum().backward()
+    x = torch.randn(B, N, H, d, device=DEV, dtype=torch.bfloat16, requires_grad=True)
+    with pytest.raises(flashlab.FlashlabUnsupportedError, match="fast backward: window"):
+        flashlab.attention(x, x, x, causal=causal, window=window).sum().backward()
     torch.cuda.synchronize()
 
 

@@ -77,6 +77,9 @@ TEST_CASE("the front door takes windows for the forward and refuses them for the
   p.window_right = 0;
   CHECK_NOTHROW(fc::check_fast_problem(p));
   CHECK(fc::fast_forward_tiles(p, kMma).Br == 128);
+  // The backward names the window before grouped K/V and N_k ≠ N.
+  CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, p),
+                    Catch::Contains("fast backward: window (128,0)"));
   p.seq_k = 0;
   p.heads_kv = 0;
   for (auto design : {fr::Algorithm::bwd_atomic, fr::Algorithm::bwd_two_kernel})

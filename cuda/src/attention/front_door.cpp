@@ -122,6 +122,13 @@ std::size_t dq_accum_offset(std::size_t stats) { return (stats * sizeof(float) +
 // window: grouped K/V, N_k ≠ N and windows are the forward's alone.
 detail::Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProblem& problem) {
   check_fast_problem(problem);
+  // The window first: a windowed backward is refused naming it, whatever else the problem has.
+  if (problem.has_window())
+    throw std::invalid_argument("flashlab::cuda: fast backward: window (" + std::to_string(problem.window_left) + "," +
+                                std::to_string(problem.window_right) +
+                                ") is not supported yet: the fast backward takes no window (hint: the fast forward "
+                                "takes windows; run this backward on the CPU reference: flashlab attention bwd "
+                                "--device cpu)");
   if (problem.h_kv() != problem.heads)
     throw std::invalid_argument(
         "flashlab::cuda: fast backward: heads_kv (H_kv) = " + std::to_string(problem.h_kv()) +
@@ -134,12 +141,6 @@ detail::Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProb
         std::to_string(problem.n_q()) +
         ": the fast backward takes N_k = N (hint: the fast forward takes N_k != N; run this backward on the CPU "
         "reference: flashlab attention bwd --device cpu)");
-  if (problem.has_window())
-    throw std::invalid_argument("flashlab::cuda: fast backward: window (" + std::to_string(problem.window_left) + "," +
-                                std::to_string(problem.window_right) +
-                                ") is not supported yet: the fast backward takes no window (hint: the fast forward "
-                                "takes windows; run this backward on the CPU reference: flashlab attention bwd "
-                                "--device cpu)");
   if (design != ref::Algorithm::bwd_two_kernel && design != ref::Algorithm::bwd_atomic)
     throw std::invalid_argument("flashlab::cuda: fast backward: algorithm = " +
                                 std::string(ref::algorithm_name(design)) +
