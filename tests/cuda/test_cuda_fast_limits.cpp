@@ -64,7 +64,7 @@ TEST_CASE("the front door takes grouped K/V and N_k != N for the forward and ref
   CHECK_THROWS_WITH(fc::check_fast_problem(p), Catch::Contains("cu_seqlens") && Catch::Contains("not supported yet"));
 }
 
-TEST_CASE("the front door takes windows for the forward and refuses them for the backward and the wgmma forward",
+TEST_CASE("the front door takes windows for the forward and refuses them for the backward, wgmma and split-KV",
           "[fast][fast-window][errors]") {
   fr::AttentionProblem p;
   p.seq = 300;
@@ -88,6 +88,9 @@ TEST_CASE("the front door takes windows for the forward and refuses them for the
                           Catch::Contains("hint: the fast forward takes windows"));
   CHECK_THROWS_WITH(fc::fast_forward_tiles(p, fc::FastForwardKernel::wgmma),
                     Catch::Contains("wgmma forward: window (128,0) is not supported") &&
+                        Catch::Contains("hint: use the tma-ws or mma forward kernel"));
+  CHECK_THROWS_WITH(fc::fast_forward_tiles(p, fc::FastForwardKernel::split_kv),
+                    Catch::Contains("split-KV forward: window (128,0) is not supported") &&
                         Catch::Contains("hint: use the tma-ws or mma forward kernel"));
   // Either side alone is a window too; the problem's own limits still hold (−1 … 2^31 − 1).
   p.window_left = -1;
