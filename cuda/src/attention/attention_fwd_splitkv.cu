@@ -26,9 +26,11 @@
 //        rows in the Br = 16 tiles) into the range's partial: unnormalised O and (m_i, l_i) in
 //        fp32. With one range the block writes O = O/l_i in the input dtype and LSE = m_i +
 //        log2(l_i) itself (no partials, no second kernel).
-//   2. split_kv_combine_kernel, one warp per packed row: M = max m_s, L = Σ 2^(m_s − M) l_s,
-//      O = Σ 2^(m_s − M) O_s / L, LSE = M + log2 L (a range that saw no key of the row, m_s = −∞,
-//      is skipped; a row that saw no key at all: O = 0, LSE = −∞).
+//   2. split_kv_combine_kernel, one block of four warps per packed row: M = max m_s,
+//      L = Σ 2^(m_s − M) l_s, O = Σ 2^(m_s − M) O_s / L in a fixed order, LSE = M + log2 L (a range
+//      that saw no key of the row, m_s = −∞, weighs 0; a row that saw no key at all: O = 0,
+//      LSE = −∞). From sm_90 on it is a programmatic dependent launch: it starts while the
+//      partial kernel streams and waits for its partials, so the second launch adds no gap.
 // Bytes: K and V once from HBM per row tile (once in all when (H/H_kv)·N ≤ Br), Q once, partials
 // B·H·N·splits·(d + 2) fp32 written and read once. The partials come from the forwards' pool
 // (partial_pool.hpp): the device entry point takes no workspace.
@@ -116,6 +118,12 @@ __global__ void __launch_bounds__(T::kThreads, 2) split_kv_fwd_kernel(Problem p,
   constexpr int kNTilesO = D / 8;    // n8 tiles of O_i
   constexpr int kRowBytes = T::kRowBytes;
   const float NEG_INF = __int_as_float(0xff800000);  // −inf
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // The combine kernel may start now (programmatic dependent launch): its blocks take their SM
+  // slots and wait for this grid's partials while the keys stream, instead of launching after the
+  // last block has finished. A no-op where no such launch follows (one range).
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
 
   const int group = p.heads / p.heads_kv;  // query heads per K/V head
   const int R = group * p.seq;             // packed rows of this (b, hk)
@@ -377,22 +385,37 @@ __global__ void __launch_bounds__(T::kThreads, 2) split_kv_fwd_kernel(Problem p,
   }
 }
 
-/// One warp per packed row (B·H_kv·R of them), 4 warps per block: M = max m_s, L = Σ 2^(m_s − M)
-/// l_s (the lanes take every 32nd range, then merge by shuffles), O = Σ 2^(m_s − M) O_s / L with
-/// d/32 columns per lane, LSE = M + log2 L; a range with m_s = −inf saw no key of the row and is
-/// skipped (its O_s is 0 and never read), and a row no range saw gets O = 0, LSE = −inf.
+/// Warps of the combine kernel: one block per packed row, its ranges dealt out round robin.
+constexpr int kCombineWarps = 4;
+
+/// One block of kCombineWarps warps per packed row (B·H_kv·R of them): every warp finds M = max m_s
+/// and L = Σ 2^(m_s − M) l_s (lanes over the ranges, then shuffles); warp w adds 2^(m_s − M) O_s of
+/// the ranges s ≡ w (mod kCombineWarps), d/32 columns per lane, ascending s; the warps' sums meet in
+/// SRAM and warp 0 adds them in warp order: O = Σ / L, LSE = M + log2 L. The order is fixed, so the
+/// result does not depend on timing. A range with m_s = −inf saw no key of the row: its weight is 0
+/// (its O_s, written as 0, adds nothing); a row no range saw gets O = 0, LSE = −inf.
+/// Why this shape: the partials were written a moment ago and sit in L2, so the time is L2 round
+/// trips: the weights come from the lanes' own (m_s, l_s) loads by shuffle (S ≤ 32) and every O_s
+/// load is independent of the others, a few per thread, in flight together.
 template <int D, bool kBf16>
-__global__ void __launch_bounds__(128) split_kv_combine_kernel(Problem p, SplitKvArgs a) {
+__global__ void __launch_bounds__(32 * kCombineWarps) split_kv_combine_kernel(Problem p, SplitKvArgs a) {
   const float NEG_INF = __int_as_float(0xff800000);  // −inf
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Launched early (programmatic dependent launch): wait until the partial kernel has finished and
+  // its partials are visible. Returns at once after an ordinary launch.
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+  constexpr int kCols = D / 32;  // 4 (d = 128) or 2 (d = 64) columns per lane
+  __shared__ __align__(16) float st_o[kCombineWarps][D];
   const int group = p.heads / p.heads_kv, R = group * p.seq;
-  const long long prow = (long long)blockIdx.x * 4 + threadIdx.x / 32;  // (b·H_kv + hk)·R + pr
-  const int lane = threadIdx.x % 32;
-  if (prow >= (long long)p.batch * p.heads_kv * R) return;
+  const long long prow = blockIdx.x;  // (b·H_kv + hk)·R + pr
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int S = a.splits;
   const std::size_t first = std::size_t(prow) * S;
-  float M = NEG_INF, L = 0.f;
+  float M = NEG_INF, L = 0.f, m_lane = NEG_INF;  // m_lane: m_s of range s = lane
   for (int s = lane; s < S; s += 32) {
     const float2 ml = *reinterpret_cast<const float2*>(a.ml_part + 2 * (first + s));
+    if (s == lane) m_lane = ml.x;
     if (ml.x == NEG_INF) continue;
     const float m_new = fmaxf(M, ml.x);
     L = (M == NEG_INF ? 0.f : L * ex2(M - m_new)) + ml.y * ex2(ml.x - m_new);
@@ -406,13 +429,17 @@ __global__ void __launch_bounds__(128) split_kv_combine_kernel(Problem p, SplitK
     L = (M == NEG_INF ? 0.f : L * ex2(M - m_new)) + (M_o == NEG_INF ? 0.f : L_o * ex2(M_o - m_new));
     M = m_new;
   }
-  constexpr int kCols = D / 32;  // 4 (d = 128) or 2 (d = 64) columns per lane
+  const float w_lane = m_lane == NEG_INF ? 0.f : ex2(m_lane - M);  // weight of range s = lane
   float o[kCols] = {};
-#pragma unroll 4
-  for (int s = 0; s < S; ++s) {
-    const float m = a.ml_part[2 * (first + s)];
-    if (m == NEG_INF) continue;  // the same for the whole warp
-    const float w = ex2(m - M);
+#pragma unroll 8
+  for (int s = warp; s < S; s += kCombineWarps) {
+    float w;
+    if (S <= 32) {
+      w = __shfl_sync(0xffffffffu, w_lane, s);
+    } else {
+      const float m = a.ml_part[2 * (first + s)];
+      w = m == NEG_INF ? 0.f : ex2(m - M);
+    }
     const float* src = a.O_part + (first + s) * D + lane * kCols;
     if constexpr (kCols == 4) {
       const float4 v = *reinterpret_cast<const float4*>(src);
@@ -421,6 +448,16 @@ __global__ void __launch_bounds__(128) split_kv_combine_kernel(Problem p, SplitK
       const float2 v = *reinterpret_cast<const float2*>(src);
       o[0] = fmaf(w, v.x, o[0]), o[1] = fmaf(w, v.y, o[1]);
     }
+  }
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) st_o[warp][lane * kCols + c] = o[c];
+  __syncthreads();  // every warp's sum is in SRAM
+  if (warp != 0) return;
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) {
+    o[c] = st_o[0][lane * kCols + c];
+#pragma unroll
+    for (int w = 1; w < kCombineWarps; ++w) o[c] += st_o[w][lane * kCols + c];
   }
   const int pr = int(prow % R), bk = int(prow / R), hk = bk % p.heads_kv, b = bk / p.heads_kv;
   const int i = pr / group, h = hk * group + pr % group;
@@ -435,11 +472,17 @@ __global__ void __launch_bounds__(128) split_kv_combine_kernel(Problem p, SplitK
 }
 
 // ----------------------------------------------------------------------------- launchers
-int device_sm_count() {
-  int dev = 0, sms = 0;
+/// The current device's SM count and compute capability (major).
+struct DeviceShape {
+  int sms = 0, major = 0;
+};
+DeviceShape device_shape() {
+  int dev = 0;
+  DeviceShape d;
   FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
-  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
+  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
+  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev));
+  return d;
 }
 
 template <class T, bool kBf16>
@@ -449,7 +492,8 @@ void launch_one(const Problem& p, SplitKvArgs a, cudaStream_t stream) {
   set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "split_kv_fwd_kernel", p);
   int resident = 0;
   FLASHLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, T::kThreads, T::kSmemBytes));
-  const SplitKvPlan plan = plan_split_kv(p, device_sm_count(), std::max(1, resident));
+  const DeviceShape dev = device_shape();
+  const SplitKvPlan plan = plan_split_kv(p, dev.sms, std::max(1, resident));
   a.splits = plan.splits;
   a.tiles_per_split = plan.tiles_per_split;
   const std::size_t rows = std::size_t(p.batch) * p.heads * p.seq;  // B·H_kv·R packed rows
@@ -466,7 +510,20 @@ void launch_one(const Problem& p, SplitKvArgs a, cudaStream_t stream) {
   FLASHLAB_CUDA_CHECK_LAUNCH("split_kv_fwd_kernel");
   if (plan.splits == 1) return;
   announce("split_kv_combine_kernel");
-  split_kv_combine_kernel<T::kHeadDim, kBf16><<<unsigned((rows + 3) / 4), 128, 0, stream>>>(p, a);
+  // One block per packed row; from sm_90 on a programmatic dependent launch (the partial kernel
+  // lets it start early, it waits in griddepcontrol.wait): the launch latency hides behind the
+  // partial kernel instead of following it. Stream capture records it as a programmatic edge.
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(rows));
+  config.blockDim = dim3(32 * kCombineWarps);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute early{};
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &early;
+  config.numAttrs = dev.major >= 9 ? 1 : 0;
+  FLASHLAB_CUDA_CHECK(cudaLaunchKernelEx(&config, split_kv_combine_kernel<T::kHeadDim, kBf16>, p, a));
   FLASHLAB_CUDA_CHECK_LAUNCH("split_kv_combine_kernel");
   free_partials(partials, stream);
 }
