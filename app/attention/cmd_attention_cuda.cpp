@@ -11,6 +11,7 @@
 #include "core/commands.hpp"
 #include "core/gpu_flags.hpp"
 #include "core/input_checks.hpp"
+#include "core/report.hpp"
 #include "core/shared_flags.hpp"
 
 #include "flashlab/reference/attention.hpp"
@@ -47,7 +48,7 @@ constexpr const char* kUsageLine =
     "attention fwd|bwd --device cuda [--kernel fast|clear] [--dtype bf16|fp16] [--seq N --dim D]\n"
     "                          [--heads H] [--heads-kv HKV] [--seq-k NK] [--batch B] [--causal] [--window L,R]\n"
     "                          [--scale X] [--seed S] [--inputs DIR] [--save DIR] [--bwd-kernel K] [--allow-nonfinite]\n"
-    "                          [--memory-limit SIZE]";
+    "                          [--memory-limit SIZE] [--json|--csv]";
 constexpr const char* kSummary =
     "Attention on the GPU, on the CPU command's inputs: seeded (the same values for the same --seed)\n"
     "or q.npy k.npy v.npy [do.npy] from --inputs DIR ([N, H, D] or [B, N, H, D], float32 or float64).\n"
@@ -70,7 +71,11 @@ constexpr const char* kSummary =
     "i + NK - N + R, -1 unbounded, causal caps R at 0: the CPU command's rule); the clear kernels and\n"
     "the fast backward take HKV = H, NK = N and no window.\n"
     "--save DIR writes o.npy lse.npy [dq.npy dk.npy dv.npy] as float32. Exit 0 within tolerance, 1\n"
-    "when not, 2 on bad input. --device cpu runs the CPU reference command instead.";
+    "when not, 2 on bad input. --device cpu runs the CPU reference command instead.\n"
+    "--json and --csv print the CPU command's fields where they mean the same (command, variant,\n"
+    "precision, config, error_metric, errors, tolerance, tolerance_logit_bound, nan, within_tolerance,\n"
+    "ok) and the GPU's own: device, device_name, kernel, the kernels run, each output's bound, how it\n"
+    "was made, its rounding floor (--kernel fast) and verdict, and where --save wrote.";
 
 // The sizes the CPU command accepts (its flags' ranges): the naive float64 reference holds
 // N x N scores, so N stays at most 8192 here too.
@@ -82,7 +87,9 @@ po::options_description options() {
       ("device", po::value<std::string>(), "cuda (this command) | cpu (the CPU reference command)")
       ("kernel", po::value<std::string>()->default_value("clear"),
        "fast | clear: the fast tensor-core kernels, or the clear fp32 kernels (the default)")
-      ("dtype", po::value<std::string>()->default_value("bf16"), "bf16 | fp16: inputs of --kernel fast")
+      ;
+  add_dtype_option(d, "bf16 | fp16", "bf16", " (--kernel fast; the clear kernels are fp32)");
+  d.add_options()
       ("seq", po::value<long long>(), "N, sequence length (1..8192; from q.npy with --inputs)")
       ("seq-k", po::value<long long>(), "N_k, key/value length (fwd --kernel fast only, when it differs from N)")
       ("heads", po::value<long long>()->default_value(1), "H, number of heads")
@@ -96,13 +103,16 @@ po::options_description options() {
   add_window_option(d, " (fwd --kernel fast only)");
   d.add_options()
       ("scale", po::value<double>(), "softmax scale (default 1/sqrt(d))")
-      ("seed", po::value<long long>()->default_value(1), "seed of the random inputs")
+      ;
+  add_seed_option(d);
+  d.add_options()
       ("inputs", po::value<std::string>(), "directory with q.npy k.npy v.npy [do.npy]")
       ("save", po::value<std::string>(), "directory to write o.npy lse.npy [dq.npy dk.npy dv.npy]")
       ("bwd-kernel", po::value<std::string>()->default_value("auto"),
        "bwd --kernel fast: auto | mma | wgmma-ws | wgmma-ws-det, the kernel of the atomic backward (auto: "
        "the fastest this GPU runs)");
   add_input_options(d);
+  add_output_options(d);
   return d;
 }
 
@@ -294,7 +304,91 @@ struct ErrorLine {
   std::string why;
 };
 
-int report(const Run& run, const std::string& title, const std::vector<ErrorLine>& lines) {
+// What ran, for --json / --csv: the reference's name of the algorithm (null where the kernel's
+// design is not one of them), the kernels, and the rounding floors of the fast kernels' outputs
+// (the error of merely rounding the float64 reference to the dtype).
+struct Kernels {
+  std::optional<ref::Algorithm> variant;
+  std::string forward, backward;  // backward empty for fwd
+  std::vector<std::pair<std::string, double>> floors;
+};
+
+double logit_bound(const Run& run);
+
+// --json / --csv: the CPU command's keys where the quantity is the same (cmd_attention.cpp), so a
+// script reads the same fields on either device, then the GPU's own. `tolerance` is the one bound
+// when every output has the same (the clear kernels), else null: see `tolerances`.
+void print_report(const Run& run, OutputFormat format, const Kernels& kernels, const std::vector<ErrorLine>& lines) {
+  const AttentionProblem& c = run.cfg;
+  ReportOutput report(format, std::cout);
+  Json& j = report.json();
+  bool nan = false, within = true, one_bound = true;
+  for (const auto& l : lines) {
+    nan = nan || std::isnan(l.error);
+    within = within && l.error <= l.bound;  // NaN fails
+    one_bound = one_bound && l.bound == lines.front().bound;
+  }
+  j.begin_object();
+  j.key("command").value("attention " + run.mode);
+  j.key("variant");
+  if (kernels.variant) j.value(ref::algorithm_name(*kernels.variant));
+  else j.null();
+  j.key("precision").value("float");  // fp32 arithmetic on either kernel family
+  j.key("config").begin_object();
+  j.key("batch").value(std::uint64_t(c.batch)).key("seq").value(std::uint64_t(c.n_q()));
+  j.key("seq_k").value(std::uint64_t(c.n_k())).key("heads").value(std::uint64_t(c.heads));
+  j.key("heads_kv").value(std::uint64_t(c.h_kv()));
+  j.key("window_left").value(std::int64_t(c.window_left)).key("window_right").value(std::int64_t(c.window_right));
+  j.key("packed").value(c.is_packed());
+  j.key("head_dim").value(std::uint64_t(c.head_dim)).key("causal").value(c.causal);
+  j.key("scale").value(c.softmax_scale()).key("dtype").value(ref::dtype_name(run.fast ? run.dtype16 : ref::Dtype::fp32));
+  j.end_object();
+  j.key("error_metric").value("max|got-ref|/max|ref| against naive float64");
+  j.key("errors").begin_object();
+  for (const auto& l : lines) j.key(l.name).value(l.error);  // NaN → null
+  j.end_object();
+  j.key("tolerance");
+  if (one_bound && !lines.empty()) j.value(lines.front().bound);
+  else j.null();
+  j.key("tolerance_logit_bound").value(logit_bound(run));
+  j.key("nan").value(nan).key("within_tolerance").value(within);
+  j.key("ok").value(within);
+  j.key("device").value("cuda").key("device_name").value(fc::device_description());
+  j.key("kernel").value(run.fast ? "fast" : "clear");
+  j.key("forward_kernel").value(kernels.forward);
+  if (!kernels.backward.empty()) j.key("backward_kernel").value(kernels.backward);
+  j.key("tolerances").begin_object();
+  for (const auto& l : lines) j.key(l.name).value(l.bound);
+  j.end_object();
+  j.key("bounds").begin_object();
+  for (const auto& l : lines) j.key(l.name).value(l.why);
+  j.end_object();
+  if (run.fast) {
+    j.key("floors").begin_object();
+    for (const auto& [name, floor] : kernels.floors) j.key(name).value(floor);
+    j.end_object();
+  }
+  j.key("within").begin_object();
+  for (const auto& l : lines) j.key(l.name).value(l.error <= l.bound);
+  j.end_object();
+  j.key("saved");
+  if (run.save) j.value(run.save->string());
+  else j.null();
+  j.end_object();
+  report.finish();
+}
+
+int report(const Run& run, OutputFormat format, const Kernels& kernels, const std::string& title,
+           const std::vector<ErrorLine>& lines) {
+  if (format != OutputFormat::text) {
+    print_report(run, format, kernels, lines);
+    for (const auto& l : lines)
+      if (!(l.error <= l.bound)) {
+        std::cerr << "error: the GPU result does not match the float64 reference (see above)\n";
+        return kFailed;
+      }
+    return kOk;
+  }
   const AttentionProblem& c = run.cfg;
   std::cout << "flashlab attention " << run.mode << " --device cuda --kernel " << (run.fast ? "fast" : "clear") << ": "
             << fc::device_description() << "\n"
@@ -342,7 +436,7 @@ double logit_bound(const Run& run) {
 }
 
 // --kernel fast: 16-bit inputs (bit patterns), the fastest kernels of this GPU.
-int run_fast(Run& run) {
+int run_fast(Run& run, OutputFormat format) {
   const bool bf16 = run.dtype16 == ref::Dtype::bf16;
   auto to16 = [&](float f) { return bf16 ? fc::float_to_bf16(f) : fc::float_to_fp16(f); };
   auto from16 = [&](std::uint16_t b) { return bf16 ? fc::bf16_to_float(b) : fc::fp16_to_float(b); };
@@ -379,6 +473,7 @@ int run_fast(Run& run) {
   std::vector<ErrorLine> lines;
   std::string title = std::string(ref::dtype_name(cfg.dtype)) + " inputs, fp32 accumulation, forward kernel " +
                       fc::to_string(fwd_kernel);
+  Kernels kernels{std::nullopt, fc::to_string(fwd_kernel), {}, {}};
   if (run.mode == "fwd") {
     const auto want = ref::naive_forward<double>(cfg, run.Q, run.K, run.V);
     const double floor = floor_of(want.O);
@@ -389,6 +484,7 @@ int run_fast(Run& run) {
     std::snprintf(why, sizeof why, "2 x the rounding floor %.2e%s, at most 1e-2", floor,
                   p_rounding > 0 ? " + 2 units of the dtype (logit bound above 64)" : "");
     lines.push_back({"O", ref::max_error_vs_max(O.data(), want.O.data(), O.numel()), bound, why});
+    kernels.floors.emplace_back("O", floor);
     lines.push_back({"LSE", ref::max_error_vs_max(fwd.LSE.data(), want.LSE.data(), fwd.LSE.size()), 1e-4,
                      "fp32 statistics"});
   } else {
@@ -398,6 +494,8 @@ int run_fast(Run& run) {
                                               : run.bwd_kernel == "wgmma-ws-det" ? fc::FastBackwardKernel::wgmma_ws_deterministic
                                                                                  : fc::fastest_backward_kernel();
     title += ", backward kernel " + std::string(fc::to_string(bwd_kernel));
+    kernels.variant = ref::Algorithm::bwd_atomic;
+    kernels.backward = fc::to_string(bwd_kernel);
     const auto g = fc::fast_attention_backward(ref::Algorithm::bwd_atomic, cfg, Qb, Kb, Vb, fwd.O, dOb, fwd.LSE, bwd_kernel);
     const auto want = ref::naive_backward<double>(cfg, run.Q, run.K, run.V, run.dO);
     const std::pair<const char*, const std::vector<std::uint16_t>*> got[] = {{"dQ", &g.dQ}, {"dK", &g.dK}, {"dV", &g.dV}};
@@ -417,6 +515,7 @@ int run_fast(Run& run) {
                     "max(1e-2, 2 x the rounding floor %.2e) + 2^-24 x the logit bound %.3g (the fp32 LSE); %.1f x the floor",
                     floor, L, floor > 0 ? err / floor : 0.0);
       lines.push_back({got[t].first, err, std::max(1e-2, 2 * floor) + lse_rounding, why});
+      kernels.floors.emplace_back(got[t].first, floor);
     }
     if (run.save) {
       save_tensor(run, "dq.npy", widen(g.dQ, cfg.q_shape()));
@@ -428,11 +527,11 @@ int run_fast(Run& run) {
     save_tensor(run, "o.npy", O);
     save_stats(run, fwd.LSE);
   }
-  return report(run, title, lines);
+  return report(run, format, kernels, title, lines);
 }
 
 // --kernel clear: fp32 inputs, the fa2 forward and the two-kernel backward.
-int run_clear(Run& run) {
+int run_clear(Run& run, OutputFormat format) {
   AttentionProblem cfg = run.cfg;
   cfg.dtype = ref::Dtype::fp32;
   const ref::Algorithm fwd_alg = ref::Algorithm::fa2_fwd, bwd_alg = ref::Algorithm::bwd_two_kernel;
@@ -469,7 +568,10 @@ int run_clear(Run& run) {
     save_tensor(run, "o.npy", fwd.O);
     save_stats(run, fwd.LSE);
   }
-  return report(run, "fp32 clear kernels (fa2 forward, two-kernel backward)", lines);
+  const bool bwd = run.mode == "bwd";
+  const Kernels kernels{bwd ? bwd_alg : fwd_alg, std::string(ref::algorithm_name(fwd_alg)),
+                        bwd ? std::string(ref::algorithm_name(bwd_alg)) : std::string(), {}};
+  return report(run, format, kernels, "fp32 clear kernels (fa2 forward, two-kernel backward)", lines);
 }
 #endif
 
@@ -485,12 +587,14 @@ int run_attention_cuda(const Args& args) {
     print_help(std::cout, kUsageLine, kSummary, desc);
     return kOk;
   }
+  const OutputFormat format = output_format(vm);
   Run run = parse_run(vm);
 #ifdef FLASHLAB_HAVE_CUDA
   require_gpu("attention " + run.mode + " --device cuda");
-  return run.fast ? run_fast(run) : run_clear(run);
+  return run.fast ? run_fast(run, format) : run_clear(run, format);
 #else
   (void)run;
+  (void)format;
   throw built_without_cuda("--device cuda", "use --device cpu for the CPU reference");
 #endif
 }

@@ -277,7 +277,8 @@ using ref::Tensor;
 constexpr std::string_view kMtaUsage =
     "mta fwd|bwd|infer --device cuda [--seq N] [--heads H] [--dim D] [--cq CQ] [--ck CK] [--block B]\n"
     "                [--splits S] [--batch NB] [--seed S] [--scale X] [--inputs DIR] [--save DIR]\n"
-    "                [--allow-nonfinite] [--memory-limit SIZE] [--kernel fast|clear] [--dtype bf16|fp16]";
+    "                [--allow-nonfinite] [--memory-limit SIZE] [--kernel fast|clear] [--dtype bf16|fp16]\n"
+    "                [--json|--csv]";
 constexpr std::string_view kMtaSummary =
     "Multi-Token Attention on the GPU: the clear fp32 CUDA kernels (forward with O read-modify-written\n"
     "per key tile, backward dQ + dW and dK/dV kernels, split-K inference with its combine kernel),\n"
@@ -293,7 +294,10 @@ constexpr std::string_view kMtaSummary =
     "fwd prints O's error (tolerance 1e-2 and 2x the error of merely rounding the float64 O to the dtype)\n"
     "and LSE's (absolute, tolerance 1e-4 of max(1, max|LSE|)); bwd runs the fast forward for O and LSE,\n"
     "then the fast backward, and prints dQ, dK, dV (tolerance max(1e-2, 2x the rounding error)) and dW\n"
-    "(fp32, 1e-2 of max|dW|); --block and --splits are not used.";
+    "(fp32, 1e-2 of max|dW|); --block and --splits are not used.\n"
+    "--json and --csv print the CPU command's fields where they mean the same (command, shape, cq, ck,\n"
+    "block, splits, scale, tiling, errors, tolerances, dtype, passed) and the GPU's own: device, kernel,\n"
+    "the rounding floors of --kernel fast and each output's verdict.";
 
 constexpr double kFp32Tolerance = 1e-5;
 // dW is one sum over N²/2 score entries whose terms cancel (Σ_j dŜ[i, j] = 0 on every row), so
@@ -301,27 +305,99 @@ constexpr double kFp32Tolerance = 1e-5;
 // 1 x 1 kernel of weight 1 at N = 29; the GPU tests hold it to 1e-5 of its terms' scale).
 constexpr double kFp32DwTolerance = 1e-4;
 
+// One output of a GPU run checked against the float64 reference.
+struct GpuCheck {
+  std::string tensor;
+  double error = 0;                  // max |gpu - ref| / max |ref| (LSE: absolute / max(1, max|LSE|))
+  double tolerance = 0;              // the bound it must stay under
+  std::optional<double> floor;       // --kernel fast: the error of merely rounding the reference to the dtype
+  bool ok() const { return error <= tolerance; }  // NaN fails
+};
+
+bool all_ok(const std::vector<GpuCheck>& checks) {
+  return std::all_of(checks.begin(), checks.end(), [](const GpuCheck& c) { return c.ok(); });
+}
+
+// --json / --csv of a GPU run: the CPU command's keys where the quantity is the same (cmd_mta.cpp),
+// then the GPU's own (device, kernel, floors, each output's verdict). The fast kernels use neither
+// --block nor --splits, nor the reference's tiling: those are null there.
+[[maybe_unused]] void print_gpu_report(std::ostream& os, OutputFormat format, const MtaInputs& in,
+                                       const std::string& device_name, bool fast, ref::Dtype dtype,
+                                       const std::vector<GpuCheck>& checks) {
+  ReportOutput report(format, os);
+  Json& j = report.json();
+  const Shape& s = in.shape;
+  j.begin_object();
+  j.key("command").value("mta " + in.mode);
+  j.key("shape").begin_object();
+  j.key("batch").value(std::uint64_t(s.batch)).key("seq").value(std::uint64_t(s.seq));
+  j.key("heads").value(std::uint64_t(s.heads)).key("dim").value(std::uint64_t(s.head_dim));
+  j.end_object();
+  j.key("cq").value(std::uint64_t(in.p.cq)).key("ck").value(std::uint64_t(in.p.ck));
+  if (fast) {
+    j.key("block").null().key("splits").null();
+  } else {
+    j.key("block").value(std::uint64_t(in.p.block)).key("splits").value(std::uint64_t(in.p.splits));
+  }
+  j.key("scale").value(ref::mta::resolve_scale(in.p, s.head_dim));
+  if (fast) {
+    j.key("tiling").null();
+  } else {
+    const auto t = in.mode == "bwd" ? ref::mta::backward_tiling(s.seq, in.p) : ref::mta::forward_tiling(s.seq, in.p);
+    j.key("tiling").begin_object();
+    j.key("Br").value(std::uint64_t(t.br)).key("Bc").value(std::uint64_t(t.bc));
+    j.key("Tr").value(std::uint64_t(t.tr)).key("Tc").value(std::uint64_t(t.tc));
+    j.end_object();
+  }
+  j.key("errors").begin_object();
+  for (const auto& c : checks) j.key(c.tensor).value(c.error);  // NaN/inf → null
+  j.end_object();
+  j.key("tolerances").begin_object();
+  for (const auto& c : checks) j.key(c.tensor).value(c.tolerance);
+  j.end_object();
+  j.key("dtype").value(ref::dtype_name(dtype));
+  j.key("device").value("cuda").key("device_name").value(device_name);
+  j.key("kernel").value(fast ? "fast" : "clear");
+  if (fast) {
+    j.key("floors").begin_object();
+    for (const auto& c : checks)
+      if (c.floor) j.key(c.tensor).value(*c.floor);
+    j.end_object();
+  }
+  j.key("within").begin_object();
+  for (const auto& c : checks) j.key(c.tensor).value(c.ok());
+  j.end_object();
+  j.key("passed").value(all_ok(checks));
+  j.end_object();
+  report.finish();
+}
+
 #ifdef FLASHLAB_HAVE_CUDA
 // Everything below runs only with the CUDA kernels built.
 
-// Prints the errors beside their fp32 tolerances; kFailed when one is above.
-int report(const MtaInputs& in, const std::vector<std::pair<std::string, double>>& errors) {
+// Prints the errors beside their fp32 tolerances (or the report of --json/--csv); kFailed when
+// one is above.
+int report(const MtaInputs& in, OutputFormat format, const std::vector<std::pair<std::string, double>>& errors) {
   const std::string& mode = in.mode;
   const ref::mta::Params& p = in.p;
   const Shape& s = in.shape;
-  std::cout << "flashlab mta " << mode << " --device cuda: " << flashlab::cuda::device_description() << "\n"
-            << "batch=" << s.batch << " N=" << s.seq << " H=" << s.heads << " D=" << s.head_dim << ", cq=" << p.cq
-            << " ck=" << p.ck << ", block B=" << p.block << (mode == "infer" ? ", splits=" + std::to_string(p.splits) : "")
-            << "\nmax error vs naive float64 (max |gpu - ref| / max |ref|):\n";
-  bool passed = true;
-  for (const auto& [name, e] : errors) {
-    const double tolerance = name == "dW" ? kFp32DwTolerance : kFp32Tolerance;
-    const bool ok = e <= tolerance;
-    passed = passed && ok;
-    char line[128];
-    std::snprintf(line, sizeof line, "  %-4s %.2e  %s  (tolerance %.0e, fp32)\n", name.c_str(), e, ok ? "ok" : "FAILED",
-                  tolerance);
-    std::cout << line;
+  std::vector<GpuCheck> checks;
+  for (const auto& [name, e] : errors) checks.push_back({name, e, name == "dW" ? kFp32DwTolerance : kFp32Tolerance, {}});
+  const bool passed = all_ok(checks);
+  if (format != OutputFormat::text) {
+    print_gpu_report(std::cout, format, in, flashlab::cuda::device_description(), false, ref::Dtype::fp32, checks);
+  } else {
+    std::cout << "flashlab mta " << mode << " --device cuda: " << flashlab::cuda::device_description() << "\n"
+              << "batch=" << s.batch << " N=" << s.seq << " H=" << s.heads << " D=" << s.head_dim << ", cq=" << p.cq
+              << " ck=" << p.ck << ", block B=" << p.block
+              << (mode == "infer" ? ", splits=" + std::to_string(p.splits) : "")
+              << "\nmax error vs naive float64 (max |gpu - ref| / max |ref|):\n";
+    for (const auto& c : checks) {
+      char line[128];
+      std::snprintf(line, sizeof line, "  %-4s %.2e  %s  (tolerance %.0e, fp32)\n", c.tensor.c_str(), c.error,
+                    c.ok() ? "ok" : "FAILED", c.tolerance);
+      std::cout << line;
+    }
   }
   if (!passed) {
     std::cerr << "error: the GPU result does not match the float64 reference (see above)\n";
@@ -366,7 +442,7 @@ flashlab::cuda::mta::FastShape checked_fast_shape(const MtaInputs& in, ref::Dtyp
 
 // The fast forward on checked inputs: Q, K, V rounded to `dtype` (the reference gets the rounded
 // values), errors of O and LSE against the naive float64 reference, --save o.npy.
-int run_fast_on_gpu(const MtaInputs& in, ref::Dtype dtype) {
+int run_fast_on_gpu(const MtaInputs& in, ref::Dtype dtype, OutputFormat format) {
   const bool bf16 = dtype == ref::Dtype::bf16;
   auto rounded = [&](const Tensor<double>& x) { return rounded_to(x, bf16); };
   (void)checked_fast_shape(in, dtype);
@@ -398,17 +474,23 @@ int run_fast_on_gpu(const MtaInputs& in, ref::Dtype dtype) {
   const double e_lse = lse_diff / lse_scale;
   if (in.save_dir) save_output(*in.save_dir, "o.npy", got.o, in.batched);
   const bool ok_o = e_o <= kFastOTolerance && e_o <= 2.0 * floor + 1e-7, ok_lse = e_lse <= kFastLseTolerance;
-  std::cout << "flashlab mta fwd --device cuda --kernel fast: " << flashlab::cuda::device_description() << "\n"
-            << "batch=" << s.batch << " N=" << s.seq << " H=" << s.heads << " D=" << s.head_dim << ", cq=" << in.p.cq
-            << " ck=" << in.p.ck << ", " << ref::dtype_name(dtype) << " inputs, fp32 accumulation\n"
-            << "max error vs naive float64 on the rounded inputs:\n";
-  char line[200];
-  std::snprintf(line, sizeof line, "  O    %.2e  %s  (tolerance 1e-2 and 2 x %.2e, the error of rounding the exact O)\n",
-                e_o, ok_o ? "ok" : "FAILED", floor);
-  std::cout << line;
-  std::snprintf(line, sizeof line, "  LSE  %.2e  %s  (absolute / max(1, max|LSE|), tolerance 1e-4)\n", e_lse,
-                ok_lse ? "ok" : "FAILED");
-  std::cout << line;
+  if (format != OutputFormat::text) {
+    const std::vector<GpuCheck> checks = {{"O", e_o, std::min(kFastOTolerance, 2.0 * floor + 1e-7), floor},
+                                          {"LSE", e_lse, kFastLseTolerance, {}}};
+    print_gpu_report(std::cout, format, in, flashlab::cuda::device_description(), true, dtype, checks);
+  } else {
+    std::cout << "flashlab mta fwd --device cuda --kernel fast: " << flashlab::cuda::device_description() << "\n"
+              << "batch=" << s.batch << " N=" << s.seq << " H=" << s.heads << " D=" << s.head_dim << ", cq=" << in.p.cq
+              << " ck=" << in.p.ck << ", " << ref::dtype_name(dtype) << " inputs, fp32 accumulation\n"
+              << "max error vs naive float64 on the rounded inputs:\n";
+    char line[200];
+    std::snprintf(line, sizeof line, "  O    %.2e  %s  (tolerance 1e-2 and 2 x %.2e, the error of rounding the exact O)\n",
+                  e_o, ok_o ? "ok" : "FAILED", floor);
+    std::cout << line;
+    std::snprintf(line, sizeof line, "  LSE  %.2e  %s  (absolute / max(1, max|LSE|), tolerance 1e-4)\n", e_lse,
+                  ok_lse ? "ok" : "FAILED");
+    std::cout << line;
+  }
   if (!(ok_o && ok_lse)) {
     std::cerr << "error: the GPU result does not match the float64 reference (see above)\n";
     return kFailed;
@@ -430,7 +512,7 @@ std::pair<double, double> error_and_floor_16(const std::vector<std::uint16_t>& g
 // The fast backward on checked inputs: Q, K, V, dO rounded to `dtype`, O and LSE from the fast
 // forward, dQ, dK, dV (16-bit) and dW (fp32) against the naive float64 backward on the rounded
 // inputs, --save dq dk dv dw .npy (float32).
-int run_fast_bwd_on_gpu(const MtaInputs& in, ref::Dtype dtype) {
+int run_fast_bwd_on_gpu(const MtaInputs& in, ref::Dtype dtype, OutputFormat format) {
   namespace fm = flashlab::cuda::mta;
   const bool bf16 = dtype == ref::Dtype::bf16;
   const fm::FastShape shape = checked_fast_shape(in, dtype);
@@ -451,27 +533,33 @@ int run_fast_bwd_on_gpu(const MtaInputs& in, ref::Dtype dtype) {
   const auto want = ref::mta::naive_backward<double>(q.cast<double>(), k.cast<double>(), v.cast<double>(),
                                                      w.cast<double>(), d_o.cast<double>(), in.p);
   const Shape& s = in.shape;
-  std::cout << "flashlab mta bwd --device cuda --kernel fast: " << flashlab::cuda::device_description() << "\n"
-            << "batch=" << s.batch << " N=" << s.seq << " H=" << s.heads << " D=" << s.head_dim << ", cq=" << in.p.cq
-            << " ck=" << in.p.ck << ", " << ref::dtype_name(dtype) << " inputs, fp32 accumulation\n"
-            << "max error vs naive float64 on the rounded inputs (max |gpu - ref| / max |ref|):\n";
-  bool passed = true;
-  char line[200];
+  std::vector<GpuCheck> checks;
   const std::pair<const char*, const std::vector<std::uint16_t>*> grads[] = {{"dQ", &g.dQ}, {"dK", &g.dK}, {"dV", &g.dV}};
   const Tensor<double>* wants[] = {&want.dq, &want.dk, &want.dv};
   for (int t = 0; t < 3; ++t) {
     const auto [err, floor] = error_and_floor_16(*grads[t].second, *wants[t], bf16);
-    const bool ok = err <= std::max(kFastOTolerance, 2.0 * floor);
-    passed = passed && ok;
-    std::snprintf(line, sizeof line, "  %-3s  %.2e  %s  (tolerance max(1e-2, 2 x %.2e), the error of rounding the exact %s)\n",
-                  grads[t].first, err, ok ? "ok" : "FAILED", floor, grads[t].first);
-    std::cout << line;
+    checks.push_back({grads[t].first, err, std::max(kFastOTolerance, 2.0 * floor), floor});
   }
-  const double e_dw = rel_to_max(g.dW.data(), want.dw.data(), g.dW.size());
-  const bool ok_dw = e_dw <= kFastOTolerance;
-  passed = passed && ok_dw;
-  std::snprintf(line, sizeof line, "  dW   %.2e  %s  (fp32, tolerance 1e-2)\n", e_dw, ok_dw ? "ok" : "FAILED");
-  std::cout << line;
+  checks.push_back({"dW", rel_to_max(g.dW.data(), want.dw.data(), g.dW.size()), kFastOTolerance, {}});
+  const bool passed = all_ok(checks);
+  if (format != OutputFormat::text) {
+    print_gpu_report(std::cout, format, in, flashlab::cuda::device_description(), true, dtype, checks);
+  } else {
+    std::cout << "flashlab mta bwd --device cuda --kernel fast: " << flashlab::cuda::device_description() << "\n"
+              << "batch=" << s.batch << " N=" << s.seq << " H=" << s.heads << " D=" << s.head_dim << ", cq=" << in.p.cq
+              << " ck=" << in.p.ck << ", " << ref::dtype_name(dtype) << " inputs, fp32 accumulation\n"
+              << "max error vs naive float64 on the rounded inputs (max |gpu - ref| / max |ref|):\n";
+    char line[200];
+    for (const auto& c : checks) {
+      if (c.floor)
+        std::snprintf(line, sizeof line,
+                      "  %-3s  %.2e  %s  (tolerance max(1e-2, 2 x %.2e), the error of rounding the exact %s)\n",
+                      c.tensor.c_str(), c.error, c.ok() ? "ok" : "FAILED", *c.floor, c.tensor.c_str());
+      else
+        std::snprintf(line, sizeof line, "  dW   %.2e  %s  (fp32, tolerance 1e-2)\n", c.error, c.ok() ? "ok" : "FAILED");
+      std::cout << line;
+    }
+  }
   if (in.save_dir) {
     auto widened = [&](const std::vector<std::uint16_t>& x) {
       Tensor<float> out(in.shape);
@@ -492,7 +580,7 @@ int run_fast_bwd_on_gpu(const MtaInputs& in, ref::Dtype dtype) {
 }
 
 // The GPU run on checked inputs: fp32 kernels, errors against the naive float64 reference.
-int run_on_gpu(const MtaInputs& in) {
+int run_on_gpu(const MtaInputs& in, OutputFormat format) {
   const std::string& mode = in.mode;
   const ref::mta::Params& p = in.p;
   const std::optional<fs::path>& save_dir = in.save_dir;
@@ -537,7 +625,7 @@ int run_on_gpu(const MtaInputs& in) {
     if (save_dir) save_output(*save_dir, "o.npy", last, in.batched);  // [B, 1, H, D]: the last token
   }
 
-  return report(in, errors);
+  return report(in, format, errors);
 }
 #endif
 
@@ -551,6 +639,7 @@ int run_mta_cuda(const Args& args) {
       ;
   add_dtype_option(desc, "bf16 | fp16", "bf16", " (--kernel fast; the clear kernels are fp32)");
   add_mta_options(desc, hidden, 32);
+  add_output_options(desc);
   po::options_description all;
   all.add(desc).add(hidden);
   po::positional_options_description pos;
@@ -560,16 +649,18 @@ int run_mta_cuda(const Args& args) {
     print_help(std::cout, kMtaUsage, kMtaSummary, desc);
     return kOk;
   }
+  const OutputFormat format = output_format(vm);
   const bool fast = kernel_family(vm["kernel"].as<std::string>(), KernelFamily::clear) == KernelFamily::fast;
   const ref::Dtype fast_dtype = fp16_dtype(vm["dtype"].as<std::string>()) ? ref::Dtype::fp16 : ref::Dtype::bf16;
   const MtaInputs in = mta_inputs(vm);
   if (fast && in.mode == "infer")
     throw UsageError("--kernel fast runs mta fwd and bwd", "use --kernel clear for mta infer");
 #ifdef FLASHLAB_HAVE_CUDA
-  if (fast) return in.mode == "bwd" ? run_fast_bwd_on_gpu(in, fast_dtype) : run_fast_on_gpu(in, fast_dtype);
-  return run_on_gpu(in);
+  if (fast) return in.mode == "bwd" ? run_fast_bwd_on_gpu(in, fast_dtype, format) : run_fast_on_gpu(in, fast_dtype, format);
+  return run_on_gpu(in, format);
 #else
   (void)fast_dtype;
+  (void)format;
   throw built_without_cuda("--device cuda", "use --device cpu");
 #endif
 }

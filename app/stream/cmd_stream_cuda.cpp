@@ -4,10 +4,12 @@
 // front door (cuda/src/stream/front_door.cpp).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <optional>
+#include <sstream>
 
 #include "core/cli.hpp"
 #include "core/commands.hpp"
@@ -34,7 +36,7 @@ namespace rs = flashlab::ref::stream;
 constexpr std::string_view kCudaUsage =
     "stream <estimate|apply|trace> --device cuda --block-m BM --block-n BN --k K [--seq T --dim D --heads H]\n"
     "                       [--inputs DIR] [--mask FILE] [--seed S] [--save DIR] [--chunk N]\n"
-    "                       [--format npy|csv] [--compare] [--threads N] [--kernel fast|clear]";
+    "                       [--format npy|csv] [--compare] [--threads N] [--kernel fast|clear] [--json|--csv]";
 constexpr std::string_view kCudaSummary =
     "STREAM on the GPU: the clear fp32 kernels (cuda/src/stream_*.cu), the same procedure and τ as\n"
     "the CPU reference. Inputs q.npy k.npy [v.npy] of shape [T, D] or [T, H, D] from --inputs, else\n"
@@ -43,7 +45,11 @@ constexpr std::string_view kCudaSummary =
     "CPU reference on every head and reports whether I is identical. `estimate --kernel fast` runs the\n"
     "fast bf16 estimate (tensor cores; b_q = b_k = 64, d = 64 or 128): Q and K are rounded to bf16 first,\n"
     "and --compare feeds the reference the same rounded values. `apply --kernel fast` then applies I with\n"
-    "the fast bf16 apply (V rounded to bf16 too; o.npy holds the float values of its bf16 output).";
+    "the fast bf16 apply (V rounded to bf16 too; o.npy holds the float values of its bf16 output).\n"
+    "--json and --csv print the CPU command's fields where they mean the same (command, T, d, block_m,\n"
+    "block_n, k, n_q, n_k, n_it, threads, precision, mask, indices_checksum, empty_entries,\n"
+    "validity_invariant, indices, edges, saved) and the GPU's own: device, device_name, kernel, H, the\n"
+    "inputs rounded to bf16, the verdict and one row per head (checksum, invariant, CPU reference).";
 
 constexpr std::string_view kTrafficUsage =
     "traffic stream --device cuda [--seq T] [--dim D] [--heads H] [--block-m BM] [--block-n BN] [--k K] [--mask FILE]\n"
@@ -242,7 +248,94 @@ struct CudaOptions : StreamFlags {
   long long heads = 1, chunk = 4096;
   bool compare = false;
   std::string kernel = "clear";  ///< estimate kernel: clear (fp32) or fast (bf16)
+  OutputFormat output = OutputFormat::text;  ///< --json / --csv
 };
+
+/// One head's index tensor as the GPU produced it.
+struct HeadCheck {
+  std::uint64_t checksum = 0;
+  std::string violation;             ///< empty when the validity invariant holds
+  std::optional<bool> identical;     ///< --compare: I equals the CPU reference's
+};
+
+/// What a GPU run found, for --json / --csv.
+struct CudaRunReport {
+  std::string device_name;
+  std::size_t T = 0, H = 1, D = 0;
+  rs::Geometry geometry;
+  std::size_t k = 0;
+  const std::vector<std::int64_t>* indices = nullptr;  ///< [H, n_q, k]
+  std::vector<HeadCheck> heads;
+  std::optional<std::size_t> edges;  ///< trace: the edge records streamed
+  std::vector<std::string> saved;    ///< files --save wrote
+  bool passed = false;
+};
+
+std::string hex16(std::uint64_t v) {
+  std::ostringstream os;
+  os << "0x" << std::hex << std::setw(16) << std::setfill('0') << v;
+  return os.str();
+}
+
+// The CPU command's keys where the quantity is the same (cmd_stream.cpp), so a script reads the
+// same fields on either device (for H = 1 the checksum and I are those of the same inputs), then
+// the GPU's own: device, kernel, H, what was rounded to bf16, the verdict and a row per head.
+[[maybe_unused]] void print_cuda_report(std::ostream& os, const CudaOptions& o, const CudaRunReport& r) {
+  ReportOutput report(o.output, os);
+  Json& j = report.json();
+  const rs::Geometry& g = r.geometry;
+  const std::vector<std::int64_t>& I = *r.indices;
+  std::size_t empty = 0;
+  for (auto v : I) empty += v < 0 ? 1 : 0;
+  bool valid = true;
+  for (const auto& h : r.heads) valid = valid && h.violation.empty();
+  j.begin_object();
+  j.key("command").value("stream " + o.sub);
+  j.key("T").value(std::uint64_t(r.T)).key("d").value(std::uint64_t(r.D)).key("block_m").value(std::uint64_t(g.bq));
+  j.key("block_n").value(std::uint64_t(g.bk)).key("k").value(std::uint64_t(r.k));
+  j.key("n_q").value(std::uint64_t(g.n_q())).key("n_k").value(std::uint64_t(g.n_k())).key("n_it").value(std::uint64_t(g.n_it()));
+  j.key("threads").value(std::int64_t(o.threads)).key("precision").value("float");  // fp32 arithmetic on either kernel
+  j.key("mask").value(o.mask.empty() ? std::string("causal") : o.mask);
+  j.key("indices_checksum").value(hex16(rs::indices_checksum(I)));
+  j.key("empty_entries").value(std::uint64_t(empty));
+  j.key("validity_invariant").value(valid);
+  if (r.H == 1 && g.n_q() * r.k <= 4096) {
+    j.key("indices").begin_array();
+    for (std::size_t q = 0; q < g.n_q(); ++q) {
+      j.begin_array();
+      for (std::size_t c = 0; c < r.k; ++c) j.value(I[q * r.k + c]);
+      j.end_array();
+    }
+    j.end_array();
+  }
+  if (r.edges) j.key("edges").value(std::uint64_t(*r.edges));
+  j.key("saved").begin_array();
+  for (const auto& f : r.saved) j.value(f);
+  j.end_array();
+  j.key("device").value("cuda").key("device_name").value(r.device_name);
+  j.key("kernel").value(o.kernel).key("H").value(std::uint64_t(r.H));
+  j.key("rounded_to_bf16").begin_array();
+  if (o.kernel == "fast") {
+    j.value("Q").value("K");
+    if (o.sub == "apply") j.value("V");
+  }
+  j.end_array();
+  j.key("compare").value(o.compare);
+  j.key("passed").value(r.passed);
+  j.key("per_head").begin_array();
+  for (std::size_t h = 0; h < r.heads.size(); ++h) {
+    const HeadCheck& c = r.heads[h];
+    j.begin_object().key("head").value(std::uint64_t(h)).key("indices_checksum").value(hex16(c.checksum));
+    j.key("validity_invariant").value(c.violation.empty());
+    j.key("reference_identical");
+    if (c.identical) j.value(*c.identical);
+    else j.null();
+    j.end_object();
+  }
+  j.end_array();
+  j.end_object();
+  report.finish();
+}
 
 /// The flags of `traffic stream` (seeded inputs only).
 struct TrafficOptions {
@@ -406,39 +499,61 @@ int run_cuda(const CudaOptions& o, Heads& Q, Heads& K, const Heads& V) {
                                      edges.insert(edges.end(), batch.begin(), batch.end());
                                    });
   const std::size_t per_head = g.n_q() * k;
-  std::cout << "stream " << o.sub << " --device cuda: T=" << g.T << " H=" << Q.H << " d=" << Q.D << " b_q=" << g.bq
-            << " b_k=" << g.bk << " k=" << k << " n_q=" << g.n_q() << " n_k=" << g.n_k() << " n_it=" << g.n_it()
-            << " kernel=" << o.kernel
-            << (o.kernel != "fast" ? "" : o.sub == "apply" ? " (Q, K, V rounded to bf16)" : " (Q, K rounded to bf16)") << "\n";
+  const bool text = o.output == OutputFormat::text;
+  CudaRunReport r;
+  if (text)
+    std::cout << "stream " << o.sub << " --device cuda: T=" << g.T << " H=" << Q.H << " d=" << Q.D << " b_q=" << g.bq
+              << " b_k=" << g.bk << " k=" << k << " n_q=" << g.n_q() << " n_k=" << g.n_k() << " n_it=" << g.n_it()
+              << " kernel=" << o.kernel
+              << (o.kernel != "fast" ? "" : o.sub == "apply" ? " (Q, K, V rounded to bf16)" : " (Q, K rounded to bf16)")
+              << "\n";
   bool all_same = true;
   for (std::size_t h = 0; h < Q.H; ++h) {
     const std::vector<std::int64_t> I(est.indices.begin() + std::ptrdiff_t(h * per_head),
                                       est.indices.begin() + std::ptrdiff_t((h + 1) * per_head));
-    const std::string violation = rs::validate_indices(I, k, mask);
-    std::cout << "head " << h << ": indices checksum 0x" << std::hex << std::setw(16) << std::setfill('0')
-              << rs::indices_checksum(I) << std::dec << std::setfill(' ')
-              << ", validity invariant " << (violation.empty() ? "holds" : "BROKEN: " + violation);
+    HeadCheck c;
+    c.checksum = rs::indices_checksum(I);
+    c.violation = rs::validate_indices(I, k, mask);
     if (o.compare) {
       const auto ref = rs::stream_estimate(Q.head(h), K.head(h), mask, rs::EstimateParams{k, std::size_t(o.threads)});
-      const bool same = ref.indices == I;
-      all_same = all_same && same;
-      std::cout << ", CPU reference " << (same ? "identical" : "DIFFERS");
+      c.identical = ref.indices == I;
+      all_same = all_same && *c.identical;
     }
-    std::cout << "\n";
-    all_same = all_same && violation.empty();
+    all_same = all_same && c.violation.empty();
+    if (text) {
+      std::cout << "head " << h << ": indices checksum " << hex16(c.checksum) << ", validity invariant "
+                << (c.violation.empty() ? "holds" : "BROKEN: " + c.violation);
+      if (c.identical) std::cout << ", CPU reference " << (*c.identical ? "identical" : "DIFFERS");
+      std::cout << "\n";
+    }
+    r.heads.push_back(std::move(c));
   }
-  if (o.sub == "trace") std::cout << "edges: " << edges.size() << " records\n";
+  if (o.sub == "trace" && text) std::cout << "edges: " << edges.size() << " records\n";
   if (!o.save.empty()) {
     const fs::path dir(o.save);
     prepare_save_dir(o.save);
     std::vector<std::size_t> ishape{g.n_q(), k};
     if (Q.H > 1) ishape.insert(ishape.begin(), Q.H);
-    if (o.sub == "estimate") ref::write_npy(dir / "indices.npy", ishape, est.indices.data());
+    fs::path file;
+    if (o.sub == "estimate") ref::write_npy(file = dir / "indices.npy", ishape, est.indices.data());
     std::vector<std::size_t> oshape{g.T, V.D};
     if (V.H > 1) oshape.insert(oshape.begin() + 1, V.H);
-    if (o.sub == "apply") ref::write_npy(dir / "o.npy", oshape, O.data());
-    if (o.sub == "trace") write_edges(dir / (o.format == "csv" ? "edges.csv" : "edges.npy"), edges, Q.H, o.format);
-    std::cout << "saved to " << dir.string() << "\n";
+    if (o.sub == "apply") ref::write_npy(file = dir / "o.npy", oshape, O.data());
+    if (o.sub == "trace") write_edges(file = dir / (o.format == "csv" ? "edges.csv" : "edges.npy"), edges, Q.H, o.format);
+    r.saved.push_back(file.string());
+    if (text) std::cout << "saved to " << dir.string() << "\n";
+  }
+  if (!text) {
+    r.device_name = cuda::device_description();
+    r.T = g.T;
+    r.H = Q.H;
+    r.D = Q.D;
+    r.geometry = g;
+    r.k = k;
+    r.indices = &est.indices;
+    if (o.sub == "trace") r.edges = edges.size();
+    r.passed = all_same;
+    print_cuda_report(std::cout, o, r);
   }
   return all_same ? kOk : kFailed;
 }
@@ -544,6 +659,7 @@ int cmd_stream_cuda(const Args& args) {
         ("kernel", po::value<std::string>(&o.kernel)->default_value("clear"),
          "fast | clear: the fast bf16 tensor-core estimate and apply (b_q = b_k = 64, d = 64 or 128), or the clear "
          "fp32 kernels (the default)");
+    add_output_options(desc);
     po::positional_options_description pos;
     pos.add("sub", 1);
     const auto vm = parse(args, desc, &pos);
@@ -552,6 +668,7 @@ int cmd_stream_cuda(const Args& args) {
       return kOk;
     }
     static_cast<StreamFlags&>(o) = stream_flags(vm);
+    o.output = output_format(vm);
     require_range("heads", o.heads, 1, 1024);
     require_range("chunk", o.chunk, 1, 1LL << 24);
     kernel_family(o.kernel, KernelFamily::clear);  // checks the value (default clear)

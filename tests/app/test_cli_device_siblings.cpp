@@ -1,10 +1,12 @@
 // Sibling commands on two devices: `attention`, `mta` and `stream` with --device cpu (the CPU
 // reference) and --device cuda (the CUDA kernels) check their flags and input files by the same
-// rules and in the same words, before any CUDA call. Each case gives both devices the same bad input and requires the same
-// exit code and the same error text, so these run in a build with or without CUDA and on a
-// machine without a GPU.
+// rules and in the same words, before any CUDA call. Each case gives both devices the same bad
+// input and requires the same exit code and the same error text, so these run in a build with or
+// without CUDA and on a machine without a GPU. Both take --json and --csv; where a GPU runs, the
+// GPU's report carries the CPU report's keys.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <limits>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "flashlab/reference/npy.hpp"
+#include "flashlab/reference/stream_json.hpp"
 #include "flashlab/reference/tensor.hpp"
 #include "run_cli.hpp"
 
@@ -251,3 +254,117 @@ TEST_CASE("attention --device cuda: the kernels' limits, the build, and --device
   for (const char* word : {"--kernel", "--dtype", "--inputs", "--save", "--window", "2x the rounding floor"})
     CHECK_THAT(help.out, Catch::Contains(word));
 }
+
+namespace {
+
+// Command lines valid on both devices (small, so that a GPU run is quick).
+const char* const kSiblingCommands[] = {
+    "attention fwd --seq 33 --dim 64",
+    "attention bwd --seq 33 --dim 64 --causal",
+    "mta fwd --seq 20 --heads 2 --dim 16",
+    "mta bwd --seq 20 --heads 2 --dim 16",
+    "mta infer --seq 20 --heads 2 --dim 16",
+    "stream estimate --seq 64 --dim 8 --block-m 8 --block-n 8 --k 2",
+    "stream apply --seq 64 --dim 8 --block-m 8 --block-n 8 --k 2",
+    "stream trace --seq 64 --dim 8 --block-m 8 --block-n 8 --k 2",
+};
+
+// Command lines of the GPU kernels alone (--kernel fast), valid in every build.
+const char* const kFastCommands[] = {
+    "attention fwd --device cuda --kernel fast --causal --seq 65 --dim 64",
+    "attention bwd --device cuda --kernel fast --dtype fp16 --seq 65 --dim 128",
+    "mta fwd --device cuda --kernel fast --seq 40 --heads 2 --dim 64",
+    "mta bwd --device cuda --kernel fast --dtype fp16 --seq 40 --heads 2 --dim 64",
+    "stream estimate --device cuda --kernel fast --seq 256 --dim 64 --block-m 64 --block-n 64 --k 2 --heads 2",
+    "stream apply --device cuda --kernel fast --seq 256 --dim 64 --block-m 64 --block-n 64 --k 2",
+};
+
+}  // namespace
+
+TEST_CASE("attention, mta and stream on cpu and cuda: --json and --csv together are refused alike, before any run",
+          "[cli][device][output]") {
+  for (const char* args : kSiblingCommands)
+    same_error_on_both_devices(std::string(args) + " --json --csv", "--json and --csv exclude each other");
+  for (const char* args : kFastCommands)
+    expect_usage_error(std::string(args) + " --json --csv", "--json and --csv exclude each other");
+  // Before the inputs are looked at: a directory that does not exist is not reached.
+  expect_usage_error("mta fwd --device cuda --inputs /nonexistent-dir --json --csv", "--json and --csv exclude each other");
+  expect_usage_error("attention fwd --device cuda --inputs /nonexistent-dir --json --csv",
+                     "--json and --csv exclude each other");
+  // The --device cuda help lists both, as the CPU commands' help does.
+  for (const char* args : {"attention bwd --device cuda --help", "mta infer --device cuda --help",
+                           "stream trace --device cuda --help"}) {
+    INFO(args);
+    const auto r = run_cli(args);
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.out, Catch::Contains("--json") && Catch::Contains("--csv") && Catch::Contains("[--json|--csv]"));
+  }
+}
+
+#ifndef FLASHLAB_TEST_HAVE_CUDA
+TEST_CASE("attention, mta and stream --device cuda: a build without CUDA refuses them whatever the output",
+          "[cli][device][output]") {
+  for (const char* output : {"", " --json", " --csv"}) {
+    for (const char* args : kSiblingCommands)
+      expect_usage_error(std::string(args) + " --device cuda" + output, "this flashlab was built without CUDA");
+    for (const char* args : kFastCommands)
+      expect_usage_error(std::string(args) + output, "this flashlab was built without CUDA");
+  }
+}
+#else
+namespace {
+
+// The keys of a --json report: every member name, nested ones dotted (config.seq).
+void collect_keys(const ref::json::Value& v, const std::string& prefix, std::vector<std::string>& out) {
+  if (v.kind() != ref::json::Value::Kind::object) return;
+  for (const auto& k : v.keys()) {
+    const std::string name = prefix.empty() ? k : prefix + "." + k;
+    out.push_back(name);
+    collect_keys(v.at(k), name, out);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("attention, mta and stream --device cuda: --json carries the CPU command's keys, --csv a header and rows",
+          "[cli][device][output]") {
+  // The CPU report's keys that are the same quantity on the GPU (cmd_*_cuda.cpp).
+  const std::vector<std::pair<std::string, std::vector<std::string>>> shared = {
+      {"attention", {"command", "variant", "precision", "config.seq", "config.heads", "config.head_dim", "config.causal",
+                     "config.scale", "config.dtype", "error_metric", "errors", "tolerance", "nan", "within_tolerance", "ok"}},
+      {"mta", {"command", "shape.seq", "shape.dim", "cq", "ck", "block", "splits", "scale", "tiling", "errors",
+               "tolerances", "dtype", "passed"}},
+      {"stream", {"command", "T", "d", "block_m", "block_n", "k", "n_q", "n_k", "n_it", "mask", "indices_checksum",
+                  "empty_entries", "validity_invariant", "saved"}},
+  };
+  for (const char* args : kSiblingCommands) {
+    INFO(args);
+    const auto gpu = run_cli(std::string(args) + " --device cuda --json");
+    if (gpu.exit_code != 0) {  // no usable GPU here
+      CHECK(gpu.exit_code == 1);
+      CHECK(gpu.out.empty());
+      continue;
+    }
+    const auto cpu = run_cli(std::string(args) + " --device cpu --json");
+    REQUIRE(cpu.exit_code == 0);
+    std::vector<std::string> gpu_keys, cpu_keys;
+    collect_keys(ref::json::parse(gpu.out, "gpu report"), "", gpu_keys);
+    collect_keys(ref::json::parse(cpu.out, "cpu report"), "", cpu_keys);
+    const std::string family = std::string(args).substr(0, std::string(args).find(' '));
+    for (const auto& [name, keys] : shared) {
+      if (name != family) continue;
+      for (const auto& key : keys) {
+        INFO(key);
+        CHECK(std::find(cpu_keys.begin(), cpu_keys.end(), key) != cpu_keys.end());
+        CHECK(std::find(gpu_keys.begin(), gpu_keys.end(), key) != gpu_keys.end());
+      }
+    }
+    for (const char* key : {"device", "device_name", "kernel"})
+      CHECK(std::find(gpu_keys.begin(), gpu_keys.end(), key) != gpu_keys.end());
+    const auto csv = run_cli(std::string(args) + " --device cuda --csv");
+    REQUIRE(csv.exit_code == 0);
+    CHECK_THAT(csv.out, Catch::StartsWith("command,"));
+    CHECK(std::count(csv.out.begin(), csv.out.end(), '\n') >= 2);
+  }
+}
+#endif
