@@ -108,6 +108,18 @@ TEST_CASE("lesson data: malformed lesson.txt names the file and line", "[lessons
   CHECK_THROWS_WITH(parse_lesson("zz", files), Catch::Contains("whole bounds from 1"));
   files["lesson.txt"] = "title: t\n[question q]\nkind: formula\nexpected: n\nvars: d=5\n";
   CHECK_THROWS_WITH(parse_lesson("zz", files), Catch::Contains("is not NAME=LO..HI"));
+  // The model's answers: a shape first; options name tensors of the model and a K/V loading.
+  files["lesson.txt"] = "title: t\n[question q]\nkind: number\nexpected.model: fa2_fwd\n";
+  CHECK_THROWS_WITH(parse_lesson("zz", files), Catch::Contains("needs a shape"));
+  const std::string shape = "title: t\nshape: B=1 N=64 H=4 H_kv=2 d=16 Br=16 Bc=16 bf16\n[question q]\nkind: number\n";
+  files["lesson.txt"] = shape + "expected.model: fa2_fwd tensors=K,V loads=per_group\n";
+  CHECK(parse_lesson("zz", files).questions.at(0).expected == std::to_string(4 * 2 * 2 * 64 * 16 * 2));
+  files["lesson.txt"] = shape + "expected.model: fa2_fwd tensors=S\n";
+  CHECK_THROWS_WITH(parse_lesson("zz", files), Catch::Contains("moves no tensor 'S'"));
+  files["lesson.txt"] = shape + "expected.model: fa2_fwd loads=twice\n";
+  CHECK_THROWS_WITH(parse_lesson("zz", files), Catch::Contains("'loads=twice' is not"));
+  files["lesson.txt"] = "title: t\nshape: B=1 N=64 H=4 H_kv=3 d=16\n";
+  CHECK_THROWS(parse_lesson("zz", files));  // H_kv must divide H
   files.erase("statement.md");
   files["lesson.txt"] = "title: t\n";
   CHECK_THROWS_WITH(parse_lesson("zz", files), Catch::Contains("statement.md is missing"));
@@ -165,7 +177,7 @@ TEST_CASE("traffic chapter: the families' CSV round-trips and malformed CSV name
   CHECK_THROWS_WITH(parse_family_csv(head + "2026-01-01,dev,cmd,mta,fwd,s,1,2,3\n"),
                     Catch::Contains("measured_families.csv:2") && Catch::Contains("9 fields"));
   CHECK_THROWS_WITH(parse_family_csv(head + "2026-01-01,dev,cmd,flash,fwd,s,1,2,3,4,5,6,7,8\n"),
-                    Catch::Contains("neither mta nor stream"));
+                    Catch::Contains("is not attention, mta or stream"));
   CHECK_THROWS_WITH(parse_family_csv(head + "2026-01-01,dev,cmd,mta,fwd,s,1,2,3,4,5,-6,7,8\n"),
                     Catch::Contains("not a byte count"));
   CHECK_THROWS_WITH(parse_family_csv(head + "2026-01-01,dev,cmd,mta,fwd,s,1,2,3,4,5,6,7,8\n"
