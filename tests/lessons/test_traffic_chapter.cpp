@@ -165,6 +165,39 @@ TEST_CASE("traffic chapter: the MTA and STREAM rows are at the chapter's shapes 
   }
 }
 
+TEST_CASE("traffic chapter: the grouped K/V and decode rows are at their lessons' shapes and answer them",
+          "[traffic]") {
+  namespace ref = flashlab::ref;
+  const FamilyMeasurement& m = recorded_family_measurement();
+  const auto row = [&](const char* pass) -> const FamilyBytes& {
+    const auto it = std::find_if(m.rows.begin(), m.rows.end(),
+                                 [&](const FamilyBytes& r) { return r.family == "attention" && r.pass == pass; });
+    REQUIRE(it != m.rows.end());
+    return *it;
+  };
+  const FamilyBytes &fwd = row("fwd"), &decode = row("decode");
+  // The recorded shapes are the lessons' (with the tiles the kernels ran), and the counts the model's there.
+  const ref::AttentionProblem pf = parse_attention_shape(fwd.shape), pd = parse_attention_shape(decode.shape);
+  for (const auto& [p, lesson] : {std::pair{pf, gqa_chapter_problem()}, std::pair{pd, decode_chapter_problem()}}) {
+    CHECK((p.batch == lesson.batch && p.n_q() == lesson.n_q() && p.n_k() == lesson.n_k() && p.heads == lesson.heads &&
+           p.h_kv() == lesson.h_kv() && p.head_dim == lesson.head_dim && p.dtype == lesson.dtype && !p.causal));
+  }
+  const auto counted = attention_counted_rows(pf, pd);
+  CHECK(fwd.counted_total() == counted[0].counted_total());
+  CHECK(decode.counted_total() == counted[1].counted_total());
+  // The forward loads K/V per query head: its L2 requests are that count within 5%; its DRAM reads
+  // are Q, K and V once, the traffic-gqa lesson's answer (c), far below even the per-group count.
+  CHECK(std::fabs(fwd.l2_total() / fwd.counted_total() - 1.0) < 0.05);
+  const double q_bytes = double(pf.n_q() * pf.heads * pf.head_dim * 2), kv_once = double(2 * pf.n_k() * pf.h_kv() * pf.head_dim * 2);
+  CHECK(fwd.dram_read <= 1.05 * (q_bytes + kv_once));
+  CHECK(fwd.dram_read >= q_bytes + kv_once);
+  // The decode step reads each K/V row once from DRAM, in the time of those bytes at close to the
+  // HBM's bandwidth (above 2 TB/s on an H100).
+  CHECK(std::fabs(decode.dram_total() / decode.counted_total() - 1.0) < 0.05);
+  CHECK(std::fabs(decode.l2_total() / decode.counted_total() - 1.0) < 0.05);
+  CHECK(decode.dram_total() / (decode.duration_ms * 1e-3) > 2e12);
+}
+
 TEST_CASE("traffic chapter: the families' CSV round-trips and malformed CSV names its line", "[traffic][errors]") {
   const FamilyMeasurement& m = recorded_family_measurement();
   const FamilyMeasurement again = parse_family_csv(family_csv(m));
