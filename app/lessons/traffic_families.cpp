@@ -52,9 +52,8 @@ std::vector<fl::FamilyBytes> measure_attention_rows() {
   // The counted rows at the tiles the fast forward runs on this device (Tr = N/Br sets how often
   // each query head streams K and V).
   ref::AttentionProblem fwd = fl::gqa_chapter_problem(), decode = fl::decode_chapter_problem();
-  const fc::FastForwardKernel kernel = fc::fastest_forward_kernel();
   for (ref::AttentionProblem* p : {&fwd, &decode}) {
-    const fc::FastTiles tiles = fc::fast_forward_tiles(*p, kernel);
+    const fc::FastTiles tiles = fc::fast_forward_tiles(*p, fc::fastest_forward_kernel(*p));
     p->Br = std::size_t(tiles.Br);
     p->Bc = std::size_t(tiles.Bc);
   }

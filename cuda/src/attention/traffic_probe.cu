@@ -139,7 +139,7 @@ ProbeResult measure_fast_forward(const ref::AttentionProblem& problem, unsigned 
              V = random_16bit(kv_numel, seed * 4 + 2, bf16);
   DeviceBuffer<std::uint16_t> O(q_numel);
   DeviceBuffer<float> LSE(problem.batch * problem.heads * problem.n_q());
-  const FastForwardKernel kernel = fastest_forward_kernel();
+  const FastForwardKernel kernel = fastest_forward_kernel(problem);
   // Idempotent: O and LSE are overwritten in full by every run.
   return detail::probe_kernels(
       [&] { fast_attention_forward_device(problem, kernel, Q.get(), K.get(), V.get(), O.get(), LSE.get(), nullptr); },

@@ -37,8 +37,8 @@ ProbeResult measure_attention(ref::Algorithm algorithm, const ProbeConfig& cfg);
 int fa1_query_split_for(const ProbeConfig& cfg);
 
 /// Runs and measures the fast forward the front door chooses for `problem` on this device
-/// (fast_attention_forward_device() with fastest_forward_kernel(): grouped K/V, N_k ≠ N and short
-/// query counts as it takes them), on seeded random 16-bit inputs of `problem.dtype` made on the
+/// (fast_attention_forward_device() with fastest_forward_kernel(problem): grouped K/V, N_k ≠ N,
+/// and the split-key kernel for short query counts), on seeded random 16-bit inputs of `problem.dtype` made on the
 /// device, one launch sequence after an L2 flush of `flush_bytes`. Returns every kernel it
 /// launched (a split-key decode has two). Throws std::invalid_argument for a problem the fast
 /// forward refuses (check_fast_problem()), CudaError on a CUDA or CUPTI failure.
