@@ -1,7 +1,9 @@
-// `flashlab traffic levels --device cuda`: the MTA and STREAM rows, measured now. Each family's
-// probe (the one CUPTI recipe of cuda/src/core) measures its clear kernels, one launch each after
-// an L2 flush; the reference counts the same passes — MTA in closed form, STREAM by running its
-// loops on the same seeded inputs, because the key blocks the apply reads depend on them.
+// `flashlab traffic levels --device cuda`: the grouped K/V, decode, MTA and STREAM rows, measured
+// now. Each family's probe (the one CUPTI recipe of cuda/src/core) measures its kernels, one launch
+// each after an L2 flush — attention its fast forward as the front door chooses it, MTA and STREAM
+// their clear kernels; the reference counts the same passes — attention with the FA2 model at the
+// tiles that ran, MTA in closed form, STREAM by running its loops on the same seeded inputs,
+// because the key blocks the apply reads depend on them.
 #include "lessons/traffic_families.hpp"
 
 #include "core/cli.hpp"
@@ -12,7 +14,9 @@
 
 #include "flashlab/cuda/mta.hpp"
 #include "flashlab/cuda/options.hpp"
+#include "flashlab/cuda/fast_attention.hpp"
 #include "flashlab/cuda/stream.hpp"
+#include "flashlab/cuda/traffic_probe.hpp"
 #include "flashlab/reference/stream.hpp"
 #include "flashlab/reference/tensor.hpp"
 #endif
@@ -42,6 +46,24 @@ void require_counters(const fc::ProbeResult& res) {
   for (const auto& u : res.unavailable) names += " " + u;
   throw UsageError("CUPTI metrics not available on this device:" + names,
                    "the recorded measurement is shown without --device cuda");
+}
+
+std::vector<fl::FamilyBytes> measure_attention_rows() {
+  // The counted rows at the tiles the fast forward runs on this device (Tr = N/Br sets how often
+  // each query head streams K and V).
+  ref::AttentionProblem fwd = fl::gqa_chapter_problem(), decode = fl::decode_chapter_problem();
+  for (ref::AttentionProblem* p : {&fwd, &decode}) {
+    const fc::FastTiles tiles = fc::fast_forward_tiles(*p, fc::fastest_forward_kernel(*p));
+    p->Br = std::size_t(tiles.Br);
+    p->Bc = std::size_t(tiles.Bc);
+  }
+  std::vector<fl::FamilyBytes> rows = fl::attention_counted_rows(fwd, decode);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const fc::ProbeResult res = fc::measure_fast_forward(i == 0 ? fwd : decode);
+    require_counters(res);
+    for (const auto& k : res.kernels) add_counters(rows[i], k.counters);
+  }
+  return rows;
 }
 
 std::vector<fl::FamilyBytes> measure_mta(const fl::MtaChapterShape& s) {
@@ -112,7 +134,8 @@ fl::FamilyMeasurement measure_families_live(const std::string& command, const st
   m.date = date;
   m.device = fc::device_description();
   m.command = command;
-  m.rows = measure_mta(fl::MtaChapterShape{});
+  m.rows = measure_attention_rows();
+  for (auto& r : measure_mta(fl::MtaChapterShape{})) m.rows.push_back(std::move(r));
   for (auto& r : measure_stream(fl::StreamChapterShape{})) m.rows.push_back(std::move(r));
   return m;
 #else

@@ -181,6 +181,32 @@ ref::Algorithm model_variant(const std::string& name) {
   throw std::invalid_argument("unknown traffic model '" + name + "'");
 }
 
+// "DESIGN [tensors=A,B] [loads=per_group|per_query_head]": the bytes the reference's model of
+// DESIGN moves at `shape` (read + written), of the named tensors only when given, with K_j, V_j
+// loaded once per query head (the default, as FA2 written for multi-head attention) or once per
+// group of query heads that share them.
+std::uint64_t model_bytes(const std::string& spec, const ref::AttentionProblem& shape) {
+  const auto w = words(spec);
+  if (w.empty()) throw std::invalid_argument("expected.model is empty");
+  std::vector<std::string> tensors;
+  ref::KvLoads loads = ref::KvLoads::per_query_head;
+  for (std::size_t i = 1; i < w.size(); ++i) {
+    if (w[i].rfind("tensors=", 0) == 0) tensors = split(w[i].substr(8), ',');
+    else if (w[i] == "loads=per_group") loads = ref::KvLoads::per_group;
+    else if (w[i] == "loads=per_query_head") loads = ref::KvLoads::per_query_head;
+    else throw std::invalid_argument("expected.model: '" + w[i] + "' is not tensors=A,B or loads=per_group|per_query_head");
+  }
+  const auto t = ref::attention_traffic_formula(model_variant(w[0]), shape, loads);
+  if (tensors.empty()) return t.total_read_bytes() + t.total_write_bytes();
+  std::uint64_t bytes = 0;
+  for (const auto& name : tensors) {
+    const auto* c = t.find(name);
+    if (!c) throw std::invalid_argument("expected.model: the model of " + w[0] + " moves no tensor '" + name + "'");
+    bytes += (c->read_elements + c->write_elements) * c->element_bytes;
+  }
+  return bytes;
+}
+
 void set_question_field(Question& q, const std::string& key, const std::string& value,
                         const std::optional<ref::AttentionProblem>& shape) {
   if (key == "kind") {
@@ -196,8 +222,7 @@ void set_question_field(Question& q, const std::string& key, const std::string& 
   } else if (key == "expected.model") {
     // The traffic chapter's answers come from the reference's model at the lesson's shape.
     if (!shape) throw std::invalid_argument("expected.model needs a shape: line before the questions");
-    const auto t = ref::attention_traffic_formula(model_variant(value), *shape);
-    q.expected = std::to_string(t.total_read_bytes() + t.total_write_bytes());
+    q.expected = std::to_string(model_bytes(value, *shape));
     q.bytes = true;
   } else if (key == "vars") {
     for (const auto& tok : words(value)) {

@@ -9,6 +9,7 @@
 
 #include "flashlab/lessons/formula.hpp"
 #include "flashlab/lessons/lesson.hpp"
+#include "flashlab/reference/attention_traffic.hpp"
 #include "flashlab/reference/mta_traffic.hpp"
 
 namespace flashlab::lessons {
@@ -141,10 +142,12 @@ ref::AttentionProblem parse_attention_shape(const std::string& text) {
     if (k == "B") c.batch = v;
     else if (k == "N") c.seq = v;
     else if (k == "H") c.heads = v;
+    else if (k == "H_kv") c.heads_kv = v;
+    else if (k == "N_k") c.seq_k = v;
     else if (k == "d") c.head_dim = v;
     else if (k == "Br") c.Br = v;
     else if (k == "Bc") c.Bc = v;
-    else throw std::invalid_argument("shape: unknown size '" + k + "' (B, N, H, d, Br, Bc)");
+    else throw std::invalid_argument("shape: unknown size '" + k + "' (B, N, N_k, H, H_kv, d, Br, Bc)");
   }
   c.validate();
   return c;
@@ -291,7 +294,8 @@ FamilyMeasurement parse_family_csv(const std::string& text) {
     } else if (f[0] != m.date || f[1] != m.device || f[2] != m.command) {
       throw std::invalid_argument("every row must share date, device and command");
     }
-    if (f[3] != "mta" && f[3] != "stream") throw std::invalid_argument("family '" + f[3] + "' is neither mta nor stream");
+    if (f[3] != "attention" && f[3] != "mta" && f[3] != "stream")
+      throw std::invalid_argument("family '" + f[3] + "' is not attention, mta or stream");
     FamilyBytes r;
     r.family = f[3];
     r.pass = f[4];
@@ -342,6 +346,35 @@ std::string StreamChapterShape::str() const {
          std::to_string(seed) + " fp32";
 }
 
+namespace {
+
+ref::AttentionProblem lesson_shape(const char* id) {
+  const Lesson* l = find_lesson(id);
+  if (!l || l->shape.empty()) throw std::logic_error(std::string("lesson data missing: the shape of ") + id);
+  return parse_attention_shape(l->shape);
+}
+
+FamilyBytes counted_row(const char* pass, const ref::AttentionProblem& p, ref::KvLoads loads) {
+  const ref::Traffic t = ref::attention_traffic_formula(ref::Algorithm::fa2_fwd, p, loads);
+  FamilyBytes r;
+  r.family = "attention";
+  r.pass = pass;
+  r.shape = p.str();
+  r.counted_read = double(t.total_read_bytes());
+  r.counted_write = double(t.total_write_bytes());
+  return r;
+}
+
+}  // namespace
+
+ref::AttentionProblem gqa_chapter_problem() { return lesson_shape("traffic-gqa"); }
+
+ref::AttentionProblem decode_chapter_problem() { return lesson_shape("traffic-decode"); }
+
+std::vector<FamilyBytes> attention_counted_rows(const ref::AttentionProblem& fwd, const ref::AttentionProblem& decode) {
+  return {counted_row("fwd", fwd, ref::KvLoads::per_query_head), counted_row("decode", decode, ref::KvLoads::per_group)};
+}
+
 std::vector<FamilyBytes> mta_counted_rows(const MtaChapterShape& s) {
   ref::mta::Params p;
   p.cq = s.cq;
@@ -367,30 +400,41 @@ std::vector<FamilyBytes> mta_counted_rows(const MtaChapterShape& s) {
 
 std::string traffic_families_table(const FamilyMeasurement& m, bool explain) {
   std::ostringstream os;
-  os << "Multi-Token Attention and STREAM, clear kernels (fp32), bytes read + written:\n"
-     << "  counted  = the reference's count (MTA: its closed form, equal to its tile loops; STREAM: its loops\n"
-     << "             on the measured run's inputs, which fix the key blocks the apply reads)\n"
+  os << "Grouped K/V and decoding (the fast bf16 kernels), Multi-Token Attention and STREAM (clear fp32\n"
+     << "kernels), bytes read + written:\n"
+     << "  counted  = the reference's count (attention: the FA2 model, K/V per query head for the forward\n"
+     << "             and per group for the decode step; MTA: its closed form, equal to its tile loops;\n"
+     << "             STREAM: its loops on the measured run's inputs, which fix the key blocks the apply reads)\n"
      << "  L2       = bytes the SMs requested from L2;  DRAM = bytes L2 moved to and from HBM\n"
+     << "  time     = the kernels' time under the profiler, L2 flushed first; DRAM/time its bandwidth\n"
      << "  measured: " << (m.date.empty() ? "now" : m.date) << ", " << m.device << ", `" << m.command << "`\n";
   std::string shape;
   for (const auto& r : m.rows) {
     if (r.shape != shape) {
       shape = r.shape;
       os << "\n" << r.family << " at " << r.shape << "\n"
-         << pad("pass", 16) << pad("counted", 12) << pad("L2", 12) << pad("L2/counted", 12) << pad("DRAM", 12)
-         << pad("DRAM/L2", 10) << "\n";
+         << pad("pass", 18) << pad("counted", 12) << pad("L2", 12) << pad("L2/counted", 12) << pad("DRAM", 12)
+         << pad("DRAM/L2", 10) << pad("time", 12) << pad("DRAM/time", 12) << "\n";
     }
-    char ratio_l2[16] = "—", ratio_dram[16] = "—";
+    char ratio_l2[16] = "—", ratio_dram[16] = "—", time[24] = "—", rate[24] = "—";
     if (r.counted_total() > 0) std::snprintf(ratio_l2, sizeof ratio_l2, "%.3f", r.l2_total() / r.counted_total());
     if (r.l2_total() > 0) std::snprintf(ratio_dram, sizeof ratio_dram, "%.3f", r.dram_total() / r.l2_total());
-    os << pad(r.family + " " + r.pass, 16) << pad(human(r.counted_total()), 12) << pad(human(r.l2_total()), 12)
-       << pad(ratio_l2, 12) << pad(human(r.dram_total()), 12) << pad(ratio_dram, 10) << "\n";
+    if (r.duration_ms > 0) {
+      std::snprintf(time, sizeof time, "%.3f ms", r.duration_ms);
+      std::snprintf(rate, sizeof rate, "%.0f GB/s", r.dram_total() / (r.duration_ms * 1e-3) / 1e9);
+    }
+    os << pad(r.family + " " + r.pass, 18) << pad(human(r.counted_total()), 12) << pad(human(r.l2_total()), 12)
+       << pad(ratio_l2, 12) << pad(human(r.dram_total()), 12) << pad(ratio_dram, 10) << pad(time, 12)
+       << pad(rate, 12) << "\n";
   }
   if (explain)
-    os << "\nwhy DRAM < L2 here too: MTA's overlapping tiles re-read their halo rows and every query tile\n"
-          "re-reads K and V; STREAM's apply reads the k kept blocks of every query block, and neighbouring\n"
-          "query blocks keep many of the same. The re-reads are served from L2. The split-K inference\n"
-          "reads each K and V row once, so its DRAM bytes are nearly its L2 bytes.\n";
+    os << "\nwhy DRAM < L2 here too: the grouped forward's query heads of one group ask for the same K/V\n"
+          "tiles, and every query tile of a head streams all of them; MTA's overlapping tiles re-read their\n"
+          "halo rows and every query tile re-reads K and V; STREAM's apply reads the k kept blocks of every\n"
+          "query block, and neighbouring query blocks keep many of the same.\n"
+          "The re-reads are served from L2. The decode step and MTA's split-K inference read each K and V\n"
+          "row once, so their DRAM bytes are nearly their L2 bytes; the decode step's time is those bytes\n"
+          "at close to the HBM's bandwidth (DRAM/time), which is why decoding is bound by memory.\n";
   return os.str();
 }
 

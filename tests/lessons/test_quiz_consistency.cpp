@@ -424,3 +424,41 @@ TEST_CASE("quiz consistency: the other answers follow from their own definitions
   CHECK(evaluate_formula(question("merge", "d").expected, at) == Approx(both[1]));
   CHECK(evaluate_formula(question("merge", "num").expected, at) == Approx(both[2]));
 }
+
+TEST_CASE("quiz consistency: the grouped K/V and decode lessons follow the reference's model", "[lessons][quiz][traffic]") {
+  namespace ref = flashlab::ref;
+  const auto kv_bytes = [](const ref::AttentionProblem& p, ref::KvLoads loads) {
+    const auto t = ref::attention_traffic_formula(ref::Algorithm::fa2_fwd, p, loads);
+    return double(t.read_bytes("K") + t.read_bytes("V"));
+  };
+  // traffic-gqa: the per-group count drops the head count by H/Hkv, and the formula answer is
+  // the model's K/V bytes at any shape with N a multiple of Br.
+  const std::string formula = question("traffic-gqa", "formula").expected;
+  for (const auto& [n, h, hkv, d, br] : {std::tuple{8192, 32, 8, 128, 128}, std::tuple{1024, 8, 1, 64, 64},
+                                         std::tuple{512, 12, 4, 32, 16}}) {
+    ref::AttentionProblem p;
+    p.seq = std::size_t(n);
+    p.heads = std::size_t(h);
+    p.heads_kv = std::size_t(hkv);
+    p.head_dim = std::size_t(d);
+    p.Br = p.Bc = std::size_t(br);
+    p.dtype = ref::Dtype::bf16;
+    INFO("N=" << n << " H=" << h << " Hkv=" << hkv);
+    CHECK(kv_bytes(p, ref::KvLoads::per_query_head) == kv_bytes(p, ref::KvLoads::per_group) * h / hkv);
+    CHECK(evaluate_formula(formula, {{"B", 1}, {"N", n}, {"Hkv", hkv}, {"d", d}, {"Br", br}}) ==
+          kv_bytes(p, ref::KvLoads::per_group));
+  }
+  CHECK(evaluate_formula(question("traffic-gqa", "head").expected, {}) ==
+        64.0 * 32 * 2 * 8192 * 128 * 2);  // Tr · H · (K and V) · N · d · 2 bytes
+  // traffic-decode: the time is the model's bytes at 3 TB/s; the rows answer is the smallest
+  // whole Nq whose intensity reaches 300 FLOPs per byte.
+  const double bytes = evaluate_formula(question("traffic-decode", "bytes").expected, {});
+  CHECK(bytes == 2.0 * 131072 * 8 * 128 * 2 + 2 * 32 * 128 * 2 + 32 * 4);  // K, V; Q, O; LSE
+  CHECK(evaluate_formula(question("traffic-decode", "time").expected, {}) == Approx(bytes / 3e12 * 1e6).epsilon(1e-12));
+  const std::string intensity = question("traffic-decode", "intensity").expected;
+  const int rows = number(question("traffic-decode", "rows"));
+  CHECK(evaluate_formula(intensity, {{"Nq", rows}, {"H", 32}, {"Hkv", 8}}) >= 300);
+  CHECK(evaluate_formula(intensity, {{"Nq", rows - 1}, {"H", 32}, {"Hkv", 8}}) < 300);
+  CHECK(evaluate_formula(question("traffic-decode", "flops").expected, {}) / (bytes - 2 * 32 * 128 * 2 - 32 * 4) ==
+        evaluate_formula(intensity, {{"Nq", 1}, {"H", 32}, {"Hkv", 8}}));
+}

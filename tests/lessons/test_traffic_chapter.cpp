@@ -108,6 +108,18 @@ TEST_CASE("lesson data: malformed lesson.txt names the file and line", "[lessons
   CHECK_THROWS_WITH(parse_lesson("zz", files), Catch::Contains("whole bounds from 1"));
   files["lesson.txt"] = "title: t\n[question q]\nkind: formula\nexpected: n\nvars: d=5\n";
   CHECK_THROWS_WITH(parse_lesson("zz", files), Catch::Contains("is not NAME=LO..HI"));
+  // The model's answers: a shape first; options name tensors of the model and a K/V loading.
+  files["lesson.txt"] = "title: t\n[question q]\nkind: number\nexpected.model: fa2_fwd\n";
+  CHECK_THROWS_WITH(parse_lesson("zz", files), Catch::Contains("needs a shape"));
+  const std::string shape = "title: t\nshape: B=1 N=64 H=4 H_kv=2 d=16 Br=16 Bc=16 bf16\n[question q]\nkind: number\n";
+  files["lesson.txt"] = shape + "expected.model: fa2_fwd tensors=K,V loads=per_group\n";
+  CHECK(parse_lesson("zz", files).questions.at(0).expected == std::to_string(4 * 2 * 2 * 64 * 16 * 2));
+  files["lesson.txt"] = shape + "expected.model: fa2_fwd tensors=S\n";
+  CHECK_THROWS_WITH(parse_lesson("zz", files), Catch::Contains("moves no tensor 'S'"));
+  files["lesson.txt"] = shape + "expected.model: fa2_fwd loads=twice\n";
+  CHECK_THROWS_WITH(parse_lesson("zz", files), Catch::Contains("'loads=twice' is not"));
+  files["lesson.txt"] = "title: t\nshape: B=1 N=64 H=4 H_kv=3 d=16\n";
+  CHECK_THROWS(parse_lesson("zz", files));  // H_kv must divide H
   files.erase("statement.md");
   files["lesson.txt"] = "title: t\n";
   CHECK_THROWS_WITH(parse_lesson("zz", files), Catch::Contains("statement.md is missing"));
@@ -153,6 +165,39 @@ TEST_CASE("traffic chapter: the MTA and STREAM rows are at the chapter's shapes 
   }
 }
 
+TEST_CASE("traffic chapter: the grouped K/V and decode rows are at their lessons' shapes and answer them",
+          "[traffic]") {
+  namespace ref = flashlab::ref;
+  const FamilyMeasurement& m = recorded_family_measurement();
+  const auto row = [&](const char* pass) -> const FamilyBytes& {
+    const auto it = std::find_if(m.rows.begin(), m.rows.end(),
+                                 [&](const FamilyBytes& r) { return r.family == "attention" && r.pass == pass; });
+    REQUIRE(it != m.rows.end());
+    return *it;
+  };
+  const FamilyBytes &fwd = row("fwd"), &decode = row("decode");
+  // The recorded shapes are the lessons' (with the tiles the kernels ran), and the counts the model's there.
+  const ref::AttentionProblem pf = parse_attention_shape(fwd.shape), pd = parse_attention_shape(decode.shape);
+  for (const auto& [p, lesson] : {std::pair{pf, gqa_chapter_problem()}, std::pair{pd, decode_chapter_problem()}}) {
+    CHECK((p.batch == lesson.batch && p.n_q() == lesson.n_q() && p.n_k() == lesson.n_k() && p.heads == lesson.heads &&
+           p.h_kv() == lesson.h_kv() && p.head_dim == lesson.head_dim && p.dtype == lesson.dtype && !p.causal));
+  }
+  const auto counted = attention_counted_rows(pf, pd);
+  CHECK(fwd.counted_total() == counted[0].counted_total());
+  CHECK(decode.counted_total() == counted[1].counted_total());
+  // The forward loads K/V per query head: its L2 requests are that count within 5%; its DRAM reads
+  // are Q, K and V once, the traffic-gqa lesson's answer (c), far below even the per-group count.
+  CHECK(std::fabs(fwd.l2_total() / fwd.counted_total() - 1.0) < 0.05);
+  const double q_bytes = double(pf.n_q() * pf.heads * pf.head_dim * 2), kv_once = double(2 * pf.n_k() * pf.h_kv() * pf.head_dim * 2);
+  CHECK(fwd.dram_read <= 1.05 * (q_bytes + kv_once));
+  CHECK(fwd.dram_read >= q_bytes + kv_once);
+  // The decode step reads each K/V row once from DRAM, in the time of those bytes at close to the
+  // HBM's bandwidth (above 2 TB/s on an H100).
+  CHECK(std::fabs(decode.dram_total() / decode.counted_total() - 1.0) < 0.05);
+  CHECK(std::fabs(decode.l2_total() / decode.counted_total() - 1.0) < 0.05);
+  CHECK(decode.dram_total() / (decode.duration_ms * 1e-3) > 2e12);
+}
+
 TEST_CASE("traffic chapter: the families' CSV round-trips and malformed CSV names its line", "[traffic][errors]") {
   const FamilyMeasurement& m = recorded_family_measurement();
   const FamilyMeasurement again = parse_family_csv(family_csv(m));
@@ -165,7 +210,7 @@ TEST_CASE("traffic chapter: the families' CSV round-trips and malformed CSV name
   CHECK_THROWS_WITH(parse_family_csv(head + "2026-01-01,dev,cmd,mta,fwd,s,1,2,3\n"),
                     Catch::Contains("measured_families.csv:2") && Catch::Contains("9 fields"));
   CHECK_THROWS_WITH(parse_family_csv(head + "2026-01-01,dev,cmd,flash,fwd,s,1,2,3,4,5,6,7,8\n"),
-                    Catch::Contains("neither mta nor stream"));
+                    Catch::Contains("is not attention, mta or stream"));
   CHECK_THROWS_WITH(parse_family_csv(head + "2026-01-01,dev,cmd,mta,fwd,s,1,2,3,4,5,-6,7,8\n"),
                     Catch::Contains("not a byte count"));
   CHECK_THROWS_WITH(parse_family_csv(head + "2026-01-01,dev,cmd,mta,fwd,s,1,2,3,4,5,6,7,8\n"

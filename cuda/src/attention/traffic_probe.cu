@@ -5,6 +5,11 @@
 // the flush are the recipe every probe shares (probe_kernels.hpp).
 #include "flashlab/cuda/traffic_probe.hpp"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "flashlab/cuda/fast_attention.hpp"
+
 #include "core/common.hpp"
 #include "attention/launchers.hpp"
 #include "core/probe.hpp"
@@ -12,6 +17,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <cstdint>
 #include <functional>
 
 namespace flashlab::cuda {
@@ -21,6 +27,22 @@ using detail::DeviceBuffer;
 namespace {
 
 void random_fill(DeviceBuffer<float>& b, unsigned long long seed) { detail::launch_random_fill(b.get(), b.size(), seed); }
+
+__global__ void round_to_16bit(const float* in, std::uint16_t* out, std::size_t count, bool bf16) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < count; i += std::size_t(gridDim.x) * blockDim.x)
+    out[i] = bf16 ? __nv_bfloat16_raw(__float2bfloat16_rn(in[i])).x : __half_raw(__float2half_rn(in[i])).x;
+}
+
+// The fast kernels' inputs: the clear kernels' seeded values, rounded to the problem's 16-bit type.
+DeviceBuffer<std::uint16_t> random_16bit(std::size_t count, unsigned long long seed, bool bf16) {
+  DeviceBuffer<float> values(count);
+  random_fill(values, seed);
+  DeviceBuffer<std::uint16_t> out(count);
+  round_to_16bit<<<1024, 256>>>(values.get(), out.get(), count, bf16);
+  FLASHLAB_CUDA_CHECK(cudaGetLastError());
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  return out;
+}
 
 }  // namespace
 
@@ -103,6 +125,25 @@ ProbeResult measure_attention(ref::Algorithm algorithm, const ProbeConfig& cfg) 
   ProbeResult measured = detail::probe_kernels(launches, cfg.flush_bytes);
   measured.fa1_query_split = result.fa1_query_split;
   return measured;
+}
+
+ProbeResult measure_fast_forward(const ref::AttentionProblem& problem, unsigned long long seed, std::size_t flush_bytes) {
+  check_fast_problem(problem);
+  if (flush_bytes < (std::size_t(64) << 20))
+    throw std::invalid_argument("flashlab::cuda: flush buffer of " + std::to_string(flush_bytes) +
+                                " bytes is too small to flush a 50 MB L2 (hint: use >= 128 MiB)");
+  const bool bf16 = problem.dtype == ref::Dtype::bf16;
+  const std::size_t q_numel = problem.batch * problem.n_q() * problem.heads * problem.head_dim;
+  const std::size_t kv_numel = problem.batch * problem.n_k() * problem.h_kv() * problem.head_dim;
+  const auto Q = random_16bit(q_numel, seed * 4 + 0, bf16), K = random_16bit(kv_numel, seed * 4 + 1, bf16),
+             V = random_16bit(kv_numel, seed * 4 + 2, bf16);
+  DeviceBuffer<std::uint16_t> O(q_numel);
+  DeviceBuffer<float> LSE(problem.batch * problem.heads * problem.n_q());
+  const FastForwardKernel kernel = fastest_forward_kernel(problem);
+  // Idempotent: O and LSE are overwritten in full by every run.
+  return detail::probe_kernels(
+      [&] { fast_attention_forward_device(problem, kernel, Q.get(), K.get(), V.get(), O.get(), LSE.get(), nullptr); },
+      flush_bytes);
 }
 
 }  // namespace flashlab::cuda

@@ -36,4 +36,13 @@ ProbeResult measure_attention(ref::Algorithm algorithm, const ProbeConfig& cfg);
 /// The FA1 query split the kernels would use for these settings (resolves 0 = fill the GPU).
 int fa1_query_split_for(const ProbeConfig& cfg);
 
+/// Runs and measures the fast forward the front door chooses for `problem` on this device
+/// (fast_attention_forward_device() with fastest_forward_kernel(problem): grouped K/V, N_k ≠ N,
+/// and the split-key kernel for short query counts), on seeded random 16-bit inputs of `problem.dtype` made on the
+/// device, one launch sequence after an L2 flush of `flush_bytes`. Returns every kernel it
+/// launched (a split-key decode has two). Throws std::invalid_argument for a problem the fast
+/// forward refuses (check_fast_problem()), CudaError on a CUDA or CUPTI failure.
+ProbeResult measure_fast_forward(const ref::AttentionProblem& problem, unsigned long long seed = 1,
+                                 std::size_t flush_bytes = std::size_t(256) << 20);
+
 }  // namespace flashlab::cuda

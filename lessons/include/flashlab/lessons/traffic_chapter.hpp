@@ -76,11 +76,12 @@ std::vector<ref::Algorithm> chapter_variants();
 /// traffic-levels lesson is passed: `explain`). Rows without a measurement show "—".
 std::string traffic_levels_table(const ref::AttentionProblem& cfg, const Measurement* measured, bool explain);
 
-/// One pass of another kernel family (MTA, STREAM) at the chapter's shape for that family: the
-/// bytes the reference counts and the bytes measured for its clear CUDA kernels.
+/// One pass of a kernel family beyond the clear attention designs at the chapter's shape for that
+/// family: the bytes the reference counts and the bytes measured for its CUDA kernels (attention:
+/// the fast 16-bit kernels; MTA, STREAM: their clear fp32 kernels).
 struct FamilyBytes {
-  std::string family;          ///< mta | stream
-  std::string pass;            ///< mta: fwd, bwd, infer; stream: estimate, apply
+  std::string family;          ///< attention | mta | stream
+  std::string pass;            ///< attention: fwd (grouped K/V), decode; mta: fwd, bwd, infer; stream: estimate, apply
   std::string shape;           ///< the shape in words, e.g. "B=1 N=2048 H=16 d=64 W=3x3 block=64 splits=8 fp32"
   double counted_read = 0;     ///< the reference's read bytes (MTA: closed form, equal to its loops)
   double counted_write = 0;    ///< the reference's written bytes
@@ -121,6 +122,18 @@ std::string family_csv(const FamilyMeasurement& m);
 /// The measurement of the other families shipped with the lessons
 /// (lessons/data/traffic-levels/measured_families.csv).
 const FamilyMeasurement& recorded_family_measurement();
+
+/// The traffic-gqa lesson's shape (its `shape:` line): a grouped K/V forward, H = 32, H_kv = 8.
+ref::AttentionProblem gqa_chapter_problem();
+
+/// The traffic-decode lesson's shape: one decode step, N = 1 against N_k = 131072 keys, GQA.
+ref::AttentionProblem decode_chapter_problem();
+
+/// The attention rows' counted bytes (the FA2 model, attention_traffic.hpp): "fwd" at `fwd` with
+/// K_j, V_j loaded once per query head, as flashlab's fast forward loads them (through L2), and
+/// "decode" at `decode` with K_j, V_j loaded once per group of query heads, as its split-key
+/// decode does; the measured fields zero.
+std::vector<FamilyBytes> attention_counted_rows(const ref::AttentionProblem& fwd, const ref::AttentionProblem& decode);
 
 /// The chapter's MTA shape and parameters (the defaults of `flashlab traffic mta`).
 struct MtaChapterShape {
