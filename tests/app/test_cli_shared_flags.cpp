@@ -320,16 +320,20 @@ TEST_CASE("shared flags: --json parses and --csv has one row per table row", "[c
   CHECK(ring[5][column(ring[0], "steps.pass")] == "backward");
   CHECK(ring[1][column(ring[0], "problem.gpus")] == "2");
   CHECK(ring[1][column(ring[0], "counted_equals_model")] == "true");
-  // The traffic chapter: attention's five designs at N, then the other families' five passes.
-  auto levels = check_formats("traffic levels", 5 + 5);
+  // The traffic chapter: attention's five designs at N, then the families' seven passes (the
+  // grouped K/V forward and the decode step, MTA's three, STREAM's two).
+  auto levels = check_formats("traffic levels", 5 + 7);
   CHECK(levels[1][column(levels[0], "family")] == "attention");
   CHECK(levels[1][column(levels[0], "pass")] == "naive_fwd");
   CHECK(!levels[1][column(levels[0], "l2_bytes")].empty());  // the recorded measurement is at this shape
   CHECK(levels[1][column(levels[0], "measured.device")].find("H100") != std::string::npos);
-  CHECK(levels[10][column(levels[0], "family")] == "stream");
-  CHECK(levels[10][column(levels[0], "toy_bytes")].empty());  // no toy level beyond attention
+  CHECK(levels[6][column(levels[0], "family")] == "attention");
+  CHECK(levels[6][column(levels[0], "pass")] == "fwd");
+  CHECK(levels[6][column(levels[0], "toy_bytes")].empty());  // no toy level beyond the five designs
+  CHECK(levels[12][column(levels[0], "family")] == "stream");
+  CHECK(levels[12][column(levels[0], "toy_bytes")].empty());
   // At another shape the recorded measurement does not count: its columns are empty.
-  auto other = check_formats("traffic levels --seq 1024,2048 --dim 32", 2 * 5 + 5);
+  auto other = check_formats("traffic levels --seq 1024,2048 --dim 32", 2 * 5 + 7);
   CHECK(other[1][column(other[0], "shape")].find("N=1024") != std::string::npos);
   CHECK(other[6][column(other[0], "shape")].find("N=2048") != std::string::npos);
   CHECK(other[1][column(other[0], "l2_bytes")].empty());
