@@ -13,14 +13,12 @@
 
 namespace flashlab::test {
 
-namespace {
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p);
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
 }
-}  // namespace
 
 std::string fresh_temp_dir(const std::string& tag) {
   static std::atomic<int> counter{0};
@@ -40,8 +38,8 @@ CliResult run_cli(const std::string& args, const std::string& workdir) {
   const int status = std::system(cmd.c_str());
   CliResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = slurp(out);
-  r.err = slurp(err);
+  r.out = read_text(out);
+  r.err = read_text(err);
   std::filesystem::remove_all(dir);
   return r;
 }

@@ -1,6 +1,7 @@
 // Runs the real `flashlab` binary for end-to-end tests and captures what it printed.
 #pragma once
 
+#include <filesystem>
 #include <string>
 
 namespace flashlab::test {
@@ -25,6 +26,9 @@ void expect_usage_error(const std::string& args, const std::string& message);
 /// a usable GPU exits 1 with "needs a CUDA GPU" and a hint, stdout empty. Returns the result:
 /// exit code 0 means a GPU ran it, and the caller checks the output.
 CliResult run_gpu_command(const std::string& args);
+
+/// The whole content of the file at `path` as bytes (empty when it cannot be read).
+std::string read_text(const std::filesystem::path& path);
 
 /// A fresh empty directory under the system temp dir, unique per call.
 std::string fresh_temp_dir(const std::string& tag);

@@ -20,16 +20,10 @@
 
 #include "run_cli.hpp"
 
+using flashlab::test::read_text;
 using flashlab::test::run_cli;
 
 namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string collapse(const std::string& s) {
   std::string out;

@@ -13,16 +13,10 @@
 #include "run_cli.hpp"
 
 using flashlab::test::fresh_temp_dir;
+using flashlab::test::read_text;
 using flashlab::test::run_cli;
 
 namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;

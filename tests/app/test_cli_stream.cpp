@@ -14,14 +14,10 @@
 
 namespace fs = std::filesystem;
 using flashlab::test::fresh_temp_dir;
+using flashlab::test::read_text;
 using flashlab::test::run_cli;
 
 namespace {
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 void write_inputs(const fs::path& dir, std::size_t T, std::size_t D, std::size_t k_rows) {
   std::vector<double> q(T * D), k(k_rows * D), v(T * D);
@@ -76,8 +72,8 @@ TEST_CASE("cli stream: identical outputs for 1, 2 and 4 threads", "[cli][stream]
     REQUIRE(run_cli("stream estimate" + common).exit_code == 0);
     REQUIRE(run_cli("stream apply" + common).exit_code == 0);
     REQUIRE(run_cli("stream trace" + common).exit_code == 0);
-    const auto est = slurp(fs::path(dir) / "indices.npy"), o = slurp(fs::path(dir) / "o.npy"),
-               e = slurp(fs::path(dir) / "edges.npy");
+    const auto est = read_text(fs::path(dir) / "indices.npy"), o = read_text(fs::path(dir) / "o.npy"),
+               e = read_text(fs::path(dir) / "edges.npy");
     REQUIRE(!est.empty());
     REQUIRE(!o.empty());
     REQUIRE(!e.empty());
@@ -113,7 +109,7 @@ TEST_CASE("cli stream: apply from --inputs writes o.npy and passes the dense che
 TEST_CASE("cli stream: trace writes a structured .npy or a CSV edge list", "[cli][stream]") {
   const auto dir = fresh_temp_dir("stream_trace");
   REQUIRE(run_cli("stream trace --seq 40 --dim 4 --block-m 4 --block-n 4 --k 2 --save " + dir).exit_code == 0);
-  const std::string npy = slurp(fs::path(dir) / "edges.npy");
+  const std::string npy = read_text(fs::path(dir) / "edges.npy");
   CHECK_THAT(npy, Catch::Contains("('q', '<i8')") && Catch::Contains("('mass', '<f8')") &&
                       Catch::Contains("('value_norm', '<f8')"));
   // n_q = 10; block 0 has one valid block, the others ≥ 2 → 1 + 9·2 = 19 records of 48 bytes.

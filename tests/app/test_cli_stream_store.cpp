@@ -27,14 +27,10 @@ namespace rs = flashlab::ref::stream;
 namespace json = flashlab::ref::json;
 using flashlab::test::expect_usage_error;
 using flashlab::test::fresh_temp_dir;
+using flashlab::test::read_text;
 using flashlab::test::run_cli;
 
 namespace {
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 /// The records the reference gives for one head of inputs.
 std::vector<rs::Edge> traced(const flashlab::ref::Mat<float>& Q, const flashlab::ref::Mat<float>& K,
@@ -82,9 +78,9 @@ TEST_CASE("cli stream store: trace --store holds the reference's records of the 
     expect_head_equals(st, s, traced(in.Q, in.K, in.V, g, 3));
   }
   // Into a directory that holds a store: refused, nothing overwritten.
-  const std::string before = slurp(fs::path(dir) / "mass.npy");
+  const std::string before = read_text(fs::path(dir) / "mass.npy");
   expect_usage_error(std::string(kTrace) + dir, "already holds a trace store");
-  CHECK(slurp(fs::path(dir) / "mass.npy") == before);
+  CHECK(read_text(fs::path(dir) / "mass.npy") == before);
   expect_usage_error(std::string(kTrace) + dir + "x --save " + dir + "y", "--save and --store");
   expect_usage_error(std::string(kTrace) + dir + "x --workload dense", "--workload 'dense' is unknown");
   expect_usage_error(std::string(kTrace) + dir + "x --workload needles --needle-layers 5", "--needle-layers");
@@ -116,7 +112,7 @@ TEST_CASE("cli stream store: --resume continues an interrupted trace to the same
   CHECK_THAT(r.out, Catch::Contains("resumed after 1"));
   for (const char* f : {"manifest.json", "row_ptr.npy", "key_block.npy", "mass.npy", "rev_ptr.npy", "rev_query.npy", "segment_checksum.npy"}) {
     INFO(f);
-    CHECK(slurp(fs::path(whole) / f) == slurp(fs::path(part) / f));
+    CHECK(read_text(fs::path(whole) / f) == read_text(fs::path(part) / f));
   }
 }
 
@@ -204,7 +200,7 @@ TEST_CASE("cli stream query: answers equal the library's, bad questions are usag
   expect_usage_error("stream query " + fresh_temp_dir("cli_nostore") + " --summary", "manifest.json: missing");
   // A store written by a future version is refused, not misread.
   const auto m = fs::path(dir) / "manifest.json";
-  std::string text = slurp(m);
+  std::string text = read_text(m);
   text.replace(text.find("\"version\": 1"), 12, "\"version\": 9");
   std::ofstream(m, std::ios::trunc) << text;
   expect_usage_error("stream query " + dir + " --summary", "store format version 9");
