@@ -50,7 +50,8 @@ constexpr const char* kSummary =
     "N = 1024…16384, d = 64 and 128, H = 16, B = 1, causal and not, both passes. --heads-kv and\n"
     "--seq-k (the forward only: the fast backward takes H_kv = H, N_k = N) time grouped K/V and\n"
     "N_k != N, every N of the sweep against NK keys (causal bottom-right aligned; TFLOP/s count the\n"
-    "visible query-key pairs). --window L,R (the forward only) times a sliding window: query i sees\n"
+    "visible query-key pairs). --window L,R times a sliding window (the backward: atomic design on the\n"
+    "mma and wgmma-ws kernels): query i sees\n"
     "key j iff i + NK - N - L <= j <= i + NK - N + R (-1 unbounded, causal caps R at 0); its TFLOP/s\n"
     "count the pairs inside the band, 4 d H B times the sum over the N queries of the keys each sees\n"
     "(the area the mask leaves, not the tiles a kernel loads). --kv-copy also times, per forward\n"
@@ -76,7 +77,7 @@ po::options_description options() {
       ("seq-k", po::value<long long>(), "N_k, keys of every shape (default N; --pass fwd only when it differs)")
       ("batch", po::value<long long>()->default_value(1), "B, batch size")
       ;
-  add_window_option(d, " (--pass fwd only)");
+  add_window_option(d, " (the backward: atomic design, mma or wgmma-ws kernel)");
   d.add_options()
       ("causal", po::bool_switch(), "causal only")
       ("no-causal", po::bool_switch(), "non-causal only")
@@ -160,10 +161,6 @@ Sweep parse_sweep(const po::variables_map& vm) {
         throw UsageError("--seq-k " + std::to_string(s.seq_k) + " differs from N = " + std::to_string(n) +
                              ": the fast backward takes N_k = N",
                          "add --pass fwd (the fast forward takes N_k != N)");
-  if (s.bwd && (s.window_left >= 0 || s.window_right >= 0))
-    throw UsageError("--window " + std::to_string(s.window_left) + "," + std::to_string(s.window_right) +
-                         ": the fast backward takes no window",
-                     "add --pass fwd (the fast forward takes windows)");
   const std::string design = vm["bwd-design"].as<std::string>();
   if (design != "atomic" && design != "two-kernel")
     throw UsageError("--bwd-design '" + design + "' is unknown", "choose atomic (the default) or two-kernel");
@@ -176,6 +173,12 @@ Sweep parse_sweep(const po::variables_map& vm) {
   if (bk.rfind("wgmma-ws", 0) == 0 && !s.bwd_atomic)
     throw UsageError("--bwd-kernel " + bk + " runs the atomic design only", "drop --bwd-design two-kernel");
   s.bwd_kernel = bk;
+  // A window: the atomic design on its mma or wgmma-ws kernel.
+  if (s.bwd && (s.window_left >= 0 || s.window_right >= 0) && (!s.bwd_atomic || bk == "wgmma-ws-det"))
+    throw UsageError("--window " + std::to_string(s.window_left) + "," + std::to_string(s.window_right) +
+                         ": the fast backward takes a window on the atomic design's mma and wgmma-ws kernels (" +
+                         (s.bwd_atomic ? "--bwd-kernel " + bk : std::string("--bwd-design two-kernel")) + " takes none)",
+                     "use --bwd-design atomic with --bwd-kernel auto, mma or wgmma-ws, or add --pass fwd");
   s.fp16 = fp16_dtype(vm["dtype"].as<std::string>());
   s.format = output_format(vm);
   s.kv_copy = vm["kv-copy"].as<bool>();

@@ -164,10 +164,32 @@ def test_problems_beyond_the_kernels_are_refused_or_right(case):
     torch.cuda.synchronize()
 
 
+def _window_grads_float64(q, k, v, do, causal, window):
+    """O and (dQ, dK, dV) of attention with a window, in float64 on the CPU (N_k = N, H_kv = H):
+    query i sees key j iff i - left <= j <= i + right, -1 unbounded, causal capping right at 0."""
+    qd, kd, vd = (t.detach().double().cpu().transpose(1, 2).requires_grad_() for t in (q, k, v))
+    n = qd.shape[2]
+    i = torch.arange(n).view(-1, 1)
+    j = torch.arange(n).view(1, -1)
+    left, right = window
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    seen = torch.ones(n, n, dtype=torch.bool)
+    if left >= 0:
+        seen &= j >= i - left
+    if right >= 0:
+        seen &= j <= i + right
+    s = (qd @ kd.transpose(-1, -2)) / math.sqrt(qd.shape[-1])
+    o = torch.softmax(s.masked_fill(~seen, float("-inf")), dim=-1) @ vd
+    o.backward(do.detach().double().cpu().transpose(1, 2))
+    return o.transpose(1, 2), tuple(t.grad.transpose(1, 2) for t in (qd, kd, vd))
+
+
 @pytest.mark.parametrize("window, causal", [((64, 0), True), ((16, 8), False), ((0, -1), False)])
-def test_window_forward_against_float64_and_its_backward_refused(window, causal):
-    """The fast forward takes a window (grouped K/V and N_k != N beside it); the fast backward does
-    not yet, and says so naming the window."""
+def test_window_forward_and_backward_against_float64(window, causal):
+    """The fast forward takes a window (grouped K/V and N_k != N beside it); the fast backward takes
+    one too (H_kv = H, N_k = N): gradients against float64. The deterministic backward (its
+    fixed-order kernel) refuses it naming the window."""
     B, N, Nk, H, Hkv, d = 2, 200, 300, 4, 2, 64
     q = torch.randn(B, N, H, d, device=DEV, dtype=torch.bfloat16)
     k, v = (torch.randn(B, Nk, Hkv, d, device=DEV, dtype=torch.bfloat16) for _ in range(2))
@@ -178,12 +200,19 @@ def test_window_forward_against_float64_and_its_backward_refused(window, causal)
     plain, _ = reference.attention(q.float().cpu().numpy(), k.float().cpu().numpy(), v.float().cpu().numpy(),
                                    causal=causal)
     assert not np.allclose(ref, plain)  # the window changes the result
-    qg = q.clone().requires_grad_()  # refused naming the window, before grouped K/V and N_k != N
-    with pytest.raises(flashlab.FlashlabUnsupportedError, match="fast backward: window"):
+    qg = q.clone().requires_grad_()  # the backward names grouped K/V (or N_k != N), not the window
+    with pytest.raises(flashlab.FlashlabUnsupportedError, match="fast backward: (heads_kv|seq_k|window)"):
         flashlab.attention(qg, k, v, causal=causal, window=window).sum().backward()
+    qs, ks, vs = (torch.randn(B, N, H, d, device=DEV, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    do = torch.randn(B, N, H, d, device=DEV, dtype=torch.bfloat16)
+    flashlab.attention(qs, ks, vs, causal=causal, window=window).backward(do)
+    _, want = _window_grads_float64(qs, ks, vs, do, causal, window)
+    for name, got, w in zip(("dQ", "dK", "dV"), (qs.grad, ks.grad, vs.grad), want):
+        err = (got.double().cpu() - w).abs().max().item()
+        assert err <= 3e-2 * w.abs().max().item() + 1e-5, f"{name}: {err} vs max {w.abs().max().item()}"
     x = torch.randn(B, N, H, d, device=DEV, dtype=torch.bfloat16, requires_grad=True)
     with pytest.raises(flashlab.FlashlabUnsupportedError, match="fast backward: window"):
-        flashlab.attention(x, x, x, causal=causal, window=window).sum().backward()
+        flashlab.attention(x, x, x, causal=causal, window=window, deterministic=True).sum().backward()
     torch.cuda.synchronize()
 
 

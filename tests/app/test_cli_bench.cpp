@@ -65,7 +65,11 @@ TEST_CASE("cli bench: bad flags are usage errors naming the flag", "[cli][bench]
   expect_usage_error("bench attention --heads 32 --heads-kv 8", "the fast backward takes H_kv = H");
   expect_usage_error("bench attention --seq 1024 --seq-k 2048 --pass both", "--seq-k 2048 differs from N = 1024");
   expect_usage_error("bench attention --seq-k 0", "--seq-k 0 is out of range");
-  expect_usage_error("bench attention --window 128,0", "--window 128,0: the fast backward takes no window");
+  // The backward takes a window on the atomic design's mma and wgmma-ws kernels.
+  expect_usage_error("bench attention --window 128,0 --pass bwd --bwd-kernel wgmma-ws-det",
+                     "--window 128,0: the fast backward takes a window on the atomic design's mma and wgmma-ws "
+                     "kernels (--bwd-kernel wgmma-ws-det takes none)");
+  expect_usage_error("bench attention --window 128,0 --bwd-design two-kernel", "(--bwd-design two-kernel takes none)");
   expect_usage_error("bench attention --window 128 --pass fwd", "--window takes two numbers");
   expect_usage_error("bench attention --window 128,-3 --pass fwd", "--window: '-3'");
 }

@@ -228,11 +228,12 @@ TEST_CASE("attention --device cuda: the kernels' limits, the build, and --device
                      "--heads-kv 2 differs from H = 4: the clear kernels take H_kv = H");
   expect_usage_error("attention fwd --device cuda --kernel fast --heads 4 --heads-kv 3" + ok,
                      "--heads-kv: heads_kv (H_kv) = 3 does not divide");
-  // Windows: the fast forward takes them (the CPU command's --window, one spelling), the clear
-  // kernels and the fast backward refuse them naming the flag.
+  // Windows: the fast kernels take them (the CPU command's --window, one spelling; the fast
+  // backward's front door names the kernels that refuse one), the clear kernels refuse them naming
+  // the flag.
   expect_usage_error("attention fwd --device cuda --window 8,0" + ok, "--window 8,0: the clear kernels take no window");
-  expect_usage_error("attention bwd --device cuda --kernel fast --causal --window 8,0" + ok,
-                     "--window 8,0: the fast backward takes no window");
+  expect_usage_error("attention bwd --device cuda --causal --window 8,0" + ok,
+                     "--window 8,0: the clear kernels take no window");
   expect_usage_error("attention fwd --device cuda --kernel fast --window 8" + ok, "--window takes two numbers");
   expect_usage_error("attention fwd --device cuda --kernel fast --window 3,-2" + ok, "--window: '-2'");
   expect_usage_error("attention fwd --device tpu" + ok, "--device 'tpu' is unknown");

@@ -33,7 +33,6 @@ namespace fc = flashlab::cuda;
 namespace fr = flashlab::ref;
 
 using flashlab::test::fresh_seed;
-using flashlab::test::round_to_16;
 
 namespace {
 
@@ -75,13 +74,9 @@ void check_bwd(const BwdCase& c, const std::vector<BwdVariant>& variants = kMmaD
                             " d=" + std::to_string(c.head_dim) + (c.causal ? " causal" : "");
   INFO(label << " seed=" << seed << " (rerun with FLASHLAB_TEST_SEED)");
   const fr::Shape shape{std::size_t(c.batch), std::size_t(c.seq), std::size_t(c.heads), std::size_t(c.head_dim)};
-  fr::Tensor<double> q0(shape), k0(shape), v0(shape), do0(shape), Qd(shape), Kd(shape), Vd(shape), dOd(shape);
-  fr::fill_normal(q0, seed);
-  fr::fill_normal(k0, seed + 1);
-  fr::fill_normal(v0, seed + 2);
-  fr::fill_normal(do0, seed + 3);
-  const auto Qb = round_to_16(q0, c.dtype, Qd), Kb = round_to_16(k0, c.dtype, Kd), Vb = round_to_16(v0, c.dtype, Vd);
-  const auto dOb = round_to_16(do0, c.dtype, dOd);
+  const flashlab::test::BwdInputs in = flashlab::test::bwd_inputs(shape, seed, c.dtype);
+  const auto &Qd = in.Qd, &Kd = in.Kd, &Vd = in.Vd, &dOd = in.dOd;
+  const auto &Qb = in.Q, &Kb = in.K, &Vb = in.V, &dOb = in.dO;
 
   const fr::AttentionProblem cfg = flashlab::test::attention_problem(shape, c.causal, c.dtype);
   const auto ref = fr::naive_backward<double>(cfg, Qd, Kd, Vd, dOd);

@@ -1,6 +1,7 @@
 // The fast kernels' limits for grouped K/V (H_kv < H), N_k ≠ N and windows, as the attention front
 // door (cuda/src/attention/front_door.cpp) states them: the forward takes them, the backward and the
-// plain wgmma forward refuse them by name, and the 32-bit element counts of Q and of K/V are checked there.
+// plain wgmma forward refuse them by name (but for windows, which the atomic backward's mma and
+// wgmma-ws kernels take), and the 32-bit element counts of Q and of K/V are checked there.
 // Every check here is on the problem alone, before any device call: this executable needs no GPU
 // (it runs wherever the CUDA targets are built; the CPU-only build has no front door to call).
 #include <catch2/catch.hpp>
@@ -10,6 +11,9 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
+#include <vector>
+#include <cstdint>
 
 namespace fc = flashlab::cuda;
 namespace fr = flashlab::ref;
@@ -77,15 +81,27 @@ TEST_CASE("the front door takes windows for the forward and refuses them for the
   p.window_right = 0;
   CHECK_NOTHROW(fc::check_fast_problem(p));
   CHECK(fc::fast_forward_tiles(p, kMma).Br == 128);
-  // The backward names the window before grouped K/V and N_k ≠ N.
-  CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, p),
-                    Catch::Contains("fast backward: window (128,0)"));
+  // The backward: the atomic design's mma and wgmma-ws kernels take the window (its workspace
+  // query too), so grouped K/V and N_k ≠ N are named there; the two-kernel design and the
+  // deterministic wgmma-ws kernel name the window first.
+  const auto atomic = fr::Algorithm::bwd_atomic, two_kernel = fr::Algorithm::bwd_two_kernel;
+  CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(two_kernel, p),
+                    Catch::Contains("fast backward: window (128,0) is not supported by the bwd_two_kernel design"));
+  CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(atomic, p), Catch::Contains("heads_kv (H_kv) = 2"));
+  const std::vector<std::uint16_t> x;
+  const std::vector<float> lse;
+  CHECK_THROWS_WITH(
+      fc::fast_attention_backward(atomic, p, x, x, x, x, x, lse, fc::FastBackwardKernel::wgmma_ws_deterministic),
+      Catch::Contains("fast backward: window (128,0) is not supported by the wgmma-ws-det kernel") &&
+          Catch::Contains("hint: design bwd_atomic with kernel mma or wgmma-ws"));
+  CHECK_THROWS_WITH(fc::fast_attention_backward(atomic, p, x, x, x, x, x, lse, fc::FastBackwardKernel::mma_sync),
+                    Catch::Contains("heads_kv (H_kv) = 2"));
   p.seq_k = 0;
   p.heads_kv = 0;
-  for (auto design : {fr::Algorithm::bwd_atomic, fr::Algorithm::bwd_two_kernel})
-    CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(design, p),
-                      Catch::Contains("fast backward: window (128,0) is not supported yet") &&
-                          Catch::Contains("hint: the fast forward takes windows"));
+  CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(two_kernel, p),
+                    Catch::Contains("fast backward: window (128,0) is not supported by the bwd_two_kernel design") &&
+                        Catch::Contains("the bwd_atomic design's mma and wgmma-ws kernels take windows"));
+  CHECK(fc::fast_attention_backward_workspace_bytes(atomic, p) > 0);
   CHECK_THROWS_WITH(fc::fast_forward_tiles(p, fc::FastForwardKernel::wgmma),
                     Catch::Contains("wgmma forward: window (128,0) is not supported") &&
                         Catch::Contains("hint: use the tma-ws or mma forward kernel"));
@@ -96,8 +112,8 @@ TEST_CASE("the front door takes windows for the forward and refuses them for the
   p.window_left = -1;
   p.window_right = 5;
   CHECK_NOTHROW(fc::check_fast_problem(p));
-  CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, p),
-                    Catch::Contains("window (-1,5)"));
+  CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(two_kernel, p), Catch::Contains("window (-1,5)"));
+  CHECK(fc::fast_attention_backward_workspace_bytes(atomic, p) > 0);
   p.window_right = -2;
   CHECK_THROWS_WITH(fc::check_fast_problem(p), Catch::Contains("window_right"));
   p.window_right = -1;

@@ -4,7 +4,8 @@
 // (attention_bwd_atomic.cu; the Triton walkthrough "Backward Pass", and "Architecture Design: Triton vs. CUDA":
 // FlashAttention-2's own CUDA backward), with bf16 or fp16 inputs and every matrix product on
 // `mma.sync.aligned.m16n8k16` (fp32 accumulation), as in attention_bwd_tc.cu. Plain sm_90 (no
-// wgmma). Four instantiations: d ∈ {64, 128} × {bf16, fp16}; causal is a run-time flag.
+// wgmma). Four instantiations: d ∈ {64, 128} × {bf16, fp16}; causal is a run-time flag; four
+// more for sliding windows (kWindow).
 //   0. cudaMemsetAsync                   dQaccum = 0 (fp32, TILED layout below, caller's workspace)
 //   1. fast_bwd_preprocess_kernel        D_i = rowsum(dO_i ∘ O_i) in fp32 (attention_bwd_tc.cuh)
 //   2. fast_bwd_atomic_kernel            one block per K_j, V_j (resident in SRAM); loop over Q_i, dO_i:
@@ -30,7 +31,10 @@
 // Grid: non-causal (Tc, H, B), so the blocks of one head run together and share Q_i, dO_i and the
 // dQaccum tiles in L2; causal (H, Tc, B), so the heaviest blocks (small j: most query tiles) start
 // first across all heads (measured faster for causal). Causal blocks start at the first query tile that sees
-// their keys (i_begin); earlier tiles are never loaded.
+// their keys (i_begin); earlier tiles are never loaded. A sliding window (Problem::windowed(), its
+// own instantiation kWindow, so the other kernels keep their code): a block loops over the query
+// tiles whose band (query + window_lo() … query + window_hi()) meets its keys only, i_begin …
+// i_end − 1, and masks both edges of the band in the tiles it crosses (the band replaces causal).
 //
 // SRAM (dynamic; 16-bit tiles swizzled in 16-byte chunks like the other fast kernels):
 //   [K_j][V_j][Q_i ×2 stages][dO_i ×2 stages][P_ij][dS_ij][LSE_i, D_i ×2 stages][dQ slices: 8 × 4 KiB]
@@ -136,7 +140,7 @@ struct AtomicTraits {
 // ----------------------------------------------------------------------------- 2. main kernel
 /// Grid (Tc = ceil(N / BLOCK_N), H, B) non-causal, (H, Tc, B) causal; 256 threads; kSmem bytes of
 /// dynamic SRAM (layout in the file-top comment).
-template <int HEAD_DIM, bool kBf16>
+template <int HEAD_DIM, bool kBf16, bool kWindow = false>
 __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
     fast_bwd_atomic_kernel(Problem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                            const uint16_t* __restrict__ V, const uint16_t* __restrict__ dO,
@@ -167,8 +171,18 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
   const uint32_t sDq = sL + 2 * T::kTileL;  // + warp · kSliceDq: the warps' fp32 dQ partials
 
   // Causal: query tiles that end before this key block starts see none of it.
-  const int i_begin = p.causal ? start_n / BLOCK_M : 0;
+  int i_begin = p.causal ? start_n / BLOCK_M : 0;
   const int Tr = (N + BLOCK_M - 1) / BLOCK_M;
+  // A window: keys start_n … key_last are seen by queries key − hi … key − lo (clamped to the
+  // queries). With N_k = N each key sees its own query (lo ≤ 0 ≤ hi): never an empty range.
+  int i_end = Tr;
+  const int lo = kWindow ? p.window_lo() : 0, hi = kWindow ? p.window_hi() : 0;
+  if constexpr (kWindow) {
+    const int key_last = min(start_n + BLOCK_N, N) - 1;
+    const int q_first = max(0, start_n - hi), q_last = min(N - 1, key_last - lo);
+    i_begin = q_first / BLOCK_M;
+    i_end = q_last < q_first ? i_begin : q_last / BLOCK_M + 1;
+  }
 
   // LSE_i, D_i (2·BLOCK_M floats): HBM → SRAM, 4-byte cp.async; rows ≥ N zero-filled.
   auto load_stats_async = [&](uint32_t dst, int row0) {
@@ -223,7 +237,7 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
     }
   };
 
-  for (int i = i_begin; i < Tr; ++i) {
+  for (int i = i_begin; i < i_end; ++i) {
     const int row0 = i * BLOCK_M;
     const int st = (i - i_begin) & 1;
     const uint32_t stage = uint32_t(st * T::kTileQ);
@@ -232,7 +246,7 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
     // and dS may be overwritten below.
     __syncthreads();
     // Load Q_{i+1}, dO_{i+1}, LSE_{i+1}, D_{i+1}: HBM → SRAM into the other stage, while step i computes.
-    if (i + 1 < Tr) {
+    if (i + 1 < i_end) {
       const uint32_t next = uint32_t((st ^ 1) * T::kTileQ);
       load_tile_async<HEAD_DIM, BLOCK_M, kThreads>(sQ + next, Q + base, stride, row0 + BLOCK_M, N);
       load_tile_async<HEAD_DIM, BLOCK_M, kThreads>(sdO + next, dO + base, stride, row0 + BLOCK_M, N);
@@ -242,8 +256,11 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
 
     // ---- S_ij = Q_i K_jᵀ, dP_ij = dO_i V_jᵀ: this warp's 32 query rows × kSCols keys (fp32).
     {
-      const bool need_mask =
-          row0 + BLOCK_M > N || start_n + BLOCK_N > N || (p.causal && start_n + BLOCK_N - 1 > row0);
+      // A window: the block's keys not all inside every row's band (the last row's left edge past
+      // the first key, or the first row's right edge before the last key).
+      const bool need_mask = row0 + BLOCK_M > N || start_n + BLOCK_N > N ||
+                             (!kWindow && p.causal && start_n + BLOCK_N - 1 > row0) ||
+                             (kWindow && (row0 + BLOCK_M - 1 + lo > start_n || start_n + BLOCK_N - 1 > row0 + hi));
       float lse[2][2], Di[2][2];  // LSE_i, D_i of rows g, g + 8 of each m16 tile (SRAM → registers)
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
@@ -278,8 +295,13 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
               if constexpr (decltype(masked)::value) {
                 const int row = row0 + lrow, key = start_n + lcol;
                 const bool row_ok = row < N;
-                p0 = row_ok && key < N && (!p.causal || key <= row) ? p0 : 0.f;
-                p1 = row_ok && key + 1 < N && (!p.causal || key + 1 <= row) ? p1 : 0.f;
+                if constexpr (kWindow) {
+                  p0 = row_ok && key < N && key - row >= lo && key - row <= hi ? p0 : 0.f;
+                  p1 = row_ok && key + 1 < N && key + 1 - row >= lo && key + 1 - row <= hi ? p1 : 0.f;
+                } else {
+                  p0 = row_ok && key < N && (!p.causal || key <= row) ? p0 : 0.f;
+                  p1 = row_ok && key + 1 < N && (!p.causal || key + 1 <= row) ? p1 : 0.f;
+                }
               }
               const uint32_t off = swz<BLOCK_N>(lrow, lcol / 8) + 2 * (lcol % 8);
               asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sP + off), "r"(pack2<kBf16>(p0, p1)));
@@ -347,7 +369,8 @@ __global__ void __launch_bounds__(256) fast_bwd_dq_convert_kernel(Problem p, con
 template <int HEAD_DIM, bool kBf16>
 void launch_atomic(const Problem& p, const BwdPointers& a, cudaStream_t stream) {
   using T = AtomicTraits<HEAD_DIM>;
-  auto kernel = &fast_bwd_atomic_kernel<HEAD_DIM, kBf16>;
+  // A window: its own instantiation (causal folded into the band by make_problem).
+  auto kernel = p.windowed() ? &fast_bwd_atomic_kernel<HEAD_DIM, kBf16, true> : &fast_bwd_atomic_kernel<HEAD_DIM, kBf16>;
   // > 48 KiB of dynamic SRAM: opted in per device (the record is kept, thread-safe: common.hpp).
   set_smem(reinterpret_cast<const void*>(kernel), T::kSmem, "fast_bwd_atomic_kernel", p);
   // Tiled layout: Tr whole tiles per (b, h), the last one padded (the workspace holds

@@ -74,6 +74,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 namespace flashlab::cuda::detail {
 namespace {
@@ -162,6 +163,18 @@ struct BwdWsTraits {
   static_assert(BLOCK_N % BLOCK_M == 0, "causal: a key block's first visible query tile starts at its first key");
   static_assert(kAtomicDqTileRows % BLOCK_M == 0, "the workspace holds whole dQ tiles of this BLOCK_M");
   static_assert(BLOCK_M % kDqOrderTileRows == 0, "the workspace has an order counter for every accumulator tile");
+  // A sliding window: BwdWsWindow below (these traits' kernels keep their code and names).
+  static constexpr bool kWindow = false;
+};
+
+/// The window instantiation of traits B (non-causal, not deterministic): a block loops over the
+/// query tiles whose band meets its keys only (BwdWsBlock::i_end), and masks both edges of the band
+/// (Problem::window_lo, window_hi) in the tiles it crosses. A trait of its own, so the non-window
+/// kernels compile to the code (and names) they had.
+template <class B>
+struct BwdWsWindow : B {
+  static_assert(!B::kCausal && !B::kDeterministic && !B::kLagDq, "the band replaces the diagonal; no fixed order");
+  static constexpr bool kWindow = true;
 };
 
 // Named barriers (0 is __syncthreads): both consumers (dSᵀ complete), and one per consumer.
@@ -188,10 +201,17 @@ struct BwdWsSmem {
   __device__ uint32_t ds_free(int buf) const { return kv_full() + 8u * uint32_t(3 + 2 * T::kStages + buf); }
 };
 
-/// Where a block works: key tile j (keys start_n ..) of head h, batch b; query tiles i_begin .. Tr−1.
+/// Where a block works: key tile j (keys start_n ..) of head h, batch b; query tiles i_begin .. Tr−1
+/// (a window: i_begin .. i_end − 1; Tr still counts the head's tiles, for the accumulator's layout).
 struct BwdWsBlock {
-  int start_n, h, b, i_begin, Tr;
+  int start_n, h, b, i_begin, Tr, i_end;
 };
+
+/// The end of a block's query tile loop: Tr, or with a window the tile after the band's last.
+template <class T>
+__device__ __forceinline__ int query_tiles_end(const BwdWsBlock& w) {
+  return T::kWindow ? w.i_end : w.Tr;
+}
 
 /// Issue the d/64 TMA boxes of one [kRows][d] tile (rows from token `row0` of head h, batch b).
 template <class T, int kRows>
@@ -207,7 +227,7 @@ __device__ void produce_tiles(const BwdWsSmem<T>& sm, const BwdWsBlock& w, const
   mbar_arrive_expect_tx(sm.kv_full(), 2 * T::kTileKV);
   tma_rows<T, T::BLOCK_N>(sm.k(), map_k, w.start_n, w.h, w.b, sm.kv_full());
   tma_rows<T, T::BLOCK_N>(sm.v(), map_v, w.start_n, w.h, w.b, sm.kv_full());
-  for (int i = w.i_begin, n = 0; i < w.Tr; ++i, ++n) {
+  for (int i = w.i_begin, n = 0; i < query_tiles_end<T>(w); ++i, ++n) {
     const int s = n % T::kStages;
     // Stage s was last filled for step n − kStages: wait for that phase of empty[s].
     if (n >= T::kStages) mbar_wait(sm.empty(s), uint32_t(n / T::kStages - 1) & 1u);
@@ -222,7 +242,7 @@ template <class T>
 __device__ void produce_stats(const BwdWsSmem<T>& sm, const BwdWsBlock& w, const Problem& p,
                               const float* __restrict__ LSE, const float* __restrict__ D, int lane) {
   const std::size_t stat = p.stat_offset(w.b, w.h);
-  for (int i = w.i_begin, n = 0; i < w.Tr; ++i, ++n) {
+  for (int i = w.i_begin, n = 0; i < query_tiles_end<T>(w); ++i, ++n) {
     const int s = n % T::kStages;
     if (n >= T::kStages) mbar_wait(sm.empty(s), uint32_t(n / T::kStages - 1) & 1u);
 #pragma unroll
@@ -288,10 +308,11 @@ __device__ __forceinline__ void issue_dq(float (&dq)[T::kDqCols / 2], uint32_t s
 }
 
 /// Pᵀ in place of Sᵀ (fp32), this thread's accumulator entries: key row `key_row` (+ 8 for
-/// r = 1), query column 8t + 2·t4 + e. Masked entries (need_mask only) → 0.
+/// r = 1), query column 8t + 2·t4 + e. Masked entries (need_mask only) → 0: keys or queries ≥ N,
+/// (causal) keys past the query, (window) keys outside query + lo .. query + hi.
 template <class T>
 __device__ __forceinline__ void probs(float (&st)[T::BLOCK_M / 2], uint32_t sStats, int q0, int key_row, int N,
-                                      bool need_mask, int t4, float scale_log2) {
+                                      bool need_mask, int t4, float scale_log2, int lo = 0, int hi = 0) {
 #pragma unroll
   for (int t = 0; t < T::BLOCK_M / 8; ++t) {
     float2 lse;
@@ -306,7 +327,10 @@ __device__ __forceinline__ void probs(float (&st)[T::BLOCK_M / 2], uint32_t sSta
         float pv = ex2(fmaf(st[idx], scale_log2, -(e ? lse.y : lse.x)));
         if (need_mask) {
           const int query = q0 + 8 * t + 2 * t4 + e, key = key_row + 8 * r;
-          pv = query < N && key < N && (!T::kCausal || key <= query) ? pv : 0.f;
+          pv = query < N && key < N && (!T::kCausal || key <= query) &&
+                       (!T::kWindow || (key - query >= lo && key - query <= hi))
+                   ? pv
+                   : 0.f;
         }
         st[idx] = pv;
       }
@@ -502,8 +526,12 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
   for (int k = 0; k < D / 2; ++k) acc_dv[k] = acc_dk[k] = 0.f;
   mbar_wait(sm.kv_full(), 0);
   if (T::kPingPong && c == 1) named_bar_arrive(kTurnBarrier, 256);  // consumer 0 takes the first turn
+  // A window: the band's edges, and the end of this block's query tiles (every block has one at
+  // least: with N_k = N each key sees its own query, lo ≤ 0 ≤ hi, so the hand-over below balances).
+  const int lo = T::kWindow ? p.window_lo() : 0, hi = T::kWindow ? p.window_hi() : 0;
+  const int i_end = query_tiles_end<T>(w);
 
-  for (int i = w.i_begin, n = 0; i < w.Tr; ++i, ++n) {
+  for (int i = w.i_begin, n = 0; i < i_end; ++i, ++n) {
     const int s = n % T::kStages, q0 = i * BM;
     mbar_wait(sm.full(s), uint32_t(n / T::kStages) & 1u);
     float st[BM / 2], dpt[BM / 2];
@@ -514,14 +542,18 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
     issue_transposed_scores<T>(dpt, sV_c, sm.dO(s));
     wg_commit();
     // The other consumer's turn; consumer 1's last hands none on (no arrival left at exit).
-    if (T::kPingPong && (c == 0 || i + 1 < w.Tr)) named_bar_arrive(kTurnBarrier + (c ^ 1), 256);
+    if (T::kPingPong && (c == 0 || i + 1 < i_end)) named_bar_arrive(kTurnBarrier + (c ^ 1), 256);
     // Pᵀ while dPᵀ is still on the tensor cores, then (kDvBeforeGrads) dV_c += Pᵀ dO_i while dSᵀ
     // is computed.
     wg_wait<1>();
     reg_fence(st);
+    // A window: the consumer's 64 keys not all inside every row's band (the last row's left edge
+    // past the first key, or the first row's right edge before the last key).
+    const int key_c = w.start_n + 64 * c;
     const bool need_mask = q0 + BM > N || w.start_n + T::BLOCK_N > N ||
-                           (T::kCausal && w.start_n + 64 * c + 63 > q0);
-    probs<T>(st, sm.stats(s), q0, key_row, N, need_mask, t4, p.scale_log2);
+                           (T::kCausal && w.start_n + 64 * c + 63 > q0) ||
+                           (T::kWindow && (q0 + BM - 1 + lo > key_c || key_c + 63 > q0 + hi));
+    probs<T>(st, sm.stats(s), q0, key_row, N, need_mask, t4, p.scale_log2, lo, hi);
     uint32_t pa[BM / 16][4], dsa[BM / 16][4];
     if constexpr (T::kDvBeforeGrads) {
       pack_a<T::kBf16, BM / 8>(st, pa);
@@ -600,6 +632,7 @@ __device__ void consume_lagged(const Problem& p, const BwdWsSmem<T>& sm, const B
                                float* __restrict__ dQaccum, int* __restrict__ dq_order, uint16_t* __restrict__ dK,
                                uint16_t* __restrict__ dV, int c) {
   static_assert(T::kLagDq && !T::kPingPong, "the lagged schedule (its consumers are out of step already)");
+  static_assert(!T::kWindow, "key_grads_step masks no window");
   constexpr int BM = T::BLOCK_M, D = T::kHeadDim;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t4 = lane % 4;
   const int key_local = 64 * c + 16 * warp + lane / 4;  // this thread's key rows: key_local, + 8
@@ -674,6 +707,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   w.b = blockIdx.z;
   w.i_begin = T::kCausal ? w.start_n / T::BLOCK_M : 0;  // earlier query tiles see none of these keys
   w.Tr = (p.seq + T::BLOCK_M - 1) / T::BLOCK_M;
+  if constexpr (T::kWindow) {
+    // Keys start_n .. key_last are seen by queries key − hi .. key − lo (clamped to the queries).
+    const int key_last = min(w.start_n + T::BLOCK_N, p.seq) - 1;
+    const int q_first = max(0, w.start_n - p.window_hi()), q_last = min(p.seq - 1, key_last - p.window_lo());
+    w.i_begin = q_first / T::BLOCK_M;
+    w.i_end = q_last < q_first ? w.i_begin : q_last / T::BLOCK_M + 1;
+  }
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     tma_prefetch_map(&map_q);
@@ -736,9 +776,10 @@ __global__ void __launch_bounds__(256) bwd_ws_dq_convert_kernel(Problem p, const
   }
 }
 
-template <int D, bool kBf16, bool kCausal, bool kDeterministic>
+template <int D, bool kBf16, bool kCausal, bool kDeterministic, bool kWindow = false>
 void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, int* dq_order, cudaStream_t stream) {
-  using T = BwdWsTraits<D, kBf16, kCausal, kDeterministic>;
+  using Base = BwdWsTraits<D, kBf16, kCausal, kDeterministic>;
+  using T = std::conditional_t<kWindow, BwdWsWindow<Base>, Base>;
   auto kernel = &bwd_ws_kernel<T>;
   // > 48 KiB of dynamic SRAM: opted in per device (the record is kept, thread-safe: common.hpp).
   set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "bwd_ws_kernel", p);
@@ -763,14 +804,16 @@ void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, int* dq_order, cu
   const std::size_t n4 = acc_numel / 4;
   const unsigned blocks = unsigned(std::min<std::size_t>((n4 + 255) / 256, 4096));
   announce("bwd_ws_dq_convert_kernel");
-  bwd_ws_dq_convert_kernel<T><<<blocks, 256, 0, stream>>>(p, reinterpret_cast<const float4*>(a.dQaccum),
+  bwd_ws_dq_convert_kernel<Base><<<blocks, 256, 0, stream>>>(p, reinterpret_cast<const float4*>(a.dQaccum),
                                                           static_cast<uint16_t*>(a.dQ), n4);
   FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_dq_convert_kernel");
 }
 
 template <int D, bool kBf16>
 void launch_bwd_ws_d(const Problem& p, const BwdPointers& a, int* dq_order, cudaStream_t stream) {
-  if (dq_order != nullptr) {
+  if (p.windowed()) {  // causal folded into window_right (make_problem); the front door refuses a fixed order
+    launch_bwd_ws_one<D, kBf16, false, false, true>(p, a, nullptr, stream);
+  } else if (dq_order != nullptr) {
     if (p.causal) launch_bwd_ws_one<D, kBf16, true, true>(p, a, dq_order, stream);
     else launch_bwd_ws_one<D, kBf16, false, true>(p, a, dq_order, stream);
   } else {

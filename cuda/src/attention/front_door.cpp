@@ -118,17 +118,26 @@ void require_device_pointer(const char* entry, const char* name, const void* ptr
 std::size_t dq_accum_offset(std::size_t stats) { return (stats * sizeof(float) + 255) / 256 * 256; }
 
 // The checked launch description of a fast backward; each launcher sets its kernels' tiles. The
-// backward kernels read K and V with Q's heads and length (and write dK, dV so) and mask no
-// window: grouped K/V, N_k ≠ N and windows are the forward's alone.
-detail::Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProblem& problem) {
+// backward kernels read K and V with Q's heads and length (and write dK, dV so): grouped K/V and
+// N_k ≠ N are the forward's alone. A window: the atomic design's kernels mask one
+// (attention_bwd_tc_atomic.cu, attention_bwd_ws.cu); the two-kernel design and the deterministic
+// wgmma-ws kernel refuse it by name, before anything else. `kernel` null (the workspace's size,
+// which a window leaves alone): the design alone is checked.
+detail::Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProblem& problem,
+                                 const FastBackwardKernel* kernel = nullptr) {
   check_fast_problem(problem);
-  // The window first: a windowed backward is refused naming it, whatever else the problem has.
-  if (problem.has_window())
+  const bool window_kernel = design == ref::Algorithm::bwd_atomic &&
+                             (kernel == nullptr || *kernel != FastBackwardKernel::wgmma_ws_deterministic);
+  if (problem.has_window() && !window_kernel) {
+    const std::string who = design != ref::Algorithm::bwd_atomic
+                                ? "the " + std::string(ref::algorithm_name(design)) + " design"
+                                : "the " + std::string(to_string(*kernel)) + " kernel";
     throw std::invalid_argument("flashlab::cuda: fast backward: window (" + std::to_string(problem.window_left) + "," +
-                                std::to_string(problem.window_right) +
-                                ") is not supported yet: the fast backward takes no window (hint: the fast forward "
-                                "takes windows; run this backward on the CPU reference: flashlab attention bwd "
-                                "--device cpu)");
+                                std::to_string(problem.window_right) + ") is not supported by " + who +
+                                ": the bwd_atomic design's mma and wgmma-ws kernels take windows (hint: design "
+                                "bwd_atomic with kernel mma or wgmma-ws, or run this backward on the CPU reference: "
+                                "flashlab attention bwd --device cpu)");
+  }
   if (problem.h_kv() != problem.heads)
     throw std::invalid_argument(
         "flashlab::cuda: fast backward: heads_kv (H_kv) = " + std::to_string(problem.h_kv()) +
@@ -360,7 +369,7 @@ void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionP
 namespace flashlab::cuda::detail {
 
 Problem check_fast_backward(ref::Algorithm design, const ref::AttentionProblem& problem, FastBackwardKernel kernel) {
-  const Problem p = fast_bwd_problem(design, problem);
+  const Problem p = fast_bwd_problem(design, problem, &kernel);
   check_bwd_kernel(design, kernel);
   return p;
 }

@@ -24,8 +24,9 @@
 /// iff i + off − window_left ≤ j ≤ i + off + window_right with off = N_k − N, −1 leaving a side
 /// unbounded and causal capping the right side at 0; key tiles outside the band on either side
 /// are never loaded, and a query whose band misses every key gets O = 0 and LSE = −inf. The
-/// wgmma forward and the backward take H_kv = H, N_k = N and no window only, the split_kv forward
-/// no window, and they refuse the others by name.
+/// wgmma forward and the backward take H_kv = H, N_k = N only, the wgmma forward, the split_kv
+/// forward, the two-kernel backward and the deterministic wgmma-ws backward no window (the atomic
+/// backward's mma_sync and wgmma_ws kernels take one), and they refuse the others by name.
 ///
 /// Backward, two designs (ref::Algorithm): bwd_two_kernel (D preprocessing, dQ kernel, dK/dV
 /// kernel: cuda/src/attention/attention_bwd_tc.cu) and bwd_atomic (D preprocessing, one kernel over K_j/V_j
@@ -199,8 +200,8 @@ FastBackwardResult fast_attention_backward(ref::Algorithm design, const ref::Att
 /// D (fp32, B·H·N) at offset 0, then, for bwd_atomic, the fp32 dQ accumulator
 /// (B·H·⌈N/128⌉·128·d floats: whole query tiles) at the next multiple of 256 bytes, then the
 /// deterministic kernel's dQ order counters (B·H·⌈N/64⌉ int32). Throws
-/// std::invalid_argument for a bad problem or design, or grouped K/V, N_k ≠ N or a window (the
-/// fast backward takes H_kv = H, N_k = N and no window), naming the field.
+/// std::invalid_argument for a bad problem or design, grouped K/V or N_k ≠ N (the fast backward
+/// takes H_kv = H, N_k = N), or a window with bwd_two_kernel, naming the field.
 std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const ref::AttentionProblem& problem);
 
 /// The backward on the caller's device memory: launches the kernels of `design` on `stream` (a
