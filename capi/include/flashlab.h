@@ -73,8 +73,8 @@ extern "C" {
 /** Additions within FLASHLAB_ABI_VERSION: 1 appended the window and packed-sequence fields of
  *  flashlab_attention_problem and let flashlab_stream_trace() run on CUDA; 2 added
  *  flashlab_attention_call with flashlab_attention_forward_call() and
- *  flashlab_attention_backward_call(). */
-#define FLASHLAB_ABI_MINOR 2
+ *  flashlab_attention_backward_call(); 3 added the context-parallel ring (flashlab_ring_*). */
+#define FLASHLAB_ABI_MINOR 3
 
 /** Marks the exported symbols (the library is built with hidden visibility otherwise). */
 #if defined(FLASHLAB_BUILDING_LIBRARY)
@@ -384,6 +384,78 @@ FLASHLAB_API flashlab_status flashlab_stream_trace(const flashlab_stream_problem
                                                    const int64_t* indices, flashlab_tensor o,
                                                    flashlab_stream_edge* edges, void* workspace,
                                                    size_t workspace_bytes, void* stream);
+
+/* ---------------------------------------------------------------------------------------------
+ * Context parallelism: one attention problem over G GPUs, a rank per GPU, K/V passed around a
+ * ring over NCCL while the fast kernels work on the block in hand; partial outputs merged by LSE.
+ * ------------------------------------------------------------------------------------------- */
+
+/** Bytes of a ring's id (NCCL's unique id): made by one rank, given to every rank. */
+#define FLASHLAB_RING_ID_BYTES 128
+
+/** How the sequence of N rows is cut among the G ranks. */
+typedef enum flashlab_ring_layout {
+  /** 2G chunks of c = N / 2G rows; rank r holds chunks r and 2G − 1 − r, so that every rank has
+   *  the same causal work (the layout for causal attention). */
+  FLASHLAB_RING_ZIGZAG = 0,
+  /** G chunks of c = N / G rows; rank r holds chunk r. */
+  FLASHLAB_RING_CONTIGUOUS = 1
+} flashlab_ring_layout;
+
+/** One rank's end of a ring: its NCCL communicator on the device that was current when it was
+ *  made. Opaque; made by flashlab_ring_create(), released by flashlab_ring_destroy(). */
+typedef struct flashlab_ring flashlab_ring;
+
+/** 1 when this build has the ring (CUDA and NCCL), else 0; without it every flashlab_ring_*
+ *  call returns FLASHLAB_ERROR_UNSUPPORTED. */
+FLASHLAB_API int flashlab_has_ring(void);
+
+/** Writes a new ring id to `id` (FLASHLAB_RING_ID_BYTES bytes). One rank makes it and sends it to
+ *  the others over the caller's own channel (a torch.distributed broadcast, MPI, a file). */
+FLASHLAB_API flashlab_status flashlab_ring_unique_id(unsigned char* id);
+
+/** Makes this process's (or thread's) rank `rank` of a ring of `gpus` ranks from `id`, on the
+ *  current CUDA device, in `*ring`. Collective: every rank calls it with the same id and `gpus`,
+ *  and it returns once all have. One rank (`gpus` 1) needs no NCCL communicator and makes none.
+ *  NVLink multicast stays off (NCCL_NVLS_ENABLE=0 unless the environment sets it). */
+FLASHLAB_API flashlab_status flashlab_ring_create(const unsigned char* id, int gpus, int rank,
+                                                  flashlab_ring** ring);
+
+/** Releases a ring made by flashlab_ring_create() (NULL: nothing), after the work enqueued on
+ *  it has finished. */
+FLASHLAB_API flashlab_status flashlab_ring_destroy(flashlab_ring* ring);
+
+/** Bytes of scratch one rank of flashlab_ring_forward() (`backward` 0) or
+ *  flashlab_ring_backward() (`backward` 1) needs in `*bytes`, for the whole problem `problem`
+ *  over `gpus` ranks cut by `layout`. */
+FLASHLAB_API flashlab_status flashlab_ring_workspace_size(const flashlab_attention_problem* problem,
+                                                          flashlab_ring_layout layout, int gpus,
+                                                          int backward, size_t* bytes);
+
+/** One rank of the ring forward. `problem` is the whole problem: B, N (the whole sequence, a
+ *  multiple of the layout's chunks), H, H_kv, d, causal, scale, a 16-bit dtype; dense, N_k = N,
+ *  no window. The rank's tensors are contiguous device memory in its local layout, its chunks one
+ *  after the other (zigzag: chunk r, then chunk 2G − 1 − r; for B = 1 simply `[1, N / G, H, d]`):
+ *  q and o `[chunks][B, c, H, d]`, k and v `[chunks][B, c, H_kv, d]`, lse `[chunks][B, H, c]`
+ *  float, base 2 (written). Enqueued on `stream` (a cudaStream_t on the ring's device; NULL the
+ *  default stream) and on a stream of the ring's own for NCCL; returns without synchronising.
+ *  Every rank must call it with the same problem. */
+FLASHLAB_API flashlab_status flashlab_ring_forward(const flashlab_attention_problem* problem,
+                                                   flashlab_ring_layout layout, flashlab_ring* ring,
+                                                   const void* q, const void* k, const void* v, void* o,
+                                                   float* lse, void* workspace, size_t workspace_bytes,
+                                                   void* stream);
+
+/** One rank of the ring backward of L = Σ O∘dO, as flashlab_ring_forward(): from q, k, v, the
+ *  forward's o and lse and d_o (local layout) writes dq `[chunks][B, c, H, d]`, dk and dv
+ *  `[chunks][B, c, H_kv, d]` (the rank's own K/V rows, summed over every rank's queries).
+ *  `deterministic` 1 is taken where the deterministic Hopper backward is. */
+FLASHLAB_API flashlab_status flashlab_ring_backward(const flashlab_attention_problem* problem,
+                                                    flashlab_ring_layout layout, flashlab_ring* ring,
+                                                    const void* q, const void* k, const void* v,
+                                                    const void* o, const float* lse, const void* d_o,
+                                                    void* dq, void* dk, void* dv, void* workspace,
+                                                    size_t workspace_bytes, void* stream);
 
 #ifdef __cplusplus
 }  /* extern "C" */

@@ -70,7 +70,8 @@ def has_cuda() -> bool:
 
 
 def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, return_lse: bool = False,
-              deterministic: bool = False, window: Tuple[int, int] = (-1, -1)):
+              deterministic: bool = False, window: Tuple[int, int] = (-1, -1), group: Any = None,
+              layout: str = "zigzag"):
     """Attention ``O = softmax(scale · Q Kᵀ) V``, FlashAttention's call.
 
     Args:
@@ -89,6 +90,12 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, r
         return_lse: also return the natural-log ``logsumexp`` of each row's scaled scores,
             float32 ``[B, H, N]`` (not differentiable), as FlashAttention's ``softmax_lse``.
         deterministic: ask the backward for a bit-reproducible dQ (where the kernels have one).
+        group: a ``torch.distributed`` process group: context parallelism over its G GPUs, one
+            process per GPU. q, k, v are then this rank's shard of the sequence, ``[B, N / G, H,
+            d]`` in the ring's local order (``flashlab.ring.shard``), causal counts over the whole
+            sequence, and O is this rank's rows (``flashlab.ring``; no window).
+        layout: with ``group``, how the sequence is cut: ``"zigzag"`` (balanced causal work) or
+            ``"contiguous"``.
 
     Returns:
         ``O`` with q's shape and dtype, or ``(O, lse)``.
@@ -105,6 +112,16 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, r
             library refuses (its message names the field and the limit).
         FlashlabLibraryError: libflashlab.so not found (the message says where it looked).
     """
+    if group is not None:
+        if not _is_torch(q):
+            raise FlashlabTypeError(f"group: context parallelism takes torch CUDA tensors, q is {type(q).__name__}",
+                                    hint="move each rank's shard to its GPU as a torch tensor")
+        if tuple(window) != (-1, -1):
+            raise FlashlabUnsupportedError(f"window: {tuple(window)} with group: the ring takes no window",
+                                           hint="run windowed attention on one GPU (no group)")
+        from . import ring
+        return ring.attention(q, k, v, group=group, causal=causal, scale=scale, layout=layout, return_lse=return_lse,
+                              deterministic=deterministic)
     if _is_torch(q):
         return _ft.attention(q, k, v, causal=causal, scale=scale, return_lse=return_lse, deterministic=deterministic,
                              window=window)

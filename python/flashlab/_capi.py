@@ -34,8 +34,8 @@ from .errors import (
 ABI_VERSION = 1
 #: The additions within it this file declares (FLASHLAB_ABI_MINOR): the attention problem's window
 #: and packed-sequence fields, the STREAM trace's workspace query (1); the attention call struct
-#: and its two entries (2).
-ABI_MINOR = 2
+#: and its two entries (2); the context-parallel ring, flashlab_ring_* (3).
+ABI_MINOR = 3
 
 # flashlab_status
 OK = 0
@@ -189,6 +189,13 @@ _SIGNATURES = {
     # The struct itself is passed (ctypes passes its address): no conversion of an integer.
     "flashlab_attention_forward_call": (_I, [ctypes.POINTER(AttentionCall)]),
     "flashlab_attention_backward_call": (_I, [ctypes.POINTER(AttentionCall)]),
+    "flashlab_has_ring": (_I, []),
+    "flashlab_ring_unique_id": (_I, [_P]),
+    "flashlab_ring_create": (_I, [_P, _I, _I, ctypes.POINTER(ctypes.c_void_p)]),
+    "flashlab_ring_destroy": (_I, [_P]),
+    "flashlab_ring_workspace_size": (_I, [_P, _I, _I, _I, _SZP]),
+    "flashlab_ring_forward": (_I, [_P, _I, _P, _P, _P, _P, _P, _P, _P, _SZ, _P]),
+    "flashlab_ring_backward": (_I, [_P, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _SZ, _P]),
     "flashlab_mta_defaults": (MtaProblem, []),
     "flashlab_mta_forward_workspace_size": (_I, [_P, _I, _SZP]),
     "flashlab_mta_forward": (_I, [_P, _I, _T, _T, _T, _P, _T, _P, _P, _SZ, _P]),

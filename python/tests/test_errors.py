@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import flashlab
+from flashlab import _capi
 from flashlab import FlashlabError, FlashlabTypeError, FlashlabUnsupportedError, FlashlabValueError
 
 PACKAGE = Path(flashlab.__file__).resolve().parent
@@ -163,3 +164,18 @@ def test_the_readme_snippet_runs():
     assert r.returncode == 0, r.stderr
     error = float(r.stdout.strip().rsplit(" ", 1)[1])
     assert "max error vs float64 NumPy:" in r.stdout and error < 1e-12
+
+
+def test_group_takes_torch_cuda_tensors_only():
+    q = np.zeros((1, 8, 1, 4), np.float32)
+    with pytest.raises(flashlab.FlashlabTypeError, match="group: context parallelism takes torch CUDA tensors"):
+        flashlab.attention(q, q, q, group=object())
+
+
+def test_the_ring_entries_are_declared():
+    L = _capi.lib()
+    assert L.has_ring() in (0, 1)
+    if not L.has_ring():
+        status = L.ring_unique_id(None)
+        assert status == _capi.ERROR_UNSUPPORTED
+        assert "no context-parallel ring" in L.last_error().decode()

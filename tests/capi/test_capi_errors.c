@@ -544,6 +544,57 @@ static void misc_cases(void) {
   EXPECT_TRUE(s.struct_size == sizeof s && s.block_q == 64 && s.block_k == 64 && s.k_blocks == 8 && s.mask == NULL);
 }
 
+/* The ring: its problem's refusals name the field whatever the build; a build without the ring
+ * (no CUDA or no NCCL) refuses every call with UNSUPPORTED and a hint. No GPU is touched here. */
+static void ring_cases(void) {
+  const char* size = "flashlab_ring_workspace_size";
+  for (int i = 0; i < kBig; ++i) g_out[i] = -7.0f;
+  flashlab_attention_problem p = flashlab_attention_defaults();
+  p.seq_q = 4096, p.heads = 4, p.head_dim = 128;
+  size_t bytes = 12345;
+  EXPECT(flashlab_ring_workspace_size(NULL, FLASHLAB_RING_ZIGZAG, 2, 0, &bytes), FLASHLAB_ERROR_INVALID_ARGUMENT, size,
+         "problem", NULL);
+  EXPECT(flashlab_ring_workspace_size(&p, FLASHLAB_RING_ZIGZAG, 0, 0, &bytes), FLASHLAB_ERROR_INVALID_ARGUMENT, size,
+         "gpus = 0", "hint");
+  EXPECT(flashlab_ring_workspace_size(&p, (flashlab_ring_layout)7, 2, 0, &bytes), FLASHLAB_ERROR_INVALID_ARGUMENT,
+         size, "layout = 7", "FLASHLAB_RING_ZIGZAG");
+  EXPECT(flashlab_ring_workspace_size(&p, FLASHLAB_RING_ZIGZAG, 2, 2, &bytes), FLASHLAB_ERROR_INVALID_ARGUMENT, size,
+         "backward = 2", NULL);
+  flashlab_attention_problem q = p;
+  q.seq_k = 1024;
+  EXPECT(flashlab_ring_workspace_size(&q, FLASHLAB_RING_ZIGZAG, 2, 0, &bytes), FLASHLAB_ERROR_UNSUPPORTED, size,
+         "problem->seq_k = 1024", "self-attention");
+  q = p, q.window_left = 64;
+  EXPECT(flashlab_ring_workspace_size(&q, FLASHLAB_RING_ZIGZAG, 2, 0, &bytes), FLASHLAB_ERROR_UNSUPPORTED, size,
+         "window", "hint");
+  q = p, q.heads_kv = 3;
+  EXPECT(flashlab_ring_workspace_size(&q, FLASHLAB_RING_ZIGZAG, 2, 0, &bytes), FLASHLAB_ERROR_INVALID_ARGUMENT, size,
+         "problem->heads_kv", NULL);
+  EXPECT_TRUE(bytes == 12345);
+  EXPECT_OK(flashlab_ring_destroy(NULL));
+  if (!flashlab_has_ring()) {
+    unsigned char id[FLASHLAB_RING_ID_BYTES];
+    flashlab_ring* ring = NULL;
+    EXPECT(flashlab_ring_unique_id(id), FLASHLAB_ERROR_UNSUPPORTED, "flashlab_ring_unique_id", "no context-parallel ring",
+           "flashlab_has_ring()");
+    EXPECT(flashlab_ring_create(id, 2, 0, &ring), FLASHLAB_ERROR_UNSUPPORTED, "flashlab_ring_create",
+           "no context-parallel ring", "NCCL");
+    EXPECT_TRUE(ring == NULL);
+    EXPECT(flashlab_ring_workspace_size(&p, FLASHLAB_RING_ZIGZAG, 2, 0, &bytes), FLASHLAB_ERROR_UNSUPPORTED, size,
+           "no context-parallel ring", NULL);
+    EXPECT(flashlab_ring_forward(&p, FLASHLAB_RING_ZIGZAG, NULL, g_in, g_in, g_in, g_out, g_stat, NULL, 0, NULL),
+           FLASHLAB_ERROR_UNSUPPORTED, "flashlab_ring_forward", "no context-parallel ring", NULL);
+    EXPECT(flashlab_ring_backward(&p, FLASHLAB_RING_ZIGZAG, NULL, g_in, g_in, g_in, g_in, g_stat, g_in, g_out, g_out,
+                                  g_out, NULL, 0, NULL),
+           FLASHLAB_ERROR_UNSUPPORTED, "flashlab_ring_backward", "no context-parallel ring", NULL);
+    EXPECT_TRUE(untouched());
+  } else {
+    EXPECT(flashlab_ring_unique_id(NULL), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_ring_unique_id", "id", NULL);
+    EXPECT(flashlab_ring_forward(&p, FLASHLAB_RING_ZIGZAG, NULL, g_in, g_in, g_in, g_out, g_stat, NULL, 0, NULL),
+           FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_ring_forward", "ring", NULL);
+  }
+}
+
 int main(void) {
   for (int i = 0; i < kBig; ++i) g_in[i] = (float)((i * 37) % 11) / 11.0f - 0.5f, g_stat[i] = 0.0f;
   for (int i = 0; i < 64; ++i) g_w[i] = 0.25f;
@@ -554,6 +605,7 @@ int main(void) {
   stream_cases();
   thread_cases();
   misc_cases();
+  ring_cases();
   printf("%d checks, %d failed\n", g_checks, g_failures);
   return g_failures ? 1 : 0;
 }

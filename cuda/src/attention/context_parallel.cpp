@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <utility>
 #include <set>
@@ -717,6 +718,39 @@ void context_parallel_backward_local(const ref::ContextParallelProblem& problem,
   std::vector<Driven<RingBackwardBuffers>> driven;
   for (std::size_t r = 0; r < ranks.size(); ++r) driven.push_back({r, &ranks[r]});
   run_backward(problem, driven, kernel, trace);
+}
+
+// ---------------------------------------------------------------------------------------------
+// One rank per process
+// ---------------------------------------------------------------------------------------------
+static_assert(sizeof(ncclUniqueId) == kRingIdBytes, "kRingIdBytes is NCCL's unique id");
+
+std::array<unsigned char, kRingIdBytes> ring_unique_id() {
+  ncclUniqueId id;
+  FLASHLAB_NCCL_CHECK(ncclGetUniqueId(&id), nullptr);
+  std::array<unsigned char, kRingIdBytes> out{};
+  std::memcpy(out.data(), &id, kRingIdBytes);
+  return out;
+}
+
+void* ring_comm_create(const std::array<unsigned char, kRingIdBytes>& id, int gpus, int rank) {
+  if (gpus < 1 || std::size_t(gpus) > ref::kMaxRanks)
+    throw std::invalid_argument("flashlab::cuda: ring: gpus (G) = " + std::to_string(gpus) + " is not in 1 … " +
+                                std::to_string(ref::kMaxRanks) + " (hint: the ranks of the ring)");
+  if (rank < 0 || rank >= gpus)
+    throw std::invalid_argument("flashlab::cuda: ring: rank = " + std::to_string(rank) + " is not in 0 … " +
+                                std::to_string(gpus - 1) + " (hint: this process's place in the ring)");
+  if (gpus == 1) return nullptr;  // one rank: no ring, no communicator
+  setenv("NCCL_NVLS_ENABLE", "0", 0);  // NVLink multicast stays off unless the caller decided otherwise
+  ncclUniqueId nid;
+  std::memcpy(&nid, id.data(), kRingIdBytes);
+  ncclComm_t comm = nullptr;
+  FLASHLAB_NCCL_CHECK(ncclCommInitRank(&comm, gpus, nid, rank), nullptr);
+  return comm;
+}
+
+void ring_comm_destroy(void* comm) noexcept {
+  if (comm) ncclCommDestroy(static_cast<ncclComm_t>(comm));
 }
 
 // ---------------------------------------------------------------------------------------------

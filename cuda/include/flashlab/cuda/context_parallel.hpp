@@ -35,6 +35,7 @@
 #include "flashlab/cuda/fast_attention.hpp"
 #include "flashlab/reference/context_parallel.hpp"
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -158,6 +159,22 @@ void context_parallel_backward_local(const ref::ContextParallelProblem& problem,
                                      const std::vector<RingRank<RingBackwardBuffers>>& ranks,
                                      FastBackwardKernel kernel = FastBackwardKernel::mma_sync,
                                      RingTrace* trace = nullptr);
+
+/// Bytes of the id every rank of a ring needs to make its communicator (NCCL's `ncclUniqueId`).
+inline constexpr std::size_t kRingIdBytes = 128;
+/// The id of a new ring (`ncclGetUniqueId`): made by one rank and given to every other one over
+/// the caller's own channel (a torch.distributed broadcast, MPI, a file). Throws CudaError when
+/// NCCL fails.
+std::array<unsigned char, kRingIdBytes> ring_unique_id();
+/// This process's (or thread's) rank of a ring of `gpus` ranks made from `id`, on the current
+/// device (`ncclCommInitRank`; every rank calls it, and the call returns once all have): its
+/// ncclComm_t as void*, for context_parallel_forward_device() and ring_comm_destroy(). One rank
+/// (`gpus` 1) needs no communicator: nullptr. Sets NCCL_NVLS_ENABLE=0 unless it is set. Throws
+/// std::invalid_argument for `gpus` outside 1 … ref::kMaxRanks or `rank` outside 0 … gpus − 1,
+/// CudaError when NCCL fails.
+void* ring_comm_create(const std::array<unsigned char, kRingIdBytes>& id, int gpus, int rank);
+/// Releases a communicator of ring_comm_create() (nullptr: nothing); never throws.
+void ring_comm_destroy(void* comm) noexcept;
 
 /// G GPUs of this process, one NCCL communicator each (ncclCommInitAll): rank r on devices[r].
 /// Sets NCCL_NVLS_ENABLE=0 in the environment unless it is set (NVLink multicast stays off).
