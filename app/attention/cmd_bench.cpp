@@ -17,9 +17,14 @@
 #include "flashlab/cuda/bench.hpp"
 #include "flashlab/cuda/options.hpp"
 #endif
+#ifdef FLASHLAB_HAVE_RING
+#include "flashlab/cuda/context_parallel.hpp"
+#endif
 
 #include <cstdio>
+#include <map>
 #include <optional>
+#include <tuple>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
@@ -35,6 +40,7 @@ constexpr const char* kUsageLine =
     "                       [--causal | --no-causal | --both] [--window L,R]\n"
     "                       [--pass fwd|bwd|both] [--bwd-design atomic|two-kernel] [--fwd-kernel mma|wgmma|tma-ws|splitkv]\n"
     "                       [--bwd-kernel mma|wgmma-ws|wgmma-ws-det] [--dtype bf16|fp16] [--kv-copy] [--reps R] [--warmup W]\n"
+    "                       [--gpus G[,G2,...] [--scaling strong|weak] [--layout zigzag|contiguous] [--no-single]]\n"
     "                       [--json|--csv]";
 constexpr const char* kSummary =
     "Times the fast tensor-core attention forward and/or backward on the GPU (bf16/fp16 in, fp32\n"
@@ -63,6 +69,17 @@ constexpr const char* kSummary =
     "and copy_tbps 0 without --kv-copy; a window side -1 when unbounded); the CSV feeds\n"
     "cuda/bench/sdpa_bench.py (PyTorch SDPA, same shapes and passes; enable_gqa for grouped K/V; rows\n"
     "with a window are not compared there).\n"
+    "--gpus times context-parallel (ring) attention instead: the sequence cut among G GPUs of this\n"
+    "machine (zigzag when causal), K/V passed around a ring over NCCL while the fast kernels work, one\n"
+    "process driving every GPU; per (G, d, causal, N) and pass the median of the slowest rank's whole\n"
+    "ring over R runs after W warm-ups, TFLOP/s per GPU, the bytes one GPU handed to NCCL beside the\n"
+    "model's, the longest exchange and step, and the time the compute did not cover. --scaling strong\n"
+    "keeps N the whole sequence for every G; weak makes it G x N (N rows per GPU). Beside it, once per\n"
+    "shape, one GPU's fast kernels on the whole problem (unless --no-single, or B N H d reaches 2^31):\n"
+    "strong_efficiency = their time / (G x the ring's). --json/--csv rows: gpus,layout,causal,N,B,H,\n"
+    "H_kv,d,dtype,pass,kernel,ring_ms,ring_min_ms,ring_max_ms,ring_tflops_per_gpu,single_ms,\n"
+    "single_tflops,strong_efficiency,model_bytes_per_gpu,counted_bytes_per_gpu,counted_equals_model,\n"
+    "max_exchange_ms,max_step_compute_ms,exposed_ms (-1: not measured). Needs NCCL in the build.\n"
     "Needs a build with CUDA and an NVIDIA GPU.";
 
 po::options_description options() {
@@ -96,6 +113,12 @@ po::options_description options() {
        "specialisation + wgmma, sm_90a; the same with dQ summed in a fixed order, bit-reproducible). The "
        "two-kernel design runs on mma only")
       ;
+  d.add_options()
+      ("gpus", po::value<std::string>(), "G[,G2,...]: context-parallel (ring) attention over G GPUs of this machine")
+      ("scaling", po::value<std::string>(), "with --gpus: strong (N the whole sequence, the default) | weak (N per GPU)")
+      ("layout", po::value<std::string>(), "with --gpus: zigzag | contiguous (default: zigzag when causal, else contiguous)")
+      ("no-single", po::bool_switch(), "with --gpus: skip one GPU's fast kernels on the whole problem")
+      ;
   add_dtype_option(d, "bf16 | fp16", "bf16");
   d.add_options()
       ("kv-copy", po::bool_switch(), "also time a D2D copy of K and V's bytes per forward shape (the copy-bandwidth anchor)")
@@ -119,7 +142,40 @@ struct Sweep {
   bool kv_copy = false;    // --kv-copy
   std::string fwd_kernel = "auto";  // --fwd-kernel
   std::string bwd_kernel = "auto";  // --bwd-kernel
+  std::vector<int> gpus;  // --gpus: the ring on each G (empty: one GPU's kernels)
+  bool weak = false;      // --scaling weak: N rows per GPU
+  std::string layout;     // --layout ("": by causality)
+  bool single = true;     // !--no-single
 };
+
+// --gpus and the flags that go with it; a flag the ring has no use for is refused by name.
+void parse_ring_flags(const po::variables_map& vm, Sweep& s) {
+  const bool ring = vm.count("gpus") > 0;
+  for (const char* f : {"scaling", "layout"})
+    if (vm.count(f) && !ring) throw UsageError(std::string("--") + f + " is for --gpus", "add --gpus G, or drop it");
+  if (vm["no-single"].as<bool>() && !ring) throw UsageError("--no-single is for --gpus", "add --gpus G, or drop it");
+  if (!ring) return;
+  s.gpus = sweep_list("gpus", vm["gpus"].as<std::string>(), 1, 64, "1,2,4");
+  const std::string scaling = vm.count("scaling") ? vm["scaling"].as<std::string>() : "strong";
+  if (scaling != "strong" && scaling != "weak")
+    throw UsageError("--scaling '" + scaling + "' is unknown", "strong (N the whole sequence) or weak (N per GPU)");
+  s.weak = scaling == "weak";
+  if (vm.count("layout")) {
+    s.layout = vm["layout"].as<std::string>();
+    if (s.layout != "zigzag" && s.layout != "contiguous")
+      throw UsageError("--layout '" + s.layout + "' is unknown", "zigzag (balanced causal work) or contiguous");
+  }
+  s.single = !vm["no-single"].as<bool>();
+  const auto refuse = [](const std::string& flag, const std::string& hint) {
+    throw UsageError(flag + " does not go with --gpus: the ring runs dense self-attention on the fastest kernels",
+                     hint);
+  };
+  if (s.seq_k > 0) refuse("--seq-k", "drop it (the ring is self-attention)");
+  if (s.window_left >= 0 || s.window_right >= 0) refuse("--window", "drop it (the ring takes no window)");
+  if (s.kv_copy) refuse("--kv-copy", "drop it");
+  if (s.fwd_kernel != "auto" || s.bwd_kernel != "auto" || !s.bwd_atomic)
+    refuse("--fwd-kernel/--bwd-kernel/--bwd-design", "leave them at their defaults");
+}
 
 Sweep parse_sweep(const po::variables_map& vm) {
   Sweep s;
@@ -182,6 +238,7 @@ Sweep parse_sweep(const po::variables_map& vm) {
   s.fp16 = fp16_dtype(vm["dtype"].as<std::string>());
   s.format = output_format(vm);
   s.kv_copy = vm["kv-copy"].as<bool>();
+  parse_ring_flags(vm, s);
   return s;
 }
 
@@ -318,6 +375,126 @@ int run_sweep(const Sweep& s) {
 }
 #endif
 
+
+#ifdef FLASHLAB_HAVE_RING
+// The ring over each G of the sweep: one LocalRing per G, one bench_context_parallel() per
+// shape; one GPU's kernels timed once per shape (the first G that asks) and given to the others.
+int run_ring(const Sweep& s) {
+  namespace fc = flashlab::cuda;
+  namespace fr = flashlab::ref;
+  const fr::Dtype dtype = s.fp16 ? fr::Dtype::fp16 : fr::Dtype::bf16;
+  const auto problem_for = [&](int g, int n, int d, bool causal) {
+    fr::ContextParallelProblem p;
+    p.attention.batch = std::size_t(s.batch);
+    p.attention.seq = std::size_t(s.weak ? n * g : n);
+    p.attention.heads = std::size_t(s.heads);
+    p.attention.head_dim = std::size_t(d);
+    p.attention.causal = causal;
+    p.attention.dtype = dtype;
+    p.heads_kv = std::size_t(s.heads_kv);
+    p.gpus = std::size_t(g);
+    p.layout = !s.layout.empty() ? fr::parse_layout(s.layout)
+                                 : (causal ? fr::ShardLayout::zigzag : fr::ShardLayout::contiguous);
+    return p;
+  };
+  // Every shape's limits first, as usage errors, before a GPU is touched.
+  for (int g : s.gpus)
+    for (int n : s.seqs)
+      for (int d : s.dims)
+        for (bool causal : s.causal) try {
+            fc::check_context_parallel_problem(problem_for(g, n, d, causal));
+          } catch (const std::invalid_argument& e) {
+            throw UsageError(std::string("--gpus ") + std::to_string(g) + " --seq " + std::to_string(n) + " --dim " +
+                                 std::to_string(d) + ": " + e.what(),
+                             "N a multiple of the chunks (2G zigzag, G contiguous), d 64 or 128");
+          }
+  require_gpu("bench attention --gpus");
+  const char* dt = s.fp16 ? "fp16" : "bf16";
+  const bool data = s.format != OutputFormat::text;
+  std::ostream& info = info_stream(data);
+  info << "device: " << fc::device_description() << "\n"
+       << "context-parallel ring over NCCL, " << (s.weak ? "weak" : "strong") << " scaling, " << dt
+       << ", H=" << s.heads << (s.heads_kv ? " H_kv=" + std::to_string(s.heads_kv) : "") << " B=" << s.batch
+       << "; per shape " << s.warmup << " warm-up + " << s.reps
+       << " timed runs, the slowest rank's whole ring (CUDA events); median (min, max)\n";
+  std::optional<RowStream> rows;
+  if (data) rows.emplace(s.format, std::cout);
+  std::map<std::tuple<std::size_t, int, bool, int>, double> single_ms;  // (N, d, causal, pass) -> ms
+  bool all_equal = true;
+  for (int g : s.gpus) {
+    std::vector<int> devices;
+    for (int r = 0; r < g; ++r) devices.push_back(r);
+    const fc::LocalRing ring(devices);
+    for (int d : s.dims)
+      for (bool causal : s.causal)
+        for (int n : s.seqs) {
+          fc::RingBenchConfig cfg;
+          cfg.problem = problem_for(g, n, d, causal);
+          cfg.forward = s.fwd;
+          cfg.backward = s.bwd;
+          cfg.warmups = s.warmup;
+          cfg.reps = s.reps;
+          cfg.forward_kernel = fc::fastest_forward_kernel();
+          cfg.backward_kernel = fc::fastest_backward_kernel();
+          const std::size_t N = cfg.problem.attention.seq;
+          const auto key = [&](fr::RingPass pass) { return std::make_tuple(N, d, causal, int(pass)); };
+          cfg.single = s.single && !single_ms.count(key(s.fwd ? fr::RingPass::forward : fr::RingPass::backward));
+          for (auto& r : fc::bench_context_parallel(cfg, ring)) {
+            if (r.single_ms > 0) single_ms[key(r.pass)] = r.single_ms;
+            else if (s.single && single_ms.count(key(r.pass))) r.single_ms = single_ms[key(r.pass)];
+            const fr::ContextParallelProblem& p = cfg.problem;
+            const bool fwd = r.pass == fr::RingPass::forward;
+            const char* kernel = fwd ? fc::to_string(cfg.forward_kernel) : fc::to_string(cfg.backward_kernel);
+            const double ring_tf = r.flops / (r.ring_ms * 1e-3) / g / 1e12;
+            const double single_tf = r.single_ms > 0 ? r.flops / (r.single_ms * 1e-3) / 1e12 : -1;
+            const double eff = r.single_ms > 0 ? r.single_ms / (g * r.ring_ms) : -1;
+            all_equal = all_equal && r.counted_equals_model;
+            if (rows) {
+              Value v;
+              Json j(v);
+              j.begin_object();
+              j.key("gpus").value(std::uint64_t(g)).key("layout").value(std::string(fr::layout_name(p.layout)));
+              j.key("causal").value(int(causal)).key("N").value(std::uint64_t(N));
+              j.key("B").value(std::uint64_t(s.batch)).key("H").value(std::uint64_t(s.heads));
+              j.key("H_kv").value(std::uint64_t(p.kv_heads())).key("d").value(std::uint64_t(d));
+              j.key("dtype").value(dt).key("pass").value(fwd ? "fwd" : "bwd").key("kernel").value(kernel);
+              j.key("ring_ms").value(round_to(r.ring_ms, 4)).key("ring_min_ms").value(round_to(r.ring_min_ms, 4));
+              j.key("ring_max_ms").value(round_to(r.ring_max_ms, 4));
+              j.key("ring_tflops_per_gpu").value(round_to(ring_tf, 1));
+              j.key("single_ms").value(round_to(r.single_ms, 4)).key("single_tflops").value(round_to(single_tf, 1));
+              j.key("strong_efficiency").value(round_to(eff, 4));
+              j.key("model_bytes_per_gpu").value(std::uint64_t(r.model_bytes));
+              j.key("counted_bytes_per_gpu").value(std::uint64_t(r.counted_bytes));
+              j.key("counted_equals_model").value(int(r.counted_equals_model));
+              j.key("max_exchange_ms").value(round_to(r.exchange_ms_max, 4));
+              j.key("max_step_compute_ms").value(round_to(r.compute_ms_max, 4));
+              j.key("exposed_ms").value(round_to(r.exposed_ms, 4));
+              j.end_object();
+              rows->row(v);
+              continue;
+            }
+            std::printf("%s G=%d %s%s N=%zu d=%d: ring %.3f ms (%.3f, %.3f), %.1f TFLOP/s per GPU", fwd ? "fwd" : "bwd", g,
+                        fr::layout_name(p.layout).data(), causal ? " causal" : "", N, d, r.ring_ms, r.ring_min_ms,
+                        r.ring_max_ms, ring_tf);
+            if (r.single_ms > 0)
+              std::printf("; one GPU %.3f ms (%.1f TFLOP/s), strong efficiency %.3f", r.single_ms, single_tf, eff);
+            std::printf("\n    sent per GPU %llu B, model %llu B: %s; longest exchange %.3f ms, step %.3f ms, exposed "
+                        "%.3f ms\n",
+                        (unsigned long long)r.counted_bytes, (unsigned long long)r.model_bytes,
+                        r.counted_equals_model ? "equal" : "DIFFERENT", r.exchange_ms_max, r.compute_ms_max,
+                        r.exposed_ms);
+            std::fflush(stdout);
+          }
+        }
+  }
+  if (rows) rows->finish();
+  if (!all_equal) {
+    std::cerr << "error: the bytes handed to NCCL differ from the model's on a row above\n";
+    return kFailed;
+  }
+  return kOk;
+}
+#endif
 }  // namespace
 
 int cmd_bench(const Args& args) {
@@ -330,6 +507,14 @@ int cmd_bench(const Args& args) {
     if (!parsed) return kOk;  // --help was printed
     const po::variables_map& vm = *parsed;
     const Sweep sweep = parse_sweep(vm);
+    if (!sweep.gpus.empty()) {
+#ifdef FLASHLAB_HAVE_RING
+      return run_ring(sweep);
+#else
+      throw UsageError("--gpus: this build has no context-parallel ring",
+                       "build with CUDA and NCCL (nccl.h and libnccl in the CUDA installation)");
+#endif
+    }
 #ifdef FLASHLAB_HAVE_CUDA
     return run_sweep(sweep);
 #else

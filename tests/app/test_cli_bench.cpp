@@ -65,6 +65,21 @@ TEST_CASE("cli bench: bad flags are usage errors naming the flag", "[cli][bench]
   expect_usage_error("bench attention --heads 32 --heads-kv 8", "the fast backward takes H_kv = H");
   expect_usage_error("bench attention --seq 1024 --seq-k 2048 --pass both", "--seq-k 2048 differs from N = 1024");
   expect_usage_error("bench attention --seq-k 0", "--seq-k 0 is out of range");
+  // Context parallelism: --gpus and its own flags.
+  expect_usage_error("bench attention --gpus 0", "--gpus: '0'");
+  expect_usage_error("bench attention --gpus 2,x", "--gpus: 'x'");
+  expect_usage_error("bench attention --scaling weak", "--scaling is for --gpus");
+  expect_usage_error("bench attention --layout zigzag", "--layout is for --gpus");
+  expect_usage_error("bench attention --no-single", "--no-single is for --gpus");
+  expect_usage_error("bench attention --gpus 2 --scaling linear", "--scaling 'linear' is unknown");
+  expect_usage_error("bench attention --gpus 2 --layout spiral", "--layout 'spiral' is unknown");
+  expect_usage_error("bench attention --gpus 2 --window 64,0", "--window does not go with --gpus");
+  expect_usage_error("bench attention --gpus 2 --seq 1024 --seq-k 1024 --pass fwd", "--seq-k does not go with --gpus");
+  expect_usage_error("bench attention --gpus 2 --kv-copy --pass fwd", "--kv-copy does not go with --gpus");
+  expect_usage_error("bench attention --gpus 2 --bwd-kernel mma", "does not go with --gpus");
+#ifndef FLASHLAB_TEST_HAVE_CUDA
+  expect_usage_error("bench attention --gpus 2", "--gpus: this build has no context-parallel ring");
+#endif
   // The backward takes a window on the atomic design's mma and wgmma-ws kernels.
   expect_usage_error("bench attention --window 128,0 --pass bwd --bwd-kernel wgmma-ws-det",
                      "--window 128,0: the fast backward takes a window on the atomic design's mma and wgmma-ws "

@@ -760,6 +760,13 @@ LocalRing::LocalRing(std::vector<int> devices) : devices_(std::move(devices)) {
   if (devices_.empty()) throw std::invalid_argument("flashlab::cuda: LocalRing: no devices (hint: e.g. {0, 1})");
   if (std::set<int>(devices_.begin(), devices_.end()).size() != devices_.size())
     throw std::invalid_argument("flashlab::cuda: LocalRing: a device is listed twice (hint: one rank per GPU)");
+  int count = 0;
+  FLASHLAB_CUDA_CHECK(cudaGetDeviceCount(&count));
+  for (int d : devices_)
+    if (d < 0 || d >= count)
+      throw std::invalid_argument("flashlab::cuda: LocalRing: device " + std::to_string(d) + " is not on this machine (" +
+                                  std::to_string(count) + " GPUs: 0 … " + std::to_string(count - 1) +
+                                  ") (hint: ask for at most " + std::to_string(count) + " GPUs)");
   // NVLink multicast (NVLS) stays off unless the caller decided otherwise.
   setenv("NCCL_NVLS_ENABLE", "0", 0);
   comms_.assign(devices_.size(), nullptr);
