@@ -3,16 +3,25 @@
 // receives) around the ring, the compute of the busiest GPU that the transfer can hide behind,
 // both as times at a link bandwidth and a compute rate, and whether the ring hides the link;
 // then it runs the CPU simulation of the ring at the same shape (when small enough) and shows
-// that the bytes it copied between the simulated ranks equal the model. Formatting only: the
-// model and the simulation are reference/ context_parallel.hpp.
+// that the bytes it copied between the simulated ranks equal the model; then the ring measured
+// on GPUs beside the model: recorded (lessons/data/traffic-ring/measured.csv, for the shapes it
+// holds) or live with --device cuda. Formatting only: the model and the simulation are
+// reference/ context_parallel.hpp, the measurement the attention family's ring.
 #include "core/commands.hpp"
 #include "core/gpu_flags.hpp"
 #include "core/report.hpp"
 #include "core/shared_flags.hpp"
 
+#include "flashlab/lessons/traffic_chapter.hpp"
 #include "flashlab/reference/context_parallel.hpp"
+#ifdef FLASHLAB_HAVE_RING
+#include "flashlab/cuda/context_parallel.hpp"
+#include "flashlab/cuda/options.hpp"
+#endif
 
+#include <algorithm>
 #include <cmath>
+#include <ctime>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -279,11 +288,105 @@ void print_counted(std::ostream& os, const Counted& c) {
   if (!all_equal(c)) os << "first difference: " << c.why << "\n";
 }
 
+namespace fl = flashlab::lessons;
+
+// The measurement shown beside each pass: recorded rows for this shape, or a live run.
+struct Measurements {
+  std::string source;                    // "recorded" or "live"
+  std::vector<fl::RingMeasured> rows;    // what there is (any shape when recorded)
+  [[nodiscard]] const fl::RingMeasured* find(const ContextParallelProblem& p, RingPass pass) const {
+    return fl::find_ring_measurement(rows, p, pass == RingPass::forward ? "fwd" : "bwd");
+  }
+};
+
+#ifdef FLASHLAB_HAVE_RING
+std::string utc_now_minutes() {
+  char buf[32];
+  const std::time_t t = std::time(nullptr);
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M", std::gmtime(&t));
+  return buf;
+}
+
+// The ring on this machine's first G GPUs (one process driving them), timed as `flashlab bench
+// attention --gpus` times it: 1 warm-up, 3 runs, the median.
+Measurements measure_live(const ContextParallelProblem& p, const std::vector<RingPass>& passes) {
+  namespace fc = flashlab::cuda;
+  if (p.attention.dtype == Dtype::fp32)
+    throw UsageError("--device cuda --dtype fp32: the ring's kernels take bf16 or fp16", "--dtype bf16");
+  try {
+    fc::check_context_parallel_problem(p);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--device cuda: ") + e.what(), "the model (--device cpu) takes any shape");
+  }
+  require_gpu("traffic ring --device cuda");
+  std::vector<int> devices;
+  for (std::size_t r = 0; r < p.gpus; ++r) devices.push_back(int(r));
+  const fc::LocalRing ring(devices);
+  fc::RingBenchConfig cfg;
+  cfg.problem = p;
+  cfg.forward = passes.front() == RingPass::forward;
+  cfg.backward = passes.back() == RingPass::backward;
+  cfg.warmups = 1;
+  cfg.reps = 3;
+  cfg.single = false;
+  cfg.forward_kernel = fc::fastest_forward_kernel();
+  cfg.backward_kernel = fc::fastest_backward_kernel();
+  Measurements m;
+  m.source = "live";
+  const std::string description = fc::device_description();
+  for (const auto& r : fc::bench_context_parallel(cfg, ring)) {
+    fl::RingMeasured row;
+    row.date = utc_now_minutes();
+    row.device = description.substr(0, description.find(" ("));
+    row.problem = p;
+    row.pass = r.pass == RingPass::forward ? "fwd" : "bwd";
+    row.ring_ms = r.ring_ms;
+    row.model_bytes = double(r.model_bytes);
+    row.counted_bytes = double(r.counted_bytes);
+    row.max_exchange_ms = r.exchange_ms_max;
+    row.max_step_compute_ms = r.compute_ms_max;
+    row.exposed_ms = r.exposed_ms;
+    m.rows.push_back(row);
+  }
+  return m;
+}
+#endif
+
+void print_measured(std::ostream& os, const ContextParallelProblem& p, RingPass pass, const PassSummary& s,
+                    const Measurements& m) {
+  const fl::RingMeasured* r = m.find(p, pass);
+  if (!r) return;
+  os << "  measured (" << (m.source == "live" ? "live" : "recorded") << ", " << p.gpus << " x " << r->device << ", "
+     << r->date << "): ring " << std::fixed << std::setprecision(1) << r->ring_ms << " ms (the model "
+     << ms_text(s.ring_s) << "); sent per GPU " << bytes_text(std::uint64_t(r->counted_bytes)) << ", the model "
+     << bytes_text(std::uint64_t(r->model_bytes)) << (r->counted_bytes == r->model_bytes ? ": equal" : ": DIFFERENT")
+     << "\n    longest exchange " << std::setprecision(1) << r->max_exchange_ms << " ms beside a step of "
+     << r->max_step_compute_ms << " ms; exposed " << r->exposed_ms << " ms (the model " << ms_text(s.exposed_s)
+     << ")\n";
+  os.unsetf(std::ios::floatfield);
+}
+
+// The recorded shapes, when none is this one (so that the reader knows what to ask for).
+void print_recorded_shapes(std::ostream& os, const Measurements& m) {
+  os << "measured: no recorded run of this shape (lessons/data/traffic-ring/measured.csv holds";
+  std::vector<std::string> seen;
+  for (const auto& r : m.rows) {
+    const ContextParallelProblem& q = r.problem;
+    std::ostringstream k;
+    k << " --gpus " << q.gpus << " --seq " << q.attention.seq << " --heads " << q.attention.heads << " --heads-kv "
+      << q.kv_heads() << " --dim " << q.attention.head_dim << (q.attention.causal ? " --causal" : "");
+    if (std::find(seen.begin(), seen.end(), k.str()) == seen.end()) seen.push_back(k.str());
+  }
+  for (std::size_t i = 0; i < seen.size(); ++i) os << (i ? ";" : "") << seen[i];
+  os << " on " << (m.rows.empty() ? std::string("no device") : m.rows.front().device)
+     << "); --device cuda measures it on a machine with the GPUs\n";
+}
+
 // The report of --json and --csv: the problem and the rates, the simulation's verdict, one row
 // per pass and step (the table: CSV prints a line per row, the fields before it repeated), then
 // each pass's summary.
 void write_report(Json& j, const ContextParallelProblem& p, double link, double tf, double tf_bwd,
-                  const std::vector<RingPass>& passes, const Counted& c) {
+                  const std::vector<RingPass>& passes, const Counted& c, const Measurements& measured) {
   j.begin_object();
   j.key("problem").begin_object();
   j.key("gpus").value(std::uint64_t(p.gpus)).key("layout").value(layout_name(p.layout));
@@ -323,6 +426,17 @@ void write_report(Json& j, const ContextParallelProblem& p, double link, double 
     j.key("compute_ms").value(s.compute_s * 1e3).key("link_ms").value(s.link_s * 1e3);
     j.key("ring_ms").value(s.ring_s * 1e3).key("exposed_ms").value(s.exposed_s * 1e3).key("hides").value(s.hides);
     j.key("break_even_local_seq").value(s.break_even);
+    j.key("measured");
+    if (const fl::RingMeasured* r = measured.find(p, pass)) {
+      j.begin_object().key("source").value(measured.source).key("device").value(r->device).key("date").value(r->date);
+      j.key("ring_ms").value(r->ring_ms).key("model_bytes_per_gpu").value(r->model_bytes);
+      j.key("counted_bytes_per_gpu").value(r->counted_bytes).key("counted_equals_model").value(r->counted_bytes == r->model_bytes);
+      j.key("max_exchange_ms").value(r->max_exchange_ms).key("max_step_compute_ms").value(r->max_step_compute_ms);
+      j.key("exposed_ms").value(r->exposed_ms);
+      j.end_object();
+    } else {
+      j.null();
+    }
     j.end_object();
   }
   j.end_array();
@@ -348,21 +462,27 @@ int cmd_traffic_ring(const Args& args) {
     if (pass != "bwd") passes.push_back(RingPass::forward);
     if (pass != "fwd") passes.push_back(RingPass::backward);
     const std::string device = vm["device"].as<std::string>();
+    if (device != "cpu" && device != "cuda") throw UsageError("--device '" + device + "' is unknown", "choose cpu or cuda");
+    Measurements measured;
     if (device == "cuda") {
-#ifdef FLASHLAB_HAVE_CUDA
-      throw UsageError("--device cuda: the ring's GPU measurement is not part of this command yet",
-                       "it needs the CUDA build with NCCL and G GPUs of one host: run cuda/bench/context_parallel.sh "
-                       "there (docs/context-parallel.md); --device cpu prints the model");
+#if defined(FLASHLAB_HAVE_RING)
+      measured = measure_live(p, passes);
+#elif defined(FLASHLAB_HAVE_CUDA)
+      throw UsageError("--device cuda: this build has no context-parallel ring",
+                       "build with CUDA and NCCL (nccl.h and libnccl in the CUDA installation); --device cpu prints "
+                       "the model and the recorded measurement");
 #else
       throw built_without_cuda("--device cuda measures the ring on G GPUs, with NCCL", "use --device cpu for the model");
 #endif
+    } else {
+      measured.source = "recorded";
+      measured.rows = fl::recorded_ring_measurements();
     }
-    if (device != "cpu") throw UsageError("--device '" + device + "' is unknown", "choose cpu or cuda");
 
     const Counted counted = simulate(p, passes);
     if (format != OutputFormat::text) {
       ReportOutput report(format, std::cout);
-      write_report(report.json(), p, link, tf, tf_bwd, passes, counted);
+      write_report(report.json(), p, link, tf, tf_bwd, passes, counted, measured);
       report.finish();
     } else {
       std::ostream& os = std::cout;
@@ -375,14 +495,22 @@ int cmd_traffic_ring(const Args& args) {
         os << "; the sequence is padded at its end to " << p.padded_seq() << " rows";
       os << "\nmodel: link " << link << " GB/s per GPU each way; compute " << tf << " TFLOP/s forward, " << tf_bwd
          << " backward\n";
+      bool any = false;
       for (RingPass ps : passes) {
         const auto steps = ring_model(p, ps, link * 1e9, (ps == RingPass::forward ? tf : tf_bwd) * 1e12);
-        print_table(os, p, ps, steps, summarise(p, steps));
+        const PassSummary summary = summarise(p, steps);
+        print_table(os, p, ps, steps, summary);
+        print_measured(os, p, ps, summary, measured);
+        any = any || measured.find(p, ps) != nullptr;
       }
       os << "\n";
       print_counted(os, counted);
+      if (!any) print_recorded_shapes(os, measured);
     }
-    return !counted.ran || all_equal(counted) ? kOk : kFailed;
+    bool measured_equal = true;
+    if (measured.source == "live")
+      for (const auto& r : measured.rows) measured_equal = measured_equal && r.counted_bytes == r.model_bytes;
+    return (!counted.ran || all_equal(counted)) && measured_equal ? kOk : kFailed;
   });
 }
 

@@ -334,6 +334,76 @@ const FamilyMeasurement& recorded_family_measurement() {
   return m;
 }
 
+std::vector<RingMeasured> parse_ring_csv(const std::string& text) {
+  std::vector<RingMeasured> rows;
+  for_each_csv_row(text, kRingCsvHeader, 18, "measured.csv", [&](const std::vector<std::string>& f) {
+    RingMeasured r;
+    r.date = f[0];
+    r.device = f[1];
+    ref::ContextParallelProblem& p = r.problem;
+    p.gpus = to_size(f[2], "gpus");
+    p.layout = ref::parse_layout(f[3]);
+    if (f[4] != "0" && f[4] != "1") throw std::invalid_argument("causal '" + f[4] + "' is not 0 or 1");
+    p.attention.causal = f[4] == "1";
+    p.attention.seq = to_size(f[5], "N");
+    p.attention.batch = to_size(f[6], "B");
+    p.attention.heads = to_size(f[7], "H");
+    const std::size_t hkv = to_size(f[8], "H_kv");
+    p.heads_kv = hkv == p.attention.heads ? 0 : hkv;
+    p.attention.head_dim = to_size(f[9], "d");
+    p.attention.dtype = ref::parse_dtype(f[10]);
+    p.validate();
+    if (f[11] != "fwd" && f[11] != "bwd") throw std::invalid_argument("pass '" + f[11] + "' is not fwd or bwd");
+    r.pass = f[11];
+    r.ring_ms = to_bytes(f[12]);
+    r.model_bytes = to_bytes(f[13]);
+    r.counted_bytes = to_bytes(f[14]);
+    r.max_exchange_ms = to_bytes(f[15]);
+    r.max_step_compute_ms = to_bytes(f[16]);
+    r.exposed_ms = to_bytes(f[17]);
+    rows.push_back(r);
+  });
+  return rows;
+}
+
+std::string ring_csv(const std::vector<RingMeasured>& rows) {
+  std::ostringstream os;
+  os.precision(12);
+  os << kRingCsvHeader << "\n";
+  for (const auto& r : rows) {
+    const ref::ContextParallelProblem& p = r.problem;
+    os << r.date << "," << quote(r.device) << "," << p.gpus << "," << ref::layout_name(p.layout) << ","
+       << int(p.attention.causal) << "," << p.attention.seq << "," << p.attention.batch << "," << p.attention.heads
+       << "," << p.kv_heads() << "," << p.attention.head_dim << "," << ref::dtype_name(p.attention.dtype) << ","
+       << r.pass << "," << r.ring_ms << "," << r.model_bytes << "," << r.counted_bytes << "," << r.max_exchange_ms
+       << "," << r.max_step_compute_ms << "," << r.exposed_ms << "\n";
+  }
+  return os.str();
+}
+
+const std::vector<RingMeasured>& recorded_ring_measurements() {
+  static const std::vector<RingMeasured> rows = [] {
+    const std::string* text = embedded_file("traffic-ring/measured.csv");
+    if (!text) throw std::logic_error("lesson data missing: lessons/data/traffic-ring/measured.csv");
+    return parse_ring_csv(*text);
+  }();
+  return rows;
+}
+
+const RingMeasured* find_ring_measurement(const std::vector<RingMeasured>& rows, const ref::ContextParallelProblem& p,
+                                          const std::string& pass) {
+  const RingMeasured* found = nullptr;
+  for (const auto& r : rows) {
+    const ref::ContextParallelProblem& q = r.problem;
+    if (r.pass == pass && q.gpus == p.gpus && q.layout == p.layout && q.attention.batch == p.attention.batch &&
+        q.attention.seq == p.attention.seq && q.attention.heads == p.attention.heads && q.kv_heads() == p.kv_heads() &&
+        q.attention.head_dim == p.attention.head_dim && q.attention.causal == p.attention.causal &&
+        q.attention.dtype == p.attention.dtype)
+      found = &r;
+  }
+  return found;
+}
+
 std::string MtaChapterShape::str() const {
   return "B=" + std::to_string(shape.batch) + " N=" + std::to_string(shape.seq) + " H=" + std::to_string(shape.heads) +
          " d=" + std::to_string(shape.head_dim) + " W=" + std::to_string(cq) + "x" + std::to_string(ck) +

@@ -117,8 +117,30 @@ TEST_CASE("cli traffic ring: bad flags are usage errors naming the flag", "[cli]
   expect_usage_error("traffic ring --gpus 4 --seq 1024 --csv --json", "--json and --csv exclude each other");
   expect_usage_error("traffic ring --gpus 4 --seq 1024 --device tpu", "--device 'tpu' is unknown");
 #ifdef FLASHLAB_TEST_HAVE_CUDA
-  expect_usage_error("traffic ring --gpus 4 --seq 1024 --device cuda", "not part of this command yet");
+  // Refused before any GPU is touched: by the ring's dtype rule, or by a build without NCCL.
+  expect_usage_error("traffic ring --gpus 4 --seq 1024 --device cuda --dtype fp32", "--device cuda");
 #else
   expect_usage_error("traffic ring --gpus 4 --seq 1024 --device cuda", "built without CUDA");
 #endif
+}
+
+TEST_CASE("cli traffic ring: the recorded measurement stands beside the model for the shapes it holds", "[cli][ring]") {
+  const std::string shape = "traffic ring --gpus 4 --seq 524288 --heads 16 --dim 128 --causal";
+  const auto text = run_cli(shape);
+  REQUIRE(text.exit_code == 0);
+  // One line per pass: the bytes handed to NCCL equal the model's, and the times beside it.
+  const std::regex measured("measured \\(recorded, 4 x [^,]+, 20[0-9-]+ [0-9:]+\\): ring [0-9.]+ ms \\(the model "
+                            "[0-9.]+\\); sent per GPU [0-9.]+ GB, the model [0-9.]+ GB: equal");
+  const auto lines = std::distance(std::sregex_iterator(text.out.begin(), text.out.end(), measured), std::sregex_iterator());
+  CHECK(lines == 2);
+  CHECK_THAT(text.out, !Catch::Contains("no recorded run"));
+  const auto json = run_cli(shape + " --json");
+  REQUIRE(json.exit_code == 0);
+  CHECK_THAT(json.out, Catch::Contains("\"source\": \"recorded\"") && Catch::Contains("\"counted_equals_model\": true"));
+  // Another shape: the model alone, and the shapes that were recorded.
+  const auto other = run_cli("traffic ring --gpus 4 --seq 131072 --heads 16 --heads-kv 4 --dim 128 --causal");
+  REQUIRE(other.exit_code == 0);
+  CHECK_THAT(other.out, Catch::Contains("measured: no recorded run of this shape") &&
+                            Catch::Contains("--gpus 4 --seq 524288 --heads 16 --heads-kv 16 --dim 128 --causal"));
+  CHECK_THAT(other.out, !Catch::Contains("measured (recorded"));
 }

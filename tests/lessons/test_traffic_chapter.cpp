@@ -226,3 +226,32 @@ TEST_CASE("traffic chapter: the families' CSV round-trips and malformed CSV name
   CHECK_THAT(table, !Catch::Contains("served from L2"));
   CHECK_THAT(traffic_families_table(m, true), Catch::Contains("served from L2"));
 }
+
+TEST_CASE("traffic chapter: the ring's recorded measurement parses, round-trips and is found by shape", "[traffic][ring]") {
+  const std::vector<RingMeasured>& rows = recorded_ring_measurements();
+  REQUIRE(!rows.empty());
+  for (const auto& r : rows) {
+    CHECK(r.counted_bytes == r.model_bytes);  // what was recorded: NCCL got the model's bytes
+    CHECK(r.ring_ms > 0);
+  }
+  const std::vector<RingMeasured> again = parse_ring_csv(ring_csv(rows));
+  REQUIRE(again.size() == rows.size());
+  CHECK(again.back().problem.str() == rows.back().problem.str());
+  CHECK(again.back().exposed_ms == Approx(rows.back().exposed_ms));
+  const RingMeasured* found = find_ring_measurement(rows, rows.front().problem, rows.front().pass);
+  REQUIRE(found != nullptr);
+  CHECK(found->problem.gpus == rows.front().problem.gpus);
+  flashlab::ref::ContextParallelProblem other = rows.front().problem;
+  other.attention.seq *= 3;
+  CHECK(find_ring_measurement(rows, other, "fwd") == nullptr);
+  const std::string head = std::string(kRingCsvHeader) + "\n";
+  CHECK_THROWS_WITH(parse_ring_csv("a,b\n"), Catch::Contains("measured.csv:1") && Catch::Contains("header"));
+  CHECK_THROWS_WITH(parse_ring_csv(head + "d,dev,2,zigzag,1,1024,1,4,4,64,bf16,up,1,2,2,0,1,0\n"),
+                    Catch::Contains("measured.csv:2") && Catch::Contains("pass 'up'"));
+  CHECK_THROWS_WITH(parse_ring_csv(head + "d,dev,2,spiral,1,1024,1,4,4,64,bf16,fwd,1,2,2,0,1,0\n"),
+                    Catch::Contains("spiral"));
+  CHECK_THROWS_WITH(parse_ring_csv(head + "d,dev,2,zigzag,1,1024,1,4,3,64,bf16,fwd,1,2,2,0,1,0\n"),
+                    Catch::Contains("measured.csv:2"));
+  CHECK_THROWS_WITH(parse_ring_csv(head + "d,dev,2,zigzag,1,1024,1,4,4,64,bf16,fwd,1,-2,2,0,1,0\n"),
+                    Catch::Contains("not a byte count"));
+}

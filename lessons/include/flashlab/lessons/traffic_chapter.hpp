@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "flashlab/reference/attention_traffic.hpp"
+#include "flashlab/reference/context_parallel.hpp"
 #include "flashlab/reference/tensor.hpp"
 
 namespace flashlab::lessons {
@@ -122,6 +123,41 @@ std::string family_csv(const FamilyMeasurement& m);
 /// The measurement of the other families shipped with the lessons
 /// (lessons/data/traffic-levels/measured_families.csv).
 const FamilyMeasurement& recorded_family_measurement();
+
+/// One pass of the context-parallel ring measured on G GPUs: the bytes one GPU handed to NCCL
+/// beside the model's, and the times (`flashlab traffic ring`, recorded or with --device cuda).
+struct RingMeasured {
+  std::string date;                     ///< UTC, YYYY-MM-DD HH:MM
+  std::string device;                   ///< the GPUs' name
+  ref::ContextParallelProblem problem;  ///< G, layout, B, N, H, H_kv, d, causal, dtype
+  std::string pass;                     ///< "fwd" or "bwd"
+  double ring_ms = 0;                   ///< median of the slowest rank's whole ring
+  double model_bytes = 0;               ///< bytes one GPU sends in the pass, by the model
+  double counted_bytes = 0;             ///< bytes one GPU handed to NCCL (the largest over ranks)
+  double max_exchange_ms = 0;           ///< the longest exchange
+  double max_step_compute_ms = 0;       ///< the longest step's compute
+  double exposed_ms = 0;                ///< the slowest rank's ring less its steps' compute
+};
+
+/// The columns of the ring's measured.csv, in order.
+inline constexpr const char* kRingCsvHeader =
+    "date,device,gpus,layout,causal,N,B,H,H_kv,d,dtype,pass,ring_ms,model_bytes_per_gpu,counted_bytes_per_gpu,"
+    "max_exchange_ms,max_step_compute_ms,exposed_ms";
+
+/// Parses the ring's measured.csv text (kRingCsvHeader, then one row per shape and pass).
+/// @throws std::invalid_argument with the line.
+std::vector<RingMeasured> parse_ring_csv(const std::string& text);
+
+/// `rows` as the ring's measured.csv text.
+std::string ring_csv(const std::vector<RingMeasured>& rows);
+
+/// The ring's measurements shipped with the lessons (lessons/data/traffic-ring/measured.csv).
+const std::vector<RingMeasured>& recorded_ring_measurements();
+
+/// The last of `rows` whose problem is `p` (G, layout, B, N, H, H_kv, d, causal, dtype) and whose
+/// pass is `pass`, or nullptr.
+const RingMeasured* find_ring_measurement(const std::vector<RingMeasured>& rows, const ref::ContextParallelProblem& p,
+                                          const std::string& pass);
 
 /// The traffic-gqa lesson's shape (its `shape:` line): a grouped K/V forward, H = 32, H_kv = 8.
 ref::AttentionProblem gqa_chapter_problem();
