@@ -177,9 +177,21 @@ void stream_fast_apply_device(const FastApplyShape& shape, const void* Q, const 
                             reinterpret_cast<const long long*>(I), O, static_cast<cudaStream_t>(stream));
 }
 
+HeadRange resolve_head_range(HeadRange range, std::size_t heads) {
+  if (range.first >= heads)
+    throw StreamError("head range starts at head " + std::to_string(range.first) + " of H = " + std::to_string(heads) +
+                      " (hint: heads are numbered 0 .. H − 1)");
+  if (range.count == 0) range.count = heads - range.first;
+  if (range.count > heads - range.first)
+    throw StreamError("head range " + std::to_string(range.first) + " + " + std::to_string(range.count) +
+                      " runs past H = " + std::to_string(heads) + " (hint: first + count ≤ H)");
+  return range;
+}
+
 void stream_fast_trace_device(const FastApplyShape& shape, const void* Q, const void* K, const void* V,
-                              const std::int64_t* I, FastEdge* edges, void* stream) {
+                              const std::int64_t* I, FastEdge* edges, void* stream, HeadRange range) {
   check_fast_apply(shape);
+  range = resolve_head_range(range, shape.heads);
   static_assert(sizeof(FastEdge) == sizeof(detail::FastEdgeRecord) && sizeof(FastEdge) == 24,
                 "the fast trace writes FastEdge's layout");
   detail::FastApplyLaunch p;
@@ -187,7 +199,7 @@ void stream_fast_trace_device(const FastApplyShape& shape, const void* Q, const 
   p.heads = int(shape.heads);
   p.n_q = int((shape.T + kFastStreamBlock - 1) / kFastStreamBlock);
   p.k = int(shape.k);
-  detail::launch_fast_trace(p, int(shape.dim), shape.dtype == ref::Dtype::bf16, Q, K, V,
+  detail::launch_fast_trace(p, int(range.first), int(range.count), int(shape.dim), shape.dtype == ref::Dtype::bf16, Q, K, V,
                             reinterpret_cast<const long long*>(I), reinterpret_cast<detail::FastEdgeRecord*>(edges),
                             static_cast<cudaStream_t>(stream));
 }
@@ -222,13 +234,14 @@ std::size_t fast_estimate_extra_bytes(const ref::stream::Geometry& g, std::size_
 
 void stream_fast_estimate_device(const ref::stream::BlockMask& mask, std::size_t heads, std::size_t d, std::size_t k,
                                  const void* Q, const void* K, const std::uint64_t* packed_mask, long long* I,
-                                 float* scores, float* margins, void* stream) {
+                                 float* scores, float* margins, void* stream, HeadRange range) {
   const StreamProblem p = fast_problem(mask, heads, d, k);
+  range = resolve_head_range(range, heads);
   if ((packed_mask != nullptr) != mask.has_user_mask())
     throw StreamError(mask.has_user_mask() ? "the block mask has a user part but no packed C_blk was given"
                                            : "a packed C_blk was given for a causal-only block mask");
   if (Q == nullptr || K == nullptr || I == nullptr) throw StreamError("Q, K and I must be device pointers");
-  detail::launch_fast_estimate(p, Q, K, packed_mask, I, scores, margins, stream);
+  detail::launch_fast_estimate(p, int(range.first), int(range.count), Q, K, packed_mask, I, scores, margins, stream);
 }
 
 // ---------------------------------------------------------------------------------- trace

@@ -362,24 +362,26 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-/// Grid (n_q, H), 128 threads; dynamic SRAM: [K_r: 2 stages][V_r: 2 stages] (swizzled, Q_q staged
-/// in the second K buffer as the apply's G = 1), then the reduction slots [4 warps][2 + d] floats.
+/// Grid (n_q, heads launched), 128 threads: grid row y is head head0 + y of Q, K, V and row y of I
+/// and of the records (the launch's heads only, in head order); dynamic SRAM: [K_r: 2 stages][V_r:
+/// 2 stages] (swizzled, Q_q staged in the second K buffer as the apply's G = 1), then the
+/// reduction slots [4 warps][2 + d] floats.
 template <int HEAD_DIM, bool kBf16>
 __global__ void __launch_bounds__(128, 3)
     stream_fast_trace_kernel(FastApplyLaunch p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                              const uint16_t* __restrict__ V, const long long* __restrict__ I,
-                             FastEdgeRecord* __restrict__ edges) {
+                             FastEdgeRecord* __restrict__ edges, int head0) {
   using Tr = ApplyTraits<HEAD_DIM, 1>;
   constexpr int kKStepsQK = HEAD_DIM / 16, kNTilesO = HEAD_DIM / 8, kRowBytes = HEAD_DIM * 2;
   constexpr int kStages = Tr::kStages;
   static_assert(kStages == 2, "the passes alternate two stages");
   const float NEG_INF = __int_as_float(0xff800000);
-  const int q = blockIdx.x, h = blockIdx.y;
+  const int q = blockIdx.x, h = head0 + int(blockIdx.y);
   const std::size_t stride = std::size_t(p.heads) * HEAD_DIM, head = std::size_t(h) * HEAD_DIM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int warp_m0 = 16 * warp, g = lane >> 2, t = lane & 3;
-  const long long* row_I = I + (std::size_t(h) * p.n_q + q) * p.k;
-  FastEdgeRecord* out = edges + (std::size_t(h) * p.n_q + q) * p.k;
+  const long long* row_I = I + (std::size_t(blockIdx.y) * p.n_q + q) * p.k;
+  FastEdgeRecord* out = edges + (std::size_t(blockIdx.y) * p.n_q + q) * p.k;
 
   // Kept entries come first in a row of I (empties are last): n_kept of them.
   __shared__ int n_kept_s;
@@ -546,15 +548,15 @@ std::size_t trace_smem() {
 }
 
 template <int HEAD_DIM, bool kBf16>
-void launch_trace_one(const FastApplyLaunch& p, const void* Q, const void* K, const void* V, const long long* I,
-                      FastEdgeRecord* edges, cudaStream_t stream) {
+void launch_trace_one(const FastApplyLaunch& p, int head0, int head_count, const void* Q, const void* K,
+                      const void* V, const long long* I, FastEdgeRecord* edges, cudaStream_t stream) {
   auto kernel = &stream_fast_trace_kernel<HEAD_DIM, kBf16>;
   const std::size_t smem = trace_smem<HEAD_DIM>();
   ::flashlab::cuda::detail::opt_in_smem(reinterpret_cast<const void*>(kernel), smem, "stream_fast_trace_kernel");
   ::flashlab::cuda::detail::announce("stream_fast_trace_kernel");
-  kernel<<<dim3(p.n_q, p.heads), 128, smem, stream>>>(p, static_cast<const uint16_t*>(Q),
-                                                      static_cast<const uint16_t*>(K),
-                                                      static_cast<const uint16_t*>(V), I, edges);
+  kernel<<<dim3(p.n_q, head_count), 128, smem, stream>>>(p, static_cast<const uint16_t*>(Q),
+                                                         static_cast<const uint16_t*>(K),
+                                                         static_cast<const uint16_t*>(V), I, edges, head0);
   FLASHLAB_CUDA_CHECK_LAUNCH("stream_fast_trace_kernel");
 }
 
@@ -578,14 +580,14 @@ void launch_fast_apply(const FastApplyLaunch& p, int head_dim, int group, bool b
 
 std::size_t fast_trace_smem_bytes(int head_dim) { return head_dim == 64 ? trace_smem<64>() : trace_smem<128>(); }
 
-void launch_fast_trace(const FastApplyLaunch& p, int head_dim, bool bf16, const void* Q, const void* K, const void* V,
-                       const long long* I, FastEdgeRecord* edges, cudaStream_t stream) {
+void launch_fast_trace(const FastApplyLaunch& p, int head0, int head_count, int head_dim, bool bf16, const void* Q,
+                       const void* K, const void* V, const long long* I, FastEdgeRecord* edges, cudaStream_t stream) {
   if (head_dim == 64) {
-    if (bf16) launch_trace_one<64, true>(p, Q, K, V, I, edges, stream);
-    else launch_trace_one<64, false>(p, Q, K, V, I, edges, stream);
+    if (bf16) launch_trace_one<64, true>(p, head0, head_count, Q, K, V, I, edges, stream);
+    else launch_trace_one<64, false>(p, head0, head_count, Q, K, V, I, edges, stream);
   } else {
-    if (bf16) launch_trace_one<128, true>(p, Q, K, V, I, edges, stream);
-    else launch_trace_one<128, false>(p, Q, K, V, I, edges, stream);
+    if (bf16) launch_trace_one<128, true>(p, head0, head_count, Q, K, V, I, edges, stream);
+    else launch_trace_one<128, false>(p, head0, head_count, Q, K, V, I, edges, stream);
   }
 }
 

@@ -293,16 +293,17 @@ __device__ void write_row(const StreamProblem& p, FastArrays a, const FastShared
   }
 }
 
-/// Grid (n_q, H), 128 threads. Dynamic SRAM: kStages K_r tiles (Q_q passes through the first),
-/// then cur [k], next [2k], the fresh list [k], the warp maxima [4k].
+/// Grid (n_q, heads launched), 128 threads: grid row y is head head0 + y of Q and K, and row y of
+/// I, scores and margins (the launch's heads only, in head order). Dynamic SRAM: kStages K_r tiles
+/// (Q_q passes through the first), then cur [k], next [2k], the fresh list [k], the warp maxima [4k].
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(kFastThreads, FastEstimateTraits<HEAD_DIM>::kMinBlocks)
     stream_fast_estimate_kernel(StreamProblem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                                 const std::uint64_t* __restrict__ mask, long long* __restrict__ I,
-                                float* __restrict__ scores, float* __restrict__ margins) {
+                                float* __restrict__ scores, float* __restrict__ margins, int head0) {
   using T = FastEstimateTraits<HEAD_DIM>;
-  const int q = p.n_q - 1 - int(blockIdx.x), h = int(blockIdx.y);  // longest ranges first
-  const std::size_t row = std::size_t(h) * p.n_q + q;
+  const int q = p.n_q - 1 - int(blockIdx.x), h = head0 + int(blockIdx.y);  // longest ranges first
+  const std::size_t row = std::size_t(blockIdx.y) * p.n_q + q;
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t sK = uint32_t(__cvta_generic_to_shared(smem_raw));
@@ -368,28 +369,28 @@ std::size_t fast_smem_bytes(int k) {
 }
 
 template <int HEAD_DIM>
-void launch_fast(const StreamProblem& p, const uint16_t* Q, const uint16_t* K, const std::uint64_t* mask,
-                 long long* I, float* scores, float* margins, cudaStream_t stream) {
+void launch_fast(const StreamProblem& p, int head0, int head_count, const uint16_t* Q, const uint16_t* K,
+                 const std::uint64_t* mask, long long* I, float* scores, float* margins, cudaStream_t stream) {
   const std::size_t smem = fast_smem_bytes<HEAD_DIM>(p.k);
   ::flashlab::cuda::detail::opt_in_smem(reinterpret_cast<const void*>(&stream_fast_estimate_kernel<HEAD_DIM>), smem,
                                         "stream_fast_estimate_kernel");
-  const dim3 grid(unsigned(p.n_q), unsigned(p.heads));
+  const dim3 grid(unsigned(p.n_q), unsigned(head_count));
   ::flashlab::cuda::detail::announce("stream_fast_estimate_kernel");
-  stream_fast_estimate_kernel<HEAD_DIM><<<grid, kFastThreads, smem, stream>>>(p, Q, K, mask, I, scores, margins);
+  stream_fast_estimate_kernel<HEAD_DIM><<<grid, kFastThreads, smem, stream>>>(p, Q, K, mask, I, scores, margins, head0);
   FLASHLAB_CUDA_CHECK_LAUNCH("stream_fast_estimate_kernel");
 }
 
 }  // namespace
 
-void launch_fast_estimate(const StreamProblem& p, const void* Q, const void* K, const std::uint64_t* mask,
-                          long long* I, float* scores, float* margins, void* stream) {
+void launch_fast_estimate(const StreamProblem& p, int head0, int head_count, const void* Q, const void* K,
+                          const std::uint64_t* mask, long long* I, float* scores, float* margins, void* stream) {
   const auto* q16 = static_cast<const uint16_t*>(Q);
   const auto* k16 = static_cast<const uint16_t*>(K);
   const auto s = static_cast<cudaStream_t>(stream);
   if (p.d == 64)
-    launch_fast<64>(p, q16, k16, mask, I, scores, margins, s);
+    launch_fast<64>(p, head0, head_count, q16, k16, mask, I, scores, margins, s);
   else
-    launch_fast<128>(p, q16, k16, mask, I, scores, margins, s);
+    launch_fast<128>(p, head0, head_count, q16, k16, mask, I, scores, margins, s);
 }
 
 }  // namespace flashlab::cuda::stream::detail

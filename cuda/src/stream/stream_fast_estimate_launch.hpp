@@ -8,11 +8,13 @@
 
 namespace flashlab::cuda::stream::detail {
 
-/// Grid (n_q, H), 128 threads: one thread block per (query block, head). Q and K are bf16
-/// [T, H, d] (d = 64 or 128, b_q = b_k = 64, k ≤ 128: checked by the host API); `mask` is the
-/// packed C_blk or nullptr; `scores` and `margins` may be nullptr. Asynchronous on `stream` (a
-/// cudaStream_t); throws CudaError if the launch fails.
-void launch_fast_estimate(const StreamProblem& p, const void* Q, const void* K, const std::uint64_t* mask,
-                          long long* I, float* scores, float* margins, void* stream);
+/// Grid (n_q, head_count), 128 threads: one thread block per (query block, head) for heads head0 …
+/// head0 + head_count − 1 of Q and K (bf16 [T, p.heads, d]; d = 64 or 128, b_q = b_k = 64, k ≤ 128
+/// and the range: checked by the host API); I, scores and margins hold those heads only
+/// ([head_count, n_q, k], [head_count, n_q]). `mask` is the packed C_blk or nullptr; `scores` and
+/// `margins` may be nullptr. Asynchronous on `stream` (a cudaStream_t); throws CudaError if the
+/// launch fails.
+void launch_fast_estimate(const StreamProblem& p, int head0, int head_count, const void* Q, const void* K,
+                          const std::uint64_t* mask, long long* I, float* scores, float* margins, void* stream);
 
 }  // namespace flashlab::cuda::stream::detail

@@ -76,6 +76,19 @@ std::vector<std::uint16_t> stream_fast_apply(ref::Dtype dtype, const HostHeads16
                                              const HostHeads16& V, const ref::stream::BlockMask& mask,
                                              const std::vector<std::int64_t>& indices, std::size_t k, int group = 0);
 
+/// The heads one launch of a fast STREAM kernel works on: heads `first` … `first + count − 1` of the
+/// `[T, H, d]` inputs. The launch's index tensor and records hold those heads only, in head order
+/// (`[count, n_q, k]`), so a pipeline can launch one head (or a few) at a time and get, for each
+/// head, the rows and records an all-heads launch gives it, bit for bit.
+struct HeadRange {
+  std::size_t first = 0;  ///< first head of the launch
+  std::size_t count = 0;  ///< heads in the launch; 0 = every head from `first` on
+};
+
+/// `range` resolved against H heads (count 0 → H − first); throws ref::stream::StreamError when
+/// it is empty or runs past H.
+HeadRange resolve_head_range(HeadRange range, std::size_t heads);
+
 /// One edge record of the fast trace (24 bytes; the C ABI's flashlab_stream_edge field for field):
 /// the reference's Edge (reference/…/stream.hpp) in 32-bit fields.
 struct FastEdge {
@@ -88,7 +101,9 @@ struct FastEdge {
 };
 
 /// The fast trace on device pointers: one FastEdge per entry of I, `edges` holding H·n_q·k
-/// records in I's order (head, query block, slot) whatever the schedule. Computes the same
+/// records in I's order (head, query block, slot) whatever the schedule. With a head range,
+/// Q, K, V are still the whole `[T, H, d]` inputs, while I and `edges` hold the range's heads only
+/// (`range.count·n_q·k` entries each, in head order). Computes the same
 /// quantities as the clear trace (stream_trace_device) on tensor cores: per (query block, head)
 /// a first pass over the kept K_r for each row's softmax statistics, a second over K_r and V_r
 /// for the records (P V_r with P rounded to the input dtype, as the fast apply's); no O is
@@ -97,7 +112,7 @@ struct FastEdge {
 /// invariant, unchecked here (the host entry checks it). Throws StreamError for a bad shape,
 /// CudaError for a failed launch.
 void stream_fast_trace_device(const FastApplyShape& shape, const void* Q, const void* K, const void* V,
-                              const std::int64_t* I, FastEdge* edges, void* stream = nullptr);
+                              const std::int64_t* I, FastEdge* edges, void* stream = nullptr, HeadRange range = {});
 
 /// The fast trace on host arrays, with the fast apply's checks (shape, b_q = b_k =
 /// kFastStreamBlock, I validated under `mask` per head): uploads, runs, and returns the H·n_q·k

@@ -64,11 +64,14 @@ EstimateOutput stream_fast_estimate(const HostHeadsBf16& Q, const HostHeadsBf16&
 /// `[T, H, d]`; `packed_mask` is pack_block_mask(mask) (stream.hpp) on the device, or nullptr for a
 /// causal-only mask (then mask.has_user_mask() must be false); I, scores and margins hold
 /// H·n_q·k, H·n_q·k and H·n_q entries (`scores` and `margins` may be nullptr when not wanted).
-/// For benchmarks and pipelines. Throws StreamError for bad parameters, CudaError if the launch
-/// fails.
+/// With a head range only those heads are estimated: Q and K are still the whole `[T, H, d]`
+/// inputs, while I, scores and margins hold the range's heads only (`range.count·n_q·k`,
+/// `range.count·n_q·k`, `range.count·n_q` entries, in head order), each head's rows bitwise those
+/// of an all-heads launch. For benchmarks and pipelines. Throws StreamError for bad parameters
+/// (the range included), CudaError if the launch fails.
 void stream_fast_estimate_device(const ref::stream::BlockMask& mask, std::size_t heads, std::size_t d, std::size_t k,
                                  const void* Q, const void* K, const std::uint64_t* packed_mask, long long* I,
-                                 float* scores, float* margins, void* stream = nullptr);
+                                 float* scores, float* margins, void* stream = nullptr, HeadRange range = {});
 
 /// One timed shape of the fast estimate (time_stream_fast_estimate()): the one row type of every
 /// family (bench_row.hpp): seq = T, heads, head_dim = d, stream.k, the timing, extra_bytes
