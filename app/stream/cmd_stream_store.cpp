@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/commands.hpp"
+#include "core/gpu_flags.hpp"
 #include "core/input_checks.hpp"
 #include "core/progress.hpp"
 #include "core/report.hpp"
@@ -19,6 +20,11 @@
 #include "flashlab/reference/stream_fidelity.hpp"
 #include "flashlab/reference/stream_query.hpp"
 #include "flashlab/reference/stream_store.hpp"
+#if FLASHLAB_HAVE_CUDA
+#include "flashlab/cuda/stream_layer.hpp"
+#endif
+
+#include <sys/resource.h>
 
 namespace flashlab::app {
 
@@ -32,7 +38,10 @@ constexpr std::string_view kTraceUsage =
     "stream trace --store DIR --block-m BM --block-n BN --k K [--seq T --dim D] [--layers L] [--heads H]\n"
     "                       [--workload random|needles|structured] [--needle-layers LIST] [--needle-blocks N]\n"
     "                       [--needles M] [--inputs DIR] [--mask FILE] [--seed S] [--threads N] [--with-scores]\n"
-    "                       [--resume] [--json|--csv]";
+    "                       [--resume] [--json|--csv]\n"
+    "       flashlab stream trace --store DIR --device cuda --kernel fast --block-m 64 --block-n 64 --k K --seq T\n"
+    "                       [--dim 64|128] [--layers L] [--heads H] [--seed S] [--chunk N] [--heads-per-launch N]\n"
+    "                       [--with-scores] [--json|--csv]";
 constexpr std::string_view kTraceSummary =
     "Traces layers × heads with the CPU reference (estimate, then apply with edge records) into a trace\n"
     "store: per (layer, head, query block) the kept key blocks and their mass, a reverse index, and a\n"
@@ -41,7 +50,12 @@ constexpr std::string_view kTraceSummary =
     "divide H: grouped-query attention), else a synthetic workload per head: random (N(0, 1), Q scaled\n"
     "by 1/sqrt(D)), needles (planted needles with lead-in, the same plan in every needle layer) or\n"
     "structured (local window + sink + retrieval). Heads are written in order (layer-major) and each\n"
-    "is committed on its own: --resume continues a store whose trace was interrupted.";
+    "is committed on its own: --resume continues a store whose trace was interrupted.\n"
+    "--device cuda --kernel fast traces on the GPU: per layer, seeded N(0, 1) bf16 inputs [T, H, D] made\n"
+    "on the device (Q scaled by 1/sqrt(D)), then head by head the fast estimate and the fast trace on two\n"
+    "streams, the records copied to a ring of pinned chunks of --chunk query blocks and appended by a\n"
+    "writer thread while the next head runs. It prints each layer's time (inputs on the GPU to every head\n"
+    "committed), the peak host RSS and the device memory beyond Q, K, V.";
 
 constexpr std::string_view kQueryUsage =
     "stream query DIR (--reads POS | --readers BLOCK | --route SRC:DST | --summary | --verify)\n"
@@ -57,8 +71,8 @@ constexpr std::string_view kQuerySummary =
     "index. Answers are ordered by mass and cut at --top edges and at --cumulative of the total mass.";
 
 struct TraceOptions : StreamFlags {
-  std::string store, workload = "random", needle_layers;
-  long long layers = 1, heads = 1, needle_blocks = 4, needles = 4;
+  std::string store, workload = "random", needle_layers, device = "cpu", kernel;
+  long long layers = 1, heads = 1, needle_blocks = 4, needles = 4, chunk = 2048, heads_per_launch = 1;
   bool with_scores = false, resume = false;
   OutputFormat output = OutputFormat::text;
 };
@@ -198,6 +212,92 @@ int run_trace(const TraceOptions& o) {
   }
   return kOk;
 }
+
+/// Peak resident set of this process so far, in bytes (getrusage: Linux reports kilobytes).
+std::uint64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return std::uint64_t(u.ru_maxrss) * 1024;
+}
+
+#if FLASHLAB_HAVE_CUDA
+/// `stream trace --store --device cuda --kernel fast`: the layer pipeline (stream_layer.hpp) on
+/// inputs made on the GPU, then the store opened (every check) and the run's figures printed.
+int run_trace_cuda(const TraceOptions& o) {
+  namespace gs = flashlab::cuda::stream;
+  require_gpu("stream trace --device cuda");
+  const std::size_t T = std::size_t(*o.seq), D = std::size_t(*o.dim), k = std::size_t(o.k);
+  const std::size_t layers = std::size_t(o.layers), heads = std::size_t(o.heads);
+  const rs::Geometry g{T, std::size_t(o.bq), std::size_t(o.bk)};
+  rs::StoreLayout layout;
+  layout.geometry = g;
+  layout.k = k;
+  layout.layers = layers;
+  layout.heads = heads;
+  layout.d = D;
+  layout.score = layout.value_norm = o.with_scores;
+  layout.source = "gpu random N(0, 1) bf16 (Q / sqrt(d)), seed " + std::to_string(o.seed) + ", d " + std::to_string(D);
+  const gs::FastApplyShape shape{T, heads, D, k, ref::Dtype::bf16, 0};
+  gs::LayerTraceOptions lo;
+  lo.heads_per_launch = std::size_t(o.heads_per_launch);
+  lo.chunk_rows = std::size_t(o.chunk);
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  rs::StoreWriter w = rs::StoreWriter::create(o.store, layout);
+  const auto run = gs::layer_trace_random(shape, layers, std::uint64_t(o.seed), lo, w);
+  w.close();
+  const double wall_s = std::chrono::duration<double>(clock::now() - t0).count();
+  const std::uint64_t rss = peak_rss_bytes();
+  const auto st = rs::Store::open(o.store);
+  double traced_ms = 0;
+  for (double ms : run.layer_ms) traced_ms += ms;
+  const auto& s = run.stats;
+  if (o.output != OutputFormat::text) {
+    ReportOutput report(o.output, std::cout);
+    Json& j = report.json();
+    j.begin_object();
+    j.key("command").value("stream trace --store --device cuda");
+    j.key("store").value(o.store);
+    j.key("T").value(std::uint64_t(T)).key("d").value(std::uint64_t(D)).key("k").value(std::uint64_t(k));
+    j.key("layers").value(std::uint64_t(layers)).key("heads").value(std::uint64_t(heads));
+    j.key("heads_per_launch").value(std::uint64_t(lo.heads_per_launch)).key("chunk").value(std::uint64_t(lo.chunk_rows));
+    j.key("source").value(layout.source);
+    j.key("records").value(st.records()).key("bytes").value(st.bytes()).key("checksum").value(hex(st.checksum()));
+    j.key("layer_ms").begin_array();
+    for (double ms : run.layer_ms) j.value(ms);
+    j.end_array();
+    j.key("traced_ms").value(traced_ms).key("inputs_ms").value(run.inputs_ms).key("wall_s").value(wall_s);
+    j.key("estimate_ms").value(s.estimate_ms).key("trace_ms").value(s.trace_ms).key("gpu_span_ms").value(s.gpu_span_ms);
+    j.key("writer_busy_ms").value(s.writer_busy_ms).key("end_head_ms").value(s.end_head_ms);
+    j.key("chunks").value(std::uint64_t(s.chunks)).key("max_chunks_in_flight").value(std::uint64_t(s.max_chunks_in_flight));
+    j.key("qkv_device_bytes").value(std::uint64_t(run.qkv_bytes));
+    j.key("device_bytes_beyond_qkv").value(std::uint64_t(s.device_bytes));
+    j.key("device_bytes_beyond_qkv_measured").value(std::uint64_t(run.tracer_device_bytes_measured));
+    j.key("pinned_bytes").value(std::uint64_t(s.pinned_bytes));
+    j.key("peak_rss_bytes").value(rss);
+    j.end_object();
+    report.finish();
+    return kOk;
+  }
+  std::cout << "stream trace --device cuda -> store " << o.store << ": " << layers << " layer(s) x " << heads << " head(s), T=" << T
+            << " d=" << D << " k=" << k << ", " << lo.heads_per_launch << " head(s) per launch, chunks of " << lo.chunk_rows
+            << " query blocks; " << layout.source << "\n"
+            << "  " << st.records() << " records, " << st.bytes() << " bytes, checksum " << hex(st.checksum()) << "\n"
+            << std::fixed << std::setprecision(1) << "  per layer (inputs on the GPU -> every head committed), ms:";
+  for (double ms : run.layer_ms) std::cout << ' ' << ms;
+  std::cout << "\n  traced " << traced_ms << " ms in all (inputs made on the GPU: " << run.inputs_ms << " ms more); wall "
+            << std::setprecision(2) << wall_s << " s with the store's creation\n"
+            << std::setprecision(1) << "  GPU: estimate " << s.estimate_ms << " ms, trace " << s.trace_ms
+            << " ms (launch times, they overlap), first estimate to last trace " << s.gpu_span_ms << " ms\n"
+            << "  writer: busy " << s.writer_busy_ms << " ms (commits " << s.end_head_ms << " ms), " << s.chunks
+            << " chunks, at most " << s.max_chunks_in_flight << " in flight\n"
+            << "  memory: device beyond Q, K, V " << s.device_bytes << " bytes (free memory dropped by "
+            << run.tracer_device_bytes_measured << "; Q, K, V " << run.qkv_bytes << "), pinned host "
+            << s.pinned_bytes << " bytes, peak host RSS " << rss << " bytes\n"
+            << std::defaultfloat;
+  return kOk;
+}
+#endif
 
 struct QueryOptions {
   std::string store, reads, readers, route, layer = "all", head = "all";
@@ -394,6 +494,9 @@ int cmd_stream_trace_store(const Args& args) {
         ("needles", po::value<long long>(&o.needles)->default_value(4), "needles / structured: needles or retrieving tokens per such block")
         ("with-scores", po::bool_switch(&o.with_scores), "also store each record's score and value norm")
         ("resume", po::bool_switch(&o.resume), "continue an interrupted trace into the same --store")
+        ("kernel", po::value<std::string>(&o.kernel), "fast (with --device cuda: the fast bf16 estimate and trace)")
+        ("chunk", po::value<long long>(&o.chunk)->default_value(2048), "--device cuda: query blocks per streamed chunk of records")
+        ("heads-per-launch", po::value<long long>(&o.heads_per_launch)->default_value(1), "--device cuda: heads per estimate and trace launch")
         ;
     add_output_options(desc);
     po::positional_options_description pos;
@@ -403,8 +506,8 @@ int cmd_stream_trace_store(const Args& args) {
       print_help(std::cout, kTraceUsage, kTraceSummary, desc);
       return kOk;
     }
-    if (vm.count("device") && vm["device"].as<std::string>() != "cpu")
-      throw UsageError("--store traces on the CPU reference", "drop --device (the GPU producer writes stores through the C++ API)");
+    if (vm.count("device")) o.device = vm["device"].as<std::string>();
+    if (o.device != "cpu" && o.device != "cuda") throw UsageError("--device '" + o.device + "' is unknown", "choose cpu or cuda");
     static_cast<StreamFlags&>(o) = stream_flags(vm);
     o.output = output_format(vm);
     if (o.store.empty()) throw UsageError("--store needs a directory", "e.g. --store trace_dir");
@@ -421,6 +524,29 @@ int cmd_stream_trace_store(const Args& args) {
     if (o.layers * o.heads > 65536) throw UsageError("--layers x --heads exceeds 65536", "trace fewer heads per store");
     require_range("needle-blocks", o.needle_blocks, 1, 1 << 20);
     require_range("needles", o.needles, 1, 4096);
+    if (o.device == "cuda") {
+      // The GPU path: synthetic random inputs made on the device, the fast kernels' shapes.
+      if (o.kernel != "fast")
+        throw UsageError("--device cuda traces into a store with the fast kernels only", "add --kernel fast");
+      if (o.bq != 64 || o.bk != 64) throw UsageError("--kernel fast takes --block-m 64 --block-n 64", "pass --block-m 64 --block-n 64");
+      if (*o.dim != 64 && *o.dim != 128) throw UsageError("--kernel fast takes --dim 64 or 128", "e.g. --dim 128");
+      require_range("k", o.k, 1, 128);
+      require_range("heads-per-launch", o.heads_per_launch, 1, o.heads);
+      require_range("chunk", o.chunk, 1, 1LL << 24);
+      for (const char* flag : {"inputs", "mask", "workload", "needle-layers", "needle-blocks", "needles"})
+        if (vm.count(flag) && !vm[flag].defaulted())
+          throw UsageError(std::string("--") + flag + " is not taken by --device cuda (random inputs made on the GPU)",
+                           "drop it, or trace on the CPU reference (--device cpu)");
+      if (o.resume) throw UsageError("--resume continues CPU traces only", "trace into a new --store");
+#if FLASHLAB_HAVE_CUDA
+      return with_store_errors([&] { return run_trace_cuda(o); });
+#else
+      throw built_without_cuda("stream trace --device cuda", "use --device cpu");
+#endif
+    }
+    if (!o.kernel.empty()) throw UsageError("--kernel applies to --device cuda", "add --device cuda --kernel fast, or drop --kernel");
+    if (!vm["chunk"].defaulted() || !vm["heads-per-launch"].defaulted())
+      throw UsageError("--chunk and --heads-per-launch apply to --device cuda", "drop them, or add --device cuda --kernel fast");
     if (o.inputs.empty()) {
       MemoryPlan plan;
       plan.add("one head's Q, K, V, O", checked_size({std::uint64_t(*o.seq), std::uint64_t(*o.dim), 4}, "T x D"), 4);

@@ -39,14 +39,18 @@ struct FastEdgeRecord {
 /// SRAM bytes of one fast trace thread block (K/V stages and the reduction slots).
 std::size_t fast_trace_smem_bytes(int head_dim);
 
-/// Launches the fast trace: one record per entry of I ([H, n_q, k], row-major; edges has H·n_q·k
-/// records), head_dim 64 or 128, bf16 (else fp16). Pointers are device pointers.
-void launch_fast_trace(const FastApplyLaunch& p, int head_dim, bool bf16, const void* Q, const void* K, const void* V,
-                       const long long* I, FastEdgeRecord* edges, cudaStream_t stream);
+/// Launches the fast trace of heads head0 … head0 + head_count − 1 of Q, K, V ([T, p.heads, d]):
+/// one record per entry of I ([head_count, n_q, k], row-major; edges has head_count·n_q·k records,
+/// in that order), head_dim 64 or 128, bf16 (else fp16). Pointers are device pointers.
+void launch_fast_trace(const FastApplyLaunch& p, int head0, int head_count, int head_dim, bool bf16, const void* Q,
+                       const void* K, const void* V, const long long* I, FastEdgeRecord* edges, cudaStream_t stream);
 
 /// stream_bench_inputs.cu: x[i] = N(0, 1) value of (seed, i); rounding 0 = none, 1 = to bf16,
 /// 2 = to fp16 (the value stays a float). Default stream, asynchronous.
 void fill_normal(float* x, std::size_t n, std::uint64_t seed, int rounding);
+/// y[i] = scale · (the N(0, 1) value of (seed, i)) rounded to bf16 (else fp16), as bit patterns, on
+/// `stream`, asynchronous.
+void fill_normal_16bit(std::uint16_t* y, std::size_t n, std::uint64_t seed, float scale, bool bf16, cudaStream_t stream);
 /// y[i] = x[i] rounded to bf16 (else fp16), as bit patterns. Default stream, asynchronous.
 void convert_to_16bit(const float* x, std::uint16_t* y, std::size_t n, bool bf16);
 

@@ -1,0 +1,400 @@
+// A layer of STREAM traced to a store (stream_layer.hpp): the fast estimate and the fast trace per
+// head group on two streams, the records copied in bounded chunks to a ring of pinned buffers on a
+// third, and a writer thread that turns each chunk into a RowChunk and appends it to the store.
+//
+// Who waits for whom (g = head group, s = g mod 2 its slot):
+//   estimate stream  E(g): waits for T(g − 2)            (T(g − 2) reads I slot s)
+//   trace stream     T(g): waits for E(g) and C(g − 2)   (C(g − 2) reads record slot s)
+//   copy stream      C(g): waits for T(g); each chunk also waits, on the host, for a free pinned
+//                          buffer, and records an event the writer waits on before reading it
+//   writer thread:   pops chunks in order, appends, commits a head after its last chunk, frees
+//                    the buffer
+// The host enqueues E(g) and T(g) before it enqueues (and waits for buffers for) C(g − 1), so the
+// GPU has the next head's estimate queued while the records of the last one drain to the disk.
+#include "flashlab/cuda/stream_layer.hpp"
+#include "flashlab/cuda/stream_fast_estimate.hpp"
+
+#include "core/common.hpp"
+#include "stream/stream_fast_common.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+
+namespace flashlab::cuda::stream {
+
+using ::flashlab::cuda::detail::DeviceBuffer;
+using ref::stream::StreamError;
+
+namespace {
+
+/// One chunk handed to the writer: records [q0, q0 + rows) of head `head` in pinned buffer `buf`.
+struct ChunkJob {
+  int buf = -1;  // −1: no more chunks of this layer
+  std::size_t head = 0, q0 = 0, rows = 0;
+  bool first = false, last = false;  // the head's first / last chunk
+};
+
+/// An owned cudaEvent_t.
+class Event {
+ public:
+  explicit Event(bool timing) {
+    FLASHLAB_CUDA_CHECK(cudaEventCreateWithFlags(&e_, timing ? cudaEventDefault : cudaEventDisableTiming));
+  }
+  ~Event() {
+    if (e_) cudaEventDestroy(e_);
+  }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  Event(Event&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+  cudaEvent_t get() const { return e_; }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+/// An owned non-blocking cudaStream_t.
+class Stream {
+ public:
+  Stream() { FLASHLAB_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  ~Stream() {
+    if (s_) cudaStreamDestroy(s_);
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+/// Pinned host memory of `bytes` bytes.
+class Pinned {
+ public:
+  explicit Pinned(std::size_t bytes) { FLASHLAB_CUDA_CHECK(cudaMallocHost(&p_, bytes)); }
+  ~Pinned() {
+    if (p_) cudaFreeHost(p_);
+  }
+  Pinned(const Pinned&) = delete;
+  Pinned& operator=(const Pinned&) = delete;
+  Pinned(Pinned&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+  void* get() const { return p_; }
+
+ private:
+  void* p_ = nullptr;
+};
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+FastApplyShape checked_shape(FastApplyShape shape, const LayerTraceOptions& opt) {
+  if (shape.dtype != ref::Dtype::bf16)
+    throw StreamError("the layer pipeline takes bf16 inputs (the fast estimate's dtype), not " +
+                      std::string(ref::dtype_name(shape.dtype)));
+  check_fast_apply(shape);
+  const ref::stream::Geometry g{shape.T, kFastStreamBlock, kFastStreamBlock};
+  check_fast_estimate(g, shape.heads, shape.dim, shape.k);
+  if (opt.heads_per_launch == 0 || opt.heads_per_launch > shape.heads)
+    throw StreamError("heads per launch = " + std::to_string(opt.heads_per_launch) + " must be in 1.." +
+                      std::to_string(shape.heads) + " (H)");
+  if (opt.chunk_rows == 0) throw StreamError("chunk rows must be at least 1 (query blocks per device → host copy)");
+  if (opt.host_chunks < 2)
+    throw StreamError("host chunks = " + std::to_string(opt.host_chunks) +
+                      " must be at least 2 (one buffer filling while the writer reads another)");
+  if (opt.chunk_rows > (std::size_t(1) << 24) || opt.host_chunks > 1024)
+    throw StreamError("chunk rows (≤ 2^24) or host chunks (≤ 1024) too large: the ring is meant to stay small");
+  return shape;
+}
+
+}  // namespace
+
+std::size_t layer_trace_device_bytes(const FastApplyShape& shape, const LayerTraceOptions& opt) {
+  const std::size_t n_q = (shape.T + kFastStreamBlock - 1) / kFastStreamBlock;
+  const std::size_t entries = opt.heads_per_launch * n_q * shape.k;
+  return 2 * entries * (sizeof(long long) + sizeof(FastEdge));
+}
+
+struct LayerTracer::Impl {
+  FastApplyShape shape;
+  LayerTraceOptions opt;
+  ref::stream::BlockMask mask;
+  std::size_t n_q = 0, rows_per_chunk = 0;
+  DeviceBuffer<long long> I[2];
+  DeviceBuffer<FastEdge> E[2];
+  Stream est_stream, trace_stream, copy_stream;
+  std::vector<Pinned> ring;
+  std::vector<Event> ring_ready;        // one per pinned buffer: its copy has landed
+  Event est_done[2] = {Event(false), Event(false)}, trace_done[2] = {Event(false), Event(false)},
+        copied[2] = {Event(false), Event(false)};
+  std::vector<Event> est_t0, est_t1, trace_t0, trace_t1;  // per group: launch times
+  LayerTraceStats stats;
+
+  // Shared with the writer thread.
+  std::mutex mu;
+  std::condition_variable cv_free, cv_jobs;
+  std::vector<int> free_bufs;
+  std::deque<ChunkJob> jobs;
+  std::size_t in_flight = 0;
+  bool failed = false;
+  std::exception_ptr error;
+
+  Impl(const FastApplyShape& s, const LayerTraceOptions& o)
+      : shape(checked_shape(s, o)), opt(o), mask(ref::stream::Geometry{s.T, kFastStreamBlock, kFastStreamBlock}) {
+    n_q = mask.geometry().n_q();
+    rows_per_chunk = std::min(opt.chunk_rows, n_q);
+    const std::size_t entries = opt.heads_per_launch * n_q * shape.k;
+    for (int i = 0; i < 2; ++i) {
+      I[i] = DeviceBuffer<long long>(entries);
+      E[i] = DeviceBuffer<FastEdge>(entries);
+    }
+    const std::size_t chunk_bytes = rows_per_chunk * shape.k * sizeof(FastEdge);
+    for (std::size_t b = 0; b < opt.host_chunks; ++b) {
+      ring.emplace_back(chunk_bytes);
+      ring_ready.emplace_back(false);
+    }
+    const std::size_t groups = (shape.heads + opt.heads_per_launch - 1) / opt.heads_per_launch;
+    for (std::size_t g = 0; g < groups; ++g) {
+      est_t0.emplace_back(true);
+      est_t1.emplace_back(true);
+      trace_t0.emplace_back(true);
+      trace_t1.emplace_back(true);
+    }
+    stats.device_bytes = layer_trace_device_bytes(shape, opt);
+    stats.pinned_bytes = opt.host_chunks * chunk_bytes;
+  }
+
+  /// A free pinned buffer, waiting for the writer to release one; −1 when the writer failed.
+  int acquire() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv_free.wait(lock, [&] { return failed || !free_bufs.empty(); });
+    if (failed) return -1;
+    const int b = free_bufs.back();
+    free_bufs.pop_back();
+    stats.max_chunks_in_flight = std::max(stats.max_chunks_in_flight, ++in_flight);
+    return b;
+  }
+
+  void push(const ChunkJob& job) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      jobs.push_back(job);
+    }
+    cv_jobs.notify_one();
+  }
+
+  /// The writer thread: chunks in order → RowChunk → the store; a head is committed after its last.
+  void writer_loop(std::size_t layer, ref::stream::StoreWriter& w) {
+    const std::size_t k = shape.k, cap = rows_per_chunk * k;
+    const bool keep_score = w.layout().score, keep_vn = w.layout().value_norm;
+    std::vector<std::int64_t> idx(cap);
+    std::vector<float> mass(cap), score(keep_score ? cap : 0), vn(keep_vn ? cap : 0);
+    for (;;) {
+      ChunkJob job;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv_jobs.wait(lock, [&] { return !jobs.empty(); });
+        job = jobs.front();
+        jobs.pop_front();
+      }
+      if (job.buf < 0) return;
+      try {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (failed) continue;  // drain the queue without touching the store
+        }
+        FLASHLAB_CUDA_CHECK(cudaEventSynchronize(ring_ready[std::size_t(job.buf)].get()));
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto* rec = static_cast<const FastEdge*>(ring[std::size_t(job.buf)].get());
+        for (std::size_t i = 0; i < job.rows; ++i)
+          for (std::size_t j = 0; j < k; ++j) {
+            const FastEdge& e = rec[i * k + j];
+            // The trace writes every entry of its rows in I's order; anything else is a bug upstream.
+            if (e.q != std::int32_t(job.q0 + i) || e.slot != std::int32_t(j))
+              throw StreamError("layer pipeline: head " + std::to_string(job.head) + " query block " +
+                                std::to_string(job.q0 + i) + " slot " + std::to_string(j) + " holds the record of (" +
+                                std::to_string(e.q) + ", " + std::to_string(e.slot) + ")");
+            idx[i * k + j] = e.r;
+            mass[i * k + j] = e.mass;
+            if (keep_score) score[i * k + j] = e.score;
+            if (keep_vn) vn[i * k + j] = e.value_norm;
+          }
+        if (job.first) w.begin_head(layer, job.head);
+        w.append(ref::stream::RowChunk{job.q0, job.rows, idx.data(), mass.data(), keep_score ? score.data() : nullptr,
+                                       keep_vn ? vn.data() : nullptr});
+        if (job.last) {
+          const auto t1 = std::chrono::steady_clock::now();
+          w.end_head();
+          stats.end_head_ms += ms_since(t1);
+        }
+        stats.writer_busy_ms += ms_since(t0);
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          free_bufs.push_back(job.buf);
+          --in_flight;
+        }
+        cv_free.notify_one();
+      } catch (...) {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          failed = true;
+          if (!error) error = std::current_exception();
+        }
+        cv_free.notify_all();
+      }
+    }
+  }
+
+  /// C(g): the records of group g, chunk by chunk, into the ring and on to the writer. False when
+  /// the writer failed (nothing more is enqueued).
+  bool drain(std::size_t g) {
+    const std::size_t slot = g % 2, h0 = g * opt.heads_per_launch;
+    const std::size_t count = std::min(opt.heads_per_launch, shape.heads - h0);
+    FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(copy_stream.get(), trace_done[slot].get(), 0));
+    for (std::size_t hh = 0; hh < count; ++hh)
+      for (std::size_t q0 = 0; q0 < n_q; q0 += rows_per_chunk) {
+        const std::size_t rows = std::min(rows_per_chunk, n_q - q0);
+        const int b = acquire();
+        if (b < 0) return false;
+        const FastEdge* src = E[slot].get() + (hh * n_q + q0) * shape.k;
+        FLASHLAB_CUDA_CHECK(cudaMemcpyAsync(ring[std::size_t(b)].get(), src, rows * shape.k * sizeof(FastEdge),
+                                            cudaMemcpyDeviceToHost, copy_stream.get()));
+        FLASHLAB_CUDA_CHECK(cudaEventRecord(ring_ready[std::size_t(b)].get(), copy_stream.get()));
+        push(ChunkJob{b, h0 + hh, q0, rows, q0 == 0, q0 + rows == n_q});
+        ++stats.chunks;
+      }
+    FLASHLAB_CUDA_CHECK(cudaEventRecord(copied[slot].get(), copy_stream.get()));
+    return true;
+  }
+
+  /// E(g) and T(g) for head group g.
+  void launch(std::size_t g, const void* Q, const void* K, const void* V) {
+    const std::size_t slot = g % 2, h0 = g * opt.heads_per_launch;
+    const HeadRange range{h0, std::min(opt.heads_per_launch, shape.heads - h0)};
+    if (g >= 2) FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(est_stream.get(), trace_done[slot].get(), 0));
+    FLASHLAB_CUDA_CHECK(cudaEventRecord(est_t0[g].get(), est_stream.get()));
+    stream_fast_estimate_device(mask, shape.heads, shape.dim, shape.k, Q, K, nullptr, I[slot].get(), nullptr, nullptr,
+                                est_stream.get(), range);
+    FLASHLAB_CUDA_CHECK(cudaEventRecord(est_t1[g].get(), est_stream.get()));
+    FLASHLAB_CUDA_CHECK(cudaEventRecord(est_done[slot].get(), est_stream.get()));
+    FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(trace_stream.get(), est_done[slot].get(), 0));
+    if (g >= 2) FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(trace_stream.get(), copied[slot].get(), 0));
+    FLASHLAB_CUDA_CHECK(cudaEventRecord(trace_t0[g].get(), trace_stream.get()));
+    stream_fast_trace_device(shape, Q, K, V, reinterpret_cast<const std::int64_t*>(I[slot].get()), E[slot].get(),
+                             trace_stream.get(), range);
+    FLASHLAB_CUDA_CHECK(cudaEventRecord(trace_t1[g].get(), trace_stream.get()));
+    FLASHLAB_CUDA_CHECK(cudaEventRecord(trace_done[slot].get(), trace_stream.get()));
+  }
+};
+
+LayerTracer::LayerTracer(const FastApplyShape& shape, const LayerTraceOptions& opt)
+    : impl_(std::make_unique<Impl>(shape, opt)) {}
+LayerTracer::~LayerTracer() = default;
+
+const LayerTraceStats& LayerTracer::stats() const { return impl_->stats; }
+
+void LayerTracer::trace_layer(std::size_t layer, const void* Q, const void* K, const void* V,
+                              ref::stream::StoreWriter& writer) {
+  Impl& m = *impl_;
+  const auto& L = writer.layout();
+  if (L.geometry.T != m.shape.T || L.geometry.bq != kFastStreamBlock || L.geometry.bk != kFastStreamBlock ||
+      L.k != m.shape.k || L.heads != m.shape.heads)
+    throw StreamError("layer pipeline: the store's layout (T = " + std::to_string(L.geometry.T) + ", b_q = " +
+                      std::to_string(L.geometry.bq) + ", b_k = " + std::to_string(L.geometry.bk) + ", k = " +
+                      std::to_string(L.k) + ", H = " + std::to_string(L.heads) + ") is not the tracer's (T = " +
+                      std::to_string(m.shape.T) + ", b_q = b_k = 64, k = " + std::to_string(m.shape.k) + ", H = " +
+                      std::to_string(m.shape.heads) + ")");
+  if (writer.next_head() != std::pair<std::size_t, std::size_t>{layer, 0})
+    throw StreamError("layer pipeline: the store's next head is (layer " + std::to_string(writer.next_head().first) +
+                      ", head " + std::to_string(writer.next_head().second) + "), not the start of layer " +
+                      std::to_string(layer));
+  if (Q == nullptr || K == nullptr || V == nullptr) throw StreamError("layer pipeline: Q, K and V must be device pointers");
+
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.free_bufs.clear();
+    for (int b = 0; b < int(m.ring.size()); ++b) m.free_bufs.push_back(b);
+    m.jobs.clear();
+    m.in_flight = 0;
+    m.failed = false;
+    m.error = nullptr;
+  }
+  // Work the caller queued on the default stream (the inputs) comes first: the legacy default
+  // stream does not order non-blocking streams.
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  std::thread writer_thread([&] { m.writer_loop(layer, writer); });
+  std::exception_ptr producer_error;
+  const std::size_t groups = (m.shape.heads + m.opt.heads_per_launch - 1) / m.opt.heads_per_launch;
+  try {
+    bool ok = true;
+    for (std::size_t g = 0; g < groups && ok; ++g) {
+      m.launch(g, Q, K, V);
+      if (g >= 1) ok = m.drain(g - 1);
+    }
+    if (ok) m.drain(groups - 1);
+  } catch (...) {
+    producer_error = std::current_exception();
+  }
+  m.push(ChunkJob{});  // end of the layer
+  writer_thread.join();
+  const cudaError_t sync = cudaDeviceSynchronize();
+  if (producer_error) std::rethrow_exception(producer_error);
+  if (m.error) std::rethrow_exception(m.error);
+  FLASHLAB_CUDA_CHECK(sync);
+  for (std::size_t g = 0; g < groups; ++g) {
+    float e = 0, t = 0;
+    FLASHLAB_CUDA_CHECK(cudaEventElapsedTime(&e, m.est_t0[g].get(), m.est_t1[g].get()));
+    FLASHLAB_CUDA_CHECK(cudaEventElapsedTime(&t, m.trace_t0[g].get(), m.trace_t1[g].get()));
+    m.stats.estimate_ms += e;
+    m.stats.trace_ms += t;
+  }
+  float span = 0;
+  FLASHLAB_CUDA_CHECK(cudaEventElapsedTime(&span, m.est_t0[0].get(), m.trace_t1[groups - 1].get()));
+  m.stats.gpu_span_ms += span;
+  ++m.stats.layers;
+}
+
+void layer_random_inputs_device(std::uint16_t* out, std::size_t n, std::uint64_t seed, std::size_t layer, int tensor,
+                                std::size_t d) {
+  // One stream of values per (seed, layer, tensor): a distinct odd multiplier keeps them apart.
+  const std::uint64_t s = seed * 0x9e3779b97f4a7c15ull + (3 * std::uint64_t(layer) + std::uint64_t(tensor) + 1) *
+                                                            0xd1b54a32d192ed03ull;
+  const float scale = tensor == 0 ? float(1.0 / std::sqrt(double(d))) : 1.0f;
+  detail::fill_normal_16bit(out, n, s, scale, true, nullptr);
+}
+
+LayerTraceRun layer_trace_random(const FastApplyShape& shape, std::size_t layers, std::uint64_t seed,
+                                 const LayerTraceOptions& opt, ref::stream::StoreWriter& writer) {
+  if (layers == 0) throw StreamError("layers must be at least 1");
+  LayerTraceRun run;
+  std::size_t free_before = 0, free_after = 0, total = 0;
+  FLASHLAB_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
+  LayerTracer tracer(shape, opt);
+  FLASHLAB_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+  run.tracer_device_bytes_measured = free_before > free_after ? free_before - free_after : 0;
+  const std::size_t n = shape.T * shape.heads * shape.dim;
+  DeviceBuffer<std::uint16_t> Q(n), K(n), V(n);
+  run.qkv_bytes = Q.bytes() + K.bytes() + V.bytes();
+  for (std::size_t l = 0; l < layers; ++l) {
+    auto t0 = std::chrono::steady_clock::now();
+    layer_random_inputs_device(Q.get(), n, seed, l, 0, shape.dim);
+    layer_random_inputs_device(K.get(), n, seed, l, 1, shape.dim);
+    layer_random_inputs_device(V.get(), n, seed, l, 2, shape.dim);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    run.inputs_ms += ms_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    tracer.trace_layer(l, Q.get(), K.get(), V.get(), writer);
+    run.layer_ms.push_back(ms_since(t0));
+  }
+  run.stats = tracer.stats();
+  return run;
+}
+
+}  // namespace flashlab::cuda::stream
