@@ -17,7 +17,7 @@ std::uint64_t fnv1a(std::uint64_t state, const void* bytes, std::size_t n) {
   const auto* p = static_cast<const unsigned char*>(bytes);
   for (std::size_t i = 0; i < n; ++i) {
     state ^= p[i];
-    state *= 0x100000001b3ull;
+    state *= kFnvPrime;
   }
   return state;
 }

@@ -226,10 +226,17 @@ void StoreWriter::append(const RowChunk& c) {
   if (c.rows > 0 && L.value_norm && !c.value_norm)
     throw StoreError(where + ": the store keeps value norms, the chunk has none", "pass RowChunk::value_norm");
 
-  // Validate the whole chunk before writing any of it.
+  // Validate the whole chunk before writing any of it. The message of a bad entry is built only
+  // when it is thrown: a GPU producer appends a few hundred thousand entries per head, and this
+  // loop must stay well below the GPU's time per head.
   std::vector<std::int32_t> r_out;
   std::vector<float> mass_out, score_out, vn_out;
+  r_out.reserve(c.rows * k);
+  mass_out.reserve(c.rows * k);
+  if (L.score) score_out.reserve(c.rows * k);
+  if (L.value_norm) vn_out.reserve(c.rows * k);
   std::vector<std::int64_t> seen;
+  seen.reserve(k);
   for (std::size_t i = 0; i < c.rows; ++i) {
     const std::size_t q = c.q0 + i;
     const std::int64_t last = std::int64_t(detail::causal_last_block(g, q));
@@ -237,17 +244,17 @@ void StoreWriter::append(const RowChunk& c) {
     bool empty_seen = false;
     for (std::size_t j = 0; j < k; ++j) {
       const std::int64_t r = c.indices[i * k + j];
-      const std::string at = where + ": I[" + std::to_string(q) + ", " + std::to_string(j) + "] = " + std::to_string(r);
+      auto at = [&] { return where + ": I[" + std::to_string(q) + ", " + std::to_string(j) + "] = " + std::to_string(r); };
       if (r == -1) {
         empty_seen = true;
         continue;
       }
       if (r < 0 || r > last)
-        throw StoreError(at + " is not a causally valid key block (0.." + std::to_string(last) + ")",
+        throw StoreError(at() + " is not a causally valid key block (0.." + std::to_string(last) + ")",
                          "records must come from a valid index tensor (stream validate_indices)");
-      if (empty_seen) throw StoreError(at + " follows an empty entry", "empty entries (−1) come after the kept blocks");
+      if (empty_seen) throw StoreError(at() + " follows an empty entry", "empty entries (−1) come after the kept blocks");
       if (std::find(seen.begin(), seen.end(), r) != seen.end())
-        throw StoreError(at + " appears twice in the row", "a row keeps each key block once");
+        throw StoreError(at() + " appears twice in the row", "a row keeps each key block once");
       seen.push_back(r);
       r_out.push_back(std::int32_t(r));
       mass_out.push_back(c.mass[i * k + j]);
@@ -255,14 +262,26 @@ void StoreWriter::append(const RowChunk& c) {
       if (L.value_norm) vn_out.push_back(c.value_norm[i * k + j]);
     }
   }
-  // Checksum over each record's bytes in record order: key block, mass, score, value norm.
-  for (std::size_t e = 0; e < r_out.size(); ++e) {
-    for (std::uint64_t* h : {&w.head_checksum, &w.running_checksum}) {
-      *h = fnv1a(*h, &r_out[e], 4);
-      *h = fnv1a(*h, &mass_out[e], 4);
-      if (L.score) *h = fnv1a(*h, &score_out[e], 4);
-      if (L.value_norm) *h = fnv1a(*h, &vn_out[e], 4);
+  // Checksum over each record's bytes in record order: key block, mass, score, value norm. The
+  // head's and the store's running checksum advance together in locals (two independent chains).
+  {
+    std::uint64_t h_head = w.head_checksum, h_all = w.running_checksum;
+    auto word = [&](const void* p) {
+      unsigned char b[4];
+      std::memcpy(b, p, 4);
+      for (unsigned char x : b) {
+        h_head = (h_head ^ x) * kFnvPrime;
+        h_all = (h_all ^ x) * kFnvPrime;
+      }
+    };
+    for (std::size_t e = 0; e < r_out.size(); ++e) {
+      word(&r_out[e]);
+      word(&mass_out[e]);
+      if (L.score) word(&score_out[e]);
+      if (L.value_norm) word(&vn_out[e]);
     }
+    w.head_checksum = h_head;
+    w.running_checksum = h_all;
   }
   w.write(w.file("key_block.npy"), r_out.data(), r_out.size());
   w.write(w.file("mass.npy"), mass_out.data(), mass_out.size());

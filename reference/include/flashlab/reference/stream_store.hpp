@@ -208,5 +208,7 @@ class Store {
 std::uint64_t fnv1a(std::uint64_t state, const void* bytes, std::size_t n);
 /// The FNV-1a 64 offset basis, the checksum of nothing.
 inline constexpr std::uint64_t kFnvOffset = 0xcbf29ce484222325ull;
+/// The FNV-1a 64 prime (each byte: state = (state xor byte) · prime).
+inline constexpr std::uint64_t kFnvPrime = 0x100000001b3ull;
 
 }  // namespace flashlab::ref::stream
