@@ -97,17 +97,25 @@ struct FastArrays {
 };
 
 /// rows t0 .. t0 + 63 of head h of X ([T, H, d] bf16) → a swizzled SRAM tile; rows ≥ T are
-/// zero-filled (cp.async src-size 0), so no stale SRAM reaches the mma. All threads; no commit.
+/// zero-filled (cp.async src-size 0; the address is then row 0's, never read), so no stale SRAM
+/// reaches the mma. All threads; no commit. A thread copies the same 16-byte chunk c of every
+/// kFastThreads / kChunks-th row, so its source advances by a fixed stride: one pointer step per
+/// row instead of a [T, H, d] index product (this runs once per scored tile).
 template <int HEAD_DIM>
 __device__ __forceinline__ void load_tile_async(uint32_t dst, const uint16_t* __restrict__ X, const StreamProblem& p,
                                                 int h, int t0) {
-  constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks per row
+  constexpr int kChunks = HEAD_DIM / 8;                  // 16-byte chunks per row
+  constexpr int kRowsPerStep = kFastThreads / kChunks;   // rows the block covers per step
+  const int c = int(threadIdx.x) % kChunks, row0 = int(threadIdx.x) / kChunks;
+  const std::size_t stride = std::size_t(p.heads) * HEAD_DIM;  // elements from one token's row to the next
+  const uint16_t* head0 = X + p.at(0, h, HEAD_DIM) + 8 * c;    // this thread's chunk of token 0
+  const uint16_t* src = head0 + std::size_t(t0 + row0) * stride;
 #pragma unroll
-  for (int it = 0; it < kBlock * kChunks / kFastThreads; ++it) {
-    const int idx = int(threadIdx.x) + it * kFastThreads;
-    const int row = idx / kChunks, c = idx % kChunks, t = t0 + row;
-    const bool ok = t < p.T;
-    cp_async16(dst + swz<HEAD_DIM>(row, c), X + p.at(ok ? t : 0, h, HEAD_DIM) + 8 * c, ok);
+  for (int it = 0; it < kBlock / kRowsPerStep; ++it) {
+    const int row = row0 + it * kRowsPerStep;
+    const bool ok = t0 + row < p.T;
+    cp_async16(dst + swz<HEAD_DIM>(row, c), ok ? src : head0, ok);
+    src += kRowsPerStep * stride;
   }
 }
 
@@ -141,19 +149,29 @@ __device__ __forceinline__ float warp_tile_max(const uint32_t (&qf)[2][HEAD_DIM 
   // Fragment coordinates: in m16 tile mt this thread holds rows g, g + 8 and columns 8n + 2c + {0, 1}.
   const int g = lane >> 2, c = lane & 3;
   const int t0 = q * kBlock + m0, s0 = r * kBlock + n0;
-  // Only a slice that reaches the diagonal or the end of the sequence has invalid entries.
+  // Only a slice that reaches the diagonal or the end of the sequence has invalid entries; the
+  // others (nearly all) take the max without the per-entry validity test. Both paths visit the
+  // entries in the same order, so the result is the same bits.
   const bool need_mask = s0 + kWarpKeys - 1 > t0 || t0 + kWarpRows - 1 >= p.T;
   float best = stream_neg_inf();
+  if (!need_mask) {
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int n = 0; n < kWarpKeys / 8; ++n)
+      for (int n = 0; n < kWarpKeys / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int t = t0 + 16 * mt + g + 8 * (e >> 1), sk = s0 + 8 * n + 2 * c + (e & 1);
-        const bool valid = !need_mask || (t < p.T && sk <= t);
-        if (valid) best = max_no_nan(best, s[mt][n][e]);
-      }
+        for (int e = 0; e < 4; ++e) best = max_no_nan(best, s[mt][n][e]);
+  } else {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int n = 0; n < kWarpKeys / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int t = t0 + 16 * mt + g + 8 * (e >> 1), sk = s0 + 8 * n + 2 * c + (e & 1);
+          if (t < p.T && sk <= t) best = max_no_nan(best, s[mt][n][e]);
+        }
+  }
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) best = max_no_nan(best, __shfl_xor_sync(0xffffffffu, best, off));
   return best;
