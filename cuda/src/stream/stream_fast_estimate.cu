@@ -53,8 +53,8 @@ constexpr int kFastThreads = 32 * kWarps;
 /// Compile-time shape of one instantiation: head dim, K_r buffers, thread blocks per SM.
 template <int HEAD_DIM>
 struct FastEstimateTraits {
-  static constexpr int kStages = 4;                     // K_r tiles in SRAM (3 in flight)
-  static constexpr int kMinBlocks = HEAD_DIM == 128 ? 3 : 4;
+  static constexpr int kStages = HEAD_DIM == 128 ? 3 : 4;  // K_r tiles in SRAM (kStages − 1 in flight)
+  static constexpr int kMinBlocks = 4;
   static constexpr int kRowBytes = HEAD_DIM * 2;
   static constexpr int kTileBytes = kBlock * kRowBytes;  // one 64 × d bf16 tile
   static constexpr int kKSteps = HEAD_DIM / 16;          // mma k-steps over d
