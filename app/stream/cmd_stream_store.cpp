@@ -83,6 +83,19 @@ std::string hex(std::uint64_t v) {
   return os.str();
 }
 
+/// The layout of a traced store (the source is the caller's).
+rs::StoreLayout store_layout(const rs::Geometry& g, std::size_t k, std::size_t layers, std::size_t heads, std::size_t D,
+                             bool with_scores) {
+  rs::StoreLayout layout;
+  layout.geometry = g;
+  layout.k = k;
+  layout.layers = layers;
+  layout.heads = heads;
+  layout.d = D;
+  layout.score = layout.value_norm = with_scores;
+  return layout;
+}
+
 int run_trace(const TraceOptions& o) {
   std::optional<TraceInputs> in;
   if (!o.inputs.empty()) in = load_trace_inputs(o.inputs, o.policy, o.seq, o.dim, true);
@@ -98,13 +111,7 @@ int run_trace(const TraceOptions& o) {
   }
   const rs::BlockMask mask = o.mask.empty() ? rs::BlockMask(g) : rs::load_block_mask(o.mask, g, o.policy.memory_limit);
 
-  rs::StoreLayout layout;
-  layout.geometry = g;
-  layout.k = k;
-  layout.layers = layers;
-  layout.heads = heads;
-  layout.d = D;
-  layout.score = layout.value_norm = o.with_scores;
+  rs::StoreLayout layout = store_layout(g, k, layers, heads, D, o.with_scores);
   {
     std::ostringstream src;
     if (in) src << "inputs " << fs::path(o.inputs).filename().string() << " [L, T, H, D] = [" << in->L << ", " << in->T << ", "
@@ -213,6 +220,7 @@ int run_trace(const TraceOptions& o) {
   return kOk;
 }
 
+#if FLASHLAB_HAVE_CUDA
 /// Peak resident set of this process so far, in bytes (getrusage: Linux reports kilobytes).
 std::uint64_t peak_rss_bytes() {
   rusage u{};
@@ -220,7 +228,6 @@ std::uint64_t peak_rss_bytes() {
   return std::uint64_t(u.ru_maxrss) * 1024;
 }
 
-#if FLASHLAB_HAVE_CUDA
 /// `stream trace --store --device cuda --kernel fast`: the layer pipeline (stream_layer.hpp) on
 /// inputs made on the GPU, then the store opened (every check) and the run's figures printed.
 int run_trace_cuda(const TraceOptions& o) {
@@ -229,13 +236,7 @@ int run_trace_cuda(const TraceOptions& o) {
   const std::size_t T = std::size_t(*o.seq), D = std::size_t(*o.dim), k = std::size_t(o.k);
   const std::size_t layers = std::size_t(o.layers), heads = std::size_t(o.heads);
   const rs::Geometry g{T, std::size_t(o.bq), std::size_t(o.bk)};
-  rs::StoreLayout layout;
-  layout.geometry = g;
-  layout.k = k;
-  layout.layers = layers;
-  layout.heads = heads;
-  layout.d = D;
-  layout.score = layout.value_norm = o.with_scores;
+  rs::StoreLayout layout = store_layout(g, k, layers, heads, D, o.with_scores);
   layout.source = "gpu random N(0, 1) bf16 (Q / sqrt(d)), seed " + std::to_string(o.seed) + ", d " + std::to_string(D);
   const gs::FastApplyShape shape{T, heads, D, k, ref::Dtype::bf16, 0};
   gs::LayerTraceOptions lo;

@@ -86,6 +86,30 @@ TEST_CASE("cli stream store: trace --store holds the reference's records of the 
   expect_usage_error(std::string(kTrace) + dir + "x --workload needles --needle-layers 5", "--needle-layers");
 }
 
+TEST_CASE("cli stream store: the GPU trace's flags are checked before any CUDA call", "[cli][stream][store]") {
+  const std::string dir = fresh_temp_dir("stream_store_gpu_flags");
+  auto gpu = [&](const std::string& rest, int bm = 64, int dim = 128, int k = 16) {
+    return "stream trace --store " + dir + "/t --device cuda --block-m " + std::to_string(bm) + " --block-n 64 --k " +
+           std::to_string(k) + " --seq 4096 --dim " + std::to_string(dim) + rest;
+  };
+  expect_usage_error(gpu(""), "add --kernel fast");
+  expect_usage_error(gpu(" --kernel fast", 32), "--block-m 64 --block-n 64");
+  expect_usage_error(gpu(" --kernel fast", 64, 96), "--dim 64 or 128");
+  expect_usage_error(gpu(" --kernel fast", 64, 128, 129), "--k 129");
+  expect_usage_error(gpu(" --kernel fast --heads 4 --heads-per-launch 5"), "--heads-per-launch 5");
+  expect_usage_error(gpu(" --kernel fast --chunk 0"), "--chunk 0");
+  expect_usage_error(gpu(" --kernel fast --workload needles"), "--workload is not taken by --device cuda");
+  expect_usage_error(gpu(" --kernel fast --resume"), "--resume continues CPU traces only");
+  expect_usage_error("stream trace --store " + dir + "/t --device tpu --block-m 64 --block-n 64 --k 16 --seq 4096",
+                     "--device 'tpu' is unknown");
+  // The CPU trace takes none of the GPU path's flags.
+  const std::string cpu = "stream trace --store " + dir + "/c --block-m 8 --block-n 8 --k 2 --seq 64 --dim 8";
+  expect_usage_error(cpu + " --kernel fast", "--kernel applies to --device cuda");
+  expect_usage_error(cpu + " --chunk 8", "--chunk and --heads-per-launch apply to --device cuda");
+  // Valid flags reach the device: a build without CUDA says so (exit 2), a machine without a GPU too.
+  flashlab::test::run_gpu_command(gpu(" --kernel fast --heads 2"));
+}
+
 TEST_CASE("cli stream store: --resume continues an interrupted trace to the same bytes", "[cli][stream][store]") {
   const auto root = fresh_temp_dir("cli_resume");
   const auto whole = root + "/whole", part = root + "/part";
