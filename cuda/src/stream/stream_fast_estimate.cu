@@ -17,9 +17,10 @@
 // each warp computes its 32 × 32 slice of S = Q_q K_rᵀ with mma.sync (bf16 in, fp32 accumulate,
 // the k-steps over d in a fixed order), takes the masked max over its registers and the warp
 // (order-free: `v > best`, so NaN never wins and counts as −inf), and the 4 warp maxima are
-// combined in a fixed order. Several thread blocks share an SM (3 at d = 128, 4 at d = 64), so
-// while one waits for its next round's K tiles the others compute: the memory system, not the
-// round-to-round latency, sets the time (docs/stream.md, "The fast bf16 estimate").
+// combined in a fixed order. Four thread blocks share an SM (at d = 128 three K_r buffers each, so
+// that four fit), so while one waits for its next round's K tiles the others compute: the L2 → SM
+// stream of K tiles, not the round-to-round latency, sets the time (docs/stream.md, "The fast bf16
+// estimate").
 //
 // τ: the candidates of one round have disjoint ranges, so their representatives are distinct and
 // (score ↓, r ↑) decides τ completely; branch_id and split_bit (the reference's last keys) can
