@@ -39,23 +39,28 @@ inline std::vector<std::uint16_t> round_to_16(const ref::Tensor<double>& x, ref:
   return bits;
 }
 
-/// Fresh normal Q, K, V, dO of one [B, N, H, d] shape (seeds seed … seed + 3) rounded to the 16-bit
-/// dtype: the bit patterns for the GPU, and exactly those values in float64 for the reference.
+/// Fresh normal Q, dO of the [B, N, H, d] shape `q` and K, V of the [B, N_k, H_kv, d] shape `kv`
+/// (seeds seed … seed + 3: Q, K, V, dO) rounded to the 16-bit dtype: the bit patterns for the GPU,
+/// and exactly those values in float64 for the reference.
 struct BwdInputs {
   ref::Tensor<double> Qd, Kd, Vd, dOd;
   std::vector<std::uint16_t> Q, K, V, dO;
 };
-inline BwdInputs bwd_inputs(const ref::Shape& shape, unsigned long long seed, ref::Dtype dt) {
-  BwdInputs in{ref::Tensor<double>(shape), ref::Tensor<double>(shape), ref::Tensor<double>(shape),
-               ref::Tensor<double>(shape), {}, {}, {}, {}};
+inline BwdInputs bwd_inputs(const ref::Shape& q, const ref::Shape& kv, unsigned long long seed, ref::Dtype dt) {
+  BwdInputs in{ref::Tensor<double>(q), ref::Tensor<double>(kv), ref::Tensor<double>(kv),
+               ref::Tensor<double>(q), {}, {}, {}, {}};
   ref::Tensor<double>* rounded[] = {&in.Qd, &in.Kd, &in.Vd, &in.dOd};
   std::vector<std::uint16_t>* bits[] = {&in.Q, &in.K, &in.V, &in.dO};
   for (int t = 0; t < 4; ++t) {
-    ref::Tensor<double> x(shape);
+    ref::Tensor<double> x(rounded[t]->shape());
     ref::fill_normal(x, seed + t);
     *bits[t] = round_to_16(x, dt, *rounded[t]);
   }
   return in;
+}
+/// bwd_inputs() of one shape for all four (H_kv = H, N_k = N).
+inline BwdInputs bwd_inputs(const ref::Shape& shape, unsigned long long seed, ref::Dtype dt) {
+  return bwd_inputs(shape, shape, seed, dt);
 }
 
 /// The attention problem of a [B, N, H, d] shape (tiles left at their defaults: the fast kernels

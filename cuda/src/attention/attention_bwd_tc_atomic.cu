@@ -5,7 +5,7 @@
 // FlashAttention-2's own CUDA backward), with bf16 or fp16 inputs and every matrix product on
 // `mma.sync.aligned.m16n8k16` (fp32 accumulation), as in attention_bwd_tc.cu. Plain sm_90 (no
 // wgmma). Four instantiations: d ∈ {64, 128} × {bf16, fp16}; causal is a run-time flag; four
-// more for sliding windows (kWindow).
+// more for sliding windows (kWindow) and four for grouped K/V or N_k ≠ N (kGroup).
 //   0. cudaMemsetAsync                   dQaccum = 0 (fp32, TILED layout below, caller's workspace)
 //   1. fast_bwd_preprocess_kernel        D_i = rowsum(dO_i ∘ O_i) in fp32 (attention_bwd_tc.cuh)
 //   2. fast_bwd_atomic_kernel            one block per K_j, V_j (resident in SRAM); loop over Q_i, dO_i:
@@ -35,6 +35,17 @@
 // own instantiation kWindow, so the other kernels keep their code): a block loops over the query
 // tiles whose band (query + window_lo() … query + window_hi()) meets its keys only, i_begin …
 // i_end − 1, and masks both edges of the band in the tiles it crosses (the band replaces causal).
+// GROUPED K/V (H_kv < H) or N_k ≠ N (its own instantiation kGroup, with or without a window): one
+// block per (key tile j of the N_k keys, K/V head hk, b), grid (Tc, H_kv, B) / (H_kv, Tc, B); it
+// loops over the G = H/H_kv query heads h0 … h0 + G − 1 of its group, heads outer (the blocks of one
+// group running together read the same Q_i, dO_i from L2), each over its band's query tiles; the
+// prefetch after a head's last tile loads the next head's first. dK_j, dV_j sum over the whole group
+// in registers and are written once into [B, N_k, H_kv, d] (no atomics on them, K/V never
+// expanded); dQ and its accumulator tiles, D_i and LSE_i stay per query head. The band (window_lo …
+// window_hi with the offset N_k − N folded in: causal is j ≤ i + N_k − N) masks causal, windows and
+// neither alike, and keys ≥ N_k. A key block that no query sees runs no step and writes dK_j = dV_j
+// = 0; a query row that sees no key gets no partial from any block, so its dQ is the zeroed
+// accumulator's 0.
 //
 // SRAM (dynamic; 16-bit tiles swizzled in 16-byte chunks like the other fast kernels):
 //   [K_j][V_j][Q_i ×2 stages][dO_i ×2 stages][P_ij][dS_ij][LSE_i, D_i ×2 stages][dQ slices: 8 × 4 KiB]
@@ -140,7 +151,11 @@ struct AtomicTraits {
 // ----------------------------------------------------------------------------- 2. main kernel
 /// Grid (Tc = ceil(N / BLOCK_N), H, B) non-causal, (H, Tc, B) causal; 256 threads; kSmem bytes of
 /// dynamic SRAM (layout in the file-top comment).
-template <int HEAD_DIM, bool kBf16, bool kWindow = false>
+/// kGroup (its own instantiation): grouped K/V (H_kv < H) or N_k ≠ N. The block owns K/V head hk
+/// (grid (Tc, H_kv, B) / (H_kv, Tc, B), Tc over the N_k keys) and loops over the H/H_kv query
+/// heads of its group, each over its band's query tiles; the band (window_lo … window_hi, the
+/// offset N_k − N folded in) masks causal, windows and neither alike.
+template <int HEAD_DIM, bool kBf16, bool kWindow = false, bool kGroup = false>
 __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
     fast_bwd_atomic_kernel(Problem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                            const uint16_t* __restrict__ V, const uint16_t* __restrict__ dO,
@@ -149,10 +164,15 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
   using T = AtomicTraits<HEAD_DIM>;
   constexpr int BLOCK_M = T::BLOCK_M, BLOCK_N = T::BLOCK_N, kThreads = T::kThreads;
   constexpr int SNT = T::kSNT, kSCols = 8 * SNT;
+  constexpr bool kBand = kWindow || kGroup;  // masks by the band (window_lo … window_hi)
   const int N = p.seq;
+  const int Nk = kGroup ? p.seq_k : N;  // keys
+  // h: the query head (kGroup: the K/V head hk, whose query heads are h0 … h0 + G − 1).
   const int j = p.causal ? blockIdx.y : blockIdx.x, h = p.causal ? blockIdx.x : blockIdx.y, b = blockIdx.z;
   const int start_n = j * BLOCK_N;
   const std::size_t stride = p.row_stride(), base = p.head_offset(b, h), stat = p.stat_offset(b, h);
+  const std::size_t kv_stride = kGroup ? p.kv_row_stride() : stride, kv_base = kGroup ? p.kv_head_offset(b, h) : base;
+  const int G = kGroup ? p.heads / p.heads_kv : 1, h0 = kGroup ? h * G : h;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;  // mma fragment coordinates
   // Warp layouts: S/dP and dQ use (wm, wn) = (32-row slice, key or d slice); dK/dV use
@@ -174,32 +194,35 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
   int i_begin = p.causal ? start_n / BLOCK_M : 0;
   const int Tr = (N + BLOCK_M - 1) / BLOCK_M;
   // A window: keys start_n … key_last are seen by queries key − hi … key − lo (clamped to the
-  // queries). With N_k = N each key sees its own query (lo ≤ 0 ≤ hi): never an empty range.
+  // queries). With N_k = N each key sees its own query (lo ≤ 0 ≤ hi): never an empty range; with
+  // N_k ≠ N it may be (the loop then runs no step, and dK_j = dV_j = 0 are written).
   int i_end = Tr;
-  const int lo = kWindow ? p.window_lo() : 0, hi = kWindow ? p.window_hi() : 0;
-  if constexpr (kWindow) {
-    const int key_last = min(start_n + BLOCK_N, N) - 1;
+  const int lo = kBand ? p.window_lo() : 0, hi = kBand ? p.window_hi() : 0;
+  if constexpr (kBand) {
+    const int key_last = min(start_n + BLOCK_N, Nk) - 1;
     const int q_first = max(0, start_n - hi), q_last = min(N - 1, key_last - lo);
     i_begin = q_first / BLOCK_M;
     i_end = q_last < q_first ? i_begin : q_last / BLOCK_M + 1;
   }
 
-  // LSE_i, D_i (2·BLOCK_M floats): HBM → SRAM, 4-byte cp.async; rows ≥ N zero-filled.
-  auto load_stats_async = [&](uint32_t dst, int row0) {
+  // LSE_i, D_i (2·BLOCK_M floats) of the head at `head_stat`: HBM → SRAM, 4-byte cp.async; rows ≥ N zero-filled.
+  auto load_stats_async = [&](uint32_t dst, int row0, std::size_t head_stat) {
     if (int(threadIdx.x) < 2 * BLOCK_M) {
       const int r = int(threadIdx.x) % BLOCK_M, row = row0 + r;
-      const float* src = (int(threadIdx.x) < BLOCK_M ? LSE : D) + stat + (row < N ? row : 0);
+      const float* src = (int(threadIdx.x) < BLOCK_M ? LSE : D) + head_stat + (row < N ? row : 0);
       asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst + 4 * uint32_t(threadIdx.x)),
                    "l"(src), "r"(row < N ? 4 : 0));
     }
   };
 
   // Load K_j, V_j, Q_first, dO_first, LSE_first, D_first: HBM → SRAM (one cp.async group).
-  load_tile_async<HEAD_DIM, BLOCK_N, kThreads>(sK, K + base, stride, start_n, N);
-  load_tile_async<HEAD_DIM, BLOCK_N, kThreads>(sV, V + base, stride, start_n, N);
-  load_tile_async<HEAD_DIM, BLOCK_M, kThreads>(sQ, Q + base, stride, i_begin * BLOCK_M, N);
-  load_tile_async<HEAD_DIM, BLOCK_M, kThreads>(sdO, dO + base, stride, i_begin * BLOCK_M, N);
-  load_stats_async(sL, i_begin * BLOCK_M);
+  // kGroup: the first query head of the group (h0).
+  const std::size_t base0 = kGroup ? p.head_offset(b, h0) : base, stat0 = kGroup ? p.stat_offset(b, h0) : stat;
+  load_tile_async<HEAD_DIM, BLOCK_N, kThreads>(sK, K + kv_base, kv_stride, start_n, Nk);
+  load_tile_async<HEAD_DIM, BLOCK_N, kThreads>(sV, V + kv_base, kv_stride, start_n, Nk);
+  load_tile_async<HEAD_DIM, BLOCK_M, kThreads>(sQ, Q + base0, stride, i_begin * BLOCK_M, N);
+  load_tile_async<HEAD_DIM, BLOCK_M, kThreads>(sdO, dO + base0, stride, i_begin * BLOCK_M, N);
+  load_stats_async(sL, i_begin * BLOCK_M, stat0);
   cp_async_commit();
 
   // dK_j, dV_j accumulators: keys [32·wk, 32·wk + 32) × columns [wd·d/2, wd·d/2 + d/2).
@@ -214,7 +237,7 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
   // dQaccum_i += dS_ij K_j: this warp's 32 query rows × 32 columns, computed in registers, staged
   // in the warp's SRAM slice in mma C-fragment order and added into tile i of the TILED dQaccum by
   // one 4 KiB bulk reduction (the hand-off and its ordering: file-top comment).
-  auto dq_step = [&](int row0) {
+  auto dq_step = [&](int row0, int hq) {
     float dq[2][T::kDqNT][4];
     warp_gemm_xb<HEAD_DIM, BLOCK_N, T::kDqNT, kBf16>(dq, sdS, 32 * wm, sK, wn * T::kDqCols, lane);
     const uint32_t sW = sDq + uint32_t(warp) * uint32_t(T::kSliceDq);
@@ -231,26 +254,39 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
     __syncwarp();  // every lane's generic-proxy stores before lane 0's proxy fence
     if (lane == 0) {
       fence_proxy_async_shared();  // ... before the async-proxy read of the bulk reduction
-      const std::size_t tile = (std::size_t(b) * p.heads + h) * std::size_t(Tr) + std::size_t(row0 / BLOCK_M);
+      const std::size_t tile = (std::size_t(b) * p.heads + hq) * std::size_t(Tr) + std::size_t(row0 / BLOCK_M);
       bulk_reduce_add_f32(dQaccum + tile * (BLOCK_M * HEAD_DIM) + 1024 * warp, sW, uint32_t(T::kSliceDq));
       bulk_commit_group();
     }
   };
 
+  // Steps: query head h0 + gh (gh < G; one head unless kGroup) × query tile i, heads outer, so the
+  // key blocks of one group running together read the same Q_i, dO_i from L2.
+  int n = 0;  // kGroup: the step's number over the whole group (its stage parity)
+  for (int gh = 0; gh < G; ++gh)
   for (int i = i_begin; i < i_end; ++i) {
     const int row0 = i * BLOCK_M;
-    const int st = (i - i_begin) & 1;
+    const int hq = h0 + gh;
+    const std::size_t qbase = kGroup ? p.head_offset(b, hq) : base, qstat = kGroup ? p.stat_offset(b, hq) : stat;
+    const int st = kGroup ? n++ & 1 : (i - i_begin) & 1;
     const uint32_t stage = uint32_t(st * T::kTileQ);
     cp_async_wait<0>();  // this thread's copies of Q_i, dO_i, LSE_i, D_i (and K_j, V_j) have landed
     // All copies visible to all warps; every warp has finished step i−1, so the other stage, P
     // and dS may be overwritten below.
     __syncthreads();
     // Load Q_{i+1}, dO_{i+1}, LSE_{i+1}, D_{i+1}: HBM → SRAM into the other stage, while step i computes.
+    // kGroup: after a head's last tile, the next head's first.
     if (i + 1 < i_end) {
       const uint32_t next = uint32_t((st ^ 1) * T::kTileQ);
-      load_tile_async<HEAD_DIM, BLOCK_M, kThreads>(sQ + next, Q + base, stride, row0 + BLOCK_M, N);
-      load_tile_async<HEAD_DIM, BLOCK_M, kThreads>(sdO + next, dO + base, stride, row0 + BLOCK_M, N);
-      load_stats_async(sL + uint32_t((st ^ 1) * T::kTileL), row0 + BLOCK_M);
+      load_tile_async<HEAD_DIM, BLOCK_M, kThreads>(sQ + next, Q + qbase, stride, row0 + BLOCK_M, N);
+      load_tile_async<HEAD_DIM, BLOCK_M, kThreads>(sdO + next, dO + qbase, stride, row0 + BLOCK_M, N);
+      load_stats_async(sL + uint32_t((st ^ 1) * T::kTileL), row0 + BLOCK_M, qstat);
+    } else if (kGroup && gh + 1 < G) {
+      const uint32_t next = uint32_t((st ^ 1) * T::kTileQ);
+      const std::size_t nbase = p.head_offset(b, hq + 1);
+      load_tile_async<HEAD_DIM, BLOCK_M, kThreads>(sQ + next, Q + nbase, stride, i_begin * BLOCK_M, N);
+      load_tile_async<HEAD_DIM, BLOCK_M, kThreads>(sdO + next, dO + nbase, stride, i_begin * BLOCK_M, N);
+      load_stats_async(sL + uint32_t((st ^ 1) * T::kTileL), i_begin * BLOCK_M, p.stat_offset(b, hq + 1));
     }
     cp_async_commit();
 
@@ -258,9 +294,9 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
     {
       // A window: the block's keys not all inside every row's band (the last row's left edge past
       // the first key, or the first row's right edge before the last key).
-      const bool need_mask = row0 + BLOCK_M > N || start_n + BLOCK_N > N ||
-                             (!kWindow && p.causal && start_n + BLOCK_N - 1 > row0) ||
-                             (kWindow && (row0 + BLOCK_M - 1 + lo > start_n || start_n + BLOCK_N - 1 > row0 + hi));
+      const bool need_mask = row0 + BLOCK_M > N || start_n + BLOCK_N > Nk ||
+                             (!kBand && p.causal && start_n + BLOCK_N - 1 > row0) ||
+                             (kBand && (row0 + BLOCK_M - 1 + lo > start_n || start_n + BLOCK_N - 1 > row0 + hi));
       float lse[2][2], Di[2][2];  // LSE_i, D_i of rows g, g + 8 of each m16 tile (SRAM → registers)
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
@@ -295,9 +331,9 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
               if constexpr (decltype(masked)::value) {
                 const int row = row0 + lrow, key = start_n + lcol;
                 const bool row_ok = row < N;
-                if constexpr (kWindow) {
-                  p0 = row_ok && key < N && key - row >= lo && key - row <= hi ? p0 : 0.f;
-                  p1 = row_ok && key + 1 < N && key + 1 - row >= lo && key + 1 - row <= hi ? p1 : 0.f;
+                if constexpr (kBand) {
+                  p0 = row_ok && key < Nk && key - row >= lo && key - row <= hi ? p0 : 0.f;
+                  p1 = row_ok && key + 1 < Nk && key + 1 - row >= lo && key + 1 - row <= hi ? p1 : 0.f;
                 } else {
                   p0 = row_ok && key < N && (!p.causal || key <= row) ? p0 : 0.f;
                   p1 = row_ok && key + 1 < N && (!p.causal || key + 1 <= row) ? p1 : 0.f;
@@ -315,7 +351,7 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
     __syncthreads();  // P_ij, dS_ij complete: the products below read other warps' rows and columns
 
     // ---- dQaccum_i += dS_ij K_j first: its bulk reduction runs under the dK/dV products.
-    dq_step(row0);
+    dq_step(row0, hq);
     // ---- dV_j += P_ijᵀ dO_i, dK_j += dS_ijᵀ Q_i (this warp: 32 keys × d/2 columns of each).
     warp_gemm_xtb<HEAD_DIM, BLOCK_M, BLOCK_N, T::kDkvNT, kBf16>(acc_dv, sP, 32 * wk, sdO + stage,
                                                                 wd * (HEAD_DIM / 2), lane);
@@ -331,8 +367,8 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
     const int key0 = start_n + 32 * wk + 16 * mt;
-    store_rows16<T::kDkvNT, kBf16>(dK + base + wd * (HEAD_DIM / 2), stride, key0, N, acc_dk[mt], p.scale, g, t);
-    store_rows16<T::kDkvNT, kBf16>(dV + base + wd * (HEAD_DIM / 2), stride, key0, N, acc_dv[mt], 1.f, g, t);
+    store_rows16<T::kDkvNT, kBf16>(dK + kv_base + wd * (HEAD_DIM / 2), kv_stride, key0, Nk, acc_dk[mt], p.scale, g, t);
+    store_rows16<T::kDkvNT, kBf16>(dV + kv_base + wd * (HEAD_DIM / 2), kv_stride, key0, Nk, acc_dv[mt], 1.f, g, t);
   }
 }
 
@@ -369,8 +405,12 @@ __global__ void __launch_bounds__(256) fast_bwd_dq_convert_kernel(Problem p, con
 template <int HEAD_DIM, bool kBf16>
 void launch_atomic(const Problem& p, const BwdPointers& a, cudaStream_t stream) {
   using T = AtomicTraits<HEAD_DIM>;
-  // A window: its own instantiation (causal folded into the band by make_problem).
-  auto kernel = p.windowed() ? &fast_bwd_atomic_kernel<HEAD_DIM, kBf16, true> : &fast_bwd_atomic_kernel<HEAD_DIM, kBf16>;
+  // A window, and grouped K/V or N_k ≠ N (with or without a window): instantiations of their own
+  // (causal folded into the band by make_problem).
+  const bool grouped = p.heads_kv != p.heads || p.seq_k != p.seq;
+  auto kernel = grouped        ? &fast_bwd_atomic_kernel<HEAD_DIM, kBf16, false, true>
+                : p.windowed() ? &fast_bwd_atomic_kernel<HEAD_DIM, kBf16, true>
+                               : &fast_bwd_atomic_kernel<HEAD_DIM, kBf16>;
   // > 48 KiB of dynamic SRAM: opted in per device (the record is kept, thread-safe: common.hpp).
   set_smem(reinterpret_cast<const void*>(kernel), T::kSmem, "fast_bwd_atomic_kernel", p);
   // Tiled layout: Tr whole tiles per (b, h), the last one padded (the workspace holds
@@ -382,8 +422,9 @@ void launch_atomic(const Problem& p, const BwdPointers& a, cudaStream_t stream) 
   launch_fast_bwd_preprocess<HEAD_DIM, kBf16>(p, a, stream);
 
   announce("fast_bwd_atomic_kernel");
-  const unsigned tc = unsigned((p.seq + T::BLOCK_N - 1) / T::BLOCK_N);
-  const dim3 grid = p.causal ? dim3(p.heads, tc, p.batch) : dim3(tc, p.heads, p.batch);  // see the kernel
+  // One block per key tile of each K/V head (grouped: its query heads loop inside the block).
+  const unsigned tc = unsigned((p.seq_k + T::BLOCK_N - 1) / T::BLOCK_N);
+  const dim3 grid = p.causal ? dim3(p.heads_kv, tc, p.batch) : dim3(tc, p.heads_kv, p.batch);  // see the kernel
   kernel<<<grid, T::kThreads, T::kSmem, stream>>>(
       p.with_tiles(T::BLOCK_M, T::BLOCK_N), static_cast<const uint16_t*>(a.Q), static_cast<const uint16_t*>(a.K),
       static_cast<const uint16_t*>(a.V), static_cast<const uint16_t*>(a.dO), a.LSE, a.D, a.dQaccum, static_cast<uint16_t*>(a.dK),

@@ -44,6 +44,13 @@
 // floats; inside a tile, consumer slice c (its columns or rows; one slice with the key split) in
 // wgmma fragment order: float4 number t·128 + thread = the thread's accumulator registers
 // 4t .. 4t+3 (rows r, r + 8 of n-tile t). dq_convert_kernel maps it back to [B, N, H, d].
+// Grouped K/V (H_kv < H) or N_k ≠ N: BwdWsGroup, the window traits' band (offset N_k − N folded in)
+// with one block per (key tile of the N_k keys, K/V head, b) that loops over the H/H_kv query heads
+// of its group, heads outer: the producer and the stats warp walk the same (head, tile) steps through
+// the stage ring, the consumers add each step's dQ partial into that head's accumulator tile, and
+// dK_c, dV_c sum over the group in registers, written once into [B, N_k, H_kv, d] (K, V through TMA
+// maps of their own shape; never expanded). A block whose keys no query sees runs no step (the
+// ping-pong hand-over then starts none) and writes dK = dV = 0; rows that see no key get dQ = 0.
 // Masks: only the tiles that need them (the last, ragged query or key tile; causal, the tiles
 // crossing the diagonal); masked entries get P = 0 by a select after 2^x (a masked 2^x may be
 // +inf and is discarded, never multiplied). Causal blocks start at the first query tile that sees
@@ -165,6 +172,8 @@ struct BwdWsTraits {
   static_assert(BLOCK_M % kDqOrderTileRows == 0, "the workspace has an order counter for every accumulator tile");
   // A sliding window: BwdWsWindow below (these traits' kernels keep their code and names).
   static constexpr bool kWindow = false;
+  // Grouped K/V or N_k ≠ N: BwdWsGroup below.
+  static constexpr bool kGroup = false;
 };
 
 /// The window instantiation of traits B (non-causal, not deterministic): a block loops over the
@@ -175,6 +184,16 @@ template <class B>
 struct BwdWsWindow : B {
   static_assert(!B::kCausal && !B::kDeterministic && !B::kLagDq, "the band replaces the diagonal; no fixed order");
   static constexpr bool kWindow = true;
+};
+
+/// The grouped instantiation of traits B (non-causal, not deterministic): grouped K/V (H_kv < H) or
+/// N_k ≠ N, with or without a window. The block owns K/V head hk (BwdWsBlock::h) and loops over the
+/// H/H_kv query heads of its group (h0 … h0 + G − 1), each over the query tiles of its band; the
+/// band (window_lo … window_hi, the offset N_k − N folded in) masks causal, windows and neither
+/// alike, and keys ≥ N_k. dK_c, dV_c sum over the whole group in registers and are written once.
+template <class B>
+struct BwdWsGroup : BwdWsWindow<B> {
+  static constexpr bool kGroup = true;
 };
 
 // Named barriers (0 is __syncthreads): both consumers (dSᵀ complete), and one per consumer.
@@ -203,14 +222,36 @@ struct BwdWsSmem {
 
 /// Where a block works: key tile j (keys start_n ..) of head h, batch b; query tiles i_begin .. Tr−1
 /// (a window: i_begin .. i_end − 1; Tr still counts the head's tiles, for the accumulator's layout).
+/// Grouped (kGroup): h is the K/V head, and the query heads h0 .. h0 + G − 1 each run those tiles.
 struct BwdWsBlock {
   int start_n, h, b, i_begin, Tr, i_end;
+  int h0 = 0, G = 1;
 };
 
 /// The end of a block's query tile loop: Tr, or with a window the tile after the band's last.
 template <class T>
 __device__ __forceinline__ int query_tiles_end(const BwdWsBlock& w) {
   return T::kWindow ? w.i_end : w.Tr;
+}
+
+/// The number of query heads a block runs (1 unless grouped) and the query head of its g-th.
+template <class T>
+__device__ __forceinline__ int group_heads(const BwdWsBlock& w) {
+  return T::kGroup ? w.G : 1;
+}
+template <class T>
+__device__ __forceinline__ int query_head(const BwdWsBlock& w, int g) {
+  return T::kGroup ? w.h0 + g : w.h;
+}
+/// Grouped: after the last query tile of query head h0 + g, the first tile of the next head (the
+/// loop's ++i then starts it); otherwise nothing. Every loop over a block's steps ends with this,
+/// so the producer, the stats warp and the consumers walk the same (head, tile) steps.
+template <class T>
+__device__ __forceinline__ void next_group_head(const BwdWsBlock& w, int& i, int& g) {
+  if (T::kGroup && i + 1 == query_tiles_end<T>(w) && g + 1 < w.G) {
+    i = w.i_begin - 1;
+    ++g;
+  }
 }
 
 /// Issue the d/64 TMA boxes of one [kRows][d] tile (rows from token `row0` of head h, batch b).
@@ -227,13 +268,15 @@ __device__ void produce_tiles(const BwdWsSmem<T>& sm, const BwdWsBlock& w, const
   mbar_arrive_expect_tx(sm.kv_full(), 2 * T::kTileKV);
   tma_rows<T, T::BLOCK_N>(sm.k(), map_k, w.start_n, w.h, w.b, sm.kv_full());
   tma_rows<T, T::BLOCK_N>(sm.v(), map_v, w.start_n, w.h, w.b, sm.kv_full());
+  int g = 0;  // grouped: the query head h0 + g
   for (int i = w.i_begin, n = 0; i < query_tiles_end<T>(w); ++i, ++n) {
     const int s = n % T::kStages;
     // Stage s was last filled for step n − kStages: wait for that phase of empty[s].
     if (n >= T::kStages) mbar_wait(sm.empty(s), uint32_t(n / T::kStages - 1) & 1u);
     mbar_arrive_expect_tx(sm.full(s), 2 * T::kTileQ);
-    tma_rows<T, T::BLOCK_M>(sm.q(s), map_q, i * T::BLOCK_M, w.h, w.b, sm.full(s));
-    tma_rows<T, T::BLOCK_M>(sm.dO(s), map_do, i * T::BLOCK_M, w.h, w.b, sm.full(s));
+    tma_rows<T, T::BLOCK_M>(sm.q(s), map_q, i * T::BLOCK_M, query_head<T>(w, g), w.b, sm.full(s));
+    tma_rows<T, T::BLOCK_M>(sm.dO(s), map_do, i * T::BLOCK_M, query_head<T>(w, g), w.b, sm.full(s));
+    if constexpr (T::kGroup) next_group_head<T>(w, i, g);
   }
 }
 
@@ -241,8 +284,10 @@ __device__ void produce_tiles(const BwdWsSmem<T>& sm, const BwdWsBlock& w, const
 template <class T>
 __device__ void produce_stats(const BwdWsSmem<T>& sm, const BwdWsBlock& w, const Problem& p,
                               const float* __restrict__ LSE, const float* __restrict__ D, int lane) {
-  const std::size_t stat = p.stat_offset(w.b, w.h);
+  const std::size_t stat0 = p.stat_offset(w.b, w.h);
+  int g = 0;  // grouped: the query head h0 + g
   for (int i = w.i_begin, n = 0; i < query_tiles_end<T>(w); ++i, ++n) {
+    const std::size_t stat = T::kGroup ? p.stat_offset(w.b, query_head<T>(w, g)) : stat0;
     const int s = n % T::kStages;
     if (n >= T::kStages) mbar_wait(sm.empty(s), uint32_t(n / T::kStages - 1) & 1u);
 #pragma unroll
@@ -253,6 +298,7 @@ __device__ void produce_stats(const BwdWsSmem<T>& sm, const BwdWsBlock& w, const
       asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.stats(s) + 4u * uint32_t(T::BLOCK_M + r)), "f"(d) : "memory");
     }
     mbar_arrive(sm.full(s));  // release: the stores above before the phase completes
+    if constexpr (T::kGroup) next_group_head<T>(w, i, g);
   }
 }
 
@@ -312,7 +358,7 @@ __device__ __forceinline__ void issue_dq(float (&dq)[T::kDqCols / 2], uint32_t s
 /// (causal) keys past the query, (window) keys outside query + lo .. query + hi.
 template <class T>
 __device__ __forceinline__ void probs(float (&st)[T::BLOCK_M / 2], uint32_t sStats, int q0, int key_row, int N,
-                                      bool need_mask, int t4, float scale_log2, int lo = 0, int hi = 0) {
+                                      bool need_mask, int t4, float scale_log2, int lo = 0, int hi = 0, int Nk = 0) {
 #pragma unroll
   for (int t = 0; t < T::BLOCK_M / 8; ++t) {
     float2 lse;
@@ -327,7 +373,7 @@ __device__ __forceinline__ void probs(float (&st)[T::BLOCK_M / 2], uint32_t sSta
         float pv = ex2(fmaf(st[idx], scale_log2, -(e ? lse.y : lse.x)));
         if (need_mask) {
           const int query = q0 + 8 * t + 2 * t4 + e, key = key_row + 8 * r;
-          pv = query < N && key < N && (!T::kCausal || key <= query) &&
+          pv = query < N && key < (T::kGroup ? Nk : N) && (!T::kCausal || key <= query) &&
                        (!T::kWindow || (key - query >= lo && key - query <= hi))
                    ? pv
                    : 0.f;
@@ -433,8 +479,8 @@ __device__ __forceinline__ void store_key_grads(const Problem& p, uint16_t* __re
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = key + 8 * r;
-    if (row >= p.seq) continue;
-    uint16_t* dst = out + base + std::size_t(row) * p.row_stride() + 2 * t4;
+    if (row >= (T::kGroup ? p.seq_k : p.seq)) continue;  // grouped: [B, N_k, H_kv, d]
+    uint16_t* dst = out + base + std::size_t(row) * (T::kGroup ? p.kv_row_stride() : p.row_stride()) + 2 * t4;
 #pragma unroll
     for (int t = 0; t < T::kHeadDim / 8; ++t)
       *reinterpret_cast<uint32_t*>(dst + 8 * t) =
@@ -525,14 +571,20 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
 #pragma unroll
   for (int k = 0; k < D / 2; ++k) acc_dv[k] = acc_dk[k] = 0.f;
   mbar_wait(sm.kv_full(), 0);
-  if (T::kPingPong && c == 1) named_bar_arrive(kTurnBarrier, 256);  // consumer 0 takes the first turn
+  // Consumer 0 takes the first turn (grouped, a block may run no step: then it hands none over).
+  if (T::kPingPong && c == 1 && (!T::kGroup || w.i_begin < query_tiles_end<T>(w))) named_bar_arrive(kTurnBarrier, 256);
   // A window: the band's edges, and the end of this block's query tiles (every block has one at
-  // least: with N_k = N each key sees its own query, lo ≤ 0 ≤ hi, so the hand-over below balances).
+  // least: with N_k = N each key sees its own query, lo ≤ 0 ≤ hi, so the hand-over above balances).
   const int lo = T::kWindow ? p.window_lo() : 0, hi = T::kWindow ? p.window_hi() : 0;
   const int i_end = query_tiles_end<T>(w);
+  const int Nk = T::kGroup ? p.seq_k : N, G = group_heads<T>(w);
 
+  int g = 0;  // grouped: the query head h0 + g
   for (int i = w.i_begin, n = 0; i < i_end; ++i, ++n) {
     const int s = n % T::kStages, q0 = i * BM;
+    // Grouped: the accumulator tiles of query head h0 + g.
+    const std::size_t head_tiles =
+        T::kGroup ? (std::size_t(w.b) * p.heads + query_head<T>(w, g)) * std::size_t(w.Tr) : tiles_base;
     mbar_wait(sm.full(s), uint32_t(n / T::kStages) & 1u);
     float st[BM / 2], dpt[BM / 2];
     if (T::kPingPong) named_bar_sync(kTurnBarrier + c, 256);
@@ -542,7 +594,7 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
     issue_transposed_scores<T>(dpt, sV_c, sm.dO(s));
     wg_commit();
     // The other consumer's turn; consumer 1's last hands none on (no arrival left at exit).
-    if (T::kPingPong && (c == 0 || i + 1 < i_end)) named_bar_arrive(kTurnBarrier + (c ^ 1), 256);
+    if (T::kPingPong && (c == 0 || i + 1 < i_end || g + 1 < G)) named_bar_arrive(kTurnBarrier + (c ^ 1), 256);
     // Pᵀ while dPᵀ is still on the tensor cores, then (kDvBeforeGrads) dV_c += Pᵀ dO_i while dSᵀ
     // is computed.
     wg_wait<1>();
@@ -550,10 +602,10 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
     // A window: the consumer's 64 keys not all inside every row's band (the last row's left edge
     // past the first key, or the first row's right edge before the last key).
     const int key_c = w.start_n + 64 * c;
-    const bool need_mask = q0 + BM > N || w.start_n + T::BLOCK_N > N ||
+    const bool need_mask = q0 + BM > N || w.start_n + T::BLOCK_N > Nk ||
                            (T::kCausal && w.start_n + 64 * c + 63 > q0) ||
                            (T::kWindow && (q0 + BM - 1 + lo > key_c || key_c + 63 > q0 + hi));
-    probs<T>(st, sm.stats(s), q0, key_row, N, need_mask, t4, p.scale_log2, lo, hi);
+    probs<T>(st, sm.stats(s), q0, key_row, N, need_mask, t4, p.scale_log2, lo, hi, Nk);
     uint32_t pa[BM / 16][4], dsa[BM / 16][4];
     if constexpr (T::kDvBeforeGrads) {
       pack_a<T::kBf16, BM / 8>(st, pa);
@@ -611,13 +663,15 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
     // Done with Q_i, dO_i, LSE_i, D_i. Every thread arrives (each releases its own reads of the
     // stats, which the stats warp overwrites next; one arrival per warp left racecheck a WAR).
     mbar_arrive(sm.empty(s));
-    float* dst = dQaccum + (tiles_base + std::size_t(i)) * (BM * D) +
+    float* dst = dQaccum + (head_tiles + std::size_t(i)) * (BM * D) +
                  (T::kDqSplitKeys ? 0 : std::size_t(c) * (T::kSliceDq / 4));  // slice c of the tile
     // Every key block before this one adds into tile i (causal ones too: they start at lower tiles).
     const int turn = 2 * (w.start_n / T::BLOCK_N) + c;
-    reduce_dq<T>(sm.dq(c), dst, c, tid, dq_order + tiles_base + i, turn);
+    reduce_dq<T>(sm.dq(c), dst, c, tid, dq_order + head_tiles + i, turn);
+    if constexpr (T::kGroup) next_group_head<T>(w, i, g);
   }
-  const std::size_t base = p.head_offset(w.b, w.h);
+  // Grouped: dK, dV are [B, N_k, H_kv, d], written once for the whole group.
+  const std::size_t base = T::kGroup ? p.kv_head_offset(w.b, w.h) : p.head_offset(w.b, w.h);
   store_key_grads<T>(p, dK, acc_dk, p.scale, base, key_row, t4);
   store_key_grads<T>(p, dV, acc_dv, 1.f, base, key_row, t4);
   if (tid == 0) bulk_wait_group<0>();  // no bulk reduction may still read SRAM when the block exits
@@ -632,7 +686,7 @@ __device__ void consume_lagged(const Problem& p, const BwdWsSmem<T>& sm, const B
                                float* __restrict__ dQaccum, int* __restrict__ dq_order, uint16_t* __restrict__ dK,
                                uint16_t* __restrict__ dV, int c) {
   static_assert(T::kLagDq && !T::kPingPong, "the lagged schedule (its consumers are out of step already)");
-  static_assert(!T::kWindow, "key_grads_step masks no window");
+  static_assert(!T::kWindow && !T::kGroup, "key_grads_step masks no window; one head, N_k = N");
   constexpr int BM = T::BLOCK_M, D = T::kHeadDim;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t4 = lane % 4;
   const int key_local = 64 * c + 16 * warp + lane / 4;  // this thread's key rows: key_local, + 8
@@ -700,16 +754,22 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #if FLASHLAB_WGMMA_OK
   extern __shared__ uint8_t smem_raw[];
   const BwdWsSmem<T> sm{(uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u};
-  const int j = T::kCausal ? blockIdx.y : blockIdx.x, h = T::kCausal ? blockIdx.x : blockIdx.y;
+  // Causal (grouped: causal in the band) grids run the heaviest key tiles first (the launcher).
+  const int j = T::kGroup ? (p.causal ? blockIdx.y : blockIdx.x) : T::kCausal ? blockIdx.y : blockIdx.x;
+  const int h = T::kGroup ? (p.causal ? blockIdx.x : blockIdx.y) : T::kCausal ? blockIdx.x : blockIdx.y;
   BwdWsBlock w;
   w.start_n = j * T::BLOCK_N;
   w.h = h;
   w.b = blockIdx.z;
   w.i_begin = T::kCausal ? w.start_n / T::BLOCK_M : 0;  // earlier query tiles see none of these keys
   w.Tr = (p.seq + T::BLOCK_M - 1) / T::BLOCK_M;
+  if constexpr (T::kGroup) {  // h: the K/V head; its query heads h0 .. h0 + G − 1
+    w.G = p.heads / p.heads_kv;
+    w.h0 = h * w.G;
+  }
   if constexpr (T::kWindow) {
     // Keys start_n .. key_last are seen by queries key − hi .. key − lo (clamped to the queries).
-    const int key_last = min(w.start_n + T::BLOCK_N, p.seq) - 1;
+    const int key_last = min(w.start_n + T::BLOCK_N, T::kGroup ? p.seq_k : p.seq) - 1;
     const int q_first = max(0, w.start_n - p.window_hi()), q_last = min(p.seq - 1, key_last - p.window_lo());
     w.i_begin = q_first / T::BLOCK_M;
     w.i_end = q_last < q_first ? w.i_begin : q_last / T::BLOCK_M + 1;
@@ -776,10 +836,10 @@ __global__ void __launch_bounds__(256) bwd_ws_dq_convert_kernel(Problem p, const
   }
 }
 
-template <int D, bool kBf16, bool kCausal, bool kDeterministic, bool kWindow = false>
+template <int D, bool kBf16, bool kCausal, bool kDeterministic, bool kWindow = false, bool kGroup = false>
 void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, int* dq_order, cudaStream_t stream) {
   using Base = BwdWsTraits<D, kBf16, kCausal, kDeterministic>;
-  using T = std::conditional_t<kWindow, BwdWsWindow<Base>, Base>;
+  using T = std::conditional_t<kGroup, BwdWsGroup<Base>, std::conditional_t<kWindow, BwdWsWindow<Base>, Base>>;
   auto kernel = &bwd_ws_kernel<T>;
   // > 48 KiB of dynamic SRAM: opted in per device (the record is kept, thread-safe: common.hpp).
   set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "bwd_ws_kernel", p);
@@ -792,10 +852,13 @@ void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, int* dq_order, cu
 
   const CUtensorMap map_q = make_head_tile_map(a.Q, p, T::BLOCK_M);
   const CUtensorMap map_do = make_head_tile_map(a.dO, p, T::BLOCK_M);
-  const CUtensorMap map_k = make_head_tile_map(a.K, p, T::BLOCK_N);
-  const CUtensorMap map_v = make_head_tile_map(a.V, p, T::BLOCK_N);
-  const unsigned tc = unsigned((p.seq + T::BLOCK_N - 1) / T::BLOCK_N);
-  const dim3 grid = kCausal ? dim3(p.heads, tc, p.batch) : dim3(tc, p.heads, p.batch);
+  // K, V (and dK, dV) are [B, N_k, H_kv, d]; one block per key tile of each K/V head.
+  const CUtensorMap map_k = make_kv_tile_map(a.K, p, T::BLOCK_N);
+  const CUtensorMap map_v = make_kv_tile_map(a.V, p, T::BLOCK_N);
+  const unsigned tc = unsigned((p.seq_k + T::BLOCK_N - 1) / T::BLOCK_N);
+  // Causal: (H_kv, Tc, B), the heaviest key tiles (small j) first; grouped, causal is in the band
+  // and p.causal picks the same order.
+  const dim3 grid = kCausal || (kGroup && p.causal) ? dim3(p.heads_kv, tc, p.batch) : dim3(tc, p.heads_kv, p.batch);
   announce("bwd_ws_kernel");
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, p, a.LSE, a.D, a.dQaccum, dq_order,
                                                       static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV));
@@ -811,7 +874,9 @@ void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, int* dq_order, cu
 
 template <int D, bool kBf16>
 void launch_bwd_ws_d(const Problem& p, const BwdPointers& a, int* dq_order, cudaStream_t stream) {
-  if (p.windowed()) {  // causal folded into window_right (make_problem); the front door refuses a fixed order
+  if (p.heads_kv != p.heads || p.seq_k != p.seq) {  // grouped K/V or N_k ≠ N, any band; no fixed order
+    launch_bwd_ws_one<D, kBf16, false, false, true, true>(p, a, nullptr, stream);
+  } else if (p.windowed()) {  // causal folded into window_right (make_problem); the front door refuses a fixed order
     launch_bwd_ws_one<D, kBf16, false, false, true>(p, a, nullptr, stream);
   } else if (dq_order != nullptr) {
     if (p.causal) launch_bwd_ws_one<D, kBf16, true, true>(p, a, dq_order, stream);

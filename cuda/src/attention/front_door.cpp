@@ -117,39 +117,38 @@ void require_device_pointer(const char* entry, const char* name, const void* ptr
 /// rounded up to 256 bytes (float4 accesses, and a cache-line start).
 std::size_t dq_accum_offset(std::size_t stats) { return (stats * sizeof(float) + 255) / 256 * 256; }
 
-// The checked launch description of a fast backward; each launcher sets its kernels' tiles. The
-// backward kernels read K and V with Q's heads and length (and write dK, dV so): grouped K/V and
-// N_k ≠ N are the forward's alone. A window: the atomic design's kernels mask one
-// (attention_bwd_tc_atomic.cu, attention_bwd_ws.cu); the two-kernel design and the deterministic
-// wgmma-ws kernel refuse it by name, before anything else. `kernel` null (the workspace's size,
-// which a window leaves alone): the design alone is checked.
+// The checked launch description of a fast backward; each launcher sets its kernels' tiles. A
+// window, grouped K/V (H_kv < H) and N_k ≠ N: the atomic design's mma and wgmma-ws kernels take
+// them (attention_bwd_tc_atomic.cu, attention_bwd_ws.cu); the two-kernel design and the
+// deterministic wgmma-ws kernel refuse each by name, before anything else. `kernel` null (the
+// workspace's size, which these leave alone): the design alone is checked.
 detail::Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProblem& problem,
                                  const FastBackwardKernel* kernel = nullptr) {
   check_fast_problem(problem);
-  const bool window_kernel = design == ref::Algorithm::bwd_atomic &&
-                             (kernel == nullptr || *kernel != FastBackwardKernel::wgmma_ws_deterministic);
-  if (problem.has_window() && !window_kernel) {
+  const bool general_kernel = design == ref::Algorithm::bwd_atomic &&
+                              (kernel == nullptr || *kernel != FastBackwardKernel::wgmma_ws_deterministic);
+  if (!general_kernel) {
     const std::string who = design != ref::Algorithm::bwd_atomic
                                 ? "the " + std::string(ref::algorithm_name(design)) + " design"
                                 : "the " + std::string(to_string(*kernel)) + " kernel";
-    throw std::invalid_argument("flashlab::cuda: fast backward: window (" + std::to_string(problem.window_left) + "," +
-                                std::to_string(problem.window_right) + ") is not supported by " + who +
-                                ": the bwd_atomic design's mma and wgmma-ws kernels take windows (hint: design "
-                                "bwd_atomic with kernel mma or wgmma-ws, or run this backward on the CPU reference: "
-                                "flashlab attention bwd --device cpu)");
+    const auto refuse = [&](const std::string& what, const std::string& takes) {
+      throw std::invalid_argument("flashlab::cuda: fast backward: " + what + " is not supported by " + who +
+                                  ": the bwd_atomic design's mma and wgmma-ws kernels take " + takes +
+                                  " (hint: design bwd_atomic with kernel mma or wgmma-ws, or run this backward on "
+                                  "the CPU reference: flashlab attention bwd --device cpu)");
+    };
+    if (problem.has_window())
+      refuse("window (" + std::to_string(problem.window_left) + "," + std::to_string(problem.window_right) + ")",
+             "windows");
+    if (problem.h_kv() != problem.heads)
+      refuse("heads_kv (H_kv) = " + std::to_string(problem.h_kv()) + " (differs from heads (H) = " +
+                 std::to_string(problem.heads) + ")",
+             "grouped K/V");
+    if (problem.n_k() != problem.n_q())
+      refuse("seq_k (N_k) = " + std::to_string(problem.n_k()) + " (differs from seq (N) = " +
+                 std::to_string(problem.n_q()) + ")",
+             "N_k != N");
   }
-  if (problem.h_kv() != problem.heads)
-    throw std::invalid_argument(
-        "flashlab::cuda: fast backward: heads_kv (H_kv) = " + std::to_string(problem.h_kv()) +
-        " differs from heads (H) = " + std::to_string(problem.heads) +
-        ": the fast backward takes H_kv = H (hint: the fast forward takes grouped K/V; for the backward repeat each "
-        "K/V head H/H_kv times, or run it on the CPU reference: flashlab attention bwd --device cpu)");
-  if (problem.n_k() != problem.n_q())
-    throw std::invalid_argument(
-        "flashlab::cuda: fast backward: seq_k (N_k) = " + std::to_string(problem.n_k()) + " differs from seq (N) = " +
-        std::to_string(problem.n_q()) +
-        ": the fast backward takes N_k = N (hint: the fast forward takes N_k != N; run this backward on the CPU "
-        "reference: flashlab attention bwd --device cpu)");
   if (design != ref::Algorithm::bwd_two_kernel && design != ref::Algorithm::bwd_atomic)
     throw std::invalid_argument("flashlab::cuda: fast backward: algorithm = " +
                                 std::string(ref::algorithm_name(design)) +
@@ -273,8 +272,9 @@ FastTiles fast_forward_tiles(const ref::AttentionProblem& problem, FastForwardKe
 
 void check_fast_problem(const ref::AttentionProblem& problem) {
   problem.validate();
-  // Grouped K/V (heads_kv), N_k ≠ N and windows are the forward's (the backward and the plain
-  // wgmma forward refuse them: fast_bwd_problem, check_forward_kernel); packed sequences nobody's yet.
+  // Grouped K/V (heads_kv), N_k ≠ N and windows: the plain wgmma forward, the two-kernel backward
+  // and the deterministic backward kernel refuse them (check_forward_kernel, fast_bwd_problem);
+  // packed sequences nobody's yet.
   ref::AttentionProblem beyond = problem;
   beyond.heads_kv = 0;
   beyond.window_left = beyond.window_right = -1;

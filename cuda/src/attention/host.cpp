@@ -171,13 +171,14 @@ FastBackwardResult fast_attention_backward(ref::Algorithm design, const ref::Att
   detail::check_fast_backward(design, problem, kernel);  // before the sizes: the front door's messages
   const std::size_t ws_bytes = fast_attention_backward_workspace_bytes(design, problem);
   const std::size_t numel = problem.batch * problem.seq * problem.heads * problem.head_dim;
+  const std::size_t kv_numel = problem.batch * problem.n_k() * problem.h_kv() * problem.head_dim;
   const std::size_t stats = problem.stat_numel();
-  constexpr const char* kLayout = "Q, K, V, O, dO are [B, N, H, d]";
-  DeviceBuffer<std::uint16_t> bQ = upload_checked("Q", Q, numel, kLayout), bK = upload_checked("K", K, numel, kLayout),
-                              bV = upload_checked("V", V, numel, kLayout), bO = upload_checked("O", O, numel, kLayout),
+  constexpr const char* kLayout = "Q, O, dO are [B, N, H, d], K and V are [B, N_k, H_kv, d]";
+  DeviceBuffer<std::uint16_t> bQ = upload_checked("Q", Q, numel, kLayout), bK = upload_checked("K", K, kv_numel, kLayout),
+                              bV = upload_checked("V", V, kv_numel, kLayout), bO = upload_checked("O", O, numel, kLayout),
                               bdO = upload_checked("dO", dO, numel, kLayout);
   DeviceBuffer<float> bLSE = upload_checked("LSE", LSE, stats, "LSE is [B, H, N]");
-  DeviceBuffer<std::uint16_t> bdQ(numel), bdK(numel), bdV(numel);
+  DeviceBuffer<std::uint16_t> bdQ(numel), bdK(kv_numel), bdV(kv_numel);
   DeviceBuffer<unsigned char> bws(ws_bytes);
   bdQ.poison();  // 0xFFFF is a NaN in bf16 and fp16 alike; 0xFFFFFFFF in fp32
   bdK.poison();
@@ -188,8 +189,8 @@ FastBackwardResult fast_attention_backward(ref::Algorithm design, const ref::Att
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
   FastBackwardResult r;
   r.dQ.resize(numel);
-  r.dK.resize(numel);
-  r.dV.resize(numel);
+  r.dK.resize(kv_numel);
+  r.dV.resize(kv_numel);
   r.D.resize(stats);
   bdQ.download(r.dQ.data());
   bdK.download(r.dK.data());

@@ -24,9 +24,11 @@
 /// iff i + off − window_left ≤ j ≤ i + off + window_right with off = N_k − N, −1 leaving a side
 /// unbounded and causal capping the right side at 0; key tiles outside the band on either side
 /// are never loaded, and a query whose band misses every key gets O = 0 and LSE = −inf. The
-/// wgmma forward and the backward take H_kv = H, N_k = N only, the wgmma forward, the split_kv
-/// forward, the two-kernel backward and the deterministic wgmma-ws backward no window (the atomic
-/// backward's mma_sync and wgmma_ws kernels take one), and they refuse the others by name.
+/// atomic backward's mma_sync and wgmma_ws kernels take all three (grouped K/V: one block per K/V
+/// head and key tile loops over the group's query heads, dK and dV summed in registers and written
+/// once; a query that sees no key gets dQ = 0). The wgmma forward, the two-kernel backward and the
+/// deterministic wgmma-ws backward take H_kv = H, N_k = N only, those and the split_kv forward no
+/// window, and they refuse the others by name.
 ///
 /// Backward, two designs (ref::Algorithm): bwd_two_kernel (D preprocessing, dQ kernel, dK/dV
 /// kernel: cuda/src/attention/attention_bwd_tc.cu) and bwd_atomic (D preprocessing, one kernel over K_j/V_j
@@ -178,14 +180,15 @@ FastBackwardKernel fastest_backward_kernel();
 /// Gradients of a fast backward pass copied back to the host (loss L = Σ O∘dO).
 struct FastBackwardResult {
   std::vector<std::uint16_t> dQ;  ///< ∂L/∂Q, [B, N, H, d], bit patterns of the problem's dtype
-  std::vector<std::uint16_t> dK;  ///< ∂L/∂K, [B, N, H, d], bit patterns of the problem's dtype
-  std::vector<std::uint16_t> dV;  ///< ∂L/∂V, [B, N, H, d], bit patterns of the problem's dtype
+  std::vector<std::uint16_t> dK;  ///< ∂L/∂K, [B, N_k, H_kv, d], bit patterns of the problem's dtype
+  std::vector<std::uint16_t> dV;  ///< ∂L/∂V, [B, N_k, H_kv, d], bit patterns of the problem's dtype
   std::vector<float> D;           ///< D_i = rowsum(dO_i ∘ O_i) in fp32, [B, H, N]
 };
 
 /// Fast backward of `design` (bwd_two_kernel or bwd_atomic; `kernel` picks the atomic design's
-/// kernel, the two-kernel design takes mma_sync only; H_kv = H and N_k = N): uploads Q, K, V, O, dO (each
-/// `[B, N, H, d]`, 16-bit bit patterns) and the forward's base-2 LSE (`[B, H, N]`), poisons the
+/// kernel, the two-kernel design takes mma_sync only; grouped K/V, N_k ≠ N and windows on bwd_atomic's
+/// mma_sync and wgmma_ws kernels): uploads Q, O, dO (`[B, N, H, d]`), K, V (`[B, N_k, H_kv, d]`),
+/// 16-bit bit patterns, and the forward's base-2 LSE (`[B, H, N]`), poisons the
 /// outputs and the workspace with NaN, runs the design's kernels, checks every CUDA call and
 /// downloads dQ, dK, dV and D. Throws std::invalid_argument for a bad problem, design or size,
 /// CudaError for a CUDA failure.
@@ -200,8 +203,8 @@ FastBackwardResult fast_attention_backward(ref::Algorithm design, const ref::Att
 /// D (fp32, B·H·N) at offset 0, then, for bwd_atomic, the fp32 dQ accumulator
 /// (B·H·⌈N/128⌉·128·d floats: whole query tiles) at the next multiple of 256 bytes, then the
 /// deterministic kernel's dQ order counters (B·H·⌈N/64⌉ int32). Throws
-/// std::invalid_argument for a bad problem or design, grouped K/V or N_k ≠ N (the fast backward
-/// takes H_kv = H, N_k = N), or a window with bwd_two_kernel, naming the field.
+/// std::invalid_argument for a bad problem or design, or grouped K/V, N_k ≠ N or a window with
+/// bwd_two_kernel, naming the field. The workspace depends on Q's shape only.
 std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const ref::AttentionProblem& problem);
 
 /// The backward on the caller's device memory: launches the kernels of `design` on `stream` (a
@@ -211,7 +214,7 @@ std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const
 /// fast_attention_backward_workspace_bytes(design, problem) bytes, 256-byte aligned (cudaMalloc's
 /// pointers are), used only by this call until it completes on `stream`; its contents need no
 /// initialisation, and on completion its first B·H·N floats hold D = rowsum(dO ∘ O) ([B, H, N]).
-/// Layout: Q, K, V, O, dO, dQ, dK, dV contiguous `[B, N, H, d]` 16-bit (16-byte aligned), LSE
+/// Layout: Q, O, dO, dQ contiguous `[B, N, H, d]`, K, V, dK, dV `[B, N_k, H_kv, d]`, 16-bit (16-byte aligned), LSE
 /// the forward's contiguous fp32 `[B, H, N]`. `kernel` as fast_attention_backward(). Throws
 /// std::invalid_argument for a bad problem, design, pointer, kernel (wgmma_ws with
 /// bwd_two_kernel, or not in this build) or a null workspace, CudaError if a launch fails.
