@@ -67,10 +67,10 @@ constexpr const char* kSummary =
     "backward) against the float32 tolerance of the CPU command. fwd --kernel fast also takes grouped\n"
     "K/V (--heads-kv HKV dividing H: query head h reads K/V head h/(H/HKV)) and --seq-k NK != N\n"
     "(causal bottom-right aligned: query i sees key j iff j <= i + NK - N; a row that sees no key\n"
-    "gives O = 0, LSE = -inf) and --window L,R (query i sees key j iff i + NK - N - L <= j <=\n"
+    "gives O = 0, LSE = -inf, dQ = 0) and --window L,R (query i sees key j iff i + NK - N - L <= j <=\n"
     "i + NK - N + R, -1 unbounded, causal caps R at 0: the CPU command's rule); bwd --kernel fast\n"
-    "takes the window on the mma and wgmma-ws backward kernels (wgmma-ws-det refuses it);\n"
-    "the clear kernels and the fast backward take HKV = H, NK = N, and the clear kernels no window.\n"
+    "takes all three on the mma and wgmma-ws backward kernels (dK, dV of K's shape; wgmma-ws-det\n"
+    "refuses them); the clear kernels take HKV = H, NK = N and no window.\n"
     "--save DIR writes o.npy lse.npy [dq.npy dk.npy dv.npy] as float32. Exit 0 within tolerance, 1\n"
     "when not, 2 on bad input. --device cpu runs the CPU reference command instead.\n"
     "--json and --csv print the CPU command's fields where they mean the same (command, variant,\n"
@@ -251,13 +251,11 @@ Run parse_run(const po::variables_map& vm) {
   validate_flags(run.cfg);
 
   // The kernels' own limits, as usage errors (checked in every build: no CUDA call needed). Grouped
-  // K/V, N_k != N and windows: the fast forward takes them (its front door checks the rest), the
-  // clear kernels and the fast backward do not, but for the window, which the fast backward's front
-  // door checks by kernel.
-  const bool fast_fwd = run.fast && !bwd;
-  const char* const which = run.fast ? "the fast backward takes" : "the clear kernels take";
-  const char* const where = "run it with fwd --kernel fast, or on the CPU reference: --device cpu";
-  if (!fast_fwd && run.cfg.n_k() != run.cfg.n_q())
+  // K/V, N_k != N and windows: the fast kernels take them (the fast backward's front door checks
+  // them by kernel: wgmma-ws-det refuses them), the clear kernels do not.
+  const char* const which = "the clear kernels take";
+  const char* const where = "run it with --kernel fast, or on the CPU reference: --device cpu";
+  if (!run.fast && run.cfg.n_k() != run.cfg.n_q())
     throw UsageError(std::string(vm.count("seq-k") ? "--seq-k " : "k.npy's N_k = ") + std::to_string(run.cfg.n_k()) +
                          " differs from N = " + std::to_string(run.cfg.n_q()) + ": " + which + " N_k = N",
                      where);
@@ -265,7 +263,7 @@ Run parse_run(const po::variables_map& vm) {
     throw UsageError("--window " + std::to_string(run.cfg.window_left) + "," + std::to_string(run.cfg.window_right) +
                          ": " + which + " no window",
                      where);
-  if (!fast_fwd && run.cfg.h_kv() != run.cfg.heads)
+  if (!run.fast && run.cfg.h_kv() != run.cfg.heads)
     throw UsageError(std::string(vm.count("heads-kv") ? "--heads-kv " : "k.npy's H_kv = ") +
                          std::to_string(run.cfg.h_kv()) + " differs from H = " + std::to_string(run.cfg.heads) + ": " +
                          which + " H_kv = H",

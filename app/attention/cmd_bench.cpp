@@ -54,10 +54,9 @@ constexpr const char* kSummary =
     "and effective GB/s = ideal HBM bytes / median (fwd: Q, K, V, O, LSE; bwd: Q, K, V, O, dO, dQ,\n"
     "dK, dV, LSE, D; a lower bound on traffic: tiles are re-read). Default sweep:\n"
     "N = 1024…16384, d = 64 and 128, H = 16, B = 1, causal and not, both passes. --heads-kv and\n"
-    "--seq-k (the forward only: the fast backward takes H_kv = H, N_k = N) time grouped K/V and\n"
-    "N_k != N, every N of the sweep against NK keys (causal bottom-right aligned; TFLOP/s count the\n"
-    "visible query-key pairs). --window L,R times a sliding window (the backward: atomic design on the\n"
-    "mma and wgmma-ws kernels): query i sees\n"
+    "--seq-k time grouped K/V and N_k != N, every N of the sweep against NK keys (causal bottom-right\n"
+    "aligned; TFLOP/s count the visible query-key pairs). --window L,R times a sliding window. The\n"
+    "backward takes those three on the atomic design's mma and wgmma-ws kernels. Query i sees\n"
     "key j iff i + NK - N - L <= j <= i + NK - N + R (-1 unbounded, causal caps R at 0); its TFLOP/s\n"
     "count the pairs inside the band, 4 d H B times the sum over the N queries of the keys each sees\n"
     "(the area the mask leaves, not the tiles a kernel loads). --kv-copy also times, per forward\n"
@@ -90,8 +89,8 @@ po::options_description options() {
   add_dim_list_option(d, "64,128");
   d.add_options()
       ("heads", po::value<long long>()->default_value(16), "H, number of heads")
-      ("heads-kv", po::value<long long>(), "H_kv, K/V heads dividing H (default H; --pass fwd only when it differs)")
-      ("seq-k", po::value<long long>(), "N_k, keys of every shape (default N; --pass fwd only when it differs)")
+      ("heads-kv", po::value<long long>(), "H_kv, K/V heads dividing H (default H; the backward: atomic design, mma or wgmma-ws kernel)")
+      ("seq-k", po::value<long long>(), "N_k, keys of every shape (default N; the backward: atomic design, mma or wgmma-ws kernel)")
       ("batch", po::value<long long>()->default_value(1), "B, batch size")
       ;
   add_window_option(d, " (the backward: atomic design, mma or wgmma-ws kernel)");
@@ -207,16 +206,6 @@ Sweep parse_sweep(const po::variables_map& vm) {
     throw UsageError("--pass '" + pass + "' is unknown", "choose fwd, bwd or both (the default)");
   s.fwd = pass != "bwd";
   s.bwd = pass != "fwd";
-  if (s.bwd && s.heads_kv > 0 && s.heads_kv != s.heads)
-    throw UsageError("--heads-kv " + std::to_string(s.heads_kv) + " differs from --heads " + std::to_string(s.heads) +
-                         ": the fast backward takes H_kv = H",
-                     "add --pass fwd (the fast forward takes grouped K/V)");
-  if (s.bwd && s.seq_k > 0)
-    for (int n : s.seqs)
-      if (n != s.seq_k)
-        throw UsageError("--seq-k " + std::to_string(s.seq_k) + " differs from N = " + std::to_string(n) +
-                             ": the fast backward takes N_k = N",
-                         "add --pass fwd (the fast forward takes N_k != N)");
   const std::string design = vm["bwd-design"].as<std::string>();
   if (design != "atomic" && design != "two-kernel")
     throw UsageError("--bwd-design '" + design + "' is unknown", "choose atomic (the default) or two-kernel");
@@ -229,12 +218,29 @@ Sweep parse_sweep(const po::variables_map& vm) {
   if (bk.rfind("wgmma-ws", 0) == 0 && !s.bwd_atomic)
     throw UsageError("--bwd-kernel " + bk + " runs the atomic design only", "drop --bwd-design two-kernel");
   s.bwd_kernel = bk;
-  // A window: the atomic design on its mma or wgmma-ws kernel.
-  if (s.bwd && (s.window_left >= 0 || s.window_right >= 0) && (!s.bwd_atomic || bk == "wgmma-ws-det"))
-    throw UsageError("--window " + std::to_string(s.window_left) + "," + std::to_string(s.window_right) +
-                         ": the fast backward takes a window on the atomic design's mma and wgmma-ws kernels (" +
-                         (s.bwd_atomic ? "--bwd-kernel " + bk : std::string("--bwd-design two-kernel")) + " takes none)",
-                     "use --bwd-design atomic with --bwd-kernel auto, mma or wgmma-ws, or add --pass fwd");
+  // A window, grouped K/V and N_k != N: the atomic design on its mma or wgmma-ws kernel.
+  if (s.bwd && (!s.bwd_atomic || bk == "wgmma-ws-det")) {
+    const std::string other = s.bwd_atomic ? "--bwd-kernel " + bk : std::string("--bwd-design two-kernel");
+    const char* hint = "use --bwd-design atomic with --bwd-kernel auto, mma or wgmma-ws, or add --pass fwd";
+    if (s.window_left >= 0 || s.window_right >= 0)
+      throw UsageError("--window " + std::to_string(s.window_left) + "," + std::to_string(s.window_right) +
+                           ": the fast backward takes a window on the atomic design's mma and wgmma-ws kernels (" +
+                           other + " takes none)",
+                       hint);
+    if (s.heads_kv > 0 && s.heads_kv != s.heads)
+      throw UsageError("--heads-kv " + std::to_string(s.heads_kv) + " differs from --heads " +
+                           std::to_string(s.heads) +
+                           ": the fast backward takes grouped K/V on the atomic design's mma and wgmma-ws kernels (" +
+                           other + " takes H_kv = H)",
+                       hint);
+    if (s.seq_k > 0)
+      for (int n : s.seqs)
+        if (n != s.seq_k)
+          throw UsageError("--seq-k " + std::to_string(s.seq_k) + " differs from N = " + std::to_string(n) +
+                               ": the fast backward takes N_k != N on the atomic design's mma and wgmma-ws kernels (" +
+                               other + " takes N_k = N)",
+                           hint);
+  }
   s.fp16 = fp16_dtype(vm["dtype"].as<std::string>());
   s.format = output_format(vm);
   s.kv_copy = vm["kv-copy"].as<bool>();

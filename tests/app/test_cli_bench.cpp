@@ -62,8 +62,13 @@ TEST_CASE("cli bench: bad flags are usage errors naming the flag", "[cli][bench]
   expect_usage_error("bench attention --frobnicate", "frobnicate");
   expect_usage_error("bench attention --heads 32 --heads-kv 5 --pass fwd", "--heads-kv 5 does not divide --heads 32");
   expect_usage_error("bench attention --heads-kv 0", "--heads-kv 0 is out of range");
-  expect_usage_error("bench attention --heads 32 --heads-kv 8", "the fast backward takes H_kv = H");
-  expect_usage_error("bench attention --seq 1024 --seq-k 2048 --pass both", "--seq-k 2048 differs from N = 1024");
+  // The backward takes grouped K/V and N_k != N on the atomic design's mma and wgmma-ws kernels.
+  expect_usage_error("bench attention --heads 32 --heads-kv 8 --bwd-design two-kernel",
+                     "--heads-kv 8 differs from --heads 32: the fast backward takes grouped K/V on the atomic "
+                     "design's mma and wgmma-ws kernels (--bwd-design two-kernel takes H_kv = H)");
+  expect_usage_error("bench attention --seq 1024 --seq-k 2048 --pass both --bwd-kernel wgmma-ws-det",
+                     "--seq-k 2048 differs from N = 1024: the fast backward takes N_k != N on the atomic design's "
+                     "mma and wgmma-ws kernels (--bwd-kernel wgmma-ws-det takes N_k = N)");
   expect_usage_error("bench attention --seq-k 0", "--seq-k 0 is out of range");
   // Context parallelism: --gpus and its own flags.
   expect_usage_error("bench attention --gpus 0", "--gpus: '0'");

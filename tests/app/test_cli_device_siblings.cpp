@@ -222,8 +222,8 @@ TEST_CASE("attention --device cuda: the kernels' limits, the build, and --device
   expect_usage_error("attention fwd --device cuda --kernel fast --seq 16 --dim 96", "--dim 96 is not 64 or 128");
   expect_usage_error("attention bwd --device cuda --seq 16 --dim 512", "--dim 512 is above 256");
   expect_usage_error("attention fwd --device cuda --seq-k 20" + ok, "--seq-k 20 differs from N = 16: the clear kernels take N_k = N");
-  expect_usage_error("attention bwd --device cuda --kernel fast --seq-k 20" + ok,
-                     "--seq-k 20 differs from N = 16: the fast backward takes N_k = N");
+  expect_usage_error("attention bwd --device cuda --seq-k 20" + ok,
+                     "--seq-k 20 differs from N = 16: the clear kernels take N_k = N");
   expect_usage_error("attention fwd --device cuda --heads 4 --heads-kv 2" + ok,
                      "--heads-kv 2 differs from H = 4: the clear kernels take H_kv = H");
   expect_usage_error("attention fwd --device cuda --kernel fast --heads 4 --heads-kv 3" + ok,
@@ -242,6 +242,7 @@ TEST_CASE("attention --device cuda: the kernels' limits, the build, and --device
   for (const char* args : {"attention fwd --device cuda --kernel fast --causal --seq 17 --dim 64",
                            "attention bwd --device=cuda --kernel fast --dtype fp16 --seq 1 --dim 128",
                            "attention fwd --device cuda --kernel fast --causal --seq 40 --seq-k 17 --heads 4 --heads-kv 1 --dim 128",
+                           "attention bwd --device cuda --kernel fast --causal --seq 40 --seq-k 17 --heads 4 --heads-kv 1 --dim 128",
                            "attention fwd --device cuda --kernel fast --seq 200 --seq-k 300 --heads 4 --heads-kv 2 --window 40,8 --dim 64",
                            "attention fwd --device cuda --seq 33 --dim 16"}) {
     const auto r = flashlab::test::run_gpu_command(args);

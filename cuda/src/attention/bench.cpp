@@ -94,8 +94,8 @@ void bench_shape(const AttentionBenchConfig& bench, const ref::AttentionProblem&
     O.emplace_back(numel);
     LSE.emplace_back(stats);
   }
-  const std::size_t grad_numel = do_bwd ? numel : 0;
-  detail::DeviceBuffer<std::uint16_t> dQ(grad_numel), dK(grad_numel), dV(grad_numel);
+  const std::size_t grad_numel = do_bwd ? numel : 0, kv_grad_numel = do_bwd ? kv_numel : 0;  // dK, dV: K's shape
+  detail::DeviceBuffer<std::uint16_t> dQ(grad_numel), dK(kv_grad_numel), dV(kv_grad_numel);
   // The forward kernel of this shape: the sweep's, or the front door's choice for the problem.
   const FastForwardKernel fwd_kernel = bench.fwd_auto ? fastest_forward_kernel(problem) : bench.fwd_kernel;
   // Workspace (D; atomic: + the fp32 dQ accumulator), allocated here, outside the timing.
@@ -192,8 +192,10 @@ double attention_fwd_bytes(const ref::AttentionProblem& problem) {
 double attention_bwd_flops(const ref::AttentionProblem& problem) { return 2.5 * attention_fwd_flops(problem); }
 
 double attention_bwd_bytes(const ref::AttentionProblem& problem) {
-  const double rows = double(problem.batch * problem.seq * problem.heads);  // B·N·H
-  return 8.0 * rows * double(problem.head_dim) * 2.0 + 3.0 * rows * 4.0;    // Q K V O dO dQ dK dV (16-bit) + LSE, D, D (fp32)
+  const double rows = double(problem.batch * problem.seq * problem.heads);         // B·N·H
+  const double kv_rows = double(problem.batch * problem.n_k() * problem.h_kv());  // B·N_k·H_kv
+  // Q O dO dQ and K V dK dV (16-bit) + LSE, D, D (fp32)
+  return (4.0 * rows + 4.0 * kv_rows) * double(problem.head_dim) * 2.0 + 3.0 * rows * 4.0;
 }
 
 std::vector<AttentionBenchRow> bench_attention(const AttentionBenchConfig& bench,

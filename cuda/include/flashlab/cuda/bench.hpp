@@ -88,9 +88,10 @@ double attention_fwd_bytes(const ref::AttentionProblem& problem);
 /// atomic one 10·N²·d: only the counted work is credited).
 double attention_bwd_flops(const ref::AttentionProblem& problem);
 
-/// Ideal HBM bytes of one backward: Q, K, V, O, dO read once and dQ, dK, dV written once
-/// (B·N·H·d elements each, 2 bytes) plus LSE read once and D written once and read once (B·H·N
-/// fp32 each). A lower bound on the traffic, as attention_fwd_bytes().
+/// Ideal HBM bytes of one backward: Q, O, dO read once and dQ written once (B·N·H·d elements
+/// each), K, V read once and dK, dV written once (B·N_k·H_kv·d each), 2 bytes an element, plus LSE
+/// read once and D written once and read once (B·H·N fp32 each). A lower bound on the traffic, as
+/// attention_fwd_bytes().
 double attention_bwd_bytes(const ref::AttentionProblem& problem);
 
 /// Times the fast kernels on every shape of `bench`, for the passes `bench.pass` selects, on
