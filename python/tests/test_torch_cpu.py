@@ -121,3 +121,31 @@ def test_grouped_query_window_gradcheck(rng, path):
     plain = flashlab.attention(q.detach().numpy(), k.detach().numpy(), v.detach().numpy(), causal=True)
     assert not np.array_equal(want, plain)  # the window changes the result
     assert torch.autograd.gradcheck(fn, (q, k, v))
+
+
+def test_grouped_query_backward_call_shapes_and_refusals(rng):
+    """The backward without autograd (flashlab.torch.attention_backward_call) on grouped K/V with
+    N_k != N: dK, dV come back [B, N_k, H_kv, d], equal to autograd's; each tensor of the wrong shape
+    is refused naming the argument, before any kernel runs (the same checks guard the CUDA path)."""
+    from flashlab.torch import attention_backward_call
+    q, k, v = t64(rng, 2, 5, 4, 3, grad=False), t64(rng, 2, 9, 2, 3, grad=False), t64(rng, 2, 9, 2, 3, grad=False)
+    do = t64(rng, 2, 5, 4, 3, grad=False)
+    o, lse = flashlab.attention(q, k, v, causal=True, return_lse=True)
+    lse2 = lse / np.log(2.0)  # the operators' LSE is base 2
+    dq, dk, dv = attention_backward_call(do, q, k, v, o, lse2, causal=True)
+    assert dq.shape == q.shape and dk.shape == (2, 9, 2, 3) and dv.shape == (2, 9, 2, 3)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    flashlab.attention(*leaves, causal=True).backward(do)
+    for got, want in zip((dq, dk, dv), (x.grad for x in leaves)):
+        assert torch.allclose(got, want, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="do: shape"):
+        attention_backward_call(do[:, :4], q, k, v, o, lse2, causal=True)
+    with pytest.raises(ValueError, match="o: shape"):
+        attention_backward_call(do, q, k, v, o[:, :, :2], lse2, causal=True)
+    with pytest.raises(ValueError, match="key/value heads do not divide"):
+        attention_backward_call(do, q, k[:, :, :1].expand(2, 9, 3, 3).contiguous(), v[:, :, :1].expand(2, 9, 3, 3)
+                                .contiguous(), o, lse2, causal=True)
+    with pytest.raises(ValueError, match="v: "):
+        attention_backward_call(do, q, k, v[:, :8], o, lse2, causal=True)
+    with pytest.raises(ValueError, match="lse"):
+        attention_backward_call(do, q, k, v, o, lse2[:, :2], causal=True)

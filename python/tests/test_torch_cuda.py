@@ -164,32 +164,45 @@ def test_problems_beyond_the_kernels_are_refused_or_right(case):
     torch.cuda.synchronize()
 
 
-def _window_grads_float64(q, k, v, do, causal, window):
-    """O and (dQ, dK, dV) of attention with a window, in float64 on the CPU (N_k = N, H_kv = H):
-    query i sees key j iff i - left <= j <= i + right, -1 unbounded, causal capping right at 0."""
+def _grads_float64(q, k, v, do, causal, window=(-1, -1)):
+    """O and (dQ, dK, dV) in float64 on the CPU, q [B, N, H, d], k, v [B, N_k, H_kv, d] (H_kv | H:
+    each K/V head repeated over its H / H_kv query heads, so dK, dV sum over the group), the
+    diagonal bottom-right aligned (offset N_k - N): query i sees key j iff
+    i + off - left <= j <= i + off + right, -1 unbounded, causal capping right at 0. A row that
+    sees no key gets O = 0 and zero gradients."""
     qd, kd, vd = (t.detach().double().cpu().transpose(1, 2).requires_grad_() for t in (q, k, v))
-    n = qd.shape[2]
-    i = torch.arange(n).view(-1, 1)
-    j = torch.arange(n).view(1, -1)
+    n, nk, group = qd.shape[2], kd.shape[2], qd.shape[1] // kd.shape[1]
+    i = torch.arange(n).view(-1, 1) + (nk - n)
+    j = torch.arange(nk).view(1, -1)
     left, right = window
     if causal:
         right = 0 if right < 0 else min(right, 0)
-    seen = torch.ones(n, n, dtype=torch.bool)
+    seen = torch.ones(n, nk, dtype=torch.bool)
     if left >= 0:
         seen &= j >= i - left
     if right >= 0:
         seen &= j <= i + right
-    s = (qd @ kd.transpose(-1, -2)) / math.sqrt(qd.shape[-1])
-    o = torch.softmax(s.masked_fill(~seen, float("-inf")), dim=-1) @ vd
+    ke, ve = kd.repeat_interleave(group, dim=1), vd.repeat_interleave(group, dim=1)
+    s = (qd @ ke.transpose(-1, -2)) / math.sqrt(qd.shape[-1])
+    p = torch.softmax(s.masked_fill(~seen, float("-inf")), dim=-1).nan_to_num(0.0)  # rows without keys: 0
+    o = p @ ve
     o.backward(do.detach().double().cpu().transpose(1, 2))
     return o.transpose(1, 2), tuple(t.grad.transpose(1, 2) for t in (qd, kd, vd))
 
 
+def _check_grads(got, want, bound=3e-2):
+    for name, g, w in zip(("dQ", "dK", "dV"), got, want):
+        assert g.shape == w.shape, f"{name}: shape {tuple(g.shape)}, want {tuple(w.shape)}"
+        assert not torch.isnan(g).any(), f"{name}: NaN"
+        err = (g.double().cpu() - w).abs().max().item()
+        assert err <= bound * w.abs().max().item() + 1e-5, f"{name}: {err} vs max {w.abs().max().item()}"
+
+
 @pytest.mark.parametrize("window, causal", [((64, 0), True), ((16, 8), False), ((0, -1), False)])
 def test_window_forward_and_backward_against_float64(window, causal):
-    """The fast forward takes a window (grouped K/V and N_k != N beside it); the fast backward takes
-    one too (H_kv = H, N_k = N): gradients against float64. The deterministic backward (its
-    fixed-order kernel) refuses it naming the window."""
+    """The fast forward and backward take a window, with grouped K/V and N_k != N beside it:
+    outputs and gradients against float64. The deterministic backward (its fixed-order kernel)
+    refuses it naming the window."""
     B, N, Nk, H, Hkv, d = 2, 200, 300, 4, 2, 64
     q = torch.randn(B, N, H, d, device=DEV, dtype=torch.bfloat16)
     k, v = (torch.randn(B, Nk, Hkv, d, device=DEV, dtype=torch.bfloat16) for _ in range(2))
@@ -200,19 +213,54 @@ def test_window_forward_and_backward_against_float64(window, causal):
     plain, _ = reference.attention(q.float().cpu().numpy(), k.float().cpu().numpy(), v.float().cpu().numpy(),
                                    causal=causal)
     assert not np.allclose(ref, plain)  # the window changes the result
-    qg = q.clone().requires_grad_()  # the backward names grouped K/V (or N_k != N), not the window
-    with pytest.raises(flashlab.FlashlabUnsupportedError, match="fast backward: (heads_kv|seq_k|window)"):
-        flashlab.attention(qg, k, v, causal=causal, window=window).sum().backward()
-    qs, ks, vs = (torch.randn(B, N, H, d, device=DEV, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-    do = torch.randn(B, N, H, d, device=DEV, dtype=torch.bfloat16)
-    flashlab.attention(qs, ks, vs, causal=causal, window=window).backward(do)
-    _, want = _window_grads_float64(qs, ks, vs, do, causal, window)
-    for name, got, w in zip(("dQ", "dK", "dV"), (qs.grad, ks.grad, vs.grad), want):
-        err = (got.double().cpu() - w).abs().max().item()
-        assert err <= 3e-2 * w.abs().max().item() + 1e-5, f"{name}: {err} vs max {w.abs().max().item()}"
+    for shape_k in ((B, Nk, Hkv, d), (B, N, H, d)):  # grouped with N_k != N, and plain
+        qs = torch.randn(B, N, H, d, device=DEV, dtype=torch.bfloat16, requires_grad=True)
+        ks, vs = (torch.randn(*shape_k, device=DEV, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+        do = torch.randn(B, N, H, d, device=DEV, dtype=torch.bfloat16)
+        flashlab.attention(qs, ks, vs, causal=causal, window=window).backward(do)
+        _, want = _grads_float64(qs, ks, vs, do, causal, window)
+        _check_grads((qs.grad, ks.grad, vs.grad), want)
     x = torch.randn(B, N, H, d, device=DEV, dtype=torch.bfloat16, requires_grad=True)
     with pytest.raises(flashlab.FlashlabUnsupportedError, match="fast backward: window"):
         flashlab.attention(x, x, x, causal=causal, window=window, deterministic=True).sum().backward()
+    torch.cuda.synchronize()
+
+
+GQA_BWD = [(2, 257, 257, 8, 2, 64, True), (1, 300, 300, 32, 1, 128, False),  # H/H_kv = 4 and 32 (MQA)
+           (1, 1, 500, 8, 2, 128, True),  # one query row
+           (2, 200, 333, 4, 1, 64, True), (1, 333, 100, 4, 2, 128, True),  # N_k > N, N_k < N (rows without keys)
+           (1, 150, 40, 2, 2, 64, False)]  # H_kv = H, N_k != N
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("B, N, Nk, H, Hkv, d, causal", GQA_BWD)
+def test_grouped_query_backward_against_float64_and_sdpa(B, N, Nk, H, Hkv, d, causal, dtype):
+    """Autograd through grouped K/V and N_k != N: dK, dV come back [B, N_k, H_kv, d], each within the
+    plain bound of float64 and within twice SDPA's own error (enable_gqa, the bottom-right causal
+    mask) plus the test rule's floor; rows that see no key get dQ exactly 0. The deterministic
+    backward refuses grouped K/V and N_k != N naming the field."""
+    g = torch.Generator(device=DEV).manual_seed(N * 7 + Nk * 3 + H * 11 + Hkv + d + int(causal))
+    q, do = (torch.randn(B, N, H, d, device=DEV, dtype=dtype, generator=g) for _ in range(2))
+    k, v = (torch.randn(B, Nk, Hkv, d, device=DEV, dtype=dtype, generator=g) for _ in range(2))
+    got = forward_backward(lambda a, b, c: flashlab.attention(a, b, c, causal=causal), q, k, v, do)
+    want_o, want = _grads_float64(q, k, v, do, causal)
+    assert got[2].shape == (B, Nk, Hkv, d) and got[3].shape == (B, Nk, Hkv, d)
+    _check_grads(got[1:], want, BOUND[dtype][1])
+    if causal and N > Nk:  # rows 0 .. N - N_k - 1 see no key
+        assert torch.count_nonzero(got[1][:, :N - Nk]).item() == 0
+    mask = None
+    if causal:
+        mask = (torch.arange(N, device=DEV).view(-1, 1) + (Nk - N)) >= torch.arange(Nk, device=DEV).view(1, -1)
+    if not causal or N <= Nk:  # SDPA gives NaN to rows without a key: compared where every row sees one
+        def sdpa(a, b, c):
+            return F.scaled_dot_product_attention(a.transpose(1, 2), b.transpose(1, 2), c.transpose(1, 2),
+                                                  attn_mask=mask, enable_gqa=Hkv != H).transpose(1, 2)
+        base = forward_backward(sdpa, q, k, v, do)
+        for i, name in enumerate(("dQ", "dK", "dV")):
+            check_close(name, got[i + 1], want[i].to(DEV), base[i + 1], dtype, grad=True)
+    x = q.clone().requires_grad_()
+    with pytest.raises(flashlab.FlashlabUnsupportedError, match="fast backward: (heads_kv|seq_k)"):
+        flashlab.attention(x, k, v, causal=causal, deterministic=True).sum().backward()
     torch.cuda.synchronize()
 
 
