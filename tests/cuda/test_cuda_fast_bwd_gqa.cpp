@@ -10,7 +10,9 @@
 // max|ref| per gradient (NaN → +inf, fails); the bound is the project's backward bound, max(1e-2, 2 × the
 // rounding floor of the float64 gradient), and each case prints its error as a multiple of that floor.
 // Rows that see no key (causal with N > N_k: rows i < N − N_k; a window whose band misses every key)
-// must get dQ exactly 0, and keys no query sees dK = dV exactly 0 (no NaN from their LSE = −inf).
+// must get dQ exactly 0, and keys no query sees dK = dV exactly 0 (no NaN from their LSE = −inf); the
+// rows and keys are found from the band, not from the reference's zeros (a row that sees one key has
+// dQ = 0 by cancellation, up to rounding).
 // Shapes: H/H_kv = 1 (N_k ≠ N alone), 4 and 32 (multi-query); N = 1; N_k > N (chunked prefill) and
 // N_k < N (query tiles without keys); N and N_k not multiples of any tile; causal and not; windows with
 // grouped K/V on both sides of N_k = N (key blocks that no query sees); batch > 1; d = 64 and 128; bf16
@@ -54,14 +56,33 @@ std::vector<fc::FastBackwardKernel> gqa_kernels() {
   return k;
 }
 
-/// Elements of a 16-bit gradient that should be exactly 0 (the reference's are: a row or key outside
-/// every band) but are not; the first one's index in `first`.
-std::size_t nonzero_where_ref_zero(const std::vector<std::uint16_t>& got, const fr::Tensor<double>& want,
-                                   fr::Dtype dt, std::size_t& first) {
+/// The band of the reference's rule (attention_problem.hpp), with off = N_k − N: query i sees key j
+/// iff 0 ≤ j < N_k and i + off − left ≤ j ≤ i + off + right (−1 unbounded; causal caps right at 0).
+struct Band {
+  long long lo, hi;  // j − i within [lo, hi]
+  explicit Band(const GqaBwdCase& c) {
+    const long long off = c.seq_k - c.seq, big = 1LL << 40;
+    const long long right = c.causal ? (c.right < 0 ? 0 : std::min(c.right, 0LL)) : c.right;
+    lo = c.left >= 0 ? off - c.left : -big;
+    hi = right >= 0 ? off + right : big;
+  }
+  bool row_sees_a_key(long long i, long long nk) const { return std::max(0LL, i + lo) <= std::min(nk - 1, i + hi); }
+  bool key_seen(long long j, long long n) const { return std::max(0LL, j - hi) <= std::min(n - 1, j - lo); }
+};
+
+/// Elements of a 16-bit [B, rows, heads, d] gradient that are not exactly 0 in the rows `outside`
+/// says no band reaches (a query that sees no key: dQ; a key no query sees: dK, dV); the first one's
+/// index in `first`. Such a row's gradient is 0 by construction, not by cancellation.
+template <class Outside>
+std::size_t nonzero_outside(const std::vector<std::uint16_t>& got, int batch, int rows, std::size_t row_elems,
+                            fr::Dtype dt, Outside outside, std::size_t& first) {
   std::size_t bad = 0;
-  for (std::size_t k = 0; k < got.size(); ++k)
-    if (want.data()[k] == 0.0 && !(flashlab::test::to_float(got[k], dt) == 0.0f)) {
-      if (bad++ == 0) first = k;
+  for (int b = 0; b < batch; ++b)
+    for (int r = 0; r < rows; ++r) {
+      if (!outside(r)) continue;
+      const std::size_t base = (std::size_t(b) * rows + r) * row_elems;
+      for (std::size_t k = base; k < base + row_elems; ++k)
+        if (!(flashlab::test::to_float(got[k], dt) == 0.0f) && bad++ == 0) first = k;
     }
   return bad;
 }
@@ -107,8 +128,13 @@ void check_gqa_bwd(const GqaBwdCase& c) {
       INFO(grads[t].first << " error " << err << ", rounding floor " << floor);
       CHECK(err <= std::max(1e-2, 2 * floor));
       std::size_t first = 0;
-      const std::size_t bad = nonzero_where_ref_zero(*grads[t].second, *wants[t], c.dtype, first);
-      INFO(grads[t].first << ": " << bad << " elements not 0 where the reference's are (first at " << first << ")");
+      const Band band(c);
+      const std::size_t bad =
+          t == 0 ? nonzero_outside(*grads[t].second, c.batch, c.seq, std::size_t(c.heads) * c.head_dim, c.dtype,
+                                   [&](int i) { return !band.row_sees_a_key(i, c.seq_k); }, first)
+                 : nonzero_outside(*grads[t].second, c.batch, c.seq_k, std::size_t(c.heads_kv) * c.head_dim, c.dtype,
+                                   [&](int j) { return !band.key_seen(j, c.seq); }, first);
+      INFO(grads[t].first << ": " << bad << " elements not 0 in rows outside every band (first at " << first << ")");
       CHECK(bad == 0);
     }
     const double eD = fr::max_error_vs_max(got.D.data(), ref.D_from_O.data(), got.D.size());
