@@ -44,8 +44,9 @@
 // floats; inside a tile, consumer slice c (its columns or rows; one slice with the key split) in
 // wgmma fragment order: float4 number t·128 + thread = the thread's accumulator registers
 // 4t .. 4t+3 (rows r, r + 8 of n-tile t). dq_convert_kernel maps it back to [B, N, H, d].
-// Grouped K/V (H_kv < H) or N_k ≠ N: BwdWsGroup, the window traits' band (offset N_k − N folded in)
-// with one block per (key tile of the N_k keys, K/V head, b) that loops over the H/H_kv query heads
+// Grouped K/V (H_kv < H) or N_k ≠ N: BwdWsGroup (on the plain or causal traits, the causal diagonal
+// moved by the offset N_k − N; with a window on the window traits, whose band folds the offset in),
+// one block per (key tile of the N_k keys, K/V head, b) that loops over the H/H_kv query heads
 // of its group, heads outer: the producer and the stats warp walk the same (head, tile) steps through
 // the stage ring, the consumers add each step's dQ partial into that head's accumulator tile, and
 // dK_c, dV_c sum over the group in registers, written once into [B, N_k, H_kv, d] (K, V through TMA
@@ -186,13 +187,17 @@ struct BwdWsWindow : B {
   static constexpr bool kWindow = true;
 };
 
-/// The grouped instantiation of traits B (non-causal, not deterministic): grouped K/V (H_kv < H) or
-/// N_k ≠ N, with or without a window. The block owns K/V head hk (BwdWsBlock::h) and loops over the
-/// H/H_kv query heads of its group (h0 … h0 + G − 1), each over the query tiles of its band; the
-/// band (window_lo … window_hi, the offset N_k − N folded in) masks causal, windows and neither
-/// alike, and keys ≥ N_k. dK_c, dV_c sum over the whole group in registers and are written once.
-template <class B>
-struct BwdWsGroup : BwdWsWindow<B> {
+/// The grouped instantiation of traits B (not deterministic): grouped K/V (H_kv < H) or N_k ≠ N.
+/// The block owns K/V head hk (BwdWsBlock::h) and loops over the H/H_kv query heads of its group
+/// (h0 … h0 + G − 1), each over its query tiles; dK_c, dV_c sum over the whole group in registers
+/// and are written once. Without a window, B's own masks with keys ≥ N_k and, causal, the diagonal
+/// moved by the offset N_k − N (key ≤ query + N_k − N; the first query tile is the first that
+/// sees the block's first key); with one (kBand), the window traits' band (window_lo …
+/// window_hi, the offset folded in), which masks causal too. Measured: the band instantiation runs
+/// the unmasked tiles slower than B's (docs/cuda.md), hence the two.
+template <class B, bool kBand>
+struct BwdWsGroup : std::conditional_t<kBand, BwdWsWindow<B>, B> {
+  static_assert(!B::kDeterministic && !B::kLagDq, "no fixed order");
   static constexpr bool kGroup = true;
 };
 
@@ -358,7 +363,8 @@ __device__ __forceinline__ void issue_dq(float (&dq)[T::kDqCols / 2], uint32_t s
 /// (causal) keys past the query, (window) keys outside query + lo .. query + hi.
 template <class T>
 __device__ __forceinline__ void probs(float (&st)[T::BLOCK_M / 2], uint32_t sStats, int q0, int key_row, int N,
-                                      bool need_mask, int t4, float scale_log2, int lo = 0, int hi = 0, int Nk = 0) {
+                                      bool need_mask, int t4, float scale_log2, int lo = 0, int hi = 0, int Nk = 0,
+                                      int coff = 0) {
 #pragma unroll
   for (int t = 0; t < T::BLOCK_M / 8; ++t) {
     float2 lse;
@@ -373,7 +379,7 @@ __device__ __forceinline__ void probs(float (&st)[T::BLOCK_M / 2], uint32_t sSta
         float pv = ex2(fmaf(st[idx], scale_log2, -(e ? lse.y : lse.x)));
         if (need_mask) {
           const int query = q0 + 8 * t + 2 * t4 + e, key = key_row + 8 * r;
-          pv = query < N && key < (T::kGroup ? Nk : N) && (!T::kCausal || key <= query) &&
+          pv = query < N && key < (T::kGroup ? Nk : N) && (!T::kCausal || key <= query + coff) &&
                        (!T::kWindow || (key - query >= lo && key - query <= hi))
                    ? pv
                    : 0.f;
@@ -578,6 +584,7 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
   const int lo = T::kWindow ? p.window_lo() : 0, hi = T::kWindow ? p.window_hi() : 0;
   const int i_end = query_tiles_end<T>(w);
   const int Nk = T::kGroup ? p.seq_k : N, G = group_heads<T>(w);
+  const int coff = T::kGroup && T::kCausal ? p.causal_offset() : 0;  // the causal diagonal's offset
 
   int g = 0;  // grouped: the query head h0 + g
   for (int i = w.i_begin, n = 0; i < i_end; ++i, ++n) {
@@ -603,9 +610,9 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
     // past the first key, or the first row's right edge before the last key).
     const int key_c = w.start_n + 64 * c;
     const bool need_mask = q0 + BM > N || w.start_n + T::BLOCK_N > Nk ||
-                           (T::kCausal && w.start_n + 64 * c + 63 > q0) ||
+                           (T::kCausal && w.start_n + 64 * c + 63 > q0 + coff) ||
                            (T::kWindow && (q0 + BM - 1 + lo > key_c || key_c + 63 > q0 + hi));
-    probs<T>(st, sm.stats(s), q0, key_row, N, need_mask, t4, p.scale_log2, lo, hi, Nk);
+    probs<T>(st, sm.stats(s), q0, key_row, N, need_mask, t4, p.scale_log2, lo, hi, Nk, coff);
     uint32_t pa[BM / 16][4], dsa[BM / 16][4];
     if constexpr (T::kDvBeforeGrads) {
       pack_a<T::kBf16, BM / 8>(st, pa);
@@ -761,7 +768,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   w.start_n = j * T::BLOCK_N;
   w.h = h;
   w.b = blockIdx.z;
-  w.i_begin = T::kCausal ? w.start_n / T::BLOCK_M : 0;  // earlier query tiles see none of these keys
+  // Earlier query tiles see none of these keys (grouped: key j is first seen by query j − (N_k − N)).
+  w.i_begin = T::kCausal ? (T::kGroup ? max(0, w.start_n - p.causal_offset()) : w.start_n) / T::BLOCK_M : 0;
   w.Tr = (p.seq + T::BLOCK_M - 1) / T::BLOCK_M;
   if constexpr (T::kGroup) {  // h: the K/V head; its query heads h0 .. h0 + G − 1
     w.G = p.heads / p.heads_kv;
@@ -839,7 +847,7 @@ __global__ void __launch_bounds__(256) bwd_ws_dq_convert_kernel(Problem p, const
 template <int D, bool kBf16, bool kCausal, bool kDeterministic, bool kWindow = false, bool kGroup = false>
 void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, int* dq_order, cudaStream_t stream) {
   using Base = BwdWsTraits<D, kBf16, kCausal, kDeterministic>;
-  using T = std::conditional_t<kGroup, BwdWsGroup<Base>, std::conditional_t<kWindow, BwdWsWindow<Base>, Base>>;
+  using T = std::conditional_t<kGroup, BwdWsGroup<Base, kWindow>, std::conditional_t<kWindow, BwdWsWindow<Base>, Base>>;
   auto kernel = &bwd_ws_kernel<T>;
   // > 48 KiB of dynamic SRAM: opted in per device (the record is kept, thread-safe: common.hpp).
   set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "bwd_ws_kernel", p);
@@ -874,8 +882,10 @@ void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, int* dq_order, cu
 
 template <int D, bool kBf16>
 void launch_bwd_ws_d(const Problem& p, const BwdPointers& a, int* dq_order, cudaStream_t stream) {
-  if (p.heads_kv != p.heads || p.seq_k != p.seq) {  // grouped K/V or N_k ≠ N, any band; no fixed order
-    launch_bwd_ws_one<D, kBf16, false, false, true, true>(p, a, nullptr, stream);
+  if (p.heads_kv != p.heads || p.seq_k != p.seq) {  // grouped K/V or N_k ≠ N; no fixed order
+    if (p.windowed()) launch_bwd_ws_one<D, kBf16, false, false, true, true>(p, a, nullptr, stream);
+    else if (p.causal) launch_bwd_ws_one<D, kBf16, true, false, false, true>(p, a, nullptr, stream);
+    else launch_bwd_ws_one<D, kBf16, false, false, false, true>(p, a, nullptr, stream);
   } else if (p.windowed()) {  // causal folded into window_right (make_problem); the front door refuses a fixed order
     launch_bwd_ws_one<D, kBf16, false, false, true>(p, a, nullptr, stream);
   } else if (dq_order != nullptr) {
