@@ -5,28 +5,18 @@
 // (attention_bwd_tc_atomic.cu) and wgmma-ws (attention_bwd_ws.cu, where built and the device runs it).
 // dK and dV are [B, N_k, H_kv, d]: each K/V head's gradient sums over its H / H_kv query heads.
 //
-// Inputs as test_cuda_fast_bwd.cpp: fresh normal Q, K, V, dO rounded to the dtype, the reference gets the
-// rounded values; O and LSE from the fast mma forward of the same problem. Metric: max|got − ref| /
-// max|ref| per gradient (NaN → +inf, fails); the bound is the project's backward bound, max(1e-2, 2 × the
-// rounding floor of the float64 gradient), and each case prints its error as a multiple of that floor.
-// Rows that see no key (causal with N > N_k: rows i < N − N_k; a window whose band misses every key)
-// must get dQ exactly 0, and keys no query sees dK = dV exactly 0 (no NaN from their LSE = −inf); the
-// rows and keys are found from the band, not from the reference's zeros (a row that sees one key has
-// dQ = 0 by cancellation, up to rounding).
+// Inputs, metric and the check: fast_backward_check.hpp (each gradient within max(1e-2, 2 × its
+// rounding floor); rows that see no key get dQ exactly 0, keys no query sees dK = dV exactly 0).
 // Shapes: H/H_kv = 1 (N_k ≠ N alone), 4 and 32 (multi-query); N = 1; N_k > N (chunked prefill) and
 // N_k < N (query tiles without keys); N and N_k not multiples of any tile; causal and not; windows with
 // grouped K/V on both sides of N_k = N (key blocks that no query sees); batch > 1; d = 64 and 128; bf16
 // and fp16. Tags: [fast-bwd-gqa]; small shapes also [fast-bwd-gqa-sanitize] for compute-sanitizer.
 #include <catch2/catch.hpp>
 
+#include "fast_backward_check.hpp"
 #include "flashlab/cuda/fast_attention.hpp"
-#include "flashlab/reference/attention.hpp"
-#include "gpu_test_util.hpp"
 
-#include <algorithm>
 #include <cstdint>
-#include <cstdio>
-#include <string>
 #include <vector>
 
 namespace fc = flashlab::cuda;
@@ -36,117 +26,10 @@ namespace {
 
 constexpr fr::Dtype kBf16 = fr::Dtype::bf16, kFp16 = fr::Dtype::fp16;
 
-struct GqaBwdCase {
-  int batch, seq, seq_k, heads, heads_kv, head_dim;
-  bool causal;
-  long long left = -1, right = -1;
-  fr::Dtype dtype = kBf16;
-};
+/// {B, N, N_k, H, H_kv, d, causal[, window_left, window_right[, dtype]]}.
+void check_gqa_bwd(const flashlab::test::BackwardCase& c) { flashlab::test::check_backward(c); }
 
-double g_worst_ratio = 0.0;  // worst error / rounding floor of the test case
-
-/// The kernels that take grouped K/V and N_k ≠ N: mma_sync everywhere, wgmma-ws where built and the
-/// device runs it.
-std::vector<fc::FastBackwardKernel> gqa_kernels() {
-  std::vector<fc::FastBackwardKernel> k = {fc::FastBackwardKernel::mma_sync};
-  if (fc::fastest_backward_kernel() == fc::FastBackwardKernel::wgmma_ws)
-    k.push_back(fc::FastBackwardKernel::wgmma_ws);
-  else
-    WARN("wgmma-ws backward not in this build or not on this device: mma_sync only");
-  return k;
-}
-
-/// The band of the reference's rule (attention_problem.hpp), with off = N_k − N: query i sees key j
-/// iff 0 ≤ j < N_k and i + off − left ≤ j ≤ i + off + right (−1 unbounded; causal caps right at 0).
-struct Band {
-  long long lo, hi;  // j − i within [lo, hi]
-  explicit Band(const GqaBwdCase& c) {
-    const long long off = c.seq_k - c.seq, big = 1LL << 40;
-    const long long right = c.causal ? (c.right < 0 ? 0 : std::min(c.right, 0LL)) : c.right;
-    lo = c.left >= 0 ? off - c.left : -big;
-    hi = right >= 0 ? off + right : big;
-  }
-  bool row_sees_a_key(long long i, long long nk) const { return std::max(0LL, i + lo) <= std::min(nk - 1, i + hi); }
-  bool key_seen(long long j, long long n) const { return std::max(0LL, j - hi) <= std::min(n - 1, j - lo); }
-};
-
-/// Elements of a 16-bit [B, rows, heads, d] gradient that are not exactly 0 in the rows `outside`
-/// says no band reaches (a query that sees no key: dQ; a key no query sees: dK, dV); the first one's
-/// index in `first`. Such a row's gradient is 0 by construction, not by cancellation.
-template <class Outside>
-std::size_t nonzero_outside(const std::vector<std::uint16_t>& got, int batch, int rows, std::size_t row_elems,
-                            fr::Dtype dt, Outside outside, std::size_t& first) {
-  std::size_t bad = 0;
-  for (int b = 0; b < batch; ++b)
-    for (int r = 0; r < rows; ++r) {
-      if (!outside(r)) continue;
-      const std::size_t base = (std::size_t(b) * rows + r) * row_elems;
-      for (std::size_t k = base; k < base + row_elems; ++k)
-        if (!(flashlab::test::to_float(got[k], dt) == 0.0f) && bad++ == 0) first = k;
-    }
-  return bad;
-}
-
-void check_gqa_bwd(const GqaBwdCase& c) {
-  const unsigned long long seed = flashlab::test::fresh_seed();
-  const std::string label = std::string(c.dtype == kBf16 ? "bf16" : "fp16") + " B=" + std::to_string(c.batch) +
-                            " N=" + std::to_string(c.seq) + " N_k=" + std::to_string(c.seq_k) +
-                            " H=" + std::to_string(c.heads) + " H_kv=" + std::to_string(c.heads_kv) +
-                            " d=" + std::to_string(c.head_dim) + (c.causal ? " causal" : "") +
-                            (c.left >= 0 || c.right >= 0
-                                 ? " window=" + std::to_string(c.left) + "," + std::to_string(c.right)
-                                 : std::string());
-  INFO(label << " seed=" << seed << " (rerun with FLASHLAB_TEST_SEED)");
-  const fr::Shape q{std::size_t(c.batch), std::size_t(c.seq), std::size_t(c.heads), std::size_t(c.head_dim)};
-  const fr::Shape kv{std::size_t(c.batch), std::size_t(c.seq_k), std::size_t(c.heads_kv), std::size_t(c.head_dim)};
-  const flashlab::test::BwdInputs in = flashlab::test::bwd_inputs(q, kv, seed, c.dtype);
-  fr::AttentionProblem cfg = flashlab::test::attention_problem(q, c.causal, c.dtype);
-  cfg.seq_k = std::size_t(c.seq_k);
-  cfg.heads_kv = std::size_t(c.heads_kv);
-  cfg.window_left = c.left;
-  cfg.window_right = c.right;
-  const auto ref = fr::naive_backward<double>(cfg, in.Qd, in.Kd, in.Vd, in.dOd);
-  const auto fwd = fc::fast_attention_forward(cfg, fc::FastForwardKernel::mma_sync, in.Q, in.K, in.V);
-  static const std::vector<fc::FastBackwardKernel> kernels = gqa_kernels();
-  for (const fc::FastBackwardKernel kernel : kernels) {
-    INFO("kernel " << fc::to_string(kernel));
-    const auto got =
-        fc::fast_attention_backward(fr::Algorithm::bwd_atomic, cfg, in.Q, in.K, in.V, fwd.O, in.dO, fwd.LSE, kernel);
-    REQUIRE(got.dQ.size() == ref.dQ.numel());
-    REQUIRE(got.dK.size() == ref.dK.numel());
-    REQUIRE(got.dV.size() == ref.dV.numel());
-    const std::pair<const char*, const std::vector<std::uint16_t>*> grads[] = {
-        {"dQ", &got.dQ}, {"dK", &got.dK}, {"dV", &got.dV}};
-    const fr::Tensor<double>* wants[] = {&ref.dQ, &ref.dK, &ref.dV};
-    std::printf("  %-62s %-8s", label.c_str(), fc::to_string(kernel));
-    for (int t = 0; t < 3; ++t) {
-      const double err = flashlab::test::error_16(*grads[t].second, wants[t]->data(), c.dtype);
-      const double floor = flashlab::test::rounding_floor(wants[t]->data(), wants[t]->numel(), c.dtype);
-      const double ratio = floor > 0 ? err / floor : (err > 0 ? 1e30 : 0.0);
-      std::printf("  %s %.3e (x%.2f)", grads[t].first, err, ratio);
-      if (!(ratio <= g_worst_ratio)) g_worst_ratio = ratio;  // NaN propagates as worst
-      INFO(grads[t].first << " error " << err << ", rounding floor " << floor);
-      CHECK(err <= std::max(1e-2, 2 * floor));
-      std::size_t first = 0;
-      const Band band(c);
-      const std::size_t bad =
-          t == 0 ? nonzero_outside(*grads[t].second, c.batch, c.seq, std::size_t(c.heads) * c.head_dim, c.dtype,
-                                   [&](int i) { return !band.row_sees_a_key(i, c.seq_k); }, first)
-                 : nonzero_outside(*grads[t].second, c.batch, c.seq_k, std::size_t(c.heads_kv) * c.head_dim, c.dtype,
-                                   [&](int j) { return !band.key_seen(j, c.seq); }, first);
-      INFO(grads[t].first << ": " << bad << " elements not 0 in rows outside every band (first at " << first << ")");
-      CHECK(bad == 0);
-    }
-    const double eD = fr::max_error_vs_max(got.D.data(), ref.D_from_O.data(), got.D.size());
-    std::printf("  D %.2e\n", eD);
-    CHECK(eD <= 1e-2);
-  }
-}
-
-void report(const char* name) {
-  std::printf("[%s] worst gradient error %.2f x its rounding floor\n", name, g_worst_ratio);
-  g_worst_ratio = 0.0;
-}
+void report(const char* name) { flashlab::test::report_backward_ratio(name); }
 
 }  // namespace
 

@@ -5,11 +5,9 @@
 // (attention_bwd_ws.cu, where built and the device runs it); the two-kernel design and the deterministic
 // wgmma-ws kernel refuse them by name.
 //
-// Inputs as test_cuda_fast_bwd.cpp: fresh normal Q, K, V, dO rounded to the dtype, the reference gets the
-// rounded values; O and LSE from the fast mma forward with the same window. Metric: max|got − ref| /
-// max|ref| per gradient (NaN → +inf, fails); the bound is the project's backward bound, max(1e-2, 2 × the
-// rounding floor of the float64 gradient), and each case prints its error as a multiple of that floor.
-// Every case runs each kernel on the same inputs and reference. Shapes: windows wider than N (either side,
+// Inputs, metric and the check: fast_backward_check.hpp (fresh normal inputs rounded to the dtype, O and
+// LSE from the fast mma forward with the same window, each gradient within max(1e-2, 2 × its rounding
+// floor)). Every case runs each kernel on the same inputs and reference. Shapes: windows wider than N (either side,
 // and both); L = R = 0 (the diagonal key alone, each block's tiles masked on both edges); L = 0 alone; R =
 // 0 without causal; causal with a window (and causal capping R); left edges on, before and after the tile
 // edges (Br = 64, 128; Bc = 128); narrow two-sided bands far from key 0 (query tiles skipped on both sides
@@ -19,14 +17,10 @@
 // also [fast-bwd-window-sanitize] for compute-sanitizer.
 #include <catch2/catch.hpp>
 
+#include "fast_backward_check.hpp"
 #include "flashlab/cuda/fast_attention.hpp"
-#include "flashlab/reference/attention.hpp"
-#include "gpu_test_util.hpp"
 
-#include <algorithm>
 #include <cstdint>
-#include <cstdio>
-#include <string>
 #include <vector>
 
 namespace fc = flashlab::cuda;
@@ -43,66 +37,11 @@ struct WinCase {
   fr::Dtype dtype = kBf16;
 };
 
-double g_worst_ratio = 0.0;  // worst error / rounding floor of the test case
-
-/// The kernels that take windows: mma_sync everywhere, wgmma-ws where built and
-/// the device runs it.
-std::vector<fc::FastBackwardKernel> window_kernels() {
-  std::vector<fc::FastBackwardKernel> k = {fc::FastBackwardKernel::mma_sync};
-  if (fc::fastest_backward_kernel() == fc::FastBackwardKernel::wgmma_ws)
-    k.push_back(fc::FastBackwardKernel::wgmma_ws);
-  else
-    WARN("wgmma-ws backward not in this build or not on this device: mma_sync only");
-  return k;
-}
-
 void check_window_bwd(const WinCase& c) {
-  const unsigned long long seed = flashlab::test::fresh_seed();
-  const std::string label = std::string(c.dtype == kBf16 ? "bf16" : "fp16") + " B=" + std::to_string(c.batch) +
-                            " N=" + std::to_string(c.seq) + " H=" + std::to_string(c.heads) +
-                            " d=" + std::to_string(c.head_dim) + (c.causal ? " causal" : "") +
-                            " window=" + std::to_string(c.left) + "," + std::to_string(c.right);
-  INFO(label << " seed=" << seed << " (rerun with FLASHLAB_TEST_SEED)");
-  const fr::Shape shape{std::size_t(c.batch), std::size_t(c.seq), std::size_t(c.heads), std::size_t(c.head_dim)};
-  const flashlab::test::BwdInputs in = flashlab::test::bwd_inputs(shape, seed, c.dtype);
-  const auto &Qd = in.Qd, &Kd = in.Kd, &Vd = in.Vd, &dOd = in.dOd;
-  const auto &Qb = in.Q, &Kb = in.K, &Vb = in.V, &dOb = in.dO;
-  fr::AttentionProblem cfg = flashlab::test::attention_problem(shape, c.causal, c.dtype);
-  cfg.window_left = c.left;
-  cfg.window_right = c.right;
-  const auto ref = fr::naive_backward<double>(cfg, Qd, Kd, Vd, dOd);
-  const auto fwd = fc::fast_attention_forward(cfg, fc::FastForwardKernel::mma_sync, Qb, Kb, Vb);
-  static const std::vector<fc::FastBackwardKernel> kernels = window_kernels();
-  for (const fc::FastBackwardKernel kernel : kernels) {
-    INFO("kernel " << fc::to_string(kernel));
-    const auto got =
-        fc::fast_attention_backward(fr::Algorithm::bwd_atomic, cfg, Qb, Kb, Vb, fwd.O, dOb, fwd.LSE, kernel);
-    REQUIRE(got.dQ.size() == ref.dQ.numel());
-    REQUIRE(got.dK.size() == ref.dK.numel());
-    REQUIRE(got.dV.size() == ref.dV.numel());
-    const std::pair<const char*, const std::vector<std::uint16_t>*> grads[] = {
-        {"dQ", &got.dQ}, {"dK", &got.dK}, {"dV", &got.dV}};
-    const fr::Tensor<double>* wants[] = {&ref.dQ, &ref.dK, &ref.dV};
-    std::printf("  %-50s %-8s", label.c_str(), fc::to_string(kernel));
-    for (int t = 0; t < 3; ++t) {
-      const double err = flashlab::test::error_16(*grads[t].second, wants[t]->data(), c.dtype);
-      const double floor = flashlab::test::rounding_floor(wants[t]->data(), wants[t]->numel(), c.dtype);
-      const double ratio = floor > 0 ? err / floor : (err > 0 ? 1e30 : 0.0);
-      std::printf("  %s %.3e (x%.2f)", grads[t].first, err, ratio);
-      if (!(ratio <= g_worst_ratio)) g_worst_ratio = ratio;  // NaN propagates as worst
-      INFO(grads[t].first << " error " << err << ", rounding floor " << floor);
-      CHECK(err <= std::max(1e-2, 2 * floor));
-    }
-    const double eD = fr::max_error_vs_max(got.D.data(), ref.D_from_O.data(), got.D.size());
-    std::printf("  D %.2e\n", eD);
-    CHECK(eD <= 1e-2);
-  }
+  flashlab::test::check_backward({c.batch, c.seq, c.seq, c.heads, c.heads, c.head_dim, c.causal, c.left, c.right, c.dtype});
 }
 
-void report(const char* name) {
-  std::printf("[%s] worst gradient error %.2f x its rounding floor\n", name, g_worst_ratio);
-  g_worst_ratio = 0.0;
-}
+void report(const char* name) { flashlab::test::report_backward_ratio(name); }
 
 }  // namespace
 

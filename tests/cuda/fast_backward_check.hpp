@@ -1,0 +1,147 @@
+// One check of the fast backward against the float64 reference, shared by the backward tests that
+// take windows, grouped K/V and N_k ≠ N (test_cuda_fast_bwd_window.cpp, test_cuda_fast_bwd_gqa.cpp).
+//
+// Fresh normal Q, dO [B, N, H, d] and K, V [B, N_k, H_kv, d] rounded to the dtype, the reference
+// (ref::naive_backward<double>) gets the rounded values; O and LSE from the fast mma forward of the
+// same problem. Metric: max|got − ref| / max|ref| per gradient (NaN → +inf, fails); the bound is the
+// project's backward bound, max(1e-2, 2 × the rounding floor of the float64 gradient), and each case
+// prints its error as a multiple of that floor; D within 1e-2. Rows that see no key by the mask's
+// rule (ref::AttentionProblem::visible_keys: causal with N > N_k, a band past every key) must get
+// dQ exactly 0, and keys no query sees dK = dV exactly 0 (no NaN from their LSE = −inf); they are
+// found from the rule, not from the reference's zeros (a row that sees one key has dQ = 0 by
+// cancellation, up to rounding). The host wrapper poisons every output with NaN first.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include "flashlab/cuda/fast_attention.hpp"
+#include "flashlab/reference/attention.hpp"
+#include "gpu_test_util.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace flashlab::test {
+
+/// One shape of a backward check (heads_kv = heads and seq_k = seq: plain multi-head; a window side
+/// −1: unbounded).
+struct BackwardCase {
+  int batch, seq, seq_k, heads, heads_kv, head_dim;
+  bool causal;
+  long long window_left = -1, window_right = -1;
+  ref::Dtype dtype = ref::Dtype::bf16;
+};
+
+/// The worst gradient error / rounding floor seen since the last report_backward_ratio().
+inline double& backward_worst_ratio() {
+  static double worst = 0.0;
+  return worst;
+}
+
+/// The kernels of the atomic design that take windows, grouped K/V and N_k ≠ N: mma_sync
+/// everywhere, wgmma-ws where built and the device runs it.
+inline const std::vector<cuda::FastBackwardKernel>& general_backward_kernels() {
+  static const std::vector<cuda::FastBackwardKernel> kernels = [] {
+    std::vector<cuda::FastBackwardKernel> k = {cuda::FastBackwardKernel::mma_sync};
+    if (cuda::fastest_backward_kernel() == cuda::FastBackwardKernel::wgmma_ws)
+      k.push_back(cuda::FastBackwardKernel::wgmma_ws);
+    else
+      WARN("wgmma-ws backward not in this build or not on this device: mma_sync only");
+    return k;
+  }();
+  return kernels;
+}
+
+/// Elements of a 16-bit [B, rows, heads, d] gradient that are not exactly 0 in the rows for which
+/// `outside(r)` holds; the first one's index in `first`.
+template <class Outside>
+std::size_t nonzero_rows(const std::vector<std::uint16_t>& got, int batch, int rows, std::size_t row_elems,
+                         ref::Dtype dt, Outside outside, std::size_t& first) {
+  std::size_t bad = 0;
+  for (int b = 0; b < batch; ++b)
+    for (int r = 0; r < rows; ++r) {
+      if (!outside(r)) continue;
+      const std::size_t base = (std::size_t(b) * rows + r) * row_elems;
+      for (std::size_t k = base; k < base + row_elems; ++k)
+        if (!(to_float(got[k], dt) == 0.0f) && bad++ == 0) first = k;
+    }
+  return bad;
+}
+
+/// Runs each kernel of general_backward_kernels() on fresh inputs of shape `c` against one float64
+/// reference and checks dQ, dK, dV and D (file comment).
+inline void check_backward(const BackwardCase& c) {
+  namespace fc = flashlab::cuda;
+  namespace fr = flashlab::ref;
+  const unsigned long long seed = fresh_seed();
+  const bool window = c.window_left >= 0 || c.window_right >= 0;
+  const std::string label = std::string(c.dtype == fr::Dtype::bf16 ? "bf16" : "fp16") +
+                            " B=" + std::to_string(c.batch) + " N=" + std::to_string(c.seq) +
+                            " N_k=" + std::to_string(c.seq_k) + " H=" + std::to_string(c.heads) +
+                            " H_kv=" + std::to_string(c.heads_kv) + " d=" + std::to_string(c.head_dim) +
+                            (c.causal ? " causal" : "") +
+                            (window ? " window=" + std::to_string(c.window_left) + "," + std::to_string(c.window_right)
+                                    : std::string());
+  INFO(label << " seed=" << seed << " (rerun with FLASHLAB_TEST_SEED)");
+  const fr::Shape q{std::size_t(c.batch), std::size_t(c.seq), std::size_t(c.heads), std::size_t(c.head_dim)};
+  const fr::Shape kv{std::size_t(c.batch), std::size_t(c.seq_k), std::size_t(c.heads_kv), std::size_t(c.head_dim)};
+  const BwdInputs in = bwd_inputs(q, kv, seed, c.dtype);
+  fr::AttentionProblem cfg = attention_problem(q, c.causal, c.dtype);
+  cfg.seq_k = c.seq_k == c.seq ? 0 : std::size_t(c.seq_k);
+  cfg.heads_kv = c.heads_kv == c.heads ? 0 : std::size_t(c.heads_kv);
+  cfg.window_left = c.window_left;
+  cfg.window_right = c.window_right;
+  const auto ref = fr::naive_backward<double>(cfg, in.Qd, in.Kd, in.Vd, in.dOd);
+  const auto fwd = fc::fast_attention_forward(cfg, fc::FastForwardKernel::mma_sync, in.Q, in.K, in.V);
+  // The rows without a key and the keys without a query, by the mask's rule (the same for every
+  // sequence of a dense batch).
+  std::vector<char> row_keyless(std::size_t(c.seq)), key_unseen(std::size_t(c.seq_k), 1);
+  for (int i = 0; i < c.seq; ++i) {
+    const fr::KeyRange r = cfg.visible_keys(cfg.sequence(0), i);
+    row_keyless[std::size_t(i)] = r.empty();
+    for (long long j = r.first; j < r.end; ++j) key_unseen[std::size_t(j)] = 0;
+  }
+  for (const fc::FastBackwardKernel kernel : general_backward_kernels()) {
+    INFO("kernel " << fc::to_string(kernel));
+    const auto got =
+        fc::fast_attention_backward(fr::Algorithm::bwd_atomic, cfg, in.Q, in.K, in.V, fwd.O, in.dO, fwd.LSE, kernel);
+    REQUIRE(got.dQ.size() == ref.dQ.numel());
+    REQUIRE(got.dK.size() == ref.dK.numel());
+    REQUIRE(got.dV.size() == ref.dV.numel());
+    const std::pair<const char*, const std::vector<std::uint16_t>*> grads[] = {
+        {"dQ", &got.dQ}, {"dK", &got.dK}, {"dV", &got.dV}};
+    const fr::Tensor<double>* wants[] = {&ref.dQ, &ref.dK, &ref.dV};
+    std::printf("  %-62s %-8s", label.c_str(), fc::to_string(kernel));
+    for (int t = 0; t < 3; ++t) {
+      const double err = error_16(*grads[t].second, wants[t]->data(), c.dtype);
+      const double floor = rounding_floor(wants[t]->data(), wants[t]->numel(), c.dtype);
+      const double ratio = floor > 0 ? err / floor : (err > 0 ? 1e30 : 0.0);
+      std::printf("  %s %.3e (x%.2f)", grads[t].first, err, ratio);
+      if (!(ratio <= backward_worst_ratio())) backward_worst_ratio() = ratio;  // NaN propagates as worst
+      INFO(grads[t].first << " error " << err << ", rounding floor " << floor);
+      CHECK(err <= std::max(1e-2, 2 * floor));
+      std::size_t first = 0;
+      const std::size_t bad =
+          t == 0 ? nonzero_rows(*grads[t].second, c.batch, c.seq, std::size_t(c.heads) * c.head_dim, c.dtype,
+                                [&](int i) { return row_keyless[std::size_t(i)] != 0; }, first)
+                 : nonzero_rows(*grads[t].second, c.batch, c.seq_k, std::size_t(c.heads_kv) * c.head_dim, c.dtype,
+                                [&](int j) { return key_unseen[std::size_t(j)] != 0; }, first);
+      INFO(grads[t].first << ": " << bad << " elements not 0 in rows outside every band (first at " << first << ")");
+      CHECK(bad == 0);
+    }
+    const double eD = fr::max_error_vs_max(got.D.data(), ref.D_from_O.data(), got.D.size());
+    std::printf("  D %.2e\n", eD);
+    CHECK(eD <= 1e-2);
+  }
+}
+
+/// Prints the worst gradient error / rounding floor of the checks since the last report, and resets it.
+inline void report_backward_ratio(const char* name) {
+  std::printf("[%s] worst gradient error %.2f x its rounding floor\n", name, backward_worst_ratio());
+  backward_worst_ratio() = 0.0;
+}
+
+}  // namespace flashlab::test
