@@ -111,9 +111,9 @@ struct Problem {
   bool causal = false; ///< key j visible to query i only when j <= i
   float scale = 0.f;   ///< softmax scale (1/sqrt(d) by default)
   float scale_log2 = 0.f;  ///< scale · log2(e): scores in base-2 units
-  int seq_k = 0;       ///< N_k, keys per sequence (make_problem sets it; N_k = N except in the fast forward)
-  int heads_kv = 0;    ///< H_kv, heads of K and V, dividing H (make_problem sets it; H_kv = H except in the fast forward)
-  /// Keys a query sees left of its diagonal, −1 unbounded (only the fast forwards take a bounded
+  int seq_k = 0;       ///< N_k, keys per sequence (make_problem sets it; N_k = N but in the fast kernels)
+  int heads_kv = 0;    ///< H_kv, heads of K and V, dividing H (make_problem sets it; H_kv = H but in the fast kernels)
+  /// Keys a query sees left of its diagonal, −1 unbounded (only the fast kernels take a bounded
   /// one). make_problem caps it at N_k, where every row already sees key 0.
   int window_left = -1;
   /// Keys a query sees right of its diagonal, −1 unbounded; make_problem folds causal in (0) and
