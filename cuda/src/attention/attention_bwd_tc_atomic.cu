@@ -93,7 +93,9 @@
 //
 // REGISTERS (ptxas, sm_90, bf16 and fp16 alike): 255 at both head dims (the dK/dV accumulators
 // alone take 128 at d = 128), with 48 bytes of spill at d = 128 and 8 at d = 64; the spill loads
-// sit in the once-per-step prefetch branch, not in the products. Convert kernel 28.
+// sit in the once-per-step prefetch branch, not in the products. Convert kernel 28. The grouped
+// instantiation (kGroup): 255 as well, with 112 bytes of stack frame at d = 128 and 16 at d = 64
+// (the window instantiation: 24 and 16), not measured against the plain kernel on equal work.
 //
 // Tried and not kept, each measured slower on the H100 (docs/optimisation.md, the backward in one
 // kernel): LSE/D by __ldg; dS from packed 16-bit P (spills); red.global from the warps (v2, v4, or
