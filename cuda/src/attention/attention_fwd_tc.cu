@@ -12,7 +12,9 @@
 //                addresses from one per-thread base (TileLoader);
 //       d = 128, causal:     8 warps × 16 query rows, Q_i in registers, 1 block/SM (thinner warps
 //                skip more of the masked triangle);
-//       d = 64:              4 warps × 32 query rows, Q_i in registers, 2 blocks/SM (48 KiB SRAM).
+//       d = 64:              4 warps × 32 query rows, Q_i in registers, 2 blocks/SM (48 KiB SRAM);
+//       d = 256 (both):      8 warps × 16 query rows, Q_i from SRAM, 1 block/SM (192 KiB SRAM),
+//                lazy rescale: O_i alone is 128 registers per thread.
 //     Each warp owns its query rows of Q_i, S_ij, P_ij and O_i for the whole loop.
 //   - Q_i: HBM → SRAM once (cp.async), then SRAM → registers (ldmatrix) as mma A fragments, once
 //     (Q in registers) or at every k-step of S = Q Kᵀ (Q from SRAM, when registers are short).
@@ -45,7 +47,7 @@
 //     so tiles outside the band on either side are never loaded; a warp skips the math of a tile
 //     its rows miss on either side, and masks a tile the band crosses on both edges.
 // It never produces S or P outside registers; O is written once in the input dtype, LSE in fp32.
-// Instantiations: d ∈ {64, 128} × {bf16, fp16} × {causal, not, window}: the launch picks the causal
+// Instantiations: d ∈ {64, 128, 256} × {bf16, fp16} × {causal, not, window}: the launch picks the causal
 // instantiation from the run-time flag (each has its own tuple; inside the kernel it is constexpr),
 // and a window (Problem::windowed()) the window one, on the causal tuple.
 //
@@ -107,6 +109,13 @@ template <>
 struct FastTraitsBase<64, true> : FastConfig<4, 2, 64, 0, 2, 2> {};
 template <>
 struct FastTraitsBase<128, true> : FastConfig<8, 1, 64, 0, 1, 2> {};
+// d = 256: O_i alone is 128 fp32 registers per thread at 16 rows per warp, so 8 warps × 16 rows,
+// Q_i re-read from SRAM (in registers it would take 64 more), 1 block/SM (192 KiB SRAM: Q_i
+// 64 KiB + 2 stages × (K_j + V_j) 128 KiB), lazy rescale (each skipped rescale saves 128 FMULs).
+template <>
+struct FastTraitsBase<256, false> : FastConfig<8, 1, 64, 1, 1, 2, 1, 1> {};
+template <>
+struct FastTraitsBase<256, true> : FastConfig<8, 1, 64, 1, 1, 2, 1, 1> {};
 
 template <int HEAD_DIM, bool kCausal_>
 struct FastTraits : FastTraitsBase<HEAD_DIM, kCausal_> {
@@ -528,14 +537,18 @@ void launch_fast(const Problem& p, const void* Q, const void* K, const void* V, 
 void launch_fast_mma(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
                      cudaStream_t stream) {
   static_assert(kMmaBlockM == FastTraits<64, false>::BLOCK_M && kMmaBlockN == FastTraits<64, false>::BLOCK_N &&
-                    kMmaBlockM == FastTraits<128, false>::BLOCK_M && kMmaBlockN == FastTraits<128, false>::BLOCK_N,
+                    kMmaBlockM == FastTraits<128, false>::BLOCK_M && kMmaBlockN == FastTraits<128, false>::BLOCK_N &&
+                    kMmaBlockM == FastTraits<256, false>::BLOCK_M && kMmaBlockN == FastTraits<256, false>::BLOCK_N,
                 "launchers.hpp reports the tiles of this file");
   if (p.head_dim == 64) {
     if (bf16) launch_fast<64, true>(p, Q, K, V, O, LSE, stream);
     else launch_fast<64, false>(p, Q, K, V, O, LSE, stream);
-  } else {
+  } else if (p.head_dim == 128) {
     if (bf16) launch_fast<128, true>(p, Q, K, V, O, LSE, stream);
     else launch_fast<128, false>(p, Q, K, V, O, LSE, stream);
+  } else {
+    if (bf16) launch_fast<256, true>(p, Q, K, V, O, LSE, stream);
+    else launch_fast<256, false>(p, Q, K, V, O, LSE, stream);
   }
 }
 

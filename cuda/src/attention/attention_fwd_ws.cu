@@ -160,7 +160,7 @@ struct WsTraits {
   static constexpr int kPieceOffset = kBarrierOffset + 8 * kBarriers;  // the split tail's two pieces (int4 each)
   static constexpr int kSmemBytes = kPieceOffset + 32 + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "dynamic SRAM of one block on sm_90");
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "d ∈ {64, 128}");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "d ∈ {64, 128, 256}");
   static_assert(kConsumers == 2 || kConsumers == 3, "2 or 3 consumer warpgroups");
   // Causal with Br > Bc: a warpgroup may meet key tiles masked for all its rows (the block runs
   // to its last row's tile); P = 0 there. With N_k = N key 0 gave every row a finite m_i in tile
@@ -798,6 +798,10 @@ constexpr WsConfig kWsConfigs[] = {
     // sliding windows: the causal configurations (d = 64 with two consumers), units from the band's left edge
     {64, true, true, 2, 3, 128, true, false, false, false, true, false, true},
     {128, true, true, 2, 3, 128, false, false, false, false, false, false, true},
+    // d = 256: Bc = 80 in two stages with the overlap; non-causal (short chains), causal, window
+    {256, true, false, 2, 2, 80, true, true, false, false, false, false},
+    {256, true, true, 2, 2, 80, true, false, false, false, false, false},
+    {256, true, true, 2, 2, 80, true, false, false, false, false, false, true},
 };
 constexpr int kWsConfigCount = int(sizeof(kWsConfigs) / sizeof(kWsConfigs[0]));
 
@@ -828,8 +832,8 @@ bool launch_ws_config(const WsConfig& c, const Problem& p, const void* Q, const 
 /// choose_ws_config() picks for this problem on this device, then its instantiation.
 void launch_fast_tma_ws(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
                         cudaStream_t stream) {
-  if (p.head_dim != 64 && p.head_dim != 128)
-    throw_cuda_error(cudaErrorInvalidValue, "tma-ws forward: HEAD_DIM must be 64 or 128", __FILE__, __LINE__);
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+    throw_cuda_error(cudaErrorInvalidValue, "tma-ws forward: HEAD_DIM must be 64, 128 or 256", __FILE__, __LINE__);
   int dev = 0, sms = 0;
   FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
   FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));

@@ -16,12 +16,12 @@ namespace flashlab::cuda::detail {
 /// variants, by name. Used as the template argument of WsTraits (attention_fwd_ws.cu) and returned
 /// by choose_ws_config(); the tiles it reports (block_m(), block_n) are the tiles that run.
 struct WsConfig {
-  int head_dim = 128;        ///< d (64 or 128)
+  int head_dim = 128;        ///< d (64, 128 or 256)
   bool bf16 = true;          ///< storage type: bf16, else fp16
   bool causal = false;       ///< the causal instantiation (units stop at their diagonal)
   int consumers = 2;         ///< consumer warpgroups of 64 query rows each: Br = 64 · consumers (2 or 3)
   int stages = 3;            ///< K_j/V_j stages in the TMA ring
-  int block_n = 128;         ///< Bc, keys per stage (128 or 192)
+  int block_n = 128;         ///< Bc, keys per stage (128 or 192; 80 at d = 256)
   bool overlap = false;      ///< the softmax of S_ij starts while the P·V issued with it still runs
   bool short_chains = false; ///< the row maximum as a tree and the row sum in two chains
   bool split_empty = false;  ///< K_j and V_j of a stage released apart (K a turn earlier)
@@ -66,7 +66,7 @@ inline bool ws_wide_keys(const Problem& p) {
   return padded * 100 <= p.seq_k * 101LL;
 }
 
-/// The configuration of problem `p` (d ∈ {64, 128}) on a device of `sms` SMs, the one place the
+/// The configuration of problem `p` (d ∈ {64, 128, 256}) on a device of `sms` SMs, the one place the
 /// choice is made (the launcher runs it, fast_forward_tiles() reports its tiles):
 /// - d = 64: two or three consumer warpgroups (ws_three_consumers), both with the
 ///   intra-warpgroup overlap. Causal: two P register sets. Non-causal: the short reduction chains
@@ -79,6 +79,11 @@ inline bool ws_wide_keys(const Problem& p) {
 ///   before the row maxima (slower at d = 64, so only here), with Bc = 192 in two stages and two
 ///   P sets where ws_wide_keys says, else Bc = 128 in three stages with one P set. Not the split
 ///   tail: with Bc = 192 its kernel spills.
+/// - d = 256: two consumer warpgroups, Bc = 80 in two stages, the overlap, every mask alike
+///   (causal and window too; short chains without a mask). O_i is 64 × 256 fp32 per consumer
+///   warpgroup, 128 of its 240 registers per thread, so S_ij (Bc/2) and P_ij (Bc/4) must fit in the
+///   rest; and the SRAM holds Q_i (64 KiB) and two stages of K_j, V_j (2 × 2 × Bc · 512 B): Bc = 80
+///   is the widest key tile, in whole k16 steps, that fits two stages (96 would need 256 KiB).
 /// - A window (Problem::windowed()): the causal configuration of its head dim with `window` set,
 ///   the band's two edges in place of the diagonal; at d = 64 always two consumers (Br = 128: a
 ///   narrow band wastes less of a shorter query tile, and one instantiation fewer to build).
@@ -89,6 +94,12 @@ inline WsConfig choose_ws_config(const Problem& p, bool bf16, int sms) {
   c.causal = p.causal || p.windowed();
   c.window = p.windowed();
   c.overlap = true;
+  if (p.head_dim == 256) {
+    c.stages = 2;
+    c.block_n = 80;
+    c.short_chains = !c.causal;
+    return c;
+  }
   if (c.window) {
     c.overlap = p.head_dim == 64;
     c.two_p = p.head_dim == 64;

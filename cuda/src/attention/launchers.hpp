@@ -31,7 +31,7 @@ void launch_bwd_dkdv(const Problem& p, const float* Q, const float* K, const flo
                      const float* LSE, const float* D, float* dK, float* dV);
 
 // attention_fwd_tc.cu — the mma.sync forward (any device from sm_80 on); 16-bit Q, K, V, O
-// [B, N, H, d], LSE [B, H, N] base 2; d ∈ {64, 128}. Tiles: Br = 128, Bc = 64 at both head dims.
+// [B, N, H, d], LSE [B, H, N] base 2; d ∈ {64, 128, 256}. Tiles: Br = 128, Bc = 64 at every head dim.
 constexpr int kMmaBlockM = 128, kMmaBlockN = 64;
 void launch_fast_mma(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
                      cudaStream_t stream);
@@ -45,7 +45,7 @@ void launch_fast_wgmma(const Problem& p, bool bf16, const void* Q, const void* K
 
 // attention_fwd_ws.cu (sm_90a, same condition) — TMA loads, a producer warpgroup, ping-pong
 // consumer warpgroups on wgmma. Its configuration per launch is a WsConfig chosen by
-// choose_ws_config() (fwd_ws_config.hpp): Br = 128 or 192, Bc = 128 or 192.
+// choose_ws_config() (fwd_ws_config.hpp): Br = 128 or 192, Bc = 128 or 192 (d = 256: 80).
 void launch_fast_tma_ws(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
                         cudaStream_t stream);
 

@@ -30,7 +30,7 @@ __device__ __forceinline__ void issue_qk(float (&s_acc)[T::BLOCK_N / 2], uint32_
     const uint64_t da = smem_desc(sQ_wg + col * T::BLOCK_M * 128 + k32, 16, 1024);
     const uint64_t db = smem_desc(sK + col * T::BLOCK_N * 128 + k32, 16, 1024);
     if constexpr (T::BLOCK_N == 128) wgmma_ss_n128<T::kBf16>(s_acc, da, db, kk > 0);
-    else wgmma_ss_wide<T::kBf16, T::BLOCK_N>(s_acc, da, db, kk > 0);  // Bc ∈ {144, 176, 192}
+    else wgmma_ss_wide<T::kBf16, T::BLOCK_N>(s_acc, da, db, kk > 0);  // Bc ∈ {80, 144, 176, 192}
   }
 }
 

@@ -114,14 +114,33 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, u
       "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                                 \
       : FL_ACC32(d)                                                                                    \
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
+// n = 256 (d = 256): 128 accumulator registers, the largest n of a 16-bit wgmma.
+#define FL_D128                                                                                           \
+  FL_D64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, "  \
+         "%82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, " \
+         "%101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, "   \
+         "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define FL_ACC128(d)                                                                                        \
+  FL_ACC64(d), FL_ACC8(d, 64), FL_ACC8(d, 72), FL_ACC8(d, 80), FL_ACC8(d, 88), FL_ACC8(d, 96), FL_ACC8(d, 104), \
+      FL_ACC8(d, 112), FL_ACC8(d, 120)
+#define FL_WGMMA_RS_N256(TY)                                                                           \
+  asm volatile(                                                                                        \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"                                                    \
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " {" FL_D128                            \
+      "}, {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"                                             \
+      : FL_ACC128(d)                                                                                   \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
 template <bool kBf16, int kN>
 __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
 #if FLASHLAB_WGMMA_OK
   if constexpr (kN == 128) {
     if constexpr (kBf16) FL_WGMMA_RS_N128("bf16");
     else FL_WGMMA_RS_N128("f16");
+  } else if constexpr (kN == 256) {
+    if constexpr (kBf16) FL_WGMMA_RS_N256("bf16");
+    else FL_WGMMA_RS_N256("f16");
   } else {
-    static_assert(kN == 64, "P·V wgmma: n = d ∈ {64, 128}");
+    static_assert(kN == 64, "P·V wgmma: n = d ∈ {64, 128, 256}");
     if constexpr (kBf16) FL_WGMMA_RS_N64("bf16");
     else FL_WGMMA_RS_N64("f16");
   }
@@ -256,9 +275,10 @@ __device__ __forceinline__ void named_bar_arrive(int id, int threads) {
 }
 
 // ----------------------------------------------------------------------------- wide S tiles
-/// D[64×N] (+)= A[64×16] · B[16×N], A and B K-major in SRAM (descriptors), for the wider key
-/// tiles N ∈ {144, 176, 192} ("wgmma.mma_async": n may be any multiple of 8 up to 256 for 16-bit
-/// inputs; the accumulator is N/2 fp32 registers per thread in the m64nN layout). S = Q Kᵀ with
+/// D[64×N] (+)= A[64×16] · B[16×N], A and B K-major in SRAM (descriptors), for the key tiles
+/// other than 128: N ∈ {144, 176, 192}, and 80 at d = 256 ("wgmma.mma_async": n may be any
+/// multiple of 8 up to 256 for 16-bit inputs; the accumulator is N/2 fp32 registers per thread in
+/// the m64nN layout). S = Q Kᵀ with
 /// Bc = N keys; wgmma_ss_n128 above is the Bc = 128 one.
 #define FL_D72 FL_D64 ", %64, %65, %66, %67, %68, %69, %70, %71"
 #define FL_D88 FL_D72 ", %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87"
@@ -266,15 +286,19 @@ __device__ __forceinline__ void named_bar_arrive(int id, int threads) {
 #define FL_ACC72(d) FL_ACC64(d), FL_ACC8(d, 64)
 #define FL_ACC88(d) FL_ACC72(d), FL_ACC8(d, 72), FL_ACC8(d, 80)
 #define FL_ACC96(d) FL_ACC88(d), FL_ACC8(d, 88)
+#define FL_D40 FL_D32 ", %32, %33, %34, %35, %36, %37, %38, %39"
+#define FL_ACC40(d) FL_ACC32(d), FL_ACC8(d, 32)
 template <bool kBf16, int kN>
 __device__ __forceinline__ void wgmma_ss_wide(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b, int accumulate) {
 #if FLASHLAB_WGMMA_OK
-  if constexpr (kN == 144) {
+  if constexpr (kN == 80) {  // d = 256: the key tile that leaves room for O_i's 128 registers
+    FL_WGMMA_SS_T_TYPES(80, FL_D40, "%40", "%41", "%42", 0, 0, FL_ACC40(d));
+  } else if constexpr (kN == 144) {
     FL_WGMMA_SS_T_TYPES(144, FL_D72, "%72", "%73", "%74", 0, 0, FL_ACC72(d));
   } else if constexpr (kN == 176) {
     FL_WGMMA_SS_T_TYPES(176, FL_D88, "%88", "%89", "%90", 0, 0, FL_ACC88(d));
   } else {
-    static_assert(kN == 192, "wgmma_ss_wide: N ∈ {144, 176, 192}");
+    static_assert(kN == 192, "wgmma_ss_wide: N ∈ {80, 144, 176, 192}");
     FL_WGMMA_SS_T_TYPES(192, FL_D96, "%96", "%97", "%98", 0, 0, FL_ACC96(d));
   }
 #endif
