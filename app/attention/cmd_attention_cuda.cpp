@@ -71,6 +71,7 @@ constexpr const char* kSummary =
     "i + NK - N + R, -1 unbounded, causal caps R at 0: the CPU command's rule); bwd --kernel fast\n"
     "takes all three on the mma and wgmma-ws backward kernels (dK, dV of K's shape; wgmma-ws-det\n"
     "refuses them); the clear kernels take HKV = H, NK = N and no window.\n"
+    "fwd --kernel fast also takes d = 256 (the mma and tma-ws forwards); the fast backward does not.\n"
     "--save DIR writes o.npy lse.npy [dq.npy dk.npy dv.npy] as float32. Exit 0 within tolerance, 1\n"
     "when not, 2 on bad input. --device cpu runs the CPU reference command instead.\n"
     "--json and --csv print the CPU command's fields where they mean the same (command, variant,\n"
@@ -96,7 +97,7 @@ po::options_description options() {
       ("heads", po::value<long long>()->default_value(1), "H, number of heads")
       ("heads-kv", po::value<long long>(), "H_kv, K/V heads dividing H (fwd --kernel fast only; default H)")
       ;
-  add_dim_option(d, " (--kernel fast: 64 or 128; from q.npy with --inputs)");
+  add_dim_option(d, " (--kernel fast: 64 or 128, fwd also 256; from q.npy with --inputs)");
   d.add_options()
       ("batch", po::value<long long>()->default_value(1), "B, batch size")
       ("causal", po::bool_switch(), "causal mask")
@@ -268,9 +269,14 @@ Run parse_run(const po::variables_map& vm) {
                          std::to_string(run.cfg.h_kv()) + " differs from H = " + std::to_string(run.cfg.heads) + ": " +
                          which + " H_kv = H",
                      where);
-  if (run.fast && run.cfg.head_dim != 64 && run.cfg.head_dim != 128)
-    throw UsageError("--dim " + std::to_string(run.cfg.head_dim) + " is not 64 or 128",
-                     "--kernel fast is compiled for d = 64 and 128; --kernel clear takes any d up to 256");
+  if (run.fast && run.cfg.head_dim != 64 && run.cfg.head_dim != 128 && run.cfg.head_dim != 256)
+    throw UsageError("--dim " + std::to_string(run.cfg.head_dim) + " is not 64, 128 or 256",
+                     "--kernel fast is compiled for d = 64 and 128, its forward for 256 too; --kernel clear takes "
+                     "any d up to 256");
+  if (run.fast && bwd && run.cfg.head_dim == 256)
+    throw UsageError("--dim 256: the fast backward takes d = 64 and 128",
+                     "run fwd --kernel fast at d = 256, the backward with --kernel clear or on the CPU reference: "
+                     "--device cpu");
   if (!run.fast && run.cfg.head_dim > 256)
     throw UsageError("--dim " + std::to_string(run.cfg.head_dim) + " is above 256",
                      "the clear kernels keep whole rows of d in SRAM; use --dim 256 or less");
@@ -462,7 +468,7 @@ int run_fast(Run& run, OutputFormat format) {
   try {
     fc::check_fast_problem(cfg);
   } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what(), "--kernel fast takes --dim 64 or 128 (--kernel clear takes any d up to 256)");
+    throw UsageError(e.what(), "--kernel fast takes --dim 64 or 128, fwd 256 too (--kernel clear takes any d up to 256)");
   }
   const auto Qb = round_in_place(run.Q), Kb = round_in_place(run.K), Vb = round_in_place(run.V);
   const fc::FastForwardKernel fwd_kernel = fc::fastest_forward_kernel(cfg);

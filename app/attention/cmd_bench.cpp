@@ -206,6 +206,11 @@ Sweep parse_sweep(const po::variables_map& vm) {
     throw UsageError("--pass '" + pass + "' is unknown", "choose fwd, bwd or both (the default)");
   s.fwd = pass != "bwd";
   s.bwd = pass != "fwd";
+  if (s.bwd)
+    for (int d : s.dims)
+      if (d == 256)
+        throw UsageError("--dim 256: the fast backward takes d = 64 and 128",
+                         "add --pass fwd (the mma and tma-ws forwards take d = 256)");
   const std::string design = vm["bwd-design"].as<std::string>();
   if (design != "atomic" && design != "two-kernel")
     throw UsageError("--bwd-design '" + design + "' is unknown", "choose atomic (the default) or two-kernel");
@@ -261,7 +266,8 @@ int run_sweep(const Sweep& s) {
       fc::check_fast_problem(shape);
     } catch (const std::invalid_argument& e) {
       throw UsageError("--dim " + std::to_string(d) + ": " + e.what(),
-                       "the fast kernels take --dim 64 and/or 128 (flashlab attention fwd takes any d on the CPU)");
+                       "the fast kernels take --dim 64 and/or 128, the forward 256 too (flashlab attention fwd "
+                       "takes any d on the CPU)");
     }
   }
   require_gpu("bench attention");
@@ -288,6 +294,12 @@ int run_sweep(const Sweep& s) {
                                              : fc::FastForwardKernel::mma_sync;
   b.fwd_auto = chosen;
   b.kv_copy = s.kv_copy;
+  if (!chosen && s.fwd)
+    for (int d : s.dims) try {
+        fc::fast_forward_tiles(d, b.fwd_kernel);  // the kernel's own limit on d (d = 256: mma, tma-ws)
+      } catch (const std::invalid_argument& e) {
+        throw UsageError("--dim " + std::to_string(d) + ": " + e.what(), "--fwd-kernel auto, mma or tma-ws");
+      }
   if (!chosen && (s.fwd_kernel == "wgmma" || s.fwd_kernel == "tma-ws") && !fc::fast_forward_wgmma_built())
     throw UsageError("--fwd-kernel " + s.fwd_kernel + " is not in this build",
                      "configure with CMAKE_CUDA_ARCHITECTURES including 90 (the " + s.fwd_kernel +

@@ -161,7 +161,7 @@ typedef struct flashlab_attention_problem {
   int64_t seq_k;          /**< N_k, keys and values; 0 means N_k = N; packed: max_seqlen_k */
   int64_t heads;          /**< H, query heads (≥ 1) */
   int64_t heads_kv;       /**< H_kv, key/value heads, dividing H; 0 means H_kv = H */
-  int64_t head_dim;       /**< d (≥ 1; the CUDA kernels take 64 or 128) */
+  int64_t head_dim;       /**< d (≥ 1; the CUDA kernels take 64 or 128, the CUDA forward 256 too) */
   double scale;           /**< softmax scale; 0 means 1/√d */
   int causal;             /**< 1: query i sees key j iff j ≤ i + N_k − N (bottom-right aligned); 0 or 1 */
   flashlab_dtype dtype;   /**< element type of Q, K, V, O, dO, dQ, dK, dV */

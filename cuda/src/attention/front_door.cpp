@@ -82,12 +82,27 @@ void check_clear_problem(ref::Algorithm algorithm, const ref::AttentionProblem& 
 
 namespace {
 
-// The fast kernels' one limit on d (stated once: check_fast_problem and fast_forward_tiles).
+// The fast kernels' limits on d, stated here only (check_fast_problem, check_forward_kernel,
+// fast_bwd_problem and fast_forward_tiles call these): every fast kernel takes d = 64 and 128;
+// the mma and tma-ws forwards take 256 too. The backward holds dK_j and dV_j of its whole key
+// tile in registers (the mma kernel: 128 keys × d/2 columns of both per warp, 2·d registers per
+// thread, 512 at d = 256 of the 255 a thread has), so d = 256 would need another warp layout and
+// tiles, not another instantiation.
+constexpr const char* kD256Kernels = "the mma and tma-ws forwards";
+
 void require_fast_head_dim(std::size_t head_dim) {
-  if (head_dim != 64 && head_dim != 128)
+  if (head_dim != 64 && head_dim != 128 && head_dim != 256)
     throw std::invalid_argument("flashlab::cuda: fast kernels: head_dim (d) = " + std::to_string(head_dim) +
-                                " is not 64 or 128 (hint: the fast kernels are compiled for d = 64 and 128; the "
-                                "clear fa2 kernel takes any d up to 256)");
+                                " is not 64, 128 or 256 (hint: the fast kernels are compiled for d = 64 and 128, " +
+                                kD256Kernels + " for d = 256 too; the clear fa2 kernel takes any d up to 256)");
+}
+
+/// d = 256 on a kernel that takes d = 64 and 128 only (`who`: "the wgmma forward", ...).
+void require_d64_d128(std::size_t head_dim, const std::string& who) {
+  if (head_dim == 256)
+    throw std::invalid_argument("flashlab::cuda: " + who + ": head_dim (d) = 256 is not supported: it takes d = 64 "
+                                "and 128 (hint: d = 256 runs on " + kD256Kernels +
+                                "; a d = 256 backward runs on the CPU reference: flashlab attention bwd --device cpu)");
 }
 
 /// Compute capability 9.0 (H100, H200): sm_90a code runs there only (its "a" features are not
@@ -125,6 +140,7 @@ std::size_t dq_accum_offset(std::size_t stats) { return (stats * sizeof(float) +
 detail::Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProblem& problem,
                                  const FastBackwardKernel* kernel = nullptr) {
   check_fast_problem(problem);
+  require_d64_d128(problem.head_dim, "fast backward");
   const bool general_kernel = design == ref::Algorithm::bwd_atomic &&
                               (kernel == nullptr || *kernel != FastBackwardKernel::wgmma_ws_deterministic);
   if (!general_kernel) {
@@ -160,6 +176,8 @@ detail::Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProb
 /// K/V, N_k ≠ N and windows run on tma_ws and mma_sync. The split-KV forward masks no window either.
 void check_forward_kernel(const ref::AttentionProblem& problem, FastForwardKernel kernel) {
   const char* hint = "use the tma-ws or mma forward kernel";
+  if (kernel == FastForwardKernel::split_kv) require_d64_d128(problem.head_dim, "split-KV forward");
+  if (kernel == FastForwardKernel::wgmma) require_d64_d128(problem.head_dim, "wgmma forward");
   if (kernel == FastForwardKernel::split_kv && problem.has_window())
     throw std::invalid_argument("flashlab::cuda: split-KV forward: window (" + std::to_string(problem.window_left) +
                                 "," + std::to_string(problem.window_right) +
@@ -238,8 +256,9 @@ FastForwardKernel fastest_forward_kernel(const ref::AttentionProblem& problem) {
   // per 128-row query tile and head) would fill at most 1/kSplitKvSmShare of the SMs.
   constexpr std::size_t kShortList = 16, kRegularBr = 128, kSplitKvSmShare = 4;
   const std::size_t regular_blocks = problem.batch * problem.heads * ((problem.seq + kRegularBr - 1) / kRegularBr);
-  // A window runs on the regular forwards (the split-KV forward masks none).
-  if (!problem.has_window() &&
+  // A window runs on the regular forwards (the split-KV forward masks none), and so does d = 256
+  // (the split-KV forward is compiled for d = 64 and 128).
+  if (!problem.has_window() && problem.head_dim != 256 &&
       (problem.seq <= kShortList || regular_blocks * kSplitKvSmShare <= std::size_t(device_sms())))
     return FastForwardKernel::split_kv;
   return fastest_forward_kernel();
@@ -252,9 +271,18 @@ FastBackwardKernel fastest_backward_kernel() {
 }
 
 FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel) {
-  require_fast_head_dim(head_dim < 0 ? 0 : std::size_t(head_dim));
+  const std::size_t d = head_dim < 0 ? 0 : std::size_t(head_dim);
+  require_fast_head_dim(d);
+  if (kernel == FastForwardKernel::split_kv) require_d64_d128(d, "split-KV forward");
+  if (kernel == FastForwardKernel::wgmma) require_d64_d128(d, "wgmma forward");
   if (kernel == FastForwardKernel::wgmma) return {detail::kWgmmaBlockM, detail::kWgmmaBlockN};
-  if (kernel == FastForwardKernel::tma_ws) return {128, 128};  // the configuration of a short work list
+  if (kernel == FastForwardKernel::tma_ws) {  // the configuration of a short work list
+    detail::Problem p{};
+    p.head_dim = head_dim;
+    p.seq = p.seq_k = p.heads = p.heads_kv = p.batch = 1;
+    const detail::WsConfig c = detail::choose_ws_config(p, true, 1);
+    return {c.block_m(), c.block_n};
+  }
   if (kernel == FastForwardKernel::split_kv) return {16, detail::kSplitKvBlockN};  // at most 16 packed rows
   return {detail::kMmaBlockM, detail::kMmaBlockN};
 }

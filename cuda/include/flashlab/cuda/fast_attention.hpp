@@ -7,8 +7,9 @@
 /// code may include this header.
 ///
 /// The problem is a ref::AttentionProblem; the fast kernels' own limits are checked in one
-/// place, check_fast_problem(): d ∈ {64, 128}, dtype bf16 or fp16, no packed sequences, 32-bit
-/// element counts. Their tiles are
+/// place, check_fast_problem(): d ∈ {64, 128, 256} (256: the mma_sync and tma_ws forwards alone;
+/// the other kernels refuse it by name), dtype bf16 or fp16, no packed sequences, 32-bit element
+/// counts. Their tiles are
 /// fixed at compile time per kernel configuration and chosen per problem and device
 /// (fast_forward_tiles(); the backward kernels' tiles are stated in
 /// cuda/src/attention/attention_bwd_tc.cu), so the problem's Br and Bc are not read.
@@ -99,9 +100,9 @@ struct FastTiles {
 };
 
 /// The tiles of the fast forward `kernel` for `head_dim` on a short work list (of N_k = N); throws
-/// std::invalid_argument for d ∉ {64, 128}. mma_sync and wgmma have one tile shape per head dim;
-/// tma_ws chooses its configuration per problem and device (longer lists run Br = 192 at d = 64,
-/// Bc = 192 at d = 128), split_kv its Br per problem (16 packed rows for at most 16 rows per K/V
+/// std::invalid_argument for d ∉ {64, 128, 256} and for d = 256 on wgmma or split_kv. mma_sync and
+/// wgmma have one tile shape per head dim; tma_ws chooses its configuration per problem and device
+/// (longer lists run Br = 192 at d = 64, Bc = 192 at d = 128; d = 256 runs Bc = 80), split_kv its Br per problem (16 packed rows for at most 16 rows per K/V
 /// head, else 64; Bc = 64): the overload below reports the tiles that run.
 FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel = FastForwardKernel::mma_sync);
 
@@ -114,9 +115,10 @@ FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel = FastForwar
 FastTiles fast_forward_tiles(const ref::AttentionProblem& problem, FastForwardKernel kernel);
 
 /// The fast kernels' limits beyond ref::AttentionProblem::validate(), checked here and nowhere
-/// else: d ∈ {64, 128}; dtype bf16 or fp16; no packed sequences; B·N·H·d and B·N_k·H_kv·d below
-/// 2³¹ (32-bit indices). Grouped K/V, N_k ≠ N and windows pass here: the forward takes them; the
-/// backward's entry points and the wgmma forward refuse them by name. Validates the
+/// else: d ∈ {64, 128, 256}; dtype bf16 or fp16; no packed sequences; B·N·H·d and B·N_k·H_kv·d below
+/// 2³¹ (32-bit indices). Grouped K/V, N_k ≠ N, windows and d = 256 pass here: the forward takes
+/// them; the backward's entry points and the wgmma forward refuse them by name (d = 256 the
+/// split-KV forward too). Validates the
 /// problem first. Throws std::invalid_argument naming the field, the value, the limit and a hint.
 void check_fast_problem(const ref::AttentionProblem& problem);
 
