@@ -270,6 +270,16 @@ int run_sweep(const Sweep& s) {
                        "takes any d on the CPU)");
     }
   }
+  // A named forward kernel's own limit on d (d = 256: mma and tma-ws alone), before anything runs.
+  if (s.fwd_kernel != "auto" && s.fwd)
+    for (int d : s.dims) try {
+        fc::fast_forward_tiles(d, s.fwd_kernel == "wgmma"     ? fc::FastForwardKernel::wgmma
+                                  : s.fwd_kernel == "tma-ws"  ? fc::FastForwardKernel::tma_ws
+                                  : s.fwd_kernel == "splitkv" ? fc::FastForwardKernel::split_kv
+                                                              : fc::FastForwardKernel::mma_sync);
+      } catch (const std::invalid_argument& e) {
+        throw UsageError("--dim " + std::to_string(d) + ": " + e.what(), "--fwd-kernel auto, mma or tma-ws");
+      }
   require_gpu("bench attention");
   fc::AttentionBenchConfig b;
   b.seqs = s.seqs;
@@ -294,12 +304,7 @@ int run_sweep(const Sweep& s) {
                                              : fc::FastForwardKernel::mma_sync;
   b.fwd_auto = chosen;
   b.kv_copy = s.kv_copy;
-  if (!chosen && s.fwd)
-    for (int d : s.dims) try {
-        fc::fast_forward_tiles(d, b.fwd_kernel);  // the kernel's own limit on d (d = 256: mma, tma-ws)
-      } catch (const std::invalid_argument& e) {
-        throw UsageError("--dim " + std::to_string(d) + ": " + e.what(), "--fwd-kernel auto, mma or tma-ws");
-      }
+
   if (!chosen && (s.fwd_kernel == "wgmma" || s.fwd_kernel == "tma-ws") && !fc::fast_forward_wgmma_built())
     throw UsageError("--fwd-kernel " + s.fwd_kernel + " is not in this build",
                      "configure with CMAKE_CUDA_ARCHITECTURES including 90 (the " + s.fwd_kernel +

@@ -39,10 +39,14 @@ TEST_CASE("cli bench: bad flags are usage errors naming the flag", "[cli][bench]
   expect_usage_error("bench attention --seq 1024,,2048", "--seq: ''");
   expect_usage_error("bench attention --seq 1024,", "--seq");
 #ifdef FLASHLAB_TEST_HAVE_CUDA
-  expect_usage_error("bench attention --dim 96", "--dim 96: flashlab::cuda: fast kernels: head_dim (d) = 96 is not 64 or 128");
+  expect_usage_error("bench attention --dim 96", "--dim 96: flashlab::cuda: fast kernels: head_dim (d) = 96 is not 64, 128 or 256");
+  expect_usage_error("bench attention --dim 256 --pass fwd --fwd-kernel splitkv",
+                     "--dim 256: flashlab::cuda: split-KV forward: head_dim (d) = 256 is not supported");
 #else
   expect_usage_error("bench attention --dim 96", "built without CUDA");
 #endif
+  expect_usage_error("bench attention --dim 256", "--dim 256: the fast backward takes d = 64 and 128");
+  expect_usage_error("bench attention --dim 128,256 --pass bwd", "add --pass fwd");
   expect_usage_error("bench attention --fwd-kernel tma", "--fwd-kernel 'tma' is unknown");
   expect_usage_error("bench attention --bwd-kernel wgmma", "--bwd-kernel 'wgmma' is unknown");
   expect_usage_error("bench attention --bwd-design two-kernel --bwd-kernel wgmma-ws", "runs the atomic design only");

@@ -394,7 +394,7 @@ TEST_CASE("fast forward refuses what it does not support", "[fast][errors]") {
   cfg.dtype = fr::Dtype::bf16;
   const auto mma = fc::FastForwardKernel::mma_sync, wgmma = fc::FastForwardKernel::wgmma;
   const std::vector<std::uint16_t> x(8 * 48);
-  CHECK_THROWS_WITH(fc::fast_attention_forward(cfg, mma, x, x, x), Catch::Contains("head_dim (d) = 48 is not 64 or 128"));
+  CHECK_THROWS_WITH(fc::fast_attention_forward(cfg, mma, x, x, x), Catch::Contains("head_dim (d) = 48 is not 64, 128 or 256"));
   CHECK_THROWS_WITH(fc::fast_attention_forward(cfg, wgmma, x, x, x), Catch::Contains("head_dim (d) = 48"));
   CHECK_THROWS_WITH(fc::fast_attention_forward(cfg, fc::FastForwardKernel::tma_ws, x, x, x),
                     Catch::Contains("head_dim (d) = 48"));

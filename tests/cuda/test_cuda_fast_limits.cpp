@@ -149,5 +149,32 @@ TEST_CASE("the split-KV forward's tiles count packed rows: the query rows of the
   p.seq = 5;  // 20 packed rows
   CHECK(fc::fast_forward_tiles(p, split_kv).Br == 64);
   p.head_dim = 96;  // the fast kernels' one limit on d, stated once
-  CHECK_THROWS_WITH(fc::fast_forward_tiles(p, split_kv), Catch::Contains("head_dim (d) = 96 is not 64 or 128"));
+  CHECK_THROWS_WITH(fc::fast_forward_tiles(p, split_kv), Catch::Contains("head_dim (d) = 96 is not 64, 128 or 256"));
+}
+
+TEST_CASE("d = 256: the mma and tma-ws forwards take it, the other fast kernels name their limit",
+          "[fast][fast-d256][errors]") {
+  fr::AttentionProblem p;
+  p.seq = 8;
+  p.head_dim = 256;
+  p.dtype = kBf16;
+  CHECK_NOTHROW(fc::check_fast_problem(p));
+  CHECK(fc::fast_forward_tiles(256, fc::FastForwardKernel::mma_sync).Br == 128);
+  CHECK(fc::fast_forward_tiles(256, fc::FastForwardKernel::mma_sync).Bc == 64);
+  CHECK(fc::fast_forward_tiles(256, fc::FastForwardKernel::tma_ws).Br == 128);
+  CHECK(fc::fast_forward_tiles(256, fc::FastForwardKernel::tma_ws).Bc == 80);  // two stages fit the SRAM
+  CHECK(fc::fast_forward_tiles(128, fc::FastForwardKernel::tma_ws).Bc == 128);
+  CHECK_THROWS_WITH(fc::fast_forward_tiles(256, fc::FastForwardKernel::split_kv),
+                    Catch::Contains("split-KV forward: head_dim (d) = 256 is not supported: it takes d = 64 and 128") &&
+                        Catch::Contains("hint: d = 256 runs on the mma and tma-ws forwards"));
+  CHECK_THROWS_WITH(fc::fast_forward_tiles(p, fc::FastForwardKernel::split_kv),
+                    Catch::Contains("split-KV forward: head_dim (d) = 256"));
+  CHECK_THROWS_WITH(fc::fast_forward_tiles(p, fc::FastForwardKernel::wgmma),
+                    Catch::Contains("wgmma forward: head_dim (d) = 256 is not supported"));
+  for (const auto design : {fr::Algorithm::bwd_atomic, fr::Algorithm::bwd_two_kernel})
+    CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(design, p),
+                      Catch::Contains("fast backward: head_dim (d) = 256 is not supported") &&
+                          Catch::Contains("run a d = 256 backward on the CPU reference"));
+  p.head_dim = 512;
+  CHECK_THROWS_WITH(fc::check_fast_problem(p), Catch::Contains("head_dim (d) = 512 is not 64, 128 or 256"));
 }

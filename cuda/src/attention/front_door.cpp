@@ -97,12 +97,15 @@ void require_fast_head_dim(std::size_t head_dim) {
                                 kD256Kernels + " for d = 256 too; the clear fa2 kernel takes any d up to 256)");
 }
 
-/// d = 256 on a kernel that takes d = 64 and 128 only (`who`: "the wgmma forward", ...).
-void require_d64_d128(std::size_t head_dim, const std::string& who) {
+/// d = 256 on a kernel that takes d = 64 and 128 only (`who`: "wgmma forward", "fast backward", ...).
+void require_d64_d128(std::size_t head_dim, const std::string& who, bool backward = false) {
   if (head_dim == 256)
     throw std::invalid_argument("flashlab::cuda: " + who + ": head_dim (d) = 256 is not supported: it takes d = 64 "
-                                "and 128 (hint: d = 256 runs on " + kD256Kernels +
-                                "; a d = 256 backward runs on the CPU reference: flashlab attention bwd --device cpu)");
+                                "and 128 (hint: " +
+                                (backward ? "run a d = 256 backward on the CPU reference: flashlab attention bwd "
+                                            "--device cpu; the forward at d = 256 runs on "
+                                          : "d = 256 runs on ") +
+                                kD256Kernels + ")");
 }
 
 /// Compute capability 9.0 (H100, H200): sm_90a code runs there only (its "a" features are not
@@ -140,7 +143,7 @@ std::size_t dq_accum_offset(std::size_t stats) { return (stats * sizeof(float) +
 detail::Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProblem& problem,
                                  const FastBackwardKernel* kernel = nullptr) {
   check_fast_problem(problem);
-  require_d64_d128(problem.head_dim, "fast backward");
+  require_d64_d128(problem.head_dim, "fast backward", true);
   const bool general_kernel = design == ref::Algorithm::bwd_atomic &&
                               (kernel == nullptr || *kernel != FastBackwardKernel::wgmma_ws_deterministic);
   if (!general_kernel) {
