@@ -22,10 +22,11 @@
 //     the next Q_i may land); k_full[s] and v_full[s] (the TMA credits the bytes, so S_ij can
 //     start as soon as K_j landed while V_j is still in flight); empty[s]
 //     (one arrival per consumer warp once its P_ij·V_j finished reading the stage; the producer
-//     waits on it before it overwrites). Without a causal mask (kSplitEmpty) K_j and V_j are
-//     released apart: empty[s] once S_ij is done, v_empty[s] once P_ij·V_j is, and the producer
-//     loads K_j before V_(j−1), so the keys of a stage are refilled a turn earlier. Waiters name
-//     the phase by its parity: (it / kStages) & 1 for the it-th key tile of the block's whole list.
+//     waits on it before it overwrites). Without a causal mask, and at d = 256 with every mask
+//     (kSplitEmpty), K_j and V_j are released apart: empty[s] once S_ij is done, v_empty[s] once
+//     P_ij·V_j is, and the producer loads K_j before V_(j−1), so the keys of a stage are refilled a
+//     turn earlier. Waiters name the phase by its parity: (it / kStages) & 1 for the it-th key
+//     tile of the block's whole list.
 //   - TMA writes the 128-byte-swizzled layout the wgmma descriptors read (one box = 64 columns ×
 //     rows; a [rows][d] tile is d/64 boxes, each a 1024-byte-aligned block of rows·128 bytes).
 //     Rows past N arrive as zeros (no stale SRAM reaches P·V: the NaN hazard).
@@ -34,13 +35,15 @@
 //     Q_i K_jᵀ and O_i += P_i(j−1) V_(j−1) back to back; while the tensor cores run them the other
 //     warpgroups do their softmax. So the softmax (exp2 on the SFU) of one warpgroup hides behind
 //     the GEMMs of the others, rather than all warpgroups doing softmax at the same time.
-//   - Intra-warpgroup overlap (kOverlap; d = 64, and d = 128 without a causal mask): the softmax
+//   - Intra-warpgroup overlap (kOverlap; d = 64 and 256, and d = 128 without a causal mask): the softmax
 //     of S_ij starts once S_ij is done, while the P_i(j−1)·V_(j−1) of the same turn still runs.
 //   - Which configuration runs (a WsConfig, chosen by choose_ws_config in fwd_ws_config.hpp, where
 //     each rule's measurement is stated): d = 128, Br = 128 and, without a causal mask,
 //     Bc = 192 in two stages where the last key tile pads N by ≤ 1 % (else Bc = 128, three
 //     stages); d = 64, Br = 192 (three consumers) when the work list gives every SM ≥ 2.5 rounds
-//     of units (causal: 5), else 128.
+//     of units (causal: 5), else 128; d = 256, Br = 128 and Bc = 80 in two stages (O_i alone is
+//     128 of a consumer's 240 registers; two stages of 80 keys are what fits beside Q_i), K_j and
+//     V_j released apart with every mask.
 //     At d = 64 a tile's GEMMs take as long as its exponentials, so one other warpgroup's GEMMs
 //     cannot hide a softmax; two can.
 //   - Two sets of P registers (kTwoP; d = 64, and d = 128 with Bc = 192): the loop runs two key
@@ -80,7 +83,8 @@
 // tail's; d = 128: 230,520 B of dynamic SRAM (Q_i 32 KiB + 3 stages × (K_j + V_j) 192 KiB +
 // barriers + the split tail's 32 B + alignment slack; the limit is 232,448; 230,544 with K and V
 // released apart; Bc = 192: 2 stages × 96 KiB, 230,512), d = 64: 115,832 B (Br = 128) or
-// 124,048 B (Br = 192, released apart).
+// 124,048 B (Br = 192, released apart); d = 256: 230,512 B (Q_i 64 KiB + 2 stages × (K_j + V_j)
+// 160 KiB + barriers), no spills.
 // Why each of these is here, what it was measured against and the profiles that decided it:
 // docs/optimisation.md, the TMA forward; its runs: cuda/RESULTS.md and cuda/results/fwd_tma_ws.csv.
 #include "core/common.hpp"
@@ -798,10 +802,11 @@ constexpr WsConfig kWsConfigs[] = {
     // sliding windows: the causal configurations (d = 64 with two consumers), units from the band's left edge
     {64, true, true, 2, 3, 128, true, false, false, false, true, false, true},
     {128, true, true, 2, 3, 128, false, false, false, false, false, false, true},
-    // d = 256: Bc = 80 in two stages with the overlap; non-causal (short chains), causal, window
-    {256, true, false, 2, 2, 80, true, true, false, false, false, false},
-    {256, true, true, 2, 2, 80, true, false, false, false, false, false},
-    {256, true, true, 2, 2, 80, true, false, false, false, false, false, true},
+    // d = 256: Bc = 80 in two stages, the overlap, K/V released apart; non-causal (short chains, the
+    // vote), causal, window
+    {256, true, false, 2, 2, 80, true, true, true, true, false, false},
+    {256, true, true, 2, 2, 80, true, false, true, false, false, false},
+    {256, true, true, 2, 2, 80, true, false, true, false, false, false, true},
 };
 constexpr int kWsConfigCount = int(sizeof(kWsConfigs) / sizeof(kWsConfigs[0]));
 

@@ -85,9 +85,9 @@ namespace {
 // The fast kernels' limits on d, stated here only (check_fast_problem, check_forward_kernel,
 // fast_bwd_problem and fast_forward_tiles call these): every fast kernel takes d = 64 and 128;
 // the mma and tma-ws forwards take 256 too. The backward holds dK_j and dV_j of its whole key
-// tile in registers (the mma kernel: 128 keys × d/2 columns of both per warp, 2·d registers per
-// thread, 512 at d = 256 of the 255 a thread has), so d = 256 would need another warp layout and
-// tiles, not another instantiation.
+// tile in registers (the mma kernel: 32 keys × d/2 columns of both per warp, d registers per
+// thread, 256 at d = 256 against the 255 a thread has), so d = 256 would need another warp layout
+// and tiles, not another instantiation (docs/cuda.md, head dim 256).
 constexpr const char* kD256Kernels = "the mma and tma-ws forwards";
 
 void require_fast_head_dim(std::size_t head_dim) {
