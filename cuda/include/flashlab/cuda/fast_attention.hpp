@@ -116,10 +116,10 @@ FastTiles fast_forward_tiles(const ref::AttentionProblem& problem, FastForwardKe
 
 /// The fast kernels' limits beyond ref::AttentionProblem::validate(), checked here and nowhere
 /// else: d ∈ {64, 128, 256}; dtype bf16 or fp16; no packed sequences; B·N·H·d and B·N_k·H_kv·d below
-/// 2³¹ (32-bit indices). Grouped K/V, N_k ≠ N, windows and d = 256 pass here: the forward takes
-/// them; the backward's entry points and the wgmma forward refuse them by name (d = 256 the
-/// split-KV forward too). Validates the
-/// problem first. Throws std::invalid_argument naming the field, the value, the limit and a hint.
+/// 2³¹ (32-bit indices). Grouped K/V, N_k ≠ N, windows and d = 256 pass here; the kernels that do
+/// not take them refuse them by name: the wgmma forward the first three, the split-KV forward a
+/// window, the two-kernel design and the deterministic wgmma-ws kernel the first three, and every
+/// backward, the wgmma and the split-KV forwards d = 256. Validates the problem first. Throws std::invalid_argument naming the field, the value, the limit and a hint.
 void check_fast_problem(const ref::AttentionProblem& problem);
 
 /// Uploads Q (`[B, N, H, d]`), K and V (`[B, N_k, H_kv, d]`), 16-bit bit patterns of `problem.dtype`, poisons O
