@@ -69,12 +69,45 @@ TEST_CASE("the front door takes grouped K/V and N_k != N for the forward and the
   CHECK_NOTHROW(fc::check_fast_problem(p));
   p.seq = std::size_t(1) << 18;  // B·N·H·d = 2 · 2^18 · 32 · 128 = 2^31
   CHECK_THROWS_WITH(fc::check_fast_problem(p), Catch::Contains("B·N·H·d = 2147483648 is not below 2^31"));
-  // Still refused by every fast kernel: packed sequences.
-  p.seq = 100;
-  p.seq_k = 0;
-  p.heads_kv = 0;
-  p.set_packed(fr::PackedSequences({0, 40, 100}, {0, 40, 100}));
-  CHECK_THROWS_WITH(fc::check_fast_problem(p), Catch::Contains("cu_seqlens") && Catch::Contains("not supported yet"));
+}
+
+TEST_CASE("the front door takes packed sequences for the mma and tma-ws forwards and refuses them elsewhere",
+          "[fast][fast-varlen][errors]") {
+  fr::AttentionProblem p;
+  p.heads = 32;
+  p.heads_kv = 8;
+  p.head_dim = 128;
+  p.causal = true;
+  p.dtype = kBf16;
+  p.set_packed(fr::PackedSequences({0, 40, 100}, {0, 70, 70}));
+  CHECK_NOTHROW(fc::check_fast_problem(p));
+  CHECK(fc::fast_forward_tiles(p, kMma).Br == 128);
+  // The backward, the split-KV and the plain wgmma forwards: refused by name.
+  for (auto design : {fr::Algorithm::bwd_atomic, fr::Algorithm::bwd_two_kernel})
+    CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(design, p),
+                      Catch::Contains("fast backward: cu_seqlens (2 packed sequences)") && Catch::Contains("hint:"));
+  for (auto kernel : {fc::FastForwardKernel::wgmma, fc::FastForwardKernel::split_kv})
+    CHECK_THROWS_WITH(fc::fast_forward_tiles(p, kernel),
+                      Catch::Contains("cu_seqlens (packed sequences) are not supported") &&
+                          Catch::Contains("hint: use the tma-ws or mma forward kernel"));
+  // The lists on the device: the totals are checked against the problem's own lists when it has them.
+  const fc::FastPackedSequences lists{nullptr, nullptr, 100, 70};
+  CHECK_NOTHROW(fc::check_fast_packed(p, lists));
+  CHECK_THROWS_WITH(fc::check_fast_packed(p, {nullptr, nullptr, 99, 70}),
+                    Catch::Contains("packed.total_q = 99 differs from the problem's cu_seqlens_q, which ends at 100"));
+  CHECK_THROWS_WITH(fc::check_fast_packed(p, {nullptr, nullptr, 100, 0}),
+                    Catch::Contains("packed.total_k = 0 is not 1") && Catch::Contains("hint:"));
+  // Without host lists the problem is dense-shaped: B, the longest lengths (or more), the totals.
+  fr::AttentionProblem shape = p;
+  shape.packed.reset();
+  shape.batch = 1000;
+  shape.seq = 1 << 16;
+  shape.seq_k = 1 << 16;
+  CHECK_NOTHROW(fc::check_fast_packed(shape, {nullptr, nullptr, 100000, 100000}));  // B·N·H·d is not the size
+  CHECK_THROWS_WITH(fc::check_fast_packed(shape, {nullptr, nullptr, 1 << 19, 100}),
+                    Catch::Contains("total_q·H·d = 2147483648 is not below 2^31"));
+  CHECK_THROWS_WITH(fc::check_fast_packed(shape, {nullptr, nullptr, 100, 1 << 21}),
+                    Catch::Contains("total_k·H_kv·d = 2147483648 is not below 2^31"));
 }
 
 TEST_CASE("the front door takes windows for the forward and refuses them for the backward, wgmma and split-KV",

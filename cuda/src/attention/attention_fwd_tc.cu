@@ -46,10 +46,17 @@
 //     tiles run from the tile of its first row's left edge to that of its last row's right edge,
 //     so tiles outside the band on either side are never loaded; a warp skips the math of a tile
 //     its rows miss on either side, and masks a tile the band crosses on both edges.
+//   - Packed sequences (kPacked, Problem::packed(): FlashAttention's varlen layout, Q and O
+//     [1, total_q, H, d], K and V [1, total_k, H_kv, d], LSE [1, H, total_q]): one block per query
+//     tile of one sequence and head, in the packed numbering (packed.cuh: no tile of padding, the
+//     lists read on the device), with that sequence's N, N_k, offset len_k − len_q and first rows;
+//     the cp.async loads zero-fill past the sequence's own last query and key, so no row of the
+//     next sequence reaches SRAM (a non-finite value there cannot reach P·V as 0·inf).
 // It never produces S or P outside registers; O is written once in the input dtype, LSE in fp32.
-// Instantiations: d ∈ {64, 128, 256} × {bf16, fp16} × {causal, not, window}: the launch picks the causal
-// instantiation from the run-time flag (each has its own tuple; inside the kernel it is constexpr),
-// and a window (Problem::windowed()) the window one, on the causal tuple.
+// Instantiations: d ∈ {64, 128, 256} × {bf16, fp16} × {causal, not, window}, and at d = 64 and 128
+// × {dense, packed}: the launch picks the causal instantiation from the run-time flag (each has its
+// own tuple; inside the kernel it is constexpr), a window (Problem::windowed()) the window one, on
+// the causal tuple, and packed sequences the packed one.
 //
 // Why not more: this is mma.sync, not Hopper's wgmma/TMA (attention_fwd_wgmma.cu is); the
 // exp2/softmax phase of a warp does not overlap its own mma phase, and O is stored straight from
@@ -64,6 +71,7 @@
 #include "core/common.hpp"
 #include "attention/launchers.hpp"
 #include "core/tensor_core.cuh"
+#include "attention/packed.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -210,18 +218,17 @@ __device__ __forceinline__ void mask_scores(float (&s)[T::kMT][T::BLOCK_N / 8][4
       }
 }
 
-/// O_i = acc / l_i: registers → HBM (input dtype). LSE_i = m_i + log2(l_i): registers → HBM.
+/// O_i = acc / l_i: registers → HBM (input dtype), rows below N of the head at `base`.
+/// LSE_i = m_i + log2(l_i): registers → HBM, row r at LSE[stat + r].
 /// l_i (per-thread partial sums) is first reduced over the quad. Guard: l_i = 0 (a row that saw
 /// no key) stores O_i = 0 and LSE_i = −inf.
 template <class T, bool kBf16>
 __device__ __forceinline__ void store_output(uint16_t* __restrict__ O, float* __restrict__ LSE,
                                              const float (&acc)[T::kMT][T::kHeadDim / 8][4],
                                              const float (&m_i)[T::kMT][2], const float (&l_i)[T::kMT][2],
-                                             const Problem& p, int b, int h, std::size_t base, std::size_t stride,
+                                             int N, std::size_t stat, std::size_t base, std::size_t stride,
                                              int warp_row0, int g, int t) {
   const float NEG_INF = __int_as_float(0xff800000);  // −inf
-  const int N = p.seq;
-  const std::size_t stat = p.stat_offset(b, h);
 #pragma unroll
   for (int mt = 0; mt < T::kMT; ++mt)
 #pragma unroll
@@ -250,10 +257,14 @@ __device__ __forceinline__ void store_output(uint16_t* __restrict__ O, float* __
 /// second copy (the d = 128 non-causal tuple uses all 255 registers: with K/V's own values ptxas
 /// made 68 bytes of spill stores there); kOwnKv = true reads them from the problem. kWindow (with
 /// kOwnKv and the causal tuple): the key tiles of the block's band, masks on both of its edges.
-template <class T, bool kBf16, bool kOwnKv, bool kWindow = false>
+/// kPacked (with kOwnKv; Problem::packed()): grid (packed_tiles(Br), H, 1), each block one query
+/// tile of one sequence (packed.cuh), that sequence's lengths, offset and rows; instantiations of
+/// their own, so the dense ones compile as they did.
+template <class T, bool kBf16, bool kOwnKv, bool kWindow = false, bool kPacked = false>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     fast_fwd_kernel(Problem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
-                    const uint16_t* __restrict__ V, uint16_t* __restrict__ O, float* __restrict__ LSE) {
+                    const uint16_t* __restrict__ V, uint16_t* __restrict__ O, float* __restrict__ LSE,
+                    PackedLists lists) {
   constexpr int HEAD_DIM = T::kHeadDim;
   constexpr bool causal = T::kCausal;  // == p.causal (the launch picks the instantiation)
   constexpr int BLOCK_M = T::BLOCK_M, BLOCK_N = T::BLOCK_N, kMT = T::kMT;
@@ -263,22 +274,42 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   constexpr int kNTilesO = HEAD_DIM / 8;    // n8 tiles of O_i per m16 tile
   const float NEG_INF = __int_as_float(0xff800000);  // −inf
 
-  const int N = p.seq, Nk = kOwnKv ? p.seq_k : N;
+  int N = p.seq, Nk = kOwnKv ? p.seq_k : N;
   // Causal: the bottom query tiles see the most keys; launch them first (better tail balance).
   const int i = causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
   const int h = blockIdx.y, b = blockIdx.z;
-  const int row0 = i * BLOCK_M;
+  int row0 = i * BLOCK_M;
   const std::size_t stride = p.row_stride(), kv_stride = kOwnKv ? p.kv_row_stride() : stride;
-  const std::size_t base = p.head_offset(b, h), kv_base = kOwnKv ? p.kv_head_offset(b, p.kv_head(h)) : base;
-  const int offset = kOwnKv ? p.causal_offset() : 0;  // N_k − N
+  std::size_t base = p.head_offset(b, h), kv_base = kOwnKv ? p.kv_head_offset(b, p.kv_head(h)) : base;
+  std::size_t stat = 0;  // packed: the sequence's first LSE row of head h (dense: p.stat_offset at the store)
+  int offset = kOwnKv ? p.causal_offset() : 0;  // N_k − N
+  static_assert(!kPacked || kOwnKv, "packed sequences have their own key lengths");
+  if constexpr (kPacked) {
+    // Packed sequences: tile i of the launch's numbering (packed_tile) is query tile row0 / Br of
+    // sequence pt.b; N, N_k and the offset are that sequence's, its rows start at q_start
+    // (k_start), and LSE is [1, H, total_q]. The loads stop at the sequence's own last row
+    // (zero-filled past it), so no row of the next sequence reaches SRAM.
+    const PackedTile pt = packed_tile(p, lists, i, BLOCK_M);
+    if (pt.row0 >= pt.len_q) return;  // past the sequence's last query: at most one tile per sequence
+    N = pt.len_q;
+    Nk = pt.len_k;
+    row0 = pt.row0;
+    base = std::size_t(pt.q_start) * stride + std::size_t(h) * HEAD_DIM;
+    kv_base = std::size_t(pt.k_start) * kv_stride + std::size_t(p.kv_head(h)) * HEAD_DIM;
+    stat = std::size_t(h) * std::size_t(p.total_q) + std::size_t(pt.q_start);
+    offset = Nk - N;
+  }
+  // The band's edges (kWindow): the sequence's (kPacked), or the problem's where they are read.
+  auto lo_edge = [&] { return kPacked ? p.window_lo(offset) : p.window_lo(); };
+  auto hi_edge = [&] { return kPacked ? p.window_hi(offset) : p.window_hi(); };
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;         // mma fragment coordinates: row group, thread in group
   const int warp_m0 = 16 * kMT * warp;           // this warp's first row inside Q_i
   const int warp_row0 = row0 + warp_m0;          // ... and in the sequence
   // Causal, bottom-right aligned: query row r sees keys ≤ r + N_k − N (the diagonal of the warp's
   // first row: warp_diag0). A window: r + window_hi() ≤ … and ≥ r + window_lo() (warp_lo0).
-  const int warp_diag0 = warp_row0 + (kWindow ? p.window_hi() : offset);
-  const int warp_lo0 = kWindow ? warp_row0 + p.window_lo() : 0;
+  const int warp_diag0 = warp_row0 + (kWindow ? hi_edge() : offset);
+  const int warp_lo0 = kWindow ? warp_row0 + lo_edge() : 0;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t sQ = uint32_t(__cvta_generic_to_shared(smem_raw));
@@ -293,7 +324,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   // row's right edge is left of key 0 (the first row's left edge is never past N_k − 1).
   int j0 = 0, Tc;
   if constexpr (kWindow) {
-    const int first = max(0, row0 + p.window_lo()), last = min(Nk - 1, min(N, row0 + BLOCK_M) - 1 + p.window_hi());
+    const int first = max(0, row0 + lo_edge()), last = min(Nk - 1, min(N, row0 + BLOCK_M) - 1 + hi_edge());
     j0 = last < first ? 0 : first / BLOCK_N;
     Tc = last < first ? 0 : last / BLOCK_N - j0 + 1;  // key tiles j0 .. j0 + Tc − 1
   } else {
@@ -499,56 +530,65 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   }
   cp_async_wait<0>();  // no copy may still be writing SRAM when the block exits (empty groups)
 
-  store_output<T, kBf16>(O, LSE, acc, m_i, l_i, p, b, h, base, stride, warp_row0, g, t);
+  store_output<T, kBf16>(O, LSE, acc, m_i, l_i, N, kPacked ? stat : p.stat_offset(b, h), base, stride, warp_row0, g,
+                         t);
 }
 
 /// kWindow (a window, Problem::windowed(); on the causal tuple): K/V always from the problem.
+/// Packed sequences (Problem::packed()): the kPacked instantiations.
 template <int HEAD_DIM, bool kBf16, bool kCausal, bool kWindow = false>
 void launch_fast_one(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, const PackedLists& lists) {
   using T = FastTraits<HEAD_DIM, kCausal>;
   static_assert(T::BLOCK_M == FastTraits<HEAD_DIM, !kCausal>::BLOCK_M &&
                     T::BLOCK_N == FastTraits<HEAD_DIM, !kCausal>::BLOCK_N,
                 "causal and non-causal tuples share the tiles fast_forward_tiles() reports");
   const bool own_kv = p.heads_kv != p.heads || p.seq_k != p.seq;  // grouped K/V or N_k ≠ N
-  auto kernel = kWindow  ? &fast_fwd_kernel<T, kBf16, true, kWindow>
-                : own_kv ? &fast_fwd_kernel<T, kBf16, true>
-                         : &fast_fwd_kernel<T, kBf16, false>;
+  // Packed sequences at d = 64 and 128 (the front door refuses them at d = 256: not built there).
+  constexpr bool kPackedBuilt = HEAD_DIM != 256;
+  auto kernel = kPackedBuilt && p.packed() ? &fast_fwd_kernel<T, kBf16, true, kWindow, kPackedBuilt>
+                : kWindow  ? &fast_fwd_kernel<T, kBf16, true, kWindow>
+                : own_kv   ? &fast_fwd_kernel<T, kBf16, true>
+                           : &fast_fwd_kernel<T, kBf16, false>;
   // > 48 KiB of dynamic SRAM: opted in per device (set_smem keeps the record, thread-safe).
   set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "fast_fwd_kernel", p);
-  const dim3 grid((p.seq + T::BLOCK_M - 1) / T::BLOCK_M, p.heads, p.batch);
+  // Packed: packed_tiles() query tiles per head (every sequence's, and at most one past the end
+  // of each), all in grid.x.
+  const dim3 grid(p.packed() ? p.packed_tiles(T::BLOCK_M) : (p.seq + T::BLOCK_M - 1) / T::BLOCK_M, p.heads,
+                  p.packed() ? 1 : p.batch);
   announce("fast_fwd_kernel");
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p, static_cast<const uint16_t*>(Q),
                                                        static_cast<const uint16_t*>(K),
-                                                       static_cast<const uint16_t*>(V), static_cast<uint16_t*>(O), LSE);
+                                                       static_cast<const uint16_t*>(V), static_cast<uint16_t*>(O), LSE,
+                                                       lists);
   FLASHLAB_CUDA_CHECK_LAUNCH("fast_fwd_kernel");
 }
 
 template <int HEAD_DIM, bool kBf16>
 void launch_fast(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
-                 cudaStream_t stream) {
-  if (p.windowed()) launch_fast_one<HEAD_DIM, kBf16, true, true>(p, Q, K, V, O, LSE, stream);
-  else if (p.causal) launch_fast_one<HEAD_DIM, kBf16, true>(p, Q, K, V, O, LSE, stream);
-  else launch_fast_one<HEAD_DIM, kBf16, false>(p, Q, K, V, O, LSE, stream);
+                 cudaStream_t stream, const PackedLists& lists) {
+  if (p.windowed()) launch_fast_one<HEAD_DIM, kBf16, true, true>(p, Q, K, V, O, LSE, stream, lists);
+  else if (p.causal) launch_fast_one<HEAD_DIM, kBf16, true>(p, Q, K, V, O, LSE, stream, lists);
+  else launch_fast_one<HEAD_DIM, kBf16, false>(p, Q, K, V, O, LSE, stream, lists);
 }
 
 }  // namespace
 
 void launch_fast_mma(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, const PackedLists& lists) {
   static_assert(kMmaBlockM == FastTraits<64, false>::BLOCK_M && kMmaBlockN == FastTraits<64, false>::BLOCK_N &&
                     kMmaBlockM == FastTraits<128, false>::BLOCK_M && kMmaBlockN == FastTraits<128, false>::BLOCK_N &&
                     kMmaBlockM == FastTraits<256, false>::BLOCK_M && kMmaBlockN == FastTraits<256, false>::BLOCK_N,
                 "launchers.hpp reports the tiles of this file");
   if (p.head_dim == 64) {
-    if (bf16) launch_fast<64, true>(p, Q, K, V, O, LSE, stream);
-    else launch_fast<64, false>(p, Q, K, V, O, LSE, stream);
+    if (bf16) launch_fast<64, true>(p, Q, K, V, O, LSE, stream, lists);
+    else launch_fast<64, false>(p, Q, K, V, O, LSE, stream, lists);
   } else if (p.head_dim == 128) {
-    if (bf16) launch_fast<128, true>(p, Q, K, V, O, LSE, stream);
-    else launch_fast<128, false>(p, Q, K, V, O, LSE, stream);
+    if (bf16) launch_fast<128, true>(p, Q, K, V, O, LSE, stream, lists);
+    else launch_fast<128, false>(p, Q, K, V, O, LSE, stream, lists);
   } else {
-    if (bf16) launch_fast<256, true>(p, Q, K, V, O, LSE, stream);
-    else launch_fast<256, false>(p, Q, K, V, O, LSE, stream);
+    if (bf16) launch_fast<256, true>(p, Q, K, V, O, LSE, stream, lists);
+    else launch_fast<256, false>(p, Q, K, V, O, LSE, stream, lists);
   }
 }
 

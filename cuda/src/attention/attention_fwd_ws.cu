@@ -77,6 +77,15 @@
 //     last row's right edge (WsSchedule: j0, n_tiles), so the tiles outside the band on either
 //     side are never loaded; tiles the band crosses are masked on both edges. Units without keys
 //     (every row's right edge before key 0) are the top query tiles: last in the list, as causal.
+//   - Packed sequences (WsConfig::packed; FlashAttention's varlen layout: Q and O [1, total_q, H,
+//     d], K and V [1, total_k, H_kv, d], LSE [1, H, total_q], the prefix sums in device memory):
+//     the work list is the packed numbering's (sequence, head, query tile) units (packed.cuh), each
+//     with its sequence's lengths, offset len_k − len_q, window band and first rows; no unit of
+//     padding (at most one empty unit per sequence), no host copy of the lengths. The TMA maps
+//     span the packed tensors: a box running past a sequence's end brings in the next sequence's
+//     first rows, whose keys the masks drop (keys ≥ len_k: S_ij = −inf, P_ij = 0) and whose
+//     queries are never stored. Units without keys may sit anywhere in the list, so the consumers
+//     look ahead for the next unit with keys before they owe a turn.
 // Resources (ptxas, sm_90a): two consumers, 168 registers at launch (384 threads, 1 block/SM),
 // then 24 for the producer and 240 for the consumers; three consumers, 128 at launch (512
 // threads), then 24 and 160; no spills but 16 bytes in the Bc = 192 kernel and 24 in the split
@@ -94,6 +103,7 @@
 #include "core/tensor_core.cuh"
 #include "attention/fwd_ws_config.hpp"
 #include "attention/wgmma_fwd_step.cuh"
+#include "attention/packed.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -126,6 +136,9 @@ struct WsTraits {
   // also cut keys left of it (Problem::window_lo; window_hi replaces the diagonal).
   static constexpr bool kWindow = C.window;
   static_assert(!kWindow || kCausal, "the window runs on the causal structure (units of unequal length)");
+  // Packed sequences: the work list of the packed numbering, each unit its sequence's lengths
+  // (WsSchedule::packed_unit); instantiations of their own, so the dense ones compile as they did.
+  static constexpr bool kPacked = C.packed;
   static constexpr int kConsumers = C.consumers;            // consumer warpgroups, 64 query rows each
   static constexpr int kThreads = 128 * (1 + kConsumers);   // + the producer warpgroup
   static constexpr int kConsumerWarps = 4 * kConsumers;     // arrivals on empty[s]
@@ -151,6 +164,7 @@ struct WsTraits {
   // results combined by a second kernel (ws_combine_kernel).
   static constexpr bool kSplitTail = C.split_tail;
   static_assert(!(kSplitTail && kCausal), "the split tail is for equal (non-causal) units");
+  static_assert(!(kSplitTail && kPacked), "the split tail is for equal units: packed units differ");
   static constexpr int kColBlocks = kHeadDim / 64;         // TMA boxes (64 columns) per tile
   // setmaxnreg: the producer keeps 24, the consumers share the rest of the 64 Ki registers.
   static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 2 ? 240 : 160;
@@ -193,10 +207,12 @@ struct WsSmem {
   __device__ uint32_t v_empty(int s) const { return bar(2 + 3 * T::kStages + s); }  // kSplitEmpty only
 };
 
-/// One unit of work: query tile Q_i (rows q0 ..) of head h, batch b, the K/V head hk it reads,
-/// and its number of key tiles.
+/// One unit of work: query tile Q_i (rows q0 .. of its sequence) of head h, batch b, the K/V head
+/// hk it reads, and its number of key tiles; its sequence's first query and key rows in the
+/// tensors (qs, ks: 0 when dense) and its queries and keys (nq, nk: N and N_k when dense).
 struct WsTile {
   int q0, h, hk, b, j0, n_tiles, piece;
+  int qs, ks, nq, nk;
 };
 
 /// Query tile m, head h and batch b of unit t of a work list (WsSchedule; ws_combine_kernel
@@ -232,6 +248,14 @@ __device__ __forceinline__ void ws_unit(int t, int Tr, int H, int HB, int& m, in
 /// come last in every block's list (n_tiles never grows along it). A window's unit runs from the
 /// key tile of its first row's left edge (j0) to that of its last row's right edge; its units
 /// without keys are the top query tiles, last in the list too.
+///
+/// Packed sequences (kPacked): the query tiles are those of the packed numbering (packed.cuh:
+/// Tr = packed_tiles(Br) per head, each sequence's tiles consecutive, at most one past each
+/// sequence's end), in ws_unit's orders with B = 1: causal, the tiles from the last backwards
+/// (each sequence's bottom tiles first), all heads of one tile innermost; non-causal, the tiles of
+/// one head side by side. Every unit has its sequence's own lengths and diagonal; a unit without
+/// keys (a tile past its sequence's end, a sequence without keys, rows above the diagonal's start)
+/// may then sit anywhere in the list (consume() looks ahead for the turns).
 template <class T>
 struct WsSchedule {
   int Tr, H, HB, total, Nk;  // query tiles, heads, heads × batch, Tr · HB, keys N_k
@@ -239,6 +263,8 @@ struct WsSchedule {
   int full;                  // units dealt whole (= total unless the tail is split)
   const int4* pieces;        // kSplitTail: this block's pieces of the tail (tail_pieces), in SRAM
   int N, lo, hi;             // kWindow: queries N, the band's edges (Problem::window_lo, window_hi)
+  const int *cu_q, *cu_k;    // kPacked: the prefix sums
+  int B, wl, wr;             // kPacked: the sequences; the window's sides (each sequence its own band)
   __device__ bool at(int k, WsTile& w) const {
     const int G = int(gridDim.x), blk = int(blockIdx.x);
     const int n = (Nk + T::BLOCK_N - 1) / T::BLOCK_N;
@@ -261,6 +287,7 @@ struct WsSchedule {
       }
     }
     int m;
+    if constexpr (T::kPacked) return packed_unit(t, w);
     ws_unit<T::kCausal>(t, Tr, H, HB, m, w.h, w.b);
     w.q0 = m * T::BLOCK_M;
     w.hk = w.h / (H / Hkv);  // read by the producer alone (dead code in the consumers)
@@ -274,6 +301,32 @@ struct WsSchedule {
     } else if (T::kCausal) {
       // Keys 0 .. q0 + Br − 1 + offset: none when that is negative (floor division).
       const int last_key = w.q0 + T::BLOCK_M - 1 + offset;
+      w.n_tiles = last_key < 0 ? 0 : min(w.n_tiles, last_key / T::BLOCK_N + 1);
+    }
+    return true;
+  }
+  /// kPacked: unit t (at()) of the packed list, with its sequence's rows, lengths and key tiles (the
+  /// rules of at(), each sequence with its own N, N_k and offset len_k − len_q).
+  __device__ bool packed_unit(int t, WsTile& w) const {
+    int m;
+    ws_unit<T::kCausal>(t, Tr, H, H, m, w.h, w.b);
+    const PackedTile pt = packed_tile(cu_q, cu_k, B, m, T::BLOCK_M);
+    w.q0 = pt.row0;
+    w.qs = pt.q_start;
+    w.ks = pt.k_start;
+    w.nq = pt.len_q;
+    w.nk = pt.len_k;
+    w.hk = w.h / (H / Hkv);
+    const int off = w.nk - w.nq;
+    w.n_tiles = w.q0 < w.nq ? (w.nk + T::BLOCK_N - 1) / T::BLOCK_N : 0;  // none past the sequence's end
+    if constexpr (T::kWindow) {
+      const int lo_s = wl >= 0 ? off - wl : -(1 << 30), hi_s = wr >= 0 ? off + wr : (1 << 30);
+      const int first = max(0, w.q0 + lo_s), last = min(w.nk - 1, min(w.q0 + T::BLOCK_M, w.nq) - 1 + hi_s);
+      const bool none = last < first || w.q0 >= w.nq;
+      w.j0 = none ? 0 : first / T::BLOCK_N;
+      w.n_tiles = none ? 0 : last / T::BLOCK_N - w.j0 + 1;
+    } else if (T::kCausal) {
+      const int last_key = w.q0 + T::BLOCK_M - 1 + off;
       w.n_tiles = last_key < 0 ? 0 : min(w.n_tiles, last_key / T::BLOCK_N + 1);
     }
     return true;
@@ -305,6 +358,12 @@ __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, i
   for (int c = 0; c < T::kColBlocks; ++c) tma_load_4d(dst + uint32_t(c) * kRows * 128, map, 64 * c, h, row0, b, bar);
 }
 
+/// The first row of unit w's key tile j in K and V (kPacked: counted from the tensor's first row).
+template <class T>
+__device__ __forceinline__ int key_row(const WsTile& w, int j) {
+  return (T::kPacked ? w.ks : 0) + (w.j0 + j) * T::BLOCK_N;
+}
+
 /// kSplitEmpty: load V_j (key tile `it_j` of the list) into its stage once v_empty says the
 /// P·V of key tile it_j − kStages finished.
 template <class T>
@@ -313,7 +372,7 @@ __device__ __forceinline__ void produce_v(const WsSmem<T>& sm, const CUtensorMap
   const int s = it_j % T::kStages;
   if (it_j >= T::kStages) mbar_wait(sm.v_empty(s), uint32_t(it_j / T::kStages - 1) & 1u);
   mbar_arrive_expect_tx(sm.v_full(s), T::kTileKVBytes);
-  tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, (w.j0 + j) * T::BLOCK_N, w.hk, w.b, sm.v_full(s));
+  tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, key_row<T>(w, j), w.hk, w.b, sm.v_full(s));
 }
 
 /// The producer (one thread): per tile of its work list Q_i (once the consumers are done with the
@@ -327,18 +386,20 @@ __device__ void produce(const WsSmem<T>& sm, const WsSchedule<T>& sched, const C
   WsTile w;
   int it = 0, kq = 0;
   for (int k = 0; sched.at(k, w); ++k) {
-    if (T::kCausal && w.n_tiles == 0) continue;
+    if ((T::kCausal || T::kPacked) && w.n_tiles == 0) continue;
     if (kq > 0) mbar_wait(sm.q_empty(), uint32_t(kq - 1) & 1u);
     ++kq;
     mbar_arrive_expect_tx(sm.q_full(), T::kTileQBytes);
-    tma_tile<T, T::BLOCK_M>(sm.q(), map_q, w.q0, w.h, w.b, sm.q_full());
+    // Packed: the box may run past the sequence's last query into the next sequence's rows; those
+    // rows' results are computed and never stored (each row is on its own up to the store).
+    tma_tile<T, T::BLOCK_M>(sm.q(), map_q, (T::kPacked ? w.qs : 0) + w.q0, w.h, w.b, sm.q_full());
     if constexpr (T::kSplitEmpty) {
       // The order the consumers take them in: K_0, then K_j with V_(j−1), then V_last.
       for (int j = 0; j < w.n_tiles; ++j, ++it) {
         const int s = it % T::kStages;
         if (it >= T::kStages) mbar_wait(sm.empty(s), uint32_t(it / T::kStages - 1) & 1u);  // k_empty
         mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
-        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, (w.j0 + j) * T::BLOCK_N, w.hk, w.b, sm.k_full(s));
+        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, key_row<T>(w, j), w.hk, w.b, sm.k_full(s));
         if (j > 0) produce_v<T>(sm, map_v, w, j - 1, it - 1);
       }
       produce_v<T>(sm, map_v, w, w.n_tiles - 1, it - 1);
@@ -348,15 +409,15 @@ __device__ void produce(const WsSmem<T>& sm, const WsSchedule<T>& sched, const C
         // Stage s was last filled for key tile it − kStages: wait for that phase of empty[s].
         if (it >= T::kStages) mbar_wait(sm.empty(s), uint32_t(it / T::kStages - 1) & 1u);
         mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
-        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, (w.j0 + j) * T::BLOCK_N, w.hk, w.b, sm.k_full(s));
+        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, key_row<T>(w, j), w.hk, w.b, sm.k_full(s));
         mbar_arrive_expect_tx(sm.v_full(s), T::kTileKVBytes);
-        tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, (w.j0 + j) * T::BLOCK_N, w.hk, w.b, sm.v_full(s));
+        tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, key_row<T>(w, j), w.hk, w.b, sm.v_full(s));
       }
     }
   }
 }
 
-// One step's pieces (issue_qk, issue_pv, online_softmax, rescale_o, pack_p, store_o_lse) are
+// One step's pieces (issue_qk, issue_pv, online_softmax, rescale_o, pack_p, store_o_lse_at) are
 // shared with attention_fwd_wgmma.cu: wgmma_fwd_step.cuh.
 using wgmma_step::issue_pv;
 using wgmma_step::issue_qk;
@@ -365,6 +426,7 @@ using wgmma_step::online_softmax_vote;
 using wgmma_step::pack_p;
 using wgmma_step::rescale_o;
 using wgmma_step::store_o_lse;
+using wgmma_step::store_o_lse_at;
 
 /// Issue O_i += P_ij V_j with this kernel's V_j layout (LBO = Bc·128 bytes between the 64-column
 /// boxes of d, SBO = 1024).
@@ -421,6 +483,19 @@ __device__ __forceinline__ void store_partial(float* __restrict__ partials, int 
   }
 }
 
+/// O_i and LSE_i of unit `w` (store_o_lse_at): head h of batch b, or packed, head h of the
+/// sequence whose rows start at w.qs ([1, total_q, H, d]; LSE [1, H, total_q]), rows below its nq.
+template <class T>
+__device__ __forceinline__ void store_unit(const Problem& p, uint16_t* __restrict__ O, float* __restrict__ LSE,
+                                           const float (&o)[T::kHeadDim / 2], const float (&m_i)[2],
+                                           const float (&l_i)[2], const WsTile& w, int row_base, int t4) {
+  if constexpr (T::kPacked)
+    store_o_lse_at<T>(p, O, LSE, o, m_i, l_i, std::size_t(w.qs) * p.row_stride() + std::size_t(w.h) * T::kHeadDim,
+                      std::size_t(w.h) * std::size_t(p.total_q) + std::size_t(w.qs), w.nq, row_base, t4);
+  else
+    store_o_lse<T>(p, O, LSE, o, m_i, l_i, w.b, w.h, row_base, t4);
+}
+
 /// This warp's P·V on stage s finished: the stage's V_j (kSplitEmpty), else its K_j and V_j, may
 /// be overwritten.
 template <class T>
@@ -441,14 +516,17 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   constexpr float NEG_INF = -INFINITY;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t4 = lane % 4;
   const int row_base = w.q0 + 64 * cw + 16 * warp + lane / 4;  // this thread's rows: row_base, row_base + 8
-  const int wg_row0 = w.q0 + 64 * cw, N = p.seq_k, n_tiles = w.n_tiles;
+  const int wg_row0 = w.q0 + 64 * cw, N = T::kPacked ? w.nk : p.seq_k, n_tiles = w.n_tiles;
   // The causal diagonal of this thread's rows, bottom-right aligned: the masks compare a key with
   // row + N_k − N (the step's softmax reads its row argument for nothing else). A window: its right
   // edge row + window_hi() instead, and its left edge row + window_lo() (lo_base; wg_lo_last: the
-  // warpgroup's last row's, right of every other row's).
-  const int hi_off = T::kWindow ? p.window_hi() : p.causal_offset();
+  // warpgroup's last row's, right of every other row's). Packed: the sequence's own N_k − N and
+  // keys, so the keys of the next sequence that a box brings in past this one's end are masked.
+  const int offset = T::kPacked ? w.nk - w.nq : p.causal_offset();
+  const int lo = T::kPacked ? p.window_lo(offset) : p.window_lo();
+  const int hi_off = T::kWindow ? (T::kPacked ? p.window_hi(offset) : p.window_hi()) : offset;
   const int diag_base = row_base + hi_off, wg_diag0 = wg_row0 + hi_off;
-  const int lo_base = T::kWindow ? row_base + p.window_lo() : 0, wg_lo_last = wg_row0 + 63 + p.window_lo();
+  const int lo_base = T::kWindow ? row_base + lo : 0, wg_lo_last = wg_row0 + 63 + lo;
   const float scale_log2 = p.scale_log2;
   const uint32_t sQ_wg = sm.q() + uint32_t(cw) * 64 * 128;  // this warpgroup's 64 rows (8 swizzle periods)
   const int my_turn = kTurnBarrier + cw;
@@ -555,7 +633,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   reg_fence(o);
   if (lane == 0) release_after_pv<T>(sm, stage(last));
   it += n_tiles;
-  if (!T::kSplitTail || w.piece < 0) store_o_lse<T>(p, O, LSE, o, m_i, l_i, w.b, w.h, row_base, t4);
+  if (!T::kSplitTail || w.piece < 0) store_unit<T>(p, O, LSE, o, m_i, l_i, w, row_base, t4);
   else store_partial<T>(partials, w.piece, o, m_i, l_i, row_base - w.q0, t4);
 }
 
@@ -566,13 +644,21 @@ __device__ void consume(const Problem& p, const WsSmem<T>& sm, const WsSchedule<
   WsTile w, next;
   int it = 0, kq = 0;
   bool have = sched.at(0, w);
+  // Packed: whether a unit with keys is at place k (unit x, `found`) or after it in the list;
+  // units without keys may sit anywhere there (WsSchedule).
+  auto keyed_from = [&](int k, WsTile x, bool found) {
+    for (; found; found = sched.at(++k, x))
+      if (x.n_tiles > 0) return true;
+    return false;
+  };
   // Warpgroup 0 takes the first turn (causal: none is taken where the block's first unit, hence
-  // every one, has no keys, so no arrival is left unmatched). After the first unit is known, also
-  // without a mask: there ptxas spills less in the split-tail kernel.
-  if (cw == T::kConsumers - 1 && (!T::kCausal || (have && w.n_tiles > 0))) named_bar_arrive(kTurnBarrier, 256);
+  // every one, has no keys, so no arrival is left unmatched; packed: where no unit has keys). After
+  // the first unit is known, also without a mask: there ptxas spills less in the split-tail kernel.
+  const bool first_turn = T::kPacked ? keyed_from(0, w, have) : !T::kCausal || (have && w.n_tiles > 0);
+  if (cw == T::kConsumers - 1 && first_turn) named_bar_arrive(kTurnBarrier, 256);
   for (int k = 0; have; ++k) {
     const bool more = sched.at(k + 1, next);
-    if (T::kCausal && w.n_tiles == 0) {
+    if ((T::kCausal || T::kPacked) && w.n_tiles == 0) {
       // No key for any row of the unit (causal, N > N_k): O = 0, LSE = −inf, as the reference;
       // no load, no turn (the units after it have no keys either: WsSchedule).
       const int tid = threadIdx.x % 128, row_base = w.q0 + 64 * cw + 16 * (tid / 32) + (tid % 32) / 4;
@@ -580,10 +666,12 @@ __device__ void consume(const Problem& p, const WsSmem<T>& sm, const WsSchedule<
 #pragma unroll
       for (int i = 0; i < T::kHeadDim / 2; ++i) o[i] = 0.f;
       const float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f};
-      store_o_lse<T>(p, O, LSE, o, m_i, l_i, w.b, w.h, row_base, tid % 4);
+      store_unit<T>(p, O, LSE, o, m_i, l_i, w, row_base, tid % 4);
     } else {
-      // The next unit's turn is owed only if it has keys (units without keys come last).
-      consume_tile<T>(p, sm, O, LSE, partials, cw, w, it, kq++, more && (!T::kCausal || next.n_tiles > 0));
+      // The next unit's turn is owed only if it has keys (dense: units without keys come last;
+      // packed: a later unit with keys).
+      const bool owe = T::kPacked ? keyed_from(k + 1, next, more) : more && (!T::kCausal || next.n_tiles > 0);
+      consume_tile<T>(p, sm, O, LSE, partials, cw, w, it, kq++, owe);
     }
     w = next;
     have = more;
@@ -594,15 +682,18 @@ template <class T>
 __global__ void __launch_bounds__(T::kThreads, 1)
     ws_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                   const __grid_constant__ CUtensorMap map_v, Problem p, uint16_t* __restrict__ O,
-                  float* __restrict__ LSE, float* __restrict__ partials, int full) {
+                  float* __restrict__ LSE, float* __restrict__ partials, int full, PackedLists lists) {
 #if FLASHLAB_WGMMA_OK
   extern __shared__ uint8_t smem_raw[];
   const WsSmem<T> sm{(uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u};
-  const int Tr = (p.seq + T::BLOCK_M - 1) / T::BLOCK_M, HB = p.heads * p.batch;
+  // kPacked: the tiles of the packed numbering (packed.cuh), one batch entry.
+  const int Tr = T::kPacked ? p.packed_tiles(T::BLOCK_M) : (p.seq + T::BLOCK_M - 1) / T::BLOCK_M;
+  const int HB = T::kPacked ? p.heads : p.heads * p.batch;
   int4* pieces = reinterpret_cast<int4*>(smem_raw + (sm.base - uint32_t(__cvta_generic_to_shared(smem_raw))) +
                                          T::kPieceOffset);
   const WsSchedule<T> sched{Tr,   p.heads, HB,    Tr * HB,       p.seq_k,       p.heads_kv, p.causal_offset(),
-                            full, pieces,  p.seq, p.window_lo(), p.window_hi()};
+                            full, pieces,  p.seq, p.window_lo(), p.window_hi(), lists.cu_seqlens_q, lists.cu_seqlens_k,
+                            p.batch, p.window_left, p.window_right};
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -689,7 +780,7 @@ __global__ void __launch_bounds__(256)
 
 template <class T>
 void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V, void* O, float* LSE, int sms,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, const PackedLists& lists) {
   auto kernel = &ws_fwd_kernel<T>;
   // > 48 KiB of dynamic SRAM: opted in per device (set_smem keeps the record, thread-safe).
   set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "ws_fwd_kernel", p);
@@ -710,7 +801,7 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
   }
   announce("ws_fwd_kernel");
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, p, static_cast<uint16_t*>(O), LSE, partials,
-                                                       full);
+                                                       full, lists);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw_cuda_error(err, "launch of ws_fwd_kernel", __FILE__, __LINE__);
   if constexpr (T::kSplitTail) {
@@ -748,11 +839,11 @@ EncodeTiledFn encode_tiled() {
 
 namespace {
 
-/// The map of a 16-bit [B, tokens, heads, d] tensor (make_head_tile_map, make_kv_tile_map).
-CUtensorMap make_tile_map(const void* base, const Problem& p, int heads, int tokens, int box_rows) {
+/// The map of a 16-bit [batches, tokens, heads, d] tensor (make_head_tile_map, make_kv_tile_map).
+CUtensorMap make_tile_map(const void* base, const Problem& p, int heads, int tokens, int batches, int box_rows) {
   CUtensorMap map{};
   const cuuint64_t elem = 2;  // 16-bit storage
-  const cuuint64_t dims[4] = {cuuint64_t(p.head_dim), cuuint64_t(heads), cuuint64_t(tokens), cuuint64_t(p.batch)};
+  const cuuint64_t dims[4] = {cuuint64_t(p.head_dim), cuuint64_t(heads), cuuint64_t(tokens), cuuint64_t(batches)};
   const cuuint64_t row = cuuint64_t(heads) * cuuint64_t(p.head_dim);
   // Byte strides of dims 1..3 (dim 0 is contiguous): head, token, batch.
   const cuuint64_t strides[3] = {elem * p.head_dim, elem * row, elem * row * cuuint64_t(tokens)};
@@ -773,12 +864,19 @@ CUtensorMap make_tile_map(const void* base, const Problem& p, int heads, int tok
 
 }  // namespace
 
+// Packed sequences: one batch entry of total rows. The map bounds the whole tensor, not a
+// sequence: a box that runs past a sequence's end reads the next sequence's rows (zeros only past
+// the last), and the kernel masks those keys by the sequence's own length (S_ij = −inf, so P_ij = 0
+// exactly) and never stores those queries' rows. One map per sequence would bound each box, but
+// a map is 128 bytes built on the host from the lengths, which the host does not know here.
 CUtensorMap make_head_tile_map(const void* base, const Problem& p, int box_rows) {
-  return make_tile_map(base, p, p.heads, p.seq, box_rows);
+  return p.packed() ? make_tile_map(base, p, p.heads, p.total_q, 1, box_rows)
+                    : make_tile_map(base, p, p.heads, p.seq, p.batch, box_rows);
 }
 
 CUtensorMap make_kv_tile_map(const void* base, const Problem& p, int box_rows) {
-  return make_tile_map(base, p, p.heads_kv, p.seq_k, box_rows);
+  return p.packed() ? make_tile_map(base, p, p.heads_kv, p.total_k, 1, box_rows)
+                    : make_tile_map(base, p, p.heads_kv, p.seq_k, p.batch, box_rows);
 }
 
 namespace {
@@ -807,6 +905,16 @@ constexpr WsConfig kWsConfigs[] = {
     {256, true, false, 2, 2, 80, true, true, true, true, false, false},
     {256, true, true, 2, 2, 80, true, false, true, false, false, false},
     {256, true, true, 2, 2, 80, true, false, true, false, false, false, true},
+    // packed sequences (d = 64 and 128): each of the above that choose_ws_config() picks for them
+    // (never the split tail, never Bc = 192), with the packed work list
+    {64, true, true, 3, 3, 128, true, false, false, false, true, false, false, true},
+    {64, true, true, 2, 3, 128, true, false, false, false, true, false, false, true},
+    {64, true, false, 3, 3, 128, true, true, true, false, true, false, false, true},
+    {64, true, false, 2, 3, 128, true, true, false, false, false, false, false, true},
+    {128, true, false, 2, 3, 128, true, true, true, true, false, false, false, true},
+    {128, true, true, 2, 3, 128, false, false, false, false, false, false, false, true},
+    {64, true, true, 2, 3, 128, true, false, false, false, true, false, true, true},
+    {128, true, true, 2, 3, 128, false, false, false, false, false, false, true, true},
 };
 constexpr int kWsConfigCount = int(sizeof(kWsConfigs) / sizeof(kWsConfigs[0]));
 
@@ -820,11 +928,12 @@ constexpr WsConfig ws_config_at(int i, bool bf16) {
 /// Launches the instantiation of `c` (one of ws_config_at(I…, …)); false when `c` is none of them.
 template <int... I>
 bool launch_ws_config(const WsConfig& c, const Problem& p, const void* Q, const void* K, const void* V, void* O,
-                      float* LSE, int sms, cudaStream_t stream, std::integer_sequence<int, I...>) {
+                      float* LSE, int sms, cudaStream_t stream, const PackedLists& lists,
+                      std::integer_sequence<int, I...>) {
   auto one = [&](auto config) {
     constexpr WsConfig k = decltype(config)::value;
     if (!(c == k)) return false;
-    launch_ws_one<WsTraits<k>>(p, Q, K, V, O, LSE, sms, stream);
+    launch_ws_one<WsTraits<k>>(p, Q, K, V, O, LSE, sms, stream, lists);
     return true;
   };
   return (one(std::integral_constant<WsConfig, ws_config_at(I, true)>{}) || ...) ||
@@ -836,14 +945,15 @@ bool launch_ws_config(const WsConfig& c, const Problem& p, const void* Q, const 
 /// The launcher of launchers.hpp (errors thrown as CudaError): the configuration
 /// choose_ws_config() picks for this problem on this device, then its instantiation.
 void launch_fast_tma_ws(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, const PackedLists& lists) {
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
     throw_cuda_error(cudaErrorInvalidValue, "tma-ws forward: HEAD_DIM must be 64, 128 or 256", __FILE__, __LINE__);
   int dev = 0, sms = 0;
   FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
   FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const WsConfig c = choose_ws_config(p, bf16, sms);
-  if (!launch_ws_config(c, p, Q, K, V, O, LSE, sms, stream, std::make_integer_sequence<int, kWsConfigCount>{}))
+  if (!launch_ws_config(c, p, Q, K, V, O, LSE, sms, stream, lists,
+                        std::make_integer_sequence<int, kWsConfigCount>{}))
     throw_cuda_error(cudaErrorInvalidValue, "tma-ws forward: the chosen configuration has no instantiation", __FILE__,
                      __LINE__);
 }

@@ -22,6 +22,7 @@
 #include "attention/splitkv.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -36,19 +37,24 @@ namespace {
 }
 
 /// The kernels index their tensors with 32-bit integers: Q/O (B·N·H·d) and K/V (B·N_k·H_kv·d)
-/// below 2^31 elements (LSE, B·H·N, is smaller still: d ≥ 1). `who` names the family.
-void require_int_sizes(const char* who, const ref::AttentionProblem& problem) {
+/// below 2^31 elements (LSE, B·H·N, is smaller still: d ≥ 1). `who` names the family. Packed
+/// sequences: total_q·H·d and total_k·H_kv·d (`rows_q`, `rows_k` the packed rows; 0 when dense).
+void require_int_sizes(const char* who, const ref::AttentionProblem& problem, std::size_t rows_q = 0,
+                       std::size_t rows_k = 0) {
   constexpr std::size_t kLimit = std::size_t(1) << 31;
-  const std::size_t q = problem.batch * problem.seq * problem.heads * problem.head_dim;
-  const std::size_t kv = problem.batch * problem.n_k() * problem.h_kv() * problem.head_dim;
+  const bool packed = rows_q > 0;
+  const std::size_t q = (packed ? rows_q : problem.batch * problem.seq) * problem.heads * problem.head_dim;
+  const std::size_t kv = (packed ? rows_k : problem.batch * problem.n_k()) * problem.h_kv() * problem.head_dim;
   const char* hint = "the kernels index with 32-bit integers; split the batch or the heads over several calls";
   if (q >= kLimit)
-    throw std::invalid_argument(std::string("flashlab::cuda: ") + who + ": B·N·H·d = " + std::to_string(q) +
-                                " is not below 2^31 (hint: " + hint + ")");
+    throw std::invalid_argument(std::string("flashlab::cuda: ") + who + (packed ? ": total_q·H·d = " : ": B·N·H·d = ") +
+                                std::to_string(q) + " is not below 2^31 (hint: " + hint + ")");
   if (kv >= kLimit)
-    throw std::invalid_argument(std::string("flashlab::cuda: ") + who + ": B·N_k·H_kv·d = " + std::to_string(kv) +
-                                " (seq_k N_k = " + std::to_string(problem.n_k()) + ") is not below 2^31 (hint: " +
-                                hint + ")");
+    throw std::invalid_argument(
+        std::string("flashlab::cuda: ") + who + (packed ? ": total_k·H_kv·d = " : ": B·N_k·H_kv·d = ") +
+        std::to_string(kv) +
+        (packed ? std::string() : " (seq_k N_k = " + std::to_string(problem.n_k()) + ")") +
+        " is not below 2^31 (hint: " + hint + ")");
 }
 
 }  // namespace
@@ -143,6 +149,12 @@ std::size_t dq_accum_offset(std::size_t stats) { return (stats * sizeof(float) +
 detail::Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProblem& problem,
                                  const FastBackwardKernel* kernel = nullptr) {
   check_fast_problem(problem);
+  if (problem.is_packed())
+    throw std::invalid_argument("flashlab::cuda: fast backward: cu_seqlens (" +
+                                std::to_string(problem.packed->count()) +
+                                " packed sequences) are not supported by the fast backward yet (hint: the fast forward takes packed "
+                                "sequences; run this backward on the CPU reference: flashlab attention bwd --device "
+                                "cpu)");
   require_d64_d128(problem.head_dim, "fast backward", true);
   const bool general_kernel = design == ref::Algorithm::bwd_atomic &&
                               (kernel == nullptr || *kernel != FastBackwardKernel::wgmma_ws_deterministic);
@@ -177,8 +189,12 @@ detail::Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProb
 
 /// The plain wgmma forward reads K and V with Q's heads and length and masks no window: grouped
 /// K/V, N_k ≠ N and windows run on tma_ws and mma_sync. The split-KV forward masks no window either.
-void check_forward_kernel(const ref::AttentionProblem& problem, FastForwardKernel kernel) {
+void check_forward_kernel(const ref::AttentionProblem& problem, FastForwardKernel kernel, bool packed = false) {
   const char* hint = "use the tma-ws or mma forward kernel";
+  if (packed && (kernel == FastForwardKernel::split_kv || kernel == FastForwardKernel::wgmma))
+    throw std::invalid_argument(std::string("flashlab::cuda: ") + to_string(kernel) +
+                                " forward: cu_seqlens (packed sequences) are not supported: the " + to_string(kernel) +
+                                " forward takes dense batches only (hint: " + hint + ")");
   if (kernel == FastForwardKernel::split_kv) require_d64_d128(problem.head_dim, "split-KV forward");
   if (kernel == FastForwardKernel::wgmma) require_d64_d128(problem.head_dim, "wgmma forward");
   if (kernel == FastForwardKernel::split_kv && problem.has_window())
@@ -253,6 +269,7 @@ FastForwardKernel fastest_forward_kernel() {
 
 FastForwardKernel fastest_forward_kernel(const ref::AttentionProblem& problem) {
   check_fast_problem(problem);
+  if (problem.is_packed()) return fastest_forward_kernel();  // split_kv takes no packed sequences
   // The split-KV rule, stated here only (measured on the H100: docs/cuda.md, the split-KV forward):
   // at most 16 query rows always (a decode step: a 128-row tile would waste the other rows, and
   // packing the H/H_kv heads reads each K/V tile once), else when the regular forwards' blocks (one
@@ -292,7 +309,7 @@ FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel) {
 
 FastTiles fast_forward_tiles(const ref::AttentionProblem& problem, FastForwardKernel kernel) {
   check_fast_problem(problem);
-  check_forward_kernel(problem, kernel);
+  check_forward_kernel(problem, kernel, problem.is_packed());
   if (kernel == FastForwardKernel::split_kv)
     return {detail::split_kv_block_m(detail::make_problem(problem)), detail::kSplitKvBlockN};
   if (kernel != FastForwardKernel::tma_ws) return fast_forward_tiles(int(problem.head_dim), kernel);
@@ -301,14 +318,18 @@ FastTiles fast_forward_tiles(const ref::AttentionProblem& problem, FastForwardKe
   return {c.block_m(), c.block_n};
 }
 
-void check_fast_problem(const ref::AttentionProblem& problem) {
+namespace {
+
+/// check_fast_problem() but the sizes: the problem's limits, its features, d and the dtype.
+void check_fast_shape(const ref::AttentionProblem& problem) {
   problem.validate();
-  // Grouped K/V (heads_kv), N_k ≠ N and windows: the plain wgmma forward, the two-kernel backward
-  // and the deterministic backward kernel refuse them (check_forward_kernel, fast_bwd_problem);
-  // packed sequences nobody's yet.
+  // Grouped K/V (heads_kv), N_k ≠ N, windows and packed sequences: the plain wgmma forward, the
+  // two-kernel backward and the deterministic backward kernel refuse the first three
+  // (check_forward_kernel, fast_bwd_problem); the backward and split_kv refuse packed sequences.
   ref::AttentionProblem beyond = problem;
   beyond.heads_kv = 0;
   beyond.window_left = beyond.window_right = -1;
+  beyond.packed.reset();
   if (const std::string feature = beyond.extended_feature(); !feature.empty())
     throw std::invalid_argument("flashlab::cuda: fast kernels: " + feature +
                                 " is not supported yet (hint: the CPU reference supports it: flashlab attention fwd|bwd)");
@@ -317,30 +338,118 @@ void check_fast_problem(const ref::AttentionProblem& problem) {
     throw std::invalid_argument("flashlab::cuda: fast kernels: dtype = " + std::string(ref::dtype_name(problem.dtype)) +
                                 " is not bf16 or fp16 (hint: the fast kernels take 16-bit inputs; fp32 runs on "
                                 "the clear kernels)");
-  require_int_sizes("fast kernels", problem);
 }
 
-void fast_attention_forward_device(const ref::AttentionProblem& problem, FastForwardKernel kernel, const void* Q,
-                                   const void* K, const void* V, void* O, float* LSE, void* stream) {
-  check_fast_problem(problem);
-  check_forward_kernel(problem, kernel);
-  require_wgmma_built(kernel);
+}  // namespace
+
+namespace {
+
+/// Packed sequences run at d = 64 and 128 (their instantiations were not built at d = 256).
+void require_packed_head_dim(const ref::AttentionProblem& problem) {
+  if (problem.head_dim == 256)
+    throw std::invalid_argument("flashlab::cuda: fast kernels: cu_seqlens (packed sequences) with head_dim (d) = 256 "
+                                "are not supported yet: the packed forwards take d = 64 and 128 (hint: pad the "
+                                "sequences into a dense batch, or run them on the CPU reference)");
+}
+
+}  // namespace
+
+void check_fast_problem(const ref::AttentionProblem& problem) {
+  check_fast_shape(problem);
+  if (problem.packed) require_packed_head_dim(problem);
+  if (problem.packed)
+    require_int_sizes("fast kernels", problem, problem.packed->total_q(), problem.packed->total_k());
+  else
+    require_int_sizes("fast kernels", problem);
+}
+
+namespace {
+
+void require_forward_pointers(const void* Q, const void* K, const void* V, void* O, float* LSE) {
   constexpr const char* kEntry = "fast_attention_forward_device";
   require_device_pointer(kEntry, "Q", Q, 16);
   require_device_pointer(kEntry, "K", K, 16);
   require_device_pointer(kEntry, "V", V, 16);
   require_device_pointer(kEntry, "O", O, 16);
   require_device_pointer(kEntry, "LSE", LSE, 4);
-  const FastTiles tiles = fast_forward_tiles(problem, kernel);
-  const detail::Problem p = detail::make_problem(problem).with_tiles(tiles.Br, tiles.Bc);
+}
+
+/// The launch of `kernel` (`lists`: packed sequences' prefix sums, for mma and tma-ws alone).
+void launch_forward(const detail::Problem& p, bool bf16, FastForwardKernel kernel, const void* Q, const void* K,
+                    const void* V, void* O, float* LSE, void* stream, const detail::PackedLists& lists = {}) {
   const auto s = static_cast<cudaStream_t>(stream);
-  const bool bf16 = problem.dtype == ref::Dtype::bf16;
 #ifdef FLASHLAB_HAVE_WGMMA
   if (kernel == FastForwardKernel::wgmma) return detail::launch_fast_wgmma(p, bf16, Q, K, V, O, LSE, s);
-  if (kernel == FastForwardKernel::tma_ws) return detail::launch_fast_tma_ws(p, bf16, Q, K, V, O, LSE, s);
+  if (kernel == FastForwardKernel::tma_ws) return detail::launch_fast_tma_ws(p, bf16, Q, K, V, O, LSE, s, lists);
 #endif
   if (kernel == FastForwardKernel::split_kv) return detail::launch_fast_split_kv(p, bf16, Q, K, V, O, LSE, s);
-  detail::launch_fast_mma(p, bf16, Q, K, V, O, LSE, s);
+  detail::launch_fast_mma(p, bf16, Q, K, V, O, LSE, s, lists);
+}
+
+/// One total of a packed call (`name` "total_q" or "total_k"): at least 1 (every packed problem
+/// has a query and a key in all), below 2^31, and equal to the problem's own list's when it has one.
+void require_packed_total(const char* name, std::size_t total, const std::optional<ref::PackedSequences>& lists,
+                          bool queries) {
+  const std::string field = std::string("flashlab::cuda: fast_attention_forward_device: packed.") + name + " = " +
+                            std::to_string(total);
+  if (total == 0 || total >= (std::size_t(1) << 31))
+    throw std::invalid_argument(field + " is not 1 … 2^31 − 1 (hint: the rows of the packed " +
+                                (queries ? "Q" : "K and V") + " tensor, the last entry of cu_seqlens_" +
+                                (queries ? "q" : "k") + ")");
+  if (!lists) return;
+  const std::size_t own = queries ? lists->total_q() : lists->total_k();
+  if (own != total)
+    throw std::invalid_argument(field + " differs from the problem's cu_seqlens_" + (queries ? "q" : "k") +
+                                ", which ends at " + std::to_string(own) +
+                                " (hint: the device lists and the problem's describe the same sequences)");
+}
+
+}  // namespace
+
+void fast_attention_forward_device(const ref::AttentionProblem& problem, FastForwardKernel kernel, const void* Q,
+                                   const void* K, const void* V, void* O, float* LSE, void* stream) {
+  check_fast_problem(problem);
+  if (problem.is_packed())
+    throw std::invalid_argument("flashlab::cuda: fast_attention_forward_device: the problem has cu_seqlens (" +
+                                std::to_string(problem.packed->count()) +
+                                " packed sequences), whose prefix sums the kernels read from device memory (hint: pass them with the "
+                                "overload that takes FastPackedSequences)");
+  check_forward_kernel(problem, kernel);
+  require_wgmma_built(kernel);
+  require_forward_pointers(Q, K, V, O, LSE);
+  const FastTiles tiles = fast_forward_tiles(problem, kernel);
+  const detail::Problem p = detail::make_problem(problem).with_tiles(tiles.Br, tiles.Bc);
+  launch_forward(p, problem.dtype == ref::Dtype::bf16, kernel, Q, K, V, O, LSE, stream);
+}
+
+void check_fast_packed(const ref::AttentionProblem& problem, const FastPackedSequences& packed) {
+  check_fast_shape(problem);
+  require_packed_head_dim(problem);
+  require_packed_total("total_q", packed.total_q, problem.packed, true);
+  require_packed_total("total_k", packed.total_k, problem.packed, false);
+  require_int_sizes("fast kernels", problem, packed.total_q, packed.total_k);
+}
+
+void fast_attention_forward_device(const ref::AttentionProblem& problem, const FastPackedSequences& packed,
+                                   FastForwardKernel kernel, const void* Q, const void* K, const void* V, void* O,
+                                   float* LSE, void* stream) {
+  check_fast_packed(problem, packed);
+  check_forward_kernel(problem, kernel, true);
+  require_wgmma_built(kernel);
+  require_forward_pointers(Q, K, V, O, LSE);
+  constexpr const char* kEntry = "fast_attention_forward_device";
+  require_device_pointer(kEntry, "packed.cu_seqlens_q", packed.cu_seqlens_q, 4);
+  require_device_pointer(kEntry, "packed.cu_seqlens_k", packed.cu_seqlens_k, 4);
+  const detail::Problem p = detail::make_packed_problem(problem, packed.total_q, packed.total_k);
+  const detail::PackedLists lists{packed.cu_seqlens_q, packed.cu_seqlens_k};
+  const bool bf16 = problem.dtype == ref::Dtype::bf16;
+  int Br = detail::kMmaBlockM, Bc = detail::kMmaBlockN;
+  if (kernel == FastForwardKernel::tma_ws) {
+    const detail::WsConfig c = detail::choose_ws_config(p, bf16, device_sms());
+    Br = c.block_m();
+    Bc = c.block_n;
+  }
+  launch_forward(p.with_tiles(Br, Bc), bf16, kernel, Q, K, V, O, LSE, stream, lists);
 }
 
 std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const ref::AttentionProblem& problem) {

@@ -29,6 +29,7 @@ struct WsConfig {
   bool two_p = false;        ///< two sets of P registers (the key loop unrolled by two)
   bool split_tail = false;   ///< the work list's last, part-empty round cut along the keys (non-causal)
   bool window = false;       ///< a sliding window: the band instantiation (with `causal`), units start at its left edge
+  bool packed = false;       ///< packed sequences: the work list of the packed numbering (packed.cuh)
 
   /// Br, the query rows of one unit of work.
   constexpr int block_m() const { return 64 * consumers; }
@@ -36,8 +37,10 @@ struct WsConfig {
   constexpr bool operator==(const WsConfig&) const = default;
 };
 
-/// Units of the work list with query tiles of `rows` rows: (query tile, head, batch) triples.
+/// Units of the work list with query tiles of `rows` rows: (query tile, head, batch) triples;
+/// packed, (query tile, head) pairs of the packed numbering (Problem::packed_tiles).
 inline long long ws_units(const Problem& p, int rows) {
+  if (p.packed()) return (long long)p.packed_tiles(rows) * p.heads;
   return (long long)((p.seq + rows - 1) / rows) * p.heads * p.batch;
 }
 
@@ -86,6 +89,9 @@ inline bool ws_wide_keys(const Problem& p) {
 ///   of K_j, V_j (2 × 2 × Bc · 512 B): Bc = 80 is the widest key tile, in whole k16 steps, that
 ///   fits two stages (96 would need 256 KiB). With only two stages, releasing K_j a turn before
 ///   V_j is what lets the next key tile load in time: +37 % without a mask, +26 % causal.
+/// - Packed sequences (Problem::packed(), d = 64 and 128): as dense, with units of unequal lengths
+///   and each sequence's own ragged last key tile, so never the split tail (it cuts equal units)
+///   and never Bc = 192 (the host knows no length to bound its padding by).
 /// - A window (Problem::windowed()): the causal configuration of its head dim with `window` set,
 ///   the band's two edges in place of the diagonal; at d = 64 always two consumers (Br = 128: a
 ///   narrow band wastes less of a shorter query tile, and one instantiation fewer to build).
@@ -95,6 +101,7 @@ inline WsConfig choose_ws_config(const Problem& p, bool bf16, int sms) {
   c.bf16 = bf16;
   c.causal = p.causal || p.windowed();
   c.window = p.windowed();
+  c.packed = p.packed();
   c.overlap = true;
   if (p.head_dim == 256) {
     c.stages = 2;
@@ -118,7 +125,7 @@ inline WsConfig choose_ws_config(const Problem& p, bool bf16, int sms) {
         c.split_empty = true;
         c.two_p = true;
         const long long units = ws_units(p, c.block_m()), n = (p.seq_k + c.block_n - 1) / c.block_n;
-        c.split_tail = ws_split_tail(units, std::min<long long>(units, sms), n);
+        c.split_tail = !p.packed() && ws_split_tail(units, std::min<long long>(units, sms), n);
       }
     }
     return c;
@@ -130,7 +137,7 @@ inline WsConfig choose_ws_config(const Problem& p, bool bf16, int sms) {
   c.short_chains = true;
   c.split_empty = true;
   c.vote_max = true;
-  if (ws_wide_keys(p)) {
+  if (!p.packed() && ws_wide_keys(p)) {
     c.block_n = 192;
     c.stages = 2;
     c.two_p = true;

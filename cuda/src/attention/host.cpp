@@ -143,17 +143,29 @@ FastForwardResult fast_attention_forward(const ref::AttentionProblem& problem, F
                                          const std::vector<std::uint16_t>& Q, const std::vector<std::uint16_t>& K,
                                          const std::vector<std::uint16_t>& V) {
   check_fast_problem(problem);
-  const std::size_t numel = problem.batch * problem.seq * problem.heads * problem.head_dim;
-  const std::size_t kv_numel = problem.batch * problem.n_k() * problem.h_kv() * problem.head_dim;
+  // Packed: [1, total_q, H, d] and [1, total_k, H_kv, d] (q_shape, kv_shape), the lists uploaded.
+  const std::size_t numel = problem.q_shape().numel(), kv_numel = problem.kv_shape().numel();
   const std::size_t stats = problem.stat_numel();
-  constexpr const char* kLayout = "Q is [B, N, H, d], K and V are [B, N_k, H_kv, d]";
-  DeviceBuffer<std::uint16_t> dQ = upload_checked("Q", Q, numel, kLayout),
-                              dK = upload_checked("K", K, kv_numel, kLayout),
-                              dV = upload_checked("V", V, kv_numel, kLayout), dO(numel);
+  const char* layout = problem.is_packed() ? "Q is [1, total_q, H, d], K and V are [1, total_k, H_kv, d]"
+                                           : "Q is [B, N, H, d], K and V are [B, N_k, H_kv, d]";
+  DeviceBuffer<std::uint16_t> dQ = upload_checked("Q", Q, numel, layout),
+                              dK = upload_checked("K", K, kv_numel, layout),
+                              dV = upload_checked("V", V, kv_numel, layout), dO(numel);
   DeviceBuffer<float> dLSE(stats);
   dO.poison();  // 0xFFFF is a NaN in bf16 and fp16 alike
   dLSE.poison();
-  fast_attention_forward_device(problem, kernel, dQ.get(), dK.get(), dV.get(), dO.get(), dLSE.get(), nullptr);
+  if (problem.is_packed()) {
+    DeviceBuffer<std::int32_t> cu_q = upload_checked("cu_seqlens_q", problem.packed->cu_seqlens_q(),
+                                                     problem.batch + 1, "B + 1 prefix sums"),
+                               cu_k = upload_checked("cu_seqlens_k", problem.packed->cu_seqlens_k(),
+                                                     problem.batch + 1, "B + 1 prefix sums");
+    const FastPackedSequences packed{cu_q.get(), cu_k.get(), problem.packed->total_q(), problem.packed->total_k()};
+    fast_attention_forward_device(problem, packed, kernel, dQ.get(), dK.get(), dV.get(), dO.get(), dLSE.get(),
+                                  nullptr);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());  // before the lists' buffers go
+  } else {
+    fast_attention_forward_device(problem, kernel, dQ.get(), dK.get(), dV.get(), dO.get(), dLSE.get(), nullptr);
+  }
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
   FastForwardResult r;
   r.O.resize(numel);

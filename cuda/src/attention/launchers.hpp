@@ -33,8 +33,9 @@ void launch_bwd_dkdv(const Problem& p, const float* Q, const float* K, const flo
 // attention_fwd_tc.cu — the mma.sync forward (any device from sm_80 on); 16-bit Q, K, V, O
 // [B, N, H, d], LSE [B, H, N] base 2; d ∈ {64, 128, 256}. Tiles: Br = 128, Bc = 64 at every head dim.
 constexpr int kMmaBlockM = 128, kMmaBlockN = 64;
+/// `lists`: the prefix sums of packed sequences (Problem::packed()); unread when dense.
 void launch_fast_mma(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
-                     cudaStream_t stream);
+                     cudaStream_t stream, const PackedLists& lists = {});
 
 // attention_fwd_wgmma.cu (sm_90a, built only when CMAKE_CUDA_ARCHITECTURES include 90:
 // FLASHLAB_HAVE_WGMMA) — the wgmma forward; 16-bit Q, K, V, O [B, N, H, d], LSE [B, H, N] base 2.
@@ -47,7 +48,7 @@ void launch_fast_wgmma(const Problem& p, bool bf16, const void* Q, const void* K
 // consumer warpgroups on wgmma. Its configuration per launch is a WsConfig chosen by
 // choose_ws_config() (fwd_ws_config.hpp): Br = 128 or 192, Bc = 128 or 192 (d = 256: 80).
 void launch_fast_tma_ws(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
-                        cudaStream_t stream);
+                        cudaStream_t stream, const PackedLists& lists = {});
 
 // attention_bwd_atomic.cu — one kernel, dQ accumulated with atomicAdd.
 void launch_zero_fill(const Problem& p, float* dQ);

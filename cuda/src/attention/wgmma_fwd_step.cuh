@@ -224,12 +224,14 @@ __device__ __forceinline__ void pack_p(const float (&s_acc)[T::BLOCK_N / 2], uin
 }
 
 /// O_i = acc / l_i → HBM (input dtype), LSE_i = m_i + log2(l_i) (fp32, base 2); l_i summed over
-/// the 4 threads of a row first. A row with no key (l = 0) stores O = 0 and LSE = −inf.
+/// the 4 threads of a row first. A row with no key (l = 0) stores O = 0 and LSE = −inf. Rows
+/// below `N` of the head whose row 0 is O[base] and LSE[stat] (store_o_lse: head h of batch b; N by
+/// reference, so that a kernel parameter stays one and the dense kernels keep their code).
 template <class T>
-__device__ __forceinline__ void store_o_lse(const Problem& p, uint16_t* __restrict__ O, float* __restrict__ LSE,
-                                            const float (&o)[T::kHeadDim / 2], const float (&m_i)[2],
-                                            const float (&l_i)[2], int b, int h, int row_base, int t4) {
-  const std::size_t base = p.head_offset(b, h), stat = p.stat_offset(b, h);
+__device__ __forceinline__ void store_o_lse_at(const Problem& p, uint16_t* __restrict__ O, float* __restrict__ LSE,
+                                               const float (&o)[T::kHeadDim / 2], const float (&m_i)[2],
+                                               const float (&l_i)[2], std::size_t base, std::size_t stat,
+                                               const int& N, int row_base, int t4) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = l_i[r];
@@ -237,7 +239,7 @@ __device__ __forceinline__ void store_o_lse(const Problem& p, uint16_t* __restri
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const float inv_l = l > 0.f ? 1.f / l : 0.f;
     const int row = row_base + 8 * r;
-    if (row < p.seq) {
+    if (row < N) {
       uint16_t* out = O + base + std::size_t(row) * p.row_stride() + 2 * t4;
 #pragma unroll
       for (int t = 0; t < T::kHeadDim / 8; ++t)
@@ -246,6 +248,14 @@ __device__ __forceinline__ void store_o_lse(const Problem& p, uint16_t* __restri
       if (t4 == 0) LSE[stat + row] = l > 0.f ? m_i[r] + log2f(l) : -INFINITY;
     }
   }
+}
+
+/// store_o_lse_at() for head h of batch b of a dense problem.
+template <class T>
+__device__ __forceinline__ void store_o_lse(const Problem& p, uint16_t* __restrict__ O, float* __restrict__ LSE,
+                                            const float (&o)[T::kHeadDim / 2], const float (&m_i)[2],
+                                            const float (&l_i)[2], int b, int h, int row_base, int t4) {
+  store_o_lse_at<T>(p, O, LSE, o, m_i, l_i, p.head_offset(b, h), p.stat_offset(b, h), p.seq, row_base, t4);
 }
 
 }  // namespace flashlab::cuda::detail::wgmma_step

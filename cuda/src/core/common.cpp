@@ -22,6 +22,7 @@ void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int l
 }
 
 Problem make_problem(const ref::AttentionProblem& problem) {
+  if (problem.packed) return make_packed_problem(problem, problem.packed->total_q(), problem.packed->total_k());
   // The front doors (check_clear_problem, check_fast_problem) refuse these with the field's name;
   // reaching here with one means a caller skipped them.
   const std::size_t numel = problem.batch * problem.seq * problem.heads * problem.head_dim;
@@ -29,6 +30,32 @@ Problem make_problem(const ref::AttentionProblem& problem) {
   if (numel >= (std::size_t(1) << 31) || kv_numel >= (std::size_t(1) << 31))
     throw std::logic_error("flashlab::cuda: " + problem.str() +
                            " reached a launch unchecked (B·N·H·d and B·N_k·H_kv·d must be below 2^31)");
+  return problem_fields(problem);
+}
+
+Problem make_packed_problem(const ref::AttentionProblem& problem, std::size_t total_q, std::size_t total_k) {
+  const std::size_t numel = total_q * problem.heads * problem.head_dim;
+  const std::size_t kv_numel = total_k * problem.h_kv() * problem.head_dim;
+  if (total_q == 0 || numel >= (std::size_t(1) << 31) || kv_numel >= (std::size_t(1) << 31) ||
+      problem.batch >= (std::size_t(1) << 31))
+    throw std::logic_error("flashlab::cuda: " + problem.str() + " with " + std::to_string(total_q) + " and " +
+                           std::to_string(total_k) +
+                           " packed rows reached a launch unchecked (total_q·H·d and total_k·H_kv·d must be "
+                           "below 2^31, total_q at least 1)");
+  ref::AttentionProblem shape = problem;
+  shape.packed.reset();  // the fields below; the lists themselves travel as device pointers
+  Problem p = problem_fields(shape);
+  p.total_q = int(total_q);
+  p.total_k = int(total_k);
+  // Capped by the totals, not by the longest lengths the caller states (each sequence is at most
+  // its tensor's rows long): a window this wide sees what an unbounded one sees in any sequence.
+  if (problem.window_left >= 0) p.window_left = int(std::min<long long>(problem.window_left, p.total_k));
+  if (!problem.causal && problem.window_right >= 0)
+    p.window_right = int(std::min<long long>(problem.window_right, p.total_q));
+  return p;
+}
+
+Problem problem_fields(const ref::AttentionProblem& problem) {
   Problem p;
   p.batch = int(problem.batch);
   p.seq = int(problem.seq);

@@ -119,6 +119,12 @@ struct Problem {
   /// Keys a query sees right of its diagonal, −1 unbounded; make_problem folds causal in (0) and
   /// caps it at N, where every row already sees key N_k − 1.
   int window_right = -1;
+  /// Packed sequences (the fast forwards alone take them): Q, O are then [1, total_q, H, d], K, V
+  /// [1, total_k, H_kv, d], LSE [1, H, total_q]; `batch` is B, `seq` and `seq_k` the longest
+  /// lengths (or more: the kernels read the lengths from the prefix sums, PackedLists, and use
+  /// `seq`, `seq_k` only to choose tiles). 0 when dense.
+  int total_q = 0;
+  int total_k = 0;  ///< packed: rows of K and V (cu_seqlens_k[B])
 
   /// Elements between two tokens of one head (H·d).
   FLASHLAB_HD std::size_t row_stride() const { return std::size_t(heads) * head_dim; }
@@ -156,6 +162,16 @@ struct Problem {
     p.Bc = key_rows;
     return p;
   }
+  /// True when the sequences are packed (total_q set; the kernels then read PackedLists).
+  FLASHLAB_HD bool packed() const { return total_q > 0; }
+  /// Packed: query tiles of `rows` rows per head in the launch's tile numbering (packed_tile()):
+  /// ⌊total_q / rows⌋ + B, at least Σ_b ⌈len_q(b) / rows⌉ and at most B more.
+  FLASHLAB_HD int packed_tiles(int rows) const { return total_q / rows + batch; }
+  /// The band's edges of one sequence whose diagonal has offset len_k − len_q (packed: each
+  /// sequence its own); window_lo(), window_hi() above are these at the offset N_k − N, written
+  /// out so that the kernels that read them compile as they did.
+  FLASHLAB_HD int window_lo(int offset) const { return window_left >= 0 ? offset - window_left : -(1 << 30); }
+  FLASHLAB_HD int window_hi(int offset) const { return window_right >= 0 ? offset + window_right : (1 << 30); }
   /// Number of query tiles Tr = ceil(N / Br).
   FLASHLAB_HD int Tr() const { return (seq + Br - 1) / Br; }
   /// Number of key tiles Tc = ceil(N / Bc).
@@ -169,6 +185,24 @@ struct Problem {
 /// `with_tiles(...)` of the tiles that kernel uses (the problem's for the clear kernels, the
 /// compile-time ones for the fast kernels).
 Problem make_problem(const ref::AttentionProblem& problem);
+
+/// make_problem() of packed sequences whose lists the host may not know: B, the longest lengths
+/// (or more) and the rest from `problem` (dense-shaped, or packed), `total_q` and `total_k` (≥ 1)
+/// the packed tensors' rows; the prefix sums travel beside it (PackedLists).
+/// std::logic_error when total_q·H·d or total_k·H_kv·d is not below 2^31 (the front door's check).
+Problem make_packed_problem(const ref::AttentionProblem& problem, std::size_t total_q, std::size_t total_k);
+
+/// The fields make_problem() sets, without its size check (its helper).
+Problem problem_fields(const ref::AttentionProblem& problem);
+
+/// The prefix sums of packed sequences (Problem::packed()), B + 1 int32 each in device memory, as
+/// FlashAttention's varlen call takes them: a kernel parameter of their own after the others, so
+/// that Problem keeps its 4-byte members (pointers in it would align it to 8 bytes and change the
+/// parameter loads of every kernel that takes it); nullptr when dense.
+struct PackedLists {
+  const int* cu_seqlens_q = nullptr;  ///< query prefix sums
+  const int* cu_seqlens_k = nullptr;  ///< key prefix sums
+};
 
 /// Threads per block of every attention kernel (4 warps).
 inline constexpr int kThreads = 128;

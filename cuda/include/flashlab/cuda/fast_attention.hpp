@@ -8,8 +8,7 @@
 ///
 /// The problem is a ref::AttentionProblem; the fast kernels' own limits are checked in one
 /// place, check_fast_problem(): d ∈ {64, 128, 256} (256: the mma_sync and tma_ws forwards alone;
-/// the other kernels refuse it by name), dtype bf16 or fp16, no packed sequences, 32-bit element
-/// counts. Their tiles are
+/// the other kernels refuse it by name), dtype bf16 or fp16, 32-bit element counts. Their tiles are
 /// fixed at compile time per kernel configuration and chosen per problem and device
 /// (fast_forward_tiles(); the backward kernels' tiles are stated in
 /// cuda/src/attention/attention_bwd_tc.cu), so the problem's Br and Bc are not read.
@@ -30,6 +29,16 @@
 /// once; a query that sees no key gets dQ = 0). The wgmma forward, the two-kernel backward and the
 /// deterministic wgmma-ws backward take H_kv = H, N_k = N only, those and the split_kv forward no
 /// window, and they refuse the others by name.
+///
+/// Packed sequences (FlashAttention's varlen call): the mma_sync and tma_ws forwards take B
+/// sequences of their own lengths concatenated along the token axis, Q and O `[1, total_q, H, d]`,
+/// K and V `[1, total_k, H_kv, d]`, LSE `[1, H, total_q]` (ref::AttentionProblem::stat_offset), with
+/// the prefix sums cu_seqlens_q and cu_seqlens_k in device memory (FastPackedSequences). Every
+/// sequence has its own mask, the diagonal bottom-right aligned at offset len_k − len_q, its window
+/// and grouped K/V as a dense problem's; the work is one unit per (sequence, head, query tile),
+/// found from the device lists by the kernels (no host copy, no pass over them before the launch),
+/// so no tile is spent on padding. The split_kv and wgmma forwards and the backward refuse packed
+/// sequences by name (cu_seqlens).
 ///
 /// Backward, two designs (ref::Algorithm): bwd_two_kernel (D preprocessing, dQ kernel, dK/dV
 /// kernel: cuda/src/attention/attention_bwd_tc.cu) and bwd_atomic (D preprocessing, one kernel over K_j/V_j
@@ -115,16 +124,21 @@ FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel = FastForwar
 FastTiles fast_forward_tiles(const ref::AttentionProblem& problem, FastForwardKernel kernel);
 
 /// The fast kernels' limits beyond ref::AttentionProblem::validate(), checked here and nowhere
-/// else: d ∈ {64, 128, 256}; dtype bf16 or fp16; no packed sequences; B·N·H·d and B·N_k·H_kv·d below
-/// 2³¹ (32-bit indices). Grouped K/V, N_k ≠ N, windows and d = 256 pass here; the kernels that do
-/// not take them refuse them by name: the wgmma forward the first three, the split-KV forward a
-/// window, the two-kernel design and the deterministic wgmma-ws kernel the first three, and every
-/// backward, the wgmma and the split-KV forwards d = 256. Validates the problem first. Throws std::invalid_argument naming the field, the value, the limit and a hint.
+/// else: d ∈ {64, 128, 256}; dtype bf16 or fp16; B·N·H·d and B·N_k·H_kv·d below 2³¹ (32-bit
+/// indices; packed: total_q·H·d and total_k·H_kv·d). Grouped K/V, N_k ≠ N, windows, d = 256 and
+/// packed sequences pass here; the kernels that do not take them refuse them by name: the wgmma
+/// forward the first three, the split-KV forward a window, the two-kernel design and the
+/// deterministic wgmma-ws kernel the first three, every backward, the wgmma and the split-KV
+/// forwards d = 256; packed sequences run on the mma_sync and tma_ws forwards alone (with their
+/// device lists: the overload of fast_attention_forward_device() that takes FastPackedSequences),
+/// at d = 64 and 128 (check_fast_packed() refuses d = 256). Validates the problem first. Throws
+/// std::invalid_argument naming the field, the value, the limit and a hint.
 void check_fast_problem(const ref::AttentionProblem& problem);
 
 /// Uploads Q (`[B, N, H, d]`), K and V (`[B, N_k, H_kv, d]`), 16-bit bit patterns of `problem.dtype`, poisons O
 /// and LSE with NaN, runs the fast forward `kernel`, checks every CUDA call and downloads O and
-/// LSE. Throws std::invalid_argument for a bad problem or size, CudaError for a CUDA failure.
+/// LSE. A packed problem: Q `[1, total_q, H, d]`, K and V `[1, total_k, H_kv, d]`, LSE `[1, H,
+/// total_q]`, its lists uploaded too. Throws std::invalid_argument for a bad problem or size, CudaError for a CUDA failure.
 FastForwardResult fast_attention_forward(const ref::AttentionProblem& problem, FastForwardKernel kernel,
                                          const std::vector<std::uint16_t>& Q, const std::vector<std::uint16_t>& K,
                                          const std::vector<std::uint16_t>& V);
@@ -142,9 +156,43 @@ FastForwardResult fast_attention_forward(const ref::AttentionProblem& problem, F
 /// elements, batch stride N·H·d), K and V contiguous `[B, N_k, H_kv, d]` (row stride H_kv·d);
 /// LSE is contiguous fp32 `[B, H, N]`, base 2 (file comment).
 /// O and LSE are written in full. Throws std::invalid_argument for a bad problem, pointer or a
-/// kernel not in this build, CudaError if a launch fails.
+/// kernel not in this build, and for a packed problem (its lists go to the overload below),
+/// CudaError if a launch fails.
 void fast_attention_forward_device(const ref::AttentionProblem& problem, FastForwardKernel kernel, const void* Q,
                                    const void* K, const void* V, void* O, float* LSE, void* stream = nullptr);
+
+/// Packed sequences as the device holds them, FlashAttention's varlen arguments: the B + 1 int32
+/// prefix sums of the query and key lengths in device memory and the packed tensors' rows.
+/// Sequence b owns query rows cu_seqlens_q[b] … cu_seqlens_q[b+1] − 1 and key rows
+/// cu_seqlens_k[b] … cu_seqlens_k[b+1] − 1. The lists are not read on the host: each must start
+/// at 0, never decrease and end at its total (ref::PackedSequences checks that where the host has
+/// them); lists that do not are not detected and give undefined results.
+struct FastPackedSequences {
+  const std::int32_t* cu_seqlens_q = nullptr;  ///< B + 1 query prefix sums, device memory
+  const std::int32_t* cu_seqlens_k = nullptr;  ///< B + 1 key prefix sums, device memory (may equal cu_seqlens_q)
+  std::size_t total_q = 0;                     ///< rows of Q and O: cu_seqlens_q[B], at least 1
+  std::size_t total_k = 0;                     ///< rows of K and V: cu_seqlens_k[B], at least 1
+};
+
+/// check_fast_problem() for a packed call whose lists are on the device: `problem` gives B
+/// (`batch`), the longest query and key lengths or more (`seq`, `seq_k`: FlashAttention's
+/// max_seqlen_q, max_seqlen_k, used only to choose tiles), H, H_kv, d, the mask and the dtype; it
+/// may be packed itself (the host's copy of the same lists: its totals must then equal `packed`'s).
+/// Checks the totals (1 … 2³¹ − 1; total_q·H·d and total_k·H_kv·d below 2³¹). Throws
+/// std::invalid_argument naming the field.
+void check_fast_packed(const ref::AttentionProblem& problem, const FastPackedSequences& packed);
+
+/// The forward over packed sequences on the caller's device memory (check_fast_packed()), `kernel`
+/// mma_sync or tma_ws: Q and O contiguous `[total_q, H, d]`, K and V `[total_k, H_kv, d]` (16-byte
+/// aligned), LSE contiguous fp32 `[H, total_q]`; `packed`'s lists 4-byte aligned device memory,
+/// read by the kernels only. Launches on `stream` and returns, as the dense overload: no host copy
+/// of the lists, no allocation, no synchronisation. O and LSE are written in full (a sequence
+/// without keys, and every row that sees none, gets O = 0 and LSE = −inf). Throws
+/// std::invalid_argument for a bad problem, total or pointer, or a kernel that takes no packed
+/// sequences (split_kv, wgmma), CudaError if a launch fails.
+void fast_attention_forward_device(const ref::AttentionProblem& problem, const FastPackedSequences& packed,
+                                   FastForwardKernel kernel, const void* Q, const void* K, const void* V, void* O,
+                                   float* LSE, void* stream = nullptr);
 
 /// The fast backward designs: ref::Algorithm::bwd_two_kernel (D preprocessing, a dQ kernel with
 /// one block per Q_i and a dK/dV kernel with one block per K_j: no atomics, bit-reproducible,
