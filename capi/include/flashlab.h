@@ -145,10 +145,13 @@ FLASHLAB_API const char* flashlab_status_name(flashlab_status status);
  *
  *  **Packed sequences** (FlashAttention's varlen interface): set `cu_seqlens_q` and
  *  `cu_seqlens_k` to the B + 1 prefix sums of the query and key lengths (int32, in the call's
- *  memory: host for FLASHLAB_DEVICE_CPU; the CUDA kernels take no packed sequences yet and refuse
- *  them with FLASHLAB_ERROR_UNSUPPORTED), `batch` to B, `seq_q` and `seq_k` to max_seqlen_q and
- *  max_seqlen_k (at least the longest query and key sequence), `total_q` and `total_k` to the rows
- *  of the packed tensors. Sequence b owns query rows cu_seqlens_q[b] … cu_seqlens_q[b+1] − 1 and
+ *  memory: host for FLASHLAB_DEVICE_CPU, device memory for FLASHLAB_DEVICE_CUDA, as FlashAttention's
+ *  varlen call takes them), `batch` to B, `seq_q` and `seq_k` to max_seqlen_q and max_seqlen_k (at
+ *  least the longest query and key sequence), `total_q` and `total_k` to the rows of the packed
+ *  tensors. On CUDA the forward's kernels read the lists on the device and the library never
+ *  copies them to the host, so it checks their contents nowhere: lists that break the rules below
+ *  give undefined results there (the CPU checks them and names the entry); the CUDA backward takes
+ *  no packed sequences yet (FLASHLAB_ERROR_UNSUPPORTED, naming cu_seqlens_q). Sequence b owns query rows cu_seqlens_q[b] … cu_seqlens_q[b+1] − 1 and
  *  key rows cu_seqlens_k[b] … cu_seqlens_k[b+1] − 1. Tensors are then `[total_q, H, d]` (q, o,
  *  d_o, dq) and `[total_k, H_kv, d]` (k, v, dk, dv), given as flashlab_tensor with stride[1] the
  *  row stride and stride[2] the head stride (stride[0] is not read); LSE is `[H, total_q]`. Each

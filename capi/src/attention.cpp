@@ -29,13 +29,18 @@ namespace ref = flashlab::ref;
 // A problem checked for one device, with the family's problem type built from it.
 struct Attention {
   flashlab_attention_problem abi{};
-  ref::AttentionProblem p;
+  ref::AttentionProblem p;  // packed on CUDA: dense-shaped (B, max_seqlen_q, max_seqlen_k), lists on the device
   Extents q_ext, kv_ext;
   std::int64_t stats = 0;  // B·H·N, the entries of LSE and D
+  bool device_packed = false;  // packed sequences whose lists are in device memory (CUDA)
 };
 
 #if FLASHLAB_CAPI_HAVE_CUDA
 namespace fc = flashlab::cuda;
+
+fc::FastPackedSequences device_lists(const Attention& a) {
+  return {a.abi.cu_seqlens_q, a.abi.cu_seqlens_k, std::size_t(a.abi.total_q), std::size_t(a.abi.total_k)};
+}
 #endif
 
 // The size of flashlab_attention_problem in ABI minor version 0, before the window and packed
@@ -153,18 +158,29 @@ Attention checked_problem(const flashlab_attention_problem* problem, flashlab_de
   a.p.window_left = s.window_left;
   a.p.window_right = s.window_right;
   if (packed) {
-    // Reading device-side prefix sums would take a host copy and a synchronisation, which no CUDA
-    // call makes; the kernels take no packed sequences yet either.
-    if (device == FLASHLAB_DEVICE_CUDA)
-      fail(FLASHLAB_ERROR_UNSUPPORTED,
-           "problem->cu_seqlens_q is set: the CUDA front door has no entry for packed sequences on device memory yet",
-           "run packed sequences on FLASHLAB_DEVICE_CPU, or pad them into a dense [B, N, H, d] batch");
     (void)checked_product({s.total_q, s.heads, s.head_dim}, "total_q·H·d");
     (void)checked_product({s.total_k, heads_kv, s.head_dim}, "total_k·H_kv·d");
     a.stats = checked_product({s.heads, s.total_q}, "H·total_q");
-    a.p.set_packed(validated_packed(s));
     a.q_ext = Extents{1, s.total_q, s.heads, s.head_dim};
     a.kv_ext = Extents{1, s.total_k, heads_kv, s.head_dim};
+    if (device == FLASHLAB_DEVICE_CUDA) {
+      // The lists are device memory: reading them here would take a host copy and a
+      // synchronisation, which no CUDA call makes. The kernels read them (FastPackedSequences);
+      // the problem carries B and the longest lengths as the caller states them.
+      if ((s.cu_seqlens_q == nullptr) != (s.cu_seqlens_k == nullptr))
+        fail(FLASHLAB_ERROR_INVALID_ARGUMENT,
+             std::string("problem->") + (s.cu_seqlens_q ? "cu_seqlens_k" : "cu_seqlens_q") + " is NULL but " +
+                 (s.cu_seqlens_q ? "cu_seqlens_q" : "cu_seqlens_k") + " is set",
+             "packed sequences take both prefix-sum lists (the same pointer twice for self-attention)");
+      require_range("problem->total_q", s.total_q, 1, INT32_MAX, total_hint);
+      require_range("problem->total_k", s.total_k, 1, INT32_MAX, total_hint);
+      a.device_packed = true;
+      a.p.batch = std::size_t(s.batch);
+      a.p.seq = std::size_t(s.seq_q);
+      a.p.seq_k = seq_k == s.seq_q ? 0 : std::size_t(seq_k);
+    } else {
+      a.p.set_packed(validated_packed(s));
+    }
   } else {
     (void)checked_product({s.batch, s.seq_q, s.heads, s.head_dim}, "B·N·H·d");
     (void)checked_product({s.batch, seq_k, heads_kv, s.head_dim}, "B·N_k·H_kv·d");
@@ -180,7 +196,10 @@ Attention checked_problem(const flashlab_attention_problem* problem, flashlab_de
   // The kernels' limits, stated once by their front door (check_fast_problem); any it states only
   // where a launch builds its parameters surfaces there, with the same status.
   if (device == FLASHLAB_DEVICE_CUDA)
-    kernel_limits("the CUDA kernels refuse this problem", [&] { fc::check_fast_problem(a.p); });
+    kernel_limits("the CUDA kernels refuse this problem", [&] {
+      if (a.device_packed) fc::check_fast_packed(a.p, device_lists(a));
+      else fc::check_fast_problem(a.p);
+    });
 #endif
   return a;
 }
@@ -209,6 +228,14 @@ void cpu_backward(const Attention& a, const Qkv& in, const Strided& o, const voi
 }
 
 #if FLASHLAB_CAPI_HAVE_CUDA
+// The CUDA backward takes no packed sequences yet (the forward does).
+void require_dense_backward(const Attention& a) {
+  if (a.device_packed)
+    fail(FLASHLAB_ERROR_UNSUPPORTED,
+         "problem->cu_seqlens_q is set: the CUDA backward takes no packed sequences yet (the CUDA forward does)",
+         "run the backward of packed sequences on FLASHLAB_DEVICE_CPU, or pad them into a dense [B, N, H, d] batch");
+}
+
 // The backward the device runs: the fastest (atomic dQ), or with `deterministic` the fixed-order
 // dQ of the Hopper kernel where there is one, else the two-kernel design (no atomics at all).
 struct BackwardChoice {
@@ -224,9 +251,11 @@ BackwardChoice backward_choice(const Attention& a) {
 }
 #endif
 
+
 std::size_t backward_workspace(const Attention& a, flashlab_device device) {
 #if FLASHLAB_CAPI_HAVE_CUDA
   if (device == FLASHLAB_DEVICE_CUDA) {
+    require_dense_backward(a);
     const BackwardChoice c = backward_choice(a);
     std::size_t bytes = 0;
     kernel_limits("the CUDA backward refuses this problem",
@@ -259,8 +288,12 @@ void forward(const flashlab_attention_problem* problem, flashlab_device device, 
   workspace_arg(workspace, workspace_bytes, lse ? 0 : forward_workspace(a, device), device);
   float* L = lse ? static_cast<float*>(lse) : static_cast<float*>(workspace);
   kernel_limits("the CUDA forward refuses this problem", [&] {
-    fc::fast_attention_forward_device(a.p, fc::fastest_forward_kernel(a.p), in.q.data, in.k.data, in.v.data, os.data,
-                                      L, stream);
+    if (a.device_packed)
+      fc::fast_attention_forward_device(a.p, device_lists(a), fc::fastest_forward_kernel(), in.q.data, in.k.data,
+                                        in.v.data, os.data, L, stream);
+    else
+      fc::fast_attention_forward_device(a.p, fc::fastest_forward_kernel(a.p), in.q.data, in.k.data, in.v.data,
+                                        os.data, L, stream);
   });
 #else
   (void)workspace;
@@ -288,6 +321,7 @@ void backward(const flashlab_attention_problem* problem, flashlab_device device,
     return;
   }
 #if FLASHLAB_CAPI_HAVE_CUDA
+  require_dense_backward(a);
   const BackwardChoice c = backward_choice(a);
   workspace_arg(workspace, workspace_bytes, backward_workspace(a, device), device);
   kernel_limits("the CUDA backward refuses this problem", [&] {

@@ -71,7 +71,8 @@ def has_cuda() -> bool:
 
 def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, return_lse: bool = False,
               deterministic: bool = False, window: Tuple[int, int] = (-1, -1), group: Any = None,
-              layout: str = "zigzag"):
+              layout: str = "zigzag", cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q: Optional[int] = None,
+              max_seqlen_k: Optional[int] = None):
     """Attention ``O = softmax(scale · Q Kᵀ) V``, FlashAttention's call.
 
     Args:
@@ -96,6 +97,12 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, r
             sequence, and O is this rank's rows (``flashlab.ring``; no window).
         layout: with ``group``, how the sequence is cut: ``"zigzag"`` (balanced causal work) or
             ``"contiguous"``.
+        cu_seqlens_q, cu_seqlens_k: packed sequences (FlashAttention's varlen call): q
+            ``[total_q, H, d]``, k and v ``[total_k, H_kv, d]``, the B + 1 prefix sums of the
+            lengths (cu_seqlens_k None: the queries' lengths); runs attention_varlen, whose
+            contract this is (no ``group``). max_seqlen_q, max_seqlen_k: at least the longest
+            sequences; None reads them off the lists (for CUDA tensors one small copy to the host
+            and a wait for the device: pass them to avoid it).
 
     Returns:
         ``O`` with q's shape and dtype, or ``(O, lse)``.
@@ -112,6 +119,21 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, r
             library refuses (its message names the field and the limit).
         FlashlabLibraryError: libflashlab.so not found (the message says where it looked).
     """
+    if cu_seqlens_q is not None or cu_seqlens_k is not None:
+        if group is not None:
+            raise FlashlabUnsupportedError("cu_seqlens_q with group: the ring takes no packed sequences",
+                                           hint="run packed sequences on one GPU (no group)")
+        if cu_seqlens_q is None:
+            raise FlashlabValueError("cu_seqlens_q: None but cu_seqlens_k is given",
+                                     hint="packed sequences take cu_seqlens_q (and cu_seqlens_k when keys differ)")
+        if cu_seqlens_k is None:
+            cu_seqlens_k = cu_seqlens_q
+        if max_seqlen_q is None:
+            max_seqlen_q = _longest("cu_seqlens_q", cu_seqlens_q)
+        if max_seqlen_k is None:
+            max_seqlen_k = _longest("cu_seqlens_k", cu_seqlens_k)
+        return attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal,
+                                scale=scale, window=window, return_lse=return_lse)
     if group is not None:
         if not _is_torch(q):
             raise FlashlabTypeError(f"group: context parallelism takes torch CUDA tensors, q is {type(q).__name__}",
@@ -152,6 +174,16 @@ def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Opti
     return _np().attention_backward(do, q, k, v, o, lse, bool(causal), scale, bool(deterministic), window)
 
 
+def _longest(name: str, cu) -> int:
+    """The longest sequence of a prefix-sum list (at least 1; a bad list is left to the checks that
+    name it). A CUDA tensor is copied to the host for it."""
+    try:
+        values = [int(x) for x in (cu.detach().cpu().tolist() if _is_torch(cu) else list(cu))]
+    except (TypeError, ValueError):
+        return 1
+    return max([b - a for a, b in zip(values, values[1:])] + [1])
+
+
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, *,
                      causal: bool = False, scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1),
                      return_lse: bool = False):
@@ -169,13 +201,16 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max
         return_lse: also return the natural-log ``logsumexp`` of each row, ``[H, total_q]``.
 
     NumPy float32/float64 arrays run the CPU reference (no autograd; attention_varlen_backward
-    gives the gradients). The CUDA kernels take no packed sequences yet: torch tensors raise
-    FlashlabUnsupportedError.
+    gives the gradients). torch CUDA bfloat16/float16 tensors run the fast forward (the lists:
+    int32 tensors on q's device, read there, never copied to the host, so not checked beyond
+    their shape; FlashAttention's contract), torch CPU float32/float64 tensors the reference. A
+    backward through a torch result raises FlashlabUnsupportedError naming cu_seqlens: the
+    backward takes no packed torch tensors yet.
     """
     if _is_torch(q):
-        raise FlashlabUnsupportedError(
-            "attention_varlen: torch tensors: the CUDA kernels take no packed sequences yet",
-            hint="pass NumPy arrays (the CPU reference), or pad the sequences into a [B, N, H, d] batch")
+        o, lse2 = _ft.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal,
+                                       scale=scale, window=window)
+        return (o, lse2 * 0.6931471805599453) if return_lse else o
     o, lse2 = _np().attention_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                              bool(causal), scale, window)
     if return_lse:
@@ -189,9 +224,7 @@ def attention_varlen_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, m
     """``(dQ, dK, dV)`` of the loss ``Σ O∘dO`` over packed sequences (NumPy, the CPU reference),
     from the forward's O and base-2 LSE ``[H, total_q]`` (attention_varlen_forward)."""
     if _is_torch(q):
-        raise FlashlabUnsupportedError(
-            "attention_varlen_backward: torch tensors: the CUDA kernels take no packed sequences yet",
-            hint="pass NumPy arrays (the CPU reference)")
+        raise _ft._varlen_backward_refused("attention_varlen_backward")
     return _np().attention_varlen_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                            max_seqlen_k, bool(causal), scale, window)
 
@@ -200,11 +233,12 @@ def attention_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: 
                              causal: bool = False, scale: Optional[float] = None,
                              window: Tuple[int, int] = (-1, -1)) -> Tuple[Any, Any]:
     """The ABI's forward call over packed sequences: ``(O, LSE)``, LSE base 2, ``[H, total_q]``
-    (NumPy, the CPU reference) — what attention_varlen_backward takes."""
+    (NumPy, the CPU reference; torch tensors as attention_varlen, no autograd) — what
+    attention_varlen_backward takes."""
     if _is_torch(q):
-        raise FlashlabUnsupportedError(
-            "attention_varlen_forward: torch tensors: the CUDA kernels take no packed sequences yet",
-            hint="pass NumPy arrays (the CPU reference)")
+        with _torch.no_grad():
+            return _ft._varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale,
+                                       window)
     return _np().attention_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                           bool(causal), scale, window)
 

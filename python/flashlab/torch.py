@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from . import _capi, _checks
-from .errors import FlashlabTypeError, FlashlabValueError
+from .errors import FlashlabTypeError, FlashlabUnsupportedError, FlashlabValueError
 
 LN2 = math.log(2.0)
 _T = _capi.Tensor
@@ -569,6 +569,101 @@ def attention_forward_call(q, k, v, *, causal: bool = False, scale: Optional[flo
     _checks.attention_shapes(q.shape, k.shape, v.shape)
     return attention_forward(q, k, v, bool(causal), _checks.check_scale(scale), bool(deterministic),
                              *_checks.check_window(window))
+
+
+# ----------------------------------------------------------------------------- packed sequences
+
+_CU_HINT = "the B + 1 prefix sums of the sequence lengths as a 1-D torch.int32 tensor on q's device, e.g. [0, 3, 7]"
+
+
+def _check_cu_seqlens(name: str, t: object, like: torch.Tensor) -> torch.Tensor:
+    """One prefix-sum list beside torch q: a 1-D int32 tensor on q's device, at least 2 entries.
+    Its values stay on the device (FlashAttention's varlen contract): the kernels read them."""
+    if not isinstance(t, torch.Tensor):
+        raise FlashlabTypeError(f"{name}: expected a torch.Tensor beside torch q, got {type(t).__name__}",
+                                hint=_CU_HINT)
+    if t.device != like.device:
+        raise FlashlabTypeError(f"{name}: on {t.device}, q on {like.device}", hint=_CU_HINT)
+    if t.dtype != torch.int32 or t.dim() != 1:
+        raise FlashlabTypeError(f"{name}: expected a 1-D torch.int32 tensor, got dtype {t.dtype} and shape "
+                                f"{tuple(t.shape)}", hint=_CU_HINT)
+    if t.numel() < 2:
+        raise FlashlabValueError(f"{name}: {t.numel()} entries, fewer than 2", hint=_CU_HINT)
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _varlen_forward_cuda(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window):
+    """(O [total_q, H, d], LSE [H, total_q] base 2) of the fast forward on packed CUDA tensors."""
+    total_q, total_k, H, Hkv, d = _checks.varlen_shapes(q.shape, k.shape, v.shape)
+    cu_q = _check_cu_seqlens("cu_seqlens_q", cu_q, q)
+    cu_k = _check_cu_seqlens("cu_seqlens_k", cu_k, q)
+    if cu_q.numel() != cu_k.numel():
+        raise FlashlabValueError(f"cu_seqlens_k: {cu_k.numel()} entries but cu_seqlens_q has {cu_q.numel()}",
+                                 hint="both list the same B sequences, B + 1 entries each")
+    max_q = _checks.check_positive_int("max_seqlen_q", max_q)
+    max_k = _checks.check_positive_int("max_seqlen_k", max_k)
+    L = _capi.lib()
+    if not L.cuda:
+        raise _checks.device_without_cuda()
+    p = _checks.packed_attention_problem(cu_q.numel() - 1, max_q, max_k, H, Hkv, d, scale, causal, _dtype(q), window,
+                                         cu_q.data_ptr(), cu_k.data_ptr(), total_q, total_k)
+    q, k, v = _ready(q), _ready(k), _ready(v)
+    o = torch.empty_like(q)
+    lse = q.new_empty((H, total_q), dtype=_F32)
+    index = q.get_device()
+    args = (p.address, _capi.DEVICE_CUDA, _capi.Tensor(q.data_ptr()), _capi.Tensor(k.data_ptr()),
+            _capi.Tensor(v.data_ptr()), _capi.Tensor(o.data_ptr()), lse.data_ptr(), None, 0, _raw_stream(index))
+    with torch.cuda.device(index):
+        status = L.attention_forward(*args)
+    if status:
+        raise L.fail(status, "flashlab_attention_forward")
+    return o, lse
+
+
+def _varlen_forward(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window):
+    """(O, LSE base 2) of packed torch tensors: CUDA runs the fast forward, CPU the reference."""
+    _check_tensors(("q", "k", "v"), (q, k, v))
+    s = _checks.check_scale(scale)
+    w = _checks.check_window(window)
+    if q.is_cuda:
+        return _varlen_forward_cuda(q, k, v, cu_q, cu_k, max_q, max_k, bool(causal), s, w)
+    from . import _numpy
+    host = [t.detach().numpy() if isinstance(t, torch.Tensor) else t for t in (q, k, v, cu_q, cu_k)]
+    o, lse = _numpy.attention_varlen_forward(*host, max_q, max_k, bool(causal), scale, w)
+    return torch.from_numpy(o), torch.from_numpy(lse)
+
+
+def _varlen_backward_refused(where: str) -> Exception:
+    return FlashlabUnsupportedError(
+        f"{where}: cu_seqlens (packed sequences): the backward takes no packed torch tensors yet",
+        hint="the fast forward takes them; for gradients pass NumPy arrays to attention_varlen_backward (the CPU "
+             "reference), or pad the sequences into a [B, N, H, d] batch")
+
+
+class _VarlenFunction(torch.autograd.Function):
+    """Packed sequences under autograd: the forward runs; a backward through it raises, naming
+    cu_seqlens, until the backward kernels take packed sequences."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, args):
+        o, lse = _varlen_forward(q, k, v, *args)
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, grad_o, grad_lse):
+        raise _varlen_backward_refused("attention_varlen")
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False, scale=None,
+                     window=(-1, -1)):
+    """flashlab.attention_varlen for torch tensors: (O, LSE base 2). CUDA bfloat16/float16 run the
+    fast forward on the current stream with the lists read on the device (no host copy, so their
+    contents are not checked here); CPU float32/float64 the reference, which checks them."""
+    args = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window)
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)):
+        return _VarlenFunction.apply(q, k, v, args)
+    return _varlen_forward(q, k, v, *args)
 
 
 _checked_backward = _checks._Cache()

@@ -271,3 +271,23 @@ def test_varlen_shapes_are_checked(rng):
         flashlab.attention_varlen(q[None], k, v, cu_q, cu_k, 3, 3)
     with pytest.raises(FlashlabValueError, match="k: head dim 4 differs from q's 8"):
         flashlab.attention_varlen(q, k[..., :4], v[..., :4], cu_q, cu_k, 3, 3)
+
+
+def test_attention_with_cu_seqlens_runs_the_packed_call(rng):
+    """flashlab.attention(..., cu_seqlens_q=, cu_seqlens_k=) is attention_varlen, the longest
+    lengths read off the lists when not given; cu_seqlens_k defaults to cu_seqlens_q."""
+    cu_q, cu_k = np.array([0, 3, 3, 10], dtype=np.int32), np.array([0, 5, 6, 6], dtype=np.int32)
+    q = rng.standard_normal((10, 4, 16))
+    k = rng.standard_normal((6, 2, 16))
+    v = rng.standard_normal((6, 2, 16))
+    for causal in (False, True):
+        got, lse = flashlab.attention(q, k, v, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True)
+        want, want_lse = flashlab.attention_varlen(q, k, v, cu_q, cu_k, 7, 5, causal=causal, return_lse=True)
+        assert np.array_equal(got, want) and np.array_equal(lse, want_lse)
+    kq = rng.standard_normal((10, 2, 16))
+    got = flashlab.attention(q, kq, kq, causal=True, cu_seqlens_q=cu_q)
+    assert np.array_equal(got, flashlab.attention_varlen(q, kq, kq, cu_q, cu_q, 7, 7, causal=True))
+    with pytest.raises(FlashlabValueError, match="cu_seqlens_q: None but cu_seqlens_k"):
+        flashlab.attention(q, k, v, cu_seqlens_k=cu_k)
+    with pytest.raises(FlashlabValueError, match=r"cu_seqlens_q\[2\] = 2 is below cu_seqlens_q\[1\] = 3"):
+        flashlab.attention(q, q, q, cu_seqlens_q=[0, 3, 2, 10])
