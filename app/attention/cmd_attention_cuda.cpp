@@ -47,6 +47,7 @@ using ref::Tensor;
 constexpr const char* kUsageLine =
     "attention fwd|bwd --device cuda [--kernel fast|clear] [--dtype bf16|fp16] [--seq N --dim D]\n"
     "                          [--heads H] [--heads-kv HKV] [--seq-k NK] [--batch B] [--causal] [--window L,R]\n"
+    "                          [--cu-seqlens FILE]\n"
     "                          [--scale X] [--seed S] [--inputs DIR] [--save DIR] [--bwd-kernel K] [--allow-nonfinite]\n"
     "                          [--memory-limit SIZE] [--json|--csv]";
 constexpr const char* kSummary =
@@ -72,6 +73,11 @@ constexpr const char* kSummary =
     "takes all three on the mma and wgmma-ws backward kernels (dK, dV of K's shape; wgmma-ws-det\n"
     "refuses them); the clear kernels take HKV = H, NK = N and no window.\n"
     "fwd --kernel fast also takes d = 256 (the mma and tma-ws forwards); the fast backward does not.\n"
+    "fwd --kernel fast also takes --cu-seqlens FILE, packed variable-length sequences in the CPU\n"
+    "command's file format (a line 'cu_seqlens_q = 0 3 3 10', and 'cu_seqlens_k = ...' when the keys\n"
+    "differ; its sequences replace --seq, --seq-k and --batch): Q [total_q, H, D], each sequence with\n"
+    "its own mask (the diagonal bottom-right aligned at len_k - len_q), the lists in device memory\n"
+    "(d = 64 and 128).\n"
     "--save DIR writes o.npy lse.npy [dq.npy dk.npy dv.npy] as float32. Exit 0 within tolerance, 1\n"
     "when not, 2 on bad input. --device cpu runs the CPU reference command instead.\n"
     "--json and --csv print the CPU command's fields where they mean the same (command, variant,\n"
@@ -104,6 +110,9 @@ po::options_description options() {
       ;
   add_window_option(d, " (fwd --kernel fast only)");
   d.add_options()
+      ("cu-seqlens", po::value<std::string>(),
+       "FILE with cu_seqlens_q (and cu_seqlens_k): packed variable-length sequences (fwd --kernel fast only; - "
+       "reads standard input)")
       ("scale", po::value<double>(), "softmax scale (default 1/sqrt(d))")
       ;
   add_seed_option(d);
@@ -146,7 +155,8 @@ void require_memory(const Run& run) {
   plan.add("Q, O, dO (float64 inputs and reference)", qn, 8, bwd ? 4 : 2);
   plan.add("K, V (float64 inputs)", kvn, 8, 2);
   plan.add("rounded copies and outputs", qn + kvn * 2, 8, bwd ? 3 : 2);
-  plan.add("naive N x N_k scores of one head", checked_size({q.seq, kv.seq}, "N x N_k"), 8, bwd ? 4 : 2);
+  // Packed: the reference runs one sequence at a time, the longest at most.
+  plan.add("naive N x N_k scores of one head", checked_size({run.cfg.n_q(), run.cfg.n_k()}, "N x N_k"), 8, bwd ? 4 : 2);
   plan.require_within(run.policy, "attention " + run.mode + " on Q " + q.str() + ", K " + kv.str());
 }
 
@@ -173,6 +183,9 @@ Run parse_run(const po::variables_map& vm) {
   if (vm.count("save")) run.save = prepare_save_dir(vm["save"].as<std::string>());
 
   if (vm.count("inputs")) {
+    if (vm.count("cu-seqlens"))
+      throw UsageError("--cu-seqlens with --inputs runs on the CPU reference only",
+                       "add --device cpu, or drop --inputs to run seeded packed inputs on the GPU");
     const fs::path dir(vm["inputs"].as<std::string>());
     if (!fs::is_directory(dir)) throw UsageError("--inputs " + dir.string() + " is not a directory", "give a directory holding q.npy k.npy v.npy");
     const fs::path qf = dir / "q.npy", kf = dir / "k.npy", vf = dir / "v.npy", df = dir / "do.npy";
@@ -222,6 +235,22 @@ Run parse_run(const po::variables_map& vm) {
     if (have_do) {
       run.dO = load_attention_operand(df, run.policy);
       if (!(run.dO.shape() == qs)) throw UsageError(df.string() + ": shape differs from q.npy", "dO has the shape of Q (and O)");
+    }
+  } else if (vm.count("cu-seqlens")) {
+    // The file's sequences replace --batch, --seq and --seq-k (the CPU command's rule).
+    for (const char* flag : {"seq", "seq-k", "batch"})
+      if (vm.count(flag) && !vm[flag].defaulted())
+        throw UsageError(std::string("--") + flag + " conflicts with --cu-seqlens",
+                         std::string("with packed sequences the lengths come from the file; drop --") + flag);
+    if (!run.fast || bwd)
+      throw UsageError(std::string("--cu-seqlens: ") +
+                           (bwd ? "the fast backward takes no packed sequences yet" : "the clear kernels take none"),
+                       "run packed sequences with fwd --kernel fast, or on the CPU reference: --device cpu");
+    run.cfg.set_packed(read_cu_seqlens(vm["cu-seqlens"].as<std::string>()));
+    run.cfg.heads = std::size_t(get_ll(vm, "heads"));
+    if (vm.count("heads-kv")) {
+      require_range("heads-kv", get_ll(vm, "heads-kv"), 1, kMaxHeads);
+      run.cfg.heads_kv = std::size_t(get_ll(vm, "heads-kv"));
     }
   } else {
     if (!vm.count("seq")) throw UsageError("--seq is required", "e.g. --seq 128 (or --inputs DIR, or --cu-seqlens FILE)");
@@ -398,7 +427,10 @@ int report(const Run& run, OutputFormat format, const Kernels& kernels, const st
   const AttentionProblem& c = run.cfg;
   std::cout << "flashlab attention " << run.mode << " --device cuda --kernel " << (run.fast ? "fast" : "clear") << ": "
             << fc::device_description() << "\n"
-            << "B=" << c.batch << " N=" << c.seq << (c.n_k() != c.seq ? " N_k=" + std::to_string(c.n_k()) : "")
+            << (c.packed ? std::to_string(c.batch) + " packed sequences (total_q=" + std::to_string(c.packed->total_q()) +
+                               " total_k=" + std::to_string(c.packed->total_k()) + "), longest "
+                         : "B=" + std::to_string(c.batch) + " ")
+            << "N=" << c.seq << (c.n_k() != c.seq ? " N_k=" + std::to_string(c.n_k()) : "")
             << " H=" << c.heads << (c.h_kv() != c.heads ? " H_kv=" + std::to_string(c.h_kv()) : "")
             << " d=" << c.head_dim << (c.causal ? " causal" : "")
             << (c.has_window() ? " window=" + std::to_string(c.window_left) + "," + std::to_string(c.window_right) : "")
@@ -429,7 +461,8 @@ void save_tensor(const Run& run, const char* name, const Tensor<float>& t) {
   ref::write_npy(*run.save / name, shape, t.data());
 }
 void save_stats(const Run& run, const std::vector<float>& lse) {
-  std::vector<std::size_t> shape = {run.cfg.heads, run.cfg.seq};
+  // [H, N] per batch entry; packed [H, total_q].
+  std::vector<std::size_t> shape = {run.cfg.heads, run.cfg.stat_numel() / (run.cfg.heads * run.cfg.q_shape().batch)};
   if (run.four_d) shape.insert(shape.begin(), run.cfg.batch);
   ref::write_npy(*run.save / "lse.npy", shape, lse.data());
 }

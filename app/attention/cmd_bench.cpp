@@ -37,7 +37,7 @@ namespace {
 
 constexpr const char* kUsageLine =
     "bench attention [--seq N[,N2,...]] [--dim D[,D2]] [--heads H] [--heads-kv HKV] [--seq-k NK] [--batch B]\n"
-    "                       [--causal | --no-causal | --both] [--window L,R]\n"
+    "                       [--causal | --no-causal | --both] [--window L,R] [--cu-seqlens FILE]\n"
     "                       [--pass fwd|bwd|both] [--bwd-design atomic|two-kernel] [--fwd-kernel mma|wgmma|tma-ws|splitkv]\n"
     "                       [--bwd-kernel mma|wgmma-ws|wgmma-ws-det] [--dtype bf16|fp16] [--kv-copy] [--reps R] [--warmup W]\n"
     "                       [--gpus G[,G2,...] [--scaling strong|weak] [--layout zigzag|contiguous] [--no-single]]\n"
@@ -59,13 +59,19 @@ constexpr const char* kSummary =
     "backward takes those three on the atomic design's mma and wgmma-ws kernels. Query i sees\n"
     "key j iff i + NK - N - L <= j <= i + NK - N + R (-1 unbounded, causal caps R at 0); its TFLOP/s\n"
     "count the pairs inside the band, 4 d H B times the sum over the N queries of the keys each sees\n"
-    "(the area the mask leaves, not the tiles a kernel loads). --kv-copy also times, per forward\n"
+    "(the area the mask leaves, not the tiles a kernel loads). --cu-seqlens FILE times packed\n"
+    "variable-length sequences (the forward only; the file format of flashlab attention fwd\n"
+    "--cu-seqlens: a line 'cu_seqlens_q = 0 3 3 10', and 'cu_seqlens_k = ...' when the keys differ):\n"
+    "one shape per d and mask, Q [total_q, H, d], the lists in device memory; its sequences replace\n"
+    "--seq, --seq-k and --batch (N prints the longest), and its TFLOP/s count each sequence's own\n"
+    "visible pairs (4 d H times their sum: the real work, none for padding). --kv-copy also times, per forward\n"
     "shape and the same way, a device-to-device copy of K and V's bytes: the row then states K and\n"
     "V's read rate beside the copy's (read + write) rate. --json and --csv print one row per shape\n"
     "and pass, as each is timed, with the keys dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,\n"
-    "gbps,bwd_design,fwd_kernel,H_kv,N_k,kv_read_tbps,copy_tbps,window_left,window_right (bwd_design:\n"
-    "atomic, two-kernel, or wgmma-ws / wgmma-ws-det, the atomic design on those kernels; kv_read_tbps\n"
-    "and copy_tbps 0 without --kv-copy; a window side -1 when unbounded); the CSV feeds\n"
+    "gbps,bwd_design,fwd_kernel,H_kv,N_k,kv_read_tbps,copy_tbps,window_left,window_right,total_q,\n"
+    "total_k (bwd_design: atomic, two-kernel, or wgmma-ws / wgmma-ws-det, the atomic design on those\n"
+    "kernels; kv_read_tbps and copy_tbps 0 without --kv-copy; a window side -1 when unbounded;\n"
+    "total_q and total_k the packed rows with --cu-seqlens, else 0); the CSV feeds\n"
     "cuda/bench/sdpa_bench.py (PyTorch SDPA, same shapes and passes; enable_gqa for grouped K/V; rows\n"
     "with a window are not compared there).\n"
     "--gpus times context-parallel (ring) attention instead: the sequence cut among G GPUs of this\n"
@@ -95,6 +101,9 @@ po::options_description options() {
       ;
   add_window_option(d, " (the backward: atomic design, mma or wgmma-ws kernel)");
   d.add_options()
+      ("cu-seqlens", po::value<std::string>(),
+       "FILE with cu_seqlens_q (and cu_seqlens_k): time packed variable-length sequences, the forward only "
+       "(- reads standard input)")
       ("causal", po::bool_switch(), "causal only")
       ("no-causal", po::bool_switch(), "non-causal only")
       ("both", po::bool_switch(), "causal and non-causal (the default)")
@@ -145,6 +154,7 @@ struct Sweep {
   bool weak = false;      // --scaling weak: N rows per GPU
   std::string layout;     // --layout ("": by causality)
   bool single = true;     // !--no-single
+  std::optional<flashlab::ref::PackedSequences> packed;  // --cu-seqlens
 };
 
 // --gpus and the flags that go with it; a flag the ring has no use for is refused by name.
@@ -172,6 +182,7 @@ void parse_ring_flags(const po::variables_map& vm, Sweep& s) {
   if (s.seq_k > 0) refuse("--seq-k", "drop it (the ring is self-attention)");
   if (s.window_left >= 0 || s.window_right >= 0) refuse("--window", "drop it (the ring takes no window)");
   if (s.kv_copy) refuse("--kv-copy", "drop it");
+  if (s.packed) refuse("--cu-seqlens", "drop it (the ring takes dense batches)");
   if (s.fwd_kernel != "auto" || s.bwd_kernel != "auto" || !s.bwd_atomic)
     refuse("--fwd-kernel/--bwd-kernel/--bwd-design", "leave them at their defaults");
 }
@@ -204,8 +215,19 @@ Sweep parse_sweep(const po::variables_map& vm) {
   const std::string pass = vm["pass"].as<std::string>();
   if (pass != "fwd" && pass != "bwd" && pass != "both")
     throw UsageError("--pass '" + pass + "' is unknown", "choose fwd, bwd or both (the default)");
-  s.fwd = pass != "bwd";
-  s.bwd = pass != "fwd";
+  if (vm.count("cu-seqlens")) {
+    // The file's sequences replace the sweep's lengths and batch; the forward alone takes them.
+    for (const char* flag : {"seq", "seq-k", "batch"})
+      if (vm.count(flag) && !vm[flag].defaulted())
+        throw UsageError(std::string("--") + flag + " conflicts with --cu-seqlens",
+                         std::string("with packed sequences the lengths come from the file; drop --") + flag);
+    if (!vm["pass"].defaulted() && pass != "fwd")
+      throw UsageError("--pass " + pass + " with --cu-seqlens: the fast backward takes no packed sequences yet",
+                       "drop --pass (packed sequences time the forward), or give --pass fwd");
+    s.packed = read_cu_seqlens(vm["cu-seqlens"].as<std::string>());
+  }
+  s.fwd = pass != "bwd" || s.packed.has_value();
+  s.bwd = pass != "fwd" && !s.packed;
   if (s.bwd)
     for (int d : s.dims)
       if (d == 256)
@@ -305,6 +327,7 @@ int run_sweep(const Sweep& s) {
   b.fwd_auto = chosen;
   b.kv_copy = s.kv_copy;
 
+  b.packed = s.packed;
   if (!chosen && (s.fwd_kernel == "wgmma" || s.fwd_kernel == "tma-ws") && !fc::fast_forward_wgmma_built())
     throw UsageError("--fwd-kernel " + s.fwd_kernel + " is not in this build",
                      "configure with CMAKE_CUDA_ARCHITECTURES including 90 (the " + s.fwd_kernel +
@@ -338,7 +361,12 @@ int run_sweep(const Sweep& s) {
        << (s.window_left >= 0 || s.window_right >= 0
                ? " window=" + std::to_string(s.window_left) + "," + std::to_string(s.window_right)
                : "")
-       << " B=" << s.batch << "; per shape " << s.warmup
+       << (s.packed ? " packed: " + std::to_string(s.packed->count()) + " sequences, total_q=" +
+                          std::to_string(s.packed->total_q()) + " total_k=" + std::to_string(s.packed->total_k()) +
+                          ", longest " + std::to_string(s.packed->max_len_q()) + " / " +
+                          std::to_string(s.packed->max_len_k())
+                    : " B=" + std::to_string(s.batch))
+       << "; per shape " << s.warmup
        << " warm-up + " << s.reps << " timed launches, each alone (CUDA events), L2 flushed before each, "
        << b.input_sets << " input sets rotated; median (min, max)\n";
   std::optional<RowStream> rows;
@@ -378,6 +406,8 @@ int run_sweep(const Sweep& s) {
       j.key("kv_read_tbps").value(round_to(r.attention.kv_read_tbps, 3));
       j.key("copy_tbps").value(round_to(r.attention.copy_tbps, 3));
       j.key("window_left").value(std::int64_t(c.window_left)).key("window_right").value(std::int64_t(c.window_right));
+      j.key("total_q").value(std::uint64_t(c.packed ? c.packed->total_q() : 0));
+      j.key("total_k").value(std::uint64_t(c.packed ? c.packed->total_k() : 0));
       j.end_object();
       rows->row(v);
       return;

@@ -108,6 +108,9 @@ def main():
         if int(row.get("window_left") or -1) >= 0 or int(row.get("window_right") or -1) >= 0:
             print(f"  window {row['window_left']},{row['window_right']} N={row['N']}: not compared (SDPA has no window)")
             continue
+        if int(row.get("total_q") or 0) > 0:
+            print(f"  packed sequences, total_q {row['total_q']}: not compared (SDPA takes dense batches)")
+            continue
         d, causal, N, H, B = int(row["d"]), int(row["causal"]) != 0, int(row["N"]), int(row["H"]), int(row["B"])
         H_kv, N_k = int(row.get("H_kv") or H), int(row.get("N_k") or N)
         pas = row.get("pass") or "fwd"

@@ -172,3 +172,31 @@ TEST_CASE("cli attention: bad --heads-kv, --window and --cu-seqlens are usage er
   expect_usage_error("attention fwd --inputs '" + in + "' --cu-seqlens " + ok, "q.npy: 1 x 6 rows do not hold the 5 rows");
   expect_usage_error("attention fwd --inputs '" + in + "'", "k.npy: heads is 3, which does not divide the 4 heads");
 }
+
+TEST_CASE("cli attention --device cuda and bench attention: --cu-seqlens, one file format, its conflicts",
+          "[cli][attention][varlen][device]") {
+  const std::string dir = fresh_temp_dir("attn_cu_gpu");
+  const std::string file = write_text(dir, "lens.txt", "cu_seqlens_q = 0 3 3 4 140\ncu_seqlens_k = 0 5 6 6 200\n");
+  const std::string bad = write_text(dir, "bad.txt", "cu_seqlens_q = 0 3 2 7\n");
+  const std::string cu = " --cu-seqlens '" + file + "'";
+  // The lengths come from the file; the fast forward alone takes packed sequences on the GPU.
+  expect_usage_error("attention fwd --device cuda --kernel fast --seq 16" + cu, "--seq conflicts with --cu-seqlens");
+  expect_usage_error("attention fwd --device cuda --kernel fast --batch 2" + cu, "--batch conflicts with --cu-seqlens");
+  expect_usage_error("attention bwd --device cuda --kernel fast" + cu,
+                     "--cu-seqlens: the fast backward takes no packed sequences yet");
+  expect_usage_error("attention fwd --device cuda" + cu, "--cu-seqlens: the clear kernels take none");
+  // A bad list: the CPU command's message, naming the file, its line and the entry.
+  expect_usage_error("attention fwd --device cuda --kernel fast --cu-seqlens '" + bad + "'",
+                     "cu_seqlens_q[2] = 2 is below cu_seqlens_q[1] = 3");
+  expect_usage_error("bench attention --cu-seqlens '" + bad + "'", "cu_seqlens_q[2] = 2 is below cu_seqlens_q[1] = 3");
+  expect_usage_error("bench attention --seq 1024" + cu, "--seq conflicts with --cu-seqlens");
+  expect_usage_error("bench attention --pass both" + cu, "--pass both with --cu-seqlens: the fast backward takes no");
+  // Valid: run where there is a GPU, refused with the usual hint elsewhere.
+  const auto r = flashlab::test::run_gpu_command("attention fwd --device cuda --kernel fast --causal --heads 4 "
+                                                 "--heads-kv 2 --dim 64" + cu);
+  if (r.exit_code == 0)
+    CHECK_THAT(r.out, Catch::Contains("4 packed sequences (total_q=140 total_k=200)") &&
+                          Catch::Contains("max error vs naive float64"));
+  const auto b = flashlab::test::run_gpu_command("bench attention --dim 64 --causal --reps 20 --warmup 1 --csv" + cu);
+  if (b.exit_code == 0) CHECK_THAT(b.out, Catch::Contains("total_q,total_k") && Catch::Contains(",140,200"));
+}

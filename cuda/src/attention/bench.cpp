@@ -13,6 +13,7 @@
 #include "core/bench_timing.hpp"
 #include "core/common.hpp"
 #include "flashlab/cuda/bench.hpp"
+#include "flashlab/reference/tensor.hpp"
 
 #include <algorithm>
 #include <random>
@@ -36,6 +37,7 @@ ref::AttentionProblem problem_of(const AttentionBenchConfig& b, int n, int d, bo
   problem.dtype = b.dtype;
   problem.window_left = b.window_left;
   problem.window_right = b.window_right;
+  if (b.packed) problem.set_packed(*b.packed);  // B, N and N_k from the sequences
   return problem;
 }
 
@@ -51,6 +53,7 @@ void validate(const AttentionBenchConfig& b) {
   if (b.heads_kv < 0 || b.seq_k < 0) bad("heads_kv and seq_k must be >= 0 (0: equal to heads, to N)");
   for (int n : b.seqs)
     if (n < 1) bad("sequence length " + std::to_string(n) + " must be >= 1");
+  if (b.packed && b.pass != BenchPass::fwd) bad("packed sequences time the forward only (the fast backward takes none)");
   if (b.bwd_design != ref::Algorithm::bwd_two_kernel && b.bwd_design != ref::Algorithm::bwd_atomic)
     bad("bwd_design = " + std::string(ref::algorithm_name(b.bwd_design)) + " is not a fast backward design");
   for (int d : b.head_dims)  // before any timing: every shape's limits, and the backward's where it runs
@@ -73,8 +76,7 @@ void bench_shape(const AttentionBenchConfig& bench, const ref::AttentionProblem&
                  std::vector<AttentionBenchRow>& rows, const std::function<void(const AttentionBenchRow&)>& on_row) {
   const bool do_fwd = bench.pass != BenchPass::bwd;
   const bool do_bwd = bench.pass != BenchPass::fwd;
-  const std::size_t numel = problem.batch * problem.seq * problem.heads * problem.head_dim;
-  const std::size_t kv_numel = problem.batch * problem.n_k() * problem.h_kv() * problem.head_dim;
+  const std::size_t numel = problem.q_shape().numel(), kv_numel = problem.kv_shape().numel();
   const std::size_t stats = problem.stat_numel();
   const std::size_t sets = std::size_t(bench.input_sets);
   // Set s: Q, K, V, dO at 4s … 4s+3 (dO only when the backward is timed), O and LSE at s.
@@ -147,9 +149,21 @@ void bench_shape(const AttentionBenchConfig& bench, const ref::AttentionProblem&
     rows.push_back(row);
     if (on_row) on_row(row);
   };
+  // Packed: the lists in device memory, uploaded once, as a caller of the varlen call holds them.
+  const std::size_t lists = problem.packed ? problem.batch + 1 : 0;
+  detail::DeviceBuffer<std::int32_t> cu_q(lists), cu_k(lists);
+  if (problem.packed) {
+    cu_q.upload(problem.packed->cu_seqlens_q().data());
+    cu_k.upload(problem.packed->cu_seqlens_k().data());
+  }
   auto forward = [&](std::size_t s) {
-    fast_attention_forward_device(problem, fwd_kernel, in[kPerSet * s].get(), in[kPerSet * s + 1].get(),
-                                  in[kPerSet * s + 2].get(), O[s].get(), LSE[s].get());
+    if (problem.packed)
+      fast_attention_forward_device(problem, {cu_q.get(), cu_k.get(), problem.packed->total_q(), problem.packed->total_k()},
+                                    fwd_kernel, in[kPerSet * s].get(), in[kPerSet * s + 1].get(),
+                                    in[kPerSet * s + 2].get(), O[s].get(), LSE[s].get());
+    else
+      fast_attention_forward_device(problem, fwd_kernel, in[kPerSet * s].get(), in[kPerSet * s + 1].get(),
+                                    in[kPerSet * s + 2].get(), O[s].get(), LSE[s].get());
   };
   if (do_fwd) time_pass(false, forward);
   if (do_bwd) {
@@ -169,23 +183,30 @@ void bench_shape(const AttentionBenchConfig& bench, const ref::AttentionProblem&
 
 double attention_fwd_flops(const ref::AttentionProblem& problem) {
   const double n = double(problem.seq), nk = double(problem.n_k());
-  // (query, key) pairs: all, or (causal, bottom-right aligned) the triangle and the rectangle left of
-  // it; a window's band row by row (the mask's one rule: visible_keys).
+  // (query, key) pairs of one sequence: all, or (causal, bottom-right aligned) the triangle and the
+  // rectangle left of it; a window's band row by row (the mask's one rule: visible_keys), and so
+  // every packed sequence's with its own lengths.
   double pairs = !problem.causal ? n * nk : n <= nk ? n * nk - 0.5 * n * n : 0.5 * nk * nk;
-  if (problem.has_window()) {
-    const ref::SequenceSpan s = problem.sequence(0);
+  double sequences = double(problem.batch);
+  if (problem.has_window() || problem.is_packed()) {
     pairs = 0.0;
-    for (std::size_t i = 0; i < problem.seq; ++i) {
-      const ref::KeyRange k = problem.visible_keys(s, static_cast<long long>(i));
-      pairs += double(k.end - k.first);
+    const std::size_t counted = problem.is_packed() ? problem.batch : 1;  // dense: the batch's sequences alike
+    for (std::size_t b = 0; b < counted; ++b) {
+      const ref::SequenceSpan s = problem.sequence(b);
+      for (std::size_t i = 0; i < s.q_len; ++i) {
+        const ref::KeyRange k = problem.visible_keys(s, static_cast<long long>(i));
+        pairs += k.empty() ? 0.0 : double(k.end - k.first);
+      }
     }
+    if (problem.is_packed()) sequences = 1.0;
   }
-  return 4.0 * pairs * double(problem.head_dim * problem.heads * problem.batch);
+  return 4.0 * pairs * sequences * double(problem.head_dim * problem.heads);
 }
 
 double attention_fwd_bytes(const ref::AttentionProblem& problem) {
-  const double rows = double(problem.batch * problem.seq * problem.heads);            // B·N·H
-  const double kv_rows = double(problem.batch * problem.n_k() * problem.h_kv());     // B·N_k·H_kv
+  const ref::Shape q = problem.q_shape(), kv = problem.kv_shape();  // packed: one batch entry of the totals
+  const double rows = double(q.batch * q.seq * q.heads);           // B·N·H
+  const double kv_rows = double(kv.batch * kv.seq * kv.heads);     // B·N_k·H_kv
   return (2.0 * rows + 2.0 * kv_rows) * double(problem.head_dim) * 2.0 + rows * 4.0;  // Q, O, K, V (16-bit) + LSE
 }
 
@@ -209,7 +230,7 @@ std::vector<AttentionBenchRow> bench_attention(const AttentionBenchConfig& bench
   for (int d : bench.head_dims)
     for (int n : bench.seqs) {
       const ref::AttentionProblem p = problem_of(bench, n, d, false);
-      max_numel = std::max({max_numel, p.batch * p.seq * p.heads * p.head_dim, p.batch * p.n_k() * p.h_kv() * p.head_dim});
+      max_numel = std::max({max_numel, p.q_shape().numel(), p.kv_shape().numel()});
     }
   std::vector<std::uint16_t> pool(max_numel + kStride * buffers);
   {
@@ -220,9 +241,11 @@ std::vector<AttentionBenchRow> bench_attention(const AttentionBenchConfig& bench
 
   detail::LaunchTimer timer(bench.flush_bytes);
   std::vector<AttentionBenchRow> rows;
+  // Packed: one shape per (d, causal), the sequences' own (`seqs` is not read).
+  const std::vector<int> seqs = bench.packed ? std::vector<int>{0} : bench.seqs;
   for (int d : bench.head_dims)
     for (bool causal : bench.causal)
-      for (int n : bench.seqs) bench_shape(bench, problem_of(bench, n, d, causal), pool, timer, rows, on_row);
+      for (int n : seqs) bench_shape(bench, problem_of(bench, n, d, causal), pool, timer, rows, on_row);
   return rows;
 }
 

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 namespace flashlab::cuda {
@@ -61,6 +62,10 @@ struct AttentionBenchConfig {
   /// copy-bandwidth anchor): the row's kv_read_tbps and copy_tbps
   bool kv_copy = false;
   FastBackwardKernel bwd_kernel = FastBackwardKernel::mma_sync;  ///< kernel of the bwd_atomic design timed
+  /// Packed sequences (forward only): when set, one shape per (d, causal), these sequences packed
+  /// ([1, total, H, d], the lists in device memory, FastPackedSequences) in place of `seqs`,
+  /// `batch` and `seq_k`; its TFLOP/s count every sequence's own visible pairs.
+  std::optional<ref::PackedSequences> packed;
 };
 
 /// One timed shape of a sweep: the one row type of every family (bench_row.hpp), its attention
@@ -68,7 +73,8 @@ struct AttentionBenchConfig {
 using AttentionBenchRow = BenchRow;
 
 /// FLOPs of one forward: 4·N·N_k·d·H·B (QKᵀ and PV, 2 FLOPs per multiply-add; 4·N²·d·H·B when
-/// N_k = N). Causal: only the visible (query, key) pairs, counted as N·N_k − N²/2 when N ≤ N_k and
+/// N_k = N). Packed sequences: the sum over the sequences of their own count (4·len_q·len_k·d·H,
+/// and so on), the real work with no padding. Causal: only the visible (query, key) pairs, counted as N·N_k − N²/2 when N ≤ N_k and
 /// N_k²/2 when N > N_k (bottom-right aligned), which is the usual halving at N_k = N. A window:
 /// the visible pairs counted exactly, Σ over the N queries of the keys each sees (the band's
 /// area, clipped to the keys: ref::AttentionProblem::visible_keys()), not the tiles a kernel
