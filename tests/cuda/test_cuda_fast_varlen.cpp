@@ -66,14 +66,9 @@ std::vector<fc::FastForwardKernel> kernels() {
 }
 
 void check_varlen(const VarlenCase& c, const std::vector<fc::FastForwardKernel>& on) {
-  fr::AttentionProblem cfg;
-  cfg.heads = std::size_t(c.heads);
-  cfg.heads_kv = c.heads_kv == c.heads ? 0 : std::size_t(c.heads_kv);
-  cfg.head_dim = std::size_t(c.head_dim);
-  cfg.causal = c.causal;
-  cfg.dtype = c.dtype;
-  cfg.window_left = c.window_left;
-  cfg.window_right = c.window_right;
+  // The dense check's problem (heads, mask, dtype), its B, N and N_k then from the sequences.
+  fr::AttentionProblem cfg = flashlab::test::forward_problem(
+      {1, 1, 1, c.heads, c.heads_kv, c.head_dim, c.causal, c.dtype, c.window_left, c.window_right});
   const std::vector<int>& len_k = c.len_k.empty() ? c.len_q : c.len_k;
   cfg.set_packed(fr::PackedSequences(prefix_sums(c.len_q), prefix_sums(len_k)));
   const bool window = c.window_left >= 0 || c.window_right >= 0;
