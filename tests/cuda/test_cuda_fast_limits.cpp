@@ -108,6 +108,12 @@ TEST_CASE("the front door takes packed sequences for the mma and tma-ws forwards
                     Catch::Contains("total_q·H·d = 2147483648 is not below 2^31"));
   CHECK_THROWS_WITH(fc::check_fast_packed(shape, {nullptr, nullptr, 100, 1 << 21}),
                     Catch::Contains("total_k·H_kv·d = 2147483648 is not below 2^31"));
+  // d = 256: the dense forwards take it, the packed ones not yet.
+  p.head_dim = 256;
+  CHECK_THROWS_WITH(fc::check_fast_problem(p),
+                    Catch::Contains("cu_seqlens (packed sequences) with head_dim (d) = 256") && Catch::Contains("hint:"));
+  shape.head_dim = 256;
+  CHECK_THROWS_WITH(fc::check_fast_packed(shape, lists), Catch::Contains("head_dim (d) = 256"));
 }
 
 TEST_CASE("the front door takes windows for the forward and refuses them for the backward, wgmma and split-KV",
