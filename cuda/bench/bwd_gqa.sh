@@ -19,14 +19,7 @@
 # same with an unbounded window (--window 100000,100000, not causal: the band instantiation; kernel
 # label wgmma-ws-band).
 set -u
-bin=${1:-gpu-carry}
-out=${2:-/tmp/flashlab-bwd-gqa}
-here=$(dirname "$0")
-mkdir -p "$out"
-commit=$(cat "$bin/commit" 2>/dev/null || echo unknown)
-date=$(date -u '+%Y-%m-%d %H:%M')
-device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-status=0
+. "$(dirname "$0")/run_context.sh" "${1:-gpu-carry}" "${2:-/tmp/flashlab-bwd-gqa}"
 shape=(--pass bwd --seq 8192 --dim 128 --batch 1 --both --reps 30 --csv)
 "$bin/flashlab" bench attention "${shape[@]}" --heads 32 --heads-kv 8 --bwd-kernel wgmma-ws >"$out/gqa_ws.csv" || status=1
 "$bin/flashlab" bench attention "${shape[@]}" --heads 16 --bwd-kernel wgmma-ws >"$out/plain_ws.csv" || status=1

@@ -13,13 +13,7 @@
 # Shapes: bf16, d = 128, H = 16, B = 1; N = 8192 and 32768 causal with window (4096, 0), (1024, 0)
 # and none, on the wgmma-ws and mma kernels of the atomic design.
 set -u
-bin=${1:-gpu-carry}
-out=${2:-/tmp/flashlab-bwd-window}
-mkdir -p "$out"
-commit=$(cat "$bin/commit" 2>/dev/null || echo unknown)
-date=$(date -u '+%Y-%m-%d %H:%M')
-device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-status=0
+. "$(dirname "$0")/run_context.sh" "${1:-gpu-carry}" "${2:-/tmp/flashlab-bwd-window}"
 band=(--pass bwd --bwd-design atomic --dim 128 --heads 16 --batch 1 --causal --seq 8192,32768)
 for k in wgmma-ws mma; do
   for w in none 4096,0 1024,0; do

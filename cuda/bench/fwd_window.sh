@@ -15,14 +15,7 @@
 # and none, on tma-ws and mma; then tma-ws without a window at N = 8192, d = 64 and 128, causal
 # and not, beside SDPA (cuda/bench/sdpa_bench.py, same session).
 set -u
-bin=${1:-gpu-carry}
-out=${2:-/tmp/flashlab-window}
-here=$(dirname "$0")
-mkdir -p "$out"
-commit=$(cat "$bin/commit" 2>/dev/null || echo unknown)
-date=$(date -u '+%Y-%m-%d %H:%M')
-device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-status=0
+. "$(dirname "$0")/run_context.sh" "${1:-gpu-carry}" "${2:-/tmp/flashlab-window}"
 band=(--pass fwd --dim 128 --heads 16 --batch 1 --causal --seq 8192,32768)
 for k in tma-ws mma; do
   for w in none 4096,0 1024,0; do

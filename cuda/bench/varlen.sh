@@ -19,14 +19,7 @@
 # packed-uniform, the same 8 sequences of 8192 packed (the cost of the packed work list alone);
 # packed-mixed, 16 sequences of 913 … 8192 tokens (below), on the tma-ws and mma forwards.
 set -u
-bin=${1:-gpu-carry}
-out=${2:-/tmp/flashlab-varlen}
-here=$(dirname "$0")
-mkdir -p "$out"
-commit=$(cat "$bin/commit" 2>/dev/null || echo unknown)
-date=$(date -u '+%Y-%m-%d %H:%M')
-device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-status=0
+. "$(dirname "$0")/run_context.sh" "${1:-gpu-carry}" "${2:-/tmp/flashlab-varlen}"
 
 # The lengths, as --cu-seqlens files (prefix sums).
 python3 - "$out" <<'EOF'
