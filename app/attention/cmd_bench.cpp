@@ -78,7 +78,8 @@ constexpr const char* kSummary =
     "machine (zigzag when causal), K/V passed around a ring over NCCL while the fast kernels work, one\n"
     "process driving every GPU; per (G, d, causal, N) and pass the median of the slowest rank's whole\n"
     "ring over R runs after W warm-ups, TFLOP/s per GPU, the bytes one GPU handed to NCCL beside the\n"
-    "model's, the longest exchange and step, and the time the compute did not cover. --scaling strong\n"
+    "model's, the longest exchange and step, and the time the compute did not cover (defaults there:\n"
+    "1 warm-up, 5 timed runs; --reps at least 3). --scaling strong\n"
     "keeps N the whole sequence for every G; weak makes it G x N (N rows per GPU). Beside it, once per\n"
     "shape, one GPU's fast kernels on the whole problem (unless --no-single, or B N H d reaches 2^31):\n"
     "strong_efficiency = their time / (G x the ring's). --json/--csv rows: gpus,layout,causal,N,B,H,\n"
@@ -130,11 +131,15 @@ po::options_description options() {
   add_dtype_option(d, "bf16 | fp16", "bf16");
   d.add_options()
       ("kv-copy", po::bool_switch(), "also time a D2D copy of K and V's bytes per forward shape (the copy-bandwidth anchor)")
-      ("reps", po::value<long long>()->default_value(30), "timed launches per shape (at least 20)")
+      ("reps", po::value<long long>()->default_value(30),
+       "timed launches per shape (at least 20; with --gpus timed rings, at least 3, default 5)")
       ("warmup", po::value<long long>()->default_value(3), "untimed launches per shape before timing");
   add_output_options(d);
   return d;
 }
+
+/// Timed rings per shape with --gpus when --reps is not given.
+constexpr int kRingReps = 5;
 
 /// Everything the sweep needs, checked.
 struct Sweep {
@@ -204,8 +209,10 @@ Sweep parse_sweep(const po::variables_map& vm) {
     s.window_right = int(w.window_right);
   }
   s.batch = int_flag(vm, "batch", 1, 4096);
-  s.reps = int_flag(vm, "reps", 20, 100000);
-  s.warmup = int_flag(vm, "warmup", 0, 100000);
+  // A ring of a long sequence takes seconds and varies little between runs: --gpus times fewer.
+  const bool ring = vm.count("gpus") > 0;
+  s.reps = ring && vm["reps"].defaulted() ? kRingReps : int_flag(vm, "reps", ring ? 3 : 20, 100000);
+  s.warmup = ring && vm["warmup"].defaulted() ? 1 : int_flag(vm, "warmup", 0, 100000);
   const bool c = vm["causal"].as<bool>(), nc = vm["no-causal"].as<bool>(), both = vm["both"].as<bool>();
   if (int(c) + int(nc) + int(both) > 1)
     throw UsageError("--causal, --no-causal and --both exclude each other", "give at most one (default: --both)");

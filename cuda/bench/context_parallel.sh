@@ -7,21 +7,21 @@
 #                                                  the machine has), then compute-sanitizer memcheck
 #                                                  on its small shapes; rows into context_parallel_checks.csv
 #   context_parallel.sh scale [BIN_DIR] [OUT_DIR]  causal forward + backward, d = 128, H = 16 with
-#                                                  H_kv = 16 and 4: strong scaling at N = 512k on
-#                                                  G = 1, 2, 4 (8) beside one GPU's fast kernels on the
-#                                                  whole problem; weak scaling from N = 128k per GPU;
-#                                                  N = 1M on all GPUs (one GPU cannot take it in one
-#                                                  launch); rows into context_parallel.csv
+#                                                  H_kv = 16 and 4 (`flashlab bench attention --gpus`):
+#                                                  strong scaling at N = 512k on G = 1, 2, 4 (8) beside
+#                                                  one GPU's fast kernels on the whole problem; weak
+#                                                  scaling from N = 128k per GPU; N = 1M on all GPUs
+#                                                  (one GPU cannot take it in one launch); rows into
+#                                                  context_parallel.csv
 #   context_parallel.sh all [BIN_DIR] [OUT_DIR]    check, then scale
 #
-# BIN_DIR (default gpu-carry) holds test_cuda_context_parallel and bench_cuda_context_parallel
-# built with the cuda preset; OUT_DIR (default /tmp/flashlab-ring) lies outside the tree (raw logs
+# BIN_DIR (default gpu-carry) holds test_cuda_context_parallel and flashlab built with the cuda
+# preset (NCCL found); OUT_DIR (default /tmp/flashlab-ring) lies outside the tree (raw logs
 # stay out of it): OUT_DIR/logs/*.log, OUT_DIR/csv/context_parallel.csv and
 # context_parallel_checks.csv. The recipe, end to end:
 #   cmake --preset cuda
-#   cmake --build --preset cuda -j2 --target test_cuda_context_parallel bench_cuda_context_parallel
-#   mkdir -p gpu-carry && cp build/cuda/tests/cuda/test_cuda_context_parallel \
-#                            build/cuda/cuda/bench_cuda_context_parallel gpu-carry/
+#   cmake --build --preset cuda -j2 --target test_cuda_context_parallel flashlab
+#   mkdir -p gpu-carry && cp build/cuda/tests/cuda/test_cuda_context_parallel build/cuda/app/flashlab gpu-carry/
 #   (GPU machine of 2, 4 or 8 GPUs, repository root)  bash cuda/bench/context_parallel.sh all gpu-carry "$OUT"
 # The binaries load libnccl.so.2 from the machine (NCCL 2.28 there); NVLink multicast stays off
 # (NCCL_NVLS_ENABLE=0 for every process this script starts).
@@ -31,13 +31,13 @@ export NCCL_NVLS_ENABLE=0
 mode=${1:-}
 bin=${2:-gpu-carry}
 out=${3:-/tmp/flashlab-ring}
-REPS=${REPS:-3}
+REPS=${REPS:-3}  # timed rings per shape (flashlab bench attention --gpus takes at least 3)
 
 case "$mode" in
   check|scale|all) ;;
   *) sed -n '2,30p' "$0"; exit 2 ;;
 esac
-for exe in test_cuda_context_parallel bench_cuda_context_parallel; do
+for exe in test_cuda_context_parallel flashlab; do
   [[ -x "$bin/$exe" ]] || { echo "error: $bin/$exe is missing (hint: build and copy it as the header says)" >&2; exit 2; }
 done
 mkdir -p "$out/logs" "$out/csv"
@@ -68,36 +68,30 @@ check() {
   fi
 }
 
-bench() {  # bench LABEL G N H_KV [more flags]
-  local label=$1 g=$2 n=$3 hkv=$4; shift 4
-  echo "bench $label G=$g N=$n H_kv=$hkv $*"
-  "$bin/bench_cuda_context_parallel" --label "$label" --gpus "$g" --seq "$n" --heads 16 --heads-kv "$hkv" --dim 128 \
-    --causal 1 --pass both --reps "$REPS" --csv "$out/csv/context_parallel.csv" "$@" \
-    2>&1 | tee -a "$out/logs/bench_context_parallel.log" || echo "error: that run failed; the sweep goes on (see the log)"
-}
-
-# One GPU's median ms of PASS (fwd|bwd) in the newest row of LABEL at G = 1, N, H_KV.
-single_ms() {
-  awk -F, -v label="$1" -v n="$2" -v hkv="$3" -v pass="$4" \
-    '$3 == label && $4 == 1 && $7 == n && $10 == hkv && $13 == pass { ms = $19 } END { print ms }' \
-    "$out/csv/context_parallel.csv"
+bench() {  # bench LABEL H_KV [flags of flashlab bench attention --gpus]: rows into context_parallel.csv
+  local label=$1 hkv=$2; shift 2
+  local csv="$out/csv/context_parallel.csv" raw="$out/logs/bench_$label.csv"
+  echo "bench $label H_kv=$hkv $*"
+  "$bin/flashlab" bench attention --heads 16 --heads-kv "$hkv" --dim 128 --causal --pass both --reps "$REPS" \
+    --csv "$@" > "$raw" 2>> "$out/logs/bench_context_parallel.log" ||
+    echo "error: that run failed; the sweep goes on (see the log)"
+  # The command's rows, each after the run's date, device and this label; the header once per file.
+  [[ -s "$raw" ]] || return 0
+  [[ -f "$csv" ]] || echo "date,device,label,$(head -1 "$raw")" > "$csv"
+  tail -n +2 "$raw" | sed "s|^|$(now),$device,$label,|" | tee -a "$csv"
 }
 
 scale() {
   for hkv in 16 4; do
-    # strong scaling: the whole N = 512k on 1, 2, 4 (8) GPUs; one GPU's kernels are timed in the
-    # G = 1 run and their times given to the others (the efficiency column)
-    bench strong 1 524288 "$hkv"
-    local f b given=(--no-single); f=$(single_ms strong 524288 "$hkv" fwd); b=$(single_ms strong 524288 "$hkv" bwd)
-    [[ -n "$f" && -n "$b" && "$f" != -1* && "$b" != -1* ]] && given=(--single-fwd-ms "$f" --single-bwd-ms "$b")
-    for g in "${sizes[@]:1}"; do bench strong "$g" 524288 "$hkv" "${given[@]}"; done
+    # strong scaling: the whole N = 512k on every G (one GPU's kernels timed once, at the first G)
+    bench strong "$hkv" --gpus "$(IFS=,; echo "${sizes[*]}")" --seq 524288
     # weak scaling: 128k rows per GPU (the G = 1 row carries one GPU's TFLOP/s at 128k)
-    for g in "${sizes[@]}"; do
-      if (( g == 1 )); then bench weak 1 131072 "$hkv"; else bench weak "$g" $((131072 * g)) "$hkv" --no-single; fi
-    done
+    bench weak "$hkv" --gpus 1 --seq 131072
+    (( ${#sizes[@]} > 1 )) &&
+      bench weak "$hkv" --gpus "$(IFS=,; echo "${sizes[*]:1}")" --scaling weak --seq 131072 --no-single
   done
   # N = 1M on every GPU of the machine (B·N·H·d = 2^31: beyond one launch of the fast kernels)
-  if (( gpus >= 2 )); then bench long "${sizes[-1]}" 1048576 4 --no-single; fi
+  if (( gpus >= 2 )); then bench long 4 --gpus "${sizes[-1]}" --seq 1048576 --no-single; fi
   echo "rows: $out/csv/context_parallel.csv"
 }
 

@@ -227,7 +227,7 @@ RingBackwardResult context_parallel_backward(const ref::ContextParallelProblem& 
                                              const std::vector<std::uint16_t>& dO, const std::vector<float>& LSE,
                                              FastBackwardKernel kernel = FastBackwardKernel::mma_sync);
 
-/// One configuration of the ring's timing harness (cuda/bench/bench_context_parallel.cpp).
+/// One configuration of the ring's timing harness (`flashlab bench attention --gpus`).
 struct RingBenchConfig {
   ref::ContextParallelProblem problem;  ///< G, B, N, H, H_kv, d, causal, layout, dtype
   bool forward = true;                  ///< time the forward
