@@ -1,5 +1,5 @@
-// The context-parallel ring's entry points (flashlab_ring_*): the whole problem read from a
-// flashlab_attention_problem, checked, and one rank of the attention family's ring
+// The attention family's context-parallel ring (flashlab_ring_*): the whole problem read from a
+// flashlab_attention_problem, checked, and one rank of the ring
 // (flashlab/cuda/context_parallel.hpp) run on the caller's device memory. Built with the ring only
 // where NCCL was found (FLASHLAB_CAPI_HAVE_RING); elsewhere every call says so.
 #include "core.hpp"
