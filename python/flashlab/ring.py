@@ -212,6 +212,7 @@ class _RingFunction(torch.autograd.Function):
         ctx.call = call
         ctx.set_materialize_grads(False)
         lse_out = lse.permute(1, 2, 0, 3).reshape(call.b, q.shape[2], call.per_rank * call.c) * LN2
+        ctx.mark_non_differentiable(lse_out)  # as the single-GPU attention's LSE
         return _from_ring(o, call.b, call.per_rank), lse_out
 
     @staticmethod
