@@ -116,8 +116,6 @@ struct ForwardSpace {
   float* O_acc;            // running O, fp32, local layout
   std::uint16_t* O_part;   // one block's O_s
   float* LSE_part;         // one block's LSE_s
-  std::uint16_t* Kx;       // GQA: a K chunk expanded to H heads
-  std::uint16_t* Vx;
 };
 
 ForwardSpace carve_forward(const Sizes& z, Carver& w) {
@@ -127,8 +125,6 @@ ForwardSpace carve_forward(const Sizes& z, Carver& w) {
   s.O_acc = w.take<float>(z.q_local());
   s.O_part = w.take<std::uint16_t>(z.q_chunk());
   s.LSE_part = w.take<float>(z.stats_chunk());
-  s.Kx = z.group > 1 ? w.take<std::uint16_t>(z.q_chunk()) : nullptr;
-  s.Vx = z.group > 1 ? w.take<std::uint16_t>(z.q_chunk()) : nullptr;
   return s;
 }
 
@@ -140,18 +136,26 @@ struct BackwardSpace {
   float* part;
   float* dQ_acc;
   std::uint16_t* dQ_part;
-  std::uint16_t* dK_part;
+  std::uint16_t* dK_part;  // one block's dK, H_kv heads (the kernel sums each group)
   std::uint16_t* dV_part;
-  std::uint16_t* Kx;
-  std::uint16_t* Vx;
   void* kernel_ws;  // fast_attention_backward_device's workspace
 };
 
-// Any block's problem: the backward workspace depends on B, c, H, d only.
+// The problem a block runs on the fast kernels: the reference's block (c queries against c keys,
+// causal for a diagonal block) with the H_kv heads of K and V as they are held. The fast kernels
+// read each K/V tile once for the query heads of its group and sum dK, dV over them, so the held
+// chunks are used in place and each block's dK, dV come out per K/V head.
+ref::AttentionProblem gpu_block(const ref::ContextParallelProblem& p, const ref::RingBlock& blk) {
+  ref::AttentionProblem a = ref::block_problem(p, blk);
+  a.heads_kv = p.group() > 1 ? p.kv_heads() : 0;
+  return a;
+}
+
+// Any block's problem: the backward workspace depends on B, c, H, H_kv, d only.
 ref::AttentionProblem any_block(const ref::ContextParallelProblem& p) {
   ref::RingBlock full;
   full.valid_keys = p.chunk_len();
-  return ref::block_problem(p, full);
+  return gpu_block(p, full);
 }
 
 BackwardSpace carve_backward(const ref::ContextParallelProblem& p, const Sizes& z, FastBackwardKernel kernel, Carver& w) {
@@ -164,10 +168,8 @@ BackwardSpace carve_backward(const ref::ContextParallelProblem& p, const Sizes& 
   s.part = w.take<float>(2 * z.kv_local());
   s.dQ_acc = w.take<float>(z.q_local());
   s.dQ_part = w.take<std::uint16_t>(z.q_chunk());
-  s.dK_part = w.take<std::uint16_t>(z.q_chunk());
-  s.dV_part = w.take<std::uint16_t>(z.q_chunk());
-  s.Kx = z.group > 1 ? w.take<std::uint16_t>(z.q_chunk()) : nullptr;
-  s.Vx = z.group > 1 ? w.take<std::uint16_t>(z.q_chunk()) : nullptr;
+  s.dK_part = w.take<std::uint16_t>(z.kv_chunk());
+  s.dV_part = w.take<std::uint16_t>(z.kv_chunk());
   s.kernel_ws = w.take<unsigned char>(fast_attention_backward_workspace_bytes(ref::Algorithm::bwd_atomic, any_block(p)));
   return s;
 }
@@ -270,7 +272,7 @@ void check_context_parallel_problem(const ref::ContextParallelProblem& problem) 
                                 std::to_string(problem.attention.window_left) + "," +
                                 std::to_string(problem.attention.window_right) +
                                 ") is not supported (hint: the single-GPU fast forward takes windows)");
-  // Every block is a c×c problem with the whole problem's B, H (K/V expanded), d, dtype.
+  // Every block is a c×c problem with the whole problem's B, H, H_kv, d, dtype.
   check_fast_problem(any_block(problem));
 }
 
@@ -506,16 +508,9 @@ void load_own_kv(const Sizes& z, const void* K, const void* V, std::uint16_t* kv
   FLASHLAB_CUDA_CHECK(cudaEventRecord(r.ready, r.stream));
 }
 
-// The K_j, V_j a block reads from the held ring buffer: the chunk of its slot, expanded to H
-// heads into Kx, Vx under GQA (H_kv heads travel, the kernels read H).
-std::pair<const void*, const void*> block_kv(const Sizes& z, const std::uint16_t* held, const ref::RingBlock& blk,
-                                             std::uint16_t* Kx, std::uint16_t* Vx, cudaStream_t stream) {
-  const std::uint16_t* K_j = held + blk.kv_slot * z.kv_chunk();
-  const std::uint16_t* V_j = held + z.kv_local() + blk.kv_slot * z.kv_chunk();
-  if (z.group == 1) return {K_j, V_j};
-  detail::expand_kv_heads(K_j, Kx, z.B * z.c, int(z.H), int(z.group), int(z.d), stream);
-  detail::expand_kv_heads(V_j, Vx, z.B * z.c, int(z.H), int(z.group), int(z.d), stream);
-  return {Kx, Vx};
+// The K_j, V_j a block reads from the held ring buffer: the chunk of its slot, H_kv heads, in place.
+std::pair<const void*, const void*> block_kv(const Sizes& z, const std::uint16_t* held, const ref::RingBlock& blk) {
+  return {held + blk.kv_slot * z.kv_chunk(), held + z.kv_local() + blk.kv_slot * z.kv_chunk()};
 }
 
 void run_forward(const ref::ContextParallelProblem& p, const std::vector<Driven<RingForwardBuffers>>& ranks,
@@ -564,8 +559,8 @@ void run_forward(const ref::ContextParallelProblem& p, const std::vector<Driven<
       const std::uint16_t* held = sp.kv[s % 2];
       const auto blocks = ref::ring_blocks(p, r.rank, s);
       for (const ref::RingBlock& blk : blocks) {
-        const auto [K_j, V_j] = block_kv(z, held, blk, sp.Kx, sp.Vx, r.stream);
-        fast_attention_forward_device(ref::block_problem(p, blk), kernel, at<std::uint16_t>(b.Q, blk.q_slot * z.q_chunk()),
+        const auto [K_j, V_j] = block_kv(z, held, blk);
+        fast_attention_forward_device(gpu_block(p, blk), kernel, at<std::uint16_t>(b.Q, blk.q_slot * z.q_chunk()),
                                       K_j, V_j, sp.O_part, sp.LSE_part, r.stream);
         detail::ring_merge(bf16, sp.O_acc + blk.q_slot * z.q_chunk(), b.LSE + blk.q_slot * z.stats_chunk(), sp.O_part,
                            sp.LSE_part, int(z.B), int(z.c), int(z.H), int(z.d), r.stream);
@@ -640,17 +635,16 @@ void run_backward(const ref::ContextParallelProblem& p, const std::vector<Driven
         const std::uint16_t* held = sp.kv[s % 2];
         const auto blocks = ref::ring_blocks(p, r.rank, s);
         for (const ref::RingBlock& blk : blocks) {
-          const auto [K_j, V_j] = block_kv(z, held, blk, sp.Kx, sp.Vx, r.stream);
+          const auto [K_j, V_j] = block_kv(z, held, blk);
           const std::size_t q = blk.q_slot * z.q_chunk();
-          fast_attention_backward_device(ref::Algorithm::bwd_atomic, ref::block_problem(p, blk),
+          fast_attention_backward_device(ref::Algorithm::bwd_atomic, gpu_block(p, blk),
                                          at<std::uint16_t>(b.Q, q), K_j, V_j, at<std::uint16_t>(b.O, q),
                                          at<std::uint16_t>(b.dO, q), b.LSE + blk.q_slot * z.stats_chunk(), sp.dQ_part,
                                          sp.dK_part, sp.dV_part, sp.kernel_ws, r.stream, kernel);
-          detail::accumulate_heads(bf16, sp.dQ_acc + q, sp.dQ_part, z.B * z.c, int(z.H), 1, int(z.d), r.stream);
-          detail::accumulate_heads(bf16, part + blk.kv_slot * z.kv_chunk(), sp.dK_part, z.B * z.c, int(z.H_kv),
-                                   int(z.group), int(z.d), r.stream);
-          detail::accumulate_heads(bf16, part + z.kv_local() + blk.kv_slot * z.kv_chunk(), sp.dV_part, z.B * z.c,
-                                   int(z.H_kv), int(z.group), int(z.d), r.stream);
+          detail::accumulate16(bf16, sp.dQ_acc + q, sp.dQ_part, z.q_chunk(), r.stream);
+          detail::accumulate16(bf16, part + blk.kv_slot * z.kv_chunk(), sp.dK_part, z.kv_chunk(), r.stream);
+          detail::accumulate16(bf16, part + z.kv_local() + blk.kv_slot * z.kv_chunk(), sp.dV_part, z.kv_chunk(),
+                               r.stream);
           rows[i].flops += ref::block_flops(p, blk, ref::RingPass::backward);
         }
         rows[i].blocks = blocks.size();

@@ -113,20 +113,23 @@ RingBenchPass time_ring(const ref::ContextParallelProblem& p, ref::RingPass pass
   return out;
 }
 
-// One GPU's fast kernels on the whole problem (K/V expanded to H heads), median ms of forward and
-// backward; {−1, −1} when it does not fit one launch or the device's free memory.
+// One GPU's fast kernels on the whole problem (grouped K/V as the ring holds them), median ms of
+// forward and backward; {−1, −1} when it does not fit one launch or the device's free memory.
 std::pair<double, double> time_single(const RingBenchConfig& cfg, int device) {
   const ref::ContextParallelProblem& p = cfg.problem;
   ref::AttentionProblem g = p.attention;
   g.seq_k = 0;
+  g.heads_kv = p.group() > 1 ? p.kv_heads() : 0;
   const std::size_t numel = g.batch * g.seq * g.heads * g.head_dim;
+  const std::size_t kv_numel = g.batch * g.seq * g.h_kv() * g.head_dim;
   if (numel >= (std::size_t(1) << 31)) return {-1, -1};
   FLASHLAB_CUDA_CHECK(cudaSetDevice(device));
   const std::size_t ws_bytes = fast_attention_backward_workspace_bytes(ref::Algorithm::bwd_atomic, g);
   std::size_t free = 0, total = 0;
   FLASHLAB_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-  if (8 * numel * 2 + ws_bytes + g.batch * g.heads * g.seq * 4 > free * 9 / 10) return {-1, -1};
-  detail::DeviceBuffer<std::uint16_t> Q(numel), K(numel), V(numel), O(numel), dO(numel), dQ(numel), dK(numel), dV(numel);
+  if ((4 * numel + 4 * kv_numel) * 2 + ws_bytes + g.batch * g.heads * g.seq * 4 > free * 9 / 10) return {-1, -1};
+  detail::DeviceBuffer<std::uint16_t> Q(numel), K(kv_numel), V(kv_numel), O(numel), dO(numel), dQ(numel), dK(kv_numel),
+      dV(kv_numel);
   detail::DeviceBuffer<float> LSE(g.batch * g.heads * g.seq);
   detail::DeviceBuffer<unsigned char> ws(ws_bytes);
   cudaStream_t stream = nullptr;
@@ -144,10 +147,9 @@ std::pair<double, double> time_single(const RingBenchConfig& cfg, int device) {
     }
   } release{stream, begin, end};
   const bool bf16 = g.dtype == ref::Dtype::bf16;
-  const std::size_t group = p.group();
   detail::fill_rows_random(bf16, Q.get(), g.batch, g.seq, g.heads, 1, g.head_dim, 0, g.seq, kSeedQ, 1.f, stream);
-  detail::fill_rows_random(bf16, K.get(), g.batch, g.seq, g.heads, group, g.head_dim, 0, g.seq, kSeedK, 1.f, stream);
-  detail::fill_rows_random(bf16, V.get(), g.batch, g.seq, g.heads, group, g.head_dim, 0, g.seq, kSeedV, 1.f, stream);
+  detail::fill_rows_random(bf16, K.get(), g.batch, g.seq, g.h_kv(), 1, g.head_dim, 0, g.seq, kSeedK, 1.f, stream);
+  detail::fill_rows_random(bf16, V.get(), g.batch, g.seq, g.h_kv(), 1, g.head_dim, 0, g.seq, kSeedV, 1.f, stream);
   detail::fill_rows_random(bf16, dO.get(), g.batch, g.seq, g.heads, 1, g.head_dim, 0, g.seq, kSeedDO, 1.f, stream);
   auto timed = [&](auto run) {
     for (int w = 0; w < cfg.warmups; ++w) run();

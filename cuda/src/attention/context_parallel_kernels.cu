@@ -100,36 +100,12 @@ __global__ void ring_round_kernel(const float* src, std::uint16_t* dst, std::siz
     dst[i] = round16<kBf16>(src[i]);
 }
 
-// dst[b, n, h, :] = src[b, n, h / group, :], as 16-byte vectors (d·2 bytes is a multiple of 16).
-__global__ void expand_heads_kernel(const uint4* src, uint4* dst, std::size_t rows, int H, int group, int vec_per_head) {
-  const std::size_t n = rows * std::size_t(H) * vec_per_head;
-  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
-  const int H_kv = H / group;
-  for (std::size_t e = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
-    const int v = int(e % vec_per_head);
-    const std::size_t rh = e / vec_per_head;
-    const int h = int(rh % H);
-    const std::size_t row = rh / H;
-    dst[e] = src[(row * H_kv + h / group) * vec_per_head + v];
-  }
-}
-
-// acc[b, n, hk, k] += Σ_g part[b, n, hk·group + g, k]
+// acc[i] += part[i] (16 bits), n elements
 template <bool kBf16>
-__global__ void accumulate_heads_kernel(float* acc, const std::uint16_t* part, std::size_t rows, int H_kv, int group,
-                                        int d) {
-  const std::size_t n = rows * std::size_t(H_kv) * d;
+__global__ void accumulate16_kernel(float* acc, const std::uint16_t* part, std::size_t n) {
   const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
-  for (std::size_t e = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
-    const int k = int(e % d);
-    const std::size_t rh = e / d;
-    const int hk = int(rh % H_kv);
-    const std::size_t row = rh / H_kv;
-    const std::uint16_t* p = part + ((row * H_kv + hk) * group) * d + k;
-    float s = 0.f;
-    for (int g = 0; g < group; ++g) s += load16<kBf16>(p + std::size_t(g) * d);
-    acc[e] += s;
-  }
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    acc[i] += load16<kBf16>(part + i);
 }
 
 __global__ void add_kernel(float* dst, const float* src, std::size_t n) {
@@ -198,23 +174,12 @@ void ring_round(bool bf16, const float* src, void* dst, std::size_t n, cudaStrea
   FLASHLAB_CUDA_CHECK_LAUNCH("ring_round_kernel");
 }
 
-void expand_kv_heads(const void* src, void* dst, std::size_t rows, int H, int group, int d, cudaStream_t stream) {
-  const int vec_per_head = d * 2 / 16;  // d ∈ {64, 128}: 8 or 16 vectors of 16 bytes
-  const std::size_t n = rows * std::size_t(H) * vec_per_head;
-  announce("expand_heads_kernel");
-  expand_heads_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(static_cast<const uint4*>(src), static_cast<uint4*>(dst),
-                                                                  rows, H, group, vec_per_head);
-  FLASHLAB_CUDA_CHECK_LAUNCH("expand_heads_kernel");
-}
-
-void accumulate_heads(bool bf16, float* acc, const void* part, std::size_t rows, int H_kv, int group, int d,
-                      cudaStream_t stream) {
-  const std::size_t n = rows * std::size_t(H_kv) * d;
+void accumulate16(bool bf16, float* acc, const void* part, std::size_t n, cudaStream_t stream) {
   const auto* p = static_cast<const std::uint16_t*>(part);
-  announce("accumulate_heads_kernel");
-  if (bf16) accumulate_heads_kernel<true><<<grid_for(n, kBlock), kBlock, 0, stream>>>(acc, p, rows, H_kv, group, d);
-  else accumulate_heads_kernel<false><<<grid_for(n, kBlock), kBlock, 0, stream>>>(acc, p, rows, H_kv, group, d);
-  FLASHLAB_CUDA_CHECK_LAUNCH("accumulate_heads_kernel");
+  announce("accumulate16_kernel");
+  if (bf16) accumulate16_kernel<true><<<grid_for(n, kBlock), kBlock, 0, stream>>>(acc, p, n);
+  else accumulate16_kernel<false><<<grid_for(n, kBlock), kBlock, 0, stream>>>(acc, p, n);
+  FLASHLAB_CUDA_CHECK_LAUNCH("accumulate16_kernel");
 }
 
 void add_into(float* dst, const float* src, std::size_t n, cudaStream_t stream) {

@@ -20,14 +20,8 @@ void ring_merge(bool bf16, float* O, float* LSE, const void* O_s, const float* L
 /// dst[i] = src[i] rounded to 16 bits (nearest even), n elements.
 void ring_round(bool bf16, const float* src, void* dst, std::size_t n, cudaStream_t stream);
 
-/// 16-bit rows [rows, H / group, d] → [rows, H, d]: query head h reads K/V head h / group
-/// (`rows` = B·c). d must make d·2 bytes a multiple of 16 (d ∈ {64, 128}).
-void expand_kv_heads(const void* src, void* dst, std::size_t rows, int H, int group, int d, cudaStream_t stream);
-
-/// acc[rows, H_kv, d] (fp32) += the 16-bit part [rows, H_kv·group, d] summed over each group of
-/// `group` heads (group 1: a plain accumulation, as for dQ).
-void accumulate_heads(bool bf16, float* acc, const void* part, std::size_t rows, int H_kv, int group, int d,
-                      cudaStream_t stream);
+/// acc[i] (fp32) += part[i] (16 bits), n elements: a block's dQ, dK or dV into the ring's sums.
+void accumulate16(bool bf16, float* acc, const void* part, std::size_t n, cudaStream_t stream);
 
 /// dst[i] += src[i], n fp32 elements.
 void add_into(float* dst, const float* src, std::size_t n, cudaStream_t stream);

@@ -15,11 +15,12 @@
 ///   exchange s (s < G − 1): send the K/V chunks held to rank + 1, receive the next from rank − 1
 ///       (after step s − 1 has stopped reading the receiving buffer); backward, s ≥ 1: also the
 ///       dK/dV sums of step s − 1, and once more after the last step to bring them home
-///   compute s (after exchange s − 1): for each block, expand K/V heads (GQA), run the fast
-///       forward into a partial O_s, LSE_s and merge it into the running fp32 O and the LSE;
-///       backward: run the fast backward with the final O and LSE, add dQ_s into an fp32 sum,
-///       dK_s and dV_s (summed over each K/V head's query heads) into the step's fp32 part, and
-///       add that part to the incoming sums once exchange s has delivered them.
+///   compute s (after exchange s − 1): for each block, run the fast forward on the held K/V
+///       chunk (its H_kv heads, GQA read in place) into a partial O_s, LSE_s and merge it into
+///       the running fp32 O and the LSE; backward: run the fast backward with the final O and LSE,
+///       add dQ_s into an fp32 sum, dK_s and dV_s (the kernel sums each K/V head's query heads)
+///       into the step's fp32 part, and add that part to the incoming sums once exchange s has
+///       delivered them.
 /// Nothing is allocated on the device: the caller gives a workspace of the size the *_bytes
 /// functions state. Streams and events are created per call; no host synchronisation.
 ///
@@ -73,12 +74,12 @@ struct RingBackwardBuffers {
 };
 
 /// Bytes of device scratch one rank's forward needs (256-byte aligned pieces): two K/V buffers
-/// for the ring, the fp32 running O, a block's partial O and LSE, and (GQA) K/V expanded to H heads.
+/// for the ring, the fp32 running O, a block's partial O and LSE.
 std::size_t context_parallel_forward_workspace_bytes(const ref::ContextParallelProblem& problem);
 
 /// Bytes of device scratch one rank's backward needs: two K/V buffers, two dK/dV sum buffers and
-/// the step's part (fp32), the fp32 dQ sum, a block's 16-bit dQ, dK, dV, the GQA expansion and
-/// the fast backward's own workspace (bwd_atomic design with `kernel`).
+/// the step's part (fp32), the fp32 dQ sum, a block's 16-bit dQ, dK, dV and the fast backward's
+/// own workspace (bwd_atomic design with `kernel`).
 std::size_t context_parallel_backward_workspace_bytes(const ref::ContextParallelProblem& problem,
                                                       FastBackwardKernel kernel = FastBackwardKernel::mma_sync);
 
