@@ -150,6 +150,37 @@ struct AtomicTraits {
   static_assert(kAtomicDqTileRows % BLOCK_M == 0, "the workspace holds whole dQ tiles of this BLOCK_M");
 };
 
+/// store_rows16's fp32 twin for the context-parallel ring (kAddF32): ADDS scale · acc into the
+/// fp32 rows (this thread's rows warp_row0 + g, + 8 below N, columns 2t, 2t + 1 of each n-tile).
+/// Every row of a key block belongs to that block alone, and the ring's calls on one stream run
+/// in turn: the read-modify-write races with nothing.
+template <int NT>
+__device__ __forceinline__ void add_rows_f32(float* out_head, std::size_t stride, int warp_row0, int N,
+                                             const float (&acc)[NT][4], float scale, int g, int t) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = warp_row0 + g + 8 * r;
+    if (row < N) {
+      float* out = out_head + std::size_t(row) * stride + 2 * t;
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        float2 v = *reinterpret_cast<const float2*>(out + 8 * n);
+        v.x += acc[n][2 * r] * scale;
+        v.y += acc[n][2 * r + 1] * scale;
+        *reinterpret_cast<float2*>(out + 8 * n) = v;
+      }
+    }
+  }
+}
+
+/// out[0] += x, out[1] += y (8-byte aligned fp32 pair).
+__device__ __forceinline__ void add_f32x2(float* out, float x, float y) {
+  float2 v = *reinterpret_cast<const float2*>(out);
+  v.x += x;
+  v.y += y;
+  *reinterpret_cast<float2*>(out) = v;
+}
+
 // ----------------------------------------------------------------------------- 2. main kernel
 /// Grid (Tc = ceil(N / BLOCK_N), H, B) non-causal, (H, Tc, B) causal; 256 threads; kSmem bytes of
 /// dynamic SRAM (layout in the file-top comment).
@@ -157,7 +188,9 @@ struct AtomicTraits {
 /// (grid (Tc, H_kv, B) / (H_kv, Tc, B), Tc over the N_k keys) and loops over the H/H_kv query
 /// heads of its group, each over its band's query tiles; the band (window_lo … window_hi, the
 /// offset N_k − N folded in) masks causal, windows and neither alike.
-template <int HEAD_DIM, bool kBf16, bool kWindow = false, bool kGroup = false>
+/// kAddF32 (with kGroup, its own instantiation): dK, dV point to fp32 sums that dK_j, dV_j are
+/// added into unrounded (add_rows_f32; BwdPointers::add_f32).
+template <int HEAD_DIM, bool kBf16, bool kWindow = false, bool kGroup = false, bool kAddF32 = false>
 __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
     fast_bwd_atomic_kernel(Problem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                            const uint16_t* __restrict__ V, const uint16_t* __restrict__ dO,
@@ -369,8 +402,15 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
     const int key0 = start_n + 32 * wk + 16 * mt;
-    store_rows16<T::kDkvNT, kBf16>(dK + kv_base + wd * (HEAD_DIM / 2), kv_stride, key0, Nk, acc_dk[mt], p.scale, g, t);
-    store_rows16<T::kDkvNT, kBf16>(dV + kv_base + wd * (HEAD_DIM / 2), kv_stride, key0, Nk, acc_dv[mt], 1.f, g, t);
+    if constexpr (kAddF32) {
+      add_rows_f32<T::kDkvNT>(reinterpret_cast<float*>(dK) + kv_base + wd * (HEAD_DIM / 2), kv_stride, key0, Nk,
+                              acc_dk[mt], p.scale, g, t);
+      add_rows_f32<T::kDkvNT>(reinterpret_cast<float*>(dV) + kv_base + wd * (HEAD_DIM / 2), kv_stride, key0, Nk,
+                              acc_dv[mt], 1.f, g, t);
+    } else {
+      store_rows16<T::kDkvNT, kBf16>(dK + kv_base + wd * (HEAD_DIM / 2), kv_stride, key0, Nk, acc_dk[mt], p.scale, g, t);
+      store_rows16<T::kDkvNT, kBf16>(dV + kv_base + wd * (HEAD_DIM / 2), kv_stride, key0, Nk, acc_dv[mt], 1.f, g, t);
+    }
   }
 }
 
@@ -379,8 +419,9 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
 /// (b, h, i): BLOCK_M·d floats; warp w: 1024 floats; float4 number 32·(mt·4 + n) + lane). One
 /// thread per float4 (grid-stride): it holds columns c, c + 1 of rows r and r + 8; rows ≥ N (the
 /// last tile's padding) are skipped. The accumulator is read coalesced; each row of dQ gets
-/// 4-byte stores, 16 contiguous bytes per 4 lanes.
-template <int HEAD_DIM, bool kBf16>
+/// 4-byte stores, 16 contiguous bytes per 4 lanes. kAddF32: dQ points to an fp32 sum
+/// ([B, N, H, d]) that scale · dQaccum is added into, unrounded (BwdPointers::add_f32).
+template <int HEAD_DIM, bool kBf16, bool kAddF32 = false>
 __global__ void __launch_bounds__(256) fast_bwd_dq_convert_kernel(Problem p, const float4* __restrict__ acc,
                                                                   uint16_t* __restrict__ dQ, std::size_t n4) {
   using T = AtomicTraits<HEAD_DIM>;
@@ -395,12 +436,18 @@ __global__ void __launch_bounds__(256) fast_bwd_dq_convert_kernel(Problem p, con
     const int wm = warp / T::kWN, wn = warp % T::kWN;
     const int row = i * BM + 32 * wm + 16 * mt + g, col = wn * T::kDqCols + 8 * n + 2 * t;
     const float4 v = acc[k];
-    uint16_t* out = dQ + p.head_offset(b, h) + col;
-    if (row < p.seq)
-      *reinterpret_cast<uint32_t*>(out + std::size_t(row) * p.row_stride()) = pack2<kBf16>(v.x * p.scale, v.y * p.scale);
-    if (row + 8 < p.seq)
-      *reinterpret_cast<uint32_t*>(out + std::size_t(row + 8) * p.row_stride()) =
-          pack2<kBf16>(v.z * p.scale, v.w * p.scale);
+    if constexpr (kAddF32) {
+      float* out = reinterpret_cast<float*>(dQ) + p.head_offset(b, h) + col;
+      if (row < p.seq) add_f32x2(out + std::size_t(row) * p.row_stride(), v.x * p.scale, v.y * p.scale);
+      if (row + 8 < p.seq) add_f32x2(out + std::size_t(row + 8) * p.row_stride(), v.z * p.scale, v.w * p.scale);
+    } else {
+      uint16_t* out = dQ + p.head_offset(b, h) + col;
+      if (row < p.seq)
+        *reinterpret_cast<uint32_t*>(out + std::size_t(row) * p.row_stride()) = pack2<kBf16>(v.x * p.scale, v.y * p.scale);
+      if (row + 8 < p.seq)
+        *reinterpret_cast<uint32_t*>(out + std::size_t(row + 8) * p.row_stride()) =
+            pack2<kBf16>(v.z * p.scale, v.w * p.scale);
+    }
   }
 }
 
@@ -408,9 +455,13 @@ template <int HEAD_DIM, bool kBf16>
 void launch_atomic(const Problem& p, const BwdPointers& a, cudaStream_t stream) {
   using T = AtomicTraits<HEAD_DIM>;
   // A window, and grouped K/V or N_k ≠ N (with or without a window): instantiations of their own
-  // (causal folded into the band by make_problem).
+  // (causal folded into the band by make_problem). Sums in fp32 (a.add_f32): the grouped kernel,
+  // which takes any H_kv and N_k, adding its dK, dV.
   const bool grouped = p.heads_kv != p.heads || p.seq_k != p.seq;
-  auto kernel = grouped        ? &fast_bwd_atomic_kernel<HEAD_DIM, kBf16, false, true>
+  if (a.add_f32 && p.windowed())
+    throw_cuda_error(cudaErrorInvalidValue, "atomic backward, fp32 sums: no window", __FILE__, __LINE__);
+  auto kernel = a.add_f32      ? &fast_bwd_atomic_kernel<HEAD_DIM, kBf16, false, true, true>
+                : grouped      ? &fast_bwd_atomic_kernel<HEAD_DIM, kBf16, false, true>
                 : p.windowed() ? &fast_bwd_atomic_kernel<HEAD_DIM, kBf16, true>
                                : &fast_bwd_atomic_kernel<HEAD_DIM, kBf16>;
   // > 48 KiB of dynamic SRAM: opted in per device (the record is kept, thread-safe: common.hpp).
@@ -436,8 +487,10 @@ void launch_atomic(const Problem& p, const BwdPointers& a, cudaStream_t stream) 
   const std::size_t n4 = acc_numel / 4;
   const unsigned blocks = unsigned(std::min<std::size_t>((n4 + 255) / 256, 4096));
   announce("fast_bwd_dq_convert_kernel");
-  fast_bwd_dq_convert_kernel<HEAD_DIM, kBf16><<<blocks, 256, 0, stream>>>(
-      p, reinterpret_cast<const float4*>(a.dQaccum), static_cast<uint16_t*>(a.dQ), n4);
+  auto convert = a.add_f32 ? &fast_bwd_dq_convert_kernel<HEAD_DIM, kBf16, true>
+                           : &fast_bwd_dq_convert_kernel<HEAD_DIM, kBf16>;
+  convert<<<blocks, 256, 0, stream>>>(p, reinterpret_cast<const float4*>(a.dQaccum), static_cast<uint16_t*>(a.dQ),
+                                      n4);
   FLASHLAB_CUDA_CHECK_LAUNCH("fast_bwd_dq_convert_kernel");
 }
 

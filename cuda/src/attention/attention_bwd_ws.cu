@@ -175,6 +175,8 @@ struct BwdWsTraits {
   static constexpr bool kWindow = false;
   // Grouped K/V or N_k ≠ N: BwdWsGroup below.
   static constexpr bool kGroup = false;
+  // dQ, dK, dV added into fp32 sums: BwdWsAddF32 below.
+  static constexpr bool kAddF32 = false;
 };
 
 /// The window instantiation of traits B (non-causal, not deterministic): a block loops over the
@@ -199,6 +201,15 @@ template <class B, bool kBand>
 struct BwdWsGroup : std::conditional_t<kBand, BwdWsWindow<B>, B> {
   static_assert(!B::kDeterministic && !B::kLagDq, "no fixed order");
   static constexpr bool kGroup = true;
+};
+
+/// Traits B (grouped, or the deterministic kernel's) adding dK_c, dV_c and dQ into fp32 sums
+/// instead of storing 16 bits (BwdPointers::add_f32: the context-parallel ring's blocks, rounded
+/// once after the ring); a trait of its own, so the other kernels keep their code and names.
+template <class B>
+struct BwdWsAddF32 : B {
+  static_assert(B::kGroup || B::kDeterministic, "the ring runs the grouped kernels (any H_kv), or the fixed order");
+  static constexpr bool kAddF32 = true;
 };
 
 // Named barriers (0 is __syncthreads): both consumers (dSᵀ complete), and one per consumer.
@@ -486,11 +497,24 @@ __device__ __forceinline__ void store_key_grads(const Problem& p, uint16_t* __re
   for (int r = 0; r < 2; ++r) {
     const int row = key + 8 * r;
     if (row >= (T::kGroup ? p.seq_k : p.seq)) continue;  // grouped: [B, N_k, H_kv, d]
-    uint16_t* dst = out + base + std::size_t(row) * (T::kGroup ? p.kv_row_stride() : p.row_stride()) + 2 * t4;
+    if constexpr (T::kAddF32) {
+      // Each key row belongs to one block, the ring's calls run in turn: nothing races.
+      float* dst = reinterpret_cast<float*>(out) + base +
+                   std::size_t(row) * (T::kGroup ? p.kv_row_stride() : p.row_stride()) + 2 * t4;
 #pragma unroll
-    for (int t = 0; t < T::kHeadDim / 8; ++t)
-      *reinterpret_cast<uint32_t*>(dst + 8 * t) =
-          pack2<T::kBf16>(acc[4 * t + 2 * r] * scale, acc[4 * t + 2 * r + 1] * scale);
+      for (int t = 0; t < T::kHeadDim / 8; ++t) {
+        float2 v = *reinterpret_cast<const float2*>(dst + 8 * t);
+        v.x += acc[4 * t + 2 * r] * scale;
+        v.y += acc[4 * t + 2 * r + 1] * scale;
+        *reinterpret_cast<float2*>(dst + 8 * t) = v;
+      }
+    } else {
+      uint16_t* dst = out + base + std::size_t(row) * (T::kGroup ? p.kv_row_stride() : p.row_stride()) + 2 * t4;
+#pragma unroll
+      for (int t = 0; t < T::kHeadDim / 8; ++t)
+        *reinterpret_cast<uint32_t*>(dst + 8 * t) =
+            pack2<T::kBf16>(acc[4 * t + 2 * r] * scale, acc[4 * t + 2 * r + 1] * scale);
+    }
   }
 }
 
@@ -818,8 +842,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 /// dQ = scale · accumulator → 16 bits, [B, N, H, d]; one thread per float4 of the tiled
 /// accumulator (grid-stride): tile (b, h, i) of BLOCK_M·d floats, slice c of kDqRows·kDqCols
 /// (columns 64c .. or rows 64c .. by the split), float4 number (m·kDqCols/8 + t)·128 + thread =
-/// rows r, r + 8, columns col, col + 1 of n-tile t of row block m.
-template <class T>
+/// rows r, r + 8, columns col, col + 1 of n-tile t of row block m. kAddF32: dQ points to an fp32
+/// sum ([B, N, H, d]) that scale · accumulator is added into (BwdPointers::add_f32).
+template <class T, bool kAddF32 = false>
 __global__ void __launch_bounds__(256) bwd_ws_dq_convert_kernel(Problem p, const float4* __restrict__ acc,
                                                                 uint16_t* __restrict__ dQ, std::size_t n4) {
   constexpr int BM = T::BLOCK_M, kSlice4 = T::kSliceDq / 16, kTile4 = BM * T::kHeadDim / 4;
@@ -834,20 +859,34 @@ __global__ void __launch_bounds__(256) bwd_ws_dq_convert_kernel(Problem p, const
     const int block = T::kDqSplit == DqSplit::rows ? c : m, col0 = T::kDqSplit == DqSplit::columns ? c * T::kDqCols : 0;
     const int row = i * BM + 64 * block + 16 * (thr / 32) + (thr % 32) / 4, col = col0 + 8 * t + 2 * (thr % 4);
     const float4 v = acc[k];
-    uint16_t* out = dQ + p.head_offset(b, h) + col;
-    if (row < p.seq)
-      *reinterpret_cast<uint32_t*>(out + std::size_t(row) * p.row_stride()) =
-          pack2<T::kBf16>(v.x * p.scale, v.y * p.scale);
-    if (row + 8 < p.seq)
-      *reinterpret_cast<uint32_t*>(out + std::size_t(row + 8) * p.row_stride()) =
-          pack2<T::kBf16>(v.z * p.scale, v.w * p.scale);
+    if constexpr (kAddF32) {
+      float* out = reinterpret_cast<float*>(dQ) + p.head_offset(b, h) + col;
+      for (int r = 0; r < 2; ++r) {
+        if (row + 8 * r >= p.seq) break;
+        float2* o = reinterpret_cast<float2*>(out + std::size_t(row + 8 * r) * p.row_stride());
+        float2 s = *o;
+        s.x += (r == 0 ? v.x : v.z) * p.scale;
+        s.y += (r == 0 ? v.y : v.w) * p.scale;
+        *o = s;
+      }
+    } else {
+      uint16_t* out = dQ + p.head_offset(b, h) + col;
+      if (row < p.seq)
+        *reinterpret_cast<uint32_t*>(out + std::size_t(row) * p.row_stride()) =
+            pack2<T::kBf16>(v.x * p.scale, v.y * p.scale);
+      if (row + 8 < p.seq)
+        *reinterpret_cast<uint32_t*>(out + std::size_t(row + 8) * p.row_stride()) =
+            pack2<T::kBf16>(v.z * p.scale, v.w * p.scale);
+    }
   }
 }
 
-template <int D, bool kBf16, bool kCausal, bool kDeterministic, bool kWindow = false, bool kGroup = false>
+template <int D, bool kBf16, bool kCausal, bool kDeterministic, bool kWindow = false, bool kGroup = false,
+          bool kAddF32 = false>
 void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, int* dq_order, cudaStream_t stream) {
   using Base = BwdWsTraits<D, kBf16, kCausal, kDeterministic>;
-  using T = std::conditional_t<kGroup, BwdWsGroup<Base, kWindow>, std::conditional_t<kWindow, BwdWsWindow<Base>, Base>>;
+  using T0 = std::conditional_t<kGroup, BwdWsGroup<Base, kWindow>, std::conditional_t<kWindow, BwdWsWindow<Base>, Base>>;
+  using T = std::conditional_t<kAddF32, BwdWsAddF32<T0>, T0>;
   auto kernel = &bwd_ws_kernel<T>;
   // > 48 KiB of dynamic SRAM: opted in per device (the record is kept, thread-safe: common.hpp).
   set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "bwd_ws_kernel", p);
@@ -875,14 +914,26 @@ void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, int* dq_order, cu
   const std::size_t n4 = acc_numel / 4;
   const unsigned blocks = unsigned(std::min<std::size_t>((n4 + 255) / 256, 4096));
   announce("bwd_ws_dq_convert_kernel");
-  bwd_ws_dq_convert_kernel<Base><<<blocks, 256, 0, stream>>>(p, reinterpret_cast<const float4*>(a.dQaccum),
-                                                          static_cast<uint16_t*>(a.dQ), n4);
+  bwd_ws_dq_convert_kernel<Base, kAddF32><<<blocks, 256, 0, stream>>>(p, reinterpret_cast<const float4*>(a.dQaccum),
+                                                                   static_cast<uint16_t*>(a.dQ), n4);
   FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_dq_convert_kernel");
 }
 
 template <int D, bool kBf16>
 void launch_bwd_ws_d(const Problem& p, const BwdPointers& a, int* dq_order, cudaStream_t stream) {
-  if (p.heads_kv != p.heads || p.seq_k != p.seq) {  // grouped K/V or N_k ≠ N; no fixed order
+  if (a.add_f32) {  // the ring's sums: the grouped kernels (any H_kv), or the fixed order (H_kv = H); no window
+    if (p.windowed())
+      throw_cuda_error(cudaErrorInvalidValue, "wgmma-ws backward, fp32 sums: no window", __FILE__, __LINE__);
+    const bool grouped = p.heads_kv != p.heads || p.seq_k != p.seq;
+    if (dq_order != nullptr && !grouped) {
+      if (p.causal) launch_bwd_ws_one<D, kBf16, true, true, false, false, true>(p, a, dq_order, stream);
+      else launch_bwd_ws_one<D, kBf16, false, true, false, false, true>(p, a, dq_order, stream);
+    } else if (p.causal) {
+      launch_bwd_ws_one<D, kBf16, true, false, false, true, true>(p, a, nullptr, stream);
+    } else {
+      launch_bwd_ws_one<D, kBf16, false, false, false, true, true>(p, a, nullptr, stream);
+    }
+  } else if (p.heads_kv != p.heads || p.seq_k != p.seq) {  // grouped K/V or N_k ≠ N; no fixed order
     if (p.windowed()) launch_bwd_ws_one<D, kBf16, false, false, true, true>(p, a, nullptr, stream);
     else if (p.causal) launch_bwd_ws_one<D, kBf16, true, false, false, true>(p, a, nullptr, stream);
     else launch_bwd_ws_one<D, kBf16, false, false, false, true>(p, a, nullptr, stream);

@@ -221,8 +221,9 @@ __device__ __forceinline__ void mask_scores(float (&s)[T::kMT][T::BLOCK_N / 8][4
 /// O_i = acc / l_i: registers → HBM (input dtype), rows below N of the head at `base`.
 /// LSE_i = m_i + log2(l_i): registers → HBM, row r at LSE[stat + r].
 /// l_i (per-thread partial sums) is first reduced over the quad. Guard: l_i = 0 (a row that saw
-/// no key) stores O_i = 0 and LSE_i = −inf.
-template <class T, bool kBf16>
+/// no key) stores O_i = 0 and LSE_i = −inf. kOutF32: O_i unrounded, fp32 at the same element
+/// offsets (`O` then points to floats: the context-parallel ring's partials).
+template <class T, bool kBf16, bool kOutF32 = false>
 __device__ __forceinline__ void store_output(uint16_t* __restrict__ O, float* __restrict__ LSE,
                                              const float (&acc)[T::kMT][T::kHeadDim / 8][4],
                                              const float (&m_i)[T::kMT][2], const float (&l_i)[T::kMT][2],
@@ -239,11 +240,19 @@ __device__ __forceinline__ void store_output(uint16_t* __restrict__ O, float* __
       const float inv_l = l > 0.f ? 1.f / l : 0.f;
       const int row = warp_row0 + 16 * mt + g + 8 * r;
       if (row < N) {
-        uint16_t* out = O + base + std::size_t(row) * stride + 2 * t;
+        if constexpr (kOutF32) {
+          float* out = reinterpret_cast<float*>(O) + base + std::size_t(row) * stride + 2 * t;
 #pragma unroll
-        for (int n = 0; n < T::kHeadDim / 8; ++n)
-          *reinterpret_cast<uint32_t*>(out + 8 * n) =
-              pack2<kBf16>(acc[mt][n][2 * r] * inv_l, acc[mt][n][2 * r + 1] * inv_l);
+          for (int n = 0; n < T::kHeadDim / 8; ++n)
+            *reinterpret_cast<float2*>(out + 8 * n) =
+                make_float2(acc[mt][n][2 * r] * inv_l, acc[mt][n][2 * r + 1] * inv_l);
+        } else {
+          uint16_t* out = O + base + std::size_t(row) * stride + 2 * t;
+#pragma unroll
+          for (int n = 0; n < T::kHeadDim / 8; ++n)
+            *reinterpret_cast<uint32_t*>(out + 8 * n) =
+                pack2<kBf16>(acc[mt][n][2 * r] * inv_l, acc[mt][n][2 * r + 1] * inv_l);
+        }
         if (t == 0) LSE[stat + row] = l > 0.f ? m_i[mt][r] + log2f(l) : NEG_INF;
       }
     }
@@ -259,8 +268,9 @@ __device__ __forceinline__ void store_output(uint16_t* __restrict__ O, float* __
 /// kOwnKv and the causal tuple): the key tiles of the block's band, masks on both of its edges.
 /// kPacked (with kOwnKv; Problem::packed()): grid (packed_tiles(Br), H, 1), each block one query
 /// tile of one sequence (packed.cuh), that sequence's lengths, offset and rows; instantiations of
-/// their own, so the dense ones compile as they did.
-template <class T, bool kBf16, bool kOwnKv, bool kWindow = false, bool kPacked = false>
+/// their own, so the dense ones compile as they did. kOutF32 (with kOwnKv, dense, no window): O
+/// stored in fp32 (store_output), an instantiation of its own for the same reason.
+template <class T, bool kBf16, bool kOwnKv, bool kWindow = false, bool kPacked = false, bool kOutF32 = false>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     fast_fwd_kernel(Problem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                     const uint16_t* __restrict__ V, uint16_t* __restrict__ O, float* __restrict__ LSE,
@@ -530,7 +540,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   }
   cp_async_wait<0>();  // no copy may still be writing SRAM when the block exits (empty groups)
 
-  store_output<T, kBf16>(O, LSE, acc, m_i, l_i, N, kPacked ? stat : p.stat_offset(b, h), base, stride, warp_row0, g,
+  store_output<T, kBf16, kOutF32>(O, LSE, acc, m_i, l_i, N, kPacked ? stat : p.stat_offset(b, h), base, stride, warp_row0, g,
                          t);
 }
 
@@ -572,7 +582,43 @@ void launch_fast(const Problem& p, const void* Q, const void* K, const void* V, 
   else launch_fast_one<HEAD_DIM, kBf16, false>(p, Q, K, V, O, LSE, stream, lists);
 }
 
+/// The fp32-O instantiation (launch_fast_mma_f32): K/V read with their own layout, no window.
+template <int HEAD_DIM, bool kBf16, bool kCausal>
+void launch_fast_f32(const Problem& p, const void* Q, const void* K, const void* V, float* O, float* LSE,
+                     cudaStream_t stream) {
+  using T = FastTraits<HEAD_DIM, kCausal>;
+  auto kernel = &fast_fwd_kernel<T, kBf16, true, false, false, true>;
+  set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "fast_fwd_kernel", p);
+  const dim3 grid((p.seq + T::BLOCK_M - 1) / T::BLOCK_M, p.heads, p.batch);
+  announce("fast_fwd_kernel");
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p, static_cast<const uint16_t*>(Q),
+                                                       static_cast<const uint16_t*>(K),
+                                                       static_cast<const uint16_t*>(V), reinterpret_cast<uint16_t*>(O),
+                                                       LSE, PackedLists{});
+  FLASHLAB_CUDA_CHECK_LAUNCH("fast_fwd_kernel");
+}
+
+template <int HEAD_DIM, bool kBf16>
+void launch_f32_causal(const Problem& p, const void* Q, const void* K, const void* V, float* O, float* LSE,
+                       cudaStream_t stream) {
+  if (p.causal) launch_fast_f32<HEAD_DIM, kBf16, true>(p, Q, K, V, O, LSE, stream);
+  else launch_fast_f32<HEAD_DIM, kBf16, false>(p, Q, K, V, O, LSE, stream);
+}
+
 }  // namespace
+
+void launch_fast_mma_f32(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, float* O,
+                         float* LSE, cudaStream_t stream) {
+  if ((p.head_dim != 64 && p.head_dim != 128) || p.packed() || p.windowed())
+    throw_cuda_error(cudaErrorInvalidValue, "mma forward, fp32 O: d = 64 or 128, dense, no window", __FILE__, __LINE__);
+  if (p.head_dim == 64) {
+    if (bf16) launch_f32_causal<64, true>(p, Q, K, V, O, LSE, stream);
+    else launch_f32_causal<64, false>(p, Q, K, V, O, LSE, stream);
+  } else {
+    if (bf16) launch_f32_causal<128, true>(p, Q, K, V, O, LSE, stream);
+    else launch_f32_causal<128, false>(p, Q, K, V, O, LSE, stream);
+  }
+}
 
 void launch_fast_mma(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
                      cudaStream_t stream, const PackedLists& lists) {

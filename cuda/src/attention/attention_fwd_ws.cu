@@ -165,6 +165,10 @@ struct WsTraits {
   static constexpr bool kSplitTail = C.split_tail;
   static_assert(!(kSplitTail && kCausal), "the split tail is for equal (non-causal) units");
   static_assert(!(kSplitTail && kPacked), "the split tail is for equal units: packed units differ");
+  // O stored in fp32, unrounded (wgmma_fwd_step.cuh, store_o_lse_at): the ring's partials. Not
+  // with the split tail, whose combine kernel stores 16 bits.
+  static constexpr bool kOutF32 = C.out_f32;
+  static_assert(!(kOutF32 && (kSplitTail || kPacked || kWindow)), "fp32 O: dense problems without a window");
   static constexpr int kColBlocks = kHeadDim / 64;         // TMA boxes (64 columns) per tile
   // setmaxnreg: the producer keeps 24, the consumers share the rest of the 64 Ki registers.
   static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 2 ? 240 : 160;
@@ -915,6 +919,12 @@ constexpr WsConfig kWsConfigs[] = {
     {128, true, true, 2, 3, 128, false, false, false, false, false, false, false, true},
     {64, true, true, 2, 3, 128, true, false, false, false, true, false, true, true},
     {128, true, true, 2, 3, 128, false, false, false, false, false, false, true, true},
+    // O in fp32 (the ring's partials; ws_fp32_config): d = 64 causal and not with two consumers,
+    // d = 128 non-causal with Bc = 128, d = 128 causal
+    {64, true, true, 2, 3, 128, true, false, false, false, true, false, false, false, true},
+    {64, true, false, 2, 3, 128, true, true, false, false, false, false, false, false, true},
+    {128, true, false, 2, 3, 128, true, true, true, true, false, false, false, false, true},
+    {128, true, true, 2, 3, 128, false, false, false, false, false, false, false, false, true},
 };
 constexpr int kWsConfigCount = int(sizeof(kWsConfigs) / sizeof(kWsConfigs[0]));
 
@@ -956,6 +966,23 @@ void launch_fast_tma_ws(const Problem& p, bool bf16, const void* Q, const void* 
                         std::make_integer_sequence<int, kWsConfigCount>{}))
     throw_cuda_error(cudaErrorInvalidValue, "tma-ws forward: the chosen configuration has no instantiation", __FILE__,
                      __LINE__);
+}
+
+void launch_fast_tma_ws_f32(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, float* O,
+                            float* LSE, cudaStream_t stream) {
+  if (p.head_dim != 64 && p.head_dim != 128)
+    throw_cuda_error(cudaErrorInvalidValue, "tma-ws forward, fp32 O: HEAD_DIM must be 64 or 128", __FILE__, __LINE__);
+  if (p.packed() || p.windowed())
+    throw_cuda_error(cudaErrorInvalidValue, "tma-ws forward, fp32 O: dense problems without a window only", __FILE__,
+                     __LINE__);
+  int dev = 0, sms = 0;
+  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
+  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const WsConfig c = ws_fp32_config(choose_ws_config(p, bf16, sms));
+  if (!launch_ws_config(c, p, Q, K, V, O, LSE, sms, stream, PackedLists{},
+                        std::make_integer_sequence<int, kWsConfigCount>{}))
+    throw_cuda_error(cudaErrorInvalidValue, "tma-ws forward, fp32 O: the chosen configuration has no instantiation",
+                     __FILE__, __LINE__);
 }
 
 }  // namespace flashlab::cuda::detail

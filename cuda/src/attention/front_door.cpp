@@ -466,10 +466,13 @@ std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const
   return dq_accum_offset(stats) + numel * sizeof(float) + counters * sizeof(int);
 }
 
-void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionProblem& problem, const void* Q,
-                                    const void* K, const void* V, const void* O, const void* dO, const float* LSE,
-                                    void* dQ, void* dK, void* dV, void* workspace, void* stream,
-                                    FastBackwardKernel kernel) {
+namespace {
+
+/// fast_attention_backward_device() and its fp32-sum twin (detail::fast_backward_add_f32_device):
+/// `add_f32` adds the gradients into fp32 dQ, dK, dV (BwdPointers::add_f32), the atomic design only.
+void backward_device(ref::Algorithm design, const ref::AttentionProblem& problem, const void* Q, const void* K,
+                     const void* V, const void* O, const void* dO, const float* LSE, void* dQ, void* dK, void* dV,
+                     void* workspace, void* stream, FastBackwardKernel kernel, bool add_f32) {
   const detail::Problem p = detail::check_fast_backward(design, problem, kernel);
   if (workspace == nullptr)
     throw std::invalid_argument(
@@ -487,7 +490,7 @@ void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionP
   float* D = reinterpret_cast<float*>(ws);
   const bool atomic = design == ref::Algorithm::bwd_atomic;
   float* dQaccum = atomic ? reinterpret_cast<float*>(ws + dq_accum_offset(stats)) : nullptr;
-  const detail::BwdPointers a{Q, K, V, O, dO, LSE, dQ, dK, dV, D, dQaccum};
+  const detail::BwdPointers a{Q, K, V, O, dO, LSE, dQ, dK, dV, D, dQaccum, add_f32};
   const bool bf16 = problem.dtype == ref::Dtype::bf16;
   if (!atomic) return detail::launch_fast_bwd_two_kernel(p, bf16, a, s);
 #ifdef FLASHLAB_HAVE_WGMMA
@@ -504,6 +507,15 @@ void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionP
   detail::launch_fast_bwd_atomic(p, bf16, a, s);
 }
 
+}  // namespace
+
+void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionProblem& problem, const void* Q,
+                                    const void* K, const void* V, const void* O, const void* dO, const float* LSE,
+                                    void* dQ, void* dK, void* dV, void* workspace, void* stream,
+                                    FastBackwardKernel kernel) {
+  backward_device(design, problem, Q, K, V, O, dO, LSE, dQ, dK, dV, workspace, stream, kernel, false);
+}
+
 }  // namespace flashlab::cuda
 
 namespace flashlab::cuda::detail {
@@ -512,6 +524,49 @@ Problem check_fast_backward(ref::Algorithm design, const ref::AttentionProblem& 
   const Problem p = fast_bwd_problem(design, problem, &kernel);
   check_bwd_kernel(design, kernel);
   return p;
+}
+
+namespace {
+
+/// The fp32 entries' shared refusal: dense problems without a window, d = 64 or 128.
+void require_f32_problem(const char* entry, const ref::AttentionProblem& problem) {
+  check_fast_problem(problem);
+  require_d64_d128(problem.head_dim, entry);
+  if (problem.is_packed() || problem.has_window())
+    throw std::invalid_argument(std::string("flashlab::cuda: ") + entry +
+                                ": packed sequences and windows are not supported (hint: a dense problem without a "
+                                "window, as the context-parallel ring's blocks are)");
+}
+
+}  // namespace
+
+void fast_forward_f32_device(const ref::AttentionProblem& problem, FastForwardKernel kernel, const void* Q,
+                             const void* K, const void* V, float* O, float* LSE, void* stream) {
+  constexpr const char* kEntry = "fp32-output forward";
+  require_f32_problem(kEntry, problem);
+  if (kernel != FastForwardKernel::mma_sync && kernel != FastForwardKernel::tma_ws)
+    throw std::invalid_argument(std::string("flashlab::cuda: ") + kEntry + ": the " + to_string(kernel) +
+                                " forward has no fp32 output (hint: the mma or tma-ws forward kernel)");
+  require_wgmma_built(kernel);
+  require_forward_pointers(Q, K, V, O, LSE);
+  const bool bf16 = problem.dtype == ref::Dtype::bf16;
+  const Problem p = make_problem(problem);
+  const auto s = static_cast<cudaStream_t>(stream);
+#ifdef FLASHLAB_HAVE_WGMMA
+  if (kernel == FastForwardKernel::tma_ws) {
+    const WsConfig c = ws_fp32_config(choose_ws_config(p, bf16, device_sms()));
+    return launch_fast_tma_ws_f32(p.with_tiles(c.block_m(), c.block_n), bf16, Q, K, V, O, LSE, s);
+  }
+#endif
+  launch_fast_mma_f32(p.with_tiles(kMmaBlockM, kMmaBlockN), bf16, Q, K, V, O, LSE, s);
+}
+
+void fast_backward_add_f32_device(const ref::AttentionProblem& problem, const void* Q, const void* K, const void* V,
+                                  const void* O, const void* dO, const float* LSE, float* dQ, float* dK, float* dV,
+                                  void* workspace, void* stream, FastBackwardKernel kernel) {
+  require_f32_problem("fp32-sum backward", problem);
+  backward_device(ref::Algorithm::bwd_atomic, problem, Q, K, V, O, dO, LSE, dQ, dK, dV, workspace, stream, kernel,
+                  true);
 }
 
 }  // namespace flashlab::cuda::detail

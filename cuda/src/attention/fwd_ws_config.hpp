@@ -30,6 +30,7 @@ struct WsConfig {
   bool split_tail = false;   ///< the work list's last, part-empty round cut along the keys (non-causal)
   bool window = false;       ///< a sliding window: the band instantiation (with `causal`), units start at its left edge
   bool packed = false;       ///< packed sequences: the work list of the packed numbering (packed.cuh)
+  bool out_f32 = false;      ///< O stored in fp32, unrounded (the ring's partials: ws_fp32_config)
 
   /// Br, the query rows of one unit of work.
   constexpr int block_m() const { return 64 * consumers; }
@@ -141,6 +142,28 @@ inline WsConfig choose_ws_config(const Problem& p, bool bf16, int sms) {
     c.block_n = 192;
     c.stages = 2;
     c.two_p = true;
+  }
+  return c;
+}
+
+/// The configuration whose instantiation stores O in fp32 (WsConfig::out_f32) for a dense problem
+/// without a window whose 16-bit configuration is `c` (d = 64 or 128): the context-parallel ring
+/// merges its blocks' partials by LSE before it rounds once, so a partial must leave the kernel
+/// unrounded. Only four fp32 instantiations per dtype are built (each costs minutes of nvcc):
+/// d = 64 keeps two consumer warpgroups (no split tail, whose combine kernel stores 16 bits) and
+/// d = 128 keys of Bc = 128; the softmax variants are those of c. The ring's blocks are long
+/// (c = N / (2G) rows), where three consumers and Bc = 192 measured a few per cent faster.
+inline WsConfig ws_fp32_config(WsConfig c) {
+  c.out_f32 = true;
+  c.split_tail = false;
+  if (c.head_dim == 64 && c.consumers == 3) {
+    c.consumers = 2;
+    if (!c.causal) c.split_empty = c.two_p = false;  // the two-consumer non-causal configuration
+  }
+  if (c.head_dim == 128 && c.block_n == 192) {
+    c.block_n = 128;
+    c.stages = 3;
+    c.two_p = false;
   }
   return c;
 }

@@ -36,6 +36,11 @@ constexpr int kMmaBlockM = 128, kMmaBlockN = 64;
 /// `lists`: the prefix sums of packed sequences (Problem::packed()); unread when dense.
 void launch_fast_mma(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
                      cudaStream_t stream, const PackedLists& lists = {});
+/// launch_fast_mma with O stored in fp32, unrounded (the context-parallel ring's partials, merged
+/// by LSE before one rounding): dense problems without a window, d ∈ {64, 128}; O is fp32
+/// [B, N, H, d]. Runs the instantiation that reads K/V with their own layout (any H_kv, N_k).
+void launch_fast_mma_f32(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, float* O,
+                         float* LSE, cudaStream_t stream);
 
 // attention_fwd_wgmma.cu (sm_90a, built only when CMAKE_CUDA_ARCHITECTURES include 90:
 // FLASHLAB_HAVE_WGMMA) — the wgmma forward; 16-bit Q, K, V, O [B, N, H, d], LSE [B, H, N] base 2.
@@ -49,6 +54,10 @@ void launch_fast_wgmma(const Problem& p, bool bf16, const void* Q, const void* K
 // choose_ws_config() (fwd_ws_config.hpp): Br = 128 or 192, Bc = 128 or 192 (d = 256: 80).
 void launch_fast_tma_ws(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, void* O, float* LSE,
                         cudaStream_t stream, const PackedLists& lists = {});
+/// launch_fast_tma_ws with O stored in fp32, unrounded (the ring's partials): dense problems
+/// without a window, d ∈ {64, 128}, in the configuration ws_fp32_config() derives from the chosen one.
+void launch_fast_tma_ws_f32(const Problem& p, bool bf16, const void* Q, const void* K, const void* V, float* O,
+                            float* LSE, cudaStream_t stream);
 
 // attention_bwd_atomic.cu — one kernel, dQ accumulated with atomicAdd.
 void launch_zero_fill(const Problem& p, float* dQ);
@@ -63,13 +72,18 @@ namespace flashlab::cuda::detail {
 
 /// Device pointers of one fast backward call (every design). `D` is fp32 [B, H, N]; `dQaccum` is
 /// the atomic design's fp32 accumulator in its own tiled layout (attention_bwd_tc_atomic.cu;
-/// nullptr for the two-kernel design).
+/// nullptr for the two-kernel design). `add_f32` (the atomic design only): dQ, dK, dV point to fp32
+/// sums in their usual layouts, and the call ADDS its unrounded gradients into them (dQ = scale ·
+/// dQaccum, dK, dV from the registers) instead of storing 16 bits: the context-parallel ring sums
+/// its blocks' gradients so and rounds once. It runs the grouped instantiations (any H_kv, N_k; no
+/// window, no fixed dQ order).
 struct BwdPointers {
   const void *Q, *K, *V, *O, *dO;
   const float* LSE;
   void *dQ, *dK, *dV;
   float* D;
   float* dQaccum;
+  bool add_f32 = false;
 };
 
 /// Rows per (b, h) of the atomic design's tiled dQ accumulator come in whole query tiles of this

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace flashlab::cuda::detail::wgmma_step {
 
@@ -223,10 +224,18 @@ __device__ __forceinline__ void pack_p(const float (&s_acc)[T::BLOCK_N / 2], uin
   }
 }
 
+/// Whether traits T store O in fp32 (T::kOutF32; traits without the member store the input dtype).
+template <class T, class = void>
+struct OutputF32 : std::false_type {};
+template <class T>
+struct OutputF32<T, std::void_t<decltype(T::kOutF32)>> : std::bool_constant<T::kOutF32> {};
+
 /// O_i = acc / l_i → HBM (input dtype), LSE_i = m_i + log2(l_i) (fp32, base 2); l_i summed over
 /// the 4 threads of a row first. A row with no key (l = 0) stores O = 0 and LSE = −inf. Rows
 /// below `N` of the head whose row 0 is O[base] and LSE[stat] (store_o_lse: head h of batch b; N by
 /// reference, so that a kernel parameter stays one and the dense kernels keep their code).
+/// Traits with kOutF32 (OutputF32) store O_i unrounded, fp32 at the same element offsets: `O` then
+/// points to floats (the ring's partials, merged before they are rounded once).
 template <class T>
 __device__ __forceinline__ void store_o_lse_at(const Problem& p, uint16_t* __restrict__ O, float* __restrict__ LSE,
                                                const float (&o)[T::kHeadDim / 2], const float (&m_i)[2],
@@ -240,11 +249,18 @@ __device__ __forceinline__ void store_o_lse_at(const Problem& p, uint16_t* __res
     const float inv_l = l > 0.f ? 1.f / l : 0.f;
     const int row = row_base + 8 * r;
     if (row < N) {
-      uint16_t* out = O + base + std::size_t(row) * p.row_stride() + 2 * t4;
+      if constexpr (OutputF32<T>::value) {
+        float* out = reinterpret_cast<float*>(O) + base + std::size_t(row) * p.row_stride() + 2 * t4;
 #pragma unroll
-      for (int t = 0; t < T::kHeadDim / 8; ++t)
-        *reinterpret_cast<uint32_t*>(out + 8 * t) =
-            pack2<T::kBf16>(o[4 * t + 2 * r] * inv_l, o[4 * t + 2 * r + 1] * inv_l);
+        for (int t = 0; t < T::kHeadDim / 8; ++t)
+          *reinterpret_cast<float2*>(out + 8 * t) = make_float2(o[4 * t + 2 * r] * inv_l, o[4 * t + 2 * r + 1] * inv_l);
+      } else {
+        uint16_t* out = O + base + std::size_t(row) * p.row_stride() + 2 * t4;
+#pragma unroll
+        for (int t = 0; t < T::kHeadDim / 8; ++t)
+          *reinterpret_cast<uint32_t*>(out + 8 * t) =
+              pack2<T::kBf16>(o[4 * t + 2 * r] * inv_l, o[4 * t + 2 * r + 1] * inv_l);
+      }
       if (t4 == 0) LSE[stat + row] = l > 0.f ? m_i[r] + log2f(l) : -INFINITY;
     }
   }
