@@ -15,6 +15,7 @@
 #include "flashlab/cuda/context_parallel.hpp"
 
 #include "attention/context_parallel_kernels.hpp"
+#include "attention/front_door.hpp"
 #include "core/common.hpp"
 
 #include <cuda_runtime.h>
@@ -111,10 +112,12 @@ class Carver {
 };
 
 // The forward's scratch. kv[i] holds a rank's K rows then its V rows (one NCCL transfer moves both).
+// A block's partial O_s is fp32, unrounded (fast_forward_f32_device): rounding each partial to 16
+// bits before the merge would add an error per step that one GPU's kernel never makes.
 struct ForwardSpace {
   std::uint16_t* kv[2];
   float* O_acc;            // running O, fp32, local layout
-  std::uint16_t* O_part;   // one block's O_s
+  float* O_part;           // one block's O_s, fp32
   float* LSE_part;         // one block's LSE_s
 };
 
@@ -123,22 +126,21 @@ ForwardSpace carve_forward(const Sizes& z, Carver& w) {
   s.kv[0] = w.take<std::uint16_t>(2 * z.kv_local());
   s.kv[1] = w.take<std::uint16_t>(2 * z.kv_local());
   s.O_acc = w.take<float>(z.q_local());
-  s.O_part = w.take<std::uint16_t>(z.q_chunk());
+  s.O_part = w.take<float>(z.q_chunk());
   s.LSE_part = w.take<float>(z.stats_chunk());
   return s;
 }
 
 // The backward's scratch. sums[i] holds dK then dV (fp32) of the chunks a rank holds; `part` the
-// step's own dK, dV before they join the incoming sums.
+// step's own dK, dV before they join the incoming sums. The kernels add each block's dQ, dK, dV
+// (H_kv heads: the kernel sums each group) into dQ_acc and `part` unrounded
+// (fast_backward_add_f32_device), so every gradient is rounded to 16 bits once, at the end.
 struct BackwardSpace {
   std::uint16_t* kv[2];
   float* sums[2];
   float* part;
   float* dQ_acc;
-  std::uint16_t* dQ_part;
-  std::uint16_t* dK_part;  // one block's dK, H_kv heads (the kernel sums each group)
-  std::uint16_t* dV_part;
-  void* kernel_ws;  // fast_attention_backward_device's workspace
+  void* kernel_ws;  // the atomic backward's workspace (D, its fp32 dQ accumulator)
 };
 
 // The problem a block runs on the fast kernels: the reference's block (c queries against c keys,
@@ -167,9 +169,6 @@ BackwardSpace carve_backward(const ref::ContextParallelProblem& p, const Sizes& 
   s.sums[1] = w.take<float>(2 * z.kv_local());
   s.part = w.take<float>(2 * z.kv_local());
   s.dQ_acc = w.take<float>(z.q_local());
-  s.dQ_part = w.take<std::uint16_t>(z.q_chunk());
-  s.dK_part = w.take<std::uint16_t>(z.kv_chunk());
-  s.dV_part = w.take<std::uint16_t>(z.kv_chunk());
   s.kernel_ws = w.take<unsigned char>(fast_attention_backward_workspace_bytes(ref::Algorithm::bwd_atomic, any_block(p)));
   return s;
 }
@@ -274,6 +273,13 @@ void check_context_parallel_problem(const ref::ContextParallelProblem& problem) 
                                 ") is not supported (hint: the single-GPU fast forward takes windows)");
   // Every block is a c×c problem with the whole problem's B, H, H_kv, d, dtype.
   check_fast_problem(any_block(problem));
+  // The blocks' fp32 partials and sums come from the kernels' fp32 instantiations, built for the
+  // head dims the backward takes.
+  if (problem.attention.head_dim != 64 && problem.attention.head_dim != 128)
+    throw std::invalid_argument("flashlab::cuda: context parallel: head_dim (d) = " +
+                                std::to_string(problem.attention.head_dim) +
+                                " is not supported (hint: the GPU ring takes d = 64 or 128; d = 256 runs on one GPU's "
+                                "fast forward)");
 }
 
 std::size_t context_parallel_forward_workspace_bytes(const ref::ContextParallelProblem& problem) {
@@ -516,6 +522,10 @@ std::pair<const void*, const void*> block_kv(const Sizes& z, const std::uint16_t
 void run_forward(const ref::ContextParallelProblem& p, const std::vector<Driven<RingForwardBuffers>>& ranks,
                  FastForwardKernel kernel, RingTrace* trace) {
   check_context_parallel_problem(p);
+  if (kernel != FastForwardKernel::mma_sync && kernel != FastForwardKernel::tma_ws)
+    throw std::invalid_argument(std::string("flashlab::cuda: context parallel: the ") + to_string(kernel) +
+                                " forward kernel has no fp32 output for the ring's partials (hint: tma-ws, the "
+                                "fastest on H100/H200, or mma)");
   const std::size_t G = p.gpus;
   const Sizes z(p);
   const bool bf16 = p.attention.dtype == ref::Dtype::bf16;
@@ -560,9 +570,9 @@ void run_forward(const ref::ContextParallelProblem& p, const std::vector<Driven<
       const auto blocks = ref::ring_blocks(p, r.rank, s);
       for (const ref::RingBlock& blk : blocks) {
         const auto [K_j, V_j] = block_kv(z, held, blk);
-        fast_attention_forward_device(gpu_block(p, blk), kernel, at<std::uint16_t>(b.Q, blk.q_slot * z.q_chunk()),
-                                      K_j, V_j, sp.O_part, sp.LSE_part, r.stream);
-        detail::ring_merge(bf16, sp.O_acc + blk.q_slot * z.q_chunk(), b.LSE + blk.q_slot * z.stats_chunk(), sp.O_part,
+        detail::fast_forward_f32_device(gpu_block(p, blk), kernel, at<std::uint16_t>(b.Q, blk.q_slot * z.q_chunk()),
+                                        K_j, V_j, sp.O_part, sp.LSE_part, r.stream);
+        detail::ring_merge(sp.O_acc + blk.q_slot * z.q_chunk(), b.LSE + blk.q_slot * z.stats_chunk(), sp.O_part,
                            sp.LSE_part, int(z.B), int(z.c), int(z.H), int(z.d), r.stream);
         rows[i].flops += ref::block_flops(p, blk, ref::RingPass::forward);
       }
@@ -571,7 +581,7 @@ void run_forward(const ref::ContextParallelProblem& p, const std::vector<Driven<
     }
     if (trace) trace->impl().steps.insert(trace->impl().steps.end(), rows.begin(), rows.end());
   }
-  // Finish: O in 16 bits (LSE was merged in place).
+  // Finish: O rounded to 16 bits, once (LSE was merged in place).
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     RankRun& r = runs.all()[i];
     FLASHLAB_CUDA_CHECK(cudaSetDevice(r.device));
@@ -623,7 +633,8 @@ void run_backward(const ref::ContextParallelProblem& p, const std::vector<Driven
       count_exchange(rows, s + 1 < G ? kv_bytes : 0, s >= 1 ? grad_bytes : 0);
     }
     if (s < G) {
-      // compute s: blocks with the final O and LSE; dQ into its fp32 sum, dK/dV into the step's part
+      // compute s: blocks with the final O and LSE; the kernels add dQ into its fp32 sum and dK, dV
+      // into the step's part, unrounded
       for (std::size_t i = 0; i < ranks.size(); ++i) {
         RankRun& r = runs.all()[i];
         const BackwardSpace& sp = space[i];
@@ -637,14 +648,12 @@ void run_backward(const ref::ContextParallelProblem& p, const std::vector<Driven
         for (const ref::RingBlock& blk : blocks) {
           const auto [K_j, V_j] = block_kv(z, held, blk);
           const std::size_t q = blk.q_slot * z.q_chunk();
-          fast_attention_backward_device(ref::Algorithm::bwd_atomic, gpu_block(p, blk),
-                                         at<std::uint16_t>(b.Q, q), K_j, V_j, at<std::uint16_t>(b.O, q),
-                                         at<std::uint16_t>(b.dO, q), b.LSE + blk.q_slot * z.stats_chunk(), sp.dQ_part,
-                                         sp.dK_part, sp.dV_part, sp.kernel_ws, r.stream, kernel);
-          detail::accumulate16(bf16, sp.dQ_acc + q, sp.dQ_part, z.q_chunk(), r.stream);
-          detail::accumulate16(bf16, part + blk.kv_slot * z.kv_chunk(), sp.dK_part, z.kv_chunk(), r.stream);
-          detail::accumulate16(bf16, part + z.kv_local() + blk.kv_slot * z.kv_chunk(), sp.dV_part, z.kv_chunk(),
-                               r.stream);
+          detail::fast_backward_add_f32_device(gpu_block(p, blk), at<std::uint16_t>(b.Q, q), K_j, V_j,
+                                               at<std::uint16_t>(b.O, q), at<std::uint16_t>(b.dO, q),
+                                               b.LSE + blk.q_slot * z.stats_chunk(), sp.dQ_acc + q,
+                                               part + blk.kv_slot * z.kv_chunk(),
+                                               part + z.kv_local() + blk.kv_slot * z.kv_chunk(), sp.kernel_ws,
+                                               r.stream, kernel);
           rows[i].flops += ref::block_flops(p, blk, ref::RingPass::backward);
         }
         rows[i].blocks = blocks.size();
@@ -657,7 +666,8 @@ void run_backward(const ref::ContextParallelProblem& p, const std::vector<Driven
     }
     if (trace) trace->impl().steps.insert(trace->impl().steps.end(), rows.begin(), rows.end());
   }
-  // Finish: the sums that came home (exchange G; sums[0] for one rank) and dQ in 16 bits.
+  // Finish: the sums that came home (exchange G; sums[0] for one rank) and dQ, each rounded to 16
+  // bits once.
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     RankRun& r = runs.all()[i];
     const BackwardSpace& sp = space[i];

@@ -1,12 +1,13 @@
 // The small kernels of the GPU ring (context_parallel.cpp runs them between the fast attention
-// kernels): the running O and LSE set to "nothing seen", the LSE merge of a block's partial
-// into them, the final O in 16 bits, the GQA head expansion of a K/V chunk, and the fp32
-// accumulation of a block's 16-bit dQ, dK, dV (summed over the query heads that share a K/V
-// head). All are memory-bound and touch N_local·H·d elements once per block: next to the block's
-// c²·H·d products they are a fraction of a percent at the shapes the ring is for.
+// kernels): the running O and LSE set to "nothing seen", the LSE merge of a block's fp32 partial
+// into them, the final O, dQ, dK, dV rounded to 16 bits once, the sum of two fp32 buffers, and
+// seeded inputs for the benchmarks. The blocks' partials and gradients never pass through 16 bits
+// (the fast kernels' fp32 instantiations write or add them unrounded). All are memory-bound and
+// touch N_local·H·d elements once per block: next to the block's c²·H·d products they are a
+// fraction of a percent at the shapes the ring is for.
 //
-// Layouts as the fast kernels: a chunk of rows is [B, c, H, d] row-major (16 bits, or fp32 for
-// the running sums); LSE is [B, H, c] fp32, base 2.
+// Layouts as the fast kernels: a chunk of rows is [B, c, H, d] row-major (fp32 for the partials
+// and running sums, 16 bits for inputs and outputs); LSE is [B, H, c] fp32, base 2.
 #include "attention/context_parallel_kernels.hpp"
 
 #include "core/common.hpp"
@@ -22,12 +23,6 @@ namespace flashlab::cuda::detail {
 namespace {
 
 constexpr int kBlock = 256;
-
-template <bool kBf16>
-__device__ __forceinline__ float load16(const std::uint16_t* p) {
-  if constexpr (kBf16) return __bfloat162float(__ushort_as_bfloat16(*p));
-  else return __half2float(__ushort_as_half(*p));
-}
 
 template <bool kBf16>
 __device__ __forceinline__ std::uint16_t round16(float x) {
@@ -53,9 +48,8 @@ __global__ void ring_init_kernel(float* O, std::size_t o_elements, float* LSE, s
 //   LSE   = −inf: nothing seen yet, the row becomes the partial.
 //   else: m = max(LSE, LSE_s), w = 2^(LSE − m), w_s = 2^(LSE_s − m),
 //         O = (w·O + w_s·O_s) / (w + w_s), LSE = m + log2(w + w_s)
-template <bool kBf16>
-__global__ void ring_merge_kernel(float* O, float* LSE, const std::uint16_t* O_s, const float* LSE_s, int B, int c,
-                                  int H, int d) {
+__global__ void ring_merge_kernel(float* O, float* LSE, const float* O_s, const float* LSE_s, int B, int c, int H,
+                                  int d) {
   const int lane = threadIdx.x & 31;
   const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const long long rows = (long long)B * c * H;
@@ -88,8 +82,8 @@ __global__ void ring_merge_kernel(float* O, float* LSE, const std::uint16_t* O_s
   a = __shfl_sync(0xffffffffu, a, 0);
   w = __shfl_sync(0xffffffffu, w, 0);
   float* o = O + row * d;
-  const std::uint16_t* os = O_s + row * d;
-  for (int k = lane; k < d; k += 32) o[k] = mode == 1 ? load16<kBf16>(os + k) : a * o[k] + w * load16<kBf16>(os + k);
+  const float* os = O_s + row * d;
+  for (int k = lane; k < d; k += 32) o[k] = mode == 1 ? os[k] : a * o[k] + w * os[k];
   if (lane == 0) LSE[at] = lse_new;
 }
 
@@ -98,14 +92,6 @@ __global__ void ring_round_kernel(const float* src, std::uint16_t* dst, std::siz
   const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
   for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     dst[i] = round16<kBf16>(src[i]);
-}
-
-// acc[i] += part[i] (16 bits), n elements
-template <bool kBf16>
-__global__ void accumulate16_kernel(float* acc, const std::uint16_t* part, std::size_t n) {
-  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
-  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    acc[i] += load16<kBf16>(part + i);
 }
 
 __global__ void add_kernel(float* dst, const float* src, std::size_t n) {
@@ -155,15 +141,12 @@ void ring_init(float* O, std::size_t o_elements, float* LSE, std::size_t rows, c
   FLASHLAB_CUDA_CHECK_LAUNCH("ring_init_kernel");
 }
 
-void ring_merge(bool bf16, float* O, float* LSE, const void* O_s, const float* LSE_s, int B, int c, int H, int d,
+void ring_merge(float* O, float* LSE, const float* O_s, const float* LSE_s, int B, int c, int H, int d,
                 cudaStream_t stream) {
   const long long rows = (long long)B * c * H;
   const unsigned grid = unsigned((rows + kBlock / 32 - 1) / (kBlock / 32));
   announce("ring_merge_kernel");
-  if (bf16)
-    ring_merge_kernel<true><<<grid, kBlock, 0, stream>>>(O, LSE, static_cast<const std::uint16_t*>(O_s), LSE_s, B, c, H, d);
-  else
-    ring_merge_kernel<false><<<grid, kBlock, 0, stream>>>(O, LSE, static_cast<const std::uint16_t*>(O_s), LSE_s, B, c, H, d);
+  ring_merge_kernel<<<grid, kBlock, 0, stream>>>(O, LSE, O_s, LSE_s, B, c, H, d);
   FLASHLAB_CUDA_CHECK_LAUNCH("ring_merge_kernel");
 }
 
@@ -172,14 +155,6 @@ void ring_round(bool bf16, const float* src, void* dst, std::size_t n, cudaStrea
   if (bf16) ring_round_kernel<true><<<grid_for(n, kBlock), kBlock, 0, stream>>>(src, static_cast<std::uint16_t*>(dst), n);
   else ring_round_kernel<false><<<grid_for(n, kBlock), kBlock, 0, stream>>>(src, static_cast<std::uint16_t*>(dst), n);
   FLASHLAB_CUDA_CHECK_LAUNCH("ring_round_kernel");
-}
-
-void accumulate16(bool bf16, float* acc, const void* part, std::size_t n, cudaStream_t stream) {
-  const auto* p = static_cast<const std::uint16_t*>(part);
-  announce("accumulate16_kernel");
-  if (bf16) accumulate16_kernel<true><<<grid_for(n, kBlock), kBlock, 0, stream>>>(acc, p, n);
-  else accumulate16_kernel<false><<<grid_for(n, kBlock), kBlock, 0, stream>>>(acc, p, n);
-  FLASHLAB_CUDA_CHECK_LAUNCH("accumulate16_kernel");
 }
 
 void add_into(float* dst, const float* src, std::size_t n, cudaStream_t stream) {

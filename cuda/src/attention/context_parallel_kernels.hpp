@@ -12,16 +12,13 @@ namespace flashlab::cuda::detail {
 /// O[0 … o_elements) = 0 and LSE[0 … rows) = −inf: a running result that has seen no key.
 void ring_init(float* O, std::size_t o_elements, float* LSE, std::size_t rows, cudaStream_t stream);
 
-/// Merges a block's partial (O_s 16-bit [B, c, H, d], LSE_s [B, H, c]) into the running fp32 O
-/// and LSE of the same query chunk, by LSE in base 2 (context_parallel.hpp, merge_partial).
-void ring_merge(bool bf16, float* O, float* LSE, const void* O_s, const float* LSE_s, int B, int c, int H, int d,
+/// Merges a block's partial (O_s fp32 [B, c, H, d], unrounded; LSE_s [B, H, c]) into the running
+/// fp32 O and LSE of the same query chunk, by LSE in base 2 (context_parallel.hpp, merge_partial).
+void ring_merge(float* O, float* LSE, const float* O_s, const float* LSE_s, int B, int c, int H, int d,
                 cudaStream_t stream);
 
 /// dst[i] = src[i] rounded to 16 bits (nearest even), n elements.
 void ring_round(bool bf16, const float* src, void* dst, std::size_t n, cudaStream_t stream);
-
-/// acc[i] (fp32) += part[i] (16 bits), n elements: a block's dQ, dK or dV into the ring's sums.
-void accumulate16(bool bf16, float* acc, const void* part, std::size_t n, cudaStream_t stream);
 
 /// dst[i] += src[i], n fp32 elements.
 void add_into(float* dst, const float* src, std::size_t n, cudaStream_t stream);

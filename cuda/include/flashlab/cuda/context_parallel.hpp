@@ -16,11 +16,11 @@
 ///       (after step s − 1 has stopped reading the receiving buffer); backward, s ≥ 1: also the
 ///       dK/dV sums of step s − 1, and once more after the last step to bring them home
 ///   compute s (after exchange s − 1): for each block, run the fast forward on the held K/V
-///       chunk (its H_kv heads, GQA read in place) into a partial O_s, LSE_s and merge it into
-///       the running fp32 O and the LSE; backward: run the fast backward with the final O and LSE,
-///       add dQ_s into an fp32 sum, dK_s and dV_s (the kernel sums each K/V head's query heads)
-///       into the step's fp32 part, and add that part to the incoming sums once exchange s has
-///       delivered them.
+///       chunk (its H_kv heads, GQA read in place) into an fp32 partial O_s and LSE_s and merge it
+///       into the running fp32 O and the LSE; backward: run the fast backward with the final O and
+///       LSE, which adds dQ_s into an fp32 sum and dK_s, dV_s (each K/V head's query heads summed
+///       in the kernel) into the step's fp32 part, and add that part to the incoming sums once
+///       exchange s has delivered them.
 /// Nothing is allocated on the device: the caller gives a workspace of the size the *_bytes
 /// functions state. Streams and events are created per call; no host synchronisation.
 ///
@@ -28,9 +28,11 @@
 /// for Q, O, dO, dQ and `[B, c, H_kv, d]` for K, V, dK, dV (16-bit bit patterns of the problem's
 /// dtype); LSE `[chunks][B, H, c]` fp32, base 2. ref::shard_rows() makes it from `[B, N, H, d]`.
 ///
-/// Precision: the running O and the travelling dK/dV are fp32; each block's partial comes out of
-/// its kernel in 16 bits, so an output is the fp32 sum of several 16-bit-rounded parts, then
-/// rounded once more (docs/context-parallel.md compares it with one kernel on one GPU).
+/// Precision: nothing between the kernels is 16-bit. Each block's partial O_s leaves its kernel in
+/// fp32 (the forwards' fp32-output instantiations), its dQ, dK, dV are added unrounded into fp32
+/// sums by the backward kernel itself, the running O and the travelling dK/dV sums are fp32, and
+/// O, dQ, dK, dV are rounded to 16 bits once, at the end — as one kernel over the whole sequence
+/// rounds them (docs/context-parallel.md, the precision paragraph and its measurement).
 #pragma once
 
 #include "flashlab/cuda/fast_attention.hpp"
@@ -45,10 +47,11 @@
 namespace flashlab::cuda {
 
 /// The GPU ring's limits beyond ref::ContextParallelProblem::validate(), checked here and nowhere
-/// else: each block's problem within the fast kernels' limits (check_fast_problem(): d ∈ {64,
-/// 128}, bf16 or fp16, B·c·H·d below 2³¹), and N a multiple of chunks(), so that no chunk holds
-/// padding (the fast kernels have no key mask for it). Throws std::invalid_argument naming the
-/// field, the value, the limit and a hint.
+/// else: each block's problem within the fast kernels' limits (check_fast_problem(): bf16 or fp16,
+/// B·c·H·d below 2³¹), d ∈ {64, 128} (the head dims of the kernels' fp32 instantiations and of the
+/// backward), and N a multiple of chunks(), so that no chunk holds padding (the fast kernels have
+/// no key mask for it). Throws std::invalid_argument naming the field, the value, the limit and a
+/// hint.
 void check_context_parallel_problem(const ref::ContextParallelProblem& problem);
 
 /// One rank's device memory for the forward, in the local layout (see the file comment).
@@ -74,12 +77,12 @@ struct RingBackwardBuffers {
 };
 
 /// Bytes of device scratch one rank's forward needs (256-byte aligned pieces): two K/V buffers
-/// for the ring, the fp32 running O, a block's partial O and LSE.
+/// for the ring, the fp32 running O, a block's fp32 partial O and its LSE.
 std::size_t context_parallel_forward_workspace_bytes(const ref::ContextParallelProblem& problem);
 
 /// Bytes of device scratch one rank's backward needs: two K/V buffers, two dK/dV sum buffers and
-/// the step's part (fp32), the fp32 dQ sum, a block's 16-bit dQ, dK, dV and the fast backward's
-/// own workspace (bwd_atomic design with `kernel`).
+/// the step's part (fp32), the fp32 dQ sum and the fast backward's own workspace (bwd_atomic
+/// design with `kernel`; its kernels add each block's gradients into the sums directly).
 std::size_t context_parallel_backward_workspace_bytes(const ref::ContextParallelProblem& problem,
                                                       FastBackwardKernel kernel = FastBackwardKernel::mma_sync);
 
@@ -125,8 +128,9 @@ class RingTrace {
 /// ring order, `rank` its number; the current device must be the rank's, `stream` a
 /// cudaStream_t on it (void*; nullptr is the default stream). Enqueues everything and returns
 /// (no host synchronisation). `workspace`: context_parallel_forward_workspace_bytes() bytes.
-/// Throws std::invalid_argument for a bad problem or a null pointer, CudaError when a CUDA or
-/// NCCL call fails.
+/// `kernel`: mma_sync or tma_ws, the forwards with an fp32-output instantiation (wgmma and
+/// split_kv are refused). Throws std::invalid_argument for a bad problem, kernel or a null
+/// pointer, CudaError when a CUDA or NCCL call fails.
 void context_parallel_forward_device(const ref::ContextParallelProblem& problem, int rank, void* nccl_comm,
                                      const RingForwardBuffers& buffers, void* workspace, void* stream = nullptr,
                                      FastForwardKernel kernel = FastForwardKernel::mma_sync, RingTrace* trace = nullptr);
