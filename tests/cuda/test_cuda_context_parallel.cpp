@@ -5,7 +5,12 @@
 // least 2 GPUs and exits 77 ("skipped") with fewer.
 //
 // Metric as test_cuda (max |got − ref| / max |ref| over the tensor; ref the float64 naive result
-// on the bf16-rounded inputs, K/V expanded to H heads and dK/dV summed back). Tolerances:
+// on the bf16-rounded inputs, K/V expanded to H heads and dK/dV summed back). One GPU runs the
+// fast kernels on the whole problem with K/V grouped as the ring holds them (their dK, dV summed
+// over each group in fp32 and rounded once, as the ring's); the line printed per output also
+// counts the elements where ring and one GPU differ, in bf16 ulps, and (GQA) the distance to one
+// GPU run on K/V expanded to H heads, whose dK, dV are rounded per head before the group sum.
+// Tolerances:
 //   every output within 1e-2 of the reference (the project's 16-bit tolerance);
 //   O, dQ, dK, dV within 2 × the bf16 floor of one GPU's fast kernels: max |ring − one GPU| over
 //   max |ref| ≤ 2 · (the error of merely rounding the reference to bf16);
@@ -23,6 +28,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -117,11 +123,12 @@ double lse_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m / scale;
 }
 
-// The whole problem on one GPU: K/V expanded to H heads (the fast kernels have no GQA).
+// The whole problem on one GPU: K/V grouped (H_kv heads, as the ring holds them), or expanded to
+// H heads and dK, dV summed back over each group.
 struct OneGpu {
   fc::FastForwardResult f;
   fc::FastBackwardResult b;
-  std::vector<std::uint16_t> dK, dV;  // summed back to H_kv heads, in fp32 then rounded once
+  std::vector<std::uint16_t> dK, dV;  // H_kv heads
 };
 
 std::vector<std::uint16_t> expand(const std::vector<std::uint16_t>& kv, const fr::ContextParallelProblem& p) {
@@ -150,17 +157,43 @@ std::vector<std::uint16_t> sum_groups(const std::vector<std::uint16_t>& g, const
 
 OneGpu one_gpu(const fr::ContextParallelProblem& p, const std::vector<std::uint16_t>& Q,
                const std::vector<std::uint16_t>& K, const std::vector<std::uint16_t>& V,
-               const std::vector<std::uint16_t>& dO) {
+               const std::vector<std::uint16_t>& dO, bool expanded = false, bool mma = false) {
   cudaSetDevice(0);
   fr::AttentionProblem g = p.attention;
-  const auto Ke = expand(K, p), Ve = expand(V, p);
+  const auto kf = mma ? fc::FastForwardKernel::mma_sync : fc::fastest_forward_kernel();
+  const auto kb = mma ? fc::FastBackwardKernel::mma_sync : fc::fastest_backward_kernel();
   OneGpu out;
-  out.f = fc::fast_attention_forward(g, fc::fastest_forward_kernel(), Q, Ke, Ve);
-  out.b = fc::fast_attention_backward(fr::Algorithm::bwd_atomic, g, Q, Ke, Ve, out.f.O, dO, out.f.LSE,
-                                      fc::fastest_backward_kernel());
-  out.dK = sum_groups(out.b.dK, p);
-  out.dV = sum_groups(out.b.dV, p);
+  if (expanded && p.group() > 1) {
+    const auto Ke = expand(K, p), Ve = expand(V, p);
+    out.f = fc::fast_attention_forward(g, kf, Q, Ke, Ve);
+    out.b = fc::fast_attention_backward(fr::Algorithm::bwd_atomic, g, Q, Ke, Ve, out.f.O, dO, out.f.LSE, kb);
+    out.dK = sum_groups(out.b.dK, p);
+    out.dV = sum_groups(out.b.dV, p);
+    return out;
+  }
+  g.heads_kv = p.group() > 1 ? p.kv_heads() : 0;
+  out.f = fc::fast_attention_forward(g, kf, Q, K, V);
+  out.b = fc::fast_attention_backward(fr::Algorithm::bwd_atomic, g, Q, K, V, out.f.O, dO, out.f.LSE, kb);
+  out.dK = out.b.dK;
+  out.dV = out.b.dV;
   return out;
+}
+
+// Elements where a and b (bf16 bit patterns) differ, and the largest distance in ulps.
+struct UlpStats {
+  std::size_t differ = 0;
+  long max_ulps = 0;
+};
+
+UlpStats ulp_stats(const std::vector<std::uint16_t>& a, const std::vector<std::uint16_t>& b) {
+  auto ordered = [](std::uint16_t x) { return (x & 0x8000) ? -long(x & 0x7fff) : long(x); };
+  UlpStats u;
+  for (std::size_t k = 0; k < a.size() && k < b.size(); ++k) {
+    const long d = std::labs(ordered(a[k]) - ordered(b[k]));
+    if (d != 0) ++u.differ;
+    u.max_ulps = std::max(u.max_ulps, d);
+  }
+  return u;
 }
 
 // Random bf16 inputs (normal, seeded) as bit patterns and their exact float64 values.
@@ -203,6 +236,23 @@ TEST_CASE("ring: forward and backward equal one GPU's fast kernels within 2x the
     const auto rb = fr::naive_backward(a, in.Qd, Ke, Ve, in.dOd);
     const auto rdK = fr::sum_kv_heads(rb.dK, p1.group()), rdV = fr::sum_kv_heads(rb.dV, p1.group());
     const OneGpu one = one_gpu(p1, in.Q, in.K, in.V, in.dO);
+    const OneGpu one_expanded = p1.group() > 1 ? one_gpu(p1, in.Q, in.K, in.V, in.dO, true) : OneGpu{};
+    {
+      // For scale: one GPU against itself on other kernels (mma_sync: other tiles, so other
+      // roundings of P and dS), in units of the same floor. Printed, not checked.
+      const OneGpu mma = one_gpu(p1, in.Q, in.K, in.V, in.dO, false, true);
+      std::printf("  one GPU, mma against the fastest kernels, %s:", p1.attention.str().c_str());
+      const std::pair<const char*, std::pair<const std::vector<std::uint16_t>*, const std::vector<std::uint16_t>*>>
+          pairs[] = {{"O", {&mma.f.O, &one.f.O}}, {"dQ", {&mma.b.dQ, &one.b.dQ}}, {"dK", {&mma.dK, &one.dK}},
+                     {"dV", {&mma.dV, &one.dV}}};
+      const fr::Tensor<double>* refs[] = {&rf.O, &rb.dQ, &rdK, &rdV};
+      for (int k = 0; k < 4; ++k) {
+        const double fl = rounding_floor(refs[k]->data(), refs[k]->numel(), a.dtype);
+        const double dd = diff(*pairs[k].second.first, *pairs[k].second.second, max_abs(refs[k]->data(), refs[k]->numel()));
+        std::printf(" %s x%.2f", pairs[k].first, fl > 0 ? dd / fl : 0.0);
+      }
+      std::printf("\n");
+    }
     for (int G : ring_sizes()) {
       const auto p = make(c, G);
       INFO(p.str() << " seed " << seed);
@@ -216,16 +266,28 @@ TEST_CASE("ring: forward and backward equal one GPU's fast kernels within 2x the
         const char* name;
         const std::vector<std::uint16_t>& ring;
         const std::vector<std::uint16_t>& one;
+        const std::vector<std::uint16_t>& expanded;  // empty without GQA
         const fr::Tensor<double>& ref;
       };
-      const Out outs[] = {{"O", f.O, one.f.O, rf.O}, {"dQ", b.dQ, one.b.dQ, rb.dQ}, {"dK", b.dK, one.dK, rdK},
-                          {"dV", b.dV, one.dV, rdV}};
+      const Out outs[] = {{"O", f.O, one.f.O, one_expanded.f.O, rf.O},
+                          {"dQ", b.dQ, one.b.dQ, one_expanded.b.dQ, rb.dQ},
+                          {"dK", b.dK, one.dK, one_expanded.dK, rdK},
+                          {"dV", b.dV, one.dV, one_expanded.dV, rdV}};
       for (const auto& o : outs) {
         const double floor = rounding_floor(o.ref.data(), o.ref.numel(), a.dtype);
         const double e_ring = error_16(o.ring, o.ref.data(), a.dtype), e_one = error_16(o.one, o.ref.data(), a.dtype);
-        const double d = diff(o.ring, o.one, max_abs(o.ref.data(), o.ref.numel()));
-        std::printf("  G=%d %-44s %-2s ring %.3e  one GPU %.3e  |ring-one| %.3e  floor %.2e (x%.2f)\n", G,
-                    p.str().c_str(), o.name, e_ring, e_one, d, floor, floor > 0 ? d / floor : 0.0);
+        const double scale = max_abs(o.ref.data(), o.ref.numel());
+        const double d = diff(o.ring, o.one, scale);
+        const UlpStats u = ulp_stats(o.ring, o.one);
+        std::printf("  G=%d %-44s %-2s ring %.3e  one GPU %.3e  |ring-one| %.3e  floor %.2e (x%.2f)  differ %zu/%zu "
+                    "(max %ld ulp)",
+                    G, p.str().c_str(), o.name, e_ring, e_one, d, floor, floor > 0 ? d / floor : 0.0, u.differ,
+                    o.ring.size(), u.max_ulps);
+        if (!o.expanded.empty()) {
+          const double de = diff(o.ring, o.expanded, scale);
+          std::printf("  expanded-K/V one GPU: |ring-one| x%.2f", floor > 0 ? de / floor : 0.0);
+        }
+        std::printf("\n");
         INFO(o.name << ": ring " << e_ring << ", one GPU " << e_one << ", |ring - one| " << d << ", floor " << floor);
         CHECK(e_ring <= 1e-2);
         CHECK(d <= 2 * floor);
@@ -345,6 +407,36 @@ TEST_CASE("ring: one thread per GPU with its own communicator gives the same bit
   for (const auto& e : errors) CHECK(e.empty());
   const auto O = fr::unshard_rows(p, O_parts).storage();
   CHECK(O == whole.O);  // same kernels, same blocks, same merge order: the same bits
+}
+
+TEST_CASE("ring: the fixed-order backward gives the same bits twice", "[ring]") {
+  if (fc::fastest_backward_kernel() != fc::FastBackwardKernel::wgmma_ws) {
+    WARN("skipped: the fixed-order (wgmma-ws-det) backward needs the Hopper kernels");
+    return;
+  }
+  for (bool causal : {true, false}) {
+    const auto p = make({1, 2048, 4, 4, 64, causal}, 2);
+    INFO(p.str());
+    const Inputs in = make_inputs(p, fresh_seed(), false);
+    const auto& ring = ring_of(2);
+    const auto f = fc::context_parallel_forward(p, ring, in.Q, in.K, in.V, fc::fastest_forward_kernel());
+    const auto det = fc::FastBackwardKernel::wgmma_ws_deterministic;
+    const auto b1 = fc::context_parallel_backward(p, ring, in.Q, in.K, in.V, f.O, in.dO, f.LSE, det);
+    const auto b2 = fc::context_parallel_backward(p, ring, in.Q, in.K, in.V, f.O, in.dO, f.LSE, det);
+    const auto b3 = fc::context_parallel_backward(p, ring, in.Q, in.K, in.V, f.O, in.dO, f.LSE, fc::fastest_backward_kernel());
+    CHECK(b1.dQ == b2.dQ);
+    CHECK(b1.dK == b2.dK);
+    CHECK(b1.dV == b2.dV);
+    // the same sums in another order: within one bf16 ulp of the largest value (2^-7 of it at most)
+    auto scale = [](const std::vector<std::uint16_t>& v) {
+      double m = 0;
+      for (auto x : v) m = std::max(m, std::abs(double(fc::bf16_to_float(x))));
+      return m > 0 ? m : 1.0;
+    };
+    CHECK(diff(b1.dQ, b3.dQ, scale(b3.dQ)) <= std::ldexp(1.0, -7));
+    CHECK(diff(b1.dK, b3.dK, scale(b3.dK)) <= std::ldexp(1.0, -7));
+    CHECK(diff(b1.dV, b3.dV, scale(b3.dV)) <= std::ldexp(1.0, -7));
+  }
 }
 
 TEST_CASE("ring: small shapes for the sanitizers", "[ring-sanitize]") {
