@@ -5,7 +5,9 @@
 #   context_parallel.sh check [BIN_DIR] [OUT_DIR]  test_cuda_context_parallel (ring vs one GPU's fast
 #                                                  kernels and the float64 reference, G = 2, 4, 8 as
 #                                                  the machine has), then compute-sanitizer memcheck
-#                                                  on its small shapes; rows into context_parallel_checks.csv
+#                                                  on its small shapes, then ring_cli_check.sh (the
+#                                                  command lines' rows and bytes); rows into
+#                                                  context_parallel_checks.csv
 #   context_parallel.sh scale [BIN_DIR] [OUT_DIR]  causal forward + backward, d = 128, H = 16 with
 #                                                  H_kv = 16 and 4 (`flashlab bench attention --gpus`):
 #                                                  strong scaling at N = 512k on G = 1, 2, 4 (8) beside
@@ -66,6 +68,14 @@ check() {
     echo "$(now),$device,$gpus,compute-sanitizer --tool memcheck test_cuda_context_parallel [ring-sanitize],$sresult,,,${errors:-}" >> "$csv"
     echo "memcheck: $sresult (${errors:-?} errors)"
   fi
+  # The command lines: rows and bytes of `flashlab bench attention --gpus 2` and `flashlab traffic
+  # ring --device cuda --gpus 2` against the model (ring_cli_check.sh; exit 77: skipped).
+  local clog="$out/logs/ring_cli_check.log" cresult=pass rc=0
+  bash "$(dirname "$0")/ring_cli_check.sh" "$bin" > "$clog" 2>&1 || rc=$?
+  (( rc == 77 )) && cresult=skipped
+  (( rc != 0 && rc != 77 )) && cresult=fail
+  echo "$(now),$device,$gpus,ring_cli_check.sh,$cresult,,,–" >> "$csv"
+  echo "ring CLI check: $cresult ($(tail -1 "$clog"))"
 }
 
 bench() {  # bench LABEL H_KV [flags of flashlab bench attention --gpus]: rows into context_parallel.csv
