@@ -2,14 +2,15 @@
 # A layer of STREAM traced to a trace store on the GPU machine, end to end (inputs on the GPU →
 # every head committed), and the rows of cuda/results/stream_layer.csv:
 #
-#   bash cuda/bench/stream_layer.sh BIN OUT [STORE_ROOT]
+#   bash cuda/bench/stream_layer.sh BIN OUT [STORE_ROOT [CONFIG ...]]
 #
 # BIN holds flashlab (and test_cuda), OUT receives the logs and stream_layer.csv (columns: the
 # README's date,device,commit first, from BIN/commit), STORE_ROOT (default /tmp) the stores, each
 # removed after its run. Each configuration runs once under /usr/bin/time -v (its "Maximum resident
 # set size" is the peak host RSS); the stores of one layer are verified (checksums, reverse index)
-# with `flashlab stream query --verify`. Shapes: T = 1M, d = 128, k = 16, H = 32; 1 layer with 1, 2
-# and 4 heads per launch, 8 layers with 1 and 4.
+# with `flashlab stream query --verify`. Shapes: T = 1M, d = 128, k = 16, H = 32. A CONFIG is
+# LAYERS,HEADS_PER_LAUNCH; by default 1 layer with 1, 2 and 4 heads per launch, 8 layers with 1
+# and 4. Run it once per binary to put two builds side by side (the commit column tells them apart).
 set -u
 bin=${1:?BIN}
 out=${2:?OUT}
@@ -48,9 +49,10 @@ print(",".join(str(x) for x in row))
 EOF
 }
 
-run_layer 1 1
-run_layer 1 2
-run_layer 1 4
-run_layer 8 1
-run_layer 8 4
+configs=("${@:4}")
+[ ${#configs[@]} -gt 0 ] || configs=(1,1 1,2 1,4 8,1 8,4)
+for c in "${configs[@]}"; do
+  IFS=, read -r layers hpl <<<"$c"
+  run_layer "$layers" "$hpl"
+done
 cat "$csv"

@@ -149,6 +149,25 @@ TEST_CASE("cuda stream layer: a head range gives each head's rows and records of
       gs::stream_fast_trace_device(shape, Q.p, K.p, V.p, reinterpret_cast<const std::int64_t*>(I.p), E.p, nullptr, r);
       const auto Er = E.get();
       CHECK(same_bytes(Er.data(), E0.data() + r.first * per_head, count * per_head));
+      // The same heads traced in pieces of query blocks (ragged: 47 = 20 + 20 + 7): the same records.
+      Dev<gs::FastEdge> Ep(count * per_head);
+      Ep.poison();
+      for (std::size_t q0 = 0; q0 < n_q; q0 += 20)
+        gs::stream_fast_trace_device(shape, Q.p, K.p, V.p, reinterpret_cast<const std::int64_t*>(I.p), Ep.p, nullptr, r,
+                                     q0, std::min<std::size_t>(20, n_q - q0));
+      const auto Ep_host = Ep.get();
+      CHECK(same_bytes(Ep_host.data(), E0.data() + r.first * per_head, count * per_head));
+    }
+    {  // one piece leaves every other record as it was
+      Dev<gs::FastEdge> Ep(per_head);
+      Ep.poison();
+      const auto before = Ep.get();
+      gs::stream_fast_trace_device(shape, Q.p, K.p, V.p, reinterpret_cast<const std::int64_t*>(I_all.p), Ep.p, nullptr,
+                                   gs::HeadRange{0, 1}, 10, 5);
+      const auto after = Ep.get();
+      CHECK(same_bytes(after.data(), before.data(), 10 * k));
+      CHECK(same_bytes(after.data() + 10 * k, E0.data() + 10 * k, 5 * k));
+      CHECK(same_bytes(after.data() + 15 * k, before.data() + 15 * k, per_head - 15 * k));
     }
     // Ranges outside [0, H) are refused by name.
     Dev<long long> I1(per_head);
@@ -159,6 +178,9 @@ TEST_CASE("cuda stream layer: a head range gives each head's rows and records of
     CHECK_THROWS_WITH(gs::stream_fast_trace_device(shape, Q.p, K.p, V.p, reinterpret_cast<const std::int64_t*>(I1.p),
                                                    E1.p, nullptr, gs::HeadRange{3, 3}),
                       Catch::Contains("runs past H = 5"));
+    CHECK_THROWS_WITH(gs::stream_fast_trace_device(shape, Q.p, K.p, V.p, reinterpret_cast<const std::int64_t*>(I1.p),
+                                                   E1.p, nullptr, gs::HeadRange{0, 1}, n_q - 2, 3),
+                      Catch::Contains("run past n_q"));
   }
 }
 

@@ -189,9 +189,15 @@ HeadRange resolve_head_range(HeadRange range, std::size_t heads) {
 }
 
 void stream_fast_trace_device(const FastApplyShape& shape, const void* Q, const void* K, const void* V,
-                              const std::int64_t* I, FastEdge* edges, void* stream, HeadRange range) {
+                              const std::int64_t* I, FastEdge* edges, void* stream, HeadRange range,
+                              std::size_t q_first, std::size_t q_count) {
   check_fast_apply(shape);
   range = resolve_head_range(range, shape.heads);
+  const std::size_t n_q = (shape.T + kFastStreamBlock - 1) / kFastStreamBlock;
+  if (q_count == 0) q_count = q_first < n_q ? n_q - q_first : 0;
+  if (q_first >= n_q || q_count > n_q - q_first)
+    throw StreamError("query blocks " + std::to_string(q_first) + " … " + std::to_string(q_first + q_count) +
+                      " (exclusive) run past n_q = " + std::to_string(n_q) + " (hint: q_first < n_q, q_first + q_count ≤ n_q)");
   static_assert(sizeof(FastEdge) == sizeof(detail::FastEdgeRecord) && sizeof(FastEdge) == 24,
                 "the fast trace writes FastEdge's layout");
   detail::FastApplyLaunch p;
@@ -201,7 +207,7 @@ void stream_fast_trace_device(const FastApplyShape& shape, const void* Q, const 
   p.k = int(shape.k);
   detail::launch_fast_trace(p, int(range.first), int(range.count), int(shape.dim), shape.dtype == ref::Dtype::bf16, Q, K, V,
                             reinterpret_cast<const long long*>(I), reinterpret_cast<detail::FastEdgeRecord*>(edges),
-                            static_cast<cudaStream_t>(stream));
+                            static_cast<cudaStream_t>(stream), int(q_first), int(q_count));
 }
 
 // ---------------------------------------------------------------------------------- fast estimate

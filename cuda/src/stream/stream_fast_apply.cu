@@ -342,10 +342,11 @@ void launch_dim(const FastApplyLaunch& p, int group, const void* Q, const void* 
 // trace kernel's quantities (stream_apply.cu) on tensor cores. Only the records are wanted, so
 // no O is written: one thread block per (query block, head), four warps of 16 rows, two passes
 // over the kept blocks —
-//   A. S = Q_q K_rᵀ for every kept r (K only): each row's final m_i, l_i (base 2, as the apply);
-//   B. S again, P = 2^(S·log2 e − m_i) / l_i on the valid pairs, and per block pair: the largest
-//      raw logit (score), Σ P (mass), and ‖colsum(P V_r)‖ (value_norm) from P V_r on tensor cores
-//      (P rounded to 16 bits as the apply's A operand) summed over the 64 rows.
+//   A. S = Q_q K_rᵀ for every kept r (K only, three tiles in flight): each row's final m_i, l_i
+//      (base 2, as the apply);
+//   B. last slot first: S again, P = 2^(S·log2 e − m_i) / l_i on the valid pairs, and per block
+//      pair: the largest raw logit (score), Σ P (mass), and ‖colsum(P V_r)‖ (value_norm) from P V_r
+//      on tensor cores (P rounded to 16 bits as the apply's A operand) summed over the 64 rows.
 // Records go in I's slot order, whatever the schedule: slot j of (h, q) at ((h·n_q + q)·k + j).
 
 /// Sum over the 32 lanes of a warp; every lane gets it.
@@ -364,19 +365,19 @@ __device__ __forceinline__ float warp_max(float v) {
 
 /// Grid (n_q, heads launched), 128 threads: grid row y is head head0 + y of Q, K, V and row y of I
 /// and of the records (the launch's heads only, in head order); dynamic SRAM: [K_r: 2 stages][V_r:
-/// 2 stages] (swizzled, Q_q staged in the second K buffer as the apply's G = 1), then the
-/// reduction slots [4 warps][2 + d] floats.
+/// 2 stages] (swizzled; pass A streams K through all four, and Q_q passes through one of them),
+/// then the reduction slots [4 warps][2 + d] floats.
 template <int HEAD_DIM, bool kBf16>
 __global__ void __launch_bounds__(128, 3)
     stream_fast_trace_kernel(FastApplyLaunch p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                              const uint16_t* __restrict__ V, const long long* __restrict__ I,
-                             FastEdgeRecord* __restrict__ edges, int head0) {
+                             FastEdgeRecord* __restrict__ edges, int head0, int q_first) {
   using Tr = ApplyTraits<HEAD_DIM, 1>;
   constexpr int kKStepsQK = HEAD_DIM / 16, kNTilesO = HEAD_DIM / 8, kRowBytes = HEAD_DIM * 2;
   constexpr int kStages = Tr::kStages;
   static_assert(kStages == 2, "the passes alternate two stages");
   const float NEG_INF = __int_as_float(0xff800000);
-  const int q = blockIdx.x, h = head0 + int(blockIdx.y);
+  const int q = q_first + int(blockIdx.x), h = head0 + int(blockIdx.y);
   const std::size_t stride = std::size_t(p.heads) * HEAD_DIM, head = std::size_t(h) * HEAD_DIM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int warp_m0 = 16 * warp, g = lane >> 2, t = lane & 3;
@@ -398,13 +399,23 @@ __global__ void __launch_bounds__(128, 3)
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t base = uint32_t(__cvta_generic_to_shared(smem_raw));
-  const uint32_t sK = base, sV = sK + kStages * Tr::kTileBytes, sQ = sK + Tr::kTileBytes;
+  const uint32_t sK = base, sV = sK + kStages * Tr::kTileBytes;
   float* red = reinterpret_cast<float*>(smem_raw + Tr::kTileSmem);  // [4][2 + HEAD_DIM]
+  // Pass A needs no V, so it streams K through all four tile buffers (K stages, then V stages:
+  // buffer b at base + b·tile), three tiles in flight instead of one. Slot j goes to buffer
+  // (n_kept − 1 − j) mod 4, so pass A ends with the last slot in buffer 0 and the one before in
+  // buffer 1 — K stages 0 and 1 of pass B, which starts there. Q_q passes through the buffer of
+  // slot 3, filled only after Q_q is in registers.
+  const auto buf_a = [&](int j) { return base + uint32_t(((n_kept - 1 - j) & 3) * Tr::kTileBytes); };
+  const uint32_t sQ = buf_a(3);
 
   load_tile<Tr, HEAD_DIM>(sQ, Q, head, stride, q * kBlock, p.T);
   cp_async_commit();
-  load_tile<Tr, HEAD_DIM>(sK, K, head, stride, int(row_I[0]) * kBlock, p.T);
-  cp_async_commit();
+#pragma unroll
+  for (int j = 0; j < 3; ++j) {
+    if (j < n_kept) load_tile<Tr, HEAD_DIM>(buf_a(j), K, head, stride, int(row_I[j]) * kBlock, p.T);
+    cp_async_commit();
+  }
 
   const int mi = lane >> 3;
   const uint32_t q_lane = sQ + uint32_t((warp_m0 + (lane & 15)) * kRowBytes);
@@ -414,9 +425,9 @@ __global__ void __launch_bounds__(128, 3)
   const uint32_t v_lane = sV + uint32_t(((lane & 7) + ((mi & 1) << 3)) * kRowBytes);
   const uint32_t v_xor = uint32_t(((mi >> 1) ^ (lane & 7)) << 4);
 
-  // Q_q → registers before its buffer (K stage 1) is refilled.
+  // Q_q → registers before its buffer (slot 3's) is filled.
   uint32_t q_frag[kKStepsQK][4];
-  cp_async_wait<1>();
+  cp_async_wait<3>();
   __syncthreads();
 #pragma unroll
   for (int kk = 0; kk < kKStepsQK; ++kk)
@@ -426,16 +437,14 @@ __global__ void __launch_bounds__(128, 3)
   // Pass A: the rows' final statistics over every kept block (K only).
   float m_i[2] = {NEG_INF, NEG_INF}, l_i[2] = {0.f, 0.f};
   for (int j = 0; j < n_kept; ++j) {
-    const uint32_t stage_off = uint32_t((j % kStages) * Tr::kTileBytes);
-    if (j + 1 < n_kept)
-      load_tile<Tr, HEAD_DIM>(sK + uint32_t(((j + 1) % kStages) * Tr::kTileBytes), K, head, stride,
-                              int(row_I[j + 1]) * kBlock, p.T);
+    // Slot j + 3 goes to the buffer of slot j − 1, which every warp has finished.
+    if (j + 3 < n_kept) load_tile<Tr, HEAD_DIM>(buf_a(j + 3), K, head, stride, int(row_I[j + 3]) * kBlock, p.T);
     cp_async_commit();
-    cp_async_wait<1>();  // K_r of step j has landed for this thread
+    cp_async_wait<3>();  // K_r of step j has landed for this thread
     __syncthreads();     // … for every thread
     const int r = int(row_I[j]);
     float s[kBlock / 8][4];
-    scores_tile<HEAD_DIM, kBf16>(s, q_frag, k_lane + stage_off, k_xor);
+    scores_tile<HEAD_DIM, kBf16>(s, q_frag, k_lane + (buf_a(j) - base), k_xor);
     if (r == q) mask_diagonal(s, warp_m0, g, t);
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
@@ -467,17 +476,21 @@ __global__ void __launch_bounds__(128, 3)
     if (!(l == l)) inv_l[rr] = l;  // a NaN logit leaves the row NaN, as the apply's
   }
 
-  // Pass B: the records, K_r and V_r of each kept block.
-  load_tile<Tr, HEAD_DIM>(sK, K, head, stride, int(row_I[0]) * kBlock, p.T);
-  load_tile<Tr, HEAD_DIM>(sV, V, head, stride, int(row_I[0]) * kBlock, p.T);
+  // Pass B: the records, K_r and V_r of each kept block, last slot first: step b handles slot
+  // n_kept − 1 − b in stage b mod 2. K_r of the first two steps is still in K stages 0 and 1 from
+  // pass A, so only their V_r is loaded (two tiles fewer per query block), and the K_r loaded again
+  // are the ones pass A read most recently. A record depends only on its own block and the rows'
+  // final statistics, so the order moves no bit.
+  load_tile<Tr, HEAD_DIM>(sV, V, head, stride, int(row_I[n_kept - 1]) * kBlock, p.T);
   cp_async_commit();
   float* red_w = red + warp * (2 + HEAD_DIM);
-  for (int j = 0; j < n_kept; ++j) {
-    const uint32_t stage_off = uint32_t((j % kStages) * Tr::kTileBytes);
-    if (j + 1 < n_kept) {
-      const uint32_t next = uint32_t(((j + 1) % kStages) * Tr::kTileBytes);
-      load_tile<Tr, HEAD_DIM>(sK + next, K, head, stride, int(row_I[j + 1]) * kBlock, p.T);
-      load_tile<Tr, HEAD_DIM>(sV + next, V, head, stride, int(row_I[j + 1]) * kBlock, p.T);
+  for (int b = 0; b < n_kept; ++b) {
+    const int j = n_kept - 1 - b;
+    const uint32_t stage_off = uint32_t((b % kStages) * Tr::kTileBytes);
+    if (j > 0) {
+      const uint32_t next = uint32_t(((b + 1) % kStages) * Tr::kTileBytes);
+      if (b >= 1) load_tile<Tr, HEAD_DIM>(sK + next, K, head, stride, int(row_I[j - 1]) * kBlock, p.T);
+      load_tile<Tr, HEAD_DIM>(sV + next, V, head, stride, int(row_I[j - 1]) * kBlock, p.T);
     }
     cp_async_commit();
     cp_async_wait<1>();
@@ -549,14 +562,15 @@ std::size_t trace_smem() {
 
 template <int HEAD_DIM, bool kBf16>
 void launch_trace_one(const FastApplyLaunch& p, int head0, int head_count, const void* Q, const void* K,
-                      const void* V, const long long* I, FastEdgeRecord* edges, cudaStream_t stream) {
+                      const void* V, const long long* I, FastEdgeRecord* edges, cudaStream_t stream,
+                      int q_first, int q_count) {
   auto kernel = &stream_fast_trace_kernel<HEAD_DIM, kBf16>;
   const std::size_t smem = trace_smem<HEAD_DIM>();
   ::flashlab::cuda::detail::opt_in_smem(reinterpret_cast<const void*>(kernel), smem, "stream_fast_trace_kernel");
   ::flashlab::cuda::detail::announce("stream_fast_trace_kernel");
-  kernel<<<dim3(p.n_q, head_count), 128, smem, stream>>>(p, static_cast<const uint16_t*>(Q),
+  kernel<<<dim3(q_count, head_count), 128, smem, stream>>>(p, static_cast<const uint16_t*>(Q),
                                                          static_cast<const uint16_t*>(K),
-                                                         static_cast<const uint16_t*>(V), I, edges, head0);
+                                                         static_cast<const uint16_t*>(V), I, edges, head0, q_first);
   FLASHLAB_CUDA_CHECK_LAUNCH("stream_fast_trace_kernel");
 }
 
@@ -581,13 +595,15 @@ void launch_fast_apply(const FastApplyLaunch& p, int head_dim, int group, bool b
 std::size_t fast_trace_smem_bytes(int head_dim) { return head_dim == 64 ? trace_smem<64>() : trace_smem<128>(); }
 
 void launch_fast_trace(const FastApplyLaunch& p, int head0, int head_count, int head_dim, bool bf16, const void* Q,
-                       const void* K, const void* V, const long long* I, FastEdgeRecord* edges, cudaStream_t stream) {
+                       const void* K, const void* V, const long long* I, FastEdgeRecord* edges, cudaStream_t stream,
+                       int q_first, int q_count) {
+  if (q_count < 0) q_count = p.n_q - q_first;
   if (head_dim == 64) {
-    if (bf16) launch_trace_one<64, true>(p, head0, head_count, Q, K, V, I, edges, stream);
-    else launch_trace_one<64, false>(p, head0, head_count, Q, K, V, I, edges, stream);
+    if (bf16) launch_trace_one<64, true>(p, head0, head_count, Q, K, V, I, edges, stream, q_first, q_count);
+    else launch_trace_one<64, false>(p, head0, head_count, Q, K, V, I, edges, stream, q_first, q_count);
   } else {
-    if (bf16) launch_trace_one<128, true>(p, head0, head_count, Q, K, V, I, edges, stream);
-    else launch_trace_one<128, false>(p, head0, head_count, Q, K, V, I, edges, stream);
+    if (bf16) launch_trace_one<128, true>(p, head0, head_count, Q, K, V, I, edges, stream, q_first, q_count);
+    else launch_trace_one<128, false>(p, head0, head_count, Q, K, V, I, edges, stream, q_first, q_count);
   }
 }
 

@@ -6,7 +6,11 @@
 //   estimate stream  E(g): waits for T(g − 2)            (T(g − 2) reads I slot s)
 //   trace stream     T(g): waits for E(g) and C(g − 2)   (C(g − 2) reads record slot s)
 //   copy stream      C(g): waits for T(g); each chunk also waits, on the host, for a free pinned
-//                          buffer, and records an event the writer waits on before reading it
+//                          buffer, and records an event the writer waits on before reading it.
+//                          The last group's trace is launched chunk by chunk and each of its chunks
+//                          waits only for its own launch: nothing else is left to overlap the
+//                          writer's last head with, so its first chunks go to the writer while the
+//                          rest are traced
 //   writer thread:   pops chunks in order, appends, commits a head after its last chunk, frees
 //                    the buffer
 // The host enqueues E(g) and T(g) before it enqueues (and waits for buffers for) C(g − 1), so the
@@ -126,7 +130,7 @@ struct LayerTracer::Impl {
   FastApplyShape shape;
   LayerTraceOptions opt;
   ref::stream::BlockMask mask;
-  std::size_t n_q = 0, rows_per_chunk = 0;
+  std::size_t n_q = 0, rows_per_chunk = 0, groups = 0;
   DeviceBuffer<long long> I[2];
   DeviceBuffer<FastEdge> E[2];
   Stream est_stream, trace_stream, copy_stream;
@@ -135,6 +139,7 @@ struct LayerTracer::Impl {
   Event est_done[2] = {Event(false), Event(false)}, trace_done[2] = {Event(false), Event(false)},
         copied[2] = {Event(false), Event(false)};
   std::vector<Event> est_t0, est_t1, trace_t0, trace_t1;  // per group: launch times
+  std::vector<Event> piece_done;        // the last group's trace, one per chunk of query blocks
   LayerTraceStats stats;
 
   // Shared with the writer thread.
@@ -160,7 +165,8 @@ struct LayerTracer::Impl {
       ring.emplace_back(chunk_bytes);
       ring_ready.emplace_back(false);
     }
-    const std::size_t groups = (shape.heads + opt.heads_per_launch - 1) / opt.heads_per_launch;
+    groups = (shape.heads + opt.heads_per_launch - 1) / opt.heads_per_launch;
+    for (std::size_t q0 = 0; q0 < n_q; q0 += rows_per_chunk) piece_done.emplace_back(false);
     for (std::size_t g = 0; g < groups; ++g) {
       est_t0.emplace_back(true);
       est_t1.emplace_back(true);
@@ -257,12 +263,15 @@ struct LayerTracer::Impl {
   bool drain(std::size_t g) {
     const std::size_t slot = g % 2, h0 = g * opt.heads_per_launch;
     const std::size_t count = std::min(opt.heads_per_launch, shape.heads - h0);
-    FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(copy_stream.get(), trace_done[slot].get(), 0));
+    const bool in_pieces = g + 1 == groups;  // launch() traced it chunk by chunk
+    if (!in_pieces) FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(copy_stream.get(), trace_done[slot].get(), 0));
     for (std::size_t hh = 0; hh < count; ++hh)
       for (std::size_t q0 = 0; q0 < n_q; q0 += rows_per_chunk) {
         const std::size_t rows = std::min(rows_per_chunk, n_q - q0);
         const int b = acquire();
         if (b < 0) return false;
+        if (in_pieces)
+          FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(copy_stream.get(), piece_done[q0 / rows_per_chunk].get(), 0));
         const FastEdge* src = E[slot].get() + (hh * n_q + q0) * shape.k;
         FLASHLAB_CUDA_CHECK(cudaMemcpyAsync(ring[std::size_t(b)].get(), src, rows * shape.k * sizeof(FastEdge),
                                             cudaMemcpyDeviceToHost, copy_stream.get()));
@@ -287,8 +296,16 @@ struct LayerTracer::Impl {
     FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(trace_stream.get(), est_done[slot].get(), 0));
     if (g >= 2) FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(trace_stream.get(), copied[slot].get(), 0));
     FLASHLAB_CUDA_CHECK(cudaEventRecord(trace_t0[g].get(), trace_stream.get()));
-    stream_fast_trace_device(shape, Q, K, V, reinterpret_cast<const std::int64_t*>(I[slot].get()), E[slot].get(),
-                             trace_stream.get(), range);
+    const auto* I_slot = reinterpret_cast<const std::int64_t*>(I[slot].get());
+    if (g + 1 < groups) {
+      stream_fast_trace_device(shape, Q, K, V, I_slot, E[slot].get(), trace_stream.get(), range);
+    } else {  // the last group: chunk by chunk, so that its records drain while the rest are traced
+      for (std::size_t q0 = 0; q0 < n_q; q0 += rows_per_chunk) {
+        stream_fast_trace_device(shape, Q, K, V, I_slot, E[slot].get(), trace_stream.get(), range, q0,
+                                 std::min(rows_per_chunk, n_q - q0));
+        FLASHLAB_CUDA_CHECK(cudaEventRecord(piece_done[q0 / rows_per_chunk].get(), trace_stream.get()));
+      }
+    }
     FLASHLAB_CUDA_CHECK(cudaEventRecord(trace_t1[g].get(), trace_stream.get()));
     FLASHLAB_CUDA_CHECK(cudaEventRecord(trace_done[slot].get(), trace_stream.get()));
   }
@@ -331,7 +348,7 @@ void LayerTracer::trace_layer(std::size_t layer, const void* Q, const void* K, c
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
   std::thread writer_thread([&] { m.writer_loop(layer, writer); });
   std::exception_ptr producer_error;
-  const std::size_t groups = (m.shape.heads + m.opt.heads_per_launch - 1) / m.opt.heads_per_launch;
+  const std::size_t groups = m.groups;
   try {
     bool ok = true;
     for (std::size_t g = 0; g < groups && ok; ++g) {
