@@ -44,9 +44,9 @@ __global__ void to_16bit_kernel(const float* __restrict__ x, std::uint16_t* __re
 }
 
 __global__ void normal_16bit_kernel(std::uint16_t* __restrict__ y, std::size_t n, std::uint64_t seed, float scale,
-                                    bool bf16) {
+                                    bool bf16, std::size_t first) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
-    const std::uint64_t h = mix(seed ^ mix(i));
+    const std::uint64_t h = mix(seed ^ mix(first + i));
     const float u1 = (float(h >> 40) + 1.f) * (1.f / 16777216.f);  // (0, 1]
     const float u2 = float((h >> 16) & 0xffffff) * (1.f / 16777216.f);
     const float v = scale * sqrtf(-2.f * logf(u1)) * cospif(2.f * u2);
@@ -56,8 +56,9 @@ __global__ void normal_16bit_kernel(std::uint16_t* __restrict__ y, std::size_t n
 
 }  // namespace
 
-void fill_normal_16bit(std::uint16_t* y, std::size_t n, std::uint64_t seed, float scale, bool bf16, cudaStream_t stream) {
-  normal_16bit_kernel<<<1024, 256, 0, stream>>>(y, n, seed, scale, bf16);
+void fill_normal_16bit(std::uint16_t* y, std::size_t n, std::uint64_t seed, float scale, bool bf16, cudaStream_t stream,
+                       std::size_t first) {
+  normal_16bit_kernel<<<1024, 256, 0, stream>>>(y, n, seed, scale, bf16, first);
   FLASHLAB_CUDA_CHECK_LAUNCH("normal_16bit_kernel");
 }
 

@@ -83,11 +83,12 @@ __device__ __forceinline__ void load_tile(uint32_t smem, const uint16_t* x, std:
 /// n. Bitonic sort of (r << 2 | g) keys over all threads, then one thread merges the runs (at
 /// most G equal r in a row: I has no duplicates within a row). All threads; ends with a barrier.
 __device__ int build_schedule(const FastApplyLaunch& p, const long long* __restrict__ I, int q0, int G, int* sched) {
+  const int q_end = p.q_first + p.q_count;  // I holds rows q_first … q_end − 1
   const int n = G * p.k, width = schedule_slots(G, p.k), h = blockIdx.y;
   constexpr int kEmpty = 0x7fffffff;  // sorts last
   for (int e = threadIdx.x; e < width; e += blockDim.x) {
     const int q = q0 + e / p.k;
-    const long long r = e < n && q < p.n_q ? I[(std::size_t(h) * p.n_q + q) * p.k + e % p.k] : -1;
+    const long long r = e < n && q < q_end ? I[(std::size_t(h) * p.q_count + (q - p.q_first)) * p.k + e % p.k] : -1;
     sched[e] = r < 0 ? kEmpty : int(r) << 2 | (e / p.k);
   }
   for (int size = 2; size <= width; size *= 2)
@@ -226,7 +227,8 @@ __device__ __forceinline__ void store_rows(uint16_t* __restrict__ O, const float
   }
 }
 
-/// Grid (⌈n_q / G⌉, H), ApplyTraits::kThreads threads; dynamic SRAM: [Q_q: G × 64 × d]
+/// Grid (⌈q_count / G⌉, H), ApplyTraits::kThreads threads; Q and O rows are local to the launch's
+/// first query block, K and V rows global (FastApplyLaunch). Dynamic SRAM: [Q_q: G × 64 × d]
 /// [K_r: kStages × 64 × d][V_r: kStages × 64 × d] (swizzled) [schedule].
 template <int HEAD_DIM, int G, bool kBf16>
 __global__ void __launch_bounds__(ApplyTraits<HEAD_DIM, G>::kThreads, ApplyTraits<HEAD_DIM, G>::kMinBlocks)
@@ -236,7 +238,8 @@ __global__ void __launch_bounds__(ApplyTraits<HEAD_DIM, G>::kThreads, ApplyTrait
   using Tr = ApplyTraits<HEAD_DIM, G>;
   constexpr int kKStepsQK = HEAD_DIM / 16, kNTilesO = HEAD_DIM / 8, kRowBytes = HEAD_DIM * 2;
   const float NEG_INF = __int_as_float(0xff800000);
-  const int q0 = blockIdx.x * G, h = blockIdx.y;
+  const int q0 = p.q_first + int(blockIdx.x) * G, h = blockIdx.y;
+  const int local_rows = p.T - p.q_first * kBlock;  // rows of Q and O from the launch's first token on
   const std::size_t stride = std::size_t(p.heads) * HEAD_DIM, head = std::size_t(h) * HEAD_DIM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int gq = warp / kWarpsPerQBlock, q = q0 + gq;  // this warp's query block
@@ -250,7 +253,8 @@ __global__ void __launch_bounds__(ApplyTraits<HEAD_DIM, G>::kThreads, ApplyTrait
   int* sched = reinterpret_cast<int*>(smem_raw + Tr::kTileSmem);
 
   // Q_q of the G query blocks: one cp.async group, in flight while the schedule is built.
-  for (int b = 0; b < G; ++b) load_tile<Tr, HEAD_DIM>(sQ + b * Tr::kTileBytes, Q, head, stride, (q0 + b) * kBlock, p.T);
+  for (int b = 0; b < G; ++b) load_tile<Tr, HEAD_DIM>(sQ + b * Tr::kTileBytes, Q, head, stride, (q0 + b - p.q_first) * kBlock,
+                                                   local_rows);
   cp_async_commit();
   const int n_sched = build_schedule(p, I, q0, G, sched);
   for (int st = 0; st < Tr::kStages - 1; ++st) {
@@ -306,7 +310,8 @@ __global__ void __launch_bounds__(ApplyTraits<HEAD_DIM, G>::kThreads, ApplyTrait
   }
   cp_async_wait<0>();  // no copy may still be writing SRAM when the block exits
 
-  if (q < p.n_q) store_rows<HEAD_DIM, kBf16>(O, acc, l_i, q * kBlock + warp_m0, p.T, head, stride, g, t);
+  if (q < p.q_first + p.q_count)
+    store_rows<HEAD_DIM, kBf16>(O, acc, l_i, (q - p.q_first) * kBlock + warp_m0, local_rows, head, stride, g, t);
 }
 
 template <int HEAD_DIM, int G>
@@ -315,15 +320,16 @@ std::size_t smem_bytes(int k) {
 }
 
 template <int HEAD_DIM, int G, bool kBf16>
-void launch_one(const FastApplyLaunch& p, const void* Q, const void* K, const void* V, const long long* I, void* O,
+void launch_one(FastApplyLaunch p, const void* Q, const void* K, const void* V, const long long* I, void* O,
                 cudaStream_t stream) {
+  if (p.q_count <= 0) p.q_count = p.n_q - p.q_first;
   using Tr = ApplyTraits<HEAD_DIM, G>;
   auto kernel = &stream_fast_apply_kernel<HEAD_DIM, G, kBf16>;
   const std::size_t smem = smem_bytes<HEAD_DIM, G>(p.k);
   ::flashlab::cuda::detail::opt_in_smem(reinterpret_cast<const void*>(kernel), smem,
                                         "stream_fast_apply_kernel");
   ::flashlab::cuda::detail::announce("stream_fast_apply_kernel");
-  const dim3 grid((p.n_q + G - 1) / G, p.heads);
+  const dim3 grid((p.q_count + G - 1) / G, p.heads);
   kernel<<<grid, Tr::kThreads, smem, stream>>>(p, static_cast<const uint16_t*>(Q), static_cast<const uint16_t*>(K),
                                                static_cast<const uint16_t*>(V), I, static_cast<uint16_t*>(O));
   FLASHLAB_CUDA_CHECK_LAUNCH("stream_fast_apply_kernel");

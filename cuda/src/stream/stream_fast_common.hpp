@@ -19,6 +19,11 @@ struct FastApplyLaunch {
   int heads = 1;  ///< H
   int n_q = 0;    ///< ⌈T / b_q⌉ (= n_k)
   int k = 0;      ///< columns of I
+  /// Query blocks q_first … q_first + q_count − 1 only (a shard of the sequence; q_count 0 = all
+  /// from q_first): Q and O then hold their tokens from row 0 and I their rows ([H, q_count, k]),
+  /// while K and V are indexed by global token as T, q and every kept block r.
+  int q_first = 0;
+  int q_count = 0;
 };
 
 /// SRAM bytes of one thread block: Q tiles, K/V stages and the schedule of kept blocks.
@@ -51,9 +56,11 @@ void launch_fast_trace(const FastApplyLaunch& p, int head0, int head_count, int 
 /// stream_bench_inputs.cu: x[i] = N(0, 1) value of (seed, i); rounding 0 = none, 1 = to bf16,
 /// 2 = to fp16 (the value stays a float). Default stream, asynchronous.
 void fill_normal(float* x, std::size_t n, std::uint64_t seed, int rounding);
-/// y[i] = scale · (the N(0, 1) value of (seed, i)) rounded to bf16 (else fp16), as bit patterns, on
-/// `stream`, asynchronous.
-void fill_normal_16bit(std::uint16_t* y, std::size_t n, std::uint64_t seed, float scale, bool bf16, cudaStream_t stream);
+/// y[i] = scale · (the N(0, 1) value of (seed, first + i)) rounded to bf16 (else fp16), as bit
+/// patterns, on `stream`, asynchronous: `first` makes a slice of a longer array (a shard of a
+/// sequence) bitwise that array's elements.
+void fill_normal_16bit(std::uint16_t* y, std::size_t n, std::uint64_t seed, float scale, bool bf16, cudaStream_t stream,
+                       std::size_t first = 0);
 /// y[i] = x[i] rounded to bf16 (else fp16), as bit patterns. Default stream, asynchronous.
 void convert_to_16bit(const float* x, std::uint16_t* y, std::size_t n, bool bf16);
 

@@ -97,14 +97,14 @@ struct FastArrays {
   float* warp_max;
 };
 
-/// rows t0 .. t0 + 63 of head h of X ([T, H, d] bf16) → a swizzled SRAM tile; rows ≥ T are
+/// rows t0 .. t0 + 63 of head h of X ([rows, H, d] bf16) → a swizzled SRAM tile; rows ≥ `rows` are
 /// zero-filled (cp.async src-size 0; the address is then row 0's, never read), so no stale SRAM
 /// reaches the mma. All threads; no commit. A thread copies the same 16-byte chunk c of every
 /// kFastThreads / kChunks-th row, so its source advances by a fixed stride: one pointer step per
 /// row instead of a [T, H, d] index product (this runs once per scored tile).
 template <int HEAD_DIM>
 __device__ __forceinline__ void load_tile_async(uint32_t dst, const uint16_t* __restrict__ X, const StreamProblem& p,
-                                                int h, int t0) {
+                                                int h, int t0, int rows) {
   constexpr int kChunks = HEAD_DIM / 8;                  // 16-byte chunks per row
   constexpr int kRowsPerStep = kFastThreads / kChunks;   // rows the block covers per step
   const int c = int(threadIdx.x) % kChunks, row0 = int(threadIdx.x) / kChunks;
@@ -114,7 +114,7 @@ __device__ __forceinline__ void load_tile_async(uint32_t dst, const uint16_t* __
 #pragma unroll
   for (int it = 0; it < kBlock / kRowsPerStep; ++it) {
     const int row = row0 + it * kRowsPerStep;
-    const bool ok = t0 + row < p.T;
+    const bool ok = t0 + row < rows;
     cp_async16(dst + swz<HEAD_DIM>(row, c), ok ? src : head0, ok);
     src += kRowsPerStep * stride;
   }
@@ -189,7 +189,7 @@ __device__ __forceinline__ void score_fresh(const StreamProblem& p, const uint16
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
 #pragma unroll
   for (int st = 0; st < T::kStages - 1; ++st) {
-    if (st < n) load_tile_async<HEAD_DIM>(sK + st * T::kTileBytes, K, p, h, a.next[a.fresh[st]].r * kBlock);
+    if (st < n) load_tile_async<HEAD_DIM>(sK + st * T::kTileBytes, K, p, h, a.next[a.fresh[st]].r * kBlock, p.T);
     cp_async_commit();  // an empty group where there is no tile keeps the group count uniform
   }
   for (int i = 0; i < n; ++i) {
@@ -198,7 +198,7 @@ __device__ __forceinline__ void score_fresh(const StreamProblem& p, const uint16
     __syncthreads();  // tile i visible to every warp; every warp is done with tile i − 1's buffer
     const int in = i + T::kStages - 1;
     if (in < n)
-      load_tile_async<HEAD_DIM>(sK + (in % T::kStages) * T::kTileBytes, K, p, h, a.next[a.fresh[in]].r * kBlock);
+      load_tile_async<HEAD_DIM>(sK + (in % T::kStages) * T::kTileBytes, K, p, h, a.next[a.fresh[in]].r * kBlock, p.T);
     cp_async_commit();
     const int r = a.next[a.fresh[i]].r;
     const float m = warp_tile_max<HEAD_DIM>(qf, k_lane + uint32_t((i % T::kStages) * T::kTileBytes), k_xor, p, q, r);
@@ -312,17 +312,22 @@ __device__ void write_row(const StreamProblem& p, FastArrays a, const FastShared
   }
 }
 
-/// Grid (n_q, heads launched), 128 threads: grid row y is head head0 + y of Q and K, and row y of
-/// I, scores and margins (the launch's heads only, in head order). Dynamic SRAM: kStages K_r tiles
+/// Grid (q_count, heads launched), 128 threads: grid column x is query block q_first + q_count − 1 − x,
+/// grid row y is head head0 + y of Q and K, and row y of I, scores and margins (the launch's heads and
+/// query blocks only, in that order). Q holds the tokens of query blocks q_first … from its row 0 (a
+/// shard of the sequence); K is indexed by global token, like q, T, n_k and every score, so a
+/// shard's rows are bitwise those of a whole-sequence launch. Dynamic SRAM: kStages K_r tiles
 /// (Q_q passes through the first), then cur [k], next [2k], the fresh list [k], the warp maxima [4k].
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(kFastThreads, FastEstimateTraits<HEAD_DIM>::kMinBlocks)
     stream_fast_estimate_kernel(StreamProblem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                                 const std::uint64_t* __restrict__ mask, long long* __restrict__ I,
-                                float* __restrict__ scores, float* __restrict__ margins, int head0) {
+                                float* __restrict__ scores, float* __restrict__ margins, int head0, int q_first,
+                                int q_count) {
   using T = FastEstimateTraits<HEAD_DIM>;
-  const int q = p.n_q - 1 - int(blockIdx.x), h = head0 + int(blockIdx.y);  // longest ranges first
-  const std::size_t row = std::size_t(blockIdx.y) * p.n_q + q;
+  const int q_local = q_count - 1 - int(blockIdx.x), h = head0 + int(blockIdx.y);  // longest ranges first
+  const int q = q_first + q_local;
+  const std::size_t row = std::size_t(blockIdx.y) * q_count + q_local;
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t sK = uint32_t(__cvta_generic_to_shared(smem_raw));
@@ -334,7 +339,7 @@ __global__ void __launch_bounds__(kFastThreads, FastEstimateTraits<HEAD_DIM>::kM
   __shared__ FastShared st;
 
   // Q_q: HBM → SRAM (the first K buffer) → registers, once (§5).
-  load_tile_async<HEAD_DIM>(sK, Q, p, h, q * kBlock);
+  load_tile_async<HEAD_DIM>(sK, Q, p, h, q_local * kBlock, p.T - q_first * kBlock);
   cp_async_commit();
   if (threadIdx.x == 0) {
     const int last_c = p.causal_last(q);
@@ -388,28 +393,32 @@ std::size_t fast_smem_bytes(int k) {
 }
 
 template <int HEAD_DIM>
-void launch_fast(const StreamProblem& p, int head0, int head_count, const uint16_t* Q, const uint16_t* K,
-                 const std::uint64_t* mask, long long* I, float* scores, float* margins, cudaStream_t stream) {
+void launch_fast(const StreamProblem& p, int head0, int head_count, int q_first, int q_count, const uint16_t* Q,
+                 const uint16_t* K, const std::uint64_t* mask, long long* I, float* scores, float* margins,
+                 cudaStream_t stream) {
   const std::size_t smem = fast_smem_bytes<HEAD_DIM>(p.k);
   ::flashlab::cuda::detail::opt_in_smem(reinterpret_cast<const void*>(&stream_fast_estimate_kernel<HEAD_DIM>), smem,
                                         "stream_fast_estimate_kernel");
-  const dim3 grid(unsigned(p.n_q), unsigned(head_count));
+  const dim3 grid{unsigned(q_count), unsigned(head_count)};
   ::flashlab::cuda::detail::announce("stream_fast_estimate_kernel");
-  stream_fast_estimate_kernel<HEAD_DIM><<<grid, kFastThreads, smem, stream>>>(p, Q, K, mask, I, scores, margins, head0);
+  stream_fast_estimate_kernel<HEAD_DIM><<<grid, kFastThreads, smem, stream>>>(p, Q, K, mask, I, scores, margins, head0,
+                                                                         q_first, q_count);
   FLASHLAB_CUDA_CHECK_LAUNCH("stream_fast_estimate_kernel");
 }
 
 }  // namespace
 
 void launch_fast_estimate(const StreamProblem& p, int head0, int head_count, const void* Q, const void* K,
-                          const std::uint64_t* mask, long long* I, float* scores, float* margins, void* stream) {
+                          const std::uint64_t* mask, long long* I, float* scores, float* margins, void* stream,
+                          int q_first, int q_count) {
+  if (q_count <= 0) q_count = p.n_q - q_first;
   const auto* q16 = static_cast<const uint16_t*>(Q);
   const auto* k16 = static_cast<const uint16_t*>(K);
   const auto s = static_cast<cudaStream_t>(stream);
   if (p.d == 64)
-    launch_fast<64>(p, head0, head_count, q16, k16, mask, I, scores, margins, s);
+    launch_fast<64>(p, head0, head_count, q_first, q_count, q16, k16, mask, I, scores, margins, s);
   else
-    launch_fast<128>(p, head0, head_count, q16, k16, mask, I, scores, margins, s);
+    launch_fast<128>(p, head0, head_count, q_first, q_count, q16, k16, mask, I, scores, margins, s);
 }
 
 }  // namespace flashlab::cuda::stream::detail
