@@ -143,3 +143,37 @@ TEST_CASE("stream shards: the schemes' bytes in their limiting cases", "[stream]
                     Catch::Contains("link_elem_bytes"));
   CHECK_THROWS_WITH(stream_estimate_sharded(Q, K, BlockMask(g), EstimateParams{2, 1}, 0), Catch::Contains("gpus"));
 }
+
+TEST_CASE("stream shards: keys_visible's bytes from a finished I equal the simulation's", "[stream][shards]") {
+  // The sharded GPU run has I but not the simulation: the closed count from I must be the
+  // simulation's keys_visible traffic exactly, rank by rank, on ragged T and with ties.
+  for (const Geometry g : {Geometry{3000, 64, 64}, Geometry{1000, 32, 48}, Geometry{4097, 64, 64}}) {
+    for (const bool ints : {false, true}) {
+      const std::size_t d = 8, k = 4;
+      const auto Q = ints ? random_int_mat<double>(g.T, d, 21) : random_mat<double>(g.T, d, 21);
+      const auto K = ints ? random_int_mat<double>(g.T, d, 22) : random_mat<double>(g.T, d, 22);
+      for (std::size_t G : {1, 2, 3, 4, 8}) {
+        INFO("T " << g.T << " b_q " << g.bq << " b_k " << g.bk << " G " << G << (ints ? " ties" : ""));
+        const ShardedEstimate s = stream_estimate_sharded(Q, K, BlockMask(g), EstimateParams{k, 1}, G, 2);
+        const auto counted = keys_visible_causal_traffic(g, G, s.result.indices, k, d, 2);
+        const auto& v = scheme(s, ShardScheme::keys_visible).ranks;
+        REQUIRE(counted.size() == v.size());
+        for (std::size_t r = 0; r < G; ++r) {
+          INFO("rank " << r);
+          CHECK(counted[r].estimate_in == v[r].estimate_in);
+          CHECK(counted[r].estimate_out == v[r].estimate_out);
+          CHECK(counted[r].apply_in == v[r].apply_in);
+          CHECK(counted[r].apply_out == v[r].apply_out);
+          CHECK(counted[r].estimate_in == keys_visible_causal_bytes(s.shards[r], d, 2));
+        }
+      }
+    }
+  }
+  const Geometry g{512, 64, 64};
+  std::vector<std::int64_t> I(g.n_q() * 2, -1);
+  CHECK_THROWS_WITH(keys_visible_causal_traffic(g, 2, std::vector<std::int64_t>(3, -1), 2, 8, 2),
+                    Catch::Contains("expected n_q·k"));
+  I[5] = std::int64_t(g.n_k());
+  CHECK_THROWS_WITH(keys_visible_causal_traffic(g, 2, I, 2, 8, 2), Catch::Contains("is not a key block"));
+  CHECK_THROWS_WITH(keys_visible_causal_traffic(g, 0, I, 2, 8, 2), Catch::Contains("gpus"));
+}

@@ -101,6 +101,43 @@ std::uint64_t keys_visible_causal_bytes(const RankShard& shard, std::size_t d, s
   return std::uint64_t(shard.token_begin) * d * link_elem_bytes;
 }
 
+std::vector<RankLinkBytes> keys_visible_causal_traffic(const Geometry& g, std::size_t gpus,
+                                                       const std::vector<std::int64_t>& indices, std::size_t k,
+                                                       std::size_t d, std::size_t link_elem_bytes) {
+  const std::vector<RankShard> shards = shard_sequence(g, gpus);
+  const std::size_t n_q = g.n_q(), n_k = g.n_k();
+  if (indices.size() != n_q * k)
+    throw StreamError("keys_visible_causal_traffic: I has " + std::to_string(indices.size()) + " entries, expected n_q·k = " +
+                      std::to_string(n_q * k) + " (hint: one head's [n_q, k] rows)");
+  const std::uint64_t e = link_elem_bytes;
+  const auto key_bytes = [&](std::size_t r) { return std::uint64_t(g.k_rows(r)) * d * e; };
+  const auto r_owner = [&](std::size_t r) { return owner_of(shards, r, [](const RankShard& s) { return s.r_begin; }); };
+  std::vector<RankLinkBytes> out(gpus);
+  std::vector<bool> kept(n_k);
+  for (std::size_t s = 0; s < gpus; ++s) {
+    const RankShard& sh = shards[s];
+    if (sh.q_begin == sh.q_end) continue;  // a rank without query blocks receives nothing
+    for (std::size_t r = 0; r < sh.r_begin; ++r) {  // the estimate: every key block before its own
+      out[s].estimate_in += key_bytes(r);
+      out[r_owner(r)].estimate_out += key_bytes(r);
+    }
+    std::fill(kept.begin(), kept.end(), false);
+    for (std::size_t i = sh.q_begin * k; i < sh.q_end * k; ++i) {
+      const std::int64_t r = indices[i];
+      if (r < -1 || r >= std::int64_t(n_k))
+        throw StreamError("keys_visible_causal_traffic: I entry " + std::to_string(r) + " at position " +
+                          std::to_string(i) + " is not a key block (hint: −1 or 0 … n_k − 1)");
+      if (r >= 0 && std::size_t(r) < sh.r_begin) kept[std::size_t(r)] = true;
+    }
+    for (std::size_t r = 0; r < sh.r_begin; ++r)  // the application: V of the kept remote blocks
+      if (kept[r]) {
+        out[s].apply_in += key_bytes(r);
+        out[r_owner(r)].apply_out += key_bytes(r);
+      }
+  }
+  return out;
+}
+
 template <typename S>
 ShardedEstimate stream_estimate_sharded(const Mat<S>& Q, const Mat<S>& K, const BlockMask& mask,
                                         const EstimateParams& params, std::size_t gpus,

@@ -99,4 +99,16 @@ ShardedEstimate stream_estimate_sharded(const Mat<S>& Q, const Mat<S>& K, const 
 /// row before its first token, token_begin(s)·d·link_elem_bytes (the test holds the count to it).
 std::uint64_t keys_visible_causal_bytes(const RankShard& shard, std::size_t d, std::size_t link_elem_bytes);
 
+/// keys_visible's link bytes for a causal-only mask from a finished I (`indices`, [n_q, k] of one
+/// head, −1 = empty, as stream_estimate returns it): the estimate's K of every key block before a
+/// rank's first (sent by the block's owner to each later rank that holds query blocks) and the
+/// application's V of the remote blocks the rank's rows of I kept, once per block and receiving
+/// rank. The score fields stay 0. Equal to stream_estimate_sharded's keys_visible traffic for the
+/// same I (the test holds it to that), so a caller that has I without the simulation — the
+/// sharded GPU run — can state the model's bytes. Throws StreamError for gpus = 0, an I of the
+/// wrong size or an entry outside [−1, n_k).
+std::vector<RankLinkBytes> keys_visible_causal_traffic(const Geometry& g, std::size_t gpus,
+                                                       const std::vector<std::int64_t>& indices, std::size_t k,
+                                                       std::size_t d, std::size_t link_elem_bytes);
+
 }  // namespace flashlab::ref::stream
