@@ -13,8 +13,13 @@
 #include "flashlab/cuda/stream_bench.hpp"
 #include "flashlab/cuda/stream_fast_estimate.hpp"
 #endif
+#ifdef FLASHLAB_HAVE_RING
+#include "flashlab/cuda/stream_sharded.hpp"
+#endif
 
 #include <cmath>
+#include <map>
+#include <tuple>
 #include <cstdio>
 #include <optional>
 #include <iostream>
@@ -29,7 +34,8 @@ namespace {
 constexpr const char* kUsageLine =
     "bench stream [--pass estimate|apply|both|trace] [--kernel fast|clear] [--seq T[,T2,...]] [--dim D[,D2]]\n"
     "                       [--k K[,K2,...]] [--heads H] [--block-m BM] [--block-n BN] [--dtype bf16|fp16]\n"
-    "                       [--reps R] [--warmup W] [--check-indices [--traffic]] [--json|--csv]";
+    "                       [--reps R] [--warmup W] [--check-indices [--traffic]] [--json|--csv]\n"
+    "                       [--gpus G[,G2,...] [--scaling strong|weak]]";
 constexpr const char* kSummary =
     "Times the STREAM kernels on the GPU: mask estimation (top-k key blocks per query block) and/or\n"
     "mask application (block-sparse attention over them), the fast 16-bit tensor-core kernels (the\n"
@@ -43,7 +49,12 @@ constexpr const char* kSummary =
     "CSV feeds cuda/bench/stream_sdpa.py (dense causal SDPA at the same T). --check-indices (with --kernel fast --pass estimate) also downloads I after\n"
     "every launch and reports whether it was bitwise the same each time and its checksum, and\n"
     "--traffic the CUPTI L2->SM and DRAM bytes of one launch; those rows have the columns of\n"
-    "cuda/results/stream_fast_estimate.csv. Needs a build with CUDA and an NVIDIA GPU.";
+    "cuda/results/stream_fast_estimate.csv. --gpus G[,G2,...] times the fast estimate + apply with the\n"
+    "sequence cut into G contiguous shards over GPUs 0 … G − 1 (NCCL; G = 1: the single-GPU kernels,\n"
+    "the anchor): per row the slowest rank's total, estimate, apply and exposed exchange ms (medians),\n"
+    "the most bytes one rank sends and receives beside the CPU model's keys_visible bytes for the same\n"
+    "I, and whether I equals the G = 1 row's of the same T bit for bit; --scaling weak reads --seq as\n"
+    "tokens per GPU. Needs a build with CUDA and an NVIDIA GPU.";
 
 /// Largest T the sweep accepts: 8M tokens (at d = 128 one fp32 tensor is 4 GiB).
 constexpr long long kMaxSeq = 1LL << 23;
@@ -73,7 +84,11 @@ po::options_description options() {
       ("check-indices", po::bool_switch(),
        "fast estimate only: download I after every launch; report 'same every launch' and its checksum")
       ("traffic", po::bool_switch(),
-       "with --check-indices: also the CUPTI L2->SM and DRAM bytes of one launch per shape (needs the counters)");
+       "with --check-indices: also the CUPTI L2->SM and DRAM bytes of one launch per shape (needs the counters)")
+      ("gpus", po::value<std::string>(),
+       "GPU counts, comma separated: estimate + apply with the sequence sharded over G GPUs (NCCL); 1 = one GPU")
+      ("scaling", po::value<std::string>()->default_value("strong"),
+       "with --gpus: strong (T is the whole sequence) or weak (T is per GPU: the sequence is G·T)");
   add_output_options(d);
   return d;
 }
@@ -85,6 +100,8 @@ struct StreamSweep {
   bool estimate = true, apply = true, trace = false, fast = false, fp16 = false;
   OutputFormat format = OutputFormat::text;  ///< --json / --csv
   bool check_indices = false, traffic = false;  ///< the fast estimate's launch check and CUPTI bytes
+  std::vector<int> gpus;  ///< --gpus: the sharded runs (empty: one GPU, the sweep above)
+  bool weak = false;      ///< --scaling weak: T per GPU
 };
 
 StreamSweep parse_sweep(const po::variables_map& vm) {
@@ -117,6 +134,24 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
     throw UsageError("--check-indices checks the fast bf16 estimate's I", "add --kernel fast --pass estimate");
   if (s.traffic && !s.check_indices)
     throw UsageError("--traffic measures the fast estimate with --check-indices", "add --check-indices");
+  const std::string scaling = vm["scaling"].as<std::string>();
+  if (scaling != "strong" && scaling != "weak")
+    throw UsageError("--scaling '" + scaling + "' is unknown", "choose strong (the default) or weak");
+  s.weak = scaling == "weak";
+  if (vm.count("gpus")) {
+    s.gpus = sweep_list("gpus", vm["gpus"].as<std::string>(), 1, 64, "1,2,4");
+    if (!s.fast || s.fp16 || pass != "both" || s.check_indices || s.group != 0 || s.bq != 64 || s.bk != 64)
+      throw UsageError("--gpus times the fast bf16 estimate + apply (b_q = b_k = 64, I checked after every run)",
+                       "drop --kernel clear, --dtype fp16, --pass, --check-indices, --group and the block sizes");
+    for (const int T : s.seqs)
+      for (const int G : s.gpus)
+        if (s.weak && (long long)T * G > kMaxSeq)
+          throw UsageError("--scaling weak: " + std::to_string(G) + " GPUs × --seq " + std::to_string(T) +
+                               " is past 8388608 tokens",
+                           "a smaller --seq per GPU");
+  } else if (s.weak) {
+    throw UsageError("--scaling applies to --gpus", "add --gpus G[,G2,...]");
+  }
   return s;
 }
 
@@ -207,9 +242,83 @@ int run_index_check(const StreamSweep& s) {
   return all_same ? kOk : kFailed;
 }
 
+#ifdef FLASHLAB_HAVE_RING
+/// --gpus: estimate + apply sharded over G GPUs per (d, k, T, G), the G = 1 row the anchor.
+int run_sharded(const StreamSweep& s) {
+  namespace fs = flashlab::cuda::stream;
+  const bool data = s.format != OutputFormat::text;
+  std::ostream& info = info_stream(data);
+  info << "device: " << flashlab::cuda::device_description() << "\n"
+       << "STREAM fast bf16 estimate + apply, sequence sharded over G GPUs (NCCL, keys_visible: K then V of "
+       << "every earlier shard), H=" << s.heads << " b_q=b_k=64, causal, " << (s.weak ? "weak" : "strong")
+       << " scaling; per row " << s.warmup << " warm-up + " << s.reps
+       << " timed runs, every L2 flushed before each; medians of the slowest rank; I compared after every run\n";
+  std::optional<RowStream> rows;
+  if (data) rows.emplace(s.format, std::cout);
+  else
+    std::cout << "   G        T    d    k   total ms   estim ms   apply ms exposed ms  sent MB model MB  recv MB "
+                 "model MB  same  =1GPU  checksum\n";
+  std::map<std::tuple<long long, int, int>, std::uint64_t> anchor;  // (T, d, k) → checksum of the G = 1 row
+  bool ok = true;
+  char line[400];
+  for (const int d : s.dims)
+    for (const int k : s.ks)
+      for (const int T0 : s.seqs)
+        for (const int G : s.gpus) {
+          const long long T = s.weak ? (long long)T0 * G : T0;
+          const fs::ShardedStreamProblem p{std::size_t(T), std::size_t(s.heads), std::size_t(d), std::size_t(k)};
+          fs::ShardedBenchRow r;
+          try {
+            r = fs::bench_stream_sharded(p, std::size_t(G), s.reps, s.warmup, 0x5eed + std::uint64_t(T));
+          } catch (const std::invalid_argument& e) {
+            throw UsageError(e.what(), "ask for at most as many GPUs as the machine has");
+          }
+          const auto key = std::make_tuple(T, d, k);
+          if (G == 1) anchor[key] = r.indices_checksum;
+          const auto a = anchor.find(key);
+          const char* same1 = a == anchor.end() ? "-" : a->second == r.indices_checksum ? "yes" : "NO";
+          ok = ok && r.same_every_launch && std::string(same1) != "NO";
+          char hex[24];
+          std::snprintf(hex, sizeof hex, "0x%016llx", static_cast<unsigned long long>(r.indices_checksum));
+          if (rows) {
+            Value v;
+            Json j(v);
+            j.begin_object();
+            j.key("gpus").value(G).key("scaling").value(s.weak ? "weak" : "strong").key("T").value(std::int64_t(T));
+            j.key("d").value(d).key("k").value(k).key("H").value(s.heads);
+            j.key("total_ms").value(round_to(r.total_ms, 4)).key("estimate_ms").value(round_to(r.estimate_ms, 4));
+            j.key("apply_ms").value(round_to(r.apply_ms, 4)).key("exposed_ms").value(round_to(r.exposed_ms, 4));
+            j.key("sent_bytes").value(r.sent_max).key("model_sent_bytes").value(r.model_sent_max);
+            j.key("received_bytes").value(r.received_max).key("model_received_bytes").value(r.model_received_max);
+            j.key("same_every_launch").value(r.same_every_launch ? 1 : 0).key("same_as_1gpu").value(same1);
+            j.key("checksum").value(hex).key("reps").value(r.reps);
+            j.end_object();
+            rows->row(v);
+            continue;
+          }
+          std::snprintf(line, sizeof line,
+                        "%4d %8lld %4d %4d %10.3f %10.3f %10.3f %10.3f %8.1f %8.1f %8.1f %8.1f  %-4s  %-5s  %s\n", G, T,
+                        d, k, r.total_ms, r.estimate_ms, r.apply_ms, r.exposed_ms, double(r.sent_max) / 1e6,
+                        double(r.model_sent_max) / 1e6, double(r.received_max) / 1e6,
+                        double(r.model_received_max) / 1e6, r.same_every_launch ? "yes" : "NO", same1, hex);
+          std::cout << line << std::flush;
+        }
+  if (rows) rows->finish();
+  if (!ok) std::cerr << "error: I differed between runs or from the single-GPU row (NO above)\n";
+  return ok ? kOk : kFailed;
+}
+#endif
+
 int run_sweep(const StreamSweep& s) {
   namespace fc = flashlab::cuda;
   require_gpu("bench stream");
+  if (!s.gpus.empty()) {
+#ifdef FLASHLAB_HAVE_RING
+    return run_sharded(s);
+#else
+    throw UsageError("--gpus needs a build with NCCL", "install NCCL beside CUDA and rebuild");
+#endif
+  }
   if (s.check_indices) return run_index_check(s);
   fc::StreamBenchConfig b;
   b.seqs = s.seqs;

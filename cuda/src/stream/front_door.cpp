@@ -12,6 +12,7 @@
 #include "flashlab/cuda/stream.hpp"
 #include "flashlab/cuda/stream_fast.hpp"
 #include "flashlab/cuda/stream_fast_estimate.hpp"
+#include "flashlab/cuda/stream_sharded.hpp"
 
 #include "core/device_pointer.hpp"
 #include "stream/front_door.hpp"
@@ -248,6 +249,58 @@ void stream_fast_estimate_device(const ref::stream::BlockMask& mask, std::size_t
                                            : "a packed C_blk was given for a causal-only block mask");
   if (Q == nullptr || K == nullptr || I == nullptr) throw StreamError("Q, K and I must be device pointers");
   detail::launch_fast_estimate(p, int(range.first), int(range.count), Q, K, packed_mask, I, scores, margins, stream);
+}
+
+// ---------------------------------------------------------------------------------- one shard
+
+namespace {
+
+/// `blocks` resolved against n_q (count 0 → to the end); throws StreamError when empty or past n_q.
+QueryBlockRange resolve_blocks(QueryBlockRange blocks, std::size_t n_q) {
+  if (blocks.first >= n_q)
+    throw StreamError("query-block range starts at block " + std::to_string(blocks.first) + " of n_q = " +
+                      std::to_string(n_q) + " (hint: blocks are numbered 0 .. n_q − 1)");
+  if (blocks.count == 0) blocks.count = n_q - blocks.first;
+  if (blocks.count > n_q - blocks.first)
+    throw StreamError("query-block range " + std::to_string(blocks.first) + " + " + std::to_string(blocks.count) +
+                      " runs past n_q = " + std::to_string(n_q) + " (hint: first + count ≤ n_q)");
+  return blocks;
+}
+
+}  // namespace
+
+void stream_fast_estimate_shard_device(const ref::stream::BlockMask& mask, std::size_t heads, std::size_t d,
+                                       std::size_t k, QueryBlockRange blocks, const void* Q, const void* K,
+                                       long long* I, float* scores, float* margins, void* stream) {
+  const StreamProblem p = fast_problem(mask, heads, d, k);
+  if (mask.has_user_mask())
+    throw StreamError("the estimate of a query-block range takes a causal-only mask (hint: a user mask would "
+                      "change which key rows a shard needs)");
+  blocks = resolve_blocks(blocks, mask.geometry().n_q());
+  if (Q == nullptr || K == nullptr || I == nullptr) throw StreamError("Q, K and I must be device pointers");
+  detail::launch_fast_estimate(p, 0, int(heads), Q, K, nullptr, I, scores, margins, stream, int(blocks.first),
+                               int(blocks.count));
+}
+
+void stream_fast_apply_shard_device(const FastApplyShape& shape, QueryBlockRange blocks, const void* Q, const void* K,
+                                    const void* V, const std::int64_t* I, void* O, void* stream) {
+  check_fast_apply(shape);
+  detail::FastApplyLaunch p;
+  p.T = int(shape.T);
+  p.heads = int(shape.heads);
+  p.n_q = int((shape.T + kFastStreamBlock - 1) / kFastStreamBlock);
+  p.k = int(shape.k);
+  blocks = resolve_blocks(blocks, std::size_t(p.n_q));
+  p.q_first = int(blocks.first);
+  p.q_count = int(blocks.count);
+  if (Q == nullptr || K == nullptr || V == nullptr || I == nullptr || O == nullptr)
+    throw StreamError("Q, K, V, I and O must be device pointers");
+  detail::launch_fast_apply(p, int(shape.dim), 1, shape.dtype == ref::Dtype::bf16, Q, K, V,
+                            reinterpret_cast<const long long*>(I), O, static_cast<cudaStream_t>(stream));
+}
+
+std::vector<ref::stream::RankShard> fast_stream_shards(std::size_t T, std::size_t gpus) {
+  return ref::stream::shard_sequence(ref::stream::Geometry{T, kFastStreamBlock, kFastStreamBlock}, gpus);
 }
 
 // ---------------------------------------------------------------------------------- trace

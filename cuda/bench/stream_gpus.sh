@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# cuda/bench/stream_gpus.sh — STREAM with the sequence sharded over the GPUs of one machine: the
+# multi-GPU checks and the scaling rows, as CSV.
+#
+#   stream_gpus.sh check [BIN_DIR] [OUT_DIR]  test_cuda_stream_sharded (I and O bitwise one GPU's,
+#                                             G = 2, 3, 4 as the machine has), then the single-GPU
+#                                             fast estimate's I checksum at T = 1M, d = 128, k = 16
+#                                             against the one recorded before the query-block range
+#                                             was added (0xa33b7e18b460d080, stream_fast_estimate.csv)
+#   stream_gpus.sh scale [BIN_DIR] [OUT_DIR]  `flashlab bench stream --gpus`: d = 128, k = 16, one
+#                                             head; strong scaling at T = 1M, 4M, 8M on G = 1, 2, 4
+#                                             (G = 1 the single-GPU anchor of each T), weak scaling
+#                                             from 2M tokens per GPU; rows into stream_gpus.csv
+#   stream_gpus.sh all [BIN_DIR] [OUT_DIR]    check, then scale
+#
+# BIN_DIR (default gpu-carry) holds test_cuda_stream_sharded and flashlab built with the cuda preset
+# (NCCL found); OUT_DIR (default /tmp/flashlab-stream-gpus) lies outside the tree: OUT_DIR/logs/,
+# OUT_DIR/csv/stream_gpus.csv (append its rows to cuda/results/stream_gpus.csv). The recipe:
+#   cmake --preset cuda && cmake --build --preset cuda -j2 --target test_cuda_stream_sharded flashlab
+#   mkdir -p gpu-carry && cp build/cuda/tests/cuda/test_cuda_stream_sharded build/cuda/app/flashlab gpu-carry/
+#   (GPU machine of 2 or 4 GPUs, repository root)  bash cuda/bench/stream_gpus.sh all gpu-carry "$OUT"
+# NVLink multicast stays off (NCCL_NVLS_ENABLE=0). REPS (5), TEST_TIMEOUT (120 s) and BENCH_TIMEOUT
+# (240 s per bench command) may be set in the environment.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0
+
+mode=${1:-}
+bin=${2:-gpu-carry}
+out=${3:-/tmp/flashlab-stream-gpus}
+REPS=${REPS:-5}
+TEST_TIMEOUT=${TEST_TIMEOUT:-120}    # seconds for the test executable
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-240}  # seconds for each bench command
+
+case "$mode" in
+  check|scale|all) ;;
+  *) sed -n '2,24p' "$0"; exit 2 ;;
+esac
+for exe in test_cuda_stream_sharded flashlab; do
+  [[ -x "$bin/$exe" ]] || { echo "error: $bin/$exe is missing (hint: build and copy it as the header says)" >&2; exit 2; }
+done
+mkdir -p "$out/logs" "$out/csv"
+gpus=$(nvidia-smi -L | wc -l)
+device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+echo "machine: $gpus x $device"
+list=1
+for g in 2 4; do (( g <= gpus )) && list+=",$g"; done
+now() { date -u '+%Y-%m-%d %H:%M'; }
+status=0
+
+check() {
+  local log="$out/logs/test_cuda_stream_sharded.log" result=pass
+  timeout "$TEST_TIMEOUT" "$bin/test_cuda_stream_sharded" --durations yes > "$log" 2>&1 || result=fail
+  [[ $result == pass ]] || status=1
+  echo "test_cuda_stream_sharded: $result ($(grep -E "All tests passed|test cases:|assertions:|SKIPPED" "$log" | tr '\n' ' '))"
+  local anchor=0xa33b7e18b460d080 line
+  line=$(timeout 60 "$bin/flashlab" bench stream --kernel fast --pass estimate --check-indices --seq 1048576 \
+    --dim 128 --k 16 --reps 3 2> "$out/logs/single_gpu_checksum.err" | grep checksum)
+  if [[ $line == *"$anchor"* ]]; then echo "one GPU, T = 1M, d = 128, k = 16: I checksum $anchor as recorded: yes"
+  else echo "one GPU, T = 1M, d = 128, k = 16: I checksum differs from $anchor: NO ($line)"; status=1; fi
+}
+
+bench() {  # bench SCALING SEQ: rows into stream_gpus.csv
+  local scaling=$1 seq=$2 raw="$out/logs/bench_$1.csv" csv="$out/csv/stream_gpus.csv"
+  echo "bench stream --gpus $list --scaling $scaling --seq $seq --dim 128 --k 16 --reps $REPS"
+  timeout "$BENCH_TIMEOUT" "$bin/flashlab" bench stream --gpus "$list" --scaling "$scaling" --seq "$seq" --dim 128 --k 16 \
+    --reps "$REPS" --warmup 1 --csv > "$raw" 2>> "$out/logs/bench_stream_gpus.log" ||
+    { echo "error: that run failed (see the log)"; status=1; }
+  [[ -s "$raw" ]] || return 0
+  [[ -f "$csv" ]] || echo "date,device,$(head -1 "$raw")" > "$csv"
+  tail -n +2 "$raw" | sed "s/^/$(now),$device,/" >> "$csv"
+  column -s, -t < "$raw"
+}
+
+case "$mode" in
+  check) check ;;
+  scale) bench strong 1048576,4194304,8388608; bench weak 2097152 ;;
+  all) check; bench strong 1048576,4194304,8388608; bench weak 2097152 ;;
+esac
+exit $status

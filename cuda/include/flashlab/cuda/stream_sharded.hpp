@@ -1,0 +1,166 @@
+/// @file stream_sharded.hpp
+/// @brief STREAM (fast bf16 estimate + fast apply) with the sequence cut into G contiguous shards,
+/// one per GPU of this process, the key blocks a shard needs moved between the GPUs over NCCL.
+///
+/// The shards are the CPU model's (ref::stream::shard_sequence at b_q = b_k = 64): rank g holds the
+/// Q, K, V rows of tokens [token_begin_g, token_end_g) and estimates and applies its own query
+/// blocks. Causal attention lets a query block see every key block up to its own, so rank g needs
+/// K (for the estimate) and V (for the apply) of every token before its shard: the CPU model's
+/// keys_visible scheme, which moves no more bytes than keys_scored at the k of interest and takes
+/// one exchange instead of one per refinement round. Each rank sends its K rows to every later
+/// rank (grouped ncclSend/ncclRecv), the estimate starts when they have landed; V follows on the
+/// same communication stream while the estimate runs, the apply waits for it. The kernels are the
+/// single-GPU fast kernels launched on a query-block range (stream_fast_estimate_shard_device,
+/// stream_fast_apply_shard_device), with K and V indexed by global token, so every row of I and
+/// O is bitwise the single-GPU launch's. Code: cuda/src/stream/stream_sharded.cpp (the NCCL driver),
+/// cuda/src/stream/front_door.cpp (the range entries); docs/stream.md, "Across GPUs".
+///
+/// Only the device entries of a range are in flashlab_cuda; ShardedStream and the helpers below
+/// it are in flashlab_cuda_stream_sharded, built where NCCL is found. No CUDA or NCCL types here.
+#pragma once
+
+#include "flashlab/cuda/stream_fast.hpp"
+#include "flashlab/reference/stream_shards.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace flashlab::cuda {
+class LocalRing;
+}
+
+namespace flashlab::cuda::stream {
+
+/// Query blocks `first` … `first + count − 1` of a launch (a shard of the sequence).
+struct QueryBlockRange {
+  std::size_t first = 0;  ///< first query block
+  std::size_t count = 0;  ///< query blocks; 0 = every one from `first` on
+};
+
+/// The fast estimate (stream_fast_estimate_device, causal-only mask) of the query blocks in
+/// `blocks`: Q holds their tokens from its row 0 (`[T − 64·first, H, d]`, rows past the range never
+/// read), K is indexed by global token and must hold every row before the range's last token; I,
+/// scores and margins hold `[H, count, k]`, `[H, count, k]`, `[H, count]` (scores and margins may
+/// be nullptr). Each row is bitwise that of a whole-sequence launch. Asynchronous on `stream`.
+/// Throws StreamError for a user mask, an empty range or one past n_q, and the fast estimate's limits.
+void stream_fast_estimate_shard_device(const ref::stream::BlockMask& mask, std::size_t heads, std::size_t d,
+                                       std::size_t k, QueryBlockRange blocks, const void* Q, const void* K,
+                                       long long* I, float* scores, float* margins, void* stream = nullptr);
+
+/// The fast apply (stream_fast_apply_device, group 1) of the query blocks in `blocks`: Q and O hold
+/// their tokens from row 0, I their rows (`[H, count, k]`, global key-block numbers), K and V are
+/// indexed by global token. Each output row is bitwise that of a whole-sequence launch. Asynchronous.
+/// Throws StreamError for a bad shape or range, CudaError for a failed launch.
+void stream_fast_apply_shard_device(const FastApplyShape& shape, QueryBlockRange blocks, const void* Q, const void* K,
+                                    const void* V, const std::int64_t* I, void* O, void* stream = nullptr);
+
+/// The contiguous shards of T tokens over `gpus` ranks at b_q = b_k = 64 (the CPU model's).
+std::vector<ref::stream::RankShard> fast_stream_shards(std::size_t T, std::size_t gpus);
+
+/// What a sharded run computes: one causal STREAM problem, bf16, b_q = b_k = 64.
+struct ShardedStreamProblem {
+  std::size_t T = 0;      ///< tokens of the whole sequence
+  std::size_t heads = 1;  ///< H
+  std::size_t dim = 0;    ///< d (64 or 128)
+  std::size_t k = 0;      ///< kept blocks per query block (1 … 128)
+};
+
+/// One rank's device buffers, on that rank's GPU, owned by the caller.
+struct ShardedStreamBuffers {
+  const void* Q = nullptr;   ///< `[token_end − token_begin, H, d]` bf16: the shard's queries
+  void* K = nullptr;         ///< `[token_end, H, d]` bf16: rows from token_begin hold the shard's keys; the rows before are written by the exchange
+  void* V = nullptr;         ///< as K, for the values
+  long long* I = nullptr;    ///< `[H, q_end − q_begin, k]` int64: the shard's rows of I
+  float* scores = nullptr;   ///< `[H, q_end − q_begin, k]` fp32 or nullptr
+  void* O = nullptr;         ///< `[token_end − token_begin, H, d]` bf16: the shard's outputs
+};
+
+/// One rank's times of the last ShardedStream::run (CUDA events on its GPU, ms).
+struct ShardedRankTimes {
+  float total_ms = 0.f;     ///< from the start of the run to the end of the apply
+  float estimate_ms = 0.f;  ///< the estimate kernel
+  float apply_ms = 0.f;     ///< the apply kernel
+  float exposed_ms = 0.f;   ///< total − estimate − apply: the compute stream waiting for the exchange
+  float k_exchange_ms = 0.f;///< from the start to the K rows' arrival (0 on rank 0, which receives none)
+};
+
+/// The bytes one rank hands to NCCL in a run (bf16 K and V rows) and the CPU model's keys_visible
+/// bytes for the same I (ref::stream::keys_visible_causal_traffic, summed over heads).
+struct ShardedRankBytes {
+  std::uint64_t sent = 0;          ///< K and V rows this rank sends (to every later rank)
+  std::uint64_t received = 0;      ///< K and V rows it receives (every row before its shard)
+  std::uint64_t model_sent = 0;    ///< the model: K before each later rank, V of the blocks they keep
+  std::uint64_t model_received = 0;///< the model: K before the shard, V of the remote blocks it keeps
+};
+
+/// A sharded STREAM run over the GPUs of a LocalRing (one rank per GPU, its NCCL communicator):
+/// made once per problem (streams and events on every rank), run as often as wanted.
+class ShardedStream {
+ public:
+  /// Checks the problem (causal, bf16, the fast kernels' limits) against the ring's G ranks.
+  /// Throws StreamError for a bad problem, CudaError on a CUDA failure.
+  ShardedStream(const ShardedStreamProblem& problem, const LocalRing& ring);
+  ~ShardedStream();
+  ShardedStream(const ShardedStream&) = delete;
+  ShardedStream& operator=(const ShardedStream&) = delete;
+
+  /// The shards, one per rank (fast_stream_shards).
+  [[nodiscard]] const std::vector<ref::stream::RankShard>& shards() const;
+  /// Enqueues on every rank: the K exchange, the estimate, the V exchange (overlapping the
+  /// estimate) and the apply. Asynchronous; a rank that holds no query block only sends.
+  /// Throws StreamError for missing buffers, CudaError / NCCL failures as CudaError.
+  void run(const std::vector<ShardedStreamBuffers>& buffers);
+  /// Waits for every rank and returns each one's times of the last run.
+  std::vector<ShardedRankTimes> wait();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// What every rank of a G-rank run hands to NCCL (sent, received) beside the CPU model's
+/// keys_visible bytes for `indices`, the whole `[H, n_q, k]` I of the run. Throws StreamError for
+/// an I of the wrong size.
+std::vector<ShardedRankBytes> sharded_bytes(const ShardedStreamProblem& problem, std::size_t gpus,
+                                            const std::vector<std::int64_t>& indices);
+
+/// The whole problem from host arrays (tests): bf16 `[T, H, d]` Q, K, V are cut into the ring's
+/// shards and uploaded (the K and V rows before each shard poisoned with NaN, so only the exchange
+/// can fill them), run once, and I (`[H, n_q, k]`, global) and O (`[T, H, d]` bf16) gathered.
+struct ShardedStreamOutput {
+  std::vector<std::int64_t> indices;  ///< `[H, n_q, k]`
+  std::vector<float> scores;          ///< `[H, n_q, k]`
+  std::vector<std::uint16_t> O;       ///< `[T, H, d]` bf16 bits
+};
+/// Runs ShardedStream once on host inputs (above). Throws as ShardedStream.
+ShardedStreamOutput stream_sharded_host(const ShardedStreamProblem& problem, const LocalRing& ring,
+                                        const HostHeads16& Q, const HostHeads16& K, const HostHeads16& V);
+
+/// One timed row of `flashlab bench stream --gpus`: G ranks (G = 1: the single-GPU device entries).
+struct ShardedBenchRow {
+  std::size_t gpus = 1;            ///< G
+  std::size_t T = 0;               ///< tokens of the whole sequence
+  std::size_t dim = 0, k = 0;      ///< d, k
+  double total_ms = 0;             ///< median over reps of the slowest rank's total
+  double estimate_ms = 0;          ///< median of the slowest rank's estimate
+  double apply_ms = 0;             ///< median of the slowest rank's apply
+  double exposed_ms = 0;           ///< median of the largest exposed exchange time
+  std::uint64_t sent_max = 0;      ///< most bytes one rank sends
+  std::uint64_t model_sent_max = 0;///< the model's most bytes one rank sends (keys_visible)
+  std::uint64_t received_max = 0;  ///< most bytes one rank receives
+  std::uint64_t model_received_max = 0; ///< the model's most bytes one rank receives
+  std::uint64_t indices_checksum = 0;   ///< FNV-1a 64 of I (the same as the G = 1 row's when identical)
+  bool same_every_launch = true;   ///< I bitwise the same after every timed run
+  int reps = 0;                    ///< timed runs
+};
+
+/// Times estimate + apply at one shape on G GPUs (devices 0 … G − 1; G = 1 without NCCL) on the
+/// seeded N(0, 1) bf16 inputs of the whole sequence made on each rank's GPU (its shard only, the
+/// values of a single-GPU run): `warmup` untimed runs, then `reps` runs each after an L2 flush
+/// on every GPU. Throws StreamError / CudaError.
+ShardedBenchRow bench_stream_sharded(const ShardedStreamProblem& problem, std::size_t gpus, int reps, int warmup,
+                                     std::uint64_t seed);
+
+}  // namespace flashlab::cuda::stream

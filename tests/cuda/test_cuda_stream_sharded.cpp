@@ -1,0 +1,183 @@
+// GPU tests of STREAM with the sequence sharded over G GPUs (flashlab/cuda/stream_sharded.hpp): I
+// and its scores bitwise the single-GPU fast estimate's, O bitwise the single-GPU fast apply's on
+// the same I, on random N(0, 1) and small-integer (tied) inputs, T not a multiple of 64 nor of the
+// shard size, d = 64 and 128, H = 1 and 2, G = 2 (3 and 4 where the machine has 4 GPUs), ranks that
+// hold no query block; the refusals. The K and V rows before each shard are poisoned with NaN
+// before the run, so a row the exchange missed shows as a difference (or a NaN output).
+// Own executable (CTest label gpu): it needs at least 2 GPUs and says SKIPPED (exit 77) with fewer.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include "flashlab/cuda/context_parallel.hpp"
+#include "flashlab/cuda/dtype16.hpp"
+#include "flashlab/cuda/options.hpp"
+#include "flashlab/cuda/stream_fast_estimate.hpp"
+#include "flashlab/cuda/stream_sharded.hpp"
+
+#include "gpu_test_util.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <random>
+
+namespace fc = flashlab::cuda;
+namespace gs = flashlab::cuda::stream;
+namespace rs = flashlab::ref::stream;
+using flashlab::test::fresh_seed;
+
+namespace {
+
+int device_count() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+const fc::LocalRing& ring_of(int G) {  // one per G for the whole run: communicators take a while
+  static std::map<int, std::unique_ptr<fc::LocalRing>> rings;
+  auto& r = rings[G];
+  if (!r) {
+    std::vector<int> devices;
+    for (int d = 0; d < G; ++d) devices.push_back(d);
+    r = std::make_unique<fc::LocalRing>(devices);
+  }
+  return *r;
+}
+
+std::vector<int> ring_sizes() {
+  std::vector<int> out{2};
+  if (device_count() >= 4) out.insert(out.end(), {3, 4});
+  return out;
+}
+
+/// bf16 bits of T·H·d values: N(0, 1), or integers in [−lo, lo] (exact scores, many ties).
+std::vector<std::uint16_t> inputs(std::size_t n, std::mt19937_64& rng, int lo) {
+  std::vector<std::uint16_t> x(n);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::uniform_int_distribution<int> ints(-lo, lo);
+  for (auto& v : x) v = fc::float_to_bf16(lo > 0 ? float(ints(rng)) : normal(rng));
+  return x;
+}
+
+bool has_nan(const std::vector<std::uint16_t>& bf16) {
+  for (auto v : bf16)
+    if (std::isnan(fc::bf16_to_float(v))) return true;
+  return false;
+}
+
+/// The sharded run against the single-GPU entries on the same inputs: I and scores, then O.
+void check_against_one_gpu(std::size_t T, std::size_t H, std::size_t d, std::size_t k, int lo, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const auto Q = inputs(T * H * d, rng, lo), K = inputs(T * H * d, rng, lo), V = inputs(T * H * d, rng, lo);
+  const gs::HostHeads16 q{Q.data(), H, d}, kk{K.data(), H, d}, v{V.data(), H, d};
+  const rs::BlockMask mask(rs::Geometry{T, 64, 64});
+  const gs::EstimateOutput one = gs::stream_fast_estimate(q, kk, mask, k);
+  const auto O_one = gs::stream_fast_apply(flashlab::ref::Dtype::bf16, q, kk, v, mask, one.indices, k, 1);
+  REQUIRE_FALSE(has_nan(O_one));
+  for (const int G : ring_sizes()) {
+    INFO("T=" << T << " H=" << H << " d=" << d << " k=" << k << (lo > 0 ? " integers" : " normal") << " G=" << G);
+    const gs::ShardedStreamOutput out = gs::stream_sharded_host({T, H, d, k}, ring_of(G), q, kk, v);
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < one.indices.size(); ++i)
+      if (out.indices[i] != one.indices[i] || std::memcmp(&out.scores[i], &one.scores[i], sizeof(float)) != 0)
+        if (bad++ < 3)
+          UNSCOPED_INFO("row " << i / k << " slot " << i % k << ": sharded " << out.indices[i] << " (" << out.scores[i]
+                               << "), one GPU " << one.indices[i] << " (" << one.scores[i] << ")");
+    CHECK(bad == 0);
+    CHECK(out.indices == one.indices);
+    CHECK_FALSE(has_nan(out.O));
+    CHECK(out.O == O_one);  // bitwise: the same kernel on the same rows of I, Q, K, V
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda stream sharded: I and O bitwise one GPU's on random and tied inputs", "[gpu][stream-gpus]") {
+  const auto seed = fresh_seed();
+  INFO("seed " << seed);
+  struct Case { std::size_t T, H, d, k; int lo; };
+  // Ragged T everywhere but one; 4097 leaves a one-token last block; 64 and 1 leave ranks without
+  // query blocks; integers in [−1, 1] make many equal block maxima (τ's r rule decides them).
+  const Case cases[] = {{1000, 1, 64, 4, 0},   {4097, 1, 128, 16, 1}, {20000, 1, 128, 16, 0}, {20000, 1, 64, 8, 1},
+                        {65536, 1, 128, 16, 0}, {70001, 1, 64, 16, 2}, {9000, 2, 128, 8, 0},  {64, 1, 64, 2, 1},
+                        {1, 1, 128, 1, 0},     {3000, 1, 64, 128, 1}};
+  std::uint64_t s = seed;
+  for (const Case& c : cases) check_against_one_gpu(c.T, c.H, c.d, c.k, c.lo, s++);
+}
+
+TEST_CASE("cuda stream sharded: the bytes handed to NCCL and the model's", "[gpu][stream-gpus]") {
+  // keys_visible moves every earlier K row; this implementation every earlier V row too, which is
+  // at least the model's V of the kept blocks.
+  const std::size_t T = 20000, d = 64, k = 8;
+  std::mt19937_64 rng(7);
+  const auto Q = inputs(T * d, rng, 0), K = inputs(T * d, rng, 0), V = inputs(T * d, rng, 0);
+  for (const int G : ring_sizes()) {
+    INFO("G=" << G);
+    const gs::ShardedStreamOutput out =
+        gs::stream_sharded_host({T, 1, d, k}, ring_of(G), {Q.data(), 1, d}, {K.data(), 1, d}, {V.data(), 1, d});
+    const auto bytes = gs::sharded_bytes({T, 1, d, k}, std::size_t(G), out.indices);
+    const auto shards = gs::fast_stream_shards(T, std::size_t(G));
+    std::uint64_t sent = 0, received = 0;
+    for (std::size_t g = 0; g < bytes.size(); ++g) {
+      INFO("rank " << g);
+      CHECK(bytes[g].received == 2 * rs::keys_visible_causal_bytes(shards[g], d, 2));
+      CHECK(bytes[g].model_received >= rs::keys_visible_causal_bytes(shards[g], d, 2));
+      CHECK(bytes[g].received >= bytes[g].model_received);
+      CHECK(bytes[g].sent >= bytes[g].model_sent);
+      sent += bytes[g].sent;
+      received += bytes[g].received;
+    }
+    CHECK(sent == received);
+    CHECK(bytes.front().received == 0);
+    CHECK(bytes.back().sent == 0);
+  }
+}
+
+TEST_CASE("cuda stream sharded: refusals", "[gpu][stream-gpus]") {
+  const auto& ring = ring_of(2);
+  CHECK_THROWS_AS(gs::ShardedStream({1000, 1, 96, 8}, ring), rs::StreamError);
+  CHECK_THROWS_AS(gs::ShardedStream({1000, 1, 64, 0}, ring), rs::StreamError);
+  CHECK_THROWS_AS(gs::ShardedStream({1000, 1, 64, 129}, ring), rs::StreamError);
+  gs::ShardedStream run({1000, 1, 64, 8}, ring);
+  CHECK_THROWS_WITH(run.run({}), Catch::Contains("buffer sets for 2 ranks"));
+  CHECK_THROWS_WITH(run.run(std::vector<gs::ShardedStreamBuffers>(2)), Catch::Contains("lacks a Q, K, V, I or O"));
+  // The range entries: a range past n_q, an empty one, a user mask.
+  const rs::Geometry g{1000, 64, 64};
+  int dummy = 0;
+  void* p = &dummy;
+  auto* I = reinterpret_cast<long long*>(p);
+  CHECK_THROWS_WITH(gs::stream_fast_estimate_shard_device(rs::BlockMask(g), 1, 64, 4, {16, 0}, p, p, I, nullptr,
+                                                          nullptr),
+                    Catch::Contains("query-block range starts"));
+  CHECK_THROWS_WITH(gs::stream_fast_estimate_shard_device(rs::BlockMask(g), 1, 64, 4, {10, 7}, p, p, I, nullptr,
+                                                          nullptr),
+                    Catch::Contains("runs past n_q"));
+  std::vector<std::uint8_t> user(g.n_q() * g.n_k(), 1);
+  CHECK_THROWS_WITH(gs::stream_fast_estimate_shard_device(rs::BlockMask(g, user), 1, 64, 4, {0, 4}, p, p, I, nullptr,
+                                                          nullptr),
+                    Catch::Contains("causal-only"));
+  CHECK_THROWS_WITH(gs::stream_fast_apply_shard_device({1000, 1, 64, 4, flashlab::ref::Dtype::bf16, 1}, {3, 14}, p, p,
+                                                       p, reinterpret_cast<const std::int64_t*>(p), p),
+                    Catch::Contains("runs past n_q"));
+}
+
+int main(int argc, char* argv[]) {
+  setenv("NCCL_NVLS_ENABLE", "0", 0);  // NVLink multicast off unless the caller set it
+  std::string why;
+  if (!fc::device_available(&why)) {
+    std::cout << "SKIPPED: test_cuda_stream_sharded needs CUDA GPUs: " << why << "\n";
+    return 77;
+  }
+  if (device_count() < 2) {
+    std::cout << "SKIPPED: test_cuda_stream_sharded needs at least 2 GPUs, this machine has " << device_count()
+              << " (run it on a machine of 2 or 4)\n";
+    return 77;
+  }
+  std::cout << "device: " << fc::device_description() << " x " << device_count() << "\n";
+  return Catch::Session().run(argc, argv);
+}
