@@ -14,11 +14,13 @@
 #include "flashlab/cuda/stream_fast_estimate.hpp"
 #endif
 #ifdef FLASHLAB_HAVE_RING
+#include "flashlab/cuda/context_parallel.hpp"
 #include "flashlab/cuda/stream_sharded.hpp"
 #endif
 
 #include <cmath>
 #include <map>
+#include <memory>
 #include <tuple>
 #include <cstdio>
 #include <optional>
@@ -259,6 +261,7 @@ int run_sharded(const StreamSweep& s) {
     std::cout << "   G        T    d    k   total ms   estim ms   apply ms exposed ms  sent MB model MB  recv MB "
                  "model MB  same  =1GPU  checksum\n";
   std::map<std::tuple<long long, int, int>, std::uint64_t> anchor;  // (T, d, k) → checksum of the G = 1 row
+  std::map<int, std::unique_ptr<flashlab::cuda::LocalRing>> rings;
   bool ok = true;
   char line[400];
   for (const int d : s.dims)
@@ -267,12 +270,17 @@ int run_sharded(const StreamSweep& s) {
         for (const int G : s.gpus) {
           const long long T = s.weak ? (long long)T0 * G : T0;
           const fs::ShardedStreamProblem p{std::size_t(T), std::size_t(s.heads), std::size_t(d), std::size_t(k)};
-          fs::ShardedBenchRow r;
+          auto& ring = rings[G];  // one per G for the whole sweep: making communicators takes a while
           try {
-            r = fs::bench_stream_sharded(p, std::size_t(G), s.reps, s.warmup, 0x5eed + std::uint64_t(T));
+            if (!ring) {
+              std::vector<int> devices;
+              for (int g = 0; g < G; ++g) devices.push_back(g);
+              ring = std::make_unique<flashlab::cuda::LocalRing>(devices);
+            }
           } catch (const std::invalid_argument& e) {
             throw UsageError(e.what(), "ask for at most as many GPUs as the machine has");
           }
+          const fs::ShardedBenchRow r = fs::bench_stream_sharded(p, *ring, s.reps, s.warmup, 0x5eed + std::uint64_t(T));
           const auto key = std::make_tuple(T, d, k);
           if (G == 1) anchor[key] = r.indices_checksum;
           const auto a = anchor.find(key);

@@ -341,13 +341,10 @@ ShardedStreamOutput stream_sharded_host(const ShardedStreamProblem& p, const Loc
 
 // ---------------------------------------------------------------------------------- benchmark
 
-ShardedBenchRow bench_stream_sharded(const ShardedStreamProblem& p, std::size_t gpus, int reps, int warmup,
+ShardedBenchRow bench_stream_sharded(const ShardedStreamProblem& p, const LocalRing& ring, int reps, int warmup,
                                      std::uint64_t seed) {
   if (reps < 1 || warmup < 0) throw StreamError("bench: reps must be ≥ 1 and warmup ≥ 0");
-  if (gpus == 0) throw StreamError("bench: gpus must be at least 1");
-  std::vector<int> devices(gpus);
-  for (std::size_t g = 0; g < gpus; ++g) devices[g] = int(g);
-  LocalRing ring(devices);
+  const std::size_t gpus = std::size_t(ring.size());
   ShardedStream run(p, ring);
   const auto& shards = run.shards();
   const std::size_t row = p.heads * p.dim, n_q = (p.T + kFastStreamBlock - 1) / kFastStreamBlock;
@@ -362,7 +359,7 @@ ShardedBenchRow bench_stream_sharded(const ShardedStreamProblem& p, std::size_t 
   // token_begin·H·d + i of the whole array, so every G runs on the same values.
   for (std::size_t g = 0; g < gpus; ++g) {
     const RankShard& s = shards[g];
-    FLASHLAB_CUDA_CHECK(cudaSetDevice(int(g)));
+    FLASHLAB_CUDA_CHECK(cudaSetDevice(ring.device(int(g))));
     flush[g] = DeviceBuffer<unsigned char>(kFlush);
     if (!holds_queries(s)) continue;
     RankBuffers& b = bufs[g];
@@ -385,7 +382,7 @@ ShardedBenchRow bench_stream_sharded(const ShardedStreamProblem& p, std::size_t 
     for (std::size_t g = 0; g < gpus; ++g) {
       const RankShard& s = shards[g];
       if (!holds_queries(s)) continue;
-      FLASHLAB_CUDA_CHECK(cudaSetDevice(int(g)));
+      FLASHLAB_CUDA_CHECK(cudaSetDevice(ring.device(int(g))));
       const std::size_t nq = s.q_end - s.q_begin;
       std::vector<long long> part(bufs[g].I.size());
       bufs[g].I.download(part.data());
@@ -405,7 +402,7 @@ ShardedBenchRow bench_stream_sharded(const ShardedStreamProblem& p, std::size_t 
   std::vector<std::int64_t> first;
   for (int it = 0; it < warmup + reps; ++it) {
     for (std::size_t g = 0; g < gpus; ++g) {  // flush every L2, outside the timed range
-      FLASHLAB_CUDA_CHECK(cudaSetDevice(int(g)));
+      FLASHLAB_CUDA_CHECK(cudaSetDevice(ring.device(int(g))));
       FLASHLAB_CUDA_CHECK(cudaMemset(flush[g].get(), it & 0xff, kFlush));
       FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
     }
@@ -439,7 +436,7 @@ ShardedBenchRow bench_stream_sharded(const ShardedStreamProblem& p, std::size_t 
     out.model_received_max = std::max(out.model_received_max, b.model_received);
   }
   for (std::size_t g = 0; g < gpus; ++g) {  // free each rank's buffers on its own device
-    FLASHLAB_CUDA_CHECK(cudaSetDevice(int(g)));
+    FLASHLAB_CUDA_CHECK(cudaSetDevice(ring.device(int(g))));
     bufs[g] = RankBuffers{};
     flush[g] = DeviceBuffer<unsigned char>{};
   }

@@ -156,11 +156,11 @@ struct ShardedBenchRow {
   int reps = 0;                    ///< timed runs
 };
 
-/// Times estimate + apply at one shape on G GPUs (devices 0 … G − 1; G = 1 without NCCL) on the
-/// seeded N(0, 1) bf16 inputs of the whole sequence made on each rank's GPU (its shard only, the
-/// values of a single-GPU run): `warmup` untimed runs, then `reps` runs each after an L2 flush
-/// on every GPU. Throws StreamError / CudaError.
-ShardedBenchRow bench_stream_sharded(const ShardedStreamProblem& problem, std::size_t gpus, int reps, int warmup,
+/// Times estimate + apply at one shape on the G GPUs of `ring` (G = 1: the single-GPU entries, no
+/// NCCL) on the seeded N(0, 1) bf16 inputs of the whole sequence made on each rank's GPU (its shard
+/// only, the values of a single-GPU run): `warmup` untimed runs, then `reps` runs each after an L2
+/// flush on every GPU. Throws StreamError / CudaError.
+ShardedBenchRow bench_stream_sharded(const ShardedStreamProblem& problem, const LocalRing& ring, int reps, int warmup,
                                      std::uint64_t seed);
 
 }  // namespace flashlab::cuda::stream
