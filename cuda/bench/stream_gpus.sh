@@ -14,7 +14,7 @@
 #   stream_gpus.sh all [BIN_DIR] [OUT_DIR]    check, then scale
 #
 # BIN_DIR (default gpu-carry) holds test_cuda_stream_sharded and flashlab built with the cuda preset
-# (NCCL found); OUT_DIR (default /tmp/flashlab-stream-gpus) lies outside the tree: OUT_DIR/logs/,
+# (NCCL found) and, optionally, a file `commit` naming their commit; OUT_DIR (default /tmp/flashlab-stream-gpus) lies outside the tree: OUT_DIR/logs/,
 # OUT_DIR/csv/stream_gpus.csv (append its rows to cuda/results/stream_gpus.csv). The recipe:
 #   cmake --preset cuda && cmake --build --preset cuda -j2 --target test_cuda_stream_sharded flashlab
 #   mkdir -p gpu-carry && cp build/cuda/tests/cuda/test_cuda_stream_sharded build/cuda/app/flashlab gpu-carry/
@@ -45,6 +45,7 @@ echo "machine: $gpus x $device"
 list=1
 for g in 2 4; do (( g <= gpus )) && list+=",$g"; done
 now() { date -u '+%Y-%m-%d %H:%M'; }
+commit=$(head -1 "$bin/commit" 2>/dev/null || echo -)  # the build's commit, where BIN_DIR has it
 status=0
 
 check() {
@@ -66,9 +67,9 @@ bench() {  # bench SCALING SEQ: rows into stream_gpus.csv
     --reps "$REPS" --warmup 1 --csv > "$raw" 2>> "$out/logs/bench_stream_gpus.log" ||
     { echo "error: that run failed (see the log)"; status=1; }
   [[ -s "$raw" ]] || return 0
-  [[ -f "$csv" ]] || echo "date,device,$(head -1 "$raw")" > "$csv"
-  tail -n +2 "$raw" | sed "s/^/$(now),$device,/" >> "$csv"
-  column -s, -t < "$raw"
+  [[ -f "$csv" ]] || echo "date,device,commit,$(head -1 "$raw")" > "$csv"
+  tail -n +2 "$raw" | sed "s/^/$(now),$device,$commit,/" >> "$csv"
+  if command -v column > /dev/null; then column -s, -t < "$raw"; else cat "$raw"; fi
 }
 
 case "$mode" in

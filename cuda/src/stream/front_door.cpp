@@ -278,8 +278,7 @@ void stream_fast_estimate_shard_device(const ref::stream::BlockMask& mask, std::
                       "change which key rows a shard needs)");
   blocks = resolve_blocks(blocks, mask.geometry().n_q());
   if (Q == nullptr || K == nullptr || I == nullptr) throw StreamError("Q, K and I must be device pointers");
-  detail::launch_fast_estimate(p, 0, int(heads), Q, K, nullptr, I, scores, margins, stream, int(blocks.first),
-                               int(blocks.count));
+  detail::launch_fast_estimate_range(p, int(blocks.first), int(blocks.count), Q, K, I, scores, margins, stream);
 }
 
 void stream_fast_apply_shard_device(const FastApplyShape& shape, QueryBlockRange blocks, const void* Q, const void* K,
@@ -291,12 +290,11 @@ void stream_fast_apply_shard_device(const FastApplyShape& shape, QueryBlockRange
   p.n_q = int((shape.T + kFastStreamBlock - 1) / kFastStreamBlock);
   p.k = int(shape.k);
   blocks = resolve_blocks(blocks, std::size_t(p.n_q));
-  p.q_first = int(blocks.first);
-  p.q_count = int(blocks.count);
   if (Q == nullptr || K == nullptr || V == nullptr || I == nullptr || O == nullptr)
     throw StreamError("Q, K, V, I and O must be device pointers");
-  detail::launch_fast_apply(p, int(shape.dim), 1, shape.dtype == ref::Dtype::bf16, Q, K, V,
-                            reinterpret_cast<const long long*>(I), O, static_cast<cudaStream_t>(stream));
+  detail::launch_fast_apply_range(p, int(blocks.first), int(blocks.count), int(shape.dim),
+                                  shape.dtype == ref::Dtype::bf16, Q, K, V, reinterpret_cast<const long long*>(I), O,
+                                  static_cast<cudaStream_t>(stream));
 }
 
 std::vector<ref::stream::RankShard> fast_stream_shards(std::size_t T, std::size_t gpus) {

@@ -82,13 +82,14 @@ __device__ __forceinline__ void load_tile(uint32_t smem, const uint16_t* x, std:
 /// (bit g: query block q0 + g kept r; G ≤ 2), sorted by r, duplicates merged, in sched[0 … n); returns
 /// n. Bitonic sort of (r << 2 | g) keys over all threads, then one thread merges the runs (at
 /// most G equal r in a row: I has no duplicates within a row). All threads; ends with a barrier.
-__device__ int build_schedule(const FastApplyLaunch& p, const long long* __restrict__ I, int q0, int G, int* sched) {
-  const int q_end = p.q_first + p.q_count;  // I holds rows q_first … q_end − 1
+__device__ int build_schedule(const FastApplyLaunch& p, const long long* __restrict__ I, int q0, int G, int* sched,
+                              int q_first, int q_count) {
   const int n = G * p.k, width = schedule_slots(G, p.k), h = blockIdx.y;
   constexpr int kEmpty = 0x7fffffff;  // sorts last
   for (int e = threadIdx.x; e < width; e += blockDim.x) {
     const int q = q0 + e / p.k;
-    const long long r = e < n && q < q_end ? I[(std::size_t(h) * p.q_count + (q - p.q_first)) * p.k + e % p.k] : -1;
+    const long long r =
+        e < n && q < q_first + q_count ? I[(std::size_t(h) * q_count + (q - q_first)) * p.k + e % p.k] : -1;
     sched[e] = r < 0 ? kEmpty : int(r) << 2 | (e / p.k);
   }
   for (int size = 2; size <= width; size *= 2)
@@ -227,19 +228,20 @@ __device__ __forceinline__ void store_rows(uint16_t* __restrict__ O, const float
   }
 }
 
-/// Grid (⌈q_count / G⌉, H), ApplyTraits::kThreads threads; Q and O rows are local to the launch's
-/// first query block, K and V rows global (FastApplyLaunch). Dynamic SRAM: [Q_q: G × 64 × d]
+/// One thread block's G query blocks q_first + G·x … of head y: Q and O rows are local to the
+/// range's first query block, I holds the range's rows, K and V rows are global (the whole-sequence
+/// kernel below: q_first = 0, q_count = n_q). Dynamic SRAM: [Q_q: G × 64 × d]
 /// [K_r: kStages × 64 × d][V_r: kStages × 64 × d] (swizzled) [schedule].
 template <int HEAD_DIM, int G, bool kBf16>
-__global__ void __launch_bounds__(ApplyTraits<HEAD_DIM, G>::kThreads, ApplyTraits<HEAD_DIM, G>::kMinBlocks)
-    stream_fast_apply_kernel(FastApplyLaunch p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
-                             const uint16_t* __restrict__ V, const long long* __restrict__ I,
-                             uint16_t* __restrict__ O) {
+__device__ __forceinline__ void apply_query_blocks(const FastApplyLaunch& p, const uint16_t* __restrict__ Q,
+                                                   const uint16_t* __restrict__ K, const uint16_t* __restrict__ V,
+                                                   const long long* __restrict__ I, uint16_t* __restrict__ O,
+                                                   int q_first, int q_count) {
   using Tr = ApplyTraits<HEAD_DIM, G>;
   constexpr int kKStepsQK = HEAD_DIM / 16, kNTilesO = HEAD_DIM / 8, kRowBytes = HEAD_DIM * 2;
   const float NEG_INF = __int_as_float(0xff800000);
-  const int q0 = p.q_first + int(blockIdx.x) * G, h = blockIdx.y;
-  const int local_rows = p.T - p.q_first * kBlock;  // rows of Q and O from the launch's first token on
+  const int q0 = q_first + int(blockIdx.x) * G, h = blockIdx.y;
+  const int local_rows = p.T - q_first * kBlock;  // rows of Q and O from the range's first token on
   const std::size_t stride = std::size_t(p.heads) * HEAD_DIM, head = std::size_t(h) * HEAD_DIM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int gq = warp / kWarpsPerQBlock, q = q0 + gq;  // this warp's query block
@@ -253,10 +255,10 @@ __global__ void __launch_bounds__(ApplyTraits<HEAD_DIM, G>::kThreads, ApplyTrait
   int* sched = reinterpret_cast<int*>(smem_raw + Tr::kTileSmem);
 
   // Q_q of the G query blocks: one cp.async group, in flight while the schedule is built.
-  for (int b = 0; b < G; ++b) load_tile<Tr, HEAD_DIM>(sQ + b * Tr::kTileBytes, Q, head, stride, (q0 + b - p.q_first) * kBlock,
-                                                   local_rows);
+  for (int b = 0; b < G; ++b)
+    load_tile<Tr, HEAD_DIM>(sQ + b * Tr::kTileBytes, Q, head, stride, (q0 + b - q_first) * kBlock, local_rows);
   cp_async_commit();
-  const int n_sched = build_schedule(p, I, q0, G, sched);
+  const int n_sched = build_schedule(p, I, q0, G, sched, q_first, q_count);
   for (int st = 0; st < Tr::kStages - 1; ++st) {
     if (st < n_sched) {
       const int r = sched[st] >> 4;
@@ -310,8 +312,52 @@ __global__ void __launch_bounds__(ApplyTraits<HEAD_DIM, G>::kThreads, ApplyTrait
   }
   cp_async_wait<0>();  // no copy may still be writing SRAM when the block exits
 
-  if (q < p.q_first + p.q_count)
-    store_rows<HEAD_DIM, kBf16>(O, acc, l_i, (q - p.q_first) * kBlock + warp_m0, local_rows, head, stride, g, t);
+  if (q < q_first + q_count)
+    store_rows<HEAD_DIM, kBf16>(O, acc, l_i, (q - q_first) * kBlock + warp_m0, local_rows, head, stride, g, t);
+}
+
+/// Grid (⌈n_q / G⌉, H), ApplyTraits::kThreads threads: the whole sequence (apply_query_blocks).
+template <int HEAD_DIM, int G, bool kBf16>
+__global__ void __launch_bounds__(ApplyTraits<HEAD_DIM, G>::kThreads, ApplyTraits<HEAD_DIM, G>::kMinBlocks)
+    stream_fast_apply_kernel(FastApplyLaunch p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
+                             const uint16_t* __restrict__ V, const long long* __restrict__ I,
+                             uint16_t* __restrict__ O) {
+  apply_query_blocks<HEAD_DIM, G, kBf16>(p, Q, K, V, I, O, 0, p.n_q);
+}
+
+/// A range launch's description: the whole problem and the query blocks q_first … q_first + q_count − 1.
+struct FastApplyRange {
+  FastApplyLaunch p;
+  int q_first = 0;
+  int q_count = 0;
+};
+
+/// Grid (q_count, H), one query block per thread block: the range's query blocks.
+template <int HEAD_DIM, bool kBf16>
+__global__ void __launch_bounds__(ApplyTraits<HEAD_DIM, 1>::kThreads, ApplyTraits<HEAD_DIM, 1>::kMinBlocks)
+    stream_fast_apply_range_kernel(FastApplyRange range, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
+                                   const uint16_t* __restrict__ V, const long long* __restrict__ I,
+                                   uint16_t* __restrict__ O) {
+  apply_query_blocks<HEAD_DIM, 1, kBf16>(range.p, Q, K, V, I, O, range.q_first, range.q_count);
+}
+
+template <int HEAD_DIM, bool kBf16>
+void launch_range(const FastApplyLaunch& p, int q_first, int q_count, const void* Q, const void* K, const void* V,
+                  const long long* I, void* O, cudaStream_t stream) {
+  using Tr = ApplyTraits<HEAD_DIM, 1>;
+  auto kernel = &stream_fast_apply_range_kernel<HEAD_DIM, kBf16>;
+  const std::size_t smem = std::size_t(Tr::kTileSmem) + std::size_t(schedule_slots(1, p.k)) * sizeof(int);
+  ::flashlab::cuda::detail::opt_in_smem(reinterpret_cast<const void*>(kernel), smem,
+                                        "stream_fast_apply_range_kernel");
+  ::flashlab::cuda::detail::announce("stream_fast_apply_range_kernel");
+  FastApplyRange range;
+  range.p = p;
+  range.q_first = q_first;
+  range.q_count = q_count;
+  kernel<<<dim3(unsigned(q_count), unsigned(p.heads)), Tr::kThreads, smem, stream>>>(
+      range, static_cast<const uint16_t*>(Q), static_cast<const uint16_t*>(K), static_cast<const uint16_t*>(V), I,
+      static_cast<uint16_t*>(O));
+  FLASHLAB_CUDA_CHECK_LAUNCH("stream_fast_apply_range_kernel");
 }
 
 template <int HEAD_DIM, int G>
@@ -320,16 +366,15 @@ std::size_t smem_bytes(int k) {
 }
 
 template <int HEAD_DIM, int G, bool kBf16>
-void launch_one(FastApplyLaunch p, const void* Q, const void* K, const void* V, const long long* I, void* O,
+void launch_one(const FastApplyLaunch& p, const void* Q, const void* K, const void* V, const long long* I, void* O,
                 cudaStream_t stream) {
-  if (p.q_count <= 0) p.q_count = p.n_q - p.q_first;
   using Tr = ApplyTraits<HEAD_DIM, G>;
   auto kernel = &stream_fast_apply_kernel<HEAD_DIM, G, kBf16>;
   const std::size_t smem = smem_bytes<HEAD_DIM, G>(p.k);
   ::flashlab::cuda::detail::opt_in_smem(reinterpret_cast<const void*>(kernel), smem,
                                         "stream_fast_apply_kernel");
   ::flashlab::cuda::detail::announce("stream_fast_apply_kernel");
-  const dim3 grid((p.q_count + G - 1) / G, p.heads);
+  const dim3 grid((p.n_q + G - 1) / G, p.heads);
   kernel<<<grid, Tr::kThreads, smem, stream>>>(p, static_cast<const uint16_t*>(Q), static_cast<const uint16_t*>(K),
                                                static_cast<const uint16_t*>(V), I, static_cast<uint16_t*>(O));
   FLASHLAB_CUDA_CHECK_LAUNCH("stream_fast_apply_kernel");
@@ -595,6 +640,17 @@ void launch_fast_apply(const FastApplyLaunch& p, int head_dim, int group, bool b
   } else {
     if (bf16) launch_dim<128, true>(p, group, Q, K, V, I, O, stream);
     else launch_dim<128, false>(p, group, Q, K, V, I, O, stream);
+  }
+}
+
+void launch_fast_apply_range(const FastApplyLaunch& p, int q_first, int q_count, int head_dim, bool bf16, const void* Q,
+                             const void* K, const void* V, const long long* I, void* O, cudaStream_t stream) {
+  if (head_dim == 64) {
+    if (bf16) launch_range<64, true>(p, q_first, q_count, Q, K, V, I, O, stream);
+    else launch_range<64, false>(p, q_first, q_count, Q, K, V, I, O, stream);
+  } else {
+    if (bf16) launch_range<128, true>(p, q_first, q_count, Q, K, V, I, O, stream);
+    else launch_range<128, false>(p, q_first, q_count, Q, K, V, I, O, stream);
   }
 }
 

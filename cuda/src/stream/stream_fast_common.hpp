@@ -19,11 +19,6 @@ struct FastApplyLaunch {
   int heads = 1;  ///< H
   int n_q = 0;    ///< ⌈T / b_q⌉ (= n_k)
   int k = 0;      ///< columns of I
-  /// Query blocks q_first … q_first + q_count − 1 only (a shard of the sequence; q_count 0 = all
-  /// from q_first): Q and O then hold their tokens from row 0 and I their rows ([H, q_count, k]),
-  /// while K and V are indexed by global token as T, q and every kept block r.
-  int q_first = 0;
-  int q_count = 0;
 };
 
 /// SRAM bytes of one thread block: Q tiles, K/V stages and the schedule of kept blocks.
@@ -33,6 +28,14 @@ std::size_t fast_apply_smem_bytes(int head_dim, int group, int k);
 /// bf16 (else fp16). Pointers are device pointers ([T, H, d] 16-bit; I [H, n_q, k] int64).
 void launch_fast_apply(const FastApplyLaunch& p, int head_dim, int group, bool bf16, const void* Q, const void* K,
                        const void* V, const long long* I, void* O, cudaStream_t stream);
+
+/// The fast apply of query blocks q_first … q_first + q_count − 1 only (a shard of the sequence),
+/// one query block per thread block: Q and O hold their tokens from row 0 and I their rows
+/// ([H, q_count, k]), while K and V are indexed by global token as T, q and every kept block r.
+/// Each output row is bitwise launch_fast_apply's with group 1 (the same code, instantiated apart
+/// so that the whole-sequence kernel stays as it was).
+void launch_fast_apply_range(const FastApplyLaunch& p, int q_first, int q_count, int head_dim, bool bf16, const void* Q,
+                             const void* K, const void* V, const long long* I, void* O, cudaStream_t stream);
 
 /// One edge record of the fast trace, the C ABI's flashlab_stream_edge field for field (24 bytes):
 /// query block, key block (−1 for an empty entry of I), slot in I's row, and the weights.

@@ -312,18 +312,19 @@ __device__ void write_row(const StreamProblem& p, FastArrays a, const FastShared
   }
 }
 
-/// Grid (q_count, heads launched), 128 threads: grid column x is query block q_first + q_count − 1 − x,
-/// grid row y is head head0 + y of Q and K, and row y of I, scores and margins (the launch's heads and
-/// query blocks only, in that order). Q holds the tokens of query blocks q_first … from its row 0 (a
-/// shard of the sequence); K is indexed by global token, like q, T, n_k and every score, so a
-/// shard's rows are bitwise those of a whole-sequence launch. Dynamic SRAM: kStages K_r tiles
-/// (Q_q passes through the first), then cur [k], next [2k], the fresh list [k], the warp maxima [4k].
+/// One thread block's query block: grid column x is query block q_first + q_count − 1 − x, grid row
+/// y head head0 + y of Q and K and row y of I, scores and margins (the launch's heads and query
+/// blocks only, in that order). Q holds the tokens of query blocks q_first … from its row 0; K is
+/// indexed by global token, like q, T, n_k and every score, so a range's rows are bitwise those of a
+/// whole-sequence launch (q_first = 0, q_count = n_q: the kernel below). Dynamic SRAM: kStages K_r
+/// tiles (Q_q passes through the first), then cur [k], next [2k], the fresh list [k], the warp
+/// maxima [4k].
 template <int HEAD_DIM>
-__global__ void __launch_bounds__(kFastThreads, FastEstimateTraits<HEAD_DIM>::kMinBlocks)
-    stream_fast_estimate_kernel(StreamProblem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
-                                const std::uint64_t* __restrict__ mask, long long* __restrict__ I,
-                                float* __restrict__ scores, float* __restrict__ margins, int head0, int q_first,
-                                int q_count) {
+__device__ __forceinline__ void estimate_query_block(const StreamProblem& p, const uint16_t* __restrict__ Q,
+                                                     const uint16_t* __restrict__ K,
+                                                     const std::uint64_t* __restrict__ mask, long long* __restrict__ I,
+                                                     float* __restrict__ scores, float* __restrict__ margins,
+                                                     int head0, int q_first, int q_count) {
   using T = FastEstimateTraits<HEAD_DIM>;
   const int q_local = q_count - 1 - int(blockIdx.x), h = head0 + int(blockIdx.y);  // longest ranges first
   const int q = q_first + q_local;
@@ -385,6 +386,26 @@ __global__ void __launch_bounds__(kFastThreads, FastEstimateTraits<HEAD_DIM>::kM
   write_row(p, a, st, I, scores, margins, row);
 }
 
+/// Grid (n_q, heads launched), 128 threads: the whole sequence (estimate_query_block).
+template <int HEAD_DIM>
+__global__ void __launch_bounds__(kFastThreads, FastEstimateTraits<HEAD_DIM>::kMinBlocks)
+    stream_fast_estimate_kernel(StreamProblem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
+                                const std::uint64_t* __restrict__ mask, long long* __restrict__ I,
+                                float* __restrict__ scores, float* __restrict__ margins, int head0) {
+  estimate_query_block<HEAD_DIM>(p, Q, K, mask, I, scores, margins, head0, 0, p.n_q);
+}
+
+/// Grid (q_count, heads launched), 128 threads: query blocks q_first … q_first + q_count − 1
+/// (estimate_query_block; the sharded run passes every head and no user mask).
+template <int HEAD_DIM>
+__global__ void __launch_bounds__(kFastThreads, FastEstimateTraits<HEAD_DIM>::kMinBlocks)
+    stream_fast_estimate_range_kernel(StreamProblem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
+                                      const std::uint64_t* __restrict__ mask, long long* __restrict__ I,
+                                      float* __restrict__ scores, float* __restrict__ margins, int head0,
+                                      int q_first, int q_count) {
+  estimate_query_block<HEAD_DIM>(p, Q, K, mask, I, scores, margins, head0, q_first, q_count);
+}
+
 template <int HEAD_DIM>
 std::size_t fast_smem_bytes(int k) {
   using T = FastEstimateTraits<HEAD_DIM>;
@@ -393,32 +414,52 @@ std::size_t fast_smem_bytes(int k) {
 }
 
 template <int HEAD_DIM>
-void launch_fast(const StreamProblem& p, int head0, int head_count, int q_first, int q_count, const uint16_t* Q,
-                 const uint16_t* K, const std::uint64_t* mask, long long* I, float* scores, float* margins,
-                 cudaStream_t stream) {
+void launch_fast(const StreamProblem& p, int head0, int head_count, const uint16_t* Q, const uint16_t* K,
+                 const std::uint64_t* mask, long long* I, float* scores, float* margins, cudaStream_t stream) {
   const std::size_t smem = fast_smem_bytes<HEAD_DIM>(p.k);
   ::flashlab::cuda::detail::opt_in_smem(reinterpret_cast<const void*>(&stream_fast_estimate_kernel<HEAD_DIM>), smem,
                                         "stream_fast_estimate_kernel");
-  const dim3 grid{unsigned(q_count), unsigned(head_count)};
+  const dim3 grid(unsigned(p.n_q), unsigned(head_count));
   ::flashlab::cuda::detail::announce("stream_fast_estimate_kernel");
-  stream_fast_estimate_kernel<HEAD_DIM><<<grid, kFastThreads, smem, stream>>>(p, Q, K, mask, I, scores, margins, head0,
-                                                                         q_first, q_count);
+  stream_fast_estimate_kernel<HEAD_DIM><<<grid, kFastThreads, smem, stream>>>(p, Q, K, mask, I, scores, margins, head0);
   FLASHLAB_CUDA_CHECK_LAUNCH("stream_fast_estimate_kernel");
+}
+
+template <int HEAD_DIM>
+void launch_fast_range(const StreamProblem& p, int q_first, int q_count, const uint16_t* Q, const uint16_t* K,
+                       long long* I, float* scores, float* margins, cudaStream_t stream) {
+  const std::size_t smem = fast_smem_bytes<HEAD_DIM>(p.k);
+  ::flashlab::cuda::detail::opt_in_smem(reinterpret_cast<const void*>(&stream_fast_estimate_range_kernel<HEAD_DIM>),
+                                        smem, "stream_fast_estimate_range_kernel");
+  const dim3 grid{unsigned(q_count), unsigned(p.heads)};
+  ::flashlab::cuda::detail::announce("stream_fast_estimate_range_kernel");
+  stream_fast_estimate_range_kernel<HEAD_DIM><<<grid, kFastThreads, smem, stream>>>(p, Q, K, nullptr, I, scores,
+                                                                                    margins, 0, q_first, q_count);
+  FLASHLAB_CUDA_CHECK_LAUNCH("stream_fast_estimate_range_kernel");
 }
 
 }  // namespace
 
-void launch_fast_estimate(const StreamProblem& p, int head0, int head_count, const void* Q, const void* K,
-                          const std::uint64_t* mask, long long* I, float* scores, float* margins, void* stream,
-                          int q_first, int q_count) {
-  if (q_count <= 0) q_count = p.n_q - q_first;
+void launch_fast_estimate_range(const StreamProblem& p, int q_first, int q_count, const void* Q, const void* K,
+                                long long* I, float* scores, float* margins, void* stream) {
   const auto* q16 = static_cast<const uint16_t*>(Q);
   const auto* k16 = static_cast<const uint16_t*>(K);
   const auto s = static_cast<cudaStream_t>(stream);
   if (p.d == 64)
-    launch_fast<64>(p, head0, head_count, q_first, q_count, q16, k16, mask, I, scores, margins, s);
+    launch_fast_range<64>(p, q_first, q_count, q16, k16, I, scores, margins, s);
   else
-    launch_fast<128>(p, head0, head_count, q_first, q_count, q16, k16, mask, I, scores, margins, s);
+    launch_fast_range<128>(p, q_first, q_count, q16, k16, I, scores, margins, s);
+}
+
+void launch_fast_estimate(const StreamProblem& p, int head0, int head_count, const void* Q, const void* K,
+                          const std::uint64_t* mask, long long* I, float* scores, float* margins, void* stream) {
+  const auto* q16 = static_cast<const uint16_t*>(Q);
+  const auto* k16 = static_cast<const uint16_t*>(K);
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (p.d == 64)
+    launch_fast<64>(p, head0, head_count, q16, k16, mask, I, scores, margins, s);
+  else
+    launch_fast<128>(p, head0, head_count, q16, k16, mask, I, scores, margins, s);
 }
 
 }  // namespace flashlab::cuda::stream::detail

@@ -14,12 +14,15 @@ namespace flashlab::cuda::stream::detail {
 /// ([head_count, n_q, k], [head_count, n_q]). `mask` is the packed C_blk or nullptr; `scores` and
 /// `margins` may be nullptr. Asynchronous on `stream` (a cudaStream_t); throws CudaError if the
 /// launch fails.
-/// With q_count > 0 only query blocks q_first … q_first + q_count − 1 are estimated (a shard of the
-/// sequence): Q then holds their tokens from its row 0 ([T − 64·q_first rows, H, d], the tail past the
-/// shard never read), K is still indexed by global token (rows 0 … of every block they may see), and
-/// I, scores, margins hold [head_count, q_count, ·]; each row bitwise that of a whole-sequence launch.
 void launch_fast_estimate(const StreamProblem& p, int head0, int head_count, const void* Q, const void* K,
-                          const std::uint64_t* mask, long long* I, float* scores, float* margins, void* stream,
-                          int q_first = 0, int q_count = 0);
+                          const std::uint64_t* mask, long long* I, float* scores, float* margins, void* stream);
+
+/// The same for query blocks q_first … q_first + q_count − 1 only (a shard of the sequence), every
+/// head: Q holds their tokens from its row 0 ([T − 64·q_first rows, H, d], rows past the range
+/// never read), K is indexed by global token (it must hold every row the range may see), and I,
+/// scores, margins hold [H, q_count, ·]. Each row is bitwise launch_fast_estimate's: the same code,
+/// instantiated apart so that the whole-sequence kernel stays as it was.
+void launch_fast_estimate_range(const StreamProblem& p, int q_first, int q_count, const void* Q, const void* K,
+                                long long* I, float* scores, float* margins, void* stream);
 
 }  // namespace flashlab::cuda::stream::detail

@@ -142,7 +142,8 @@ ShardedStreamOutput stream_sharded_host(const ShardedStreamProblem& problem, con
 struct ShardedBenchRow {
   std::size_t gpus = 1;            ///< G
   std::size_t T = 0;               ///< tokens of the whole sequence
-  std::size_t dim = 0, k = 0;      ///< d, k
+  std::size_t dim = 0;             ///< d
+  std::size_t k = 0;               ///< kept blocks per query block
   double total_ms = 0;             ///< median over reps of the slowest rank's total
   double estimate_ms = 0;          ///< median of the slowest rank's estimate
   double apply_ms = 0;             ///< median of the slowest rank's apply
