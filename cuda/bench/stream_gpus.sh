@@ -14,8 +14,9 @@
 #   stream_gpus.sh all [BIN_DIR] [OUT_DIR]    check, then scale
 #
 # BIN_DIR (default gpu-carry) holds test_cuda_stream_sharded and flashlab built with the cuda preset
-# (NCCL found) and, optionally, a file `commit` naming their commit; OUT_DIR (default /tmp/flashlab-stream-gpus) lies outside the tree: OUT_DIR/logs/,
-# OUT_DIR/csv/stream_gpus.csv (append its rows to cuda/results/stream_gpus.csv). The recipe:
+# (NCCL found) and, optionally, a file `commit` naming their commit; OUT_DIR (default
+# /tmp/flashlab-stream-gpus) lies outside the tree: OUT_DIR/logs/, OUT_DIR/csv/stream_gpus.csv (its
+# rows belong in the file of that name in cuda/results/, whose README gives the columns). The recipe:
 #   cmake --preset cuda && cmake --build --preset cuda -j2 --target test_cuda_stream_sharded flashlab
 #   mkdir -p gpu-carry && cp build/cuda/tests/cuda/test_cuda_stream_sharded build/cuda/app/flashlab gpu-carry/
 #   (GPU machine of 2 or 4 GPUs, repository root)  bash cuda/bench/stream_gpus.sh all gpu-carry "$OUT"

@@ -77,6 +77,16 @@ void require_device_pointer(const char* entry, const char* name, const void* ptr
   if (!why.empty()) throw StreamError(std::string(entry) + ": " + name + " " + why);
 }
 
+/// The launch description of a checked fast apply or trace shape.
+detail::FastApplyLaunch fast_apply_launch(const FastApplyShape& shape) {
+  detail::FastApplyLaunch p;
+  p.T = int(shape.T);
+  p.heads = int(shape.heads);
+  p.n_q = int((shape.T + kFastStreamBlock - 1) / kFastStreamBlock);
+  p.k = int(shape.k);
+  return p;
+}
+
 /// The launch description of a checked fast-estimate problem (the clear kernels' StreamProblem; d = d_v).
 StreamProblem fast_problem(const ref::stream::BlockMask& mask, std::size_t heads, std::size_t d, std::size_t k) {
   check_fast_estimate(mask.geometry(), heads, d, k);
@@ -167,11 +177,7 @@ std::size_t fast_apply_workspace_bytes(const FastApplyShape& shape) {
 void stream_fast_apply_device(const FastApplyShape& shape, const void* Q, const void* K, const void* V,
                               const std::int64_t* I, void* O, void* stream) {
   check_fast_apply(shape);
-  detail::FastApplyLaunch p;
-  p.T = int(shape.T);
-  p.heads = int(shape.heads);
-  p.n_q = int((shape.T + kFastStreamBlock - 1) / kFastStreamBlock);
-  p.k = int(shape.k);
+  const detail::FastApplyLaunch p = fast_apply_launch(shape);
   const int group = shape.group == 0 ? fast_apply_default_group() : shape.group;
   static_assert(sizeof(long long) == sizeof(std::int64_t));
   detail::launch_fast_apply(p, int(shape.dim), group, shape.dtype == ref::Dtype::bf16, Q, K, V,
@@ -201,11 +207,7 @@ void stream_fast_trace_device(const FastApplyShape& shape, const void* Q, const 
                       " (exclusive) run past n_q = " + std::to_string(n_q) + " (hint: q_first < n_q, q_first + q_count ≤ n_q)");
   static_assert(sizeof(FastEdge) == sizeof(detail::FastEdgeRecord) && sizeof(FastEdge) == 24,
                 "the fast trace writes FastEdge's layout");
-  detail::FastApplyLaunch p;
-  p.T = int(shape.T);
-  p.heads = int(shape.heads);
-  p.n_q = int((shape.T + kFastStreamBlock - 1) / kFastStreamBlock);
-  p.k = int(shape.k);
+  const detail::FastApplyLaunch p = fast_apply_launch(shape);
   detail::launch_fast_trace(p, int(range.first), int(range.count), int(shape.dim), shape.dtype == ref::Dtype::bf16, Q, K, V,
                             reinterpret_cast<const long long*>(I), reinterpret_cast<detail::FastEdgeRecord*>(edges),
                             static_cast<cudaStream_t>(stream), int(q_first), int(q_count));
@@ -284,11 +286,7 @@ void stream_fast_estimate_shard_device(const ref::stream::BlockMask& mask, std::
 void stream_fast_apply_shard_device(const FastApplyShape& shape, QueryBlockRange blocks, const void* Q, const void* K,
                                     const void* V, const std::int64_t* I, void* O, void* stream) {
   check_fast_apply(shape);
-  detail::FastApplyLaunch p;
-  p.T = int(shape.T);
-  p.heads = int(shape.heads);
-  p.n_q = int((shape.T + kFastStreamBlock - 1) / kFastStreamBlock);
-  p.k = int(shape.k);
+  const detail::FastApplyLaunch p = fast_apply_launch(shape);
   blocks = resolve_blocks(blocks, std::size_t(p.n_q));
   if (Q == nullptr || K == nullptr || V == nullptr || I == nullptr || O == nullptr)
     throw StreamError("Q, K, V, I and O must be device pointers");
