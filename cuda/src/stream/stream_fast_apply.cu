@@ -78,18 +78,42 @@ __device__ __forceinline__ void load_tile(uint32_t smem, const uint16_t* x, std:
 }
 
 
+/// A range launch's description: the whole problem and the query blocks q_first … q_first + q_count − 1.
+struct FastApplyRange {
+  FastApplyLaunch p;
+  int q_first = 0;
+  int q_count = 0;
+};
+
+/// The query blocks a launch covers: the whole sequence (0 … n_q − 1) …
+struct WholeSequence {
+  int n_q;
+  __device__ __forceinline__ int first() const { return 0; }
+  __device__ __forceinline__ int count() const { return n_q; }
+};
+
+/// … or a range (FastApplyRange), its bounds read where they are used. (Each form keeps the machine
+/// code its kernel had when it was measured: cuda/bench/cubin_diff.py.)
+struct QueryBlockSpan {
+  const FastApplyRange& r;
+  __device__ __forceinline__ int first() const { return r.q_first; }
+  __device__ __forceinline__ int count() const { return r.q_count; }
+};
+
 /// Step 1: the union of the G rows I[h, q0 … q0 + G − 1, :] as packed entries (r << 4) | bits
 /// (bit g: query block q0 + g kept r; G ≤ 2), sorted by r, duplicates merged, in sched[0 … n); returns
 /// n. Bitonic sort of (r << 2 | g) keys over all threads, then one thread merges the runs (at
 /// most G equal r in a row: I has no duplicates within a row). All threads; ends with a barrier.
-__device__ int build_schedule(const FastApplyLaunch& p, const long long* __restrict__ I, int q0, int G, int* sched,
-                              int q_first, int q_count) {
+template <class Span>
+__device__ int build_schedule(const FastApplyLaunch& p, const Span& span, const long long* __restrict__ I, int q0, int G,
+                              int* sched) {
+  const int q_end = span.first() + span.count();  // I holds the span's rows
   const int n = G * p.k, width = schedule_slots(G, p.k), h = blockIdx.y;
   constexpr int kEmpty = 0x7fffffff;  // sorts last
   for (int e = threadIdx.x; e < width; e += blockDim.x) {
     const int q = q0 + e / p.k;
     const long long r =
-        e < n && q < q_first + q_count ? I[(std::size_t(h) * q_count + (q - q_first)) * p.k + e % p.k] : -1;
+        e < n && q < q_end ? I[(std::size_t(h) * span.count() + (q - span.first())) * p.k + e % p.k] : -1;
     sched[e] = r < 0 ? kEmpty : int(r) << 2 | (e / p.k);
   }
   for (int size = 2; size <= width; size *= 2)
@@ -232,16 +256,16 @@ __device__ __forceinline__ void store_rows(uint16_t* __restrict__ O, const float
 /// range's first query block, I holds the range's rows, K and V rows are global (the whole-sequence
 /// kernel below: q_first = 0, q_count = n_q). Dynamic SRAM: [Q_q: G × 64 × d]
 /// [K_r: kStages × 64 × d][V_r: kStages × 64 × d] (swizzled) [schedule].
-template <int HEAD_DIM, int G, bool kBf16>
-__device__ __forceinline__ void apply_query_blocks(const FastApplyLaunch& p, const uint16_t* __restrict__ Q,
-                                                   const uint16_t* __restrict__ K, const uint16_t* __restrict__ V,
-                                                   const long long* __restrict__ I, uint16_t* __restrict__ O,
-                                                   int q_first, int q_count) {
+template <int HEAD_DIM, int G, bool kBf16, class Span>
+__device__ __forceinline__ void apply_query_blocks(const FastApplyLaunch& p, const Span& span,
+                                                   const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
+                                                   const uint16_t* __restrict__ V, const long long* __restrict__ I,
+                                                   uint16_t* __restrict__ O) {
   using Tr = ApplyTraits<HEAD_DIM, G>;
   constexpr int kKStepsQK = HEAD_DIM / 16, kNTilesO = HEAD_DIM / 8, kRowBytes = HEAD_DIM * 2;
   const float NEG_INF = __int_as_float(0xff800000);
-  const int q0 = q_first + int(blockIdx.x) * G, h = blockIdx.y;
-  const int local_rows = p.T - q_first * kBlock;  // rows of Q and O from the range's first token on
+  const int q0 = span.first() + int(blockIdx.x) * G, h = blockIdx.y;
+  const int local_rows = p.T - span.first() * kBlock;  // rows of Q and O from the span's first token on
   const std::size_t stride = std::size_t(p.heads) * HEAD_DIM, head = std::size_t(h) * HEAD_DIM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int gq = warp / kWarpsPerQBlock, q = q0 + gq;  // this warp's query block
@@ -256,9 +280,10 @@ __device__ __forceinline__ void apply_query_blocks(const FastApplyLaunch& p, con
 
   // Q_q of the G query blocks: one cp.async group, in flight while the schedule is built.
   for (int b = 0; b < G; ++b)
-    load_tile<Tr, HEAD_DIM>(sQ + b * Tr::kTileBytes, Q, head, stride, (q0 + b - q_first) * kBlock, local_rows);
+    load_tile<Tr, HEAD_DIM>(sQ + b * Tr::kTileBytes, Q, head, stride, (q0 + b - span.first()) * kBlock,
+                                           local_rows);
   cp_async_commit();
-  const int n_sched = build_schedule(p, I, q0, G, sched, q_first, q_count);
+  const int n_sched = build_schedule(p, span, I, q0, G, sched);
   for (int st = 0; st < Tr::kStages - 1; ++st) {
     if (st < n_sched) {
       const int r = sched[st] >> 4;
@@ -312,8 +337,8 @@ __device__ __forceinline__ void apply_query_blocks(const FastApplyLaunch& p, con
   }
   cp_async_wait<0>();  // no copy may still be writing SRAM when the block exits
 
-  if (q < q_first + q_count)
-    store_rows<HEAD_DIM, kBf16>(O, acc, l_i, (q - q_first) * kBlock + warp_m0, local_rows, head, stride, g, t);
+  if (q < span.first() + span.count())
+    store_rows<HEAD_DIM, kBf16>(O, acc, l_i, (q - span.first()) * kBlock + warp_m0, local_rows, head, stride, g, t);
 }
 
 /// Grid (⌈n_q / G⌉, H), ApplyTraits::kThreads threads: the whole sequence (apply_query_blocks).
@@ -322,15 +347,8 @@ __global__ void __launch_bounds__(ApplyTraits<HEAD_DIM, G>::kThreads, ApplyTrait
     stream_fast_apply_kernel(FastApplyLaunch p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                              const uint16_t* __restrict__ V, const long long* __restrict__ I,
                              uint16_t* __restrict__ O) {
-  apply_query_blocks<HEAD_DIM, G, kBf16>(p, Q, K, V, I, O, 0, p.n_q);
+  apply_query_blocks<HEAD_DIM, G, kBf16>(p, WholeSequence{p.n_q}, Q, K, V, I, O);
 }
-
-/// A range launch's description: the whole problem and the query blocks q_first … q_first + q_count − 1.
-struct FastApplyRange {
-  FastApplyLaunch p;
-  int q_first = 0;
-  int q_count = 0;
-};
 
 /// Grid (q_count, H), one query block per thread block: the range's query blocks.
 template <int HEAD_DIM, bool kBf16>
@@ -338,7 +356,7 @@ __global__ void __launch_bounds__(ApplyTraits<HEAD_DIM, 1>::kThreads, ApplyTrait
     stream_fast_apply_range_kernel(FastApplyRange range, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                                    const uint16_t* __restrict__ V, const long long* __restrict__ I,
                                    uint16_t* __restrict__ O) {
-  apply_query_blocks<HEAD_DIM, 1, kBf16>(range.p, Q, K, V, I, O, range.q_first, range.q_count);
+  apply_query_blocks<HEAD_DIM, 1, kBf16>(range.p, QueryBlockSpan{range}, Q, K, V, I, O);
 }
 
 template <int HEAD_DIM, bool kBf16>
