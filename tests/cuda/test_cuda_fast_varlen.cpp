@@ -168,6 +168,18 @@ TEST_CASE("fast forward, packed sequences on work lists longer than the GPU", "[
   report("varlen long");
 }
 
+TEST_CASE("fast forward, packed keys of mean length >= 3072 (tma-ws: Bc = 192 at d = 128 without a mask)",
+          "[fast][fast-varlen]") {
+  const auto on = kernels();
+  // total_k / B ≥ 3072: the tma-ws forward's key tiles of 192 (fwd_ws_config.hpp); lengths that are
+  // not multiples of 192 (each sequence's own ragged last tile), a sequence without queries, a
+  // one-query row, grouped K/V.
+  check_varlen({{64, 1, 300, 0}, {4000, 3500, 5000, 100}, 4, 4, 128, false}, on);
+  check_varlen({{64, 1, 300, 0}, {4000, 3500, 5000, 100}, 4, 2, 128, false, -1, -1, kFp16}, on);
+  check_varlen({{3100}, {}, 2, 1, 128, false}, on);
+  report("varlen wide key tiles");
+}
+
 TEST_CASE("fast forward on device memory refuses packed calls it cannot run, by name", "[fast][fast-varlen]") {
   fr::AttentionProblem cfg;
   cfg.heads = 2;

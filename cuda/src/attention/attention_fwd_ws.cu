@@ -910,7 +910,8 @@ constexpr WsConfig kWsConfigs[] = {
     {256, true, true, 2, 2, 80, true, false, true, false, false, false},
     {256, true, true, 2, 2, 80, true, false, true, false, false, false, true},
     // packed sequences (d = 64 and 128): each of the above that choose_ws_config() picks for them
-    // (never the split tail, never Bc = 192), with the packed work list
+    // (never the split tail), with the packed work list
+    {128, true, false, 2, 2, 192, true, true, true, true, true, false, false, true},
     {64, true, true, 3, 3, 128, true, false, false, false, true, false, false, true},
     {64, true, true, 2, 3, 128, true, false, false, false, true, false, false, true},
     {64, true, false, 3, 3, 128, true, true, true, false, true, false, false, true},

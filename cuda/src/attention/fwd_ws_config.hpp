@@ -70,6 +70,12 @@ inline bool ws_wide_keys(const Problem& p) {
   return padded * 100 <= p.seq_k * 101LL;
 }
 
+/// Packed sequences, d = 128 without a causal mask: key tiles of Bc = 192 once the mean key length
+/// total_k / B is at least 3072. Each sequence pads its own last key tile, on average Bc/2 keys: 96
+/// at Bc = 192 against 64 at Bc = 128, so the wider tile wastes about 32·B keys more, at most ~1 % of
+/// the keys at that mean (the dense rule's bound); the host knows no length but the totals.
+inline bool ws_wide_packed_keys(const Problem& p) { return p.total_k >= 3072LL * p.batch; }
+
 /// The configuration of problem `p` (d ∈ {64, 128, 256}) on a device of `sms` SMs, the one place the
 /// choice is made (the launcher runs it, fast_forward_tiles() reports its tiles):
 /// - d = 64: two or three consumer warpgroups (ws_three_consumers), both with the
@@ -91,8 +97,8 @@ inline bool ws_wide_keys(const Problem& p) {
 ///   fits two stages (96 would need 256 KiB). With only two stages, releasing K_j a turn before
 ///   V_j is what lets the next key tile load in time: +37 % without a mask, +26 % causal.
 /// - Packed sequences (Problem::packed(), d = 64 and 128): as dense, with units of unequal lengths
-///   and each sequence's own ragged last key tile, so never the split tail (it cuts equal units)
-///   and never Bc = 192 (the host knows no length to bound its padding by).
+///   and each sequence's own ragged last key tile, so never the split tail (it cuts equal units).
+///   d = 128 without a mask takes Bc = 192 by ws_wide_packed_keys (the host knows the totals only).
 /// - A window (Problem::windowed()): the causal configuration of its head dim with `window` set,
 ///   the band's two edges in place of the diagonal; at d = 64 always two consumers (Br = 128: a
 ///   narrow band wastes less of a shorter query tile, and one instantiation fewer to build).
@@ -138,7 +144,7 @@ inline WsConfig choose_ws_config(const Problem& p, bool bf16, int sms) {
   c.short_chains = true;
   c.split_empty = true;
   c.vote_max = true;
-  if (!p.packed() && ws_wide_keys(p)) {
+  if (p.packed() ? ws_wide_packed_keys(p) : ws_wide_keys(p)) {
     c.block_n = 192;
     c.stages = 2;
     c.two_p = true;
