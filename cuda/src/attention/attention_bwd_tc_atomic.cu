@@ -109,6 +109,7 @@
 // fast_attention_backward_workspace_bytes(design, problem) bytes, or
 // `flashlab bench attention --pass bwd --bwd-design atomic`. Tests: tests/cuda/test_cuda_fast_bwd.cpp.
 #include "attention/attention_bwd_tc.cuh"
+#include "attention/packed.cuh"
 #include "core/warp_gemm.cuh"
 
 #include <cuda_bf16.h>
@@ -182,6 +183,20 @@ __device__ __forceinline__ void add_f32x2(float* out, float x, float y) {
 }
 
 // ----------------------------------------------------------------------------- 2. main kernel
+/// Key tile `u` of a packed launch: packed_tile() (packed.cuh) over the keys' prefix sums, the
+/// fields then named for what they hold (`row0` the tile's first KEY row inside its sequence).
+__device__ __forceinline__ PackedTile packed_key_tile(const Problem& p, const PackedLists& lists, int u, int rows) {
+  PackedTile t = packed_tile(lists.cu_seqlens_k, lists.cu_seqlens_q, p.batch, u, rows);
+  const int k_start = t.q_start, len_k = t.len_q;  // the search ran over the keys' sums
+  t.q_start = t.k_start;
+  t.len_q = t.len_k;
+  t.k_start = k_start;
+  t.len_k = len_k;
+  return t;
+}
+
+/// The main kernel's body (the kernels below: the dense one keeps its own parameters, so its code
+/// is as it was; the packed one adds the prefix sums).
 /// Grid (Tc = ceil(N / BLOCK_N), H, B) non-causal, (H, Tc, B) causal; 256 threads; kSmem bytes of
 /// dynamic SRAM (layout in the file-top comment).
 /// kGroup (its own instantiation): grouped K/V (H_kv < H) or N_k ≠ N. The block owns K/V head hk
@@ -190,23 +205,58 @@ __device__ __forceinline__ void add_f32x2(float* out, float x, float y) {
 /// offset N_k − N folded in) masks causal, windows and neither alike.
 /// kAddF32 (with kGroup, its own instantiation): dK, dV point to fp32 sums that dK_j, dV_j are
 /// added into unrounded (add_rows_f32; BwdPointers::add_f32).
-template <int HEAD_DIM, bool kBf16, bool kWindow = false, bool kGroup = false, bool kAddF32 = false>
-__global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
-    fast_bwd_atomic_kernel(Problem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
-                           const uint16_t* __restrict__ V, const uint16_t* __restrict__ dO,
-                           const float* __restrict__ LSE, const float* __restrict__ D, float* __restrict__ dQaccum,
-                           uint16_t* __restrict__ dK, uint16_t* __restrict__ dV) {
+/// kPacked (with kGroup; Problem::packed()): grid (⌊total_k / BLOCK_N⌋ + B, H_kv, 1) non-causal,
+/// (H_kv, ⌊total_k / BLOCK_N⌋ + B, 1) causal: each block one key tile of one sequence in the packed
+/// numbering over the keys (packed_key_tile), with that sequence's lengths, rows and band; its
+/// query tiles are the sequence's, numbered in the packed query numbering (packed.cuh) for dQaccum.
+template <int HEAD_DIM, bool kBf16, bool kWindow, bool kGroup, bool kAddF32, bool kPacked>
+__device__ __forceinline__ void fast_bwd_atomic_body(const Problem& p, const uint16_t* __restrict__ Q,
+                                                     const uint16_t* __restrict__ K, const uint16_t* __restrict__ V,
+                                                     const uint16_t* __restrict__ dO, const float* __restrict__ LSE,
+                                                     const float* __restrict__ D, float* __restrict__ dQaccum,
+                                                     uint16_t* __restrict__ dK, uint16_t* __restrict__ dV,
+                                                     const PackedLists& lists) {
   using T = AtomicTraits<HEAD_DIM>;
   constexpr int BLOCK_M = T::BLOCK_M, BLOCK_N = T::BLOCK_N, kThreads = T::kThreads;
   constexpr int SNT = T::kSNT, kSCols = 8 * SNT;
   constexpr bool kBand = kWindow || kGroup;  // masks by the band (window_lo … window_hi)
-  const int N = p.seq;
-  const int Nk = kGroup ? p.seq_k : N;  // keys
+  static_assert(!kPacked || kGroup, "packed sequences have their own key lengths");
+  int N = p.seq;
+  int Nk = kGroup ? p.seq_k : N;  // keys
   // h: the query head (kGroup: the K/V head hk, whose query heads are h0 … h0 + G − 1).
-  const int j = p.causal ? blockIdx.y : blockIdx.x, h = p.causal ? blockIdx.x : blockIdx.y, b = blockIdx.z;
-  const int start_n = j * BLOCK_N;
-  const std::size_t stride = p.row_stride(), base = p.head_offset(b, h), stat = p.stat_offset(b, h);
-  const std::size_t kv_stride = kGroup ? p.kv_row_stride() : stride, kv_base = kGroup ? p.kv_head_offset(b, h) : base;
+  const int j = p.causal ? blockIdx.y : blockIdx.x, h = p.causal ? blockIdx.x : blockIdx.y;
+  int b = blockIdx.z;
+  int start_n = j * BLOCK_N;
+  const std::size_t stride = p.row_stride();
+  std::size_t base = p.head_offset(b, h), stat = p.stat_offset(b, h);
+  const std::size_t kv_stride = kGroup ? p.kv_row_stride() : stride;
+  std::size_t kv_base = kGroup ? p.kv_head_offset(b, h) : base;
+  int q_start = 0;   // packed: the sequence's first row of Q, O, dO, dQ and LSE, D
+  int q_tile0 = 0;   // packed: its first query tile in the packed numbering (dQaccum)
+  int offset = kGroup ? p.causal_offset() : 0;  // N_k − N
+  if constexpr (kPacked) {
+    // Packed sequences: key tile j of the numbering over the keys is key tile start_n / BLOCK_N of
+    // sequence pt.b; N, N_k, the band's offset and the rows are that sequence's. The loads stop at
+    // the sequence's own last row (zero-filled past it), so no row of the next sequence reaches SRAM.
+    const PackedTile pt = packed_key_tile(p, lists, j, BLOCK_N);
+    if (pt.row0 >= pt.len_k) return;  // past the sequence's last key: at most one tile per sequence
+    b = pt.b;
+    N = pt.len_q;
+    Nk = pt.len_k;
+    start_n = pt.row0;
+    q_start = pt.q_start;
+    q_tile0 = pt.q_start / BLOCK_M + pt.b;
+    kv_base = std::size_t(pt.k_start) * kv_stride + std::size_t(h) * HEAD_DIM;
+    offset = Nk - N;
+  }
+  // Q, O, dO rows and LSE, D rows of query head hq: [B, N, H, d] and [B, H, N]; packed
+  // [1, total_q, H, d] and [1, H, total_q] from the sequence's first row.
+  auto q_head = [&](int hq) {
+    return kPacked ? std::size_t(q_start) * stride + std::size_t(hq) * HEAD_DIM : p.head_offset(b, hq);
+  };
+  auto q_stat = [&](int hq) {
+    return kPacked ? std::size_t(hq) * std::size_t(p.total_q) + std::size_t(q_start) : p.stat_offset(b, hq);
+  };
   const int G = kGroup ? p.heads / p.heads_kv : 1, h0 = kGroup ? h * G : h;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;  // mma fragment coordinates
@@ -232,7 +282,8 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
   // queries). With N_k = N each key sees its own query (lo ≤ 0 ≤ hi): never an empty range; with
   // N_k ≠ N it may be (the loop then runs no step, and dK_j = dV_j = 0 are written).
   int i_end = Tr;
-  const int lo = kBand ? p.window_lo() : 0, hi = kBand ? p.window_hi() : 0;
+  const int lo = kBand ? (kPacked ? p.window_lo(offset) : p.window_lo()) : 0;
+  const int hi = kBand ? (kPacked ? p.window_hi(offset) : p.window_hi()) : 0;
   if constexpr (kBand) {
     const int key_last = min(start_n + BLOCK_N, Nk) - 1;
     const int q_first = max(0, start_n - hi), q_last = min(N - 1, key_last - lo);
@@ -252,7 +303,7 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
 
   // Load K_j, V_j, Q_first, dO_first, LSE_first, D_first: HBM → SRAM (one cp.async group).
   // kGroup: the first query head of the group (h0).
-  const std::size_t base0 = kGroup ? p.head_offset(b, h0) : base, stat0 = kGroup ? p.stat_offset(b, h0) : stat;
+  const std::size_t base0 = kGroup ? q_head(h0) : base, stat0 = kGroup ? q_stat(h0) : stat;
   load_tile_async<HEAD_DIM, BLOCK_N, kThreads>(sK, K + kv_base, kv_stride, start_n, Nk);
   load_tile_async<HEAD_DIM, BLOCK_N, kThreads>(sV, V + kv_base, kv_stride, start_n, Nk);
   load_tile_async<HEAD_DIM, BLOCK_M, kThreads>(sQ, Q + base0, stride, i_begin * BLOCK_M, N);
@@ -289,7 +340,10 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
     __syncwarp();  // every lane's generic-proxy stores before lane 0's proxy fence
     if (lane == 0) {
       fence_proxy_async_shared();  // ... before the async-proxy read of the bulk reduction
-      const std::size_t tile = (std::size_t(b) * p.heads + hq) * std::size_t(Tr) + std::size_t(row0 / BLOCK_M);
+      // Packed: tile q_tile0 + i of head hq in the packed query numbering (Tq tiles per head).
+      const std::size_t tile =
+          kPacked ? std::size_t(hq) * std::size_t(p.total_q / BLOCK_M + p.batch) + std::size_t(q_tile0 + row0 / BLOCK_M)
+                  : (std::size_t(b) * p.heads + hq) * std::size_t(Tr) + std::size_t(row0 / BLOCK_M);
       bulk_reduce_add_f32(dQaccum + tile * (BLOCK_M * HEAD_DIM) + 1024 * warp, sW, uint32_t(T::kSliceDq));
       bulk_commit_group();
     }
@@ -302,7 +356,7 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
   for (int i = i_begin; i < i_end; ++i) {
     const int row0 = i * BLOCK_M;
     const int hq = h0 + gh;
-    const std::size_t qbase = kGroup ? p.head_offset(b, hq) : base, qstat = kGroup ? p.stat_offset(b, hq) : stat;
+    const std::size_t qbase = kGroup ? q_head(hq) : base, qstat = kGroup ? q_stat(hq) : stat;
     const int st = kGroup ? n++ & 1 : (i - i_begin) & 1;
     const uint32_t stage = uint32_t(st * T::kTileQ);
     cp_async_wait<0>();  // this thread's copies of Q_i, dO_i, LSE_i, D_i (and K_j, V_j) have landed
@@ -318,10 +372,10 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
       load_stats_async(sL + uint32_t((st ^ 1) * T::kTileL), row0 + BLOCK_M, qstat);
     } else if (kGroup && gh + 1 < G) {
       const uint32_t next = uint32_t((st ^ 1) * T::kTileQ);
-      const std::size_t nbase = p.head_offset(b, hq + 1);
+      const std::size_t nbase = q_head(hq + 1);
       load_tile_async<HEAD_DIM, BLOCK_M, kThreads>(sQ + next, Q + nbase, stride, i_begin * BLOCK_M, N);
       load_tile_async<HEAD_DIM, BLOCK_M, kThreads>(sdO + next, dO + nbase, stride, i_begin * BLOCK_M, N);
-      load_stats_async(sL + uint32_t((st ^ 1) * T::kTileL), i_begin * BLOCK_M, p.stat_offset(b, hq + 1));
+      load_stats_async(sL + uint32_t((st ^ 1) * T::kTileL), i_begin * BLOCK_M, q_stat(hq + 1));
     }
     cp_async_commit();
 
@@ -414,6 +468,28 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
   }
 }
 
+/// The main kernel, dense (fast_bwd_atomic_body; its grid there).
+template <int HEAD_DIM, bool kBf16, bool kWindow = false, bool kGroup = false, bool kAddF32 = false>
+__global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
+    fast_bwd_atomic_kernel(Problem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
+                           const uint16_t* __restrict__ V, const uint16_t* __restrict__ dO,
+                           const float* __restrict__ LSE, const float* __restrict__ D, float* __restrict__ dQaccum,
+                           uint16_t* __restrict__ dK, uint16_t* __restrict__ dV) {
+  fast_bwd_atomic_body<HEAD_DIM, kBf16, kWindow, kGroup, kAddF32, false>(p, Q, K, V, dO, LSE, D, dQaccum, dK, dV, {});
+}
+
+/// The main kernel over packed sequences (Problem::packed(); the kGroup body with kPacked, its grid
+/// in fast_bwd_atomic_body): the prefix sums a parameter of their own after the others.
+template <int HEAD_DIM, bool kBf16>
+__global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
+    fast_bwd_atomic_packed_kernel(Problem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
+                                  const uint16_t* __restrict__ V, const uint16_t* __restrict__ dO,
+                                  const float* __restrict__ LSE, const float* __restrict__ D,
+                                  float* __restrict__ dQaccum, uint16_t* __restrict__ dK, uint16_t* __restrict__ dV,
+                                  PackedLists lists) {
+  fast_bwd_atomic_body<HEAD_DIM, kBf16, false, true, false, true>(p, Q, K, V, dO, LSE, D, dQaccum, dK, dV, lists);
+}
+
 // ----------------------------------------------------------------------------- 3. dQ convert
 /// dQ = scale · dQaccum → 16 bits, dQaccum in the tiled fragment order of the main kernel (tile
 /// (b, h, i): BLOCK_M·d floats; warp w: 1024 floats; float4 number 32·(mt·4 + n) + lane). One
@@ -449,6 +525,74 @@ __global__ void __launch_bounds__(256) fast_bwd_dq_convert_kernel(Problem p, con
             pack2<kBf16>(v.z * p.scale, v.w * p.scale);
     }
   }
+}
+
+/// fast_bwd_dq_convert_kernel over packed sequences: the accumulator holds Tq = ⌊total_q / BM⌋ + B
+/// tiles per head in the packed query numbering (packed.cuh), head-major; a tile's rows map to its
+/// sequence's rows of dQ [1, total_q, H, d], and rows past the sequence's end (the padding of its
+/// last tile, and a tile past its end) are skipped.
+template <int HEAD_DIM, bool kBf16>
+__global__ void __launch_bounds__(256)
+    fast_bwd_dq_convert_packed_kernel(Problem p, const float4* __restrict__ acc, uint16_t* __restrict__ dQ,
+                                      std::size_t n4, PackedLists lists) {
+  using T = AtomicTraits<HEAD_DIM>;
+  constexpr int BM = T::BLOCK_M;
+  const int Tq = p.total_q / BM + p.batch;
+  for (std::size_t k = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; k < n4;
+       k += std::size_t(gridDim.x) * blockDim.x) {
+    const int lane = int(k & 31), frag = int((k >> 5) & 7), warp = int((k >> 8) & 7);
+    const std::size_t tile = k >> 11;  // 2048 float4 = BM·d floats per tile
+    const int u = int(tile % Tq), h = int(tile / Tq);
+    const PackedTile pt = packed_tile(p, lists, u, BM);
+    const int mt = frag / T::kDqNT, n = frag % T::kDqNT, g = lane >> 2, t = lane & 3;
+    const int wm = warp / T::kWN, wn = warp % T::kWN;
+    const int row = pt.row0 + 32 * wm + 16 * mt + g, col = wn * T::kDqCols + 8 * n + 2 * t;
+    const float4 v = acc[k];
+    uint16_t* out = dQ + std::size_t(pt.q_start) * p.row_stride() + std::size_t(h) * HEAD_DIM + col;
+    if (row < pt.len_q)
+      *reinterpret_cast<uint32_t*>(out + std::size_t(row) * p.row_stride()) = pack2<kBf16>(v.x * p.scale, v.y * p.scale);
+    if (row + 8 < pt.len_q)
+      *reinterpret_cast<uint32_t*>(out + std::size_t(row + 8) * p.row_stride()) =
+          pack2<kBf16>(v.z * p.scale, v.w * p.scale);
+  }
+}
+
+/// The atomic design over packed sequences (Problem::packed()): D over the total_q rows as one
+/// sequence, the packed main kernel, the packed convert.
+template <int HEAD_DIM, bool kBf16>
+void launch_atomic_packed(const Problem& p, const BwdPointers& a, cudaStream_t stream, const PackedLists& lists) {
+  using T = AtomicTraits<HEAD_DIM>;
+  if (a.add_f32)  // the fp32 sums are the context-parallel ring's, which takes dense batches
+    throw_cuda_error(cudaErrorInvalidValue, "atomic backward, fp32 sums: no packed sequences", __FILE__, __LINE__);
+  auto kernel = &fast_bwd_atomic_packed_kernel<HEAD_DIM, kBf16>;
+  set_smem(reinterpret_cast<const void*>(kernel), T::kSmem, "fast_bwd_atomic_packed_kernel", p);
+  // Tq whole tiles per head in the packed query numbering (the workspace holds
+  // H·(total_q + B·kAtomicDqTileRows)·d floats, at least this for either BLOCK_M).
+  const std::size_t acc_numel =
+      std::size_t(p.heads) * std::size_t(p.total_q / T::BLOCK_M + p.batch) * T::BLOCK_M * HEAD_DIM;
+  FLASHLAB_CUDA_CHECK(cudaMemsetAsync(a.dQaccum, 0, acc_numel * sizeof(float), stream));
+  // D_i = rowsum(dO_i ∘ O_i) per row and head does not depend on the sequences: the packed
+  // [1, total_q, H, d] rows are one sequence of total_q rows, D [1, H, total_q] as LSE.
+  Problem rows = p;
+  rows.batch = 1;
+  rows.seq = p.total_q;
+  launch_fast_bwd_preprocess<HEAD_DIM, kBf16>(rows, a, stream);
+
+  announce("fast_bwd_atomic_packed_kernel");
+  const unsigned tiles = unsigned(p.total_k / T::BLOCK_N + p.batch);
+  const dim3 grid = p.causal ? dim3(p.heads_kv, tiles, 1) : dim3(tiles, p.heads_kv, 1);
+  kernel<<<grid, T::kThreads, T::kSmem, stream>>>(
+      p.with_tiles(T::BLOCK_M, T::BLOCK_N), static_cast<const uint16_t*>(a.Q), static_cast<const uint16_t*>(a.K),
+      static_cast<const uint16_t*>(a.V), static_cast<const uint16_t*>(a.dO), a.LSE, a.D, a.dQaccum,
+      static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV), lists);
+  FLASHLAB_CUDA_CHECK_LAUNCH("fast_bwd_atomic_packed_kernel");
+
+  const std::size_t n4 = acc_numel / 4;
+  const unsigned blocks = unsigned(std::min<std::size_t>((n4 + 255) / 256, 4096));
+  announce("fast_bwd_dq_convert_packed_kernel");
+  fast_bwd_dq_convert_packed_kernel<HEAD_DIM, kBf16><<<blocks, 256, 0, stream>>>(
+      p, reinterpret_cast<const float4*>(a.dQaccum), static_cast<uint16_t*>(a.dQ), n4, lists);
+  FLASHLAB_CUDA_CHECK_LAUNCH("fast_bwd_dq_convert_packed_kernel");
 }
 
 template <int HEAD_DIM, bool kBf16>
@@ -496,7 +640,18 @@ void launch_atomic(const Problem& p, const BwdPointers& a, cudaStream_t stream) 
 
 }  // namespace
 
-void launch_fast_bwd_atomic(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream) {
+void launch_fast_bwd_atomic(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream,
+                            const PackedLists& lists) {
+  if (p.packed()) {
+    if (p.head_dim == 64) {
+      if (bf16) launch_atomic_packed<64, true>(p, a, stream, lists);
+      else launch_atomic_packed<64, false>(p, a, stream, lists);
+    } else {
+      if (bf16) launch_atomic_packed<128, true>(p, a, stream, lists);
+      else launch_atomic_packed<128, false>(p, a, stream, lists);
+    }
+    return;
+  }
   if (p.head_dim == 64) {
     if (bf16) launch_atomic<64, true>(p, a, stream);
     else launch_atomic<64, false>(p, a, stream);

@@ -141,6 +141,19 @@ void require_device_pointer(const char* entry, const char* name, const void* ptr
 /// rounded up to 256 bytes (float4 accesses, and a cache-line start).
 std::size_t dq_accum_offset(std::size_t stats) { return (stats * sizeof(float) + 255) / 256 * 256; }
 
+/// Packed sequences on the backward: the atomic design's mma kernel alone takes them (its key blocks
+/// walk the packed work list, attention_bwd_tc_atomic.cu); the others refuse them by name.
+/// `kernel` null: the design alone is checked. `count`: "B " where the host knows B, or empty.
+void require_packed_backward(ref::Algorithm design, const FastBackwardKernel* kernel, const std::string& count) {
+  if (design == ref::Algorithm::bwd_atomic && (kernel == nullptr || *kernel == FastBackwardKernel::mma_sync)) return;
+  throw std::invalid_argument(
+      "flashlab::cuda: fast backward: cu_seqlens (" + count + "packed sequences) are not supported by " +
+      (design != ref::Algorithm::bwd_atomic ? "the " + std::string(ref::algorithm_name(design)) + " design"
+                                            : "the " + std::string(to_string(*kernel)) + " kernel") +
+      ": the bwd_atomic design's mma kernel takes them (hint: design bwd_atomic with kernel mma, or run this "
+      "backward on the CPU reference: flashlab attention bwd --device cpu)");
+}
+
 // The checked launch description of a fast backward; each launcher sets its kernels' tiles. A
 // window, grouped K/V (H_kv < H) and N_k ≠ N: the atomic design's mma and wgmma-ws kernels take
 // them (attention_bwd_tc_atomic.cu, attention_bwd_ws.cu); the two-kernel design and the
@@ -149,13 +162,8 @@ std::size_t dq_accum_offset(std::size_t stats) { return (stats * sizeof(float) +
 detail::Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProblem& problem,
                                  const FastBackwardKernel* kernel = nullptr) {
   check_fast_problem(problem);
-  if (problem.is_packed())
-    throw std::invalid_argument("flashlab::cuda: fast backward: cu_seqlens (" +
-                                std::to_string(problem.packed->count()) +
-                                " packed sequences) are not supported by the fast backward yet (hint: the fast forward takes packed "
-                                "sequences; run this backward on the CPU reference: flashlab attention bwd --device "
-                                "cpu)");
   require_d64_d128(problem.head_dim, "fast backward", true);
+  if (problem.is_packed()) require_packed_backward(design, kernel, std::to_string(problem.packed->count()) + " ");
   const bool general_kernel = design == ref::Algorithm::bwd_atomic &&
                               (kernel == nullptr || *kernel != FastBackwardKernel::wgmma_ws_deterministic);
   if (!general_kernel) {
@@ -288,6 +296,11 @@ FastBackwardKernel fastest_backward_kernel() {
   // The same condition as the forward's tma_ws: sm_90a code built, a compute capability 9.0 device.
   return fastest_forward_kernel() == FastForwardKernel::tma_ws ? FastBackwardKernel::wgmma_ws
                                                                : FastBackwardKernel::mma_sync;
+}
+
+FastBackwardKernel fastest_backward_kernel(const ref::AttentionProblem& problem) {
+  // Packed sequences: the mma kernel alone takes them (fast_bwd_problem).
+  return problem.is_packed() ? FastBackwardKernel::mma_sync : fastest_backward_kernel();
 }
 
 FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel) {
@@ -452,8 +465,39 @@ void fast_attention_forward_device(const ref::AttentionProblem& problem, const F
   launch_forward(p.with_tiles(Br, Bc), bf16, kernel, Q, K, V, O, LSE, stream, lists);
 }
 
+namespace {
+
+/// The workspace of the atomic design's packed backward: D [H, total_q], then the dQ accumulator of
+/// H·(⌊total_q / Br⌋ + B) whole tiles in the packed numbering (attention_bwd_tc_atomic.cu), at most
+/// H·(total_q + B·kAtomicDqTileRows)·d floats for either Br.
+std::size_t packed_backward_workspace_bytes(const detail::Problem& p) {
+  const std::size_t stats = std::size_t(p.heads) * std::size_t(p.total_q);
+  const std::size_t rows = std::size_t(p.total_q) + std::size_t(p.batch) * detail::kAtomicDqTileRows;
+  return dq_accum_offset(stats) + rows * p.row_stride() * sizeof(float);
+}
+
+/// The checks of a packed backward whose lists are on the device (`kernel` null: the design
+/// alone): the packed problem's (check_fast_packed: its sizes are the totals', not B·N·H·d), the
+/// backward's head dims, and the one design and kernel that take packed sequences.
+detail::Problem check_packed_backward(ref::Algorithm design, const ref::AttentionProblem& problem,
+                                      const FastPackedSequences& packed, const FastBackwardKernel* kernel) {
+  check_fast_packed(problem, packed);
+  require_d64_d128(problem.head_dim, "fast backward", true);
+  require_packed_backward(design, kernel, problem.is_packed() ? std::to_string(problem.packed->count()) + " " : "");
+  if (kernel != nullptr) check_bwd_kernel(design, *kernel);
+  return detail::make_packed_problem(problem, packed.total_q, packed.total_k);
+}
+
+}  // namespace
+
+std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const ref::AttentionProblem& problem,
+                                                    const FastPackedSequences& packed) {
+  return packed_backward_workspace_bytes(check_packed_backward(design, problem, packed, nullptr));
+}
+
 std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const ref::AttentionProblem& problem) {
   const detail::Problem p = fast_bwd_problem(design, problem);
+  if (p.packed()) return packed_backward_workspace_bytes(p);
   const std::size_t stats = std::size_t(p.batch) * p.heads * p.seq;
   if (design == ref::Algorithm::bwd_two_kernel) return stats * sizeof(float);
   // The atomic design's dQ accumulator holds whole query tiles per (b, h) (attention_bwd_tc_atomic.cu,
@@ -468,12 +512,9 @@ std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const
 
 namespace {
 
-/// fast_attention_backward_device() and its fp32-sum twin (detail::fast_backward_add_f32_device):
-/// `add_f32` adds the gradients into fp32 dQ, dK, dV (BwdPointers::add_f32), the atomic design only.
-void backward_device(ref::Algorithm design, const ref::AttentionProblem& problem, const void* Q, const void* K,
-                     const void* V, const void* O, const void* dO, const float* LSE, void* dQ, void* dK, void* dV,
-                     void* workspace, void* stream, FastBackwardKernel kernel, bool add_f32) {
-  const detail::Problem p = detail::check_fast_backward(design, problem, kernel);
+/// The checks on the pointers of a backward on device memory.
+void require_backward_pointers(const void* Q, const void* K, const void* V, const void* O, const void* dO,
+                               const float* LSE, void* dQ, void* dK, void* dV, void* workspace) {
   if (workspace == nullptr)
     throw std::invalid_argument(
         "flashlab::cuda: fast_attention_backward_device needs a workspace (hint: allocate "
@@ -484,6 +525,20 @@ void backward_device(ref::Algorithm design, const ref::AttentionProblem& problem
     require_device_pointer(kEntry, name, ptr, 16);
   require_device_pointer(kEntry, "LSE", LSE, 4);
   require_device_pointer(kEntry, "workspace", workspace, 256);
+}
+
+/// fast_attention_backward_device() and its fp32-sum twin (detail::fast_backward_add_f32_device):
+/// `add_f32` adds the gradients into fp32 dQ, dK, dV (BwdPointers::add_f32), the atomic design only.
+void backward_device(ref::Algorithm design, const ref::AttentionProblem& problem, const void* Q, const void* K,
+                     const void* V, const void* O, const void* dO, const float* LSE, void* dQ, void* dK, void* dV,
+                     void* workspace, void* stream, FastBackwardKernel kernel, bool add_f32) {
+  const detail::Problem p = detail::check_fast_backward(design, problem, kernel);
+  if (problem.is_packed())
+    throw std::invalid_argument("flashlab::cuda: fast_attention_backward_device: the problem has cu_seqlens (" +
+                                std::to_string(problem.packed->count()) +
+                                " packed sequences), whose prefix sums the kernels read from device memory (hint: pass "
+                                "them with the overload that takes FastPackedSequences)");
+  require_backward_pointers(Q, K, V, O, dO, LSE, dQ, dK, dV, workspace);
   const auto s = static_cast<cudaStream_t>(stream);
   const std::size_t stats = std::size_t(p.batch) * p.heads * p.seq;
   auto* ws = static_cast<unsigned char*>(workspace);
@@ -508,6 +563,24 @@ void backward_device(ref::Algorithm design, const ref::AttentionProblem& problem
 }
 
 }  // namespace
+
+void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionProblem& problem,
+                                    const FastPackedSequences& packed, const void* Q, const void* K, const void* V,
+                                    const void* O, const void* dO, const float* LSE, void* dQ, void* dK, void* dV,
+                                    void* workspace, void* stream, FastBackwardKernel kernel) {
+  const detail::Problem p = check_packed_backward(design, problem, packed, &kernel);
+  require_backward_pointers(Q, K, V, O, dO, LSE, dQ, dK, dV, workspace);
+  constexpr const char* kEntry = "fast_attention_backward_device";
+  require_device_pointer(kEntry, "packed.cu_seqlens_q", packed.cu_seqlens_q, 4);
+  require_device_pointer(kEntry, "packed.cu_seqlens_k", packed.cu_seqlens_k, 4);
+  auto* ws = static_cast<unsigned char*>(workspace);
+  const std::size_t stats = std::size_t(p.heads) * std::size_t(p.total_q);
+  float* D = reinterpret_cast<float*>(ws);
+  float* dQaccum = reinterpret_cast<float*>(ws + dq_accum_offset(stats));
+  const detail::BwdPointers a{Q, K, V, O, dO, LSE, dQ, dK, dV, D, dQaccum};
+  detail::launch_fast_bwd_atomic(p, problem.dtype == ref::Dtype::bf16, a, static_cast<cudaStream_t>(stream),
+                                 detail::PackedLists{packed.cu_seqlens_q, packed.cu_seqlens_k});
+}
 
 void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionProblem& problem, const void* Q,
                                     const void* K, const void* V, const void* O, const void* dO, const float* LSE,

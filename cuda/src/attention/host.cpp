@@ -182,22 +182,35 @@ FastBackwardResult fast_attention_backward(ref::Algorithm design, const ref::Att
                                            const std::vector<float>& LSE, FastBackwardKernel kernel) {
   detail::check_fast_backward(design, problem, kernel);  // before the sizes: the front door's messages
   const std::size_t ws_bytes = fast_attention_backward_workspace_bytes(design, problem);
-  const std::size_t numel = problem.batch * problem.seq * problem.heads * problem.head_dim;
-  const std::size_t kv_numel = problem.batch * problem.n_k() * problem.h_kv() * problem.head_dim;
+  // Packed: [1, total_q, H, d] and [1, total_k, H_kv, d] (q_shape, kv_shape), the lists uploaded.
+  const std::size_t numel = problem.q_shape().numel(), kv_numel = problem.kv_shape().numel();
   const std::size_t stats = problem.stat_numel();
-  constexpr const char* kLayout = "Q, O, dO are [B, N, H, d], K and V are [B, N_k, H_kv, d]";
+  const char* kLayout = problem.is_packed() ? "Q, O, dO are [1, total_q, H, d], K and V are [1, total_k, H_kv, d]"
+                                            : "Q, O, dO are [B, N, H, d], K and V are [B, N_k, H_kv, d]";
   DeviceBuffer<std::uint16_t> bQ = upload_checked("Q", Q, numel, kLayout), bK = upload_checked("K", K, kv_numel, kLayout),
                               bV = upload_checked("V", V, kv_numel, kLayout), bO = upload_checked("O", O, numel, kLayout),
                               bdO = upload_checked("dO", dO, numel, kLayout);
-  DeviceBuffer<float> bLSE = upload_checked("LSE", LSE, stats, "LSE is [B, H, N]");
+  DeviceBuffer<float> bLSE =
+      upload_checked("LSE", LSE, stats, problem.is_packed() ? "LSE is [1, H, total_q]" : "LSE is [B, H, N]");
   DeviceBuffer<std::uint16_t> bdQ(numel), bdK(kv_numel), bdV(kv_numel);
   DeviceBuffer<unsigned char> bws(ws_bytes);
   bdQ.poison();  // 0xFFFF is a NaN in bf16 and fp16 alike; 0xFFFFFFFF in fp32
   bdK.poison();
   bdV.poison();
   bws.poison();  // D and (atomic) the dQ accumulator: NaN unless the kernels write/zero them
-  fast_attention_backward_device(design, problem, bQ.get(), bK.get(), bV.get(), bO.get(), bdO.get(), bLSE.get(),
-                                 bdQ.get(), bdK.get(), bdV.get(), bws.get(), nullptr, kernel);
+  if (problem.is_packed()) {
+    DeviceBuffer<std::int32_t> cu_q = upload_checked("cu_seqlens_q", problem.packed->cu_seqlens_q(),
+                                                     problem.batch + 1, "B + 1 prefix sums"),
+                               cu_k = upload_checked("cu_seqlens_k", problem.packed->cu_seqlens_k(),
+                                                     problem.batch + 1, "B + 1 prefix sums");
+    const FastPackedSequences packed{cu_q.get(), cu_k.get(), problem.packed->total_q(), problem.packed->total_k()};
+    fast_attention_backward_device(design, problem, packed, bQ.get(), bK.get(), bV.get(), bO.get(), bdO.get(),
+                                   bLSE.get(), bdQ.get(), bdK.get(), bdV.get(), bws.get(), nullptr, kernel);
+    FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());  // before the lists' buffers go
+  } else {
+    fast_attention_backward_device(design, problem, bQ.get(), bK.get(), bV.get(), bO.get(), bdO.get(), bLSE.get(),
+                                   bdQ.get(), bdK.get(), bdV.get(), bws.get(), nullptr, kernel);
+  }
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
   FastBackwardResult r;
   r.dQ.resize(numel);

@@ -99,8 +99,10 @@ constexpr int kDqOrderTileRows = 64;
 void launch_fast_bwd_two_kernel(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream);
 
 /// The atomic design (attention_bwd_tc_atomic.cu): zero dQaccum, D preprocessing, the main
-/// kernel, dQ = scale · dQaccum → 16 bits. d ∈ {64, 128}.
-void launch_fast_bwd_atomic(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream);
+/// kernel, dQ = scale · dQaccum → 16 bits. d ∈ {64, 128}. Packed sequences (Problem::packed()):
+/// `lists` their prefix sums, the accumulator H·(⌊total_q / Br⌋ + B) tiles of the packed numbering.
+void launch_fast_bwd_atomic(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream,
+                            const PackedLists& lists = {});
 
 /// The atomic design on Hopper (attention_bwd_ws.cu, sm_90a, built when the architectures include
 /// 90: FLASHLAB_HAVE_WGMMA): TMA loads, warp specialisation, wgmma; same workspace. d ∈ {64, 128}.

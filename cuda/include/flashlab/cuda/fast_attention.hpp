@@ -37,8 +37,13 @@
 /// sequence has its own mask, the diagonal bottom-right aligned at offset len_k − len_q, its window
 /// and grouped K/V as a dense problem's; the work is one unit per (sequence, head, query tile),
 /// found from the device lists by the kernels (no host copy, no pass over them before the launch),
-/// so no tile is spent on padding. The split_kv and wgmma forwards and the backward refuse packed
-/// sequences by name (cu_seqlens).
+/// so no tile is spent on padding. The atomic backward's mma_sync kernel takes them too: one block
+/// per (sequence, K/V head, key tile) loops over its sequence's query tiles (per query head of the
+/// group), dQ, dK, dV `[1, total_q, H, d]` and `[1, total_k, H_kv, d]`, D `[1, H, total_q]`; every
+/// row belongs to a sequence (the totals are the lists' last sums), and a key no query of its
+/// sequence sees gets dK = dV = 0, a query that sees no key dQ = 0. The split_kv and wgmma
+/// forwards, the two-kernel backward and the wgmma-ws backward kernels refuse packed sequences by
+/// name (cu_seqlens).
 ///
 /// Backward, two designs (ref::Algorithm): bwd_two_kernel (D preprocessing, dQ kernel, dK/dV
 /// kernel: cuda/src/attention/attention_bwd_tc.cu) and bwd_atomic (D preprocessing, one kernel over K_j/V_j
@@ -227,7 +232,12 @@ const char* to_string(FastBackwardKernel kernel);
 /// the H100: docs/optimisation.md). Throws CudaError when no device can be queried.
 FastBackwardKernel fastest_backward_kernel();
 
-/// Gradients of a fast backward pass copied back to the host (loss L = Σ O∘dO).
+/// The fastest backward kernel for `problem`: mma_sync for packed sequences (the one kernel that
+/// takes them), else fastest_backward_kernel().
+FastBackwardKernel fastest_backward_kernel(const ref::AttentionProblem& problem);
+
+/// Gradients of a fast backward pass copied back to the host (loss L = Σ O∘dO). Packed sequences:
+/// [1, total_q, H, d], [1, total_k, H_kv, d] and [1, H, total_q].
 struct FastBackwardResult {
   std::vector<std::uint16_t> dQ;  ///< ∂L/∂Q, [B, N, H, d], bit patterns of the problem's dtype
   std::vector<std::uint16_t> dK;  ///< ∂L/∂K, [B, N_k, H_kv, d], bit patterns of the problem's dtype
@@ -240,7 +250,8 @@ struct FastBackwardResult {
 /// mma_sync and wgmma_ws kernels): uploads Q, O, dO (`[B, N, H, d]`), K, V (`[B, N_k, H_kv, d]`),
 /// 16-bit bit patterns, and the forward's base-2 LSE (`[B, H, N]`), poisons the
 /// outputs and the workspace with NaN, runs the design's kernels, checks every CUDA call and
-/// downloads dQ, dK, dV and D. Throws std::invalid_argument for a bad problem, design or size,
+/// downloads dQ, dK, dV and D. A packed problem (its lists on the host: uploaded) runs
+/// bwd_atomic on mma_sync, the tensors in the packed layout. Throws std::invalid_argument for a bad problem, design or size,
 /// CudaError for a CUDA failure.
 FastBackwardResult fast_attention_backward(ref::Algorithm design, const ref::AttentionProblem& problem,
                                            const std::vector<std::uint16_t>& Q,
@@ -257,6 +268,13 @@ FastBackwardResult fast_attention_backward(ref::Algorithm design, const ref::Att
 /// bwd_two_kernel, naming the field. The workspace depends on Q's shape only.
 std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const ref::AttentionProblem& problem);
 
+/// Bytes of device scratch of the packed backward (bwd_atomic): D (fp32, H·total_q), then at the
+/// next multiple of 256 bytes the fp32 dQ accumulator, (total_q + 128·B)·H·d floats (whole query
+/// tiles of each sequence). Throws std::invalid_argument as check_fast_packed(), or for a design
+/// other than bwd_atomic.
+std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const ref::AttentionProblem& problem,
+                                                    const FastPackedSequences& packed);
+
 /// The backward on the caller's device memory: launches the kernels of `design` on `stream` (a
 /// cudaStream_t passed as void*; nullptr is the legacy default stream) and returns; no host copy,
 /// no allocation, no synchronisation: safe from several host threads on several streams at once
@@ -271,6 +289,19 @@ std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const
 void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionProblem& problem, const void* Q,
                                     const void* K, const void* V, const void* O, const void* dO, const float* LSE,
                                     void* dQ, void* dK, void* dV, void* workspace, void* stream = nullptr,
+                                    FastBackwardKernel kernel = FastBackwardKernel::mma_sync);
+
+/// The backward over packed sequences on the caller's device memory (check_fast_packed()): design
+/// bwd_atomic, kernel mma_sync (the others are refused by name). Q, O, dO, dQ contiguous
+/// `[total_q, H, d]`, K, V, dK, dV `[total_k, H_kv, d]` (16-byte aligned), LSE the packed forward's
+/// fp32 `[H, total_q]`; `packed`'s lists 4-byte aligned device memory, read by the kernels only;
+/// `workspace` of fast_attention_backward_workspace_bytes(design, problem, packed) bytes, its first
+/// H·total_q floats holding D on completion. Launches on `stream` and returns, as the dense
+/// overload. dQ, dK and dV are written in full.
+void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionProblem& problem,
+                                    const FastPackedSequences& packed, const void* Q, const void* K, const void* V,
+                                    const void* O, const void* dO, const float* LSE, void* dQ, void* dK, void* dV,
+                                    void* workspace, void* stream = nullptr,
                                     FastBackwardKernel kernel = FastBackwardKernel::mma_sync);
 
 }  // namespace flashlab::cuda

@@ -1,0 +1,204 @@
+// The fast atomic backward on packed variable-length sequences (FlashAttention's varlen layout:
+// Q, O, dO, dQ [1, total_q, H, d], K, V, dK, dV [1, total_k, H_kv, d], LSE, D [1, H, total_q], the
+// prefix sums cu_seqlens_q and cu_seqlens_k) against the float64 reference
+// flashlab::ref::naive_backward<double>, which runs every sequence with its own lengths and mask
+// (attention_problem.hpp), on the kernel that takes them: mma_sync (attention_bwd_tc_atomic.cu).
+//
+// Inputs: fresh normal Q, K, V, dO rounded to the dtype (the reference gets the rounded values); O
+// and LSE from the packed mma forward of the same problem. Metric and bound as the other backward
+// tests (fast_backward_check.hpp): max|got − ref| / max|ref| per gradient within max(1e-2, 2 × the
+// rounding floor of the float64 gradient), NaN failing; D within 1e-2. Rows that see no key of
+// their sequence by the mask's rule (a sequence without keys, causal rows above the diagonal's
+// start, a band past every key) must get dQ exactly 0, and keys no query of their sequence sees
+// (a sequence without queries, keys past the band) dK = dV exactly 0; they are found from the rule,
+// not from the reference's zeros. The host wrapper poisons every output and the workspace with NaN,
+// so a row no block writes fails. Shapes: ragged lengths with length-0 and length-1 sequences,
+// len_k ≠ len_q per sequence, causal and not, windows, grouped K/V (groups of 4 and 32), d = 64
+// and 128, bf16 and fp16, lengths that are and are not multiples of the tiles. The designs and
+// kernels without packed sequences refuse them by name. Tags: [fast-bwd][fast-bwd-varlen]; small
+// shapes also [fast-bwd-varlen-sanitize] for compute-sanitizer.
+#include <catch2/catch.hpp>
+
+#include "fast_backward_check.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace fc = flashlab::cuda;
+namespace fr = flashlab::ref;
+namespace ft = flashlab::test;
+
+namespace {
+
+constexpr fr::Dtype kBf16 = fr::Dtype::bf16, kFp16 = fr::Dtype::fp16;
+
+/// One packed case: each sequence's query and key lengths, H, H_kv, d, the mask, the dtype.
+struct VarlenBwdCase {
+  std::vector<int> len_q, len_k;  // len_k empty: the queries' lengths (self-attention)
+  int heads, heads_kv, head_dim;
+  bool causal;
+  long long window_left = -1, window_right = -1;
+  fr::Dtype dtype = kBf16;
+};
+
+std::vector<std::int32_t> prefix_sums(const std::vector<int>& lengths) {
+  std::vector<std::int32_t> cu{0};
+  for (int n : lengths) cu.push_back(cu.back() + n);
+  return cu;
+}
+
+std::string lengths_str(const std::vector<int>& lengths) {
+  std::string s;
+  for (int n : lengths) s += (s.empty() ? "" : ",") + std::to_string(n);
+  return s;
+}
+
+/// The packed problem of case `c`.
+fr::AttentionProblem packed_problem(const VarlenBwdCase& c) {
+  fr::AttentionProblem cfg = ft::attention_problem(fr::Shape{1, 1, std::size_t(c.heads), std::size_t(c.head_dim)},
+                                                   c.causal, c.dtype);
+  cfg.heads_kv = c.heads_kv == c.heads ? 0 : std::size_t(c.heads_kv);
+  cfg.window_left = c.window_left;
+  cfg.window_right = c.window_right;
+  cfg.set_packed(fr::PackedSequences(prefix_sums(c.len_q), prefix_sums(c.len_k.empty() ? c.len_q : c.len_k)));
+  return cfg;
+}
+
+void check_varlen_backward(const VarlenBwdCase& c) {
+  const unsigned long long seed = ft::fresh_seed();
+  const fr::AttentionProblem cfg = packed_problem(c);
+  const bool window = c.window_left >= 0 || c.window_right >= 0;
+  const std::string label = std::string(c.dtype == kBf16 ? "bf16" : "fp16") + " len_q=" + lengths_str(c.len_q) +
+                            " len_k=" + lengths_str(c.len_k.empty() ? c.len_q : c.len_k) +
+                            " H=" + std::to_string(c.heads) + " H_kv=" + std::to_string(c.heads_kv) +
+                            " d=" + std::to_string(c.head_dim) + (c.causal ? " causal" : "") +
+                            (window ? " window=" + std::to_string(c.window_left) + "," + std::to_string(c.window_right)
+                                    : std::string());
+  INFO(label << " seed=" << seed << " (rerun with FLASHLAB_TEST_SEED)");
+  const fr::Shape q = cfg.q_shape(), kv = cfg.kv_shape();
+  const ft::BwdInputs in = ft::bwd_inputs(q, kv, seed, c.dtype);
+  const auto ref = fr::naive_backward<double>(cfg, in.Qd, in.Kd, in.Vd, in.dOd);
+  const auto fwd = fc::fast_attention_forward(cfg, fc::FastForwardKernel::mma_sync, in.Q, in.K, in.V);
+  // The packed rows without a key and the packed keys without a query, by each sequence's rule.
+  const std::size_t total_q = q.seq, total_k = kv.seq;
+  std::vector<char> row_keyless(total_q), key_unseen(total_k, 1);
+  for (std::size_t b = 0; b < cfg.batch; ++b) {
+    const fr::SequenceSpan s = cfg.sequence(b);
+    for (std::size_t i = 0; i < s.q_len; ++i) {
+      const fr::KeyRange r = cfg.visible_keys(s, (long long)i);
+      row_keyless[s.q_start + i] = r.empty();
+      for (long long j = r.first; j < r.end; ++j) key_unseen[s.k_start + std::size_t(j)] = 0;
+    }
+  }
+  const auto got = fc::fast_attention_backward(fr::Algorithm::bwd_atomic, cfg, in.Q, in.K, in.V, fwd.O, in.dO,
+                                               fwd.LSE, fc::FastBackwardKernel::mma_sync);
+  REQUIRE(got.dQ.size() == ref.dQ.numel());
+  REQUIRE(got.dK.size() == ref.dK.numel());
+  REQUIRE(got.dV.size() == ref.dV.numel());
+  const std::pair<const char*, const std::vector<std::uint16_t>*> grads[] = {
+      {"dQ", &got.dQ}, {"dK", &got.dK}, {"dV", &got.dV}};
+  const fr::Tensor<double>* wants[] = {&ref.dQ, &ref.dK, &ref.dV};
+  std::printf("  %-72s", label.c_str());
+  for (int t = 0; t < 3; ++t) {
+    const double err = ft::error_16(*grads[t].second, wants[t]->data(), c.dtype);
+    const double floor = ft::rounding_floor(wants[t]->data(), wants[t]->numel(), c.dtype);
+    const double ratio = floor > 0 ? err / floor : (err > 0 ? 1e30 : 0.0);
+    std::printf("  %s %.3e (x%.2f)", grads[t].first, err, ratio);
+    if (!(ratio <= ft::backward_worst_ratio())) ft::backward_worst_ratio() = ratio;  // NaN propagates as worst
+    INFO(grads[t].first << " error " << err << ", rounding floor " << floor);
+    CHECK(err <= std::max(1e-2, 2 * floor));
+    std::size_t first = 0;
+    const std::size_t bad =
+        t == 0 ? ft::nonzero_rows(*grads[t].second, 1, int(total_q), std::size_t(c.heads) * c.head_dim, c.dtype,
+                                  [&](int i) { return row_keyless[std::size_t(i)] != 0; }, first)
+               : ft::nonzero_rows(*grads[t].second, 1, int(total_k), std::size_t(c.heads_kv) * c.head_dim, c.dtype,
+                                  [&](int j) { return key_unseen[std::size_t(j)] != 0; }, first);
+    INFO(grads[t].first << ": " << bad << " elements not 0 in rows outside every band (first at " << first << ")");
+    CHECK(bad == 0);
+  }
+  const double eD = fr::max_error_vs_max(got.D.data(), ref.D_from_O.data(), got.D.size());
+  std::printf("  D %.2e\n", eD);
+  CHECK(eD <= 1e-2);
+}
+
+}  // namespace
+
+// Small shapes for compute-sanitizer (memcheck, racecheck): a length-1 sequence, one without
+// queries, one without keys, ragged ends inside a tile, rows above the diagonal's start, a window,
+// grouped K/V, both head dims.
+TEST_CASE("fast backward, packed sequences, sanitizer shapes", "[fast-bwd][fast-bwd-varlen][fast-bwd-varlen-sanitize]") {
+  check_varlen_backward({{1, 130, 0, 77}, {}, 4, 2, 64, true});
+  check_varlen_backward({{5, 200, 1, 90}, {300, 0, 70, 33}, 4, 1, 128, true});
+  check_varlen_backward({{64, 3, 150}, {100, 129, 150}, 2, 2, 128, false, 20, 5});
+  ft::report_backward_ratio("varlen backward sanitizer shapes");
+}
+
+TEST_CASE("fast backward, packed self-attention with ragged lengths equals the float64 reference",
+          "[fast-bwd][fast-bwd-varlen]") {
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) {
+      check_varlen_backward({{1, 129, 0, 257, 613}, {}, 4, 4, d, causal});   // lengths 1 and 0, ragged
+      check_varlen_backward({{128, 64, 192, 256, 1}, {}, 2, 2, d, causal});  // whole tiles of 64 and 128
+      check_varlen_backward({{1, 1, 1, 1, 1, 1, 1}, {}, 3, 3, d, causal});   // single tokens
+    }
+  check_varlen_backward({{1, 129, 0, 257, 613}, {}, 4, 4, 128, true, -1, -1, kFp16});
+  check_varlen_backward({{333, 17, 700}, {}, 2, 2, 64, false, -1, -1, kFp16});
+  ft::report_backward_ratio("varlen backward self-attention");
+}
+
+TEST_CASE("fast backward, packed sequences with len_k != len_q and sequences without keys or queries",
+          "[fast-bwd][fast-bwd-varlen]") {
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) {
+      // Decode-like rows against long caches, a sequence without keys, causal rows above the
+      // diagonal's start (300 queries, 77 keys), a sequence without queries (keys no query sees).
+      check_varlen_backward({{1, 5, 200, 300, 0, 64}, {1000, 517, 0, 77, 90, 64}, 4, 4, d, causal});
+      check_varlen_backward({{100, 7, 250}, {0, 0, 129}, 2, 2, d, causal});  // every sequence without keys but one
+    }
+  check_varlen_backward({{1, 5, 200, 300}, {1000, 517, 0, 77}, 4, 4, 128, true, -1, -1, kFp16});
+  ft::report_backward_ratio("varlen backward cross");
+}
+
+TEST_CASE("fast backward, packed sequences with grouped K/V and windows", "[fast-bwd][fast-bwd-varlen]") {
+  for (int d : {64, 128}) {
+    check_varlen_backward({{300, 1, 77, 520}, {}, 16, 4, d, true});                 // groups of 4
+    check_varlen_backward({{300, 1, 77, 520}, {400, 9, 77, 100}, 32, 1, d, false});  // groups of 32
+    check_varlen_backward({{700, 65, 300}, {}, 8, 2, d, true, 128, 0});             // causal sliding window
+    check_varlen_backward({{500, 200, 1}, {600, 100, 50}, 4, 4, d, false, 30, 17});  // two-sided band, len_k ≠ len_q
+    check_varlen_backward({{400, 129}, {100, 600}, 4, 1, d, false, 10, 5});         // rows whose band misses every key
+  }
+  check_varlen_backward({{700, 65, 300}, {}, 8, 2, 64, true, 128, 0, kFp16});
+  ft::report_backward_ratio("varlen backward gqa and windows");
+}
+
+TEST_CASE("packed sequences: the backward designs and kernels without them refuse them by name",
+          "[fast-bwd][fast-bwd-varlen]") {
+  const fr::AttentionProblem cfg = packed_problem({{3, 7}, {}, 2, 2, 64, true});
+  const std::size_t numel = cfg.q_shape().numel();
+  const std::vector<std::uint16_t> x(numel, 0);
+  const std::vector<float> lse(cfg.stat_numel(), 0.f);
+  REQUIRE_THROWS_WITH(fc::fast_attention_backward(fr::Algorithm::bwd_two_kernel, cfg, x, x, x, x, x, lse),
+                      Catch::Contains("cu_seqlens") && Catch::Contains("bwd_two_kernel"));
+  REQUIRE_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_two_kernel, cfg),
+                      Catch::Contains("cu_seqlens"));
+  for (const auto k : {fc::FastBackwardKernel::wgmma_ws, fc::FastBackwardKernel::wgmma_ws_deterministic})
+    REQUIRE_THROWS_WITH(fc::fast_attention_backward(fr::Algorithm::bwd_atomic, cfg, x, x, x, x, x, lse, k),
+                        Catch::Contains("cu_seqlens") && Catch::Contains(fc::to_string(k)));
+  CHECK(fc::fastest_backward_kernel(cfg) == fc::FastBackwardKernel::mma_sync);
+  // The dense device entry refuses a packed problem, naming the overload with the device lists.
+  REQUIRE_THROWS_WITH(fc::fast_attention_backward_device(fr::Algorithm::bwd_atomic, cfg, nullptr, nullptr, nullptr,
+                                                         nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                                         nullptr),
+                      Catch::Contains("cu_seqlens") && Catch::Contains("FastPackedSequences"));
+  // The packed device entry: a null list, and a design without packed sequences.
+  const fc::FastPackedSequences none{nullptr, nullptr, 10, 10};
+  REQUIRE_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_two_kernel, cfg, none),
+                      Catch::Contains("cu_seqlens") && Catch::Contains("bwd_two_kernel"));
+  CHECK(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, cfg, none) >=
+        (10 + 2 * 128) * 2 * 64 * sizeof(float));
+}
