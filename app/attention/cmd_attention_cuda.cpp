@@ -73,11 +73,11 @@ constexpr const char* kSummary =
     "takes all three on the mma and wgmma-ws backward kernels (dK, dV of K's shape; wgmma-ws-det\n"
     "refuses them); the clear kernels take HKV = H, NK = N and no window.\n"
     "fwd --kernel fast also takes d = 256 (the mma and tma-ws forwards); the fast backward does not.\n"
-    "fwd --kernel fast also takes --cu-seqlens FILE, packed variable-length sequences in the CPU\n"
-    "command's file format (a line 'cu_seqlens_q = 0 3 3 10', and 'cu_seqlens_k = ...' when the keys\n"
-    "differ; its sequences replace --seq, --seq-k and --batch): Q [total_q, H, D], each sequence with\n"
-    "its own mask (the diagonal bottom-right aligned at len_k - len_q), the lists in device memory\n"
-    "(d = 64 and 128).\n"
+    "fwd and bwd --kernel fast also take --cu-seqlens FILE, packed variable-length sequences in the\n"
+    "CPU command's file format (a line 'cu_seqlens_q = 0 3 3 10', and 'cu_seqlens_k = ...' when the\n"
+    "keys differ; its sequences replace --seq, --seq-k and --batch): Q [total_q, H, D], each sequence\n"
+    "with its own mask (the diagonal bottom-right aligned at len_k - len_q), the lists in device\n"
+    "memory (d = 64 and 128; bwd on the mma backward kernel, the one that takes them).\n"
     "--save DIR writes o.npy lse.npy [dq.npy dk.npy dv.npy] as float32. Exit 0 within tolerance, 1\n"
     "when not, 2 on bad input. --device cpu runs the CPU reference command instead.\n"
     "--json and --csv print the CPU command's fields where they mean the same (command, variant,\n"
@@ -111,7 +111,7 @@ po::options_description options() {
   add_window_option(d, " (fwd --kernel fast only)");
   d.add_options()
       ("cu-seqlens", po::value<std::string>(),
-       "FILE with cu_seqlens_q (and cu_seqlens_k): packed variable-length sequences (fwd --kernel fast only; - "
+       "FILE with cu_seqlens_q (and cu_seqlens_k): packed variable-length sequences (--kernel fast only; - "
        "reads standard input)")
       ("scale", po::value<double>(), "softmax scale (default 1/sqrt(d))")
       ;
@@ -242,10 +242,9 @@ Run parse_run(const po::variables_map& vm) {
       if (vm.count(flag) && !vm[flag].defaulted())
         throw UsageError(std::string("--") + flag + " conflicts with --cu-seqlens",
                          std::string("with packed sequences the lengths come from the file; drop --") + flag);
-    if (!run.fast || bwd)
-      throw UsageError(std::string("--cu-seqlens: ") +
-                           (bwd ? "the fast backward takes no packed sequences yet" : "the clear kernels take none"),
-                       "run packed sequences with fwd --kernel fast, or on the CPU reference: --device cpu");
+    if (!run.fast)
+      throw UsageError("--cu-seqlens: the clear kernels take none",
+                       "run packed sequences with --kernel fast, or on the CPU reference: --device cpu");
     run.cfg.set_packed(read_cu_seqlens(vm["cu-seqlens"].as<std::string>()));
     run.cfg.heads = std::size_t(get_ll(vm, "heads"));
     if (vm.count("heads-kv")) {
@@ -531,7 +530,7 @@ int run_fast(Run& run, OutputFormat format) {
     const fc::FastBackwardKernel bwd_kernel = run.bwd_kernel == "mma"            ? fc::FastBackwardKernel::mma_sync
                                               : run.bwd_kernel == "wgmma-ws"     ? fc::FastBackwardKernel::wgmma_ws
                                               : run.bwd_kernel == "wgmma-ws-det" ? fc::FastBackwardKernel::wgmma_ws_deterministic
-                                                                                 : fc::fastest_backward_kernel();
+                                                                                 : fc::fastest_backward_kernel(cfg);
     title += ", backward kernel " + std::string(fc::to_string(bwd_kernel));
     kernels.variant = ref::Algorithm::bwd_atomic;
     kernels.backward = fc::to_string(bwd_kernel);

@@ -60,7 +60,8 @@ constexpr const char* kSummary =
     "key j iff i + NK - N - L <= j <= i + NK - N + R (-1 unbounded, causal caps R at 0); its TFLOP/s\n"
     "count the pairs inside the band, 4 d H B times the sum over the N queries of the keys each sees\n"
     "(the area the mask leaves, not the tiles a kernel loads). --cu-seqlens FILE times packed\n"
-    "variable-length sequences (the forward only; the file format of flashlab attention fwd\n"
+    "variable-length sequences (the forward, and with --pass bwd or both the backward on the atomic\n"
+    "design's mma kernel, the one that takes them; the file format of flashlab attention fwd\n"
     "--cu-seqlens: a line 'cu_seqlens_q = 0 3 3 10', and 'cu_seqlens_k = ...' when the keys differ):\n"
     "one shape per d and mask, Q [total_q, H, d], the lists in device memory; its sequences replace\n"
     "--seq, --seq-k and --batch (N prints the longest), and its TFLOP/s count each sequence's own\n"
@@ -103,8 +104,8 @@ po::options_description options() {
   add_window_option(d, " (the backward: atomic design, mma or wgmma-ws kernel)");
   d.add_options()
       ("cu-seqlens", po::value<std::string>(),
-       "FILE with cu_seqlens_q (and cu_seqlens_k): time packed variable-length sequences, the forward only "
-       "(- reads standard input)")
+       "FILE with cu_seqlens_q (and cu_seqlens_k): time packed variable-length sequences, the forward unless "
+       "--pass bwd or both (- reads standard input)")
       ("causal", po::bool_switch(), "causal only")
       ("no-causal", po::bool_switch(), "non-causal only")
       ("both", po::bool_switch(), "causal and non-causal (the default)")
@@ -219,7 +220,7 @@ Sweep parse_sweep(const po::variables_map& vm) {
   if (c) s.causal = {true};
   else if (nc) s.causal = {false};
   else s.causal = {false, true};
-  const std::string pass = vm["pass"].as<std::string>();
+  std::string pass = vm["pass"].as<std::string>();
   if (pass != "fwd" && pass != "bwd" && pass != "both")
     throw UsageError("--pass '" + pass + "' is unknown", "choose fwd, bwd or both (the default)");
   if (vm.count("cu-seqlens")) {
@@ -228,13 +229,11 @@ Sweep parse_sweep(const po::variables_map& vm) {
       if (vm.count(flag) && !vm[flag].defaulted())
         throw UsageError(std::string("--") + flag + " conflicts with --cu-seqlens",
                          std::string("with packed sequences the lengths come from the file; drop --") + flag);
-    if (!vm["pass"].defaulted() && pass != "fwd")
-      throw UsageError("--pass " + pass + " with --cu-seqlens: the fast backward takes no packed sequences yet",
-                       "drop --pass (packed sequences time the forward), or give --pass fwd");
+    if (vm["pass"].defaulted()) pass = "fwd";  // packed sequences time the forward unless told
     s.packed = read_cu_seqlens(vm["cu-seqlens"].as<std::string>());
   }
-  s.fwd = pass != "bwd" || s.packed.has_value();
-  s.bwd = pass != "fwd" && !s.packed;
+  s.fwd = pass != "bwd";
+  s.bwd = pass != "fwd";
   if (s.bwd)
     for (int d : s.dims)
       if (d == 256)
@@ -275,6 +274,11 @@ Sweep parse_sweep(const po::variables_map& vm) {
                                other + " takes N_k = N)",
                            hint);
   }
+  // Packed sequences: the backward on the atomic design's mma kernel alone.
+  if (s.bwd && s.packed && (!s.bwd_atomic || bk.rfind("wgmma-ws", 0) == 0))
+    throw UsageError(std::string("--cu-seqlens: ") + (s.bwd_atomic ? "--bwd-kernel " + bk : "--bwd-design two-kernel") +
+                         " takes no packed sequences: the fast backward takes them on the atomic design's mma kernel",
+                     "use --bwd-design atomic with --bwd-kernel auto or mma, or --pass fwd");
   s.fp16 = fp16_dtype(vm["dtype"].as<std::string>());
   s.format = output_format(vm);
   s.kv_copy = vm["kv-copy"].as<bool>();
@@ -341,6 +345,7 @@ int run_sweep(const Sweep& s) {
                          " forward is sm_90a code)");
   const bool bwd_chosen = s.bwd_kernel == "auto";
   b.bwd_kernel = !s.bwd_atomic            ? fc::FastBackwardKernel::mma_sync
+                 : bwd_chosen && s.packed ? fc::FastBackwardKernel::mma_sync  // the one that takes them
                  : bwd_chosen             ? fc::fastest_backward_kernel()
                  : s.bwd_kernel == "wgmma-ws" ? fc::FastBackwardKernel::wgmma_ws
                  : s.bwd_kernel == "wgmma-ws-det" ? fc::FastBackwardKernel::wgmma_ws_deterministic

@@ -228,12 +228,14 @@ void cpu_backward(const Attention& a, const Qkv& in, const Strided& o, const voi
 }
 
 #if FLASHLAB_CAPI_HAVE_CUDA
-// The CUDA backward takes no packed sequences yet (the forward does).
-void require_dense_backward(const Attention& a) {
-  if (a.device_packed)
+// The CUDA backward of packed sequences runs the atomic design's mma kernel; the deterministic
+// backwards take none.
+void require_packed_backward(const Attention& a) {
+  if (a.device_packed && a.abi.deterministic)
     fail(FLASHLAB_ERROR_UNSUPPORTED,
-         "problem->cu_seqlens_q is set: the CUDA backward takes no packed sequences yet (the CUDA forward does)",
-         "run the backward of packed sequences on FLASHLAB_DEVICE_CPU, or pad them into a dense [B, N, H, d] batch");
+         "problem->cu_seqlens_q is set with problem->deterministic = 1: the deterministic CUDA backwards take no "
+         "packed sequences (the atomic one does)",
+         "deterministic = 0 (dQ summed with atomics), or run the backward on FLASHLAB_DEVICE_CPU (bit-reproducible)");
 }
 
 // The backward the device runs: the fastest (atomic dQ), or with `deterministic` the fixed-order
@@ -243,6 +245,8 @@ struct BackwardChoice {
   fc::FastBackwardKernel kernel;
 };
 BackwardChoice backward_choice(const Attention& a) {
+  // Packed sequences: the one kernel that takes them.
+  if (a.device_packed) return {ref::Algorithm::bwd_atomic, fc::FastBackwardKernel::mma_sync};
   const fc::FastBackwardKernel fastest = fc::fastest_backward_kernel();
   if (!a.abi.deterministic) return {ref::Algorithm::bwd_atomic, fastest};
   if (fastest == fc::FastBackwardKernel::wgmma_ws)
@@ -255,11 +259,13 @@ BackwardChoice backward_choice(const Attention& a) {
 std::size_t backward_workspace(const Attention& a, flashlab_device device) {
 #if FLASHLAB_CAPI_HAVE_CUDA
   if (device == FLASHLAB_DEVICE_CUDA) {
-    require_dense_backward(a);
+    require_packed_backward(a);
     const BackwardChoice c = backward_choice(a);
     std::size_t bytes = 0;
-    kernel_limits("the CUDA backward refuses this problem",
-                  [&] { bytes = fc::fast_attention_backward_workspace_bytes(c.design, a.p); });
+    kernel_limits("the CUDA backward refuses this problem", [&] {
+      bytes = a.device_packed ? fc::fast_attention_backward_workspace_bytes(c.design, a.p, device_lists(a))
+                              : fc::fast_attention_backward_workspace_bytes(c.design, a.p);
+    });
     return bytes;
   }
 #else
@@ -321,13 +327,18 @@ void backward(const flashlab_attention_problem* problem, flashlab_device device,
     return;
   }
 #if FLASHLAB_CAPI_HAVE_CUDA
-  require_dense_backward(a);
+  require_packed_backward(a);
   const BackwardChoice c = backward_choice(a);
   workspace_arg(workspace, workspace_bytes, backward_workspace(a, device), device);
   kernel_limits("the CUDA backward refuses this problem", [&] {
-    fc::fast_attention_backward_device(c.design, a.p, in.q.data, in.k.data, in.v.data, os.data, dos.data,
-                                       static_cast<const float*>(lse), dqs.data, dks.data, dvs.data, workspace,
-                                       stream, c.kernel);
+    if (a.device_packed)
+      fc::fast_attention_backward_device(c.design, a.p, device_lists(a), in.q.data, in.k.data, in.v.data, os.data,
+                                         dos.data, static_cast<const float*>(lse), dqs.data, dks.data, dvs.data,
+                                         workspace, stream, c.kernel);
+    else
+      fc::fast_attention_backward_device(c.design, a.p, in.q.data, in.k.data, in.v.data, os.data, dos.data,
+                                         static_cast<const float*>(lse), dqs.data, dks.data, dvs.data, workspace,
+                                         stream, c.kernel);
   });
 #else
   (void)workspace;

@@ -203,9 +203,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max
     NumPy float32/float64 arrays run the CPU reference (no autograd; attention_varlen_backward
     gives the gradients). torch CUDA bfloat16/float16 tensors run the fast forward (the lists:
     int32 tensors on q's device, read there, never copied to the host, so not checked beyond
-    their shape; FlashAttention's contract), torch CPU float32/float64 tensors the reference. A
-    backward through a torch result raises FlashlabUnsupportedError naming cu_seqlens: the
-    backward takes no packed torch tensors yet.
+    their shape; FlashAttention's contract), torch CPU float32/float64 tensors the reference.
+    Autograd flows through a torch result on the same device: CUDA runs the fast backward on the
+    packed work list (the atomic design's mma kernel), CPU the reference.
     """
     if _is_torch(q):
         o, lse2 = _ft.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal,
@@ -221,10 +221,12 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max
 def attention_varlen_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
                               *, causal: bool = False, scale: Optional[float] = None,
                               window: Tuple[int, int] = (-1, -1)) -> Tuple[Any, Any, Any]:
-    """``(dQ, dK, dV)`` of the loss ``Σ O∘dO`` over packed sequences (NumPy, the CPU reference),
-    from the forward's O and base-2 LSE ``[H, total_q]`` (attention_varlen_forward)."""
+    """``(dQ, dK, dV)`` of the loss ``Σ O∘dO`` over packed sequences, from the forward's O and
+    base-2 LSE ``[H, total_q]`` (attention_varlen_forward): NumPy arrays and torch CPU tensors on
+    the CPU reference, torch CUDA bfloat16/float16 tensors on the fast backward."""
     if _is_torch(q):
-        raise _ft._varlen_backward_refused("attention_varlen_backward")
+        return _ft.attention_varlen_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                             max_seqlen_k, causal=causal, scale=scale, window=window)
     return _np().attention_varlen_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                            max_seqlen_k, bool(causal), scale, window)
 

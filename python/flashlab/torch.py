@@ -633,26 +633,85 @@ def _varlen_forward(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window):
     return torch.from_numpy(o), torch.from_numpy(lse)
 
 
-def _varlen_backward_refused(where: str) -> Exception:
-    return FlashlabUnsupportedError(
-        f"{where}: cu_seqlens (packed sequences): the backward takes no packed torch tensors yet",
-        hint="the fast forward takes them; for gradients pass NumPy arrays to attention_varlen_backward (the CPU "
-             "reference), or pad the sequences into a [B, N, H, d] batch")
+def _varlen_backward_cuda(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, causal, scale, window):
+    """(dQ, dK, dV) of the fast backward (the atomic design's mma kernel, the one that takes packed
+    sequences) on packed CUDA tensors, from the forward's O and base-2 LSE [H, total_q]."""
+    total_q, total_k, H, Hkv, d = _checks.varlen_shapes(q.shape, k.shape, v.shape)
+    cu_q = _check_cu_seqlens("cu_seqlens_q", cu_q, q)
+    cu_k = _check_cu_seqlens("cu_seqlens_k", cu_k, q)
+    if cu_q.numel() != cu_k.numel():
+        raise FlashlabValueError(f"cu_seqlens_k: {cu_k.numel()} entries but cu_seqlens_q has {cu_q.numel()}",
+                                 hint="both list the same B sequences, B + 1 entries each")
+    for name, t in (("o", o), ("do", do)):
+        if t.shape != q.shape or t.dtype != q.dtype or t.device != q.device:
+            raise FlashlabValueError(f"{name}: shape {tuple(t.shape)} {t.dtype} on {t.device} differs from q's "
+                                     f"{tuple(q.shape)} {q.dtype} on {q.device}", hint=None)
+    if lse.shape != (H, total_q) or lse.dtype != _F32 or lse.device != q.device:
+        raise FlashlabValueError(f"lse: shape {tuple(lse.shape)} {lse.dtype} on {lse.device}, expected float32 "
+                                 f"[{H}, {total_q}] on {q.device}", hint="the base-2 LSE of the packed forward")
+    L = _capi.lib()
+    if not L.cuda:
+        raise _checks.device_without_cuda()
+    p = _checks.packed_attention_problem(cu_q.numel() - 1, max_q, max_k, H, Hkv, d, scale, causal, _dtype(q), window,
+                                         cu_q.data_ptr(), cu_k.data_ptr(), total_q, total_k)
+    index = q.get_device()
+    nws = p.workspace_bytes("attention_backward_workspace_size", _capi.DEVICE_CUDA, index)
+    q, k, v, o, do, lse = _ready(q), _ready(k), _ready(v), _ready(o), _ready(do), lse.contiguous()
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    ws = q.new_empty(nws, dtype=_U8) if nws else None
+    args = (p.address, _capi.DEVICE_CUDA, _capi.Tensor(q.data_ptr()), _capi.Tensor(k.data_ptr()),
+            _capi.Tensor(v.data_ptr()), _capi.Tensor(o.data_ptr()), lse.data_ptr(), _capi.Tensor(do.data_ptr()),
+            _capi.Tensor(dq.data_ptr()), _capi.Tensor(dk.data_ptr()), _capi.Tensor(dv.data_ptr()),
+            ws.data_ptr() if nws else None, nws, _raw_stream(index))
+    with torch.cuda.device(index):
+        status = L.attention_backward(*args)
+    if status:
+        raise L.fail(status, "flashlab_attention_backward")
+    return dq, dk, dv
+
+
+def _varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, causal, scale, window):
+    """(dQ, dK, dV) of packed torch tensors: CUDA runs the fast backward, CPU the reference."""
+    _check_tensors(("q", "k", "v", "o", "do"), (q, k, v, o, do))
+    s = _checks.check_scale(scale)
+    w = _checks.check_window(window)
+    if q.is_cuda:
+        return _varlen_backward_cuda(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, bool(causal), s, w)
+    from . import _numpy
+    host = [t.detach().numpy() if isinstance(t, torch.Tensor) else t for t in (do, q, k, v, o, lse, cu_q, cu_k)]
+    return tuple(torch.from_numpy(g) for g in
+                 _numpy.attention_varlen_backward(*host, max_q, max_k, bool(causal), scale, w))
 
 
 class _VarlenFunction(torch.autograd.Function):
-    """Packed sequences under autograd: the forward runs; a backward through it raises, naming
-    cu_seqlens, until the backward kernels take packed sequences."""
+    """Packed sequences under autograd: the forward, and its backward on the same device (CUDA:
+    the fast atomic backward on the packed work list; CPU: the reference). LSE is not
+    differentiable (as the dense attention's)."""
 
     @staticmethod
     def forward(ctx, q, k, v, args):
         o, lse = _varlen_forward(q, k, v, *args)
         ctx.mark_non_differentiable(lse)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.args = args
         return o, lse
 
     @staticmethod
     def backward(ctx, grad_o, grad_lse):
-        raise _varlen_backward_refused("attention_varlen")
+        q, k, v, o, lse = ctx.saved_tensors
+        if grad_o is None:
+            return None, None, None, None
+        dq, dk, dv = _varlen_backward(grad_o.to(q.dtype), q, k, v, o, lse, *ctx.args)
+        return dq, dk, dv, None
+
+
+def attention_varlen_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
+                              causal=False, scale=None, window=(-1, -1)):
+    """flashlab.attention_varlen_backward for torch tensors: (dQ, dK, dV) from the forward's O and
+    base-2 LSE [H, total_q], no autograd. CUDA bfloat16/float16 run the fast backward on the current
+    stream, the lists read on the device; CPU float32/float64 the reference."""
+    return _varlen_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+                            scale, window)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False, scale=None,

@@ -2,8 +2,10 @@
 cu_seqlens_k=)`` and ``flashlab.attention_varlen``. CPU float64 tensors run the reference (checked
 against the float64 NumPy reference of tests/reference.py, sequence by sequence, to 1e-12); CUDA
 bfloat16/float16 tensors run the fast forward with the lists in device memory (to 2e-2·max|ref|
-for bfloat16 and 4e-3·max|ref| for float16, the bounds of test_torch_cuda.py's outputs). The
-argument checks and the refused backward (it names cu_seqlens) are tested on either device.
+for bfloat16 and 4e-3·max|ref| for float16, the bounds of test_torch_cuda.py's outputs). Autograd
+through a packed result: on CPU float64 against torch's own float64 autograd of the masked
+softmax, sequence by sequence (1e-10); on CUDA against the same on the rounded inputs, within
+test_torch_cuda.py's gradient bounds (3e-2 and 6e-3 of max|ref|). The argument checks are tested on either device.
 
 Skipped without torch; the CUDA tests also without a CUDA device (failed instead with
 FLASHLAB_REQUIRE_CUDA=1).
@@ -17,12 +19,13 @@ torch = pytest.importorskip("torch")
 
 import flashlab  # noqa: E402
 import reference  # noqa: E402
-from flashlab.errors import FlashlabTypeError, FlashlabUnsupportedError, FlashlabValueError  # noqa: E402
+from flashlab.errors import FlashlabTypeError, FlashlabValueError  # noqa: E402
 
 HAVE_CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not HAVE_CUDA and os.environ.get("FLASHLAB_REQUIRE_CUDA") != "1",
                                 reason="torch sees no CUDA device")
 BOUND = {torch.bfloat16: 2e-2, torch.float16: 4e-3}
+GRAD_BOUND = {torch.bfloat16: 3e-2, torch.float16: 6e-3}  # test_torch_cuda.py's gradient bounds
 
 
 def cu(lengths):
@@ -43,6 +46,42 @@ def packed_reference(q, k, v, cu_q, cu_k, causal=False, window=(-1, -1)):
         o[q0:q1] = ob[0]
         lse[:, q0:q1] = lb[0]
     return o, lse
+
+
+def packed_grads(q, k, v, do, cu_q, cu_k, causal=False, window=(-1, -1)):
+    """(dQ, dK, dV) in float64 of the loss Σ O∘dO, by torch autograd of the masked softmax written
+    out per sequence (the mask of attention_problem.hpp: the diagonal at offset len_k − len_q)."""
+    q, k, v, do = (torch.tensor(np.asarray(x, dtype=np.float64)) for x in (q, k, v, do))
+    q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+    H, d, G = q.shape[1], q.shape[2], q.shape[1] // k.shape[1]
+    outs = []
+    for b in range(len(cu_q) - 1):
+        q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
+        if q1 == q0:
+            continue
+        if k1 == k0:
+            outs.append(torch.zeros((q1 - q0, H, d), dtype=torch.float64))
+            continue
+        qs = q[q0:q1].transpose(0, 1)                                    # [H, n, d]
+        ks = k[k0:k1].repeat_interleave(G, dim=1).transpose(0, 1)        # [H, nk, d]
+        vs = v[k0:k1].repeat_interleave(G, dim=1).transpose(0, 1)
+        i = torch.arange(q1 - q0)[:, None]
+        j = torch.arange(k1 - k0)[None, :]
+        diag = i + (k1 - k0) - (q1 - q0)
+        seen = torch.ones_like(i + j, dtype=torch.bool)
+        if causal:
+            seen &= j <= diag
+        if window[0] >= 0:
+            seen &= j >= diag - window[0]
+        if window[1] >= 0:
+            seen &= j <= diag + window[1]
+        s = qs @ ks.transpose(1, 2) / np.sqrt(d)
+        s = s.masked_fill(~seen, -np.inf)
+        p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # rows that see no key: P = 0
+        outs.append((p @ vs).transpose(0, 1))
+    o = torch.cat(outs) if outs else q.new_zeros(q.shape)
+    (o * do).sum().backward()
+    return q.grad.numpy(), k.grad.numpy(), v.grad.numpy()
 
 
 def max_rel(got, want):
@@ -68,15 +107,19 @@ def test_cpu_attention_with_cu_seqlens_equals_the_reference(rng):
         assert np.allclose(lse.numpy()[seen], want_lse[seen] * np.log(2.0), rtol=0, atol=1e-12)
 
 
-def test_cpu_backward_through_packed_sequences_names_cu_seqlens(rng):
-    c = cu([3, 4])
-    q = torch.tensor(rng.standard_normal((7, 2, 8)), requires_grad=True)
-    k = torch.tensor(rng.standard_normal((7, 2, 8)))
-    o = flashlab.attention_varlen(q, k, k, torch.tensor(c), torch.tensor(c), 4, 4)
-    with pytest.raises(FlashlabUnsupportedError, match="cu_seqlens"):
-        o.sum().backward()
-    with pytest.raises(FlashlabUnsupportedError, match="cu_seqlens"):
-        flashlab.attention_varlen_backward(o, q, k, k, o, None, c, c, 4, 4)
+@pytest.mark.parametrize("causal, window", [(False, (-1, -1)), (True, (-1, -1)), (False, (3, 2))])
+def test_cpu_backward_through_packed_sequences_equals_torch_autograd(rng, causal, window):
+    lq, lk = [3, 0, 4, 6], [5, 2, 0, 6]
+    cq, ck = cu(lq), cu(lk)
+    q = torch.tensor(rng.standard_normal((sum(lq), 4, 8)), requires_grad=True)
+    k = torch.tensor(rng.standard_normal((sum(lk), 2, 8)), requires_grad=True)
+    v = torch.tensor(rng.standard_normal((sum(lk), 2, 8)), requires_grad=True)
+    do = rng.standard_normal((sum(lq), 4, 8))
+    o = flashlab.attention_varlen(q, k, v, torch.tensor(cq), torch.tensor(ck), 6, 6, causal=causal, window=window)
+    o.backward(torch.tensor(do))
+    for got, want in zip((q.grad, k.grad, v.grad), packed_grads(q.detach(), k.detach(), v.detach(), do, cq, ck,
+                                                                 causal, window)):
+        assert max_rel(got.numpy(), want) <= 1e-10
 
 
 @pytest.mark.parametrize("cu_q, cu_k, match", [
@@ -135,7 +178,7 @@ def test_cuda_packed_forward_equals_the_float64_reference(rng, dtype, case):
 
 
 @needs_cuda
-def test_cuda_packed_argument_errors_and_refused_backward(rng):
+def test_cuda_packed_argument_errors(rng):
     q = torch.zeros((10, 2, 64), dtype=torch.bfloat16, device="cuda")
     c = torch.tensor([0, 3, 10], dtype=torch.int32, device="cuda")
     with pytest.raises(FlashlabTypeError, match="cu_seqlens_q: expected a 1-D torch.int32 tensor"):
@@ -146,8 +189,33 @@ def test_cuda_packed_argument_errors_and_refused_backward(rng):
         flashlab.attention_varlen(q, q, q, c, c[:2], 7, 7)
     with pytest.raises(FlashlabValueError, match="max_seqlen_q"):
         flashlab.attention_varlen(q, q, q, c, c, 0, 7)
-    qg = q.clone().requires_grad_()
-    o = flashlab.attention_varlen(qg, q, q, c, c, 7, 7)
-    with pytest.raises(FlashlabUnsupportedError, match="cu_seqlens"):
-        o.float().sum().backward()
+    with pytest.raises(FlashlabValueError, match="lse"):
+        flashlab.attention_varlen_backward(q, q, q, q, q, torch.zeros((3, 10), device="cuda"), c, c, 7, 7)
     torch.cuda.synchronize()
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", [
+    dict(lq=[1, 129, 0, 257, 613], lk=None, H=4, Hkv=4, d=64, causal=False, window=(-1, -1)),
+    dict(lq=[1, 5, 200, 300], lk=[1000, 517, 0, 77], H=8, Hkv=2, d=128, causal=True, window=(-1, -1)),
+    dict(lq=[700, 65, 300], lk=None, H=8, Hkv=2, d=64, causal=True, window=(128, 0)),
+])
+def test_cuda_packed_autograd_equals_the_float64_gradients(rng, dtype, case):
+    lq, lk = case["lq"], case["lk"] or case["lq"]
+    cq, ck = cu(lq), cu(lk)
+    q, k, v = (torch.tensor(rng.standard_normal(shape), dtype=dtype, device="cuda").requires_grad_()
+               for shape in ((sum(lq), case["H"], case["d"]), (sum(lk), case["Hkv"], case["d"]),
+                             (sum(lk), case["Hkv"], case["d"])))
+    do = torch.tensor(rng.standard_normal((sum(lq), case["H"], case["d"])), dtype=dtype, device="cuda")
+    o = flashlab.attention_varlen(q, k, v, torch.tensor(cq, device="cuda"), torch.tensor(ck, device="cuda"),
+                                  max(lq), max(lk), causal=case["causal"], window=case["window"])
+    o.backward(do)
+    torch.cuda.synchronize()
+    rounded = [x.detach().float().cpu().numpy() for x in (q, k, v, do)]
+    for name, got, want in zip(("dq", "dk", "dv"), (q.grad, k.grad, v.grad),
+                               packed_grads(*rounded, cq, ck, case["causal"], case["window"])):
+        assert got.dtype == dtype and got.shape == want.shape, name
+        g = got.float().cpu().numpy()
+        assert not np.isnan(g).any(), name
+        assert max_rel(g, want) <= GRAD_BOUND[dtype], name

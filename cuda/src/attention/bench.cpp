@@ -53,7 +53,9 @@ void validate(const AttentionBenchConfig& b) {
   if (b.heads_kv < 0 || b.seq_k < 0) bad("heads_kv and seq_k must be >= 0 (0: equal to heads, to N)");
   for (int n : b.seqs)
     if (n < 1) bad("sequence length " + std::to_string(n) + " must be >= 1");
-  if (b.packed && b.pass != BenchPass::fwd) bad("packed sequences time the forward only (the fast backward takes none)");
+  if (b.packed && b.pass != BenchPass::fwd &&
+      (b.bwd_design != ref::Algorithm::bwd_atomic || b.bwd_kernel != FastBackwardKernel::mma_sync))
+    bad("packed sequences time the backward on the atomic design's mma kernel only (the one that takes them)");
   if (b.bwd_design != ref::Algorithm::bwd_two_kernel && b.bwd_design != ref::Algorithm::bwd_atomic)
     bad("bwd_design = " + std::string(ref::algorithm_name(b.bwd_design)) + " is not a fast backward design");
   for (int d : b.head_dims)  // before any timing: every shape's limits, and the backward's where it runs
@@ -172,9 +174,16 @@ void bench_shape(const AttentionBenchConfig& bench, const ref::AttentionProblem&
     FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
     time_pass(true, [&](std::size_t s) {
       const std::size_t q = kPerSet * s;
-      fast_attention_backward_device(bench.bwd_design, problem, in[q].get(), in[q + 1].get(), in[q + 2].get(), O[s].get(),
-                                     in[q + 3].get(), LSE[s].get(), dQ.get(), dK.get(), dV.get(),
-                                     workspace.get(), nullptr, bench.bwd_kernel);
+      if (problem.packed)
+        fast_attention_backward_device(bench.bwd_design, problem,
+                                       {cu_q.get(), cu_k.get(), problem.packed->total_q(), problem.packed->total_k()},
+                                       in[q].get(), in[q + 1].get(), in[q + 2].get(), O[s].get(), in[q + 3].get(),
+                                       LSE[s].get(), dQ.get(), dK.get(), dV.get(), workspace.get(), nullptr,
+                                       bench.bwd_kernel);
+      else
+        fast_attention_backward_device(bench.bwd_design, problem, in[q].get(), in[q + 1].get(), in[q + 2].get(),
+                                       O[s].get(), in[q + 3].get(), LSE[s].get(), dQ.get(), dK.get(), dV.get(),
+                                       workspace.get(), nullptr, bench.bwd_kernel);
     });
   }
 }
@@ -213,8 +222,9 @@ double attention_fwd_bytes(const ref::AttentionProblem& problem) {
 double attention_bwd_flops(const ref::AttentionProblem& problem) { return 2.5 * attention_fwd_flops(problem); }
 
 double attention_bwd_bytes(const ref::AttentionProblem& problem) {
-  const double rows = double(problem.batch * problem.seq * problem.heads);         // B·N·H
-  const double kv_rows = double(problem.batch * problem.n_k() * problem.h_kv());  // B·N_k·H_kv
+  // B·N·H and B·N_k·H_kv (packed: total_q·H and total_k·H_kv)
+  const ref::Shape q = problem.q_shape(), kv = problem.kv_shape();
+  const double rows = double(q.batch * q.seq * q.heads), kv_rows = double(kv.batch * kv.seq * kv.heads);
   // Q O dO dQ and K V dK dV (16-bit) + LSE, D, D (fp32)
   return (4.0 * rows + 4.0 * kv_rows) * double(problem.head_dim) * 2.0 + 3.0 * rows * 4.0;
 }

@@ -62,9 +62,10 @@ struct AttentionBenchConfig {
   /// copy-bandwidth anchor): the row's kv_read_tbps and copy_tbps
   bool kv_copy = false;
   FastBackwardKernel bwd_kernel = FastBackwardKernel::mma_sync;  ///< kernel of the bwd_atomic design timed
-  /// Packed sequences (forward only): when set, one shape per (d, causal), these sequences packed
-  /// ([1, total, H, d], the lists in device memory, FastPackedSequences) in place of `seqs`,
-  /// `batch` and `seq_k`; its TFLOP/s count every sequence's own visible pairs.
+  /// Packed sequences: when set, one shape per (d, causal), these sequences packed ([1, total, H,
+  /// d], the lists in device memory, FastPackedSequences) in place of `seqs`, `batch` and `seq_k`;
+  /// its TFLOP/s count every sequence's own visible pairs. The backward: bwd_atomic on mma_sync
+  /// only (the one that takes them; validated before any timing).
   std::optional<ref::PackedSequences> packed;
 };
 
