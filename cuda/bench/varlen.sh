@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # cuda/bench/varlen.sh — packed variable-length sequences on the H100: the varlen tests (and their
 # sanitizer shapes under memcheck and racecheck), the Python GPU test, and the packed forward beside
-# the dense one at the same total tokens: the rows of cuda/results/fwd_varlen.csv and
-# cuda/results/checks.csv.
+# the dense one at the same total tokens, and the packed backward beside the dense ones: the rows of
+# cuda/results/fwd_varlen.csv, cuda/results/bwd_varlen.csv and cuda/results/checks.csv.
 #
 #   varlen.sh [BIN_DIR] [OUT_DIR]   on the GPU machine, from the repository root
 #
@@ -13,11 +13,13 @@
 # fwd_varlen.csv: date, device, commit, dtype, pass, kernel, d, causal, layout, sequences,
 # longest, total_q, H, median_ms, min_ms, max_ms, tflops (every sequence's own visible pairs:
 # bench.hpp), of_dense (tflops over the dense row's of the same d, mask and kernel),
-# cudnn_bnhd_tflops (SDPA's cuDNN backend on the dense rows, same session).
+# cudnn_bnhd_tflops (SDPA's cuDNN backend on the dense rows, same session); bwd_varlen.csv: the same
+# columns but cudnn, then of_fastest_dense (over the wgmma-ws kernel's dense row).
 #
 # Shapes: bf16, H = 16, d = 128 and 64, causal and not, 65536 tokens in all: dense B = 8, N = 8192;
 # packed-uniform, the same 8 sequences of 8192 packed (the cost of the packed work list alone);
-# packed-mixed, 16 sequences of 913 … 8192 tokens (below), on the tma-ws and mma forwards.
+# packed-mixed, 16 sequences of 913 … 8192 tokens (below), on the tma-ws and mma forwards. The
+# backward: dense on the wgmma-ws and mma kernels, packed-mixed on mma (the one that takes them).
 set -u
 . "$(dirname "$0")/run_context.sh" "${1:-gpu-carry}" "${2:-/tmp/flashlab-varlen}"
 
@@ -52,9 +54,9 @@ check() {  # check NAME SANITIZER_ERRORS_OR_EMPTY COMMAND...
   echo "$date,$device,$commit,\"$cmd\",$verdict,$asserts,$cases,$errors" >>"$out/checks.csv"
   echo "$name: $verdict (rc $rc)"; tail -4 "$log"
 }
-check tests "$bin/test_cuda" "[fast-varlen],[fast-window-sanitize],[fast-gqa-sanitize],[fast-splitkv-sanitize],[front-door],[errors]"
-check memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_cuda" "[fast-varlen-sanitize]"
-check racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/test_cuda" "[fast-varlen-sanitize]"
+check tests "$bin/test_cuda" "[fast-varlen],[fast-bwd-varlen],[fast-window-sanitize],[fast-gqa-sanitize],[fast-splitkv-sanitize],[front-door],[errors]"
+check memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_cuda" "[fast-varlen-sanitize],[fast-bwd-varlen-sanitize]"
+check racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/test_cuda" "[fast-varlen-sanitize],[fast-bwd-varlen-sanitize]"
 check pytest env FLASHLAB_LIBRARY="$bin/libflashlab.so" FLASHLAB_REQUIRE_CUDA=1 PYTHONPATH=python \
   python3 -m pytest -q python/tests/test_torch_varlen.py
 
@@ -66,6 +68,10 @@ for k in tma-ws mma; do
     "$bin/flashlab" "${common[@]}" --fwd-kernel "$k" --cu-seqlens "$out/$layout.txt" >"$out/${layout}_$k.csv" || status=1
   done
 done
+bwd=(bench attention --csv --pass bwd --heads 16 --dim 128,64 --both --reps 20)
+"$bin/flashlab" "${bwd[@]}" --bwd-kernel wgmma-ws --batch 8 --seq 8192 >"$out/bwd_dense_wgmma-ws.csv" || status=1
+"$bin/flashlab" "${bwd[@]}" --bwd-kernel mma --batch 8 --seq 8192 >"$out/bwd_dense_mma.csv" || status=1
+"$bin/flashlab" "${bwd[@]}" --bwd-kernel mma --cu-seqlens "$out/mixed.txt" >"$out/bwd_mixed_mma.csv" || status=1
 PYTHONUNBUFFERED=1 python3 "$here/sdpa_bench.py" "$out/dense_tma-ws.csv" --out "$out/sdpa_dense.csv" \
   >"$out/sdpa.log" 2>&1 || status=1
 python3 - "$out" "$date" "$device" "$commit" <<'EOF' || status=1
@@ -94,9 +100,24 @@ for name, r in rows:
     w.writerow([date, device, commit, r["dtype"], r["pass"], k, d, c, name, r["B"], r["N"], total, r["H"], r["ms"],
                 r["min_ms"], r["max_ms"], r["tflops"], f"{float(r['tflops']) / ref:.4f}" if ref else "",
                 cudnn.get((d, c), "") if name == "dense" and k == "tma-ws" else ""])
+# The backward: of_dense over the same kernel's dense row, of_fastest_dense over wgmma-ws's.
+dense = {}
+for k in ("wgmma-ws", "mma"):
+    for r in csv.DictReader(open(f"{out}/bwd_dense_{k}.csv")):
+        dense[(k, r["d"], r["causal"])] = float(r["tflops"])
+w = csv.writer(open(f"{out}/bwd_varlen.csv", "w", newline=""), lineterminator="\n")
+w.writerow(cols[:-1] + ["of_fastest_dense"])
+for name, k, path in (("dense", "wgmma-ws", "bwd_dense_wgmma-ws"), ("dense", "mma", "bwd_dense_mma"),
+                      ("packed-mixed", "mma", "bwd_mixed_mma")):
+    for r in csv.DictReader(open(f"{out}/{path}.csv")):
+        d, c, t = r["d"], r["causal"], float(r["tflops"])
+        total = int(r["total_q"]) or int(r["B"]) * int(r["N"])
+        w.writerow([date, device, commit, r["dtype"], r["pass"], k, d, c, name, r["B"], r["N"], total, r["H"], r["ms"],
+                    r["min_ms"], r["max_ms"], r["tflops"], f"{t / dense[(k, d, c)]:.4f}",
+                    f"{t / dense[('wgmma-ws', d, c)]:.4f}"])
 EOF
 # The tma-ws kernels' registers and spills (dense and packed instantiations side by side).
 cuobjdump -res-usage "$bin/libflashlab.so" 2>/dev/null | grep -A1 ws_fwd_kernel | grep -Eo 'REG:[0-9]+ STACK:[0-9]+' |
   sort | uniq -c >"$out/ws_registers.txt" || true
-echo "varlen: status $status ($out/fwd_varlen.csv, $out/checks.csv)"
+echo "varlen: status $status ($out/fwd_varlen.csv, $out/bwd_varlen.csv, $out/checks.csv)"
 exit $status
