@@ -592,14 +592,20 @@ def _check_cu_seqlens(name: str, t: object, like: torch.Tensor) -> torch.Tensor:
     return t if t.is_contiguous() else t.contiguous()
 
 
-def _varlen_forward_cuda(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window):
-    """(O [total_q, H, d], LSE [H, total_q] base 2) of the fast forward on packed CUDA tensors."""
-    total_q, total_k, H, Hkv, d = _checks.varlen_shapes(q.shape, k.shape, v.shape)
+def _check_cu_pair(cu_q, cu_k, q):
+    """Both prefix-sum lists beside CUDA q (_check_cu_seqlens), of the same B + 1 entries."""
     cu_q = _check_cu_seqlens("cu_seqlens_q", cu_q, q)
     cu_k = _check_cu_seqlens("cu_seqlens_k", cu_k, q)
     if cu_q.numel() != cu_k.numel():
         raise FlashlabValueError(f"cu_seqlens_k: {cu_k.numel()} entries but cu_seqlens_q has {cu_q.numel()}",
                                  hint="both list the same B sequences, B + 1 entries each")
+    return cu_q, cu_k
+
+
+def _varlen_forward_cuda(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window):
+    """(O [total_q, H, d], LSE [H, total_q] base 2) of the fast forward on packed CUDA tensors."""
+    total_q, total_k, H, Hkv, d = _checks.varlen_shapes(q.shape, k.shape, v.shape)
+    cu_q, cu_k = _check_cu_pair(cu_q, cu_k, q)
     max_q = _checks.check_positive_int("max_seqlen_q", max_q)
     max_k = _checks.check_positive_int("max_seqlen_k", max_k)
     L = _capi.lib()
@@ -637,11 +643,7 @@ def _varlen_backward_cuda(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, causal,
     """(dQ, dK, dV) of the fast backward (the atomic design's mma kernel, the one that takes packed
     sequences) on packed CUDA tensors, from the forward's O and base-2 LSE [H, total_q]."""
     total_q, total_k, H, Hkv, d = _checks.varlen_shapes(q.shape, k.shape, v.shape)
-    cu_q = _check_cu_seqlens("cu_seqlens_q", cu_q, q)
-    cu_k = _check_cu_seqlens("cu_seqlens_k", cu_k, q)
-    if cu_q.numel() != cu_k.numel():
-        raise FlashlabValueError(f"cu_seqlens_k: {cu_k.numel()} entries but cu_seqlens_q has {cu_q.numel()}",
-                                 hint="both list the same B sequences, B + 1 entries each")
+    cu_q, cu_k = _check_cu_pair(cu_q, cu_k, q)
     for name, t in (("o", o), ("do", do)):
         if t.shape != q.shape or t.dtype != q.dtype or t.device != q.device:
             raise FlashlabValueError(f"{name}: shape {tuple(t.shape)} {t.dtype} on {t.device} differs from q's "

@@ -52,6 +52,17 @@ DeviceBuffer<T> upload_checked(const char* name, const std::vector<T>& x, std::s
   return d;
 }
 
+/// The prefix sums of a packed problem uploaded (they live while this does), and their view.
+struct UploadedLists {
+  DeviceBuffer<std::int32_t> cu_q, cu_k;
+  explicit UploadedLists(const ref::AttentionProblem& problem)
+      : cu_q(upload_checked("cu_seqlens_q", problem.packed->cu_seqlens_q(), problem.batch + 1, "B + 1 prefix sums")),
+        cu_k(upload_checked("cu_seqlens_k", problem.packed->cu_seqlens_k(), problem.batch + 1, "B + 1 prefix sums")) {}
+  FastPackedSequences view(const ref::AttentionProblem& problem) const {
+    return {cu_q.get(), cu_k.get(), problem.packed->total_q(), problem.packed->total_k()};
+  }
+};
+
 }  // namespace
 
 ForwardResult attention_forward(ref::Algorithm algorithm, const ref::AttentionProblem& problem,
@@ -155,12 +166,8 @@ FastForwardResult fast_attention_forward(const ref::AttentionProblem& problem, F
   dO.poison();  // 0xFFFF is a NaN in bf16 and fp16 alike
   dLSE.poison();
   if (problem.is_packed()) {
-    DeviceBuffer<std::int32_t> cu_q = upload_checked("cu_seqlens_q", problem.packed->cu_seqlens_q(),
-                                                     problem.batch + 1, "B + 1 prefix sums"),
-                               cu_k = upload_checked("cu_seqlens_k", problem.packed->cu_seqlens_k(),
-                                                     problem.batch + 1, "B + 1 prefix sums");
-    const FastPackedSequences packed{cu_q.get(), cu_k.get(), problem.packed->total_q(), problem.packed->total_k()};
-    fast_attention_forward_device(problem, packed, kernel, dQ.get(), dK.get(), dV.get(), dO.get(), dLSE.get(),
+    const UploadedLists lists(problem);
+    fast_attention_forward_device(problem, lists.view(problem), kernel, dQ.get(), dK.get(), dV.get(), dO.get(), dLSE.get(),
                                   nullptr);
     FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());  // before the lists' buffers go
   } else {
@@ -199,12 +206,8 @@ FastBackwardResult fast_attention_backward(ref::Algorithm design, const ref::Att
   bdV.poison();
   bws.poison();  // D and (atomic) the dQ accumulator: NaN unless the kernels write/zero them
   if (problem.is_packed()) {
-    DeviceBuffer<std::int32_t> cu_q = upload_checked("cu_seqlens_q", problem.packed->cu_seqlens_q(),
-                                                     problem.batch + 1, "B + 1 prefix sums"),
-                               cu_k = upload_checked("cu_seqlens_k", problem.packed->cu_seqlens_k(),
-                                                     problem.batch + 1, "B + 1 prefix sums");
-    const FastPackedSequences packed{cu_q.get(), cu_k.get(), problem.packed->total_q(), problem.packed->total_k()};
-    fast_attention_backward_device(design, problem, packed, bQ.get(), bK.get(), bV.get(), bO.get(), bdO.get(),
+    const UploadedLists lists(problem);
+    fast_attention_backward_device(design, problem, lists.view(problem), bQ.get(), bK.get(), bV.get(), bO.get(), bdO.get(),
                                    bLSE.get(), bdQ.get(), bdK.get(), bdV.get(), bws.get(), nullptr, kernel);
     FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());  // before the lists' buffers go
   } else {
