@@ -179,24 +179,35 @@ TEST_CASE("cli attention --device cuda and bench attention: --cu-seqlens, one fi
   const std::string file = write_text(dir, "lens.txt", "cu_seqlens_q = 0 3 3 4 140\ncu_seqlens_k = 0 5 6 6 200\n");
   const std::string bad = write_text(dir, "bad.txt", "cu_seqlens_q = 0 3 2 7\n");
   const std::string cu = " --cu-seqlens '" + file + "'";
-  // The lengths come from the file; the fast forward alone takes packed sequences on the GPU.
+  // The lengths come from the file; the fast kernels alone take packed sequences on the GPU (the
+  // backward on the atomic design's mma kernel).
   expect_usage_error("attention fwd --device cuda --kernel fast --seq 16" + cu, "--seq conflicts with --cu-seqlens");
   expect_usage_error("attention fwd --device cuda --kernel fast --batch 2" + cu, "--batch conflicts with --cu-seqlens");
-  expect_usage_error("attention bwd --device cuda --kernel fast" + cu,
-                     "--cu-seqlens: the fast backward takes no packed sequences yet");
+  expect_usage_error("attention bwd --device cuda" + cu, "--cu-seqlens: the clear kernels take none");
   expect_usage_error("attention fwd --device cuda" + cu, "--cu-seqlens: the clear kernels take none");
   // A bad list: the CPU command's message, naming the file, its line and the entry.
   expect_usage_error("attention fwd --device cuda --kernel fast --cu-seqlens '" + bad + "'",
                      "cu_seqlens_q[2] = 2 is below cu_seqlens_q[1] = 3");
   expect_usage_error("bench attention --cu-seqlens '" + bad + "'", "cu_seqlens_q[2] = 2 is below cu_seqlens_q[1] = 3");
   expect_usage_error("bench attention --seq 1024" + cu, "--seq conflicts with --cu-seqlens");
-  expect_usage_error("bench attention --pass both" + cu, "--pass both with --cu-seqlens: the fast backward takes no");
+  expect_usage_error("bench attention --pass both --bwd-kernel wgmma-ws" + cu,
+                     "--cu-seqlens: --bwd-kernel wgmma-ws takes no packed sequences");
+  expect_usage_error("bench attention --pass bwd --bwd-design two-kernel" + cu,
+                     "--cu-seqlens: --bwd-design two-kernel takes no packed sequences");
   // Valid: run where there is a GPU, refused with the usual hint elsewhere.
   const auto r = flashlab::test::run_gpu_command("attention fwd --device cuda --kernel fast --causal --heads 4 "
                                                  "--heads-kv 2 --dim 64" + cu);
   if (r.exit_code == 0)
     CHECK_THAT(r.out, Catch::Contains("4 packed sequences (total_q=140 total_k=200)") &&
                           Catch::Contains("max error vs naive float64"));
+  const auto g = flashlab::test::run_gpu_command("attention bwd --device cuda --kernel fast --causal --heads 4 "
+                                                 "--heads-kv 2 --dim 64" + cu);
+  if (g.exit_code == 0)
+    CHECK_THAT(g.out, Catch::Contains("4 packed sequences (total_q=140 total_k=200)") &&
+                          Catch::Contains("backward kernel mma") && Catch::Contains("dQ"));
   const auto b = flashlab::test::run_gpu_command("bench attention --dim 64 --causal --reps 20 --warmup 1 --csv" + cu);
   if (b.exit_code == 0) CHECK_THAT(b.out, Catch::Contains("total_q,total_k") && Catch::Contains(",140,200"));
+  const auto bb =
+      flashlab::test::run_gpu_command("bench attention --pass bwd --dim 64 --causal --reps 20 --warmup 1 --csv" + cu);
+  if (bb.exit_code == 0) CHECK_THAT(bb.out, Catch::Contains(",bwd,64,1,") && Catch::Contains(",140,200"));
 }

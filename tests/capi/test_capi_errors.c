@@ -122,13 +122,17 @@ static void packed_cases(flashlab_attention_problem dense, flashlab_tensor in, f
   EXPECT(flashlab_attention_check(&bad, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
          "problem->total_q = 5 is above 0", "0 unless cu_seqlens are set");
 #ifdef FLASHLAB_TEST_HAVE_CUDA
-  /* On CUDA the lists are device memory, never read on the host: the forward takes them (the
-   * kernels read them), the totals are checked; the backward refuses them by name. */
+  /* On CUDA the lists are device memory, never read on the host: the forward and the atomic
+   * backward take them (the kernels read them), the totals are checked; the deterministic
+   * backward refuses them by name. */
   bad = p, bad.dtype = FLASHLAB_DTYPE_BF16, bad.head_dim = 64;
   EXPECT_OK(flashlab_attention_check(&bad, FLASHLAB_DEVICE_CUDA));
+  EXPECT_OK(flashlab_attention_backward_workspace_size(&bad, FLASHLAB_DEVICE_CUDA, (size_t*)g_idx));
+  bad.deterministic = 1;
   EXPECT(flashlab_attention_backward_workspace_size(&bad, FLASHLAB_DEVICE_CUDA, (size_t*)g_idx),
          FLASHLAB_ERROR_UNSUPPORTED, "flashlab_attention_backward_workspace_size",
-         "problem->cu_seqlens_q is set: the CUDA backward takes no packed sequences yet", "hint:");
+         "problem->cu_seqlens_q is set with problem->deterministic = 1", "hint:");
+  bad.deterministic = 0;
   bad.total_k = 0;
   EXPECT(flashlab_attention_check(&bad, FLASHLAB_DEVICE_CUDA), FLASHLAB_ERROR_INVALID_ARGUMENT,
          "flashlab_attention_check", "problem->total_k = 0 is below 1", NULL);

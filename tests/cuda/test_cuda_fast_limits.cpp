@@ -1,7 +1,8 @@
-// The fast kernels' limits for grouped K/V (H_kv < H), N_k ≠ N and windows, as the attention front
-// door (cuda/src/attention/front_door.cpp) states them: the forward takes them, the backward and the
-// plain wgmma forward refuse them by name (but for windows, which the atomic backward's mma and
-// wgmma-ws kernels take), and the 32-bit element counts of Q and of K/V are checked there.
+// The fast kernels' limits for grouped K/V (H_kv < H), N_k ≠ N, windows and packed sequences, as the
+// attention front door (cuda/src/attention/front_door.cpp) states them: the forward takes them, the
+// backward and the plain wgmma forward refuse them by name (but for windows, which the atomic
+// backward's mma and wgmma-ws kernels take, and packed sequences, which its mma kernel takes), and
+// the 32-bit element counts of Q and of K/V are checked there.
 // Every check here is on the problem alone, before any device call: this executable needs no GPU
 // (it runs wherever the CUDA targets are built; the CPU-only build has no front door to call).
 #include <catch2/catch.hpp>
@@ -82,10 +83,16 @@ TEST_CASE("the front door takes packed sequences for the mma and tma-ws forwards
   p.set_packed(fr::PackedSequences({0, 40, 100}, {0, 70, 70}));
   CHECK_NOTHROW(fc::check_fast_problem(p));
   CHECK(fc::fast_forward_tiles(p, kMma).Br == 128);
-  // The backward, the split-KV and the plain wgmma forwards: refused by name.
-  for (auto design : {fr::Algorithm::bwd_atomic, fr::Algorithm::bwd_two_kernel})
-    CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(design, p),
-                      Catch::Contains("fast backward: cu_seqlens (2 packed sequences)") && Catch::Contains("hint:"));
+  // The atomic backward takes them (its workspace: D [H, total_q], then whole query tiles of each
+  // sequence, (total_q + 128·B)·H·d floats); the two-kernel design, the wgmma-ws kernels, the
+  // split-KV and the plain wgmma forwards refuse them by name.
+  CHECK(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, p) ==
+        (32 * 100 * 4 + 255) / 256 * 256 + std::size_t(100 + 2 * 128) * 32 * 128 * 4);
+  CHECK(fc::fastest_backward_kernel(p) == fc::FastBackwardKernel::mma_sync);
+  CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_two_kernel, p),
+                    Catch::Contains("fast backward: cu_seqlens (2 packed sequences) are not supported by the "
+                                    "bwd_two_kernel design") &&
+                        Catch::Contains("hint:"));
   for (auto kernel : {fc::FastForwardKernel::wgmma, fc::FastForwardKernel::split_kv})
     CHECK_THROWS_WITH(fc::fast_forward_tiles(p, kernel),
                       Catch::Contains("cu_seqlens (packed sequences) are not supported") &&
@@ -108,6 +115,16 @@ TEST_CASE("the front door takes packed sequences for the mma and tma-ws forwards
                     Catch::Contains("total_q·H·d = 2147483648 is not below 2^31"));
   CHECK_THROWS_WITH(fc::check_fast_packed(shape, {nullptr, nullptr, 100, 1 << 21}),
                     Catch::Contains("total_k·H_kv·d = 2147483648 is not below 2^31"));
+  // The packed backward's workspace from the device lists' totals (B·N·H·d is not its size either).
+  CHECK(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, shape,
+                                                    {nullptr, nullptr, 100000, 100000}) ==
+        std::size_t(32) * 100000 * 4 + std::size_t(100000 + 1000 * 128) * 32 * 128 * 4);
+  CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_two_kernel, shape,
+                                                                {nullptr, nullptr, 100000, 100000}),
+                    Catch::Contains("cu_seqlens (packed sequences) are not supported by the bwd_two_kernel design"));
+  CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, shape,
+                                                                {nullptr, nullptr, 1 << 19, 100}),
+                    Catch::Contains("total_q·H·d = 2147483648 is not below 2^31"));
   // d = 256: the dense forwards take it, the packed ones not yet.
   p.head_dim = 256;
   CHECK_THROWS_WITH(fc::check_fast_problem(p),

@@ -46,6 +46,16 @@
 // neither alike, and keys ≥ N_k. A key block that no query sees runs no step and writes dK_j = dV_j
 // = 0; a query row that sees no key gets no partial from any block, so its dQ is the zeroed
 // accumulator's 0.
+// PACKED SEQUENCES (Problem::packed(), FlashAttention's varlen layout; fast_bwd_atomic_packed_kernel,
+// the kGroup body with kPacked): the blocks own key tiles numbered over the keys as the forwards
+// number query tiles (packed.cuh): sequence b owns key tiles ⌊cu_seqlens_k[b] / Bc⌋ + b …, grid
+// (⌊total_k / Bc⌋ + B, H_kv, 1), a block finding its sequence by a binary search over the device
+// lists (a tile past its sequence's end exits at once). N, N_k, the band's offset len_k − len_q and
+// the first rows are the sequence's; loads stop at its last row (zero-filled past it). dQaccum holds
+// H·(⌊total_q / Br⌋ + B) tiles of the packed query numbering (a sequence's query tile i is tile
+// ⌊cu_seqlens_q[b] / Br⌋ + b + i of its head), which fast_bwd_dq_convert_packed_kernel maps back to
+// the sequence's rows; D runs over the total_q rows as one sequence. The dense kernels are a
+// separate __global__ over the same body, so they keep their parameters and code.
 //
 // SRAM (dynamic; 16-bit tiles swizzled in 16-byte chunks like the other fast kernels):
 //   [K_j][V_j][Q_i ×2 stages][dO_i ×2 stages][P_ij][dS_ij][LSE_i, D_i ×2 stages][dQ slices: 8 × 4 KiB]

@@ -338,7 +338,8 @@ void check_fast_shape(const ref::AttentionProblem& problem) {
   problem.validate();
   // Grouped K/V (heads_kv), N_k ≠ N, windows and packed sequences: the plain wgmma forward, the
   // two-kernel backward and the deterministic backward kernel refuse the first three
-  // (check_forward_kernel, fast_bwd_problem); the backward and split_kv refuse packed sequences.
+  // (check_forward_kernel, fast_bwd_problem); split_kv, wgmma and every backward but the atomic
+  // mma one refuse packed sequences.
   ref::AttentionProblem beyond = problem;
   beyond.heads_kv = 0;
   beyond.window_left = beyond.window_right = -1;
