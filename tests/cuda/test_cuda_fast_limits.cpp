@@ -125,6 +125,22 @@ TEST_CASE("the front door takes packed sequences for the mma and tma-ws forwards
   CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, shape,
                                                                 {nullptr, nullptr, 1 << 19, 100}),
                     Catch::Contains("total_q·H·d = 2147483648 is not below 2^31"));
+  // Causal, the packed backward's key tiles are a grid dimension of at most 65535.
+  fr::AttentionProblem one;
+  one.head_dim = 64;
+  one.causal = true;
+  one.dtype = kBf16;
+  one.seq = 100;
+  one.seq_k = 9000000;
+  CHECK_NOTHROW(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, one,
+                                                            {nullptr, nullptr, 100, 8388352}));
+  CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, one,
+                                                                {nullptr, nullptr, 100, 9000000}),
+                    Catch::Contains("causal packed sequences with total_k = 9000000 and B = 1 make 70313 key tiles") &&
+                        Catch::Contains("hint:"));
+  one.causal = false;
+  CHECK_NOTHROW(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, one,
+                                                            {nullptr, nullptr, 100, 9000000}));
   // d = 256: the dense forwards take it, the packed ones not yet.
   p.head_dim = 256;
   CHECK_THROWS_WITH(fc::check_fast_problem(p),

@@ -154,6 +154,19 @@ void require_packed_backward(ref::Algorithm design, const FastBackwardKernel* ke
       "backward on the CPU reference: flashlab attention bwd --device cpu)");
 }
 
+/// The packed backward's launch: causal, its key tiles (⌊total_k / Bc⌋ + B, Bc = 128) are the
+/// grid's y dimension (attention_bwd_tc_atomic.cu), at most 65535.
+const detail::Problem& require_packed_key_tiles(const detail::Problem& p) {
+  constexpr long long kMaxY = 65535, kBc = 128;
+  const long long tiles = p.total_k / kBc + p.batch;
+  if (p.causal && tiles > kMaxY)
+    throw std::invalid_argument("flashlab::cuda: fast backward: causal packed sequences with total_k = " +
+                                std::to_string(p.total_k) + " and B = " + std::to_string(p.batch) + " make " +
+                                std::to_string(tiles) + " key tiles of 128, above the 65535 one launch takes (hint: "
+                                "split the sequences over several calls)");
+  return p;
+}
+
 // The checked launch description of a fast backward; each launcher sets its kernels' tiles. A
 // window, grouped K/V (H_kv < H) and N_k ≠ N: the atomic design's mma and wgmma-ws kernels take
 // them (attention_bwd_tc_atomic.cu, attention_bwd_ws.cu); the two-kernel design and the
@@ -192,7 +205,8 @@ detail::Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProb
     throw std::invalid_argument("flashlab::cuda: fast backward: algorithm = " +
                                 std::string(ref::algorithm_name(design)) +
                                 " is not a fast backward design (hint: bwd_two_kernel or bwd_atomic)");
-  return detail::make_problem(problem);
+  const detail::Problem p = detail::make_problem(problem);
+  return p.packed() ? require_packed_key_tiles(p) : p;
 }
 
 /// The plain wgmma forward reads K and V with Q's heads and length and masks no window: grouped
@@ -486,7 +500,7 @@ detail::Problem check_packed_backward(ref::Algorithm design, const ref::Attentio
   require_d64_d128(problem.head_dim, "fast backward", true);
   require_packed_backward(design, kernel, problem.is_packed() ? std::to_string(problem.packed->count()) + " " : "");
   if (kernel != nullptr) check_bwd_kernel(design, *kernel);
-  return detail::make_packed_problem(problem, packed.total_q, packed.total_k);
+  return require_packed_key_tiles(detail::make_packed_problem(problem, packed.total_q, packed.total_k));
 }
 
 }  // namespace
