@@ -1,5 +1,6 @@
 // One check of the fast backward against the float64 reference, shared by the backward tests that
-// take windows, grouped K/V and N_k ≠ N (test_cuda_fast_bwd_window.cpp, test_cuda_fast_bwd_gqa.cpp).
+// take windows, grouped K/V and N_k ≠ N (test_cuda_fast_bwd_window.cpp, test_cuda_fast_bwd_gqa.cpp;
+// the packed one, test_cuda_fast_bwd_varlen.cpp, checks each gradient with check_gradient()).
 //
 // Fresh normal Q, dO [B, N, H, d] and K, V [B, N_k, H_kv, d] rounded to the dtype, the reference
 // (ref::naive_backward<double>) gets the rounded values; O and LSE from the fast mma forward of the
@@ -71,6 +72,27 @@ std::size_t nonzero_rows(const std::vector<std::uint16_t>& got, int batch, int r
   return bad;
 }
 
+/// One gradient against its float64 reference: prints its error and the error over the rounding
+/// floor, keeps the worst of those, checks the bound max(1e-2, 2 × the floor) and that the rows
+/// `outside` marks (indexed by row within a batch entry of `rows` rows of `row_elems` elements) are
+/// exactly 0.
+inline void check_gradient(const char* name, const std::vector<std::uint16_t>& got, const ref::Tensor<double>& want,
+                           ref::Dtype dt, int batch, int rows, std::size_t row_elems, const std::vector<char>& outside) {
+  REQUIRE(got.size() == want.numel());
+  const double err = error_16(got, want.data(), dt);
+  const double floor = rounding_floor(want.data(), want.numel(), dt);
+  const double ratio = floor > 0 ? err / floor : (err > 0 ? 1e30 : 0.0);
+  std::printf("  %s %.3e (x%.2f)", name, err, ratio);
+  if (!(ratio <= backward_worst_ratio())) backward_worst_ratio() = ratio;  // NaN propagates as worst
+  INFO(name << " error " << err << ", rounding floor " << floor);
+  CHECK(err <= std::max(1e-2, 2 * floor));
+  std::size_t first = 0;
+  const std::size_t bad =
+      nonzero_rows(got, batch, rows, row_elems, dt, [&](int r) { return outside[std::size_t(r)] != 0; }, first);
+  INFO(name << ": " << bad << " elements not 0 in rows outside every band (first at " << first << ")");
+  CHECK(bad == 0);
+}
+
 /// Runs each kernel of general_backward_kernels() on fresh inputs of shape `c` against one float64
 /// reference and checks dQ, dK, dV and D (file comment).
 inline void check_backward(const BackwardCase& c) {
@@ -108,30 +130,11 @@ inline void check_backward(const BackwardCase& c) {
     INFO("kernel " << fc::to_string(kernel));
     const auto got =
         fc::fast_attention_backward(fr::Algorithm::bwd_atomic, cfg, in.Q, in.K, in.V, fwd.O, in.dO, fwd.LSE, kernel);
-    REQUIRE(got.dQ.size() == ref.dQ.numel());
-    REQUIRE(got.dK.size() == ref.dK.numel());
-    REQUIRE(got.dV.size() == ref.dV.numel());
-    const std::pair<const char*, const std::vector<std::uint16_t>*> grads[] = {
-        {"dQ", &got.dQ}, {"dK", &got.dK}, {"dV", &got.dV}};
-    const fr::Tensor<double>* wants[] = {&ref.dQ, &ref.dK, &ref.dV};
     std::printf("  %-62s %-8s", label.c_str(), fc::to_string(kernel));
-    for (int t = 0; t < 3; ++t) {
-      const double err = error_16(*grads[t].second, wants[t]->data(), c.dtype);
-      const double floor = rounding_floor(wants[t]->data(), wants[t]->numel(), c.dtype);
-      const double ratio = floor > 0 ? err / floor : (err > 0 ? 1e30 : 0.0);
-      std::printf("  %s %.3e (x%.2f)", grads[t].first, err, ratio);
-      if (!(ratio <= backward_worst_ratio())) backward_worst_ratio() = ratio;  // NaN propagates as worst
-      INFO(grads[t].first << " error " << err << ", rounding floor " << floor);
-      CHECK(err <= std::max(1e-2, 2 * floor));
-      std::size_t first = 0;
-      const std::size_t bad =
-          t == 0 ? nonzero_rows(*grads[t].second, c.batch, c.seq, std::size_t(c.heads) * c.head_dim, c.dtype,
-                                [&](int i) { return row_keyless[std::size_t(i)] != 0; }, first)
-                 : nonzero_rows(*grads[t].second, c.batch, c.seq_k, std::size_t(c.heads_kv) * c.head_dim, c.dtype,
-                                [&](int j) { return key_unseen[std::size_t(j)] != 0; }, first);
-      INFO(grads[t].first << ": " << bad << " elements not 0 in rows outside every band (first at " << first << ")");
-      CHECK(bad == 0);
-    }
+    const std::size_t q_row = std::size_t(c.heads) * c.head_dim, kv_row = std::size_t(c.heads_kv) * c.head_dim;
+    check_gradient("dQ", got.dQ, ref.dQ, c.dtype, c.batch, c.seq, q_row, row_keyless);
+    check_gradient("dK", got.dK, ref.dK, c.dtype, c.batch, c.seq_k, kv_row, key_unseen);
+    check_gradient("dV", got.dV, ref.dV, c.dtype, c.batch, c.seq_k, kv_row, key_unseen);
     const double eD = fr::max_error_vs_max(got.D.data(), ref.D_from_O.data(), got.D.size());
     std::printf("  D %.2e\n", eD);
     CHECK(eD <= 1e-2);
