@@ -9,12 +9,16 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <random>
 
 #include "../reference/test_stream_store_util.hpp"
 #include "flashlab/cuda/stream_fast_estimate.hpp"
 #include "flashlab/cuda/stream_layer.hpp"
+#include "flashlab/reference/stream_fidelity.hpp"
+#include "flashlab/reference/stream_query.hpp"
 #include "flashlab/reference/stream_store.hpp"
 #include "gpu_test_util.hpp"
 #include "stream_test_util.hpp"
@@ -277,4 +281,249 @@ TEST_CASE("cuda stream layer: random layers made on the device trace to the stor
   CHECK_THROWS_WITH(gs::LayerTracer(shape, gs::LayerTraceOptions{4, 16, 2}), Catch::Contains("heads per launch"));
   CHECK_THROWS_WITH(gs::LayerTracer(shape, gs::LayerTraceOptions{1, 16, 1}), Catch::Contains("at least 2"));
   CHECK_THROWS_WITH(gs::LayerTracer(gs::FastApplyShape{T, H, d, k, ref::Dtype::fp16, 0}), Catch::Contains("bf16"));
+}
+
+namespace {
+
+/// The rows of `a` and `b`: the same key blocks in the same order; mass (and score, when kept)
+/// within the 16-bit bound of the fast trace's tests: b is the float64 reference of a's bf16 run.
+void check_store_near(const Store& a, const Store& b) {
+  REQUIRE(a.segments() == b.segments());
+  const Geometry& g = a.layout().geometry;
+  std::size_t rows_checked = 0, records = 0;
+  for (std::size_t s = 0; s < a.segments(); ++s)
+    for (std::size_t q = 0; q < g.n_q(); ++q) {
+      const auto x = a.row(s, q), y = b.row(s, q);
+      INFO("segment " << s << " q " << q);
+      REQUIRE(x.size == y.size);
+      for (std::size_t j = 0; j < x.size; ++j) {
+        REQUIRE(x.key_block[j] == y.key_block[j]);
+        CHECK(std::fabs(double(x.mass[j]) - double(y.mass[j])) <= 1e-4 * std::max(1.0, double(y.mass[j])));
+        if (x.score != nullptr && y.score != nullptr)
+          CHECK(std::fabs(double(x.score[j]) - double(y.score[j])) <= 1e-5 * (1 + std::fabs(double(y.score[j]))));
+      }
+      ++rows_checked;
+      records += x.size;
+    }
+  CHECK(rows_checked == a.segments() * g.n_q());
+  CHECK(records > 0);
+}
+
+/// Host float inputs [L, T, H, d] (Q) and [L, T, H_kv, d] (K, V), and a fill that uploads them
+/// through a LayerInputUploader of small chunks (the command's way for --inputs files).
+struct HostLayers {
+  std::size_t L = 0, T = 0, H = 0, H_kv = 0, d = 0;
+  std::vector<float> q, k, v;
+  ref::Mat<float> head(const std::vector<float>& a, std::size_t l, std::size_t heads, std::size_t h) const {
+    ref::Mat<float> m(static_cast<Eigen::Index>(T), static_cast<Eigen::Index>(d));
+    for (std::size_t t = 0; t < T; ++t)
+      for (std::size_t c = 0; c < d; ++c) m(Eigen::Index(t), Eigen::Index(c)) = a[((l * T + t) * heads + h) * d + c];
+    return m;
+  }
+};
+
+HostLayers int_layers(std::size_t L, std::size_t T, std::size_t H, std::size_t H_kv, std::size_t d, std::mt19937_64& rng) {
+  HostLayers x{L, T, H, H_kv, d, {}, {}, {}};
+  std::uniform_int_distribution<int> v(-2, 2);
+  x.q.resize(L * T * H * d);
+  x.k.resize(L * T * H_kv * d);
+  x.v.resize(L * T * H_kv * d);
+  for (auto* a : {&x.q, &x.k, &x.v})
+    for (auto& e : *a) e = float(v(rng));
+  return x;
+}
+
+gs::LayerInputFill upload_fill(const HostLayers& x, gs::LayerInputUploader& up, std::size_t* uploads) {
+  return [&x, &up, uploads](std::size_t l, std::size_t, std::uint16_t* Q, std::uint16_t* K, std::uint16_t* V) {
+    const std::vector<float>* src[3] = {&x.q, &x.k, &x.v};
+    std::uint16_t* dst[3] = {Q, K, V};
+    for (int which = 0; which < 3; ++which) {
+      const std::size_t heads = which == 0 ? x.H : x.H_kv, step = up.rows_per_chunk(heads);
+      for (std::size_t t = 0; t < x.T; t += step) {
+        const std::size_t rows = std::min(step, x.T - t);
+        std::memcpy(up.host_chunk(), src[which]->data() + (l * x.T + t) * heads * x.d, rows * heads * x.d * sizeof(float));
+        up.upload(heads, t, rows, gs::HeadRange{0, x.H}, dst[which]);
+        ++*uploads;
+      }
+    }
+  };
+}
+
+}  // namespace
+
+TEST_CASE("cuda stream layer: user inputs uploaded in chunks trace to the CPU reference's store (GQA, user mask)",
+          "[gpu][stream-layer]") {
+  const auto seed = test::fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  // Ragged T, two key/value heads for four query heads, a user mask, integers exact in bf16.
+  const std::size_t L = 2, T = 1500, H = 4, H_kv = 2, d = 64, k = 5;
+  const HostLayers x = int_layers(L, T, H, H_kv, d, rng);
+  const Geometry g{T, 64, 64};
+  const BlockMask mask(g, test::user_mask(g, rng, 0.7));
+  const fs::path gpu = test::stream::fresh_dir("layer_inputs_gpu"), cpu = test::stream::fresh_dir("layer_inputs_cpu");
+  gs::LayerInputUploader up(T, H, d, 64 << 10);  // 64 KiB chunks: many per tensor
+  REQUIRE(up.rows_per_chunk(H) == (64 << 10) / 4 / (H * d));
+  std::size_t uploads = 0;
+  {
+    StoreWriter w = StoreWriter::create(gpu, layout_of(T, k, L, H, d, true));
+    const auto run = gs::layer_trace(gs::FastApplyShape{T, H, d, k, ref::Dtype::bf16, 0}, upload_fill(x, up, &uploads),
+                                     gs::LayerTraceOptions{2, 7, 3}, w, &mask);
+    CHECK(run.layer_ms.size() == L);
+    CHECK(run.stats.device_bytes == gs::layer_trace_device_bytes(gs::FastApplyShape{T, H, d, k, ref::Dtype::bf16, 0},
+                                                                 gs::LayerTraceOptions{2, 7, 3}) +
+                                        g.n_q() * ((g.n_k() + 63) / 64) * 8);
+    w.close();
+  }
+  CHECK(uploads == L * ((T + up.rows_per_chunk(H) - 1) / up.rows_per_chunk(H) +
+                        2 * ((T + up.rows_per_chunk(H_kv) - 1) / up.rows_per_chunk(H_kv))));
+  {
+    StoreWriter w = StoreWriter::create(cpu, layout_of(T, k, L, H, d, true));
+    for (std::size_t l = 0; l < L; ++l)
+      for (std::size_t h = 0; h < H; ++h) {
+        const auto Qh = x.head(x.q, l, H, h), Kh = x.head(x.k, l, H_kv, h / (H / H_kv)), Vh = x.head(x.v, l, H_kv, h / (H / H_kv));
+        const auto est = stream_estimate(Qh, Kh, mask, EstimateParams{k, 4});
+        w.begin_head(l, h);
+        w.append_edges(stream_apply(Qh, Kh, Vh, mask, est.indices, k, 4, true).edges);
+        w.end_head();
+      }
+    w.close();
+  }
+  const Store a = Store::open(gpu), b = Store::open(cpu);
+  CHECK(a.verify().empty());
+  check_store_near(a, b);
+  // Bad uploads are refused by name, before any copy.
+  CHECK_THROWS_WITH(up.upload(3, 0, 1, gs::HeadRange{0, H}, nullptr), Catch::Contains("not a multiple"));
+  CHECK_THROWS_WITH(up.upload(H, T - 1, 2, gs::HeadRange{0, H}, nullptr), Catch::Contains("outside"));
+  CHECK_THROWS_WITH(up.rows_per_chunk(H + 1), Catch::Contains("source heads"));
+  CHECK_THROWS_WITH(gs::LayerTracer(gs::FastApplyShape{T, H, d, k, ref::Dtype::bf16, 0}, {}, &mask).trace_layer(
+                        0, nullptr, nullptr, nullptr, *std::make_unique<StoreWriter>(StoreWriter::create(
+                                                           test::stream::fresh_dir("layer_bad_head") / "s",
+                                                           layout_of(T, k, 1, H, d, false))),
+                        H),
+                    Catch::Contains("first head"));
+  const BlockMask other(Geometry{T + 64, 64, 64});
+  CHECK_THROWS_WITH(gs::LayerTracer(gs::FastApplyShape{T, H, d, k, ref::Dtype::bf16, 0}, {}, &other),
+                    Catch::Contains("block mask's geometry"));
+}
+
+TEST_CASE("cuda stream layer: a resumed trace writes the bytes of an uninterrupted one", "[gpu][stream-layer]") {
+  std::mt19937_64 rng(test::fresh_seed());
+  const std::size_t L = 2, T = 2000, H = 3, d = 128, k = 6;
+  const HostLayers x = int_layers(L, T, H, H, d, rng);
+  const gs::FastApplyShape shape{T, H, d, k, ref::Dtype::bf16, 0};
+  const gs::LayerTraceOptions opt{2, 9, 2};
+  gs::LayerInputUploader up(T, H, d, 256 << 10);
+  std::size_t uploads = 0;
+  const fs::path whole = test::stream::fresh_dir("layer_resume_whole");
+  {
+    StoreWriter w = StoreWriter::create(whole, layout_of(T, k, L, H, d, true));
+    gs::layer_trace(shape, upload_fill(x, up, &uploads), opt, w);
+    w.close();
+  }
+  // Interrupted inside layer 0: its first head committed (as the command had written it), the
+  // writer gone without close().
+  const fs::path mid = test::stream::fresh_dir("layer_resume_mid");
+  {
+    const Store st = Store::open(whole);
+    StoreWriter w = StoreWriter::create(mid, layout_of(T, k, L, H, d, true));
+    const std::size_t n_q = st.layout().geometry.n_q();
+    std::vector<std::int64_t> I(n_q * k, -1);
+    std::vector<float> mass(n_q * k, 0.f), score(n_q * k, 0.f), vn(n_q * k, 0.f);
+    for (std::size_t q = 0; q < n_q; ++q) {
+      const auto row = st.row(0, q);
+      for (std::size_t j = 0; j < row.size; ++j) {
+        I[q * k + j] = row.key_block[j];
+        mass[q * k + j] = row.mass[j];
+        score[q * k + j] = row.score[j];
+        vn[q * k + j] = row.value_norm[j];
+      }
+    }
+    w.begin_head(0, 0);
+    w.append(RowChunk{0, n_q, I.data(), mass.data(), score.data(), vn.data()});
+    w.end_head();
+  }
+  {
+    StoreWriter w = StoreWriter::reopen(mid);
+    REQUIRE(w.next_head() == std::pair<std::size_t, std::size_t>{0, 1});
+    const auto run = gs::layer_trace(shape, upload_fill(x, up, &uploads), opt, w);
+    CHECK(run.layer_ms.size() == L);
+    w.close();
+  }
+  check_same_store(whole, mid);
+  // Interrupted between layers: the fill of layer 1 fails, layer 0 stays committed.
+  const fs::path between = test::stream::fresh_dir("layer_resume_between");
+  {
+    StoreWriter w = StoreWriter::create(between, layout_of(T, k, L, H, d, true));
+    const gs::LayerInputFill good = upload_fill(x, up, &uploads);
+    const gs::LayerInputFill failing = [&](std::size_t l, std::size_t h0, std::uint16_t* Q, std::uint16_t* K, std::uint16_t* V) {
+      if (l == 1) throw std::runtime_error("inputs of layer 1 unreadable");
+      good(l, h0, Q, K, V);
+    };
+    CHECK_THROWS_WITH(gs::layer_trace(shape, failing, opt, w), Catch::Contains("unreadable"));
+    CHECK(w.segments_committed() == H);
+  }
+  {
+    StoreWriter w = StoreWriter::reopen(between);
+    REQUIRE(w.next_head() == std::pair<std::size_t, std::size_t>{1, 0});
+    const auto run = gs::layer_trace(shape, upload_fill(x, up, &uploads), opt, w);
+    CHECK(run.layer_ms.size() == 1);
+    w.close();
+  }
+  check_same_store(whole, between);
+}
+
+TEST_CASE("cuda stream layer: needles planted as the CPU trace plants them are found by the route query",
+          "[gpu][stream-layer]") {
+  // The CPU trace's needles workload (layers 0 and 2; layer 1 random), each head drawn on the host
+  // and uploaded head by head; T = 2048, k = 8 (as the reference's route test, at d = 64).
+  const Geometry g{2048, 64, 64};
+  const std::size_t L = 3, H = 2, d = 64, k = 8;
+  const gs::FastApplyShape shape{g.T, H, d, k, ref::Dtype::bf16, 0};
+  gs::LayerInputUploader up(g.T, H, d, 100 << 10);
+  std::vector<Needle> planted;
+  const gs::LayerInputFill fill = [&](std::size_t l, std::size_t h0, std::uint16_t* Q, std::uint16_t* K, std::uint16_t* V) {
+    for (std::size_t h = h0; h < H; ++h) {
+      WorkloadParams p{g, d, 5};
+      p.variant = l * H + h;
+      p.needle_blocks = 4;
+      p.needles_per_block = 2;
+      const auto in = make_workload(l == 1 ? Workload::random : Workload::needles, p);
+      if (l != 1) planted = in.planted;
+      const std::pair<const ref::Mat<float>*, std::uint16_t*> parts[3] = {{&in.Q, Q}, {&in.K, K}, {&in.V, V}};
+      const std::size_t step = up.rows_per_chunk(1);
+      for (const auto& [m, dst] : parts)
+        for (std::size_t t = 0; t < g.T; t += step) {
+          const std::size_t rows = std::min(step, g.T - t);
+          std::memcpy(up.host_chunk(), m->data() + t * d, rows * d * sizeof(float));
+          up.upload(1, t, rows, gs::HeadRange{h, 1}, dst);
+        }
+    }
+  };
+  const fs::path dir = test::stream::fresh_dir("layer_needles");
+  {
+    StoreWriter w = StoreWriter::create(dir, layout_of(g.T, k, L, H, d, false));
+    gs::layer_trace(shape, fill, gs::LayerTraceOptions{1, 8, 2}, w);
+    w.close();
+  }
+  const Store st = Store::open(dir);
+  REQUIRE(planted.size() == 8);
+  for (const auto& nd : planted) {
+    INFO("needle q " << nd.q << " r " << nd.r);
+    for (std::size_t l : {std::size_t(0), std::size_t(2)}) {
+      const auto reads = top_reads(st, nd.q, HeadSelection{l, std::nullopt}, Pruning{16, 1.0});
+      CHECK(std::any_of(reads.edges.begin(), reads.edges.end(), [&](const StoreEdge& e) { return e.r == nd.r; }));
+    }
+    RouteParams p;
+    p.residual = 0.5;
+    p.pruning = {8, 1.0};
+    const auto route = ref::stream::route(st, TokenSpan{nd.r * g.bk, (nd.r + 1) * g.bk}, TokenSpan{nd.q * g.bq, (nd.q + 1) * g.bq}, p);
+    REQUIRE(route.total > 0);
+    for (const auto& rl : route.layers) {
+      INFO("layer " << rl.layer);
+      if (rl.layer != 1)
+        CHECK(std::any_of(rl.edges.begin(), rl.edges.end(),
+                          [&](const RouteEdge& e) { return e.head && e.q == nd.q && e.r == nd.r; }));
+    }
+  }
 }

@@ -99,7 +99,13 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-FastApplyShape checked_shape(FastApplyShape shape, const LayerTraceOptions& opt) {
+FastApplyShape checked_shape(FastApplyShape shape, const LayerTraceOptions& opt, const ref::stream::BlockMask* mask) {
+  if (mask != nullptr && (mask->geometry().T != shape.T || mask->geometry().bq != kFastStreamBlock ||
+                          mask->geometry().bk != kFastStreamBlock))
+    throw StreamError("layer pipeline: the block mask's geometry (T = " + std::to_string(mask->geometry().T) +
+                      ", b_q = " + std::to_string(mask->geometry().bq) + ", b_k = " +
+                      std::to_string(mask->geometry().bk) + ") is not the tracer's (T = " + std::to_string(shape.T) +
+                      ", b_q = b_k = 64)");
   if (shape.dtype != ref::Dtype::bf16)
     throw StreamError("the layer pipeline takes bf16 inputs (the fast estimate's dtype), not " +
                       std::string(ref::dtype_name(shape.dtype)));
@@ -130,7 +136,9 @@ struct LayerTracer::Impl {
   FastApplyShape shape;
   LayerTraceOptions opt;
   ref::stream::BlockMask mask;
+  DeviceBuffer<std::uint64_t> packed_mask;  // C_blk as the estimate reads it; empty when causal only
   std::size_t n_q = 0, rows_per_chunk = 0, groups = 0;
+  std::size_t first_head = 0;  // the layer's first traced head (a resumed layer starts later)
   DeviceBuffer<long long> I[2];
   DeviceBuffer<FastEdge> E[2];
   Stream est_stream, trace_stream, copy_stream;
@@ -151,9 +159,17 @@ struct LayerTracer::Impl {
   bool failed = false;
   std::exception_ptr error;
 
-  Impl(const FastApplyShape& s, const LayerTraceOptions& o)
-      : shape(checked_shape(s, o)), opt(o), mask(ref::stream::Geometry{s.T, kFastStreamBlock, kFastStreamBlock}) {
+  Impl(const FastApplyShape& s, const LayerTraceOptions& o, const ref::stream::BlockMask* m)
+      : shape(checked_shape(s, o, m)),
+        opt(o),
+        mask(m ? *m : ref::stream::BlockMask(ref::stream::Geometry{s.T, kFastStreamBlock, kFastStreamBlock})) {
     n_q = mask.geometry().n_q();
+    if (mask.has_user_mask()) {
+      const std::vector<std::uint64_t> packed = pack_block_mask(mask);
+      packed_mask = DeviceBuffer<std::uint64_t>(packed.size());
+      FLASHLAB_CUDA_CHECK(cudaMemcpy(packed_mask.get(), packed.data(), packed.size() * sizeof(std::uint64_t),
+                                     cudaMemcpyHostToDevice));
+    }
     rows_per_chunk = std::min(opt.chunk_rows, n_q);
     const std::size_t entries = opt.heads_per_launch * n_q * shape.k;
     for (int i = 0; i < 2; ++i) {
@@ -173,7 +189,7 @@ struct LayerTracer::Impl {
       trace_t0.emplace_back(true);
       trace_t1.emplace_back(true);
     }
-    stats.device_bytes = layer_trace_device_bytes(shape, opt);
+    stats.device_bytes = layer_trace_device_bytes(shape, opt) + packed_mask.bytes();
     stats.pinned_bytes = opt.host_chunks * chunk_bytes;
   }
 
@@ -261,7 +277,7 @@ struct LayerTracer::Impl {
   /// C(g): the records of group g, chunk by chunk, into the ring and on to the writer. False when
   /// the writer failed (nothing more is enqueued).
   bool drain(std::size_t g) {
-    const std::size_t slot = g % 2, h0 = g * opt.heads_per_launch;
+    const std::size_t slot = g % 2, h0 = first_head + g * opt.heads_per_launch;
     const std::size_t count = std::min(opt.heads_per_launch, shape.heads - h0);
     const bool in_pieces = g + 1 == groups;  // launch() traced it chunk by chunk
     if (!in_pieces) FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(copy_stream.get(), trace_done[slot].get(), 0));
@@ -285,11 +301,12 @@ struct LayerTracer::Impl {
 
   /// E(g) and T(g) for head group g.
   void launch(std::size_t g, const void* Q, const void* K, const void* V) {
-    const std::size_t slot = g % 2, h0 = g * opt.heads_per_launch;
+    const std::size_t slot = g % 2, h0 = first_head + g * opt.heads_per_launch;
     const HeadRange range{h0, std::min(opt.heads_per_launch, shape.heads - h0)};
     if (g >= 2) FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(est_stream.get(), trace_done[slot].get(), 0));
     FLASHLAB_CUDA_CHECK(cudaEventRecord(est_t0[g].get(), est_stream.get()));
-    stream_fast_estimate_device(mask, shape.heads, shape.dim, shape.k, Q, K, nullptr, I[slot].get(), nullptr, nullptr,
+    stream_fast_estimate_device(mask, shape.heads, shape.dim, shape.k, Q, K,
+                                mask.has_user_mask() ? packed_mask.get() : nullptr, I[slot].get(), nullptr, nullptr,
                                 est_stream.get(), range);
     FLASHLAB_CUDA_CHECK(cudaEventRecord(est_t1[g].get(), est_stream.get()));
     FLASHLAB_CUDA_CHECK(cudaEventRecord(est_done[slot].get(), est_stream.get()));
@@ -311,14 +328,14 @@ struct LayerTracer::Impl {
   }
 };
 
-LayerTracer::LayerTracer(const FastApplyShape& shape, const LayerTraceOptions& opt)
-    : impl_(std::make_unique<Impl>(shape, opt)) {}
+LayerTracer::LayerTracer(const FastApplyShape& shape, const LayerTraceOptions& opt, const ref::stream::BlockMask* mask)
+    : impl_(std::make_unique<Impl>(shape, opt, mask)) {}
 LayerTracer::~LayerTracer() = default;
 
 const LayerTraceStats& LayerTracer::stats() const { return impl_->stats; }
 
 void LayerTracer::trace_layer(std::size_t layer, const void* Q, const void* K, const void* V,
-                              ref::stream::StoreWriter& writer) {
+                              ref::stream::StoreWriter& writer, std::size_t first_head) {
   Impl& m = *impl_;
   const auto& L = writer.layout();
   if (L.geometry.T != m.shape.T || L.geometry.bq != kFastStreamBlock || L.geometry.bk != kFastStreamBlock ||
@@ -328,10 +345,13 @@ void LayerTracer::trace_layer(std::size_t layer, const void* Q, const void* K, c
                       std::to_string(L.k) + ", H = " + std::to_string(L.heads) + ") is not the tracer's (T = " +
                       std::to_string(m.shape.T) + ", b_q = b_k = 64, k = " + std::to_string(m.shape.k) + ", H = " +
                       std::to_string(m.shape.heads) + ")");
-  if (writer.next_head() != std::pair<std::size_t, std::size_t>{layer, 0})
+  if (first_head >= m.shape.heads)
+    throw StreamError("layer pipeline: first head " + std::to_string(first_head) + " is outside [0, H = " +
+                      std::to_string(m.shape.heads) + ")");
+  if (writer.next_head() != std::pair<std::size_t, std::size_t>{layer, first_head})
     throw StreamError("layer pipeline: the store's next head is (layer " + std::to_string(writer.next_head().first) +
-                      ", head " + std::to_string(writer.next_head().second) + "), not the start of layer " +
-                      std::to_string(layer));
+                      ", head " + std::to_string(writer.next_head().second) + "), not (layer " + std::to_string(layer) +
+                      ", head " + std::to_string(first_head) + ")");
   if (Q == nullptr || K == nullptr || V == nullptr) throw StreamError("layer pipeline: Q, K and V must be device pointers");
 
   {
@@ -343,6 +363,8 @@ void LayerTracer::trace_layer(std::size_t layer, const void* Q, const void* K, c
     m.failed = false;
     m.error = nullptr;
   }
+  m.first_head = first_head;
+  m.groups = (m.shape.heads - first_head + m.opt.heads_per_launch - 1) / m.opt.heads_per_launch;
   // Work the caller queued on the default stream (the inputs) comes first: the legacy default
   // stream does not order non-blocking streams.
   FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
@@ -378,6 +400,72 @@ void LayerTracer::trace_layer(std::size_t layer, const void* Q, const void* K, c
   ++m.stats.layers;
 }
 
+struct LayerInputUploader::Impl {
+  std::size_t T = 0, heads = 0, d = 0, capacity = 0;  // capacity: floats of one chunk
+  Pinned host;
+  DeviceBuffer<float> dev_f32;
+  DeviceBuffer<std::uint16_t> dev_16;
+  Impl(std::size_t t, std::size_t h, std::size_t dim, std::size_t cap)
+      : T(t), heads(h), d(dim), capacity(cap), host(cap * sizeof(float)), dev_f32(cap), dev_16(cap) {}
+};
+
+namespace {
+std::size_t uploader_capacity(std::size_t T, std::size_t heads, std::size_t d, std::size_t chunk_bytes) {
+  if (T == 0 || heads == 0 || d == 0)
+    throw StreamError("input upload: T, H and d must be at least 1 (T = " + std::to_string(T) + ", H = " +
+                      std::to_string(heads) + ", d = " + std::to_string(d) + ")");
+  if (heads > (std::size_t(1) << 16) || d > 1024)
+    throw StreamError("input upload: H ≤ 65536 and d ≤ 1024 (H = " + std::to_string(heads) + ", d = " +
+                      std::to_string(d) + ")");
+  // At least one row of every head; never more than the whole array.
+  return std::min(std::max(chunk_bytes / sizeof(float), heads * d), T * heads * d);
+}
+}  // namespace
+
+LayerInputUploader::LayerInputUploader(std::size_t T, std::size_t heads, std::size_t d, std::size_t chunk_bytes)
+    : impl_(std::make_unique<Impl>(T, heads, d, uploader_capacity(T, heads, d, chunk_bytes))) {}
+LayerInputUploader::~LayerInputUploader() = default;
+
+std::size_t LayerInputUploader::rows_per_chunk(std::size_t src_heads) const {
+  if (src_heads == 0 || src_heads > impl_->heads)
+    throw StreamError("input upload: " + std::to_string(src_heads) + " source heads, expected 1 … H = " +
+                      std::to_string(impl_->heads));
+  return std::min(impl_->T, impl_->capacity / (src_heads * impl_->d));
+}
+
+float* LayerInputUploader::host_chunk() const { return static_cast<float*>(impl_->host.get()); }
+
+std::size_t LayerInputUploader::device_bytes() const { return impl_->dev_f32.bytes() + impl_->dev_16.bytes(); }
+
+std::size_t LayerInputUploader::host_bytes() const { return impl_->capacity * sizeof(float); }
+
+void LayerInputUploader::upload(std::size_t src_heads, std::size_t t0, std::size_t rows, HeadRange dst,
+                                std::uint16_t* out) {
+  Impl& m = *impl_;
+  const HeadRange r = resolve_head_range(dst, m.heads);
+  if (rows == 0 || rows > rows_per_chunk(src_heads) || t0 > m.T || rows > m.T - t0)
+    throw StreamError("input upload: rows " + std::to_string(t0) + " + " + std::to_string(rows) + " outside [0, T = " +
+                      std::to_string(m.T) + ") or above the chunk's " + std::to_string(rows_per_chunk(src_heads)));
+  if (r.count % src_heads != 0)
+    throw StreamError("input upload: " + std::to_string(r.count) + " destination heads are not a multiple of " +
+                      std::to_string(src_heads) + " source heads");
+  if (out == nullptr) throw StreamError("input upload: the destination must be a device pointer");
+  const std::size_t n = rows * src_heads * m.d, group = r.count / src_heads;
+  FLASHLAB_CUDA_CHECK(cudaMemcpy(m.dev_f32.get(), m.host.get(), n * sizeof(float), cudaMemcpyHostToDevice));
+  detail::convert_to_16bit(m.dev_f32.get(), m.dev_16.get(), n, true);
+  const std::size_t row_bytes = m.d * sizeof(std::uint16_t);
+  if (src_heads == m.heads && r.count == m.heads) {  // the whole row of every head: one copy
+    FLASHLAB_CUDA_CHECK(cudaMemcpy(out + t0 * m.heads * m.d, m.dev_16.get(), n * sizeof(std::uint16_t),
+                                   cudaMemcpyDeviceToDevice));
+  } else {
+    for (std::size_t j = 0; j < r.count; ++j)
+      FLASHLAB_CUDA_CHECK(cudaMemcpy2D(out + (t0 * m.heads + r.first + j) * m.d, m.heads * row_bytes,
+                                       m.dev_16.get() + (j / group) * m.d, src_heads * row_bytes, row_bytes, rows,
+                                       cudaMemcpyDeviceToDevice));
+  }
+  FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 void layer_random_inputs_device(std::uint16_t* out, std::size_t n, std::uint64_t seed, std::size_t layer, int tensor,
                                 std::size_t d) {
   // One stream of values per (seed, layer, tensor): a distinct odd multiplier keeps them apart.
@@ -387,31 +475,54 @@ void layer_random_inputs_device(std::uint16_t* out, std::size_t n, std::uint64_t
   detail::fill_normal_16bit(out, n, s, scale, true, nullptr);
 }
 
-LayerTraceRun layer_trace_random(const FastApplyShape& shape, std::size_t layers, std::uint64_t seed,
-                                 const LayerTraceOptions& opt, ref::stream::StoreWriter& writer) {
-  if (layers == 0) throw StreamError("layers must be at least 1");
+LayerTraceRun layer_trace(const FastApplyShape& shape, const LayerInputFill& fill, const LayerTraceOptions& opt,
+                          ref::stream::StoreWriter& writer, const ref::stream::BlockMask* mask) {
+  if (!fill) throw StreamError("layer pipeline: no input fill given");
   LayerTraceRun run;
   std::size_t free_before = 0, free_after = 0, total = 0;
   FLASHLAB_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
-  LayerTracer tracer(shape, opt);
+  LayerTracer tracer(shape, opt, mask);
   FLASHLAB_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
   run.tracer_device_bytes_measured = free_before > free_after ? free_before - free_after : 0;
   const std::size_t n = shape.T * shape.heads * shape.dim;
   DeviceBuffer<std::uint16_t> Q(n), K(n), V(n);
+  // Heads a resumed layer skips are never filled: zeros, not whatever the allocator held.
+  for (auto* b : {&Q, &K, &V}) FLASHLAB_CUDA_CHECK(cudaMemset(b->get(), 0, b->bytes()));
   run.qkv_bytes = Q.bytes() + K.bytes() + V.bytes();
-  for (std::size_t l = 0; l < layers; ++l) {
+  const std::size_t layers = writer.layout().layers;
+  for (auto [l, h0] = writer.next_head(); l < layers && !writer.complete(); l = writer.next_head().first,
+                                          h0 = writer.next_head().second) {
     auto t0 = std::chrono::steady_clock::now();
-    layer_random_inputs_device(Q.get(), n, seed, l, 0, shape.dim);
-    layer_random_inputs_device(K.get(), n, seed, l, 1, shape.dim);
-    layer_random_inputs_device(V.get(), n, seed, l, 2, shape.dim);
+    fill(l, h0, Q.get(), K.get(), V.get());
     FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
     run.inputs_ms += ms_since(t0);
     t0 = std::chrono::steady_clock::now();
-    tracer.trace_layer(l, Q.get(), K.get(), V.get(), writer);
+    tracer.trace_layer(l, Q.get(), K.get(), V.get(), writer, h0);
     run.layer_ms.push_back(ms_since(t0));
   }
   run.stats = tracer.stats();
   return run;
+}
+
+LayerTraceRun layer_trace_random(const FastApplyShape& shape, std::size_t layers, std::uint64_t seed,
+                                 const LayerTraceOptions& opt, ref::stream::StoreWriter& writer) {
+  if (layers == 0) throw StreamError("layers must be at least 1");
+  if (writer.layout().layers != layers)
+    throw StreamError("layer pipeline: " + std::to_string(layers) + " layers asked, the store's layout has " +
+                      std::to_string(writer.layout().layers));
+  if (writer.next_head() != std::pair<std::size_t, std::size_t>{0, 0})
+    throw StreamError("layer pipeline: random inputs start at (layer 0, head 0), the store's next head is (layer " +
+                      std::to_string(writer.next_head().first) + ", head " + std::to_string(writer.next_head().second) +
+                      ")");
+  const std::size_t n = shape.T * shape.heads * shape.dim;
+  return layer_trace(
+      shape,
+      [&](std::size_t l, std::size_t, std::uint16_t* Q, std::uint16_t* K, std::uint16_t* V) {
+        layer_random_inputs_device(Q, n, seed, l, 0, shape.dim);
+        layer_random_inputs_device(K, n, seed, l, 1, shape.dim);
+        layer_random_inputs_device(V, n, seed, l, 2, shape.dim);
+      },
+      opt, writer);
 }
 
 }  // namespace flashlab::cuda::stream

@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -62,20 +63,27 @@ std::size_t layer_trace_device_bytes(const FastApplyShape& shape, const LayerTra
 class LayerTracer {
  public:
   /// Checks the shape (the fast estimate's and the fast trace's limits; bf16 only, b_q = b_k = 64)
-  /// and the options, creates the streams and allocates the slots and the pinned ring. Throws
-  /// ref::stream::StreamError for bad parameters, CudaError for CUDA failures.
-  LayerTracer(const FastApplyShape& shape, const LayerTraceOptions& opt = {});
+  /// and the options, creates the streams and allocates the slots and the pinned ring. `mask`,
+  /// when given, is the block mask of every layer (geometry T, 64, 64; a user C_blk is packed and
+  /// uploaded once, pack_block_mask(), and counted in LayerTraceStats::device_bytes); without it
+  /// the mask is causal only. Throws ref::stream::StreamError for bad parameters, CudaError for
+  /// CUDA failures.
+  LayerTracer(const FastApplyShape& shape, const LayerTraceOptions& opt = {},
+              const ref::stream::BlockMask* mask = nullptr);
   ~LayerTracer();
   LayerTracer(const LayerTracer&) = delete;
   LayerTracer& operator=(const LayerTracer&) = delete;
 
-  /// Traces layer `layer`: Q, K, V are device pointers to bf16 `[T, H, d]` (causal mask), every
-  /// head h written to `writer` as segment (layer, h), which must be the writer's next head and
-  /// whose layout must have the tracer's T, b_q = b_k = 64, k and H. Returns when every head of
-  /// the layer is committed. Work of earlier calls on the default stream is ordered before it.
-  /// Throws StreamError or StoreError (writer, layout), CudaError (CUDA); after a throw the store
-  /// holds the heads committed before it (StoreWriter::reopen continues there).
-  void trace_layer(std::size_t layer, const void* Q, const void* K, const void* V, ref::stream::StoreWriter& writer);
+  /// Traces heads `first_head` … H − 1 of layer `layer`: Q, K, V are device pointers to bf16
+  /// `[T, H, d]` (the tracer's mask), every head h written to `writer` as segment (layer, h);
+  /// (layer, first_head) must be the writer's next head (first_head > 0 continues a layer of a
+  /// reopened store: each head's records do not depend on which heads share its launch) and its
+  /// layout must have the tracer's T, b_q = b_k = 64, k and H. Returns when every head is
+  /// committed. Work of earlier calls on the default stream is ordered before it. Throws
+  /// StreamError or StoreError (writer, layout), CudaError (CUDA); after a throw the store holds
+  /// the heads committed before it (StoreWriter::reopen continues there).
+  void trace_layer(std::size_t layer, const void* Q, const void* K, const void* V, ref::stream::StoreWriter& writer,
+                   std::size_t first_head = 0);
 
   /// Counters and times so far.
   [[nodiscard]] const LayerTraceStats& stats() const;
@@ -85,7 +93,41 @@ class LayerTracer {
   std::unique_ptr<Impl> impl_;
 };
 
-/// One run of layer_trace_random(): per layer the time from inputs on the device to the layer's
+/// Host float values put into a `[T, H, d]` bf16 device array in bounded chunks: the caller
+/// fills host_chunk() with `rows` rows of `src_heads` heads (`[rows, src_heads, d]` float32,
+/// C order), upload() copies them to a device staging buffer, converts them to bf16 on the device
+/// (round to nearest even) and writes them to rows t0 … t0 + rows − 1 of heads `dst.first` …
+/// `dst.first + dst.count − 1`, destination head j of the range reading source head
+/// j / (dst.count / src_heads) (grouped-query inputs: K and V of fewer heads, repeated).
+/// Memory: one pinned host chunk and one device chunk (float and bf16) of at most
+/// max(chunk_bytes / 4, H·d) floats; nothing grows with T.
+class LayerInputUploader {
+ public:
+  /// Checks the sizes (T, H, d ≥ 1) and allocates the two chunks. Throws StreamError, CudaError.
+  LayerInputUploader(std::size_t T, std::size_t heads, std::size_t d, std::size_t chunk_bytes = std::size_t(32) << 20);
+  ~LayerInputUploader();
+  LayerInputUploader(const LayerInputUploader&) = delete;
+  LayerInputUploader& operator=(const LayerInputUploader&) = delete;
+
+  /// The most rows of `src_heads` heads one upload() takes (≥ 1 for src_heads ≤ H).
+  [[nodiscard]] std::size_t rows_per_chunk(std::size_t src_heads) const;
+  /// The pinned host chunk the caller fills before upload().
+  [[nodiscard]] float* host_chunk() const;
+  /// Device bytes of the staging chunks (float and bf16).
+  [[nodiscard]] std::size_t device_bytes() const;
+  /// Pinned host bytes of the host chunk.
+  [[nodiscard]] std::size_t host_bytes() const;
+  /// Uploads host_chunk() as described above into `out` (a device pointer to bf16 `[T, H, d]`);
+  /// synchronous. `dst.count` (0 = every head from `dst.first` on) must be a multiple of
+  /// `src_heads`. Throws StreamError for rows or heads out of range, CudaError for CUDA failures.
+  void upload(std::size_t src_heads, std::size_t t0, std::size_t rows, HeadRange dst, std::uint16_t* out);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// One run of layer_trace() or layer_trace_random(): per traced layer the time from inputs on the device to the layer's
 /// last head committed, and the pipeline's counters.
 struct LayerTraceRun {
   std::vector<double> layer_ms;  ///< per layer: inputs ready on the device → every head committed
@@ -97,11 +139,25 @@ struct LayerTraceRun {
   LayerTraceStats stats;         ///< the LayerTracer's counters
 };
 
-/// Traces `layers` layers of seeded random inputs made on the device into `writer`: each layer's
+/// Fills the inputs of layer `layer` before it is traced: Q, K, V are device pointers to bf16
+/// `[T, H, d]`; heads below `first_head` are not traced (a resumed layer) and need not be filled.
+/// Work may be left queued on the default stream (the layer waits for it).
+using LayerInputFill =
+    std::function<void(std::size_t layer, std::size_t first_head, std::uint16_t* Q, std::uint16_t* K, std::uint16_t* V)>;
+
+/// Traces the layers of `writer`'s layout from its next head on (a new store: every layer; a
+/// reopened one: the rest of the interrupted layer, then the others), each layer's inputs made by
+/// `fill` into one set of Q, K, V buffers (zeroed once, reused by every layer) before the layer's
+/// timer starts. `mask` as LayerTracer's. The store's bytes are those of an uninterrupted run.
+/// Throws as LayerTracer, and whatever `fill` throws (the store then holds the heads committed).
+LayerTraceRun layer_trace(const FastApplyShape& shape, const LayerInputFill& fill, const LayerTraceOptions& opt,
+                          ref::stream::StoreWriter& writer, const ref::stream::BlockMask* mask = nullptr);
+
+/// Traces `layers` layers of seeded random inputs made on the device into `writer`:/// Traces `layers` layers of seeded random inputs made on the device into `writer`: each layer's
 /// Q, K, V (`[T, H, d]` bf16, one set of buffers reused by every layer) are N(0, 1) values of
 /// (seed, layer, tensor, index), Q scaled by 1/√d (logits of unit variance), made on the GPU
-/// before the layer's timer starts. The writer's next head must be (0, 0). Throws as
-/// LayerTracer.
+/// before the layer's timer starts. The writer's next head must be (0, 0) and its layout must
+/// have `layers` layers. Throws as LayerTracer.
 LayerTraceRun layer_trace_random(const FastApplyShape& shape, std::size_t layers, std::uint64_t seed,
                                  const LayerTraceOptions& opt, ref::stream::StoreWriter& writer);
 
