@@ -87,16 +87,29 @@ std::vector<double> read_float_input(const fs::path& file, const InputPolicy& po
   return values;
 }
 
-void require_finite(const double* values, std::size_t n, const std::vector<std::size_t>& shape,
-                    std::string_view source, const InputPolicy& policy) {
+namespace {
+template <typename T>
+void require_finite_of(const T* values, std::size_t n, const std::vector<std::size_t>& shape, std::string_view source,
+                       const InputPolicy& policy, std::size_t first) {
   if (policy.allow_nonfinite) return;
   for (std::size_t i = 0; i < n; ++i) {
     if (std::isfinite(values[i])) continue;
     const char* what = std::isnan(values[i]) ? "NaN" : values[i] > 0 ? "+Inf" : "-Inf";
     std::ostringstream m;
-    m << source << ": element " << index_str(i, shape) << " (flat index " << i << ") is " << what;
+    m << source << ": element " << index_str(first + i, shape) << " (flat index " << first + i << ") is " << what;
     throw UsageError(m.str(), kNonfiniteHint);
   }
+}
+}  // namespace
+
+void require_finite(const double* values, std::size_t n, const std::vector<std::size_t>& shape,
+                    std::string_view source, const InputPolicy& policy, std::size_t first) {
+  require_finite_of(values, n, shape, source, policy, first);
+}
+
+void require_finite(const float* values, std::size_t n, const std::vector<std::size_t>& shape,
+                    std::string_view source, const InputPolicy& policy, std::size_t first) {
+  require_finite_of(values, n, shape, source, policy, first);
 }
 
 std::uint64_t checked_size(std::initializer_list<std::uint64_t> factors, std::string_view what) {

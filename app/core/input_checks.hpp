@@ -39,9 +39,13 @@ ref::NpyHeader float_input_header(const std::filesystem::path& file, std::string
 std::vector<double> read_float_input(const std::filesystem::path& file, const InputPolicy& policy,
                                      std::string_view hint);
 /// Throws UsageError naming `source` and the first NaN/±Inf (as an index into `shape`) unless the
-/// policy allows non-finite values.
+/// policy allows non-finite values. `values` are elements first … first + n − 1 of the array (a
+/// piece of a file read in chunks).
 void require_finite(const double* values, std::size_t n, const std::vector<std::size_t>& shape,
-                    std::string_view source, const InputPolicy& policy);
+                    std::string_view source, const InputPolicy& policy, std::size_t first = 0);
+/// The same for float32 values.
+void require_finite(const float* values, std::size_t n, const std::vector<std::size_t>& shape,
+                    std::string_view source, const InputPolicy& policy, std::size_t first = 0);
 
 /// `a·b·…` for sizes a user controls; UsageError naming `what` when the product overflows 64 bits.
 std::uint64_t checked_size(std::initializer_list<std::uint64_t> factors, std::string_view what);

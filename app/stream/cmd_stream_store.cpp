@@ -1,12 +1,15 @@
 // `flashlab stream trace … --store DIR` (many layers and heads, traced head by head into a trace
 // store) and `flashlab stream query DIR …` (reads, readers, routes, summaries, verification).
 // Parsing and printing only: the store and its queries live in reference/src/stream/.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "core/commands.hpp"
 #include "core/gpu_flags.hpp"
@@ -39,9 +42,10 @@ constexpr std::string_view kTraceUsage =
     "                       [--workload random|needles|structured] [--needle-layers LIST] [--needle-blocks N]\n"
     "                       [--needles M] [--inputs DIR] [--mask FILE] [--seed S] [--threads N] [--with-scores]\n"
     "                       [--resume] [--json|--csv]\n"
-    "       flashlab stream trace --store DIR --device cuda --kernel fast --block-m 64 --block-n 64 --k K --seq T\n"
-    "                       [--dim 64|128] [--layers L] [--heads H] [--seed S] [--chunk N] [--heads-per-launch N]\n"
-    "                       [--with-scores] [--json|--csv]";
+    "       flashlab stream trace --store DIR --device cuda --kernel fast --block-m 64 --block-n 64 --k K\n"
+    "                       (--seq T [--dim 64|128] [--layers L] [--heads H] [--workload W …] | --inputs DIR)\n"
+    "                       [--mask FILE] [--seed S] [--chunk N] [--heads-per-launch N] [--with-scores] [--resume]\n"
+    "                       [--json|--csv]";
 constexpr std::string_view kTraceSummary =
     "Traces layers × heads with the CPU reference (estimate, then apply with edge records) into a trace\n"
     "store: per (layer, head, query block) the kept key blocks and their mass, a reverse index, and a\n"
@@ -51,11 +55,16 @@ constexpr std::string_view kTraceSummary =
     "by 1/sqrt(D)), needles (planted needles with lead-in, the same plan in every needle layer) or\n"
     "structured (local window + sink + retrieval). Heads are written in order (layer-major) and each\n"
     "is committed on its own: --resume continues a store whose trace was interrupted.\n"
-    "--device cuda --kernel fast traces on the GPU: per layer, seeded N(0, 1) bf16 inputs [T, H, D] made\n"
-    "on the device (Q scaled by 1/sqrt(D)), then head by head the fast estimate and the fast trace on two\n"
+    "--device cuda --kernel fast traces on the GPU (d = 64 or 128, b_q = b_k = 64): per layer, the inputs\n"
+    "as bf16 [T, H, D] on the device, then head by head the fast estimate and the fast trace on two\n"
     "streams, the records copied to a ring of pinned chunks of --chunk query blocks and appended by a\n"
-    "writer thread while the next head runs. It prints each layer's time (inputs on the GPU to every head\n"
-    "committed), the peak host RSS and the device memory beyond Q, K, V.";
+    "writer thread while the next head runs. The inputs: without --inputs and --workload, seeded N(0, 1)\n"
+    "made on the device (Q scaled by 1/sqrt(D)); with --inputs, the CPU trace's files read a chunk of\n"
+    "rows at a time (host memory stays bounded whatever T), converted to bf16 on the device, k and v\n"
+    "repeated over the query heads they serve; with --workload, the CPU trace's values and planted\n"
+    "needles, drawn one head at a time on the host. --mask and --resume follow the CPU trace's rules\n"
+    "(a GPU store resumes only on the GPU). It prints each layer's time (inputs on the GPU to every\n"
+    "head committed), the peak host RSS and the device memory beyond Q, K, V.";
 
 constexpr std::string_view kQueryUsage =
     "stream query DIR (--reads POS | --readers BLOCK | --route SRC:DST | --summary | --verify)\n"
@@ -73,7 +82,7 @@ constexpr std::string_view kQuerySummary =
 struct TraceOptions : StreamFlags {
   std::string store, workload = "random", needle_layers, device = "cpu", kernel;
   long long layers = 1, heads = 1, needle_blocks = 4, needles = 4, chunk = 2048, heads_per_launch = 1;
-  bool with_scores = false, resume = false;
+  bool with_scores = false, resume = false, workload_given = false;
   OutputFormat output = OutputFormat::text;
 };
 
@@ -96,6 +105,66 @@ rs::StoreLayout store_layout(const rs::Geometry& g, std::size_t k, std::size_t l
   return layout;
 }
 
+/// The store's source line: what the inputs were (checked by --resume, so one rule for both paths).
+std::string trace_source(const TraceOptions& o, const TraceInputsShape* in) {
+  std::ostringstream src;
+  if (in) src << "inputs " << fs::path(o.inputs).filename().string() << " [L, T, H, D] = [" << in->L << ", " << in->T << ", "
+              << in->H << ", " << in->D << "], " << in->H_kv << " key/value heads";
+  else src << "workload " << o.workload << ", seed " << o.seed << ", d " << *o.dim;
+  if (!o.mask.empty()) src << ", user block mask";
+  return src.str();
+}
+
+/// A new store, or with --resume the interrupted one, checked to have been traced with the same
+/// sizes and source (`layout`); the writer continues after its last committed head.
+rs::StoreWriter open_store_writer(const TraceOptions& o, const rs::StoreLayout& layout) {
+  if (!o.resume) return rs::StoreWriter::create(o.store, layout);
+  rs::StoreWriter r = rs::StoreWriter::reopen(o.store);
+  const auto& L = r.layout();
+  const auto& g = layout.geometry;
+  if (L.geometry.T != g.T || L.geometry.bq != g.bq || L.geometry.bk != g.bk || L.k != layout.k || L.layers != layout.layers ||
+      L.heads != layout.heads || L.score != layout.score)
+    throw UsageError("--resume: the store in " + o.store + " was traced with other sizes (T, b_q, b_k, k, layers, heads or "
+                     "--with-scores)", "resume with the flags of the interrupted trace");
+  if (L.source != layout.source)
+    throw UsageError("--resume: the store in " + o.store + " was traced from \"" + L.source + "\"",
+                     "resume with the same inputs, workload, seed and device");
+  return r;
+}
+
+/// Appends the planted (layer, head, q, r) pairs of the heads traced now to planted.csv (a new
+/// file when the trace started at the first head), for the viewer and for route queries.
+void write_planted(const fs::path& dir, std::size_t first,
+                   const std::vector<std::tuple<std::size_t, std::size_t, rs::Needle>>& planted) {
+  if (planted.empty()) return;
+  std::ofstream out(dir / "planted.csv", first == 0 ? std::ios::trunc : std::ios::app);
+  if (first == 0) out << "layer,head,q,r\n";
+  for (const auto& [l, h, n] : planted) out << l << ',' << h << ',' << n.q << ',' << n.r << '\n';
+  if (!out) throw std::runtime_error((dir / "planted.csv").string() + ": cannot write");
+}
+
+/// Which layers get the needles (--needle-layers; default every layer).
+std::vector<bool> needle_layers(const TraceOptions& o, std::size_t layers) {
+  std::vector<bool> needle_layer(layers, true);
+  if (!o.needle_layers.empty()) {
+    std::fill(needle_layer.begin(), needle_layer.end(), false);
+    for (long long l : integer_list("needle-layers", o.needle_layers, 0, (long long)layers - 1, "0,2")) needle_layer[std::size_t(l)] = true;
+  }
+  return needle_layer;
+}
+
+/// The synthetic inputs of head h of layer l, and its planted pairs (the CPU and the GPU trace
+/// draw the same values).
+rs::WorkloadInputs workload_head(const TraceOptions& o, const rs::Geometry& g, std::size_t D, std::size_t l, std::size_t h,
+                                 std::size_t heads, const std::vector<bool>& needle_layer) {
+  const auto workload = *rs::workload_from_name(o.workload);
+  rs::WorkloadParams p{g, D, std::uint64_t(o.seed)};
+  p.variant = l * heads + h;
+  p.needle_blocks = std::size_t(o.needle_blocks);
+  p.needles_per_block = std::size_t(o.needles);
+  return rs::make_workload(workload == rs::Workload::needles && !needle_layer[l] ? rs::Workload::random : workload, p);
+}
+
 int run_trace(const TraceOptions& o) {
   std::optional<TraceInputs> in;
   if (!o.inputs.empty()) in = load_trace_inputs(o.inputs, o.policy, o.seq, o.dim, true);
@@ -103,37 +172,13 @@ int run_trace(const TraceOptions& o) {
   const std::size_t layers = in ? in->L : std::size_t(o.layers), heads = in ? in->H : std::size_t(o.heads);
   const rs::Geometry g{T, std::size_t(o.bq), std::size_t(o.bk)};
   const std::size_t k = std::size_t(o.k);
-  const auto workload = *rs::workload_from_name(o.workload);
-  std::vector<bool> needle_layer(layers, true);
-  if (!o.needle_layers.empty()) {
-    std::fill(needle_layer.begin(), needle_layer.end(), false);
-    for (long long l : integer_list("needle-layers", o.needle_layers, 0, (long long)layers - 1, "0,2")) needle_layer[std::size_t(l)] = true;
-  }
+  const std::vector<bool> needle_layer = needle_layers(o, layers);
   const rs::BlockMask mask = o.mask.empty() ? rs::BlockMask(g) : rs::load_block_mask(o.mask, g, o.policy.memory_limit);
 
   rs::StoreLayout layout = store_layout(g, k, layers, heads, D, o.with_scores);
-  {
-    std::ostringstream src;
-    if (in) src << "inputs " << fs::path(o.inputs).filename().string() << " [L, T, H, D] = [" << in->L << ", " << in->T << ", "
-                << in->H << ", " << in->D << "], " << in->H_kv << " key/value heads";
-    else src << "workload " << o.workload << ", seed " << o.seed << ", d " << D;
-    if (!o.mask.empty()) src << ", user block mask";
-    layout.source = src.str();
-  }
+  layout.source = trace_source(o, in ? &*in : nullptr);
   const fs::path dir(o.store);
-  rs::StoreWriter w = [&] {
-    if (!o.resume) return rs::StoreWriter::create(dir, layout);
-    rs::StoreWriter r = rs::StoreWriter::reopen(dir);
-    const auto& L = r.layout();
-    if (L.geometry.T != T || L.geometry.bq != g.bq || L.geometry.bk != g.bk || L.k != k || L.layers != layers ||
-        L.heads != heads || L.score != layout.score)
-      throw UsageError("--resume: the store in " + o.store + " was traced with other sizes (T, b_q, b_k, k, layers, heads or "
-                       "--with-scores)", "resume with the flags of the interrupted trace");
-    if (L.source != layout.source)
-      throw UsageError("--resume: the store in " + o.store + " was traced from \"" + L.source + "\"",
-                       "resume with the same inputs, workload and seed");
-    return r;
-  }();
+  rs::StoreWriter w = open_store_writer(o, layout);
   const std::size_t first = w.segments_committed();
 
   const rs::Bounds b = rs::stream_bounds(g, D, k);
@@ -155,11 +200,7 @@ int run_trace(const TraceOptions& o) {
       head.K = head_of(in->k, l, T, in->H_kv, hk, D);
       head.V = head_of(in->v, l, T, in->H_kv, hk, in->D_v);
     } else {
-      rs::WorkloadParams p{g, D, std::uint64_t(o.seed)};
-      p.variant = s;
-      p.needle_blocks = std::size_t(o.needle_blocks);
-      p.needles_per_block = std::size_t(o.needles);
-      head = rs::make_workload(workload == rs::Workload::needles && !needle_layer[l] ? rs::Workload::random : workload, p);
+      head = workload_head(o, g, D, l, h, heads, needle_layer);
       for (const auto& n : head.planted) planted.emplace_back(l, h, n);
     }
     t_inputs += seconds(t0);
@@ -176,13 +217,7 @@ int run_trace(const TraceOptions& o) {
     t_store += seconds(t0);
     progress.next();
   }
-  if (!planted.empty()) {
-    // Where the needles are, for the viewer and for route queries (layer, head, q, r).
-    std::ofstream out(dir / "planted.csv", first == 0 ? std::ios::trunc : std::ios::app);
-    if (first == 0) out << "layer,head,q,r\n";
-    for (const auto& [l, h, n] : planted) out << l << ',' << h << ',' << n.q << ',' << n.r << '\n';
-    if (!out) throw std::runtime_error((dir / "planted.csv").string() + ": cannot write");
-  }
+  write_planted(dir, first, planted);
   w.close();
   const auto st = rs::Store::open(dir);
   if (o.output != OutputFormat::text) {
@@ -229,23 +264,78 @@ std::uint64_t peak_rss_bytes() {
 }
 
 /// `stream trace --store --device cuda --kernel fast`: the layer pipeline (stream_layer.hpp) on
-/// inputs made on the GPU, then the store opened (every check) and the run's figures printed.
-int run_trace_cuda(const TraceOptions& o) {
+/// inputs made on the GPU (seeded N(0, 1)), read from --inputs in chunks, or drawn per head by the
+/// CPU trace's workload generator (--workload), each converted to bf16 on the device; then the
+/// store opened (every check) and the run's figures printed. `in` holds the checked headers of
+/// --inputs, when given; `mask` the block mask (checked against T).
+int run_trace_cuda(const TraceOptions& o, const std::optional<TraceInputsShape>& in, const rs::BlockMask& mask) {
   namespace gs = flashlab::cuda::stream;
   require_gpu("stream trace --device cuda");
-  const std::size_t T = std::size_t(*o.seq), D = std::size_t(*o.dim), k = std::size_t(o.k);
-  const std::size_t layers = std::size_t(o.layers), heads = std::size_t(o.heads);
-  const rs::Geometry g{T, std::size_t(o.bq), std::size_t(o.bk)};
+  const std::size_t T = in ? in->T : std::size_t(*o.seq), D = in ? in->D : std::size_t(*o.dim), k = std::size_t(o.k);
+  const std::size_t layers = in ? in->L : std::size_t(o.layers), heads = in ? in->H : std::size_t(o.heads);
+  const rs::Geometry g = mask.geometry();
   rs::StoreLayout layout = store_layout(g, k, layers, heads, D, o.with_scores);
-  layout.source = "gpu random N(0, 1) bf16 (Q / sqrt(d)), seed " + std::to_string(o.seed) + ", d " + std::to_string(D);
+  const bool device_random = !in && !o.workload_given;
+  if (device_random)
+    layout.source = "gpu random N(0, 1) bf16 (Q / sqrt(d)), seed " + std::to_string(o.seed) + ", d " + std::to_string(D) +
+                    (o.mask.empty() ? "" : ", user block mask");
+  else  // the CPU trace's source, marked: the bf16 records are not the CPU trace's, a resume must not mix them
+    layout.source = trace_source(o, in ? &*in : nullptr) + ", bf16 on the GPU";
   const gs::FastApplyShape shape{T, heads, D, k, ref::Dtype::bf16, 0};
   gs::LayerTraceOptions lo;
   lo.heads_per_launch = std::size_t(o.heads_per_launch);
   lo.chunk_rows = std::size_t(o.chunk);
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
-  rs::StoreWriter w = rs::StoreWriter::create(o.store, layout);
-  const auto run = gs::layer_trace_random(shape, layers, std::uint64_t(o.seed), lo, w);
+  rs::StoreWriter w = open_store_writer(o, layout);
+  const std::size_t first = w.segments_committed();
+  const std::vector<bool> needle_layer = needle_layers(o, layers);
+  std::vector<std::tuple<std::size_t, std::size_t, rs::Needle>> planted;
+  std::optional<gs::LayerInputUploader> up;
+  std::optional<TraceInputsReader> reader;
+  gs::LayerInputFill fill;
+  if (device_random) {
+    const std::size_t n = T * heads * D;
+    fill = [&](std::size_t l, std::size_t, std::uint16_t* Q, std::uint16_t* K, std::uint16_t* V) {
+      gs::layer_random_inputs_device(Q, n, std::uint64_t(o.seed), l, 0, D);
+      gs::layer_random_inputs_device(K, n, std::uint64_t(o.seed), l, 1, D);
+      gs::layer_random_inputs_device(V, n, std::uint64_t(o.seed), l, 2, D);
+    };
+  } else if (in) {
+    // Every head of the layer from the files, a chunk of rows at a time: host memory is one chunk.
+    up.emplace(T, heads, D);
+    reader.emplace(*in, o.policy);
+    fill = [&](std::size_t l, std::size_t, std::uint16_t* Q, std::uint16_t* K, std::uint16_t* V) {
+      std::uint16_t* dst[3] = {Q, K, V};
+      for (int which = 0; which < 3; ++which) {
+        const std::size_t src_heads = which == 0 ? heads : in->H_kv, step = up->rows_per_chunk(src_heads);
+        for (std::size_t t = 0; t < T; t += step) {
+          const std::size_t rows = std::min(step, T - t);
+          reader->read(which, l, t, rows, up->host_chunk());
+          up->upload(src_heads, t, rows, gs::HeadRange{0, heads}, dst[which]);
+        }
+      }
+    };
+  } else {
+    // The CPU trace's workload, head by head (the same values and planted pairs), uploaded in chunks.
+    up.emplace(T, heads, D);
+    fill = [&](std::size_t l, std::size_t h0, std::uint16_t* Q, std::uint16_t* K, std::uint16_t* V) {
+      for (std::size_t h = h0; h < heads; ++h) {
+        const rs::WorkloadInputs head = workload_head(o, g, D, l, h, heads, needle_layer);
+        for (const auto& n : head.planted) planted.emplace_back(l, h, n);
+        const std::pair<const ref::Mat<float>*, std::uint16_t*> parts[3] = {{&head.Q, Q}, {&head.K, K}, {&head.V, V}};
+        const std::size_t step = up->rows_per_chunk(1);
+        for (const auto& [m, dst] : parts)
+          for (std::size_t t = 0; t < T; t += step) {
+            const std::size_t rows = std::min(step, T - t);
+            std::copy_n(m->data() + t * D, rows * D, up->host_chunk());
+            up->upload(1, t, rows, gs::HeadRange{h, 1}, dst);
+          }
+      }
+    };
+  }
+  const auto run = gs::layer_trace(shape, fill, lo, w, &mask);
+  write_planted(o.store, first, planted);
   w.close();
   const double wall_s = std::chrono::duration<double>(clock::now() - t0).count();
   const std::uint64_t rss = peak_rss_bytes();
@@ -263,7 +353,13 @@ int run_trace_cuda(const TraceOptions& o) {
     j.key("layers").value(std::uint64_t(layers)).key("heads").value(std::uint64_t(heads));
     j.key("heads_per_launch").value(std::uint64_t(lo.heads_per_launch)).key("chunk").value(std::uint64_t(lo.chunk_rows));
     j.key("source").value(layout.source);
+    j.key("heads_written").value(std::uint64_t(layout.segments() - first));
     j.key("records").value(st.records()).key("bytes").value(st.bytes()).key("checksum").value(hex(st.checksum()));
+    j.key("planted").begin_array();
+    for (const auto& [l, h, n] : planted)
+      j.begin_object().key("layer").value(std::uint64_t(l)).key("head").value(std::uint64_t(h)).key("q").value(std::uint64_t(n.q))
+          .key("r").value(std::uint64_t(n.r)).end_object();
+    j.end_array();
     j.key("layer_ms").begin_array();
     for (double ms : run.layer_ms) j.value(ms);
     j.end_array();
@@ -272,9 +368,10 @@ int run_trace_cuda(const TraceOptions& o) {
     j.key("writer_busy_ms").value(s.writer_busy_ms).key("end_head_ms").value(s.end_head_ms);
     j.key("chunks").value(std::uint64_t(s.chunks)).key("max_chunks_in_flight").value(std::uint64_t(s.max_chunks_in_flight));
     j.key("qkv_device_bytes").value(std::uint64_t(run.qkv_bytes));
-    j.key("device_bytes_beyond_qkv").value(std::uint64_t(s.device_bytes));
+    j.key("device_bytes_beyond_qkv").value(std::uint64_t(s.device_bytes + (up ? up->device_bytes() : 0)));
+    j.key("upload_device_bytes").value(std::uint64_t(up ? up->device_bytes() : 0));
     j.key("device_bytes_beyond_qkv_measured").value(std::uint64_t(run.tracer_device_bytes_measured));
-    j.key("pinned_bytes").value(std::uint64_t(s.pinned_bytes));
+    j.key("pinned_bytes").value(std::uint64_t(s.pinned_bytes + (up ? up->host_bytes() : 0)));
     j.key("peak_rss_bytes").value(rss);
     j.end_object();
     report.finish();
@@ -283,19 +380,24 @@ int run_trace_cuda(const TraceOptions& o) {
   std::cout << "stream trace --device cuda -> store " << o.store << ": " << layers << " layer(s) x " << heads << " head(s), T=" << T
             << " d=" << D << " k=" << k << ", " << lo.heads_per_launch << " head(s) per launch, chunks of " << lo.chunk_rows
             << " query blocks; " << layout.source << "\n"
-            << "  " << st.records() << " records, " << st.bytes() << " bytes, checksum " << hex(st.checksum()) << "\n"
+            << "  " << layout.segments() - first << " head(s) written" << (first ? " (resumed after " + std::to_string(first) + ")" : "")
+            << ", " << st.records() << " records, " << st.bytes() << " bytes, checksum " << hex(st.checksum()) << "\n"
             << std::fixed << std::setprecision(1) << "  per layer (inputs on the GPU -> every head committed), ms:";
   for (double ms : run.layer_ms) std::cout << ' ' << ms;
-  std::cout << "\n  traced " << traced_ms << " ms in all (inputs made on the GPU: " << run.inputs_ms << " ms more); wall "
+  std::cout << "\n  traced " << traced_ms << " ms in all (inputs " << (device_random ? "made on the GPU" : in ? "read and uploaded" : "drawn and uploaded")
+            << ": " << run.inputs_ms << " ms more); wall "
             << std::setprecision(2) << wall_s << " s with the store's creation\n"
             << std::setprecision(1) << "  GPU: estimate " << s.estimate_ms << " ms, trace " << s.trace_ms
             << " ms (launch times, they overlap), first estimate to last trace " << s.gpu_span_ms << " ms\n"
             << "  writer: busy " << s.writer_busy_ms << " ms (commits " << s.end_head_ms << " ms), " << s.chunks
             << " chunks, at most " << s.max_chunks_in_flight << " in flight\n"
-            << "  memory: device beyond Q, K, V " << s.device_bytes << " bytes (free memory dropped by "
+            << "  memory: device beyond Q, K, V " << s.device_bytes + (up ? up->device_bytes() : 0) << " bytes (upload chunks "
+            << (up ? up->device_bytes() : 0) << "; free memory dropped by "
             << run.tracer_device_bytes_measured << "; Q, K, V " << run.qkv_bytes << "), pinned host "
-            << s.pinned_bytes << " bytes, peak host RSS " << rss << " bytes\n"
+            << s.pinned_bytes + (up ? up->host_bytes() : 0) << " bytes, peak host RSS " << rss << " bytes\n"
             << std::defaultfloat;
+  if (!planted.empty())
+    std::cout << "  " << planted.size() << " planted (layer, head, q, r) pairs in " << (fs::path(o.store) / "planted.csv").string() << "\n";
   return kOk;
 }
 #endif
@@ -494,7 +596,7 @@ int cmd_stream_trace_store(const Args& args) {
         ("needle-blocks", po::value<long long>(&o.needle_blocks)->default_value(4), "needles / structured: query blocks with needles or retrievals")
         ("needles", po::value<long long>(&o.needles)->default_value(4), "needles / structured: needles or retrieving tokens per such block")
         ("with-scores", po::bool_switch(&o.with_scores), "also store each record's score and value norm")
-        ("resume", po::bool_switch(&o.resume), "continue an interrupted trace into the same --store")
+        ("resume", po::bool_switch(&o.resume), "continue an interrupted trace into the same --store (same flags and device)")
         ("kernel", po::value<std::string>(&o.kernel), "fast (with --device cuda: the fast bf16 estimate and trace)")
         ("chunk", po::value<long long>(&o.chunk)->default_value(2048), "--device cuda: query blocks per streamed chunk of records")
         ("heads-per-launch", po::value<long long>(&o.heads_per_launch)->default_value(1), "--device cuda: heads per estimate and trace launch")
@@ -525,25 +627,44 @@ int cmd_stream_trace_store(const Args& args) {
     if (o.layers * o.heads > 65536) throw UsageError("--layers x --heads exceeds 65536", "trace fewer heads per store");
     require_range("needle-blocks", o.needle_blocks, 1, 1 << 20);
     require_range("needles", o.needles, 1, 4096);
+    o.workload_given = !vm["workload"].defaulted();
     if (o.device == "cuda") {
-      // The GPU path: synthetic random inputs made on the device, the fast kernels' shapes.
+      // The GPU path: the fast kernels' shapes; inputs made on the device, read from --inputs or
+      // drawn by --workload. The files, the mask and the resume follow the CPU trace's rules.
       if (o.kernel != "fast")
         throw UsageError("--device cuda traces into a store with the fast kernels only", "add --kernel fast");
       if (o.bq != 64 || o.bk != 64) throw UsageError("--kernel fast takes --block-m 64 --block-n 64", "pass --block-m 64 --block-n 64");
-      if (*o.dim != 64 && *o.dim != 128) throw UsageError("--kernel fast takes --dim 64 or 128", "e.g. --dim 128");
+      std::optional<TraceInputsShape> in;
+      if (!o.inputs.empty()) in = check_trace_inputs(o.inputs, o.seq, o.dim, true);
+      const std::size_t D = in ? in->D : std::size_t(*o.dim), heads = in ? in->H : std::size_t(o.heads);
+      if (D != 64 && D != 128)
+        throw UsageError(in ? "--inputs " + o.inputs + ": q.npy's head dim D = " + std::to_string(D) + "; --kernel fast takes 64 or 128"
+                            : "--kernel fast takes --dim 64 or 128",
+                         in ? "pad or project the heads to d = 64 or 128" : "e.g. --dim 128");
+      if (in && in->D_v != in->D)
+        throw UsageError("--inputs " + o.inputs + ": v.npy's head dim " + std::to_string(in->D_v) + " differs from q.npy's " +
+                             std::to_string(in->D) + "; --kernel fast takes one d for Q, K and V",
+                         "trace these inputs on the CPU reference (drop --device cuda)");
       require_range("k", o.k, 1, 128);
-      require_range("heads-per-launch", o.heads_per_launch, 1, o.heads);
+      require_range("heads-per-launch", o.heads_per_launch, 1, (long long)heads);
       require_range("chunk", o.chunk, 1, 1LL << 24);
-      for (const char* flag : {"inputs", "mask", "workload", "needle-layers", "needle-blocks", "needles"})
-        if (vm.count(flag) && !vm[flag].defaulted())
-          throw UsageError(std::string("--") + flag + " is not taken by --device cuda (random inputs made on the GPU)",
-                           "drop it, or trace on the CPU reference (--device cpu)");
-      if (o.resume) throw UsageError("--resume continues CPU traces only", "trace into a new --store");
+      if (!in && o.workload_given) {
+        // The workload is drawn on the host one head at a time (the CPU trace's generator).
+        MemoryPlan plan;
+        plan.add("one head's Q, K, V", checked_size({std::uint64_t(*o.seq), std::uint64_t(*o.dim), 3}, "T x D"), 4);
+        plan.require_within(o.policy, "stream trace --store --device cuda --workload");
+      }
+      return with_store_errors([&]() -> int {
+        // The mask file is read here, so that its errors need no GPU.
+        const rs::Geometry g{in ? in->T : std::size_t(*o.seq), 64, 64};
+        const rs::BlockMask mask = o.mask.empty() ? rs::BlockMask(g) : rs::load_block_mask(o.mask, g, o.policy.memory_limit);
 #if FLASHLAB_HAVE_CUDA
-      return with_store_errors([&] { return run_trace_cuda(o); });
+        return run_trace_cuda(o, in, mask);
 #else
-      throw built_without_cuda("stream trace --device cuda", "use --device cpu");
+        (void)mask;
+        throw built_without_cuda("stream trace --device cuda", "use --device cpu");
 #endif
+      });
     }
     if (!o.kernel.empty()) throw UsageError("--kernel applies to --device cuda", "add --device cuda --kernel fast, or drop --kernel");
     if (!vm["chunk"].defaulted() || !vm["heads-per-launch"].defaulted())

@@ -4,6 +4,7 @@
 #include <array>
 #include <charconv>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 
 #include "flashlab/reference/npy.hpp"
@@ -85,14 +86,17 @@ std::array<std::size_t, 4> lthd(const ref::NpyHeader& h, const fs::path& p) {
 
 }  // namespace
 
-TraceInputs load_trace_inputs(const std::string& dirname, const InputPolicy& policy, std::optional<long long> seq,
-                              std::optional<long long> dim, bool need_v) {
+TraceInputsShape check_trace_inputs(const std::string& dirname, std::optional<long long> seq, std::optional<long long> dim,
+                                    bool need_v) {
   const fs::path dir(dirname);
   if (!fs::is_directory(dir)) throw UsageError("--inputs " + dirname + ": not a directory", kInputsHint);
-  const auto qh = float_input_header(dir / "q.npy", kInputsHint), kh = float_input_header(dir / "k.npy", kInputsHint);
-  const auto vh = need_v ? float_input_header(dir / "v.npy", kInputsHint) : kh;
+  TraceInputsShape in;
+  in.dir = dirname;
+  in.q_header = float_input_header(dir / "q.npy", kInputsHint);
+  in.k_header = float_input_header(dir / "k.npy", kInputsHint);
+  in.v_header = need_v ? float_input_header(dir / "v.npy", kInputsHint) : in.k_header;
+  const auto &qh = in.q_header, &kh = in.k_header, &vh = in.v_header;
   const auto qs = lthd(qh, dir / "q.npy"), ks = lthd(kh, dir / "k.npy"), vs = lthd(vh, dir / "v.npy");
-  TraceInputs in;
   in.L = qs[0];
   in.T = qs[1];
   in.H = qs[2];
@@ -112,10 +116,18 @@ TraceInputs load_trace_inputs(const std::string& dirname, const InputPolicy& pol
   if (in.H % in.H_kv != 0) bad("q.npy's " + std::to_string(in.H) + " heads are not a multiple of k.npy's " + std::to_string(in.H_kv));
   if (seq && std::size_t(*seq) != in.T) bad("--seq " + std::to_string(*seq) + " disagrees with q.npy's T = " + std::to_string(in.T));
   if (dim && std::size_t(*dim) != in.D) bad("--dim " + std::to_string(*dim) + " disagrees with q.npy's D = " + std::to_string(in.D));
+  return in;
+}
+
+TraceInputs load_trace_inputs(const std::string& dirname, const InputPolicy& policy, std::optional<long long> seq,
+                              std::optional<long long> dim, bool need_v) {
+  TraceInputs in;
+  static_cast<TraceInputsShape&>(in) = check_trace_inputs(dirname, seq, dim, need_v);
+  const fs::path dir(dirname);
   MemoryPlan plan;
   plan.add("q, k, v as float32",
            checked_size({in.L, in.T, in.H, in.D}, "q") + checked_size({in.L, in.T, in.H_kv, in.D + in.D_v}, "k, v"), 4);
-  plan.add("the largest input read as float64", std::max(qh.numel, std::max(kh.numel, vh.numel)), 8);
+  plan.add("the largest input read as float64", std::max(in.q_header.numel, std::max(in.k_header.numel, in.v_header.numel)), 8);
   plan.add("one head's Q, K, V, O", checked_size({in.T, 2 * in.D + 2 * in.D_v}, "head"), 4);
   plan.require_within(policy, "the inputs of --inputs " + dirname);
   std::vector<std::pair<const char*, std::vector<float>*>> files = {{"q.npy", &in.q}, {"k.npy", &in.k}};
@@ -125,6 +137,41 @@ TraceInputs load_trace_inputs(const std::string& dirname, const InputPolicy& pol
     out->assign(values.begin(), values.end());
   }
   return in;
+}
+
+TraceInputsReader::TraceInputsReader(const TraceInputsShape& shape, const InputPolicy& policy)
+    : shape_(shape), policy_(policy) {}
+
+void TraceInputsReader::read(int which, std::size_t layer, std::size_t t0, std::size_t rows, float* out) {
+  static constexpr const char* kNames[3] = {"q.npy", "k.npy", "v.npy"};
+  if (which < 0 || which > 2) throw std::out_of_range("trace inputs: tensor " + std::to_string(which));
+  const ref::NpyHeader& h = which == 0 ? shape_.q_header : which == 1 ? shape_.k_header : shape_.v_header;
+  const std::size_t heads = which == 0 ? shape_.H : shape_.H_kv, width = which == 2 ? shape_.D_v : shape_.D;
+  if (layer >= shape_.L || t0 > shape_.T || rows > shape_.T - t0)
+    throw std::out_of_range("trace inputs: layer " + std::to_string(layer) + " rows " + std::to_string(t0) + " + " +
+                            std::to_string(rows) + " outside [L = " + std::to_string(shape_.L) + ", T = " +
+                            std::to_string(shape_.T) + ")");
+  const fs::path file = fs::path(shape_.dir) / kNames[which];
+  // The header's sizes were multiplied with overflow checks; these offsets lie inside them.
+  const std::size_t first = ((layer * shape_.T + t0) * heads) * width, n = rows * heads * width;
+  std::ifstream f(file, std::ios::binary);
+  if (!f) throw UsageError(file.string() + ": cannot be opened", kInputsHint);
+  f.seekg(std::streamoff(h.data_offset + first * h.item_size));
+  if (h.descr == "<f4") {
+    f.read(reinterpret_cast<char*>(out), std::streamsize(n * sizeof(float)));
+  } else {
+    wide_.resize(n);
+    f.read(reinterpret_cast<char*>(wide_.data()), std::streamsize(n * sizeof(double)));
+  }
+  if (!f || std::size_t(f.gcount()) != n * h.item_size)
+    throw UsageError(file.string() + ": ended before element " + std::to_string(first + n) + " (the file changed?)",
+                     kInputsHint);
+  if (h.descr == "<f4") {
+    require_finite(out, n, h.shape, file.string(), policy_, first);
+  } else {
+    require_finite(wide_.data(), n, h.shape, file.string(), policy_, first);
+    for (std::size_t i = 0; i < n; ++i) out[i] = float(wide_[i]);
+  }
 }
 
 ref::Mat<float> head_of(const std::vector<float>& a, std::size_t l, std::size_t T, std::size_t H, std::size_t h, std::size_t D) {

@@ -98,8 +98,6 @@ TEST_CASE("cli stream store: the GPU trace's flags are checked before any CUDA c
   expect_usage_error(gpu(" --kernel fast", 64, 128, 129), "--k 129");
   expect_usage_error(gpu(" --kernel fast --heads 4 --heads-per-launch 5"), "--heads-per-launch 5");
   expect_usage_error(gpu(" --kernel fast --chunk 0"), "--chunk 0");
-  expect_usage_error(gpu(" --kernel fast --workload needles"), "--workload is not taken by --device cuda");
-  expect_usage_error(gpu(" --kernel fast --resume"), "--resume continues CPU traces only");
   expect_usage_error("stream trace --store " + dir + "/t --device tpu --block-m 64 --block-n 64 --k 16 --seq 4096",
                      "--device 'tpu' is unknown");
   // The CPU trace takes none of the GPU path's flags.
@@ -108,6 +106,50 @@ TEST_CASE("cli stream store: the GPU trace's flags are checked before any CUDA c
   expect_usage_error(cpu + " --chunk 8", "--chunk and --heads-per-launch apply to --device cuda");
   // Valid flags reach the device: a build without CUDA says so (exit 2), a machine without a GPU too.
   flashlab::test::run_gpu_command(gpu(" --kernel fast --heads 2"));
+  flashlab::test::run_gpu_command(gpu(" --kernel fast --heads 2 --workload needles --needle-layers 0"));
+}
+
+TEST_CASE("cli stream store: the GPU trace checks --inputs and --mask as the CPU trace does, before any CUDA call",
+          "[cli][stream][store]") {
+  const std::string root = fresh_temp_dir("stream_store_gpu_inputs");
+  const std::string gpu = "stream trace --store " + root + "/t --device cuda --kernel fast --block-m 64 --block-n 64 --k 4";
+  // Writes q, k, v of the given shapes ([T, H, D] each) into a fresh directory.
+  int made = 0;
+  auto inputs = [&](std::vector<std::size_t> q, std::vector<std::size_t> k, std::vector<std::size_t> v) {
+    const std::string dir = root + "/in" + std::to_string(made++);
+    fs::create_directories(dir);
+    for (const auto& [name, shape] : {std::pair{"q.npy", q}, std::pair{"k.npy", k}, std::pair{"v.npy", v}}) {
+      std::size_t n = 1;
+      for (auto x : shape) n *= x;
+      const std::vector<float> zeros(n, 0.f);
+      flashlab::ref::write_npy(fs::path(dir) / name, shape, zeros.data());
+    }
+    return dir;
+  };
+  expect_usage_error(gpu + " --inputs " + root + "/none", "--inputs " + root + "/none: not a directory");
+  const std::string good = inputs({2, 300, 4, 64}, {2, 300, 2, 64}, {2, 300, 2, 64});
+  {
+    // Not a .npy: the file is named.
+    fs::create_directories(good + "x");
+    for (const char* f : {"k.npy", "v.npy"}) fs::copy_file(fs::path(good) / f, fs::path(good + "x") / f);
+    std::ofstream(fs::path(good + "x") / "q.npy") << "not a numpy file";
+    expect_usage_error(gpu + " --inputs " + good + "x", "q.npy");
+  }
+  expect_usage_error(gpu + " --inputs " + inputs({300, 4, 64}, {299, 2, 64}, {299, 2, 64}), "must have q.npy's T = 300");
+  expect_usage_error(gpu + " --inputs " + inputs({300, 4, 96}, {300, 2, 96}, {300, 2, 96}), "q.npy's head dim D = 96");
+  expect_usage_error(gpu + " --inputs " + inputs({300, 4, 64}, {300, 2, 64}, {300, 2, 32}), "v.npy's head dim 32");
+  expect_usage_error(gpu + " --inputs " + inputs({300, 3, 64}, {300, 2, 64}, {300, 2, 64}), "not a multiple");
+  expect_usage_error(gpu + " --inputs " + good + " --seq 301", "--seq 301 disagrees");
+  expect_usage_error(gpu + " --inputs " + good + " --heads 4", "--inputs gives the layers and heads");
+  expect_usage_error(gpu + " --inputs " + good + " --heads-per-launch 5", "--heads-per-launch 5");
+  expect_usage_error(gpu + " --inputs " + good + " --mask " + root + "/none.npy", "--mask " + root + "/none.npy");
+  {
+    // A mask of the wrong shape for T = 300 (5 × 5 blocks of 64) is refused, naming the file.
+    const std::vector<std::uint8_t> m(4 * 4, 1);
+    flashlab::ref::write_npy_raw(fs::path(root) / "mask.npy", {4, 4}, "|u1", m.data(), m.size());
+    expect_usage_error(gpu + " --inputs " + good + " --mask " + root + "/mask.npy", "mask.npy");
+  }
+  flashlab::test::run_gpu_command(gpu + " --inputs " + good);
 }
 
 TEST_CASE("cli stream store: --resume continues an interrupted trace to the same bytes", "[cli][stream][store]") {
