@@ -55,7 +55,7 @@ constexpr const char* kSummary =
     "or q.npy k.npy v.npy [do.npy] from --inputs DIR ([N, H, D] or [B, N, H, D], float32 or float64).\n"
     "--kernel fast runs the fast tensor-core kernels, the fastest this GPU has (the Hopper TMA kernels\n"
     "on an H100): Q, K, V (dO) rounded to --dtype (bf16 or fp16; the reference gets the rounded values),\n"
-    "d = 64 or 128. fwd prints O's error against the naive float64 reference (max |gpu - ref| / max\n"
+    "d = 64, 128 or 256. fwd prints O's error against the naive float64 reference (max |gpu - ref| / max\n"
     "|ref|) beside 2x the rounding floor, the error of merely rounding the float64 O to the dtype: it\n"
     "must stay within it and 1e-2 (when the logit bound exceeds 64, rows can be one-hot and P's own\n"
     "rounding adds two units of the dtype to the bound); LSE within 1e-4. bwd runs the fast forward\n"
@@ -72,7 +72,7 @@ constexpr const char* kSummary =
     "i + NK - N + R, -1 unbounded, causal caps R at 0: the CPU command's rule); bwd --kernel fast\n"
     "takes all three on the mma and wgmma-ws backward kernels (dK, dV of K's shape; wgmma-ws-det\n"
     "refuses them); the clear kernels take HKV = H, NK = N and no window.\n"
-    "fwd --kernel fast also takes d = 256 (the mma and tma-ws forwards); the fast backward does not.\n"
+    "--kernel fast also takes d = 256: fwd on the mma and tma-ws forwards, bwd on the mma kernel.\n"
     "fwd and bwd --kernel fast also take --cu-seqlens FILE, packed variable-length sequences in the\n"
     "CPU command's file format (a line 'cu_seqlens_q = 0 3 3 10', and 'cu_seqlens_k = ...' when the\n"
     "keys differ; its sequences replace --seq, --seq-k and --batch): Q [total_q, H, D], each sequence\n"
@@ -103,7 +103,7 @@ po::options_description options() {
       ("heads", po::value<long long>()->default_value(1), "H, number of heads")
       ("heads-kv", po::value<long long>(), "H_kv, K/V heads dividing H (fwd --kernel fast only; default H)")
       ;
-  add_dim_option(d, " (--kernel fast: 64 or 128, fwd also 256; from q.npy with --inputs)");
+  add_dim_option(d, " (--kernel fast: 64, 128 or 256; from q.npy with --inputs)");
   d.add_options()
       ("batch", po::value<long long>()->default_value(1), "B, batch size")
       ("causal", po::bool_switch(), "causal mask")
@@ -299,12 +299,12 @@ Run parse_run(const po::variables_map& vm) {
                      where);
   if (run.fast && run.cfg.head_dim != 64 && run.cfg.head_dim != 128 && run.cfg.head_dim != 256)
     throw UsageError("--dim " + std::to_string(run.cfg.head_dim) + " is not 64, 128 or 256",
-                     "--kernel fast is compiled for d = 64 and 128, its forward for 256 too; --kernel clear takes "
+                     "--kernel fast is compiled for d = 64, 128 and 256; --kernel clear takes "
                      "any d up to 256");
-  if (run.fast && bwd && run.cfg.head_dim == 256)
-    throw UsageError("--dim 256: the fast backward takes d = 64 and 128",
-                     "run fwd --kernel fast at d = 256, the backward with --kernel clear or on the CPU reference: "
-                     "--device cpu");
+  if (run.fast && bwd && run.cfg.head_dim == 256 && run.bwd_kernel.rfind("wgmma-ws", 0) == 0)
+    throw UsageError("--dim 256: the fast backward at d = 256 runs on the mma kernel, not --bwd-kernel " +
+                         run.bwd_kernel,
+                     "--bwd-kernel auto or mma");
   if (!run.fast && run.cfg.head_dim > 256)
     throw UsageError("--dim " + std::to_string(run.cfg.head_dim) + " is above 256",
                      "the clear kernels keep whole rows of d in SRAM; use --dim 256 or less");

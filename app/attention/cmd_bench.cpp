@@ -234,11 +234,6 @@ Sweep parse_sweep(const po::variables_map& vm) {
   }
   s.fwd = pass != "bwd";
   s.bwd = pass != "fwd";
-  if (s.bwd)
-    for (int d : s.dims)
-      if (d == 256)
-        throw UsageError("--dim 256: the fast backward takes d = 64 and 128",
-                         "add --pass fwd (the mma and tma-ws forwards take d = 256)");
   const std::string design = vm["bwd-design"].as<std::string>();
   if (design != "atomic" && design != "two-kernel")
     throw UsageError("--bwd-design '" + design + "' is unknown", "choose atomic (the default) or two-kernel");
@@ -251,6 +246,13 @@ Sweep parse_sweep(const po::variables_map& vm) {
   if (bk.rfind("wgmma-ws", 0) == 0 && !s.bwd_atomic)
     throw UsageError("--bwd-kernel " + bk + " runs the atomic design only", "drop --bwd-design two-kernel");
   s.bwd_kernel = bk;
+  // d = 256: the atomic design's mma kernel alone.
+  if (s.bwd && (!s.bwd_atomic || bk.rfind("wgmma-ws", 0) == 0))
+    for (int d : s.dims)
+      if (d == 256)
+        throw UsageError("--dim 256: the fast backward at d = 256 is the atomic design's mma kernel, not " +
+                             (s.bwd_atomic ? "--bwd-kernel " + bk : std::string("--bwd-design two-kernel")),
+                         "--bwd-design atomic with --bwd-kernel auto or mma, or add --pass fwd");
   // A window, grouped K/V and N_k != N: the atomic design on its mma or wgmma-ws kernel.
   if (s.bwd && (!s.bwd_atomic || bk == "wgmma-ws-det")) {
     const std::string other = s.bwd_atomic ? "--bwd-kernel " + bk : std::string("--bwd-design two-kernel");
@@ -350,6 +352,7 @@ int run_sweep(const Sweep& s) {
                  : s.bwd_kernel == "wgmma-ws" ? fc::FastBackwardKernel::wgmma_ws
                  : s.bwd_kernel == "wgmma-ws-det" ? fc::FastBackwardKernel::wgmma_ws_deterministic
                                           : fc::FastBackwardKernel::mma_sync;
+  b.bwd_auto = bwd_chosen && s.bwd_atomic;
   if (s.bwd_kernel.rfind("wgmma-ws", 0) == 0 && !fc::fast_forward_wgmma_built())
     throw UsageError("--bwd-kernel " + s.bwd_kernel + " is not in this build",
                      "configure with CMAKE_CUDA_ARCHITECTURES including 90 (the wgmma-ws backward is sm_90a code)");

@@ -247,7 +247,7 @@ struct BackwardChoice {
 BackwardChoice backward_choice(const Attention& a) {
   // Packed sequences: the one kernel that takes them.
   if (a.device_packed) return {ref::Algorithm::bwd_atomic, fc::FastBackwardKernel::mma_sync};
-  const fc::FastBackwardKernel fastest = fc::fastest_backward_kernel();
+  const fc::FastBackwardKernel fastest = fc::fastest_backward_kernel(a.p);
   if (!a.abi.deterministic) return {ref::Algorithm::bwd_atomic, fastest};
   if (fastest == fc::FastBackwardKernel::wgmma_ws)
     return {ref::Algorithm::bwd_atomic, fc::FastBackwardKernel::wgmma_ws_deterministic};

@@ -80,7 +80,7 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, r
         k, v: keys and values ``[B, N_k, H_kv, d]`` (N_k and H_kv from their shape); ``H_kv``
             divides ``H`` (grouped-query attention: query head h reads key/value head
             ``h // (H // H_kv)``). The CPU reference takes every such problem; the CUDA kernels'
-            limits are their front door's (today ``d ∈ {64, 128}``, the forward also ``d = 256``,
+            limits are their front door's (today ``d ∈ {64, 128, 256}``,
             and what it states for ``N_k``, ``H_kv`` and windows): a problem they refuse raises
             FlashlabUnsupportedError (a ValueError) with the library's message.
         causal: query i sees key j iff ``j ≤ i + N_k − N`` (bottom-right aligned, as FlashAttention).

@@ -75,7 +75,7 @@ SHAPES = [(2, 1, 3), (1, 100, 4), (2, 257, 2), (1, 1024, 8)]  # (B, N, H): N = 1
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_attention_outputs_and_gradients_against_float64(shape, causal, d, dtype):

@@ -34,6 +34,8 @@ struct BackwardCase {
   bool causal;
   long long window_left = -1, window_right = -1;
   ref::Dtype dtype = ref::Dtype::bf16;
+  /// V and dO entries ±800 (their signs kept): dP_ij and D_i near 1e8, dQ and dK near 1e5.
+  bool large = false;
 };
 
 /// The worst gradient error / rounding floor seen since the last report_backward_ratio().
@@ -93,9 +95,10 @@ inline void check_gradient(const char* name, const std::vector<std::uint16_t>& g
   CHECK(bad == 0);
 }
 
-/// Runs each kernel of general_backward_kernels() on fresh inputs of shape `c` against one float64
-/// reference and checks dQ, dK, dV and D (file comment).
-inline void check_backward(const BackwardCase& c) {
+/// Runs each of `kernels` on fresh inputs of shape `c` against one float64 reference and checks
+/// dQ, dK, dV and D (file comment).
+inline void check_backward(const BackwardCase& c,
+                           const std::vector<cuda::FastBackwardKernel>& kernels = general_backward_kernels()) {
   namespace fc = flashlab::cuda;
   namespace fr = flashlab::ref;
   const unsigned long long seed = fresh_seed();
@@ -106,11 +109,20 @@ inline void check_backward(const BackwardCase& c) {
                             " H_kv=" + std::to_string(c.heads_kv) + " d=" + std::to_string(c.head_dim) +
                             (c.causal ? " causal" : "") +
                             (window ? " window=" + std::to_string(c.window_left) + "," + std::to_string(c.window_right)
-                                    : std::string());
+                                    : std::string()) +
+                            (c.large ? " ±800" : "");
   INFO(label << " seed=" << seed << " (rerun with FLASHLAB_TEST_SEED)");
   const fr::Shape q{std::size_t(c.batch), std::size_t(c.seq), std::size_t(c.heads), std::size_t(c.head_dim)};
   const fr::Shape kv{std::size_t(c.batch), std::size_t(c.seq_k), std::size_t(c.heads_kv), std::size_t(c.head_dim)};
-  const BwdInputs in = bwd_inputs(q, kv, seed, c.dtype);
+  BwdInputs in = bwd_inputs(q, kv, seed, c.dtype);
+  if (c.large) {
+    const std::pair<ref::Tensor<double>*, std::vector<std::uint16_t>*> big[] = {{&in.Vd, &in.V}, {&in.dOd, &in.dO}};
+    for (const auto& [d, bits] : big) {
+      ref::Tensor<double> x(d->shape());
+      for (std::size_t k = 0; k < x.numel(); ++k) x.data()[k] = d->data()[k] < 0 ? -800.0 : 800.0;
+      *bits = round_to_16(x, c.dtype, *d);
+    }
+  }
   fr::AttentionProblem cfg = attention_problem(q, c.causal, c.dtype);
   cfg.seq_k = c.seq_k == c.seq ? 0 : std::size_t(c.seq_k);
   cfg.heads_kv = c.heads_kv == c.heads ? 0 : std::size_t(c.heads_kv);
@@ -126,7 +138,7 @@ inline void check_backward(const BackwardCase& c) {
     row_keyless[std::size_t(i)] = r.empty();
     for (long long j = r.first; j < r.end; ++j) key_unseen[std::size_t(j)] = 0;
   }
-  for (const fc::FastBackwardKernel kernel : general_backward_kernels()) {
+  for (const fc::FastBackwardKernel kernel : kernels) {
     INFO("kernel " << fc::to_string(kernel));
     const auto got =
         fc::fast_attention_backward(fr::Algorithm::bwd_atomic, cfg, in.Q, in.K, in.V, fwd.O, in.dO, fwd.LSE, kernel);

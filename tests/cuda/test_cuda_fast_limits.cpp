@@ -224,7 +224,8 @@ TEST_CASE("the split-KV forward's tiles count packed rows: the query rows of the
   CHECK_THROWS_WITH(fc::fast_forward_tiles(p, split_kv), Catch::Contains("head_dim (d) = 96 is not 64, 128 or 256"));
 }
 
-TEST_CASE("d = 256: the mma and tma-ws forwards take it, the other fast kernels name their limit",
+TEST_CASE("d = 256: the mma and tma-ws forwards and the atomic mma backward take it, the other fast kernels name "
+          "their limit",
           "[fast][fast-d256][errors]") {
   fr::AttentionProblem p;
   p.seq = 8;
@@ -243,10 +244,20 @@ TEST_CASE("d = 256: the mma and tma-ws forwards take it, the other fast kernels 
                     Catch::Contains("split-KV forward: head_dim (d) = 256"));
   CHECK_THROWS_WITH(fc::fast_forward_tiles(p, fc::FastForwardKernel::wgmma),
                     Catch::Contains("wgmma forward: head_dim (d) = 256 is not supported"));
-  for (const auto design : {fr::Algorithm::bwd_atomic, fr::Algorithm::bwd_two_kernel})
-    CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(design, p),
-                      Catch::Contains("fast backward: head_dim (d) = 256 is not supported") &&
-                          Catch::Contains("run a d = 256 backward on the CPU reference"));
+  // The atomic design's workspace: D, then whole 128-row tiles of the fp32 dQ accumulator, then
+  // the order counters (one per 64 rows).
+  CHECK(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, p) ==
+        256 + 128 * 256 * sizeof(float) + sizeof(int));
+  CHECK(fc::fastest_backward_kernel(p) == fc::FastBackwardKernel::mma_sync);
+  CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_two_kernel, p),
+                    Catch::Contains("fast backward: head_dim (d) = 256 is not supported by the bwd_two_kernel design") &&
+                        Catch::Contains("hint: design bwd_atomic, kernel mma"));
+  const std::vector<std::uint16_t> x(8 * 256);
+  const std::vector<float> lse(8);
+  for (const auto kernel : {fc::FastBackwardKernel::wgmma_ws, fc::FastBackwardKernel::wgmma_ws_deterministic})
+    CHECK_THROWS_WITH(fc::fast_attention_backward(fr::Algorithm::bwd_atomic, p, x, x, x, x, x, lse, kernel),
+                      Catch::Contains("head_dim (d) = 256 is not supported by the " + std::string(fc::to_string(kernel)) +
+                                      " kernel"));
   p.head_dim = 512;
   CHECK_THROWS_WITH(fc::check_fast_problem(p), Catch::Contains("head_dim (d) = 512 is not 64, 128 or 256"));
 }

@@ -102,6 +102,9 @@ void bench_shape(const AttentionBenchConfig& bench, const ref::AttentionProblem&
   detail::DeviceBuffer<std::uint16_t> dQ(grad_numel), dK(kv_grad_numel), dV(kv_grad_numel);
   // The forward kernel of this shape: the sweep's, or the front door's choice for the problem.
   const FastForwardKernel fwd_kernel = bench.fwd_auto ? fastest_forward_kernel(problem) : bench.fwd_kernel;
+  // The backward kernel of this shape: the sweep's, or the fastest for its head dim.
+  const FastBackwardKernel bwd_kernel =
+      bench.bwd_auto ? fastest_backward_kernel(problem) : bench.bwd_kernel;
   // Workspace (D; atomic: + the fp32 dQ accumulator), allocated here, outside the timing.
   detail::DeviceBuffer<unsigned char> workspace(
       do_bwd ? fast_attention_backward_workspace_bytes(bench.bwd_design, problem) : 0);
@@ -139,7 +142,7 @@ void bench_shape(const AttentionBenchConfig& bench, const ref::AttentionProblem&
       row.attention.copy_tbps = copy_tbps;
     }
     row.attention.bwd_design = bench.bwd_design;
-    row.attention.bwd_kernel = bench.bwd_kernel;
+    row.attention.bwd_kernel = bwd_kernel;
     row.reps = bench.reps;
     row.median_ms = t.median_ms;
     row.min_ms = t.min_ms;
@@ -179,11 +182,11 @@ void bench_shape(const AttentionBenchConfig& bench, const ref::AttentionProblem&
                                        {cu_q.get(), cu_k.get(), problem.packed->total_q(), problem.packed->total_k()},
                                        in[q].get(), in[q + 1].get(), in[q + 2].get(), O[s].get(), in[q + 3].get(),
                                        LSE[s].get(), dQ.get(), dK.get(), dV.get(), workspace.get(), nullptr,
-                                       bench.bwd_kernel);
+                                       bwd_kernel);
       else
         fast_attention_backward_device(bench.bwd_design, problem, in[q].get(), in[q + 1].get(), in[q + 2].get(),
                                        O[s].get(), in[q + 3].get(), LSE[s].get(), dQ.get(), dK.get(), dV.get(),
-                                       workspace.get(), nullptr, bench.bwd_kernel);
+                                       workspace.get(), nullptr, bwd_kernel);
     });
   }
 }

@@ -18,6 +18,7 @@
 #include "flashlab/cuda/fast_attention.hpp"
 #include "attention/front_door.hpp"
 #include "attention/fwd_ws_config.hpp"
+#include "attention/bwd_d256.hpp"
 #include "attention/launchers.hpp"
 #include "attention/splitkv.hpp"
 
@@ -90,11 +91,10 @@ namespace {
 
 // The fast kernels' limits on d, stated here only (check_fast_problem, check_forward_kernel,
 // fast_bwd_problem and fast_forward_tiles call these): every fast kernel takes d = 64 and 128;
-// the mma and tma-ws forwards take 256 too. The backward holds dK_j and dV_j of its whole key
-// tile in registers (the mma kernel: 32 keys × d/2 columns of both per warp, d registers per
-// thread, 256 at d = 256 against the 255 a thread has), so d = 256 would need another warp layout
-// and tiles, not another instantiation (docs/cuda.md, head dim 256).
-constexpr const char* kD256Kernels = "the mma and tma-ws forwards";
+// the mma and tma-ws forwards take 256 too, and so does the atomic design's mma backward, in a
+// kernel of its own (attention_bwd_d256.cu: the d = 64 / 128 layouts hold dK_j and dV_j of a
+// 128-key block in registers, d registers per thread, 256 at d = 256 against the 255 a thread has).
+constexpr const char* kD256Kernels = "the mma and tma-ws forwards and the bwd_atomic mma backward";
 
 void require_fast_head_dim(std::size_t head_dim) {
   if (head_dim != 64 && head_dim != 128 && head_dim != 256)
@@ -103,15 +103,11 @@ void require_fast_head_dim(std::size_t head_dim) {
                                 kD256Kernels + " for d = 256 too; the clear fa2 kernel takes any d up to 256)");
 }
 
-/// d = 256 on a kernel that takes d = 64 and 128 only (`who`: "wgmma forward", "fast backward", ...).
-void require_d64_d128(std::size_t head_dim, const std::string& who, bool backward = false) {
+/// d = 256 on a kernel that takes d = 64 and 128 only (`who`: "wgmma forward", "fp32-sum backward", ...).
+void require_d64_d128(std::size_t head_dim, const std::string& who) {
   if (head_dim == 256)
     throw std::invalid_argument("flashlab::cuda: " + who + ": head_dim (d) = 256 is not supported: it takes d = 64 "
-                                "and 128 (hint: " +
-                                (backward ? "run a d = 256 backward on the CPU reference: flashlab attention bwd "
-                                            "--device cpu; the forward at d = 256 runs on "
-                                          : "d = 256 runs on ") +
-                                kD256Kernels + ")");
+                                "and 128 (hint: d = 256 runs on " + std::string(kD256Kernels) + ")");
 }
 
 /// Compute capability 9.0 (H100, H200): sm_90a code runs there only (its "a" features are not
@@ -175,8 +171,18 @@ const detail::Problem& require_packed_key_tiles(const detail::Problem& p) {
 detail::Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProblem& problem,
                                  const FastBackwardKernel* kernel = nullptr) {
   check_fast_problem(problem);
-  require_d64_d128(problem.head_dim, "fast backward", true);
   if (problem.is_packed()) require_packed_backward(design, kernel, std::to_string(problem.packed->count()) + " ");
+  if (problem.head_dim == 256) {
+    // d = 256: the atomic design's mma kernel only (attention_bwd_d256.cu).
+    const auto refuse = [](const std::string& who) {
+      throw std::invalid_argument("flashlab::cuda: fast backward: head_dim (d) = 256 is not supported by " + who +
+                                  ": at d = 256 the backward runs on the bwd_atomic design's mma kernel (hint: design "
+                                  "bwd_atomic, kernel mma: --bwd-kernel mma)");
+    };
+    if (design == ref::Algorithm::bwd_two_kernel) refuse("the bwd_two_kernel design");
+    if (kernel != nullptr && *kernel != FastBackwardKernel::mma_sync)
+      refuse("the " + std::string(to_string(*kernel)) + " kernel");
+  }
   const bool general_kernel = design == ref::Algorithm::bwd_atomic &&
                               (kernel == nullptr || *kernel != FastBackwardKernel::wgmma_ws_deterministic);
   if (!general_kernel) {
@@ -313,8 +319,8 @@ FastBackwardKernel fastest_backward_kernel() {
 }
 
 FastBackwardKernel fastest_backward_kernel(const ref::AttentionProblem& problem) {
-  // Packed sequences: the mma kernel alone takes them (fast_bwd_problem).
-  return problem.is_packed() ? FastBackwardKernel::mma_sync : fastest_backward_kernel();
+  // Packed sequences and d = 256: the mma kernel alone takes them (fast_bwd_problem).
+  return problem.is_packed() || problem.head_dim == 256 ? FastBackwardKernel::mma_sync : fastest_backward_kernel();
 }
 
 FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel) {
@@ -497,7 +503,6 @@ std::size_t packed_backward_workspace_bytes(const detail::Problem& p) {
 detail::Problem check_packed_backward(ref::Algorithm design, const ref::AttentionProblem& problem,
                                       const FastPackedSequences& packed, const FastBackwardKernel* kernel) {
   check_fast_packed(problem, packed);
-  require_d64_d128(problem.head_dim, "fast backward", true);
   require_packed_backward(design, kernel, problem.is_packed() ? std::to_string(problem.packed->count()) + " " : "");
   if (kernel != nullptr) check_bwd_kernel(design, *kernel);
   return require_packed_key_tiles(detail::make_packed_problem(problem, packed.total_q, packed.total_k));
@@ -574,6 +579,7 @@ void backward_device(ref::Algorithm design, const ref::AttentionProblem& problem
     return detail::launch_fast_bwd_ws(p, bf16, a, order, s);
   }
 #endif
+  if (p.head_dim == 256) return detail::launch_fast_bwd_d256(p, bf16, a, s);
   detail::launch_fast_bwd_atomic(p, bf16, a, s);
 }
 

@@ -62,6 +62,8 @@ struct AttentionBenchConfig {
   /// copy-bandwidth anchor): the row's kv_read_tbps and copy_tbps
   bool kv_copy = false;
   FastBackwardKernel bwd_kernel = FastBackwardKernel::mma_sync;  ///< kernel of the bwd_atomic design timed
+  /// Time, per shape, the backward kernel fastest_backward_kernel(problem) chooses (the row names it)
+  bool bwd_auto = false;
   /// Packed sequences: when set, one shape per (d, causal), these sequences packed ([1, total, H,
   /// d], the lists in device memory, FastPackedSequences) in place of `seqs`, `batch` and `seq_k`;
   /// its TFLOP/s count every sequence's own visible pairs. The backward: bwd_atomic on mma_sync

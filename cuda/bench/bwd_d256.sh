@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# cuda/bench/bwd_d256.sh — the fast backward at head dim d = 256 on the H100 (the atomic design's mma
+# kernel, attention_bwd_d256.cu): its tests, the backward at N = 8192 beside SDPA's cuDNN and flash
+# backends, with the backward at d = 128 (the fastest kernel there) as the anchor of the same run,
+# then the sanitizers: the rows of cuda/results/bwd_d256.csv and bwd_d256_checks.csv.
+#
+#   bwd_d256.sh [BIN_DIR] [OUT_DIR]   on the GPU machine, from the repository root
+#
+# BIN_DIR (default gpu-carry) holds `flashlab`, `test_cuda` and `test_cuda_fast_limits` built with the
+# cuda preset and `commit` (git describe of the tree that built them); OUT_DIR (default
+# /tmp/flashlab-bwd-d256) gets the logs, the raw bench CSV, SDPA's CSV and the two CSVs, whose
+# columns are those of fwd_d256.sh's (fwd_d256.csv, fwd_d256_checks.csv).
+# Shapes: bf16, H = 16, B = 1, N = 8192, causal and not, d = 256 and 128; REPS (default 20, the least
+# `bench attention --reps` takes) timed launches per shape.
+set -u
+here=$(dirname "$0")
+bin=${1:-gpu-carry}
+out=${2:-/tmp/flashlab-bwd-d256}
+logs=$out/logs
+mkdir -p "$logs"
+export PATH=$PATH:/usr/local/cuda/bin
+commit=$(head -1 "$bin/commit" 2>/dev/null || echo unknown)
+date=$(date -u '+%Y-%m-%d %H:%M')
+device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+status=0
+step() {  # step TIMEOUT LOG CMD...: stdout into LOG, stderr into LOG.err, the command into LOG.cmd, rc into LOG.rc
+  local limit=$1 log=$2; shift 2
+  echo "=== $*" | tee "$log.cmd"
+  timeout "$limit" "$@" >"$log" 2>"$log.err"
+  local rc=$?
+  echo "$rc" >"$log.rc"
+  [ "$rc" -eq 0 ] || { echo "    failed: rc=$rc (see $log.err)"; status=1; }
+}
+step 60 "$logs/test_cuda_bwd_d256.log" "$bin/test_cuda" '[fast-bwd-d256]' --durations yes
+step 20 "$logs/test_cuda_fast_limits.log" "$bin/test_cuda_fast_limits" '[fast-d256]'
+step 40 "$logs/bench_bwd.csv" "$bin/flashlab" bench attention --csv --pass bwd --seq 8192 --heads 16 --batch 1 --both \
+  --dim 256,128 --reps "${REPS:-20}"
+step 60 "$logs/sdpa.log" env PYTHONUNBUFFERED=1 python3 "$here/sdpa_bench.py" "$logs/bench_bwd.csv" --reps "${REPS:-20}" \
+  --out "$logs/sdpa.csv"
+for tool in memcheck racecheck; do
+  step 60 "$logs/sanitize_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/test_cuda" \
+    '[fast-bwd-d256-sanitize]'
+done
+python3 - "$out" "$date" "$device" "$commit" <<'EOF' || status=1
+import csv, glob, os, re, sys
+out, date, device, commit = sys.argv[1:5]
+logs = f"{out}/logs"
+sdpa = {}
+if os.path.exists(f"{logs}/sdpa.csv"):
+    for r in csv.DictReader(open(f"{logs}/sdpa.csv")):
+        if r.get("pass", "bwd") == "bwd":
+            sdpa[(r["d"], r["causal"], r["N"])] = r
+cols = ["date", "device", "commit", "dtype", "pass", "kernel", "d", "causal", "N", "H", "B", "median_ms", "min_ms",
+        "max_ms", "tflops", "flash_bnhd_tflops", "cudnn_bnhd_tflops", "cudnn_bhnd_tflops", "ours_over_cudnn_bnhd"]
+w = csv.writer(open(f"{out}/bwd_d256.csv", "w", newline=""), lineterminator="\n")
+w.writerow(cols)
+if os.path.exists(f"{logs}/bench_bwd.csv"):
+    for r in csv.DictReader(open(f"{logs}/bench_bwd.csv")):
+        s = sdpa.get((r["d"], r["causal"], r["N"]), {})
+        fl, cb, ch = (s.get(k, "") for k in ("flash_bnhd_tflops", "cudnn_bnhd_tflops", "cudnn_bhnd_tflops"))
+        ratio = f"{float(r['tflops']) / float(cb):.3f}" if cb not in ("", "n/a") else ""
+        kernel = "mma" if r.get("bwd_design") == "atomic" else r.get("bwd_design", "")
+        row = [date, device, commit, r["dtype"], r["pass"], kernel, r["d"], r["causal"], r["N"], r["H"], r["B"], r["ms"], r["min_ms"], r["max_ms"], r["tflops"], fl, cb, ch, ratio]
+        w.writerow(row)
+        print("row:", ",".join(row[3:]))
+w = csv.writer(open(f"{out}/bwd_d256_checks.csv", "w", newline=""), lineterminator="\n")
+w.writerow(["date", "device", "commit", "command", "status", "assertions", "test_cases", "sanitizer_errors"])
+for log in sorted(glob.glob(f"{logs}/test_cuda*.log")) + sorted(glob.glob(f"{logs}/sanitize_*.log")):
+    cmd = open(log + ".cmd").readline().removeprefix("=== ").strip()
+    cmd = re.sub(r"\S*/(test_cuda\S*)", r"\1", cmd)
+    rc = open(log + ".rc").read().strip()
+    text = open(log).read()
+    m = re.search(r"All tests passed \((\d+) assertions? in (\d+) test cases?\)", text)
+    a = re.search(r"^assertions:\s*(\d+)", text, re.M)
+    t = re.search(r"^test cases:\s*(\d+)", text, re.M)
+    asserts, cases = (m.group(1), m.group(2)) if m else (a.group(1) if a else "", t.group(1) if t else "")
+    san = [int(x) for x in re.findall(r"(?:ERROR|RACECHECK) SUMMARY: (\d+) (?:error|hazard)", text)]
+    row = [date, device, commit, cmd, "pass" if rc == "0" else f"fail (rc {rc})", asserts, cases,
+           sum(san) if san else ""]
+    w.writerow(row)
+    print("check:", ",".join(map(str, row[3:])))
+EOF
+echo "bwd_d256: status $status ($out/bwd_d256.csv, $out/bwd_d256_checks.csv)"
+exit $status

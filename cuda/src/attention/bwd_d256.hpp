@@ -1,0 +1,15 @@
+// cuda/src/attention/bwd_d256.hpp — the launcher of the atomic backward at head dim d = 256
+// (attention_bwd_d256.cu). Internal to cuda/src: the front door calls it.
+#pragma once
+
+#include "attention/launchers.hpp"
+
+namespace flashlab::cuda::detail {
+
+/// The atomic design at d = 256 (attention_bwd_d256.cu): zero dQaccum, D preprocessing, the main
+/// kernel (its own tiles, Br = 32 and Bc = 64, and warp layouts), dQ = scale · dQaccum → 16 bits.
+/// The workspace of launch_fast_bwd_atomic; causal, windows, grouped K/V and N_k ≠ N; no fp32 sums
+/// (BwdPointers::add_f32: refused).
+void launch_fast_bwd_d256(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream);
+
+}  // namespace flashlab::cuda::detail
