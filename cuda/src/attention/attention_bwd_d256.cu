@@ -8,7 +8,7 @@
 //
 // THE MODEL that picked the tiles (fp32 accumulators of dK_j and dV_j: 2·Bc·d·4 bytes over 256
 // threads; SRAM: K_j, V_j, two stages of Q_i and dO_i, P_ij and dS_ij, the warps' dQ slices):
-//   Bc 128, Br 64: accumulators 256 registers per thread: does not fit.
+//   Bc 128, Br 64: accumulators 256 registers per thread, SRAM 352 KiB: neither fits.
 //   Bc 64,  Br 64: 128 registers; SRAM 64 + 128 + 16 + 64 (dQ partial 64 × 256 fp32) = 273 KiB > 227.
 //   Bc 64,  Br 32: 128 registers; SRAM 64 + 64 + 8 + 32 = 168.5 KiB: fits, one block per SM.
 // Splitting dK and dV into two passes over the query tiles (or d over two warp halves) keeps Bc
