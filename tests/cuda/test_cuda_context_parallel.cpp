@@ -25,6 +25,7 @@
 #include "flashlab/reference/attention.hpp"
 
 #include "gpu_test_util.hpp"
+#include "multi_gpu_test.hpp"
 
 #include <cuda_runtime.h>
 
@@ -45,22 +46,8 @@ using flashlab::test::rounding_floor;
 
 namespace {
 
-int device_count() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-}
-
-// One LocalRing per G for the whole run (making NCCL communicators takes a while).
-const fc::LocalRing& ring_of(int G) {
-  static std::map<int, std::unique_ptr<fc::LocalRing>> rings;
-  auto& r = rings[G];
-  if (!r) {
-    std::vector<int> devices;
-    for (int d = 0; d < G; ++d) devices.push_back(d);
-    r = std::make_unique<fc::LocalRing>(devices);
-  }
-  return *r;
-}
+using flashlab::test::device_count;
+using flashlab::test::ring_of;
 
 std::vector<int> ring_sizes() {
   std::vector<int> out;
@@ -475,17 +462,5 @@ TEST_CASE("ring: problems the GPU ring does not take are refused with a message"
 }
 
 int main(int argc, char* argv[]) {
-  setenv("NCCL_NVLS_ENABLE", "0", 0);  // NVLink multicast off unless the caller set it
-  std::string why;
-  if (!fc::device_available(&why)) {
-    std::cout << "SKIPPED: test_cuda_context_parallel needs CUDA GPUs: " << why << "\n";
-    return 77;
-  }
-  if (device_count() < 2) {
-    std::cout << "SKIPPED: test_cuda_context_parallel needs at least 2 GPUs, this machine has " << device_count()
-              << " (run it on a machine of 2, 4 or 8)\n";
-    return 77;
-  }
-  std::cout << "device: " << fc::device_description() << " x " << device_count() << "\n";
-  return Catch::Session().run(argc, argv);
+  return flashlab::test::multi_gpu_test_main("test_cuda_context_parallel", "2, 4 or 8", argc, argv);
 }

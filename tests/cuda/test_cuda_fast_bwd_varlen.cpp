@@ -20,6 +20,7 @@
 #include <catch2/catch.hpp>
 
 #include "fast_backward_check.hpp"
+#include "varlen_case.hpp"
 
 #include <cuda_runtime.h>
 
@@ -37,29 +38,12 @@ namespace {
 
 constexpr fr::Dtype kBf16 = fr::Dtype::bf16, kFp16 = fr::Dtype::fp16;
 
-/// One packed case: each sequence's query and key lengths, H, H_kv, d, the mask, the dtype.
-struct VarlenBwdCase {
-  std::vector<int> len_q, len_k;  // len_k empty: the queries' lengths (self-attention)
-  int heads, heads_kv, head_dim;
-  bool causal;
-  long long window_left = -1, window_right = -1;
-  fr::Dtype dtype = kBf16;
-};
-
-std::vector<std::int32_t> prefix_sums(const std::vector<int>& lengths) {
-  std::vector<std::int32_t> cu{0};
-  for (int n : lengths) cu.push_back(cu.back() + n);
-  return cu;
-}
-
-std::string lengths_str(const std::vector<int>& lengths) {
-  std::string s;
-  for (int n : lengths) s += (s.empty() ? "" : ",") + std::to_string(n);
-  return s;
-}
+using flashlab::test::lengths_str;
+using flashlab::test::prefix_sums;
+using flashlab::test::VarlenCase;
 
 /// The packed problem of case `c`.
-fr::AttentionProblem packed_problem(const VarlenBwdCase& c) {
+fr::AttentionProblem packed_problem(const VarlenCase& c) {
   fr::AttentionProblem cfg = ft::attention_problem(fr::Shape{1, 1, std::size_t(c.heads), std::size_t(c.head_dim)},
                                                    c.causal, c.dtype);
   cfg.heads_kv = c.heads_kv == c.heads ? 0 : std::size_t(c.heads_kv);
@@ -69,7 +53,7 @@ fr::AttentionProblem packed_problem(const VarlenBwdCase& c) {
   return cfg;
 }
 
-void check_varlen_backward(const VarlenBwdCase& c) {
+void check_varlen_backward(const VarlenCase& c) {
   const unsigned long long seed = ft::fresh_seed();
   const fr::AttentionProblem cfg = packed_problem(c);
   const bool window = c.window_left >= 0 || c.window_right >= 0;

@@ -18,6 +18,7 @@
 #include <catch2/catch.hpp>
 
 #include "fast_forward_check.hpp"
+#include "varlen_case.hpp"
 
 #include <cuda_runtime.h>
 
@@ -33,29 +34,9 @@ namespace {
 
 constexpr fr::Dtype kBf16 = fr::Dtype::bf16, kFp16 = fr::Dtype::fp16;
 
-/// One packed case: the query and key lengths of each sequence, H, H_kv, d, the mask, the dtype.
-struct VarlenCase {
-  std::vector<int> len_q, len_k;  // len_k empty: the queries' lengths (self-attention)
-  int heads, heads_kv, head_dim;
-  bool causal;
-  long long window_left = -1, window_right = -1;
-  fr::Dtype dtype = kBf16;
-};
-
-std::vector<std::int32_t> prefix_sums(const std::vector<int>& lengths) {
-  std::vector<std::int32_t> cu{0};
-  for (int n : lengths) cu.push_back(cu.back() + n);
-  return cu;
-}
-
-std::string lengths_str(const std::vector<int>& lengths) {
-  std::string s;
-  for (int n : lengths) {
-    if (!s.empty()) s += ',';
-    s += std::to_string(n);
-  }
-  return s;
-}
+using flashlab::test::lengths_str;
+using flashlab::test::prefix_sums;
+using flashlab::test::VarlenCase;
 
 /// The kernels that take packed sequences: mma_sync everywhere, tma_ws where it is built and runs.
 std::vector<fc::FastForwardKernel> kernels() {
