@@ -42,7 +42,7 @@ for tool in memcheck racecheck; do
     '[fast-bwd-d256-sanitize]'
 done
 python3 - "$out" "$date" "$device" "$commit" <<'EOF' || status=1
-import csv, glob, os, re, sys
+import csv, os, sys
 out, date, device, commit = sys.argv[1:5]
 logs = f"{out}/logs"
 sdpa = {}
@@ -63,22 +63,7 @@ if os.path.exists(f"{logs}/bench_bwd.csv"):
         row = [date, device, commit, r["dtype"], r["pass"], kernel, r["d"], r["causal"], r["N"], r["H"], r["B"], r["ms"], r["min_ms"], r["max_ms"], r["tflops"], fl, cb, ch, ratio]
         w.writerow(row)
         print("row:", ",".join(row[3:]))
-w = csv.writer(open(f"{out}/bwd_d256_checks.csv", "w", newline=""), lineterminator="\n")
-w.writerow(["date", "device", "commit", "command", "status", "assertions", "test_cases", "sanitizer_errors"])
-for log in sorted(glob.glob(f"{logs}/test_cuda*.log")) + sorted(glob.glob(f"{logs}/sanitize_*.log")):
-    cmd = open(log + ".cmd").readline().removeprefix("=== ").strip()
-    cmd = re.sub(r"\S*/(test_cuda\S*)", r"\1", cmd)
-    rc = open(log + ".rc").read().strip()
-    text = open(log).read()
-    m = re.search(r"All tests passed \((\d+) assertions? in (\d+) test cases?\)", text)
-    a = re.search(r"^assertions:\s*(\d+)", text, re.M)
-    t = re.search(r"^test cases:\s*(\d+)", text, re.M)
-    asserts, cases = (m.group(1), m.group(2)) if m else (a.group(1) if a else "", t.group(1) if t else "")
-    san = [int(x) for x in re.findall(r"(?:ERROR|RACECHECK) SUMMARY: (\d+) (?:error|hazard)", text)]
-    row = [date, device, commit, cmd, "pass" if rc == "0" else f"fail (rc {rc})", asserts, cases,
-           sum(san) if san else ""]
-    w.writerow(row)
-    print("check:", ",".join(map(str, row[3:])))
 EOF
+python3 "$here/step_checks.py" "$out/bwd_d256_checks.csv" "$logs" "$date" "$device" "$commit" || status=1
 echo "bwd_d256: status $status ($out/bwd_d256.csv, $out/bwd_d256_checks.csv)"
 exit $status

@@ -58,7 +58,7 @@ run() {  # the tests, the timings, then the sanitizers (the longest steps last)
 }
 [ "${1:-}" = tabulate ] || run
 python3 - "$out" "$date" "$device" "$commit" <<'EOF' || status=1
-import csv, glob, os, re, sys
+import csv, os, sys
 out, date, device, commit = sys.argv[1:5]
 logs = f"{out}/logs"
 sdpa = {}
@@ -78,21 +78,7 @@ for f in (f"{logs}/bench_tmaws.csv", f"{logs}/bench_mma.csv"):
         ratio = f"{float(r['tflops']) / float(cb):.3f}" if cb not in ("", "n/a") else ""
         w.writerow([date, device, commit, r["dtype"], r["pass"], r["fwd_kernel"], r["d"], r["causal"], r["N"], r["H"],
                     r["B"], r["ms"], r["min_ms"], r["max_ms"], r["tflops"], fl, cb, ch, ratio])
-# The checks: exit status, Catch2's summary, the sanitizers' error or hazard count.
-w = csv.writer(open(f"{out}/fwd_d256_checks.csv", "w", newline=""), lineterminator="\n")
-w.writerow(["date", "device", "commit", "command", "status", "assertions", "test_cases", "sanitizer_errors"])
-for log in sorted(glob.glob(f"{logs}/test_cuda*.log")) + sorted(glob.glob(f"{logs}/sanitize_*.log")):
-    cmd = open(log + ".cmd").readline().removeprefix("=== ").strip()
-    cmd = re.sub(r"\S*/(test_cuda\S*)", r"\1", cmd)
-    rc = open(log + ".rc").read().strip()
-    text = open(log).read()
-    m = re.search(r"All tests passed \((\d+) assertions? in (\d+) test cases?\)", text)
-    a = re.search(r"^assertions:\s*(\d+)", text, re.M)
-    t = re.search(r"^test cases:\s*(\d+)", text, re.M)
-    asserts, cases = (m.group(1), m.group(2)) if m else (a.group(1) if a else "", t.group(1) if t else "")
-    san = [int(x) for x in re.findall(r"(?:ERROR|RACECHECK) SUMMARY: (\d+) (?:error|hazard)", text)]
-    w.writerow([date, device, commit, cmd, "pass" if rc == "0" else f"fail (rc {rc})", asserts, cases,
-                sum(san) if san else ""])
 EOF
+python3 "$here/step_checks.py" "$out/fwd_d256_checks.csv" "$logs" "$date" "$device" "$commit" || status=1
 echo "fwd_d256: status $status ($out/fwd_d256.csv, $out/fwd_d256_checks.csv)"
 exit $status
