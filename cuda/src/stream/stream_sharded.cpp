@@ -321,28 +321,32 @@ std::vector<ShardedRankBytes> sharded_bytes(const ShardedStreamProblem& p, std::
 
 namespace {
 
-/// What one rank's chunks span: Q, O rows (their tokens), K, V rows (up to the last chunk's end)
-/// and I rows (their query blocks).
-struct RankExtent {
-  std::size_t tokens = 0, rows_end = 0, blocks = 0;
-};
-
-RankExtent extent(const std::vector<RankShard>& chunks) {
-  RankExtent x;
-  for (const RankShard& s : chunks) {
-    x.tokens += s.token_end - s.token_begin;
-    x.blocks += s.q_end - s.q_begin;
-    x.rows_end = std::max(x.rows_end, s.token_end);
-  }
-  return x;
-}
-
 /// One rank's device buffers (on its GPU).
 struct RankBuffers {
   DeviceBuffer<std::uint16_t> Q, K, V, O;
   DeviceBuffer<long long> I;
   DeviceBuffer<float> scores;
 };
+
+/// The buffers of a rank holding `chunks` (ShardedStreamBuffers' shapes), on the current device;
+/// scores only where asked.
+RankBuffers rank_buffers(const std::vector<RankShard>& chunks, const ShardedStreamProblem& p, bool scores) {
+  std::size_t tokens = 0, blocks = 0, rows_end = 0;
+  for (const RankShard& s : chunks) {
+    tokens += s.token_end - s.token_begin;
+    blocks += s.q_end - s.q_begin;
+    rows_end = std::max(rows_end, s.token_end);
+  }
+  const std::size_t row = p.heads * p.dim;
+  RankBuffers b;
+  b.Q = DeviceBuffer<std::uint16_t>(tokens * row);
+  b.O = DeviceBuffer<std::uint16_t>(tokens * row);
+  b.K = DeviceBuffer<std::uint16_t>(rows_end * row);
+  b.V = DeviceBuffer<std::uint16_t>(rows_end * row);
+  b.I = DeviceBuffer<long long>(p.heads * blocks * p.k);
+  if (scores) b.scores = DeviceBuffer<float>(p.heads * blocks * p.k);
+  return b;
+}
 
 }  // namespace
 
@@ -364,13 +368,7 @@ ShardedStreamOutput stream_sharded_host(const ShardedStreamProblem& p, const Loc
     if (chunks[g].empty()) continue;
     FLASHLAB_CUDA_CHECK(cudaSetDevice(ring.device(int(g))));
     RankBuffers& b = bufs[g];
-    const RankExtent x = extent(chunks[g]);
-    b.Q = DeviceBuffer<std::uint16_t>(x.tokens * row);
-    b.O = DeviceBuffer<std::uint16_t>(x.tokens * row);
-    b.K = DeviceBuffer<std::uint16_t>(x.rows_end * row);
-    b.V = DeviceBuffer<std::uint16_t>(x.rows_end * row);
-    b.I = DeviceBuffer<long long>(p.heads * x.blocks * p.k);
-    b.scores = DeviceBuffer<float>(p.heads * x.blocks * p.k);
+    b = rank_buffers(chunks[g], p, true);
     // 0xFFFF is a bf16 NaN: a K or V row the exchange missed turns scores and outputs NaN.
     for (auto* y : {&b.K, &b.V, &b.O}) FLASHLAB_CUDA_CHECK(cudaMemset(y->get(), 0xff, y->bytes()));
     FLASHLAB_CUDA_CHECK(cudaMemset(b.I.get(), 0xff, b.I.bytes()));
@@ -447,12 +445,7 @@ ShardedBenchRow bench_stream_sharded(const ShardedStreamProblem& p, const LocalR
     flush[g] = DeviceBuffer<unsigned char>(kFlush);
     if (chunks[g].empty()) continue;
     RankBuffers& b = bufs[g];
-    const RankExtent x = extent(chunks[g]);
-    b.Q = DeviceBuffer<std::uint16_t>(x.tokens * row);
-    b.O = DeviceBuffer<std::uint16_t>(x.tokens * row);
-    b.K = DeviceBuffer<std::uint16_t>(x.rows_end * row);
-    b.V = DeviceBuffer<std::uint16_t>(x.rows_end * row);
-    b.I = DeviceBuffer<long long>(p.heads * x.blocks * p.k);
+    b = rank_buffers(chunks[g], p, false);
     // Rows the exchange fills (and any it should not need) start as NaN.
     FLASHLAB_CUDA_CHECK(cudaMemset(b.K.get(), 0xff, b.K.bytes()));
     FLASHLAB_CUDA_CHECK(cudaMemset(b.V.get(), 0xff, b.V.bytes()));

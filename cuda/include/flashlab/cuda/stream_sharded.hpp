@@ -82,7 +82,9 @@ struct ShardedStreamProblem {
 /// One rank's device buffers, on that rank's GPU, owned by the caller.
 struct ShardedStreamBuffers {
   const void* Q = nullptr;   ///< bf16 `[tokens, H, d]`: the queries of the rank's chunks, one chunk after the other
-  void* K = nullptr;         ///< bf16 `[last chunk's token_end, H, d]` by global token: the rank's chunks hold its keys, the exchange writes the other rows
+  /// bf16 `[last chunk's token_end, H, d]` by global token: the rank's chunks hold its keys, the
+  /// exchange writes the other rows.
+  void* K = nullptr;
   void* V = nullptr;         ///< as K, for the values
   long long* I = nullptr;    ///< int64: each chunk's `[H, q_end − q_begin, k]` rows of I, one chunk after the other
   float* scores = nullptr;   ///< fp32, laid out as I, or nullptr
