@@ -143,8 +143,11 @@ TEST_CASE("cuda stream sharded: the bytes handed to NCCL and the model's", "[gpu
         CHECK(bytes.front().received == 0);
         CHECK(bytes.back().sent == 0);
       } else {  // zigzag: rank 0 holds the last chunk, so it receives every row it does not hold
+        // The layout held by name: a range-for over an element of the returned temporary would
+        // read it after its destruction.
+        const auto layout = rs::shard_layout(geo, std::size_t(G), x.layout);
         std::size_t own = 0;
-        for (const auto& c : rs::shard_layout(geo, std::size_t(G), x.layout)[0]) own += c.token_end - c.token_begin;
+        for (const auto& c : layout[0]) own += c.token_end - c.token_begin;
         CHECK(bytes.front().received == 2 * (T - own) * d * 2);
       }
     }
