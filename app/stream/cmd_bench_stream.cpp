@@ -55,12 +55,12 @@ constexpr const char* kSummary =
     "every launch and reports whether it was bitwise the same each time and its checksum, and\n"
     "--traffic the CUPTI L2->SM and DRAM bytes of one launch; those rows have the columns of\n"
     "cuda/results/stream_fast_estimate.csv. --gpus G[,G2,...] times the fast estimate + apply with the\n"
-    "sequence cut into G contiguous shards over GPUs 0 … G − 1 (NCCL; G = 1: the single-GPU kernels,\n"
+    "sequence dealt over GPUs 0 … G − 1 (NCCL; G = 1: the single-GPU kernels,\n"
     "the anchor): per row the slowest rank's total, estimate, apply and exposed exchange ms (medians),\n"
     "the most bytes one rank sends and receives beside the CPU model's keys_visible bytes for the same\n"
     "I, and whether I equals the G = 1 row's of the same T bit for bit; --scaling weak reads --seq as\n"
-    "tokens per GPU. --layout zigzag deals 2G query chunks instead, rank g holding chunks g and 2G − 1 − g\n"
-    "(balanced estimate work); --exchange pieces (zigzag only) moves the K rows each rank's first chunk\n"
+    "tokens per GPU. --layout zigzag (the default) deals 2G query chunks, rank g holding chunks g and\n"
+    "2G − 1 − g (balanced estimate work), contiguous G shards; --exchange pieces (zigzag only) moves the K rows each rank's first chunk\n"
     "needs first, so that chunk's estimate starts before the rest lands. Lists run every combination\n"
     "(G = 1 once). Needs a build with CUDA and an NVIDIA GPU.";
 
@@ -97,8 +97,8 @@ po::options_description options() {
        "GPU counts, comma separated: estimate + apply with the sequence sharded over G GPUs (NCCL); 1 = one GPU")
       ("scaling", po::value<std::string>()->default_value("strong"),
        "with --gpus: strong (T is the whole sequence) or weak (T is per GPU: the sequence is G·T)")
-      ("layout", po::value<std::string>()->default_value("contiguous"),
-       "with --gpus: how query blocks are dealt, comma separated: contiguous (G shards) or zigzag (chunks g, 2G-1-g)")
+      ("layout", po::value<std::string>()->default_value("zigzag"),
+       "with --gpus: how query blocks are dealt, comma separated: zigzag (chunks g, 2G-1-g; the default) or contiguous (G shards)")
       ("exchange", po::value<std::string>()->default_value("whole"),
        "with --gpus: the K exchange, comma separated: whole (one group) or pieces (first-chunk rows first; zigzag)");
   add_output_options(d);
@@ -190,7 +190,7 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
     throw UsageError(std::string("--") + (layout_set ? "layout" : "exchange") + " applies to --gpus",
                      "add --gpus G[,G2,...]");
   s.layouts = name_list<ref::stream::ShardLayout>("layout", vm["layout"].as<std::string>(), ref::stream::parse_shard_layout,
-                                                  "choose contiguous (the default) or zigzag, comma separated");
+                                                  "choose zigzag (the default) or contiguous, comma separated");
   s.pieces = name_list<bool>(
       "exchange", vm["exchange"].as<std::string>(),
       [](const std::string& n) {
@@ -202,7 +202,7 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
   if (!any_zigzag && std::count(s.pieces.begin(), s.pieces.end(), true) > 0)
     throw UsageError("--exchange pieces splits the K exchange of the zigzag layout (a contiguous shard needs every "
                      "row it receives before its first query block)",
-                     "add --layout zigzag (or contiguous,zigzag)");
+                     "drop --layout contiguous (zigzag is the default) or list contiguous,zigzag");
   return s;
 }
 

@@ -49,7 +49,7 @@ TEST_CASE("cli bench stream: bad flags are usage errors naming the flag", "[cli]
   expect_usage_error("bench stream --exchange pieces", "--exchange applies to --gpus");
   expect_usage_error("bench stream --gpus 2 --layout contiguous,spiral", "--layout 'spiral' is unknown");
   expect_usage_error("bench stream --gpus 2 --layout zigzag --exchange whole,bits", "--exchange 'bits' is unknown");
-  expect_usage_error("bench stream --gpus 2 --exchange pieces", "--exchange pieces splits the K exchange of the zigzag");
+  expect_usage_error("bench stream --gpus 2 --layout contiguous --exchange pieces", "--exchange pieces splits the K exchange of the zigzag");
 }
 
 TEST_CASE("cli bench stream: without CUDA, or without a GPU, it says so and exits non-zero", "[cli][bench][errors]") {
