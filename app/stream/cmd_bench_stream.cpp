@@ -7,6 +7,7 @@
 #include "core/gpu_flags.hpp"
 #include "core/report.hpp"
 #include "stream/stream_flags.hpp"
+#include "flashlab/reference/stream_shards.hpp"
 
 #ifdef FLASHLAB_HAVE_CUDA
 #include "flashlab/cuda/options.hpp"
@@ -18,6 +19,7 @@
 #include "flashlab/cuda/stream_sharded.hpp"
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -37,7 +39,8 @@ constexpr const char* kUsageLine =
     "bench stream [--pass estimate|apply|both|trace] [--kernel fast|clear] [--seq T[,T2,...]] [--dim D[,D2]]\n"
     "                       [--k K[,K2,...]] [--heads H] [--block-m BM] [--block-n BN] [--dtype bf16|fp16]\n"
     "                       [--reps R] [--warmup W] [--check-indices [--traffic]] [--json|--csv]\n"
-    "                       [--gpus G[,G2,...] [--scaling strong|weak]]";
+    "                       [--gpus G[,G2,...] [--scaling strong|weak] [--layout contiguous|zigzag[,...]]\n"
+    "                       [--exchange whole|pieces[,...]]]";
 constexpr const char* kSummary =
     "Times the STREAM kernels on the GPU: mask estimation (top-k key blocks per query block) and/or\n"
     "mask application (block-sparse attention over them), the fast 16-bit tensor-core kernels (the\n"
@@ -52,11 +55,14 @@ constexpr const char* kSummary =
     "every launch and reports whether it was bitwise the same each time and its checksum, and\n"
     "--traffic the CUPTI L2->SM and DRAM bytes of one launch; those rows have the columns of\n"
     "cuda/results/stream_fast_estimate.csv. --gpus G[,G2,...] times the fast estimate + apply with the\n"
-    "sequence cut into G contiguous shards over GPUs 0 … G − 1 (NCCL; G = 1: the single-GPU kernels,\n"
+    "sequence dealt over GPUs 0 … G − 1 (NCCL; G = 1: the single-GPU kernels,\n"
     "the anchor): per row the slowest rank's total, estimate, apply and exposed exchange ms (medians),\n"
     "the most bytes one rank sends and receives beside the CPU model's keys_visible bytes for the same\n"
     "I, and whether I equals the G = 1 row's of the same T bit for bit; --scaling weak reads --seq as\n"
-    "tokens per GPU. Needs a build with CUDA and an NVIDIA GPU.";
+    "tokens per GPU. --layout zigzag (the default) deals 2G query chunks, rank g holding chunks g and\n"
+    "2G − 1 − g (balanced estimate work), contiguous G shards; --exchange pieces (zigzag only) moves the K rows each rank's first chunk\n"
+    "needs first, so that chunk's estimate starts before the rest lands. Lists run every combination\n"
+    "(G = 1 once). Needs a build with CUDA and an NVIDIA GPU.";
 
 /// Largest T the sweep accepts: 8M tokens (at d = 128 one fp32 tensor is 4 GiB).
 constexpr long long kMaxSeq = 1LL << 23;
@@ -90,7 +96,11 @@ po::options_description options() {
       ("gpus", po::value<std::string>(),
        "GPU counts, comma separated: estimate + apply with the sequence sharded over G GPUs (NCCL); 1 = one GPU")
       ("scaling", po::value<std::string>()->default_value("strong"),
-       "with --gpus: strong (T is the whole sequence) or weak (T is per GPU: the sequence is G·T)");
+       "with --gpus: strong (T is the whole sequence) or weak (T is per GPU: the sequence is G·T)")
+      ("layout", po::value<std::string>()->default_value("zigzag"),
+       "with --gpus: how query blocks are dealt, comma separated: zigzag (chunks g, 2G-1-g; the default) or contiguous (G shards)")
+      ("exchange", po::value<std::string>()->default_value("whole"),
+       "with --gpus: the K exchange, comma separated: whole (one group) or pieces (first-chunk rows first; zigzag)");
   add_output_options(d);
   return d;
 }
@@ -104,7 +114,28 @@ struct StreamSweep {
   bool check_indices = false, traffic = false;  ///< the fast estimate's launch check and CUPTI bytes
   std::vector<int> gpus;  ///< --gpus: the sharded runs (empty: one GPU, the sweep above)
   bool weak = false;      ///< --scaling weak: T per GPU
+  std::vector<ref::stream::ShardLayout> layouts{ref::stream::ShardLayout::contiguous};  ///< --layout
+  std::vector<bool> pieces{false};  ///< --exchange: whole (false) and / or pieces (true)
 };
+
+/// A comma-separated list of names, each checked by `parse`; `flag` names the flag in errors.
+template <typename T, typename Parse>
+std::vector<T> name_list(const std::string& flag, const std::string& text, Parse parse, const std::string& hint) {
+  std::vector<T> out;
+  std::size_t at = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', at);
+    const std::string name = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    try {
+      out.push_back(parse(name));
+    } catch (const std::exception&) {
+      throw UsageError("--" + flag + " '" + name + "' is unknown", hint);
+    }
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
 
 StreamSweep parse_sweep(const po::variables_map& vm) {
   StreamSweep s;
@@ -154,6 +185,24 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
   } else if (s.weak) {
     throw UsageError("--scaling applies to --gpus", "add --gpus G[,G2,...]");
   }
+  const bool layout_set = !vm["layout"].defaulted(), exchange_set = !vm["exchange"].defaulted();
+  if ((layout_set || exchange_set) && s.gpus.empty())
+    throw UsageError(std::string("--") + (layout_set ? "layout" : "exchange") + " applies to --gpus",
+                     "add --gpus G[,G2,...]");
+  s.layouts = name_list<ref::stream::ShardLayout>("layout", vm["layout"].as<std::string>(), ref::stream::parse_shard_layout,
+                                                  "choose zigzag (the default) or contiguous, comma separated");
+  s.pieces = name_list<bool>(
+      "exchange", vm["exchange"].as<std::string>(),
+      [](const std::string& n) {
+        if (n != "whole" && n != "pieces") throw std::invalid_argument(n);
+        return n == "pieces";
+      },
+      "choose whole (the default) or pieces, comma separated");
+  const bool any_zigzag = std::count(s.layouts.begin(), s.layouts.end(), ref::stream::ShardLayout::zigzag) > 0;
+  if (!any_zigzag && std::count(s.pieces.begin(), s.pieces.end(), true) > 0)
+    throw UsageError("--exchange pieces splits the K exchange of the zigzag layout (a contiguous shard needs every "
+                     "row it receives before its first query block)",
+                     "drop --layout contiguous (zigzag is the default) or list contiguous,zigzag");
   return s;
 }
 
@@ -252,14 +301,14 @@ int run_sharded(const StreamSweep& s) {
   std::ostream& info = info_stream(data);
   info << "device: " << flashlab::cuda::device_description() << "\n"
        << "STREAM fast bf16 estimate + apply, sequence sharded over G GPUs (NCCL, keys_visible: K then V of "
-       << "every earlier shard), H=" << s.heads << " b_q=b_k=64, causal, " << (s.weak ? "weak" : "strong")
+       << "every remote row before a rank's last query chunk), H=" << s.heads << " b_q=b_k=64, causal, " << (s.weak ? "weak" : "strong")
        << " scaling; per row " << s.warmup << " warm-up + " << s.reps
        << " timed runs, every L2 flushed before each; medians of the slowest rank; I compared after every run\n";
   std::optional<RowStream> rows;
   if (data) rows.emplace(s.format, std::cout);
   else
-    std::cout << "   G        T    d    k   total ms   estim ms   apply ms exposed ms  sent MB model MB  recv MB "
-                 "model MB  same  =1GPU  checksum\n";
+    std::cout << "   G layout     exch          T    d    k   total ms   estim ms   apply ms exposed ms  sent MB model MB  "
+                 "recv MB model MB  same  =1GPU  checksum\n";
   std::map<std::tuple<long long, int, int>, std::uint64_t> anchor;  // (T, d, k) → checksum of the G = 1 row
   std::map<int, std::unique_ptr<flashlab::cuda::LocalRing>> rings;
   bool ok = true;
@@ -267,50 +316,59 @@ int run_sharded(const StreamSweep& s) {
   for (const int d : s.dims)
     for (const int k : s.ks)
       for (const int T0 : s.seqs)
-        for (const int G : s.gpus) {
-          const long long T = s.weak ? (long long)T0 * G : T0;
-          const fs::ShardedStreamProblem p{std::size_t(T), std::size_t(s.heads), std::size_t(d), std::size_t(k)};
-          auto& ring = rings[G];  // one per G for the whole sweep: making communicators takes a while
-          try {
-            if (!ring) {
-              std::vector<int> devices;
-              for (int g = 0; g < G; ++g) devices.push_back(g);
-              ring = std::make_unique<flashlab::cuda::LocalRing>(devices);
+        for (const int G : s.gpus)
+          for (const auto layout : s.layouts)
+            for (const bool pieces : s.pieces) {
+              // G = 1 is the whole sequence whatever the layout: one row; pieces only split zigzag's exchange.
+              if (G == 1 && (layout != s.layouts.front() || pieces != s.pieces.front())) continue;
+              if (G > 1 && pieces && layout == ref::stream::ShardLayout::contiguous) continue;
+              const long long T = s.weak ? (long long)T0 * G : T0;
+              const fs::ShardedStreamProblem p{std::size_t(T), std::size_t(s.heads), std::size_t(d), std::size_t(k), layout,
+                                               pieces};
+              const char* layout_name = G == 1 ? "-" : ref::stream::shard_layout_name(layout);
+              const char* exchange_name = G == 1 ? "-" : pieces ? "pieces" : "whole";
+              auto& ring = rings[G];  // one per G for the whole sweep: making communicators takes a while
+              try {
+                if (!ring) {
+                  std::vector<int> devices;
+                  for (int g = 0; g < G; ++g) devices.push_back(g);
+                  ring = std::make_unique<flashlab::cuda::LocalRing>(devices);
+                }
+              } catch (const std::invalid_argument& e) {
+                throw UsageError(e.what(), "ask for at most as many GPUs as the machine has");
+              }
+              const fs::ShardedBenchRow r = fs::bench_stream_sharded(p, *ring, s.reps, s.warmup, 0x5eed + std::uint64_t(T));
+              const auto key = std::make_tuple(T, d, k);
+              if (G == 1) anchor[key] = r.indices_checksum;
+              const auto a = anchor.find(key);
+              const char* same1 = a == anchor.end() ? "-" : a->second == r.indices_checksum ? "yes" : "NO";
+              ok = ok && r.same_every_launch && std::string(same1) != "NO";
+              char hex[24];
+              std::snprintf(hex, sizeof hex, "0x%016llx", static_cast<unsigned long long>(r.indices_checksum));
+              if (rows) {
+                Value v;
+                Json j(v);
+                j.begin_object();
+                j.key("gpus").value(G).key("scaling").value(s.weak ? "weak" : "strong").key("T").value(std::int64_t(T));
+                j.key("d").value(d).key("k").value(k).key("H").value(s.heads);
+                j.key("total_ms").value(round_to(r.total_ms, 4)).key("estimate_ms").value(round_to(r.estimate_ms, 4));
+                j.key("apply_ms").value(round_to(r.apply_ms, 4)).key("exposed_ms").value(round_to(r.exposed_ms, 4));
+                j.key("sent_bytes").value(r.sent_max).key("model_sent_bytes").value(r.model_sent_max);
+                j.key("received_bytes").value(r.received_max).key("model_received_bytes").value(r.model_received_max);
+                j.key("same_every_launch").value(r.same_every_launch ? 1 : 0).key("same_as_1gpu").value(same1);
+                j.key("checksum").value(hex).key("reps").value(r.reps);
+                j.key("layout").value(layout_name).key("exchange").value(exchange_name);
+                j.end_object();
+                rows->row(v);
+                continue;
+              }
+              std::snprintf(line, sizeof line,
+                            "%4d %-10s %-6s %8lld %4d %4d %10.3f %10.3f %10.3f %10.3f %8.1f %8.1f %8.1f %8.1f  %-4s  %-5s  %s\n",
+                            G, layout_name, exchange_name, T, d, k, r.total_ms, r.estimate_ms, r.apply_ms, r.exposed_ms, double(r.sent_max) / 1e6,
+                            double(r.model_sent_max) / 1e6, double(r.received_max) / 1e6,
+                            double(r.model_received_max) / 1e6, r.same_every_launch ? "yes" : "NO", same1, hex);
+              std::cout << line << std::flush;
             }
-          } catch (const std::invalid_argument& e) {
-            throw UsageError(e.what(), "ask for at most as many GPUs as the machine has");
-          }
-          const fs::ShardedBenchRow r = fs::bench_stream_sharded(p, *ring, s.reps, s.warmup, 0x5eed + std::uint64_t(T));
-          const auto key = std::make_tuple(T, d, k);
-          if (G == 1) anchor[key] = r.indices_checksum;
-          const auto a = anchor.find(key);
-          const char* same1 = a == anchor.end() ? "-" : a->second == r.indices_checksum ? "yes" : "NO";
-          ok = ok && r.same_every_launch && std::string(same1) != "NO";
-          char hex[24];
-          std::snprintf(hex, sizeof hex, "0x%016llx", static_cast<unsigned long long>(r.indices_checksum));
-          if (rows) {
-            Value v;
-            Json j(v);
-            j.begin_object();
-            j.key("gpus").value(G).key("scaling").value(s.weak ? "weak" : "strong").key("T").value(std::int64_t(T));
-            j.key("d").value(d).key("k").value(k).key("H").value(s.heads);
-            j.key("total_ms").value(round_to(r.total_ms, 4)).key("estimate_ms").value(round_to(r.estimate_ms, 4));
-            j.key("apply_ms").value(round_to(r.apply_ms, 4)).key("exposed_ms").value(round_to(r.exposed_ms, 4));
-            j.key("sent_bytes").value(r.sent_max).key("model_sent_bytes").value(r.model_sent_max);
-            j.key("received_bytes").value(r.received_max).key("model_received_bytes").value(r.model_received_max);
-            j.key("same_every_launch").value(r.same_every_launch ? 1 : 0).key("same_as_1gpu").value(same1);
-            j.key("checksum").value(hex).key("reps").value(r.reps);
-            j.end_object();
-            rows->row(v);
-            continue;
-          }
-          std::snprintf(line, sizeof line,
-                        "%4d %8lld %4d %4d %10.3f %10.3f %10.3f %10.3f %8.1f %8.1f %8.1f %8.1f  %-4s  %-5s  %s\n", G, T,
-                        d, k, r.total_ms, r.estimate_ms, r.apply_ms, r.exposed_ms, double(r.sent_max) / 1e6,
-                        double(r.model_sent_max) / 1e6, double(r.received_max) / 1e6,
-                        double(r.model_received_max) / 1e6, r.same_every_launch ? "yes" : "NO", same1, hex);
-          std::cout << line << std::flush;
-        }
   if (rows) rows->finish();
   if (!ok) std::cerr << "error: I differed between runs or from the single-GPU row (NO above)\n";
   return ok ? kOk : kFailed;

@@ -10,7 +10,9 @@
 #   stream_gpus.sh scale [BIN_DIR] [OUT_DIR]  `flashlab bench stream --gpus`: d = 128, k = 16, one
 #                                             head; strong scaling at T = 1M, 4M, 8M on G = 1, 2, 4
 #                                             (G = 1 the single-GPU anchor of each T), weak scaling
-#                                             from 2M tokens per GPU; rows into stream_gpus.csv
+#                                             from 2M tokens per GPU; each G > 1 under the contiguous
+#                                             layout, zigzag, and zigzag with the K exchange in
+#                                             pieces; rows into stream_gpus.csv
 #   stream_gpus.sh all [BIN_DIR] [OUT_DIR]    check, then scale
 #
 # BIN_DIR (default gpu-carry) holds test_cuda_stream_sharded and flashlab built with the cuda preset
@@ -20,8 +22,8 @@
 #   cmake --preset cuda && cmake --build --preset cuda -j2 --target test_cuda_stream_sharded flashlab
 #   mkdir -p gpu-carry && cp build/cuda/tests/cuda/test_cuda_stream_sharded build/cuda/app/flashlab gpu-carry/
 #   (GPU machine of 2 or 4 GPUs, repository root)  bash cuda/bench/stream_gpus.sh all gpu-carry "$OUT"
-# NVLink multicast stays off (NCCL_NVLS_ENABLE=0). REPS (5), TEST_TIMEOUT (120 s) and BENCH_TIMEOUT
-# (240 s per bench command) may be set in the environment.
+# NVLink multicast stays off (NCCL_NVLS_ENABLE=0). REPS (5), TEST_TIMEOUT (240 s), BENCH_TIMEOUT
+# (360 s per bench command) and LAYOUTS (contiguous,zigzag) may be set in the environment.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 
@@ -29,8 +31,11 @@ mode=${1:-}
 bin=${2:-gpu-carry}
 out=${3:-/tmp/flashlab-stream-gpus}
 REPS=${REPS:-5}
-TEST_TIMEOUT=${TEST_TIMEOUT:-120}    # seconds for the test executable
-BENCH_TIMEOUT=${BENCH_TIMEOUT:-240}  # seconds for each bench command
+TEST_TIMEOUT=${TEST_TIMEOUT:-240}    # seconds for the test executable (three layouts per case)
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-360}  # seconds for each bench command (three rows per G > 1)
+LAYOUTS=${LAYOUTS:-contiguous,zigzag}
+exchange=whole
+[[ $LAYOUTS == *zigzag* ]] && exchange=whole,pieces
 
 case "$mode" in
   check|scale|all) ;;
@@ -63,9 +68,9 @@ check() {
 
 bench() {  # bench SCALING SEQ: rows into stream_gpus.csv
   local scaling=$1 seq=$2 raw="$out/logs/bench_$1.csv" csv="$out/csv/stream_gpus.csv"
-  echo "bench stream --gpus $list --scaling $scaling --seq $seq --dim 128 --k 16 --reps $REPS"
+  echo "bench stream --gpus $list --scaling $scaling --seq $seq --dim 128 --k 16 --reps $REPS --layout $LAYOUTS --exchange $exchange"
   timeout "$BENCH_TIMEOUT" "$bin/flashlab" bench stream --gpus "$list" --scaling "$scaling" --seq "$seq" --dim 128 --k 16 \
-    --reps "$REPS" --warmup 1 --csv > "$raw" 2>> "$out/logs/bench_stream_gpus.log" ||
+    --reps "$REPS" --warmup 1 --layout "$LAYOUTS" --exchange "$exchange" --csv > "$raw" 2>> "$out/logs/bench_stream_gpus.log" ||
     { echo "error: that run failed (see the log)"; status=1; }
   [[ -s "$raw" ]] || return 0
   [[ -f "$csv" ]] || echo "date,device,commit,$(head -1 "$raw")" > "$csv"

@@ -44,6 +44,12 @@ TEST_CASE("cli bench stream: bad flags are usage errors naming the flag", "[cli]
   expect_usage_error("bench stream --kernel fast --check-indices", "--check-indices checks the fast bf16 estimate");
   expect_usage_error("bench stream --kernel fast --pass estimate --traffic", "--traffic measures the fast estimate");
   expect_usage_error("bench stream --kernel clear --pass trace", "--pass trace times the fast trace");
+  // The sharded run's layout and K exchange: only with --gpus, known names, pieces only for zigzag.
+  expect_usage_error("bench stream --layout zigzag", "--layout applies to --gpus");
+  expect_usage_error("bench stream --exchange pieces", "--exchange applies to --gpus");
+  expect_usage_error("bench stream --gpus 2 --layout contiguous,spiral", "--layout 'spiral' is unknown");
+  expect_usage_error("bench stream --gpus 2 --layout zigzag --exchange whole,bits", "--exchange 'bits' is unknown");
+  expect_usage_error("bench stream --gpus 2 --layout contiguous --exchange pieces", "--exchange pieces splits the K exchange of the zigzag");
 }
 
 TEST_CASE("cli bench stream: without CUDA, or without a GPU, it says so and exits non-zero", "[cli][bench][errors]") {

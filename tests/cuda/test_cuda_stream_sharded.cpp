@@ -2,7 +2,8 @@
 // and its scores bitwise the single-GPU fast estimate's, O bitwise the single-GPU fast apply's on
 // the same I, on random N(0, 1) and small-integer (tied) inputs, T not a multiple of 64 nor of the
 // shard size, d = 64 and 128, H = 1 and 2, G = 2 (3 and 4 where the machine has 4 GPUs), ranks that
-// hold no query block; the refusals. The K and V rows before each shard are poisoned with NaN
+// hold no query block; each under the contiguous layout, the zigzag layout and zigzag with the K
+// exchange in pieces; the refusals. Every K and V row a rank does not hold is poisoned with NaN
 // before the run, so a row the exchange missed shows as a difference (or a NaN output).
 // Own executable (CTest label gpu): it needs at least 2 GPUs and says SKIPPED (exit 77) with fewer.
 #define CATCH_CONFIG_RUNNER
@@ -58,6 +59,14 @@ bool has_nan(const std::vector<std::uint16_t>& bf16) {
   return false;
 }
 
+/// The layouts and exchange orders every sharded check runs under.
+struct Variant {
+  rs::ShardLayout layout;
+  bool pieces;
+};
+constexpr Variant kVariants[] = {{rs::ShardLayout::contiguous, false}, {rs::ShardLayout::zigzag, false},
+                                 {rs::ShardLayout::zigzag, true}};
+
 /// The sharded run against the single-GPU entries on the same inputs: I and scores, then O.
 void check_against_one_gpu(std::size_t T, std::size_t H, std::size_t d, std::size_t k, int lo, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -67,20 +76,23 @@ void check_against_one_gpu(std::size_t T, std::size_t H, std::size_t d, std::siz
   const gs::EstimateOutput one = gs::stream_fast_estimate(q, kk, mask, k);
   const auto O_one = gs::stream_fast_apply(flashlab::ref::Dtype::bf16, q, kk, v, mask, one.indices, k, 1);
   REQUIRE_FALSE(has_nan(O_one));
-  for (const int G : ring_sizes()) {
-    INFO("T=" << T << " H=" << H << " d=" << d << " k=" << k << (lo > 0 ? " integers" : " normal") << " G=" << G);
-    const gs::ShardedStreamOutput out = gs::stream_sharded_host({T, H, d, k}, ring_of(G), q, kk, v);
-    std::size_t bad = 0;
-    for (std::size_t i = 0; i < one.indices.size(); ++i)
-      if (out.indices[i] != one.indices[i] || std::memcmp(&out.scores[i], &one.scores[i], sizeof(float)) != 0)
-        if (bad++ < 3)
-          UNSCOPED_INFO("row " << i / k << " slot " << i % k << ": sharded " << out.indices[i] << " (" << out.scores[i]
-                               << "), one GPU " << one.indices[i] << " (" << one.scores[i] << ")");
-    CHECK(bad == 0);
-    CHECK(out.indices == one.indices);
-    CHECK_FALSE(has_nan(out.O));
-    CHECK(out.O == O_one);  // bitwise: the same kernel on the same rows of I, Q, K, V
-  }
+  for (const int G : ring_sizes())
+    for (const Variant& x : kVariants) {
+      INFO("T=" << T << " H=" << H << " d=" << d << " k=" << k << (lo > 0 ? " integers" : " normal") << " G=" << G
+                << " " << rs::shard_layout_name(x.layout) << (x.pieces ? " pieces" : ""));
+      const gs::ShardedStreamOutput out =
+          gs::stream_sharded_host({T, H, d, k, x.layout, x.pieces}, ring_of(G), q, kk, v);
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < one.indices.size(); ++i)
+        if (out.indices[i] != one.indices[i] || std::memcmp(&out.scores[i], &one.scores[i], sizeof(float)) != 0)
+          if (bad++ < 3)
+            UNSCOPED_INFO("row " << i / k << " slot " << i % k << ": sharded " << out.indices[i] << " (" << out.scores[i]
+                                 << "), one GPU " << one.indices[i] << " (" << one.scores[i] << ")");
+      CHECK(bad == 0);
+      CHECK(out.indices == one.indices);
+      CHECK_FALSE(has_nan(out.O));
+      CHECK(out.O == O_one);  // bitwise: the same kernel on the same rows of I, Q, K, V
+    }
 }
 
 }  // namespace
@@ -99,31 +111,46 @@ TEST_CASE("cuda stream sharded: I and O bitwise one GPU's on random and tied inp
 }
 
 TEST_CASE("cuda stream sharded: the bytes handed to NCCL and the model's", "[gpu][stream-gpus]") {
-  // keys_visible moves every earlier K row; this implementation every earlier V row too, which is
-  // at least the model's V of the kept blocks.
+  // keys_visible moves every remote K row before the rank's last chunk; this implementation every
+  // such V row too, which is at least the model's V of the kept blocks.
   const std::size_t T = 20000, d = 64, k = 8;
   std::mt19937_64 rng(7);
   const auto Q = inputs(T * d, rng, 0), K = inputs(T * d, rng, 0), V = inputs(T * d, rng, 0);
-  for (const int G : ring_sizes()) {
-    INFO("G=" << G);
-    const gs::ShardedStreamOutput out =
-        gs::stream_sharded_host({T, 1, d, k}, ring_of(G), {Q.data(), 1, d}, {K.data(), 1, d}, {V.data(), 1, d});
-    const auto bytes = gs::sharded_bytes({T, 1, d, k}, std::size_t(G), out.indices);
-    const auto shards = gs::fast_stream_shards(T, std::size_t(G));
-    std::uint64_t sent = 0, received = 0;
-    for (std::size_t g = 0; g < bytes.size(); ++g) {
-      INFO("rank " << g);
-      CHECK(bytes[g].received == 2 * rs::keys_visible_causal_bytes(shards[g], d, 2));
-      CHECK(bytes[g].model_received >= rs::keys_visible_causal_bytes(shards[g], d, 2));
-      CHECK(bytes[g].received >= bytes[g].model_received);
-      CHECK(bytes[g].sent >= bytes[g].model_sent);
-      sent += bytes[g].sent;
-      received += bytes[g].received;
+  const rs::Geometry geo{T, 64, 64};
+  for (const int G : ring_sizes())
+    for (const Variant& x : kVariants) {
+      INFO("G=" << G << " " << rs::shard_layout_name(x.layout) << (x.pieces ? " pieces" : ""));
+      const gs::ShardedStreamProblem p{T, 1, d, k, x.layout, x.pieces};
+      const gs::ShardedStreamOutput out =
+          gs::stream_sharded_host(p, ring_of(G), {Q.data(), 1, d}, {K.data(), 1, d}, {V.data(), 1, d});
+      const auto bytes = gs::sharded_bytes(p, std::size_t(G), out.indices);
+      const auto shards = gs::fast_stream_shards(T, std::size_t(G));
+      const auto rows = rs::layout_exchange_rows(geo, std::size_t(G), x.layout);
+      std::uint64_t sent = 0, received = 0;
+      for (std::size_t g = 0; g < bytes.size(); ++g) {
+        INFO("rank " << g);
+        CHECK(bytes[g].received == 2 * rows[g].rows_in * d * 2);
+        if (x.layout == rs::ShardLayout::contiguous)
+          CHECK(bytes[g].received == 2 * rs::keys_visible_causal_bytes(shards[g], d, 2));
+        CHECK(bytes[g].model_received >= rows[g].rows_in * d * 2);
+        CHECK(bytes[g].received >= bytes[g].model_received);
+        CHECK(bytes[g].sent >= bytes[g].model_sent);
+        sent += bytes[g].sent;
+        received += bytes[g].received;
+      }
+      CHECK(sent == received);
+      if (x.layout == rs::ShardLayout::contiguous) {
+        CHECK(bytes.front().received == 0);
+        CHECK(bytes.back().sent == 0);
+      } else {  // zigzag: rank 0 holds the last chunk, so it receives every row it does not hold
+        // The layout held by name: a range-for over an element of the returned temporary would
+        // read it after its destruction.
+        const auto layout = rs::shard_layout(geo, std::size_t(G), x.layout);
+        std::size_t own = 0;
+        for (const auto& c : layout[0]) own += c.token_end - c.token_begin;
+        CHECK(bytes.front().received == 2 * (T - own) * d * 2);
+      }
     }
-    CHECK(sent == received);
-    CHECK(bytes.front().received == 0);
-    CHECK(bytes.back().sent == 0);
-  }
 }
 
 TEST_CASE("cuda stream sharded: refusals", "[gpu][stream-gpus]") {

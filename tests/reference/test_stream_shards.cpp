@@ -3,6 +3,7 @@
 // what can be checked without the simulation (conservation, the closed form, limiting cases).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <numeric>
 
 #include "flashlab/reference/stream_shards.hpp"
@@ -176,4 +177,138 @@ TEST_CASE("stream shards: keys_visible's bytes from a finished I equal the simul
   I[5] = std::int64_t(g.n_k());
   CHECK_THROWS_WITH(keys_visible_causal_traffic(g, 2, I, 2, 8, 2), Catch::Contains("is not a key block"));
   CHECK_THROWS_WITH(keys_visible_causal_traffic(g, 0, I, 2, 8, 2), Catch::Contains("gpus"));
+}
+
+namespace {
+
+// The rank holding token t under `ranks` (brute force over the chunks), gpus when none does.
+std::size_t token_owner(const std::vector<std::vector<RankShard>>& ranks, std::size_t t) {
+  for (std::size_t s = 0; s < ranks.size(); ++s)
+    for (const RankShard& c : ranks[s])
+      if (t >= c.token_begin && t < c.token_end) return s;
+  return ranks.size();
+}
+
+}  // namespace
+
+TEST_CASE("stream shards: the zigzag layout deals chunk g and 2G − 1 − g to rank g", "[stream][shards]") {
+  for (const Geometry g : {Geometry{3000, 64, 64}, Geometry{4097, 64, 64}, Geometry{1000, 32, 48}, Geometry{64, 64, 64}}) {
+    for (std::size_t G : {1, 2, 3, 4, 8}) {
+      INFO("T " << g.T << " G " << G);
+      const auto zz = shard_layout(g, G, ShardLayout::zigzag);
+      const auto ct = shard_layout(g, G, ShardLayout::contiguous);
+      REQUIRE(zz.size() == G);
+      // Every query block in exactly one chunk of one rank; chunks in token order per rank.
+      std::vector<int> seen(g.n_q());
+      for (const auto& r : zz) {
+        CHECK(r.size() <= (G == 1 ? 1u : 2u));
+        for (std::size_t i = 0; i < r.size(); ++i) {
+          CHECK(r[i].token_end > r[i].token_begin);
+          if (i > 0) CHECK(r[i].token_begin >= r[i - 1].token_end);
+          for (std::size_t q = r[i].q_begin; q < r[i].q_end; ++q) ++seen[q];
+        }
+      }
+      CHECK(std::count(seen.begin(), seen.end(), 1) == std::ptrdiff_t(g.n_q()));
+      if (G == 1) CHECK(zz == ct);
+      // Against the 2G-way contiguous sharding: rank s holds shards s and 2G − 1 − s.
+      const auto chunks = shard_sequence(g, 2 * G);
+      for (std::size_t s = 0; s < G && G > 1; ++s) {
+        std::vector<RankShard> want;
+        for (const std::size_t c : {s, 2 * G - 1 - s})
+          if (chunks[c].token_end > chunks[c].token_begin) want.push_back(chunks[c]);
+        CHECK(zz[s] == want);
+      }
+      // The exchange rows against a token-by-token count, both layouts.
+      for (const ShardLayout layout : {ShardLayout::contiguous, ShardLayout::zigzag}) {
+        INFO(shard_layout_name(layout));
+        const auto ranks = shard_layout(g, G, layout);
+        const auto rows = layout_exchange_rows(g, G, layout);
+        std::vector<std::uint64_t> in(G), out(G), first(G);
+        for (std::size_t s = 0; s < G; ++s) {
+          if (ranks[s].empty()) continue;
+          for (std::size_t t = 0; t < ranks[s].back().token_end; ++t) {
+            const std::size_t o = token_owner(ranks, t);
+            REQUIRE(o < G);
+            if (o == s) continue;
+            ++in[s];
+            ++out[o];
+            if (t < ranks[s].front().token_begin) ++first[s];
+          }
+        }
+        for (std::size_t s = 0; s < G; ++s) {
+          INFO("rank " << s);
+          CHECK(rows[s].rows_in == in[s]);
+          CHECK(rows[s].rows_out == out[s]);
+          CHECK(rows[s].rows_first == first[s]);
+          CHECK(rows[s].chunks == ranks[s].size());
+          if (layout == ShardLayout::contiguous && !ranks[s].empty())
+            CHECK(rows[s].rows_in == keys_visible_causal_bytes(shard_sequence(g, G)[s], 1, 1));
+        }
+      }
+    }
+  }
+  CHECK(parse_shard_layout("zigzag") == ShardLayout::zigzag);
+  CHECK(parse_shard_layout("contiguous") == ShardLayout::contiguous);
+  CHECK_THROWS_WITH(parse_shard_layout("ring"), Catch::Contains("'ring'") && Catch::Contains("hint"));
+}
+
+TEST_CASE("stream shards: zigzag moves more key rows in all, its first chunks wait for less", "[stream][shards]") {
+  // T a multiple of 2G·64: chunk = T/2G. Contiguous: rank g receives g shards (G − 1 at most);
+  // zigzag: rank g every chunk before 2G − 1 − g but its own, 2G − 2 − g chunks, its first g.
+  const std::size_t G = 4, chunk = 64 * 10, T = 2 * G * chunk;
+  const Geometry g{T, 64, 64};
+  const auto ct = layout_exchange_rows(g, G, ShardLayout::contiguous);
+  const auto zz = layout_exchange_rows(g, G, ShardLayout::zigzag);
+  std::uint64_t ct_total = 0, zz_total = 0;
+  for (std::size_t s = 0; s < G; ++s) {
+    INFO("rank " << s);
+    CHECK(ct[s].rows_in == s * 2 * chunk);
+    CHECK(ct[s].rows_first == ct[s].rows_in);
+    CHECK(zz[s].rows_in == (2 * G - 2 - s) * chunk);
+    CHECK(zz[s].rows_first == s * chunk);
+    CHECK(zz[s].q_blocks == ct[s].q_blocks);
+    ct_total += ct[s].rows_in;
+    zz_total += zz[s].rows_in;
+  }
+  CHECK(ct_total == 12 * chunk);
+  CHECK(zz_total == 18 * chunk);
+}
+
+TEST_CASE("stream shards: keys_visible's bytes from I under the zigzag layout", "[stream][shards]") {
+  // Every remote key row before the rank's last chunk (K) and V of the remote blocks its rows of I
+  // keep, against a token-by-token count, on ragged T and with ties.
+  for (const Geometry g : {Geometry{3000, 64, 64}, Geometry{4097, 64, 64}}) {
+    for (const bool ints : {false, true}) {
+      const std::size_t d = 8, k = 4;
+      const auto Q = ints ? random_int_mat<double>(g.T, d, 31) : random_mat<double>(g.T, d, 31);
+      const auto K = ints ? random_int_mat<double>(g.T, d, 32) : random_mat<double>(g.T, d, 32);
+      const auto I = stream_estimate(Q, K, BlockMask(g), EstimateParams{k, 1}).indices;
+      for (std::size_t G : {1, 2, 3, 4}) {
+        INFO("T " << g.T << " G " << G << (ints ? " ties" : ""));
+        const auto ranks = shard_layout(g, G, ShardLayout::zigzag);
+        const auto counted = keys_visible_causal_traffic(g, G, I, k, d, 2, ShardLayout::zigzag);
+        const auto rows = layout_exchange_rows(g, G, ShardLayout::zigzag);
+        std::vector<std::uint64_t> apply_in(G), apply_out(G), est_out(G);
+        for (std::size_t s = 0; s < G; ++s) {
+          std::vector<bool> kept(g.n_k());
+          for (const RankShard& c : ranks[s])
+            for (std::size_t i = c.q_begin * k; i < c.q_end * k; ++i)
+              if (I[i] >= 0) kept[std::size_t(I[i])] = true;
+          for (std::size_t r = 0; r < g.n_k(); ++r) {
+            const std::size_t o = token_owner(ranks, r * g.bk);
+            if (!kept[r] || o == s) continue;
+            apply_in[s] += g.k_rows(r) * d * 2;
+            apply_out[o] += g.k_rows(r) * d * 2;
+          }
+        }
+        for (std::size_t s = 0; s < G; ++s) {
+          INFO("rank " << s);
+          CHECK(counted[s].estimate_in == rows[s].rows_in * d * 2);
+          CHECK(counted[s].estimate_out == rows[s].rows_out * d * 2);
+          CHECK(counted[s].apply_in == apply_in[s]);
+          CHECK(counted[s].apply_out == apply_out[s]);
+        }
+      }
+    }
+  }
 }

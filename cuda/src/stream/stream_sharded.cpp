@@ -3,13 +3,15 @@
 // fast kernels on each rank's query-block range, the host entry of the tests and the benchmark.
 //
 // One run, per rank g on its own compute stream and communication stream:
-//   comm:    K rows of every earlier rank → K[0, token_begin_g)   (grouped ncclSend/ncclRecv; g
-//            sends its own rows to every later rank that holds query blocks)
-//   compute: waits for them (g > 0), estimate of q_begin_g … q_end_g − 1         (App. A, B)
+//   comm:    K rows every rank needs from g, and g needs from the others: each rank's chunks
+//            (one contiguous shard, or zigzag's chunks g and 2G − 1 − g) to every rank whose last
+//            chunk ends after them (grouped ncclSend/ncclRecv in one global order, so the pairs
+//            match); in pieces, first the rows before each rank's first chunk, then the rest
+//   compute: waits for the rows it receives, estimate of each chunk's query blocks  (App. A, B)
 //   comm:    V rows the same way, while the estimate runs
-//   compute: waits for them (g > 0), apply of the same query blocks                      (§6)
+//   compute: waits for them, apply of the same query blocks                               (§6)
 // The keys_visible scheme of the CPU model (reference/src/stream/stream_shards.cpp) for K; for V
-// it sends every earlier row, not only the kept blocks' (I is not known when the exchange starts,
+// it sends every needed row, not only the kept blocks' (I is not known when the exchange starts,
 // so the V exchange overlaps the estimate instead of waiting for it): the benchmark reports both.
 #include "flashlab/cuda/stream_sharded.hpp"
 
@@ -55,42 +57,52 @@ ref::stream::BlockMask causal_mask(std::size_t T) {
   return ref::stream::BlockMask(ref::stream::Geometry{T, kFastStreamBlock, kFastStreamBlock});
 }
 
-bool holds_queries(const RankShard& s) { return s.q_end > s.q_begin; }
+/// One contiguous run of K or V rows moved from the rank holding them to a rank that needs them.
+struct Transfer {
+  int src = 0, dst = 0;
+  RankShard chunk;
+  bool first = false;  ///< needed by dst's first chunk (the first exchange group when in pieces)
+};
 
 }  // namespace
 
 struct ShardedStream::Impl {
   ShardedStreamProblem p;
   const LocalRing* ring = nullptr;
-  std::vector<RankShard> shards;
+  std::vector<std::vector<RankShard>> chunks;  // per rank, in token order
+  std::vector<Transfer> transfers;             // every chunk to every rank needing it, in one order for all
   std::vector<cudaStream_t> compute, comm;
-  // Per rank: start, K landed, estimate start/end, V landed, apply start/end.
-  enum { kStart, kK, kE0, kE1, kV, kA0, kA1, kEvents };
+  // Per rank: start, K of the first chunk landed, all K landed, estimate of chunk 0 start/end and
+  // of chunk 1 start/end, V landed, apply start/end.
+  enum { kStart, kKFirst, kK, kE0, kE1, kE2, kE3, kV, kA0, kA1, kEvents };
   std::vector<std::array<cudaEvent_t, kEvents>> events;
 
   std::size_t row_bytes() const { return p.heads * p.dim * kElem; }
-  int G() const { return int(shards.size()); }
+  int G() const { return int(chunks.size()); }
+  bool holds(int g) const { return !chunks[std::size_t(g)].empty(); }
+  bool receives(int g, bool first_group) const {
+    for (const Transfer& t : transfers)
+      if (t.dst == g && t.first == first_group) return true;
+    return false;
+  }
 
-  /// One exchange (K or V) over every rank: buffers[g].*field, rows of each sender's shard.
-  void exchange(const std::vector<ShardedStreamBuffers>& b, void* ShardedStreamBuffers::*field) {
+  enum class Part { first, rest, all };
+  /// One exchange group (K or V): the transfers of `part` (those the first chunks need, the
+  /// others, or all), every rank issuing its sends and receives in the one order of `transfers`,
+  /// so the pairs match.
+  void exchange(const std::vector<ShardedStreamBuffers>& b, void* ShardedStreamBuffers::*field, Part part) {
     SHARDED_NCCL(ncclGroupStart(), nullptr);
     try {
       for (int g = 0; g < G(); ++g) {
         auto* c = static_cast<ncclComm_t>(ring->comm(g));
         char* base = static_cast<char*>(b[std::size_t(g)].*field);
-        const RankShard& me = shards[std::size_t(g)];
-        for (int src = 0; src < g && holds_queries(me); ++src) {
-          const RankShard& s = shards[std::size_t(src)];
-          if (s.token_end == s.token_begin) continue;
-          SHARDED_NCCL(ncclRecv(base + s.token_begin * row_bytes(), (s.token_end - s.token_begin) * row_bytes(), ncclUint8,
-                                src, c, comm[std::size_t(g)]),
-                       c);
-        }
-        for (int dst = g + 1; dst < G() && me.token_end > me.token_begin; ++dst) {
-          if (!holds_queries(shards[std::size_t(dst)])) continue;
-          SHARDED_NCCL(ncclSend(base + me.token_begin * row_bytes(), (me.token_end - me.token_begin) * row_bytes(),
-                                ncclUint8, dst, c, comm[std::size_t(g)]),
-                       c);
+        for (const Transfer& t : transfers) {
+          if ((part == Part::first && !t.first) || (part == Part::rest && t.first) || (t.src != g && t.dst != g))
+            continue;
+          char* at = base + t.chunk.token_begin * row_bytes();
+          const std::size_t n = (t.chunk.token_end - t.chunk.token_begin) * row_bytes();
+          if (t.dst == g) SHARDED_NCCL(ncclRecv(at, n, ncclUint8, t.src, c, comm[std::size_t(g)]), c);
+          else SHARDED_NCCL(ncclSend(at, n, ncclUint8, t.dst, c, comm[std::size_t(g)]), c);
         }
       }
     } catch (...) {
@@ -109,7 +121,19 @@ ShardedStream::ShardedStream(const ShardedStreamProblem& problem, const LocalRin
   check_fast_estimate(mask.geometry(), problem.heads, problem.dim, problem.k);
   FastApplyShape shape{problem.T, problem.heads, problem.dim, problem.k, ref::Dtype::bf16, 1};
   check_fast_apply(shape);
-  m.shards = fast_stream_shards(problem.T, std::size_t(ring.size()));
+  m.chunks = ref::stream::shard_layout(ref::stream::Geometry{problem.T, kFastStreamBlock, kFastStreamBlock},
+                                       std::size_t(ring.size()), problem.layout);
+  // Chunks in token order, each to every other rank whose last chunk ends after it.
+  std::vector<std::pair<RankShard, int>> all;
+  for (int g = 0; g < m.G(); ++g)
+    for (const RankShard& c : m.chunks[std::size_t(g)]) all.push_back({c, g});
+  std::sort(all.begin(), all.end(), [](const auto& x, const auto& y) { return x.first.token_begin < y.first.token_begin; });
+  for (const auto& [c, src] : all)
+    for (int dst = 0; dst < m.G(); ++dst) {
+      const auto& mine = m.chunks[std::size_t(dst)];
+      if (dst == src || mine.empty() || c.token_end > mine.back().token_end) continue;
+      m.transfers.push_back({src, dst, c, problem.pieces && c.token_end <= mine.front().token_begin});
+    }
   int current = 0;
   FLASHLAB_CUDA_CHECK(cudaGetDevice(&current));
   for (int g = 0; g < ring.size(); ++g) {
@@ -138,16 +162,16 @@ ShardedStream::~ShardedStream() {
   }
 }
 
-const std::vector<RankShard>& ShardedStream::shards() const { return impl_->shards; }
+const std::vector<std::vector<RankShard>>& ShardedStream::chunks() const { return impl_->chunks; }
 
 void ShardedStream::run(const std::vector<ShardedStreamBuffers>& buffers) {
   Impl& m = *impl_;
-  if (buffers.size() != m.shards.size())
+  if (buffers.size() != m.chunks.size())
     throw StreamError("sharded run: " + std::to_string(buffers.size()) + " buffer sets for " +
-                      std::to_string(m.shards.size()) + " ranks (hint: one per rank of the ring)");
+                      std::to_string(m.chunks.size()) + " ranks (hint: one per rank of the ring)");
   for (std::size_t g = 0; g < buffers.size(); ++g) {
     const auto& b = buffers[g];
-    if (holds_queries(m.shards[g]) && (!b.Q || !b.K || !b.V || !b.I || !b.O))
+    if (m.holds(int(g)) && (!b.Q || !b.K || !b.V || !b.I || !b.O))
       throw StreamError("sharded run: rank " + std::to_string(g) + " lacks a Q, K, V, I or O buffer");
   }
   const auto mask = causal_mask(m.p.T);
@@ -161,50 +185,85 @@ void ShardedStream::run(const std::vector<ShardedStreamBuffers>& buffers) {
     // The exchange writes K, V rows the previous run's kernels may still read: it starts after them.
     FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(m.comm[std::size_t(g)], m.events[std::size_t(g)][Impl::kStart], 0));
   }
-  if (G > 1) m.exchange(buffers, &ShardedStreamBuffers::K);
-  auto kernels_after = [&](int g, int landed, int before, int after, const auto& launch) {
-    const auto gi = std::size_t(g);
-    auto& ev = m.events[gi];
-    FLASHLAB_CUDA_CHECK(cudaEventRecord(ev[std::size_t(landed)], m.comm[gi]));
-    // Rank 0 receives nothing: its kernels never wait for its own sends.
-    if (g > 0) FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(m.compute[gi], ev[std::size_t(landed)], 0));
-    FLASHLAB_CUDA_CHECK(cudaEventRecord(ev[std::size_t(before)], m.compute[gi]));
-    if (holds_queries(m.shards[gi])) launch(g);
-    FLASHLAB_CUDA_CHECK(cudaEventRecord(ev[std::size_t(after)], m.compute[gi]));
+  auto record_comm = [&](int landed) {
+    for (int g = 0; g < G; ++g) {
+      FLASHLAB_CUDA_CHECK(cudaSetDevice(m.ring->device(g)));
+      FLASHLAB_CUDA_CHECK(cudaEventRecord(m.events[std::size_t(g)][std::size_t(landed)], m.comm[std::size_t(g)]));
+    }
+  };
+  // K in two groups when in pieces: the rows every rank's first chunk needs, then the rest.
+  if (G > 1 && m.p.pieces) m.exchange(buffers, &ShardedStreamBuffers::K, Impl::Part::first);
+  record_comm(Impl::kKFirst);
+  if (G > 1) m.exchange(buffers, &ShardedStreamBuffers::K, Impl::Part::rest);
+  record_comm(Impl::kK);
+  // A rank waits only for rows it receives: never for its own sends alone.
+  auto wait_for = [&](int g, int landed) {
+    FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(m.compute[std::size_t(g)], m.events[std::size_t(g)][std::size_t(landed)], 0));
+  };
+  // Chunk c's rows of Q, O (tokens) and of I, scores (query blocks) follow the earlier chunks'.
+  auto token_offset = [&](int g, std::size_t c) {
+    std::size_t t = 0;
+    for (std::size_t i = 0; i < c; ++i) t += m.chunks[std::size_t(g)][i].token_end - m.chunks[std::size_t(g)][i].token_begin;
+    return t * m.row_bytes();
+  };
+  auto block_offset = [&](int g, std::size_t c) {
+    std::size_t q = 0;
+    for (std::size_t i = 0; i < c; ++i) q += m.chunks[std::size_t(g)][i].q_end - m.chunks[std::size_t(g)][i].q_begin;
+    return m.p.heads * q * m.p.k;
   };
   for (int g = 0; g < G; ++g) {
     FLASHLAB_CUDA_CHECK(cudaSetDevice(m.ring->device(g)));
-    kernels_after(g, Impl::kK, Impl::kE0, Impl::kE1, [&](int r) {
-      const RankShard& s = m.shards[std::size_t(r)];
-      const ShardedStreamBuffers& b = buffers[std::size_t(r)];
-      if (G == 1)  // the single-GPU entry itself: the anchor of every comparison
-        stream_fast_estimate_device(mask, m.p.heads, m.p.dim, m.p.k, b.Q, b.K, nullptr, b.I, b.scores, nullptr,
-                                    m.compute[0]);
-      else
-        stream_fast_estimate_shard_device(mask, m.p.heads, m.p.dim, m.p.k, {s.q_begin, s.q_end - s.q_begin}, b.Q, b.K,
-                                          b.I, b.scores, nullptr, m.compute[std::size_t(r)]);
-    });
+    const auto gi = std::size_t(g);
+    auto& ev = m.events[gi];
+    cudaStream_t st = m.compute[gi];
+    const ShardedStreamBuffers& b = buffers[gi];
+    if (m.receives(g, true)) wait_for(g, Impl::kKFirst);
+    if (!m.p.pieces && m.receives(g, false)) wait_for(g, Impl::kK);
+    for (std::size_t c = 0; c < 2; ++c) {
+      if (c == 1 && m.p.pieces && m.receives(g, false)) wait_for(g, Impl::kK);
+      FLASHLAB_CUDA_CHECK(cudaEventRecord(ev[c == 0 ? Impl::kE0 : Impl::kE2], st));
+      if (c < m.chunks[gi].size()) {
+        const RankShard& s = m.chunks[gi][c];
+        auto* I = b.I + block_offset(g, c);
+        float* scores = b.scores ? b.scores + block_offset(g, c) : nullptr;
+        const void* Q = static_cast<const char*>(b.Q) + token_offset(g, c);
+        if (G == 1)  // the single-GPU entry itself: the anchor of every comparison
+          stream_fast_estimate_device(mask, m.p.heads, m.p.dim, m.p.k, b.Q, b.K, nullptr, b.I, b.scores, nullptr, st);
+        else
+          stream_fast_estimate_shard_device(mask, m.p.heads, m.p.dim, m.p.k, {s.q_begin, s.q_end - s.q_begin}, Q, b.K, I,
+                                            scores, nullptr, st);
+      }
+      FLASHLAB_CUDA_CHECK(cudaEventRecord(ev[c == 0 ? Impl::kE1 : Impl::kE3], st));
+    }
   }
-  if (G > 1) m.exchange(buffers, &ShardedStreamBuffers::V);
+  // V while the estimates run; the applies wait for all of it.
+  if (G > 1) m.exchange(buffers, &ShardedStreamBuffers::V, Impl::Part::all);
+  record_comm(Impl::kV);
   for (int g = 0; g < G; ++g) {
     FLASHLAB_CUDA_CHECK(cudaSetDevice(m.ring->device(g)));
-    kernels_after(g, Impl::kV, Impl::kA0, Impl::kA1, [&](int r) {
-      const RankShard& s = m.shards[std::size_t(r)];
-      const ShardedStreamBuffers& b = buffers[std::size_t(r)];
-      const auto* I = reinterpret_cast<const std::int64_t*>(b.I);
+    const auto gi = std::size_t(g);
+    cudaStream_t st = m.compute[gi];
+    const ShardedStreamBuffers& b = buffers[gi];
+    if (m.receives(g, false) || m.receives(g, true)) wait_for(g, Impl::kV);
+    FLASHLAB_CUDA_CHECK(cudaEventRecord(m.events[gi][Impl::kA0], st));
+    for (std::size_t c = 0; c < m.chunks[gi].size(); ++c) {
+      const RankShard& s = m.chunks[gi][c];
+      const auto* I = reinterpret_cast<const std::int64_t*>(b.I + block_offset(g, c));
       if (G == 1)
-        stream_fast_apply_device(shape, b.Q, b.K, b.V, I, b.O, m.compute[0]);
+        stream_fast_apply_device(shape, b.Q, b.K, b.V, I, b.O, st);
       else
-        stream_fast_apply_shard_device(shape, {s.q_begin, s.q_end - s.q_begin}, b.Q, b.K, b.V, I, b.O,
-                                       m.compute[std::size_t(r)]);
-    });
+        stream_fast_apply_shard_device(shape, {s.q_begin, s.q_end - s.q_begin},
+                                       static_cast<const char*>(b.Q) + token_offset(g, c), b.K, b.V, I,
+                                       static_cast<char*>(b.O) + token_offset(g, c), st);
+    }
+    FLASHLAB_CUDA_CHECK(cudaEventRecord(m.events[gi][Impl::kA1], st));
   }
   FLASHLAB_CUDA_CHECK(cudaSetDevice(current));
 }
 
 std::vector<ShardedRankTimes> ShardedStream::wait() {
   Impl& m = *impl_;
-  std::vector<ShardedRankTimes> out(m.shards.size());
+  std::vector<ShardedRankTimes> out(m.chunks.size());
   int current = 0;
   FLASHLAB_CUDA_CHECK(cudaGetDevice(&current));
   for (std::size_t g = 0; g < out.size(); ++g) {
@@ -219,10 +278,11 @@ std::vector<ShardedRankTimes> ShardedStream::wait() {
     };
     ShardedRankTimes& t = out[g];
     t.total_ms = ms(Impl::kStart, Impl::kA1);
-    t.estimate_ms = ms(Impl::kE0, Impl::kE1);
+    t.estimate_ms = ms(Impl::kE0, Impl::kE1) + ms(Impl::kE2, Impl::kE3);
     t.apply_ms = ms(Impl::kA0, Impl::kA1);
     t.exposed_ms = std::max(0.f, t.total_ms - t.estimate_ms - t.apply_ms);
-    t.k_exchange_ms = g > 0 ? ms(Impl::kStart, Impl::kK) : 0.f;
+    const bool in = m.receives(int(g), true) || m.receives(int(g), false);
+    t.k_exchange_ms = in ? ms(Impl::kStart, Impl::kK) : 0.f;
   }
   FLASHLAB_CUDA_CHECK(cudaSetDevice(current));
   return out;
@@ -231,24 +291,24 @@ std::vector<ShardedRankTimes> ShardedStream::wait() {
 std::vector<ShardedRankBytes> sharded_bytes(const ShardedStreamProblem& p, std::size_t gpus,
                                             const std::vector<std::int64_t>& indices) {
   const ref::stream::Geometry geo{p.T, kFastStreamBlock, kFastStreamBlock};
-  const auto shards = ref::stream::shard_sequence(geo, gpus);
   const std::size_t n_q = geo.n_q();
   if (indices.size() != p.heads * n_q * p.k)
     throw StreamError("sharded_bytes: I has " + std::to_string(indices.size()) + " entries, expected H·n_q·k = " +
                       std::to_string(p.heads * n_q * p.k));
   std::vector<ShardedRankBytes> out(gpus);
   const std::size_t row = p.heads * p.dim * kElem;
-  for (std::size_t g = 0; g < gpus && gpus > 1; ++g)
-    for (std::size_t s = 0; s < gpus; ++s) {
-      const RankShard &me = shards[g], &o = shards[s];
-      if (s < g && holds_queries(me)) out[g].received += 2 * (o.token_end - o.token_begin) * row;
-      if (s > g && holds_queries(o)) out[g].sent += 2 * (me.token_end - me.token_begin) * row;
+  if (gpus > 1) {  // K and V: every remote row before the end of the rank's last chunk
+    const auto rows = ref::stream::layout_exchange_rows(geo, gpus, p.layout);
+    for (std::size_t g = 0; g < gpus; ++g) {
+      out[g].received = 2 * rows[g].rows_in * row;
+      out[g].sent = 2 * rows[g].rows_out * row;
     }
+  }
   for (std::size_t h = 0; h < p.heads; ++h) {
     const std::vector<std::int64_t> head(indices.begin() + std::ptrdiff_t(h * n_q * p.k),
                                          indices.begin() + std::ptrdiff_t((h + 1) * n_q * p.k));
     // One head's rows of a [T, H, d] tensor are d elements per token: the model per head.
-    const auto model = ref::stream::keys_visible_causal_traffic(geo, gpus, head, p.k, p.dim, kElem);
+    const auto model = ref::stream::keys_visible_causal_traffic(geo, gpus, head, p.k, p.dim, kElem, p.layout);
     for (std::size_t g = 0; g < gpus; ++g) {
       out[g].model_sent += model[g].estimate_out + model[g].apply_out;
       out[g].model_received += model[g].estimate_in + model[g].apply_in;
@@ -268,6 +328,26 @@ struct RankBuffers {
   DeviceBuffer<float> scores;
 };
 
+/// The buffers of a rank holding `chunks` (ShardedStreamBuffers' shapes), on the current device;
+/// scores only where asked.
+RankBuffers rank_buffers(const std::vector<RankShard>& chunks, const ShardedStreamProblem& p, bool scores) {
+  std::size_t tokens = 0, blocks = 0, rows_end = 0;
+  for (const RankShard& s : chunks) {
+    tokens += s.token_end - s.token_begin;
+    blocks += s.q_end - s.q_begin;
+    rows_end = std::max(rows_end, s.token_end);
+  }
+  const std::size_t row = p.heads * p.dim;
+  RankBuffers b;
+  b.Q = DeviceBuffer<std::uint16_t>(tokens * row);
+  b.O = DeviceBuffer<std::uint16_t>(tokens * row);
+  b.K = DeviceBuffer<std::uint16_t>(rows_end * row);
+  b.V = DeviceBuffer<std::uint16_t>(rows_end * row);
+  b.I = DeviceBuffer<long long>(p.heads * blocks * p.k);
+  if (scores) b.scores = DeviceBuffer<float>(p.heads * blocks * p.k);
+  return b;
+}
+
 }  // namespace
 
 ShardedStreamOutput stream_sharded_host(const ShardedStreamProblem& p, const LocalRing& ring, const HostHeads16& Q,
@@ -278,35 +358,32 @@ ShardedStreamOutput stream_sharded_host(const ShardedStreamProblem& p, const Loc
       throw StreamError("stream_sharded_host: an input is not [T, H, d] = [" + std::to_string(p.T) + ", " +
                         std::to_string(p.heads) + ", " + std::to_string(p.dim) + "] (hint: H and d of the problem)");
   ShardedStream run(p, ring);
-  const auto& shards = run.shards();
+  const auto& chunks = run.chunks();
   const std::size_t n_q = (p.T + kFastStreamBlock - 1) / kFastStreamBlock;
   int current = 0;
   FLASHLAB_CUDA_CHECK(cudaGetDevice(&current));
-  std::vector<RankBuffers> bufs(shards.size());
-  std::vector<ShardedStreamBuffers> views(shards.size());
-  for (std::size_t g = 0; g < shards.size(); ++g) {
-    const RankShard& s = shards[g];
-    if (!holds_queries(s)) continue;
+  std::vector<RankBuffers> bufs(chunks.size());
+  std::vector<ShardedStreamBuffers> views(chunks.size());
+  for (std::size_t g = 0; g < chunks.size(); ++g) {
+    if (chunks[g].empty()) continue;
     FLASHLAB_CUDA_CHECK(cudaSetDevice(ring.device(int(g))));
     RankBuffers& b = bufs[g];
-    const std::size_t rows = s.token_end - s.token_begin, nq = s.q_end - s.q_begin;
-    b.Q = DeviceBuffer<std::uint16_t>(rows * row);
-    b.O = DeviceBuffer<std::uint16_t>(rows * row);
-    b.K = DeviceBuffer<std::uint16_t>(s.token_end * row);
-    b.V = DeviceBuffer<std::uint16_t>(s.token_end * row);
-    b.I = DeviceBuffer<long long>(p.heads * nq * p.k);
-    b.scores = DeviceBuffer<float>(p.heads * nq * p.k);
+    b = rank_buffers(chunks[g], p, true);
     // 0xFFFF is a bf16 NaN: a K or V row the exchange missed turns scores and outputs NaN.
-    for (auto* x : {&b.K, &b.V, &b.O}) FLASHLAB_CUDA_CHECK(cudaMemset(x->get(), 0xff, x->bytes()));
+    for (auto* y : {&b.K, &b.V, &b.O}) FLASHLAB_CUDA_CHECK(cudaMemset(y->get(), 0xff, y->bytes()));
     FLASHLAB_CUDA_CHECK(cudaMemset(b.I.get(), 0xff, b.I.bytes()));
     FLASHLAB_CUDA_CHECK(cudaMemset(b.scores.get(), 0xff, b.scores.bytes()));
-    const std::size_t off = s.token_begin * row, n = rows * row;
-    FLASHLAB_CUDA_CHECK(cudaMemcpy(b.Q.get(), Q.data + off, n * kElem, cudaMemcpyHostToDevice));
-    FLASHLAB_CUDA_CHECK(cudaMemcpy(b.K.get() + off, K.data + off, n * kElem, cudaMemcpyHostToDevice));
-    FLASHLAB_CUDA_CHECK(cudaMemcpy(b.V.get() + off, V.data + off, n * kElem, cudaMemcpyHostToDevice));
+    std::size_t q_row = 0;
+    for (const RankShard& s : chunks[g]) {
+      const std::size_t off = s.token_begin * row, n = (s.token_end - s.token_begin) * row;
+      FLASHLAB_CUDA_CHECK(cudaMemcpy(b.Q.get() + q_row, Q.data + off, n * kElem, cudaMemcpyHostToDevice));
+      FLASHLAB_CUDA_CHECK(cudaMemcpy(b.K.get() + off, K.data + off, n * kElem, cudaMemcpyHostToDevice));
+      FLASHLAB_CUDA_CHECK(cudaMemcpy(b.V.get() + off, V.data + off, n * kElem, cudaMemcpyHostToDevice));
+      q_row += n;
+    }
     views[g] = {b.Q.get(), b.K.get(), b.V.get(), b.I.get(), b.scores.get(), b.O.get()};
   }
-  for (std::size_t g = 0; g < shards.size(); ++g) {  // the uploads are done before the exchange reads them
+  for (std::size_t g = 0; g < chunks.size(); ++g) {  // the uploads are done before the exchange reads them
     FLASHLAB_CUDA_CHECK(cudaSetDevice(ring.device(int(g))));
     FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
   }
@@ -316,23 +393,29 @@ ShardedStreamOutput stream_sharded_host(const ShardedStreamProblem& p, const Loc
   out.indices.assign(p.heads * n_q * p.k, -1);
   out.scores.assign(p.heads * n_q * p.k, 0.f);
   out.O.assign(p.T * row, 0);
-  for (std::size_t g = 0; g < shards.size(); ++g) {
-    const RankShard& s = shards[g];
-    if (!holds_queries(s)) continue;
+  for (std::size_t g = 0; g < chunks.size(); ++g) {
+    if (chunks[g].empty()) continue;
     FLASHLAB_CUDA_CHECK(cudaSetDevice(ring.device(int(g))));
     const RankBuffers& b = bufs[g];
-    const std::size_t nq = s.q_end - s.q_begin, rows = s.token_end - s.token_begin;
     std::vector<long long> I(b.I.size());
     std::vector<float> sc(b.scores.size());
+    std::vector<std::uint16_t> O(b.O.size());
     b.I.download(I.data());
     b.scores.download(sc.data());
-    for (std::size_t h = 0; h < p.heads; ++h)
-      for (std::size_t i = 0; i < nq * p.k; ++i) {
-        out.indices[(h * n_q + s.q_begin) * p.k + i] = I[h * nq * p.k + i];
-        out.scores[(h * n_q + s.q_begin) * p.k + i] = sc[h * nq * p.k + i];
-      }
-    FLASHLAB_CUDA_CHECK(cudaMemcpy(out.O.data() + s.token_begin * row, b.O.get(), rows * row * kElem,
-                                   cudaMemcpyDeviceToHost));
+    b.O.download(O.data());
+    std::size_t q_row = 0, i_row = 0;  // the chunk's first rows of O and of I
+    for (const RankShard& s : chunks[g]) {
+      const std::size_t nq = s.q_end - s.q_begin, n = (s.token_end - s.token_begin) * row;
+      for (std::size_t h = 0; h < p.heads; ++h)
+        for (std::size_t i = 0; i < nq * p.k; ++i) {
+          out.indices[(h * n_q + s.q_begin) * p.k + i] = I[i_row + h * nq * p.k + i];
+          out.scores[(h * n_q + s.q_begin) * p.k + i] = sc[i_row + h * nq * p.k + i];
+        }
+      std::copy(O.begin() + std::ptrdiff_t(q_row), O.begin() + std::ptrdiff_t(q_row + n),
+                out.O.begin() + std::ptrdiff_t(s.token_begin * row));
+      q_row += n;
+      i_row += p.heads * nq * p.k;
+    }
   }
   bufs.clear();
   FLASHLAB_CUDA_CHECK(cudaSetDevice(current));
@@ -346,7 +429,7 @@ ShardedBenchRow bench_stream_sharded(const ShardedStreamProblem& p, const LocalR
   if (reps < 1 || warmup < 0) throw StreamError("bench: reps must be ≥ 1 and warmup ≥ 0");
   const std::size_t gpus = std::size_t(ring.size());
   ShardedStream run(p, ring);
-  const auto& shards = run.shards();
+  const auto& chunks = run.chunks();
   const std::size_t row = p.heads * p.dim, n_q = (p.T + kFastStreamBlock - 1) / kFastStreamBlock;
   constexpr std::size_t kFlush = std::size_t(256) << 20;
   int current = 0;
@@ -355,45 +438,51 @@ ShardedBenchRow bench_stream_sharded(const ShardedStreamProblem& p, const LocalR
   std::vector<DeviceBuffer<unsigned char>> flush(gpus);
   std::vector<ShardedStreamBuffers> views(gpus);
   // The inputs of the whole sequence, each rank making its own rows: Q, K, V are the seeded
-  // N(0, 1) arrays of seeds 3·seed + {0, 1, 2}, element i of a rank's slice being element
-  // token_begin·H·d + i of the whole array, so every G runs on the same values.
+  // N(0, 1) arrays of seeds 3·seed + {0, 1, 2}, element i of a chunk's slice being element
+  // token_begin·H·d + i of the whole array, so every G and layout runs on the same values.
   for (std::size_t g = 0; g < gpus; ++g) {
-    const RankShard& s = shards[g];
     FLASHLAB_CUDA_CHECK(cudaSetDevice(ring.device(int(g))));
     flush[g] = DeviceBuffer<unsigned char>(kFlush);
-    if (!holds_queries(s)) continue;
+    if (chunks[g].empty()) continue;
     RankBuffers& b = bufs[g];
-    const std::size_t rows = s.token_end - s.token_begin, nq = s.q_end - s.q_begin, off = s.token_begin * row;
-    b.Q = DeviceBuffer<std::uint16_t>(rows * row);
-    b.O = DeviceBuffer<std::uint16_t>(rows * row);
-    b.K = DeviceBuffer<std::uint16_t>(s.token_end * row);
-    b.V = DeviceBuffer<std::uint16_t>(s.token_end * row);
-    b.I = DeviceBuffer<long long>(p.heads * nq * p.k);
-    FLASHLAB_CUDA_CHECK(cudaMemset(b.K.get(), 0xff, off * kElem));  // filled only by the exchange
-    FLASHLAB_CUDA_CHECK(cudaMemset(b.V.get(), 0xff, off * kElem));
-    detail::fill_normal_16bit(b.Q.get(), rows * row, seed * 3 + 0, 1.f, true, nullptr, off);
-    detail::fill_normal_16bit(b.K.get() + off, rows * row, seed * 3 + 1, 1.f, true, nullptr, off);
-    detail::fill_normal_16bit(b.V.get() + off, rows * row, seed * 3 + 2, 1.f, true, nullptr, off);
+    b = rank_buffers(chunks[g], p, false);
+    // Rows the exchange fills (and any it should not need) start as NaN.
+    FLASHLAB_CUDA_CHECK(cudaMemset(b.K.get(), 0xff, b.K.bytes()));
+    FLASHLAB_CUDA_CHECK(cudaMemset(b.V.get(), 0xff, b.V.bytes()));
+    std::size_t q_row = 0;
+    for (const RankShard& s : chunks[g]) {
+      const std::size_t off = s.token_begin * row, n = (s.token_end - s.token_begin) * row;
+      detail::fill_normal_16bit(b.Q.get() + q_row, n, seed * 3 + 0, 1.f, true, nullptr, off);
+      detail::fill_normal_16bit(b.K.get() + off, n, seed * 3 + 1, 1.f, true, nullptr, off);
+      detail::fill_normal_16bit(b.V.get() + off, n, seed * 3 + 2, 1.f, true, nullptr, off);
+      q_row += n;
+    }
     FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
     views[g] = {b.Q.get(), b.K.get(), b.V.get(), b.I.get(), nullptr, b.O.get()};
   }
   auto gather_I = [&] {
     std::vector<std::int64_t> I(p.heads * n_q * p.k, -1);
     for (std::size_t g = 0; g < gpus; ++g) {
-      const RankShard& s = shards[g];
-      if (!holds_queries(s)) continue;
+      if (chunks[g].empty()) continue;
       FLASHLAB_CUDA_CHECK(cudaSetDevice(ring.device(int(g))));
-      const std::size_t nq = s.q_end - s.q_begin;
       std::vector<long long> part(bufs[g].I.size());
       bufs[g].I.download(part.data());
-      for (std::size_t h = 0; h < p.heads; ++h)
-        std::copy(part.begin() + std::ptrdiff_t(h * nq * p.k), part.begin() + std::ptrdiff_t((h + 1) * nq * p.k),
-                  I.begin() + std::ptrdiff_t((h * n_q + s.q_begin) * p.k));
+      std::size_t i_row = 0;
+      for (const RankShard& s : chunks[g]) {
+        const std::size_t nq = s.q_end - s.q_begin;
+        for (std::size_t h = 0; h < p.heads; ++h)
+          std::copy(part.begin() + std::ptrdiff_t(i_row + h * nq * p.k),
+                    part.begin() + std::ptrdiff_t(i_row + (h + 1) * nq * p.k),
+                    I.begin() + std::ptrdiff_t((h * n_q + s.q_begin) * p.k));
+        i_row += p.heads * nq * p.k;
+      }
     }
     return I;
   };
   ShardedBenchRow out;
   out.gpus = gpus;
+  out.layout = p.layout;
+  out.pieces = p.pieces;
   out.T = p.T;
   out.dim = p.dim;
   out.k = p.k;

@@ -85,6 +85,64 @@ std::vector<RankShard> shard_sequence(const Geometry& g, std::size_t gpus) {
   return out;
 }
 
+const char* shard_layout_name(ShardLayout layout) {
+  return layout == ShardLayout::zigzag ? "zigzag" : "contiguous";
+}
+
+ShardLayout parse_shard_layout(const std::string& name) {
+  if (name == "contiguous") return ShardLayout::contiguous;
+  if (name == "zigzag") return ShardLayout::zigzag;
+  throw StreamError("unknown shard layout '" + name + "' (hint: contiguous or zigzag)");
+}
+
+std::vector<std::vector<RankShard>> shard_layout(const Geometry& g, std::size_t gpus, ShardLayout layout) {
+  const bool zigzag = layout == ShardLayout::zigzag && gpus > 1;
+  const std::vector<RankShard> chunks = shard_sequence(g, zigzag ? 2 * gpus : gpus);
+  std::vector<std::vector<RankShard>> out(gpus);
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    if (chunks[c].token_end == chunks[c].token_begin) continue;
+    // Zigzag pairs an early (cheap, short wait) chunk with a late (dear, long wait) one.
+    const std::size_t rank = !zigzag || c < gpus ? c : 2 * gpus - 1 - c;
+    out[rank].push_back(chunks[c]);
+  }
+  for (auto& r : out)
+    std::sort(r.begin(), r.end(), [](const RankShard& a, const RankShard& b) { return a.token_begin < b.token_begin; });
+  return out;
+}
+
+namespace {
+
+// The rank holding each key block under a layout (every block lies in one chunk).
+std::vector<std::size_t> key_block_owners(const Geometry& g, const std::vector<std::vector<RankShard>>& ranks) {
+  std::vector<std::size_t> owner(g.n_k(), 0);
+  for (std::size_t s = 0; s < ranks.size(); ++s)
+    for (const RankShard& c : ranks[s])
+      for (std::size_t r = c.r_begin; r < c.r_end; ++r) owner[r] = s;
+  return owner;
+}
+
+}  // namespace
+
+std::vector<LayoutRows> layout_exchange_rows(const Geometry& g, std::size_t gpus, ShardLayout layout) {
+  const auto ranks = shard_layout(g, gpus, layout);
+  const auto owner = key_block_owners(g, ranks);
+  std::vector<LayoutRows> out(gpus);
+  for (std::size_t s = 0; s < gpus; ++s) {
+    out[s].chunks = ranks[s].size();
+    for (const RankShard& c : ranks[s]) out[s].q_blocks += c.q_end - c.q_begin;
+    if (ranks[s].empty()) continue;
+    const std::size_t first = ranks[s].front().r_begin, last = ranks[s].back().r_end;
+    for (std::size_t r = 0; r < last; ++r) {
+      if (owner[r] == s) continue;
+      const std::uint64_t rows = g.k_rows(r);
+      out[s].rows_in += rows;
+      out[owner[r]].rows_out += rows;
+      if (r < first) out[s].rows_first += rows;
+    }
+  }
+  return out;
+}
+
 std::uint64_t SchemeTraffic::max_in() const {
   std::uint64_t m = 0;
   for (const auto& r : ranks) m = std::max(m, r.estimate_in + r.apply_in);
@@ -103,36 +161,39 @@ std::uint64_t keys_visible_causal_bytes(const RankShard& shard, std::size_t d, s
 
 std::vector<RankLinkBytes> keys_visible_causal_traffic(const Geometry& g, std::size_t gpus,
                                                        const std::vector<std::int64_t>& indices, std::size_t k,
-                                                       std::size_t d, std::size_t link_elem_bytes) {
-  const std::vector<RankShard> shards = shard_sequence(g, gpus);
+                                                       std::size_t d, std::size_t link_elem_bytes,
+                                                       ShardLayout layout) {
+  const auto ranks = shard_layout(g, gpus, layout);
   const std::size_t n_q = g.n_q(), n_k = g.n_k();
   if (indices.size() != n_q * k)
     throw StreamError("keys_visible_causal_traffic: I has " + std::to_string(indices.size()) + " entries, expected n_q·k = " +
                       std::to_string(n_q * k) + " (hint: one head's [n_q, k] rows)");
   const std::uint64_t e = link_elem_bytes;
   const auto key_bytes = [&](std::size_t r) { return std::uint64_t(g.k_rows(r)) * d * e; };
-  const auto r_owner = [&](std::size_t r) { return owner_of(shards, r, [](const RankShard& s) { return s.r_begin; }); };
+  const auto owner = key_block_owners(g, ranks);
   std::vector<RankLinkBytes> out(gpus);
   std::vector<bool> kept(n_k);
   for (std::size_t s = 0; s < gpus; ++s) {
-    const RankShard& sh = shards[s];
-    if (sh.q_begin == sh.q_end) continue;  // a rank without query blocks receives nothing
-    for (std::size_t r = 0; r < sh.r_begin; ++r) {  // the estimate: every key block before its own
+    if (ranks[s].empty()) continue;  // a rank without query blocks receives nothing
+    const std::size_t last = ranks[s].back().r_end;
+    for (std::size_t r = 0; r < last; ++r) {  // the estimate: every remote key block before its last
+      if (owner[r] == s) continue;
       out[s].estimate_in += key_bytes(r);
-      out[r_owner(r)].estimate_out += key_bytes(r);
+      out[owner[r]].estimate_out += key_bytes(r);
     }
     std::fill(kept.begin(), kept.end(), false);
-    for (std::size_t i = sh.q_begin * k; i < sh.q_end * k; ++i) {
-      const std::int64_t r = indices[i];
-      if (r < -1 || r >= std::int64_t(n_k))
-        throw StreamError("keys_visible_causal_traffic: I entry " + std::to_string(r) + " at position " +
-                          std::to_string(i) + " is not a key block (hint: −1 or 0 … n_k − 1)");
-      if (r >= 0 && std::size_t(r) < sh.r_begin) kept[std::size_t(r)] = true;
-    }
-    for (std::size_t r = 0; r < sh.r_begin; ++r)  // the application: V of the kept remote blocks
+    for (const RankShard& c : ranks[s])
+      for (std::size_t i = c.q_begin * k; i < c.q_end * k; ++i) {
+        const std::int64_t r = indices[i];
+        if (r < -1 || r >= std::int64_t(n_k))
+          throw StreamError("keys_visible_causal_traffic: I entry " + std::to_string(r) + " at position " +
+                            std::to_string(i) + " is not a key block (hint: −1 or 0 … n_k − 1)");
+        if (r >= 0 && owner[std::size_t(r)] != s) kept[std::size_t(r)] = true;
+      }
+    for (std::size_t r = 0; r < n_k; ++r)  // the application: V of the kept remote blocks
       if (kept[r]) {
         out[s].apply_in += key_bytes(r);
-        out[r_owner(r)].apply_out += key_bytes(r);
+        out[owner[r]].apply_out += key_bytes(r);
       }
   }
   return out;

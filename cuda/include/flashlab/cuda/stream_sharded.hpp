@@ -12,7 +12,12 @@
 /// same communication stream while the estimate runs, the apply waits for it. The kernels are the
 /// single-GPU fast kernels launched on a query-block range (stream_fast_estimate_shard_device,
 /// stream_fast_apply_shard_device), with K and V indexed by global token, so every row of I and
-/// O is bitwise the single-GPU launch's. Code: cuda/src/stream/stream_sharded.cpp (the NCCL driver),
+/// O is bitwise the single-GPU launch's. Two options change how, never what: the zigzag layout
+/// (ShardedStreamProblem::layout; rank g holds query chunks g and 2G − 1 − g of 2G, one range
+/// launch each, and receives every row before the end of its last chunk that it does not hold)
+/// and the K exchange in pieces (ShardedStreamProblem::pieces; the rows a rank's first chunk
+/// needs travel in a first NCCL group, so its first estimate starts before the rest lands).
+/// Code: cuda/src/stream/stream_sharded.cpp (the NCCL driver),
 /// cuda/src/stream/front_door.cpp (the range entries); docs/stream.md, "Across GPUs".
 ///
 /// Only the device entries of a range are in flashlab_cuda; ShardedStream and the helpers below
@@ -65,32 +70,42 @@ struct ShardedStreamProblem {
   std::size_t heads = 1;  ///< H
   std::size_t dim = 0;    ///< d (64 or 128)
   std::size_t k = 0;      ///< kept blocks per query block (1 … 128)
+  /// How the query blocks are dealt to the ranks (ref::stream::shard_layout); G = 1 runs the
+  /// whole sequence whatever the layout. Zigzag by default: on 2 and 4 GPUs it runs T = 8M in
+  /// 0.87–0.92 of the contiguous layout's time (docs/stream.md).
+  ref::stream::ShardLayout layout = ref::stream::ShardLayout::zigzag;
+  /// K in two exchange groups: the rows each rank's first chunk needs, then the rest (its later
+  /// chunk's estimate waits for those). No effect on the contiguous layout, whose one chunk
+  /// needs every row the rank receives.
+  bool pieces = false;
 };
 
 /// One rank's device buffers, on that rank's GPU, owned by the caller.
 struct ShardedStreamBuffers {
-  const void* Q = nullptr;   ///< `[token_end − token_begin, H, d]` bf16: the shard's queries
-  void* K = nullptr;         ///< `[token_end, H, d]` bf16: rows from token_begin hold the shard's keys; the rows before are written by the exchange
+  const void* Q = nullptr;   ///< bf16 `[tokens, H, d]`: the queries of the rank's chunks, one chunk after the other
+  /// bf16 `[last chunk's token_end, H, d]` by global token: the rank's chunks hold its keys, the
+  /// exchange writes the other rows.
+  void* K = nullptr;
   void* V = nullptr;         ///< as K, for the values
-  long long* I = nullptr;    ///< `[H, q_end − q_begin, k]` int64: the shard's rows of I
-  float* scores = nullptr;   ///< `[H, q_end − q_begin, k]` fp32 or nullptr
-  void* O = nullptr;         ///< `[token_end − token_begin, H, d]` bf16: the shard's outputs
+  long long* I = nullptr;    ///< int64: each chunk's `[H, q_end − q_begin, k]` rows of I, one chunk after the other
+  float* scores = nullptr;   ///< fp32, laid out as I, or nullptr
+  void* O = nullptr;         ///< bf16, laid out as Q: the outputs
 };
 
 /// One rank's times of the last ShardedStream::run (CUDA events on its GPU, ms).
 struct ShardedRankTimes {
   float total_ms = 0.f;     ///< from the start of the run to the end of the apply
-  float estimate_ms = 0.f;  ///< the estimate kernel
-  float apply_ms = 0.f;     ///< the apply kernel
+  float estimate_ms = 0.f;  ///< the estimate kernels (one per chunk), summed
+  float apply_ms = 0.f;     ///< the apply kernels
   float exposed_ms = 0.f;   ///< total − estimate − apply: the compute stream waiting for the exchange
-  float k_exchange_ms = 0.f;///< from the start to the K rows' arrival (0 on rank 0, which receives none)
+  float k_exchange_ms = 0.f;///< from the start to the last K rows' arrival (0 on a rank that receives none)
 };
 
 /// The bytes one rank hands to NCCL in a run (bf16 K and V rows) and the CPU model's keys_visible
 /// bytes for the same I (ref::stream::keys_visible_causal_traffic, summed over heads).
 struct ShardedRankBytes {
-  std::uint64_t sent = 0;          ///< K and V rows this rank sends (to every later rank)
-  std::uint64_t received = 0;      ///< K and V rows it receives (every row before its shard)
+  std::uint64_t sent = 0;          ///< K and V rows this rank sends (to every rank whose last chunk ends after them)
+  std::uint64_t received = 0;      ///< K and V rows it receives (every remote row before its last chunk's end)
   std::uint64_t model_sent = 0;    ///< the model: K before each later rank, V of the blocks they keep
   std::uint64_t model_received = 0;///< the model: K before the shard, V of the remote blocks it keeps
 };
@@ -106,8 +121,8 @@ class ShardedStream {
   ShardedStream(const ShardedStream&) = delete;
   ShardedStream& operator=(const ShardedStream&) = delete;
 
-  /// The shards, one per rank (fast_stream_shards).
-  [[nodiscard]] const std::vector<ref::stream::RankShard>& shards() const;
+  /// The query chunks of every rank in token order (ref::stream::shard_layout at b_q = b_k = 64).
+  [[nodiscard]] const std::vector<std::vector<ref::stream::RankShard>>& chunks() const;
   /// Enqueues on every rank: the K exchange, the estimate, the V exchange (overlapping the
   /// estimate) and the apply. Asynchronous; a rank that holds no query block only sends.
   /// Throws StreamError for missing buffers, CudaError / NCCL failures as CudaError.
@@ -122,12 +137,12 @@ class ShardedStream {
 
 /// What every rank of a G-rank run hands to NCCL (sent, received) beside the CPU model's
 /// keys_visible bytes for `indices`, the whole `[H, n_q, k]` I of the run. Throws StreamError for
-/// an I of the wrong size.
+/// an I of the wrong size. Both follow problem.layout.
 std::vector<ShardedRankBytes> sharded_bytes(const ShardedStreamProblem& problem, std::size_t gpus,
                                             const std::vector<std::int64_t>& indices);
 
 /// The whole problem from host arrays (tests): bf16 `[T, H, d]` Q, K, V are cut into the ring's
-/// shards and uploaded (the K and V rows before each shard poisoned with NaN, so only the exchange
+/// chunks and uploaded (every other K and V row poisoned with NaN, so only the exchange
 /// can fill them), run once, and I (`[H, n_q, k]`, global) and O (`[T, H, d]` bf16) gathered.
 struct ShardedStreamOutput {
   std::vector<std::int64_t> indices;  ///< `[H, n_q, k]`
@@ -144,6 +159,8 @@ struct ShardedBenchRow {
   std::size_t T = 0;               ///< tokens of the whole sequence
   std::size_t dim = 0;             ///< d
   std::size_t k = 0;               ///< kept blocks per query block
+  ref::stream::ShardLayout layout = ref::stream::ShardLayout::contiguous;  ///< the problem's layout
+  bool pieces = false;             ///< the problem's K exchange in pieces
   double total_ms = 0;             ///< median over reps of the slowest rank's total
   double estimate_ms = 0;          ///< median of the slowest rank's estimate
   double apply_ms = 0;             ///< median of the slowest rank's apply

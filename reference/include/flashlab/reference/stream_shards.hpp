@@ -46,6 +46,8 @@ struct RankShard {
   std::size_t q_end = 0;        ///< one past the last query block
   std::size_t r_begin = 0;      ///< first key block
   std::size_t r_end = 0;        ///< one past the last key block
+  /// Field by field.
+  bool operator==(const RankShard&) const = default;
 };
 
 /// The contiguous sharding of `g` over `gpus` ranks: shard boundaries at multiples of
@@ -53,6 +55,41 @@ struct RankShard {
 /// may hold nothing when T is short. Throws StreamError for gpus = 0 or a geometry that fails
 /// Geometry::check().
 std::vector<RankShard> shard_sequence(const Geometry& g, std::size_t gpus);
+
+/// How the query blocks are dealt to the ranks. Causal attention makes a late query block's
+/// estimate dearer (more refinement rounds, log2 of its admissible range) and makes its rank wait
+/// for more key rows, so the contiguous layout leaves the last rank both the most work and the
+/// longest wait.
+enum class ShardLayout {
+  contiguous,  ///< rank g holds the g-th of G contiguous shards (shard_sequence)
+  zigzag,      ///< the sequence in 2G contiguous chunks; rank g holds chunks g and 2G − 1 − g
+};
+
+/// "contiguous" or "zigzag".
+const char* shard_layout_name(ShardLayout layout);
+
+/// The layout named `name` ("contiguous" or "zigzag"). Throws StreamError naming it otherwise.
+ShardLayout parse_shard_layout(const std::string& name);
+
+/// The query ranges of every rank under `layout`: element g lists rank g's chunks in token order
+/// (one for contiguous, two for zigzag), empty chunks left out, so a rank may hold none when T is
+/// short. Chunk boundaries as shard_sequence's (multiples of lcm(b_q, b_k)); with one rank the
+/// whole sequence is one chunk whatever the layout. Throws as shard_sequence.
+std::vector<std::vector<RankShard>> shard_layout(const Geometry& g, std::size_t gpus, ShardLayout layout);
+
+/// The key rows one rank of a layout receives and sends when it takes every remote key row before
+/// the end of its last chunk (keys_visible for a causal-only mask), and what its first chunk waits for.
+struct LayoutRows {
+  std::size_t chunks = 0;          ///< query ranges the rank holds
+  std::size_t q_blocks = 0;        ///< query blocks it holds
+  std::uint64_t rows_in = 0;       ///< remote key rows it receives (tokens before its last chunk's end)
+  std::uint64_t rows_out = 0;      ///< its own key rows sent, summed over the ranks receiving them
+  std::uint64_t rows_first = 0;    ///< remote key rows before its first chunk: all its first range waits for
+};
+
+/// LayoutRows of every rank under `layout` (a rank without query blocks receives nothing). Bytes
+/// of one exchange are rows × H·d·element bytes. Throws as shard_sequence.
+std::vector<LayoutRows> layout_exchange_rows(const Geometry& g, std::size_t gpus, ShardLayout layout);
 
 /// What one rank sends and receives under one scheme, and the score evaluations of its query
 /// blocks.
@@ -105,10 +142,12 @@ std::uint64_t keys_visible_causal_bytes(const RankShard& shard, std::size_t d, s
 /// application's V of the remote blocks the rank's rows of I kept, once per block and receiving
 /// rank. The score fields stay 0. Equal to stream_estimate_sharded's keys_visible traffic for the
 /// same I (the test holds it to that), so a caller that has I without the simulation — the
-/// sharded GPU run — can state the model's bytes. Throws StreamError for gpus = 0, an I of the
+/// sharded GPU run — can state the model's bytes. Under `layout` zigzag a rank receives every
+/// remote key block before the end of its last chunk, and V of the remote blocks it kept. Throws StreamError for gpus = 0, an I of the
 /// wrong size or an entry outside [−1, n_k).
 std::vector<RankLinkBytes> keys_visible_causal_traffic(const Geometry& g, std::size_t gpus,
                                                        const std::vector<std::int64_t>& indices, std::size_t k,
-                                                       std::size_t d, std::size_t link_elem_bytes);
+                                                       std::size_t d, std::size_t link_elem_bytes,
+                                                       ShardLayout layout = ShardLayout::contiguous);
 
 }  // namespace flashlab::ref::stream
