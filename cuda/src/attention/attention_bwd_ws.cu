@@ -52,6 +52,17 @@
 // dK_c, dV_c sum over the group in registers, written once into [B, N_k, H_kv, d] (K, V through TMA
 // maps of their own shape; never expanded). A block whose keys no query sees runs no step (the
 // ping-pong hand-over then starts none) and writes dK = dV = 0; rows that see no key get dQ = 0.
+// Packed sequences (Problem::packed(), FlashAttention's varlen layout; BwdWsPacked,
+// bwd_ws_packed_kernel): the grouped band kernel, one block per (key tile of one sequence, K/V
+// head), the key tiles numbered over the keys as attention_bwd_tc_atomic.cu's packed kernel
+// numbers them (packed.cuh: sequence b owns tiles ⌊cu_seqlens_k[b] / Bc⌋ + b …; a tile past its
+// sequence's end exits), the sequence found by a binary search over the device lists. The block
+// runs on a Problem of its own sequence (N = len_q, N_k = len_k: its band's offset, masks, query
+// tiles, stored rows), its boxes from the sequence's first rows of tensor maps spanning the packed
+// tensors (a box past the sequence's end brings in the next sequence's rows: the masks give them
+// P = dS = 0, and they are never stored, as in the tma-ws forward); dQ's partials go into the tiles
+// of the packed query numbering, which bwd_ws_dq_convert_packed_kernel maps back. The dense kernel
+// is a second __global__ over the same body (bwd_ws_body), so its code is as it was.
 // Masks: only the tiles that need them (the last, ragged query or key tile; causal, the tiles
 // crossing the diagonal); masked entries get P = 0 by a select after 2^x (a masked 2^x may be
 // +inf and is discarded, never multiplied). Causal blocks start at the first query tile that sees
@@ -73,6 +84,7 @@
 // alignment slack), 199,752 at d = 64 (Br = 128: K_j, V_j 32 KiB, stages 64 KiB, 2 dSᵀ buffers
 // 64 KiB, 2 dQ slices 32 KiB). What was measured and tried: docs/optimisation.md, the wgmma-ws backward.
 #include "attention/attention_bwd_tc.cuh"
+#include "attention/packed.cuh"
 #include "core/common.hpp"
 #include "core/hopper.cuh"
 #include "core/tensor_core.cuh"
@@ -177,6 +189,8 @@ struct BwdWsTraits {
   static constexpr bool kGroup = false;
   // dQ, dK, dV added into fp32 sums: BwdWsAddF32 below.
   static constexpr bool kAddF32 = false;
+  // Packed sequences: BwdWsPacked below.
+  static constexpr bool kPacked = false;
 };
 
 /// The window instantiation of traits B (non-causal, not deterministic): a block loops over the
@@ -212,6 +226,16 @@ struct BwdWsAddF32 : B {
   static constexpr bool kAddF32 = true;
 };
 
+/// The packed-sequence instantiation of traits B (Problem::packed(); not deterministic): the
+/// grouped kernel with the band (causal folded into it, each sequence its own offset len_k − len_q),
+/// one block per key tile of one sequence in the packed numbering over the keys (packed.cuh), its
+/// sequence's rows and lengths in BwdWsBlock, its dQ tiles those of the packed query numbering.
+/// A trait of its own, so the other kernels keep their code and names.
+template <class B>
+struct BwdWsPacked : BwdWsGroup<B, true> {
+  static constexpr bool kPacked = true;
+};
+
 // Named barriers (0 is __syncthreads): both consumers (dSᵀ complete), and one per consumer.
 constexpr int kDsReadyBarrier = 1, kConsumerBarrier = 2;  // 2 and 3
 /// Lagged dQ: consumer 1's first products wait for consumer 0's first softmax.
@@ -239,9 +263,13 @@ struct BwdWsSmem {
 /// Where a block works: key tile j (keys start_n ..) of head h, batch b; query tiles i_begin .. Tr−1
 /// (a window: i_begin .. i_end − 1; Tr still counts the head's tiles, for the accumulator's layout).
 /// Grouped (kGroup): h is the K/V head, and the query heads h0 .. h0 + G − 1 each run those tiles.
+/// Packed (kPacked): b is 0 and start_n counts from the sequence's first key; q_row0, k_row0 are the
+/// sequence's first rows of Q, dO and of K, V in the packed tensors, q_tile0 its first query tile in
+/// the packed numbering (the accumulator), Tq that numbering's tiles per head.
 struct BwdWsBlock {
   int start_n, h, b, i_begin, Tr, i_end;
   int h0 = 0, G = 1;
+  int q_row0 = 0, k_row0 = 0, q_tile0 = 0, Tq = 0;
 };
 
 /// The end of a block's query tile loop: Tr, or with a window the tile after the band's last.
@@ -282,16 +310,18 @@ template <class T>
 __device__ void produce_tiles(const BwdWsSmem<T>& sm, const BwdWsBlock& w, const CUtensorMap* map_q,
                               const CUtensorMap* map_k, const CUtensorMap* map_v, const CUtensorMap* map_do) {
   mbar_arrive_expect_tx(sm.kv_full(), 2 * T::kTileKV);
-  tma_rows<T, T::BLOCK_N>(sm.k(), map_k, w.start_n, w.h, w.b, sm.kv_full());
-  tma_rows<T, T::BLOCK_N>(sm.v(), map_v, w.start_n, w.h, w.b, sm.kv_full());
+  // Packed: the boxes may run past the sequence's last row into the next sequence's (masked).
+  const int k_row = T::kPacked ? w.k_row0 + w.start_n : w.start_n, q_row0 = T::kPacked ? w.q_row0 : 0;
+  tma_rows<T, T::BLOCK_N>(sm.k(), map_k, k_row, w.h, w.b, sm.kv_full());
+  tma_rows<T, T::BLOCK_N>(sm.v(), map_v, k_row, w.h, w.b, sm.kv_full());
   int g = 0;  // grouped: the query head h0 + g
   for (int i = w.i_begin, n = 0; i < query_tiles_end<T>(w); ++i, ++n) {
     const int s = n % T::kStages;
     // Stage s was last filled for step n − kStages: wait for that phase of empty[s].
     if (n >= T::kStages) mbar_wait(sm.empty(s), uint32_t(n / T::kStages - 1) & 1u);
     mbar_arrive_expect_tx(sm.full(s), 2 * T::kTileQ);
-    tma_rows<T, T::BLOCK_M>(sm.q(s), map_q, i * T::BLOCK_M, query_head<T>(w, g), w.b, sm.full(s));
-    tma_rows<T, T::BLOCK_M>(sm.dO(s), map_do, i * T::BLOCK_M, query_head<T>(w, g), w.b, sm.full(s));
+    tma_rows<T, T::BLOCK_M>(sm.q(s), map_q, q_row0 + i * T::BLOCK_M, query_head<T>(w, g), w.b, sm.full(s));
+    tma_rows<T, T::BLOCK_M>(sm.dO(s), map_do, q_row0 + i * T::BLOCK_M, query_head<T>(w, g), w.b, sm.full(s));
     if constexpr (T::kGroup) next_group_head<T>(w, i, g);
   }
 }
@@ -303,7 +333,10 @@ __device__ void produce_stats(const BwdWsSmem<T>& sm, const BwdWsBlock& w, const
   const std::size_t stat0 = p.stat_offset(w.b, w.h);
   int g = 0;  // grouped: the query head h0 + g
   for (int i = w.i_begin, n = 0; i < query_tiles_end<T>(w); ++i, ++n) {
-    const std::size_t stat = T::kGroup ? p.stat_offset(w.b, query_head<T>(w, g)) : stat0;
+    // Packed: LSE, D are [1, H, total_q], the sequence's rows from q_row0.
+    const std::size_t stat = T::kPacked ? std::size_t(query_head<T>(w, g)) * std::size_t(p.total_q) + w.q_row0
+                             : T::kGroup ? p.stat_offset(w.b, query_head<T>(w, g))
+                                         : stat0;
     const int s = n % T::kStages;
     if (n >= T::kStages) mbar_wait(sm.empty(s), uint32_t(n / T::kStages - 1) & 1u);
 #pragma unroll
@@ -614,8 +647,11 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
   for (int i = w.i_begin, n = 0; i < i_end; ++i, ++n) {
     const int s = n % T::kStages, q0 = i * BM;
     // Grouped: the accumulator tiles of query head h0 + g.
+    // Packed: the sequence's tiles of that head in the packed query numbering.
     const std::size_t head_tiles =
-        T::kGroup ? (std::size_t(w.b) * p.heads + query_head<T>(w, g)) * std::size_t(w.Tr) : tiles_base;
+        T::kPacked  ? std::size_t(query_head<T>(w, g)) * std::size_t(w.Tq) + std::size_t(w.q_tile0)
+        : T::kGroup ? (std::size_t(w.b) * p.heads + query_head<T>(w, g)) * std::size_t(w.Tr)
+                    : tiles_base;
     mbar_wait(sm.full(s), uint32_t(n / T::kStages) & 1u);
     float st[BM / 2], dpt[BM / 2];
     if (T::kPingPong) named_bar_sync(kTurnBarrier + c, 256);
@@ -702,7 +738,10 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
     if constexpr (T::kGroup) next_group_head<T>(w, i, g);
   }
   // Grouped: dK, dV are [B, N_k, H_kv, d], written once for the whole group.
-  const std::size_t base = T::kGroup ? p.kv_head_offset(w.b, w.h) : p.head_offset(w.b, w.h);
+  // Packed: [1, total_k, H_kv, d] from the sequence's first key (p.seq_k its length: the rows stop there).
+  const std::size_t base = T::kPacked  ? std::size_t(w.k_row0) * p.kv_row_stride() + std::size_t(w.h) * D
+                           : T::kGroup ? p.kv_head_offset(w.b, w.h)
+                                       : p.head_offset(w.b, w.h);
   store_key_grads<T>(p, dK, acc_dk, p.scale, base, key_row, t4);
   store_key_grads<T>(p, dV, acc_dv, 1.f, base, key_row, t4);
   if (tid == 0) bulk_wait_group<0>();  // no bulk reduction may still read SRAM when the block exits
@@ -775,6 +814,45 @@ __device__ void consume_lagged(const Problem& p, const BwdWsSmem<T>& sm, const B
   if (tid == 0) bulk_wait_group<0>();  // no bulk reduction may still read SRAM when the block exits
 }
 
+/// The block's work once BwdWsBlock `w` is known (the kernels below): barriers, then the producer
+/// warpgroup's loads and the two consumers.
+template <class T>
+__device__ __forceinline__ void bwd_ws_body(const BwdWsSmem<T>& sm, const BwdWsBlock& w, const Problem& p,
+                                            const CUtensorMap* map_q, const CUtensorMap* map_k,
+                                            const CUtensorMap* map_v, const CUtensorMap* map_do,
+                                            const float* __restrict__ LSE, const float* __restrict__ D,
+                                            float* __restrict__ dQaccum, int* __restrict__ dq_order,
+                                            uint16_t* __restrict__ dK, uint16_t* __restrict__ dV) {
+  const int wg = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    tma_prefetch_map(map_q);
+    tma_prefetch_map(map_k);
+    tma_prefetch_map(map_v);
+    tma_prefetch_map(map_do);
+    mbar_init(sm.kv_full(), 1);
+    for (int s = 0; s < T::kStages; ++s) {
+      mbar_init(sm.full(s), 1 + 32);  // the TMA thread's expect_tx + the stats warp's lanes
+      mbar_init(sm.empty(s), T::kConsumerThreads);
+    }
+    if constexpr (T::kLagDq)
+      for (int b = 0; b < 2; ++b) {
+        mbar_init(sm.ds_full(b), T::kConsumerThreads);
+        mbar_init(sm.ds_free(b), T::kConsumerThreads);
+      }
+    mbar_fence_init();
+  }
+  __syncthreads();
+  if (wg == 0) {
+    regs_release<T::kProducerRegs>();
+    if (threadIdx.x == 0) produce_tiles<T>(sm, w, map_q, map_k, map_v, map_do);
+    else if (threadIdx.x / 32 == 1) produce_stats<T>(sm, w, p, LSE, D, threadIdx.x % 32);
+    return;  // every load is consumed before the consumers exit
+  }
+  regs_claim<T::kConsumerRegs>();
+  if constexpr (T::kLagDq) consume_lagged<T>(p, sm, w, dQaccum, dq_order, dK, dV, wg - 1);
+  else consume<T>(p, sm, w, dQaccum, dq_order, dK, dV, wg - 1);
+}
+
 /// Grid (Tc, H, B) non-causal, (H, Tc, B) causal (the heaviest key tiles, small j, first).
 template <class T>
 __global__ void __launch_bounds__(T::kThreads, 1)
@@ -806,34 +884,54 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     w.i_begin = q_first / T::BLOCK_M;
     w.i_end = q_last < q_first ? w.i_begin : q_last / T::BLOCK_M + 1;
   }
-  const int wg = threadIdx.x / 128;
-  if (threadIdx.x == 0) {
-    tma_prefetch_map(&map_q);
-    tma_prefetch_map(&map_k);
-    tma_prefetch_map(&map_v);
-    tma_prefetch_map(&map_do);
-    mbar_init(sm.kv_full(), 1);
-    for (int s = 0; s < T::kStages; ++s) {
-      mbar_init(sm.full(s), 1 + 32);  // the TMA thread's expect_tx + the stats warp's lanes
-      mbar_init(sm.empty(s), T::kConsumerThreads);
-    }
-    if constexpr (T::kLagDq)
-      for (int b = 0; b < 2; ++b) {
-        mbar_init(sm.ds_full(b), T::kConsumerThreads);
-        mbar_init(sm.ds_free(b), T::kConsumerThreads);
-      }
-    mbar_fence_init();
-  }
-  __syncthreads();
-  if (wg == 0) {
-    regs_release<T::kProducerRegs>();
-    if (threadIdx.x == 0) produce_tiles<T>(sm, w, &map_q, &map_k, &map_v, &map_do);
-    else if (threadIdx.x / 32 == 1) produce_stats<T>(sm, w, p, LSE, D, threadIdx.x % 32);
-    return;  // every load is consumed before the consumers exit
-  }
-  regs_claim<T::kConsumerRegs>();
-  if constexpr (T::kLagDq) consume_lagged<T>(p, sm, w, dQaccum, dq_order, dK, dV, wg - 1);
-  else consume<T>(p, sm, w, dQaccum, dq_order, dK, dV, wg - 1);
+  bwd_ws_body<T>(sm, w, p, &map_q, &map_k, &map_v, &map_do, LSE, D, dQaccum, dq_order, dK, dV);
+#else
+  __trap();  // built without sm_90a: never launched
+#endif
+}
+
+/// Packed sequences (T::kPacked): grid (⌊total_k / BLOCK_N⌋ + B, H_kv, 1) non-causal, (H_kv,
+/// ⌊total_k / BLOCK_N⌋ + B, 1) causal; block j owns key tile j of the packed numbering over the
+/// keys (packed.cuh), a tile past its sequence's last key exits at once. The block runs the grouped
+/// band kernel on a Problem of its own sequence (seq = len_q, seq_k = len_k: the band's offset,
+/// the masks, the query tiles and the rows stored are that sequence's), its rows from the
+/// sequence's first rows of the packed tensors.
+template <class T>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    bwd_ws_packed_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
+                         const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do,
+                         Problem p, const float* __restrict__ LSE, const float* __restrict__ D,
+                         float* __restrict__ dQaccum, uint16_t* __restrict__ dK, uint16_t* __restrict__ dV,
+                         PackedLists lists) {
+#if FLASHLAB_WGMMA_OK
+  static_assert(T::kPacked && T::kGroup && T::kWindow && !T::kCausal, "the grouped band kernel");
+  extern __shared__ uint8_t smem_raw[];
+  const BwdWsSmem<T> sm{(uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u};
+  // Keys' tile j: packed_tile() over the keys' prefix sums (its q fields then hold the keys').
+  const int j = p.causal ? blockIdx.y : blockIdx.x, h = p.causal ? blockIdx.x : blockIdx.y;
+  const PackedTile kt = packed_tile(lists.cu_seqlens_k, lists.cu_seqlens_q, p.batch, j, T::BLOCK_N);
+  const int len_k = kt.len_q, len_q = kt.len_k;
+  if (kt.row0 >= len_k) return;  // past the sequence's last key: at most one tile per sequence
+  Problem seq = p;  // the sequence's own lengths (the band's offset len_k − len_q follows)
+  seq.seq = len_q;
+  seq.seq_k = len_k;
+  BwdWsBlock w;
+  w.start_n = kt.row0;
+  w.h = h;
+  w.b = 0;
+  w.q_row0 = kt.k_start;  // the query sums' entry (the search ran over the keys')
+  w.k_row0 = kt.q_start;
+  w.q_tile0 = kt.k_start / T::BLOCK_M + kt.b;
+  w.Tq = p.packed_tiles(T::BLOCK_M);
+  w.Tr = (len_q + T::BLOCK_M - 1) / T::BLOCK_M;
+  w.G = p.heads / p.heads_kv;
+  w.h0 = h * w.G;
+  // Keys start_n .. key_last are seen by queries key − hi .. key − lo (clamped to the sequence's).
+  const int key_last = min(w.start_n + T::BLOCK_N, len_k) - 1;
+  const int q_first = max(0, w.start_n - seq.window_hi()), q_last = min(len_q - 1, key_last - seq.window_lo());
+  w.i_begin = q_first / T::BLOCK_M;
+  w.i_end = q_last < q_first ? w.i_begin : q_last / T::BLOCK_M + 1;
+  bwd_ws_body<T>(sm, w, seq, &map_q, &map_k, &map_v, &map_do, LSE, D, dQaccum, nullptr, dK, dV);
 #else
   __trap();  // built without sm_90a: never launched
 #endif
@@ -878,6 +976,36 @@ __global__ void __launch_bounds__(256) bwd_ws_dq_convert_kernel(Problem p, const
         *reinterpret_cast<uint32_t*>(out + std::size_t(row + 8) * p.row_stride()) =
             pack2<T::kBf16>(v.z * p.scale, v.w * p.scale);
     }
+  }
+}
+
+/// bwd_ws_dq_convert_kernel over packed sequences: the accumulator holds Tq = ⌊total_q / BLOCK_M⌋ + B
+/// tiles per head in the packed query numbering (packed.cuh), head-major, each in the fragment
+/// order above; a tile's rows map to its sequence's rows of dQ [1, total_q, H, d], and rows past
+/// the sequence's end (its last tile's padding, a tile past its end) are skipped.
+template <class T>
+__global__ void __launch_bounds__(256)
+    bwd_ws_dq_convert_packed_kernel(Problem p, const float4* __restrict__ acc, uint16_t* __restrict__ dQ,
+                                    std::size_t n4, PackedLists lists) {
+  constexpr int BM = T::BLOCK_M, kSlice4 = T::kSliceDq / 16, kTile4 = BM * T::kHeadDim / 4;
+  constexpr int kNTiles = T::kDqCols / 8;  // n-tiles of one row block of the slice
+  const int Tq = p.packed_tiles(BM);
+  for (std::size_t k = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; k < n4;
+       k += std::size_t(gridDim.x) * blockDim.x) {
+    const std::size_t tile = k / kTile4;
+    const int in_tile = int(k % kTile4), c = in_tile / kSlice4, thr = in_tile % 128;
+    const int m = in_tile % kSlice4 / 128 / kNTiles, t = in_tile % kSlice4 / 128 % kNTiles;  // row block, n-tile
+    const int u = int(tile % Tq), h = int(tile / Tq);
+    const PackedTile pt = packed_tile(p, lists, u, BM);
+    const int block = T::kDqSplit == DqSplit::rows ? c : m, col0 = T::kDqSplit == DqSplit::columns ? c * T::kDqCols : 0;
+    const int row = pt.row0 + 64 * block + 16 * (thr / 32) + (thr % 32) / 4, col = col0 + 8 * t + 2 * (thr % 4);
+    const float4 v = acc[k];
+    uint16_t* out = dQ + std::size_t(pt.q_start) * p.row_stride() + std::size_t(h) * T::kHeadDim + col;
+    if (row < pt.len_q)
+      *reinterpret_cast<uint32_t*>(out + std::size_t(row) * p.row_stride()) = pack2<T::kBf16>(v.x * p.scale, v.y * p.scale);
+    if (row + 8 < pt.len_q)
+      *reinterpret_cast<uint32_t*>(out + std::size_t(row + 8) * p.row_stride()) =
+          pack2<T::kBf16>(v.z * p.scale, v.w * p.scale);
   }
 }
 
@@ -948,7 +1076,60 @@ void launch_bwd_ws_d(const Problem& p, const BwdPointers& a, int* dq_order, cuda
   }
 }
 
+/// The packed-sequence kernel (BwdWsPacked): D over the total_q rows as one sequence, the packed
+/// main kernel, the packed convert.
+template <int D, bool kBf16>
+void launch_bwd_ws_packed(const Problem& p, const BwdPointers& a, const PackedLists& lists, cudaStream_t stream) {
+  if (a.add_f32)  // the fp32 sums are the context-parallel ring's, which takes dense batches
+    throw_cuda_error(cudaErrorInvalidValue, "wgmma-ws backward, fp32 sums: no packed sequences", __FILE__, __LINE__);
+  using Base = BwdWsTraits<D, kBf16, false, false>;
+  using T = BwdWsPacked<Base>;
+  auto kernel = &bwd_ws_packed_kernel<T>;
+  set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "bwd_ws_packed_kernel", p);
+  // Tq whole tiles per head in the packed query numbering (the workspace holds
+  // H·(total_q + B·kAtomicDqTileRows)·d floats, at least this for either BLOCK_M).
+  const std::size_t acc_numel = std::size_t(p.heads) * std::size_t(p.packed_tiles(T::BLOCK_M)) * T::BLOCK_M * D;
+  FLASHLAB_CUDA_CHECK(cudaMemsetAsync(a.dQaccum, 0, acc_numel * sizeof(float), stream));
+  // D_i = rowsum(dO_i ∘ O_i) does not depend on the sequences: the packed rows as one sequence of
+  // total_q rows (D [1, H, total_q] as LSE).
+  Problem rows = p;
+  rows.batch = 1;
+  rows.seq = p.total_q;
+  launch_fast_bwd_preprocess<D, kBf16>(rows, a, stream);
+  // The maps of a packed problem span the packed tensors, [1, total_q, H, d] and [1, total_k, H_kv, d].
+  const CUtensorMap map_q = make_head_tile_map(a.Q, p, T::BLOCK_M);
+  const CUtensorMap map_do = make_head_tile_map(a.dO, p, T::BLOCK_M);
+  const CUtensorMap map_k = make_kv_tile_map(a.K, p, T::BLOCK_N);
+  const CUtensorMap map_v = make_kv_tile_map(a.V, p, T::BLOCK_N);
+  const unsigned tiles = unsigned(p.total_k / T::BLOCK_N + p.batch);
+  // Causal: the heaviest key tiles of each sequence first, as the dense grids.
+  const dim3 grid = p.causal ? dim3(p.heads_kv, tiles, 1) : dim3(tiles, p.heads_kv, 1);
+  announce("bwd_ws_packed_kernel");
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, p, a.LSE, a.D, a.dQaccum,
+                                                      static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV),
+                                                      lists);
+  FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_packed_kernel");
+
+  const std::size_t n4 = acc_numel / 4;
+  const unsigned blocks = unsigned(std::min<std::size_t>((n4 + 255) / 256, 4096));
+  announce("bwd_ws_dq_convert_packed_kernel");
+  bwd_ws_dq_convert_packed_kernel<Base><<<blocks, 256, 0, stream>>>(p, reinterpret_cast<const float4*>(a.dQaccum),
+                                                                   static_cast<uint16_t*>(a.dQ), n4, lists);
+  FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_dq_convert_packed_kernel");
+}
+
 }  // namespace
+
+void launch_fast_bwd_ws_packed(const Problem& p, bool bf16, const BwdPointers& a, const PackedLists& lists,
+                               cudaStream_t stream) {
+  if (p.head_dim == 64) {
+    if (bf16) launch_bwd_ws_packed<64, true>(p, a, lists, stream);
+    else launch_bwd_ws_packed<64, false>(p, a, lists, stream);
+  } else {
+    if (bf16) launch_bwd_ws_packed<128, true>(p, a, lists, stream);
+    else launch_bwd_ws_packed<128, false>(p, a, lists, stream);
+  }
+}
 
 void launch_fast_bwd_ws(const Problem& p, bool bf16, const BwdPointers& a, int* dq_order, cudaStream_t stream) {
   if (p.head_dim == 64) {
