@@ -276,11 +276,12 @@ Sweep parse_sweep(const po::variables_map& vm) {
                                other + " takes N_k = N)",
                            hint);
   }
-  // Packed sequences: the backward on the atomic design's mma kernel alone.
-  if (s.bwd && s.packed && (!s.bwd_atomic || bk.rfind("wgmma-ws", 0) == 0))
+  // Packed sequences: the backward on the atomic design's mma and wgmma-ws kernels.
+  if (s.bwd && s.packed && (!s.bwd_atomic || bk == "wgmma-ws-det"))
     throw UsageError(std::string("--cu-seqlens: ") + (s.bwd_atomic ? "--bwd-kernel " + bk : "--bwd-design two-kernel") +
-                         " takes no packed sequences: the fast backward takes them on the atomic design's mma kernel",
-                     "use --bwd-design atomic with --bwd-kernel auto or mma, or --pass fwd");
+                         " takes no packed sequences: the fast backward takes them on the atomic design's mma and "
+                         "wgmma-ws kernels",
+                     "use --bwd-design atomic with --bwd-kernel auto, mma or wgmma-ws, or --pass fwd");
   s.fp16 = fp16_dtype(vm["dtype"].as<std::string>());
   s.format = output_format(vm);
   s.kv_copy = vm["kv-copy"].as<bool>();
@@ -347,7 +348,6 @@ int run_sweep(const Sweep& s) {
                          " forward is sm_90a code)");
   const bool bwd_chosen = s.bwd_kernel == "auto";
   b.bwd_kernel = !s.bwd_atomic            ? fc::FastBackwardKernel::mma_sync
-                 : bwd_chosen && s.packed ? fc::FastBackwardKernel::mma_sync  // the one that takes them
                  : bwd_chosen             ? fc::fastest_backward_kernel()
                  : s.bwd_kernel == "wgmma-ws" ? fc::FastBackwardKernel::wgmma_ws
                  : s.bwd_kernel == "wgmma-ws-det" ? fc::FastBackwardKernel::wgmma_ws_deterministic

@@ -228,8 +228,8 @@ void cpu_backward(const Attention& a, const Qkv& in, const Strided& o, const voi
 }
 
 #if FLASHLAB_CAPI_HAVE_CUDA
-// The CUDA backward of packed sequences runs the atomic design's mma kernel; the deterministic
-// backwards take none.
+// The CUDA backward of packed sequences runs the atomic design's fastest kernel (mma or wgmma-ws);
+// the deterministic backwards take none.
 void require_packed_backward(const Attention& a) {
   if (a.device_packed && a.abi.deterministic)
     fail(FLASHLAB_ERROR_UNSUPPORTED,
@@ -245,9 +245,9 @@ struct BackwardChoice {
   fc::FastBackwardKernel kernel;
 };
 BackwardChoice backward_choice(const Attention& a) {
-  // Packed sequences: the one kernel that takes them.
-  if (a.device_packed) return {ref::Algorithm::bwd_atomic, fc::FastBackwardKernel::mma_sync};
+  // Packed sequences: the atomic design's fastest kernel (require_packed_backward refused a fixed order).
   const fc::FastBackwardKernel fastest = fc::fastest_backward_kernel(a.p);
+  if (a.device_packed) return {ref::Algorithm::bwd_atomic, fastest};
   if (!a.abi.deterministic) return {ref::Algorithm::bwd_atomic, fastest};
   if (fastest == fc::FastBackwardKernel::wgmma_ws)
     return {ref::Algorithm::bwd_atomic, fc::FastBackwardKernel::wgmma_ws_deterministic};

@@ -205,7 +205,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max
     int32 tensors on q's device, read there, never copied to the host, so not checked beyond
     their shape; FlashAttention's contract), torch CPU float32/float64 tensors the reference.
     Autograd flows through a torch result on the same device: CUDA runs the fast backward on the
-    packed work list (the atomic design's mma kernel), CPU the reference.
+    packed work list (the atomic design's fastest kernel: wgmma-ws on Hopper, else mma), CPU the
+    reference.
     """
     if _is_torch(q):
         o, lse2 = _ft.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal,

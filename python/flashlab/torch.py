@@ -640,8 +640,9 @@ def _varlen_forward(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window):
 
 
 def _varlen_backward_cuda(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, causal, scale, window):
-    """(dQ, dK, dV) of the fast backward (the atomic design's mma kernel, the one that takes packed
-    sequences) on packed CUDA tensors, from the forward's O and base-2 LSE [H, total_q]."""
+    """(dQ, dK, dV) of the fast backward (the atomic design's fastest kernel that takes packed
+    sequences: wgmma-ws on Hopper, else mma) on packed CUDA tensors, from the forward's O and
+    base-2 LSE [H, total_q]."""
     total_q, total_k, H, Hkv, d = _checks.varlen_shapes(q.shape, k.shape, v.shape)
     cu_q, cu_k = _check_cu_pair(cu_q, cu_k, q)
     for name, t in (("o", o), ("do", do)):

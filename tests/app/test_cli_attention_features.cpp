@@ -190,8 +190,8 @@ TEST_CASE("cli attention --device cuda and bench attention: --cu-seqlens, one fi
                      "cu_seqlens_q[2] = 2 is below cu_seqlens_q[1] = 3");
   expect_usage_error("bench attention --cu-seqlens '" + bad + "'", "cu_seqlens_q[2] = 2 is below cu_seqlens_q[1] = 3");
   expect_usage_error("bench attention --seq 1024" + cu, "--seq conflicts with --cu-seqlens");
-  expect_usage_error("bench attention --pass both --bwd-kernel wgmma-ws" + cu,
-                     "--cu-seqlens: --bwd-kernel wgmma-ws takes no packed sequences");
+  expect_usage_error("bench attention --pass both --bwd-kernel wgmma-ws-det" + cu,
+                     "--cu-seqlens: --bwd-kernel wgmma-ws-det takes no packed sequences");
   expect_usage_error("bench attention --pass bwd --bwd-design two-kernel" + cu,
                      "--cu-seqlens: --bwd-design two-kernel takes no packed sequences");
   // Valid: run where there is a GPU, refused with the usual hint elsewhere.

@@ -137,17 +137,20 @@ void require_device_pointer(const char* entry, const char* name, const void* ptr
 /// rounded up to 256 bytes (float4 accesses, and a cache-line start).
 std::size_t dq_accum_offset(std::size_t stats) { return (stats * sizeof(float) + 255) / 256 * 256; }
 
-/// Packed sequences on the backward: the atomic design's mma kernel alone takes them (its key blocks
-/// walk the packed work list, attention_bwd_tc_atomic.cu); the others refuse them by name.
+/// Packed sequences on the backward: the atomic design's mma and wgmma-ws kernels take them (their key
+/// blocks walk the packed numbering, attention_bwd_tc_atomic.cu, attention_bwd_ws.cu); the others
+/// refuse them by name.
 /// `kernel` null: the design alone is checked. `count`: "B " where the host knows B, or empty.
 void require_packed_backward(ref::Algorithm design, const FastBackwardKernel* kernel, const std::string& count) {
-  if (design == ref::Algorithm::bwd_atomic && (kernel == nullptr || *kernel == FastBackwardKernel::mma_sync)) return;
+  if (design == ref::Algorithm::bwd_atomic &&
+      (kernel == nullptr || *kernel == FastBackwardKernel::mma_sync || *kernel == FastBackwardKernel::wgmma_ws))
+    return;
   throw std::invalid_argument(
       "flashlab::cuda: fast backward: cu_seqlens (" + count + "packed sequences) are not supported by " +
       (design != ref::Algorithm::bwd_atomic ? "the " + std::string(ref::algorithm_name(design)) + " design"
                                             : "the " + std::string(to_string(*kernel)) + " kernel") +
-      ": the bwd_atomic design's mma kernel takes them (hint: design bwd_atomic with kernel mma, or run this "
-      "backward on the CPU reference: flashlab attention bwd --device cpu)");
+      ": the bwd_atomic design's mma and wgmma-ws kernels take them (hint: design bwd_atomic with kernel mma or "
+      "wgmma-ws, or run this backward on the CPU reference: flashlab attention bwd --device cpu)");
 }
 
 /// The packed backward's launch: causal, its key tiles (⌊total_k / Bc⌋ + B, Bc = 128) are the
@@ -319,8 +322,9 @@ FastBackwardKernel fastest_backward_kernel() {
 }
 
 FastBackwardKernel fastest_backward_kernel(const ref::AttentionProblem& problem) {
-  // Packed sequences and d = 256: the mma kernel alone takes them (fast_bwd_problem).
-  return problem.is_packed() || problem.head_dim == 256 ? FastBackwardKernel::mma_sync : fastest_backward_kernel();
+  // d = 256: the mma kernel alone takes it (fast_bwd_problem). Packed sequences (d = 64 and 128
+  // only, check_fast_problem) run on the wgmma-ws kernel where it runs, as dense ones.
+  return problem.head_dim == 256 ? FastBackwardKernel::mma_sync : fastest_backward_kernel();
 }
 
 FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel) {
@@ -599,8 +603,13 @@ void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionP
   float* D = reinterpret_cast<float*>(ws);
   float* dQaccum = reinterpret_cast<float*>(ws + dq_accum_offset(stats));
   const detail::BwdPointers a{Q, K, V, O, dO, LSE, dQ, dK, dV, D, dQaccum};
-  detail::launch_fast_bwd_atomic(p, problem.dtype == ref::Dtype::bf16, a, static_cast<cudaStream_t>(stream),
-                                 detail::PackedLists{packed.cu_seqlens_q, packed.cu_seqlens_k});
+  const detail::PackedLists lists{packed.cu_seqlens_q, packed.cu_seqlens_k};
+  const bool bf16 = problem.dtype == ref::Dtype::bf16;
+#ifdef FLASHLAB_HAVE_WGMMA
+  if (kernel == FastBackwardKernel::wgmma_ws)
+    return detail::launch_fast_bwd_ws_packed(p, bf16, a, lists, static_cast<cudaStream_t>(stream));
+#endif
+  detail::launch_fast_bwd_atomic(p, bf16, a, static_cast<cudaStream_t>(stream), lists);
 }
 
 void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionProblem& problem, const void* Q,
