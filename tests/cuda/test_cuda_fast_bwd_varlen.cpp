@@ -2,7 +2,9 @@
 // Q, O, dO, dQ [1, total_q, H, d], K, V, dK, dV [1, total_k, H_kv, d], LSE, D [1, H, total_q], the
 // prefix sums cu_seqlens_q and cu_seqlens_k) against the float64 reference
 // flashlab::ref::naive_backward<double>, which runs every sequence with its own lengths and mask
-// (attention_problem.hpp), on the kernel that takes them: mma_sync (attention_bwd_tc_atomic.cu).
+// (attention_problem.hpp), on the kernels that take them: every case on mma_sync
+// (attention_bwd_tc_atomic.cu) and, where it runs (sm_90a built, an sm_90 device), on wgmma_ws
+// (attention_bwd_ws.cu); each printed line names its kernel.
 //
 // Inputs: fresh normal Q, K, V, dO rounded to the dtype (the reference gets the rounded values); O
 // and LSE from the packed mma forward of the same problem. Metric and bound as the other backward
@@ -15,7 +17,7 @@
 // so a row no block writes fails. Shapes: ragged lengths with length-0 and length-1 sequences,
 // len_k ≠ len_q per sequence, causal and not, windows, grouped K/V (groups of 4 and 32), d = 64
 // and 128, bf16 and fp16, lengths that are and are not multiples of the tiles. The designs and
-// kernels without packed sequences refuse them by name. Tags: [fast-bwd][fast-bwd-varlen]; small
+// kernels without packed sequences refuse them by name (the two-kernel design, wgmma-ws-det). Tags: [fast-bwd][fast-bwd-varlen]; small
 // shapes also [fast-bwd-varlen-sanitize] for compute-sanitizer.
 #include <catch2/catch.hpp>
 
@@ -41,6 +43,14 @@ constexpr fr::Dtype kBf16 = fr::Dtype::bf16, kFp16 = fr::Dtype::fp16;
 using flashlab::test::lengths_str;
 using flashlab::test::prefix_sums;
 using flashlab::test::VarlenCase;
+
+/// The kernels every case runs on: mma_sync, and wgmma_ws where it runs.
+std::vector<fc::FastBackwardKernel> varlen_kernels() {
+  std::vector<fc::FastBackwardKernel> kernels{fc::FastBackwardKernel::mma_sync};
+  if (fc::fastest_backward_kernel() == fc::FastBackwardKernel::wgmma_ws)
+    kernels.push_back(fc::FastBackwardKernel::wgmma_ws);
+  return kernels;
+}
 
 /// The packed problem of case `c`.
 fr::AttentionProblem packed_problem(const VarlenCase& c) {
@@ -79,16 +89,19 @@ void check_varlen_backward(const VarlenCase& c) {
       for (long long j = r.first; j < r.end; ++j) key_unseen[s.k_start + std::size_t(j)] = 0;
     }
   }
-  const auto got = fc::fast_attention_backward(fr::Algorithm::bwd_atomic, cfg, in.Q, in.K, in.V, fwd.O, in.dO,
-                                               fwd.LSE, fc::FastBackwardKernel::mma_sync);
-  std::printf("  %-72s", label.c_str());
   const std::size_t q_row = std::size_t(c.heads) * c.head_dim, kv_row = std::size_t(c.heads_kv) * c.head_dim;
-  ft::check_gradient("dQ", got.dQ, ref.dQ, c.dtype, 1, int(total_q), q_row, row_keyless);
-  ft::check_gradient("dK", got.dK, ref.dK, c.dtype, 1, int(total_k), kv_row, key_unseen);
-  ft::check_gradient("dV", got.dV, ref.dV, c.dtype, 1, int(total_k), kv_row, key_unseen);
-  const double eD = fr::max_error_vs_max(got.D.data(), ref.D_from_O.data(), got.D.size());
-  std::printf("  D %.2e\n", eD);
-  CHECK(eD <= 1e-2);
+  for (const fc::FastBackwardKernel kernel : varlen_kernels()) {
+    INFO("kernel " << fc::to_string(kernel));
+    const auto got =
+        fc::fast_attention_backward(fr::Algorithm::bwd_atomic, cfg, in.Q, in.K, in.V, fwd.O, in.dO, fwd.LSE, kernel);
+    std::printf("  %-8s %-72s", fc::to_string(kernel), label.c_str());
+    ft::check_gradient("dQ", got.dQ, ref.dQ, c.dtype, 1, int(total_q), q_row, row_keyless);
+    ft::check_gradient("dK", got.dK, ref.dK, c.dtype, 1, int(total_k), kv_row, key_unseen);
+    ft::check_gradient("dV", got.dV, ref.dV, c.dtype, 1, int(total_k), kv_row, key_unseen);
+    const double eD = fr::max_error_vs_max(got.D.data(), ref.D_from_O.data(), got.D.size());
+    std::printf("  D %.2e\n", eD);
+    CHECK(eD <= 1e-2);
+  }
 }
 
 }  // namespace
@@ -151,10 +164,11 @@ TEST_CASE("packed sequences: the backward designs and kernels without them refus
                       Catch::Contains("cu_seqlens") && Catch::Contains("bwd_two_kernel"));
   REQUIRE_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_two_kernel, cfg),
                       Catch::Contains("cu_seqlens"));
-  for (const auto k : {fc::FastBackwardKernel::wgmma_ws, fc::FastBackwardKernel::wgmma_ws_deterministic})
-    REQUIRE_THROWS_WITH(fc::fast_attention_backward(fr::Algorithm::bwd_atomic, cfg, x, x, x, x, x, lse, k),
-                        Catch::Contains("cu_seqlens") && Catch::Contains(fc::to_string(k)));
-  CHECK(fc::fastest_backward_kernel(cfg) == fc::FastBackwardKernel::mma_sync);
+  const auto det = fc::FastBackwardKernel::wgmma_ws_deterministic;
+  REQUIRE_THROWS_WITH(fc::fast_attention_backward(fr::Algorithm::bwd_atomic, cfg, x, x, x, x, x, lse, det),
+                      Catch::Contains("cu_seqlens") && Catch::Contains(fc::to_string(det)));
+  // Packed sequences run on the fastest backward kernel, as dense ones (d = 64 here).
+  CHECK(fc::fastest_backward_kernel(cfg) == fc::fastest_backward_kernel());
   // The dense device entry refuses a packed problem, naming the overload with the device lists.
   REQUIRE_THROWS_WITH(fc::fast_attention_backward_device(fr::Algorithm::bwd_atomic, cfg, nullptr, nullptr, nullptr,
                                                          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
