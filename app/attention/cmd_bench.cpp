@@ -61,7 +61,7 @@ constexpr const char* kSummary =
     "count the pairs inside the band, 4 d H B times the sum over the N queries of the keys each sees\n"
     "(the area the mask leaves, not the tiles a kernel loads). --cu-seqlens FILE times packed\n"
     "variable-length sequences (the forward, and with --pass bwd or both the backward on the atomic\n"
-    "design's mma kernel, the one that takes them; the file format of flashlab attention fwd\n"
+    "design's mma or wgmma-ws kernel, the ones that take them; the file format of flashlab attention fwd\n"
     "--cu-seqlens: a line 'cu_seqlens_q = 0 3 3 10', and 'cu_seqlens_k = ...' when the keys differ):\n"
     "one shape per d and mask, Q [total_q, H, d], the lists in device memory; its sequences replace\n"
     "--seq, --seq-k and --batch (N prints the longest), and its TFLOP/s count each sequence's own\n"

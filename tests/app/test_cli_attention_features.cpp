@@ -180,7 +180,7 @@ TEST_CASE("cli attention --device cuda and bench attention: --cu-seqlens, one fi
   const std::string bad = write_text(dir, "bad.txt", "cu_seqlens_q = 0 3 2 7\n");
   const std::string cu = " --cu-seqlens '" + file + "'";
   // The lengths come from the file; the fast kernels alone take packed sequences on the GPU (the
-  // backward on the atomic design's mma kernel).
+  // backward on the atomic design's mma and wgmma-ws kernels).
   expect_usage_error("attention fwd --device cuda --kernel fast --seq 16" + cu, "--seq conflicts with --cu-seqlens");
   expect_usage_error("attention fwd --device cuda --kernel fast --batch 2" + cu, "--batch conflicts with --cu-seqlens");
   expect_usage_error("attention bwd --device cuda" + cu, "--cu-seqlens: the clear kernels take none");
