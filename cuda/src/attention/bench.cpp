@@ -54,8 +54,8 @@ void validate(const AttentionBenchConfig& b) {
   for (int n : b.seqs)
     if (n < 1) bad("sequence length " + std::to_string(n) + " must be >= 1");
   if (b.packed && b.pass != BenchPass::fwd &&
-      (b.bwd_design != ref::Algorithm::bwd_atomic || b.bwd_kernel != FastBackwardKernel::mma_sync))
-    bad("packed sequences time the backward on the atomic design's mma kernel only (the one that takes them)");
+      (b.bwd_design != ref::Algorithm::bwd_atomic || b.bwd_kernel == FastBackwardKernel::wgmma_ws_deterministic))
+    bad("packed sequences time the backward on the atomic design's mma and wgmma-ws kernels only (those that take them)");
   if (b.bwd_design != ref::Algorithm::bwd_two_kernel && b.bwd_design != ref::Algorithm::bwd_atomic)
     bad("bwd_design = " + std::string(ref::algorithm_name(b.bwd_design)) + " is not a fast backward design");
   for (int d : b.head_dims)  // before any timing: every shape's limits, and the backward's where it runs
