@@ -44,8 +44,8 @@ constexpr std::string_view kTraceUsage =
     "                       [--resume] [--json|--csv]\n"
     "       flashlab stream trace --store DIR --device cuda --kernel fast --block-m 64 --block-n 64 --k K\n"
     "                       (--seq T [--dim 64|128] [--layers L] [--heads H] [--workload W …] | --inputs DIR)\n"
-    "                       [--mask FILE] [--seed S] [--chunk N] [--heads-per-launch N] [--with-scores] [--resume]\n"
-    "                       [--json|--csv]";
+    "                       [--mask FILE] [--seed S] [--chunk N] [--heads-per-launch N] [--priority P]\n"
+    "                       [--with-scores] [--resume] [--json|--csv]";
 constexpr std::string_view kTraceSummary =
     "Traces layers × heads with the CPU reference (estimate, then apply with edge records) into a trace\n"
     "store: per (layer, head, query block) the kept key blocks and their mass, a reverse index, and a\n"
@@ -82,6 +82,7 @@ constexpr std::string_view kQuerySummary =
 struct TraceOptions : StreamFlags {
   std::string store, workload = "random", needle_layers, device = "cpu", kernel;
   long long layers = 1, heads = 1, needle_blocks = 4, needles = 4, chunk = 2048, heads_per_launch = 1;
+  std::string priority = "equal";
   bool with_scores = false, resume = false, workload_given = false;
   OutputFormat output = OutputFormat::text;
 };
@@ -285,6 +286,8 @@ int run_trace_cuda(const TraceOptions& o, const std::optional<TraceInputsShape>&
   gs::LayerTraceOptions lo;
   lo.heads_per_launch = std::size_t(o.heads_per_launch);
   lo.chunk_rows = std::size_t(o.chunk);
+  lo.priority = o.priority == "trace" ? gs::LayerPriority::trace
+                : o.priority == "estimate" ? gs::LayerPriority::estimate : gs::LayerPriority::equal;
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   rs::StoreWriter w = open_store_writer(o, layout);
@@ -353,6 +356,7 @@ int run_trace_cuda(const TraceOptions& o, const std::optional<TraceInputsShape>&
     j.key("T").value(std::uint64_t(T)).key("d").value(std::uint64_t(D)).key("k").value(std::uint64_t(k));
     j.key("layers").value(std::uint64_t(layers)).key("heads").value(std::uint64_t(heads));
     j.key("heads_per_launch").value(std::uint64_t(lo.heads_per_launch)).key("chunk").value(std::uint64_t(lo.chunk_rows));
+    j.key("priority").value(gs::layer_priority_name(lo.priority));
     j.key("source").value(layout.source);
     j.key("heads_written").value(std::uint64_t(layout.segments() - first));
     j.key("records").value(st.records()).key("bytes").value(st.bytes()).key("checksum").value(hex(st.checksum()));
@@ -380,7 +384,7 @@ int run_trace_cuda(const TraceOptions& o, const std::optional<TraceInputsShape>&
   }
   std::cout << "stream trace --device cuda -> store " << o.store << ": " << layers << " layer(s) x " << heads << " head(s), T=" << T
             << " d=" << D << " k=" << k << ", " << lo.heads_per_launch << " head(s) per launch, chunks of " << lo.chunk_rows
-            << " query blocks; " << layout.source << "\n"
+            << " query blocks, priority " << gs::layer_priority_name(lo.priority) << "; " << layout.source << "\n"
             << "  " << layout.segments() - first << " head(s) written" << (first ? " (resumed after " + std::to_string(first) + ")" : "")
             << ", " << st.records() << " records, " << st.bytes() << " bytes, checksum " << hex(st.checksum()) << "\n"
             << std::fixed << std::setprecision(1) << "  per layer (inputs on the GPU -> every head committed), ms:";
@@ -601,6 +605,7 @@ int cmd_stream_trace_store(const Args& args) {
         ("kernel", po::value<std::string>(&o.kernel), "fast (with --device cuda: the fast bf16 estimate and trace)")
         ("chunk", po::value<long long>(&o.chunk)->default_value(2048), "--device cuda: query blocks per streamed chunk of records")
         ("heads-per-launch", po::value<long long>(&o.heads_per_launch)->default_value(1), "--device cuda: heads per estimate and trace launch")
+        ("priority", po::value<std::string>(&o.priority)->default_value("equal"), "--device cuda: equal|trace|estimate, the kernel stream the GPU serves first")
         ;
     add_output_options(desc);
     po::positional_options_description pos;
@@ -649,6 +654,9 @@ int cmd_stream_trace_store(const Args& args) {
       require_range("k", o.k, 1, 128);
       require_range("heads-per-launch", o.heads_per_launch, 1, (long long)heads);
       require_range("chunk", o.chunk, 1, 1LL << 24);
+      if (o.priority != "equal" && o.priority != "trace" && o.priority != "estimate")
+        throw UsageError("--priority " + o.priority + ": expected equal, trace or estimate",
+                         "e.g. --priority trace (the trace's thread blocks first)");
       if (!in && o.workload_given) {
         // The workload is drawn on the host one head at a time (the CPU trace's generator).
         MemoryPlan plan;
@@ -668,8 +676,9 @@ int cmd_stream_trace_store(const Args& args) {
       });
     }
     if (!o.kernel.empty()) throw UsageError("--kernel applies to --device cuda", "add --device cuda --kernel fast, or drop --kernel");
-    if (!vm["chunk"].defaulted() || !vm["heads-per-launch"].defaulted())
-      throw UsageError("--chunk and --heads-per-launch apply to --device cuda", "drop them, or add --device cuda --kernel fast");
+    if (!vm["chunk"].defaulted() || !vm["heads-per-launch"].defaulted() || !vm["priority"].defaulted())
+      throw UsageError("--chunk, --heads-per-launch and --priority apply to --device cuda",
+                       "drop them, or add --device cuda --kernel fast");
     if (o.inputs.empty()) {
       MemoryPlan plan;
       plan.add("one head's Q, K, V, O", checked_size({std::uint64_t(*o.seq), std::uint64_t(*o.dim), 4}, "T x D"), 4);

@@ -9,8 +9,10 @@
 # removed after its run. Each configuration runs once under /usr/bin/time -v (its "Maximum resident
 # set size" is the peak host RSS); the stores of one layer are verified (checksums, reverse index)
 # with `flashlab stream query --verify`. Shapes: T = 1M, d = 128, k = 16, H = 32. A CONFIG is
-# LAYERS,HEADS_PER_LAUNCH; by default 1 layer with 1, 2 and 4 heads per launch, 8 layers with 1
-# and 4. Run it once per binary to put two builds side by side (the commit column tells them apart).
+# LAYERS,HEADS_PER_LAUNCH[,PRIORITY] (PRIORITY: --priority equal|trace|estimate, passed only when
+# given, so that builds without the flag run too; the column says equal then); by default 1 layer
+# with 1, 2 and 4 heads per launch, 8 layers with 1 and 4. Run it once per binary to put two builds
+# side by side (the commit column tells them apart).
 set -u
 bin=${1:?BIN}
 out=${2:?OUT}
@@ -22,13 +24,15 @@ device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
 date=$(date -u '+%Y-%m-%d %H:%M')
 shape=(--block-m 64 --block-n 64 --k 16 --seq 1048576 --dim 128 --heads 32 --seed 1)
 csv="$out/stream_layer.csv"
-echo "date,device,commit,T,d,k,H,layers,heads_per_launch,chunk,traced_ms,max_layer_ms,inputs_ms,estimate_ms,trace_ms,gpu_span_ms,writer_busy_ms,end_head_ms,device_bytes_beyond_qkv,device_bytes_measured,qkv_bytes,pinned_bytes,peak_rss_bytes,records,checksum,verified" >"$csv"
+echo "date,device,commit,T,d,k,H,layers,heads_per_launch,priority,chunk,traced_ms,max_layer_ms,inputs_ms,estimate_ms,trace_ms,gpu_span_ms,writer_busy_ms,end_head_ms,device_bytes_beyond_qkv,device_bytes_measured,qkv_bytes,pinned_bytes,peak_rss_bytes,records,checksum,verified" >"$csv"
 
-run_layer() {  # layers heads_per_launch
-  local layers=$1 hpl=$2 tag="L$1_hpl$2" store="$root/stream_layer_L$1_hpl$2"
+run_layer() {  # layers heads_per_launch [priority]
+  local layers=$1 hpl=$2 prio=${3:-} tag="L$1_hpl$2${3:+_$3}" store="$root/stream_layer_L$1_hpl$2"
+  local extra=()
+  [ -n "$prio" ] && extra=(--priority "$prio")
   rm -rf "$store"
   /usr/bin/time -v -o "$out/time_$tag.txt" "$fl" stream trace --store "$store" --device cuda --kernel fast "${shape[@]}" \
-    --layers "$layers" --heads-per-launch "$hpl" --json >"$out/layer_$tag.json" 2>"$out/layer_$tag.err"
+    --layers "$layers" --heads-per-launch "$hpl" "${extra[@]}" --json >"$out/layer_$tag.json" 2>"$out/layer_$tag.err"
   local rc=$?
   local verified=-
   if [ $rc -eq 0 ] && [ "$layers" -eq 1 ]; then
@@ -41,7 +45,7 @@ import json, re, sys
 j = json.load(open(sys.argv[1]))
 rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", open(sys.argv[2]).read()).group(1))
 row = [sys.argv[3], sys.argv[4], sys.argv[5], j["T"], j["d"], j["k"], j["heads"], j["layers"], j["heads_per_launch"],
-       j["chunk"], "%.2f" % j["traced_ms"], "%.2f" % max(j["layer_ms"]), "%.2f" % j["inputs_ms"],
+       j.get("priority", "equal"), j["chunk"], "%.2f" % j["traced_ms"], "%.2f" % max(j["layer_ms"]), "%.2f" % j["inputs_ms"],
        "%.2f" % j["estimate_ms"], "%.2f" % j["trace_ms"], "%.2f" % j["gpu_span_ms"], "%.2f" % j["writer_busy_ms"],
        "%.2f" % j["end_head_ms"], j["device_bytes_beyond_qkv"], j["device_bytes_beyond_qkv_measured"], j["qkv_device_bytes"], j["pinned_bytes"],
        rss_kb * 1024, j["records"], j["checksum"], sys.argv[6]]
@@ -52,7 +56,7 @@ EOF
 configs=("${@:4}")
 [ ${#configs[@]} -gt 0 ] || configs=(1,1 1,2 1,4 8,1 8,4)
 for c in "${configs[@]}"; do
-  IFS=, read -r layers hpl <<<"$c"
-  run_layer "$layers" "$hpl"
+  IFS=, read -r layers hpl prio <<<"$c"
+  run_layer "$layers" "$hpl" "$prio"
 done
 cat "$csv"

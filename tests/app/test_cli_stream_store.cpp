@@ -98,14 +98,17 @@ TEST_CASE("cli stream store: the GPU trace's flags are checked before any CUDA c
   expect_usage_error(gpu(" --kernel fast", 64, 128, 129), "--k 129");
   expect_usage_error(gpu(" --kernel fast --heads 4 --heads-per-launch 5"), "--heads-per-launch 5");
   expect_usage_error(gpu(" --kernel fast --chunk 0"), "--chunk 0");
+  expect_usage_error(gpu(" --kernel fast --priority first"), "--priority first: expected equal, trace or estimate");
   expect_usage_error("stream trace --store " + dir + "/t --device tpu --block-m 64 --block-n 64 --k 16 --seq 4096",
                      "--device 'tpu' is unknown");
   // The CPU trace takes none of the GPU path's flags.
   const std::string cpu = "stream trace --store " + dir + "/c --block-m 8 --block-n 8 --k 2 --seq 64 --dim 8";
   expect_usage_error(cpu + " --kernel fast", "--kernel applies to --device cuda");
-  expect_usage_error(cpu + " --chunk 8", "--chunk and --heads-per-launch apply to --device cuda");
+  expect_usage_error(cpu + " --chunk 8", "--chunk, --heads-per-launch and --priority apply to --device cuda");
+  expect_usage_error(cpu + " --priority trace", "--chunk, --heads-per-launch and --priority apply to --device cuda");
   // Valid flags reach the device: a build without CUDA says so (exit 2), a machine without a GPU too.
   flashlab::test::run_gpu_command(gpu(" --kernel fast --heads 2"));
+  flashlab::test::run_gpu_command(gpu(" --kernel fast --heads 2 --priority trace"));
   flashlab::test::run_gpu_command(gpu(" --kernel fast --heads 2 --workload needles --needle-layers 0"));
 }
 

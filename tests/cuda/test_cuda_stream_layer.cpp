@@ -202,7 +202,9 @@ TEST_CASE("cuda stream layer: the pipeline's store equals the store written the 
   const Case cases[] = {{{1, 3, 2}, false},     // tiny chunks, a ring of two: the writer paces the copies
                         {{2, 3, 2}, true},      // two heads per launch (the last group has one)
                         {{5, 4096, 8}, false},  // every head in one launch, a head per chunk
-                        {{1, 1, 3}, true}};     // one query block per chunk
+                        {{1, 1, 3}, true},      // one query block per chunk
+                        {{1, 7, 4, gs::LayerPriority::trace}, false},     // the trace's thread blocks first
+                        {{2, 5, 3, gs::LayerPriority::estimate}, true}};  // the estimate's first
   const fs::path simple[2] = {test::stream::fresh_dir("layer_simple"), test::stream::fresh_dir("layer_simple_scores")};
   std::uint64_t simple_sum[2] = {0, 0};
   for (int sc = 0; sc < 2; ++sc) {
@@ -213,7 +215,8 @@ TEST_CASE("cuda stream layer: the pipeline's store equals the store written the 
   }
   for (const Case& c : cases) {
     INFO("heads per launch " << c.opt.heads_per_launch << ", chunk " << c.opt.chunk_rows << " rows, ring of "
-                             << c.opt.host_chunks << (c.scores ? ", with scores" : ""));
+                             << c.opt.host_chunks << ", priority " << gs::layer_priority_name(c.opt.priority)
+                             << (c.scores ? ", with scores" : ""));
     const fs::path dir = test::stream::fresh_dir("layer_pipeline");
     StoreWriter w = StoreWriter::create(dir, layout_of(T, k, layers, H, d, c.scores));
     gs::LayerTracer tracer(shape, c.opt);

@@ -64,10 +64,13 @@ class Event {
   cudaEvent_t e_ = nullptr;
 };
 
-/// An owned non-blocking cudaStream_t.
+/// An owned non-blocking cudaStream_t; `priority` as cudaStreamCreateWithPriority takes it (lower
+/// is served first; 0 is the default).
 class Stream {
  public:
-  Stream() { FLASHLAB_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  explicit Stream(int priority = 0) {
+    FLASHLAB_CUDA_CHECK(cudaStreamCreateWithPriority(&s_, cudaStreamNonBlocking, priority));
+  }
   ~Stream() {
     if (s_) cudaStreamDestroy(s_);
   }
@@ -94,6 +97,15 @@ class Pinned {
  private:
   void* p_ = nullptr;
 };
+
+/// The CUDA priority of the trace stream (`trace`) or of the estimate stream: the greatest the
+/// device offers for the stream `p` puts first, the least (the default) otherwise.
+int stream_priority(LayerPriority p, bool trace) {
+  int least = 0, greatest = 0;
+  FLASHLAB_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  const bool first = trace ? p == LayerPriority::trace : p == LayerPriority::estimate;
+  return first ? greatest : least;
+}
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -125,6 +137,15 @@ FastApplyShape checked_shape(FastApplyShape shape, const LayerTraceOptions& opt,
 }
 
 }  // namespace
+
+const char* layer_priority_name(LayerPriority p) {
+  switch (p) {
+    case LayerPriority::trace: return "trace";
+    case LayerPriority::estimate: return "estimate";
+    case LayerPriority::equal: break;
+  }
+  return "equal";
+}
 
 std::size_t layer_trace_device_bytes(const FastApplyShape& shape, const LayerTraceOptions& opt) {
   const std::size_t n_q = (shape.T + kFastStreamBlock - 1) / kFastStreamBlock;
@@ -162,7 +183,9 @@ struct LayerTracer::Impl {
   Impl(const FastApplyShape& s, const LayerTraceOptions& o, const ref::stream::BlockMask* m)
       : shape(checked_shape(s, o, m)),
         opt(o),
-        mask(m ? *m : ref::stream::BlockMask(ref::stream::Geometry{s.T, kFastStreamBlock, kFastStreamBlock})) {
+        mask(m ? *m : ref::stream::BlockMask(ref::stream::Geometry{s.T, kFastStreamBlock, kFastStreamBlock})),
+        est_stream(stream_priority(o.priority, false)),
+        trace_stream(stream_priority(o.priority, true)) {
     n_q = mask.geometry().n_q();
     if (mask.has_user_mask()) {
       const std::vector<std::uint64_t> packed = pack_block_mask(mask);

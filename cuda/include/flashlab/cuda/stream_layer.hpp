@@ -33,12 +33,20 @@
 
 namespace flashlab::cuda::stream {
 
+/// Which kernel stream the GPU's block scheduler serves first when both have thread blocks waiting
+/// (CUDA stream priorities): neither, the trace's, or the estimate's.
+enum class LayerPriority { equal, trace, estimate };
+
+/// The name of a LayerPriority as the command line spells it ("equal", "trace", "estimate").
+const char* layer_priority_name(LayerPriority p);
+
 /// How the layer pipeline schedules and buffers (defaults: one head per launch, 2048 query blocks
-/// per chunk, 8 pinned chunks).
+/// per chunk, 8 pinned chunks, both kernel streams of equal priority).
 struct LayerTraceOptions {
   std::size_t heads_per_launch = 1;  ///< heads per estimate and trace launch (1 … H)
   std::size_t chunk_rows = 2048;     ///< query blocks per device → host copy (≥ 1)
   std::size_t host_chunks = 8;       ///< pinned chunk buffers in the ring (≥ 2)
+  LayerPriority priority = LayerPriority::equal;  ///< the kernel stream served first
 };
 
 /// What a LayerTracer did so far (summed over the layers it traced).
