@@ -77,6 +77,28 @@ __device__ __forceinline__ void load_tile(uint32_t smem, const uint16_t* x, std:
   }
 }
 
+/// An L2 policy that marks the lines a load brings in as the first to evict: for tiles a thread
+/// block reads for the last time, so that they do not push out the ones it will read again.
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+
+/// load_tile with an L2 eviction policy on every 16-byte copy (cp.async's cache hint; the bytes
+/// that land in SRAM are the same).
+template <class Tr, int HEAD_DIM>
+__device__ __forceinline__ void load_tile_hinted(uint32_t smem, const uint16_t* x, std::size_t head, std::size_t stride,
+                                                 int row0, int T, uint64_t policy) {
+  const int r = int(threadIdx.x) / Tr::kChunks, c = int(threadIdx.x) % Tr::kChunks;
+#pragma unroll
+  for (int pass = 0; pass < kBlock / Tr::kRowsPerPass; ++pass) {
+    const int rr = r + pass * Tr::kRowsPerPass, row = row0 + rr;
+    const bool ok = row < T;
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(smem + swz<HEAD_DIM>(rr, c)),
+                 "l"(x + head + std::size_t(ok ? row : 0) * stride + 8 * c), "r"(ok ? 16 : 0), "l"(policy));
+  }
+}
 
 /// A range launch's description: the whole problem and the query blocks q_first … q_first + q_count − 1.
 struct FastApplyRange {
@@ -477,8 +499,11 @@ __global__ void __launch_bounds__(128, 3)
   // slot 3, filled only after Q_q is in registers.
   const auto buf_a = [&](int j) { return base + uint32_t(((n_kept - 1 - j) & 3) * Tr::kTileBytes); };
   const uint32_t sQ = buf_a(3);
+  // Q_q and V_r are read once, and pass B reads each K_r for the last time: their lines go first
+  // when L2 needs room, so pass A's K_r lines stay for pass B to read again.
+  const uint64_t last_use = l2_evict_first_policy();
 
-  load_tile<Tr, HEAD_DIM>(sQ, Q, head, stride, q * kBlock, p.T);
+  load_tile_hinted<Tr, HEAD_DIM>(sQ, Q, head, stride, q * kBlock, p.T, last_use);
   cp_async_commit();
 #pragma unroll
   for (int j = 0; j < 3; ++j) {
@@ -550,7 +575,7 @@ __global__ void __launch_bounds__(128, 3)
   // pass A, so only their V_r is loaded (two tiles fewer per query block), and the K_r loaded again
   // are the ones pass A read most recently. A record depends only on its own block and the rows'
   // final statistics, so the order moves no bit.
-  load_tile<Tr, HEAD_DIM>(sV, V, head, stride, int(row_I[n_kept - 1]) * kBlock, p.T);
+  load_tile_hinted<Tr, HEAD_DIM>(sV, V, head, stride, int(row_I[n_kept - 1]) * kBlock, p.T, last_use);
   cp_async_commit();
   float* red_w = red + warp * (2 + HEAD_DIM);
   for (int b = 0; b < n_kept; ++b) {
@@ -558,8 +583,8 @@ __global__ void __launch_bounds__(128, 3)
     const uint32_t stage_off = uint32_t((b % kStages) * Tr::kTileBytes);
     if (j > 0) {
       const uint32_t next = uint32_t(((b + 1) % kStages) * Tr::kTileBytes);
-      if (b >= 1) load_tile<Tr, HEAD_DIM>(sK + next, K, head, stride, int(row_I[j - 1]) * kBlock, p.T);
-      load_tile<Tr, HEAD_DIM>(sV + next, V, head, stride, int(row_I[j - 1]) * kBlock, p.T);
+      if (b >= 1) load_tile_hinted<Tr, HEAD_DIM>(sK + next, K, head, stride, int(row_I[j - 1]) * kBlock, p.T, last_use);
+      load_tile_hinted<Tr, HEAD_DIM>(sV + next, V, head, stride, int(row_I[j - 1]) * kBlock, p.T, last_use);
     }
     cp_async_commit();
     cp_async_wait<1>();
