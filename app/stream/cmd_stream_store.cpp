@@ -57,14 +57,16 @@ constexpr std::string_view kTraceSummary =
     "is committed on its own: --resume continues a store whose trace was interrupted.\n"
     "--device cuda --kernel fast traces on the GPU (d = 64 or 128, b_q = b_k = 64): per layer, the inputs\n"
     "as bf16 [T, H, D] on the device, then head by head the fast estimate and the fast trace on two\n"
-    "streams, the records copied to a ring of pinned chunks of --chunk query blocks and appended by a\n"
-    "writer thread while the next head runs. The inputs: without --inputs and --workload, seeded N(0, 1)\n"
-    "made on the device (Q scaled by 1/sqrt(D)); with --inputs, the CPU trace's files read a chunk of\n"
-    "rows at a time (host memory stays bounded whatever T), converted to bf16 on the device, k and v\n"
-    "repeated over the query heads they serve; with --workload, the CPU trace's values and planted\n"
-    "needles, drawn one head at a time on the host. --mask and --resume follow the CPU trace's rules\n"
-    "(a GPU store resumes only on the GPU). It prints each layer's time (inputs on the GPU to every\n"
-    "head committed), the peak host RSS and the device memory beyond Q, K, V.";
+    "streams (--priority: whose thread blocks the GPU starts first; trace, the default, hands each\n"
+    "head's records to the writer soonest), the records copied to a ring of pinned chunks of --chunk\n"
+    "query blocks and appended by a writer thread while the next head runs. The inputs: without\n"
+    "--inputs and --workload, seeded N(0, 1) made on the device (Q scaled by 1/sqrt(D)); with --inputs,\n"
+    "the CPU trace's files read a chunk of rows at a time (host memory stays bounded whatever T),\n"
+    "converted to bf16 on the device, k and v repeated over the query heads they serve; with\n"
+    "--workload, the CPU trace's values and planted needles, drawn one head at a time on the host.\n"
+    "--mask and --resume follow the CPU trace's rules (a GPU store resumes only on the GPU). It prints\n"
+    "each layer's time (inputs on the GPU to every head committed), the peak host RSS and the device\n"
+    "memory beyond Q, K, V.";
 
 constexpr std::string_view kQueryUsage =
     "stream query DIR (--reads POS | --readers BLOCK | --route SRC:DST | --summary | --verify)\n"
@@ -82,7 +84,7 @@ constexpr std::string_view kQuerySummary =
 struct TraceOptions : StreamFlags {
   std::string store, workload = "random", needle_layers, device = "cpu", kernel;
   long long layers = 1, heads = 1, needle_blocks = 4, needles = 4, chunk = 2048, heads_per_launch = 1;
-  std::string priority = "equal";
+  std::string priority = "trace";
   bool with_scores = false, resume = false, workload_given = false;
   OutputFormat output = OutputFormat::text;
 };
@@ -605,7 +607,7 @@ int cmd_stream_trace_store(const Args& args) {
         ("kernel", po::value<std::string>(&o.kernel), "fast (with --device cuda: the fast bf16 estimate and trace)")
         ("chunk", po::value<long long>(&o.chunk)->default_value(2048), "--device cuda: query blocks per streamed chunk of records")
         ("heads-per-launch", po::value<long long>(&o.heads_per_launch)->default_value(1), "--device cuda: heads per estimate and trace launch")
-        ("priority", po::value<std::string>(&o.priority)->default_value("equal"), "--device cuda: equal|trace|estimate, the kernel stream the GPU serves first")
+        ("priority", po::value<std::string>(&o.priority)->default_value("trace"), "--device cuda: trace|estimate|equal, the kernel stream the GPU serves first")
         ;
     add_output_options(desc);
     po::positional_options_description pos;
