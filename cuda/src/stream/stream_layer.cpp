@@ -15,6 +15,8 @@
 //                    the buffer
 // The host enqueues E(g) and T(g) before it enqueues (and waits for buffers for) C(g − 1), so the
 // GPU has the next head's estimate queued while the records of the last one drain to the disk.
+// With LayerPriority::trace the trace stream has the device's greatest priority: when E(g) ends,
+// T(g)'s thread blocks start before E(g + 1)'s, so each head's records reach the writer soonest.
 #include "flashlab/cuda/stream_layer.hpp"
 #include "flashlab/cuda/stream_fast_estimate.hpp"
 

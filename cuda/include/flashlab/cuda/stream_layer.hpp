@@ -35,7 +35,11 @@ namespace flashlab::cuda::stream {
 
 /// Which kernel stream the GPU's block scheduler serves first when both have thread blocks waiting
 /// (CUDA stream priorities): neither, the trace's, or the estimate's.
-enum class LayerPriority { equal, trace, estimate };
+enum class LayerPriority {
+  equal,    ///< neither: the block scheduler mixes them
+  trace,    ///< the trace's: T(g) starts as soon as E(g) ends, E(g + 1) fills its last wave
+  estimate  ///< the estimate's: E(g + 1) first, T(g) in its last wave
+};
 
 /// The name of a LayerPriority as the command line spells it ("equal", "trace", "estimate").
 const char* layer_priority_name(LayerPriority p);
