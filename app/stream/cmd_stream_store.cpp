@@ -300,13 +300,7 @@ int run_trace_cuda(const TraceOptions& o, const std::optional<TraceInputsShape>&
   std::optional<TraceInputsReader> reader;
   gs::LayerInputFill fill;
   if (device_random) {
-    // n by value: the fill runs after this block, when a reference to it would dangle.
-    const std::size_t n = T * heads * D;
-    fill = [&, n](std::size_t l, std::size_t, std::uint16_t* Q, std::uint16_t* K, std::uint16_t* V) {
-      gs::layer_random_inputs_device(Q, n, std::uint64_t(o.seed), l, 0, D);
-      gs::layer_random_inputs_device(K, n, std::uint64_t(o.seed), l, 1, D);
-      gs::layer_random_inputs_device(V, n, std::uint64_t(o.seed), l, 2, D);
-    };
+    fill = gs::layer_random_fill(shape, std::uint64_t(o.seed));  // the library's own, as its tests run it
   } else if (in) {
     // Every head of the layer from the files, a chunk of rows at a time: host memory is one chunk.
     up.emplace(T, heads, D);

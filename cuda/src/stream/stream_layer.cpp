@@ -539,15 +539,16 @@ LayerTraceRun layer_trace_random(const FastApplyShape& shape, std::size_t layers
     throw StreamError("layer pipeline: random inputs start at (layer 0, head 0), the store's next head is (layer " +
                       std::to_string(writer.next_head().first) + ", head " + std::to_string(writer.next_head().second) +
                       ")");
-  const std::size_t n = shape.T * shape.heads * shape.dim;
-  return layer_trace(
-      shape,
-      [&](std::size_t l, std::size_t, std::uint16_t* Q, std::uint16_t* K, std::uint16_t* V) {
-        layer_random_inputs_device(Q, n, seed, l, 0, shape.dim);
-        layer_random_inputs_device(K, n, seed, l, 1, shape.dim);
-        layer_random_inputs_device(V, n, seed, l, 2, shape.dim);
-      },
-      opt, writer);
+  return layer_trace(shape, layer_random_fill(shape, seed), opt, writer);
+}
+
+LayerInputFill layer_random_fill(const FastApplyShape& shape, std::uint64_t seed) {
+  const std::size_t n = shape.T * shape.heads * shape.dim, d = shape.dim;
+  return [n, d, seed](std::size_t l, std::size_t, std::uint16_t* Q, std::uint16_t* K, std::uint16_t* V) {
+    layer_random_inputs_device(Q, n, seed, l, 0, d);
+    layer_random_inputs_device(K, n, seed, l, 1, d);
+    layer_random_inputs_device(V, n, seed, l, 2, d);
+  };
 }
 
 }  // namespace flashlab::cuda::stream

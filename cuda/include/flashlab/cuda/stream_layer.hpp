@@ -173,6 +173,11 @@ LayerTraceRun layer_trace(const FastApplyShape& shape, const LayerInputFill& fil
 LayerTraceRun layer_trace_random(const FastApplyShape& shape, std::size_t layers, std::uint64_t seed,
                                  const LayerTraceOptions& opt, ref::stream::StoreWriter& writer);
 
+/// The fill layer_trace_random() uses (and `stream trace --store --device cuda` without inputs):
+/// every layer's Q, K, V as layer_random_inputs_device() makes them. It holds its shape and seed
+/// by value, so it outlives the caller's locals.
+LayerInputFill layer_random_fill(const FastApplyShape& shape, std::uint64_t seed);
+
 /// The inputs layer_trace_random() gives layer `layer` (for tests): `n` bf16 bit patterns of
 /// tensor `tensor` (0 = Q, 1 = K, 2 = V) made on the device into `out` (a device pointer), Q
 /// scaled by 1/√d. Default stream, asynchronous.
