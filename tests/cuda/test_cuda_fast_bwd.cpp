@@ -192,6 +192,15 @@ TEST_CASE("wgmma-ws backward, N = 1000 and 4096, more key blocks than SMs", "[fa
   report("wgmma-ws bwd large");
 }
 
+// The causal grid runs in chunks of heads, as many as hold their Q, dO and dQ accumulator in two
+// thirds of L2 (attention_bwd_ws.cu): on an H100 (50 MiB), 150 of these 300 heads, so two chunks
+// beside two batches in blockIdx.z, each chunk's two key tiles in order.
+TEST_CASE("wgmma-ws backward, the causal grid in chunks of heads", "[fast-bwd][fast-bwd-ws][fast-bwd-sanitize]") {
+  if (!ws_in_build()) return;
+  check_bwd({2, 130, 300, 128, true}, kWsAndAtomic);
+  report("wgmma-ws bwd causal chunks");
+}
+
 // Bit-reproducibility: the deterministic kernel gives the same dQ, dK, dV bits on every run (its
 // dQ sums the key blocks in a fixed order); the plain wgmma-ws kernel's dQ is printed for contrast
 // (its order varies, so its bits usually do). Many key blocks per query tile (N = 4096: 32) and

@@ -10,7 +10,7 @@
 // Shapes: H/H_kv = 1 (N_k ≠ N alone), 4 and 32 (multi-query); N = 1; N_k > N (chunked prefill) and
 // N_k < N (query tiles without keys); N and N_k not multiples of any tile; causal and not; windows with
 // grouped K/V on both sides of N_k = N (key blocks that no query sees); batch > 1; d = 64 and 128; bf16
-// and fp16. Tags: [fast-bwd-gqa]; small shapes also [fast-bwd-gqa-sanitize] for compute-sanitizer.
+// and fp16; enough K/V heads for the causal grid's chunks of heads. Tags: [fast-bwd-gqa]; small shapes also [fast-bwd-gqa-sanitize] for compute-sanitizer.
 #include <catch2/catch.hpp>
 
 #include "fast_backward_check.hpp"
@@ -77,6 +77,15 @@ TEST_CASE("fast backward, many query tiles without keys and long key lists", "[f
   check_gqa_bwd({1, 300, 900, 8, 2, 64, true});   // offset +600: long causal rows
   check_gqa_bwd({1, 300, 900, 8, 2, 128, false, -1, -1, kFp16});
   report("bwd gqa long and empty");
+}
+
+// The causal grid in chunks of K/V heads (on an H100, 150 of these 300 K/V heads: attention_bwd_ws.cu),
+// two chunks beside two batches: the grouped instantiation (N_k != N) and the band's (causal in it).
+TEST_CASE("fast backward, grouped K/V, the causal grid in chunks of K/V heads",
+          "[fast-bwd][fast-bwd-gqa][fast-bwd-gqa-sanitize]") {
+  check_gqa_bwd({2, 130, 129, 300, 300, 128, true});
+  check_gqa_bwd({2, 130, 140, 600, 300, 64, true, 70, 0});
+  report("bwd gqa causal chunks");
 }
 
 TEST_CASE("fast backward, windows with grouped K/V and N_k != N", "[fast-bwd][fast-bwd-gqa]") {

@@ -74,9 +74,10 @@
 // 2j + c (every earlier block, and consumer 0 before 1, has added its partial of that tile), adds,
 // waits until its add is performed in global memory, and increments the counter (release). The
 // waits never close a cycle: block j only waits on blocks j' < j, which the grid's order
-// launches no later, and which never wait on j. The deterministic kernel computes dQ one step late
-// (consume_lagged: mbarriers instead of the consumers' meeting), so each ordered add has a step
-// of slack before the next one waits on it.
+// launches no later (the causal grid's chunks keep a head's key blocks together, in ascending j),
+// and which never wait on j. The deterministic kernel computes dQ one step late (consume_lagged:
+// mbarriers instead of the consumers' meeting), so each ordered add has a step of slack before the
+// next one waits on it.
 // Resources (ptxas, sm_90a): 168 registers at launch (384 threads, 1 block per SM), then 24 for the
 // producer and 240 for the consumers, no wgmma serialisation, no spills but 4–8 bytes in the
 // d = 64 causal and deterministic kernels; dynamic SRAM 198,728 bytes at d = 128 (K_j, V_j 64 KiB,
@@ -856,7 +857,8 @@ __device__ __forceinline__ void bwd_ws_body(const BwdWsSmem<T>& sm, const BwdWsB
   else consume<T>(p, sm, w, dQaccum, dq_order, dK, dV, wg - 1);
 }
 
-/// Grid (Tc, H, B) non-causal, (H, Tc, B) causal (the heaviest key tiles, small j, first).
+/// Grid (Tc, H, B) non-causal; causal (C, Tc, H/C · B): chunks of C heads, each with the heaviest key
+/// tiles (small j) first (bwd_ws_causal_chunk()).
 template <class T>
 __global__ void __launch_bounds__(T::kThreads, 1)
     bwd_ws_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
@@ -866,13 +868,21 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #if FLASHLAB_WGMMA_OK
   extern __shared__ uint8_t smem_raw[];
   const BwdWsSmem<T> sm{(uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u};
-  // Causal (grouped: causal in the band) grids run the heaviest key tiles first (the launcher).
-  const int j = T::kGroup ? (p.causal ? blockIdx.y : blockIdx.x) : T::kCausal ? blockIdx.y : blockIdx.x;
-  const int h = T::kGroup ? (p.causal ? blockIdx.x : blockIdx.y) : T::kCausal ? blockIdx.x : blockIdx.y;
+  int j = T::kGroup ? (p.causal ? blockIdx.y : blockIdx.x) : T::kCausal ? blockIdx.y : blockIdx.x;
+  int h = T::kGroup ? (p.causal ? blockIdx.x : blockIdx.y) : T::kCausal ? blockIdx.x : blockIdx.y;
+  int b = blockIdx.z;
+  // Causal (grouped: causal in the band) grids run chunk by chunk of gridDim.x heads, in each the
+  // heaviest key tiles first (the launcher): blockIdx.z = chunk + chunks · b.
+  if (T::kCausal || (T::kGroup && T::kWindow && p.causal)) {
+    const int chunks = int(gridDim.z) / p.batch;
+    j = blockIdx.y;
+    h = int(blockIdx.z) % chunks * int(gridDim.x) + int(blockIdx.x);
+    b = int(blockIdx.z) / chunks;
+  }
   BwdWsBlock w;
   w.start_n = j * T::BLOCK_N;
   w.h = h;
-  w.b = blockIdx.z;
+  w.b = b;
   // Earlier query tiles see none of these keys (grouped: key j is first seen by query j − (N_k − N)).
   w.i_begin = T::kCausal ? (T::kGroup ? max(0, w.start_n - p.causal_offset()) : w.start_n) / T::BLOCK_M : 0;
   w.Tr = (p.seq + T::BLOCK_M - 1) / T::BLOCK_M;
@@ -1012,6 +1022,35 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+/// The K/V heads per chunk C of the causal grid (a divisor of H_kv). Why chunks: the blocks resident
+/// at once then belong to the chunk's heads, not to every head, so more of them walk the same query
+/// head's Q_i, dO_i and dQ accumulator tiles and find them in L2 (all H heads at once: SMs/H blocks
+/// per head, each tile fetched from HBM again by the next wave). C is the larger of
+///   - the most K/V heads whose G = H/H_kv query heads each hold Q, dO (16-bit) and the fp32 dQ
+///     accumulator (N·d·8 bytes a head) in two thirds of L2: a grouped block walks its G heads one
+///     after the other, so its chunk's blocks spread over all G·C of them;
+///   - the fewest whose key blocks make nearly a wave (C·Tc ≥ 7/8 of the SMs): each chunk runs its
+///     heaviest key tiles first, and its work per SM is then about half its heaviest block's or more,
+///     so the next chunk's heavy blocks start beside its light ones and the grid ends on light ones.
+/// Then larger still while the grid's z, H_kv/C · B, would pass its limit of 65,535.
+int bwd_ws_causal_chunk(const Problem& p, int tc) {
+  int dev = 0, sms = 0, l2 = 0;
+  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
+  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+  const int hkv = p.heads_kv;
+  const double head_bytes = double(p.heads / hkv) * p.seq * p.head_dim * 8.0;  // a K/V head's query heads
+  int fit = 1, wave = hkv;
+  for (int c = 1; c <= hkv; ++c) {
+    if (hkv % c != 0) continue;
+    if (c * head_bytes <= 2.0 / 3.0 * l2) fit = c;
+    if (8 * c * tc >= 7 * sms && c < wave) wave = c;
+  }
+  int c = std::max(fit, wave);
+  while (c < hkv && (hkv % c != 0 || std::int64_t(hkv / c) * p.batch > 65535)) ++c;
+  return c;
+}
+
 template <int D, bool kBf16, bool kCausal, bool kDeterministic, bool kWindow = false, bool kGroup = false,
           bool kAddF32 = false>
 void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, int* dq_order, cudaStream_t stream) {
@@ -1034,9 +1073,11 @@ void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, int* dq_order, cu
   const CUtensorMap map_k = make_kv_tile_map(a.K, p, T::BLOCK_N);
   const CUtensorMap map_v = make_kv_tile_map(a.V, p, T::BLOCK_N);
   const unsigned tc = unsigned((p.seq_k + T::BLOCK_N - 1) / T::BLOCK_N);
-  // Causal: (H_kv, Tc, B), the heaviest key tiles (small j) first; grouped, causal is in the band
-  // and p.causal picks the same order.
-  const dim3 grid = kCausal || (kGroup && p.causal) ? dim3(p.heads_kv, tc, p.batch) : dim3(tc, p.heads_kv, p.batch);
+  // Causal: (C, Tc, H_kv/C · B), chunks of C K/V heads, each with the heaviest key tiles (small j)
+  // first; grouped, causal is in the band and p.causal picks the same order.
+  const bool chunked = kCausal || (kGroup && kWindow && p.causal);  // as bwd_ws_kernel decodes it
+  const int chunk = chunked ? bwd_ws_causal_chunk(p, int(tc)) : 1;
+  const dim3 grid = chunked ? dim3(chunk, tc, unsigned(p.heads_kv / chunk * p.batch)) : dim3(tc, p.heads_kv, p.batch);
   announce("bwd_ws_kernel");
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, p, a.LSE, a.D, a.dQaccum, dq_order,
                                                       static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV));
