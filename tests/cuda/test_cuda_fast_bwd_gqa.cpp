@@ -10,7 +10,8 @@
 // Shapes: H/H_kv = 1 (N_k ≠ N alone), 4 and 32 (multi-query); N = 1; N_k > N (chunked prefill) and
 // N_k < N (query tiles without keys); N and N_k not multiples of any tile; causal and not; windows with
 // grouped K/V on both sides of N_k = N (key blocks that no query sees); batch > 1; d = 64 and 128; bf16
-// and fp16; enough K/V heads for the causal grid's chunks of heads. Tags: [fast-bwd-gqa]; small shapes also [fast-bwd-gqa-sanitize] for compute-sanitizer.
+// and fp16; enough K/V heads for the causal grid's chunks of heads. Tags: [fast-bwd-gqa]; small shapes
+// also [fast-bwd-gqa-sanitize] for compute-sanitizer.
 #include <catch2/catch.hpp>
 
 #include "fast_backward_check.hpp"
