@@ -301,10 +301,10 @@ Run parse_run(const po::variables_map& vm) {
     throw UsageError("--dim " + std::to_string(run.cfg.head_dim) + " is not 64, 128 or 256",
                      "--kernel fast is compiled for d = 64, 128 and 256; --kernel clear takes "
                      "any d up to 256");
-  if (run.fast && bwd && run.cfg.head_dim == 256 && run.bwd_kernel.rfind("wgmma-ws", 0) == 0)
-    throw UsageError("--dim 256: the fast backward at d = 256 runs on the mma kernel, not --bwd-kernel " +
+  if (run.fast && bwd && run.cfg.head_dim == 256 && run.bwd_kernel == "wgmma-ws-det")
+    throw UsageError("--dim 256: the fast backward at d = 256 runs on the mma and wgmma-ws kernels, not --bwd-kernel " +
                          run.bwd_kernel,
-                     "--bwd-kernel auto or mma");
+                     "--bwd-kernel auto, mma or wgmma-ws");
   if (!run.fast && run.cfg.head_dim > 256)
     throw UsageError("--dim " + std::to_string(run.cfg.head_dim) + " is above 256",
                      "the clear kernels keep whole rows of d in SRAM; use --dim 256 or less");
