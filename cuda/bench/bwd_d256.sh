@@ -51,7 +51,7 @@ bench "$logs/bench_bwd_128.csv" auto 128
 step 60 "$logs/sdpa.log" env PYTHONUNBUFFERED=1 python3 "$here/sdpa_bench.py" "$logs/bench_shapes.csv" --reps "${REPS:-20}" \
   --out "$logs/sdpa.csv"
 for tool in memcheck racecheck; do
-  step 120 "$logs/sanitize_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/test_cuda" \
+  step 90 "$logs/sanitize_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/test_cuda" \
     '[fast-bwd-d256-sanitize]'
 done
 python3 - "$out" "$date" "$device" "$commit" <<'EOF' || status=1

@@ -88,7 +88,7 @@ TEST_CASE("the front door takes packed sequences for the mma and tma-ws forwards
   // split-KV and the plain wgmma forwards refuse them by name.
   CHECK(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, p) ==
         (32 * 100 * 4 + 255) / 256 * 256 + std::size_t(100 + 2 * 128) * 32 * 128 * 4);
-  CHECK(fc::fastest_backward_kernel(p) == fc::FastBackwardKernel::mma_sync);
+  CHECK(fc::fastest_backward_kernel(p) == fc::fastest_backward_kernel());  // wgmma-ws on Hopper
   CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_two_kernel, p),
                     Catch::Contains("fast backward: cu_seqlens (2 packed sequences) are not supported by the "
                                     "bwd_two_kernel design") &&
@@ -248,7 +248,7 @@ TEST_CASE("d = 256: the mma and tma-ws forwards and the atomic mma and wgmma-ws 
   // the order counters (one per 64 rows).
   CHECK(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, p) ==
         256 + 128 * 256 * sizeof(float) + sizeof(int));
-  CHECK(fc::fastest_backward_kernel(p) == fc::FastBackwardKernel::mma_sync);
+  CHECK(fc::fastest_backward_kernel(p) == fc::fastest_backward_kernel());  // wgmma-ws on Hopper
   CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_two_kernel, p),
                     Catch::Contains("fast backward: head_dim (d) = 256 is not supported by the bwd_two_kernel design") &&
                         Catch::Contains("hint: design bwd_atomic, kernel mma"));
