@@ -84,7 +84,7 @@ TEST_CASE("the front door takes packed sequences for the mma and tma-ws forwards
   CHECK_NOTHROW(fc::check_fast_problem(p));
   CHECK(fc::fast_forward_tiles(p, kMma).Br == 128);
   // The atomic backward takes them (its workspace: D [H, total_q], then whole query tiles of each
-  // sequence, (total_q + 128·B)·H·d floats); the two-kernel design, the wgmma-ws kernels, the
+  // sequence, (total_q + 128·B)·H·d floats) on the fastest kernel; the two-kernel design, the
   // split-KV and the plain wgmma forwards refuse them by name.
   CHECK(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, p) ==
         (32 * 100 * 4 + 255) / 256 * 256 + std::size_t(100 + 2 * 128) * 32 * 128 * 4);
