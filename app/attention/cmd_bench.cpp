@@ -246,13 +246,13 @@ Sweep parse_sweep(const po::variables_map& vm) {
   if (bk.rfind("wgmma-ws", 0) == 0 && !s.bwd_atomic)
     throw UsageError("--bwd-kernel " + bk + " runs the atomic design only", "drop --bwd-design two-kernel");
   s.bwd_kernel = bk;
-  // d = 256: the atomic design's mma kernel alone.
-  if (s.bwd && (!s.bwd_atomic || bk.rfind("wgmma-ws", 0) == 0))
+  // d = 256: the atomic design's mma and wgmma-ws kernels alone.
+  if (s.bwd && (!s.bwd_atomic || bk == "wgmma-ws-det"))
     for (int d : s.dims)
       if (d == 256)
-        throw UsageError("--dim 256: the fast backward at d = 256 is the atomic design's mma kernel, not " +
+        throw UsageError("--dim 256: the fast backward at d = 256 is the atomic design's mma or wgmma-ws kernel, not " +
                              (s.bwd_atomic ? "--bwd-kernel " + bk : std::string("--bwd-design two-kernel")),
-                         "--bwd-design atomic with --bwd-kernel auto or mma, or add --pass fwd");
+                         "--bwd-design atomic with --bwd-kernel auto, mma or wgmma-ws, or add --pass fwd");
   // A window, grouped K/V and N_k != N: the atomic design on its mma or wgmma-ws kernel.
   if (s.bwd && (!s.bwd_atomic || bk == "wgmma-ws-det")) {
     const std::string other = s.bwd_atomic ? "--bwd-kernel " + bk : std::string("--bwd-design two-kernel");

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# cuda/bench/bwd_d256.sh — the fast backward at head dim d = 256 on the H100 (the atomic design's mma
-# kernel, attention_bwd_d256.cu): its tests, the backward at N = 8192 beside SDPA's cuDNN and flash
-# backends, with the backward at d = 128 (the fastest kernel there) as the anchor of the same run,
-# then the sanitizers: the rows of cuda/results/bwd_d256.csv and bwd_d256_checks.csv.
+# cuda/bench/bwd_d256.sh — the fast backward at head dim d = 256 on the H100 (the atomic design's two
+# kernels there: mma, attention_bwd_d256.cu, and wgmma-ws, attention_bwd_d256_ws.cu): their tests,
+# the backward at N = 8192 of both kernels interleaved (REPEATS rounds of mma then wgmma-ws, default
+# 3; each row: the median of the rounds' medians, the min and max over all) beside SDPA's cuDNN and
+# flash backends, with the backward at d = 128 (the fastest kernel there) as the anchor of the same
+# run, then the sanitizers: the rows of cuda/results/bwd_d256.csv and bwd_d256_checks.csv.
 #
 #   bwd_d256.sh [BIN_DIR] [OUT_DIR]   on the GPU machine, from the repository root
 #
@@ -31,18 +33,29 @@ step() {  # step TIMEOUT LOG CMD...: stdout into LOG, stderr into LOG.err, the c
   echo "$rc" >"$log.rc"
   [ "$rc" -eq 0 ] || { echo "    failed: rc=$rc (see $log.err)"; status=1; }
 }
-step 60 "$logs/test_cuda_bwd_d256.log" "$bin/test_cuda" '[fast-bwd-d256]' --durations yes
+step 120 "$logs/test_cuda_bwd_d256.log" "$bin/test_cuda" '[fast-bwd-d256]' --durations yes
+# A test run that timed out may be a kernel that hangs: its timings would too.
+hung=$([ "$(cat "$logs/test_cuda_bwd_d256.log.rc")" = 124 ] && echo 1 || echo 0)
 step 20 "$logs/test_cuda_fast_limits.log" "$bin/test_cuda_fast_limits" '[fast-d256]'
-step 40 "$logs/bench_bwd.csv" "$bin/flashlab" bench attention --csv --pass bwd --seq 8192 --heads 16 --batch 1 --both \
-  --dim 256,128 --reps "${REPS:-20}"
-step 60 "$logs/sdpa.log" env PYTHONUNBUFFERED=1 python3 "$here/sdpa_bench.py" "$logs/bench_bwd.csv" --reps "${REPS:-20}" \
+bench() {  # bench LOG KERNEL DIM: one `flashlab bench attention` backward run at N = 8192
+  step 40 "$1" "$bin/flashlab" bench attention --csv --pass bwd --seq 8192 --heads 16 --batch 1 --both --dim "$3" \
+    --bwd-kernel "$2" --reps "${REPS:-20}"
+}
+for r in $(seq 1 "${REPEATS:-3}"); do
+  bench "$logs/bench_bwd_mma_$r.csv" mma 256
+  [ "$hung" = 1 ] || bench "$logs/bench_bwd_ws_$r.csv" wgmma-ws 256
+done
+bench "$logs/bench_bwd_128.csv" auto 128
+# SDPA once per shape: the first round's d = 256 rows and the d = 128 rows.
+{ cat "$logs/bench_bwd_mma_1.csv"; tail -n +2 "$logs/bench_bwd_128.csv"; } >"$logs/bench_shapes.csv"
+step 60 "$logs/sdpa.log" env PYTHONUNBUFFERED=1 python3 "$here/sdpa_bench.py" "$logs/bench_shapes.csv" --reps "${REPS:-20}" \
   --out "$logs/sdpa.csv"
 for tool in memcheck racecheck; do
-  step 60 "$logs/sanitize_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/test_cuda" \
+  step 90 "$logs/sanitize_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/test_cuda" \
     '[fast-bwd-d256-sanitize]'
 done
 python3 - "$out" "$date" "$device" "$commit" <<'EOF' || status=1
-import csv, os, sys
+import csv, glob, os, sys
 out, date, device, commit = sys.argv[1:5]
 logs = f"{out}/logs"
 sdpa = {}
@@ -54,15 +67,22 @@ cols = ["date", "device", "commit", "dtype", "pass", "kernel", "d", "causal", "N
         "max_ms", "tflops", "flash_bnhd_tflops", "cudnn_bnhd_tflops", "cudnn_bhnd_tflops", "ours_over_cudnn_bnhd"]
 w = csv.writer(open(f"{out}/bwd_d256.csv", "w", newline=""), lineterminator="\n")
 w.writerow(cols)
-if os.path.exists(f"{logs}/bench_bwd.csv"):
-    for r in csv.DictReader(open(f"{logs}/bench_bwd.csv")):
-        s = sdpa.get((r["d"], r["causal"], r["N"]), {})
-        fl, cb, ch = (s.get(k, "") for k in ("flash_bnhd_tflops", "cudnn_bnhd_tflops", "cudnn_bhnd_tflops"))
-        ratio = f"{float(r['tflops']) / float(cb):.3f}" if cb not in ("", "n/a") else ""
+runs = {}  # (kernel, d, causal) -> the rows of every round
+for path in sorted(glob.glob(f"{logs}/bench_bwd_*.csv")):
+    for r in csv.DictReader(open(path)):
         kernel = "mma" if r.get("bwd_design") == "atomic" else r.get("bwd_design", "")
-        row = [date, device, commit, r["dtype"], r["pass"], kernel, r["d"], r["causal"], r["N"], r["H"], r["B"], r["ms"], r["min_ms"], r["max_ms"], r["tflops"], fl, cb, ch, ratio]
-        w.writerow(row)
-        print("row:", ",".join(row[3:]))
+        runs.setdefault((kernel, r["d"], r["causal"]), []).append(r)
+        print(f"round {os.path.basename(path)}: {kernel} d={r['d']} causal={r['causal']} {r['ms']} ms {r['tflops']} TFLOP/s")
+for (kernel, d, causal), rows in sorted(runs.items(), key=lambda kv: (-int(kv[0][1]), kv[0][0], kv[0][2])):
+    rows.sort(key=lambda x: float(x["ms"]))
+    r = rows[(len(rows) - 1) // 2]  # the median round (the lower middle one of an even count)
+    lo, hi = min(float(x["min_ms"]) for x in rows), max(float(x["max_ms"]) for x in rows)
+    s = sdpa.get((r["d"], r["causal"], r["N"]), {})
+    fl, cb, ch = (s.get(k, "") for k in ("flash_bnhd_tflops", "cudnn_bnhd_tflops", "cudnn_bhnd_tflops"))
+    ratio = f"{float(r['tflops']) / float(cb):.3f}" if cb not in ("", "n/a") else ""
+    row = [date, device, commit, r["dtype"], r["pass"], kernel, r["d"], r["causal"], r["N"], r["H"], r["B"], r["ms"], str(lo), str(hi), r["tflops"], fl, cb, ch, ratio]
+    w.writerow(row)
+    print("row:", ",".join(row[3:]))
 EOF
 python3 "$here/step_checks.py" "$out/bwd_d256_checks.csv" "$logs" "$date" "$device" "$commit" || status=1
 echo "bwd_d256: status $status ($out/bwd_d256.csv, $out/bwd_d256_checks.csv)"

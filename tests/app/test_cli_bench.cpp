@@ -45,12 +45,12 @@ TEST_CASE("cli bench: bad flags are usage errors naming the flag", "[cli][bench]
 #else
   expect_usage_error("bench attention --dim 96", "built without CUDA");
 #endif
-  expect_usage_error("bench attention --dim 256 --bwd-kernel wgmma-ws",
-                     "--dim 256: the fast backward at d = 256 is the atomic design's mma kernel, not --bwd-kernel "
-                     "wgmma-ws");
+  expect_usage_error("bench attention --dim 256 --bwd-kernel wgmma-ws-det",
+                     "--dim 256: the fast backward at d = 256 is the atomic design's mma or wgmma-ws kernel, not "
+                     "--bwd-kernel wgmma-ws-det");
   expect_usage_error("bench attention --dim 256 --bwd-design two-kernel",
-                     "--dim 256: the fast backward at d = 256 is the atomic design's mma kernel, not --bwd-design "
-                     "two-kernel");
+                     "--dim 256: the fast backward at d = 256 is the atomic design's mma or wgmma-ws kernel, not "
+                     "--bwd-design two-kernel");
   expect_usage_error("bench attention --dim 128,256 --pass bwd --bwd-kernel wgmma-ws-det", "add --pass fwd");
   expect_usage_error("bench attention --fwd-kernel tma", "--fwd-kernel 'tma' is unknown");
   expect_usage_error("bench attention --bwd-kernel wgmma", "--bwd-kernel 'wgmma' is unknown");

@@ -1,5 +1,7 @@
-// The fast backward at head dim d = 256 (the atomic design's mma kernel, attention_bwd_d256.cu:
-// Br = 32, Bc = 64, 8 warps) against the float64 reference flashlab::ref::naive_backward<double>.
+// The fast backward at head dim d = 256 against the float64 reference
+// flashlab::ref::naive_backward<double>, every case on both kernels of the atomic design: the mma
+// kernel (attention_bwd_d256.cu: Br = 32, Bc = 64, 8 warps) and, where built and the device runs it,
+// the wgmma-ws kernel (attention_bwd_d256_ws.cu: Br = Bc = 64, a TMA producer, two wgmma consumers).
 //
 // Inputs, metric and the check: fast_backward_check.hpp (each gradient within max(1e-2, 2 × its
 // rounding floor), the project's backward bound; rows that see no key get dQ exactly 0, keys no query
@@ -19,7 +21,6 @@
 
 #include <vector>
 
-namespace fc = flashlab::cuda;
 namespace fr = flashlab::ref;
 
 namespace {
@@ -30,7 +31,7 @@ constexpr fr::Dtype kBf16 = fr::Dtype::bf16, kFp16 = fr::Dtype::fp16;
 void check(int batch, int seq, int seq_k, int heads, int heads_kv, bool causal, long long left = -1,
            long long right = -1, fr::Dtype dtype = kBf16, bool large = false) {
   flashlab::test::check_backward({batch, seq, seq_k, heads, heads_kv, 256, causal, left, right, dtype, large},
-                                 {fc::FastBackwardKernel::mma_sync});
+                                 flashlab::test::general_backward_kernels());
 }
 
 void report(const char* name) { flashlab::test::report_backward_ratio(name); }

@@ -84,11 +84,11 @@ TEST_CASE("the front door takes packed sequences for the mma and tma-ws forwards
   CHECK_NOTHROW(fc::check_fast_problem(p));
   CHECK(fc::fast_forward_tiles(p, kMma).Br == 128);
   // The atomic backward takes them (its workspace: D [H, total_q], then whole query tiles of each
-  // sequence, (total_q + 128·B)·H·d floats); the two-kernel design, the wgmma-ws kernels, the
+  // sequence, (total_q + 128·B)·H·d floats) on the fastest kernel; the two-kernel design, the
   // split-KV and the plain wgmma forwards refuse them by name.
   CHECK(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, p) ==
         (32 * 100 * 4 + 255) / 256 * 256 + std::size_t(100 + 2 * 128) * 32 * 128 * 4);
-  CHECK(fc::fastest_backward_kernel(p) == fc::FastBackwardKernel::mma_sync);
+  CHECK(fc::fastest_backward_kernel(p) == fc::fastest_backward_kernel());  // wgmma-ws on Hopper
   CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_two_kernel, p),
                     Catch::Contains("fast backward: cu_seqlens (2 packed sequences) are not supported by the "
                                     "bwd_two_kernel design") &&
@@ -224,8 +224,8 @@ TEST_CASE("the split-KV forward's tiles count packed rows: the query rows of the
   CHECK_THROWS_WITH(fc::fast_forward_tiles(p, split_kv), Catch::Contains("head_dim (d) = 96 is not 64, 128 or 256"));
 }
 
-TEST_CASE("d = 256: the mma and tma-ws forwards and the atomic mma backward take it, the other fast kernels name "
-          "their limit",
+TEST_CASE("d = 256: the mma and tma-ws forwards and the atomic mma and wgmma-ws backwards take it, the other fast "
+          "kernels name their limit",
           "[fast][fast-d256][errors]") {
   fr::AttentionProblem p;
   p.seq = 8;
@@ -248,16 +248,18 @@ TEST_CASE("d = 256: the mma and tma-ws forwards and the atomic mma backward take
   // the order counters (one per 64 rows).
   CHECK(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, p) ==
         256 + 128 * 256 * sizeof(float) + sizeof(int));
-  CHECK(fc::fastest_backward_kernel(p) == fc::FastBackwardKernel::mma_sync);
+  CHECK(fc::fastest_backward_kernel(p) == fc::fastest_backward_kernel());  // wgmma-ws on Hopper
   CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_two_kernel, p),
                     Catch::Contains("fast backward: head_dim (d) = 256 is not supported by the bwd_two_kernel design") &&
                         Catch::Contains("hint: design bwd_atomic, kernel mma"));
   const std::vector<std::uint16_t> x(8 * 256);
   const std::vector<float> lse(8);
-  for (const auto kernel : {fc::FastBackwardKernel::wgmma_ws, fc::FastBackwardKernel::wgmma_ws_deterministic})
-    CHECK_THROWS_WITH(fc::fast_attention_backward(fr::Algorithm::bwd_atomic, p, x, x, x, x, x, lse, kernel),
-                      Catch::Contains("head_dim (d) = 256 is not supported by the " + std::string(fc::to_string(kernel)) +
-                                      " kernel"));
+  // The wgmma-ws kernel takes d = 256 (attention_bwd_d256_ws.cu); its fixed order does not.
+  const auto det = fc::FastBackwardKernel::wgmma_ws_deterministic;
+  CHECK_THROWS_WITH(fc::fast_attention_backward(fr::Algorithm::bwd_atomic, p, x, x, x, x, x, lse, det),
+                    Catch::Contains("head_dim (d) = 256 is not supported by the " + std::string(fc::to_string(det)) +
+                                    " kernel") &&
+                        Catch::Contains("mma and wgmma-ws kernels"));
   p.head_dim = 512;
   CHECK_THROWS_WITH(fc::check_fast_problem(p), Catch::Contains("head_dim (d) = 512 is not 64, 128 or 256"));
 }

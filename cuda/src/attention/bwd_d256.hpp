@@ -12,4 +12,9 @@ namespace flashlab::cuda::detail {
 /// (BwdPointers::add_f32: refused).
 void launch_fast_bwd_d256(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream);
 
+/// The same backward on Hopper (attention_bwd_d256_ws.cu, sm_90a: built where the architectures
+/// include 90): TMA producer, two wgmma consumers splitting d, Br = Bc = 64; the same workspace,
+/// shapes and masks; no fp32 sums.
+void launch_fast_bwd_d256_ws(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream);
+
 }  // namespace flashlab::cuda::detail

@@ -91,10 +91,11 @@ namespace {
 
 // The fast kernels' limits on d, stated here only (check_fast_problem, check_forward_kernel,
 // fast_bwd_problem and fast_forward_tiles call these): every fast kernel takes d = 64 and 128;
-// the mma and tma-ws forwards take 256 too, and so does the atomic design's mma backward, in a
-// kernel of its own (attention_bwd_d256.cu: the d = 64 / 128 layouts hold dK_j and dV_j of a
-// 128-key block in registers, d registers per thread, 256 at d = 256 against the 255 a thread has).
-constexpr const char* kD256Kernels = "the mma and tma-ws forwards and the bwd_atomic mma backward";
+// the mma and tma-ws forwards take 256 too, and so do the atomic design's mma and wgmma-ws backwards,
+// in kernels of their own (attention_bwd_d256.cu, attention_bwd_d256_ws.cu: the d = 64 / 128 layouts
+// hold dK_j and dV_j of a 128-key block in registers, d registers per thread, 256 at d = 256 against
+// the 255 a thread has).
+constexpr const char* kD256Kernels = "the mma and tma-ws forwards and the bwd_atomic mma and wgmma-ws backwards";
 
 void require_fast_head_dim(std::size_t head_dim) {
   if (head_dim != 64 && head_dim != 128 && head_dim != 256)
@@ -176,14 +177,15 @@ detail::Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProb
   check_fast_problem(problem);
   if (problem.is_packed()) require_packed_backward(design, kernel, std::to_string(problem.packed->count()) + " ");
   if (problem.head_dim == 256) {
-    // d = 256: the atomic design's mma kernel only (attention_bwd_d256.cu).
+    // d = 256: the atomic design's mma and wgmma-ws kernels (attention_bwd_d256.cu,
+    // attention_bwd_d256_ws.cu); no fixed order.
     const auto refuse = [](const std::string& who) {
       throw std::invalid_argument("flashlab::cuda: fast backward: head_dim (d) = 256 is not supported by " + who +
-                                  ": at d = 256 the backward runs on the bwd_atomic design's mma kernel (hint: design "
-                                  "bwd_atomic, kernel mma: --bwd-kernel mma)");
+                                  ": at d = 256 the backward runs on the bwd_atomic design's mma and wgmma-ws kernels "
+                                  "(hint: design bwd_atomic, kernel mma or wgmma-ws: --bwd-kernel mma)");
     };
     if (design == ref::Algorithm::bwd_two_kernel) refuse("the bwd_two_kernel design");
-    if (kernel != nullptr && *kernel != FastBackwardKernel::mma_sync)
+    if (kernel != nullptr && *kernel == FastBackwardKernel::wgmma_ws_deterministic)
       refuse("the " + std::string(to_string(*kernel)) + " kernel");
   }
   const bool general_kernel = design == ref::Algorithm::bwd_atomic &&
@@ -321,10 +323,12 @@ FastBackwardKernel fastest_backward_kernel() {
                                                                : FastBackwardKernel::mma_sync;
 }
 
-FastBackwardKernel fastest_backward_kernel(const ref::AttentionProblem& problem) {
-  // d = 256: the mma kernel alone takes it (fast_bwd_problem). Packed sequences (d = 64 and 128
-  // only, check_fast_problem) run on the wgmma-ws kernel where it runs, as dense ones.
-  return problem.head_dim == 256 ? FastBackwardKernel::mma_sync : fastest_backward_kernel();
+FastBackwardKernel fastest_backward_kernel(const ref::AttentionProblem& /*problem*/) {
+  // Every problem follows fastest_backward_kernel(): packed sequences (d = 64 and 128 only,
+  // check_fast_problem) and d = 256 run on the wgmma-ws kernel where it runs, as dense d = 64 and
+  // 128 do (at d = 256 it measured faster than the mma kernel on the H100, causal or not:
+  // docs/cuda.md, the backward at head dim 256).
+  return fastest_backward_kernel();
 }
 
 FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel) {
@@ -574,6 +578,7 @@ void backward_device(ref::Algorithm design, const ref::AttentionProblem& problem
   if (!atomic) return detail::launch_fast_bwd_two_kernel(p, bf16, a, s);
 #ifdef FLASHLAB_HAVE_WGMMA
   if (kernel != FastBackwardKernel::mma_sync) {
+    if (p.head_dim == 256) return detail::launch_fast_bwd_d256_ws(p, bf16, a, s);
     // The order counters follow the accumulator (fast_attention_backward_workspace_bytes).
     constexpr std::size_t kTile = detail::kAtomicDqTileRows;
     const std::size_t acc_numel =

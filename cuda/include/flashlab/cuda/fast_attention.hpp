@@ -232,8 +232,8 @@ const char* to_string(FastBackwardKernel kernel);
 /// the H100: docs/optimisation.md). Throws CudaError when no device can be queried.
 FastBackwardKernel fastest_backward_kernel();
 
-/// The fastest backward kernel for `problem`: mma_sync for packed sequences and at d = 256 (the one
-/// kernel that takes them), else fastest_backward_kernel().
+/// The fastest backward kernel for `problem`: fastest_backward_kernel() for every problem now
+/// (packed sequences and d = 256 included: wgmma-ws has kernels for them where it runs).
 FastBackwardKernel fastest_backward_kernel(const ref::AttentionProblem& problem);
 
 /// Gradients of a fast backward pass copied back to the host (loss L = Σ O∘dO). Packed sequences:
