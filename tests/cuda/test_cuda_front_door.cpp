@@ -58,7 +58,12 @@ struct Dev {
     check_cuda(cudaMemcpy(h.data(), p, bytes, cudaMemcpyDeviceToHost));
     return h;
   }
-  void poison() const { check_cuda(cudaMemset(p, 0xFF, bytes)); }
+  /// cudaMemset runs on the legacy default stream, unordered with the non-blocking streams the
+  /// tests launch on: it is waited for here, or it could land on outputs already written.
+  void poison() const {
+    check_cuda(cudaMemset(p, 0xFF, bytes));
+    check_cuda(cudaDeviceSynchronize());
+  }
 };
 
 /// A non-default stream, destroyed on scope exit.
