@@ -136,9 +136,9 @@ __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, i
 
 /// Grid (Tc = ceil(N_k / 64), H_kv, B) under every mask: the blocks of one head run together, so
 /// its dQ accumulator (N·d fp32, 8 MiB at N = 8192) and its Q, dO stay in L2 while they add and
-/// read. The d = 128 kernels' causal order, all heads of key block j before j + 1 (the heaviest
-/// blocks first over the whole grid), spread each step over every head's tiles, more than L2
-/// holds: measured 1.33× slower causal (docs/cuda.md). Within a head the heaviest come first.
+/// read. All heads of key block j before j + 1 (the heaviest blocks first over the whole grid)
+/// spread each step over every head's tiles, more than L2 holds: measured 1.33× slower causal
+/// (docs/cuda.md). Within a head the heaviest come first.
 /// kBand: windows, grouped K/V or N_k ≠ N, masked by the band (causal folded in); else H_kv = H,
 /// N_k = N, causal by p.causal.
 template <bool kBf16, bool kBand>
