@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cuda/bench/fwd_short.sh — the tma-ws forward without a mask on short sequences, this build beside a
-# reference build (another commit's `flashlab`) and SDPA's cuDNN backend in one run:
-# cuda/results/fwd_short.csv and fwd_short_checks.csv.
+# reference build (another commit's `flashlab`) and SDPA's cuDNN backend in one run: fwd_short.csv
+# and fwd_short_checks.csv (cuda/results/, or cuda/results/archive/ for a build not kept).
 #
 #   fwd_short.sh [BIN_DIR] [OUT_DIR] [REPEATS]   on the GPU machine, from the repository root
 #   fwd_short.sh tabulate OUT_DIR                anywhere: the two CSVs again from OUT_DIR/logs
@@ -119,5 +119,6 @@ for key in sorted(summary):
           f"{base / cud:>10.3f} {this / cud:>10.3f}")
 EOF
 python3 "$here/step_checks.py" "$out/fwd_short_checks.csv" "$logs" "$date" "$device" "$commit" || status=1
+tar czf "$out/fwd_short.tgz" -C "$out" logs fwd_short.csv fwd_short_checks.csv  # the whole run in one file
 echo "fwd_short: status $status ($out/fwd_short.csv, $out/fwd_short_checks.csv)"
 exit $status

@@ -55,11 +55,6 @@
 //     as 6). Where ws_split_tail says, the units past the last whole round are cut along the keys
 //     so that every block gets an equal share of their key tiles; each piece stores its
 //     unnormalised O, m_i and l_i in a partial slot, and ws_combine_kernel merges them.
-//   - The next unit readied early (kNextEarly; d = 64 and 128, dense, non-causal): the blocks
-//     change units at about the same time, and each waited for its next Q_i and first K_j, V_j
-//     from HBM, loaded only once Q_i's SRAM was free. The producer prefetches them into L2
-//     (cp.async.bulk.prefetch.tensor) with the key tile about 4·kStages before the unit's end, and
-//     each consumer warp frees Q_i (q_empty) once its last S_ij is done, not after its softmax.
 //   - Short reduction chains (kShortChains; non-causal): the row maximum of S_ij as a tree, the row
 //     sum of P_ij in two chains, so the exponentials wait fewer dependent steps.
 //   - The row maximum's vote (kVoteMax; d = 128, non-causal): the warp first votes whether any row
@@ -174,9 +169,6 @@ struct WsTraits {
   // with the split tail, whose combine kernel stores 16 bits.
   static constexpr bool kOutF32 = C.out_f32;
   static_assert(!(kOutF32 && (kSplitTail || kPacked || kWindow)), "fp32 O: dense problems without a window");
-  // The next unit readied early (produce: prefetch_next; consume_tile: q_empty after the last S_ij).
-  static constexpr bool kNextEarly = C.next_early;
-  static_assert(!(kNextEarly && (kCausal || kPacked)), "the next unit readied early: dense units without a mask");
   static constexpr int kColBlocks = kHeadDim / 64;         // TMA boxes (64 columns) per tile
   // setmaxnreg: the producer keeps 24, the consumers share the rest of the 64 Ki registers.
   static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 2 ? 240 : 160;
@@ -387,24 +379,6 @@ __device__ __forceinline__ void produce_v(const WsSmem<T>& sm, const CUtensorMap
   tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, key_row<T>(w, j), w.hk, w.b, sm.v_full(s));
 }
 
-/// kNextEarly: unit k of the block's list (if any) into L2, its Q_i and its first kStages key tiles:
-/// a block waits for these between two units, and the blocks change units at about the same time,
-/// so from HBM they would come late and all at once.
-template <class T>
-__device__ __forceinline__ void prefetch_next(const WsSchedule<T>& sched, int k, const CUtensorMap* map_q,
-                                              const CUtensorMap* map_k, const CUtensorMap* map_v) {
-  WsTile w;
-  if (!sched.at(k, w)) return;
-#pragma unroll
-  for (int c = 0; c < T::kColBlocks; ++c) tma_prefetch_l2_4d(map_q, 64 * c, w.h, w.q0, w.b);
-  for (int j = 0; j < min(w.n_tiles, T::kStages); ++j)
-#pragma unroll
-    for (int c = 0; c < T::kColBlocks; ++c) {
-      tma_prefetch_l2_4d(map_k, 64 * c, w.hk, key_row<T>(w, j), w.b);
-      tma_prefetch_l2_4d(map_v, 64 * c, w.hk, key_row<T>(w, j), w.b);
-    }
-}
-
 /// The producer (one thread): per tile of its work list Q_i (once the consumers are done with the
 /// previous Q_i), then K_j, V_j (of K/V head hk) for j < n_tiles through the stage ring. `it`
 /// counts the key tiles of the whole list: stage it % kStages, phase (it / kStages) & 1, the same
@@ -423,10 +397,6 @@ __device__ void produce(const WsSmem<T>& sm, const WsSchedule<T>& sched, const C
     // Packed: the box may run past the sequence's last query into the next sequence's rows; those
     // rows' results are computed and never stored (each row is on its own up to the store).
     tma_tile<T, T::BLOCK_M>(sm.q(), map_q, (T::kPacked ? w.qs : 0) + w.q0, w.h, w.b, sm.q_full());
-    // kNextEarly: the next unit's prefetch goes out with key tile next_at, once this unit's loads
-    // wait on the ring (its own first tiles are in flight) and about 4·kStages key tiles before its
-    // end: early enough to hide HBM, late enough to stay in L2.
-    const int next_at = min(w.n_tiles - 1, max(T::kStages, w.n_tiles - 4 * T::kStages));
     if constexpr (T::kSplitEmpty) {
       // The order the consumers take them in: K_0, then K_j with V_(j−1), then V_last.
       for (int j = 0; j < w.n_tiles; ++j, ++it) {
@@ -435,7 +405,6 @@ __device__ void produce(const WsSmem<T>& sm, const WsSchedule<T>& sched, const C
         mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
         tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, key_row<T>(w, j), w.hk, w.b, sm.k_full(s));
         if (j > 0) produce_v<T>(sm, map_v, w, j - 1, it - 1);
-        if (T::kNextEarly && j == next_at) prefetch_next<T>(sched, k + 1, map_q, map_k, map_v);
       }
       produce_v<T>(sm, map_v, w, w.n_tiles - 1, it - 1);
     } else {
@@ -447,7 +416,6 @@ __device__ void produce(const WsSmem<T>& sm, const WsSchedule<T>& sched, const C
         tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, key_row<T>(w, j), w.hk, w.b, sm.k_full(s));
         mbar_arrive_expect_tx(sm.v_full(s), T::kTileKVBytes);
         tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, key_row<T>(w, j), w.hk, w.b, sm.v_full(s));
-        if (T::kNextEarly && j == next_at) prefetch_next<T>(sched, k + 1, map_q, map_k, map_v);
       }
     }
   }
@@ -592,7 +560,6 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   wg_wait<0>();
   reg_fence(s_acc);
   if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(stage(0)));  // done with K_0
-  if (T::kNextEarly && n_tiles == 1 && lane == 0) mbar_arrive(sm.q_empty());  // the last S_ij: Q_i free
   float alpha[2];
   bool moved =
       softmax_step<T>(s_acc, m_i, l_i, alpha, w.j0 * BLOCK_N, N, diag_base, need_mask(0), t4, scale_log2, lo_base);
@@ -618,7 +585,6 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
       wg_wait<1>();  // S_ij done; P_i(j−1)·V_(j−1) may still run: O_i and pa_in stay untouched
       reg_fence(s_acc);
       if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
-      if (T::kNextEarly && j == n_tiles - 1 && lane == 0) mbar_arrive(sm.q_empty());  // the last S_ij: Q_i free
       moved = softmax_step<T>(s_acc, m_i, l_i, alpha, (w.j0 + j) * BLOCK_N, N, diag_base, need_mask(j), t4,
                               scale_log2, lo_base);
       wg_wait<0>();
@@ -631,7 +597,6 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
       reg_fence(o);
       reg_fence_u(pa_in);
       if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
-      if (T::kNextEarly && j == n_tiles - 1 && lane == 0) mbar_arrive(sm.q_empty());  // the last S_ij: Q_i free
       if (lane == 0) release_after_pv<T>(sm, sp);
       moved = softmax_step<T>(s_acc, m_i, l_i, alpha, (w.j0 + j) * BLOCK_N, N, diag_base, need_mask(j), t4,
                               scale_log2, lo_base);
@@ -655,9 +620,8 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   } else {
     for (int j = 1; j < n_tiles; ++j) key_tile(j, pa, pa);
   }
-  // Every S_ij finished: Q_i may be overwritten by the next tile's (kNextEarly: said already, as
-  // soon as the last S_ij was done, rather than after its softmax).
-  if (!T::kNextEarly && lane == 0) mbar_arrive(sm.q_empty());
+  // Every S_ij finished: Q_i may be overwritten by the next tile's.
+  if (lane == 0) mbar_arrive(sm.q_empty());
   // Last P·V: one more turn; the last warpgroup owes no arrival when it is the block's last turn.
   const int last = n_tiles - 1;
   mbar_wait(sm.v_full(stage(last)), phase(last));
@@ -927,14 +891,14 @@ constexpr WsConfig kWsConfigs[] = {
     {64, true, true, 3, 3, 128, true, false, false, false, true, false},
     {64, true, true, 2, 3, 128, true, false, false, false, true, false},
     // d = 64, non-causal, three consumers: short chains, K/V released apart, two P sets; with
-    // and without the split tail (every dense non-causal one: the next unit readied early)
-    {64, true, false, 3, 3, 128, true, true, true, false, true, false, false, false, false, true},
-    {64, true, false, 3, 3, 128, true, true, true, false, true, true, false, false, false, true},
+    // and without the split tail
+    {64, true, false, 3, 3, 128, true, true, true, false, true, false},
+    {64, true, false, 3, 3, 128, true, true, true, false, true, true},
     // d = 64, non-causal, two consumers
-    {64, true, false, 2, 3, 128, true, true, false, false, false, false, false, false, false, true},
+    {64, true, false, 2, 3, 128, true, true, false, false, false, false},
     // d = 128, non-causal: Bc = 192 in two stages with two P sets, or Bc = 128 in three
-    {128, true, false, 2, 2, 192, true, true, true, true, true, false, false, false, false, true},
-    {128, true, false, 2, 3, 128, true, true, true, true, false, false, false, false, false, true},
+    {128, true, false, 2, 2, 192, true, true, true, true, true, false},
+    {128, true, false, 2, 3, 128, true, true, true, true, false, false},
     // d = 128, causal
     {128, true, true, 2, 3, 128, false, false, false, false, false, false},
     // sliding windows: the causal configurations (d = 64 with two consumers), units from the band's left edge

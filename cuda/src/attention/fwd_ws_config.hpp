@@ -31,7 +31,6 @@ struct WsConfig {
   bool window = false;       ///< a sliding window: the band instantiation (with `causal`), units start at its left edge
   bool packed = false;       ///< packed sequences: the work list of the packed numbering (packed.cuh)
   bool out_f32 = false;      ///< O stored in fp32, unrounded (the ring's partials: ws_fp32_config)
-  bool next_early = false;   ///< the next unit readied early: Q_i, first K_j, V_j into L2; Q_i freed after the last S_ij
 
   /// Br, the query rows of one unit of work.
   constexpr int block_m() const { return 64 * consumers; }
@@ -100,11 +99,6 @@ inline bool ws_wide_packed_keys(const Problem& p) { return p.total_k >= 3072LL *
 /// - Packed sequences (Problem::packed(), d = 64 and 128): as dense, with units of unequal lengths
 ///   and each sequence's own ragged last key tile, so never the split tail (it cuts equal units).
 ///   d = 128 without a mask takes Bc = 192 by ws_wide_packed_keys (the host knows the totals only).
-/// - d = 64 and 128, dense without a mask: the next unit readied early (next_early). Between two
-///   units a block's tensor cores wait for the next Q_i and first K_j from HBM, loaded only once
-///   the last S_ij freed Q_i's SRAM, while every block changes units at about the same time; so
-///   the producer prefetches them into L2 a dozen key tiles ahead, and each consumer warp frees
-///   Q_i as soon as its last S_ij is done rather than after that tile's softmax.
 /// - A window (Problem::windowed()): the causal configuration of its head dim with `window` set,
 ///   the band's two edges in place of the diagonal; at d = 64 always two consumers (Br = 128: a
 ///   narrow band wastes less of a shorter query tile, and one instantiation fewer to build).
@@ -128,7 +122,6 @@ inline WsConfig choose_ws_config(const Problem& p, bool bf16, int sms) {
     c.two_p = p.head_dim == 64;
     return c;
   }
-  c.next_early = !p.causal && !p.packed();  // dense without a mask (a window has returned above)
   if (p.head_dim == 64) {
     c.consumers = ws_three_consumers(p, sms) ? 3 : 2;
     if (p.causal) {
@@ -169,7 +162,6 @@ inline WsConfig choose_ws_config(const Problem& p, bool bf16, int sms) {
 inline WsConfig ws_fp32_config(WsConfig c) {
   c.out_f32 = true;
   c.split_tail = false;
-  c.next_early = false;
   if (c.head_dim == 64 && c.consumers == 3) {
     c.consumers = 2;
     if (!c.causal) c.split_empty = c.two_p = false;  // the two-consumer non-causal configuration

@@ -240,17 +240,6 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       : "memory");
 #endif
 }
-/// Bring one box of a 4-D tensor map into L2 without writing SRAM or crediting a barrier
-/// ("cp.async.bulk.prefetch.tensor", tile mode): a hint, so a later tma_load_4d of the same box
-/// reads L2 instead of HBM. Boxes outside the tensor fetch nothing. Issued by one thread.
-__device__ __forceinline__ void tma_prefetch_l2_4d(const CUtensorMap* map, int c0, int c1, int c2, int c3) {
-#if FLASHLAB_WGMMA_OK
-  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-               : "memory");
-#endif
-}
 /// Fetch the tensor map (a kernel parameter) into the TMA unit's cache ahead of the first load
 /// ("prefetch.tensormap").
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
