@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# cuda/bench/fwd_short.sh — the tma-ws forward without a mask on short sequences, this build beside a
+# reference build (another commit's `flashlab`) and SDPA's cuDNN backend in one run: fwd_short.csv
+# and fwd_short_checks.csv (cuda/results/, or cuda/results/archive/ for a build not kept).
+#
+#   fwd_short.sh [BIN_DIR] [OUT_DIR] [REPEATS]   on the GPU machine, from the repository root
+#   fwd_short.sh tabulate OUT_DIR                anywhere: the two CSVs again from OUT_DIR/logs
+#
+# BIN_DIR (default gpu-carry) holds `flashlab` and `test_cuda` of this build, `flashlab_base` of the
+# reference build, and `commit` and `commit_base` (git describe of the trees that built them); OUT_DIR
+# (default /tmp/flashlab-short, outside the tree) gets the logs and the CSVs. Shapes: bf16, H = 16,
+# non-causal, d = 64 and 128; B = 1 at N = 1024 … 16384, and B·N = 16k (B = 16, 8, 4 at N = 1024,
+# 2048, 4096: FlashAttention's benchmark). REPEATS (default 3) sweeps of each build, alternating
+# (base, this, base, this, …) so that both meet the same clocks; then SDPA (sdpa_bench.py) on the
+# same shapes, once per repeat in one process. Then the forward's tests and, if SANITIZE=1 (the
+# default), memcheck and racecheck on its small shapes.
+#   fwd_short.csv: date, device, commit, build (this or base), repeat, dtype, pass, kernel, d, causal,
+#     N, H, B, median_ms, min_ms, max_ms, tflops, then SDPA's TFLOP/s on the shape in the same repeat
+#     (flash_bnhd_tflops, cudnn_bnhd_tflops, cudnn_bhnd_tflops) and ours_over_cudnn_bnhd;
+#   fwd_short_checks.csv: as cuda/results/checks.csv (step_checks.py).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+status=0
+if [ "${1:-}" = tabulate ]; then
+  out=${2:?usage: fwd_short.sh tabulate OUT_DIR}
+  logs=$out/logs
+  IFS=$'\n' read -r -d '' date device commit commit_base repeats <"$logs/env.txt"
+else
+  bin=${1:-gpu-carry}
+  out=${2:-/tmp/flashlab-short}
+  repeats=${3:-3}
+  logs=$out/logs
+  mkdir -p "$logs"
+  export PATH=$PATH:/usr/local/cuda/bin
+  commit=$(head -1 "$bin/commit" 2>/dev/null || echo unknown)
+  commit_base=$(head -1 "$bin/commit_base" 2>/dev/null || echo unknown)
+  date=$(date -u '+%Y-%m-%d %H:%M')
+  device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+  printf '%s\n%s\n%s\n%s\n%s\n' "$date" "$device" "$commit" "$commit_base" "$repeats" >"$logs/env.txt"
+fi
+step() {  # step LOG CMD...: stdout into LOG, stderr into LOG.err, the command into LOG.cmd, rc into LOG.rc
+  local log=$1; shift
+  echo "=== $*" | tee "$log.cmd"
+  timeout "${step_timeout:-200}" "$@" >"$log" 2>"$log.err"
+  local rc=$?
+  echo "$rc" >"$log.rc"
+  [ "$rc" -eq 0 ] || { echo "    failed: rc=$rc (see $log.err)"; status=1; }
+}
+sweep() {  # sweep BINARY OUT_CSV: every shape, one CSV (the header once)
+  local b=$1 csv=$2 common=(bench attention --csv --pass fwd --no-causal --dim 64,128 --heads 16 --fwd-kernel tma-ws)
+  "$b" "${common[@]}" --seq 1024,2048,4096,8192,16384 --batch 1 >"$csv" || return 1
+  local bn
+  for bn in 16:1024 8:2048 4:4096; do
+    "$b" "${common[@]}" --batch "${bn%%:*}" --seq "${bn##*:}" | tail -n +2 >>"$csv" || return 1
+  done
+}
+run() {
+  local r b
+  for ((r = 1; r <= repeats; r++)); do
+    for b in base this; do
+      echo "=== sweep $b $r"
+      sweep "$bin/flashlab$([ $b = base ] && echo _base)" "$logs/bench_${b}_$r.csv" 2>"$logs/bench_${b}_$r.err" ||
+        { echo "    failed (see $logs/bench_${b}_$r.err)"; status=1; }
+    done
+  done
+  # SDPA: the shapes once per repeat, one process (its graphs built once)
+  { head -1 "$logs/bench_this_1.csv"
+    for ((r = 1; r <= repeats; r++)); do tail -n +2 "$logs/bench_this_1.csv"; done; } >"$logs/sdpa_in.csv"
+  step "$logs/sdpa.log" env PYTHONUNBUFFERED=1 python3 "$here/sdpa_bench.py" "$logs/sdpa_in.csv" --out "$logs/sdpa.csv"
+  step "$logs/test_cuda_fast_ws.log" "$bin/test_cuda" '[fast-ws]' --durations yes
+  if [ "${SANITIZE:-1}" = 1 ]; then
+    local tool
+    for tool in memcheck racecheck; do
+      step "$logs/sanitize_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/test_cuda" \
+        '[fast-ws][fast-sanitize]'
+    done
+  fi
+}
+[ "${1:-}" = tabulate ] || run
+python3 - "$out" "$date" "$device" "$commit" "$commit_base" "$repeats" <<'EOF' || status=1
+import csv, os, statistics, sys
+out, date, device, commit, commit_base, repeats = sys.argv[1:7]
+logs, repeats = f"{out}/logs", int(repeats)
+# sdpa.csv: one row per row of sdpa_in.csv, in order (its columns do not include B): repeat r's
+# rows are the r-th block of the shapes.
+sdpa_rows = list(csv.DictReader(open(f"{logs}/sdpa.csv"))) if os.path.exists(f"{logs}/sdpa.csv") else []
+cols = ["date", "device", "commit", "build", "repeat", "dtype", "pass", "kernel", "d", "causal", "N", "H", "B",
+        "median_ms", "min_ms", "max_ms", "tflops", "flash_bnhd_tflops", "cudnn_bnhd_tflops", "cudnn_bhnd_tflops",
+        "ours_over_cudnn_bnhd"]
+w = csv.writer(open(f"{out}/fwd_short.csv", "w", newline=""), lineterminator="\n")
+w.writerow(cols)
+summary = {}
+for r in range(1, repeats + 1):
+    for build, com in (("base", commit_base), ("this", commit)):
+        f = f"{logs}/bench_{build}_{r}.csv"
+        if not os.path.exists(f):
+            continue
+        rows = list(csv.DictReader(open(f)))
+        for i, row in enumerate(rows):
+            k = (r - 1) * len(rows) + i
+            s = sdpa_rows[k] if k < len(sdpa_rows) else {}
+            if s and (s["d"], s["N"]) != (row["d"], row["N"]):
+                sys.exit(f"fwd_short: SDPA row {k} is d={s['d']} N={s['N']}, ours d={row['d']} N={row['N']}")
+            fl, cb, ch = (s.get(c, "") for c in ("flash_bnhd_tflops", "cudnn_bnhd_tflops", "cudnn_bhnd_tflops"))
+            ratio = f"{float(row['tflops']) / float(cb):.3f}" if cb not in ("", "n/a") else ""
+            w.writerow([date, device, com, build, r, row["dtype"], row["pass"], row["fwd_kernel"], row["d"],
+                        row["causal"], row["N"], row["H"], row["B"], row["ms"], row["min_ms"], row["max_ms"],
+                        row["tflops"], fl, cb, ch, ratio])
+            key = (int(row["d"]), int(row["N"]), int(row["B"]))
+            summary.setdefault(key, {}).setdefault(build, []).append(float(row["tflops"]))
+            if build == "this" and cb not in ("", "n/a"):
+                summary[key].setdefault("cudnn", []).append(float(cb))
+print(f"{'d':>4} {'N':>6} {'B':>3} {'base':>8} {'this':>8} {'cuDNN':>8} {'this/base':>9} {'base/cuDNN':>10} {'this/cuDNN':>10}"
+      "   (TFLOP/s, medians over the repeats)")
+for key in sorted(summary):
+    m = {b: statistics.median(v) for b, v in summary[key].items()}
+    base, this, cud = m.get("base", float("nan")), m.get("this", float("nan")), m.get("cudnn", float("nan"))
+    print(f"{key[0]:>4} {key[1]:>6} {key[2]:>3} {base:>8.1f} {this:>8.1f} {cud:>8.1f} {this / base:>9.3f} "
+          f"{base / cud:>10.3f} {this / cud:>10.3f}")
+EOF
+python3 "$here/step_checks.py" "$out/fwd_short_checks.csv" "$logs" "$date" "$device" "$commit" || status=1
+tar czf "$out/fwd_short.tgz" -C "$out" logs fwd_short.csv fwd_short_checks.csv  # the whole run in one file
+echo "fwd_short: status $status ($out/fwd_short.csv, $out/fwd_short_checks.csv)"
+exit $status
