@@ -396,7 +396,8 @@ constexpr int kCombineWarps = 4;
 /// (its O_s, written as 0, adds nothing); a row no range saw gets O = 0, LSE = −inf.
 /// Why this shape: the partials were written a moment ago and sit in L2, so the time is L2 round
 /// trips: the weights come from the lanes' own (m_s, l_s) loads by shuffle (S ≤ 32) and every O_s
-/// load is independent of the others, a few per thread, in flight together.
+/// load is independent of the others and of the weights, all in flight together with the (m_s, l_s)
+/// loads.
 template <int D, bool kBf16>
 __global__ void __launch_bounds__(32 * kCombineWarps) split_kv_combine_kernel(Problem p, SplitKvArgs a) {
   const float NEG_INF = __int_as_float(0xff800000);  // −inf
@@ -412,6 +413,24 @@ __global__ void __launch_bounds__(32 * kCombineWarps) split_kv_combine_kernel(Pr
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int S = a.splits;
   const std::size_t first = std::size_t(prow) * S;
+  // S ≤ 32 (every decoding plan on today's GPUs): the warp's O_s loads go out now, beside the
+  // (m_s, l_s) loads below, not after the weights are known: one L2 round trip instead of two.
+  constexpr int kPre = 32 / kCombineWarps;  // ranges per warp when S ≤ 32
+  float pre[kPre][kCols];
+  if (S <= 32) {
+#pragma unroll
+    for (int k = 0; k < kPre; ++k) {
+      const int s = warp + k * kCombineWarps;
+      const float* src = a.O_part + (first + s) * D + lane * kCols;
+      if constexpr (kCols == 4) {
+        const float4 v = s < S ? *reinterpret_cast<const float4*>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
+        pre[k][0] = v.x, pre[k][1] = v.y, pre[k][2] = v.z, pre[k][3] = v.w;
+      } else {
+        const float2 v = s < S ? *reinterpret_cast<const float2*>(src) : make_float2(0.f, 0.f);
+        pre[k][0] = v.x, pre[k][1] = v.y;
+      }
+    }
+  }
   float M = NEG_INF, L = 0.f, m_lane = NEG_INF;  // m_lane: m_s of range s = lane
   for (int s = lane; s < S; s += 32) {
     const float2 ml = *reinterpret_cast<const float2*>(a.ml_part + 2 * (first + s));
@@ -431,15 +450,21 @@ __global__ void __launch_bounds__(32 * kCombineWarps) split_kv_combine_kernel(Pr
   }
   const float w_lane = m_lane == NEG_INF ? 0.f : ex2(m_lane - M);  // weight of range s = lane
   float o[kCols] = {};
-#pragma unroll 8
-  for (int s = warp; s < S; s += kCombineWarps) {
-    float w;
-    if (S <= 32) {
-      w = __shfl_sync(0xffffffffu, w_lane, s);
-    } else {
-      const float m = a.ml_part[2 * (first + s)];
-      w = m == NEG_INF ? 0.f : ex2(m - M);
+  if (S <= 32) {
+#pragma unroll
+    for (int k = 0; k < kPre; ++k) {
+      const int s = warp + k * kCombineWarps;
+      const float w = __shfl_sync(0xffffffffu, w_lane, s);  // every lane: s < 32
+      if (s < S) {
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) o[c] = fmaf(w, pre[k][c], o[c]);
+      }
     }
+  }
+#pragma unroll 8
+  for (int s = warp; S > 32 && s < S; s += kCombineWarps) {  // more ranges than lanes: weights loaded here
+    const float m = a.ml_part[2 * (first + s)];
+    const float w = m == NEG_INF ? 0.f : ex2(m - M);
     const float* src = a.O_part + (first + s) * D + lane * kCols;
     if constexpr (kCols == 4) {
       const float4 v = *reinterpret_cast<const float4*>(src);
