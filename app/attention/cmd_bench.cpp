@@ -39,13 +39,16 @@ constexpr const char* kUsageLine =
     "bench attention [--seq N[,N2,...]] [--dim D[,D2]] [--heads H] [--heads-kv HKV] [--seq-k NK] [--batch B]\n"
     "                       [--causal | --no-causal | --both] [--window L,R] [--cu-seqlens FILE]\n"
     "                       [--pass fwd|bwd|both] [--bwd-design atomic|two-kernel] [--fwd-kernel mma|wgmma|tma-ws|splitkv]\n"
-    "                       [--bwd-kernel mma|wgmma-ws|wgmma-ws-det] [--dtype bf16|fp16] [--kv-copy] [--reps R] [--warmup W]\n"
+    "                       [--bwd-kernel mma|wgmma-ws|wgmma-ws-det] [--dtype bf16|fp16] [--kv-copy] [--flush-dirty]\n"
+    "                       [--reps R] [--warmup W]\n"
     "                       [--gpus G[,G2,...] [--scaling strong|weak] [--layout zigzag|contiguous] [--no-single]]\n"
     "                       [--json|--csv]";
 constexpr const char* kSummary =
     "Times the fast tensor-core attention forward and/or backward on the GPU (bf16/fp16 in, fp32\n"
     "accumulation) for every (d, causal, N) of the sweep. Per shape and pass: W warm-up launches,\n"
-    "then R launches each timed alone with CUDA events, L2 flushed (256 MiB memset) before each,\n"
+    "then R launches each timed alone with CUDA events, L2 flushed before each (a 256 MiB memset,\n"
+    "then a read of the same buffer, so the launch starts on clean lines and writes back only its\n"
+    "own; --flush-dirty: the memset alone, whose dirty lines the launch then writes back),\n"
     "inputs rotated over 3 sets. A backward launch is every kernel of its design (--bwd-design:\n"
     "atomic = dQ accumulator zeroing, D preprocessing, one kernel per K/V block with fp32 dQ atomics,\n"
     "dQ conversion; two-kernel = D preprocessing, dQ kernel, dK/dV kernel) on the O and LSE of a\n"
@@ -132,6 +135,9 @@ po::options_description options() {
   add_dtype_option(d, "bf16 | fp16", "bf16");
   d.add_options()
       ("kv-copy", po::bool_switch(), "also time a D2D copy of K and V's bytes per forward shape (the copy-bandwidth anchor)")
+      ("flush-dirty", po::bool_switch(),
+       "flush L2 by the 256 MiB memset alone, leaving its dirty lines for the timed launch to write back "
+       "(the default reads the buffer back first): to compare with timings taken that way")
       ("reps", po::value<long long>()->default_value(30),
        "timed launches per shape (at least 20; with --gpus timed rings, at least 3, default 5)")
       ("warmup", po::value<long long>()->default_value(3), "untimed launches per shape before timing");
@@ -154,6 +160,7 @@ struct Sweep {
   OutputFormat format = OutputFormat::text;  // --json / --csv
   bool bwd_atomic = true;  // --bwd-design
   bool kv_copy = false;    // --kv-copy
+  bool flush_dirty = false;  // --flush-dirty
   std::string fwd_kernel = "auto";  // --fwd-kernel
   std::string bwd_kernel = "auto";  // --bwd-kernel
   std::vector<int> gpus;  // --gpus: the ring on each G (empty: one GPU's kernels)
@@ -188,6 +195,7 @@ void parse_ring_flags(const po::variables_map& vm, Sweep& s) {
   if (s.seq_k > 0) refuse("--seq-k", "drop it (the ring is self-attention)");
   if (s.window_left >= 0 || s.window_right >= 0) refuse("--window", "drop it (the ring takes no window)");
   if (s.kv_copy) refuse("--kv-copy", "drop it");
+  if (s.flush_dirty) refuse("--flush-dirty", "drop it (the ring is timed without an L2 flush)");
   if (s.packed) refuse("--cu-seqlens", "drop it (the ring takes dense batches)");
   if (s.fwd_kernel != "auto" || s.bwd_kernel != "auto" || !s.bwd_atomic)
     refuse("--fwd-kernel/--bwd-kernel/--bwd-design", "leave them at their defaults");
@@ -285,6 +293,7 @@ Sweep parse_sweep(const po::variables_map& vm) {
   s.fp16 = fp16_dtype(vm["dtype"].as<std::string>());
   s.format = output_format(vm);
   s.kv_copy = vm["kv-copy"].as<bool>();
+  s.flush_dirty = vm["flush-dirty"].as<bool>();
   parse_ring_flags(vm, s);
   return s;
 }
@@ -340,6 +349,7 @@ int run_sweep(const Sweep& s) {
                                              : fc::FastForwardKernel::mma_sync;
   b.fwd_auto = chosen;
   b.kv_copy = s.kv_copy;
+  b.flush_dirty = s.flush_dirty;
 
   b.packed = s.packed;
   if (!chosen && (s.fwd_kernel == "wgmma" || s.fwd_kernel == "tma-ws") && !fc::fast_forward_wgmma_built())
@@ -382,7 +392,8 @@ int run_sweep(const Sweep& s) {
                           std::to_string(s.packed->max_len_k())
                     : " B=" + std::to_string(s.batch))
        << "; per shape " << s.warmup
-       << " warm-up + " << s.reps << " timed launches, each alone (CUDA events), L2 flushed before each, "
+       << " warm-up + " << s.reps << " timed launches, each alone (CUDA events), L2 flushed before each"
+       << (s.flush_dirty ? " (memset alone: dirty)" : "") << ", "
        << b.input_sets << " input sets rotated; median (min, max)\n";
   std::optional<RowStream> rows;
   if (data) {

@@ -90,6 +90,7 @@ TEST_CASE("cli bench: bad flags are usage errors naming the flag", "[cli][bench]
   expect_usage_error("bench attention --gpus 2 --window 64,0", "--window does not go with --gpus");
   expect_usage_error("bench attention --gpus 2 --seq 1024 --seq-k 1024 --pass fwd", "--seq-k does not go with --gpus");
   expect_usage_error("bench attention --gpus 2 --kv-copy --pass fwd", "--kv-copy does not go with --gpus");
+  expect_usage_error("bench attention --gpus 2 --flush-dirty", "--flush-dirty does not go with --gpus");
   expect_usage_error("bench attention --gpus 2 --bwd-kernel mma", "does not go with --gpus");
   expect_usage_error("bench attention --gpus 2 --reps 2", "--reps 2 is out of range");  // a ring: at least 3
 #ifndef FLASHLAB_TEST_HAVE_CUDA

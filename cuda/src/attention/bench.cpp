@@ -4,8 +4,8 @@
 //
 // Per shape: allocate input_sets × (Q, K, V [, dO], O, LSE) (+ dQ, dK, dV, workspace when the backward is
 // timed), upload random N(0, 1) values rounded to the dtype, then per pass warmup + reps
-// launches; before each, a cudaMemsetAsync of the flush buffer (outside the event pair) evicts
-// L2, and launch r reads input set r mod input_sets. Each timed launch sits alone between two
+// launches; before each, a cudaMemsetAsync of the flush buffer and a read of it (outside the event
+// pair) evict L2 and leave it clean, and launch r reads input set r mod input_sets. Each timed launch sits alone between two
 // events on the default stream and is synchronised before the next flush, so a time is one
 // launch (the backward: every kernel of its design, see bench.hpp), never an overlap of
 // several. The backward reads the O and LSE of one untimed forward per set, run before its
@@ -252,7 +252,7 @@ std::vector<AttentionBenchRow> bench_attention(const AttentionBenchConfig& bench
     for (auto& x : pool) x = to_bits16(normal(rng), bench.dtype);
   }
 
-  detail::LaunchTimer timer(bench.flush_bytes);
+  detail::LaunchTimer timer(bench.flush_bytes, bench.flush_dirty ? detail::L2Flush::dirty : detail::L2Flush::clean);
   std::vector<AttentionBenchRow> rows;
   // Packed: one shape per (d, causal), the sequences' own (`seqs` is not read).
   const std::vector<int> seqs = bench.packed ? std::vector<int>{0} : bench.seqs;

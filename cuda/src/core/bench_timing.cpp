@@ -1,6 +1,8 @@
 // bench_timing.cpp — the launch timer of the GPU benchmarks (bench_timing.hpp).
 #include "core/bench_timing.hpp"
 
+#include "core/probe_kernels.hpp"
+
 #include <algorithm>
 #include <stdexcept>
 #include <utility>
@@ -18,7 +20,8 @@ LaunchTimes launch_statistics(std::vector<double> times) {
   return out;
 }
 
-LaunchTimer::LaunchTimer(std::size_t flush_bytes) : flush_(flush_bytes) {
+LaunchTimer::LaunchTimer(std::size_t flush_bytes, L2Flush flush)
+    : flush_((flush_bytes + sizeof(float) - 1) / sizeof(float)), sink_(flush_bytes ? 1 : 0), mode_(flush) {
   FLASHLAB_CUDA_CHECK(cudaEventCreate(&start_));
   const cudaError_t stop_created = cudaEventCreate(&stop_);
   if (stop_created != cudaSuccess) cudaEventDestroy(start_);  // the destructor will not run
@@ -36,8 +39,13 @@ LaunchTimes LaunchTimer::time(int warmup, int reps, const std::function<void(int
   std::vector<double> times;
   times.reserve(std::size_t(reps));
   for (int r = 0; r < warmup + reps; ++r) {
-    // Evict L2 outside the timed range (before the start event).
-    if (flush_.size()) FLASHLAB_CUDA_CHECK(cudaMemsetAsync(flush_.get(), r & 0xff, flush_.bytes()));
+    // Evict L2 outside the timed range (before the start event). The memset leaves L2 full of its
+    // own dirty lines; reading the buffer back evicts them, written back here, so the launch
+    // starts on a clean L2 and its time holds no write-back it did not cause.
+    if (flush_.size()) {
+      FLASHLAB_CUDA_CHECK(cudaMemsetAsync(flush_.get(), r & 0xff, flush_.bytes()));
+      if (mode_ == L2Flush::clean) launch_l2_write_back(flush_.get(), flush_.size(), sink_.get());
+    }
     FLASHLAB_CUDA_CHECK(cudaEventRecord(start_));
     launch(r);
     FLASHLAB_CUDA_CHECK(cudaEventRecord(stop_));

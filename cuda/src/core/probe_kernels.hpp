@@ -19,5 +19,9 @@ void launch_random_fill(float* x, std::size_t count, unsigned long long seed);
 /// Evicts L2: writes then reads back `count` floats of `buf` (≫ L2), so the dirty lines of the
 /// write are written back here and not during the measured kernel; `sink` keeps the reads alive.
 void launch_l2_flush(float* buf, std::size_t count, float* sink);
+/// The read half of launch_l2_flush alone: reads `count` floats of `buf` (≫ L2) through L2, so
+/// every dirty line L2 held (a memset's, a kernel's outputs) is written back now and L2 is left
+/// holding clean lines only; on the default stream, as the rest of this file.
+void launch_l2_write_back(const float* buf, std::size_t count, float* sink);
 
 }  // namespace flashlab::cuda::detail

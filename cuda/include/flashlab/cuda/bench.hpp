@@ -4,7 +4,9 @@
 ///
 /// Method, per shape and pass: `warmup` untimed launches, then `reps` launches each timed alone
 /// with a pair of CUDA events on the default stream; before every launch (warm-up and timed) L2
-/// is flushed by a `flush_bytes` memset outside the timed range, and the inputs rotate over
+/// is flushed outside the timed range by a `flush_bytes` memset and a read of the same buffer (so
+/// L2 holds no dirty line the launch would have to write back; `flush_dirty`: the memset alone),
+/// and the inputs rotate over
 /// `input_sets` independent sets (launch r uses set r mod `input_sets`), so no launch finds its
 /// inputs in L2. A forward launch is fast_attention_forward_device() on Q/K/V; a backward launch
 /// is fast_attention_backward_device() of `bwd_design` (every kernel of the design inside
@@ -52,6 +54,10 @@ struct AttentionBenchConfig {
   int warmup = 3;                                            ///< untimed launches per shape (≥ 0)
   int input_sets = 3;                                        ///< Q/K/V sets rotated over (≥ 1)
   std::size_t flush_bytes = std::size_t(256) << 20;          ///< L2 flush buffer (256 MiB; H100 L2 is 50 MiB)
+  /// Flush by the memset alone, leaving its dirty lines in L2 for the timed launch to write back
+  /// (~50 MB on an H100, ~17 µs of a launch that reads and hardly writes): to compare with timings
+  /// taken that way
+  bool flush_dirty = false;
   std::uint32_t seed = 1234;                                 ///< seed of the N(0, 1) inputs
   BenchPass pass = BenchPass::both;                          ///< passes to time (bench_attention())
   ref::Algorithm bwd_design = ref::Algorithm::bwd_atomic;      ///< backward design timed (default: the faster)
