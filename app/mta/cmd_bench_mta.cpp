@@ -33,7 +33,7 @@ constexpr const char* kUsageLine =
 constexpr const char* kSummary =
     "Times the Multi-Token Attention kernels on the GPU (causal, as MTA is) for every (d, N) of the\n"
     "sweep and one convolution kernel size cq x ck. Per shape: W warm-up launches, then R launches\n"
-    "each timed alone with CUDA events, L2 flushed (256 MiB memset) before each, inputs rotated over\n"
+    "each timed alone with CUDA events, L2 flushed (256 MiB memset, read back) before each, inputs rotated over\n"
     "3 sets, W drawn once (N(0, 0.5^2) per tap). --kernel fast: the tensor-core kernels, bf16 or fp16\n"
     "in, fp32 accumulation, O kept on chip across key tiles. --kernel clear: the clear fp32 kernels\n"
     "in the source's order (O zero-filled, then read-modify-written in HBM per key tile; --block\n"

@@ -46,7 +46,7 @@ constexpr const char* kSummary =
     "mask application (block-sparse attention over them), the fast 16-bit tensor-core kernels (the\n"
     "default) or the clear fp32 ones, for every (d, k, T) of the sweep; causal mask, N(0, 1) inputs. Per\n"
     "shape and pass: W warm-up launches, then R launches each timed alone with CUDA events, L2\n"
-    "flushed (256 MiB memset) before each. The apply runs on the I of the estimate of the same inputs\n"
+    "flushed (256 MiB memset, read back) before each. The apply runs on the I of the estimate of the same inputs\n"
     "(the fast bf16 estimate with --kernel fast --dtype bf16, else one untimed clear estimate).\n"
     "Prints the median, min and max ms and the device bytes the pass needs beyond\n"
     "Q, K, V and O (I, scores, workspaces). --json and --csv print one row per shape and pass as it is\n"

@@ -16,7 +16,7 @@ Q, K, V are [B, N, H, d] as flashlab's and used through transposed views; W is [
 Passes: fwd (under no_grad) and fwd+bwd (Q, K, V, W require grad; O.backward(dO), grads set to
 None outside the timed range). Dtypes: fp32 (the anchor) and bf16. Method as flashlab's bench:
 3 warm-up calls, then --reps timed calls each alone between CUDA events, L2 flushed (256 MiB
-zero_()) before each, inputs rotated over 3 sets; median reported. Peak memory: the peak of
+zero_() and a read of it, timing_common.flush_l2) before each, inputs rotated over 3 sets; median reported. Peak memory: the peak of
 torch.cuda.max_memory_allocated() over one call, minus what was allocated before it (inputs
 and, for fwd+bwd, nothing else), in GiB.
 Output: one line per (shape, dtype, pass) with torch's median, peak memory and torch/flashlab
@@ -28,7 +28,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from timing_common import FLUSH_BYTES, write_csv
+from timing_common import FLUSH_BYTES, flush_l2, write_csv
 
 
 def mta_forward(q, k, v, w, scale):
@@ -66,7 +66,7 @@ def time_mta(B, N, H, d, cq, ck, dtype, backward, reps):
         q, k, v, w = sets[r % 3]
         for t in (q, k, v, w):
             t.grad = None
-        flush.zero_()
+        flush_l2(flush)
         torch.cuda.synchronize()
         before = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()

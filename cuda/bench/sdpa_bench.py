@@ -7,7 +7,7 @@ Usage (on the GPU machine, after `flashlab bench attention --csv > ours.csv`):
 
 Method, the same as `flashlab bench attention` (timing_common.py): per shape and pass 3 warm-up
 calls, then --reps timed calls, each timed alone with CUDA events, L2 flushed before each (256 MiB
-zero_() outside the timed range), inputs rotated over 3 sets; the median is reported.
+zero_() and a read of it, outside the timed range), inputs rotated over 3 sets; the median is reported.
   fwd: F.scaled_dot_product_attention(q, k, v) under torch.no_grad(). FLOPs = 4·N²·d·H·B.
   bwd: q, k, v require grad; out = SDPA(q, k, v) once per input set (untimed, graph kept); each
        timed call is out.backward(dO, retain_graph=True) with the grads set to None beforehand

@@ -15,7 +15,7 @@ Dense attention, per distinct (T, d, H, dtype): F.scaled_dot_product_attention(q
 is_causal=True) on [1, H, T, d] tensors made from [1, T, H, d] memory (STREAM's [T, H, d] layout)
 under torch.no_grad(), with the unscaled logits STREAM uses (scale=1.0; the time does not depend
 on it). Method as flashlab's (timing_common.py): warm-up calls, then --reps calls each timed alone
-with CUDA events, L2 flushed before each (a 256 MiB zero_() outside the timed range); the median is
+with CUDA events, L2 flushed before each (a 256 MiB zero_() and a read of it, outside the timed range); the median is
 reported. From
 T = 524288 on, one warm-up and at most 3 timed calls (a dense call there takes 0.1 to 1 s).
 Ratio = dense median / STREAM total (> 1: STREAM faster).

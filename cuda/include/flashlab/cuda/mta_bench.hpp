@@ -4,8 +4,8 @@
 ///
 /// Method, per shape, as bench.hpp states it for attention: `warmup` untimed launches, then
 /// `reps` launches each timed alone with a pair of CUDA events on the default stream; before
-/// every launch (warm-up and timed) L2 is flushed by a `flush_bytes` memset outside the timed
-/// range, and the inputs rotate over `input_sets` independent sets (launch r uses set r mod
+/// every launch (warm-up and timed) L2 is flushed by a `flush_bytes` memset and a read of it
+/// outside the timed range (L2 left clean), and the inputs rotate over `input_sets` independent sets (launch r uses set r mod
 /// `input_sets`), so no launch finds its inputs in L2. A launch is one *pass* (MtaBenchPass) of
 /// one *kernel family* (MtaBenchKernel): every kernel the pass needs, inside the timed range
 /// (the clear forward: O = 0 fill, then the forward kernel; the fast forward: its one kernel).

@@ -5,7 +5,8 @@
 ///
 /// Method, per shape (T, d, k) and pass: `warmup` untimed launches, then `reps` launches each
 /// timed alone with a pair of CUDA events on the default stream; before every launch (warm-up
-/// and timed) L2 is flushed by a `flush_bytes` memset outside the timed range. One input set
+/// and timed) L2 is flushed by a `flush_bytes` memset and a read of it outside the timed range
+/// (L2 left clean). One input set
 /// per shape: Q, K, V are `[T, H, d]` N(0, 1) values (rounded to the dtype for the fast kernels),
 /// and from T = 32k on one tensor alone is larger than L2, so the flush is what keeps a launch
 /// from finding its inputs on chip. The apply reads the index tensor I of the estimate of the same

@@ -81,7 +81,7 @@ using FastEstimateTiming = BenchRow;
 /// Times the fast estimate at one shape on seeded N(0, 1) bf16 inputs made on the device
 /// (`[T, H, d]`, the generator of `flashlab bench stream`), causal mask: `warmup` untimed launches, then `reps` launches,
 /// each timed alone with a pair of CUDA events on the default stream after an L2 flush (a
-/// cudaMemset of `flush_bytes` outside the timed range). I is downloaded after every launch and
+/// cudaMemset of `flush_bytes` and a read of it, outside the timed range). I is downloaded after every launch and
 /// compared. Throws StreamError for a shape the kernel refuses or reps < 1, CudaError on failure.
 FastEstimateTiming time_stream_fast_estimate(std::size_t T, std::size_t heads, std::size_t d, std::size_t k, int reps,
                                              int warmup, std::uint64_t seed,
