@@ -139,6 +139,9 @@ struct WsTraits {
   // Packed sequences: the work list of the packed numbering, each unit its sequence's lengths
   // (WsSchedule::packed_unit); instantiations of their own, so the dense ones compile as they did.
   static constexpr bool kPacked = C.packed;
+  // Packed, non-causal: the compacted list (WsSchedule::compact_unit), the spare places at its end.
+  static constexpr bool kCompact = C.compact;
+  static_assert(!kCompact || (kPacked && !kCausal), "the compacted list: packed sequences without a mask");
   static constexpr int kConsumers = C.consumers;            // consumer warpgroups, 64 query rows each
   static constexpr int kThreads = 128 * (1 + kConsumers);   // + the producer warpgroup
   static constexpr int kConsumerWarps = 4 * kConsumers;     // arrivals on empty[s]
@@ -312,6 +315,7 @@ struct WsSchedule {
   /// kPacked: unit t (at()) of the packed list, with its sequence's rows, lengths and key tiles (the
   /// rules of at(), each sequence with its own N, N_k and offset len_k − len_q).
   __device__ bool packed_unit(int t, WsTile& w) const {
+    if constexpr (T::kCompact) return compact_unit(t, w);
     int m;
     ws_unit<T::kCausal>(t, Tr, H, H, m, w.h, w.b);
     const PackedTile pt = packed_tile(cu_q, cu_k, B, m, T::BLOCK_M);
@@ -332,6 +336,37 @@ struct WsSchedule {
     } else if (T::kCausal) {
       const int last_key = w.q0 + T::BLOCK_M - 1 + off;
       w.n_tiles = last_key < 0 ? 0 : min(w.n_tiles, last_key / T::BLOCK_N + 1);
+    }
+    return true;
+  }
+  /// kCompact: unit t of the compacted list (ws_compact_packed): head t % H of compacted tile t / H,
+  /// the tiles being the ⌈len_q / Br⌉ of each sequence, counted from the last sequence's last tile
+  /// back to the first's first; places past them (at most B per head, at the list's end) are spare
+  /// units without rows or keys. Non-causal: every unit of a sequence has all its key tiles.
+  __device__ bool compact_unit(int t, WsTile& w) const {
+    w.h = t % H;
+    w.b = 0;
+    w.hk = w.h / (H / Hkv);
+    int mc = t / H, end = __ldg(cu_q + B);
+    w.q0 = 0;
+    w.qs = end;
+    w.ks = 0;
+    w.nq = 0;
+    w.nk = 0;
+    w.n_tiles = 0;
+    for (int b = B - 1; b >= 0; --b) {
+      const int start = __ldg(cu_q + b), tiles = (end - start + T::BLOCK_M - 1) / T::BLOCK_M;
+      if (mc < tiles) {
+        w.qs = start;
+        w.nq = end - start;
+        w.q0 = (tiles - 1 - mc) * T::BLOCK_M;
+        w.ks = __ldg(cu_k + b);
+        w.nk = __ldg(cu_k + b + 1) - w.ks;
+        w.n_tiles = (w.nk + T::BLOCK_N - 1) / T::BLOCK_N;
+        return true;
+      }
+      mc -= tiles;
+      end = start;
     }
     return true;
   }
@@ -916,6 +951,8 @@ constexpr WsConfig kWsConfigs[] = {
     {64, true, true, 2, 3, 128, true, false, false, false, true, false, false, true},
     {64, true, false, 3, 3, 128, true, true, true, false, true, false, false, true},
     {64, true, false, 2, 3, 128, true, true, false, false, false, false, false, true},
+    // d = 64 without a mask, three consumers, few sequences: the compacted work list
+    {64, true, false, 3, 3, 128, true, true, true, false, true, false, false, true, false, true},
     {128, true, false, 2, 3, 128, true, true, true, true, false, false, false, true},
     {128, true, true, 2, 3, 128, false, false, false, false, false, false, false, true},
     {64, true, true, 2, 3, 128, true, false, false, false, true, false, true, true},

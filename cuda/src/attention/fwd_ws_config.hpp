@@ -31,6 +31,7 @@ struct WsConfig {
   bool window = false;       ///< a sliding window: the band instantiation (with `causal`), units start at its left edge
   bool packed = false;       ///< packed sequences: the work list of the packed numbering (packed.cuh)
   bool out_f32 = false;      ///< O stored in fp32, unrounded (the ring's partials: ws_fp32_config)
+  bool compact = false;      ///< packed, non-causal: the compacted work list (ws_compact_packed)
 
   /// Br, the query rows of one unit of work.
   constexpr int block_m() const { return 64 * consumers; }
@@ -76,6 +77,19 @@ inline bool ws_wide_keys(const Problem& p) {
 /// the keys at that mean (the dense rule's bound); the host knows no length but the totals.
 inline bool ws_wide_packed_keys(const Problem& p) { return p.total_k >= 3072LL * p.batch; }
 
+/// Packed sequences, d = 64 without a mask, three consumers: the compacted work list
+/// (WsSchedule::compact_unit) for at most 16 sequences. The packed numbering gives each sequence
+/// one spare tile more than it may need (B spare units per head, spread through the list, each a
+/// place of the static deal that does nothing): at 8 × 8192 tokens, H = 16, 5584 places for 5504
+/// units, so 40 blocks deal a 43rd round where the dense list's longest block has 42. The compacted
+/// list numbers only the ⌈len_q / Br⌉ tiles each sequence needs, all heads of one tile together,
+/// the sequences from the last to the first and each from its last tile (the causal order),
+/// and leaves the spare places at the list's end: every SM ends within one unit of the others
+/// again, and units of unequal sequences interleave more evenly than the per-head order's runs of
+/// one sequence. Finding a unit's tile scans the B prefix sums (one L1 load per sequence), so only
+/// where B is small next to a unit's key tiles.
+inline bool ws_compact_packed(const Problem& p) { return p.packed() && p.batch <= 16; }
+
 /// The configuration of problem `p` (d ∈ {64, 128, 256}) on a device of `sms` SMs, the one place the
 /// choice is made (the launcher runs it, fast_forward_tiles() reports its tiles):
 /// - d = 64: two or three consumer warpgroups (ws_three_consumers), both with the
@@ -98,7 +112,8 @@ inline bool ws_wide_packed_keys(const Problem& p) { return p.total_k >= 3072LL *
 ///   V_j is what lets the next key tile load in time: +37 % without a mask, +26 % causal.
 /// - Packed sequences (Problem::packed(), d = 64 and 128): as dense, with units of unequal lengths
 ///   and each sequence's own ragged last key tile, so never the split tail (it cuts equal units).
-///   d = 128 without a mask takes Bc = 192 by ws_wide_packed_keys (the host knows the totals only).
+///   d = 128 without a mask takes Bc = 192 by ws_wide_packed_keys (the host knows the totals only);
+///   d = 64 without a mask, with three consumers, the compacted list by ws_compact_packed.
 /// - A window (Problem::windowed()): the causal configuration of its head dim with `window` set,
 ///   the band's two edges in place of the diagonal; at d = 64 always two consumers (Br = 128: a
 ///   narrow band wastes less of a shorter query tile, and one instantiation fewer to build).
@@ -133,6 +148,7 @@ inline WsConfig choose_ws_config(const Problem& p, bool bf16, int sms) {
         c.two_p = true;
         const long long units = ws_units(p, c.block_m()), n = (p.seq_k + c.block_n - 1) / c.block_n;
         c.split_tail = !p.packed() && ws_split_tail(units, std::min<long long>(units, sms), n);
+        c.compact = ws_compact_packed(p);
       }
     }
     return c;
