@@ -85,7 +85,10 @@
 //     span the packed tensors: a box running past a sequence's end brings in the next sequence's
 //     first rows, whose keys the masks drop (keys ≥ len_k: S_ij = −inf, P_ij = 0) and whose
 //     queries are never stored. Units without keys may sit anywhere in the list, so the consumers
-//     look ahead for the next unit with keys before they owe a turn.
+//     look ahead for the next unit with keys before they owe a turn. The compacted list
+//     (WsConfig::compact; d = 64 without a mask, three consumers, B ≤ 16: ws_compact_packed)
+//     numbers only the tiles each sequence needs and puts the spare places of the numbering at the
+//     list's end, where they cost no block a round (WsSchedule::compact_unit).
 // Resources (ptxas, sm_90a): two consumers, 168 registers at launch (384 threads, 1 block/SM),
 // then 24 for the producer and 240 for the consumers; three consumers, 128 at launch (512
 // threads), then 24 and 160; no spills but 16 bytes in the Bc = 192 kernel and 24 in the split

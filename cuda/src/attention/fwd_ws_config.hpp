@@ -86,8 +86,10 @@ inline bool ws_wide_packed_keys(const Problem& p) { return p.total_k >= 3072LL *
 /// the sequences from the last to the first and each from its last tile (the causal order),
 /// and leaves the spare places at the list's end: every SM ends within one unit of the others
 /// again, and units of unequal sequences interleave more evenly than the per-head order's runs of
-/// one sequence. Finding a unit's tile scans the B prefix sums (one L1 load per sequence), so only
-/// where B is small next to a unit's key tiles.
+/// one sequence. Finding a unit's tile scans the B prefix sums (one cached load per sequence, in the
+/// producer and in each consumer, once per unit), so only for few sequences: 16 loads are a few
+/// hundred clocks beside the ~2,500 of one 192 × 128 key tile at d = 64 (a bound chosen by that
+/// estimate, not by a measurement).
 inline bool ws_compact_packed(const Problem& p) { return p.packed() && p.batch <= 16; }
 
 /// The configuration of problem `p` (d ∈ {64, 128, 256}) on a device of `sms` SMs, the one place the
