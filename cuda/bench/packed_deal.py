@@ -2,23 +2,28 @@
 """The tma-ws forward's static deal of units over the SMs, counted in key tiles: dense, packed and
 the compacted packed list (attention_fwd_ws.cu, WsSchedule; fwd_ws_config.hpp, ws_compact_packed).
 
-Usage: packed_deal.py [--causal] [--sms 132] [--heads 16] [--br 192] [--bc 128] LEN [LEN ...]
+Usage: packed_deal.py [--causal] [--sms 132] [--heads 16] [--br 192] [--bc 128] [--l2 MIB] LEN [LEN ...]
 
 Prints, for the packed sequences of the given lengths and for the dense shape of B = 8, N = 8192
 (the rows of cuda/bench/varlen.sh): the list's places and units, the key tiles of the longest
 block (the deal's makespan: every block works its own list, so the launch takes as long as that
 block) and the model's TFLOP/s over the dense shape's (visible pairs per makespan tile). A model of
 the deal alone: every key tile costs the same, a unit costs nothing else, the clocks do not move.
+With --l2, also the K/V tiles read from HBM (d = 64, bf16: 32 KiB a key tile of one head, K and V)
+if L2 kept the last MIB MiB of them (least recently used out), every block taking one key tile a
+step; the row "heads together" is the compacted list with all heads of one tile side by side.
 """
+from collections import OrderedDict
 import argparse
 import itertools
 
 
 def dense_units(n, batch, heads, br, bc, causal):
+    """ws_unit's orders: (sequence, head, key tiles) of each unit of the list."""
     tr, nk = (n + br - 1) // br, (n + bc - 1) // bc
     for t in range(tr * heads * batch):
-        m = tr - 1 - t // (heads * batch) if causal else t % tr
-        yield min(nk, (m * br + br - 1) // bc + 1) if causal else nk
+        m, hb = (tr - 1 - t // (heads * batch), t % (heads * batch)) if causal else (t % tr, t // tr)
+        yield hb // heads, hb % heads, min(nk, (m * br + br - 1) // bc + 1) if causal else nk
 
 
 def packed_units(lengths, heads, br, bc, causal):
@@ -30,18 +35,21 @@ def packed_units(lengths, heads, br, bc, causal):
         tiles += [(b, (u - first[b]) * br) for u in range(first[b], first[b + 1])]
     tr = len(tiles)
     for t in range(tr * heads):
-        b, q0 = tiles[tr - 1 - t // heads] if causal else tiles[t % tr]
-        yield key_tiles(lengths[b], q0, br, bc, causal)
+        (b, q0), h = (tiles[tr - 1 - t // heads], t % heads) if causal else (tiles[t % tr], t // tr)
+        yield b, h, key_tiles(lengths[b], q0, br, bc, causal)
 
 
-def compact_units(lengths, heads, br, bc, causal):
-    """WsSchedule::compact_unit: the tiles each sequence needs, last first, heads innermost."""
+def compact_units(lengths, heads, br, bc, causal, heads_inner=False):
+    """WsSchedule::compact_unit: the tiles each sequence needs, the last sequence first, one head's
+    tiles (from its last) before the next head's; heads_inner: all heads of one tile together."""
     places = sum(lengths) // br + len(lengths)
-    tiles = [(b, q0) for b, length in enumerate(lengths) for q0 in range(0, length, br)]
-    for t in range(places * heads):
-        mc = t // heads
-        yield key_tiles(lengths[tiles[len(tiles) - 1 - mc][0]], tiles[len(tiles) - 1 - mc][1], br, bc,
-                        causal) if mc < len(tiles) else 0
+    units = []
+    for b in reversed(range(len(lengths))):
+        q0s = list(reversed(range(0, lengths[b], br)))
+        order = [(h, q0) for q0 in q0s for h in range(heads)] if heads_inner else \
+            [(h, q0) for h in range(heads) for q0 in q0s]
+        units += [(b, h, key_tiles(lengths[b], q0, br, bc, causal)) for h, q0 in order]
+    return units + [(0, 0, 0)] * (places * heads - len(units))
 
 
 def key_tiles(length, q0, br, bc, causal):
@@ -52,13 +60,36 @@ def key_tiles(length, q0, br, bc, causal):
 
 
 def deal(units, sms):
+    """Each block's units (block blk takes places k·G + blk, a snake) and its key tiles."""
     units = list(units)
     g = min(sms, len(units))
-    load = [0] * g
-    for t, n in enumerate(units):
+    blocks = [[] for _ in range(g)]
+    for t, u in enumerate(units):
         k, i = divmod(t, g)
-        load[g - 1 - i if k % 2 else i] += n
-    return len(units), sum(1 for n in units if n), max(load)
+        blocks[g - 1 - i if k % 2 else i].append(u)
+    return len(units), sum(1 for u in units if u[2]), max(sum(u[2] for u in blk) for blk in blocks), blocks
+
+
+def hbm_reads(blocks, l2_mib):
+    """K/V tiles read from HBM if L2 kept the last l2_mib MiB of them (LRU), one key tile a step."""
+    cap, lru, misses = l2_mib * 32, OrderedDict(), 0  # 32 KiB a tile: K and V, 128 keys, d = 64
+    steps = [iter([(b, h, j) for b, h, n in blk for j in range(n)]) for blk in blocks]
+    while steps:
+        left = []
+        for it in steps:
+            tile = next(it, None)
+            if tile is None:
+                continue
+            left.append(it)
+            if tile in lru:
+                lru.move_to_end(tile)
+            else:
+                misses += 1
+                lru[tile] = True
+                if len(lru) > cap:
+                    lru.popitem(last=False)
+        steps = left
+    return misses
 
 
 def visible(lengths, causal):
@@ -73,16 +104,20 @@ def main():
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--br", type=int, default=192)
     ap.add_argument("--bc", type=int, default=128)
+    ap.add_argument("--l2", type=int, default=0, help="also the K/V tiles read from HBM with this L2 (MiB)")
     a = ap.parse_args()
     args = (a.heads, a.br, a.bc, a.causal)
-    _, _, dense_span = deal(dense_units(8192, 8, *args), a.sms)
-    dense_rate = visible([8192] * 8, a.causal) / dense_span
-    rows = [("dense 8 x 8192", deal(dense_units(8192, 8, *args), a.sms), [8192] * 8),
+    dense = deal(dense_units(8192, 8, *args), a.sms)
+    dense_rate = visible([8192] * 8, a.causal) / dense[2]
+    rows = [("dense 8 x 8192", dense, [8192] * 8),
             ("packed", deal(packed_units(a.lengths, *args), a.sms), a.lengths),
-            ("packed, compacted", deal(compact_units(a.lengths, *args), a.sms), a.lengths)]
-    print("list,places,units,longest_block_key_tiles,model_of_dense")
-    for name, (places, units, span), lengths in rows:
-        print(f"{name},{places},{units},{span},{visible(lengths, a.causal) / span / dense_rate:.4f}")
+            ("packed, compacted", deal(compact_units(a.lengths, *args), a.sms), a.lengths),
+            ("packed, compacted, heads together",
+             deal(compact_units(a.lengths, *args, heads_inner=True), a.sms), a.lengths)]
+    print("list,places,units,longest_block_key_tiles,model_of_dense" + (",kv_tiles_from_hbm" if a.l2 else ""))
+    for name, (places, units, span, blocks), lengths in rows:
+        extra = f",{hbm_reads(blocks, a.l2)}" if a.l2 else ""
+        print(f"{name},{places},{units},{span},{visible(lengths, a.causal) / span / dense_rate:.4f}{extra}")
 
 
 if __name__ == "__main__":

@@ -342,15 +342,19 @@ struct WsSchedule {
     }
     return true;
   }
-  /// kCompact: unit t of the compacted list (ws_compact_packed): head t % H of compacted tile t / H,
-  /// the tiles being the ⌈len_q / Br⌉ of each sequence, counted from the last sequence's last tile
-  /// back to the first's first; places past them (at most B per head, at the list's end) are spare
-  /// units without rows or keys. Non-causal: every unit of a sequence has all its key tiles.
+  /// kCompact: unit t of the compacted list (ws_compact_packed): the sequences from the last to the
+  /// first, each the H·⌈len_q / Br⌉ units it needs, one head's tiles side by side (from its last)
+  /// before the next head's; places past them (at most B per head, at the list's end) are spare
+  /// units without rows or keys. One head's tiles together keep the units in flight on a few K/V
+  /// heads, whose tiles stay in L2 for the whole run of that head (all heads of one tile together
+  /// put all H of a sequence's K/V heads in flight, 32 MiB at d = 64, N = 8192, and read them from
+  /// HBM again as each round returns to them). Non-causal: every unit of a sequence has all its key
+  /// tiles.
   __device__ bool compact_unit(int t, WsTile& w) const {
-    w.h = t % H;
+    w.h = 0;
     w.b = 0;
-    w.hk = w.h / (H / Hkv);
-    int mc = t / H, end = __ldg(cu_q + B);
+    w.hk = 0;
+    int end = __ldg(cu_q + B);
     w.q0 = 0;
     w.qs = end;
     w.ks = 0;
@@ -359,16 +363,18 @@ struct WsSchedule {
     w.n_tiles = 0;
     for (int b = B - 1; b >= 0; --b) {
       const int start = __ldg(cu_q + b), tiles = (end - start + T::BLOCK_M - 1) / T::BLOCK_M;
-      if (mc < tiles) {
+      if (t < tiles * H) {
+        w.h = t / tiles;
+        w.hk = w.h / (H / Hkv);
         w.qs = start;
         w.nq = end - start;
-        w.q0 = (tiles - 1 - mc) * T::BLOCK_M;
+        w.q0 = (tiles - 1 - (t - w.h * tiles)) * T::BLOCK_M;
         w.ks = __ldg(cu_k + b);
         w.nk = __ldg(cu_k + b + 1) - w.ks;
         w.n_tiles = (w.nk + T::BLOCK_N - 1) / T::BLOCK_N;
         return true;
       }
-      mc -= tiles;
+      t -= tiles * H;
       end = start;
     }
     return true;
