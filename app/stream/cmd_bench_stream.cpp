@@ -36,7 +36,7 @@ namespace flashlab::app {
 namespace {
 
 constexpr const char* kUsageLine =
-    "bench stream [--pass estimate|apply|both|trace] [--kernel fast|clear] [--seq T[,T2,...]] [--dim D[,D2]]\n"
+    "bench stream [--pass estimate|apply|both|trace|trace-mass] [--kernel fast|clear] [--seq T[,T2,...]] [--dim D[,D2]]\n"
     "                       [--k K[,K2,...]] [--heads H] [--block-m BM] [--block-n BN] [--dtype bf16|fp16]\n"
     "                       [--reps R] [--warmup W] [--check-indices [--traffic]] [--json|--csv]\n"
     "                       [--gpus G[,G2,...] [--scaling strong|weak] [--layout contiguous|zigzag[,...]]\n"
@@ -71,7 +71,8 @@ po::options_description options() {
   po::options_description d("Options");
   d.add_options()("help,h", "show this help")
       ("pass", po::value<std::string>()->default_value("both"),
-       "estimate | apply | both: the passes to time; trace: the fast trace's records (--kernel fast)")
+       "estimate | apply | both: the passes to time; trace: the fast trace's records (--kernel fast); "
+       "trace-mass: the same without value norms (V not read), as a store of key blocks and mass takes them")
       ("kernel", po::value<std::string>()->default_value("fast"), 
        "fast | clear: the fast 16-bit tensor-core kernels (the default) or the clear fp32 ones")
       ("seq", po::value<std::string>()->default_value("32768,65536,131072,262144,524288,1048576"),
@@ -109,7 +110,7 @@ po::options_description options() {
 struct StreamSweep {
   std::vector<int> seqs, dims, ks;
   int heads = 1, bq = 64, bk = 64, group = 0, reps = 20, warmup = 2;
-  bool estimate = true, apply = true, trace = false, fast = false, fp16 = false;
+  bool estimate = true, apply = true, trace = false, trace_mass = false, fast = false, fp16 = false;
   OutputFormat format = OutputFormat::text;  ///< --json / --csv
   bool check_indices = false, traffic = false;  ///< the fast estimate's launch check and CUPTI bytes
   std::vector<int> gpus;  ///< --gpus: the sharded runs (empty: one GPU, the sweep above)
@@ -149,9 +150,10 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
   s.reps = int_flag(vm, "reps", 1, 100000);
   s.warmup = int_flag(vm, "warmup", 0, 100000);
   const std::string pass = vm["pass"].as<std::string>();
-  if (pass != "estimate" && pass != "apply" && pass != "both" && pass != "trace")
-    throw UsageError("--pass '" + pass + "' is unknown", "choose estimate, apply, both (the default) or trace");
-  s.trace = pass == "trace";
+  if (pass != "estimate" && pass != "apply" && pass != "both" && pass != "trace" && pass != "trace-mass")
+    throw UsageError("--pass '" + pass + "' is unknown", "choose estimate, apply, both (the default), trace or trace-mass");
+  s.trace = pass == "trace" || pass == "trace-mass";
+  s.trace_mass = pass == "trace-mass";
   s.estimate = pass == "estimate" || pass == "both";
   s.apply = pass == "apply" || pass == "both";
   s.fast = kernel_family(vm["kernel"].as<std::string>(), KernelFamily::fast) == KernelFamily::fast;
@@ -210,7 +212,7 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
 /// One row of the table (text), or of --json / --csv through `rows`: the keys are the columns
 /// stream_sdpa.py and measure.sh read.
 void print_row(const flashlab::cuda::StreamBenchRow& r, std::optional<RowStream>& rows) {
-  const char* pass = r.stream.trace ? "trace" : r.stream.apply ? "apply" : "estimate";
+  const char* pass = r.stream.trace ? (r.stream.value_norm ? "trace" : "trace-mass") : r.stream.apply ? "apply" : "estimate";
   const std::string dtype(flashlab::ref::dtype_name(r.dtype));
   if (rows) {
     Value v;
@@ -396,7 +398,8 @@ int run_sweep(const StreamSweep& s) {
   b.reps = s.reps;
   b.warmup = s.warmup;
   b.group = s.group;
-  b.pass = s.trace                ? fc::StreamBenchPass::trace
+  b.pass = s.trace_mass           ? fc::StreamBenchPass::trace_mass
+           : s.trace              ? fc::StreamBenchPass::trace
            : s.estimate && s.apply ? fc::StreamBenchPass::both
            : s.apply               ? fc::StreamBenchPass::apply
                                    : fc::StreamBenchPass::estimate;

@@ -10,6 +10,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -185,6 +187,66 @@ TEST_CASE("cuda stream layer: a head range gives each head's rows and records of
     CHECK_THROWS_WITH(gs::stream_fast_trace_device(shape, Q.p, K.p, V.p, reinterpret_cast<const std::int64_t*>(I1.p),
                                                    E1.p, nullptr, gs::HeadRange{0, 1}, n_q - 2, 3),
                       Catch::Contains("run past n_q"));
+  }
+}
+
+TEST_CASE("cuda stream fast trace without value norms: blocks, score and mass of the full trace, bit for bit",
+          "[gpu][stream-layer][stream-fast-trace]") {
+  // The layer traces a store of key blocks and mass with value_norm = false: its second pass reads
+  // K only, from the tiles the first pass left in SRAM on. Every record but value_norm (NaN where
+  // a block was kept) must be the full trace's bytes: n_kept from 1 to k (T = 1, early query blocks,
+  // a user mask with empty entries), both head dims and dtypes, a head range and a piece of rows.
+  std::mt19937_64 rng(test::fresh_seed());
+  struct Case { std::size_t T, H, d, k; double q_sd, mask_p; ref::Dtype dtype; bool ints; };
+  const ref::Dtype bf = ref::Dtype::bf16, fp = ref::Dtype::fp16;
+  for (const Case c : {Case{1, 1, 64, 2, 1.0, 1.0, bf, false}, Case{300, 2, 64, 3, 0.125, 1.0, bf, true},
+                       Case{777, 1, 128, 4, 1.0, 1.0, bf, false}, Case{1000, 2, 128, 8, 0.09, 0.6, fp, false},
+                       Case{2049, 3, 64, 16, 0.3, 1.0, bf, false}, Case{1500, 1, 128, 5, 0.09, 0.5, bf, true},
+                       Case{3001, 2, 128, 16, 0.09, 1.0, bf, false}}) {
+    INFO("T=" << c.T << " H=" << c.H << " d=" << c.d << " k=" << c.k << " mask p=" << c.mask_p);
+    const test::Inputs16 in = test::make_inputs16(c.T, c.H, c.d, c.dtype, c.q_sd, rng, c.ints);
+    const Geometry g{c.T, 64, 64};
+    std::vector<std::uint8_t> user(g.n_q() * g.n_k(), 1);
+    std::bernoulli_distribution keep(c.mask_p);
+    for (auto& v : user) v = keep(rng) ? 1 : 0;
+    const BlockMask mask = c.mask_p < 1.0 ? BlockMask(g, user) : BlockMask(g);
+    std::vector<std::int64_t> I;
+    for (std::size_t h = 0; h < c.H; ++h) {
+      const EstimateResult est = stream_estimate(in.Qh[h], in.Kh[h], mask, EstimateParams{c.k, 8});
+      I.insert(I.end(), est.indices.begin(), est.indices.end());
+    }
+    const std::size_t n = I.size(), per_head = g.n_q() * c.k;
+    Dev<std::uint16_t> Q(in.Q.size(), in.Q.data()), K(in.K.size(), in.K.data()), V(in.V.size(), in.V.data());
+    Dev<long long> dI(n, reinterpret_cast<const long long*>(I.data()));
+    Dev<gs::FastEdge> full(n), mass_only(n);
+    full.poison();
+    mass_only.poison();
+    const gs::FastApplyShape shape{c.T, c.H, c.d, c.k, c.dtype, 0};
+    const auto* Ip = reinterpret_cast<const std::int64_t*>(dI.p);
+    gs::stream_fast_trace_device(shape, Q.p, K.p, V.p, Ip, full.p);
+    gs::stream_fast_trace_device(shape, Q.p, K.p, nullptr, Ip, mass_only.p, nullptr, {}, 0, 0, false);
+    const auto F = full.get(), M = mass_only.get();
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      INFO("record " << i);
+      CHECK(same_bytes(&F[i], &M[i], 1) == (F[i].r < 0));  // a kept block differs by value_norm only
+      CHECK(same_bytes(reinterpret_cast<const char*>(&F[i]), reinterpret_cast<const char*>(&M[i]),
+                       offsetof(gs::FastEdge, value_norm)));
+      if (F[i].r >= 0) {
+        CHECK(std::isnan(M[i].value_norm));
+        ++kept;
+      }
+    }
+    CHECK(kept > 0);
+    // The last head alone, its rows from query block 1 on: the same bytes where they land.
+    if (g.n_q() > 1) {
+      Dev<gs::FastEdge> piece(per_head);
+      piece.poison();
+      const gs::HeadRange last{c.H - 1, 1};
+      gs::stream_fast_trace_device(shape, Q.p, K.p, V.p, Ip + (c.H - 1) * per_head, piece.p, nullptr, last, 1, 0, false);
+      const auto P = piece.get();
+      CHECK(same_bytes(P.data() + c.k, M.data() + (c.H - 1) * per_head + c.k, per_head - c.k));
+    }
   }
 }
 

@@ -197,7 +197,7 @@ HeadRange resolve_head_range(HeadRange range, std::size_t heads) {
 
 void stream_fast_trace_device(const FastApplyShape& shape, const void* Q, const void* K, const void* V,
                               const std::int64_t* I, FastEdge* edges, void* stream, HeadRange range,
-                              std::size_t q_first, std::size_t q_count) {
+                              std::size_t q_first, std::size_t q_count, bool value_norm) {
   check_fast_apply(shape);
   range = resolve_head_range(range, shape.heads);
   const std::size_t n_q = (shape.T + kFastStreamBlock - 1) / kFastStreamBlock;
@@ -210,7 +210,7 @@ void stream_fast_trace_device(const FastApplyShape& shape, const void* Q, const 
   const detail::FastApplyLaunch p = fast_apply_launch(shape);
   detail::launch_fast_trace(p, int(range.first), int(range.count), int(shape.dim), shape.dtype == ref::Dtype::bf16, Q, K, V,
                             reinterpret_cast<const long long*>(I), reinterpret_cast<detail::FastEdgeRecord*>(edges),
-                            static_cast<cudaStream_t>(stream), int(q_first), int(q_count));
+                            static_cast<cudaStream_t>(stream), int(q_first), int(q_count), value_norm);
 }
 
 // ---------------------------------------------------------------------------------- fast estimate

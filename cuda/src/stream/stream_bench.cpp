@@ -41,10 +41,10 @@ void validate(const StreamBenchConfig& b) {
     if (k < 1) bad("k = " + std::to_string(k) + " must be >= 1");
   if (b.kernel == StreamKernel::fast && b.dtype != ref::Dtype::bf16 && b.dtype != ref::Dtype::fp16)
     bad("the fast kernels take bf16 or fp16 inputs");
-  if (b.kernel == StreamKernel::fast && b.pass != StreamBenchPass::apply && b.pass != StreamBenchPass::trace &&
-      b.dtype != ref::Dtype::bf16)
+  const bool trace = b.pass == StreamBenchPass::trace || b.pass == StreamBenchPass::trace_mass;
+  if (b.kernel == StreamKernel::fast && b.pass != StreamBenchPass::apply && !trace && b.dtype != ref::Dtype::bf16)
     bad("the fast estimate takes bf16 inputs (hint: --dtype bf16, or --pass apply for the fp16 apply)");
-  if (b.pass == StreamBenchPass::trace && b.kernel != StreamKernel::fast)
+  if (trace && b.kernel != StreamKernel::fast)
     bad("the trace pass times the fast trace (hint: --kernel fast)");
   if (b.kernel == StreamKernel::fast && (b.bq != int(stream::kFastStreamBlock) || b.bk != int(stream::kFastStreamBlock)))
     bad("the fast kernels have b_q = b_k = " + std::to_string(stream::kFastStreamBlock) + " (hint: --bq 64 --bk 64)");
@@ -89,7 +89,8 @@ void time_fast_apply(const StreamBenchConfig& bench, const StreamProblem& p, con
   row.stream.group = bench.group == 0 ? stream::fast_apply_default_group() : bench.group;
 }
 
-/// The fast trace on 16-bit copies of the same values and the estimate's I: the records, no O.
+/// The fast trace on 16-bit copies of the same values and the estimate's I: the records, no O
+/// (without value norms when row.stream.value_norm is false).
 void time_fast_trace(const StreamBenchConfig& bench, const StreamProblem& p, const DeviceBuffer<float> (&qkv)[3],
                      const DeviceBuffer<long long>& I, detail::LaunchTimer& timer, StreamBenchRow& row) {
   const stream::FastApplyShape shape{std::size_t(p.T), std::size_t(p.heads), std::size_t(p.d), std::size_t(p.k),
@@ -103,7 +104,11 @@ void time_fast_trace(const StreamBenchConfig& bench, const StreamProblem& p, con
   const auto* dI = reinterpret_cast<const std::int64_t*>(I.get());
   time_launches(
       bench, timer,
-      [&] { stream::stream_fast_trace_device(shape, x16[0].get(), x16[1].get(), x16[2].get(), dI, edges.get()); }, row);
+      [&] {
+        stream::stream_fast_trace_device(shape, x16[0].get(), x16[1].get(), x16[2].get(), dI, edges.get(), nullptr, {},
+                                         0, 0, row.stream.value_norm);
+      },
+      row);
   row.extra_bytes = I.bytes() + edges.bytes();
   row.stream.group = 1;
 }
@@ -126,7 +131,8 @@ void time_fast_estimate(const StreamBenchConfig& bench, const StreamProblem& p, 
     stream::stream_fast_estimate_device(mask, std::size_t(p.heads), std::size_t(p.d), std::size_t(p.k), x16[0].get(),
                                         x16[1].get(), nullptr, I.get(), scores.get(), margins.get());
   };
-  if (bench.pass != StreamBenchPass::apply && bench.pass != StreamBenchPass::trace) {
+  if (bench.pass != StreamBenchPass::apply && bench.pass != StreamBenchPass::trace &&
+      bench.pass != StreamBenchPass::trace_mass) {
     StreamBenchRow row = base;
     time_launches(bench, timer, estimate, row);
     row.extra_bytes = stream::fast_estimate_extra_bytes(g, std::size_t(p.heads), std::size_t(p.k), false);
@@ -169,7 +175,8 @@ void bench_shape(const StreamBenchConfig& bench, const StreamProblem& p, detail:
       stream::detail::launch_estimate(p, qkv[0].get(), qkv[1].get(), nullptr, e.work.get(), I.get(), e.scores.get(),
                                       e.margins.get());
     };
-    if (bench.pass != StreamBenchPass::apply && bench.pass != StreamBenchPass::trace) {
+    if (bench.pass != StreamBenchPass::apply && bench.pass != StreamBenchPass::trace &&
+      bench.pass != StreamBenchPass::trace_mass) {
       StreamBenchRow row = base;
       time_launches(bench, timer, estimate, row);
       row.extra_bytes = e.bytes(I);
@@ -183,8 +190,9 @@ void bench_shape(const StreamBenchConfig& bench, const StreamProblem& p, detail:
   if (bench.pass == StreamBenchPass::estimate) return;
 
   StreamBenchRow row = base;
-  row.stream.apply = bench.pass != StreamBenchPass::trace;
-  row.stream.trace = bench.pass == StreamBenchPass::trace;
+  row.stream.trace = bench.pass == StreamBenchPass::trace || bench.pass == StreamBenchPass::trace_mass;
+  row.stream.apply = !row.stream.trace;
+  row.stream.value_norm = bench.pass != StreamBenchPass::trace_mass;
   if (row.stream.trace) time_fast_trace(bench, p, qkv, I, timer, row);
   else if (bench.kernel == StreamKernel::fast) time_fast_apply(bench, p, qkv, I, timer, row);
   else {

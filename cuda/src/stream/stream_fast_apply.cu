@@ -438,6 +438,10 @@ void launch_dim(const FastApplyLaunch& p, int group, const void* Q, const void* 
 //   B. last slot first: S again, P = 2^(S·log2 e − m_i) / l_i on the valid pairs, and per block
 //      pair: the largest raw logit (score), Σ P (mass), and ‖colsum(P V_r)‖ (value_norm) from P V_r
 //      on tensor cores (P rounded to 16 bits as the apply's A operand) summed over the 64 rows.
+//      Without value_norm (kValueNorm = false: a store that keeps only key blocks and mass) pass B
+//      reads no V: it streams K like pass A, starting from the four tiles pass A left in SRAM, and
+//      computes score and mass by the same instructions in the same order, so they are the same
+//      bits; value_norm is NaN.
 // Records go in I's slot order, whatever the schedule: slot j of (h, q) at ((h·n_q + q)·k + j).
 
 /// Sum over the 32 lanes of a warp; every lane gets it.
@@ -457,8 +461,9 @@ __device__ __forceinline__ float warp_max(float v) {
 /// Grid (n_q, heads launched), 128 threads: grid row y is head head0 + y of Q, K, V and row y of I
 /// and of the records (the launch's heads only, in head order); dynamic SRAM: [K_r: 2 stages][V_r:
 /// 2 stages] (swizzled; pass A streams K through all four, and Q_q passes through one of them),
-/// then the reduction slots [4 warps][2 + d] floats.
-template <int HEAD_DIM, bool kBf16>
+/// then the reduction slots [4 warps][2 + d] floats. kValueNorm = false: no V is read and no
+/// value_norm computed (NaN), pass B streams K through all four buffers (see the file's top).
+template <int HEAD_DIM, bool kBf16, bool kValueNorm>
 __global__ void __launch_bounds__(128, 3)
     stream_fast_trace_kernel(FastApplyLaunch p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                              const uint16_t* __restrict__ V, const long long* __restrict__ I,
@@ -570,6 +575,63 @@ __global__ void __launch_bounds__(128, 3)
     if (!(l == l)) inv_l[rr] = l;  // a NaN logit leaves the row NaN, as the apply's
   }
 
+  float* red_w = red + warp * (2 + HEAD_DIM);
+  // score: the largest raw logit of a valid pair (−inf entries are the masked ones; rows ≥ T are
+  // left out); mass: Σ P. Both passes B compute them with these instructions, so a store of mass
+  // only gets the bits of one with value_norm. On return s holds P (0 on rows ≥ T).
+  const auto score_mass = [&](float (&s)[kBlock / 8][4], float& best, float& mass) {
+    best = NEG_INF;
+    mass = 0.f;
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const bool row_ok = q * kBlock + warp_m0 + g + 8 * rr < p.T;
+      const float m_ref = m_i[rr] == NEG_INF ? 0.f : m_i[rr];
+#pragma unroll
+      for (int n = 0; n < kBlock / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[n][2 * rr + e];
+          if (row_ok) best = fmaxf(best, x);
+          x = row_ok ? ex2(fmaf(x, kLog2e, -m_ref)) * inv_l[rr] : 0.f;
+          mass += x;
+        }
+    }
+  };
+
+  if constexpr (!kValueNorm) {
+    // Pass B without V, last slot first: step b handles slot j = n_kept − 1 − b in buffer
+    // buf_a(j) = b mod 4. Pass A ended with its last four slots in the four buffers, so steps 0 … 3
+    // load nothing; step b ≥ 1 loads the tile of step b + 3 into the buffer of step b − 1, which
+    // every warp has finished (the second barrier of step b − 1).
+    for (int b = 0; b < n_kept; ++b) {
+      const int j = n_kept - 1 - b;
+      if (b >= 1 && j >= 3)
+        load_tile_hinted<Tr, HEAD_DIM>(buf_a(j - 3), K, head, stride, int(row_I[j - 3]) * kBlock, p.T, last_use);
+      cp_async_commit();
+      cp_async_wait<3>();  // the tile of step b (committed at step b − 3, or by pass A) has landed
+      __syncthreads();     // … for every thread
+      const int r = int(row_I[j]);
+      float s[kBlock / 8][4];
+      scores_tile<HEAD_DIM, kBf16>(s, q_frag, k_lane + (buf_a(j) - base), k_xor);
+      if (r == q) mask_diagonal(s, warp_m0, g, t);
+      float best, mass;
+      score_mass(s, best, mass);
+      best = warp_max(best);
+      mass = warp_sum(mass);
+      if (lane == 0) red_w[0] = best, red_w[1] = mass;
+      // Every warp is done with this step's buffer and its slots are written. The next step's
+      // slot writes come after its first barrier, which thread 0 reaches only after reading these.
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        const float sc = fmaxf(fmaxf(red[0], red[2 + HEAD_DIM]), fmaxf(red[2 * (2 + HEAD_DIM)], red[3 * (2 + HEAD_DIM)]));
+        const float ms = red[1] + red[(2 + HEAD_DIM) + 1] + red[2 * (2 + HEAD_DIM) + 1] + red[3 * (2 + HEAD_DIM) + 1];
+        out[j] = FastEdgeRecord{q, r, j, sc, ms, __int_as_float(0x7fc00000)};
+      }
+    }
+    cp_async_wait<0>();
+    return;
+  }
+
   // Pass B: the records, K_r and V_r of each kept block, last slot first: step b handles slot
   // n_kept − 1 − b in stage b mod 2. K_r of the first two steps is still in K stages 0 and 1 from
   // pass A, so only their V_r is loaded (two tiles fewer per query block), and the K_r loaded again
@@ -577,7 +639,6 @@ __global__ void __launch_bounds__(128, 3)
   // final statistics, so the order moves no bit.
   load_tile_hinted<Tr, HEAD_DIM>(sV, V, head, stride, int(row_I[n_kept - 1]) * kBlock, p.T, last_use);
   cp_async_commit();
-  float* red_w = red + warp * (2 + HEAD_DIM);
   for (int b = 0; b < n_kept; ++b) {
     const int j = n_kept - 1 - b;
     const uint32_t stage_off = uint32_t((b % kStages) * Tr::kTileBytes);
@@ -593,23 +654,8 @@ __global__ void __launch_bounds__(128, 3)
     float s[kBlock / 8][4];
     scores_tile<HEAD_DIM, kBf16>(s, q_frag, k_lane + stage_off, k_xor);
     if (r == q) mask_diagonal(s, warp_m0, g, t);
-    // score: the largest raw logit of a valid pair (−inf entries are the masked ones; rows ≥ T
-    // are left out); mass: Σ P.
-    float best = NEG_INF, mass = 0.f;
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      const bool row_ok = q * kBlock + warp_m0 + g + 8 * rr < p.T;
-      const float m_ref = m_i[rr] == NEG_INF ? 0.f : m_i[rr];
-#pragma unroll
-      for (int n = 0; n < kBlock / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float& x = s[n][2 * rr + e];
-          if (row_ok) best = fmaxf(best, x);
-          x = row_ok ? ex2(fmaf(x, kLog2e, -m_ref)) * inv_l[rr] : 0.f;
-          mass += x;
-        }
-    }
+    float best, mass;
+    score_mass(s, best, mass);
     float acc[kNTilesO][4];
 #pragma unroll
     for (int n = 0; n < kNTilesO; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
@@ -657,8 +703,9 @@ std::size_t trace_smem() {
 template <int HEAD_DIM, bool kBf16>
 void launch_trace_one(const FastApplyLaunch& p, int head0, int head_count, const void* Q, const void* K,
                       const void* V, const long long* I, FastEdgeRecord* edges, cudaStream_t stream,
-                      int q_first, int q_count) {
-  auto kernel = &stream_fast_trace_kernel<HEAD_DIM, kBf16>;
+                      int q_first, int q_count, bool value_norm) {
+  auto kernel = value_norm ? &stream_fast_trace_kernel<HEAD_DIM, kBf16, true>
+                           : &stream_fast_trace_kernel<HEAD_DIM, kBf16, false>;
   const std::size_t smem = trace_smem<HEAD_DIM>();
   ::flashlab::cuda::detail::opt_in_smem(reinterpret_cast<const void*>(kernel), smem, "stream_fast_trace_kernel");
   ::flashlab::cuda::detail::announce("stream_fast_trace_kernel");
@@ -701,14 +748,14 @@ std::size_t fast_trace_smem_bytes(int head_dim) { return head_dim == 64 ? trace_
 
 void launch_fast_trace(const FastApplyLaunch& p, int head0, int head_count, int head_dim, bool bf16, const void* Q,
                        const void* K, const void* V, const long long* I, FastEdgeRecord* edges, cudaStream_t stream,
-                       int q_first, int q_count) {
+                       int q_first, int q_count, bool value_norm) {
   if (q_count < 0) q_count = p.n_q - q_first;
   if (head_dim == 64) {
-    if (bf16) launch_trace_one<64, true>(p, head0, head_count, Q, K, V, I, edges, stream, q_first, q_count);
-    else launch_trace_one<64, false>(p, head0, head_count, Q, K, V, I, edges, stream, q_first, q_count);
+    if (bf16) launch_trace_one<64, true>(p, head0, head_count, Q, K, V, I, edges, stream, q_first, q_count, value_norm);
+    else launch_trace_one<64, false>(p, head0, head_count, Q, K, V, I, edges, stream, q_first, q_count, value_norm);
   } else {
-    if (bf16) launch_trace_one<128, true>(p, head0, head_count, Q, K, V, I, edges, stream, q_first, q_count);
-    else launch_trace_one<128, false>(p, head0, head_count, Q, K, V, I, edges, stream, q_first, q_count);
+    if (bf16) launch_trace_one<128, true>(p, head0, head_count, Q, K, V, I, edges, stream, q_first, q_count, value_norm);
+    else launch_trace_one<128, false>(p, head0, head_count, Q, K, V, I, edges, stream, q_first, q_count, value_norm);
   }
 }
 

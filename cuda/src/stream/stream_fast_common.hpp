@@ -51,10 +51,11 @@ std::size_t fast_trace_smem_bytes(int head_dim);
 /// one record per entry of I ([head_count, n_q, k], row-major; edges has head_count·n_q·k records,
 /// in that order), head_dim 64 or 128, bf16 (else fp16). Pointers are device pointers. Only query
 /// blocks q_first … q_first + q_count − 1 are traced (q_count < 0: to the last), their records
-/// written where the whole launch writes them.
+/// written where the whole launch writes them. value_norm = false: V is not read and every
+/// record's value_norm is NaN (score and mass are the same bits).
 void launch_fast_trace(const FastApplyLaunch& p, int head0, int head_count, int head_dim, bool bf16, const void* Q,
                        const void* K, const void* V, const long long* I, FastEdgeRecord* edges, cudaStream_t stream,
-                       int q_first = 0, int q_count = -1);
+                       int q_first = 0, int q_count = -1, bool value_norm = true);
 
 /// stream_bench_inputs.cu: x[i] = N(0, 1) value of (seed, i); rounding 0 = none, 1 = to bf16,
 /// 2 = to fp16 (the value stays a float). Default stream, asynchronous.

@@ -324,8 +324,9 @@ struct LayerTracer::Impl {
     return true;
   }
 
-  /// E(g) and T(g) for head group g.
-  void launch(std::size_t g, const void* Q, const void* K, const void* V) {
+  /// E(g) and T(g) for head group g. Without `value_norm` (a store that keeps key blocks and mass
+  /// only) the trace reads no V and computes no value norms: the same key blocks and mass bits.
+  void launch(std::size_t g, const void* Q, const void* K, const void* V, bool value_norm) {
     const std::size_t slot = g % 2, h0 = first_head + g * opt.heads_per_launch;
     const HeadRange range{h0, std::min(opt.heads_per_launch, shape.heads - h0)};
     if (g >= 2) FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(est_stream.get(), trace_done[slot].get(), 0));
@@ -340,11 +341,11 @@ struct LayerTracer::Impl {
     FLASHLAB_CUDA_CHECK(cudaEventRecord(trace_t0[g].get(), trace_stream.get()));
     const auto* I_slot = reinterpret_cast<const std::int64_t*>(I[slot].get());
     if (g + 1 < groups) {
-      stream_fast_trace_device(shape, Q, K, V, I_slot, E[slot].get(), trace_stream.get(), range);
+      stream_fast_trace_device(shape, Q, K, V, I_slot, E[slot].get(), trace_stream.get(), range, 0, 0, value_norm);
     } else {  // the last group: chunk by chunk, so that its records drain while the rest are traced
       for (std::size_t q0 = 0; q0 < n_q; q0 += rows_per_chunk) {
         stream_fast_trace_device(shape, Q, K, V, I_slot, E[slot].get(), trace_stream.get(), range, q0,
-                                 std::min(rows_per_chunk, n_q - q0));
+                                 std::min(rows_per_chunk, n_q - q0), value_norm);
         FLASHLAB_CUDA_CHECK(cudaEventRecord(piece_done[q0 / rows_per_chunk].get(), trace_stream.get()));
       }
     }
@@ -399,7 +400,7 @@ void LayerTracer::trace_layer(std::size_t layer, const void* Q, const void* K, c
   try {
     bool ok = true;
     for (std::size_t g = 0; g < groups && ok; ++g) {
-      m.launch(g, Q, K, V);
+      m.launch(g, Q, K, V, writer.layout().value_norm);
       if (g >= 1) ok = m.drain(g - 1);
     }
     if (ok) m.drain(groups - 1);

@@ -74,6 +74,7 @@ struct StreamBenchExtras {
   int bk = 0;                                 ///< b_k
   bool apply = false;                         ///< false: an estimate row; true: an apply row
   bool trace = false;                         ///< a fast trace row (edge records, no O)
+  bool value_norm = true;                     ///< a trace row: value norms computed (V read)
   StreamKernel kernel = StreamKernel::clear;  ///< implementation timed
   int group = 0;                              ///< fast apply: query blocks per thread block
   std::uint64_t indices_checksum = 0;  ///< time_stream_fast_estimate: ref::stream::indices_checksum of I (all heads)

@@ -34,7 +34,8 @@ enum class StreamBenchPass {
   estimate,  ///< mask estimation only
   apply,     ///< mask application only (I from one untimed estimate)
   both,      ///< the estimate, then the apply on its I, of each shape
-  trace      ///< the fast trace only: one edge record per entry of I (I from one untimed estimate)
+  trace,     ///< the fast trace only: one edge record per entry of I (I from one untimed estimate)
+  trace_mass ///< the fast trace without value norms (V not read): what a store of key blocks and mass needs
 };
 
 /// A sweep: every (head dim, k, T) of the lists, in that loop order (T innermost).

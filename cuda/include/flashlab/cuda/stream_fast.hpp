@@ -112,11 +112,13 @@ struct FastEdge {
 /// invariant, unchecked here (the host entry checks it). With `q_count` > 0 only query blocks
 /// q_first … q_first + q_count − 1 of each head are traced (q_count = 0: from q_first to the last),
 /// their records written where a whole launch writes them, the others untouched: a pipeline can
-/// copy the first records out while the rest are traced. Throws StreamError for a bad shape or
-/// query-block range, CudaError for a failed launch.
+/// copy the first records out while the rest are traced. With `value_norm` false V is not read
+/// (it may be null) and every record's value_norm is NaN: the second pass reads K only, and score
+/// and mass are the same bits as with it (for a store that keeps key blocks and mass only).
+/// Throws StreamError for a bad shape or query-block range, CudaError for a failed launch.
 void stream_fast_trace_device(const FastApplyShape& shape, const void* Q, const void* K, const void* V,
                               const std::int64_t* I, FastEdge* edges, void* stream = nullptr, HeadRange range = {},
-                              std::size_t q_first = 0, std::size_t q_count = 0);
+                              std::size_t q_first = 0, std::size_t q_count = 0, bool value_norm = true);
 
 /// The fast trace on host arrays, with the fast apply's checks (shape, b_q = b_k =
 /// kFastStreamBlock, I validated under `mask` per head): uploads, runs, and returns the H·n_q·k
