@@ -3,13 +3,22 @@
 // its records by key block, so each list of readers is ascending in q) and its checksum, rewrites
 // the 128-byte headers with the new lengths and then replaces manifest.json, the commit record.
 // Memory: one head's key blocks and row ends (O(n_q·k)), never the store.
+//
+// The checksums are FNV-1a over every byte, a chain of dependent multiplies (about 4 cycles a
+// byte) that cannot be split; a GPU producer hands over a head every few milliseconds, so a
+// second thread runs the chain over each appended chunk, in order, while the writer's thread
+// validates and writes the next one; end_head waits for it before it writes the head's checksum.
 #include "stream_store_detail.hpp"
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <system_error>
+#include <thread>
 
 namespace flashlab::ref::stream {
 
@@ -44,6 +53,113 @@ struct StoreWriter::Impl {
   std::uint64_t head_records = 0, head_checksum = kFnvOffset, running_checksum = kFnvOffset;
   std::vector<std::uint64_t> row_end;    // n_q: records of the head up to the end of each row
   std::vector<std::int32_t> head_r;      // key block of each record of the head
+
+  // Scratch of append and end_head, kept from call to call: a GPU producer appends hundreds of
+  // chunks a second, and buffers of this size freed and allocated again cost a page fault per
+  // page each time (the allocator maps and unmaps them).
+  std::vector<std::int32_t> r_out, rev_query;
+  std::vector<float> mass_out, score_out, vn_out;
+  std::vector<std::int64_t> ptr, rev_ptr;
+  std::vector<std::uint64_t> start;
+
+  // The checksum thread: chunks' records (key block, mass, score, value norm) in append order.
+  // While a chunk is queued or being summed, head_checksum and running_checksum belong to it;
+  // the writer's thread reads or resets them only after sum_wait().
+  struct SumJob {
+    std::vector<std::int32_t> r;
+    std::vector<float> mass, score, vn;
+  };
+  std::thread sum_thread;
+  std::mutex sum_mu;
+  std::condition_variable sum_work, sum_idle;
+  std::deque<SumJob> sum_jobs;
+  std::vector<SumJob> sum_free;  // buffers of summed chunks, for the next ones
+  bool sum_busy = false, sum_stop = false;
+
+  ~Impl() { sum_shutdown(); }
+
+  void sum_loop() {
+    for (;;) {
+      SumJob job;
+      {
+        std::unique_lock<std::mutex> lock(sum_mu);
+        sum_work.wait(lock, [&] { return sum_stop || !sum_jobs.empty(); });
+        if (sum_jobs.empty()) return;
+        job = std::move(sum_jobs.front());
+        sum_jobs.pop_front();
+        sum_busy = true;
+      }
+      // Each record's bytes in record order; the head's and the store's chains advance together
+      // in locals (two independent chains).
+      std::uint64_t h_head = head_checksum, h_all = running_checksum;
+      auto word = [&](const void* p) {
+        unsigned char b[4];
+        std::memcpy(b, p, 4);
+        for (unsigned char x : b) {
+          h_head = (h_head ^ x) * kFnvPrime;
+          h_all = (h_all ^ x) * kFnvPrime;
+        }
+      };
+      const bool score = !job.score.empty(), vn = !job.vn.empty();
+      for (std::size_t e = 0; e < job.r.size(); ++e) {
+        word(&job.r[e]);
+        word(&job.mass[e]);
+        if (score) word(&job.score[e]);
+        if (vn) word(&job.vn[e]);
+      }
+      {
+        std::lock_guard<std::mutex> lock(sum_mu);
+        head_checksum = h_head;
+        running_checksum = h_all;
+        sum_busy = false;
+        sum_free.push_back(std::move(job));
+      }
+      sum_idle.notify_all();
+    }
+  }
+
+  /// Queues the records of `r_out` … for the checksum thread (started on first use); the
+  /// scratch vectors come back empty, with a summed chunk's capacity where there is one.
+  void sum_push() {
+    SumJob job;
+    {
+      std::lock_guard<std::mutex> lock(sum_mu);
+      if (!sum_free.empty()) {
+        job = std::move(sum_free.back());
+        sum_free.pop_back();
+      }
+    }
+    job.r.swap(r_out);
+    job.mass.swap(mass_out);
+    job.score.swap(score_out);
+    job.vn.swap(vn_out);
+    r_out.clear();
+    mass_out.clear();
+    score_out.clear();
+    vn_out.clear();
+    {
+      std::lock_guard<std::mutex> lock(sum_mu);
+      sum_jobs.push_back(std::move(job));
+    }
+    if (!sum_thread.joinable()) sum_thread = std::thread([this] { sum_loop(); });
+    sum_work.notify_one();
+  }
+
+  /// Waits until every queued chunk is summed.
+  void sum_wait() {
+    std::unique_lock<std::mutex> lock(sum_mu);
+    sum_idle.wait(lock, [&] { return sum_jobs.empty() && !sum_busy; });
+  }
+
+  void sum_shutdown() {
+    if (!sum_thread.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(sum_mu);
+      sum_stop = true;
+    }
+    sum_work.notify_one();
+    sum_thread.join();
+  }
 
   ColumnFile& file(const char* name) {
     for (auto& c : files)
@@ -196,6 +312,7 @@ void StoreWriter::begin_head(std::size_t layer, std::size_t head) {
     throw StoreError("store " + w.dir.string() + ": the next head is (layer " + std::to_string(nl) + ", head " +
                          std::to_string(nh) + "), not (layer " + std::to_string(layer) + ", head " + std::to_string(head) + ")",
                      "heads are written layer by layer, heads in order inside a layer");
+  w.sum_wait();  // nothing is queued between heads; this only makes it explicit
   w.open = true;
   w.next_q = 0;
   w.head_records = 0;
@@ -229,8 +346,12 @@ void StoreWriter::append(const RowChunk& c) {
   // Validate the whole chunk before writing any of it. The message of a bad entry is built only
   // when it is thrown: a GPU producer appends a few hundred thousand entries per head, and this
   // loop must stay well below the GPU's time per head.
-  std::vector<std::int32_t> r_out;
-  std::vector<float> mass_out, score_out, vn_out;
+  std::vector<std::int32_t>& r_out = w.r_out;
+  std::vector<float>&mass_out = w.mass_out, &score_out = w.score_out, &vn_out = w.vn_out;
+  r_out.clear();
+  mass_out.clear();
+  score_out.clear();
+  vn_out.clear();
   r_out.reserve(c.rows * k);
   mass_out.reserve(c.rows * k);
   if (L.score) score_out.reserve(c.rows * k);
@@ -262,27 +383,6 @@ void StoreWriter::append(const RowChunk& c) {
       if (L.value_norm) vn_out.push_back(c.value_norm[i * k + j]);
     }
   }
-  // Checksum over each record's bytes in record order: key block, mass, score, value norm. The
-  // head's and the store's running checksum advance together in locals (two independent chains).
-  {
-    std::uint64_t h_head = w.head_checksum, h_all = w.running_checksum;
-    auto word = [&](const void* p) {
-      unsigned char b[4];
-      std::memcpy(b, p, 4);
-      for (unsigned char x : b) {
-        h_head = (h_head ^ x) * kFnvPrime;
-        h_all = (h_all ^ x) * kFnvPrime;
-      }
-    };
-    for (std::size_t e = 0; e < r_out.size(); ++e) {
-      word(&r_out[e]);
-      word(&mass_out[e]);
-      if (L.score) word(&score_out[e]);
-      if (L.value_norm) word(&vn_out[e]);
-    }
-    w.head_checksum = h_head;
-    w.running_checksum = h_all;
-  }
   w.write(w.file("key_block.npy"), r_out.data(), r_out.size());
   w.write(w.file("mass.npy"), mass_out.data(), mass_out.size());
   if (L.score) w.write(w.file("score.npy"), score_out.data(), score_out.size());
@@ -296,6 +396,9 @@ void StoreWriter::append(const RowChunk& c) {
   }
   w.head_r.insert(w.head_r.end(), r_out.begin(), r_out.end());
   w.next_q = c.q0 + c.rows;
+  // Checksum over each record's bytes in record order (key block, mass, score, value norm), on
+  // the checksum thread, after the chunk is written.
+  w.sum_push();
 }
 
 void StoreWriter::append_edges(const std::vector<Edge>& edges) {
@@ -334,23 +437,28 @@ void StoreWriter::end_head() {
   for (std::size_t q = w.next_q; q < n_q; ++q) w.row_end[q] = w.head_records;  // rows never appended: empty
   const std::uint64_t base = w.m.records;
 
-  std::vector<std::int64_t> ptr(n_q);
+  std::vector<std::int64_t>& ptr = w.ptr;
+  ptr.resize(n_q);
   for (std::size_t q = 0; q < n_q; ++q) ptr[q] = std::int64_t(base + w.row_end[q]);
   w.write(w.file("row_ptr.npy"), ptr.data(), ptr.size());
 
   // Reverse index: count the records per key block, prefix sums, then place each record's query
   // block; rows are visited in ascending q, so every list of readers is ascending.
-  std::vector<std::uint64_t> start(n_k + 1, 0);
+  std::vector<std::uint64_t>& start = w.start;
+  start.assign(n_k + 1, 0);
   for (std::int32_t r : w.head_r) ++start[std::size_t(r) + 1];
   for (std::size_t r = 0; r < n_k; ++r) start[r + 1] += start[r];
-  std::vector<std::int64_t> rev_ptr(n_k);
+  std::vector<std::int64_t>& rev_ptr = w.rev_ptr;
+  rev_ptr.resize(n_k);
   for (std::size_t r = 0; r < n_k; ++r) rev_ptr[r] = std::int64_t(base + start[r + 1]);
-  std::vector<std::int32_t> rev_query(w.head_r.size());
+  std::vector<std::int32_t>& rev_query = w.rev_query;
+  rev_query.resize(w.head_r.size());
   std::uint64_t e = 0;
   for (std::size_t q = 0; q < n_q; ++q)
     for (; e < w.row_end[q]; ++e) rev_query[start[std::size_t(w.head_r[e])]++] = std::int32_t(q);
   w.write(w.file("rev_ptr.npy"), rev_ptr.data(), rev_ptr.size());
   w.write(w.file("rev_query.npy"), rev_query.data(), rev_query.size());
+  w.sum_wait();
   const std::int64_t seg_sum = std::int64_t(w.head_checksum);
   w.write(w.file("segment_checksum.npy"), &seg_sum, 1);
 
@@ -364,8 +472,7 @@ void StoreWriter::end_head() {
   detail::write_manifest(w.dir, next);
   w.m = next;
   w.open = false;
-  w.head_r.clear();
-  w.head_r.shrink_to_fit();
+  w.head_r.clear();  // its capacity stays for the next head (see the scratch above)
 }
 
 void StoreWriter::close() {
