@@ -119,6 +119,7 @@
 // fast_attention_backward_workspace_bytes(design, problem) bytes, or
 // `flashlab bench attention --pass bwd --bwd-design atomic`. Tests: tests/cuda/test_cuda_fast_bwd.cpp.
 #include "attention/attention_bwd_tc.cuh"
+#include "attention/bwd_band.cuh"
 #include "attention/packed.cuh"
 #include "core/warp_gemm.cuh"
 
@@ -295,10 +296,9 @@ __device__ __forceinline__ void fast_bwd_atomic_body(const Problem& p, const uin
   const int lo = kBand ? (kPacked ? p.window_lo(offset) : p.window_lo()) : 0;
   const int hi = kBand ? (kPacked ? p.window_hi(offset) : p.window_hi()) : 0;
   if constexpr (kBand) {
-    const int key_last = min(start_n + BLOCK_N, Nk) - 1;
-    const int q_first = max(0, start_n - hi), q_last = min(N - 1, key_last - lo);
-    i_begin = q_first / BLOCK_M;
-    i_end = q_last < q_first ? i_begin : q_last / BLOCK_M + 1;
+    const TileRange r = band_query_tiles(start_n, min(start_n + BLOCK_N, Nk) - 1, N, lo, hi, BLOCK_M);
+    i_begin = r.begin;
+    i_end = r.end;
   }
 
   // LSE_i, D_i (2·BLOCK_M floats) of the head at `head_stat`: HBM → SRAM, 4-byte cp.async; rows ≥ N zero-filled.
