@@ -49,6 +49,7 @@
 // per step, tiles not tuned, and S and dP computed twice. The dQ and dK/dV kernels need close to
 // 255 registers, so at most 2 blocks (8 warps) run per SM, few to hide the ldmatrix traffic.
 #include "attention/attention_bwd_tc.cuh"
+#include "attention/bwd_band.cuh"
 #include "core/common.hpp"
 #include "core/tensor_core.cuh"
 
@@ -138,7 +139,10 @@ __device__ __forceinline__ void warp_gemm_xb(float (&acc)[HEAD_DIM / 8][4], cons
 // ----------------------------------------------------------------------------- 2. dQ kernel
 /// Grid (Tr, H, B), 128 threads, kDqSmem bytes of dynamic SRAM:
 /// [Q_i: BLOCK_M × d][dO_i: BLOCK_M × d][K_j: 2 × BLOCK_N × d][V_j: 2 × BLOCK_N × d], all swizzled.
-template <int HEAD_DIM, bool kBf16>
+/// kBand (its own instantiation): grouped K/V, N_k ≠ N or a window. K_j, V_j are then read from K/V
+/// head h / (H / H_kv) ([B, N_k, H_kv, d]), the key tiles are those of the band (bwd_band.cuh) and
+/// the band masks causal, windows and keys ≥ N_k alike.
+template <int HEAD_DIM, bool kBf16, bool kBand = false>
 __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
     fast_bwd_dq_kernel(Problem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                        const uint16_t* __restrict__ V, const uint16_t* __restrict__ dO,
@@ -152,6 +156,11 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
   const int h = blockIdx.y, b = blockIdx.z;
   const int row0 = i * BLOCK_M;
   const std::size_t stride = p.row_stride(), base = p.head_offset(b, h), stat = p.stat_offset(b, h);
+  // kBand: the keys' own length, layout and head (grouped K/V: h / (H / H_kv)); the band's edges.
+  const int Nk = kBand ? p.seq_k : N;
+  const std::size_t kv_stride = kBand ? p.kv_row_stride() : stride;
+  const std::size_t kv_base = kBand ? p.kv_head_offset(b, p.kv_head(h)) : base;
+  const int lo = kBand ? p.window_lo() : 0, hi = kBand ? p.window_hi() : 0;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;  // mma fragment coordinates
   const int warp_m0 = 16 * warp, warp_row0 = row0 + warp_m0;
@@ -163,14 +172,23 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
   const uint32_t sV = sK + 2 * kTileK;               // + stage · kTileK
 
   // Causal: key tiles starting past this tile's last query row are entirely masked — skip them.
-  const int n_end = p.causal ? min(N, row0 + BLOCK_M) : N;
-  const int Tc = (n_end + BLOCK_N - 1) / BLOCK_N;
+  // kBand: the key tiles j_begin … j_end − 1 of the band; none when no row sees a key (the loop
+  // runs no step and the rows get dQ = 0).
+  int j_begin = 0, j_end;
+  if constexpr (kBand) {
+    const TileRange r = band_key_tiles(row0, min(N, row0 + BLOCK_M) - 1, Nk, lo, hi, BLOCK_N);
+    j_begin = r.begin;
+    j_end = r.end;
+  } else {
+    const int n_end = p.causal ? min(N, row0 + BLOCK_M) : N;
+    j_end = (n_end + BLOCK_N - 1) / BLOCK_N;
+  }
 
-  // Load Q_i, dO_i, K_0, V_0: HBM → SRAM (one cp.async group).
+  // Load Q_i, dO_i, K_first, V_first: HBM → SRAM (one cp.async group).
   load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sQ, Q + base, stride, row0, N);
   load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sdO, dO + base, stride, row0, N);
-  load_tile_async<HEAD_DIM, BLOCK_N, T::kThreads>(sK, K + base, stride, 0, N);
-  load_tile_async<HEAD_DIM, BLOCK_N, T::kThreads>(sV, V + base, stride, 0, N);
+  load_tile_async<HEAD_DIM, BLOCK_N, T::kThreads>(sK, K + kv_base, kv_stride, j_begin * BLOCK_N, Nk);
+  load_tile_async<HEAD_DIM, BLOCK_N, T::kThreads>(sV, V + kv_base, kv_stride, j_begin * BLOCK_N, Nk);
   cp_async_commit();
 
   // LSE_i, D_i of this thread's rows g and g + 8: HBM → registers (rows ≥ N: 0, never stored).
@@ -186,23 +204,25 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
 #pragma unroll
   for (int n = 0; n < HEAD_DIM / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 
-  for (int j = 0; j < Tc; ++j) {
+  for (int j = j_begin; j < j_end; ++j) {
     const int start_n = j * BLOCK_N;
-    const uint32_t stage = uint32_t((j & 1) * kTileK);
+    const uint32_t stage = uint32_t(((j - j_begin) & 1) * kTileK);
     cp_async_wait<0>();  // this thread's copies of K_j, V_j (and Q_i, dO_i) have landed
     // Every thread's copies are visible to all warps, and every warp has finished step j − 1, so
     // the stage it read may be refilled below.
     __syncthreads();
     // Load K_{j+1}, V_{j+1}: HBM → SRAM into the other stage, while step j computes.
-    if (j + 1 < Tc) {
-      const uint32_t next = uint32_t(((j + 1) & 1) * kTileK);
-      load_tile_async<HEAD_DIM, BLOCK_N, T::kThreads>(sK + next, K + base, stride, start_n + BLOCK_N, N);
-      load_tile_async<HEAD_DIM, BLOCK_N, T::kThreads>(sV + next, V + base, stride, start_n + BLOCK_N, N);
+    if (j + 1 < j_end) {
+      const uint32_t next = uint32_t(((j + 1 - j_begin) & 1) * kTileK);
+      load_tile_async<HEAD_DIM, BLOCK_N, T::kThreads>(sK + next, K + kv_base, kv_stride, start_n + BLOCK_N, Nk);
+      load_tile_async<HEAD_DIM, BLOCK_N, T::kThreads>(sV + next, V + kv_base, kv_stride, start_n + BLOCK_N, Nk);
     }
     cp_async_commit();
 
-    // A warp whose rows are all left of this key tile (causal) has nothing to add.
-    if (p.causal && start_n > warp_row0 + 15) continue;
+    // A warp whose rows are all left of this key tile (causal; kBand: or right of it) has nothing to add.
+    if (kBand ? start_n > warp_row0 + 15 + hi || start_n + BLOCK_N - 1 < warp_row0 + lo
+              : p.causal && start_n > warp_row0 + 15)
+      continue;
 
     // S_ij = Q_i K_jᵀ, dP_ij = dO_i V_jᵀ (fp32, registers).
     float s[BLOCK_N / 8][4], dp[BLOCK_N / 8][4];
@@ -210,15 +230,21 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
     warp_gemm_abt<HEAD_DIM, BLOCK_N, kBf16>(dp, sdO, warp_m0, sV + stage, lane);
 
     // P_ij = 2^(S_ij·scale·log2 e − LSE_i), 0 where masked (keys ≥ N: the NaN hazard; causal
-    // keys > query row); dS_ij = P_ij ∘ (dP_ij − D_i), kept in s.
-    const bool need_mask = start_n + BLOCK_N > N || (p.causal && start_n + BLOCK_N - 1 > warp_row0);
+    // keys > query row; kBand: keys outside the row's band, or ≥ N_k, and rows ≥ N, whose LSE_i
+    // is 0); dS_ij = P_ij ∘ (dP_ij − D_i), kept in s. A row that sees no key (LSE_i = −inf) gets
+    // P = 0 selected, never 2^(+inf) multiplied.
+    const bool need_mask =
+        kBand ? start_n + BLOCK_N > Nk || warp_row0 + 16 > N || start_n + BLOCK_N - 1 > warp_row0 + hi ||
+                    start_n < warp_row0 + 15 + lo
+              : start_n + BLOCK_N > N || (p.causal && start_n + BLOCK_N - 1 > warp_row0);
 #pragma unroll
     for (int n = 0; n < BLOCK_N / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int col = start_n + 8 * n + 2 * t + (e & 1);
         const int row = warp_row0 + g + 8 * (e >> 1);
-        const bool visible = !need_mask || (col < N && (!p.causal || col <= row));
+        const bool visible = !need_mask || (kBand ? band_visible(row, col, N, Nk, lo, hi)
+                                                  : col < N && (!p.causal || col <= row));
         const float P = visible ? ex2(fmaf(s[n][e], p.scale_log2, -lse[e >> 1])) : 0.f;
         s[n][e] = P * (dp[n][e] - Di[e >> 1]);
       }
@@ -236,7 +262,13 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
 /// Grid (Tc, H, B), 128 threads, kKvSmem bytes of dynamic SRAM:
 /// [K_j: BLOCK_N × d][V_j: BLOCK_N × d][Q_i: 2 × BLOCK_M × d][dO_i: 2 × BLOCK_M × d], all swizzled.
 /// Each warp owns 16 keys of K_j and computes the transposed tiles S_ijᵀ, dP_ijᵀ (16 keys × BLOCK_M).
-template <int HEAD_DIM, bool kBf16>
+/// kBand (its own instantiation): grouped K/V, N_k ≠ N or a window. Grid (Tc over the N_k keys,
+/// H_kv, B): the block owns key tile j of K/V head hk and loops over the G = H / H_kv query heads
+/// hk·G … hk·G + G − 1 of its group in that order, each over the query tiles of its band
+/// (bwd_band.cuh), so K_j, V_j are read once for the whole group and dK_j, dV_j sum the group's
+/// heads in registers in one fixed order (no atomics: bit-reproducible). A key tile no query sees
+/// runs no step and writes dK_j = dV_j = 0.
+template <int HEAD_DIM, bool kBf16, bool kBand = false>
 __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
     fast_bwd_dkdv_kernel(Problem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                          const uint16_t* __restrict__ V, const uint16_t* __restrict__ dO,
@@ -247,9 +279,15 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
   constexpr int kTileQ = BLOCK_M * T::kRowBytes;
   const int N = p.seq;
   // Causal: the leftmost key tiles see the most queries; blockIdx.x order already runs them first.
+  // h: the query head (kBand: the K/V head, whose query heads are h0 … h0 + G − 1).
   const int j = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int start_n = j * BLOCK_N;
-  const std::size_t stride = p.row_stride(), base = p.head_offset(b, h), stat = p.stat_offset(b, h);
+  const std::size_t stride = p.row_stride();
+  const int Nk = kBand ? p.seq_k : N;
+  const std::size_t kv_stride = kBand ? p.kv_row_stride() : stride;
+  const std::size_t kv_base = kBand ? p.kv_head_offset(b, h) : p.head_offset(b, h);
+  const int G = kBand ? p.heads / p.heads_kv : 1, h0 = kBand ? h * G : h;
+  const int lo = kBand ? p.window_lo() : 0, hi = kBand ? p.window_hi() : 0;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;
   const int warp_n0 = 16 * warp, warp_key0 = start_n + warp_n0;
@@ -260,15 +298,20 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
   const uint32_t sQ = sV + BLOCK_N * T::kRowBytes;  // + stage · kTileQ
   const uint32_t sdO = sQ + 2 * kTileQ;             // + stage · kTileQ
 
-  // Causal: query tiles that end before this key tile starts see none of it.
-  const int i_begin = p.causal ? start_n / BLOCK_M : 0;
-  const int Tr = (N + BLOCK_M - 1) / BLOCK_M;
+  // Causal: query tiles that end before this key tile starts see none of it. kBand: the query
+  // tiles i_begin … i_end − 1 of the band (the same for every head of the group).
+  int i_begin = p.causal ? start_n / BLOCK_M : 0, i_end = (N + BLOCK_M - 1) / BLOCK_M;
+  if constexpr (kBand) {
+    const TileRange r = band_query_tiles(start_n, min(start_n + BLOCK_N, Nk) - 1, N, lo, hi, BLOCK_M);
+    i_begin = r.begin;
+    i_end = r.end;
+  }
 
-  // Load K_j, V_j, Q_first, dO_first: HBM → SRAM (one cp.async group).
-  load_tile_async<HEAD_DIM, BLOCK_N, T::kThreads>(sK, K + base, stride, start_n, N);
-  load_tile_async<HEAD_DIM, BLOCK_N, T::kThreads>(sV, V + base, stride, start_n, N);
-  load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sQ, Q + base, stride, i_begin * BLOCK_M, N);
-  load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sdO, dO + base, stride, i_begin * BLOCK_M, N);
+  // Load K_j, V_j, Q_first, dO_first (of query head h0): HBM → SRAM (one cp.async group).
+  load_tile_async<HEAD_DIM, BLOCK_N, T::kThreads>(sK, K + kv_base, kv_stride, start_n, Nk);
+  load_tile_async<HEAD_DIM, BLOCK_N, T::kThreads>(sV, V + kv_base, kv_stride, start_n, Nk);
+  load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sQ, Q + p.head_offset(b, h0), stride, i_begin * BLOCK_M, N);
+  load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sdO, dO + p.head_offset(b, h0), stride, i_begin * BLOCK_M, N);
   cp_async_commit();
 
   float acc_dk[HEAD_DIM / 8][4], acc_dv[HEAD_DIM / 8][4];  // keys g and g + 8 of the warp's 16
@@ -278,23 +321,37 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
     acc_dv[n][0] = acc_dv[n][1] = acc_dv[n][2] = acc_dv[n][3] = 0.f;
   }
 
-  for (int i = i_begin; i < Tr; ++i) {
+  // Steps: query head h0 + gh (gh < G; one head unless kBand) × query tile i, heads outer, in this
+  // fixed order; `step` counts them over the whole group (its stage parity).
+  int step = 0;
+  for (int gh = 0; gh < G; ++gh)
+  for (int i = i_begin; i < i_end; ++i, ++step) {
     const int row0 = i * BLOCK_M;
-    const uint32_t stage = uint32_t(((i - i_begin) & 1) * kTileQ);
+    const int hq = h0 + gh;
+    const std::size_t base = p.head_offset(b, hq), stat = p.stat_offset(b, hq);
+    const uint32_t stage = uint32_t((step & 1) * kTileQ);
     cp_async_wait<0>();  // this thread's copies of Q_i, dO_i (and K_j, V_j) have landed
     // All copies visible to all warps; every warp has finished the previous step, so the stage
     // it read may be refilled below.
     __syncthreads();
-    // Load Q_{i+1}, dO_{i+1}: HBM → SRAM into the other stage, while step i computes.
-    if (i + 1 < Tr) {
-      const uint32_t next = uint32_t(((i + 1 - i_begin) & 1) * kTileQ);
+    // Load Q_{i+1}, dO_{i+1}: HBM → SRAM into the other stage, while step i computes; after a
+    // head's last tile, the next head's first (kBand).
+    const uint32_t next = uint32_t(((step + 1) & 1) * kTileQ);
+    if (i + 1 < i_end) {
       load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sQ + next, Q + base, stride, row0 + BLOCK_M, N);
       load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sdO + next, dO + base, stride, row0 + BLOCK_M, N);
+    } else if (kBand && gh + 1 < G) {
+      const std::size_t nbase = p.head_offset(b, hq + 1);
+      load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sQ + next, Q + nbase, stride, i_begin * BLOCK_M, N);
+      load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sdO + next, dO + nbase, stride, i_begin * BLOCK_M, N);
     }
     cp_async_commit();
 
-    // A warp whose keys are all right of this tile's last query (causal) has nothing to add.
-    if (p.causal && warp_key0 > row0 + BLOCK_M - 1) continue;
+    // A warp whose keys are all right of this tile's last query (causal; kBand: or outside the
+    // band of every query of the tile) has nothing to add.
+    if (kBand ? warp_key0 > row0 + BLOCK_M - 1 + hi || warp_key0 + 15 < row0 + lo
+              : p.causal && warp_key0 > row0 + BLOCK_M - 1)
+      continue;
 
     // S_ijᵀ = K_j Q_iᵀ, dP_ijᵀ = V_j dO_iᵀ (16 keys × BLOCK_M queries, fp32, registers).
     float s[BLOCK_M / 8][4], dp[BLOCK_M / 8][4];
@@ -304,7 +361,9 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
     // P_ijᵀ = 2^(S·scale·log2 e − LSE_i) per query column, 0 where masked (query rows ≥ N, keys
     // ≥ N, causal key > query); dS_ijᵀ = P_ijᵀ ∘ (dP_ijᵀ − D_i). P stays in s, dS goes to dp.
     const bool need_mask =
-        row0 + BLOCK_M > N || start_n + BLOCK_N > N || (p.causal && warp_key0 + 15 > row0);
+        kBand ? row0 + BLOCK_M > N || warp_key0 + 16 > Nk || warp_key0 + 15 > row0 + hi ||
+                    warp_key0 < row0 + BLOCK_M - 1 + lo
+              : row0 + BLOCK_M > N || start_n + BLOCK_N > N || (p.causal && warp_key0 + 15 > row0);
 #pragma unroll
     for (int n = 0; n < BLOCK_M / 8; ++n)
 #pragma unroll
@@ -316,7 +375,8 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
         for (int r = 0; r < 2; ++r) {
           const int e = 2 * r + c;
           const int key = warp_key0 + g + 8 * r;
-          const bool visible = !need_mask || (col < N && key < N && (!p.causal || key <= col));
+          const bool visible = !need_mask || (kBand ? band_visible(col, key, N, Nk, lo, hi)
+                                                    : col < N && key < N && (!p.causal || key <= col));
           const float P = visible ? ex2(fmaf(s[n][e], p.scale_log2, -lse)) : 0.f;
           s[n][e] = P;
           dp[n][e] = P * (dp[n][e] - Di);
@@ -330,16 +390,16 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
   cp_async_wait<0>();  // no copy may still be writing SRAM when the block exits (empty groups)
 
   // dK_j = scale · acc_dk, dV_j = acc_dv: registers → HBM, once.
-  store_rows16<HEAD_DIM / 8, kBf16>(dK + base, stride, warp_key0, N, acc_dk, p.scale, g, t);
-  store_rows16<HEAD_DIM / 8, kBf16>(dV + base, stride, warp_key0, N, acc_dv, 1.f, g, t);
+  store_rows16<HEAD_DIM / 8, kBf16>(dK + kv_base, kv_stride, warp_key0, Nk, acc_dk, p.scale, g, t);
+  store_rows16<HEAD_DIM / 8, kBf16>(dV + kv_base, kv_stride, warp_key0, Nk, acc_dv, 1.f, g, t);
 }
 
 // ----------------------------------------------------------------------------- launchers
-template <int HEAD_DIM, bool kBf16>
+template <int HEAD_DIM, bool kBf16, bool kBand>
 void launch_fast_bwd(const Problem& p, const BwdPointers& a, cudaStream_t stream) {
   using T = BwdTraits<HEAD_DIM>;
-  auto dq_kernel = &fast_bwd_dq_kernel<HEAD_DIM, kBf16>;
-  auto kv_kernel = &fast_bwd_dkdv_kernel<HEAD_DIM, kBf16>;
+  auto dq_kernel = &fast_bwd_dq_kernel<HEAD_DIM, kBf16, kBand>;
+  auto kv_kernel = &fast_bwd_dkdv_kernel<HEAD_DIM, kBf16, kBand>;
   // > 48 KiB of dynamic SRAM: opted in per device (set_smem keeps the record, thread-safe).
   set_smem(reinterpret_cast<const void*>(dq_kernel), T::kDqSmem, "fast_bwd_dq_kernel", p);
   set_smem(reinterpret_cast<const void*>(kv_kernel), T::kKvSmem, "fast_bwd_dkdv_kernel", p);
@@ -356,7 +416,8 @@ void launch_fast_bwd(const Problem& p, const BwdPointers& a, cudaStream_t stream
   FLASHLAB_CUDA_CHECK_LAUNCH("fast_bwd_dq_kernel");
 
   announce("fast_bwd_dkdv_kernel");
-  kv_kernel<<<dim3((p.seq + T::kKvBlockN - 1) / T::kKvBlockN, p.heads, p.batch), T::kThreads, T::kKvSmem,
+  // One block per key tile (kBand: of the N_k keys, per K/V head; its group's query heads loop inside).
+  kv_kernel<<<dim3((p.seq_k + T::kKvBlockN - 1) / T::kKvBlockN, p.heads_kv, p.batch), T::kThreads, T::kKvSmem,
               stream>>>(p.with_tiles(T::kKvBlockM, T::kKvBlockN), Q, K, V, dO, a.LSE, a.D, static_cast<uint16_t*>(a.dK),
                         static_cast<uint16_t*>(a.dV));
   FLASHLAB_CUDA_CHECK_LAUNCH("fast_bwd_dkdv_kernel");
@@ -365,12 +426,14 @@ void launch_fast_bwd(const Problem& p, const BwdPointers& a, cudaStream_t stream
 }  // namespace
 
 void launch_fast_bwd_two_kernel(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream) {
+  // Grouped K/V, N_k ≠ N or a window: the band instantiations (the plain ones keep their code).
+  const bool band = p.heads_kv != p.heads || p.seq_k != p.seq || p.windowed();
   if (p.head_dim == 64) {
-    if (bf16) launch_fast_bwd<64, true>(p, a, stream);
-    else launch_fast_bwd<64, false>(p, a, stream);
+    if (band) bf16 ? launch_fast_bwd<64, true, true>(p, a, stream) : launch_fast_bwd<64, false, true>(p, a, stream);
+    else bf16 ? launch_fast_bwd<64, true, false>(p, a, stream) : launch_fast_bwd<64, false, false>(p, a, stream);
   } else {
-    if (bf16) launch_fast_bwd<128, true>(p, a, stream);
-    else launch_fast_bwd<128, false>(p, a, stream);
+    if (band) bf16 ? launch_fast_bwd<128, true, true>(p, a, stream) : launch_fast_bwd<128, false, true>(p, a, stream);
+    else bf16 ? launch_fast_bwd<128, true, false>(p, a, stream) : launch_fast_bwd<128, false, false>(p, a, stream);
   }
 }
 
