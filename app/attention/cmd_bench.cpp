@@ -100,11 +100,11 @@ po::options_description options() {
   add_dim_list_option(d, "64,128");
   d.add_options()
       ("heads", po::value<long long>()->default_value(16), "H, number of heads")
-      ("heads-kv", po::value<long long>(), "H_kv, K/V heads dividing H (default H; the backward: atomic design, mma or wgmma-ws kernel)")
-      ("seq-k", po::value<long long>(), "N_k, keys of every shape (default N; the backward: atomic design, mma or wgmma-ws kernel)")
+      ("heads-kv", po::value<long long>(), "H_kv, K/V heads dividing H (default H; the backward: not on --bwd-kernel wgmma-ws-det)")
+      ("seq-k", po::value<long long>(), "N_k, keys of every shape (default N; the backward: not on --bwd-kernel wgmma-ws-det)")
       ("batch", po::value<long long>()->default_value(1), "B, batch size")
       ;
-  add_window_option(d, " (the backward: atomic design, mma or wgmma-ws kernel)");
+  add_window_option(d, " (the backward: not on --bwd-kernel wgmma-ws-det)");
   d.add_options()
       ("cu-seqlens", po::value<std::string>(),
        "FILE with cu_seqlens_q (and cu_seqlens_k): time packed variable-length sequences, the forward unless "
@@ -261,27 +261,26 @@ Sweep parse_sweep(const po::variables_map& vm) {
         throw UsageError("--dim 256: the fast backward at d = 256 is the atomic design's mma or wgmma-ws kernel, not " +
                              (s.bwd_atomic ? "--bwd-kernel " + bk : std::string("--bwd-design two-kernel")),
                          "--bwd-design atomic with --bwd-kernel auto, mma or wgmma-ws, or add --pass fwd");
-  // A window, grouped K/V and N_k != N: the atomic design on its mma or wgmma-ws kernel.
-  if (s.bwd && (!s.bwd_atomic || bk == "wgmma-ws-det")) {
-    const std::string other = s.bwd_atomic ? "--bwd-kernel " + bk : std::string("--bwd-design two-kernel");
-    const char* hint = "use --bwd-design atomic with --bwd-kernel auto, mma or wgmma-ws, or add --pass fwd";
+  // A window, grouped K/V and N_k != N: every backward but the fixed-order wgmma-ws kernel.
+  if (s.bwd && s.bwd_atomic && bk == "wgmma-ws-det") {
+    const std::string other = "--bwd-kernel " + bk;
+    const char* hint = "use --bwd-design two-kernel (deterministic too), or --bwd-kernel auto, mma or wgmma-ws, or "
+                       "add --pass fwd";
+    const char* takers = "the two-kernel design and the atomic design's mma and wgmma-ws kernels";
     if (s.window_left >= 0 || s.window_right >= 0)
       throw UsageError("--window " + std::to_string(s.window_left) + "," + std::to_string(s.window_right) +
-                           ": the fast backward takes a window on the atomic design's mma and wgmma-ws kernels (" +
-                           other + " takes none)",
+                           ": the fast backward takes a window on " + takers + " (" + other + " takes none)",
                        hint);
     if (s.heads_kv > 0 && s.heads_kv != s.heads)
       throw UsageError("--heads-kv " + std::to_string(s.heads_kv) + " differs from --heads " +
-                           std::to_string(s.heads) +
-                           ": the fast backward takes grouped K/V on the atomic design's mma and wgmma-ws kernels (" +
+                           std::to_string(s.heads) + ": the fast backward takes grouped K/V on " + takers + " (" +
                            other + " takes H_kv = H)",
                        hint);
     if (s.seq_k > 0)
       for (int n : s.seqs)
         if (n != s.seq_k)
           throw UsageError("--seq-k " + std::to_string(s.seq_k) + " differs from N = " + std::to_string(n) +
-                               ": the fast backward takes N_k != N on the atomic design's mma and wgmma-ws kernels (" +
-                               other + " takes N_k = N)",
+                               ": the fast backward takes N_k != N on " + takers + " (" + other + " takes N_k = N)",
                            hint);
   }
   // Packed sequences: the backward on the atomic design's mma and wgmma-ws kernels.

@@ -214,9 +214,9 @@ FLASHLAB_API flashlab_status flashlab_attention_backward_workspace_size(
 /** Backward pass of L = Σ O∘dO: from q, k, v, the forward's o and lse, and d_o, writes dq
  *  `[B, N, H, d]`, dk and dv `[B, N_k, H_kv, d]`. `workspace` as the size query says (the
  *  first B·H·N floats of a CUDA workspace hold D_i = rowsum(dO_i ∘ O_i) on return). On CUDA,
- *  deterministic = 0 runs the fastest backward (dQ summed with atomics; it takes grouped K/V,
- *  N_k ≠ N and windows), 1 one whose dQ is bit-reproducible (H_kv = H, N_k = N, no window: it
- *  refuses the others with FLASHLAB_ERROR_UNSUPPORTED). */
+ *  deterministic = 0 runs the fastest backward (dQ summed with atomics), 1 one whose dQ, dK, dV
+ *  are bit-reproducible (the fixed-order Hopper kernel where H_kv = H, N_k = N and no window, else
+ *  the two-kernel design); both take grouped K/V, N_k ≠ N and windows. */
 FLASHLAB_API flashlab_status flashlab_attention_backward(
     const flashlab_attention_problem* problem, flashlab_device device, flashlab_tensor q,
     flashlab_tensor k, flashlab_tensor v, flashlab_tensor o, const void* lse, flashlab_tensor d_o,

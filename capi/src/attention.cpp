@@ -239,7 +239,8 @@ void require_packed_backward(const Attention& a) {
 }
 
 // The backward the device runs: the fastest (atomic dQ), or with `deterministic` the fixed-order
-// dQ of the Hopper kernel where there is one, else the two-kernel design (no atomics at all).
+// dQ of the Hopper kernel where there is one and it takes the problem (H_kv = H, N_k = N, no
+// window), else the two-kernel design (no atomics at all; it takes those three too).
 struct BackwardChoice {
   ref::Algorithm design;
   fc::FastBackwardKernel kernel;
@@ -249,7 +250,8 @@ BackwardChoice backward_choice(const Attention& a) {
   const fc::FastBackwardKernel fastest = fc::fastest_backward_kernel(a.p);
   if (a.device_packed) return {ref::Algorithm::bwd_atomic, fastest};
   if (!a.abi.deterministic) return {ref::Algorithm::bwd_atomic, fastest};
-  if (fastest == fc::FastBackwardKernel::wgmma_ws)
+  const bool hopper_det_takes_it = a.p.h_kv() == a.p.heads && a.p.n_k() == a.p.n_q() && !a.p.has_window();
+  if (fastest == fc::FastBackwardKernel::wgmma_ws && hopper_det_takes_it)
     return {ref::Algorithm::bwd_atomic, fc::FastBackwardKernel::wgmma_ws_deterministic};
   return {ref::Algorithm::bwd_two_kernel, fc::FastBackwardKernel::mma_sync};
 }

@@ -90,7 +90,7 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, r
             ``i + N_k − N − left ≤ j ≤ i + N_k − N + right``; −1 leaves a side unbounded.
         return_lse: also return the natural-log ``logsumexp`` of each row's scaled scores,
             float32 ``[B, H, N]`` (not differentiable), as FlashAttention's ``softmax_lse``.
-        deterministic: ask the backward for a bit-reproducible dQ (where the kernels have one).
+        deterministic: ask the backward for bit-reproducible dQ, dK, dV (CUDA: dense, d ≤ 128).
         group: a ``torch.distributed`` process group: context parallelism over its G GPUs, one
             process per GPU. q, k, v are then this rank's shard of the sequence, ``[B, N / G, H,
             d]`` in the ring's local order (``flashlab.ring.shard``), causal counts over the whole

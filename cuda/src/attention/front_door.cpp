@@ -168,10 +168,11 @@ const detail::Problem& require_packed_key_tiles(const detail::Problem& p) {
 }
 
 // The checked launch description of a fast backward; each launcher sets its kernels' tiles. A
-// window, grouped K/V (H_kv < H) and N_k ≠ N: the atomic design's mma and wgmma-ws kernels take
-// them (attention_bwd_tc_atomic.cu, attention_bwd_ws.cu); the two-kernel design and the
-// deterministic wgmma-ws kernel refuse each by name, before anything else. `kernel` null (the
-// workspace's size, which these leave alone): the design alone is checked.
+// window, grouped K/V (H_kv < H) and N_k ≠ N: the atomic design's mma and wgmma-ws kernels and the
+// two-kernel design take them (attention_bwd_tc_atomic.cu, attention_bwd_ws.cu,
+// attention_bwd_tc.cu); the deterministic wgmma-ws kernel refuses each by name, before anything
+// else, pointing to the two-kernel design (deterministic too). `kernel` null (the workspace's size,
+// which these leave alone): the design alone is checked.
 detail::Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProblem& problem,
                                  const FastBackwardKernel* kernel = nullptr) {
   check_fast_problem(problem);
@@ -188,17 +189,16 @@ detail::Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProb
     if (kernel != nullptr && *kernel == FastBackwardKernel::wgmma_ws_deterministic)
       refuse("the " + std::string(to_string(*kernel)) + " kernel");
   }
-  const bool general_kernel = design == ref::Algorithm::bwd_atomic &&
-                              (kernel == nullptr || *kernel != FastBackwardKernel::wgmma_ws_deterministic);
-  if (!general_kernel) {
-    const std::string who = design != ref::Algorithm::bwd_atomic
-                                ? "the " + std::string(ref::algorithm_name(design)) + " design"
-                                : "the " + std::string(to_string(*kernel)) + " kernel";
+  const bool fixed_order_ws = design == ref::Algorithm::bwd_atomic && kernel != nullptr &&
+                              *kernel == FastBackwardKernel::wgmma_ws_deterministic;
+  if (fixed_order_ws) {
+    const std::string who = "the " + std::string(to_string(*kernel)) + " kernel";
     const auto refuse = [&](const std::string& what, const std::string& takes) {
       throw std::invalid_argument("flashlab::cuda: fast backward: " + what + " is not supported by " + who +
-                                  ": the bwd_atomic design's mma and wgmma-ws kernels take " + takes +
-                                  " (hint: design bwd_atomic with kernel mma or wgmma-ws, or run this backward on "
-                                  "the CPU reference: flashlab attention bwd --device cpu)");
+                                  ": the bwd_two_kernel design (deterministic too: no atomics) and the bwd_atomic "
+                                  "design's mma and wgmma-ws kernels take " + takes +
+                                  " (hint: design bwd_two_kernel for bit-reproducible gradients, or bwd_atomic with "
+                                  "kernel mma or wgmma-ws)");
     };
     if (problem.has_window())
       refuse("window (" + std::to_string(problem.window_left) + "," + std::to_string(problem.window_right) + ")",
@@ -364,10 +364,10 @@ namespace {
 /// check_fast_problem() but the sizes: the problem's limits, its features, d and the dtype.
 void check_fast_shape(const ref::AttentionProblem& problem) {
   problem.validate();
-  // Grouped K/V (heads_kv), N_k ≠ N, windows and packed sequences: the plain wgmma forward, the
-  // two-kernel backward and the deterministic backward kernel refuse the first three
-  // (check_forward_kernel, fast_bwd_problem); split_kv, wgmma and every backward but the atomic
-  // mma one refuse packed sequences.
+  // Grouped K/V (heads_kv), N_k ≠ N, windows and packed sequences: the plain wgmma forward and the
+  // deterministic wgmma-ws backward kernel refuse the first three (check_forward_kernel,
+  // fast_bwd_problem); split_kv, wgmma and every backward but the atomic design's mma and wgmma-ws
+  // ones refuse packed sequences.
   ref::AttentionProblem beyond = problem;
   beyond.heads_kv = 0;
   beyond.window_left = beyond.window_right = -1;

@@ -26,9 +26,9 @@
 /// are never loaded, and a query whose band misses every key gets O = 0 and LSE = −inf. The
 /// atomic backward's mma_sync and wgmma_ws kernels take all three (grouped K/V: one block per K/V
 /// head and key tile loops over the group's query heads, dK and dV summed in registers and written
-/// once; a query that sees no key gets dQ = 0). The wgmma forward, the two-kernel backward and the
-/// deterministic wgmma-ws backward take H_kv = H, N_k = N only, those and the split_kv forward no
-/// window, and they refuse the others by name.
+/// once; a query that sees no key gets dQ = 0), and so does the two-kernel backward, bit-reproducible (its dK/dV kernel
+/// sums the group's query heads in one fixed order). The wgmma forward and the deterministic wgmma-ws backward take
+/// H_kv = H, N_k = N only, those and the split_kv forward no window, and they refuse the others by name.
 ///
 /// Packed sequences (FlashAttention's varlen call): the mma_sync and tma_ws forwards take B
 /// sequences of their own lengths concatenated along the token axis, Q and O `[1, total_q, H, d]`,
@@ -132,9 +132,9 @@ FastTiles fast_forward_tiles(const ref::AttentionProblem& problem, FastForwardKe
 /// else: d ∈ {64, 128, 256}; dtype bf16 or fp16; B·N·H·d and B·N_k·H_kv·d below 2³¹ (32-bit
 /// indices; packed: total_q·H·d and total_k·H_kv·d). Grouped K/V, N_k ≠ N, windows, d = 256 and
 /// packed sequences pass here; the kernels that do not take them refuse them by name: the wgmma
-/// forward the first three, the split-KV forward a window, the two-kernel design and the
-/// deterministic wgmma-ws kernel the first three, every backward, the wgmma and the split-KV
-/// forwards d = 256; packed sequences run on the mma_sync and tma_ws forwards alone (with their
+/// forward the first three, the split-KV forward a window, the deterministic wgmma-ws kernel the
+/// first three, the two-kernel design, the deterministic wgmma-ws kernel, the wgmma and the
+/// split-KV forwards d = 256; packed sequences run on the mma_sync and tma_ws forwards alone (with their
 /// device lists: the overload of fast_attention_forward_device() that takes FastPackedSequences),
 /// at d = 64 and 128 (check_fast_packed() refuses d = 256). Validates the problem first. Throws
 /// std::invalid_argument naming the field, the value, the limit and a hint.
@@ -247,7 +247,7 @@ struct FastBackwardResult {
 
 /// Fast backward of `design` (bwd_two_kernel or bwd_atomic; `kernel` picks the atomic design's
 /// kernel, the two-kernel design takes mma_sync only; grouped K/V, N_k ≠ N and windows on bwd_atomic's
-/// mma_sync and wgmma_ws kernels): uploads Q, O, dO (`[B, N, H, d]`), K, V (`[B, N_k, H_kv, d]`),
+/// mma_sync and wgmma_ws kernels and on bwd_two_kernel): uploads Q, O, dO (`[B, N, H, d]`), K, V (`[B, N_k, H_kv, d]`),
 /// 16-bit bit patterns, and the forward's base-2 LSE (`[B, H, N]`), poisons the
 /// outputs and the workspace with NaN, runs the design's kernels, checks every CUDA call and
 /// downloads dQ, dK, dV and D. A packed problem (its lists on the host: uploaded) runs
@@ -264,8 +264,8 @@ FastBackwardResult fast_attention_backward(ref::Algorithm design, const ref::Att
 /// D (fp32, B·H·N) at offset 0, then, for bwd_atomic, the fp32 dQ accumulator
 /// (B·H·⌈N/128⌉·128·d floats: whole query tiles) at the next multiple of 256 bytes, then the
 /// deterministic kernel's dQ order counters (B·H·⌈N/64⌉ int32). Throws
-/// std::invalid_argument for a bad problem or design, or grouped K/V, N_k ≠ N or a window with
-/// bwd_two_kernel, naming the field. The workspace depends on Q's shape only.
+/// std::invalid_argument for a bad problem or design (d = 256 or packed sequences with
+/// bwd_two_kernel), naming the field. The workspace depends on Q's shape only.
 std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const ref::AttentionProblem& problem);
 
 /// Bytes of device scratch of the packed backward (bwd_atomic): D (fp32, H·total_q), then at the
