@@ -1,6 +1,8 @@
 // One check of the fast backward against the float64 reference, shared by the backward tests that
-// take windows, grouped K/V and N_k ≠ N (test_cuda_fast_bwd_window.cpp, test_cuda_fast_bwd_gqa.cpp;
-// the packed one, test_cuda_fast_bwd_varlen.cpp, checks each gradient with check_gradient()).
+// take windows, grouped K/V and N_k ≠ N (test_cuda_fast_bwd_window.cpp, test_cuda_fast_bwd_gqa.cpp,
+// test_cuda_fast_bwd_det.cpp; the packed one, test_cuda_fast_bwd_varlen.cpp, checks each gradient
+// with check_gradient()). With `bitwise` (a deterministic backward) each run is repeated and its
+// dQ, dK, dV must equal the first run's bit for bit.
 //
 // Fresh normal Q, dO [B, N, H, d] and K, V [B, N_k, H_kv, d] rounded to the dtype, the reference
 // (ref::naive_backward<double>) gets the rounded values; O and LSE from the fast mma forward of the
@@ -95,10 +97,19 @@ inline void check_gradient(const char* name, const std::vector<std::uint16_t>& g
   CHECK(bad == 0);
 }
 
-/// Runs each of `kernels` on fresh inputs of shape `c` against one float64 reference and checks
-/// dQ, dK, dV and D (file comment).
+/// Elements of two 16-bit gradients whose bits differ.
+inline std::size_t differing_bits(const std::vector<std::uint16_t>& a, const std::vector<std::uint16_t>& b) {
+  std::size_t n = a.size() == b.size() ? 0 : std::max(a.size(), b.size());
+  for (std::size_t k = 0; k < std::min(a.size(), b.size()); ++k) n += a[k] != b[k];
+  return n;
+}
+
+/// Runs each of `kernels` of `design` (bwd_two_kernel: mma_sync alone) on fresh inputs of shape `c`
+/// against one float64 reference and checks dQ, dK, dV and D (file comment); `bitwise`: runs each
+/// a second time and checks that dQ, dK, dV are the same bits.
 inline void check_backward(const BackwardCase& c,
-                           const std::vector<cuda::FastBackwardKernel>& kernels = general_backward_kernels()) {
+                           const std::vector<cuda::FastBackwardKernel>& kernels = general_backward_kernels(),
+                           ref::Algorithm design = ref::Algorithm::bwd_atomic, bool bitwise = false) {
   namespace fc = flashlab::cuda;
   namespace fr = flashlab::ref;
   const unsigned long long seed = fresh_seed();
@@ -138,19 +149,36 @@ inline void check_backward(const BackwardCase& c,
     row_keyless[std::size_t(i)] = r.empty();
     for (long long j = r.first; j < r.end; ++j) key_unseen[std::size_t(j)] = 0;
   }
+  const bool two_kernel = design == fr::Algorithm::bwd_two_kernel;
   for (const fc::FastBackwardKernel kernel : kernels) {
-    INFO("kernel " << fc::to_string(kernel));
-    const auto got =
-        fc::fast_attention_backward(fr::Algorithm::bwd_atomic, cfg, in.Q, in.K, in.V, fwd.O, in.dO, fwd.LSE, kernel);
-    std::printf("  %-62s %-8s", label.c_str(), fc::to_string(kernel));
+    INFO("design " << fr::algorithm_name(design) << ", kernel " << fc::to_string(kernel));
+    const auto got = fc::fast_attention_backward(design, cfg, in.Q, in.K, in.V, fwd.O, in.dO, fwd.LSE, kernel);
+    std::printf("  %-62s %-8s", label.c_str(), two_kernel ? "two-kern" : fc::to_string(kernel));
     const std::size_t q_row = std::size_t(c.heads) * c.head_dim, kv_row = std::size_t(c.heads_kv) * c.head_dim;
     check_gradient("dQ", got.dQ, ref.dQ, c.dtype, c.batch, c.seq, q_row, row_keyless);
     check_gradient("dK", got.dK, ref.dK, c.dtype, c.batch, c.seq_k, kv_row, key_unseen);
     check_gradient("dV", got.dV, ref.dV, c.dtype, c.batch, c.seq_k, kv_row, key_unseen);
     const double eD = fr::max_error_vs_max(got.D.data(), ref.D_from_O.data(), got.D.size());
-    std::printf("  D %.2e\n", eD);
+    std::printf("  D %.2e", eD);
     CHECK(eD <= 1e-2);
+    if (bitwise) {  // the outputs are poisoned with NaN again before the rerun
+      const auto again = fc::fast_attention_backward(design, cfg, in.Q, in.K, in.V, fwd.O, in.dO, fwd.LSE, kernel);
+      const std::size_t diff =
+          differing_bits(got.dQ, again.dQ) + differing_bits(got.dK, again.dK) + differing_bits(got.dV, again.dV);
+      std::printf("  rerun: %zu bits differ", diff);
+      INFO("dQ, dK, dV elements differing between two runs: " << diff);
+      CHECK(diff == 0);
+    }
+    std::printf("\n");
   }
+}
+
+/// check_backward() on every design that takes windows, grouped K/V and N_k ≠ N: the atomic design's
+/// kernels (general_backward_kernels()), then the two-kernel design, run twice and compared bit for
+/// bit (it has no atomics: its gradients must be reproducible).
+inline void check_backward_every_design(const BackwardCase& c) {
+  check_backward(c);
+  check_backward(c, {cuda::FastBackwardKernel::mma_sync}, ref::Algorithm::bwd_two_kernel, true);
 }
 
 /// Prints the worst gradient error / rounding floor of the checks since the last report, and resets it.

@@ -2,8 +2,9 @@
 // N_k ≠ N (the causal diagonal and windows bottom-right aligned: query i sees key j iff j ≤ i + N_k − N)
 // against the float64 reference flashlab::ref::naive_backward<double>, which implements that rule
 // (attention_problem.hpp), on the atomic design's kernels that take them: mma_sync
-// (attention_bwd_tc_atomic.cu) and wgmma-ws (attention_bwd_ws.cu, where built and the device runs it).
-// dK and dV are [B, N_k, H_kv, d]: each K/V head's gradient sums over its H / H_kv query heads.
+// (attention_bwd_tc_atomic.cu) and wgmma-ws (attention_bwd_ws.cu, where built and the device runs it),
+// and on the two-kernel design (attention_bwd_tc.cu), whose dQ, dK, dV must also equal a rerun's bit
+// for bit. dK and dV are [B, N_k, H_kv, d]: each K/V head's gradient sums over its H / H_kv query heads.
 //
 // Inputs, metric and the check: fast_backward_check.hpp (each gradient within max(1e-2, 2 × its
 // rounding floor); rows that see no key get dQ exactly 0, keys no query sees dK = dV exactly 0).
@@ -28,7 +29,7 @@ namespace {
 constexpr fr::Dtype kBf16 = fr::Dtype::bf16, kFp16 = fr::Dtype::fp16;
 
 /// {B, N, N_k, H, H_kv, d, causal[, window_left, window_right[, dtype]]}.
-void check_gqa_bwd(const flashlab::test::BackwardCase& c) { flashlab::test::check_backward(c); }
+void check_gqa_bwd(const flashlab::test::BackwardCase& c) { flashlab::test::check_backward_every_design(c); }
 
 void report(const char* name) { flashlab::test::report_backward_ratio(name); }
 
@@ -84,8 +85,9 @@ TEST_CASE("fast backward, many query tiles without keys and long key lists", "[f
 // two chunks beside two batches: the grouped instantiation (N_k != N) and the band's (causal in it).
 TEST_CASE("fast backward, grouped K/V, the causal grid in chunks of K/V heads",
           "[fast-bwd][fast-bwd-gqa][fast-bwd-gqa-sanitize]") {
-  check_gqa_bwd({2, 130, 129, 300, 300, 128, true});
-  check_gqa_bwd({2, 130, 140, 600, 300, 64, true, 70, 0});
+  // The atomic design alone: the chunks are its wgmma-ws kernel's grid.
+  flashlab::test::check_backward({2, 130, 129, 300, 300, 128, true});
+  flashlab::test::check_backward({2, 130, 140, 600, 300, 64, true, 70, 0});
   report("bwd gqa causal chunks");
 }
 
@@ -102,7 +104,7 @@ TEST_CASE("fast backward, windows with grouped K/V and N_k != N", "[fast-bwd][fa
   report("bwd gqa windows");
 }
 
-TEST_CASE("grouped K/V and N_k != N: the backward kernels without them refuse them before any launch",
+TEST_CASE("grouped K/V and N_k != N: the backward kernel without them refuses them before any launch",
           "[fast-bwd][fast-bwd-gqa]") {
   fr::AttentionProblem cfg;
   cfg.seq = 64;
@@ -116,16 +118,14 @@ TEST_CASE("grouped K/V and N_k != N: the backward kernels without them refuse th
                                                 fc::FastBackwardKernel::wgmma_ws_deterministic),
                     Catch::Contains("heads_kv (H_kv) = 2 (differs from heads (H) = 4) is not supported by the "
                                     "wgmma-ws-det kernel") &&
-                        Catch::Contains("kernel mma or wgmma-ws"));
-  CHECK_THROWS_WITH(fc::fast_attention_backward(fr::Algorithm::bwd_two_kernel, cfg, x, kv, kv, x, x, lse),
-                    Catch::Contains("heads_kv (H_kv) = 2 (differs from heads (H) = 4) is not supported by the "
-                                    "bwd_two_kernel design"));
+                        Catch::Contains("kernel mma or wgmma-ws") && Catch::Contains("design bwd_two_kernel"));
   cfg.heads_kv = 0;
   cfg.seq_k = 32;
   const std::vector<std::uint16_t> k32(32 * 4 * 64);
-  CHECK_THROWS_WITH(fc::fast_attention_backward(fr::Algorithm::bwd_two_kernel, cfg, x, k32, k32, x, x, lse),
+  CHECK_THROWS_WITH(fc::fast_attention_backward(fr::Algorithm::bwd_atomic, cfg, x, k32, k32, x, x, lse,
+                                                fc::FastBackwardKernel::wgmma_ws_deterministic),
                     Catch::Contains("seq_k (N_k) = 32 (differs from seq (N) = 64) is not supported by the "
-                                    "bwd_two_kernel design"));
+                                    "wgmma-ws-det kernel"));
   // The atomic design's kernels take it: K, V and dK, dV have N_k rows (a K of N rows is refused).
   CHECK_THROWS_WITH(fc::fast_attention_backward(fr::Algorithm::bwd_atomic, cfg, x, x, x, x, x, lse),
                     Catch::Contains("K"));
