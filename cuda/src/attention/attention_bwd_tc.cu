@@ -142,25 +142,39 @@ __device__ __forceinline__ void warp_gemm_xb(float (&acc)[HEAD_DIM / 8][4], cons
 /// kBand (its own instantiation): grouped K/V, N_k ≠ N or a window. K_j, V_j are then read from K/V
 /// head h / (H / H_kv) ([B, N_k, H_kv, d]), the key tiles are those of the band (bwd_band.cuh) and
 /// the band masks causal, windows and keys ≥ N_k alike.
-template <int HEAD_DIM, bool kBf16, bool kBand = false>
+/// kPacked (with kBand; Problem::packed()): grid (⌊total_q / BLOCK_M⌋ + B, H, 1), block x the query
+/// tile of packed.cuh's numbering; N, N_k, the band's offset len_k − len_q and the rows are that
+/// sequence's, its rows of Q, dO, dQ, LSE, D from its first query, of K, V from its first key.
+template <int HEAD_DIM, bool kBf16, bool kBand = false, bool kPacked = false>
 __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
     fast_bwd_dq_kernel(Problem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                        const uint16_t* __restrict__ V, const uint16_t* __restrict__ dO,
-                       const float* __restrict__ LSE, const float* __restrict__ D, uint16_t* __restrict__ dQ) {
+                       const float* __restrict__ LSE, const float* __restrict__ D, uint16_t* __restrict__ dQ,
+                       PackedLists lists) {
   using T = BwdTraits<HEAD_DIM>;
   constexpr int BLOCK_M = T::kDqBlockM, BLOCK_N = T::kDqBlockN;
   constexpr int kTileK = BLOCK_N * T::kRowBytes;
-  const int N = p.seq;
+  static_assert(!kPacked || kBand, "packed sequences have their own key lengths and band");
+  int N = p.seq;
   // Causal: the bottom query tiles see the most keys; launch them first.
-  const int i = p.causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int i = p.causal && !kPacked ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
   const int h = blockIdx.y, b = blockIdx.z;
-  const int row0 = i * BLOCK_M;
-  const std::size_t stride = p.row_stride(), base = p.head_offset(b, h), stat = p.stat_offset(b, h);
+  int row0 = i * BLOCK_M;
+  const std::size_t stride = p.row_stride();
+  std::size_t base = p.head_offset(b, h), stat = p.stat_offset(b, h);
   // kBand: the keys' own length, layout and head (grouped K/V: h / (H / H_kv)); the band's edges.
-  const int Nk = kBand ? p.seq_k : N;
+  int Nk = kBand ? p.seq_k : N;
   const std::size_t kv_stride = kBand ? p.kv_row_stride() : stride;
-  const std::size_t kv_base = kBand ? p.kv_head_offset(b, p.kv_head(h)) : base;
-  const int lo = kBand ? p.window_lo() : 0, hi = kBand ? p.window_hi() : 0;
+  std::size_t kv_base = kBand ? p.kv_head_offset(b, p.kv_head(h)) : base;
+  int lo = kBand ? p.window_lo() : 0, hi = kBand ? p.window_hi() : 0;
+  if constexpr (kPacked) {  // the sequence of query tile i of the packed numbering, its rows and band
+    const PackedTile pt = packed_tile(p, lists, i, BLOCK_M);
+    if (pt.row0 >= pt.len_q) return;  // past the sequence's last query: at most one tile per sequence
+    N = pt.len_q, Nk = pt.len_k, row0 = pt.row0;
+    base = query_rows(p, true, 0, pt.q_start, h), stat = query_stats(p, true, 0, pt.q_start, h);
+    kv_base = key_rows(p, true, 0, pt.k_start, p.kv_head(h));
+    lo = p.window_lo(Nk - N), hi = p.window_hi(Nk - N);
+  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;  // mma fragment coordinates
   const int warp_m0 = 16 * warp, warp_row0 = row0 + warp_m0;
@@ -268,26 +282,42 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
 /// (bwd_band.cuh), so K_j, V_j are read once for the whole group and dK_j, dV_j sum the group's
 /// heads in registers in one fixed order (no atomics: bit-reproducible). A key tile no query sees
 /// runs no step and writes dK_j = dV_j = 0.
-template <int HEAD_DIM, bool kBf16, bool kBand = false>
+/// kPacked (with kBand; Problem::packed()): grid (⌊total_k / BLOCK_N⌋ + B, H_kv, 1), block x the key
+/// tile of the numbering over the keys (packed_key_tile, bwd_band.cuh); N, N_k, the band's offset
+/// and the rows are that sequence's.
+template <int HEAD_DIM, bool kBf16, bool kBand = false, bool kPacked = false>
 __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
     fast_bwd_dkdv_kernel(Problem p, const uint16_t* __restrict__ Q, const uint16_t* __restrict__ K,
                          const uint16_t* __restrict__ V, const uint16_t* __restrict__ dO,
                          const float* __restrict__ LSE, const float* __restrict__ D, uint16_t* __restrict__ dK,
-                         uint16_t* __restrict__ dV) {
+                         uint16_t* __restrict__ dV, PackedLists lists) {
   using T = BwdTraits<HEAD_DIM>;
   constexpr int BLOCK_M = T::kKvBlockM, BLOCK_N = T::kKvBlockN;
   constexpr int kTileQ = BLOCK_M * T::kRowBytes;
-  const int N = p.seq;
+  static_assert(!kPacked || kBand, "packed sequences have their own key lengths and band");
+  int N = p.seq;
   // Causal: the leftmost key tiles see the most queries; blockIdx.x order already runs them first.
   // h: the query head (kBand: the K/V head, whose query heads are h0 … h0 + G − 1).
-  const int j = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  const int start_n = j * BLOCK_N;
+  const int j = blockIdx.x, h = blockIdx.y;
+  int b = blockIdx.z;
+  int start_n = j * BLOCK_N;
   const std::size_t stride = p.row_stride();
-  const int Nk = kBand ? p.seq_k : N;
+  int Nk = kBand ? p.seq_k : N;
   const std::size_t kv_stride = kBand ? p.kv_row_stride() : stride;
-  const std::size_t kv_base = kBand ? p.kv_head_offset(b, h) : p.head_offset(b, h);
+  std::size_t kv_base = kBand ? p.kv_head_offset(b, h) : p.head_offset(b, h);
   const int G = kBand ? p.heads / p.heads_kv : 1, h0 = kBand ? h * G : h;
-  const int lo = kBand ? p.window_lo() : 0, hi = kBand ? p.window_hi() : 0;
+  int lo = kBand ? p.window_lo() : 0, hi = kBand ? p.window_hi() : 0;
+  int q_start = 0;  // packed: the sequence's first row of Q, dO and of LSE, D
+  if constexpr (kPacked) {  // the sequence of key tile j of the numbering over the keys, its rows and band
+    const PackedTile pt = packed_key_tile(p, lists, j, BLOCK_N);
+    if (pt.row0 >= pt.len_k) return;  // past the sequence's last key: at most one tile per sequence
+    b = pt.b, N = pt.len_q, Nk = pt.len_k, start_n = pt.row0, q_start = pt.q_start;
+    kv_base = key_rows(p, true, b, pt.k_start, h);
+    lo = p.window_lo(Nk - N), hi = p.window_hi(Nk - N);
+  }
+  // Query head hq's rows of Q, dO and of LSE, D (the sequence's, packed).
+  auto q_rows = [&](int hq) { return query_rows(p, kPacked, b, q_start, hq); };
+  auto q_stats = [&](int hq) { return query_stats(p, kPacked, b, q_start, hq); };
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;
   const int warp_n0 = 16 * warp, warp_key0 = start_n + warp_n0;
@@ -310,8 +340,8 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
   // Load K_j, V_j, Q_first, dO_first (of query head h0): HBM → SRAM (one cp.async group).
   load_tile_async<HEAD_DIM, BLOCK_N, T::kThreads>(sK, K + kv_base, kv_stride, start_n, Nk);
   load_tile_async<HEAD_DIM, BLOCK_N, T::kThreads>(sV, V + kv_base, kv_stride, start_n, Nk);
-  load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sQ, Q + p.head_offset(b, h0), stride, i_begin * BLOCK_M, N);
-  load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sdO, dO + p.head_offset(b, h0), stride, i_begin * BLOCK_M, N);
+  load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sQ, Q + q_rows(h0), stride, i_begin * BLOCK_M, N);
+  load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sdO, dO + q_rows(h0), stride, i_begin * BLOCK_M, N);
   cp_async_commit();
 
   float acc_dk[HEAD_DIM / 8][4], acc_dv[HEAD_DIM / 8][4];  // keys g and g + 8 of the warp's 16
@@ -328,7 +358,7 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
   for (int i = i_begin; i < i_end; ++i, ++step) {
     const int row0 = i * BLOCK_M;
     const int hq = h0 + gh;
-    const std::size_t base = p.head_offset(b, hq), stat = p.stat_offset(b, hq);
+    const std::size_t base = q_rows(hq), stat = q_stats(hq);
     const uint32_t stage = uint32_t((step & 1) * kTileQ);
     cp_async_wait<0>();  // this thread's copies of Q_i, dO_i (and K_j, V_j) have landed
     // All copies visible to all warps; every warp has finished the previous step, so the stage
@@ -341,7 +371,7 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
       load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sQ + next, Q + base, stride, row0 + BLOCK_M, N);
       load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sdO + next, dO + base, stride, row0 + BLOCK_M, N);
     } else if (kBand && gh + 1 < G) {
-      const std::size_t nbase = p.head_offset(b, hq + 1);
+      const std::size_t nbase = q_rows(hq + 1);
       load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sQ + next, Q + nbase, stride, i_begin * BLOCK_M, N);
       load_tile_async<HEAD_DIM, BLOCK_M, T::kThreads>(sdO + next, dO + nbase, stride, i_begin * BLOCK_M, N);
     }
@@ -395,11 +425,14 @@ __global__ void __launch_bounds__(BwdTraits<HEAD_DIM>::kThreads)
 }
 
 // ----------------------------------------------------------------------------- launchers
-template <int HEAD_DIM, bool kBf16, bool kBand>
-void launch_fast_bwd(const Problem& p, const BwdPointers& a, cudaStream_t stream) {
+/// kPacked: D over the total_q rows as one sequence (it does not depend on the sequences: the
+/// packed [1, total_q, H, d] rows give D [1, H, total_q], LSE's layout), the grids over the packed
+/// tile numberings, `lists` passed to both kernels (unread when dense).
+template <int HEAD_DIM, bool kBf16, bool kBand, bool kPacked = false>
+void launch_fast_bwd(const Problem& p, const BwdPointers& a, cudaStream_t stream, const PackedLists& lists = {}) {
   using T = BwdTraits<HEAD_DIM>;
-  auto dq_kernel = &fast_bwd_dq_kernel<HEAD_DIM, kBf16, kBand>;
-  auto kv_kernel = &fast_bwd_dkdv_kernel<HEAD_DIM, kBf16, kBand>;
+  auto dq_kernel = &fast_bwd_dq_kernel<HEAD_DIM, kBf16, kBand, kPacked>;
+  auto kv_kernel = &fast_bwd_dkdv_kernel<HEAD_DIM, kBf16, kBand, kPacked>;
   // > 48 KiB of dynamic SRAM: opted in per device (set_smem keeps the record, thread-safe).
   set_smem(reinterpret_cast<const void*>(dq_kernel), T::kDqSmem, "fast_bwd_dq_kernel", p);
   set_smem(reinterpret_cast<const void*>(kv_kernel), T::kKvSmem, "fast_bwd_dkdv_kernel", p);
@@ -408,24 +441,43 @@ void launch_fast_bwd(const Problem& p, const BwdPointers& a, cudaStream_t stream
   const auto* V = static_cast<const uint16_t*>(a.V);
   const auto* dO = static_cast<const uint16_t*>(a.dO);
 
-  launch_fast_bwd_preprocess<HEAD_DIM, kBf16>(p, a, stream);
+  Problem rows = p;
+  if constexpr (kPacked) {
+    rows.batch = 1;
+    rows.seq = p.total_q;
+  }
+  launch_fast_bwd_preprocess<HEAD_DIM, kBf16>(rows, a, stream);
 
   announce("fast_bwd_dq_kernel");
-  dq_kernel<<<dim3((p.seq + T::kDqBlockM - 1) / T::kDqBlockM, p.heads, p.batch), T::kThreads, T::kDqSmem,
-              stream>>>(p.with_tiles(T::kDqBlockM, T::kDqBlockN), Q, K, V, dO, a.LSE, a.D, static_cast<uint16_t*>(a.dQ));
+  const dim3 dq_grid = kPacked ? dim3(unsigned(p.packed_tiles(T::kDqBlockM)), p.heads, 1)
+                               : dim3((p.seq + T::kDqBlockM - 1) / T::kDqBlockM, p.heads, p.batch);
+  dq_kernel<<<dq_grid, T::kThreads, T::kDqSmem, stream>>>(p.with_tiles(T::kDqBlockM, T::kDqBlockN), Q, K, V, dO,
+                                                          a.LSE, a.D, static_cast<uint16_t*>(a.dQ), lists);
   FLASHLAB_CUDA_CHECK_LAUNCH("fast_bwd_dq_kernel");
 
   announce("fast_bwd_dkdv_kernel");
   // One block per key tile (kBand: of the N_k keys, per K/V head; its group's query heads loop inside).
-  kv_kernel<<<dim3((p.seq_k + T::kKvBlockN - 1) / T::kKvBlockN, p.heads_kv, p.batch), T::kThreads, T::kKvSmem,
-              stream>>>(p.with_tiles(T::kKvBlockM, T::kKvBlockN), Q, K, V, dO, a.LSE, a.D, static_cast<uint16_t*>(a.dK),
-                        static_cast<uint16_t*>(a.dV));
+  const dim3 kv_grid = kPacked ? dim3(unsigned(p.total_k / T::kKvBlockN + p.batch), p.heads_kv, 1)
+                               : dim3((p.seq_k + T::kKvBlockN - 1) / T::kKvBlockN, p.heads_kv, p.batch);
+  kv_kernel<<<kv_grid, T::kThreads, T::kKvSmem, stream>>>(p.with_tiles(T::kKvBlockM, T::kKvBlockN), Q, K, V, dO,
+                                                          a.LSE, a.D, static_cast<uint16_t*>(a.dK),
+                                                          static_cast<uint16_t*>(a.dV), lists);
   FLASHLAB_CUDA_CHECK_LAUNCH("fast_bwd_dkdv_kernel");
 }
 
 }  // namespace
 
-void launch_fast_bwd_two_kernel(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream) {
+void launch_fast_bwd_two_kernel(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream,
+                                const PackedLists& lists) {
+  if (p.packed()) {  // every sequence its own lengths and band: the packed band instantiations
+    if (p.head_dim == 64)
+      bf16 ? launch_fast_bwd<64, true, true, true>(p, a, stream, lists)
+           : launch_fast_bwd<64, false, true, true>(p, a, stream, lists);
+    else
+      bf16 ? launch_fast_bwd<128, true, true, true>(p, a, stream, lists)
+           : launch_fast_bwd<128, false, true, true>(p, a, stream, lists);
+    return;
+  }
   // Grouped K/V, N_k ≠ N or a window: the band instantiations (the plain ones keep their code).
   const bool band = p.heads_kv != p.heads || p.seq_k != p.seq || p.windowed();
   if (p.head_dim == 64) {

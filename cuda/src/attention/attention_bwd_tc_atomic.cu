@@ -194,18 +194,6 @@ __device__ __forceinline__ void add_f32x2(float* out, float x, float y) {
 }
 
 // ----------------------------------------------------------------------------- 2. main kernel
-/// Key tile `u` of a packed launch: packed_tile() (packed.cuh) over the keys' prefix sums, the
-/// fields then named for what they hold (`row0` the tile's first KEY row inside its sequence).
-__device__ __forceinline__ PackedTile packed_key_tile(const Problem& p, const PackedLists& lists, int u, int rows) {
-  PackedTile t = packed_tile(lists.cu_seqlens_k, lists.cu_seqlens_q, p.batch, u, rows);
-  const int k_start = t.q_start, len_k = t.len_q;  // the search ran over the keys' sums
-  t.q_start = t.k_start;
-  t.len_q = t.len_k;
-  t.k_start = k_start;
-  t.len_k = len_k;
-  return t;
-}
-
 /// The main kernel's body (the kernels below: the dense one keeps its own parameters, so its code
 /// is as it was; the packed one adds the prefix sums).
 /// Grid (Tc = ceil(N / BLOCK_N), H, B) non-causal, (H, Tc, B) causal; 256 threads; kSmem bytes of
@@ -257,17 +245,13 @@ __device__ __forceinline__ void fast_bwd_atomic_body(const Problem& p, const uin
     start_n = pt.row0;
     q_start = pt.q_start;
     q_tile0 = pt.q_start / BLOCK_M + pt.b;
-    kv_base = std::size_t(pt.k_start) * kv_stride + std::size_t(h) * HEAD_DIM;
+    kv_base = key_rows(p, true, b, pt.k_start, h);
     offset = Nk - N;
   }
   // Q, O, dO rows and LSE, D rows of query head hq: [B, N, H, d] and [B, H, N]; packed
-  // [1, total_q, H, d] and [1, H, total_q] from the sequence's first row.
-  auto q_head = [&](int hq) {
-    return kPacked ? std::size_t(q_start) * stride + std::size_t(hq) * HEAD_DIM : p.head_offset(b, hq);
-  };
-  auto q_stat = [&](int hq) {
-    return kPacked ? std::size_t(hq) * std::size_t(p.total_q) + std::size_t(q_start) : p.stat_offset(b, hq);
-  };
+  // [1, total_q, H, d] and [1, H, total_q] from the sequence's first row (bwd_band.cuh).
+  auto q_head = [&](int hq) { return query_rows(p, kPacked, b, q_start, hq); };
+  auto q_stat = [&](int hq) { return query_stats(p, kPacked, b, q_start, hq); };
   const int G = kGroup ? p.heads / p.heads_kv : 1, h0 = kGroup ? h * G : h;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;  // mma fragment coordinates

@@ -95,8 +95,10 @@ constexpr int kAtomicDqTileRows = 128;
 constexpr int kDqOrderTileRows = 64;
 
 /// The two-kernel design (attention_bwd_tc.cu): D preprocessing, the dQ kernel, the dK/dV
-/// kernel. d ∈ {64, 128}.
-void launch_fast_bwd_two_kernel(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream);
+/// kernel. d ∈ {64, 128}. Packed sequences (Problem::packed()): `lists` their prefix sums (the
+/// workspace D alone, [1, H, total_q]).
+void launch_fast_bwd_two_kernel(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream,
+                                const PackedLists& lists = {});
 
 /// The atomic design (attention_bwd_tc_atomic.cu): zero dQaccum, D preprocessing, the main
 /// kernel, dQ = scale · dQaccum → 16 bits. d ∈ {64, 128}. Packed sequences (Problem::packed()):
