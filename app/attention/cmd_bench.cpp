@@ -63,8 +63,8 @@ constexpr const char* kSummary =
     "key j iff i + NK - N - L <= j <= i + NK - N + R (-1 unbounded, causal caps R at 0); its TFLOP/s\n"
     "count the pairs inside the band, 4 d H B times the sum over the N queries of the keys each sees\n"
     "(the area the mask leaves, not the tiles a kernel loads). --cu-seqlens FILE times packed\n"
-    "variable-length sequences (the forward, and with --pass bwd or both the backward on the atomic\n"
-    "design's mma or wgmma-ws kernel, the ones that take them; the file format of flashlab attention fwd\n"
+    "variable-length sequences (the forward, and with --pass bwd or both the backward: every design and\n"
+    "kernel but --bwd-kernel wgmma-ws-det takes them; the file format of flashlab attention fwd\n"
     "--cu-seqlens: a line 'cu_seqlens_q = 0 3 3 10', and 'cu_seqlens_k = ...' when the keys differ):\n"
     "one shape per d and mask, Q [total_q, H, d], the lists in device memory; its sequences replace\n"
     "--seq, --seq-k and --batch (N prints the longest), and its TFLOP/s count each sequence's own\n"
@@ -283,12 +283,13 @@ Sweep parse_sweep(const po::variables_map& vm) {
                                ": the fast backward takes N_k != N on " + takers + " (" + other + " takes N_k = N)",
                            hint);
   }
-  // Packed sequences: the backward on the atomic design's mma and wgmma-ws kernels.
-  if (s.bwd && s.packed && (!s.bwd_atomic || bk == "wgmma-ws-det"))
-    throw UsageError(std::string("--cu-seqlens: ") + (s.bwd_atomic ? "--bwd-kernel " + bk : "--bwd-design two-kernel") +
-                         " takes no packed sequences: the fast backward takes them on the atomic design's mma and "
-                         "wgmma-ws kernels",
-                     "use --bwd-design atomic with --bwd-kernel auto, mma or wgmma-ws, or --pass fwd");
+  // Packed sequences: the backward on every kernel but the fixed-order wgmma-ws one.
+  if (s.bwd && s.packed && s.bwd_atomic && bk == "wgmma-ws-det")
+    throw UsageError("--cu-seqlens: --bwd-kernel " + bk +
+                         " takes no packed sequences: the fast backward takes them on the two-kernel design and the "
+                         "atomic design's mma and wgmma-ws kernels",
+                     "use --bwd-design two-kernel (deterministic too), or --bwd-kernel auto, mma or wgmma-ws, or "
+                     "--pass fwd");
   s.fp16 = fp16_dtype(vm["dtype"].as<std::string>());
   s.format = output_format(vm);
   s.kv_copy = vm["kv-copy"].as<bool>();

@@ -151,8 +151,8 @@ FLASHLAB_API const char* flashlab_status_name(flashlab_status status);
  *  tensors. On CUDA the forward's kernels read the lists on the device and the library never
  *  copies them to the host, so it checks their contents nowhere: lists that break the rules below
  *  give undefined results there (the CPU checks them and names the entry); the CUDA backward takes
- *  them with deterministic = 0 (dQ summed with atomics; deterministic = 1 is refused with
- *  FLASHLAB_ERROR_UNSUPPORTED, naming cu_seqlens_q). Sequence b owns query rows cu_seqlens_q[b] … cu_seqlens_q[b+1] − 1 and
+ *  them too (deterministic = 1: the two-kernel design, no atomics, bit-reproducible; 0: dQ
+ *  summed with atomics, faster). Sequence b owns query rows cu_seqlens_q[b] … cu_seqlens_q[b+1] − 1 and
  *  key rows cu_seqlens_k[b] … cu_seqlens_k[b+1] − 1. Tensors are then `[total_q, H, d]` (q, o,
  *  d_o, dq) and `[total_k, H_kv, d]` (k, v, dk, dv), given as flashlab_tensor with stride[1] the
  *  row stride and stride[2] the head stride (stride[0] is not read); LSE is `[H, total_q]`. Each

@@ -228,29 +228,18 @@ void cpu_backward(const Attention& a, const Qkv& in, const Strided& o, const voi
 }
 
 #if FLASHLAB_CAPI_HAVE_CUDA
-// The CUDA backward of packed sequences runs the atomic design's fastest kernel (mma or wgmma-ws);
-// the deterministic backwards take none.
-void require_packed_backward(const Attention& a) {
-  if (a.device_packed && a.abi.deterministic)
-    fail(FLASHLAB_ERROR_UNSUPPORTED,
-         "problem->cu_seqlens_q is set with problem->deterministic = 1: the deterministic CUDA backwards take no "
-         "packed sequences (the atomic one does)",
-         "deterministic = 0 (dQ summed with atomics), or run the backward on FLASHLAB_DEVICE_CPU (bit-reproducible)");
-}
-
 // The backward the device runs: the fastest (atomic dQ), or with `deterministic` the fixed-order
-// dQ of the Hopper kernel where there is one and it takes the problem (H_kv = H, N_k = N, no
-// window), else the two-kernel design (no atomics at all; it takes those three too).
+// dQ of the Hopper kernel where there is one and it takes the problem (dense, H_kv = H, N_k = N,
+// no window), else the two-kernel design (no atomics at all; it takes all of those).
 struct BackwardChoice {
   ref::Algorithm design;
   fc::FastBackwardKernel kernel;
 };
 BackwardChoice backward_choice(const Attention& a) {
-  // Packed sequences: the atomic design's fastest kernel (require_packed_backward refused a fixed order).
   const fc::FastBackwardKernel fastest = fc::fastest_backward_kernel(a.p);
-  if (a.device_packed) return {ref::Algorithm::bwd_atomic, fastest};
   if (!a.abi.deterministic) return {ref::Algorithm::bwd_atomic, fastest};
-  const bool hopper_det_takes_it = a.p.h_kv() == a.p.heads && a.p.n_k() == a.p.n_q() && !a.p.has_window();
+  const bool hopper_det_takes_it =
+      !a.device_packed && a.p.h_kv() == a.p.heads && a.p.n_k() == a.p.n_q() && !a.p.has_window();
   if (fastest == fc::FastBackwardKernel::wgmma_ws && hopper_det_takes_it)
     return {ref::Algorithm::bwd_atomic, fc::FastBackwardKernel::wgmma_ws_deterministic};
   return {ref::Algorithm::bwd_two_kernel, fc::FastBackwardKernel::mma_sync};
@@ -261,7 +250,6 @@ BackwardChoice backward_choice(const Attention& a) {
 std::size_t backward_workspace(const Attention& a, flashlab_device device) {
 #if FLASHLAB_CAPI_HAVE_CUDA
   if (device == FLASHLAB_DEVICE_CUDA) {
-    require_packed_backward(a);
     const BackwardChoice c = backward_choice(a);
     std::size_t bytes = 0;
     kernel_limits("the CUDA backward refuses this problem", [&] {
@@ -329,7 +317,6 @@ void backward(const flashlab_attention_problem* problem, flashlab_device device,
     return;
   }
 #if FLASHLAB_CAPI_HAVE_CUDA
-  require_packed_backward(a);
   const BackwardChoice c = backward_choice(a);
   workspace_arg(workspace, workspace_bytes, backward_workspace(a, device), device);
   kernel_limits("the CUDA backward refuses this problem", [&] {

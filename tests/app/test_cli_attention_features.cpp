@@ -192,8 +192,8 @@ TEST_CASE("cli attention --device cuda and bench attention: --cu-seqlens, one fi
   expect_usage_error("bench attention --seq 1024" + cu, "--seq conflicts with --cu-seqlens");
   expect_usage_error("bench attention --pass both --bwd-kernel wgmma-ws-det" + cu,
                      "--cu-seqlens: --bwd-kernel wgmma-ws-det takes no packed sequences");
-  expect_usage_error("bench attention --pass bwd --bwd-design two-kernel" + cu,
-                     "--cu-seqlens: --bwd-design two-kernel takes no packed sequences");
+  expect_usage_error("bench attention --pass bwd --bwd-kernel wgmma-ws-det" + cu,
+                     "hint: use --bwd-design two-kernel (deterministic too)");
   // Valid: run where there is a GPU, refused with the usual hint elsewhere.
   const auto r = flashlab::test::run_gpu_command("attention fwd --device cuda --kernel fast --causal --heads 4 "
                                                  "--heads-kv 2 --dim 64" + cu);

@@ -122,16 +122,16 @@ static void packed_cases(flashlab_attention_problem dense, flashlab_tensor in, f
   EXPECT(flashlab_attention_check(&bad, cpu), FLASHLAB_ERROR_INVALID_ARGUMENT, "flashlab_attention_check",
          "problem->total_q = 5 is above 0", "0 unless cu_seqlens are set");
 #ifdef FLASHLAB_TEST_HAVE_CUDA
-  /* On CUDA the lists are device memory, never read on the host: the forward and the atomic
-   * backward take them (the kernels read them), the totals are checked; the deterministic
-   * backward refuses them by name. */
+  /* On CUDA the lists are device memory, never read on the host: the forward and the backward
+   * take them (the kernels read them), the totals are checked; the deterministic backward (the
+   * two-kernel design) needs D alone, 4·H·total_q bytes. */
   bad = p, bad.dtype = FLASHLAB_DTYPE_BF16, bad.head_dim = 64;
   EXPECT_OK(flashlab_attention_check(&bad, FLASHLAB_DEVICE_CUDA));
   EXPECT_OK(flashlab_attention_backward_workspace_size(&bad, FLASHLAB_DEVICE_CUDA, (size_t*)g_idx));
   bad.deterministic = 1;
-  EXPECT(flashlab_attention_backward_workspace_size(&bad, FLASHLAB_DEVICE_CUDA, (size_t*)g_idx),
-         FLASHLAB_ERROR_UNSUPPORTED, "flashlab_attention_backward_workspace_size",
-         "problem->cu_seqlens_q is set with problem->deterministic = 1", "hint:");
+  size_t packed_bytes = 0;
+  EXPECT_OK(flashlab_attention_backward_workspace_size(&bad, FLASHLAB_DEVICE_CUDA, &packed_bytes));
+  EXPECT_TRUE(packed_bytes == 4 * (size_t)bad.heads * (size_t)bad.total_q);
   bad.deterministic = 0;
   bad.total_k = 0;
   EXPECT(flashlab_attention_check(&bad, FLASHLAB_DEVICE_CUDA), FLASHLAB_ERROR_INVALID_ARGUMENT,

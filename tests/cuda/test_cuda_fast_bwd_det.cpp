@@ -9,7 +9,7 @@
 // The shapes of test_cuda_fast_bwd_gqa.cpp and test_cuda_fast_bwd_window.cpp run on this design too
 // (check_backward_every_design: N = 1, N_k = 1, N < N_k and N > N_k causal and not, H/H_kv = 1, 4
 // and 32, windows wider than N, one-sided, L = R = 0, key tiles no query sees, bf16 and fp16, d = 64
-// and 128). Here: one small shape of each feature for compute-sanitizer ([fast-bwd-det-sanitize]),
+// and 128), and so do the packed ones of test_cuda_fast_bwd_varlen.cpp (ragged, lengths 0 and 1). Here: one small shape of each feature for compute-sanitizer ([fast-bwd-det-sanitize]),
 // the plain kernels' reproducibility, and a larger grouped causal shape with N_k > N run four times
 // (the same bits) and against the atomic design (no float64 reference at that size). Inputs, metric
 // and the check: fast_backward_check.hpp (each gradient within max(1e-2, 2 × its rounding floor);
@@ -21,7 +21,6 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <random>
 #include <vector>
 
 namespace fc = flashlab::cuda;
@@ -66,25 +65,12 @@ TEST_CASE("two-kernel backward, grouped K/V, is bit-reproducible at N = 1500, N_
   for (int d : {64, 128}) {
     const unsigned long long seed = flashlab::test::fresh_seed();
     INFO("d=" << d << " seed=" << seed);
-    fr::AttentionProblem cfg;
-    cfg.batch = 2;
-    cfg.seq = 1500;
-    cfg.seq_k = 2100;
-    cfg.heads = 16;
-    cfg.heads_kv = 4;
-    cfg.head_dim = std::size_t(d);
-    cfg.causal = true;
-    cfg.dtype = kBf16;
-    const std::size_t nq = cfg.batch * cfg.seq * cfg.heads * cfg.head_dim;
-    const std::size_t nkv = cfg.batch * cfg.seq_k * cfg.heads_kv * cfg.head_dim;
-    std::mt19937_64 rng(seed);
-    std::normal_distribution<float> normal;
-    auto fill = [&](std::size_t n) {
-      std::vector<std::uint16_t> x(n);
-      for (auto& v : x) v = fc::float_to_bf16(normal(rng));
-      return x;
-    };
-    const auto Q = fill(nq), K = fill(nkv), V = fill(nkv), dO = fill(nq);
+    const fr::Shape q{2, 1500, 16, std::size_t(d)}, kv{2, 2100, 4, std::size_t(d)};
+    fr::AttentionProblem cfg = flashlab::test::attention_problem(q, true, kBf16);
+    cfg.seq_k = kv.seq;
+    cfg.heads_kv = kv.heads;
+    const flashlab::test::BwdInputs in = flashlab::test::bwd_inputs(q, kv, seed, kBf16);
+    const auto &Q = in.Q, &K = in.K, &V = in.V, &dO = in.dO;
     const auto fwd = fc::fast_attention_forward(cfg, fc::FastForwardKernel::mma_sync, Q, K, V);
     auto run = [&](fr::Algorithm design) {
       return fc::fast_attention_backward(design, cfg, Q, K, V, fwd.O, dO, fwd.LSE);

@@ -24,7 +24,7 @@ constexpr fr::Dtype kBf16 = fr::Dtype::bf16;
 constexpr fc::FastForwardKernel kMma = fc::FastForwardKernel::mma_sync;
 }  // namespace
 
-TEST_CASE("the front door takes grouped K/V and N_k != N for the forward and the atomic backward only",
+TEST_CASE("the front door takes grouped K/V and N_k != N for the forward and the backward but wgmma-ws-det",
           "[fast][fast-gqa][errors]") {
   fr::AttentionProblem p;
   p.batch = 2;
@@ -37,19 +37,26 @@ TEST_CASE("the front door takes grouped K/V and N_k != N for the forward and the
   p.dtype = kBf16;
   CHECK_NOTHROW(fc::check_fast_problem(p));
   CHECK(fc::fast_forward_tiles(p, kMma).Br == 128);
-  // The atomic design's workspace follows Q's shape; the two-kernel design refuses them by name.
+  // The atomic design's workspace follows Q's shape, the two-kernel design's is D alone (B·H·N
+  // floats); the deterministic wgmma-ws kernel refuses them by name, pointing to the two-kernel design.
   CHECK(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, p) > 0);
-  CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_two_kernel, p),
+  CHECK(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_two_kernel, p) == 2 * 32 * 100 * sizeof(float));
+  const std::vector<std::uint16_t> none16;
+  const std::vector<float> none32;
+  CHECK_THROWS_WITH(fc::fast_attention_backward(fr::Algorithm::bwd_atomic, p, none16, none16, none16, none16, none16,
+                                                none32, fc::FastBackwardKernel::wgmma_ws_deterministic),
                     Catch::Contains("fast backward: heads_kv (H_kv) = 8 (differs from heads (H) = 32) is not "
-                                    "supported by the bwd_two_kernel design") &&
-                        Catch::Contains("hint: design bwd_atomic with kernel mma or wgmma-ws"));
+                                    "supported by the wgmma-ws-det kernel") &&
+                        Catch::Contains("hint: design bwd_two_kernel for bit-reproducible gradients"));
   CHECK_THROWS_WITH(fc::fast_forward_tiles(p, fc::FastForwardKernel::wgmma),
                     Catch::Contains("wgmma forward: heads_kv (H_kv) = 8 differs from heads (H) = 32") &&
                         Catch::Contains("hint: use the tma-ws or mma forward kernel"));
   p.heads_kv = 0;
-  CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_two_kernel, p),
+  CHECK(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_two_kernel, p) == 2 * 32 * 100 * sizeof(float));
+  CHECK_THROWS_WITH(fc::fast_attention_backward(fr::Algorithm::bwd_atomic, p, none16, none16, none16, none16, none16,
+                                                none32, fc::FastBackwardKernel::wgmma_ws_deterministic),
                     Catch::Contains("fast backward: seq_k (N_k) = 300 (differs from seq (N) = 100) is not supported "
-                                    "by the bwd_two_kernel design"));
+                                    "by the wgmma-ws-det kernel"));
   CHECK(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, p) ==
         fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, [&] {
           fr::AttentionProblem q = p;
@@ -84,14 +91,19 @@ TEST_CASE("the front door takes packed sequences for the mma and tma-ws forwards
   CHECK_NOTHROW(fc::check_fast_problem(p));
   CHECK(fc::fast_forward_tiles(p, kMma).Br == 128);
   // The atomic backward takes them (its workspace: D [H, total_q], then whole query tiles of each
-  // sequence, (total_q + 128·B)·H·d floats) on the fastest kernel; the two-kernel design, the
-  // split-KV and the plain wgmma forwards refuse them by name.
+  // sequence, (total_q + 128·B)·H·d floats) on the fastest kernel, the two-kernel design too (D
+  // alone); the deterministic wgmma-ws kernel, the split-KV and the plain wgmma forwards refuse them
+  // by name.
   CHECK(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, p) ==
         (32 * 100 * 4 + 255) / 256 * 256 + std::size_t(100 + 2 * 128) * 32 * 128 * 4);
   CHECK(fc::fastest_backward_kernel(p) == fc::fastest_backward_kernel());  // wgmma-ws on Hopper
-  CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_two_kernel, p),
+  CHECK(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_two_kernel, p) == 32 * 100 * sizeof(float));
+  const std::vector<std::uint16_t> none16;
+  const std::vector<float> none32;
+  CHECK_THROWS_WITH(fc::fast_attention_backward(fr::Algorithm::bwd_atomic, p, none16, none16, none16, none16, none16,
+                                                none32, fc::FastBackwardKernel::wgmma_ws_deterministic),
                     Catch::Contains("fast backward: cu_seqlens (2 packed sequences) are not supported by the "
-                                    "bwd_two_kernel design") &&
+                                    "wgmma-ws-det kernel") &&
                         Catch::Contains("hint:"));
   for (auto kernel : {fc::FastForwardKernel::wgmma, fc::FastForwardKernel::split_kv})
     CHECK_THROWS_WITH(fc::fast_forward_tiles(p, kernel),
@@ -119,9 +131,8 @@ TEST_CASE("the front door takes packed sequences for the mma and tma-ws forwards
   CHECK(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, shape,
                                                     {nullptr, nullptr, 100000, 100000}) ==
         std::size_t(32) * 100000 * 4 + std::size_t(100000 + 1000 * 128) * 32 * 128 * 4);
-  CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_two_kernel, shape,
-                                                                {nullptr, nullptr, 100000, 100000}),
-                    Catch::Contains("cu_seqlens (packed sequences) are not supported by the bwd_two_kernel design"));
+  CHECK(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_two_kernel, shape,
+                                                    {nullptr, nullptr, 100000, 100000}) == std::size_t(32) * 100000 * 4);
   CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_atomic, shape,
                                                                 {nullptr, nullptr, 1 << 19, 100}),
                     Catch::Contains("total_q·H·d = 2147483648 is not below 2^31"));
@@ -149,7 +160,7 @@ TEST_CASE("the front door takes packed sequences for the mma and tma-ws forwards
   CHECK_THROWS_WITH(fc::check_fast_packed(shape, lists), Catch::Contains("head_dim (d) = 256"));
 }
 
-TEST_CASE("the front door takes windows for the forward and refuses them for the backward, wgmma and split-KV",
+TEST_CASE("the front door takes windows for the forward and the backward, and refuses them for wgmma-ws-det, wgmma and split-KV",
           "[fast][fast-window][errors]") {
   fr::AttentionProblem p;
   p.seq = 300;
@@ -162,27 +173,31 @@ TEST_CASE("the front door takes windows for the forward and refuses them for the
   p.window_right = 0;
   CHECK_NOTHROW(fc::check_fast_problem(p));
   CHECK(fc::fast_forward_tiles(p, kMma).Br == 128);
-  // The backward: the atomic design's mma and wgmma-ws kernels take the window, grouped K/V and
-  // N_k ≠ N (its workspace query too); the two-kernel design and the deterministic wgmma-ws kernel
-  // name the window first.
+  // The backward: the atomic design's mma and wgmma-ws kernels and the two-kernel design take the
+  // window, grouped K/V and N_k ≠ N (their workspace queries too); the deterministic wgmma-ws kernel
+  // names the window first.
   const auto atomic = fr::Algorithm::bwd_atomic, two_kernel = fr::Algorithm::bwd_two_kernel;
-  CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(two_kernel, p),
-                    Catch::Contains("fast backward: window (128,0) is not supported by the bwd_two_kernel design"));
+  CHECK(fc::fast_attention_backward_workspace_bytes(two_kernel, p) == 8 * 300 * sizeof(float));
   CHECK(fc::fast_attention_backward_workspace_bytes(atomic, p) > 0);
   const std::vector<std::uint16_t> x;
   const std::vector<float> lse;
   CHECK_THROWS_WITH(
       fc::fast_attention_backward(atomic, p, x, x, x, x, x, lse, fc::FastBackwardKernel::wgmma_ws_deterministic),
       Catch::Contains("fast backward: window (128,0) is not supported by the wgmma-ws-det kernel") &&
-          Catch::Contains("hint: design bwd_atomic with kernel mma or wgmma-ws"));
+          Catch::Contains("hint: design bwd_two_kernel for bit-reproducible gradients, or bwd_atomic with kernel mma "
+                          "or wgmma-ws"));
+  CHECK_THROWS_WITH(fc::fast_attention_backward(two_kernel, p, x, x, x, x, x, lse), Catch::Contains("Q has 0 elements"));
   // The mma kernel takes the problem: the empty inputs are what it refuses, by name.
   CHECK_THROWS_WITH(fc::fast_attention_backward(atomic, p, x, x, x, x, x, lse, fc::FastBackwardKernel::mma_sync),
                     Catch::Contains("Q has 0 elements"));
   p.seq_k = 0;
   p.heads_kv = 0;
-  CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(two_kernel, p),
-                    Catch::Contains("fast backward: window (128,0) is not supported by the bwd_two_kernel design") &&
-                        Catch::Contains("the bwd_atomic design's mma and wgmma-ws kernels take windows"));
+  CHECK(fc::fast_attention_backward_workspace_bytes(two_kernel, p) == 8 * 300 * sizeof(float));
+  CHECK_THROWS_WITH(
+      fc::fast_attention_backward(atomic, p, x, x, x, x, x, lse, fc::FastBackwardKernel::wgmma_ws_deterministic),
+      Catch::Contains("fast backward: window (128,0) is not supported by the wgmma-ws-det kernel") &&
+          Catch::Contains("the bwd_two_kernel design (deterministic too: no atomics) and the bwd_atomic design's mma "
+                          "and wgmma-ws kernels take windows"));
   CHECK(fc::fast_attention_backward_workspace_bytes(atomic, p) > 0);
   CHECK_THROWS_WITH(fc::fast_forward_tiles(p, fc::FastForwardKernel::wgmma),
                     Catch::Contains("wgmma forward: window (128,0) is not supported") &&
@@ -194,7 +209,10 @@ TEST_CASE("the front door takes windows for the forward and refuses them for the
   p.window_left = -1;
   p.window_right = 5;
   CHECK_NOTHROW(fc::check_fast_problem(p));
-  CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(two_kernel, p), Catch::Contains("window (-1,5)"));
+  CHECK_THROWS_WITH(
+      fc::fast_attention_backward(atomic, p, x, x, x, x, x, lse, fc::FastBackwardKernel::wgmma_ws_deterministic),
+      Catch::Contains("window (-1,5)"));
+  CHECK(fc::fast_attention_backward_workspace_bytes(two_kernel, p) > 0);
   CHECK(fc::fast_attention_backward_workspace_bytes(atomic, p) > 0);
   p.window_right = -2;
   CHECK_THROWS_WITH(fc::check_fast_problem(p), Catch::Contains("window_right"));

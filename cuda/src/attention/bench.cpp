@@ -53,9 +53,10 @@ void validate(const AttentionBenchConfig& b) {
   if (b.heads_kv < 0 || b.seq_k < 0) bad("heads_kv and seq_k must be >= 0 (0: equal to heads, to N)");
   for (int n : b.seqs)
     if (n < 1) bad("sequence length " + std::to_string(n) + " must be >= 1");
-  if (b.packed && b.pass != BenchPass::fwd &&
-      (b.bwd_design != ref::Algorithm::bwd_atomic || b.bwd_kernel == FastBackwardKernel::wgmma_ws_deterministic))
-    bad("packed sequences time the backward on the atomic design's mma and wgmma-ws kernels only (those that take them)");
+  if (b.packed && b.pass != BenchPass::fwd && b.bwd_design == ref::Algorithm::bwd_atomic &&
+      b.bwd_kernel == FastBackwardKernel::wgmma_ws_deterministic)
+    bad("packed sequences time the backward on the two-kernel design and the atomic design's mma and wgmma-ws kernels "
+        "(those that take them), not on wgmma-ws-det");
   if (b.bwd_design != ref::Algorithm::bwd_two_kernel && b.bwd_design != ref::Algorithm::bwd_atomic)
     bad("bwd_design = " + std::string(ref::algorithm_name(b.bwd_design)) + " is not a fast backward design");
   for (int d : b.head_dims)  // before any timing: every shape's limits, and the backward's where it runs

@@ -138,20 +138,19 @@ void require_device_pointer(const char* entry, const char* name, const void* ptr
 /// rounded up to 256 bytes (float4 accesses, and a cache-line start).
 std::size_t dq_accum_offset(std::size_t stats) { return (stats * sizeof(float) + 255) / 256 * 256; }
 
-/// Packed sequences on the backward: the atomic design's mma and wgmma-ws kernels take them (their key
-/// blocks walk the packed numbering, attention_bwd_tc_atomic.cu, attention_bwd_ws.cu); the others
-/// refuse them by name.
+/// Packed sequences on the backward: the atomic design's mma and wgmma-ws kernels and the two-kernel
+/// design take them (their blocks walk the packed numberings, attention_bwd_tc_atomic.cu,
+/// attention_bwd_ws.cu, attention_bwd_tc.cu); the deterministic wgmma-ws kernel refuses them by name.
 /// `kernel` null: the design alone is checked. `count`: "B " where the host knows B, or empty.
 void require_packed_backward(ref::Algorithm design, const FastBackwardKernel* kernel, const std::string& count) {
-  if (design == ref::Algorithm::bwd_atomic &&
-      (kernel == nullptr || *kernel == FastBackwardKernel::mma_sync || *kernel == FastBackwardKernel::wgmma_ws))
+  if (design != ref::Algorithm::bwd_atomic || kernel == nullptr || *kernel != FastBackwardKernel::wgmma_ws_deterministic)
     return;
   throw std::invalid_argument(
-      "flashlab::cuda: fast backward: cu_seqlens (" + count + "packed sequences) are not supported by " +
-      (design != ref::Algorithm::bwd_atomic ? "the " + std::string(ref::algorithm_name(design)) + " design"
-                                            : "the " + std::string(to_string(*kernel)) + " kernel") +
-      ": the bwd_atomic design's mma and wgmma-ws kernels take them (hint: design bwd_atomic with kernel mma or "
-      "wgmma-ws, or run this backward on the CPU reference: flashlab attention bwd --device cpu)");
+      "flashlab::cuda: fast backward: cu_seqlens (" + count + "packed sequences) are not supported by the " +
+      std::string(to_string(*kernel)) +
+      " kernel: the bwd_two_kernel design (deterministic too) and the bwd_atomic design's mma and wgmma-ws kernels "
+      "take them (hint: design bwd_two_kernel for bit-reproducible gradients, or bwd_atomic with kernel mma or "
+      "wgmma-ws)");
 }
 
 /// The packed backward's launch: causal, its key tiles (⌊total_k / Bc⌋ + B, Bc = 128) are the
@@ -366,8 +365,8 @@ void check_fast_shape(const ref::AttentionProblem& problem) {
   problem.validate();
   // Grouped K/V (heads_kv), N_k ≠ N, windows and packed sequences: the plain wgmma forward and the
   // deterministic wgmma-ws backward kernel refuse the first three (check_forward_kernel,
-  // fast_bwd_problem); split_kv, wgmma and every backward but the atomic design's mma and wgmma-ws
-  // ones refuse packed sequences.
+  // fast_bwd_problem); split_kv, wgmma and the deterministic wgmma-ws backward kernel refuse packed
+  // sequences.
   ref::AttentionProblem beyond = problem;
   beyond.heads_kv = 0;
   beyond.window_left = beyond.window_right = -1;
@@ -498,16 +497,17 @@ namespace {
 
 /// The workspace of the atomic design's packed backward: D [H, total_q], then the dQ accumulator of
 /// H·(⌊total_q / Br⌋ + B) whole tiles in the packed numbering (attention_bwd_tc_atomic.cu), at most
-/// H·(total_q + B·kAtomicDqTileRows)·d floats for either Br.
-std::size_t packed_backward_workspace_bytes(const detail::Problem& p) {
+/// H·(total_q + B·kAtomicDqTileRows)·d floats for either Br. The two-kernel design: D alone.
+std::size_t packed_backward_workspace_bytes(ref::Algorithm design, const detail::Problem& p) {
   const std::size_t stats = std::size_t(p.heads) * std::size_t(p.total_q);
+  if (design == ref::Algorithm::bwd_two_kernel) return stats * sizeof(float);
   const std::size_t rows = std::size_t(p.total_q) + std::size_t(p.batch) * detail::kAtomicDqTileRows;
   return dq_accum_offset(stats) + rows * p.row_stride() * sizeof(float);
 }
 
 /// The checks of a packed backward whose lists are on the device (`kernel` null: the design
 /// alone): the packed problem's (check_fast_packed: its sizes are the totals', not B·N·H·d), the
-/// backward's head dims, and the one design and kernel that take packed sequences.
+/// backward's head dims, and the designs and kernels that take packed sequences.
 detail::Problem check_packed_backward(ref::Algorithm design, const ref::AttentionProblem& problem,
                                       const FastPackedSequences& packed, const FastBackwardKernel* kernel) {
   check_fast_packed(problem, packed);
@@ -520,12 +520,12 @@ detail::Problem check_packed_backward(ref::Algorithm design, const ref::Attentio
 
 std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const ref::AttentionProblem& problem,
                                                     const FastPackedSequences& packed) {
-  return packed_backward_workspace_bytes(check_packed_backward(design, problem, packed, nullptr));
+  return packed_backward_workspace_bytes(design, check_packed_backward(design, problem, packed, nullptr));
 }
 
 std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const ref::AttentionProblem& problem) {
   const detail::Problem p = fast_bwd_problem(design, problem);
-  if (p.packed()) return packed_backward_workspace_bytes(p);
+  if (p.packed()) return packed_backward_workspace_bytes(design, p);
   const std::size_t stats = std::size_t(p.batch) * p.heads * p.seq;
   if (design == ref::Algorithm::bwd_two_kernel) return stats * sizeof(float);
   // The atomic design's dQ accumulator holds whole query tiles per (b, h) (attention_bwd_tc_atomic.cu,
@@ -606,10 +606,12 @@ void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionP
   auto* ws = static_cast<unsigned char*>(workspace);
   const std::size_t stats = std::size_t(p.heads) * std::size_t(p.total_q);
   float* D = reinterpret_cast<float*>(ws);
-  float* dQaccum = reinterpret_cast<float*>(ws + dq_accum_offset(stats));
+  const bool atomic = design == ref::Algorithm::bwd_atomic;
+  float* dQaccum = atomic ? reinterpret_cast<float*>(ws + dq_accum_offset(stats)) : nullptr;
   const detail::BwdPointers a{Q, K, V, O, dO, LSE, dQ, dK, dV, D, dQaccum};
   const detail::PackedLists lists{packed.cu_seqlens_q, packed.cu_seqlens_k};
   const bool bf16 = problem.dtype == ref::Dtype::bf16;
+  if (!atomic) return detail::launch_fast_bwd_two_kernel(p, bf16, a, static_cast<cudaStream_t>(stream), lists);
 #ifdef FLASHLAB_HAVE_WGMMA
   if (kernel == FastBackwardKernel::wgmma_ws)
     return detail::launch_fast_bwd_ws_packed(p, bf16, a, lists, static_cast<cudaStream_t>(stream));

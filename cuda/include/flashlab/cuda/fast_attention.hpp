@@ -37,12 +37,12 @@
 /// sequence has its own mask, the diagonal bottom-right aligned at offset len_k − len_q, its window
 /// and grouped K/V as a dense problem's; the work is one unit per (sequence, head, query tile),
 /// found from the device lists by the kernels (no host copy, no pass over them before the launch),
-/// so no tile is spent on padding. The atomic backward's mma_sync kernel takes them too: one block
+/// so no tile is spent on padding. The atomic backward's kernels and the two-kernel backward take them too: one block
 /// per (sequence, K/V head, key tile) loops over its sequence's query tiles (per query head of the
 /// group), dQ, dK, dV `[1, total_q, H, d]` and `[1, total_k, H_kv, d]`, D `[1, H, total_q]`; every
 /// row belongs to a sequence (the totals are the lists' last sums), and a key no query of its
 /// sequence sees gets dK = dV = 0, a query that sees no key dQ = 0. The split_kv and wgmma
-/// forwards, the two-kernel backward and the wgmma-ws backward kernels refuse packed sequences by
+/// forwards and the deterministic wgmma-ws backward kernel refuse packed sequences by
 /// name (cu_seqlens).
 ///
 /// Backward, two designs (ref::Algorithm): bwd_two_kernel (D preprocessing, dQ kernel, dK/dV
@@ -270,8 +270,8 @@ std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const
 
 /// Bytes of device scratch of the packed backward (bwd_atomic): D (fp32, H·total_q), then at the
 /// next multiple of 256 bytes the fp32 dQ accumulator, (total_q + 128·B)·H·d floats (whole query
-/// tiles of each sequence). Throws std::invalid_argument as check_fast_packed(), or for a design
-/// other than bwd_atomic.
+/// tiles of each sequence); bwd_two_kernel: D alone. Throws std::invalid_argument as
+/// check_fast_packed(), or for a bad design.
 std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const ref::AttentionProblem& problem,
                                                     const FastPackedSequences& packed);
 
@@ -292,7 +292,7 @@ void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionP
                                     FastBackwardKernel kernel = FastBackwardKernel::mma_sync);
 
 /// The backward over packed sequences on the caller's device memory (check_fast_packed()): design
-/// bwd_atomic, kernel mma_sync (the others are refused by name). Q, O, dO, dQ contiguous
+/// bwd_two_kernel, or bwd_atomic on mma_sync or wgmma_ws (wgmma_ws_deterministic is refused by name). Q, O, dO, dQ contiguous
 /// `[total_q, H, d]`, K, V, dK, dV `[total_k, H_kv, d]` (16-byte aligned), LSE the packed forward's
 /// fp32 `[H, total_q]`; `packed`'s lists 4-byte aligned device memory, read by the kernels only;
 /// `workspace` of fast_attention_backward_workspace_bytes(design, problem, packed) bytes, its first
