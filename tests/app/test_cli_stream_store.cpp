@@ -316,7 +316,7 @@ TEST_CASE("cli stream fidelity: k = n_k keeps everything, rows match the library
   }
   CHECK(user.at("rows").as_array()[1].at("head").as_uint() == 1);
   expect_usage_error("stream fidelity --block-m 20 --block-n 20 --k 10 --inputs " + in_dir + " --workload random", "--workload and --inputs");
-  expect_usage_error("stream fidelity --seq 20000 --dim 16 --block-m 32 --block-n 32 --k 4", "--seq");
+  expect_usage_error("stream fidelity --seq 131073 --dim 16 --block-m 32 --block-n 32 --k 4", "--seq");
   expect_usage_error("stream fidelity --seq 512 --dim 16 --block-m 32 --block-n 32 --k 4,x", "--k");
   expect_usage_error("stream fidelity --seq 512 --dim 16 --block-m 32 --block-n 32 --k 4 --workload dense", "'dense' is unknown");
   expect_usage_error("stream fidelity --seq 512 --dim 4 --block-m 32 --block-n 32 --k 4 --workload structured", "d ≥ 8");
