@@ -47,6 +47,12 @@ inline std::vector<std::uint8_t> user_mask(const ref::stream::Geometry& g, std::
   return m;
 }
 
+/// The mask of a test case: user_mask() with probability p ANDed with causality, or causality alone
+/// when p ≥ 1 (no user mask, and no draws).
+inline ref::stream::BlockMask case_mask(const ref::stream::Geometry& g, std::mt19937_64& rng, double p) {
+  return p < 1.0 ? ref::stream::BlockMask(g, user_mask(g, rng, p)) : ref::stream::BlockMask(g);
+}
+
 inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -136,6 +142,19 @@ inline Inputs16 make_inputs16(std::size_t T, std::size_t H, std::size_t d, ref::
   fill(in.K, in.Kh, 1.0);
   fill(in.V, in.Vh, 1.0);
   return in;
+}
+
+/// I of every head of `in` from the reference estimate (its τ order, valid indices), [H, n_q, k].
+inline std::vector<std::int64_t> reference_indices(const Inputs16& in, const ref::stream::BlockMask& mask,
+                                                   std::size_t k) {
+  std::vector<std::int64_t> I;
+  for (std::size_t h = 0; h < in.H; ++h) {
+    const ref::stream::EstimateResult est =
+        ref::stream::stream_estimate(in.Qh[h], in.Kh[h], mask, ref::stream::EstimateParams{k, 8});
+    REQUIRE(ref::stream::validate_indices(est.indices, k, mask).empty());
+    I.insert(I.end(), est.indices.begin(), est.indices.end());
+  }
+  return I;
 }
 
 }  // namespace flashlab::test

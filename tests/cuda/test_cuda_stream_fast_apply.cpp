@@ -29,17 +29,6 @@ namespace gs = flashlab::cuda::stream;
 namespace {
 
 
-/// I of every head from the reference estimate (its τ order), [H, n_q, k].
-std::vector<std::int64_t> reference_indices(const test::Inputs16& in, const BlockMask& mask, std::size_t k) {
-  std::vector<std::int64_t> I;
-  for (std::size_t h = 0; h < in.H; ++h) {
-    const EstimateResult est = stream_estimate(in.Qh[h], in.Kh[h], mask, EstimateParams{k, 8});
-    REQUIRE(validate_indices(est.indices, k, mask).empty());
-    I.insert(I.end(), est.indices.begin(), est.indices.end());
-  }
-  return I;
-}
-
 /// The GPU output of head h as a T × d float64 matrix.
 Mat<double> head_of(const std::vector<std::uint16_t>& O, const test::Inputs16& in, std::size_t h) {
   Mat<double> m(Eigen::Index(in.T), Eigen::Index(in.d));
@@ -88,7 +77,7 @@ TEST_CASE("cuda stream fast apply: k = n_k equals dense causal attention (2x the
     const Geometry g{c.T, 64, 64};
     const BlockMask mask(g);
     const std::size_t k = g.n_k();
-    const std::vector<std::int64_t> I = reference_indices(in, mask, k);
+    const std::vector<std::int64_t> I = test::reference_indices(in, mask, k);
     const std::vector<std::uint16_t> O =
         gs::stream_fast_apply(c.dtype, in.heads(in.Q), in.heads(in.K), in.heads(in.V), mask, I, k, c.group);
     const double ratio = check_against(O, in, [&](std::size_t h) {
@@ -111,11 +100,8 @@ TEST_CASE("cuda stream fast apply: random I from the reference estimate matches 
     INFO("T=" << c.T << " H=" << c.H << " d=" << c.d << " k=" << c.k << " q_sd=" << c.q_sd << " mask p=" << c.mask_p);
     const test::Inputs16 in = test::make_inputs16(c.T, c.H, c.d, c.dtype, c.q_sd, rng);
     const Geometry g{c.T, 64, 64};
-    std::vector<std::uint8_t> user(g.n_q() * g.n_k(), 1);
-    std::bernoulli_distribution keep(c.mask_p);
-    for (auto& v : user) v = keep(rng) ? 1 : 0;
-    const BlockMask mask = c.mask_p < 1.0 ? BlockMask(g, user) : BlockMask(g);
-    const std::vector<std::int64_t> I = reference_indices(in, mask, c.k);
+    const BlockMask mask = test::case_mask(g, rng, c.mask_p);
+    const std::vector<std::int64_t> I = test::reference_indices(in, mask, c.k);
     std::vector<std::uint16_t> O[2];
     for (int group : {1, 2})
       O[group - 1] = gs::stream_fast_apply(c.dtype, in.heads(in.Q), in.heads(in.K), in.heads(in.V), mask, I, c.k, group);
@@ -143,7 +129,7 @@ TEST_CASE("cuda stream fast apply: an empty row of I gives exact zeros; NaN logi
   std::vector<std::uint8_t> user(g.n_q() * g.n_k(), 1);
   for (std::size_t r = 0; r < g.n_k(); ++r) user[2 * g.n_k() + r] = 0;  // query block 2 may see nothing
   const BlockMask mask(g, user);
-  const std::vector<std::int64_t> I = reference_indices(in, mask, k);
+  const std::vector<std::int64_t> I = test::reference_indices(in, mask, k);
   for (std::size_t j = 0; j < k; ++j) REQUIRE(I[2 * k + j] == -1);
   for (int group : {1, 2}) {
     INFO("group " << group);
@@ -181,7 +167,7 @@ TEST_CASE("cuda stream fast apply: refuses shapes and indices it cannot run, nam
   const test::Inputs16 in = test::make_inputs16(200, 1, 64, ref::Dtype::bf16, 0.125, rng);
   const Geometry g{200, 64, 64};
   const BlockMask mask(g);
-  const std::vector<std::int64_t> I = reference_indices(in, mask, 2);
+  const std::vector<std::int64_t> I = test::reference_indices(in, mask, 2);
   auto run = [&](const BlockMask& m, const std::vector<std::int64_t>& idx, std::size_t k, int group,
                  ref::Dtype dt = ref::Dtype::bf16) {
     return gs::stream_fast_apply(dt, in.heads(in.Q), in.heads(in.K), in.heads(in.V), m, idx, k, group);

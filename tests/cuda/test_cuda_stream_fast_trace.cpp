@@ -80,15 +80,6 @@ Worst check_head(const std::vector<gs::FastEdge>& got, const test::Inputs16& in,
   return w;
 }
 
-std::vector<std::int64_t> reference_indices(const test::Inputs16& in, const BlockMask& mask, std::size_t k) {
-  std::vector<std::int64_t> I;
-  for (std::size_t h = 0; h < in.H; ++h) {
-    const EstimateResult est = stream_estimate(in.Qh[h], in.Kh[h], mask, EstimateParams{k, 8});
-    I.insert(I.end(), est.indices.begin(), est.indices.end());
-  }
-  return I;
-}
-
 }  // namespace
 
 TEST_CASE("cuda stream fast trace: records equal the reference's edges, weights within the 16-bit bound",
@@ -105,11 +96,8 @@ TEST_CASE("cuda stream fast trace: records equal the reference's edges, weights 
               << (c.ints ? " integers" : ""));
     const test::Inputs16 in = test::make_inputs16(c.T, c.H, c.d, c.dtype, c.q_sd, rng, c.ints);
     const Geometry g{c.T, 64, 64};
-    std::vector<std::uint8_t> user(g.n_q() * g.n_k(), 1);
-    std::bernoulli_distribution keep(c.mask_p);
-    for (auto& v : user) v = keep(rng) ? 1 : 0;
-    const BlockMask mask = c.mask_p < 1.0 ? BlockMask(g, user) : BlockMask(g);
-    const std::vector<std::int64_t> I = reference_indices(in, mask, c.k);
+    const BlockMask mask = test::case_mask(g, rng, c.mask_p);
+    const std::vector<std::int64_t> I = test::reference_indices(in, mask, c.k);
     const std::vector<gs::FastEdge> E =
         gs::stream_fast_trace(c.dtype, in.heads(in.Q), in.heads(in.K), in.heads(in.V), mask, I, c.k);
     REQUIRE(E.size() == c.H * g.n_q() * c.k);
@@ -134,7 +122,7 @@ TEST_CASE("cuda stream fast trace: a NaN logit poisons its records; bad input is
   test::Inputs16 in = test::make_inputs16(200, 1, 64, ref::Dtype::bf16, 0.125, rng);
   const Geometry g{200, 64, 64};
   const BlockMask mask(g);
-  const std::vector<std::int64_t> I = reference_indices(in, mask, 2);
+  const std::vector<std::int64_t> I = test::reference_indices(in, mask, 2);
   in.Q[70 * in.d + 5] = 0x7fc0;  // a NaN in row 70 (query block 1)
   const auto E = gs::stream_fast_trace(in.dtype, in.heads(in.Q), in.heads(in.K), in.heads(in.V), mask, I, 2);
   bool nan_seen = false;

@@ -206,15 +206,8 @@ TEST_CASE("cuda stream fast trace without value norms: blocks, score and mass of
     INFO("T=" << c.T << " H=" << c.H << " d=" << c.d << " k=" << c.k << " mask p=" << c.mask_p);
     const test::Inputs16 in = test::make_inputs16(c.T, c.H, c.d, c.dtype, c.q_sd, rng, c.ints);
     const Geometry g{c.T, 64, 64};
-    std::vector<std::uint8_t> user(g.n_q() * g.n_k(), 1);
-    std::bernoulli_distribution keep(c.mask_p);
-    for (auto& v : user) v = keep(rng) ? 1 : 0;
-    const BlockMask mask = c.mask_p < 1.0 ? BlockMask(g, user) : BlockMask(g);
-    std::vector<std::int64_t> I;
-    for (std::size_t h = 0; h < c.H; ++h) {
-      const EstimateResult est = stream_estimate(in.Qh[h], in.Kh[h], mask, EstimateParams{c.k, 8});
-      I.insert(I.end(), est.indices.begin(), est.indices.end());
-    }
+    const BlockMask mask = test::case_mask(g, rng, c.mask_p);
+    const std::vector<std::int64_t> I = test::reference_indices(in, mask, c.k);
     const std::size_t n = I.size(), per_head = g.n_q() * c.k;
     Dev<std::uint16_t> Q(in.Q.size(), in.Q.data()), K(in.K.size(), in.K.data()), V(in.V.size(), in.V.data());
     Dev<long long> dI(n, reinterpret_cast<const long long*>(I.data()));
