@@ -8,10 +8,12 @@
 #   3. the rule's sweep: N = 16 … 2048 against 16k keys, H = 16, d = 64 and 128, causal and not,
 #      splitkv against tma-ws (fastest_forward_kernel(problem) states the rule that came of it);
 #   4. PyTorch SDPA (flash and cuDNN backends) on the splitkv rows of 1 and 2 (cuda/bench/sdpa_bench.py).
-# Usage: cuda/bench/splitkv.sh FLASHLAB_BINARY OUT_DIR   (on the GPU machine; python3 with torch for 4)
+# Usage: cuda/bench/splitkv.sh FLASHLAB_BINARY OUT_DIR [--no-sweep]
+#   (on the GPU machine; python3 with torch for 4; --no-sweep leaves out 3, the rule's sweep)
 set -euo pipefail
 bin=$1
 out=$2
+sweep=${3:-}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 csv=$out/splitkv_bench.csv
@@ -29,7 +31,7 @@ bench() { "$bin" bench attention --pass fwd --csv "$@"; }
   for k in splitkv tma-ws auto; do
     bench --dim 128 --heads 16 --seq 128 --seq-k 65536 --both --fwd-kernel $k | tail -n +2
   done
-  for k in splitkv tma-ws; do
+  [ "$sweep" = --no-sweep ] || for k in splitkv tma-ws; do
     bench --dim 64,128 --heads 16 --seq 16,64,128,256,512,1024,2048 --seq-k 16384 --both --fwd-kernel $k | tail -n +2
   done
 } > "$csv"
