@@ -17,7 +17,9 @@
 // not from the reference's zeros. The host wrapper poisons every output and the workspace with NaN,
 // so a row no block writes fails. Shapes: ragged lengths with length-0 and length-1 sequences,
 // len_k ≠ len_q per sequence, causal and not, windows, grouped K/V (groups of 4 and 32), d = 64
-// and 128, bf16 and fp16, lengths that are and are not multiples of the tiles. The kernel without
+// and 128, bf16 and fp16, lengths that are and are not multiples of the tiles, and the same lengths
+// without a window and under one wider than every sequence (wgmma_ws: its plain or causal traits,
+// then its band). The kernel without
 // packed sequences refuses them by name (wgmma-ws-det). Tags: [fast-bwd][fast-bwd-varlen]; small
 // shapes also [fast-bwd-varlen-sanitize] for compute-sanitizer.
 #include <catch2/catch.hpp>
@@ -124,6 +126,7 @@ TEST_CASE("fast backward, packed sequences, sanitizer shapes", "[fast-bwd][fast-
   check_varlen_backward({{1, 130, 0, 77}, {}, 4, 2, 64, true});
   check_varlen_backward({{5, 200, 1, 90}, {300, 0, 70, 33}, 4, 1, 128, true});
   check_varlen_backward({{64, 3, 150}, {100, 129, 150}, 2, 2, 128, false, 20, 5});
+  check_varlen_backward({{2, 190, 1, 64}, {129, 64, 0, 1}, 4, 2, 64, false});  // no mask but the ends
   ft::report_backward_ratio("varlen backward sanitizer shapes");
 }
 
@@ -163,6 +166,22 @@ TEST_CASE("fast backward, packed sequences with grouped K/V and windows", "[fast
   }
   check_varlen_backward({{700, 65, 300}, {}, 8, 2, 64, true, 128, 0, kFp16});
   ft::report_backward_ratio("varlen backward gqa and windows");
+}
+
+// Without a window the packed wgmma_ws kernel runs the plain or causal traits (each sequence's
+// diagonal at its own offset len_k − len_q), with one the band: the same lengths on both, with a
+// window wider than every sequence (the band, masking nothing more), grouped K/V, sequences of
+// several key and query tiles whose boxes run into the next sequence's rows, len_k below and above
+// len_q in one launch (causal rows above the diagonal's start; keys before the first query's).
+TEST_CASE("fast backward, packed sequences without a window and the same under an unbounding window",
+          "[fast-bwd][fast-bwd-varlen]") {
+  for (int d : {64, 128}) {
+    for (bool causal : {false, true})
+      check_varlen_backward({{640, 1, 383, 129, 256}, {300, 2, 900, 129, 256}, 4, 2, d, causal});
+    check_varlen_backward({{640, 1, 383, 129, 256}, {300, 2, 900, 129, 256}, 4, 2, d, false, 1000, 1000});
+    check_varlen_backward({{640, 1, 383, 129, 256}, {300, 2, 900, 129, 256}, 4, 2, d, true, 1000, 0});
+  }
+  ft::report_backward_ratio("varlen backward without a window");
 }
 
 TEST_CASE("packed sequences: the backward kernel without them refuses them by name",

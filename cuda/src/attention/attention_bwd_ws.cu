@@ -53,12 +53,14 @@
 // maps of their own shape; never expanded). A block whose keys no query sees runs no step (the
 // ping-pong hand-over then starts none) and writes dK = dV = 0; rows that see no key get dQ = 0.
 // Packed sequences (Problem::packed(), FlashAttention's varlen layout; BwdWsPacked,
-// bwd_ws_packed_kernel): the grouped band kernel, one block per (key tile of one sequence, K/V
-// head), the key tiles numbered over the keys as attention_bwd_tc_atomic.cu's packed kernel
+// bwd_ws_packed_kernel): the grouped kernel, on the plain or causal traits without a window (each
+// sequence's diagonal at its own offset len_k − len_q) and on the band with one, as the grouped
+// kernel is chosen and for the same reason (the band's code is slower on unmasked tiles): one
+// block per (key tile of one sequence, K/V head), the key tiles numbered over the keys as attention_bwd_tc_atomic.cu's packed kernel
 // numbers them (packed.cuh: sequence b owns tiles ⌊cu_seqlens_k[b] / Bc⌋ + b …; a tile past its
 // sequence's end exits), the sequence found by a binary search over the device lists. The block
-// runs on a Problem of its own sequence (N = len_q, N_k = len_k: its band's offset, masks, query
-// tiles, stored rows), its boxes from the sequence's first rows of tensor maps spanning the packed
+// runs on a Problem of its own sequence (N = len_q, N_k = len_k: its diagonal's or band's offset,
+// masks, query tiles, stored rows), its boxes from the sequence's first rows of tensor maps spanning the packed
 // tensors (a box past the sequence's end brings in the next sequence's rows: the masks give them
 // P = dS = 0, and they are never stored, as in the tma-ws forward); dQ's partials go into the tiles
 // of the packed query numbering, which bwd_ws_dq_convert_packed_kernel maps back. The dense kernel
@@ -231,12 +233,14 @@ struct BwdWsAddF32 : B {
 };
 
 /// The packed-sequence instantiation of traits B (Problem::packed(); not deterministic): the
-/// grouped kernel with the band (causal folded into it, each sequence its own offset len_k − len_q),
-/// one block per key tile of one sequence in the packed numbering over the keys (packed.cuh), its
-/// sequence's rows and lengths in BwdWsBlock, its dQ tiles those of the packed query numbering.
-/// A trait of its own, so the other kernels keep their code and names.
-template <class B>
-struct BwdWsPacked : BwdWsGroup<B, true> {
+/// grouped kernel, one block per key tile of one sequence in the packed numbering over the keys
+/// (packed.cuh), its sequence's rows and lengths in BwdWsBlock, its dQ tiles those of the packed
+/// query numbering. Like the grouped kernel, on B's own masks without a window (B causal: the
+/// diagonal moved by each sequence's offset len_k − len_q) and on the band with one (kBand): the
+/// band's code runs the unmasked tiles slower (docs/cuda.md). A trait of its own, so the other
+/// kernels keep their code and names.
+template <class B, bool kBand>
+struct BwdWsPacked : BwdWsGroup<B, kBand> {
   static constexpr bool kPacked = true;
 };
 
@@ -906,9 +910,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 /// Packed sequences (T::kPacked): grid (⌊total_k / BLOCK_N⌋ + B, H_kv, 1) non-causal, (H_kv,
 /// ⌊total_k / BLOCK_N⌋ + B, 1) causal; block j owns key tile j of the packed numbering over the
 /// keys (packed.cuh), a tile past its sequence's last key exits at once. The block runs the grouped
-/// band kernel on a Problem of its own sequence (seq = len_q, seq_k = len_k: the band's offset,
-/// the masks, the query tiles and the rows stored are that sequence's), its rows from the
-/// sequence's first rows of the packed tensors.
+/// kernel (plain, causal or band traits) on a Problem of its own sequence (seq = len_q,
+/// seq_k = len_k: the diagonal's or the band's offset, the masks, the query tiles and the rows
+/// stored are that sequence's), its rows from the sequence's first rows of the packed tensors.
 template <class T>
 __global__ void __launch_bounds__(T::kThreads, 1)
     bwd_ws_packed_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
@@ -917,7 +921,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                          float* __restrict__ dQaccum, uint16_t* __restrict__ dK, uint16_t* __restrict__ dV,
                          PackedLists lists) {
 #if FLASHLAB_WGMMA_OK
-  static_assert(T::kPacked && T::kGroup && T::kWindow && !T::kCausal, "the grouped band kernel");
+  static_assert(T::kPacked && T::kGroup && !T::kDeterministic, "the grouped kernel, no fixed order");
   extern __shared__ uint8_t smem_raw[];
   const BwdWsSmem<T> sm{(uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u};
   // Keys' tile j: packed_tile() over the keys' prefix sums (its q fields then hold the keys').
@@ -939,11 +943,18 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   w.Tr = (len_q + T::BLOCK_M - 1) / T::BLOCK_M;
   w.G = p.heads / p.heads_kv;
   w.h0 = h * w.G;
-  // Keys start_n .. key_last are seen by queries key − hi .. key − lo (clamped to the sequence's).
-  const int key_last = min(w.start_n + T::BLOCK_N, len_k) - 1;
-  const int q_first = max(0, w.start_n - seq.window_hi()), q_last = min(len_q - 1, key_last - seq.window_lo());
-  w.i_begin = q_first / T::BLOCK_M;
-  w.i_end = q_last < q_first ? w.i_begin : q_last / T::BLOCK_M + 1;
+  if constexpr (T::kWindow) {
+    // Keys start_n .. key_last are seen by queries key − hi .. key − lo (clamped to the sequence's).
+    const int key_last = min(w.start_n + T::BLOCK_N, len_k) - 1;
+    const int q_first = max(0, w.start_n - seq.window_hi()), q_last = min(len_q - 1, key_last - seq.window_lo());
+    w.i_begin = q_first / T::BLOCK_M;
+    w.i_end = q_last < q_first ? w.i_begin : q_last / T::BLOCK_M + 1;
+  } else {
+    // Causal: key start_n is first seen by query start_n − (len_k − len_q); a block past the last
+    // query (i_begin ≥ Tr) runs no step and writes dK = dV = 0.
+    w.i_begin = T::kCausal ? max(0, w.start_n - seq.causal_offset()) / T::BLOCK_M : 0;
+    w.i_end = w.Tr;
+  }
   bwd_ws_body<T>(sm, w, seq, &map_q, &map_k, &map_v, &map_do, LSE, D, dQaccum, nullptr, dK, dV);
 #else
   __trap();  // built without sm_90a: never launched
@@ -1121,13 +1132,12 @@ void launch_bwd_ws_d(const Problem& p, const BwdPointers& a, int* dq_order, cuda
 }
 
 /// The packed-sequence kernel (BwdWsPacked): D over the total_q rows as one sequence, the packed
-/// main kernel, the packed convert.
-template <int D, bool kBf16>
-void launch_bwd_ws_packed(const Problem& p, const BwdPointers& a, const PackedLists& lists, cudaStream_t stream) {
-  if (a.add_f32)  // the fp32 sums are the context-parallel ring's, which takes dense batches
-    throw_cuda_error(cudaErrorInvalidValue, "wgmma-ws backward, fp32 sums: no packed sequences", __FILE__, __LINE__);
-  using Base = BwdWsTraits<D, kBf16, false, false>;
-  using T = BwdWsPacked<Base>;
+/// main kernel, the packed convert. kCausal without kWindow: the causal traits (the diagonal of
+/// each sequence); kWindow: the band (causal folded into it).
+template <int D, bool kBf16, bool kCausal, bool kWindow>
+void launch_bwd_ws_packed_one(const Problem& p, const BwdPointers& a, const PackedLists& lists, cudaStream_t stream) {
+  using Base = BwdWsTraits<D, kBf16, false, false>;  // the accumulator's layout (any mask)
+  using T = BwdWsPacked<BwdWsTraits<D, kBf16, kCausal && !kWindow, false>, kWindow>;
   auto kernel = &bwd_ws_packed_kernel<T>;
   set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "bwd_ws_packed_kernel", p);
   // Tq whole tiles per head in the packed query numbering (the workspace holds
@@ -1160,6 +1170,16 @@ void launch_bwd_ws_packed(const Problem& p, const BwdPointers& a, const PackedLi
   bwd_ws_dq_convert_packed_kernel<Base><<<blocks, 256, 0, stream>>>(p, reinterpret_cast<const float4*>(a.dQaccum),
                                                                    static_cast<uint16_t*>(a.dQ), n4, lists);
   FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_dq_convert_packed_kernel");
+}
+
+template <int D, bool kBf16>
+void launch_bwd_ws_packed(const Problem& p, const BwdPointers& a, const PackedLists& lists, cudaStream_t stream) {
+  if (a.add_f32)  // the fp32 sums are the context-parallel ring's, which takes dense batches
+    throw_cuda_error(cudaErrorInvalidValue, "wgmma-ws backward, fp32 sums: no packed sequences", __FILE__, __LINE__);
+  // causal folded into window_right (make_problem): windowed() is a window beyond the diagonal.
+  if (p.windowed()) launch_bwd_ws_packed_one<D, kBf16, false, true>(p, a, lists, stream);
+  else if (p.causal) launch_bwd_ws_packed_one<D, kBf16, true, false>(p, a, lists, stream);
+  else launch_bwd_ws_packed_one<D, kBf16, false, false>(p, a, lists, stream);
 }
 
 }  // namespace
