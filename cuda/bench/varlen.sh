@@ -19,7 +19,8 @@
 # Shapes: bf16, H = 16, d = 128 and 64, causal and not, 65536 tokens in all: dense B = 8, N = 8192;
 # packed-uniform, the same 8 sequences of 8192 packed (the cost of the packed work list alone);
 # packed-mixed, 16 sequences of 913 … 8192 tokens (below), on the tma-ws and mma forwards. The
-# backward: dense and packed-mixed, each on the wgmma-ws and mma kernels.
+# backward: the same three layouts, each on the wgmma-ws and mma kernels (varlen_bwd_ab.sh times
+# two builds' packed wgmma-ws backward against each other).
 set -u
 . "$(dirname "$0")/run_context.sh" "${1:-gpu-carry}" "${2:-/tmp/flashlab-varlen}"
 
@@ -71,8 +72,11 @@ done
 bwd=(bench attention --csv --pass bwd --heads 16 --dim 128,64 --both --reps 20)
 "$bin/flashlab" "${bwd[@]}" --bwd-kernel wgmma-ws --batch 8 --seq 8192 >"$out/bwd_dense_wgmma-ws.csv" || status=1
 "$bin/flashlab" "${bwd[@]}" --bwd-kernel mma --batch 8 --seq 8192 >"$out/bwd_dense_mma.csv" || status=1
-"$bin/flashlab" "${bwd[@]}" --bwd-kernel wgmma-ws --cu-seqlens "$out/mixed.txt" >"$out/bwd_mixed_wgmma-ws.csv" || status=1
-"$bin/flashlab" "${bwd[@]}" --bwd-kernel mma --cu-seqlens "$out/mixed.txt" >"$out/bwd_mixed_mma.csv" || status=1
+for layout in uniform mixed; do
+  for k in wgmma-ws mma; do
+    "$bin/flashlab" "${bwd[@]}" --bwd-kernel "$k" --cu-seqlens "$out/$layout.txt" >"$out/bwd_${layout}_$k.csv" || status=1
+  done
+done
 PYTHONUNBUFFERED=1 python3 "$here/sdpa_bench.py" "$out/dense_tma-ws.csv" --out "$out/sdpa_dense.csv" \
   >"$out/sdpa.log" 2>&1 || status=1
 python3 - "$out" "$date" "$device" "$commit" <<'EOF' || status=1
@@ -109,6 +113,7 @@ for k in ("wgmma-ws", "mma"):
 w = csv.writer(open(f"{out}/bwd_varlen.csv", "w", newline=""), lineterminator="\n")
 w.writerow(cols[:-1] + ["of_fastest_dense"])
 for name, k, path in (("dense", "wgmma-ws", "bwd_dense_wgmma-ws"), ("dense", "mma", "bwd_dense_mma"),
+                      ("packed-uniform", "wgmma-ws", "bwd_uniform_wgmma-ws"), ("packed-uniform", "mma", "bwd_uniform_mma"),
                       ("packed-mixed", "wgmma-ws", "bwd_mixed_wgmma-ws"), ("packed-mixed", "mma", "bwd_mixed_mma")):
     for r in csv.DictReader(open(f"{out}/{path}.csv")):
         d, c, t = r["d"], r["causal"], float(r["tflops"])
