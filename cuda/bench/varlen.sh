@@ -18,22 +18,14 @@
 #
 # Shapes: bf16, H = 16, d = 128 and 64, causal and not, 65536 tokens in all: dense B = 8, N = 8192;
 # packed-uniform, the same 8 sequences of 8192 packed (the cost of the packed work list alone);
-# packed-mixed, 16 sequences of 913 … 8192 tokens (below), on the tma-ws and mma forwards. The
-# backward: the same three layouts, each on the wgmma-ws and mma kernels (varlen_bwd_ab.sh times
-# two builds' packed wgmma-ws backward against each other).
+# packed-mixed, 16 sequences of 913 … 8192 tokens (varlen_lengths.py), on the tma-ws and mma
+# forwards. The backward: the same three layouts, each on the wgmma-ws and mma kernels
+# (varlen_bwd_ab.sh times two builds' packed wgmma-ws backward against each other).
 set -u
 . "$(dirname "$0")/run_context.sh" "${1:-gpu-carry}" "${2:-/tmp/flashlab-varlen}"
 
 # The lengths, as --cu-seqlens files (prefix sums).
-python3 - "$out" <<'EOF'
-import itertools, sys
-out = sys.argv[1]
-mixed = [8192, 7168, 6656, 6000, 5500, 5000, 4500, 4096, 3900, 3500, 3000, 2500, 2000, 1500, 1111, 913]
-assert sum(mixed) == 65536
-for name, lengths in (("mixed", mixed), ("uniform", [8192] * 8)):
-    with open(f"{out}/{name}.txt", "w") as f:
-        f.write("cu_seqlens_q = " + " ".join(str(x) for x in itertools.accumulate([0] + lengths)) + "\n")
-EOF
+python3 "$here"/varlen_lengths.py "$out" mixed uniform || exit 2
 
 # ---- tests: one line of checks.csv per command (assertions and test cases from Catch2's summary)
 echo "date,device,commit,command,status,assertions,test_cases,sanitizer_errors" >"$out/checks.csv"

@@ -13,7 +13,7 @@
 # and prints per build and shape the median over the rounds of the processes' TFLOP/s and the
 # packed rows over the dense row of the same build (of_dense: medians over medians; then each
 # round's ratio). Shapes: bf16, H = 16, d = 128
-# and 64, causal and not, 65536 tokens in all; the mixed lengths are varlen.sh's.
+# and 64, causal and not, 65536 tokens in all; the lengths are varlen_lengths.py's (varlen.sh's).
 set -u
 before=$1
 after=$2
@@ -24,15 +24,7 @@ date=$(date -u '+%Y-%m-%d %H:%M')
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 status=0
 
-python3 - "$out" <<'EOF'
-import itertools, sys
-out = sys.argv[1]
-mixed = [8192, 7168, 6656, 6000, 5500, 5000, 4500, 4096, 3900, 3500, 3000, 2500, 2000, 1500, 1111, 913]
-assert sum(mixed) == 65536
-for name, lengths in (("mixed", mixed), ("uniform", [8192] * 8)):
-    with open(f"{out}/{name}.txt", "w") as f:
-        f.write("cu_seqlens_q = " + " ".join(str(x) for x in itertools.accumulate([0] + lengths)) + "\n")
-EOF
+python3 "$(dirname "$0")"/varlen_lengths.py "$out" mixed uniform || exit 2
 
 bwd=(bench attention --csv --pass bwd --heads 16 --dim 128,64 --both --reps 20 --bwd-kernel wgmma-ws)
 jobs=()

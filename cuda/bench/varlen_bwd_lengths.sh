@@ -48,14 +48,7 @@ bin=$1
 out=${2:-/tmp/flashlab-varlen-lengths}
 mkdir -p "$out"
 echo "$(date -u '+%Y-%m-%d %H:%M'),$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1),$(cat "$bin/commit" 2>/dev/null || echo unknown)" >"$out/context"
-python3 - "$out" <<'EOF'
-import itertools, sys
-for name, lengths in (("r128", [8192, 7168, 6656, 5888, 5504, 4992, 4480, 4096, 3840, 3456, 3072, 2560, 2048, 1536, 1152, 896]),
-                      ("s4096", [4096] * 16), ("s1024", [1024] * 64)):
-    assert sum(lengths) == 65536
-    with open(f"{sys.argv[1]}/{name}.txt", "w") as f:
-        f.write("cu_seqlens_q = " + " ".join(map(str, itertools.accumulate([0] + lengths))) + "\n")
-EOF
+python3 "$(dirname "$0")"/varlen_lengths.py "$out" r128 s4096 s1024 || exit 2
 status=0
 b=(bench attention --csv --pass bwd --heads 16 --dim 128,64 --both --reps 20 --bwd-kernel wgmma-ws)
 "$bin/flashlab" "${b[@]}" --batch 8 --seq 8192 >"$out/dense8192.csv" || status=1
