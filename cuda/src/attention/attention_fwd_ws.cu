@@ -60,6 +60,12 @@
 //   - The row maximum's vote (kVoteMax; d = 128, non-causal): the warp first votes whether any row
 //     maximum moves; when none does (the common case once a row has met its largest scores) the
 //     exponentials wait for no shuffle, no new maximum and no alpha. Same results as without.
+//   - O_i stored by TMA (kTmaStoreO; dense, non-causal, 16-bit O, d = 64 and 128): each consumer
+//     warpgroup writes its O_i into SRAM (128-byte swizzle) and one thread stores the boxes with
+//     cp.async.bulk.tensor; stored from registers it took as long as a key tile, every block at
+//     once. At d = 128 the SRAM is full: O_i goes into the V_j stage of the unit's last key tile
+//     once every consumer's last P·V has read it, and returns to the producer (v_empty) when the
+//     store has read it, checked after the next unit's first S_ij is issued.
 //   - Lazy rescale (as the mma.sync forward): O_i = diag(alpha) O_i only when some row of the warp
 //     saw its maximum move (a warp vote; alpha = 1 exactly otherwise).
 //   - Masks only on tiles that need them (the last, ragged key tile; causal: the tile on a
@@ -95,8 +101,8 @@
 // tail's; d = 128: 230,520 B of dynamic SRAM (Q_i 32 KiB + 3 stages × (K_j + V_j) 192 KiB +
 // barriers + the split tail's 32 B + alignment slack; the limit is 232,448; 230,544 with K and V
 // released apart; Bc = 192: 2 stages × 96 KiB, 230,512), d = 64: 115,832 B (Br = 128) or
-// 124,048 B (Br = 192, released apart); d = 256: 230,512 B (Q_i 64 KiB + 2 stages × (K_j + V_j)
-// 160 KiB + barriers), no spills.
+// 124,048 B (Br = 192, released apart), each + 8 KiB per consumer for O_i without a mask;
+// d = 256: 230,512 B (Q_i 64 KiB + 2 stages × (K_j + V_j) 160 KiB + barriers), no spills.
 // Why each of these is here, what it was measured against and the profiles that decided it:
 // docs/optimisation.md, the TMA forward; its runs: cuda/RESULTS.md and cuda/results/fwd_tma_ws.csv.
 #include "core/common.hpp"
@@ -181,7 +187,19 @@ struct WsTraits {
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register file");
   static constexpr int kTileQBytes = BLOCK_M * kHeadDim * 2;
   static constexpr int kTileKVBytes = BLOCK_N * kHeadDim * 2;
-  static constexpr int kBarrierOffset = kTileQBytes + 2 * kStages * kTileKVBytes;  // after the tiles
+  // O_i leaves through SRAM by TMA stores (store_unit_tma): dense units without a mask, 16-bit O,
+  // d = 64, and d = 128 with K/V released apart. Stored from registers, a warpgroup's O_i took as
+  // long as a key tile, every block at once, while the tensor cores idled. At d = 128 the SRAM is
+  // full, so O_i goes into the V_j stage of the unit's last key tile, held from the producer until
+  // the store has read it (release_o_stage); at d = 64, a buffer of its own.
+  static constexpr bool kTmaStoreO =
+      !kCausal && !kPacked && !kOutF32 && (kHeadDim == 64 || (kHeadDim == 128 && kSplitEmpty));
+  static constexpr bool kOInStage = kTmaStoreO && kHeadDim == 128;
+  static constexpr int kTileOBytes = 64 * kHeadDim * 2;  // one consumer warpgroup's rows of O_i
+  static_assert(!kOInStage || kTileKVBytes >= kConsumers * kTileOBytes, "every consumer's O_i fits one V_j stage");
+  static_assert(!(kOInStage && kSplitTail), "a split tail's piece stores no O_i: V_last's stage would not return");
+  static constexpr int kOBufOffset = kTileQBytes + 2 * kStages * kTileKVBytes;  // after the tiles
+  static constexpr int kBarrierOffset = kOBufOffset + (kTmaStoreO && !kOInStage ? kConsumers * kTileOBytes : 0);
   // q_full, q_empty, k_full[], v_full[], empty[] (k_empty[] when split), v_empty[] when split
   static constexpr int kBarriers = 2 + (kSplitEmpty ? 4 : 3) * kStages;
   // +1024: the dynamic SRAM base is rounded up to the 1024-byte swizzle period.
@@ -215,6 +233,11 @@ struct WsSmem {
   __device__ uint32_t empty(int s) const { return bar(1 + 2 * T::kStages + s); }  // K_j's alone when split
   __device__ uint32_t q_empty() const { return bar(1 + 3 * T::kStages); }
   __device__ uint32_t v_empty(int s) const { return bar(2 + 3 * T::kStages + s); }  // kSplitEmpty only
+  /// kTmaStoreO: where consumer warpgroup cw stages its O_i (its 64 rows, d/64 boxes of 8 KiB),
+  /// in V_j's stage s (kOInStage) or the buffer after the tiles.
+  __device__ uint32_t o_tile(int cw, int s) const {
+    return (T::kOInStage ? v(s) : base + T::kOBufOffset) + uint32_t(cw) * T::kTileOBytes;
+  }
 };
 
 /// One unit of work: query tile Q_i (rows q0 .. of its sequence) of head h, batch b, the K/V head
@@ -551,6 +574,65 @@ __device__ __forceinline__ void release_after_pv(const WsSmem<T>& sm, int s) {
   mbar_arrive(T::kSplitEmpty ? sm.v_empty(s) : sm.empty(s));
 }
 
+/// kTmaStoreO: O_i of consumer warpgroup cw (divided by l_i, rounded to 16 bits) through SRAM by
+/// TMA stores of its d/64 boxes of 64 rows (rows past N are not written), LSE_i from registers.
+/// The boxes are written in the 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r mod 8)),
+/// so the eight rows of one warp store hit distinct banks. Before writing: at d = 128 (kOInStage,
+/// V_last's stage `s_last`) every consumer's last P·V has read V_last; else this warpgroup's
+/// previous store has read its buffer. Thread 0 of the warpgroup issues and commits the stores.
+template <class T>
+__device__ __forceinline__ void store_unit_tma(const Problem& p, const WsSmem<T>& sm, const CUtensorMap* map_o,
+                                               float* __restrict__ LSE, const float (&o)[T::kHeadDim / 2],
+                                               const float (&m_i)[2], const float (&l_i)[2], const WsTile& w, int cw,
+                                               int tid, int row_base, int t4, int s_last) {
+  constexpr int D = T::kHeadDim;
+  const int wg_bar = kTurnBarrier + T::kConsumers + cw;  // named barriers after the turns'
+  if constexpr (T::kOInStage) {
+    named_bar_sync(kTurnBarrier + 2 * T::kConsumers, 128 * T::kConsumers);
+  } else {
+    if (tid == 0) bulk_wait_read<0>();
+    named_bar_sync(wg_bar, 128);
+  }
+  const uint32_t buf = sm.o_tile(cw, s_last);
+  const std::size_t stat = p.stat_offset(w.b, w.h);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_i[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv_l = l > 0.f ? 1.f / l : 0.f;
+    const uint32_t row = uint32_t(tid / 32 * 16 + tid % 32 / 4 + 8 * r);  // within the warpgroup's 64
+#pragma unroll
+    for (int t = 0; t < D / 8; ++t) {
+      const uint32_t addr =
+          buf + uint32_t(t / 8) * 64 * 128 + row * 128 + ((uint32_t(t % 8) ^ (row % 8)) << 4) + 4 * t4;
+      const uint32_t v = pack2<T::kBf16>(o[4 * t + 2 * r] * inv_l, o[4 * t + 2 * r + 1] * inv_l);
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+    }
+    if (t4 == 0 && row_base + 8 * r < p.seq) LSE[stat + row_base + 8 * r] = l > 0.f ? m_i[r] + log2f(l) : -INFINITY;
+  }
+  fence_proxy_async_smem();
+  named_bar_sync(wg_bar, 128);
+  if (tid == 0) {
+#pragma unroll
+    for (int c = 0; c < T::kColBlocks; ++c)
+      tma_store_4d(map_o, buf + uint32_t(c) * 64 * 128, 64 * c, w.h, w.q0 + 64 * cw, w.b);
+    bulk_commit();
+  }
+}
+
+/// kOInStage: V_j's stage `pending` (if ≥ 0) held the last unit's O_i; once this warpgroup's store
+/// has read it, thread 0 gives the stage back to the producer for its warpgroup's four warps.
+template <class T>
+__device__ __forceinline__ void release_o_stage(const WsSmem<T>& sm, int& pending, int tid) {
+  if (pending < 0) return;
+  if (tid == 0) {
+    bulk_wait_read<0>();
+    mbar_arrive_count(sm.v_empty(pending), 4);
+  }
+  pending = -1;
+}
+
 /// One consumer warpgroup `cw` (0 .. kConsumers − 1) on one tile: its 64 rows of Q_i against every
 /// key tile. Turn k of warpgroup c follows turn k of warpgroup c − 1 (and warpgroup 0's follows the
 /// last one's turn k − 1): named barriers, across tiles too. `it` (in/out) counts the key tiles of
@@ -558,8 +640,9 @@ __device__ __forceinline__ void release_after_pv(const WsSmem<T>& sm, int s) {
 /// (phase of q_full), `more` whether another unit with keys follows. Masks: keys ≥ N_k, and
 /// (causal) keys past row + N_k − N; (window) keys past row + window_hi() or before row + window_lo().
 template <class T>
-__device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __restrict__ O, float* __restrict__ LSE,
-                             float* __restrict__ partials, int cw, const WsTile& w, int& it, int k, bool more) {
+__device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, const CUtensorMap* map_o, uint16_t* __restrict__ O,
+                             float* __restrict__ LSE, float* __restrict__ partials, int cw, const WsTile& w, int& it,
+                             int k, bool more, int& o_pending) {
   constexpr int D = T::kHeadDim, BLOCK_N = T::BLOCK_N, S = T::kStages, kTurnThreads = 256;
   constexpr float NEG_INF = -INFINITY;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t4 = lane % 4;
@@ -601,6 +684,8 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   issue_qk<T>(s_acc, sQ_wg, sm.k(stage(0)));
   wg_commit();
   named_bar_arrive(next_turn, kTurnThreads);
+  // The last unit's O_i has long left its stage (it waited for this Q_i): give the stage back.
+  if constexpr (T::kOInStage) release_o_stage<T>(sm, o_pending, tid);
   wg_wait<0>();
   reg_fence(s_acc);
   if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(stage(0)));  // done with K_0
@@ -679,18 +764,26 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, uint16_t* __
   if (cw == 0 || (T::kConsumers == 3 && cw == 1) || more) named_bar_arrive(next_turn, kTurnThreads);
   wg_wait<0>();
   reg_fence(o);
-  if (lane == 0) release_after_pv<T>(sm, stage(last));
+  const int s_last = stage(last);
+  // kOInStage: V_last's stage takes O_i and goes back once its store has read it (release_o_stage).
+  if (!T::kOInStage && lane == 0) release_after_pv<T>(sm, s_last);
   it += n_tiles;
-  if (!T::kSplitTail || w.piece < 0) store_unit<T>(p, O, LSE, o, m_i, l_i, w, row_base, t4);
-  else store_partial<T>(partials, w.piece, o, m_i, l_i, row_base - w.q0, t4);
+  if (T::kSplitTail && w.piece >= 0) {
+    store_partial<T>(partials, w.piece, o, m_i, l_i, row_base - w.q0, t4);
+  } else if constexpr (T::kTmaStoreO) {
+    store_unit_tma<T>(p, sm, map_o, LSE, o, m_i, l_i, w, cw, tid, row_base, t4, s_last);
+    if constexpr (T::kOInStage) o_pending = s_last;
+  } else {
+    store_unit<T>(p, O, LSE, o, m_i, l_i, w, row_base, t4);
+  }
 }
 
 /// One consumer warpgroup over the block's work list.
 template <class T>
-__device__ void consume(const Problem& p, const WsSmem<T>& sm, const WsSchedule<T>& sched, uint16_t* __restrict__ O,
-                        float* __restrict__ LSE, float* __restrict__ partials, int cw) {
+__device__ void consume(const Problem& p, const WsSmem<T>& sm, const WsSchedule<T>& sched, const CUtensorMap* map_o,
+                        uint16_t* __restrict__ O, float* __restrict__ LSE, float* __restrict__ partials, int cw) {
   WsTile w, next;
-  int it = 0, kq = 0;
+  int it = 0, kq = 0, o_pending = -1;
   bool have = sched.at(0, w);
   // Packed: whether a unit with keys is at place k (unit x, `found`) or after it in the list;
   // units without keys may sit anywhere there (WsSchedule).
@@ -719,18 +812,21 @@ __device__ void consume(const Problem& p, const WsSmem<T>& sm, const WsSchedule<
       // The next unit's turn is owed only if it has keys (dense: units without keys come last;
       // packed: a later unit with keys).
       const bool owe = T::kPacked ? keyed_from(k + 1, next, more) : more && (!T::kCausal || next.n_tiles > 0);
-      consume_tile<T>(p, sm, O, LSE, partials, cw, w, it, kq++, owe);
+      consume_tile<T>(p, sm, map_o, O, LSE, partials, cw, w, it, kq++, owe, o_pending);
     }
     w = next;
     have = more;
   }
+  // The last stores read their SRAM before the block ends (and are complete).
+  if (T::kTmaStoreO && threadIdx.x % 128 == 0) bulk_wait<0>();
 }
 
 template <class T>
 __global__ void __launch_bounds__(T::kThreads, 1)
     ws_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
-                  const __grid_constant__ CUtensorMap map_v, Problem p, uint16_t* __restrict__ O,
-                  float* __restrict__ LSE, float* __restrict__ partials, int full, PackedLists lists) {
+                  const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_o, Problem p,
+                  uint16_t* __restrict__ O, float* __restrict__ LSE, float* __restrict__ partials, int full,
+                  PackedLists lists) {
 #if FLASHLAB_WGMMA_OK
   extern __shared__ uint8_t smem_raw[];
   const WsSmem<T> sm{(uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u};
@@ -754,6 +850,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     tma_prefetch_map(&map_q);
     tma_prefetch_map(&map_k);
     tma_prefetch_map(&map_v);
+    if (T::kTmaStoreO) tma_prefetch_map(&map_o);
     mbar_init(sm.q_full(), 1);
     mbar_init(sm.q_empty(), T::kConsumerWarps);
     for (int s = 0; s < T::kStages; ++s) {
@@ -771,7 +868,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     return;  // every load is consumed before the consumers exit: nothing in flight is orphaned
   }
   regs_claim<T::kConsumerRegs>();
-  consume<T>(p, sm, sched, O, LSE, partials, wg - 1);
+  consume<T>(p, sm, sched, &map_o, O, LSE, partials, wg - 1);
 #else
   __trap();  // built without sm_90a: never launched
 #endif
@@ -835,6 +932,8 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
   const CUtensorMap map_q = make_head_tile_map(Q, p, T::BLOCK_M);
   const CUtensorMap map_k = make_kv_tile_map(K, p, T::BLOCK_N);
   const CUtensorMap map_v = make_kv_tile_map(V, p, T::BLOCK_N);
+  // kTmaStoreO: O in boxes of one consumer warpgroup's 64 rows (else unused).
+  const CUtensorMap map_o = T::kTmaStoreO ? make_head_tile_map(O, p, 64) : map_q;
   // One block per SM (1 block/SM fits: __launch_bounds__ and the SRAM), each walking its share of
   // the (query tile, head) list (WsSchedule); never more blocks than units.
   const long long units = ws_units(p, T::BLOCK_M);
@@ -848,8 +947,8 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
     partials = static_cast<float*>(allocate_partials(bytes, stream));  // the forwards' pool (partial_pool.hpp)
   }
   announce("ws_fwd_kernel");
-  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, p, static_cast<uint16_t*>(O), LSE, partials,
-                                                       full, lists);
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, map_o, p, static_cast<uint16_t*>(O), LSE,
+                                                       partials, full, lists);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw_cuda_error(err, "launch of ws_fwd_kernel", __FILE__, __LINE__);
   if constexpr (T::kSplitTail) {

@@ -1,7 +1,7 @@
 // cuda/src/core/hopper.cuh — small named wrappers of Hopper's (sm_90a) asynchronous instructions, shared by
 // the wgmma forward (attention_fwd_wgmma.cu), the TMA + warp-specialised forward (attention_fwd_ws.cu)
 // and backward (attention_bwd_ws.cu): warpgroup MMA (wgmma) and its shared-memory matrix descriptors,
-// mbarriers, TMA tile loads (cp.async.bulk.tensor), register reallocation
+// mbarriers, TMA tile loads and stores (cp.async.bulk.tensor), register reallocation
 // (setmaxnreg), named barriers; and on
 // the host, the tensor map of one head's [N, d] slice of a [B, N, H, d] tensor.
 // Each device wrapper follows the PTX ISA section named in its comment. Internal to cuda/src; only
@@ -211,6 +211,12 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 #endif
 }
+/// `count` arrivals on `bar` at once ("mbarrier.arrive" with a count), release semantics as mbar_arrive.
+__device__ __forceinline__ void mbar_arrive_count(uint32_t bar, uint32_t count) {
+#if FLASHLAB_WGMMA_OK
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
 /// Block until the phase of parity `parity` of `bar` has completed ("mbarrier.test_wait /
 /// mbarrier.try_wait", the .parity form, in a loop: try_wait may give up after a time-out).
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
@@ -238,6 +244,46 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       "[%6];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
+#endif
+}
+/// Store one box of SRAM at `src` (in the map's swizzle) to a 4-D tensor map at coordinates c0
+/// innermost .. c3; elements outside the tensor are not written ("cp.async.bulk.tensor", global ←
+/// shared::cta, bulk_group completion). Issued by one thread after the box's SRAM writes were made
+/// visible to the async proxy (fence_proxy_async_smem) and to it (a barrier); then bulk_commit().
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2, int c3) {
+#if FLASHLAB_WGMMA_OK
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+#endif
+}
+/// Close this thread's bulk group of stores issued since the last commit ("cp.async.bulk.commit_group").
+__device__ __forceinline__ void bulk_commit() {
+#if FLASHLAB_WGMMA_OK
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+/// Wait until at most kPending of this thread's bulk groups still READ their SRAM source (their
+/// writes may still be on the way): the SRAM may then be overwritten ("cp.async.bulk.wait_group.read").
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_read() {
+#if FLASHLAB_WGMMA_OK
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+/// Wait until at most kPending of this thread's bulk groups are incomplete ("cp.async.bulk.wait_group").
+template <int kPending>
+__device__ __forceinline__ void bulk_wait() {
+#if FLASHLAB_WGMMA_OK
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+/// Order this thread's earlier generic-proxy SRAM writes before later async-proxy accesses (a TMA
+/// store reading them) ("fence.proxy.async.shared::cta").
+__device__ __forceinline__ void fence_proxy_async_smem() {
+#if FLASHLAB_WGMMA_OK
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
 /// Fetch the tensor map (a kernel parameter) into the TMA unit's cache ahead of the first load
