@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 
 #include "flashlab/reference/stream_shards.hpp"
@@ -283,11 +284,12 @@ TEST_CASE("stream shards: keys_visible's bytes from I under the zigzag layout", 
       const auto Q = ints ? random_int_mat<double>(g.T, d, 31) : random_mat<double>(g.T, d, 31);
       const auto K = ints ? random_int_mat<double>(g.T, d, 32) : random_mat<double>(g.T, d, 32);
       const auto I = stream_estimate(Q, K, BlockMask(g), EstimateParams{k, 1}).indices;
-      for (std::size_t G : {1, 2, 3, 4}) {
-        INFO("T " << g.T << " G " << G << (ints ? " ties" : ""));
-        const auto ranks = shard_layout(g, G, ShardLayout::zigzag);
-        const auto counted = keys_visible_causal_traffic(g, G, I, k, d, 2, ShardLayout::zigzag);
-        const auto rows = layout_exchange_rows(g, G, ShardLayout::zigzag);
+      for (std::size_t G : {1, 2, 3, 4})
+      for (std::size_t folds : {1, 2, 3}) {
+        INFO("T " << g.T << " G " << G << " folds " << folds << (ints ? " ties" : ""));
+        const auto ranks = shard_layout(g, G, ShardLayout::zigzag, folds);
+        const auto counted = keys_visible_causal_traffic(g, G, I, k, d, 2, ShardLayout::zigzag, folds);
+        const auto rows = layout_exchange_rows(g, G, ShardLayout::zigzag, folds);
         std::vector<std::uint64_t> apply_in(G), apply_out(G), est_out(G);
         for (std::size_t s = 0; s < G; ++s) {
           std::vector<bool> kept(g.n_k());
@@ -311,4 +313,90 @@ TEST_CASE("stream shards: keys_visible's bytes from I under the zigzag layout", 
       }
     }
   }
+}
+
+TEST_CASE("stream shards: folded zigzag deals every fold as zigzag; its transfers in tiers", "[stream][shards]") {
+  for (const Geometry g : {Geometry{3000, 64, 64}, Geometry{4097, 64, 64}, Geometry{1000, 32, 48}, Geometry{64, 64, 64},
+                           Geometry{9000, 64, 64}}) {
+    for (std::size_t G : {1, 2, 3, 4, 8})
+      for (std::size_t folds : {1, 2, 3, 4}) {
+        INFO("T " << g.T << " G " << G << " folds " << folds);
+        const auto ranks = shard_layout(g, G, ShardLayout::zigzag, folds);
+        REQUIRE(ranks.size() == G);
+        // Every query block in exactly one chunk; chunks in token order per rank.
+        std::vector<int> seen(g.n_q());
+        for (const auto& r : ranks) {
+          CHECK(r.size() <= (G == 1 ? 1u : 2 * folds));
+          for (std::size_t i = 0; i < r.size(); ++i) {
+            if (i > 0) CHECK(r[i].token_begin >= r[i - 1].token_end);
+            for (std::size_t q = r[i].q_begin; q < r[i].q_end; ++q) ++seen[q];
+          }
+        }
+        CHECK(std::count(seen.begin(), seen.end(), 1) == std::ptrdiff_t(g.n_q()));
+        if (G == 1) CHECK(ranks == shard_layout(g, 1, ShardLayout::contiguous));
+        // Against the 2·folds·G-way contiguous sharding: fold p deals chunks 2G·p + s and 2G·p + 2G − 1 − s to rank s.
+        const auto chunks = shard_sequence(g, 2 * folds * G);
+        for (std::size_t s = 0; s < G && G > 1; ++s) {
+          std::vector<RankShard> want;
+          for (std::size_t p = 0; p < folds; ++p)
+            for (const std::size_t c : {2 * G * p + s, 2 * G * p + 2 * G - 1 - s})
+              if (chunks[c].token_end > chunks[c].token_begin) want.push_back(chunks[c]);
+          CHECK(ranks[s] == want);
+        }
+        // The transfers: token by token, every remote row before a rank's chunk i arrives in a
+        // tier ≤ i, nothing else arrives, and the tier is the first chunk that needs it.
+        const auto rows = layout_exchange_rows(g, G, ShardLayout::zigzag, folds);
+        const auto moves = layout_transfers(g, G, ShardLayout::zigzag, folds);
+        std::vector<std::vector<std::size_t>> tier_of(G, std::vector<std::size_t>(g.T, SIZE_MAX));
+        std::vector<std::size_t> owner(g.T);
+        for (std::size_t x = 0; x < g.T; ++x) owner[x] = token_owner(ranks, x);
+        std::vector<std::uint64_t> in(G), first(G), out(G);
+        for (std::size_t m = 0; m < moves.size(); ++m) {
+          const ChunkTransfer& t = moves[m];
+          REQUIRE(t.src < G);
+          REQUIRE(t.dst < G);
+          CHECK(t.src != t.dst);
+          CHECK(std::count(ranks[t.src].begin(), ranks[t.src].end(), t.chunk) == 1);
+          if (m > 0) {  // one global order: token order, then receiving rank
+            const ChunkTransfer& p = moves[m - 1];
+            CHECK((p.chunk.token_begin < t.chunk.token_begin || (p.chunk == t.chunk && p.dst < t.dst)));
+          }
+          const auto& mine = ranks[t.dst];
+          REQUIRE(t.tier < mine.size());
+          CHECK(mine[t.tier].token_begin >= t.chunk.token_end);
+          if (t.tier > 0) CHECK(mine[t.tier - 1].token_begin < t.chunk.token_end);
+          std::size_t twice = 0;  // rows this rank already received
+          for (std::size_t x = t.chunk.token_begin; x < t.chunk.token_end; ++x) {
+            twice += tier_of[t.dst][x] != SIZE_MAX;
+            tier_of[t.dst][x] = t.tier;
+          }
+          CHECK(twice == 0);
+          const std::uint64_t n = t.chunk.token_end - t.chunk.token_begin;
+          in[t.dst] += n;
+          out[t.src] += n;
+          if (t.tier == 0) first[t.dst] += n;
+        }
+        for (std::size_t s = 0; s < G; ++s) {
+          INFO("rank " << s);
+          CHECK(rows[s].rows_in == in[s]);
+          CHECK(rows[s].rows_out == out[s]);
+          CHECK(rows[s].rows_first == first[s]);
+          for (std::size_t i = 0; i < ranks[s].size(); ++i) {
+            std::size_t missing = 0;
+            for (std::size_t x = 0; x < ranks[s][i].token_begin; ++x)
+              if (owner[x] != s && tier_of[s][x] > i) ++missing;
+            CHECK(missing == 0);
+          }
+        }
+      }
+  }
+  // Contiguous: one chunk per rank, every transfer in tier 0 (all the chunk waits for).
+  const Geometry g{4097, 64, 64};
+  for (const ChunkTransfer& t : layout_transfers(g, 4, ShardLayout::contiguous)) {
+    CHECK(t.tier == 0);
+    CHECK(t.src < t.dst);
+  }
+  CHECK_THROWS_WITH(shard_layout(g, 2, ShardLayout::zigzag, 0), Catch::Contains("folds must be at least 1"));
+  CHECK_THROWS_WITH(shard_layout(g, 2, ShardLayout::contiguous, 2), Catch::Contains("zigzag layout only"));
+  CHECK_THROWS_WITH(layout_transfers(g, 2, ShardLayout::contiguous, 2), Catch::Contains("hint"));
 }

@@ -95,14 +95,20 @@ ShardLayout parse_shard_layout(const std::string& name) {
   throw StreamError("unknown shard layout '" + name + "' (hint: contiguous or zigzag)");
 }
 
-std::vector<std::vector<RankShard>> shard_layout(const Geometry& g, std::size_t gpus, ShardLayout layout) {
+std::vector<std::vector<RankShard>> shard_layout(const Geometry& g, std::size_t gpus, ShardLayout layout,
+                                                 std::size_t folds) {
+  if (folds == 0) throw StreamError("shard layout: folds must be at least 1 (hint: 1 is plain zigzag)");
+  if (folds > 1 && layout != ShardLayout::zigzag)
+    throw StreamError("shard layout: folds apply to the zigzag layout only (hint: folds 1, or the zigzag layout)");
   const bool zigzag = layout == ShardLayout::zigzag && gpus > 1;
-  const std::vector<RankShard> chunks = shard_sequence(g, zigzag ? 2 * gpus : gpus);
+  const std::size_t pass = 2 * gpus;  // chunks dealt per fold
+  const std::vector<RankShard> chunks = shard_sequence(g, zigzag ? folds * pass : gpus);
   std::vector<std::vector<RankShard>> out(gpus);
   for (std::size_t c = 0; c < chunks.size(); ++c) {
     if (chunks[c].token_end == chunks[c].token_begin) continue;
-    // Zigzag pairs an early (cheap, short wait) chunk with a late (dear, long wait) one.
-    const std::size_t rank = !zigzag || c < gpus ? c : 2 * gpus - 1 - c;
+    // Zigzag pairs an early (cheap, short wait) chunk with a late (dear, long wait) one, in every fold.
+    const std::size_t j = c % pass;
+    const std::size_t rank = !zigzag ? c : j < gpus ? j : pass - 1 - j;
     out[rank].push_back(chunks[c]);
   }
   for (auto& r : out)
@@ -123,8 +129,9 @@ std::vector<std::size_t> key_block_owners(const Geometry& g, const std::vector<s
 
 }  // namespace
 
-std::vector<LayoutRows> layout_exchange_rows(const Geometry& g, std::size_t gpus, ShardLayout layout) {
-  const auto ranks = shard_layout(g, gpus, layout);
+std::vector<LayoutRows> layout_exchange_rows(const Geometry& g, std::size_t gpus, ShardLayout layout,
+                                             std::size_t folds) {
+  const auto ranks = shard_layout(g, gpus, layout, folds);
   const auto owner = key_block_owners(g, ranks);
   std::vector<LayoutRows> out(gpus);
   for (std::size_t s = 0; s < gpus; ++s) {
@@ -140,6 +147,26 @@ std::vector<LayoutRows> layout_exchange_rows(const Geometry& g, std::size_t gpus
       if (r < first) out[s].rows_first += rows;
     }
   }
+  return out;
+}
+
+std::vector<ChunkTransfer> layout_transfers(const Geometry& g, std::size_t gpus, ShardLayout layout,
+                                            std::size_t folds) {
+  const auto ranks = shard_layout(g, gpus, layout, folds);
+  std::vector<std::pair<RankShard, std::size_t>> all;  // every chunk with its rank
+  for (std::size_t s = 0; s < gpus; ++s)
+    for (const RankShard& c : ranks[s]) all.push_back({c, s});
+  std::sort(all.begin(), all.end(),
+            [](const auto& x, const auto& y) { return x.first.token_begin < y.first.token_begin; });
+  std::vector<ChunkTransfer> out;
+  for (const auto& [c, src] : all)
+    for (std::size_t dst = 0; dst < gpus; ++dst) {
+      const auto& mine = ranks[dst];
+      if (dst == src || mine.empty() || c.token_end > mine.back().token_end) continue;
+      std::size_t tier = 0;  // dst's first chunk that starts at or after c
+      while (mine[tier].token_begin < c.token_end) ++tier;
+      out.push_back({src, dst, c, tier});
+    }
   return out;
 }
 
@@ -162,8 +189,8 @@ std::uint64_t keys_visible_causal_bytes(const RankShard& shard, std::size_t d, s
 std::vector<RankLinkBytes> keys_visible_causal_traffic(const Geometry& g, std::size_t gpus,
                                                        const std::vector<std::int64_t>& indices, std::size_t k,
                                                        std::size_t d, std::size_t link_elem_bytes,
-                                                       ShardLayout layout) {
-  const auto ranks = shard_layout(g, gpus, layout);
+                                                       ShardLayout layout, std::size_t folds) {
+  const auto ranks = shard_layout(g, gpus, layout, folds);
   const std::size_t n_q = g.n_q(), n_k = g.n_k();
   if (indices.size() != n_q * k)
     throw StreamError("keys_visible_causal_traffic: I has " + std::to_string(indices.size()) + " entries, expected n_q·k = " +

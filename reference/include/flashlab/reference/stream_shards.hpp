@@ -72,10 +72,17 @@ const char* shard_layout_name(ShardLayout layout);
 ShardLayout parse_shard_layout(const std::string& name);
 
 /// The query ranges of every rank under `layout`: element g lists rank g's chunks in token order
-/// (one for contiguous, two for zigzag), empty chunks left out, so a rank may hold none when T is
-/// short. Chunk boundaries as shard_sequence's (multiples of lcm(b_q, b_k)); with one rank the
-/// whole sequence is one chunk whatever the layout. Throws as shard_sequence.
-std::vector<std::vector<RankShard>> shard_layout(const Geometry& g, std::size_t gpus, ShardLayout layout);
+/// (one for contiguous, 2·folds for zigzag), empty chunks left out, so a rank may hold none when T
+/// is short. `folds` (zigzag only) cuts the sequence into 2·folds·G chunks and deals each run of 2G
+/// of them as zigzag deals its 2G: rank g holds chunks 2G·p + g and 2G·p + 2G − 1 − g of every
+/// pass p < folds. More folds even out the ranks' estimate work (each pass is balanced on its
+/// own, and the passes' costs differ less than zigzag's two halves) and shorten the key rows a
+/// rank's first chunk waits for, at the price of more chunks and transfers. Chunk boundaries as
+/// shard_sequence's (multiples of lcm(b_q, b_k)); with one rank the whole sequence is one chunk
+/// whatever the layout. Throws as shard_sequence, and StreamError for folds = 0 or folds > 1
+/// under the contiguous layout.
+std::vector<std::vector<RankShard>> shard_layout(const Geometry& g, std::size_t gpus, ShardLayout layout,
+                                                 std::size_t folds = 1);
 
 /// The key rows one rank of a layout receives and sends when it takes every remote key row before
 /// the end of its last chunk (keys_visible for a causal-only mask), and what its first chunk waits for.
@@ -87,9 +94,31 @@ struct LayoutRows {
   std::uint64_t rows_first = 0;    ///< remote key rows before its first chunk: all its first range waits for
 };
 
-/// LayoutRows of every rank under `layout` (a rank without query blocks receives nothing). Bytes
-/// of one exchange are rows × H·d·element bytes. Throws as shard_sequence.
-std::vector<LayoutRows> layout_exchange_rows(const Geometry& g, std::size_t gpus, ShardLayout layout);
+/// LayoutRows of every rank under `layout` and `folds` (shard_layout; a rank without query blocks
+/// receives nothing). Bytes of one exchange are rows × H·d·element bytes. Throws as shard_layout.
+std::vector<LayoutRows> layout_exchange_rows(const Geometry& g, std::size_t gpus, ShardLayout layout,
+                                             std::size_t folds = 1);
+
+/// One chunk's key (or value) rows moved from the rank holding them to a rank that needs them.
+struct ChunkTransfer {
+  std::size_t src = 0;  ///< the rank holding the chunk
+  std::size_t dst = 0;  ///< the rank receiving it
+  RankShard chunk;      ///< the rows: one chunk of src (shard_layout)
+  /// The index of dst's first chunk that needs these rows (the first that starts at or after the
+  /// chunk's end): an exchange in tiers sends tier 0 first, so dst's chunk i can start once the
+  /// tiers 0 … i have landed.
+  std::size_t tier = 0;
+  /// Field by field.
+  bool operator==(const ChunkTransfer&) const = default;
+};
+
+/// Every transfer of the keys_visible exchange under `layout` and `folds`: each chunk to every
+/// other rank whose last chunk ends after it (causal: that rank's later chunks see all of it).
+/// One order for all ranks — chunks in token order, each to its receivers in rank order — so
+/// that ranks issuing their sends and receives in it match them pairwise. Per receiving rank the
+/// rows add up to LayoutRows::rows_in, and those of tier 0 to rows_first. Throws as shard_layout.
+std::vector<ChunkTransfer> layout_transfers(const Geometry& g, std::size_t gpus, ShardLayout layout,
+                                            std::size_t folds = 1);
 
 /// What one rank sends and receives under one scheme, and the score evaluations of its query
 /// blocks.
@@ -142,12 +171,14 @@ std::uint64_t keys_visible_causal_bytes(const RankShard& shard, std::size_t d, s
 /// application's V of the remote blocks the rank's rows of I kept, once per block and receiving
 /// rank. The score fields stay 0. Equal to stream_estimate_sharded's keys_visible traffic for the
 /// same I (the test holds it to that), so a caller that has I without the simulation — the
-/// sharded GPU run — can state the model's bytes. Under `layout` zigzag a rank receives every
-/// remote key block before the end of its last chunk, and V of the remote blocks it kept. Throws StreamError for gpus = 0, an I of the
-/// wrong size or an entry outside [−1, n_k).
+/// sharded GPU run — can state the model's bytes. Under `layout` zigzag (and any `folds`) a rank
+/// receives every remote key block before the end of its last chunk, and V of the remote blocks it
+/// kept. Throws as shard_layout, and StreamError for an I of the wrong size or an entry outside
+/// [−1, n_k).
 std::vector<RankLinkBytes> keys_visible_causal_traffic(const Geometry& g, std::size_t gpus,
                                                        const std::vector<std::int64_t>& indices, std::size_t k,
                                                        std::size_t d, std::size_t link_elem_bytes,
-                                                       ShardLayout layout = ShardLayout::contiguous);
+                                                       ShardLayout layout = ShardLayout::contiguous,
+                                                       std::size_t folds = 1);
 
 }  // namespace flashlab::ref::stream
