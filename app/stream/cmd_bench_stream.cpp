@@ -40,7 +40,8 @@ constexpr const char* kUsageLine =
     "                       [--k K[,K2,...]] [--heads H] [--block-m BM] [--block-n BN] [--dtype bf16|fp16]\n"
     "                       [--reps R] [--warmup W] [--check-indices [--traffic]] [--json|--csv]\n"
     "                       [--gpus G[,G2,...] [--scaling strong|weak] [--layout contiguous|zigzag[,...]]\n"
-    "                       [--exchange whole|pieces[,...]]]";
+    "                       [--exchange whole|pieces[,...]] [--folds F[,F2,...]] [--schedule serial|overlap[,...]]\n"
+    "                       [--comm-priority normal|high[,...]]]";
 constexpr const char* kSummary =
     "Times the STREAM kernels on the GPU: mask estimation (top-k key blocks per query block) and/or\n"
     "mask application (block-sparse attention over them), the fast 16-bit tensor-core kernels (the\n"
@@ -61,8 +62,14 @@ constexpr const char* kSummary =
     "I, and whether I equals the G = 1 row's of the same T bit for bit; --scaling weak reads --seq as\n"
     "tokens per GPU. --layout zigzag (the default) deals 2G query chunks, rank g holding chunks g and\n"
     "2G − 1 − g (balanced estimate work), contiguous G shards; --exchange pieces (zigzag only) moves the K rows each rank's first chunk\n"
-    "needs first, so that chunk's estimate starts before the rest lands. Lists run every combination\n"
-    "(G = 1 once). Needs a build with CUDA and an NVIDIA GPU.";
+    "needs first (in tiers: chunk i's rows in group i), so that chunk's estimate starts before the rest\n"
+    "lands; --folds F (zigzag only) deals 2F·G chunks, every 2G of them as zigzag, 2F per rank;\n"
+    "--schedule overlap runs each chunk's estimate and apply on a stream of its own (the latest chunk\n"
+    "first), serial (the default) the estimates in token order on one stream, then the applies;\n"
+    "--comm-priority high puts the exchange's stream at the greatest stream priority. Each\n"
+    "row is followed by one line per rank (text; on stderr with --json/--csv): its total, estimate,\n"
+    "apply, exposed and first-wait ms and when its K and V rows had landed. Lists run every\n"
+    "combination (G = 1 once). Needs a build with CUDA and an NVIDIA GPU.";
 
 /// Largest T the sweep accepts: 8M tokens (at d = 128 one fp32 tensor is 4 GiB).
 constexpr long long kMaxSeq = 1LL << 23;
@@ -101,7 +108,13 @@ po::options_description options() {
       ("layout", po::value<std::string>()->default_value("zigzag"),
        "with --gpus: how query blocks are dealt, comma separated: zigzag (chunks g, 2G-1-g; the default) or contiguous (G shards)")
       ("exchange", po::value<std::string>()->default_value("whole"),
-       "with --gpus: the K exchange, comma separated: whole (one group) or pieces (first-chunk rows first; zigzag)");
+       "with --gpus: the K exchange, comma separated: whole (one group) or pieces (chunk i's rows in group i; zigzag)")
+      ("folds", po::value<std::string>()->default_value("1"),
+       "with --gpus and zigzag: folds, comma separated: 2F·G chunks, every 2G dealt as zigzag (1 = plain zigzag)")
+      ("schedule", po::value<std::string>()->default_value("serial"),
+       "with --gpus: serial (one compute stream) or overlap (a stream per chunk), comma separated")
+      ("comm-priority", po::value<std::string>()->default_value("normal"),
+       "with --gpus: the exchange stream's priority, comma separated: normal or high (ahead of the kernels)");
   add_output_options(d);
   return d;
 }
@@ -117,6 +130,9 @@ struct StreamSweep {
   bool weak = false;      ///< --scaling weak: T per GPU
   std::vector<ref::stream::ShardLayout> layouts{ref::stream::ShardLayout::contiguous};  ///< --layout
   std::vector<bool> pieces{false};  ///< --exchange: whole (false) and / or pieces (true)
+  std::vector<int> folds{1};        ///< --folds: zigzag folds
+  std::vector<bool> overlap{false}; ///< --schedule: serial (false) and / or overlap (true)
+  std::vector<bool> priority{false};///< --comm-priority: normal (false) and / or high (true)
 };
 
 /// A comma-separated list of names, each checked by `parse`; `flag` names the flag in errors.
@@ -187,10 +203,9 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
   } else if (s.weak) {
     throw UsageError("--scaling applies to --gpus", "add --gpus G[,G2,...]");
   }
-  const bool layout_set = !vm["layout"].defaulted(), exchange_set = !vm["exchange"].defaulted();
-  if ((layout_set || exchange_set) && s.gpus.empty())
-    throw UsageError(std::string("--") + (layout_set ? "layout" : "exchange") + " applies to --gpus",
-                     "add --gpus G[,G2,...]");
+  for (const char* flag : {"layout", "exchange", "folds", "schedule", "comm-priority"})
+    if (!vm[flag].defaulted() && s.gpus.empty())
+      throw UsageError(std::string("--") + flag + " applies to --gpus", "add --gpus G[,G2,...]");
   s.layouts = name_list<ref::stream::ShardLayout>("layout", vm["layout"].as<std::string>(), ref::stream::parse_shard_layout,
                                                   "choose zigzag (the default) or contiguous, comma separated");
   s.pieces = name_list<bool>(
@@ -200,7 +215,25 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
         return n == "pieces";
       },
       "choose whole (the default) or pieces, comma separated");
+  s.folds = sweep_list("folds", vm["folds"].as<std::string>(), 1, 16, "1,2,4");
+  s.overlap = name_list<bool>(
+      "schedule", vm["schedule"].as<std::string>(),
+      [](const std::string& n) {
+        if (n != "serial" && n != "overlap") throw std::invalid_argument(n);
+        return n == "overlap";
+      },
+      "choose serial (the default) or overlap, comma separated");
+  s.priority = name_list<bool>(
+      "comm-priority", vm["comm-priority"].as<std::string>(),
+      [](const std::string& n) {
+        if (n != "normal" && n != "high") throw std::invalid_argument(n);
+        return n == "high";
+      },
+      "choose normal (the default) or high, comma separated");
   const bool any_zigzag = std::count(s.layouts.begin(), s.layouts.end(), ref::stream::ShardLayout::zigzag) > 0;
+  if (!any_zigzag && std::count_if(s.folds.begin(), s.folds.end(), [](int f) { return f > 1; }) > 0)
+    throw UsageError("--folds deals the zigzag layout's chunks (a contiguous shard is one chunk)",
+                     "drop --layout contiguous (zigzag is the default) or list contiguous,zigzag");
   if (!any_zigzag && std::count(s.pieces.begin(), s.pieces.end(), true) > 0)
     throw UsageError("--exchange pieces splits the K exchange of the zigzag layout (a contiguous shard needs every "
                      "row it receives before its first query block)",
@@ -309,8 +342,8 @@ int run_sharded(const StreamSweep& s) {
   std::optional<RowStream> rows;
   if (data) rows.emplace(s.format, std::cout);
   else
-    std::cout << "   G layout     exch          T    d    k   total ms   estim ms   apply ms exposed ms  sent MB model MB  "
-                 "recv MB model MB  same  =1GPU  checksum\n";
+    std::cout << "   G layout     exch   F schedule            T    d    k   total ms   estim ms   apply ms exposed ms  wait ms  "
+                 "sent MB model MB  recv MB model MB  same  =1GPU  checksum\n";
   std::map<std::tuple<long long, int, int>, std::uint64_t> anchor;  // (T, d, k) → checksum of the G = 1 row
   std::map<int, std::unique_ptr<flashlab::cuda::LocalRing>> rings;
   bool ok = true;
@@ -320,15 +353,23 @@ int run_sharded(const StreamSweep& s) {
       for (const int T0 : s.seqs)
         for (const int G : s.gpus)
           for (const auto layout : s.layouts)
-            for (const bool pieces : s.pieces) {
-              // G = 1 is the whole sequence whatever the layout: one row; pieces only split zigzag's exchange.
-              if (G == 1 && (layout != s.layouts.front() || pieces != s.pieces.front())) continue;
-              if (G > 1 && pieces && layout == ref::stream::ShardLayout::contiguous) continue;
+            for (const bool pieces : s.pieces)
+            for (const int folds : s.folds)
+            for (const bool overlap : s.overlap)
+            for (const bool priority : s.priority) {
+              // G = 1 is the whole sequence whatever the layout: one row; pieces and folds only
+              // split zigzag's exchange and chunks.
+              if (G == 1 && (layout != s.layouts.front() || pieces != s.pieces.front() || folds != s.folds.front() ||
+                             overlap != s.overlap.front() || priority != s.priority.front()))
+                continue;
+              if (G > 1 && (pieces || folds > 1) && layout == ref::stream::ShardLayout::contiguous) continue;
               const long long T = s.weak ? (long long)T0 * G : T0;
               const fs::ShardedStreamProblem p{std::size_t(T), std::size_t(s.heads), std::size_t(d), std::size_t(k), layout,
-                                               pieces};
+                                               pieces, G == 1 ? 1 : std::size_t(folds), overlap, G > 1 && priority};
               const char* layout_name = G == 1 ? "-" : ref::stream::shard_layout_name(layout);
               const char* exchange_name = G == 1 ? "-" : pieces ? "pieces" : "whole";
+              const std::string schedule_name = G == 1 ? "-" : std::string(overlap ? "overlap" : "serial") +
+                                                               (priority ? "+prio" : "");
               auto& ring = rings[G];  // one per G for the whole sweep: making communicators takes a while
               try {
                 if (!ring) {
@@ -360,16 +401,30 @@ int run_sharded(const StreamSweep& s) {
                 j.key("same_every_launch").value(r.same_every_launch ? 1 : 0).key("same_as_1gpu").value(same1);
                 j.key("checksum").value(hex).key("reps").value(r.reps);
                 j.key("layout").value(layout_name).key("exchange").value(exchange_name);
+                j.key("folds").value(G == 1 ? 1 : folds).key("schedule").value(schedule_name);
+                j.key("first_wait_ms").value(round_to(r.first_wait_ms, 4));
                 j.end_object();
                 rows->row(v);
-                continue;
+              } else {
+                std::snprintf(line, sizeof line,
+                              "%4d %-10s %-6s %2d %-12s %8lld %4d %4d %10.3f %10.3f %10.3f %10.3f %8.3f %8.1f %8.1f %8.1f "
+                              "%8.1f  %-4s  %-5s  %s\n",
+                              G, layout_name, exchange_name, G == 1 ? 1 : folds, schedule_name.c_str(), T, d, k, r.total_ms,
+                              r.estimate_ms, r.apply_ms, r.exposed_ms, r.first_wait_ms, double(r.sent_max) / 1e6,
+                              double(r.model_sent_max) / 1e6, double(r.received_max) / 1e6,
+                              double(r.model_received_max) / 1e6, r.same_every_launch ? "yes" : "NO", same1, hex);
+                std::cout << line << std::flush;
               }
-              std::snprintf(line, sizeof line,
-                            "%4d %-10s %-6s %8lld %4d %4d %10.3f %10.3f %10.3f %10.3f %8.1f %8.1f %8.1f %8.1f  %-4s  %-5s  %s\n",
-                            G, layout_name, exchange_name, T, d, k, r.total_ms, r.estimate_ms, r.apply_ms, r.exposed_ms, double(r.sent_max) / 1e6,
-                            double(r.model_sent_max) / 1e6, double(r.received_max) / 1e6,
-                            double(r.model_received_max) / 1e6, r.same_every_launch ? "yes" : "NO", same1, hex);
-              std::cout << line << std::flush;
+              if (G > 1)  // where each rank's time went (medians over the reps)
+                for (std::size_t g = 0; g < r.ranks.size(); ++g) {
+                  const auto& t = r.ranks[g];
+                  std::snprintf(line, sizeof line,
+                                "     rank %zu: total %.3f = estimate %.3f + apply %.3f + exposed %.3f ms; first "
+                                "estimate at %.3f ms; K landed at %.3f, V at %.3f ms\n",
+                                g, t.total_ms, t.estimate_ms, t.apply_ms, t.exposed_ms, t.first_wait_ms,
+                                t.k_exchange_ms, t.v_exchange_ms);
+                  info << line << std::flush;
+                }
             }
   if (rows) rows->finish();
   if (!ok) std::cerr << "error: I differed between runs or from the single-GPU row (NO above)\n";

@@ -17,7 +17,8 @@ TEST_CASE("cli bench stream: --help names the method and every flag", "[cli][ben
   CHECK_THAT(r.out, Catch::Contains("Usage: flashlab bench stream") && Catch::Contains("CUDA events") &&
                         Catch::Contains("L2") && Catch::Contains("median") && Catch::Contains("beyond"));
   for (const char* flag : {"--pass", "--kernel", "--seq", "--dim", "--k", "--heads", "--block-m", "--block-n", "--dtype", "--group",
-                           "--reps", "--warmup", "--check-indices", "--traffic", "--csv"}) {
+                           "--reps", "--warmup", "--check-indices", "--traffic", "--csv", "--gpus", "--layout",
+                           "--exchange", "--folds", "--schedule", "--comm-priority"}) {
     INFO(flag);
     CHECK_THAT(r.out, Catch::Contains(flag));
   }
@@ -50,6 +51,15 @@ TEST_CASE("cli bench stream: bad flags are usage errors naming the flag", "[cli]
   expect_usage_error("bench stream --gpus 2 --layout contiguous,spiral", "--layout 'spiral' is unknown");
   expect_usage_error("bench stream --gpus 2 --layout zigzag --exchange whole,bits", "--exchange 'bits' is unknown");
   expect_usage_error("bench stream --gpus 2 --layout contiguous --exchange pieces", "--exchange pieces splits the K exchange of the zigzag");
+  // Folds, the schedule and the exchange's priority: only with --gpus, known values, folds only for zigzag.
+  expect_usage_error("bench stream --folds 2", "--folds applies to --gpus");
+  expect_usage_error("bench stream --schedule overlap", "--schedule applies to --gpus");
+  expect_usage_error("bench stream --comm-priority high", "--comm-priority applies to --gpus");
+  expect_usage_error("bench stream --gpus 2 --folds 0", "--folds: '0'");
+  expect_usage_error("bench stream --gpus 2 --folds 17", "--folds");
+  expect_usage_error("bench stream --gpus 2 --layout contiguous --folds 1,2", "--folds deals the zigzag layout");
+  expect_usage_error("bench stream --gpus 2 --schedule serial,eager", "--schedule 'eager' is unknown");
+  expect_usage_error("bench stream --gpus 2 --comm-priority urgent", "--comm-priority 'urgent' is unknown");
 }
 
 TEST_CASE("cli bench stream: without CUDA, or without a GPU, it says so and exits non-zero", "[cli][bench][errors]") {

@@ -2,8 +2,9 @@
 // and its scores bitwise the single-GPU fast estimate's, O bitwise the single-GPU fast apply's on
 // the same I, on random N(0, 1) and small-integer (tied) inputs, T not a multiple of 64 nor of the
 // shard size, d = 64 and 128, H = 1 and 2, G = 2 (3 and 4 where the machine has 4 GPUs), ranks that
-// hold no query block; each under the contiguous layout, the zigzag layout and zigzag with the K
-// exchange in pieces; the refusals. Every K and V row a rank does not hold is poisoned with NaN
+// hold no query block; each under the contiguous layout, the zigzag layout, zigzag with the K
+// exchange in pieces (tiers), folded zigzag (2, 3, 4 folds) and with each chunk on a stream of its own
+// (overlap); the refusals. Every K and V row a rank does not hold is poisoned with NaN
 // before the run, so a row the exchange missed shows as a difference (or a NaN output).
 // Own executable (CTest label gpu): it needs at least 2 GPUs and says SKIPPED (exit 77) with fewer.
 #define CATCH_CONFIG_RUNNER
@@ -27,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <string>
 
 namespace fc = flashlab::cuda;
 namespace gs = flashlab::cuda::stream;
@@ -59,13 +61,30 @@ bool has_nan(const std::vector<std::uint16_t>& bf16) {
   return false;
 }
 
-/// The layouts and exchange orders every sharded check runs under.
+/// The layouts, exchange orders, folds and schedules every sharded check runs under.
 struct Variant {
   rs::ShardLayout layout;
   bool pieces;
+  std::size_t folds;
+  bool overlap;
 };
-constexpr Variant kVariants[] = {{rs::ShardLayout::contiguous, false}, {rs::ShardLayout::zigzag, false},
-                                 {rs::ShardLayout::zigzag, true}};
+constexpr Variant kVariants[] = {
+    {rs::ShardLayout::contiguous, false, 1, false}, {rs::ShardLayout::zigzag, false, 1, false},
+    {rs::ShardLayout::zigzag, true, 1, false},      {rs::ShardLayout::contiguous, false, 1, true},
+    {rs::ShardLayout::zigzag, false, 1, true},      {rs::ShardLayout::zigzag, true, 2, true},
+    {rs::ShardLayout::zigzag, true, 3, false},      {rs::ShardLayout::zigzag, true, 4, true}};
+
+std::string name(const Variant& x) {
+  return std::string(rs::shard_layout_name(x.layout)) + (x.pieces ? " pieces" : " whole") + " folds " +
+         std::to_string(x.folds) + (x.overlap ? " overlap" : " serial");
+}
+
+gs::ShardedStreamProblem problem(std::size_t T, std::size_t H, std::size_t d, std::size_t k, const Variant& x) {
+  gs::ShardedStreamProblem p{T, H, d, k, x.layout, x.pieces};
+  p.folds = x.folds;
+  p.overlap = x.overlap;
+  return p;
+}
 
 /// The sharded run against the single-GPU entries on the same inputs: I and scores, then O.
 void check_against_one_gpu(std::size_t T, std::size_t H, std::size_t d, std::size_t k, int lo, std::uint64_t seed) {
@@ -79,9 +98,8 @@ void check_against_one_gpu(std::size_t T, std::size_t H, std::size_t d, std::siz
   for (const int G : ring_sizes())
     for (const Variant& x : kVariants) {
       INFO("T=" << T << " H=" << H << " d=" << d << " k=" << k << (lo > 0 ? " integers" : " normal") << " G=" << G
-                << " " << rs::shard_layout_name(x.layout) << (x.pieces ? " pieces" : ""));
-      const gs::ShardedStreamOutput out =
-          gs::stream_sharded_host({T, H, d, k, x.layout, x.pieces}, ring_of(G), q, kk, v);
+                << " " << name(x));
+      const gs::ShardedStreamOutput out = gs::stream_sharded_host(problem(T, H, d, k, x), ring_of(G), q, kk, v);
       std::size_t bad = 0;
       for (std::size_t i = 0; i < one.indices.size(); ++i)
         if (out.indices[i] != one.indices[i] || std::memcmp(&out.scores[i], &one.scores[i], sizeof(float)) != 0)
@@ -119,13 +137,13 @@ TEST_CASE("cuda stream sharded: the bytes handed to NCCL and the model's", "[gpu
   const rs::Geometry geo{T, 64, 64};
   for (const int G : ring_sizes())
     for (const Variant& x : kVariants) {
-      INFO("G=" << G << " " << rs::shard_layout_name(x.layout) << (x.pieces ? " pieces" : ""));
-      const gs::ShardedStreamProblem p{T, 1, d, k, x.layout, x.pieces};
+      INFO("G=" << G << " " << name(x));
+      const gs::ShardedStreamProblem p = problem(T, 1, d, k, x);
       const gs::ShardedStreamOutput out =
           gs::stream_sharded_host(p, ring_of(G), {Q.data(), 1, d}, {K.data(), 1, d}, {V.data(), 1, d});
       const auto bytes = gs::sharded_bytes(p, std::size_t(G), out.indices);
       const auto shards = gs::fast_stream_shards(T, std::size_t(G));
-      const auto rows = rs::layout_exchange_rows(geo, std::size_t(G), x.layout);
+      const auto rows = rs::layout_exchange_rows(geo, std::size_t(G), x.layout, x.folds);
       std::uint64_t sent = 0, received = 0;
       for (std::size_t g = 0; g < bytes.size(); ++g) {
         INFO("rank " << g);
@@ -145,7 +163,7 @@ TEST_CASE("cuda stream sharded: the bytes handed to NCCL and the model's", "[gpu
       } else {  // zigzag: rank 0 holds the last chunk, so it receives every row it does not hold
         // The layout held by name: a range-for over an element of the returned temporary would
         // read it after its destruction.
-        const auto layout = rs::shard_layout(geo, std::size_t(G), x.layout);
+        const auto layout = rs::shard_layout(geo, std::size_t(G), x.layout, x.folds);
         std::size_t own = 0;
         for (const auto& c : layout[0]) own += c.token_end - c.token_begin;
         CHECK(bytes.front().received == 2 * (T - own) * d * 2);
@@ -158,6 +176,8 @@ TEST_CASE("cuda stream sharded: refusals", "[gpu][stream-gpus]") {
   CHECK_THROWS_AS(gs::ShardedStream({1000, 1, 96, 8}, ring), rs::StreamError);
   CHECK_THROWS_AS(gs::ShardedStream({1000, 1, 64, 0}, ring), rs::StreamError);
   CHECK_THROWS_AS(gs::ShardedStream({1000, 1, 64, 129}, ring), rs::StreamError);
+  CHECK_THROWS_WITH(gs::ShardedStream(problem(1000, 1, 64, 8, {rs::ShardLayout::contiguous, false, 2, false}), ring),
+                    Catch::Contains("zigzag layout only"));
   gs::ShardedStream run({1000, 1, 64, 8}, ring);
   CHECK_THROWS_WITH(run.run({}), Catch::Contains("buffer sets for 2 ranks"));
   CHECK_THROWS_WITH(run.run(std::vector<gs::ShardedStreamBuffers>(2)), Catch::Contains("lacks a Q, K, V, I or O"));

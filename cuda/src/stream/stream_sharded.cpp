@@ -2,14 +2,19 @@
 // (flashlab/cuda/stream_sharded.hpp): the NCCL exchange of the key rows a causal shard needs, the
 // fast kernels on each rank's query-block range, the host entry of the tests and the benchmark.
 //
-// One run, per rank g on its own compute stream and communication stream:
+// One run, per rank g on its compute stream(s) and its communication stream:
 //   comm:    K rows every rank needs from g, and g needs from the others: each rank's chunks
-//            (one contiguous shard, or zigzag's chunks g and 2G − 1 − g) to every rank whose last
+//            (one contiguous shard, or the zigzag chunks of shard_layout) to every rank whose last
 //            chunk ends after them (grouped ncclSend/ncclRecv in one global order, so the pairs
-//            match); in pieces, first the rows before each rank's first chunk, then the rest
-//   compute: waits for the rows it receives, estimate of each chunk's query blocks  (App. A, B)
-//   comm:    V rows the same way, while the estimate runs
+//            match: ref::stream::layout_transfers); in pieces, one group per tier — tier i holds
+//            the rows some rank's chunk i needs first — else one group
+//   compute: per chunk, waits for the rows it needs (all K, or the tiers up to its own), then
+//            the estimate of its query blocks                                        (App. A, B)
+//   comm:    V rows the same way, while the estimates run
 //   compute: waits for them, apply of the same query blocks                               (§6)
+// Serial: one compute stream, the estimates in token order, then the applies. Overlap: chunk c on
+// compute stream c, the latest chunk enqueued first, so its long query blocks take the SMs first
+// and the other chunks' blocks (and applies) fill the gaps a waiting or draining chunk leaves.
 // The keys_visible scheme of the CPU model (reference/src/stream/stream_shards.cpp) for K; for V
 // it sends every needed row, not only the kept blocks' (I is not known when the exchange starts,
 // so the V exchange overlaps the estimate instead of waiting for it): the benchmark reports both.
@@ -57,52 +62,76 @@ ref::stream::BlockMask causal_mask(std::size_t T) {
   return ref::stream::BlockMask(ref::stream::Geometry{T, kFastStreamBlock, kFastStreamBlock});
 }
 
-/// One contiguous run of K or V rows moved from the rank holding them to a rank that needs them.
-struct Transfer {
-  int src = 0, dst = 0;
-  RankShard chunk;
-  bool first = false;  ///< needed by dst's first chunk (the first exchange group when in pieces)
-};
+constexpr std::size_t kAllTiers = std::size_t(-1);
+
+/// Length of the union of [begin, end) intervals.
+float union_ms(std::vector<std::pair<float, float>> v) {
+  std::sort(v.begin(), v.end());
+  float total = 0.f, lo = 0.f, hi = 0.f;
+  bool open = false;
+  for (const auto& [a, b] : v) {
+    if (open && a <= hi) {
+      hi = std::max(hi, b);
+      continue;
+    }
+    if (open) total += hi - lo;
+    lo = a;
+    hi = b;
+    open = true;
+  }
+  return open ? total + (hi - lo) : total;
+}
 
 }  // namespace
 
 struct ShardedStream::Impl {
   ShardedStreamProblem p;
   const LocalRing* ring = nullptr;
-  std::vector<std::vector<RankShard>> chunks;  // per rank, in token order
-  std::vector<Transfer> transfers;             // every chunk to every rank needing it, in one order for all
-  std::vector<cudaStream_t> compute, comm;
-  // Per rank: start, K of the first chunk landed, all K landed, estimate of chunk 0 start/end and
-  // of chunk 1 start/end, V landed, apply start/end.
-  enum { kStart, kKFirst, kK, kE0, kE1, kE2, kE3, kV, kA0, kA1, kEvents };
-  std::vector<std::array<cudaEvent_t, kEvents>> events;
+  std::vector<std::vector<RankShard>> chunks;          // per rank, in token order
+  std::vector<ref::stream::ChunkTransfer> transfers;   // one order for all ranks (layout_transfers)
+  std::size_t k_groups = 1;                            // K exchange groups: one per tier with pieces, else one
+  /// One rank's streams and events. compute[0] is the main compute stream (the run starts and
+  /// ends on it); with overlap chunk c runs on compute[c].
+  struct Rank {
+    std::vector<cudaStream_t> compute;
+    cudaStream_t comm = nullptr;
+    cudaEvent_t start = nullptr, v_landed = nullptr;
+    std::vector<cudaEvent_t> k_landed;               // after each K group
+    std::vector<std::array<cudaEvent_t, 4>> chunk;   // per chunk: estimate start, end, apply start, end
+    std::vector<cudaEvent_t> joined;                 // per compute stream: its last work, joined into compute[0]
+  };
+  std::vector<Rank> ranks;
 
   std::size_t row_bytes() const { return p.heads * p.dim * kElem; }
   int G() const { return int(chunks.size()); }
   bool holds(int g) const { return !chunks[std::size_t(g)].empty(); }
-  bool receives(int g, bool first_group) const {
-    for (const Transfer& t : transfers)
-      if (t.dst == g && t.first == first_group) return true;
+  /// Whether rank g receives rows of a tier ≤ `tier` (kAllTiers: any).
+  bool receives(int g, std::size_t tier = kAllTiers) const {
+    for (const auto& t : transfers)
+      if (t.dst == std::size_t(g) && (tier == kAllTiers || t.tier <= tier)) return true;
     return false;
   }
+  /// The K group whose landing chunk c of rank g waits for, or −1 when it receives nothing it needs.
+  int k_group_for(int g, std::size_t c) const {
+    if (!p.pieces) return receives(g) ? 0 : -1;
+    return receives(g, c) ? int(c) : -1;
+  }
 
-  enum class Part { first, rest, all };
-  /// One exchange group (K or V): the transfers of `part` (those the first chunks need, the
-  /// others, or all), every rank issuing its sends and receives in the one order of `transfers`,
-  /// so the pairs match.
-  void exchange(const std::vector<ShardedStreamBuffers>& b, void* ShardedStreamBuffers::*field, Part part) {
+  /// One exchange group (K or V): the transfers of `tier` (kAllTiers: every one), every rank
+  /// issuing its sends and receives in the one order of `transfers`, so the pairs match.
+  void exchange(const std::vector<ShardedStreamBuffers>& b, void* ShardedStreamBuffers::*field, std::size_t tier) {
     SHARDED_NCCL(ncclGroupStart(), nullptr);
     try {
       for (int g = 0; g < G(); ++g) {
         auto* c = static_cast<ncclComm_t>(ring->comm(g));
         char* base = static_cast<char*>(b[std::size_t(g)].*field);
-        for (const Transfer& t : transfers) {
-          if ((part == Part::first && !t.first) || (part == Part::rest && t.first) || (t.src != g && t.dst != g))
-            continue;
+        for (const auto& t : transfers) {
+          if ((tier != kAllTiers && t.tier != tier) || (t.src != std::size_t(g) && t.dst != std::size_t(g))) continue;
           char* at = base + t.chunk.token_begin * row_bytes();
           const std::size_t n = (t.chunk.token_end - t.chunk.token_begin) * row_bytes();
-          if (t.dst == g) SHARDED_NCCL(ncclRecv(at, n, ncclUint8, t.src, c, comm[std::size_t(g)]), c);
-          else SHARDED_NCCL(ncclSend(at, n, ncclUint8, t.dst, c, comm[std::size_t(g)]), c);
+          const cudaStream_t s = ranks[std::size_t(g)].comm;
+          if (t.dst == std::size_t(g)) SHARDED_NCCL(ncclRecv(at, n, ncclUint8, int(t.src), c, s), c);
+          else SHARDED_NCCL(ncclSend(at, n, ncclUint8, int(t.dst), c, s), c);
         }
       }
     } catch (...) {
@@ -121,44 +150,58 @@ ShardedStream::ShardedStream(const ShardedStreamProblem& problem, const LocalRin
   check_fast_estimate(mask.geometry(), problem.heads, problem.dim, problem.k);
   FastApplyShape shape{problem.T, problem.heads, problem.dim, problem.k, ref::Dtype::bf16, 1};
   check_fast_apply(shape);
-  m.chunks = ref::stream::shard_layout(ref::stream::Geometry{problem.T, kFastStreamBlock, kFastStreamBlock},
-                                       std::size_t(ring.size()), problem.layout);
-  // Chunks in token order, each to every other rank whose last chunk ends after it.
-  std::vector<std::pair<RankShard, int>> all;
-  for (int g = 0; g < m.G(); ++g)
-    for (const RankShard& c : m.chunks[std::size_t(g)]) all.push_back({c, g});
-  std::sort(all.begin(), all.end(), [](const auto& x, const auto& y) { return x.first.token_begin < y.first.token_begin; });
-  for (const auto& [c, src] : all)
-    for (int dst = 0; dst < m.G(); ++dst) {
-      const auto& mine = m.chunks[std::size_t(dst)];
-      if (dst == src || mine.empty() || c.token_end > mine.back().token_end) continue;
-      m.transfers.push_back({src, dst, c, problem.pieces && c.token_end <= mine.front().token_begin});
-    }
+  const ref::stream::Geometry geo{problem.T, kFastStreamBlock, kFastStreamBlock};
+  const std::size_t G = std::size_t(ring.size());
+  m.chunks = ref::stream::shard_layout(geo, G, problem.layout, problem.folds);
+  if (G > 1) m.transfers = ref::stream::layout_transfers(geo, G, problem.layout, problem.folds);
+  if (problem.pieces)
+    for (const auto& c : m.chunks) m.k_groups = std::max(m.k_groups, c.size());
   int current = 0;
   FLASHLAB_CUDA_CHECK(cudaGetDevice(&current));
-  for (int g = 0; g < ring.size(); ++g) {
-    FLASHLAB_CUDA_CHECK(cudaSetDevice(ring.device(g)));
-    cudaStream_t s = nullptr, x = nullptr;
-    FLASHLAB_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    m.compute.push_back(s);
-    FLASHLAB_CUDA_CHECK(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking));
-    m.comm.push_back(x);
-    std::array<cudaEvent_t, Impl::kEvents> ev{};
-    for (auto& e : ev) FLASHLAB_CUDA_CHECK(cudaEventCreate(&e));
-    m.events.push_back(ev);
-  }
+    for (int g = 0; g < ring.size(); ++g) {
+      FLASHLAB_CUDA_CHECK(cudaSetDevice(ring.device(g)));
+      m.ranks.emplace_back();
+      Impl::Rank& r = m.ranks.back();
+      const std::size_t n_chunks = m.chunks[std::size_t(g)].size();
+      const std::size_t n_compute = problem.overlap ? std::max<std::size_t>(1, n_chunks) : 1;
+      int least = 0, greatest = 0;
+      FLASHLAB_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+      for (std::size_t i = 0; i <= n_compute; ++i) {  // the compute streams, then the communication stream
+        cudaStream_t s = nullptr;
+        const bool high = i == n_compute && problem.comm_priority;
+        FLASHLAB_CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, high ? greatest : least));
+        if (i < n_compute) r.compute.push_back(s);
+        else r.comm = s;
+      }
+      auto event = [] {
+        cudaEvent_t e = nullptr;
+        FLASHLAB_CUDA_CHECK(cudaEventCreate(&e));
+        return e;
+      };
+      r.start = event();
+      r.v_landed = event();
+      for (std::size_t i = 0; i < m.k_groups; ++i) r.k_landed.push_back(event());
+      for (std::size_t c = 0; c < n_chunks; ++c) r.chunk.push_back({event(), event(), event(), event()});
+      for (std::size_t i = 0; i < n_compute; ++i) r.joined.push_back(event());
+    }
   FLASHLAB_CUDA_CHECK(cudaSetDevice(current));
 }
 
 ShardedStream::~ShardedStream() {
   Impl& m = *impl_;
-  for (std::size_t g = 0; g < m.compute.size(); ++g) {  // destructor: nothing to do with an error
+  for (std::size_t g = 0; g < m.ranks.size(); ++g) {  // destructor: nothing to do with an error
     cudaSetDevice(m.ring->device(int(g)));
-    cudaStreamSynchronize(m.compute[g]);
-    cudaStreamSynchronize(m.comm[g]);
-    for (auto e : m.events[g]) cudaEventDestroy(e);
-    cudaStreamDestroy(m.compute[g]);
-    cudaStreamDestroy(m.comm[g]);
+    Impl::Rank& r = m.ranks[g];
+    for (auto s : r.compute) cudaStreamSynchronize(s);
+    if (r.comm) cudaStreamSynchronize(r.comm);
+    std::vector<cudaEvent_t> events{r.start, r.v_landed};
+    events.insert(events.end(), r.k_landed.begin(), r.k_landed.end());
+    events.insert(events.end(), r.joined.begin(), r.joined.end());
+    for (const auto& c : r.chunk) events.insert(events.end(), c.begin(), c.end());
+    for (auto e : events)
+      if (e) cudaEventDestroy(e);
+    for (auto s : r.compute) cudaStreamDestroy(s);
+    if (r.comm) cudaStreamDestroy(r.comm);
   }
 }
 
@@ -181,25 +224,26 @@ void ShardedStream::run(const std::vector<ShardedStreamBuffers>& buffers) {
   const int G = m.G();
   for (int g = 0; g < G; ++g) {
     FLASHLAB_CUDA_CHECK(cudaSetDevice(m.ring->device(g)));
-    FLASHLAB_CUDA_CHECK(cudaEventRecord(m.events[std::size_t(g)][Impl::kStart], m.compute[std::size_t(g)]));
-    // The exchange writes K, V rows the previous run's kernels may still read: it starts after them.
-    FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(m.comm[std::size_t(g)], m.events[std::size_t(g)][Impl::kStart], 0));
+    Impl::Rank& r = m.ranks[std::size_t(g)];
+    FLASHLAB_CUDA_CHECK(cudaEventRecord(r.start, r.compute[0]));
+    // The exchange writes K, V rows the previous run's kernels may still read: it starts after
+    // them (every compute stream of the previous run was joined into compute[0]); so do the
+    // chunks' own streams.
+    FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(r.comm, r.start, 0));
+    for (std::size_t i = 1; i < r.compute.size(); ++i) FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(r.compute[i], r.start, 0));
   }
-  auto record_comm = [&](int landed) {
+  auto record_comm = [&](auto event_of) {
     for (int g = 0; g < G; ++g) {
       FLASHLAB_CUDA_CHECK(cudaSetDevice(m.ring->device(g)));
-      FLASHLAB_CUDA_CHECK(cudaEventRecord(m.events[std::size_t(g)][std::size_t(landed)], m.comm[std::size_t(g)]));
+      Impl::Rank& r = m.ranks[std::size_t(g)];
+      FLASHLAB_CUDA_CHECK(cudaEventRecord(event_of(r), r.comm));
     }
   };
-  // K in two groups when in pieces: the rows every rank's first chunk needs, then the rest.
-  if (G > 1 && m.p.pieces) m.exchange(buffers, &ShardedStreamBuffers::K, Impl::Part::first);
-  record_comm(Impl::kKFirst);
-  if (G > 1) m.exchange(buffers, &ShardedStreamBuffers::K, Impl::Part::rest);
-  record_comm(Impl::kK);
-  // A rank waits only for rows it receives: never for its own sends alone.
-  auto wait_for = [&](int g, int landed) {
-    FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(m.compute[std::size_t(g)], m.events[std::size_t(g)][std::size_t(landed)], 0));
-  };
+  // K: in tiers with pieces (tier i: the rows some rank's chunk i needs first), else one group.
+  for (std::size_t i = 0; i < m.k_groups; ++i) {
+    if (G > 1) m.exchange(buffers, &ShardedStreamBuffers::K, m.p.pieces ? i : kAllTiers);
+    record_comm([i](Impl::Rank& r) { return r.k_landed[i]; });
+  }
   // Chunk c's rows of Q, O (tokens) and of I, scores (query blocks) follow the earlier chunks'.
   auto token_offset = [&](int g, std::size_t c) {
     std::size_t t = 0;
@@ -211,42 +255,54 @@ void ShardedStream::run(const std::vector<ShardedStreamBuffers>& buffers) {
     for (std::size_t i = 0; i < c; ++i) q += m.chunks[std::size_t(g)][i].q_end - m.chunks[std::size_t(g)][i].q_begin;
     return m.p.heads * q * m.p.k;
   };
+  // The stream chunk c of rank g runs on, and the order chunks are enqueued in: with overlap the
+  // latest (dearest) first, so its query blocks take the SMs first and the others fill its tail.
+  auto stream_of = [&](int g, std::size_t c) {
+    const auto& r = m.ranks[std::size_t(g)];
+    return m.p.overlap ? r.compute[c] : r.compute[0];
+  };
+  auto chunk_order = [&](int g) {
+    std::vector<std::size_t> order(m.chunks[std::size_t(g)].size());
+    for (std::size_t c = 0; c < order.size(); ++c) order[c] = m.p.overlap ? order.size() - 1 - c : c;
+    return order;
+  };
   for (int g = 0; g < G; ++g) {
     FLASHLAB_CUDA_CHECK(cudaSetDevice(m.ring->device(g)));
     const auto gi = std::size_t(g);
-    auto& ev = m.events[gi];
-    cudaStream_t st = m.compute[gi];
+    Impl::Rank& r = m.ranks[gi];
     const ShardedStreamBuffers& b = buffers[gi];
-    if (m.receives(g, true)) wait_for(g, Impl::kKFirst);
-    if (!m.p.pieces && m.receives(g, false)) wait_for(g, Impl::kK);
-    for (std::size_t c = 0; c < 2; ++c) {
-      if (c == 1 && m.p.pieces && m.receives(g, false)) wait_for(g, Impl::kK);
-      FLASHLAB_CUDA_CHECK(cudaEventRecord(ev[c == 0 ? Impl::kE0 : Impl::kE2], st));
-      if (c < m.chunks[gi].size()) {
-        const RankShard& s = m.chunks[gi][c];
-        auto* I = b.I + block_offset(g, c);
-        float* scores = b.scores ? b.scores + block_offset(g, c) : nullptr;
-        const void* Q = static_cast<const char*>(b.Q) + token_offset(g, c);
-        if (G == 1)  // the single-GPU entry itself: the anchor of every comparison
-          stream_fast_estimate_device(mask, m.p.heads, m.p.dim, m.p.k, b.Q, b.K, nullptr, b.I, b.scores, nullptr, st);
-        else
-          stream_fast_estimate_shard_device(mask, m.p.heads, m.p.dim, m.p.k, {s.q_begin, s.q_end - s.q_begin}, Q, b.K, I,
-                                            scores, nullptr, st);
-      }
-      FLASHLAB_CUDA_CHECK(cudaEventRecord(ev[c == 0 ? Impl::kE1 : Impl::kE3], st));
+    for (const std::size_t c : chunk_order(g)) {
+      cudaStream_t st = stream_of(g, c);
+      // A rank waits only for rows it receives: never for its own sends alone.
+      if (const int k = m.k_group_for(g, c); k >= 0)
+        FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(st, r.k_landed[std::size_t(k)], 0));
+      FLASHLAB_CUDA_CHECK(cudaEventRecord(r.chunk[c][0], st));
+      const RankShard& s = m.chunks[gi][c];
+      auto* I = b.I + block_offset(g, c);
+      float* scores = b.scores ? b.scores + block_offset(g, c) : nullptr;
+      const void* Q = static_cast<const char*>(b.Q) + token_offset(g, c);
+      if (G == 1)  // the single-GPU entry itself: the anchor of every comparison
+        stream_fast_estimate_device(mask, m.p.heads, m.p.dim, m.p.k, b.Q, b.K, nullptr, b.I, b.scores, nullptr, st);
+      else
+        stream_fast_estimate_shard_device(mask, m.p.heads, m.p.dim, m.p.k, {s.q_begin, s.q_end - s.q_begin}, Q, b.K, I,
+                                          scores, nullptr, st);
+      FLASHLAB_CUDA_CHECK(cudaEventRecord(r.chunk[c][1], st));
     }
   }
   // V while the estimates run; the applies wait for all of it.
-  if (G > 1) m.exchange(buffers, &ShardedStreamBuffers::V, Impl::Part::all);
-  record_comm(Impl::kV);
+  if (G > 1) m.exchange(buffers, &ShardedStreamBuffers::V, kAllTiers);
+  record_comm([](Impl::Rank& r) { return r.v_landed; });
   for (int g = 0; g < G; ++g) {
     FLASHLAB_CUDA_CHECK(cudaSetDevice(m.ring->device(g)));
     const auto gi = std::size_t(g);
-    cudaStream_t st = m.compute[gi];
+    Impl::Rank& r = m.ranks[gi];
     const ShardedStreamBuffers& b = buffers[gi];
-    if (m.receives(g, false) || m.receives(g, true)) wait_for(g, Impl::kV);
-    FLASHLAB_CUDA_CHECK(cudaEventRecord(m.events[gi][Impl::kA0], st));
-    for (std::size_t c = 0; c < m.chunks[gi].size(); ++c) {
+    const bool v_in = m.receives(g);
+    if (v_in && !m.p.overlap) FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(r.compute[0], r.v_landed, 0));
+    for (const std::size_t c : chunk_order(g)) {
+      cudaStream_t st = stream_of(g, c);
+      if (v_in && m.p.overlap) FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(st, r.v_landed, 0));
+      FLASHLAB_CUDA_CHECK(cudaEventRecord(r.chunk[c][2], st));
       const RankShard& s = m.chunks[gi][c];
       const auto* I = reinterpret_cast<const std::int64_t*>(b.I + block_offset(g, c));
       if (G == 1)
@@ -255,8 +311,13 @@ void ShardedStream::run(const std::vector<ShardedStreamBuffers>& buffers) {
         stream_fast_apply_shard_device(shape, {s.q_begin, s.q_end - s.q_begin},
                                        static_cast<const char*>(b.Q) + token_offset(g, c), b.K, b.V, I,
                                        static_cast<char*>(b.O) + token_offset(g, c), st);
+      FLASHLAB_CUDA_CHECK(cudaEventRecord(r.chunk[c][3], st));
     }
-    FLASHLAB_CUDA_CHECK(cudaEventRecord(m.events[gi][Impl::kA1], st));
+    // The run ends on compute[0]: the chunks' streams join it.
+    for (std::size_t i = 1; i < r.compute.size(); ++i) {
+      FLASHLAB_CUDA_CHECK(cudaEventRecord(r.joined[i], r.compute[i]));
+      FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(r.compute[0], r.joined[i], 0));
+    }
   }
   FLASHLAB_CUDA_CHECK(cudaSetDevice(current));
 }
@@ -268,21 +329,33 @@ std::vector<ShardedRankTimes> ShardedStream::wait() {
   FLASHLAB_CUDA_CHECK(cudaGetDevice(&current));
   for (std::size_t g = 0; g < out.size(); ++g) {
     FLASHLAB_CUDA_CHECK(cudaSetDevice(m.ring->device(int(g))));
-    FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(m.comm[g]));
-    FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(m.compute[g]));
-    const auto& ev = m.events[g];
-    auto ms = [&](int a, int b) {
+    Impl::Rank& r = m.ranks[g];
+    FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(r.comm));
+    for (auto s : r.compute) FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(s));
+    auto at = [&](cudaEvent_t e) {
       float t = 0.f;
-      FLASHLAB_CUDA_CHECK(cudaEventElapsedTime(&t, ev[std::size_t(a)], ev[std::size_t(b)]));
+      FLASHLAB_CUDA_CHECK(cudaEventElapsedTime(&t, r.start, e));
       return t;
     };
     ShardedRankTimes& t = out[g];
-    t.total_ms = ms(Impl::kStart, Impl::kA1);
-    t.estimate_ms = ms(Impl::kE0, Impl::kE1) + ms(Impl::kE2, Impl::kE3);
-    t.apply_ms = ms(Impl::kA0, Impl::kA1);
-    t.exposed_ms = std::max(0.f, t.total_ms - t.estimate_ms - t.apply_ms);
-    const bool in = m.receives(int(g), true) || m.receives(int(g), false);
-    t.k_exchange_ms = in ? ms(Impl::kStart, Impl::kK) : 0.f;
+    if (m.receives(int(g))) {
+      t.k_exchange_ms = at(r.k_landed.back());
+      t.v_exchange_ms = at(r.v_landed);
+    }
+    if (r.chunk.empty()) continue;
+    std::vector<std::pair<float, float>> est, busy;
+    t.first_wait_ms = at(r.chunk[0][0]);
+    for (const auto& c : r.chunk) {
+      est.push_back({at(c[0]), at(c[1])});
+      busy.push_back(est.back());
+      busy.push_back({at(c[2]), at(c[3])});
+      t.first_wait_ms = std::min(t.first_wait_ms, est.back().first);
+      t.total_ms = std::max(t.total_ms, busy.back().second);
+    }
+    t.estimate_ms = union_ms(est);
+    const float busy_ms = union_ms(busy);
+    t.apply_ms = std::max(0.f, busy_ms - t.estimate_ms);
+    t.exposed_ms = std::max(0.f, t.total_ms - busy_ms);
   }
   FLASHLAB_CUDA_CHECK(cudaSetDevice(current));
   return out;
@@ -298,7 +371,7 @@ std::vector<ShardedRankBytes> sharded_bytes(const ShardedStreamProblem& p, std::
   std::vector<ShardedRankBytes> out(gpus);
   const std::size_t row = p.heads * p.dim * kElem;
   if (gpus > 1) {  // K and V: every remote row before the end of the rank's last chunk
-    const auto rows = ref::stream::layout_exchange_rows(geo, gpus, p.layout);
+    const auto rows = ref::stream::layout_exchange_rows(geo, gpus, p.layout, p.folds);
     for (std::size_t g = 0; g < gpus; ++g) {
       out[g].received = 2 * rows[g].rows_in * row;
       out[g].sent = 2 * rows[g].rows_out * row;
@@ -308,7 +381,7 @@ std::vector<ShardedRankBytes> sharded_bytes(const ShardedStreamProblem& p, std::
     const std::vector<std::int64_t> head(indices.begin() + std::ptrdiff_t(h * n_q * p.k),
                                          indices.begin() + std::ptrdiff_t((h + 1) * n_q * p.k));
     // One head's rows of a [T, H, d] tensor are d elements per token: the model per head.
-    const auto model = ref::stream::keys_visible_causal_traffic(geo, gpus, head, p.k, p.dim, kElem, p.layout);
+    const auto model = ref::stream::keys_visible_causal_traffic(geo, gpus, head, p.k, p.dim, kElem, p.layout, p.folds);
     for (std::size_t g = 0; g < gpus; ++g) {
       out[g].model_sent += model[g].estimate_out + model[g].apply_out;
       out[g].model_received += model[g].estimate_in + model[g].apply_in;
@@ -483,11 +556,15 @@ ShardedBenchRow bench_stream_sharded(const ShardedStreamProblem& p, const LocalR
   out.gpus = gpus;
   out.layout = p.layout;
   out.pieces = p.pieces;
+  out.folds = p.folds;
+  out.overlap = p.overlap;
+  out.comm_priority = p.comm_priority;
   out.T = p.T;
   out.dim = p.dim;
   out.k = p.k;
   out.reps = reps;
-  std::vector<double> total, est, app, exposed;
+  std::vector<double> total, est, app, exposed, first_wait;
+  std::vector<std::vector<ShardedRankTimes>> per_rep;
   std::vector<std::int64_t> first;
   for (int it = 0; it < warmup + reps; ++it) {
     for (std::size_t g = 0; g < gpus; ++g) {  // flush every L2, outside the timed range
@@ -498,17 +575,20 @@ ShardedBenchRow bench_stream_sharded(const ShardedStreamProblem& p, const LocalR
     run.run(views);
     const auto times = run.wait();
     if (it < warmup) continue;
-    double t = 0, e = 0, a = 0, x = 0;
+    double t = 0, e = 0, a = 0, x = 0, w = 0;
     for (const auto& r : times) {
       t = std::max<double>(t, r.total_ms);
       e = std::max<double>(e, r.estimate_ms);
       a = std::max<double>(a, r.apply_ms);
       x = std::max<double>(x, r.exposed_ms);
+      w = std::max<double>(w, r.first_wait_ms);
     }
     total.push_back(t);
     est.push_back(e);
     app.push_back(a);
     exposed.push_back(x);
+    first_wait.push_back(w);
+    per_rep.push_back(times);
     const auto I = gather_I();
     if (first.empty()) first = I;
     else if (I != first) out.same_every_launch = false;
@@ -517,6 +597,19 @@ ShardedBenchRow bench_stream_sharded(const ShardedStreamProblem& p, const LocalR
   out.estimate_ms = ::flashlab::cuda::detail::launch_statistics(est).median_ms;
   out.apply_ms = ::flashlab::cuda::detail::launch_statistics(app).median_ms;
   out.exposed_ms = ::flashlab::cuda::detail::launch_statistics(exposed).median_ms;
+  out.first_wait_ms = ::flashlab::cuda::detail::launch_statistics(first_wait).median_ms;
+  out.ranks.resize(gpus);
+  for (std::size_t g = 0; g < gpus; ++g) {  // each time's median over the reps, rank by rank
+    auto median = [&](float ShardedRankTimes::*field) {
+      std::vector<double> v;
+      for (const auto& rep : per_rep) v.push_back(rep[g].*field);
+      return float(::flashlab::cuda::detail::launch_statistics(v).median_ms);
+    };
+    for (auto field : {&ShardedRankTimes::total_ms, &ShardedRankTimes::estimate_ms, &ShardedRankTimes::apply_ms,
+                       &ShardedRankTimes::exposed_ms, &ShardedRankTimes::first_wait_ms, &ShardedRankTimes::k_exchange_ms,
+                       &ShardedRankTimes::v_exchange_ms})
+      out.ranks[g].*field = median(field);
+  }
   out.indices_checksum = ref::stream::indices_checksum(first);
   for (const auto& b : sharded_bytes(p, gpus, first)) {
     out.sent_max = std::max(out.sent_max, b.sent);

@@ -74,10 +74,22 @@ struct ShardedStreamProblem {
   /// whole sequence whatever the layout. Zigzag by default: on 2 and 4 GPUs it runs T = 8M in
   /// 0.87–0.92 of the contiguous layout's time (docs/stream.md).
   ref::stream::ShardLayout layout = ref::stream::ShardLayout::zigzag;
-  /// K in two exchange groups: the rows each rank's first chunk needs, then the rest (its later
-  /// chunk's estimate waits for those). No effect on the contiguous layout, whose one chunk
-  /// needs every row the rank receives.
+  /// K in tiers, one NCCL group each (ref::stream::layout_transfers): tier i holds the rows that
+  /// some rank's chunk i needs first, so a rank's chunk i starts once the tiers 0 … i have landed
+  /// instead of waiting for every row. No effect on the contiguous layout, whose one chunk needs
+  /// every row the rank receives.
   bool pieces = false;
+  /// Zigzag folds (ref::stream::shard_layout): 2·folds chunks per rank; 1 is plain zigzag.
+  std::size_t folds = 1;
+  /// Each chunk's estimate and apply on a compute stream of its own, waiting only for the rows it
+  /// needs (the tiers up to its own with `pieces`, then V), so one chunk's kernels fill the GPU
+  /// while another's wait or drain; false: one compute stream, the estimates in token order, then
+  /// the applies. The latest chunk is launched first (its query blocks are the dearest).
+  bool overlap = false;
+  /// The communication stream at the device's greatest stream priority, so that the exchange's
+  /// NCCL kernels take SMs ahead of waiting estimate blocks (the rows a chunk waits for land
+  /// sooner); false: the default priority, as the compute streams.
+  bool comm_priority = false;
 };
 
 /// One rank's device buffers, on that rank's GPU, owned by the caller.
@@ -92,13 +104,17 @@ struct ShardedStreamBuffers {
   void* O = nullptr;         ///< bf16, laid out as Q: the outputs
 };
 
-/// One rank's times of the last ShardedStream::run (CUDA events on its GPU, ms).
+/// One rank's times of the last ShardedStream::run (CUDA events on its GPU, ms). The kernels'
+/// spans are measured per chunk; with `overlap` they may overlap, so the three parts below are
+/// of the rank's timeline, and add up to total_ms.
 struct ShardedRankTimes {
-  float total_ms = 0.f;     ///< from the start of the run to the end of the apply
-  float estimate_ms = 0.f;  ///< the estimate kernels (one per chunk), summed
-  float apply_ms = 0.f;     ///< the apply kernels
-  float exposed_ms = 0.f;   ///< total − estimate − apply: the compute stream waiting for the exchange
+  float total_ms = 0.f;     ///< from the start of the run to the end of its last apply
+  float estimate_ms = 0.f;  ///< time in which some estimate kernel of the rank runs (one per chunk)
+  float apply_ms = 0.f;     ///< time in which an apply kernel runs and no estimate does
+  float exposed_ms = 0.f;   ///< total − estimate − apply: no kernel of the rank runs, it waits for the exchange
+  float first_wait_ms = 0.f;///< from the start to its first estimate's start (waiting for the rows it needs first)
   float k_exchange_ms = 0.f;///< from the start to the last K rows' arrival (0 on a rank that receives none)
+  float v_exchange_ms = 0.f;///< from the start to the last V rows' arrival (0 on a rank that receives none)
 };
 
 /// The bytes one rank hands to NCCL in a run (bf16 K and V rows) and the CPU model's keys_visible
@@ -161,10 +177,15 @@ struct ShardedBenchRow {
   std::size_t k = 0;               ///< kept blocks per query block
   ref::stream::ShardLayout layout = ref::stream::ShardLayout::contiguous;  ///< the problem's layout
   bool pieces = false;             ///< the problem's K exchange in pieces
+  std::size_t folds = 1;           ///< the problem's zigzag folds
+  bool overlap = false;            ///< the problem's chunks on streams of their own
+  bool comm_priority = false;      ///< the problem's communication stream at the greatest priority
   double total_ms = 0;             ///< median over reps of the slowest rank's total
   double estimate_ms = 0;          ///< median of the slowest rank's estimate
   double apply_ms = 0;             ///< median of the slowest rank's apply
   double exposed_ms = 0;           ///< median of the largest exposed exchange time
+  double first_wait_ms = 0;        ///< median of the longest wait before a rank's first estimate
+  std::vector<ShardedRankTimes> ranks;  ///< per rank, the median of each time over the reps
   std::uint64_t sent_max = 0;      ///< most bytes one rank sends
   std::uint64_t model_sent_max = 0;///< the model's most bytes one rank sends (keys_visible)
   std::uint64_t received_max = 0;  ///< most bytes one rank receives
