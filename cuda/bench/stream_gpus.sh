@@ -14,6 +14,13 @@
 #                                             layout, zigzag, and zigzag with the K exchange in
 #                                             pieces; rows into stream_gpus.csv
 #   stream_gpus.sh all [BIN_DIR] [OUT_DIR]    check, then scale
+#   stream_gpus.sh schedule [BIN_DIR] [OUT_DIR]  check, then the schedules at one shape: T = 8M on 4
+#                                             GPUs (T = 4M on 2: the same 2M queries per rank), G = 1
+#                                             at T and at T/G; each G > 1 contiguous, and zigzag with
+#                                             the K exchange whole and in pieces, 1, 2 and 4 folds,
+#                                             serial and overlapped chunks; then the overlapped pieces
+#                                             with the exchange stream at high priority; per-rank
+#                                             lines in OUT_DIR/logs/bench_schedule*.log
 #
 # BIN_DIR (default gpu-carry) holds test_cuda_stream_sharded and flashlab built with the cuda preset
 # (NCCL found) and, optionally, a file `commit` naming their commit; OUT_DIR (default
@@ -38,8 +45,8 @@ exchange=whole
 [[ $LAYOUTS == *zigzag* ]] && exchange=whole,pieces
 
 case "$mode" in
-  check|scale|all) ;;
-  *) sed -n '2,24p' "$0"; exit 2 ;;
+  check|scale|all|schedule) ;;
+  *) sed -n '2,31p' "$0"; exit 2 ;;
 esac
 for exe in test_cuda_stream_sharded flashlab; do
   [[ -x "$bin/$exe" ]] || { echo "error: $bin/$exe is missing (hint: build and copy it as the header says)" >&2; exit 2; }
@@ -78,8 +85,29 @@ bench() {  # bench SCALING SEQ: rows into stream_gpus.csv
   if command -v column > /dev/null; then column -s, -t < "$raw"; else cat "$raw"; fi
 }
 
+schedule() {  # rows into stream_gpus.csv; the per-rank lines go to the log
+  local G=2 T=4194304 csv="$out/csv/stream_gpus.csv"
+  (( gpus >= 4 )) && { G=4; T=8388608; }
+  local common=(--dim 128 --k 16 --reps "$REPS" --warmup 1 --csv)
+  local runs=(
+    "one_gpu|--gpus 1 --seq $((T / G))"
+    "schedule|--gpus 1,$G --seq $T --layout contiguous,zigzag --exchange whole,pieces --folds 1,2,4 --schedule serial,overlap"
+    "priority|--gpus $G --seq $T --layout zigzag --exchange pieces --folds 1,2,4 --schedule overlap --comm-priority high")
+  for r in "${runs[@]}"; do
+    local name=${r%%|*} args=${r#*|} raw="$out/logs/bench_$name.csv"
+    echo "bench stream $args"
+    # shellcheck disable=SC2086  # args is a list of flags
+    timeout "$BENCH_TIMEOUT" "$bin/flashlab" bench stream $args "${common[@]}" > "$raw" 2> "$out/logs/bench_$name.log" ||
+      { echo "error: that run failed (see the log)"; status=1; }
+    [[ -s "$raw" ]] || continue
+    [[ -f "$csv" ]] || echo "date,device,commit,$(head -1 "$raw")" > "$csv"
+    tail -n +2 "$raw" | sed "s/^/$(now),$device,$commit,/" >> "$csv"
+  done
+}
+
 case "$mode" in
   check) check ;;
+  schedule) check; schedule ;;
   scale) bench strong 1048576,4194304,8388608; bench weak 2097152 ;;
   all) check; bench strong 1048576,4194304,8388608; bench weak 2097152 ;;
 esac
