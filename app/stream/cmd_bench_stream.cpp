@@ -154,6 +154,18 @@ std::vector<T> name_list(const std::string& flag, const std::string& text, Parse
   return out;
 }
 
+/// A comma-separated list of the two names `off` (the default) and `on`, as false / true.
+std::vector<bool> switch_list(const std::string& flag, const std::string& text, const std::string& off,
+                              const std::string& on) {
+  return name_list<bool>(
+      flag, text,
+      [&](const std::string& n) {
+        if (n != off && n != on) throw std::invalid_argument(n);
+        return n == on;
+      },
+      "choose " + off + " (the default) or " + on + ", comma separated");
+}
+
 StreamSweep parse_sweep(const po::variables_map& vm) {
   StreamSweep s;
   s.seqs = sweep_list("seq", vm["seq"].as<std::string>(), 1, kMaxSeq, "32768,1048576");
@@ -208,28 +220,10 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
       throw UsageError(std::string("--") + flag + " applies to --gpus", "add --gpus G[,G2,...]");
   s.layouts = name_list<ref::stream::ShardLayout>("layout", vm["layout"].as<std::string>(), ref::stream::parse_shard_layout,
                                                   "choose zigzag (the default) or contiguous, comma separated");
-  s.pieces = name_list<bool>(
-      "exchange", vm["exchange"].as<std::string>(),
-      [](const std::string& n) {
-        if (n != "whole" && n != "pieces") throw std::invalid_argument(n);
-        return n == "pieces";
-      },
-      "choose whole (the default) or pieces, comma separated");
+  s.pieces = switch_list("exchange", vm["exchange"].as<std::string>(), "whole", "pieces");
   s.folds = sweep_list("folds", vm["folds"].as<std::string>(), 1, 16, "1,2,4");
-  s.overlap = name_list<bool>(
-      "schedule", vm["schedule"].as<std::string>(),
-      [](const std::string& n) {
-        if (n != "serial" && n != "overlap") throw std::invalid_argument(n);
-        return n == "overlap";
-      },
-      "choose serial (the default) or overlap, comma separated");
-  s.priority = name_list<bool>(
-      "comm-priority", vm["comm-priority"].as<std::string>(),
-      [](const std::string& n) {
-        if (n != "normal" && n != "high") throw std::invalid_argument(n);
-        return n == "high";
-      },
-      "choose normal (the default) or high, comma separated");
+  s.overlap = switch_list("schedule", vm["schedule"].as<std::string>(), "serial", "overlap");
+  s.priority = switch_list("comm-priority", vm["comm-priority"].as<std::string>(), "normal", "high");
   const bool any_zigzag = std::count(s.layouts.begin(), s.layouts.end(), ref::stream::ShardLayout::zigzag) > 0;
   if (!any_zigzag && std::count_if(s.folds.begin(), s.folds.end(), [](int f) { return f > 1; }) > 0)
     throw UsageError("--folds deals the zigzag layout's chunks (a contiguous shard is one chunk)",

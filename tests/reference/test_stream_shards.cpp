@@ -315,7 +315,7 @@ TEST_CASE("stream shards: keys_visible's bytes from I under the zigzag layout", 
   }
 }
 
-TEST_CASE("stream shards: folded zigzag deals every fold as zigzag; its transfers in tiers", "[stream][shards]") {
+TEST_CASE("stream shards: folded zigzag deals every fold as zigzag and sends its transfers in tiers", "[stream][shards]") {
   for (const Geometry g : {Geometry{3000, 64, 64}, Geometry{4097, 64, 64}, Geometry{1000, 32, 48}, Geometry{64, 64, 64},
                            Geometry{9000, 64, 64}}) {
     for (std::size_t G : {1, 2, 3, 4, 8})
