@@ -10,7 +10,7 @@
 //            the rows some rank's chunk i needs first — else one group
 //   compute: per chunk, waits for the rows it needs (all K, or the tiers up to its own), then
 //            the estimate of its query blocks                                        (App. A, B)
-//   comm:    V rows the same way, while the estimates run
+//   comm:    V rows the same way, right behind K, while the estimates run
 //   compute: waits for them, apply of the same query blocks                               (§6)
 // Serial: one compute stream, the estimates in token order, then the applies. Overlap: chunk c on
 // compute stream c, the latest chunk enqueued first, so its long query blocks take the SMs first
@@ -244,6 +244,12 @@ void ShardedStream::run(const std::vector<ShardedStreamBuffers>& buffers) {
     if (G > 1) m.exchange(buffers, &ShardedStreamBuffers::K, m.p.pieces ? i : kAllTiers);
     record_comm([i](Impl::Rank& r) { return r.k_landed[i]; });
   }
+  // V right behind K, enqueued before the estimates: its NCCL kernel then comes before their blocks
+  // in launch order, so the estimates, which do not need V, cannot hold it back until they drain
+  // (enqueued after four or more estimate launches, it landed only as they ended). The applies
+  // wait for all of it.
+  if (G > 1) m.exchange(buffers, &ShardedStreamBuffers::V, kAllTiers);
+  record_comm([](Impl::Rank& r) { return r.v_landed; });
   // Chunk c's rows of Q, O (tokens) and of I, scores (query blocks) follow the earlier chunks'.
   auto token_offset = [&](int g, std::size_t c) {
     std::size_t t = 0;
@@ -289,9 +295,6 @@ void ShardedStream::run(const std::vector<ShardedStreamBuffers>& buffers) {
       FLASHLAB_CUDA_CHECK(cudaEventRecord(r.chunk[c][1], st));
     }
   }
-  // V while the estimates run; the applies wait for all of it.
-  if (G > 1) m.exchange(buffers, &ShardedStreamBuffers::V, kAllTiers);
-  record_comm([](Impl::Rank& r) { return r.v_landed; });
   for (int g = 0; g < G; ++g) {
     FLASHLAB_CUDA_CHECK(cudaSetDevice(m.ring->device(g)));
     const auto gi = std::size_t(g);
