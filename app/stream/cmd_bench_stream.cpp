@@ -41,7 +41,7 @@ constexpr const char* kUsageLine =
     "                       [--reps R] [--warmup W] [--check-indices [--traffic]] [--json|--csv]\n"
     "                       [--gpus G[,G2,...] [--scaling strong|weak] [--layout contiguous|zigzag[,...]]\n"
     "                       [--exchange whole|pieces[,...]] [--folds F[,F2,...]] [--schedule serial|overlap[,...]]\n"
-    "                       [--comm-priority normal|high[,...]]]";
+    "                       [--comm-priority normal|high[,...]] [--transport nccl|copy[,...]]]";
 constexpr const char* kSummary =
     "Times the STREAM kernels on the GPU: mask estimation (top-k key blocks per query block) and/or\n"
     "mask application (block-sparse attention over them), the fast 16-bit tensor-core kernels (the\n"
@@ -66,7 +66,8 @@ constexpr const char* kSummary =
     "lands; --folds F (zigzag only) deals 2F·G chunks, every 2G of them as zigzag, 2F per rank;\n"
     "--schedule overlap runs each chunk's estimate and apply on a stream of its own (the latest chunk\n"
     "first), serial (the default) the estimates in token order on one stream, then the applies;\n"
-    "--comm-priority high puts the exchange's stream at the greatest stream priority. Each\n"
+    "--comm-priority high puts the exchange's stream at the greatest stream priority; --transport copy\n"
+    "moves the rows with the copy engines (peer copies, no kernel) instead of NCCL. Each\n"
     "row is followed by one line per rank (text; on stderr with --json/--csv): its total, estimate,\n"
     "apply, exposed and first-wait ms and when its K and V rows had landed. Lists run every\n"
     "combination (G = 1 once). Needs a build with CUDA and an NVIDIA GPU.";
@@ -114,7 +115,9 @@ po::options_description options() {
       ("schedule", po::value<std::string>()->default_value("serial"),
        "with --gpus: serial (one compute stream) or overlap (a stream per chunk), comma separated")
       ("comm-priority", po::value<std::string>()->default_value("normal"),
-       "with --gpus: the exchange stream's priority, comma separated: normal or high (ahead of the kernels)");
+       "with --gpus: the exchange stream's priority, comma separated: normal or high (ahead of the kernels)")
+      ("transport", po::value<std::string>()->default_value("nccl"),
+       "with --gpus: how rows move, comma separated: nccl (send/receive kernels) or copy (peer copies by the copy engines)");
   add_output_options(d);
   return d;
 }
@@ -133,6 +136,7 @@ struct StreamSweep {
   std::vector<int> folds{1};        ///< --folds: zigzag folds
   std::vector<bool> overlap{false}; ///< --schedule: serial (false) and / or overlap (true)
   std::vector<bool> priority{false};///< --comm-priority: normal (false) and / or high (true)
+  std::vector<bool> copy{false};    ///< --transport: nccl (false) and / or copy (true)
 };
 
 /// A comma-separated list of names, each checked by `parse`; `flag` names the flag in errors.
@@ -215,7 +219,7 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
   } else if (s.weak) {
     throw UsageError("--scaling applies to --gpus", "add --gpus G[,G2,...]");
   }
-  for (const char* flag : {"layout", "exchange", "folds", "schedule", "comm-priority"})
+  for (const char* flag : {"layout", "exchange", "folds", "schedule", "comm-priority", "transport"})
     if (!vm[flag].defaulted() && s.gpus.empty())
       throw UsageError(std::string("--") + flag + " applies to --gpus", "add --gpus G[,G2,...]");
   s.layouts = name_list<ref::stream::ShardLayout>("layout", vm["layout"].as<std::string>(), ref::stream::parse_shard_layout,
@@ -224,6 +228,7 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
   s.folds = sweep_list("folds", vm["folds"].as<std::string>(), 1, 16, "1,2,4");
   s.overlap = switch_list("schedule", vm["schedule"].as<std::string>(), "serial", "overlap");
   s.priority = switch_list("comm-priority", vm["comm-priority"].as<std::string>(), "normal", "high");
+  s.copy = switch_list("transport", vm["transport"].as<std::string>(), "nccl", "copy");
   const bool any_zigzag = std::count(s.layouts.begin(), s.layouts.end(), ref::stream::ShardLayout::zigzag) > 0;
   if (!any_zigzag && std::count_if(s.folds.begin(), s.folds.end(), [](int f) { return f > 1; }) > 0)
     throw UsageError("--folds deals the zigzag layout's chunks (a contiguous shard is one chunk)",
@@ -336,7 +341,7 @@ int run_sharded(const StreamSweep& s) {
   std::optional<RowStream> rows;
   if (data) rows.emplace(s.format, std::cout);
   else
-    std::cout << "   G layout     exch   F schedule            T    d    k   total ms   estim ms   apply ms exposed ms  wait ms  "
+    std::cout << "   G layout     exch   F schedule     move        T    d    k   total ms   estim ms   apply ms exposed ms  wait ms  "
                  "sent MB model MB  recv MB model MB  same  =1GPU  checksum\n";
   std::map<std::tuple<long long, int, int>, std::uint64_t> anchor;  // (T, d, k) → checksum of the G = 1 row
   std::map<int, std::unique_ptr<flashlab::cuda::LocalRing>> rings;
@@ -350,20 +355,23 @@ int run_sharded(const StreamSweep& s) {
             for (const bool pieces : s.pieces)
             for (const int folds : s.folds)
             for (const bool overlap : s.overlap)
-            for (const bool priority : s.priority) {
+            for (const bool priority : s.priority)
+            for (const bool copy : s.copy) {
               // G = 1 is the whole sequence whatever the layout: one row; pieces and folds only
               // split zigzag's exchange and chunks.
               if (G == 1 && (layout != s.layouts.front() || pieces != s.pieces.front() || folds != s.folds.front() ||
-                             overlap != s.overlap.front() || priority != s.priority.front()))
+                             overlap != s.overlap.front() || priority != s.priority.front() || copy != s.copy.front()))
                 continue;
               if (G > 1 && (pieces || folds > 1) && layout == ref::stream::ShardLayout::contiguous) continue;
               const long long T = s.weak ? (long long)T0 * G : T0;
               const fs::ShardedStreamProblem p{std::size_t(T), std::size_t(s.heads), std::size_t(d), std::size_t(k), layout,
-                                               pieces, G == 1 ? 1 : std::size_t(folds), overlap, G > 1 && priority};
+                                               pieces, G == 1 ? 1 : std::size_t(folds), overlap, G > 1 && priority,
+                                               G > 1 && copy};
               const char* layout_name = G == 1 ? "-" : ref::stream::shard_layout_name(layout);
               const char* exchange_name = G == 1 ? "-" : pieces ? "pieces" : "whole";
               const std::string schedule_name = G == 1 ? "-" : std::string(overlap ? "overlap" : "serial") +
                                                                (priority ? "+prio" : "");
+              const char* transport_name = G == 1 ? "-" : copy ? "copy" : "nccl";
               auto& ring = rings[G];  // one per G for the whole sweep: making communicators takes a while
               try {
                 if (!ring) {
@@ -396,14 +404,14 @@ int run_sharded(const StreamSweep& s) {
                 j.key("checksum").value(hex).key("reps").value(r.reps);
                 j.key("layout").value(layout_name).key("exchange").value(exchange_name);
                 j.key("folds").value(G == 1 ? 1 : folds).key("schedule").value(schedule_name);
-                j.key("first_wait_ms").value(round_to(r.first_wait_ms, 4));
+                j.key("first_wait_ms").value(round_to(r.first_wait_ms, 4)).key("transport").value(transport_name);
                 j.end_object();
                 rows->row(v);
               } else {
                 std::snprintf(line, sizeof line,
-                              "%4d %-10s %-6s %2d %-12s %8lld %4d %4d %10.3f %10.3f %10.3f %10.3f %8.3f %8.1f %8.1f %8.1f "
+                              "%4d %-10s %-6s %2d %-12s %-4s %8lld %4d %4d %10.3f %10.3f %10.3f %10.3f %8.3f %8.1f %8.1f %8.1f "
                               "%8.1f  %-4s  %-5s  %s\n",
-                              G, layout_name, exchange_name, G == 1 ? 1 : folds, schedule_name.c_str(), T, d, k, r.total_ms,
+                              G, layout_name, exchange_name, G == 1 ? 1 : folds, schedule_name.c_str(), transport_name, T, d, k, r.total_ms,
                               r.estimate_ms, r.apply_ms, r.exposed_ms, r.first_wait_ms, double(r.sent_max) / 1e6,
                               double(r.model_sent_max) / 1e6, double(r.received_max) / 1e6,
                               double(r.model_received_max) / 1e6, r.same_every_launch ? "yes" : "NO", same1, hex);

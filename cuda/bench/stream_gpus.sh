@@ -17,10 +17,11 @@
 #   stream_gpus.sh schedule [BIN_DIR] [OUT_DIR]  check, then the schedules at one shape: T = 8M on 4
 #                                             GPUs (T = 4M on 2: the same 2M queries per rank), G = 1
 #                                             at T and at T/G; each G > 1 contiguous, and zigzag with
-#                                             the K exchange whole and in pieces, 1, 2, 4 and 8 folds,
-#                                             serial and overlapped chunks; then the overlapped runs of
-#                                             2, 4, 8 folds with the exchange stream at high priority; per-rank
-#                                             lines in OUT_DIR/logs/bench_schedule*.log
+#                                             the K exchange whole and in pieces, 1, 2 and 4 folds,
+#                                             serial and overlapped chunks, over NCCL and again by the
+#                                             copy engines; then overlapped pieces of 2 and 4 folds
+#                                             with the NCCL stream at high priority; per-rank lines in
+#                                             OUT_DIR/logs/bench_*.log
 #
 # BIN_DIR (default gpu-carry) holds test_cuda_stream_sharded and flashlab built with the cuda preset
 # (NCCL found) and, optionally, a file `commit` naming their commit; OUT_DIR (default
@@ -46,7 +47,7 @@ exchange=whole
 
 case "$mode" in
   check|scale|all|schedule) ;;
-  *) sed -n '2,31p' "$0"; exit 2 ;;
+  *) sed -n '2,32p' "$0"; exit 2 ;;
 esac
 for exe in test_cuda_stream_sharded flashlab; do
   [[ -x "$bin/$exe" ]] || { echo "error: $bin/$exe is missing (hint: build and copy it as the header says)" >&2; exit 2; }
@@ -91,8 +92,9 @@ schedule() {  # rows into stream_gpus.csv; the per-rank lines go to the log
   local common=(--dim 128 --k 16 --reps "$REPS" --warmup 1 --csv)
   local runs=(
     "one_gpu|--gpus 1 --seq $((T / G))"
-    "schedule|--gpus 1,$G --seq $T --layout contiguous,zigzag --exchange whole,pieces --folds 1,2,4,8 --schedule serial,overlap"
-    "priority|--gpus $G --seq $T --layout zigzag --exchange whole,pieces --folds 2,4,8 --schedule overlap --comm-priority high")
+    "schedule|--gpus 1,$G --seq $T --layout contiguous,zigzag --exchange whole,pieces --folds 1,2,4 --schedule serial,overlap"
+    "copy|--gpus $G --seq $T --layout contiguous,zigzag --exchange whole,pieces --folds 1,2,4 --schedule serial,overlap --transport copy"
+    "priority|--gpus $G --seq $T --layout zigzag --exchange pieces --folds 2,4 --schedule overlap --comm-priority high")
   for r in "${runs[@]}"; do
     local name=${r%%|*} args=${r#*|}
     local raw="$out/logs/bench_$name.csv"

@@ -18,7 +18,7 @@ TEST_CASE("cli bench stream: --help names the method and every flag", "[cli][ben
                         Catch::Contains("L2") && Catch::Contains("median") && Catch::Contains("beyond"));
   for (const char* flag : {"--pass", "--kernel", "--seq", "--dim", "--k", "--heads", "--block-m", "--block-n", "--dtype", "--group",
                            "--reps", "--warmup", "--check-indices", "--traffic", "--csv", "--gpus", "--layout",
-                           "--exchange", "--folds", "--schedule", "--comm-priority"}) {
+                           "--exchange", "--folds", "--schedule", "--comm-priority", "--transport"}) {
     INFO(flag);
     CHECK_THAT(r.out, Catch::Contains(flag));
   }
@@ -60,6 +60,8 @@ TEST_CASE("cli bench stream: bad flags are usage errors naming the flag", "[cli]
   expect_usage_error("bench stream --gpus 2 --layout contiguous --folds 1,2", "--folds deals the zigzag layout");
   expect_usage_error("bench stream --gpus 2 --schedule serial,eager", "--schedule 'eager' is unknown");
   expect_usage_error("bench stream --gpus 2 --comm-priority urgent", "--comm-priority 'urgent' is unknown");
+  expect_usage_error("bench stream --transport copy", "--transport applies to --gpus");
+  expect_usage_error("bench stream --gpus 2 --transport nccl,pigeon", "--transport 'pigeon' is unknown");
 }
 
 TEST_CASE("cli bench stream: without CUDA, or without a GPU, it says so and exits non-zero", "[cli][bench][errors]") {

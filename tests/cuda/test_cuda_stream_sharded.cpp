@@ -4,7 +4,7 @@
 // shard size, d = 64 and 128, H = 1 and 2, G = 2 (3 and 4 where the machine has 4 GPUs), ranks that
 // hold no query block; each under the contiguous layout, the zigzag layout, zigzag with the K
 // exchange in pieces (tiers), folded zigzag (2, 3, 4 folds) and with each chunk on a stream of its own
-// (overlap); the refusals. Every K and V row a rank does not hold is poisoned with NaN
+// (overlap), and with the rows moved by the copy engines instead of NCCL; the refusals. Every K and V row a rank does not hold is poisoned with NaN
 // before the run, so a row the exchange missed shows as a difference (or a NaN output).
 // Own executable (CTest label gpu): it needs at least 2 GPUs and says SKIPPED (exit 77) with fewer.
 #define CATCH_CONFIG_RUNNER
@@ -67,22 +67,25 @@ struct Variant {
   bool pieces;
   std::size_t folds;
   bool overlap;
+  bool copy = false;  ///< the exchange by copy engines
 };
 constexpr Variant kVariants[] = {
     {rs::ShardLayout::contiguous, false, 1, false}, {rs::ShardLayout::zigzag, false, 1, false},
     {rs::ShardLayout::zigzag, true, 1, false},      {rs::ShardLayout::contiguous, false, 1, true},
     {rs::ShardLayout::zigzag, false, 1, true},      {rs::ShardLayout::zigzag, true, 2, true},
-    {rs::ShardLayout::zigzag, true, 3, false},      {rs::ShardLayout::zigzag, true, 4, true}};
+    {rs::ShardLayout::zigzag, true, 3, false},      {rs::ShardLayout::zigzag, true, 4, true},
+    {rs::ShardLayout::contiguous, false, 1, false, true}, {rs::ShardLayout::zigzag, true, 2, true, true}};
 
 std::string name(const Variant& x) {
   return std::string(rs::shard_layout_name(x.layout)) + (x.pieces ? " pieces" : " whole") + " folds " +
-         std::to_string(x.folds) + (x.overlap ? " overlap" : " serial");
+         std::to_string(x.folds) + (x.overlap ? " overlap" : " serial") + (x.copy ? " copy engines" : " nccl");
 }
 
 gs::ShardedStreamProblem problem(std::size_t T, std::size_t H, std::size_t d, std::size_t k, const Variant& x) {
   gs::ShardedStreamProblem p{T, H, d, k, x.layout, x.pieces};
   p.folds = x.folds;
   p.overlap = x.overlap;
+  p.copy_engines = x.copy;
   return p;
 }
 

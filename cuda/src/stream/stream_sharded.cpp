@@ -15,6 +15,8 @@
 // Serial: one compute stream, the estimates in token order, then the applies. Overlap: chunk c on
 // compute stream c, the latest chunk enqueued first, so its long query blocks take the SMs first
 // and the other chunks' blocks (and applies) fill the gaps a waiting or draining chunk leaves.
+// copy_engines: each receiver pulls the same transfers with cudaMemcpyPeerAsync on its communication
+// stream instead (no exchange kernel on the SMs).
 // The keys_visible scheme of the CPU model (reference/src/stream/stream_shards.cpp) for K; for V
 // it sends every needed row, not only the kept blocks' (I is not known when the exchange starts,
 // so the V exchange overlaps the estimate instead of waiting for it): the benchmark reports both.
@@ -120,6 +122,20 @@ struct ShardedStream::Impl {
   /// One exchange group (K or V): the transfers of `tier` (kAllTiers: every one), every rank
   /// issuing its sends and receives in the one order of `transfers`, so the pairs match.
   void exchange(const std::vector<ShardedStreamBuffers>& b, void* ShardedStreamBuffers::*field, std::size_t tier) {
+    if (p.copy_engines) {  // each receiver pulls its rows on its own communication stream
+      for (const auto& t : transfers) {
+        if (tier != kAllTiers && t.tier != tier) continue;
+        const std::size_t at = t.chunk.token_begin * row_bytes();
+        const std::size_t n = (t.chunk.token_end - t.chunk.token_begin) * row_bytes();
+        const int dst = ring->device(int(t.dst)), src = ring->device(int(t.src));
+        FLASHLAB_CUDA_CHECK(cudaSetDevice(dst));
+        // The source rows are the sender's own, which no run writes: no wait on the sender.
+        FLASHLAB_CUDA_CHECK(cudaMemcpyPeerAsync(static_cast<char*>(b[t.dst].*field) + at, dst,
+                                                static_cast<const char*>(b[t.src].*field) + at, src, n,
+                                                ranks[t.dst].comm));
+      }
+      return;
+    }
     SHARDED_NCCL(ncclGroupStart(), nullptr);
     try {
       for (int g = 0; g < G(); ++g) {
@@ -158,6 +174,20 @@ ShardedStream::ShardedStream(const ShardedStreamProblem& problem, const LocalRin
     for (const auto& c : m.chunks) m.k_groups = std::max(m.k_groups, c.size());
   int current = 0;
   FLASHLAB_CUDA_CHECK(cudaGetDevice(&current));
+  if (problem.copy_engines)  // every pair both ways: without peer access a copy would stage through the host
+    for (int a = 0; a < ring.size() && G > 1; ++a)
+      for (int b = 0; b < ring.size(); ++b) {
+        if (a == b) continue;
+        int ok = 0;
+        FLASHLAB_CUDA_CHECK(cudaDeviceCanAccessPeer(&ok, ring.device(a), ring.device(b)));
+        if (!ok)
+          throw StreamError("sharded run: GPU " + std::to_string(ring.device(a)) + " cannot reach GPU " +
+                            std::to_string(ring.device(b)) + "'s memory (hint: the NCCL exchange, copy_engines = false)");
+        FLASHLAB_CUDA_CHECK(cudaSetDevice(ring.device(a)));
+        const cudaError_t e = cudaDeviceEnablePeerAccess(ring.device(b), 0);
+        if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();  // enabled by an earlier run
+        else FLASHLAB_CUDA_CHECK(e);
+      }
     for (int g = 0; g < ring.size(); ++g) {
       FLASHLAB_CUDA_CHECK(cudaSetDevice(ring.device(g)));
       m.ranks.emplace_back();
@@ -562,6 +592,7 @@ ShardedBenchRow bench_stream_sharded(const ShardedStreamProblem& p, const LocalR
   out.folds = p.folds;
   out.overlap = p.overlap;
   out.comm_priority = p.comm_priority;
+  out.copy_engines = p.copy_engines;
   out.T = p.T;
   out.dim = p.dim;
   out.k = p.k;

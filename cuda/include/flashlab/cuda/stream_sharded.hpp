@@ -90,6 +90,12 @@ struct ShardedStreamProblem {
   /// NCCL kernels take SMs ahead of waiting estimate blocks (the rows a chunk waits for land
   /// sooner); false: the default priority, as the compute streams.
   bool comm_priority = false;
+  /// The exchange by the GPUs' copy engines instead of NCCL: each rank pulls the rows it needs
+  /// from the others (cudaMemcpyPeerAsync on its communication stream, peer access enabled
+  /// between the ring's devices; one process drives them all, as LocalRing does), so no exchange
+  /// kernel takes SMs from the estimate. The same rows, tiers and events; refused where two of
+  /// the ring's devices cannot reach each other's memory.
+  bool copy_engines = false;
 };
 
 /// One rank's device buffers, on that rank's GPU, owned by the caller.
@@ -180,6 +186,7 @@ struct ShardedBenchRow {
   std::size_t folds = 1;           ///< the problem's zigzag folds
   bool overlap = false;            ///< the problem's chunks on streams of their own
   bool comm_priority = false;      ///< the problem's communication stream at the greatest priority
+  bool copy_engines = false;       ///< the problem's exchange by copy engines instead of NCCL
   double total_ms = 0;             ///< median over reps of the slowest rank's total
   double estimate_ms = 0;          ///< median of the slowest rank's estimate
   double apply_ms = 0;             ///< median of the slowest rank's apply
