@@ -47,7 +47,7 @@ exchange=whole
 
 case "$mode" in
   check|scale|all|schedule) ;;
-  *) sed -n '2,32p' "$0"; exit 2 ;;
+  *) sed -n '2,34p' "$0"; exit 2 ;;
 esac
 for exe in test_cuda_stream_sharded flashlab; do
   [[ -x "$bin/$exe" ]] || { echo "error: $bin/$exe is missing (hint: build and copy it as the header says)" >&2; exit 2; }
