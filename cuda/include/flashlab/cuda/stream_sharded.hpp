@@ -16,7 +16,10 @@
 /// (ShardedStreamProblem::layout; rank g holds query chunks g and 2G − 1 − g of 2G, one range
 /// launch each, and receives every row before the end of its last chunk that it does not hold)
 /// and the K exchange in pieces (ShardedStreamProblem::pieces; the rows a rank's first chunk
-/// needs travel in a first NCCL group, so its first estimate starts before the rest lands).
+/// needs travel in a first NCCL group, so its first estimate starts before the rest lands; in
+/// tiers, one per chunk index, with more chunks). Three more: zigzag folds (2·folds chunks per
+/// rank), each chunk on a compute stream of its own (overlap), and the rows moved by the copy
+/// engines instead of NCCL (docs/stream.md, "Where the 5.9 ms go").
 /// Code: cuda/src/stream/stream_sharded.cpp (the NCCL driver),
 /// cuda/src/stream/front_door.cpp (the range entries); docs/stream.md, "Across GPUs".
 ///
