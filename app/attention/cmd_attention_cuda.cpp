@@ -71,9 +71,9 @@ constexpr const char* kSummary =
     "gives O = 0, LSE = -inf, dQ = 0) and --window L,R (query i sees key j iff i + NK - N - L <= j <=\n"
     "i + NK - N + R, -1 unbounded, causal caps R at 0: the CPU command's rule); bwd --kernel fast\n"
     "takes all three on the mma and wgmma-ws backward kernels (dK, dV of K's shape; wgmma-ws-det\n"
-    "refuses them); the clear kernels take HKV = H, NK = N and no window.\n"
-    "--kernel fast also takes d = 256: fwd on the mma and tma-ws forwards, bwd on the mma and wgmma-ws\n"
-    "kernels.\n"
+    "refuses them at d = 64 and 128); the clear kernels take HKV = H, NK = N and no window.\n"
+    "--kernel fast also takes d = 256: fwd on the mma and tma-ws forwards, bwd on the mma, wgmma-ws\n"
+    "and wgmma-ws-det kernels (the last bit-reproducible, grouped K/V, NK != N and windows too).\n"
     "fwd and bwd --kernel fast also take --cu-seqlens FILE, packed variable-length sequences in the\n"
     "CPU command's file format (a line 'cu_seqlens_q = 0 3 3 10', and 'cu_seqlens_k = ...' when the\n"
     "keys differ; its sequences replace --seq, --seq-k and --batch): Q [total_q, H, D], each sequence\n"
@@ -302,10 +302,6 @@ Run parse_run(const po::variables_map& vm) {
     throw UsageError("--dim " + std::to_string(run.cfg.head_dim) + " is not 64, 128 or 256",
                      "--kernel fast is compiled for d = 64, 128 and 256; --kernel clear takes "
                      "any d up to 256");
-  if (run.fast && bwd && run.cfg.head_dim == 256 && run.bwd_kernel == "wgmma-ws-det")
-    throw UsageError("--dim 256: the fast backward at d = 256 runs on the mma and wgmma-ws kernels, not --bwd-kernel " +
-                         run.bwd_kernel,
-                     "--bwd-kernel auto, mma or wgmma-ws");
   if (!run.fast && run.cfg.head_dim > 256)
     throw UsageError("--dim " + std::to_string(run.cfg.head_dim) + " is above 256",
                      "the clear kernels keep whole rows of d in SRAM; use --dim 256 or less");

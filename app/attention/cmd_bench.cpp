@@ -21,6 +21,7 @@
 #include "flashlab/cuda/context_parallel.hpp"
 #endif
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -59,7 +60,8 @@ constexpr const char* kSummary =
     "N = 1024…16384, d = 64 and 128, H = 16, B = 1, causal and not, both passes. --heads-kv and\n"
     "--seq-k time grouped K/V and N_k != N, every N of the sweep against NK keys (causal bottom-right\n"
     "aligned; TFLOP/s count the visible query-key pairs). --window L,R times a sliding window. The\n"
-    "backward takes those three on the atomic design's mma and wgmma-ws kernels. Query i sees\n"
+    "backward takes those three on the atomic design's mma and wgmma-ws kernels (and at d = 256 on\n"
+    "wgmma-ws-det). Query i sees\n"
     "key j iff i + NK - N - L <= j <= i + NK - N + R (-1 unbounded, causal caps R at 0); its TFLOP/s\n"
     "count the pairs inside the band, 4 d H B times the sum over the N queries of the keys each sees\n"
     "(the area the mask leaves, not the tiles a kernel loads). --cu-seqlens FILE times packed\n"
@@ -100,11 +102,11 @@ po::options_description options() {
   add_dim_list_option(d, "64,128");
   d.add_options()
       ("heads", po::value<long long>()->default_value(16), "H, number of heads")
-      ("heads-kv", po::value<long long>(), "H_kv, K/V heads dividing H (default H; the backward: not on --bwd-kernel wgmma-ws-det)")
-      ("seq-k", po::value<long long>(), "N_k, keys of every shape (default N; the backward: not on --bwd-kernel wgmma-ws-det)")
+      ("heads-kv", po::value<long long>(), "H_kv, K/V heads dividing H (default H; the backward: not on --bwd-kernel wgmma-ws-det at d = 64 and 128)")
+      ("seq-k", po::value<long long>(), "N_k, keys of every shape (default N; the backward: not on --bwd-kernel wgmma-ws-det at d = 64 and 128)")
       ("batch", po::value<long long>()->default_value(1), "B, batch size")
       ;
-  add_window_option(d, " (the backward: not on --bwd-kernel wgmma-ws-det)");
+  add_window_option(d, " (the backward: not on --bwd-kernel wgmma-ws-det at d = 64 and 128)");
   d.add_options()
       ("cu-seqlens", po::value<std::string>(),
        "FILE with cu_seqlens_q (and cu_seqlens_k): time packed variable-length sequences, the forward unless "
@@ -254,19 +256,23 @@ Sweep parse_sweep(const po::variables_map& vm) {
   if (bk.rfind("wgmma-ws", 0) == 0 && !s.bwd_atomic)
     throw UsageError("--bwd-kernel " + bk + " runs the atomic design only", "drop --bwd-design two-kernel");
   s.bwd_kernel = bk;
-  // d = 256: the atomic design's mma and wgmma-ws kernels alone.
-  if (s.bwd && (!s.bwd_atomic || bk == "wgmma-ws-det"))
+  // d = 256: the atomic design's mma, wgmma-ws and wgmma-ws-det kernels alone.
+  if (s.bwd && !s.bwd_atomic)
     for (int d : s.dims)
       if (d == 256)
-        throw UsageError("--dim 256: the fast backward at d = 256 is the atomic design's mma or wgmma-ws kernel, not " +
-                             (s.bwd_atomic ? "--bwd-kernel " + bk : std::string("--bwd-design two-kernel")),
-                         "--bwd-design atomic with --bwd-kernel auto, mma or wgmma-ws, or add --pass fwd");
-  // A window, grouped K/V and N_k != N: every backward but the fixed-order wgmma-ws kernel.
-  if (s.bwd && s.bwd_atomic && bk == "wgmma-ws-det") {
+        throw UsageError("--dim 256: the fast backward at d = 256 is the atomic design's mma, wgmma-ws or "
+                         "wgmma-ws-det kernel, not --bwd-design two-kernel",
+                         "--bwd-design atomic with --bwd-kernel auto, mma or wgmma-ws, or wgmma-ws-det for "
+                         "bit-reproducible gradients, or add --pass fwd");
+  // A window, grouped K/V and N_k != N: every backward but the fixed-order wgmma-ws kernel at d = 64
+  // and 128 (at d = 256 it takes them).
+  const bool det_below_256 = std::any_of(s.dims.begin(), s.dims.end(), [](int d) { return d != 256; });
+  if (s.bwd && s.bwd_atomic && bk == "wgmma-ws-det" && det_below_256) {
     const std::string other = "--bwd-kernel " + bk;
     const char* hint = "use --bwd-design two-kernel (deterministic too), or --bwd-kernel auto, mma or wgmma-ws, or "
                        "add --pass fwd";
-    const char* takers = "the two-kernel design and the atomic design's mma and wgmma-ws kernels";
+    const char* takers = "the two-kernel design, the atomic design's mma and wgmma-ws kernels, and wgmma-ws-det at "
+                         "--dim 256";
     if (s.window_left >= 0 || s.window_right >= 0)
       throw UsageError("--window " + std::to_string(s.window_left) + "," + std::to_string(s.window_right) +
                            ": the fast backward takes a window on " + takers + " (" + other + " takes none)",

@@ -165,7 +165,7 @@ typedef struct flashlab_attention_problem {
   int64_t seq_k;          /**< N_k, keys and values; 0 means N_k = N; packed: max_seqlen_k */
   int64_t heads;          /**< H, query heads (≥ 1) */
   int64_t heads_kv;       /**< H_kv, key/value heads, dividing H; 0 means H_kv = H */
-  int64_t head_dim;       /**< d (≥ 1; the CUDA kernels take 64 or 128, the CUDA forward 256 too) */
+  int64_t head_dim;       /**< d (≥ 1; the CUDA kernels take 64, 128 and 256; packed sequences 64 and 128) */
   double scale;           /**< softmax scale; 0 means 1/√d */
   int causal;             /**< 1: query i sees key j iff j ≤ i + N_k − N (bottom-right aligned); 0 or 1 */
   flashlab_dtype dtype;   /**< element type of Q, K, V, O, dO, dQ, dK, dV */
@@ -215,8 +215,10 @@ FLASHLAB_API flashlab_status flashlab_attention_backward_workspace_size(
  *  `[B, N, H, d]`, dk and dv `[B, N_k, H_kv, d]`. `workspace` as the size query says (the
  *  first B·H·N floats of a CUDA workspace hold D_i = rowsum(dO_i ∘ O_i) on return). On CUDA,
  *  deterministic = 0 runs the fastest backward (dQ summed with atomics), 1 one whose dQ, dK, dV
- *  are bit-reproducible (the fixed-order Hopper kernel where H_kv = H, N_k = N and no window, else
- *  the two-kernel design); both take grouped K/V, N_k ≠ N and windows. */
+ *  are bit-reproducible (the fixed-order Hopper kernel where H_kv = H, N_k = N and no window, or
+ *  d = 256, else the two-kernel design); both take grouped K/V, N_k ≠ N and windows. At d = 256,
+ *  deterministic = 1 needs the Hopper kernel (an H100/H200 and a build with sm_90a): elsewhere it
+ *  is refused (FLASHLAB_ERROR_UNSUPPORTED). */
 FLASHLAB_API flashlab_status flashlab_attention_backward(
     const flashlab_attention_problem* problem, flashlab_device device, flashlab_tensor q,
     flashlab_tensor k, flashlab_tensor v, flashlab_tensor o, const void* lse, flashlab_tensor d_o,

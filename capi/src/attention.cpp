@@ -229,8 +229,9 @@ void cpu_backward(const Attention& a, const Qkv& in, const Strided& o, const voi
 
 #if FLASHLAB_CAPI_HAVE_CUDA
 // The backward the device runs: the fastest (atomic dQ), or with `deterministic` the fixed-order
-// dQ of the Hopper kernel where there is one and it takes the problem (dense, H_kv = H, N_k = N,
-// no window), else the two-kernel design (no atomics at all; it takes all of those).
+// dQ of the Hopper kernel where there is one and it takes the problem (d = 256: dense; d = 64 and
+// 128: dense, H_kv = H, N_k = N, no window), else the two-kernel design (no atomics at all; it takes
+// all of those at d = 64 and 128, and refuses d = 256 by name).
 struct BackwardChoice {
   ref::Algorithm design;
   fc::FastBackwardKernel kernel;
@@ -239,7 +240,8 @@ BackwardChoice backward_choice(const Attention& a) {
   const fc::FastBackwardKernel fastest = fc::fastest_backward_kernel(a.p);
   if (!a.abi.deterministic) return {ref::Algorithm::bwd_atomic, fastest};
   const bool hopper_det_takes_it =
-      !a.device_packed && a.p.h_kv() == a.p.heads && a.p.n_k() == a.p.n_q() && !a.p.has_window();
+      !a.device_packed &&
+      (a.p.head_dim == 256 || (a.p.h_kv() == a.p.heads && a.p.n_k() == a.p.n_q() && !a.p.has_window()));
   if (fastest == fc::FastBackwardKernel::wgmma_ws && hopper_det_takes_it)
     return {ref::Algorithm::bwd_atomic, fc::FastBackwardKernel::wgmma_ws_deterministic};
   return {ref::Algorithm::bwd_two_kernel, fc::FastBackwardKernel::mma_sync};

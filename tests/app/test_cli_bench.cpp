@@ -45,13 +45,14 @@ TEST_CASE("cli bench: bad flags are usage errors naming the flag", "[cli][bench]
 #else
   expect_usage_error("bench attention --dim 96", "built without CUDA");
 #endif
-  expect_usage_error("bench attention --dim 256 --bwd-kernel wgmma-ws-det",
-                     "--dim 256: the fast backward at d = 256 is the atomic design's mma or wgmma-ws kernel, not "
-                     "--bwd-kernel wgmma-ws-det");
   expect_usage_error("bench attention --dim 256 --bwd-design two-kernel",
-                     "--dim 256: the fast backward at d = 256 is the atomic design's mma or wgmma-ws kernel, not "
-                     "--bwd-design two-kernel");
-  expect_usage_error("bench attention --dim 128,256 --pass bwd --bwd-kernel wgmma-ws-det", "add --pass fwd");
+                     "--dim 256: the fast backward at d = 256 is the atomic design's mma, wgmma-ws or wgmma-ws-det "
+                     "kernel, not --bwd-design two-kernel");
+  expect_usage_error("bench attention --dim 256 --bwd-design two-kernel", "wgmma-ws-det for bit-reproducible gradients");
+  // wgmma-ws-det takes a window, grouped K/V and N_k != N at d = 256 only: a sweep with d = 128 is refused.
+  expect_usage_error("bench attention --dim 128,256 --pass bwd --bwd-kernel wgmma-ws-det --window 5,5", "add --pass fwd");
+  expect_usage_error("bench attention --dim 128,256 --pass bwd --bwd-kernel wgmma-ws-det --heads 4 --heads-kv 2",
+                     "wgmma-ws-det at --dim 256");
   expect_usage_error("bench attention --fwd-kernel tma", "--fwd-kernel 'tma' is unknown");
   expect_usage_error("bench attention --bwd-kernel wgmma", "--bwd-kernel 'wgmma' is unknown");
   expect_usage_error("bench attention --bwd-design two-kernel --bwd-kernel wgmma-ws", "runs the atomic design only");

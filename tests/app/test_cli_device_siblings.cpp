@@ -220,9 +220,6 @@ TEST_CASE("attention --device cuda: the kernels' limits, the build, and --device
   expect_usage_error("attention fwd --device cuda --kernel fast --dtype fp32" + ok, "--dtype 'fp32' is unknown");
   expect_usage_error("attention fwd --device cuda --dtype fp16" + ok, "--dtype applies to --kernel fast");
   expect_usage_error("attention fwd --device cuda --kernel fast --seq 16 --dim 96", "--dim 96 is not 64, 128 or 256");
-  expect_usage_error("attention bwd --device cuda --kernel fast --seq 16 --dim 256 --bwd-kernel wgmma-ws-det",
-                     "--dim 256: the fast backward at d = 256 runs on the mma and wgmma-ws kernels, not --bwd-kernel "
-                     "wgmma-ws-det");
   expect_usage_error("attention bwd --device cuda --seq 16 --dim 512", "--dim 512 is above 256");
   expect_usage_error("attention fwd --device cuda --seq-k 20" + ok, "--seq-k 20 differs from N = 16: the clear kernels take N_k = N");
   expect_usage_error("attention bwd --device cuda --seq-k 20" + ok,

@@ -140,8 +140,10 @@ static void packed_cases(flashlab_attention_problem dense, flashlab_tensor in, f
   EXPECT(flashlab_attention_check(&bad, FLASHLAB_DEVICE_CUDA), FLASHLAB_ERROR_INVALID_ARGUMENT,
          "flashlab_attention_check", "problem->cu_seqlens_k is NULL but cu_seqlens_q is set", "hint:");
   /* deterministic = 1 takes grouped K/V, N_k != N and windows (the two-kernel design, where the
-   * fixed-order Hopper kernel refuses them): its workspace is D alone, 4·B·H·N bytes. d = 256 is
-   * taken by neither, refused naming head_dim. */
+   * fixed-order Hopper kernel refuses them): its workspace is D alone, 4·B·H·N bytes. d = 256 runs
+   * on the fixed-order Hopper kernel (it takes all three there), whose workspace is the atomic
+   * backward's; where that kernel does not run (no sm_90a build or device) it is refused naming
+   * head_dim. */
   flashlab_attention_problem det = flashlab_attention_defaults();
   det.seq_q = 100, det.seq_k = 150, det.heads = 8, det.heads_kv = 2, det.head_dim = 64, det.causal = 1;
   det.window_left = 20, det.deterministic = 1;
@@ -149,8 +151,15 @@ static void packed_cases(flashlab_attention_problem dense, flashlab_tensor in, f
   EXPECT_OK(flashlab_attention_backward_workspace_size(&det, FLASHLAB_DEVICE_CUDA, &det_bytes));
   EXPECT_TRUE(det_bytes == 4 * 8 * 100);
   det.head_dim = 256;
-  EXPECT(flashlab_attention_backward_workspace_size(&det, FLASHLAB_DEVICE_CUDA, &det_bytes),
-         FLASHLAB_ERROR_UNSUPPORTED, "flashlab_attention_backward_workspace_size", "head_dim (d) = 256", "hint:");
+  size_t atomic_bytes = 0;
+  det.deterministic = 0;
+  EXPECT_OK(flashlab_attention_backward_workspace_size(&det, FLASHLAB_DEVICE_CUDA, &atomic_bytes));
+  det.deterministic = 1;
+  if (flashlab_attention_backward_workspace_size(&det, FLASHLAB_DEVICE_CUDA, &det_bytes) == FLASHLAB_OK)
+    EXPECT_TRUE(det_bytes == atomic_bytes);
+  else
+    EXPECT(flashlab_attention_backward_workspace_size(&det, FLASHLAB_DEVICE_CUDA, &det_bytes),
+           FLASHLAB_ERROR_UNSUPPORTED, "flashlab_attention_backward_workspace_size", "head_dim (d) = 256", "hint:");
 #endif
 }
 

@@ -13,12 +13,16 @@
 // causal and not; batch > 1 and H > 1; grouped K/V (H/H_kv = 4) and N_k ≠ N both ways (causal rows
 // and whole query tiles without a key); windows; V and dO entries ±800; bf16 and fp16; more key
 // blocks than SMs. Tags: [fast-bwd][fast-bwd-d256]; small shapes also [fast-bwd-d256-sanitize] for
-// compute-sanitizer. The refusals (the two-kernel design, the wgmma-ws kernels): test_cuda_fast_limits.cpp.
+// compute-sanitizer. The fixed-order wgmma-ws kernel (wgmma_ws_deterministic) on the same kinds of
+// shapes, each rerun and compared bit for bit, and four runs at N = 2048: [fast-bwd-d256-det] (below).
+// Every case here also checks the dQ convert both kernels share (bwd_d256_dq.cuh). The refusals (the two-kernel design, the wgmma-ws kernels): test_cuda_fast_limits.cpp.
 #include <catch2/catch.hpp>
 
 #include "fast_backward_check.hpp"
 #include "flashlab/cuda/fast_attention.hpp"
 
+#include <cstdint>
+#include <cstdio>
 #include <vector>
 
 namespace fr = flashlab::ref;
@@ -80,4 +84,99 @@ TEST_CASE("fast backward d = 256, V and dO entries ±800", "[fast-bwd][fast-bwd-
 TEST_CASE("fast backward d = 256, more key blocks than SMs", "[fast-bwd][fast-bwd-d256]") {
   check(1, 640, 640, 14, 14, true);  // 10 key blocks × 14 heads = 140
   report("bwd d256 many blocks");
+}
+
+// ---- The fixed-order wgmma-ws kernel at d = 256 (FastBackwardKernel::wgmma_ws_deterministic: the
+// same kernel with dQ's sums over key blocks in a fixed order, attention_bwd_d256_ws.cu): every case
+// against the float64 reference and rerun, bit for bit. Where it does not run (no sm_90a build or
+// device) the cases say so and check nothing.
+
+namespace {
+
+bool det_runs() {
+  if (flashlab::cuda::fastest_backward_kernel() == flashlab::cuda::FastBackwardKernel::wgmma_ws) return true;
+  WARN("wgmma-ws-det backward not in this build or not on this device: NOT checked");
+  return false;
+}
+
+void check_det(int batch, int seq, int seq_k, int heads, int heads_kv, bool causal, long long left = -1,
+               long long right = -1, fr::Dtype dtype = kBf16, bool large = false) {
+  flashlab::test::check_backward({batch, seq, seq_k, heads, heads_kv, 256, causal, left, right, dtype, large},
+                                 {flashlab::cuda::FastBackwardKernel::wgmma_ws_deterministic},
+                                 fr::Algorithm::bwd_atomic, true);
+}
+
+}  // namespace
+
+TEST_CASE("fast backward d = 256, fixed order, sanitizer shapes",
+          "[fast-bwd][fast-bwd-d256][fast-bwd-d256-det][fast-bwd-d256-sanitize]") {
+  if (!det_runs()) return;
+  check_det(1, 70, 70, 2, 2, true);
+  check_det(1, 150, 40, 4, 2, true);  // rows 0 .. 109 see no key
+  check_det(1, 100, 100, 2, 2, false, 30, 10, kFp16);
+  report("bwd d256 fixed order sanitizer shapes");
+}
+
+TEST_CASE("fast backward d = 256, fixed order: awkward shapes equal the float64 reference and themselves bit for bit",
+          "[fast-bwd][fast-bwd-d256][fast-bwd-d256-det]") {
+  if (!det_runs()) return;
+  for (bool causal : {false, true}) {
+    check_det(1, 1, 1, 2, 2, causal);       // N = 1
+    check_det(2, 333, 333, 3, 3, causal);   // N a multiple of no tile, batch > 1
+    check_det(1, 64, 64, 2, 2, causal);     // one key tile exactly
+    check_det(1, 200, 200, 2, 2, causal, -1, -1, kFp16);
+    check_det(1, 33, 150, 8, 2, causal);    // grouped K/V, N < N_k
+    check_det(1, 150, 40, 4, 2, causal);    // N > N_k: causal rows without a key
+    check_det(1, 200, 200, 2, 2, causal, -1, -1, kBf16, true);  // V and dO ±800
+  }
+  check_det(1, 333, 333, 2, 2, true, 64, 0);    // a causal sliding window
+  check_det(1, 400, 400, 2, 1, false, 5, 5);    // a narrow band: each query tile sees two or three key blocks
+  check_det(1, 300, 300, 2, 2, false, 40, 20);  // both edges inside the sequence
+  check_det(1, 640, 640, 14, 14, true);         // more key blocks than SMs
+  report("bwd d256 fixed order");
+}
+
+// Many key blocks into every dQ tile (N = 2048: 32 per tile), grouped K/V: four runs give the same
+// bits, and they agree with the atomic wgmma-ws kernel (whose dQ order varies) within the backward
+// tolerance (no float64 reference at that size).
+TEST_CASE("fast backward d = 256, fixed order, grouped K/V, is bit-reproducible at N = 2048",
+          "[fast-bwd][fast-bwd-d256][fast-bwd-d256-det]") {
+  if (!det_runs()) return;
+  namespace fc = flashlab::cuda;
+  for (bool causal : {false, true}) {
+    const unsigned long long seed = flashlab::test::fresh_seed();
+    INFO("causal=" << causal << " seed=" << seed);
+    const fr::Shape q{1, 2048, 8, 256}, kv{1, 2048, 2, 256};
+    fr::AttentionProblem cfg = flashlab::test::attention_problem(q, causal, kBf16);
+    cfg.heads_kv = kv.heads;
+    const flashlab::test::BwdInputs in = flashlab::test::bwd_inputs(q, kv, seed, kBf16);
+    const auto fwd = fc::fast_attention_forward(cfg, fc::FastForwardKernel::mma_sync, in.Q, in.K, in.V);
+    auto run = [&](fc::FastBackwardKernel kernel) {
+      return fc::fast_attention_backward(fr::Algorithm::bwd_atomic, cfg, in.Q, in.K, in.V, fwd.O, in.dO, fwd.LSE,
+                                         kernel);
+    };
+    const auto first = run(fc::FastBackwardKernel::wgmma_ws_deterministic);
+    std::size_t diff = 0;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto again = run(fc::FastBackwardKernel::wgmma_ws_deterministic);
+      diff += flashlab::test::differing_bits(first.dQ, again.dQ) + flashlab::test::differing_bits(first.dK, again.dK) +
+              flashlab::test::differing_bits(first.dV, again.dV);
+    }
+    const auto atomic = run(fc::FastBackwardKernel::wgmma_ws);
+    auto to_double = [&](const std::vector<std::uint16_t>& x) {
+      std::vector<double> y(x.size());
+      for (std::size_t k = 0; k < x.size(); ++k) y[k] = flashlab::test::to_float(x[k], cfg.dtype);
+      return y;
+    };
+    const double eQ = flashlab::test::error_16(first.dQ, to_double(atomic.dQ).data(), cfg.dtype);
+    const double eK = flashlab::test::error_16(first.dK, to_double(atomic.dK).data(), cfg.dtype);
+    const double eV = flashlab::test::error_16(first.dV, to_double(atomic.dV).data(), cfg.dtype);
+    std::printf("  bf16 B=1 N=2048 H=8 H_kv=2 d=256 %s: fixed order, elements differing over 3 reruns: %zu; against "
+                "the atomic kernel dQ %.2e dK %.2e dV %.2e\n",
+                causal ? "causal" : "non-causal", diff, eQ, eK, eV);
+    CHECK(diff == 0);
+    CHECK(eQ <= 1e-2);
+    CHECK(eK <= 1e-2);
+    CHECK(eV <= 1e-2);
+  }
 }

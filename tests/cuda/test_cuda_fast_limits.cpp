@@ -242,7 +242,8 @@ TEST_CASE("the split-KV forward's tiles count packed rows: the query rows of the
   CHECK_THROWS_WITH(fc::fast_forward_tiles(p, split_kv), Catch::Contains("head_dim (d) = 96 is not 64, 128 or 256"));
 }
 
-TEST_CASE("d = 256: the mma and tma-ws forwards and the atomic mma and wgmma-ws backwards take it, the other fast "
+TEST_CASE("d = 256: the mma and tma-ws forwards and the atomic mma, wgmma-ws and wgmma-ws-det backwards take it, "
+          "the other fast "
           "kernels name their limit",
           "[fast][fast-d256][errors]") {
   fr::AttentionProblem p;
@@ -269,15 +270,28 @@ TEST_CASE("d = 256: the mma and tma-ws forwards and the atomic mma and wgmma-ws 
   CHECK(fc::fastest_backward_kernel(p) == fc::fastest_backward_kernel());  // wgmma-ws on Hopper
   CHECK_THROWS_WITH(fc::fast_attention_backward_workspace_bytes(fr::Algorithm::bwd_two_kernel, p),
                     Catch::Contains("fast backward: head_dim (d) = 256 is not supported by the bwd_two_kernel design") &&
-                        Catch::Contains("hint: design bwd_atomic, kernel mma"));
-  const std::vector<std::uint16_t> x(8 * 256);
-  const std::vector<float> lse(8);
-  // The wgmma-ws kernel takes d = 256 (attention_bwd_d256_ws.cu); its fixed order does not.
+                        Catch::Contains("hint: design bwd_atomic; kernel wgmma-ws-det for bit-reproducible gradients"));
+  // The fixed-order wgmma-ws kernel takes d = 256 (attention_bwd_d256_ws.cu) with a window, grouped
+  // K/V and N_k != N: the checks pass, the call stops at its missing workspace (or, in a build
+  // without sm_90a, at the kernel's absence); at d = 128 it refuses the window by name.
   const auto det = fc::FastBackwardKernel::wgmma_ws_deterministic;
-  CHECK_THROWS_WITH(fc::fast_attention_backward(fr::Algorithm::bwd_atomic, p, x, x, x, x, x, lse, det),
-                    Catch::Contains("head_dim (d) = 256 is not supported by the " + std::string(fc::to_string(det)) +
-                                    " kernel") &&
-                        Catch::Contains("mma and wgmma-ws kernels"));
+  const std::string after_checks =
+      fc::fast_forward_wgmma_built() ? "needs a workspace" : "wgmma-ws backward kernel is not in this build";
+  fr::AttentionProblem banded = p;
+  banded.heads = 4;
+  banded.heads_kv = 2;
+  banded.seq_k = 12;
+  banded.window_left = 3;
+  for (const fr::AttentionProblem& q : {p, banded})
+    CHECK_THROWS_WITH(fc::fast_attention_backward_device(fr::Algorithm::bwd_atomic, q, nullptr, nullptr, nullptr,
+                                                         nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                                         nullptr, det),
+                      Catch::Contains(after_checks));
+  banded.head_dim = 128;
+  CHECK_THROWS_WITH(fc::fast_attention_backward_device(fr::Algorithm::bwd_atomic, banded, nullptr, nullptr, nullptr,
+                                                       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                                       nullptr, det),
+                    Catch::Contains("is not supported by the wgmma-ws-det kernel"));
   p.head_dim = 512;
   CHECK_THROWS_WITH(fc::check_fast_problem(p), Catch::Contains("head_dim (d) = 512 is not 64, 128 or 256"));
 }

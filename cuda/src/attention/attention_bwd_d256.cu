@@ -41,9 +41,11 @@
 //
 // dQaccum: TILED per (b, h, query tile i of 32 rows), 32·256 floats; warp w's 32 × 32 partial is
 // 1024 floats in mma C-fragment order (float4 number 32·(mt·4 + n) + lane = dq[mt][n][0..3]). The
-// workspace (whole tiles of kAtomicDqTileRows rows) holds them.
+// workspace (whole tiles of kAtomicDqTileRows rows) holds them; the convert back to [B, N, H, d] is
+// the one both d = 256 backwards share (bwd_d256_dq.cuh, D256DqLayout below).
 #include "attention/attention_bwd_tc.cuh"
 #include "attention/bwd_d256.hpp"
+#include "attention/bwd_d256_dq.cuh"
 #include "core/warp_gemm.cuh"
 
 #include <cuda_bf16.h>
@@ -270,30 +272,18 @@ __global__ void __launch_bounds__(D256Tiles::kThreads, 1)
   }
 }
 
-/// dQ = scale · dQaccum → 16 bits, from the tiled order above (tile (b, h, i): 32·256 floats; warp
-/// w: 1024 floats; float4 number 32·(mt·4 + n) + lane: rows 16·mt + g, + 8, columns 32w + 8n + 2t,
-/// + 1). One thread per float4 (grid-stride); rows ≥ N (the last tile's padding) are skipped.
-template <bool kBf16>
-__global__ void __launch_bounds__(256) fast_bwd_d256_dq_convert_kernel(Problem p, const float4* __restrict__ acc,
-                                                                       uint16_t* __restrict__ dQ, std::size_t n4) {
-  constexpr int BM = D256Tiles::BLOCK_M;
-  const int Tr = (p.seq + BM - 1) / BM;
-  for (std::size_t k = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; k < n4;
-       k += std::size_t(gridDim.x) * blockDim.x) {
-    const int lane = int(k & 31), frag = int((k >> 5) & 7), warp = int((k >> 8) & 7);
-    const std::size_t tile = k >> 11;  // 2048 float4 per tile
-    const int i = int(tile % Tr), h = int(tile / Tr % p.heads), b = int(tile / Tr / p.heads);
+/// The accumulator's tiled order above, for the shared convert (bwd_d256_dq.cuh): tile (b, h, i)
+/// holds 32·256 floats, warp w 1024 of them; float4 number 32·(mt·4 + n) + lane of warp w's slice
+/// holds rows 16·mt + g, + 8 and columns 32w + 8n + 2t, + 1.
+struct D256DqLayout {
+  static constexpr int BLOCK_M = D256Tiles::BLOCK_M;
+  __device__ static void place(int f, int& row, int& col) {
+    const int lane = f & 31, frag = (f >> 5) & 7, warp = f >> 8;
     const int mt = frag / D256Tiles::kDqNT, n = frag % D256Tiles::kDqNT, g = lane >> 2, t = lane & 3;
-    const int row = i * BM + 16 * mt + g, col = 32 * warp + 8 * n + 2 * t;
-    const float4 v = acc[k];
-    uint16_t* out = dQ + p.head_offset(b, h) + col;
-    if (row < p.seq)
-      *reinterpret_cast<uint32_t*>(out + std::size_t(row) * p.row_stride()) = pack2<kBf16>(v.x * p.scale, v.y * p.scale);
-    if (row + 8 < p.seq)
-      *reinterpret_cast<uint32_t*>(out + std::size_t(row + 8) * p.row_stride()) =
-          pack2<kBf16>(v.z * p.scale, v.w * p.scale);
+    row = 16 * mt + g;
+    col = 32 * warp + 8 * n + 2 * t;
   }
-}
+};
 
 template <bool kBf16>
 void launch_d256(const Problem& p, const BwdPointers& a, cudaStream_t stream) {
@@ -303,10 +293,7 @@ void launch_d256(const Problem& p, const BwdPointers& a, cudaStream_t stream) {
   const bool band = p.windowed() || p.heads_kv != p.heads || p.seq_k != p.seq;
   auto kernel = band ? &fast_bwd_d256_kernel<kBf16, true> : &fast_bwd_d256_kernel<kBf16, false>;
   set_smem(reinterpret_cast<const void*>(kernel), T::kSmem, "fast_bwd_d256_kernel", p);
-  const std::size_t acc_numel =
-      std::size_t(p.batch) * p.heads * ((p.seq + T::BLOCK_M - 1) / T::BLOCK_M) * T::BLOCK_M * T::HEAD_DIM;
-  FLASHLAB_CUDA_CHECK(cudaMemsetAsync(a.dQaccum, 0, acc_numel * sizeof(float), stream));
-  launch_fast_bwd_preprocess<T::HEAD_DIM, kBf16>(p, a, stream);
+  begin_d256_backward<D256DqLayout, kBf16>(p, a, stream);
 
   announce("fast_bwd_d256_kernel");
   const unsigned tc = unsigned((p.seq_k + T::BLOCK_N - 1) / T::BLOCK_N);
@@ -317,12 +304,7 @@ void launch_d256(const Problem& p, const BwdPointers& a, cudaStream_t stream) {
       static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV));
   FLASHLAB_CUDA_CHECK_LAUNCH("fast_bwd_d256_kernel");
 
-  const std::size_t n4 = acc_numel / 4;
-  const unsigned blocks = unsigned(std::min<std::size_t>((n4 + 255) / 256, 4096));
-  announce("fast_bwd_d256_dq_convert_kernel");
-  fast_bwd_d256_dq_convert_kernel<kBf16><<<blocks, 256, 0, stream>>>(p, reinterpret_cast<const float4*>(a.dQaccum),
-                                                                     static_cast<uint16_t*>(a.dQ), n4);
-  FLASHLAB_CUDA_CHECK_LAUNCH("fast_bwd_d256_dq_convert_kernel");
+  launch_d256_dq_convert<D256DqLayout, kBf16>(p, a, stream);
 }
 
 }  // namespace

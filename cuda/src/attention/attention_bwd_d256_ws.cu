@@ -35,6 +35,18 @@
 // past N (N_k) with zeros, the stats warp writes LSE = D = 0 there. A block whose keys no query sees
 // runs no step and writes dK_j = dV_j = 0. No fp32-sum entry (BwdPointers::add_f32: refused).
 //
+// DETERMINISTIC (FastBackwardKernel::wgmma_ws_deterministic; kDeterministic): the same kernel with
+// dQ's sums over key blocks in a fixed order, one counter per accumulator tile (the workspace's, as
+// attention_bwd_ws.cu's fixed order has them). The key blocks that see query tile i are consecutive,
+// j_first … (under every mask: the keys a tile sees are an interval), and both consumers of block j
+// add their partial (disjoint columns, so the two need no order between them) once the counter reads
+// 2·(j − j_first): every earlier block's two consumers have added theirs. A consumer's thread 0
+// spins on the counter (acquire) while the others wait at a named barrier; after the adds each thread
+// fences, the consumer meets again, thread 0 adds 1 (release). Block j waits only on blocks j' < j
+// of its head, which the grid (key blocks along x) launches earlier and which never wait on j, so the
+// waits close no cycle. dK_j, dV_j are sums in registers in a fixed order already: with dQ fixed,
+// all three gradients are bit-reproducible. The adds wait in line (no step of slack as in
+// attention_bwd_ws.cu's lagged dQ): the simple order first.
 // SRAM (dynamic): K_j, V_j 32 KiB each; 2 stages of Q_i, dO_i (128 KiB); Pᵀ, dSᵀ two buffers of
 // 8 KiB each; stats; barriers; alignment: 231,464 bytes of the 232,448 a block may have.
 // REGISTERS (ptxas, sm_90a): 168 at launch (384 threads, 1 block per SM), then 24 for the producer
@@ -42,9 +54,11 @@
 // with the mma kernel: docs/cuda.md, the backward at head dim 256.
 // dQaccum: TILED per (b, h, query tile i of 64 rows), 64·256 floats; consumer c's slice (columns
 // [128c, +128)) is 8192 floats in wgmma fragment order (float4 number t·128 + thread = the thread's
-// accumulator registers 4t … 4t + 3: rows r, r + 8, columns 8t + 2·(lane % 4), + 1).
+// accumulator registers 4t … 4t + 3: rows r, r + 8, columns 8t + 2·(lane % 4), + 1); the convert
+// back to [B, N, H, d] is the one both d = 256 backwards share (bwd_d256_dq.cuh, D256WsDqLayout).
 #include "attention/attention_bwd_tc.cuh"
 #include "attention/bwd_d256.hpp"
+#include "attention/bwd_d256_dq.cuh"
 #include "core/common.hpp"
 #include "core/hopper.cuh"
 #include "core/tensor_core.cuh"
@@ -88,6 +102,7 @@ struct D256Ws {
   static_assert(BLOCK_M == 64 && BLOCK_N == 64, "one 128-byte swizzle box of Pᵀ, dSᵀ per step");
   static_assert(BLOCK_N % BLOCK_M == 0, "causal: a key block's first visible query tile starts at its first key");
   static_assert(kAtomicDqTileRows % BLOCK_M == 0, "the workspace holds whole dQ tiles of this BLOCK_M");
+  static_assert(BLOCK_M == kDqOrderTileRows, "the workspace has an order counter for every accumulator tile");
 };
 
 /// D[64×128] (+)= A[64×16] · B[16×128] from SRAM, B MN-major; A K-major (dV += Pᵀ dO_i, dK += dSᵀ
@@ -105,6 +120,26 @@ __device__ __forceinline__ void red_add_v4(float* dst, float a, float b, float c
   asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(a), "f"(b), "f"(c),
                "f"(d)
                : "memory");
+}
+
+/// The fixed order of dQ's sums (the deterministic kernel): consumer c's thread 0 spins until the
+/// tile's counter reaches `turn` (acquire), then the consumer's 128 threads go on (named barrier
+/// 2 + c: their reductions come after the acquire).
+__device__ __forceinline__ void wait_dq_turn(const int* counter, int turn, int c, int tid) {
+  if (tid == 0) {
+    int seen;
+    do {
+      asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+    } while (seen < turn);
+  }
+  named_bar_sync(2 + c, 128);
+}
+/// Every thread's reductions performed at GPU scope (fence), the consumer's threads met, then the
+/// counter + 1 (release): the next block's acquire sees all 128 threads' adds.
+__device__ __forceinline__ void pass_dq_turn(int* counter, int c, int tid) {
+  __threadfence();
+  named_bar_sync(2 + c, 128);
+  if (tid == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
 }
 
 struct Smem {
@@ -140,13 +175,15 @@ __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, i
 /// spread each step over every head's tiles, more than L2 holds: measured 1.33× slower causal
 /// (docs/cuda.md). Within a head the heaviest come first.
 /// kBand: windows, grouped K/V or N_k ≠ N, masked by the band (causal folded in); else H_kv = H,
-/// N_k = N, causal by p.causal.
-template <bool kBf16, bool kBand>
+/// N_k = N, causal by p.causal. kDeterministic: dQ's partials added in the fixed order of
+/// add_dq_in_turn (dq_order: one counter per accumulator tile, zeroed); else dq_order is unused.
+template <bool kBf16, bool kBand, bool kDeterministic>
 __global__ void __launch_bounds__(D256Ws::kThreads, 1)
     fast_bwd_d256_ws_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                             const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do,
                             Problem p, const float* __restrict__ LSE, const float* __restrict__ D,
-                            float* __restrict__ dQaccum, uint16_t* __restrict__ dK, uint16_t* __restrict__ dV) {
+                            float* __restrict__ dQaccum, int* __restrict__ dq_order, uint16_t* __restrict__ dK,
+                            uint16_t* __restrict__ dV) {
 #if FLASHLAB_WGMMA_OK
   using T = D256Ws;
   constexpr int BM = T::BLOCK_M, BN = T::BLOCK_N;
@@ -327,10 +364,15 @@ __global__ void __launch_bounds__(D256Ws::kThreads, 1)
     wg_commit();
     wg_wait<1>();  // dQ done; dV, dK still on the tensor cores while its reductions go out
     reg_fence(dq);
-    float* dst = dQaccum + ((std::size_t(w.b) * p.heads + hq) * std::size_t(w.Tr) + std::size_t(i)) * (BM * T::kHeadDim) +
-                 std::size_t(c) * T::kSliceDq + 4 * std::size_t(tid);
+    const std::size_t tile = (std::size_t(w.b) * p.heads + hq) * std::size_t(w.Tr) + std::size_t(i);
+    float* dst = dQaccum + tile * (BM * T::kHeadDim) + std::size_t(c) * T::kSliceDq + 4 * std::size_t(tid);
+    // Deterministic: this tile's turn. The key blocks that see query tile i are consecutive (the
+    // band's keys q0 + lo … are an interval): its first, j_first, goes first; both consumers of block
+    // j go when the 2·(j − j_first) consumers of the earlier blocks have added (they own other columns).
+    if constexpr (kDeterministic) wait_dq_turn(dq_order + tile, kBand ? 2 * (j - max(0, q0 + w.lo) / BN) : 2 * j, c, tid);
 #pragma unroll
     for (int t = 0; t < T::kCols / 8; ++t) red_add_v4(dst + 512 * t, dq[4 * t], dq[4 * t + 1], dq[4 * t + 2], dq[4 * t + 3]);
+    if constexpr (kDeterministic) pass_dq_turn(dq_order + tile, c, tid);
     wg_wait<0>();
     reg_fence(acc_dv);
     reg_fence(acc_dk);
@@ -358,41 +400,32 @@ __global__ void __launch_bounds__(D256Ws::kThreads, 1)
 #endif
 }
 
-/// dQ = scale · dQaccum → 16 bits, [B, N, H, d], from the tiled order above (tile (b, h, i): 64·256
-/// floats; slice c: 8192; float4 number t·128 + thread: rows 16·(thread / 32) + (thread % 32) / 4,
-/// + 8, columns 128c + 8t + 2·(thread % 4), + 1). One thread per float4 (grid-stride).
-template <bool kBf16>
-__global__ void __launch_bounds__(256) fast_bwd_d256_ws_dq_convert_kernel(Problem p, const float4* __restrict__ acc,
-                                                                          uint16_t* __restrict__ dQ, std::size_t n4) {
-  constexpr int BM = D256Ws::BLOCK_M, kTile4 = BM * D256Ws::kHeadDim / 4, kSlice4 = D256Ws::kSliceDq / 4;
-  const int Tr = (p.seq + BM - 1) / BM;
-  for (std::size_t k = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; k < n4;
-       k += std::size_t(gridDim.x) * blockDim.x) {
-    const std::size_t tile = k / kTile4;
-    const int in_tile = int(k % kTile4), c = in_tile / kSlice4, t = in_tile % kSlice4 / 128, thr = in_tile % 128;
-    const int i = int(tile % Tr), h = int(tile / Tr % p.heads), b = int(tile / Tr / p.heads);
-    const int row = i * BM + 16 * (thr / 32) + (thr % 32) / 4, col = D256Ws::kCols * c + 8 * t + 2 * (thr % 4);
-    const float4 v = acc[k];
-    uint16_t* out = dQ + p.head_offset(b, h) + col;
-    if (row < p.seq)
-      *reinterpret_cast<uint32_t*>(out + std::size_t(row) * p.row_stride()) = pack2<kBf16>(v.x * p.scale, v.y * p.scale);
-    if (row + 8 < p.seq)
-      *reinterpret_cast<uint32_t*>(out + std::size_t(row + 8) * p.row_stride()) =
-          pack2<kBf16>(v.z * p.scale, v.w * p.scale);
+/// The accumulator's tiled order above, for the shared convert (bwd_d256_dq.cuh): tile (b, h, i)
+/// holds 64·256 floats, consumer slice c 8192 of them; float4 number t·128 + thread of slice c holds
+/// rows 16·(thread / 32) + (thread % 32) / 4, + 8 and columns 128c + 8t + 2·(thread % 4), + 1.
+struct D256WsDqLayout {
+  static constexpr int BLOCK_M = D256Ws::BLOCK_M;
+  __device__ static void place(int f, int& row, int& col) {
+    constexpr int kSlice4 = D256Ws::kSliceDq / 4;
+    const int c = f / kSlice4, t = f % kSlice4 / 128, thr = f % 128;
+    row = 16 * (thr / 32) + (thr % 32) / 4;
+    col = D256Ws::kCols * c + 8 * t + 2 * (thr % 4);
   }
-}
+};
 
 template <bool kBf16>
-void launch_d256_ws(const Problem& p, const BwdPointers& a, cudaStream_t stream) {
+void launch_d256_ws(const Problem& p, const BwdPointers& a, int* dq_order, cudaStream_t stream) {
   using T = D256Ws;
   if (a.add_f32) throw_cuda_error(cudaErrorInvalidValue, "d = 256 wgmma-ws backward: no fp32 sums", __FILE__, __LINE__);
   const bool band = p.windowed() || p.heads_kv != p.heads || p.seq_k != p.seq;
-  auto kernel = band ? &fast_bwd_d256_ws_kernel<kBf16, true> : &fast_bwd_d256_ws_kernel<kBf16, false>;
+  const bool det = dq_order != nullptr;
+  auto kernel = band ? (det ? &fast_bwd_d256_ws_kernel<kBf16, true, true> : &fast_bwd_d256_ws_kernel<kBf16, true, false>)
+                     : (det ? &fast_bwd_d256_ws_kernel<kBf16, false, true> : &fast_bwd_d256_ws_kernel<kBf16, false, false>);
   set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "fast_bwd_d256_ws_kernel", p);
-  const std::size_t acc_numel =
-      std::size_t(p.batch) * p.heads * ((p.seq + T::BLOCK_M - 1) / T::BLOCK_M) * T::BLOCK_M * T::kHeadDim;
-  FLASHLAB_CUDA_CHECK(cudaMemsetAsync(a.dQaccum, 0, acc_numel * sizeof(float), stream));  // only ever added into
-  launch_fast_bwd_preprocess<T::kHeadDim, kBf16>(p, a, stream);
+  begin_d256_backward<D256WsDqLayout, kBf16>(p, a, stream);
+  if (det)  // every tile's order starts at turn 0
+    FLASHLAB_CUDA_CHECK(cudaMemsetAsync(
+        dq_order, 0, d256_dq_accum_numel<D256WsDqLayout>(p) / (T::BLOCK_M * T::kHeadDim) * sizeof(int), stream));
 
   const CUtensorMap map_q = make_head_tile_map(a.Q, p, T::BLOCK_M);
   const CUtensorMap map_do = make_head_tile_map(a.dO, p, T::BLOCK_M);
@@ -403,23 +436,18 @@ void launch_d256_ws(const Problem& p, const BwdPointers& a, cudaStream_t stream)
   const dim3 grid(tc, p.heads_kv, p.batch);
   announce("fast_bwd_d256_ws_kernel");
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, p.with_tiles(T::BLOCK_M, T::BLOCK_N),
-                                                      a.LSE, a.D, a.dQaccum, static_cast<uint16_t*>(a.dK),
+                                                      a.LSE, a.D, a.dQaccum, dq_order, static_cast<uint16_t*>(a.dK),
                                                       static_cast<uint16_t*>(a.dV));
   FLASHLAB_CUDA_CHECK_LAUNCH("fast_bwd_d256_ws_kernel");
 
-  const std::size_t n4 = acc_numel / 4;
-  const unsigned blocks = unsigned(std::min<std::size_t>((n4 + 255) / 256, 4096));
-  announce("fast_bwd_d256_ws_dq_convert_kernel");
-  fast_bwd_d256_ws_dq_convert_kernel<kBf16><<<blocks, 256, 0, stream>>>(p, reinterpret_cast<const float4*>(a.dQaccum),
-                                                                        static_cast<uint16_t*>(a.dQ), n4);
-  FLASHLAB_CUDA_CHECK_LAUNCH("fast_bwd_d256_ws_dq_convert_kernel");
+  launch_d256_dq_convert<D256WsDqLayout, kBf16>(p, a, stream);
 }
 
 }  // namespace
 
-void launch_fast_bwd_d256_ws(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream) {
-  if (bf16) launch_d256_ws<true>(p, a, stream);
-  else launch_d256_ws<false>(p, a, stream);
+void launch_fast_bwd_d256_ws(const Problem& p, bool bf16, const BwdPointers& a, int* dq_order, cudaStream_t stream) {
+  if (bf16) launch_d256_ws<true>(p, a, dq_order, stream);
+  else launch_d256_ws<false>(p, a, dq_order, stream);
 }
 
 }  // namespace flashlab::cuda::detail

@@ -1,5 +1,5 @@
-// cuda/src/attention/bwd_d256.hpp — the launcher of the atomic backward at head dim d = 256
-// (attention_bwd_d256.cu). Internal to cuda/src: the front door calls it.
+// cuda/src/attention/bwd_d256.hpp — the launchers of the atomic backward at head dim d = 256
+// (attention_bwd_d256.cu, attention_bwd_d256_ws.cu). Internal to cuda/src: the front door calls it.
 #pragma once
 
 #include "attention/launchers.hpp"
@@ -14,7 +14,9 @@ void launch_fast_bwd_d256(const Problem& p, bool bf16, const BwdPointers& a, cud
 
 /// The same backward on Hopper (attention_bwd_d256_ws.cu, sm_90a: built where the architectures
 /// include 90): TMA producer, two wgmma consumers splitting d, Br = Bc = 64; the same workspace,
-/// shapes and masks; no fp32 sums.
-void launch_fast_bwd_d256_ws(const Problem& p, bool bf16, const BwdPointers& a, cudaStream_t stream);
+/// shapes and masks; no fp32 sums. `dq_order`: nullptr (dQ's sums in the order the blocks reach
+/// them), or the workspace's B·H·⌈N / kDqOrderTileRows⌉ counters for a fixed order
+/// (FastBackwardKernel::wgmma_ws_deterministic: bit-reproducible dQ, dK, dV).
+void launch_fast_bwd_d256_ws(const Problem& p, bool bf16, const BwdPointers& a, int* dq_order, cudaStream_t stream);
 
 }  // namespace flashlab::cuda::detail

@@ -91,11 +91,12 @@ namespace {
 
 // The fast kernels' limits on d, stated here only (check_fast_problem, check_forward_kernel,
 // fast_bwd_problem and fast_forward_tiles call these): every fast kernel takes d = 64 and 128;
-// the mma and tma-ws forwards take 256 too, and so do the atomic design's mma and wgmma-ws backwards,
-// in kernels of their own (attention_bwd_d256.cu, attention_bwd_d256_ws.cu: the d = 64 / 128 layouts
-// hold dK_j and dV_j of a 128-key block in registers, d registers per thread, 256 at d = 256 against
-// the 255 a thread has).
-constexpr const char* kD256Kernels = "the mma and tma-ws forwards and the bwd_atomic mma and wgmma-ws backwards";
+// the mma and tma-ws forwards take 256 too, and so do the atomic design's mma, wgmma-ws and
+// wgmma-ws-det backwards, in kernels of their own (attention_bwd_d256.cu, attention_bwd_d256_ws.cu:
+// the d = 64 / 128 layouts hold dK_j and dV_j of a 128-key block in registers, d registers per
+// thread, 256 at d = 256 against the 255 a thread has).
+constexpr const char* kD256Kernels =
+    "the mma and tma-ws forwards and the bwd_atomic mma, wgmma-ws and wgmma-ws-det backwards";
 
 void require_fast_head_dim(std::size_t head_dim) {
   if (head_dim != 64 && head_dim != 128 && head_dim != 256)
@@ -176,20 +177,17 @@ detail::Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProb
                                  const FastBackwardKernel* kernel = nullptr) {
   check_fast_problem(problem);
   if (problem.is_packed()) require_packed_backward(design, kernel, std::to_string(problem.packed->count()) + " ");
-  if (problem.head_dim == 256) {
-    // d = 256: the atomic design's mma and wgmma-ws kernels (attention_bwd_d256.cu,
-    // attention_bwd_d256_ws.cu); no fixed order.
-    const auto refuse = [](const std::string& who) {
-      throw std::invalid_argument("flashlab::cuda: fast backward: head_dim (d) = 256 is not supported by " + who +
-                                  ": at d = 256 the backward runs on the bwd_atomic design's mma and wgmma-ws kernels "
-                                  "(hint: design bwd_atomic, kernel mma or wgmma-ws: --bwd-kernel mma)");
-    };
-    if (design == ref::Algorithm::bwd_two_kernel) refuse("the bwd_two_kernel design");
-    if (kernel != nullptr && *kernel == FastBackwardKernel::wgmma_ws_deterministic)
-      refuse("the " + std::string(to_string(*kernel)) + " kernel");
-  }
+  if (problem.head_dim == 256 && design == ref::Algorithm::bwd_two_kernel)
+    // d = 256: the atomic design's mma, wgmma-ws and wgmma-ws-det kernels (attention_bwd_d256.cu,
+    // attention_bwd_d256_ws.cu, the last with dQ's sums in a fixed order).
+    throw std::invalid_argument("flashlab::cuda: fast backward: head_dim (d) = 256 is not supported by the "
+                                "bwd_two_kernel design: at d = 256 the backward runs on the bwd_atomic design's mma, "
+                                "wgmma-ws and wgmma-ws-det kernels (hint: design bwd_atomic; kernel wgmma-ws-det for "
+                                "bit-reproducible gradients, on an H100/H200 build with sm_90a)");
+  // The d = 256 fixed-order kernel takes windows, grouped K/V and N_k ≠ N (the band kernel's order,
+  // attention_bwd_d256_ws.cu); the d = 64 / 128 one takes none of them.
   const bool fixed_order_ws = design == ref::Algorithm::bwd_atomic && kernel != nullptr &&
-                              *kernel == FastBackwardKernel::wgmma_ws_deterministic;
+                              *kernel == FastBackwardKernel::wgmma_ws_deterministic && problem.head_dim != 256;
   if (fixed_order_ws) {
     const std::string who = "the " + std::string(to_string(*kernel)) + " kernel";
     const auto refuse = [&](const std::string& what, const std::string& takes) {
@@ -578,13 +576,13 @@ void backward_device(ref::Algorithm design, const ref::AttentionProblem& problem
   if (!atomic) return detail::launch_fast_bwd_two_kernel(p, bf16, a, s);
 #ifdef FLASHLAB_HAVE_WGMMA
   if (kernel != FastBackwardKernel::mma_sync) {
-    if (p.head_dim == 256) return detail::launch_fast_bwd_d256_ws(p, bf16, a, s);
     // The order counters follow the accumulator (fast_attention_backward_workspace_bytes).
     constexpr std::size_t kTile = detail::kAtomicDqTileRows;
     const std::size_t acc_numel =
         std::size_t(p.batch) * ((std::size_t(p.seq) + kTile - 1) / kTile * kTile) * p.row_stride();
     const bool fixed_order = kernel == FastBackwardKernel::wgmma_ws_deterministic;
     int* order = fixed_order ? reinterpret_cast<int*>(dQaccum + acc_numel) : nullptr;
+    if (p.head_dim == 256) return detail::launch_fast_bwd_d256_ws(p, bf16, a, order, s);
     return detail::launch_fast_bwd_ws(p, bf16, a, order, s);
   }
 #endif

@@ -220,7 +220,9 @@ enum class FastBackwardKernel {
   /// wgmma forward (fast_forward_wgmma_built(), compute capability 9.0).
   wgmma_ws,
   /// wgmma_ws with dQ summed in a fixed order (key block 0, 1, 2, … into each query tile, a
-  /// counter per tile in the workspace): bit-reproducible dQ, at some speed.
+  /// counter per tile in the workspace): bit-reproducible dQ, at some speed. d = 64 and 128: dense,
+  /// H_kv = H, N_k = N, no window; d = 256 (cuda/src/attention/attention_bwd_d256_ws.cu): grouped
+  /// K/V, N_k ≠ N and windows too. No packed sequences.
   wgmma_ws_deterministic
 };
 
@@ -247,7 +249,7 @@ struct FastBackwardResult {
 
 /// Fast backward of `design` (bwd_two_kernel or bwd_atomic; `kernel` picks the atomic design's
 /// kernel, the two-kernel design takes mma_sync only; grouped K/V, N_k ≠ N and windows on bwd_atomic's
-/// mma_sync and wgmma_ws kernels and on bwd_two_kernel): uploads Q, O, dO (`[B, N, H, d]`), K, V (`[B, N_k, H_kv, d]`),
+/// mma_sync and wgmma_ws kernels, on bwd_two_kernel, and at d = 256 on wgmma_ws_deterministic): uploads Q, O, dO (`[B, N, H, d]`), K, V (`[B, N_k, H_kv, d]`),
 /// 16-bit bit patterns, and the forward's base-2 LSE (`[B, H, N]`), poisons the
 /// outputs and the workspace with NaN, runs the design's kernels, checks every CUDA call and
 /// downloads dQ, dK, dV and D. A packed problem (its lists on the host: uploaded) runs
