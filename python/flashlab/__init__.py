@@ -90,7 +90,10 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, r
             ``i + N_k − N − left ≤ j ≤ i + N_k − N + right``; −1 leaves a side unbounded.
         return_lse: also return the natural-log ``logsumexp`` of each row's scaled scores,
             float32 ``[B, H, N]`` (not differentiable), as FlashAttention's ``softmax_lse``.
-        deterministic: ask the backward for bit-reproducible dQ, dK, dV (CUDA: dense, d ≤ 128).
+        deterministic: ask the backward for bit-reproducible dQ, dK, dV (the CPU reference always
+            is; CUDA: d = 64 and 128, dense or packed, and d = 256 dense on an H100/H200 build with
+            sm_90a, where it runs on the fixed-order wgmma-ws kernel; elsewhere d = 256 is refused
+            with FlashlabUnsupportedError).
         group: a ``torch.distributed`` process group: context parallelism over its G GPUs, one
             process per GPU. q, k, v are then this rank's shard of the sequence, ``[B, N / G, H,
             d]`` in the ring's local order (``flashlab.ring.shard``), causal counts over the whole
@@ -133,7 +136,7 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, r
         if max_seqlen_k is None:
             max_seqlen_k = _longest("cu_seqlens_k", cu_seqlens_k)
         return attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal,
-                                scale=scale, window=window, return_lse=return_lse)
+                                scale=scale, window=window, return_lse=return_lse, deterministic=deterministic)
     if group is not None:
         if not _is_torch(q):
             raise FlashlabTypeError(f"group: context parallelism takes torch CUDA tensors, q is {type(q).__name__}",
@@ -186,7 +189,7 @@ def _longest(name: str, cu) -> int:
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, *,
                      causal: bool = False, scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1),
-                     return_lse: bool = False):
+                     return_lse: bool = False, deterministic: bool = False):
     """Attention over packed sequences of different lengths, FlashAttention's varlen call.
 
     Args:
@@ -199,21 +202,23 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max
         causal, scale, window: as attention(), per sequence (the diagonal bottom-right aligned in
             each: offset ``len_k − len_q``).
         return_lse: also return the natural-log ``logsumexp`` of each row, ``[H, total_q]``.
+        deterministic: ask the backward for bit-reproducible dQ, dK, dV (the CPU reference always
+            is; CUDA: the two-kernel design, no atomics, d = 64 and 128).
 
     NumPy float32/float64 arrays run the CPU reference (no autograd; attention_varlen_backward
     gives the gradients). torch CUDA bfloat16/float16 tensors run the fast forward (the lists:
     int32 tensors on q's device, read there, never copied to the host, so not checked beyond
     their shape; FlashAttention's contract), torch CPU float32/float64 tensors the reference.
     Autograd flows through a torch result on the same device: CUDA runs the fast backward on the
-    packed work list (the atomic design's fastest kernel: wgmma-ws on Hopper, else mma), CPU the
-    reference.
+    packed work list (the atomic design's fastest kernel: wgmma-ws on Hopper, else mma; with
+    deterministic the two-kernel design), CPU the reference.
     """
     if _is_torch(q):
         o, lse2 = _ft.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal,
-                                       scale=scale, window=window)
+                                       scale=scale, window=window, deterministic=deterministic)
         return (o, lse2 * 0.6931471805599453) if return_lse else o
     o, lse2 = _np().attention_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                             bool(causal), scale, window)
+                                             bool(causal), scale, window, bool(deterministic))
     if return_lse:
         return o, lse2 * lse2.dtype.type(0.6931471805599453)  # ln 2: base-2 LSE to natural
     return o
@@ -221,29 +226,31 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max
 
 def attention_varlen_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
                               *, causal: bool = False, scale: Optional[float] = None,
-                              window: Tuple[int, int] = (-1, -1)) -> Tuple[Any, Any, Any]:
+                              window: Tuple[int, int] = (-1, -1), deterministic: bool = False) -> Tuple[Any, Any, Any]:
     """``(dQ, dK, dV)`` of the loss ``Σ O∘dO`` over packed sequences, from the forward's O and
     base-2 LSE ``[H, total_q]`` (attention_varlen_forward): NumPy arrays and torch CPU tensors on
-    the CPU reference, torch CUDA bfloat16/float16 tensors on the fast backward."""
+    the CPU reference, torch CUDA bfloat16/float16 tensors on the fast backward (deterministic: as
+    attention_varlen)."""
     if _is_torch(q):
         return _ft.attention_varlen_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                             max_seqlen_k, causal=causal, scale=scale, window=window)
+                                             max_seqlen_k, causal=causal, scale=scale, window=window,
+                                             deterministic=deterministic)
     return _np().attention_varlen_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                           max_seqlen_k, bool(causal), scale, window)
+                                           max_seqlen_k, bool(causal), scale, window, bool(deterministic))
 
 
 def attention_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, *,
                              causal: bool = False, scale: Optional[float] = None,
-                             window: Tuple[int, int] = (-1, -1)) -> Tuple[Any, Any]:
+                             window: Tuple[int, int] = (-1, -1), deterministic: bool = False) -> Tuple[Any, Any]:
     """The ABI's forward call over packed sequences: ``(O, LSE)``, LSE base 2, ``[H, total_q]``
     (NumPy, the CPU reference; torch tensors as attention_varlen, no autograd) — what
     attention_varlen_backward takes."""
     if _is_torch(q):
         with _torch.no_grad():
             return _ft._varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale,
-                                       window)
+                                       window, deterministic)
     return _np().attention_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                          bool(causal), scale, window)
+                                          bool(causal), scale, window, bool(deterministic))
 
 
 def mta(q, k, v, w, *, scale: Optional[float] = None, return_lse: bool = False):

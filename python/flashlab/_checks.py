@@ -206,11 +206,12 @@ def attention_problem(B: int, N: int, Nk: int, H: int, Hkv: int, d: int, scale: 
 
 def packed_attention_problem(B: int, max_q: int, max_k: int, H: int, Hkv: int, d: int, scale: float, causal: bool,
                              dtype: int, window: Tuple[int, int], cu_q: int, cu_k: int, total_q: int,
-                             total_k: int) -> Problem:
+                             total_k: int, deterministic: bool = False) -> Problem:
     """A packed-sequences problem (FlashAttention's varlen): B sequences, the prefix sums at the
     addresses cu_q and cu_k (int32, B + 1 each). Not cached: the addresses differ per call."""
     return Problem(_capi.AttentionProblem(
-        ctypes.sizeof(_capi.AttentionProblem), B, max_q, max_k, H, Hkv, d, scale, int(causal), dtype, 0,
+        ctypes.sizeof(_capi.AttentionProblem), B, max_q, max_k, H, Hkv, d, scale, int(causal), dtype,
+        int(bool(deterministic)),
         window[0], window[1], cu_q, cu_k, total_q, total_k))
 
 

@@ -164,7 +164,8 @@ def _prefix_sums(name: str, cu, rows: int, rows_of: str) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int32)
 
 
-def _varlen_problem(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window):
+def _varlen_problem(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window,
+                    deterministic=False):
     q = _array("q", q)
     k, v = _array("k", k, q.dtype), _array("v", v, q.dtype)
     dtype = _dtype_code("q", q)
@@ -178,15 +179,15 @@ def _varlen_problem(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     max_k = _checks.check_positive_int("max_seqlen_k", max_seqlen_k)
     p = _checks.packed_attention_problem(cu_q.size - 1, max_q, max_k, H, Hkv, d, _checks.check_scale(scale),
                                          bool(causal), dtype, _checks.check_window(window), cu_q.ctypes.data,
-                                         cu_k.ctypes.data, total_q, total_k)
+                                         cu_k.ctypes.data, total_q, total_k, bool(deterministic))
     return q, k, v, p, (cu_q, cu_k), (total_q, total_k, H, Hkv, d)
 
 
 def attention_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal: bool,
-                             scale: Optional[float], window: Tuple[int, int]):
+                             scale: Optional[float], window: Tuple[int, int], deterministic: bool = False):
     """(O `[total_q, H, d]`, LSE `[H, total_q]`, base 2) of the CPU reference on packed sequences."""
     q, k, v, p, keep, (total_q, total_k, H, Hkv, d) = _varlen_problem(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window)
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window, deterministic)
     o = np.empty((total_q, H, d), dtype=q.dtype)
     lse = np.empty((H, total_q), dtype=stat_dtype(q))
     (tq, _q), (tk, _k), (tv, _v) = _tensor(q, packed=True), _tensor(k, packed=True), _tensor(v, packed=True)
@@ -196,10 +197,12 @@ def attention_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, 
 
 
 def attention_varlen_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                              causal: bool, scale: Optional[float], window: Tuple[int, int]):
-    """(dQ, dK, dV) of the CPU reference on packed sequences, for the loss Σ O∘dO."""
+                              causal: bool, scale: Optional[float], window: Tuple[int, int],
+                              deterministic: bool = False):
+    """(dQ, dK, dV) of the CPU reference on packed sequences, for the loss Σ O∘dO (every sum in one
+    fixed order: bit-reproducible with deterministic or without)."""
     q, k, v, p, keep, (total_q, total_k, H, Hkv, d) = _varlen_problem(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window)
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window, deterministic)
     o, do = _array("o", o, q.dtype), _array("do", do, q.dtype)
     for name, a in (("o", o), ("do", do)):
         if a.shape != q.shape:

@@ -602,7 +602,7 @@ def _check_cu_pair(cu_q, cu_k, q):
     return cu_q, cu_k
 
 
-def _varlen_forward_cuda(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window):
+def _varlen_forward_cuda(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window, deterministic):
     """(O [total_q, H, d], LSE [H, total_q] base 2) of the fast forward on packed CUDA tensors."""
     total_q, total_k, H, Hkv, d = _checks.varlen_shapes(q.shape, k.shape, v.shape)
     cu_q, cu_k = _check_cu_pair(cu_q, cu_k, q)
@@ -612,7 +612,7 @@ def _varlen_forward_cuda(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, windo
     if not L.cuda:
         raise _checks.device_without_cuda()
     p = _checks.packed_attention_problem(cu_q.numel() - 1, max_q, max_k, H, Hkv, d, scale, causal, _dtype(q), window,
-                                         cu_q.data_ptr(), cu_k.data_ptr(), total_q, total_k)
+                                         cu_q.data_ptr(), cu_k.data_ptr(), total_q, total_k, deterministic)
     q, k, v = _ready(q), _ready(k), _ready(v)
     o = torch.empty_like(q)
     lse = q.new_empty((H, total_q), dtype=_F32)
@@ -626,23 +626,23 @@ def _varlen_forward_cuda(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, windo
     return o, lse
 
 
-def _varlen_forward(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window):
+def _varlen_forward(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window, deterministic=False):
     """(O, LSE base 2) of packed torch tensors: CUDA runs the fast forward, CPU the reference."""
     _check_tensors(("q", "k", "v"), (q, k, v))
     s = _checks.check_scale(scale)
     w = _checks.check_window(window)
     if q.is_cuda:
-        return _varlen_forward_cuda(q, k, v, cu_q, cu_k, max_q, max_k, bool(causal), s, w)
+        return _varlen_forward_cuda(q, k, v, cu_q, cu_k, max_q, max_k, bool(causal), s, w, bool(deterministic))
     from . import _numpy
     host = [t.detach().numpy() if isinstance(t, torch.Tensor) else t for t in (q, k, v, cu_q, cu_k)]
-    o, lse = _numpy.attention_varlen_forward(*host, max_q, max_k, bool(causal), scale, w)
+    o, lse = _numpy.attention_varlen_forward(*host, max_q, max_k, bool(causal), scale, w, bool(deterministic))
     return torch.from_numpy(o), torch.from_numpy(lse)
 
 
-def _varlen_backward_cuda(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, causal, scale, window):
+def _varlen_backward_cuda(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, causal, scale, window, deterministic):
     """(dQ, dK, dV) of the fast backward (the atomic design's fastest kernel that takes packed
-    sequences: wgmma-ws on Hopper, else mma) on packed CUDA tensors, from the forward's O and
-    base-2 LSE [H, total_q]."""
+    sequences: wgmma-ws on Hopper, else mma; deterministic: the two-kernel design, no atomics) on
+    packed CUDA tensors, from the forward's O and base-2 LSE [H, total_q]."""
     total_q, total_k, H, Hkv, d = _checks.varlen_shapes(q.shape, k.shape, v.shape)
     cu_q, cu_k = _check_cu_pair(cu_q, cu_k, q)
     for name, t in (("o", o), ("do", do)):
@@ -656,7 +656,7 @@ def _varlen_backward_cuda(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, causal,
     if not L.cuda:
         raise _checks.device_without_cuda()
     p = _checks.packed_attention_problem(cu_q.numel() - 1, max_q, max_k, H, Hkv, d, scale, causal, _dtype(q), window,
-                                         cu_q.data_ptr(), cu_k.data_ptr(), total_q, total_k)
+                                         cu_q.data_ptr(), cu_k.data_ptr(), total_q, total_k, deterministic)
     index = q.get_device()
     nws = p.workspace_bytes("attention_backward_workspace_size", _capi.DEVICE_CUDA, index)
     q, k, v, o, do, lse = _ready(q), _ready(k), _ready(v), _ready(o), _ready(do), lse.contiguous()
@@ -673,17 +673,18 @@ def _varlen_backward_cuda(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, causal,
     return dq, dk, dv
 
 
-def _varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, causal, scale, window):
+def _varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, causal, scale, window, deterministic=False):
     """(dQ, dK, dV) of packed torch tensors: CUDA runs the fast backward, CPU the reference."""
     _check_tensors(("q", "k", "v", "o", "do"), (q, k, v, o, do))
     s = _checks.check_scale(scale)
     w = _checks.check_window(window)
     if q.is_cuda:
-        return _varlen_backward_cuda(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, bool(causal), s, w)
+        return _varlen_backward_cuda(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, bool(causal), s, w,
+                                     bool(deterministic))
     from . import _numpy
     host = [t.detach().numpy() if isinstance(t, torch.Tensor) else t for t in (do, q, k, v, o, lse, cu_q, cu_k)]
     return tuple(torch.from_numpy(g) for g in
-                 _numpy.attention_varlen_backward(*host, max_q, max_k, bool(causal), scale, w))
+                 _numpy.attention_varlen_backward(*host, max_q, max_k, bool(causal), scale, w, bool(deterministic)))
 
 
 class _VarlenFunction(torch.autograd.Function):
@@ -709,20 +710,20 @@ class _VarlenFunction(torch.autograd.Function):
 
 
 def attention_varlen_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
-                              causal=False, scale=None, window=(-1, -1)):
+                              causal=False, scale=None, window=(-1, -1), deterministic=False):
     """flashlab.attention_varlen_backward for torch tensors: (dQ, dK, dV) from the forward's O and
     base-2 LSE [H, total_q], no autograd. CUDA bfloat16/float16 run the fast backward on the current
     stream, the lists read on the device; CPU float32/float64 the reference."""
     return _varlen_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
-                            scale, window)
+                            scale, window, deterministic)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False, scale=None,
-                     window=(-1, -1)):
+                     window=(-1, -1), deterministic=False):
     """flashlab.attention_varlen for torch tensors: (O, LSE base 2). CUDA bfloat16/float16 run the
     fast forward on the current stream with the lists read on the device (no host copy, so their
     contents are not checked here); CPU float32/float64 the reference, which checks them."""
-    args = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window)
+    args = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window, bool(deterministic))
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)):
         return _VarlenFunction.apply(q, k, v, args)
     return _varlen_forward(q, k, v, *args)

@@ -193,6 +193,32 @@ def test_packed_sequences(rng, causal, window, dtype):
     assert np.allclose(lse_nat[fin], lse[fin] * np.log(2), rtol=1e-6)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_packed_deterministic_is_the_same_reference(rng, causal):
+    # deterministic=True on the CPU: the reference's sums already run in one fixed order, so the
+    # flag gives the same bits as without it, run after run, and the float64 gradients.
+    lens_q, lens_k = [1, 9, 0, 6], [3, 9, 2, 4]
+    q, k, v, do, cu_q, cu_k = packed(rng, lens_q, lens_k, 4, 2, 8, np.float64)
+    mq, mk = max(lens_q), max(lens_k)
+    o, lse = flashlab.attention_varlen_forward(q, k, v, cu_q, cu_k, mq, mk, causal=causal, deterministic=True)
+    o_plain, lse_plain = flashlab.attention_varlen_forward(q, k, v, cu_q, cu_k, mq, mk, causal=causal)
+    assert np.array_equal(o, o_plain) and np.array_equal(lse, lse_plain)
+    assert np.array_equal(flashlab.attention_varlen(q, k, v, cu_q, cu_k, mq, mk, causal=causal, deterministic=True), o)
+    runs = [flashlab.attention_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, mq, mk, causal=causal,
+                                               deterministic=det) for det in (True, True, False)]
+    for got in runs[1:]:
+        assert all(np.array_equal(a, b) for a, b in zip(runs[0], got))
+    want = [np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)]
+    for b in range(len(lens_q)):
+        sq, sk = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        if lens_q[b] and lens_k[b]:
+            _, _, want[0][sq], want[1][sk], want[2][sk] = dense_f64(q[sq], k[sk], v[sk], do[sq], causal, (-1, -1))
+    assert all(rel_err(got, w) <= TOL[np.float64] for got, w in zip(runs[0], want))
+    # attention(..., cu_seqlens_q=...) passes the flag on to the packed call.
+    o3 = flashlab.attention(q, k, v, causal=causal, deterministic=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+    assert np.array_equal(o3, o)
+
+
 def test_packed_equals_dense_batch(rng):
     # Equal lengths: the packed call is the dense [B, N, H, d] call reshaped.
     B, N, H, Hkv, d = 3, 7, 4, 4, 8

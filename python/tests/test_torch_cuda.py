@@ -235,6 +235,58 @@ def _check_deterministic(fn, q, k, v, do, want, bound=3e-2):
         assert torch.equal(a.view(torch.int16), b.view(torch.int16)), f"{name}: bits differ between two runs"
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_packed_deterministic_backward_against_float64_and_bit_for_bit(causal):
+    """Packed sequences (flashlab.attention_varlen) with deterministic=True: the backward runs on the
+    two-kernel design (no atomics). Ragged lengths (one query row, an empty sequence, keys past the
+    queries), grouped K/V: each gradient within the plain bfloat16 bound of the float64 gradients of
+    its own sequence, and a second run gives the same bits."""
+    lq, lk = [1, 130, 0, 77, 64], [5, 130, 0, 200, 64]
+    H, Hkv, d, dtype = 4, 2, 128, torch.bfloat16
+    g = torch.Generator(device=DEV).manual_seed(2026 + int(causal))
+    q, do = (torch.randn(sum(lq), H, d, device=DEV, dtype=dtype, generator=g) for _ in range(2))
+    k, v = (torch.randn(sum(lk), Hkv, d, device=DEV, dtype=dtype, generator=g) for _ in range(2))
+    cq = torch.tensor(np.concatenate([[0], np.cumsum(lq)]), dtype=torch.int32, device=DEV)
+    ck = torch.tensor(np.concatenate([[0], np.cumsum(lk)]), dtype=torch.int32, device=DEV)
+    want = [torch.zeros(t.shape, dtype=torch.float64) for t in (q, k, v)]
+    oq = ok = 0
+    for nq, nk in zip(lq, lk):
+        if nq and nk:
+            _, grads = _grads_float64(q[None, oq:oq + nq], k[None, ok:ok + nk], v[None, ok:ok + nk],
+                                      do[None, oq:oq + nq], causal)
+            for w, gr, lo, n in zip(want, grads, (oq, ok, ok), (nq, nk, nk)):
+                w[lo:lo + n] = gr[0]
+        oq, ok = oq + nq, ok + nk
+
+    def packed(a, b, c):
+        return flashlab.attention_varlen(a, b, c, cq, ck, max(lq), max(lk), causal=causal, deterministic=True)
+
+    _check_deterministic(packed, q, k, v, do, want, BOUND[dtype][1])
+    torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_d256_deterministic_backward_against_float64_and_bit_for_bit(causal):
+    """d = 256 with deterministic=True: on an H100/H200 (compute capability 9.0, the sm_90a build) the
+    fixed-order wgmma-ws kernel, with grouped K/V, N_k != N and N a multiple of no tile: within the
+    plain bfloat16 bound of float64, the same bits on a second run. Elsewhere it is refused by name."""
+    B, N, Nk, H, Hkv, d, dtype = 2, 130, 150, 4, 2, 256, torch.bfloat16
+    g = torch.Generator(device=DEV).manual_seed(256 + int(causal))
+    q, do = (torch.randn(B, N, H, d, device=DEV, dtype=dtype, generator=g) for _ in range(2))
+    k, v = (torch.randn(B, Nk, Hkv, d, device=DEV, dtype=dtype, generator=g) for _ in range(2))
+
+    def det(a, b, c):
+        return flashlab.attention(a, b, c, causal=causal, deterministic=True)
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        with pytest.raises(flashlab.FlashlabUnsupportedError, match="head_dim"):
+            forward_backward(det, q, k, v, do)
+        return
+    _, want = _grads_float64(q, k, v, do, causal)
+    _check_deterministic(det, q, k, v, do, want, BOUND[dtype][1])
+    torch.cuda.synchronize()
+
+
 GQA_BWD = [(2, 257, 257, 8, 2, 64, True), (1, 300, 300, 32, 1, 128, False),  # H/H_kv = 4 and 32 (MQA)
            (1, 1, 500, 8, 2, 128, True),  # one query row
            (2, 200, 333, 4, 1, 64, True), (1, 333, 100, 4, 2, 128, True),  # N_k > N, N_k < N (rows without keys)

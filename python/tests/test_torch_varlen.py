@@ -122,6 +122,26 @@ def test_cpu_backward_through_packed_sequences_equals_torch_autograd(rng, causal
         assert max_rel(got.numpy(), want) <= 1e-10
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_cpu_deterministic_backward_through_packed_sequences_is_the_same_bits(rng, causal):
+    # deterministic=True on CPU tensors: the reference (already one fixed order), bit for bit the
+    # gradients without the flag and those of a second run, and the float64 gradients.
+    lq, lk = [3, 0, 4, 6], [5, 2, 0, 6]
+    cq, ck = cu(lq), cu(lk)
+    q0, k0, v0 = (rng.standard_normal((sum(n), h, 8)) for n, h in ((lq, 4), (lk, 2), (lk, 2)))
+    do = rng.standard_normal((sum(lq), 4, 8))
+    grads = []
+    for det in (True, True, False):
+        q, k, v = (torch.tensor(x, requires_grad=True) for x in (q0, k0, v0))
+        flashlab.attention_varlen(q, k, v, torch.tensor(cq), torch.tensor(ck), 6, 6, causal=causal,
+                                  deterministic=det).backward(torch.tensor(do))
+        grads.append((q.grad, k.grad, v.grad))
+    for other in grads[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(grads[0], other))
+    for got, want in zip(grads[0], packed_grads(q0, k0, v0, do, cq, ck, causal)):
+        assert max_rel(got.numpy(), want) <= 1e-10
+
+
 @pytest.mark.parametrize("cu_q, cu_k, match", [
     ([0, 3, 2, 5], None, r"cu_seqlens_q\[2\] = 2 is below cu_seqlens_q\[1\] = 3"),  # not increasing
     ([0, 2, 5], [0, 5], "cu_seqlens_k: 2 entries but cu_seqlens_q has 3"),            # wrong count
