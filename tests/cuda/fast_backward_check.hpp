@@ -104,6 +104,35 @@ inline std::size_t differing_bits(const std::vector<std::uint16_t>& a, const std
   return n;
 }
 
+/// A backward too large for the float64 reference: `fixed` (a fixed summation order) run four
+/// times must give the same bits, and agree with `other` (the same sums in another order) within
+/// the backward tolerance 1e-2. Prints `label` with the count of differing elements and the errors.
+template <class Run, class Other>
+void check_reruns_and_against(const std::string& label, ref::Dtype dt, Run fixed, Other other) {
+  const cuda::FastBackwardResult first = fixed();
+  std::size_t diff = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const cuda::FastBackwardResult again = fixed();
+    diff += differing_bits(first.dQ, again.dQ) + differing_bits(first.dK, again.dK) +
+            differing_bits(first.dV, again.dV);
+  }
+  const cuda::FastBackwardResult theirs = other();
+  auto to_double = [&](const std::vector<std::uint16_t>& x) {
+    std::vector<double> y(x.size());
+    for (std::size_t k = 0; k < x.size(); ++k) y[k] = to_float(x[k], dt);
+    return y;
+  };
+  const double eQ = error_16(first.dQ, to_double(theirs.dQ).data(), dt);
+  const double eK = error_16(first.dK, to_double(theirs.dK).data(), dt);
+  const double eV = error_16(first.dV, to_double(theirs.dV).data(), dt);
+  std::printf("  %s: elements differing over 3 reruns: %zu; against the other order dQ %.2e dK %.2e dV %.2e\n",
+              label.c_str(), diff, eQ, eK, eV);
+  CHECK(diff == 0);
+  CHECK(eQ <= 1e-2);
+  CHECK(eK <= 1e-2);
+  CHECK(eV <= 1e-2);
+}
+
 /// Runs each of `kernels` of `design` (bwd_two_kernel: mma_sync alone) on fresh inputs of shape `c`
 /// against one float64 reference and checks dQ, dK, dV and D (file comment); `bitwise`: runs each
 /// a second time and checks that dQ, dK, dV are the same bits.

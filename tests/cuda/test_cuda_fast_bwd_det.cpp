@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 namespace fc = flashlab::cuda;
@@ -73,30 +74,11 @@ TEST_CASE("two-kernel backward, grouped K/V, is bit-reproducible at N = 1500, N_
     const auto &Q = in.Q, &K = in.K, &V = in.V, &dO = in.dO;
     const auto fwd = fc::fast_attention_forward(cfg, fc::FastForwardKernel::mma_sync, Q, K, V);
     auto run = [&](fr::Algorithm design) {
-      return fc::fast_attention_backward(design, cfg, Q, K, V, fwd.O, dO, fwd.LSE);
+      return [&, design] { return fc::fast_attention_backward(design, cfg, Q, K, V, fwd.O, dO, fwd.LSE); };
     };
-    const auto first = run(fr::Algorithm::bwd_two_kernel);
-    std::size_t diff = 0;
-    for (int rep = 0; rep < 3; ++rep) {
-      const auto again = run(fr::Algorithm::bwd_two_kernel);
-      diff += flashlab::test::differing_bits(first.dQ, again.dQ) + flashlab::test::differing_bits(first.dK, again.dK) +
-              flashlab::test::differing_bits(first.dV, again.dV);
-    }
-    const auto atomic = run(fr::Algorithm::bwd_atomic);
-    auto to_double = [&](const std::vector<std::uint16_t>& x) {
-      std::vector<double> y(x.size());
-      for (std::size_t k = 0; k < x.size(); ++k) y[k] = flashlab::test::to_float(x[k], cfg.dtype);
-      return y;
-    };
-    const double eQ = flashlab::test::error_16(first.dQ, to_double(atomic.dQ).data(), cfg.dtype);
-    const double eK = flashlab::test::error_16(first.dK, to_double(atomic.dK).data(), cfg.dtype);
-    const double eV = flashlab::test::error_16(first.dV, to_double(atomic.dV).data(), cfg.dtype);
-    std::printf("  bf16 B=2 N=1500 N_k=2100 H=16 H_kv=4 d=%d causal: two-kernel, elements differing over 3 "
-                "reruns: %zu; against the atomic design dQ %.2e dK %.2e dV %.2e\n",
-                d, diff, eQ, eK, eV);
-    CHECK(diff == 0);
-    CHECK(eQ <= 1e-2);
-    CHECK(eK <= 1e-2);
-    CHECK(eV <= 1e-2);
+    flashlab::test::check_reruns_and_against("bf16 B=2 N=1500 N_k=2100 H=16 H_kv=4 d=" + std::to_string(d) +
+                                                 " causal: two-kernel (the other order: the atomic design)",
+                                             cfg.dtype, run(fr::Algorithm::bwd_two_kernel),
+                                             run(fr::Algorithm::bwd_atomic));
   }
 }

@@ -38,15 +38,20 @@
 // DETERMINISTIC (FastBackwardKernel::wgmma_ws_deterministic; kDeterministic): the same kernel with
 // dQ's sums over key blocks in a fixed order, one counter per accumulator tile (the workspace's, as
 // attention_bwd_ws.cu's fixed order has them). The key blocks that see query tile i are consecutive,
-// j_first … (under every mask: the keys a tile sees are an interval), and both consumers of block j
-// add their partial (disjoint columns, so the two need no order between them) once the counter reads
-// 2·(j − j_first): every earlier block's two consumers have added theirs. A consumer's thread 0
-// spins on the counter (acquire) while the others wait at a named barrier; after the adds each thread
-// fences, the consumer meets again, thread 0 adds 1 (release). Block j waits only on blocks j' < j
-// of its head, which the grid (key blocks along x) launches earlier and which never wait on j, so the
-// waits close no cycle. dK_j, dV_j are sums in registers in a fixed order already: with dQ fixed,
-// all three gradients are bit-reproducible. The adds wait in line (no step of slack as in
-// attention_bwd_ws.cu's lagged dQ): the simple order first.
+// … j_last (under every mask: the keys a tile sees are an interval), and they add from j_last down:
+// both consumers of block j add their partial (disjoint columns, so the two need no order between
+// them) once the counter reads 2·(j_last − j), every later block's two consumers having added
+// theirs. Descending because of causal: block j's first tile is its diagonal one, where it goes
+// first, and at each later tile it waits only on block j + 1, one step ahead of it (ascending, block
+// j would wait on j − 1 at every tile and the blocks of a head would run one after another). A
+// consumer's thread 0 spins on the counter (acquire) before the adds while the others wait at a
+// named barrier (a first read at the start of the step, to hide its latency, ran 4 % slower, causal
+// or not: docs/cuda.md); after the adds each thread fences, the consumer meets again, thread 0 adds
+// 1 (release). The grid launches key blocks in reverse (blockIdx.x = Tc − 1 − j, the lightest
+// causal blocks first): block j waits only on blocks j' > j of its head, launched earlier, which
+// never wait on j, so the waits close no cycle. dK_j, dV_j are sums in
+// registers in a fixed order already: with dQ fixed, all three gradients are bit-reproducible. The
+// adds wait in line (no step of slack as in attention_bwd_ws.cu's lagged dQ).
 // SRAM (dynamic): K_j, V_j 32 KiB each; 2 stages of Q_i, dO_i (128 KiB); Pᵀ, dSᵀ two buffers of
 // 8 KiB each; stats; barriers; alignment: 231,464 bytes of the 232,448 a block may have.
 // REGISTERS (ptxas, sm_90a): 168 at launch (384 threads, 1 block per SM), then 24 for the producer
@@ -173,10 +178,12 @@ __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, i
 /// its dQ accumulator (N·d fp32, 8 MiB at N = 8192) and its Q, dO stay in L2 while they add and
 /// read. All heads of key block j before j + 1 (the heaviest blocks first over the whole grid)
 /// spread each step over every head's tiles, more than L2 holds: measured 1.33× slower causal
-/// (docs/cuda.md). Within a head the heaviest come first.
+/// (docs/cuda.md). Within a head the heaviest come first, but for the fixed order (the lightest
+/// first: blockIdx.x = Tc − 1 − j, see DETERMINISTIC above).
 /// kBand: windows, grouped K/V or N_k ≠ N, masked by the band (causal folded in); else H_kv = H,
-/// N_k = N, causal by p.causal. kDeterministic: dQ's partials added in the fixed order of
-/// add_dq_in_turn (dq_order: one counter per accumulator tile, zeroed); else dq_order is unused.
+/// N_k = N, causal by p.causal. kDeterministic: dQ's partials added in the fixed order
+/// (wait_dq_turn, pass_dq_turn; dq_order: one counter per accumulator tile, zeroed); else dq_order
+/// is unused.
 template <bool kBf16, bool kBand, bool kDeterministic>
 __global__ void __launch_bounds__(D256Ws::kThreads, 1)
     fast_bwd_d256_ws_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
@@ -191,7 +198,9 @@ __global__ void __launch_bounds__(D256Ws::kThreads, 1)
   const Smem sm{(uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u};
   const int N = p.seq, Nk = kBand ? p.seq_k : N;
   Work w;
-  const int j = blockIdx.x;
+  // The fixed order adds a tile's partials from its last key block down (below): those blocks are
+  // launched first, so a block only ever waits on blocks launched before it.
+  const int j = kDeterministic ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
   w.h = blockIdx.y;
   w.b = blockIdx.z;
   w.start_n = j * BN;
@@ -271,6 +280,18 @@ __global__ void __launch_bounds__(D256Ws::kThreads, 1)
   for (int n = 0; n < steps; ++n) {
     const int s = n % T::kStages, hq = w.h0 + n / tiles, i = w.i_begin + n % tiles, q0 = i * BM;
     mbar_wait(sm.full(s), uint32_t(n / T::kStages) & 1u);
+    const std::size_t tile = (std::size_t(w.b) * p.heads + hq) * std::size_t(w.Tr) + std::size_t(i);
+    // Deterministic: this tile's turn. The key blocks that see query tile i are consecutive (the keys
+    // a tile sees are an interval), … j_last; they add from j_last down, and both consumers of block
+    // j go when the 2·(j_last − j) consumers of the blocks after it have added (the two own other
+    // columns: no order between them). Causal, j_last = i: each block adds first to its diagonal tile
+    // and then waits only on a block one step ahead of it.
+    int turn = 0;
+    if constexpr (kDeterministic) {
+      const int j_last = kBand ? min(Nk - 1, min(N - 1, q0 + BM - 1) + w.hi) / BN
+                               : (p.causal ? i : int(gridDim.x) - 1);
+      turn = 2 * (j_last - j);
+    }
     // Sᵀ_c = K_j Q_cᵀ and dPᵀ_c = V_j dO_cᵀ: 16 k-steps over d (box kk / 4, k16 (kk % 4) inside it).
     float st[T::kQueries / 2], dpt[T::kQueries / 2];
     wg_fence();
@@ -364,12 +385,8 @@ __global__ void __launch_bounds__(D256Ws::kThreads, 1)
     wg_commit();
     wg_wait<1>();  // dQ done; dV, dK still on the tensor cores while its reductions go out
     reg_fence(dq);
-    const std::size_t tile = (std::size_t(w.b) * p.heads + hq) * std::size_t(w.Tr) + std::size_t(i);
     float* dst = dQaccum + tile * (BM * T::kHeadDim) + std::size_t(c) * T::kSliceDq + 4 * std::size_t(tid);
-    // Deterministic: this tile's turn. The key blocks that see query tile i are consecutive (the
-    // band's keys q0 + lo … are an interval): its first, j_first, goes first; both consumers of block
-    // j go when the 2·(j − j_first) consumers of the earlier blocks have added (they own other columns).
-    if constexpr (kDeterministic) wait_dq_turn(dq_order + tile, kBand ? 2 * (j - max(0, q0 + w.lo) / BN) : 2 * j, c, tid);
+    if constexpr (kDeterministic) wait_dq_turn(dq_order + tile, turn, c, tid);
 #pragma unroll
     for (int t = 0; t < T::kCols / 8; ++t) red_add_v4(dst + 512 * t, dq[4 * t], dq[4 * t + 1], dq[4 * t + 2], dq[4 * t + 3]);
     if constexpr (kDeterministic) pass_dq_turn(dq_order + tile, c, tid);
