@@ -282,7 +282,7 @@ Run parse_run(const po::variables_map& vm) {
 
   // The kernels' own limits, as usage errors (checked in every build: no CUDA call needed). Grouped
   // K/V, N_k != N and windows: the fast kernels take them (the fast backward's front door checks
-  // them by kernel: wgmma-ws-det refuses them), the clear kernels do not.
+  // them by kernel: wgmma-ws-det refuses them at d = 64 and 128), the clear kernels do not.
   const char* const which = "the clear kernels take";
   const char* const where = "run it with --kernel fast, or on the CPU reference: --device cpu";
   if (!run.fast && run.cfg.n_k() != run.cfg.n_q())

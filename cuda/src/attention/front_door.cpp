@@ -170,9 +170,10 @@ const detail::Problem& require_packed_key_tiles(const detail::Problem& p) {
 // The checked launch description of a fast backward; each launcher sets its kernels' tiles. A
 // window, grouped K/V (H_kv < H) and N_k ≠ N: the atomic design's mma and wgmma-ws kernels and the
 // two-kernel design take them (attention_bwd_tc_atomic.cu, attention_bwd_ws.cu,
-// attention_bwd_tc.cu); the deterministic wgmma-ws kernel refuses each by name, before anything
-// else, pointing to the two-kernel design (deterministic too). `kernel` null (the workspace's size,
-// which these leave alone): the design alone is checked.
+// attention_bwd_tc.cu), and at d = 256 the deterministic wgmma-ws kernel (attention_bwd_d256_ws.cu);
+// at d = 64 and 128 that kernel refuses each by name, before anything else, pointing to the
+// two-kernel design (deterministic too). `kernel` null (the workspace's size, which these leave
+// alone): the design alone is checked.
 detail::Problem fast_bwd_problem(ref::Algorithm design, const ref::AttentionProblem& problem,
                                  const FastBackwardKernel* kernel = nullptr) {
   check_fast_problem(problem);
