@@ -268,9 +268,9 @@ Sweep parse_sweep(const po::variables_map& vm) {
   // and 128 (at d = 256 it takes them).
   const bool det_below_256 = std::any_of(s.dims.begin(), s.dims.end(), [](int d) { return d != 256; });
   if (s.bwd && s.bwd_atomic && bk == "wgmma-ws-det" && det_below_256) {
-    const std::string other = "--bwd-kernel " + bk;
+    const std::string other = "--bwd-kernel " + bk + " at --dim 64 and 128";
     const char* hint = "use --bwd-design two-kernel (deterministic too), or --bwd-kernel auto, mma or wgmma-ws, or "
-                       "add --pass fwd";
+                       "--dim 256 alone, or add --pass fwd";
     const char* takers = "the two-kernel design, the atomic design's mma and wgmma-ws kernels, and wgmma-ws-det at "
                          "--dim 256";
     if (s.window_left >= 0 || s.window_right >= 0)

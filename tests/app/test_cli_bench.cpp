@@ -72,15 +72,16 @@ TEST_CASE("cli bench: bad flags are usage errors naming the flag", "[cli][bench]
   expect_usage_error("bench attention --frobnicate", "frobnicate");
   expect_usage_error("bench attention --heads 32 --heads-kv 5 --pass fwd", "--heads-kv 5 does not divide --heads 32");
   expect_usage_error("bench attention --heads-kv 0", "--heads-kv 0 is out of range");
-  // The backward takes grouped K/V and N_k != N on every kernel but the fixed-order wgmma-ws one
-  // (the two-kernel design, deterministic too, is the hint).
+  // The backward takes grouped K/V and N_k != N on every kernel but the fixed-order wgmma-ws one at
+  // d = 64 and 128 (the two-kernel design, deterministic too, is the hint; at d = 256 it takes them).
   expect_usage_error("bench attention --heads 32 --heads-kv 8 --bwd-kernel wgmma-ws-det",
                      "--heads-kv 8 differs from --heads 32: the fast backward takes grouped K/V on the two-kernel "
-                     "design and the atomic design's mma and wgmma-ws kernels (--bwd-kernel wgmma-ws-det takes "
-                     "H_kv = H)");
+                     "design, the atomic design's mma and wgmma-ws kernels, and wgmma-ws-det at --dim 256 "
+                     "(--bwd-kernel wgmma-ws-det at --dim 64 and 128 takes H_kv = H)");
   expect_usage_error("bench attention --seq 1024 --seq-k 2048 --pass both --bwd-kernel wgmma-ws-det",
-                     "--seq-k 2048 differs from N = 1024: the fast backward takes N_k != N on the two-kernel design "
-                     "and the atomic design's mma and wgmma-ws kernels (--bwd-kernel wgmma-ws-det takes N_k = N)");
+                     "--seq-k 2048 differs from N = 1024: the fast backward takes N_k != N on the two-kernel design, "
+                     "the atomic design's mma and wgmma-ws kernels, and wgmma-ws-det at --dim 256 (--bwd-kernel "
+                     "wgmma-ws-det at --dim 64 and 128 takes N_k = N)");
   expect_usage_error("bench attention --seq 1024 --seq-k 2048 --pass bwd --bwd-kernel wgmma-ws-det",
                      "hint: use --bwd-design two-kernel (deterministic too)");
   expect_usage_error("bench attention --seq-k 0", "--seq-k 0 is out of range");
@@ -101,10 +102,12 @@ TEST_CASE("cli bench: bad flags are usage errors naming the flag", "[cli][bench]
 #ifndef FLASHLAB_TEST_HAVE_CUDA
   expect_usage_error("bench attention --gpus 2", "--gpus: this build has no context-parallel ring");
 #endif
-  // The backward takes a window on every kernel but the fixed-order wgmma-ws one.
+  // The backward takes a window on every kernel but the fixed-order wgmma-ws one at d = 64 and 128.
   expect_usage_error("bench attention --window 128,0 --pass bwd --bwd-kernel wgmma-ws-det",
-                     "--window 128,0: the fast backward takes a window on the two-kernel design and the atomic "
-                     "design's mma and wgmma-ws kernels (--bwd-kernel wgmma-ws-det takes none)");
+                     "--window 128,0: the fast backward takes a window on the two-kernel design, the atomic "
+                     "design's mma and wgmma-ws kernels, and wgmma-ws-det at --dim 256 (--bwd-kernel wgmma-ws-det "
+                     "at --dim 64 and 128 takes none)");
+  expect_usage_error("bench attention --window 128,0 --pass bwd --bwd-kernel wgmma-ws-det", "or --dim 256 alone");
 #ifndef FLASHLAB_TEST_HAVE_CUDA
   // The two-kernel design takes a window, grouped K/V and N_k != N: past the flags, to the GPU it needs.
   expect_usage_error("bench attention --window 128,0 --heads 8 --heads-kv 2 --seq 256 --seq-k 300 --pass bwd "
