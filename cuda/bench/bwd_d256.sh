@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # cuda/bench/bwd_d256.sh — the fast backward at head dim d = 256 on the H100 (the atomic design's two
-# kernels there: mma, attention_bwd_d256.cu, and wgmma-ws, attention_bwd_d256_ws.cu): their tests,
-# the backward at N = 8192 of both kernels interleaved (REPEATS rounds of mma then wgmma-ws, default
-# 3; each row: the median of the rounds' medians, the min and max over all) beside SDPA's cuDNN and
-# flash backends, with the backward at d = 128 (the fastest kernel there) as the anchor of the same
-# run, then the sanitizers: the rows of cuda/results/bwd_d256.csv and bwd_d256_checks.csv.
+# kernels there: mma, attention_bwd_d256.cu, and wgmma-ws, attention_bwd_d256_ws.cu, with its fixed-order
+# variant wgmma-ws-det): their tests, the backward at N = 8192 of the three interleaved (REPEATS rounds
+# of mma, wgmma-ws, wgmma-ws-det, default 3; each row: the median of the rounds' medians, the min
+# and max over all) beside SDPA's cuDNN and flash backends, with the backward at d = 128 (the fastest
+# kernel there) as the anchor of the same run, then the sanitizers: the rows of
+# cuda/results/bwd_d256.csv and bwd_d256_checks.csv.
 #
 #   bwd_d256.sh [BIN_DIR] [OUT_DIR]   on the GPU machine, from the repository root
 #
@@ -44,6 +45,7 @@ bench() {  # bench LOG KERNEL DIM: one `flashlab bench attention` backward run a
 for r in $(seq 1 "${REPEATS:-3}"); do
   bench "$logs/bench_bwd_mma_$r.csv" mma 256
   [ "$hung" = 1 ] || bench "$logs/bench_bwd_ws_$r.csv" wgmma-ws 256
+  [ "$hung" = 1 ] || bench "$logs/bench_bwd_det_$r.csv" wgmma-ws-det 256
 done
 bench "$logs/bench_bwd_128.csv" auto 128
 # SDPA once per shape: the first round's d = 256 rows and the d = 128 rows.
