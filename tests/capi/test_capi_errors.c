@@ -127,12 +127,22 @@ static void packed_cases(flashlab_attention_problem dense, flashlab_tensor in, f
    * two-kernel design) needs D alone, 4·H·total_q bytes. */
   bad = p, bad.dtype = FLASHLAB_DTYPE_BF16, bad.head_dim = 64;
   EXPECT_OK(flashlab_attention_check(&bad, FLASHLAB_DEVICE_CUDA));
-  EXPECT_OK(flashlab_attention_backward_workspace_size(&bad, FLASHLAB_DEVICE_CUDA, (size_t*)g_idx));
-  bad.deterministic = 1;
+  /* A backward workspace on CUDA is the size the device's kernel needs, so it asks the device: a
+   * build with CUDA on a machine without a usable GPU gets a CUDA error naming the runtime call,
+   * and the sizes are checked where a device answers. */
   size_t packed_bytes = 0;
-  EXPECT_OK(flashlab_attention_backward_workspace_size(&bad, FLASHLAB_DEVICE_CUDA, &packed_bytes));
-  EXPECT_TRUE(packed_bytes == 4 * (size_t)bad.heads * (size_t)bad.total_q);
-  bad.deterministic = 0;
+  const int device = flashlab_attention_backward_workspace_size(&bad, FLASHLAB_DEVICE_CUDA, &packed_bytes) == FLASHLAB_OK;
+  if (!device) {
+    EXPECT(flashlab_attention_backward_workspace_size(&bad, FLASHLAB_DEVICE_CUDA, &packed_bytes), FLASHLAB_ERROR_CUDA,
+           "flashlab_attention_backward_workspace_size", "cudaGetDevice", NULL);
+    printf("no usable CUDA device: the CUDA backward workspace sizes are not checked\n");
+  } else {
+    EXPECT_OK(flashlab_attention_backward_workspace_size(&bad, FLASHLAB_DEVICE_CUDA, (size_t*)g_idx));
+    bad.deterministic = 1;
+    EXPECT_OK(flashlab_attention_backward_workspace_size(&bad, FLASHLAB_DEVICE_CUDA, &packed_bytes));
+    EXPECT_TRUE(packed_bytes == 4 * (size_t)bad.heads * (size_t)bad.total_q);
+    bad.deterministic = 0;
+  }
   bad.total_k = 0;
   EXPECT(flashlab_attention_check(&bad, FLASHLAB_DEVICE_CUDA), FLASHLAB_ERROR_INVALID_ARGUMENT,
          "flashlab_attention_check", "problem->total_k = 0 is below 1", NULL);
@@ -148,18 +158,20 @@ static void packed_cases(flashlab_attention_problem dense, flashlab_tensor in, f
   det.seq_q = 100, det.seq_k = 150, det.heads = 8, det.heads_kv = 2, det.head_dim = 64, det.causal = 1;
   det.window_left = 20, det.deterministic = 1;
   size_t det_bytes = 0;
-  EXPECT_OK(flashlab_attention_backward_workspace_size(&det, FLASHLAB_DEVICE_CUDA, &det_bytes));
-  EXPECT_TRUE(det_bytes == 4 * 8 * 100);
-  det.head_dim = 256;
-  size_t atomic_bytes = 0;
-  det.deterministic = 0;
-  EXPECT_OK(flashlab_attention_backward_workspace_size(&det, FLASHLAB_DEVICE_CUDA, &atomic_bytes));
-  det.deterministic = 1;
-  if (flashlab_attention_backward_workspace_size(&det, FLASHLAB_DEVICE_CUDA, &det_bytes) == FLASHLAB_OK)
-    EXPECT_TRUE(det_bytes == atomic_bytes);
-  else
-    EXPECT(flashlab_attention_backward_workspace_size(&det, FLASHLAB_DEVICE_CUDA, &det_bytes),
-           FLASHLAB_ERROR_UNSUPPORTED, "flashlab_attention_backward_workspace_size", "head_dim (d) = 256", "hint:");
+  if (device) {
+    EXPECT_OK(flashlab_attention_backward_workspace_size(&det, FLASHLAB_DEVICE_CUDA, &det_bytes));
+    EXPECT_TRUE(det_bytes == 4 * 8 * 100);
+    det.head_dim = 256;
+    size_t atomic_bytes = 0;
+    det.deterministic = 0;
+    EXPECT_OK(flashlab_attention_backward_workspace_size(&det, FLASHLAB_DEVICE_CUDA, &atomic_bytes));
+    det.deterministic = 1;
+    if (flashlab_attention_backward_workspace_size(&det, FLASHLAB_DEVICE_CUDA, &det_bytes) == FLASHLAB_OK)
+      EXPECT_TRUE(det_bytes == atomic_bytes);
+    else
+      EXPECT(flashlab_attention_backward_workspace_size(&det, FLASHLAB_DEVICE_CUDA, &det_bytes),
+             FLASHLAB_ERROR_UNSUPPORTED, "flashlab_attention_backward_workspace_size", "head_dim (d) = 256", "hint:");
+  }
 #endif
 }
 

@@ -444,3 +444,22 @@ TEST_CASE("dtype16: one conversion for every family, round to nearest even", "[f
   for (std::size_t i = 0; i < x.size(); ++i) CHECK(back[i] == fc::round_to(x[i], fr::Dtype::fp16));
   CHECK_THROWS_WITH(fc::to_bits16(1.f, fr::Dtype::fp32), Catch::Contains("not a 16-bit storage type"));
 }
+
+// The backward's kernel for packed sequences and for d = 256 is the device's fastest, as for dense
+// d = 64 and 128 (wgmma-ws on Hopper): the choice asks the device, so it is checked here, where one
+// runs, and not among the limits (test_cuda_fast_limits.cpp needs no GPU).
+TEST_CASE("front door: packed sequences and d = 256 take the backward's fastest kernel", "[front-door]") {
+  fr::AttentionProblem p;
+  p.heads = 32;
+  p.heads_kv = 8;
+  p.head_dim = 128;
+  p.causal = true;
+  p.dtype = fr::Dtype::bf16;
+  p.set_packed(fr::PackedSequences({0, 40, 100}, {0, 70, 70}));
+  CHECK(fc::fastest_backward_kernel(p) == fc::fastest_backward_kernel());
+  fr::AttentionProblem d256;
+  d256.seq = 8;
+  d256.head_dim = 256;
+  d256.dtype = fr::Dtype::bf16;
+  CHECK(fc::fastest_backward_kernel(d256) == fc::fastest_backward_kernel());
+}
