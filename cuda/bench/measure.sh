@@ -6,7 +6,8 @@
 #                                        raw logs in OUT_DIR/logs, then `tabulate`
 #   measure.sh tabulate OUT_DIR          raw logs of OUT_DIR/logs -> OUT_DIR/csv/*.csv, the files
 #                                        (and columns) of cuda/results/; runs anywhere (bash + awk)
-#   measure.sh hopper [BIN_DIR] [OUT_DIR] the Hopper forwards only (about a minute): the tma-ws
+#   measure.sh hopper [BIN_DIR] [OUT_DIR] the Hopper forwards only (a few minutes, most of them
+#                                        racecheck's): the tma-ws
 #                                        tests and sanitizers, tma-ws and wgmma sweeps beside SDPA,
 #                                        one ncu profile of each at the headline shape (and of
 #                                        tma-ws at d = 64); tabulated
@@ -60,6 +61,8 @@
 #                  cmake --build --preset cpu --target results-pages      # rewrites the tables
 # Each CSV row carries the run's date (UTC), device and commit, so rows of several runs can share a
 # file; the pages show the newest run of each kernel and, for the headline shape, every run.
+# SANITIZE=0 leaves out hopper's and hopper-bwd's compute-sanitizer steps (a re-timing of a build
+# whose sanitizer rows come from a run of their own).
 set -u
 
 usage() { awk 'NR > 1 && /^set -u/ { exit } NR > 1' "$0" >&2; exit 2; }
@@ -142,6 +145,7 @@ run_hopper() {
   begin_logs "$logs" hopper
   step "$logs/test_cuda.log" "$bin/test_cuda" '[fast-ws]'
   for tool in memcheck racecheck; do
+    [ "${SANITIZE:-1}" = 1 ] || break
     step "$logs/sanitize_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 9 \
       "$bin/test_cuda" '[fast-ws][fast-sanitize]'
   done
@@ -177,6 +181,7 @@ run_hopper_bwd() {
   begin_logs "$logs" hopper-bwd
   step "$logs/test_cuda.log" "$bin/test_cuda" '[fast-bwd-ws]'
   for tool in memcheck racecheck; do
+    [ "${SANITIZE:-1}" = 1 ] || break
     step "$logs/sanitize_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 9 \
       "$bin/test_cuda" '[fast-bwd-ws][fast-bwd-sanitize]'
   done
