@@ -362,10 +362,10 @@ namespace {
 /// check_fast_problem() but the sizes: the problem's limits, its features, d and the dtype.
 void check_fast_shape(const ref::AttentionProblem& problem) {
   problem.validate();
-  // Grouped K/V (heads_kv), N_k ≠ N, windows and packed sequences: the plain wgmma forward and the
-  // deterministic wgmma-ws backward kernel refuse the first three (check_forward_kernel,
-  // fast_bwd_problem); split_kv, wgmma and the deterministic wgmma-ws backward kernel refuse packed
-  // sequences.
+  // Grouped K/V (heads_kv), N_k ≠ N, windows and packed sequences: the plain wgmma forward and, at
+  // d = 64 and 128, the deterministic wgmma-ws backward kernel refuse the first three
+  // (check_forward_kernel, fast_bwd_problem); split_kv, wgmma and the deterministic wgmma-ws
+  // backward kernel refuse packed sequences.
   ref::AttentionProblem beyond = problem;
   beyond.heads_kv = 0;
   beyond.window_left = beyond.window_right = -1;
@@ -384,11 +384,12 @@ void check_fast_shape(const ref::AttentionProblem& problem) {
 
 namespace {
 
-/// Packed sequences run at d = 64 and 128 (their instantiations were not built at d = 256).
+/// Packed sequences run at d = 64 and 128, forward and backward (their instantiations were not
+/// built at d = 256).
 void require_packed_head_dim(const ref::AttentionProblem& problem) {
   if (problem.head_dim == 256)
     throw std::invalid_argument("flashlab::cuda: fast kernels: cu_seqlens (packed sequences) with head_dim (d) = 256 "
-                                "are not supported yet: the packed forwards take d = 64 and 128 (hint: pad the "
+                                "are not supported yet: the packed forwards and backwards take d = 64 and 128 (hint: pad the "
                                 "sequences into a dense batch, or run them on the CPU reference)");
 }
 

@@ -7,8 +7,8 @@
 // - Problem: the launch-time description shared by every kernel, built by make_problem() from a
 //   validated ref::AttentionProblem: B, N, H, d, the tiles Br and Bc the launched kernel really
 //   uses, causal, the softmax scale and scale·log2(e) (scores in base-2 units, so exp2 replaces
-//   exp), N_k and H_kv (K and V are [B, N_k, H_kv, d]; only the fast forward takes them unequal to
-//   N and H), and the window (window_left, window_right: the fast forwards alone take one). Its
+//   exp), N_k and H_kv (K and V are [B, N_k, H_kv, d]; only the fast kernels take them unequal to
+//   N and H), and the window (window_left, window_right: the fast kernels alone take one). Its
 //   layout is part of every kernel's parameters: keep the members and their order, and add new
 //   ones at the end.
 // - Layout: Q, K, V, O, dO, dQ, dK, dV are [B, N, H, d] row-major, as the reference's Tensor;
@@ -119,7 +119,7 @@ struct Problem {
   /// Keys a query sees right of its diagonal, −1 unbounded; make_problem folds causal in (0) and
   /// caps it at N, where every row already sees key N_k − 1.
   int window_right = -1;
-  /// Packed sequences (the fast forwards alone take them): Q, O are then [1, total_q, H, d], K, V
+  /// Packed sequences (the fast kernels alone take them): Q, O are then [1, total_q, H, d], K, V
   /// [1, total_k, H_kv, d], LSE [1, H, total_q]; `batch` is B, `seq` and `seq_k` the longest
   /// lengths (or more: the kernels read the lengths from the prefix sums, PackedLists, and use
   /// `seq`, `seq_k` only to choose tiles). 0 when dense.

@@ -41,13 +41,13 @@ enum class BenchPass {
 /// the passes `pass` selects (forward row before backward row).
 struct AttentionBenchConfig {
   std::vector<int> seqs = {1024, 2048, 4096, 8192, 16384};  ///< N values (each ≥ 1)
-  std::vector<int> head_dims = {64, 128};                    ///< d values (64 or 128)
+  std::vector<int> head_dims = {64, 128};                    ///< d values (64, 128 or 256: check_fast_problem())
   std::vector<bool> causal = {false, true};                  ///< mask settings to time
   int heads = 16;                                            ///< H
-  int heads_kv = 0;                                          ///< H_kv, K/V heads dividing H (0: H_kv = H; forward only)
-  int seq_k = 0;                                             ///< N_k of every shape (0: N_k = N; forward only)
-  int window_left = -1;   ///< the window of every shape, keys left of the diagonal (−1: unbounded; forward only)
-  int window_right = -1;  ///< keys right of it (−1: unbounded; causal caps it at 0; forward only)
+  int heads_kv = 0;                                          ///< H_kv, K/V heads dividing H (0: H_kv = H)
+  int seq_k = 0;                                             ///< N_k of every shape (0: N_k = N)
+  int window_left = -1;   ///< the window of every shape, keys left of the diagonal (−1: unbounded)
+  int window_right = -1;  ///< keys right of it (−1: unbounded; causal caps it at 0)
   int batch = 1;                                             ///< B
   ref::Dtype dtype = ref::Dtype::bf16;                       ///< storage type of Q, K, V, O (bf16 or fp16)
   int reps = 30;                                             ///< timed launches per shape (≥ 1)
@@ -72,8 +72,8 @@ struct AttentionBenchConfig {
   bool bwd_auto = false;
   /// Packed sequences: when set, one shape per (d, causal), these sequences packed ([1, total, H,
   /// d], the lists in device memory, FastPackedSequences) in place of `seqs`, `batch` and `seq_k`;
-  /// its TFLOP/s count every sequence's own visible pairs. The backward: bwd_atomic on mma_sync
-  /// only (the one that takes them; validated before any timing).
+  /// its TFLOP/s count every sequence's own visible pairs. The backward: every design and kernel
+  /// but wgmma_ws_deterministic, at d = 64 and 128 (validated before any timing).
   std::optional<ref::PackedSequences> packed;
 };
 

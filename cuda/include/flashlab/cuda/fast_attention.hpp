@@ -7,8 +7,9 @@
 /// code may include this header.
 ///
 /// The problem is a ref::AttentionProblem; the fast kernels' own limits are checked in one
-/// place, check_fast_problem(): d ∈ {64, 128, 256} (256: the mma_sync and tma_ws forwards alone;
-/// the other kernels refuse it by name), dtype bf16 or fp16, 32-bit element counts. Their tiles are
+/// place, check_fast_problem(): d ∈ {64, 128, 256} (256: the mma_sync and tma_ws forwards and the
+/// bwd_atomic design's three kernels; the wgmma and split_kv forwards and the bwd_two_kernel design
+/// refuse it by name), dtype bf16 or fp16, 32-bit element counts. Their tiles are
 /// fixed at compile time per kernel configuration and chosen per problem and device
 /// (fast_forward_tiles(); the backward kernels' tiles are stated in
 /// cuda/src/attention/attention_bwd_tc.cu), so the problem's Br and Bc are not read.
@@ -27,8 +28,9 @@
 /// atomic backward's mma_sync and wgmma_ws kernels take all three (grouped K/V: one block per K/V
 /// head and key tile loops over the group's query heads, dK and dV summed in registers and written
 /// once; a query that sees no key gets dQ = 0), and so does the two-kernel backward, bit-reproducible (its dK/dV kernel
-/// sums the group's query heads in one fixed order). The wgmma forward and the deterministic wgmma-ws backward take
-/// H_kv = H, N_k = N only, those and the split_kv forward no window, and they refuse the others by name.
+/// sums the group's query heads in one fixed order). The wgmma forward, and the deterministic wgmma-ws backward at
+/// d = 64 and 128, take H_kv = H, N_k = N only, those and the split_kv forward no window, and they refuse the
+/// others by name (at d = 256 the deterministic kernel takes all three).
 ///
 /// Packed sequences (FlashAttention's varlen call): the mma_sync and tma_ws forwards take B
 /// sequences of their own lengths concatenated along the token axis, Q and O `[1, total_q, H, d]`,
@@ -37,7 +39,8 @@
 /// sequence has its own mask, the diagonal bottom-right aligned at offset len_k − len_q, its window
 /// and grouped K/V as a dense problem's; the work is one unit per (sequence, head, query tile),
 /// found from the device lists by the kernels (no host copy, no pass over them before the launch),
-/// so no tile is spent on padding. The atomic backward's kernels and the two-kernel backward take them too: one block
+/// so no tile is spent on padding. The atomic backward's mma_sync and wgmma_ws kernels and the two-kernel backward
+/// take them too: one block
 /// per (sequence, K/V head, key tile) loops over its sequence's query tiles (per query head of the
 /// group), dQ, dK, dV `[1, total_q, H, d]` and `[1, total_k, H_kv, d]`, D `[1, H, total_q]`; every
 /// row belongs to a sequence (the totals are the lists' last sums), and a key no query of its
@@ -124,8 +127,9 @@ FastTiles fast_forward_tiles(int head_dim, FastForwardKernel kernel = FastForwar
 /// device: for tma_ws the configuration its launcher chooses from B, N, N_k, H, d, the mask and
 /// the SM count (cuda/src/attention/fwd_ws_config.hpp); for split_kv Br counts packed rows (query
 /// rows of the H/H_kv heads that share a K/V head). Throws std::invalid_argument for a problem
-/// the kernel refuses (check_fast_problem(); the wgmma forward also H_kv ≠ H and N_k ≠ N), CudaError
-/// when no device can be queried (tma_ws only).
+/// the kernel refuses (check_fast_problem(), and the kernel's own refusals of the file comment: the
+/// wgmma forward H_kv ≠ H, N_k ≠ N, a window and packed sequences, split_kv a window and packed
+/// sequences), CudaError when no device can be queried (tma_ws only).
 FastTiles fast_forward_tiles(const ref::AttentionProblem& problem, FastForwardKernel kernel);
 
 /// The fast kernels' limits beyond ref::AttentionProblem::validate(), checked here and nowhere
@@ -133,11 +137,13 @@ FastTiles fast_forward_tiles(const ref::AttentionProblem& problem, FastForwardKe
 /// indices; packed: total_q·H·d and total_k·H_kv·d). Grouped K/V, N_k ≠ N, windows, d = 256 and
 /// packed sequences pass here; the kernels that do not take them refuse them by name: the wgmma
 /// forward the first three, the split-KV forward a window, the deterministic wgmma-ws kernel the
-/// first three, the two-kernel design, the deterministic wgmma-ws kernel, the wgmma and the
-/// split-KV forwards d = 256; packed sequences run on the mma_sync and tma_ws forwards alone (with their
-/// device lists: the overload of fast_attention_forward_device() that takes FastPackedSequences),
-/// at d = 64 and 128 (check_fast_packed() refuses d = 256). Validates the problem first. Throws
-/// std::invalid_argument naming the field, the value, the limit and a hint.
+/// first three at d = 64 and 128 (it takes them at d = 256); the two-kernel design, the wgmma and
+/// the split-KV forwards d = 256. Packed sequences run on the mma_sync and tma_ws forwards and on
+/// the backward's two-kernel design and bwd_atomic mma_sync and wgmma_ws kernels (with their device
+/// lists: the overloads that take FastPackedSequences), at d = 64 and 128 only (this check and
+/// check_fast_packed() refuse d = 256); the split_kv and wgmma forwards and the deterministic
+/// wgmma-ws kernel refuse them. Validates the problem first. Throws std::invalid_argument naming
+/// the field, the value, the limit and a hint.
 void check_fast_problem(const ref::AttentionProblem& problem);
 
 /// Uploads Q (`[B, N, H, d]`), K and V (`[B, N_k, H_kv, d]`), 16-bit bit patterns of `problem.dtype`, poisons O
@@ -252,8 +258,9 @@ struct FastBackwardResult {
 /// mma_sync and wgmma_ws kernels, on bwd_two_kernel, and at d = 256 on wgmma_ws_deterministic): uploads Q, O, dO (`[B, N, H, d]`), K, V (`[B, N_k, H_kv, d]`),
 /// 16-bit bit patterns, and the forward's base-2 LSE (`[B, H, N]`), poisons the
 /// outputs and the workspace with NaN, runs the design's kernels, checks every CUDA call and
-/// downloads dQ, dK, dV and D. A packed problem (its lists on the host: uploaded) runs
-/// bwd_atomic on mma_sync, the tensors in the packed layout. Throws std::invalid_argument for a bad problem, design or size,
+/// downloads dQ, dK, dV and D. A packed problem (its lists on the host: uploaded) runs `design` on
+/// `kernel` as the packed overload of fast_attention_backward_device() does, the tensors in the
+/// packed layout. Throws std::invalid_argument for a bad problem, design or size,
 /// CudaError for a CUDA failure.
 FastBackwardResult fast_attention_backward(ref::Algorithm design, const ref::AttentionProblem& problem,
                                            const std::vector<std::uint16_t>& Q,
@@ -266,8 +273,8 @@ FastBackwardResult fast_attention_backward(ref::Algorithm design, const ref::Att
 /// D (fp32, B·H·N) at offset 0, then, for bwd_atomic, the fp32 dQ accumulator
 /// (B·H·⌈N/128⌉·128·d floats: whole query tiles) at the next multiple of 256 bytes, then the
 /// deterministic kernel's dQ order counters (B·H·⌈N/64⌉ int32). Throws
-/// std::invalid_argument for a bad problem or design (d = 256 or packed sequences with
-/// bwd_two_kernel), naming the field. The workspace depends on Q's shape only.
+/// std::invalid_argument for a bad problem or design (d = 256 with bwd_two_kernel), naming the
+/// field. A packed problem (its lists on the host) gets the packed overload's size. The workspace depends on Q's shape only.
 std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const ref::AttentionProblem& problem);
 
 /// Bytes of device scratch of the packed backward (bwd_atomic): D (fp32, H·total_q), then at the
