@@ -71,6 +71,15 @@ void validate_flags(const ref::AttentionProblem& problem) {
   }
 }
 
+void require_fast_dim(std::size_t d, bool packed, const std::string& elsewhere) {
+  if (d != 64 && d != 128 && d != 256)
+    throw UsageError("--dim " + std::to_string(d) + " is not 64, 128 or 256",
+                     "the fast kernels are compiled for d = 64, 128 and 256; " + elsewhere);
+  if (packed && d == 256)
+    throw UsageError("--dim 256 with --cu-seqlens: the fast kernels take packed sequences at d = 64 and 128",
+                     "pad the sequences into a dense batch, or drop to --dim 128; " + elsewhere);
+}
+
 ref::PackedSequences parse_cu_seqlens(std::string_view text, const std::string& source) {
   const char* const names[2] = {"cu_seqlens_q", "cu_seqlens_k"};
   std::optional<std::vector<std::int32_t>> lists[2];

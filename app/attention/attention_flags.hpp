@@ -48,6 +48,12 @@ ref::PackedSequences parse_cu_seqlens(std::string_view text, const std::string& 
 /// 1 MiB); UsageError naming the flag when it cannot be read.
 ref::PackedSequences read_cu_seqlens(const std::string& path);
 
+/// The fast kernels' head dims as a usage error naming --dim, in every build (a CPU build has no
+/// front door to ask; check_fast_problem() in fast_attention.hpp states the rule): d = 64, 128 or
+/// 256, and with packed sequences (--cu-seqlens) 64 or 128. `elsewhere` ends the hint: where the
+/// refused d runs instead.
+void require_fast_dim(std::size_t d, bool packed, const std::string& elsewhere);
+
 /// The hint of every --inputs refusal of the attention commands.
 inline constexpr const char* kAttentionInputsHint =
     "--inputs DIR needs q.npy k.npy v.npy (and do.npy for bwd), float32 or float64";

@@ -78,7 +78,7 @@ constexpr const char* kSummary =
     "CPU command's file format (a line 'cu_seqlens_q = 0 3 3 10', and 'cu_seqlens_k = ...' when the\n"
     "keys differ; its sequences replace --seq, --seq-k and --batch): Q [total_q, H, D], each sequence\n"
     "with its own mask (the diagonal bottom-right aligned at len_k - len_q), the lists in device\n"
-    "memory (d = 64 and 128; bwd on the mma backward kernel, the one that takes them).\n"
+    "memory (d = 64 and 128; bwd on the mma and wgmma-ws backward kernels, wgmma-ws-det refuses them).\n"
     "--save DIR writes o.npy lse.npy [dq.npy dk.npy dv.npy] as float32. Exit 0 within tolerance, 1\n"
     "when not, 2 on bad input. --device cpu runs the CPU reference command instead.\n"
     "--json and --csv print the CPU command's fields where they mean the same (command, variant,\n"
@@ -100,16 +100,16 @@ po::options_description options() {
   add_dtype_option(d, "bf16 | fp16", "bf16", " (--kernel fast; the clear kernels are fp32)");
   d.add_options()
       ("seq", po::value<long long>(), "N, sequence length (1..8192; from q.npy with --inputs)")
-      ("seq-k", po::value<long long>(), "N_k, key/value length (fwd --kernel fast only, when it differs from N)")
+      ("seq-k", po::value<long long>(), "N_k, key/value length (--kernel fast only, when it differs from N)")
       ("heads", po::value<long long>()->default_value(1), "H, number of heads")
-      ("heads-kv", po::value<long long>(), "H_kv, K/V heads dividing H (fwd --kernel fast only; default H)")
+      ("heads-kv", po::value<long long>(), "H_kv, K/V heads dividing H (--kernel fast only; default H)")
       ;
   add_dim_option(d, " (--kernel fast: 64, 128 or 256; from q.npy with --inputs)");
   d.add_options()
       ("batch", po::value<long long>()->default_value(1), "B, batch size")
       ("causal", po::bool_switch(), "causal mask")
       ;
-  add_window_option(d, " (fwd --kernel fast only)");
+  add_window_option(d, " (--kernel fast only)");
   d.add_options()
       ("cu-seqlens", po::value<std::string>(),
        "FILE with cu_seqlens_q (and cu_seqlens_k): packed variable-length sequences (--kernel fast only; - "
@@ -298,10 +298,10 @@ Run parse_run(const po::variables_map& vm) {
                          std::to_string(run.cfg.h_kv()) + " differs from H = " + std::to_string(run.cfg.heads) + ": " +
                          which + " H_kv = H",
                      where);
-  if (run.fast && run.cfg.head_dim != 64 && run.cfg.head_dim != 128 && run.cfg.head_dim != 256)
-    throw UsageError("--dim " + std::to_string(run.cfg.head_dim) + " is not 64, 128 or 256",
-                     "--kernel fast is compiled for d = 64, 128 and 256; --kernel clear takes "
-                     "any d up to 256");
+  if (run.fast)
+    require_fast_dim(run.cfg.head_dim, run.cfg.is_packed(),
+                     run.cfg.is_packed() ? "the CPU reference takes them at any d: --device cpu"
+                                         : "--kernel clear takes any d up to 256");
   if (!run.fast && run.cfg.head_dim > 256)
     throw UsageError("--dim " + std::to_string(run.cfg.head_dim) + " is above 256",
                      "the clear kernels keep whole rows of d in SRAM; use --dim 256 or less");

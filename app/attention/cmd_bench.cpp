@@ -57,17 +57,17 @@ constexpr const char* kSummary =
     "min and max ms, TFLOP/s = 4·N²·d·H·B / median for fwd, 2.5 × that for bwd (halved for causal)\n"
     "and effective GB/s = ideal HBM bytes / median (fwd: Q, K, V, O, LSE; bwd: Q, K, V, O, dO, dQ,\n"
     "dK, dV, LSE, D; a lower bound on traffic: tiles are re-read). Default sweep:\n"
-    "N = 1024…16384, d = 64 and 128, H = 16, B = 1, causal and not, both passes. --heads-kv and\n"
-    "--seq-k time grouped K/V and N_k != N, every N of the sweep against NK keys (causal bottom-right\n"
-    "aligned; TFLOP/s count the visible query-key pairs). --window L,R times a sliding window. The\n"
-    "backward takes those three on the atomic design's mma and wgmma-ws kernels (and at d = 256 on\n"
-    "wgmma-ws-det). Query i sees\n"
+    "N = 1024…16384, d = 64 and 128 (--dim takes 64, 128 and 256), H = 16, B = 1, causal and not,\n"
+    "both passes. --heads-kv and --seq-k time grouped K/V and N_k != N, every N of the sweep against\n"
+    "NK keys (causal bottom-right aligned; TFLOP/s count the visible query-key pairs). --window L,R\n"
+    "times a sliding window. The backward takes those three on the two-kernel design and the atomic\n"
+    "design's mma and wgmma-ws kernels (and at d = 256 on wgmma-ws-det). Query i sees\n"
     "key j iff i + NK - N - L <= j <= i + NK - N + R (-1 unbounded, causal caps R at 0); its TFLOP/s\n"
     "count the pairs inside the band, 4 d H B times the sum over the N queries of the keys each sees\n"
     "(the area the mask leaves, not the tiles a kernel loads). --cu-seqlens FILE times packed\n"
     "variable-length sequences (the forward, and with --pass bwd or both the backward: every design and\n"
-    "kernel but --bwd-kernel wgmma-ws-det takes them; the file format of flashlab attention fwd\n"
-    "--cu-seqlens: a line 'cu_seqlens_q = 0 3 3 10', and 'cu_seqlens_k = ...' when the keys differ):\n"
+    "kernel but --bwd-kernel wgmma-ws-det takes them, at d = 64 and 128; the file format of flashlab\n"
+    "attention fwd --cu-seqlens: a line 'cu_seqlens_q = 0 3 3 10', and 'cu_seqlens_k = ...' when the keys differ):\n"
     "one shape per d and mask, Q [total_q, H, d], the lists in device memory; its sequences replace\n"
     "--seq, --seq-k and --batch (N prints the longest), and its TFLOP/s count each sequence's own\n"
     "visible pairs (4 d H times their sum: the real work, none for padding). --kv-copy also times, per forward\n"
@@ -244,6 +244,8 @@ Sweep parse_sweep(const po::variables_map& vm) {
   }
   s.fwd = pass != "bwd";
   s.bwd = pass != "fwd";
+  for (int d : s.dims)
+    require_fast_dim(std::size_t(d), s.packed.has_value(), "flashlab attention fwd takes any d on the CPU");
   const std::string design = vm["bwd-design"].as<std::string>();
   if (design != "atomic" && design != "two-kernel")
     throw UsageError("--bwd-design '" + design + "' is unknown", "choose atomic (the default) or two-kernel");
@@ -307,20 +309,6 @@ Sweep parse_sweep(const po::variables_map& vm) {
 #ifdef FLASHLAB_HAVE_CUDA
 int run_sweep(const Sweep& s) {
   namespace fc = flashlab::cuda;
-  // The fast kernels' limits (check_fast_problem states them) before anything runs, as usage errors.
-  for (int d : s.dims) {
-    flashlab::ref::AttentionProblem shape;
-    shape.seq = 1;
-    shape.head_dim = std::size_t(d);
-    shape.dtype = s.fp16 ? flashlab::ref::Dtype::fp16 : flashlab::ref::Dtype::bf16;
-    try {
-      fc::check_fast_problem(shape);
-    } catch (const std::invalid_argument& e) {
-      throw UsageError("--dim " + std::to_string(d) + ": " + e.what(),
-                       "the fast kernels take --dim 64 and/or 128, the forward 256 too (flashlab attention fwd "
-                       "takes any d on the CPU)");
-    }
-  }
   // A named forward kernel's own limit on d (d = 256: mma and tma-ws alone), before anything runs.
   if (s.fwd_kernel != "auto" && s.fwd)
     for (int d : s.dims) try {

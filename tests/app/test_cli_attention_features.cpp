@@ -194,6 +194,25 @@ TEST_CASE("cli attention --device cuda and bench attention: --cu-seqlens, one fi
                      "--cu-seqlens: --bwd-kernel wgmma-ws-det takes no packed sequences");
   expect_usage_error("bench attention --pass bwd --bwd-kernel wgmma-ws-det" + cu,
                      "hint: use --bwd-design two-kernel (deterministic too)");
+  // d = 256 takes no packed sequences (forward or backward), refused by both commands alike in
+  // every build; d = 256 dense and packed d = 128 pass these flags.
+  expect_usage_error("attention fwd --device cuda --kernel fast --dim 256" + cu,
+                     "--dim 256 with --cu-seqlens: the fast kernels take packed sequences at d = 64 and 128");
+  expect_usage_error("attention bwd --device cuda --kernel fast --dim 256" + cu,
+                     "hint: pad the sequences into a dense batch, or drop to --dim 128; the CPU reference takes "
+                     "them at any d: --device cpu");
+  expect_usage_error("bench attention --pass bwd --dim 128,256" + cu,
+                     "--dim 256 with --cu-seqlens: the fast kernels take packed sequences at d = 64 and 128");
+#ifndef FLASHLAB_TEST_HAVE_CUDA
+  expect_usage_error("bench attention --pass both --dim 128" + cu, "built without CUDA");
+  expect_usage_error("attention bwd --device cuda --kernel fast --dim 256 --seq 16", "built without CUDA");
+#endif
+  // The help says which backward kernels take them, and that --seq-k, --heads-kv and --window are
+  // the backward's too.
+  const auto help = flashlab::test::run_cli("attention --device cuda --help");
+  CHECK(help.exit_code == 0);
+  CHECK_THAT(help.out, Catch::Contains("bwd on the mma and wgmma-ws backward kernels, wgmma-ws-det refuses them"));
+  CHECK_THAT(help.out, !Catch::Contains("fwd --kernel fast only"));
   // Valid: run where there is a GPU, refused with the usual hint elsewhere.
   const auto r = flashlab::test::run_gpu_command("attention fwd --device cuda --kernel fast --causal --heads 4 "
                                                  "--heads-kv 2 --dim 64" + cu);
@@ -204,7 +223,8 @@ TEST_CASE("cli attention --device cuda and bench attention: --cu-seqlens, one fi
                                                  "--heads-kv 2 --dim 64" + cu);
   if (g.exit_code == 0)
     CHECK_THAT(g.out, Catch::Contains("4 packed sequences (total_q=140 total_k=200)") &&
-                          Catch::Contains("backward kernel mma") && Catch::Contains("dQ"));
+                          (Catch::Contains("backward kernel mma") || Catch::Contains("backward kernel wgmma-ws")) &&
+                          Catch::Contains("dQ"));
   const auto b = flashlab::test::run_gpu_command("bench attention --dim 64 --causal --reps 20 --warmup 1 --csv" + cu);
   if (b.exit_code == 0) CHECK_THAT(b.out, Catch::Contains("total_q,total_k") && Catch::Contains(",140,200"));
   const auto bb =
