@@ -32,7 +32,7 @@ constexpr const char* kUsageLine =
     "attention fwd|bwd --seq N --dim D [--heads H] [--heads-kv HKV] [--batch B] [--seq-k NK] [--causal]\n"
     "                          [--window L,R] [--cu-seqlens FILE] [--block-m BM] [--block-n BN]\n"
     "                          [--variant naive|fa1|fa2|atomic] [--dtype fp32|bf16|fp16] [--precision float|double]\n"
-    "                          [--seed S] [--inputs DIR] [--save DIR] [--json|--csv]";
+    "                          [--seed S] [--inputs DIR] [--save DIR] [--device cpu|cuda] [--json|--csv]";
 constexpr const char* kSummary =
     "Runs attention forward (fwd) or backward (bwd) on the CPU reference and prints the max error\n"
     "against the naive float64 result (max|got - ref| / max|ref| per tensor) and the HBM traffic the\n"
@@ -50,7 +50,9 @@ constexpr const char* kSummary =
     "writes o.npy lse.npy [dq.npy dk.npy dv.npy]. Exit 0 when within tolerance (float64 1e-12,\n"
     "float32 1e-5, scaled up by L/64 when the logit bound L exceeds 64; with --fp16-arithmetic only\n"
     "NaN fails) and the counts equal the formula; 1 otherwise. NaN/Inf inputs are refused unless\n"
-    "--allow-nonfinite.";
+    "--allow-nonfinite. --device cuda runs the clear or (--kernel fast) the tensor-core CUDA kernels\n"
+    "on the same inputs, with what each kernel takes (flashlab attention fwd --device cuda --help);\n"
+    "--device cpu, the default, runs this command.";
 
 po::options_description options() {
   po::options_description d("Options");

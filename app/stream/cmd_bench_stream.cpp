@@ -37,7 +37,7 @@ namespace {
 
 constexpr const char* kUsageLine =
     "bench stream [--pass estimate|apply|both|trace|trace-mass] [--kernel fast|clear] [--seq T[,T2,...]] [--dim D[,D2]]\n"
-    "                       [--k K[,K2,...]] [--heads H] [--block-m BM] [--block-n BN] [--dtype bf16|fp16]\n"
+    "                       [--k K[,K2,...]] [--heads H] [--block-m BM] [--block-n BN] [--dtype bf16|fp16] [--group G]\n"
     "                       [--reps R] [--warmup W] [--check-indices [--traffic]] [--json|--csv]\n"
     "                       [--gpus G[,G2,...] [--scaling strong|weak] [--layout contiguous|zigzag[,...]]\n"
     "                       [--exchange whole|pieces[,...]] [--folds F[,F2,...]] [--schedule serial|overlap[,...]]\n"
@@ -70,7 +70,8 @@ constexpr const char* kSummary =
     "moves the rows with the copy engines (peer copies, no kernel) instead of NCCL. Each\n"
     "row is followed by one line per rank (text; on stderr with --json/--csv): its total, estimate,\n"
     "apply, exposed and first-wait ms and when its K and V rows had landed. Lists run every\n"
-    "combination (G = 1 once). Needs a build with CUDA and an NVIDIA GPU.";
+    "combination (G = 1 once; contiguous with --exchange pieces or --folds above 1 is skipped: those\n"
+    "split zigzag's chunks alone). Needs a build with CUDA and an NVIDIA GPU.";
 
 /// Largest T the sweep accepts: 8M tokens (at d = 128 one fp32 tensor is 4 GiB).
 constexpr long long kMaxSeq = 1LL << 23;

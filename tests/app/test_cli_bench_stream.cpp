@@ -23,6 +23,9 @@ TEST_CASE("cli bench stream: --help names the method and every flag", "[cli][ben
     CHECK_THAT(r.out, Catch::Contains(flag));
   }
   CHECK_THAT(r.out, Catch::Contains("32768,65536,131072,262144,524288,1048576"));  // the default sweep
+  // Every flag is in the usage line too, and the sweep says which combinations of lists it skips.
+  CHECK_THAT(r.out.substr(0, r.out.find("\n\n")), Catch::Contains("[--group G]") && Catch::Contains("[--folds F"));
+  CHECK_THAT(r.out, Catch::Contains("contiguous with --exchange pieces or --folds above 1 is skipped"));
 }
 
 TEST_CASE("cli bench stream: bad flags are usage errors naming the flag", "[cli][bench][errors]") {

@@ -255,6 +255,11 @@ TEST_CASE("attention --device cuda: the kernels' limits, the build, and --device
   CHECK(help.exit_code == 0);
   for (const char* word : {"--kernel", "--dtype", "--inputs", "--save", "--window", "2x the rounding floor"})
     CHECK_THAT(help.out, Catch::Contains(word));
+  // The CPU command's help names its GPU sibling, as mta's and stream's do.
+  const auto cpu_help = run_cli("attention --help");
+  CHECK(cpu_help.exit_code == 0);
+  CHECK_THAT(cpu_help.out, Catch::Contains("[--device cpu|cuda]") &&
+                               Catch::Contains("(flashlab attention fwd --device cuda --help)"));
 }
 
 namespace {
