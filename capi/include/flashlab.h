@@ -215,10 +215,11 @@ FLASHLAB_API flashlab_status flashlab_attention_backward_workspace_size(
  *  `[B, N, H, d]`, dk and dv `[B, N_k, H_kv, d]`. `workspace` as the size query says (the
  *  first B·H·N floats of a CUDA workspace hold D_i = rowsum(dO_i ∘ O_i) on return). On CUDA,
  *  deterministic = 0 runs the fastest backward (dQ summed with atomics), 1 one whose dQ, dK, dV
- *  are bit-reproducible (the fixed-order Hopper kernel where H_kv = H, N_k = N and no window, or
- *  d = 256, else the two-kernel design); both take grouped K/V, N_k ≠ N and windows. At d = 256,
- *  deterministic = 1 needs the Hopper kernel (an H100/H200 and a build with sm_90a): elsewhere it
- *  is refused (FLASHLAB_ERROR_UNSUPPORTED). */
+ *  are bit-reproducible (the fixed-order Hopper kernel on a dense problem with H_kv = H, N_k = N
+ *  and no window, or any dense problem at d = 256, else the two-kernel design; docs/capi.md states
+ *  the choice); both take grouped K/V, N_k ≠ N and windows. At d = 256, deterministic = 1 needs
+ *  the Hopper kernel (an H100/H200 and a build with sm_90a): elsewhere it is refused
+ *  (FLASHLAB_ERROR_UNSUPPORTED). */
 FLASHLAB_API flashlab_status flashlab_attention_backward(
     const flashlab_attention_problem* problem, flashlab_device device, flashlab_tensor q,
     flashlab_tensor k, flashlab_tensor v, flashlab_tensor o, const void* lse, flashlab_tensor d_o,
