@@ -90,7 +90,7 @@ RingProblem ring_problem(const flashlab_attention_problem* problem, flashlab_rin
     fail(FLASHLAB_ERROR_UNSUPPORTED,
          "problem->window_left/window_right = (" + std::to_string(s.window_left) + ", " +
              std::to_string(s.window_right) + "): the ring takes no window",
-         "the single-GPU flashlab_attention_forward() takes windows");
+         "the single-GPU flashlab_attention_forward() and flashlab_attention_backward() take windows");
   const std::int64_t heads_kv = s.heads_kv ? s.heads_kv : s.heads;
   (void)checked_product({s.batch, s.seq_q, s.heads, s.head_dim}, "B·N·H·d");
   RingProblem out;

@@ -613,7 +613,7 @@ static void ring_cases(void) {
          "problem->seq_k = 1024", "self-attention");
   q = p, q.window_left = 64;
   EXPECT(flashlab_ring_workspace_size(&q, FLASHLAB_RING_ZIGZAG, 2, 0, &bytes), FLASHLAB_ERROR_UNSUPPORTED, size,
-         "window", "hint");
+         "window", "flashlab_attention_forward() and flashlab_attention_backward() take windows");
   q = p, q.heads_kv = 3;
   EXPECT(flashlab_ring_workspace_size(&q, FLASHLAB_RING_ZIGZAG, 2, 0, &bytes), FLASHLAB_ERROR_INVALID_ARGUMENT, size,
          "problem->heads_kv", NULL);

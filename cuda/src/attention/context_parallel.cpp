@@ -265,21 +265,21 @@ void check_context_parallel_problem(const ref::ContextParallelProblem& problem) 
         " GPUs (hint: the GPU ring takes whole chunks, the fast kernels have no key mask for padding: pad N to a "
         "multiple of " + std::to_string(problem.chunks()) + " and drop the padded rows, as the CPU reference does)");
   // The ring's blocks mask by their kind alone (full or diagonal): a window would need the band
-  // cut at chunk boundaries, which the blocks do not carry (the fast forward alone takes one).
+  // cut at chunk boundaries, which the blocks do not carry (one GPU's fast forward and backward take one).
   if (problem.attention.has_window())
     throw std::invalid_argument("flashlab::cuda: context parallel: window (" +
                                 std::to_string(problem.attention.window_left) + "," +
                                 std::to_string(problem.attention.window_right) +
-                                ") is not supported (hint: the single-GPU fast forward takes windows)");
+                                ") is not supported (hint: the single-GPU fast forward and backward take windows)");
   // Every block is a c×c problem with the whole problem's B, H, H_kv, d, dtype.
   check_fast_problem(any_block(problem));
-  // The blocks' fp32 partials and sums come from the kernels' fp32 instantiations, built for the
-  // head dims the backward takes.
+  // The blocks' fp32 partials and sums come from the kernels' fp32 instantiations, built for
+  // d = 64 and 128 only (the fp32-output forward and the fp32-sum backward refuse d = 256).
   if (problem.attention.head_dim != 64 && problem.attention.head_dim != 128)
     throw std::invalid_argument("flashlab::cuda: context parallel: head_dim (d) = " +
                                 std::to_string(problem.attention.head_dim) +
                                 " is not supported (hint: the GPU ring takes d = 64 or 128; d = 256 runs on one GPU's "
-                                "fast forward)");
+                                "fast forward and backward)");
 }
 
 std::size_t context_parallel_forward_workspace_bytes(const ref::ContextParallelProblem& problem) {
