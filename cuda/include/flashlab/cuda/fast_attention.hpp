@@ -100,8 +100,9 @@ FastForwardKernel fastest_forward_kernel();
 /// device: split_kv where the others would leave most of the GPU idle, else
 /// fastest_forward_kernel(). The one rule (measured on the H100: docs/cuda.md, the split-KV
 /// forward): split_kv when N ≤ 16, or when the regular forwards' blocks, B·H·⌈N/128⌉, fill at most
-/// a quarter of the SMs; never for a window (split_kv masks none). Validates the problem (check_fast_problem()); throws CudaError when no
-/// device can be queried.
+/// a quarter of the SMs; never for a window (split_kv masks none), at d = 256 or for packed
+/// sequences (split_kv is compiled for dense d = 64 and 128). Validates the problem
+/// (check_fast_problem()); throws CudaError when no device can be queried.
 FastForwardKernel fastest_forward_kernel(const ref::AttentionProblem& problem);
 
 /// Results of a fast forward pass copied back to the host.
