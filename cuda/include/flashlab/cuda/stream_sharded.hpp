@@ -1,8 +1,9 @@
 /// @file stream_sharded.hpp
-/// @brief STREAM (fast bf16 estimate + fast apply) with the sequence cut into G contiguous shards,
-/// one per GPU of this process, the key blocks a shard needs moved between the GPUs over NCCL.
+/// @brief STREAM (fast bf16 estimate + fast apply) with the sequence dealt over G GPUs of this
+/// process (zigzag chunks by default, or G contiguous shards), the key blocks a rank needs moved
+/// between the GPUs over NCCL or by the copy engines.
 ///
-/// The shards are the CPU model's (ref::stream::shard_sequence at b_q = b_k = 64): rank g holds the
+/// Contiguous, the shards are the CPU model's (ref::stream::shard_sequence at b_q = b_k = 64): rank g holds the
 /// Q, K, V rows of tokens [token_begin_g, token_end_g) and estimates and applies its own query
 /// blocks. Causal attention lets a query block see every key block up to its own, so rank g needs
 /// K (for the estimate) and V (for the apply) of every token before its shard: the CPU model's
