@@ -64,7 +64,8 @@ void check_clear_problem(ref::Algorithm algorithm, const ref::AttentionProblem& 
   problem.validate();
   if (const std::string feature = problem.extended_feature(); !feature.empty())
     throw std::invalid_argument("flashlab::cuda: clear kernels: " + feature +
-                                " is not supported yet (hint: the CPU reference supports it: flashlab attention fwd|bwd)");
+                                " is not supported (hint: the fast kernels take it, in bf16 or fp16, and the CPU "
+                                "reference: flashlab attention fwd|bwd)");
   if (algorithm == ref::Algorithm::naive_bwd)
     reject("algorithm", "naive_bwd", "has no CUDA kernels", "use bwd_two_kernel or bwd_atomic");
   if (problem.dtype != ref::Dtype::fp32)
@@ -72,7 +73,7 @@ void check_clear_problem(ref::Algorithm algorithm, const ref::AttentionProblem& 
            "the clear kernels compute in fp32 on CUDA cores; bf16/fp16 run on the fast kernels");
   if (problem.n_k() != problem.n_q())
     reject("seq_k (N_k)", std::to_string(problem.n_k()), "differs from N = " + std::to_string(problem.n_q()),
-           "the CUDA kernels are self-attention");
+           "the clear kernels are self-attention; the fast kernels, in bf16 or fp16, take N_k != N");
   if (problem.head_dim > kClearMaxHeadDim)
     reject("head_dim (d)", std::to_string(problem.head_dim), "is above 256", "the kernels keep whole rows of d in SRAM");
   if (problem.Br > kClearMaxTileRows)
