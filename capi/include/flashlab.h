@@ -169,7 +169,7 @@ typedef struct flashlab_attention_problem {
   double scale;           /**< softmax scale; 0 means 1/√d */
   int causal;             /**< 1: query i sees key j iff j ≤ i + N_k − N (bottom-right aligned); 0 or 1 */
   flashlab_dtype dtype;   /**< element type of Q, K, V, O, dO, dQ, dK, dV */
-  int deterministic;      /**< backward: 1 = bit-reproducible dQ (fixed summation order; the CPU always is) */
+  int deterministic;      /**< backward: 1 = bit-reproducible dQ, dK, dV (fixed summation order; the CPU always is) */
   /* Appended in FLASHLAB_ABI_MINOR 1: a caller built without them gets the defaults below. */
   int64_t window_left;    /**< keys seen left of the diagonal; −1 (the default) unbounded, else 0 … 2^31 − 1 */
   int64_t window_right;   /**< keys seen right of the diagonal; −1 (the default) unbounded, else 0 … 2^31 − 1 */
@@ -199,8 +199,10 @@ FLASHLAB_API flashlab_status flashlab_attention_forward_workspace_size(
  *  lse `[B, H, N]` contiguous (written; may be NULL when not wanted); packed sequences as the
  *  problem's comment says. A row that sees no key (causal with N > N_k, a window that misses
  *  every key) gets O = 0 and LSE = −∞. `workspace` holds at least the size query's
- *  bytes (NULL if 0); `stream` is a cudaStream_t for CUDA, ignored on the CPU. On CUDA the fastest
- *  forward kernel built for the device runs (the TMA + warp-specialised one on an H100). */
+ *  bytes (NULL if 0); `stream` is a cudaStream_t for CUDA, ignored on the CPU. On CUDA the kernel
+ *  the front door chooses for the problem runs: split-KV for few query rows against many keys
+ *  (dense, no window, d = 64 or 128), else the fastest built for the device (the TMA +
+ *  warp-specialised one on an H100/H200). */
 FLASHLAB_API flashlab_status flashlab_attention_forward(const flashlab_attention_problem* problem,
                                                         flashlab_device device, flashlab_tensor q,
                                                         flashlab_tensor k, flashlab_tensor v,
