@@ -80,6 +80,37 @@ void require_fast_dim(std::size_t d, bool packed, const std::string& elsewhere) 
                      "pad the sequences into a dense batch, or drop to --dim 128; " + elsewhere);
 }
 
+void require_det_backward(const DetBackwardFlags& f, const std::string& hint, const std::string& packed_hint) {
+  // A window, grouped K/V and N_k != N: every backward but the fixed-order wgmma-ws kernel at d = 64
+  // and 128 (at d = 256 it takes them).
+  const bool below_256 = std::any_of(f.dims.begin(), f.dims.end(), [](int d) { return d != 256; });
+  if (below_256) {
+    const std::string other = "--bwd-kernel wgmma-ws-det at --dim 64 and 128";
+    const char* takers = "the two-kernel design, the atomic design's mma and wgmma-ws kernels, and wgmma-ws-det at "
+                         "--dim 256";
+    if (f.window_left >= 0 || f.window_right >= 0)
+      throw UsageError("--window " + std::to_string(f.window_left) + "," + std::to_string(f.window_right) +
+                           ": the fast backward takes a window on " + takers + " (" + other + " takes none)",
+                       hint);
+    if (f.heads_kv > 0 && f.heads_kv != f.heads)
+      throw UsageError("--heads-kv " + std::to_string(f.heads_kv) + " differs from --heads " +
+                           std::to_string(f.heads) + ": the fast backward takes grouped K/V on " + takers + " (" +
+                           other + " takes H_kv = H)",
+                       hint);
+    if (f.seq_k > 0)
+      for (int n : f.seqs)
+        if (std::size_t(n) != f.seq_k)
+          throw UsageError("--seq-k " + std::to_string(f.seq_k) + " differs from N = " + std::to_string(n) +
+                               ": the fast backward takes N_k != N on " + takers + " (" + other + " takes N_k = N)",
+                           hint);
+  }
+  // Packed sequences: the backward on every kernel but the fixed-order wgmma-ws one.
+  if (f.packed)
+    throw UsageError("--cu-seqlens: --bwd-kernel wgmma-ws-det takes no packed sequences: the fast backward takes them "
+                     "on the two-kernel design and the atomic design's mma and wgmma-ws kernels",
+                     packed_hint);
+}
+
 ref::PackedSequences parse_cu_seqlens(std::string_view text, const std::string& source) {
   const char* const names[2] = {"cu_seqlens_q", "cu_seqlens_k"};
   std::optional<std::vector<std::int32_t>> lists[2];

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace flashlab::app {
 
@@ -53,6 +54,22 @@ ref::PackedSequences read_cu_seqlens(const std::string& path);
 /// 256, and with packed sequences (--cu-seqlens) 64 or 128. `elsewhere` ends the hint: where the
 /// refused d runs instead.
 void require_fast_dim(std::size_t d, bool packed, const std::string& elsewhere);
+
+/// What a fast backward on --bwd-kernel wgmma-ws-det would run: the head dims, the query lengths
+/// (N_k compared with each), H, H_kv (0: H), N_k (0: N), the window and packed sequences.
+struct DetBackwardFlags {
+  std::vector<int> dims;
+  std::vector<int> seqs;
+  std::size_t heads = 1, heads_kv = 0, seq_k = 0;
+  long long window_left = -1, window_right = -1;
+  bool packed = false;
+};
+
+/// --bwd-kernel wgmma-ws-det's limits as usage errors naming the flag, in every build (the front
+/// door states them: fast_bwd_problem()): at d = 64 and 128 no window, grouped K/V or N_k != N;
+/// no packed sequences at any d. `hint` ends each refusal of the first three, `packed_hint` the
+/// last: the command's ways out.
+void require_det_backward(const DetBackwardFlags& f, const std::string& hint, const std::string& packed_hint);
 
 /// The hint of every --inputs refusal of the attention commands.
 inline constexpr const char* kAttentionInputsHint =

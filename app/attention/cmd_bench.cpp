@@ -266,38 +266,13 @@ Sweep parse_sweep(const po::variables_map& vm) {
                          "wgmma-ws-det kernel, not --bwd-design two-kernel",
                          "--bwd-design atomic with --bwd-kernel auto, mma or wgmma-ws, or wgmma-ws-det for "
                          "bit-reproducible gradients, or add --pass fwd");
-  // A window, grouped K/V and N_k != N: every backward but the fixed-order wgmma-ws kernel at d = 64
-  // and 128 (at d = 256 it takes them).
-  const bool det_below_256 = std::any_of(s.dims.begin(), s.dims.end(), [](int d) { return d != 256; });
-  if (s.bwd && s.bwd_atomic && bk == "wgmma-ws-det" && det_below_256) {
-    const std::string other = "--bwd-kernel " + bk + " at --dim 64 and 128";
-    const char* hint = "use --bwd-design two-kernel (deterministic too), or --bwd-kernel auto, mma or wgmma-ws, or "
-                       "--dim 256 alone, or add --pass fwd";
-    const char* takers = "the two-kernel design, the atomic design's mma and wgmma-ws kernels, and wgmma-ws-det at "
-                         "--dim 256";
-    if (s.window_left >= 0 || s.window_right >= 0)
-      throw UsageError("--window " + std::to_string(s.window_left) + "," + std::to_string(s.window_right) +
-                           ": the fast backward takes a window on " + takers + " (" + other + " takes none)",
-                       hint);
-    if (s.heads_kv > 0 && s.heads_kv != s.heads)
-      throw UsageError("--heads-kv " + std::to_string(s.heads_kv) + " differs from --heads " +
-                           std::to_string(s.heads) + ": the fast backward takes grouped K/V on " + takers + " (" +
-                           other + " takes H_kv = H)",
-                       hint);
-    if (s.seq_k > 0)
-      for (int n : s.seqs)
-        if (n != s.seq_k)
-          throw UsageError("--seq-k " + std::to_string(s.seq_k) + " differs from N = " + std::to_string(n) +
-                               ": the fast backward takes N_k != N on " + takers + " (" + other + " takes N_k = N)",
-                           hint);
-  }
-  // Packed sequences: the backward on every kernel but the fixed-order wgmma-ws one.
-  if (s.bwd && s.packed && s.bwd_atomic && bk == "wgmma-ws-det")
-    throw UsageError("--cu-seqlens: --bwd-kernel " + bk +
-                         " takes no packed sequences: the fast backward takes them on the two-kernel design and the "
-                         "atomic design's mma and wgmma-ws kernels",
-                     "use --bwd-design two-kernel (deterministic too), or --bwd-kernel auto, mma or wgmma-ws, or "
-                     "--pass fwd");
+  if (s.bwd && s.bwd_atomic && bk == "wgmma-ws-det")
+    require_det_backward({s.dims, s.seqs, std::size_t(s.heads), std::size_t(s.heads_kv), std::size_t(s.seq_k),
+                          s.window_left, s.window_right, s.packed.has_value()},
+                         "use --bwd-design two-kernel (deterministic too), or --bwd-kernel auto, mma or wgmma-ws, or "
+                         "--dim 256 alone, or add --pass fwd",
+                         "use --bwd-design two-kernel (deterministic too), or --bwd-kernel auto, mma or wgmma-ws, or "
+                         "--pass fwd");
   s.fp16 = fp16_dtype(vm["dtype"].as<std::string>());
   s.format = output_format(vm);
   s.kv_copy = vm["kv-copy"].as<bool>();

@@ -207,6 +207,11 @@ TEST_CASE("cli attention --device cuda and bench attention: --cu-seqlens, one fi
   expect_usage_error("bench attention --pass both --dim 128" + cu, "built without CUDA");
   expect_usage_error("attention bwd --device cuda --kernel fast --dim 256 --seq 16", "built without CUDA");
 #endif
+  expect_usage_error("attention bwd --device cuda --kernel fast --bwd-kernel wgmma-ws-det" + cu,
+                     "--cu-seqlens: --bwd-kernel wgmma-ws-det takes no packed sequences: the fast backward takes them "
+                     "on the two-kernel design and the atomic design's mma and wgmma-ws kernels");
+  expect_usage_error("attention bwd --device cuda --kernel fast --bwd-kernel wgmma-ws-det" + cu,
+                     "hint: use --bwd-kernel auto, mma or wgmma-ws");
   // The help says which backward kernels take them, and that --seq-k, --heads-kv and --window are
   // the backward's too.
   const auto help = flashlab::test::run_cli("attention --device cuda --help");
@@ -230,4 +235,30 @@ TEST_CASE("cli attention --device cuda and bench attention: --cu-seqlens, one fi
   const auto bb =
       flashlab::test::run_gpu_command("bench attention --pass bwd --dim 64 --causal --reps 20 --warmup 1 --csv" + cu);
   if (bb.exit_code == 0) CHECK_THAT(bb.out, Catch::Contains(",bwd,64,1,") && Catch::Contains(",140,200"));
+}
+
+TEST_CASE("cli attention --device cuda: --bwd-kernel wgmma-ws-det's limits at the flags, as bench attention's",
+          "[cli][attention][device]") {
+  // At d = 64 and 128 the fixed-order kernel takes no window, grouped K/V or N_k != N: refused in
+  // every build, in bench attention's words, with this command's way out.
+  const std::string det = "attention bwd --device cuda --kernel fast --bwd-kernel wgmma-ws-det --seq 64";
+  expect_usage_error(det + " --heads 4 --heads-kv 2",
+                     "--heads-kv 2 differs from --heads 4: the fast backward takes grouped K/V on the two-kernel "
+                     "design, the atomic design's mma and wgmma-ws kernels, and wgmma-ws-det at --dim 256 "
+                     "(--bwd-kernel wgmma-ws-det at --dim 64 and 128 takes H_kv = H)");
+  expect_usage_error(det + " --heads 4 --heads-kv 2 --dim 128", "hint: use --bwd-kernel auto, mma or wgmma-ws, or --dim 256");
+  expect_usage_error(det + " --seq-k 32", "--seq-k 32 differs from N = 64: the fast backward takes N_k != N");
+  expect_usage_error(det + " --window 3,3", "--window 3,3: the fast backward takes a window on");
+  const auto bench = flashlab::test::run_cli("bench attention --seq 64 --pass bwd --bwd-kernel wgmma-ws-det --heads 4 "
+                                             "--heads-kv 2");
+  const auto here = flashlab::test::run_cli(det + " --heads 4 --heads-kv 2");
+  CHECK(bench.exit_code == 2);
+  CHECK(here.exit_code == 2);
+  CHECK(bench.err.substr(0, bench.err.find('\n')) == here.err.substr(0, here.err.find('\n')));
+#ifndef FLASHLAB_TEST_HAVE_CUDA
+  // At d = 256 it takes all three, and the other kernels take them at any d: past the flags.
+  expect_usage_error(det + " --heads 4 --heads-kv 2 --seq-k 32 --window 3,3 --dim 256", "built without CUDA");
+  expect_usage_error("attention bwd --device cuda --kernel fast --bwd-kernel mma --seq 64 --heads 4 --heads-kv 2",
+                     "built without CUDA");
+#endif
 }
