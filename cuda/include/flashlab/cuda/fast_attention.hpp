@@ -295,7 +295,8 @@ std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const
 /// Layout: Q, O, dO, dQ contiguous `[B, N, H, d]`, K, V, dK, dV `[B, N_k, H_kv, d]`, 16-bit (16-byte aligned), LSE
 /// the forward's contiguous fp32 `[B, H, N]`. `kernel` as fast_attention_backward(). Throws
 /// std::invalid_argument for a bad problem, design, pointer, kernel (wgmma_ws with
-/// bwd_two_kernel, or not in this build) or a null workspace, CudaError if a launch fails.
+/// bwd_two_kernel, or not in this build) or a null workspace, and for a packed problem (its lists
+/// go to the overload below), CudaError if a launch fails.
 void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionProblem& problem, const void* Q,
                                     const void* K, const void* V, const void* O, const void* dO, const float* LSE,
                                     void* dQ, void* dK, void* dV, void* workspace, void* stream = nullptr,
@@ -307,7 +308,8 @@ void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionP
 /// fp32 `[H, total_q]`; `packed`'s lists 4-byte aligned device memory, read by the kernels only;
 /// `workspace` of fast_attention_backward_workspace_bytes(design, problem, packed) bytes, its first
 /// H·total_q floats holding D on completion. Launches on `stream` and returns, as the dense
-/// overload. dQ, dK and dV are written in full.
+/// overload. dQ, dK and dV are written in full. Throws std::invalid_argument for a bad problem,
+/// total, pointer or design, or for wgmma_ws_deterministic, CudaError if a launch fails.
 void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionProblem& problem,
                                     const FastPackedSequences& packed, const void* Q, const void* K, const void* V,
                                     const void* O, const void* dO, const float* LSE, void* dQ, void* dK, void* dV,
