@@ -47,7 +47,9 @@ po::variables_map parse(const Args& args, const po::options_description& desc,
   }
   po::variables_map vm;
   try {
-    auto parser = po::command_line_parser(args).options(desc);
+    // No guessing of abbreviations: `--dev` must not quietly stand for some flag that starts so.
+    auto parser = po::command_line_parser(args).options(desc).style(po::command_line_style::default_style &
+                                                                    ~po::command_line_style::allow_guessing);
     if (positional) parser.positional(*positional);
     po::store(parser.run(), vm);
     po::notify(vm);

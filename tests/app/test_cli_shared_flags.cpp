@@ -234,6 +234,15 @@ TEST_CASE("shared flags: the retired spellings are refused with a hint naming th
   std::filesystem::remove_all(tmp);
 }
 
+TEST_CASE("shared flags: an abbreviated flag is refused, never taken for the flag it starts", "[cli][flags]") {
+  // Boost would read `--dev cuda` as `--device cuda` (or as any one flag it is the start of).
+  expect_usage_error("mta fwd --seq 32 --dev cuda", "unrecognised option '--dev'");
+  expect_usage_error("attention fwd --seq 16 --dim 8 --dev cpu", "unrecognised option '--dev'");
+  expect_usage_error("stream estimate --seq 64 --dim 8 --block-m 16 --block-n 16 --k 2 --see 3",
+                     "unrecognised option '--see'");
+  expect_usage_error("bench attention --pa fwd", "unrecognised option '--pa'");
+}
+
 TEST_CASE("shared flags: --seed defaults to 1 and --dim to 64 wherever they exist", "[cli][flags]") {
   const std::vector<std::pair<std::string, std::string>> runs = {
       {"mta fwd --seq 32", "mta fwd --seq 32 --seed 1 --dim 64"},
