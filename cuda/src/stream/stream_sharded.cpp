@@ -182,7 +182,7 @@ ShardedStream::ShardedStream(const ShardedStreamProblem& problem, const LocalRin
         FLASHLAB_CUDA_CHECK(cudaDeviceCanAccessPeer(&ok, ring.device(a), ring.device(b)));
         if (!ok)
           throw StreamError("sharded run: GPU " + std::to_string(ring.device(a)) + " cannot reach GPU " +
-                            std::to_string(ring.device(b)) + "'s memory (hint: the NCCL exchange, copy_engines = false)");
+                            std::to_string(ring.device(b)) + "'s memory (hint: move the rows with NCCL: copy_engines = false, on the command line --transport nccl)");
         FLASHLAB_CUDA_CHECK(cudaSetDevice(ring.device(a)));
         const cudaError_t e = cudaDeviceEnablePeerAccess(ring.device(b), 0);
         if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();  // enabled by an earlier run
