@@ -38,14 +38,15 @@ constexpr std::string_view kCudaUsage =
     "                       [--inputs DIR] [--mask FILE] [--seed S] [--save DIR] [--chunk N]\n"
     "                       [--format npy|csv] [--compare] [--threads N] [--kernel fast|clear] [--json|--csv]";
 constexpr std::string_view kCudaSummary =
-    "STREAM on the GPU: the clear fp32 kernels (cuda/src/stream_*.cu), the same procedure and τ as\n"
+    "STREAM on the GPU: the clear fp32 kernels (cuda/src/stream/stream_*.cu), the same procedure and τ as\n"
     "the CPU reference. Inputs q.npy k.npy [v.npy] of shape [T, D] or [T, H, D] from --inputs, else\n"
     "seeded normal values (the CPU command's values for H = 1). Saves indices.npy [H, n_q, k] (or\n"
     "[n_q, k] for one head), o.npy, edges.npy|csv (a 'head' field first when H > 1). --compare runs the\n"
     "CPU reference on every head and reports whether I is identical. `estimate --kernel fast` runs the\n"
     "fast bf16 estimate (tensor cores; b_q = b_k = 64, d = 64 or 128): Q and K are rounded to bf16 first,\n"
     "and --compare feeds the reference the same rounded values. `apply --kernel fast` then applies I with\n"
-    "the fast bf16 apply (V rounded to bf16 too; o.npy holds the float values of its bf16 output).\n"
+    "the fast bf16 apply (V rounded to bf16 too; o.npy holds the float values of its bf16 output). The\n"
+    "fast trace writes a trace store only: flashlab stream trace --store DIR --device cuda --kernel fast.\n"
     "--json and --csv print the CPU command's fields where they mean the same (command, T, d, block_m,\n"
     "block_n, k, n_q, n_k, n_it, threads, precision, mask, indices_checksum, empty_entries,\n"
     "validity_invariant, indices, edges, saved) and the GPU's own: device, device_name, kernel, H, the\n"
@@ -673,8 +674,9 @@ int cmd_stream_cuda(const Args& args) {
     require_range("chunk", o.chunk, 1, 1LL << 24);
     kernel_family(o.kernel, KernelFamily::clear);  // checks the value (default clear)
     if (o.kernel == "fast" && o.sub == "trace")
-      throw UsageError("--kernel fast: the fast kernels estimate and apply; the trace runs on the clear kernels",
-                       "use 'stream estimate|apply --kernel fast', or 'stream trace' without it");
+      throw UsageError("--kernel fast: 'stream trace' writes its edge list with the clear kernels; the fast trace "
+                       "writes a trace store",
+                       "add --store DIR for the fast trace into a store, or drop --kernel fast");
     Heads Q, K, V;
     load_cuda_inputs(o, Q, K, V);
 #if FLASHLAB_HAVE_CUDA

@@ -180,14 +180,14 @@ TEST_CASE("cli stream: bad flags and inputs are usage errors naming the flag or 
   CHECK(run_cli("stream estimate --block-m 4 --block-n 4 --k 2 --inputs " + dir2).exit_code == 0);  // estimate needs no V
 }
 
-TEST_CASE("cli stream: --kernel chooses clear or fast, and fast is the GPU estimate only", "[cli][stream][errors]") {
+TEST_CASE("cli stream: --kernel chooses clear or fast, and fast runs on the GPU (the trace into a store only)", "[cli][stream][errors]") {
   struct Bad {
     std::string args, expect;
   };
   const std::string ok = " --seq 256 --dim 64 --block-m 64 --block-n 64 --k 2";
   const Bad bad[] = {
       {"stream estimate --device cuda --kernel turbo" + ok, "--kernel 'turbo' is unknown"},
-      {"stream trace --device cuda --kernel fast" + ok, "--kernel fast: the fast kernels estimate and apply"},
+      {"stream trace --device cuda --kernel fast" + ok, "the fast trace writes a trace store"},
       {"stream needles --kernel fast --seq 16384 --dim 128 --block-m 64 --block-n 64 --k 16", "--kernel fast runs on the GPU"},
       {"stream needles --device cuda --kernel slow --seq 16384 --dim 128 --block-m 64 --block-n 64 --k 16", "--kernel 'slow'"},
   };
@@ -197,4 +197,6 @@ TEST_CASE("cli stream: --kernel chooses clear or fast, and fast is the GPU estim
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.err, Catch::Contains(b.expect) && Catch::Contains("hint:"));
   }
+  // The fast trace exists, but writes a trace store: the refusal of an edge list says where it is.
+  CHECK_THAT(run_cli("stream trace --device cuda --kernel fast" + ok).err, Catch::Contains("hint: add --store DIR"));
 }
