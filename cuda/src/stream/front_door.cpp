@@ -60,7 +60,7 @@ StreamProblem make_problem(const ref::stream::BlockMask& mask, std::size_t heads
                       std::to_string(kMaxHeadDim) + " (the clear kernels hold whole rows in shared memory)");
   if (g.bq > kMaxBlock || g.bk > kMaxBlock)
     throw StreamError("b_q = " + std::to_string(g.bq) + ", b_k = " + std::to_string(g.bk) + " must be at most " +
-                      std::to_string(kMaxBlock) + " on the GPU (hint: --bq 64 --bk 64)");
+                      std::to_string(kMaxBlock) + " on the GPU (hint: --block-m 64 --block-n 64)");
   if (ref::stream::ceil_log2(k) + g.n_it() > 62)
     throw StreamError("k·2^n_it overflows the 64-bit branch identifiers of τ");
   to_int(g.T, "T");
@@ -219,7 +219,7 @@ void check_fast_estimate(const ref::stream::Geometry& g, std::size_t heads, std:
   g.check();
   if (g.bq != kFastEstimateBlock || g.bk != kFastEstimateBlock)
     throw StreamError("the fast estimate takes b_q = b_k = 64 only (got b_q = " + std::to_string(g.bq) +
-                      ", b_k = " + std::to_string(g.bk) + "; hint: --bq 64 --bk 64, or the clear kernel)");
+                      ", b_k = " + std::to_string(g.bk) + "; hint: --block-m 64 --block-n 64, or the clear kernel)");
   if (d != 64 && d != 128)
     throw StreamError("the fast estimate takes head dim d = 64 or 128 (got " + std::to_string(d) +
                       "; hint: the clear kernel takes d up to 256)");

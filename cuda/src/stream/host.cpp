@@ -282,7 +282,7 @@ FastApplyShape check_fast_host_call(ref::Dtype dtype, const HostHeads16& Q, cons
   g.check();
   if (g.bq != kFastStreamBlock || g.bk != kFastStreamBlock)
     throw StreamError("b_q = " + std::to_string(g.bq) + ", b_k = " + std::to_string(g.bk) + ": the fast apply has b_q = b_k = " +
-                      std::to_string(kFastStreamBlock) + " (hint: --bq 64 --bk 64, or the clear kernel)");
+                      std::to_string(kFastStreamBlock) + " (hint: --block-m 64 --block-n 64, or the clear kernel)");
   for (const auto& [x, name] : {std::pair{&Q, "Q"}, std::pair{&K, "K"}, std::pair{&V, "V"}}) {
     if (x->data == nullptr) throw StreamError(std::string(name) + " is missing");
     if (x->heads != Q.heads || x->dim != Q.dim)

@@ -47,7 +47,7 @@ void validate(const StreamBenchConfig& b) {
   if (trace && b.kernel != StreamKernel::fast)
     bad("the trace pass times the fast trace (hint: --kernel fast)");
   if (b.kernel == StreamKernel::fast && (b.bq != int(stream::kFastStreamBlock) || b.bk != int(stream::kFastStreamBlock)))
-    bad("the fast kernels have b_q = b_k = " + std::to_string(stream::kFastStreamBlock) + " (hint: --bq 64 --bk 64)");
+    bad("the fast kernels have b_q = b_k = " + std::to_string(stream::kFastStreamBlock) + " (hint: --block-m 64 --block-n 64)");
 }
 
 /// warmup + reps launches, each alone between the events after an L2 flush; the row's times.
