@@ -56,7 +56,7 @@ constexpr const char* kSummary =
     "every launch and reports whether it was bitwise the same each time and its checksum, and\n"
     "--traffic the CUPTI L2->SM and DRAM bytes of one launch; those rows have the columns of\n"
     "cuda/results/stream_fast_estimate.csv. --gpus G[,G2,...] times the fast estimate + apply with the\n"
-    "sequence dealt over GPUs 0 … G − 1 (NCCL; G = 1: the single-GPU kernels,\n"
+    "sequence dealt over GPUs 0 … G − 1 (a build with NCCL; G = 1: the single-GPU kernels,\n"
     "the anchor): per row the slowest rank's total, estimate, apply and exposed exchange ms (medians),\n"
     "the most bytes one rank sends and receives beside the CPU model's keys_visible bytes for the same\n"
     "I, and whether I equals the G = 1 row's of the same T bit for bit; --scaling weak reads --seq as\n"
@@ -104,7 +104,7 @@ po::options_description options() {
       ("traffic", po::bool_switch(),
        "with --check-indices: also the CUPTI L2->SM and DRAM bytes of one launch per shape (needs the counters)")
       ("gpus", po::value<std::string>(),
-       "GPU counts, comma separated: estimate + apply with the sequence sharded over G GPUs (NCCL); 1 = one GPU")
+       "GPU counts, comma separated: estimate + apply with the sequence sharded over G GPUs (a build with NCCL); 1 = one GPU")
       ("scaling", po::value<std::string>()->default_value("strong"),
        "with --gpus: strong (T is the whole sequence) or weak (T is per GPU: the sequence is G·T)")
       ("layout", po::value<std::string>()->default_value("zigzag"),
@@ -192,6 +192,9 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
   s.fast = kernel_family(vm["kernel"].as<std::string>(), KernelFamily::fast) == KernelFamily::fast;
   s.fp16 = fp16_dtype(vm["dtype"].as<std::string>());
   if (s.trace && !s.fast) throw UsageError("--pass trace times the fast trace", "add --kernel fast");
+  if (s.fast && (s.bq != 64 || s.bk != 64))
+    throw UsageError("--kernel fast takes --block-m 64 --block-n 64",
+                     "pass --block-m 64 --block-n 64 (the defaults), or --kernel clear");
   if (s.fast && s.fp16 && s.estimate)
     throw UsageError("the fast estimate takes bf16 inputs (--dtype fp16 with --pass " + pass + ")",
                      "--dtype bf16, or --pass apply for the fp16 apply");
@@ -335,7 +338,7 @@ int run_sharded(const StreamSweep& s) {
   const bool data = s.format != OutputFormat::text;
   std::ostream& info = info_stream(data);
   info << "device: " << flashlab::cuda::device_description() << "\n"
-       << "STREAM fast bf16 estimate + apply, sequence sharded over G GPUs (NCCL, keys_visible: K then V of "
+       << "STREAM fast bf16 estimate + apply, sequence sharded over G GPUs (rows moved as --transport says, keys_visible: K then V of "
        << "every remote row before a rank's last query chunk), H=" << s.heads << " b_q=b_k=64, causal, " << (s.weak ? "weak" : "strong")
        << " scaling; per row " << s.warmup << " warm-up + " << s.reps
        << " timed runs, every L2 flushed before each; medians of the slowest rank; I compared after every run\n";

@@ -48,6 +48,9 @@ TEST_CASE("cli bench stream: bad flags are usage errors naming the flag", "[cli]
   expect_usage_error("bench stream --kernel fast --check-indices", "--check-indices checks the fast bf16 estimate");
   expect_usage_error("bench stream --kernel fast --pass estimate --traffic", "--traffic measures the fast estimate");
   expect_usage_error("bench stream --kernel clear --pass trace", "--pass trace times the fast trace");
+  // The fast kernels' tiles are fixed: any other block size is refused at the flags, in every build.
+  expect_usage_error("bench stream --block-m 32", "--kernel fast takes --block-m 64 --block-n 64");
+  expect_usage_error("bench stream --kernel fast --block-n 128", "--kernel fast takes --block-m 64 --block-n 64");
   // The sharded run's layout and K exchange: only with --gpus, known names, pieces only for zigzag.
   expect_usage_error("bench stream --layout zigzag", "--layout applies to --gpus");
   expect_usage_error("bench stream --exchange pieces", "--exchange applies to --gpus");

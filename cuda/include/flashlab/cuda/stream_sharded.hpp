@@ -127,8 +127,9 @@ struct ShardedRankTimes {
   float v_exchange_ms = 0.f;///< from the start to the last V rows' arrival (0 on a rank that receives none)
 };
 
-/// The bytes one rank hands to NCCL in a run (bf16 K and V rows) and the CPU model's keys_visible
-/// bytes for the same I (ref::stream::keys_visible_causal_traffic, summed over heads).
+/// The bytes one rank sends and receives in a run (bf16 K and V rows, the same whether NCCL or the
+/// copy engines move them) and the CPU model's keys_visible bytes for the same I
+/// (ref::stream::keys_visible_causal_traffic, summed over heads).
 struct ShardedRankBytes {
   std::uint64_t sent = 0;          ///< K and V rows this rank sends (to every rank whose last chunk ends after them)
   std::uint64_t received = 0;      ///< K and V rows it receives (every remote row before its last chunk's end)
@@ -161,7 +162,7 @@ class ShardedStream {
   std::unique_ptr<Impl> impl_;
 };
 
-/// What every rank of a G-rank run hands to NCCL (sent, received) beside the CPU model's
+/// What every rank of a G-rank run sends and receives beside the CPU model's
 /// keys_visible bytes for `indices`, the whole `[H, n_q, k]` I of the run. Throws StreamError for
 /// an I of the wrong size. Both follow problem.layout.
 std::vector<ShardedRankBytes> sharded_bytes(const ShardedStreamProblem& problem, std::size_t gpus,
