@@ -6,9 +6,10 @@ key block ``r`` tokens ``r·bk … r·bk+bk−1``; ``n_q = ⌈T/bq⌉``, ``n_k =
 paper's unscaled logits ``⟨q_t, k_s⟩``: scale q beforehand for ``1/√d``.
 
 NumPy float32/float64 arrays run the CPU reference; torch CUDA tensors the CUDA kernels on the
-current stream (torch CPU float32/float64 tensors the reference). The CUDA kernels take
-bq = bk = 64, d ∈ {64, 128}; their estimate bfloat16 and the causal mask only; the trace is CPU
-only. The library refuses the rest with FlashlabUnsupportedError. None of these is differentiable.
+current stream (torch CPU float32/float64 tensors the reference). The fast CUDA kernels take
+bfloat16 or float16, bq = bk = 64, d ∈ {64, 128}; their estimate bfloat16 and the causal mask only.
+The CUDA trace runs the fast trace on 16-bit tensors and the clear fp32 kernels on float32 ones.
+The library refuses the rest with FlashlabUnsupportedError. None of these is differentiable.
 """
 
 from typing import Any, Dict, Tuple
