@@ -596,7 +596,8 @@ int cmd_stream_trace_store(const Args& args) {
         ("needle-layers", po::value<std::string>(&o.needle_layers), "layers that get the needles (needles workload; default all, e.g. 0,2)")
         ("needle-blocks", po::value<long long>(&o.needle_blocks)->default_value(4), "needles / structured: query blocks with needles or retrievals")
         ("needles", po::value<long long>(&o.needles)->default_value(4), "needles / structured: needles or retrieving tokens per such block")
-        ("with-scores", po::bool_switch(&o.with_scores), "also store each record's score and value norm")
+        ("with-scores", po::bool_switch(&o.with_scores),
+         "also store each record's score and value norm (--device cuda: the trace then reads V too)")
         ("resume", po::bool_switch(&o.resume), "continue an interrupted trace into the same --store (same flags and device)")
         ("kernel", po::value<std::string>(&o.kernel), "fast (with --device cuda: the fast bf16 estimate and trace)")
         ("chunk", po::value<long long>(&o.chunk)->default_value(2048), "--device cuda: query blocks per streamed chunk of records")

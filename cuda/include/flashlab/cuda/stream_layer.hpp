@@ -90,8 +90,11 @@ class LayerTracer {
   /// `[T, H, d]` (the tracer's mask), every head h written to `writer` as segment (layer, h);
   /// (layer, first_head) must be the writer's next head (first_head > 0 continues a layer of a
   /// reopened store: each head's records do not depend on which heads share its launch) and its
-  /// layout must have the tracer's T, b_q = b_k = 64, k and H. Returns when every head is
-  /// committed. Work of earlier calls on the default stream is ordered before it. Throws
+  /// layout must have the tracer's T, b_q = b_k = 64, k and H. When that layout keeps no value
+  /// norms (a store without scores, the command's default) the trace reads no V
+  /// (stream_fast_trace_device with value_norm false; V must still be given): the same key blocks
+  /// and mass bits, at a lower cost (docs/stream.md, "The fast trace on tensor cores"). Returns
+  /// when every head is committed. Work of earlier calls on the default stream is ordered before it. Throws
   /// StreamError or StoreError (writer, layout), CudaError (CUDA); after a throw the store holds
   /// the heads committed before it (StoreWriter::reopen continues there).
   void trace_layer(std::size_t layer, const void* Q, const void* K, const void* V, ref::stream::StoreWriter& writer,

@@ -101,7 +101,10 @@ struct RowChunk {
   const float* value_norm = nullptr;    ///< rows × k, w (iii); required when the store keeps value norms
 };
 
-/// Writes a store head by head in the fixed segment order. Not thread-safe: one producer.
+/// Writes a store head by head in the fixed segment order. Not thread-safe: one producer. The
+/// checksum chain runs on a thread of the writer's own, chunk after chunk in append order, while
+/// the caller's thread validates and writes the next chunk; end_head() waits for it (the bytes
+/// and checksums are those of one thread).
 class StoreWriter {
  public:
   /// Creates the store in `dir` (made if missing; StoreError if it already holds a manifest or
