@@ -31,7 +31,8 @@ constexpr std::string_view kServeSummary =
     "per-layer and per-head selection, routes between two spans, planted needles, and token text when\n"
     "--tokens gives one token per line (or a JSON array of strings), T of them. The page and its JSON\n"
     "endpoints are described in docs/stream.md (\"The viewer\"). --port 0 picks a free port; the line\n"
-    "'serving … at http://127.0.0.1:P/' on stdout names it.";
+    "'serving … at http://127.0.0.1:P/' on stdout names it. Built only with cpp-httplib\n"
+    "(libcpp-httplib-dev, found with pkg-config); the cuda preset leaves it out (FLASHLAB_VIEWER=OFF).";
 
 }  // namespace
 
@@ -63,7 +64,12 @@ int cmd_stream_serve(const Args& args) {
     require_range("exit-after", exit_after, 0, 1LL << 30);
     require_range("threads", threads, 1, 64);
     const InputPolicy policy = input_policy(vm);
-#if !FLASHLAB_HAVE_HTTPLIB
+#if !FLASHLAB_HAVE_HTTPLIB && defined(FLASHLAB_VIEWER_OFF)
+    throw UsageError("this flashlab was built without cpp-httplib (FLASHLAB_VIEWER=OFF, as the cuda preset sets), "
+                     "so it cannot serve",
+                     "serve with the cpu preset's build, or configure with -DFLASHLAB_VIEWER=ON where "
+                     "libcpp-httplib-dev is installed");
+#elif !FLASHLAB_HAVE_HTTPLIB
     throw UsageError("this flashlab was built without cpp-httplib, so it cannot serve",
                      "install libcpp-httplib-dev (make deps) and build again");
 #else

@@ -275,9 +275,12 @@ TEST_CASE("cli stream query: answers equal the library's, bad questions are usag
   expect_usage_error("stream query " + dir + " --summary", "store format version 9");
   // A build without the server (the cuda preset's) refuses `serve` before it opens the store.
   const std::string serve = "stream serve " + dir + " --port 0 --exit-after 5";
-  if (run_cli(serve).err.find("built without cpp-httplib") != std::string::npos)
+  if (const auto refused = run_cli(serve); refused.err.find("built without cpp-httplib") != std::string::npos) {
     expect_usage_error(serve, "built without cpp-httplib");
-  else
+    // The hint fits the build: the switch where FLASHLAB_VIEWER is off, else the package to install.
+    const bool switched_off = refused.err.find("FLASHLAB_VIEWER=OFF") != std::string::npos;
+    CHECK_THAT(refused.err, Catch::Contains(switched_off ? "-DFLASHLAB_VIEWER=ON" : "install libcpp-httplib-dev"));
+  } else
     expect_usage_error(serve, "store format version 9");
 }
 
@@ -325,6 +328,12 @@ TEST_CASE("cli stream fidelity: k = n_k keeps everything, rows match the library
   expect_usage_error("stream fidelity --seq 512 --dim 16 --block-m 32 --block-n 32 --k 4,x", "--k");
   expect_usage_error("stream fidelity --seq 512 --dim 16 --block-m 32 --block-n 32 --k 4 --workload dense", "'dense' is unknown");
   expect_usage_error("stream fidelity --seq 512 --dim 4 --block-m 32 --block-n 32 --k 4 --workload structured", "d ≥ 8");
+}
+
+TEST_CASE("cli stream serve: --help says which builds serve", "[cli][stream][serve]") {
+  const auto r = run_cli("stream serve --help");
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("libcpp-httplib-dev") && Catch::Contains("FLASHLAB_VIEWER=OFF"));
 }
 
 TEST_CASE("cli stream serve: a port in use and a missing store are usage errors", "[cli][stream][serve]") {
