@@ -1,6 +1,7 @@
 /// @file stream_bench.hpp
 /// @brief Timing of the STREAM kernels on the GPU (estimate and apply, clear fp32 or fast
-/// 16-bit): the one implementation behind `flashlab bench stream`. No CUDA types here, so
+/// 16-bit, and the fast trace with or without value norms): the one implementation behind
+/// `flashlab bench stream` on one GPU. No CUDA types here, so
 /// CPU-only code may include this header.
 ///
 /// Method, per shape (T, d, k) and pass: `warmup` untimed launches, then `reps` launches each
