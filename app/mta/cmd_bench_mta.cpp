@@ -57,7 +57,7 @@ po::options_description options() {
   d.add_options()("help,h", "show this help")
       ("kernel", po::value<std::string>()->default_value("fast"), 
        "fast | clear: the fast tensor-core kernels (the default) or the clear fp32 ones")
-      ("pass", po::value<std::string>()->default_value("fwd"), "fwd | bwd | fwd+bwd | decode: the pass to time")
+      ("pass", po::value<std::string>()->default_value("fwd"), "fwd | bwd | fwd+bwd | decode: the pass to time (--kernel clear: fwd only)")
       ("cq", po::value<long long>()->default_value(3), "kernel rows cq (query direction, >= 1)")
       ("ck", po::value<long long>()->default_value(3), "kernel columns ck (key direction, odd)")
       ("seq", po::value<std::string>()->default_value("4096"), "sequence lengths N, comma separated")
