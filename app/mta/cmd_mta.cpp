@@ -47,7 +47,8 @@ constexpr std::string_view kSummary =
     "do.npy; --save DIR writes o.npy (and dq.npy dk.npy dv.npy dw.npy for bwd) as float64.\n"
     "Inputs are float32 or float64 and finite (--allow-nonfinite lets NaN/Inf through). The float64\n"
     "tolerance is scaled up by L/64 when the logit bound L = scale*max|q|*max|k|*max sum|W| exceeds 64.\n"
-    "--device cuda runs the clear CUDA kernels on the same inputs (flashlab mta fwd --device cuda --help);\n"
+    "--device cuda runs the clear CUDA kernels on the same inputs (fwd and bwd on the fast ones with\n"
+    "--kernel fast; flashlab mta fwd --device cuda --help);\n"
     "--device cpu, the default, runs this command.";
 
 // Float64 round-off, relative to the reference tensor's max |value| (docs/mta.md). dW is one sum

@@ -184,7 +184,7 @@ std::optional<fs::path> save_directory(const po::variables_map& vm) {
 void add_mta_options(po::options_description& desc, po::options_description& hidden, long long default_block) {
   // Sizes are parsed as signed so that "-3" reaches require_range instead of wrapping around.
   desc.add_options()
-      ("device", po::value<std::string>(), "cpu (the CPU reference, default) | cuda (the clear CUDA kernels)")
+      ("device", po::value<std::string>(), "cpu (the CPU reference, default) | cuda (the clear CUDA kernels; --kernel fast: the fast ones)")
       ("seq", po::value<long long>()->default_value(64), "N, sequence length")
       ("heads", po::value<long long>()->default_value(2), "H, number of heads (one kernel W per head)");
   add_dim_option(desc);

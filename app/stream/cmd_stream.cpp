@@ -51,9 +51,9 @@ constexpr std::string_view kSummary =
     "it is ANDed with causality. The specification and its decisions: docs/stream.md.\n"
     "Inputs are float32 or float64 and finite (--allow-nonfinite lets NaN/Inf through); the --check\n"
     "tolerance 1e-12 is scaled up by L/64 when the logit bound L = max|q_t|*max|k_s| exceeds 64.\n"
-    "--device cuda runs estimate|apply|trace on the clear CUDA kernels with the same flags and input\n"
-    "rules, also on [T, H, D] inputs (flashlab stream estimate --device cuda --help); --device cpu,\n"
-    "the default, runs this CPU reference.";
+    "--device cuda runs estimate|apply|trace on the clear CUDA kernels (estimate and apply on the fast\n"
+    "ones with --kernel fast) with the same flags and input rules, also on [T, H, D] inputs\n"
+    "(flashlab stream estimate --device cuda --help); --device cpu, the default, runs this CPU reference.";
 
 /// The dense check computes full attention: O(T²·d) time, so it is limited to moderate T.
 constexpr long long kMaxCheckSeq = 16384;

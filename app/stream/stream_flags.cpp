@@ -9,7 +9,7 @@ namespace flashlab::app {
 void add_stream_options(po::options_description& desc, long long default_threads) {
   desc.add_options()
       ("sub", po::value<std::string>(), "estimate | apply | trace")
-      ("device", po::value<std::string>(), "cpu (the CPU reference, default) | cuda (the clear CUDA kernels)")
+      ("device", po::value<std::string>(), "cpu (the CPU reference, default) | cuda (the clear CUDA kernels; --kernel fast: the fast ones)")
       ("seq", po::value<long long>(), "sequence length T (taken from --inputs when omitted)");
   add_dim_option(desc, " (taken from --inputs when they are given)");
   add_tile_options(desc, std::nullopt, std::nullopt, kStreamTiles);
