@@ -70,7 +70,7 @@ po::options_description options() {
       ("pass", po::value<std::string>()->default_value("both"), "fwd | bwd | both")
       ("link-gbps", po::value<double>()->default_value(370.0),
        "link bandwidth per GPU and direction, GB/s (default: a round figure just above the all-reduce "
-       "bus bandwidth NCCL reported on 2 and 4 GPUs; NVLink 4's nominal is 450)")
+       "bus bandwidth NCCL reported on 2- and 4-GPU H100 machines; NVLink 4's nominal is 450)")
       ("tflops", po::value<double>()->default_value(600.0),
        "forward compute rate per GPU, TFLOP/s (default: the fast forward, causal d = 128, one H100)")
       ("tflops-bwd", po::value<double>()->default_value(470.0),
