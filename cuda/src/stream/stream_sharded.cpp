@@ -174,7 +174,7 @@ ShardedStream::ShardedStream(const ShardedStreamProblem& problem, const LocalRin
     for (const auto& c : m.chunks) m.k_groups = std::max(m.k_groups, c.size());
   int current = 0;
   FLASHLAB_CUDA_CHECK(cudaGetDevice(&current));
-  if (problem.copy_engines)  // every pair both ways: without peer access a copy would stage through the host
+  if (problem.copy_engines) {  // every pair both ways: without peer access a copy would stage through the host
     for (int a = 0; a < ring.size() && G > 1; ++a)
       for (int b = 0; b < ring.size(); ++b) {
         if (a == b) continue;
@@ -188,32 +188,33 @@ ShardedStream::ShardedStream(const ShardedStreamProblem& problem, const LocalRin
         if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();  // enabled by an earlier run
         else FLASHLAB_CUDA_CHECK(e);
       }
-    for (int g = 0; g < ring.size(); ++g) {
-      FLASHLAB_CUDA_CHECK(cudaSetDevice(ring.device(g)));
-      m.ranks.emplace_back();
-      Impl::Rank& r = m.ranks.back();
-      const std::size_t n_chunks = m.chunks[std::size_t(g)].size();
-      const std::size_t n_compute = problem.overlap ? std::max<std::size_t>(1, n_chunks) : 1;
-      int least = 0, greatest = 0;
-      FLASHLAB_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-      for (std::size_t i = 0; i <= n_compute; ++i) {  // the compute streams, then the communication stream
-        cudaStream_t s = nullptr;
-        const bool high = i == n_compute && problem.comm_priority;
-        FLASHLAB_CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, high ? greatest : least));
-        if (i < n_compute) r.compute.push_back(s);
-        else r.comm = s;
-      }
-      auto event = [] {
-        cudaEvent_t e = nullptr;
-        FLASHLAB_CUDA_CHECK(cudaEventCreate(&e));
-        return e;
-      };
-      r.start = event();
-      r.v_landed = event();
-      for (std::size_t i = 0; i < m.k_groups; ++i) r.k_landed.push_back(event());
-      for (std::size_t c = 0; c < n_chunks; ++c) r.chunk.push_back({event(), event(), event(), event()});
-      for (std::size_t i = 0; i < n_compute; ++i) r.joined.push_back(event());
+  }
+  for (int g = 0; g < ring.size(); ++g) {
+    FLASHLAB_CUDA_CHECK(cudaSetDevice(ring.device(g)));
+    m.ranks.emplace_back();
+    Impl::Rank& r = m.ranks.back();
+    const std::size_t n_chunks = m.chunks[std::size_t(g)].size();
+    const std::size_t n_compute = problem.overlap ? std::max<std::size_t>(1, n_chunks) : 1;
+    int least = 0, greatest = 0;
+    FLASHLAB_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    for (std::size_t i = 0; i <= n_compute; ++i) {  // the compute streams, then the communication stream
+      cudaStream_t s = nullptr;
+      const bool high = i == n_compute && problem.comm_priority;
+      FLASHLAB_CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, high ? greatest : least));
+      if (i < n_compute) r.compute.push_back(s);
+      else r.comm = s;
     }
+    auto event = [] {
+      cudaEvent_t e = nullptr;
+      FLASHLAB_CUDA_CHECK(cudaEventCreate(&e));
+      return e;
+    };
+    r.start = event();
+    r.v_landed = event();
+    for (std::size_t i = 0; i < m.k_groups; ++i) r.k_landed.push_back(event());
+    for (std::size_t c = 0; c < n_chunks; ++c) r.chunk.push_back({event(), event(), event(), event()});
+    for (std::size_t i = 0; i < n_compute; ++i) r.joined.push_back(event());
+  }
   FLASHLAB_CUDA_CHECK(cudaSetDevice(current));
 }
 
