@@ -488,13 +488,14 @@ __device__ void produce(const WsSmem<T>& sm, const WsSchedule<T>& sched, const C
   }
 }
 
-// One step's pieces (issue_qk, issue_pv, online_softmax, rescale_o, pack_p, store_o_lse_at) are
+// One step's pieces (issue_qk, issue_pv, online_softmax, rescale_o, pack_p, quad_row_sum, store_o_lse_at) are
 // shared with attention_fwd_wgmma.cu: wgmma_fwd_step.cuh.
 using wgmma_step::issue_pv;
 using wgmma_step::issue_qk;
 using wgmma_step::online_softmax;
 using wgmma_step::online_softmax_vote;
 using wgmma_step::pack_p;
+using wgmma_step::quad_row_sum;
 using wgmma_step::rescale_o;
 using wgmma_step::store_o_lse;
 using wgmma_step::store_o_lse_at;
@@ -543,9 +544,7 @@ __device__ __forceinline__ void store_partial(float* __restrict__ partials, int 
   float* part = partials + std::size_t(slot) * kPartialFloats<T>;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float l = l_i[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float l = quad_row_sum(l_i[r]);
     const int row = row0 + 8 * r;
 #pragma unroll
     for (int t = 0; t < D / 8; ++t)
@@ -597,9 +596,7 @@ __device__ __forceinline__ void store_unit_tma(const Problem& p, const WsSmem<T>
   const std::size_t stat = p.stat_offset(w.b, w.h);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float l = l_i[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float l = quad_row_sum(l_i[r]);
     const float inv_l = l > 0.f ? 1.f / l : 0.f;
     const uint32_t row = uint32_t(tid / 32 * 16 + tid % 32 / 4 + 8 * r);  // within the warpgroup's 64
 #pragma unroll

@@ -236,6 +236,13 @@ struct OutputF32<T, std::void_t<decltype(T::kOutF32)>> : std::bool_constant<T::k
 /// reference, so that a kernel parameter stays one and the dense kernels keep their code).
 /// Traits with kOutF32 (OutputF32) store O_i unrounded, fp32 at the same element offsets: `O` then
 /// points to floats (the ring's partials, merged before they are rounded once).
+/// Row r's l_i summed over the quad of threads that hold the row's columns (each thread has a
+/// partial sum of its own columns).
+__device__ __forceinline__ float quad_row_sum(float l) {
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  return l + __shfl_xor_sync(0xffffffffu, l, 2);
+}
+
 template <class T>
 __device__ __forceinline__ void store_o_lse_at(const Problem& p, uint16_t* __restrict__ O, float* __restrict__ LSE,
                                                const float (&o)[T::kHeadDim / 2], const float (&m_i)[2],
@@ -243,9 +250,7 @@ __device__ __forceinline__ void store_o_lse_at(const Problem& p, uint16_t* __res
                                                const int& N, int row_base, int t4) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float l = l_i[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float l = quad_row_sum(l_i[r]);
     const float inv_l = l > 0.f ? 1.f / l : 0.f;
     const int row = row_base + 8 * r;
     if (row < N) {
