@@ -31,7 +31,7 @@ import sys
 
 def elf_images(blob):
     """The CUDA ELF images (cubins) inside a host object's bytes."""
-    out, pos = [], 0
+    out, pos = [], -1  # an image may start the file (a cubin written by nvcc -cubin)
     while True:
         pos = blob.find(b"\x7fELF\x02\x01\x01", pos + 1)
         if pos < 0:
@@ -116,7 +116,11 @@ def kernels_from_cubins(build):
     for obj in sorted(glob.glob(os.path.join(build, "**", "*.cu.o"), recursive=True)):
         with open(obj, "rb") as f:
             blob = f.read()
-        for elf in elf_images(blob):
+        images = elf_images(blob)
+        if not images:  # nvcc compresses a large fatbinary: its cubins are not visible as ELF images
+            print(f"note: no cubin visible in {obj} (a compressed fatbinary?): compare cubins written by "
+                  "`nvcc -cubin` with the object's flags instead", file=sys.stderr)
+        for elf in images:
             for name, sig in kernels_of_cubin(elf).items():
                 kernels[(os.path.basename(obj), name)] = sig
     return kernels
