@@ -88,8 +88,8 @@ TEST_CASE("cli stream store: trace --store holds the reference's records of the 
 
 TEST_CASE("cli stream store: the GPU trace's flags are checked before any CUDA call", "[cli][stream][store]") {
   const std::string dir = fresh_temp_dir("stream_store_gpu_flags");
-  auto gpu = [&](const std::string& rest, int bm = 64, int dim = 128, int k = 16) {
-    return "stream trace --store " + dir + "/t --device cuda --block-m " + std::to_string(bm) + " --block-n 64 --k " +
+  auto gpu = [&](const std::string& rest, int bm = 64, int dim = 128, int k = 16, const std::string& store = "t") {
+    return "stream trace --store " + dir + "/" + store + " --device cuda --block-m " + std::to_string(bm) + " --block-n 64 --k " +
            std::to_string(k) + " --seq 4096 --dim " + std::to_string(dim) + rest;
   };
   expect_usage_error(gpu(""), "add --kernel fast");
@@ -106,10 +106,11 @@ TEST_CASE("cli stream store: the GPU trace's flags are checked before any CUDA c
   expect_usage_error(cpu + " --kernel fast", "--kernel applies to --device cuda");
   expect_usage_error(cpu + " --chunk 8", "--chunk, --heads-per-launch and --priority apply to --device cuda");
   expect_usage_error(cpu + " --priority trace", "--chunk, --heads-per-launch and --priority apply to --device cuda");
-  // Valid flags reach the device: a build without CUDA says so (exit 2), a machine without a GPU too.
-  flashlab::test::run_gpu_command(gpu(" --kernel fast --heads 2"));
-  flashlab::test::run_gpu_command(gpu(" --kernel fast --heads 2 --priority trace"));
-  flashlab::test::run_gpu_command(gpu(" --kernel fast --heads 2 --workload needles --needle-layers 0"));
+  // Valid flags reach the device: a build without CUDA says so (exit 2), a machine without a GPU too;
+  // on a GPU each run writes a store, so each has its own directory.
+  flashlab::test::run_gpu_command(gpu(" --kernel fast --heads 2", 64, 128, 16, "v1"));
+  flashlab::test::run_gpu_command(gpu(" --kernel fast --heads 2 --priority trace", 64, 128, 16, "v2"));
+  flashlab::test::run_gpu_command(gpu(" --kernel fast --heads 2 --workload needles --needle-layers 0", 64, 128, 16, "v3"));
 }
 
 TEST_CASE("cli stream store: the GPU trace checks --inputs and --mask as the CPU trace does, before any CUDA call",
