@@ -69,7 +69,11 @@ constexpr const char* kSummary =
     "--comm-priority high puts the exchange's stream at the greatest stream priority; --transport copy\n"
     "moves the rows with the copy engines (peer copies, no kernel) instead of NCCL. Each\n"
     "row is followed by one line per rank (text; on stderr with --json/--csv): its total, estimate,\n"
-    "apply, exposed and first-wait ms and when its K and V rows had landed. Lists run every\n"
+    "apply, exposed and first-wait ms, when its K and V rows had landed, and its estimates timed again\n"
+    "alone (no exchange, no other GPU busy; per chunk too; G = 1: the range kernel over every query\n"
+    "block) and with every rank's at once, still without the exchange; the row has the slowest rank's\n"
+    "alone, their sum and the slowest at once (estimate_alone_ms, estimate_alone_sum_ms,\n"
+    "estimate_together_ms). Lists run every\n"
     "combination (G = 1 once; contiguous with --exchange pieces or --folds above 1 is skipped: those\n"
     "split zigzag's chunks alone). Needs a build with CUDA and an NVIDIA GPU.";
 
@@ -332,6 +336,13 @@ int run_index_check(const StreamSweep& s) {
 }
 
 #ifdef FLASHLAB_HAVE_RING
+/// x with three decimals.
+std::string fixed3(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3f", x);
+  return b;
+}
+
 /// --gpus: estimate + apply sharded over G GPUs per (d, k, T, G), the G = 1 row the anchor.
 int run_sharded(const StreamSweep& s) {
   namespace fs = flashlab::cuda::stream;
@@ -350,7 +361,7 @@ int run_sharded(const StreamSweep& s) {
   std::map<std::tuple<long long, int, int>, std::uint64_t> anchor;  // (T, d, k) → checksum of the G = 1 row
   std::map<int, std::unique_ptr<flashlab::cuda::LocalRing>> rings;
   bool ok = true;
-  char line[400];
+  char line[640];
   for (const int d : s.dims)
     for (const int k : s.ks)
       for (const int T0 : s.seqs)
@@ -409,6 +420,9 @@ int run_sharded(const StreamSweep& s) {
                 j.key("layout").value(layout_name).key("exchange").value(exchange_name);
                 j.key("folds").value(G == 1 ? 1 : folds).key("schedule").value(schedule_name);
                 j.key("first_wait_ms").value(round_to(r.first_wait_ms, 4)).key("transport").value(transport_name);
+                j.key("estimate_alone_ms").value(round_to(r.estimate_alone_ms, 4));
+                j.key("estimate_alone_sum_ms").value(round_to(r.estimate_alone_sum_ms, 4));
+                j.key("estimate_together_ms").value(round_to(r.estimate_together_ms, 4));
                 j.end_object();
                 rows->row(v);
               } else {
@@ -421,16 +435,25 @@ int run_sharded(const StreamSweep& s) {
                               double(r.model_received_max) / 1e6, r.same_every_launch ? "yes" : "NO", same1, hex);
                 std::cout << line << std::flush;
               }
-              if (G > 1)  // where each rank's time went (medians over the reps)
-                for (std::size_t g = 0; g < r.ranks.size(); ++g) {
-                  const auto& t = r.ranks[g];
+              // Where each rank's time went (medians over the reps), and its estimates alone.
+              for (std::size_t g = 0; g < r.ranks.size(); ++g) {
+                const auto& t = r.ranks[g];
+                std::string chunks;
+                for (const float c : t.chunk_alone_ms) chunks += (chunks.empty() ? "" : " + ") + fixed3(c);
+                if (G == 1) {
+                  std::snprintf(line, sizeof line, "     the range kernel over every query block, alone: %.3f ms\n",
+                                t.estimate_alone_ms);
+                } else {
                   std::snprintf(line, sizeof line,
                                 "     rank %zu: total %.3f = estimate %.3f + apply %.3f + exposed %.3f ms; first "
-                                "estimate at %.3f ms; K landed at %.3f, V at %.3f ms\n",
+                                "estimate at %.3f ms; K landed at %.3f, V at %.3f ms; estimates alone %.3f ms (%s), every rank's "
+                                "at once %.3f ms\n",
                                 g, t.total_ms, t.estimate_ms, t.apply_ms, t.exposed_ms, t.first_wait_ms,
-                                t.k_exchange_ms, t.v_exchange_ms);
-                  info << line << std::flush;
+                                t.k_exchange_ms, t.v_exchange_ms, t.estimate_alone_ms, chunks.c_str(),
+                                t.estimate_together_ms);
                 }
+                info << line << std::flush;
+              }
             }
   if (rows) rows->finish();
   if (!ok) std::cerr << "error: I differed between runs or from the single-GPU row (NO above)\n";

@@ -628,6 +628,71 @@ ShardedBenchRow bench_stream_sharded(const ShardedStreamProblem& p, const LocalR
     if (first.empty()) first = I;
     else if (I != first) out.same_every_launch = false;
   }
+  // Each rank's estimates again without the run around them: no exchange (every row a rank needs is
+  // in place from the runs), back to back on one stream in token order, L2 flushed before; first
+  // rank after rank, no other GPU busy ("alone"), then every rank at once ("together"). The same
+  // launches as the run's, so I must come out the same. Alone against the run's estimate is what the
+  // run around them costs, together against alone what the other GPUs' work costs (power, clocks),
+  // the ranks' sum alone against one GPU's what the split into query-block ranges costs.
+  // [rank][chunk … , the rank's span][rep], alone; [rank][rep], together.
+  std::vector<std::vector<std::vector<double>>> alone(gpus);
+  std::vector<std::vector<double>> together(gpus);
+  std::vector<std::vector<cudaEvent_t>> ev(gpus);
+  for (std::size_t g = 0; g < gpus; ++g) {
+    FLASHLAB_CUDA_CHECK(cudaSetDevice(ring.device(int(g))));
+    ev[g].resize(chunks[g].size() + 1);
+    for (auto& e : ev[g]) FLASHLAB_CUDA_CHECK(cudaEventCreate(&e));
+    alone[g].resize(chunks[g].empty() ? 0 : chunks[g].size() + 1);
+  }
+  auto launch_estimates = [&](std::size_t g) {  // on the current device (rank g's), default stream
+    std::size_t q_row = 0, i_row = 0;
+    FLASHLAB_CUDA_CHECK(cudaEventRecord(ev[g][0], nullptr));
+    for (std::size_t c = 0; c < chunks[g].size(); ++c) {
+      const RankShard& s = chunks[g][c];
+      stream_fast_estimate_shard_device(causal_mask(p.T), p.heads, p.dim, p.k, {s.q_begin, s.q_end - s.q_begin},
+                                        bufs[g].Q.get() + q_row, bufs[g].K.get(), bufs[g].I.get() + i_row, nullptr,
+                                        nullptr, nullptr);
+      FLASHLAB_CUDA_CHECK(cudaEventRecord(ev[g][c + 1], nullptr));
+      q_row += (s.token_end - s.token_begin) * row;
+      i_row += p.heads * (s.q_end - s.q_begin) * p.k;
+    }
+  };
+  auto elapsed = [&](std::size_t g, std::size_t from, std::size_t to) {
+    float t = 0.f;
+    FLASHLAB_CUDA_CHECK(cudaEventElapsedTime(&t, ev[g][from], ev[g][to]));
+    return double(t);
+  };
+  for (const bool at_once : {false, true})
+    for (int it = 0; it < reps; ++it) {
+      for (std::size_t g = 0; g < gpus; ++g) {
+        FLASHLAB_CUDA_CHECK(cudaSetDevice(ring.device(int(g))));
+        FLASHLAB_CUDA_CHECK(cudaMemset(flush[g].get(), it & 0xff, kFlush));
+        FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+      }
+      for (std::size_t g = 0; g < gpus; ++g) {
+        if (chunks[g].empty()) continue;
+        FLASHLAB_CUDA_CHECK(cudaSetDevice(ring.device(int(g))));
+        launch_estimates(g);
+        if (!at_once) FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+      }
+      for (std::size_t g = 0; g < gpus; ++g) {
+        if (chunks[g].empty()) continue;
+        FLASHLAB_CUDA_CHECK(cudaSetDevice(ring.device(int(g))));
+        FLASHLAB_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::size_t n = chunks[g].size();
+        if (at_once) {
+          together[g].push_back(elapsed(g, 0, n));
+          continue;
+        }
+        for (std::size_t c = 0; c < n; ++c) alone[g][c].push_back(elapsed(g, c, c + 1));
+        alone[g][n].push_back(elapsed(g, 0, n));
+      }
+    }
+  for (std::size_t g = 0; g < gpus; ++g) {
+    FLASHLAB_CUDA_CHECK(cudaSetDevice(ring.device(int(g))));
+    for (auto e : ev[g]) FLASHLAB_CUDA_CHECK(cudaEventDestroy(e));
+  }
+  if (gather_I() != first) out.same_every_launch = false;
   out.total_ms = ::flashlab::cuda::detail::launch_statistics(total).median_ms;
   out.estimate_ms = ::flashlab::cuda::detail::launch_statistics(est).median_ms;
   out.apply_ms = ::flashlab::cuda::detail::launch_statistics(app).median_ms;
@@ -644,6 +709,14 @@ ShardedBenchRow bench_stream_sharded(const ShardedStreamProblem& p, const LocalR
                        &ShardedRankTimes::exposed_ms, &ShardedRankTimes::first_wait_ms, &ShardedRankTimes::k_exchange_ms,
                        &ShardedRankTimes::v_exchange_ms})
       out.ranks[g].*field = median(field);
+    if (alone[g].empty()) continue;
+    for (std::size_t c = 0; c + 1 < alone[g].size(); ++c)
+      out.ranks[g].chunk_alone_ms.push_back(float(::flashlab::cuda::detail::launch_statistics(alone[g][c]).median_ms));
+    out.ranks[g].estimate_alone_ms = float(::flashlab::cuda::detail::launch_statistics(alone[g].back()).median_ms);
+    out.ranks[g].estimate_together_ms = float(::flashlab::cuda::detail::launch_statistics(together[g]).median_ms);
+    out.estimate_alone_ms = std::max<double>(out.estimate_alone_ms, out.ranks[g].estimate_alone_ms);
+    out.estimate_together_ms = std::max<double>(out.estimate_together_ms, out.ranks[g].estimate_together_ms);
+    out.estimate_alone_sum_ms += out.ranks[g].estimate_alone_ms;
   }
   out.indices_checksum = ref::stream::indices_checksum(first);
   for (const auto& b : sharded_bytes(p, gpus, first)) {

@@ -125,6 +125,12 @@ struct ShardedRankTimes {
   float first_wait_ms = 0.f;///< from the start to its first estimate's start (waiting for the rows it needs first)
   float k_exchange_ms = 0.f;///< from the start to the last K rows' arrival (0 on a rank that receives none)
   float v_exchange_ms = 0.f;///< from the start to the last V rows' arrival (0 on a rank that receives none)
+  /// The benchmark only: the rank's estimate launches again, in token order on one stream, with no
+  /// exchange and no other GPU running (every row it needs already in place): the time they take
+  /// alone, then each chunk's. The run's estimate_ms against it is what the run around it costs.
+  float estimate_alone_ms = 0.f;
+  std::vector<float> chunk_alone_ms;  ///< per chunk, in token order (the rank's chunks)
+  float estimate_together_ms = 0.f;   ///< the same launches with every rank's at once (still no exchange)
 };
 
 /// The bytes one rank sends and receives in a run (bf16 K and V rows, the same whether NCCL or the
@@ -197,6 +203,9 @@ struct ShardedBenchRow {
   double apply_ms = 0;             ///< median of the slowest rank's apply
   double exposed_ms = 0;           ///< median of the largest exposed exchange time
   double first_wait_ms = 0;        ///< median of the longest wait before a rank's first estimate
+  double estimate_alone_ms = 0;    ///< the largest over ranks of ShardedRankTimes::estimate_alone_ms
+  double estimate_alone_sum_ms = 0;///< their sum over ranks (G = 1: the range kernel over every query block)
+  double estimate_together_ms = 0; ///< the largest over ranks of ShardedRankTimes::estimate_together_ms
   std::vector<ShardedRankTimes> ranks;  ///< per rank, the median of each time over the reps
   std::uint64_t sent_max = 0;      ///< most bytes one rank sends
   std::uint64_t model_sent_max = 0;///< the model's most bytes one rank sends (keys_visible)
@@ -210,7 +219,9 @@ struct ShardedBenchRow {
 /// Times estimate + apply at one shape on the G GPUs of `ring` (G = 1: the single-GPU entries, no
 /// NCCL) on the seeded N(0, 1) bf16 inputs of the whole sequence made on each rank's GPU (its shard
 /// only, the values of a single-GPU run): `warmup` untimed runs, then `reps` runs each after an L2
-/// flush on every GPU. Throws StreamError / CudaError.
+/// flush on every GPU; then `reps` times the ranks' estimates without the exchange, rank after rank
+/// and then all at once (ShardedRankTimes::estimate_alone_ms, estimate_together_ms; I compared as
+/// after a run). Throws StreamError / CudaError.
 ShardedBenchRow bench_stream_sharded(const ShardedStreamProblem& problem, const LocalRing& ring, int reps, int warmup,
                                      std::uint64_t seed);
 
