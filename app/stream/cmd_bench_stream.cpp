@@ -61,13 +61,15 @@ constexpr const char* kSummary =
     "the most bytes one rank sends and receives beside the CPU model's keys_visible bytes for the same\n"
     "I, and whether I equals the G = 1 row's of the same T bit for bit; --scaling weak reads --seq as\n"
     "tokens per GPU. --layout zigzag (the default) deals 2G query chunks, rank g holding chunks g and\n"
-    "2G − 1 − g (balanced estimate work), contiguous G shards; --exchange pieces (zigzag only) moves the K rows each rank's first chunk\n"
-    "needs first (in tiers: chunk i's rows in group i), so that chunk's estimate starts before the rest\n"
-    "lands; --folds F (zigzag only) deals 2F·G chunks, every 2G of them as zigzag, 2F per rank;\n"
-    "--schedule overlap runs each chunk's estimate and apply on a stream of its own (the latest chunk\n"
-    "first), serial (the default) the estimates in token order on one stream, then the applies;\n"
-    "--comm-priority high puts the exchange's stream at the greatest stream priority; --transport copy\n"
-    "moves the rows with the copy engines (peer copies, no kernel) instead of NCCL. Each\n"
+    "2G − 1 − g (balanced estimate work), contiguous G shards; --exchange pieces (zigzag only; the\n"
+    "default) moves the K rows each rank's first chunk needs first (in tiers: chunk i's rows in group\n"
+    "i), so that chunk's estimate starts before the rest lands, whole in one group; --folds F (zigzag\n"
+    "only; default 4) deals 2F·G chunks, every 2G of them as zigzag, 2F per rank; --schedule overlap\n"
+    "(the default) runs each chunk's estimate and apply on a stream of its own (the latest chunk\n"
+    "first), serial the estimates in token order on one stream, then the applies; --comm-priority\n"
+    "high puts the exchange's stream at the greatest stream priority; --transport copy (the default)\n"
+    "moves the rows with the copy engines (peer copies, no kernel; GPUs with peer access), nccl with\n"
+    "NCCL's send/receive kernels. The defaults were the fastest on 2 GPUs (docs/stream.md). Each\n"
     "row is followed by one line per rank (text; on stderr with --json/--csv): its total, estimate,\n"
     "apply, exposed and first-wait ms, when its K and V rows had landed, and its estimates timed again\n"
     "alone (no exchange, no other GPU busy; per chunk too; G = 1: the range kernel over every query\n"
@@ -75,7 +77,8 @@ constexpr const char* kSummary =
     "alone, their sum and the slowest at once (estimate_alone_ms, estimate_alone_sum_ms,\n"
     "estimate_together_ms). Lists run every\n"
     "combination (G = 1 once; contiguous with --exchange pieces or --folds above 1 is skipped: those\n"
-    "split zigzag's chunks alone). Needs a build with CUDA and an NVIDIA GPU.";
+    "split zigzag's chunks alone; left at its default, either is whole or 1 on contiguous rows). Needs a\n"
+    "build with CUDA and an NVIDIA GPU.";
 
 /// Largest T the sweep accepts: 8M tokens (at d = 128 one fp32 tensor is 4 GiB).
 constexpr long long kMaxSeq = 1LL << 23;
@@ -113,15 +116,17 @@ po::options_description options() {
        "with --gpus: strong (T is the whole sequence) or weak (T is per GPU: the sequence is G·T)")
       ("layout", po::value<std::string>()->default_value("zigzag"),
        "with --gpus: how query blocks are dealt, comma separated: zigzag (chunks g, 2G-1-g; the default) or contiguous (G shards)")
-      ("exchange", po::value<std::string>()->default_value("whole"),
-       "with --gpus: the K exchange, comma separated: whole (one group) or pieces (chunk i's rows in group i; zigzag)")
-      ("folds", po::value<std::string>()->default_value("1"),
-       "with --gpus and zigzag: folds, comma separated: 2F·G chunks, every 2G dealt as zigzag (1 = plain zigzag)")
-      ("schedule", po::value<std::string>()->default_value("serial"),
+      ("exchange", po::value<std::string>()->default_value("pieces"),
+       "with --gpus: the K exchange, comma separated: whole (one group) or pieces (chunk i's rows in group i; zigzag; "
+       "the default: contiguous rows take whole)")
+      ("folds", po::value<std::string>()->default_value("4"),
+       "with --gpus and zigzag: folds, comma separated: 2F·G chunks, every 2G dealt as zigzag (1 = plain zigzag; "
+       "the default 4: contiguous rows take 1)")
+      ("schedule", po::value<std::string>()->default_value("overlap"),
        "with --gpus: serial (one compute stream) or overlap (a stream per chunk), comma separated")
       ("comm-priority", po::value<std::string>()->default_value("normal"),
        "with --gpus: the exchange stream's priority, comma separated: normal or high (ahead of the kernels)")
-      ("transport", po::value<std::string>()->default_value("nccl"),
+      ("transport", po::value<std::string>()->default_value("copy"),
        "with --gpus: how rows move, comma separated: nccl (send/receive kernels) or copy (peer copies by the copy engines)");
   add_output_options(d);
   return d;
@@ -137,11 +142,14 @@ struct StreamSweep {
   std::vector<int> gpus;  ///< --gpus: the sharded runs (empty: one GPU, the sweep above)
   bool weak = false;      ///< --scaling weak: T per GPU
   std::vector<ref::stream::ShardLayout> layouts{ref::stream::ShardLayout::contiguous};  ///< --layout
-  std::vector<bool> pieces{false};  ///< --exchange: whole (false) and / or pieces (true)
-  std::vector<int> folds{1};        ///< --folds: zigzag folds
-  std::vector<bool> overlap{false}; ///< --schedule: serial (false) and / or overlap (true)
+  std::vector<bool> pieces{true};   ///< --exchange: whole (false) and / or pieces (true)
+  std::vector<int> folds{4};        ///< --folds: zigzag folds
+  /// --exchange, --folds left at their defaults (which split zigzag's exchange and chunks):
+  /// contiguous rows then take whole, 1 fold instead of being skipped.
+  bool exchange_default = true, folds_default = true;
+  std::vector<bool> overlap{true};  ///< --schedule: serial (false) and / or overlap (true)
   std::vector<bool> priority{false};///< --comm-priority: normal (false) and / or high (true)
-  std::vector<bool> copy{false};    ///< --transport: nccl (false) and / or copy (true)
+  std::vector<bool> copy{true};     ///< --transport: nccl (false) and / or copy (true)
 };
 
 /// A comma-separated list of names, each checked by `parse`; `flag` names the flag in errors.
@@ -238,10 +246,12 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
   s.priority = switch_list("comm-priority", vm["comm-priority"].as<std::string>(), "normal", "high");
   s.copy = switch_list("transport", vm["transport"].as<std::string>(), "nccl", "copy");
   const bool any_zigzag = std::count(s.layouts.begin(), s.layouts.end(), ref::stream::ShardLayout::zigzag) > 0;
-  if (!any_zigzag && std::count_if(s.folds.begin(), s.folds.end(), [](int f) { return f > 1; }) > 0)
+  s.exchange_default = vm["exchange"].defaulted();
+  s.folds_default = vm["folds"].defaulted();
+  if (!vm["folds"].defaulted() && !any_zigzag && std::count_if(s.folds.begin(), s.folds.end(), [](int f) { return f > 1; }) > 0)
     throw UsageError("--folds deals the zigzag layout's chunks (a contiguous shard is one chunk)",
                      "drop --layout contiguous (zigzag is the default) or list contiguous,zigzag");
-  if (!any_zigzag && std::count(s.pieces.begin(), s.pieces.end(), true) > 0)
+  if (!vm["exchange"].defaulted() && !any_zigzag && std::count(s.pieces.begin(), s.pieces.end(), true) > 0)
     throw UsageError("--exchange pieces splits the K exchange of the zigzag layout (a contiguous shard needs every "
                      "row it receives before its first query block)",
                      "drop --layout contiguous (zigzag is the default) or list contiguous,zigzag");
@@ -367,17 +377,21 @@ int run_sharded(const StreamSweep& s) {
       for (const int T0 : s.seqs)
         for (const int G : s.gpus)
           for (const auto layout : s.layouts)
-            for (const bool pieces : s.pieces)
-            for (const int folds : s.folds)
+            for (const bool pieces_listed : s.pieces)
+            for (const int folds_listed : s.folds)
             for (const bool overlap : s.overlap)
             for (const bool priority : s.priority)
             for (const bool copy : s.copy) {
               // G = 1 is the whole sequence whatever the layout: one row; pieces and folds only
               // split zigzag's exchange and chunks.
-              if (G == 1 && (layout != s.layouts.front() || pieces != s.pieces.front() || folds != s.folds.front() ||
+              if (G == 1 && (layout != s.layouts.front() || pieces_listed != s.pieces.front() || folds_listed != s.folds.front() ||
                              overlap != s.overlap.front() || priority != s.priority.front() || copy != s.copy.front()))
                 continue;
-              if (G > 1 && (pieces || folds > 1) && layout == ref::stream::ShardLayout::contiguous) continue;
+              const bool contiguous = layout == ref::stream::ShardLayout::contiguous;
+              if (G > 1 && contiguous && ((pieces_listed && !s.exchange_default) || (folds_listed > 1 && !s.folds_default)))
+                continue;
+              const bool pieces = pieces_listed && !contiguous;  // the defaults split zigzag's alone
+              const int folds = contiguous ? 1 : folds_listed;
               const long long T = s.weak ? (long long)T0 * G : T0;
               const fs::ShardedStreamProblem p{std::size_t(T), std::size_t(s.heads), std::size_t(d), std::size_t(k), layout,
                                                pieces, G == 1 ? 1 : std::size_t(folds), overlap, G > 1 && priority,

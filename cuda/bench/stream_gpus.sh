@@ -12,7 +12,8 @@
 #                                             (G = 1 the single-GPU anchor of each T), weak scaling
 #                                             from 2M tokens per GPU; each G > 1 under the contiguous
 #                                             layout, zigzag, and zigzag with the K exchange in
-#                                             pieces; rows into stream_gpus.csv
+#                                             pieces (the CLI's default folds, schedule and
+#                                             transport); rows into stream_gpus.csv
 #   stream_gpus.sh all [BIN_DIR] [OUT_DIR]    check, then scale
 #   stream_gpus.sh schedule [BIN_DIR] [OUT_DIR]  check, then the schedules at one shape: T = 8M on 4
 #                                             GPUs (T = 4M on 2: the same 2M queries per rank), G = 1
@@ -47,7 +48,7 @@ exchange=whole
 
 case "$mode" in
   check|scale|all|schedule) ;;
-  *) sed -n '2,34p' "$0"; exit 2 ;;
+  *) sed -n '2,35p' "$0"; exit 2 ;;
 esac
 for exe in test_cuda_stream_sharded flashlab; do
   [[ -x "$bin/$exe" ]] || { echo "error: $bin/$exe is missing (hint: build and copy it as the header says)" >&2; exit 2; }

@@ -64,6 +64,15 @@ TEST_CASE("cli bench stream: bad flags are usage errors naming the flag", "[cli]
   expect_usage_error("bench stream --gpus 2 --folds 0", "--folds: '0'");
   expect_usage_error("bench stream --gpus 2 --folds 17", "--folds");
   expect_usage_error("bench stream --gpus 2 --layout contiguous --folds 1,2", "--folds deals the zigzag layout");
+  // The defaults (pieces, 4 folds) split zigzag's exchange and chunks: contiguous alone takes whole
+  // and 1, not the errors above (what follows depends on the build and the GPUs: a refusal or the run).
+  for (const char* cmd : {"bench stream --gpus 2 --layout contiguous --seq 4096 --dim 64 --k 4 --reps 1 --warmup 0",
+                          "bench stream --gpus 2 --layout contiguous --exchange whole --seq 4096 --dim 64 --k 4 --reps 1 --warmup 0",
+                          "bench stream --gpus 2 --layout contiguous --folds 1 --seq 4096 --dim 64 --k 4 --reps 1 --warmup 0"}) {
+    INFO(cmd);
+    const auto r = run_cli(cmd);
+    CHECK_THAT(r.out + r.err, !Catch::Contains("--folds deals") && !Catch::Contains("--exchange pieces splits"));
+  }
   expect_usage_error("bench stream --gpus 2 --schedule serial,eager", "--schedule 'eager' is unknown");
   expect_usage_error("bench stream --gpus 2 --comm-priority urgent", "--comm-priority 'urgent' is unknown");
   expect_usage_error("bench stream --transport copy", "--transport applies to --gpus");

@@ -68,7 +68,10 @@ void stream_fast_apply_shard_device(const FastApplyShape& shape, QueryBlockRange
 /// The contiguous shards of T tokens over `gpus` ranks at b_q = b_k = 64 (the CPU model's).
 std::vector<ref::stream::RankShard> fast_stream_shards(std::size_t T, std::size_t gpus);
 
-/// What a sharded run computes: one causal STREAM problem, bf16, b_q = b_k = 64.
+/// What a sharded run computes: one causal STREAM problem, bf16, b_q = b_k = 64, and how the run
+/// is dealt and moved, which never changes I or O. The defaults (zigzag, K in pieces, 4 folds,
+/// overlap, copy engines) ran fastest of every schedule measured at T = 4M on 2 GPUs, in two runs
+/// (docs/stream.md).
 struct ShardedStreamProblem {
   std::size_t T = 0;      ///< tokens of the whole sequence
   std::size_t heads = 1;  ///< H
@@ -82,14 +85,15 @@ struct ShardedStreamProblem {
   /// some rank's chunk i needs first, so a rank's chunk i starts once the tiers 0 … i have landed
   /// instead of waiting for every row. No effect on the contiguous layout, whose one chunk needs
   /// every row the rank receives.
-  bool pieces = false;
-  /// Zigzag folds (ref::stream::shard_layout): 2·folds chunks per rank; 1 is plain zigzag.
-  std::size_t folds = 1;
+  bool pieces = true;
+  /// Zigzag folds (ref::stream::shard_layout): 2·folds chunks per rank; 1 is plain zigzag, and
+  /// the contiguous layout takes 1 only (set it with the layout).
+  std::size_t folds = 4;
   /// Each chunk's estimate and apply on a compute stream of its own, waiting only for the rows it
   /// needs (the tiers up to its own with `pieces`, then V), so one chunk's kernels fill the GPU
   /// while another's wait or drain; false: one compute stream, the estimates in token order, then
   /// the applies. The latest chunk is launched first (its query blocks are the dearest).
-  bool overlap = false;
+  bool overlap = true;
   /// The communication stream at the device's greatest stream priority, so that the exchange's
   /// NCCL kernels take SMs ahead of waiting estimate blocks (the rows a chunk waits for land
   /// sooner); false: the default priority, as the compute streams.
@@ -98,8 +102,8 @@ struct ShardedStreamProblem {
   /// from the others (cudaMemcpyPeerAsync on its communication stream, peer access enabled
   /// between the ring's devices; one process drives them all, as LocalRing does), so no exchange
   /// kernel takes SMs from the estimate. The same rows, tiers and events; refused where two of
-  /// the ring's devices cannot reach each other's memory.
-  bool copy_engines = false;
+  /// the ring's devices cannot reach each other's memory (then false: NCCL, which any ring has).
+  bool copy_engines = true;
 };
 
 /// One rank's device buffers, on that rank's GPU, owned by the caller.
