@@ -36,12 +36,9 @@ void report(const char* name) { flashlab::test::report_backward_ratio(name); }
 }  // namespace
 
 // Small shapes for compute-sanitizer (memcheck, racecheck): N > N_k causal (rows without keys), N < N_k
-// with a ragged key tile, a window over grouped K/V, both head dims; causal at d = 128 with an even
-// group, batch 2 and ragged tiles (wgmma-ws: the split group, its two halves' dK, dV summed through
-// the workspace).
+// with a ragged key tile, a window over grouped K/V, both head dims.
 TEST_CASE("fast backward, grouped K/V and N_k != N, sanitizer shapes", "[fast-bwd][fast-bwd-gqa][fast-bwd-gqa-sanitize]") {
   check_gqa_bwd({1, 150, 40, 4, 2, 64, true});
-  check_gqa_bwd({2, 200, 300, 8, 2, 128, true});
   check_gqa_bwd({1, 33, 150, 4, 1, 128, false});
   check_gqa_bwd({1, 100, 230, 4, 2, 128, true, 50, 0, kFp16});
   report("bwd gqa sanitizer shapes");

@@ -90,7 +90,6 @@
 // (the grouped band kernel it derives from: 8, 8 and 36 there). What was measured and tried:
 // docs/optimisation.md, the wgmma-ws backward.
 #include "attention/attention_bwd_tc.cuh"
-#include "attention/bwd_ws_split.hpp"
 #include "attention/packed.cuh"
 #include "core/common.hpp"
 #include "core/hopper.cuh"
@@ -275,27 +274,11 @@ struct BwdWsSmem {
 /// Packed (kPacked): b is 0 and start_n counts from the sequence's first key; q_row0, k_row0 are the
 /// sequence's first rows of Q, dO and of K, V in the packed tensors, q_tile0 its first query tile in
 /// the packed numbering (the accumulator), Tq that numbering's tiles per head.
-/// Split (bwd_ws_split_group): the block runs the G query heads h0 .. of one of the `halves` parts
-/// of its K/V head's group, and `kv_part` is the workspace where the parts' dK, dV meet
-/// (sum_group_halves).
 struct BwdWsBlock {
   int start_n, h, b, i_begin, Tr, i_end;
   int h0 = 0, G = 1;
   int q_row0 = 0, k_row0 = 0, q_tile0 = 0, Tq = 0;
-  int halves = 1;
-  float* kv_part = nullptr;
 };
-
-/// Whether traits T may split a K/V head's group of query heads over two blocks (the launcher
-/// decides per problem: an even group and the workspace's partial sums, bwd_ws_split_slots()):
-/// the dense grouped causal kernel at d = 128. Why: its blocks run G times the plain kernel's steps,
-/// so the causal grid balances only with blocks of two K/V heads' groups at once, whose Q, dO and dQ
-/// sums (2·G query heads) pass L2; halves keep one K/V head's blocks together with the plain
-/// kernel's balance (docs/optimisation.md, Rung 6).
-template <class T>
-constexpr bool bwd_ws_split_group() {
-  return T::kGroup && T::kCausal && !T::kWindow && !T::kAddF32 && !T::kPacked && T::kHeadDim == 128;
-}
 
 /// The end of a block's query tile loop: Tr, or with a window the tile after the band's last.
 template <class T>
@@ -645,53 +628,6 @@ __device__ __forceinline__ void compute_dq(const BwdWsSmem<T>& sm, uint32_t sDs,
   }
 }
 
-/// Split group (bwd_ws_split_group): the two blocks of one (b, K/V head, key tile) hold partial
-/// dK_c, dV_c; per consumer warp, the first to finish leaves its fp32 registers in the workspace and
-/// returns false (it stores nothing), the second adds them to its own and returns true (it stores).
-/// A ticket per warp orders them: the first takes 0 and, once its partial is written (fenced), adds
-/// 1 more; the second waits for 3. It waits only on a warp that took its ticket, so is running: no
-/// deadlock. Workspace: bwd_ws_split_slots() slots of 4096 floats (32 lanes × the 128 registers,
-/// float4 k·32 + lane: 512 contiguous bytes a store), then one int ticket per slot, zeroed by the
-/// launcher.
-template <class T>
-__device__ __forceinline__ bool sum_group_halves(const Problem& p, const BwdWsBlock& w, float (&dk)[T::kHeadDim / 2],
-                                                 float (&dv)[T::kHeadDim / 2], int c, int warp, int lane) {
-  constexpr int kF4 = T::kHeadDim / 8;  // float4s of dK_c (and of dV_c) per thread
-  static_assert(2 * kF4 * 4 * 32 == kSplitSlotFloats, "a slot holds one warp's dK_c, dV_c");
-  const int tc = (p.seq_k + T::BLOCK_N - 1) / T::BLOCK_N;
-  const std::size_t slots = std::size_t(p.batch) * p.heads_kv * tc * 8;
-  const std::size_t slot = ((std::size_t(w.b) * p.heads_kv + w.h) * tc + w.start_n / T::BLOCK_N) * 8 + 4 * c + warp;
-  float4* part = reinterpret_cast<float4*>(w.kv_part) + slot * (kSplitSlotFloats / 4) + lane;
-  int* ticket = reinterpret_cast<int*>(w.kv_part + slots * kSplitSlotFloats) + slot;
-  int seen = lane == 0 ? atomicAdd(ticket, 1) : 0;
-  seen = __shfl_sync(0xffffffffu, seen, 0);
-  if (seen == 0) {
-#pragma unroll
-    for (int k = 0; k < kF4; ++k) {
-      __stcg(part + 32 * k, make_float4(dk[4 * k], dk[4 * k + 1], dk[4 * k + 2], dk[4 * k + 3]));
-      __stcg(part + 32 * (kF4 + k), make_float4(dv[4 * k], dv[4 * k + 1], dv[4 * k + 2], dv[4 * k + 3]));
-    }
-    __threadfence();  // each lane's stores before the ticket says they are there
-    __syncwarp();
-    if (lane == 0) atomicAdd(ticket, 1);
-    return false;
-  }
-  if (lane == 0) {
-    int t;
-    do {
-      asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(t) : "l"(ticket) : "memory");
-    } while (t != 3);
-  }
-  __syncwarp();  // orders lane 0's acquire before every lane's loads
-#pragma unroll
-  for (int k = 0; k < kF4; ++k) {
-    const float4 a = __ldcg(part + 32 * k), b = __ldcg(part + 32 * (kF4 + k));
-    dk[4 * k] += a.x, dk[4 * k + 1] += a.y, dk[4 * k + 2] += a.z, dk[4 * k + 3] += a.w;
-    dv[4 * k] += b.x, dv[4 * k + 1] += b.y, dv[4 * k + 2] += b.z, dv[4 * k + 3] += b.w;
-  }
-  return true;
-}
-
 /// One consumer warpgroup c: keys [64c, 64c + 64) of the block's K_j, V_j, every query tile.
 template <class T>
 __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlock& w, float* __restrict__ dQaccum,
@@ -814,13 +750,8 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
   const std::size_t base = T::kPacked  ? std::size_t(w.k_row0) * p.kv_row_stride() + std::size_t(w.h) * D
                            : T::kGroup ? p.kv_head_offset(w.b, w.h)
                                        : p.head_offset(w.b, w.h);
-  bool store = true;  // split: the second of the group's two blocks stores the sum
-  if constexpr (bwd_ws_split_group<T>())
-    if (w.halves == 2) store = sum_group_halves<T>(p, w, acc_dk, acc_dv, c, warp, lane);
-  if (store) {
-    store_key_grads<T>(p, dK, acc_dk, p.scale, base, key_row, t4);
-    store_key_grads<T>(p, dV, acc_dv, 1.f, base, key_row, t4);
-  }
+  store_key_grads<T>(p, dK, acc_dk, p.scale, base, key_row, t4);
+  store_key_grads<T>(p, dV, acc_dv, 1.f, base, key_row, t4);
   if (tid == 0) bulk_wait_group<0>();  // no bulk reduction may still read SRAM when the block exits
 }
 
@@ -937,8 +868,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     bwd_ws_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                   const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do, Problem p,
                   const float* __restrict__ LSE, const float* __restrict__ D, float* __restrict__ dQaccum,
-                  int* __restrict__ dq_order, uint16_t* __restrict__ dK, uint16_t* __restrict__ dV,
-                  float* __restrict__ kv_part) {
+                  int* __restrict__ dq_order, uint16_t* __restrict__ dK, uint16_t* __restrict__ dV) {
 #if FLASHLAB_WGMMA_OK
   extern __shared__ uint8_t smem_raw[];
   const BwdWsSmem<T> sm{(uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u};
@@ -947,19 +877,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   int b = blockIdx.z;
   // Causal (grouped: causal in the band) grids run chunk by chunk of gridDim.x heads, in each the
   // heaviest key tiles first (the launcher): blockIdx.z = chunk + chunks · b.
-  // Split (bwd_ws_split_group): gridDim.x = C · halves, blockIdx.x = half + halves · (head in chunk).
-  int halves = 1, half = 0;
   if (T::kCausal || (T::kGroup && T::kWindow && p.causal)) {
     const int chunks = int(gridDim.z) / p.batch;
     j = blockIdx.y;
     h = int(blockIdx.z) % chunks * int(gridDim.x) + int(blockIdx.x);
     b = int(blockIdx.z) / chunks;
-    if constexpr (bwd_ws_split_group<T>()) {
-      const int C = p.heads_kv / chunks;
-      halves = int(gridDim.x) / C;
-      half = int(blockIdx.x) % halves;
-      h = int(blockIdx.z) % chunks * C + int(blockIdx.x) / halves;
-    }
   }
   BwdWsBlock w;
   w.start_n = j * T::BLOCK_N;
@@ -968,11 +890,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // Earlier query tiles see none of these keys (grouped: key j is first seen by query j − (N_k − N)).
   w.i_begin = T::kCausal ? (T::kGroup ? max(0, w.start_n - p.causal_offset()) : w.start_n) / T::BLOCK_M : 0;
   w.Tr = (p.seq + T::BLOCK_M - 1) / T::BLOCK_M;
-  if constexpr (T::kGroup) {  // h: the K/V head; its query heads h0 .. h0 + G − 1 (split: this half's)
-    w.G = p.heads / p.heads_kv / halves;
-    w.h0 = (h * halves + half) * w.G;
-    w.halves = halves;
-    w.kv_part = kv_part;
+  if constexpr (T::kGroup) {  // h: the K/V head; its query heads h0 .. h0 + G − 1
+    w.G = p.heads / p.heads_kv;
+    w.h0 = h * w.G;
   }
   if constexpr (T::kWindow) {
     // Keys start_n .. key_last are seen by queries key − hi .. key − lo (clamped to the queries).
@@ -1123,8 +1043,7 @@ __global__ void __launch_bounds__(256)
 ///   - the fewest whose key blocks make nearly a wave (C·Tc ≥ 7/8 of the SMs): each chunk runs its
 ///     heaviest key tiles first, and its work per SM is then about half its heaviest block's or more,
 ///     so the next chunk's heavy blocks start beside its light ones and the grid ends on light ones.
-/// Then larger still while the grid's z, H_kv/C · B, would pass its limit of 65,535. `tc`: the
-/// blocks of one K/V head (its key tiles; twice as many with the split group).
+/// Then larger still while the grid's z, H_kv/C · B, would pass its limit of 65,535.
 int bwd_ws_causal_chunk(const Problem& p, int tc) {
   int dev = 0, sms = 0, l2 = 0;
   FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
@@ -1145,8 +1064,7 @@ int bwd_ws_causal_chunk(const Problem& p, int tc) {
 
 template <int D, bool kBf16, bool kCausal, bool kDeterministic, bool kWindow = false, bool kGroup = false,
           bool kAddF32 = false>
-void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, int* dq_order, cudaStream_t stream,
-                       float* kv_part = nullptr) {
+void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, int* dq_order, cudaStream_t stream) {
   using Base = BwdWsTraits<D, kBf16, kCausal, kDeterministic>;
   using T0 = std::conditional_t<kGroup, BwdWsGroup<Base, kWindow>, std::conditional_t<kWindow, BwdWsWindow<Base>, Base>>;
   using T = std::conditional_t<kAddF32, BwdWsAddF32<T0>, T0>;
@@ -1169,19 +1087,11 @@ void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, int* dq_order, cu
   // Causal: (C, Tc, H_kv/C · B), chunks of C K/V heads, each with the heaviest key tiles (small j)
   // first; grouped, causal is in the band and p.causal picks the same order.
   const bool chunked = kCausal || (kGroup && kWindow && p.causal);  // as bwd_ws_kernel decodes it
-  // Split group: two blocks per key tile of each K/V head (C · 2 along x), their tickets zeroed.
-  const std::size_t split_slots = bwd_ws_split_group<T>() && kv_part != nullptr ? bwd_ws_split_slots(p) : 0;
-  const int halves = split_slots > 0 ? 2 : 1;
-  if (split_slots > 0)
-    FLASHLAB_CUDA_CHECK(
-        cudaMemsetAsync(kv_part + split_slots * kSplitSlotFloats, 0, split_slots * sizeof(int), stream));
-  const int chunk = chunked ? bwd_ws_causal_chunk(p, int(tc) * halves) : 1;
-  const dim3 grid = chunked ? dim3(chunk * halves, tc, unsigned(p.heads_kv / chunk * p.batch))
-                            : dim3(tc, p.heads_kv, p.batch);
+  const int chunk = chunked ? bwd_ws_causal_chunk(p, int(tc)) : 1;
+  const dim3 grid = chunked ? dim3(chunk, tc, unsigned(p.heads_kv / chunk * p.batch)) : dim3(tc, p.heads_kv, p.batch);
   announce("bwd_ws_kernel");
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, p, a.LSE, a.D, a.dQaccum, dq_order,
-                                                      static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV),
-                                                      split_slots > 0 ? kv_part : nullptr);
+                                                      static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV));
   FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_kernel");
 
   const std::size_t n4 = acc_numel / 4;
@@ -1193,8 +1103,7 @@ void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, int* dq_order, cu
 }
 
 template <int D, bool kBf16>
-void launch_bwd_ws_d(const Problem& p, const BwdPointers& a, int* dq_order, cudaStream_t stream,
-                     float* kv_part = nullptr) {
+void launch_bwd_ws_d(const Problem& p, const BwdPointers& a, int* dq_order, cudaStream_t stream) {
   if (a.add_f32) {  // the ring's sums: the grouped kernels (any H_kv), or the fixed order (H_kv = H); no window
     if (p.windowed())
       throw_cuda_error(cudaErrorInvalidValue, "wgmma-ws backward, fp32 sums: no window", __FILE__, __LINE__);
@@ -1209,7 +1118,7 @@ void launch_bwd_ws_d(const Problem& p, const BwdPointers& a, int* dq_order, cuda
     }
   } else if (p.heads_kv != p.heads || p.seq_k != p.seq) {  // grouped K/V or N_k ≠ N; no fixed order
     if (p.windowed()) launch_bwd_ws_one<D, kBf16, false, false, true, true>(p, a, nullptr, stream);
-    else if (p.causal) launch_bwd_ws_one<D, kBf16, true, false, false, true>(p, a, nullptr, stream, kv_part);
+    else if (p.causal) launch_bwd_ws_one<D, kBf16, true, false, false, true>(p, a, nullptr, stream);
     else launch_bwd_ws_one<D, kBf16, false, false, false, true>(p, a, nullptr, stream);
   } else if (p.windowed()) {  // causal folded into window_right (make_problem); the front door refuses a fixed order
     launch_bwd_ws_one<D, kBf16, false, false, true>(p, a, nullptr, stream);
@@ -1294,15 +1203,6 @@ void launch_fast_bwd_ws(const Problem& p, bool bf16, const BwdPointers& a, int* 
     if (bf16) launch_bwd_ws_d<128, true>(p, a, dq_order, stream);
     else launch_bwd_ws_d<128, false>(p, a, dq_order, stream);
   }
-}
-
-void launch_fast_bwd_ws_split_group(const Problem& p, bool bf16, const BwdPointers& a, float* kv_part,
-                                    cudaStream_t stream) {
-  if (bwd_ws_split_slots(p) == 0 || kv_part == nullptr)
-    throw_cuda_error(cudaErrorInvalidValue, "wgmma-ws backward: the split group needs its problems and workspace",
-                     __FILE__, __LINE__);
-  if (bf16) launch_bwd_ws_d<128, true>(p, a, nullptr, stream, kv_part);
-  else launch_bwd_ws_d<128, false>(p, a, nullptr, stream, kv_part);
 }
 
 }  // namespace flashlab::cuda::detail

@@ -19,7 +19,6 @@
 #include "attention/front_door.hpp"
 #include "attention/fwd_ws_config.hpp"
 #include "attention/bwd_d256.hpp"
-#include "attention/bwd_ws_split.hpp"
 #include "attention/launchers.hpp"
 #include "attention/splitkv.hpp"
 
@@ -140,22 +139,6 @@ void require_device_pointer(const char* entry, const char* name, const void* ptr
 /// Byte offset of the atomic design's dQ accumulator in the workspace: after D (B·H·N floats),
 /// rounded up to 256 bytes (float4 accesses, and a cache-line start).
 std::size_t dq_accum_offset(std::size_t stats) { return (stats * sizeof(float) + 255) / 256 * 256; }
-
-/// The dense atomic design's workspace: D, then the dQ accumulator, whole query tiles per (b, h)
-/// (attention_bwd_tc_atomic.cu, tiled layout: N rounded up to kAtomicDqTileRows), then the
-/// deterministic kernel's order counters (one per (b, h, tile of kDqOrderTileRows rows)).
-std::size_t atomic_workspace_bytes(const detail::Problem& p) {
-  const std::size_t stats = std::size_t(p.batch) * p.heads * p.seq;
-  constexpr std::size_t kTile = detail::kAtomicDqTileRows;
-  const std::size_t rows = (std::size_t(p.seq) + kTile - 1) / kTile * kTile;
-  const std::size_t numel = std::size_t(p.batch) * rows * p.row_stride();
-  const std::size_t counters =
-      std::size_t(p.batch) * p.heads * ((std::size_t(p.seq) + detail::kDqOrderTileRows - 1) / detail::kDqOrderTileRows);
-  return dq_accum_offset(stats) + numel * sizeof(float) + counters * sizeof(int);
-}
-/// Where the wgmma-ws split group's partial sums start (detail::bwd_ws_split_slots): after the
-/// atomic design's workspace, rounded up to 256 bytes.
-std::size_t split_offset(const detail::Problem& p) { return (atomic_workspace_bytes(p) + 255) / 256 * 256; }
 
 /// Packed sequences on the backward: the atomic design's mma and wgmma-ws kernels and the two-kernel
 /// design take them (their blocks walk the packed numberings, attention_bwd_tc_atomic.cu,
@@ -546,10 +529,14 @@ std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const
   if (p.packed()) return packed_backward_workspace_bytes(design, p);
   const std::size_t stats = std::size_t(p.batch) * p.heads * p.seq;
   if (design == ref::Algorithm::bwd_two_kernel) return stats * sizeof(float);
-  // The wgmma-ws kernel's split group: its dK, dV partial sums and tickets after the counters.
-  const std::size_t slots = detail::bwd_ws_split_slots(p);
-  return slots == 0 ? atomic_workspace_bytes(p)
-                    : split_offset(p) + slots * (detail::kSplitSlotFloats * sizeof(float) + sizeof(int));
+  // The atomic design's dQ accumulator holds whole query tiles per (b, h) (attention_bwd_tc_atomic.cu,
+  // tiled layout): N rounded up to kAtomicDqTileRows.
+  constexpr std::size_t kTile = detail::kAtomicDqTileRows;
+  const std::size_t rows = (std::size_t(p.seq) + kTile - 1) / kTile * kTile;
+  const std::size_t numel = std::size_t(p.batch) * rows * p.row_stride();
+  const std::size_t counters =
+      std::size_t(p.batch) * p.heads * ((std::size_t(p.seq) + detail::kDqOrderTileRows - 1) / detail::kDqOrderTileRows);
+  return dq_accum_offset(stats) + numel * sizeof(float) + counters * sizeof(int);
 }
 
 namespace {
@@ -598,9 +585,6 @@ void backward_device(ref::Algorithm design, const ref::AttentionProblem& problem
         std::size_t(p.batch) * ((std::size_t(p.seq) + kTile - 1) / kTile * kTile) * p.row_stride();
     const bool fixed_order = kernel == FastBackwardKernel::wgmma_ws_deterministic;
     int* order = fixed_order ? reinterpret_cast<int*>(dQaccum + acc_numel) : nullptr;
-    // The split group's partial sums after the order counters (fast_attention_backward_workspace_bytes).
-    if (detail::bwd_ws_split_slots(p) > 0 && kernel == FastBackwardKernel::wgmma_ws && !add_f32)
-      return detail::launch_fast_bwd_ws_split_group(p, bf16, a, reinterpret_cast<float*>(ws + split_offset(p)), s);
     if (p.head_dim == 256) return detail::launch_fast_bwd_d256_ws(p, bf16, a, order, s);
     return detail::launch_fast_bwd_ws(p, bf16, a, order, s);
   }
