@@ -195,13 +195,20 @@ struct WsTraits {
   static constexpr bool kTmaStoreO =
       !kCausal && !kPacked && !kOutF32 && (kHeadDim == 64 || (kHeadDim == 128 && kSplitEmpty));
   static constexpr bool kOInStage = kTmaStoreO && kHeadDim == 128;
+  // Q_i in parts of one consumer warpgroup's 64 rows, each with its own q_full and q_empty: a
+  // warpgroup gives its part back once its last S_ij is done, so the next unit's part loads while
+  // the unit's last softmax and P·V run, and the next unit's K_0 goes out before it. Where O_i
+  // leaves by TMA: there the boundary between two units waited on the next Q_i.
+  static constexpr bool kQParts = kTmaStoreO;
   static constexpr int kTileOBytes = 64 * kHeadDim * 2;  // one consumer warpgroup's rows of O_i
   static_assert(!kOInStage || kTileKVBytes >= kConsumers * kTileOBytes, "every consumer's O_i fits one V_j stage");
   static_assert(!(kOInStage && kSplitTail), "a split tail's piece stores no O_i: V_last's stage would not return");
   static constexpr int kOBufOffset = kTileQBytes + 2 * kStages * kTileKVBytes;  // after the tiles
   static constexpr int kBarrierOffset = kOBufOffset + (kTmaStoreO && !kOInStage ? kConsumers * kTileOBytes : 0);
-  // q_full, q_empty, k_full[], v_full[], empty[] (k_empty[] when split), v_empty[] when split
-  static constexpr int kBarriers = 2 + (kSplitEmpty ? 4 : 3) * kStages;
+  // q_full, q_empty, k_full[], v_full[], empty[] (k_empty[] when split), v_empty[] when split,
+  // then (kQParts) q_full and q_empty of consumer warpgroups 1 … kConsumers − 1
+  static constexpr int kQPartBarrier = 2 + (kSplitEmpty ? 4 : 3) * kStages;
+  static constexpr int kBarriers = kQPartBarrier + (kQParts ? 2 * (kConsumers - 1) : 0);
   // +1024: the dynamic SRAM base is rounded up to the 1024-byte swizzle period.
   static constexpr int kPieceOffset = kBarrierOffset + 8 * kBarriers;  // the split tail's two pieces (int4 each)
   static constexpr int kSmemBytes = kPieceOffset + 32 + 1024;
@@ -227,11 +234,14 @@ struct WsSmem {
   __device__ uint32_t k(int s) const { return base + T::kTileQBytes + uint32_t(s) * 2 * T::kTileKVBytes; }
   __device__ uint32_t v(int s) const { return k(s) + T::kTileKVBytes; }
   __device__ uint32_t bar(int i) const { return base + T::kBarrierOffset + 8u * uint32_t(i); }
-  __device__ uint32_t q_full() const { return bar(0); }
+  /// Q_i's barriers; kQParts: those of consumer warpgroup cw's part (else cw = 0: the whole tile).
+  __device__ uint32_t q_full(int cw = 0) const { return cw == 0 ? bar(0) : bar(T::kQPartBarrier + 2 * (cw - 1)); }
   __device__ uint32_t k_full(int s) const { return bar(1 + s); }
   __device__ uint32_t v_full(int s) const { return bar(1 + T::kStages + s); }
   __device__ uint32_t empty(int s) const { return bar(1 + 2 * T::kStages + s); }  // K_j's alone when split
-  __device__ uint32_t q_empty() const { return bar(1 + 3 * T::kStages); }
+  __device__ uint32_t q_empty(int cw = 0) const {
+    return cw == 0 ? bar(1 + 3 * T::kStages) : bar(T::kQPartBarrier + 2 * (cw - 1) + 1);
+  }
   __device__ uint32_t v_empty(int s) const { return bar(2 + 3 * T::kStages + s); }  // kSplitEmpty only
   /// kTmaStoreO: where consumer warpgroup cw stages its O_i (its 64 rows, d/64 boxes of 8 KiB),
   /// in V_j's stage s (kOInStage) or the buffer after the tiles.
@@ -458,33 +468,48 @@ __device__ void produce(const WsSmem<T>& sm, const WsSchedule<T>& sched, const C
   int it = 0, kq = 0;
   for (int k = 0; sched.at(k, w); ++k) {
     if ((T::kCausal || T::kPacked) && w.n_tiles == 0) continue;
-    if (kq > 0) mbar_wait(sm.q_empty(), uint32_t(kq - 1) & 1u);
-    ++kq;
-    mbar_arrive_expect_tx(sm.q_full(), T::kTileQBytes);
-    // Packed: the box may run past the sequence's last query into the next sequence's rows; those
-    // rows' results are computed and never stored (each row is on its own up to the store).
-    tma_tile<T, T::BLOCK_M>(sm.q(), map_q, (T::kPacked ? w.qs : 0) + w.q0, w.h, w.b, sm.q_full());
-    if constexpr (T::kSplitEmpty) {
-      // The order the consumers take them in: K_0, then K_j with V_(j−1), then V_last.
-      for (int j = 0; j < w.n_tiles; ++j, ++it) {
-        const int s = it % T::kStages;
-        if (it >= T::kStages) mbar_wait(sm.empty(s), uint32_t(it / T::kStages - 1) & 1u);  // k_empty
-        mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
-        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, key_row<T>(w, j), w.hk, w.b, sm.k_full(s));
+    // Key tile j of this unit (the it-th of the list) into stage it % kStages. Split: the order
+    // the consumers take them in, K_0, then K_j with V_(j−1), then V_last (after the loop).
+    auto load_tile = [&](int j) {
+      const int s = it % T::kStages;
+      // Stage s was last filled for key tile it − kStages: wait for that phase of empty[s]
+      // (k_empty when split).
+      if (it >= T::kStages) mbar_wait(sm.empty(s), uint32_t(it / T::kStages - 1) & 1u);
+      mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
+      tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, key_row<T>(w, j), w.hk, w.b, sm.k_full(s));
+      if constexpr (T::kSplitEmpty) {
         if (j > 0) produce_v<T>(sm, map_v, w, j - 1, it - 1);
-      }
-      produce_v<T>(sm, map_v, w, w.n_tiles - 1, it - 1);
-    } else {
-      for (int j = 0; j < w.n_tiles; ++j, ++it) {
-        const int s = it % T::kStages;
-        // Stage s was last filled for key tile it − kStages: wait for that phase of empty[s].
-        if (it >= T::kStages) mbar_wait(sm.empty(s), uint32_t(it / T::kStages - 1) & 1u);
-        mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
-        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, key_row<T>(w, j), w.hk, w.b, sm.k_full(s));
+      } else {
         mbar_arrive_expect_tx(sm.v_full(s), T::kTileKVBytes);
         tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, key_row<T>(w, j), w.hk, w.b, sm.v_full(s));
       }
+      ++it;
+    };
+    int j = 0;
+    if constexpr (T::kQParts) {
+      // K_0 first (its stage held a key tile two before the last unit's end), then each
+      // warpgroup's part of Q_i as soon as that warpgroup's last S_ij has read its part.
+      load_tile(j++);
+#pragma unroll
+      for (int cw = 0; cw < T::kConsumers; ++cw) {
+        if (kq > 0) mbar_wait(sm.q_empty(cw), uint32_t(kq - 1) & 1u);
+        mbar_arrive_expect_tx(sm.q_full(cw), T::kTileQBytes / T::kConsumers);
+#pragma unroll
+        for (int c = 0; c < T::kColBlocks; ++c)
+          tma_load_4d(sm.q() + uint32_t(c * T::BLOCK_M + 64 * cw) * 128, map_q, 64 * c, w.h, w.q0 + 64 * cw, w.b,
+                      sm.q_full(cw));
+      }
+      ++kq;
+    } else {
+      if (kq > 0) mbar_wait(sm.q_empty(), uint32_t(kq - 1) & 1u);
+      ++kq;
+      mbar_arrive_expect_tx(sm.q_full(), T::kTileQBytes);
+      // Packed: the box may run past the sequence's last query into the next sequence's rows; those
+      // rows' results are computed and never stored (each row is on its own up to the store).
+      tma_tile<T, T::BLOCK_M>(sm.q(), map_q, (T::kPacked ? w.qs : 0) + w.q0, w.h, w.b, sm.q_full());
     }
+    for (; j < w.n_tiles; ++j) load_tile(j);
+    if constexpr (T::kSplitEmpty) produce_v<T>(sm, map_v, w, w.n_tiles - 1, it - 1);
   }
 }
 
@@ -673,7 +698,11 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, const CUtens
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
   float m_i[2] = {NEG_INF, NEG_INF}, l_i[2] = {0.f, 0.f};
 
-  mbar_wait(sm.q_full(), uint32_t(k) & 1u);
+  mbar_wait(sm.q_full(T::kQParts ? cw : 0), uint32_t(k) & 1u);
+  // kQParts: this warpgroup's part of Q_i is free once its last S_ij is done.
+  auto q_part_free = [&](int j) {
+    if (T::kQParts && j == n_tiles - 1 && lane == 0) mbar_arrive(sm.q_empty(cw));
+  };
   // Tile 0: S only.
   mbar_wait(sm.k_full(stage(0)), phase(0));
   named_bar_sync(my_turn, kTurnThreads);
@@ -686,6 +715,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, const CUtens
   wg_wait<0>();
   reg_fence(s_acc);
   if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(stage(0)));  // done with K_0
+  q_part_free(0);
   float alpha[2];
   bool moved =
       softmax_step<T>(s_acc, m_i, l_i, alpha, w.j0 * BLOCK_N, N, diag_base, need_mask(0), t4, scale_log2, lo_base);
@@ -711,6 +741,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, const CUtens
       wg_wait<1>();  // S_ij done; P_i(j−1)·V_(j−1) may still run: O_i and pa_in stay untouched
       reg_fence(s_acc);
       if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
+      q_part_free(j);
       moved = softmax_step<T>(s_acc, m_i, l_i, alpha, (w.j0 + j) * BLOCK_N, N, diag_base, need_mask(j), t4,
                               scale_log2, lo_base);
       wg_wait<0>();
@@ -723,6 +754,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, const CUtens
       reg_fence(o);
       reg_fence_u(pa_in);
       if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
+      q_part_free(j);
       if (lane == 0) release_after_pv<T>(sm, sp);
       moved = softmax_step<T>(s_acc, m_i, l_i, alpha, (w.j0 + j) * BLOCK_N, N, diag_base, need_mask(j), t4,
                               scale_log2, lo_base);
@@ -746,8 +778,8 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, const CUtens
   } else {
     for (int j = 1; j < n_tiles; ++j) key_tile(j, pa, pa);
   }
-  // Every S_ij finished: Q_i may be overwritten by the next tile's.
-  if (lane == 0) mbar_arrive(sm.q_empty());
+  // Every S_ij finished: Q_i may be overwritten by the next tile's (kQParts: said already).
+  if (!T::kQParts && lane == 0) mbar_arrive(sm.q_empty());
   // Last P·V: one more turn; the last warpgroup owes no arrival when it is the block's last turn.
   const int last = n_tiles - 1;
   mbar_wait(sm.v_full(stage(last)), phase(last));
@@ -849,7 +881,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     tma_prefetch_map(&map_v);
     if (T::kTmaStoreO) tma_prefetch_map(&map_o);
     mbar_init(sm.q_full(), 1);
-    mbar_init(sm.q_empty(), T::kConsumerWarps);
+    mbar_init(sm.q_empty(), T::kQParts ? 4 : T::kConsumerWarps);
+    for (int cw = 1; T::kQParts && cw < T::kConsumers; ++cw) {
+      mbar_init(sm.q_full(cw), 1);
+      mbar_init(sm.q_empty(cw), 4);
+    }
     for (int s = 0; s < T::kStages; ++s) {
       mbar_init(sm.k_full(s), 1);
       mbar_init(sm.v_full(s), 1);
@@ -926,7 +962,7 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
   auto kernel = &ws_fwd_kernel<T>;
   // > 48 KiB of dynamic SRAM: opted in per device (set_smem keeps the record, thread-safe).
   set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "ws_fwd_kernel", p);
-  const CUtensorMap map_q = make_head_tile_map(Q, p, T::BLOCK_M);
+  const CUtensorMap map_q = make_head_tile_map(Q, p, T::kQParts ? 64 : T::BLOCK_M);  // kQParts: a warpgroup's rows
   const CUtensorMap map_k = make_kv_tile_map(K, p, T::BLOCK_N);
   const CUtensorMap map_v = make_kv_tile_map(V, p, T::BLOCK_N);
   // kTmaStoreO: O in boxes of one consumer warpgroup's 64 rows (else unused).
