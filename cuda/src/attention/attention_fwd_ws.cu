@@ -19,8 +19,9 @@
 //     setmaxnreg.inc to 240; three: Br = 192, 160), and never touch global memory until they
 //     store O_i.
 //   - Hand-off by mbarriers, one per event: q_full, q_empty (every S_ij of the unit finished, so
-//     the next Q_i may land); k_full[s] and v_full[s] (the TMA credits the bytes, so S_ij can
-//     start as soon as K_j landed while V_j is still in flight); empty[s]
+//     the next Q_i may land; kQParts, d = 64 without a mask: one pair per consumer warpgroup's 64
+//     rows, each part freed after that warpgroup's last S_ij); k_full[s] and v_full[s] (the TMA
+//     credits the bytes, so S_ij can start as soon as K_j landed while V_j is still in flight); empty[s]
 //     (one arrival per consumer warp once its P_ij·V_j finished reading the stage; the producer
 //     waits on it before it overwrites). Without a causal mask, and at d = 256 with every mask
 //     (kSplitEmpty), K_j and V_j are released apart: empty[s] once S_ij is done, v_empty[s] once
@@ -198,8 +199,9 @@ struct WsTraits {
   // Q_i in parts of one consumer warpgroup's 64 rows, each with its own q_full and q_empty: a
   // warpgroup gives its part back once its last S_ij is done, so the next unit's part loads while
   // the unit's last softmax and P·V run, and the next unit's K_0 goes out before it. Where O_i
-  // leaves by TMA: there the boundary between two units waited on the next Q_i.
-  static constexpr bool kQParts = kTmaStoreO;
+  // leaves by TMA at d = 64: +1.5–2 % at N ≤ 2048. At d = 128 the boundary waits on storing O_i,
+  // not on Q_i: +0.1–0.9 % there, −0.6 % at N = 8192, so not there.
+  static constexpr bool kQParts = kTmaStoreO && kHeadDim == 64;
   static constexpr int kTileOBytes = 64 * kHeadDim * 2;  // one consumer warpgroup's rows of O_i
   static_assert(!kOInStage || kTileKVBytes >= kConsumers * kTileOBytes, "every consumer's O_i fits one V_j stage");
   static_assert(!(kOInStage && kSplitTail), "a split tail's piece stores no O_i: V_last's stage would not return");
