@@ -102,7 +102,8 @@
 // tail's; d = 128: 230,520 B of dynamic SRAM (Q_i 32 KiB + 3 stages × (K_j + V_j) 192 KiB +
 // barriers + the split tail's 32 B + alignment slack; the limit is 232,448; 230,544 with K and V
 // released apart; Bc = 192: 2 stages × 96 KiB, 230,512), d = 64: 115,832 B (Br = 128) or
-// 124,048 B (Br = 192, released apart), each + 8 KiB per consumer for O_i without a mask;
+// 124,048 B (Br = 192, released apart), each + 8 KiB per consumer for O_i without a mask (and 16 B
+// per consumer after the first for Q_i's parts);
 // d = 256: 230,512 B (Q_i 64 KiB + 2 stages × (K_j + V_j) 160 KiB + barriers), no spills.
 // Why each of these is here, what it was measured against and the profiles that decided it:
 // docs/optimisation.md, the TMA forward; its runs: cuda/RESULTS.md and cuda/results/fwd_tma_ws.csv.
@@ -236,15 +237,17 @@ struct WsSmem {
   __device__ uint32_t k(int s) const { return base + T::kTileQBytes + uint32_t(s) * 2 * T::kTileKVBytes; }
   __device__ uint32_t v(int s) const { return k(s) + T::kTileKVBytes; }
   __device__ uint32_t bar(int i) const { return base + T::kBarrierOffset + 8u * uint32_t(i); }
-  /// Q_i's barriers; kQParts: those of consumer warpgroup cw's part (else cw = 0: the whole tile).
-  __device__ uint32_t q_full(int cw = 0) const { return cw == 0 ? bar(0) : bar(T::kQPartBarrier + 2 * (cw - 1)); }
+  __device__ uint32_t q_full() const { return bar(0); }
   __device__ uint32_t k_full(int s) const { return bar(1 + s); }
   __device__ uint32_t v_full(int s) const { return bar(1 + T::kStages + s); }
   __device__ uint32_t empty(int s) const { return bar(1 + 2 * T::kStages + s); }  // K_j's alone when split
-  __device__ uint32_t q_empty(int cw = 0) const {
+  __device__ uint32_t q_empty() const { return bar(1 + 3 * T::kStages); }
+  __device__ uint32_t v_empty(int s) const { return bar(2 + 3 * T::kStages + s); }  // kSplitEmpty only
+  /// kQParts: the q_full and q_empty of consumer warpgroup cw's part of Q_i (cw = 0: q_full(), q_empty()).
+  __device__ uint32_t q_full_part(int cw) const { return cw == 0 ? bar(0) : bar(T::kQPartBarrier + 2 * (cw - 1)); }
+  __device__ uint32_t q_empty_part(int cw) const {
     return cw == 0 ? bar(1 + 3 * T::kStages) : bar(T::kQPartBarrier + 2 * (cw - 1) + 1);
   }
-  __device__ uint32_t v_empty(int s) const { return bar(2 + 3 * T::kStages + s); }  // kSplitEmpty only
   /// kTmaStoreO: where consumer warpgroup cw stages its O_i (its 64 rows, d/64 boxes of 8 KiB),
   /// in V_j's stage s (kOInStage) or the buffer after the tiles.
   __device__ uint32_t o_tile(int cw, int s) const {
@@ -470,48 +473,67 @@ __device__ void produce(const WsSmem<T>& sm, const WsSchedule<T>& sched, const C
   int it = 0, kq = 0;
   for (int k = 0; sched.at(k, w); ++k) {
     if ((T::kCausal || T::kPacked) && w.n_tiles == 0) continue;
-    // Key tile j of this unit (the it-th of the list) into stage it % kStages. Split: the order
-    // the consumers take them in, K_0, then K_j with V_(j−1), then V_last (after the loop).
-    auto load_tile = [&](int j) {
-      const int s = it % T::kStages;
-      // Stage s was last filled for key tile it − kStages: wait for that phase of empty[s]
-      // (k_empty when split).
-      if (it >= T::kStages) mbar_wait(sm.empty(s), uint32_t(it / T::kStages - 1) & 1u);
-      mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
-      tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, key_row<T>(w, j), w.hk, w.b, sm.k_full(s));
-      if constexpr (T::kSplitEmpty) {
-        if (j > 0) produce_v<T>(sm, map_v, w, j - 1, it - 1);
-      } else {
-        mbar_arrive_expect_tx(sm.v_full(s), T::kTileKVBytes);
-        tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, key_row<T>(w, j), w.hk, w.b, sm.v_full(s));
-      }
-      ++it;
-    };
-    int j = 0;
     if constexpr (T::kQParts) {
+      // Key tile j of this unit (the it-th of the list) into stage it % kStages; split: K_j with
+      // V_(j−1), the order the consumers take them in.
+      auto load_tile = [&](int j) {
+        const int s = it % T::kStages;
+        if (it >= T::kStages) mbar_wait(sm.empty(s), uint32_t(it / T::kStages - 1) & 1u);  // k_empty when split
+        mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
+        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, key_row<T>(w, j), w.hk, w.b, sm.k_full(s));
+        if constexpr (T::kSplitEmpty) {
+          if (j > 0) produce_v<T>(sm, map_v, w, j - 1, it - 1);
+        } else {
+          mbar_arrive_expect_tx(sm.v_full(s), T::kTileKVBytes);
+          tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, key_row<T>(w, j), w.hk, w.b, sm.v_full(s));
+        }
+        ++it;
+      };
       // K_0 first (its stage held a key tile two before the last unit's end), then each
       // warpgroup's part of Q_i as soon as that warpgroup's last S_ij has read its part.
+      int j = 0;
       load_tile(j++);
 #pragma unroll
       for (int cw = 0; cw < T::kConsumers; ++cw) {
-        if (kq > 0) mbar_wait(sm.q_empty(cw), uint32_t(kq - 1) & 1u);
-        mbar_arrive_expect_tx(sm.q_full(cw), T::kTileQBytes / T::kConsumers);
+        if (kq > 0) mbar_wait(sm.q_empty_part(cw), uint32_t(kq - 1) & 1u);
+        mbar_arrive_expect_tx(sm.q_full_part(cw), T::kTileQBytes / T::kConsumers);
 #pragma unroll
         for (int c = 0; c < T::kColBlocks; ++c)
           tma_load_4d(sm.q() + uint32_t(c * T::BLOCK_M + 64 * cw) * 128, map_q, 64 * c, w.h, w.q0 + 64 * cw, w.b,
-                      sm.q_full(cw));
+                      sm.q_full_part(cw));
       }
       ++kq;
-    } else {
-      if (kq > 0) mbar_wait(sm.q_empty(), uint32_t(kq - 1) & 1u);
-      ++kq;
-      mbar_arrive_expect_tx(sm.q_full(), T::kTileQBytes);
-      // Packed: the box may run past the sequence's last query into the next sequence's rows; those
-      // rows' results are computed and never stored (each row is on its own up to the store).
-      tma_tile<T, T::BLOCK_M>(sm.q(), map_q, (T::kPacked ? w.qs : 0) + w.q0, w.h, w.b, sm.q_full());
+      for (; j < w.n_tiles; ++j) load_tile(j);
+      if constexpr (T::kSplitEmpty) produce_v<T>(sm, map_v, w, w.n_tiles - 1, it - 1);
+      continue;
     }
-    for (; j < w.n_tiles; ++j) load_tile(j);
-    if constexpr (T::kSplitEmpty) produce_v<T>(sm, map_v, w, w.n_tiles - 1, it - 1);
+    if (kq > 0) mbar_wait(sm.q_empty(), uint32_t(kq - 1) & 1u);
+    ++kq;
+    mbar_arrive_expect_tx(sm.q_full(), T::kTileQBytes);
+    // Packed: the box may run past the sequence's last query into the next sequence's rows; those
+    // rows' results are computed and never stored (each row is on its own up to the store).
+    tma_tile<T, T::BLOCK_M>(sm.q(), map_q, (T::kPacked ? w.qs : 0) + w.q0, w.h, w.b, sm.q_full());
+    if constexpr (T::kSplitEmpty) {
+      // The order the consumers take them in: K_0, then K_j with V_(j−1), then V_last.
+      for (int j = 0; j < w.n_tiles; ++j, ++it) {
+        const int s = it % T::kStages;
+        if (it >= T::kStages) mbar_wait(sm.empty(s), uint32_t(it / T::kStages - 1) & 1u);  // k_empty
+        mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
+        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, key_row<T>(w, j), w.hk, w.b, sm.k_full(s));
+        if (j > 0) produce_v<T>(sm, map_v, w, j - 1, it - 1);
+      }
+      produce_v<T>(sm, map_v, w, w.n_tiles - 1, it - 1);
+    } else {
+      for (int j = 0; j < w.n_tiles; ++j, ++it) {
+        const int s = it % T::kStages;
+        // Stage s was last filled for key tile it − kStages: wait for that phase of empty[s].
+        if (it >= T::kStages) mbar_wait(sm.empty(s), uint32_t(it / T::kStages - 1) & 1u);
+        mbar_arrive_expect_tx(sm.k_full(s), T::kTileKVBytes);
+        tma_tile<T, T::BLOCK_N>(sm.k(s), map_k, key_row<T>(w, j), w.hk, w.b, sm.k_full(s));
+        mbar_arrive_expect_tx(sm.v_full(s), T::kTileKVBytes);
+        tma_tile<T, T::BLOCK_N>(sm.v(s), map_v, key_row<T>(w, j), w.hk, w.b, sm.v_full(s));
+      }
+    }
   }
 }
 
@@ -657,6 +679,13 @@ __device__ __forceinline__ void release_o_stage(const WsSmem<T>& sm, int& pendin
   pending = -1;
 }
 
+/// kQParts: consumer warpgroup cw's part of Q_i is free once its last S_ij (key tile n_tiles − 1) is
+/// done; one arrival per warp.
+template <class T>
+__device__ __forceinline__ void free_q_part(const WsSmem<T>& sm, int cw, int j, int n_tiles, int lane) {
+  if (j == n_tiles - 1 && lane == 0) mbar_arrive(sm.q_empty_part(cw));
+}
+
 /// One consumer warpgroup `cw` (0 .. kConsumers − 1) on one tile: its 64 rows of Q_i against every
 /// key tile. Turn k of warpgroup c follows turn k of warpgroup c − 1 (and warpgroup 0's follows the
 /// last one's turn k − 1): named barriers, across tiles too. `it` (in/out) counts the key tiles of
@@ -700,11 +729,10 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, const CUtens
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
   float m_i[2] = {NEG_INF, NEG_INF}, l_i[2] = {0.f, 0.f};
 
-  mbar_wait(sm.q_full(T::kQParts ? cw : 0), uint32_t(k) & 1u);
-  // kQParts: this warpgroup's part of Q_i is free once its last S_ij is done.
-  auto q_part_free = [&](int j) {
-    if (T::kQParts && j == n_tiles - 1 && lane == 0) mbar_arrive(sm.q_empty(cw));
-  };
+  if constexpr (T::kQParts)
+    mbar_wait(sm.q_full_part(cw), uint32_t(k) & 1u);
+  else
+    mbar_wait(sm.q_full(), uint32_t(k) & 1u);
   // Tile 0: S only.
   mbar_wait(sm.k_full(stage(0)), phase(0));
   named_bar_sync(my_turn, kTurnThreads);
@@ -717,7 +745,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, const CUtens
   wg_wait<0>();
   reg_fence(s_acc);
   if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(stage(0)));  // done with K_0
-  q_part_free(0);
+  if constexpr (T::kQParts) free_q_part<T>(sm, cw, 0, n_tiles, lane);
   float alpha[2];
   bool moved =
       softmax_step<T>(s_acc, m_i, l_i, alpha, w.j0 * BLOCK_N, N, diag_base, need_mask(0), t4, scale_log2, lo_base);
@@ -743,7 +771,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, const CUtens
       wg_wait<1>();  // S_ij done; P_i(j−1)·V_(j−1) may still run: O_i and pa_in stay untouched
       reg_fence(s_acc);
       if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
-      q_part_free(j);
+      if constexpr (T::kQParts) free_q_part<T>(sm, cw, j, n_tiles, lane);
       moved = softmax_step<T>(s_acc, m_i, l_i, alpha, (w.j0 + j) * BLOCK_N, N, diag_base, need_mask(j), t4,
                               scale_log2, lo_base);
       wg_wait<0>();
@@ -756,7 +784,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, const CUtens
       reg_fence(o);
       reg_fence_u(pa_in);
       if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
-      q_part_free(j);
+      if constexpr (T::kQParts) free_q_part<T>(sm, cw, j, n_tiles, lane);
       if (lane == 0) release_after_pv<T>(sm, sp);
       moved = softmax_step<T>(s_acc, m_i, l_i, alpha, (w.j0 + j) * BLOCK_N, N, diag_base, need_mask(j), t4,
                               scale_log2, lo_base);
@@ -781,7 +809,9 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, const CUtens
     for (int j = 1; j < n_tiles; ++j) key_tile(j, pa, pa);
   }
   // Every S_ij finished: Q_i may be overwritten by the next tile's (kQParts: said already).
-  if (!T::kQParts && lane == 0) mbar_arrive(sm.q_empty());
+  if constexpr (!T::kQParts) {
+    if (lane == 0) mbar_arrive(sm.q_empty());
+  }
   // Last P·V: one more turn; the last warpgroup owes no arrival when it is the block's last turn.
   const int last = n_tiles - 1;
   mbar_wait(sm.v_full(stage(last)), phase(last));
@@ -883,10 +913,14 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     tma_prefetch_map(&map_v);
     if (T::kTmaStoreO) tma_prefetch_map(&map_o);
     mbar_init(sm.q_full(), 1);
-    mbar_init(sm.q_empty(), T::kQParts ? 4 : T::kConsumerWarps);
-    for (int cw = 1; T::kQParts && cw < T::kConsumers; ++cw) {
-      mbar_init(sm.q_full(cw), 1);
-      mbar_init(sm.q_empty(cw), 4);
+    if constexpr (T::kQParts) {  // a pair per consumer warpgroup's part of Q_i, four warps each
+      mbar_init(sm.q_empty(), 4);
+      for (int cw = 1; cw < T::kConsumers; ++cw) {
+        mbar_init(sm.q_full_part(cw), 1);
+        mbar_init(sm.q_empty_part(cw), 4);
+      }
+    } else {
+      mbar_init(sm.q_empty(), T::kConsumerWarps);
     }
     for (int s = 0; s < T::kStages; ++s) {
       mbar_init(sm.k_full(s), 1);
