@@ -201,18 +201,6 @@ TEST_CASE("wgmma-ws backward, the causal grid in chunks of heads", "[fast-bwd][f
   report("wgmma-ws bwd causal chunks");
 }
 
-// The last partial wave of the plain d = 128 grid runs each of its key tiles as two blocks over
-// query tiles [0, a) and [a, Tr), their dK, dV partials met in fp32 (attention_bwd_ws.cu,
-// bwd_ws_tail()). On a GPU of 132 SMs: 3 key tiles × 45 heads = 135 tiles, 3 in the last wave, each
-// split 4 + 2 of its 6 query tiles (N = 380: the short block holds the ragged last query and key
-// tiles); on other GPUs the split may differ or not happen, and the case still checks the result.
-TEST_CASE("wgmma-ws backward, the last wave's key tiles split in two blocks", "[fast-bwd][fast-bwd-ws][fast-bwd-sanitize]") {
-  if (!ws_in_build()) return;
-  check_bwd({1, 380, 45, 128, false}, kWsAndAtomic);
-  check_bwd({1, 380, 45, 128, false, fr::Dtype::fp16}, kWsAndAtomic);
-  report("wgmma-ws bwd split tail");
-}
-
 // Bit-reproducibility: the deterministic kernel gives the same dQ, dK, dV bits on every run (its
 // dQ sums the key blocks in a fixed order); the plain wgmma-ws kernel's dQ is printed for contrast
 // (its order varies, so its bits usually do). Many key blocks per query tile (N = 4096: 32) and

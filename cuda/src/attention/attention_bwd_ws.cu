@@ -90,7 +90,6 @@
 // (the grouped band kernel it derives from: 8, 8 and 36 there). What was measured and tried:
 // docs/optimisation.md, the wgmma-ws backward.
 #include "attention/attention_bwd_tc.cuh"
-#include "attention/bwd_ws_split.hpp"
 #include "attention/packed.cuh"
 #include "core/common.hpp"
 #include "core/hopper.cuh"
@@ -198,8 +197,6 @@ struct BwdWsTraits {
   static constexpr bool kAddF32 = false;
   // Packed sequences: BwdWsPacked below.
   static constexpr bool kPacked = false;
-  // The last partial wave's key tiles split in two blocks: BwdWsSplit below.
-  static constexpr bool kSplit = false;
 };
 
 /// The window instantiation of traits B (non-causal, not deterministic): a block loops over the
@@ -247,16 +244,6 @@ struct BwdWsPacked : BwdWsGroup<B, kBand> {
   static constexpr bool kPacked = true;
 };
 
-/// The split-tail instantiation of traits B (plain, non-causal): bwd_ws_split_kernel's grid, whose
-/// last partial wave of key tiles runs as two blocks per tile over query tiles [0, a) and [a, Tr)
-/// (BwdWsBlock::i_end), their dK_c, dV_c partials met in fp32 (meet_key_grads). A trait of its own,
-/// so the other kernels keep their code and names.
-template <class B>
-struct BwdWsSplit : B {
-  static_assert(!B::kCausal && !B::kDeterministic && !B::kLagDq && !B::kWindow && !B::kGroup, "the plain grid");
-  static constexpr bool kSplit = true;
-};
-
 // Named barriers (0 is __syncthreads): both consumers (dSᵀ complete), and one per consumer.
 constexpr int kDsReadyBarrier = 1, kConsumerBarrier = 2;  // 2 and 3
 /// Lagged dQ: consumer 1's first products wait for consumer 0's first softmax.
@@ -287,20 +274,16 @@ struct BwdWsSmem {
 /// Packed (kPacked): b is 0 and start_n counts from the sequence's first key; q_row0, k_row0 are the
 /// sequence's first rows of Q, dO and of K, V in the packed tensors, q_tile0 its first query tile in
 /// the packed numbering (the accumulator), Tq that numbering's tiles per head.
-/// Split (kSplit): `part` the tile's fp32 dK, dV partial and `meet` its two counters, or nullptr
-/// for a whole tile.
 struct BwdWsBlock {
   int start_n, h, b, i_begin, Tr, i_end;
   int h0 = 0, G = 1;
   int q_row0 = 0, k_row0 = 0, q_tile0 = 0, Tq = 0;
-  float* part = nullptr;
-  int* meet = nullptr;
 };
 
 /// The end of a block's query tile loop: Tr, or with a window the tile after the band's last.
 template <class T>
 __device__ __forceinline__ int query_tiles_end(const BwdWsBlock& w) {
-  return T::kWindow || T::kSplit ? w.i_end : w.Tr;
+  return T::kWindow ? w.i_end : w.Tr;
 }
 
 /// The number of query heads a block runs (1 unless grouped) and the query head of its g-th.
@@ -645,54 +628,6 @@ __device__ __forceinline__ void compute_dq(const BwdWsSmem<T>& sm, uint32_t sDs,
   }
 }
 
-/// A split tile's two blocks meet (kSplit; `thr` 0..255 over both consumers): the first to finish
-/// leaves its dK_c, dV_c partial in the tile's fp32 `part` (float4 number t·256 + thr: coalesced) and
-/// returns false; the second waits for it, adds it into its own and returns true (it stores). The
-/// first takes its ticket before it writes, so the second only ever waits on a block that is
-/// running: no wait on a block not yet launched, whatever order the grid's blocks start in.
-template <class T>
-__device__ __forceinline__ bool meet_key_grads(const BwdWsSmem<T>& sm, const BwdWsBlock& w, float (&acc_dk)[T::kHeadDim / 2],
-                                            float (&acc_dv)[T::kHeadDim / 2], int thr) {
-  constexpr int kF4 = T::kHeadDim / 8;  // float4s of one accumulator per thread
-  // Both consumers past their last step: every product waited for, so the dSᵀ buffer is free to
-  // carry the ticket.
-  named_bar_sync(kDsReadyBarrier, 256);
-  if (thr == 0) {
-    const int ticket = atomicAdd(w.meet, 1);
-    asm volatile("st.shared.s32 [%0], %1;\n" ::"r"(sm.ds(0)), "r"(ticket) : "memory");
-  }
-  named_bar_sync(kDsReadyBarrier, 256);
-  int ticket;
-  asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(ticket) : "r"(sm.ds(0)) : "memory");
-  float4* part = reinterpret_cast<float4*>(w.part);
-  if (ticket == 0) {
-#pragma unroll
-    for (int t = 0; t < kF4; ++t) {
-      __stcg(part + t * 256 + thr, make_float4(acc_dk[4 * t], acc_dk[4 * t + 1], acc_dk[4 * t + 2], acc_dk[4 * t + 3]));
-      __stcg(part + (kF4 + t) * 256 + thr,
-             make_float4(acc_dv[4 * t], acc_dv[4 * t + 1], acc_dv[4 * t + 2], acc_dv[4 * t + 3]));
-    }
-    __threadfence();                       // this thread's partial visible at the GPU before the flag
-    named_bar_sync(kDsReadyBarrier, 256);  // every thread's
-    if (thr == 0) asm volatile("st.release.gpu.global.s32 [%0], 1;\n" ::"l"(w.meet + 1) : "memory");
-    return false;
-  }
-  if (thr == 0) {  // the first block is running its stores: a short wait
-    int seen;
-    do {
-      asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(w.meet + 1) : "memory");
-    } while (seen != 1);
-  }
-  named_bar_sync(kDsReadyBarrier, 256);  // the acquire above, then every thread's loads
-#pragma unroll
-  for (int t = 0; t < kF4; ++t) {
-    const float4 k = __ldcg(part + t * 256 + thr), v = __ldcg(part + (kF4 + t) * 256 + thr);
-    acc_dk[4 * t] += k.x, acc_dk[4 * t + 1] += k.y, acc_dk[4 * t + 2] += k.z, acc_dk[4 * t + 3] += k.w;
-    acc_dv[4 * t] += v.x, acc_dv[4 * t + 1] += v.y, acc_dv[4 * t + 2] += v.z, acc_dv[4 * t + 3] += v.w;
-  }
-  return true;
-}
-
 /// One consumer warpgroup c: keys [64c, 64c + 64) of the block's K_j, V_j, every query tile.
 template <class T>
 __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlock& w, float* __restrict__ dQaccum,
@@ -809,12 +744,6 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
     const int turn = 2 * (w.start_n / T::BLOCK_N) + c;
     reduce_dq<T>(sm.dq(c), dst, c, tid, dq_order + head_tiles + i, turn);
     if constexpr (T::kGroup) next_group_head<T>(w, i, g);
-  }
-  if constexpr (T::kSplit) {
-    if (w.meet != nullptr && !meet_key_grads<T>(sm, w, acc_dk, acc_dv, c * 128 + tid)) {
-      if (tid == 0) bulk_wait_group<0>();  // no bulk reduction may still read SRAM when the block exits
-      return;                              // the tile's other block stores the sums
-    }
   }
   // Grouped: dK, dV are [B, N_k, H_kv, d], written once for the whole group.
   // Packed: [1, total_k, H_kv, d] from the sequence's first key (p.seq_k its length: the rows stop there).
@@ -978,47 +907,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #endif
 }
 
-/// The split tail (T::kSplit): a 1-D grid of `full` whole key tiles (the plain grid's order: j,
-/// then h, then b) and then the last `tail` tiles twice, first their blocks over query tiles
-/// [0, split), then those over [split, Tr): the long blocks start first, the short ones fill the
-/// SMs the last wave leaves idle (bwd_ws_tail()). Tile full + r meets in part + r·(2·BLOCK_N·d)
-/// floats and counters meet + 2r.
-struct BwdWsTail {
-  int full = 0, tail = 0, split = 0;
-  float* part = nullptr;
-  int* meet = nullptr;
-};
-template <class T>
-__global__ void __launch_bounds__(T::kThreads, 1)
-    bwd_ws_split_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
-                        const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do,
-                        Problem p, const float* __restrict__ LSE, const float* __restrict__ D,
-                        float* __restrict__ dQaccum, uint16_t* __restrict__ dK, uint16_t* __restrict__ dV,
-                        BwdWsTail tail) {
-#if FLASHLAB_WGMMA_OK
-  static_assert(T::kSplit, "the split traits");
-  extern __shared__ uint8_t smem_raw[];
-  const BwdWsSmem<T> sm{(uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u};
-  const int tc = (p.seq + T::BLOCK_N - 1) / T::BLOCK_N, lin = int(blockIdx.x);
-  const int r = lin < tail.full ? -1 : (lin - tail.full) % tail.tail;  // the split tile's number
-  const int t = r < 0 ? lin : tail.full + r, piece = r < 0 ? 0 : (lin - tail.full) / tail.tail;
-  BwdWsBlock w;
-  w.start_n = t % tc * T::BLOCK_N;
-  w.h = t / tc % p.heads;
-  w.b = t / tc / p.heads;
-  w.Tr = (p.seq + T::BLOCK_M - 1) / T::BLOCK_M;
-  w.i_begin = piece == 0 ? 0 : tail.split;
-  w.i_end = r < 0 ? w.Tr : piece == 0 ? tail.split : w.Tr;
-  if (r >= 0) {
-    w.part = tail.part + std::size_t(r) * (2 * T::BLOCK_N * T::kHeadDim);
-    w.meet = tail.meet + 2 * r;
-  }
-  bwd_ws_body<T>(sm, w, p, &map_q, &map_k, &map_v, &map_do, LSE, D, dQaccum, nullptr, dK, dV);
-#else
-  __trap();  // built without sm_90a: never launched
-#endif
-}
-
 /// Packed sequences (T::kPacked): grid (⌊total_k / BLOCK_N⌋ + B, H_kv, 1) non-causal, (H_kv,
 /// ⌊total_k / BLOCK_N⌋ + B, 1) causal; block j owns key tile j of the packed numbering over the
 /// keys (packed.cuh), a tile past its sequence's last key exits at once. The block runs the grouped
@@ -1174,57 +1062,6 @@ int bwd_ws_causal_chunk(const Problem& p, int tc) {
   return c;
 }
 
-/// The split of the last partial wave of `tiles` key tiles of Tr query steps each on `sms` SMs.
-/// Whole blocks leave R = tiles mod SMs tiles for the last wave, and SMs − R idle beside them: each
-/// of those R runs as a long block of a steps and a short one of b = Tr − a; the long ones take R
-/// SMs, the short ones the other SMs − R, k = ⌈R / (SMs − R)⌉ after one another. With a block's
-/// fixed cost (K_j, V_j, the partials' meeting) at about kStepsFixed steps, the wave ends at
-/// max(a, k·(b + kStepsFixed)): b = (Tr − k·kStepsFixed) / (k + 1). No split when b < 2 steps.
-BwdWsTail bwd_ws_tail(int tiles, int sms, int Tr) {
-  constexpr int kStepsFixed = 2;
-  BwdWsTail t;
-  const int R = tiles % sms;
-  if (R == 0 || R > kBwdSplitTiles) return t;
-  const int k = (R + (sms - R) - 1) / (sms - R);
-  const int b = (Tr - k * kStepsFixed) / (k + 1);
-  if (b < 2) return t;
-  t.full = tiles - R;
-  t.tail = R;
-  t.split = Tr - b;
-  return t;
-}
-
-/// The plain non-causal d = 128 grid with its last partial wave split (bwd_ws_split_kernel) where
-/// bwd_ws_tail() finds a split, its partials in the workspace after the order counters
-/// (bwd_ws_split.hpp: fast_attention_backward_workspace_bytes holds them); false: launch the
-/// whole-tile grid.
-template <class T>
-bool launch_bwd_ws_split(const Problem& p, const BwdPointers& a, const CUtensorMap& map_q, const CUtensorMap& map_k,
-                         const CUtensorMap& map_v, const CUtensorMap& map_do, int tc, cudaStream_t stream) {
-  if constexpr (T::kHeadDim != 128 || T::kCausal || T::kDeterministic || T::kWindow || T::kGroup || T::kAddF32) {
-    return false;
-  } else {
-    if (bwd_ws_split_bytes(p) == 0) return false;
-    int dev = 0, sms = 0;
-    FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
-    FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    BwdWsTail tail = bwd_ws_tail(tc * p.heads * p.batch, sms, (p.seq + T::BLOCK_M - 1) / T::BLOCK_M);
-    if (tail.tail == 0) return false;
-    tail.part = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(a.dQaccum) + bwd_ws_split_offset(p));
-    tail.meet = reinterpret_cast<int*>(tail.part + std::size_t(tail.tail) * (2 * T::BLOCK_N * T::kHeadDim));
-    FLASHLAB_CUDA_CHECK(cudaMemsetAsync(tail.meet, 0, 2 * std::size_t(tail.tail) * sizeof(int), stream));
-    using S = BwdWsSplit<T>;
-    auto kernel = &bwd_ws_split_kernel<S>;
-    set_smem(reinterpret_cast<const void*>(kernel), S::kSmemBytes, "bwd_ws_split_kernel", p);
-    announce("bwd_ws_split_kernel");
-    kernel<<<unsigned(tail.full + 2 * tail.tail), S::kThreads, S::kSmemBytes, stream>>>(
-        map_q, map_k, map_v, map_do, p, a.LSE, a.D, a.dQaccum, static_cast<uint16_t*>(a.dK),
-        static_cast<uint16_t*>(a.dV), tail);
-    FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_split_kernel");
-    return true;
-  }
-}
-
 template <int D, bool kBf16, bool kCausal, bool kDeterministic, bool kWindow = false, bool kGroup = false,
           bool kAddF32 = false>
 void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, int* dq_order, cudaStream_t stream) {
@@ -1252,13 +1089,10 @@ void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, int* dq_order, cu
   const bool chunked = kCausal || (kGroup && kWindow && p.causal);  // as bwd_ws_kernel decodes it
   const int chunk = chunked ? bwd_ws_causal_chunk(p, int(tc)) : 1;
   const dim3 grid = chunked ? dim3(chunk, tc, unsigned(p.heads_kv / chunk * p.batch)) : dim3(tc, p.heads_kv, p.batch);
-  if (!launch_bwd_ws_split<T>(p, a, map_q, map_k, map_v, map_do, int(tc), stream)) {
-    announce("bwd_ws_kernel");
-    kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, p, a.LSE, a.D, a.dQaccum,
-                                                        dq_order, static_cast<uint16_t*>(a.dK),
-                                                        static_cast<uint16_t*>(a.dV));
-    FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_kernel");
-  }
+  announce("bwd_ws_kernel");
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, p, a.LSE, a.D, a.dQaccum, dq_order,
+                                                      static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV));
+  FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_kernel");
 
   const std::size_t n4 = acc_numel / 4;
   const unsigned blocks = unsigned(std::min<std::size_t>((n4 + 255) / 256, 4096));

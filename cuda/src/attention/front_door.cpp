@@ -19,7 +19,6 @@
 #include "attention/front_door.hpp"
 #include "attention/fwd_ws_config.hpp"
 #include "attention/bwd_d256.hpp"
-#include "attention/bwd_ws_split.hpp"
 #include "attention/launchers.hpp"
 #include "attention/splitkv.hpp"
 
@@ -537,8 +536,6 @@ std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const
   const std::size_t numel = std::size_t(p.batch) * rows * p.row_stride();
   const std::size_t counters =
       std::size_t(p.batch) * p.heads * ((std::size_t(p.seq) + detail::kDqOrderTileRows - 1) / detail::kDqOrderTileRows);
-  const std::size_t split = detail::bwd_ws_split_bytes(p);  // after the counters (bwd_ws_split.hpp)
-  if (split != 0) return dq_accum_offset(stats) + detail::bwd_ws_split_offset(p) + split;
   return dq_accum_offset(stats) + numel * sizeof(float) + counters * sizeof(int);
 }
 
