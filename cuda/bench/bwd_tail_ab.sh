@@ -41,14 +41,11 @@ done
 PYTHONUNBUFFERED=1 python3 "$here/sdpa_bench.py" "$out/r1_after.csv" --out "$out/sdpa.csv" >"$out/sdpa.log" 2>&1 || status=1
 
 python3 - "$out" "$date" "$device" "$before" "$after" "$rounds" <<'PY' || status=1
-import csv, statistics, sys
+import csv, os, statistics, sys
 out, date, device, before, after, rounds = sys.argv[1:7]
-commit = {}
-for build, d in (("before", before), ("after", after)):
-    try:
-        commit[build] = open(f"{d}/commit").read().strip()
-    except OSError:
-        commit[build] = "unknown"
+# each build's commit file (git describe of the tree that built it), else unknown
+commit = {b: open(f"{d}/commit").read().strip() if os.path.isfile(f"{d}/commit") else "unknown"
+          for b, d in (("before", before), ("after", after))}
 w = csv.writer(open(f"{out}/ab.csv", "w", newline=""), lineterminator="\n")
 w.writerow(["date", "device", "round", "build", "commit", "H", "N", "causal", "median_ms", "min_ms", "max_ms", "tflops"])
 tf = {}
