@@ -469,37 +469,19 @@ __device__ __forceinline__ void pack_a(const float (&acc)[4 * kT], uint32_t (&a)
 /// dSᵀ fragments → SRAM buffer [128 keys][BLOCK_M queries] as BLOCK_M / 64 boxes of
 /// [128 keys][64 queries] in the 128-byte swizzle (16-byte chunk q/8 of row k stored at chunk
 /// (q/8) ^ (k % 8)), then the proxy fence for wgmma's reads.
-/// d = 128, dense traits (grouped, window and packed keep the stores below): one `stmatrix` .x4 per
-/// k16 fragment (the A fragment of m64nNk16 is its four 8×8 matrices: key rows +0 / +8, queries
-/// +0 / +8), lane l addressing row l % 8 of matrix l / 8: four stores a thread instead of sixteen,
-/// and their address arithmetic.
 template <class T>
 __device__ __forceinline__ void store_ds(uint32_t sDs, const uint32_t (&dsa)[T::BLOCK_M / 16][4], int key_local,
                                          int t4) {
-  if constexpr (T::kHeadDim == 128 && !T::kGroup && !T::kWindow) {
-    const int lane = int(threadIdx.x % 32), m = lane / 8;
-    const int row = key_local - lane / 4 + 8 * (m % 2) + lane % 8;  // the warp's 16 key rows from key_local − lane/4
 #pragma unroll
-    for (int kk = 0; kk < T::BLOCK_M / 16; ++kk) {
-      const int t = 2 * kk + m / 2;  // the 8-query chunk of matrix m
-      const uint32_t addr = sDs + uint32_t(t / 8) * T::BLOCK_N * 128 + uint32_t(row) * 128 +
-                            (uint32_t((t % 8) ^ (row & 7)) << 4);
-      asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
-                   "r"(dsa[kk][0]), "r"(dsa[kk][1]), "r"(dsa[kk][2]), "r"(dsa[kk][3])
-                   : "memory");
+  for (int t = 0; t < T::BLOCK_M / 8; ++t)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = key_local + 8 * r, box = t / 8;
+      const uint32_t addr = sDs + uint32_t(box) * T::BLOCK_N * 128 + uint32_t(row) * 128 +
+                            (uint32_t((t % 8) ^ (row & 7)) << 4) + 4u * uint32_t(t4);
+      // fragment a[t/2][2·(t%2) + r] holds accumulator entries 4t + 2r, 4t + 2r + 1.
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[t / 2][2 * (t % 2) + r]) : "memory");
     }
-  } else {
-#pragma unroll
-    for (int t = 0; t < T::BLOCK_M / 8; ++t)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = key_local + 8 * r, box = t / 8;
-        const uint32_t addr = sDs + uint32_t(box) * T::BLOCK_N * 128 + uint32_t(row) * 128 +
-                              (uint32_t((t % 8) ^ (row & 7)) << 4) + 4u * uint32_t(t4);
-        // fragment a[t/2][2·(t%2) + r] holds accumulator entries 4t + 2r, 4t + 2r + 1.
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[t / 2][2 * (t % 2) + r]) : "memory");
-      }
-  }
   fence_proxy_async_shared();
 }
 
