@@ -93,7 +93,7 @@ schedule() {  # rows into stream_gpus.csv; the per-rank lines go to the log
   local common=(--dim 128 --k 16 --reps "$REPS" --warmup 1 --csv)
   local runs=(
     "one_gpu|--gpus 1 --seq $((T / G))"
-    "schedule|--gpus 1,$G --seq $T --layout contiguous,zigzag --exchange whole,pieces --folds 1,2,4 --schedule serial,overlap"
+    "schedule|--gpus 1,$G --seq $T --layout contiguous,zigzag --exchange whole,pieces --folds 1,2,4 --schedule serial,overlap --transport nccl"
     "copy|--gpus $G --seq $T --layout contiguous,zigzag --exchange whole,pieces --folds 1,2,4 --schedule serial,overlap --transport copy"
     "priority|--gpus $G --seq $T --layout zigzag --exchange pieces --folds 2,4 --schedule overlap --comm-priority high")
   for r in "${runs[@]}"; do
