@@ -74,7 +74,8 @@ constexpr Variant kVariants[] = {
     {rs::ShardLayout::zigzag, true, 1, false},      {rs::ShardLayout::contiguous, false, 1, true},
     {rs::ShardLayout::zigzag, false, 1, true},      {rs::ShardLayout::zigzag, true, 2, true},
     {rs::ShardLayout::zigzag, true, 3, false},      {rs::ShardLayout::zigzag, true, 4, true},
-    {rs::ShardLayout::contiguous, false, 1, false, true}, {rs::ShardLayout::zigzag, true, 2, true, true}};
+    {rs::ShardLayout::contiguous, false, 1, false, true}, {rs::ShardLayout::zigzag, true, 2, true, true},
+    {rs::ShardLayout::zigzag, true, 3, false, true},      {rs::ShardLayout::zigzag, true, 4, true, true}};
 
 std::string name(const Variant& x) {
   return std::string(rs::shard_layout_name(x.layout)) + (x.pieces ? " pieces" : " whole") + " folds " +

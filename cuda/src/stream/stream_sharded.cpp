@@ -15,8 +15,10 @@
 // Serial: one compute stream, the estimates in token order, then the applies. Overlap: chunk c on
 // compute stream c, the latest chunk enqueued first, so its long query blocks take the SMs first
 // and the other chunks' blocks (and applies) fill the gaps a waiting or draining chunk leaves.
-// copy_engines: each receiver pulls the same transfers with cudaMemcpyPeerAsync on its communication
-// stream instead (no exchange kernel on the SMs).
+// copy_engines: each receiver pulls the same transfers with cudaMemcpyPeerAsync instead (no exchange
+// kernel on the SMs), on one stream per source so the copies from its peers run side by side (on one
+// stream they ran one after another); each group's landing joins those streams into the
+// communication stream.
 // The keys_visible scheme of the CPU model (reference/src/stream/stream_shards.cpp) for K; for V
 // it sends every needed row, not only the kept blocks' (I is not known when the exchange starts,
 // so the V exchange overlaps the estimate instead of waiting for it): the benchmark reports both.
@@ -97,6 +99,10 @@ struct ShardedStream::Impl {
   struct Rank {
     std::vector<cudaStream_t> compute;
     cudaStream_t comm = nullptr;
+    /// copy_engines: per source rank, the stream this rank pulls its rows on (none for itself), and
+    /// the event that joins it into comm at the end of each group.
+    std::vector<cudaStream_t> pull;
+    std::vector<cudaEvent_t> pulled;
     cudaEvent_t start = nullptr, v_landed = nullptr;
     std::vector<cudaEvent_t> k_landed;               // after each K group
     std::vector<std::array<cudaEvent_t, 4>> chunk;   // per chunk: estimate start, end, apply start, end
@@ -122,7 +128,7 @@ struct ShardedStream::Impl {
   /// One exchange group (K or V): the transfers of `tier` (kAllTiers: every one), every rank
   /// issuing its sends and receives in the one order of `transfers`, so the pairs match.
   void exchange(const std::vector<ShardedStreamBuffers>& b, void* ShardedStreamBuffers::*field, std::size_t tier) {
-    if (p.copy_engines) {  // each receiver pulls its rows on its own communication stream
+    if (p.copy_engines) {  // each receiver pulls its rows from each source on that source's stream
       for (const auto& t : transfers) {
         if (tier != kAllTiers && t.tier != tier) continue;
         const std::size_t at = t.chunk.token_begin * row_bytes();
@@ -132,7 +138,7 @@ struct ShardedStream::Impl {
         // The source rows are the sender's own, which no run writes: no wait on the sender.
         FLASHLAB_CUDA_CHECK(cudaMemcpyPeerAsync(static_cast<char*>(b[t.dst].*field) + at, dst,
                                                 static_cast<const char*>(b[t.src].*field) + at, src, n,
-                                                ranks[t.dst].comm));
+                                                ranks[t.dst].pull[t.src]));
       }
       return;
     }
@@ -209,6 +215,16 @@ ShardedStream::ShardedStream(const ShardedStreamProblem& problem, const LocalRin
       FLASHLAB_CUDA_CHECK(cudaEventCreate(&e));
       return e;
     };
+    if (problem.copy_engines && G > 1) {
+      r.pull.assign(G, nullptr);
+      r.pulled.assign(G, nullptr);
+      for (std::size_t src = 0; src < G; ++src) {
+        if (src == std::size_t(g)) continue;
+        FLASHLAB_CUDA_CHECK(cudaStreamCreateWithPriority(&r.pull[src], cudaStreamNonBlocking,
+                                                         problem.comm_priority ? greatest : least));
+        FLASHLAB_CUDA_CHECK(cudaEventCreateWithFlags(&r.pulled[src], cudaEventDisableTiming));  // a join only
+      }
+    }
     r.start = event();
     r.v_landed = event();
     for (std::size_t i = 0; i < m.k_groups; ++i) r.k_landed.push_back(event());
@@ -225,7 +241,10 @@ ShardedStream::~ShardedStream() {
     Impl::Rank& r = m.ranks[g];
     for (auto s : r.compute) cudaStreamSynchronize(s);
     if (r.comm) cudaStreamSynchronize(r.comm);
+    for (auto s : r.pull)
+      if (s) cudaStreamSynchronize(s);
     std::vector<cudaEvent_t> events{r.start, r.v_landed};
+    events.insert(events.end(), r.pulled.begin(), r.pulled.end());
     events.insert(events.end(), r.k_landed.begin(), r.k_landed.end());
     events.insert(events.end(), r.joined.begin(), r.joined.end());
     for (const auto& c : r.chunk) events.insert(events.end(), c.begin(), c.end());
@@ -233,6 +252,8 @@ ShardedStream::~ShardedStream() {
       if (e) cudaEventDestroy(e);
     for (auto s : r.compute) cudaStreamDestroy(s);
     if (r.comm) cudaStreamDestroy(r.comm);
+    for (auto s : r.pull)
+      if (s) cudaStreamDestroy(s);
   }
 }
 
@@ -261,12 +282,22 @@ void ShardedStream::run(const std::vector<ShardedStreamBuffers>& buffers) {
     // them (every compute stream of the previous run was joined into compute[0]); so do the
     // chunks' own streams.
     FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(r.comm, r.start, 0));
+    for (auto s : r.pull)
+      if (s) FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(s, r.start, 0));
     for (std::size_t i = 1; i < r.compute.size(); ++i) FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(r.compute[i], r.start, 0));
   }
   auto record_comm = [&](auto event_of) {
     for (int g = 0; g < G; ++g) {
       FLASHLAB_CUDA_CHECK(cudaSetDevice(m.ring->device(g)));
       Impl::Rank& r = m.ranks[std::size_t(g)];
+      // The group has landed when every pull stream is past it. Each pull stream keeps its
+      // groups in order (K tier by tier, then V), and re-recording its one join event is safe:
+      // comm's wait took the record before it.
+      for (std::size_t src = 0; src < r.pull.size(); ++src) {
+        if (!r.pull[src]) continue;
+        FLASHLAB_CUDA_CHECK(cudaEventRecord(r.pulled[src], r.pull[src]));
+        FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(r.comm, r.pulled[src], 0));
+      }
       FLASHLAB_CUDA_CHECK(cudaEventRecord(event_of(r), r.comm));
     }
   };
@@ -364,7 +395,7 @@ std::vector<ShardedRankTimes> ShardedStream::wait() {
   for (std::size_t g = 0; g < out.size(); ++g) {
     FLASHLAB_CUDA_CHECK(cudaSetDevice(m.ring->device(int(g))));
     Impl::Rank& r = m.ranks[g];
-    FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(r.comm));
+    FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(r.comm));  // it has joined every pull stream
     for (auto s : r.compute) FLASHLAB_CUDA_CHECK(cudaStreamSynchronize(s));
     auto at = [&](cudaEvent_t e) {
       float t = 0.f;
