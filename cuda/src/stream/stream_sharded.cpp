@@ -10,7 +10,7 @@
 //            the rows some rank's chunk i needs first — else one group
 //   compute: per chunk, waits for the rows it needs (all K, or the tiers up to its own), then
 //            the estimate of its query blocks                                        (App. A, B)
-//   comm:    V rows the same way, right behind K, while the estimates run
+//   comm:    V rows the same way while the estimates run (NCCL: enqueued right behind K)
 //   compute: waits for them, apply of the same query blocks                               (§6)
 // Serial: one compute stream, the estimates in token order, then the applies. Overlap: chunk c on
 // compute stream c, the latest chunk enqueued first, so its long query blocks take the SMs first
@@ -19,6 +19,8 @@
 // kernel on the SMs), on one stream per source so the copies from its peers run side by side (on one
 // stream they ran one after another); each group's landing joins those streams into the
 // communication stream.
+// The host enqueues the first K group, the estimates needing no more, the other groups and
+// estimates, then V (run(): a copy costs the host microseconds to enqueue).
 // The keys_visible scheme of the CPU model (reference/src/stream/stream_shards.cpp) for K; for V
 // it sends every needed row, not only the kept blocks' (I is not known when the exchange starts,
 // so the V exchange overlaps the estimate instead of waiting for it): the benchmark reports both.
@@ -301,17 +303,6 @@ void ShardedStream::run(const std::vector<ShardedStreamBuffers>& buffers) {
       FLASHLAB_CUDA_CHECK(cudaEventRecord(event_of(r), r.comm));
     }
   };
-  // K: in tiers with pieces (tier i: the rows some rank's chunk i needs first), else one group.
-  for (std::size_t i = 0; i < m.k_groups; ++i) {
-    if (G > 1) m.exchange(buffers, &ShardedStreamBuffers::K, m.p.pieces ? i : kAllTiers);
-    record_comm([i](Impl::Rank& r) { return r.k_landed[i]; });
-  }
-  // V right behind K, enqueued before the estimates: its NCCL kernel then comes before their blocks
-  // in launch order, so the estimates, which do not need V, cannot hold it back until they drain
-  // (enqueued after four or more estimate launches, it landed only as they ended). The applies
-  // wait for all of it.
-  if (G > 1) m.exchange(buffers, &ShardedStreamBuffers::V, kAllTiers);
-  record_comm([](Impl::Rank& r) { return r.v_landed; });
   // Chunk c's rows of Q, O (tokens) and of I, scores (query blocks) follow the earlier chunks'.
   auto token_offset = [&](int g, std::size_t c) {
     std::size_t t = 0;
@@ -334,29 +325,65 @@ void ShardedStream::run(const std::vector<ShardedStreamBuffers>& buffers) {
     for (std::size_t c = 0; c < order.size(); ++c) order[c] = m.p.overlap ? order.size() - 1 - c : c;
     return order;
   };
-  for (int g = 0; g < G; ++g) {
-    FLASHLAB_CUDA_CHECK(cudaSetDevice(m.ring->device(g)));
-    const auto gi = std::size_t(g);
-    Impl::Rank& r = m.ranks[gi];
-    const ShardedStreamBuffers& b = buffers[gi];
-    for (const std::size_t c : chunk_order(g)) {
-      cudaStream_t st = stream_of(g, c);
-      // A rank waits only for rows it receives: never for its own sends alone.
-      if (const int k = m.k_group_for(g, c); k >= 0)
-        FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(st, r.k_landed[std::size_t(k)], 0));
-      FLASHLAB_CUDA_CHECK(cudaEventRecord(r.chunk[c][0], st));
-      const RankShard& s = m.chunks[gi][c];
-      auto* I = b.I + block_offset(g, c);
-      float* scores = b.scores ? b.scores + block_offset(g, c) : nullptr;
-      const void* Q = static_cast<const char*>(b.Q) + token_offset(g, c);
-      if (G == 1)  // the single-GPU entry itself: the anchor of every comparison
-        stream_fast_estimate_device(mask, m.p.heads, m.p.dim, m.p.k, b.Q, b.K, nullptr, b.I, b.scores, nullptr, st);
-      else
-        stream_fast_estimate_shard_device(mask, m.p.heads, m.p.dim, m.p.k, {s.q_begin, s.q_end - s.q_begin}, Q, b.K, I,
-                                          scores, nullptr, st);
-      FLASHLAB_CUDA_CHECK(cudaEventRecord(r.chunk[c][1], st));
+  // The estimates of the chunks `take` admits, on every rank, each waiting for the K group it needs.
+  auto enqueue_estimates = [&](auto take) {
+    for (int g = 0; g < G; ++g) {
+      FLASHLAB_CUDA_CHECK(cudaSetDevice(m.ring->device(g)));
+      const auto gi = std::size_t(g);
+      Impl::Rank& r = m.ranks[gi];
+      const ShardedStreamBuffers& b = buffers[gi];
+      for (const std::size_t c : chunk_order(g)) {
+        if (!take(m.k_group_for(g, c))) continue;
+        cudaStream_t st = stream_of(g, c);
+        // A rank waits only for rows it receives: never for its own sends alone.
+        if (const int k = m.k_group_for(g, c); k >= 0)
+          FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(st, r.k_landed[std::size_t(k)], 0));
+        FLASHLAB_CUDA_CHECK(cudaEventRecord(r.chunk[c][0], st));
+        const RankShard& s = m.chunks[gi][c];
+        auto* I = b.I + block_offset(g, c);
+        float* scores = b.scores ? b.scores + block_offset(g, c) : nullptr;
+        const void* Q = static_cast<const char*>(b.Q) + token_offset(g, c);
+        if (G == 1)  // the single-GPU entry itself: the anchor of every comparison
+          stream_fast_estimate_device(mask, m.p.heads, m.p.dim, m.p.k, b.Q, b.K, nullptr, b.I, b.scores, nullptr, st);
+        else
+          stream_fast_estimate_shard_device(mask, m.p.heads, m.p.dim, m.p.k, {s.q_begin, s.q_end - s.q_begin}, Q, b.K, I,
+                                            scores, nullptr, st);
+        FLASHLAB_CUDA_CHECK(cudaEventRecord(r.chunk[c][1], st));
+      }
     }
+  };
+  auto exchange_k = [&](std::size_t first, std::size_t last) {  // K groups first … last − 1
+    for (std::size_t i = first; i < last; ++i) {
+      if (G > 1) m.exchange(buffers, &ShardedStreamBuffers::K, m.p.pieces ? i : kAllTiers);
+      record_comm([i](Impl::Rank& r) { return r.k_landed[i]; });
+    }
+  };
+  auto exchange_v = [&] {
+    if (G > 1) m.exchange(buffers, &ShardedStreamBuffers::V, kAllTiers);
+    record_comm([](Impl::Rank& r) { return r.v_landed; });
+  };
+  // A chunk's wait must be enqueued after its group's landing is recorded (a wait on an event not yet
+  // recorded in this run would take the previous run's). K goes in tiers with pieces (tier i: the
+  // rows some rank's chunk i needs first), else in one group.
+  if (m.p.copy_engines) {
+    // Copies are enqueued by the host one by one (about 7 µs each, 180 at 4 folds on 4 GPUs with V):
+    // enqueued all before the first estimate, they held every rank's start back by up to 1.4 ms.
+    // So the first K group, then the estimates that need no more, then the other groups and
+    // estimates; V last, as no estimate needs it and a copy takes no SM from them.
+    exchange_k(0, 1);
+    enqueue_estimates([](int k) { return k <= 0; });
+    exchange_k(1, m.k_groups);
+    enqueue_estimates([](int k) { return k > 0; });
+    exchange_v();
+  } else {
+    // NCCL: V right behind K, before the estimates: its kernel then comes before their blocks in
+    // launch order, so the estimates, which do not need V, cannot hold it back until they drain
+    // (enqueued after four or more estimate launches, it landed only as they ended).
+    exchange_k(0, m.k_groups);
+    exchange_v();
+    enqueue_estimates([](int) { return true; });
   }
+  // The applies wait for all of V.
   for (int g = 0; g < G; ++g) {
     FLASHLAB_CUDA_CHECK(cudaSetDevice(m.ring->device(g)));
     const auto gi = std::size_t(g);
