@@ -70,8 +70,8 @@ std::vector<ref::stream::RankShard> fast_stream_shards(std::size_t T, std::size_
 
 /// What a sharded run computes: one causal STREAM problem, bf16, b_q = b_k = 64, and how the run
 /// is dealt and moved, which never changes I or O. The defaults (zigzag, K in pieces, 4 folds,
-/// overlap, copy engines) ran fastest of every schedule measured at T = 4M on 2 GPUs, in two runs
-/// (docs/stream.md).
+/// overlap, copy engines) ran fastest of every schedule measured at T = 4M on 2 GPUs, in two runs,
+/// and at T = 8M on 4 (docs/stream.md).
 struct ShardedStreamProblem {
   std::size_t T = 0;      ///< tokens of the whole sequence
   std::size_t heads = 1;  ///< H
@@ -94,14 +94,15 @@ struct ShardedStreamProblem {
   /// while another's wait or drain; false: one compute stream, the estimates in token order, then
   /// the applies. The latest chunk is launched first (its query blocks are the dearest).
   bool overlap = true;
-  /// The communication stream at the device's greatest stream priority, so that the exchange's
+  /// The communication streams at the device's greatest stream priority, so that the exchange's
   /// NCCL kernels take SMs ahead of waiting estimate blocks (the rows a chunk waits for land
   /// sooner); false: the default priority, as the compute streams.
   bool comm_priority = false;
   /// The exchange by the GPUs' copy engines instead of NCCL: each rank pulls the rows it needs
-  /// from the others (cudaMemcpyPeerAsync on its communication stream, peer access enabled
-  /// between the ring's devices; one process drives them all, as LocalRing does), so no exchange
-  /// kernel takes SMs from the estimate. The same rows, tiers and events; refused where two of
+  /// from the others (cudaMemcpyPeerAsync, one stream per source so its peers' copies run at
+  /// once; peer access enabled between the ring's devices; one process drives them all, as
+  /// LocalRing does), so no exchange kernel takes SMs from the estimate; V is enqueued after the
+  /// estimates, which do not need it. The same rows, tiers and events; refused where two of
   /// the ring's devices cannot reach each other's memory (then false: NCCL, which any ring has).
   bool copy_engines = true;
 };
