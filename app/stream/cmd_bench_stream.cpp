@@ -64,12 +64,13 @@ constexpr const char* kSummary =
     "2G − 1 − g (balanced estimate work), contiguous G shards; --exchange pieces (zigzag only; the\n"
     "default) moves the K rows each rank's first chunk needs first (in tiers: chunk i's rows in group\n"
     "i), so that chunk's estimate starts before the rest lands, whole in one group; --folds F (zigzag\n"
-    "only; default 4) deals 2F·G chunks, every 2G of them as zigzag, 2F per rank; --schedule overlap\n"
+    "only; default 8) deals 2F·G chunks, every 2G of them as zigzag, 2F per rank; --schedule overlap\n"
     "(the default) runs each chunk's estimate and apply on a stream of its own (the latest chunk\n"
-    "first), serial the estimates in token order on one stream, then the applies; --comm-priority\n"
+    "first; as many streams as the GPU's hardware queues leave, CUDA_DEVICE_MAX_CONNECTIONS), serial the estimates in token order on one stream, then the applies; --comm-priority\n"
     "high puts the exchange's stream at the greatest stream priority; --transport copy (the default)\n"
     "moves the rows with the copy engines (peer copies, no kernel; GPUs with peer access), nccl with\n"
-    "NCCL's send/receive kernels. The defaults were the fastest on 2 GPUs (docs/stream.md). Each\n"
+    "NCCL's send/receive kernels. The defaults were the fastest on 2 and 4 GPUs (docs/stream.md). With\n"
+    "--gpus, --seq goes up to 16777216. Each\n"
     "row is followed by one line per rank (text; on stderr with --json/--csv): its total, estimate,\n"
     "apply, exposed and first-wait ms, when its K and V rows had landed, and its estimates timed again\n"
     "alone (no exchange, no other GPU busy; per chunk too; G = 1: the range kernel over every query\n"
@@ -80,8 +81,10 @@ constexpr const char* kSummary =
     "split zigzag's chunks alone; left at its default, either is whole or 1 on contiguous rows). Needs a\n"
     "build with CUDA and an NVIDIA GPU.";
 
-/// Largest T the sweep accepts: 8M tokens (at d = 128 one fp32 tensor is 4 GiB).
+/// Largest T the sweep accepts: 8M tokens (at d = 128 one fp32 tensor is 4 GiB); with --gpus, whose
+/// tensors are bf16 and dealt over the GPUs, 16M (one bf16 tensor 4 GiB).
 constexpr long long kMaxSeq = 1LL << 23;
+constexpr long long kMaxSeqGpus = 1LL << 24;
 
 po::options_description options() {
   po::options_description d("Options");
@@ -92,7 +95,7 @@ po::options_description options() {
       ("kernel", po::value<std::string>()->default_value("fast"), 
        "fast | clear: the fast 16-bit tensor-core kernels (the default) or the clear fp32 ones")
       ("seq", po::value<std::string>()->default_value("32768,65536,131072,262144,524288,1048576"),
-       "sequence lengths T, comma separated (up to 8388608)")
+       "sequence lengths T, comma separated (up to 8388608; 16777216 with --gpus)")
       ;
   add_dim_list_option(d, "64,128");
   d.add_options()
@@ -119,9 +122,9 @@ po::options_description options() {
       ("exchange", po::value<std::string>()->default_value("pieces"),
        "with --gpus: the K exchange, comma separated: whole (one group) or pieces (chunk i's rows in group i; zigzag; "
        "the default: contiguous rows take whole)")
-      ("folds", po::value<std::string>()->default_value("4"),
+      ("folds", po::value<std::string>()->default_value("8"),
        "with --gpus and zigzag: folds, comma separated: 2F·G chunks, every 2G dealt as zigzag (1 = plain zigzag; "
-       "the default 4: contiguous rows take 1)")
+       "the default 8: contiguous rows take 1)")
       ("schedule", po::value<std::string>()->default_value("overlap"),
        "with --gpus: serial (one compute stream) or overlap (a stream per chunk), comma separated")
       ("comm-priority", po::value<std::string>()->default_value("normal"),
@@ -185,7 +188,7 @@ std::vector<bool> switch_list(const std::string& flag, const std::string& text, 
 
 StreamSweep parse_sweep(const po::variables_map& vm) {
   StreamSweep s;
-  s.seqs = sweep_list("seq", vm["seq"].as<std::string>(), 1, kMaxSeq, "32768,1048576");
+  s.seqs = sweep_list("seq", vm["seq"].as<std::string>(), 1, vm.count("gpus") ? kMaxSeqGpus : kMaxSeq, "32768,1048576");
   s.dims = sweep_list("dim", vm["dim"].as<std::string>(), 1, 256, "64,128");
   s.ks = sweep_list("k", vm["k"].as<std::string>(), 1, 4096, "8,16,32");
   s.heads = int_flag(vm, "heads", 1, 4096);
@@ -228,9 +231,9 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
                        "drop --kernel clear, --dtype fp16, --pass, --check-indices, --group and the block sizes");
     for (const int T : s.seqs)
       for (const int G : s.gpus)
-        if (s.weak && (long long)T * G > kMaxSeq)
+        if (s.weak && (long long)T * G > kMaxSeqGpus)
           throw UsageError("--scaling weak: " + std::to_string(G) + " GPUs × --seq " + std::to_string(T) +
-                               " is past 8388608 tokens",
+                               " is past 16777216 tokens",
                            "a smaller --seq per GPU");
   } else if (s.weak) {
     throw UsageError("--scaling applies to --gpus", "add --gpus G[,G2,...]");

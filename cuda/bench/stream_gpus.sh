@@ -8,7 +8,7 @@
 #                                             against the one recorded before the query-block range
 #                                             was added (0xa33b7e18b460d080, stream_fast_estimate.csv)
 #   stream_gpus.sh scale [BIN_DIR] [OUT_DIR]  `flashlab bench stream --gpus`: d = 128, k = 16, one
-#                                             head; strong scaling at T = 1M, 4M, 8M on G = 1, 2, 4
+#                                             head; strong scaling at T = 1M, 4M, 8M, 16M on G = 1, 2, 4
 #                                             (G = 1 the single-GPU anchor of each T), weak scaling
 #                                             from 2M tokens per GPU; each G > 1 under the contiguous
 #                                             layout, zigzag, and zigzag with the K exchange in
@@ -18,9 +18,9 @@
 #   stream_gpus.sh schedule [BIN_DIR] [OUT_DIR]  check, then the schedules at one shape: T = 8M on 4
 #                                             GPUs (T = 4M on 2: the same 2M queries per rank), G = 1
 #                                             at T and at T/G; each G > 1 contiguous, and zigzag with
-#                                             the K exchange whole and in pieces, 1, 2 and 4 folds,
+#                                             the K exchange whole and in pieces, 1, 2, 4 and 8 folds,
 #                                             serial and overlapped chunks, over NCCL and again by the
-#                                             copy engines; then overlapped pieces of 2 and 4 folds
+#                                             copy engines; then overlapped pieces of 4 and 8 folds
 #                                             with the NCCL stream at high priority; per-rank lines in
 #                                             OUT_DIR/logs/bench_*.log
 #
@@ -93,9 +93,9 @@ schedule() {  # rows into stream_gpus.csv; the per-rank lines go to the log
   local common=(--dim 128 --k 16 --reps "$REPS" --warmup 1 --csv)
   local runs=(
     "one_gpu|--gpus 1 --seq $((T / G))"
-    "schedule|--gpus 1,$G --seq $T --layout contiguous,zigzag --exchange whole,pieces --folds 1,2,4 --schedule serial,overlap --transport nccl"
-    "copy|--gpus $G --seq $T --layout contiguous,zigzag --exchange whole,pieces --folds 1,2,4 --schedule serial,overlap --transport copy"
-    "priority|--gpus $G --seq $T --layout zigzag --exchange pieces --folds 2,4 --schedule overlap --comm-priority high")
+    "schedule|--gpus 1,$G --seq $T --layout contiguous,zigzag --exchange whole,pieces --folds 1,2,4,8 --schedule serial,overlap --transport nccl"
+    "copy|--gpus $G --seq $T --layout contiguous,zigzag --exchange whole,pieces --folds 1,2,4,8 --schedule serial,overlap --transport copy"
+    "priority|--gpus $G --seq $T --layout zigzag --exchange pieces --folds 4,8 --schedule overlap --comm-priority high")
   for r in "${runs[@]}"; do
     local name=${r%%|*} args=${r#*|}
     local raw="$out/logs/bench_$name.csv"
@@ -112,7 +112,7 @@ schedule() {  # rows into stream_gpus.csv; the per-rank lines go to the log
 case "$mode" in
   check) check ;;
   schedule) check; schedule ;;
-  scale) bench strong 1048576,4194304,8388608; bench weak 2097152 ;;
-  all) check; bench strong 1048576,4194304,8388608; bench weak 2097152 ;;
+  scale) bench strong 1048576,4194304,8388608,16777216; bench weak 2097152 ;;
+  all) check; bench strong 1048576,4194304,8388608,16777216; bench weak 2097152 ;;
 esac
 exit $status

@@ -64,7 +64,7 @@ TEST_CASE("cli bench stream: bad flags are usage errors naming the flag", "[cli]
   expect_usage_error("bench stream --gpus 2 --folds 0", "--folds: '0'");
   expect_usage_error("bench stream --gpus 2 --folds 17", "--folds");
   expect_usage_error("bench stream --gpus 2 --layout contiguous --folds 1,2", "--folds deals the zigzag layout");
-  // The defaults (pieces, 4 folds) split zigzag's exchange and chunks: contiguous alone takes whole
+  // The defaults (pieces, 8 folds) split zigzag's exchange and chunks: contiguous alone takes whole
   // and 1, not the errors above (what follows depends on the build and the GPUs: a refusal or the run).
   for (const char* cmd : {"bench stream --gpus 2 --layout contiguous --seq 4096 --dim 64 --k 4 --reps 1 --warmup 0",
                           "bench stream --gpus 2 --layout contiguous --exchange whole --seq 4096 --dim 64 --k 4 --reps 1 --warmup 0",
@@ -77,6 +77,10 @@ TEST_CASE("cli bench stream: bad flags are usage errors naming the flag", "[cli]
   expect_usage_error("bench stream --gpus 2 --comm-priority urgent", "--comm-priority 'urgent' is unknown");
   expect_usage_error("bench stream --transport copy", "--transport applies to --gpus");
   expect_usage_error("bench stream --gpus 2 --transport nccl,pigeon", "--transport 'pigeon' is unknown");
+  // T: 8M on one GPU's sweep, 16M dealt over GPUs (bf16), weak scaling's total included.
+  expect_usage_error("bench stream --seq 16777216", "from 1 to 8388608");
+  expect_usage_error("bench stream --gpus 4 --seq 16777217", "from 1 to 16777216");
+  expect_usage_error("bench stream --gpus 4 --scaling weak --seq 8388608", "past 16777216 tokens");
 }
 
 TEST_CASE("cli bench stream: without CUDA, or without a GPU, it says so and exits non-zero", "[cli][bench][errors]") {

@@ -12,15 +12,16 @@
 //            the estimate of its query blocks                                        (App. A, B)
 //   comm:    V rows the same way while the estimates run (NCCL: enqueued right behind K)
 //   compute: waits for them, apply of the same query blocks                               (§6)
-// Serial: one compute stream, the estimates in token order, then the applies. Overlap: chunk c on
-// compute stream c, the latest chunk enqueued first, so its long query blocks take the SMs first
-// and the other chunks' blocks (and applies) fill the gaps a waiting or draining chunk leaves.
+// Serial: one compute stream, the estimates in token order, then the applies. Overlap: each chunk
+// on a compute stream of its own where the device's hardware queues allow (stream_of), the latest
+// chunk enqueued first, so its long query blocks take the SMs first and the other chunks' blocks
+// (and applies) fill the gaps a waiting or draining chunk leaves; with fewer streams than chunks,
+// chunk c on stream c mod S in token order.
 // copy_engines: each receiver pulls the same transfers with cudaMemcpyPeerAsync instead (no exchange
 // kernel on the SMs), on one stream per source so the copies from its peers run side by side (on one
 // stream they ran one after another); each group's landing joins those streams into the
-// communication stream.
-// The host enqueues the first K group, the estimates needing no more, the other groups and
-// estimates, then V (run(): a copy costs the host microseconds to enqueue).
+// communication stream. No call depends on another rank's, so one host thread per rank enqueues
+// K tier by tier, each tier's estimates behind it, then V and the applies (enqueue_pulled).
 // The keys_visible scheme of the CPU model (reference/src/stream/stream_shards.cpp) for K; for V
 // it sends every needed row, not only the kept blocks' (I is not known when the exchange starts,
 // so the V exchange overlaps the estimate instead of waiting for it): the benchmark reports both.
@@ -35,9 +36,12 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <array>
 #include <sstream>
+#include <exception>
 #include <string>
+#include <thread>
 
 namespace flashlab::cuda::stream {
 
@@ -70,6 +74,16 @@ ref::stream::BlockMask causal_mask(std::size_t T) {
 
 constexpr std::size_t kAllTiers = std::size_t(-1);
 
+/// The work queues each device gives this process's streams: CUDA_DEVICE_MAX_CONNECTIONS as the
+/// CUDA runtime reads it (1 … 32), else its default of 8.
+std::size_t hardware_queues() {
+  const char* v = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  if (!v || !*v) return 8;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return *end || n < 1 ? 8 : std::size_t(std::min(n, 32L));
+}
+
 /// Length of the union of [begin, end) intervals.
 float union_ms(std::vector<std::pair<float, float>> v) {
   std::sort(v.begin(), v.end());
@@ -97,7 +111,7 @@ struct ShardedStream::Impl {
   std::vector<ref::stream::ChunkTransfer> transfers;   // one order for all ranks (layout_transfers)
   std::size_t k_groups = 1;                            // K exchange groups: one per tier with pieces, else one
   /// One rank's streams and events. compute[0] is the main compute stream (the run starts and
-  /// ends on it); with overlap chunk c runs on compute[c].
+  /// ends on it); with overlap chunk c runs on compute[c mod compute.size()].
   struct Rank {
     std::vector<cudaStream_t> compute;
     cudaStream_t comm = nullptr;
@@ -127,23 +141,9 @@ struct ShardedStream::Impl {
     return receives(g, c) ? int(c) : -1;
   }
 
-  /// One exchange group (K or V): the transfers of `tier` (kAllTiers: every one), every rank
+  /// One NCCL exchange group (K or V): the transfers of `tier` (kAllTiers: every one), every rank
   /// issuing its sends and receives in the one order of `transfers`, so the pairs match.
   void exchange(const std::vector<ShardedStreamBuffers>& b, void* ShardedStreamBuffers::*field, std::size_t tier) {
-    if (p.copy_engines) {  // each receiver pulls its rows from each source on that source's stream
-      for (const auto& t : transfers) {
-        if (tier != kAllTiers && t.tier != tier) continue;
-        const std::size_t at = t.chunk.token_begin * row_bytes();
-        const std::size_t n = (t.chunk.token_end - t.chunk.token_begin) * row_bytes();
-        const int dst = ring->device(int(t.dst)), src = ring->device(int(t.src));
-        FLASHLAB_CUDA_CHECK(cudaSetDevice(dst));
-        // The source rows are the sender's own, which no run writes: no wait on the sender.
-        FLASHLAB_CUDA_CHECK(cudaMemcpyPeerAsync(static_cast<char*>(b[t.dst].*field) + at, dst,
-                                                static_cast<const char*>(b[t.src].*field) + at, src, n,
-                                                ranks[t.dst].pull[t.src]));
-      }
-      return;
-    }
     SHARDED_NCCL(ncclGroupStart(), nullptr);
     try {
       for (int g = 0; g < G(); ++g) {
@@ -163,6 +163,140 @@ struct ShardedStream::Impl {
       throw;
     }
     SHARDED_NCCL(ncclGroupEnd(), nullptr);
+  }
+
+  /// copy_engines: rank g pulls the rows of `tier` (kAllTiers: every one) it receives, from each
+  /// source on that source's stream, so the copies from its peers run side by side.
+  void pull(int g, const std::vector<ShardedStreamBuffers>& b, void* ShardedStreamBuffers::*field, std::size_t tier) {
+    const int dst = ring->device(g);
+    for (const auto& t : transfers) {
+      if (t.dst != std::size_t(g) || (tier != kAllTiers && t.tier != tier)) continue;
+      const std::size_t at = t.chunk.token_begin * row_bytes();
+      const std::size_t n = (t.chunk.token_end - t.chunk.token_begin) * row_bytes();
+      // The source rows are the sender's own, which no run writes: no wait on the sender.
+      FLASHLAB_CUDA_CHECK(cudaMemcpyPeerAsync(static_cast<char*>(b[t.dst].*field) + at, dst,
+                                              static_cast<const char*>(b[t.src].*field) + at, ring->device(int(t.src)),
+                                              n, ranks[t.dst].pull[t.src]));
+    }
+  }
+
+  // Chunk c's rows of Q, O (tokens) and of I, scores (query blocks) follow the earlier chunks'.
+  std::size_t token_offset(int g, std::size_t c) const {
+    std::size_t t = 0;
+    for (std::size_t i = 0; i < c; ++i) t += chunks[std::size_t(g)][i].token_end - chunks[std::size_t(g)][i].token_begin;
+    return t * row_bytes();
+  }
+  std::size_t block_offset(int g, std::size_t c) const {
+    std::size_t q = 0;
+    for (std::size_t i = 0; i < c; ++i) q += chunks[std::size_t(g)][i].q_end - chunks[std::size_t(g)][i].q_begin;
+    return p.heads * q * p.k;
+  }
+  /// The stream chunk c of rank g runs on: with fewer compute streams than chunks, chunk c on
+  /// stream c mod S, so each stream takes its chunks in token order, the order their rows land.
+  cudaStream_t stream_of(int g, std::size_t c) const {
+    const auto& r = ranks[std::size_t(g)];
+    return r.compute[c % r.compute.size()];
+  }
+  /// The order rank g's estimates are enqueued in: with a stream per chunk the latest (dearest)
+  /// first, so its query blocks take the SMs first and the others fill its tail; else token order
+  /// (a stream runs its chunks in the order they are enqueued).
+  std::vector<std::size_t> launch_order(int g) const {
+    const std::size_t n = chunks[std::size_t(g)].size();
+    const bool latest_first = ranks[std::size_t(g)].compute.size() == n && n > 1;
+    std::vector<std::size_t> order(n);
+    for (std::size_t c = 0; c < n; ++c) order[c] = latest_first ? n - 1 - c : c;
+    return order;
+  }
+
+  /// Rank g's start: the exchange writes K, V rows the previous run's kernels may still read, so it
+  /// starts after them (every compute stream of the previous run was joined into compute[0]); so do
+  /// the other compute streams.
+  void begin(int g) {
+    FLASHLAB_CUDA_CHECK(cudaSetDevice(ring->device(g)));
+    Rank& r = ranks[std::size_t(g)];
+    FLASHLAB_CUDA_CHECK(cudaEventRecord(r.start, r.compute[0]));
+    FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(r.comm, r.start, 0));
+    for (auto s : r.pull)
+      if (s) FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(s, r.start, 0));
+    for (std::size_t i = 1; i < r.compute.size(); ++i) FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(r.compute[i], r.start, 0));
+  }
+  /// Records `landed` on rank g's communication stream once the group enqueued last has landed:
+  /// with copy engines, when every pull stream is past it. Each pull stream keeps its groups in
+  /// order (K tier by tier, then V), and re-recording its one join event is safe: comm's wait took
+  /// the record before it. A chunk's wait is enqueued after its group's landing is recorded (a wait
+  /// on an event not yet recorded in this run would take the previous run's).
+  void land(int g, cudaEvent_t landed) {
+    FLASHLAB_CUDA_CHECK(cudaSetDevice(ring->device(g)));
+    Rank& r = ranks[std::size_t(g)];
+    for (std::size_t src = 0; src < r.pull.size(); ++src) {
+      if (!r.pull[src]) continue;
+      FLASHLAB_CUDA_CHECK(cudaEventRecord(r.pulled[src], r.pull[src]));
+      FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(r.comm, r.pulled[src], 0));
+    }
+    FLASHLAB_CUDA_CHECK(cudaEventRecord(landed, r.comm));
+  }
+  /// Chunk c's estimate on rank g, after the K group it needs (a rank waits only for rows it
+  /// receives: never for its own sends alone).
+  void estimate(int g, std::size_t c, const ShardedStreamBuffers& b) {
+    FLASHLAB_CUDA_CHECK(cudaSetDevice(ring->device(g)));
+    Rank& r = ranks[std::size_t(g)];
+    cudaStream_t st = stream_of(g, c);
+    if (const int k = k_group_for(g, c); k >= 0) FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(st, r.k_landed[std::size_t(k)], 0));
+    FLASHLAB_CUDA_CHECK(cudaEventRecord(r.chunk[c][0], st));
+    const auto mask = causal_mask(p.T);
+    if (G() == 1) {  // the single-GPU entry itself: the anchor of every comparison
+      stream_fast_estimate_device(mask, p.heads, p.dim, p.k, b.Q, b.K, nullptr, b.I, b.scores, nullptr, st);
+    } else {
+      const RankShard& s = chunks[std::size_t(g)][c];
+      stream_fast_estimate_shard_device(mask, p.heads, p.dim, p.k, {s.q_begin, s.q_end - s.q_begin},
+                                        static_cast<const char*>(b.Q) + token_offset(g, c), b.K, b.I + block_offset(g, c),
+                                        b.scores ? b.scores + block_offset(g, c) : nullptr, nullptr, st);
+    }
+    FLASHLAB_CUDA_CHECK(cudaEventRecord(r.chunk[c][1], st));
+  }
+  /// Rank g's applies, each after V has landed and on its chunk's stream (after its estimate), then
+  /// the end of the run: the compute streams join compute[0].
+  void finish(int g, const ShardedStreamBuffers& b) {
+    FLASHLAB_CUDA_CHECK(cudaSetDevice(ring->device(g)));
+    Rank& r = ranks[std::size_t(g)];
+    const FastApplyShape shape{p.T, p.heads, p.dim, p.k, ref::Dtype::bf16, 1};
+    if (receives(g))
+      for (auto s : r.compute) FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(s, r.v_landed, 0));
+    for (const std::size_t c : launch_order(g)) {
+      cudaStream_t st = stream_of(g, c);
+      FLASHLAB_CUDA_CHECK(cudaEventRecord(r.chunk[c][2], st));
+      const RankShard& s = chunks[std::size_t(g)][c];
+      const auto* I = reinterpret_cast<const std::int64_t*>(b.I + block_offset(g, c));
+      if (G() == 1)
+        stream_fast_apply_device(shape, b.Q, b.K, b.V, I, b.O, st);
+      else
+        stream_fast_apply_shard_device(shape, {s.q_begin, s.q_end - s.q_begin},
+                                       static_cast<const char*>(b.Q) + token_offset(g, c), b.K, b.V, I,
+                                       static_cast<char*>(b.O) + token_offset(g, c), st);
+      FLASHLAB_CUDA_CHECK(cudaEventRecord(r.chunk[c][3], st));
+    }
+    for (std::size_t i = 1; i < r.compute.size(); ++i) {
+      FLASHLAB_CUDA_CHECK(cudaEventRecord(r.joined[i], r.compute[i]));
+      FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(r.compute[0], r.joined[i], 0));
+    }
+  }
+  /// copy_engines: everything rank g does in a run, on the calling thread. K tier by tier, each
+  /// tier's estimates right behind its landing (enqueuing every copy first held the first estimates
+  /// back), V after the estimates, which do not need it and lose no SM to a copy; then the applies.
+  void enqueue_pulled(int g, const std::vector<ShardedStreamBuffers>& b) {
+    begin(g);
+    const std::vector<std::size_t> order = launch_order(g);
+    for (std::size_t i = 0; i < k_groups; ++i) {
+      pull(g, b, &ShardedStreamBuffers::K, p.pieces ? i : kAllTiers);
+      land(g, ranks[std::size_t(g)].k_landed[i]);
+      for (const std::size_t c : order) {
+        const int k = k_group_for(g, c);
+        if (k == int(i) || (i == 0 && k < 0)) estimate(g, c, b[std::size_t(g)]);
+      }
+    }
+    pull(g, b, &ShardedStreamBuffers::V, kAllTiers);
+    land(g, ranks[std::size_t(g)].v_landed);
+    finish(g, b[std::size_t(g)]);
   }
 };
 
@@ -202,7 +336,13 @@ ShardedStream::ShardedStream(const ShardedStreamProblem& problem, const LocalRin
     m.ranks.emplace_back();
     Impl::Rank& r = m.ranks.back();
     const std::size_t n_chunks = m.chunks[std::size_t(g)].size();
-    const std::size_t n_compute = problem.overlap ? std::max<std::size_t>(1, n_chunks) : 1;
+    // Streams beyond the device's hardware queues share one: a chunk waiting for its rows then
+    // holds back the queued work of streams that need nothing (the copies, other chunks). So at
+    // most as many compute streams as leave a queue to the communication and each pull stream.
+    const std::size_t side = 1 + (problem.copy_engines && G > 1 ? G - 1 : 0);
+    const std::size_t queues = hardware_queues();
+    const std::size_t n_compute =
+        problem.overlap ? std::clamp<std::size_t>(queues > side ? queues - side : 1, 1, std::max<std::size_t>(1, n_chunks)) : 1;
     int least = 0, greatest = 0;
     FLASHLAB_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     for (std::size_t i = 0; i <= n_compute; ++i) {  // the compute streams, then the communication stream
@@ -271,145 +411,41 @@ void ShardedStream::run(const std::vector<ShardedStreamBuffers>& buffers) {
     if (m.holds(int(g)) && (!b.Q || !b.K || !b.V || !b.I || !b.O))
       throw StreamError("sharded run: rank " + std::to_string(g) + " lacks a Q, K, V, I or O buffer");
   }
-  const auto mask = causal_mask(m.p.T);
-  const FastApplyShape shape{m.p.T, m.p.heads, m.p.dim, m.p.k, ref::Dtype::bf16, 1};
   int current = 0;
   FLASHLAB_CUDA_CHECK(cudaGetDevice(&current));
   const int G = m.G();
-  for (int g = 0; g < G; ++g) {
-    FLASHLAB_CUDA_CHECK(cudaSetDevice(m.ring->device(g)));
-    Impl::Rank& r = m.ranks[std::size_t(g)];
-    FLASHLAB_CUDA_CHECK(cudaEventRecord(r.start, r.compute[0]));
-    // The exchange writes K, V rows the previous run's kernels may still read: it starts after
-    // them (every compute stream of the previous run was joined into compute[0]); so do the
-    // chunks' own streams.
-    FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(r.comm, r.start, 0));
-    for (auto s : r.pull)
-      if (s) FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(s, r.start, 0));
-    for (std::size_t i = 1; i < r.compute.size(); ++i) FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(r.compute[i], r.start, 0));
-  }
-  auto record_comm = [&](auto event_of) {
-    for (int g = 0; g < G; ++g) {
-      FLASHLAB_CUDA_CHECK(cudaSetDevice(m.ring->device(g)));
-      Impl::Rank& r = m.ranks[std::size_t(g)];
-      // The group has landed when every pull stream is past it. Each pull stream keeps its
-      // groups in order (K tier by tier, then V), and re-recording its one join event is safe:
-      // comm's wait took the record before it.
-      for (std::size_t src = 0; src < r.pull.size(); ++src) {
-        if (!r.pull[src]) continue;
-        FLASHLAB_CUDA_CHECK(cudaEventRecord(r.pulled[src], r.pull[src]));
-        FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(r.comm, r.pulled[src], 0));
-      }
-      FLASHLAB_CUDA_CHECK(cudaEventRecord(event_of(r), r.comm));
-    }
-  };
-  // Chunk c's rows of Q, O (tokens) and of I, scores (query blocks) follow the earlier chunks'.
-  auto token_offset = [&](int g, std::size_t c) {
-    std::size_t t = 0;
-    for (std::size_t i = 0; i < c; ++i) t += m.chunks[std::size_t(g)][i].token_end - m.chunks[std::size_t(g)][i].token_begin;
-    return t * m.row_bytes();
-  };
-  auto block_offset = [&](int g, std::size_t c) {
-    std::size_t q = 0;
-    for (std::size_t i = 0; i < c; ++i) q += m.chunks[std::size_t(g)][i].q_end - m.chunks[std::size_t(g)][i].q_begin;
-    return m.p.heads * q * m.p.k;
-  };
-  // The stream chunk c of rank g runs on, and the order chunks are enqueued in: with overlap the
-  // latest (dearest) first, so its query blocks take the SMs first and the others fill its tail.
-  auto stream_of = [&](int g, std::size_t c) {
-    const auto& r = m.ranks[std::size_t(g)];
-    return m.p.overlap ? r.compute[c] : r.compute[0];
-  };
-  auto chunk_order = [&](int g) {
-    std::vector<std::size_t> order(m.chunks[std::size_t(g)].size());
-    for (std::size_t c = 0; c < order.size(); ++c) order[c] = m.p.overlap ? order.size() - 1 - c : c;
-    return order;
-  };
-  // The estimates of the chunks `take` admits, on every rank, each waiting for the K group it needs.
-  auto enqueue_estimates = [&](auto take) {
-    for (int g = 0; g < G; ++g) {
-      FLASHLAB_CUDA_CHECK(cudaSetDevice(m.ring->device(g)));
-      const auto gi = std::size_t(g);
-      Impl::Rank& r = m.ranks[gi];
-      const ShardedStreamBuffers& b = buffers[gi];
-      for (const std::size_t c : chunk_order(g)) {
-        if (!take(m.k_group_for(g, c))) continue;
-        cudaStream_t st = stream_of(g, c);
-        // A rank waits only for rows it receives: never for its own sends alone.
-        if (const int k = m.k_group_for(g, c); k >= 0)
-          FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(st, r.k_landed[std::size_t(k)], 0));
-        FLASHLAB_CUDA_CHECK(cudaEventRecord(r.chunk[c][0], st));
-        const RankShard& s = m.chunks[gi][c];
-        auto* I = b.I + block_offset(g, c);
-        float* scores = b.scores ? b.scores + block_offset(g, c) : nullptr;
-        const void* Q = static_cast<const char*>(b.Q) + token_offset(g, c);
-        if (G == 1)  // the single-GPU entry itself: the anchor of every comparison
-          stream_fast_estimate_device(mask, m.p.heads, m.p.dim, m.p.k, b.Q, b.K, nullptr, b.I, b.scores, nullptr, st);
-        else
-          stream_fast_estimate_shard_device(mask, m.p.heads, m.p.dim, m.p.k, {s.q_begin, s.q_end - s.q_begin}, Q, b.K, I,
-                                            scores, nullptr, st);
-        FLASHLAB_CUDA_CHECK(cudaEventRecord(r.chunk[c][1], st));
-      }
-    }
-  };
-  auto exchange_k = [&](std::size_t first, std::size_t last) {  // K groups first … last − 1
-    for (std::size_t i = first; i < last; ++i) {
-      if (G > 1) m.exchange(buffers, &ShardedStreamBuffers::K, m.p.pieces ? i : kAllTiers);
-      record_comm([i](Impl::Rank& r) { return r.k_landed[i]; });
-    }
-  };
-  auto exchange_v = [&] {
-    if (G > 1) m.exchange(buffers, &ShardedStreamBuffers::V, kAllTiers);
-    record_comm([](Impl::Rank& r) { return r.v_landed; });
-  };
-  // A chunk's wait must be enqueued after its group's landing is recorded (a wait on an event not yet
-  // recorded in this run would take the previous run's). K goes in tiers with pieces (tier i: the
-  // rows some rank's chunk i needs first), else in one group.
-  if (m.p.copy_engines) {
-    // Copies are enqueued by the host one by one (about 7 µs each, 180 at 4 folds on 4 GPUs with V):
-    // enqueued all before the first estimate, they held every rank's start back by up to 1.4 ms.
-    // So the first K group, then the estimates that need no more, then the other groups and
-    // estimates; V last, as no estimate needs it and a copy takes no SM from them.
-    exchange_k(0, 1);
-    enqueue_estimates([](int k) { return k <= 0; });
-    exchange_k(1, m.k_groups);
-    enqueue_estimates([](int k) { return k > 0; });
-    exchange_v();
+  if (m.p.copy_engines && G > 1) {
+    // Each rank pulls its own rows, so no call of one rank's enqueue depends on another's: one host
+    // thread per rank. On one thread the enqueue (7–30 µs a call, some 1,500 calls at 8 folds on
+    // 4 GPUs) took longer than the first chunks' estimates, and the GPUs waited for the host.
+    std::vector<std::exception_ptr> failed(static_cast<std::size_t>(G));
+    std::vector<std::thread> threads;
+    for (int g = 0; g < G; ++g)
+      threads.emplace_back([&, g] {
+        try {
+          m.enqueue_pulled(g, buffers);
+        } catch (...) {
+          failed[std::size_t(g)] = std::current_exception();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (const auto& e : failed)
+      if (e) std::rethrow_exception(e);
   } else {
-    // NCCL: V right behind K, before the estimates: its kernel then comes before their blocks in
-    // launch order, so the estimates, which do not need V, cannot hold it back until they drain
-    // (enqueued after four or more estimate launches, it landed only as they ended).
-    exchange_k(0, m.k_groups);
-    exchange_v();
-    enqueue_estimates([](int) { return true; });
-  }
-  // The applies wait for all of V.
-  for (int g = 0; g < G; ++g) {
-    FLASHLAB_CUDA_CHECK(cudaSetDevice(m.ring->device(g)));
-    const auto gi = std::size_t(g);
-    Impl::Rank& r = m.ranks[gi];
-    const ShardedStreamBuffers& b = buffers[gi];
-    const bool v_in = m.receives(g);
-    if (v_in && !m.p.overlap) FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(r.compute[0], r.v_landed, 0));
-    for (const std::size_t c : chunk_order(g)) {
-      cudaStream_t st = stream_of(g, c);
-      if (v_in && m.p.overlap) FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(st, r.v_landed, 0));
-      FLASHLAB_CUDA_CHECK(cudaEventRecord(r.chunk[c][2], st));
-      const RankShard& s = m.chunks[gi][c];
-      const auto* I = reinterpret_cast<const std::int64_t*>(b.I + block_offset(g, c));
-      if (G == 1)
-        stream_fast_apply_device(shape, b.Q, b.K, b.V, I, b.O, st);
-      else
-        stream_fast_apply_shard_device(shape, {s.q_begin, s.q_end - s.q_begin},
-                                       static_cast<const char*>(b.Q) + token_offset(g, c), b.K, b.V, I,
-                                       static_cast<char*>(b.O) + token_offset(g, c), st);
-      FLASHLAB_CUDA_CHECK(cudaEventRecord(r.chunk[c][3], st));
+    // NCCL: one group call spans every rank, so one thread enqueues them all. V right behind K,
+    // before the estimates: its kernel then comes before their blocks in launch order, so the
+    // estimates, which do not need V, cannot hold it back until they drain (enqueued after four
+    // or more estimate launches, it landed only as they ended).
+    for (int g = 0; g < G; ++g) m.begin(g);
+    for (std::size_t i = 0; i < m.k_groups; ++i) {
+      if (G > 1) m.exchange(buffers, &ShardedStreamBuffers::K, m.p.pieces ? i : kAllTiers);
+      for (int g = 0; g < G; ++g) m.land(g, m.ranks[std::size_t(g)].k_landed[i]);
     }
-    // The run ends on compute[0]: the chunks' streams join it.
-    for (std::size_t i = 1; i < r.compute.size(); ++i) {
-      FLASHLAB_CUDA_CHECK(cudaEventRecord(r.joined[i], r.compute[i]));
-      FLASHLAB_CUDA_CHECK(cudaStreamWaitEvent(r.compute[0], r.joined[i], 0));
-    }
+    if (G > 1) m.exchange(buffers, &ShardedStreamBuffers::V, kAllTiers);
+    for (int g = 0; g < G; ++g) m.land(g, m.ranks[std::size_t(g)].v_landed);
+    for (int g = 0; g < G; ++g)
+      for (const std::size_t c : m.launch_order(g)) m.estimate(g, c, buffers[std::size_t(g)]);
+    for (int g = 0; g < G; ++g) m.finish(g, buffers[std::size_t(g)]);
   }
   FLASHLAB_CUDA_CHECK(cudaSetDevice(current));
 }

@@ -69,9 +69,9 @@ void stream_fast_apply_shard_device(const FastApplyShape& shape, QueryBlockRange
 std::vector<ref::stream::RankShard> fast_stream_shards(std::size_t T, std::size_t gpus);
 
 /// What a sharded run computes: one causal STREAM problem, bf16, b_q = b_k = 64, and how the run
-/// is dealt and moved, which never changes I or O. The defaults (zigzag, K in pieces, 4 folds,
-/// overlap, copy engines) ran fastest of every schedule measured at T = 4M on 2 GPUs, in two runs,
-/// and at T = 8M on 4 (docs/stream.md).
+/// is dealt and moved, which never changes I or O. The defaults (zigzag, K in pieces, overlap,
+/// copy engines) ran fastest of every schedule measured at T = 4M on 2 GPUs, in two runs, and at
+/// T = 8M on 4, where 8 folds then beat 4 (docs/stream.md).
 struct ShardedStreamProblem {
   std::size_t T = 0;      ///< tokens of the whole sequence
   std::size_t heads = 1;  ///< H
@@ -87,12 +87,17 @@ struct ShardedStreamProblem {
   /// every row the rank receives.
   bool pieces = true;
   /// Zigzag folds (ref::stream::shard_layout): 2·folds chunks per rank; 1 is plain zigzag, and
-  /// the contiguous layout takes 1 only (set it with the layout).
-  std::size_t folds = 4;
+  /// the contiguous layout takes 1 only (set it with the layout). More folds: smaller first
+  /// chunks, so a rank's first wait is shorter and the cheap early query blocks spread evenly.
+  std::size_t folds = 8;
   /// Each chunk's estimate and apply on a compute stream of its own, waiting only for the rows it
   /// needs (the tiers up to its own with `pieces`, then V), so one chunk's kernels fill the GPU
   /// while another's wait or drain; false: one compute stream, the estimates in token order, then
-  /// the applies. The latest chunk is launched first (its query blocks are the dearest).
+  /// the applies. The latest chunk is launched first (its query blocks are the dearest). Streams
+  /// beyond the device's hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, 8 unless set before CUDA
+  /// starts) would share one, and a chunk waiting for its rows would hold back the others on it:
+  /// so at most as many compute streams as leave a queue to the communication and pull streams
+  /// (4 on 4 GPUs with the copy engines), chunk c on stream c mod S in token order.
   bool overlap = true;
   /// The communication streams at the device's greatest stream priority, so that the exchange's
   /// NCCL kernels take SMs ahead of waiting estimate blocks (the rows a chunk waits for land
@@ -102,7 +107,8 @@ struct ShardedStreamProblem {
   /// from the others (cudaMemcpyPeerAsync, one stream per source so its peers' copies run at
   /// once; peer access enabled between the ring's devices; one process drives them all, as
   /// LocalRing does), so no exchange kernel takes SMs from the estimate; V is enqueued after the
-  /// estimates, which do not need it. The same rows, tiers and events; refused where two of
+  /// estimates, which do not need it. One host thread per rank enqueues that rank's copies and
+  /// kernels, each K tier's estimates right behind it. The same rows, tiers and events; refused where two of
   /// the ring's devices cannot reach each other's memory (then false: NCCL, which any ring has).
   bool copy_engines = true;
 };
