@@ -69,7 +69,7 @@ constexpr const char* kSummary =
     "first; as many streams as the GPU's hardware queues leave, CUDA_DEVICE_MAX_CONNECTIONS), serial the estimates in token order on one stream, then the applies; --comm-priority\n"
     "high puts the exchange's stream at the greatest stream priority; --transport copy (the default)\n"
     "moves the rows with the copy engines (peer copies, no kernel; GPUs with peer access), nccl with\n"
-    "NCCL's send/receive kernels. The defaults were the fastest on 2 and 4 GPUs (docs/stream.md). With\n"
+    "NCCL's send/receive kernels. The defaults were chosen by measurement on 2 and 4 GPUs (docs/stream.md). With\n"
     "--gpus, --seq goes up to 16777216. Each\n"
     "row is followed by one line per rank (text; on stderr with --json/--csv): its total, estimate,\n"
     "apply, exposed and first-wait ms, when its K and V rows had landed, and its estimates timed again\n"

@@ -71,7 +71,7 @@ std::vector<ref::stream::RankShard> fast_stream_shards(std::size_t T, std::size_
 /// What a sharded run computes: one causal STREAM problem, bf16, b_q = b_k = 64, and how the run
 /// is dealt and moved, which never changes I or O. The defaults (zigzag, K in pieces, overlap,
 /// copy engines) ran fastest of every schedule measured at T = 4M on 2 GPUs, in two runs, and at
-/// T = 8M on 4, where 8 folds then beat 4 (docs/stream.md).
+/// T = 8M on 4, where 8 folds then beat 4 (level with 4 on 2 GPUs; docs/stream.md).
 struct ShardedStreamProblem {
   std::size_t T = 0;      ///< tokens of the whole sequence
   std::size_t heads = 1;  ///< H
