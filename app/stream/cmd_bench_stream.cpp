@@ -41,7 +41,7 @@ constexpr const char* kUsageLine =
     "                       [--reps R] [--warmup W] [--check-indices [--traffic]] [--json|--csv]\n"
     "                       [--gpus G[,G2,...] [--scaling strong|weak] [--layout contiguous|zigzag[,...]]\n"
     "                       [--exchange whole|pieces[,...]] [--folds F[,F2,...]] [--schedule serial|overlap[,...]]\n"
-    "                       [--comm-priority normal|high[,...]] [--transport nccl|copy[,...]]]";
+    "                       [--comm-priority normal|high[,...]] [--transport nccl|copy[,...]] [--timeline]]";
 constexpr const char* kSummary =
     "Times the STREAM kernels on the GPU: mask estimation (top-k key blocks per query block) and/or\n"
     "mask application (block-sparse attention over them), the fast 16-bit tensor-core kernels (the\n"
@@ -130,7 +130,10 @@ po::options_description options() {
       ("comm-priority", po::value<std::string>()->default_value("normal"),
        "with --gpus: the exchange stream's priority, comma separated: normal or high (ahead of the kernels)")
       ("transport", po::value<std::string>()->default_value("copy"),
-       "with --gpus: how rows move, comma separated: nccl (send/receive kernels) or copy (peer copies by the copy engines)");
+       "with --gpus: how rows move, comma separated: nccl (send/receive kernels) or copy (peer copies by the copy engines)")
+      ("timeline", po::bool_switch(),
+       "with --gpus: after each rank's line, the timeline of the run that took the median total: when each K group "
+       "landed, each chunk's estimate and apply");
   add_output_options(d);
   return d;
 }
@@ -153,6 +156,7 @@ struct StreamSweep {
   std::vector<bool> overlap{true};  ///< --schedule: serial (false) and / or overlap (true)
   std::vector<bool> priority{false};///< --comm-priority: normal (false) and / or high (true)
   std::vector<bool> copy{true};     ///< --transport: nccl (false) and / or copy (true)
+  bool timeline = false;            ///< --timeline: each rank's timeline after its line
 };
 
 /// A comma-separated list of names, each checked by `parse`; `flag` names the flag in errors.
@@ -238,9 +242,10 @@ StreamSweep parse_sweep(const po::variables_map& vm) {
   } else if (s.weak) {
     throw UsageError("--scaling applies to --gpus", "add --gpus G[,G2,...]");
   }
-  for (const char* flag : {"layout", "exchange", "folds", "schedule", "comm-priority", "transport"})
+  for (const char* flag : {"layout", "exchange", "folds", "schedule", "comm-priority", "transport", "timeline"})
     if (!vm[flag].defaulted() && s.gpus.empty())
       throw UsageError(std::string("--") + flag + " applies to --gpus", "add --gpus G[,G2,...]");
+  s.timeline = vm["timeline"].as<bool>();
   s.layouts = name_list<ref::stream::ShardLayout>("layout", vm["layout"].as<std::string>(), ref::stream::parse_shard_layout,
                                                   "choose zigzag (the default) or contiguous, comma separated");
   s.pieces = switch_list("exchange", vm["exchange"].as<std::string>(), "whole", "pieces");
@@ -356,6 +361,25 @@ std::string fixed3(double x) {
   return b;
 }
 
+/// --timeline: one rank's run, ms from its start: when each K group landed, then each chunk's
+/// estimate and apply (chunks in token order, as the rank holds them).
+void print_timeline(std::ostream& os, const flashlab::cuda::stream::ShardedRankTimes& t,
+                    const std::vector<ref::stream::RankShard>& chunks) {
+  std::string landed;
+  for (const float x : t.k_group_landed_ms) {
+    if (!landed.empty()) landed += ' ';
+    landed += fixed3(x);
+  }
+  os << "       K groups landed at: " << (landed.empty() ? "(receives none)" : landed + " ms") << "\n";
+  char line[200];
+  for (std::size_t c = 0; c < t.chunk_spans.size() && c < chunks.size(); ++c) {
+    const auto& x = t.chunk_spans[c];
+    std::snprintf(line, sizeof line, "       chunk %zu, query blocks %zu-%zu: estimate %.3f-%.3f, apply %.3f-%.3f ms\n", c,
+                  chunks[c].q_begin, chunks[c].q_end - 1, x.estimate_begin, x.estimate_end, x.apply_begin, x.apply_end);
+    os << line;
+  }
+}
+
 /// --gpus: estimate + apply sharded over G GPUs per (d, k, T, G), the G = 1 row the anchor.
 int run_sharded(const StreamSweep& s) {
   namespace fs = flashlab::cuda::stream;
@@ -415,6 +439,8 @@ int run_sharded(const StreamSweep& s) {
                 throw UsageError(e.what(), "ask for at most as many GPUs as the machine has");
               }
               const fs::ShardedBenchRow r = fs::bench_stream_sharded(p, *ring, s.reps, s.warmup, 0x5eed + std::uint64_t(T));
+              const auto chunks_of = ref::stream::shard_layout({std::size_t(T), 64, 64}, std::size_t(G), layout,
+                                                               std::size_t(p.folds));
               const auto key = std::make_tuple(T, d, k);
               if (G == 1) anchor[key] = r.indices_checksum;
               const auto a = anchor.find(key);
@@ -469,7 +495,9 @@ int run_sharded(const StreamSweep& s) {
                                 t.k_exchange_ms, t.v_exchange_ms, t.estimate_alone_ms, chunks.c_str(),
                                 t.estimate_together_ms);
                 }
-                info << line << std::flush;
+                info << line;
+                if (s.timeline && G > 1) print_timeline(info, t, chunks_of[g]);
+                info << std::flush;
               }
             }
   if (rows) rows->finish();

@@ -18,7 +18,7 @@ TEST_CASE("cli bench stream: --help names the method and every flag", "[cli][ben
                         Catch::Contains("L2") && Catch::Contains("median") && Catch::Contains("beyond"));
   for (const char* flag : {"--pass", "--kernel", "--seq", "--dim", "--k", "--heads", "--block-m", "--block-n", "--dtype", "--group",
                            "--reps", "--warmup", "--check-indices", "--traffic", "--csv", "--gpus", "--layout",
-                           "--exchange", "--folds", "--schedule", "--comm-priority", "--transport"}) {
+                           "--exchange", "--folds", "--schedule", "--comm-priority", "--transport", "--timeline"}) {
     INFO(flag);
     CHECK_THAT(r.out, Catch::Contains(flag));
   }
@@ -61,6 +61,7 @@ TEST_CASE("cli bench stream: bad flags are usage errors naming the flag", "[cli]
   expect_usage_error("bench stream --folds 2", "--folds applies to --gpus");
   expect_usage_error("bench stream --schedule overlap", "--schedule applies to --gpus");
   expect_usage_error("bench stream --comm-priority high", "--comm-priority applies to --gpus");
+  expect_usage_error("bench stream --timeline", "--timeline applies to --gpus");
   expect_usage_error("bench stream --gpus 2 --folds 0", "--folds: '0'");
   expect_usage_error("bench stream --gpus 2 --folds 17", "--folds");
   expect_usage_error("bench stream --gpus 2 --layout contiguous --folds 1,2", "--folds deals the zigzag layout");

@@ -3,8 +3,9 @@
 // the same I, on random N(0, 1) and small-integer (tied) inputs, T not a multiple of 64 nor of the
 // shard size, d = 64 and 128, H = 1 and 2, G = 2 (3 and 4 where the machine has 4 GPUs), ranks that
 // hold no query block; each under the contiguous layout, the zigzag layout, zigzag with the K
-// exchange in pieces (tiers), folded zigzag (2, 3, 4 folds) and with each chunk on a stream of its own
-// (overlap), and with the rows moved by the copy engines instead of NCCL; the refusals. Every K and V row a rank does not hold is poisoned with NaN
+// exchange in pieces (tiers), folded zigzag (2, 3, 4, 8 folds) and with the chunks on streams of their
+// own (overlap; at 8 folds more chunks than streams), and with the rows moved by the copy engines instead
+// of NCCL; each run's timeline in the order its waits impose; the refusals. Every K and V row a rank does not hold is poisoned with NaN
 // before the run, so a row the exchange missed shows as a difference (or a NaN output).
 // Own executable (CTest label gpu): it needs at least 2 GPUs and says SKIPPED (exit 77) with fewer.
 #define CATCH_CONFIG_RUNNER
@@ -21,6 +22,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -75,7 +77,8 @@ constexpr Variant kVariants[] = {
     {rs::ShardLayout::zigzag, false, 1, true},      {rs::ShardLayout::zigzag, true, 2, true},
     {rs::ShardLayout::zigzag, true, 3, false},      {rs::ShardLayout::zigzag, true, 4, true},
     {rs::ShardLayout::contiguous, false, 1, false, true}, {rs::ShardLayout::zigzag, true, 2, true, true},
-    {rs::ShardLayout::zigzag, true, 3, false, true},      {rs::ShardLayout::zigzag, true, 4, true, true}};
+    {rs::ShardLayout::zigzag, true, 3, false, true},      {rs::ShardLayout::zigzag, true, 4, true, true},
+    {rs::ShardLayout::zigzag, true, 8, true, true}};  // the defaults: more chunks than compute streams
 
 std::string name(const Variant& x) {
   return std::string(rs::shard_layout_name(x.layout)) + (x.pieces ? " pieces" : " whole") + " folds " +
@@ -171,6 +174,50 @@ TEST_CASE("cuda stream sharded: the bytes handed to NCCL and the model's", "[gpu
         std::size_t own = 0;
         for (const auto& c : layout[0]) own += c.token_end - c.token_begin;
         CHECK(bytes.front().received == 2 * (T - own) * d * 2);
+      }
+    }
+}
+
+TEST_CASE("cuda stream sharded: each run's timeline keeps the order its waits impose", "[gpu][stream-gpus]") {
+  // A chunk's estimate after the K group it needs, its apply after its estimate and after V: what the
+  // enqueue (one host thread per rank with the copy engines) must keep, read from the run's events.
+  const std::size_t T = 20000;
+  const rs::Geometry geo{T, 64, 64};
+  constexpr float kTick = 1e-3f;  // ms: two events recorded in order may read equal
+  for (const int G : ring_sizes())
+    for (const Variant& x : kVariants) {
+      INFO("G=" << G << " " << name(x));
+      const gs::ShardedStreamProblem p = problem(T, 1, 64, 8, x);
+      const gs::ShardedBenchRow row = gs::bench_stream_sharded(p, ring_of(G), 1, 0, 11);
+      const auto layout = rs::shard_layout(geo, std::size_t(G), x.layout, x.folds);
+      const auto transfers = rs::layout_transfers(geo, std::size_t(G), x.layout, x.folds);
+      REQUIRE(row.ranks.size() == std::size_t(G));
+      for (std::size_t g = 0; g < row.ranks.size(); ++g) {
+        INFO("rank " << g);
+        const gs::ShardedRankTimes& t = row.ranks[g];
+        REQUIRE(t.chunk_spans.size() == layout[g].size());
+        bool receives = false;
+        for (const auto& tr : transfers) receives = receives || tr.dst == g;
+        CHECK(t.k_group_landed_ms.empty() == !receives);
+        for (std::size_t i = 1; i < t.k_group_landed_ms.size(); ++i)
+          CHECK(t.k_group_landed_ms[i] >= t.k_group_landed_ms[i - 1] - kTick);
+        float last = 0.f;
+        for (std::size_t c = 0; c < t.chunk_spans.size(); ++c) {
+          INFO("chunk " << c);
+          const auto& span = t.chunk_spans[c];
+          CHECK(span.estimate_begin >= 0.f);
+          CHECK(span.estimate_end >= span.estimate_begin - kTick);
+          CHECK(span.apply_begin >= span.estimate_end - kTick);
+          CHECK(span.apply_end >= span.apply_begin - kTick);
+          last = std::max(last, span.apply_end);
+          // The K group chunk c waits for: with pieces tier c's (when some row of tiers 0 … c comes in),
+          // else the one group (when the rank receives any row).
+          bool waits = false;
+          for (const auto& tr : transfers) waits = waits || (tr.dst == g && (!x.pieces || tr.tier <= c));
+          if (waits) CHECK(span.estimate_begin >= t.k_group_landed_ms[x.pieces ? c : 0] - kTick);
+          if (receives) CHECK(span.apply_begin >= t.v_exchange_ms - kTick);
+        }
+        CHECK(std::abs(t.total_ms - last) <= kTick);
       }
     }
 }

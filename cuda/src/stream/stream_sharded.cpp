@@ -36,10 +36,11 @@
 #include <nccl.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <array>
-#include <sstream>
+#include <cmath>
+#include <cstdlib>
 #include <exception>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -469,7 +470,9 @@ std::vector<ShardedRankTimes> ShardedStream::wait() {
     if (m.receives(int(g))) {
       t.k_exchange_ms = at(r.k_landed.back());
       t.v_exchange_ms = at(r.v_landed);
+      for (auto e : r.k_landed) t.k_group_landed_ms.push_back(at(e));
     }
+    for (const auto& c : r.chunk) t.chunk_spans.push_back({at(c[0]), at(c[1]), at(c[2]), at(c[3])});
     if (r.chunk.empty()) continue;
     std::vector<std::pair<float, float>> est, busy;
     t.first_wait_ms = at(r.chunk[0][0]);
@@ -793,6 +796,10 @@ ShardedBenchRow bench_stream_sharded(const ShardedStreamProblem& p, const LocalR
   out.exposed_ms = ::flashlab::cuda::detail::launch_statistics(exposed).median_ms;
   out.first_wait_ms = ::flashlab::cuda::detail::launch_statistics(first_wait).median_ms;
   out.ranks.resize(gpus);
+  // The run whose slowest rank's total is the median's (the nearer one of the middle two when even).
+  std::size_t median_rep = 0;
+  for (std::size_t i = 0; i < total.size(); ++i)
+    if (std::abs(total[i] - out.total_ms) < std::abs(total[median_rep] - out.total_ms)) median_rep = i;
   for (std::size_t g = 0; g < gpus; ++g) {  // each time's median over the reps, rank by rank
     auto median = [&](float ShardedRankTimes::*field) {
       std::vector<double> v;
@@ -803,6 +810,8 @@ ShardedBenchRow bench_stream_sharded(const ShardedStreamProblem& p, const LocalR
                        &ShardedRankTimes::exposed_ms, &ShardedRankTimes::first_wait_ms, &ShardedRankTimes::k_exchange_ms,
                        &ShardedRankTimes::v_exchange_ms})
       out.ranks[g].*field = median(field);
+    out.ranks[g].k_group_landed_ms = per_rep[median_rep][g].k_group_landed_ms;
+    out.ranks[g].chunk_spans = per_rep[median_rep][g].chunk_spans;
     if (alone[g].empty()) continue;
     for (std::size_t c = 0; c + 1 < alone[g].size(); ++c)
       out.ranks[g].chunk_alone_ms.push_back(float(::flashlab::cuda::detail::launch_statistics(alone[g][c]).median_ms));

@@ -136,6 +136,15 @@ struct ShardedRankTimes {
   float first_wait_ms = 0.f;///< from the start to its first estimate's start (waiting for the rows it needs first)
   float k_exchange_ms = 0.f;///< from the start to the last K rows' arrival (0 on a rank that receives none)
   float v_exchange_ms = 0.f;///< from the start to the last V rows' arrival (0 on a rank that receives none)
+  /// The run's timeline, ms from the rank's start: when each K group had landed (one per tier with
+  /// `pieces`, else one; empty on a rank that receives none) …
+  std::vector<float> k_group_landed_ms;
+  /// … and each chunk's kernels (in token order, the rank's chunks): a chunk's estimate starts
+  /// after its K group has landed, its apply after its estimate and after V has landed.
+  struct ChunkSpan {
+    float estimate_begin = 0.f, estimate_end = 0.f, apply_begin = 0.f, apply_end = 0.f;
+  };
+  std::vector<ChunkSpan> chunk_spans;
   /// The benchmark only: the rank's estimate launches again, in token order on one stream, with no
   /// exchange and no other GPU running (every row it needs already in place): the time they take
   /// alone, then each chunk's. The run's estimate_ms against it is what the run around it costs.
@@ -217,7 +226,9 @@ struct ShardedBenchRow {
   double estimate_alone_ms = 0;    ///< the largest over ranks of ShardedRankTimes::estimate_alone_ms
   double estimate_alone_sum_ms = 0;///< their sum over ranks (G = 1: the range kernel over every query block)
   double estimate_together_ms = 0; ///< the largest over ranks of ShardedRankTimes::estimate_together_ms
-  std::vector<ShardedRankTimes> ranks;  ///< per rank, the median of each time over the reps
+  /// Per rank, the median of each time over the reps; the timeline (k_group_landed_ms,
+  /// chunk_spans) is the run's whose slowest rank took the median total.
+  std::vector<ShardedRankTimes> ranks;
   std::uint64_t sent_max = 0;      ///< most bytes one rank sends
   std::uint64_t model_sent_max = 0;///< the model's most bytes one rank sends (keys_visible)
   std::uint64_t received_max = 0;  ///< most bytes one rank receives
