@@ -64,9 +64,10 @@
 //   - O_i stored by TMA (kTmaStoreO; dense, non-causal, 16-bit O, d = 64 and 128): each consumer
 //     warpgroup writes its O_i into SRAM (128-byte swizzle) and one thread stores the boxes with
 //     cp.async.bulk.tensor; stored from registers it took as long as a key tile, every block at
-//     once. At d = 128 the SRAM is full: O_i goes into the V_j stage of the unit's last key tile
-//     once every consumer's last P·V has read it, and returns to the producer (v_empty) when the
-//     store has read it, checked after the next unit's first S_ij is issued.
+//     once. At d = 128 the SRAM is full: O_i goes into the stage of the unit's last key tile, with
+//     three stages into its K_j once every consumer's last S_ij has read it (so no warpgroup waits
+//     for another's last P·V), with two into its V_j once every last P·V has; the stage returns to
+//     the producer when the store has read it, checked after the next unit's first S_ij is issued.
 //   - Lazy rescale (as the mma.sync forward): O_i = diag(alpha) O_i only when some row of the warp
 //     saw its maximum move (a warp vote; alpha = 1 exactly otherwise).
 //   - Masks only on tiles that need them (the last, ragged key tile; causal: the tile on a
@@ -100,10 +101,10 @@
 // then 24 for the producer and 240 for the consumers; three consumers, 128 at launch (512
 // threads), then 24 and 160; no spills but 16 bytes in the Bc = 192 kernel and 24 in the split
 // tail's; d = 128: 230,520 B of dynamic SRAM (Q_i 32 KiB + 3 stages × (K_j + V_j) 192 KiB +
-// barriers + the split tail's 32 B + alignment slack; the limit is 232,448; 230,544 with K and V
-// released apart; Bc = 192: 2 stages × 96 KiB, 230,512), d = 64: 115,832 B (Br = 128) or
-// 124,048 B (Br = 192, released apart), each + 8 KiB per consumer for O_i without a mask (and 16 B
-// per consumer after the first for Q_i's parts);
+// barriers + the split tail's 32 B + alignment slack; the limit is 232,448; 230,552 with K and V
+// released apart and O_i in K_last's stage; Bc = 192: 2 stages × 96 KiB, 230,512), d = 64:
+// 115,832 B (Br = 128) or 124,048 B (Br = 192, released apart), each + 8 KiB per consumer for
+// O_i without a mask (and 16 B per consumer after the first for Q_i's parts);
 // d = 256: 230,512 B (Q_i 64 KiB + 2 stages × (K_j + V_j) 160 KiB + barriers), no spills.
 // Why each of these is here, what it was measured against and the profiles that decided it:
 // docs/optimisation.md, the TMA forward; its runs: cuda/RESULTS.md and cuda/results/fwd_tma_ws.csv.
@@ -197,6 +198,12 @@ struct WsTraits {
   static constexpr bool kTmaStoreO =
       !kCausal && !kPacked && !kOutF32 && (kHeadDim == 64 || (kHeadDim == 128 && kSplitEmpty));
   static constexpr bool kOInStage = kTmaStoreO && kHeadDim == 128;
+  // kOInStage with three stages: O_i goes into K_last's stage, not V_last's, so a warpgroup that
+  // finished its last P·V waits only for the other warpgroups' last S_ij (issued a turn earlier),
+  // not for their last P·V: the first warpgroup's O_i leaves (and its next S_0 is issued) while the
+  // other's last P·V still runs. The stage held is then the next unit's third K_j rather than its
+  // third V_j (a turn earlier); with two stages it would be its second K_j, needed at once.
+  static constexpr bool kOInK = kOInStage && kStages == 3;
   // Q_i in parts of one consumer warpgroup's 64 rows, each with its own q_full and q_empty: a
   // warpgroup gives its part back once its last S_ij is done, so the next unit's part loads while
   // the unit's last softmax and P·V run, and the next unit's K_0 goes out before it. Where O_i
@@ -211,7 +218,8 @@ struct WsTraits {
   // q_full, q_empty, k_full[], v_full[], empty[] (k_empty[] when split), v_empty[] when split,
   // then (kQParts) q_full and q_empty of consumer warpgroups 1 … kConsumers − 1
   static constexpr int kQPartBarrier = 2 + (kSplitEmpty ? 4 : 3) * kStages;
-  static constexpr int kBarriers = kQPartBarrier + (kQParts ? 2 * (kConsumers - 1) : 0);
+  static constexpr int kKLastBarrier = kQPartBarrier + (kQParts ? 2 * (kConsumers - 1) : 0);
+  static constexpr int kBarriers = kKLastBarrier + (kOInK ? 1 : 0);  // + kOInK's k_last_read
   // +1024: the dynamic SRAM base is rounded up to the 1024-byte swizzle period.
   static constexpr int kPieceOffset = kBarrierOffset + 8 * kBarriers;  // the split tail's two pieces (int4 each)
   static constexpr int kSmemBytes = kPieceOffset + 32 + 1024;
@@ -248,10 +256,12 @@ struct WsSmem {
   __device__ uint32_t q_empty_part(int cw) const {
     return cw == 0 ? bar(1 + 3 * T::kStages) : bar(T::kQPartBarrier + 2 * (cw - 1) + 1);
   }
+  /// kOInK: every consumer warp's last S_ij of the unit has read K_last (one arrival per warp).
+  __device__ uint32_t k_last_read() const { return bar(T::kKLastBarrier); }
   /// kTmaStoreO: where consumer warpgroup cw stages its O_i (its 64 rows, d/64 boxes of 8 KiB),
-  /// in V_j's stage s (kOInStage) or the buffer after the tiles.
+  /// in K_j's (kOInK) or V_j's stage s (kOInStage), or the buffer after the tiles.
   __device__ uint32_t o_tile(int cw, int s) const {
-    return (T::kOInStage ? v(s) : base + T::kOBufOffset) + uint32_t(cw) * T::kTileOBytes;
+    return (T::kOInStage ? (T::kOInK ? k(s) : v(s)) : base + T::kOBufOffset) + uint32_t(cw) * T::kTileOBytes;
   }
 };
 
@@ -626,16 +636,19 @@ __device__ __forceinline__ void release_after_pv(const WsSmem<T>& sm, int s) {
 /// TMA stores of its d/64 boxes of 64 rows (rows past N are not written), LSE_i from registers.
 /// The boxes are written in the 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r mod 8)),
 /// so the eight rows of one warp store hit distinct banks. Before writing: at d = 128 (kOInStage,
-/// V_last's stage `s_last`) every consumer's last P·V has read V_last; else this warpgroup's
-/// previous store has read its buffer. Thread 0 of the warpgroup issues and commits the stores.
+/// the last key tile's stage `s_last`) every consumer's last S_ij has read K_last (kOInK: phase
+/// `k_parity` of k_last_read), or else every consumer's last P·V has read V_last; at d = 64 this
+/// warpgroup's previous store has read its buffer. Thread 0 of the warpgroup issues and commits the stores.
 template <class T>
 __device__ __forceinline__ void store_unit_tma(const Problem& p, const WsSmem<T>& sm, const CUtensorMap* map_o,
                                                float* __restrict__ LSE, const float (&o)[T::kHeadDim / 2],
                                                const float (&m_i)[2], const float (&l_i)[2], const WsTile& w, int cw,
-                                               int tid, int row_base, int t4, int s_last) {
+                                               int tid, int row_base, int t4, int s_last, uint32_t k_parity) {
   constexpr int D = T::kHeadDim;
   const int wg_bar = kTurnBarrier + T::kConsumers + cw;  // named barriers after the turns'
-  if constexpr (T::kOInStage) {
+  if constexpr (T::kOInK) {
+    mbar_wait(sm.k_last_read(), k_parity);
+  } else if constexpr (T::kOInStage) {
     named_bar_sync(kTurnBarrier + 2 * T::kConsumers, 128 * T::kConsumers);
   } else {
     if (tid == 0) bulk_wait_read<0>();
@@ -667,16 +680,23 @@ __device__ __forceinline__ void store_unit_tma(const Problem& p, const WsSmem<T>
   }
 }
 
-/// kOInStage: V_j's stage `pending` (if ≥ 0) held the last unit's O_i; once this warpgroup's store
-/// has read it, thread 0 gives the stage back to the producer for its warpgroup's four warps.
+/// kOInStage: stage `pending` (if ≥ 0) held the last unit's O_i in its K_j (kOInK) or V_j; once this
+/// warpgroup's store has read it, thread 0 gives it back to the producer for its warpgroup's four warps.
 template <class T>
 __device__ __forceinline__ void release_o_stage(const WsSmem<T>& sm, int& pending, int tid) {
   if (pending < 0) return;
   if (tid == 0) {
     bulk_wait_read<0>();
-    mbar_arrive_count(sm.v_empty(pending), 4);
+    mbar_arrive_count(T::kOInK ? sm.empty(pending) : sm.v_empty(pending), 4);
   }
   pending = -1;
+}
+
+/// kSplitEmpty: this warp's S_ij (key tile j of the unit's n_tiles, stage s) has read K_j, which the
+/// producer may overwrite; kOInK holds the last one for O_i and tells the other warpgroups instead.
+template <class T>
+__device__ __forceinline__ void release_k(const WsSmem<T>& sm, int s, int j, int n_tiles, int lane) {
+  if (T::kSplitEmpty && lane == 0) mbar_arrive(T::kOInK && j == n_tiles - 1 ? sm.k_last_read() : sm.empty(s));
 }
 
 /// kQParts: consumer warpgroup cw's part of Q_i is free once its last S_ij (key tile n_tiles − 1) is
@@ -744,7 +764,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, const CUtens
   if constexpr (T::kOInStage) release_o_stage<T>(sm, o_pending, tid);
   wg_wait<0>();
   reg_fence(s_acc);
-  if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(stage(0)));  // done with K_0
+  release_k<T>(sm, stage(0), 0, n_tiles, lane);  // done with K_0
   if constexpr (T::kQParts) free_q_part<T>(sm, cw, 0, n_tiles, lane);
   float alpha[2];
   bool moved =
@@ -770,7 +790,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, const CUtens
     if constexpr (T::kOverlap) {
       wg_wait<1>();  // S_ij done; P_i(j−1)·V_(j−1) may still run: O_i and pa_in stay untouched
       reg_fence(s_acc);
-      if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
+      release_k<T>(sm, s, j, n_tiles, lane);  // done with K_j
       if constexpr (T::kQParts) free_q_part<T>(sm, cw, j, n_tiles, lane);
       moved = softmax_step<T>(s_acc, m_i, l_i, alpha, (w.j0 + j) * BLOCK_N, N, diag_base, need_mask(j), t4,
                               scale_log2, lo_base);
@@ -783,7 +803,7 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, const CUtens
       reg_fence(s_acc);
       reg_fence(o);
       reg_fence_u(pa_in);
-      if (T::kSplitEmpty && lane == 0) mbar_arrive(sm.empty(s));  // done with K_j
+      release_k<T>(sm, s, j, n_tiles, lane);  // done with K_j
       if constexpr (T::kQParts) free_q_part<T>(sm, cw, j, n_tiles, lane);
       if (lane == 0) release_after_pv<T>(sm, sp);
       moved = softmax_step<T>(s_acc, m_i, l_i, alpha, (w.j0 + j) * BLOCK_N, N, diag_base, need_mask(j), t4,
@@ -826,13 +846,14 @@ __device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, const CUtens
   wg_wait<0>();
   reg_fence(o);
   const int s_last = stage(last);
-  // kOInStage: V_last's stage takes O_i and goes back once its store has read it (release_o_stage).
-  if (!T::kOInStage && lane == 0) release_after_pv<T>(sm, s_last);
+  // kOInStage: V_last's stage (kOInK: K_last's) takes O_i and goes back once its store has read it
+  // (release_o_stage).
+  if ((!T::kOInStage || T::kOInK) && lane == 0) release_after_pv<T>(sm, s_last);
   it += n_tiles;
   if (T::kSplitTail && w.piece >= 0) {
     store_partial<T>(partials, w.piece, o, m_i, l_i, row_base - w.q0, t4);
   } else if constexpr (T::kTmaStoreO) {
-    store_unit_tma<T>(p, sm, map_o, LSE, o, m_i, l_i, w, cw, tid, row_base, t4, s_last);
+    store_unit_tma<T>(p, sm, map_o, LSE, o, m_i, l_i, w, cw, tid, row_base, t4, s_last, uint32_t(k) & 1u);
     if constexpr (T::kOInStage) o_pending = s_last;
   } else {
     store_unit<T>(p, O, LSE, o, m_i, l_i, w, row_base, t4);
@@ -922,6 +943,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     } else {
       mbar_init(sm.q_empty(), T::kConsumerWarps);
     }
+    if (T::kOInK) mbar_init(sm.k_last_read(), T::kConsumerWarps);
     for (int s = 0; s < T::kStages; ++s) {
       mbar_init(sm.k_full(s), 1);
       mbar_init(sm.v_full(s), 1);
