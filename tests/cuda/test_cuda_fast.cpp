@@ -275,6 +275,9 @@ TEST_CASE("tma-ws forward, more query tiles than SMs, equals the float64 referen
     check_fast({1, 300, 48, 64, causal, kBf16, 0.0, kTmaWs});   // 3 query tiles × 48 heads
     check_fast({2, 200, 40, 128, causal, kBf16, 0.0, kTmaWs});  // 2 × 40 heads × 2 batches, ragged
   }
+  // 300 units of one key tile: at d = 128 each unit's O_i leaves through its K_j stage, held from
+  // the producer until the store has read it, the stages of consecutive units in turn.
+  check_fast({1, 100, 300, 128, false, kBf16, 0.0, kTmaWs});
   check_fast({1, 1, 300, 128, true, kFp16, 0.0, kTmaWs});  // N = 1: 300 one-row units
   report("tma-ws many tiles");
 }
