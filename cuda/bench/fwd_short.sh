@@ -7,14 +7,15 @@
 #   fwd_short.sh tabulate OUT_DIR                anywhere: the two CSVs again from OUT_DIR/logs
 #
 # BIN_DIR (default gpu-carry) holds `flashlab` and `test_cuda` of this build, `flashlab_base` of the
-# reference build, and `commit` and `commit_base` (git describe of the trees that built them); OUT_DIR
+# reference build, and `commit` and `commit_base` (git describe of the trees that built them); if it
+# also holds `flashlab_alt` and `commit_alt`, that third build is swept too (build `alt`); OUT_DIR
 # (default /tmp/flashlab-short, outside the tree) gets the logs and the CSVs. Shapes: bf16, H = 16,
 # non-causal, d = 64 and 128; B = 1 at N = 1024 … 16384, and B·N = 16k (B = 16, 8, 4 at N = 1024,
 # 2048, 4096: FlashAttention's benchmark). REPEATS (default 3) sweeps of each build, alternating
-# (base, this, base, this, …) so that both meet the same clocks; then SDPA (sdpa_bench.py) on the
+# (base, [alt,] this, base, …) so that all meet the same clocks; then SDPA (sdpa_bench.py) on the
 # same shapes, once per repeat in one process. Then the forward's tests and, if SANITIZE=1 (the
 # default), memcheck and racecheck on its small shapes.
-#   fwd_short.csv: date, device, commit, build (this or base), repeat, dtype, pass, kernel, d, causal,
+#   fwd_short.csv: date, device, commit, build (this, base or alt), repeat, dtype, pass, kernel, d, causal,
 #     N, H, B, median_ms, min_ms, max_ms, tflops, then SDPA's TFLOP/s on the shape in the same repeat
 #     (flash_bnhd_tflops, cudnn_bnhd_tflops, cudnn_bhnd_tflops) and ours_over_cudnn_bnhd;
 #   fwd_short_checks.csv: as cuda/results/checks.csv (step_checks.py).
@@ -24,7 +25,7 @@ status=0
 if [ "${1:-}" = tabulate ]; then
   out=${2:?usage: fwd_short.sh tabulate OUT_DIR}
   logs=$out/logs
-  IFS=$'\n' read -r -d '' date device commit commit_base repeats <"$logs/env.txt"
+  IFS=$'\n' read -r -d '' date device commit commit_base repeats commit_alt <"$logs/env.txt"
 else
   bin=${1:-gpu-carry}
   out=${2:-/tmp/flashlab-short}
@@ -34,9 +35,10 @@ else
   export PATH=$PATH:/usr/local/cuda/bin
   commit=$(head -1 "$bin/commit" 2>/dev/null || echo unknown)
   commit_base=$(head -1 "$bin/commit_base" 2>/dev/null || echo unknown)
+  commit_alt=$([ -x "$bin/flashlab_alt" ] && { head -1 "$bin/commit_alt" 2>/dev/null || echo unknown; })
   date=$(date -u '+%Y-%m-%d %H:%M')
   device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-  printf '%s\n%s\n%s\n%s\n%s\n' "$date" "$device" "$commit" "$commit_base" "$repeats" >"$logs/env.txt"
+  printf '%s\n%s\n%s\n%s\n%s\n%s\n' "$date" "$device" "$commit" "$commit_base" "$repeats" "$commit_alt" >"$logs/env.txt"
 fi
 step() {  # step LOG CMD...: stdout into LOG, stderr into LOG.err, the command into LOG.cmd, rc into LOG.rc
   local log=$1; shift
@@ -55,11 +57,13 @@ sweep() {  # sweep BINARY OUT_CSV: every shape, one CSV (the header once)
   done
 }
 run() {
-  local r b
+  local r b builds=(base)
+  [ -n "$commit_alt" ] && builds+=(alt)
+  builds+=(this)
   for ((r = 1; r <= repeats; r++)); do
-    for b in base this; do
+    for b in "${builds[@]}"; do
       echo "=== sweep $b $r"
-      sweep "$bin/flashlab$([ $b = base ] && echo _base)" "$logs/bench_${b}_$r.csv" 2>"$logs/bench_${b}_$r.err" ||
+      sweep "$bin/flashlab$([ $b != this ] && echo _$b)" "$logs/bench_${b}_$r.csv" 2>"$logs/bench_${b}_$r.err" ||
         { echo "    failed (see $logs/bench_${b}_$r.err)"; status=1; }
     done
   done
@@ -77,9 +81,9 @@ run() {
   fi
 }
 [ "${1:-}" = tabulate ] || run
-python3 - "$out" "$date" "$device" "$commit" "$commit_base" "$repeats" <<'EOF' || status=1
+python3 - "$out" "$date" "$device" "$commit" "$commit_base" "$repeats" "${commit_alt:-}" <<'EOF' || status=1
 import csv, os, statistics, sys
-out, date, device, commit, commit_base, repeats = sys.argv[1:7]
+out, date, device, commit, commit_base, repeats, commit_alt = sys.argv[1:8]
 logs, repeats = f"{out}/logs", int(repeats)
 # sdpa.csv: one row per row of sdpa_in.csv, in order (its columns do not include B): repeat r's
 # rows are the r-th block of the shapes.
@@ -91,7 +95,7 @@ w = csv.writer(open(f"{out}/fwd_short.csv", "w", newline=""), lineterminator="\n
 w.writerow(cols)
 summary = {}
 for r in range(1, repeats + 1):
-    for build, com in (("base", commit_base), ("this", commit)):
+    for build, com in (("base", commit_base), ("alt", commit_alt), ("this", commit)):
         f = f"{logs}/bench_{build}_{r}.csv"
         if not os.path.exists(f):
             continue
@@ -110,13 +114,15 @@ for r in range(1, repeats + 1):
             summary.setdefault(key, {}).setdefault(build, []).append(float(row["tflops"]))
             if build == "this" and cb not in ("", "n/a"):
                 summary[key].setdefault("cudnn", []).append(float(cb))
+alt = " alt/base alt/cuDNN" if commit_alt else ""
 print(f"{'d':>4} {'N':>6} {'B':>3} {'base':>8} {'this':>8} {'cuDNN':>8} {'this/base':>9} {'base/cuDNN':>10} {'this/cuDNN':>10}"
-      "   (TFLOP/s, medians over the repeats)")
+      f"{alt}   (TFLOP/s, medians over the repeats)")
 for key in sorted(summary):
     m = {b: statistics.median(v) for b, v in summary[key].items()}
     base, this, cud = m.get("base", float("nan")), m.get("this", float("nan")), m.get("cudnn", float("nan"))
+    a = m.get("alt", float("nan"))
     print(f"{key[0]:>4} {key[1]:>6} {key[2]:>3} {base:>8.1f} {this:>8.1f} {cud:>8.1f} {this / base:>9.3f} "
-          f"{base / cud:>10.3f} {this / cud:>10.3f}")
+          f"{base / cud:>10.3f} {this / cud:>10.3f}" + (f" {a / base:>8.3f} {a / cud:>9.3f}" if commit_alt else ""))
 EOF
 python3 "$here/step_checks.py" "$out/fwd_short_checks.csv" "$logs" "$date" "$device" "$commit" || status=1
 tar czf "$out/fwd_short.tgz" -C "$out" logs fwd_short.csv fwd_short_checks.csv  # the whole run in one file
