@@ -204,11 +204,6 @@ struct WsTraits {
   // other's last P·V still runs. The stage held is then the next unit's third K_j rather than its
   // third V_j (a turn earlier); with two stages it would be its second K_j, needed at once.
   static constexpr bool kOInK = kOInStage && kStages == 3;
-  // O_i stored after the next unit's first S_ij is issued (its registers held until then), so the
-  // tensor cores run that S_ij while the warpgroup writes O_i out; the stage that holds O_i at
-  // d = 128 goes back at the next turn. Not with two stages (the held V_j would be needed a turn
-  // after it returns) nor with the split tail: the held registers made ptxas spill 112 and 176 bytes.
-  static constexpr bool kStoreLate = kTmaStoreO && kStages == 3 && !kSplitTail;
   // Q_i in parts of one consumer warpgroup's 64 rows, each with its own q_full and q_empty: a
   // warpgroup gives its part back once its last S_ij is done, so the next unit's part loads while
   // the unit's last softmax and P·V run, and the next unit's K_0 goes out before it. Where O_i
@@ -711,40 +706,16 @@ __device__ __forceinline__ void free_q_part(const WsSmem<T>& sm, int cw, int j, 
   if (j == n_tiles - 1 && lane == 0) mbar_arrive(sm.q_empty_part(cw));
 }
 
-/// kStoreLate: a unit's O_i, m_i and l_i held in registers until the next unit's first S_ij is
-/// issued; `s_last` its last key tile's stage (< 0: none held), `k_parity` its phase of k_last_read.
-template <class T>
-struct WsHeldO {
-  float o[T::kHeadDim / 2], m_i[2], l_i[2];
-  WsTile w;
-  int s_last = -1;
-  uint32_t k_parity = 0;
-};
-
-/// kStoreLate: store the held O_i (store_unit_tma) if there is one; kOInStage: its stage is pending.
-template <class T>
-__device__ __forceinline__ void store_held(const Problem& p, const WsSmem<T>& sm, const CUtensorMap* map_o,
-                                           float* __restrict__ LSE, WsHeldO<T>& held, int cw, int& o_pending) {
-  if (held.s_last < 0) return;
-  const int tid = threadIdx.x % 128, row_base = held.w.q0 + 64 * cw + 16 * (tid / 32) + (tid % 32) / 4;
-  store_unit_tma<T>(p, sm, map_o, LSE, held.o, held.m_i, held.l_i, held.w, cw, tid, row_base, tid % 4, held.s_last,
-                    held.k_parity);
-  if constexpr (T::kOInStage) o_pending = held.s_last;
-  held.s_last = -1;
-}
-
 /// One consumer warpgroup `cw` (0 .. kConsumers − 1) on one tile: its 64 rows of Q_i against every
 /// key tile. Turn k of warpgroup c follows turn k of warpgroup c − 1 (and warpgroup 0's follows the
 /// last one's turn k − 1): named barriers, across tiles too. `it` (in/out) counts the key tiles of
 /// the block's work list, as the producer does; `k` is the tile's place among the units with keys
-/// (phase of q_full), `more` whether another unit with keys follows; kStoreLate: `held` the last
-/// unit's O_i on entry, this unit's on return. Masks: keys ≥ N_k, and (causal) keys past
-/// row + N_k − N; (window) keys past row + window_hi() or before row + window_lo().
+/// (phase of q_full), `more` whether another unit with keys follows. Masks: keys ≥ N_k, and
+/// (causal) keys past row + N_k − N; (window) keys past row + window_hi() or before row + window_lo().
 template <class T>
-__device__ __forceinline__ void consume_tile(const Problem& p, const WsSmem<T>& sm, const CUtensorMap* map_o,
-                                             uint16_t* __restrict__ O, float* __restrict__ LSE,
-                                             float* __restrict__ partials, int cw, const WsTile& w, int& it, int k,
-                                             bool more, int& o_pending, WsHeldO<T>& held) {
+__device__ void consume_tile(const Problem& p, const WsSmem<T>& sm, const CUtensorMap* map_o, uint16_t* __restrict__ O,
+                             float* __restrict__ LSE, float* __restrict__ partials, int cw, const WsTile& w, int& it,
+                             int k, bool more, int& o_pending) {
   constexpr int D = T::kHeadDim, BLOCK_N = T::BLOCK_N, S = T::kStages, kTurnThreads = 256;
   constexpr float NEG_INF = -INFINITY;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t4 = lane % 4;
@@ -789,12 +760,8 @@ __device__ __forceinline__ void consume_tile(const Problem& p, const WsSmem<T>& 
   issue_qk<T>(s_acc, sQ_wg, sm.k(stage(0)));
   wg_commit();
   named_bar_arrive(next_turn, kTurnThreads);
-  if constexpr (T::kStoreLate) {
-    store_held<T>(p, sm, map_o, LSE, held, cw, o_pending);  // while S_0 runs
-  } else if constexpr (T::kOInStage) {
-    // The last unit's O_i has long left its stage (it waited for this Q_i): give the stage back.
-    release_o_stage<T>(sm, o_pending, tid);
-  }
+  // The last unit's O_i has long left its stage (it waited for this Q_i): give the stage back.
+  if constexpr (T::kOInStage) release_o_stage<T>(sm, o_pending, tid);
   wg_wait<0>();
   reg_fence(s_acc);
   release_k<T>(sm, stage(0), 0, n_tiles, lane);  // done with K_0
@@ -808,8 +775,6 @@ __device__ __forceinline__ void consume_tile(const Problem& p, const WsSmem<T>& 
   // softmax packs into pa_out (the same set unless kTwoP).
   auto key_tile = [&](int j, uint32_t(&pa_in)[BLOCK_N / 16][4], uint32_t(&pa_out)[BLOCK_N / 16][4]) {
     const int s = stage(j), sp = stage(j - 1);
-    // kStoreLate: the last unit's O_i left its stage during the softmax of S_i0 (a no-op after).
-    if constexpr (T::kStoreLate && T::kOInStage) release_o_stage<T>(sm, o_pending, tid);
     mbar_wait(sm.k_full(s), phase(j));
     mbar_wait(sm.v_full(sp), phase(j - 1));
     named_bar_sync(my_turn, kTurnThreads);
@@ -869,7 +834,6 @@ __device__ __forceinline__ void consume_tile(const Problem& p, const WsSmem<T>& 
   }
   // Last P·V: one more turn; the last warpgroup owes no arrival when it is the block's last turn.
   const int last = n_tiles - 1;
-  if constexpr (T::kStoreLate && T::kOInStage) release_o_stage<T>(sm, o_pending, tid);
   mbar_wait(sm.v_full(stage(last)), phase(last));
   named_bar_sync(my_turn, kTurnThreads);
   wg_fence();
@@ -888,17 +852,6 @@ __device__ __forceinline__ void consume_tile(const Problem& p, const WsSmem<T>& 
   it += n_tiles;
   if (T::kSplitTail && w.piece >= 0) {
     store_partial<T>(partials, w.piece, o, m_i, l_i, row_base - w.q0, t4);
-  } else if constexpr (T::kStoreLate) {
-#pragma unroll
-    for (int i = 0; i < D / 2; ++i) held.o[i] = o[i];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      held.m_i[r] = m_i[r];
-      held.l_i[r] = l_i[r];
-    }
-    held.w = w;
-    held.s_last = s_last;
-    held.k_parity = uint32_t(k) & 1u;
   } else if constexpr (T::kTmaStoreO) {
     store_unit_tma<T>(p, sm, map_o, LSE, o, m_i, l_i, w, cw, tid, row_base, t4, s_last, uint32_t(k) & 1u);
     if constexpr (T::kOInStage) o_pending = s_last;
@@ -913,7 +866,6 @@ __device__ void consume(const Problem& p, const WsSmem<T>& sm, const WsSchedule<
                         uint16_t* __restrict__ O, float* __restrict__ LSE, float* __restrict__ partials, int cw) {
   WsTile w, next;
   int it = 0, kq = 0, o_pending = -1;
-  WsHeldO<T> held;  // kStoreLate
   bool have = sched.at(0, w);
   // Packed: whether a unit with keys is at place k (unit x, `found`) or after it in the list;
   // units without keys may sit anywhere there (WsSchedule).
@@ -942,12 +894,11 @@ __device__ void consume(const Problem& p, const WsSmem<T>& sm, const WsSchedule<
       // The next unit's turn is owed only if it has keys (dense: units without keys come last;
       // packed: a later unit with keys).
       const bool owe = T::kPacked ? keyed_from(k + 1, next, more) : more && (!T::kCausal || next.n_tiles > 0);
-      consume_tile<T>(p, sm, map_o, O, LSE, partials, cw, w, it, kq++, owe, o_pending, held);
+      consume_tile<T>(p, sm, map_o, O, LSE, partials, cw, w, it, kq++, owe, o_pending);
     }
     w = next;
     have = more;
   }
-  if constexpr (T::kStoreLate) store_held<T>(p, sm, map_o, LSE, held, cw, o_pending);  // the last unit's
   // The last stores read their SRAM before the block ends (and are complete).
   if (T::kTmaStoreO && threadIdx.x % 128 == 0) bulk_wait<0>();
 }
