@@ -179,7 +179,9 @@ struct BwdWsTraits {
   static constexpr int kOffDq = kOffDs + kDsBuffers * kTileDs;
   static constexpr int kOffStats = kOffDq + kConsumers * kSliceDq;
   static constexpr int kOffBar = kOffStats + kStages * kStats;
-  static constexpr int kBarriers = 1 + 2 * kStages + 4;  // kv_full, full[], empty[], ds_full[2], ds_free[2]
+  // kv_full, full[], empty[], ds_full[2], ds_free[2]; packed: kv_empty, item_full[2], item_empty[2] and
+  // the two work item slots (BwdWsSmem).
+  static constexpr int kBarriers = 1 + 2 * kStages + 4 + 7;
   static constexpr int kSmemBytes = kOffBar + 8 * kBarriers + 1024;  // + alignment to 1024
   static_assert(kSmemBytes <= 227 * 1024, "dynamic SRAM of one block on sm_90");
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "d ∈ {64, 128}");
@@ -266,6 +268,11 @@ struct BwdWsSmem {
   __device__ uint32_t empty(int s) const { return kv_full() + 8u * uint32_t(1 + T::kStages + s); }
   __device__ uint32_t ds_full(int buf) const { return kv_full() + 8u * uint32_t(1 + 2 * T::kStages + buf); }
   __device__ uint32_t ds_free(int buf) const { return kv_full() + 8u * uint32_t(3 + 2 * T::kStages + buf); }
+  // Packed (bwd_ws_packed_body): K_j, V_j read for the last time; the work item ring of two slots.
+  __device__ uint32_t kv_empty() const { return kv_full() + 8u * uint32_t(5 + 2 * T::kStages); }
+  __device__ uint32_t item_full(int k) const { return kv_full() + 8u * uint32_t(6 + 2 * T::kStages + k); }
+  __device__ uint32_t item_empty(int k) const { return kv_full() + 8u * uint32_t(8 + 2 * T::kStages + k); }
+  __device__ uint32_t item(int k) const { return kv_full() + 8u * uint32_t(10 + 2 * T::kStages + k); }
 };
 
 /// Where a block works: key tile j (keys start_n ..) of head h, batch b; query tiles i_begin .. Tr−1
@@ -313,17 +320,32 @@ __device__ __forceinline__ void tma_rows(uint32_t dst, const CUtensorMap* map, i
   for (int c = 0; c < T::kColBlocks; ++c) tma_load_4d(dst + uint32_t(c) * kRows * 128, map, 64 * c, h, row0, b, bar);
 }
 
-/// Producer thread: K_j, V_j once, then Q_i, dO_i per step through the stage ring.
+/// The steps of block w: its query tiles, times its query heads (grouped).
 template <class T>
-__device__ void produce_tiles(const BwdWsSmem<T>& sm, const BwdWsBlock& w, const CUtensorMap* map_q,
-                              const CUtensorMap* map_k, const CUtensorMap* map_v, const CUtensorMap* map_do) {
+__device__ __forceinline__ int block_steps(const BwdWsBlock& w) {
+  return (query_tiles_end<T>(w) - w.i_begin) * group_heads<T>(w);
+}
+
+/// Producer thread: block w's K_j, V_j into their tiles (kv_full).
+template <class T>
+__device__ __forceinline__ void load_kv(const BwdWsSmem<T>& sm, const BwdWsBlock& w, const CUtensorMap* map_k,
+                                        const CUtensorMap* map_v) {
   mbar_arrive_expect_tx(sm.kv_full(), 2 * T::kTileKV);
   // Packed: the boxes may run past the sequence's last row into the next sequence's (masked).
-  const int k_row = T::kPacked ? w.k_row0 + w.start_n : w.start_n, q_row0 = T::kPacked ? w.q_row0 : 0;
+  const int k_row = T::kPacked ? w.k_row0 + w.start_n : w.start_n;
   tma_rows<T, T::BLOCK_N>(sm.k(), map_k, k_row, w.h, w.b, sm.kv_full());
   tma_rows<T, T::BLOCK_N>(sm.v(), map_v, k_row, w.h, w.b, sm.kv_full());
+}
+
+/// Producer thread: Q_i, dO_i of block w's steps through the stage ring, from the ring's step n on;
+/// before(k) runs before the block's k-th step is loaded. Returns the ring's next step.
+template <class T, class BeforeStep>
+__device__ __forceinline__ int produce_steps(const BwdWsSmem<T>& sm, const BwdWsBlock& w, const CUtensorMap* map_q,
+                                             const CUtensorMap* map_do, int n, BeforeStep before) {
+  const int q_row0 = T::kPacked ? w.q_row0 : 0;
   int g = 0;  // grouped: the query head h0 + g
-  for (int i = w.i_begin, n = 0; i < query_tiles_end<T>(w); ++i, ++n) {
+  for (int i = w.i_begin, k = 0; i < query_tiles_end<T>(w); ++i, ++k, ++n) {
+    before(k);
     const int s = n % T::kStages;
     // Stage s was last filled for step n − kStages: wait for that phase of empty[s].
     if (n >= T::kStages) mbar_wait(sm.empty(s), uint32_t(n / T::kStages - 1) & 1u);
@@ -332,15 +354,25 @@ __device__ void produce_tiles(const BwdWsSmem<T>& sm, const BwdWsBlock& w, const
     tma_rows<T, T::BLOCK_M>(sm.dO(s), map_do, q_row0 + i * T::BLOCK_M, query_head<T>(w, g), w.b, sm.full(s));
     if constexpr (T::kGroup) next_group_head<T>(w, i, g);
   }
+  return n;
 }
 
-/// Stats warp: LSE_i, D_i of each step into the stage (0 for rows ≥ N), one arrival per lane.
+/// Producer thread: K_j, V_j once, then Q_i, dO_i per step through the stage ring.
 template <class T>
-__device__ void produce_stats(const BwdWsSmem<T>& sm, const BwdWsBlock& w, const Problem& p,
-                              const float* __restrict__ LSE, const float* __restrict__ D, int lane) {
+__device__ void produce_tiles(const BwdWsSmem<T>& sm, const BwdWsBlock& w, const CUtensorMap* map_q,
+                              const CUtensorMap* map_k, const CUtensorMap* map_v, const CUtensorMap* map_do) {
+  load_kv<T>(sm, w, map_k, map_v);
+  produce_steps<T>(sm, w, map_q, map_do, 0, [](int) {});
+}
+
+/// Stats warp: LSE_i, D_i of each step into the stage (0 for rows ≥ N), one arrival per lane; the
+/// ring's steps from n on. Returns the ring's next step.
+template <class T>
+__device__ int produce_stats(const BwdWsSmem<T>& sm, const BwdWsBlock& w, const Problem& p,
+                             const float* __restrict__ LSE, const float* __restrict__ D, int lane, int n = 0) {
   const std::size_t stat0 = p.stat_offset(w.b, w.h);
   int g = 0;  // grouped: the query head h0 + g
-  for (int i = w.i_begin, n = 0; i < query_tiles_end<T>(w); ++i, ++n) {
+  for (int i = w.i_begin; i < query_tiles_end<T>(w); ++i, ++n) {
     // Packed: LSE, D are [1, H, total_q], the sequence's rows from q_row0.
     const std::size_t stat = T::kPacked ? std::size_t(query_head<T>(w, g)) * std::size_t(p.total_q) + w.q_row0
                              : T::kGroup ? p.stat_offset(w.b, query_head<T>(w, g))
@@ -357,6 +389,7 @@ __device__ void produce_stats(const BwdWsSmem<T>& sm, const BwdWsBlock& w, const
     mbar_arrive(sm.full(s));  // release: the stores above before the phase completes
     if constexpr (T::kGroup) next_group_head<T>(w, i, g);
   }
+  return n;
 }
 
 /// Issue C (64 keys × BLOCK_M queries) = A_c Bᵀ over k = d: A = 64 rows of a resident [128][d]
@@ -628,10 +661,15 @@ __device__ __forceinline__ void compute_dq(const BwdWsSmem<T>& sm, uint32_t sDs,
   }
 }
 
-/// One consumer warpgroup c: keys [64c, 64c + 64) of the block's K_j, V_j, every query tile.
+/// One consumer warpgroup c: keys [64c, 64c + 64) of block w's K_j, V_j (phase kv_phase of kv_full),
+/// every query tile, from the ring's step n on; dK_c, dV_c stored. Returns the ring's next step.
+/// Packed: every thread arrives on kv_empty after its last read of K_j, V_j (the last step's dQ
+/// product), before the stores, so the producer loads the next item's K_j, V_j meanwhile.
 template <class T>
-__device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlock& w, float* __restrict__ dQaccum,
-                        int* __restrict__ dq_order, uint16_t* __restrict__ dK, uint16_t* __restrict__ dV, int c) {
+__device__ __forceinline__ int consume_tile(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlock& w,
+                                            float* __restrict__ dQaccum, int* __restrict__ dq_order,
+                                            uint16_t* __restrict__ dK, uint16_t* __restrict__ dV, int c, int n,
+                                            uint32_t kv_phase) {
   constexpr int BM = T::BLOCK_M, D = T::kHeadDim;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t4 = lane % 4;
   const int key_local = 64 * c + 16 * warp + lane / 4;  // this thread's key rows: key_local, + 8
@@ -641,7 +679,8 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
   float acc_dv[D / 2], acc_dk[D / 2];
 #pragma unroll
   for (int k = 0; k < D / 2; ++k) acc_dv[k] = acc_dk[k] = 0.f;
-  mbar_wait(sm.kv_full(), 0);
+  mbar_wait(sm.kv_full(), kv_phase);
+  if (T::kPacked && w.i_begin >= query_tiles_end<T>(w)) mbar_arrive(sm.kv_empty());  // no step reads them
   // Consumer 0 takes the first turn (grouped, a block may run no step: then it hands none over).
   if (T::kPingPong && c == 1 && (!T::kGroup || w.i_begin < query_tiles_end<T>(w))) named_bar_arrive(kTurnBarrier, 256);
   // A window: the band's edges, and the end of this block's query tiles (every block has one at
@@ -652,7 +691,7 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
   const int coff = T::kGroup && T::kCausal ? p.causal_offset() : 0;  // the causal diagonal's offset
 
   int g = 0;  // grouped: the query head h0 + g
-  for (int i = w.i_begin, n = 0; i < i_end; ++i, ++n) {
+  for (int i = w.i_begin; i < i_end; ++i, ++n) {
     const int s = n % T::kStages, q0 = i * BM;
     // Grouped: the accumulator tiles of query head h0 + g.
     // Packed: the sequence's tiles of that head in the packed query numbering.
@@ -731,6 +770,7 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
       reg_fence(dq);
       stage_dq<T>(dq, sm.dq(c), m, tid);
     }
+    if (T::kPacked && i + 1 == i_end && g + 1 == G) mbar_arrive(sm.kv_empty());  // K_j read for the last time
     reg_fence(acc_dv);
     reg_fence(acc_dk);
     reg_fence_u(pa);
@@ -752,7 +792,15 @@ __device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlo
                                        : p.head_offset(w.b, w.h);
   store_key_grads<T>(p, dK, acc_dk, p.scale, base, key_row, t4);
   store_key_grads<T>(p, dV, acc_dv, 1.f, base, key_row, t4);
-  if (tid == 0) bulk_wait_group<0>();  // no bulk reduction may still read SRAM when the block exits
+  return n;
+}
+
+/// One consumer warpgroup c: keys [64c, 64c + 64) of the block's K_j, V_j, every query tile.
+template <class T>
+__device__ void consume(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlock& w, float* __restrict__ dQaccum,
+                        int* __restrict__ dq_order, uint16_t* __restrict__ dK, uint16_t* __restrict__ dV, int c) {
+  consume_tile<T>(p, sm, w, dQaccum, dq_order, dK, dV, c, 0, 0);
+  if (threadIdx.x % 128 == 0) bulk_wait_group<0>();  // no bulk reduction may still read SRAM when the block exits
 }
 
 /// consume() with dQ one step late (kLagDq): dSᵀ of step n goes to buffer n & 1 once both
@@ -907,32 +955,25 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #endif
 }
 
-/// Packed sequences (T::kPacked): grid (⌊total_k / BLOCK_N⌋ + B, H_kv, 1) non-causal, (H_kv,
-/// ⌊total_k / BLOCK_N⌋ + B, 1) causal; block j owns key tile j of the packed numbering over the
-/// keys (packed.cuh), a tile past its sequence's last key exits at once. The block runs the grouped
-/// kernel (plain, causal or band traits) on a Problem of its own sequence (seq = len_q,
-/// seq_k = len_k: the diagonal's or the band's offset, the masks, the query tiles and the rows
-/// stored are that sequence's), its rows from the sequence's first rows of the packed tensors.
+/// Work item `item` of a packed launch (T::kPacked): key tile j of K/V head h, j the packed
+/// numbering over the keys (packed.cuh), ⌊total_k / BLOCK_N⌋ + B tiles per head; non-causal j
+/// fastest, causal h fastest (the heaviest key tiles of each sequence first), the dense grids'
+/// orders. Fills `w` and `seq`, the Problem of the tile's own sequence (seq = len_q, seq_k = len_k:
+/// the diagonal's or the band's offset, the masks, the query tiles and the rows stored are that
+/// sequence's), its rows from the sequence's first rows of the packed tensors; false for a tile
+/// past its sequence's last key (at most one per sequence), which has no work.
 template <class T>
-__global__ void __launch_bounds__(T::kThreads, 1)
-    bwd_ws_packed_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
-                         const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do,
-                         Problem p, const float* __restrict__ LSE, const float* __restrict__ D,
-                         float* __restrict__ dQaccum, uint16_t* __restrict__ dK, uint16_t* __restrict__ dV,
-                         PackedLists lists) {
-#if FLASHLAB_WGMMA_OK
-  static_assert(T::kPacked && T::kGroup && !T::kDeterministic, "the grouped kernel, no fixed order");
-  extern __shared__ uint8_t smem_raw[];
-  const BwdWsSmem<T> sm{(uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u};
+__device__ __forceinline__ bool packed_block(const Problem& p, const PackedLists& lists, int item, BwdWsBlock& w,
+                                             Problem& seq) {
+  const int tiles = p.total_k / T::BLOCK_N + p.batch;
+  const int j = p.causal ? item / p.heads_kv : item % tiles, h = p.causal ? item % p.heads_kv : item / tiles;
   // Keys' tile j: packed_tile() over the keys' prefix sums (its q fields then hold the keys').
-  const int j = p.causal ? blockIdx.y : blockIdx.x, h = p.causal ? blockIdx.x : blockIdx.y;
   const PackedTile kt = packed_tile(lists.cu_seqlens_k, lists.cu_seqlens_q, p.batch, j, T::BLOCK_N);
   const int len_k = kt.len_q, len_q = kt.len_k;
-  if (kt.row0 >= len_k) return;  // past the sequence's last key: at most one tile per sequence
-  Problem seq = p;  // the sequence's own lengths (the band's offset len_k − len_q follows)
+  if (kt.row0 >= len_k) return false;
+  seq = p;  // the sequence's own lengths (the band's offset len_k − len_q follows)
   seq.seq = len_q;
   seq.seq_k = len_k;
-  BwdWsBlock w;
   w.start_n = kt.row0;
   w.h = h;
   w.b = 0;
@@ -950,12 +991,122 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     w.i_begin = q_first / T::BLOCK_M;
     w.i_end = q_last < q_first ? w.i_begin : q_last / T::BLOCK_M + 1;
   } else {
-    // Causal: key start_n is first seen by query start_n − (len_k − len_q); a block past the last
+    // Causal: key start_n is first seen by query start_n − (len_k − len_q); a tile past the last
     // query (i_begin ≥ Tr) runs no step and writes dK = dV = 0.
     w.i_begin = T::kCausal ? max(0, w.start_n - seq.causal_offset()) / T::BLOCK_M : 0;
     w.i_end = w.Tr;
   }
-  bwd_ws_body<T>(sm, w, seq, &map_q, &map_k, &map_v, &map_do, LSE, D, dQaccum, nullptr, dK, dV);
+  return true;
+}
+
+/// The packed kernel's block (T::kPacked): persistent, one per SM, it runs work item after work
+/// item (packed_block()): blockIdx.x first, then the next of the counter `next_item` (zeroed before
+/// the launch) + gridDim.x, the items with work only. Why: a short sequence's key tile has few
+/// steps, and a block's fixed cost (its start, the first K_j, V_j, Q_i, dO_i in flight, dK, dV
+/// stored at its end) weighed on each; here the producer loads the next item's first Q_i, dO_i
+/// into the ring while the consumers run the last steps, and its K_j, V_j once they have read
+/// K_j for the last time (kv_empty), during their dK, dV stores. The producer thread publishes each
+/// item in a ring of two slots (item_full, item_empty: the stats warp and the consumers read it),
+/// then one past the last as the end; the stage ring's steps run on across the items.
+template <class T>
+__device__ void bwd_ws_packed_body(const BwdWsSmem<T>& sm, const Problem& p, const PackedLists& lists,
+                                   const CUtensorMap* map_q, const CUtensorMap* map_k, const CUtensorMap* map_v,
+                                   const CUtensorMap* map_do, const float* __restrict__ LSE,
+                                   const float* __restrict__ D, float* __restrict__ dQaccum,
+                                   uint16_t* __restrict__ dK, uint16_t* __restrict__ dV, int* __restrict__ next_item) {
+  const int wg = threadIdx.x / 128;
+  const int items = (p.total_k / T::BLOCK_N + p.batch) * p.heads_kv;
+  if (threadIdx.x == 0) {
+    tma_prefetch_map(map_q);
+    tma_prefetch_map(map_k);
+    tma_prefetch_map(map_v);
+    tma_prefetch_map(map_do);
+    mbar_init(sm.kv_full(), 1);
+    mbar_init(sm.kv_empty(), T::kConsumerThreads);
+    for (int s = 0; s < T::kStages; ++s) {
+      mbar_init(sm.full(s), 1 + 32);  // the TMA thread's expect_tx + the stats warp's lanes
+      mbar_init(sm.empty(s), T::kConsumerThreads);
+    }
+    for (int k = 0; k < 2; ++k) {
+      mbar_init(sm.item_full(k), 1);
+      mbar_init(sm.item_empty(k), 32 + T::kConsumerThreads);  // every reader: the stats warp, the consumers
+    }
+    mbar_fence_init();
+  }
+  __syncthreads();
+  // Item t of this block: published in slot t & 1 (phase t / 2), once slot t & 1's item t − 2 was read.
+  const auto read_item = [&](int t) {
+    mbar_wait(sm.item_full(t & 1), uint32_t(t / 2) & 1u);
+    int item;
+    asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(item) : "r"(sm.item(t & 1)) : "memory");
+    return item;
+  };
+  BwdWsBlock w;
+  Problem seq;
+  if (wg == 0) {
+    regs_release<T::kProducerRegs>();
+    if (threadIdx.x == 0) {
+      const auto next = [&](int item) {  // this item if it has work, else the next that has
+        while (item < items && !packed_block<T>(p, lists, item, w, seq)) item = int(gridDim.x) + atomicAdd(next_item, 1);
+        return item;
+      };
+      int item = next(int(blockIdx.x)), n = 0;
+      for (int t = 0;; ++t) {
+        if (t >= 2) mbar_wait(sm.item_empty(t & 1), uint32_t(t / 2 - 1) & 1u);
+        asm volatile("st.shared.s32 [%0], %1;\n" ::"r"(sm.item(t & 1)), "r"(item) : "memory");
+        mbar_arrive(sm.item_full(t & 1));  // release: the store above
+        if (item >= items) break;
+        const BwdWsBlock cur = w;
+        // The next item now: the atomic's latency behind this item's loads.
+        item = next(int(gridDim.x) + atomicAdd(next_item, 1));
+        // K_j, V_j of item t once the consumers have read item t − 1's for the last time: after its
+        // first kStages steps' Q_i, dO_i (their stages free before kv_empty); the first item's first.
+        const int steps = block_steps<T>(cur), kv_at = t == 0 ? 0 : min(T::kStages, steps);
+        const auto kv = [&] {
+          if (t > 0) mbar_wait(sm.kv_empty(), uint32_t(t - 1) & 1u);
+          load_kv<T>(sm, cur, map_k, map_v);
+        };
+        n = produce_steps<T>(sm, cur, map_q, map_do, n, [&](int k) {
+          if (k == kv_at) kv();
+        });
+        if (kv_at == steps) kv();
+      }
+    } else if (threadIdx.x / 32 == 1) {
+      const int lane = threadIdx.x % 32;
+      for (int t = 0, n = 0;; ++t) {
+        const int item = read_item(t);
+        mbar_arrive(sm.item_empty(t & 1));  // each reader releases its own read of the slot
+        if (item >= items) break;
+        packed_block<T>(p, lists, item, w, seq);
+        n = produce_stats<T>(sm, w, seq, LSE, D, lane, n);
+      }
+    }
+    return;  // every load is consumed before the consumers exit
+  }
+  regs_claim<T::kConsumerRegs>();
+  for (int t = 0, n = 0;; ++t) {
+    const int item = read_item(t);
+    mbar_arrive(sm.item_empty(t & 1));
+    if (item >= items) break;
+    packed_block<T>(p, lists, item, w, seq);
+    n = consume_tile<T>(seq, sm, w, dQaccum, nullptr, dK, dV, wg - 1, n, uint32_t(t) & 1u);
+  }
+  if (threadIdx.x % 128 == 0) bulk_wait_group<0>();  // no bulk reduction may still read SRAM when the block exits
+}
+
+/// Packed sequences (T::kPacked): a persistent grid of min(items, SMs) blocks, bwd_ws_packed_body.
+template <class T>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    bwd_ws_packed_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
+                         const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do,
+                         Problem p, const float* __restrict__ LSE, const float* __restrict__ D,
+                         float* __restrict__ dQaccum, uint16_t* __restrict__ dK, uint16_t* __restrict__ dV,
+                         PackedLists lists, int* __restrict__ next_item) {
+#if FLASHLAB_WGMMA_OK
+  static_assert(T::kPacked && T::kGroup && !T::kDeterministic, "the grouped kernel, no fixed order");
+  extern __shared__ uint8_t smem_raw[];
+  const BwdWsSmem<T> sm{(uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u};
+  bwd_ws_packed_body<T>(sm, p, lists, &map_q, &map_k, &map_v, &map_do, LSE, D, dQaccum, dK, dV, next_item);
 #else
   __trap();  // built without sm_90a: never launched
 #endif
@@ -1135,7 +1286,8 @@ void launch_bwd_ws_d(const Problem& p, const BwdPointers& a, int* dq_order, cuda
 /// main kernel, the packed convert. kCausal without kWindow: the causal traits (the diagonal of
 /// each sequence); kWindow: the band (causal folded into it).
 template <int D, bool kBf16, bool kCausal, bool kWindow>
-void launch_bwd_ws_packed_one(const Problem& p, const BwdPointers& a, const PackedLists& lists, cudaStream_t stream) {
+void launch_bwd_ws_packed_one(const Problem& p, const BwdPointers& a, const PackedLists& lists, int* next_item,
+                              cudaStream_t stream) {
   using Base = BwdWsTraits<D, kBf16, false, false>;  // the accumulator's layout (any mask)
   using T = BwdWsPacked<BwdWsTraits<D, kBf16, kCausal && !kWindow, false>, kWindow>;
   auto kernel = &bwd_ws_packed_kernel<T>;
@@ -1155,13 +1307,16 @@ void launch_bwd_ws_packed_one(const Problem& p, const BwdPointers& a, const Pack
   const CUtensorMap map_do = make_head_tile_map(a.dO, p, T::BLOCK_M);
   const CUtensorMap map_k = make_kv_tile_map(a.K, p, T::BLOCK_N);
   const CUtensorMap map_v = make_kv_tile_map(a.V, p, T::BLOCK_N);
-  const unsigned tiles = unsigned(p.total_k / T::BLOCK_N + p.batch);
-  // Causal: the heaviest key tiles of each sequence first, as the dense grids.
-  const dim3 grid = p.causal ? dim3(p.heads_kv, tiles, 1) : dim3(tiles, p.heads_kv, 1);
+  // One block per SM (T::kSmemBytes), each running work items until none is left.
+  const std::int64_t items = std::int64_t(p.total_k / T::BLOCK_N + p.batch) * p.heads_kv;
+  int dev = 0, sms = 0;
+  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
+  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  FLASHLAB_CUDA_CHECK(cudaMemsetAsync(next_item, 0, sizeof(int), stream));
   announce("bwd_ws_packed_kernel");
-  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, p, a.LSE, a.D, a.dQaccum,
-                                                      static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV),
-                                                      lists);
+  kernel<<<unsigned(std::min<std::int64_t>(items, sms)), T::kThreads, T::kSmemBytes, stream>>>(
+      map_q, map_k, map_v, map_do, p, a.LSE, a.D, a.dQaccum, static_cast<uint16_t*>(a.dK),
+      static_cast<uint16_t*>(a.dV), lists, next_item);
   FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_packed_kernel");
 
   const std::size_t n4 = acc_numel / 4;
@@ -1173,25 +1328,26 @@ void launch_bwd_ws_packed_one(const Problem& p, const BwdPointers& a, const Pack
 }
 
 template <int D, bool kBf16>
-void launch_bwd_ws_packed(const Problem& p, const BwdPointers& a, const PackedLists& lists, cudaStream_t stream) {
+void launch_bwd_ws_packed(const Problem& p, const BwdPointers& a, const PackedLists& lists, int* next_item,
+                          cudaStream_t stream) {
   if (a.add_f32)  // the fp32 sums are the context-parallel ring's, which takes dense batches
     throw_cuda_error(cudaErrorInvalidValue, "wgmma-ws backward, fp32 sums: no packed sequences", __FILE__, __LINE__);
   // causal folded into window_right (make_problem): windowed() is a window beyond the diagonal.
-  if (p.windowed()) launch_bwd_ws_packed_one<D, kBf16, false, true>(p, a, lists, stream);
-  else if (p.causal) launch_bwd_ws_packed_one<D, kBf16, true, false>(p, a, lists, stream);
-  else launch_bwd_ws_packed_one<D, kBf16, false, false>(p, a, lists, stream);
+  if (p.windowed()) launch_bwd_ws_packed_one<D, kBf16, false, true>(p, a, lists, next_item, stream);
+  else if (p.causal) launch_bwd_ws_packed_one<D, kBf16, true, false>(p, a, lists, next_item, stream);
+  else launch_bwd_ws_packed_one<D, kBf16, false, false>(p, a, lists, next_item, stream);
 }
 
 }  // namespace
 
 void launch_fast_bwd_ws_packed(const Problem& p, bool bf16, const BwdPointers& a, const PackedLists& lists,
-                               cudaStream_t stream) {
+                               int* next_item, cudaStream_t stream) {
   if (p.head_dim == 64) {
-    if (bf16) launch_bwd_ws_packed<64, true>(p, a, lists, stream);
-    else launch_bwd_ws_packed<64, false>(p, a, lists, stream);
+    if (bf16) launch_bwd_ws_packed<64, true>(p, a, lists, next_item, stream);
+    else launch_bwd_ws_packed<64, false>(p, a, lists, next_item, stream);
   } else {
-    if (bf16) launch_bwd_ws_packed<128, true>(p, a, lists, stream);
-    else launch_bwd_ws_packed<128, false>(p, a, lists, stream);
+    if (bf16) launch_bwd_ws_packed<128, true>(p, a, lists, next_item, stream);
+    else launch_bwd_ws_packed<128, false>(p, a, lists, next_item, stream);
   }
 }
 

@@ -496,14 +496,20 @@ void fast_attention_forward_device(const ref::AttentionProblem& problem, const F
 
 namespace {
 
-/// The workspace of the atomic design's packed backward: D [H, total_q], then the dQ accumulator of
-/// H·(⌊total_q / Br⌋ + B) whole tiles in the packed numbering (attention_bwd_tc_atomic.cu), at most
-/// H·(total_q + B·kAtomicDqTileRows)·d floats for either Br. The two-kernel design: D alone.
+/// The dQ accumulator's floats in the atomic design's packed workspace: H·(⌊total_q / Br⌋ + B) whole
+/// tiles in the packed numbering (attention_bwd_tc_atomic.cu), at most H·(total_q +
+/// B·kAtomicDqTileRows)·d floats for either Br.
+std::size_t packed_dq_accum_numel(const detail::Problem& p) {
+  return (std::size_t(p.total_q) + std::size_t(p.batch) * detail::kAtomicDqTileRows) * p.row_stride();
+}
+
+/// The workspace of the atomic design's packed backward: D [H, total_q], the dQ accumulator
+/// (packed_dq_accum_numel), then the wgmma-ws kernel's work counter (one int). The two-kernel
+/// design: D alone.
 std::size_t packed_backward_workspace_bytes(ref::Algorithm design, const detail::Problem& p) {
   const std::size_t stats = std::size_t(p.heads) * std::size_t(p.total_q);
   if (design == ref::Algorithm::bwd_two_kernel) return stats * sizeof(float);
-  const std::size_t rows = std::size_t(p.total_q) + std::size_t(p.batch) * detail::kAtomicDqTileRows;
-  return dq_accum_offset(stats) + rows * p.row_stride() * sizeof(float);
+  return dq_accum_offset(stats) + packed_dq_accum_numel(p) * sizeof(float) + sizeof(int);
 }
 
 /// The checks of a packed backward whose lists are on the device (`kernel` null: the design
@@ -614,8 +620,10 @@ void fast_attention_backward_device(ref::Algorithm design, const ref::AttentionP
   const bool bf16 = problem.dtype == ref::Dtype::bf16;
   if (!atomic) return detail::launch_fast_bwd_two_kernel(p, bf16, a, static_cast<cudaStream_t>(stream), lists);
 #ifdef FLASHLAB_HAVE_WGMMA
-  if (kernel == FastBackwardKernel::wgmma_ws)
-    return detail::launch_fast_bwd_ws_packed(p, bf16, a, lists, static_cast<cudaStream_t>(stream));
+  if (kernel == FastBackwardKernel::wgmma_ws) {
+    int* next_item = reinterpret_cast<int*>(dQaccum + packed_dq_accum_numel(p));  // after the accumulator
+    return detail::launch_fast_bwd_ws_packed(p, bf16, a, lists, next_item, static_cast<cudaStream_t>(stream));
+  }
 #endif
   detail::launch_fast_bwd_atomic(p, bf16, a, static_cast<cudaStream_t>(stream), lists);
 }

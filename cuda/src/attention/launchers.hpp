@@ -112,9 +112,10 @@ void launch_fast_bwd_atomic(const Problem& p, bool bf16, const BwdPointers& a, c
 void launch_fast_bwd_ws(const Problem& p, bool bf16, const BwdPointers& a, int* dq_order, cudaStream_t stream);
 
 /// launch_fast_bwd_ws() over packed sequences (Problem::packed(); the atomic order only): `lists`
-/// their prefix sums, the accumulator H·(⌊total_q / Br⌋ + B) tiles of the packed numbering.
+/// their prefix sums, the accumulator H·(⌊total_q / Br⌋ + B) tiles of the packed numbering,
+/// `next_item` one int of the workspace (the persistent blocks' work counter, zeroed here).
 void launch_fast_bwd_ws_packed(const Problem& p, bool bf16, const BwdPointers& a, const PackedLists& lists,
-                               cudaStream_t stream);
+                               int* next_item, cudaStream_t stream);
 
 /// Shared floats of bwd_dkdv_kernel and bwd_atomic_kernel (the same tiles).
 std::size_t bwd_dkdv_smem_floats(const Problem& p);
