@@ -197,8 +197,9 @@ struct BwdWsTraits {
   static constexpr bool kGroup = false;
   // dQ, dK, dV added into fp32 sums: BwdWsAddF32 below.
   static constexpr bool kAddF32 = false;
-  // Packed sequences: BwdWsPacked below.
+  // Packed sequences: BwdWsPacked below; persistent blocks that run key tiles in a row there.
   static constexpr bool kPacked = false;
+  static constexpr bool kPersistent = false;
 };
 
 /// The window instantiation of traits B (non-causal, not deterministic): a block loops over the
@@ -240,10 +241,12 @@ struct BwdWsAddF32 : B {
 /// query numbering. Like the grouped kernel, on B's own masks without a window (B causal: the
 /// diagonal moved by each sequence's offset len_k − len_q) and on the band with one (kBand): the
 /// band's code runs the unmasked tiles slower (docs/cuda.md). A trait of its own, so the other
-/// kernels keep their code and names.
-template <class B, bool kBand>
+/// kernels keep their code and names. kPersistent_: one block per SM running work items in a row
+/// (bwd_ws_packed_body), else one block per work item.
+template <class B, bool kBand, bool kPersistent_ = false>
 struct BwdWsPacked : BwdWsGroup<B, kBand> {
   static constexpr bool kPacked = true;
+  static constexpr bool kPersistent = kPersistent_;
 };
 
 // Named barriers (0 is __syncthreads): both consumers (dSᵀ complete), and one per consumer.
@@ -663,8 +666,8 @@ __device__ __forceinline__ void compute_dq(const BwdWsSmem<T>& sm, uint32_t sDs,
 
 /// One consumer warpgroup c: keys [64c, 64c + 64) of block w's K_j, V_j (phase kv_phase of kv_full),
 /// every query tile, from the ring's step n on; dK_c, dV_c stored. Returns the ring's next step.
-/// Packed: every thread arrives on kv_empty after its last read of K_j, V_j (the last step's dQ
-/// product), before the stores, so the producer loads the next item's K_j, V_j meanwhile.
+/// Persistent (packed): every thread arrives on kv_empty after its last read of K_j, V_j (the last
+/// step's dQ product), before the stores, so the producer loads the next item's K_j, V_j meanwhile.
 template <class T>
 __device__ __forceinline__ int consume_tile(const Problem& p, const BwdWsSmem<T>& sm, const BwdWsBlock& w,
                                             float* __restrict__ dQaccum, int* __restrict__ dq_order,
@@ -680,7 +683,7 @@ __device__ __forceinline__ int consume_tile(const Problem& p, const BwdWsSmem<T>
 #pragma unroll
   for (int k = 0; k < D / 2; ++k) acc_dv[k] = acc_dk[k] = 0.f;
   mbar_wait(sm.kv_full(), kv_phase);
-  if (T::kPacked && w.i_begin >= query_tiles_end<T>(w)) mbar_arrive(sm.kv_empty());  // no step reads them
+  if (T::kPersistent && w.i_begin >= query_tiles_end<T>(w)) mbar_arrive(sm.kv_empty());  // no step reads them
   // Consumer 0 takes the first turn (grouped, a block may run no step: then it hands none over).
   if (T::kPingPong && c == 1 && (!T::kGroup || w.i_begin < query_tiles_end<T>(w))) named_bar_arrive(kTurnBarrier, 256);
   // A window: the band's edges, and the end of this block's query tiles (every block has one at
@@ -770,7 +773,7 @@ __device__ __forceinline__ int consume_tile(const Problem& p, const BwdWsSmem<T>
       reg_fence(dq);
       stage_dq<T>(dq, sm.dq(c), m, tid);
     }
-    if (T::kPacked && i + 1 == i_end && g + 1 == G) mbar_arrive(sm.kv_empty());  // K_j read for the last time
+    if (T::kPersistent && i + 1 == i_end && g + 1 == G) mbar_arrive(sm.kv_empty());  // K_j read for the last time
     reg_fence(acc_dv);
     reg_fence(acc_dk);
     reg_fence_u(pa);
@@ -999,7 +1002,7 @@ __device__ __forceinline__ bool packed_block(const Problem& p, const PackedLists
   return true;
 }
 
-/// The packed kernel's block (T::kPacked): persistent, one per SM, it runs work item after work
+/// The persistent packed kernel's block (T::kPersistent): one per SM, it runs work item after work
 /// item (packed_block()): blockIdx.x first, then the next of the counter `next_item` (zeroed before
 /// the launch) + gridDim.x, the items with work only. Why: a short sequence's key tile has few
 /// steps, and a block's fixed cost (its start, the first K_j, V_j, Q_i, dO_i in flight, dK, dV
@@ -1094,7 +1097,10 @@ __device__ void bwd_ws_packed_body(const BwdWsSmem<T>& sm, const Problem& p, con
   if (threadIdx.x % 128 == 0) bulk_wait_group<0>();  // no bulk reduction may still read SRAM when the block exits
 }
 
-/// Packed sequences (T::kPacked): a persistent grid of min(items, SMs) blocks, bwd_ws_packed_body.
+/// Packed sequences (T::kPacked). Persistent: a grid of min(items, SMs) blocks, bwd_ws_packed_body.
+/// Otherwise one block per work item, item blockIdx.x + gridDim.x · blockIdx.y of the grid
+/// (⌊total_k / BLOCK_N⌋ + B, H_kv) non-causal, (H_kv, ⌊total_k / BLOCK_N⌋ + B) causal; a tile past
+/// its sequence's last key exits at once.
 template <class T>
 __global__ void __launch_bounds__(T::kThreads, 1)
     bwd_ws_packed_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
@@ -1106,7 +1112,14 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   static_assert(T::kPacked && T::kGroup && !T::kDeterministic, "the grouped kernel, no fixed order");
   extern __shared__ uint8_t smem_raw[];
   const BwdWsSmem<T> sm{(uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u};
-  bwd_ws_packed_body<T>(sm, p, lists, &map_q, &map_k, &map_v, &map_do, LSE, D, dQaccum, dK, dV, next_item);
+  if constexpr (T::kPersistent) {
+    bwd_ws_packed_body<T>(sm, p, lists, &map_q, &map_k, &map_v, &map_do, LSE, D, dQaccum, dK, dV, next_item);
+  } else {
+    BwdWsBlock w;
+    Problem seq;
+    if (!packed_block<T>(p, lists, int(blockIdx.x + gridDim.x * blockIdx.y), w, seq)) return;
+    bwd_ws_body<T>(sm, w, seq, &map_q, &map_k, &map_v, &map_do, LSE, D, dQaccum, nullptr, dK, dV);
+  }
 #else
   __trap();  // built without sm_90a: never launched
 #endif
@@ -1289,7 +1302,10 @@ template <int D, bool kBf16, bool kCausal, bool kWindow>
 void launch_bwd_ws_packed_one(const Problem& p, const BwdPointers& a, const PackedLists& lists, int* next_item,
                               cudaStream_t stream) {
   using Base = BwdWsTraits<D, kBf16, false, false>;  // the accumulator's layout (any mask)
-  using T = BwdWsPacked<BwdWsTraits<D, kBf16, kCausal && !kWindow, false>, kWindow>;
+  // Persistent blocks where they measured faster (docs/optimisation.md, Rung 6): d = 64, and causal
+  // at d = 128; at d = 128 without a mask they ran 2.6–2.9 % slower; the band is not measured.
+  constexpr bool kPersistent = !kWindow && (D == 64 || kCausal);
+  using T = BwdWsPacked<BwdWsTraits<D, kBf16, kCausal && !kWindow, false>, kWindow, kPersistent>;
   auto kernel = &bwd_ws_packed_kernel<T>;
   set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "bwd_ws_packed_kernel", p);
   // Tq whole tiles per head in the packed query numbering (the workspace holds
@@ -1307,14 +1323,19 @@ void launch_bwd_ws_packed_one(const Problem& p, const BwdPointers& a, const Pack
   const CUtensorMap map_do = make_head_tile_map(a.dO, p, T::BLOCK_M);
   const CUtensorMap map_k = make_kv_tile_map(a.K, p, T::BLOCK_N);
   const CUtensorMap map_v = make_kv_tile_map(a.V, p, T::BLOCK_N);
-  // One block per SM (T::kSmemBytes), each running work items until none is left.
-  const std::int64_t items = std::int64_t(p.total_k / T::BLOCK_N + p.batch) * p.heads_kv;
-  int dev = 0, sms = 0;
-  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
-  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  FLASHLAB_CUDA_CHECK(cudaMemsetAsync(next_item, 0, sizeof(int), stream));
+  // Persistent: one block per SM (T::kSmemBytes), each running work items until none is left.
+  // Otherwise one per item; causal, the heaviest key tiles of each sequence first, as the dense grids.
+  const unsigned tiles = unsigned(p.total_k / T::BLOCK_N + p.batch);
+  dim3 grid = p.causal ? dim3(p.heads_kv, tiles, 1) : dim3(tiles, p.heads_kv, 1);
+  if (kPersistent) {
+    int dev = 0, sms = 0;
+    FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
+    FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    grid = dim3(unsigned(std::min<std::int64_t>(std::int64_t(tiles) * p.heads_kv, sms)));
+    FLASHLAB_CUDA_CHECK(cudaMemsetAsync(next_item, 0, sizeof(int), stream));
+  }
   announce("bwd_ws_packed_kernel");
-  kernel<<<unsigned(std::min<std::int64_t>(items, sms)), T::kThreads, T::kSmemBytes, stream>>>(
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(
       map_q, map_k, map_v, map_do, p, a.LSE, a.D, a.dQaccum, static_cast<uint16_t*>(a.dK),
       static_cast<uint16_t*>(a.dV), lists, next_item);
   FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_packed_kernel");
