@@ -64,7 +64,10 @@
 // tensors (a box past the sequence's end brings in the next sequence's rows: the masks give them
 // P = dS = 0, and they are never stored, as in the tma-ws forward); dQ's partials go into the tiles
 // of the packed query numbering, which bwd_ws_dq_convert_packed_kernel maps back. The dense kernel
-// is a second __global__ over the same body (bwd_ws_body), so its code is as it was.
+// is a second __global__ over the same body (bwd_ws_body), so its code is as it was. At d = 64 and
+// causal d = 128 the packed blocks are persistent (kPersistent, bwd_ws_packed_body): one per SM,
+// running those (key tile, K/V head) items in turn, the next one's loads beside the current one's
+// last steps; measured faster there, slower at d = 128 without a mask (docs/optimisation.md).
 // Masks: only the tiles that need them (the last, ragged query or key tile; causal, the tiles
 // crossing the diagonal); masked entries get P = 0 by a select after 2^x (a masked 2^x may be
 // +inf and is discarded, never multiplied). Causal blocks start at the first query tile that sees
@@ -82,12 +85,13 @@
 // next one waits on it.
 // Resources (ptxas, sm_90a): 168 registers at launch (384 threads, 1 block per SM), then 24 for the
 // producer and 240 for the consumers, no wgmma serialisation, no spills but 4–8 bytes in the
-// d = 64 causal and deterministic kernels; dynamic SRAM 198,728 bytes at d = 128 (K_j, V_j 64 KiB,
+// d = 64 causal and deterministic kernels; dynamic SRAM 198,784 bytes at d = 128 (K_j, V_j 64 KiB,
 // 2 stages of Q_i, dO_i 64 KiB, 2 dSᵀ buffers 32 KiB, 2 dQ slices 32 KiB, stats, barriers,
-// alignment slack), 199,752 at d = 64 (Br = 128: K_j, V_j 32 KiB, stages 64 KiB, 2 dSᵀ buffers
-// 64 KiB, 2 dQ slices 32 KiB). The packed kernel (ptxas -v on its PTX alone): 168 registers, no
-// spills at d = 128, 16 bytes of stack with 16 bytes of spill stores and 84 of loads at d = 64
-// (the grouped band kernel it derives from: 8, 8 and 36 there). What was measured and tried:
+// alignment slack), 199,808 at d = 64 (Br = 128: K_j, V_j 32 KiB, stages 64 KiB, 2 dSᵀ buffers
+// 64 KiB, 2 dQ slices 32 KiB). The packed kernels (ptxas -v on the file's PTX): 168 registers;
+// spill stores and loads in bytes 4 and 8 at d = 128 without a mask, none on the band, 20 and 96
+// at d = 64 on the band; persistent 200 and 196 at d = 128 causal, 148 and 164 at d = 64 without
+// a mask, 196 and 200 causal (the loop over items). What was measured and tried:
 // docs/optimisation.md, the wgmma-ws backward.
 #include "attention/attention_bwd_tc.cuh"
 #include "attention/packed.cuh"
@@ -882,6 +886,7 @@ __device__ __forceinline__ void bwd_ws_body(const BwdWsSmem<T>& sm, const BwdWsB
                                             const float* __restrict__ LSE, const float* __restrict__ D,
                                             float* __restrict__ dQaccum, int* __restrict__ dq_order,
                                             uint16_t* __restrict__ dK, uint16_t* __restrict__ dV) {
+  static_assert(!T::kPersistent, "one block per key tile; the persistent one: bwd_ws_packed_body");
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     tma_prefetch_map(map_q);
@@ -958,18 +963,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #endif
 }
 
-/// Work item `item` of a packed launch (T::kPacked): key tile j of K/V head h, j the packed
-/// numbering over the keys (packed.cuh), ⌊total_k / BLOCK_N⌋ + B tiles per head; non-causal j
-/// fastest, causal h fastest (the heaviest key tiles of each sequence first), the dense grids'
-/// orders. Fills `w` and `seq`, the Problem of the tile's own sequence (seq = len_q, seq_k = len_k:
-/// the diagonal's or the band's offset, the masks, the query tiles and the rows stored are that
-/// sequence's), its rows from the sequence's first rows of the packed tensors; false for a tile
-/// past its sequence's last key (at most one per sequence), which has no work.
+/// Key tile j of K/V head h in a packed launch (T::kPacked), j the packed numbering over the keys
+/// (packed.cuh), ⌊total_k / BLOCK_N⌋ + B tiles per head. Fills `w` and `seq`, the Problem of the
+/// tile's own sequence (seq = len_q, seq_k = len_k: the diagonal's or the band's offset, the masks,
+/// the query tiles and the rows stored are that sequence's), its rows from the sequence's first rows
+/// of the packed tensors; false for a tile past its sequence's last key (at most one per sequence),
+/// which has no work.
 template <class T>
-__device__ __forceinline__ bool packed_block(const Problem& p, const PackedLists& lists, int item, BwdWsBlock& w,
+__device__ __forceinline__ bool packed_block(const Problem& p, const PackedLists& lists, int j, int h, BwdWsBlock& w,
                                              Problem& seq) {
-  const int tiles = p.total_k / T::BLOCK_N + p.batch;
-  const int j = p.causal ? item / p.heads_kv : item % tiles, h = p.causal ? item % p.heads_kv : item / tiles;
   // Keys' tile j: packed_tile() over the keys' prefix sums (its q fields then hold the keys').
   const PackedTile kt = packed_tile(lists.cu_seqlens_k, lists.cu_seqlens_q, p.batch, j, T::BLOCK_N);
   const int len_k = kt.len_q, len_q = kt.len_k;
@@ -1000,6 +1002,16 @@ __device__ __forceinline__ bool packed_block(const Problem& p, const PackedLists
     w.i_end = w.Tr;
   }
   return true;
+}
+
+/// packed_block() of work item `item` of the persistent kernel: non-causal j fastest, causal h
+/// fastest (the heaviest key tiles of each sequence first), the orders of the per-tile grids.
+template <class T>
+__device__ __forceinline__ bool packed_item(const Problem& p, const PackedLists& lists, int item, BwdWsBlock& w,
+                                            Problem& seq) {
+  const int tiles = p.total_k / T::BLOCK_N + p.batch;
+  return packed_block<T>(p, lists, p.causal ? item / p.heads_kv : item % tiles,
+                         p.causal ? item % p.heads_kv : item / tiles, w, seq);
 }
 
 /// The persistent packed kernel's block (T::kPersistent): one per SM, it runs work item after work
@@ -1050,7 +1062,7 @@ __device__ void bwd_ws_packed_body(const BwdWsSmem<T>& sm, const Problem& p, con
     regs_release<T::kProducerRegs>();
     if (threadIdx.x == 0) {
       const auto next = [&](int item) {  // this item if it has work, else the next that has
-        while (item < items && !packed_block<T>(p, lists, item, w, seq)) item = int(gridDim.x) + atomicAdd(next_item, 1);
+        while (item < items && !packed_item<T>(p, lists, item, w, seq)) item = int(gridDim.x) + atomicAdd(next_item, 1);
         return item;
       };
       int item = next(int(blockIdx.x)), n = 0;
@@ -1080,7 +1092,7 @@ __device__ void bwd_ws_packed_body(const BwdWsSmem<T>& sm, const Problem& p, con
         const int item = read_item(t);
         mbar_arrive(sm.item_empty(t & 1));  // each reader releases its own read of the slot
         if (item >= items) break;
-        packed_block<T>(p, lists, item, w, seq);
+        packed_item<T>(p, lists, item, w, seq);
         n = produce_stats<T>(sm, w, seq, LSE, D, lane, n);
       }
     }
@@ -1091,16 +1103,15 @@ __device__ void bwd_ws_packed_body(const BwdWsSmem<T>& sm, const Problem& p, con
     const int item = read_item(t);
     mbar_arrive(sm.item_empty(t & 1));
     if (item >= items) break;
-    packed_block<T>(p, lists, item, w, seq);
+    packed_item<T>(p, lists, item, w, seq);
     n = consume_tile<T>(seq, sm, w, dQaccum, nullptr, dK, dV, wg - 1, n, uint32_t(t) & 1u);
   }
   if (threadIdx.x % 128 == 0) bulk_wait_group<0>();  // no bulk reduction may still read SRAM when the block exits
 }
 
 /// Packed sequences (T::kPacked). Persistent: a grid of min(items, SMs) blocks, bwd_ws_packed_body.
-/// Otherwise one block per work item, item blockIdx.x + gridDim.x · blockIdx.y of the grid
-/// (⌊total_k / BLOCK_N⌋ + B, H_kv) non-causal, (H_kv, ⌊total_k / BLOCK_N⌋ + B) causal; a tile past
-/// its sequence's last key exits at once.
+/// Otherwise one block per key tile: grid (⌊total_k / BLOCK_N⌋ + B, H_kv, 1) non-causal, (H_kv,
+/// ⌊total_k / BLOCK_N⌋ + B, 1) causal; a tile past its sequence's last key exits at once.
 template <class T>
 __global__ void __launch_bounds__(T::kThreads, 1)
     bwd_ws_packed_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
@@ -1117,7 +1128,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   } else {
     BwdWsBlock w;
     Problem seq;
-    if (!packed_block<T>(p, lists, int(blockIdx.x + gridDim.x * blockIdx.y), w, seq)) return;
+    const int j = p.causal ? blockIdx.y : blockIdx.x, h = p.causal ? blockIdx.x : blockIdx.y;
+    if (!packed_block<T>(p, lists, j, h, w, seq)) return;
     bwd_ws_body<T>(sm, w, seq, &map_q, &map_k, &map_v, &map_do, LSE, D, dQaccum, nullptr, dK, dV);
   }
 #else
