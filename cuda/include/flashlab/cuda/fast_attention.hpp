@@ -280,7 +280,7 @@ std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const
 
 /// Bytes of device scratch of the packed backward (bwd_atomic): D (fp32, H·total_q), then at the
 /// next multiple of 256 bytes the fp32 dQ accumulator, (total_q + 128·B)·H·d floats (whole query
-/// tiles of each sequence); bwd_two_kernel: D alone. Throws std::invalid_argument as
+/// tiles of each sequence), then one int (the wgmma_ws kernel's work counter); bwd_two_kernel: D alone. Throws std::invalid_argument as
 /// check_fast_packed(), or for a bad design.
 std::size_t fast_attention_backward_workspace_bytes(ref::Algorithm design, const ref::AttentionProblem& problem,
                                                     const FastPackedSequences& packed);
