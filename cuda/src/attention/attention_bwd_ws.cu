@@ -1314,7 +1314,7 @@ template <int D, bool kBf16, bool kCausal, bool kWindow>
 void launch_bwd_ws_packed_one(const Problem& p, const BwdPointers& a, const PackedLists& lists, int* next_item,
                               cudaStream_t stream) {
   using Base = BwdWsTraits<D, kBf16, false, false>;  // the accumulator's layout (any mask)
-  // Persistent blocks where they measured faster (docs/optimisation.md, Rung 6): d = 64, and causal
+  // Persistent blocks where they measured faster (docs/optimisation.md, the backward on TMA): d = 64, and causal
   // at d = 128; at d = 128 without a mask they ran 2.6–2.9 % slower; the band is not measured.
   constexpr bool kPersistent = !kWindow && (D == 64 || kCausal);
   using T = BwdWsPacked<BwdWsTraits<D, kBf16, kCausal && !kWindow, false>, kWindow, kPersistent>;
