@@ -137,14 +137,17 @@ struct ShardedRankTimes {
   float k_exchange_ms = 0.f;///< from the start to the last K rows' arrival (0 on a rank that receives none)
   float v_exchange_ms = 0.f;///< from the start to the last V rows' arrival (0 on a rank that receives none)
   /// The run's timeline, ms from the rank's start: when each K group had landed (one per tier with
-  /// `pieces`, else one; empty on a rank that receives none) …
+  /// `pieces`, else one; empty on a rank that receives none).
   std::vector<float> k_group_landed_ms;
-  /// … and each chunk's kernels (in token order, the rank's chunks): a chunk's estimate starts
-  /// after its K group has landed, its apply after its estimate and after V has landed.
+  /// One chunk's kernels in the run's timeline, ms from the rank's start: its estimate starts after
+  /// its K group has landed, its apply after its estimate and after V has landed.
   struct ChunkSpan {
-    float estimate_begin = 0.f, estimate_end = 0.f, apply_begin = 0.f, apply_end = 0.f;
+    float estimate_begin = 0.f;  ///< the estimate kernel's start
+    float estimate_end = 0.f;    ///< its end
+    float apply_begin = 0.f;     ///< the apply kernel's start
+    float apply_end = 0.f;       ///< its end
   };
-  std::vector<ChunkSpan> chunk_spans;
+  std::vector<ChunkSpan> chunk_spans;  ///< per chunk, in token order (the rank's chunks)
   /// The benchmark only: the rank's estimate launches again, in token order on one stream, with no
   /// exchange and no other GPU running (every row it needs already in place): the time they take
   /// alone, then each chunk's. The run's estimate_ms against it is what the run around it costs.
