@@ -55,12 +55,12 @@ step() {  # step LOG CMD...: stdout into LOG, stderr into LOG.err, the command i
 }
 sweep() {  # sweep BINARY OUT_CSV: every shape, one CSV (the header once)
   local b=$1 csv=$2
-  local common=(bench attention --csv --pass fwd "--$mask" --dim 64,128 --heads 16 --fwd-kernel tma-ws) bn
+  local common=(bench attention --csv --pass fwd "--$mask" --dim 64,128 --fwd-kernel tma-ws) bn
   local more=(16:1024 8:2048 4:4096)
   [ "$mask" = causal ] && more+=(8:8192)
-  "$b" "${common[@]}" --seq 1024,2048,4096,8192,16384 --batch 1 >"$csv" || return 1
+  "$b" "${common[@]}" --heads 16 --seq 1024,2048,4096,8192,16384 --batch 1 >"$csv" || return 1
   for bn in "${more[@]}"; do
-    "$b" "${common[@]}" --batch "${bn%%:*}" --seq "${bn##*:}" | tail -n +2 >>"$csv" || return 1
+    "$b" "${common[@]}" --heads 16 --batch "${bn%%:*}" --seq "${bn##*:}" | tail -n +2 >>"$csv" || return 1
   done
   [ "$mask" = causal ] || return 0
   "$b" "${common[@]}" --heads 32 --heads-kv 8 --batch 1 --seq 8192 | tail -n +2 >>"$csv"

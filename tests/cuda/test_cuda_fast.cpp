@@ -392,45 +392,44 @@ TEST_CASE("tma-ws forward, N = 1000 and 4096", "[fast][fast-ws][fast-large]") {
   report("tma-ws large");
 }
 
-// A causal list of more (head, batch) pairs than the K/V heads two thirds of L2 hold runs chunk by
-// chunk of pairs (attention_fwd_ws.cu, ws_causal_chunk): at N = 16384 a K/V head is 8 MiB at d = 128
-// and 4 MiB at d = 64, so B·H = 8 and 32 pairs make two chunks or more on any L2 below 96 MiB (the
-// last one short where they do not divide). O is poisoned with NaN before the launch: every unit
-// must be written. A unit's numbers do not depend on where it sits in the list, so each batch entry
-// must come out bit for bit as when it runs alone (B = 1: another list, one chunk at d = 128), and
-// sampled rows (both ends, a tile's edges, random ones) must equal a float64 softmax within 2×
-// their rounding floor.
-TEST_CASE("tma-ws forward, causal list in chunks of heads, each batch entry as when alone", "[fast][fast-ws]") {
+// Causal lists where fewer than S units in flight would read each K/V head run in stripes of W
+// query tiles, W units of one head side by side (attention_fwd_ws.cu, ws_causal_stripe; S = 8 at
+// Br = 128, 2 at Br = 192, on a GPU of 132 SMs): d = 128, B·H = 32 → W = 8 over Tr = 11 tiles
+// (stripes of 8 and 3); grouped 32:16 → W = 4 (4, 4, 3); d = 64 with Br = 192, B·H = 256 → W = 2
+// over 7 tiles (2, 2, 2, 1). O is poisoned with NaN before the launch: every unit must be written.
+// A unit's numbers do not depend on where it sits in the list, so each batch entry must come out
+// bit for bit as when it runs alone (B = 1: another list, the same tiles), and sampled rows (both
+// ends, a tile's edges, random ones) must equal a float64 softmax within 2× their rounding floor.
+TEST_CASE("tma-ws forward, causal list in stripes of query tiles, each batch entry as when alone", "[fast][fast-ws]") {
   if (!wgmma_in_build()) return;
-  for (const auto [B, H, d] : {std::array{2, 4, 128}, std::array{2, 16, 64}}) {
-    const int N = 16384;
+  for (const auto [B, H, Hk, d] : {std::array{2, 16, 16, 128}, std::array{2, 32, 16, 128}, std::array{2, 128, 128, 64}}) {
+    const int N = 1300, G = H / Hk;
     const unsigned long long seed = fresh_seed();
-    INFO("B=" << B << " H=" << H << " N=" << N << " d=" << d << " causal seed=" << seed);
-    const fr::Shape shape{std::size_t(B), std::size_t(N), std::size_t(H), std::size_t(d)};
-    fr::Tensor<double> q0(shape), k0(shape), v0(shape), Qd(shape), Kd(shape), Vd(shape);
-    fr::fill_normal(q0, seed);
-    fr::fill_normal(k0, seed + 1);
-    fr::fill_normal(v0, seed + 2);
-    const auto Qb = round_to_16(q0, kBf16, Qd), Kb = round_to_16(k0, kBf16, Kd), Vb = round_to_16(v0, kBf16, Vd);
-    const fr::AttentionProblem cfg = flashlab::test::attention_problem(shape, true, kBf16);
-    const auto got = fc::fast_attention_forward(cfg, kTmaWs, Qb, Kb, Vb);
+    INFO("B=" << B << " H=" << H << " H_kv=" << Hk << " N=" << N << " d=" << d << " causal seed=" << seed);
+    const fr::Shape qs{std::size_t(B), std::size_t(N), std::size_t(H), std::size_t(d)};
+    const fr::Shape ks{std::size_t(B), std::size_t(N), std::size_t(Hk), std::size_t(d)};
+    const auto in = flashlab::test::bwd_inputs(qs, ks, seed, kBf16);
+    fr::AttentionProblem cfg = flashlab::test::attention_problem(qs, true, kBf16);
+    cfg.heads_kv = std::size_t(Hk);
+    const auto got = fc::fast_attention_forward(cfg, kTmaWs, in.Q, in.K, in.V);
     std::size_t nan_count = 0, unequal = 0;
     for (const std::uint16_t x : got.O) nan_count += std::isnan(flashlab::test::to_float(x, kBf16));
     CHECK(nan_count == 0);
-    const std::size_t row = std::size_t(H) * d, entry = std::size_t(N) * row;  // elements per token, per batch entry
-    auto at = [&](int b, int n, int h) { return std::size_t(b) * entry + std::size_t(n) * row + std::size_t(h) * d; };
+    const std::size_t q_entry = std::size_t(N) * H * d, k_entry = std::size_t(N) * Hk * d;  // per batch entry
     for (int b = 0; b < B; ++b) {
-      const fr::Shape one{1, std::size_t(N), std::size_t(H), std::size_t(d)};
-      auto part = [&](const std::vector<std::uint16_t>& x) {
-        return std::vector<std::uint16_t>(x.begin() + std::ptrdiff_t(b * entry), x.begin() + std::ptrdiff_t((b + 1) * entry));
+      auto part = [b](const std::vector<std::uint16_t>& x, std::size_t n) {
+        return std::vector<std::uint16_t>(x.begin() + std::ptrdiff_t(b * n), x.begin() + std::ptrdiff_t((b + 1) * n));
       };
-      const auto alone =
-          fc::fast_attention_forward(flashlab::test::attention_problem(one, true, kBf16), kTmaWs, part(Qb), part(Kb), part(Vb));
-      for (std::size_t k = 0; k < entry; ++k) unequal += got.O[b * entry + k] != alone.O[k];
+      fr::AttentionProblem one = cfg;
+      one.batch = 1;
+      const auto alone = fc::fast_attention_forward(one, kTmaWs, part(in.Q, q_entry), part(in.K, k_entry), part(in.V, k_entry));
+      for (std::size_t k = 0; k < q_entry; ++k) unequal += got.O[b * q_entry + k] != alone.O[k];
       unequal += std::memcmp(got.LSE.data() + std::size_t(b) * H * N, alone.LSE.data(), sizeof(float) * H * N) != 0;
     }
     CHECK(unequal == 0);
-    // Sampled rows against float64.
+    // Sampled rows against float64 ([B, N, H, d] and [B, N, H_kv, d]).
+    auto q_at = [&](int b, int n, int h) { return (std::size_t(b) * N + n) * H * d + std::size_t(h) * d; };
+    auto k_at = [&](int b, int n, int h) { return (std::size_t(b) * N + n) * Hk * d + std::size_t(h / G) * d; };
     std::mt19937 pick{unsigned(seed)};
     std::vector<int> rows = {0, 1, 127, 128, 191, 192, N / 2, N - 2, N - 1};
     for (int r = 0; r < 6; ++r) rows.push_back(int(pick() % unsigned(N)));
@@ -443,7 +442,7 @@ TEST_CASE("tma-ws forward, causal list in chunks of heads, each batch entry as w
           double m = -INFINITY;
           for (int j = 0; j <= i; ++j) {
             double dot = 0.0;
-            for (int e = 0; e < d; ++e) dot += Qd.data()[at(b, i, h) + e] * Kd.data()[at(b, j, h) + e];
+            for (int e = 0; e < d; ++e) dot += in.Qd.data()[q_at(b, i, h) + e] * in.Kd.data()[k_at(b, j, h) + e];
             s[j] = dot * scale;
             m = std::max(m, s[j]);
           }
@@ -452,10 +451,10 @@ TEST_CASE("tma-ws forward, causal list in chunks of heads, each batch entry as w
           for (int j = 0; j <= i; ++j) {
             const double p = std::exp(s[j] - m);
             l += p;
-            for (int e = 0; e < d; ++e) o[e] += p * Vd.data()[at(b, j, h) + e];
+            for (int e = 0; e < d; ++e) o[e] += p * in.Vd.data()[k_at(b, j, h) + e];
           }
           for (int e = 0; e < d; ++e) {
-            const double ref = o[e] / l, g = flashlab::test::to_float(got.O[at(b, i, h) + e], kBf16);
+            const double ref = o[e] / l, g = flashlab::test::to_float(got.O[q_at(b, i, h) + e], kBf16);
             ref_max = std::max(ref_max, std::abs(ref));
             err = std::isnan(g) ? INFINITY : std::max(err, std::abs(g - ref));
             floor16 = std::max(floor16, std::abs(double(flashlab::test::round_float_to_16(float(ref), kBf16)) - ref));
@@ -464,9 +463,9 @@ TEST_CASE("tma-ws forward, causal list in chunks of heads, each batch entry as w
           lse_err = std::isnan(g) ? INFINITY : std::max(lse_err, std::abs(g - lse));
           lse_max = std::max(lse_max, std::abs(lse));
         }
-    std::printf("  chunked causal B=%d H=%d N=%d d=%d: %zu values unequal to each batch entry alone; sampled rows: O error %.3e"
-                " (rounding floor %.3e), LSE error %.3e\n",
-                B, H, N, d, unequal, err / ref_max, floor16 / ref_max, lse_err / lse_max);
+    std::printf("  striped causal B=%d H=%d H_kv=%d N=%d d=%d: %zu values unequal to each batch entry alone; sampled"
+                " rows: O error %.3e (rounding floor %.3e), LSE error %.3e\n",
+                B, H, Hk, N, d, unequal, err / ref_max, floor16 / ref_max, lse_err / lse_max);
     CHECK(err / ref_max <= 2.0 * floor16 / ref_max + 1e-7);
     CHECK(lse_err / lse_max <= kTolLSE);
   }

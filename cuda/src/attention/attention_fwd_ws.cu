@@ -274,23 +274,25 @@ struct WsTile {
 };
 
 /// Query tile m, head h and batch b of unit t of a work list (WsSchedule; ws_combine_kernel
-/// finds the split tail's units by it too). Causal: chunk by chunk of C (head, batch) pairs
-/// (ws_causal_chunk(); the last chunk may be short), in each the query tiles from the bottom, the
-/// chunk's heads of one query tile innermost (the longest units first). Non-causal: the query tiles
-/// of one head side by side, then the next head (C unused). Grouped K/V: the G = H / H_kv query heads that read one K/V head are
+/// finds the split tail's units by it too). Causal: stripes of W query tiles from the bottom (the
+/// last stripe may be narrower), in each stripe head by head, each head's W tiles from the bottom:
+/// the longest units first to within W tiles, and W units of one head side by side
+/// (ws_causal_stripe()); W = 1: all heads of one query tile innermost. Non-causal: the query tiles
+/// of one head side by side, then the next head (W unused).
+/// Grouped K/V: the G = H / H_kv query heads that read one K/V head are
 /// consecutive heads (h / G), so in either order their units sit close together in the list and run
-/// at the same time on neighbouring SMs (causal: the G units of one query tile are adjacent;
+/// at the same time on neighbouring SMs (causal: the G·W units of one stripe are adjacent;
 /// non-causal: the group's G·Tr units are contiguous), reading the same K_j, V_j from L2 (one HBM
 /// read serves the group) rather than fetching a K/V head again once it has left L2. The order needs
 /// no G, so the consumers keep no register for it (with H_kv = H the list is the one tuned for
 /// multi-head attention).
 template <bool kCausal>
-__device__ __forceinline__ void ws_unit(int t, int Tr, int H, int HB, int C, int& m, int& h, int& b) {
+__device__ __forceinline__ void ws_unit(int t, int Tr, int H, int HB, int W, int& m, int& h, int& b) {
   int hb;
   if (kCausal) {
-    const int chunk = t / (Tr * C), r = t - chunk * Tr * C, size = min(C, HB - chunk * C);
-    m = Tr - 1 - r / size;
-    hb = chunk * C + r % size;
+    const int stripe = t / (W * HB), r = t - stripe * W * HB, w = min(W, Tr - stripe * W);
+    hb = r / w;
+    m = Tr - 1 - stripe * W - (r - hb * w);
   } else {
     m = t % Tr;
     hb = t / Tr;
@@ -305,7 +307,7 @@ __device__ __forceinline__ void ws_unit(int t, int Tr, int H, int HB, int C, int
 /// snake: the blocks that got the longest tile of one round get the shortest of the next).
 /// A causal unit stops at the key tile of its last row's diagonal (key q0 + Br − 1 + N_k − N);
 /// above the diagonal's start (N > N_k) a unit may see no key at all: n_tiles = 0, and such units
-/// come last in every block's list (n_tiles never grows along it: such lists are one chunk). A window's unit runs from the
+/// come last in every block's list (n_tiles never grows along it: such lists have stripes of one tile). A window's unit runs from the
 /// key tile of its first row's left edge (j0) to that of its last row's right edge; its units
 /// without keys are the top query tiles, last in the list too.
 ///
@@ -325,7 +327,7 @@ struct WsSchedule {
   int N, lo, hi;             // kWindow: queries N, the band's edges (Problem::window_lo, window_hi)
   const int *cu_q, *cu_k;    // kPacked: the prefix sums
   int B, wl, wr;             // kPacked: the sequences; the window's sides (each sequence its own band)
-  int C;                     // causal: (head, batch) pairs per chunk of the list (ws_unit; HB: one chunk)
+  int W;                     // causal: query tiles per stripe of the list (ws_unit; 1: heads innermost)
   __device__ bool at(int k, WsTile& w) const {
     const int G = int(gridDim.x), blk = int(blockIdx.x);
     const int n = (Nk + T::BLOCK_N - 1) / T::BLOCK_N;
@@ -349,7 +351,7 @@ struct WsSchedule {
     }
     int m;
     if constexpr (T::kPacked) return packed_unit(t, w);
-    ws_unit<T::kCausal>(t, Tr, H, HB, C, m, w.h, w.b);
+    ws_unit<T::kCausal>(t, Tr, H, HB, W, m, w.h, w.b);
     w.q0 = m * T::BLOCK_M;
     w.hk = w.h / (H / Hkv);  // read by the producer alone (dead code in the consumers)
     if constexpr (T::kWindow) {
@@ -371,7 +373,7 @@ struct WsSchedule {
   __device__ bool packed_unit(int t, WsTile& w) const {
     if constexpr (T::kCompact) return compact_unit(t, w);
     int m;
-    ws_unit<T::kCausal>(t, Tr, H, H, H, m, w.h, w.b);
+    ws_unit<T::kCausal>(t, Tr, H, H, 1, m, w.h, w.b);
     const PackedTile pt = packed_tile(cu_q, cu_k, B, m, T::BLOCK_M);
     w.q0 = pt.row0;
     w.qs = pt.q_start;
@@ -911,7 +913,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     ws_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                   const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_o, Problem p,
                   uint16_t* __restrict__ O, float* __restrict__ LSE, float* __restrict__ partials, int full,
-                  int chunk, PackedLists lists) {
+                  int stripe, PackedLists lists) {
 #if FLASHLAB_WGMMA_OK
   extern __shared__ uint8_t smem_raw[];
   const WsSmem<T> sm{(uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u};
@@ -922,7 +924,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                                          T::kPieceOffset);
   const WsSchedule<T> sched{Tr,   p.heads, HB,    Tr * HB,       p.seq_k,       p.heads_kv, p.causal_offset(),
                             full, pieces,  p.seq, p.window_lo(), p.window_hi(), lists.cu_seqlens_q, lists.cu_seqlens_k,
-                            p.batch, p.window_left, p.window_right, chunk};
+                            p.batch, p.window_left, p.window_right, stripe};
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -988,7 +990,7 @@ __global__ void __launch_bounds__(256)
   const int n = (p.seq_k + T::BLOCK_N - 1) / T::BLOCK_N;
   const unsigned F = unsigned(total - full) * unsigned(n), lo = unsigned(unit) * unsigned(n), hi = lo + unsigned(n);
   int tile, h, b;
-  ws_unit<T::kCausal>(full + unit, Tr, p.heads, p.heads * p.batch, p.heads * p.batch, tile, h, b);
+  ws_unit<T::kCausal>(full + unit, Tr, p.heads, p.heads * p.batch, 1, tile, h, b);
   const int row = tile * BLOCK_M + r;
   if (row >= p.seq) return;
   const int first = int(lo * unsigned(G) / F);  // the first block whose share can meet this unit
@@ -1017,28 +1019,21 @@ __global__ void __launch_bounds__(256)
   if (c == 0) LSE[stat + row] = m + log2f(l);
 }
 
-/// The (head, batch) pairs per chunk C of a causal work list (ws_unit). Why chunks: the units that
-/// run at once then belong to C pairs, not to all B·H, so several of them read each K/V head and
-/// find in L2 the K_j, V_j one of them fetched; with every pair at once and B·H near the SMs each
-/// unit on an SM reads a head of its own and all its keys come from HBM (a unit's Br query rows
-/// per key byte: too few for the tensor cores at the HBM rate). C is the larger of
-///   - the most pairs whose K/V heads (N_k·d·4 bytes each, read by G = H/H_kv query heads) fit in
-///     two thirds of L2;
-///   - the fewest whose units make a wave (C·Tr ≥ SMs): each chunk runs its heaviest units first,
-///     so its last units (light) run beside the next chunk's first (heavy) and the list ends light;
-/// rounded up to whole groups of G, at most B·H. One chunk (B·H) with a window or where a unit sees
-/// no key (N > N_k): WsSchedule keeps those units at the end of every block's list.
-int ws_causal_chunk(const Problem& p, int Tr, int sms) {
-  const int HB = p.heads * p.batch, G = p.heads / p.heads_kv;
-  if (p.windowed() || p.causal_offset() < 0) return HB;
-  int dev = 0, l2 = 0;
-  FLASHLAB_CUDA_CHECK(cudaGetDevice(&dev));
-  FLASHLAB_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-  const double kv_head_bytes = double(p.seq_k) * p.head_dim * 4.0;
-  const long long fit = std::max(1LL, (long long)(2.0 / 3.0 * l2 / kv_head_bytes)) * G;
-  const long long wave = (sms + Tr - 1) / Tr;
-  const long long c = (std::max(fit, wave) + G - 1) / G * G;
-  return int(std::min<long long>(c, HB));
+/// The query tiles per stripe W of a causal work list (ws_unit). The list runs its longest units
+/// first (a balanced deal, a light end); with W = 1 the units in flight at once are SMs/(B·H) query
+/// tiles of every head, so about F = SMs·G/(B·H) of them read each K/V head (G = H/H_kv query heads
+/// read it). Below S readers the K_j, V_j one unit fetches have mostly left L2 before the next
+/// reader comes, and the keys stream from HBM: too few FLOPs per byte for Br = 128 (S = 8), about
+/// enough for Br = 192 (S = 2). There W = ⌈S/G⌉ (at most 8) puts W units of one head side by side,
+/// for a balance cost of up to W key tiles a block (measured: docs/optimisation.md). W = 1 with a
+/// window, where a unit sees no key (N > N_k: WsSchedule keeps those last) and at d = 256 (not
+/// measured).
+int ws_causal_stripe(const Problem& p, int Tr, int Br, int sms) {
+  if (p.windowed() || p.causal_offset() < 0 || p.head_dim == 256) return 1;
+  const int G = p.heads / p.heads_kv, S = Br >= 192 ? 2 : 8;
+  const double readers = double(sms) * G / (double(p.heads) * p.batch);
+  if (readers >= S) return 1;
+  return std::max(1, std::min({8, Tr, (S + G - 1) / G}));
 }
 
 template <class T>
@@ -1065,10 +1060,10 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
     partials = static_cast<float*>(allocate_partials(bytes, stream));  // the forwards' pool (partial_pool.hpp)
   }
   const int HB = p.heads * p.batch;
-  const int chunk = T::kCausal && !T::kPacked ? ws_causal_chunk(p, int(units / HB), sms) : HB;
+  const int stripe = T::kCausal && !T::kPacked ? ws_causal_stripe(p, int(units / HB), T::BLOCK_M, sms) : 1;
   announce("ws_fwd_kernel");
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, map_o, p, static_cast<uint16_t*>(O), LSE,
-                                                       partials, full, chunk, lists);
+                                                       partials, full, stripe, lists);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw_cuda_error(err, "launch of ws_fwd_kernel", __FILE__, __LINE__);
   if constexpr (T::kSplitTail) {
