@@ -13,8 +13,8 @@
 # (default /tmp/flashlab-short, outside the tree) gets the logs and the CSVs. Shapes: bf16, H = 16,
 # non-causal, d = 64 and 128; B = 1 at N = 1024 … 16384, and B·N = 16k (B = 16, 8, 4 at N = 1024,
 # 2048, 4096: FlashAttention's benchmark). With MASK=causal the same shapes causal, and B = 8 at
-# N = 8192 (64k tokens, the packed runs' dense row: 128 (head, batch) pairs, about one a block)
-# and grouped K/V 32:8 at B = 1, N = 8192. REPEATS (default 3) sweeps of each build, alternating
+# N = 8192 (64k tokens, the packed runs' dense row: 128 (head, batch) pairs, about one a block),
+# B = 2 at N = 16384, and grouped K/V 32:8 at N = 8192, B = 1 and 4. REPEATS (default 3) sweeps of each build, alternating
 # (base, [alt,] this, base, …) so that all meet the same clocks; then SDPA (sdpa_bench.py) on the
 # same shapes, once per repeat in one process. Then the forward's tests and, if SANITIZE=1 (the
 # default), memcheck and racecheck on its small shapes.
@@ -57,13 +57,15 @@ sweep() {  # sweep BINARY OUT_CSV: every shape, one CSV (the header once)
   local b=$1 csv=$2
   local common=(bench attention --csv --pass fwd "--$mask" --dim 64,128 --fwd-kernel tma-ws) bn
   local more=(16:1024 8:2048 4:4096)
-  [ "$mask" = causal ] && more+=(8:8192)
+  [ "$mask" = causal ] && more+=(8:8192 2:16384)
   "$b" "${common[@]}" --heads 16 --seq 1024,2048,4096,8192,16384 --batch 1 >"$csv" || return 1
   for bn in "${more[@]}"; do
     "$b" "${common[@]}" --heads 16 --batch "${bn%%:*}" --seq "${bn##*:}" | tail -n +2 >>"$csv" || return 1
   done
   [ "$mask" = causal ] || return 0
-  "$b" "${common[@]}" --heads 32 --heads-kv 8 --batch 1 --seq 8192 | tail -n +2 >>"$csv"
+  for bn in 1:8192 4:8192; do
+    "$b" "${common[@]}" --heads 32 --heads-kv 8 --batch "${bn%%:*}" --seq "${bn##*:}" | tail -n +2 >>"$csv" || return 1
+  done
 }
 run() {
   local r b builds=(base)
