@@ -17,7 +17,8 @@
 // not from the reference's zeros. The host wrapper poisons every output and the workspace with NaN,
 // so a row no block writes fails. Shapes: ragged lengths with length-0 and length-1 sequences,
 // len_k ≠ len_q per sequence, causal and not, windows, grouped K/V (groups of 4 and 32), d = 64
-// and 128, bf16 and fp16, lengths that are and are not multiples of the tiles, and the same lengths
+// and 128, bf16 and fp16, lengths that are and are not multiples of the tiles, 151 sequences whose
+// work items outnumber the SMs (the packed wgmma_ws blocks each run several), and the same lengths
 // without a window and under one wider than every sequence (wgmma_ws: its plain or causal traits,
 // then its band). The kernel without
 // packed sequences refuses them by name (wgmma-ws-det). Tags: [fast-bwd][fast-bwd-varlen]; small
@@ -117,16 +118,32 @@ void check_varlen_backward(const VarlenCase& c) {
   run(fr::Algorithm::bwd_two_kernel, fc::FastBackwardKernel::mma_sync);
 }
 
+/// `count` short sequences (1 … 11 queries, 1 … 13 keys, every 37th without queries), then one
+/// of `tail_q` queries and `tail_k` keys, H = 4, H_kv = 2. With 150 of them: 306 (key tile, K/V
+/// head) work items, more than a GPU has SMs, so each persistent block of the packed wgmma_ws
+/// kernel runs several in a row (attention_bwd_ws.cu), of one step, of none and of several.
+VarlenCase many_items(int count, int tail_q, int tail_k, int head_dim, bool causal) {
+  VarlenCase c{{}, {}, 4, 2, head_dim, causal};
+  for (int i = 0; i < count; ++i) {
+    c.len_q.push_back(i % 37 == 5 ? 0 : 1 + 7 * i % 11);
+    c.len_k.push_back(1 + 5 * i % 13);
+  }
+  c.len_q.push_back(tail_q);
+  c.len_k.push_back(tail_k);
+  return c;
+}
+
 }  // namespace
 
 // Small shapes for compute-sanitizer (memcheck, racecheck): a length-1 sequence, one without
 // queries, one without keys, ragged ends inside a tile, rows above the diagonal's start, a window,
-// grouped K/V, both head dims.
+// grouped K/V, both head dims, and more work items than SMs (persistent blocks running several).
 TEST_CASE("fast backward, packed sequences, sanitizer shapes", "[fast-bwd][fast-bwd-varlen][fast-bwd-varlen-sanitize]") {
   check_varlen_backward({{1, 130, 0, 77}, {}, 4, 2, 64, true});
   check_varlen_backward({{5, 200, 1, 90}, {300, 0, 70, 33}, 4, 1, 128, true});
   check_varlen_backward({{64, 3, 150}, {100, 129, 150}, 2, 2, 128, false, 20, 5});
   check_varlen_backward({{2, 190, 1, 64}, {129, 64, 0, 1}, 4, 2, 64, false});  // no mask but the ends
+  check_varlen_backward(many_items(150, 300, 330, 128, true));                   // several items a block
   ft::report_backward_ratio("varlen backward sanitizer shapes");
 }
 
