@@ -91,4 +91,24 @@ inline double rounding_floor(const double* ref, std::size_t n, ref::Dtype dt) {
   return ref::max_error_vs_max(r.data(), ref, n);
 }
 
+/// The floor of a fast forward `kernel`, which rounds P_ij to the dtype for P·V (l_i from the
+/// unrounded P_ij) before it rounds O: the FA2 reference on the kernel's tiles with P rounded
+/// (ref::ForwardOptions::round_p), its O rounded to the dtype, against the float64 O `ref_O`. Above
+/// rounding_floor() where a row has few keys: one P_ij rounded up or down moves the row's O by a
+/// fraction of that key's V_j no later key averages out.
+inline double rounded_p_floor(ref::AttentionProblem cfg, cuda::FastForwardKernel kernel, const ref::Tensor<double>& Q,
+                              const ref::Tensor<double>& K, const ref::Tensor<double>& V, const double* ref_O) {
+  const cuda::FastTiles tiles = cuda::fast_forward_tiles(cfg, kernel);
+  cfg.Br = std::size_t(tiles.Br);
+  cfg.Bc = std::size_t(tiles.Bc);
+  ref::ForwardOptions opt;
+  opt.round_p = cfg.dtype == ref::Dtype::bf16
+                    ? +[](double p) { return double(cuda::round_to(float(p), ref::Dtype::bf16)); }
+                    : +[](double p) { return double(cuda::round_to(float(p), ref::Dtype::fp16)); };
+  const auto out = ref::flash_forward_fa2(cfg, Q, K, V, opt);
+  std::vector<float> r(out.O.numel());
+  for (std::size_t k = 0; k < r.size(); ++k) r[k] = round_float_to_16(static_cast<float>(out.O.data()[k]), cfg.dtype);
+  return ref::max_error_vs_max(r.data(), ref_O, r.size());
+}
+
 }  // namespace flashlab::test

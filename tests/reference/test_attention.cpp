@@ -8,6 +8,7 @@
 
 #include "flashlab/reference/attention.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -272,6 +273,46 @@ TEST_CASE("attention: round_to_half rounds to nearest even and overflows to inf"
   CHECK(round_to_half(std::ldexp(1.0, -25)) == 0.0);                                // subnormal tie → 0
   CHECK(round_to_half(3 * std::ldexp(1.0, -25)) == std::ldexp(1.0, -23));
   CHECK(std::isnan(round_to_half(std::nan(""))));
+}
+
+// ForwardOptions::round_p (the floor of kernels that feed 16-bit P to their tensor cores): with the
+// identity nothing changes; with fp16 rounding l_i, hence LSE, keeps the unrounded P_ij, and each O
+// entry moves by at most the rounding of its P_ij: 2^-11 · Σ_j P_ij |V_jc| / l_i, plus 2^-25 a key
+// for P_ij below fp16's normal range. Every awkward shape, fully masked rows among them.
+TEST_CASE("attention: FA2 with P rounded keeps LSE and moves O by at most P's rounding", "[attention][forward]") {
+  for (const auto& c : kCases) {
+    INFO(name(c));
+    const auto cfg = make_cfg(c);
+    const auto in = random_inputs(cfg, 211);
+    const auto plain = flash_forward_fa2(cfg, in.Q, in.K, in.V);
+    ForwardOptions same;
+    same.round_p = [](double p) { return p; };
+    const auto ident = flash_forward_fa2(cfg, in.Q, in.K, in.V, same);
+    ForwardOptions half;
+    half.round_p = &round_to_half;
+    const auto rounded = flash_forward_fa2(cfg, in.Q, in.K, in.V, half);
+    Tensor<double> absV(cfg.kv_shape());
+    double v_max = 0.0;
+    for (std::size_t k = 0; k < absV.numel(); ++k) {
+      absV.data()[k] = std::abs(in.V.data()[k]);
+      v_max = std::max(v_max, absV.data()[k]);
+    }
+    const auto pv = naive_forward(cfg, in.Q, in.K, absV);  // Σ_j P_ij |V_jc| / l_i
+    std::size_t over = 0, moved = 0, ident_diff = 0;
+    for (std::size_t k = 0; k < plain.O.numel(); ++k) {
+      const double delta = std::abs(rounded.O.data()[k] - plain.O.data()[k]);
+      over += !(delta <= std::ldexp(pv.O.data()[k], -11) + std::ldexp(double(cfg.n_k()) * v_max, -25) + 1e-15);
+      moved += delta > 0.0;
+      ident_diff += ident.O.data()[k] != plain.O.data()[k];
+    }
+    CHECK(over == 0);
+    CHECK(ident_diff == 0);
+    if (c.Nk >= 8) CHECK(moved > 0);
+    for (std::size_t r = 0; r < plain.LSE.size(); ++r) {
+      const bool equal = rounded.LSE[r] == plain.LSE[r] && ident.LSE[r] == plain.LSE[r];
+      CHECK(equal);
+    }
+  }
 }
 
 TEST_CASE("attention: the NaN hazard — no KV mask in fp16 arithmetic gives NaN, the mask prevents it",

@@ -190,6 +190,7 @@ AttentionForward<T> flash_forward_fa2(const AttentionProblem& cfg, const Tensor<
             online_softmax_step(band, Q_i[u], K_j, row0, start_n, rk, scale_log2, m_i[u], S_ij, m_new, alpha);
             l_i[u] = l_i[u].cwiseProduct(alpha) + S_ij.rowwise().sum();
             acc[u].array().colwise() *= alpha.array();
+            if (opt.round_p) S_ij = S_ij.unaryExpr([&](T p) { return static_cast<T>(opt.round_p(double(p))); });
             acc[u].noalias() += S_ij * V_j;
             m_i[u] = m_new;
             tr.add_flops(4 * d * rq * rk);

@@ -70,6 +70,11 @@ struct ForwardOptions {
   /// How K_j, V_j are loaded under grouped-query attention (results are the same; the counted
   /// traffic differs): once per query head, or once per group of query heads.
   KvLoads kv_loads = KvLoads::per_query_head;
+  /// When set, every P_ij is rounded by it before P_ij·V_j, while l_i sums the unrounded P_ij: what
+  /// a kernel that feeds 16-bit P to its tensor cores computes (P relative to the running maximum
+  /// of its key tiles of Bc). With O then rounded to 16 bits, the error floor of such a kernel, which
+  /// can exceed that of rounding O alone where a row has few keys (the fast kernels' tests use it).
+  double (*round_p)(double) = nullptr;
 };
 
 /// Switches of the flash backward passes (defaults: the correct kernel in T arithmetic).
