@@ -14,7 +14,8 @@
 # non-causal, d = 64 and 128; B = 1 at N = 1024 … 16384, and B·N = 16k (B = 16, 8, 4 at N = 1024,
 # 2048, 4096: FlashAttention's benchmark). With MASK=causal the same shapes causal, and B = 8 at
 # N = 8192 (64k tokens, the packed runs' dense row: 128 (head, batch) pairs, about one a block),
-# B = 2 at N = 16384, and grouped K/V 32:8 at N = 8192, B = 1 and 4. REPEATS (default 3) sweeps of each build, alternating
+# B = 2 at N = 16384, and grouped K/V 32:8 at N = 8192, B = 1 and 4. REPEATS (default 3) sweeps of
+# each build, alternating
 # (base, [alt,] this, base, …) so that all meet the same clocks; then SDPA (sdpa_bench.py) on the
 # same shapes, once per repeat in one process. Then the forward's tests and, if SANITIZE=1 (the
 # default), memcheck and racecheck on its small shapes.
@@ -26,6 +27,12 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 status=0
 mask=${MASK:-no-causal}
+case "$mask" in
+  causal | no-causal) ;;
+  *) echo "error: MASK=$mask: not a mask of this script" >&2
+     echo "hint: MASK=causal (or no-causal, the default)" >&2
+     exit 2 ;;
+esac
 name=$([ "$mask" = causal ] && echo fwd_causal || echo fwd_short)
 if [ "${1:-}" = tabulate ]; then
   out=${2:?usage: fwd_short.sh tabulate OUT_DIR}
@@ -126,7 +133,8 @@ for r in range(1, repeats + 1):
             if build == "this" and cb not in ("", "n/a"):
                 summary[key].setdefault("cudnn", []).append(float(cb))
 alt = " alt/base alt/cuDNN" if commit_alt else ""
-print(f"{'d':>4} {'N':>6} {'B':>3} {'H':>5} {'base':>8} {'this':>8} {'cuDNN':>8} {'this/base':>9} {'base/cuDNN':>10} {'this/cuDNN':>10}"
+print(f"{'d':>4} {'N':>6} {'B':>3} {'H':>5} {'base':>8} {'this':>8} {'cuDNN':>8} {'this/base':>9}"
+      f" {'base/cuDNN':>10} {'this/cuDNN':>10}"
       f"{alt}   (TFLOP/s, medians over the repeats)")
 for key in sorted(summary):
     m = {b: statistics.median(v) for b, v in summary[key].items()}

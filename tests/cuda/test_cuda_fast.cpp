@@ -407,7 +407,8 @@ TEST_CASE("tma-ws forward, N = 1000 and 4096", "[fast][fast-ws][fast-large]") {
 // ends, a tile's edges, random ones) must equal a float64 softmax within 2× their rounding floor.
 TEST_CASE("tma-ws forward, causal list in stripes of query tiles, each batch entry as when alone", "[fast][fast-ws]") {
   if (!wgmma_in_build()) return;
-  for (const auto [B, H, Hk, d] : {std::array{2, 16, 16, 128}, std::array{2, 32, 16, 128}, std::array{2, 128, 128, 64}}) {
+  constexpr std::array<std::array<int, 4>, 3> kShapes{{{2, 16, 16, 128}, {2, 32, 16, 128}, {2, 128, 128, 64}}};
+  for (const auto [B, H, Hk, d] : kShapes) {
     const int N = 1300, G = H / Hk;
     const unsigned long long seed = fresh_seed();
     INFO("B=" << B << " H=" << H << " H_kv=" << Hk << " N=" << N << " d=" << d << " causal seed=" << seed);
@@ -427,7 +428,8 @@ TEST_CASE("tma-ws forward, causal list in stripes of query tiles, each batch ent
       };
       fr::AttentionProblem one = cfg;
       one.batch = 1;
-      const auto alone = fc::fast_attention_forward(one, kTmaWs, part(in.Q, q_entry), part(in.K, k_entry), part(in.V, k_entry));
+      const auto alone =
+          fc::fast_attention_forward(one, kTmaWs, part(in.Q, q_entry), part(in.K, k_entry), part(in.V, k_entry));
       for (std::size_t k = 0; k < q_entry; ++k) unequal += got.O[b * q_entry + k] != alone.O[k];
       unequal += std::memcmp(got.LSE.data() + std::size_t(b) * H * N, alone.LSE.data(), sizeof(float) * H * N) != 0;
     }

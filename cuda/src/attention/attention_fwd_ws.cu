@@ -307,9 +307,9 @@ __device__ __forceinline__ void ws_unit(int t, int Tr, int H, int HB, int W, int
 /// snake: the blocks that got the longest tile of one round get the shortest of the next).
 /// A causal unit stops at the key tile of its last row's diagonal (key q0 + Br − 1 + N_k − N);
 /// above the diagonal's start (N > N_k) a unit may see no key at all: n_tiles = 0, and such units
-/// come last in every block's list (n_tiles never grows along it: such lists have stripes of one tile). A window's unit runs from the
-/// key tile of its first row's left edge (j0) to that of its last row's right edge; its units
-/// without keys are the top query tiles, last in the list too.
+/// come last in every block's list (n_tiles never grows along it: such lists have stripes of one
+/// tile). A window's unit runs from the key tile of its first row's left edge (j0) to that of its
+/// last row's right edge; its units without keys are the top query tiles, last in the list too.
 ///
 /// Packed sequences (kPacked): the query tiles are those of the packed numbering (packed.cuh:
 /// Tr = packed_tiles(Br) per head, each sequence's tiles consecutive, at most one past each
