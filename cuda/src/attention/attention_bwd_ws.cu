@@ -1137,45 +1137,83 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #endif
 }
 
-/// dQ = scale · accumulator → 16 bits, [B, N, H, d]; one thread per float4 of the tiled
-/// accumulator (grid-stride): tile (b, h, i) of BLOCK_M·d floats, slice c of kDqRows·kDqCols
-/// (columns 64c .. or rows 64c .. by the split), float4 number (m·kDqCols/8 + t)·128 + thread =
-/// rows r, r + 8, columns col, col + 1 of n-tile t of row block m. kAddF32: dQ points to an fp32
-/// sum ([B, N, H, d]) that scale · accumulator is added into (BwdPointers::add_f32).
-template <class T, bool kAddF32 = false>
-__global__ void __launch_bounds__(256) bwd_ws_dq_convert_kernel(Problem p, const float4* __restrict__ acc,
-                                                                uint16_t* __restrict__ dQ, std::size_t n4) {
-  constexpr int BM = T::BLOCK_M, kSlice4 = T::kSliceDq / 16, kTile4 = BM * T::kHeadDim / 4;
-  constexpr int kNTiles = T::kDqCols / 8;  // n-tiles of one row block of the slice
-  const int Tr = (p.seq + BM - 1) / BM;
-  for (std::size_t k = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; k < n4;
-       k += std::size_t(gridDim.x) * blockDim.x) {
-    const std::size_t tile = k / kTile4;
-    const int in_tile = int(k % kTile4), c = in_tile / kSlice4, thr = in_tile % 128;
-    const int m = in_tile % kSlice4 / 128 / kNTiles, t = in_tile % kSlice4 / 128 % kNTiles;  // row block, n-tile
-    const int i = int(tile % Tr), h = int(tile / Tr % p.heads), b = int(tile / Tr / p.heads);
-    const int block = T::kDqSplit == DqSplit::rows ? c : m, col0 = T::kDqSplit == DqSplit::columns ? c * T::kDqCols : 0;
-    const int row = i * BM + 64 * block + 16 * (thr / 32) + (thr % 32) / 4, col = col0 + 8 * t + 2 * (thr % 4);
-    const float4 v = acc[k];
-    if constexpr (kAddF32) {
-      float* out = reinterpret_cast<float*>(dQ) + p.head_offset(b, h) + col;
-      for (int r = 0; r < 2; ++r) {
-        if (row + 8 * r >= p.seq) break;
-        float2* o = reinterpret_cast<float2*>(out + std::size_t(row + 8 * r) * p.row_stride());
-        float2 s = *o;
-        s.x += (r == 0 ? v.x : v.z) * p.scale;
-        s.y += (r == 0 ? v.y : v.w) * p.scale;
-        *o = s;
-      }
-    } else {
-      uint16_t* out = dQ + p.head_offset(b, h) + col;
-      if (row < p.seq)
-        *reinterpret_cast<uint32_t*>(out + std::size_t(row) * p.row_stride()) =
-            pack2<T::kBf16>(v.x * p.scale, v.y * p.scale);
-      if (row + 8 < p.seq)
-        *reinterpret_cast<uint32_t*>(out + std::size_t(row + 8) * p.row_stride()) =
-            pack2<T::kBf16>(v.z * p.scale, v.w * p.scale);
+/// Where float4 number `k` of an accumulator tile lies in the tile's BLOCK_M × d rows: slice c of
+/// kDqRows·kDqCols (columns 64c .. or rows 64c .. by the split), float4 number (m·kDqCols/8 + t)·128
+/// + thread = rows r, r + 8, columns col, col + 1 of n-tile t of row block m (the order reduce_dq adds in).
+template <class T>
+__device__ __forceinline__ void dq_fragment_position(int k, int& row, int& col) {
+  constexpr int kSlice4 = T::kSliceDq / 16, kNTiles = T::kDqCols / 8;  // n-tiles of one row block of the slice
+  const int c = k / kSlice4, thr = k % 128, m = k % kSlice4 / 128 / kNTiles, t = k % kSlice4 / 128 % kNTiles;
+  const int block = T::kDqSplit == DqSplit::rows ? c : m, col0 = T::kDqSplit == DqSplit::columns ? c * T::kDqCols : 0;
+  row = 64 * block + 16 * (thr / 32) + (thr % 32) / 4;
+  col = col0 + 8 * t + 2 * (thr % 4);
+}
+
+/// The convert kernels' block: 256 threads, one accumulator tile a pass, staged in SRAM as rows
+/// (a pitch of d + 8 floats: the 8-byte writes of a half-warp, four rows apart by 8 banks, meet no
+/// conflict), so both sides of HBM are whole lines: the tile read as float4s in its fragment
+/// order, dQ written 16 bytes (8 columns) a thread, a row's threads side by side.
+constexpr int kDqConvertThreads = 256;
+template <class T>
+struct DqConvertTile {
+  static constexpr int kPitch = T::kHeadDim + 8;
+  static constexpr int kTile4 = T::BLOCK_M * T::kHeadDim / 4;
+  static constexpr int kChunks = T::kHeadDim / 8;  // 16-byte chunks of a dQ row
+  /// Tile `tile` of the accumulator → `rows` (every thread of the block; ends with a barrier).
+  __device__ static void stage(float* rows, const float4* __restrict__ acc, std::size_t tile) {
+    const float4* src = acc + tile * kTile4;
+    for (int k = int(threadIdx.x); k < kTile4; k += kDqConvertThreads) {
+      int row = 0, col = 0;
+      dq_fragment_position<T>(k, row, col);
+      const float4 v = src[k];
+      *reinterpret_cast<float2*>(rows + row * kPitch + col) = make_float2(v.x, v.y);
+      *reinterpret_cast<float2*>(rows + (row + 8) * kPitch + col) = make_float2(v.z, v.w);
     }
+    __syncthreads();
+  }
+  /// Eight floats of a staged row times `scale`.
+  __device__ static void read8(const float* rows, int row, int chunk, float scale, float (&x)[8]) {
+    const float4 a = *reinterpret_cast<const float4*>(rows + row * kPitch + 8 * chunk);
+    const float4 b = *reinterpret_cast<const float4*>(rows + row * kPitch + 8 * chunk + 4);
+    x[0] = a.x * scale, x[1] = a.y * scale, x[2] = a.z * scale, x[3] = a.w * scale;
+    x[4] = b.x * scale, x[5] = b.y * scale, x[6] = b.z * scale, x[7] = b.w * scale;
+  }
+  template <bool kBf16>
+  __device__ static uint4 pack8(const float (&x)[8]) {
+    return make_uint4(pack2<kBf16>(x[0], x[1]), pack2<kBf16>(x[2], x[3]), pack2<kBf16>(x[4], x[5]),
+                      pack2<kBf16>(x[6], x[7]));
+  }
+};
+
+/// dQ = scale · accumulator → 16 bits, [B, N, H, d], tile (b, h, i) of the accumulator per block
+/// and pass (DqConvertTile); rows ≥ N are not written. kAddF32: dQ points to an fp32 sum
+/// ([B, N, H, d]) that scale · accumulator is added into (BwdPointers::add_f32).
+template <class T, bool kAddF32 = false>
+__global__ void __launch_bounds__(kDqConvertThreads)
+    bwd_ws_dq_convert_kernel(Problem p, const float4* __restrict__ acc, uint16_t* __restrict__ dQ, int tiles) {
+  using C = DqConvertTile<T>;
+  __shared__ __align__(16) float rows[T::BLOCK_M * C::kPitch];
+  const int Tr = (p.seq + T::BLOCK_M - 1) / T::BLOCK_M;
+  for (int tile = int(blockIdx.x); tile < tiles; tile += int(gridDim.x)) {
+    C::stage(rows, acc, std::size_t(tile));
+    const int i = tile % Tr, h = tile / Tr % p.heads, b = tile / Tr / p.heads;
+    for (int e = int(threadIdx.x); e < T::BLOCK_M * C::kChunks; e += kDqConvertThreads) {
+      const int row = e / C::kChunks, chunk = e % C::kChunks, n = i * T::BLOCK_M + row;
+      if (n >= p.seq) break;  // e grows with the row
+      float x[8];
+      C::read8(rows, row, chunk, p.scale, x);
+      const std::size_t at = p.head_offset(b, h) + std::size_t(n) * p.row_stride() + 8 * chunk;
+      if constexpr (kAddF32) {
+        float4* out = reinterpret_cast<float4*>(reinterpret_cast<float*>(dQ) + at);
+        float4 s0 = out[0], s1 = out[1];
+        s0.x += x[0], s0.y += x[1], s0.z += x[2], s0.w += x[3];
+        s1.x += x[4], s1.y += x[5], s1.z += x[6], s1.w += x[7];
+        out[0] = s0, out[1] = s1;
+      } else {
+        *reinterpret_cast<uint4*>(dQ + at) = C::template pack8<T::kBf16>(x);
+      }
+    }
+    __syncthreads();  // the next pass stages over these rows
   }
 }
 
@@ -1184,28 +1222,26 @@ __global__ void __launch_bounds__(256) bwd_ws_dq_convert_kernel(Problem p, const
 /// order above; a tile's rows map to its sequence's rows of dQ [1, total_q, H, d], and rows past
 /// the sequence's end (its last tile's padding, a tile past its end) are skipped.
 template <class T>
-__global__ void __launch_bounds__(256)
-    bwd_ws_dq_convert_packed_kernel(Problem p, const float4* __restrict__ acc, uint16_t* __restrict__ dQ,
-                                    std::size_t n4, PackedLists lists) {
-  constexpr int BM = T::BLOCK_M, kSlice4 = T::kSliceDq / 16, kTile4 = BM * T::kHeadDim / 4;
-  constexpr int kNTiles = T::kDqCols / 8;  // n-tiles of one row block of the slice
-  const int Tq = p.packed_tiles(BM);
-  for (std::size_t k = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; k < n4;
-       k += std::size_t(gridDim.x) * blockDim.x) {
-    const std::size_t tile = k / kTile4;
-    const int in_tile = int(k % kTile4), c = in_tile / kSlice4, thr = in_tile % 128;
-    const int m = in_tile % kSlice4 / 128 / kNTiles, t = in_tile % kSlice4 / 128 % kNTiles;  // row block, n-tile
-    const int u = int(tile % Tq), h = int(tile / Tq);
-    const PackedTile pt = packed_tile(p, lists, u, BM);
-    const int block = T::kDqSplit == DqSplit::rows ? c : m, col0 = T::kDqSplit == DqSplit::columns ? c * T::kDqCols : 0;
-    const int row = pt.row0 + 64 * block + 16 * (thr / 32) + (thr % 32) / 4, col = col0 + 8 * t + 2 * (thr % 4);
-    const float4 v = acc[k];
-    uint16_t* out = dQ + std::size_t(pt.q_start) * p.row_stride() + std::size_t(h) * T::kHeadDim + col;
-    if (row < pt.len_q)
-      *reinterpret_cast<uint32_t*>(out + std::size_t(row) * p.row_stride()) = pack2<T::kBf16>(v.x * p.scale, v.y * p.scale);
-    if (row + 8 < pt.len_q)
-      *reinterpret_cast<uint32_t*>(out + std::size_t(row + 8) * p.row_stride()) =
-          pack2<T::kBf16>(v.z * p.scale, v.w * p.scale);
+__global__ void __launch_bounds__(kDqConvertThreads)
+    bwd_ws_dq_convert_packed_kernel(Problem p, const float4* __restrict__ acc, uint16_t* __restrict__ dQ, int tiles,
+                                    PackedLists lists) {
+  using C = DqConvertTile<T>;
+  __shared__ __align__(16) float rows[T::BLOCK_M * C::kPitch];
+  const int Tq = p.packed_tiles(T::BLOCK_M);
+  for (int tile = int(blockIdx.x); tile < tiles; tile += int(gridDim.x)) {
+    const int u = tile % Tq, h = tile / Tq;
+    const PackedTile pt = packed_tile(p, lists, u, T::BLOCK_M);
+    if (pt.row0 >= pt.len_q) continue;  // a tile past its sequence's end: nothing to stage (uniform over the block)
+    C::stage(rows, acc, std::size_t(tile));
+    for (int e = int(threadIdx.x); e < T::BLOCK_M * C::kChunks; e += kDqConvertThreads) {
+      const int row = e / C::kChunks, chunk = e % C::kChunks;
+      if (pt.row0 + row >= pt.len_q) break;  // e grows with the row
+      float x[8];
+      C::read8(rows, row, chunk, p.scale, x);
+      *reinterpret_cast<uint4*>(dQ + std::size_t(pt.q_start + pt.row0 + row) * p.row_stride() +
+                                std::size_t(h) * T::kHeadDim + 8 * chunk) = C::template pack8<T::kBf16>(x);
+    }
+    __syncthreads();  // the next pass stages over these rows
   }
 }
 
@@ -1249,10 +1285,9 @@ void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, int* dq_order, cu
   set_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, "bwd_ws_kernel", p);
   const int Tr = (p.seq + T::BLOCK_M - 1) / T::BLOCK_M;
   const std::size_t acc_numel = std::size_t(p.batch) * p.heads * std::size_t(Tr) * T::BLOCK_M * D;
-  FLASHLAB_CUDA_CHECK(cudaMemsetAsync(a.dQaccum, 0, acc_numel * sizeof(float), stream));  // only ever added into
   if (kDeterministic)  // every tile's order starts at turn 0
     FLASHLAB_CUDA_CHECK(cudaMemsetAsync(dq_order, 0, acc_numel / (T::BLOCK_M * D) * sizeof(int), stream));
-  launch_fast_bwd_preprocess<D, kBf16>(p, a, stream);
+  launch_fast_bwd_preprocess<D, kBf16>(p, a, stream, a.dQaccum, acc_numel);  // and the accumulator's zeros
 
   const CUtensorMap map_q = make_head_tile_map(a.Q, p, T::BLOCK_M);
   const CUtensorMap map_do = make_head_tile_map(a.dO, p, T::BLOCK_M);
@@ -1270,11 +1305,10 @@ void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, int* dq_order, cu
                                                       static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV));
   FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_kernel");
 
-  const std::size_t n4 = acc_numel / 4;
-  const unsigned blocks = unsigned(std::min<std::size_t>((n4 + 255) / 256, 4096));
+  const int tiles = int(acc_numel / (T::BLOCK_M * D));
   announce("bwd_ws_dq_convert_kernel");
-  bwd_ws_dq_convert_kernel<Base, kAddF32><<<blocks, 256, 0, stream>>>(p, reinterpret_cast<const float4*>(a.dQaccum),
-                                                                   static_cast<uint16_t*>(a.dQ), n4);
+  bwd_ws_dq_convert_kernel<Base, kAddF32><<<unsigned(std::min(tiles, 1 << 20)), kDqConvertThreads, 0, stream>>>(
+      p, reinterpret_cast<const float4*>(a.dQaccum), static_cast<uint16_t*>(a.dQ), tiles);
   FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_dq_convert_kernel");
 }
 
@@ -1323,13 +1357,12 @@ void launch_bwd_ws_packed_one(const Problem& p, const BwdPointers& a, const Pack
   // Tq whole tiles per head in the packed query numbering (the workspace holds
   // H·(total_q + B·kAtomicDqTileRows)·d floats, at least this for either BLOCK_M).
   const std::size_t acc_numel = std::size_t(p.heads) * std::size_t(p.packed_tiles(T::BLOCK_M)) * T::BLOCK_M * D;
-  FLASHLAB_CUDA_CHECK(cudaMemsetAsync(a.dQaccum, 0, acc_numel * sizeof(float), stream));
   // D_i = rowsum(dO_i ∘ O_i) does not depend on the sequences: the packed rows as one sequence of
-  // total_q rows (D [1, H, total_q] as LSE).
+  // total_q rows (D [1, H, total_q] as LSE). The same launch zeroes the accumulator.
   Problem rows = p;
   rows.batch = 1;
   rows.seq = p.total_q;
-  launch_fast_bwd_preprocess<D, kBf16>(rows, a, stream);
+  launch_fast_bwd_preprocess<D, kBf16>(rows, a, stream, a.dQaccum, acc_numel);
   // The maps of a packed problem span the packed tensors, [1, total_q, H, d] and [1, total_k, H_kv, d].
   const CUtensorMap map_q = make_head_tile_map(a.Q, p, T::BLOCK_M);
   const CUtensorMap map_do = make_head_tile_map(a.dO, p, T::BLOCK_M);
@@ -1352,11 +1385,10 @@ void launch_bwd_ws_packed_one(const Problem& p, const BwdPointers& a, const Pack
       static_cast<uint16_t*>(a.dV), lists, next_item);
   FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_packed_kernel");
 
-  const std::size_t n4 = acc_numel / 4;
-  const unsigned blocks = unsigned(std::min<std::size_t>((n4 + 255) / 256, 4096));
+  const int acc_tiles = int(acc_numel / (T::BLOCK_M * D));
   announce("bwd_ws_dq_convert_packed_kernel");
-  bwd_ws_dq_convert_packed_kernel<Base><<<blocks, 256, 0, stream>>>(p, reinterpret_cast<const float4*>(a.dQaccum),
-                                                                   static_cast<uint16_t*>(a.dQ), n4, lists);
+  bwd_ws_dq_convert_packed_kernel<Base><<<unsigned(std::min(acc_tiles, 1 << 20)), kDqConvertThreads, 0, stream>>>(
+      p, reinterpret_cast<const float4*>(a.dQaccum), static_cast<uint16_t*>(a.dQ), acc_tiles, lists);
   FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_dq_convert_packed_kernel");
 }
 
