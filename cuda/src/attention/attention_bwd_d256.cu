@@ -277,6 +277,7 @@ __global__ void __launch_bounds__(D256Tiles::kThreads, 1)
 /// holds rows 16·mt + g, + 8 and columns 32w + 8n + 2t, + 1.
 struct D256DqLayout {
   static constexpr int BLOCK_M = D256Tiles::BLOCK_M;
+  static constexpr int kHeadDim = kD256HeadDim;
   __device__ static void place(int f, int& row, int& col) {
     const int lane = f & 31, frag = (f >> 5) & 7, warp = f >> 8;
     const int mt = frag / D256Tiles::kDqNT, n = frag % D256Tiles::kDqNT, g = lane >> 2, t = lane & 3;

@@ -422,6 +422,7 @@ __global__ void __launch_bounds__(D256Ws::kThreads, 1)
 /// rows 16·(thread / 32) + (thread % 32) / 4, + 8 and columns 128c + 8t + 2·(thread % 4), + 1.
 struct D256WsDqLayout {
   static constexpr int BLOCK_M = D256Ws::BLOCK_M;
+  static constexpr int kHeadDim = D256Ws::kHeadDim;
   __device__ static void place(int f, int& row, int& col) {
     constexpr int kSlice4 = D256Ws::kSliceDq / 4;
     const int c = f / kSlice4, t = f % kSlice4 / 128, thr = f % 128;

@@ -6,14 +6,14 @@
 // `mma.sync.aligned.m16n8k16` (fp32 accumulation), as in attention_bwd_tc.cu. Plain sm_90 (no
 // wgmma). Four instantiations: d ∈ {64, 128} × {bf16, fp16}; causal is a run-time flag; four
 // more for sliding windows (kWindow) and four for grouped K/V or N_k ≠ N (kGroup).
-//   0. cudaMemsetAsync                   dQaccum = 0 (fp32, TILED layout below, caller's workspace)
-//   1. fast_bwd_preprocess_kernel        D_i = rowsum(dO_i ∘ O_i) in fp32 (attention_bwd_tc.cuh)
+//   1. fast_bwd_preprocess_kernel        D_i = rowsum(dO_i ∘ O_i) in fp32, and dQaccum = 0 (fp32, TILED
+//                                        layout below, caller's workspace) (attention_bwd_tc.cuh)
 //   2. fast_bwd_atomic_kernel            one block per K_j, V_j (resident in SRAM); loop over Q_i, dO_i:
 //        S_ij  = Q_i K_jᵀ,  P_ij = 2^(S_ij · scale·log2 e − LSE_i)   (masked → P = 0, selected)
 //        dP_ij = dO_i V_jᵀ, dS_ij = P_ij ∘ (dP_ij − D_i)
 //        dQaccum_i += dS_ij K_j      (fp32; one bulk asynchronous reduction SRAM → L2 per warp)
 //        dV_j += P_ijᵀ dO_i,  dK_j += dS_ijᵀ Q_i           (registers, the whole loop)
-//   3. fast_bwd_dq_convert_kernel        dQ = scale · dQaccum → 16 bits, [B, N, H, d]
+//   3. dq_convert_kernel                 dQ = scale · dQaccum → 16 bits, [B, N, H, d] (attention_bwd_tc.cuh)
 // S and dP are computed once per (i, j) pair: 10·N²·d FLOPs of products (the two-kernel design
 // recomputes them in both its kernels: 14·N²·d).
 //
@@ -53,7 +53,7 @@
 // lists (a tile past its sequence's end exits at once). N, N_k, the band's offset len_k − len_q and
 // the first rows are the sequence's; loads stop at its last row (zero-filled past it). dQaccum holds
 // H·(⌊total_q / Br⌋ + B) tiles of the packed query numbering (a sequence's query tile i is tile
-// ⌊cu_seqlens_q[b] / Br⌋ + b + i of its head), which fast_bwd_dq_convert_packed_kernel maps back to
+// ⌊cu_seqlens_q[b] / Br⌋ + b + i of its head), which dq_convert_packed_kernel maps back to
 // the sequence's rows; D runs over the total_q rows as one sequence. The dense kernels are a
 // separate __global__ over the same body, so they keep their parameters and code.
 //
@@ -91,7 +91,7 @@
 //      orders them before the async-proxy read of the bulk op (PTX memory model: causality order
 //      through a proxy fence). The adds are performed in L2; the warps' load/store path carries none.
 // The workspace holds whole tiles, N rounded up to 128 rows; the last tile's padding rows receive
-// partials of exactly 0 (their P, hence dS, is masked to 0). fast_bwd_dq_convert_kernel maps the
+// partials of exactly 0 (their P, hence dS, is masked to 0). dq_convert_kernel maps the
 // tiles back to [B, N, H, d].
 //
 // Masks: keys ≥ N, query rows ≥ N and, causal, key > query → P = 0, selected after 2^x (a masked
@@ -183,14 +183,6 @@ __device__ __forceinline__ void add_rows_f32(float* out_head, std::size_t stride
       }
     }
   }
-}
-
-/// out[0] += x, out[1] += y (8-byte aligned fp32 pair).
-__device__ __forceinline__ void add_f32x2(float* out, float x, float y) {
-  float2 v = *reinterpret_cast<const float2*>(out);
-  v.x += x;
-  v.y += y;
-  *reinterpret_cast<float2*>(out) = v;
 }
 
 // ----------------------------------------------------------------------------- 2. main kernel
@@ -485,71 +477,23 @@ __global__ void __launch_bounds__(AtomicTraits<HEAD_DIM>::kThreads, 1)
 }
 
 // ----------------------------------------------------------------------------- 3. dQ convert
-/// dQ = scale · dQaccum → 16 bits, dQaccum in the tiled fragment order of the main kernel (tile
-/// (b, h, i): BLOCK_M·d floats; warp w: 1024 floats; float4 number 32·(mt·4 + n) + lane). One
-/// thread per float4 (grid-stride): it holds columns c, c + 1 of rows r and r + 8; rows ≥ N (the
-/// last tile's padding) are skipped. The accumulator is read coalesced; each row of dQ gets
-/// 4-byte stores, 16 contiguous bytes per 4 lanes. kAddF32: dQ points to an fp32 sum
-/// ([B, N, H, d]) that scale · dQaccum is added into, unrounded (BwdPointers::add_f32).
-template <int HEAD_DIM, bool kBf16, bool kAddF32 = false>
-__global__ void __launch_bounds__(256) fast_bwd_dq_convert_kernel(Problem p, const float4* __restrict__ acc,
-                                                                  uint16_t* __restrict__ dQ, std::size_t n4) {
+/// The accumulator's order for the shared convert (attention_bwd_tc.cuh, launch_dq_convert): tile
+/// (b, h, i) of BLOCK_M·d floats; warp w: 1024 floats; float4 number 32·(mt·4 + n) + lane holds
+/// columns c, c + 1 of rows r and r + 8.
+template <int HEAD_DIM>
+struct AtomicDqLayout {
   using T = AtomicTraits<HEAD_DIM>;
-  constexpr int BM = T::BLOCK_M;
-  const int Tr = (p.seq + BM - 1) / BM;
-  for (std::size_t k = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; k < n4;
-       k += std::size_t(gridDim.x) * blockDim.x) {
-    const int lane = int(k & 31), frag = int((k >> 5) & 7), warp = int((k >> 8) & 7);
-    const std::size_t tile = k >> 11;  // 2048 float4 = BM·d floats per tile
-    const int i = int(tile % Tr), h = int(tile / Tr % p.heads), b = int(tile / Tr / p.heads);
+  static constexpr int BLOCK_M = T::BLOCK_M;
+  static constexpr int kHeadDim = HEAD_DIM;
+  static_assert(BLOCK_M * HEAD_DIM == 8192, "2048 float4s a tile: 8 warps of 8 fragments of 32 lanes");
+  __device__ static void place(int k, int& row, int& col) {
+    const int lane = k & 31, frag = (k >> 5) & 7, warp = (k >> 8) & 7;
     const int mt = frag / T::kDqNT, n = frag % T::kDqNT, g = lane >> 2, t = lane & 3;
     const int wm = warp / T::kWN, wn = warp % T::kWN;
-    const int row = i * BM + 32 * wm + 16 * mt + g, col = wn * T::kDqCols + 8 * n + 2 * t;
-    const float4 v = acc[k];
-    if constexpr (kAddF32) {
-      float* out = reinterpret_cast<float*>(dQ) + p.head_offset(b, h) + col;
-      if (row < p.seq) add_f32x2(out + std::size_t(row) * p.row_stride(), v.x * p.scale, v.y * p.scale);
-      if (row + 8 < p.seq) add_f32x2(out + std::size_t(row + 8) * p.row_stride(), v.z * p.scale, v.w * p.scale);
-    } else {
-      uint16_t* out = dQ + p.head_offset(b, h) + col;
-      if (row < p.seq)
-        *reinterpret_cast<uint32_t*>(out + std::size_t(row) * p.row_stride()) = pack2<kBf16>(v.x * p.scale, v.y * p.scale);
-      if (row + 8 < p.seq)
-        *reinterpret_cast<uint32_t*>(out + std::size_t(row + 8) * p.row_stride()) =
-            pack2<kBf16>(v.z * p.scale, v.w * p.scale);
-    }
+    row = 32 * wm + 16 * mt + g;
+    col = wn * T::kDqCols + 8 * n + 2 * t;
   }
-}
-
-/// fast_bwd_dq_convert_kernel over packed sequences: the accumulator holds Tq = ⌊total_q / BM⌋ + B
-/// tiles per head in the packed query numbering (packed.cuh), head-major; a tile's rows map to its
-/// sequence's rows of dQ [1, total_q, H, d], and rows past the sequence's end (the padding of its
-/// last tile, and a tile past its end) are skipped.
-template <int HEAD_DIM, bool kBf16>
-__global__ void __launch_bounds__(256)
-    fast_bwd_dq_convert_packed_kernel(Problem p, const float4* __restrict__ acc, uint16_t* __restrict__ dQ,
-                                      std::size_t n4, PackedLists lists) {
-  using T = AtomicTraits<HEAD_DIM>;
-  constexpr int BM = T::BLOCK_M;
-  const int Tq = p.total_q / BM + p.batch;
-  for (std::size_t k = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; k < n4;
-       k += std::size_t(gridDim.x) * blockDim.x) {
-    const int lane = int(k & 31), frag = int((k >> 5) & 7), warp = int((k >> 8) & 7);
-    const std::size_t tile = k >> 11;  // 2048 float4 = BM·d floats per tile
-    const int u = int(tile % Tq), h = int(tile / Tq);
-    const PackedTile pt = packed_tile(p, lists, u, BM);
-    const int mt = frag / T::kDqNT, n = frag % T::kDqNT, g = lane >> 2, t = lane & 3;
-    const int wm = warp / T::kWN, wn = warp % T::kWN;
-    const int row = pt.row0 + 32 * wm + 16 * mt + g, col = wn * T::kDqCols + 8 * n + 2 * t;
-    const float4 v = acc[k];
-    uint16_t* out = dQ + std::size_t(pt.q_start) * p.row_stride() + std::size_t(h) * HEAD_DIM + col;
-    if (row < pt.len_q)
-      *reinterpret_cast<uint32_t*>(out + std::size_t(row) * p.row_stride()) = pack2<kBf16>(v.x * p.scale, v.y * p.scale);
-    if (row + 8 < pt.len_q)
-      *reinterpret_cast<uint32_t*>(out + std::size_t(row + 8) * p.row_stride()) =
-          pack2<kBf16>(v.z * p.scale, v.w * p.scale);
-  }
-}
+};
 
 /// The atomic design over packed sequences (Problem::packed()): D over the total_q rows as one
 /// sequence, the packed main kernel, the packed convert.
@@ -564,13 +508,13 @@ void launch_atomic_packed(const Problem& p, const BwdPointers& a, cudaStream_t s
   // H·(total_q + B·kAtomicDqTileRows)·d floats, at least this for either BLOCK_M).
   const std::size_t acc_numel =
       std::size_t(p.heads) * std::size_t(p.total_q / T::BLOCK_M + p.batch) * T::BLOCK_M * HEAD_DIM;
-  FLASHLAB_CUDA_CHECK(cudaMemsetAsync(a.dQaccum, 0, acc_numel * sizeof(float), stream));
   // D_i = rowsum(dO_i ∘ O_i) per row and head does not depend on the sequences: the packed
-  // [1, total_q, H, d] rows are one sequence of total_q rows, D [1, H, total_q] as LSE.
+  // [1, total_q, H, d] rows are one sequence of total_q rows, D [1, H, total_q] as LSE. The same
+  // launch zeroes the accumulator (only ever added into).
   Problem rows = p;
   rows.batch = 1;
   rows.seq = p.total_q;
-  launch_fast_bwd_preprocess<HEAD_DIM, kBf16>(rows, a, stream);
+  launch_fast_bwd_preprocess<HEAD_DIM, kBf16>(rows, a, stream, a.dQaccum, acc_numel);
 
   announce("fast_bwd_atomic_packed_kernel");
   const unsigned tiles = unsigned(p.total_k / T::BLOCK_N + p.batch);
@@ -581,12 +525,7 @@ void launch_atomic_packed(const Problem& p, const BwdPointers& a, cudaStream_t s
       static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV), lists);
   FLASHLAB_CUDA_CHECK_LAUNCH("fast_bwd_atomic_packed_kernel");
 
-  const std::size_t n4 = acc_numel / 4;
-  const unsigned blocks = unsigned(std::min<std::size_t>((n4 + 255) / 256, 4096));
-  announce("fast_bwd_dq_convert_packed_kernel");
-  fast_bwd_dq_convert_packed_kernel<HEAD_DIM, kBf16><<<blocks, 256, 0, stream>>>(
-      p, reinterpret_cast<const float4*>(a.dQaccum), static_cast<uint16_t*>(a.dQ), n4, lists);
-  FLASHLAB_CUDA_CHECK_LAUNCH("fast_bwd_dq_convert_packed_kernel");
+  launch_dq_convert<AtomicDqLayout<HEAD_DIM>, kBf16>(p, a, stream, &lists);
 }
 
 template <int HEAD_DIM, bool kBf16>
@@ -608,9 +547,8 @@ void launch_atomic(const Problem& p, const BwdPointers& a, cudaStream_t stream) 
   // B·H·ceil(N / kAtomicDqTileRows)·kAtomicDqTileRows·d floats, enough for this BLOCK_M).
   const std::size_t acc_numel =
       std::size_t(p.batch) * p.heads * ((p.seq + T::BLOCK_M - 1) / T::BLOCK_M) * T::BLOCK_M * HEAD_DIM;
-  // dQaccum = 0: the kernel only ever adds into it.
-  FLASHLAB_CUDA_CHECK(cudaMemsetAsync(a.dQaccum, 0, acc_numel * sizeof(float), stream));
-  launch_fast_bwd_preprocess<HEAD_DIM, kBf16>(p, a, stream);
+  // D, and dQaccum = 0 (the kernel only ever adds into it), in one launch.
+  launch_fast_bwd_preprocess<HEAD_DIM, kBf16>(p, a, stream, a.dQaccum, acc_numel);
 
   announce("fast_bwd_atomic_kernel");
   // One block per key tile of each K/V head (grouped: its query heads loop inside the block).
@@ -622,14 +560,7 @@ void launch_atomic(const Problem& p, const BwdPointers& a, cudaStream_t stream) 
       static_cast<uint16_t*>(a.dV));
   FLASHLAB_CUDA_CHECK_LAUNCH("fast_bwd_atomic_kernel");
 
-  const std::size_t n4 = acc_numel / 4;
-  const unsigned blocks = unsigned(std::min<std::size_t>((n4 + 255) / 256, 4096));
-  announce("fast_bwd_dq_convert_kernel");
-  auto convert = a.add_f32 ? &fast_bwd_dq_convert_kernel<HEAD_DIM, kBf16, true>
-                           : &fast_bwd_dq_convert_kernel<HEAD_DIM, kBf16>;
-  convert<<<blocks, 256, 0, stream>>>(p, reinterpret_cast<const float4*>(a.dQaccum), static_cast<uint16_t*>(a.dQ),
-                                      n4);
-  FLASHLAB_CUDA_CHECK_LAUNCH("fast_bwd_dq_convert_kernel");
+  launch_dq_convert<AtomicDqLayout<HEAD_DIM>, kBf16>(p, a, stream);
 }
 
 }  // namespace

@@ -63,8 +63,8 @@
 // masks, query tiles, stored rows), its boxes from the sequence's first rows of tensor maps spanning the packed
 // tensors (a box past the sequence's end brings in the next sequence's rows: the masks give them
 // P = dS = 0, and they are never stored, as in the tma-ws forward); dQ's partials go into the tiles
-// of the packed query numbering, which bwd_ws_dq_convert_packed_kernel maps back. The dense kernel
-// is a second __global__ over the same body (bwd_ws_body), so its code is as it was. At d = 64 and
+// of the packed query numbering, which dq_convert_packed_kernel (attention_bwd_tc.cuh) maps back. The
+// dense kernel is a second __global__ over the same body (bwd_ws_body), so its code is as it was. At d = 64 and
 // causal d = 128 the packed blocks are persistent (kPersistent, bwd_ws_packed_body): one per SM,
 // running those (key tile, K/V head) items in turn, the next one's loads beside the current one's
 // last steps; measured faster there, slower at d = 128 without a mask (docs/optimisation.md).
@@ -1149,101 +1149,13 @@ __device__ __forceinline__ void dq_fragment_position(int k, int& row, int& col) 
   col = col0 + 8 * t + 2 * (thr % 4);
 }
 
-/// The convert kernels' block: 256 threads, one accumulator tile a pass, staged in SRAM as rows
-/// (a pitch of d + 8 floats: the 8-byte writes of a half-warp, four rows apart by 8 banks, meet no
-/// conflict), so both sides of HBM are whole lines: the tile read as float4s in its fragment
-/// order, dQ written 16 bytes (8 columns) a thread, a row's threads side by side.
-constexpr int kDqConvertThreads = 256;
+/// The accumulator's order for the shared convert (attention_bwd_tc.cuh, launch_dq_convert).
 template <class T>
-struct DqConvertTile {
-  static constexpr int kPitch = T::kHeadDim + 8;
-  static constexpr int kTile4 = T::BLOCK_M * T::kHeadDim / 4;
-  static constexpr int kChunks = T::kHeadDim / 8;  // 16-byte chunks of a dQ row
-  /// Tile `tile` of the accumulator → `rows` (every thread of the block; ends with a barrier).
-  __device__ static void stage(float* rows, const float4* __restrict__ acc, std::size_t tile) {
-    const float4* src = acc + tile * kTile4;
-    for (int k = int(threadIdx.x); k < kTile4; k += kDqConvertThreads) {
-      int row = 0, col = 0;
-      dq_fragment_position<T>(k, row, col);
-      const float4 v = src[k];
-      *reinterpret_cast<float2*>(rows + row * kPitch + col) = make_float2(v.x, v.y);
-      *reinterpret_cast<float2*>(rows + (row + 8) * kPitch + col) = make_float2(v.z, v.w);
-    }
-    __syncthreads();
-  }
-  /// Eight floats of a staged row times `scale`.
-  __device__ static void read8(const float* rows, int row, int chunk, float scale, float (&x)[8]) {
-    const float4 a = *reinterpret_cast<const float4*>(rows + row * kPitch + 8 * chunk);
-    const float4 b = *reinterpret_cast<const float4*>(rows + row * kPitch + 8 * chunk + 4);
-    x[0] = a.x * scale, x[1] = a.y * scale, x[2] = a.z * scale, x[3] = a.w * scale;
-    x[4] = b.x * scale, x[5] = b.y * scale, x[6] = b.z * scale, x[7] = b.w * scale;
-  }
-  template <bool kBf16>
-  __device__ static uint4 pack8(const float (&x)[8]) {
-    return make_uint4(pack2<kBf16>(x[0], x[1]), pack2<kBf16>(x[2], x[3]), pack2<kBf16>(x[4], x[5]),
-                      pack2<kBf16>(x[6], x[7]));
-  }
+struct WsDqLayout {
+  static constexpr int BLOCK_M = T::BLOCK_M;
+  static constexpr int kHeadDim = T::kHeadDim;
+  __device__ static void place(int k, int& row, int& col) { dq_fragment_position<T>(k, row, col); }
 };
-
-/// dQ = scale · accumulator → 16 bits, [B, N, H, d], tile (b, h, i) of the accumulator per block
-/// and pass (DqConvertTile); rows ≥ N are not written. kAddF32: dQ points to an fp32 sum
-/// ([B, N, H, d]) that scale · accumulator is added into (BwdPointers::add_f32).
-template <class T, bool kAddF32 = false>
-__global__ void __launch_bounds__(kDqConvertThreads)
-    bwd_ws_dq_convert_kernel(Problem p, const float4* __restrict__ acc, uint16_t* __restrict__ dQ, int tiles) {
-  using C = DqConvertTile<T>;
-  __shared__ __align__(16) float rows[T::BLOCK_M * C::kPitch];
-  const int Tr = (p.seq + T::BLOCK_M - 1) / T::BLOCK_M;
-  for (int tile = int(blockIdx.x); tile < tiles; tile += int(gridDim.x)) {
-    C::stage(rows, acc, std::size_t(tile));
-    const int i = tile % Tr, h = tile / Tr % p.heads, b = tile / Tr / p.heads;
-    for (int e = int(threadIdx.x); e < T::BLOCK_M * C::kChunks; e += kDqConvertThreads) {
-      const int row = e / C::kChunks, chunk = e % C::kChunks, n = i * T::BLOCK_M + row;
-      if (n >= p.seq) break;  // e grows with the row
-      float x[8];
-      C::read8(rows, row, chunk, p.scale, x);
-      const std::size_t at = p.head_offset(b, h) + std::size_t(n) * p.row_stride() + 8 * chunk;
-      if constexpr (kAddF32) {
-        float4* out = reinterpret_cast<float4*>(reinterpret_cast<float*>(dQ) + at);
-        float4 s0 = out[0], s1 = out[1];
-        s0.x += x[0], s0.y += x[1], s0.z += x[2], s0.w += x[3];
-        s1.x += x[4], s1.y += x[5], s1.z += x[6], s1.w += x[7];
-        out[0] = s0, out[1] = s1;
-      } else {
-        *reinterpret_cast<uint4*>(dQ + at) = C::template pack8<T::kBf16>(x);
-      }
-    }
-    __syncthreads();  // the next pass stages over these rows
-  }
-}
-
-/// bwd_ws_dq_convert_kernel over packed sequences: the accumulator holds Tq = ⌊total_q / BLOCK_M⌋ + B
-/// tiles per head in the packed query numbering (packed.cuh), head-major, each in the fragment
-/// order above; a tile's rows map to its sequence's rows of dQ [1, total_q, H, d], and rows past
-/// the sequence's end (its last tile's padding, a tile past its end) are skipped.
-template <class T>
-__global__ void __launch_bounds__(kDqConvertThreads)
-    bwd_ws_dq_convert_packed_kernel(Problem p, const float4* __restrict__ acc, uint16_t* __restrict__ dQ, int tiles,
-                                    PackedLists lists) {
-  using C = DqConvertTile<T>;
-  __shared__ __align__(16) float rows[T::BLOCK_M * C::kPitch];
-  const int Tq = p.packed_tiles(T::BLOCK_M);
-  for (int tile = int(blockIdx.x); tile < tiles; tile += int(gridDim.x)) {
-    const int u = tile % Tq, h = tile / Tq;
-    const PackedTile pt = packed_tile(p, lists, u, T::BLOCK_M);
-    if (pt.row0 >= pt.len_q) continue;  // a tile past its sequence's end: nothing to stage (uniform over the block)
-    C::stage(rows, acc, std::size_t(tile));
-    for (int e = int(threadIdx.x); e < T::BLOCK_M * C::kChunks; e += kDqConvertThreads) {
-      const int row = e / C::kChunks, chunk = e % C::kChunks;
-      if (pt.row0 + row >= pt.len_q) break;  // e grows with the row
-      float x[8];
-      C::read8(rows, row, chunk, p.scale, x);
-      *reinterpret_cast<uint4*>(dQ + std::size_t(pt.q_start + pt.row0 + row) * p.row_stride() +
-                                std::size_t(h) * T::kHeadDim + 8 * chunk) = C::template pack8<T::kBf16>(x);
-    }
-    __syncthreads();  // the next pass stages over these rows
-  }
-}
 
 /// The K/V heads per chunk C of the causal grid (a divisor of H_kv). Why chunks: the blocks resident
 /// at once then belong to the chunk's heads, not to every head, so more of them walk the same query
@@ -1305,11 +1217,7 @@ void launch_bwd_ws_one(const Problem& p, const BwdPointers& a, int* dq_order, cu
                                                       static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV));
   FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_kernel");
 
-  const int tiles = int(acc_numel / (T::BLOCK_M * D));
-  announce("bwd_ws_dq_convert_kernel");
-  bwd_ws_dq_convert_kernel<Base, kAddF32><<<unsigned(std::min(tiles, 1 << 20)), kDqConvertThreads, 0, stream>>>(
-      p, reinterpret_cast<const float4*>(a.dQaccum), static_cast<uint16_t*>(a.dQ), tiles);
-  FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_dq_convert_kernel");
+  launch_dq_convert<WsDqLayout<Base>, kBf16>(p, a, stream);
 }
 
 template <int D, bool kBf16>
@@ -1385,11 +1293,7 @@ void launch_bwd_ws_packed_one(const Problem& p, const BwdPointers& a, const Pack
       static_cast<uint16_t*>(a.dV), lists, next_item);
   FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_packed_kernel");
 
-  const int acc_tiles = int(acc_numel / (T::BLOCK_M * D));
-  announce("bwd_ws_dq_convert_packed_kernel");
-  bwd_ws_dq_convert_packed_kernel<Base><<<unsigned(std::min(acc_tiles, 1 << 20)), kDqConvertThreads, 0, stream>>>(
-      p, reinterpret_cast<const float4*>(a.dQaccum), static_cast<uint16_t*>(a.dQ), acc_tiles, lists);
-  FLASHLAB_CUDA_CHECK_LAUNCH("bwd_ws_dq_convert_packed_kernel");
+  launch_dq_convert<WsDqLayout<Base>, kBf16>(p, a, stream, &lists);
 }
 
 template <int D, bool kBf16>

@@ -4,9 +4,9 @@
 // rows × 256 columns each, in the fragment order of the kernel's own warps; they differ only in that
 // order. Here: the zeroed accumulator and D preprocessing before the main kernel
 // (begin_d256_backward), and after it dQ = scale · accumulator → 16 bits in [B, N, H, d]
-// (d256_dq_convert_kernel, launch_d256_dq_convert), the fragment order given by the kernel's
-// Layout:
-//   Layout::BLOCK_M                             the tile's query rows;
+// (launch_d256_dq_convert: the shared convert of attention_bwd_tc.cuh), the fragment order given
+// by the kernel's Layout:
+//   Layout::BLOCK_M, Layout::kHeadDim (256)     the tile's query rows and columns;
 //   Layout::place(f, row, col) (device)         float4 number f of a tile holds the accumulator's
 //                                               elements (row, col), (row, col + 1), (row + 8, col),
 //                                               (row + 8, col + 1), row counted in the tile.
@@ -36,47 +36,19 @@ std::size_t d256_dq_accum_numel(const Problem& p) {
   return tiles * Layout::BLOCK_M * kD256HeadDim;
 }
 
-/// Before the main kernel: the accumulator zeroed (it is only ever added into) and D_i =
-/// rowsum(dO_i ∘ O_i) (the Triton walkthrough, "Backward Pass").
+/// Before the main kernel: D_i = rowsum(dO_i ∘ O_i) (the Triton walkthrough, "Backward Pass") and,
+/// in the same launch, the accumulator zeroed (it is only ever added into).
 template <class Layout, bool kBf16>
 void begin_d256_backward(const Problem& p, const BwdPointers& a, cudaStream_t stream) {
-  FLASHLAB_CUDA_CHECK(cudaMemsetAsync(a.dQaccum, 0, d256_dq_accum_numel<Layout>(p) * sizeof(float), stream));
-  launch_fast_bwd_preprocess<kD256HeadDim, kBf16>(p, a, stream);
+  launch_fast_bwd_preprocess<kD256HeadDim, kBf16>(p, a, stream, a.dQaccum, d256_dq_accum_numel<Layout>(p));
 }
 
-/// dQ = scale · dQaccum → 16 bits, [B, N, H, d], from Layout's tiled order. One thread per float4
-/// (grid-stride); rows ≥ N (the last tile's padding) are skipped.
-template <class Layout, bool kBf16>
-__global__ void __launch_bounds__(256) d256_dq_convert_kernel(Problem p, const float4* __restrict__ acc,
-                                                              uint16_t* __restrict__ dQ, std::size_t n4) {
-  constexpr int BM = Layout::BLOCK_M, kTile4 = BM * kD256HeadDim / 4;
-  const int Tr = (p.seq + BM - 1) / BM;
-  for (std::size_t k = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; k < n4;
-       k += std::size_t(gridDim.x) * blockDim.x) {
-    const std::size_t tile = k / kTile4;
-    int r = 0, col = 0;
-    Layout::place(int(k % kTile4), r, col);
-    const int i = int(tile % Tr), h = int(tile / Tr % p.heads), b = int(tile / Tr / p.heads);
-    const int row = i * BM + r;
-    const float4 v = acc[k];
-    uint16_t* out = dQ + p.head_offset(b, h) + col;
-    if (row < p.seq)
-      *reinterpret_cast<uint32_t*>(out + std::size_t(row) * p.row_stride()) = pack2<kBf16>(v.x * p.scale, v.y * p.scale);
-    if (row + 8 < p.seq)
-      *reinterpret_cast<uint32_t*>(out + std::size_t(row + 8) * p.row_stride()) =
-          pack2<kBf16>(v.z * p.scale, v.w * p.scale);
-  }
-}
-
-/// After the main kernel: the convert kernel over the whole accumulator (announced and checked).
+/// After the main kernel: dQ = scale · dQaccum → 16 bits, [B, N, H, d], the shared convert
+/// (attention_bwd_tc.cuh) in Layout's order.
 template <class Layout, bool kBf16>
 void launch_d256_dq_convert(const Problem& p, const BwdPointers& a, cudaStream_t stream) {
-  const std::size_t n4 = d256_dq_accum_numel<Layout>(p) / 4;
-  const unsigned blocks = unsigned(std::min<std::size_t>((n4 + 255) / 256, 4096));
-  announce("d256_dq_convert_kernel");
-  d256_dq_convert_kernel<Layout, kBf16><<<blocks, 256, 0, stream>>>(p, reinterpret_cast<const float4*>(a.dQaccum),
-                                                                    static_cast<uint16_t*>(a.dQ), n4);
-  FLASHLAB_CUDA_CHECK_LAUNCH("d256_dq_convert_kernel");
+  static_assert(Layout::kHeadDim == kD256HeadDim, "a d = 256 layout");
+  launch_dq_convert<Layout, kBf16>(p, a, stream);
 }
 
 }  // namespace
