@@ -149,7 +149,8 @@ void launch_fast_bwd_preprocess(const Problem& p, const BwdPointers& a, cudaStre
   // enough blocks that the zeros take 16 float4s a thread or fewer.
   const std::size_t for_rows = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
   const std::size_t for_zeros = (zero_floats / 4 + 16 * kPreprocessThreads - 1) / (16 * kPreprocessThreads);
-  const unsigned blocks = unsigned(std::max<std::size_t>(1, std::min<std::size_t>(std::max(for_rows, for_zeros), 1u << 20)));
+  const std::size_t wanted = std::max<std::size_t>(1, std::max(for_rows, for_zeros));
+  const unsigned blocks = unsigned(std::min<std::size_t>(wanted, 1u << 20));
   announce("fast_bwd_preprocess_kernel");
   fast_bwd_preprocess_kernel<HEAD_DIM, kBf16><<<blocks, kPreprocessThreads, 0, stream>>>(
       p, static_cast<const uint16_t*>(a.O), static_cast<const uint16_t*>(a.dO), a.D, reinterpret_cast<float4*>(zero),
@@ -268,7 +269,8 @@ __global__ void __launch_bounds__(kDqConvertThreads)
 /// Host side: the convert over the whole accumulator a.dQaccum → a.dQ (packed with `lists`;
 /// a.add_f32: added into the fp32 sum), announced and checked.
 template <class Layout, bool kBf16>
-void launch_dq_convert(const Problem& p, const BwdPointers& a, cudaStream_t stream, const PackedLists* lists = nullptr) {
+void launch_dq_convert(const Problem& p, const BwdPointers& a, cudaStream_t stream,
+                       const PackedLists* lists = nullptr) {
   using C = DqConvertTile<Layout>;
   const std::size_t tiles = p.packed() ? std::size_t(p.heads) * std::size_t(p.packed_tiles(Layout::BLOCK_M))
                                        : std::size_t(p.batch) * p.heads *
@@ -279,7 +281,9 @@ void launch_dq_convert(const Problem& p, const BwdPointers& a, cudaStream_t stre
   const auto* base = reinterpret_cast<const float4*>(a.dQaccum);
   if (p.packed()) {
     if (lists == nullptr || a.add_f32)
-      throw_cuda_error(cudaErrorInvalidValue, "dQ convert, packed: the prefix sums, and no fp32 sums", __FILE__, __LINE__);
+      throw_cuda_error(cudaErrorInvalidValue,
+                       "dQ convert of packed sequences: needs their prefix sums, takes no fp32 sums", __FILE__,
+                       __LINE__);
     auto kernel = &dq_convert_packed_kernel<Layout, kBf16>;
     set_smem(reinterpret_cast<const void*>(kernel), C::kSmemBytes, "dq_convert_packed_kernel", p);
     announce("dq_convert_packed_kernel");
