@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""The tma-ws forward's static deal of units over the SMs, counted in key tiles: dense, packed and
-the compacted packed list (attention_fwd_ws.cu, WsSchedule; fwd_ws_config.hpp, ws_compact_packed).
+"""The tma-ws forward's static deal of units over the SMs, counted in key tiles: dense, packed, the
+compacted packed list and the striped causal one (attention_fwd_ws.cu, WsSchedule; fwd_ws_config.hpp,
+ws_compact_packed).
 
-Usage: packed_deal.py [--causal] [--sms 132] [--heads 16] [--br 192] [--bc 128] [--l2 MIB] LEN [LEN ...]
+Usage: packed_deal.py [--causal] [--sms 132] [--heads 16] [--br 192] [--bc 128] [--stripe W] [--l2 MIB]
+                      LEN [LEN ...]
 
 Prints, for the packed sequences of the given lengths and for the dense shape of B = 8, N = 8192
 (the rows of cuda/bench/varlen.sh): the list's places and units, the key tiles of the longest
@@ -12,6 +14,8 @@ the deal alone: every key tile costs the same, a unit costs nothing else, the cl
 With --l2, also the K/V tiles read from HBM (d = 64, bf16: 32 KiB a key tile of one head, K and V)
 if L2 kept the last MIB MiB of them (least recently used out), every block taking one key tile a
 step; the row "heads together" is the compacted list with all heads of one tile side by side.
+Causal, the row "packed, striped" is WsSchedule::striped_unit's list with stripes of --stripe rows
+(default 8, ws_causal_stripe's W at Br = 128).
 """
 from collections import OrderedDict
 import argparse
@@ -49,6 +53,21 @@ def compact_units(lengths, heads, br, bc, causal, heads_inner=False):
         order = [(h, q0) for q0 in q0s for h in range(heads)] if heads_inner else \
             [(h, q0) for h in range(heads) for q0 in q0s]
         units += [(b, h, key_tiles(lengths[b], q0, br, bc, causal)) for h, q0 in order]
+    return units + [(0, 0, 0)] * (places * heads - len(units))
+
+
+def striped_units(lengths, heads, br, bc, causal, w):
+    """WsSchedule::striped_unit: stripes of w tile rows from the highest down over every sequence,
+    in each sequence by sequence, head by head, each head's rows of the stripe from the bottom."""
+    places = sum(lengths) // br + len(lengths)
+    tiles = [(n + br - 1) // br for n in lengths]
+    units, hi = [], max(tiles)
+    while hi > 0:
+        lo = max(0, hi - w)
+        for b, n in enumerate(lengths):
+            rows = list(reversed(range(lo, min(hi, tiles[b]))))
+            units += [(b, h, key_tiles(n, m * br, br, bc, causal)) for h in range(heads) for m in rows]
+        hi -= w
     return units + [(0, 0, 0)] * (places * heads - len(units))
 
 
@@ -104,6 +123,7 @@ def main():
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--br", type=int, default=192)
     ap.add_argument("--bc", type=int, default=128)
+    ap.add_argument("--stripe", type=int, default=8, help="rows per stripe of the striped causal list")
     ap.add_argument("--l2", type=int, default=0, help="also the K/V tiles read from HBM with this L2 (MiB)")
     a = ap.parse_args()
     args = (a.heads, a.br, a.bc, a.causal)
@@ -114,6 +134,9 @@ def main():
             ("packed, compacted", deal(compact_units(a.lengths, *args), a.sms), a.lengths),
             ("packed, compacted, heads together",
              deal(compact_units(a.lengths, *args, heads_inner=True), a.sms), a.lengths)]
+    if a.causal:
+        rows.append((f"packed, striped (W = {a.stripe})", deal(striped_units(a.lengths, *args, a.stripe), a.sms),
+                     a.lengths))
     print("list,places,units,longest_block_key_tiles,model_of_dense" + (",kv_tiles_from_hbm" if a.l2 else ""))
     for name, (places, units, span, blocks), lengths in rows:
         extra = f",{hbm_reads(blocks, a.l2)}" if a.l2 else ""

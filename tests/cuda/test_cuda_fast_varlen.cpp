@@ -11,7 +11,9 @@
 // (every row O = 0), lengths that are and are not multiples of the tiles (64, 128, 192), N_k ≠ N per
 // sequence (causal rows above the diagonal's start), causal and not, windows, grouped K/V with
 // groups of 4 and 32, d = 64 and 128, bf16 and fp16, work lists longer than the GPU (tma-ws blocks
-// walking units of unequal lengths, units without keys anywhere in the list). The entry on device
+// walking units of unequal lengths, units without keys anywhere in the list). Causal tma-ws lists
+// with fewer than 8 units in flight per K/V head run in stripes over all sequences (attention_fwd_ws.cu,
+// WsSchedule::striped_unit): the ragged, N_k ≠ N, grouped and long cases below take them. The entry on device
 // memory: a packed problem without its device lists, a null or misaligned list, totals that
 // differ from the problem's lists and a kernel without packed sequences are refused by name. Tags: [fast][fast-varlen]; small shapes also
 // [fast-varlen-sanitize] for compute-sanitizer.
@@ -82,12 +84,14 @@ struct DeviceArray {
 
 // Small shapes for compute-sanitizer (memcheck, racecheck): a length-1 sequence, one without
 // queries, one without keys, ragged ends inside a tile, rows above the diagonal's start, a window,
-// grouped K/V, both head dims and kernels.
+// grouped K/V, both head dims and kernels; the striped causal list (tma-ws: fewer than 8 units in
+// flight per K/V head, 5 sequences × 4 heads, stripes of 2 tiles).
 TEST_CASE("fast forward, packed sequences, sanitizer shapes", "[fast][fast-varlen][fast-varlen-sanitize]") {
   const auto on = kernels();
   check_varlen({{1, 130, 0, 77}, {}, 4, 2, 64, true}, on);
   check_varlen({{5, 200, 1, 90}, {300, 0, 70, 33}, 4, 1, 128, true}, on);
   check_varlen({{64, 3, 150}, {100, 129, 150}, 2, 2, 128, false, 20, 5}, on);
+  check_varlen({{1, 130, 0, 77, 200}, {}, 4, 4, 128, true}, on);
   report("varlen sanitizer shapes");
 }
 

@@ -314,10 +314,11 @@ __device__ __forceinline__ void ws_unit(int t, int Tr, int H, int HB, int W, int
 /// Packed sequences (kPacked): the query tiles are those of the packed numbering (packed.cuh:
 /// Tr = packed_tiles(Br) per head, each sequence's tiles consecutive, at most one past each
 /// sequence's end), in ws_unit's orders with B = 1: causal, the tiles from the last backwards
-/// (each sequence's bottom tiles first), all heads of one tile innermost; non-causal, the tiles of
-/// one head side by side. Every unit has its sequence's own lengths and diagonal; a unit without
-/// keys (a tile past its sequence's end, a sequence without keys, rows above the diagonal's start)
-/// may then sit anywhere in the list (consume() looks ahead for the turns).
+/// (each sequence's bottom tiles first), all heads of one tile innermost, or where W > 1 the striped
+/// list over all sequences (striped_unit); non-causal, the tiles of one head side by side. Every
+/// unit has its sequence's own lengths and diagonal; a unit without keys (a tile past its sequence's
+/// end, a sequence without keys, rows above the diagonal's start) may then sit anywhere in the list
+/// (consume() looks ahead for the turns).
 template <class T>
 struct WsSchedule {
   int Tr, H, HB, total, Nk;  // query tiles, heads, heads × batch, Tr · HB, keys N_k
@@ -328,6 +329,7 @@ struct WsSchedule {
   const int *cu_q, *cu_k;    // kPacked: the prefix sums
   int B, wl, wr;             // kPacked: the sequences; the window's sides (each sequence its own band)
   int W;                     // causal: query tiles per stripe of the list (ws_unit; 1: heads innermost)
+  int M;                     // kPacked, causal, W > 1: the most query tiles of any sequence (striped_unit)
   __device__ bool at(int k, WsTile& w) const {
     const int G = int(gridDim.x), blk = int(blockIdx.x);
     const int n = (Nk + T::BLOCK_N - 1) / T::BLOCK_N;
@@ -372,14 +374,18 @@ struct WsSchedule {
   /// rules of at(), each sequence with its own N, N_k and offset len_k − len_q).
   __device__ bool packed_unit(int t, WsTile& w) const {
     if constexpr (T::kCompact) return compact_unit(t, w);
-    int m;
-    ws_unit<T::kCausal>(t, Tr, H, H, 1, m, w.h, w.b);
-    const PackedTile pt = packed_tile(cu_q, cu_k, B, m, T::BLOCK_M);
-    w.q0 = pt.row0;
-    w.qs = pt.q_start;
-    w.ks = pt.k_start;
-    w.nq = pt.len_q;
-    w.nk = pt.len_k;
+    if (T::kCausal && !T::kWindow && W > 1) {
+      striped_unit(t, w);
+    } else {
+      int m;
+      ws_unit<T::kCausal>(t, Tr, H, H, 1, m, w.h, w.b);
+      const PackedTile pt = packed_tile(cu_q, cu_k, B, m, T::BLOCK_M);
+      w.q0 = pt.row0;
+      w.qs = pt.q_start;
+      w.ks = pt.k_start;
+      w.nq = pt.len_q;
+      w.nk = pt.len_k;
+    }
     w.hk = w.h / (H / Hkv);
     const int off = w.nk - w.nq;
     w.n_tiles = w.q0 < w.nq ? (w.nk + T::BLOCK_N - 1) / T::BLOCK_N : 0;  // none past the sequence's end
@@ -394,6 +400,38 @@ struct WsSchedule {
       w.n_tiles = last_key < 0 ? 0 : min(w.n_tiles, last_key / T::BLOCK_N + 1);
     }
     return true;
+  }
+  /// kPacked, causal, W > 1: unit t of the striped list (ws_causal_stripe: too few units in flight
+  /// read each K/V head with all heads of one tile innermost). A sequence's query tile m (rows
+  /// m·Br ..) sees about m + 1 key tiles whatever its length, so the list runs every sequence's tile
+  /// rows together from the highest m down, in stripes of W rows: stripe g holds rows
+  /// [M − (g + 1)·W, M − g·W) (M: the most tiles of any sequence), sequence by sequence, in each its
+  /// heads one by one, each head's tiles in the stripe from the bottom. So the units run longest
+  /// first over all sequences (the packed numbering's order runs each sequence's from its longest to
+  /// its shortest before the next sequence's: a saw the static deal cannot even out) and W units of
+  /// one head side by side share its K_j, V_j in L2. Places past the last unit are units without
+  /// rows or keys.
+  __device__ void striped_unit(int t, WsTile& w) const {
+    w.h = w.b = w.q0 = w.nq = w.nk = w.ks = 0;
+    w.qs = __ldg(cu_q + B);
+    for (int hi = M; hi > 0; hi -= W) {
+      const int lo = max(0, hi - W);
+      for (int b = 0; b < B; ++b) {
+        const int qs = __ldg(cu_q + b), nq = __ldg(cu_q + b + 1) - qs;
+        const int top = min(hi, (nq + T::BLOCK_M - 1) / T::BLOCK_M), rows = top - lo;  // this stripe's tiles of b
+        if (rows <= 0) continue;
+        if (t < H * rows) {  // w.b stays 0: the packed tensors are one batch entry
+          w.h = t / rows;
+          w.q0 = (top - 1 - (t - w.h * rows)) * T::BLOCK_M;
+          w.qs = qs;
+          w.nq = nq;
+          w.ks = __ldg(cu_k + b);
+          w.nk = __ldg(cu_k + b + 1) - w.ks;
+          return;
+        }
+        t -= H * rows;
+      }
+    }
   }
   /// kCompact: unit t of the compacted list (ws_compact_packed): the sequences from the last to the
   /// first, each the H·⌈len_q / Br⌉ units it needs, one head's tiles side by side (from its last)
@@ -922,9 +960,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int HB = T::kPacked ? p.heads : p.heads * p.batch;
   int4* pieces = reinterpret_cast<int4*>(smem_raw + (sm.base - uint32_t(__cvta_generic_to_shared(smem_raw))) +
                                          T::kPieceOffset);
+  int most_tiles = 0;  // the striped packed list's M (WsSchedule::striped_unit)
+  if (T::kPacked && T::kCausal && stripe > 1)
+    for (int b = 0; b < p.batch; ++b) {
+      const int len = __ldg(lists.cu_seqlens_q + b + 1) - __ldg(lists.cu_seqlens_q + b);
+      most_tiles = max(most_tiles, (len + T::BLOCK_M - 1) / T::BLOCK_M);
+    }
   const WsSchedule<T> sched{Tr,   p.heads, HB,    Tr * HB,       p.seq_k,       p.heads_kv, p.causal_offset(),
                             full, pieces,  p.seq, p.window_lo(), p.window_hi(), lists.cu_seqlens_q, lists.cu_seqlens_k,
-                            p.batch, p.window_left, p.window_right, stripe};
+                            p.batch, p.window_left, p.window_right, stripe, most_tiles};
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -1027,7 +1071,9 @@ __global__ void __launch_bounds__(256)
 /// enough for Br = 192 (S = 2). There W = ⌈S/G⌉ (at most 8) puts W units of one head side by side,
 /// for a balance cost of up to W key tiles a block (measured: docs/optimisation.md). W = 1 with a
 /// window, where a unit sees no key (N > N_k: WsSchedule keeps those last) and at d = 256 (not
-/// measured).
+/// measured). Packed sequences (B of them, the longest Tr tiles) take the same rule on their own
+/// list order (WsSchedule::striped_unit).
+constexpr int kWsStripedSequences = 32;  // the most packed sequences a striped list takes (launch_ws_one)
 int ws_causal_stripe(const Problem& p, int Tr, int Br, int sms) {
   if (p.windowed() || p.causal_offset() < 0 || p.head_dim == 256) return 1;
   const int G = p.heads / p.heads_kv, S = Br >= 192 ? 2 : 8;
@@ -1060,7 +1106,13 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
     partials = static_cast<float*>(allocate_partials(bytes, stream));  // the forwards' pool (partial_pool.hpp)
   }
   const int HB = p.heads * p.batch;
-  const int stripe = T::kCausal && !T::kPacked ? ws_causal_stripe(p, int(units / HB), T::BLOCK_M, sms) : 1;
+  // Packed: the longest sequence's tiles (p.seq) cap W, B sequences stand for the batch; a unit of
+  // the striped list is found by walking the sequences of its stripes, so only up to
+  // kWsStripedSequences of them (beyond, units are short and the numbering's order stays).
+  const int longest = T::kPacked ? (p.seq + T::BLOCK_M - 1) / T::BLOCK_M : int(units / HB);
+  const int stripe = !T::kCausal || (T::kPacked && p.batch > kWsStripedSequences)
+                         ? 1
+                         : ws_causal_stripe(p, longest, T::BLOCK_M, sms);
   announce("ws_fwd_kernel");
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, map_o, p, static_cast<uint16_t*>(O), LSE,
                                                        partials, full, stripe, lists);
