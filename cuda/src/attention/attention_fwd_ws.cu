@@ -330,6 +330,7 @@ struct WsSchedule {
   int B, wl, wr;             // kPacked: the sequences; the window's sides (each sequence its own band)
   int W;                     // causal: query tiles per stripe of the list (ws_unit; 1: heads innermost)
   int M;                     // kPacked, causal, W > 1: the most query tiles of any sequence (striped_unit)
+  mutable int cur_g, cur_b, cur_base;  // striped_unit's cursor: entry (stripe g, sequence b), its first unit
   __device__ bool at(int k, WsTile& w) const {
     const int G = int(gridDim.x), blk = int(blockIdx.x);
     const int n = (Nk + T::BLOCK_N - 1) / T::BLOCK_N;
@@ -410,28 +411,37 @@ struct WsSchedule {
   /// first over all sequences (the packed numbering's order runs each sequence's from its longest to
   /// its shortest before the next sequence's: a saw the static deal cannot even out) and W units of
   /// one head side by side share its K_j, V_j in L2. Places past the last unit are units without
-  /// rows or keys.
+  /// rows or keys. The list is walked entry by entry (stripe g, sequence b: H · rows units) from
+  /// where this thread's last lookup ended (cur_*): a block's units are G apart and rise with k, so
+  /// each lookup crosses a few entries; from the list's start it would cross all of them, a cost
+  /// that grows with the place in the list.
+  __device__ int stripe_rows(int g, int b) const {
+    const int hi = M - g * W, tiles = (__ldg(cu_q + b + 1) - __ldg(cu_q + b) + T::BLOCK_M - 1) / T::BLOCK_M;
+    return max(0, min(hi, tiles) - max(0, hi - W));
+  }
   __device__ void striped_unit(int t, WsTile& w) const {
+    const int stripes = (M + W - 1) / W;
+    while (t < cur_base) {  // back (a look-ahead past a unit without keys): the entries before
+      if (cur_b == 0) --cur_g, cur_b = B;
+      cur_base -= H * stripe_rows(cur_g, --cur_b);
+    }
+    for (; cur_g < stripes; cur_b == B - 1 ? (++cur_g, cur_b = 0) : ++cur_b) {
+      const int units = H * stripe_rows(cur_g, cur_b);
+      if (t < cur_base + units) {
+        w.b = 0;  // the packed tensors are one batch entry
+        const int rows = units / H, top = rows + max(0, M - cur_g * W - W);  // the stripe's top tile of b
+        w.h = (t - cur_base) / rows;
+        w.q0 = (top - 1 - (t - cur_base - w.h * rows)) * T::BLOCK_M;
+        w.qs = __ldg(cu_q + cur_b);
+        w.nq = __ldg(cu_q + cur_b + 1) - w.qs;
+        w.ks = __ldg(cu_k + cur_b);
+        w.nk = __ldg(cu_k + cur_b + 1) - w.ks;
+        return;
+      }
+      cur_base += units;
+    }
     w.h = w.b = w.q0 = w.nq = w.nk = w.ks = 0;
     w.qs = __ldg(cu_q + B);
-    for (int hi = M; hi > 0; hi -= W) {
-      const int lo = max(0, hi - W);
-      for (int b = 0; b < B; ++b) {
-        const int qs = __ldg(cu_q + b), nq = __ldg(cu_q + b + 1) - qs;
-        const int top = min(hi, (nq + T::BLOCK_M - 1) / T::BLOCK_M), rows = top - lo;  // this stripe's tiles of b
-        if (rows <= 0) continue;
-        if (t < H * rows) {  // w.b stays 0: the packed tensors are one batch entry
-          w.h = t / rows;
-          w.q0 = (top - 1 - (t - w.h * rows)) * T::BLOCK_M;
-          w.qs = qs;
-          w.nq = nq;
-          w.ks = __ldg(cu_k + b);
-          w.nk = __ldg(cu_k + b + 1) - w.ks;
-          return;
-        }
-        t -= H * rows;
-      }
-    }
   }
   /// kCompact: unit t of the compacted list (ws_compact_packed): the sequences from the last to the
   /// first, each the H·⌈len_q / Br⌉ units it needs, one head's tiles side by side (from its last)
@@ -1106,8 +1116,8 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
     partials = static_cast<float*>(allocate_partials(bytes, stream));  // the forwards' pool (partial_pool.hpp)
   }
   const int HB = p.heads * p.batch;
-  // Packed: the longest sequence's tiles (p.seq) cap W, B sequences stand for the batch; a unit of
-  // the striped list is found by walking the sequences of its stripes, so only up to
+  // Packed: the longest sequence's tiles (p.seq) cap W, B sequences stand for the batch; each block
+  // walks every sequence of every stripe once (striped_unit's cursor), rows or not, so only up to
   // kWsStripedSequences of them (beyond, units are short and the numbering's order stays).
   const int longest = T::kPacked ? (p.seq + T::BLOCK_M - 1) / T::BLOCK_M : int(units / HB);
   const int stripe = !T::kCausal || (T::kPacked && p.batch > kWsStripedSequences)
