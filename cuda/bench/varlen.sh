@@ -4,7 +4,10 @@
 # the dense one at the same total tokens, and the packed backward beside the dense ones: the rows of
 # cuda/results/fwd_varlen.csv, cuda/results/bwd_varlen.csv and cuda/results/checks.csv.
 #
-#   varlen.sh [BIN_DIR] [OUT_DIR]   on the GPU machine, from the repository root
+#   varlen.sh [BIN_DIR] [OUT_DIR] [all|fwd]   on the GPU machine, from the repository root
+#
+# all (the default) runs everything below; fwd only times the forward's shapes (fwd_varlen.csv, the
+# cuDNN column): the rows to re-take after a change to the forward alone, in a quarter of the time.
 #
 # BIN_DIR (default gpu-carry) holds `test_cuda`, `flashlab` and `libflashlab.so` built with the cuda
 # preset, and `commit` (git describe of the tree that built them, as measure.sh wants); OUT_DIR
@@ -23,12 +26,13 @@
 # (varlen_bwd_ab.sh times two builds' packed wgmma-ws backward against each other).
 set -u
 . "$(dirname "$0")/run_context.sh" "${1:-gpu-carry}" "${2:-/tmp/flashlab-varlen}"
+passes=${3:-all}
+case "$passes" in all | fwd) ;; *) echo "varlen.sh: the third argument is all or fwd, not '$passes'" >&2; exit 2 ;; esac
 
 # The lengths, as --cu-seqlens files (prefix sums).
 python3 "$here"/varlen_lengths.py "$out" mixed uniform || exit 2
 
 # ---- tests: one line of checks.csv per command (assertions and test cases from Catch2's summary)
-echo "date,device,commit,command,status,assertions,test_cases,sanitizer_errors" >"$out/checks.csv"
 check() {  # check NAME SANITIZER_ERRORS_OR_EMPTY COMMAND...
   local name=$1 log="$out/$1.log"; shift
   "$@" >"$log" 2>&1; local rc=$?
@@ -47,11 +51,17 @@ check() {  # check NAME SANITIZER_ERRORS_OR_EMPTY COMMAND...
   echo "$date,$device,$commit,\"$cmd\",$verdict,$asserts,$cases,$errors" >>"$out/checks.csv"
   echo "$name: $verdict (rc $rc)"; tail -4 "$log"
 }
-check tests "$bin/test_cuda" "[fast-varlen],[fast-bwd-varlen],[fast-window-sanitize],[fast-gqa-sanitize],[fast-splitkv-sanitize],[front-door],[errors]"
-check memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_cuda" "[fast-varlen-sanitize],[fast-bwd-varlen-sanitize]"
-check racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/test_cuda" "[fast-varlen-sanitize],[fast-bwd-varlen-sanitize]"
-check pytest env FLASHLAB_LIBRARY="$bin/libflashlab.so" FLASHLAB_REQUIRE_CUDA=1 PYTHONPATH=python \
-  python3 -m pytest -q python/tests/test_torch_varlen.py
+if [ "$passes" = all ]; then
+  echo "date,device,commit,command,status,assertions,test_cases,sanitizer_errors" >"$out/checks.csv"
+  check tests "$bin/test_cuda" \
+    "[fast-varlen],[fast-bwd-varlen],[fast-window-sanitize],[fast-gqa-sanitize],[fast-splitkv-sanitize],[front-door],[errors]"
+  check memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_cuda" \
+    "[fast-varlen-sanitize],[fast-bwd-varlen-sanitize]"
+  check racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/test_cuda" \
+    "[fast-varlen-sanitize],[fast-bwd-varlen-sanitize]"
+  check pytest env FLASHLAB_LIBRARY="$bin/libflashlab.so" FLASHLAB_REQUIRE_CUDA=1 PYTHONPATH=python \
+    python3 -m pytest -q python/tests/test_torch_varlen.py
+fi
 
 # ---- the timed shapes
 common=(bench attention --csv --pass fwd --heads 16 --dim 128,64 --both --reps 20)
@@ -62,13 +72,16 @@ for k in tma-ws mma; do
   done
 done
 bwd=(bench attention --csv --pass bwd --heads 16 --dim 128,64 --both --reps 20)
-"$bin/flashlab" "${bwd[@]}" --bwd-kernel wgmma-ws --batch 8 --seq 8192 >"$out/bwd_dense_wgmma-ws.csv" || status=1
-"$bin/flashlab" "${bwd[@]}" --bwd-kernel mma --batch 8 --seq 8192 >"$out/bwd_dense_mma.csv" || status=1
-for layout in uniform mixed; do
-  for k in wgmma-ws mma; do
-    "$bin/flashlab" "${bwd[@]}" --bwd-kernel "$k" --cu-seqlens "$out/$layout.txt" >"$out/bwd_${layout}_$k.csv" || status=1
+if [ "$passes" = all ]; then
+  "$bin/flashlab" "${bwd[@]}" --bwd-kernel wgmma-ws --batch 8 --seq 8192 >"$out/bwd_dense_wgmma-ws.csv" || status=1
+  "$bin/flashlab" "${bwd[@]}" --bwd-kernel mma --batch 8 --seq 8192 >"$out/bwd_dense_mma.csv" || status=1
+  for layout in uniform mixed; do
+    for k in wgmma-ws mma; do
+      "$bin/flashlab" "${bwd[@]}" --bwd-kernel "$k" --cu-seqlens "$out/$layout.txt" \
+        >"$out/bwd_${layout}_$k.csv" || status=1
+    done
   done
-done
+fi
 PYTHONUNBUFFERED=1 python3 "$here/sdpa_bench.py" "$out/dense_tma-ws.csv" --out "$out/sdpa_dense.csv" \
   >"$out/sdpa.log" 2>&1 || status=1
 python3 - "$out" "$date" "$device" "$commit" <<'EOF' || status=1
@@ -98,6 +111,8 @@ for name, r in rows:
                 r["min_ms"], r["max_ms"], r["tflops"], f"{float(r['tflops']) / ref:.4f}" if ref else "",
                 cudnn.get((d, c), "") if name == "dense" and k == "tma-ws" else ""])
 # The backward: of_dense over the same kernel's dense row, of_fastest_dense over wgmma-ws's.
+if not os.path.exists(f"{out}/bwd_dense_wgmma-ws.csv"):
+    sys.exit(0)
 dense = {}
 for k in ("wgmma-ws", "mma"):
     for r in csv.DictReader(open(f"{out}/bwd_dense_{k}.csv")):
