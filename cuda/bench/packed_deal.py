@@ -4,13 +4,15 @@ compacted packed list and the striped causal one (attention_fwd_ws.cu, WsSchedul
 ws_compact_packed).
 
 Usage: packed_deal.py [--causal] [--sms 132] [--heads 16] [--br 192] [--bc 128] [--stripe W] [--l2 MIB]
-                      LEN [LEN ...]
+                      [--unit-cost C] LEN [LEN ...]
 
 Prints, for the packed sequences of the given lengths and for the dense shape of B = 8, N = 8192
 (the rows of cuda/bench/varlen.sh): the list's places and units, the key tiles of the longest
 block (the deal's makespan: every block works its own list, so the launch takes as long as that
 block) and the model's TFLOP/s over the dense shape's (visible pairs per makespan tile). A model of
-the deal alone: every key tile costs the same, a unit costs nothing else, the clocks do not move.
+the deal alone: every key tile costs the same, a unit costs nothing else (--unit-cost: C key tiles
+more a unit with keys, its O_i store and first S_ij; docs/optimisation.md Rung 3 (j) measured 1.6-2.0
+us a unit at 1.5 us a key tile, d = 128), the clocks do not move.
 With --l2, also the K/V tiles read from HBM (d = 64, bf16: 32 KiB a key tile of one head, K and V)
 if L2 kept the last MIB MiB of them (least recently used out), every block taking one key tile a
 step; the row "heads together" is the compacted list with all heads of one tile side by side.
@@ -78,15 +80,17 @@ def key_tiles(length, q0, br, bc, causal):
     return min(n, (q0 + br - 1) // bc + 1) if causal else n
 
 
-def deal(units, sms):
-    """Each block's units (block blk takes places k·G + blk, a snake) and its key tiles."""
+def deal(units, sms, unit_cost=0.0):
+    """Each block's units (block blk takes places k·G + blk, a snake) and its key tiles (a unit with
+    keys unit_cost more)."""
     units = list(units)
     g = min(sms, len(units))
     blocks = [[] for _ in range(g)]
     for t, u in enumerate(units):
         k, i = divmod(t, g)
         blocks[g - 1 - i if k % 2 else i].append(u)
-    return len(units), sum(1 for u in units if u[2]), max(sum(u[2] for u in blk) for blk in blocks), blocks
+    span = max(sum(u[2] + (unit_cost if u[2] else 0) for u in blk) for blk in blocks)
+    return len(units), sum(1 for u in units if u[2]), span, blocks
 
 
 def hbm_reads(blocks, l2_mib):
@@ -124,23 +128,24 @@ def main():
     ap.add_argument("--br", type=int, default=192)
     ap.add_argument("--bc", type=int, default=128)
     ap.add_argument("--stripe", type=int, default=8, help="rows per stripe of the striped causal list")
+    ap.add_argument("--unit-cost", type=float, default=0.0, help="key tiles a unit with keys costs beyond its own")
     ap.add_argument("--l2", type=int, default=0, help="also the K/V tiles read from HBM with this L2 (MiB)")
     a = ap.parse_args()
     args = (a.heads, a.br, a.bc, a.causal)
-    dense = deal(dense_units(8192, 8, *args), a.sms)
+    dense = deal(dense_units(8192, 8, *args), a.sms, a.unit_cost)
     dense_rate = visible([8192] * 8, a.causal) / dense[2]
     rows = [("dense 8 x 8192", dense, [8192] * 8),
-            ("packed", deal(packed_units(a.lengths, *args), a.sms), a.lengths),
-            ("packed, compacted", deal(compact_units(a.lengths, *args), a.sms), a.lengths),
+            ("packed", deal(packed_units(a.lengths, *args), a.sms, a.unit_cost), a.lengths),
+            ("packed, compacted", deal(compact_units(a.lengths, *args), a.sms, a.unit_cost), a.lengths),
             ("packed, compacted, heads together",
-             deal(compact_units(a.lengths, *args, heads_inner=True), a.sms), a.lengths)]
+             deal(compact_units(a.lengths, *args, heads_inner=True), a.sms, a.unit_cost), a.lengths)]
     if a.causal:
-        rows.append((f"packed, striped (W = {a.stripe})", deal(striped_units(a.lengths, *args, a.stripe), a.sms),
+        rows.append((f"packed, striped (W = {a.stripe})", deal(striped_units(a.lengths, *args, a.stripe), a.sms, a.unit_cost),
                      a.lengths))
     print("list,places,units,longest_block_key_tiles,model_of_dense" + (",kv_tiles_from_hbm" if a.l2 else ""))
     for name, (places, units, span, blocks), lengths in rows:
         extra = f",{hbm_reads(blocks, a.l2)}" if a.l2 else ""
-        print(f"{name},{places},{units},{span},{visible(lengths, a.causal) / span / dense_rate:.4f}{extra}")
+        print(f"{name},{places},{units},{span:g},{visible(lengths, a.causal) / span / dense_rate:.4f}{extra}")
 
 
 if __name__ == "__main__":
