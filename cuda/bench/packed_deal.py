@@ -46,11 +46,12 @@ def packed_units(lengths, heads, br, bc, causal):
 
 
 def compact_units(lengths, heads, br, bc, causal, heads_inner=False):
-    """WsSchedule::compact_unit: the tiles each sequence needs, the last sequence first, one head's
-    tiles (from its last) before the next head's; heads_inner: all heads of one tile together."""
+    """WsSchedule::compact_unit: the tiles each sequence needs, the sequences with the most keys first
+    (compact_order; ties in packed order), one head's tiles (from its last) before the next head's;
+    heads_inner: all heads of one tile together."""
     places = sum(lengths) // br + len(lengths)
     units = []
-    for b in reversed(range(len(lengths))):
+    for b in sorted(range(len(lengths)), key=lambda b: -lengths[b]):
         q0s = list(reversed(range(0, lengths[b], br)))
         order = [(h, q0) for q0 in q0s for h in range(heads)] if heads_inner else \
             [(h, q0) for h in range(heads) for q0 in q0s]

@@ -171,9 +171,11 @@ TEST_CASE("fast forward, packed sequences on the compacted work list (tma-ws: d 
   // Three consumer warpgroups (at least 2.5 rounds of 192-row units on 132 SMs: 10 tiles x 40 heads)
   // and at most 16 sequences: the compacted list (fwd_ws_config.hpp, ws_compact_packed), its spare
   // places at the end. A sequence without queries, one without keys, a one-query row, lengths that
-  // are not multiples of 192 or 128, grouped K/V; then self-attention in fp16.
+  // are not multiples of 192 or 128, grouped K/V; then self-attention in fp16; then lengths packed
+  // shortest first with ties (the list runs the most keys first, ties in packed order).
   check_varlen({{400, 1, 0, 500, 77}, {450, 30, 200, 0, 77}, 40, 10, 64, false}, on);
   check_varlen({{193, 600, 1, 191}, {}, 48, 48, 64, false, -1, -1, kFp16}, on);
+  check_varlen({{1, 77, 300, 300, 600, 0}, {}, 40, 40, 64, false}, on);
   report("varlen compacted list");
 }
 

@@ -95,8 +95,9 @@
 //     queries are never stored. Units without keys may sit anywhere in the list, so the consumers
 //     look ahead for the next unit with keys before they owe a turn. The compacted list
 //     (WsConfig::compact; d = 64 without a mask, three consumers, B ≤ 16: ws_compact_packed)
-//     numbers only the tiles each sequence needs and puts the spare places of the numbering at the
-//     list's end, where they cost no block a round (WsSchedule::compact_unit).
+//     numbers only the tiles each sequence needs, the sequences with the most keys first, and puts
+//     the spare places of the numbering at the list's end, where they cost no block a round
+//     (WsSchedule::compact_unit).
 // Resources (ptxas, sm_90a): two consumers, 168 registers at launch (384 threads, 1 block/SM),
 // then 24 for the producer and 240 for the consumers; three consumers, 128 at launch (512
 // threads), then 24 and 160; no spills but 16 bytes in the Bc = 192 kernel and 24 in the split
@@ -222,7 +223,8 @@ struct WsTraits {
   static constexpr int kBarriers = kKLastBarrier + (kOInK ? 1 : 0);  // + kOInK's k_last_read
   // +1024: the dynamic SRAM base is rounded up to the 1024-byte swizzle period.
   static constexpr int kPieceOffset = kBarrierOffset + 8 * kBarriers;  // the split tail's two pieces (int4 each)
-  static constexpr int kSmemBytes = kPieceOffset + 32 + 1024;
+  static constexpr int kOrderOffset = kPieceOffset + 32;  // kCompact: the sequences' order, a byte each (≤ 16)
+  static constexpr int kSmemBytes = kOrderOffset + (kCompact ? 16 : 0) + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "dynamic SRAM of one block on sm_90");
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "d ∈ {64, 128, 256}");
   static_assert(kConsumers == 2 || kConsumers == 3, "2 or 3 consumer warpgroups");
@@ -330,6 +332,7 @@ struct WsSchedule {
   int B, wl, wr;             // kPacked: the sequences; the window's sides (each sequence its own band)
   int W;                     // causal: query tiles per stripe of the list (ws_unit; 1: heads innermost)
   int M;                     // kPacked, causal, W > 1: the most query tiles of any sequence (striped_unit)
+  const uint8_t* order;      // kCompact: the sequences by their keys, the most first (SRAM; compact_order)
   mutable int cur_g, cur_b, cur_base;  // striped_unit's cursor: entry (stripe g, sequence b), its first unit
   __device__ bool at(int k, WsTile& w) const {
     const int G = int(gridDim.x), blk = int(blockIdx.x);
@@ -443,27 +446,28 @@ struct WsSchedule {
     w.h = w.b = w.q0 = w.nq = w.nk = w.ks = 0;
     w.qs = __ldg(cu_q + B);
   }
-  /// kCompact: unit t of the compacted list (ws_compact_packed): the sequences from the last to the
-  /// first, each the H·⌈len_q / Br⌉ units it needs, one head's tiles side by side (from its last)
-  /// before the next head's; places past them (at most B per head, at the list's end) are spare
-  /// units without rows or keys. One head's tiles together keep the units in flight on a few K/V
-  /// heads, whose tiles stay in L2 for the whole run of that head (all heads of one tile together
-  /// put all H of a sequence's K/V heads in flight, 32 MiB at d = 64, N = 8192, and read them from
-  /// HBM again as each round returns to them). Non-causal: every unit of a sequence has all its key
-  /// tiles.
+  /// kCompact: unit t of the compacted list (ws_compact_packed): the sequences in `order` (the
+  /// most keys first: a unit's cost, so the longest units lead and the short ones even out the
+  /// deal at the end, whatever order the caller packed them in), each the H·⌈len_q / Br⌉ units it
+  /// needs, one head's tiles side by side (from its last) before the next head's; places past them
+  /// (at most B per head, at the list's end) are spare units without rows or keys. One head's tiles
+  /// together keep the units in flight on a few K/V heads, whose tiles stay in L2 for the whole run
+  /// of that head (all heads of one tile together put all H of a sequence's K/V heads in flight,
+  /// 32 MiB at d = 64, N = 8192, and read them from HBM again as each round returns to them).
+  /// Non-causal: every unit of a sequence has all its key tiles.
   __device__ bool compact_unit(int t, WsTile& w) const {
     w.h = 0;
     w.b = 0;
     w.hk = 0;
-    int end = __ldg(cu_q + B);
     w.q0 = 0;
-    w.qs = end;
+    w.qs = __ldg(cu_q + B);
     w.ks = 0;
     w.nq = 0;
     w.nk = 0;
     w.n_tiles = 0;
-    for (int b = B - 1; b >= 0; --b) {
-      const int start = __ldg(cu_q + b), tiles = (end - start + T::BLOCK_M - 1) / T::BLOCK_M;
+    for (int i = 0; i < B; ++i) {
+      const int b = order[i], start = __ldg(cu_q + b), end = __ldg(cu_q + b + 1);
+      const int tiles = (end - start + T::BLOCK_M - 1) / T::BLOCK_M;
       if (t < tiles * H) {
         w.h = t / tiles;
         w.hk = w.h / (H / Hkv);
@@ -476,11 +480,21 @@ struct WsSchedule {
         return true;
       }
       t -= tiles * H;
-      end = start;
     }
     return true;
   }
 };
+
+/// kCompact: the B ≤ 16 packed sequences by their keys, the most first (ties: the first packed
+/// first), into `order` (WsSchedule::compact_unit); one thread, before the block's first barrier.
+__device__ __forceinline__ void compact_order(uint8_t* order, const int* __restrict__ cu_k, int B) {
+  for (int i = 0; i < B; ++i) {
+    const int keys = __ldg(cu_k + i + 1) - __ldg(cu_k + i);
+    int j = i;
+    for (; j > 0 && __ldg(cu_k + order[j - 1] + 1) - __ldg(cu_k + order[j - 1]) < keys; --j) order[j] = order[j - 1];
+    order[j] = uint8_t(i);
+  }
+}
 
 /// Where block `blk` of G starts its share of the tail's F key tiles (block blk takes
 /// [tail_share_begin(blk), tail_share_begin(blk + 1))): the one rule tail_pieces and
@@ -970,6 +984,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int HB = T::kPacked ? p.heads : p.heads * p.batch;
   int4* pieces = reinterpret_cast<int4*>(smem_raw + (sm.base - uint32_t(__cvta_generic_to_shared(smem_raw))) +
                                          T::kPieceOffset);
+  uint8_t* order = smem_raw + (sm.base - uint32_t(__cvta_generic_to_shared(smem_raw))) + T::kOrderOffset;
   int most_tiles = 0;  // the striped packed list's M (WsSchedule::striped_unit)
   if (T::kPacked && T::kCausal && stripe > 1)
     for (int b = 0; b < p.batch; ++b) {
@@ -978,10 +993,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     }
   const WsSchedule<T> sched{Tr,   p.heads, HB,    Tr * HB,       p.seq_k,       p.heads_kv, p.causal_offset(),
                             full, pieces,  p.seq, p.window_lo(), p.window_hi(), lists.cu_seqlens_q, lists.cu_seqlens_k,
-                            p.batch, p.window_left, p.window_right, stripe, most_tiles};
+                            p.batch, p.window_left, p.window_right, stripe, most_tiles, order};
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
+    if constexpr (T::kCompact) compact_order(order, lists.cu_seqlens_k, p.batch);
     if constexpr (T::kSplitTail) {
       int4 share[2];
       tail_pieces(share, full, Tr * HB, (p.seq_k + T::BLOCK_N - 1) / T::BLOCK_N, int(blockIdx.x), int(gridDim.x));
