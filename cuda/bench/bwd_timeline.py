@@ -38,12 +38,57 @@ def short_name(name):
     return base.split("::")[-1]
 
 
+def timeline(case, fn, flush, tmp, reps=4, details=False):
+    """Profile `reps` calls of fn (each after the L2 flush, whose kernel splits the trace into
+    calls) and print the span of each call and the last call's kernels: start, gap before, duration
+    in µs; with details, each kernel's grid, block, registers per thread and shared memory."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            flush.zero_()
+            torch.cuda.synchronize()
+            fn()
+            torch.cuda.synchronize()
+    path = os.path.join(tmp, case + ".json")
+    prof.export_chrome_trace(path)
+    events = [e for e in json.load(open(path))["traceEvents"]
+              if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")]
+    events.sort(key=lambda e: e["ts"])
+    calls, cur = [], None
+    for e in events:
+        if e["cat"] == "kernel" and "FillFunctor" in e["name"] and e["dur"] > 40:  # the flush
+            if cur:
+                calls.append(cur)
+            cur = []
+        elif cur is not None:
+            cur.append(e)
+    if cur:
+        calls.append(cur)
+    spans = [round(c[-1]["ts"] + c[-1]["dur"] - c[0]["ts"], 1) for c in calls if c]
+    print(f"== {case}: span per call (us) {spans}")
+    last = calls[-1]
+    t0 = prev = last[0]["ts"]
+    for e in last:
+        extra = ""
+        if details:
+            a = e.get("args", {})
+            grid, block = a.get("grid", [0, 0, 0]), a.get("block", [0, 0, 0])
+            extra = (f" | grid {'x'.join(map(str, grid))} block {'x'.join(map(str, block))}"
+                     f" regs {a.get('registers per thread', 0)} smem {a.get('shared memory', 0)}")
+        print(f"   +{e['ts'] - t0:8.1f} gap {e['ts'] - prev:6.1f} dur {e['dur']:8.1f}  {e['name'][:110]}{extra}")
+        prev = e["ts"] + e["dur"]
+    sys.stdout.flush()
+
+
 def measure():
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.profiler import ProfilerActivity, profile
-
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
     import flashlab
 
@@ -51,62 +96,32 @@ def measure():
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     tmp = tempfile.mkdtemp()
 
-    def timeline(case, fn, reps=4):
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(reps):
-                flush.zero_()
-                torch.cuda.synchronize()
-                fn()
-                torch.cuda.synchronize()
-        path = os.path.join(tmp, case + ".json")
-        prof.export_chrome_trace(path)
-        events = [e for e in json.load(open(path))["traceEvents"]
-                  if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")]
-        events.sort(key=lambda e: e["ts"])
-        calls, cur = [], None
-        for e in events:
-            if e["cat"] == "kernel" and "FillFunctor" in e["name"] and e["dur"] > 40:  # the flush
-                if cur:
-                    calls.append(cur)
-                cur = []
-            elif cur is not None:
-                cur.append(e)
-        if cur:
-            calls.append(cur)
-        spans = [round(c[-1]["ts"] + c[-1]["dur"] - c[0]["ts"], 1) for c in calls if c]
-        print(f"== {case}: span per call (us) {spans}")
-        last = calls[-1]
-        t0 = prev = last[0]["ts"]
-        for e in last:
-            print(f"   +{e['ts'] - t0:8.1f} gap {e['ts'] - prev:6.1f} dur {e['dur']:8.1f}  {e['name'][:110]}")
-            prev = e["ts"] + e["dur"]
-        sys.stdout.flush()
+    def timeline_of(case, fn):
+        timeline(case, fn, flush, tmp)
 
     B, H, d = 1, 16, 128
     for N, causal in ((1024, False), (2048, False), (8192, False), (1024, True), (8192, True)):
         q = torch.randn(B, N, H, d, device="cuda", dtype=dt)
         k, v, do = torch.randn_like(q), torch.randn_like(q), torch.randn_like(q)
         o, lse = flashlab.attention_forward(q, k, v, causal=causal)
-        timeline(f"ours_bwd_{N}_c{int(causal)}", lambda: flashlab.attention_backward(do, q, k, v, o, lse, causal=causal))
+        timeline_of(f"ours_bwd_{N}_c{int(causal)}",
+                    lambda: flashlab.attention_backward(do, q, k, v, o, lse, causal=causal))
         qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
-            timeline(f"cudnn_bwd_{N}_c{int(causal)}",
+            timeline_of(f"cudnn_bwd_{N}_c{int(causal)}",
                      lambda: torch.autograd.grad(out, (qt, kt, vt), do.transpose(1, 2), retain_graph=True))
         if N == 2048 and not causal:
-            timeline(f"ours_fwd_{N}", lambda: flashlab.attention_forward(q, k, v))
+            timeline_of(f"ours_fwd_{N}", lambda: flashlab.attention_forward(q, k, v))
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION), torch.no_grad():
-                timeline(f"cudnn_fwd_{N}", lambda: F.scaled_dot_product_attention(
+                timeline_of(f"cudnn_fwd_{N}", lambda: F.scaled_dot_product_attention(
                     q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)))
     cu = torch.tensor([0] + list(itertools.accumulate(MIXED)), dtype=torch.int32, device="cuda")
     q = torch.randn(sum(MIXED), H, d, device="cuda", dtype=dt)
     k, v, do = torch.randn_like(q), torch.randn_like(q), torch.randn_like(q)
     for causal in (False, True):
         o, lse = flashlab.attention_varlen_forward(q, k, v, cu, cu, max(MIXED), max(MIXED), causal=causal)
-        timeline(f"ours_packed_bwd_c{int(causal)}", lambda: flashlab.attention_varlen_backward(
+        timeline_of(f"ours_packed_bwd_c{int(causal)}", lambda: flashlab.attention_varlen_backward(
             do, q, k, v, o, lse, cu, cu, max(MIXED), max(MIXED), causal=causal))
 
 
