@@ -125,34 +125,44 @@ def measure():
             do, q, k, v, o, lse, cu, cu, max(MIXED), max(MIXED), causal=causal))
 
 
-def from_log(path, date, device, commit):
-    """The printed timelines → CSV rows: one per kernel of each case's last call."""
-    import csv
-    w = csv.writer(sys.stdout, lineterminator="\n")
-    w.writerow(["date", "device", "commit", "case", "spans_us", "index", "kernel", "start_us", "gap_us", "dur_us"])
+def log_rows(path):
+    """The printed timelines → one tuple per kernel of each case's last call: case, spans, index,
+    kernel, start, gap, duration, then (where timeline() printed them) grid, block, registers, SRAM."""
     case, spans, index = None, "", 0
     for line in open(path):
         m = re.match(r"== (\S+): span per call \(us\) \[(.*)\]", line)
         if m:
             case, spans, index = m.group(1), m.group(2).replace(",", ""), 0
             continue
-        m = re.match(r"\s+\+\s*([\d.]+) gap\s+([\d.-]+) dur\s+([\d.]+)\s+(.*)$", line)
+        m = re.match(r"\s+\+\s*([\d.]+) gap\s+([\d.-]+) dur\s+([\d.]+)\s+(.*?)"
+                     r"(?: \| grid (\S+) block (\S+) regs (\d+) smem (\d+))?$", line)
         if m and case:
-            w.writerow([date, device, commit, case, spans, index, short_name(m.group(4)), m.group(1), m.group(2),
-                        m.group(3)])
+            launch = m.group(5, 6, 7, 8) if m.group(5) else ()
+            yield (case, spans, index, short_name(m.group(4)), *m.group(1, 2, 3), *launch)
             index += 1
 
 
-def main(argv):
+def from_log(path, date, device, commit):
+    """The printed timelines → CSV rows: one per kernel of each case's last call."""
+    import csv
+    w = csv.writer(sys.stdout, lineterminator="\n")
+    w.writerow(["date", "device", "commit", "case", "spans_us", "index", "kernel", "start_us", "gap_us", "dur_us"])
+    for row in log_rows(path):
+        w.writerow([date, device, commit, *row[:7]])
+
+
+def cli(argv, doc, measure_fn, from_log_fn):
+    """--from-log LOG DATE DEVICE COMMIT: the CSV of a printed log; another option: the usage (doc)
+    and exit status 2; else measure and print (a positional argument, the commit, is only a label)."""
     if len(argv) >= 6 and argv[1] == "--from-log":
-        from_log(argv[2], argv[3], argv[4], argv[5])
+        from_log_fn(argv[2], argv[3], argv[4], argv[5])
         return 0
     if len(argv) > 1 and argv[1].startswith("-"):
-        print(__doc__)
+        print(doc)
         return 2
-    measure()
+    measure_fn()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(cli(sys.argv, __doc__, measure, from_log))

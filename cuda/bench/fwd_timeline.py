@@ -19,12 +19,11 @@ bf16, H = 16, without a mask: d = 64 and 128; B·N = 16k (1024 × 16, 2048 × 8,
 """
 import csv
 import os
-import re
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bwd_timeline import short_name, timeline  # noqa: E402  (the same method, one place)
+from bwd_timeline import cli, log_rows, timeline  # noqa: E402  (the same method, one place)
 
 SHAPES = ((16, 1024), (8, 2048), (4, 4096), (1, 1024), (1, 2048), (1, 4096), (1, 8192))
 
@@ -52,34 +51,13 @@ def measure():
 
 
 def from_log(path, date, device, commit):
-    """The printed timelines → CSV rows: one per kernel of each case's last call."""
+    """The printed timelines → CSV rows: one per kernel of each case's last call, with its launch."""
     w = csv.writer(sys.stdout, lineterminator="\n")
     w.writerow(["date", "device", "commit", "case", "spans_us", "index", "kernel", "start_us", "gap_us", "dur_us",
                 "grid", "block", "registers", "smem_bytes"])
-    case, spans, index = None, "", 0
-    for line in open(path):
-        m = re.match(r"== (\S+): span per call \(us\) \[(.*)\]", line)
-        if m:
-            case, spans, index = m.group(1), m.group(2).replace(",", ""), 0
-            continue
-        m = re.match(r"\s+\+\s*([\d.]+) gap\s+([\d.-]+) dur\s+([\d.]+)\s+(.*) \| grid (\S+) block (\S+) regs (\d+) "
-                     r"smem (\d+)$", line)
-        if m and case:
-            w.writerow([date, device, commit, case, spans, index, short_name(m.group(4)), *m.group(1, 2, 3),
-                        *m.group(5, 6, 7, 8)])
-            index += 1
-
-
-def main(argv):
-    if len(argv) >= 6 and argv[1] == "--from-log":
-        from_log(argv[2], argv[3], argv[4], argv[5])
-        return 0
-    if len(argv) > 1:
-        print(__doc__)
-        return 2
-    measure()
-    return 0
+    for row in log_rows(path):
+        w.writerow([date, device, commit, *row])
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(cli(sys.argv, __doc__, measure, from_log))
