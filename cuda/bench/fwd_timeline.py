@@ -5,7 +5,7 @@ launch (grid, block, registers per thread, shared memory), the layout of the wor
 cuda/results/fwd_timeline.csv.
 
 The forward is one kernel; at N ≤ 4096 ours trails cuDNN by 1–5 % (fwd_short.csv) while each of
-our units costs 1.6–2.0 µs beyond its key tiles (docs/optimisation.md, Rung 3 (j)). Whether cuDNN's
+our units costs 1.6–2.0 µs beyond its key tiles (docs/optimisation.md, "The next Q_i earlier"). Whether cuDNN's
 kernel does the same work in fewer, longer blocks or in more, smaller ones that overlap each
 other's start and end on one SM is what its launch says.
 

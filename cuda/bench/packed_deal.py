@@ -11,7 +11,7 @@ Prints, for the packed sequences of the given lengths and for the dense shape of
 block (the deal's makespan: every block works its own list, so the launch takes as long as that
 block) and the model's TFLOP/s over the dense shape's (visible pairs per makespan tile). A model of
 the deal alone: every key tile costs the same, a unit costs nothing else (--unit-cost: C key tiles
-more a unit with keys, its O_i store and first S_ij; docs/optimisation.md Rung 3 (j) measured 1.6-2.0
+more a unit with keys, its O_i store and first S_ij; docs/optimisation.md, "The next Q_i earlier": 1.6-2.0
 us a unit at 1.5 us a key tile, d = 128), the clocks do not move.
 With --l2, also the K/V tiles read from HBM (d = 64, bf16: 32 KiB a key tile of one head, K and V)
 if L2 kept the last MIB MiB of them (least recently used out), every block taking one key tile a
@@ -141,8 +141,8 @@ def main():
             ("packed, compacted, heads together",
              deal(compact_units(a.lengths, *args, heads_inner=True), a.sms, a.unit_cost), a.lengths)]
     if a.causal:
-        rows.append((f"packed, striped (W = {a.stripe})", deal(striped_units(a.lengths, *args, a.stripe), a.sms, a.unit_cost),
-                     a.lengths))
+        striped = deal(striped_units(a.lengths, *args, a.stripe), a.sms, a.unit_cost)
+        rows.append((f"packed, striped (W = {a.stripe})", striped, a.lengths))
     print("list,places,units,longest_block_key_tiles,model_of_dense" + (",kv_tiles_from_hbm" if a.l2 else ""))
     for name, (places, units, span, blocks), lengths in rows:
         extra = f",{hbm_reads(blocks, a.l2)}" if a.l2 else ""
