@@ -150,6 +150,14 @@ TEST_CASE("fast forward, packed sequences on work lists longer than the GPU", "[
       check_varlen({lq, lk, 16, 4, d, causal}, on);
     }
   check_varlen({lq, lk, 16, 2, 128, true, 256, 0}, on);
+  // Causal with few units per K/V head: the striped list (WsSchedule::striped_unit) up to 32
+  // sequences (groups of 4: stripes of 2 tile rows, 32 entries each, that every block's lookups walk
+  // on through); beyond, 40 sequences on the packed numbering's order (launch_ws_one). Lengths 0 to
+  // 600, every fifth one empty.
+  std::vector<int> many(40);
+  for (int i = 0; i < 40; ++i) many[i] = i % 5 == 0 ? 0 : (i * 37) % 600 + 1;
+  check_varlen({std::vector<int>(many.begin(), many.begin() + 32), {}, 8, 2, 64, true}, on);
+  check_varlen({many, {}, 8, 2, 128, true}, on);
   report("varlen long");
 }
 
