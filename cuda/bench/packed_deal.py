@@ -132,6 +132,12 @@ def main():
     ap.add_argument("--unit-cost", type=float, default=0.0, help="key tiles a unit with keys costs beyond its own")
     ap.add_argument("--l2", type=int, default=0, help="also the K/V tiles read from HBM with this L2 (MiB)")
     a = ap.parse_args()
+    if a.stripe < 1:
+        ap.error(f"--stripe {a.stripe}: tile rows per stripe, at least 1")
+    if min(a.lengths) < 0 or a.sms < 1 or a.heads < 1 or a.br < 1 or a.bc < 1:
+        ap.error("lengths are at least 0; --sms, --heads, --br and --bc at least 1")
+    if a.unit_cost < 0:
+        ap.error(f"--unit-cost {a.unit_cost}: a unit's own cost in key tiles, at least 0")
     args = (a.heads, a.br, a.bc, a.causal)
     dense = deal(dense_units(8192, 8, *args), a.sms, a.unit_cost)
     dense_rate = visible([8192] * 8, a.causal) / dense[2]
