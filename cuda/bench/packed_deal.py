@@ -134,8 +134,8 @@ def main():
     a = ap.parse_args()
     if a.stripe < 1:
         ap.error(f"--stripe {a.stripe}: tile rows per stripe, at least 1")
-    if min(a.lengths) < 0 or a.sms < 1 or a.heads < 1 or a.br < 1 or a.bc < 1:
-        ap.error("lengths are at least 0; --sms, --heads, --br and --bc at least 1")
+    if min(a.lengths) < 0 or sum(a.lengths) == 0 or a.sms < 1 or a.heads < 1 or a.br < 1 or a.bc < 1:
+        ap.error("lengths are at least 0, one at least 1; --sms, --heads, --br and --bc at least 1")
     if a.unit_cost < 0:
         ap.error(f"--unit-cost {a.unit_cost}: a unit's own cost in key tiles, at least 0")
     args = (a.heads, a.br, a.bc, a.causal)
