@@ -4,7 +4,7 @@ compacted packed list and the striped causal one (attention_fwd_ws.cu, WsSchedul
 ws_compact_packed).
 
 Usage: packed_deal.py [--causal] [--sms 132] [--heads 16] [--br 192] [--bc 128] [--stripe W] [--l2 MIB]
-                      [--unit-cost C] LEN [LEN ...]
+                      [--unit-cost C] [--keys KLEN [KLEN ...]] LEN [LEN ...]
 
 Prints, for the packed sequences of the given lengths and for the dense shape of B = 8, N = 8192
 (the rows of cuda/bench/varlen.sh): the list's places and units, the key tiles of the longest
@@ -18,6 +18,12 @@ if L2 kept the last MIB MiB of them (least recently used out), every block takin
 step; the row "heads together" is the compacted list with all heads of one tile side by side.
 Causal, the row "packed, striped" is WsSchedule::striped_unit's list with stripes of --stripe rows
 (default 8, ws_causal_stripe's W at Br = 128).
+
+With --keys (causal, one key length per sequence: chunks of queries after prefixes of keys, causal
+aligned bottom-right), the rows are the packed numbering's order, stripes by query row (the rank
+launch_ws_one keeps for square packs only) and stripes by key-aligned row (m + floor((len_k - len_q)
+/ Br)), each with the longest block's key tiles over an even deal's (of_even_deal) instead of the
+dense comparison.
 """
 from collections import OrderedDict
 import argparse
@@ -72,6 +78,46 @@ def striped_units(lengths, heads, br, bc, causal, w):
             units += [(b, h, key_tiles(n, m * br, br, bc, causal)) for h in range(heads) for m in rows]
         hi -= w
     return units + [(0, 0, 0)] * (places * heads - len(units))
+
+
+def chunk_tiles(len_q, len_k, q0, br, bc):
+    """Causal key tiles of the query tile at row q0 of a sequence of len_q queries and len_k keys."""
+    last = q0 + br - 1 + len_k - len_q
+    return 0 if q0 >= len_q or last < 0 else min((len_k + bc - 1) // bc, last // bc + 1)
+
+
+def chunk_units(len_q, len_k, heads, br, bc, order, w):
+    """Causal packs with their own key lengths: order "numbering" (packed_units' causal order),
+    "rows" (stripes of w query rows) or "aligned" (stripes of w key-aligned rows)."""
+    if order == "numbering":
+        cu = list(itertools.accumulate([0] + len_q))
+        first = [cu[b] // br + b for b in range(len(len_q))] + [cu[-1] // br + len(len_q)]
+        tiles = [(b, (u - first[b]) * br) for b in range(len(len_q)) for u in range(first[b], first[b + 1])]
+        return [(b, t % heads, chunk_tiles(len_q[b], len_k[b], q0, br, bc))
+                for t in range(len(tiles) * heads) for b, q0 in [tiles[len(tiles) - 1 - t // heads]]]
+    shift = [(k - q) // br if order == "aligned" else 0 for q, k in zip(len_q, len_k)]
+    base = min(shift)
+    start = [o - base for o in shift]
+    count = [(q + br - 1) // br for q in len_q]
+    units, hi = [], max(a + n for a, n in zip(start, count))
+    while hi > 0:
+        lo = max(0, hi - w)
+        for b in range(len(len_q)):
+            rows = [r - start[b] for r in reversed(range(max(lo, start[b]), min(hi, start[b] + count[b])))]
+            units += [(b, h, chunk_tiles(len_q[b], len_k[b], m * br, br, bc)) for h in range(heads) for m in rows]
+        hi -= w
+    return units
+
+
+def chunk_rows(a):
+    """--keys: the three causal orders' deals, each against an even one."""
+    print("list,places,units,longest_block_key_tiles,of_even_deal")
+    for name, order in (("packed", "numbering"), (f"packed, striped by query row (W = {a.stripe})", "rows"),
+                        (f"packed, striped by key-aligned row (W = {a.stripe})", "aligned")):
+        units = chunk_units(a.lengths, a.keys, a.heads, a.br, a.bc, order, a.stripe)
+        places, n, span, _ = deal(units, a.sms, a.unit_cost)
+        even = sum(u[2] + (a.unit_cost if u[2] else 0) for u in units) / min(a.sms, len(units))
+        print(f"{name},{places},{n},{span:g},{even / span:.4f}")
 
 
 def key_tiles(length, q0, br, bc, causal):
@@ -131,6 +177,8 @@ def main():
     ap.add_argument("--stripe", type=int, default=8, help="rows per stripe of the striped causal list")
     ap.add_argument("--unit-cost", type=float, default=0.0, help="key tiles a unit with keys costs beyond its own")
     ap.add_argument("--l2", type=int, default=0, help="also the K/V tiles read from HBM with this L2 (MiB)")
+    ap.add_argument("--keys", type=int, nargs="+",
+                    help="causal: each sequence's key length (chunks after key prefixes)")
     a = ap.parse_args()
     if a.stripe < 1:
         ap.error(f"--stripe {a.stripe}: tile rows per stripe, at least 1")
@@ -138,6 +186,11 @@ def main():
         ap.error("lengths are at least 0, one at least 1; --sms, --heads, --br and --bc at least 1")
     if a.unit_cost < 0:
         ap.error(f"--unit-cost {a.unit_cost}: a unit's own cost in key tiles, at least 0")
+    if a.keys is not None:
+        if not a.causal or len(a.keys) != len(a.lengths) or min(a.keys) < 0:
+            ap.error(f"--keys: one key length (at least 0) per sequence ({len(a.lengths)}), with --causal")
+        chunk_rows(a)
+        return
     args = (a.heads, a.br, a.bc, a.causal)
     dense = deal(dense_units(8192, 8, *args), a.sms, a.unit_cost)
     dense_rate = visible([8192] * 8, a.causal) / dense[2]

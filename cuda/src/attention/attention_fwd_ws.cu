@@ -1137,8 +1137,8 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
   // kWsStripedSequences of them (beyond, units are short and the numbering's order stays). The
   // stripes rank a tile by its row m, which is its cost only where each sequence's keys are its
   // queries: chunks of queries after long prefixes of keys (total or longest keys ≠ queries) keep
-  // the numbering's order (the deal's model for 16 chunks of 1024 queries against 1k–16k keys: 0.81
-  // of an even deal, in stripes 0.68).
+  // the numbering's order (the deal's model, packed_deal.py --keys, for 16 chunks of 1024 queries
+  // against 1k–16k keys: 0.83 of an even deal, in stripes 0.69).
   const bool square = !T::kPacked || (p.total_k == p.total_q && p.seq_k == p.seq);
   const int longest = T::kPacked ? (p.seq + T::BLOCK_M - 1) / T::BLOCK_M : int(units / HB);
   const int stripe = !T::kCausal || (T::kPacked && (p.batch > kWsStripedSequences || !square))
