@@ -27,7 +27,9 @@ dense comparison.
 """
 from collections import OrderedDict
 import argparse
+import csv
 import itertools
+import sys
 
 
 def dense_units(n, batch, heads, br, bc, causal):
@@ -111,13 +113,14 @@ def chunk_units(len_q, len_k, heads, br, bc, order, w):
 
 def chunk_rows(a):
     """--keys: the three causal orders' deals, each against an even one."""
-    print("list,places,units,longest_block_key_tiles,of_even_deal")
+    out = csv.writer(sys.stdout, lineterminator="\n")
+    out.writerow(["list", "places", "units", "longest_block_key_tiles", "of_even_deal"])
     for name, order in (("packed", "numbering"), (f"packed, striped by query row (W = {a.stripe})", "rows"),
                         (f"packed, striped by key-aligned row (W = {a.stripe})", "aligned")):
         units = chunk_units(a.lengths, a.keys, a.heads, a.br, a.bc, order, a.stripe)
         places, n, span, _ = deal(units, a.sms, a.unit_cost)
         even = sum(u[2] + (a.unit_cost if u[2] else 0) for u in units) / min(a.sms, len(units))
-        print(f"{name},{places},{n},{span:g},{even / span:.4f}")
+        out.writerow([name, places, n, f"{span:g}", f"{even / span:.4f}"])
 
 
 def key_tiles(length, q0, br, bc, causal):
@@ -202,10 +205,13 @@ def main():
     if a.causal:
         striped = deal(striped_units(a.lengths, *args, a.stripe), a.sms, a.unit_cost)
         rows.append((f"packed, striped (W = {a.stripe})", striped, a.lengths))
-    print("list,places,units,longest_block_key_tiles,model_of_dense" + (",kv_tiles_from_hbm" if a.l2 else ""))
+    out = csv.writer(sys.stdout, lineterminator="\n")
+    out.writerow(["list", "places", "units", "longest_block_key_tiles", "model_of_dense"] +
+                 (["kv_tiles_from_hbm"] if a.l2 else []))
     for name, (places, units, span, blocks), lengths in rows:
-        extra = f",{hbm_reads(blocks, a.l2)}" if a.l2 else ""
-        print(f"{name},{places},{units},{span:g},{visible(lengths, a.causal) / span / dense_rate:.4f}{extra}")
+        extra = [hbm_reads(blocks, a.l2)] if a.l2 else []
+        of_dense = visible(lengths, a.causal) / span / dense_rate
+        out.writerow([name, places, units, f"{span:g}", f"{of_dense:.4f}"] + extra)
 
 
 if __name__ == "__main__":
