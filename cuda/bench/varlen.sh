@@ -4,10 +4,11 @@
 # the dense one at the same total tokens, and the packed backward beside the dense ones: the rows of
 # cuda/results/fwd_varlen.csv, cuda/results/bwd_varlen.csv and cuda/results/checks.csv.
 #
-#   varlen.sh [BIN_DIR] [OUT_DIR] [all|fwd]   on the GPU machine, from the repository root
+#   varlen.sh [BIN_DIR] [OUT_DIR] [all|fwd|bwd]   on the GPU machine, from the repository root
 #
 # all (the default) runs everything below; fwd only times the forward's shapes (fwd_varlen.csv, the
-# cuDNN column): the rows to re-take after a change to the forward alone, in a quarter of the time.
+# cuDNN column), bwd only the backward's (bwd_varlen.csv): the rows to re-take after a change to
+# one pass alone, without the tests.
 #
 # BIN_DIR (default gpu-carry) holds `test_cuda`, `flashlab` and `libflashlab.so` built with the cuda
 # preset, and `commit` (git describe of the tree that built them, as measure.sh wants); OUT_DIR
@@ -27,7 +28,7 @@
 set -u
 . "$(dirname "$0")/run_context.sh" "${1:-gpu-carry}" "${2:-/tmp/flashlab-varlen}"
 passes=${3:-all}
-case "$passes" in all | fwd) ;; *) echo "varlen.sh: the third argument is all or fwd, not '$passes'" >&2; exit 2 ;; esac
+case "$passes" in all | fwd | bwd) ;; *) echo "varlen.sh: the third argument is all, fwd or bwd, not '$passes'" >&2; exit 2 ;; esac
 
 # The lengths, as --cu-seqlens files (prefix sums).
 python3 "$here"/varlen_lengths.py "$out" mixed uniform || exit 2
@@ -66,13 +67,14 @@ fi
 # ---- the timed shapes
 common=(bench attention --csv --pass fwd --heads 16 --dim 128,64 --both --reps 20)
 for k in tma-ws mma; do
+  [ "$passes" = bwd ] && break
   "$bin/flashlab" "${common[@]}" --fwd-kernel "$k" --batch 8 --seq 8192 >"$out/dense_$k.csv" || status=1
   for layout in uniform mixed; do
     "$bin/flashlab" "${common[@]}" --fwd-kernel "$k" --cu-seqlens "$out/$layout.txt" >"$out/${layout}_$k.csv" || status=1
   done
 done
 bwd=(bench attention --csv --pass bwd --heads 16 --dim 128,64 --both --reps 20)
-if [ "$passes" = all ]; then
+if [ "$passes" != fwd ]; then
   "$bin/flashlab" "${bwd[@]}" --bwd-kernel wgmma-ws --batch 8 --seq 8192 >"$out/bwd_dense_wgmma-ws.csv" || status=1
   "$bin/flashlab" "${bwd[@]}" --bwd-kernel mma --batch 8 --seq 8192 >"$out/bwd_dense_mma.csv" || status=1
   for layout in uniform mixed; do
@@ -82,8 +84,10 @@ if [ "$passes" = all ]; then
     done
   done
 fi
-PYTHONUNBUFFERED=1 python3 "$here/sdpa_bench.py" "$out/dense_tma-ws.csv" --out "$out/sdpa_dense.csv" \
-  >"$out/sdpa.log" 2>&1 || status=1
+if [ "$passes" != bwd ]; then
+  PYTHONUNBUFFERED=1 python3 "$here/sdpa_bench.py" "$out/dense_tma-ws.csv" --out "$out/sdpa_dense.csv" \
+    >"$out/sdpa.log" 2>&1 || status=1
+fi
 python3 - "$out" "$date" "$device" "$commit" <<'EOF' || status=1
 import csv, os, sys
 out, date, device, commit = sys.argv[1:5]
@@ -94,6 +98,8 @@ if os.path.exists(f"{out}/sdpa_dense.csv"):
 rows, dense = [], {}
 for layout in ("dense", "uniform", "mixed"):
     for k in ("tma-ws", "mma"):
+        if not os.path.exists(f"{out}/dense_tma-ws.csv"):  # bwd only
+            break
         for r in csv.DictReader(open(f"{out}/{layout}_{k}.csv")):
             name = "dense" if layout == "dense" else "packed-" + layout
             rows.append((name, r))
@@ -101,8 +107,9 @@ for layout in ("dense", "uniform", "mixed"):
                 dense[(k, r["d"], r["causal"])] = float(r["tflops"])
 cols = ["date", "device", "commit", "dtype", "pass", "kernel", "d", "causal", "layout", "sequences", "longest",
         "total_q", "H", "median_ms", "min_ms", "max_ms", "tflops", "of_dense", "cudnn_bnhd_tflops"]
-w = csv.writer(open(f"{out}/fwd_varlen.csv", "w", newline=""), lineterminator="\n")
-w.writerow(cols)
+w = csv.writer(open(f"{out}/fwd_varlen.csv", "w", newline=""), lineterminator="\n") if rows else None
+if w:
+    w.writerow(cols)
 for name, r in rows:
     k, d, c = r["fwd_kernel"], r["d"], r["causal"]
     ref = dense.get((k, d, c))

@@ -70,6 +70,13 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
          (uint64_t(1) << 62);
 }
 
+/// `desc` (smem_desc) with its start address `bytes` further on: one 32-bit add on the address
+/// field, where smem_desc of the new address masks, shifts and merges again. `bytes`: a multiple
+/// of 16 that keeps the address inside SRAM (below 256 KiB: no carry out of the 14-bit field).
+__device__ __forceinline__ uint64_t desc_plus(uint64_t desc, uint32_t bytes) {
+  return (desc & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(desc) + (bytes >> 4));
+}
+
 // Operand lists of the accumulator registers (written once here, read by the wrappers below).
 #define FL_D32                                                                                            \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
