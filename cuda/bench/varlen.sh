@@ -28,7 +28,10 @@
 set -u
 . "$(dirname "$0")/run_context.sh" "${1:-gpu-carry}" "${2:-/tmp/flashlab-varlen}"
 passes=${3:-all}
-case "$passes" in all | fwd | bwd) ;; *) echo "varlen.sh: the third argument is all, fwd or bwd, not '$passes'" >&2; exit 2 ;; esac
+case "$passes" in
+  all | fwd | bwd) ;;
+  *) echo "varlen.sh: the third argument is all, fwd or bwd, not '$passes'" >&2; exit 2 ;;
+esac
 
 # The lengths, as --cu-seqlens files (prefix sums).
 python3 "$here"/varlen_lengths.py "$out" mixed uniform || exit 2

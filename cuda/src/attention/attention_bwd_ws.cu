@@ -421,8 +421,9 @@ __device__ __forceinline__ void issue_transposed_scores(float (&c)[T::BLOCK_M / 
       const uint32_t col = uint32_t(kk / 4), k32 = uint32_t(kk % 4) * 32;  // 64-column box, k16 inside it
       const uint64_t da = T::kLeanStep ? desc_plus(da0, col * T::BLOCK_N * 128 + k32)
                                        : smem_desc(sA_c + col * T::BLOCK_N * 128 + k32, 16, 1024);
-      const uint64_t db = T::kLeanStep ? desc_plus(db0, col * T::BLOCK_M * 128 + uint32_t(h) * 64 * 128 + k32)
-                                       : smem_desc(sB + col * T::BLOCK_M * 128 + uint32_t(h) * 64 * 128 + k32, 16, 1024);
+      const uint64_t db =
+          T::kLeanStep ? desc_plus(db0, col * T::BLOCK_M * 128 + uint32_t(h) * 64 * 128 + k32)
+                       : smem_desc(sB + col * T::BLOCK_M * 128 + uint32_t(h) * 64 * 128 + k32, 16, 1024);
       wgmma_ss_t<T::kBf16, 64, false, false>(ch, da, db, kk > 0);
     }
   }
