@@ -23,7 +23,9 @@
 # Shapes: bf16, H = 16, d = 128 and 64, causal and not, 65536 tokens in all: dense B = 8, N = 8192;
 # packed-uniform, the same 8 sequences of 8192 packed (the cost of the packed work list alone);
 # packed-mixed, 16 sequences of 913 … 8192 tokens (varlen_lengths.py), on the tma-ws and mma
-# forwards. The backward: the same three layouts, each on the wgmma-ws and mma kernels
+# forwards; and packed-chunks, 16 chunks of 1024 queries against 1024 … 16384 keys (chunked prefill:
+# no dense row of the same keys, so no of_dense). The backward: the dense, uniform and mixed layouts,
+# each on the wgmma-ws and mma kernels
 # (varlen_bwd_ab.sh times two builds' packed wgmma-ws backward against each other).
 set -u
 . "$(dirname "$0")/run_context.sh" "${1:-gpu-carry}" "${2:-/tmp/flashlab-varlen}"
@@ -34,7 +36,7 @@ case "$passes" in
 esac
 
 # The lengths, as --cu-seqlens files (prefix sums).
-python3 "$here"/varlen_lengths.py "$out" mixed uniform || exit 2
+python3 "$here"/varlen_lengths.py "$out" mixed uniform chunks || exit 2
 
 # ---- tests: one line of checks.csv per command (assertions and test cases from Catch2's summary)
 check() {  # check NAME SANITIZER_ERRORS_OR_EMPTY COMMAND...
@@ -72,7 +74,7 @@ common=(bench attention --csv --pass fwd --heads 16 --dim 128,64 --both --reps 2
 for k in tma-ws mma; do
   [ "$passes" = bwd ] && break
   "$bin/flashlab" "${common[@]}" --fwd-kernel "$k" --batch 8 --seq 8192 >"$out/dense_$k.csv" || status=1
-  for layout in uniform mixed; do
+  for layout in uniform mixed chunks; do
     "$bin/flashlab" "${common[@]}" --fwd-kernel "$k" --cu-seqlens "$out/$layout.txt" >"$out/${layout}_$k.csv" || status=1
   done
 done
@@ -99,7 +101,7 @@ if os.path.exists(f"{out}/sdpa_dense.csv"):
     for r in csv.DictReader(open(f"{out}/sdpa_dense.csv")):
         cudnn[(r["d"], r["causal"])] = r["cudnn_bnhd_tflops"]
 rows, dense = [], {}
-for layout in ("dense", "uniform", "mixed"):
+for layout in ("dense", "uniform", "mixed", "chunks"):
     for k in ("tma-ws", "mma"):
         if not os.path.exists(f"{out}/dense_tma-ws.csv"):  # bwd only
             break
@@ -115,7 +117,7 @@ if w:
     w.writerow(cols)
 for name, r in rows:
     k, d, c = r["fwd_kernel"], r["d"], r["causal"]
-    ref = dense.get((k, d, c))
+    ref = dense.get((k, d, c)) if name != "packed-chunks" else None  # chunks: other keys than dense's
     total = int(r["total_q"]) or int(r["B"]) * int(r["N"])
     w.writerow([date, device, commit, r["dtype"], r["pass"], k, d, c, name, r["B"], r["N"], total, r["H"], r["ms"],
                 r["min_ms"], r["max_ms"], r["tflops"], f"{float(r['tflops']) / ref:.4f}" if ref else "",

@@ -13,7 +13,8 @@
 // groups of 4 and 32, d = 64 and 128, bf16 and fp16, work lists longer than the GPU (tma-ws blocks
 // walking units of unequal lengths, units without keys anywhere in the list). Causal tma-ws lists
 // with fewer than 8 units in flight per K/V head run in stripes over all sequences (attention_fwd_ws.cu,
-// WsSchedule::striped_unit): the ragged, N_k ≠ N, grouped and long cases below take them. The entry on device
+// WsSchedule::striped_unit, rows aligned to each sequence's keys): the ragged, N_k ≠ N, grouped,
+// chunked-prefill and long cases below take them. The entry on device
 // memory: a packed problem without its device lists, a null or misaligned list, totals that
 // differ from the problem's lists and a kernel without packed sequences are refused by name. Tags: [fast][fast-varlen]; small shapes also
 // [fast-varlen-sanitize] for compute-sanitizer.
@@ -158,6 +159,11 @@ TEST_CASE("fast forward, packed sequences on work lists longer than the GPU", "[
   for (int i = 0; i < 40; ++i) many[i] = i % 5 == 0 ? 0 : (i * 37) % 600 + 1;
   check_varlen({std::vector<int>(many.begin(), many.begin() + 32), {}, 8, 2, 64, true}, on);
   check_varlen({many, {}, 8, 2, 128, true}, on);
+  // Chunked prefill: chunks of queries after prefixes of keys, striped by each tile's row aligned to
+  // its keys (m + ⌊(len_k − len_q)/Br⌋), not by m.
+  const std::vector<int> chunk_q = {256, 300, 129, 256, 1, 200, 64};
+  const std::vector<int> chunk_k = {2300, 1500, 129, 4000, 777, 200, 1000};
+  for (int d : {64, 128}) check_varlen({chunk_q, chunk_k, 8, 2, d, true}, on);
   report("varlen long");
 }
 

@@ -331,7 +331,8 @@ struct WsSchedule {
   const int *cu_q, *cu_k;    // kPacked: the prefix sums
   int B, wl, wr;             // kPacked: the sequences; the window's sides (each sequence its own band)
   int W;                     // causal: query tiles per stripe of the list (ws_unit; 1: heads innermost)
-  int M;                     // kPacked, causal, W > 1: the most query tiles of any sequence (striped_unit)
+  int M, A;                  // kPacked, causal, W > 1: the rows of the striped list, its shift (striped_unit)
+  bool keyed;                // ... and some sequence's keys are not its queries (rows aligned to the keys)
   const uint8_t* order;      // kCompact: the sequences by their keys, the most first (SRAM; compact_order)
   mutable int cur_g, cur_b, cur_base;  // striped_unit's cursor: entry (stripe g, sequence b), its first unit
   __device__ bool at(int k, WsTile& w) const {
@@ -407,10 +408,12 @@ struct WsSchedule {
   }
   /// kPacked, causal, W > 1: unit t of the striped list (ws_causal_stripe: too few units in flight
   /// read each K/V head with all heads of one tile innermost). A sequence's query tile m (rows
-  /// m·Br ..) sees about m + 1 key tiles whatever its length, so the list runs every sequence's tile
-  /// rows together from the highest m down, in stripes of W rows: stripe g holds rows
-  /// [M − (g + 1)·W, M − g·W) (M: the most tiles of any sequence), sequence by sequence, in each its
-  /// heads one by one, each head's tiles in the stripe from the bottom. So the units run longest
+  /// m·Br ..) sees about r + 1 key tiles, r = m + ⌊(len_k − len_q)/Br⌋ its row aligned to the keys
+  /// (bottom-right causal; r = m where the keys are the queries), so the list runs every sequence's
+  /// tiles together from the highest r down, in stripes of W rows: stripe g holds aligned rows
+  /// [M − (g + 1)·W, M − g·W) (rows shifted by A ≥ 0 so that none is negative; M: the highest
+  /// shifted row + 1), sequence by sequence, in each its heads one by one, each head's tiles in the
+  /// stripe from the bottom. So the units run longest
   /// first over all sequences (the packed numbering's order runs each sequence's from its longest to
   /// its shortest before the next sequence's: a saw the static deal cannot even out) and W units of
   /// one head side by side share its K_j, V_j in L2. Places past the last unit are units without
@@ -418,9 +421,18 @@ struct WsSchedule {
   /// where this thread's last lookup ended (cur_*): a block's units are G apart and rise with k, so
   /// each lookup crosses a few entries; from the list's start it would cross all of them, a cost
   /// that grows with the place in the list.
+  /// Sequence b's aligned-and-shifted rows: its tile m is row m + first; `tiles` of them (first = 0
+  /// where every sequence's keys are its queries: the key lengths are not read).
+  __device__ void aligned_rows(int b, int& first, int& tiles) const {
+    const int len_q = __ldg(cu_q + b + 1) - __ldg(cu_q + b);
+    tiles = (len_q + T::BLOCK_M - 1) / T::BLOCK_M;
+    first = keyed ? packed_row_shift(len_q, __ldg(cu_k + b + 1) - __ldg(cu_k + b), T::BLOCK_M) + A : 0;
+  }
   __device__ int stripe_rows(int g, int b) const {
-    const int hi = M - g * W, tiles = (__ldg(cu_q + b + 1) - __ldg(cu_q + b) + T::BLOCK_M - 1) / T::BLOCK_M;
-    return max(0, min(hi, tiles) - max(0, hi - W));
+    int first, tiles;
+    aligned_rows(b, first, tiles);
+    const int hi = M - g * W;
+    return max(0, min(hi, first + tiles) - max(first, hi - W));
   }
   __device__ void striped_unit(int t, WsTile& w) const {
     const int stripes = (M + W - 1) / W;
@@ -432,7 +444,9 @@ struct WsSchedule {
       const int units = H * stripe_rows(cur_g, cur_b);
       if (t < cur_base + units) {
         w.b = 0;  // the packed tensors are one batch entry
-        const int rows = units / H, top = rows + max(0, M - cur_g * W - W);  // the stripe's top tile of b
+        int first, tiles;
+        aligned_rows(cur_b, first, tiles);
+        const int rows = units / H, top = rows + max(first, M - cur_g * W - W) - first;  // the stripe's top tile of b
         w.h = (t - cur_base) / rows;
         w.q0 = (top - 1 - (t - cur_base - w.h * rows)) * T::BLOCK_M;
         w.qs = __ldg(cu_q + cur_b);
@@ -985,15 +999,25 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   int4* pieces = reinterpret_cast<int4*>(smem_raw + (sm.base - uint32_t(__cvta_generic_to_shared(smem_raw))) +
                                          T::kPieceOffset);
   uint8_t* order = smem_raw + (sm.base - uint32_t(__cvta_generic_to_shared(smem_raw))) + T::kOrderOffset;
-  int most_tiles = 0;  // the striped packed list's M (WsSchedule::striped_unit)
-  if (T::kPacked && T::kCausal && stripe > 1)
+  int rows = 0, shift = 0;  // the striped packed list's M and A (WsSchedule::striped_unit)
+  bool keyed = false;
+  if (T::kPacked && T::kCausal && stripe > 1) {
+    int lowest = 0, highest = 0;  // the aligned rows' range over the sequences with rows
     for (int b = 0; b < p.batch; ++b) {
-      const int len = __ldg(lists.cu_seqlens_q + b + 1) - __ldg(lists.cu_seqlens_q + b);
-      most_tiles = max(most_tiles, (len + T::BLOCK_M - 1) / T::BLOCK_M);
+      const int len_q = __ldg(lists.cu_seqlens_q + b + 1) - __ldg(lists.cu_seqlens_q + b);
+      const int len_k = __ldg(lists.cu_seqlens_k + b + 1) - __ldg(lists.cu_seqlens_k + b);
+      keyed = keyed || len_k != len_q;
+      if (len_q == 0) continue;
+      const int first = packed_row_shift(len_q, len_k, T::BLOCK_M);
+      lowest = min(lowest, first);
+      highest = max(highest, first + (len_q + T::BLOCK_M - 1) / T::BLOCK_M);
     }
+    shift = -lowest;
+    rows = highest + shift;
+  }
   const WsSchedule<T> sched{Tr,   p.heads, HB,    Tr * HB,       p.seq_k,       p.heads_kv, p.causal_offset(),
                             full, pieces,  p.seq, p.window_lo(), p.window_hi(), lists.cu_seqlens_q, lists.cu_seqlens_k,
-                            p.batch, p.window_left, p.window_right, stripe, most_tiles, order};
+                            p.batch, p.window_left, p.window_right, stripe, rows, shift, keyed, order};
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -1100,6 +1124,7 @@ __global__ void __launch_bounds__(256)
 /// measured). Packed sequences (B of them, the longest Tr tiles) take the same rule on their own
 /// list order (WsSchedule::striped_unit).
 constexpr int kWsStripedSequences = 32;  // the most packed sequences a striped list takes (launch_ws_one)
+constexpr int kWsStripedEntries = 4096;  // the most (stripe, sequence) entries it walks (launch_ws_one)
 int ws_causal_stripe(const Problem& p, int Tr, int Br, int sms) {
   if (p.windowed() || p.causal_offset() < 0 || p.head_dim == 256) return 1;
   const int G = p.heads / p.heads_kv, S = Br >= 192 ? 2 : 8;
@@ -1133,17 +1158,18 @@ void launch_ws_one(const Problem& p, const void* Q, const void* K, const void* V
   }
   const int HB = p.heads * p.batch;
   // Packed: the longest sequence's tiles (p.seq) cap W, B sequences stand for the batch; each block
-  // walks every sequence of every stripe once (striped_unit's cursor), rows or not, so only up to
-  // kWsStripedSequences of them (beyond, units are short and the numbering's order stays). The
-  // stripes rank a tile by its row m, which is its cost only where each sequence's keys are its
-  // queries: chunks of queries after long prefixes of keys (total or longest keys ≠ queries) keep
-  // the numbering's order (the deal's model, packed_deal.py --keys, for 16 chunks of 1024 queries
-  // against 1k–16k keys: 0.83 of an even deal, in stripes 0.69).
-  const bool square = !T::kPacked || (p.total_k == p.total_q && p.seq_k == p.seq);
+  // walks every (stripe, sequence) entry of the list once (striped_unit's cursor), rows or not, so
+  // only up to kWsStripedSequences sequences and kWsStripedEntries entries (the list's rows bounded
+  // from the longest queries and keys: aligned rows ≤ 2⌈N/Br⌉ + ⌈N_k/Br⌉ + 2); beyond, units are
+  // short or few and the numbering's order stays.
   const int longest = T::kPacked ? (p.seq + T::BLOCK_M - 1) / T::BLOCK_M : int(units / HB);
-  const int stripe = !T::kCausal || (T::kPacked && (p.batch > kWsStripedSequences || !square))
-                         ? 1
-                         : ws_causal_stripe(p, longest, T::BLOCK_M, sms);
+  int stripe = !T::kCausal || (T::kPacked && p.batch > kWsStripedSequences)
+                   ? 1
+                   : ws_causal_stripe(p, longest, T::BLOCK_M, sms);
+  if (T::kPacked && stripe > 1) {
+    const long long rows = 2LL * longest + (p.seq_k + T::BLOCK_M - 1) / T::BLOCK_M + 2;
+    if ((rows + stripe - 1) / stripe * p.batch > kWsStripedEntries) stripe = 1;
+  }
   announce("ws_fwd_kernel");
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_q, map_k, map_v, map_o, p, static_cast<uint16_t*>(O), LSE,
                                                        partials, full, stripe, lists);

@@ -51,4 +51,11 @@ __device__ __forceinline__ PackedTile packed_tile(const Problem& p, const Packed
   return packed_tile(lists.cu_seqlens_q, lists.cu_seqlens_k, p.batch, u, rows);
 }
 
+/// A sequence's query tile m sees key tiles up to about m + packed_row_shift(): ⌊(len_k − len_q)/rows⌋,
+/// the bottom-right causal offset in tiles of `rows` rows (floor: negative where len_k < len_q).
+__host__ __device__ __forceinline__ int packed_row_shift(int len_q, int len_k, int rows) {
+  const int off = len_k - len_q;
+  return off >= 0 ? off / rows : -((-off + rows - 1) / rows);
+}
+
 }  // namespace flashlab::cuda::detail
