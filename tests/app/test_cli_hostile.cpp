@@ -261,10 +261,11 @@ TEST_CASE("hostile values: large logits are judged against a tolerance scaled by
 }
 
 TEST_CASE("progress: on stderr only when it is a terminal, never when piped", "[cli][hostile][progress]") {
-  // A few seconds of work: the naive float64 reference and FA2 at N = 4096 (N = 1024 in the
+  // A few seconds of work, well past the first second that prints nothing (N = 4096 took 1.3 s on an
+  // idle machine: too close): the naive float64 reference and FA2 at N = 6144 (N = 1024 in the
   // unoptimised sanitizer build, which is ten times slower).
 #ifdef NDEBUG
-  const std::string args = "attention fwd --seq 4096 --dim 64 --variant fa2 --precision double";
+  const std::string args = "attention fwd --seq 6144 --dim 64 --variant fa2 --precision double";
 #else
   const std::string args = "attention fwd --seq 1024 --dim 64 --variant fa2 --precision double";
 #endif
