@@ -27,16 +27,19 @@
 //     through SRAM is needed for them. dSᵀ is also written to SRAM ([key][query], 128-byte swizzle:
 //     an MN-major A operand of wgmma) for
 //         dQ_i partial = dS_ij K_j       (SRAM × SRAM, both MN-major)
-//     d = 128: consumer c computes columns [64c, 64c + 64) over all 128 keys (so the two
-//     consumers meet once per step at a named barrier: each needs the other's dSᵀ rows);
+//     d = 128, dQ by turns: step n's whole partial (64 queries × d over all 128 keys, one m64n128
+//     product) is consumer (n mod 2)'s. The other consumer stores its dSᵀ rows, hands them over
+//     (mbarrier ds_full) and goes on to its next step, so the consumers never meet: each runs a
+//     long step (with dQ) and a short one in turn, out of phase with the other, and the tensor
+//     cores see one consumer's products beside the other's softmax. The deterministic kernel
+//     keeps the column split (consumer c: columns [64c, 64c + 64) over all 128 keys; the two
+//     meet once per step, each needs the other's dSᵀ rows), one ordered add per consumer.
 //     d = 64 (Br = 128): consumer c computes query rows [64c, 64c + 64) over all 128 keys (the
 //     same meeting). DqSplit::keys, each consumer all rows over its own 64 keys with no meeting
-//     (both add a whole tile: twice the L2 reductions), stays selectable.
-//     d = 128, ping-pong: the consumers take turns at issuing Sᵀ, dPᵀ (two named barriers), so
-//     consumer 0's products reach the tensor cores first and its softmax runs beside consumer 1's
-//     products instead of at the same time as consumer 1's softmax.
+//     (both add a whole tile: twice the L2 reductions), stays selectable, as do the column split
+//     and ping-pong (the consumers take turns at issuing Sᵀ, dPᵀ at two named barriers).
 //   - The dQ partial goes registers → SRAM (fragment order, 16-byte stores, no bank conflicts)
-//     and one thread per consumer issues ONE bulk reduction (cp.reduce.async.bulk .add.f32,
+//     and one thread of the consumer issues ONE bulk reduction (cp.reduce.async.bulk .add.f32,
 //     tensor_core.cuh) into the fp32 accumulator: the adds happen in L2, the warps never wait on
 //     them; the thread only waits (bulk wait_group.read) before the next step's dSᵀ barrier,
 //     which then also frees the staging SRAM for that step's partial, a whole step later.
@@ -119,17 +122,21 @@ enum class DqSplit {
   columns,  ///< consumer c: columns [64c, 64c + 64) over all 128 keys (d = 128)
   keys,     ///< consumer c: every column over its own 64 keys; both add a whole tile
   rows,     ///< consumer c: query rows [64c, 64c + 64) over all 128 keys (Br = 128)
+  turns,    ///< consumer n mod 2: step n's whole tile (every column over all 128 keys); the other none
 };
-/// The split of the kernel: columns at d = 128; at d = 64 and Br = 128 rows (each accumulator
-/// element receives one partial per key block, not two as with keys: half the L2 reductions),
-/// keys at d = 64 and Br = 64 (the two rows of a 64-row tile would be one consumer's).
-constexpr DqSplit bwd_ws_dq_split(int head_dim, int block_m) {
-  return head_dim == 128 ? DqSplit::columns : block_m == 128 ? DqSplit::rows : DqSplit::keys;
+/// The split of the kernel: turns at d = 128 (columns in the deterministic kernel, whose counter
+/// orders one add per consumer); at d = 64 and Br = 128 rows (each accumulator element receives
+/// one partial per key block, not two as with keys: half the L2 reductions), keys at d = 64 and
+/// Br = 64 (the two rows of a 64-row tile would be one consumer's).
+constexpr DqSplit bwd_ws_dq_split(int head_dim, int block_m, bool deterministic) {
+  return head_dim == 128 ? (deterministic ? DqSplit::columns : DqSplit::turns)
+         : block_m == 128 ? DqSplit::rows
+                          : DqSplit::keys;
 }
 
 template <int HEAD_DIM, bool kBf16_, bool kCausal_, bool kDeterministic_, int BLOCK_M_ = bwd_ws_block_m(HEAD_DIM),
-          DqSplit kDqSplit_ = bwd_ws_dq_split(HEAD_DIM, BLOCK_M_), bool kLagDq_ = kDeterministic_,
-          bool kPingPong_ = HEAD_DIM == 128, int kStages_ = 2>
+          DqSplit kDqSplit_ = bwd_ws_dq_split(HEAD_DIM, BLOCK_M_, kDeterministic_), bool kLagDq_ = kDeterministic_,
+          bool kPingPong_ = false, int kStages_ = 2>
 struct BwdWsTraits {
   static constexpr bool kDeterministic = kDeterministic_;
   static constexpr int kHeadDim = HEAD_DIM;
@@ -154,20 +161,18 @@ struct BwdWsTraits {
   // already gives each load time to arrive.
   static constexpr int kStages = kStages_;
   // Ping-pong: the consumers take turns at issuing Sᵀ, dPᵀ (named barriers kTurnBarrier + c), so
-  // consumer 0's products run first and its Pᵀ overlaps consumer 1's (the forward's turns). On at
-  // d = 128, where it measured faster; not measured at d = 64 (Br = 128), so off there.
+  // consumer 0's products run first and its Pᵀ overlaps consumer 1's (the forward's turns). Off:
+  // with the column split's meeting it was 2–4 % faster at d = 128, but with dQ by turns it holds
+  // the consumer without the step's dQ until the other has computed it (measured 2–6 % slower
+  // there); not measured at d = 64.
   static constexpr bool kPingPong = kPingPong_ && !kLagDq;
-  // The lean step: the mask as a second pass behind one branch (probs()) and each k-step's wgmma
-  // descriptor as one add to the first (desc_plus): 14 % and then 19 % fewer instructions a
-  // step at d = 128. Measured faster causal and at d = 64 (2–5 %); at d = 128 without a mask 3 %
-  // slower, the turns above meeting the shorter softmax differently, so off there.
-  static constexpr bool kLeanStep = kCausal_ || HEAD_DIM == 64;
   static constexpr int kColBlocks = HEAD_DIM / 64;  // TMA boxes (64 columns) per tile
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register file");
   // dQ partial per consumer (DqSplit; file-top comment): kDqRows × kDqCols over kDqKeys keys.
   static constexpr DqSplit kDqSplit = kDqSplit_;
   static constexpr bool kDqSplitKeys = kDqSplit == DqSplit::keys;
+  static constexpr bool kDqTurns = kDqSplit == DqSplit::turns;  // consume_tile(): who computes dQ
   static constexpr int kDqCols = kDqSplit == DqSplit::columns ? HEAD_DIM / 2 : HEAD_DIM;
   static constexpr int kDqKeys = kDqSplitKeys ? BLOCK_N / 2 : BLOCK_N;
   static constexpr int kDqRows = kDqSplit == DqSplit::rows ? 64 : BLOCK_M;
@@ -197,6 +202,7 @@ struct BwdWsTraits {
   static_assert(kDqSplit != DqSplit::columns || HEAD_DIM == 128, "the column split: 64 columns per consumer");
   static_assert(kDqSplit != DqSplit::rows || BLOCK_M == 128, "the row split: 64 query rows per consumer");
   static_assert(BLOCK_M == 64 || kDqSplit != DqSplit::columns, "Br = 128 at d = 64 only (registers)");
+  static_assert(!kDqTurns || (HEAD_DIM == 128 && BLOCK_M == 64 && !kLagDq), "turns: m64n128, 64 registers, in step");
   static_assert(BLOCK_N % BLOCK_M == 0, "causal: a key block's first visible query tile starts at its first key");
   static_assert(kAtomicDqTileRows % BLOCK_M == 0, "the workspace holds whole dQ tiles of this BLOCK_M");
   static_assert(BLOCK_M % kDqOrderTileRows == 0, "the workspace has an order counter for every accumulator tile");
@@ -411,7 +417,8 @@ __device__ int produce_stats(const BwdWsSmem<T>& sm, const BwdWsBlock& w, const 
 template <class T>
 __device__ __forceinline__ void issue_transposed_scores(float (&c)[T::BLOCK_M / 2], uint32_t sA_c, uint32_t sB) {
   constexpr int kHalves = T::BLOCK_M / 64;
-  // kLeanStep: each k-step's descriptors as one add to the first (desc_plus), else built anew.
+  // Each k-step's descriptors as one add to the first (desc_plus), not rebuilt: 19 % fewer
+  // instructions a step at d = 128 (ncu), uniform-datapath work the compiler does not hoist.
   const uint64_t da0 = smem_desc(sA_c, 16, 1024), db0 = smem_desc(sB, 16, 1024);
 #pragma unroll
   for (int h = 0; h < kHalves; ++h) {
@@ -419,11 +426,8 @@ __device__ __forceinline__ void issue_transposed_scores(float (&c)[T::BLOCK_M / 
 #pragma unroll
     for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
       const uint32_t col = uint32_t(kk / 4), k32 = uint32_t(kk % 4) * 32;  // 64-column box, k16 inside it
-      const uint64_t da = T::kLeanStep ? desc_plus(da0, col * T::BLOCK_N * 128 + k32)
-                                       : smem_desc(sA_c + col * T::BLOCK_N * 128 + k32, 16, 1024);
-      const uint64_t db =
-          T::kLeanStep ? desc_plus(db0, col * T::BLOCK_M * 128 + uint32_t(h) * 64 * 128 + k32)
-                       : smem_desc(sB + col * T::BLOCK_M * 128 + uint32_t(h) * 64 * 128 + k32, 16, 1024);
+      const uint64_t da = desc_plus(da0, col * T::BLOCK_N * 128 + k32);
+      const uint64_t db = desc_plus(db0, col * T::BLOCK_M * 128 + uint32_t(h) * 64 * 128 + k32);
       wgmma_ss_t<T::kBf16, 64, false, false>(ch, da, db, kk > 0);
     }
   }
@@ -435,13 +439,10 @@ __device__ __forceinline__ void issue_transposed_scores(float (&c)[T::BLOCK_M / 
 template <class T>
 __device__ __forceinline__ void issue_key_grad(float (&acc)[T::kHeadDim / 2], const uint32_t (&xa)[T::BLOCK_M / 16][4],
                                                uint32_t sB) {
-  const uint64_t db0 = smem_desc(sB, T::BLOCK_M * 128, 1024);  // kLeanStep: advanced by desc_plus
+  const uint64_t db0 = smem_desc(sB, T::BLOCK_M * 128, 1024);  // advanced by desc_plus
 #pragma unroll
   for (int kk = 0; kk < T::BLOCK_M / 16; ++kk)
-    wgmma_rs<T::kBf16, T::kHeadDim>(acc, xa[kk],
-                                    T::kLeanStep ? desc_plus(db0, uint32_t(kk) * 16 * 128)
-                                                 : smem_desc(sB + uint32_t(kk) * 16 * 128, T::BLOCK_M * 128, 1024),
-                                    1);
+    wgmma_rs<T::kBf16, T::kHeadDim>(acc, xa[kk], desc_plus(db0, uint32_t(kk) * 16 * 128), 1);
 }
 
 /// Issue this consumer's dQ_i partial = dS_ij K_j, its query row block m × kDqCols columns, over
@@ -458,20 +459,16 @@ __device__ __forceinline__ void issue_dq(float (&dq)[T::kDqCols / 2], uint32_t s
                                                               : 0u);
   const uint64_t da0 = smem_desc(a0, T::BLOCK_N * 128, 1024), db0 = smem_desc(b0, T::BLOCK_N * 128, 1024);
 #pragma unroll
-  for (int kk = 0; kk < T::kDqKeys / 16; ++kk) {  // kLeanStep: the descriptors advanced by desc_plus
-    const uint64_t da = T::kLeanStep ? desc_plus(da0, uint32_t(kk) * 2048)
-                                     : smem_desc(a0 + uint32_t(kk) * 2048, T::BLOCK_N * 128, 1024);
-    const uint64_t db = T::kLeanStep ? desc_plus(db0, uint32_t(kk) * 2048)
-                                     : smem_desc(b0 + uint32_t(kk) * 2048, T::BLOCK_N * 128, 1024);
-    wgmma_ss_t<T::kBf16, T::kDqCols, true, true>(dq, da, db, kk > 0);
-  }
+  for (int kk = 0; kk < T::kDqKeys / 16; ++kk)
+    wgmma_ss_t<T::kBf16, T::kDqCols, true, true>(dq, desc_plus(da0, uint32_t(kk) * 2048),
+                                                 desc_plus(db0, uint32_t(kk) * 2048), kk > 0);
 }
 
 /// Pᵀ in place of Sᵀ (fp32), this thread's accumulator entries: key row `key_row` (+ 8 for
 /// r = 1), query column 8t + 2·t4 + e. Masked entries (need_mask only) → 0: keys or queries ≥ N,
-/// (causal) keys past the query, (window) keys outside query + lo .. query + hi. kLeanStep: the
-/// mask in a second pass behind one branch; inside the exponentials' loop the compiler turns the
-/// test into a compare, a predicate merge and a select per entry that every step executes.
+/// (causal) keys past the query, (window) keys outside query + lo .. query + hi. The mask is a
+/// second pass behind one branch: inside the exponentials' loop the compiler turns the test into
+/// a compare, a predicate merge and a select per entry that every step executes.
 template <class T>
 __device__ __forceinline__ void probs(float (&st)[T::BLOCK_M / 2], uint32_t sStats, int q0, int key_row, int N,
                                       bool need_mask, int t4, float scale_log2, int lo = 0, int hi = 0, int Nk = 0,
@@ -487,18 +484,10 @@ __device__ __forceinline__ void probs(float (&st)[T::BLOCK_M / 2], uint32_t sSta
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int idx = 4 * t + 2 * r + e;
-        float pv = ex2(fmaf(st[idx], scale_log2, -(e ? lse.y : lse.x)));
-        if (!T::kLeanStep && need_mask) {
-          const int query = q0 + 8 * t + 2 * t4 + e, key = key_row + 8 * r;
-          pv = query < N && key < (T::kGroup ? Nk : N) && (!T::kCausal || key <= query + coff) &&
-                       (!T::kWindow || (key - query >= lo && key - query <= hi))
-                   ? pv
-                   : 0.f;
-        }
-        st[idx] = pv;
+        st[idx] = ex2(fmaf(st[idx], scale_log2, -(e ? lse.y : lse.x)));
       }
   }
-  if (!T::kLeanStep || !need_mask) return;
+  if (!need_mask) return;
 #pragma unroll
   for (int t = 0; t < T::BLOCK_M / 8; ++t)
 #pragma unroll
@@ -787,40 +776,78 @@ __device__ __forceinline__ int consume_tile(const Problem& p, const BwdWsSmem<T>
       issue_key_grad<T>(acc_dv, pa, sm.dO(s));
     }
     wg_commit();
-    // dSᵀ of step n → buffer n & 1: the other consumer read buffer n & 1 last at step n − 2,
-    // before it arrived at step n − 1's barrier, which this consumer has passed. Key split: one
-    // buffer, this consumer's rows only, read by its own dQ product of step n − 1 (waited below).
-    const uint32_t sDs = sm.ds(n & 1);
-    store_ds<T>(sDs, dsa, key_local, t4);
-    // The dQ slice's previous bulk read (a step ago) done before the barrier, so the barrier
-    // also frees the slice for this step's partial.
-    if (tid == 0) bulk_wait_group_read<0>();
-    if (T::kDqSplitKeys) named_bar_sync(kConsumerBarrier + c, 128);  // this consumer's key rows only
-    else named_bar_sync(kDsReadyBarrier, 256);                       // every key row of dSᵀ
-    // One m64 row block of dQ at a time: 32 accumulator registers, not 64, at Br = 128.
-#pragma unroll
-    for (int m = 0; m < T::kRowBlocks; ++m) {
-      float dq[T::kDqCols / 2];
-      wg_fence();
-      issue_dq<T>(dq, sDs, sm.k(), c, m);
-      wg_commit();
-      wg_wait<0>();
-      reg_fence(dq);
-      stage_dq<T>(dq, sm.dq(c), m, tid);
-    }
-    if (T::kPersistent && i + 1 == i_end && g + 1 == G) mbar_arrive(sm.kv_empty());  // K_j read for the last time
-    reg_fence(acc_dv);
-    reg_fence(acc_dk);
-    reg_fence_u(pa);
-    reg_fence_u(dsa);
-    // Done with Q_i, dO_i, LSE_i, D_i. Every thread arrives (each releases its own reads of the
-    // stats, which the stats warp overwrites next; one arrival per warp left racecheck a WAR).
-    mbar_arrive(sm.empty(s));
-    float* dst = dQaccum + (head_tiles + std::size_t(i)) * (BM * D) +
-                 (T::kDqSplitKeys ? 0 : std::size_t(c) * (T::kSliceDq / 4));  // slice c of the tile
-    // Every key block before this one adds into tile i (causal ones too: they start at lower tiles).
+    // Deterministic: every key block before this one adds into tile i first (causal ones too: they
+    // start at lower tiles).
     const int turn = 2 * (w.start_n / T::BLOCK_N) + c;
-    reduce_dq<T>(sm.dq(c), dst, c, tid, dq_order + head_tiles + i, turn);
+    const bool last_step = i + 1 == i_end && g + 1 == G;  // persistent: K_j read for the last time after it
+    if constexpr (T::kDqTurns) {
+      // Step n's dQ is consumer (n & 1)'s, from buffer n & 1, which only that consumer reads: the
+      // other stores its dSᵀ rows there once the read two steps ago is done (ds_free) and hands them
+      // over (ds_full), then goes on to its next step.
+      const int b = n & 1;
+      const uint32_t sDs = sm.ds(b);
+      if (b != c && n >= 2) mbar_wait(sm.ds_free(b), uint32_t((n - 2) / 2) & 1u);
+      store_ds<T>(sDs, dsa, key_local, t4);
+      if (b != c) mbar_arrive(sm.ds_full(b));
+      wg_wait<0>();
+      reg_fence(acc_dv);
+      reg_fence(acc_dk);
+      reg_fence_u(pa);
+      reg_fence_u(dsa);
+      mbar_arrive(sm.empty(s));  // Q_i, dO_i and the stats read for the last time (every thread)
+      if (b == c) {
+        if (tid == 0) bulk_wait_group_read<0>();  // the slice's bulk read of two steps ago
+        named_bar_sync(kConsumerBarrier + c, 128);   // this consumer's dSᵀ rows stored; the slice free
+        mbar_wait(sm.ds_full(b), uint32_t(n / 2) & 1u);
+        static_assert(T::kRowBlocks == 1, "the whole partial in one product: 64 registers");
+        float dq[T::kDqCols / 2];
+        wg_fence();
+        issue_dq<T>(dq, sDs, sm.k(), c, 0);
+        wg_commit();
+        wg_wait<0>();
+        reg_fence(dq);
+        mbar_arrive(sm.ds_free(b));
+        if (T::kPersistent && last_step) mbar_arrive(sm.kv_empty());
+        stage_dq<T>(dq, sm.dq(c), 0, tid);
+        reduce_dq<T>(sm.dq(c), dQaccum + (head_tiles + std::size_t(i)) * (BM * D), c, tid, dq_order + head_tiles + i,
+                     turn);
+      } else if (T::kPersistent && last_step) {
+        mbar_arrive(sm.kv_empty());
+      }
+    } else {
+      // dSᵀ of step n → buffer n & 1: the other consumer read buffer n & 1 last at step n − 2,
+      // before it arrived at step n − 1's barrier, which this consumer has passed. Key split: one
+      // buffer, this consumer's rows only, read by its own dQ product of step n − 1 (waited below).
+      const uint32_t sDs = sm.ds(n & 1);
+      store_ds<T>(sDs, dsa, key_local, t4);
+      // The dQ slice's previous bulk read (a step ago) done before the barrier, so the barrier
+      // also frees the slice for this step's partial.
+      if (tid == 0) bulk_wait_group_read<0>();
+      if (T::kDqSplitKeys) named_bar_sync(kConsumerBarrier + c, 128);  // this consumer's key rows only
+      else named_bar_sync(kDsReadyBarrier, 256);                       // every key row of dSᵀ
+      // One m64 row block of dQ at a time: 32 accumulator registers, not 64, at Br = 128.
+#pragma unroll
+      for (int m = 0; m < T::kRowBlocks; ++m) {
+        float dq[T::kDqCols / 2];
+        wg_fence();
+        issue_dq<T>(dq, sDs, sm.k(), c, m);
+        wg_commit();
+        wg_wait<0>();
+        reg_fence(dq);
+        stage_dq<T>(dq, sm.dq(c), m, tid);
+      }
+      if (T::kPersistent && last_step) mbar_arrive(sm.kv_empty());  // K_j read for the last time
+      reg_fence(acc_dv);
+      reg_fence(acc_dk);
+      reg_fence_u(pa);
+      reg_fence_u(dsa);
+      // Done with Q_i, dO_i, LSE_i, D_i. Every thread arrives (each releases its own reads of the
+      // stats, which the stats warp overwrites next; one arrival per warp left racecheck a WAR).
+      mbar_arrive(sm.empty(s));
+      float* dst = dQaccum + (head_tiles + std::size_t(i)) * (BM * D) +
+                   (T::kDqSplitKeys ? 0 : std::size_t(c) * (T::kSliceDq / 4));  // slice c of the tile
+      reduce_dq<T>(sm.dq(c), dst, c, tid, dq_order + head_tiles + i, turn);
+    }
     if constexpr (T::kGroup) next_group_head<T>(w, i, g);
   }
   // Grouped: dK, dV are [B, N_k, H_kv, d], written once for the whole group.
@@ -929,10 +956,10 @@ __device__ __forceinline__ void bwd_ws_body(const BwdWsSmem<T>& sm, const BwdWsB
       mbar_init(sm.full(s), 1 + 32);  // the TMA thread's expect_tx + the stats warp's lanes
       mbar_init(sm.empty(s), T::kConsumerThreads);
     }
-    if constexpr (T::kLagDq)
+    if constexpr (T::kLagDq || T::kDqTurns)  // turns: one consumer arrives on each
       for (int b = 0; b < 2; ++b) {
-        mbar_init(sm.ds_full(b), T::kConsumerThreads);
-        mbar_init(sm.ds_free(b), T::kConsumerThreads);
+        mbar_init(sm.ds_full(b), T::kDqTurns ? 128 : T::kConsumerThreads);
+        mbar_init(sm.ds_free(b), T::kDqTurns ? 128 : T::kConsumerThreads);
       }
     mbar_fence_init();
   }
@@ -1076,6 +1103,10 @@ __device__ void bwd_ws_packed_body(const BwdWsSmem<T>& sm, const Problem& p, con
     for (int k = 0; k < 2; ++k) {
       mbar_init(sm.item_full(k), 1);
       mbar_init(sm.item_empty(k), 32 + T::kConsumerThreads);  // every reader: the stats warp, the consumers
+      if constexpr (T::kDqTurns) {
+        mbar_init(sm.ds_full(k), 128);
+        mbar_init(sm.ds_free(k), 128);
+      }
     }
     mbar_fence_init();
   }

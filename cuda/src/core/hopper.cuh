@@ -156,7 +156,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)
 
 /// D[64×N] (+)= A[64×16] · B[16×N], both from SRAM, each K-major (kTrans = false) or MN-major
 /// (kTrans = true: imm-trans-a / imm-trans-b = 1, the operand stored [k][m] or [k][n]), N ∈ {32,
-/// 64}. The backward's Sᵀ = K_j Q_iᵀ (both K-major) and dQ_i = dS_ij K_j (dSᵀ and K_j stored
+/// 64, 128}. The backward's Sᵀ = K_j Q_iᵀ (both K-major) and dQ_i = dS_ij K_j (dSᵀ and K_j stored
 /// [key][·]: both MN-major).
 #define FL_D16 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
 #define FL_ACC16(d) FL_ACC8(d, 0), FL_ACC8(d, 8)
@@ -174,11 +174,14 @@ template <bool kBf16, int kN, bool kTransA, bool kTransB>
 __device__ __forceinline__ void wgmma_ss_t(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b, int accumulate) {
   static_assert(kTransA == kTransB, "instantiated: both K-major or both MN-major");
 #if FLASHLAB_WGMMA_OK
-  if constexpr (kN == 64) {
+  if constexpr (kN == 128) {
+    if constexpr (kTransA) FL_WGMMA_SS_T_TYPES(128, FL_D64, "%64", "%65", "%66", 1, 1, FL_ACC64(d));
+    else FL_WGMMA_SS_T_TYPES(128, FL_D64, "%64", "%65", "%66", 0, 0, FL_ACC64(d));
+  } else if constexpr (kN == 64) {
     if constexpr (kTransA) FL_WGMMA_SS_T_TYPES(64, FL_D32, "%32", "%33", "%34", 1, 1, FL_ACC32(d));
     else FL_WGMMA_SS_T_TYPES(64, FL_D32, "%32", "%33", "%34", 0, 0, FL_ACC32(d));
   } else {
-    static_assert(kN == 32, "wgmma_ss_t: N ∈ {32, 64}");
+    static_assert(kN == 32, "wgmma_ss_t: N ∈ {32, 64, 128}");
     if constexpr (kTransA) FL_WGMMA_SS_T_TYPES(32, FL_D16, "%16", "%17", "%18", 1, 1, FL_ACC16(d));
     else FL_WGMMA_SS_T_TYPES(32, FL_D16, "%16", "%17", "%18", 0, 0, FL_ACC16(d));
   }
