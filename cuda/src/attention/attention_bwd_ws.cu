@@ -41,8 +41,8 @@
 //   - The dQ partial goes registers → SRAM (fragment order, 16-byte stores, no bank conflicts)
 //     and one thread of the consumer issues ONE bulk reduction (cp.reduce.async.bulk .add.f32,
 //     tensor_core.cuh) into the fp32 accumulator: the adds happen in L2, the warps never wait on
-//     them; the thread only waits (bulk wait_group.read) before the next step's dSᵀ barrier,
-//     which then also frees the staging SRAM for that step's partial, a whole step later.
+//     them; the thread only waits (bulk wait_group.read) before the consumer's next dQ barrier,
+//     which then also frees the staging SRAM for that partial, a step or two later.
 // The accumulator is TILED as the atomic design's: per (b, h, query tile i) BLOCK_M·d contiguous
 // floats; inside a tile, consumer slice c (its columns or rows; one slice with the key split) in
 // wgmma fragment order: float4 number t·128 + thread = the thread's accumulator registers
@@ -86,15 +86,14 @@
 // and which never wait on j. The deterministic kernel computes dQ one step late (consume_lagged:
 // mbarriers instead of the consumers' meeting), so each ordered add has a step of slack before the
 // next one waits on it.
-// Resources (ptxas, sm_90a): 168 registers at launch (384 threads, 1 block per SM), then 24 for the
-// producer and 240 for the consumers, no wgmma serialisation, no spills but 4–8 bytes in the
-// d = 64 causal and deterministic kernels; dynamic SRAM 198,784 bytes at d = 128 (K_j, V_j 64 KiB,
-// 2 stages of Q_i, dO_i 64 KiB, 2 dSᵀ buffers 32 KiB, 2 dQ slices 32 KiB, stats, barriers,
-// alignment slack), 199,808 at d = 64 (Br = 128: K_j, V_j 32 KiB, stages 64 KiB, 2 dSᵀ buffers
-// 64 KiB, 2 dQ slices 32 KiB). The packed kernels (ptxas -v on the file's PTX): 168 registers;
-// spill stores and loads in bytes 4 and 8 at d = 128 without a mask, none on the band, 20 and 96
-// at d = 64 on the band; persistent 200 and 196 at d = 128 causal, 148 and 164 at d = 64 without
-// a mask, 196 and 200 causal (the loop over items). What was measured and tried:
+// Resources (ptxas -v, sm_90a): 168 registers at launch (384 threads, 1 block per SM), then 24 for
+// the producer and 240 for the consumers, no wgmma serialisation. Spills (bytes stored / loaded): none
+// at d = 128 but the packed kernels (4 / 8 without a mask, 148 / 164 persistent causal: the loop
+// over items); at d = 64 4–8 / 4–36 (causal, deterministic, window), 24 / 24 grouped, 12–172 /
+// 16–180 packed. Dynamic SRAM 231,552 bytes at d = 128 (K_j, V_j 64 KiB, 2 stages of Q_i, dO_i
+// 64 KiB, 2 dSᵀ buffers 32 KiB, 2 whole-tile dQ slices 64 KiB, stats, barriers, alignment slack;
+// the column split's slices are half), 199,808 at d = 64 (Br = 128: K_j, V_j 32 KiB, stages 64 KiB,
+// 2 dSᵀ buffers 64 KiB, 2 dQ slices 32 KiB). What was measured and tried:
 // docs/optimisation.md, the wgmma-ws backward.
 #include "attention/attention_bwd_tc.cuh"
 #include "attention/packed.cuh"
