@@ -28,10 +28,10 @@
 //     an MN-major A operand of wgmma) for
 //         dQ_i partial = dS_ij K_j       (SRAM × SRAM, both MN-major)
 //     d = 128, dQ by turns: step n's whole partial (64 queries × d over all 128 keys, one m64n128
-//     product) is consumer (n mod 2)'s. The other consumer stores its dSᵀ rows, hands them over
-//     (mbarrier ds_full) and goes on to its next step, so the consumers never meet: each runs a
-//     long step (with dQ) and a short one in turn, out of phase with the other, and the tensor
-//     cores see one consumer's products beside the other's softmax. The deterministic kernel
+//     product) is consumer (n mod 2)'s, computed one step late, after its products of step n + 1.
+//     The other consumer stores its dSᵀ rows, hands them over (mbarrier ds_full) and computes its
+//     own partial of step n − 1, so the consumers never meet and never wait for each other's rows:
+//     each step one of them adds a whole tile, as the column split's two halves. The deterministic kernel
 //     keeps the column split (consumer c: columns [64c, 64c + 64) over all 128 keys; the two
 //     meet once per step, each needs the other's dSᵀ rows), one ordered add per consumer.
 //     d = 64 (Br = 128): consumer c computes query rows [64c, 64c + 64) over all 128 keys (the
@@ -716,6 +716,27 @@ __device__ __forceinline__ int consume_tile(const Problem& p, const BwdWsSmem<T>
   const int Nk = T::kGroup ? p.seq_k : N, G = group_heads<T>(w);
   const int coff = T::kGroup && T::kCausal ? p.causal_offset() : 0;  // the causal diagonal's offset
 
+  // dQ by turns: the partial of step m (buffer m & 1, this consumer's: m & 1 == c) into the
+  // accumulator tile dst, computed during step m + 1, after that step's products (or after the
+  // last step). In step m itself the consumer would wait for the other's dSᵀ rows, which that one
+  // stores late: it has just computed the dQ of step m − 1.
+  const int n_first = n;
+  float* prev_dst = nullptr;
+  const auto turn_dq = [&](int m, float* dst) {
+    static_assert(T::kRowBlocks == 1, "the whole partial in one product: 64 registers");
+    if (tid == 0) bulk_wait_group_read<0>();  // the slice's bulk read of two steps ago
+    named_bar_sync(kConsumerBarrier + c, 128);   // this consumer's dSᵀ rows stored; the slice free
+    mbar_wait(sm.ds_full(m & 1), uint32_t(m / 2) & 1u);
+    float dq[T::kDqCols / 2];
+    wg_fence();
+    issue_dq<T>(dq, sm.ds(m & 1), sm.k(), c, 0);
+    wg_commit();
+    wg_wait<0>();
+    reg_fence(dq);
+    mbar_arrive(sm.ds_free(m & 1));
+    stage_dq<T>(dq, sm.dq(c), 0, tid);
+    reduce_dq<T>(sm.dq(c), dst, c, tid, dq_order, 0);
+  };
   int g = 0;  // grouped: the query head h0 + g
   for (int i = w.i_begin; i < i_end; ++i, ++n) {
     const int s = n % T::kStages, q0 = i * BM;
@@ -775,18 +796,14 @@ __device__ __forceinline__ int consume_tile(const Problem& p, const BwdWsSmem<T>
       issue_key_grad<T>(acc_dv, pa, sm.dO(s));
     }
     wg_commit();
-    // Deterministic: every key block before this one adds into tile i first (causal ones too: they
-    // start at lower tiles).
-    const int turn = 2 * (w.start_n / T::BLOCK_N) + c;
     const bool last_step = i + 1 == i_end && g + 1 == G;  // persistent: K_j read for the last time after it
     if constexpr (T::kDqTurns) {
-      // Step n's dQ is consumer (n & 1)'s, from buffer n & 1, which only that consumer reads: the
-      // other stores its dSᵀ rows there once the read two steps ago is done (ds_free) and hands them
-      // over (ds_full), then goes on to its next step.
+      // Step n's dQ is consumer (n & 1)'s, from buffer n & 1, which only that consumer reads, one
+      // step late (turn_dq above): the other stores its dSᵀ rows there once that read of two steps
+      // ago is done (ds_free), hands them over (ds_full), and computes its own dQ of step n − 1.
       const int b = n & 1;
-      const uint32_t sDs = sm.ds(b);
       if (b != c && n >= 2) mbar_wait(sm.ds_free(b), uint32_t((n - 2) / 2) & 1u);
-      store_ds<T>(sDs, dsa, key_local, t4);
+      store_ds<T>(sm.ds(b), dsa, key_local, t4);
       if (b != c) mbar_arrive(sm.ds_full(b));
       wg_wait<0>();
       reg_fence(acc_dv);
@@ -794,25 +811,9 @@ __device__ __forceinline__ int consume_tile(const Problem& p, const BwdWsSmem<T>
       reg_fence_u(pa);
       reg_fence_u(dsa);
       mbar_arrive(sm.empty(s));  // Q_i, dO_i and the stats read for the last time (every thread)
-      if (b == c) {
-        if (tid == 0) bulk_wait_group_read<0>();  // the slice's bulk read of two steps ago
-        named_bar_sync(kConsumerBarrier + c, 128);   // this consumer's dSᵀ rows stored; the slice free
-        mbar_wait(sm.ds_full(b), uint32_t(n / 2) & 1u);
-        static_assert(T::kRowBlocks == 1, "the whole partial in one product: 64 registers");
-        float dq[T::kDqCols / 2];
-        wg_fence();
-        issue_dq<T>(dq, sDs, sm.k(), c, 0);
-        wg_commit();
-        wg_wait<0>();
-        reg_fence(dq);
-        mbar_arrive(sm.ds_free(b));
-        if (T::kPersistent && last_step) mbar_arrive(sm.kv_empty());
-        stage_dq<T>(dq, sm.dq(c), 0, tid);
-        reduce_dq<T>(sm.dq(c), dQaccum + (head_tiles + std::size_t(i)) * (BM * D), c, tid, dq_order + head_tiles + i,
-                     turn);
-      } else if (T::kPersistent && last_step) {
-        mbar_arrive(sm.kv_empty());
-      }
+      if (b != c && n > n_first) turn_dq(n - 1, prev_dst);
+      prev_dst = dQaccum + (head_tiles + std::size_t(i)) * (BM * D);
+      if (T::kPersistent && last_step && b != c) mbar_arrive(sm.kv_empty());  // K_j read for the last time
     } else {
       // dSᵀ of step n → buffer n & 1: the other consumer read buffer n & 1 last at step n − 2,
       // before it arrived at step n − 1's barrier, which this consumer has passed. Key split: one
@@ -845,9 +846,18 @@ __device__ __forceinline__ int consume_tile(const Problem& p, const BwdWsSmem<T>
       mbar_arrive(sm.empty(s));
       float* dst = dQaccum + (head_tiles + std::size_t(i)) * (BM * D) +
                    (T::kDqSplitKeys ? 0 : std::size_t(c) * (T::kSliceDq / 4));  // slice c of the tile
+      // Deterministic: every key block before this one adds into tile i first (causal ones too:
+      // they start at lower tiles).
+      const int turn = 2 * (w.start_n / T::BLOCK_N) + c;
       reduce_dq<T>(sm.dq(c), dst, c, tid, dq_order + head_tiles + i, turn);
     }
     if constexpr (T::kGroup) next_group_head<T>(w, i, g);
+  }
+  if constexpr (T::kDqTurns) {
+    if (n > n_first && ((n - 1) & 1) == c) {  // this consumer's last partial
+      turn_dq(n - 1, prev_dst);
+      if (T::kPersistent) mbar_arrive(sm.kv_empty());
+    }
   }
   // Grouped: dK, dV are [B, N_k, H_kv, d], written once for the whole group.
   // Packed: [1, total_k, H_kv, d] from the sequence's first key (p.seq_k its length: the rows stop there).
