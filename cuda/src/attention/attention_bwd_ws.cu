@@ -88,7 +88,7 @@
 // next one waits on it.
 // Resources (ptxas -v, sm_90a): 168 registers at launch (384 threads, 1 block per SM), then 24 for
 // the producer and 240 for the consumers, no wgmma serialisation. Spills (bytes stored / loaded): none
-// at d = 128 but the packed kernels (4 / 8 without a mask, 148 / 164 persistent causal: the loop
+// at d = 128 but the packed kernels (4 / 8 without a mask, 164 / 172 persistent causal: the loop
 // over items); at d = 64 4–8 / 4–36 (causal, deterministic, window), 24 / 24 grouped, 12–172 /
 // 16–180 packed. Dynamic SRAM 231,552 bytes at d = 128 (K_j, V_j 64 KiB, 2 stages of Q_i, dO_i
 // 64 KiB, 2 dSᵀ buffers 32 KiB, 2 whole-tile dQ slices 64 KiB, stats, barriers, alignment slack;
