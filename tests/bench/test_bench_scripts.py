@@ -168,3 +168,65 @@ def test_sass_mix_reads_a_source_page_and_refuses_another_file(tmp_path):
     bad.write_text("a,b\n")
     r = run("ncu_sass_mix.py", bad, page)
     assert r.returncode != 0 and "no 'Address' header" in r.stderr
+
+
+# ---- ab_builds.py
+
+BENCH_HEADER = "dtype,pass,d,causal,N,H,B,ms,min_ms,max_ms,tflops,H_kv\n"
+
+
+def write_round(out, r, name, rows):
+    path = out / f"r{r}_{name}.bwd.csv"
+    path.write_text(BENCH_HEADER + "".join(f"bf16,bwd,128,{c},{n},{h},1,{ms},{ms},{ms},{tf},{hkv}\n"
+                                           for c, n, h, hkv, ms, tf in rows))
+    return path
+
+
+def ab_run(tmp_path):
+    out = tmp_path / "ab"
+    out.mkdir()
+    (out / "gpu.txt").write_text("name, clocks.max.sm [MHz], power.limit [W]\nNVIDIA H200, 1980 MHz, 700.00 W\n")
+    tflops = {"before": [500, 520, 510], "after": [530, 490, 540]}
+    for r in range(3):
+        for name in ("before", "after") if r % 2 == 0 else ("after", "before"):
+            t = tflops[name][r]
+            p = write_round(out, r, name, [(0, 8192, 16, 16, 1000.0 / t, t), (1, 8192, 32, 8, 2000.0 / t, t + 1)])
+            os.utime(p, (r * 10 + (name == "after"), r * 10 + (name == "after")))  # before runs first
+    return out
+
+
+def test_ab_table_takes_the_median_round_of_each_build(tmp_path):
+    r = run("ab_builds.py", ab_run(tmp_path))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("pass d causal N B | before after")
+    plain = next(l for l in lines if l.startswith("bwd 128 0 8192 1 |"))
+    assert "| 510.0 530.0 | 1.039 | - | 500/520/510 530/490/540" in plain
+    assert any(l.startswith("bwd 128 1 8192 1 h32:8 |") for l in lines)
+
+
+def test_ab_archive_rows_are_the_median_rounds_of_plain_shapes(tmp_path):
+    r = run("ab_builds.py", ab_run(tmp_path), "--archive", "2026-11-28 21:43", "after=abc1234:wgmma-ws-x")
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.reader(io.StringIO(r.stdout)))
+    assert len(rows) == 1  # the grouped shape is not of the archive's layout
+    assert rows[0][:11] == ["2026-11-28 21:43", "NVIDIA H200", "abc1234", "bf16", "bwd", "wgmma-ws-x", "128", "0",
+                            "8192", "16", "1"]
+    assert rows[0][14] == "530" and len(rows[0]) == 19
+
+
+@pytest.mark.parametrize("args, words", [((), "no r<round>"), (("--archive", "D", "after"), "NAME=COMMIT:KERNEL"),
+                                         (("--archive", "D", "nobody=abc1234:k"), "no rows of build 'nobody'")])
+def test_ab_builds_refuses_by_name(tmp_path, args, words):
+    out = tmp_path / "empty"
+    out.mkdir()
+    r = run("ab_builds.py", ab_run(tmp_path) if args else out, *args)
+    assert r.returncode != 0 and words in r.stderr
+
+
+def test_ab_builds_sh_refuses_an_unknown_set_and_a_missing_binary(tmp_path):
+    sh = os.path.join(BENCH, "ab_builds.sh")
+    r = subprocess.run(["bash", sh, "nonsense", str(tmp_path), "1", "a=/bin/true"], capture_output=True, text=True)
+    assert r.returncode == 2 and "unknown shape set" in r.stderr
+    r = subprocess.run(["bash", sh, "bwd", str(tmp_path), "1", f"a={tmp_path}/none"], capture_output=True, text=True)
+    assert r.returncode == 2 and "is not an executable" in r.stderr

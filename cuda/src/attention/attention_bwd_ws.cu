@@ -825,17 +825,7 @@ __device__ __forceinline__ int consume_tile(const Problem& p, const BwdWsSmem<T>
       if (tid == 0) bulk_wait_group_read<0>();
       if (T::kDqSplitKeys) named_bar_sync(kConsumerBarrier + c, 128);  // this consumer's key rows only
       else named_bar_sync(kDsReadyBarrier, 256);                       // every key row of dSᵀ
-      // One m64 row block of dQ at a time: 32 accumulator registers, not 64, at Br = 128.
-#pragma unroll
-      for (int m = 0; m < T::kRowBlocks; ++m) {
-        float dq[T::kDqCols / 2];
-        wg_fence();
-        issue_dq<T>(dq, sDs, sm.k(), c, m);
-        wg_commit();
-        wg_wait<0>();
-        reg_fence(dq);
-        stage_dq<T>(dq, sm.dq(c), m, tid);
-      }
+      compute_dq<T>(sm, sDs, c, tid);
       if (T::kPersistent && last_step) mbar_arrive(sm.kv_empty());  // K_j read for the last time
       reg_fence(acc_dv);
       reg_fence(acc_dk);
