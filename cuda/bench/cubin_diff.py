@@ -4,8 +4,8 @@
 Usage: cubin_diff.py OLD_BUILD_DIR NEW_BUILD_DIR [--sass]
 
 Each build directory is a CMake build tree (e.g. build/cuda); every `*.cu.o` below it is read, and
-every `*.cubin` (one ELF image each: what `nvcc -cubin` writes with an object's flags, for the
-objects whose fatbinary is compressed).
+every `*.cubin` (the ELF image `nvcc -cubin` writes with an object's flags, for the objects whose
+fatbinary is compressed).
 A restructuring that moves host code (launchers, front doors, configuration types) must leave
 the kernels' machine code alone; this script says whether it did.
 
@@ -120,7 +120,7 @@ def kernels_from_cubins(build):
     for obj in sorted(objects + cubins):
         with open(obj, "rb") as f:
             blob = f.read()
-        images = [blob] if obj.endswith(".cubin") else elf_images(blob)
+        images = elf_images(blob)
         if not images:  # nvcc compresses a large fatbinary: its cubins are not visible as ELF images
             print(f"note: no cubin visible in {obj} (a compressed fatbinary?): compare cubins written by "
                   "`nvcc -cubin` with the object's flags instead", file=sys.stderr)

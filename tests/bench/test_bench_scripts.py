@@ -230,3 +230,29 @@ def test_ab_builds_sh_refuses_an_unknown_set_and_a_missing_binary(tmp_path):
     assert r.returncode == 2 and "unknown shape set" in r.stderr
     r = subprocess.run(["bash", sh, "bwd", str(tmp_path), "1", f"a={tmp_path}/none"], capture_output=True, text=True)
     assert r.returncode == 2 and "is not an executable" in r.stderr
+
+
+# ---- cubin_diff.py
+
+def tiny_cubin(text):
+    """An EM_CUDA ELF image with one kernel `k`: sections null, .shstrtab, .text.k."""
+    import struct
+    names = b"\0.shstrtab\0.text.k\0"
+    body = names + text
+    shoff = 64 + len(body)
+    header = (b"\x7fELF\x02\x01\x01" + b"\0" * 9 + struct.pack("<HHIQQQIHHHHHH", 2, 190, 1, 0, 0, shoff, 0, 64, 0, 0,
+                                                                64, 3, 1))
+    def sh(name, typ, off, size):
+        return struct.pack("<IIQQQQIIQQ", name, typ, 0, 0, off, size, 0, 0, 1, 0)
+    shdrs = sh(0, 0, 0, 0) + sh(1, 3, 64, len(names)) + sh(11, 1, 64 + len(names), len(text))
+    return header + body + shdrs
+
+
+def test_cubin_diff_reads_cubin_files_and_tells_a_changed_kernel(tmp_path):
+    for name, text in (("old", b"\x01" * 16), ("same", b"\x01" * 16), ("new", b"\x02" * 16)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "a.cubin").write_bytes(tiny_cubin(text))
+    r = run("cubin_diff.py", tmp_path / "old", tmp_path / "same")
+    assert r.returncode == 0 and "identical by name: 1" in r.stdout, r.stdout + r.stderr
+    r = run("cubin_diff.py", tmp_path / "old", tmp_path / "new")
+    assert r.returncode == 1 and "DIFFERENT: a.cubin: k" in r.stdout, r.stdout + r.stderr
